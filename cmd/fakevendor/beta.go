@@ -1,0 +1,366 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// systemFingerprint is sent in every completion, as the vendor does.
+const systemFingerprint = "fp_fakevendor"
+
+// betaAPI is the beta vendor: the OpenAI Chat Completions API.
+type betaAPI struct {
+	fake *fake
+}
+
+func (b *betaAPI) requestIDHeader() string { return "X-Request-Id" }
+
+func (b *betaAPI) authorized(r *http.Request) bool {
+	key := b.fake.cfg.betaKey
+	return key == "" || hasBearer(r, key)
+}
+
+func (b *betaAPI) route(r *http.Request) (endpoint, bool) {
+	p := r.URL.Path
+	switch {
+	case p == "/v1/chat/completions" && r.Method == http.MethodPost:
+		return b.chatCompletions, false
+	case p == "/v1/models" && r.Method == http.MethodGet:
+		return b.models, true
+	case strings.HasPrefix(p, "/v1/models/") && r.Method == http.MethodGet:
+		return b.model, true
+	}
+	return nil, false
+}
+
+// betaError is the vendor's error body.
+type betaError struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    string  `json:"code"`
+	} `json:"error"`
+}
+
+// betaErrorKind maps a status to an error type and code like the vendor's.
+func betaErrorKind(status int) (typ, code string) {
+	switch status {
+	case 400:
+		return "invalid_request_error", "invalid_request"
+	case 401:
+		return "invalid_request_error", "invalid_api_key"
+	case 403:
+		return "invalid_request_error", "forbidden"
+	case 404:
+		return "invalid_request_error", "not_found"
+	case 408:
+		return "invalid_request_error", "timeout"
+	case 409:
+		return "invalid_request_error", "conflict"
+	case 413:
+		return "invalid_request_error", "request_too_large"
+	case 429:
+		return "requests", "rate_limit_exceeded"
+	case 503:
+		return "server_error", "service_unavailable"
+	}
+	if status >= 500 {
+		return "server_error", "server_error"
+	}
+	return "invalid_request_error", "invalid_request"
+}
+
+func (b *betaAPI) writeError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if msg == "" {
+		switch status {
+		case 401:
+			msg = "Incorrect API key provided."
+		case 404:
+			msg = "Invalid URL (" + r.Method + " " + r.URL.Path + ")"
+		default:
+			msg = http.StatusText(status)
+		}
+	}
+	var e betaError
+	e.Error.Type, e.Error.Code = betaErrorKind(status)
+	e.Error.Message = msg
+	writeJSON(w, status, &e)
+}
+
+// betaRequest is the part of a chat completions request the fake looks at.
+type betaRequest struct {
+	Model         string    `json:"model"`
+	Messages      []message `json:"messages"`
+	Stream        bool      `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	MaxTokens           int `json:"max_tokens"`
+	MaxCompletionTokens int `json:"max_completion_tokens"`
+	Tools               []struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name       string          `json:"name"`
+			Parameters json.RawMessage `json:"parameters"`
+		} `json:"function"`
+	} `json:"tools"`
+}
+
+// limit is the output token limit: max_completion_tokens, or the older
+// max_tokens, or 0 for none.
+func (req *betaRequest) limit() int {
+	if req.MaxCompletionTokens > 0 {
+		return req.MaxCompletionTokens
+	}
+	return req.MaxTokens
+}
+
+type betaUsage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+		AudioTokens  int `json:"audio_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens          int `json:"reasoning_tokens"`
+		AudioTokens              int `json:"audio_tokens"`
+		AcceptedPredictionTokens int `json:"accepted_prediction_tokens"`
+		RejectedPredictionTokens int `json:"rejected_prediction_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+// usage reports prompt_tokens including the cached tokens, as the vendor
+// does: uncached input is inputTokens, the same as alpha's input_tokens.
+func (rp *reply) betaUsage() betaUsage {
+	var u betaUsage
+	u.PromptTokens = rp.inputTokens + rp.cacheRead
+	u.CompletionTokens = rp.outputTokens
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	u.PromptTokensDetails.CachedTokens = rp.cacheRead
+	return u
+}
+
+// betaFinishReason is "tool_calls" for a tool call, "length" when the token
+// limit cut the text short, and "stop" otherwise.
+func (rp *reply) betaFinishReason() string {
+	switch {
+	case rp.tool != nil:
+		return "tool_calls"
+	case rp.truncated:
+		return "length"
+	}
+	return "stop"
+}
+
+type betaToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type betaMessage struct {
+	Role        string         `json:"role"`
+	Content     *string        `json:"content"`
+	ToolCalls   []betaToolCall `json:"tool_calls,omitempty"`
+	Refusal     *string        `json:"refusal"`
+	Annotations []any          `json:"annotations"`
+}
+
+type betaChoice struct {
+	Index        int         `json:"index"`
+	Message      betaMessage `json:"message"`
+	Logprobs     *struct{}   `json:"logprobs"`
+	FinishReason string      `json:"finish_reason"`
+}
+
+type betaCompletion struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"`
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	Choices           []betaChoice `json:"choices"`
+	Usage             betaUsage    `json:"usage"`
+	ServiceTier       string       `json:"service_tier"`
+	SystemFingerprint string       `json:"system_fingerprint"`
+}
+
+// chatCompletions serves POST /v1/chat/completions.
+func (b *betaAPI) chatCompletions(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+	var req betaRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		b.writeError(w, r, http.StatusBadRequest, "We could not parse the JSON body of your request: "+err.Error())
+		return
+	}
+	var tool *toolCall
+	for _, t := range req.Tools {
+		if t.Function.Name != "" {
+			tool = &toolCall{name: t.Function.Name, arguments: toolArguments(t.Function.Parameters)}
+			break
+		}
+	}
+	rp := planReply(body, req.Messages, req.limit(), tool, ctl)
+	id := b.fake.ids.next("chatcmpl-")
+	if req.Stream {
+		b.stream(w, r, &req, rp, id, ctl)
+		return
+	}
+
+	c := betaCompletion{
+		ID:                id,
+		Object:            "chat.completion",
+		Created:           time.Now().Unix(),
+		Model:             req.Model,
+		Usage:             rp.betaUsage(),
+		ServiceTier:       "default",
+		SystemFingerprint: systemFingerprint,
+	}
+	c.Choices = make([]betaChoice, 1)
+	ch := &c.Choices[0]
+	ch.FinishReason = rp.betaFinishReason()
+	ch.Message = betaMessage{Role: "assistant", Annotations: []any{}}
+	if rp.tool != nil {
+		var tc betaToolCall
+		tc.ID = b.fake.ids.next("call_")
+		tc.Type = "function"
+		tc.Function.Name = rp.tool.name
+		tc.Function.Arguments = string(rp.tool.arguments)
+		ch.Message.ToolCalls = []betaToolCall{tc}
+	} else {
+		text := rp.text()
+		ch.Message.Content = &text
+	}
+	writeJSON(w, http.StatusOK, &c)
+}
+
+// stream sends the reply as chat.completion.chunk events: a first chunk with
+// the role, one chunk per word (or argument fragment), a chunk with the
+// finish reason, with include_usage a last chunk with no choices and the
+// usage, and "data: [DONE]".
+func (b *betaAPI) stream(w http.ResponseWriter, r *http.Request, req *betaRequest, rp *reply, id string, ctl *Controls) {
+	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
+
+	// Every chunk starts alike; build that once.
+	var prefix []byte
+	prefix = append(prefix, `{"id":`...)
+	prefix = appendJSONString(prefix, id)
+	prefix = append(prefix, `,"object":"chat.completion.chunk","created":`...)
+	prefix = strconv.AppendInt(prefix, time.Now().Unix(), 10)
+	prefix = append(prefix, `,"model":`...)
+	prefix = appendJSONString(prefix, req.Model)
+	prefix = append(prefix, `,"service_tier":"default","system_fingerprint":"`+systemFingerprint+`","choices":[`...)
+	suffix := "]}"
+	if includeUsage {
+		suffix = `],"usage":null}`
+	}
+	const choiceEnd = `,"logprobs":null,"finish_reason":null}`
+
+	s := startSSE(w, r, ctl)
+	defer s.release()
+
+	s.begin("")
+	s.buf = append(s.buf, prefix...)
+	if rp.tool != nil {
+		s.buf = append(s.buf, `{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":`...)
+		s.buf = appendJSONString(s.buf, b.fake.ids.next("call_"))
+		s.buf = append(s.buf, `,"type":"function","function":{"name":`...)
+		s.buf = appendJSONString(s.buf, rp.tool.name)
+		s.buf = append(s.buf, `,"arguments":""}}],"refusal":null}`...)
+	} else {
+		s.buf = append(s.buf, `{"index":0,"delta":{"role":"assistant","content":"","refusal":null}`...)
+	}
+	s.buf = append(s.buf, choiceEnd...)
+	s.buf = append(s.buf, suffix...)
+	s.end()
+
+	if rp.tool != nil {
+		for _, frag := range rp.tool.fragments {
+			s.begin("")
+			s.buf = append(s.buf, prefix...)
+			s.buf = append(s.buf, `{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":`...)
+			s.buf = appendJSONString(s.buf, string(frag))
+			s.buf = append(s.buf, `}}]}`...)
+			s.buf = append(s.buf, choiceEnd...)
+			s.buf = append(s.buf, suffix...)
+			s.end()
+		}
+	} else {
+		for i, word := range rp.words {
+			s.begin("")
+			s.buf = append(s.buf, prefix...)
+			s.buf = append(s.buf, `{"index":0,"delta":{"content":"`...)
+			if i > 0 {
+				s.buf = append(s.buf, ' ')
+			}
+			s.buf = appendEscaped(s.buf, word)
+			s.buf = append(s.buf, `"}`...)
+			s.buf = append(s.buf, choiceEnd...)
+			s.buf = append(s.buf, suffix...)
+			s.end()
+		}
+	}
+
+	s.begin("")
+	s.buf = append(s.buf, prefix...)
+	s.buf = append(s.buf, `{"index":0,"delta":{},"logprobs":null,"finish_reason":"`...)
+	s.buf = append(s.buf, rp.betaFinishReason()...)
+	s.buf = append(s.buf, `"}`...)
+	s.buf = append(s.buf, suffix...)
+	s.end()
+
+	if includeUsage {
+		s.begin("")
+		s.buf = append(s.buf, prefix...)
+		s.buf = append(s.buf, `],"usage":`...)
+		s.buf = appendJSON(s.buf, rp.betaUsage())
+		s.buf = append(s.buf, '}')
+		s.end()
+	}
+
+	s.event("", []byte("[DONE]"))
+}
+
+// betaModel is one entry of the vendor's model list.
+type betaModel struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+func newBetaModel(id string) betaModel {
+	return betaModel{ID: id, Object: "model", Created: 1735689600, OwnedBy: "system"}
+}
+
+// models serves GET /v1/models.
+func (b *betaAPI) models(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+	ids := b.fake.cfg.betaModels
+	list := struct {
+		Object string      `json:"object"`
+		Data   []betaModel `json:"data"`
+	}{Object: "list", Data: make([]betaModel, 0, len(ids))}
+	for _, id := range ids {
+		list.Data = append(list.Data, newBetaModel(id))
+	}
+	writeJSON(w, http.StatusOK, &list)
+}
+
+// model serves GET /v1/models/{id}.
+func (b *betaAPI) model(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+	id := strings.TrimPrefix(r.URL.Path, "/v1/models/")
+	for _, m := range b.fake.cfg.betaModels {
+		if m == id {
+			writeJSON(w, http.StatusOK, newBetaModel(id))
+			return
+		}
+	}
+	b.writeError(w, r, http.StatusNotFound, "The model '"+id+"' does not exist")
+}

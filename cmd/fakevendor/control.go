@@ -1,0 +1,328 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// defaultReplyWords is the reply length when the reply_words control is 0.
+const defaultReplyWords = 12
+
+// Controls steer how one vendor API of the fake answers. The zero value is
+// the default behaviour: immediate, successful, 12-word text replies.
+type Controls struct {
+	// Status, when not 0, is answered (with a vendor-format error body)
+	// instead of a reply.
+	Status int `json:"status"`
+	// StatusCount is how many more API requests get Status; 0 means every
+	// request until Status is changed. When it counts down to 0 Status is
+	// cleared.
+	StatusCount int `json:"status_count"`
+	// LatencyMS delays the response headers of every request, probes too.
+	LatencyMS int `json:"latency_ms"`
+	// EventDelayMS pauses between SSE events.
+	EventDelayMS int `json:"event_delay_ms"`
+	// ToolCall makes requests that offer tools get a call of the first tool.
+	ToolCall bool `json:"tool_call"`
+	// CacheReadTokens and CacheWriteTokens are reported as prompt cache
+	// usage.
+	CacheReadTokens  int `json:"cache_read_tokens"`
+	CacheWriteTokens int `json:"cache_write_tokens"`
+	// ReplyWords is the length of text replies; 0 means defaultReplyWords.
+	ReplyWords int `json:"reply_words"`
+	// AbortAfterEvents, when not 0, resets the connection after that many
+	// SSE events.
+	AbortAfterEvents int `json:"abort_after_events"`
+	// RetryAfter is sent as the retry-after header of forced 429, 503 and
+	// 529 answers when not empty.
+	RetryAfter string `json:"retry_after"`
+}
+
+// replyWords returns the effective reply length.
+func (c *Controls) replyWords() int {
+	if c.ReplyWords <= 0 {
+		return defaultReplyWords
+	}
+	return c.ReplyWords
+}
+
+// controlUpdate is the body of POST /control. Pointer fields tell an absent
+// field (left unchanged) from a zero one.
+type controlUpdate struct {
+	Vendor           string  `json:"vendor"`
+	Status           *int    `json:"status"`
+	StatusCount      *int    `json:"status_count"`
+	LatencyMS        *int    `json:"latency_ms"`
+	EventDelayMS     *int    `json:"event_delay_ms"`
+	ToolCall         *bool   `json:"tool_call"`
+	CacheReadTokens  *int    `json:"cache_read_tokens"`
+	CacheWriteTokens *int    `json:"cache_write_tokens"`
+	ReplyWords       *int    `json:"reply_words"`
+	AbortAfterEvents *int    `json:"abort_after_events"`
+	RetryAfter       *string `json:"retry_after"`
+}
+
+func (u *controlUpdate) validate() error {
+	if u.Vendor != "" && u.Vendor != "alpha" && u.Vendor != "beta" {
+		return fmt.Errorf("vendor must be \"alpha\", \"beta\" or \"\", not %q", u.Vendor)
+	}
+	if u.Status != nil && *u.Status != 0 && (*u.Status < 400 || *u.Status > 599) {
+		return fmt.Errorf("status must be 0 or 400-599, not %d", *u.Status)
+	}
+	for name, p := range map[string]*int{
+		"status_count": u.StatusCount, "latency_ms": u.LatencyMS, "event_delay_ms": u.EventDelayMS,
+		"cache_read_tokens": u.CacheReadTokens, "cache_write_tokens": u.CacheWriteTokens,
+		"reply_words": u.ReplyWords, "abort_after_events": u.AbortAfterEvents,
+	} {
+		if p != nil && *p < 0 {
+			return fmt.Errorf("%s must not be negative", name)
+		}
+	}
+	return nil
+}
+
+func (u *controlUpdate) apply(c *Controls) {
+	set := func(dst *int, src *int) {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	set(&c.Status, u.Status)
+	set(&c.StatusCount, u.StatusCount)
+	set(&c.LatencyMS, u.LatencyMS)
+	set(&c.EventDelayMS, u.EventDelayMS)
+	set(&c.CacheReadTokens, u.CacheReadTokens)
+	set(&c.CacheWriteTokens, u.CacheWriteTokens)
+	set(&c.ReplyWords, u.ReplyWords)
+	set(&c.AbortAfterEvents, u.AbortAfterEvents)
+	if u.ToolCall != nil {
+		c.ToolCall = *u.ToolCall
+	}
+	if u.RetryAfter != nil {
+		c.RetryAfter = *u.RetryAfter
+	}
+}
+
+// controlState holds one vendor's Controls. Every API request reads them,
+// so the lock is held only to copy or count down.
+type controlState struct {
+	mu sync.Mutex
+	c  Controls
+}
+
+func (s *controlState) get() Controls {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.c
+}
+
+func (s *controlState) update(u *controlUpdate) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u.apply(&s.c)
+}
+
+func (s *controlState) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.c = Controls{}
+}
+
+// forcedStatus reports the status to force on this request, or 0, and
+// counts status_count down. A probe (GET of the model list) sees a forced
+// status only while it is open-ended (status_count 0) and never counts it
+// down: that way an outage is visible to health checks, while "fail the next
+// N requests" means exactly the next N API requests, whatever the probes do.
+func (s *controlState) forcedStatus(probe bool) (status int, retryAfter string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c.Status == 0 {
+		return 0, ""
+	}
+	status, retryAfter = s.c.Status, s.c.RetryAfter
+	if s.c.StatusCount > 0 {
+		if probe {
+			return 0, ""
+		}
+		s.c.StatusCount--
+		if s.c.StatusCount == 0 {
+			s.c.Status = 0
+		}
+	}
+	return status, retryAfter
+}
+
+// Record is what GET /requests reports of one received request. Body is the
+// raw request body exactly as received (base64 in JSON).
+type Record struct {
+	Seq     uint64      `json:"seq"`
+	Name    string      `json:"name"`
+	Vendor  string      `json:"vendor"`
+	Method  string      `json:"method"`
+	Host    string      `json:"host"`
+	Path    string      `json:"path"`
+	Query   string      `json:"query"`
+	Headers http.Header `json:"headers"`
+	Body    []byte      `json:"body"`
+	At      time.Time   `json:"at"`
+}
+
+// recorder keeps the most recent requests in a fixed ring, so memory stays
+// bounded under load and recording is one lock and one slot write.
+type recorder struct {
+	mu   sync.Mutex
+	ring []Record
+	next int    // slot the next record goes to
+	full bool   // ring has wrapped
+	seq  uint64 // records ever added
+}
+
+func newRecorder(size int) *recorder {
+	return &recorder{ring: make([]Record, size)}
+}
+
+func (r *recorder) add(rec Record) {
+	r.mu.Lock()
+	r.seq++
+	rec.Seq = r.seq
+	r.ring[r.next] = rec
+	r.next++
+	if r.next == len(r.ring) {
+		r.next, r.full = 0, true
+	}
+	r.mu.Unlock()
+}
+
+// snapshot returns the kept records, oldest first.
+func (r *recorder) snapshot() []Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Record, 0, len(r.ring))
+	if r.full {
+		out = append(out, r.ring[r.next:]...)
+	}
+	return append(out, r.ring[:r.next]...)
+}
+
+func (r *recorder) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.ring)
+	r.next, r.full = 0, false
+}
+
+// counters are the figures GET /stats reports for one vendor.
+type counters struct {
+	requests atomic.Int64 // every request but probes
+	probes   atomic.Int64 // GETs of the model list
+}
+
+// controlHandler serves the control listener.
+type controlHandler struct {
+	fake *fake
+	mux  *http.ServeMux
+}
+
+func newControlHandler(f *fake) *controlHandler {
+	h := &controlHandler{fake: f, mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /control", h.getControl)
+	h.mux.HandleFunc("POST /control", h.postControl)
+	h.mux.HandleFunc("POST /reset", h.reset)
+	h.mux.HandleFunc("GET /requests", h.requests)
+	h.mux.HandleFunc("GET /stats", h.stats)
+	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n"))
+	})
+	return h
+}
+
+func (h *controlHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mux.ServeHTTP(w, r)
+}
+
+func (h *controlHandler) currentControls() map[string]Controls {
+	return map[string]Controls{"alpha": h.fake.alphaCtl.get(), "beta": h.fake.betaCtl.get()}
+}
+
+func (h *controlHandler) getControl(w http.ResponseWriter, r *http.Request) {
+	writeControlJSON(w, http.StatusOK, h.currentControls())
+}
+
+func (h *controlHandler) postControl(w http.ResponseWriter, r *http.Request) {
+	var u controlUpdate
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&u); err != nil {
+		writeControlJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	if err := u.validate(); err != nil {
+		writeControlJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	if u.Vendor == "" || u.Vendor == "alpha" {
+		h.fake.alphaCtl.update(&u)
+	}
+	if u.Vendor == "" || u.Vendor == "beta" {
+		h.fake.betaCtl.update(&u)
+	}
+	cur := h.currentControls()
+	h.fake.log.Info("controls changed", "vendor", u.Vendor, "alpha", cur["alpha"], "beta", cur["beta"])
+	writeControlJSON(w, http.StatusOK, cur)
+}
+
+// reset clears the controls, the records and the counters, so that each test
+// can start from a known state without restarting the fake.
+func (h *controlHandler) reset(w http.ResponseWriter, r *http.Request) {
+	f := h.fake
+	f.alphaCtl.reset()
+	f.betaCtl.reset()
+	f.records.reset()
+	for _, c := range []*counters{&f.alphaCount, &f.betaCount} {
+		c.requests.Store(0)
+		c.probes.Store(0)
+	}
+	f.log.Info("reset")
+	writeControlJSON(w, http.StatusOK, h.currentControls())
+}
+
+// requests lists the kept records, oldest first. The optional query
+// parameters vendor and path keep only records that match them exactly.
+func (h *controlHandler) requests(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	vendor, path := q.Get("vendor"), q.Get("path")
+	recs := h.fake.records.snapshot()
+	out := recs[:0]
+	for _, rec := range recs {
+		if (vendor == "" || rec.Vendor == vendor) && (path == "" || rec.Path == path) {
+			out = append(out, rec)
+		}
+	}
+	writeControlJSON(w, http.StatusOK, out)
+}
+
+func (h *controlHandler) stats(w http.ResponseWriter, r *http.Request) {
+	f := h.fake
+	writeControlJSON(w, http.StatusOK, map[string]int64{
+		"alpha":        f.alphaCount.requests.Load(),
+		"alpha_probes": f.alphaCount.probes.Load(),
+		"beta":         f.betaCount.requests.Load(),
+		"beta_probes":  f.betaCount.probes.Load(),
+	})
+}
+
+func writeControlJSON(w http.ResponseWriter, status int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(data, '\n'))
+}

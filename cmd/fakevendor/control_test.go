@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestForcedStatus(t *testing.T) {
+	tf := newTestFake(t, nil)
+	for _, c := range []struct {
+		status     int
+		alphaType  string
+		betaType   string
+		betaCode   string
+		retryAfter bool
+	}{
+		{429, "rate_limit_error", "requests", "rate_limit_exceeded", true},
+		{503, "api_error", "server_error", "service_unavailable", true},
+		{529, "overloaded_error", "server_error", "server_error", true},
+		{500, "api_error", "server_error", "server_error", false},
+		{400, "invalid_request_error", "invalid_request_error", "invalid_request", false},
+		{403, "permission_error", "invalid_request_error", "forbidden", false},
+	} {
+		tf.setControl(`{"status":` + itoa(c.status) + `,"retry_after":"7"}`)
+		resp, data := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple)
+		if resp.StatusCode != c.status {
+			t.Errorf("alpha: status %d, want %d", resp.StatusCode, c.status)
+		}
+		checkAlphaError(t, data, c.alphaType)
+		if got, want := resp.Header.Get("Retry-After"), map[bool]string{true: "7"}[c.retryAfter]; got != want {
+			t.Errorf("alpha %d: retry-after %q, want %q", c.status, got, want)
+		}
+		if resp.Header.Get("request-id") == "" || resp.Header.Get("X-Fake-Vendor") != "primary" {
+			t.Errorf("alpha %d: headers %v", c.status, resp.Header)
+		}
+
+		resp, data = tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple)
+		if resp.StatusCode != c.status {
+			t.Errorf("beta: status %d, want %d", resp.StatusCode, c.status)
+		}
+		checkBetaError(t, data, c.betaType, c.betaCode)
+		if got, want := resp.Header.Get("Retry-After"), map[bool]string{true: "7"}[c.retryAfter]; got != want {
+			t.Errorf("beta %d: retry-after %q, want %q", c.status, got, want)
+		}
+	}
+
+	// Without retry_after, no header.
+	tf.setControl(`{"status":429,"retry_after":""}`)
+	resp, _ := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "" {
+		t.Errorf("429 without retry_after: %d %v", resp.StatusCode, resp.Header)
+	}
+	// Streaming requests get the error as JSON, not a stream.
+	resp, data := tf.call("POST", tf.alpha.URL+"/v1/messages", strings.Replace(alphaSimple, `"max_tokens":100`, `"max_tokens":100,"stream":true`, 1))
+	if resp.StatusCode != 429 || resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("streaming 429: %d %v %s", resp.StatusCode, resp.Header, data)
+	}
+	// status 0 clears it.
+	tf.setControl(`{"status":0}`)
+	if resp, data := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple); resp.StatusCode != 200 {
+		t.Errorf("after clearing: %d %s", resp.StatusCode, data)
+	}
+}
+
+func TestStatusCountAndProbes(t *testing.T) {
+	tf := newTestFake(t, nil)
+	tf.setControl(`{"vendor":"beta","status":503,"status_count":2}`)
+
+	// Probes neither see a counted status nor count it down.
+	if resp, _ := tf.call("GET", tf.beta.URL+"/v1/models", ""); resp.StatusCode != 200 {
+		t.Errorf("probe during counted status: %d", resp.StatusCode)
+	}
+	// The other vendor is not affected.
+	if resp, _ := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple); resp.StatusCode != 200 {
+		t.Errorf("alpha: %d", resp.StatusCode)
+	}
+	for i, want := range []int{503, 503, 200, 200} {
+		resp, data := tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple)
+		if resp.StatusCode != want {
+			t.Errorf("request %d: status %d, want %d: %s", i, resp.StatusCode, want, data)
+		}
+	}
+	var ctl map[string]Controls
+	_, data := tf.call("GET", tf.control.URL+"/control", "")
+	mustUnmarshal(t, data, &ctl)
+	if ctl["beta"].Status != 0 || ctl["beta"].StatusCount != 0 {
+		t.Errorf("status not cleared after its count: %+v", ctl["beta"])
+	}
+
+	// An open-ended status reaches the probes too.
+	tf.setControl(`{"vendor":"beta","status":503}`)
+	resp, data := tf.call("GET", tf.beta.URL+"/v1/models", "")
+	if resp.StatusCode != 503 {
+		t.Errorf("probe during open-ended status: %d", resp.StatusCode)
+	}
+	checkBetaError(t, data, "server_error", "service_unavailable")
+
+	_, data = tf.call("GET", tf.control.URL+"/stats", "")
+	if compactJSON(t, string(data)) != `{"alpha":1,"alpha_probes":0,"beta":4,"beta_probes":2}` {
+		t.Errorf("stats %s", data)
+	}
+}
+
+func TestCredentials(t *testing.T) {
+	tf := newTestFake(t, func(c *config) {
+		c.alphaKey = "alpha-secret"
+		c.betaKey = "beta-secret"
+	})
+	for _, c := range []struct {
+		header []string
+		status int
+	}{
+		{nil, 401},
+		{[]string{"X-Api-Key", "wrong"}, 401},
+		{[]string{"Authorization", "Bearer wrong"}, 401},
+		{[]string{"Authorization", "alpha-secret"}, 401},
+		{[]string{"X-Api-Key", "alpha-secret"}, 200},
+		{[]string{"Authorization", "Bearer alpha-secret"}, 200},
+	} {
+		resp, data := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple, c.header...)
+		if resp.StatusCode != c.status {
+			t.Errorf("alpha %v: status %d, want %d", c.header, resp.StatusCode, c.status)
+		}
+		if c.status == 401 {
+			checkAlphaError(t, data, "authentication_error")
+		}
+	}
+	for _, c := range []struct {
+		header []string
+		status int
+	}{
+		{nil, 401},
+		{[]string{"Authorization", "Bearer wrong"}, 401},
+		{[]string{"Authorization", "Bearer beta-secretx"}, 401},
+		{[]string{"X-Api-Key", "beta-secret"}, 401},
+		{[]string{"Authorization", "Bearer beta-secret"}, 200},
+	} {
+		resp, data := tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple, c.header...)
+		if resp.StatusCode != c.status {
+			t.Errorf("beta %v: status %d, want %d", c.header, resp.StatusCode, c.status)
+		}
+		if c.status == 401 {
+			checkBetaError(t, data, "invalid_request_error", "invalid_api_key")
+		}
+	}
+	// Probes need the credential too.
+	if resp, _ := tf.call("GET", tf.alpha.URL+"/v1/models", ""); resp.StatusCode != 401 {
+		t.Errorf("alpha probe without key: %d", resp.StatusCode)
+	}
+}
+
+func TestRecords(t *testing.T) {
+	tf := newTestFake(t, func(c *config) { c.maxRecords = 3 })
+	// Odd spacing, escapes and raw UTF-8: the record must keep the bytes.
+	body := "{ \"model\" : \"m\",\n\t\"max_tokens\":10, \"messages\":[{\"role\":\"user\",\"content\":\"h\\u00e9llo — ünïcode\"}] }  "
+	tf.call("POST", tf.alpha.URL+"/v1/messages?beta=true", body, "X-Api-Key", "k1", "Anthropic-Version", "2023-06-01")
+	recs := tf.records()
+	if len(recs) != 1 {
+		t.Fatalf("%d records", len(recs))
+	}
+	r := recs[0]
+	if !bytes.Equal(r.Body, []byte(body)) {
+		t.Errorf("recorded body %q, want %q", r.Body, body)
+	}
+	if r.Vendor != "alpha" || r.Name != "primary" || r.Method != "POST" || r.Path != "/v1/messages" || r.Query != "beta=true" ||
+		r.Headers.Get("X-Api-Key") != "k1" || r.Headers.Get("Anthropic-Version") != "2023-06-01" || r.At.IsZero() || r.Seq != 1 {
+		t.Errorf("record %+v", r)
+	}
+
+	// The wire format: body in base64, at in RFC 3339.
+	_, data := tf.call("GET", tf.control.URL+"/requests", "")
+	var raw []map[string]any
+	mustUnmarshal(t, data, &raw)
+	if got := keys(t, raw[0]); got != "at,body,headers,host,method,name,path,query,seq,vendor" {
+		t.Errorf("record keys %s", got)
+	}
+
+	// The ring keeps the newest, oldest first.
+	for i := range 4 {
+		tf.call("POST", tf.beta.URL+"/v1/chat/completions", `{"n":`+itoa(i)+`}`)
+	}
+	recs = tf.records()
+	if len(recs) != 3 {
+		t.Fatalf("%d records, want 3", len(recs))
+	}
+	for i, r := range recs {
+		if want := `{"n":` + itoa(i+1) + `}`; string(r.Body) != want || r.Vendor != "beta" || r.Seq != uint64(i+3) {
+			t.Errorf("record %d: %s seq %d, want %s", i, r.Body, r.Seq, want)
+		}
+	}
+
+	// Filters.
+	_, data = tf.call("GET", tf.control.URL+"/requests?vendor=alpha", "")
+	if compactJSON(t, string(data)) != "[]" {
+		t.Errorf("filtered records %s", data)
+	}
+
+	// Reset clears records, counters and controls.
+	tf.setControl(`{"status":500}`)
+	tf.call("POST", tf.control.URL+"/reset", "")
+	if recs := tf.records(); len(recs) != 0 {
+		t.Errorf("%d records after reset", len(recs))
+	}
+	_, data = tf.call("GET", tf.control.URL+"/stats", "")
+	if compactJSON(t, string(data)) != `{"alpha":0,"alpha_probes":0,"beta":0,"beta_probes":0}` {
+		t.Errorf("stats after reset %s", data)
+	}
+	if resp, _ := tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple); resp.StatusCode != 200 {
+		t.Errorf("status after reset %d", resp.StatusCode)
+	}
+}
+
+func TestAbortAfterEvents(t *testing.T) {
+	tf := newTestFake(t, nil)
+	tf.setControl(`{"abort_after_events":4}`)
+
+	resp, data, err := tf.do("POST", tf.alpha.URL+"/v1/messages", strings.Replace(alphaSimple, `"max_tokens":100`, `"max_tokens":100,"stream":true`, 1))
+	if err == nil {
+		t.Errorf("alpha stream ended cleanly, want a reset")
+	}
+	if resp.StatusCode != 200 {
+		t.Errorf("status %d", resp.StatusCode)
+	}
+	evs := parseSSE(t, data)
+	if got := eventNames(evs); got != "message_start content_block_start ping content_block_delta" {
+		t.Errorf("alpha events before the reset: %s", got)
+	}
+
+	_, data, err = tf.do("POST", tf.beta.URL+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`)
+	if err == nil {
+		t.Errorf("beta stream ended cleanly, want a reset")
+	}
+	if evs := parseSSE(t, data); len(evs) != 4 {
+		t.Errorf("beta: %d events before the reset, want 4", len(evs))
+	}
+
+	// Non-streaming replies are not affected.
+	if resp, _ := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple); resp.StatusCode != 200 {
+		t.Errorf("non-streaming: %d", resp.StatusCode)
+	}
+	// A stream shorter than the limit completes.
+	tf.setControl(`{"abort_after_events":100}`)
+	tf.call("POST", tf.beta.URL+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`)
+}
+
+func TestDelaysStillAnswer(t *testing.T) {
+	tf := newTestFake(t, nil)
+	tf.setControl(`{"latency_ms":1,"event_delay_ms":1,"reply_words":2}`)
+	evs := alphaStream(t, tf, `{"model":"m","stream":true,"messages":[]}`)
+	if len(evs) != 3+2+3 {
+		t.Errorf("%d events", len(evs))
+	}
+	if resp, _ := tf.call("GET", tf.beta.URL+"/v1/models", ""); resp.StatusCode != 200 {
+		t.Errorf("probe: %d", resp.StatusCode)
+	}
+}
+
+func TestControlAPI(t *testing.T) {
+	tf := newTestFake(t, nil)
+	for _, body := range []string{
+		`{"vendor":"gamma"}`,
+		`{"status":200}`,
+		`{"latency_ms":-1}`,
+		`{"statsu":500}`,
+		`{"status":"500"}`,
+		`not json`,
+	} {
+		resp, data := tf.call("POST", tf.control.URL+"/control", body)
+		if resp.StatusCode != 400 || !json.Valid(data) {
+			t.Errorf("POST /control %s: %d %s", body, resp.StatusCode, data)
+		}
+	}
+
+	// Absent fields stay as they were; vendor "" sets both.
+	tf.setControl(`{"vendor":"alpha","latency_ms":5,"tool_call":true}`)
+	tf.setControl(`{"reply_words":3}`)
+	_, data := tf.call("GET", tf.control.URL+"/control", "")
+	var ctl map[string]Controls
+	mustUnmarshal(t, data, &ctl)
+	if want := (Controls{LatencyMS: 5, ToolCall: true, ReplyWords: 3}); ctl["alpha"] != want {
+		t.Errorf("alpha controls %+v, want %+v", ctl["alpha"], want)
+	}
+	if want := (Controls{ReplyWords: 3}); ctl["beta"] != want {
+		t.Errorf("beta controls %+v, want %+v", ctl["beta"], want)
+	}
+
+	resp, data := tf.call("GET", tf.control.URL+"/healthz", "")
+	if resp.StatusCode != 200 {
+		t.Errorf("healthz %d %s", resp.StatusCode, data)
+	}
+	if resp, _ := tf.call("GET", tf.control.URL+"/v1/models", ""); resp.StatusCode != 404 {
+		t.Errorf("control serves vendor paths: %d", resp.StatusCode)
+	}
+}

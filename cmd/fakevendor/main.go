@@ -1,0 +1,230 @@
+// Command fakevendor is a stand-in for both model vendors the gateway sits in
+// front of. It serves the alpha API (the Anthropic Messages API) on one
+// listener and the beta API (the OpenAI Chat Completions API) on another, so
+// the gateway, its tests and its load tests can run without the network.
+// A third listener, which the gateway never routes to, lets tests steer the
+// fake and read back what it received.
+//
+// Usage:
+//
+//	fakevendor [-alpha ADDR] [-beta ADDR] [-control ADDR] [-name NAME]
+//	           [-alpha-key KEY] [-beta-key KEY] [-addr-file PATH]
+//	           [-alpha-models IDS] [-beta-models IDS] [-max-records N] [-debug]
+//
+// The addresses default to 127.0.0.1:0; -addr-file receives
+// {"alpha":"host:port","beta":"host:port","control":"host:port"}, written
+// atomically once all three are bound. The vendor credentials default to
+// $FAKE_ALPHA_KEY and $FAKE_BETA_KEY so that they need not appear on command
+// lines; when set, alpha wants "x-api-key: KEY" (or "Authorization: Bearer
+// KEY", which recent official SDKs send) and beta "Authorization: Bearer KEY".
+//
+// # Vendor endpoints
+//
+// alpha: POST /v1/messages (JSON or, with "stream":true, SSE),
+// POST /v1/messages/count_tokens, GET /v1/models, GET /v1/models/{id}.
+// beta: POST /v1/chat/completions (JSON or SSE), GET /v1/models,
+// GET /v1/models/{id}. Anything else is a 404 in the vendor's error format.
+// Every answer carries "x-fake-vendor: NAME" and a request id header
+// (alpha "request-id", beta "x-request-id"). Each SSE event is preceded by
+// the comment ": sent_unix_nano=N", which SDKs ignore.
+//
+// Replies are deterministic (see reply.go): input tokens are
+// ceil(len(body)/8); the text is "Echo:" and words of the last user message,
+// reply_words words long, cut to max_tokens; output tokens are its word
+// count.
+//
+// # Control endpoints
+//
+//	POST /control   {"vendor":"alpha"|"beta"|"", ...Controls fields}; absent
+//	                fields are left unchanged; answers the controls of both
+//	GET  /control   {"alpha":Controls,"beta":Controls}
+//	POST /reset     clear controls, records and counters
+//	GET  /requests  records of received requests, oldest first
+//	                (?vendor=alpha&path=/v1/messages filter them)
+//	GET  /stats     {"alpha":N,"alpha_probes":N,"beta":N,"beta_probes":N}
+//	GET  /healthz   200
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "fakevendor:", err)
+		os.Exit(1)
+	}
+}
+
+// config is the parsed command line.
+type config struct {
+	alphaAddr, betaAddr, controlAddr string
+	name                             string
+	alphaKey, betaKey                string
+	addrFile                         string
+	alphaModels, betaModels          []string
+	maxRecords                       int
+	debug                            bool
+}
+
+func parseFlags(args []string, output io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("fakevendor", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.StringVar(&c.alphaAddr, "alpha", "127.0.0.1:0", "listen `address` of the alpha (messages) API")
+	fs.StringVar(&c.betaAddr, "beta", "127.0.0.1:0", "listen `address` of the beta (chat completions) API")
+	fs.StringVar(&c.controlAddr, "control", "127.0.0.1:0", "listen `address` of the control API")
+	fs.StringVar(&c.name, "name", "fake", "instance `name`, echoed in the x-fake-vendor header and in records")
+	fs.StringVar(&c.alphaKey, "alpha-key", os.Getenv("FAKE_ALPHA_KEY"), "required alpha x-api-key (default $FAKE_ALPHA_KEY; empty: no check)")
+	fs.StringVar(&c.betaKey, "beta-key", os.Getenv("FAKE_BETA_KEY"), "required beta bearer token (default $FAKE_BETA_KEY; empty: no check)")
+	fs.StringVar(&c.addrFile, "addr-file", "", "write the bound addresses as JSON to this `path` once listening")
+	alphaModels := fs.String("alpha-models", "claude-sonnet-4-5,claude-haiku-4-5", "comma-separated model ids listed by alpha GET /v1/models")
+	betaModels := fs.String("beta-models", "gpt-4o,gpt-4o-mini", "comma-separated model ids listed by beta GET /v1/models")
+	fs.IntVar(&c.maxRecords, "max-records", 1000, "number of received requests kept for GET /requests")
+	fs.BoolVar(&c.debug, "debug", false, "log every request (never bodies)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if c.maxRecords < 1 {
+		return c, errors.New("-max-records must be at least 1")
+	}
+	c.alphaModels = splitList(*alphaModels)
+	c.betaModels = splitList(*betaModels)
+	return c, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// addrs is the content of the -addr-file.
+type addrs struct {
+	Alpha   string `json:"alpha"`
+	Beta    string `json:"beta"`
+	Control string `json:"control"`
+}
+
+// run serves until ctx is done. ready, when not nil, is called once every
+// listener is bound and the address file (if any) is written; tests use it
+// to wait for the fake without polling.
+func run(ctx context.Context, args []string, logOut io.Writer, ready func(addrs)) error {
+	cfg, err := parseFlags(args, logOut)
+	if err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if cfg.debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})).With("fake", cfg.name)
+
+	fake := newFake(cfg, log)
+
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for _, a := range []string{cfg.alphaAddr, cfg.betaAddr, cfg.controlAddr} {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return err
+		}
+		lns = append(lns, ln)
+	}
+	bound := addrs{Alpha: lns[0].Addr().String(), Beta: lns[1].Addr().String(), Control: lns[2].Addr().String()}
+	if cfg.addrFile != "" {
+		if err := writeAddrFile(cfg.addrFile, bound); err != nil {
+			return err
+		}
+	}
+
+	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	servers := []*http.Server{
+		{Handler: fake.alpha, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog},
+		{Handler: fake.beta, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog},
+		{Handler: fake.control, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog},
+	}
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		ln := lns[i]
+		go func() { errc <- srv.Serve(ln) }()
+	}
+	lns = nil // owned by the servers now
+	log.Info("listening", "alpha", bound.Alpha, "beta", bound.Beta, "control", bound.Control)
+	if ready != nil {
+		ready(bound)
+	}
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		log.Error("server failed", "err", err)
+	}
+
+	// Give in-flight streams a moment to finish, then cut them.
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, srv := range servers {
+		if serr := srv.Shutdown(shutCtx); serr != nil {
+			srv.Close()
+		}
+	}
+	log.Info("stopped")
+	return err
+}
+
+// writeAddrFile writes a to path atomically, so that a reader polling for the
+// file never sees it half written.
+func writeAddrFile(path string, a addrs) error {
+	data, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // no-op after a successful rename
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(append(data, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestRun starts the real listeners on port 0 and checks the address file.
+func TestRun(t *testing.T) {
+	t.Setenv("FAKE_ALPHA_KEY", "from-env")
+	t.Setenv("FAKE_BETA_KEY", "")
+	addrFile := filepath.Join(t.TempDir(), "addrs.json")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan addrs, 1)
+	done := make(chan error, 1)
+	var logs bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"-name", "reserve", "-addr-file", addrFile}, &logs, func(a addrs) { ready <- a })
+	}()
+	var bound addrs
+	select {
+	case bound = <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+
+	data, err := os.ReadFile(addrFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inFile addrs
+	if err := json.Unmarshal(data, &inFile); err != nil {
+		t.Fatalf("addr file %s: %v", data, err)
+	}
+	if inFile != bound || inFile.Alpha == "" || inFile.Beta == "" || inFile.Control == "" {
+		t.Errorf("addr file %+v, bound %+v", inFile, bound)
+	}
+	if matches, _ := filepath.Glob(filepath.Join(filepath.Dir(addrFile), ".*tmp*")); len(matches) != 0 {
+		t.Errorf("temporary files left: %v", matches)
+	}
+
+	get := func(url string, header ...string) (int, string) {
+		req, _ := http.NewRequest("GET", url, nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("X-Fake-Vendor") + " " + string(b)
+	}
+	if code, _ := get("http://" + bound.Control + "/healthz"); code != 200 {
+		t.Errorf("healthz %d", code)
+	}
+	// The alpha key came from the environment; the beta one is off.
+	if code, body := get("http://" + bound.Alpha + "/v1/models"); code != 401 {
+		t.Errorf("alpha without key: %d %s", code, body)
+	}
+	if code, body := get("http://"+bound.Alpha+"/v1/models", "X-Api-Key", "from-env"); code != 200 || body[:8] != "reserve " {
+		t.Errorf("alpha with key: %d %s", code, body)
+	}
+	if code, body := get("http://" + bound.Beta + "/v1/models"); code != 200 {
+		t.Errorf("beta: %d %s", code, body)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run returned %v", err)
+	}
+	if bytes.Contains(logs.Bytes(), []byte("from-env")) {
+		t.Errorf("the log shows a key: %s", logs.Bytes())
+	}
+}
+
+func TestFlags(t *testing.T) {
+	t.Setenv("FAKE_ALPHA_KEY", "a")
+	t.Setenv("FAKE_BETA_KEY", "b")
+	cfg, err := parseFlags([]string{"-beta-key", "flag", "-alpha-models", " x, y ,"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.alphaKey != "a" || cfg.betaKey != "flag" || len(cfg.alphaModels) != 2 || cfg.alphaModels[1] != "y" ||
+		cfg.alphaAddr != "127.0.0.1:0" || cfg.maxRecords != 1000 {
+		t.Errorf("config %+v", cfg)
+	}
+	if _, err := parseFlags([]string{"extra"}, io.Discard); err == nil {
+		t.Error("stray argument accepted")
+	}
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// maxBody bounds request bodies; it matches the larger vendor's published
+// request size limit (32 MB).
+const maxBody = 32 << 20
+
+// fake is one fake-vendor process: both vendor APIs and their shared state.
+type fake struct {
+	cfg     config
+	log     *slog.Logger
+	ids     idSource
+	records *recorder
+
+	alphaCtl, betaCtl     controlState
+	alphaCount, betaCount counters
+
+	alpha, beta, control http.Handler
+}
+
+func newFake(cfg config, log *slog.Logger) *fake {
+	if cfg.maxRecords < 1 {
+		cfg.maxRecords = 1000
+	}
+	f := &fake{cfg: cfg, log: log, records: newRecorder(cfg.maxRecords)}
+	f.ids.init()
+	f.alpha = &site{fake: f, vendor: "alpha", ctl: &f.alphaCtl, count: &f.alphaCount, api: &alphaAPI{fake: f}}
+	f.beta = &site{fake: f, vendor: "beta", ctl: &f.betaCtl, count: &f.betaCount, api: &betaAPI{fake: f}}
+	f.control = newControlHandler(f)
+	return f
+}
+
+// vendorAPI is what differs between the two vendors: their credentials,
+// their error format and their endpoints.
+type vendorAPI interface {
+	// requestIDHeader names the header that carries the request id.
+	requestIDHeader() string
+	// authorized reports whether r carries the configured credential.
+	authorized(r *http.Request) bool
+	// route returns the endpoint for r, or nil, and whether r is a probe
+	// (a GET of the model list, as health checks send).
+	route(r *http.Request) (h endpoint, probe bool)
+	// writeError answers with status and the vendor's error body; an
+	// empty msg stands for the vendor's usual message for status.
+	writeError(w http.ResponseWriter, r *http.Request, status int, msg string)
+}
+
+// endpoint answers one admitted request. body is the raw request body.
+type endpoint func(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls)
+
+// site serves one vendor API. Every request, probes included, goes through
+// the same steps: read and record the body, count it, wait latency_ms, then
+// answer 413/400 for an unreadable body, 401 for a missing credential, 404
+// for an unknown endpoint or the forced status, if any; only then does the
+// endpoint see it. The credential comes before the forced status, as it
+// would at a real vendor, so a gateway sending the wrong key shows up as 401
+// even during a simulated outage.
+type site struct {
+	fake   *fake
+	vendor string
+	ctl    *controlState
+	count  *counters
+	api    vendorAPI
+}
+
+var errTooLarge = errors.New("request body too large")
+
+func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f := s.fake
+	h := w.Header()
+	h.Set("X-Fake-Vendor", f.cfg.name)
+	h.Set(s.api.requestIDHeader(), f.ids.next("req_"))
+
+	ep, probe := s.api.route(r)
+	body, readErr := readBody(r)
+	f.records.add(Record{
+		Name:    f.cfg.name,
+		Vendor:  s.vendor,
+		Method:  r.Method,
+		Host:    r.Host,
+		Path:    r.URL.Path,
+		Query:   r.URL.RawQuery,
+		Headers: r.Header.Clone(),
+		Body:    body,
+		At:      time.Now(),
+	})
+	if probe {
+		s.count.probes.Add(1)
+	} else {
+		s.count.requests.Add(1)
+	}
+	f.log.Debug("request", "vendor", s.vendor, "method", r.Method, "path", r.URL.Path, "bytes", len(body))
+
+	ctl := s.ctl.get()
+	if !sleepCtx(r, time.Duration(ctl.LatencyMS)*time.Millisecond) {
+		return
+	}
+	switch {
+	case errors.Is(readErr, errTooLarge):
+		s.api.writeError(w, r, http.StatusRequestEntityTooLarge, "Request exceeds the maximum allowed number of bytes.")
+		return
+	case readErr != nil:
+		s.api.writeError(w, r, http.StatusBadRequest, "Could not read the request body.")
+		return
+	case !s.api.authorized(r):
+		s.api.writeError(w, r, http.StatusUnauthorized, "")
+		return
+	case ep == nil:
+		s.api.writeError(w, r, http.StatusNotFound, "")
+		return
+	}
+	if status, retryAfter := s.ctl.forcedStatus(probe); status != 0 {
+		if retryAfter != "" && (status == 429 || status == 503 || status == 529) {
+			h.Set("Retry-After", retryAfter)
+		}
+		s.api.writeError(w, r, status, "Forced status "+strconv.Itoa(status)+" by the fake vendor's controls.")
+		return
+	}
+	ep(w, r, body, &ctl)
+}
+
+// readBody reads the whole request body into a slice of its own, which the
+// records keep as is: no copy, and byte-identical to what was received.
+func readBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength > maxBody {
+		return []byte{}, errTooLarge
+	}
+	if r.ContentLength >= 0 {
+		body := make([]byte, r.ContentLength)
+		n, err := io.ReadFull(r.Body, body)
+		return body[:n], err
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if len(body) > maxBody {
+		return body[:maxBody], errTooLarge
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	return body, err
+}
+
+// sleepCtx waits d, or until the client goes away; it reports whether the
+// request should go on.
+func sleepCtx(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
+// idSource makes unique ids cheaply: a random per-process tag, so that ids
+// from several fakes or restarts do not collide, and a counter.
+type idSource struct {
+	tag string
+	n   atomic.Uint64
+}
+
+func (s *idSource) init() {
+	var b [6]byte
+	rand.Read(b[:])
+	s.tag = hex.EncodeToString(b[:])
+}
+
+// next returns prefix followed by 24 hex digits.
+func (s *idSource) next(prefix string) string {
+	n := s.n.Add(1)
+	var buf [64]byte
+	out := append(buf[:0], prefix...)
+	out = append(out, s.tag...)
+	var hexn [16]byte
+	digits := strconv.AppendUint(hexn[:0], n, 16)
+	for i := len(digits); i < 12; i++ {
+		out = append(out, '0')
+	}
+	out = append(out, digits...)
+	return string(out)
+}
+
+// hasBearer reports whether r carries "Authorization: Bearer key".
+func hasBearer(r *http.Request, key string) bool {
+	auth := r.Header.Get("Authorization")
+	return len(auth) == len("Bearer ")+len(key) && strings.HasPrefix(auth, "Bearer ") && auth[len("Bearer "):] == key
+}

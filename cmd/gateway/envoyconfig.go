@@ -1,0 +1,46 @@
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/modelgateway/gateway/envoy"
+	"github.com/modelgateway/gateway/extproc/config"
+)
+
+func envoyConfigCmd() *cobra.Command {
+	var (
+		cfgPath, out string
+		o            envoy.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "envoy-config",
+		Short: "Render the Envoy bootstrap from gateway.yaml",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := config.Load(cfgPath)
+			if err != nil {
+				return err
+			}
+			b, err := envoy.Render(cfg, o)
+			if err != nil {
+				return err
+			}
+			if out == "" || out == "-" {
+				_, err = os.Stdout.Write(b)
+				return err
+			}
+			return os.WriteFile(out, b, 0o644)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfgPath, "config", "gateway.yaml", "path of gateway.yaml")
+	f.StringVarP(&out, "output", "o", "-", "file to write, - for stdout")
+	f.StringVar(&o.ExtProcAddr, "extproc-addr", "", "host:port where Envoy reaches the sidecar's ext_proc server (default: listeners.extproc)")
+	f.StringVar(&o.ControlAddr, "control-addr", "", "host:port where Envoy reaches the sidecar's control server (default: listeners.control)")
+	f.StringVar(&o.PublicAddr, "public-addr", "", "Envoy's public listener (default: listeners.public)")
+	f.StringVar(&o.AdminAddr, "admin-addr", "", "Envoy's admin listener (default: listeners.envoy_admin)")
+	f.BoolVar(&o.Bare, "bare", false, "render without the ext_proc filter (benchmark reference)")
+	f.StringVar(&o.NodeID, "node-id", "", "Envoy node id")
+	return cmd
+}

@@ -1,0 +1,36 @@
+// Command gateway is the model gateway's sidecar and local runner.
+//
+//	gateway serve        run the sidecar: ext_proc gRPC, control HTTP, admin gRPC
+//	gateway envoy-config render the Envoy bootstrap from gateway.yaml
+//	gateway run          run everything locally: Envoy, the sidecar, fake vendors
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "gateway",
+		Short:         "Model gateway: Envoy ext_proc sidecar and local runner",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(serveCmd(), envoyConfigCmd(), runCmd(), healthcheckCmd())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(1)
+	}
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/modelgateway/gateway/envoy"
+	"github.com/modelgateway/gateway/extproc/config"
+	"github.com/modelgateway/gateway/extproc/pricing"
+	"github.com/modelgateway/gateway/extproc/store"
+)
+
+func runCmd() *cobra.Command {
+	var (
+		cfgPath, public, stateDir, logLevel string
+		demoUSD                             float64
+	)
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the whole gateway locally: Envoy, the sidecar and (without vendor keys) fake vendors",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runLocal(cfgPath, public, stateDir, logLevel, demoUSD)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfgPath, "config", "gateway.yaml", "path of gateway.yaml")
+	f.StringVar(&public, "listen", "127.0.0.1:8080", "address of the gateway (Envoy's listener)")
+	f.StringVar(&stateDir, "state-dir", ".run", "directory for the rendered Envoy config, logs and demo.env")
+	f.StringVar(&logLevel, "log-level", "info", "sidecar log level")
+	f.Float64Var(&demoUSD, "demo-balance", 25, "balance of the demo account, USD")
+	return cmd
+}
+
+func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error {
+	log := newLogger(logLevel)
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return err
+	}
+	cfg.Listeners.Public = public
+	cfg.Envoy.AccessLog = "stdout" // goes to the Envoy log file
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	var children []*child
+	defer func() {
+		for i := len(children) - 1; i >= 0; i-- {
+			children[i].stop(10 * time.Second)
+		}
+	}()
+
+	// Each upstream goes to a base URL override, the real vendor (when its
+	// key is set), or the fake vendors.
+	creds := map[string]string{}
+	var fakes []string
+	for i := range cfg.Upstreams {
+		u := &cfg.Upstreams[i]
+		envName := strings.ToUpper(strings.ReplaceAll(u.Name, "-", "_")) + "_BASE_URL"
+		switch {
+		case os.Getenv(envName) != "":
+			u.Primary = config.Endpoint{URL: os.Getenv(envName), Region: "custom"}
+			u.Reserve = u.Primary
+			log.Info("upstream points at a custom server", "upstream", u.Name, "env", envName)
+		case os.Getenv(u.CredentialEnv) != "":
+			log.Info("upstream uses the real vendor", "upstream", u.Name, "primary", u.Primary.URL)
+		default:
+			fakes = append(fakes, u.Name)
+		}
+	}
+	if len(fakes) > 0 {
+		bin, err := findBinary("fakevendor")
+		if err != nil {
+			return fmt.Errorf("fake vendors: %w (run `make build`)", err)
+		}
+		alphaKey, betaKey := "fake-"+randomHex(8), "fake-"+randomHex(8)
+		env := []string{"FAKE_ALPHA_KEY=" + alphaKey, "FAKE_BETA_KEY=" + betaKey}
+		addrs := map[string]fakeAddrs{}
+		for _, name := range []string{"primary", "reserve"} {
+			addrFile := filepath.Join(stateDir, "fake-"+name+".json")
+			os.Remove(addrFile)
+			c, err := startChild("fakevendor "+name, bin, []string{"-name", name, "-addr-file", addrFile}, env, filepath.Join(stateDir, "fake-"+name+".log"))
+			if err != nil {
+				return err
+			}
+			children = append(children, c)
+			var a fakeAddrs
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err = waitFile(wctx, addrFile, &a, c)
+			cancel()
+			if err != nil {
+				return err
+			}
+			addrs[name] = a
+		}
+		for _, name := range fakes {
+			u, _ := cfg.Upstream(name)
+			pick := func(a fakeAddrs) string {
+				if u.Format == config.FormatMessages {
+					return "http://" + a.Alpha
+				}
+				return "http://" + a.Beta
+			}
+			u.Primary = config.Endpoint{URL: pick(addrs["primary"]), Region: "local-primary"}
+			u.Reserve = config.Endpoint{URL: pick(addrs["reserve"]), Region: "local-reserve"}
+			creds[name] = betaKey
+			if u.Format == config.FormatMessages {
+				creds[name] = alphaKey
+			}
+		}
+		log.Warn("no vendor keys set: routing to FAKE vendors", "upstreams", strings.Join(fakes, ","))
+	}
+
+	rdb, closeStore, err := openStore(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log, Credentials: creds})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		sc.Shutdown(sctx)
+	}()
+
+	bootstrap, err := envoy.Render(cfg, envoy.Options{NodeID: "gateway-local"})
+	if err != nil {
+		return err
+	}
+	bootPath := filepath.Join(stateDir, "envoy.yaml")
+	if err := os.WriteFile(bootPath, bootstrap, 0o644); err != nil {
+		return err
+	}
+	envoyBin, err := findEnvoy()
+	if err != nil {
+		return err
+	}
+	ec, err := startChild("envoy", envoyBin, []string{"-c", bootPath, "--disable-hot-restart", "--log-level", "warn"}, nil, filepath.Join(stateDir, "envoy.log"))
+	if err != nil {
+		return err
+	}
+	children = append(children, ec)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = waitHTTP(wctx, "http://"+cfg.Listeners.EnvoyAdmin+"/ready", ec)
+	cancel()
+	if err != nil {
+		return err
+	}
+
+	demo, err := createDemo(ctx, sc.Store, cfg, demoUSD)
+	if err != nil {
+		return err
+	}
+	demo.URL = "http://" + public
+	envPath := filepath.Join(stateDir, "demo.env")
+	if err := os.WriteFile(envPath, []byte(demo.env()), 0o600); err != nil {
+		return err
+	}
+	fmt.Print(demo.banner(envPath, len(fakes) > 0))
+
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+	case <-ec.done:
+		return fmt.Errorf("envoy exited; see %s", filepath.Join(stateDir, "envoy.log"))
+	}
+	return nil
+}
+
+type fakeAddrs struct {
+	Alpha   string `json:"alpha"`
+	Beta    string `json:"beta"`
+	Control string `json:"control"`
+}
+
+type demoAccount struct {
+	URL, APIKey, ReadOnlyToken, AccountID string
+	AlphaModel, BetaModel                 string
+}
+
+func createDemo(ctx context.Context, st *store.Store, cfg *config.Config, usd float64) (demoAccount, error) {
+	acct, err := st.CreateAccount(ctx, "demo", int64(usd*pricing.NanoPerUSD), store.Limits{
+		DailyNanoUSD:  int64(cfg.Limits.DailyUSD * pricing.NanoPerUSD),
+		RPM:           cfg.Limits.RPM,
+		WindowMinutes: cfg.Limits.WindowMinutes,
+	})
+	if err != nil {
+		return demoAccount{}, fmt.Errorf("demo account: %w", err)
+	}
+	key, _, err := st.CreateKey(ctx, acct.ID, store.ModelKey, store.KeyOptions{Label: "demo"})
+	if err != nil {
+		return demoAccount{}, fmt.Errorf("demo key: %w", err)
+	}
+	tok, _, err := st.CreateKey(ctx, acct.ID, store.ReadOnlyToken, store.KeyOptions{Label: "demo"})
+	if err != nil {
+		return demoAccount{}, fmt.Errorf("demo token: %w", err)
+	}
+	d := demoAccount{APIKey: key, ReadOnlyToken: tok, AccountID: acct.ID}
+	for _, u := range cfg.Upstreams {
+		if u.Format == config.FormatMessages && d.AlphaModel == "" {
+			d.AlphaModel = u.Models[0].Name
+		}
+		if u.Format == config.FormatChatCompletions && d.BetaModel == "" {
+			d.BetaModel = u.Models[0].Name
+		}
+	}
+	return d, nil
+}
+
+func (d demoAccount) env() string {
+	return fmt.Sprintf("GATEWAY_URL=%s\nDEMO_API_KEY=%s\nDEMO_READONLY_TOKEN=%s\n", d.URL, d.APIKey, d.ReadOnlyToken)
+}
+
+func (d demoAccount) banner(envPath string, fake bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nModel gateway running at %s", d.URL)
+	if fake {
+		b.WriteString(" (fake vendors; set ALPHA_API_KEY / BETA_API_KEY for real ones)")
+	}
+	fmt.Fprintf(&b, "\nDemo account %s; credentials written to %s\n\n", d.AccountID, envPath)
+	fmt.Fprintf(&b, "  source %s\n\n", envPath)
+	fmt.Fprintf(&b, "  # messages format (alpha)\n")
+	fmt.Fprintf(&b, "  curl -s $GATEWAY_URL/alpha/v1/messages -H \"x-api-key: $DEMO_API_KEY\" -H 'anthropic-version: 2023-06-01' \\\n")
+	fmt.Fprintf(&b, "    -H 'content-type: application/json' -d '{\"model\":\"%s\",\"max_tokens\":64,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n\n", d.AlphaModel)
+	fmt.Fprintf(&b, "  # streaming\n")
+	fmt.Fprintf(&b, "  curl -sN $GATEWAY_URL/alpha/v1/messages -H \"x-api-key: $DEMO_API_KEY\" -H 'anthropic-version: 2023-06-01' \\\n")
+	fmt.Fprintf(&b, "    -H 'content-type: application/json' -d '{\"model\":\"%s\",\"max_tokens\":64,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n\n", d.AlphaModel)
+	fmt.Fprintf(&b, "  # chat-completions format (beta), streaming\n")
+	fmt.Fprintf(&b, "  curl -sN $GATEWAY_URL/beta/v1/chat/completions -H \"Authorization: Bearer $DEMO_API_KEY\" \\\n")
+	fmt.Fprintf(&b, "    -H 'content-type: application/json' -d '{\"model\":\"%s\",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n\n", d.BetaModel)
+	fmt.Fprintf(&b, "  # usage and health\n")
+	fmt.Fprintf(&b, "  curl -s \"$GATEWAY_URL/v1/usage?period=day\" -H \"Authorization: Bearer $DEMO_READONLY_TOKEN\"\n")
+	fmt.Fprintf(&b, "  curl -s $GATEWAY_URL/health\n\n")
+	b.WriteString("Press Ctrl-C to stop.\n")
+	return b.String()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/modelgateway/gateway/extproc/config"
+)
+
+func serveCmd() *cobra.Command {
+	var (
+		cfgPath     string
+		logLevel    string
+		drain       time.Duration
+		keyCacheTTL time.Duration
+		listen      config.Listeners
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the sidecar: ext_proc gRPC, control HTTP and admin gRPC",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log := newLogger(logLevel)
+			cfg, err := config.Load(cfgPath)
+			if err != nil {
+				return err
+			}
+			overrideListeners(&cfg.Listeners, listen)
+			rdb, closeStore, err := openStore(cfg, log)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log, KeyCacheTTL: keyCacheTTL})
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			<-ctx.Done()
+			log.Info("shutting down", "drain", drain.String())
+			sctx, cancel := context.WithTimeout(context.Background(), drain)
+			defer cancel()
+			sc.Shutdown(sctx)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "gateway.yaml", "path of gateway.yaml")
+	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().DurationVar(&drain, "drain", 60*time.Second, "how long in-flight streams may finish after SIGTERM")
+	cmd.Flags().StringVar(&listen.ExtProc, "listen-extproc", "", "override listeners.extproc (e.g. 0.0.0.0:50051 in a container)")
+	cmd.Flags().StringVar(&listen.Control, "listen-control", "", "override listeners.control")
+	cmd.Flags().StringVar(&listen.Admin, "listen-admin", "", "override listeners.admin")
+	cmd.Flags().DurationVar(&keyCacheTTL, "key-cache-ttl", 2*time.Second, "how long key lookups are cached (bounds revocation delay)")
+	return cmd
+}
+
+// openStore connects to REDIS_URL (or store.redis_url), or starts an
+// in-process store when neither is set.
+func openStore(cfg *config.Config, log interface {
+	Warn(string, ...any)
+}) (redis.UniversalClient, func(), error) {
+	url := os.Getenv("REDIS_URL")
+	if url == "" {
+		url = cfg.Store.RedisURL
+	}
+	if url != "" {
+		rdb, err := newRedis(url)
+		if err != nil {
+			return nil, nil, err
+		}
+		return rdb, func() { rdb.Close() }, nil
+	}
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		return nil, nil, fmt.Errorf("in-memory store: %w", err)
+	}
+	log.Warn("REDIS_URL is not set: using an IN-MEMORY store; accounts, balances and usage are lost when this process exits")
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	return rdb, func() { rdb.Close(); mr.Close() }, nil
+}
+
+// overrideListeners replaces the configured sidecar listeners with the
+// non-empty ones given on the command line.
+func overrideListeners(l *config.Listeners, o config.Listeners) {
+	for _, p := range []struct {
+		dst *string
+		src string
+	}{
+		{&l.ExtProc, o.ExtProc}, {&l.Control, o.Control}, {&l.Admin, o.Admin},
+	} {
+		if p.src != "" {
+			*p.dst = p.src
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/modelgateway/gateway/extproc"
+	"github.com/modelgateway/gateway/extproc/config"
+	"github.com/modelgateway/gateway/extproc/control"
+	"github.com/modelgateway/gateway/extproc/credential"
+	"github.com/modelgateway/gateway/extproc/store"
+)
+
+// sidecar is the running set of servers of `gateway serve`.
+type sidecar struct {
+	log     *slog.Logger
+	grpc    *grpc.Server
+	health  *health.Server
+	control *http.Server
+	serving atomic.Bool
+
+	ExtProcAddr net.Addr
+	ControlAddr net.Addr
+	Store       *store.Store
+}
+
+// sidecarOptions carry what differs between `serve` and `run`.
+type sidecarOptions struct {
+	Config *config.Config
+	Redis  redis.UniversalClient
+	Logger *slog.Logger
+	// Credentials maps upstream name to the vendor key; missing entries are
+	// read from the upstream's credential_env.
+	Credentials map[string]string
+	// KeyCacheTTL bounds how long a revoked key keeps working.
+	KeyCacheTTL time.Duration
+}
+
+// startSidecar binds the listeners and starts serving.
+func startSidecar(o sidecarOptions) (*sidecar, error) {
+	c := o.Config
+	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.MaxRequestDuration.D()})
+	keys := credential.NewCache(st, o.KeyCacheTTL)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := extproc.NewMetrics(reg)
+
+	var routes []*extproc.Route
+	for _, u := range c.Upstreams {
+		cred, ok := o.Credentials[u.Name]
+		if !ok {
+			cred = os.Getenv(u.CredentialEnv)
+		}
+		if cred == "" {
+			o.Logger.Warn("no vendor credential: requests are forwarded without one", "upstream", u.Name, "env", u.CredentialEnv)
+		}
+		r, err := extproc.NewRoute(u, cred)
+		if err != nil {
+			return nil, err
+		}
+		routes = append(routes, r)
+	}
+	proc := extproc.NewServer(extproc.Options{
+		Routes: routes, Keys: keys, Ledger: st, Metrics: metrics, Logger: o.Logger,
+	})
+
+	s := &sidecar{log: o.Logger, Store: st}
+	// Request bodies up to the configured limit arrive in one message.
+	maxMsg := int(c.Limits.MaxRequestBytes) + 1<<20
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxMsg),
+		grpc.MaxSendMsgSize(maxMsg),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	extprocv3.RegisterExternalProcessorServer(s.grpc, proc)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+
+	ctl := control.New(control.Options{
+		Region:    c.Region,
+		Upstreams: c.UpstreamNames(),
+		Store:     st,
+		Keys:      keys,
+		Serving:   s.serving.Load,
+		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Logger:    o.Logger,
+	})
+	s.control = &http.Server{Handler: ctl, ReadHeaderTimeout: 10 * time.Second}
+
+	gl, err := net.Listen("tcp", c.Listeners.ExtProc)
+	if err != nil {
+		return nil, fmt.Errorf("extproc listener: %w", err)
+	}
+	hl, err := net.Listen("tcp", c.Listeners.Control)
+	if err != nil {
+		gl.Close()
+		return nil, fmt.Errorf("control listener: %w", err)
+	}
+	s.ExtProcAddr, s.ControlAddr = gl.Addr(), hl.Addr()
+	go func() {
+		if err := s.grpc.Serve(gl); err != nil {
+			o.Logger.Error("extproc server stopped", "err", err)
+		}
+	}()
+	go func() {
+		if err := s.control.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			o.Logger.Error("control server stopped", "err", err)
+		}
+	}()
+	s.serving.Store(true)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	o.Logger.Info("sidecar serving", "extproc", s.ExtProcAddr.String(), "control", s.ControlAddr.String())
+	return s, nil
+}
+
+// Shutdown stops accepting new requests, lets in-flight streams finish
+// within the context's deadline, then stops.
+func (s *sidecar) Shutdown(ctx context.Context) {
+	s.serving.Store(false)
+	s.health.Shutdown() // probes now say NOT_SERVING
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.log.Warn("shutdown deadline passed; cutting remaining streams")
+		s.grpc.Stop()
+	}
+	s.control.Shutdown(ctx)
+}

@@ -1,0 +1,181 @@
+// Package envoy renders the Envoy bootstrap from the gateway's config, so that
+// the data plane and the sidecar always agree on listeners, upstreams and
+// endpoints. envoy.yaml beside this file is the rendering for the
+// docker-compose topology; a test keeps it in step with the generator.
+package envoy
+
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+	"text/template"
+	"time"
+
+	"github.com/modelgateway/gateway/extproc/config"
+)
+
+//go:embed bootstrap.yaml.tmpl
+var bootstrapTemplate string
+
+var tmpl = template.Must(template.New("bootstrap").Parse(bootstrapTemplate))
+
+// DefaultTrustedCA is the system CA bundle on Debian-based images, including
+// Envoy's official image.
+const DefaultTrustedCA = "/etc/ssl/certs/ca-certificates.crt"
+
+// Options say where Envoy finds the sidecar, which may differ from where the
+// sidecar binds (a service name in docker-compose, localhost in a pod).
+type Options struct {
+	// ExtProcAddr and ControlAddr are host:port as Envoy reaches them; empty
+	// means the config's listener addresses.
+	ExtProcAddr string
+	ControlAddr string
+	// PublicAddr and AdminAddr override Envoy's own listeners; a container
+	// binds 0.0.0.0 so that probes from outside reach the admin /ready.
+	PublicAddr string
+	AdminAddr  string
+	// Bare renders the same listener and routes without the ext_proc filter:
+	// the reference the benchmarks compare against.
+	Bare bool
+	// NodeID names this Envoy in its admin output.
+	NodeID string
+}
+
+type view struct {
+	NodeID                   string
+	AdminHost                string
+	AdminPort                int
+	PublicHost               string
+	PublicPort               int
+	ExtProcHost, ControlHost string
+	ExtProcPort, ControlPort int
+	MaxRequestBytes          int64
+	StreamIdleTimeout        string
+	AccessLog                string
+	Bare                     bool
+	Upstreams                []upstreamView
+}
+
+type upstreamView struct {
+	Name               string
+	Retries            int
+	PerTryIdleTimeout  string
+	ConsecutiveErrors  int
+	BaseEjectionTime   string
+	HealthPath         string
+	HealthInterval     string
+	HealthTimeout      string
+	UnhealthyThreshold int
+	HealthyThreshold   int
+	AnyTLS             bool
+	Endpoints          []endpointView
+}
+
+type endpointView struct {
+	Priority  int
+	Route     string // "primary" or "reserve"
+	Host      string
+	Port      int
+	TLS       bool
+	TrustedCA string
+}
+
+// Render returns the Envoy bootstrap for c.
+func Render(c *config.Config, o Options) ([]byte, error) {
+	v := view{
+		NodeID:            o.NodeID,
+		MaxRequestBytes:   c.Limits.MaxRequestBytes,
+		StreamIdleTimeout: seconds(c.Envoy.StreamIdleTimeout.D()),
+		AccessLog:         accessLogPath(c.Envoy.AccessLog),
+		Bare:              o.Bare,
+	}
+	if v.NodeID == "" {
+		v.NodeID = "gateway-" + c.Region
+	}
+	var err error
+	if v.AdminHost, v.AdminPort, err = config.SplitHostPort(orDefault(o.AdminAddr, c.Listeners.EnvoyAdmin)); err != nil {
+		return nil, fmt.Errorf("envoy_admin: %w", err)
+	}
+	if v.PublicHost, v.PublicPort, err = config.SplitHostPort(orDefault(o.PublicAddr, c.Listeners.Public)); err != nil {
+		return nil, fmt.Errorf("public: %w", err)
+	}
+	if v.ExtProcHost, v.ExtProcPort, err = config.SplitHostPort(orDefault(o.ExtProcAddr, c.Listeners.ExtProc)); err != nil {
+		return nil, fmt.Errorf("extproc: %w", err)
+	}
+	if v.ControlHost, v.ControlPort, err = config.SplitHostPort(orDefault(o.ControlAddr, c.Listeners.Control)); err != nil {
+		return nil, fmt.Errorf("control: %w", err)
+	}
+	v.ExtProcHost, v.ControlHost = reachable(v.ExtProcHost), reachable(v.ControlHost)
+	for _, u := range c.Upstreams {
+		uv := upstreamView{
+			Name:               u.Name,
+			Retries:            u.Failover.Retries,
+			PerTryIdleTimeout:  seconds(u.Failover.PerTryIdleTimeout.D()),
+			ConsecutiveErrors:  u.Failover.ConsecutiveErrors,
+			BaseEjectionTime:   seconds(u.Failover.BaseEjectionTime.D()),
+			HealthPath:         u.HealthCheck.Path,
+			HealthInterval:     seconds(u.HealthCheck.Interval.D()),
+			HealthTimeout:      seconds(u.HealthCheck.Timeout.D()),
+			UnhealthyThreshold: u.HealthCheck.UnhealthyThreshold,
+			HealthyThreshold:   u.HealthCheck.HealthyThreshold,
+		}
+		for i, ep := range []config.Endpoint{u.Primary, u.Reserve} {
+			t, err := ep.Parse()
+			if err != nil {
+				return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
+			}
+			ev := endpointView{Priority: i, Route: RouteName(i), Host: t.Host, Port: t.Port, TLS: t.TLS, TrustedCA: orDefault(ep.TrustedCA, DefaultTrustedCA)}
+			uv.AnyTLS = uv.AnyTLS || t.TLS
+			uv.Endpoints = append(uv.Endpoints, ev)
+		}
+		v.Upstreams = append(v.Upstreams, uv)
+	}
+	var buf bytes.Buffer
+	if err := tmpl.Execute(&buf, v); err != nil {
+		return nil, fmt.Errorf("render envoy bootstrap: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// RouteName names an endpoint priority: 0 is the primary, 1 the reserve.
+func RouteName(priority int) string {
+	if priority == 0 {
+		return "primary"
+	}
+	return "reserve"
+}
+
+// reachable turns a wildcard bind address into one Envoy can connect to.
+func reachable(host string) string {
+	if host == "0.0.0.0" || host == "::" || host == "" {
+		return "127.0.0.1"
+	}
+	return host
+}
+
+func accessLogPath(s string) string {
+	if s == "stdout" {
+		return "/dev/stdout"
+	}
+	return s
+}
+
+func seconds(d time.Duration) string { return fmt.Sprintf("%gs", d.Seconds()) }
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// ComposeOptions render envoy/envoy.yaml, the bootstrap of the
+// docker-compose topology: the sidecar is the service "gateway", and Envoy
+// listens on all interfaces of its container.
+var ComposeOptions = Options{
+	ExtProcAddr: "gateway:50051",
+	ControlAddr: "gateway:8081",
+	PublicAddr:  "0.0.0.0:8080",
+	AdminAddr:   "0.0.0.0:9901",
+	NodeID:      "gateway-compose",
+}

@@ -1,0 +1,105 @@
+package envoy_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/modelgateway/gateway/envoy"
+	"github.com/modelgateway/gateway/extproc/config"
+	"github.com/modelgateway/gateway/test/stack"
+)
+
+func load(t *testing.T) *config.Config {
+	t.Helper()
+	c, err := config.Load("../gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// validate runs `envoy --mode validate`, which checks a bootstrap completely
+// (every typed config, every field) without opening ports.
+func validate(t *testing.T, name string, boot []byte) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, boot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(stack.EnvoyBinary(t), "--mode", "validate", "-c", path, "--disable-hot-restart", "--log-level", "warn").CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("OK")) {
+		t.Fatalf("envoy rejects %s: %v\n%s", name, err, out)
+	}
+}
+
+func TestRenderingsPassEnvoyValidate(t *testing.T) {
+	c := load(t)
+	for name, o := range map[string]envoy.Options{
+		"default.yaml": {},
+		"bare.yaml":    {Bare: true},
+		"compose.yaml": envoy.ComposeOptions,
+	} {
+		b, err := envoy.Render(c, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		validate(t, name, b)
+	}
+	// Plain-HTTP endpoints (local fakes) and a custom CA.
+	c.Upstreams[0].Primary.URL = "http://127.0.0.1:9001"
+	c.Upstreams[0].Reserve = config.Endpoint{URL: "https://reserve.example.com:8443", TrustedCA: "/etc/ssl/certs/ca-certificates.crt"}
+	c.Upstreams[1].Primary.URL = "http://localhost:9002"
+	c.Upstreams[1].Reserve.URL = "http://localhost:9003"
+	b, err := envoy.Render(c, envoy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate(t, "mixed.yaml", b)
+	if !strings.Contains(string(b), "tls: reserve") || strings.Count(string(b), "envoy.transport_sockets.tls") != 1 {
+		t.Fatalf("want TLS only for alpha's reserve endpoint:\n%s", b)
+	}
+}
+
+// The checked-in envoy/envoy.yaml is exactly what the generator renders.
+func TestCheckedInBootstrapIsCurrent(t *testing.T) {
+	want, err := envoy.Render(load(t), envoy.ComposeOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("envoy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("envoy/envoy.yaml has drifted from gateway.yaml: run `make envoy-config`")
+	}
+	validate(t, "envoy.yaml", got)
+}
+
+func TestRenderedRoutesAndFilters(t *testing.T) {
+	b, err := envoy.Render(load(t), envoy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	for _, want := range []string{
+		"prefix: /alpha/", "prefix: /beta/", "path: /health", "path: /v1/usage",
+		"request_body_mode: BUFFERED", "response_body_mode: STREAMED", "failure_mode_allow: false",
+		"max_ejection_percent: 100", "enforcing_consecutive_gateway_failure: 100",
+		"envoy.retry_priorities.previous_priorities", "timeout: 0s",
+		"path_with_escaped_slashes_action: REJECT_REQUEST", "headers_with_underscores_action: REJECT_REQUEST",
+		"per_connection_buffer_limit_bytes: 33554432",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("bootstrap lacks %q", want)
+		}
+	}
+	bare, _ := envoy.Render(load(t), envoy.Options{Bare: true})
+	if strings.Contains(string(bare), "ext_proc") {
+		t.Error("bare bootstrap still has the ext_proc filter")
+	}
+}

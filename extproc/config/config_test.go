@@ -1,0 +1,86 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestShippedConfigLoads(t *testing.T) {
+	c, err := Load(filepath.Join("..", "..", "gateway.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.UpstreamNames(), ","); got != "alpha,beta" {
+		t.Fatalf("upstreams = %s, want alpha,beta", got)
+	}
+	for _, u := range c.Upstreams {
+		if len(u.Models) == 0 || u.Primary.URL == "" || u.Reserve.URL == "" {
+			t.Errorf("upstream %s is incomplete: %+v", u.Name, u)
+		}
+	}
+}
+
+const minimal = `
+upstreams:
+  - name: alpha
+    format: messages
+    credential_env: ALPHA_API_KEY
+    primary: {url: "http://127.0.0.1:9001"}
+    reserve: {url: "http://127.0.0.1:9002"}
+    models:
+      - {name: m1, input: 1, output: 2, max_output: 100}
+`
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Limits.MaxRequestBytes != 32<<20 || c.Listeners.Public != "127.0.0.1:8080" || c.Upstreams[0].HealthCheck.Path != "/v1/models" {
+		t.Fatalf("defaults not applied: %+v", c)
+	}
+}
+
+// Bad configuration fails with a message naming the field.
+func TestBadConfigNamesTheField(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"unknown top-level field", minimal + "colour: blue\n", "colour"},
+		{"unknown nested field", strings.Replace(minimal, "format: messages", "format: messages\n    colour: blue", 1), "colour"},
+		{"malformed yaml", "upstreams: [\n", "yaml"},
+		{"empty", "", "empty"},
+		{"no upstreams", "region: x\n", "upstreams"},
+		{"missing primary", strings.Replace(minimal, `primary: {url: "http://127.0.0.1:9001"}`, "", 1), "upstreams[0].primary.url"},
+		{"bad format", strings.Replace(minimal, "format: messages", "format: soap", 1), "upstreams[0].format"},
+		{"bad scheme", strings.Replace(minimal, "http://127.0.0.1:9002", "ftp://x", 1), "upstreams[0].reserve.url"},
+		{"no models", strings.Replace(minimal, "      - {name: m1, input: 1, output: 2, max_output: 100}\n", "", 1), "upstreams[0].models"},
+		{"negative price", strings.Replace(minimal, "input: 1", "input: -1", 1), "upstreams[0].models[0].input"},
+		{"no max_output", strings.Replace(minimal, ", max_output: 100", "", 1), "max_output"},
+		{"bad duration", minimal + "limits: {max_request_duration: forever}\n", "duration"},
+		{"bad listener", minimal + "listeners: {public: nowhere}\n", "listeners.public"},
+		{"bad free path", strings.Replace(minimal, "format: messages", "format: messages\n    free_paths: [\"/v1/models\"]", 1), "free_paths[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if err == nil {
+				t.Fatalf("config accepted; want an error naming %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %q does not name %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadNamesTheFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "gw.yaml")
+	os.WriteFile(p, []byte("nope: 1\n"), 0o644)
+	_, err := Load(p)
+	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,379 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/modelgateway/gateway/extproc/credential"
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/pricing"
+	"github.com/modelgateway/gateway/extproc/store"
+)
+
+// internalHeaderPrefix marks headers that only the gateway may set; a
+// client's copies are removed.
+const internalHeaderPrefix = "x-gateway-"
+
+// exchange is the processor's state for one HTTP request.
+type exchange struct {
+	s     *Server
+	route *Route
+	key   store.Key
+
+	requestID string
+	started   time.Time
+	req       format.Request
+	body      []byte
+	price     pricing.Price
+	admitted  bool
+	settled   bool
+
+	status    int    // upstream response status; 0 until response headers
+	routeUsed string // "primary" or "reserve", from Envoy's endpoint metadata
+	meter     format.Meter
+}
+
+func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	switch r := req.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return x.requestHeaders(ctx, r.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return x.requestBody(ctx, r.RequestBody)
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return x.responseHeaders(r.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return x.responseBody(r.ResponseBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+	}
+	return nil
+}
+
+// requestHeaders authenticates the client, classifies the path and swaps the
+// client's credential for the vendor's.
+func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	x.started = x.s.now()
+	hv := readHeaders(h.GetHeaders())
+	path, _, _ := strings.Cut(hv.path, "?") // query strings are never read for credentials
+	x.route = x.s.route(path)
+	if x.route == nil {
+		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such endpoint"}}`), 0)
+	}
+	secret, err := credential.Parse(hv.xAPIKey, hv.authorization)
+	if err != nil {
+		return x.reject(format.Unauthenticated, err.Error(), 0)
+	}
+	switch credential.Kind(secret) {
+	case store.ReadOnlyToken:
+		return x.reject(format.PermissionDenied, "read-only tokens (ro_) can only read GET /v1/usage; use a cr_ key for model requests", 0)
+	case store.ModelKey:
+	default:
+		return x.reject(format.Unauthenticated, "invalid API key", 0)
+	}
+	key, err := x.s.keys.Lookup(ctx, secret)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return x.reject(format.Unauthenticated, "invalid API key", 0)
+	case err != nil:
+		x.s.log.Error("key lookup failed", "err", err)
+		x.s.metrics.storeErrors.WithLabelValues("lookup").Inc()
+		return x.reject(format.Unavailable, "the gateway cannot verify keys right now; retry shortly", time.Second)
+	case key.Kind != store.ModelKey:
+		return x.reject(format.PermissionDenied, "this credential cannot make model requests", 0)
+	}
+	if p := credential.Problem(key, x.started); p != "" {
+		return x.reject(format.Unauthenticated, p, 0)
+	}
+	x.key = key
+
+	sub := path[len(x.route.prefix)-1:]
+	mutation := x.credentialMutation(hv)
+	switch {
+	case hv.method == "POST" && sub == x.route.MeteredPath:
+		if h.GetEndOfStream() {
+			return x.reject(format.InvalidRequest, "request body is required", 0)
+		}
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+		}}
+	case x.route.FreePaths[hv.method+" "+sub]:
+		// Free read-only paths: forward as they are, observe nothing more.
+		return &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestHeaders{
+				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+			},
+			ModeOverride: &filterv3.ProcessingMode{
+				RequestBodyMode:    filterv3.ProcessingMode_NONE,
+				ResponseHeaderMode: filterv3.ProcessingMode_SKIP,
+				ResponseBodyMode:   filterv3.ProcessingMode_NONE,
+			},
+		}
+	default:
+		return x.reject(format.NotFound, "no such endpoint: "+hv.method+" "+sub, 0)
+	}
+}
+
+// credentialMutation removes the client's credential, any internal header it
+// sent and accept-encoding (the meter must see plain bytes), and sets the
+// vendor credential.
+func (x *exchange) credentialMutation(hv headerValues) *extprocv3.HeaderMutation {
+	remove := []string{"x-api-key", "authorization", "accept-encoding"}
+	remove = append(remove, hv.internal...)
+	m := &extprocv3.HeaderMutation{RemoveHeaders: remove}
+	if x.route.credValue != "" {
+		m.SetHeaders = []*corev3.HeaderValueOption{setHeader(x.route.credHeader, x.route.credValue)}
+	}
+	return m
+}
+
+// requestBody reads the few fields admission needs, then admits the request
+// in one atomic store step. The body is forwarded unchanged.
+func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if x.route == nil || x.key.ID == "" {
+		return x.reject(format.InvalidRequest, "unexpected request body", 0)
+	}
+	body := b.GetBody()
+	req, err := x.route.Format.ParseRequest(body)
+	if err != nil {
+		var re *format.RequestError
+		if errors.As(err, &re) {
+			return x.reject(format.InvalidRequest, re.Message, 0)
+		}
+		return x.reject(format.InvalidRequest, "malformed request body", 0)
+	}
+	price, ok := x.route.Prices.Lookup(req.Model)
+	if !ok {
+		return x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on this gateway", 0)
+	}
+	if len(x.key.Models) > 0 && !allowed(x.key.Models, req.Model, price.Model) {
+		return x.reject(format.PermissionDenied, "this key may not use model "+strconv.Quote(req.Model), 0)
+	}
+	maxOut := price.MaxOutput
+	if req.HasMaxTokens {
+		if req.MaxTokens > price.MaxOutput {
+			return x.reject(format.InvalidRequest, "max_tokens: "+strconv.FormatInt(req.MaxTokens, 10)+
+				" is more than the model's maximum output of "+strconv.FormatInt(price.MaxOutput, 10)+" tokens", 0)
+		}
+		maxOut = req.MaxTokens
+	}
+	x.req, x.body, x.price = req, body, price
+	x.requestID = x.s.newRequestID()
+
+	hold := price.Hold(int64(len(body)), maxOut)
+	t0 := time.Now()
+	d, err := x.s.ledger.Admit(ctx, store.Admission{
+		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID, Model: req.Model, Hold: hold,
+	})
+	x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
+	if d.ExpiredHolds > 0 {
+		x.s.metrics.expiredHolds.Add(float64(d.ExpiredHolds))
+	}
+	if err != nil {
+		x.s.log.Error("admission failed", "err", err, "account", x.key.AccountID)
+		x.s.metrics.storeErrors.WithLabelValues("admit").Inc()
+		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
+	}
+	switch d.Outcome {
+	case store.RateLimited:
+		return x.reject(format.RateLimited, "request rate limit reached for this account; retry after "+
+			strconv.Itoa(retrySeconds(d.RetryAfter))+"s", d.RetryAfter)
+	case store.DailyLimited:
+		return x.reject(format.DailyLimit, "daily spend limit reached for this account; it resets at 00:00 UTC", d.RetryAfter)
+	case store.InsufficientBalance:
+		return x.reject(format.BillingExhausted, "insufficient balance: this request could cost up to $"+
+			strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64)+"; top up the account", 0)
+	}
+	x.admitted = true
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+}
+
+// allowed reports whether a key's model allow-list admits the model, by the
+// name sent or the priced model it resolves to.
+func allowed(list []string, model, canonical string) bool {
+	for _, m := range list {
+		if m == model || m == canonical {
+			return true
+		}
+	}
+	return false
+}
+
+// responseHeaders starts metering a 2xx reply; any other reply ends the
+// request at no charge.
+func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	hv := readHeaders(h.GetHeaders())
+	x.status, _ = strconv.Atoi(hv.status)
+	x.routeUsed = hv.route
+	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+	if !x.admitted {
+		return resp
+	}
+	if x.status < 200 || x.status > 299 {
+		x.settle(true)
+		resp.ModeOverride = &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE}
+		return resp
+	}
+	x.meter = x.route.Format.NewMeter(x.req, x.body, hv.contentType)
+	if h.GetEndOfStream() {
+		x.settle(true)
+	}
+	return resp
+}
+
+// responseBody feeds the meter and lets the chunk through at once: Envoy
+// holds each chunk until the processor answers.
+func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if x.meter != nil && !x.settled {
+		x.meter.Write(b.GetBody())
+		if b.GetEndOfStream() {
+			x.settle(true)
+		}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+}
+
+// finish runs when the stream ends for any reason; a request still open was
+// cut short (client gone, upstream reset, Envoy reset).
+func (x *exchange) finish() {
+	if x.admitted && !x.settled {
+		x.settle(false)
+	}
+}
+
+// settle records the request's outcome exactly once. It runs before the last
+// chunk is released to the client, so usage read after a reply has ended
+// already includes it.
+func (x *exchange) settle(complete bool) {
+	if !x.admitted || x.settled {
+		return
+	}
+	x.settled = true
+	st := store.Settlement{
+		RequestID: x.requestID,
+		AccountID: x.key.AccountID,
+		KeyID:     x.key.ID,
+		Model:     x.req.Model,
+		Status:    x.status,
+		Route:     x.routeUsed,
+		Stream:    x.req.Stream,
+		StartedAt: x.started,
+		EndedAt:   x.s.now(),
+	}
+	if st.Status == 0 {
+		st.Status = 499 // the client went away before the vendor answered
+	}
+	if x.meter != nil && x.status >= 200 && x.status <= 299 {
+		u := x.meter.Usage(complete)
+		st.Input, st.Output, st.CacheWrite, st.CacheRead = u.Input, u.Output, u.CacheWrite, u.CacheRead
+		st.Estimated = u.Estimated || !complete
+		st.Cost = x.price.Cost(pricing.Tokens{Input: u.Input, Output: u.Output, CacheWrite: u.CacheWrite, CacheRead: u.CacheRead})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), x.s.settleT)
+	defer cancel()
+	t0 := time.Now()
+	_, err := x.s.ledger.Settle(ctx, st)
+	x.s.metrics.settleSeconds.Observe(time.Since(t0).Seconds())
+	if err != nil {
+		x.s.metrics.storeErrors.WithLabelValues("settle").Inc()
+		x.s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
+	}
+	x.s.metrics.observe(x.route.Name, x.price.Model, st)
+	x.s.log.Info("request",
+		"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
+		"upstream", x.route.Name, "route", st.Route, "model", st.Model, "status", st.Status,
+		"stream", st.Stream, "input", st.Input, "output", st.Output,
+		"cache_write", st.CacheWrite, "cache_read", st.CacheRead,
+		"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated,
+		"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
+}
+
+// reject answers the client directly, in the route's vendor error format.
+func (x *exchange) reject(kind format.ErrorKind, msg string, retryAfter time.Duration) *extprocv3.ProcessingResponse {
+	x.s.metrics.rejections.WithLabelValues(x.route.Name, rejectionReason(kind)).Inc()
+	return immediate(kind.Status(), "application/json", x.route.Format.ErrorBody(kind, msg), retryAfter)
+}
+
+func immediate(code int, contentType string, body []byte, retryAfter time.Duration) *extprocv3.ProcessingResponse {
+	hm := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", contentType)}}
+	if retryAfter > 0 {
+		hm.SetHeaders = append(hm.SetHeaders, setHeader("retry-after", strconv.Itoa(retrySeconds(retryAfter))))
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
+			Headers: hm,
+			Body:    body,
+			Details: "gateway_" + strconv.Itoa(code),
+		},
+	}}
+}
+
+// retrySeconds rounds a retry delay up to whole seconds, at least one.
+func retrySeconds(d time.Duration) int {
+	s := int((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+func setHeader(key, value string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
+}
+
+// headerValues are the few headers the processor reads.
+type headerValues struct {
+	method, path, status   string
+	xAPIKey, authorization string
+	contentType            string
+	route                  string
+	internal               []string // client-sent headers with our prefix
+}
+
+func readHeaders(m *corev3.HeaderMap) headerValues {
+	var hv headerValues
+	for _, h := range m.GetHeaders() {
+		v := string(h.GetRawValue())
+		if v == "" {
+			v = h.GetValue()
+		}
+		switch k := h.GetKey(); k {
+		case ":method":
+			hv.method = v
+		case ":path":
+			hv.path = v
+		case ":status":
+			hv.status = v
+		case "x-api-key":
+			hv.xAPIKey = v
+		case "authorization":
+			hv.authorization = v
+		case "content-type":
+			hv.contentType = v
+		case "x-gateway-route":
+			hv.route = v
+			hv.internal = append(hv.internal, k)
+		default:
+			if strings.HasPrefix(k, internalHeaderPrefix) {
+				hv.internal = append(hv.internal, k)
+			}
+		}
+	}
+	return hv
+}

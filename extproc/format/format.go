@@ -1,0 +1,113 @@
+// Package format defines what the processor needs from a vendor wire format:
+// reading the few request fields that admission depends on, metering the
+// vendor's reply, and writing errors the vendor's own SDKs understand.
+//
+// Each wire format lives in its own package (alpha: messages, beta: chat
+// completions) and implements Format.
+package format
+
+import "net/http"
+
+// Request holds the top-level request fields the gateway reads. The body itself
+// is never modified.
+type Request struct {
+	Model        string
+	MaxTokens    int64 // zero when HasMaxTokens is false
+	HasMaxTokens bool
+	Stream       bool
+	// IncludeUsage reports stream_options.include_usage (format B only).
+	IncludeUsage bool
+}
+
+// Usage is what one reply consumed, in tokens.
+type Usage struct {
+	Model      string // as reported by the vendor; empty when not seen
+	Input      int64  // input tokens, excluding cache reads and writes
+	Output     int64
+	CacheWrite int64
+	CacheRead  int64
+	// Estimated is set when any figure was not reported by the vendor and was
+	// counted or estimated by the gateway instead.
+	Estimated bool
+}
+
+// Meter observes one response body and reports its usage.
+type Meter interface {
+	// Write feeds the next chunk of the response body. It must not retain p.
+	Write(p []byte)
+	// Usage reports what to bill. complete is false when the body did not end
+	// normally (client gone, upstream reset); the meter then estimates what it
+	// did not observe and marks the result estimated.
+	Usage(complete bool) Usage
+}
+
+// Format is one vendor wire format.
+type Format interface {
+	// Name is the format's name in configuration: "messages" or "chat_completions".
+	Name() string
+	// ParseRequest reads the top-level fields of a request body without
+	// decoding the whole document. A body the vendor would reject as malformed
+	// yields a *RequestError.
+	ParseRequest(body []byte) (Request, error)
+	// NewMeter returns a meter for a 2xx reply with the given content type.
+	// body is the request body, kept only for estimates when the reply carries
+	// no usage.
+	NewMeter(req Request, body []byte, contentType string) Meter
+	// ErrorBody renders an error in the vendor's JSON error shape.
+	ErrorBody(kind ErrorKind, message string) []byte
+}
+
+// RequestError is a client error found in a request body.
+type RequestError struct {
+	Param   string // the offending field, when there is one
+	Message string
+}
+
+func (e *RequestError) Error() string { return e.Message }
+
+// ErrorKind classifies gateway errors independently of the wire format.
+type ErrorKind int
+
+const (
+	InvalidRequest   ErrorKind = iota // 400
+	Unauthenticated                   // 401
+	BillingExhausted                  // 402
+	PermissionDenied                  // 403
+	NotFound                          // 404
+	MethodNotAllowed                  // 405
+	TooLarge                          // 413
+	RateLimited                       // 429, request rate
+	DailyLimit                        // 429, daily spend limit
+	Internal                          // 500
+	Unavailable                       // 503
+	Timeout                           // 504
+	ModelNotFound                     // 400 with a model-specific code where the format has one
+)
+
+// Status is the HTTP status for an error kind.
+func (k ErrorKind) Status() int {
+	switch k {
+	case InvalidRequest, ModelNotFound:
+		return http.StatusBadRequest
+	case Unauthenticated:
+		return http.StatusUnauthorized
+	case BillingExhausted:
+		return http.StatusPaymentRequired
+	case PermissionDenied:
+		return http.StatusForbidden
+	case NotFound:
+		return http.StatusNotFound
+	case MethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case TooLarge:
+		return http.StatusRequestEntityTooLarge
+	case RateLimited, DailyLimit:
+		return http.StatusTooManyRequests
+	case Unavailable:
+		return http.StatusServiceUnavailable
+	case Timeout:
+		return http.StatusGatewayTimeout
+	default:
+		return http.StatusInternalServerError
+	}
+}

@@ -1,0 +1,152 @@
+// Package jsonscan validates JSON documents and extracts a few values from
+// them in one pass, without building a tree.
+//
+// The gateway reads a handful of fields from bodies it otherwise forwards
+// untouched, so decoding whole documents into maps would cost far more than it
+// needs. A Query names the fields of interest; Scan walks the document once,
+// checks it against RFC 8259 (valid UTF-8 in strings, escapes included, and a
+// bounded nesting depth), and hands each matching value to a callback as a
+// slice of the input. Nothing is allocated per value.
+//
+// Validation is strict on purpose: the gateway and the vendor must read a body
+// the same way, so anything a strict parser would reject, or that two lenient
+// parsers might read differently (such as a repeated key on a path the
+// gateway reads), is rejected.
+package jsonscan
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MaxDepth is the deepest nesting of objects and arrays Scan accepts. A
+// top-level object is at depth 1.
+const MaxDepth = 128
+
+// maxChildren bounds the keys below one path node, so that keys seen in one
+// object fit a uint64 bitmask.
+const maxChildren = 64
+
+// A Query is a compiled set of paths to extract. It is safe for concurrent
+// use.
+type Query struct {
+	root   node
+	maxKey int // longest key in any path, in bytes
+}
+
+// node is one step of a path. A node may be both the end of a path and a
+// prefix of longer ones.
+type node struct {
+	path     string // dotted path up to here, for error messages
+	index    int    // index of the path that ends here, or -1
+	keys     []string
+	children []*node // children[i] is reached through keys[i]
+	elem     *node   // reached through any array element ("[]")
+}
+
+// NewQuery compiles paths. A path is a sequence of object keys separated by
+// dots, where "[]" after a step stands for every element of an array:
+//
+//	model
+//	stream_options.include_usage
+//	choices[].delta.tool_calls[].function.arguments
+//
+// The callback given to Scan receives the position of the path in this list.
+// Keys cannot contain '.', '[' or ']'. NewQuery panics on a malformed path,
+// like regexp.MustCompile, since paths are fixed by the program.
+func NewQuery(paths ...string) *Query {
+	q := &Query{root: node{index: -1}}
+	for i, p := range paths {
+		if err := q.add(i, p); err != nil {
+			panic(fmt.Sprintf("jsonscan: path %q: %v", p, err))
+		}
+	}
+	return q
+}
+
+func (q *Query) add(index int, path string) error {
+	if path == "" {
+		return fmt.Errorf("empty path")
+	}
+	n := &q.root
+	rest := path
+	for rest != "" {
+		if strings.HasPrefix(rest, "[]") {
+			if n.elem == nil {
+				n.elem = &node{path: n.path + "[]", index: -1}
+			}
+			n = n.elem
+			rest = rest[2:]
+			if strings.HasPrefix(rest, ".") {
+				rest = rest[1:]
+				if rest == "" {
+					return fmt.Errorf("trailing dot")
+				}
+			} else if rest != "" && !strings.HasPrefix(rest, "[]") {
+				return fmt.Errorf("missing dot after []")
+			}
+			continue
+		}
+		end := strings.IndexAny(rest, ".[")
+		if end < 0 {
+			end = len(rest)
+		}
+		key := rest[:end]
+		if key == "" {
+			return fmt.Errorf("empty key")
+		}
+		if strings.ContainsRune(key, ']') {
+			return fmt.Errorf("stray ]")
+		}
+		if len(key) > maxKeyLen {
+			return fmt.Errorf("key longer than %d bytes", maxKeyLen)
+		}
+		rest = rest[end:]
+		if strings.HasPrefix(rest, ".") {
+			rest = rest[1:]
+			if rest == "" {
+				return fmt.Errorf("trailing dot")
+			}
+		}
+		n = n.child(key)
+		if n == nil {
+			return fmt.Errorf("more than %d keys below one step", maxChildren)
+		}
+		q.maxKey = max(q.maxKey, len(key))
+	}
+	if n.index >= 0 {
+		return fmt.Errorf("duplicate path")
+	}
+	n.index = index
+	return nil
+}
+
+// child returns the child reached through key, adding it if needed.
+func (n *node) child(key string) *node {
+	for i, k := range n.keys {
+		if k == key {
+			return n.children[i]
+		}
+	}
+	if len(n.keys) == maxChildren {
+		return nil
+	}
+	p := key
+	if n.path != "" {
+		p = n.path + "." + key
+	}
+	c := &node{path: p, index: -1}
+	n.keys = append(n.keys, key)
+	n.children = append(n.children, c)
+	return c
+}
+
+// lookup returns the position of key among n's keys, or -1.
+func (n *node) lookup(key []byte) int {
+	for i, k := range n.keys {
+		if k == string(key) {
+			return i
+		}
+	}
+	return -1
+}

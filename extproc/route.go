@@ -1,0 +1,59 @@
+package extproc
+
+import (
+	"fmt"
+
+	"github.com/modelgateway/gateway/extproc/config"
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/format/alpha"
+	"github.com/modelgateway/gateway/extproc/format/beta"
+	"github.com/modelgateway/gateway/extproc/pricing"
+)
+
+// Route is one vendor route, /NAME/..., as the processor sees it.
+type Route struct {
+	Name   string
+	Format format.Format
+	Prices *pricing.Table
+	// MeteredPath is the one POST path that is billed, after the prefix.
+	MeteredPath string
+	// FreePaths are "METHOD /path" forwarded with a valid model key and not
+	// billed (model listings, token counting).
+	FreePaths map[string]bool
+
+	prefix     string // "/NAME/"
+	credHeader string // header that carries the vendor credential
+	credValue  string // its value; empty when no vendor key is configured
+}
+
+// NewRoute builds the route of one configured upstream. credential is the
+// vendor key, or empty to forward without one (a self-hosted model server).
+func NewRoute(u config.Upstream, credential string) (*Route, error) {
+	r := &Route{
+		Name:      u.Name,
+		Prices:    pricing.NewTable(u.Models),
+		FreePaths: make(map[string]bool),
+		prefix:    "/" + u.Name + "/",
+	}
+	switch u.Format {
+	case config.FormatMessages:
+		r.Format, r.MeteredPath = alpha.Format{}, "/v1/messages"
+		r.credHeader, r.credValue = "x-api-key", credential
+	case config.FormatChatCompletions:
+		r.Format, r.MeteredPath = beta.Format{}, "/v1/chat/completions"
+		r.credHeader = "authorization"
+		if credential != "" {
+			r.credValue = "Bearer " + credential
+		}
+	default:
+		return nil, fmt.Errorf("upstream %s: unknown format %q", u.Name, u.Format)
+	}
+	for _, fp := range u.FreePaths {
+		method, path, err := config.ParseFreePath(fp)
+		if err != nil {
+			return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
+		}
+		r.FreePaths[method+" "+path] = true
+	}
+	return r, nil
+}

@@ -1,0 +1,193 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// newID returns prefix followed by 16 random hex characters.
+func newID(prefix string) string {
+	var b [8]byte
+	rand.Read(b[:]) // never fails
+	return prefix + hex.EncodeToString(b[:])
+}
+
+func checkLimits(l Limits) error {
+	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 {
+		return errors.New("negative limit")
+	}
+	return nil
+}
+
+func limitFields(l Limits) []any {
+	return []any{
+		"daily", strconv.FormatInt(l.DailyNanoUSD, 10),
+		"rpm", strconv.FormatInt(l.RPM, 10),
+		"window", strconv.FormatInt(l.WindowMinutes, 10),
+	}
+}
+
+// CreateAccount creates an account with an opening balance in nano-USD.
+func (s *Store) CreateAccount(ctx context.Context, name string, balance int64, limits Limits) (Account, error) {
+	if balance < 0 {
+		return Account{}, errors.New("store: create account: negative balance")
+	}
+	if err := checkLimits(limits); err != nil {
+		return Account{}, fmt.Errorf("store: create account: %w", err)
+	}
+	a := Account{
+		ID:        newID("acct_"),
+		Name:      name,
+		Limits:    limits,
+		CreatedAt: s.now().Truncate(time.Millisecond),
+	}
+	fields := append([]any{
+		"name", name,
+		"created", ms(a.CreatedAt),
+		"balance", strconv.FormatInt(balance, 10),
+		"held", "0",
+	}, limitFields(limits)...)
+	// The hash first, then the index: a listed account always exists. The two
+	// keys live in different slots, so they cannot share a transaction.
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, acctKey(a.ID, "acct"), fields...)
+		p.SAdd(ctx, accountsKey, a.ID)
+		return nil
+	})
+	if err != nil {
+		return Account{}, fmt.Errorf("store: create account: %w", err)
+	}
+	return a, nil
+}
+
+var accountFields = []string{"name", "created", "daily", "rpm", "window"}
+
+// decodeAccount builds an Account from HMGET accountFields; ok is false when
+// the account does not exist.
+func decodeAccount(id string, v []any) (a Account, ok bool) {
+	if v[1] == nil {
+		return Account{}, false
+	}
+	return Account{
+		ID:        id,
+		Name:      str(v[0]),
+		CreatedAt: parseMS(str(v[1])),
+		Limits: Limits{
+			DailyNanoUSD:  parseInt(str(v[2])),
+			RPM:           parseInt(str(v[3])),
+			WindowMinutes: parseInt(str(v[4])),
+		},
+	}, true
+}
+
+// Account returns the account id.
+func (s *Store) Account(ctx context.Context, id string) (Account, error) {
+	if !validID(id) {
+		return Account{}, fmt.Errorf("store: account %q: %w", id, ErrNotFound)
+	}
+	v, err := s.rdb.HMGet(ctx, acctKey(id, "acct"), accountFields...).Result()
+	if err != nil {
+		return Account{}, fmt.Errorf("store: account %s: %w", id, err)
+	}
+	a, ok := decodeAccount(id, v)
+	if !ok {
+		return Account{}, fmt.Errorf("store: account %s: %w", id, ErrNotFound)
+	}
+	return a, nil
+}
+
+// ListAccounts returns every account, oldest first.
+func (s *Store) ListAccounts(ctx context.Context) ([]Account, error) {
+	ids, err := s.rdb.SMembers(ctx, accountsKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: list accounts: %w", err)
+	}
+	cmds := make([]*redis.SliceCmd, 0, len(ids))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, id := range ids {
+			cmds = append(cmds, p.HMGet(ctx, acctKey(id, "acct"), accountFields...))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list accounts: %w", err)
+	}
+	accounts := make([]Account, 0, len(ids))
+	for i, id := range ids {
+		if a, ok := decodeAccount(id, cmds[i].Val()); ok {
+			accounts = append(accounts, a)
+		}
+	}
+	slices.SortFunc(accounts, func(a, b Account) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return accounts, nil
+}
+
+// SetLimits replaces the account's limits.
+func (s *Store) SetLimits(ctx context.Context, id string, limits Limits) error {
+	if !validID(id) {
+		return fmt.Errorf("store: set limits %q: %w", id, ErrNotFound)
+	}
+	if err := checkLimits(limits); err != nil {
+		return fmt.Errorf("store: set limits %s: %w", id, err)
+	}
+	n, err := hsetxScript.Run(ctx, s.rdb, []string{acctKey(id, "acct")}, limitFields(limits)...).Int64()
+	if err != nil {
+		return fmt.Errorf("store: set limits %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("store: set limits %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// TopUp adds amount nano-USD to the account's balance and returns the balance.
+// A non-empty idempotencyKey is applied at most once per account: a repeat
+// returns the current balance with applied false, or ErrIdempotencyConflict
+// when the amount differs. An empty key always applies.
+func (s *Store) TopUp(ctx context.Context, id string, amount int64, idempotencyKey string) (balance int64, applied bool, err error) {
+	if !validID(id) {
+		return 0, false, fmt.Errorf("store: top up %q: %w", id, ErrNotFound)
+	}
+	if amount <= 0 {
+		return 0, false, fmt.Errorf("store: top up %s: amount must be positive", id)
+	}
+	keys := []string{acctKey(id, "acct"), acctKey(id, "topup:"+idempotencyKey)}
+	r, err := topUpScript.Run(ctx, s.rdb, keys, amount, boolString(idempotencyKey != "")).Int64Slice()
+	if err != nil {
+		return 0, false, fmt.Errorf("store: top up %s: %w", id, err)
+	}
+	switch r[0] {
+	case -1:
+		return 0, false, fmt.Errorf("store: top up %s: %w", id, ErrNotFound)
+	case -2:
+		return r[1], false, fmt.Errorf("store: top up %s: %w", id, ErrIdempotencyConflict)
+	}
+	return r[1], r[0] == 1, nil
+}
+
+// Balance returns the account's settled balance in nano-USD; open holds are
+// not subtracted.
+func (s *Store) Balance(ctx context.Context, id string) (int64, error) {
+	if !validID(id) {
+		return 0, fmt.Errorf("store: balance %q: %w", id, ErrNotFound)
+	}
+	v, err := s.rdb.HGet(ctx, acctKey(id, "acct"), "balance").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("store: balance %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store: balance %s: %w", id, err)
+	}
+	return v, nil
+}

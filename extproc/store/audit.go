@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// AuditEntry is one administrative action, as kept in the audit stream.
+type AuditEntry struct {
+	ID        string // stream entry id; set by the store
+	Actor     string
+	Action    string
+	AccountID string
+	KeyID     string
+	Detail    string
+	At        time.Time // zero: now
+}
+
+// secretPattern matches a credential secret, so that none reaches the audit
+// stream even when a caller puts one in an entry by mistake.
+var secretPattern = regexp.MustCompile(`(?:cr|ro)_[A-Za-z0-9_-]{43}`)
+
+func redact(s string) string { return secretPattern.ReplaceAllString(s, "[redacted]") }
+
+// AppendAudit appends e to the audit stream. Anything shaped like a secret is
+// redacted first.
+func (s *Store) AppendAudit(ctx context.Context, e AuditEntry) error {
+	if e.At.IsZero() {
+		e.At = s.now()
+	}
+	err := s.rdb.XAdd(ctx, &redis.XAddArgs{
+		Stream: auditKey,
+		MaxLen: s.opts.AuditMaxLen,
+		Approx: true,
+		Values: []any{
+			"actor", redact(e.Actor),
+			"action", redact(e.Action),
+			"account_id", redact(e.AccountID),
+			"key_id", redact(e.KeyID),
+			"detail", redact(e.Detail),
+			"at", ms(e.At),
+		},
+	}).Err()
+	if err != nil {
+		return fmt.Errorf("store: append audit: %w", err)
+	}
+	return nil
+}
+
+// Audit returns up to limit audit entries after the entry id after ("" for
+// the oldest), oldest first, and the id to pass as after for the next page,
+// "" when there is none.
+func (s *Store) Audit(ctx context.Context, after string, limit int) ([]AuditEntry, string, error) {
+	msgs, next, err := page(ctx, s.rdb, auditKey, after, limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("store: audit: %w", err)
+	}
+	entries := make([]AuditEntry, len(msgs))
+	for i, m := range msgs {
+		v := m.Values
+		entries[i] = AuditEntry{
+			ID:        m.ID,
+			Actor:     str(v["actor"]),
+			Action:    str(v["action"]),
+			AccountID: str(v["account_id"]),
+			KeyID:     str(v["key_id"]),
+			Detail:    str(v["detail"]),
+			At:        parseMS(str(v["at"])),
+		}
+	}
+	return entries, next, nil
+}
+
+const (
+	defaultPage = 100
+	maxPage     = 1000
+)
+
+// page reads up to limit entries of stream after the id after.
+func page(ctx context.Context, rdb redis.Cmdable, stream, after string, limit int) ([]redis.XMessage, string, error) {
+	msgs, err := rangeCmd(ctx, rdb, stream, after, limit).Result()
+	if err != nil {
+		return nil, "", err
+	}
+	msgs, next := trimPage(msgs, limit)
+	return msgs, next, nil
+}
+
+// rangeCmd queues or runs the XRANGE of one page: one entry more than the
+// page holds, to tell whether another page follows.
+func rangeCmd(ctx context.Context, rdb redis.Cmdable, stream, after string, limit int) *redis.XMessageSliceCmd {
+	start := "-"
+	if after != "" {
+		start = "(" + after
+	}
+	return rdb.XRangeN(ctx, stream, start, "+", int64(pageSize(limit))+1)
+}
+
+func pageSize(limit int) int {
+	if limit <= 0 {
+		return defaultPage
+	}
+	return min(limit, maxPage)
+}
+
+// trimPage cuts the extra entry read by rangeCmd and returns the next cursor.
+func trimPage(msgs []redis.XMessage, limit int) ([]redis.XMessage, string) {
+	n := pageSize(limit)
+	if len(msgs) <= n {
+		return msgs, ""
+	}
+	msgs = msgs[:n]
+	return msgs, msgs[n-1].ID
+}

@@ -1,0 +1,238 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// HashSecret returns the SHA-256 of a credential's secret, the only form in
+// which the store keeps it.
+func HashSecret(secret string) [32]byte { return sha256.Sum256([]byte(secret)) }
+
+// newSecret returns a fresh secret: the kind, '_' and 32 random bytes in
+// unpadded base64url.
+func newSecret(kind KeyKind) string {
+	var b [32]byte
+	rand.Read(b[:]) // never fails
+	return string(kind) + "_" + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+const prefixLen = 8 // characters of the secret kept for recognition
+
+// CreateKey makes a credential for the account and returns its secret, which
+// is shown once and never stored.
+func (s *Store) CreateKey(ctx context.Context, accountID string, kind KeyKind, opts KeyOptions) (secret string, k Key, err error) {
+	if kind != ModelKey && kind != ReadOnlyToken {
+		return "", Key{}, fmt.Errorf("store: create key: unknown kind %q", kind)
+	}
+	if !validID(accountID) {
+		return "", Key{}, fmt.Errorf("store: create key for %q: %w", accountID, ErrNotFound)
+	}
+	n, err := s.rdb.Exists(ctx, acctKey(accountID, "acct")).Result()
+	if err != nil {
+		return "", Key{}, fmt.Errorf("store: create key for %s: %w", accountID, err)
+	}
+	if n == 0 {
+		return "", Key{}, fmt.Errorf("store: create key for %s: %w", accountID, ErrNotFound)
+	}
+	secret, k, err = s.createKey(ctx, accountID, kind, opts)
+	if err != nil {
+		return "", Key{}, fmt.Errorf("store: create key for %s: %w", accountID, err)
+	}
+	return secret, k, nil
+}
+
+// createKey writes a new credential of an existing account.
+func (s *Store) createKey(ctx context.Context, accountID string, kind KeyKind, opts KeyOptions) (string, Key, error) {
+	secret := newSecret(kind)
+	sum := HashSecret(secret)
+	hexHash := hex.EncodeToString(sum[:])
+	k := Key{
+		ID:        newID("key_"),
+		AccountID: accountID,
+		Kind:      kind,
+		Label:     opts.Label,
+		Prefix:    secret[:prefixLen],
+		CreatedAt: s.now().Truncate(time.Millisecond),
+		ExpiresAt: opts.ExpiresAt.Truncate(time.Millisecond).UTC(),
+		Models:    slices.Clone(opts.Models),
+	}
+	if opts.ExpiresAt.IsZero() {
+		k.ExpiresAt = time.Time{}
+	}
+	models, err := json.Marshal(k.Models)
+	if err != nil {
+		return "", Key{}, err
+	}
+	meta := acctKey(accountID, "key:"+k.ID)
+	// Metadata and the account's key set share a slot: one transaction. The
+	// index lives in another slot and is written last, so a lookup that finds
+	// it always finds the metadata too.
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, meta,
+			"account", accountID,
+			"kind", string(kind),
+			"label", k.Label,
+			"prefix", k.Prefix,
+			"hash", hexHash,
+			"models", string(models),
+			"created", ms(k.CreatedAt),
+			"expires", ms(k.ExpiresAt),
+			"revoked", "0",
+			"last_used", "0",
+		)
+		p.SAdd(ctx, acctKey(accountID, "keys"), k.ID)
+		return nil
+	})
+	if err != nil {
+		return "", Key{}, err
+	}
+	if err := s.rdb.HSet(ctx, keyHashKey(hexHash), "key", k.ID, "account", accountID).Err(); err != nil {
+		return "", Key{}, err
+	}
+	return secret, k, nil
+}
+
+// decodeKey builds a Key from its metadata hash; ok is false when it is empty.
+func decodeKey(id string, m map[string]string) (k Key, ok bool) {
+	if len(m) == 0 {
+		return Key{}, false
+	}
+	k = Key{
+		ID:         id,
+		AccountID:  m["account"],
+		Kind:       KeyKind(m["kind"]),
+		Label:      m["label"],
+		Prefix:     m["prefix"],
+		CreatedAt:  parseMS(m["created"]),
+		ExpiresAt:  parseMS(m["expires"]),
+		LastUsedAt: parseMS(m["last_used"]),
+		RevokedAt:  parseMS(m["revoked"]),
+	}
+	if v := m["models"]; v != "" {
+		json.Unmarshal([]byte(v), &k.Models) // written by createKey; null is no list
+	}
+	return k, true
+}
+
+// LookupKey finds the credential whose secret has SHA-256 hash. It returns the
+// key whatever its state; the caller checks RevokedAt and ExpiresAt.
+func (s *Store) LookupKey(ctx context.Context, hash [32]byte) (Key, error) {
+	idx, err := s.rdb.HMGet(ctx, keyHashKey(hex.EncodeToString(hash[:])), "key", "account").Result()
+	if err != nil {
+		return Key{}, fmt.Errorf("store: lookup key: %w", err)
+	}
+	keyID, accountID := str(idx[0]), str(idx[1])
+	if !validID(keyID) || !validID(accountID) {
+		return Key{}, fmt.Errorf("store: lookup key: %w", ErrNotFound)
+	}
+	m, err := s.rdb.HGetAll(ctx, acctKey(accountID, "key:"+keyID)).Result()
+	if err != nil {
+		return Key{}, fmt.Errorf("store: lookup key %s: %w", keyID, err)
+	}
+	k, ok := decodeKey(keyID, m)
+	if !ok {
+		return Key{}, fmt.Errorf("store: lookup key %s: %w", keyID, ErrNotFound)
+	}
+	return k, nil
+}
+
+// ListKeys returns the account's credentials, revoked and expired ones
+// included, oldest first.
+func (s *Store) ListKeys(ctx context.Context, accountID string) ([]Key, error) {
+	if !validID(accountID) {
+		return nil, fmt.Errorf("store: list keys of %q: %w", accountID, ErrNotFound)
+	}
+	var exists *redis.IntCmd
+	var members *redis.StringSliceCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		exists = p.Exists(ctx, acctKey(accountID, "acct"))
+		members = p.SMembers(ctx, acctKey(accountID, "keys"))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list keys of %s: %w", accountID, err)
+	}
+	if exists.Val() == 0 {
+		return nil, fmt.Errorf("store: list keys of %s: %w", accountID, ErrNotFound)
+	}
+	ids := members.Val()
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGetAll(ctx, acctKey(accountID, "key:"+id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: list keys of %s: %w", accountID, err)
+	}
+	keys := make([]Key, 0, len(ids))
+	for i, id := range ids {
+		if k, ok := decodeKey(id, cmds[i].Val()); ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b Key) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return keys, nil
+}
+
+// RevokeKey revokes the account's credential keyID. Revoking twice keeps the
+// first revocation time.
+func (s *Store) RevokeKey(ctx context.Context, accountID, keyID string) error {
+	if !validID(accountID) || !validID(keyID) {
+		return fmt.Errorf("store: revoke key %q of %q: %w", keyID, accountID, ErrNotFound)
+	}
+	n, err := revokeScript.Run(ctx, s.rdb, []string{acctKey(accountID, "key:"+keyID)}, ms(s.now())).Int64()
+	if err != nil {
+		return fmt.Errorf("store: revoke key %s of %s: %w", keyID, accountID, err)
+	}
+	if n < 0 {
+		return fmt.Errorf("store: revoke key %s of %s: %w", keyID, accountID, ErrNotFound)
+	}
+	return nil
+}
+
+// RotateKey replaces the account's credential keyID with a new one of the same
+// kind, label and models, and lets the old one live for grace more at most: its
+// expiry becomes now+grace unless it already expires sooner.
+func (s *Store) RotateKey(ctx context.Context, accountID, keyID string, grace time.Duration) (secret string, newKey Key, err error) {
+	if !validID(accountID) || !validID(keyID) {
+		return "", Key{}, fmt.Errorf("store: rotate key %q of %q: %w", keyID, accountID, ErrNotFound)
+	}
+	if grace < 0 {
+		grace = 0
+	}
+	m, err := s.rdb.HGetAll(ctx, acctKey(accountID, "key:"+keyID)).Result()
+	if err != nil {
+		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, err)
+	}
+	old, ok := decodeKey(keyID, m)
+	if !ok {
+		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, ErrNotFound)
+	}
+	if !old.RevokedAt.IsZero() {
+		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, ErrRevoked)
+	}
+	secret, newKey, err = s.createKey(ctx, accountID, old.Kind, KeyOptions{Label: old.Label, Models: old.Models})
+	if err != nil {
+		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, err)
+	}
+	until := ms(s.now().Add(grace))
+	if err := expireScript.Run(ctx, s.rdb, []string{acctKey(accountID, "key:"+keyID)}, until).Err(); err != nil {
+		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, err)
+	}
+	return secret, newKey, nil
+}

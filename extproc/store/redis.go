@@ -1,0 +1,144 @@
+package store
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Lua scripts. Each runs with EVALSHA (EVAL when the server does not know
+// it yet) and touches only keys of one account, all passed in KEYS.
+var (
+	//go:embed lua/admit.lua
+	admitLua string
+	//go:embed lua/settle.lua
+	settleLua string
+	//go:embed lua/topup.lua
+	topUpLua string
+	//go:embed lua/hsetx.lua
+	hsetxLua string
+	//go:embed lua/revoke.lua
+	revokeLua string
+	//go:embed lua/expire.lua
+	expireLua string
+
+	admitScript  = redis.NewScript(admitLua)
+	settleScript = redis.NewScript(settleLua)
+	topUpScript  = redis.NewScript(topUpLua)
+	hsetxScript  = redis.NewScript(hsetxLua)
+	revokeScript = redis.NewScript(revokeLua)
+	expireScript = redis.NewScript(expireLua)
+)
+
+// Defaults of Options.
+const (
+	defaultHoldTTL      = 15 * time.Minute
+	defaultSettledTTL   = 30 * 24 * time.Hour
+	defaultLedgerMaxLen = 1_000_000
+	defaultAuditMaxLen  = 100_000
+
+	dayKeyTTL   = 40 * 24 * time.Hour
+	monthKeyTTL = 400 * 24 * time.Hour
+)
+
+// New returns a Store on rdb, which may be a standalone, failover or cluster
+// client.
+func New(rdb redis.UniversalClient, opts Options) *Store {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.HoldTTL <= 0 {
+		opts.HoldTTL = defaultHoldTTL
+	}
+	if opts.SettledTTL <= 0 {
+		opts.SettledTTL = defaultSettledTTL
+	}
+	if opts.LedgerMaxLen <= 0 {
+		opts.LedgerMaxLen = defaultLedgerMaxLen
+	}
+	if opts.AuditMaxLen <= 0 {
+		opts.AuditMaxLen = defaultAuditMaxLen
+	}
+	return &Store{rdb: rdb, opts: opts}
+}
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("store: ping: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) now() time.Time { return s.opts.Now().UTC() }
+
+// Key layout. Every key of one account carries the hash tag {acct:ID}; the
+// account index, the credential index and the audit stream are global.
+const (
+	accountsKey = "gw:accounts" // set of account ids
+	auditKey    = "gw:audit"    // stream of audit entries
+)
+
+// acctKey names one of account id's keys: gw:{acct:ID}:suffix.
+func acctKey(id, suffix string) string { return "gw:{acct:" + id + "}:" + suffix }
+
+// keyHashKey names the credential index record of a secret's SHA-256.
+func keyHashKey(hexHash string) string { return "gw:keyhash:" + hexHash }
+
+func dayStamp(t time.Time) string   { return t.Format("20060102") }
+func monthStamp(t time.Time) string { return t.Format("200601") }
+
+// validID reports whether id is safe inside a key name and its hash tag. Ids
+// made by the store are letters, digits and '_'; anything else cannot exist.
+func validID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ms encodes t as unix milliseconds; the zero time is "0".
+func ms(t time.Time) string {
+	if t.IsZero() {
+		return "0"
+	}
+	return strconv.FormatInt(t.UnixMilli(), 10)
+}
+
+// parseMS decodes ms; "0", "" and garbage are the zero time.
+func parseMS(s string) time.Time {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n).UTC()
+}
+
+// parseInt decodes an integer field; absent or garbage is 0.
+func parseInt(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// str converts a reply element from HMGET and the like; nil is "".
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func boolString(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}

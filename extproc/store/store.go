@@ -1,0 +1,184 @@
+// Package store keeps the gateway's state in Redis: accounts, credentials,
+// balances, limits, holds, usage counters and the ledger.
+//
+// Money is integer nano-USD throughout. Every key of one account shares the
+// hash tag {acct:ID}, so each Lua script touches a single slot and runs
+// unchanged on Redis Cluster. The credential index (hash of secret → key) lives
+// outside the tag and is read before the account's scripts run.
+package store
+
+import (
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotFound is returned for unknown accounts and credentials.
+var ErrNotFound = errors.New("not found")
+
+// ErrDuplicateRequest is returned by Admit for a request id that is already
+// held or settled. Request ids must be unique per account; the gateway makes
+// them and never takes them from the client.
+var ErrDuplicateRequest = errors.New("duplicate request id")
+
+// ErrRevoked is returned by RotateKey for a revoked credential.
+var ErrRevoked = errors.New("key is revoked")
+
+// ErrIdempotencyConflict is returned by TopUp when an idempotency key is
+// reused with a different amount.
+var ErrIdempotencyConflict = errors.New("idempotency key reused with a different amount")
+
+// Options tune a Store. Zero values pick the defaults.
+type Options struct {
+	// Now is the clock; tests inject one to cross day and month boundaries.
+	Now func() time.Time
+	// HoldTTL is the longest a request may run. A hold older than this belongs
+	// to a request that will never settle (its sidecar died) and is released.
+	HoldTTL time.Duration // default 15m
+	// SettledTTL is how long settled request ids are remembered for idempotency.
+	SettledTTL time.Duration // default 30 days
+	// LedgerMaxLen caps each account's ledger stream (approximate trimming).
+	LedgerMaxLen int64 // default 1,000,000
+	// AuditMaxLen caps the audit stream (approximate trimming).
+	AuditMaxLen int64 // default 100,000
+}
+
+// Limits are an account's spending and rate limits.
+type Limits struct {
+	DailyNanoUSD  int64 // 0 means no daily limit
+	RPM           int64 // requests per minute; 0 means no rate limit
+	WindowMinutes int64 // sliding window length; at most RPM×WindowMinutes requests per window
+}
+
+// Account is a customer account.
+type Account struct {
+	ID        string
+	Name      string
+	Limits    Limits
+	CreatedAt time.Time
+}
+
+// KeyKind tells model keys from read-only tokens.
+type KeyKind string
+
+const (
+	ModelKey      KeyKind = "cr" // spends balance through the model routes
+	ReadOnlyToken KeyKind = "ro" // reads GET /v1/usage only
+)
+
+// Key is a stored credential. The secret itself is never stored, only its
+// SHA-256.
+type Key struct {
+	ID         string
+	AccountID  string
+	Kind       KeyKind
+	Label      string
+	Prefix     string // the first characters of the secret, for recognition
+	CreatedAt  time.Time
+	ExpiresAt  time.Time // zero: never
+	LastUsedAt time.Time // zero: never used
+	RevokedAt  time.Time // zero: not revoked
+	Models     []string  // allow-list; empty allows every model
+}
+
+// KeyOptions are the optional settings of a new credential.
+type KeyOptions struct {
+	Label     string
+	ExpiresAt time.Time
+	Models    []string
+}
+
+// Admission asks to start one metered request.
+type Admission struct {
+	RequestID string
+	AccountID string
+	KeyID     string
+	Model     string
+	Hold      int64 // worst-case cost of the request, nano-USD
+}
+
+// Outcome is the result of an admission.
+type Outcome int
+
+const (
+	Admitted Outcome = iota
+	RateLimited
+	DailyLimited
+	InsufficientBalance
+)
+
+// Decision is the store's answer to an Admission.
+type Decision struct {
+	Outcome    Outcome
+	RetryAfter time.Duration // for RateLimited and DailyLimited
+	// ExpiredHolds counts holds of dead requests released by this call.
+	ExpiredHolds int64
+}
+
+// Settlement ends one admitted request. Applying the same RequestID twice has
+// no further effect.
+type Settlement struct {
+	RequestID  string
+	AccountID  string
+	KeyID      string
+	Model      string
+	Input      int64
+	Output     int64
+	CacheWrite int64
+	CacheRead  int64
+	Cost       int64 // nano-USD; zero for non-2xx replies
+	Estimated  bool
+	Status     int    // upstream HTTP status; non-2xx charges nothing and counts no usage
+	Route      string // "primary" or "reserve"; empty when unknown
+	Stream     bool
+	StartedAt  time.Time
+	EndedAt    time.Time
+}
+
+// Period is a usage aggregation window.
+type Period string
+
+const (
+	Day   Period = "day"   // UTC calendar day
+	Month Period = "month" // UTC calendar month
+	Total Period = "total" // all time
+)
+
+// Counters aggregate usage over a period.
+type Counters struct {
+	Requests   int64
+	Input      int64
+	Output     int64
+	CacheWrite int64
+	CacheRead  int64
+	Cost       int64 // nano-USD
+}
+
+// ModelCounters are Counters for one model.
+type ModelCounters struct {
+	Model string
+	Counters
+}
+
+// UsageReport is an account's state as GET /v1/usage shows it.
+type UsageReport struct {
+	Balance   int64 // nano-USD, settled; open holds not subtracted
+	Limits    Limits
+	DailyUsed int64 // settled spend of the current UTC day, nano-USD
+	Period    Period
+	Totals    Counters
+	ByModel   []ModelCounters // sorted by model name
+}
+
+// LedgerEntry is one settled request as recorded in the account's ledger.
+type LedgerEntry struct {
+	ID string // stream entry id
+	Settlement
+}
+
+// Store is the gateway's Redis-backed state.
+type Store struct {
+	rdb  redis.UniversalClient
+	opts Options
+}

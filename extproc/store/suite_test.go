@@ -1,0 +1,876 @@
+package store
+
+import (
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+const usd = 1_000_000_000 // nano-USD
+
+func testAccounts(t *testing.T, e *env) {
+	limits := Limits{DailyNanoUSD: 5 * usd, RPM: 60, WindowMinutes: 2}
+	a, err := e.s.CreateAccount(e.ctx, "alpha", 10*usd, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^acct_[0-9a-f]{16}$`).MatchString(a.ID) {
+		t.Errorf("id %q", a.ID)
+	}
+	if a.Name != "alpha" || a.Limits != limits || !a.CreatedAt.Equal(start) {
+		t.Errorf("created %+v", a)
+	}
+	e.clock.Advance(time.Second)
+	b, err := e.s.CreateAccount(e.ctx, "beta", 0, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := e.s.Account(e.ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != a {
+		t.Errorf("Account = %+v, want %+v", got, a)
+	}
+	if bal := e.balance(a.ID); bal != 10*usd {
+		t.Errorf("balance %d", bal)
+	}
+
+	list, err := e.s.ListAccounts(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0] != a || list[1] != b {
+		t.Errorf("ListAccounts = %+v", list)
+	}
+
+	newLimits := Limits{DailyNanoUSD: 1, RPM: 2, WindowMinutes: 3}
+	if err := e.s.SetLimits(e.ctx, a.ID, newLimits); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.s.Account(e.ctx, a.ID); got.Limits != newLimits || got.Name != "alpha" {
+		t.Errorf("after SetLimits: %+v", got)
+	}
+	if bal := e.balance(a.ID); bal != 10*usd {
+		t.Errorf("SetLimits changed the balance: %d", bal)
+	}
+
+	for _, id := range []string{"acct_0000000000000000", "", "x}y", "a:b"} {
+		_, err := e.s.Account(e.ctx, id)
+		wantErr(t, err, ErrNotFound)
+		_, err = e.s.Balance(e.ctx, id)
+		wantErr(t, err, ErrNotFound)
+		wantErr(t, e.s.SetLimits(e.ctx, id, Limits{}), ErrNotFound)
+		_, _, err = e.s.OpenHolds(e.ctx, id)
+		wantErr(t, err, ErrNotFound)
+	}
+	if _, err := e.s.CreateAccount(e.ctx, "neg", -1, Limits{}); err == nil {
+		t.Error("negative balance accepted")
+	}
+	if err := e.s.SetLimits(e.ctx, a.ID, Limits{RPM: -1}); err == nil {
+		t.Error("negative limit accepted")
+	}
+	if err := e.s.Ping(e.ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+func testTopUp(t *testing.T, e *env) {
+	acct := e.account(100, Limits{})
+	bal, applied, err := e.s.TopUp(e.ctx, acct, 50, "pay-1")
+	if err != nil || !applied || bal != 150 {
+		t.Fatalf("TopUp = %d, %v, %v", bal, applied, err)
+	}
+	bal, applied, err = e.s.TopUp(e.ctx, acct, 50, "pay-1")
+	if err != nil || applied || bal != 150 {
+		t.Fatalf("replayed TopUp = %d, %v, %v", bal, applied, err)
+	}
+	_, applied, err = e.s.TopUp(e.ctx, acct, 70, "pay-1")
+	wantErr(t, err, ErrIdempotencyConflict)
+	if applied || e.balance(acct) != 150 {
+		t.Fatalf("conflicting TopUp applied")
+	}
+	// Without a key every call applies.
+	for range 2 {
+		if _, applied, err := e.s.TopUp(e.ctx, acct, 10, ""); err != nil || !applied {
+			t.Fatalf("TopUp without key = %v, %v", applied, err)
+		}
+	}
+	if bal := e.balance(acct); bal != 170 {
+		t.Fatalf("balance %d, want 170", bal)
+	}
+	// Keys are per account.
+	other := e.account(0, Limits{})
+	if bal, applied, err := e.s.TopUp(e.ctx, other, 50, "pay-1"); err != nil || !applied || bal != 50 {
+		t.Fatalf("TopUp on another account = %d, %v, %v", bal, applied, err)
+	}
+	_, _, err = e.s.TopUp(e.ctx, "acct_0000000000000000", 1, "k")
+	wantErr(t, err, ErrNotFound)
+	if _, _, err := e.s.TopUp(e.ctx, acct, 0, "zero"); err == nil {
+		t.Error("zero top-up accepted")
+	}
+}
+
+func testKeys(t *testing.T, e *env) {
+	acct := e.account(usd, Limits{})
+	expires := start.Add(24 * time.Hour)
+	secret, k, err := e.s.CreateKey(e.ctx, acct, ModelKey, KeyOptions{
+		Label: "ci", ExpiresAt: expires, Models: []string{"claude:opus", "gpt"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^cr_[A-Za-z0-9_-]{43}$`).MatchString(secret) {
+		t.Errorf("secret %q", secret)
+	}
+	want := Key{
+		ID: k.ID, AccountID: acct, Kind: ModelKey, Label: "ci", Prefix: secret[:8],
+		CreatedAt: start, ExpiresAt: expires, Models: []string{"claude:opus", "gpt"},
+	}
+	if !regexp.MustCompile(`^key_[0-9a-f]{16}$`).MatchString(k.ID) || !keyEqual(k, want) {
+		t.Errorf("CreateKey = %+v, want %+v", k, want)
+	}
+
+	got, err := e.s.LookupKey(e.ctx, HashSecret(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !keyEqual(got, want) {
+		t.Errorf("LookupKey = %+v, want %+v", got, want)
+	}
+	_, err = e.s.LookupKey(e.ctx, HashSecret(secret+"x"))
+	wantErr(t, err, ErrNotFound)
+
+	e.clock.Advance(time.Minute)
+	roSecret, ro, err := e.s.CreateKey(e.ctx, acct, ReadOnlyToken, KeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if roSecret[:3] != "ro_" || ro.Kind != ReadOnlyToken || len(ro.Models) != 0 || !ro.ExpiresAt.IsZero() {
+		t.Errorf("read-only token %q %+v", roSecret, ro)
+	}
+
+	// Settling a request records the key's last use.
+	used := start.Add(2 * time.Minute)
+	e.settle(Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Model: "gpt", Cost: 1, EndedAt: used})
+	got, _ = e.s.LookupKey(e.ctx, HashSecret(secret))
+	if !got.LastUsedAt.Equal(used) {
+		t.Errorf("LastUsedAt = %v, want %v", got.LastUsedAt, used)
+	}
+	// An older replay does not move it back.
+	e.settle(Settlement{RequestID: "r0", AccountID: acct, KeyID: k.ID, Model: "gpt", Cost: 1, EndedAt: start})
+	got, _ = e.s.LookupKey(e.ctx, HashSecret(secret))
+	if !got.LastUsedAt.Equal(used) {
+		t.Errorf("LastUsedAt = %v after an older settlement, want %v", got.LastUsedAt, used)
+	}
+
+	keys, err := e.s.ListKeys(e.ctx, acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 || keys[0].ID != k.ID || keys[1].ID != ro.ID {
+		t.Errorf("ListKeys = %+v", keys)
+	}
+
+	e.clock.Advance(time.Minute)
+	revokedAt := e.clock.Now()
+	if err := e.s.RevokeKey(e.ctx, acct, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Minute)
+	if err := e.s.RevokeKey(e.ctx, acct, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err = e.s.LookupKey(e.ctx, HashSecret(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.RevokedAt.Equal(revokedAt) {
+		t.Errorf("RevokedAt = %v, want the first revocation %v", got.RevokedAt, revokedAt)
+	}
+
+	other := e.account(0, Limits{})
+	wantErr(t, e.s.RevokeKey(e.ctx, other, ro.ID), ErrNotFound)
+	wantErr(t, e.s.RevokeKey(e.ctx, acct, "key_0000000000000000"), ErrNotFound)
+	_, err = e.s.ListKeys(e.ctx, "acct_0000000000000000")
+	wantErr(t, err, ErrNotFound)
+	if keys, err := e.s.ListKeys(e.ctx, other); err != nil || len(keys) != 0 {
+		t.Errorf("ListKeys of a keyless account = %v, %v", keys, err)
+	}
+	_, _, err = e.s.CreateKey(e.ctx, "acct_0000000000000000", ModelKey, KeyOptions{})
+	wantErr(t, err, ErrNotFound)
+	if _, _, err := e.s.CreateKey(e.ctx, acct, "xx", KeyOptions{}); err == nil {
+		t.Error("unknown kind accepted")
+	}
+}
+
+func keyEqual(a, b Key) bool {
+	return a.ID == b.ID && a.AccountID == b.AccountID && a.Kind == b.Kind && a.Label == b.Label &&
+		a.Prefix == b.Prefix && a.CreatedAt.Equal(b.CreatedAt) && a.ExpiresAt.Equal(b.ExpiresAt) &&
+		a.LastUsedAt.Equal(b.LastUsedAt) && a.RevokedAt.Equal(b.RevokedAt) &&
+		slices.Equal(a.Models, b.Models)
+}
+
+func testRotateKey(t *testing.T, e *env) {
+	acct := e.account(usd, Limits{})
+	oldSecret, old, err := e.s.CreateKey(e.ctx, acct, ModelKey, KeyOptions{Label: "prod", Models: []string{"a", "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Hour)
+	newSecret, nk, err := e.s.RotateKey(e.ctx, acct, old.ID, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newSecret == oldSecret || nk.ID == old.ID || nk.Kind != ModelKey || nk.Label != "prod" ||
+		!slices.Equal(nk.Models, []string{"a", "b"}) || !nk.ExpiresAt.IsZero() {
+		t.Errorf("rotated key %+v", nk)
+	}
+	got, err := e.s.LookupKey(e.ctx, HashSecret(newSecret))
+	if err != nil || got.ID != nk.ID {
+		t.Fatalf("LookupKey(new) = %+v, %v", got, err)
+	}
+	got, err = e.s.LookupKey(e.ctx, HashSecret(oldSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := e.clock.Now().Add(10 * time.Minute); !got.ExpiresAt.Equal(want) {
+		t.Errorf("old key expires %v, want %v", got.ExpiresAt, want)
+	}
+	if !got.RevokedAt.IsZero() {
+		t.Error("rotation revoked the old key")
+	}
+
+	// A key that expires sooner keeps its expiry.
+	soon := e.clock.Now().Add(time.Minute)
+	_, short, err := e.s.CreateKey(e.ctx, acct, ReadOnlyToken, KeyOptions{ExpiresAt: soon})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, nk2, err := e.s.RotateKey(e.ctx, acct, short.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nk2.Kind != ReadOnlyToken {
+		t.Errorf("rotated kind %q", nk2.Kind)
+	}
+	keys, _ := e.s.ListKeys(e.ctx, acct)
+	for _, k := range keys {
+		if k.ID == short.ID && !k.ExpiresAt.Equal(soon) {
+			t.Errorf("short key expires %v, want %v", k.ExpiresAt, soon)
+		}
+	}
+	if len(keys) != 4 {
+		t.Errorf("%d keys, want 4", len(keys))
+	}
+
+	if err := e.s.RevokeKey(e.ctx, acct, nk.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = e.s.RotateKey(e.ctx, acct, nk.ID, 0)
+	wantErr(t, err, ErrRevoked)
+	_, _, err = e.s.RotateKey(e.ctx, acct, "key_0000000000000000", 0)
+	wantErr(t, err, ErrNotFound)
+}
+
+func testNoSecretStored(t *testing.T, e *env) {
+	acct := e.account(usd, Limits{RPM: 10, DailyNanoUSD: usd})
+	var secrets []string
+	for _, kind := range []KeyKind{ModelKey, ReadOnlyToken} {
+		secret, k, err := e.s.CreateKey(e.ctx, acct, kind, KeyOptions{Label: "l"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		secrets = append(secrets, secret)
+		e.mustAdmit(acct, "req-"+k.ID, 10)
+		e.settle(Settlement{RequestID: "req-" + k.ID, AccountID: acct, KeyID: k.ID, Model: "m", Cost: 5})
+		if _, _, err := e.s.RotateKey(e.ctx, acct, k.ID, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		err = e.s.AppendAudit(e.ctx, AuditEntry{Actor: "admin", Action: "create_key", AccountID: acct, KeyID: k.ID,
+			Detail: "oops, pasted " + secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := dump(t, e.rdb)
+	if len(all) < 20 {
+		t.Fatalf("dump found only %d strings", len(all))
+	}
+	for _, secret := range secrets {
+		if contains(all, secret) || contains(all, secret[3:]) {
+			t.Errorf("secret %s... is stored", secret[:8])
+		}
+		sum := HashSecret(secret)
+		if !contains(all, hex.EncodeToString(sum[:])) {
+			t.Errorf("hash of %s... not stored", secret[:8])
+		}
+	}
+}
+
+func testAudit(t *testing.T, e *env) {
+	for i := range 5 {
+		e.clock.Advance(time.Second)
+		err := e.s.AppendAudit(e.ctx, AuditEntry{
+			Actor: "admin", Action: fmt.Sprintf("action-%d", i), AccountID: "acct_1", KeyID: "key_1", Detail: "d",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []AuditEntry
+	after, pages := "", 0
+	for {
+		page, next, err := e.s.Audit(e.ctx, after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		got = append(got, page...)
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if len(got) != 5 || pages != 3 {
+		t.Fatalf("%d entries in %d pages, want 5 in 3", len(got), pages)
+	}
+	for i, a := range got {
+		want := AuditEntry{ID: a.ID, Actor: "admin", Action: fmt.Sprintf("action-%d", i), AccountID: "acct_1",
+			KeyID: "key_1", Detail: "d", At: start.Add(time.Duration(i+1) * time.Second)}
+		if a != want || a.ID == "" {
+			t.Errorf("entry %d = %+v, want %+v", i, a, want)
+		}
+	}
+	// Anything shaped like a secret is redacted.
+	secret := newSecret(ModelKey)
+	if err := e.s.AppendAudit(e.ctx, AuditEntry{Action: "x", Detail: "secret=" + secret + "."}); err != nil {
+		t.Fatal(err)
+	}
+	page, _, err := e.s.Audit(e.ctx, got[4].ID, 10)
+	if err != nil || len(page) != 1 {
+		t.Fatalf("Audit = %v, %v", page, err)
+	}
+	if page[0].Detail != "secret=[redacted]." {
+		t.Errorf("detail %q", page[0].Detail)
+	}
+}
+
+func testAdmitBalance(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{})
+	e.mustAdmit(acct, "r1", 600)
+	if n, a := e.holds(acct); n != 1 || a != 600 {
+		t.Fatalf("holds %d, %d", n, a)
+	}
+	wantDecision(t, e.admit(acct, "r2", 500), InsufficientBalance, 0)
+	e.mustAdmit(acct, "r3", 400) // exactly the rest
+	wantDecision(t, e.admit(acct, "r4", 1), InsufficientBalance, 0)
+	e.mustAdmit(acct, "r5", 0)
+	if n, a := e.holds(acct); n != 3 || a != 1000 {
+		t.Fatalf("holds %d, %d", n, a)
+	}
+	if e.balance(acct) != 1000 {
+		t.Fatal("admission changed the balance")
+	}
+	// Settling releases the hold and charges the actual cost.
+	e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 100})
+	if n, a := e.holds(acct); n != 2 || a != 400 {
+		t.Fatalf("holds after settle %d, %d", n, a)
+	}
+	if b := e.balance(acct); b != 900 {
+		t.Fatalf("balance %d, want 900", b)
+	}
+	e.mustAdmit(acct, "r6", 500)
+}
+
+func testAdmitRateLimit(t *testing.T, e *env) {
+	acct := e.account(usd, Limits{RPM: 2, WindowMinutes: 1})
+	e.mustAdmit(acct, "r1", 1) // t0
+	e.clock.Advance(10 * time.Second)
+	e.mustAdmit(acct, "r2", 1) // t0+10s
+	e.clock.Advance(10 * time.Second)
+	// r1 leaves the window at t0+60s.
+	wantDecision(t, e.admit(acct, "r3", 1), RateLimited, 40*time.Second)
+	if n, _ := e.holds(acct); n != 2 {
+		t.Fatalf("a rate-limited request holds: %d holds", n)
+	}
+	e.clock.Set(start.Add(60*time.Second - time.Millisecond))
+	wantDecision(t, e.admit(acct, "r3", 1), RateLimited, time.Second) // 1ms, at least 1s
+	e.clock.Set(start.Add(60 * time.Second))
+	e.mustAdmit(acct, "r3", 1) // the rejections did not enter the log
+	wantDecision(t, e.admit(acct, "r4", 1), RateLimited, 10*time.Second)
+
+	// Lowering the limit below the log's size waits for enough to leave.
+	acct2 := e.account(usd, Limits{RPM: 3, WindowMinutes: 1})
+	e.clock.Set(start)
+	for i := range 3 {
+		e.mustAdmit(acct2, fmt.Sprintf("q%d", i), 1)
+		e.clock.Advance(10 * time.Second)
+	}
+	// Admissions at t0, t0+10s, t0+20s; now t0+30s.
+	if err := e.s.SetLimits(e.ctx, acct2, Limits{RPM: 1, WindowMinutes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	wantDecision(t, e.admit(acct2, "q3", 1), RateLimited, 50*time.Second)
+	// Without a rate limit there is none.
+	if err := e.s.SetLimits(e.ctx, acct2, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		e.mustAdmit(acct2, fmt.Sprintf("u%d", i), 1)
+	}
+}
+
+func testAdmitRateWindow(t *testing.T, e *env) {
+	acct := e.account(usd, Limits{RPM: 1, WindowMinutes: 3})
+	for i := range 3 {
+		e.mustAdmit(acct, fmt.Sprintf("r%d", i), 1)
+		e.clock.Advance(time.Minute)
+	}
+	// Three admissions at t0, t0+1m, t0+2m; now t0+3m: the first has left.
+	e.mustAdmit(acct, "r3", 1)
+	e.clock.Advance(30 * time.Second)
+	wantDecision(t, e.admit(acct, "r4", 1), RateLimited, 30*time.Second)
+}
+
+func testAdmitDailyLimit(t *testing.T, e *env) {
+	e.clock.Set(time.Date(2026, 11, 22, 23, 0, 0, 0, time.UTC))
+	acct := e.account(10_000, Limits{DailyNanoUSD: 1000})
+	e.mustAdmit(acct, "r1", 600)
+	// Open holds count towards the day.
+	wantDecision(t, e.admit(acct, "r2", 500), DailyLimited, time.Hour)
+	e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 600})
+	wantDecision(t, e.admit(acct, "r2", 500), DailyLimited, time.Hour)
+	e.mustAdmit(acct, "r3", 400) // 600 + 400 = 1000 exactly
+	e.settle(Settlement{RequestID: "r3", AccountID: acct, Cost: 400})
+	if r := e.usage(acct, Day); r.DailyUsed != 1000 {
+		t.Fatalf("DailyUsed %d", r.DailyUsed)
+	}
+	e.clock.Advance(59*time.Minute + 59*time.Second + 999*time.Millisecond)
+	wantDecision(t, e.admit(acct, "r2", 500), DailyLimited, time.Millisecond)
+	// A new UTC day starts afresh.
+	e.clock.Advance(time.Millisecond)
+	e.mustAdmit(acct, "r2", 500)
+	if r := e.usage(acct, Day); r.DailyUsed != 0 {
+		t.Fatalf("DailyUsed %d on the new day", r.DailyUsed)
+	}
+	wantDecision(t, e.admit(acct, "r4", 501), DailyLimited, 24*time.Hour)
+}
+
+func testAdmitOrder(t *testing.T, e *env) {
+	acct := e.account(100, Limits{RPM: 1, WindowMinutes: 1, DailyNanoUSD: 100})
+	e.mustAdmit(acct, "r1", 100)
+	// Rate, daily and balance would all refuse: the rate limit answers.
+	wantDecision(t, e.admit(acct, "r2", 50), RateLimited, time.Minute)
+	e.clock.Advance(time.Minute)
+	// Daily and balance would refuse: the daily limit answers.
+	wantDecision(t, e.admit(acct, "r2", 50), DailyLimited, 12*time.Hour-time.Minute)
+	if err := e.s.SetLimits(e.ctx, acct, Limits{RPM: 1, WindowMinutes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	wantDecision(t, e.admit(acct, "r2", 50), InsufficientBalance, 0)
+	// None of the rejections entered the log.
+	e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 10})
+	e.mustAdmit(acct, "r2", 50)
+}
+
+func testAdmitErrors(t *testing.T, e *env) {
+	acct := e.account(100, Limits{})
+	_, err := e.s.Admit(e.ctx, Admission{RequestID: "r", AccountID: "acct_0000000000000000", Hold: 1})
+	wantErr(t, err, ErrNotFound)
+	_, err = e.s.Admit(e.ctx, Admission{RequestID: "r", AccountID: "{x}", Hold: 1})
+	wantErr(t, err, ErrNotFound)
+	if _, err := e.s.Admit(e.ctx, Admission{AccountID: acct, Hold: 1}); err == nil {
+		t.Error("empty request id accepted")
+	}
+	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r", AccountID: acct, Hold: -1}); err == nil {
+		t.Error("negative hold accepted")
+	}
+	// A request id is admitted once: not while held, not after it settled.
+	e.mustAdmit(acct, "r", 10)
+	_, err = e.s.Admit(e.ctx, Admission{RequestID: "r", AccountID: acct, Hold: 10})
+	wantErr(t, err, ErrDuplicateRequest)
+	e.settle(Settlement{RequestID: "r", AccountID: acct, Cost: 1})
+	_, err = e.s.Admit(e.ctx, Admission{RequestID: "r", AccountID: acct, Hold: 10})
+	wantErr(t, err, ErrDuplicateRequest)
+	if n, a := e.holds(acct); n != 0 || a != 0 {
+		t.Fatalf("holds %d, %d", n, a)
+	}
+}
+
+func testHoldExpiry(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{})
+	e.mustAdmit(acct, "r1", 500)
+	e.clock.Advance(time.Minute)
+	e.mustAdmit(acct, "r2", 300)
+	wantDecision(t, e.admit(acct, "r3", 300), InsufficientBalance, 0)
+
+	// r1's hold expires at t0+holdTTL; r2's a minute later.
+	e.clock.Set(start.Add(holdTTL - time.Millisecond))
+	d := e.admit(acct, "r3", 300)
+	if d.Outcome != InsufficientBalance || d.ExpiredHolds != 0 {
+		t.Fatalf("before expiry: %+v", d)
+	}
+	e.clock.Set(start.Add(holdTTL))
+	d = e.admit(acct, "r3", 300)
+	if d.Outcome != Admitted || d.ExpiredHolds != 1 {
+		t.Fatalf("at expiry: %+v", d)
+	}
+	if n, a := e.holds(acct); n != 2 || a != 600 {
+		t.Fatalf("holds %d, %d, want 2, 600", n, a)
+	}
+	// Expired holds are released even when the request is refused.
+	e.clock.Advance(holdTTL)
+	d = e.admit(acct, "r4", 5000)
+	if d.Outcome != InsufficientBalance || d.ExpiredHolds != 2 {
+		t.Fatalf("refused after expiry: %+v", d)
+	}
+	if n, a := e.holds(acct); n != 0 || a != 0 {
+		t.Fatalf("holds %d, %d, want none", n, a)
+	}
+	if e.balance(acct) != 1000 {
+		t.Fatal("expired holds charged")
+	}
+}
+
+func testSettleIdempotent(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{})
+	e.mustAdmit(acct, "r1", 500)
+	st := Settlement{RequestID: "r1", AccountID: acct, KeyID: "key_1", Model: "m", Input: 10, Output: 20, Cost: 300}
+	if !e.settle(st) {
+		t.Fatal("first settlement not applied")
+	}
+	if e.settle(st) {
+		t.Fatal("second settlement applied")
+	}
+	st.Cost = 999 // a replay with other numbers changes nothing either
+	if e.settle(st) {
+		t.Fatal("third settlement applied")
+	}
+	if b := e.balance(acct); b != 700 {
+		t.Fatalf("balance %d, want 700", b)
+	}
+	if l := e.ledger(acct); len(l) != 1 || l[0].Cost != 300 {
+		t.Fatalf("ledger %+v", l)
+	}
+	r := e.usage(acct, Total)
+	if r.Totals != (Counters{Requests: 1, Input: 10, Output: 20, Cost: 300}) || r.DailyUsed != 300 {
+		t.Fatalf("usage %+v", r)
+	}
+	if n, a := e.holds(acct); n != 0 || a != 0 {
+		t.Fatalf("holds %d, %d", n, a)
+	}
+}
+
+func testSettleAfterHoldExpiry(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{})
+	e.mustAdmit(acct, "r1", 400)
+	e.clock.Advance(holdTTL + time.Second)
+	d := e.admit(acct, "r2", 200) // sweeps r1's hold
+	if d.Outcome != Admitted || d.ExpiredHolds != 1 {
+		t.Fatalf("%+v", d)
+	}
+	// The late settlement of r1 still charges, once, and leaves r2's hold.
+	if !e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 350}) {
+		t.Fatal("late settlement not applied")
+	}
+	if e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 350}) {
+		t.Fatal("replayed late settlement applied")
+	}
+	if b := e.balance(acct); b != 650 {
+		t.Fatalf("balance %d, want 650", b)
+	}
+	if n, a := e.holds(acct); n != 1 || a != 200 {
+		t.Fatalf("holds %d, %d, want 1, 200", n, a)
+	}
+	if l := e.ledger(acct); len(l) != 1 {
+		t.Fatalf("%d ledger entries", len(l))
+	}
+	// A settlement whose hold expired but was not yet swept removes it.
+	e.clock.Advance(holdTTL + time.Second)
+	e.settle(Settlement{RequestID: "r2", AccountID: acct, Cost: 50})
+	if n, a := e.holds(acct); n != 0 || a != 0 {
+		t.Fatalf("holds %d, %d", n, a)
+	}
+	if d := e.admit(acct, "r3", 600); d.Outcome != Admitted || d.ExpiredHolds != 0 {
+		t.Fatalf("%+v", d)
+	}
+}
+
+func testSettleNon2xx(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{DailyNanoUSD: 5000})
+	_, k, err := e.s.CreateKey(e.ctx, acct, ModelKey, KeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mustAdmit(acct, "r1", 500)
+	ended := start.Add(3 * time.Second)
+	st := Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Model: "m", Input: 100, Cost: 123,
+		Status: 529, Route: "reserve", StartedAt: start, EndedAt: ended}
+	if !e.settle(st) {
+		t.Fatal("not applied")
+	}
+	if b := e.balance(acct); b != 1000 {
+		t.Fatalf("balance %d", b)
+	}
+	if n, a := e.holds(acct); n != 0 || a != 0 {
+		t.Fatalf("holds %d, %d", n, a)
+	}
+	for _, p := range []Period{Day, Month, Total} {
+		r := e.usage(acct, p)
+		if r.Totals != (Counters{}) || len(r.ByModel) != 0 || r.DailyUsed != 0 {
+			t.Fatalf("%s usage %+v", p, r)
+		}
+	}
+	l := e.ledger(acct)
+	if len(l) != 1 || l[0].Status != 529 || l[0].Cost != 0 || l[0].Input != 100 || l[0].Route != "reserve" {
+		t.Fatalf("ledger %+v", l)
+	}
+	keys, _ := e.s.ListKeys(e.ctx, acct)
+	if !keys[0].LastUsedAt.Equal(ended) {
+		t.Errorf("LastUsedAt %v", keys[0].LastUsedAt)
+	}
+	// Statuses around the 2xx range.
+	for i, status := range []int{199, 200, 299, 300, 0} {
+		st := Settlement{RequestID: fmt.Sprint("s", i), AccountID: acct, Cost: 1, Status: status}
+		if _, err := e.s.Settle(e.ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b := e.balance(acct); b != 998 {
+		t.Fatalf("balance %d, want 998 (only 200 and 299 charge)", b)
+	}
+}
+
+func testSettleErrors(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{})
+	_, err := e.s.Settle(e.ctx, Settlement{RequestID: "r", AccountID: "acct_0000000000000000", Status: 200})
+	wantErr(t, err, ErrNotFound)
+	if _, err := e.s.Settle(e.ctx, Settlement{AccountID: acct, Status: 200}); err == nil {
+		t.Error("empty request id accepted")
+	}
+	if _, err := e.s.Settle(e.ctx, Settlement{RequestID: "r", AccountID: acct, Cost: -1, Status: 200}); err == nil {
+		t.Error("negative cost accepted")
+	}
+	if l := e.ledger(acct); len(l) != 0 {
+		t.Fatalf("ledger %+v", l)
+	}
+	_, _, err = e.s.Ledger(e.ctx, "acct_0000000000000000", "", 10)
+	wantErr(t, err, ErrNotFound)
+	_, err = e.s.Usage(e.ctx, "acct_0000000000000000", Day)
+	wantErr(t, err, ErrNotFound)
+	if _, err := e.s.Usage(e.ctx, acct, "week"); err == nil {
+		t.Error("unknown period accepted")
+	}
+}
+
+func testPerModel(t *testing.T, e *env) {
+	limits := Limits{DailyNanoUSD: usd, RPM: 100, WindowMinutes: 1}
+	acct := e.account(usd, limits)
+	models := []string{"zeta", "claude:sonnet:4", "claude"}
+	for i := range 6 {
+		m := models[i%3]
+		req := fmt.Sprint("r", i)
+		e.mustAdmit(acct, req, 1000)
+		e.settle(Settlement{RequestID: req, AccountID: acct, Model: m,
+			Input: 1, Output: 2, CacheWrite: 3, CacheRead: 4, Cost: int64(10 * (i + 1))})
+	}
+	r := e.usage(acct, Total)
+	want := UsageReport{
+		Balance:   usd - 210,
+		Limits:    limits,
+		DailyUsed: 210,
+		Period:    Total,
+		Totals:    Counters{Requests: 6, Input: 6, Output: 12, CacheWrite: 18, CacheRead: 24, Cost: 210},
+		ByModel: []ModelCounters{
+			{"claude", Counters{2, 2, 4, 6, 8, 30 + 60}},
+			{"claude:sonnet:4", Counters{2, 2, 4, 6, 8, 20 + 50}},
+			{"zeta", Counters{2, 2, 4, 6, 8, 10 + 40}},
+		},
+	}
+	if !usageEqual(r, want) {
+		t.Fatalf("usage\n got %+v\nwant %+v", r, want)
+	}
+}
+
+func usageEqual(a, b UsageReport) bool {
+	return a.Balance == b.Balance && a.Limits == b.Limits && a.DailyUsed == b.DailyUsed &&
+		a.Period == b.Period && a.Totals == b.Totals && slices.Equal(a.ByModel, b.ByModel)
+}
+
+func testPeriods(t *testing.T, e *env) {
+	// The last second of November and the first of December, UTC.
+	before := time.Date(2026, 11, 30, 23, 59, 59, 0, time.UTC)
+	after := time.Date(2026, 12, 1, 0, 0, 1, 0, time.UTC)
+	e.clock.Set(before.Add(-24 * time.Hour))
+	acct := e.account(usd, Limits{})
+	e.mustAdmit(acct, "r0", 10)
+	e.settle(Settlement{RequestID: "r0", AccountID: acct, Model: "a", Cost: 1})
+	e.clock.Set(before)
+	e.mustAdmit(acct, "r1", 10)
+	e.settle(Settlement{RequestID: "r1", AccountID: acct, Model: "a", Cost: 10})
+	e.clock.Set(after)
+	e.mustAdmit(acct, "r2", 10)
+	e.settle(Settlement{RequestID: "r2", AccountID: acct, Model: "b", Cost: 100})
+
+	check := func(p Period, requests, cost, daily int64, models ...string) {
+		t.Helper()
+		r := e.usage(acct, p)
+		var got []string
+		for _, m := range r.ByModel {
+			got = append(got, m.Model)
+		}
+		if r.Period != p || r.Totals.Requests != requests || r.Totals.Cost != cost || r.DailyUsed != daily ||
+			!slices.Equal(got, models) {
+			t.Errorf("at %v, %s: %+v", e.clock.Now(), p, r)
+		}
+	}
+	check(Day, 1, 100, 100, "b")
+	check(Month, 1, 100, 100, "b")
+	check(Total, 3, 111, 100, "a", "b")
+	e.clock.Set(before)
+	check(Day, 1, 10, 10, "a")
+	check(Month, 2, 11, 10, "a")
+	check(Total, 3, 111, 10, "a", "b")
+}
+
+func testLedger(t *testing.T, e *env) {
+	acct := e.account(usd, Limits{})
+	var want []Settlement
+	for i := range 5 {
+		st := Settlement{
+			RequestID: fmt.Sprint("r", i), AccountID: acct, KeyID: "key_abc", Model: "claude:x",
+			Input: int64(i), Output: 2, CacheWrite: 3, CacheRead: 4, Cost: 5,
+			Estimated: i%2 == 0, Status: 200, Route: "primary", Stream: i%2 == 1,
+			StartedAt: start.Add(time.Duration(i) * time.Second), EndedAt: start.Add(time.Duration(i)*time.Second + 1500*time.Millisecond),
+		}
+		e.mustAdmit(acct, st.RequestID, 10)
+		e.settle(st)
+		want = append(want, st)
+	}
+	var got []LedgerEntry
+	after, pages := "", 0
+	for {
+		page, next, err := e.s.Ledger(e.ctx, acct, after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		got = append(got, page...)
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if pages != 3 || len(got) != 5 {
+		t.Fatalf("%d entries in %d pages", len(got), pages)
+	}
+	for i, g := range got {
+		if g.ID == "" || !settlementEqual(g.Settlement, want[i]) {
+			t.Errorf("entry %d\n got %+v\nwant %+v", i, g.Settlement, want[i])
+		}
+	}
+	// A full last page says there is nothing after it only on the next call.
+	page, next, err := e.s.Ledger(e.ctx, acct, got[3].ID, 1)
+	if err != nil || len(page) != 1 || next != "" {
+		t.Fatalf("last page %v, %q, %v", page, next, err)
+	}
+}
+
+func settlementEqual(a, b Settlement) bool {
+	a.StartedAt, b.StartedAt = a.StartedAt.UTC(), b.StartedAt.UTC()
+	a.EndedAt, b.EndedAt = a.EndedAt.UTC(), b.EndedAt.UTC()
+	return a == b
+}
+
+// testConcurrency admits and settles from many goroutines against a balance
+// that covers about a quarter of them, each costing at most its hold.
+func testConcurrency(t *testing.T, e *env) {
+	const (
+		workers  = 8
+		requests = 25 // per worker
+		hold     = 1000
+	)
+	initial := int64(workers * requests * hold / 4)
+	acct := e.account(initial, Limits{})
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		admitted int
+		charged  int64
+		negative bool
+	)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := range requests {
+				req := fmt.Sprintf("w%d-%d", w, i)
+				d, err := e.s.Admit(e.ctx, Admission{RequestID: req, AccountID: acct, Hold: hold})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Outcome != Admitted {
+					continue
+				}
+				cost, status := 1+rng.Int64N(hold), 200
+				if rng.IntN(10) == 0 {
+					status = 500
+				}
+				st := Settlement{RequestID: req, AccountID: acct, Model: "m", Input: 1, Cost: cost, Status: status}
+				if _, err := e.s.Settle(e.ctx, st); err != nil {
+					t.Error(err)
+					return
+				}
+				b, err := e.s.Balance(e.ctx, acct)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				admitted++
+				if status == 200 {
+					charged += cost
+				}
+				negative = negative || b < 0
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	final := e.balance(acct)
+	if negative || final < 0 {
+		t.Errorf("balance went below zero (final %d)", final)
+	}
+	var ledgerCost, ok2xx int64
+	l := e.ledger(acct)
+	for _, le := range l {
+		ledgerCost += le.Cost
+		if le.Status == 200 {
+			ok2xx++
+		}
+	}
+	total := e.usage(acct, Total).Totals
+	if len(l) != admitted || ledgerCost != charged || initial-final != ledgerCost ||
+		total.Cost != ledgerCost || total.Requests != ok2xx {
+		t.Errorf("admitted %d, ledger %d entries costing %d, charged %d, balance change %d, counted %d requests costing %d",
+			admitted, len(l), ledgerCost, charged, initial-final, total.Requests, total.Cost)
+	}
+	if admitted < workers*requests/4 || admitted == workers*requests {
+		t.Errorf("admitted %d of %d", admitted, workers*requests)
+	}
+	if n, a := e.holds(acct); n != 0 || a != 0 {
+		t.Errorf("holds %d, %d left", n, a)
+	}
+}

@@ -1,0 +1,363 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelgateway/gateway/extproc/pricing"
+	"github.com/modelgateway/gateway/extproc/store"
+	"github.com/modelgateway/gateway/test/stack"
+)
+
+func priceOf(t *testing.T, s *stack.Stack, upstream, model string) pricing.Price {
+	t.Helper()
+	u, ok := s.Config.Upstream(upstream)
+	if !ok {
+		t.Fatalf("no upstream %s", upstream)
+	}
+	p, ok := pricing.NewTable(u.Models).Lookup(model)
+	if !ok {
+		t.Fatalf("no price for %s", model)
+	}
+	return p
+}
+
+func cost(p pricing.Price, u tokens) int64 {
+	return p.Cost(pricing.Tokens{Input: u.Input, Output: u.Output, CacheWrite: u.CacheWrite, CacheRead: u.CacheRead})
+}
+
+// After a mix of streaming and non-streaming requests on both routes, the
+// balance, daily spend and per-model counters equal exactly what the vendor
+// replies reported, priced by the table.
+func TestMeteringMatchesVendorUsage(t *testing.T) {
+	s := stack.Start(t, stack.Options{})
+	acct := s.NewAccount(10, noLimits)
+	s.Primary.Control(map[string]any{"vendor": "alpha", "cache_read_tokens": 40, "cache_write_tokens": 7})
+	s.Primary.Control(map[string]any{"vendor": "beta", "cache_read_tokens": 5})
+	ap, bp := priceOf(t, s, "alpha", alphaModel), priceOf(t, s, "beta", betaModel)
+
+	var want struct {
+		cost            int64
+		alpha, beta     tokens
+		alphaN, betaN   int64
+	}
+	add := func(dst *tokens, u tokens) {
+		dst.Input += u.Input
+		dst.Output += u.Output
+		dst.CacheWrite += u.CacheWrite
+		dst.CacheRead += u.CacheRead
+	}
+	for i := 0; i < 3; i++ {
+		resp, body := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, ""))
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		u := alphaUsage(t, body, nil)
+		add(&want.alpha, u)
+		want.cost += cost(ap, u)
+
+		_, evs := stream(t, s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
+		u = alphaUsage(t, nil, evs)
+		add(&want.alpha, u)
+		want.cost += cost(ap, u)
+
+		resp, body = s.Do("POST", betaPath, betaHeaders(acct.Key), betaBody(false, false, ""))
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		u = betaUsage(t, body, nil)
+		add(&want.beta, u)
+		want.cost += cost(bp, u)
+
+		_, evs = stream(t, s, betaPath, betaHeaders(acct.Key), betaBody(true, true, ""))
+		u = betaUsage(t, nil, evs)
+		add(&want.beta, u)
+		want.cost += cost(bp, u)
+		want.alphaN += 2
+		want.betaN += 2
+	}
+	if want.alpha.CacheRead == 0 || want.beta.CacheRead == 0 || want.alpha.CacheWrite == 0 {
+		t.Fatalf("fake vendor reported no cache tokens: %+v", want)
+	}
+
+	ctx := context.Background()
+	rep, err := s.Store.Usage(ctx, acct.ID, store.Day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Balance != 10*pricing.NanoPerUSD-want.cost {
+		t.Errorf("balance = %d, want %d", rep.Balance, 10*pricing.NanoPerUSD-want.cost)
+	}
+	if rep.DailyUsed != want.cost || rep.Totals.Cost != want.cost {
+		t.Errorf("daily used %d, period cost %d; want %d", rep.DailyUsed, rep.Totals.Cost, want.cost)
+	}
+	byModel := map[string]store.ModelCounters{}
+	for _, m := range rep.ByModel {
+		byModel[m.Model] = m
+	}
+	check := func(model string, n int64, u tokens, p pricing.Price) {
+		m := byModel[model]
+		got := tokens{m.Input, m.Output, m.CacheWrite, m.CacheRead}
+		if m.Requests != n || got != u || m.Cost != cost(p, u) {
+			t.Errorf("%s: requests %d tokens %+v cost %d; want %d %+v %d", model, m.Requests, got, m.Cost, n, u, cost(p, u))
+		}
+	}
+	check(alphaModel, want.alphaN, want.alpha, ap)
+	check(betaModel, want.betaN, want.beta, bp)
+
+	// The same through GET /v1/usage.
+	u := s.Usage(acct.ReadOnly, "day")
+	if got := num(t, u, "usage.cost_usd"); got != pricing.USD(want.cost) {
+		t.Errorf("usage.cost_usd = %v, want %v", got, pricing.USD(want.cost))
+	}
+	if got := num(t, u, "usage.requests"); got != float64(want.alphaN+want.betaN) {
+		t.Errorf("usage.requests = %v", got)
+	}
+}
+
+// Format B streams without a usage chunk are counted with a tokenizer and
+// marked estimated.
+func TestBetaStreamWithoutUsageIsEstimated(t *testing.T) {
+	s := stack.Start(t, stack.Options{})
+	acct := s.NewAccount(10, noLimits)
+	resp, evs := stream(t, s, betaPath, betaHeaders(acct.Key), betaBody(true, false, ""))
+	if resp.StatusCode != 200 || len(evs) == 0 {
+		t.Fatalf("%d", resp.StatusCode)
+	}
+	e := onlyLedgerEntry(t, s, acct.ID)
+	if !e.Estimated || e.Output <= 0 || e.Input <= 0 || e.Cost <= 0 {
+		t.Fatalf("entry = %+v; want an estimated, charged entry", e)
+	}
+}
+
+func onlyLedgerEntry(t *testing.T, s *stack.Stack, acct string) store.LedgerEntry {
+	t.Helper()
+	entries, _, err := s.Store.Ledger(context.Background(), acct, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Fatalf("ledger has %d entries, want 1: %+v", len(entries), entries)
+	}
+	return entries[0]
+}
+
+// 200 concurrent requests against a balance that covers about 50: every
+// admitted request settles, the rest get 402, the balance stays ≥ 0 and the
+// ledger, the balance change and the counters agree.
+func TestConcurrentRequestsAgainstSmallBalance(t *testing.T) {
+	s := stack.Start(t, stack.Options{})
+	ap := priceOf(t, s, "alpha", alphaModel)
+	body := alphaBody(false, "")
+	hold := ap.Hold(int64(len(body)), 256)
+	balance := 50 * hold
+	acct := s.NewAccount(float64(balance)/pricing.NanoPerUSD, noLimits)
+
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 200}}
+	for i := 0; i < 200; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequest("POST", s.URL+alphaPath, bytes.NewReader(body))
+			for k, v := range alphaHeaders(acct.Key) {
+				req.Header.Set(k, v)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			mu.Lock()
+			codes[resp.StatusCode]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if codes[200]+codes[402] != 200 || codes[200] < 50 || codes[402] == 0 {
+		t.Fatalf("status counts %v; want only 200 and 402, at least 50 admitted", codes)
+	}
+	ctx := context.Background()
+	entries, _, err := s.Store.Ledger(ctx, acct.ID, "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	seen := map[string]bool{}
+	for _, e := range entries {
+		if seen[e.RequestID] {
+			t.Fatalf("request %s settled twice", e.RequestID)
+		}
+		seen[e.RequestID] = true
+		sum += e.Cost
+	}
+	if len(entries) != codes[200] {
+		t.Fatalf("%d ledger entries for %d admitted requests", len(entries), codes[200])
+	}
+	rep, _ := s.Store.Usage(ctx, acct.ID, store.Total)
+	if rep.Balance < 0 {
+		t.Fatalf("balance went negative: %d", rep.Balance)
+	}
+	if balance-rep.Balance != sum || rep.Totals.Cost != sum || rep.Totals.Requests != int64(codes[200]) {
+		t.Fatalf("balance change %d, counters %d/%d requests, ledger %d", balance-rep.Balance, rep.Totals.Cost, rep.Totals.Requests, sum)
+	}
+	if _, amount, _ := s.Store.OpenHolds(ctx, acct.ID); amount != 0 {
+		t.Fatalf("holds left open: %d", amount)
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	s := stack.Start(t, stack.Options{})
+	acct := s.NewAccount(10, store.Limits{RPM: 2, WindowMinutes: 1})
+	for i := 0; i < 2; i++ {
+		if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, "")); resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	resp, b := s.Do("POST", betaPath, betaHeaders(acct.Key), betaBody(false, false, ""))
+	if resp.StatusCode != 429 {
+		t.Fatalf("third request: %d %s; want 429", resp.StatusCode, b)
+	}
+	ra, err := strconv.Atoi(resp.Header.Get("retry-after"))
+	if err != nil || ra < 1 || ra > 60 {
+		t.Fatalf("retry-after %q; want 1..60 seconds", resp.Header.Get("retry-after"))
+	}
+	var e betaError
+	mustJSON(t, b, &e)
+	if e.Error.Code != "rate_limit_exceeded" {
+		t.Fatalf("error %+v", e)
+	}
+}
+
+func TestDailyLimit(t *testing.T) {
+	s := stack.Start(t, stack.Options{})
+	ap := priceOf(t, s, "alpha", alphaModel)
+	body := alphaBody(false, "")
+	hold := ap.Hold(int64(len(body)), 256)
+	// The daily limit admits one request's hold, not two at once.
+	acct := s.NewAccount(10, store.Limits{DailyNanoUSD: hold + hold/2})
+	if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), body); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	// Spend is now far below the hold; a second request still fits only if
+	// spend + hold ≤ limit.
+	spent := s.Usage(acct.ReadOnly, "day")
+	for i := 0; i < 20; i++ {
+		resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), body)
+		if resp.StatusCode == 200 {
+			continue
+		}
+		if resp.StatusCode != 429 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		var e alphaError
+		mustJSON(t, b, &e)
+		if e.Error.Type != "rate_limit_error" || !strings.Contains(e.Error.Message, "daily") {
+			t.Fatalf("error %+v; want a rate_limit_error naming the daily limit", e)
+		}
+		ra, _ := strconv.Atoi(resp.Header.Get("retry-after"))
+		now := time.Now().UTC()
+		midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+		if d := time.Duration(ra) * time.Second; d < midnight.Sub(now)-time.Minute || d > midnight.Sub(now)+time.Minute {
+			t.Fatalf("retry-after %ds; want until UTC midnight (%v)", ra, midnight.Sub(now))
+		}
+		return
+	}
+	t.Fatalf("daily limit never reached; usage %v", spent)
+}
+
+// ro_ tokens are refused on both model routes and spend nothing.
+func TestReadOnlyTokenCannotSpend(t *testing.T) {
+	s := stack.Start(t, stack.Options{})
+	acct := s.NewAccount(10, noLimits)
+	resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.ReadOnly), alphaBody(false, ""))
+	var ae alphaError
+	mustJSON(t, b, &ae)
+	if resp.StatusCode != 403 || ae.Error.Type != "permission_error" {
+		t.Fatalf("alpha: %d %s", resp.StatusCode, b)
+	}
+	resp, b = s.Do("POST", betaPath, betaHeaders(acct.ReadOnly), betaBody(false, false, ""))
+	if resp.StatusCode != 403 {
+		t.Fatalf("beta: %d %s", resp.StatusCode, b)
+	}
+	u := s.Usage(acct.ReadOnly, "total")
+	if num(t, u, "balance_usd") != 10 || num(t, u, "usage.requests") != 0 {
+		t.Fatalf("usage moved: %v", u)
+	}
+	if n := len(s.Primary.Requests()); n != 0 {
+		t.Fatalf("vendor received %d requests", n)
+	}
+}
+
+// A client that disconnects mid-stream is charged the observed usage,
+// marked estimated; a vendor 500 is charged nothing.
+func TestDisconnectAndVendorError(t *testing.T) {
+	s := stack.Start(t, stack.Options{})
+	acct := s.NewAccount(10, noLimits)
+	s.Primary.Control(map[string]any{"event_delay_ms": 50, "reply_words": 40})
+
+	req, _ := http.NewRequest("POST", s.URL+alphaPath, bytes.NewReader(alphaBody(true, "")))
+	for k, v := range alphaHeaders(acct.Key) {
+		req.Header.Set(k, v)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2048)
+	read := 0
+	for read < 600 { // message_start and a few deltas
+		n, err := resp.Body.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read += n
+	}
+	cancel()
+	resp.Body.Close()
+	e := waitLedgerEntry(t, s, acct.ID)
+	if !e.Estimated || e.Input == 0 || e.Cost == 0 || e.Output >= 40 {
+		t.Fatalf("entry = %+v; want estimated, charged for what was observed", e)
+	}
+
+	acct2 := s.NewAccount(10, noLimits)
+	s.Primary.Control(map[string]any{"status": 500, "event_delay_ms": 0})
+	s.Reserve.Control(map[string]any{"status": 500})
+	resp2, b := s.Do("POST", alphaPath, alphaHeaders(acct2.Key), alphaBody(false, ""))
+	if resp2.StatusCode != 500 {
+		t.Fatalf("%d %s; want the vendor's 500", resp2.StatusCode, b)
+	}
+	e = onlyLedgerEntry(t, s, acct2.ID)
+	if e.Cost != 0 || e.Status != 500 {
+		t.Fatalf("entry = %+v; want status 500 at no charge", e)
+	}
+	if u := s.Usage(acct2.ReadOnly, "total"); num(t, u, "balance_usd") != 10 {
+		t.Fatalf("balance moved: %v", u)
+	}
+}
+
+// waitLedgerEntry polls for the settlement of a request whose client went
+// away (it settles when Envoy resets the processor stream).
+func waitLedgerEntry(t *testing.T, s *stack.Stack, acct string) store.LedgerEntry {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		entries, _, err := s.Store.Ledger(context.Background(), acct, "", 10)
+		if err == nil && len(entries) > 0 {
+			return entries[0]
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval
+	}
+	t.Fatal("no ledger entry")
+	return store.LedgerEntry{}
+}

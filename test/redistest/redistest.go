@@ -1,0 +1,314 @@
+// Package redistest runs real redis-server processes for tests: a standalone
+// server that can be stopped and started again on the same port, and a small
+// Redis Cluster.
+//
+// redis-server (and redis-cli, for clusters) must be on PATH; the Makefile
+// installs them. With GATEWAY_SKIP_REDIS=1 in the environment, tests that need
+// them are skipped instead of failed.
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// startTimeout bounds how long a server may take to answer PING, and a
+// cluster to report cluster_state:ok.
+const startTimeout = 20 * time.Second
+
+// Server is one redis-server process on a fixed loopback port.
+type Server struct {
+	Addr string // host:port
+
+	tb   testing.TB
+	port int
+	dir  string
+	args []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// Start starts a standalone redis-server for the test and returns its address.
+// The server is killed when the test ends.
+func Start(tb testing.TB) (addr string) {
+	tb.Helper()
+	return NewServer(tb).Addr
+}
+
+// NewServer starts a standalone redis-server for the test. The server is
+// killed when the test ends; Stop and Start control it in between.
+func NewServer(tb testing.TB) *Server {
+	tb.Helper()
+	need(tb, "redis-server")
+	return newServer(tb, nil)
+}
+
+// newServer starts a server with extra arguments on a free port, trying a few
+// ports in case another process takes the one picked.
+func newServer(tb testing.TB, extra []string) *Server {
+	tb.Helper()
+	var lastErr error
+	for range 3 {
+		port, err := freePort()
+		if err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		dir := tb.TempDir()
+		s := &Server{
+			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			tb:   tb,
+			port: port,
+			dir:  dir,
+			args: append([]string{
+				"--port", strconv.Itoa(port),
+				"--bind", "127.0.0.1",
+				"--dir", dir,
+				"--save", "",
+				"--appendonly", "no",
+				"--logfile", filepath.Join(dir, "redis.log"),
+			}, extra...),
+		}
+		if lastErr = s.start(); lastErr == nil {
+			tb.Cleanup(s.Stop)
+			return s
+		}
+	}
+	tb.Fatalf("redistest: %v", lastErr)
+	return nil
+}
+
+// Start starts the server again on its port after Stop. The data is gone:
+// the server keeps nothing on disk.
+func (s *Server) Start() {
+	s.tb.Helper()
+	if err := s.start(); err != nil {
+		s.tb.Fatalf("redistest: %v", err)
+	}
+}
+
+// Restart stops the server and starts it again on the same port.
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.Stop()
+	s.Start()
+}
+
+// Stop kills the server, as a crash would, and waits until it has exited.
+// Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}
+
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return fmt.Errorf("server %s already running", s.Addr)
+	}
+	cmd := exec.Command("redis-server", s.args...)
+	cmd.Dir = s.dir
+	setDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	if err := waitFor(done, func() error { return ping(s.Addr) }); err != nil {
+		cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("redis-server on %s: %w\n%s", s.Addr, err, s.logTail())
+	}
+	s.cmd, s.done = cmd, done
+	return nil
+}
+
+// logTail returns the end of the server's log, for failure messages.
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// StartCluster starts a Redis Cluster of n masters without replicas (n ≥ 3)
+// and returns the nodes' addresses once every node reports cluster_state:ok.
+// The nodes are killed when the test ends.
+func StartCluster(tb testing.TB, n int) (addrs []string) {
+	tb.Helper()
+	if n < 3 {
+		tb.Fatalf("redistest: a cluster needs at least 3 masters, not %d", n)
+	}
+	need(tb, "redis-server")
+	need(tb, "redis-cli")
+	for i := range n {
+		// Each node's cluster bus listens on its port + 10000.
+		s := newServer(tb, []string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i),
+			"--cluster-node-timeout", "5000",
+		})
+		addrs = append(addrs, s.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, addr := range addrs {
+		err := waitFor(nil, func() error {
+			info, err := command(addr, "CLUSTER", "INFO")
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(info, "cluster_state:ok") {
+				return errors.New("cluster state is not ok")
+			}
+			return nil
+		})
+		if err != nil {
+			tb.Fatalf("redistest: cluster node %s: %v", addr, err)
+		}
+	}
+	return addrs
+}
+
+// need fails the test when tool is not on PATH, or skips it when
+// GATEWAY_SKIP_REDIS=1.
+func need(tb testing.TB, tool string) {
+	tb.Helper()
+	if _, err := exec.LookPath(tool); err == nil {
+		return
+	}
+	if os.Getenv("GATEWAY_SKIP_REDIS") == "1" {
+		tb.Skipf("redistest: %s not on PATH and GATEWAY_SKIP_REDIS=1", tool)
+	}
+	tb.Fatalf("redistest: %s not on PATH: install it (apt-get install redis-server redis-tools; the Makefile does), or set GATEWAY_SKIP_REDIS=1 to skip tests that need Redis", tool)
+}
+
+// waitFor polls check until it succeeds, done is closed (the process exited)
+// or startTimeout passes.
+func waitFor(done <-chan struct{}, check func() error) error {
+	deadline := time.Now().Add(startTimeout)
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			return errors.New("exited before it was ready")
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %v: %w", startTimeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// freePort returns a loopback port that is free, and whose cluster bus port
+// (port + 10000) is free too.
+func freePort() (int, error) {
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if port+10000 > 65535 {
+			l.Close()
+			continue
+		}
+		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+		l.Close()
+		if err != nil {
+			continue
+		}
+		bus.Close()
+		return port, nil
+	}
+	return 0, errors.New("no free port pair found")
+}
+
+func ping(addr string) error {
+	r, err := command(addr, "PING")
+	if err != nil {
+		return err
+	}
+	if r != "PONG" {
+		return fmt.Errorf("PING answered %q", r)
+	}
+	return nil
+}
+
+// command sends one command over a fresh connection and returns a simple,
+// integer or bulk string reply; a nil reply is "".
+func command(addr string, args ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(2 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(conn, b.String()); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return "", errors.New("empty reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", errors.New(line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if n == -1 {
+			return "", nil // nil reply
+		}
+		if err != nil || n < 0 {
+			return "", fmt.Errorf("bad bulk reply %q", line)
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	return "", fmt.Errorf("unexpected reply %q", line)
+}
