@@ -64,20 +64,35 @@ func TestRenderingsPassEnvoyValidate(t *testing.T) {
 	}
 }
 
-// The checked-in envoy/envoy.yaml is exactly what the generator renders.
+// demoEndpoints are the `--endpoint` flags that render envoy/envoy-demo.yaml:
+// the compose demo profile's fake vendor serves both formats.
+var demoEndpoints = map[string]string{"alpha": "http://fakevendor:9101", "beta": "http://fakevendor:9102"}
+
+// The checked-in envoy/envoy.yaml and envoy/envoy-demo.yaml are exactly what
+// the generator renders.
 func TestCheckedInBootstrapIsCurrent(t *testing.T) {
-	want, err := envoy.Render(load(t), envoy.ComposeOptions)
-	if err != nil {
-		t.Fatal(err)
+	demo := load(t)
+	for name, url := range demoEndpoints {
+		u, ok := demo.Upstream(name)
+		if !ok {
+			t.Fatalf("no upstream %q", name)
+		}
+		u.Primary.URL, u.Reserve.URL = url, url
 	}
-	got, err := os.ReadFile("envoy.yaml")
-	if err != nil {
-		t.Fatal(err)
+	for file, c := range map[string]*config.Config{"envoy.yaml": load(t), "envoy-demo.yaml": demo} {
+		want, err := envoy.Render(c, envoy.ComposeOptions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("envoy/%s has drifted from gateway.yaml: run `make envoy-config`", file)
+		}
+		validate(t, file, got)
 	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("envoy/envoy.yaml has drifted from gateway.yaml: run `make envoy-config`")
-	}
-	validate(t, "envoy.yaml", got)
 }
 
 func TestRenderedRoutesAndFilters(t *testing.T) {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -13,6 +15,7 @@ func envoyConfigCmd() *cobra.Command {
 	var (
 		cfgPath, out string
 		o            envoy.Options
+		endpoints    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "envoy-config",
@@ -21,6 +24,17 @@ func envoyConfigCmd() *cobra.Command {
 			cfg, err := config.Load(cfgPath)
 			if err != nil {
 				return err
+			}
+			for _, e := range endpoints {
+				name, url, ok := strings.Cut(e, "=")
+				u, found := cfg.Upstream(name)
+				if !ok || !found || url == "" {
+					return fmt.Errorf("--endpoint %q: want NAME=URL with NAME an upstream of %s", e, cfgPath)
+				}
+				u.Primary.URL, u.Reserve.URL = url, url
+			}
+			if err := cfg.Validate(); err != nil {
+				return fmt.Errorf("--endpoint: %w", err)
 			}
 			b, err := envoy.Render(cfg, o)
 			if err != nil {
@@ -42,5 +56,6 @@ func envoyConfigCmd() *cobra.Command {
 	f.StringVar(&o.AdminAddr, "admin-addr", "", "Envoy's admin listener (default: listeners.envoy_admin)")
 	f.BoolVar(&o.Bare, "bare", false, "render without the ext_proc filter (benchmark reference)")
 	f.StringVar(&o.NodeID, "node-id", "", "Envoy node id")
+	f.StringArrayVar(&endpoints, "endpoint", nil, "NAME=URL: point both endpoints (primary and reserve) of upstream NAME at URL; repeatable")
 	return cmd
 }

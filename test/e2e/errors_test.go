@@ -40,13 +40,13 @@ func TestErrorsInVendorFormat(t *testing.T) {
 	badModel := strings.Replace(string(alphaBody(false, "")), alphaModel, "no-such-model", 1)
 	badBetaModel := strings.Replace(string(betaBody(false, false, "")), betaModel, "no-such-model", 1)
 	cases := []struct {
-		name       string
-		path       string
-		header     map[string]string
-		body       string
-		status     int
-		alphaType  string
-		betaCode   string
+		name      string
+		path      string
+		header    map[string]string
+		body      string
+		status    int
+		alphaType string
+		betaCode  string
 	}{
 		{"no key", alphaPath, map[string]string{"content-type": "application/json"}, string(alphaBody(false, "")), 401, "authentication_error", ""},
 		{"unknown key", alphaPath, alphaHeaders("cr_unknownunknownunknown"), string(alphaBody(false, "")), 401, "authentication_error", ""},

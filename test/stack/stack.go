@@ -267,32 +267,38 @@ func RepoRoot(tb testing.TB) string {
 }
 
 var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
+	buildMu  sync.Mutex
+	buildDir string
+	built    = map[string]error{}
 )
 
-// Binary returns the path of one of the project's commands, built once per
-// test process (or taken from GATEWAY_BIN_DIR).
+// Binary returns the path of one of the project's commands (cmd/NAME), built
+// once per test process, or taken from GATEWAY_BIN_DIR.
 func Binary(tb testing.TB, name string) string {
 	tb.Helper()
 	if d := os.Getenv("GATEWAY_BIN_DIR"); d != "" {
 		return filepath.Join(d, name)
 	}
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "gateway-bin-")
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", buildDir+"/", "./cmd/gateway", "./cmd/fakevendor", "./cmd/gatewayctl")
-		cmd.Dir = RepoRoot(tb)
-		out, err := cmd.CombinedOutput()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if buildDir == "" {
+		d, err := os.MkdirTemp("", "gateway-bin-")
 		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			tb.Fatal(err)
 		}
-	})
-	if buildErr != nil {
-		tb.Fatal(buildErr)
+		buildDir = d
+	}
+	err, ok := built[name]
+	if !ok {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, name), "./cmd/"+name)
+		cmd.Dir = RepoRoot(tb)
+		if out, e := cmd.CombinedOutput(); e != nil {
+			err = fmt.Errorf("go build ./cmd/%s: %v\n%s", name, e, out)
+		}
+		built[name] = err
+	}
+	if err != nil {
+		tb.Fatal(err)
 	}
 	return filepath.Join(buildDir, name)
 }
