@@ -107,6 +107,16 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !sleepCtx(r, time.Duration(ctl.LatencyMS)*time.Millisecond) {
 		return
 	}
+	// A forced status stands for an outage in front of the API: like a real
+	// one, it answers before any authentication, so unauthenticated health
+	// probes see it too.
+	if status, retryAfter := s.ctl.forcedStatus(probe); status != 0 {
+		if retryAfter != "" && (status == 429 || status == 503 || status == 529) {
+			h.Set("Retry-After", retryAfter)
+		}
+		s.api.writeError(w, r, status, "Forced status "+strconv.Itoa(status)+" by the fake vendor's controls.")
+		return
+	}
 	switch {
 	case errors.Is(readErr, errTooLarge):
 		s.api.writeError(w, r, http.StatusRequestEntityTooLarge, "Request exceeds the maximum allowed number of bytes.")
@@ -119,13 +129,6 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case ep == nil:
 		s.api.writeError(w, r, http.StatusNotFound, "")
-		return
-	}
-	if status, retryAfter := s.ctl.forcedStatus(probe); status != 0 {
-		if retryAfter != "" && (status == 429 || status == 503 || status == 529) {
-			h.Set("Retry-After", retryAfter)
-		}
-		s.api.writeError(w, r, status, "Forced status "+strconv.Itoa(status)+" by the fake vendor's controls.")
 		return
 	}
 	ep(w, r, body, &ctl)

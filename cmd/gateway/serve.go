@@ -22,6 +22,7 @@ func serveCmd() *cobra.Command {
 		drain       time.Duration
 		keyCacheTTL time.Duration
 		listen      config.Listeners
+		envoyAdmin  string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -38,7 +39,7 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			defer closeStore()
-			sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log, KeyCacheTTL: keyCacheTTL})
+			sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log, KeyCacheTTL: keyCacheTTL, EnvoyAdminURL: envoyAdmin})
 			if err != nil {
 				return err
 			}
@@ -58,6 +59,7 @@ func serveCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen.ExtProc, "listen-extproc", "", "override listeners.extproc (e.g. 0.0.0.0:50051 in a container)")
 	cmd.Flags().StringVar(&listen.Control, "listen-control", "", "override listeners.control")
 	cmd.Flags().StringVar(&listen.Admin, "listen-admin", "", "override listeners.admin")
+	cmd.Flags().StringVar(&envoyAdmin, "envoy-admin", "", "Envoy admin URL for route reporting (default: http://listeners.envoy_admin)")
 	cmd.Flags().DurationVar(&keyCacheTTL, "key-cache-ttl", 2*time.Second, "how long key lookups are cached (bounds revocation delay)")
 	return cmd
 }

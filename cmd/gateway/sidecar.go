@@ -25,6 +25,7 @@ import (
 	"github.com/modelgateway/gateway/extproc/config"
 	"github.com/modelgateway/gateway/extproc/control"
 	"github.com/modelgateway/gateway/extproc/credential"
+	"github.com/modelgateway/gateway/extproc/routes"
 	"github.com/modelgateway/gateway/extproc/store"
 )
 
@@ -35,6 +36,8 @@ type sidecar struct {
 	health  *health.Server
 	control *http.Server
 	serving atomic.Bool
+	// stopWatch ends the route watcher.
+	stopWatch context.CancelFunc
 
 	ExtProcAddr net.Addr
 	ControlAddr net.Addr
@@ -51,6 +54,9 @@ type sidecarOptions struct {
 	Credentials map[string]string
 	// KeyCacheTTL bounds how long a revoked key keeps working.
 	KeyCacheTTL time.Duration
+	// EnvoyAdminURL is where the route watcher reads Envoy's clusters;
+	// empty means http://listeners.envoy_admin.
+	EnvoyAdminURL string
 }
 
 // startSidecar binds the listeners and starts serving.
@@ -63,7 +69,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := extproc.NewMetrics(reg)
 
-	var routes []*extproc.Route
+	var vendorRoutes []*extproc.Route
 	for _, u := range c.Upstreams {
 		cred, ok := o.Credentials[u.Name]
 		if !ok {
@@ -76,13 +82,22 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		if err != nil {
 			return nil, err
 		}
-		routes = append(routes, r)
+		vendorRoutes = append(vendorRoutes, r)
 	}
 	proc := extproc.NewServer(extproc.Options{
-		Routes: routes, Keys: keys, Ledger: st, Metrics: metrics, Logger: o.Logger,
+		Routes: vendorRoutes, Keys: keys, Ledger: st, Metrics: metrics, Logger: o.Logger,
 	})
 
+	adminURL := o.EnvoyAdminURL
+	if adminURL == "" {
+		adminURL = "http://" + c.Listeners.EnvoyAdmin
+	}
+	watcher := routes.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
+
 	s := &sidecar{log: o.Logger, Store: st}
+	var watchCtx context.Context
+	watchCtx, s.stopWatch = context.WithCancel(context.Background())
+	go watcher.Run(watchCtx, time.Second)
 	// Request bodies up to the configured limit arrive in one message.
 	maxMsg := int(c.Limits.MaxRequestBytes) + 1<<20
 	s.grpc = grpc.NewServer(
@@ -100,6 +115,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Store:     st,
 		Keys:      keys,
 		Serving:   s.serving.Load,
+		Routes:    watcher,
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		Logger:    o.Logger,
 	})
@@ -149,4 +165,5 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 		s.grpc.Stop()
 	}
 	s.control.Shutdown(ctx)
+	s.stopWatch()
 }

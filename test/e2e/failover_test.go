@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelgateway/gateway/test/stack"
+)
+
+// Failover runs with the shipped gateway.yaml settings (health checks every
+// 1 s with a 1 s timeout, 2 failures to eject, outlier ejection after 3
+// consecutive errors for 10 s), so the times it logs are what production
+// gets. The targets (all traffic on the reserve ≤ 10 s after a fault, back on
+// the primary ≤ 60 s after recovery) are reported, not asserted: the tests
+// assert only that the switch happens and that no request fails.
+
+type probe struct {
+	s    *stack.Stack
+	t    *testing.T
+	acct stack.Account
+	n    int
+}
+
+// send makes one non-streaming request, alternating the two routes, and
+// returns the route that served it.
+func (p *probe) send() string {
+	p.t.Helper()
+	p.n++
+	var resp *http.Response
+	var body []byte
+	if p.n%2 == 0 {
+		resp, body = p.s.Do("POST", alphaPath, alphaHeaders(p.acct.Key), alphaBody(false, ""))
+	} else {
+		resp, body = p.s.Do("POST", betaPath, betaHeaders(p.acct.Key), betaBody(false, false, ""))
+	}
+	if resp.StatusCode != 200 {
+		p.t.Fatalf("request %d failed during the switch: %d %s", p.n, resp.StatusCode, body)
+	}
+	return resp.Header.Get("x-gateway-route")
+}
+
+// primaryPOSTs counts model requests the primary fake received.
+func primaryPOSTs(s *stack.Stack) int {
+	st := s.Primary.Stats()
+	return st["alpha"] + st["beta"]
+}
+
+// untilOnly sends requests until n in a row were served by route without the
+// primary receiving any (for the reserve), and returns when the last request
+// that did not satisfy that ended.
+func (p *probe) untilOnly(route string, n int, deadline time.Duration) time.Time {
+	p.t.Helper()
+	start := time.Now()
+	settled := start
+	streak := 0
+	for time.Since(start) < deadline {
+		before := primaryPOSTs(p.s)
+		got := p.send()
+		touchedPrimary := primaryPOSTs(p.s) != before
+		ok := got == route && (route != "reserve" || !touchedPrimary)
+		if ok {
+			streak++
+			if streak >= n {
+				return settled
+			}
+			continue
+		}
+		streak = 0
+		settled = time.Now()
+	}
+	p.t.Fatalf("traffic not all on the %s after %v", route, deadline)
+	return time.Time{}
+}
+
+func healthRoutes(t *testing.T, s *stack.Stack) map[string]string {
+	t.Helper()
+	_, b := s.Do("GET", "/health", nil, nil)
+	var h struct {
+		Routes map[string]string `json:"routes"`
+	}
+	mustJSON(t, b, &h)
+	return h.Routes
+}
+
+// waitHealthRoute polls /health until both upstreams report route.
+func waitHealthRoute(t *testing.T, s *stack.Stack, route string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		r := healthRoutes(t, s)
+		if r["alpha"] == route && r["beta"] == route {
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+	t.Fatalf("/health routes = %v, want %s", healthRoutes(t, s), route)
+}
+
+func TestFailoverOnErrors(t *testing.T) {
+	s := stack.Start(t, stack.Options{})
+	p := &probe{s: s, t: t, acct: s.NewAccount(100, noLimits)}
+	waitHealthRoute(t, s, "primary")
+	if r := p.send(); r != "primary" {
+		t.Fatalf("before the fault, served by %q", r)
+	}
+
+	fault := time.Now()
+	s.Primary.Control(map[string]any{"status": 503})
+	onReserve := p.untilOnly("reserve", 20, 60*time.Second)
+	t.Logf("primary answering 503: all traffic on the reserve %.2fs after the fault; %d requests, none failed",
+		onReserve.Sub(fault).Seconds(), p.n)
+	waitHealthRoute(t, s, "reserve")
+
+	// Keys, bodies and formats are unchanged across the switch.
+	body := alphaBody(false, `,"temperature":0.5`)
+	resp, out := s.Do("POST", alphaPath, alphaHeaders(p.acct.Key), body)
+	if resp.StatusCode != 200 || resp.Header.Get("x-gateway-route") != "reserve" {
+		t.Fatalf("%d %s via %q", resp.StatusCode, out, resp.Header.Get("x-gateway-route"))
+	}
+	rec := s.Reserve.LastRequest("alpha", "/v1/messages")
+	if !bytes.Equal(rec.Body, body) || header(rec.Headers, "x-api-key") != stack.AlphaVendorKey {
+		t.Fatalf("reserve received body %q key %q", rec.Body, header(rec.Headers, "x-api-key"))
+	}
+	// New streams are served by the reserve.
+	resp, evs := stream(t, s, betaPath, betaHeaders(p.acct.Key), betaBody(true, true, ""))
+	if resp.StatusCode != 200 || resp.Header.Get("x-gateway-route") != "reserve" || evs[len(evs)-1].Data != "[DONE]" {
+		t.Fatalf("stream during the outage: %d via %q", resp.StatusCode, resp.Header.Get("x-gateway-route"))
+	}
+
+	recovered := time.Now()
+	s.Primary.Control(map[string]any{"status": 0})
+	onPrimary := p.untilOnly("primary", 10, 90*time.Second)
+	t.Logf("primary recovered: traffic back on the primary %.2fs after recovery", onPrimary.Sub(recovered).Seconds())
+	waitHealthRoute(t, s, "primary")
+
+	// Each ledger entry records the route that served it.
+	entries, _, err := s.Store.Ledger(t.Context(), p.acct.ID, "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range entries {
+		seen[e.Route] = true
+	}
+	if !seen["primary"] || !seen["reserve"] {
+		t.Fatalf("ledger routes %v; want both primary and reserve", seen)
+	}
+}
+
+func TestFailoverOnLatency(t *testing.T) {
+	s := stack.Start(t, stack.Options{})
+	p := &probe{s: s, t: t, acct: s.NewAccount(100, noLimits)}
+	waitHealthRoute(t, s, "primary")
+
+	// Slower than the health check timeout (1 s): probes fail, the primary is
+	// marked unhealthy and traffic spills to the reserve.
+	fault := time.Now()
+	s.Primary.Control(map[string]any{"latency_ms": 1500})
+	onReserve := p.untilOnly("reserve", 20, 60*time.Second)
+	t.Logf("primary slow (1.5 s > 1 s probe timeout): all traffic on the reserve %.2fs after the slowdown; %d requests, none failed",
+		onReserve.Sub(fault).Seconds(), p.n)
+
+	recovered := time.Now()
+	s.Primary.Control(map[string]any{"latency_ms": 0})
+	onPrimary := p.untilOnly("primary", 10, 90*time.Second)
+	t.Logf("primary fast again: traffic back on the primary %.2fs after recovery", onPrimary.Sub(recovered).Seconds())
+}
+
+// A stream already flowing when its upstream dies cannot be retried: the
+// client sees the stream break (SDKs raise), and the observed usage is
+// settled, marked estimated.
+func TestStreamBrokenByUpstreamReset(t *testing.T) {
+	s := stack.Start(t, stack.Options{})
+	acct := s.NewAccount(10, noLimits)
+	s.Primary.Control(map[string]any{"abort_after_events": 4, "reply_words": 20})
+
+	req, _ := http.NewRequest("POST", s.URL+alphaPath, bytes.NewReader(alphaBody(true, "")))
+	for k, v := range alphaHeaders(acct.Key) {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil && strings.Contains(string(b), "message_stop") {
+		t.Fatalf("stream completed although the upstream reset it:\n%s", b)
+	}
+	if err == nil {
+		t.Logf("stream ended without message_stop (%d bytes); the SDKs raise on this", len(b))
+	}
+	e := waitLedgerEntry(t, s, acct.ID)
+	if !e.Estimated || e.Input == 0 {
+		t.Fatalf("entry %+v; want the observed usage, estimated", e)
+	}
+}
