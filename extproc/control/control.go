@@ -134,7 +134,7 @@ func (h *Handler) probe(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.o.Now()
-	if !h.probedAt.IsZero() && now.Sub(h.probedAt) < h.probeTTL && now.After(h.probedAt) {
+	if !h.probedAt.IsZero() && now.Sub(h.probedAt) < h.probeTTL && !now.Before(h.probedAt) {
 		return h.probeErr
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.probeTime)
