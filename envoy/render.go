@@ -58,6 +58,8 @@ type view struct {
 
 type upstreamView struct {
 	Name               string
+	Format             string
+	LocalErrors        []localError
 	Retries            int
 	PerTryIdleTimeout  string
 	ConsecutiveErrors  int
@@ -109,6 +111,8 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 	for _, u := range c.Upstreams {
 		uv := upstreamView{
 			Name:               u.Name,
+			Format:             u.Format,
+			LocalErrors:        localErrors(u.Format),
 			Retries:            u.Failover.Retries,
 			PerTryIdleTimeout:  seconds(u.Failover.PerTryIdleTimeout.D()),
 			ConsecutiveErrors:  u.Failover.ConsecutiveErrors,
@@ -178,4 +182,41 @@ var ComposeOptions = Options{
 	PublicAddr:  "0.0.0.0:8080",
 	AdminAddr:   "0.0.0.0:9901",
 	NodeID:      "gateway-compose",
+}
+
+// localError is how one of Envoy's own error statuses reads in a vendor's
+// error format. Status 0 is the fallback for any other status.
+type localError struct {
+	Status  int
+	Type    string
+	Code    string // format B only
+	Message string
+}
+
+func localErrors(format string) []localError {
+	const (
+		timeout   = "the request timed out; retry with backoff"
+		tooLarge  = "request body is larger than this gateway accepts"
+		headers   = "request headers are too large"
+		busy      = "the service is temporarily unavailable; retry with backoff"
+		otherwise = "%LOCAL_REPLY_BODY%"
+	)
+	if format == config.FormatMessages {
+		return []localError{
+			{408, "timeout_error", "", timeout},
+			{413, "request_too_large", "", tooLarge},
+			{431, "invalid_request_error", "", headers},
+			{503, "overloaded_error", "", busy},
+			{504, "timeout_error", "", timeout},
+			{0, "api_error", "", otherwise},
+		}
+	}
+	return []localError{
+		{408, "timeout", "timeout", timeout},
+		{413, "invalid_request_error", "request_too_large", tooLarge},
+		{431, "invalid_request_error", "headers_too_large", headers},
+		{503, "server_error", "service_unavailable", busy},
+		{504, "timeout", "timeout", timeout},
+		{0, "server_error", "server_error", otherwise},
+	}
 }

@@ -64,9 +64,13 @@ func TestRenderingsPassEnvoyValidate(t *testing.T) {
 	}
 }
 
-// demoEndpoints are the `--endpoint` flags that render envoy/envoy-demo.yaml:
-// the compose demo profile's fake vendor serves both formats.
-var demoEndpoints = map[string]string{"alpha": "http://fakevendor:9101", "beta": "http://fakevendor:9102"}
+// envoy/envoy-demo.yaml is the bootstrap of the compose demo profile: its
+// own sidecar (gateway-demo), and `--endpoint` flags pointing both endpoints
+// of each upstream at the fake vendor, which serves both formats.
+var (
+	demoOptions   = envoy.Options{ExtProcAddr: "gateway-demo:50051", ControlAddr: "gateway-demo:8081", PublicAddr: "0.0.0.0:8080", AdminAddr: "0.0.0.0:9901", NodeID: "gateway-compose-demo"}
+	demoEndpoints = map[string]string{"alpha": "http://fakevendor:9101", "beta": "http://fakevendor:9102"}
+)
 
 // The checked-in envoy/envoy.yaml and envoy/envoy-demo.yaml are exactly what
 // the generator renders.
@@ -79,8 +83,11 @@ func TestCheckedInBootstrapIsCurrent(t *testing.T) {
 		}
 		u.Primary.URL, u.Reserve.URL = url, url
 	}
-	for file, c := range map[string]*config.Config{"envoy.yaml": load(t), "envoy-demo.yaml": demo} {
-		want, err := envoy.Render(c, envoy.ComposeOptions)
+	for file, r := range map[string]struct {
+		c *config.Config
+		o envoy.Options
+	}{"envoy.yaml": {load(t), envoy.ComposeOptions}, "envoy-demo.yaml": {demo, demoOptions}} {
+		want, err := envoy.Render(r.c, r.o)
 		if err != nil {
 			t.Fatal(err)
 		}

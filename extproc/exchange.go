@@ -103,10 +103,14 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 		if h.GetEndOfStream() {
 			return x.reject(format.InvalidRequest, "request body is required", 0)
 		}
+		if n, err := strconv.ParseInt(hv.contentLength, 10, 64); err == nil && x.s.maxBody > 0 && n > x.s.maxBody {
+			return x.reject(format.TooLarge, "request body of "+hv.contentLength+" bytes is larger than the "+
+				strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0)
+		}
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
 		}}
-	case x.route.FreePaths[hv.method+" "+sub]:
+	case x.route.isFree(hv.method + " " + sub):
 		// Free read-only paths: forward as they are, observe nothing more.
 		return &extprocv3.ProcessingResponse{
 			Response: &extprocv3.ProcessingResponse_RequestHeaders{
@@ -342,6 +346,7 @@ type headerValues struct {
 	method, path, status   string
 	xAPIKey, authorization string
 	contentType            string
+	contentLength          string
 	route                  string
 	internal               []string // client-sent headers with our prefix
 }
@@ -366,6 +371,8 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 			hv.authorization = v
 		case "content-type":
 			hv.contentType = v
+		case "content-length":
+			hv.contentLength = v
 		case "x-gateway-route":
 			hv.route = v
 			hv.internal = append(hv.internal, k)

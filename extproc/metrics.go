@@ -105,6 +105,8 @@ func rejectionReason(k format.ErrorKind) string {
 		return "daily_limit"
 	case format.Unavailable:
 		return "unavailable"
+	case format.TooLarge:
+		return "too_large"
 	}
 	return "other"
 }

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/modelgateway/gateway/extproc/config"
 	"github.com/modelgateway/gateway/extproc/format"
@@ -18,8 +19,10 @@ type Route struct {
 	// MeteredPath is the one POST path that is billed, after the prefix.
 	MeteredPath string
 	// FreePaths are "METHOD /path" forwarded with a valid model key and not
-	// billed (model listings, token counting).
-	FreePaths map[string]bool
+	// billed (model listings, token counting); freePrefixes hold those
+	// written with a trailing "*".
+	FreePaths    map[string]bool
+	freePrefixes []string
 
 	prefix     string // "/NAME/"
 	credHeader string // header that carries the vendor credential
@@ -53,7 +56,24 @@ func NewRoute(u config.Upstream, credential string) (*Route, error) {
 		if err != nil {
 			return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
 		}
+		if prefix, ok := strings.CutSuffix(path, "*"); ok {
+			r.freePrefixes = append(r.freePrefixes, method+" "+prefix)
+			continue
+		}
 		r.FreePaths[method+" "+path] = true
 	}
 	return r, nil
+}
+
+// isFree reports whether "METHOD /path" is a free read-only vendor path.
+func (r *Route) isFree(methodPath string) bool {
+	if r.FreePaths[methodPath] {
+		return true
+	}
+	for _, p := range r.freePrefixes {
+		if strings.HasPrefix(methodPath, p) && !strings.Contains(methodPath[len(p):], "/") {
+			return true
+		}
+	}
+	return false
 }

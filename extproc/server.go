@@ -46,6 +46,10 @@ type Options struct {
 	// SettleTimeout bounds one settlement; it runs after the client's stream
 	// context may already be gone.
 	SettleTimeout time.Duration
+	// MaxRequestBytes refuses a declared content-length above it before any
+	// of the body is buffered (Envoy enforces the same limit on bodies
+	// without a declared length).
+	MaxRequestBytes int64
 }
 
 // Server implements Envoy's ExternalProcessor service.
@@ -59,6 +63,7 @@ type Server struct {
 	log     *slog.Logger
 	now     func() time.Time
 	settleT time.Duration
+	maxBody int64
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -70,7 +75,7 @@ type Server struct {
 func NewServer(o Options) *Server {
 	s := &Server{
 		routes: o.Routes, keys: o.Keys, ledger: o.Ledger, metrics: o.Metrics,
-		log: o.Logger, now: o.Now, settleT: o.SettleTimeout,
+		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes,
 	}
 	if s.log == nil {
 		s.log = slog.Default()

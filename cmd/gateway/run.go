@@ -15,9 +15,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/modelgateway/gateway/envoy"
+	"github.com/modelgateway/gateway/extproc/admin"
 	"github.com/modelgateway/gateway/extproc/config"
 	"github.com/modelgateway/gateway/extproc/pricing"
-	"github.com/modelgateway/gateway/extproc/store"
+	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
 func runCmd() *cobra.Command {
@@ -123,6 +124,11 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		log.Warn("no vendor keys set: routing to FAKE vendors", "upstreams", strings.Join(fakes, ","))
 	}
 
+	// The demo needs a working admin API for gatewayctl: make a token for
+	// this run when none is configured. It is written to demo.env (mode 0600).
+	if os.Getenv(admin.TokenEnv) == "" && os.Getenv(admin.TokenFileEnv) == "" {
+		os.Setenv(admin.TokenEnv, "adm_"+randomHex(24))
+	}
 	rdb, closeStore, err := openStore(cfg, log)
 	if err != nil {
 		return err
@@ -162,11 +168,12 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		return err
 	}
 
-	demo, err := createDemo(ctx, sc.Store, cfg, demoUSD)
+	demo, err := createDemo(ctx, sc.Admin, cfg, demoUSD)
 	if err != nil {
 		return err
 	}
 	demo.URL = "http://" + public
+	demo.AdminAddr, demo.AdminToken = cfg.Listeners.Admin, os.Getenv(admin.TokenEnv)
 	envPath := filepath.Join(stateDir, "demo.env")
 	if err := os.WriteFile(envPath, []byte(demo.env()), 0o600); err != nil {
 		return err
@@ -190,27 +197,29 @@ type fakeAddrs struct {
 
 type demoAccount struct {
 	URL, APIKey, ReadOnlyToken, AccountID string
+	AdminAddr, AdminToken                 string
 	AlphaModel, BetaModel                 string
 }
 
-func createDemo(ctx context.Context, st *store.Store, cfg *config.Config, usd float64) (demoAccount, error) {
-	acct, err := st.CreateAccount(ctx, "demo", int64(usd*pricing.NanoPerUSD), store.Limits{
-		DailyNanoUSD:  int64(cfg.Limits.DailyUSD * pricing.NanoPerUSD),
-		RPM:           cfg.Limits.RPM,
-		WindowMinutes: cfg.Limits.WindowMinutes,
-	})
+// createDemo makes the demo account through the admin API, in process, so
+// that it is validated and audited like any other; its limits are the
+// configured defaults.
+func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, usd float64) (demoAccount, error) {
+	ctx = admin.WithActor(ctx, "gateway-run")
+	acct, err := svc.CreateAccount(ctx, &adminv1.CreateAccountRequest{Name: "demo", BalanceNanoUsd: int64(usd * pricing.NanoPerUSD)})
 	if err != nil {
 		return demoAccount{}, fmt.Errorf("demo account: %w", err)
 	}
-	key, _, err := st.CreateKey(ctx, acct.ID, store.ModelKey, store.KeyOptions{Label: "demo"})
+	id := acct.Account.Id
+	key, err := svc.CreateKey(ctx, &adminv1.CreateKeyRequest{AccountId: id, Label: "demo"})
 	if err != nil {
 		return demoAccount{}, fmt.Errorf("demo key: %w", err)
 	}
-	tok, _, err := st.CreateKey(ctx, acct.ID, store.ReadOnlyToken, store.KeyOptions{Label: "demo"})
+	tok, err := svc.CreateReadOnlyToken(ctx, &adminv1.CreateReadOnlyTokenRequest{AccountId: id, Label: "demo"})
 	if err != nil {
 		return demoAccount{}, fmt.Errorf("demo token: %w", err)
 	}
-	d := demoAccount{APIKey: key, ReadOnlyToken: tok, AccountID: acct.ID}
+	d := demoAccount{APIKey: key.Secret, ReadOnlyToken: tok.Secret, AccountID: id}
 	for _, u := range cfg.Upstreams {
 		if u.Format == config.FormatMessages && d.AlphaModel == "" {
 			d.AlphaModel = u.Models[0].Name
@@ -223,7 +232,11 @@ func createDemo(ctx context.Context, st *store.Store, cfg *config.Config, usd fl
 }
 
 func (d demoAccount) env() string {
-	return fmt.Sprintf("GATEWAY_URL=%s\nDEMO_API_KEY=%s\nDEMO_READONLY_TOKEN=%s\n", d.URL, d.APIKey, d.ReadOnlyToken)
+	env := fmt.Sprintf("GATEWAY_URL=%s\nDEMO_API_KEY=%s\nDEMO_READONLY_TOKEN=%s\n", d.URL, d.APIKey, d.ReadOnlyToken)
+	if d.AdminToken != "" {
+		env += fmt.Sprintf("GATEWAY_ADMIN_ADDR=%s\nGATEWAY_ADMIN_TOKEN=%s\n", d.AdminAddr, d.AdminToken)
+	}
+	return env
 }
 
 func (d demoAccount) banner(envPath string, fake bool) string {
@@ -246,6 +259,8 @@ func (d demoAccount) banner(envPath string, fake bool) string {
 	fmt.Fprintf(&b, "  # usage and health\n")
 	fmt.Fprintf(&b, "  curl -s \"$GATEWAY_URL/v1/usage?period=day\" -H \"Authorization: Bearer $DEMO_READONLY_TOKEN\"\n")
 	fmt.Fprintf(&b, "  curl -s $GATEWAY_URL/health\n\n")
+	fmt.Fprintf(&b, "  # administration (accounts, keys, top-ups)\n")
+	fmt.Fprintf(&b, "  export GATEWAY_ADMIN_ADDR GATEWAY_ADMIN_TOKEN; bin/gatewayctl accounts list\n\n")
 	b.WriteString("Press Ctrl-C to stop.\n")
 	return b.String()
 }

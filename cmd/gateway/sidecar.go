@@ -22,11 +22,14 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/modelgateway/gateway/extproc"
+	"github.com/modelgateway/gateway/extproc/admin"
 	"github.com/modelgateway/gateway/extproc/config"
 	"github.com/modelgateway/gateway/extproc/control"
 	"github.com/modelgateway/gateway/extproc/credential"
 	"github.com/modelgateway/gateway/extproc/routes"
+	"github.com/modelgateway/gateway/extproc/spool"
 	"github.com/modelgateway/gateway/extproc/store"
+	"github.com/modelgateway/gateway/extproc/tokens"
 )
 
 // sidecar is the running set of servers of `gateway serve`.
@@ -35,12 +38,17 @@ type sidecar struct {
 	grpc    *grpc.Server
 	health  *health.Server
 	control *http.Server
+	admin   *grpc.Server // nil when no admin token is configured
 	serving atomic.Bool
 	// stopWatch ends the route watcher.
 	stopWatch context.CancelFunc
+	// ledger spools settlements the store cannot take and replays them.
+	ledger *spool.Ledger
 
 	ExtProcAddr net.Addr
 	ControlAddr net.Addr
+	AdminAddr   net.Addr       // nil when the admin API is not served
+	Admin       *admin.Service // the admin API in process, served or not
 	Store       *store.Store
 }
 
@@ -62,6 +70,13 @@ type sidecarOptions struct {
 // startSidecar binds the listeners and starts serving.
 func startSidecar(o sidecarOptions) (*sidecar, error) {
 	c := o.Config
+	// Load the tokenizer now rather than on the first estimate, which would
+	// otherwise stall that reply for a fraction of a second.
+	go func() {
+		if err := tokens.Init(); err != nil {
+			o.Logger.Warn("tokenizer unavailable; estimates fall back to byte counts", "err", err)
+		}
+	}()
 	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.MaxRequestDuration.D()})
 	keys := credential.NewCache(st, o.KeyCacheTTL)
 
@@ -84,8 +99,13 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		}
 		vendorRoutes = append(vendorRoutes, r)
 	}
+	ledger, err := spool.Open(c.Store.SpoolDir, st, spool.Options{Registerer: reg, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
 	proc := extproc.NewServer(extproc.Options{
-		Routes: vendorRoutes, Keys: keys, Ledger: st, Metrics: metrics, Logger: o.Logger,
+		MaxRequestBytes: c.Limits.MaxRequestBytes,
+		Routes:          vendorRoutes, Keys: keys, Ledger: ledger, Metrics: metrics, Logger: o.Logger,
 	})
 
 	adminURL := o.EnvoyAdminURL
@@ -94,7 +114,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	}
 	watcher := routes.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
 
-	s := &sidecar{log: o.Logger, Store: st}
+	s := &sidecar{log: o.Logger, Store: st, ledger: ledger}
 	var watchCtx context.Context
 	watchCtx, s.stopWatch = context.WithCancel(context.Background())
 	go watcher.Run(watchCtx, time.Second)
@@ -131,6 +151,11 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		return nil, fmt.Errorf("control listener: %w", err)
 	}
 	s.ExtProcAddr, s.ControlAddr = gl.Addr(), hl.Addr()
+	if err := s.startAdmin(c, st); err != nil {
+		gl.Close()
+		hl.Close()
+		return nil, err
+	}
 	go func() {
 		if err := s.grpc.Serve(gl); err != nil {
 			o.Logger.Error("extproc server stopped", "err", err)
@@ -164,6 +189,10 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 		s.log.Warn("shutdown deadline passed; cutting remaining streams")
 		s.grpc.Stop()
 	}
+	// Every settlement has been made or spooled: replay what can be, keep
+	// the rest on disk for the next start.
+	s.ledger.Close(ctx)
 	s.control.Shutdown(ctx)
+	s.stopAdmin(ctx)
 	s.stopWatch()
 }

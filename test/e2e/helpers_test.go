@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -193,3 +194,5 @@ func num(t *testing.T, m map[string]any, path string) float64 {
 	}
 	return f
 }
+
+func bufioReader(c net.Conn) *bufio.Reader { return bufio.NewReader(c) }

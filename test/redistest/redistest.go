@@ -56,6 +56,16 @@ func NewServer(tb testing.TB) *Server {
 	return newServer(tb, nil)
 }
 
+// NewServerWith is NewServer with extra redis-server arguments, which
+// override the defaults. With "--appendonly", "yes", "--appendfsync",
+// "always" the data survives Stop and Start, as a production Redis with
+// persistence would keep it through a crash.
+func NewServerWith(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	need(tb, "redis-server")
+	return newServer(tb, args)
+}
+
 // newServer starts a server with extra arguments on a free port, trying a few
 // ports in case another process takes the one picked.
 func newServer(tb testing.TB, extra []string) *Server {
@@ -90,8 +100,8 @@ func newServer(tb testing.TB, extra []string) *Server {
 	return nil
 }
 
-// Start starts the server again on its port after Stop. The data is gone:
-// the server keeps nothing on disk.
+// Start starts the server again on its port after Stop. The data is gone
+// unless the server was started with persistence (see NewServerWith).
 func (s *Server) Start() {
 	s.tb.Helper()
 	if err := s.start(); err != nil {

@@ -50,3 +50,15 @@ func TestStartCluster(t *testing.T) {
 		}
 	}
 }
+
+func TestPersistenceSurvivesStop(t *testing.T) {
+	s := NewServerWith(t, "--appendonly", "yes", "--appendfsync", "always")
+	if _, err := command(s.Addr, "SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	s.Start()
+	if v, err := command(s.Addr, "GET", "k"); err != nil || v != "v" {
+		t.Fatalf("GET k after restart = %q, %v; want the value kept on disk", v, err)
+	}
+}

@@ -90,28 +90,26 @@ func scanError(err error) error {
 // per byte.
 const inputTextLimit = 64 << 10
 
-const (
-	txtSystem = iota
-	txtSystemBlock
-	txtContent
-	txtBlockText
-	txtBlockThinking
-	txtBlockInput
-	txtBlockContent
-	txtNestedText
-	txtTool
-)
-
+// requestTextQuery finds prompt text. Paths that may hold either a string or
+// an array of blocks ("system", "content") are listed both ways; only
+// strings are counted there. Tool inputs and definitions are JSON the model
+// reads as is, so their raw text is counted.
 var requestTextQuery = jsonscan.NewQuery(
 	"system",
 	"system[].text",
 	"messages[].content",
 	"messages[].content[].text",
 	"messages[].content[].thinking",
-	"messages[].content[].input",
 	"messages[].content[].content",
 	"messages[].content[].content[].text",
+	"messages[].content[].input",
 	"tools[]",
+)
+
+// Positions in requestTextQuery of the paths counted as raw JSON.
+const (
+	txtToolInput = 7
+	txtTool      = 8
 )
 
 // estimateInput counts the tokens of the prompt text in a request body: the
@@ -124,8 +122,8 @@ func estimateInput(body []byte) int64 {
 		switch {
 		case v.Kind == jsonscan.String:
 			t.Write(v.AppendText(nil))
-		case path == txtBlockInput || path == txtTool:
-			t.Write(v.Raw) // JSON the model reads or wrote as is
+		case path == txtToolInput || path == txtTool:
+			t.Write(v.Raw)
 		default:
 			return nil
 		}

