@@ -43,6 +43,8 @@ type Options struct {
 	Configure func(*config.Config)
 	// RedisAddr uses an existing Redis instead of starting one.
 	RedisAddr string
+	// RedisCluster uses an existing Redis Cluster (its nodes' addresses).
+	RedisCluster []string
 	// SidecarArgs are extra flags for `gateway serve`.
 	SidecarArgs []string
 	// SidecarEnv are extra environment variables for the sidecar.
@@ -80,7 +82,7 @@ func Start(tb testing.TB, o Options) *Stack {
 	tb.Cleanup(s.stop)
 
 	s.RedisAddr = o.RedisAddr
-	if s.RedisAddr == "" && !o.Bare {
+	if s.RedisAddr == "" && len(o.RedisCluster) == 0 && !o.Bare {
 		s.Redis = redistest.NewServer(tb)
 		s.RedisAddr = s.Redis.Addr
 	}
@@ -127,7 +129,11 @@ func Start(tb testing.TB, o Options) *Stack {
 	}
 
 	if !o.Bare {
-		s.RDB = redis.NewClient(&redis.Options{Addr: s.RedisAddr})
+		if len(o.RedisCluster) > 0 {
+			s.RDB = redis.NewClusterClient(&redis.ClusterOptions{Addrs: o.RedisCluster})
+		} else {
+			s.RDB = redis.NewClient(&redis.Options{Addr: s.RedisAddr})
+		}
 		s.Store = store.New(s.RDB, store.Options{})
 		s.StartSidecar()
 	}
@@ -142,8 +148,12 @@ func (s *Stack) StartSidecar() {
 	tb := s.TB
 	tb.Helper()
 	args := append([]string{"serve", "--config", s.configPath, "--log-level", "debug"}, s.opts.SidecarArgs...)
+	redisURL := "redis://" + s.RedisAddr
+	if len(s.opts.RedisCluster) > 0 {
+		redisURL = "redis+cluster://" + strings.Join(s.opts.RedisCluster, ",")
+	}
 	env := append([]string{
-		"REDIS_URL=redis://" + s.RedisAddr,
+		"REDIS_URL=" + redisURL,
 		"ALPHA_API_KEY=" + AlphaVendorKey,
 		"BETA_API_KEY=" + BetaVendorKey,
 	}, s.opts.SidecarEnv...)
