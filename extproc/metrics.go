@@ -52,6 +52,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gateway_expired_holds_total", Help: "Holds of requests that never settled, released after the maximum request duration.",
 		}),
 	}
+	// Known label values start at zero, so alerts on them work before the
+	// first error.
+	for _, op := range []string{"lookup", "admit", "settle"} {
+		m.storeErrors.WithLabelValues(op)
+	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.storeErrors, m.estimated,
 			m.admitSeconds, m.settleSeconds, m.expiredHolds)
