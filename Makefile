@@ -8,7 +8,7 @@ PY    := $(VENV)/bin/python
 ENVOY := $(VENV)/bin/envoy
 BIN   := bin
 # Bounded fuzzing in `make test`; raise for a longer local run.
-FUZZTIME ?= 5s
+FUZZTIME ?= 4s
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
 
@@ -52,12 +52,13 @@ test: build envoy redis
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory bench-smoke
 
-## fuzz: each fuzz target for FUZZTIME
+## fuzz: each fuzz target for FUZZTIME (seed corpora also run in plain `go test`)
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for t in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
-	    echo "fuzz $$pkg $$t ($(FUZZTIME))"; \
-	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg >/dev/null || { $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg; exit 1; }; \
+	@set -e; for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+	  for t in $$(grep -h '^func Fuzz' $$dir/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    echo "fuzz $$dir $$t ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$dir >/dev/null || \
+	      { $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$dir; exit 1; }; \
 	  done; \
 	done
 
