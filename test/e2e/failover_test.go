@@ -178,14 +178,7 @@ func TestStreamBrokenByUpstreamReset(t *testing.T) {
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"abort_after_events": 4, "reply_words": 20})
 
-	req, _ := http.NewRequest("POST", s.URL+alphaPath, bytes.NewReader(alphaBody(true, "")))
-	for k, v := range alphaHeaders(acct.Key) {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := open(t, t.Context(), s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
 	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err == nil && strings.Contains(string(b), "message_stop") {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -144,14 +143,7 @@ func TestSIGTERMLetsStreamsFinish(t *testing.T) {
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"event_delay_ms": 100, "reply_words": 15})
 
-	req, _ := http.NewRequest("POST", s.URL+alphaPath, bytes.NewReader(alphaBody(true, "")))
-	for k, v := range alphaHeaders(acct.Key) {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := open(t, t.Context(), s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
 	defer resp.Body.Close()
 	buf := make([]byte, 1)
 	if _, err := resp.Body.Read(buf); err != nil { // the stream has started

@@ -5,6 +5,8 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -57,11 +59,11 @@ type event struct {
 	At   time.Time
 }
 
-// stream posts a request and reads its SSE reply event by event as it
-// arrives.
-func stream(t *testing.T, s *stack.Stack, path string, header map[string]string, body []byte) (*http.Response, []event) {
+// open posts a request and returns the response with its body unread, for
+// tests that read a stream piece by piece or cut it short.
+func open(t *testing.T, ctx context.Context, s *stack.Stack, path string, header map[string]string, body []byte) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequest("POST", s.URL+path, strings.NewReader(string(body)))
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+path, bytes.NewReader(body))
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
@@ -69,6 +71,14 @@ func stream(t *testing.T, s *stack.Stack, path string, header map[string]string,
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+// stream posts a request and reads its SSE reply event by event as it
+// arrives.
+func stream(t *testing.T, s *stack.Stack, path string, header map[string]string, body []byte) (*http.Response, []event) {
+	t.Helper()
+	resp := open(t, context.Background(), s, path, header, body)
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		return resp, nil

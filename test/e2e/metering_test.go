@@ -307,15 +307,8 @@ func TestDisconnectAndVendorError(t *testing.T) {
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"event_delay_ms": 50, "reply_words": 40})
 
-	req, _ := http.NewRequest("POST", s.URL+alphaPath, bytes.NewReader(alphaBody(true, "")))
-	for k, v := range alphaHeaders(acct.Key) {
-		req.Header.Set(k, v)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := open(t, ctx, s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
 	buf := make([]byte, 2048)
 	read := 0
 	for read < 600 { // message_start and a few deltas
