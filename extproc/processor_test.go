@@ -1,0 +1,159 @@
+package extproc
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/extproc/config"
+	"github.com/modelgateway/gateway/extproc/credential"
+	"github.com/modelgateway/gateway/extproc/store"
+)
+
+// roundTrips counts what the client sends to Redis: one command or one
+// pipeline is one round trip, whatever a script does inside.
+type roundTrips struct{ n atomic.Int64 }
+
+func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+
+func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
+}
+
+// rig is a processor on miniredis with one funded account.
+type rig struct {
+	srv   *Server
+	trips *roundTrips
+	st    *store.Store
+	acct  string
+	key   string
+	route *Route
+}
+
+func newRig(tb testing.TB) *rig {
+	tb.Helper()
+	mr := miniredis.RunT(tb)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	tb.Cleanup(func() { rdb.Close() })
+	trips := &roundTrips{}
+	rdb.AddHook(trips)
+	st := store.New(rdb, store.Options{})
+	ctx := context.Background()
+	a, err := st.CreateAccount(ctx, "bench", 1_000_000*1_000_000_000, store.Limits{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	key, _, err := st.CreateKey(ctx, a.ID, store.ModelKey, store.KeyOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg, err := config.Load("../gateway.yaml")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	u, _ := cfg.Upstream("alpha")
+	r, err := NewRoute(*u, "vendor-key")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := NewServer(Options{Routes: []*Route{r}, Keys: credential.NewCache(st, 0), Ledger: st, MaxRequestBytes: 32 << 20,
+		Logger: slog.New(slog.DiscardHandler)})
+	return &rig{srv: srv, trips: trips, st: st, acct: a.ID, key: key, route: r}
+}
+
+func headers(kv ...string) *extprocv3.HttpHeaders {
+	m := &corev3.HeaderMap{}
+	for i := 0; i < len(kv); i += 2 {
+		m.Headers = append(m.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+	}
+	return &extprocv3.HttpHeaders{Headers: m}
+}
+
+var (
+	reqBody = []byte(`{"model":"claude-sonnet-4-5","max_tokens":256,"stream":true,"messages":[{"role":"user","content":"Hello there"}]}`)
+	events  = [][]byte{
+		[]byte("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n"),
+		[]byte("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"),
+		[]byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}\n\n"),
+		[]byte("event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" there\"}}\n\n"),
+		[]byte("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"),
+		[]byte("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n"),
+		[]byte("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+	}
+)
+
+// request runs one streaming request through the exchange, phase by phase,
+// as Envoy would send it, and fails on any immediate response.
+func (r *rig) request(tb testing.TB) {
+	ctx := context.Background()
+	x := &exchange{s: r.srv}
+	check := func(resp *extprocv3.ProcessingResponse) {
+		if ir := resp.GetImmediateResponse(); ir != nil {
+			tb.Fatalf("rejected: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
+		}
+	}
+	check(x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key,
+			"content-type", "application/json", "content-length", strconv.Itoa(len(reqBody)), "anthropic-version", "2023-06-01"),
+	}}))
+	check(x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
+	}}))
+	check(x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream", "x-gateway-route", "primary"),
+	}}))
+	for i, ev := range events {
+		check(x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: ev, EndOfStream: i == len(events)-1},
+		}}))
+	}
+	if !x.settled {
+		tb.Fatal("request not settled")
+	}
+}
+
+// One request costs two Redis round trips with the key cached: the
+// admission script and the settlement script.
+func TestRoundTripsPerRequest(t *testing.T) {
+	r := newRig(t)
+	r.request(t) // warm the key cache and load the scripts
+	before := r.trips.n.Load()
+	const n = 10
+	for i := 0; i < n; i++ {
+		r.request(t)
+	}
+	if got := r.trips.n.Load() - before; got != 2*n {
+		t.Fatalf("%d Redis round trips for %d requests, want %d", got, n, 2*n)
+	}
+	rep, err := r.st.Usage(context.Background(), r.acct, store.Total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Totals.Requests != n+1 || rep.Totals.Input != 12*(n+1) || rep.Totals.Output != 2*(n+1) {
+		t.Fatalf("usage %+v", rep.Totals)
+	}
+}
+
+// BenchmarkRequest is one full streaming request through the processor:
+// headers, body and admission, response headers, seven SSE chunks metered,
+// settlement, on miniredis.
+func BenchmarkRequest(b *testing.B) {
+	r := newRig(b)
+	r.request(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r.request(b)
+	}
+}
