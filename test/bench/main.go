@@ -19,6 +19,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,7 +36,9 @@ func main() {
 		smoke   = flag.Bool("smoke", false, "tiny rates and durations: exercise the harness in seconds, judge nothing")
 		note    = flag.String("note", "", "a line for the report's header, e.g. that the machine was shared")
 		profile = flag.String("cpuprofile-sidecar", "", "record the sidecar with perf(1) under load into this file (perf.data format; a text summary goes to FILE.txt)")
+		env     listFlag
 	)
+	flag.Var(&env, "sidecar-env", "KEY=VALUE for the sidecar's environment, repeatable (e.g. GOMAXPROCS=1, GOGC=200) to try a setting")
 	flag.Parse()
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 
@@ -53,7 +56,7 @@ func main() {
 	if *smoke {
 		p = smokePlan
 	}
-	b := start(tb, p)
+	b := start(tb, p, env)
 	b.res.note = *note
 	usage0 := b.machineUsage()
 	b.run()
@@ -140,13 +143,14 @@ func messagesBody(stream bool) []byte {
 
 // start brings up the gateway, then bare Envoy pointed at the gateway's
 // fake vendors, so that both proxies reach the very same upstream process.
-func start(tb *benchTB, p plan) *bench {
-	res := &results{plan: p, started: time.Now(), env: readEnvironment(tb), loadStart: loadAvg()}
+func start(tb *benchTB, p plan, sidecarEnv []string) *bench {
+	res := &results{plan: p, started: time.Now(), env: readEnvironment(tb), loadStart: loadAvg(), sidecarEnv: sidecarEnv}
 	log.Printf("starting the gateway stack")
 	gw := stack.Start(tb, stack.Options{
 		// Production's log level: the per-request log line is part of
 		// the cost being measured.
 		SidecarArgs: []string{"--log-level", "info"},
+		SidecarEnv:  sidecarEnv,
 	})
 	log.Printf("starting the bare Envoy stack")
 	bare := stack.Start(tb, stack.Options{Bare: true, Configure: func(c *config.Config) {
@@ -230,9 +234,11 @@ func (b *bench) both(warm func(t *target), f func(t *target)) {
 	}
 }
 
-// cpuSnap is the CPU time used so far by the processes behind a target.
+// cpuSnap is the CPU time used so far by the processes behind a target,
+// and for the gateway the sidecar's store timings.
 type cpuSnap struct {
 	sidecar, envoy, redis time.Duration
+	store                 sidecarStats
 }
 
 func (b *bench) cpuSnap(t *target) cpuSnap {
@@ -243,10 +249,11 @@ func (b *bench) cpuSnap(t *target) cpuSnap {
 		sidecar: cpuTime(b.gw.Sidecar.Cmd.Process.Pid),
 		envoy:   cpuTime(b.gw.Envoy.Cmd.Process.Pid),
 		redis:   readRedisStats(b.rdb).cpu,
+		store:   sidecarMetrics(b.gw.ControlURL + "/metrics"),
 	}
 }
 
-// metered runs a slice and adds the CPU its target's processes used to u.
+// metered runs a slice and adds what its target's processes used to u.
 func (b *bench) metered(t *target, u *cpuUse, slice func() int64) {
 	before := b.cpuSnap(t)
 	n := slice()
@@ -255,6 +262,10 @@ func (b *bench) metered(t *target, u *cpuUse, slice func() int64) {
 	u.envoy += after.envoy - before.envoy
 	u.redis += after.redis - before.redis
 	u.requests += n
+	u.admitSeconds += after.store.admitSum - before.store.admitSum
+	u.admits += after.store.admitCount - before.store.admitCount
+	u.settleSeconds += after.store.settleSum - before.store.settleSum
+	u.settles += after.store.settleCount - before.store.settleCount
 }
 
 // latency measures non-streaming latency at each rate with an immediate
@@ -420,12 +431,12 @@ func (b *bench) memory() {
 			envoyPid = bareEnvoy
 		}
 		sc0, env0 := rssKB(sidecarPid), rssKB(envoyPid)
-		go0 := goMetrics(metrics)
+		go0 := sidecarMetrics(metrics)
 		h := holdStreams(t, req, p.openStreams, p.openRate, 60*time.Second)
 		time.Sleep(p.settle) // let the last streams' buffers settle
 		open, failed, errs := h.counts()
 		sc1, env1 := rssKB(sidecarPid), rssKB(envoyPid)
-		go1 := goMetrics(metrics)
+		go1 := sidecarMetrics(metrics)
 		h.release()
 		log.Printf("memory: %s: %d open, %d failed %v", t.name, open, failed, errs)
 		if t == b.gwT {
@@ -471,3 +482,9 @@ type usage struct {
 func (u usage) sub(o usage) usage {
 	return usage{busy: u.busy - o.busy, total: u.total - o.total, own: u.own - o.own}
 }
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, " ") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }

@@ -126,36 +126,40 @@ func (s redisStats) sub(o redisStats) redisStats {
 	return d
 }
 
-// goStats are a few gauges from the sidecar's Prometheus endpoint: live
-// heap, goroutine stacks and goroutines tell what the RSS alone cannot
-// (how much is live, and what each stream holds).
-type goStats struct {
+// sidecarStats are a few figures from the sidecar's Prometheus endpoint.
+// Live heap, goroutine stacks and goroutines tell what the RSS alone
+// cannot (how much is live, and what each stream holds); the store
+// histograms' sums and counts tell how long the two Redis steps on every
+// request's path took as the sidecar saw them.
+type sidecarStats struct {
 	heapInuse, stackInuse, goroutines float64
+	admitSum, admitCount              float64
+	settleSum, settleCount            float64
 }
 
-func goMetrics(url string) goStats {
-	var st goStats
+func sidecarMetrics(url string) sidecarStats {
+	var st sidecarStats
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get(url)
 	if err != nil {
 		return st
 	}
 	defer resp.Body.Close()
+	fields := map[string]*float64{
+		"go_memstats_heap_inuse_bytes":     &st.heapInuse,
+		"go_memstats_stack_inuse_bytes":    &st.stackInuse,
+		"go_goroutines":                    &st.goroutines,
+		"gateway_admission_seconds_sum":    &st.admitSum,
+		"gateway_admission_seconds_count":  &st.admitCount,
+		"gateway_settlement_seconds_sum":   &st.settleSum,
+		"gateway_settlement_seconds_count": &st.settleCount,
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		name, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		x, _ := strconv.ParseFloat(v, 64)
-		switch name {
-		case "go_memstats_heap_inuse_bytes":
-			st.heapInuse = x
-		case "go_memstats_stack_inuse_bytes":
-			st.stackInuse = x
-		case "go_goroutines":
-			st.goroutines = x
+		if dst := fields[name]; ok && dst != nil {
+			*dst, _ = strconv.ParseFloat(v, 64)
 		}
 	}
 	return st

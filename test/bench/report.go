@@ -83,6 +83,19 @@ func loadAvg() string {
 type cpuUse struct {
 	sidecar, envoy, redis time.Duration
 	requests              int64
+
+	// The sidecar's own timings of its two store steps (gateway only).
+	admitSeconds, admits   float64
+	settleSeconds, settles float64
+}
+
+// meanMS is the mean of a Prometheus histogram's sum over its count, in
+// milliseconds.
+func meanMS(sum, count float64) string {
+	if count == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.3f ms", 1000*sum/count)
 }
 
 // per is d per request in microseconds.
@@ -127,6 +140,7 @@ type results struct {
 	plan               plan
 	env                environment
 	note               string
+	sidecarEnv         []string
 	started, finished  time.Time
 	loadStart, loadEnd string
 
@@ -198,7 +212,11 @@ func (r *results) markdown() string {
 		r.finished.Sub(r.started).Round(time.Second), r.plan.name)
 	w("- Machine: %d cores (%s), %.1f GiB memory, Linux %s; load average %s at the start, %s at the end\n",
 		e.cores, e.cpuModel, e.memGiB, e.kernel, r.loadStart, r.loadEnd)
-	w("- Envoy %s, `--concurrency 2`, for both stacks; %s; sidecar at `--log-level info`\n", e.envoy, e.goVersion)
+	w("- Envoy %s, `--concurrency 2`, for both stacks; %s; sidecar at `--log-level info`", e.envoy, e.goVersion)
+	if len(r.sidecarEnv) > 0 {
+		w(", sidecar environment `%s`", strings.Join(r.sidecarEnv, " "))
+	}
+	w("\n")
 	if u := r.usage; u.total > 0 {
 		others := max(u.busy-u.own, 0)
 		w("- CPU over the run: the machine was %.0f%% busy; the bench's own processes (client, both Envoys, sidecar, Redis, fakes) used %.0f%% of its capacity, other work %.0f%%\n",
@@ -276,10 +294,13 @@ func (r *results) latencyTable(w func(string, ...any)) {
 			w("| %s/s | +%d ms | p%.0f | %s | %s | %s |\n", rate(lr.rate), lr.vendorMS, p, ms(g), ms(bb), diffMS(g-bb))
 		}
 	}
-	w("\n| rate | vendor | gateway requests (errors) | bare requests (errors) | errors seen |\n|---:|---:|---:|---:|---|\n")
+	w("\nRequests and errors, and the two Redis steps on every gateway request's path as the sidecar timed them " +
+		"(`gateway_admission_seconds` and `gateway_settlement_seconds`, mean over the same slices):\n\n")
+	w("| rate | vendor | gateway requests (errors) | bare requests (errors) | errors seen | admission | settlement |\n|---:|---:|---:|---:|---|---:|---:|\n")
 	for _, lr := range r.latency {
-		w("| %s/s | +%d ms | %s (%d) | %s (%d) | %s |\n", rate(lr.rate), lr.vendorMS,
-			thousands(lr.gw.ok), lr.gw.errors(), thousands(lr.bare.ok), lr.bare.errors(), errList(lr.gw, lr.bare))
+		w("| %s/s | +%d ms | %s (%d) | %s (%d) | %s | %s | %s |\n", rate(lr.rate), lr.vendorMS,
+			thousands(lr.gw.ok), lr.gw.errors(), thousands(lr.bare.ok), lr.bare.errors(), errList(lr.gw, lr.bare),
+			meanMS(lr.gwCPU.admitSeconds, lr.gwCPU.admits), meanMS(lr.gwCPU.settleSeconds, lr.gwCPU.settles))
 	}
 	w("\n")
 }

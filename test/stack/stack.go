@@ -93,9 +93,9 @@ func Start(tb testing.TB, o Options) *Stack {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	addrs := freeAddrs(tb, 5)
 	cfg.Listeners = config.Listeners{
-		Public: freeAddr(tb), EnvoyAdmin: freeAddr(tb), ExtProc: freeAddr(tb),
-		Control: freeAddr(tb), Admin: freeAddr(tb),
+		Public: addrs[0], EnvoyAdmin: addrs[1], ExtProc: addrs[2], Control: addrs[3], Admin: addrs[4],
 	}
 	cfg.Store.RedisURL = ""
 	cfg.Store.SpoolDir = filepath.Join(s.Dir, "spool")
@@ -326,15 +326,20 @@ func EnvoyBinary(tb testing.TB) string {
 	return p
 }
 
-// freeAddr returns a loopback address with a port free at the time of the
-// call.
-func freeAddr(tb testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+// freeAddrs returns n distinct loopback addresses whose ports were free at
+// the time of the call. All listeners stay open until every port is picked,
+// so the kernel cannot hand out the same port twice.
+func freeAddrs(tb testing.TB, n int) []string {
+	addrs := make([]string, n)
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer l.Close()
+		addrs[i] = l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 // waitHTTP polls url until it answers 200, failing if the process exits or
