@@ -70,10 +70,10 @@ fuzz:
 
 ## bench: the full benchmark against bare Envoy; writes test/bench/results.md
 bench: build envoy redis
-	$(GO) run ./test/bench -out test/bench/results.md
+	GATEWAY_BIN_DIR=$(abspath $(BIN)) $(GO) run ./test/bench -out test/bench/results.md
 
 bench-smoke: build envoy redis
-	$(GO) run ./test/bench -smoke -out $(BIN)/bench-smoke.md
+	GATEWAY_BIN_DIR=$(abspath $(BIN)) $(GO) run ./test/bench -smoke -out $(BIN)/bench-smoke.md
 
 ## proto: regenerate the admin API's Go code (tools installed from the Go module proxy)
 proto:

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -124,6 +125,10 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		grpc.MaxRecvMsgSize(maxMsg),
 		grpc.MaxSendMsgSize(maxMsg),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// Reuse goroutines (and their grown stacks) across ext_proc streams:
+		// one stream per HTTP request makes a fresh goroutine per request
+		// otherwise.
+		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 	)
 	extprocv3.RegisterExternalProcessorServer(s.grpc, proc)
 	s.health = health.NewServer()
