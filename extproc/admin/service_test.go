@@ -110,7 +110,13 @@ func TestAccounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(l.Accounts) != 2 || !proto.Equal(l.Accounts[0], a) || !proto.Equal(l.Accounts[1], b) {
+	// Accounts created at the same instant are listed in id order; compare
+	// by id.
+	byID := map[string]*adminv1.Account{}
+	for _, x := range l.Accounts {
+		byID[x.Id] = x
+	}
+	if len(l.Accounts) != 2 || !proto.Equal(byID[a.Id], a) || !proto.Equal(byID[b.Id], b) {
 		t.Fatalf("list: %v", l.Accounts)
 	}
 

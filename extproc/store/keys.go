@@ -226,7 +226,9 @@ func (s *Store) RotateKey(ctx context.Context, accountID, keyID string, grace ti
 	if !old.RevokedAt.IsZero() {
 		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, ErrRevoked)
 	}
-	secret, newKey, err = s.createKey(ctx, accountID, old.Kind, KeyOptions{Label: old.Label, Models: old.Models})
+	// The replacement keeps the old key's expiry: rotating must not turn a
+	// key meant to lapse into one that never does.
+	secret, newKey, err = s.createKey(ctx, accountID, old.Kind, KeyOptions{Label: old.Label, Models: old.Models, ExpiresAt: old.ExpiresAt})
 	if err != nil {
 		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, err)
 	}

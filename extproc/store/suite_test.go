@@ -260,6 +260,9 @@ func testRotateKey(t *testing.T, e *env) {
 	if nk2.Kind != ReadOnlyToken {
 		t.Errorf("rotated kind %q", nk2.Kind)
 	}
+	if !nk2.ExpiresAt.Equal(soon) {
+		t.Errorf("replacement of an expiring key expires %v, want the old key's %v", nk2.ExpiresAt, soon)
+	}
 	keys, _ := e.s.ListKeys(e.ctx, acct)
 	for _, k := range keys {
 		if k.ID == short.ID && !k.ExpiresAt.Equal(soon) {
