@@ -4,34 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/format/formattest"
 	"github.com/modelgateway/gateway/extproc/tokens"
 )
 
 const eventStream = "text/event-stream; charset=utf-8"
-
-func readFile(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile("testdata/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// lineEndings returns a recording with LF, CRLF and CR line endings.
-func lineEndings(rec []byte) map[string][]byte {
-	return map[string][]byte{
-		"LF":   rec,
-		"CRLF": bytes.ReplaceAll(rec, []byte("\n"), []byte("\r\n")),
-		"CR":   bytes.ReplaceAll(rec, []byte("\n"), []byte("\r")),
-	}
-}
 
 // meter runs a stream through a fresh meter in the given chunks.
 func meter(body []byte, contentType string, chunks ...[]byte) format.Meter {
@@ -50,17 +32,7 @@ func meter(body []byte, contentType string, chunks ...[]byte) format.Meter {
 // forEachSplit checks a recording whole, split in two at every offset, and
 // one byte at a time, in each line-ending variant.
 func forEachSplit(t *testing.T, rec []byte, check func(how string, m format.Meter)) {
-	for name, stream := range lineEndings(rec) {
-		check(name+" whole", meter(nil, eventStream, stream))
-		for i := range len(stream) + 1 {
-			check(fmt.Sprintf("%s split at %d", name, i), meter(nil, eventStream, stream[:i], stream[i:]))
-		}
-		bytewise := make([][]byte, len(stream))
-		for i := range stream {
-			bytewise[i] = stream[i : i+1]
-		}
-		check(name+" byte by byte", meter(nil, eventStream, bytewise...))
-	}
+	formattest.ForEachSplit(rec, func(chunks ...[]byte) format.Meter { return meter(nil, eventStream, chunks...) }, check)
 }
 
 func TestStreamMeterRecordings(t *testing.T) {
@@ -76,7 +48,7 @@ func TestStreamMeterRecordings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			forEachSplit(t, readFile(t, tt.file), func(how string, m format.Meter) {
+			forEachSplit(t, formattest.Read(t, tt.file), func(how string, m format.Meter) {
 				for _, complete := range []bool{true, false} {
 					// message_stop was seen, so the figures are final even if
 					// the body did not reach the client.
@@ -117,7 +89,7 @@ func deltaText(t *testing.T, rec []byte) []byte {
 }
 
 func TestStreamMeterError(t *testing.T) {
-	rec := readFile(t, "error.sse")
+	rec := formattest.Read(t, "error.sse")
 	want := format.Usage{
 		Model:     "claude-haiku-4-5-20251001",
 		Input:     120,
@@ -135,8 +107,8 @@ func TestStreamMeterError(t *testing.T) {
 }
 
 func TestStreamMeterTruncated(t *testing.T) {
-	body := readFile(t, "request.json")
-	rec := readFile(t, "tool_use.sse")
+	body := formattest.Read(t, "request.json")
+	rec := formattest.Read(t, "tool_use.sse")
 	inputEstimate := estimateInput(body)
 	if inputEstimate < 100 {
 		t.Fatalf("input estimate %d is implausibly small", inputEstimate)
@@ -217,7 +189,7 @@ func TestJSONMeter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			rec := readFile(t, tt.file)
+			rec := formattest.Read(t, tt.file)
 			for i := range len(rec) + 1 {
 				for _, ct := range []string{"application/json", ""} {
 					if got := meter(nil, ct, rec[:i], rec[i:]).Usage(true); got != tt.want {
@@ -230,8 +202,8 @@ func TestJSONMeter(t *testing.T) {
 }
 
 func TestJSONMeterTruncated(t *testing.T) {
-	body := readFile(t, "request.json")
-	rec := readFile(t, "message_cache.json")
+	body := formattest.Read(t, "request.json")
+	rec := formattest.Read(t, "message_cache.json")
 	cut := bytes.Index(rec, []byte(`"usage"`))
 	got := meter(body, "application/json", rec[:cut]).Usage(false)
 	text := []byte("I'll look that up.")
@@ -338,7 +310,7 @@ func TestStreamMeterWriteDoesNotAllocate(t *testing.T) {
 
 func FuzzStreamMeter(f *testing.F) {
 	for _, name := range []string{"text.sse", "tool_use.sse", "thinking.sse", "error.sse"} {
-		rec := readFile(f, name)
+		rec := formattest.Read(f, name)
 		f.Add(rec, uint16(len(rec)/2), uint16(len(rec)/3))
 	}
 	f.Add([]byte("data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":-1,\"input_tokens\":1e2}}\n\n"), uint16(5), uint16(7))
@@ -362,7 +334,7 @@ func FuzzStreamMeter(f *testing.F) {
 
 func FuzzJSONMeter(f *testing.F) {
 	for _, name := range []string{"message.json", "message_cache.json"} {
-		rec := readFile(f, name)
+		rec := formattest.Read(f, name)
 		f.Add(rec, uint16(len(rec)/2))
 	}
 	f.Fuzz(func(t *testing.T, reply []byte, i uint16) {

@@ -4,33 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/format/formattest"
 	"github.com/modelgateway/gateway/extproc/tokens"
 )
 
 const eventStream = "text/event-stream"
-
-func readFile(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile("testdata/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func lineEndings(rec []byte) map[string][]byte {
-	return map[string][]byte{
-		"LF":   rec,
-		"CRLF": bytes.ReplaceAll(rec, []byte("\n"), []byte("\r\n")),
-		"CR":   bytes.ReplaceAll(rec, []byte("\n"), []byte("\r")),
-	}
-}
 
 // meter runs a reply through a fresh meter in the given chunks.
 func meter(req format.Request, body []byte, contentType string, chunks ...[]byte) format.Meter {
@@ -48,17 +31,7 @@ func meter(req format.Request, body []byte, contentType string, chunks ...[]byte
 // forEachSplit checks a recording whole, split in two at every offset, and
 // one byte at a time, in each line-ending variant.
 func forEachSplit(t *testing.T, req format.Request, body, rec []byte, check func(how string, m format.Meter)) {
-	for name, stream := range lineEndings(rec) {
-		check(name+" whole", meter(req, body, eventStream, stream))
-		for i := range len(stream) + 1 {
-			check(fmt.Sprintf("%s split at %d", name, i), meter(req, body, eventStream, stream[:i], stream[i:]))
-		}
-		bytewise := make([][]byte, len(stream))
-		for i := range stream {
-			bytewise[i] = stream[i : i+1]
-		}
-		check(name+" byte by byte", meter(req, body, eventStream, bytewise...))
-	}
+	formattest.ForEachSplit(rec, func(chunks ...[]byte) format.Meter { return meter(req, body, eventStream, chunks...) }, check)
 }
 
 func TestStreamMeterUsageChunk(t *testing.T) {
@@ -73,7 +46,7 @@ func TestStreamMeterUsageChunk(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			forEachSplit(t, req, nil, readFile(t, tt.file), func(how string, m format.Meter) {
+			forEachSplit(t, req, nil, formattest.Read(t, tt.file), func(how string, m format.Meter) {
 				for _, complete := range []bool{true, false} {
 					if got := m.Usage(complete); got != tt.want {
 						t.Fatalf("%s: Usage(%v) = %+v, want %+v", how, complete, got, tt.want)
@@ -164,12 +137,12 @@ func promptEstimate(t *testing.T, body []byte) int64 {
 }
 
 func TestStreamMeterWithoutUsage(t *testing.T) {
-	body := readFile(t, "request.json")
+	body := formattest.Read(t, "request.json")
 	req, err := Format{}.ParseRequest(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := readFile(t, "tool_calls.sse")
+	rec := formattest.Read(t, "tool_calls.sse")
 	want := format.Usage{
 		Model:     "gpt-4o-mini-2024-07-18",
 		Input:     promptEstimate(t, body),
@@ -193,9 +166,9 @@ func TestStreamMeterWithoutUsage(t *testing.T) {
 }
 
 func TestStreamMeterTruncated(t *testing.T) {
-	body := readFile(t, "request.json")
+	body := formattest.Read(t, "request.json")
 	req := format.Request{Model: "gpt-4o", Stream: true, IncludeUsage: true}
-	rec := readFile(t, "text_usage.sse")
+	rec := formattest.Read(t, "text_usage.sse")
 	events := bytes.SplitAfter(rec, []byte("\n\n"))
 	events = events[:len(events)-1] // the empty rest after the last event
 	usageAt := len(events) - 2      // the usage chunk, before [DONE]
@@ -252,7 +225,7 @@ func TestJSONMeter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			rec := readFile(t, tt.file)
+			rec := formattest.Read(t, tt.file)
 			for i := range len(rec) + 1 {
 				if got := meter(format.Request{}, nil, "application/json", rec[:i], rec[i:]).Usage(true); got != tt.want {
 					t.Fatalf("split at %d: got %+v, want %+v", i, got, tt.want)
@@ -263,7 +236,7 @@ func TestJSONMeter(t *testing.T) {
 }
 
 func TestJSONMeterWithoutUsage(t *testing.T) {
-	body := readFile(t, "request.json")
+	body := formattest.Read(t, "request.json")
 	reply := []byte(`{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Sunny, 22 degrees.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{\"q\":1}"}}]},"finish_reason":"stop"}]}`)
 	got := meter(format.Request{}, body, "application/json", reply).Usage(true)
 	want := format.Usage{
@@ -276,7 +249,7 @@ func TestJSONMeterWithoutUsage(t *testing.T) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 	// Cut before usage: estimated too.
-	rec := readFile(t, "completion.json")
+	rec := formattest.Read(t, "completion.json")
 	cut := bytes.Index(rec, []byte(`"usage"`))
 	got = meter(format.Request{}, body, "application/json", rec[:cut]).Usage(false)
 	if !got.Estimated || got.Model != "gpt-4o-2024-08-06" || got.Output <= 0 || got.Input != promptEstimate(t, body) {
@@ -358,7 +331,7 @@ func TestStreamMeterWriteDoesNotAllocate(t *testing.T) {
 
 func FuzzStreamMeter(f *testing.F) {
 	for _, name := range []string{"text_usage.sse", "tool_calls.sse", "reasoning_usage.sse"} {
-		rec := readFile(f, name)
+		rec := formattest.Read(f, name)
 		f.Add(rec, uint16(len(rec)/2), uint16(len(rec)/3), false)
 	}
 	f.Add([]byte("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":9}}}\n\ndata: [DONE]\n\n"), uint16(3), uint16(40), true)
@@ -383,7 +356,7 @@ func FuzzStreamMeter(f *testing.F) {
 
 func FuzzJSONMeter(f *testing.F) {
 	for _, name := range []string{"completion.json", "completion_cached.json"} {
-		rec := readFile(f, name)
+		rec := formattest.Read(f, name)
 		f.Add(rec, uint16(len(rec)/2))
 	}
 	f.Fuzz(func(t *testing.T, reply []byte, i uint16) {
