@@ -143,7 +143,11 @@ func (x *exchange) credentialMutation(hv headerValues) *extprocv3.HeaderMutation
 // requestBody reads the few fields admission needs, then admits the request
 // in one atomic store step. The body is forwarded unchanged.
 func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	if x.route == nil || x.key.ID == "" {
+	if x.route == nil {
+		// Only if Envoy skipped the request headers: a misconfiguration.
+		return immediate(500, "application/json", []byte(`{"error":{"type":"api_error","message":"request body without request headers"}}`), 0)
+	}
+	if x.key.ID == "" {
 		return x.reject(format.InvalidRequest, "unexpected request body", 0)
 	}
 	body := b.GetBody()

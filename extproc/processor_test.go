@@ -157,3 +157,30 @@ func BenchmarkRequest(b *testing.B) {
 		r.request(b)
 	}
 }
+
+// Messages out of the expected order are answered, never a panic.
+func TestOutOfOrderMessages(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	x := &exchange{s: r.srv}
+	resp := x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
+	}})
+	if resp.GetImmediateResponse().GetStatus().GetCode() != 500 {
+		t.Fatalf("body before headers: %v", resp)
+	}
+	x = &exchange{s: r.srv}
+	for _, req := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: headers(":status", "200")}},
+		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: events[0], EndOfStream: true}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}},
+	} {
+		if x.handle(ctx, req) == nil {
+			t.Fatalf("no answer to %T", req.Request)
+		}
+	}
+	x.finish()
+	if x.settled {
+		t.Fatal("a request that was never admitted was settled")
+	}
+}

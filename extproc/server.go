@@ -11,6 +11,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -109,8 +110,17 @@ func (s *Server) route(path string) *Route {
 }
 
 // Process handles one HTTP request's stream of processing messages.
-func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	x := &exchange{s: s}
+	// A bug in one exchange must not take the sidecar, and every other
+	// request with it, down: end this stream (Envoy fails it closed) and log
+	// where, never what (the panic value could hold request data).
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("processor panic; stream ended", "stack", string(debug.Stack()))
+			err = status.Error(codes.Internal, "internal error")
+		}
+	}()
 	// Whatever ends the stream, an admitted request is settled exactly once
 	// with what was observed.
 	defer x.finish()
