@@ -213,27 +213,25 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 	return r, nil
 }
 
-// decodeUsage reads a usage hash: the account's counters under their names,
-// a model's under "m:NAME:MODEL".
+// decodeUsage reads a usage hash of per-model counters, "m:NAME:MODEL", and
+// sums them into the account's totals.
 func decodeUsage(h map[string]string) (Counters, []ModelCounters) {
-	var total Counters
 	models := map[string]*Counters{}
 	for field, value := range h {
-		n := parseInt(value)
-		c := &total
-		name := field
-		if rest, ok := strings.CutPrefix(field, "m:"); ok {
-			var model string
-			name, model, ok = strings.Cut(rest, ":")
-			if !ok {
-				continue
-			}
-			c = models[model]
-			if c == nil {
-				c = new(Counters)
-				models[model] = c
-			}
+		rest, ok := strings.CutPrefix(field, "m:")
+		if !ok {
+			continue
 		}
+		name, model, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		c := models[model]
+		if c == nil {
+			c = new(Counters)
+			models[model] = c
+		}
+		n := parseInt(value)
 		switch name {
 		case "requests":
 			c.Requests = n
@@ -249,9 +247,16 @@ func decodeUsage(h map[string]string) (Counters, []ModelCounters) {
 			c.Cost = n
 		}
 	}
+	var total Counters
 	byModel := make([]ModelCounters, 0, len(models))
 	for m, c := range models {
 		byModel = append(byModel, ModelCounters{Model: m, Counters: *c})
+		total.Requests += c.Requests
+		total.Input += c.Input
+		total.Output += c.Output
+		total.CacheWrite += c.CacheWrite
+		total.CacheRead += c.CacheRead
+		total.Cost += c.Cost
 	}
 	slices.SortFunc(byModel, func(a, b ModelCounters) int { return cmp.Compare(a.Model, b.Model) })
 	return total, byModel

@@ -26,9 +26,9 @@
 -- ARGV[13] last-used time of the credential, unix ms
 -- ARGV[14..] the ledger entry as field, value pairs
 --
--- Usage hashes hold the account's counters as "requests", "input", ... and a
--- model's counters as "m:requests:MODEL", "m:input:MODEL", ...: the counter
--- name never holds a colon, so a model name may.
+-- Usage hashes hold a model's counters as "m:requests:MODEL",
+-- "m:input:MODEL", ...: the counter name never holds a colon, so a model name
+-- may. The account's totals are the sum over its models.
 --
 -- Returns 1 when applied, 0 when the request had already settled, -1 when the
 -- account does not exist.
@@ -64,13 +64,17 @@ if ARGV[2] == '1' then
   redis.call('INCRBY', KEYS[5], cost)
   redis.call('EXPIRE', KEYS[5], ARGV[10])
 
+  -- Only per-model counters are kept (the account's totals are their sum,
+  -- taken on read), and zero increments are skipped: settlement is on every
+  -- reply's critical path.
   local names = {'requests', 'input', 'output', 'cache_write', 'cache_read', 'cost'}
   local values = {'1', ARGV[4], ARGV[5], ARGV[6], ARGV[7], cost}
   local model = ARGV[8]
   for k = 6, 8 do
     for i, name in ipairs(names) do
-      redis.call('HINCRBY', KEYS[k], name, values[i])
-      redis.call('HINCRBY', KEYS[k], 'm:' .. name .. ':' .. model, values[i])
+      if values[i] ~= '0' then
+        redis.call('HINCRBY', KEYS[k], 'm:' .. name .. ':' .. model, values[i])
+      end
     end
   end
   redis.call('EXPIRE', KEYS[6], ARGV[10])
