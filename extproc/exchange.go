@@ -289,7 +289,7 @@ func (x *exchange) settle(complete bool) {
 	if x.meter != nil && x.status >= 200 && x.status <= 299 {
 		u := x.meter.Usage(complete)
 		st.Input, st.Output, st.CacheWrite, st.CacheRead = u.Input, u.Output, u.CacheWrite, u.CacheRead
-		st.Estimated = u.Estimated || !complete
+		st.Estimated = u.Estimated // the meter knows whether the vendor's final figures arrived
 		st.Cost = x.price.Cost(pricing.Tokens{Input: u.Input, Output: u.Output, CacheWrite: u.CacheWrite, CacheRead: u.CacheRead})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), x.s.settleT)

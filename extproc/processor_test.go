@@ -184,3 +184,47 @@ func TestOutOfOrderMessages(t *testing.T) {
 		t.Fatal("a request that was never admitted was settled")
 	}
 }
+
+// openStream runs a streaming request up to the given events without the
+// body's end, then ends the stream as a client disconnect does.
+func (r *rig) openStream(tb testing.TB, evs [][]byte) {
+	ctx := context.Background()
+	x := &exchange{s: r.srv}
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key),
+	}})
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
+	}})
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream"),
+	}})
+	for _, ev := range evs {
+		x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: ev},
+		}})
+	}
+	x.finish()
+	if !x.settled {
+		tb.Fatal("not settled")
+	}
+}
+
+// The meter, not the way the stream ended, decides whether figures are
+// estimated: once the vendor's final usage has arrived a disconnect changes
+// nothing; before it, the settlement is an estimate.
+func TestDisconnectEstimatesOnlyWhatWasNotReported(t *testing.T) {
+	r := newRig(t)
+	r.openStream(t, events)     // every event, then the client is gone
+	r.openStream(t, events[:3]) // cut before message_delta and message_stop
+	entries, _, err := r.st.Ledger(context.Background(), r.acct, "", 10)
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("ledger %+v, %v", entries, err)
+	}
+	if e := entries[0]; e.Estimated || e.Input != 12 || e.Output != 2 {
+		t.Fatalf("full reply then disconnect: %+v; want the vendor's figures, not estimated", e)
+	}
+	if e := entries[1]; !e.Estimated || e.Input != 12 {
+		t.Fatalf("cut reply: %+v; want an estimate", e)
+	}
+}
