@@ -355,35 +355,40 @@ type headerValues struct {
 	internal               []string // client-sent headers with our prefix
 }
 
+// readHeaders picks the headers the processor reads. Only their values are
+// converted to strings: a request carries many more headers than these.
 func readHeaders(m *corev3.HeaderMap) headerValues {
 	var hv headerValues
 	for _, h := range m.GetHeaders() {
-		v := string(h.GetRawValue())
-		if v == "" {
-			v = h.GetValue()
-		}
+		var dst *string
 		switch k := h.GetKey(); k {
 		case ":method":
-			hv.method = v
+			dst = &hv.method
 		case ":path":
-			hv.path = v
+			dst = &hv.path
 		case ":status":
-			hv.status = v
+			dst = &hv.status
 		case "x-api-key":
-			hv.xAPIKey = v
+			dst = &hv.xAPIKey
 		case "authorization":
-			hv.authorization = v
+			dst = &hv.authorization
 		case "content-type":
-			hv.contentType = v
+			dst = &hv.contentType
 		case "content-length":
-			hv.contentLength = v
+			dst = &hv.contentLength
 		case "x-gateway-route":
-			hv.route = v
+			dst = &hv.route
 			hv.internal = append(hv.internal, k)
 		default:
 			if strings.HasPrefix(k, internalHeaderPrefix) {
 				hv.internal = append(hv.internal, k)
 			}
+			continue
+		}
+		if raw := h.GetRawValue(); len(raw) > 0 {
+			*dst = string(raw)
+		} else {
+			*dst = h.GetValue()
 		}
 	}
 	return hv

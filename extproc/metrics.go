@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/pricing"
 	"github.com/modelgateway/gateway/extproc/store"
 )
 
@@ -69,12 +70,15 @@ func (m *Metrics) observe(upstream, model string, st store.Settlement) {
 	if st.Status < 200 || st.Status > 299 {
 		return
 	}
-	for kind, n := range map[string]int64{"input": st.Input, "output": st.Output, "cache_write": st.CacheWrite, "cache_read": st.CacheRead} {
-		if n > 0 {
-			m.tokens.WithLabelValues(upstream, model, kind).Add(float64(n))
+	for _, t := range [...]struct {
+		kind string
+		n    int64
+	}{{"input", st.Input}, {"output", st.Output}, {"cache_write", st.CacheWrite}, {"cache_read", st.CacheRead}} {
+		if t.n > 0 {
+			m.tokens.WithLabelValues(upstream, model, t.kind).Add(float64(t.n))
 		}
 	}
-	m.cost.WithLabelValues(upstream, model).Add(float64(st.Cost) / 1e9)
+	m.cost.WithLabelValues(upstream, model).Add(pricing.USD(st.Cost))
 	if st.Estimated {
 		m.estimated.WithLabelValues(upstream).Inc()
 	}

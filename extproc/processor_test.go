@@ -228,3 +228,21 @@ func TestDisconnectEstimatesOnlyWhatWasNotReported(t *testing.T) {
 		t.Fatalf("cut reply: %+v; want an estimate", e)
 	}
 }
+
+// readHeaders converts only the values it reads: a request carries many
+// more headers than the processor looks at.
+func TestReadHeadersAllocatesOnlyWhatItReads(t *testing.T) {
+	h := headers(":method", "POST", ":path", "/alpha/v1/messages", ":authority", "gateway", ":scheme", "http",
+		"x-api-key", "cr_abcdefghijklmnop", "content-type", "application/json", "content-length", "120",
+		"user-agent", "Anthropic/Python 2.12.0", "accept", "application/json", "anthropic-version", "2023-06-01",
+		"x-stainless-lang", "python", "x-stainless-os", "Linux", "x-stainless-retry-count", "0",
+		"x-request-id", "0f4c", "x-forwarded-proto", "http").GetHeaders()
+	read := 5 // method, path, key, content type, content length
+	if n := testing.AllocsPerRun(100, func() { readHeaders(h) }); n > float64(read) {
+		t.Fatalf("readHeaders allocates %v times for %d values read", n, read)
+	}
+	hv := readHeaders(h)
+	if hv.method != "POST" || hv.path != "/alpha/v1/messages" || hv.xAPIKey != "cr_abcdefghijklmnop" || hv.contentLength != "120" {
+		t.Fatalf("%+v", hv)
+	}
+}
