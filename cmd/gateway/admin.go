@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"net"
 	"os"
 
@@ -16,7 +15,7 @@ import (
 // defaultLimits are the limits gateway.yaml gives new accounts.
 func defaultLimits(c *config.Config) store.Limits {
 	return store.Limits{
-		DailyNanoUSD:  int64(math.Round(c.Limits.DailyUSD * pricing.NanoPerUSD)),
+		DailyNanoUSD:  pricing.NanoUSD(c.Limits.DailyUSD),
 		RPM:           c.Limits.RPM,
 		WindowMinutes: c.Limits.WindowMinutes,
 	}

@@ -206,7 +206,7 @@ type demoAccount struct {
 // configured defaults.
 func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, usd float64) (demoAccount, error) {
 	ctx = admin.WithActor(ctx, "gateway-run")
-	acct, err := svc.CreateAccount(ctx, &adminv1.CreateAccountRequest{Name: "demo", BalanceNanoUsd: int64(usd * pricing.NanoPerUSD)})
+	acct, err := svc.CreateAccount(ctx, &adminv1.CreateAccountRequest{Name: "demo", BalanceNanoUsd: pricing.NanoUSD(usd)})
 	if err != nil {
 		return demoAccount{}, fmt.Errorf("demo account: %w", err)
 	}

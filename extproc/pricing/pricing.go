@@ -71,10 +71,10 @@ func NewTable(models []config.Model) *Table {
 	for _, m := range models {
 		p := Price{
 			Model:      m.Name,
-			Input:      perMillion(m.Input),
-			Output:     perMillion(m.Output),
-			CacheWrite: perMillion(m.CacheWrite),
-			CacheRead:  perMillion(m.CacheRead),
+			Input:      NanoUSD(m.Input),
+			Output:     NanoUSD(m.Output),
+			CacheWrite: NanoUSD(m.CacheWrite),
+			CacheRead:  NanoUSD(m.CacheRead),
 			MaxOutput:  m.MaxOutput,
 		}
 		for _, n := range append([]string{m.Name}, m.Aliases...) {
@@ -86,8 +86,10 @@ func NewTable(models []config.Model) *Table {
 	return t
 }
 
-// perMillion converts USD per million tokens into nano-USD per million tokens.
-func perMillion(usd float64) int64 { return int64(math.Round(usd * NanoPerUSD)) }
+// NanoUSD converts an amount typed in USD (a config value, a flag) into
+// integer nano-USD, rounded to the nearest. Prices in USD per million tokens
+// become nano-USD per million tokens the same way.
+func NanoUSD(usd float64) int64 { return int64(math.Round(usd * NanoPerUSD)) }
 
 // Lookup finds the price of a model.
 func (t *Table) Lookup(model string) (Price, bool) {

@@ -79,3 +79,16 @@ func TestCostSaturates(t *testing.T) {
 		t.Fatalf("overflowing cost = %d, want a large positive number", c)
 	}
 }
+
+func TestNanoUSDRounds(t *testing.T) {
+	// 0.29 is not exact in binary: 0.29 × 1e9 = 289999999.99999994.
+	if got := NanoUSD(0.29); got != 290_000_000 {
+		t.Fatalf("NanoUSD(0.29) = %d, want 290000000", got)
+	}
+	// A nano-USD amount turned into dollars and back comes back whole.
+	for _, n := range []int64{1, 999, 123_456_789, 7_000_000_001} {
+		if got := NanoUSD(float64(n) / NanoPerUSD); got != n {
+			t.Fatalf("round trip of %d = %d", n, got)
+		}
+	}
+}

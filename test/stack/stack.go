@@ -206,7 +206,7 @@ type Account struct {
 func (s *Stack) NewAccount(balanceUSD float64, limits store.Limits) Account {
 	s.TB.Helper()
 	ctx := context.Background()
-	a, err := s.Store.CreateAccount(ctx, "test", int64(balanceUSD*pricing.NanoPerUSD), limits)
+	a, err := s.Store.CreateAccount(ctx, "test", pricing.NanoUSD(balanceUSD), limits)
 	if err != nil {
 		s.TB.Fatal(err)
 	}
