@@ -55,17 +55,7 @@ func (s *sidecar) startAdmin(c *config.Config, st *store.Store) error {
 
 // stopAdmin lets admin calls in progress finish within ctx's deadline.
 func (s *sidecar) stopAdmin(ctx context.Context) {
-	if s.admin == nil {
-		return
-	}
-	done := make(chan struct{})
-	go func() {
-		s.admin.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		s.admin.Stop()
+	if s.admin != nil {
+		stopGRPC(ctx, s.admin)
 	}
 }

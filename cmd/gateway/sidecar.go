@@ -183,16 +183,8 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 func (s *sidecar) Shutdown(ctx context.Context) {
 	s.serving.Store(false)
 	s.health.Shutdown() // probes now say NOT_SERVING
-	done := make(chan struct{})
-	go func() {
-		s.grpc.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		s.log.Warn("shutdown deadline passed; cutting remaining streams")
-		s.grpc.Stop()
+	if !stopGRPC(ctx, s.grpc) {
+		s.log.Warn("shutdown deadline passed; cut the remaining streams")
 	}
 	// Every settlement has been made or spooled: replay what can be, keep
 	// the rest on disk for the next start.
@@ -200,4 +192,21 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 	s.control.Shutdown(ctx)
 	s.stopAdmin(ctx)
 	s.stopWatch()
+}
+
+// stopGRPC lets calls in progress finish until ctx ends, then cuts the rest.
+// It reports whether every call finished.
+func stopGRPC(ctx context.Context, srv *grpc.Server) bool {
+	done := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		srv.Stop()
+		return false
+	}
 }

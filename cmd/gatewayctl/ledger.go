@@ -24,6 +24,23 @@ func (p *pageFlags) add(f *pflag.FlagSet) {
 	f.BoolVar(&p.all, "all", false, "read every page")
 }
 
+// read fetches the page the flags select, or every page from there with
+// --all, and returns the entries with the token of the page after them.
+func read[E any](p pageFlags, fetch func(size int32, token string) ([]E, string, error)) ([]E, string, error) {
+	var all []E
+	token := p.token
+	for {
+		entries, next, err := fetch(p.size, token)
+		if err != nil {
+			return nil, "", err
+		}
+		all, token = append(all, entries...), next
+		if !p.all || token == "" {
+			return all, token, nil
+		}
+	}
+}
+
 // more tells people how to read the next page.
 func (a *app) more(next, command string) {
 	if next != "" && !a.json {
@@ -35,20 +52,15 @@ func (a *app) ledgerCmd() *cobra.Command {
 	var p pageFlags
 	cmd := &cobra.Command{Use: "ledger ACCOUNT_ID", Short: "List an account's settled requests, oldest first", Args: cobra.ExactArgs(1)}
 	cmd.RunE = a.run(func(ctx context.Context, args []string) error {
-		resp := &adminv1.ListLedgerResponse{}
-		token := p.token
-		for {
-			r, err := a.client.ListLedger(ctx, &adminv1.ListLedgerRequest{AccountId: args[0], PageSize: p.size, PageToken: token})
-			if err != nil {
-				return err
-			}
-			resp.Entries = append(resp.Entries, r.Entries...)
-			resp.NextPageToken, token = r.NextPageToken, r.NextPageToken
-			if !p.all || token == "" {
-				break
-			}
+		entries, next, err := read(p, func(size int32, token string) ([]*adminv1.LedgerEntry, string, error) {
+			r, err := a.client.ListLedger(ctx, &adminv1.ListLedgerRequest{AccountId: args[0], PageSize: size, PageToken: token})
+			return r.GetEntries(), r.GetNextPageToken(), err
+		})
+		if err != nil {
+			return err
 		}
-		err := a.show(resp, func(w io.Writer) {
+		resp := &adminv1.ListLedgerResponse{Entries: entries, NextPageToken: next}
+		err = a.show(resp, func(w io.Writer) {
 			row(w, "ID", "TIME", "KEY", "MODEL", "STATUS", "INPUT", "OUTPUT", "CACHE_WRITE", "CACHE_READ", "COST_USD", "ROUTE")
 			for _, e := range resp.Entries {
 				cost := formatUSD(e.CostNanoUsd)
@@ -70,20 +82,15 @@ func (a *app) auditCmd() *cobra.Command {
 	var p pageFlags
 	cmd := &cobra.Command{Use: "audit", Short: "List the audit trail of admin actions, oldest first", Args: cobra.NoArgs}
 	cmd.RunE = a.run(func(ctx context.Context, _ []string) error {
-		resp := &adminv1.ListAuditResponse{}
-		token := p.token
-		for {
-			r, err := a.client.ListAudit(ctx, &adminv1.ListAuditRequest{PageSize: p.size, PageToken: token})
-			if err != nil {
-				return err
-			}
-			resp.Entries = append(resp.Entries, r.Entries...)
-			resp.NextPageToken, token = r.NextPageToken, r.NextPageToken
-			if !p.all || token == "" {
-				break
-			}
+		entries, next, err := read(p, func(size int32, token string) ([]*adminv1.AuditEntry, string, error) {
+			r, err := a.client.ListAudit(ctx, &adminv1.ListAuditRequest{PageSize: size, PageToken: token})
+			return r.GetEntries(), r.GetNextPageToken(), err
+		})
+		if err != nil {
+			return err
 		}
-		err := a.show(resp, func(w io.Writer) {
+		resp := &adminv1.ListAuditResponse{Entries: entries, NextPageToken: next}
+		err = a.show(resp, func(w io.Writer) {
 			row(w, "TIME", "ACTOR", "ACTION", "ACCOUNT", "KEY", "DETAIL")
 			for _, e := range resp.Entries {
 				row(w, when(e.Time), e.Actor, e.Action, orDash(e.AccountId), orDash(e.KeyId), e.Detail)
