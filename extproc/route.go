@@ -18,10 +18,10 @@ type Route struct {
 	Prices *pricing.Table
 	// MeteredPath is the one POST path that is billed, after the prefix.
 	MeteredPath string
-	// FreePaths are "METHOD /path" forwarded with a valid model key and not
+	// freePaths are "METHOD /path" forwarded with a valid model key and not
 	// billed (model listings, token counting); freePrefixes hold those
 	// written with a trailing "*".
-	FreePaths    map[string]bool
+	freePaths    map[string]bool
 	freePrefixes []string
 
 	prefix     string // "/NAME/"
@@ -35,7 +35,7 @@ func NewRoute(u config.Upstream, credential string) (*Route, error) {
 	r := &Route{
 		Name:      u.Name,
 		Prices:    pricing.NewTable(u.Models),
-		FreePaths: make(map[string]bool),
+		freePaths: make(map[string]bool),
 		prefix:    "/" + u.Name + "/",
 	}
 	switch u.Format {
@@ -60,14 +60,14 @@ func NewRoute(u config.Upstream, credential string) (*Route, error) {
 			r.freePrefixes = append(r.freePrefixes, method+" "+prefix)
 			continue
 		}
-		r.FreePaths[method+" "+path] = true
+		r.freePaths[method+" "+path] = true
 	}
 	return r, nil
 }
 
 // isFree reports whether "METHOD /path" is a free read-only vendor path.
 func (r *Route) isFree(methodPath string) bool {
-	if r.FreePaths[methodPath] {
+	if r.freePaths[methodPath] {
 		return true
 	}
 	for _, p := range r.freePrefixes {
