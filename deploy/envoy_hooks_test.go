@@ -17,7 +17,7 @@ import (
 
 	"github.com/modelgateway/gateway/deploy"
 	"github.com/modelgateway/gateway/envoy"
-	"github.com/modelgateway/gateway/extproc/config"
+	"github.com/modelgateway/gateway/internal/config"
 )
 
 // The shell snippets that talk to Envoy's admin from inside its image (which

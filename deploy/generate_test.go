@@ -11,7 +11,7 @@ import (
 
 	"github.com/modelgateway/gateway/deploy"
 	"github.com/modelgateway/gateway/envoy"
-	"github.com/modelgateway/gateway/extproc/config"
+	"github.com/modelgateway/gateway/internal/config"
 )
 
 // The checked-in generated manifests are exactly what the generator writes.

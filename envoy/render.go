@@ -11,7 +11,7 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/modelgateway/gateway/extproc/config"
+	"github.com/modelgateway/gateway/internal/config"
 )
 
 //go:embed bootstrap.yaml.tmpl

@@ -12,10 +12,10 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
-	"github.com/modelgateway/gateway/extproc/credential"
+	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/extproc/format"
-	"github.com/modelgateway/gateway/extproc/pricing"
-	"github.com/modelgateway/gateway/extproc/store"
+	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 // internalHeaderPrefix marks headers that only the gateway may set; a
@@ -69,11 +69,11 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	if x.route == nil {
 		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such endpoint"}}`), 0)
 	}
-	secret, err := credential.Parse(hv.xAPIKey, hv.authorization)
+	secret, err := auth.Parse(hv.xAPIKey, hv.authorization)
 	if err != nil {
 		return x.reject(format.Unauthenticated, err.Error(), 0)
 	}
-	switch credential.Kind(secret) {
+	switch auth.Kind(secret) {
 	case store.ReadOnlyToken:
 		return x.reject(format.PermissionDenied, "read-only tokens (ro_) can only read GET /v1/usage; use a cr_ key for model requests", 0)
 	case store.ModelKey:
@@ -91,7 +91,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	case key.Kind != store.ModelKey:
 		return x.reject(format.PermissionDenied, "this credential cannot make model requests", 0)
 	}
-	if p := credential.Problem(key, x.started); p != "" {
+	if p := auth.Problem(key, x.started); p != "" {
 		return x.reject(format.Unauthenticated, p, 0)
 	}
 	x.key = key

@@ -4,8 +4,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/modelgateway/gateway/extproc/format"
-	"github.com/modelgateway/gateway/extproc/pricing"
-	"github.com/modelgateway/gateway/extproc/store"
+	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 // Metrics are the processor's Prometheus series.

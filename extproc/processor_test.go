@@ -12,9 +12,9 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/modelgateway/gateway/extproc/config"
-	"github.com/modelgateway/gateway/extproc/credential"
-	"github.com/modelgateway/gateway/extproc/store"
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 // roundTrips counts what the client sends to Redis: one command or one
@@ -67,7 +67,7 @@ func newRig(tb testing.TB) *rig {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := NewServer(Options{Routes: []*Route{r}, Keys: credential.NewCache(st, 0), Ledger: st, MaxRequestBytes: 32 << 20,
+	srv := NewServer(Options{Routes: []*Route{r}, Keys: auth.NewCache(st, 0), Ledger: st, MaxRequestBytes: 32 << 20,
 		Logger: slog.New(slog.DiscardHandler)})
 	return &rig{srv: srv, trips: trips, st: st, acct: a.ID, key: key, route: r}
 }

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/modelgateway/gateway/extproc/config"
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/extproc/format"
-	"github.com/modelgateway/gateway/extproc/format/alpha"
-	"github.com/modelgateway/gateway/extproc/format/beta"
-	"github.com/modelgateway/gateway/extproc/pricing"
+	"github.com/modelgateway/gateway/extproc/format/messages"
+	"github.com/modelgateway/gateway/extproc/format/chatcompletions"
+	"github.com/modelgateway/gateway/internal/pricing"
 )
 
 // Route is one vendor route, /NAME/..., as the processor sees it.
@@ -40,10 +40,10 @@ func NewRoute(u config.Upstream, credential string) (*Route, error) {
 	}
 	switch u.Format {
 	case config.FormatMessages:
-		r.Format, r.MeteredPath = alpha.Format{}, "/v1/messages"
+		r.Format, r.MeteredPath = messages.Format{}, "/v1/messages"
 		r.credHeader, r.credValue = "x-api-key", credential
 	case config.FormatChatCompletions:
-		r.Format, r.MeteredPath = beta.Format{}, "/v1/chat/completions"
+		r.Format, r.MeteredPath = chatcompletions.Format{}, "/v1/chat/completions"
 		r.credHeader = "authorization"
 		if credential != "" {
 			r.credValue = "Bearer " + credential

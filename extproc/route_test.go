@@ -3,7 +3,7 @@ package extproc
 import (
 	"testing"
 
-	"github.com/modelgateway/gateway/extproc/config"
+	"github.com/modelgateway/gateway/internal/config"
 )
 
 func TestFreePaths(t *testing.T) {

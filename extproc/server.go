@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/modelgateway/gateway/extproc/store"
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 // Ledger is the part of the store on the request path: one admission and one

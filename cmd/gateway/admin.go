@@ -6,10 +6,10 @@ import (
 	"net"
 	"os"
 
-	"github.com/modelgateway/gateway/extproc/admin"
-	"github.com/modelgateway/gateway/extproc/config"
-	"github.com/modelgateway/gateway/extproc/pricing"
-	"github.com/modelgateway/gateway/extproc/store"
+	"github.com/modelgateway/gateway/internal/admin"
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 // defaultLimits are the limits gateway.yaml gives new accounts.

@@ -15,9 +15,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/modelgateway/gateway/envoy"
-	"github.com/modelgateway/gateway/extproc/admin"
-	"github.com/modelgateway/gateway/extproc/config"
-	"github.com/modelgateway/gateway/extproc/pricing"
+	"github.com/modelgateway/gateway/internal/admin"
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/pricing"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 

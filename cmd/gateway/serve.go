@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
-	"github.com/modelgateway/gateway/extproc/config"
+	"github.com/modelgateway/gateway/internal/config"
 )
 
 func serveCmd() *cobra.Command {

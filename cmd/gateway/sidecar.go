@@ -23,13 +23,13 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/modelgateway/gateway/extproc"
-	"github.com/modelgateway/gateway/extproc/admin"
-	"github.com/modelgateway/gateway/extproc/config"
-	"github.com/modelgateway/gateway/extproc/control"
-	"github.com/modelgateway/gateway/extproc/credential"
-	"github.com/modelgateway/gateway/extproc/routes"
-	"github.com/modelgateway/gateway/extproc/spool"
-	"github.com/modelgateway/gateway/extproc/store"
+	"github.com/modelgateway/gateway/internal/admin"
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/control"
+	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/endpoints"
+	"github.com/modelgateway/gateway/internal/spool"
+	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/extproc/tokens"
 )
 
@@ -79,7 +79,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		}
 	}()
 	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.MaxRequestDuration.D()})
-	keys := credential.NewCache(st, o.KeyCacheTTL)
+	keys := auth.NewCache(st, o.KeyCacheTTL)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -113,7 +113,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	if adminURL == "" {
 		adminURL = "http://" + c.Listeners.EnvoyAdmin
 	}
-	watcher := routes.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
+	watcher := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
 
 	s := &sidecar{log: o.Logger, Store: st, ledger: ledger}
 	var watchCtx context.Context

@@ -12,8 +12,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/modelgateway/gateway/extproc/admin"
-	"github.com/modelgateway/gateway/extproc/store"
+	"github.com/modelgateway/gateway/internal/admin"
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 const testToken = "cli-test-token"

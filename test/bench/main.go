@@ -25,9 +25,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/modelgateway/gateway/extproc/config"
-	"github.com/modelgateway/gateway/extproc/store"
-	"github.com/modelgateway/gateway/test/stack"
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 func main() {
@@ -123,7 +123,7 @@ var smokePlan = plan{
 type bench struct {
 	tb       *benchTB
 	plan     plan
-	gw, bare *stack.Stack
+	gw, bare *launch.Stack
 	gwT      *target // through the gateway, with a cr_ key
 	bareT    *target // through bare Envoy, with the vendor's own key
 	rdb      *redis.Client
@@ -146,14 +146,14 @@ func messagesBody(stream bool) []byte {
 func start(tb *benchTB, p plan, sidecarEnv []string) *bench {
 	res := &results{plan: p, started: time.Now(), env: readEnvironment(tb), loadStart: loadAvg(), sidecarEnv: sidecarEnv}
 	log.Printf("starting the gateway stack")
-	gw := stack.Start(tb, stack.Options{
+	gw := launch.Start(tb, launch.Options{
 		// Production's log level: the per-request log line is part of
 		// the cost being measured.
 		SidecarArgs: []string{"--log-level", "info"},
 		SidecarEnv:  sidecarEnv,
 	})
 	log.Printf("starting the bare Envoy stack")
-	bare := stack.Start(tb, stack.Options{Bare: true, Configure: func(c *config.Config) {
+	bare := launch.Start(tb, launch.Options{Bare: true, Configure: func(c *config.Config) {
 		for i := range c.Upstreams {
 			u := &c.Upstreams[i]
 			addr := gw.Primary.Addrs.Beta
@@ -171,7 +171,7 @@ func start(tb *benchTB, p plan, sidecarEnv []string) *bench {
 			"x-api-key": acct.Key, "anthropic-version": "2023-06-01", "content-type": "application/json",
 		}),
 		bareT: newTarget("bare", bare.URL, map[string]string{
-			"x-api-key": stack.AlphaVendorKey, "anthropic-version": "2023-06-01", "content-type": "application/json",
+			"x-api-key": launch.AlphaVendorKey, "anthropic-version": "2023-06-01", "content-type": "application/json",
 		}),
 		rdb: redis.NewClient(&redis.Options{Addr: gw.RedisAddr}),
 	}
@@ -464,8 +464,8 @@ func (b *bench) machineUsage() usage {
 	var u usage
 	u.busy, u.total = machineCPU()
 	u.own = cpuTime(os.Getpid()) + readRedisStats(b.rdb).cpu
-	for _, s := range []*stack.Stack{b.gw, b.bare} {
-		for _, p := range []*stack.Process{s.Envoy, s.Sidecar, s.Primary.Process, s.Reserve.Process} {
+	for _, s := range []*launch.Stack{b.gw, b.bare} {
+		for _, p := range []*launch.Process{s.Envoy, s.Sidecar, s.Primary.Process, s.Reserve.Process} {
 			if p != nil {
 				u.own += cpuTime(p.Cmd.Process.Pid)
 			}

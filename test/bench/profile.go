@@ -87,8 +87,8 @@ func (b *bench) profileSidecar(path string) {
 // gRPC transport's read and write loops, and the Go runtime's main costs.
 var activities = []struct{ label, symbol string }{
 	{"ext_proc handler (all per-message work)", "github.com/modelgateway/gateway/extproc.(*Server).Process"},
-	{"admission: Redis EVALSHA", "github.com/modelgateway/gateway/extproc/store.(*Store).Admit"},
-	{"settlement: Redis EVALSHA", "github.com/modelgateway/gateway/extproc/store.(*Store).Settle"},
+	{"admission: Redis EVALSHA", "github.com/modelgateway/gateway/internal/store.(*Store).Admit"},
+	{"settlement: Redis EVALSHA", "github.com/modelgateway/gateway/internal/store.(*Store).Settle"},
 	{"per-request log line", "log/slog.(*Logger).log"},
 	{"Prometheus metrics", "github.com/modelgateway/gateway/extproc.(*Metrics).observe"},
 	{"gRPC: reading frames", "google.golang.org/grpc/internal/transport.(*http2Server).HandleStreams"},

@@ -14,7 +14,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
-	"github.com/modelgateway/gateway/test/stack"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 // environment describes the machine, so that figures from different runs
@@ -53,7 +53,7 @@ func readEnvironment(tb *benchTB) environment {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		e.kernel = strings.TrimSpace(string(b))
 	}
-	if out, err := exec.Command(stack.EnvoyBinary(tb), "--version").Output(); err == nil {
+	if out, err := exec.Command(launch.EnvoyBinary(tb), "--version").Output(); err == nil {
 		// "/path/to/envoy  version: <sha>/1.40.0/Clean/RELEASE/BoringSSL"
 		_, v, _ := strings.Cut(string(out), "version:")
 		if parts := strings.Split(strings.TrimSpace(v), "/"); len(parts) > 1 {

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/extproc/pricing"
-	"github.com/modelgateway/gateway/extproc/store"
-	"github.com/modelgateway/gateway/test/stack"
+	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 // Models the cases call: served by the fake vendors, priced in gateway.yaml,
@@ -32,13 +32,13 @@ const (
 )
 
 func TestOfficialSDKs(t *testing.T) {
-	root := stack.RepoRoot(t)
+	root := launch.RepoRoot(t)
 	python := filepath.Join(root, ".venv", "bin", "python")
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("%s not found: run make envoy (it installs the SDKs and pytest into .venv)", python)
 	}
 
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(100, store.Limits{})
 	poor := s.NewAccount(0, store.Limits{})
 	// One rate-limited account per SDK, so that the cases do not depend on

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
-	"github.com/modelgateway/gateway/test/stack"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 const adminToken = "e2e-admin-token-5f1c0a7d"
@@ -102,7 +102,7 @@ func eventually(t *testing.T, within time.Duration, what string, check func() (b
 
 // message posts a small format A request with key and returns the status and
 // body.
-func message(s *stack.Stack, key, model string) (int, string) {
+func message(s *launch.Stack, key, model string) (int, string) {
 	body := strings.Replace(string(alphaBody(false, "")), alphaModel, model, 1)
 	resp, b := s.Do("POST", alphaPath, alphaHeaders(key), []byte(body))
 	return resp.StatusCode, string(b)
@@ -112,9 +112,9 @@ func message(s *stack.Stack, key, model string) (int, string) {
 // sidecar, with a second sidecar (and Envoy) sharing the same Redis to show
 // that revocation and expiry reach every sidecar within 5 seconds.
 func TestAdmin(t *testing.T) {
-	s := stack.Start(t, stack.Options{SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}})
-	s2 := stack.Start(t, stack.Options{RedisAddr: s.RedisAddr}) // no admin token
-	ctl := gatewayctl{t: t, bin: stack.Binary(t, "gatewayctl"), env: []string{
+	s := launch.Start(t, launch.Options{SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}})
+	s2 := launch.Start(t, launch.Options{RedisAddr: s.RedisAddr}) // no admin token
+	ctl := gatewayctl{t: t, bin: launch.Binary(t, "gatewayctl"), env: []string{
 		"GATEWAY_ADMIN_ADDR=" + s.Config.Listeners.Admin,
 		"GATEWAY_ADMIN_TOKEN=" + adminToken,
 		"GATEWAY_ADMIN_ACTOR=e2e",
@@ -165,13 +165,13 @@ func TestAdmin(t *testing.T) {
 	t.Run("revoke reaches the second sidecar", func(t *testing.T) {
 		victim, victimID := newKey("--label", "revoke-me")
 		// Both sidecars have looked the key up, and cache it.
-		for _, st := range []*stack.Stack{s, s2} {
+		for _, st := range []*launch.Stack{s, s2} {
 			if code, b := message(st, victim, alphaModel); code != 200 {
 				t.Fatalf("before revocation: %d %s", code, b)
 			}
 		}
 		ctl.ok("keys", "revoke", id, victimID)
-		for _, st := range []*stack.Stack{s2, s} {
+		for _, st := range []*launch.Stack{s2, s} {
 			eventually(t, 5*time.Second, "revoked key refused", func() (bool, string) {
 				code, b := message(st, victim, alphaModel)
 				return code == 401 && strings.Contains(b, "revoked"), fmt.Sprint(code, " ", b)

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelgateway/gateway/extproc/store"
-	"github.com/modelgateway/gateway/test/stack"
+	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 type alphaError struct {
@@ -29,7 +29,7 @@ type betaError struct {
 // type (format A) or code (format B) the vendor's SDKs map to the right
 // exception.
 func TestErrorsInVendorFormat(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	poor := s.NewAccount(0, noLimits)
 	limited := s.NewAccount(10, store.Limits{RPM: 1, WindowMinutes: 1})

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/test/stack"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 // Failover runs with the shipped gateway.yaml settings (health checks every
@@ -19,9 +19,9 @@ import (
 // assert only that the switch happens and that no request fails.
 
 type probe struct {
-	s    *stack.Stack
+	s    *launch.Stack
 	t    *testing.T
-	acct stack.Account
+	acct launch.Account
 	n    int
 }
 
@@ -44,7 +44,7 @@ func (p *probe) send() string {
 }
 
 // primaryPOSTs counts model requests the primary fake received.
-func primaryPOSTs(s *stack.Stack) int {
+func primaryPOSTs(s *launch.Stack) int {
 	st := s.Primary.Stats()
 	return st["alpha"] + st["beta"]
 }
@@ -76,7 +76,7 @@ func (p *probe) untilOnly(route string, n int, deadline time.Duration) time.Time
 	return time.Time{}
 }
 
-func healthRoutes(t *testing.T, s *stack.Stack) map[string]string {
+func healthRoutes(t *testing.T, s *launch.Stack) map[string]string {
 	t.Helper()
 	_, b := s.Do("GET", "/health", nil, nil)
 	var h struct {
@@ -87,7 +87,7 @@ func healthRoutes(t *testing.T, s *stack.Stack) map[string]string {
 }
 
 // waitHealthRoute polls /health until both upstreams report route.
-func waitHealthRoute(t *testing.T, s *stack.Stack, route string) {
+func waitHealthRoute(t *testing.T, s *launch.Stack, route string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -101,7 +101,7 @@ func waitHealthRoute(t *testing.T, s *stack.Stack, route string) {
 }
 
 func TestFailoverOnErrors(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	p := &probe{s: s, t: t, acct: s.NewAccount(100, noLimits)}
 	waitHealthRoute(t, s, "primary")
 	if r := p.send(); r != "primary" {
@@ -122,7 +122,7 @@ func TestFailoverOnErrors(t *testing.T) {
 		t.Fatalf("%d %s via %q", resp.StatusCode, out, resp.Header.Get("x-gateway-route"))
 	}
 	rec := s.Reserve.LastRequest("alpha", "/v1/messages")
-	if !bytes.Equal(rec.Body, body) || header(rec.Headers, "x-api-key") != stack.AlphaVendorKey {
+	if !bytes.Equal(rec.Body, body) || header(rec.Headers, "x-api-key") != launch.AlphaVendorKey {
 		t.Fatalf("reserve received body %q key %q", rec.Body, header(rec.Headers, "x-api-key"))
 	}
 	// New streams are served by the reserve.
@@ -152,7 +152,7 @@ func TestFailoverOnErrors(t *testing.T) {
 }
 
 func TestFailoverOnLatency(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	p := &probe{s: s, t: t, acct: s.NewAccount(100, noLimits)}
 	waitHealthRoute(t, s, "primary")
 
@@ -174,7 +174,7 @@ func TestFailoverOnLatency(t *testing.T) {
 // client sees the stream break (SDKs raise), and the observed usage is
 // settled, marked estimated.
 func TestStreamBrokenByUpstreamReset(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"abort_after_events": 4, "reply_words": 20})
 

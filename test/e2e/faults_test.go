@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/extproc/config"
-	"github.com/modelgateway/gateway/extproc/store"
-	"github.com/modelgateway/gateway/test/redistest"
-	"github.com/modelgateway/gateway/test/stack"
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/redistest"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 // clientReply is what a client saw of one request.
@@ -86,7 +86,7 @@ func requestFor(route, key string, streaming bool) (string, map[string]string, [
 
 // sidecarMetric sums the samples of the series name at the sidecar's /metrics
 // whose labels contain every string of match, such as `result="applied"`.
-func sidecarMetric(t *testing.T, s *stack.Stack, name string, match ...string) float64 {
+func sidecarMetric(t *testing.T, s *launch.Stack, name string, match ...string) float64 {
 	t.Helper()
 	resp, err := http.Get(s.ControlURL + "/metrics")
 	if err != nil {
@@ -130,7 +130,7 @@ func pollUntil(t *testing.T, what string, deadline time.Duration, cond func() bo
 }
 
 // allLedgerEntries returns every ledger entry of the account.
-func allLedgerEntries(t *testing.T, s *stack.Stack, acct string) []store.LedgerEntry {
+func allLedgerEntries(t *testing.T, s *launch.Stack, acct string) []store.LedgerEntry {
 	t.Helper()
 	var all []store.LedgerEntry
 	after := ""
@@ -151,7 +151,7 @@ func allLedgerEntries(t *testing.T, s *stack.Stack, acct string) []store.LedgerE
 // the balance change and the usage counters, each request id is settled
 // once (seen collects ids across accounts), the balance is not negative and
 // no hold is left. It returns the ledger.
-func checkBooks(t *testing.T, s *stack.Stack, acct string, initial int64, seen map[string]bool) []store.LedgerEntry {
+func checkBooks(t *testing.T, s *launch.Stack, acct string, initial int64, seen map[string]bool) []store.LedgerEntry {
 	t.Helper()
 	ctx := context.Background()
 	entries := allLedgerEntries(t, s, acct)
@@ -189,7 +189,7 @@ func checkBooks(t *testing.T, s *stack.Stack, acct string, initial int64, seen m
 
 // waitNoHolds polls until the account has no open hold: requests whose
 // client went away settle when Envoy ends their processor stream.
-func waitNoHolds(t *testing.T, s *stack.Stack, acct string) {
+func waitNoHolds(t *testing.T, s *launch.Stack, acct string) {
 	t.Helper()
 	pollUntil(t, "holds of "+acct+" to be settled", 20*time.Second, func() bool {
 		n, _, err := s.Store.OpenHolds(context.Background(), acct)
@@ -206,11 +206,11 @@ func TestFaultRedisStopsDuringLoad(t *testing.T) {
 	// Redis with persistence, as in production: what was written before the
 	// crash is still there after it.
 	rs := redistest.NewServerWith(t, "--appendonly", "yes", "--appendfsync", "always")
-	s := stack.Start(t, stack.Options{RedisAddr: rs.Addr})
+	s := launch.Start(t, launch.Options{RedisAddr: rs.Addr})
 	const initial = 10_000_000_000
 	acct := s.NewAccount(10, noLimits)
 	// Streams of some 30 events 100ms apart stay open for seconds.
-	for _, f := range []*stack.Fake{s.Primary, s.Reserve} {
+	for _, f := range []*launch.Fake{s.Primary, s.Reserve} {
 		f.Control(map[string]any{"event_delay_ms": 100, "reply_words": 30})
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
@@ -317,7 +317,7 @@ func TestFaultRedisStopsDuringLoad(t *testing.T) {
 // replayed by the next sidecar when it starts.
 func TestFaultSpoolSurvivesSidecarKill(t *testing.T) {
 	rs := redistest.NewServerWith(t, "--appendonly", "yes", "--appendfsync", "always")
-	s := stack.Start(t, stack.Options{RedisAddr: rs.Addr})
+	s := launch.Start(t, launch.Options{RedisAddr: rs.Addr})
 	const initial = 10_000_000_000
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"vendor": "beta", "event_delay_ms": 100, "reply_words": 15})
@@ -359,7 +359,7 @@ func TestFaultSpoolSurvivesSidecarKill(t *testing.T) {
 // after the maximum request duration by a later admission of the account,
 // uncharged; a restarted sidecar serves normally.
 func TestFaultSidecarKilledMidStream(t *testing.T) {
-	s := stack.Start(t, stack.Options{Configure: func(c *config.Config) {
+	s := launch.Start(t, launch.Options{Configure: func(c *config.Config) {
 		c.Limits.MaxRequestDuration = config.Duration(2 * time.Second)
 	}})
 	const initial = 10_000_000_000
@@ -478,13 +478,13 @@ func TestConservationUnderFaults(t *testing.T) {
 		seed = n
 	}
 	t.Logf("seed %d (GATEWAY_CONSERVATION_SEED=%d reproduces the plan)", seed, seed)
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	plan := conservationPlan(seed, 300)
 
 	ap, bp := priceOf(t, s, "alpha", alphaModel), priceOf(t, s, "beta", betaModel)
 	hold := max(ap.Hold(int64(len(alphaBody(true, ""))), 256), bp.Hold(int64(len(betaBody(true, true, ""))), 256))
 	type account struct {
-		stack.Account
+		launch.Account
 		initial int64
 	}
 	accounts := []account{
@@ -498,7 +498,7 @@ func TestConservationUnderFaults(t *testing.T) {
 	// The vendor fails some requests: 400 on alpha (passed through), 500 on
 	// beta at both endpoints (retried by Envoy, some still failing).
 	s.Primary.Control(map[string]any{"vendor": "alpha", "status": 400, "status_count": 8})
-	for _, f := range []*stack.Fake{s.Primary, s.Reserve} {
+	for _, f := range []*launch.Fake{s.Primary, s.Reserve} {
 		f.Control(map[string]any{"vendor": "beta", "status": 500, "status_count": 6})
 		f.Control(map[string]any{"event_delay_ms": 4, "reply_words": 20})
 	}

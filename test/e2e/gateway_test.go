@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/test/stack"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 // The vendor receives the client's body byte for byte, the vendor
 // credential, and none of the client's credentials or our internal headers.
 func TestForwardsBodiesAndSwapsCredentials(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 
 	// Odd spacing, unicode and a tool definition must survive untouched.
@@ -30,7 +30,7 @@ func TestForwardsBodiesAndSwapsCredentials(t *testing.T) {
 	if !bytes.Equal(rec.Body, body) {
 		t.Fatalf("vendor received a different body:\n got %q\nwant %q", rec.Body, body)
 	}
-	if got := header(rec.Headers, "x-api-key"); got != stack.AlphaVendorKey {
+	if got := header(rec.Headers, "x-api-key"); got != launch.AlphaVendorKey {
 		t.Fatalf("vendor x-api-key = %q, want the vendor credential", got)
 	}
 	if got := header(rec.Headers, "anthropic-version"); got != "2023-06-01" {
@@ -51,7 +51,7 @@ func TestForwardsBodiesAndSwapsCredentials(t *testing.T) {
 	if !bytes.Equal(rec.Body, bbody) {
 		t.Fatalf("vendor received a different body")
 	}
-	if got := header(rec.Headers, "authorization"); got != "Bearer "+stack.BetaVendorKey {
+	if got := header(rec.Headers, "authorization"); got != "Bearer "+launch.BetaVendorKey {
 		t.Fatalf("vendor authorization = %q, want the vendor credential", got)
 	}
 	if strings.Contains(strings.Join(flatten(rec.Headers), "\n"), acct.Key) {
@@ -60,7 +60,7 @@ func TestForwardsBodiesAndSwapsCredentials(t *testing.T) {
 }
 
 func TestStreamingBothRoutes(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 
 	resp, evs := stream(t, s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
@@ -79,7 +79,7 @@ func TestStreamingBothRoutes(t *testing.T) {
 // With the vendor pacing events apart, the client receives them spread out
 // the same way, not in one burst at the end.
 func TestSSEIsNotBuffered(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"event_delay_ms": 200, "reply_words": 6})
 
@@ -116,7 +116,7 @@ func TestSSEIsNotBuffered(t *testing.T) {
 }
 
 func TestHealthNeedsNoKey(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	resp, body := s.Do("GET", "/health", nil, nil)
 	if resp.StatusCode != 200 {
 		t.Fatalf("health: %d %s", resp.StatusCode, body)
@@ -139,7 +139,7 @@ func TestHealthNeedsNoKey(t *testing.T) {
 // SIGTERM to the sidecar during a slow stream: the stream completes, then
 // the sidecar exits.
 func TestSIGTERMLetsStreamsFinish(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"event_delay_ms": 100, "reply_words": 15})
 

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/extproc/store"
-	"github.com/modelgateway/gateway/test/stack"
+	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 const (
@@ -61,7 +61,7 @@ type event struct {
 
 // open posts a request and returns the response with its body unread, for
 // tests that read a stream piece by piece or cut it short.
-func open(t *testing.T, ctx context.Context, s *stack.Stack, path string, header map[string]string, body []byte) *http.Response {
+func open(t *testing.T, ctx context.Context, s *launch.Stack, path string, header map[string]string, body []byte) *http.Response {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+path, bytes.NewReader(body))
 	for k, v := range header {
@@ -76,7 +76,7 @@ func open(t *testing.T, ctx context.Context, s *stack.Stack, path string, header
 
 // stream posts a request and reads its SSE reply event by event as it
 // arrives.
-func stream(t *testing.T, s *stack.Stack, path string, header map[string]string, body []byte) (*http.Response, []event) {
+func stream(t *testing.T, s *launch.Stack, path string, header map[string]string, body []byte) (*http.Response, []event) {
 	t.Helper()
 	resp := open(t, context.Background(), s, path, header, body)
 	defer resp.Body.Close()

@@ -10,13 +10,13 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/modelgateway/gateway/test/stack"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 // Hostile bodies each get a clear error with the right status in the
 // vendor's format, nothing reaches the vendor, and the gateway stays up.
 func TestHostileBodies(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	deep := strings.Repeat(`{"a":`, 200) + "1" + strings.Repeat("}", 200)
 	cases := []struct {
@@ -65,7 +65,7 @@ func TestHostileBodies(t *testing.T) {
 // Over-limit bodies and headers are refused by Envoy itself, in the route's
 // vendor format.
 func TestOversizeRequests(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	// A large body under the limit works.
 	ok := append([]byte(`{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"`), bytes.Repeat([]byte("a"), 1<<20)...)
@@ -107,7 +107,7 @@ func TestOversizeRequests(t *testing.T) {
 // Path tricks cannot reach anything a credential does not allow, nor skip
 // metering.
 func TestPathTricks(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	a := s.NewAccount(10, noLimits)
 	other := s.NewAccount(10, noLimits)
 	s.Do("POST", alphaPath, alphaHeaders(other.Key), alphaBody(false, ""))
@@ -172,7 +172,7 @@ func TestPathTricks(t *testing.T) {
 // oversize headers) at once; a client that streams the body regardless may
 // see the connection reset instead, as with any HTTP/1.1 server that refuses
 // early.
-func postExpectingRefusal(t *testing.T, s *stack.Stack, path string, header map[string]string, n int) (*http.Response, []byte) {
+func postExpectingRefusal(t *testing.T, s *launch.Stack, path string, header map[string]string, n int) (*http.Response, []byte) {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
 	if err != nil {
@@ -205,7 +205,7 @@ func postExpectingRefusal(t *testing.T, s *stack.Stack, path string, header map[
 
 // rawRequest sends a request line exactly as given, with no client-side
 // path cleaning, and returns the status code.
-func rawRequest(t *testing.T, s *stack.Stack, method, path string, headers ...string) int {
+func rawRequest(t *testing.T, s *launch.Stack, method, path string, headers ...string) int {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
 	if err != nil {
@@ -232,7 +232,7 @@ func joinHeaders(hs []string) string {
 // When the processor is gone, Envoy fails closed with a retryable 503 in the
 // vendor's format; with no healthy upstream, likewise.
 func TestEnvoyLocalRepliesInVendorFormat(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 
 	s.Primary.Process.Signal(syscall.SIGKILL)

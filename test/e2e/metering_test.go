@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/extproc/pricing"
-	"github.com/modelgateway/gateway/extproc/store"
-	"github.com/modelgateway/gateway/test/stack"
+	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
-func priceOf(t *testing.T, s *stack.Stack, upstream, model string) pricing.Price {
+func priceOf(t *testing.T, s *launch.Stack, upstream, model string) pricing.Price {
 	t.Helper()
 	u, ok := s.Config.Upstream(upstream)
 	if !ok {
@@ -36,7 +36,7 @@ func cost(p pricing.Price, u tokens) int64 {
 // balance, daily spend and per-model counters equal exactly what the vendor
 // replies reported, priced by the table.
 func TestMeteringMatchesVendorUsage(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"vendor": "alpha", "cache_read_tokens": 40, "cache_write_tokens": 7})
 	s.Primary.Control(map[string]any{"vendor": "beta", "cache_read_tokens": 5})
@@ -124,7 +124,7 @@ func TestMeteringMatchesVendorUsage(t *testing.T) {
 // Format B streams without a usage chunk are counted with a tokenizer and
 // marked estimated.
 func TestBetaStreamWithoutUsageIsEstimated(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	resp, evs := stream(t, s, betaPath, betaHeaders(acct.Key), betaBody(true, false, ""))
 	if resp.StatusCode != 200 || len(evs) == 0 {
@@ -136,7 +136,7 @@ func TestBetaStreamWithoutUsageIsEstimated(t *testing.T) {
 	}
 }
 
-func onlyLedgerEntry(t *testing.T, s *stack.Stack, acct string) store.LedgerEntry {
+func onlyLedgerEntry(t *testing.T, s *launch.Stack, acct string) store.LedgerEntry {
 	t.Helper()
 	entries, _, err := s.Store.Ledger(context.Background(), acct, "", 100)
 	if err != nil {
@@ -152,7 +152,7 @@ func onlyLedgerEntry(t *testing.T, s *stack.Stack, acct string) store.LedgerEntr
 // admitted request settles, the rest get 402, the balance stays ≥ 0 and the
 // ledger, the balance change and the counters agree.
 func TestConcurrentRequestsAgainstSmallBalance(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	ap := priceOf(t, s, "alpha", alphaModel)
 	body := alphaBody(false, "")
 	hold := ap.Hold(int64(len(body)), 256)
@@ -216,7 +216,7 @@ func TestConcurrentRequestsAgainstSmallBalance(t *testing.T) {
 }
 
 func TestRateLimit(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, store.Limits{RPM: 2, WindowMinutes: 1})
 	for i := 0; i < 2; i++ {
 		if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, "")); resp.StatusCode != 200 {
@@ -239,7 +239,7 @@ func TestRateLimit(t *testing.T) {
 }
 
 func TestDailyLimit(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	ap := priceOf(t, s, "alpha", alphaModel)
 	body := alphaBody(false, "")
 	hold := ap.Hold(int64(len(body)), 256)
@@ -277,7 +277,7 @@ func TestDailyLimit(t *testing.T) {
 
 // ro_ tokens are refused on both model routes and spend nothing.
 func TestReadOnlyTokenCannotSpend(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.ReadOnly), alphaBody(false, ""))
 	var ae alphaError
@@ -303,7 +303,7 @@ func TestReadOnlyTokenCannotSpend(t *testing.T) {
 // A client that disconnects mid-stream is charged the observed usage,
 // marked estimated; a vendor 500 is charged nothing.
 func TestDisconnectAndVendorError(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"event_delay_ms": 50, "reply_words": 40})
 
@@ -343,7 +343,7 @@ func TestDisconnectAndVendorError(t *testing.T) {
 
 // waitLedgerEntry polls for the settlement of a request whose client went
 // away (it settles when Envoy resets the processor stream).
-func waitLedgerEntry(t *testing.T, s *stack.Stack, acct string) store.LedgerEntry {
+func waitLedgerEntry(t *testing.T, s *launch.Stack, acct string) store.LedgerEntry {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {

@@ -9,10 +9,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/modelgateway/gateway/extproc/pricing"
-	"github.com/modelgateway/gateway/extproc/store"
-	"github.com/modelgateway/gateway/test/redistest"
-	"github.com/modelgateway/gateway/test/stack"
+	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/redistest"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 // Two Envoy + sidecar pairs share a three-node Redis Cluster: requests
@@ -20,9 +20,9 @@ import (
 // globally; usage read through either pair is the same.
 func TestScaleOutOnRedisCluster(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
-	a := stack.Start(t, stack.Options{RedisCluster: nodes})
-	b := stack.Start(t, stack.Options{RedisCluster: nodes})
-	pairs := []*stack.Stack{a, b}
+	a := launch.Start(t, launch.Options{RedisCluster: nodes})
+	b := launch.Start(t, launch.Options{RedisCluster: nodes})
+	pairs := []*launch.Stack{a, b}
 
 	// Rate limit: 10 requests per window across both pairs.
 	limited := a.NewAccount(10, store.Limits{RPM: 10, WindowMinutes: 1})
@@ -44,7 +44,7 @@ func TestScaleOutOnRedisCluster(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := 0; i < 60; i++ {
 		wg.Add(1)
-		go func(p *stack.Stack) {
+		go func(p *launch.Stack) {
 			defer wg.Done()
 			resp, _ := p.Do("POST", alphaPath, alphaHeaders(poor.Key), alphaBody(false, ""))
 			if resp.StatusCode == 200 {
@@ -96,7 +96,7 @@ func TestScaleOutOnRedisCluster(t *testing.T) {
 // /metrics parses with the Prometheus text parser, and the listed series are
 // present and move with traffic.
 func TestMetricsMoveWithTraffic(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	poor := s.NewAccount(0, noLimits)
 	before := max(scrape(t, s, "gateway_requests_total"), 0) // absent until the first request
@@ -124,7 +124,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 // scrape sums a metric family's samples (histograms: their counts), or -1
 // when the family is missing. Counter vectors with no sample yet are absent
 // from the output, so callers compare sums.
-func scrape(t *testing.T, s *stack.Stack, name string) float64 {
+func scrape(t *testing.T, s *launch.Stack, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(s.ControlURL + "/metrics")
 	if err != nil {

@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/test/stack"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 // A sentinel sent inside the prompt, the tool definitions and a key appears
 // in no sidecar log, no Envoy log or access log, and no Redis value; nor do
 // the secrets of real keys and tokens.
 func TestNoBodiesOrSecretsAreKept(t *testing.T) {
-	s := stack.Start(t, stack.Options{})
+	s := launch.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	const sentinel = "SENTINEL7f3a9c"
 
@@ -34,7 +34,7 @@ func TestNoBodiesOrSecretsAreKept(t *testing.T) {
 	s.Do("GET", "/v1/usage", map[string]string{"Authorization": "Bearer ro_" + sentinel + "yyyyyyyy"}, nil)
 	s.Usage(acct.ReadOnly, "day")
 
-	forbidden := []string{sentinel, acct.Key, acct.ReadOnly, stack.AlphaVendorKey, stack.BetaVendorKey}
+	forbidden := []string{sentinel, acct.Key, acct.ReadOnly, launch.AlphaVendorKey, launch.BetaVendorKey}
 	// Envoy flushes its access log about once a second: wait for the line of
 	// the last request.
 	var access string
@@ -63,7 +63,7 @@ func TestNoBodiesOrSecretsAreKept(t *testing.T) {
 }
 
 // findInRedis scans every key and every value of every type for s.
-func findInRedis(t *testing.T, st *stack.Stack, needle string) string {
+func findInRedis(t *testing.T, st *launch.Stack, needle string) string {
 	t.Helper()
 	ctx := context.Background()
 	rdb := st.RDB

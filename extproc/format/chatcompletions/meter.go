@@ -1,0 +1,241 @@
+package chatcompletions
+
+import (
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/jsonscan"
+	"github.com/modelgateway/gateway/extproc/sse"
+	"github.com/modelgateway/gateway/extproc/tokens"
+)
+
+// NewMeter returns a meter for a reply: a chunk-stream meter for
+// text/event-stream, otherwise one that reads the JSON completion at the
+// end. body is kept, unmodified, for an input estimate should the reply
+// carry no usage; the caller must not change it until Usage has been called.
+func (Format) NewMeter(req format.Request, body []byte, contentType string) format.Meter {
+	if sse.IsEventStream(contentType) {
+		// Without include_usage the vendor sends no usage chunk and the
+		// output must be counted in full, so the tally counts as the text
+		// arrives. Otherwise counting matters only for a broken stream,
+		// and a cheaper extrapolated figure will do.
+		return &streamMeter{
+			body: body,
+			text: tokens.Tally{Limit: streamTextLimit, Eager: !req.IncludeUsage},
+		}
+	}
+	return &jsonMeter{body: body}
+}
+
+// streamTextLimit is the delta text a stream meter holds; see tokens.Tally.
+// Together with the decoder's buffers, which hold one chunk, it keeps a
+// stream's memory within about 20 KB.
+const streamTextLimit = 8 << 10
+
+// scratchLimit bounds the decoding buffer kept between chunks.
+const scratchLimit = 64 << 10
+
+// streamMeter reads completion chunks, one JSON object per event, ending with
+// "data: [DONE]". The usage chunk (usage non-null, choices usually empty)
+// carries the figures; "usage": null in other chunks is ignored. Without it,
+// the output is counted from the deltas' content, refusal and tool call
+// arguments, and the input from the request.
+type streamMeter struct {
+	body    []byte
+	dec     sse.Decoder
+	text    tokens.Tally
+	scratch []byte
+
+	model                      string
+	prompt, completion, cached int64
+	sawUsage, done, failed     bool
+}
+
+const (
+	chModel = iota
+	chContent
+	chRefusal
+	chReasoning
+	chToolName
+	chToolArgs
+	chPrompt
+	chCompletion
+	chCached
+	chError
+	chPaths
+)
+
+var chunkQuery = jsonscan.NewQuery(
+	"model",
+	"choices[].delta.content",
+	"choices[].delta.refusal",
+	"choices[].delta.reasoning_content",
+	"choices[].delta.tool_calls[].function.name",
+	"choices[].delta.tool_calls[].function.arguments",
+	"usage.prompt_tokens",
+	"usage.completion_tokens",
+	"usage.prompt_tokens_details.cached_tokens",
+	"error",
+)
+
+var doneData = []byte("[DONE]")
+
+func (m *streamMeter) Write(p []byte) { m.dec.Feed(p, m.event) }
+
+func (m *streamMeter) event(ev sse.Event) {
+	if string(ev.Data) == string(doneData) {
+		m.done = true
+		return
+	}
+	var vals [chPaths]jsonscan.Value // the last value seen on each path
+	err := chunkQuery.Scan(ev.Data, func(path int, v jsonscan.Value) error {
+		if path >= chContent && path <= chToolArgs {
+			// Several choices may each carry text: count as they come.
+			if v.Kind == jsonscan.String {
+				m.scratch = v.AppendText(m.scratch[:0])
+				m.text.Write(m.scratch)
+			}
+			return nil
+		}
+		vals[path] = v
+		return nil
+	})
+	if cap(m.scratch) > scratchLimit {
+		m.scratch = nil
+	}
+	if err != nil {
+		return // not a chunk of this format: ignore it
+	}
+	if vals[chError].Kind == jsonscan.Object {
+		m.failed = true
+	}
+	if m.model == "" && vals[chModel].Kind == jsonscan.String {
+		m.model = vals[chModel].Text()
+	}
+	prompt, okPrompt := count(vals[chPrompt])
+	completion, okCompletion := count(vals[chCompletion])
+	if okPrompt || okCompletion {
+		m.sawUsage = true
+		m.prompt, m.completion = prompt, completion
+		m.cached, _ = count(vals[chCached])
+	}
+}
+
+// count returns a non-negative integer token count.
+func count(v jsonscan.Value) (int64, bool) {
+	n, ok := v.Int()
+	if !ok || n < 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// Usage reports the usage chunk's figures when the stream ended (with
+// [DONE], or complete is set). Otherwise it reports what was observed, with
+// output raised to the tokens counted in the deltas and input estimated from
+// the request if no usage came, and marks the result estimated.
+func (m *streamMeter) Usage(complete bool) format.Usage {
+	u := format.Usage{Model: m.model}
+	if m.sawUsage {
+		u.Input, u.CacheRead, u.Output = split(m.prompt, m.cached, m.completion)
+		if (m.done || complete) && !m.failed {
+			return u
+		}
+	} else {
+		u.Input = estimateInput(m.body)
+	}
+	u.Estimated = true
+	u.Output = max(u.Output, m.text.Tokens())
+	return u
+}
+
+// split turns the vendor's prompt figure, which includes cached tokens,
+// into uncached input and cache reads. completion_tokens already includes
+// reasoning tokens.
+func split(prompt, cached, completion int64) (input, cacheRead, output int64) {
+	cached = min(cached, prompt)
+	return prompt - cached, cached, completion
+}
+
+// maxJSONBody bounds the JSON reply a meter buffers.
+const maxJSONBody = 32 << 20
+
+// jsonMeter buffers a non-streamed completion and reads it at the end.
+type jsonMeter struct {
+	body     []byte
+	buf      []byte
+	overflow bool
+}
+
+func (m *jsonMeter) Write(p []byte) {
+	if m.overflow {
+		return
+	}
+	if len(m.buf)+len(p) > maxJSONBody {
+		m.overflow = true
+		return
+	}
+	m.buf = append(m.buf, p...)
+}
+
+const (
+	cmpModel = iota
+	cmpPrompt
+	cmpCompletion
+	cmpCached
+	cmpContent
+	cmpRefusal
+	cmpReasoning
+	cmpToolName
+	cmpToolArgs
+)
+
+var completionQuery = jsonscan.NewQuery(
+	"model",
+	"usage.prompt_tokens",
+	"usage.completion_tokens",
+	"usage.prompt_tokens_details.cached_tokens",
+	"choices[].message.content",
+	"choices[].message.refusal",
+	"choices[].message.reasoning_content",
+	"choices[].message.tool_calls[].function.name",
+	"choices[].message.tool_calls[].function.arguments",
+)
+
+// Usage reads model and usage from the completion. One that is cut short,
+// oversized or without usage yields the figures found, with output raised
+// to the tokens counted in its messages and input estimated from the
+// request if absent.
+func (m *jsonMeter) Usage(complete bool) format.Usage {
+	var u format.Usage
+	var prompt, completion, cached int64
+	var havePrompt, haveCompletion bool
+	text := tokens.Tally{Limit: streamTextLimit}
+	err := completionQuery.Scan(m.buf, func(path int, v jsonscan.Value) error {
+		switch path {
+		case cmpModel:
+			if v.Kind == jsonscan.String {
+				u.Model = v.Text()
+			}
+		case cmpPrompt:
+			prompt, havePrompt = count(v)
+		case cmpCompletion:
+			completion, haveCompletion = count(v)
+		case cmpCached:
+			cached, _ = count(v)
+		default:
+			if v.Kind == jsonscan.String {
+				text.Write(v.AppendText(nil))
+			}
+		}
+		return nil
+	})
+	u.Input, u.CacheRead, u.Output = split(prompt, cached, completion)
+	if err == nil && !m.overflow && havePrompt && haveCompletion {
+		return u
+	}
+	u.Estimated = true
+	u.Output = max(u.Output, text.Tokens())
+	if !havePrompt {
+		u.Input = estimateInput(m.body)
+	}
+	return u
+}

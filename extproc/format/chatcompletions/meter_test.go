@@ -1,0 +1,407 @@
+package chatcompletions
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/format/formattest"
+	"github.com/modelgateway/gateway/extproc/tokens"
+)
+
+const eventStream = "text/event-stream"
+
+// meter runs a reply through a fresh meter in the given chunks.
+func meter(req format.Request, body []byte, contentType string, chunks ...[]byte) format.Meter {
+	m := Format{}.NewMeter(req, body, contentType)
+	for _, c := range chunks {
+		p := append([]byte(nil), c...)
+		m.Write(p)
+		for i := range p {
+			p[i] = 'X' // the meter must not have kept p
+		}
+	}
+	return m
+}
+
+// forEachSplit checks a recording whole, split in two at every offset, and
+// one byte at a time, in each line-ending variant.
+func forEachSplit(t *testing.T, req format.Request, body, rec []byte, check func(how string, m format.Meter)) {
+	formattest.ForEachSplit(rec, func(chunks ...[]byte) format.Meter { return meter(req, body, eventStream, chunks...) }, check)
+}
+
+func TestStreamMeterUsageChunk(t *testing.T) {
+	req := format.Request{Model: "m", Stream: true, IncludeUsage: true}
+	tests := []struct {
+		file string
+		want format.Usage
+	}{
+		{"text_usage.sse", format.Usage{Model: "gpt-4o-2024-08-06", Input: 93, CacheRead: 1024, Output: 46}},
+		// completion_tokens already includes the reasoning tokens.
+		{"reasoning_usage.sse", format.Usage{Model: "o4-mini-2025-04-16", Input: 2048, Output: 1290}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			forEachSplit(t, req, nil, formattest.Read(t, tt.file), func(how string, m format.Meter) {
+				for _, complete := range []bool{true, false} {
+					if got := m.Usage(complete); got != tt.want {
+						t.Fatalf("%s: Usage(%v) = %+v, want %+v", how, complete, got, tt.want)
+					}
+				}
+			})
+		})
+	}
+}
+
+// chunkText is the text a recording's deltas carry, in order.
+func chunkText(t *testing.T, rec []byte) []byte {
+	var text []byte
+	for _, line := range bytes.Split(rec, []byte("\n")) {
+		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		if !ok || string(data) == "[DONE]" {
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content   *string
+					Refusal   *string
+					ToolCalls []struct {
+						Function struct{ Name, Arguments string }
+					} `json:"tool_calls"`
+				}
+			}
+		}
+		if err := json.Unmarshal(data, &chunk); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range chunk.Choices {
+			if c.Delta.Content != nil {
+				text = append(text, *c.Delta.Content...)
+			}
+			if c.Delta.Refusal != nil {
+				text = append(text, *c.Delta.Refusal...)
+			}
+			for _, tc := range c.Delta.ToolCalls {
+				text = append(text, tc.Function.Name...)
+				text = append(text, tc.Function.Arguments...)
+			}
+		}
+	}
+	return text
+}
+
+// promptEstimate is the oracle for estimateInput on request.json: message
+// text, tool calls and tool definitions, one per line, plus the template
+// overhead.
+func promptEstimate(t *testing.T, body []byte) int64 {
+	var req struct {
+		Messages []struct {
+			Content   json.RawMessage
+			ToolCalls []struct {
+				Function struct{ Name, Arguments string }
+			} `json:"tool_calls"`
+		}
+		Tools []json.RawMessage
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	for _, m := range req.Messages {
+		var s string
+		var parts []struct{ Type, Text string }
+		switch {
+		case json.Unmarshal(m.Content, &s) == nil:
+			text.WriteString(s + "\n")
+		case json.Unmarshal(m.Content, &parts) == nil:
+			for _, p := range parts {
+				if p.Type == "text" {
+					text.WriteString(p.Text + "\n")
+				}
+			}
+		}
+		for _, tc := range m.ToolCalls {
+			text.WriteString(tc.Function.Name + "\n" + tc.Function.Arguments + "\n")
+		}
+	}
+	for _, tool := range req.Tools {
+		text.Write(tool)
+		text.WriteString("\n")
+	}
+	return tokens.Count([]byte(text.String())) + 3*int64(len(req.Messages)) + 3
+}
+
+func TestStreamMeterWithoutUsage(t *testing.T) {
+	body := formattest.Read(t, "request.json")
+	req, err := Format{}.ParseRequest(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := formattest.Read(t, "tool_calls.sse")
+	want := format.Usage{
+		Model:     "gpt-4o-mini-2024-07-18",
+		Input:     promptEstimate(t, body),
+		Output:    tokens.Count(chunkText(t, rec)),
+		Estimated: true,
+	}
+	if want.Input < 200 || want.Output < 20 {
+		t.Fatalf("implausible expectation %+v", want)
+	}
+	if got := meter(req, body, eventStream, rec).Usage(true); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	// Every split, without a request body to keep the input estimate cheap:
+	// it is then the template overhead alone.
+	want.Input = tokensPerReply
+	forEachSplit(t, req, nil, rec, func(how string, m format.Meter) {
+		if got := m.Usage(true); got != want {
+			t.Fatalf("%s: got %+v, want %+v", how, got, want)
+		}
+	})
+}
+
+func TestStreamMeterTruncated(t *testing.T) {
+	body := formattest.Read(t, "request.json")
+	req := format.Request{Model: "gpt-4o", Stream: true, IncludeUsage: true}
+	rec := formattest.Read(t, "text_usage.sse")
+	events := bytes.SplitAfter(rec, []byte("\n\n"))
+	events = events[:len(events)-1] // the empty rest after the last event
+	usageAt := len(events) - 2      // the usage chunk, before [DONE]
+	if !bytes.Contains(events[usageAt], []byte(`"usage":{`)) {
+		t.Fatal("recording does not end with usage and [DONE]")
+	}
+	inputEstimate := estimateInput(body)
+	for n := range len(events) + 1 {
+		stream := bytes.Join(events[:n], nil)
+		got := meter(req, body, eventStream, stream).Usage(false)
+		var want format.Usage
+		switch {
+		case n == 0:
+			want = format.Usage{Input: inputEstimate, Estimated: true}
+		case n <= usageAt:
+			want = format.Usage{Model: "gpt-4o-2024-08-06", Input: inputEstimate, Output: tokens.Count(chunkText(t, stream)), Estimated: true}
+		case n == usageAt+1:
+			// Usage seen but not [DONE]: figures stand, still estimated.
+			want = format.Usage{Model: "gpt-4o-2024-08-06", Input: 93, CacheRead: 1024, Output: 46, Estimated: true}
+		default:
+			want = format.Usage{Model: "gpt-4o-2024-08-06", Input: 93, CacheRead: 1024, Output: 46}
+		}
+		if got != want {
+			t.Fatalf("%d events: got %+v, want %+v", n, got, want)
+		}
+	}
+}
+
+func TestStreamMeterErrorChunk(t *testing.T) {
+	stream := []byte("data: {\"id\":\"c\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial answer\"}}]}\n\n" +
+		"data: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n")
+	got := meter(format.Request{Stream: true}, nil, eventStream, stream).Usage(true)
+	want := format.Usage{Model: "gpt-4o", Input: tokensPerReply, Output: tokens.Count([]byte("partial answer")), Estimated: true}
+	if got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}
+
+func TestStreamMeterSeveralChoices(t *testing.T) {
+	stream := []byte(`data: {"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"hello"}},{"index":1,"delta":{"content":" world"}}]}` + "\n\ndata: [DONE]\n\n")
+	got := meter(format.Request{Stream: true}, nil, eventStream, stream).Usage(true)
+	if want := tokens.Count([]byte("hello world")); got.Output != want || !got.Estimated {
+		t.Fatalf("got %+v, want output %d", got, want)
+	}
+}
+
+func TestJSONMeter(t *testing.T) {
+	tests := []struct {
+		file string
+		want format.Usage
+	}{
+		{"completion.json", format.Usage{Model: "gpt-4o-2024-08-06", Input: 1117, Output: 46}},
+		{"completion_cached.json", format.Usage{Model: "gpt-4.1-2025-04-14", Input: 86, CacheRead: 1920, Output: 300}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			rec := formattest.Read(t, tt.file)
+			for i := range len(rec) + 1 {
+				if got := meter(format.Request{}, nil, "application/json", rec[:i], rec[i:]).Usage(true); got != tt.want {
+					t.Fatalf("split at %d: got %+v, want %+v", i, got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+func TestJSONMeterWithoutUsage(t *testing.T) {
+	body := formattest.Read(t, "request.json")
+	reply := []byte(`{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Sunny, 22 degrees.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{\"q\":1}"}}]},"finish_reason":"stop"}]}`)
+	got := meter(format.Request{}, body, "application/json", reply).Usage(true)
+	want := format.Usage{
+		Model:     "gpt-4o",
+		Input:     promptEstimate(t, body),
+		Output:    tokens.Count([]byte(`Sunny, 22 degrees.lookup{"q":1}`)),
+		Estimated: true,
+	}
+	if got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	// Cut before usage: estimated too.
+	rec := formattest.Read(t, "completion.json")
+	cut := bytes.Index(rec, []byte(`"usage"`))
+	got = meter(format.Request{}, body, "application/json", rec[:cut]).Usage(false)
+	if !got.Estimated || got.Model != "gpt-4o-2024-08-06" || got.Output <= 0 || got.Input != promptEstimate(t, body) {
+		t.Fatalf("truncated: %+v", got)
+	}
+}
+
+func TestErrorBody(t *testing.T) {
+	tests := map[format.ErrorKind]struct{ typ, code string }{
+		format.InvalidRequest:   {"invalid_request_error", ""},
+		format.Unauthenticated:  {"invalid_request_error", "invalid_api_key"},
+		format.BillingExhausted: {"insufficient_quota", "insufficient_quota"},
+		format.PermissionDenied: {"request_forbidden", "permission_denied"},
+		format.NotFound:         {"invalid_request_error", ""},
+		format.MethodNotAllowed: {"invalid_request_error", ""},
+		format.TooLarge:         {"invalid_request_error", "request_too_large"},
+		format.RateLimited:      {"requests", "rate_limit_exceeded"},
+		format.DailyLimit:       {"insufficient_quota", "daily_limit_exceeded"},
+		format.Internal:         {"server_error", ""},
+		format.Unavailable:      {"server_error", ""},
+		format.Timeout:          {"server_error", "timeout"},
+		format.ModelNotFound:    {"invalid_request_error", "model_not_found"},
+	}
+	msg := "The model `gpt-x` does not exist \"or\" you\\have no access\n\x01 \xff"
+	for kind, want := range tests {
+		b := Format{}.ErrorBody(kind, msg)
+		var got struct {
+			Error map[string]any
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		e := got.Error
+		if e["type"] != want.typ || e["message"] != strings.ToValidUTF8(msg, "\uFFFD") {
+			t.Errorf("kind %d: %s", kind, b)
+		}
+		if param, ok := e["param"]; !ok || param != nil {
+			t.Errorf("kind %d: param not null: %s", kind, b)
+		}
+		code, ok := e["code"]
+		if !ok || want.code == "" && code != nil || want.code != "" && code != want.code {
+			t.Errorf("kind %d: code %v, want %q: %s", kind, code, want.code, b)
+		}
+	}
+}
+
+const chunkEvent = `data: {"id":"chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT","object":"chat.completion.chunk","created":1741569952,"model":"gpt-4o-2024-08-06","service_tier":"default","system_fingerprint":"fp_eb9dce56a8","choices":[{"index":0,"delta":{"content":" help"},"logprobs":null,"finish_reason":null}],"usage":null}` + "\n\n"
+
+// BenchmarkStreamMeterWrite measures one chunk per operation in the steady
+// state. With include_usage the text is only sampled; without it, it is
+// tokenized as it streams, in 8 KiB windows.
+func BenchmarkStreamMeterWrite(b *testing.B) {
+	for _, includeUsage := range []bool{true, false} {
+		b.Run(fmt.Sprintf("include_usage=%v", includeUsage), func(b *testing.B) {
+			m := Format{}.NewMeter(format.Request{Stream: true, IncludeUsage: includeUsage}, nil, eventStream)
+			ev := []byte(chunkEvent)
+			for range streamTextLimit {
+				m.Write(ev)
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(ev)))
+			for b.Loop() {
+				m.Write(ev)
+			}
+		})
+	}
+}
+
+func TestStreamMeterWriteDoesNotAllocate(t *testing.T) {
+	m := Format{}.NewMeter(format.Request{Stream: true, IncludeUsage: true}, nil, eventStream)
+	ev := []byte(chunkEvent)
+	for range streamTextLimit {
+		m.Write(ev)
+	}
+	if allocs := testing.AllocsPerRun(200, func() { m.Write(ev[:70]); m.Write(ev[70:]) }); allocs != 0 {
+		t.Fatalf("%v allocations per chunk", allocs)
+	}
+}
+
+func FuzzStreamMeter(f *testing.F) {
+	for _, name := range []string{"text_usage.sse", "tool_calls.sse", "reasoning_usage.sse"} {
+		rec := formattest.Read(f, name)
+		f.Add(rec, uint16(len(rec)/2), uint16(len(rec)/3), false)
+	}
+	f.Add([]byte("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":9}}}\n\ndata: [DONE]\n\n"), uint16(3), uint16(40), true)
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"Hi there"}]}`)
+	f.Fuzz(func(t *testing.T, stream []byte, i, j uint16, includeUsage bool) {
+		req := format.Request{Stream: true, IncludeUsage: includeUsage}
+		whole := meter(req, body, eventStream, stream)
+		a, b := int(i)%(len(stream)+1), int(j)%(len(stream)+1)
+		a, b = min(a, b), max(a, b)
+		split := meter(req, body, eventStream, stream[:a], stream[a:b], stream[b:])
+		for _, complete := range []bool{true, false} {
+			u, v := whole.Usage(complete), split.Usage(complete)
+			if u != v {
+				t.Fatalf("Usage(%v): whole %+v, split at %d,%d %+v", complete, u, a, b, v)
+			}
+			if u.Input < 0 || u.Output < 0 || u.CacheRead < 0 || u.CacheWrite < 0 {
+				t.Fatalf("negative usage %+v", u)
+			}
+		}
+	})
+}
+
+func FuzzJSONMeter(f *testing.F) {
+	for _, name := range []string{"completion.json", "completion_cached.json"} {
+		rec := formattest.Read(f, name)
+		f.Add(rec, uint16(len(rec)/2))
+	}
+	f.Fuzz(func(t *testing.T, reply []byte, i uint16) {
+		a := int(i) % (len(reply) + 1)
+		u := meter(format.Request{}, nil, "application/json", reply).Usage(true)
+		v := meter(format.Request{}, nil, "application/json", reply[:a], reply[a:]).Usage(true)
+		if u != v {
+			t.Fatalf("whole %+v, split %+v", u, v)
+		}
+		if u.Input < 0 || u.Output < 0 || u.CacheRead < 0 || u.CacheWrite < 0 {
+			t.Fatalf("negative usage %+v", u)
+		}
+	})
+}
+
+// TestStreamMeterMemory measures the heap an open stream keeps, after a
+// reply long enough to fill the text buffer, with and without include_usage.
+func TestStreamMeterMemory(t *testing.T) {
+	if err := tokens.Init(); err != nil { // the vocabulary is shared, not per stream
+		t.Fatal(err)
+	}
+	var stream bytes.Buffer
+	for range 2000 {
+		stream.WriteString(chunkEvent)
+	}
+	for _, includeUsage := range []bool{true, false} {
+		const n = 200
+		meters := make([]format.Meter, n)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := range meters {
+			meters[i] = Format{}.NewMeter(format.Request{Stream: true, IncludeUsage: includeUsage}, nil, eventStream)
+			for b := stream.Bytes(); len(b) > 0; b = b[min(len(b), 1400):] {
+				meters[i].Write(b[:min(len(b), 1400)])
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perStream := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
+		t.Logf("include_usage=%v: %d bytes per open stream", includeUsage, perStream)
+		if perStream > 20<<10 {
+			t.Errorf("include_usage=%v: %d bytes per open stream, want under 20 KB", includeUsage, perStream)
+		}
+		runtime.KeepAlive(meters)
+	}
+	runtime.KeepAlive(stream.Bytes())
+}

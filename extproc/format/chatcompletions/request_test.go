@@ -1,0 +1,183 @@
+package chatcompletions
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/jsonscan"
+)
+
+func TestParseRequestAccepts(t *testing.T) {
+	realistic, err := os.ReadFile("testdata/request.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := func(r format.Request) format.Request {
+		if r.Model == "" {
+			r.Model = "m"
+		}
+		return r
+	}
+	tests := []struct {
+		name string
+		body string
+		want format.Request
+	}{
+		{"realistic", string(realistic), format.Request{Model: "gpt-4o-mini", MaxTokens: 2048, HasMaxTokens: true, Stream: true}},
+		{"minimal", `{"model":"m","messages":[]}`, m(format.Request{})},
+		{"max_tokens", `{"model":"m","max_tokens":64}`, m(format.Request{MaxTokens: 64, HasMaxTokens: true})},
+		{"max_completion_tokens", `{"model":"m","max_completion_tokens":64}`, m(format.Request{MaxTokens: 64, HasMaxTokens: true})},
+		{"both, completion larger", `{"model":"m","max_tokens":10,"max_completion_tokens":64}`, m(format.Request{MaxTokens: 64, HasMaxTokens: true})},
+		{"both, max_tokens larger", `{"model":"m","max_completion_tokens":10,"max_tokens":64}`, m(format.Request{MaxTokens: 64, HasMaxTokens: true})},
+		{"null limits", `{"model":"m","max_tokens":null,"max_completion_tokens":null}`, m(format.Request{})},
+		{"one null limit", `{"model":"m","max_tokens":null,"max_completion_tokens":7}`, m(format.Request{MaxTokens: 7, HasMaxTokens: true})},
+		{"integral exponent", `{"model":"m","max_tokens":2.5e2}`, m(format.Request{MaxTokens: 250, HasMaxTokens: true})},
+		{"largest", `{"model":"m","max_completion_tokens":2147483647}`, m(format.Request{MaxTokens: 1<<31 - 1, HasMaxTokens: true})},
+		{"stream with usage", `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`, m(format.Request{Stream: true, IncludeUsage: true})},
+		{"usage off", `{"model":"m","stream":true,"stream_options":{"include_usage":false}}`, m(format.Request{Stream: true})},
+		{"stream options null", `{"model":"m","stream":true,"stream_options":null}`, m(format.Request{Stream: true})},
+		{"include_usage null", `{"model":"m","stream":true,"stream_options":{"include_usage":null}}`, m(format.Request{Stream: true})},
+		{"other stream options", `{"model":"m","stream":true,"stream_options":{"include_obfuscation":false}}`, m(format.Request{Stream: true})},
+		{"stream null", `{"model":"m","stream":null}`, m(format.Request{})},
+		{"unicode model", `{"model":"\u6a21\u578b-\ud83d\ude00"}`, format.Request{Model: "模型-😀"}},
+		{"duplicates elsewhere", `{"model":"m","metadata":{"model":"a","model":"b"},"messages":[{"role":"user","role":"user"}]}`, m(format.Request{})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Format{}.ParseRequest([]byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseRequestRejects(t *testing.T) {
+	tests := []struct {
+		name  string
+		body  string
+		param string
+		msg   string
+	}{
+		{"empty", ``, "", "not valid JSON"},
+		{"truncated", `{"model":"m"`, "", "not valid JSON"},
+		{"single quotes", `{'model':'m'}`, "", "not valid JSON"},
+		{"comment", `{"model":"m" /* c */}`, "", "not valid JSON"},
+		{"nan", `{"model":"m","temperature":NaN}`, "", "not valid JSON"},
+		{"invalid utf8", "{\"model\":\"m\xc3\"}", "", "UTF-8"},
+		{"invalid utf8 in key", "{\"k\xff\":1,\"model\":\"m\"}", "", "UTF-8"},
+		{"lone low surrogate", `{"model":"m","x":"\udc00"}`, "", "surrogate"},
+		{"too deep", `{"model":"m","x":` + strings.Repeat(`{"a":`, 128) + `1` + strings.Repeat("}", 128) + `}`, "", "nesting"},
+		{"array", `[]`, "", "must be a JSON object"},
+		{"true", `true`, "", "must be a JSON object"},
+		{"no model", `{"messages":[]}`, "model", "model: field required"},
+		{"model empty", `{"model":""}`, "model", "non-empty string"},
+		{"model array", `{"model":["m"]}`, "model", "non-empty string"},
+		{"max_tokens zero", `{"model":"m","max_tokens":0}`, "max_tokens", "max_tokens: must be a positive integer"},
+		{"max_tokens negative", `{"model":"m","max_tokens":-1}`, "max_tokens", "positive integer"},
+		{"max_tokens fraction", `{"model":"m","max_tokens":10.5}`, "max_tokens", "positive integer"},
+		{"max_tokens string", `{"model":"m","max_tokens":"10"}`, "max_tokens", "positive integer"},
+		{"max_tokens too large", `{"model":"m","max_tokens":4294967296}`, "max_tokens", "positive integer"},
+		{"max_completion_tokens fraction", `{"model":"m","max_completion_tokens":2e-1}`, "max_completion_tokens", "max_completion_tokens: must be a positive integer"},
+		{"max_completion_tokens bool", `{"model":"m","max_completion_tokens":false}`, "max_completion_tokens", "positive integer"},
+		{"stream string", `{"model":"m","stream":"yes"}`, "stream", "stream: must be a boolean"},
+		{"stream_options string", `{"model":"m","stream":true,"stream_options":"include_usage"}`, "stream_options", "stream_options: must be an object"},
+		{"include_usage number", `{"model":"m","stream":true,"stream_options":{"include_usage":1}}`, "stream_options.include_usage", "must be a boolean"},
+		{"duplicate model", `{"model":"a","model":"b"}`, "model", "more than once"},
+		{"duplicate max_tokens", `{"model":"a","max_tokens":1,"max_tokens":100000}`, "max_tokens", "more than once"},
+		{"duplicate max_completion_tokens", `{"model":"a","max_completion_tokens":1,"max_completion_tokens":2}`, "max_completion_tokens", "more than once"},
+		{"duplicate stream", `{"model":"a","stream":false,"stream":true}`, "stream", "more than once"},
+		{"duplicate stream_options", `{"model":"a","stream_options":{},"stream_options":{"include_usage":true}}`, "stream_options", "more than once"},
+		{"duplicate include_usage", `{"model":"a","stream_options":{"include_usage":true,"include_usage":false}}`, "stream_options.include_usage", "more than once"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Format{}.ParseRequest([]byte(tt.body))
+			var re *format.RequestError
+			if !errors.As(err, &re) {
+				t.Fatalf("got %v, want a *format.RequestError", err)
+			}
+			if re.Param != tt.param || !strings.Contains(re.Message, tt.msg) {
+				t.Fatalf("got param %q message %q, want param %q message containing %q", re.Param, re.Message, tt.param, tt.msg)
+			}
+		})
+	}
+}
+
+// bigRequest builds a realistic request body of about size bytes.
+func bigRequest(size int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":4096,"messages":[{"role":"system","content":"You are terse."}`)
+	for b.Len() < size-200 {
+		b.WriteString(`,{"role":"user","content":[{"type":"text","text":"Please summarise the following paragraph about \"streaming\" metering, café and naïve résumé — it matters.\n"}]}`)
+	}
+	b.WriteString(`],"temperature":0.2}`)
+	return []byte(b.String())
+}
+
+func BenchmarkParseRequest(b *testing.B) {
+	body := bigRequest(10 << 10)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := (Format{}).ParseRequest(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func FuzzParseRequest(f *testing.F) {
+	realistic, err := os.ReadFile("testdata/request.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(realistic)
+	for _, s := range []string{
+		`{"model":"m"}`,
+		`{"model":"m","max_tokens":8,"max_completion_tokens":1e2,"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"model":"m","stream_options":{"include_usage":true,"include_usage":true}}`,
+		`{"model":"m","max_tokens":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := Format{}.ParseRequest(body)
+		if err != nil {
+			var re *format.RequestError
+			if !errors.As(err, &re) || re.Message == "" {
+				t.Fatalf("got %T %v, want a *format.RequestError with a message", err, err)
+			}
+			return
+		}
+		if jsonscan.Valid(body) != nil || !json.Valid(body) {
+			t.Fatal("accepted invalid JSON")
+		}
+		// Decode into maps, whose keys are exact (struct fields are not).
+		var doc map[string]any
+		if err := json.Unmarshal(body, &doc); err != nil {
+			t.Fatalf("accepted a body encoding/json cannot decode: %v", err)
+		}
+		if s, _ := doc["model"].(string); s != req.Model || s == "" {
+			t.Fatalf("model %q, encoding/json read %v", req.Model, doc["model"])
+		}
+		mt, _ := doc["max_tokens"].(float64)
+		mct, _ := doc["max_completion_tokens"].(float64)
+		if want := max(mt, mct); float64(req.MaxTokens) != want || req.HasMaxTokens != (want > 0) || req.MaxTokens > maxTokensLimit {
+			t.Fatalf("max tokens %d (%v), encoding/json read %v and %v", req.MaxTokens, req.HasMaxTokens, doc["max_tokens"], doc["max_completion_tokens"])
+		}
+		if s, _ := doc["stream"].(bool); s != req.Stream {
+			t.Fatalf("stream %v, encoding/json read %v", req.Stream, doc["stream"])
+		}
+		opts, _ := doc["stream_options"].(map[string]any)
+		if u, _ := opts["include_usage"].(bool); u != req.IncludeUsage {
+			t.Fatalf("include_usage %v, encoding/json read %v", req.IncludeUsage, opts["include_usage"])
+		}
+	})
+}

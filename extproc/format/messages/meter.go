@@ -1,0 +1,259 @@
+package messages
+
+import (
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/jsonscan"
+	"github.com/modelgateway/gateway/extproc/sse"
+	"github.com/modelgateway/gateway/extproc/tokens"
+)
+
+// NewMeter returns a meter for a reply: an event-stream meter for
+// text/event-stream, otherwise one that reads the JSON message at the end.
+// body is kept, unmodified, for an input estimate should the reply report no
+// input usage; the caller must not change it until Usage has been called.
+func (Format) NewMeter(req format.Request, body []byte, contentType string) format.Meter {
+	if sse.IsEventStream(contentType) {
+		return &streamMeter{body: body, text: tokens.Tally{Limit: streamTextLimit}}
+	}
+	return &jsonMeter{body: body}
+}
+
+// streamTextLimit is the delta text a stream meter keeps for its output
+// estimate; longer replies are extrapolated from it (see tokens.Tally).
+// Together with the decoder's buffers, which hold one event, it keeps a
+// stream's memory within about 20 KB.
+const streamTextLimit = 8 << 10
+
+// scratchLimit bounds the decoding buffer kept between events.
+const scratchLimit = 64 << 10
+
+// streamMeter reads the vendor's events:
+//
+//	message_start        message.model and message.usage (input, cache)
+//	content_block_delta  text, partial_json or thinking: counted for estimates
+//	message_delta        usage.output_tokens, cumulative; newer replies also
+//	                     repeat the input and cache figures here
+//	message_stop         the reply is complete
+//	error                the reply failed part way
+//
+// The vendor's input_tokens already excludes cache reads and writes.
+type streamMeter struct {
+	body    []byte
+	dec     sse.Decoder
+	text    tokens.Tally
+	scratch []byte
+
+	model                                string
+	input, output, cacheWrite, cacheRead int64
+	started, stopped, failed             bool
+}
+
+const (
+	evType = iota
+	evModel
+	evStartInput
+	evStartOutput
+	evStartCacheWrite
+	evStartCacheRead
+	evInput
+	evOutput
+	evCacheWrite
+	evCacheRead
+	evText
+	evPartialJSON
+	evThinking
+	evPaths
+)
+
+var eventQuery = jsonscan.NewQuery(
+	"type",
+	"message.model",
+	"message.usage.input_tokens",
+	"message.usage.output_tokens",
+	"message.usage.cache_creation_input_tokens",
+	"message.usage.cache_read_input_tokens",
+	"usage.input_tokens",
+	"usage.output_tokens",
+	"usage.cache_creation_input_tokens",
+	"usage.cache_read_input_tokens",
+	"delta.text",
+	"delta.partial_json",
+	"delta.thinking",
+)
+
+func (m *streamMeter) Write(p []byte) { m.dec.Feed(p, m.event) }
+
+func (m *streamMeter) event(ev sse.Event) {
+	var vals [evPaths]jsonscan.Value
+	err := eventQuery.Scan(ev.Data, func(path int, v jsonscan.Value) error {
+		vals[path] = v
+		return nil
+	})
+	if err != nil {
+		return // not an event of this format: ignore it
+	}
+	// The data's type names the event; the event field is the fallback.
+	typ := vals[evType]
+	is := func(name string) bool {
+		if typ.Kind == jsonscan.String {
+			return typ.Equal(name)
+		}
+		return string(ev.Name) == name
+	}
+	switch {
+	case is("content_block_delta"):
+		for _, v := range vals[evText : evThinking+1] {
+			if v.Kind == jsonscan.String {
+				m.scratch = v.AppendText(m.scratch[:0])
+				m.text.Write(m.scratch)
+			}
+		}
+		if cap(m.scratch) > scratchLimit {
+			m.scratch = nil
+		}
+	case is("message_start"):
+		m.started = true
+		if m.model == "" && vals[evModel].Kind == jsonscan.String {
+			m.model = vals[evModel].Text()
+		}
+		setCount(&m.input, vals[evStartInput], false)
+		setCount(&m.output, vals[evStartOutput], false)
+		setCount(&m.cacheWrite, vals[evStartCacheWrite], false)
+		setCount(&m.cacheRead, vals[evStartCacheRead], false)
+	case is("message_delta"):
+		setCount(&m.output, vals[evOutput], false)
+		setCount(&m.input, vals[evInput], true)
+		setCount(&m.cacheWrite, vals[evCacheWrite], true)
+		setCount(&m.cacheRead, vals[evCacheRead], true)
+	case is("message_stop"):
+		m.stopped = true
+	case is("error"):
+		m.failed = true
+	}
+}
+
+// setCount stores a token count, ignoring values that are not non-negative
+// integers, and zeros too when nonZero is set.
+func setCount(dst *int64, v jsonscan.Value, nonZero bool) {
+	n, ok := v.Int()
+	if !ok || n < 0 || nonZero && n == 0 {
+		return
+	}
+	*dst = n
+}
+
+// Usage reports the vendor's figures once message_stop has been seen, even
+// if the body then failed to reach the client: the reply was generated in
+// full. Otherwise it reports what was observed, with output raised to the
+// tokens counted in the streamed text and, if message_start never came,
+// input estimated from the request, and marks the result estimated.
+func (m *streamMeter) Usage(complete bool) format.Usage {
+	u := format.Usage{
+		Model:      m.model,
+		Input:      m.input,
+		Output:     m.output,
+		CacheWrite: m.cacheWrite,
+		CacheRead:  m.cacheRead,
+	}
+	if m.started && m.stopped && !m.failed {
+		return u
+	}
+	u.Estimated = true
+	u.Output = max(u.Output, m.text.Tokens())
+	if !m.started {
+		u.Input = estimateInput(m.body)
+	}
+	return u
+}
+
+// maxJSONBody bounds the JSON reply a meter buffers.
+const maxJSONBody = 32 << 20
+
+// jsonMeter buffers a non-streamed reply and reads it at the end.
+type jsonMeter struct {
+	body     []byte
+	buf      []byte
+	overflow bool
+}
+
+func (m *jsonMeter) Write(p []byte) {
+	if m.overflow {
+		return
+	}
+	if len(m.buf)+len(p) > maxJSONBody {
+		m.overflow = true
+		return
+	}
+	m.buf = append(m.buf, p...)
+}
+
+const (
+	msgModel = iota
+	msgInput
+	msgOutput
+	msgCacheWrite
+	msgCacheRead
+	msgText
+	msgThinking
+	msgToolInput
+)
+
+var messageQuery = jsonscan.NewQuery(
+	"model",
+	"usage.input_tokens",
+	"usage.output_tokens",
+	"usage.cache_creation_input_tokens",
+	"usage.cache_read_input_tokens",
+	"content[].text",
+	"content[].thinking",
+	"content[].input",
+)
+
+// Usage reads model and usage from the message. A message that is cut
+// short, oversized or without usage yields the figures found, with output
+// raised to the tokens counted in its content and input estimated from the
+// request if absent.
+func (m *jsonMeter) Usage(complete bool) format.Usage {
+	var u format.Usage
+	var haveInput, haveOutput bool
+	text := tokens.Tally{Limit: streamTextLimit}
+	err := messageQuery.Scan(m.buf, func(path int, v jsonscan.Value) error {
+		switch path {
+		case msgModel:
+			if v.Kind == jsonscan.String {
+				u.Model = v.Text()
+			}
+		case msgInput:
+			haveInput = getCount(&u.Input, v)
+		case msgOutput:
+			haveOutput = getCount(&u.Output, v)
+		case msgCacheWrite:
+			getCount(&u.CacheWrite, v)
+		case msgCacheRead:
+			getCount(&u.CacheRead, v)
+		case msgText, msgThinking:
+			text.Write(v.AppendText(nil))
+		case msgToolInput:
+			text.Write(v.Raw)
+		}
+		return nil
+	})
+	if err == nil && !m.overflow && haveInput && haveOutput {
+		return u
+	}
+	u.Estimated = true
+	u.Output = max(u.Output, text.Tokens())
+	if !haveInput {
+		u.Input = estimateInput(m.body)
+	}
+	return u
+}
+
+func getCount(dst *int64, v jsonscan.Value) bool {
+	n, ok := v.Int()
+	if !ok || n < 0 {
+		return false
+	}
+	*dst = n
+	return true
+}

@@ -1,0 +1,382 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/format/formattest"
+	"github.com/modelgateway/gateway/extproc/tokens"
+)
+
+const eventStream = "text/event-stream; charset=utf-8"
+
+// meter runs a stream through a fresh meter in the given chunks.
+func meter(body []byte, contentType string, chunks ...[]byte) format.Meter {
+	m := Format{}.NewMeter(format.Request{}, body, contentType)
+	for _, c := range chunks {
+		// Hand the meter a copy it must not keep, then scribble over it.
+		p := append([]byte(nil), c...)
+		m.Write(p)
+		for i := range p {
+			p[i] = 'X'
+		}
+	}
+	return m
+}
+
+// forEachSplit checks a recording whole, split in two at every offset, and
+// one byte at a time, in each line-ending variant.
+func forEachSplit(t *testing.T, rec []byte, check func(how string, m format.Meter)) {
+	formattest.ForEachSplit(rec, func(chunks ...[]byte) format.Meter { return meter(nil, eventStream, chunks...) }, check)
+}
+
+func TestStreamMeterRecordings(t *testing.T) {
+	tests := []struct {
+		file string
+		want format.Usage
+	}{
+		{"text.sse", format.Usage{Model: "claude-sonnet-4-5-20250929", Input: 25, Output: 31}},
+		{"tool_use.sse", format.Usage{Model: "claude-opus-4-1-20250805", Input: 472, Output: 89, CacheWrite: 1536, CacheRead: 20480}},
+		// Input and cache figures repeated in message_delta replace the
+		// zeros of message_start.
+		{"thinking.sse", format.Usage{Model: "claude-sonnet-4-5-20250929", Input: 3210, Output: 412, CacheWrite: 2048}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			forEachSplit(t, formattest.Read(t, tt.file), func(how string, m format.Meter) {
+				for _, complete := range []bool{true, false} {
+					// message_stop was seen, so the figures are final even if
+					// the body did not reach the client.
+					if got := m.Usage(complete); got != tt.want {
+						t.Fatalf("%s: Usage(%v) = %+v, want %+v", how, complete, got, tt.want)
+					}
+				}
+			})
+		})
+	}
+}
+
+// deltaText is the text the content_block_delta events of a recording carry.
+func deltaText(t *testing.T, rec []byte) []byte {
+	var text []byte
+	for _, line := range bytes.Split(rec, []byte("\n")) {
+		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		if !ok {
+			continue
+		}
+		var ev struct {
+			Type  string
+			Delta map[string]any
+		}
+		if err := json.Unmarshal(data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type != "content_block_delta" {
+			continue
+		}
+		for _, k := range []string{"text", "partial_json", "thinking"} {
+			if s, ok := ev.Delta[k].(string); ok {
+				text = append(text, s...)
+			}
+		}
+	}
+	return text
+}
+
+func TestStreamMeterError(t *testing.T) {
+	rec := formattest.Read(t, "error.sse")
+	want := format.Usage{
+		Model:     "claude-haiku-4-5-20251001",
+		Input:     120,
+		Output:    tokens.Count(deltaText(t, rec)),
+		Estimated: true,
+	}
+	if want.Output < 5 {
+		t.Fatalf("test text too short: %d tokens", want.Output)
+	}
+	forEachSplit(t, rec, func(how string, m format.Meter) {
+		if got := m.Usage(true); got != want {
+			t.Fatalf("%s: got %+v, want %+v", how, got, want)
+		}
+	})
+}
+
+func TestStreamMeterTruncated(t *testing.T) {
+	body := formattest.Read(t, "request.json")
+	rec := formattest.Read(t, "tool_use.sse")
+	inputEstimate := estimateInput(body)
+	if inputEstimate < 100 {
+		t.Fatalf("input estimate %d is implausibly small", inputEstimate)
+	}
+	events := bytes.SplitAfter(rec, []byte("\n\n"))
+	for n := range len(events) - 1 { // all but the last event: no message_stop
+		stream := bytes.Join(events[:n], nil)
+		got := meter(body, eventStream, stream).Usage(false)
+		if !got.Estimated {
+			t.Fatalf("%d events: not estimated", n)
+		}
+		text := deltaText(t, stream)
+		switch n {
+		case 0:
+			want := format.Usage{Input: inputEstimate, Estimated: true}
+			if got != want {
+				t.Fatalf("no events: got %+v, want %+v", got, want)
+			}
+		default:
+			// Observed input and cache figures stand; output is the larger
+			// of the last reported figure and the counted text.
+			reported := int64(2)
+			if n >= len(events)-2 {
+				reported = 89 // message_delta seen
+			}
+			want := format.Usage{
+				Model:      "claude-opus-4-1-20250805",
+				Input:      472,
+				CacheWrite: 1536,
+				CacheRead:  20480,
+				Output:     max(reported, tokens.Count(text)),
+				Estimated:  true,
+			}
+			if got != want {
+				t.Fatalf("%d events: got %+v, want %+v", n, got, want)
+			}
+		}
+	}
+	// Cut at every byte: never a panic, always estimated, never less than
+	// what the vendor had reported.
+	for i := range len(rec) - len(events[len(events)-1]) - 1 {
+		got := meter(body, eventStream, rec[:i]).Usage(false)
+		if !got.Estimated || got.Input <= 0 || got.Output < 0 {
+			t.Fatalf("cut at %d: %+v", i, got)
+		}
+	}
+}
+
+func TestStreamMeterLongOutputIsExtrapolated(t *testing.T) {
+	var stream bytes.Buffer
+	stream.WriteString("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"m\",\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n")
+	sentence := "The gateway meters every streamed reply without holding it. "
+	var all strings.Builder
+	for range 1000 {
+		fmt.Fprintf(&stream, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":%q}}\n\n", sentence)
+		all.WriteString(sentence)
+	}
+	m := meter(nil, eventStream, stream.Bytes())
+	got := m.Usage(false)
+	want := tokens.Count([]byte(all.String()))
+	if got.Output < want-want/50 || got.Output > want+want/50 {
+		t.Fatalf("output %d, want about %d", got.Output, want)
+	}
+	// The meter holds a bounded sample, not the reply.
+	sm := m.(*streamMeter)
+	if held := sm.text.Held(); held > streamTextLimit {
+		t.Fatalf("meter holds %d bytes of text", held)
+	}
+}
+
+func TestJSONMeter(t *testing.T) {
+	tests := []struct {
+		file string
+		want format.Usage
+	}{
+		{"message.json", format.Usage{Model: "claude-sonnet-4-5-20250929", Input: 2095, Output: 503}},
+		{"message_cache.json", format.Usage{Model: "claude-opus-4-1-20250805", Input: 50, Output: 74, CacheWrite: 1024, CacheRead: 100000}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			rec := formattest.Read(t, tt.file)
+			for i := range len(rec) + 1 {
+				for _, ct := range []string{"application/json", ""} {
+					if got := meter(nil, ct, rec[:i], rec[i:]).Usage(true); got != tt.want {
+						t.Fatalf("split at %d: got %+v, want %+v", i, got, tt.want)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestJSONMeterTruncated(t *testing.T) {
+	body := formattest.Read(t, "request.json")
+	rec := formattest.Read(t, "message_cache.json")
+	cut := bytes.Index(rec, []byte(`"usage"`))
+	got := meter(body, "application/json", rec[:cut]).Usage(false)
+	text := []byte("I'll look that up.")
+	text = append(text, `{"location":"San Francisco, CA","unit":"celsius"}`...)
+	want := format.Usage{
+		Model:     "claude-opus-4-1-20250805",
+		Input:     estimateInput(body),
+		Output:    tokens.Count(text),
+		Estimated: true,
+	}
+	if got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	// Without usage but otherwise whole.
+	got = meter(body, "application/json", []byte(`{"model":"m","content":[{"type":"text","text":"hello world"}]}`)).Usage(true)
+	want = format.Usage{Model: "m", Input: estimateInput(body), Output: 2, Estimated: true}
+	if got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}
+
+func TestJSONMeterOversized(t *testing.T) {
+	m := Format{}.NewMeter(format.Request{}, nil, "application/json")
+	chunk := bytes.Repeat([]byte(" "), 1<<20)
+	m.Write([]byte(`{"model":"m","usage":{"input_tokens":1,"output_tokens":2},"pad":"`))
+	for range 40 {
+		m.Write(chunk)
+	}
+	m.Write([]byte(`"}`))
+	if got := m.Usage(true); !got.Estimated {
+		t.Fatalf("an oversized reply should be estimated: %+v", got)
+	}
+	if n := len(m.(*jsonMeter).buf); n > maxJSONBody {
+		t.Fatalf("buffered %d bytes", n)
+	}
+}
+
+func TestErrorBody(t *testing.T) {
+	kinds := map[format.ErrorKind]string{
+		format.InvalidRequest:   "invalid_request_error",
+		format.Unauthenticated:  "authentication_error",
+		format.BillingExhausted: "billing_error",
+		format.PermissionDenied: "permission_error",
+		format.NotFound:         "not_found_error",
+		format.MethodNotAllowed: "invalid_request_error",
+		format.TooLarge:         "request_too_large",
+		format.RateLimited:      "rate_limit_error",
+		format.DailyLimit:       "rate_limit_error",
+		format.Internal:         "api_error",
+		format.Unavailable:      "overloaded_error",
+		format.Timeout:          "timeout_error",
+		format.ModelNotFound:    "invalid_request_error",
+	}
+	msg := "model \"x\" \\ not\nallowed \u2028 \xff <tag>"
+	for kind, typ := range kinds {
+		b := Format{}.ErrorBody(kind, msg)
+		var got struct {
+			Type  string
+			Error struct{ Type, Message string }
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%v: %s: %v", kind, b, err)
+		}
+		if got.Type != "error" || got.Error.Type != typ || got.Error.Message != strings.ToValidUTF8(msg, "\uFFFD") {
+			t.Errorf("kind %d: got %s", kind, b)
+		}
+	}
+}
+
+// streamPrefix and deltaEvent make up the benchmark's stream.
+const streamPrefix = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-sonnet-4-5-20250929\",\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n"
+
+const deltaEvent = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello, world \u00e9\\u00e9\"}}\n\n"
+
+// BenchmarkStreamMeterWrite measures one content_block_delta event per
+// operation, in the steady state: buffers grown and the text sample full.
+func BenchmarkStreamMeterWrite(b *testing.B) {
+	m := Format{}.NewMeter(format.Request{}, nil, eventStream)
+	m.Write([]byte(streamPrefix))
+	ev := []byte(deltaEvent)
+	for range streamTextLimit {
+		m.Write(ev)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(ev)))
+	for b.Loop() {
+		m.Write(ev)
+	}
+}
+
+func TestStreamMeterWriteDoesNotAllocate(t *testing.T) {
+	m := Format{}.NewMeter(format.Request{}, nil, eventStream)
+	m.Write([]byte(streamPrefix))
+	ev := []byte(deltaEvent)
+	m.Write(ev)
+	// Before the sample fills, buffers grow a few times; after, never.
+	for range streamTextLimit {
+		m.Write(ev)
+	}
+	if allocs := testing.AllocsPerRun(200, func() { m.Write(ev[:50]); m.Write(ev[50:]) }); allocs != 0 {
+		t.Fatalf("%v allocations per event", allocs)
+	}
+}
+
+func FuzzStreamMeter(f *testing.F) {
+	for _, name := range []string{"text.sse", "tool_use.sse", "thinking.sse", "error.sse"} {
+		rec := formattest.Read(f, name)
+		f.Add(rec, uint16(len(rec)/2), uint16(len(rec)/3))
+	}
+	f.Add([]byte("data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":-1,\"input_tokens\":1e2}}\n\n"), uint16(5), uint16(7))
+	body := []byte(`{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"Hi there"}]}`)
+	f.Fuzz(func(t *testing.T, stream []byte, i, j uint16) {
+		whole := meter(body, eventStream, stream)
+		a, b := int(i)%(len(stream)+1), int(j)%(len(stream)+1)
+		a, b = min(a, b), max(a, b)
+		split := meter(body, eventStream, stream[:a], stream[a:b], stream[b:])
+		for _, complete := range []bool{true, false} {
+			u, v := whole.Usage(complete), split.Usage(complete)
+			if u != v {
+				t.Fatalf("Usage(%v): whole %+v, split at %d,%d %+v", complete, u, a, b, v)
+			}
+			if u.Input < 0 || u.Output < 0 || u.CacheRead < 0 || u.CacheWrite < 0 {
+				t.Fatalf("negative usage %+v", u)
+			}
+		}
+	})
+}
+
+func FuzzJSONMeter(f *testing.F) {
+	for _, name := range []string{"message.json", "message_cache.json"} {
+		rec := formattest.Read(f, name)
+		f.Add(rec, uint16(len(rec)/2))
+	}
+	f.Fuzz(func(t *testing.T, reply []byte, i uint16) {
+		a := int(i) % (len(reply) + 1)
+		u := meter(nil, "application/json", reply).Usage(true)
+		v := meter(nil, "application/json", reply[:a], reply[a:]).Usage(true)
+		if u != v {
+			t.Fatalf("whole %+v, split %+v", u, v)
+		}
+		if u.Input < 0 || u.Output < 0 || u.CacheRead < 0 || u.CacheWrite < 0 {
+			t.Fatalf("negative usage %+v", u)
+		}
+	})
+}
+
+// TestStreamMeterMemory measures the heap an open stream keeps, after a
+// realistic reply long enough to fill the text sample.
+func TestStreamMeterMemory(t *testing.T) {
+	var stream bytes.Buffer
+	stream.WriteString(streamPrefix)
+	for range 2000 {
+		stream.WriteString(deltaEvent)
+	}
+	const n = 200
+	meters := make([]format.Meter, n)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range meters {
+		meters[i] = Format{}.NewMeter(format.Request{Stream: true}, nil, eventStream)
+		// Deliver the reply in network-sized chunks.
+		for b := stream.Bytes(); len(b) > 0; b = b[min(len(b), 1400):] {
+			meters[i].Write(b[:min(len(b), 1400)])
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perStream := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
+	t.Logf("%d bytes per open stream (heap %d -> %d)", perStream, before.HeapAlloc, after.HeapAlloc)
+	if perStream > 20<<10 {
+		t.Fatalf("%d bytes per open stream, want under 20 KB", perStream)
+	}
+	runtime.KeepAlive(meters)
+	runtime.KeepAlive(stream.Bytes())
+}

@@ -1,0 +1,104 @@
+package admin
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/modelgateway/gateway/internal/store"
+	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
+)
+
+// timestamp converts t, leaving the zero time (never, not yet) unset.
+func timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func limitsToProto(l store.Limits) *adminv1.Limits {
+	return &adminv1.Limits{DailyNanoUsd: l.DailyNanoUSD, Rpm: l.RPM, WindowMinutes: l.WindowMinutes}
+}
+
+func accountToProto(a store.Account, balance int64) *adminv1.Account {
+	return &adminv1.Account{
+		Id:             a.ID,
+		Name:           a.Name,
+		CreateTime:     timestamp(a.CreatedAt),
+		BalanceNanoUsd: balance,
+		Limits:         limitsToProto(a.Limits),
+	}
+}
+
+func kindToProto(k store.KeyKind) adminv1.KeyKind {
+	switch k {
+	case store.ModelKey:
+		return adminv1.KeyKind_KEY_KIND_MODEL
+	case store.ReadOnlyToken:
+		return adminv1.KeyKind_KEY_KIND_READ_ONLY
+	}
+	return adminv1.KeyKind_KEY_KIND_UNSPECIFIED
+}
+
+// keyState is the credential's state at now, by the same rule the request
+// path applies (credential.Problem).
+func keyState(k store.Key, now time.Time) adminv1.KeyState {
+	switch {
+	case !k.RevokedAt.IsZero() && !now.Before(k.RevokedAt):
+		return adminv1.KeyState_KEY_STATE_REVOKED
+	case !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt):
+		return adminv1.KeyState_KEY_STATE_EXPIRED
+	}
+	return adminv1.KeyState_KEY_STATE_ACTIVE
+}
+
+// keyToProto describes k as of now. store.Key holds no secret, so neither can
+// the result.
+func keyToProto(k store.Key, now time.Time) *adminv1.Key {
+	return &adminv1.Key{
+		Id:           k.ID,
+		AccountId:    k.AccountID,
+		Kind:         kindToProto(k.Kind),
+		Label:        k.Label,
+		Prefix:       k.Prefix,
+		CreateTime:   timestamp(k.CreatedAt),
+		ExpireTime:   timestamp(k.ExpiresAt),
+		LastUsedTime: timestamp(k.LastUsedAt),
+		RevokeTime:   timestamp(k.RevokedAt),
+		Models:       k.Models,
+		State:        keyState(k, now),
+	}
+}
+
+func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
+	return &adminv1.LedgerEntry{
+		Id:               e.ID,
+		RequestId:        e.RequestID,
+		KeyId:            e.KeyID,
+		Model:            e.Model,
+		InputTokens:      e.Input,
+		OutputTokens:     e.Output,
+		CacheWriteTokens: e.CacheWrite,
+		CacheReadTokens:  e.CacheRead,
+		CostNanoUsd:      e.Cost,
+		Estimated:        e.Estimated,
+		Status:           int32(e.Status),
+		Route:            e.Route,
+		Stream:           e.Stream,
+		StartTime:        timestamp(e.StartedAt),
+		EndTime:          timestamp(e.EndedAt),
+	}
+}
+
+func auditToProto(e store.AuditEntry) *adminv1.AuditEntry {
+	return &adminv1.AuditEntry{
+		Id:        e.ID,
+		Actor:     e.Actor,
+		Action:    e.Action,
+		AccountId: e.AccountID,
+		KeyId:     e.KeyID,
+		Detail:    e.Detail,
+		Time:      timestamp(e.At),
+	}
+}

@@ -1,0 +1,215 @@
+package admin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/modelgateway/gateway/internal/store"
+	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
+)
+
+// kindName is how errors and audit entries call a kind of credential.
+func kindName(k store.KeyKind) string {
+	if k == store.ReadOnlyToken {
+		return "token"
+	}
+	return "key"
+}
+
+// expiry resolves a request's expire_time or ttl to an absolute time; zero
+// means never.
+func (s *Service) expiry(at *timestamppb.Timestamp, ttl *durationpb.Duration) (time.Time, error) {
+	var t time.Time
+	switch {
+	case at != nil:
+		if err := at.CheckValid(); err != nil {
+			return time.Time{}, invalid("expire_time: %v", err)
+		}
+		t = at.AsTime()
+	case ttl != nil:
+		if err := ttl.CheckValid(); err != nil {
+			return time.Time{}, invalid("ttl: %v", err)
+		}
+		if ttl.AsDuration() <= 0 {
+			return time.Time{}, invalid("ttl must be positive")
+		}
+		t = s.now().Add(ttl.AsDuration())
+	default:
+		return time.Time{}, nil
+	}
+	if !t.After(s.now()) {
+		return time.Time{}, invalid("expiry must be in the future")
+	}
+	return t, nil
+}
+
+func checkLabel(label string) error {
+	if len(label) > maxNameLen {
+		return invalid("label is longer than %d bytes", maxNameLen)
+	}
+	return nil
+}
+
+// createCredential makes a key or token and records it.
+func (s *Service) createCredential(ctx context.Context, accountID string, kind store.KeyKind, opts store.KeyOptions) (string, store.Key, error) {
+	op := "create " + kindName(kind)
+	secret, k, err := s.st.CreateKey(ctx, accountID, kind, opts)
+	if err != nil {
+		return "", store.Key{}, s.fail(op, err)
+	}
+	detail := fmt.Sprintf("label=%q", opts.Label)
+	if !k.ExpiresAt.IsZero() {
+		detail += " expires=" + k.ExpiresAt.Format(time.RFC3339)
+	}
+	if len(k.Models) > 0 {
+		detail += " models=" + strings.Join(k.Models, ",")
+	}
+	s.audit(ctx, kindName(kind)+".create", accountID, k.ID, detail)
+	return secret, k, nil
+}
+
+// CreateKey makes a model key.
+func (s *Service) CreateKey(ctx context.Context, req *adminv1.CreateKeyRequest) (*adminv1.CreateKeyResponse, error) {
+	if err := checkLabel(req.GetLabel()); err != nil {
+		return nil, err
+	}
+	exp, err := s.expiry(req.GetExpireTime(), req.GetTtl())
+	if err != nil {
+		return nil, err
+	}
+	models := req.GetModels()
+	if len(models) > maxModels {
+		return nil, invalid("at most %d models", maxModels)
+	}
+	for _, m := range models {
+		if strings.TrimSpace(m) == "" || len(m) > maxNameLen {
+			return nil, invalid("model names must be 1 to %d bytes", maxNameLen)
+		}
+	}
+	secret, k, err := s.createCredential(ctx, req.GetAccountId(), store.ModelKey,
+		store.KeyOptions{Label: req.GetLabel(), ExpiresAt: exp, Models: models})
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.CreateKeyResponse{Secret: secret, Key: keyToProto(k, s.now())}, nil
+}
+
+// CreateReadOnlyToken makes a read-only token.
+func (s *Service) CreateReadOnlyToken(ctx context.Context, req *adminv1.CreateReadOnlyTokenRequest) (*adminv1.CreateReadOnlyTokenResponse, error) {
+	if err := checkLabel(req.GetLabel()); err != nil {
+		return nil, err
+	}
+	exp, err := s.expiry(req.GetExpireTime(), req.GetTtl())
+	if err != nil {
+		return nil, err
+	}
+	secret, k, err := s.createCredential(ctx, req.GetAccountId(), store.ReadOnlyToken,
+		store.KeyOptions{Label: req.GetLabel(), ExpiresAt: exp})
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.CreateReadOnlyTokenResponse{Secret: secret, Token: keyToProto(k, s.now())}, nil
+}
+
+// ListKeys returns an account's keys and tokens.
+func (s *Service) ListKeys(ctx context.Context, req *adminv1.ListKeysRequest) (*adminv1.ListKeysResponse, error) {
+	keys, err := s.st.ListKeys(ctx, req.GetAccountId())
+	if err != nil {
+		return nil, s.fail("list keys", err)
+	}
+	now := s.now()
+	resp := &adminv1.ListKeysResponse{Keys: make([]*adminv1.Key, len(keys))}
+	for i, k := range keys {
+		resp.Keys[i] = keyToProto(k, now)
+	}
+	return resp, nil
+}
+
+// credential returns the account's credential id, which must be of kind: a
+// key id given to RevokeReadOnlyToken (or the reverse) is a mistake worth
+// reporting rather than acting on.
+func (s *Service) credential(ctx context.Context, op, accountID, id string, kind store.KeyKind) (store.Key, error) {
+	keys, err := s.st.ListKeys(ctx, accountID)
+	if err != nil {
+		return store.Key{}, s.fail(op, err)
+	}
+	for _, k := range keys {
+		if k.ID != id {
+			continue
+		}
+		if k.Kind != kind {
+			return store.Key{}, invalid("%s: %s is a %s, not a %s", op, id, kindName(k.Kind), kindName(kind))
+		}
+		return k, nil
+	}
+	return store.Key{}, s.fail(op, fmt.Errorf("%s %s: %w", kindName(kind), id, store.ErrNotFound))
+}
+
+// revoke revokes a credential of kind and returns it as it is afterwards.
+func (s *Service) revoke(ctx context.Context, accountID, id string, kind store.KeyKind) (*adminv1.Key, error) {
+	op := "revoke " + kindName(kind)
+	if _, err := s.credential(ctx, op, accountID, id, kind); err != nil {
+		return nil, err
+	}
+	if err := s.st.RevokeKey(ctx, accountID, id); err != nil {
+		return nil, s.fail(op, err)
+	}
+	s.audit(ctx, kindName(kind)+".revoke", accountID, id, "")
+	k, err := s.credential(ctx, op, accountID, id, kind)
+	if err != nil {
+		return nil, err
+	}
+	return keyToProto(k, s.now()), nil
+}
+
+// RevokeKey revokes a model key.
+func (s *Service) RevokeKey(ctx context.Context, req *adminv1.RevokeKeyRequest) (*adminv1.RevokeKeyResponse, error) {
+	k, err := s.revoke(ctx, req.GetAccountId(), req.GetKeyId(), store.ModelKey)
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.RevokeKeyResponse{Key: k}, nil
+}
+
+// RevokeReadOnlyToken revokes a read-only token.
+func (s *Service) RevokeReadOnlyToken(ctx context.Context, req *adminv1.RevokeReadOnlyTokenRequest) (*adminv1.RevokeReadOnlyTokenResponse, error) {
+	k, err := s.revoke(ctx, req.GetAccountId(), req.GetTokenId(), store.ReadOnlyToken)
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.RevokeReadOnlyTokenResponse{Token: k}, nil
+}
+
+// RotateKey replaces a model key; the old one works for the grace period.
+func (s *Service) RotateKey(ctx context.Context, req *adminv1.RotateKeyRequest) (*adminv1.RotateKeyResponse, error) {
+	const op = "rotate key"
+	grace := DefaultGrace
+	if g := req.GetGrace(); g != nil {
+		if err := g.CheckValid(); err != nil {
+			return nil, invalid("grace: %v", err)
+		}
+		if grace = g.AsDuration(); grace < 0 {
+			return nil, invalid("grace must not be negative")
+		}
+	}
+	accountID, id := req.GetAccountId(), req.GetKeyId()
+	if _, err := s.credential(ctx, op, accountID, id, store.ModelKey); err != nil {
+		return nil, err
+	}
+	secret, k, err := s.st.RotateKey(ctx, accountID, id, grace)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	s.audit(ctx, "key.rotate", accountID, id, fmt.Sprintf("new_key=%s grace=%s", k.ID, grace))
+	old, err := s.credential(ctx, op, accountID, id, store.ModelKey)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	return &adminv1.RotateKeyResponse{Secret: secret, Key: keyToProto(k, now), OldKey: keyToProto(old, now)}, nil
+}

@@ -1,0 +1,291 @@
+// Package admin implements the gateway's admin API (gateway.admin.v1.Admin)
+// over the store: accounts, top-ups, limits, credentials, the ledger and the
+// audit trail.
+//
+// Service holds the operations and may be called in process (gateway run
+// creates its demo account that way); NewServer puts it behind a gRPC server
+// that demands the admin token on every call. Every mutation is recorded in
+// the store's audit stream, never with a secret in it.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/modelgateway/gateway/internal/store"
+	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
+)
+
+// DefaultGrace is how long a rotated key keeps working when the request does
+// not say.
+const DefaultGrace = 24 * time.Hour
+
+// Limits on request fields, so that nothing unbounded reaches the store.
+const (
+	maxNameLen   = 200
+	maxModels    = 100
+	maxIdemKey   = 200
+	maxPageToken = 64
+)
+
+// Options configure a Service.
+type Options struct {
+	// DefaultLimits are given to accounts created without limits.
+	DefaultLimits store.Limits
+	// Now is the clock for key states and expiries; default time.Now.
+	Now func() time.Time
+	// Logger receives store failures; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Service implements adminv1.AdminServer over a store.
+type Service struct {
+	adminv1.UnimplementedAdminServer
+	st   *store.Store
+	opts Options
+}
+
+// New returns the admin service over st.
+func New(st *store.Store, o Options) *Service {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Service{st: st, opts: o}
+}
+
+func (s *Service) now() time.Time { return s.opts.Now().UTC() }
+
+// audit records a mutation that has happened. A failure is logged, not
+// returned: the change is made and the caller must learn its result (a new
+// key's secret cannot be shown again).
+func (s *Service) audit(ctx context.Context, action, accountID, keyID, detail string) {
+	err := s.st.AppendAudit(ctx, store.AuditEntry{
+		Actor: actor(ctx), Action: action, AccountID: accountID, KeyID: keyID, Detail: detail,
+	})
+	if err != nil {
+		s.opts.Logger.Error("admin: audit entry lost", "action", action, "account", accountID, "key", keyID, "err", err)
+	}
+}
+
+// fail turns a store error into a gRPC status. Unexpected errors are logged
+// and reported without detail.
+func (s *Service) fail(op string, err error) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return status.Errorf(codes.NotFound, "%s: not found", op)
+	case errors.Is(err, store.ErrRevoked):
+		return status.Errorf(codes.FailedPrecondition, "%s: key is revoked", op)
+	case errors.Is(err, store.ErrIdempotencyConflict):
+		return status.Errorf(codes.AlreadyExists, "%s: idempotency key already used with a different amount", op)
+	}
+	s.opts.Logger.Error("admin: store failed", "op", op, "err", err)
+	return status.Errorf(codes.Internal, "%s: internal error", op)
+}
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+func checkLimits(l store.Limits) error {
+	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 {
+		return invalid("limits must not be negative")
+	}
+	return nil
+}
+
+func limitsDetail(l store.Limits) string {
+	return fmt.Sprintf("daily_nano_usd=%d rpm=%d window_minutes=%d", l.DailyNanoUSD, l.RPM, l.WindowMinutes)
+}
+
+// CreateAccount opens an account.
+func (s *Service) CreateAccount(ctx context.Context, req *adminv1.CreateAccountRequest) (*adminv1.CreateAccountResponse, error) {
+	name := strings.TrimSpace(req.GetName())
+	if name == "" || len(name) > maxNameLen {
+		return nil, invalid("name must be 1 to %d bytes", maxNameLen)
+	}
+	if req.GetBalanceNanoUsd() < 0 {
+		return nil, invalid("balance must not be negative")
+	}
+	limits := s.opts.DefaultLimits
+	if req.DailyNanoUsd != nil {
+		limits.DailyNanoUSD = req.GetDailyNanoUsd()
+	}
+	if req.Rpm != nil {
+		limits.RPM = req.GetRpm()
+	}
+	if req.WindowMinutes != nil {
+		limits.WindowMinutes = req.GetWindowMinutes()
+	}
+	if err := checkLimits(limits); err != nil {
+		return nil, err
+	}
+	a, err := s.st.CreateAccount(ctx, name, req.GetBalanceNanoUsd(), limits)
+	if err != nil {
+		return nil, s.fail("create account", err)
+	}
+	s.audit(ctx, "account.create", a.ID, "",
+		fmt.Sprintf("name=%q balance_nano_usd=%d %s", name, req.GetBalanceNanoUsd(), limitsDetail(limits)))
+	return &adminv1.CreateAccountResponse{Account: accountToProto(a, req.GetBalanceNanoUsd())}, nil
+}
+
+// GetAccount returns an account with its balance, today's spend and holds.
+func (s *Service) GetAccount(ctx context.Context, req *adminv1.GetAccountRequest) (*adminv1.GetAccountResponse, error) {
+	id := req.GetAccountId()
+	a, err := s.st.Account(ctx, id)
+	if err != nil {
+		return nil, s.fail("get account", err)
+	}
+	u, err := s.st.Usage(ctx, id, store.Day)
+	if err != nil {
+		return nil, s.fail("get account", err)
+	}
+	holds, held, err := s.st.OpenHolds(ctx, id)
+	if err != nil {
+		return nil, s.fail("get account", err)
+	}
+	return &adminv1.GetAccountResponse{
+		Account:          accountToProto(a, u.Balance),
+		DailyUsedNanoUsd: u.DailyUsed,
+		OpenHolds:        holds,
+		HeldNanoUsd:      held,
+	}, nil
+}
+
+// ListAccounts returns every account with its balance. One round trip per
+// account: the admin API is not a hot path.
+func (s *Service) ListAccounts(ctx context.Context, _ *adminv1.ListAccountsRequest) (*adminv1.ListAccountsResponse, error) {
+	accounts, err := s.st.ListAccounts(ctx)
+	if err != nil {
+		return nil, s.fail("list accounts", err)
+	}
+	resp := &adminv1.ListAccountsResponse{Accounts: make([]*adminv1.Account, 0, len(accounts))}
+	for _, a := range accounts {
+		b, err := s.st.Balance(ctx, a.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, s.fail("list accounts", err)
+		}
+		resp.Accounts = append(resp.Accounts, accountToProto(a, b))
+	}
+	return resp, nil
+}
+
+// TopUp credits an account once per idempotency key.
+func (s *Service) TopUp(ctx context.Context, req *adminv1.TopUpRequest) (*adminv1.TopUpResponse, error) {
+	key := req.GetIdempotencyKey()
+	if key == "" || len(key) > maxIdemKey {
+		return nil, invalid("idempotency key is required (at most %d bytes)", maxIdemKey)
+	}
+	if req.GetAmountNanoUsd() <= 0 {
+		return nil, invalid("amount must be positive")
+	}
+	balance, applied, err := s.st.TopUp(ctx, req.GetAccountId(), req.GetAmountNanoUsd(), key)
+	if err != nil {
+		return nil, s.fail("top up", err)
+	}
+	if applied {
+		s.audit(ctx, "account.topup", req.GetAccountId(), "",
+			fmt.Sprintf("amount_nano_usd=%d idempotency_key=%q balance_nano_usd=%d", req.GetAmountNanoUsd(), key, balance))
+	}
+	return &adminv1.TopUpResponse{BalanceNanoUsd: balance, Applied: applied}, nil
+}
+
+// SetLimits changes the limits the request sets and keeps the others. The
+// read and the write are two steps: two admins changing different limits of
+// one account at the same instant may lose one change.
+func (s *Service) SetLimits(ctx context.Context, req *adminv1.SetLimitsRequest) (*adminv1.SetLimitsResponse, error) {
+	id := req.GetAccountId()
+	a, err := s.st.Account(ctx, id)
+	if err != nil {
+		return nil, s.fail("set limits", err)
+	}
+	l := a.Limits
+	if req.DailyNanoUsd != nil {
+		l.DailyNanoUSD = req.GetDailyNanoUsd()
+	}
+	if req.Rpm != nil {
+		l.RPM = req.GetRpm()
+	}
+	if req.WindowMinutes != nil {
+		l.WindowMinutes = req.GetWindowMinutes()
+	}
+	if err := checkLimits(l); err != nil {
+		return nil, err
+	}
+	if err := s.st.SetLimits(ctx, id, l); err != nil {
+		return nil, s.fail("set limits", err)
+	}
+	s.audit(ctx, "account.limits", id, "", limitsDetail(l))
+	a.Limits = l
+	b, err := s.st.Balance(ctx, id)
+	if err != nil {
+		return nil, s.fail("set limits", err)
+	}
+	return &adminv1.SetLimitsResponse{Account: accountToProto(a, b)}, nil
+}
+
+// ListLedger pages through an account's ledger.
+func (s *Service) ListLedger(ctx context.Context, req *adminv1.ListLedgerRequest) (*adminv1.ListLedgerResponse, error) {
+	if err := checkPage(req.GetPageSize(), req.GetPageToken()); err != nil {
+		return nil, err
+	}
+	entries, next, err := s.st.Ledger(ctx, req.GetAccountId(), req.GetPageToken(), int(req.GetPageSize()))
+	if err != nil {
+		return nil, s.fail("list ledger", err)
+	}
+	resp := &adminv1.ListLedgerResponse{NextPageToken: next, Entries: make([]*adminv1.LedgerEntry, len(entries))}
+	for i, e := range entries {
+		resp.Entries[i] = ledgerToProto(e)
+	}
+	return resp, nil
+}
+
+// ListAudit pages through the audit trail.
+func (s *Service) ListAudit(ctx context.Context, req *adminv1.ListAuditRequest) (*adminv1.ListAuditResponse, error) {
+	if err := checkPage(req.GetPageSize(), req.GetPageToken()); err != nil {
+		return nil, err
+	}
+	entries, next, err := s.st.Audit(ctx, req.GetPageToken(), int(req.GetPageSize()))
+	if err != nil {
+		return nil, s.fail("list audit", err)
+	}
+	resp := &adminv1.ListAuditResponse{NextPageToken: next, Entries: make([]*adminv1.AuditEntry, len(entries))}
+	for i, e := range entries {
+		resp.Entries[i] = auditToProto(e)
+	}
+	return resp, nil
+}
+
+// checkPage validates paging fields. Page tokens are stream entry ids
+// ("MS-SEQ"); anything else would reach Redis as a malformed range.
+func checkPage(size int32, token string) error {
+	if size < 0 {
+		return invalid("page size must not be negative")
+	}
+	if token == "" {
+		return nil
+	}
+	ms, seq, ok := strings.Cut(token, "-")
+	if len(token) > maxPageToken || !ok || !isUint(ms) || !isUint(seq) {
+		return invalid("malformed page token")
+	}
+	return nil
+}
+
+func isUint(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 64)
+	return err == nil
+}

@@ -1,0 +1,479 @@
+package admin
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/modelgateway/gateway/internal/store"
+	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
+)
+
+func TestAuth(t *testing.T) {
+	e := newEnv(t)
+	req := &adminv1.ListAccountsRequest{}
+	for name, md := range map[string][]string{
+		"no token":     nil,
+		"wrong token":  {"authorization", "Bearer not-the-token"},
+		"token prefix": {"authorization", "Bearer " + testToken[:10]},
+		"no scheme":    {"authorization", testToken},
+		"basic scheme": {"authorization", "Basic " + testToken},
+		"two tokens":   {"authorization", "Bearer " + testToken, "authorization", "Bearer x"},
+	} {
+		ctx := context.Background()
+		if md != nil {
+			ctx = metadata.AppendToOutgoingContext(ctx, md...)
+		}
+		_, err := e.client.ListAccounts(ctx, req)
+		t.Run(name, func(t *testing.T) { wantCode(t, err, codes.Unauthenticated) })
+	}
+	if _, err := e.client.ListAccounts(e.ctx, req); err != nil {
+		t.Fatalf("right token: %v", err)
+	}
+	// Mutations are refused too, and leave nothing behind.
+	_, err := e.client.CreateAccount(context.Background(), &adminv1.CreateAccountRequest{Name: "x"})
+	wantCode(t, err, codes.Unauthenticated)
+	if r, _ := e.client.ListAccounts(e.ctx, req); len(r.GetAccounts()) != 0 {
+		t.Fatalf("unauthenticated create made %v", r.Accounts)
+	}
+}
+
+func TestNewServerNeedsToken(t *testing.T) {
+	if _, err := NewServer(New(nil, Options{}), "", nil); err == nil {
+		t.Fatal("NewServer accepted an empty token")
+	}
+}
+
+func TestTokenFromEnv(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	os.WriteFile(file, []byte("  from-file\n"), 0o600)
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, []byte("\n"), 0o600)
+	for _, tc := range []struct {
+		env     map[string]string
+		want    string
+		wantErr bool
+	}{
+		{env: nil, want: ""},
+		{env: map[string]string{TokenEnv: "from-env"}, want: "from-env"},
+		{env: map[string]string{TokenFileEnv: file}, want: "from-file"},
+		{env: map[string]string{TokenEnv: "a", TokenFileEnv: file}, wantErr: true},
+		{env: map[string]string{TokenFileEnv: empty}, wantErr: true},
+		{env: map[string]string{TokenFileEnv: filepath.Join(dir, "missing")}, wantErr: true},
+	} {
+		got, err := TokenFromEnv(func(k string) string { return tc.env[k] })
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("%v: got %q, %v; want %q, error %t", tc.env, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestAccounts(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(5e9)
+	if a.Name != "acme" || a.BalanceNanoUsd != 5e9 || !proto.Equal(a.Limits, limitsToProto(defaultLimits)) {
+		t.Fatalf("created %v; want the default limits", a)
+	}
+	r, err := e.client.CreateAccount(e.ctx, &adminv1.CreateAccountRequest{
+		Name: "bob", Rpm: proto.Int64(10), DailyNanoUsd: proto.Int64(0), // window: the default
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := r.Account
+	if !proto.Equal(b.Limits, &adminv1.Limits{Rpm: 10, WindowMinutes: defaultLimits.WindowMinutes}) {
+		t.Fatalf("explicit limits: %v", b.Limits)
+	}
+
+	g, err := e.client.GetAccount(e.ctx, &adminv1.GetAccountRequest{AccountId: a.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(g.Account, a) || g.DailyUsedNanoUsd != 0 || g.OpenHolds != 0 {
+		t.Fatalf("get: %v, want %v", g, a)
+	}
+
+	l, err := e.client.ListAccounts(e.ctx, &adminv1.ListAccountsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Accounts created at the same instant are listed in id order; compare
+	// by id.
+	byID := map[string]*adminv1.Account{}
+	for _, x := range l.Accounts {
+		byID[x.Id] = x
+	}
+	if len(l.Accounts) != 2 || !proto.Equal(byID[a.Id], a) || !proto.Equal(byID[b.Id], b) {
+		t.Fatalf("list: %v", l.Accounts)
+	}
+
+	_, err = e.client.GetAccount(e.ctx, &adminv1.GetAccountRequest{AccountId: "acct_missing"})
+	wantCode(t, err, codes.NotFound)
+	for _, bad := range []*adminv1.CreateAccountRequest{
+		{Name: ""},
+		{Name: strings.Repeat("n", 201)},
+		{Name: "x", BalanceNanoUsd: -1},
+		{Name: "x", Rpm: proto.Int64(-1)},
+	} {
+		_, err := e.client.CreateAccount(e.ctx, bad)
+		wantCode(t, err, codes.InvalidArgument)
+	}
+}
+
+func TestTopUpIdempotent(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(1e9)
+	req := &adminv1.TopUpRequest{AccountId: a.Id, AmountNanoUsd: 2e9, IdempotencyKey: "invoice-7"}
+	r, err := e.client.TopUp(e.ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Applied || r.BalanceNanoUsd != 3e9 {
+		t.Fatalf("first top-up: %v", r)
+	}
+	r, err = e.client.TopUp(e.ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Applied || r.BalanceNanoUsd != 3e9 {
+		t.Fatalf("repeat: %v; want applied false and the balance unchanged", r)
+	}
+	_, err = e.client.TopUp(e.ctx, &adminv1.TopUpRequest{AccountId: a.Id, AmountNanoUsd: 5e9, IdempotencyKey: "invoice-7"})
+	wantCode(t, err, codes.AlreadyExists)
+
+	_, err = e.client.TopUp(e.ctx, &adminv1.TopUpRequest{AccountId: a.Id, AmountNanoUsd: 1})
+	wantCode(t, err, codes.InvalidArgument) // the key is required
+	_, err = e.client.TopUp(e.ctx, &adminv1.TopUpRequest{AccountId: a.Id, AmountNanoUsd: 0, IdempotencyKey: "k"})
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = e.client.TopUp(e.ctx, &adminv1.TopUpRequest{AccountId: "acct_missing", AmountNanoUsd: 1, IdempotencyKey: "k"})
+	wantCode(t, err, codes.NotFound)
+
+	g, _ := e.client.GetAccount(e.ctx, &adminv1.GetAccountRequest{AccountId: a.Id})
+	if g.GetAccount().GetBalanceNanoUsd() != 3e9 {
+		t.Fatalf("balance %d, want 3e9", g.GetAccount().GetBalanceNanoUsd())
+	}
+	// One audit entry: the repeat changed nothing.
+	if n := countActions(e, "account.topup"); n != 1 {
+		t.Fatalf("%d top-up audit entries, want 1", n)
+	}
+}
+
+func TestSetLimits(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(0)
+	r, err := e.client.SetLimits(e.ctx, &adminv1.SetLimitsRequest{AccountId: a.Id, Rpm: proto.Int64(5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &adminv1.Limits{DailyNanoUsd: defaultLimits.DailyNanoUSD, Rpm: 5, WindowMinutes: 1}
+	if !proto.Equal(r.Account.Limits, want) {
+		t.Fatalf("rpm only: %v, want %v", r.Account.Limits, want)
+	}
+	r, err = e.client.SetLimits(e.ctx, &adminv1.SetLimitsRequest{AccountId: a.Id,
+		DailyNanoUsd: proto.Int64(0), WindowMinutes: proto.Int64(10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = &adminv1.Limits{DailyNanoUsd: 0, Rpm: 5, WindowMinutes: 10}
+	if !proto.Equal(r.Account.Limits, want) {
+		t.Fatalf("daily and window: %v, want %v", r.Account.Limits, want)
+	}
+	acct, err := e.st.Account(context.Background(), a.Id)
+	if err != nil || acct.Limits != limitsFromProto(want) {
+		t.Fatalf("stored %v, %v", acct.Limits, err)
+	}
+	_, err = e.client.SetLimits(e.ctx, &adminv1.SetLimitsRequest{AccountId: a.Id, Rpm: proto.Int64(-1)})
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = e.client.SetLimits(e.ctx, &adminv1.SetLimitsRequest{AccountId: "acct_missing", Rpm: proto.Int64(1)})
+	wantCode(t, err, codes.NotFound)
+}
+
+func TestKeys(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(1e9)
+	secret, k := e.key(a.Id, &adminv1.CreateKeyRequest{
+		Label: "ci", Expiry: &adminv1.CreateKeyRequest_Ttl{Ttl: durationpb.New(time.Hour)}, Models: []string{"m1", "m2"},
+	})
+	if !strings.HasPrefix(secret, "cr_") || k.Kind != adminv1.KeyKind_KEY_KIND_MODEL ||
+		k.Label != "ci" || !slices.Equal(k.Models, []string{"m1", "m2"}) || k.State != adminv1.KeyState_KEY_STATE_ACTIVE ||
+		!k.ExpireTime.AsTime().Equal(start.Add(time.Hour)) || !strings.HasPrefix(secret, k.Prefix) {
+		t.Fatalf("created %q %v", secret, k)
+	}
+	// The secret works against the store, as the request path would use it.
+	if got, err := e.st.LookupKey(context.Background(), store.HashSecret(secret)); err != nil || got.ID != k.Id {
+		t.Fatalf("lookup: %v %v", got, err)
+	}
+	plain, _ := e.key(a.Id, nil)
+	if plain == secret {
+		t.Fatal("two keys with one secret")
+	}
+
+	keys := e.keys(a.Id)
+	if len(keys) != 2 || !proto.Equal(keys[k.Id], k) {
+		t.Fatalf("list: %v", keys)
+	}
+	e.clock.Advance(time.Hour)
+	if s := e.keys(a.Id)[k.Id].State; s != adminv1.KeyState_KEY_STATE_EXPIRED {
+		t.Fatalf("after its expiry the key is %s", s)
+	}
+
+	for _, bad := range []*adminv1.CreateKeyRequest{
+		{AccountId: a.Id, Expiry: &adminv1.CreateKeyRequest_Ttl{Ttl: durationpb.New(-time.Second)}},
+		{AccountId: a.Id, Expiry: &adminv1.CreateKeyRequest_ExpireTime{ExpireTime: timestamppb.New(start)}},
+		{AccountId: a.Id, Models: []string{""}},
+		{AccountId: a.Id, Label: strings.Repeat("l", 201)},
+	} {
+		_, err := e.client.CreateKey(e.ctx, bad)
+		wantCode(t, err, codes.InvalidArgument)
+	}
+	_, err := e.client.CreateKey(e.ctx, &adminv1.CreateKeyRequest{AccountId: "acct_missing"})
+	wantCode(t, err, codes.NotFound)
+}
+
+func TestRevoke(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(1e9)
+	_, k := e.key(a.Id, nil)
+	tr, err := e.client.CreateReadOnlyToken(e.ctx, &adminv1.CreateReadOnlyTokenRequest{AccountId: a.Id, Label: "dash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(tr.Secret, "ro_") || tr.Token.Kind != adminv1.KeyKind_KEY_KIND_READ_ONLY {
+		t.Fatalf("token: %v", tr.Token)
+	}
+
+	// Each revocation call takes only its own kind.
+	_, err = e.client.RevokeKey(e.ctx, &adminv1.RevokeKeyRequest{AccountId: a.Id, KeyId: tr.Token.Id})
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = e.client.RevokeReadOnlyToken(e.ctx, &adminv1.RevokeReadOnlyTokenRequest{AccountId: a.Id, TokenId: k.Id})
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = e.client.RevokeKey(e.ctx, &adminv1.RevokeKeyRequest{AccountId: a.Id, KeyId: "key_missing"})
+	wantCode(t, err, codes.NotFound)
+
+	r, err := e.client.RevokeKey(e.ctx, &adminv1.RevokeKeyRequest{AccountId: a.Id, KeyId: k.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Key.State != adminv1.KeyState_KEY_STATE_REVOKED || !r.Key.RevokeTime.AsTime().Equal(start) {
+		t.Fatalf("revoked key: %v", r.Key)
+	}
+	rt, err := e.client.RevokeReadOnlyToken(e.ctx, &adminv1.RevokeReadOnlyTokenRequest{AccountId: a.Id, TokenId: tr.Token.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.Token.State != adminv1.KeyState_KEY_STATE_REVOKED {
+		t.Fatalf("revoked token: %v", rt.Token)
+	}
+	// Revoking again is harmless.
+	if _, err := e.client.RevokeKey(e.ctx, &adminv1.RevokeKeyRequest{AccountId: a.Id, KeyId: k.Id}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.client.RotateKey(e.ctx, &adminv1.RotateKeyRequest{AccountId: a.Id, KeyId: k.Id})
+	wantCode(t, err, codes.FailedPrecondition)
+}
+
+func TestRotate(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(1e9)
+	_, k := e.key(a.Id, &adminv1.CreateKeyRequest{Label: "ci", Models: []string{"m1"}})
+
+	r, err := e.client.RotateKey(e.ctx, &adminv1.RotateKeyRequest{AccountId: a.Id, KeyId: k.Id, Grace: durationpb.New(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(r.Secret, "cr_") || r.Key.Id == k.Id || r.Key.Label != "ci" || !slices.Equal(r.Key.Models, []string{"m1"}) {
+		t.Fatalf("new key: %v", r.Key)
+	}
+	if r.OldKey.Id != k.Id || !r.OldKey.ExpireTime.AsTime().Equal(start.Add(time.Minute)) || r.OldKey.State != adminv1.KeyState_KEY_STATE_ACTIVE {
+		t.Fatalf("old key: %v", r.OldKey)
+	}
+	e.clock.Advance(time.Minute)
+	keys := e.keys(a.Id)
+	if keys[k.Id].State != adminv1.KeyState_KEY_STATE_EXPIRED || keys[r.Key.Id].State != adminv1.KeyState_KEY_STATE_ACTIVE {
+		t.Fatalf("after the grace period: old %s, new %s", keys[k.Id].State, keys[r.Key.Id].State)
+	}
+
+	// Default grace: a day.
+	r2, err := e.client.RotateKey(e.ctx, &adminv1.RotateKeyRequest{AccountId: a.Id, KeyId: r.Key.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := e.clock.Now().Add(DefaultGrace); !r2.OldKey.ExpireTime.AsTime().Equal(want) {
+		t.Fatalf("default grace: old key expires %v, want %v", r2.OldKey.ExpireTime.AsTime(), want)
+	}
+	_, err = e.client.RotateKey(e.ctx, &adminv1.RotateKeyRequest{AccountId: a.Id, KeyId: k.Id, Grace: durationpb.New(-time.Second)})
+	wantCode(t, err, codes.InvalidArgument)
+}
+
+func TestLedger(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(1e9)
+	ctx := context.Background()
+	for i := range 3 {
+		id := "req" + strconv.Itoa(i)
+		if _, err := e.st.Admit(ctx, store.Admission{RequestID: id, AccountID: a.Id, Hold: 10}); err != nil {
+			t.Fatal(err)
+		}
+		st := store.Settlement{RequestID: id, AccountID: a.Id, KeyID: "key_1", Model: "m", Input: 7, Output: 3,
+			Cost: int64(i + 1), Status: 200, Route: "primary", StartedAt: start, EndedAt: start}
+		if _, err := e.st.Settle(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []*adminv1.LedgerEntry
+	token := ""
+	for pages := 0; ; pages++ {
+		if pages > 3 {
+			t.Fatal("paging does not end")
+		}
+		r, err := e.client.ListLedger(e.ctx, &adminv1.ListLedgerRequest{AccountId: a.Id, PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.Entries...)
+		if token = r.NextPageToken; token == "" {
+			break
+		}
+	}
+	if len(got) != 3 || got[0].RequestId != "req0" || got[2].CostNanoUsd != 3 || got[1].InputTokens != 7 ||
+		got[1].Status != 200 || got[1].Route != "primary" || !got[1].StartTime.AsTime().Equal(start) {
+		t.Fatalf("ledger: %v", got)
+	}
+	_, err := e.client.ListLedger(e.ctx, &adminv1.ListLedgerRequest{AccountId: a.Id, PageToken: "garbage"})
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = e.client.ListLedger(e.ctx, &adminv1.ListLedgerRequest{AccountId: a.Id, PageSize: -1})
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = e.client.ListLedger(e.ctx, &adminv1.ListLedgerRequest{AccountId: "acct_missing"})
+	wantCode(t, err, codes.NotFound)
+}
+
+// TestAudit runs every mutation and checks that each left one entry naming
+// the actor, and that no secret reached the audit trail.
+func TestAudit(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(1e9)
+	var secrets []string
+	s1, k := e.key(a.Id, &adminv1.CreateKeyRequest{Label: "ci", Models: []string{"m1"}})
+	secrets = append(secrets, s1)
+	tr, err := e.client.CreateReadOnlyToken(e.ctx, &adminv1.CreateReadOnlyTokenRequest{AccountId: a.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets = append(secrets, tr.Secret)
+	rr, err := e.client.RotateKey(e.ctx, &adminv1.RotateKeyRequest{AccountId: a.Id, KeyId: k.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets = append(secrets, rr.Secret)
+	calls := []func() error{
+		func() error {
+			_, err := e.client.TopUp(e.ctx, &adminv1.TopUpRequest{AccountId: a.Id, AmountNanoUsd: 1, IdempotencyKey: "k1"})
+			return err
+		},
+		func() error {
+			_, err := e.client.SetLimits(e.ctx, &adminv1.SetLimitsRequest{AccountId: a.Id, Rpm: proto.Int64(1)})
+			return err
+		},
+		func() error {
+			_, err := e.client.RevokeKey(e.ctx, &adminv1.RevokeKeyRequest{AccountId: a.Id, KeyId: rr.Key.Id})
+			return err
+		},
+		func() error {
+			_, err := e.client.RevokeReadOnlyToken(e.ctx, &adminv1.RevokeReadOnlyTokenRequest{AccountId: a.Id, TokenId: tr.Token.Id})
+			return err
+		},
+	}
+	for _, call := range calls {
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Reads are not audited.
+	e.keys(a.Id)
+
+	r, err := e.client.ListAudit(e.ctx, &adminv1.ListAuditRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, en := range r.Entries {
+		actions = append(actions, en.Action)
+		if en.Actor != "alice" || en.AccountId != a.Id || en.Time == nil {
+			t.Errorf("entry %v: want actor alice, the account and a time", en)
+		}
+		dump := protojson.Format(en)
+		for _, s := range secrets {
+			if strings.Contains(dump, s) || strings.Contains(dump, s[3:]) {
+				t.Errorf("audit entry %s holds a secret", dump)
+			}
+		}
+	}
+	want := []string{"account.create", "key.create", "token.create", "key.rotate",
+		"account.topup", "account.limits", "key.revoke", "token.revoke"}
+	if !slices.Equal(actions, want) {
+		t.Fatalf("actions %v, want %v", actions, want)
+	}
+
+	// Paging, and the default actor.
+	if _, err := e.client.CreateAccount(metadata.AppendToOutgoingContext(context.Background(),
+		"authorization", "Bearer "+testToken), &adminv1.CreateAccountRequest{Name: "anon"}); err != nil {
+		t.Fatal(err)
+	}
+	p1, err := e.client.ListAudit(e.ctx, &adminv1.ListAuditRequest{PageSize: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := e.client.ListAudit(e.ctx, &adminv1.ListAuditRequest{PageSize: 8, PageToken: p1.NextPageToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p1.Entries) != 8 || len(p2.Entries) != 1 || p2.NextPageToken != "" || p2.Entries[0].Actor != DefaultActor {
+		t.Fatalf("pages: %d then %v", len(p1.Entries), p2)
+	}
+}
+
+func countActions(e *env, action string) int {
+	e.t.Helper()
+	r, err := e.client.ListAudit(e.ctx, &adminv1.ListAuditRequest{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for _, en := range r.Entries {
+		if en.Action == action {
+			n++
+		}
+	}
+	return n
+}
+
+func TestActor(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                       DefaultActor,
+		"  ":                     DefaultActor,
+		"bob":                    "bob",
+		"bo\nb\x00":              "bob",
+		strings.Repeat("x", 100): strings.Repeat("x", 64),
+	} {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(ActorHeader, in))
+		if got := actor(ctx); got != want {
+			t.Errorf("actor(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := actor(context.Background()); got != DefaultActor {
+		t.Errorf("no metadata: %q", got)
+	}
+}

@@ -1,0 +1,165 @@
+// Package credential reads client credentials from request headers and
+// resolves them to stored keys through a short-lived in-process cache.
+package auth
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+// Prefixes of the two kinds of client credential.
+const (
+	ModelKeyPrefix      = "cr_"
+	ReadOnlyTokenPrefix = "ro_"
+)
+
+// Errors from Parse.
+var (
+	ErrMissing     = errors.New("no API key: send it as x-api-key or Authorization: Bearer")
+	ErrConflicting = errors.New("x-api-key and Authorization carry different keys")
+	ErrMalformed   = errors.New("malformed API key")
+)
+
+// Parse returns the secret sent as `x-api-key` or `Authorization: Bearer`;
+// the two are equivalent. Both may be sent only if they agree.
+func Parse(xAPIKey, authorization string) (string, error) {
+	xAPIKey = strings.TrimSpace(xAPIKey)
+	bearer := ""
+	if authorization != "" {
+		scheme, rest, ok := strings.Cut(strings.TrimSpace(authorization), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return "", ErrMalformed
+		}
+		bearer = strings.TrimSpace(rest)
+		if bearer == "" {
+			return "", ErrMalformed
+		}
+	}
+	switch {
+	case xAPIKey == "" && bearer == "":
+		return "", ErrMissing
+	case xAPIKey != "" && bearer != "" && xAPIKey != bearer:
+		return "", ErrConflicting
+	case xAPIKey != "":
+		return checkShape(xAPIKey)
+	default:
+		return checkShape(bearer)
+	}
+}
+
+// checkShape rejects secrets that cannot be ours before any lookup, so that
+// garbage never reaches the store or the cache.
+func checkShape(s string) (string, error) {
+	if len(s) < 8 || len(s) > 128 {
+		return "", ErrMalformed
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return "", ErrMalformed
+		}
+	}
+	return s, nil
+}
+
+// Kind tells a model key from a read-only token by its prefix.
+func Kind(secret string) store.KeyKind {
+	switch {
+	case strings.HasPrefix(secret, ModelKeyPrefix):
+		return store.ModelKey
+	case strings.HasPrefix(secret, ReadOnlyTokenPrefix):
+		return store.ReadOnlyToken
+	}
+	return ""
+}
+
+// Lookuper finds a stored key by the hash of its secret.
+type Lookuper interface {
+	LookupKey(ctx context.Context, hash [32]byte) (store.Key, error)
+}
+
+// Cache resolves secrets to keys, remembering answers (including "unknown")
+// for a short TTL. The TTL bounds how long a revocation takes to be seen by
+// every sidecar sharing the store.
+type Cache struct {
+	src Lookuper
+	ttl time.Duration
+	now func() time.Time
+	max int
+
+	mu      sync.Mutex
+	entries map[[32]byte]cacheEntry
+}
+
+type cacheEntry struct {
+	key     store.Key
+	found   bool
+	expires time.Time
+}
+
+// NewCache returns a cache in front of src. ttl of zero means 2 seconds.
+func NewCache(src Lookuper, ttl time.Duration) *Cache {
+	if ttl <= 0 {
+		ttl = 2 * time.Second
+	}
+	return &Cache{src: src, ttl: ttl, now: time.Now, max: 100_000, entries: make(map[[32]byte]cacheEntry)}
+}
+
+// Lookup returns the key for secret, or store.ErrNotFound.
+func (c *Cache) Lookup(ctx context.Context, secret string) (store.Key, error) {
+	h := store.HashSecret(secret)
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.entries[h]
+	c.mu.Unlock()
+	if ok && now.Before(e.expires) {
+		if !e.found {
+			return store.Key{}, store.ErrNotFound
+		}
+		return e.key, nil
+	}
+	k, err := c.src.LookupKey(ctx, h)
+	found := err == nil
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return store.Key{}, err // store trouble: do not cache
+	}
+	c.mu.Lock()
+	if len(c.entries) >= c.max {
+		c.evictLocked(now)
+	}
+	c.entries[h] = cacheEntry{key: k, found: found, expires: now.Add(c.ttl)}
+	c.mu.Unlock()
+	if !found {
+		return store.Key{}, store.ErrNotFound
+	}
+	return k, nil
+}
+
+// evictLocked drops expired entries, or everything if none had expired, so
+// that a flood of random keys cannot grow the cache without bound.
+func (c *Cache) evictLocked(now time.Time) {
+	for h, e := range c.entries {
+		if !now.Before(e.expires) {
+			delete(c.entries, h)
+		}
+	}
+	if len(c.entries) >= c.max {
+		clear(c.entries)
+	}
+}
+
+// Problem says why a stored key may not be used now, or "" if it may.
+func Problem(k store.Key, now time.Time) string {
+	switch {
+	case !k.RevokedAt.IsZero() && !now.Before(k.RevokedAt):
+		return "API key has been revoked"
+	case !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt):
+		return "API key expired at " + k.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return ""
+}

@@ -1,0 +1,129 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+func TestParse(t *testing.T) {
+	const k = "cr_abcdefghijklmnop"
+	tests := []struct {
+		xapi, auth string
+		want       string
+		err        error
+	}{
+		{xapi: k, want: k},
+		{auth: "Bearer " + k, want: k},
+		{auth: "bearer  " + k + " ", want: k},
+		{xapi: k, auth: "Bearer " + k, want: k},
+		{err: ErrMissing},
+		{xapi: k, auth: "Bearer cr_other_key_1234", err: ErrConflicting},
+		{auth: "Basic Zm9vOmJhcg==", err: ErrMalformed},
+		{auth: "Bearer", err: ErrMalformed},
+		{xapi: "short", err: ErrMalformed},
+		{xapi: "cr_has space inside", err: ErrMalformed},
+		{xapi: "cr_\xff\xfe_not_utf8_key", err: ErrMalformed},
+	}
+	for _, tt := range tests {
+		got, err := Parse(tt.xapi, tt.auth)
+		if !errors.Is(err, tt.err) || got != tt.want {
+			t.Errorf("Parse(%q, %q) = %q, %v; want %q, %v", tt.xapi, tt.auth, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+func TestKind(t *testing.T) {
+	if Kind("cr_x") != store.ModelKey || Kind("ro_x") != store.ReadOnlyToken || Kind("sk-x") != "" {
+		t.Fatal("Kind does not follow the prefixes")
+	}
+}
+
+type fakeSource struct {
+	keys  map[[32]byte]store.Key
+	calls int
+	err   error
+}
+
+func (f *fakeSource) LookupKey(_ context.Context, h [32]byte) (store.Key, error) {
+	f.calls++
+	if f.err != nil {
+		return store.Key{}, f.err
+	}
+	k, ok := f.keys[h]
+	if !ok {
+		return store.Key{}, store.ErrNotFound
+	}
+	return k, nil
+}
+
+func TestCacheHitsMissesAndExpiry(t *testing.T) {
+	src := &fakeSource{keys: map[[32]byte]store.Key{store.HashSecret("cr_known_secret"): {ID: "k1"}}}
+	c := NewCache(src, time.Second)
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	ctx := context.Background()
+
+	for i := 0; i < 3; i++ {
+		k, err := c.Lookup(ctx, "cr_known_secret")
+		if err != nil || k.ID != "k1" {
+			t.Fatalf("Lookup = %+v, %v", k, err)
+		}
+		if _, err := c.Lookup(ctx, "cr_unknown_secret"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("unknown key: err = %v", err)
+		}
+	}
+	if src.calls != 2 {
+		t.Fatalf("store called %d times, want 2 (one per distinct secret)", src.calls)
+	}
+	now = now.Add(time.Second)
+	c.Lookup(ctx, "cr_known_secret")
+	if src.calls != 3 {
+		t.Fatalf("after the TTL the store must be asked again; calls = %d", src.calls)
+	}
+}
+
+func TestCacheDoesNotCacheStoreErrors(t *testing.T) {
+	src := &fakeSource{err: errors.New("redis down")}
+	c := NewCache(src, time.Minute)
+	for i := 0; i < 2; i++ {
+		if _, err := c.Lookup(context.Background(), "cr_known_secret"); err == nil || errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("err = %v, want the store error", err)
+		}
+	}
+	if src.calls != 2 {
+		t.Fatalf("calls = %d, want 2", src.calls)
+	}
+}
+
+func TestCacheBounded(t *testing.T) {
+	src := &fakeSource{}
+	c := NewCache(src, time.Minute)
+	c.max = 10
+	for i := 0; i < 100; i++ {
+		c.Lookup(context.Background(), "cr_random_"+string(rune('a'+i%26))+string(rune('a'+i/26)))
+	}
+	if n := len(c.entries); n > 10 {
+		t.Fatalf("cache holds %d entries, bound is 10", n)
+	}
+}
+
+func TestProblem(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if p := Problem(store.Key{}, now); p != "" {
+		t.Fatalf("fresh key: %q", p)
+	}
+	if p := Problem(store.Key{RevokedAt: now}, now); p == "" {
+		t.Fatal("revoked key accepted")
+	}
+	if p := Problem(store.Key{ExpiresAt: now.Add(-time.Second)}, now); p == "" || !strings.Contains(p, "expired") {
+		t.Fatalf("expired key: %q", p)
+	}
+	if p := Problem(store.Key{ExpiresAt: now.Add(time.Second)}, now); p != "" {
+		t.Fatalf("key in its grace period refused: %q", p)
+	}
+}

@@ -1,0 +1,165 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func setup(t *testing.T) (*Handler, *store.Store, *clock, string, string) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	clk := &clock{t: time.Date(2026, 1, 31, 23, 59, 58, 0, time.UTC)}
+	st := store.New(rdb, store.Options{Now: clk.now})
+	ctx := context.Background()
+	acct, err := st.CreateAccount(ctx, "a", 5_000_000_000, store.Limits{DailyNanoUSD: 2_000_000_000, RPM: 60, WindowMinutes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, _, err := st.CreateKey(ctx, acct.ID, store.ReadOnlyToken, store.KeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Options{Region: "eu", Upstreams: []string{"alpha", "beta"}, Store: st, Keys: auth.NewCache(st, time.Nanosecond), Now: clk.now})
+	return h, st, clk, acct.ID, ro
+}
+
+func settle(t *testing.T, st *store.Store, acct, id string, cost int64) {
+	t.Helper()
+	ctx := context.Background()
+	if d, err := st.Admit(ctx, store.Admission{RequestID: id, AccountID: acct, KeyID: "k", Model: "m", Hold: cost}); err != nil || d.Outcome != store.Admitted {
+		t.Fatalf("admit: %+v %v", d, err)
+	}
+	if _, err := st.Settle(ctx, store.Settlement{RequestID: id, AccountID: acct, KeyID: "k", Model: "m", Input: 10, Output: 5, Cost: cost, Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getUsage(t *testing.T, h *Handler, token, period string) Usage {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/v1/usage?period="+period, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	h.ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Fatalf("usage: %d %s", rec.Code, rec.Body)
+	}
+	var u Usage
+	if err := json.Unmarshal(rec.Body.Bytes(), &u); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// A request just before UTC midnight at a month end counts in that day and
+// month; one just after counts in the new day and month; total has both.
+func TestPeriodsAcrossMidnightAndMonthEnd(t *testing.T) {
+	h, st, clk, acct, ro := setup(t)
+	settle(t, st, acct, "before", 300_000_000) // $0.30 at 23:59:58 on Jan 31
+	if u := getUsage(t, h, ro, "day"); u.Usage.Requests != 1 || u.Usage.CostUSD != 0.3 || u.Limits.DailyUsedUSD != 0.3 {
+		t.Fatalf("day before midnight: %+v", u)
+	}
+	clk.t = time.Date(2026, 2, 1, 0, 0, 1, 0, time.UTC)
+	settle(t, st, acct, "after", 200_000_000) // $0.20 at 00:00:01 on Feb 1
+	day, month, total := getUsage(t, h, ro, "day"), getUsage(t, h, ro, "month"), getUsage(t, h, ro, "total")
+	if day.Usage.Requests != 1 || day.Usage.CostUSD != 0.2 || day.Limits.DailyUsedUSD != 0.2 {
+		t.Fatalf("day after midnight: %+v", day)
+	}
+	if month.Usage.Requests != 1 || month.Usage.CostUSD != 0.2 {
+		t.Fatalf("new month: %+v", month)
+	}
+	if total.Usage.Requests != 2 || total.Usage.CostUSD != 0.5 || total.BalanceUSD != 4.5 {
+		t.Fatalf("total: %+v", total)
+	}
+	if total.Limits.DailyUSD != 2 || total.Limits.RPM != 60 || total.Limits.WindowMinutes != 1 || total.Currency != "USD" {
+		t.Fatalf("limits: %+v", total)
+	}
+	if len(total.ByModel) != 1 || total.ByModel[0].Requests != 2 || total.ByModel[0].InputTokens != 20 {
+		t.Fatalf("by_model: %+v", total.ByModel)
+	}
+}
+
+// USD values are the integer ledger divided once: sums of many small costs
+// show exactly, with no float drift.
+func TestUSDDoesNotDrift(t *testing.T) {
+	h, st, _, acct, ro := setup(t)
+	for i := 0; i < 50; i++ { // below the 60 rpm limit
+		settle(t, st, acct, "r"+string(rune('a'+i%26))+string(rune('a'+i/26)), 1_234_567) // $0.001234567
+	}
+	u := getUsage(t, h, ro, "total")
+	if u.Usage.CostUSD != 0.06172835 || u.BalanceUSD != 4.93827165 {
+		t.Fatalf("cost %v balance %v; want exactly 0.06172835 and 4.93827165", u.Usage.CostUSD, u.BalanceUSD)
+	}
+}
+
+type downStore struct{ UsageReader }
+
+func (downStore) Ping(context.Context) error { return errors.New("down") }
+
+func TestHealth(t *testing.T) {
+	h, st, clk, _, _ := setup(t)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/health", nil))
+	var rep Health
+	json.Unmarshal(rec.Body.Bytes(), &rep)
+	if rec.Code != 200 || rep.Status != "ok" || rep.Region != "eu" || len(rep.Upstreams) != 2 || rep.TS != "2026-01-31T23:59:58Z" {
+		t.Fatalf("%d %+v", rec.Code, rep)
+	}
+	down := New(Options{Region: "eu", Store: downStore{st}, Keys: auth.NewCache(st, 0), Now: clk.now})
+	rec = httptest.NewRecorder()
+	down.ServeHTTP(rec, httptest.NewRequest("GET", "/health", nil))
+	json.Unmarshal(rec.Body.Bytes(), &rep)
+	if rec.Code != 503 || rep.Status == "ok" || rep.TS == "" {
+		t.Fatalf("store down: %d %+v", rec.Code, rep)
+	}
+	notServing := New(Options{Store: st, Keys: auth.NewCache(st, 0), Serving: func() bool { return false }})
+	rec = httptest.NewRecorder()
+	notServing.ServeHTTP(rec, httptest.NewRequest("GET", "/health", nil))
+	if rec.Code != 503 {
+		t.Fatalf("processor not serving: %d", rec.Code)
+	}
+}
+
+// The store is pinged at most once per probe interval however often
+// monitoring polls.
+func TestHealthProbeIsCached(t *testing.T) {
+	_, st, clk, _, _ := setup(t)
+	cs := &countingStore{UsageReader: st}
+	h := New(Options{Store: cs, Keys: auth.NewCache(st, 0), Now: clk.now})
+	for i := 0; i < 50; i++ {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/health", nil))
+	}
+	if cs.pings != 1 {
+		t.Fatalf("%d pings for 50 polls within one interval", cs.pings)
+	}
+	clk.t = clk.t.Add(time.Second)
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/health", nil))
+	if cs.pings != 2 {
+		t.Fatalf("no new ping after the interval: %d", cs.pings)
+	}
+}
+
+type countingStore struct {
+	UsageReader
+	pings int
+}
+
+func (c *countingStore) Ping(ctx context.Context) error { c.pings++; return c.UsageReader.Ping(ctx) }
+
+var _ http.Handler = (*Handler)(nil)

@@ -1,0 +1,428 @@
+package spool
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+const balance = 1_000_000_000 // 1 USD in nano-USD
+
+var errDown = errors.New("store down (test)")
+
+// flaky is a store that fails every call while down is set, as an
+// unreachable Redis would.
+type flaky struct {
+	*store.Store
+	down  atomic.Bool
+	calls atomic.Int64
+}
+
+func (f *flaky) Admit(ctx context.Context, a store.Admission) (store.Decision, error) {
+	if f.down.Load() {
+		return store.Decision{}, errDown
+	}
+	return f.Store.Admit(ctx, a)
+}
+
+func (f *flaky) Settle(ctx context.Context, st store.Settlement) (bool, error) {
+	f.calls.Add(1)
+	if f.down.Load() {
+		return false, errDown
+	}
+	return f.Store.Settle(ctx, st)
+}
+
+type env struct {
+	t     *testing.T
+	mr    *miniredis.Miniredis
+	store *flaky
+	acct  string
+	key   string
+	dir   string
+	now   time.Time
+	mu    sync.Mutex
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, mr: miniredis.RunT(t), dir: t.TempDir(), now: time.Now().UTC()}
+	rdb := redis.NewClient(&redis.Options{Addr: e.mr.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close() })
+	st := store.New(rdb, store.Options{HoldTTL: time.Minute, Now: e.clock})
+	e.store = &flaky{Store: st}
+	ctx := context.Background()
+	a, err := st.CreateAccount(ctx, "test", balance, store.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, k, err := st.CreateKey(ctx, a.ID, store.ModelKey, store.KeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.acct, e.key = a.ID, k.ID
+	return e
+}
+
+func (e *env) clock() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.now
+}
+
+func (e *env) advance(d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.now = e.now.Add(d)
+}
+
+// open opens a Ledger on the env's spool directory with a fresh registry.
+func (e *env) open(o Options) (*Ledger, *prometheus.Registry) {
+	e.t.Helper()
+	reg := prometheus.NewRegistry()
+	o.Registerer = reg
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if o.MinBackoff == 0 {
+		o.MinBackoff, o.MaxBackoff = time.Millisecond, 10*time.Millisecond
+	}
+	l, err := Open(e.dir, e.store, o)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { l.Close(context.Background()) })
+	return l, reg
+}
+
+// admit admits request id with a hold of 10,000 nano-USD and returns the
+// settlement that would end it at cost.
+func (e *env) admit(l *Ledger, id string, cost int64) store.Settlement {
+	e.t.Helper()
+	d, err := l.Admit(context.Background(), store.Admission{RequestID: id, AccountID: e.acct, KeyID: e.key, Model: "m", Hold: 10_000})
+	if err != nil || d.Outcome != store.Admitted {
+		e.t.Fatalf("admit %s: %+v %v", id, d, err)
+	}
+	return store.Settlement{RequestID: id, AccountID: e.acct, KeyID: e.key, Model: "m",
+		Input: 3, Output: 4, Cost: cost, Status: 200, Stream: true, StartedAt: e.clock(), EndedAt: e.clock()}
+}
+
+// check asserts the account's balance, ledger and open holds.
+func (e *env) check(wantCharged int64, wantEntries int, wantHolds int64) {
+	e.t.Helper()
+	ctx := context.Background()
+	rep, err := e.store.Usage(ctx, e.acct, store.Total)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	entries, _, err := e.store.Ledger(ctx, e.acct, "", 100)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n, _, err := e.store.OpenHolds(ctx, e.acct)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if balance-rep.Balance != wantCharged || rep.Totals.Cost != wantCharged || len(entries) != wantEntries || n != wantHolds {
+		e.t.Fatalf("charged %d, counted %d, %d ledger entries, %d holds; want %d, %d entries, %d holds",
+			balance-rep.Balance, rep.Totals.Cost, len(entries), n, wantCharged, wantEntries, wantHolds)
+	}
+	seen := map[string]bool{}
+	for _, en := range entries {
+		if seen[en.RequestID] {
+			e.t.Fatalf("%s settled twice", en.RequestID)
+		}
+		seen[en.RequestID] = true
+	}
+}
+
+// waitEmpty polls until the replayer has emptied the spool.
+func waitEmpty(t *testing.T, l *Ledger) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Depth() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("spool still holds %d settlements", l.Depth())
+		}
+		time.Sleep(time.Millisecond) // polling interval
+	}
+}
+
+// counter reads a counter or gauge.
+func counter(t *testing.T, c prometheus.Metric) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
+}
+
+// While the store is down a settlement is spooled and reported applied; it
+// is applied, once, when the store is back.
+func TestSettleSpoolsAndReplays(t *testing.T) {
+	e := newEnv(t)
+	l, _ := e.open(Options{})
+	st := e.admit(l, "req_1", 4_000)
+	e.store.down.Store(true)
+	applied, err := l.Settle(context.Background(), st)
+	if err != nil || !applied {
+		t.Fatalf("settle while down: %v %v; want spooled", applied, err)
+	}
+	if l.Depth() != 1 || counter(t, l.metrics.spooled) != 1 || counter(t, l.metrics.depth) != 1 {
+		t.Fatalf("depth %d", l.Depth())
+	}
+	e.check(0, 0, 1) // nothing charged yet; the hold still stands
+	e.store.down.Store(false)
+	waitEmpty(t, l)
+	e.check(4_000, 1, 0)
+	if got := counter(t, l.metrics.replayed.WithLabelValues("applied")); got != 1 {
+		t.Fatalf("replayed %v", got)
+	}
+	if fi, err := os.Stat(filepath.Join(e.dir, fileName)); err != nil || fi.Size() != 0 {
+		t.Fatalf("spool file after replay: %v %v", fi, err)
+	}
+}
+
+// The same with a real outage: miniredis closed and restarted on its port.
+func TestSettleSpoolsWhileRedisStopped(t *testing.T) {
+	e := newEnv(t)
+	l, _ := e.open(Options{AttemptTimeout: time.Second})
+	var sts []store.Settlement
+	for _, id := range []string{"req_a", "req_b", "req_c"} {
+		sts = append(sts, e.admit(l, id, 1_000))
+	}
+	e.mr.Close()
+	for _, st := range sts {
+		if applied, err := l.Settle(context.Background(), st); err != nil || !applied {
+			t.Fatalf("settle %s: %v %v", st.RequestID, applied, err)
+		}
+	}
+	if l.Depth() != 3 {
+		t.Fatalf("depth %d, want 3", l.Depth())
+	}
+	if err := e.mr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitEmpty(t, l)
+	e.check(3_000, 3, 0)
+}
+
+// A crash after a replay applied its records but before the spool was
+// rewritten leaves them in the file; replaying them again charges nothing
+// more.
+func TestReplayTwiceChargesOnce(t *testing.T) {
+	e := newEnv(t)
+	l, _ := e.open(Options{})
+	st := e.admit(l, "req_1", 7_000)
+	e.store.down.Store(true)
+	if _, err := l.Settle(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	saved, err := os.ReadFile(filepath.Join(e.dir, fileName))
+	if err != nil || len(saved) == 0 {
+		t.Fatalf("spool file: %v", err)
+	}
+	e.store.down.Store(false)
+	waitEmpty(t, l)
+	e.check(7_000, 1, 0)
+	l.Close(context.Background())
+
+	// The "crash": the old file comes back.
+	if err := os.WriteFile(filepath.Join(e.dir, fileName), saved, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l2, _ := e.open(Options{})
+	waitEmpty(t, l2)
+	e.check(7_000, 1, 0)
+	if got := counter(t, l2.metrics.replayed.WithLabelValues("duplicate")); got != 1 {
+		t.Fatalf("duplicates %v, want 1", got)
+	}
+	// And a settlement applied directly, spooled again by mistake, too.
+	if err := l2.Replay(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l2.file.append(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Replay(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.check(7_000, 1, 0)
+}
+
+// A settlement replayed after its hold expired and was released by another
+// admission still charges exactly once.
+func TestReplayAfterHoldExpired(t *testing.T) {
+	e := newEnv(t)
+	l, _ := e.open(Options{})
+	st := e.admit(l, "req_1", 5_000)
+	e.store.down.Store(true)
+	if _, err := l.Settle(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	e.advance(2 * time.Minute) // past the one-minute hold lifetime
+	d, err := e.store.Store.Admit(context.Background(), store.Admission{RequestID: "req_2", AccountID: e.acct, KeyID: e.key, Hold: 10_000})
+	if err != nil || d.ExpiredHolds != 1 {
+		t.Fatalf("admit: %+v %v; want one expired hold released", d, err)
+	}
+	e.store.down.Store(false)
+	waitEmpty(t, l)
+	e.check(5_000, 1, 1) // req_2's hold is open
+	l.Replay(context.Background())
+	e.check(5_000, 1, 1)
+}
+
+// Settlements still spooled when the sidecar stops are replayed by the next
+// one.
+func TestReplayOnStart(t *testing.T) {
+	e := newEnv(t)
+	l, _ := e.open(Options{})
+	st := e.admit(l, "req_1", 2_000)
+	e.store.down.Store(true)
+	if _, err := l.Settle(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	l.Close(ctx) // the last replay fails: the store is still down
+	e.check(0, 0, 1)
+
+	e.store.down.Store(false)
+	l2, reg := e.open(Options{})
+	waitEmpty(t, l2)
+	e.check(2_000, 1, 0)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"gateway_spool_depth", "gateway_spool_bytes", "gateway_spooled_total", "gateway_spool_replayed_total", "gateway_spool_errors_total"} {
+		if !names[n] {
+			t.Errorf("%s not registered", n)
+		}
+	}
+}
+
+// Errors a retry cannot mend are returned, not spooled.
+func TestPermanentErrorsAreNotSpooled(t *testing.T) {
+	e := newEnv(t)
+	l, _ := e.open(Options{})
+	ctx := context.Background()
+	if _, err := l.Settle(ctx, store.Settlement{RequestID: "req_x", AccountID: "nosuchacct", Status: 200}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown account: %v", err)
+	}
+	e.store.down.Store(true)
+	if _, err := l.Settle(ctx, store.Settlement{AccountID: e.acct, Status: 200}); err == nil {
+		t.Fatal("empty request id accepted")
+	}
+	if _, err := l.Settle(ctx, store.Settlement{RequestID: "req_y", AccountID: e.acct, Cost: -1}); err == nil {
+		t.Fatal("negative cost accepted")
+	}
+	if l.Depth() != 0 {
+		t.Fatalf("depth %d", l.Depth())
+	}
+}
+
+// A full spool refuses the settlement and says so.
+func TestFullSpool(t *testing.T) {
+	e := newEnv(t)
+	line, _ := encode(settlement(1), time.Now())
+	l, _ := e.open(Options{MaxBytes: int64(len(line) * 3 / 2)})
+	a, b := e.admit(l, "req_1", 1_000), e.admit(l, "req_2", 1_000)
+	e.store.down.Store(true)
+	if _, err := l.Settle(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.Settle(context.Background(), b)
+	if !errors.Is(err, ErrFull) || !errors.Is(err, errDown) {
+		t.Fatalf("err = %v; want the store's error and ErrFull", err)
+	}
+	if got := counter(t, l.metrics.errors.WithLabelValues("full")); got != 1 {
+		t.Fatalf("full errors %v", got)
+	}
+	e.store.down.Store(false)
+	waitEmpty(t, l)
+	e.check(1_000, 1, 1) // req_2's hold waits for its expiry
+}
+
+// Without a spool directory store errors are returned as they are.
+func TestNoSpoolDir(t *testing.T) {
+	e := newEnv(t)
+	l, err := Open("", e.store, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	st := e.admit(l, "req_1", 1_000)
+	e.store.down.Store(true)
+	if _, err := l.Settle(context.Background(), st); !errors.Is(err, errDown) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// Concurrent settlements while the store is down are all spooled and all
+// replayed once.
+func TestConcurrentSpooling(t *testing.T) {
+	e := newEnv(t)
+	l, _ := e.open(Options{})
+	const n = 40
+	sts := make([]store.Settlement, n)
+	for i := range sts {
+		sts[i] = e.admit(l, "req_"+string(rune('a'+i%26))+string(rune('a'+i/26)), int64(100+i))
+	}
+	e.store.down.Store(true)
+	var wg sync.WaitGroup
+	for _, st := range sts {
+		wg.Go(func() {
+			if _, err := l.Settle(context.Background(), st); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if l.Depth() != n {
+		t.Fatalf("depth %d", l.Depth())
+	}
+	e.store.down.Store(false)
+	waitEmpty(t, l)
+	var want int64
+	for i := range n {
+		want += int64(100 + i)
+	}
+	e.check(want, n, 0)
+}
+
+// A live call the store answers ends the replayer's backoff: the spool
+// empties as soon as the store is back under traffic.
+func TestLiveCallEndsBackoff(t *testing.T) {
+	e := newEnv(t)
+	l, _ := e.open(Options{MinBackoff: time.Hour, MaxBackoff: time.Hour})
+	st := e.admit(l, "req_1", 3_000)
+	e.store.down.Store(true)
+	if _, err := l.Settle(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	e.store.down.Store(false)
+	e.admit(l, "req_2", 0)
+	waitEmpty(t, l)
+	e.check(3_000, 1, 1)
+}
