@@ -12,8 +12,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
-	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 )

@@ -12,8 +12,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/store"
 )
 

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/extproc/format"
-	"github.com/modelgateway/gateway/extproc/format/messages"
 	"github.com/modelgateway/gateway/extproc/format/chatcompletions"
+	"github.com/modelgateway/gateway/extproc/format/messages"
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
 )
 

@@ -23,14 +23,14 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/modelgateway/gateway/extproc"
+	"github.com/modelgateway/gateway/extproc/tokens"
 	"github.com/modelgateway/gateway/internal/admin"
+	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/control"
-	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/endpoints"
 	"github.com/modelgateway/gateway/internal/spool"
 	"github.com/modelgateway/gateway/internal/store"
-	"github.com/modelgateway/gateway/extproc/tokens"
 )
 
 // sidecar is the running set of servers of `gateway serve`.

@@ -27,8 +27,8 @@ import (
 	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/redistest"
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 // Vendor credentials the fakes demand and the sidecar sends.

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
-	"github.com/modelgateway/gateway/internal/launch"
 )
 
 // Models the cases call: served by the fake vendors, priced in gateway.yaml,

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 	"github.com/modelgateway/gateway/internal/launch"
+	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
 const adminToken = "e2e-admin-token-5f1c0a7d"

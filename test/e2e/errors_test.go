@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 type alphaError struct {

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/store"
-	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/redistest"
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 // clientReply is what a client saw of one request.

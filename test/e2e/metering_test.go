@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
-	"github.com/modelgateway/gateway/internal/launch"
 )
 
 func priceOf(t *testing.T, s *launch.Stack, upstream, model string) pricing.Price {

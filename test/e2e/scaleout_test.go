@@ -9,10 +9,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/store"
-	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/redistest"
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 // Two Envoy + sidecar pairs share a three-node Redis Cluster: requests
