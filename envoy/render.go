@@ -75,7 +75,7 @@ type upstreamView struct {
 
 type endpointView struct {
 	Priority  int
-	Route     string // "primary" or "reserve"
+	Endpoint  string // "primary" or "reserve"
 	Host      string
 	Port      int
 	TLS       bool
@@ -128,7 +128,7 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 			if err != nil {
 				return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
 			}
-			ev := endpointView{Priority: i, Route: RouteName(i), Host: t.Host, Port: t.Port, TLS: t.TLS, TrustedCA: orDefault(ep.TrustedCA, DefaultTrustedCA)}
+			ev := endpointView{Priority: i, Endpoint: EndpointName(i), Host: t.Host, Port: t.Port, TLS: t.TLS, TrustedCA: orDefault(ep.TrustedCA, DefaultTrustedCA)}
 			uv.AnyTLS = uv.AnyTLS || t.TLS
 			uv.Endpoints = append(uv.Endpoints, ev)
 		}
@@ -141,8 +141,8 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// RouteName names an endpoint priority: 0 is the primary, 1 the reserve.
-func RouteName(priority int) string {
+// EndpointName names an endpoint priority: 0 is the primary, 1 the reserve.
+func EndpointName(priority int) string {
 	if priority == 0 {
 		return "primary"
 	}

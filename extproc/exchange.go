@@ -24,9 +24,9 @@ const internalHeaderPrefix = "x-gateway-"
 
 // exchange is the processor's state for one HTTP request.
 type exchange struct {
-	s     *Server
-	route *Route
-	key   store.Key
+	s        *Server
+	upstream *Upstream
+	key      store.Key
 
 	requestID string
 	started   time.Time
@@ -36,9 +36,9 @@ type exchange struct {
 	admitted  bool
 	settled   bool
 
-	status    int    // upstream response status; 0 until response headers
-	routeUsed string // "primary" or "reserve", from Envoy's endpoint metadata
-	meter     format.Meter
+	status   int    // upstream response status; 0 until response headers
+	endpoint string // "primary" or "reserve", from Envoy's endpoint metadata
+	meter    format.Meter
 }
 
 func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
@@ -65,8 +65,8 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	x.started = x.s.now()
 	hv := readHeaders(h.GetHeaders())
 	path, _, _ := strings.Cut(hv.path, "?") // query strings are never read for credentials
-	x.route = x.s.route(path)
-	if x.route == nil {
+	x.upstream = x.s.upstream(path)
+	if x.upstream == nil {
 		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such endpoint"}}`), 0)
 	}
 	secret, err := auth.Parse(hv.xAPIKey, hv.authorization)
@@ -96,10 +96,10 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	}
 	x.key = key
 
-	sub := path[len(x.route.prefix)-1:]
+	sub := path[len(x.upstream.prefix)-1:]
 	mutation := x.credentialMutation(hv)
 	switch {
-	case hv.method == "POST" && sub == x.route.MeteredPath:
+	case hv.method == "POST" && sub == x.upstream.MeteredPath:
 		if h.GetEndOfStream() {
 			return x.reject(format.InvalidRequest, "request body is required", 0)
 		}
@@ -110,7 +110,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
 		}}
-	case x.route.isFree(hv.method + " " + sub):
+	case x.upstream.isFree(hv.method + " " + sub):
 		// Free read-only paths: forward as they are, observe nothing more.
 		return &extprocv3.ProcessingResponse{
 			Response: &extprocv3.ProcessingResponse_RequestHeaders{
@@ -134,8 +134,8 @@ func (x *exchange) credentialMutation(hv headerValues) *extprocv3.HeaderMutation
 	remove := []string{"x-api-key", "authorization", "accept-encoding"}
 	remove = append(remove, hv.internal...)
 	m := &extprocv3.HeaderMutation{RemoveHeaders: remove}
-	if x.route.credValue != "" {
-		m.SetHeaders = []*corev3.HeaderValueOption{setHeader(x.route.credHeader, x.route.credValue)}
+	if x.upstream.credValue != "" {
+		m.SetHeaders = []*corev3.HeaderValueOption{setHeader(x.upstream.credHeader, x.upstream.credValue)}
 	}
 	return m
 }
@@ -143,7 +143,7 @@ func (x *exchange) credentialMutation(hv headerValues) *extprocv3.HeaderMutation
 // requestBody reads the few fields admission needs, then admits the request
 // in one atomic store step. The body is forwarded unchanged.
 func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	if x.route == nil {
+	if x.upstream == nil {
 		// Only if Envoy skipped the request headers: a misconfiguration.
 		return immediate(500, "application/json", []byte(`{"error":{"type":"api_error","message":"request body without request headers"}}`), 0)
 	}
@@ -151,7 +151,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		return x.reject(format.InvalidRequest, "unexpected request body", 0)
 	}
 	body := b.GetBody()
-	req, err := x.route.Format.ParseRequest(body)
+	req, err := x.upstream.Format.ParseRequest(body)
 	if err != nil {
 		var re *format.RequestError
 		if errors.As(err, &re) {
@@ -159,7 +159,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		}
 		return x.reject(format.InvalidRequest, "malformed request body", 0)
 	}
-	price, ok := x.route.Prices.Lookup(req.Model)
+	price, ok := x.upstream.Prices.Lookup(req.Model)
 	if !ok {
 		return x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on this gateway", 0)
 	}
@@ -179,7 +179,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 
 	hold := price.Hold(int64(len(body)), maxOut)
 	t0 := time.Now()
-	d, err := x.s.ledger.Admit(ctx, store.Admission{
+	d, err := x.s.accounts.Admit(ctx, store.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID, Model: req.Model, Hold: hold,
 	})
 	x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
@@ -223,7 +223,7 @@ func allowed(list []string, model, canonical string) bool {
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	hv := readHeaders(h.GetHeaders())
 	x.status, _ = strconv.Atoi(hv.status)
-	x.routeUsed = hv.route
+	x.endpoint = hv.endpoint
 	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
 	}}
@@ -235,7 +235,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		resp.ModeOverride = &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE}
 		return resp
 	}
-	x.meter = x.route.Format.NewMeter(x.req, x.body, hv.contentType)
+	x.meter = x.upstream.Format.NewMeter(x.req, x.body, hv.contentType)
 	if h.GetEndOfStream() {
 		x.settle(true)
 	}
@@ -278,7 +278,7 @@ func (x *exchange) settle(complete bool) {
 		KeyID:     x.key.ID,
 		Model:     x.req.Model,
 		Status:    x.status,
-		Route:     x.routeUsed,
+		Endpoint:  x.endpoint,
 		Stream:    x.req.Stream,
 		StartedAt: x.started,
 		EndedAt:   x.s.now(),
@@ -295,26 +295,26 @@ func (x *exchange) settle(complete bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), x.s.settleT)
 	defer cancel()
 	t0 := time.Now()
-	_, err := x.s.ledger.Settle(ctx, st)
+	_, err := x.s.accounts.Settle(ctx, st)
 	x.s.metrics.settleSeconds.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		x.s.metrics.storeErrors.WithLabelValues("settle").Inc()
 		x.s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
 	}
-	x.s.metrics.observe(x.route.Name, x.price.Model, st)
+	x.s.metrics.observe(x.upstream.Name, x.price.Model, st)
 	x.s.log.Info("request",
 		"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
-		"upstream", x.route.Name, "route", st.Route, "model", st.Model, "status", st.Status,
+		"upstream", x.upstream.Name, "endpoint", st.Endpoint, "model", st.Model, "status", st.Status,
 		"stream", st.Stream, "input", st.Input, "output", st.Output,
 		"cache_write", st.CacheWrite, "cache_read", st.CacheRead,
 		"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated,
 		"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
 }
 
-// reject answers the client directly, in the route's vendor error format.
+// reject answers the client directly, in the upstream's vendor error format.
 func (x *exchange) reject(kind format.ErrorKind, msg string, retryAfter time.Duration) *extprocv3.ProcessingResponse {
-	x.s.metrics.rejections.WithLabelValues(x.route.Name, rejectionReason(kind)).Inc()
-	return immediate(kind.Status(), "application/json", x.route.Format.ErrorBody(kind, msg), retryAfter)
+	x.s.metrics.rejections.WithLabelValues(x.upstream.Name, rejectionReason(kind)).Inc()
+	return immediate(kind.Status(), "application/json", x.upstream.Format.ErrorBody(kind, msg), retryAfter)
 }
 
 func immediate(code int, contentType string, body []byte, retryAfter time.Duration) *extprocv3.ProcessingResponse {
@@ -351,7 +351,7 @@ type headerValues struct {
 	xAPIKey, authorization string
 	contentType            string
 	contentLength          string
-	route                  string
+	endpoint               string
 	internal               []string // client-sent headers with our prefix
 }
 
@@ -376,8 +376,8 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 			dst = &hv.contentType
 		case "content-length":
 			dst = &hv.contentLength
-		case "x-gateway-route":
-			dst = &hv.route
+		case "x-gateway-endpoint":
+			dst = &hv.endpoint
 			hv.internal = append(hv.internal, k)
 		default:
 			if strings.HasPrefix(k, internalHeaderPrefix) {

@@ -26,8 +26,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	latency := []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_requests_total", Help: "Metered requests settled, by upstream, model, status and route.",
-		}, []string{"upstream", "model", "status", "route"}),
+			Name: "gateway_requests_total", Help: "Metered requests settled, by upstream, model, status and endpoint.",
+		}, []string{"upstream", "model", "status", "endpoint"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_tokens_total", Help: "Tokens billed, by upstream, model and kind (input, output, cache_write, cache_read).",
 		}, []string{"upstream", "model", "kind"}),
@@ -66,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) observe(upstream, model string, st store.Settlement) {
-	m.requests.WithLabelValues(upstream, model, statusClass(st.Status), st.Route).Inc()
+	m.requests.WithLabelValues(upstream, model, statusClass(st.Status), st.Endpoint).Inc()
 	if st.Status < 200 || st.Status > 299 {
 		return
 	}

@@ -33,12 +33,12 @@ func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 // rig is a processor on miniredis with one funded account.
 type rig struct {
-	srv   *Server
-	trips *roundTrips
-	st    *store.Store
-	acct  string
-	key   string
-	route *Route
+	srv      *Server
+	trips    *roundTrips
+	st       *store.Store
+	acct     string
+	key      string
+	upstream *Upstream
 }
 
 func newRig(tb testing.TB) *rig {
@@ -63,13 +63,13 @@ func newRig(tb testing.TB) *rig {
 		tb.Fatal(err)
 	}
 	u, _ := cfg.Upstream("alpha")
-	r, err := NewRoute(*u, "vendor-key")
+	r, err := NewUpstream(*u, "vendor-key")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := NewServer(Options{Routes: []*Route{r}, Keys: auth.NewCache(st, 0), Ledger: st, MaxRequestBytes: 32 << 20,
+	srv := NewServer(Options{Upstreams: []*Upstream{r}, Keys: auth.NewCache(st, 0), Accounts: st, MaxRequestBytes: 32 << 20,
 		Logger: slog.New(slog.DiscardHandler)})
-	return &rig{srv: srv, trips: trips, st: st, acct: a.ID, key: key, route: r}
+	return &rig{srv: srv, trips: trips, st: st, acct: a.ID, key: key, upstream: r}
 }
 
 func headers(kv ...string) *extprocv3.HttpHeaders {
@@ -111,7 +111,7 @@ func (r *rig) request(tb testing.TB) {
 		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
 	}}))
 	check(x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
-		ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream", "x-gateway-route", "primary"),
+		ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream", "x-gateway-endpoint", "primary"),
 	}}))
 	for i, ev := range events {
 		check(x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{

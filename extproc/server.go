@@ -24,9 +24,9 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 )
 
-// Ledger is the part of the store on the request path: one admission and one
+// Accounts is the part of the store on the request path: one admission and one
 // settlement per metered request.
-type Ledger interface {
+type Accounts interface {
 	Admit(ctx context.Context, a store.Admission) (store.Decision, error)
 	Settle(ctx context.Context, s store.Settlement) (bool, error)
 }
@@ -38,12 +38,12 @@ type KeyLookup interface {
 
 // Options configure a Server.
 type Options struct {
-	Routes  []*Route
-	Keys    KeyLookup
-	Ledger  Ledger
-	Metrics *Metrics
-	Logger  *slog.Logger
-	Now     func() time.Time
+	Upstreams []*Upstream
+	Keys      KeyLookup
+	Accounts  Accounts
+	Metrics   *Metrics
+	Logger    *slog.Logger
+	Now       func() time.Time
 	// SettleTimeout bounds one settlement; it runs after the client's stream
 	// context may already be gone.
 	SettleTimeout time.Duration
@@ -57,14 +57,14 @@ type Options struct {
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	routes  []*Route
-	keys    KeyLookup
-	ledger  Ledger
-	metrics *Metrics
-	log     *slog.Logger
-	now     func() time.Time
-	settleT time.Duration
-	maxBody int64
+	upstreams []*Upstream
+	keys      KeyLookup
+	accounts  Accounts
+	metrics   *Metrics
+	log       *slog.Logger
+	now       func() time.Time
+	settleT   time.Duration
+	maxBody   int64
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -75,7 +75,7 @@ type Server struct {
 // NewServer returns a processor.
 func NewServer(o Options) *Server {
 	s := &Server{
-		routes: o.Routes, keys: o.Keys, ledger: o.Ledger, metrics: o.Metrics,
+		upstreams: o.Upstreams, keys: o.Keys, accounts: o.Accounts, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes,
 	}
 	if s.log == nil {
@@ -100,8 +100,8 @@ func (s *Server) newRequestID() string {
 	return s.idPrefix + strconv.FormatUint(s.seq.Add(1), 36)
 }
 
-func (s *Server) route(path string) *Route {
-	for _, r := range s.routes {
+func (s *Server) upstream(path string) *Upstream {
+	for _, r := range s.upstreams {
 		if strings.HasPrefix(path, r.prefix) {
 			return r
 		}

@@ -44,7 +44,7 @@ type sidecar struct {
 	// stopWatch ends the route watcher.
 	stopWatch context.CancelFunc
 	// ledger spools settlements the store cannot take and replays them.
-	ledger *spool.Ledger
+	ledger *spool.Spool
 
 	ExtProcAddr net.Addr
 	ControlAddr net.Addr
@@ -85,7 +85,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := extproc.NewMetrics(reg)
 
-	var vendorRoutes []*extproc.Route
+	var vendorRoutes []*extproc.Upstream
 	for _, u := range c.Upstreams {
 		cred, ok := o.Credentials[u.Name]
 		if !ok {
@@ -94,7 +94,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		if cred == "" {
 			o.Logger.Warn("no vendor credential: requests are forwarded without one", "upstream", u.Name, "env", u.CredentialEnv)
 		}
-		r, err := extproc.NewRoute(u, cred)
+		r, err := extproc.NewUpstream(u, cred)
 		if err != nil {
 			return nil, err
 		}
@@ -106,7 +106,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	}
 	proc := extproc.NewServer(extproc.Options{
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
-		Routes:          vendorRoutes, Keys: keys, Ledger: ledger, Metrics: metrics, Logger: o.Logger,
+		Upstreams:       vendorRoutes, Keys: keys, Accounts: ledger, Metrics: metrics, Logger: o.Logger,
 	})
 
 	adminURL := o.EnvoyAdminURL
@@ -140,7 +140,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Store:     st,
 		Keys:      keys,
 		Serving:   s.serving.Load,
-		Routes:    watcher,
+		Endpoints: watcher,
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		Logger:    o.Logger,
 	})

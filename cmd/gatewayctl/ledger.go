@@ -68,7 +68,7 @@ func (a *app) ledgerCmd() *cobra.Command {
 					cost += " (est.)"
 				}
 				row(w, e.Id, when(e.EndTime), e.KeyId, e.Model, e.Status, e.InputTokens, e.OutputTokens,
-					e.CacheWriteTokens, e.CacheReadTokens, cost, orDash(e.Route))
+					e.CacheWriteTokens, e.CacheReadTokens, cost, orDash(e.Endpoint))
 			}
 		})
 		a.more(resp.NextPageToken, "gatewayctl ledger "+args[0])

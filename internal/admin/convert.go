@@ -84,7 +84,7 @@ func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
 		CostNanoUsd:      e.Cost,
 		Estimated:        e.Estimated,
 		Status:           int32(e.Status),
-		Route:            e.Route,
+		Endpoint:         e.Endpoint,
 		Stream:           e.Stream,
 		StartTime:        timestamp(e.StartedAt),
 		EndTime:          timestamp(e.EndedAt),

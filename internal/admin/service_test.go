@@ -328,7 +328,7 @@ func TestLedger(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := store.Settlement{RequestID: id, AccountID: a.Id, KeyID: "key_1", Model: "m", Input: 7, Output: 3,
-			Cost: int64(i + 1), Status: 200, Route: "primary", StartedAt: start, EndedAt: start}
+			Cost: int64(i + 1), Status: 200, Endpoint: "primary", StartedAt: start, EndedAt: start}
 		if _, err := e.st.Settle(ctx, st); err != nil {
 			t.Fatal(err)
 		}
@@ -349,7 +349,7 @@ func TestLedger(t *testing.T) {
 		}
 	}
 	if len(got) != 3 || got[0].RequestId != "req0" || got[2].CostNanoUsd != 3 || got[1].InputTokens != 7 ||
-		got[1].Status != 200 || got[1].Route != "primary" || !got[1].StartTime.AsTime().Equal(start) {
+		got[1].Status != 200 || got[1].Endpoint != "primary" || !got[1].StartTime.AsTime().Equal(start) {
 		t.Fatalf("ledger: %v", got)
 	}
 	_, err := e.client.ListLedger(e.ctx, &adminv1.ListLedgerRequest{AccountId: a.Id, PageToken: "garbage"})

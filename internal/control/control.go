@@ -28,10 +28,10 @@ type KeyLookup interface {
 	Lookup(ctx context.Context, secret string) (store.Key, error)
 }
 
-// RouteReporter tells which endpoint currently serves each upstream
+// EndpointReporter tells which endpoint currently serves each upstream
 // ("primary" or "reserve").
-type RouteReporter interface {
-	Routes() map[string]string
+type EndpointReporter interface {
+	Endpoints() map[string]string
 }
 
 // Options configure the control handler.
@@ -41,11 +41,11 @@ type Options struct {
 	Store     UsageReader
 	Keys      KeyLookup
 	// Serving reports whether the processor is serving.
-	Serving func() bool
-	Routes  RouteReporter    // optional
-	Metrics http.Handler     // optional
-	Logger  *slog.Logger     // optional
-	Now     func() time.Time // optional
+	Serving   func() bool
+	Endpoints EndpointReporter // optional
+	Metrics   http.Handler     // optional
+	Logger    *slog.Logger     // optional
+	Now       func() time.Time // optional
 }
 
 // Handler serves the control endpoints.
@@ -87,14 +87,14 @@ func New(o Options) *Handler {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-// Health is the health record of SPEC.md, plus the route serving each
+// Health is the health record of SPEC.md, plus the endpoint serving each
 // upstream.
 type Health struct {
 	Status    string            `json:"status"`
 	Region    string            `json:"region"`
 	Upstreams []string          `json:"upstreams"`
 	TS        string            `json:"ts"`
-	Routes    map[string]string `json:"routes,omitempty"`
+	Endpoints map[string]string `json:"endpoints,omitempty"`
 	Problems  []string          `json:"problems,omitempty"`
 }
 
@@ -113,8 +113,8 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 	if rec.Upstreams == nil {
 		rec.Upstreams = []string{}
 	}
-	if h.o.Routes != nil {
-		rec.Routes = h.o.Routes.Routes()
+	if h.o.Endpoints != nil {
+		rec.Endpoints = h.o.Endpoints.Endpoints()
 	}
 	if err := h.probe(r.Context()); err != nil {
 		rec.Problems = append(rec.Problems, "store unreachable")

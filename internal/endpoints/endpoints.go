@@ -1,4 +1,4 @@
-// Package routes tells which endpoint serves each upstream, primary or
+// Package endpoints tells which endpoint serves each upstream, primary or
 // reserve, by reading Envoy's admin interface. Envoy makes the failover
 // decisions (health checks, outlier ejection, priority spill); this package
 // only reports them, for GET /health and the metrics.
@@ -16,14 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Route names, matching the endpoint metadata Envoy's bootstrap sets.
+// Endpoint names, matching the endpoint metadata Envoy's bootstrap sets.
 const (
 	Primary = "primary"
 	Reserve = "reserve"
 	Unknown = "unknown"
 )
 
-// Watcher polls Envoy's /clusters and remembers the route of each upstream.
+// Watcher polls Envoy's /clusters and remembers the endpoint serving each upstream.
 type Watcher struct {
 	adminURL  string
 	upstreams []string
@@ -31,8 +31,8 @@ type Watcher struct {
 	log       *slog.Logger
 	gauge     *prometheus.GaugeVec
 
-	mu     sync.RWMutex
-	routes map[string]string
+	mu        sync.RWMutex
+	endpoints map[string]string
 }
 
 // NewWatcher watches the named upstreams (Envoy clusters) through the admin
@@ -44,16 +44,16 @@ func NewWatcher(adminURL string, upstreams []string, reg prometheus.Registerer, 
 		client:    &http.Client{Timeout: 2 * time.Second},
 		log:       log,
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gateway_route_in_use",
-			Help: "1 for the route (primary or reserve) that serves each upstream.",
-		}, []string{"upstream", "route"}),
-		routes: make(map[string]string),
+			Name: "gateway_endpoint_in_use",
+			Help: "1 for the endpoint (primary or reserve) that serves each upstream.",
+		}, []string{"upstream", "endpoint"}),
+		endpoints: make(map[string]string),
 	}
 	if w.log == nil {
 		w.log = slog.Default()
 	}
 	for _, u := range upstreams {
-		w.routes[u] = Unknown
+		w.endpoints[u] = Unknown
 	}
 	if reg != nil {
 		reg.MustRegister(w.gauge)
@@ -61,12 +61,12 @@ func NewWatcher(adminURL string, upstreams []string, reg prometheus.Registerer, 
 	return w
 }
 
-// Routes returns a copy of the current route of each upstream.
-func (w *Watcher) Routes() map[string]string {
+// Endpoints returns a copy of the current endpoint of each upstream.
+func (w *Watcher) Endpoints() map[string]string {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	m := make(map[string]string, len(w.routes))
-	for k, v := range w.routes {
+	m := make(map[string]string, len(w.endpoints))
+	for k, v := range w.endpoints {
 		m[k] = v
 	}
 	return m
@@ -116,7 +116,7 @@ func (w *Watcher) set(m map[string]string) {
 		if r == "" {
 			r = Unknown
 		}
-		w.routes[u] = r
+		w.endpoints[u] = r
 		for _, name := range []string{Primary, Reserve, Unknown} {
 			v := 0.0
 			if name == r {
@@ -144,7 +144,7 @@ type clusters struct {
 	} `json:"cluster_statuses"`
 }
 
-// Decide names the route of each upstream: the primary while any of its
+// Decide names the endpoint serving each upstream: the primary while any of its
 // priority-0 hosts is healthy (with one primary host, Envoy moves all traffic
 // to priority 1 as soon as that host is unhealthy), else the reserve.
 func Decide(cs clusters, upstreams []string) map[string]string {

@@ -45,20 +45,20 @@ func TestWatcherPolls(t *testing.T) {
 	}))
 	defer srv.Close()
 	w := NewWatcher(srv.URL, []string{"alpha", "beta"}, nil, nil)
-	if r := w.Routes(); r["alpha"] != Unknown {
+	if r := w.Endpoints(); r["alpha"] != Unknown {
 		t.Fatalf("before the first poll: %v", r)
 	}
 	if err := w.Poll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if r := w.Routes(); r["alpha"] != Reserve || r["beta"] != Primary {
+	if r := w.Endpoints(); r["alpha"] != Reserve || r["beta"] != Primary {
 		t.Fatalf("routes = %v", r)
 	}
 	srv.Close()
 	if err := w.Poll(context.Background()); err == nil {
 		t.Fatal("poll of a closed admin succeeded")
 	}
-	if r := w.Routes(); r["alpha"] != Unknown {
+	if r := w.Endpoints(); r["alpha"] != Unknown {
 		t.Fatalf("after Envoy went away: %v", r)
 	}
 }

@@ -17,7 +17,7 @@ func settlement(i int) store.Settlement {
 	return store.Settlement{
 		RequestID: "req_" + strconv.Itoa(i), AccountID: "acct1", KeyID: "key1", Model: "m",
 		Input: 10, Output: int64(i), CacheRead: 2, Cost: 1000 + int64(i), Estimated: i%2 == 0,
-		Status: 200, Route: "primary", Stream: true, StartedAt: t0, EndedAt: t0.Add(time.Second),
+		Status: 200, Endpoint: "primary", Stream: true, StartedAt: t0, EndedAt: t0.Add(time.Second),
 	}
 }
 

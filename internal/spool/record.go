@@ -33,7 +33,7 @@ type record struct {
 	Cost       int64     `json:"cost"`
 	Estimated  bool      `json:"estimated"`
 	Status     int       `json:"status"`
-	Route      string    `json:"route"`
+	Endpoint   string    `json:"endpoint"`
 	Stream     bool      `json:"stream"`
 	StartedAt  time.Time `json:"started_at"`
 	EndedAt    time.Time `json:"ended_at"`
@@ -52,7 +52,7 @@ func encode(st store.Settlement, now time.Time) ([]byte, error) {
 		V: formatVersion, RequestID: st.RequestID, AccountID: st.AccountID, KeyID: st.KeyID,
 		Model: st.Model, Input: st.Input, Output: st.Output, CacheWrite: st.CacheWrite,
 		CacheRead: st.CacheRead, Cost: st.Cost, Estimated: st.Estimated, Status: st.Status,
-		Route: st.Route, Stream: st.Stream, StartedAt: st.StartedAt, EndedAt: st.EndedAt,
+		Endpoint: st.Endpoint, Stream: st.Stream, StartedAt: st.StartedAt, EndedAt: st.EndedAt,
 		SpooledAt: now.UTC(),
 	})
 	if err != nil {
@@ -87,7 +87,7 @@ func decode(line []byte) (store.Settlement, error) {
 	return store.Settlement{
 		RequestID: r.RequestID, AccountID: r.AccountID, KeyID: r.KeyID, Model: r.Model,
 		Input: r.Input, Output: r.Output, CacheWrite: r.CacheWrite, CacheRead: r.CacheRead,
-		Cost: r.Cost, Estimated: r.Estimated, Status: r.Status, Route: r.Route, Stream: r.Stream,
+		Cost: r.Cost, Estimated: r.Estimated, Status: r.Status, Endpoint: r.Endpoint, Stream: r.Stream,
 		StartedAt: r.StartedAt, EndedAt: r.EndedAt,
 	}, nil
 }

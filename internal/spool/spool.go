@@ -3,7 +3,7 @@
 //
 // A settlement is the only record that an admitted request was served; if it
 // is lost the account is never charged and the request's hold lingers until
-// it expires. When the store is unreachable as a request ends, the Ledger
+// it expires. When the store is unreachable as a request ends, the Spool
 // appends the settlement to an append-only file in the spool directory and
 // syncs it before Settle returns. A background replayer retries spooled
 // settlements with backoff until the store takes them, then rewrites the file
@@ -29,13 +29,13 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 )
 
-// Store is what a Ledger wraps; *store.Store implements it.
+// Store is what a Spool wraps; *store.Store implements it.
 type Store interface {
 	Admit(ctx context.Context, a store.Admission) (store.Decision, error)
 	Settle(ctx context.Context, s store.Settlement) (applied bool, err error)
 }
 
-// Options tune a Ledger. Zero values pick the defaults.
+// Options tune a Spool. Zero values pick the defaults.
 type Options struct {
 	// MaxBytes bounds the spool file; default 64 MiB, some 150,000
 	// settlements.
@@ -50,9 +50,9 @@ type Options struct {
 	Now            func() time.Time
 }
 
-// Ledger passes admissions to the store and settles through it, spooling
-// settlements the store cannot take. It implements the processor's Ledger.
-type Ledger struct {
+// Spool passes admissions to the store and settles through it, spooling
+// settlements the store cannot take. It implements the processor's Accounts.
+type Spool struct {
 	store   Store
 	file    *journal // nil: no spool directory, failures are not kept
 	metrics *metrics
@@ -69,10 +69,10 @@ type Ledger struct {
 }
 
 // Open opens (creating it if needed) the spool in dir and starts replaying
-// whatever a previous run left there. An empty dir gives a Ledger without a
+// whatever a previous run left there. An empty dir gives a Spool without a
 // spool, which returns the store's errors as they are. The directory is
 // locked: two sidecars cannot share it.
-func Open(dir string, st Store, o Options) (*Ledger, error) {
+func Open(dir string, st Store, o Options) (*Spool, error) {
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = 64 << 20
 	}
@@ -91,7 +91,7 @@ func Open(dir string, st Store, o Options) (*Ledger, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	l := &Ledger{
+	l := &Spool{
 		store: st, log: o.Logger,
 		minBackoff: o.MinBackoff, maxBackoff: o.MaxBackoff, attemptTimeout: o.AttemptTimeout,
 		wake: make(chan struct{}, 1), up: make(chan struct{}, 1), done: make(chan struct{}),
@@ -128,7 +128,7 @@ func Open(dir string, st Store, o Options) (*Ledger, error) {
 
 // Admit passes the admission to the store. Admission is not spooled: a
 // request that cannot be admitted is refused.
-func (l *Ledger) Admit(ctx context.Context, a store.Admission) (store.Decision, error) {
+func (l *Spool) Admit(ctx context.Context, a store.Admission) (store.Decision, error) {
 	d, err := l.store.Admit(ctx, a)
 	if err == nil {
 		l.answered()
@@ -138,7 +138,7 @@ func (l *Ledger) Admit(ctx context.Context, a store.Admission) (store.Decision, 
 
 // answered notes that the store answered a live call: if settlements wait
 // in the spool, the replayer need not sit out its backoff.
-func (l *Ledger) answered() {
+func (l *Spool) answered() {
 	if l.file == nil || l.Depth() == 0 {
 		return
 	}
@@ -158,7 +158,7 @@ func signal(c chan struct{}) {
 // on disk and will be applied exactly once. Errors that a retry cannot mend
 // (an unknown account, an invalid settlement) are returned as they are, and
 // so is the store's error when the spool cannot take the settlement either.
-func (l *Ledger) Settle(ctx context.Context, st store.Settlement) (bool, error) {
+func (l *Spool) Settle(ctx context.Context, st store.Settlement) (bool, error) {
 	if err := check(st); err != nil {
 		return false, err
 	}
@@ -203,7 +203,7 @@ func permanent(err error) bool {
 }
 
 // Depth returns the number of settlements waiting in the spool.
-func (l *Ledger) Depth() int {
+func (l *Spool) Depth() int {
 	if l.file == nil {
 		return 0
 	}
@@ -214,7 +214,7 @@ func (l *Ledger) Depth() int {
 // Replay makes one pass over the spooled settlements, oldest first, and
 // rewrites the spool without those the store took. It stops at the first
 // store error, which it returns: the store is most likely still down.
-func (l *Ledger) Replay(ctx context.Context) error {
+func (l *Spool) Replay(ctx context.Context) error {
 	if l.file == nil {
 		return nil
 	}
@@ -266,7 +266,7 @@ func (l *Ledger) Replay(ctx context.Context) error {
 // run replays the spool whenever it holds records, waiting between failed
 // passes with exponential backoff, cut short when a live call shows that
 // the store is back.
-func (l *Ledger) run(ctx context.Context) {
+func (l *Spool) run(ctx context.Context) {
 	defer close(l.done)
 	wait := time.Duration(0) // records from a previous run: try at once
 	for {
@@ -305,7 +305,7 @@ func (l *Ledger) run(ctx context.Context) {
 // Close stops the replayer, makes a last replay pass within ctx and closes
 // the spool file. Settlements still spooled stay in the file for the next
 // run.
-func (l *Ledger) Close(ctx context.Context) error {
+func (l *Spool) Close(ctx context.Context) error {
 	var err error
 	l.once.Do(func() {
 		l.cancel()

@@ -90,8 +90,8 @@ func (e *env) advance(d time.Duration) {
 	e.now = e.now.Add(d)
 }
 
-// open opens a Ledger on the env's spool directory with a fresh registry.
-func (e *env) open(o Options) (*Ledger, *prometheus.Registry) {
+// open opens a Spool on the env's spool directory with a fresh registry.
+func (e *env) open(o Options) (*Spool, *prometheus.Registry) {
 	e.t.Helper()
 	reg := prometheus.NewRegistry()
 	o.Registerer = reg
@@ -109,7 +109,7 @@ func (e *env) open(o Options) (*Ledger, *prometheus.Registry) {
 
 // admit admits request id with a hold of 10,000 nano-USD and returns the
 // settlement that would end it at cost.
-func (e *env) admit(l *Ledger, id string, cost int64) store.Settlement {
+func (e *env) admit(l *Spool, id string, cost int64) store.Settlement {
 	e.t.Helper()
 	d, err := l.Admit(context.Background(), store.Admission{RequestID: id, AccountID: e.acct, KeyID: e.key, Model: "m", Hold: 10_000})
 	if err != nil || d.Outcome != store.Admitted {
@@ -149,7 +149,7 @@ func (e *env) check(wantCharged int64, wantEntries int, wantHolds int64) {
 }
 
 // waitEmpty polls until the replayer has emptied the spool.
-func waitEmpty(t *testing.T, l *Ledger) {
+func waitEmpty(t *testing.T, l *Spool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for l.Depth() > 0 {

@@ -74,7 +74,7 @@ func BenchmarkSettle(b *testing.B) {
 			for i := range b.N {
 				ok, err := s.Settle(ctx, Settlement{
 					RequestID: strconv.Itoa(i), AccountID: acct, KeyID: "key_1", Model: "claude-sonnet",
-					Input: 1000, Output: 500, CacheRead: 200, Cost: 900, Status: 200, Route: "primary",
+					Input: 1000, Output: 500, CacheRead: 200, Cost: 900, Status: 200, Endpoint: "primary",
 					StartedAt: start, EndedAt: start,
 				})
 				if err != nil || !ok {

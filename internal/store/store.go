@@ -130,7 +130,7 @@ type Settlement struct {
 	Cost       int64 // nano-USD; zero for non-2xx replies
 	Estimated  bool
 	Status     int    // upstream HTTP status; non-2xx charges nothing and counts no usage
-	Route      string // "primary" or "reserve"; empty when unknown
+	Endpoint   string // "primary" or "reserve"; empty when unknown
 	Stream     bool
 	StartedAt  time.Time
 	EndedAt    time.Time

@@ -615,7 +615,7 @@ func testSettleNon2xx(t *testing.T, e *env) {
 	e.mustAdmit(acct, "r1", 500)
 	ended := start.Add(3 * time.Second)
 	st := Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Model: "m", Input: 100, Cost: 123,
-		Status: 529, Route: "reserve", StartedAt: start, EndedAt: ended}
+		Status: 529, Endpoint: "reserve", StartedAt: start, EndedAt: ended}
 	if !e.settle(st) {
 		t.Fatal("not applied")
 	}
@@ -632,7 +632,7 @@ func testSettleNon2xx(t *testing.T, e *env) {
 		}
 	}
 	l := e.ledger(acct)
-	if len(l) != 1 || l[0].Status != 529 || l[0].Cost != 0 || l[0].Input != 100 || l[0].Route != "reserve" {
+	if len(l) != 1 || l[0].Status != 529 || l[0].Cost != 0 || l[0].Input != 100 || l[0].Endpoint != "reserve" {
 		t.Fatalf("ledger %+v", l)
 	}
 	keys, _ := e.s.ListKeys(e.ctx, acct)
@@ -750,7 +750,7 @@ func testLedger(t *testing.T, e *env) {
 		st := Settlement{
 			RequestID: fmt.Sprint("r", i), AccountID: acct, KeyID: "key_abc", Model: "claude:x",
 			Input: int64(i), Output: 2, CacheWrite: 3, CacheRead: 4, Cost: 5,
-			Estimated: i%2 == 0, Status: 200, Route: "primary", Stream: i%2 == 1,
+			Estimated: i%2 == 0, Status: 200, Endpoint: "primary", Stream: i%2 == 1,
 			StartedAt: start.Add(time.Duration(i) * time.Second), EndedAt: start.Add(time.Duration(i)*time.Second + 1500*time.Millisecond),
 		}
 		e.mustAdmit(acct, st.RequestID, 10)

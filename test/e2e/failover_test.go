@@ -40,7 +40,7 @@ func (p *probe) send() string {
 	if resp.StatusCode != 200 {
 		p.t.Fatalf("request %d failed during the switch: %d %s", p.n, resp.StatusCode, body)
 	}
-	return resp.Header.Get("x-gateway-route")
+	return resp.Header.Get("x-gateway-endpoint")
 }
 
 // primaryPOSTs counts model requests the primary fake received.
@@ -80,10 +80,10 @@ func healthRoutes(t *testing.T, s *launch.Stack) map[string]string {
 	t.Helper()
 	_, b := s.Do("GET", "/health", nil, nil)
 	var h struct {
-		Routes map[string]string `json:"routes"`
+		Endpoints map[string]string `json:"endpoints"`
 	}
 	mustJSON(t, b, &h)
-	return h.Routes
+	return h.Endpoints
 }
 
 // waitHealthRoute polls /health until both upstreams report route.
@@ -118,8 +118,8 @@ func TestFailoverOnErrors(t *testing.T) {
 	// Keys, bodies and formats are unchanged across the switch.
 	body := alphaBody(false, `,"temperature":0.5`)
 	resp, out := s.Do("POST", alphaPath, alphaHeaders(p.acct.Key), body)
-	if resp.StatusCode != 200 || resp.Header.Get("x-gateway-route") != "reserve" {
-		t.Fatalf("%d %s via %q", resp.StatusCode, out, resp.Header.Get("x-gateway-route"))
+	if resp.StatusCode != 200 || resp.Header.Get("x-gateway-endpoint") != "reserve" {
+		t.Fatalf("%d %s via %q", resp.StatusCode, out, resp.Header.Get("x-gateway-endpoint"))
 	}
 	rec := s.Reserve.LastRequest("alpha", "/v1/messages")
 	if !bytes.Equal(rec.Body, body) || header(rec.Headers, "x-api-key") != launch.AlphaVendorKey {
@@ -127,8 +127,8 @@ func TestFailoverOnErrors(t *testing.T) {
 	}
 	// New streams are served by the reserve.
 	resp, evs := stream(t, s, betaPath, betaHeaders(p.acct.Key), betaBody(true, true, ""))
-	if resp.StatusCode != 200 || resp.Header.Get("x-gateway-route") != "reserve" || evs[len(evs)-1].Data != "[DONE]" {
-		t.Fatalf("stream during the outage: %d via %q", resp.StatusCode, resp.Header.Get("x-gateway-route"))
+	if resp.StatusCode != 200 || resp.Header.Get("x-gateway-endpoint") != "reserve" || evs[len(evs)-1].Data != "[DONE]" {
+		t.Fatalf("stream during the outage: %d via %q", resp.StatusCode, resp.Header.Get("x-gateway-endpoint"))
 	}
 
 	recovered := time.Now()
@@ -144,7 +144,7 @@ func TestFailoverOnErrors(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, e := range entries {
-		seen[e.Route] = true
+		seen[e.Endpoint] = true
 	}
 	if !seen["primary"] || !seen["reserve"] {
 		t.Fatalf("ledger routes %v; want both primary and reserve", seen)

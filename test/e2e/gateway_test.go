@@ -20,7 +20,7 @@ func TestForwardsBodiesAndSwapsCredentials(t *testing.T) {
 	tools := `,"tools":[{"name":"get_weather","description":"Wetter für eine Stadt ☀","input_schema":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}]`
 	body := append(alphaBody(false, tools), []byte("  \n")...)
 	h := alphaHeaders(acct.Key)
-	h["x-gateway-route"] = "spoofed"
+	h["x-gateway-endpoint"] = "spoofed"
 	h["x-gateway-account"] = "spoofed"
 	resp, out := s.Do("POST", alphaPath, h, body)
 	if resp.StatusCode != 200 {

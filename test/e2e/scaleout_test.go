@@ -114,7 +114,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 			t.Errorf("%s did not move", name)
 		}
 	}
-	for _, name := range []string{"gateway_route_in_use", "gateway_store_errors_total", "gateway_expired_holds_total", "process_resident_memory_bytes"} {
+	for _, name := range []string{"gateway_endpoint_in_use", "gateway_store_errors_total", "gateway_expired_holds_total", "process_resident_memory_bytes"} {
 		if scrape(t, s, name) < 0 {
 			t.Errorf("%s missing", name)
 		}

@@ -1690,7 +1690,7 @@ type LedgerEntry struct {
 	// Upstream HTTP status.
 	Status int32 `protobuf:"varint,11,opt,name=status,proto3" json:"status,omitempty"`
 	// "primary" or "reserve".
-	Route         string                 `protobuf:"bytes,12,opt,name=route,proto3" json:"route,omitempty"`
+	Endpoint      string                 `protobuf:"bytes,12,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
 	Stream        bool                   `protobuf:"varint,13,opt,name=stream,proto3" json:"stream,omitempty"`
 	StartTime     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	EndTime       *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
@@ -1805,9 +1805,9 @@ func (x *LedgerEntry) GetStatus() int32 {
 	return 0
 }
 
-func (x *LedgerEntry) GetRoute() string {
+func (x *LedgerEntry) GetEndpoint() string {
 	if x != nil {
-		return x.Route
+		return x.Endpoint
 	}
 	return ""
 }
@@ -2268,7 +2268,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x19\n" +
 	"\btoken_id\x18\x02 \x01(\tR\atokenId\"J\n" +
 	"\x1bRevokeReadOnlyTokenResponse\x12+\n" +
-	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\x85\x04\n" +
+	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\x8b\x04\n" +
 	"\vLedgerEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2282,8 +2282,8 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\rcost_nano_usd\x18\t \x01(\x03R\vcostNanoUsd\x12\x1c\n" +
 	"\testimated\x18\n" +
 	" \x01(\bR\testimated\x12\x16\n" +
-	"\x06status\x18\v \x01(\x05R\x06status\x12\x14\n" +
-	"\x05route\x18\f \x01(\tR\x05route\x12\x16\n" +
+	"\x06status\x18\v \x01(\x05R\x06status\x12\x1a\n" +
+	"\bendpoint\x18\f \x01(\tR\bendpoint\x12\x16\n" +
 	"\x06stream\x18\r \x01(\bR\x06stream\x129\n" +
 	"\n" +
 	"start_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +

@@ -11,8 +11,8 @@ import (
 	"github.com/modelgateway/gateway/internal/pricing"
 )
 
-// Route is one vendor route, /NAME/..., as the processor sees it.
-type Route struct {
+// Upstream is one vendor, reached under /NAME/, /NAME/..., as the processor sees it.
+type Upstream struct {
 	Name   string
 	Format format.Format
 	Prices *pricing.Table
@@ -29,10 +29,10 @@ type Route struct {
 	credValue  string // its value; empty when no vendor key is configured
 }
 
-// NewRoute builds the route of one configured upstream. credential is the
+// NewUpstream builds the processor's view of one configured upstream. credential is the
 // vendor key, or empty to forward without one (a self-hosted model server).
-func NewRoute(u config.Upstream, credential string) (*Route, error) {
-	r := &Route{
+func NewUpstream(u config.Upstream, credential string) (*Upstream, error) {
+	r := &Upstream{
 		Name:      u.Name,
 		Prices:    pricing.NewTable(u.Models),
 		freePaths: make(map[string]bool),
@@ -66,7 +66,7 @@ func NewRoute(u config.Upstream, credential string) (*Route, error) {
 }
 
 // isFree reports whether "METHOD /path" is a free read-only vendor path.
-func (r *Route) isFree(methodPath string) bool {
+func (r *Upstream) isFree(methodPath string) bool {
 	if r.freePaths[methodPath] {
 		return true
 	}

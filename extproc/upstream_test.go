@@ -7,7 +7,7 @@ import (
 )
 
 func TestFreePaths(t *testing.T) {
-	r, err := NewRoute(config.Upstream{
+	r, err := NewUpstream(config.Upstream{
 		Name: "alpha", Format: config.FormatMessages,
 		FreePaths: []string{"GET /v1/models", "GET /v1/models/*", "POST /v1/messages/count_tokens"},
 	}, "k")
