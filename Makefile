@@ -1,6 +1,8 @@
 # Model gateway. Two commands on a fresh machine:
 #   make run    start Envoy, the sidecar and fake vendors on 127.0.0.1:8080
 #   make test   build, install what is missing, run every test suite
+# Test tiers: make unit (no Envoy, Redis or Python; seconds), make e2e (real
+# processes), make lint; make test runs them all.
 SHELL := /bin/bash
 GO    ?= go
 VENV  := .venv
@@ -9,6 +11,7 @@ ENVOY := $(VENV)/bin/envoy
 BIN   := bin
 # Bounded fuzzing in `make test`; raise for a longer local run.
 FUZZTIME ?= 4s
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
 
@@ -45,12 +48,25 @@ redis:
 run: build envoy
 	$(BIN)/gateway run --config gateway.yaml
 
-## test: everything (unit, integration on real Redis, end-to-end through real Envoy, SDK conformance, fuzz and bench smoke)
-test: build envoy redis
-	$(GO) vet ./...
+## test: everything: lint, every Go test against real processes (Redis, Envoy, the SDKs), fuzz and bench smoke
+test: build envoy redis lint
 	$(GO) test -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory bench-smoke
+
+## unit: the fast tier: no Envoy, no redis-server, no Python (tests that need them skip under -short)
+unit: deps
+	$(GO) test -short -count=1 ./...
+
+## e2e: the tests that start real processes: end to end through Envoy, real Redis and Cluster, SDK conformance
+e2e: build envoy redis
+	$(GO) test -count=1 -timeout 15m ./test/... ./internal/store/... ./internal/redistest/... ./envoy/... ./deploy/...
+
+## lint: formatting, go vet and staticcheck (pinned; fetched from the Go module proxy)
+lint: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 ## fuzz: each fuzz target for FUZZTIME (seed corpora also run in plain `go test`).
 ## A failure that saved a crashing input fails at once; an engine failure that

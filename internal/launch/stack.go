@@ -77,6 +77,9 @@ type Stack struct {
 
 // Start starts a stack and stops it when the test ends.
 func Start(tb testing.TB, o Options) *Stack {
+	if testing.Short() {
+		tb.Skip("starts Envoy, redis-server and the sidecar: skipped by -short (make unit)")
+	}
 	tb.Helper()
 	s := &Stack{TB: tb, Dir: tb.TempDir(), opts: o}
 	tb.Cleanup(s.stop)
@@ -316,6 +319,9 @@ func Binary(tb testing.TB, name string) string {
 // EnvoyBinary is ENVOY_BIN, else the project's .venv/bin/envoy.
 func EnvoyBinary(tb testing.TB) string {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("needs Envoy: skipped by -short (make unit)")
+	}
 	if p := os.Getenv("ENVOY_BIN"); p != "" {
 		return p
 	}

@@ -1,7 +1,7 @@
 // Package conformance runs the vendors' official Python SDKs (anthropic and
 // openai, pinned in requirements.txt) as real clients against the whole
 // gateway: real Envoy, the sidecar, redis-server and the fake vendors, all
-// started once by the test/stack harness. The cases themselves are pytest
+// started once by the internal/launch harness. The cases themselves are pytest
 // files in this directory; this Go test starts the stack, creates the
 // accounts the cases need, hands everything over in environment variables
 // and fails when pytest fails.
@@ -32,6 +32,9 @@ const (
 )
 
 func TestOfficialSDKs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Python, Envoy and redis-server: skipped by -short (make unit)")
+	}
 	root := launch.RepoRoot(t)
 	python := filepath.Join(root, ".venv", "bin", "python")
 	if _, err := os.Stat(python); err != nil {
