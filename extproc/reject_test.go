@@ -115,7 +115,7 @@ func TestRejectionBranches(t *testing.T) {
 			status: 403, errType: "permission_error", message: "read-only"},
 		{name: "expired key", account: rigAccount{key: store.KeyOptions{ExpiresAt: time.Now().Add(-time.Minute)}},
 			headers: func(r *rig) []string { return alphaHeaders(r.key) },
-			status: 401, errType: "authentication_error", message: "expired"},
+			status:  401, errType: "authentication_error", message: "expired"},
 		{name: "revoked key", setup: func(t *testing.T, r *rig) {
 			keys, err := r.st.ListKeys(context.Background(), r.acct)
 			if err != nil || len(keys) != 1 {
