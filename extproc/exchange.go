@@ -153,9 +153,9 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	body := b.GetBody()
 	req, err := x.upstream.Format.ParseRequest(body)
 	if err != nil {
-		var re *format.RequestError
-		if errors.As(err, &re) {
-			return x.reject(format.InvalidRequest, re.Message, 0)
+		var fe *format.Error
+		if errors.As(err, &fe) {
+			return x.refuse(fe, 0)
 		}
 		return x.reject(format.InvalidRequest, "malformed request body", 0)
 	}
@@ -313,8 +313,12 @@ func (x *exchange) settle(complete bool) {
 
 // reject answers the client directly, in the upstream's vendor error format.
 func (x *exchange) reject(kind format.ErrorKind, msg string, retryAfter time.Duration) *extprocv3.ProcessingResponse {
-	x.s.metrics.rejections.WithLabelValues(x.upstream.Name, rejectionReason(kind)).Inc()
-	return immediate(kind.Status(), "application/json", x.upstream.Format.ErrorBody(kind, msg), retryAfter)
+	return x.refuse(&format.Error{Kind: kind, Message: msg}, retryAfter)
+}
+
+func (x *exchange) refuse(e *format.Error, retryAfter time.Duration) *extprocv3.ProcessingResponse {
+	x.s.metrics.rejections.WithLabelValues(x.upstream.Name, rejectionReason(e.Kind)).Inc()
+	return immediate(e.Status(), "application/json", x.upstream.Format.ErrorBody(e), retryAfter)
 }
 
 func immediate(code int, contentType string, body []byte, retryAfter time.Duration) *extprocv3.ProcessingResponse {

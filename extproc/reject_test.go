@@ -223,3 +223,28 @@ func TestRejectionsInChatCompletionsFormat(t *testing.T) {
 		t.Fatalf("%d %+v", ir.GetStatus().GetCode(), b.Error)
 	}
 }
+
+// A request error names the offending field in chat-completions' param, as
+// the vendor does.
+func TestChatCompletionsErrorNamesParam(t *testing.T) {
+	r := newRigWith(t, "beta", rigAccount{})
+	ctx := context.Background()
+	x := &exchange{s: r.srv}
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(":method", "POST", ":path", "/beta/v1/chat/completions", "authorization", "Bearer "+r.key),
+	}})
+	ir := x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: []byte(`{"messages":[{"role":"user","content":"Hi"}]}`), EndOfStream: true},
+	}}).GetImmediateResponse()
+	var b struct {
+		Error struct {
+			Param *string `json:"param"`
+		} `json:"error"`
+	}
+	if ir == nil || json.Unmarshal(ir.GetBody(), &b) != nil || ir.GetStatus().GetCode() != 400 {
+		t.Fatalf("want a 400 with a JSON body, got %v", ir)
+	}
+	if b.Error.Param == nil || *b.Error.Param != "model" {
+		t.Fatalf("param %v in %s; want \"model\"", b.Error.Param, ir.GetBody())
+	}
+}

@@ -47,23 +47,33 @@ type Format interface {
 	Name() string
 	// ParseRequest reads the top-level fields of a request body without
 	// decoding the whole document. A body the vendor would reject as malformed
-	// yields a *RequestError.
+	// yields an *Error of kind InvalidRequest.
 	ParseRequest(body []byte) (Request, error)
 	// NewMeter returns a meter for a 2xx reply with the given content type.
 	// body is the request body, kept only for estimates when the reply carries
 	// no usage.
 	NewMeter(req Request, body []byte, contentType string) Meter
 	// ErrorBody renders an error in the vendor's JSON error shape.
-	ErrorBody(kind ErrorKind, message string) []byte
+	ErrorBody(e *Error) []byte
 }
 
-// RequestError is a client error found in a request body.
-type RequestError struct {
-	Param   string // the offending field, when there is one
+// Error is a refusal the gateway answers itself, in the vendor's error
+// format. Its kind carries the HTTP status.
+type Error struct {
+	Kind    ErrorKind
 	Message string
+	Param   string // the offending request field, when there is one
 }
 
-func (e *RequestError) Error() string { return e.Message }
+func (e *Error) Error() string { return e.Message }
+
+// Status is the HTTP status of the refusal.
+func (e *Error) Status() int { return e.Kind.Status() }
+
+// Invalid is a 400 about one request field; param may be empty.
+func Invalid(param, message string) *Error {
+	return &Error{Kind: InvalidRequest, Param: param, Message: message}
+}
 
 // ErrorKind classifies gateway errors independently of the wire format.
 type ErrorKind int

@@ -275,7 +275,7 @@ func TestErrorBody(t *testing.T) {
 	}
 	msg := "The model `gpt-x` does not exist \"or\" you\\have no access\n\x01 \xff"
 	for kind, want := range tests {
-		b := Format{}.ErrorBody(kind, msg)
+		b := Format{}.ErrorBody(&format.Error{Kind: kind, Message: msg})
 		var got struct {
 			Error map[string]any
 		}

@@ -46,7 +46,7 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 	var fieldErr error // reported only if the body is otherwise valid JSON
 	fail := func(param, msg string) {
 		if fieldErr == nil {
-			fieldErr = &format.RequestError{Param: param, Message: param + ": " + msg}
+			fieldErr = format.Invalid(param, param + ": " + msg)
 		}
 	}
 	err := requestQuery.Scan(body, func(path int, v jsonscan.Value) error {
@@ -94,11 +94,11 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 	case err != nil:
 		return format.Request{}, scanError(err)
 	case jsonscan.TopLevel(body) != jsonscan.Object:
-		return format.Request{}, &format.RequestError{Message: "request body must be a JSON object"}
+		return format.Request{}, format.Invalid("", "request body must be a JSON object")
 	case fieldErr != nil:
 		return format.Request{}, fieldErr
 	case !haveModel:
-		return format.Request{}, &format.RequestError{Param: "model", Message: "model: field required"}
+		return format.Request{}, format.Invalid("model", "model: field required")
 	}
 	return req, nil
 }
@@ -107,9 +107,9 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 func scanError(err error) error {
 	var dup *jsonscan.DuplicateKeyError
 	if errors.As(err, &dup) {
-		return &format.RequestError{Param: dup.Path, Message: dup.Path + ": key appears more than once in the request body"}
+		return format.Invalid(dup.Path, dup.Path + ": key appears more than once in the request body")
 	}
-	return &format.RequestError{Message: "request body is not valid JSON: " + err.Error()}
+	return format.Invalid("", "request body is not valid JSON: " + err.Error())
 }
 
 // inputTextLimit bounds the request text tokenized for an input estimate;
