@@ -46,7 +46,7 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 	var fieldErr error // reported only if the body is otherwise valid JSON
 	fail := func(param, msg string) {
 		if fieldErr == nil {
-			fieldErr = format.Invalid(param, param + ": " + msg)
+			fieldErr = format.Invalid(param, param+": "+msg)
 		}
 	}
 	err := requestQuery.Scan(body, func(path int, v jsonscan.Value) error {
@@ -107,9 +107,9 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 func scanError(err error) error {
 	var dup *jsonscan.DuplicateKeyError
 	if errors.As(err, &dup) {
-		return format.Invalid(dup.Path, dup.Path + ": key appears more than once in the request body")
+		return format.Invalid(dup.Path, dup.Path+": key appears more than once in the request body")
 	}
-	return format.Invalid("", "request body is not valid JSON: " + err.Error())
+	return format.Invalid("", "request body is not valid JSON: "+err.Error())
 }
 
 // inputTextLimit bounds the request text tokenized for an input estimate;

@@ -73,16 +73,16 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 }
 
 func paramError(param, msg string) error {
-	return format.Invalid(param, param + ": " + msg)
+	return format.Invalid(param, param+": "+msg)
 }
 
 // scanError turns a scanner error into a client error.
 func scanError(err error) error {
 	var dup *jsonscan.DuplicateKeyError
 	if errors.As(err, &dup) {
-		return format.Invalid(dup.Path, dup.Path + ": key appears more than once in the request body")
+		return format.Invalid(dup.Path, dup.Path+": key appears more than once in the request body")
 	}
-	return format.Invalid("", "request body is not valid JSON: " + err.Error())
+	return format.Invalid("", "request body is not valid JSON: "+err.Error())
 }
 
 // inputTextLimit bounds the request text tokenized for an input estimate;
