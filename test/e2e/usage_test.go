@@ -33,7 +33,7 @@ func validate(t *testing.T, s *jsonschema.Schema, body []byte) {
 	}
 }
 
-// Both records match a JSON Schema written from SPEC.md, for every period and
+// Both records match a JSON Schema written from the API reference in README.md, for every period and
 // every credential form.
 func TestUsageAndHealthMatchSpecSchema(t *testing.T) {
 	s := launch.Start(t, launch.Options{})
