@@ -92,7 +92,7 @@ func TestSidecarServes(t *testing.T) {
 	}
 	ir := resp.GetImmediateResponse()
 	var body struct {
-		Type  string `json:"type"`
+		Type  string                `json:"type"`
 		Error struct{ Type string } `json:"error"`
 	}
 	if ir == nil || ir.GetStatus().GetCode() != 401 || json.Unmarshal(ir.GetBody(), &body) != nil || body.Error.Type != "authentication_error" {
