@@ -12,10 +12,11 @@ BIN   := bin
 # Bounded fuzzing in `make test`; raise for a longer local run.
 FUZZTIME ?= 4s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BUF         := github.com/bufbuild/buf/cmd/buf@v1.57.0
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
 
-.PHONY: envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto deps envoy redis lint clean
+.PHONY: envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis lint clean
 
 all: build
 
@@ -67,6 +68,7 @@ lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	@$(MAKE) --no-print-directory proto-check
 
 ## fuzz: each fuzz target for FUZZTIME (seed corpora also run in plain `go test`).
 ## A failure that saved a crashing input fails at once; an engine failure that
@@ -91,9 +93,15 @@ bench: build envoy redis
 bench-smoke: build envoy redis
 	GATEWAY_BIN_DIR=$(abspath $(BIN)) $(GO) run ./test/bench -smoke -out $(BIN)/bench-smoke.md
 
-## proto: regenerate the admin API's Go code (tools installed from the Go module proxy)
+## proto: regenerate the admin API's Go code with buf (proto/buf.gen.yaml; pinned generators from the Go module proxy)
 proto:
-	$(GO) run ./proto/gen
+	cd proto && $(GO) run $(BUF) generate
+
+## proto-check: fail when the committed generated code is not what `make proto` writes
+proto-check:
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	  (cd proto && $(GO) run $(BUF) generate -o $$tmp) && \
+	  for f in $$(cd $$tmp && find * -name '*.go'); do cmp -s $$tmp/$$f proto/$$f || { echo "proto/$$f is stale: run make proto"; exit 1; }; done
 
 clean:
 	rm -rf $(BIN) .run
