@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -35,13 +36,13 @@ func TestOfficialSDKs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Python, Envoy and redis-server: skipped by -short (make unit)")
 	}
-	root := launch.RepoRoot(t)
+	root := launchtest.RepoRoot(t)
 	python := filepath.Join(root, ".venv", "bin", "python")
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("%s not found: run make envoy (it installs the SDKs and pytest into .venv)", python)
 	}
 
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(100, store.Limits{})
 	poor := s.NewAccount(0, store.Limits{})
 	// One rate-limited account per SDK, so that the cases do not depend on

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/store"
@@ -20,8 +21,8 @@ import (
 // globally; usage read through either pair is the same.
 func TestScaleOutOnRedisCluster(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
-	a := launch.Start(t, launch.Options{RedisCluster: nodes})
-	b := launch.Start(t, launch.Options{RedisCluster: nodes})
+	a := launchtest.Start(t, launch.Options{RedisCluster: nodes})
+	b := launchtest.Start(t, launch.Options{RedisCluster: nodes})
 	pairs := []*launch.Stack{a, b}
 
 	// Rate limit: 10 requests per window across both pairs.
@@ -96,7 +97,7 @@ func TestScaleOutOnRedisCluster(t *testing.T) {
 // /metrics parses with the Prometheus text parser, and the listed series are
 // present and move with traffic.
 func TestMetricsMoveWithTraffic(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	poor := s.NewAccount(0, noLimits)
 	before := max(scrape(t, s, "gateway_requests_total"), 0) // absent until the first request
