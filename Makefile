@@ -20,9 +20,10 @@ export ENVOY_BIN ?= $(abspath $(ENVOY))
 
 all: build
 
-## deps: download Go modules
+## deps: download Go modules (the sidecar's, and deploy/'s own module of manifest checks)
 deps:
 	$(GO) mod download
+	cd deploy && $(GO) mod download
 
 ## build: the three binaries into bin/
 build: deps
@@ -52,22 +53,26 @@ run: build envoy
 ## test: everything: lint, every Go test against real processes (Redis, Envoy, the SDKs), fuzz and bench smoke
 test: build envoy redis lint
 	$(GO) test -count=1 -timeout 15m ./...
+	cd deploy && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory bench-smoke
 
 ## unit: the fast tier: no Envoy, no redis-server, no Python (tests that need them skip under -short)
 unit: deps
 	$(GO) test -short -count=1 ./...
+	cd deploy && $(GO) test -short -count=1 ./...
 
 ## e2e: the tests that start real processes: end to end through Envoy, real Redis and Cluster, SDK conformance
 e2e: build envoy redis
-	$(GO) test -count=1 -timeout 15m ./test/... ./internal/store/... ./internal/redistest/... ./envoy/... ./deploy/...
+	$(GO) test -count=1 -timeout 15m ./test/... ./internal/store/... ./internal/redistest/... ./envoy/...
+	cd deploy && $(GO) test -count=1 ./...
 
 ## lint: formatting, go vet and staticcheck (pinned; fetched from the Go module proxy)
 lint: deps
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	cd deploy && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	@$(MAKE) --no-print-directory proto-check
 
 ## fuzz: each fuzz target for FUZZTIME (seed corpora also run in plain `go test`).
@@ -113,7 +118,7 @@ envoy-config: build
 	$(BIN)/gateway envoy-config --config gateway.yaml --extproc-addr gateway-demo:50051 --control-addr gateway-demo:8081 \
 	  --public-addr 0.0.0.0:8080 --admin-addr 0.0.0.0:9901 --node-id gateway-compose-demo \
 	  --endpoint alpha=http://fakevendor:9101 --endpoint beta=http://fakevendor:9102 -o envoy/envoy-demo.yaml
-	$(GO) run ./deploy/gen
+	cd deploy && $(GO) run ./gen -root ..
 
 ## conformance: the official SDKs against the real gateway
 conformance: build envoy redis
