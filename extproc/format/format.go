@@ -8,15 +8,38 @@ package format
 
 import "net/http"
 
-// Request holds the top-level request fields the gateway reads. The body itself
-// is never modified.
+// Request holds the top-level request fields the gateway reads.
 type Request struct {
 	Model        string
 	MaxTokens    int64 // zero when HasMaxTokens is false
 	HasMaxTokens bool
 	Stream       bool
-	// IncludeUsage reports stream_options.include_usage (format B only).
+	// IncludeUsage reports stream_options.include_usage (format B only): what
+	// the client asked for, whatever Edit asks the vendor.
 	IncludeUsage bool
+	// Edit is the one change made to the body on its way to the vendor; the
+	// zero Edit forwards it byte for byte. Format B asks the vendor for usage
+	// on every stream, and its meter keeps from the client what it did not
+	// ask for (see Rewriter).
+	Edit Edit
+}
+
+// An Edit replaces Cut bytes at offset At of a request body with Insert.
+type Edit struct {
+	At, Cut int
+	Insert  string
+}
+
+// IsZero reports whether the edit leaves a body unchanged.
+func (e Edit) IsZero() bool { return e.Cut == 0 && e.Insert == "" }
+
+// Apply returns a new slice holding body with the edit made; body is not
+// changed.
+func (e Edit) Apply(body []byte) []byte {
+	out := make([]byte, 0, len(body)-e.Cut+len(e.Insert))
+	out = append(out, body[:e.At]...)
+	out = append(out, e.Insert...)
+	return append(out, body[e.At+e.Cut:]...)
 }
 
 // Usage is what one reply consumed, in tokens.
@@ -39,6 +62,18 @@ type Meter interface {
 	// normally (client gone, upstream reset); the meter then estimates what it
 	// did not observe and marks the result estimated.
 	Usage(complete bool) Usage
+}
+
+// A Rewriter is a meter that also changes the reply on its way to the
+// client, to take out what the gateway asked the vendor for and the client
+// did not. NewMeter returns one only when there is something to take out.
+type Rewriter interface {
+	Meter
+	// Rewrite feeds the next chunk of the body, like Write, and returns what
+	// the client receives in its place; end marks the last chunk. changed
+	// is false when that is p itself. out may alias p or a buffer of the
+	// rewriter and is valid until the next call.
+	Rewrite(p []byte, end bool) (out []byte, changed bool)
 }
 
 // Format is one vendor wire format.
