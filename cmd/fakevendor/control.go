@@ -40,6 +40,10 @@ type Controls struct {
 	// RetryAfter is sent as the retry-after header of forced 429, 503 and
 	// 529 answers when not empty.
 	RetryAfter string `json:"retry_after"`
+	// ReasoningTokens makes beta a reasoning model: each reply reports that
+	// many reasoning tokens, which its text does not show, in
+	// completion_tokens and completion_tokens_details.reasoning_tokens.
+	ReasoningTokens int `json:"reasoning_tokens"`
 }
 
 // replyWords returns the effective reply length.
@@ -64,6 +68,7 @@ type controlUpdate struct {
 	ReplyWords       *int    `json:"reply_words"`
 	AbortAfterEvents *int    `json:"abort_after_events"`
 	RetryAfter       *string `json:"retry_after"`
+	ReasoningTokens  *int    `json:"reasoning_tokens"`
 }
 
 func (u *controlUpdate) validate() error {
@@ -77,6 +82,7 @@ func (u *controlUpdate) validate() error {
 		"status_count": u.StatusCount, "latency_ms": u.LatencyMS, "event_delay_ms": u.EventDelayMS,
 		"cache_read_tokens": u.CacheReadTokens, "cache_write_tokens": u.CacheWriteTokens,
 		"reply_words": u.ReplyWords, "abort_after_events": u.AbortAfterEvents,
+		"reasoning_tokens": u.ReasoningTokens,
 	} {
 		if p != nil && *p < 0 {
 			return fmt.Errorf("%s must not be negative", name)
@@ -99,6 +105,7 @@ func (u *controlUpdate) apply(c *Controls) {
 	set(&c.CacheWriteTokens, u.CacheWriteTokens)
 	set(&c.ReplyWords, u.ReplyWords)
 	set(&c.AbortAfterEvents, u.AbortAfterEvents)
+	set(&c.ReasoningTokens, u.ReasoningTokens)
 	if u.ToolCall != nil {
 		c.ToolCall = *u.ToolCall
 	}
