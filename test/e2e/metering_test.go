@@ -122,21 +122,6 @@ func TestMeteringMatchesVendorUsage(t *testing.T) {
 	}
 }
 
-// Format B streams without a usage chunk are counted with a tokenizer and
-// marked estimated.
-func TestBetaStreamWithoutUsageIsEstimated(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
-	acct := s.NewAccount(10, noLimits)
-	resp, evs := stream(t, s, betaPath, betaHeaders(acct.Key), betaBody(true, false, ""))
-	if resp.StatusCode != 200 || len(evs) == 0 {
-		t.Fatalf("%d", resp.StatusCode)
-	}
-	e := onlyLedgerEntry(t, s, acct.ID)
-	if !e.Estimated || e.Output <= 0 || e.Input <= 0 || e.Cost <= 0 {
-		t.Fatalf("entry = %+v; want an estimated, charged entry", e)
-	}
-}
-
 func onlyLedgerEntry(t *testing.T, s *launch.Stack, acct string) store.LedgerEntry {
 	t.Helper()
 	entries, _, err := s.Store.Ledger(context.Background(), acct, "", 100)
