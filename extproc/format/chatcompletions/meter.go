@@ -68,8 +68,8 @@ const (
 	chCompletion
 	chCached
 	chError
-	chUsage
-	chChoices
+	chUsageMember
+	chChoicesMember
 	chPaths
 )
 
@@ -134,7 +134,7 @@ func (m *streamMeter) read(ev sse.Event) (usage, choices jsonscan.Value) {
 		m.prompt, m.completion = prompt, completion
 		m.cached, _ = count(vals[chCached])
 	}
-	return vals[chUsage], vals[chChoices]
+	return vals[chUsageMember], vals[chChoicesMember]
 }
 
 // count returns a non-negative integer token count.
