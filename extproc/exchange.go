@@ -22,6 +22,11 @@ import (
 // client's copies are removed.
 const internalHeaderPrefix = "x-gateway-"
 
+// MaxModelBytes bounds the model name a client may send. Real names are a few
+// dozen bytes; a prefix match (dated snapshots) would otherwise admit any
+// suffix into Redis keys and the ledger.
+const MaxModelBytes = 256
+
 // exchange is the processor's state for one HTTP request.
 type exchange struct {
 	s        *Server
@@ -69,30 +74,9 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	if x.upstream == nil {
 		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such endpoint"}}`), 0)
 	}
-	secret, err := auth.Parse(hv.xAPIKey, hv.authorization)
+	key, err := x.s.keys.Authenticate(ctx, hv.credentials, x.started, modelPolicy)
 	if err != nil {
-		return x.reject(format.Unauthenticated, err.Error(), 0)
-	}
-	switch auth.Kind(secret) {
-	case store.ReadOnlyToken:
-		return x.reject(format.PermissionDenied, "read-only tokens (ro_) can only read GET /v1/usage; use a cr_ key for model requests", 0)
-	case store.ModelKey:
-	default:
-		return x.reject(format.Unauthenticated, "invalid API key", 0)
-	}
-	key, err := x.s.keys.Lookup(ctx, secret)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return x.reject(format.Unauthenticated, "invalid API key", 0)
-	case err != nil:
-		x.s.log.Error("key lookup failed", "err", err)
-		x.s.metrics.storeErrors.WithLabelValues("lookup").Inc()
-		return x.reject(format.Unavailable, "the gateway cannot verify keys right now; retry shortly", time.Second)
-	case key.Kind != store.ModelKey:
-		return x.reject(format.PermissionDenied, "this credential cannot make model requests", 0)
-	}
-	if p := auth.Problem(key, x.started); p != "" {
-		return x.reject(format.Unauthenticated, p, 0)
+		return x.refuse(err)
 	}
 	x.key = key
 
@@ -127,17 +111,35 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	}
 }
 
+// modelPolicy: model routes take model keys of accounts in good standing.
+var modelPolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey}}
+
+// refuse answers an authentication failure in the route's format.
+func (x *exchange) refuse(err error) *extprocv3.ProcessingResponse {
+	var ae *auth.Error
+	if !errors.As(err, &ae) {
+		return x.reject(format.Unauthenticated, "invalid API key", 0)
+	}
+	switch ae.Reason {
+	case auth.WrongKind:
+		return x.reject(format.PermissionDenied, "read-only tokens (ro_) can only read GET /v1/usage; use a cr_ key for model requests", 0)
+	case auth.Suspended:
+		return x.reject(format.PermissionDenied, ae.Message, 0)
+	case auth.Unavailable:
+		x.s.log.Error("key lookup failed", "err", ae.Err)
+		x.s.metrics.storeErrors.WithLabelValues("lookup").Inc()
+		return x.reject(format.Unavailable, ae.Message, time.Second)
+	}
+	return x.reject(format.Unauthenticated, ae.Message, 0)
+}
+
 // credentialMutation removes the client's credential, any internal header it
-// sent and accept-encoding (the meter must see plain bytes), and sets the
-// vendor credential.
+// sent and accept-encoding (the meter must see plain bytes). The vendor's
+// credential is never known here: Envoy adds it on the way to the vendor.
 func (x *exchange) credentialMutation(hv headerValues) *extprocv3.HeaderMutation {
 	remove := []string{"x-api-key", "authorization", "accept-encoding"}
 	remove = append(remove, hv.internal...)
-	m := &extprocv3.HeaderMutation{RemoveHeaders: remove}
-	if x.upstream.credValue != "" {
-		m.SetHeaders = []*corev3.HeaderValueOption{setHeader(x.upstream.credHeader, x.upstream.credValue)}
-	}
-	return m
+	return &extprocv3.HeaderMutation{RemoveHeaders: remove}
 }
 
 // requestBody reads the few fields admission needs, then admits the request
@@ -158,6 +160,11 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 			return x.reject(format.InvalidRequest, re.Message, 0)
 		}
 		return x.reject(format.InvalidRequest, "malformed request body", 0)
+	}
+	// The model name reaches Redis keys, the ledger and logs: bound it
+	// before anything else reads it.
+	if len(req.Model) > MaxModelBytes {
+		return x.reject(format.InvalidRequest, "model: longer than "+strconv.Itoa(MaxModelBytes)+" bytes", 0)
 	}
 	price, ok := x.upstream.Prices.Lookup(req.Model)
 	if !ok {
@@ -348,7 +355,7 @@ func setHeader(key, value string) *corev3.HeaderValueOption {
 // headerValues are the few headers the processor reads.
 type headerValues struct {
 	method, path, status   string
-	xAPIKey, authorization string
+	credentials            auth.Headers
 	contentType            string
 	contentLength          string
 	endpoint               string
@@ -369,9 +376,11 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 		case ":status":
 			dst = &hv.status
 		case "x-api-key":
-			dst = &hv.xAPIKey
+			hv.credentials.XAPIKey = append(hv.credentials.XAPIKey, headerValue(h))
+			continue
 		case "authorization":
-			dst = &hv.authorization
+			hv.credentials.Authorization = append(hv.credentials.Authorization, headerValue(h))
+			continue
 		case "content-type":
 			dst = &hv.contentType
 		case "content-length":
@@ -385,11 +394,14 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 			}
 			continue
 		}
-		if raw := h.GetRawValue(); len(raw) > 0 {
-			*dst = string(raw)
-		} else {
-			*dst = h.GetValue()
-		}
+		*dst = headerValue(h)
 	}
 	return hv
+}
+
+func headerValue(h *corev3.HeaderValue) string {
+	if raw := h.GetRawValue(); len(raw) > 0 {
+		return string(raw)
+	}
+	return h.GetValue()
 }

@@ -24,14 +24,12 @@ type Upstream struct {
 	freePaths    map[string]bool
 	freePrefixes []string
 
-	prefix     string // "/NAME/"
-	credHeader string // header that carries the vendor credential
-	credValue  string // its value; empty when no vendor key is configured
+	prefix string // "/NAME/"
 }
 
-// NewUpstream builds the processor's view of one configured upstream. credential is the
-// vendor key, or empty to forward without one (a self-hosted model server).
-func NewUpstream(u config.Upstream, credential string) (*Upstream, error) {
+// NewUpstream builds the processor's view of one configured upstream. The
+// vendor's credential is not part of it: Envoy injects it.
+func NewUpstream(u config.Upstream) (*Upstream, error) {
 	r := &Upstream{
 		Name:      u.Name,
 		Prices:    pricing.NewTable(u.Models),
@@ -41,13 +39,8 @@ func NewUpstream(u config.Upstream, credential string) (*Upstream, error) {
 	switch u.Format {
 	case config.FormatMessages:
 		r.Format, r.MeteredPath = messages.Format{}, "/v1/messages"
-		r.credHeader, r.credValue = "x-api-key", credential
 	case config.FormatChatCompletions:
 		r.Format, r.MeteredPath = chatcompletions.Format{}, "/v1/chat/completions"
-		r.credHeader = "authorization"
-		if credential != "" {
-			r.credValue = "Bearer " + credential
-		}
 	default:
 		return nil, fmt.Errorf("upstream %s: unknown format %q", u.Name, u.Format)
 	}

@@ -10,7 +10,7 @@ func TestFreePaths(t *testing.T) {
 	r, err := NewUpstream(config.Upstream{
 		Name: "alpha", Format: config.FormatMessages,
 		FreePaths: []string{"GET /v1/models", "GET /v1/models/*", "POST /v1/messages/count_tokens"},
-	}, "k")
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

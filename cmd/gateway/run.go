@@ -64,8 +64,9 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 	}()
 
 	// Each upstream goes to a base URL override, the real vendor (when its
-	// key is set), or the fake vendors.
-	creds := map[string]string{}
+	// key is set), or the fake vendors. Vendor keys go to Envoy only, which
+	// injects them; envoyEnv carries the fakes' keys.
+	var envoyEnv []string
 	var fakes []string
 	for i := range cfg.Upstreams {
 		u := &cfg.Upstreams[i]
@@ -74,6 +75,9 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		case os.Getenv(envName) != "":
 			u.Primary = config.Endpoint{URL: os.Getenv(envName), Region: "custom"}
 			u.Reserve = u.Primary
+			if os.Getenv(u.CredentialEnv) == "" {
+				u.CredentialEnv = "" // a local server without a key: forward none
+			}
 			log.Info("upstream points at a custom server", "upstream", u.Name, "env", envName)
 		case os.Getenv(u.CredentialEnv) != "":
 			log.Info("upstream uses the real vendor", "upstream", u.Name, "primary", u.Primary.URL)
@@ -116,10 +120,14 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 			}
 			u.Primary = config.Endpoint{URL: pick(addrs["primary"]), Region: "local-primary"}
 			u.Reserve = config.Endpoint{URL: pick(addrs["reserve"]), Region: "local-reserve"}
-			creds[name] = betaKey
+			key := betaKey
 			if u.Format == config.FormatMessages {
-				creds[name] = alphaKey
+				key = alphaKey
 			}
+			if u.CredentialEnv == "" {
+				u.CredentialEnv = strings.ToUpper(strings.ReplaceAll(u.Name, "-", "_")) + "_API_KEY"
+			}
+			envoyEnv = append(envoyEnv, u.CredentialEnv+"="+key)
 		}
 		log.Warn("no vendor keys set: routing to FAKE vendors", "upstreams", strings.Join(fakes, ","))
 	}
@@ -134,7 +142,7 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		return err
 	}
 	defer closeStore()
-	sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log, Credentials: creds})
+	sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -156,7 +164,7 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 	if err != nil {
 		return err
 	}
-	ec, err := startChild("envoy", envoyBin, []string{"-c", bootPath, "--disable-hot-restart", "--log-level", "warn"}, nil, filepath.Join(stateDir, "envoy.log"))
+	ec, err := startChild("envoy", envoyBin, []string{"-c", bootPath, "--disable-hot-restart", "--log-level", "warn"}, envoyEnv, filepath.Join(stateDir, "envoy.log"))
 	if err != nil {
 		return err
 	}

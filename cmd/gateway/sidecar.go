@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -58,9 +57,6 @@ type sidecarOptions struct {
 	Config *config.Config
 	Redis  redis.UniversalClient
 	Logger *slog.Logger
-	// Credentials maps upstream name to the vendor key; missing entries are
-	// read from the upstream's credential_env.
-	Credentials map[string]string
 	// KeyCacheTTL bounds how long a revoked key keeps working.
 	KeyCacheTTL time.Duration
 	// EnvoyAdminURL is where the route watcher reads Envoy's clusters;
@@ -87,14 +83,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 
 	var vendorRoutes []*extproc.Upstream
 	for _, u := range c.Upstreams {
-		cred, ok := o.Credentials[u.Name]
-		if !ok {
-			cred = os.Getenv(u.CredentialEnv)
-		}
-		if cred == "" {
-			o.Logger.Warn("no vendor credential: requests are forwarded without one", "upstream", u.Name, "env", u.CredentialEnv)
-		}
-		r, err := extproc.NewUpstream(u, cred)
+		r, err := extproc.NewUpstream(u)
 		if err != nil {
 			return nil, err
 		}
