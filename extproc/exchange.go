@@ -354,12 +354,12 @@ func setHeader(key, value string) *corev3.HeaderValueOption {
 
 // headerValues are the few headers the processor reads.
 type headerValues struct {
-	method, path, status   string
-	credentials            auth.Headers
-	contentType            string
-	contentLength          string
-	endpoint               string
-	internal               []string // client-sent headers with our prefix
+	method, path, status string
+	credentials          auth.Headers
+	contentType          string
+	contentLength        string
+	endpoint             string
+	internal             []string // client-sent headers with our prefix
 }
 
 // readHeaders picks the headers the processor reads. Only their values are
