@@ -30,7 +30,10 @@ func validate(t *testing.T, name string, boot []byte) {
 	if err := os.WriteFile(path, boot, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(launch.EnvoyBinary(t), "--mode", "validate", "-c", path, "--disable-hot-restart", "--log-level", "warn").CombinedOutput()
+	cmd := exec.Command(launch.EnvoyBinary(t), "--mode", "validate", "-c", path, "--disable-hot-restart", "--log-level", "warn")
+	// Envoy reads the vendor keys from its environment at start.
+	cmd.Env = append(os.Environ(), "ALPHA_API_KEY=test-alpha", "BETA_API_KEY=test-beta")
+	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("OK")) {
 		t.Fatalf("envoy rejects %s: %v\n%s", name, err, out)
 	}
@@ -68,7 +71,7 @@ func TestRenderingsPassEnvoyValidate(t *testing.T) {
 // own sidecar (gateway-demo), and `--endpoint` flags pointing both endpoints
 // of each upstream at the fake vendor, which serves both formats.
 var (
-	demoOptions   = envoy.Options{ExtProcAddr: "gateway-demo:50051", ControlAddr: "gateway-demo:8081", PublicAddr: "0.0.0.0:8080", AdminAddr: "0.0.0.0:9901", NodeID: "gateway-compose-demo"}
+	demoOptions   = envoy.Options{PublicAddr: "0.0.0.0:8080", NodeID: "gateway-compose-demo"}
 	demoEndpoints = map[string]string{"alpha": "http://fakevendor:9101", "beta": "http://fakevendor:9102"}
 )
 

@@ -31,7 +31,7 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 )
 
-// Vendor credentials the fakes demand and the sidecar sends.
+// Vendor credentials the fakes demand and Envoy injects.
 const (
 	AlphaVendorKey = "vendor-alpha-secret"
 	BetaVendorKey  = "vendor-beta-secret"
@@ -93,9 +93,9 @@ func Start(tb testing.TB, o Options) *Stack {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	addrs := freeAddrs(tb, 5)
+	addrs := freeAddrs(tb, 6)
 	cfg.Listeners = config.Listeners{
-		Public: addrs[0], EnvoyAdmin: addrs[1], ExtProc: addrs[2], Control: addrs[3], Admin: addrs[4],
+		Public: addrs[0], EnvoyAdmin: addrs[1], ExtProc: addrs[2], Control: addrs[3], Admin: addrs[4], Probes: addrs[5],
 	}
 	cfg.Store.RedisURL = ""
 	cfg.Store.SpoolDir = filepath.Join(s.Dir, "spool")
@@ -152,11 +152,8 @@ func (s *Stack) StartSidecar() {
 	if len(s.opts.RedisCluster) > 0 {
 		redisURL = "redis+cluster://" + strings.Join(s.opts.RedisCluster, ",")
 	}
-	env := append([]string{
-		"REDIS_URL=" + redisURL,
-		"ALPHA_API_KEY=" + AlphaVendorKey,
-		"BETA_API_KEY=" + BetaVendorKey,
-	}, s.opts.SidecarEnv...)
+	// No vendor key: the sidecar must work without one.
+	env := append([]string{"REDIS_URL=" + redisURL}, s.opts.SidecarEnv...)
 	s.Sidecar = startProcess(tb, s.Dir, "sidecar", Binary(tb, "gateway"), args, env)
 	s.ControlURL = "http://" + s.Config.Listeners.Control
 	waitHTTP(tb, s.ControlURL+"/health", s.Sidecar)
@@ -173,7 +170,8 @@ func (s *Stack) startEnvoy() {
 		tb.Fatal(err)
 	}
 	s.Envoy = startProcess(tb, s.Dir, "envoy", EnvoyBinary(tb),
-		[]string{"-c", path, "--disable-hot-restart", "--log-level", "warn", "--concurrency", "2"}, nil)
+		[]string{"-c", path, "--disable-hot-restart", "--log-level", "warn", "--concurrency", "2"},
+		[]string{"ALPHA_API_KEY=" + AlphaVendorKey, "BETA_API_KEY=" + BetaVendorKey})
 	waitHTTP(tb, "http://"+s.Config.Listeners.EnvoyAdmin+"/ready", s.Envoy)
 }
 
