@@ -91,9 +91,14 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 			return x.reject(format.TooLarge, "request body of "+hv.contentLength+" bytes is larger than the "+
 				strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0)
 		}
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
-		}}
+		// Envoy's default skips the response (so that its own replies to
+		// malformed requests are never held); a metered request needs it.
+		return &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestHeaders{
+				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+			},
+			ModeOverride: meteredMode,
+		}
 	case x.upstream.isFree(hv.method + " " + sub):
 		// Free read-only paths: forward as they are, observe nothing more.
 		return &extprocv3.ProcessingResponse{
@@ -109,6 +114,17 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	default:
 		return x.reject(format.NotFound, "no such endpoint: "+hv.method+" "+sub, 0)
 	}
+}
+
+// meteredMode is the processing mode of a metered request: the body buffered
+// for admission, the reply's headers and body streamed to the meter.
+var meteredMode = &filterv3.ProcessingMode{
+	RequestHeaderMode:   filterv3.ProcessingMode_SEND,
+	RequestBodyMode:     filterv3.ProcessingMode_BUFFERED,
+	RequestTrailerMode:  filterv3.ProcessingMode_SKIP,
+	ResponseHeaderMode:  filterv3.ProcessingMode_SEND,
+	ResponseBodyMode:    filterv3.ProcessingMode_STREAMED,
+	ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
 }
 
 // modelPolicy: model routes take model keys of accounts in good standing.
