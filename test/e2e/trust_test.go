@@ -326,3 +326,53 @@ func tryRawBytes(s *launch.Stack, raw string) (int, string, []byte, error) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header.Get("content-type"), b, nil
 }
+
+// A suspended account's keys get 403 in the vendor's format within the key
+// cache's TTL; its usage stays readable; resuming restores service.
+func TestSuspendedAccount(t *testing.T) {
+	s := launch.Start(t, launch.Options{})
+	acct := s.NewAccount(10, noLimits)
+	ctx := context.Background()
+	if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, "")); resp.StatusCode != 200 {
+		t.Fatalf("before: %d %s", resp.StatusCode, b)
+	}
+	if err := s.Store.SetSuspended(ctx, acct.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second) // the key cache holds 2 s
+	for {
+		resp, b := s.Do("POST", betaPath, betaHeaders(acct.Key), betaBody(false, false, ""))
+		if resp.StatusCode == 403 {
+			checkError(t, betaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 403, "", "")
+			break
+		}
+		if resp.StatusCode != 200 || time.Now().After(deadline) {
+			t.Fatalf("after suspension: %d %s", resp.StatusCode, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, ""))
+	checkError(t, alphaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 403, "permission_error", "")
+	if !strings.Contains(string(b), "suspended") {
+		t.Fatalf("the message does not say why: %s", b)
+	}
+	for _, cred := range []string{acct.ReadOnly, acct.Key} {
+		if resp, b := s.Do("GET", "/v1/usage", map[string]string{"Authorization": "Bearer " + cred}, nil); resp.StatusCode != 200 {
+			t.Fatalf("usage while suspended: %d %s", resp.StatusCode, b)
+		}
+	}
+	if err := s.Store.SetSuspended(ctx, acct.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, ""))
+		if resp.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after resuming: %d %s", resp.StatusCode, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
