@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	"gopkg.in/yaml.v3"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/modelgateway/gateway/deploy"
 	"github.com/modelgateway/gateway/internal/config"
