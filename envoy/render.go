@@ -66,6 +66,7 @@ type view struct {
 	MaxHeadersCount       int
 	MaxConnections        int
 	ForwardClientAddress  bool
+	SidecarTLS            *config.SidecarTLS // nil: the sidecar is on loopback
 }
 
 // credentialView is one upstream's vendor key as Envoy injects it: a generic
@@ -117,6 +118,9 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		MaxHeadersCount:       c.Envoy.MaxHeadersCount,
 		MaxConnections:        c.Envoy.MaxConnections,
 		ForwardClientAddress:  c.Envoy.ForwardClientAddress,
+	}
+	if t := c.Listeners.TLS; t.Enabled() {
+		v.SidecarTLS = &t
 	}
 	if v.NodeID == "" {
 		v.NodeID = "gateway-" + c.Region

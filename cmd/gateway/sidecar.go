@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +29,7 @@ import (
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/control"
 	"github.com/modelgateway/gateway/internal/endpoints"
+	"github.com/modelgateway/gateway/internal/mtls"
 	"github.com/modelgateway/gateway/internal/spool"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -74,6 +76,18 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			o.Logger.Warn("tokenizer unavailable; estimates fall back to byte counts", "err", err)
 		}
 	}()
+	// Only Envoy may reach the processor: beyond loopback, only with mutual
+	// TLS.
+	if err := c.Listeners.CheckSidecarBinds(); err != nil {
+		return nil, err
+	}
+	var tlsSrc *mtls.Server
+	if t := c.Listeners.TLS; t.Enabled() {
+		var err error
+		if tlsSrc, err = mtls.NewServer(mtls.Files{Cert: t.ServerCert, Key: t.ServerKey, ClientCA: t.CA}); err != nil {
+			return nil, err
+		}
+	}
 	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.MaxRequestDuration.D()})
 	keys := auth.NewCache(st, o.KeyCacheTTL)
 
@@ -143,6 +157,11 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	if err != nil {
 		gl.Close()
 		return nil, fmt.Errorf("control listener: %w", err)
+	}
+	if tlsSrc != nil {
+		// Every connection, loopback or not, must then present Envoy's
+		// client certificate.
+		gl, hl = tls.NewListener(gl, tlsSrc.TLSConfig()), tls.NewListener(hl, tlsSrc.TLSConfig())
 	}
 	s.ExtProcAddr, s.ControlAddr = gl.Addr(), hl.Addr()
 	if err := s.startAdmin(c, st); err != nil {

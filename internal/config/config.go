@@ -41,6 +41,47 @@ type Listeners struct {
 	// (GET /ready, /stats/prometheus, /metrics); the only port besides the
 	// public one that may listen beyond loopback.
 	Probes string `yaml:"probes"`
+	// TLS is mutual TLS between Envoy and the sidecar's ext_proc and
+	// control servers. The sidecar refuses to bind either beyond loopback
+	// without it.
+	TLS SidecarTLS `yaml:"tls"`
+}
+
+// SidecarTLS names PEM files. The sidecar reloads its own when they change;
+// Envoy reads its client certificate at start.
+type SidecarTLS struct {
+	CA         string `yaml:"ca_file"`          // signs both certificates; each side trusts only it
+	ServerCert string `yaml:"server_cert_file"` // the sidecar's
+	ServerKey  string `yaml:"server_key_file"`
+	ClientCert string `yaml:"client_cert_file"` // Envoy's
+	ClientKey  string `yaml:"client_key_file"`
+}
+
+// Enabled reports whether mutual TLS is configured.
+func (t SidecarTLS) Enabled() bool { return t != SidecarTLS{} }
+
+// CheckSidecarBinds refuses sidecar listeners that other hosts could reach
+// without mutual TLS: ext_proc answers any caller with a valid key, and the
+// control server reads usage. The admin API never leaves loopback.
+func (l Listeners) CheckSidecarBinds() error {
+	t := l.TLS
+	if t.Enabled() && (t.CA == "" || t.ServerCert == "" || t.ServerKey == "" || t.ClientCert == "" || t.ClientKey == "") {
+		return errors.New("listeners.tls: ca_file, server_cert_file, server_key_file, client_cert_file and client_key_file are all required")
+	}
+	for field, addr := range map[string]string{"extproc": l.ExtProc, "control": l.Control, "admin": l.Admin} {
+		host, _, err := SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("listeners.%s: %w", field, err)
+		}
+		switch {
+		case IsLoopback(host):
+		case field == "admin":
+			return fmt.Errorf("listeners.admin: %s is beyond loopback; the admin API listens on loopback only (reach it with kubectl exec or port-forward)", addr)
+		case !t.Enabled():
+			return fmt.Errorf("listeners.%s: %s is beyond loopback; bind 127.0.0.1 (Envoy runs beside the sidecar) or configure listeners.tls for mutual TLS", field, addr)
+		}
+	}
+	return nil
 }
 
 // Store says where state lives.
@@ -269,6 +310,17 @@ func (c *Config) Validate() error {
 		if _, _, err := SplitHostPort(addr); err != nil {
 			return fmt.Errorf("%s: %w", field, err)
 		}
+	}
+	e := c.Envoy
+	switch {
+	case e.MaxRequestHeadersKB < 1 || e.MaxRequestHeadersKB > 8192:
+		return errors.New("envoy.max_request_headers_kb: must be 1 to 8192")
+	case e.MaxHeadersCount < 1:
+		return errors.New("envoy.max_headers_count: must be positive")
+	case e.MaxConnections < 1:
+		return errors.New("envoy.max_connections: must be positive")
+	case e.RequestHeadersTimeout < 0 || e.MaxConnectionDuration < 0:
+		return errors.New("envoy.request_headers_timeout, envoy.max_connection_duration: must not be negative")
 	}
 	if c.Limits.DailyUSD < 0 || c.Limits.RPM < 0 || c.Limits.WindowMinutes < 0 {
 		return errors.New("limits: daily_usd, rpm and window_minutes must not be negative")

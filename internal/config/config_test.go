@@ -84,3 +84,25 @@ func TestLoadNamesTheFile(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestCheckSidecarBinds(t *testing.T) {
+	loop := Listeners{ExtProc: "127.0.0.1:50051", Control: "localhost:8081", Admin: "[::1]:50052"}
+	if err := loop.CheckSidecarBinds(); err != nil {
+		t.Fatalf("loopback refused: %v", err)
+	}
+	tlsOn := SidecarTLS{CA: "ca", ServerCert: "c", ServerKey: "k", ClientCert: "cc", ClientKey: "ck"}
+	for _, tc := range []struct {
+		l  Listeners
+		ok bool
+	}{
+		{Listeners{ExtProc: "0.0.0.0:1", Control: "127.0.0.1:2", Admin: "127.0.0.1:3"}, false},
+		{Listeners{ExtProc: "127.0.0.1:1", Control: "10.1.2.3:2", Admin: "127.0.0.1:3"}, false},
+		{Listeners{ExtProc: "0.0.0.0:1", Control: "0.0.0.0:2", Admin: "127.0.0.1:3", TLS: tlsOn}, true},
+		{Listeners{ExtProc: "127.0.0.1:1", Control: "127.0.0.1:2", Admin: "0.0.0.0:3", TLS: tlsOn}, false},
+		{Listeners{ExtProc: "0.0.0.0:1", Control: "127.0.0.1:2", Admin: "127.0.0.1:3", TLS: SidecarTLS{CA: "ca"}}, false},
+	} {
+		if err := tc.l.CheckSidecarBinds(); (err == nil) != tc.ok {
+			t.Errorf("%+v: %v", tc.l, err)
+		}
+	}
+}

@@ -7,6 +7,8 @@ package launch
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -156,6 +158,13 @@ func (s *Stack) StartSidecar() {
 	env := append([]string{"REDIS_URL=" + redisURL}, s.opts.SidecarEnv...)
 	s.Sidecar = startProcess(tb, s.Dir, "sidecar", Binary(tb, "gateway"), args, env)
 	s.ControlURL = "http://" + s.Config.Listeners.Control
+	if t := s.Config.Listeners.TLS; t.Enabled() {
+		// Behind mutual TLS: ask with Envoy's client certificate.
+		_, port, _ := net.SplitHostPort(s.Config.Listeners.Control)
+		s.ControlURL = "https://127.0.0.1:" + port
+		waitHTTPClient(tb, tlsClient(tb, t), s.ControlURL+"/health", s.Sidecar)
+		return
+	}
 	waitHTTP(tb, s.ControlURL+"/health", s.Sidecar)
 }
 
@@ -344,7 +353,29 @@ func freeAddrs(tb testing.TB, n int) []string {
 // 60 seconds pass.
 func waitHTTP(tb testing.TB, url string, p *Process) {
 	tb.Helper()
-	client := &http.Client{Timeout: time.Second}
+	waitHTTPClient(tb, &http.Client{Timeout: time.Second}, url, p)
+}
+
+// tlsClient presents the client certificate of t and trusts only its CA.
+func tlsClient(tb testing.TB, t config.SidecarTLS) *http.Client {
+	tb.Helper()
+	cert, err := tls.LoadX509KeyPair(t.ClientCert, t.ClientKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pem, err := os.ReadFile(t.CA)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool},
+	}}
+}
+
+func waitHTTPClient(tb testing.TB, client *http.Client, url string, p *Process) {
+	tb.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if resp, err := client.Get(url); err == nil {

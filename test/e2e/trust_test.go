@@ -3,11 +3,15 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +19,13 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/mtls/mtlstest"
 )
 
 // A client other than Envoy that reaches the processor with a valid key gets
@@ -374,5 +380,86 @@ func TestSuspendedAccount(t *testing.T) {
 			t.Fatalf("after resuming: %d %s", resp.StatusCode, b)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The sidecar refuses to start with ext_proc or control beyond loopback and
+// no mutual TLS, and with the admin API beyond loopback at all.
+func TestSidecarRefusesOpenBinds(t *testing.T) {
+	cfg := filepath.Join(launch.RepoRoot(t), "gateway.yaml")
+	for _, args := range [][]string{
+		{"--listen-extproc", "0.0.0.0:0"},
+		{"--listen-control", "0.0.0.0:0"},
+		{"--listen-extproc", "[::]:0"},
+		{"--listen-admin", "0.0.0.0:0"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, launch.Binary(t, "gateway"), append([]string{"serve", "--config", cfg,
+			"--listen-extproc", "127.0.0.1:0", "--listen-control", "127.0.0.1:0", "--listen-admin", "127.0.0.1:0"}, args...)...)
+		cmd.Dir = t.TempDir()
+		cmd.Env = append(os.Environ(), "GATEWAY_ADMIN_TOKEN=test-admin-token-0123456789", "REDIS_URL=")
+		out, err := cmd.CombinedOutput()
+		timedOut := ctx.Err() != nil
+		cancel()
+		if err == nil || timedOut || !strings.Contains(string(out), "beyond loopback") {
+			t.Errorf("%v: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// With mutual TLS the sidecar may listen beyond loopback: Envoy, holding the
+// client certificate, is served; a foreign client without it is refused at
+// the handshake, so it can neither read a credential nor admit a request.
+func TestSidecarBeyondLoopbackWithMutualTLS(t *testing.T) {
+	pki := mtlstest.Write(t, t.TempDir(), "gw")
+	s := launch.Start(t, launch.Options{Configure: func(c *config.Config) {
+		for _, a := range []*string{&c.Listeners.ExtProc, &c.Listeners.Control} {
+			_, port, _ := net.SplitHostPort(*a)
+			*a = "0.0.0.0:" + port
+		}
+		c.Listeners.TLS = config.SidecarTLS{CA: pki.CA, ServerCert: pki.ServerCert, ServerKey: pki.ServerKey,
+			ClientCert: pki.ClientCert, ClientKey: pki.ClientKey}
+	}})
+	acct := s.NewAccount(10, noLimits)
+	if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, "")); resp.StatusCode != 200 {
+		t.Fatalf("through Envoy: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := s.Do("GET", "/v1/usage", map[string]string{"Authorization": "Bearer " + acct.ReadOnly}, nil); resp.StatusCode != 200 {
+		t.Fatalf("usage through Envoy: %d %s", resp.StatusCode, b)
+	}
+	_, port, _ := net.SplitHostPort(s.Config.Listeners.ExtProc)
+	for name, creds := range map[string]credentials.TransportCredentials{
+		"plaintext":          insecure.NewCredentials(),
+		"TLS without a cert": credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}),
+	} {
+		conn, err := grpc.NewClient("127.0.0.1:"+port, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		stream, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+		if err == nil {
+			err = stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+				RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+					{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte(alphaPath)},
+					{Key: "x-api-key", RawValue: []byte(acct.Key)},
+				}}},
+			}})
+		}
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		cancel()
+		conn.Close()
+		if err == nil {
+			t.Errorf("%s: a foreign client was served", name)
+		}
+	}
+	// The control server likewise refuses a client without the certificate.
+	_, cport, _ := net.SplitHostPort(s.Config.Listeners.Control)
+	insecureTLS := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	if resp, err := insecureTLS.Get("https://127.0.0.1:" + cport + "/v1/usage"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the control server answered a client without a certificate: %d", resp.StatusCode)
 	}
 }
