@@ -82,6 +82,16 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 
 	sub := path[len(x.upstream.prefix)-1:]
 	mutation := x.credentialMutation(hv)
+	// Query strings go to the vendor only as far as its API defines them.
+	if _, query, ok := strings.Cut(hv.path, "?"); ok {
+		p := path
+		if q := x.upstream.forwardQuery(sub, query); q != "" {
+			p += "?" + q
+		}
+		if p != hv.path {
+			mutation.SetHeaders = append(mutation.SetHeaders, setHeader(":path", p))
+		}
+	}
 	switch {
 	case hv.method == "POST" && sub == x.upstream.MeteredPath:
 		if h.GetEndOfStream() {

@@ -28,3 +28,25 @@ func TestFreePaths(t *testing.T) {
 		}
 	}
 }
+
+func TestForwardQuery(t *testing.T) {
+	alpha, _ := NewUpstream(config.Upstream{Name: "alpha", Format: config.FormatMessages})
+	beta, _ := NewUpstream(config.Upstream{Name: "beta", Format: config.FormatChatCompletions})
+	for _, tc := range []struct {
+		u          *Upstream
+		sub, query string
+		want       string
+	}{
+		{alpha, "/v1/messages", "beta=true", "beta=true"},
+		{alpha, "/v1/messages", "key=cr_secret&beta=true&x=1", "beta=true"},
+		{alpha, "/v1/models", "limit=5&after_id=m1&x=y", "limit=5&after_id=m1"},
+		{alpha, "/v1/models/claude-x", "beta=true&limit=3", "beta=true"},
+		{alpha, "/v1/messages", "", ""},
+		{beta, "/v1/chat/completions", "api-version=1&key=x", ""},
+		{beta, "/v1/models", "limit=5", ""},
+	} {
+		if got := tc.u.forwardQuery(tc.sub, tc.query); got != tc.want {
+			t.Errorf("%s %s?%s: %q, want %q", tc.u.Name, tc.sub, tc.query, got, tc.want)
+		}
+	}
+}

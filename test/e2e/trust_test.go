@@ -185,10 +185,36 @@ func TestClientAddressNotForwarded(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 	rec := s.Primary.LastRequest("alpha", "/v1/messages")
+	if rec.Query != "" {
+		t.Errorf("the vendor got query %q", rec.Query)
+	}
 	for name := range rec.Headers {
 		switch strings.ToLower(name) {
 		case "x-forwarded-for", "x-envoy-external-address", "x-real-ip", "forwarded", "x-gateway-endpoint", "x-api-key-client":
 			t.Errorf("the vendor received %s: %q", name, rec.Headers[name])
+		}
+	}
+}
+
+// Query strings reach the vendor only as far as its API defines them.
+func TestQueryStringsFiltered(t *testing.T) {
+	s := launch.Start(t, launch.Options{})
+	acct := s.NewAccount(10, noLimits)
+	for _, c := range []struct {
+		method, path, vendor, vendorPath, want string
+		body                                   []byte
+		h                                      map[string]string
+	}{
+		{"POST", alphaPath + "?beta=true&key=" + acct.Key + "&x=1", "alpha", "/v1/messages", "beta=true", alphaBody(false, ""), alphaHeaders(acct.Key)},
+		{"POST", betaPath + "?api-version=2024&user=me", "beta", "/v1/chat/completions", "", betaBody(false, false, ""), betaHeaders(acct.Key)},
+		{"GET", "/alpha/v1/models?limit=2&after_id=m&client=203.0.113.7", "alpha", "/v1/models", "limit=2&after_id=m", nil, alphaHeaders(acct.Key)},
+	} {
+		resp, b := s.Do(c.method, c.path, c.h, c.body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s %s: %d %s", c.method, c.path, resp.StatusCode, b)
+		}
+		if rec := s.Primary.LastRequest(c.vendor, c.vendorPath); rec.Query != c.want {
+			t.Errorf("%s %s: the vendor got query %q, want %q", c.method, c.path, rec.Query, c.want)
 		}
 	}
 }
