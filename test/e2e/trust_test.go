@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
@@ -69,7 +69,8 @@ func TestForeignProcessorClientGetsNoVendorCredential(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		text := protojson.Format(resp)
+		// prototext shows bytes (raw_value) as text, not base64.
+		text := prototext.Format(resp)
 		for _, secret := range []string{launch.AlphaVendorKey, launch.BetaVendorKey} {
 			if strings.Contains(text, secret) {
 				t.Fatalf("%s: the processor's answer carries a vendor key:\n%s", path, text)
