@@ -303,11 +303,14 @@ func TestMalformedHTTP1GetsAnAnswer(t *testing.T) {
 	acct := s.NewAccount(10, noLimits)
 	body := `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[]}`
 	for name, raw := range map[string]string{
-		"content-length and chunked": "POST " + alphaPath + " HTTP/1.1\r\nHost: g\r\nx-api-key: " + acct.Key + "\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-		"two content-lengths":        "POST " + alphaPath + " HTTP/1.1\r\nHost: g\r\nx-api-key: " + acct.Key + fmt.Sprintf("\r\nContent-Length: %d\r\nContent-Length: 3\r\n\r\n", len(body)) + body,
-		"NUL in a header":            "GET /health HTTP/1.1\r\nHost: g\r\nx-a: b\x00c\r\n\r\n",
-		"underscore in a header":     "GET /alpha/v1/models HTTP/1.1\r\nHost: g\r\nx_api_key: " + acct.Key + "\r\n\r\n",
-		"unknown method":             "BREW /health HTTP/1.1\r\nHost: g\r\n\r\n",
+		"content-length and chunked":  "POST " + alphaPath + " HTTP/1.1\r\nHost: g\r\nx-api-key: " + acct.Key + "\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"two content-lengths":         "POST " + alphaPath + " HTTP/1.1\r\nHost: g\r\nx-api-key: " + acct.Key + fmt.Sprintf("\r\nContent-Length: %d\r\nContent-Length: 3\r\n\r\n", len(body)) + body,
+		"NUL in a header":             "GET /health HTTP/1.1\r\nHost: g\r\nx-a: b\x00c\r\n\r\n",
+		"underscore in a header":      "GET /alpha/v1/models HTTP/1.1\r\nHost: g\r\nx_api_key: " + acct.Key + "\r\n\r\n",
+		"unknown method":              "BREW /health HTTP/1.1\r\nHost: g\r\n\r\n",
+		"HTTP/1.0":                    "GET /health HTTP/1.0\r\n\r\n",
+		"headers over the size limit": "GET /alpha/v1/models HTTP/1.1\r\nHost: g\r\nx-big: " + strings.Repeat("a", 61<<10) + "\r\n\r\n",
+		"more headers than allowed":   "GET /alpha/v1/models HTTP/1.1\r\nHost: g\r\n" + strings.Repeat("x-h: 1\r\n", 150) + "\r\n",
 	} {
 		status, ctype, b, err := tryRawBytes(s, raw)
 		if err != nil {
