@@ -70,8 +70,9 @@ func checkShape(s string) (string, error) {
 }
 
 // Headers are the credential headers of one request, every value as sent.
-// A proxy may pass a repeated header as separate entries or join them with
-// commas; both are caught.
+// Envoy passes a repeated x-api-key to the processor as separate entries but
+// joins a repeated Authorization (one of its inline headers) with commas;
+// both are caught.
 type Headers struct {
 	XAPIKey       []string
 	Authorization []string
