@@ -38,6 +38,27 @@ func TestForeignProcessorClientGetsNoVendorCredential(t *testing.T) {
 	if !config.IsLoopback(host) {
 		t.Fatalf("the processor listens on %s, beyond loopback", s.Config.Listeners.ExtProc)
 	}
+	// From another host (here: this machine's own non-loopback addresses),
+	// the processor and control ports cannot even be reached, so nothing
+	// can be admitted from there.
+	unreachable := 0
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok || ipn.IP.IsLoopback() || ipn.IP.IsLinkLocalUnicast() {
+			continue
+		}
+		for _, l := range []string{s.Config.Listeners.ExtProc, s.Config.Listeners.Control} {
+			_, port, _ := net.SplitHostPort(l)
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(ipn.IP.String(), port), 2*time.Second)
+			if err == nil {
+				c.Close()
+				t.Fatalf("%s answers on %s", l, ipn.IP)
+			}
+			unreachable++
+		}
+	}
+	t.Logf("sidecar ports refused on %d non-loopback address(es) of this machine", unreachable/2)
 	conn, err := grpc.NewClient(s.Config.Listeners.ExtProc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
