@@ -136,11 +136,11 @@ func (a *app) accountsListCmd() *cobra.Command {
 			return err
 		}
 		return a.show(r, func(w io.Writer) {
-			row(w, "ID", "NAME", "BALANCE_USD", "DAILY_USD", "RPM", "WINDOW_MIN", "CREATED")
+			row(w, "ID", "NAME", "BALANCE_USD", "DAILY_USD", "RPM", "WINDOW_MIN", "CREATED", "SUSPENDED")
 			for _, acct := range r.Accounts {
 				l := acct.Limits
 				row(w, acct.Id, acct.Name, formatUSD(acct.BalanceNanoUsd), limit(l.GetDailyNanoUsd(), true),
-					limit(l.GetRpm(), false), l.GetWindowMinutes(), when(acct.CreateTime))
+					limit(l.GetRpm(), false), l.GetWindowMinutes(), when(acct.CreateTime), acct.GetSuspended())
 			}
 		})
 	})
