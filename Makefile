@@ -113,10 +113,8 @@ clean:
 
 ## envoy-config: render envoy/envoy.yaml, envoy/envoy-demo.yaml (docker-compose) and deploy/k8s/configmaps.yaml from gateway.yaml
 envoy-config: build
-	$(BIN)/gateway envoy-config --config gateway.yaml --extproc-addr gateway:50051 --control-addr gateway:8081 \
-	  --public-addr 0.0.0.0:8080 --admin-addr 0.0.0.0:9901 --node-id gateway-compose -o envoy/envoy.yaml
-	$(BIN)/gateway envoy-config --config gateway.yaml --extproc-addr gateway-demo:50051 --control-addr gateway-demo:8081 \
-	  --public-addr 0.0.0.0:8080 --admin-addr 0.0.0.0:9901 --node-id gateway-compose-demo \
+	$(BIN)/gateway envoy-config --config gateway.yaml --public-addr 0.0.0.0:8080 --node-id gateway-compose -o envoy/envoy.yaml
+	$(BIN)/gateway envoy-config --config gateway.yaml --public-addr 0.0.0.0:8080 --node-id gateway-compose-demo \
 	  --endpoint alpha=http://fakevendor:9101 --endpoint beta=http://fakevendor:9102 -o envoy/envoy-demo.yaml
 	cd deploy && $(GO) run ./gen -root ..
 

@@ -40,14 +40,15 @@ const (
 const AppLabel = "model-gateway"
 
 // PodEnvoyOptions render the Envoy bootstrap of a Kubernetes pod: the sidecar
-// runs in the same pod, so Envoy reaches it on localhost; Envoy's admin
-// listens on all interfaces because the kubelet's readiness probe (GET
-// /ready) comes from outside the pod's network namespace.
+// runs in the same pod, so Envoy reaches it on localhost, and Envoy's admin
+// stays on loopback. Only the public listener and the read-only probes
+// listener (readiness for the kubelet, metrics for Prometheus) bind the
+// pod's address.
 var PodEnvoyOptions = envoy.Options{
 	ExtProcAddr: "127.0.0.1:50051",
 	ControlAddr: "127.0.0.1:8081",
 	PublicAddr:  "0.0.0.0:8080",
-	AdminAddr:   "0.0.0.0:9901",
+	ProbesAddr:  "0.0.0.0:9902",
 	NodeID:      "gateway-k8s",
 }
 
@@ -106,7 +107,7 @@ func configMaps(gatewayYAML, envoyYAML []byte) ([]byte, error) {
 		data               []byte
 	}{
 		{GatewayConfigMap, GatewayConfigKey, "gateway.yaml, read by the sidecar (`gateway serve`)", gatewayYAML},
-		{EnvoyConfigMap, EnvoyConfigKey, "Envoy's bootstrap for a pod: the sidecar on localhost, admin on 0.0.0.0:9901", envoyYAML},
+		{EnvoyConfigMap, EnvoyConfigKey, "Envoy's bootstrap for a pod: the sidecar and the admin on loopback, probes on 0.0.0.0:9902", envoyYAML},
 	} {
 		doc := mapping(
 			"apiVersion", str("v1"),

@@ -22,6 +22,11 @@ import (
 // client's copies are removed.
 const internalHeaderPrefix = "x-gateway-"
 
+// MaxModelBytes bounds the model name a client may send. Real names are a few
+// dozen bytes; a prefix match (dated snapshots) would otherwise admit any
+// suffix into Redis keys and the ledger.
+const MaxModelBytes = 256
+
 // exchange is the processor's state for one HTTP request.
 type exchange struct {
 	s        *Server
@@ -72,35 +77,24 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	if x.upstream == nil {
 		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such endpoint"}}`), 0)
 	}
-	secret, err := auth.Parse(hv.xAPIKey, hv.authorization)
+	key, err := x.s.keys.Authenticate(ctx, hv.credentials, x.started, modelPolicy)
 	if err != nil {
-		return x.reject(format.Unauthenticated, err.Error(), 0)
-	}
-	switch auth.Kind(secret) {
-	case store.ReadOnlyToken:
-		return x.reject(format.PermissionDenied, "read-only tokens (ro_) can only read GET /v1/usage; use a cr_ key for model requests", 0)
-	case store.ModelKey:
-	default:
-		return x.reject(format.Unauthenticated, "invalid API key", 0)
-	}
-	key, err := x.s.keys.Lookup(ctx, secret)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return x.reject(format.Unauthenticated, "invalid API key", 0)
-	case err != nil:
-		x.s.log.Error("key lookup failed", "err", err)
-		x.s.metrics.storeErrors.WithLabelValues("lookup").Inc()
-		return x.reject(format.Unavailable, "the gateway cannot verify keys right now; retry shortly", time.Second)
-	case key.Kind != store.ModelKey:
-		return x.reject(format.PermissionDenied, "this credential cannot make model requests", 0)
-	}
-	if p := auth.Problem(key, x.started); p != "" {
-		return x.reject(format.Unauthenticated, p, 0)
+		return x.refuseAuth(err)
 	}
 	x.key = key
 
 	sub := path[len(x.upstream.prefix)-1:]
 	mutation := x.credentialMutation(hv)
+	// Query strings go to the vendor only as far as its API defines them.
+	if _, query, ok := strings.Cut(hv.path, "?"); ok {
+		p := path
+		if q := x.upstream.forwardQuery(sub, query); q != "" {
+			p += "?" + q
+		}
+		if p != hv.path {
+			mutation.SetHeaders = append(mutation.SetHeaders, setHeader(":path", p))
+		}
+	}
 	switch {
 	case hv.method == "POST" && sub == x.upstream.MeteredPath:
 		if h.GetEndOfStream() {
@@ -111,9 +105,14 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 			return x.reject(format.TooLarge, "request body of "+hv.contentLength+" bytes is larger than the "+
 				strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0)
 		}
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
-		}}
+		// Envoy's default skips the response (so that its own replies to
+		// malformed requests are never held); a metered request needs it.
+		return &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestHeaders{
+				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+			},
+			ModeOverride: meteredMode,
+		}
 	case x.upstream.isFree(hv.method + " " + sub):
 		// Free read-only paths: forward as they are, observe nothing more.
 		return &extprocv3.ProcessingResponse{
@@ -131,17 +130,46 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	}
 }
 
+// meteredMode is the processing mode of a metered request: the body buffered
+// for admission, the reply's headers and body streamed to the meter.
+var meteredMode = &filterv3.ProcessingMode{
+	RequestHeaderMode:   filterv3.ProcessingMode_SEND,
+	RequestBodyMode:     filterv3.ProcessingMode_BUFFERED,
+	RequestTrailerMode:  filterv3.ProcessingMode_SKIP,
+	ResponseHeaderMode:  filterv3.ProcessingMode_SEND,
+	ResponseBodyMode:    filterv3.ProcessingMode_STREAMED,
+	ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
+}
+
+// modelPolicy: model routes take model keys of accounts in good standing.
+var modelPolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey}}
+
+// refuseAuth answers an authentication failure in the upstream's format.
+func (x *exchange) refuseAuth(err error) *extprocv3.ProcessingResponse {
+	var ae *auth.Error
+	if !errors.As(err, &ae) {
+		return x.reject(format.Unauthenticated, "invalid API key", 0)
+	}
+	switch ae.Reason {
+	case auth.WrongKind:
+		return x.reject(format.PermissionDenied, "read-only tokens (ro_) can only read GET /v1/usage; use a cr_ key for model requests", 0)
+	case auth.Suspended:
+		return x.reject(format.PermissionDenied, ae.Message, 0)
+	case auth.Unavailable:
+		x.s.log.Error("key lookup failed", "err", ae.Err)
+		x.s.metrics.storeErrors.WithLabelValues("lookup").Inc()
+		return x.reject(format.Unavailable, ae.Message, time.Second)
+	}
+	return x.reject(format.Unauthenticated, ae.Message, 0)
+}
+
 // credentialMutation removes the client's credential, any internal header it
-// sent and accept-encoding (the meter must see plain bytes), and sets the
-// vendor credential.
+// sent and accept-encoding (the meter must see plain bytes). The vendor's
+// credential is never known here: Envoy adds it on the way to the vendor.
 func (x *exchange) credentialMutation(hv headerValues) *extprocv3.HeaderMutation {
 	remove := []string{"x-api-key", "authorization", "accept-encoding"}
 	remove = append(remove, hv.internal...)
-	m := &extprocv3.HeaderMutation{RemoveHeaders: remove}
-	if x.upstream.credValue != "" {
-		m.SetHeaders = []*corev3.HeaderValueOption{setHeader(x.upstream.credHeader, x.upstream.credValue)}
-	}
-	return m
+	return &extprocv3.HeaderMutation{RemoveHeaders: remove}
 }
 
 // requestBody reads the few fields admission needs, then admits the request
@@ -163,6 +191,11 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 			return x.refuse(fe, 0)
 		}
 		return x.reject(format.InvalidRequest, "malformed request body", 0)
+	}
+	// The model name reaches Redis keys, the ledger and logs: bound it
+	// before anything else reads it.
+	if len(req.Model) > MaxModelBytes {
+		return x.reject(format.InvalidRequest, "model: longer than "+strconv.Itoa(MaxModelBytes)+" bytes", 0)
 	}
 	price, ok := x.upstream.Prices.Lookup(req.Model)
 	if !ok {
@@ -391,12 +424,12 @@ func setHeader(key, value string) *corev3.HeaderValueOption {
 
 // headerValues are the few headers the processor reads.
 type headerValues struct {
-	method, path, status   string
-	xAPIKey, authorization string
-	contentType            string
-	contentLength          string
-	endpoint               string
-	internal               []string // client-sent headers with our prefix
+	method, path, status string
+	credentials          auth.Headers
+	contentType          string
+	contentLength        string
+	endpoint             string
+	internal             []string // client-sent headers with our prefix
 }
 
 // readHeaders picks the headers the processor reads. Only their values are
@@ -413,9 +446,11 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 		case ":status":
 			dst = &hv.status
 		case "x-api-key":
-			dst = &hv.xAPIKey
+			hv.credentials.XAPIKey = append(hv.credentials.XAPIKey, headerValue(h))
+			continue
 		case "authorization":
-			dst = &hv.authorization
+			hv.credentials.Authorization = append(hv.credentials.Authorization, headerValue(h))
+			continue
 		case "content-type":
 			dst = &hv.contentType
 		case "content-length":
@@ -429,11 +464,14 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 			}
 			continue
 		}
-		if raw := h.GetRawValue(); len(raw) > 0 {
-			*dst = string(raw)
-		} else {
-			*dst = h.GetValue()
-		}
+		*dst = headerValue(h)
 	}
 	return hv
+}
+
+func headerValue(h *corev3.HeaderValue) string {
+	if raw := h.GetRawValue(); len(raw) > 0 {
+		return string(raw)
+	}
+	return h.GetValue()
 }

@@ -38,7 +38,7 @@ func betaRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	u, _ := cfg.Upstream("beta")
-	up, err := NewUpstream(*u, "vendor-key")
+	up, err := NewUpstream(*u)
 	if err != nil {
 		t.Fatal(err)
 	}

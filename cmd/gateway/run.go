@@ -65,8 +65,9 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 	}()
 
 	// Each upstream goes to a base URL override, the real vendor (when its
-	// key is set), or the fake vendors.
-	creds := map[string]string{}
+	// key is set), or the fake vendors. Vendor keys go to Envoy only, which
+	// injects them; envoyEnv carries the fakes' keys.
+	var envoyEnv []string
 	var fakes []string
 	for i := range cfg.Upstreams {
 		u := &cfg.Upstreams[i]
@@ -75,6 +76,9 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		case os.Getenv(envName) != "":
 			u.Primary = config.Endpoint{URL: os.Getenv(envName), Region: "custom"}
 			u.Reserve = u.Primary
+			if os.Getenv(u.CredentialEnv) == "" {
+				u.CredentialEnv = "" // a local server without a key: forward none
+			}
 			log.Info("upstream points at a custom server", "upstream", u.Name, "env", envName)
 		case os.Getenv(u.CredentialEnv) != "":
 			log.Info("upstream uses the real vendor", "upstream", u.Name, "primary", u.Primary.URL)
@@ -104,10 +108,14 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 			u, _ := cfg.Upstream(name)
 			u.Primary = config.Endpoint{URL: addrs["primary"].URL(u.Format), Region: "local-primary"}
 			u.Reserve = config.Endpoint{URL: addrs["reserve"].URL(u.Format), Region: "local-reserve"}
-			creds[name] = betaKey
+			key := betaKey
 			if u.Format == config.FormatMessages {
-				creds[name] = alphaKey
+				key = alphaKey
 			}
+			if u.CredentialEnv == "" {
+				u.CredentialEnv = strings.ToUpper(strings.ReplaceAll(u.Name, "-", "_")) + "_API_KEY"
+			}
+			envoyEnv = append(envoyEnv, u.CredentialEnv+"="+key)
 		}
 		log.Warn("no vendor keys set: routing to FAKE vendors", "upstreams", strings.Join(fakes, ","))
 	}
@@ -122,7 +130,7 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		return err
 	}
 	defer closeStore()
-	sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log, Credentials: creds})
+	sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -137,7 +145,7 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	ec, err := launch.StartEnvoy(wctx, envoyBin, cfg, envoy.Options{NodeID: "gateway-local"}, stateDir)
+	ec, err := launch.StartEnvoy(wctx, envoyBin, cfg, envoy.Options{NodeID: "gateway-local"}, stateDir, envoyEnv)
 	cancel()
 	if err != nil {
 		return err

@@ -42,7 +42,7 @@ func testSidecar(t *testing.T, adminToken string) *sidecar {
 	}
 	t.Cleanup(closeStore)
 	sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log,
-		Credentials: map[string]string{"alpha": "vendor-a", "beta": "vendor-b"}, EnvoyAdminURL: "http://127.0.0.1:1"})
+		EnvoyAdminURL: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}

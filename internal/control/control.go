@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -23,10 +24,14 @@ type UsageReader interface {
 	Ping(ctx context.Context) error
 }
 
-// KeyLookup resolves a secret to its stored key.
+// KeyLookup authenticates a request's credential headers (auth.Cache).
 type KeyLookup interface {
-	Lookup(ctx context.Context, secret string) (store.Key, error)
+	Authenticate(ctx context.Context, h auth.Headers, now time.Time, p auth.Policy) (store.Key, error)
 }
+
+// usagePolicy: both kinds of credential read usage, also while the account
+// is suspended.
+var usagePolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey, store.ReadOnlyToken}, AllowSuspended: true}
 
 // EndpointReporter tells which endpoint currently serves each upstream
 // ("primary" or "reserve").
@@ -186,38 +191,27 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "GET /v1/usage is read-only; use GET")
 		return
 	}
-	secret, err := auth.Parse(r.Header.Get("X-Api-Key"), r.Header.Get("Authorization"))
+	key, err := h.o.Keys.Authenticate(r.Context(),
+		auth.Headers{XAPIKey: r.Header.Values("X-Api-Key"), Authorization: r.Header.Values("Authorization")},
+		h.o.Now(), usagePolicy)
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, "authentication_error", err.Error())
-		return
-	}
-	if auth.Kind(secret) == "" {
-		writeError(w, http.StatusUnauthorized, "authentication_error", "invalid token")
-		return
-	}
-	period := store.Day
-	if q := r.URL.Query(); q.Has("period") {
-		switch p := store.Period(q.Get("period")); p {
-		case store.Day, store.Month, store.Total:
-			period = p
-		default:
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "period must be one of day, month, total")
+		var ae *auth.Error
+		if errors.As(err, &ae) && ae.Reason == auth.Unavailable {
+			h.o.Logger.Error("usage: key lookup failed", "err", ae.Err)
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
 			return
 		}
-	}
-	key, err := h.o.Keys.Lookup(r.Context(), secret)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusUnauthorized, "authentication_error", "invalid token")
-		return
-	case err != nil:
-		h.o.Logger.Error("usage: key lookup failed", "err", err)
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+		msg := "invalid token"
+		if ae != nil && ae.Reason == auth.Unauthenticated && ae.Message != "invalid API key" {
+			msg = ae.Message
+		}
+		writeError(w, http.StatusUnauthorized, "authentication_error", msg)
 		return
 	}
-	if p := auth.Problem(key, h.o.Now()); p != "" {
-		writeError(w, http.StatusUnauthorized, "authentication_error", p)
+	period, err := parsePeriod(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
 	rep, err := h.o.Store.Usage(r.Context(), key.AccountID, period)
@@ -229,6 +223,25 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, NewUsage(rep))
+}
+
+// parsePeriod reads the query of /v1/usage: nothing, or exactly one period
+// parameter with one of the listed values. Anything else (a repeated or empty
+// period, another parameter, a ';' separator) is refused rather than guessed.
+func parsePeriod(rawQuery string) (store.Period, error) {
+	errPeriod := errors.New("the query must be empty or a single period=day|month|total")
+	if rawQuery == "" {
+		return store.Day, nil
+	}
+	q, err := url.ParseQuery(rawQuery) // refuses ';' as a separator
+	if err != nil || len(q) != 1 || len(q["period"]) != 1 {
+		return "", errPeriod
+	}
+	switch p := store.Period(q.Get("period")); p {
+	case store.Day, store.Month, store.Total:
+		return p, nil
+	}
+	return "", errPeriod
 }
 
 // NewUsage converts a store report to the wire record. USD amounts are the

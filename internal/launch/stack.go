@@ -8,9 +8,12 @@ package launch
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,7 +31,7 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 )
 
-// Vendor credentials the fakes demand and the sidecar sends.
+// Vendor credentials the fakes demand and Envoy injects.
 const (
 	AlphaVendorKey = "vendor-alpha-secret"
 	BetaVendorKey  = "vendor-beta-secret"
@@ -140,12 +143,12 @@ func Up(o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	addrs, err := FreeAddrs(5)
+	addrs, err := FreeAddrs(6)
 	if err != nil {
 		return s, err
 	}
 	cfg.Listeners = config.Listeners{
-		Public: addrs[0], EnvoyAdmin: addrs[1], ExtProc: addrs[2], Control: addrs[3], Admin: addrs[4],
+		Public: addrs[0], EnvoyAdmin: addrs[1], ExtProc: addrs[2], Control: addrs[3], Admin: addrs[4], Probes: addrs[5],
 	}
 	cfg.Store.RedisURL = ""
 	cfg.Store.SpoolDir = filepath.Join(s.Dir, "spool")
@@ -230,17 +233,40 @@ func (s *Stack) startSidecar(ctx context.Context) error {
 	if len(s.opts.RedisCluster) > 0 {
 		redisURL = "redis+cluster://" + strings.Join(s.opts.RedisCluster, ",")
 	}
-	env := append([]string{
-		"REDIS_URL=" + redisURL,
-		"ALPHA_API_KEY=" + AlphaVendorKey,
-		"BETA_API_KEY=" + BetaVendorKey,
-	}, s.opts.SidecarEnv...)
+	// No vendor key: Envoy injects it, and the sidecar must work without.
+	env := append([]string{"REDIS_URL=" + redisURL}, s.opts.SidecarEnv...)
 	s.Sidecar, err = StartProcess("sidecar", bin, args, env, filepath.Join(s.Dir, "sidecar.log"))
 	if err != nil {
 		return err
 	}
 	s.ControlURL = "http://" + s.Config.Listeners.Control
-	return WaitHTTP(ctx, s.ControlURL+"/health", s.Sidecar)
+	client := &http.Client{Timeout: time.Second}
+	if t := s.Config.Listeners.TLS; t.Enabled() {
+		// Behind mutual TLS: ask with Envoy's client certificate.
+		_, port, _ := net.SplitHostPort(s.Config.Listeners.Control)
+		s.ControlURL = "https://127.0.0.1:" + port
+		if client, err = tlsClient(t); err != nil {
+			return err
+		}
+	}
+	return WaitHTTPClient(ctx, client, s.ControlURL+"/health", s.Sidecar)
+}
+
+// tlsClient presents the client certificate of t and trusts only its CA.
+func tlsClient(t config.SidecarTLS) (*http.Client, error) {
+	cert, err := tls.LoadX509KeyPair(t.ClientCert, t.ClientKey)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := os.ReadFile(t.CA)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool},
+	}}, nil
 }
 
 func (s *Stack) startEnvoy(ctx context.Context) error {
@@ -248,13 +274,15 @@ func (s *Stack) startEnvoy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.Envoy, err = StartEnvoy(ctx, bin, s.Config, envoy.Options{Bare: s.opts.Bare, NodeID: "test"}, s.Dir)
+	s.Envoy, err = StartEnvoy(ctx, bin, s.Config, envoy.Options{Bare: s.opts.Bare, NodeID: "test"}, s.Dir,
+		[]string{"ALPHA_API_KEY=" + AlphaVendorKey, "BETA_API_KEY=" + BetaVendorKey})
 	return err
 }
 
-// StartEnvoy renders the bootstrap of cfg into dir, starts Envoy on it and
-// waits until its admin interface says ready.
-func StartEnvoy(ctx context.Context, bin string, cfg *config.Config, o envoy.Options, dir string) (*Process, error) {
+// StartEnvoy renders the bootstrap of cfg into dir, starts Envoy on it with
+// env added to its environment (the vendor keys it injects) and waits until
+// its admin interface says ready.
+func StartEnvoy(ctx context.Context, bin string, cfg *config.Config, o envoy.Options, dir string, env []string) (*Process, error) {
 	boot, err := envoy.Render(cfg, o)
 	if err != nil {
 		return nil, err
@@ -264,7 +292,7 @@ func StartEnvoy(ctx context.Context, bin string, cfg *config.Config, o envoy.Opt
 		return nil, err
 	}
 	p, err := StartProcess("envoy", bin, []string{"-c", path, "--disable-hot-restart", "--log-level", "warn", "--concurrency", "2"},
-		nil, filepath.Join(dir, "envoy.log"))
+		env, filepath.Join(dir, "envoy.log"))
 	if err != nil {
 		return nil, err
 	}
