@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -63,7 +64,18 @@ func newRig(tb testing.TB) *rig {
 		tb.Fatal(err)
 	}
 	u, _ := cfg.Upstream("alpha")
-	r, err := NewUpstream(*u, "vendor-key")
+	// The pricing package's made-up catalogue, so that this test needs no
+	// download; the request's model is an alias of one of its entries.
+	u.Models.Aliases = map[string]string{"claude-sonnet-4-5": "fake-claude-1"}
+	cat, err := pricing.LoadCatalogue("../internal/pricing/testdata/catalogue.json", u.Models.Providers)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	prices, err := pricing.NewTable(cat, u.Models)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r, err := NewUpstream(*u, "vendor-key", prices)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -140,7 +152,7 @@ func TestRoundTripsPerRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Totals.Requests != n+1 || rep.Totals.Input != 12*(n+1) || rep.Totals.Output != 2*(n+1) {
+	if rep.Totals.Requests != n+1 || rep.Totals.Usage.Input != 12*(n+1) || rep.Totals.Usage.Output != 2*(n+1) {
 		t.Fatalf("usage %+v", rep.Totals)
 	}
 }
@@ -221,10 +233,10 @@ func TestDisconnectEstimatesOnlyWhatWasNotReported(t *testing.T) {
 	if err != nil || len(entries) != 2 {
 		t.Fatalf("ledger %+v, %v", entries, err)
 	}
-	if e := entries[0]; e.Estimated || e.Input != 12 || e.Output != 2 {
+	if e := entries[0]; e.Estimated || e.Usage.Input != 12 || e.Usage.Output != 2 || e.Requested != "claude-sonnet-4-5" || e.Priced != "fake-claude-1" || e.Reported != "claude-sonnet-4-5" || e.Rates.Input != 1_000_000_000 {
 		t.Fatalf("full reply then disconnect: %+v; want the vendor's figures, not estimated", e)
 	}
-	if e := entries[1]; !e.Estimated || e.Input != 12 {
+	if e := entries[1]; !e.Estimated || e.Usage.Input != 12 {
 		t.Fatalf("cut reply: %+v; want an estimate", e)
 	}
 }

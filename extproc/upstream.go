@@ -15,6 +15,7 @@ import (
 type Upstream struct {
 	Name   string
 	Format format.Format
+	// Prices finds a model's prices; its contents are replaced on reload.
 	Prices *pricing.Table
 	// MeteredPath is the one POST path that is billed, after the prefix.
 	MeteredPath string
@@ -31,10 +32,14 @@ type Upstream struct {
 
 // NewUpstream builds the processor's view of one configured upstream. credential is the
 // vendor key, or empty to forward without one (a self-hosted model server).
-func NewUpstream(u config.Upstream, credential string) (*Upstream, error) {
+// prices is the upstream's price table.
+func NewUpstream(u config.Upstream, credential string, prices *pricing.Table) (*Upstream, error) {
+	if prices == nil {
+		return nil, fmt.Errorf("upstream %s: no price table", u.Name)
+	}
 	r := &Upstream{
 		Name:      u.Name,
-		Prices:    pricing.NewTable(u.Models),
+		Prices:    prices,
 		freePaths: make(map[string]bool),
 		prefix:    "/" + u.Name + "/",
 	}

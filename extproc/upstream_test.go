@@ -4,13 +4,14 @@ import (
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/pricing"
 )
 
 func TestFreePaths(t *testing.T) {
 	r, err := NewUpstream(config.Upstream{
 		Name: "alpha", Format: config.FormatMessages,
 		FreePaths: []string{"GET /v1/models", "GET /v1/models/*", "POST /v1/messages/count_tokens"},
-	}, "k")
+	}, "k", &pricing.Table{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,6 +143,7 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		defer cancel()
 		sc.Shutdown(sctx)
 	}()
+	reloadOnHangup(ctx, sc, cfgPath, log)
 
 	bootstrap, err := envoy.Render(cfg, envoy.Options{NodeID: "gateway-local"})
 	if err != nil {
@@ -168,7 +169,7 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		return err
 	}
 
-	demo, err := createDemo(ctx, sc.Admin, cfg, demoUSD)
+	demo, err := createDemo(ctx, sc.Admin, cfg, sc.Prices, demoUSD)
 	if err != nil {
 		return err
 	}
@@ -204,7 +205,7 @@ type demoAccount struct {
 // createDemo makes the demo account through the admin API, in process, so
 // that it is validated and audited like any other; its limits are the
 // configured defaults.
-func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, usd float64) (demoAccount, error) {
+func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, prices pricing.Book, usd float64) (demoAccount, error) {
 	ctx = admin.WithActor(ctx, "gateway-run")
 	acct, err := svc.CreateAccount(ctx, &adminv1.CreateAccountRequest{Name: "demo", BalanceNanoUsd: pricing.NanoUSD(usd)})
 	if err != nil {
@@ -220,12 +221,19 @@ func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, usd
 		return demoAccount{}, fmt.Errorf("demo token: %w", err)
 	}
 	d := demoAccount{APIKey: key.Secret, ReadOnlyToken: tok.Secret, AccountID: id}
+	// The demo names a served model of each format: the first by name.
+	first := func(u config.Upstream) string {
+		if ms := prices[u.Name].Models(); len(ms) > 0 {
+			return string(ms[0].Name)
+		}
+		return ""
+	}
 	for _, u := range cfg.Upstreams {
 		if u.Format == config.FormatMessages && d.AlphaModel == "" {
-			d.AlphaModel = u.Models[0].Name
+			d.AlphaModel = first(u)
 		}
 		if u.Format == config.FormatChatCompletions && d.BetaModel == "" {
-			d.BetaModel = u.Models[0].Name
+			d.BetaModel = first(u)
 		}
 	}
 	return d, nil

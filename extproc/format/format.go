@@ -6,7 +6,11 @@
 // completions) and implements Format.
 package format
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/modelgateway/gateway/internal/usage"
+)
 
 // Request holds the top-level request fields the gateway reads. The body itself
 // is never modified.
@@ -17,18 +21,9 @@ type Request struct {
 	Stream       bool
 	// IncludeUsage reports stream_options.include_usage (format B only).
 	IncludeUsage bool
-}
-
-// Usage is what one reply consumed, in tokens.
-type Usage struct {
-	Model      string // as reported by the vendor; empty when not seen
-	Input      int64  // input tokens, excluding cache reads and writes
-	Output     int64
-	CacheWrite int64
-	CacheRead  int64
-	// Estimated is set when any figure was not reported by the vendor and was
-	// counted or estimated by the gateway instead.
-	Estimated bool
+	// WebSearch reports web_search_options (chat completions only): the
+	// request runs one web search, billed per query.
+	WebSearch bool
 }
 
 // Meter observes one response body and reports its usage.
@@ -38,7 +33,7 @@ type Meter interface {
 	// Usage reports what to bill. complete is false when the body did not end
 	// normally (client gone, upstream reset); the meter then estimates what it
 	// did not observe and marks the result estimated.
-	Usage(complete bool) Usage
+	Usage(complete bool) usage.Report
 }
 
 // Format is one vendor wire format.

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"github.com/modelgateway/gateway/internal/usage"
 	"os"
 	"path/filepath"
 	"slices"
@@ -327,7 +328,7 @@ func TestLedger(t *testing.T) {
 		if _, err := e.st.Admit(ctx, store.Admission{RequestID: id, AccountID: a.Id, Hold: 10}); err != nil {
 			t.Fatal(err)
 		}
-		st := store.Settlement{RequestID: id, AccountID: a.Id, KeyID: "key_1", Model: "m", Input: 7, Output: 3,
+		st := store.Settlement{RequestID: id, AccountID: a.Id, KeyID: "key_1", Priced: "m", Usage: usage.Usage{Input: 7, Output: 3},
 			Cost: int64(i + 1), Status: 200, Endpoint: "primary", StartedAt: start, EndedAt: start}
 		if _, err := e.st.Settle(ctx, st); err != nil {
 			t.Fatal(err)
