@@ -41,6 +41,12 @@ type reply struct {
 	outputTokens int
 	cacheRead    int
 	cacheWrite   int
+	cacheWrite1h int
+	serviceTier  string // "" for the vendor's default
+	audioIn      int
+	audioOut     int
+	reasoning    int // beta: inside completion_tokens, beside outputTokens
+	webSearches  int
 }
 
 // toolCall is a call of a tool the request offered.
@@ -73,9 +79,18 @@ func (rp *reply) text() string {
 func planReply(body []byte, msgs []message, limit int, tool *toolCall, ctl *Controls) *reply {
 	userText, afterTool := lastTurn(msgs)
 	rp := &reply{
-		inputTokens: inputTokens(body),
-		cacheRead:   ctl.CacheReadTokens,
-		cacheWrite:  ctl.CacheWriteTokens,
+		inputTokens:  inputTokens(body),
+		cacheRead:    ctl.CacheReadTokens,
+		cacheWrite:   ctl.CacheWriteTokens,
+		cacheWrite1h: ctl.CacheWrite1hTokens,
+		serviceTier:  ctl.ServiceTier,
+		audioIn:      ctl.AudioInputTokens,
+		audioOut:     ctl.AudioOutputTokens,
+		reasoning:    ctl.ReasoningTokens,
+		webSearches:  ctl.WebSearchRequests,
+	}
+	if ctl.InputTokens > 0 {
+		rp.inputTokens = ctl.InputTokens
 	}
 	if tool != nil && ctl.ToolCall && !afterTool {
 		tool.fragments = fragments(tool.arguments, fragmentBytes)
