@@ -30,7 +30,8 @@ type Config struct {
 	Envoy     Envoy     `yaml:"envoy"`
 	// Catalogue is the price catalogue file, in LiteLLM's
 	// model_prices_and_context_window.json format. Load makes a relative
-	// path relative to the directory of gateway.yaml.
+	// path relative to the directory of gateway.yaml; the GATEWAY_CATALOGUE
+	// environment variable overrides it (the container image sets it).
 	Catalogue string     `yaml:"catalogue"`
 	Upstreams []Upstream `yaml:"upstreams"`
 }
@@ -216,6 +217,9 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // D returns the time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
+// CatalogueEnv names the environment variable that overrides catalogue.
+const CatalogueEnv = "GATEWAY_CATALOGUE"
+
 // Formats known to the gateway.
 const (
 	FormatMessages        = "messages"
@@ -231,6 +235,9 @@ func Load(path string) (*Config, error) {
 	c, err := Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if env := os.Getenv(CatalogueEnv); env != "" {
+		c.Catalogue = env
 	}
 	if !filepath.IsAbs(c.Catalogue) {
 		c.Catalogue = filepath.Join(filepath.Dir(path), c.Catalogue)

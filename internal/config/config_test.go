@@ -109,3 +109,16 @@ func TestCatalogueIsRelativeToTheConfig(t *testing.T) {
 		t.Fatalf("catalogue = %s", c.Catalogue)
 	}
 }
+
+func TestCatalogueEnvOverrides(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "gw.yaml")
+	os.WriteFile(p, []byte(minimal), 0o644)
+	t.Setenv(CatalogueEnv, "/usr/share/gateway/prices.json")
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Catalogue != "/usr/share/gateway/prices.json" {
+		t.Fatalf("catalogue = %s", c.Catalogue)
+	}
+}
