@@ -118,8 +118,9 @@ func TestModelsTable(t *testing.T) {
 		}
 	}
 	// USD per million tokens: input 2, output 7 (override), cache read 0.5,
-	// audio 40 and 80; tiers and the long-context threshold are named.
-	if gpt != "beta fake-gpt-1 100000 2 7 0.5 - - 40 80 - flex,priority >272k override -" {
+	// cache writes at the input price (the catalogue lists none), audio 40 and
+	// 80; tiers and the long-context threshold are named.
+	if gpt != "beta fake-gpt-1 100000 2 7 0.5 2 2 40 80 - flex,priority >272k override -" {
 		t.Errorf("fake-gpt-1 line: %q", gpt)
 	}
 }
@@ -128,6 +129,7 @@ func TestModelsTable(t *testing.T) {
 func TestModelsRefusesBadFiles(t *testing.T) {
 	cmd := modelsCmd()
 	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
 	cmd.SetArgs([]string{"--config", testConfig(t, "      providers: [openai]\n      aliases: {x: no-such-model}\n")})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "aliases[x]") {
 		t.Fatalf("err = %v", err)

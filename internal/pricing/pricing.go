@@ -80,6 +80,10 @@ func (m *Model) Tiers() []string {
 // gives it. A kind without a price at that threshold and tier takes, in
 // order, the tier's price below any threshold, the threshold's standard price,
 // then the standard price. An unknown or unpriced tier is the standard tier.
+//
+// A kind the model has no price for at all is charged as the kind it is a
+// variant of (missingPrice), so that usage is never free by omission; web
+// searches without a listed fee cost nothing.
 func (m *Model) RatesFor(prompt int64, tier string) (r Rates, above int64) {
 	for _, t := range m.Thresholds() {
 		if prompt > t {
@@ -90,14 +94,32 @@ func (m *Model) RatesFor(prompt int64, tier string) (r Rates, above int64) {
 		if !k.Priced {
 			continue
 		}
-		for _, key := range []PriceKey{{k.Name, above, tier}, {k.Name, 0, tier}, {k.Name, above, ""}, {k.Name, 0, ""}} {
-			if p, ok := m.prices[key]; ok {
+		for name := k.Name; name != ""; name = missingPrice[name] {
+			if p, ok := m.price(name, above, tier); ok {
 				k.Set((*usage.Usage)(&r), p)
 				break
 			}
 		}
 	}
 	return r, above
+}
+
+// missingPrice names the kind whose price a kind without one takes.
+var missingPrice = map[string]string{
+	"cache_write_1h": "cache_write_5m",
+	"cache_write_5m": "input",
+	"cache_read":     "input",
+	"audio_input":    "input",
+	"audio_output":   "output",
+}
+
+func (m *Model) price(kind string, above int64, tier string) (int64, bool) {
+	for _, key := range []PriceKey{{kind, above, tier}, {kind, 0, tier}, {kind, above, ""}, {kind, 0, ""}} {
+		if p, ok := m.prices[key]; ok {
+			return p, true
+		}
+	}
+	return 0, false
 }
 
 // Charge is the price of one reply: its cost and the unit prices used, so an

@@ -142,6 +142,24 @@ func TestEveryDimensionIsPriced(t *testing.T) {
 	}
 }
 
+// A kind the catalogue gives no price for is charged as the kind it is a
+// variant of, never free.
+func TestMissingPricesAreNeverFree(t *testing.T) {
+	a, b := defaultTables(t)
+	mini, _ := a.Lookup("fake-claude-1-mini") // input and output prices only
+	r, _ := mini.RatesFor(0, "")
+	if r.CacheRead != 100_000_000 || r.CacheWrite5m != 100_000_000 || r.CacheWrite1h != 100_000_000 ||
+		r.AudioInput != 100_000_000 || r.AudioOutput != 500_000_000 || r.WebSearches != 0 {
+		t.Errorf("fake-claude-1-mini rates %+v", r)
+	}
+	// fake-gpt-1 lists no cache-write prices: they are the input price, at
+	// the tier served.
+	gpt, _ := b.Lookup("fake-gpt-1")
+	if r, _ := gpt.RatesFor(0, "priority"); r.CacheWrite5m != 4_000_000_000 || r.CacheRead != 500_000_000 {
+		t.Errorf("fake-gpt-1 priority rates %+v", r)
+	}
+}
+
 func TestCostRoundsUpOnce(t *testing.T) {
 	// 3 tokens at 2.5e-09 USD is 7.5 nano-USD: charged 8.
 	if got := Cost(usage.Usage{Input: 3}, Rates{Input: 2_500_000}); got != 8 {
