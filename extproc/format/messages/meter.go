@@ -30,10 +30,12 @@ const scratchLimit = 64 << 10
 
 // streamMeter reads the vendor's events:
 //
-//	message_start        message.model and message.usage (input, cache)
+//	message_start        message.model and message.usage (input, cache
+//	                     reads and 5m/1h writes, service tier)
 //	content_block_delta  text, partial_json or thinking: counted for estimates
-//	message_delta        usage.output_tokens, cumulative; newer replies also
-//	                     repeat the input and cache figures here
+//	message_delta        usage.output_tokens, cumulative, and
+//	                     usage.server_tool_use.web_search_requests; newer
+//	                     replies also repeat the input and cache figures here
 //	message_stop         the reply is complete
 //	error                the reply failed part way
 //
