@@ -221,12 +221,21 @@ func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, pri
 		return demoAccount{}, fmt.Errorf("demo token: %w", err)
 	}
 	d := demoAccount{APIKey: key.Secret, ReadOnlyToken: tok.Secret, AccountID: id}
-	// The demo names a served model of each format: the first by name.
+	// The demo names the cheapest served model of each format (by output
+	// price, then name), so that the demo balance goes furthest.
 	first := func(u config.Upstream) string {
-		if ms := prices[u.Name].Models(); len(ms) > 0 {
-			return string(ms[0].Name)
+		var best *pricing.Model
+		var bestOut int64
+		for _, m := range prices[u.Name].Models() {
+			r, _ := m.RatesFor(0, "")
+			if best == nil || r.Output < bestOut {
+				best, bestOut = m, r.Output
+			}
 		}
-		return ""
+		if best == nil {
+			return ""
+		}
+		return string(best.Name)
 	}
 	for _, u := range cfg.Upstreams {
 		if u.Format == config.FormatMessages && d.AlphaModel == "" {
