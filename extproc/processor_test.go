@@ -36,26 +36,41 @@ func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 type rig struct {
 	srv      *Server
 	trips    *roundTrips
+	mr       *miniredis.Miniredis
 	st       *store.Store
 	acct     string
 	key      string
 	upstream *Upstream
 }
 
-func newRig(tb testing.TB) *rig {
+// rigAccount is the account and key a rig creates; the zero value is a
+// well-funded account without limits and an unrestricted key.
+type rigAccount struct {
+	balance int64 // nano-USD; 0 means one million USD
+	limits  store.Limits
+	key     store.KeyOptions
+}
+
+func newRig(tb testing.TB) *rig { return newRigWith(tb, "alpha", rigAccount{}) }
+
+// newRigWith builds a processor serving the named upstream of gateway.yaml.
+func newRigWith(tb testing.TB, upstream string, ra rigAccount) *rig {
 	tb.Helper()
 	mr := miniredis.RunT(tb)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	tb.Cleanup(func() { rdb.Close() })
 	trips := &roundTrips{}
 	rdb.AddHook(trips)
 	st := store.New(rdb, store.Options{})
 	ctx := context.Background()
-	a, err := st.CreateAccount(ctx, "bench", 1_000_000*1_000_000_000, store.Limits{})
+	if ra.balance == 0 {
+		ra.balance = 1_000_000 * 1_000_000_000
+	}
+	a, err := st.CreateAccount(ctx, "test", ra.balance, ra.limits)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	key, _, err := st.CreateKey(ctx, a.ID, store.ModelKey, store.KeyOptions{})
+	key, _, err := st.CreateKey(ctx, a.ID, store.ModelKey, ra.key)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -63,10 +78,26 @@ func newRig(tb testing.TB) *rig {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	u, _ := cfg.Upstream("alpha")
-	// The pricing package's made-up catalogue, so that this test needs no
-	// download; the request's model is an alias of one of its entries.
-	u.Models.Aliases = map[string]string{"claude-sonnet-4-5": "fake-claude-1"}
+	u, _ := cfg.Upstream(upstream)
+	r, err := NewUpstream(*u, "vendor-key", testPrices(tb, u))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := NewServer(Options{Upstreams: []*Upstream{r}, Keys: auth.NewCache(st, 0), Accounts: st, MaxRequestBytes: 32 << 20,
+		Logger: slog.New(slog.DiscardHandler)})
+	return &rig{srv: srv, trips: trips, mr: mr, st: st, acct: a.ID, key: key, upstream: r}
+}
+
+// testPrices prices an upstream from the pricing package's made-up
+// catalogue, so that these tests need no download; the models they send are
+// aliases of its entries.
+func testPrices(tb testing.TB, u *config.Upstream) *pricing.Table {
+	tb.Helper()
+	aliases := map[string]map[string]string{
+		"alpha": {"claude-sonnet-4-5": "fake-claude-1", "claude-haiku-4-5": "fake-claude-1-mini"},
+		"beta":  {"gpt-4o-mini": "fake-gpt-1", "o4-mini": "fake-gpt-nolimit"},
+	}
+	u.Models.Aliases = aliases[u.Name]
 	cat, err := pricing.LoadCatalogue("../internal/pricing/testdata/catalogue.json", u.Models.Providers)
 	if err != nil {
 		tb.Fatal(err)
@@ -75,13 +106,7 @@ func newRig(tb testing.TB) *rig {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r, err := NewUpstream(*u, "vendor-key", prices)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := NewServer(Options{Upstreams: []*Upstream{r}, Keys: auth.NewCache(st, 0), Accounts: st, MaxRequestBytes: 32 << 20,
-		Logger: slog.New(slog.DiscardHandler)})
-	return &rig{srv: srv, trips: trips, st: st, acct: a.ID, key: key, upstream: r}
+	return prices
 }
 
 func headers(kv ...string) *extprocv3.HttpHeaders {

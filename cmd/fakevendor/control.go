@@ -46,8 +46,6 @@ type Controls struct {
 	// inside prompt_tokens and completion_tokens.
 	AudioInputTokens  int `json:"audio_input_tokens"`
 	AudioOutputTokens int `json:"audio_output_tokens"`
-	// ReasoningTokens are reported inside completion_tokens (beta).
-	ReasoningTokens int `json:"reasoning_tokens"`
 	// WebSearchRequests are reported as server-side web searches (alpha).
 	WebSearchRequests int `json:"web_search_requests"`
 	// ReplyWords is the length of text replies; 0 means defaultReplyWords.
@@ -58,6 +56,10 @@ type Controls struct {
 	// RetryAfter is sent as the retry-after header of forced 429, 503 and
 	// 529 answers when not empty.
 	RetryAfter string `json:"retry_after"`
+	// ReasoningTokens makes beta a reasoning model: each reply reports that
+	// many reasoning tokens, which its text does not show, in
+	// completion_tokens and completion_tokens_details.reasoning_tokens.
+	ReasoningTokens int `json:"reasoning_tokens"`
 }
 
 // replyWords returns the effective reply length.
@@ -84,11 +86,11 @@ type controlUpdate struct {
 	ServiceTier      *string `json:"service_tier"`
 	AudioInput       *int    `json:"audio_input_tokens"`
 	AudioOutput      *int    `json:"audio_output_tokens"`
-	Reasoning        *int    `json:"reasoning_tokens"`
 	WebSearches      *int    `json:"web_search_requests"`
 	ReplyWords       *int    `json:"reply_words"`
 	AbortAfterEvents *int    `json:"abort_after_events"`
 	RetryAfter       *string `json:"retry_after"`
+	ReasoningTokens  *int    `json:"reasoning_tokens"`
 }
 
 func (u *controlUpdate) validate() error {
@@ -104,7 +106,7 @@ func (u *controlUpdate) validate() error {
 		"reply_words": u.ReplyWords, "abort_after_events": u.AbortAfterEvents,
 		"cache_write_1h_tokens": u.CacheWrite1h, "input_tokens": u.InputTokens,
 		"audio_input_tokens": u.AudioInput, "audio_output_tokens": u.AudioOutput,
-		"reasoning_tokens": u.Reasoning, "web_search_requests": u.WebSearches,
+		"reasoning_tokens": u.ReasoningTokens, "web_search_requests": u.WebSearches,
 	} {
 		if p != nil && *p < 0 {
 			return fmt.Errorf("%s must not be negative", name)
@@ -130,12 +132,12 @@ func (u *controlUpdate) apply(c *Controls) {
 	set(&c.InputTokens, u.InputTokens)
 	set(&c.AudioInputTokens, u.AudioInput)
 	set(&c.AudioOutputTokens, u.AudioOutput)
-	set(&c.ReasoningTokens, u.Reasoning)
 	set(&c.WebSearchRequests, u.WebSearches)
 	if u.ServiceTier != nil {
 		c.ServiceTier = *u.ServiceTier
 	}
 	set(&c.AbortAfterEvents, u.AbortAfterEvents)
+	set(&c.ReasoningTokens, u.ReasoningTokens)
 	if u.ToolCall != nil {
 		c.ToolCall = *u.ToolCall
 	}

@@ -37,16 +37,16 @@ type reply struct {
 	truncated bool     // the token limit cut the text short
 	tool      *toolCall
 
-	inputTokens  int
-	outputTokens int
-	cacheRead    int
-	cacheWrite   int
-	cacheWrite1h int
-	serviceTier  string // "" for the vendor's default
-	audioIn      int
-	audioOut     int
-	reasoning    int // beta: inside completion_tokens, beside outputTokens
-	webSearches  int
+	inputTokens     int
+	outputTokens    int // visible output: words or argument fragments
+	reasoningTokens int // beta only: thought, never shown, billed as output
+	cacheRead       int
+	cacheWrite      int
+	cacheWrite1h    int
+	serviceTier     string // "" for the vendor's default
+	audioIn         int    // beta: inside prompt_tokens
+	audioOut        int    // beta: inside completion_tokens
+	webSearches     int    // alpha: server-side web searches
 }
 
 // toolCall is a call of a tool the request offered.
@@ -79,15 +79,15 @@ func (rp *reply) text() string {
 func planReply(body []byte, msgs []message, limit int, tool *toolCall, ctl *Controls) *reply {
 	userText, afterTool := lastTurn(msgs)
 	rp := &reply{
-		inputTokens:  inputTokens(body),
-		cacheRead:    ctl.CacheReadTokens,
-		cacheWrite:   ctl.CacheWriteTokens,
-		cacheWrite1h: ctl.CacheWrite1hTokens,
-		serviceTier:  ctl.ServiceTier,
-		audioIn:      ctl.AudioInputTokens,
-		audioOut:     ctl.AudioOutputTokens,
-		reasoning:    ctl.ReasoningTokens,
-		webSearches:  ctl.WebSearchRequests,
+		inputTokens:     inputTokens(body),
+		reasoningTokens: ctl.ReasoningTokens,
+		cacheRead:       ctl.CacheReadTokens,
+		cacheWrite:      ctl.CacheWriteTokens,
+		cacheWrite1h:    ctl.CacheWrite1hTokens,
+		serviceTier:     ctl.ServiceTier,
+		audioIn:         ctl.AudioInputTokens,
+		audioOut:        ctl.AudioOutputTokens,
+		webSearches:     ctl.WebSearchRequests,
 	}
 	if ctl.InputTokens > 0 {
 		rp.inputTokens = ctl.InputTokens

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -137,9 +138,9 @@ func expectedNano(t *testing.T, e map[string]any, u billed) int64 {
 	return n.Int64()
 }
 
-// post sends one request and returns the status and the body; safe from any
+// postBody sends one request and returns the status and the body; safe from any
 // goroutine.
-func post(ctx context.Context, url string, header map[string]string, body []byte) (int, []byte, error) {
+func postBody(ctx context.Context, url string, header map[string]string, body []byte) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
@@ -282,7 +283,7 @@ func betaBilled(body []byte, stream, search bool) (billed, string, int64, error)
 // long-context threshold, and compares each ledger entry's cost with the
 // catalogue's price of the reported usage, to the nano-USD.
 func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	alpha := catalogueModels(t, s.Config.Catalogue, "anthropic")
 	beta := catalogueModels(t, s.Config.Catalogue, "openai")
 	if alpha["claude-opus-4-8"] == nil || beta["gpt-5.4-nano"] == nil || len(alpha) < 10 || len(beta) < 50 {
@@ -357,7 +358,7 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 							}
 							body = []byte(fmt.Sprintf(`{"model":%q,"max_tokens":256,"stream":%t%s,"messages":[{"role":"user","content":"What does it cost?"}]}`, j.model, streamed, extra))
 						}
-						code, reply, err := post(ctx, s.URL+path, header, body)
+						code, reply, err := postBody(ctx, s.URL+path, header, body)
 						if err != nil || code != 200 {
 							t.Errorf("%s %s %s stream=%v: %d %v %s", ph.name, j.route, j.model, streamed, code, err, reply)
 							continue
@@ -428,7 +429,7 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 // older model's, decides; a name that merely starts with a listed one is
 // unknown on both routes.
 func TestLongOutputRequestAndNoPrefixMatching(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(1000, noLimits)
 	prompt := strings.Repeat("Read the repository and explain it. ", 60<<10/36)
 	tools := `[{"name":"read_file","description":"Read a file","input_schema":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}]`

@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
 
 // A SIGHUP to the sidecar makes a changed gateway.yaml's prices current
@@ -21,7 +22,7 @@ import (
 // started with; a bad file is refused with a log line and prices stay.
 func TestPriceReloadOnSIGHUP(t *testing.T) {
 	price := func(usd float64) config.Price { return config.Price{Input: &usd, Output: &usd} }
-	s := launch.Start(t, launch.Options{Configure: func(c *config.Config) {
+	s := launchtest.Start(t, launch.Options{Configure: func(c *config.Config) {
 		for i := range c.Upstreams {
 			if c.Upstreams[i].Name == "alpha" {
 				c.Upstreams[i].Models.Overrides = map[string]config.Price{alphaModel: price(1)}
