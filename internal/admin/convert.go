@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
@@ -72,6 +73,13 @@ func keyToProto(k store.Key, now time.Time) *adminv1.Key {
 }
 
 func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
+	quantities, prices := map[string]int64{}, map[string]int64{}
+	for _, k := range usage.Kinds {
+		quantities[k.Name] = k.Of(e.Usage)
+		if k.Priced {
+			prices[k.Name] = k.Of(e.Rates)
+		}
+	}
 	return &adminv1.LedgerEntry{
 		Id:               e.ID,
 		RequestId:        e.RequestID,
@@ -88,6 +96,14 @@ func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
 		Stream:           e.Stream,
 		StartTime:        timestamp(e.StartedAt),
 		EndTime:          timestamp(e.EndedAt),
+
+		ModelRequested:          string(e.Requested),
+		ModelReported:           string(e.Reported),
+		Usage:                   quantities,
+		PricesNanoUsdPerMillion: prices,
+		ServiceTier:             e.ServiceTier,
+		LongContextThreshold:    e.LongContext,
+		FallbackPrice:           e.Fallback,
 	}
 }
 
