@@ -16,6 +16,7 @@ import (
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // internalHeaderPrefix marks headers that only the gateway may set; a
@@ -37,7 +38,7 @@ type exchange struct {
 	started   time.Time
 	req       format.Request
 	body      []byte
-	price     pricing.Price
+	price     *pricing.Model // looked up once: a reload does not change a request's prices
 	admitted  bool
 	settled   bool
 
@@ -201,12 +202,17 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	if !ok {
 		return x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on this gateway", 0)
 	}
-	if len(x.key.Models) > 0 && !allowed(x.key.Models, req.Model, price.Model) {
+	if len(x.key.Models) > 0 && !allowed(x.key.Models, req.Model, string(price.Name)) {
 		return x.reject(format.PermissionDenied, "this key may not use model "+strconv.Quote(req.Model), 0)
 	}
+	// Without max_tokens the hold assumes the model's maximum output, or
+	// defaultHoldOutput when the catalogue does not give one.
 	maxOut := price.MaxOutput
+	if maxOut == 0 {
+		maxOut = defaultHoldOutput
+	}
 	if req.HasMaxTokens {
-		if req.MaxTokens > price.MaxOutput {
+		if price.MaxOutput > 0 && req.MaxTokens > price.MaxOutput {
 			return x.reject(format.InvalidRequest, "max_tokens: "+strconv.FormatInt(req.MaxTokens, 10)+
 				" is more than the model's maximum output of "+strconv.FormatInt(price.MaxOutput, 10)+" tokens", 0)
 		}
@@ -244,6 +250,10 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		RequestBody: &extprocv3.BodyResponse{Response: x.editBody(body, req.Edit)},
 	}}
 }
+
+// defaultHoldOutput is the output a request without max_tokens is held for
+// when the catalogue gives no maximum output for its model.
+const defaultHoldOutput = 128_000
 
 // editBody makes a request body edit. Envoy keeps the client's
 // content-length when the body is buffered and refuses a body that
@@ -349,7 +359,9 @@ func (x *exchange) settle(complete bool) {
 		RequestID: x.requestID,
 		AccountID: x.key.AccountID,
 		KeyID:     x.key.ID,
-		Model:     x.req.Model,
+		Requested: usage.RequestedModel(x.req.Model),
+		Priced:    x.price.Name,
+		Fallback:  x.price.Fallback(),
 		Status:    x.status,
 		Endpoint:  x.endpoint,
 		Stream:    x.req.Stream,
@@ -360,10 +372,11 @@ func (x *exchange) settle(complete bool) {
 		st.Status = 499 // the client went away before the vendor answered
 	}
 	if x.meter != nil && x.status >= 200 && x.status <= 299 {
-		u := x.meter.Usage(complete)
-		st.Input, st.Output, st.CacheWrite, st.CacheRead = u.Input, u.Output, u.CacheWrite, u.CacheRead
-		st.Estimated = u.Estimated // the meter knows whether the vendor's final figures arrived
-		st.Cost = x.price.Cost(pricing.Tokens{Input: u.Input, Output: u.Output, CacheWrite: u.CacheWrite, CacheRead: u.CacheRead})
+		r := x.meter.Usage(complete)
+		c := x.price.Price(r.Usage, r.ServiceTier)
+		st.Usage, st.Reported = r.Usage, r.Model
+		st.Estimated = r.Estimated // the meter knows whether the vendor's final figures arrived
+		st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), x.s.settleT)
 	defer cancel()
@@ -374,12 +387,11 @@ func (x *exchange) settle(complete bool) {
 		x.s.metrics.storeErrors.WithLabelValues("settle").Inc()
 		x.s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
 	}
-	x.s.metrics.observe(x.upstream.Name, x.price.Model, st)
+	x.s.metrics.observe(x.upstream.Name, string(st.Priced), st)
 	x.s.log.Info("request",
 		"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
-		"upstream", x.upstream.Name, "endpoint", st.Endpoint, "model", st.Model, "status", st.Status,
-		"stream", st.Stream, "input", st.Input, "output", st.Output,
-		"cache_write", st.CacheWrite, "cache_read", st.CacheRead,
+		"upstream", x.upstream.Name, "endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
+		"stream", st.Stream, "usage", st.Usage, "service_tier", st.ServiceTier,
 		"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated,
 		"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
 }

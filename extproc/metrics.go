@@ -6,6 +6,7 @@ import (
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // Metrics are the processor's Prometheus series.
@@ -29,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gateway_requests_total", Help: "Metered requests settled, by upstream, model, status and endpoint.",
 		}, []string{"upstream", "model", "status", "endpoint"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_tokens_total", Help: "Tokens billed, by upstream, model and kind (input, output, cache_write, cache_read).",
+			Name: "gateway_tokens_total", Help: "Usage billed, by upstream, model and kind (the usage kinds: input, output, cache_read, cache_write_5m, cache_write_1h, audio_input, audio_output, reasoning (inside output), web_searches).",
 		}, []string{"upstream", "model", "kind"}),
 		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_cost_usd_total", Help: "Cost billed in USD, by upstream and model.",
@@ -70,12 +71,9 @@ func (m *Metrics) observe(upstream, model string, st store.Settlement) {
 	if st.Status < 200 || st.Status > 299 {
 		return
 	}
-	for _, t := range [...]struct {
-		kind string
-		n    int64
-	}{{"input", st.Input}, {"output", st.Output}, {"cache_write", st.CacheWrite}, {"cache_read", st.CacheRead}} {
-		if t.n > 0 {
-			m.tokens.WithLabelValues(upstream, model, t.kind).Add(float64(t.n))
+	for _, k := range usage.Kinds {
+		if n := k.Of(st.Usage); n > 0 {
+			m.tokens.WithLabelValues(upstream, model, k.Name).Add(float64(n))
 		}
 	}
 	m.cost.WithLabelValues(upstream, model).Add(pricing.USD(st.Cost))

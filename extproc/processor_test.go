@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -78,13 +79,34 @@ func newRigWith(tb testing.TB, upstream string, ra rigAccount) *rig {
 		tb.Fatal(err)
 	}
 	u, _ := cfg.Upstream(upstream)
-	r, err := NewUpstream(*u)
+	r, err := NewUpstream(*u, testPrices(tb, u))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	srv := NewServer(Options{Upstreams: []*Upstream{r}, Keys: auth.NewCache(st, 0), Accounts: st, MaxRequestBytes: 32 << 20,
 		Logger: slog.New(slog.DiscardHandler)})
 	return &rig{srv: srv, trips: trips, mr: mr, st: st, acct: a.ID, key: key, upstream: r}
+}
+
+// testPrices prices an upstream from the pricing package's made-up
+// catalogue, so that these tests need no download; the models they send are
+// aliases of its entries.
+func testPrices(tb testing.TB, u *config.Upstream) *pricing.Table {
+	tb.Helper()
+	aliases := map[string]map[string]string{
+		"alpha": {"claude-sonnet-4-5": "fake-claude-1", "claude-haiku-4-5": "fake-claude-1-mini"},
+		"beta":  {"gpt-4o-mini": "fake-gpt-1", "o4-mini": "fake-gpt-nolimit"},
+	}
+	u.Models.Aliases = aliases[u.Name]
+	cat, err := pricing.LoadCatalogue("../internal/pricing/testdata/catalogue.json", u.Models.Providers)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	prices, err := pricing.NewTable(cat, u.Models)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return prices
 }
 
 func headers(kv ...string) *extprocv3.HttpHeaders {
@@ -155,7 +177,7 @@ func TestRoundTripsPerRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Totals.Requests != n+1 || rep.Totals.Input != 12*(n+1) || rep.Totals.Output != 2*(n+1) {
+	if rep.Totals.Requests != n+1 || rep.Totals.Usage.Input != 12*(n+1) || rep.Totals.Usage.Output != 2*(n+1) {
 		t.Fatalf("usage %+v", rep.Totals)
 	}
 }
@@ -236,10 +258,10 @@ func TestDisconnectEstimatesOnlyWhatWasNotReported(t *testing.T) {
 	if err != nil || len(entries) != 2 {
 		t.Fatalf("ledger %+v, %v", entries, err)
 	}
-	if e := entries[0]; e.Estimated || e.Input != 12 || e.Output != 2 {
+	if e := entries[0]; e.Estimated || e.Usage.Input != 12 || e.Usage.Output != 2 || e.Requested != "claude-sonnet-4-5" || e.Priced != "fake-claude-1" || e.Reported != "claude-sonnet-4-5" || e.Rates.Input != 1_000_000_000 {
 		t.Fatalf("full reply then disconnect: %+v; want the vendor's figures, not estimated", e)
 	}
-	if e := entries[1]; !e.Estimated || e.Input != 12 {
+	if e := entries[1]; !e.Estimated || e.Usage.Input != 12 {
 		t.Fatalf("cut reply: %+v; want an estimate", e)
 	}
 }

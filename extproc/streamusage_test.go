@@ -38,7 +38,7 @@ func betaRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	u, _ := cfg.Upstream("beta")
-	up, err := NewUpstream(*u)
+	up, err := NewUpstream(*u, testPrices(t, u))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestStreamWithoutUsageIsBilledExactly(t *testing.T) {
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("ledger %+v, %v", entries, err)
 	}
-	if e := entries[0]; e.Estimated || e.Input != 20 || e.Output != 305 {
+	if e := entries[0]; e.Estimated || e.Usage.Input != 20 || e.Usage.Output != 305 || e.Usage.Reasoning != 300 {
 		t.Fatalf("ledger entry %+v; want the vendor's 20 in, 305 out (300 reasoning), not estimated", e)
 	}
 }

@@ -16,6 +16,7 @@ import (
 type Upstream struct {
 	Name   string
 	Format format.Format
+	// Prices finds a model's prices; its contents are replaced on reload.
 	Prices *pricing.Table
 	// MeteredPath is the one POST path that is billed, after the prefix.
 	MeteredPath string
@@ -46,10 +47,14 @@ var vendorQuery = map[string]map[string][]string{
 
 // NewUpstream builds the processor's view of one configured upstream. The
 // vendor's credential is not part of it: Envoy injects it.
-func NewUpstream(u config.Upstream) (*Upstream, error) {
+// prices is the upstream's price table.
+func NewUpstream(u config.Upstream, prices *pricing.Table) (*Upstream, error) {
+	if prices == nil {
+		return nil, fmt.Errorf("upstream %s: no price table", u.Name)
+	}
 	r := &Upstream{
 		Name:      u.Name,
-		Prices:    pricing.NewTable(u.Models),
+		Prices:    prices,
 		freePaths: make(map[string]bool),
 		prefix:    "/" + u.Name + "/",
 	}

@@ -4,13 +4,14 @@ import (
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/pricing"
 )
 
 func TestFreePaths(t *testing.T) {
 	r, err := NewUpstream(config.Upstream{
 		Name: "alpha", Format: config.FormatMessages,
 		FreePaths: []string{"GET /v1/models", "GET /v1/models/*", "POST /v1/messages/count_tokens"},
-	})
+	}, &pricing.Table{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,8 +31,8 @@ func TestFreePaths(t *testing.T) {
 }
 
 func TestForwardQuery(t *testing.T) {
-	alpha, _ := NewUpstream(config.Upstream{Name: "alpha", Format: config.FormatMessages})
-	beta, _ := NewUpstream(config.Upstream{Name: "beta", Format: config.FormatChatCompletions})
+	alpha, _ := NewUpstream(config.Upstream{Name: "alpha", Format: config.FormatMessages}, &pricing.Table{})
+	beta, _ := NewUpstream(config.Upstream{Name: "beta", Format: config.FormatChatCompletions}, &pricing.Table{})
 	for _, tc := range []struct {
 		u          *Upstream
 		sub, query string

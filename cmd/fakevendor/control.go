@@ -32,6 +32,22 @@ type Controls struct {
 	// usage.
 	CacheReadTokens  int `json:"cache_read_tokens"`
 	CacheWriteTokens int `json:"cache_write_tokens"`
+	// CacheWrite1hTokens are reported as 1-hour cache writes (alpha), beside
+	// CacheWriteTokens, the 5-minute ones.
+	CacheWrite1hTokens int `json:"cache_write_1h_tokens"`
+	// InputTokens, when not 0, is reported as the uncached input instead of
+	// the fake's count of the body: a prompt above a long-context threshold
+	// without sending one.
+	InputTokens int `json:"input_tokens"`
+	// ServiceTier is reported as the tier that served the reply; empty
+	// reports the default ("standard" for alpha, "default" for beta).
+	ServiceTier string `json:"service_tier"`
+	// AudioInputTokens and AudioOutputTokens are reported as audio (beta),
+	// inside prompt_tokens and completion_tokens.
+	AudioInputTokens  int `json:"audio_input_tokens"`
+	AudioOutputTokens int `json:"audio_output_tokens"`
+	// WebSearchRequests are reported as server-side web searches (alpha).
+	WebSearchRequests int `json:"web_search_requests"`
 	// ReplyWords is the length of text replies; 0 means defaultReplyWords.
 	ReplyWords int `json:"reply_words"`
 	// AbortAfterEvents, when not 0, resets the connection after that many
@@ -65,6 +81,12 @@ type controlUpdate struct {
 	ToolCall         *bool   `json:"tool_call"`
 	CacheReadTokens  *int    `json:"cache_read_tokens"`
 	CacheWriteTokens *int    `json:"cache_write_tokens"`
+	CacheWrite1h     *int    `json:"cache_write_1h_tokens"`
+	InputTokens      *int    `json:"input_tokens"`
+	ServiceTier      *string `json:"service_tier"`
+	AudioInput       *int    `json:"audio_input_tokens"`
+	AudioOutput      *int    `json:"audio_output_tokens"`
+	WebSearches      *int    `json:"web_search_requests"`
 	ReplyWords       *int    `json:"reply_words"`
 	AbortAfterEvents *int    `json:"abort_after_events"`
 	RetryAfter       *string `json:"retry_after"`
@@ -82,7 +104,9 @@ func (u *controlUpdate) validate() error {
 		"status_count": u.StatusCount, "latency_ms": u.LatencyMS, "event_delay_ms": u.EventDelayMS,
 		"cache_read_tokens": u.CacheReadTokens, "cache_write_tokens": u.CacheWriteTokens,
 		"reply_words": u.ReplyWords, "abort_after_events": u.AbortAfterEvents,
-		"reasoning_tokens": u.ReasoningTokens,
+		"cache_write_1h_tokens": u.CacheWrite1h, "input_tokens": u.InputTokens,
+		"audio_input_tokens": u.AudioInput, "audio_output_tokens": u.AudioOutput,
+		"reasoning_tokens": u.ReasoningTokens, "web_search_requests": u.WebSearches,
 	} {
 		if p != nil && *p < 0 {
 			return fmt.Errorf("%s must not be negative", name)
@@ -104,6 +128,14 @@ func (u *controlUpdate) apply(c *Controls) {
 	set(&c.CacheReadTokens, u.CacheReadTokens)
 	set(&c.CacheWriteTokens, u.CacheWriteTokens)
 	set(&c.ReplyWords, u.ReplyWords)
+	set(&c.CacheWrite1hTokens, u.CacheWrite1h)
+	set(&c.InputTokens, u.InputTokens)
+	set(&c.AudioInputTokens, u.AudioInput)
+	set(&c.AudioOutputTokens, u.AudioOutput)
+	set(&c.WebSearchRequests, u.WebSearches)
+	if u.ServiceTier != nil {
+		c.ServiceTier = *u.ServiceTier
+	}
 	set(&c.AbortAfterEvents, u.AbortAfterEvents)
 	set(&c.ReasoningTokens, u.ReasoningTokens)
 	if u.ToolCall != nil {

@@ -139,6 +139,7 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		defer cancel()
 		sc.Shutdown(sctx)
 	}()
+	reloadOnHangup(ctx, sc, cfgPath, log)
 
 	envoyBin, err := launch.FindEnvoy()
 	if err != nil {
@@ -152,7 +153,7 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 	}
 	children = append(children, ec)
 
-	demo, err := createDemo(ctx, sc.Admin, cfg, demoUSD)
+	demo, err := createDemo(ctx, sc.Admin, cfg, sc.Prices, demoUSD)
 	if err != nil {
 		return err
 	}
@@ -182,7 +183,7 @@ type demoAccount struct {
 // createDemo makes the demo account through the admin API, in process, so
 // that it is validated and audited like any other; its limits are the
 // configured defaults.
-func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, usd float64) (demoAccount, error) {
+func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, prices pricing.Book, usd float64) (demoAccount, error) {
 	ctx = admin.WithActor(ctx, "gateway-run")
 	acct, err := svc.CreateAccount(ctx, &adminv1.CreateAccountRequest{Name: "demo", BalanceNanoUsd: pricing.NanoUSD(usd)})
 	if err != nil {
@@ -198,12 +199,28 @@ func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, usd
 		return demoAccount{}, fmt.Errorf("demo token: %w", err)
 	}
 	d := demoAccount{APIKey: key.Secret, ReadOnlyToken: tok.Secret, AccountID: id}
+	// The demo names the cheapest served model of each format (by output
+	// price, then name), so that the demo balance goes furthest.
+	first := func(u config.Upstream) string {
+		var best *pricing.Model
+		var bestOut int64
+		for _, m := range prices[u.Name].Models() {
+			r, _ := m.RatesFor(0, "")
+			if best == nil || r.Output < bestOut {
+				best, bestOut = m, r.Output
+			}
+		}
+		if best == nil {
+			return ""
+		}
+		return string(best.Name)
+	}
 	for _, u := range cfg.Upstreams {
 		if u.Format == config.FormatMessages && d.AlphaModel == "" {
-			d.AlphaModel = u.Models[0].Name
+			d.AlphaModel = first(u)
 		}
 		if u.Format == config.FormatChatCompletions && d.BetaModel == "" {
-			d.BetaModel = u.Models[0].Name
+			d.BetaModel = first(u)
 		}
 	}
 	return d, nil

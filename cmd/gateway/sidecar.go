@@ -30,6 +30,7 @@ import (
 	"github.com/modelgateway/gateway/internal/control"
 	"github.com/modelgateway/gateway/internal/endpoints"
 	"github.com/modelgateway/gateway/internal/mtls"
+	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/spool"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -52,6 +53,39 @@ type sidecar struct {
 	AdminAddr   net.Addr       // nil when the admin API is not served
 	Admin       *admin.Service // the admin API in process, served or not
 	Store       *store.Store
+	// Prices are the upstreams' price tables, replaced in place by
+	// ReloadPrices.
+	Prices pricing.Book
+}
+
+// ReloadPrices reads gateway.yaml and the catalogue it names again and makes
+// their prices current for every upstream at once. Requests already admitted
+// keep the prices they were admitted with. A file that does not load, or
+// that adds or removes an upstream (which needs a restart), changes nothing.
+func (s *sidecar) ReloadPrices(cfgPath string) error {
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return err
+	}
+	book, err := pricing.NewBook(cfg)
+	if err != nil {
+		return err
+	}
+	if len(book) != len(s.Prices) {
+		return fmt.Errorf("%s: upstreams changed; restart to add or remove one", cfgPath)
+	}
+	for name := range s.Prices {
+		if book[name] == nil {
+			return fmt.Errorf("%s: upstream %s is gone; restart to add or remove one", cfgPath, name)
+		}
+	}
+	n := 0
+	for name, t := range s.Prices {
+		t.Replace(book[name])
+		n += len(book[name].Models())
+	}
+	s.log.Info("prices reloaded", "config", cfgPath, "catalogue", cfg.Catalogue, "models", n)
+	return nil
 }
 
 // sidecarOptions carry what differs between `serve` and `run`.
@@ -95,9 +129,13 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := extproc.NewMetrics(reg)
 
+	prices, err := pricing.NewBook(c)
+	if err != nil {
+		return nil, err
+	}
 	var vendorRoutes []*extproc.Upstream
 	for _, u := range c.Upstreams {
-		r, err := extproc.NewUpstream(u)
+		r, err := extproc.NewUpstream(u, prices[u.Name])
 		if err != nil {
 			return nil, err
 		}
@@ -118,7 +156,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	}
 	watcher := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
 
-	s := &sidecar{log: o.Logger, Store: st, ledger: ledger}
+	s := &sidecar{log: o.Logger, Store: st, ledger: ledger, Prices: prices}
 	var watchCtx context.Context
 	watchCtx, s.stopWatch = context.WithCancel(context.Background())
 	go watcher.Run(watchCtx, time.Second)

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"github.com/modelgateway/gateway/internal/usage"
 	"os"
 	"path/filepath"
 	"slices"
@@ -327,7 +328,9 @@ func TestLedger(t *testing.T) {
 		if _, err := e.st.Admit(ctx, store.Admission{RequestID: id, AccountID: a.Id, Hold: 10}); err != nil {
 			t.Fatal(err)
 		}
-		st := store.Settlement{RequestID: id, AccountID: a.Id, KeyID: "key_1", Model: "m", Input: 7, Output: 3,
+		st := store.Settlement{RequestID: id, AccountID: a.Id, KeyID: "key_1", Requested: "m-20250101", Priced: "m", Reported: "m-x",
+			Usage: usage.Usage{Input: 7, Output: 3, CacheWrite5m: 2, CacheWrite1h: 5, Reasoning: 1}, Rates: usage.Usage{Input: 3000, CacheWrite1h: 6000},
+			ServiceTier: "priority", LongContext: 200_000, Fallback: true,
 			Cost: int64(i + 1), Status: 200, Endpoint: "primary", StartedAt: start, EndedAt: start}
 		if _, err := e.st.Settle(ctx, st); err != nil {
 			t.Fatal(err)
@@ -351,6 +354,13 @@ func TestLedger(t *testing.T) {
 	if len(got) != 3 || got[0].RequestId != "req0" || got[2].CostNanoUsd != 3 || got[1].InputTokens != 7 ||
 		got[1].Status != 200 || got[1].Endpoint != "primary" || !got[1].StartTime.AsTime().Equal(start) {
 		t.Fatalf("ledger: %v", got)
+	}
+	// Every quantity and unit price, for an invoice line.
+	if e := got[1]; e.Model != "m" || e.ModelRequested != "m-20250101" || e.ModelReported != "m-x" || e.CacheWriteTokens != 7 ||
+		e.Usage["cache_write_1h"] != 5 || e.Usage["reasoning"] != 1 || e.Usage["web_searches"] != 0 || len(e.Usage) != len(usage.Kinds) ||
+		e.PricesNanoUsdPerMillion["cache_write_1h"] != 6000 || e.PricesNanoUsdPerMillion["input"] != 3000 ||
+		e.ServiceTier != "priority" || e.LongContextThreshold != 200_000 || !e.FallbackPrice {
+		t.Fatalf("ledger entry: %v", e)
 	}
 	_, err := e.client.ListLedger(e.ctx, &adminv1.ListLedgerRequest{AccountId: a.Id, PageToken: "garbage"})
 	wantCode(t, err, codes.InvalidArgument)

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -22,11 +23,16 @@ import (
 // Config is the whole of gateway.yaml.
 type Config struct {
 	// Region is the region code of this node, reported by GET /health.
-	Region    string     `yaml:"region"`
-	Listeners Listeners  `yaml:"listeners"`
-	Store     Store      `yaml:"store"`
-	Limits    Limits     `yaml:"limits"`
-	Envoy     Envoy      `yaml:"envoy"`
+	Region    string    `yaml:"region"`
+	Listeners Listeners `yaml:"listeners"`
+	Store     Store     `yaml:"store"`
+	Limits    Limits    `yaml:"limits"`
+	Envoy     Envoy     `yaml:"envoy"`
+	// Catalogue is the price catalogue file, in LiteLLM's
+	// model_prices_and_context_window.json format. Load makes a relative
+	// path relative to the directory of gateway.yaml; the GATEWAY_CATALOGUE
+	// environment variable overrides it (the container image sets it).
+	Catalogue string     `yaml:"catalogue"`
 	Upstreams []Upstream `yaml:"upstreams"`
 }
 
@@ -138,7 +144,7 @@ type Upstream struct {
 	Reserve     Endpoint    `yaml:"reserve"`
 	HealthCheck HealthCheck `yaml:"health_check"`
 	Failover    Failover    `yaml:"failover"`
-	Models      []Model     `yaml:"models"`
+	Models      Models      `yaml:"models"`
 }
 
 // Endpoint is one address of an upstream.
@@ -174,16 +180,76 @@ type Failover struct {
 	PerTryIdleTimeout Duration `yaml:"per_try_idle_timeout"`
 }
 
-// Model is a priced model. Prices are USD per million tokens.
-type Model struct {
-	Name       string   `yaml:"name"`
-	Aliases    []string `yaml:"aliases"`
-	Input      float64  `yaml:"input"`
-	Output     float64  `yaml:"output"`
-	CacheWrite float64  `yaml:"cache_write"`
-	CacheRead  float64  `yaml:"cache_read"`
-	// MaxOutput bounds the reply when the request sets no max_tokens.
+// Models says which models an upstream serves and at what price: the
+// catalogue's chat models of the given providers, with the operator's
+// aliases and overrides.
+type Models struct {
+	// Providers are catalogue litellm_provider values ("anthropic", "openai");
+	// their entries of mode "chat" are served.
+	Providers []string `yaml:"providers"`
+	// Aliases map an extra name to a served model.
+	Aliases map[string]string `yaml:"aliases"`
+	// Overrides replace catalogue prices (contract prices) or add a model the
+	// catalogue lacks, by model name.
+	Overrides map[string]Price `yaml:"overrides"`
+	// UnknownModel is "reject" (the default: 400 naming the model) or
+	// "fallback" (price it with Fallback and mark the ledger entry).
+	UnknownModel string `yaml:"unknown_model"`
+	Fallback     *Price `yaml:"fallback"`
+}
+
+// Unknown-model policies.
+const (
+	UnknownReject   = "reject"
+	UnknownFallback = "fallback"
+)
+
+// Price is an operator's price. Token prices are USD per million tokens;
+// WebSearch is USD per search. A price that is set replaces the catalogue's
+// figure for that kind at every service tier and prompt length (a contract
+// price is flat); an unset one keeps the catalogue's.
+type Price struct {
+	Input        *float64 `yaml:"input"`
+	Output       *float64 `yaml:"output"`
+	CacheRead    *float64 `yaml:"cache_read"`
+	CacheWrite5m *float64 `yaml:"cache_write_5m"`
+	CacheWrite1h *float64 `yaml:"cache_write_1h"`
+	AudioInput   *float64 `yaml:"audio_input"`
+	AudioOutput  *float64 `yaml:"audio_output"`
+	WebSearch    *float64 `yaml:"web_search"`
+	// MaxOutput replaces the catalogue's max_output_tokens.
 	MaxOutput int64 `yaml:"max_output"`
+}
+
+// Fields lists the price's set figures by the usage kind they price
+// ("web_searches" for WebSearch, in USD per search).
+func (p Price) Fields() map[string]float64 {
+	out := map[string]float64{}
+	for name, v := range map[string]*float64{
+		"input": p.Input, "output": p.Output, "cache_read": p.CacheRead,
+		"cache_write_5m": p.CacheWrite5m, "cache_write_1h": p.CacheWrite1h,
+		"audio_input": p.AudioInput, "audio_output": p.AudioOutput, "web_searches": p.WebSearch,
+	} {
+		if v != nil {
+			out[name] = *v
+		}
+	}
+	return out
+}
+
+func (p Price) validate(at string, complete bool) error {
+	for name, v := range p.Fields() {
+		if v < 0 || math.IsNaN(v) || v > 1e6 {
+			return fmt.Errorf("%s: %s: %v is not a price in USD", at, name, v)
+		}
+	}
+	if p.MaxOutput < 0 {
+		return fmt.Errorf("%s.max_output: must be a positive number of tokens", at)
+	}
+	if complete && (p.Input == nil || p.Output == nil || p.MaxOutput == 0) {
+		return fmt.Errorf("%s: input, output and max_output are required", at)
+	}
+	return nil
 }
 
 // Duration is a time.Duration written as "1.5s" or "2m" in YAML.
@@ -205,6 +271,9 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // D returns the time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
+// CatalogueEnv names the environment variable that overrides catalogue.
+const CatalogueEnv = "GATEWAY_CATALOGUE"
+
 // Formats known to the gateway.
 const (
 	FormatMessages        = "messages"
@@ -220,6 +289,12 @@ func Load(path string) (*Config, error) {
 	c, err := Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if env := os.Getenv(CatalogueEnv); env != "" {
+		c.Catalogue = env
+	}
+	if !filepath.IsAbs(c.Catalogue) {
+		c.Catalogue = filepath.Join(filepath.Dir(path), c.Catalogue)
 	}
 	return c, nil
 }
@@ -280,6 +355,7 @@ func (c *Config) setDefaults() {
 		u := &c.Upstreams[i]
 		h := &u.HealthCheck
 		def(&h.Path, "/v1/models")
+		def(&u.Models.UnknownModel, UnknownReject)
 		defDur(&h.Interval, time.Second)
 		defDur(&h.Timeout, time.Second)
 		if h.UnhealthyThreshold == 0 {
@@ -364,29 +440,44 @@ func (c *Config) Validate() error {
 		if !strings.HasPrefix(u.HealthCheck.Path, "/") {
 			return fmt.Errorf("%s.health_check.path: must start with /", p)
 		}
-		if len(u.Models) == 0 {
-			return fmt.Errorf("%s.models: at least one priced model is required", p)
+		if err := u.Models.validate(p + ".models"); err != nil {
+			return err
 		}
-		names := map[string]bool{}
-		for j, m := range u.Models {
-			mp := fmt.Sprintf("%s.models[%d]", p, j)
-			if m.Name == "" {
-				return fmt.Errorf("%s.name: missing", mp)
-			}
-			for _, n := range append([]string{m.Name}, m.Aliases...) {
-				if names[n] {
-					return fmt.Errorf("%s: model name %q is listed twice", mp, n)
-				}
-				names[n] = true
-			}
-			for field, v := range map[string]float64{"input": m.Input, "output": m.Output, "cache_write": m.CacheWrite, "cache_read": m.CacheRead} {
-				if v < 0 || math.IsNaN(v) || v > 1e6 {
-					return fmt.Errorf("%s.%s: %v is not a price in USD per million tokens", mp, field, v)
-				}
-			}
-			if m.MaxOutput <= 0 {
-				return fmt.Errorf("%s.max_output: must be a positive number of tokens", mp)
-			}
+	}
+	if c.Catalogue == "" {
+		return errors.New("catalogue: missing (the price catalogue file)")
+	}
+	return nil
+}
+
+func (m *Models) validate(p string) error {
+	if len(m.Providers) == 0 && len(m.Overrides) == 0 {
+		return fmt.Errorf("%s.providers: at least one catalogue provider (or an override) is required", p)
+	}
+	for name, target := range m.Aliases {
+		if name == "" || target == "" {
+			return fmt.Errorf("%s.aliases: empty model name", p)
+		}
+	}
+	for name, o := range m.Overrides {
+		if name == "" {
+			return fmt.Errorf("%s.overrides: empty model name", p)
+		}
+		if err := o.validate(fmt.Sprintf("%s.overrides[%s]", p, name), false); err != nil {
+			return err
+		}
+	}
+	switch m.UnknownModel {
+	case UnknownReject, UnknownFallback:
+	default:
+		return fmt.Errorf("%s.unknown_model: %q is not %q or %q", p, m.UnknownModel, UnknownReject, UnknownFallback)
+	}
+	if m.UnknownModel == UnknownFallback && m.Fallback == nil {
+		return fmt.Errorf("%s.fallback: required when unknown_model is fallback", p)
+	}
+	if m.Fallback != nil {
+		if err := m.Fallback.validate(p+".fallback", true); err != nil {
+			return err
 		}
 	}
 	return nil

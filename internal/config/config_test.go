@@ -17,13 +17,14 @@ func TestShippedConfigLoads(t *testing.T) {
 		t.Fatalf("upstreams = %s, want alpha,beta", got)
 	}
 	for _, u := range c.Upstreams {
-		if len(u.Models) == 0 || u.Primary.URL == "" || u.Reserve.URL == "" {
+		if len(u.Models.Providers) == 0 || u.Models.UnknownModel != UnknownReject || u.Primary.URL == "" || u.Reserve.URL == "" {
 			t.Errorf("upstream %s is incomplete: %+v", u.Name, u)
 		}
 	}
 }
 
 const minimal = `
+catalogue: prices.json
 upstreams:
   - name: alpha
     format: messages
@@ -31,7 +32,10 @@ upstreams:
     primary: {url: "http://127.0.0.1:9001"}
     reserve: {url: "http://127.0.0.1:9002"}
     models:
-      - {name: m1, input: 1, output: 2, max_output: 100}
+      providers: [anthropic]
+      aliases: {m1: claude-x}
+      overrides:
+        m2: {input: 1, output: 2, max_output: 100}
 `
 
 func TestDefaults(t *testing.T) {
@@ -39,7 +43,8 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Limits.MaxRequestBytes != 32<<20 || c.Listeners.Public != "127.0.0.1:8080" || c.Upstreams[0].HealthCheck.Path != "/v1/models" {
+	if c.Limits.MaxRequestBytes != 32<<20 || c.Listeners.Public != "127.0.0.1:8080" || c.Upstreams[0].HealthCheck.Path != "/v1/models" ||
+		c.Upstreams[0].Models.UnknownModel != UnknownReject {
 		t.Fatalf("defaults not applied: %+v", c)
 	}
 }
@@ -57,9 +62,14 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{"missing primary", strings.Replace(minimal, `primary: {url: "http://127.0.0.1:9001"}`, "", 1), "upstreams[0].primary.url"},
 		{"bad format", strings.Replace(minimal, "format: messages", "format: soap", 1), "upstreams[0].format"},
 		{"bad scheme", strings.Replace(minimal, "http://127.0.0.1:9002", "ftp://x", 1), "upstreams[0].reserve.url"},
-		{"no models", strings.Replace(minimal, "      - {name: m1, input: 1, output: 2, max_output: 100}\n", "", 1), "upstreams[0].models"},
-		{"negative price", strings.Replace(minimal, "input: 1", "input: -1", 1), "upstreams[0].models[0].input"},
-		{"no max_output", strings.Replace(minimal, ", max_output: 100", "", 1), "max_output"},
+		{"no catalogue", strings.Replace(minimal, "catalogue: prices.json", "", 1), "catalogue"},
+		{"no providers", strings.Replace(strings.Replace(minimal, "      providers: [anthropic]\n", "", 1), "      overrides:\n        m2: {input: 1, output: 2, max_output: 100}\n", "", 1), "upstreams[0].models.providers"},
+		{"negative price", strings.Replace(minimal, "input: 1", "input: -1", 1), "upstreams[0].models.overrides[m2]: input"},
+		{"negative max_output", strings.Replace(minimal, "max_output: 100", "max_output: -1", 1), "overrides[m2].max_output"},
+		{"unknown price field", strings.Replace(minimal, "input: 1,", "inputs: 1,", 1), "inputs"},
+		{"bad policy", strings.Replace(minimal, "providers: [anthropic]", "providers: [anthropic]\n      unknown_model: guess", 1), "upstreams[0].models.unknown_model"},
+		{"fallback without price", strings.Replace(minimal, "providers: [anthropic]", "providers: [anthropic]\n      unknown_model: fallback", 1), "upstreams[0].models.fallback"},
+		{"incomplete fallback", strings.Replace(minimal, "providers: [anthropic]", "providers: [anthropic]\n      unknown_model: fallback\n      fallback: {input: 1}", 1), "upstreams[0].models.fallback"},
 		{"bad duration", minimal + "limits: {max_request_duration: forever}\n", "duration"},
 		{"bad listener", minimal + "listeners: {public: nowhere}\n", "listeners.public"},
 		{"bad free path", strings.Replace(minimal, "format: messages", "format: messages\n    free_paths: [\"/v1/models\"]", 1), "free_paths[0]"},
@@ -137,5 +147,33 @@ func TestListenerHardeningAndCredentialEnv(t *testing.T) {
 	// The per-endpoint credential is gone: Envoy injects one key per upstream.
 	if _, err := Parse([]byte(strings.Replace(minimal, `primary: {url: "http://127.0.0.1:9001"}`, `primary: {url: "http://127.0.0.1:9001", credential_env: X}`, 1))); err == nil {
 		t.Error("endpoint credential_env accepted")
+	}
+}
+
+// A relative catalogue path is relative to gateway.yaml, wherever the
+// process runs.
+func TestCatalogueIsRelativeToTheConfig(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "gw.yaml")
+	os.WriteFile(p, []byte(minimal), 0o644)
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Catalogue != filepath.Join(dir, "prices.json") {
+		t.Fatalf("catalogue = %s", c.Catalogue)
+	}
+}
+
+func TestCatalogueEnvOverrides(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "gw.yaml")
+	os.WriteFile(p, []byte(minimal), 0o644)
+	t.Setenv(CatalogueEnv, "/usr/share/gateway/prices.json")
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Catalogue != "/usr/share/gateway/prices.json" {
+		t.Fatalf("catalogue = %s", c.Catalogue)
 	}
 }

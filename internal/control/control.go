@@ -16,6 +16,7 @@ import (
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // UsageReader reads an account's usage.
@@ -167,22 +168,45 @@ type UsageLimits struct {
 	RPM           int64   `json:"rpm"`
 }
 
-// UsageTotals aggregate the period.
+// UsageTotals aggregate the period. The token fields do not overlap (see
+// usage.Usage), except reasoning_tokens, which are part of output_tokens;
+// cache_tokens is the sum of cache reads and writes.
 type UsageTotals struct {
-	InputTokens  int64   `json:"input_tokens"`
-	OutputTokens int64   `json:"output_tokens"`
-	CacheTokens  int64   `json:"cache_tokens"`
-	Requests     int64   `json:"requests"`
-	CostUSD      float64 `json:"cost_usd"`
+	Quantities
+	CacheTokens int64   `json:"cache_tokens"`
+	Requests    int64   `json:"requests"`
+	CostUSD     float64 `json:"cost_usd"`
 }
 
-// ModelUsage is one model's share of the period.
+// Quantities are the usage kinds, one JSON field each.
+type Quantities struct {
+	InputTokens        int64 `json:"input_tokens"`
+	OutputTokens       int64 `json:"output_tokens"`
+	CacheReadTokens    int64 `json:"cache_read_tokens"`
+	CacheWrite5mTokens int64 `json:"cache_write_5m_tokens"`
+	CacheWrite1hTokens int64 `json:"cache_write_1h_tokens"`
+	AudioInputTokens   int64 `json:"audio_input_tokens"`
+	AudioOutputTokens  int64 `json:"audio_output_tokens"`
+	ReasoningTokens    int64 `json:"reasoning_tokens"`
+	WebSearches        int64 `json:"web_searches"`
+}
+
+func quantities(u usage.Usage) Quantities {
+	return Quantities{
+		InputTokens: u.Input, OutputTokens: u.Output, CacheReadTokens: u.CacheRead,
+		CacheWrite5mTokens: u.CacheWrite5m, CacheWrite1hTokens: u.CacheWrite1h,
+		AudioInputTokens: u.AudioInput, AudioOutputTokens: u.AudioOutput,
+		ReasoningTokens: u.Reasoning, WebSearches: u.WebSearches,
+	}
+}
+
+// ModelUsage is one priced model's share of the period: a dated snapshot and
+// the name it is a snapshot of are one row.
 type ModelUsage struct {
-	Model        string  `json:"model"`
-	Requests     int64   `json:"requests"`
-	InputTokens  int64   `json:"input_tokens"`
-	OutputTokens int64   `json:"output_tokens"`
-	CostUSD      float64 `json:"cost_usd"`
+	Model    string `json:"model"`
+	Requests int64  `json:"requests"`
+	Quantities
+	CostUSD float64 `json:"cost_usd"`
 }
 
 func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
@@ -259,17 +283,16 @@ func NewUsage(rep store.UsageReport) Usage {
 			RPM:           rep.Limits.RPM,
 		},
 		Usage: UsageTotals{
-			InputTokens:  rep.Totals.Input,
-			OutputTokens: rep.Totals.Output,
-			CacheTokens:  rep.Totals.CacheWrite + rep.Totals.CacheRead,
-			Requests:     rep.Totals.Requests,
-			CostUSD:      pricing.USD(rep.Totals.Cost),
+			Quantities:  quantities(rep.Totals.Usage),
+			CacheTokens: rep.Totals.Usage.CacheRead + rep.Totals.Usage.CacheWrite5m + rep.Totals.Usage.CacheWrite1h,
+			Requests:    rep.Totals.Requests,
+			CostUSD:     pricing.USD(rep.Totals.Cost),
 		},
 		ByModel: make([]ModelUsage, 0, len(rep.ByModel)),
 	}
 	for _, m := range rep.ByModel {
 		u.ByModel = append(u.ByModel, ModelUsage{
-			Model: m.Model, Requests: m.Requests, InputTokens: m.Input, OutputTokens: m.Output,
+			Model: string(m.Model), Requests: m.Requests, Quantities: quantities(m.Usage),
 			CostUSD: pricing.USD(m.Cost),
 		})
 	}

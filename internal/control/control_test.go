@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/modelgateway/gateway/internal/usage"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -46,7 +47,7 @@ func settle(t *testing.T, st *store.Store, acct, id string, cost int64) {
 	if d, err := st.Admit(ctx, store.Admission{RequestID: id, AccountID: acct, KeyID: "k", Model: "m", Hold: cost}); err != nil || d.Outcome != store.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
-	if _, err := st.Settle(ctx, store.Settlement{RequestID: id, AccountID: acct, KeyID: "k", Model: "m", Input: 10, Output: 5, Cost: cost, Status: 200}); err != nil {
+	if _, err := st.Settle(ctx, store.Settlement{RequestID: id, AccountID: acct, KeyID: "k", Priced: "m", Usage: usage.Usage{Input: 10, Output: 5}, Cost: cost, Status: 200}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -191,7 +191,7 @@ func check(st store.Settlement) error {
 	if st.RequestID == "" || st.AccountID == "" {
 		return errors.New("spool: settle: empty request or account id")
 	}
-	if st.Cost < 0 || st.Input < 0 || st.Output < 0 || st.CacheWrite < 0 || st.CacheRead < 0 {
+	if st.Cost < 0 || !st.Usage.Valid() || !st.Rates.Valid() {
 		return fmt.Errorf("spool: settle %s: negative cost or token count", st.RequestID)
 	}
 	return nil

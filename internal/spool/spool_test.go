@@ -3,6 +3,7 @@ package spool
 import (
 	"context"
 	"errors"
+	"github.com/modelgateway/gateway/internal/usage"
 	"io"
 	"log/slog"
 	"os"
@@ -115,8 +116,8 @@ func (e *env) admit(l *Spool, id string, cost int64) store.Settlement {
 	if err != nil || d.Outcome != store.Admitted {
 		e.t.Fatalf("admit %s: %+v %v", id, d, err)
 	}
-	return store.Settlement{RequestID: id, AccountID: e.acct, KeyID: e.key, Model: "m",
-		Input: 3, Output: 4, Cost: cost, Status: 200, Stream: true, StartedAt: e.clock(), EndedAt: e.clock()}
+	return store.Settlement{RequestID: id, AccountID: e.acct, KeyID: e.key, Priced: "m",
+		Usage: usage.Usage{Input: 3, Output: 4}, Cost: cost, Status: 200, Stream: true, StartedAt: e.clock(), EndedAt: e.clock()}
 }
 
 // check asserts the account's balance, ledger and open holds.
@@ -345,7 +346,9 @@ func TestPermanentErrorsAreNotSpooled(t *testing.T) {
 // A full spool refuses the settlement and says so.
 func TestFullSpool(t *testing.T) {
 	e := newEnv(t)
-	line, _ := encode(settlement(1), time.Now())
+	// The size of one of e.admit's settlements.
+	line, _ := encode(store.Settlement{RequestID: "req_1", AccountID: e.acct, KeyID: e.key, Priced: "m",
+		Usage: usage.Usage{Input: 3, Output: 4}, Cost: 1_000, Status: 200, Stream: true, StartedAt: e.clock(), EndedAt: e.clock()}, time.Now())
 	l, _ := e.open(Options{MaxBytes: int64(len(line) * 3 / 2)})
 	a, b := e.admit(l, "req_1", 1_000), e.admit(l, "req_2", 1_000)
 	e.store.down.Store(true)

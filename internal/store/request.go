@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // Admit decides whether a request may start and, when it may, holds its
@@ -85,7 +86,7 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err er
 	if st.RequestID == "" {
 		return false, errors.New("store: settle: empty request id")
 	}
-	if st.Cost < 0 || st.Input < 0 || st.Output < 0 || st.CacheWrite < 0 || st.CacheRead < 0 {
+	if st.Cost < 0 || !st.Usage.Valid() || !st.Rates.Valid() {
 		return false, fmt.Errorf("store: settle %s: negative cost or token count", st.RequestID)
 	}
 	if !validID(st.AccountID) {
@@ -118,29 +119,15 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err er
 		st.RequestID,
 		boolString(charged),
 		cost,
-		st.Input, st.Output, st.CacheWrite, st.CacheRead,
-		st.Model,
+		string(st.Priced),
 		s.opts.SettledTTL.Milliseconds(),
 		int64(dayKeyTTL / time.Second),
 		int64(monthKeyTTL / time.Second),
 		s.opts.LedgerMaxLen,
 		ms(lastUsed),
-		// The ledger entry.
-		"request_id", st.RequestID,
-		"key_id", st.KeyID,
-		"model", st.Model,
-		"input", st.Input,
-		"output", st.Output,
-		"cache_write", st.CacheWrite,
-		"cache_read", st.CacheRead,
-		"cost", cost,
-		"estimated", boolString(st.Estimated),
-		"status", st.Status,
-		"endpoint", st.Endpoint,
-		"stream", boolString(st.Stream),
-		"started", ms(st.StartedAt),
-		"ended", ms(st.EndedAt),
 	}
+	args = append(args, counterArgs(st, cost)...)
+	args = append(args, ledgerArgs(st, cost)...)
 	n, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64()
 	if err != nil {
 		return false, fmt.Errorf("store: settle %s: %w", st.RequestID, err)
@@ -216,7 +203,7 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 // decodeUsage reads a usage hash of per-model counters, "m:NAME:MODEL", and
 // sums them into the account's totals.
 func decodeUsage(h map[string]string) (Counters, []ModelCounters) {
-	models := map[string]*Counters{}
+	models := map[usage.PricedModel]*Counters{}
 	for field, value := range h {
 		rest, ok := strings.CutPrefix(field, "m:")
 		if !ok {
@@ -226,36 +213,19 @@ func decodeUsage(h map[string]string) (Counters, []ModelCounters) {
 		if !ok {
 			continue
 		}
-		c := models[model]
+		c := models[usage.PricedModel(model)]
 		if c == nil {
 			c = new(Counters)
-			models[model] = c
+			models[usage.PricedModel(model)] = c
 		}
-		n := parseInt(value)
-		switch name {
-		case "requests":
-			c.Requests = n
-		case "input":
-			c.Input = n
-		case "output":
-			c.Output = n
-		case "cache_write":
-			c.CacheWrite = n
-		case "cache_read":
-			c.CacheRead = n
-		case "cost":
-			c.Cost = n
-		}
+		addCounter(c, name, parseInt(value))
 	}
 	var total Counters
 	byModel := make([]ModelCounters, 0, len(models))
 	for m, c := range models {
 		byModel = append(byModel, ModelCounters{Model: m, Counters: *c})
 		total.Requests += c.Requests
-		total.Input += c.Input
-		total.Output += c.Output
-		total.CacheWrite += c.CacheWrite
-		total.CacheRead += c.CacheRead
+		total.Usage = total.Usage.Add(c.Usage)
 		total.Cost += c.Cost
 	}
 	slices.SortFunc(byModel, func(a, b ModelCounters) int { return cmp.Compare(a.Model, b.Model) })
@@ -293,28 +263,7 @@ func (s *Store) Ledger(ctx context.Context, accountID, after string, limit int) 
 }
 
 func decodeLedger(accountID string, m redis.XMessage) LedgerEntry {
-	v := func(f string) string { return str(m.Values[f]) }
-	status, _ := strconv.Atoi(v("status"))
-	return LedgerEntry{
-		ID: m.ID,
-		Settlement: Settlement{
-			RequestID:  v("request_id"),
-			AccountID:  accountID,
-			KeyID:      v("key_id"),
-			Model:      v("model"),
-			Input:      parseInt(v("input")),
-			Output:     parseInt(v("output")),
-			CacheWrite: parseInt(v("cache_write")),
-			CacheRead:  parseInt(v("cache_read")),
-			Cost:       parseInt(v("cost")),
-			Estimated:  v("estimated") == "1",
-			Status:     status,
-			Endpoint:   v("endpoint"),
-			Stream:     v("stream") == "1",
-			StartedAt:  parseMS(v("started")),
-			EndedAt:    parseMS(v("ended")),
-		},
-	}
+	return LedgerEntry{ID: m.ID, Settlement: decodeLedgerFields(accountID, func(f string) string { return str(m.Values[f]) })}
 }
 
 // OpenHolds returns the number and total amount of the account's recorded

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // ErrNotFound is returned for unknown accounts and credentials.
@@ -124,21 +126,29 @@ type Decision struct {
 // Settlement ends one admitted request. Applying the same RequestID twice has
 // no further effect.
 type Settlement struct {
-	RequestID  string
-	AccountID  string
-	KeyID      string
-	Model      string
-	Input      int64
-	Output     int64
-	CacheWrite int64
-	CacheRead  int64
-	Cost       int64 // nano-USD; zero for non-2xx replies
-	Estimated  bool
-	Status     int    // upstream HTTP status; non-2xx charges nothing and counts no usage
-	Endpoint   string // "primary" or "reserve"; empty when unknown
-	Stream     bool
-	StartedAt  time.Time
-	EndedAt    time.Time
+	RequestID string
+	AccountID string
+	KeyID     string
+	// The three models of the request: usage is counted under Priced; the
+	// ledger keeps all three.
+	Requested usage.RequestedModel
+	Priced    usage.PricedModel
+	Reported  usage.ReportedModel
+	Usage     usage.Usage
+	// Rates are the unit prices Cost was computed from, in nano-USD per
+	// million units of each kind (pricing.Rates), so that an invoice line can
+	// be rebuilt from the ledger.
+	Rates       usage.Usage
+	ServiceTier string // the service tier priced; "" for the standard tier
+	LongContext int64  // the long-context threshold priced, in tokens; 0 for none
+	Fallback    bool   // priced with the upstream's price for unknown models
+	Cost        int64  // nano-USD; zero for non-2xx replies
+	Estimated   bool
+	Status      int    // upstream HTTP status; non-2xx charges nothing and counts no usage
+	Endpoint    string // "primary" or "reserve"; empty when unknown
+	Stream      bool
+	StartedAt   time.Time
+	EndedAt     time.Time
 }
 
 // Period is a usage aggregation window.
@@ -152,17 +162,14 @@ const (
 
 // Counters aggregate usage over a period.
 type Counters struct {
-	Requests   int64
-	Input      int64
-	Output     int64
-	CacheWrite int64
-	CacheRead  int64
-	Cost       int64 // nano-USD
+	Requests int64
+	Usage    usage.Usage
+	Cost     int64 // nano-USD
 }
 
-// ModelCounters are Counters for one model.
+// ModelCounters are Counters for one priced model.
 type ModelCounters struct {
-	Model string
+	Model usage.PricedModel
 	Counters
 }
 

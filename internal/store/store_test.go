@@ -80,6 +80,7 @@ var suite = []struct {
 	{"PerModel", testPerModel},
 	{"Periods", testPeriods},
 	{"Ledger", testLedger},
+	{"SettlementRoundTrip", testSettlementRoundTrip},
 	{"Concurrency", testConcurrency},
 }
 

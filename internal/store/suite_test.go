@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/hex"
 	"fmt"
+	"github.com/modelgateway/gateway/internal/usage"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -158,13 +159,13 @@ func testKeys(t *testing.T, e *env) {
 
 	// Settling a request records the key's last use.
 	used := start.Add(2 * time.Minute)
-	e.settle(Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Model: "gpt", Cost: 1, EndedAt: used})
+	e.settle(Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Priced: "gpt", Cost: 1, EndedAt: used})
 	got, _ = e.s.LookupKey(e.ctx, HashSecret(secret))
 	if !got.LastUsedAt.Equal(used) {
 		t.Errorf("LastUsedAt = %v, want %v", got.LastUsedAt, used)
 	}
 	// An older replay does not move it back.
-	e.settle(Settlement{RequestID: "r0", AccountID: acct, KeyID: k.ID, Model: "gpt", Cost: 1, EndedAt: start})
+	e.settle(Settlement{RequestID: "r0", AccountID: acct, KeyID: k.ID, Priced: "gpt", Cost: 1, EndedAt: start})
 	got, _ = e.s.LookupKey(e.ctx, HashSecret(secret))
 	if !got.LastUsedAt.Equal(used) {
 		t.Errorf("LastUsedAt = %v after an older settlement, want %v", got.LastUsedAt, used)
@@ -292,7 +293,7 @@ func testNoSecretStored(t *testing.T, e *env) {
 		}
 		secrets = append(secrets, secret)
 		e.mustAdmit(acct, "req-"+k.ID, 10)
-		e.settle(Settlement{RequestID: "req-" + k.ID, AccountID: acct, KeyID: k.ID, Model: "m", Cost: 5})
+		e.settle(Settlement{RequestID: "req-" + k.ID, AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 5})
 		if _, _, err := e.s.RotateKey(e.ctx, acct, k.ID, time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -545,7 +546,7 @@ func testHoldExpiry(t *testing.T, e *env) {
 func testSettleIdempotent(t *testing.T, e *env) {
 	acct := e.account(1000, Limits{})
 	e.mustAdmit(acct, "r1", 500)
-	st := Settlement{RequestID: "r1", AccountID: acct, KeyID: "key_1", Model: "m", Input: 10, Output: 20, Cost: 300}
+	st := Settlement{Usage: usage.Usage{Input: 10, Output: 20}, RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "m", Cost: 300}
 	if !e.settle(st) {
 		t.Fatal("first settlement not applied")
 	}
@@ -563,7 +564,7 @@ func testSettleIdempotent(t *testing.T, e *env) {
 		t.Fatalf("ledger %+v", l)
 	}
 	r := e.usage(acct, Total)
-	if r.Totals != (Counters{Requests: 1, Input: 10, Output: 20, Cost: 300}) || r.DailyUsed != 300 {
+	if r.Totals != (Counters{Requests: 1, Usage: usage.Usage{Input: 10, Output: 20}, Cost: 300}) || r.DailyUsed != 300 {
 		t.Fatalf("usage %+v", r)
 	}
 	if n, a := e.holds(acct); n != 0 || a != 0 {
@@ -614,7 +615,7 @@ func testSettleNon2xx(t *testing.T, e *env) {
 	}
 	e.mustAdmit(acct, "r1", 500)
 	ended := start.Add(3 * time.Second)
-	st := Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Model: "m", Input: 100, Cost: 123,
+	st := Settlement{Usage: usage.Usage{Input: 100}, RequestID: "r1", AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 123,
 		Status: 529, Endpoint: "reserve", StartedAt: start, EndedAt: ended}
 	if !e.settle(st) {
 		t.Fatal("not applied")
@@ -632,7 +633,7 @@ func testSettleNon2xx(t *testing.T, e *env) {
 		}
 	}
 	l := e.ledger(acct)
-	if len(l) != 1 || l[0].Status != 529 || l[0].Cost != 0 || l[0].Input != 100 || l[0].Endpoint != "reserve" {
+	if len(l) != 1 || l[0].Status != 529 || l[0].Cost != 0 || l[0].Usage.Input != 100 || l[0].Endpoint != "reserve" {
 		t.Fatalf("ledger %+v", l)
 	}
 	keys, _ := e.s.ListKeys(e.ctx, acct)
@@ -681,8 +682,8 @@ func testPerModel(t *testing.T, e *env) {
 		m := models[i%3]
 		req := fmt.Sprint("r", i)
 		e.mustAdmit(acct, req, 1000)
-		e.settle(Settlement{RequestID: req, AccountID: acct, Model: m,
-			Input: 1, Output: 2, CacheWrite: 3, CacheRead: 4, Cost: int64(10 * (i + 1))})
+		e.settle(Settlement{Usage: usage.Usage{Input: 1, Output: 2, CacheWrite5m: 3, CacheRead: 4}, RequestID: req, AccountID: acct, Priced: usage.PricedModel(m),
+			Cost: int64(10 * (i + 1))})
 	}
 	r := e.usage(acct, Total)
 	want := UsageReport{
@@ -690,11 +691,11 @@ func testPerModel(t *testing.T, e *env) {
 		Limits:    limits,
 		DailyUsed: 210,
 		Period:    Total,
-		Totals:    Counters{Requests: 6, Input: 6, Output: 12, CacheWrite: 18, CacheRead: 24, Cost: 210},
+		Totals:    Counters{Requests: 6, Usage: usage.Usage{Input: 6, Output: 12, CacheWrite5m: 18, CacheRead: 24}, Cost: 210},
 		ByModel: []ModelCounters{
-			{"claude", Counters{2, 2, 4, 6, 8, 30 + 60}},
-			{"claude:sonnet:4", Counters{2, 2, 4, 6, 8, 20 + 50}},
-			{"zeta", Counters{2, 2, 4, 6, 8, 10 + 40}},
+			{"claude", Counters{2, usage.Usage{Input: 2, Output: 4, CacheWrite5m: 6, CacheRead: 8}, 30 + 60}},
+			{"claude:sonnet:4", Counters{2, usage.Usage{Input: 2, Output: 4, CacheWrite5m: 6, CacheRead: 8}, 20 + 50}},
+			{"zeta", Counters{2, usage.Usage{Input: 2, Output: 4, CacheWrite5m: 6, CacheRead: 8}, 10 + 40}},
 		},
 	}
 	if !usageEqual(r, want) {
@@ -714,20 +715,20 @@ func testPeriods(t *testing.T, e *env) {
 	e.clock.Set(before.Add(-24 * time.Hour))
 	acct := e.account(usd, Limits{})
 	e.mustAdmit(acct, "r0", 10)
-	e.settle(Settlement{RequestID: "r0", AccountID: acct, Model: "a", Cost: 1})
+	e.settle(Settlement{RequestID: "r0", AccountID: acct, Priced: "a", Cost: 1})
 	e.clock.Set(before)
 	e.mustAdmit(acct, "r1", 10)
-	e.settle(Settlement{RequestID: "r1", AccountID: acct, Model: "a", Cost: 10})
+	e.settle(Settlement{RequestID: "r1", AccountID: acct, Priced: "a", Cost: 10})
 	e.clock.Set(after)
 	e.mustAdmit(acct, "r2", 10)
-	e.settle(Settlement{RequestID: "r2", AccountID: acct, Model: "b", Cost: 100})
+	e.settle(Settlement{RequestID: "r2", AccountID: acct, Priced: "b", Cost: 100})
 
 	check := func(p Period, requests, cost, daily int64, models ...string) {
 		t.Helper()
 		r := e.usage(acct, p)
 		var got []string
 		for _, m := range r.ByModel {
-			got = append(got, m.Model)
+			got = append(got, string(m.Model))
 		}
 		if r.Period != p || r.Totals.Requests != requests || r.Totals.Cost != cost || r.DailyUsed != daily ||
 			!slices.Equal(got, models) {
@@ -747,9 +748,9 @@ func testLedger(t *testing.T, e *env) {
 	acct := e.account(usd, Limits{})
 	var want []Settlement
 	for i := range 5 {
-		st := Settlement{
-			RequestID: fmt.Sprint("r", i), AccountID: acct, KeyID: "key_abc", Model: "claude:x",
-			Input: int64(i), Output: 2, CacheWrite: 3, CacheRead: 4, Cost: 5,
+		st := Settlement{Usage: usage.Usage{Input: int64(i), Output: 2, CacheWrite5m: 3, CacheRead: 4},
+			RequestID: fmt.Sprint("r", i), AccountID: acct, KeyID: "key_abc", Priced: "claude:x",
+			Cost:      5,
 			Estimated: i%2 == 0, Status: 200, Endpoint: "primary", Stream: i%2 == 1,
 			StartedAt: start.Add(time.Duration(i) * time.Second), EndedAt: start.Add(time.Duration(i)*time.Second + 1500*time.Millisecond),
 		}
@@ -828,7 +829,7 @@ func testConcurrency(t *testing.T, e *env) {
 				if rng.IntN(10) == 0 {
 					status = 500
 				}
-				st := Settlement{RequestID: req, AccountID: acct, Model: "m", Input: 1, Cost: cost, Status: status}
+				st := Settlement{Usage: usage.Usage{Input: 1}, RequestID: req, AccountID: acct, Priced: "m", Cost: cost, Status: status}
 				if _, err := e.s.Settle(e.ctx, st); err != nil {
 					t.Error(err)
 					return

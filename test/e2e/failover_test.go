@@ -189,7 +189,7 @@ func TestStreamBrokenByUpstreamReset(t *testing.T) {
 		t.Logf("stream ended without message_stop (%d bytes); the SDKs raise on this", len(b))
 	}
 	e := waitLedgerEntry(t, s, acct.ID)
-	if !e.Estimated || e.Input == 0 {
+	if !e.Estimated || e.Usage.Input == 0 {
 		t.Fatalf("entry %+v; want the observed usage, estimated", e)
 	}
 }

@@ -20,6 +20,7 @@ const (
 	reqStream
 	reqStreamOptions
 	reqIncludeUsage
+	reqWebSearch
 )
 
 var requestQuery = jsonscan.NewQuery(
@@ -29,6 +30,7 @@ var requestQuery = jsonscan.NewQuery(
 	"stream",
 	"stream_options",
 	"stream_options.include_usage",
+	"web_search_options",
 )
 
 // ParseRequest reads model, max_tokens, max_completion_tokens, stream and
@@ -81,6 +83,10 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 				fail("stream", "must be a boolean")
 			}
 			req.Stream = b
+		case reqWebSearch:
+			// The search models run one search per request that asks for
+			// it; the reply's usage does not count searches.
+			req.WebSearch = v.Kind == jsonscan.Object
 		case reqStreamOptions:
 			if v.Kind != jsonscan.Object && v.Kind != jsonscan.Null {
 				fail("stream_options", "must be an object")

@@ -14,17 +14,19 @@
 -- ARGV[1]  request id
 -- ARGV[2]  "1" to charge and count usage (2xx reply), "0" otherwise
 -- ARGV[3]  cost, nano-USD
--- ARGV[4]  input tokens
--- ARGV[5]  output tokens
--- ARGV[6]  cache write tokens
--- ARGV[7]  cache read tokens
--- ARGV[8]  model
--- ARGV[9]  idempotency marker lifetime, ms
--- ARGV[10] day key lifetime, s
--- ARGV[11] month key lifetime, s
--- ARGV[12] ledger MAXLEN (approximate)
--- ARGV[13] last-used time of the credential, unix ms
--- ARGV[14..] the ledger entry as field, value pairs
+-- ARGV[4]  the priced model: usage is counted under it
+-- ARGV[5]  idempotency marker lifetime, ms
+-- ARGV[6]  day key lifetime, s
+-- ARGV[7]  month key lifetime, s
+-- ARGV[8]  ledger MAXLEN (approximate)
+-- ARGV[9]  last-used time of the credential, unix ms
+-- ARGV[10] N, the number of counter pairs that follow
+-- ARGV[11..10+2N]  counter name, increment: requests, cost and one per
+--                  usage kind
+-- ARGV[11+2N..]    the ledger entry as field, value pairs
+--
+-- The names of counters and ledger fields are not known here: Go builds them
+-- (internal/store/contract.go) and reads them back.
 --
 -- Usage hashes hold a model's counters as "m:requests:MODEL",
 -- "m:input:MODEL", ...: the counter name never holds a colon, so a model name
@@ -58,37 +60,37 @@ if amount then
   redis.call('HSET', KEYS[1], 'held', int(held))
 end
 
+local ledger_at = 11 + 2 * tonumber(ARGV[10])
+
 if ARGV[2] == '1' then
   local cost = ARGV[3]
   redis.call('HINCRBY', KEYS[1], 'balance', int(-tonumber(cost)))
   redis.call('INCRBY', KEYS[5], cost)
-  redis.call('EXPIRE', KEYS[5], ARGV[10])
+  redis.call('EXPIRE', KEYS[5], ARGV[6])
 
   -- Only per-model counters are kept (the account's totals are their sum,
   -- taken on read), and zero increments are skipped: settlement is on every
   -- reply's critical path.
-  local names = {'requests', 'input', 'output', 'cache_write', 'cache_read', 'cost'}
-  local values = {'1', ARGV[4], ARGV[5], ARGV[6], ARGV[7], cost}
-  local model = ARGV[8]
+  local model = ARGV[4]
   for k = 6, 8 do
-    for i, name in ipairs(names) do
-      if values[i] ~= '0' then
-        redis.call('HINCRBY', KEYS[k], 'm:' .. name .. ':' .. model, values[i])
+    for i = 11, ledger_at - 1, 2 do
+      if ARGV[i + 1] ~= '0' then
+        redis.call('HINCRBY', KEYS[k], 'm:' .. ARGV[i] .. ':' .. model, ARGV[i + 1])
       end
     end
   end
-  redis.call('EXPIRE', KEYS[6], ARGV[10])
-  redis.call('EXPIRE', KEYS[7], ARGV[11])
+  redis.call('EXPIRE', KEYS[6], ARGV[6])
+  redis.call('EXPIRE', KEYS[7], ARGV[7])
 end
 
 -- The credential was used, whatever the reply; keep the latest time.
 if redis.call('EXISTS', KEYS[10]) == 1 then
   local last = tonumber(redis.call('HGET', KEYS[10], 'last_used') or '0')
-  if tonumber(ARGV[13]) > last then
-    redis.call('HSET', KEYS[10], 'last_used', ARGV[13])
+  if tonumber(ARGV[9]) > last then
+    redis.call('HSET', KEYS[10], 'last_used', ARGV[9])
   end
 end
 
-redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[12], '*', unpack(ARGV, 14))
-redis.call('SET', KEYS[4], '1', 'PX', ARGV[9])
+redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[8], '*', unpack(ARGV, ledger_at))
+redis.call('SET', KEYS[4], '1', 'PX', ARGV[5])
 return 1

@@ -1892,10 +1892,28 @@ type LedgerEntry struct {
 	// Upstream HTTP status.
 	Status int32 `protobuf:"varint,11,opt,name=status,proto3" json:"status,omitempty"`
 	// "primary" or "reserve".
-	Endpoint      string                 `protobuf:"bytes,12,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Stream        bool                   `protobuf:"varint,13,opt,name=stream,proto3" json:"stream,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	Endpoint  string                 `protobuf:"bytes,12,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Stream    bool                   `protobuf:"varint,13,opt,name=stream,proto3" json:"stream,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// The model the client asked for, and the one the vendor's reply named;
+	// model is the priced catalogue entry the usage is counted under.
+	ModelRequested string `protobuf:"bytes,16,opt,name=model_requested,json=modelRequested,proto3" json:"model_requested,omitempty"`
+	ModelReported  string `protobuf:"bytes,17,opt,name=model_reported,json=modelReported,proto3" json:"model_reported,omitempty"`
+	// Every usage kind by its ledger name: input, output, cache_read,
+	// cache_write_5m, cache_write_1h, audio_input, audio_output, reasoning
+	// (part of output), web_searches. cache_write_tokens is the sum of the
+	// two cache writes.
+	Usage map[string]int64 `protobuf:"bytes,18,rep,name=usage,proto3" json:"usage,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The unit price used for each priced kind, in nano-USD per million units
+	// (tokens; searches for web_searches): with usage, an invoice line.
+	PricesNanoUsdPerMillion map[string]int64 `protobuf:"bytes,19,rep,name=prices_nano_usd_per_million,json=pricesNanoUsdPerMillion,proto3" json:"prices_nano_usd_per_million,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The service tier priced ("" for standard) and the long-context
+	// threshold applied (tokens; 0 for none).
+	ServiceTier          string `protobuf:"bytes,20,opt,name=service_tier,json=serviceTier,proto3" json:"service_tier,omitempty"`
+	LongContextThreshold int64  `protobuf:"varint,21,opt,name=long_context_threshold,json=longContextThreshold,proto3" json:"long_context_threshold,omitempty"`
+	// True when the model was unknown and priced with the upstream's fallback.
+	FallbackPrice bool `protobuf:"varint,22,opt,name=fallback_price,json=fallbackPrice,proto3" json:"fallback_price,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2033,6 +2051,55 @@ func (x *LedgerEntry) GetEndTime() *timestamppb.Timestamp {
 		return x.EndTime
 	}
 	return nil
+}
+
+func (x *LedgerEntry) GetModelRequested() string {
+	if x != nil {
+		return x.ModelRequested
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetModelReported() string {
+	if x != nil {
+		return x.ModelReported
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetUsage() map[string]int64 {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *LedgerEntry) GetPricesNanoUsdPerMillion() map[string]int64 {
+	if x != nil {
+		return x.PricesNanoUsdPerMillion
+	}
+	return nil
+}
+
+func (x *LedgerEntry) GetServiceTier() string {
+	if x != nil {
+		return x.ServiceTier
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetLongContextThreshold() int64 {
+	if x != nil {
+		return x.LongContextThreshold
+	}
+	return 0
+}
+
+func (x *LedgerEntry) GetFallbackPrice() bool {
+	if x != nil {
+		return x.FallbackPrice
+	}
+	return false
 }
 
 type ListLedgerRequest struct {
@@ -2483,7 +2550,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x19\n" +
 	"\btoken_id\x18\x02 \x01(\tR\atokenId\"J\n" +
 	"\x1bRevokeReadOnlyTokenResponse\x12+\n" +
-	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\x8b\x04\n" +
+	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\x9b\b\n" +
 	"\vLedgerEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2502,7 +2569,21 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x06stream\x18\r \x01(\bR\x06stream\x129\n" +
 	"\n" +
 	"start_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
-	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"n\n" +
+	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12'\n" +
+	"\x0fmodel_requested\x18\x10 \x01(\tR\x0emodelRequested\x12%\n" +
+	"\x0emodel_reported\x18\x11 \x01(\tR\rmodelReported\x12>\n" +
+	"\x05usage\x18\x12 \x03(\v2(.gateway.admin.v1.LedgerEntry.UsageEntryR\x05usage\x12x\n" +
+	"\x1bprices_nano_usd_per_million\x18\x13 \x03(\v2:.gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntryR\x17pricesNanoUsdPerMillion\x12!\n" +
+	"\fservice_tier\x18\x14 \x01(\tR\vserviceTier\x124\n" +
+	"\x16long_context_threshold\x18\x15 \x01(\x03R\x14longContextThreshold\x12%\n" +
+	"\x0efallback_price\x18\x16 \x01(\bR\rfallbackPrice\x1a8\n" +
+	"\n" +
+	"UsageEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aJ\n" +
+	"\x1cPricesNanoUsdPerMillionEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"n\n" +
 	"\x11ListLedgerRequest\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x1b\n" +
@@ -2571,7 +2652,7 @@ func file_gateway_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_gateway_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(KeyKind)(0),                        // 0: gateway.admin.v1.KeyKind
 	(KeyState)(0),                       // 1: gateway.admin.v1.KeyState
@@ -2610,11 +2691,13 @@ var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(*AuditEntry)(nil),                  // 34: gateway.admin.v1.AuditEntry
 	(*ListAuditRequest)(nil),            // 35: gateway.admin.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),           // 36: gateway.admin.v1.ListAuditResponse
-	(*timestamppb.Timestamp)(nil),       // 37: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 38: google.protobuf.Duration
+	nil,                                 // 37: gateway.admin.v1.LedgerEntry.UsageEntry
+	nil,                                 // 38: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	(*timestamppb.Timestamp)(nil),       // 39: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 40: google.protobuf.Duration
 }
 var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
-	37, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
+	39, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: gateway.admin.v1.Account.limits:type_name -> gateway.admin.v1.Limits
 	3,  // 2: gateway.admin.v1.CreateAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 3: gateway.admin.v1.GetAccountResponse.account:type_name -> gateway.admin.v1.Account
@@ -2623,63 +2706,65 @@ var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
 	3,  // 6: gateway.admin.v1.SuspendAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 7: gateway.admin.v1.ResumeAccountResponse.account:type_name -> gateway.admin.v1.Account
 	0,  // 8: gateway.admin.v1.Key.kind:type_name -> gateway.admin.v1.KeyKind
-	37, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
-	37, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
-	37, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
-	37, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
+	39, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
+	39, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
+	39, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
+	39, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
 	1,  // 13: gateway.admin.v1.Key.state:type_name -> gateway.admin.v1.KeyState
-	37, // 14: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
-	38, // 15: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
+	39, // 14: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	40, // 15: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
 	18, // 16: gateway.admin.v1.CreateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	18, // 17: gateway.admin.v1.ListKeysResponse.keys:type_name -> gateway.admin.v1.Key
 	18, // 18: gateway.admin.v1.RevokeKeyResponse.key:type_name -> gateway.admin.v1.Key
-	38, // 19: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
+	40, // 19: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
 	18, // 20: gateway.admin.v1.RotateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	18, // 21: gateway.admin.v1.RotateKeyResponse.old_key:type_name -> gateway.admin.v1.Key
-	37, // 22: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
-	38, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
+	39, // 22: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
+	40, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
 	18, // 24: gateway.admin.v1.CreateReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
 	18, // 25: gateway.admin.v1.RevokeReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
-	37, // 26: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
-	37, // 27: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
-	31, // 28: gateway.admin.v1.ListLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
-	37, // 29: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	34, // 30: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
-	4,  // 31: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
-	6,  // 32: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
-	8,  // 33: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
-	10, // 34: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
-	12, // 35: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
-	14, // 36: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
-	16, // 37: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
-	19, // 38: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
-	21, // 39: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
-	23, // 40: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
-	25, // 41: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
-	27, // 42: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
-	29, // 43: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
-	32, // 44: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
-	35, // 45: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
-	5,  // 46: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
-	7,  // 47: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
-	9,  // 48: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
-	11, // 49: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
-	13, // 50: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
-	15, // 51: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
-	17, // 52: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
-	20, // 53: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
-	22, // 54: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
-	24, // 55: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
-	26, // 56: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
-	28, // 57: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
-	30, // 58: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
-	33, // 59: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
-	36, // 60: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
-	46, // [46:61] is the sub-list for method output_type
-	31, // [31:46] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	39, // 26: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
+	39, // 27: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
+	37, // 28: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
+	38, // 29: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	31, // 30: gateway.admin.v1.ListLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
+	39, // 31: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	34, // 32: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
+	4,  // 33: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
+	6,  // 34: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
+	8,  // 35: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
+	10, // 36: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
+	12, // 37: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
+	14, // 38: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
+	16, // 39: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
+	19, // 40: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
+	21, // 41: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
+	23, // 42: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
+	25, // 43: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
+	27, // 44: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
+	29, // 45: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
+	32, // 46: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
+	35, // 47: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
+	5,  // 48: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
+	7,  // 49: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
+	9,  // 50: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
+	11, // 51: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
+	13, // 52: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
+	15, // 53: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
+	17, // 54: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
+	20, // 55: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
+	22, // 56: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
+	24, // 57: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
+	26, // 58: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
+	28, // 59: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
+	30, // 60: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
+	33, // 61: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
+	36, // 62: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
+	48, // [48:63] is the sub-list for method output_type
+	33, // [33:48] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_gateway_admin_v1_admin_proto_init() }
@@ -2703,7 +2788,7 @@ func file_gateway_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gateway_admin_v1_admin_proto_rawDesc), len(file_gateway_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
