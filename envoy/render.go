@@ -51,6 +51,8 @@ type view struct {
 	ExtProcPort, ControlPort int
 	MaxRequestBytes          int64
 	StreamIdleTimeout        string
+	MaxStreamDuration        string
+	CircuitBreakers          config.CircuitBreakers
 	AccessLog                string
 	Bare                     bool
 	Upstreams                []upstreamView
@@ -88,6 +90,8 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		NodeID:            o.NodeID,
 		MaxRequestBytes:   c.Limits.MaxRequestBytes,
 		StreamIdleTimeout: seconds(c.Envoy.StreamIdleTimeout.D()),
+		MaxStreamDuration: seconds(c.Envoy.MaxStreamDuration.D()),
+		CircuitBreakers:   c.Envoy.CircuitBreakers,
 		AccessLog:         accessLogPath(c.Envoy.AccessLog),
 		Bare:              o.Bare,
 	}

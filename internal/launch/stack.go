@@ -51,6 +51,9 @@ type Options struct {
 	SidecarEnv []string
 	// Bare starts Envoy without the ext_proc filter and no sidecar.
 	Bare bool
+	// ExtProcAddr points Envoy's ext_proc filter at a processor the caller
+	// runs (the benchmark's null processor); no sidecar and no Redis start.
+	ExtProcAddr string
 }
 
 // Stack is a running gateway.
@@ -82,7 +85,8 @@ func Start(tb testing.TB, o Options) *Stack {
 	tb.Cleanup(s.stop)
 
 	s.RedisAddr = o.RedisAddr
-	if s.RedisAddr == "" && len(o.RedisCluster) == 0 && !o.Bare {
+	noSidecar := o.Bare || o.ExtProcAddr != ""
+	if s.RedisAddr == "" && len(o.RedisCluster) == 0 && !noSidecar {
 		s.Redis = redistest.NewServer(tb)
 		s.RedisAddr = s.Redis.Addr
 	}
@@ -96,6 +100,9 @@ func Start(tb testing.TB, o Options) *Stack {
 	addrs := freeAddrs(tb, 5)
 	cfg.Listeners = config.Listeners{
 		Public: addrs[0], EnvoyAdmin: addrs[1], ExtProc: addrs[2], Control: addrs[3], Admin: addrs[4],
+	}
+	if o.ExtProcAddr != "" {
+		cfg.Listeners.ExtProc = o.ExtProcAddr
 	}
 	cfg.Store.RedisURL = ""
 	cfg.Store.SpoolDir = filepath.Join(s.Dir, "spool")
@@ -128,7 +135,7 @@ func Start(tb testing.TB, o Options) *Stack {
 		tb.Fatalf("test config does not load: %v", err)
 	}
 
-	if !o.Bare {
+	if !noSidecar {
 		if len(o.RedisCluster) > 0 {
 			s.RDB = redis.NewClusterClient(&redis.ClusterOptions{Addrs: o.RedisCluster})
 		} else {
