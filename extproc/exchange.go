@@ -264,9 +264,10 @@ func (x *exchange) finish() {
 	}
 }
 
-// settle records the request's outcome exactly once. It runs before the last
-// chunk is released to the client, so usage read after a reply has ended
-// already includes it.
+// settle records the request's outcome exactly once. It does not wait for
+// the store: the settlement is queued and applied (or spooled) in a batch
+// after the reply's last chunk has been released, and a usage read on this
+// sidecar waits for the queued settlements of its account.
 func (x *exchange) settle(complete bool) {
 	if !x.admitted || x.settled {
 		return
@@ -292,23 +293,22 @@ func (x *exchange) settle(complete bool) {
 		st.Estimated = u.Estimated // the meter knows whether the vendor's final figures arrived
 		st.Cost = x.price.Cost(pricing.Tokens{Input: u.Input, Output: u.Output, CacheWrite: u.CacheWrite, CacheRead: u.CacheRead})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), x.s.settleT)
-	defer cancel()
-	t0 := time.Now()
-	_, err := x.s.accounts.Settle(ctx, st)
-	x.s.metrics.settleSeconds.Observe(time.Since(t0).Seconds())
-	if err != nil {
-		x.s.metrics.storeErrors.WithLabelValues("settle").Inc()
-		x.s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
-	}
-	x.s.metrics.observe(x.upstream.Name, x.price.Model, st)
-	x.s.log.Info("request",
-		"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
-		"upstream", x.upstream.Name, "endpoint", st.Endpoint, "model", st.Model, "status", st.Status,
-		"stream", st.Stream, "input", st.Input, "output", st.Output,
-		"cache_write", st.CacheWrite, "cache_read", st.CacheRead,
-		"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated,
-		"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
+	s, upstream, model := x.s, x.upstream.Name, x.price.Model
+	s.settler.enqueue(st, func(_ bool, err error, took time.Duration) {
+		s.metrics.settleSeconds.Observe(took.Seconds())
+		if err != nil {
+			s.metrics.storeErrors.WithLabelValues("settle").Inc()
+			s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
+		}
+		s.metrics.observe(upstream, model, st)
+		s.log.Info("request",
+			"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
+			"upstream", upstream, "endpoint", st.Endpoint, "model", st.Model, "status", st.Status,
+			"stream", st.Stream, "input", st.Input, "output", st.Output,
+			"cache_write", st.CacheWrite, "cache_read", st.CacheRead,
+			"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated,
+			"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
+	})
 }
 
 // reject answers the client directly, in the upstream's vendor error format.

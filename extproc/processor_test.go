@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -18,17 +19,28 @@ import (
 )
 
 // roundTrips counts what the client sends to Redis: one command or one
-// pipeline is one round trip, whatever a script does inside.
-type roundTrips struct{ n atomic.Int64 }
+// pipeline is one round trip, whatever a script does inside. Those made
+// with a context marked critical (the request's own, as Envoy's stream
+// context is) are on the request's critical path.
+type roundTrips struct{ n, critical atomic.Int64 }
+
+type criticalKey struct{}
+
+func (c *roundTrips) count(ctx context.Context) {
+	c.n.Add(1)
+	if ctx.Value(criticalKey{}) != nil {
+		c.critical.Add(1)
+	}
+}
 
 func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error { c.count(ctx); return next(ctx, cmd) }
 }
 
 func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.count(ctx); return next(ctx, cmds) }
 }
 
 // rig is a processor on miniredis with one funded account.
@@ -96,7 +108,7 @@ var (
 // request runs one streaming request through the exchange, phase by phase,
 // as Envoy would send it, and fails on any immediate response.
 func (r *rig) request(tb testing.TB) {
-	ctx := context.Background()
+	ctx := context.WithValue(context.Background(), criticalKey{}, true)
 	x := &exchange{s: r.srv}
 	check := func(resp *extprocv3.ProcessingResponse) {
 		if ir := resp.GetImmediateResponse(); ir != nil {
@@ -123,18 +135,29 @@ func (r *rig) request(tb testing.TB) {
 	}
 }
 
-// One request costs two Redis round trips with the key cached: the
-// admission script and the settlement script.
+// One request costs one Redis round trip on its critical path with the key
+// cached: the admission script. Its settlement is queued when the last
+// chunk is released and applied afterwards, in batches: at most one round
+// trip per request, fewer when settlements accumulate.
 func TestRoundTripsPerRequest(t *testing.T) {
 	r := newRig(t)
 	r.request(t) // warm the key cache and load the scripts
-	before := r.trips.n.Load()
+	if err := r.srv.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before, criticalBefore := r.trips.n.Load(), r.trips.critical.Load()
 	const n = 10
 	for i := 0; i < n; i++ {
 		r.request(t)
 	}
-	if got := r.trips.n.Load() - before; got != 2*n {
-		t.Fatalf("%d Redis round trips for %d requests, want %d", got, n, 2*n)
+	if got := r.trips.critical.Load() - criticalBefore; got != n {
+		t.Fatalf("%d Redis round trips on the critical path of %d requests, want %d", got, n, n)
+	}
+	if err := r.srv.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.trips.n.Load() - before; got > 2*n || got < n+1 {
+		t.Fatalf("%d Redis round trips in all for %d requests, want %d admissions and between 1 and %d settlement batches", got, n, n, n)
 	}
 	rep, err := r.st.Usage(context.Background(), r.acct, store.Total)
 	if err != nil {
@@ -142,6 +165,60 @@ func TestRoundTripsPerRequest(t *testing.T) {
 	}
 	if rep.Totals.Requests != n+1 || rep.Totals.Input != 12*(n+1) || rep.Totals.Output != 2*(n+1) {
 		t.Fatalf("usage %+v", rep.Totals)
+	}
+}
+
+// Settlements queued while the store is slow to drain go out as one
+// pipelined batch, and each is applied once.
+func TestSettlementsBatch(t *testing.T) {
+	r := newRig(t)
+	r.request(t)
+	r.srv.Flush(context.Background())
+	// Hold the settler on a batch of its own: everything queued meanwhile
+	// is sent together afterwards.
+	release := make(chan struct{})
+	r.srv.settler.enqueue(store.Settlement{RequestID: "blocker", AccountID: r.acct}, func(bool, error, time.Duration) { <-release })
+	const n = 20
+	for i := 0; i < n; i++ {
+		r.request(t)
+	}
+	before := r.trips.n.Load()
+	close(release)
+	if err := r.srv.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.trips.n.Load() - before; got != 1 {
+		t.Fatalf("%d round trips for %d queued settlements, want one pipelined batch", got, n)
+	}
+	rep, err := r.st.Usage(context.Background(), r.acct, store.Total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Totals.Requests != n+1 {
+		t.Fatalf("usage counts %d requests, want %d", rep.Totals.Requests, n+1)
+	}
+}
+
+// A usage read waits for the account's queued settlements, and only for
+// its own account's.
+func TestWaitSettled(t *testing.T) {
+	r := newRig(t)
+	release := make(chan struct{})
+	r.srv.settler.enqueue(store.Settlement{RequestID: "r1", AccountID: r.acct}, func(bool, error, time.Duration) { <-release })
+	if err := r.srv.WaitSettled(context.Background(), "acct_other"); err != nil {
+		t.Fatalf("another account's read waited: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := r.srv.WaitSettled(ctx, r.acct); err == nil {
+		t.Fatal("a read returned while its account's settlement was queued")
+	}
+	close(release)
+	if err := r.srv.WaitSettled(context.Background(), r.acct); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.srv.PendingSettlements(); n != 0 {
+		t.Fatalf("%d settlements still pending", n)
 	}
 }
 
@@ -217,6 +294,7 @@ func TestDisconnectEstimatesOnlyWhatWasNotReported(t *testing.T) {
 	r := newRig(t)
 	r.openStream(t, events)     // every event, then the client is gone
 	r.openStream(t, events[:3]) // cut before message_delta and message_stop
+	r.srv.Flush(context.Background())
 	entries, _, err := r.st.Ledger(context.Background(), r.acct, "", 10)
 	if err != nil || len(entries) != 2 {
 		t.Fatalf("ledger %+v, %v", entries, err)

@@ -28,6 +28,12 @@ type KeyLookup interface {
 	Lookup(ctx context.Context, secret string) (store.Key, error)
 }
 
+// SettlementWaiter waits until the replies this sidecar has released for an
+// account have been settled.
+type SettlementWaiter interface {
+	WaitSettled(ctx context.Context, accountID string) error
+}
+
 // EndpointReporter tells which endpoint currently serves each upstream
 // ("primary" or "reserve").
 type EndpointReporter interface {
@@ -40,6 +46,11 @@ type Options struct {
 	Upstreams []string
 	Store     UsageReader
 	Keys      KeyLookup
+	// Settled, when set, makes a usage read wait (at most UsageWait) for
+	// the settlements of replies this sidecar has already released, so
+	// that a read after a reply ends includes it.
+	Settled   SettlementWaiter
+	UsageWait time.Duration // default 2s
 	// Serving reports whether the processor is serving.
 	Serving   func() bool
 	Endpoints EndpointReporter // optional
@@ -72,6 +83,9 @@ func New(o Options) *Handler {
 	}
 	if o.Serving == nil {
 		o.Serving = func() bool { return true }
+	}
+	if o.UsageWait <= 0 {
+		o.UsageWait = 2 * time.Second
 	}
 	h := &Handler{o: o, mux: http.NewServeMux(), probeTTL: 500 * time.Millisecond, probeTime: time.Second}
 	h.mux.HandleFunc("/health", h.health)
@@ -219,6 +233,13 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	if p := auth.Problem(key, h.o.Now()); p != "" {
 		writeError(w, http.StatusUnauthorized, "authentication_error", p)
 		return
+	}
+	if h.o.Settled != nil {
+		// Bounded: a store that is down must not hold the read; past the
+		// bound the read answers with what the store has.
+		ctx, cancel := context.WithTimeout(r.Context(), h.o.UsageWait)
+		h.o.Settled.WaitSettled(ctx, key.AccountID)
+		cancel()
 	}
 	rep, err := h.o.Store.Usage(r.Context(), key.AccountID, period)
 	if err != nil {

@@ -68,7 +68,7 @@ type Stack struct {
 	Redis      *redistest.Server // nil when Options.RedisAddr was given
 	RedisAddr  string
 	RDB        redis.UniversalClient
-	Store      *store.Store
+	Store      *SettledStore
 	Primary    *Fake
 	Reserve    *Fake
 	Sidecar    *Process
@@ -141,7 +141,7 @@ func Start(tb testing.TB, o Options) *Stack {
 		} else {
 			s.RDB = redis.NewClient(&redis.Options{Addr: s.RedisAddr})
 		}
-		s.Store = store.New(s.RDB, store.Options{})
+		s.Store = &SettledStore{Store: store.New(s.RDB, store.Options{}), stack: s}
 		s.StartSidecar()
 	}
 	s.startEnvoy()
@@ -200,6 +200,63 @@ func (s *Stack) stop() {
 	if s.RDB != nil {
 		s.RDB.Close()
 	}
+}
+
+// SettledStore is the stack's store as tests read it. The sidecar settles a
+// reply just after releasing its last chunk; reads of usage, the ledger and
+// holds first wait until the sidecar has no settlement queued, as the
+// sidecar's own /v1/usage does for the account it reads.
+type SettledStore struct {
+	*store.Store
+	stack *Stack
+}
+
+// Usage waits for queued settlements, then reads the account's usage.
+func (s *SettledStore) Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error) {
+	s.stack.WaitSettled()
+	return s.Store.Usage(ctx, accountID, p)
+}
+
+// Ledger waits for queued settlements, then reads the account's ledger.
+func (s *SettledStore) Ledger(ctx context.Context, accountID, after string, limit int) ([]store.LedgerEntry, string, error) {
+	s.stack.WaitSettled()
+	return s.Store.Ledger(ctx, accountID, after, limit)
+}
+
+// OpenHolds waits for queued settlements, then reads the account's holds.
+func (s *SettledStore) OpenHolds(ctx context.Context, accountID string) (int64, int64, error) {
+	s.stack.WaitSettled()
+	return s.Store.OpenHolds(ctx, accountID)
+}
+
+// WaitSettled polls the sidecar's gateway_settlements_pending until it is
+// zero, for at most ten seconds. A sidecar that is not running has nothing
+// queued.
+func (s *Stack) WaitSettled() {
+	if s.Sidecar == nil || s.Sidecar.Exited() {
+		return
+	}
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := client.Get(s.ControlURL + "/metrics")
+		if err != nil {
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		pending := ""
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "gateway_settlements_pending "); ok {
+				pending = v
+			}
+		}
+		if pending == "" || pending == "0" {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+	s.TB.Logf("the sidecar still had settlements queued after 10s")
 }
 
 // Account is a test account with one model key and one read-only token.

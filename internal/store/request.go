@@ -82,14 +82,81 @@ func nextMidnight(t time.Time) time.Time {
 // Usage counts towards the UTC day and month of the store's clock. One round
 // trip.
 func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err error) {
+	keys, args, err := s.settleCall(st)
+	if err != nil {
+		return false, err
+	}
+	n, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64()
+	return settleResult(st, n, err)
+}
+
+// SettleResult is the outcome of one settlement of a batch.
+type SettleResult struct {
+	Applied bool
+	Err     error
+}
+
+// SettleBatch settles many requests, of any accounts, in one pipelined round
+// trip (one per Cluster node), each as Settle would: atomically and at most
+// once. Results are in the order of sts.
+func (s *Store) SettleBatch(ctx context.Context, sts []Settlement) []SettleResult {
+	res := make([]SettleResult, len(sts))
+	cmds := make([]*redis.Cmd, len(sts))
+	pipe := s.rdb.Pipeline()
+	for i, st := range sts {
+		keys, args, err := s.settleCall(st)
+		if err != nil {
+			res[i].Err = err
+			continue
+		}
+		cmds[i] = settleScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	if pipe.Len() == 0 {
+		return res
+	}
+	pipe.Exec(ctx) // errors are read per command below
+	var retry []int
+	for i, c := range cmds {
+		if c == nil {
+			continue
+		}
+		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			retry = append(retry, i)
+			continue
+		}
+		n, err := c.Int64()
+		res[i].Applied, res[i].Err = settleResult(sts[i], n, err)
+	}
+	// A server that lost its script cache (a restart, a failover): those
+	// few go one by one, which loads the script again.
+	for _, i := range retry {
+		res[i].Applied, res[i].Err = s.Settle(ctx, sts[i])
+	}
+	return res
+}
+
+// settleResult reads the settlement script's reply.
+func settleResult(st Settlement, n int64, err error) (bool, error) {
+	if err != nil {
+		return false, fmt.Errorf("store: settle %s: %w", st.RequestID, err)
+	}
+	if n < 0 {
+		return false, fmt.Errorf("store: settle %s: account %s: %w", st.RequestID, st.AccountID, ErrNotFound)
+	}
+	return n == 1, nil
+}
+
+// settleCall checks a settlement and returns the settlement script's KEYS
+// and ARGV for it.
+func (s *Store) settleCall(st Settlement) (keys []string, args []any, err error) {
 	if st.RequestID == "" {
-		return false, errors.New("store: settle: empty request id")
+		return nil, nil, errors.New("store: settle: empty request id")
 	}
 	if st.Cost < 0 || st.Input < 0 || st.Output < 0 || st.CacheWrite < 0 || st.CacheRead < 0 {
-		return false, fmt.Errorf("store: settle %s: negative cost or token count", st.RequestID)
+		return nil, nil, fmt.Errorf("store: settle %s: negative cost or token count", st.RequestID)
 	}
 	if !validID(st.AccountID) {
-		return false, fmt.Errorf("store: settle %s: account %q: %w", st.RequestID, st.AccountID, ErrNotFound)
+		return nil, nil, fmt.Errorf("store: settle %s: account %q: %w", st.RequestID, st.AccountID, ErrNotFound)
 	}
 	now := s.now()
 	id := st.AccountID
@@ -102,7 +169,7 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err er
 	if lastUsed.IsZero() {
 		lastUsed = now
 	}
-	keys := []string{
+	keys = []string{
 		acctKey(id, "acct"),
 		acctKey(id, "holds"),
 		acctKey(id, "holdexp"),
@@ -114,7 +181,7 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err er
 		acctKey(id, "ledger"),
 		acctKey(id, "key:"+st.KeyID),
 	}
-	args := []any{
+	args = []any{
 		st.RequestID,
 		boolString(charged),
 		cost,
@@ -141,14 +208,7 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err er
 		"started", ms(st.StartedAt),
 		"ended", ms(st.EndedAt),
 	}
-	n, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64()
-	if err != nil {
-		return false, fmt.Errorf("store: settle %s: %w", st.RequestID, err)
-	}
-	if n < 0 {
-		return false, fmt.Errorf("store: settle %s: account %s: %w", st.RequestID, id, ErrNotFound)
-	}
-	return n == 1, nil
+	return keys, args, nil
 }
 
 // usageKey names the usage hash of period p at time now.
