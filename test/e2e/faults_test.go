@@ -242,7 +242,7 @@ func TestFaultRedisStopsDuringLoad(t *testing.T) {
 			mu.Unlock()
 		})
 	}
-	ready.Wait() // every stream is admitted and in flight, the rest answered
+	ready.Wait()    // every stream is admitted and in flight, the rest answered
 	s.WaitSettled() // and settled: their settlements follow their replies
 
 	rs.Stop()
