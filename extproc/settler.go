@@ -112,20 +112,33 @@ func (s *settler) pendingTotal() int {
 	return 0
 }
 
+// linger is how long the settler waits for more settlements before sending
+// a batch: long enough to gather several at a few hundred requests per
+// second (an account's counters are then written once for all of them),
+// short beside the round trip of a usage read that waits for them.
+const linger = 2 * time.Millisecond
+
 func (s *settler) run() {
 	jobs := make([]settleJob, 0, maxBatch)
 	sts := make([]store.Settlement, 0, maxBatch)
+	timer := time.NewTimer(linger)
+	timer.Stop()
 	for first := range s.queue {
 		jobs = append(jobs[:0], first)
-	drain:
+		timer.Reset(linger)
+	gather:
 		for len(jobs) < maxBatch {
 			select {
-			case j := <-s.queue:
+			case j, ok := <-s.queue:
+				if !ok {
+					break gather
+				}
 				jobs = append(jobs, j)
-			default:
-				break drain
+			case <-timer.C:
+				break gather
 			}
 		}
+		timer.Stop()
 		s.apply(jobs, sts[:0])
 	}
 }

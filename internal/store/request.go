@@ -15,9 +15,10 @@ import (
 
 // Admit decides whether a request may start and, when it may, holds its
 // worst-case cost against the account's balance until it settles or the hold
-// expires. Checks run in order: expired holds are released, then the rate
-// limit, the daily limit and the balance are checked. A rejected request
-// leaves no trace. One round trip.
+// expires. Checks run in order: expired holds are released (amortised: at
+// most once per Options.SweepInterval per account), then the rate limit, the
+// daily limit and the balance are checked. A rejected request leaves no
+// trace. One round trip.
 func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	if a.RequestID == "" {
 		return Decision{}, errors.New("store: admit: empty request id")
@@ -39,7 +40,7 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 		acctKey(id, "settled:"+a.RequestID),
 	}
 	r, err := admitScript.Run(ctx, s.rdb, keys,
-		now.UnixMilli(), a.RequestID, a.Hold, s.opts.HoldTTL.Milliseconds(),
+		now.UnixMilli(), a.RequestID, a.Hold, s.opts.HoldTTL.Milliseconds(), s.opts.SweepInterval.Milliseconds(),
 	).Int64Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
@@ -82,12 +83,14 @@ func nextMidnight(t time.Time) time.Time {
 // Usage counts towards the UTC day and month of the store's clock. One round
 // trip.
 func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err error) {
-	keys, args, err := s.settleCall(st)
-	if err != nil {
+	if err := checkSettlement(st); err != nil {
 		return false, err
 	}
-	n, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64()
-	return settleResult(st, n, err)
+	group := []Settlement{st}
+	keys, args := s.settleCall(group)
+	r, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	res := settleReplies(group, r, err)
+	return res[0].Applied, res[0].Err
 }
 
 // SettleResult is the outcome of one settlement of a batch.
@@ -96,119 +99,190 @@ type SettleResult struct {
 	Err     error
 }
 
-// SettleBatch settles many requests, of any accounts, in one pipelined round
-// trip (one per Cluster node), each as Settle would: atomically and at most
-// once. Results are in the order of sts.
+// maxSettleGroup bounds the requests of one script call, so that one call
+// never holds Redis for long.
+const maxSettleGroup = 64
+
+// SettleBatch settles many requests, of any accounts, as Settle would each:
+// atomically and at most once. The requests of one account go to one script
+// call, which writes what adds up (balance, usage counters, last_used) once
+// for all of them; the calls go in one pipelined round trip (one per
+// Cluster node). Results are in the order of sts.
 func (s *Store) SettleBatch(ctx context.Context, sts []Settlement) []SettleResult {
 	res := make([]SettleResult, len(sts))
-	cmds := make([]*redis.Cmd, len(sts))
-	pipe := s.rdb.Pipeline()
+	// Group by account, keeping each account's order.
+	var groups [][]int
+	byAccount := map[string]int{}
 	for i, st := range sts {
-		keys, args, err := s.settleCall(st)
-		if err != nil {
+		if err := checkSettlement(st); err != nil {
 			res[i].Err = err
 			continue
 		}
-		cmds[i] = settleScript.EvalSha(ctx, pipe, keys, args...)
+		g, ok := byAccount[st.AccountID]
+		if !ok || len(groups[g]) == maxSettleGroup {
+			g = len(groups)
+			groups = append(groups, nil)
+			byAccount[st.AccountID] = g
+		}
+		groups[g] = append(groups[g], i)
 	}
-	if pipe.Len() == 0 {
+	if len(groups) == 0 {
 		return res
 	}
-	pipe.Exec(ctx) // errors are read per command below
-	var retry []int
-	for i, c := range cmds {
-		if c == nil {
-			continue
+	members := make([][]Settlement, len(groups))
+	cmds := make([]*redis.Cmd, len(groups))
+	pipe := s.rdb.Pipeline()
+	for g, idx := range groups {
+		for _, i := range idx {
+			members[g] = append(members[g], sts[i])
 		}
-		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			retry = append(retry, i)
-			continue
-		}
-		n, err := c.Int64()
-		res[i].Applied, res[i].Err = settleResult(sts[i], n, err)
+		keys, args := s.settleCall(members[g])
+		cmds[g] = settleScript.EvalSha(ctx, pipe, keys, args...)
 	}
-	// A server that lost its script cache (a restart, a failover): those
-	// few go one by one, which loads the script again.
-	for _, i := range retry {
-		res[i].Applied, res[i].Err = s.Settle(ctx, sts[i])
+	pipe.Exec(ctx) // errors are read per command below
+	for g, c := range cmds {
+		var out []SettleResult
+		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// A server that lost its script cache (a restart, a failover):
+			// Run loads the script again.
+			keys, args := s.settleCall(members[g])
+			r, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+			out = settleReplies(members[g], r, err)
+		} else {
+			r, err := c.Int64Slice()
+			out = settleReplies(members[g], r, err)
+		}
+		for j, i := range groups[g] {
+			res[i] = out[j]
+		}
 	}
 	return res
 }
 
-// settleResult reads the settlement script's reply.
-func settleResult(st Settlement, n int64, err error) (bool, error) {
-	if err != nil {
-		return false, fmt.Errorf("store: settle %s: %w", st.RequestID, err)
+// settleReplies reads the settlement script's reply for a group.
+func settleReplies(group []Settlement, r []int64, err error) []SettleResult {
+	res := make([]SettleResult, len(group))
+	for i, st := range group {
+		switch {
+		case err != nil:
+			res[i].Err = fmt.Errorf("store: settle %s: %w", st.RequestID, err)
+		case len(r) == 1 && r[0] == -1:
+			res[i].Err = fmt.Errorf("store: settle %s: account %s: %w", st.RequestID, st.AccountID, ErrNotFound)
+		case len(r) != len(group):
+			res[i].Err = fmt.Errorf("store: settle %s: unexpected reply %v", st.RequestID, r)
+		default:
+			res[i].Applied = r[i] == 1
+		}
 	}
-	if n < 0 {
-		return false, fmt.Errorf("store: settle %s: account %s: %w", st.RequestID, st.AccountID, ErrNotFound)
-	}
-	return n == 1, nil
+	return res
 }
 
-// settleCall checks a settlement and returns the settlement script's KEYS
-// and ARGV for it.
-func (s *Store) settleCall(st Settlement) (keys []string, args []any, err error) {
+// checkSettlement refuses what the store would never apply.
+func checkSettlement(st Settlement) error {
 	if st.RequestID == "" {
-		return nil, nil, errors.New("store: settle: empty request id")
+		return errors.New("store: settle: empty request id")
 	}
 	if st.Cost < 0 || st.Input < 0 || st.Output < 0 || st.CacheWrite < 0 || st.CacheRead < 0 {
-		return nil, nil, fmt.Errorf("store: settle %s: negative cost or token count", st.RequestID)
+		return fmt.Errorf("store: settle %s: negative cost or token count", st.RequestID)
 	}
 	if !validID(st.AccountID) {
-		return nil, nil, fmt.Errorf("store: settle %s: account %q: %w", st.RequestID, st.AccountID, ErrNotFound)
+		return fmt.Errorf("store: settle %s: account %q: %w", st.RequestID, st.AccountID, ErrNotFound)
 	}
+	return nil
+}
+
+// settleCall returns the settlement script's KEYS and ARGV for a group of
+// checked settlements of one account (see settle.lua).
+func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 	now := s.now()
-	id := st.AccountID
-	charged := st.Status >= 200 && st.Status < 300
-	cost := st.Cost
-	if !charged {
-		cost = 0
-	}
-	lastUsed := st.EndedAt
-	if lastUsed.IsZero() {
-		lastUsed = now
-	}
+	id := group[0].AccountID
 	keys = []string{
 		acctKey(id, "acct"),
 		acctKey(id, "holds"),
 		acctKey(id, "holdexp"),
-		acctKey(id, "settled:"+st.RequestID),
 		acctKey(id, "day:"+dayStamp(now)),
 		acctKey(id, "u:d:"+dayStamp(now)),
 		acctKey(id, "u:m:"+monthStamp(now)),
 		acctKey(id, "u:t"),
 		acctKey(id, "ledger"),
-		acctKey(id, "key:"+st.KeyID),
 	}
-	args = []any{
-		st.RequestID,
-		boolString(charged),
-		cost,
-		st.Input, st.Output, st.CacheWrite, st.CacheRead,
-		st.Model,
+	for _, st := range group {
+		keys = append(keys, acctKey(id, "settled:"+st.RequestID))
+	}
+	keyIndex := map[string]int{}
+	for _, st := range group {
+		if _, ok := keyIndex[st.KeyID]; !ok && st.KeyID != "" {
+			keyIndex[st.KeyID] = len(keyIndex) + 1
+			keys = append(keys, acctKey(id, "key:"+st.KeyID))
+		}
+	}
+	args = make([]any, 0, 6+len(group)*48)
+	args = append(args, len(group), len(keyIndex),
 		s.opts.SettledTTL.Milliseconds(),
-		int64(dayKeyTTL / time.Second),
-		int64(monthKeyTTL / time.Second),
+		int64(dayKeyTTL/time.Second),
+		int64(monthKeyTTL/time.Second),
 		s.opts.LedgerMaxLen,
-		ms(lastUsed),
-		// The ledger entry.
-		"request_id", st.RequestID,
-		"key_id", st.KeyID,
-		"model", st.Model,
-		"input", st.Input,
-		"output", st.Output,
-		"cache_write", st.CacheWrite,
-		"cache_read", st.CacheRead,
-		"cost", cost,
-		"estimated", boolString(st.Estimated),
-		"status", st.Status,
-		"endpoint", st.Endpoint,
-		"stream", boolString(st.Stream),
-		"started", ms(st.StartedAt),
-		"ended", ms(st.EndedAt),
+	)
+	for _, st := range group {
+		charged := st.Status >= 200 && st.Status < 300
+		cost := st.Cost
+		if !charged {
+			cost = 0
+		}
+		lastUsed := st.EndedAt
+		if lastUsed.IsZero() {
+			lastUsed = now
+		}
+		args = append(args, st.RequestID, boolString(charged), cost, st.Model, keyIndex[st.KeyID], ms(lastUsed))
+		// The usage counters besides "requests".
+		counters := []any{
+			"input", st.Input,
+			"output", st.Output,
+			"cache_write", st.CacheWrite,
+			"cache_read", st.CacheRead,
+			"cost", cost,
+		}
+		args = append(args, len(counters)/2)
+		args = append(args, counters...)
+		entry := []any{
+			"request_id", st.RequestID,
+			"key_id", st.KeyID,
+			"model", st.Model,
+			"input", st.Input,
+			"output", st.Output,
+			"cache_write", st.CacheWrite,
+			"cache_read", st.CacheRead,
+			"cost", cost,
+			"estimated", boolString(st.Estimated),
+			"status", st.Status,
+			"endpoint", st.Endpoint,
+			"stream", boolString(st.Stream),
+			"started", ms(st.StartedAt),
+			"ended", ms(st.EndedAt),
+		}
+		args = append(args, len(entry)/2)
+		args = append(args, entry...)
 	}
-	return keys, args, nil
+	return keys, args
+}
+
+// SweepHolds releases the account's expired holds now and returns how many
+// it released. Admissions do the same, amortised (at most once per
+// Options.SweepInterval per account); a background sweeper calls this for
+// accounts that see no admissions. One round trip.
+func (s *Store) SweepHolds(ctx context.Context, accountID string) (int64, error) {
+	if !validID(accountID) {
+		return 0, fmt.Errorf("store: sweep holds of %q: %w", accountID, ErrNotFound)
+	}
+	keys := []string{acctKey(accountID, "acct"), acctKey(accountID, "holds"), acctKey(accountID, "holdexp")}
+	n, err := sweepScript.Run(ctx, s.rdb, keys, s.now().UnixMilli(), s.opts.SweepInterval.Milliseconds()).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("store: sweep holds of %s: %w", accountID, err)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("store: sweep holds of %s: %w", accountID, ErrNotFound)
+	}
+	return n, nil
 }
 
 // usageKey names the usage hash of period p at time now.

@@ -81,6 +81,8 @@ var suite = []struct {
 	{"Periods", testPeriods},
 	{"Ledger", testLedger},
 	{"Concurrency", testConcurrency},
+	{"SettleBatch", testSettleBatch},
+	{"SweepHolds", testSweepHolds},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {
