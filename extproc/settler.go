@@ -114,9 +114,10 @@ func (s *settler) pendingTotal() int {
 
 // linger is how long the settler waits for more settlements before sending
 // a batch: long enough to gather several at a few hundred requests per
-// second (an account's counters are then written once for all of them),
-// short beside the round trip of a usage read that waits for them.
-const linger = 2 * time.Millisecond
+// second (an account's counters are then written once for all of them, and
+// the Redis commands per request fall), short beside a usage read's round
+// trip through Envoy, which waits for them.
+const linger = 5 * time.Millisecond
 
 func (s *settler) run() {
 	jobs := make([]settleJob, 0, maxBatch)

@@ -112,19 +112,26 @@ if released > 0 then
     redis.call('HSET', KEYS[1], 'held', '0')
   end
 end
+-- A counter whose new value is the increment was just created, and so may
+-- be its key: only then is the key's lifetime set (once a day or month per
+-- model, not on every call).
 if cost > 0 then
   redis.call('HINCRBY', KEYS[1], 'balance', int(-cost))
-  redis.call('INCRBY', KEYS[4], int(cost))
-  redis.call('EXPIRE', KEYS[4], ARGV[4])
+  if redis.call('INCRBY', KEYS[4], int(cost)) == cost then
+    redis.call('EXPIRE', KEYS[4], ARGV[4])
+  end
 end
 if #order > 0 then
+  local ttl = {[5] = ARGV[4], [6] = ARGV[5]}
   for h = 5, 7 do
+    local created = false
     for _, field in ipairs(order) do
-      redis.call('HINCRBY', KEYS[h], field, int(counters[field]))
+      created = redis.call('HINCRBY', KEYS[h], field, int(counters[field])) == counters[field] or created
+    end
+    if created and ttl[h] then
+      redis.call('EXPIRE', KEYS[h], ttl[h])
     end
   end
-  redis.call('EXPIRE', KEYS[5], ARGV[4])
-  redis.call('EXPIRE', KEYS[6], ARGV[5])
 end
 
 -- The credentials were used, whatever the replies; keep the latest time.
