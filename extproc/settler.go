@@ -102,7 +102,7 @@ func (s *settler) wait(ctx context.Context, accountID string) error {
 	}
 }
 
-// Pending is the number of settlements queued and not yet applied.
+// pendingTotal is the number of settlements queued and not yet applied.
 func (s *settler) pendingTotal() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

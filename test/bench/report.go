@@ -302,8 +302,25 @@ func (r *results) summary(w func(string, ...any)) {
 			rate(lr.rate), gwCPU, nullCPU, r.verdict(nullCPU > 0 && gwCPU <= 1.2*nullCPU))
 	}
 	mg, mn, mb := r.maxRate[gwI], r.maxRate[nullI], r.maxRate[bareI]
-	w("| highest sustained rate (p99 < 50 ms, no errors) | %s/s | %s/s | %s/s | %.0f%% of bare | %.0f%% of bare | gateway ≥ 70%% of bare Envoy's | %s |\n",
-		rate(mg), rate(mn), rate(mb), 100*mg/max(mb, 1), 100*mn/max(mb, 1), r.verdict(mb > 0 && mg >= 0.7*mb))
+	ofBare := func(x float64) string {
+		if mb == 0 {
+			return "— (bare passed no step)"
+		}
+		return fmt.Sprintf("%.0f%% of bare", 100*x/mb)
+	}
+	w("| highest sustained rate (p99 < 50 ms, no errors) | %s/s | %s/s | %s/s | %s | %s | gateway ≥ 70%% of bare Envoy's | %s |\n",
+		rate(mg), rate(mn), rate(mb), ofBare(mg), ofBare(mn), r.verdict(mb > 0 && mg >= 0.7*mb))
+	if r.redisRequests > 0 {
+		var total int64
+		for k, n := range r.redis.calls {
+			if !ignoredRedis[k] {
+				total += n
+			}
+		}
+		per := float64(total) / float64(r.redisRequests)
+		w("| Redis commands per request, scripts' inner ones included (`INFO commandstats`, latency phases) | %.1f | — | — | — | — | ≤ 15 | %s |\n",
+			per, r.verdict(per <= 15))
+	}
 	m := r.memory
 	w("| %s concurrent open streams: opened (refused or failed) | %d (%d) | %d (%d) | %d (%d) | — | — | all open through the gateway, none refused | %s |\n",
 		thousands(int64(m.streams)), m.open[gwI], m.failed[gwI], m.open[nullI], m.failed[nullI], m.open[bareI], m.failed[bareI],
