@@ -11,6 +11,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/auth"
@@ -50,7 +51,7 @@ func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return x.responseHeaders(r.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return x.responseBody(r.ResponseBody)
+		return x.responseBody(r.ResponseBody, req.GetAttributes())
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -244,7 +245,10 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 
 // responseBody feeds the meter and lets the chunk through at once: Envoy
 // holds each chunk until the processor answers.
-func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structpb.Struct) *extprocv3.ProcessingResponse {
+	if x.status == 0 && x.admitted && !x.settled {
+		x.startFromAttributes(attrs)
+	}
 	if x.meter != nil && !x.settled {
 		x.meter.Write(b.GetBody())
 		if b.GetEndOfStream() {
@@ -255,6 +259,44 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
 	}}
 }
+
+// startFromAttributes is responseHeaders for the bootstrap that skips the
+// response headers message: Envoy sends the status and the serving
+// endpoint's metadata as attributes with the first body chunk, which saves
+// one message (and one wait on the processor) per request. The reply's
+// content type follows from the request: a 2xx reply to a streaming request
+// is an event stream.
+func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
+	f := attrs[attributesKey].GetFields()
+	code := f["response.code"].GetNumberValue()
+	if code == 0 {
+		return // no attributes: the response headers message carries them
+	}
+	x.status = int(code)
+	// The host metadata arrives as protobuf text; only the endpoint name
+	// is read from it.
+	x.endpoint = ""
+	if md := f["xds.upstream_host_metadata"].GetStringValue(); md != "" {
+		switch {
+		case strings.Contains(md, `"reserve"`):
+			x.endpoint = "reserve"
+		case strings.Contains(md, `"primary"`):
+			x.endpoint = "primary"
+		}
+	}
+	if x.status < 200 || x.status > 299 {
+		x.settle(true)
+		return
+	}
+	contentType := "application/json"
+	if x.req.Stream {
+		contentType = "text/event-stream"
+	}
+	x.meter = x.upstream.Format.NewMeter(x.req, x.body, contentType)
+}
+
+// attributesKey is where Envoy puts the ext_proc filter's attributes.
+const attributesKey = "envoy.filters.http.ext_proc"
 
 // finish runs when the stream ends for any reason; a request still open was
 // cut short (client gone, upstream reset, Envoy reset).

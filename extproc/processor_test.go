@@ -12,6 +12,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
@@ -322,5 +323,59 @@ func TestReadHeadersAllocatesOnlyWhatItReads(t *testing.T) {
 	hv := readHeaders(h)
 	if hv.method != "POST" || hv.path != "/alpha/v1/messages" || hv.xAPIKey != "cr_abcdefghijklmnop" || hv.contentLength != "120" {
 		t.Fatalf("%+v", hv)
+	}
+}
+
+// With the response headers message skipped, the status and the serving
+// endpoint come as attributes on the first body chunk: a 2xx reply is
+// metered as an event stream (the request asked for one), a non-2xx one is
+// settled at no charge.
+func TestResponseFromAttributes(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	run := func(code float64, chunks [][]byte) {
+		x := &exchange{s: r.srv}
+		x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key),
+		}})
+		if resp := x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
+		}}); resp.GetImmediateResponse() != nil {
+			t.Fatalf("rejected: %v", resp)
+		}
+		attrs, err := structpb.NewStruct(map[string]any{
+			"response.code":              code,
+			"xds.upstream_host_metadata": `filter_metadata { key: "gateway" value { fields { key: "endpoint" value { string_value: "reserve" } } } } `,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range chunks {
+			req := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+				ResponseBody: &extprocv3.HttpBody{Body: c, EndOfStream: i == len(chunks)-1},
+			}}
+			if i == 0 {
+				req.Attributes = map[string]*structpb.Struct{attributesKey: attrs}
+			}
+			if resp := x.handle(ctx, req); resp.GetResponseBody() == nil {
+				t.Fatalf("chunk %d: %v", i, resp)
+			}
+		}
+		if !x.settled {
+			t.Fatal("not settled")
+		}
+	}
+	run(200, events)
+	run(529, [][]byte{[]byte(`{"type":"error","error":{"type":"overloaded_error","message":"busy"}}`)})
+	r.srv.Flush(ctx)
+	entries, _, err := r.st.Ledger(ctx, r.acct, "", 10)
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("ledger %+v, %v", entries, err)
+	}
+	if e := entries[0]; e.Status != 200 || e.Endpoint != "reserve" || e.Input != 12 || e.Output != 2 || e.Estimated || e.Cost == 0 {
+		t.Fatalf("2xx entry %+v", e)
+	}
+	if e := entries[1]; e.Status != 529 || e.Cost != 0 {
+		t.Fatalf("529 entry %+v", e)
 	}
 }

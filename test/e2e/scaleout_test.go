@@ -103,6 +103,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, ""))
 	stream(t, s, betaPath, betaHeaders(acct.Key), betaBody(true, false, ""))
 	s.Do("POST", alphaPath, alphaHeaders(poor.Key), alphaBody(false, ""))
+	s.WaitSettled() // requests are counted as they settle, just after their replies
 	if got := scrape(t, s, "gateway_requests_total"); got != before+2 {
 		t.Fatalf("gateway_requests_total %v → %v, want +2", before, got)
 	}
