@@ -57,6 +57,11 @@ func TestScaleOutOnRedisCluster(t *testing.T) {
 		}(pairs[i%2])
 	}
 	wg.Wait()
+	// A read through one pair waits only for its own sidecar's settlements;
+	// the other's land just after their replies (README: staleness across
+	// replicas).
+	a.WaitSettled()
+	b.WaitSettled()
 	ua, ub := a.Usage(poor.ReadOnly, "total"), b.Usage(poor.ReadOnly, "total")
 	if num(t, ua, "balance_usd") < 0 || num(t, ua, "usage.requests") != float64(admitted) {
 		t.Fatalf("balance %v, requests %v; admitted %d", num(t, ua, "balance_usd"), num(t, ua, "usage.requests"), admitted)
