@@ -55,6 +55,8 @@ type view struct {
 	ExtProcPort, ControlPort int
 	MaxRequestBytes          int64
 	StreamIdleTimeout        string
+	MaxStreamDuration        string
+	CircuitBreakers          config.CircuitBreakers
 	AccessLog                string
 	Bare                     bool
 	Upstreams                []upstreamView
@@ -109,6 +111,8 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		NodeID:            o.NodeID,
 		MaxRequestBytes:   c.Limits.MaxRequestBytes,
 		StreamIdleTimeout: seconds(c.Envoy.StreamIdleTimeout.D()),
+		MaxStreamDuration: seconds(c.Envoy.MaxStreamDuration.D()),
+		CircuitBreakers:   c.Envoy.CircuitBreakers,
 		AccessLog:         accessLogPath(c.Envoy.AccessLog),
 		Bare:              o.Bare,
 

@@ -168,3 +168,26 @@ func TestRenderSidecarTLSAndAdminLoopback(t *testing.T) {
 	}
 	validate(t, "one-key.yaml", b)
 }
+
+// The circuit breakers and the stream duration come from gateway.yaml, on
+// the processor's cluster and every upstream's: Envoy's defaults (1,024)
+// would refuse long streams beyond that.
+func TestCircuitBreakersFromConfig(t *testing.T) {
+	c := load(t)
+	c.Envoy.CircuitBreakers = config.CircuitBreakers{MaxConnections: 1111, MaxPendingRequests: 2222, MaxRequests: 3333, MaxRetries: 44}
+	c.Envoy.MaxStreamDuration = config.Duration(7 * 60 * 1e9)
+	boot, err := envoy.Render(c, envoy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusters := 1 + len(c.Upstreams) // the processor and each upstream
+	for _, want := range []string{"max_connections: 1111", "max_pending_requests: 2222", "max_requests: 3333", "max_retries: 44"} {
+		if n := strings.Count(string(boot), want); n != clusters {
+			t.Errorf("%q appears %d times, want %d", want, n, clusters)
+		}
+	}
+	if n := strings.Count(string(boot), "max_stream_duration: {max_stream_duration: 420s}"); n != len(c.Upstreams) {
+		t.Errorf("max_stream_duration on %d routes, want %d", n, len(c.Upstreams))
+	}
+	validate(t, "breakers.yaml", boot)
+}

@@ -11,6 +11,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/auth"
@@ -59,7 +60,7 @@ func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return x.responseHeaders(r.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return x.responseBody(r.ResponseBody)
+		return x.responseBody(r.ResponseBody, req.GetAttributes())
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -112,7 +113,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 			Response: &extprocv3.ProcessingResponse_RequestHeaders{
 				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
 			},
-			ModeOverride: meteredMode,
+			ModeOverride: MeteredMode,
 		}
 	case x.upstream.isFree(hv.method + " " + sub):
 		// Free read-only paths: forward as they are, observe nothing more.
@@ -131,13 +132,16 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	}
 }
 
-// meteredMode is the processing mode of a metered request: the body buffered
-// for admission, the reply's headers and body streamed to the meter.
-var meteredMode = &filterv3.ProcessingMode{
+// MeteredMode is the processing mode of a metered request: the body
+// buffered for admission, the reply's body streamed to the meter. No
+// response headers message: the status and the serving endpoint arrive as
+// attributes with the first body chunk (response_attributes in the
+// bootstrap).
+var MeteredMode = &filterv3.ProcessingMode{
 	RequestHeaderMode:   filterv3.ProcessingMode_SEND,
 	RequestBodyMode:     filterv3.ProcessingMode_BUFFERED,
 	RequestTrailerMode:  filterv3.ProcessingMode_SKIP,
-	ResponseHeaderMode:  filterv3.ProcessingMode_SEND,
+	ResponseHeaderMode:  filterv3.ProcessingMode_SKIP,
 	ResponseBodyMode:    filterv3.ProcessingMode_STREAMED,
 	ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
 }
@@ -312,7 +316,10 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 // responseBody feeds the meter and lets the chunk through at once: Envoy
 // holds each chunk until the processor answers. A rewriting meter may
 // replace the chunk; only a chunk it changed carries a mutation.
-func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structpb.Struct) *extprocv3.ProcessingResponse {
+	if x.status == 0 && x.admitted && !x.settled {
+		x.startFromAttributes(attrs)
+	}
 	common := &extprocv3.CommonResponse{}
 	if x.meter != nil && !x.settled {
 		if x.rewriter != nil {
@@ -339,6 +346,45 @@ func bodyMutation(out []byte) *extprocv3.BodyMutation {
 	return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
 }
 
+// startFromAttributes is responseHeaders for the bootstrap that skips the
+// response headers message: Envoy sends the status and the serving
+// endpoint's metadata as attributes with the first body chunk, which saves
+// one message (and one wait on the processor) per request. The reply's
+// content type follows from the request: a 2xx reply to a streaming request
+// is an event stream.
+func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
+	f := attrs[attributesKey].GetFields()
+	code := f["response.code"].GetNumberValue()
+	if code == 0 {
+		return // no attributes: the response headers message carries them
+	}
+	x.status = int(code)
+	// The host metadata arrives as protobuf text; only the endpoint name
+	// is read from it.
+	x.endpoint = ""
+	if md := f["xds.upstream_host_metadata"].GetStringValue(); md != "" {
+		switch {
+		case strings.Contains(md, `"reserve"`):
+			x.endpoint = "reserve"
+		case strings.Contains(md, `"primary"`):
+			x.endpoint = "primary"
+		}
+	}
+	if x.status < 200 || x.status > 299 {
+		x.settle(true)
+		return
+	}
+	contentType := "application/json"
+	if x.req.Stream {
+		contentType = "text/event-stream"
+	}
+	x.meter = x.upstream.Format.NewMeter(x.req, x.body, contentType)
+	x.rewriter, _ = x.meter.(format.Rewriter)
+}
+
+// attributesKey is where Envoy puts the ext_proc filter's attributes.
+const attributesKey = "envoy.filters.http.ext_proc"
+
 // finish runs when the stream ends for any reason; a request still open was
 // cut short (client gone, upstream reset, Envoy reset).
 func (x *exchange) finish() {
@@ -347,9 +393,10 @@ func (x *exchange) finish() {
 	}
 }
 
-// settle records the request's outcome exactly once. It runs before the last
-// chunk is released to the client, so usage read after a reply has ended
-// already includes it.
+// settle records the request's outcome exactly once. It does not wait for
+// the store: the settlement is queued and applied (or spooled) in a batch
+// after the reply's last chunk has been released, and a usage read on this
+// sidecar waits for the queued settlements of its account.
 func (x *exchange) settle(complete bool) {
 	if !x.admitted || x.settled {
 		return
@@ -378,22 +425,21 @@ func (x *exchange) settle(complete bool) {
 		st.Estimated = r.Estimated // the meter knows whether the vendor's final figures arrived
 		st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), x.s.settleT)
-	defer cancel()
-	t0 := time.Now()
-	_, err := x.s.accounts.Settle(ctx, st)
-	x.s.metrics.settleSeconds.Observe(time.Since(t0).Seconds())
-	if err != nil {
-		x.s.metrics.storeErrors.WithLabelValues("settle").Inc()
-		x.s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
-	}
-	x.s.metrics.observe(x.upstream.Name, string(st.Priced), st)
-	x.s.log.Info("request",
-		"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
-		"upstream", x.upstream.Name, "endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
-		"stream", st.Stream, "usage", st.Usage, "service_tier", st.ServiceTier,
-		"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated,
-		"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
+	s, upstream, model := x.s, x.upstream.Name, string(st.Priced)
+	s.settler.enqueue(st, func(_ bool, err error, took time.Duration) {
+		s.metrics.settleSeconds.Observe(took.Seconds())
+		if err != nil {
+			s.metrics.storeErrors.WithLabelValues("settle").Inc()
+			s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
+		}
+		s.metrics.observe(upstream, model, st)
+		s.log.Info("request",
+			"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
+			"upstream", upstream, "endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
+			"stream", st.Stream, "usage", st.Usage, "service_tier", st.ServiceTier,
+			"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated,
+			"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
+	})
 }
 
 // reject answers the client directly, in the upstream's vendor error format.

@@ -6,11 +6,13 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
@@ -19,17 +21,28 @@ import (
 )
 
 // roundTrips counts what the client sends to Redis: one command or one
-// pipeline is one round trip, whatever a script does inside.
-type roundTrips struct{ n atomic.Int64 }
+// pipeline is one round trip, whatever a script does inside. Those made
+// with a context marked critical (the request's own, as Envoy's stream
+// context is) are on the request's critical path.
+type roundTrips struct{ n, critical atomic.Int64 }
+
+type criticalKey struct{}
+
+func (c *roundTrips) count(ctx context.Context) {
+	c.n.Add(1)
+	if ctx.Value(criticalKey{}) != nil {
+		c.critical.Add(1)
+	}
+}
 
 func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error { c.count(ctx); return next(ctx, cmd) }
 }
 
 func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.count(ctx); return next(ctx, cmds) }
 }
 
 // rig is a processor on miniredis with one funded account.
@@ -133,7 +146,7 @@ var (
 // request runs one streaming request through the exchange, phase by phase,
 // as Envoy would send it, and fails on any immediate response.
 func (r *rig) request(tb testing.TB) {
-	ctx := context.Background()
+	ctx := context.WithValue(context.Background(), criticalKey{}, true)
 	x := &exchange{s: r.srv}
 	check := func(resp *extprocv3.ProcessingResponse) {
 		if ir := resp.GetImmediateResponse(); ir != nil {
@@ -160,18 +173,29 @@ func (r *rig) request(tb testing.TB) {
 	}
 }
 
-// One request costs two Redis round trips with the key cached: the
-// admission script and the settlement script.
+// One request costs one Redis round trip on its critical path with the key
+// cached: the admission script. Its settlement is queued when the last
+// chunk is released and applied afterwards, in batches: at most one round
+// trip per request, fewer when settlements accumulate.
 func TestRoundTripsPerRequest(t *testing.T) {
 	r := newRig(t)
 	r.request(t) // warm the key cache and load the scripts
-	before := r.trips.n.Load()
+	if err := r.srv.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before, criticalBefore := r.trips.n.Load(), r.trips.critical.Load()
 	const n = 10
 	for i := 0; i < n; i++ {
 		r.request(t)
 	}
-	if got := r.trips.n.Load() - before; got != 2*n {
-		t.Fatalf("%d Redis round trips for %d requests, want %d", got, n, 2*n)
+	if got := r.trips.critical.Load() - criticalBefore; got != n {
+		t.Fatalf("%d Redis round trips on the critical path of %d requests, want %d", got, n, n)
+	}
+	if err := r.srv.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.trips.n.Load() - before; got > 2*n || got < n+1 {
+		t.Fatalf("%d Redis round trips in all for %d requests, want %d admissions and between 1 and %d settlement batches", got, n, n, n)
 	}
 	rep, err := r.st.Usage(context.Background(), r.acct, store.Total)
 	if err != nil {
@@ -179,6 +203,60 @@ func TestRoundTripsPerRequest(t *testing.T) {
 	}
 	if rep.Totals.Requests != n+1 || rep.Totals.Usage.Input != 12*(n+1) || rep.Totals.Usage.Output != 2*(n+1) {
 		t.Fatalf("usage %+v", rep.Totals)
+	}
+}
+
+// Settlements queued while the store is slow to drain go out as one
+// pipelined batch, and each is applied once.
+func TestSettlementsBatch(t *testing.T) {
+	r := newRig(t)
+	r.request(t)
+	r.srv.Flush(context.Background())
+	// Hold the settler on a batch of its own: everything queued meanwhile
+	// is sent together afterwards.
+	release := make(chan struct{})
+	r.srv.settler.enqueue(store.Settlement{RequestID: "blocker", AccountID: r.acct}, func(bool, error, time.Duration) { <-release })
+	const n = 20
+	for i := 0; i < n; i++ {
+		r.request(t)
+	}
+	before := r.trips.n.Load()
+	close(release)
+	if err := r.srv.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.trips.n.Load() - before; got != 1 {
+		t.Fatalf("%d round trips for %d queued settlements, want one pipelined batch", got, n)
+	}
+	rep, err := r.st.Usage(context.Background(), r.acct, store.Total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Totals.Requests != n+1 {
+		t.Fatalf("usage counts %d requests, want %d", rep.Totals.Requests, n+1)
+	}
+}
+
+// A usage read waits for the account's queued settlements, and only for
+// its own account's.
+func TestWaitSettled(t *testing.T) {
+	r := newRig(t)
+	release := make(chan struct{})
+	r.srv.settler.enqueue(store.Settlement{RequestID: "r1", AccountID: r.acct}, func(bool, error, time.Duration) { <-release })
+	if err := r.srv.WaitSettled(context.Background(), "acct_other"); err != nil {
+		t.Fatalf("another account's read waited: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := r.srv.WaitSettled(ctx, r.acct); err == nil {
+		t.Fatal("a read returned while its account's settlement was queued")
+	}
+	close(release)
+	if err := r.srv.WaitSettled(context.Background(), r.acct); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.srv.PendingSettlements(); n != 0 {
+		t.Fatalf("%d settlements still pending", n)
 	}
 }
 
@@ -254,6 +332,7 @@ func TestDisconnectEstimatesOnlyWhatWasNotReported(t *testing.T) {
 	r := newRig(t)
 	r.openStream(t, events)     // every event, then the client is gone
 	r.openStream(t, events[:3]) // cut before message_delta and message_stop
+	r.srv.Flush(context.Background())
 	entries, _, err := r.st.Ledger(context.Background(), r.acct, "", 10)
 	if err != nil || len(entries) != 2 {
 		t.Fatalf("ledger %+v, %v", entries, err)
@@ -281,5 +360,59 @@ func TestReadHeadersAllocatesOnlyWhatItReads(t *testing.T) {
 	hv := readHeaders(h)
 	if hv.method != "POST" || hv.path != "/alpha/v1/messages" || len(hv.credentials.XAPIKey) != 1 || hv.credentials.XAPIKey[0] != "cr_abcdefghijklmnop" || hv.contentLength != "120" {
 		t.Fatalf("%+v", hv)
+	}
+}
+
+// With the response headers message skipped, the status and the serving
+// endpoint come as attributes on the first body chunk: a 2xx reply is
+// metered as an event stream (the request asked for one), a non-2xx one is
+// settled at no charge.
+func TestResponseFromAttributes(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	run := func(code float64, chunks [][]byte) {
+		x := &exchange{s: r.srv}
+		x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key),
+		}})
+		if resp := x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
+		}}); resp.GetImmediateResponse() != nil {
+			t.Fatalf("rejected: %v", resp)
+		}
+		attrs, err := structpb.NewStruct(map[string]any{
+			"response.code":              code,
+			"xds.upstream_host_metadata": `filter_metadata { key: "gateway" value { fields { key: "endpoint" value { string_value: "reserve" } } } } `,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range chunks {
+			req := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+				ResponseBody: &extprocv3.HttpBody{Body: c, EndOfStream: i == len(chunks)-1},
+			}}
+			if i == 0 {
+				req.Attributes = map[string]*structpb.Struct{attributesKey: attrs}
+			}
+			if resp := x.handle(ctx, req); resp.GetResponseBody() == nil {
+				t.Fatalf("chunk %d: %v", i, resp)
+			}
+		}
+		if !x.settled {
+			t.Fatal("not settled")
+		}
+	}
+	run(200, events)
+	run(529, [][]byte{[]byte(`{"type":"error","error":{"type":"overloaded_error","message":"busy"}}`)})
+	r.srv.Flush(ctx)
+	entries, _, err := r.st.Ledger(ctx, r.acct, "", 10)
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("ledger %+v, %v", entries, err)
+	}
+	if e := entries[0]; e.Status != 200 || e.Endpoint != "reserve" || e.Usage.Input != 12 || e.Usage.Output != 2 || e.Estimated || e.Cost == 0 {
+		t.Fatalf("2xx entry %+v", e)
+	}
+	if e := entries[1]; e.Status != 529 || e.Cost != 0 {
+		t.Fatalf("529 entry %+v", e)
 	}
 }

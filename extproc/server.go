@@ -71,6 +71,8 @@ type Server struct {
 	// across sidecars and restarts, and cheap.
 	idPrefix string
 	seq      atomic.Uint64
+
+	settler *settler
 }
 
 // NewServer returns a processor.
@@ -91,11 +93,32 @@ func NewServer(o Options) *Server {
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
 	}
+	s.settler = newSettler(s.accounts, s.settleT)
 	var b [6]byte
 	rand.Read(b[:])
 	s.idPrefix = "req_" + hex.EncodeToString(b[:]) + "_"
 	return s
 }
+
+// WaitSettled returns once every reply of the account that this processor
+// has released has been settled (applied to the store or spooled), or when
+// ctx ends. A usage read calls it so that it sees the replies before it.
+func (s *Server) WaitSettled(ctx context.Context, accountID string) error {
+	if accountID == allKey {
+		return nil
+	}
+	return s.settler.wait(ctx, accountID)
+}
+
+// Flush returns once every settlement queued so far has been applied or
+// spooled, or when ctx ends; shutdown calls it after the last stream.
+func (s *Server) Flush(ctx context.Context) error {
+	return s.settler.wait(ctx, allKey)
+}
+
+// PendingSettlements is the number of settlements queued and not yet
+// applied or spooled.
+func (s *Server) PendingSettlements() int { return s.settler.pendingTotal() }
 
 func (s *Server) newRequestID() string {
 	return s.idPrefix + strconv.FormatUint(s.seq.Add(1), 36)

@@ -139,6 +139,7 @@ func TestStreamWithoutUsageIsBilledExactly(t *testing.T) {
 	if client != wantClient.String() {
 		t.Fatalf("client got\n%s\nwant\n%s", client, wantClient.String())
 	}
+	r.srv.Flush(context.Background())
 	entries, _, err := r.st.Ledger(context.Background(), r.acct, "", 10)
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("ledger %+v, %v", entries, err)

@@ -47,6 +47,8 @@ type sidecar struct {
 	stopWatch context.CancelFunc
 	// ledger spools settlements the store cannot take and replays them.
 	ledger *spool.Spool
+	// proc is the ext_proc processor; its settlements are flushed on shutdown.
+	proc *extproc.Server
 
 	ExtProcAddr net.Addr
 	ControlAddr net.Addr
@@ -150,13 +152,18 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Upstreams:       vendorRoutes, Keys: keys, Accounts: ledger, Metrics: metrics, Logger: o.Logger,
 	})
 
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gateway_settlements_pending",
+		Help: "Settlements of released replies not yet applied to the store or spooled.",
+	}, func() float64 { return float64(proc.PendingSettlements()) }))
+
 	adminURL := o.EnvoyAdminURL
 	if adminURL == "" {
 		adminURL = "http://" + c.Listeners.EnvoyAdmin
 	}
 	watcher := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
 
-	s := &sidecar{log: o.Logger, Store: st, ledger: ledger, Prices: prices}
+	s := &sidecar{log: o.Logger, Store: st, ledger: ledger, Prices: prices, proc: proc}
 	var watchCtx context.Context
 	watchCtx, s.stopWatch = context.WithCancel(context.Background())
 	go watcher.Run(watchCtx, time.Second)
@@ -180,6 +187,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Upstreams: c.UpstreamNames(),
 		Store:     st,
 		Keys:      keys,
+		Settled:   proc,
 		Serving:   s.serving.Load,
 		Endpoints: watcher,
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
@@ -232,8 +240,12 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 	if !stopGRPC(ctx, s.grpc) {
 		s.log.Warn("shutdown deadline passed; cut the remaining streams")
 	}
-	// Every settlement has been made or spooled: replay what can be, keep
-	// the rest on disk for the next start.
+	// Every stream has ended: apply (or spool) the settlements still
+	// queued, then replay what can be and keep the rest on disk for the
+	// next start.
+	if err := s.proc.Flush(ctx); err != nil {
+		s.log.Error("shutdown deadline passed with settlements still queued", "pending", s.proc.PendingSettlements())
+	}
 	s.ledger.Close(ctx)
 	s.control.Shutdown(ctx)
 	s.stopAdmin(ctx)

@@ -127,6 +127,28 @@ type Envoy struct {
 	// ForwardClientAddress sends the client's address (x-forwarded-for,
 	// x-envoy-external-address) to the vendors; off by default.
 	ForwardClientAddress bool `yaml:"forward_client_address"`
+	// MaxStreamDuration ends a model request that has run this long, idle
+	// or not; default limits.max_request_duration, the lifetime of its hold.
+	MaxStreamDuration Duration `yaml:"max_stream_duration"`
+	// CircuitBreakers bound the concurrent work Envoy sends to the processor
+	// and to each upstream. Every open model request counts once on both.
+	CircuitBreakers CircuitBreakers `yaml:"circuit_breakers"`
+}
+
+// CircuitBreakers are Envoy's per-cluster concurrency limits. Envoy's own
+// defaults (1,024 connections, pending and active requests, 3 retries)
+// refuse the 1,025th concurrent request with a 503: with LLM replies that
+// stream for tens of seconds, that is a few tens of requests per second.
+type CircuitBreakers struct {
+	// MaxConnections bounds the connections to one cluster. HTTP/1.1 to a
+	// vendor uses one connection per open request.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxPendingRequests bounds the requests waiting for a connection.
+	MaxPendingRequests int `yaml:"max_pending_requests"`
+	// MaxRequests bounds the requests (processor: gRPC streams) open at once.
+	MaxRequests int `yaml:"max_requests"`
+	// MaxRetries bounds the retries (failover to the reserve) in flight.
+	MaxRetries int `yaml:"max_retries"`
 }
 
 // Upstream is one vendor route: /NAME/... is forwarded to its endpoints.
@@ -317,6 +339,12 @@ func Parse(data []byte) (*Config, error) {
 	return &c, nil
 }
 
+// DefaultMaxConcurrent is the default of the circuit breakers: open model
+// requests per Envoy, per cluster. An open stream costs the sidecar some
+// 15 KB and Envoy a few tens of KB; file descriptors (two per request on
+// Envoy) are the practical bound.
+const DefaultMaxConcurrent = 50_000
+
 func (c *Config) setDefaults() {
 	def := func(s *string, v string) {
 		if *s == "" {
@@ -351,6 +379,17 @@ func (c *Config) setDefaults() {
 	}
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
 	defDur(&c.Envoy.StreamIdleTimeout, 5*time.Minute)
+	defDur(&c.Envoy.MaxStreamDuration, c.Limits.MaxRequestDuration.D())
+	defInt := func(n *int, v int) {
+		if *n == 0 {
+			*n = v
+		}
+	}
+	cb := &c.Envoy.CircuitBreakers
+	defInt(&cb.MaxConnections, DefaultMaxConcurrent)
+	defInt(&cb.MaxPendingRequests, DefaultMaxConcurrent)
+	defInt(&cb.MaxRequests, DefaultMaxConcurrent)
+	defInt(&cb.MaxRetries, DefaultMaxConcurrent/10)
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
 		h := &u.HealthCheck
@@ -397,6 +436,12 @@ func (c *Config) Validate() error {
 		return errors.New("envoy.max_connections: must be positive")
 	case e.RequestHeadersTimeout < 0 || e.MaxConnectionDuration < 0:
 		return errors.New("envoy.request_headers_timeout, envoy.max_connection_duration: must not be negative")
+	}
+	if cb := c.Envoy.CircuitBreakers; cb.MaxConnections < 0 || cb.MaxPendingRequests < 0 || cb.MaxRequests < 0 || cb.MaxRetries < 0 {
+		return errors.New("envoy.circuit_breakers: limits must not be negative")
+	}
+	if c.Envoy.MaxStreamDuration < 0 {
+		return errors.New("envoy.max_stream_duration: must not be negative")
 	}
 	if c.Limits.DailyUSD < 0 || c.Limits.RPM < 0 || c.Limits.WindowMinutes < 0 {
 		return errors.New("limits: daily_usd, rpm and window_minutes must not be negative")

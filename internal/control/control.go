@@ -34,6 +34,12 @@ type KeyLookup interface {
 // is suspended.
 var usagePolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey, store.ReadOnlyToken}, AllowSuspended: true}
 
+// SettlementWaiter waits until the replies this sidecar has released for an
+// account have been settled.
+type SettlementWaiter interface {
+	WaitSettled(ctx context.Context, accountID string) error
+}
+
 // EndpointReporter tells which endpoint currently serves each upstream
 // ("primary" or "reserve").
 type EndpointReporter interface {
@@ -46,6 +52,11 @@ type Options struct {
 	Upstreams []string
 	Store     UsageReader
 	Keys      KeyLookup
+	// Settled, when set, makes a usage read wait (at most UsageWait) for
+	// the settlements of replies this sidecar has already released, so
+	// that a read after a reply ends includes it.
+	Settled   SettlementWaiter
+	UsageWait time.Duration // default 2s
 	// Serving reports whether the processor is serving.
 	Serving   func() bool
 	Endpoints EndpointReporter // optional
@@ -78,6 +89,9 @@ func New(o Options) *Handler {
 	}
 	if o.Serving == nil {
 		o.Serving = func() bool { return true }
+	}
+	if o.UsageWait <= 0 {
+		o.UsageWait = 2 * time.Second
 	}
 	h := &Handler{o: o, mux: http.NewServeMux(), probeTTL: 500 * time.Millisecond, probeTime: time.Second}
 	h.mux.HandleFunc("/health", h.health)
@@ -237,6 +251,13 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
+	}
+	if h.o.Settled != nil {
+		// Bounded: a store that is down must not hold the read; past the
+		// bound the read answers with what the store has.
+		ctx, cancel := context.WithTimeout(r.Context(), h.o.UsageWait)
+		h.o.Settled.WaitSettled(ctx, key.AccountID)
+		cancel()
 	}
 	rep, err := h.o.Store.Usage(r.Context(), key.AccountID, period)
 	if err != nil {

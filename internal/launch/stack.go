@@ -44,6 +44,7 @@ const startTimeout = 60 * time.Second
 // controls) report failures to; *testing.T satisfies it.
 type TB interface {
 	Helper()
+	Logf(format string, args ...any)
 	Fatalf(format string, args ...any)
 }
 
@@ -70,6 +71,9 @@ type Options struct {
 	SidecarEnv []string
 	// Bare starts Envoy without the ext_proc filter and no sidecar.
 	Bare bool
+	// ExtProcAddr points Envoy's ext_proc filter at a processor the caller
+	// runs (the benchmark's null processor); no sidecar and no Redis start.
+	ExtProcAddr string
 }
 
 // Stack is a running gateway.
@@ -87,7 +91,7 @@ type Stack struct {
 	Redis     Restartable
 	RedisAddr string
 	RDB       redis.UniversalClient
-	Store     *store.Store
+	Store     *SettledStore
 	Primary   *Fake
 	Reserve   *Fake
 	Sidecar   *Process
@@ -118,7 +122,8 @@ func Up(o Options) (s *Stack, err error) {
 	defer cancel()
 
 	s.RedisAddr = o.RedisAddr
-	if s.RedisAddr == "" && len(o.RedisCluster) == 0 && !o.Bare {
+	noSidecar := o.Bare || o.ExtProcAddr != ""
+	if s.RedisAddr == "" && len(o.RedisCluster) == 0 && !noSidecar {
 		if err := s.startRedis(ctx); err != nil {
 			return s, err
 		}
@@ -150,6 +155,9 @@ func Up(o Options) (s *Stack, err error) {
 	cfg.Listeners = config.Listeners{
 		Public: addrs[0], EnvoyAdmin: addrs[1], ExtProc: addrs[2], Control: addrs[3], Admin: addrs[4], Probes: addrs[5],
 	}
+	if o.ExtProcAddr != "" {
+		cfg.Listeners.ExtProc = o.ExtProcAddr
+	}
 	cfg.Store.RedisURL = ""
 	cfg.Store.SpoolDir = filepath.Join(s.Dir, "spool")
 	cfg.Envoy.AccessLog = filepath.Join(s.Dir, "envoy-access.log")
@@ -175,13 +183,13 @@ func Up(o Options) (s *Stack, err error) {
 		return s, fmt.Errorf("the stack's config does not load: %w", err)
 	}
 
-	if !o.Bare {
+	if !noSidecar {
 		if len(o.RedisCluster) > 0 {
 			s.RDB = redis.NewClusterClient(&redis.ClusterOptions{Addrs: o.RedisCluster})
 		} else {
 			s.RDB = redis.NewClient(&redis.Options{Addr: s.RedisAddr})
 		}
-		s.Store = store.New(s.RDB, store.Options{})
+		s.Store = &SettledStore{Store: store.New(s.RDB, store.Options{}), stack: s}
 		if err := s.startSidecar(ctx); err != nil {
 			return s, err
 		}
@@ -335,6 +343,65 @@ func (s *Stack) Close() {
 	}
 	if s.removeDir {
 		os.RemoveAll(s.Dir)
+	}
+}
+
+// SettledStore is the stack's store as tests read it. The sidecar settles a
+// reply just after releasing its last chunk; reads of usage, the ledger and
+// holds first wait until the sidecar has no settlement queued, as the
+// sidecar's own /v1/usage does for the account it reads.
+type SettledStore struct {
+	*store.Store
+	stack *Stack
+}
+
+// Usage waits for queued settlements, then reads the account's usage.
+func (s *SettledStore) Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error) {
+	s.stack.WaitSettled()
+	return s.Store.Usage(ctx, accountID, p)
+}
+
+// Ledger waits for queued settlements, then reads the account's ledger.
+func (s *SettledStore) Ledger(ctx context.Context, accountID, after string, limit int) ([]store.LedgerEntry, string, error) {
+	s.stack.WaitSettled()
+	return s.Store.Ledger(ctx, accountID, after, limit)
+}
+
+// OpenHolds waits for queued settlements, then reads the account's holds.
+func (s *SettledStore) OpenHolds(ctx context.Context, accountID string) (int64, int64, error) {
+	s.stack.WaitSettled()
+	return s.Store.OpenHolds(ctx, accountID)
+}
+
+// WaitSettled polls the sidecar's gateway_settlements_pending until it is
+// zero, for at most ten seconds. A sidecar that is not running has nothing
+// queued.
+func (s *Stack) WaitSettled() {
+	if s.Sidecar == nil || s.Sidecar.Exited() {
+		return
+	}
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := client.Get(s.ControlURL + "/metrics")
+		if err != nil {
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		pending := ""
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "gateway_settlements_pending "); ok {
+				pending = v
+			}
+		}
+		if pending == "" || pending == "0" {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+	if s.T != nil {
+		s.T.Logf("the sidecar still had settlements queued after 10s")
 	}
 }
 

@@ -169,6 +169,55 @@ func (l *Spool) Settle(ctx context.Context, st store.Settlement) (bool, error) {
 	if err == nil || permanent(err) || l.file == nil {
 		return applied, err
 	}
+	return l.spool(st, err)
+}
+
+// batchStore is a Store that can settle many requests in one round trip.
+type batchStore interface {
+	SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult
+}
+
+// SettleBatch settles many requests as Settle would each, in one round trip
+// when the store can batch: whatever the store cannot take is spooled.
+func (l *Spool) SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult {
+	res := make([]store.SettleResult, len(sts))
+	bs, ok := l.store.(batchStore)
+	if !ok {
+		for i, st := range sts {
+			res[i].Applied, res[i].Err = l.Settle(ctx, st)
+		}
+		return res
+	}
+	valid := make([]store.Settlement, 0, len(sts))
+	idx := make([]int, 0, len(sts))
+	for i, st := range sts {
+		if err := check(st); err != nil {
+			res[i].Err = err
+			continue
+		}
+		valid = append(valid, st)
+		idx = append(idx, i)
+	}
+	answered := false
+	for j, r := range bs.SettleBatch(ctx, valid) {
+		i := idx[j]
+		if r.Err == nil {
+			answered = true
+		}
+		if r.Err == nil || permanent(r.Err) || l.file == nil {
+			res[i] = r
+			continue
+		}
+		res[i].Applied, res[i].Err = l.spool(valid[j], r.Err)
+	}
+	if answered {
+		l.answered()
+	}
+	return res
+}
+
+// spool appends a settlement the store could not take (err) to the spool.
+func (l *Spool) spool(st store.Settlement, err error) (bool, error) {
 	depth, serr := l.file.append(st)
 	if serr != nil {
 		reason := "write"

@@ -429,3 +429,46 @@ func TestLiveCallEndsBackoff(t *testing.T) {
 	waitEmpty(t, l)
 	e.check(3_000, 1, 1)
 }
+
+// A batch settles in one go while the store is up; while it is down every
+// settlement of the batch is spooled and later applied once, and one the
+// store refuses for good (an unknown account) is returned, not spooled.
+func TestSettleBatch(t *testing.T) {
+	e := newEnv(t)
+	l, _ := e.open(Options{AttemptTimeout: time.Second})
+	var up, down []store.Settlement
+	for _, id := range []string{"req_1", "req_2"} {
+		up = append(up, e.admit(l, id, 1_000))
+	}
+	for _, id := range []string{"req_3", "req_4", "req_5"} {
+		down = append(down, e.admit(l, id, 2_000))
+	}
+	unknown := up[0]
+	unknown.RequestID, unknown.AccountID = "req_x", "acct_0000000000000000"
+	res := l.SettleBatch(context.Background(), append(up, unknown))
+	for i, r := range res[:2] {
+		if r.Err != nil || !r.Applied {
+			t.Fatalf("settle %d while up: %+v", i, r)
+		}
+	}
+	if !errors.Is(res[2].Err, store.ErrNotFound) {
+		t.Fatalf("unknown account: %+v", res[2])
+	}
+	if l.Depth() != 0 {
+		t.Fatalf("depth %d while up", l.Depth())
+	}
+	e.mr.Close()
+	for i, r := range l.SettleBatch(context.Background(), down) {
+		if r.Err != nil || !r.Applied {
+			t.Fatalf("settle %d while down: %+v; want spooled", i, r)
+		}
+	}
+	if l.Depth() != 3 {
+		t.Fatalf("depth %d, want 3", l.Depth())
+	}
+	if err := e.mr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitEmpty(t, l)
+	e.check(2*1_000+3*2_000, 5, 0)
+}

@@ -25,6 +25,8 @@ var (
 	revokeLua string
 	//go:embed lua/expire.lua
 	expireLua string
+	//go:embed lua/sweep.lua
+	sweepLua string
 
 	admitScript  = redis.NewScript(admitLua)
 	settleScript = redis.NewScript(settleLua)
@@ -32,11 +34,13 @@ var (
 	hsetxScript  = redis.NewScript(hsetxLua)
 	revokeScript = redis.NewScript(revokeLua)
 	expireScript = redis.NewScript(expireLua)
+	sweepScript  = redis.NewScript(sweepLua)
 )
 
 // Defaults of Options.
 const (
 	defaultHoldTTL      = 15 * time.Minute
+	defaultSweepEvery   = time.Second
 	defaultSettledTTL   = 30 * 24 * time.Hour
 	defaultLedgerMaxLen = 1_000_000
 	defaultAuditMaxLen  = 100_000
@@ -53,6 +57,9 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	}
 	if opts.HoldTTL <= 0 {
 		opts.HoldTTL = defaultHoldTTL
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = defaultSweepEvery
 	}
 	if opts.SettledTTL <= 0 {
 		opts.SettledTTL = defaultSettledTTL

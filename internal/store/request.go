@@ -16,9 +16,10 @@ import (
 
 // Admit decides whether a request may start and, when it may, holds its
 // worst-case cost against the account's balance until it settles or the hold
-// expires. Checks run in order: expired holds are released, then the rate
-// limit, the daily limit and the balance are checked. A rejected request
-// leaves no trace. One round trip.
+// expires. Checks run in order: expired holds are released (amortised: at
+// most once per Options.SweepInterval per account), then the rate limit, the
+// daily limit and the balance are checked. A rejected request leaves no
+// trace. One round trip.
 func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	if a.RequestID == "" {
 		return Decision{}, errors.New("store: admit: empty request id")
@@ -40,7 +41,7 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 		acctKey(id, "settled:"+a.RequestID),
 	}
 	r, err := admitScript.Run(ctx, s.rdb, keys,
-		now.UnixMilli(), a.RequestID, a.Hold, s.opts.HoldTTL.Milliseconds(),
+		now.UnixMilli(), a.RequestID, a.Hold, s.opts.HoldTTL.Milliseconds(), s.opts.SweepInterval.Milliseconds(),
 	).Int64Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
@@ -83,59 +84,182 @@ func nextMidnight(t time.Time) time.Time {
 // Usage counts towards the UTC day and month of the store's clock. One round
 // trip.
 func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err error) {
+	if err := checkSettlement(st); err != nil {
+		return false, err
+	}
+	group := []Settlement{st}
+	keys, args := s.settleCall(group)
+	r, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	res := settleReplies(group, r, err)
+	return res[0].Applied, res[0].Err
+}
+
+// SettleResult is the outcome of one settlement of a batch.
+type SettleResult struct {
+	Applied bool
+	Err     error
+}
+
+// maxSettleGroup bounds the requests of one script call, so that one call
+// never holds Redis for long.
+const maxSettleGroup = 64
+
+// SettleBatch settles many requests, of any accounts, as Settle would each:
+// atomically and at most once. The requests of one account go to one script
+// call, which writes what adds up (balance, usage counters, last_used) once
+// for all of them; the calls go in one pipelined round trip (one per
+// Cluster node). Results are in the order of sts.
+func (s *Store) SettleBatch(ctx context.Context, sts []Settlement) []SettleResult {
+	res := make([]SettleResult, len(sts))
+	// Group by account, keeping each account's order.
+	var groups [][]int
+	byAccount := map[string]int{}
+	for i, st := range sts {
+		if err := checkSettlement(st); err != nil {
+			res[i].Err = err
+			continue
+		}
+		g, ok := byAccount[st.AccountID]
+		if !ok || len(groups[g]) == maxSettleGroup {
+			g = len(groups)
+			groups = append(groups, nil)
+			byAccount[st.AccountID] = g
+		}
+		groups[g] = append(groups[g], i)
+	}
+	if len(groups) == 0 {
+		return res
+	}
+	members := make([][]Settlement, len(groups))
+	cmds := make([]*redis.Cmd, len(groups))
+	pipe := s.rdb.Pipeline()
+	for g, idx := range groups {
+		for _, i := range idx {
+			members[g] = append(members[g], sts[i])
+		}
+		keys, args := s.settleCall(members[g])
+		cmds[g] = settleScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	pipe.Exec(ctx) // errors are read per command below
+	for g, c := range cmds {
+		var out []SettleResult
+		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// A server that lost its script cache (a restart, a failover):
+			// Run loads the script again.
+			keys, args := s.settleCall(members[g])
+			r, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+			out = settleReplies(members[g], r, err)
+		} else {
+			r, err := c.Int64Slice()
+			out = settleReplies(members[g], r, err)
+		}
+		for j, i := range groups[g] {
+			res[i] = out[j]
+		}
+	}
+	return res
+}
+
+// settleReplies reads the settlement script's reply for a group.
+func settleReplies(group []Settlement, r []int64, err error) []SettleResult {
+	res := make([]SettleResult, len(group))
+	for i, st := range group {
+		switch {
+		case err != nil:
+			res[i].Err = fmt.Errorf("store: settle %s: %w", st.RequestID, err)
+		case len(r) == 1 && r[0] == -1:
+			res[i].Err = fmt.Errorf("store: settle %s: account %s: %w", st.RequestID, st.AccountID, ErrNotFound)
+		case len(r) != len(group):
+			res[i].Err = fmt.Errorf("store: settle %s: unexpected reply %v", st.RequestID, r)
+		default:
+			res[i].Applied = r[i] == 1
+		}
+	}
+	return res
+}
+
+// checkSettlement refuses what the store would never apply.
+func checkSettlement(st Settlement) error {
 	if st.RequestID == "" {
-		return false, errors.New("store: settle: empty request id")
+		return errors.New("store: settle: empty request id")
 	}
 	if st.Cost < 0 || !st.Usage.Valid() || !st.Rates.Valid() {
-		return false, fmt.Errorf("store: settle %s: negative cost or token count", st.RequestID)
+		return fmt.Errorf("store: settle %s: negative cost or token count", st.RequestID)
 	}
 	if !validID(st.AccountID) {
-		return false, fmt.Errorf("store: settle %s: account %q: %w", st.RequestID, st.AccountID, ErrNotFound)
+		return fmt.Errorf("store: settle %s: account %q: %w", st.RequestID, st.AccountID, ErrNotFound)
 	}
+	return nil
+}
+
+// settleCall returns the settlement script's KEYS and ARGV for a group of
+// checked settlements of one account (see settle.lua).
+func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 	now := s.now()
-	id := st.AccountID
-	charged := st.Status >= 200 && st.Status < 300
-	cost := st.Cost
-	if !charged {
-		cost = 0
-	}
-	lastUsed := st.EndedAt
-	if lastUsed.IsZero() {
-		lastUsed = now
-	}
-	keys := []string{
+	id := group[0].AccountID
+	keys = []string{
 		acctKey(id, "acct"),
 		acctKey(id, "holds"),
 		acctKey(id, "holdexp"),
-		acctKey(id, "settled:"+st.RequestID),
 		acctKey(id, "day:"+dayStamp(now)),
 		acctKey(id, "u:d:"+dayStamp(now)),
 		acctKey(id, "u:m:"+monthStamp(now)),
 		acctKey(id, "u:t"),
 		acctKey(id, "ledger"),
-		acctKey(id, "key:"+st.KeyID),
 	}
-	args := []any{
-		st.RequestID,
-		boolString(charged),
-		cost,
-		string(st.Priced),
+	for _, st := range group {
+		keys = append(keys, acctKey(id, "settled:"+st.RequestID))
+	}
+	keyIndex := map[string]int{}
+	for _, st := range group {
+		if _, ok := keyIndex[st.KeyID]; !ok && st.KeyID != "" {
+			keyIndex[st.KeyID] = len(keyIndex) + 1
+			keys = append(keys, acctKey(id, "key:"+st.KeyID))
+		}
+	}
+	args = make([]any, 0, 6+len(group)*48)
+	args = append(args, len(group), len(keyIndex),
 		s.opts.SettledTTL.Milliseconds(),
-		int64(dayKeyTTL / time.Second),
-		int64(monthKeyTTL / time.Second),
+		int64(dayKeyTTL/time.Second),
+		int64(monthKeyTTL/time.Second),
 		s.opts.LedgerMaxLen,
-		ms(lastUsed),
+	)
+	for _, st := range group {
+		charged := st.Status >= 200 && st.Status < 300
+		cost := st.Cost
+		if !charged {
+			cost = 0
+		}
+		lastUsed := st.EndedAt
+		if lastUsed.IsZero() {
+			lastUsed = now
+		}
+		args = append(args, st.RequestID, boolString(charged), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsed))
+		args = append(args, counterArgs(st, cost)...)
+		entry := ledgerArgs(st, cost)
+		args = append(args, len(entry)/2)
+		args = append(args, entry...)
 	}
-	args = append(args, counterArgs(st, cost)...)
-	args = append(args, ledgerArgs(st, cost)...)
-	n, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64()
+	return keys, args
+}
+
+// SweepHolds releases the account's expired holds now and returns how many
+// it released. Admissions do the same, amortised (at most once per
+// Options.SweepInterval per account); a background sweeper calls this for
+// accounts that see no admissions. One round trip.
+func (s *Store) SweepHolds(ctx context.Context, accountID string) (int64, error) {
+	if !validID(accountID) {
+		return 0, fmt.Errorf("store: sweep holds of %q: %w", accountID, ErrNotFound)
+	}
+	keys := []string{acctKey(accountID, "acct"), acctKey(accountID, "holds"), acctKey(accountID, "holdexp")}
+	n, err := sweepScript.Run(ctx, s.rdb, keys, s.now().UnixMilli(), s.opts.SweepInterval.Milliseconds()).Int64()
 	if err != nil {
-		return false, fmt.Errorf("store: settle %s: %w", st.RequestID, err)
+		return 0, fmt.Errorf("store: sweep holds of %s: %w", accountID, err)
 	}
 	if n < 0 {
-		return false, fmt.Errorf("store: settle %s: account %s: %w", st.RequestID, id, ErrNotFound)
+		return 0, fmt.Errorf("store: sweep holds of %s: %w", accountID, ErrNotFound)
 	}
-	return n == 1, nil
+	return n, nil
 }
 
 // usageKey names the usage hash of period p at time now.

@@ -38,6 +38,10 @@ type Options struct {
 	// HoldTTL is the longest a request may run. A hold older than this belongs
 	// to a request that will never settle (its sidecar died) and is released.
 	HoldTTL time.Duration // default 15m
+	// SweepInterval is how often, at most, an admission looks for the
+	// account's expired holds; an expired hold is released at the first
+	// admission of its account this long after the previous sweep.
+	SweepInterval time.Duration // default 1s
 	// SettledTTL is how long settled request ids are remembered for idempotency.
 	SettledTTL time.Duration // default 30 days
 	// LedgerMaxLen caps each account's ledger stream (approximate trimming).

@@ -82,6 +82,8 @@ var suite = []struct {
 	{"Ledger", testLedger},
 	{"SettlementRoundTrip", testSettlementRoundTrip},
 	{"Concurrency", testConcurrency},
+	{"SettleBatch", testSettleBatch},
+	{"SweepHolds", testSweepHolds},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {

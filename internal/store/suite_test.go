@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -877,4 +878,81 @@ func testConcurrency(t *testing.T, e *env) {
 	if n, a := e.holds(acct); n != 0 || a != 0 {
 		t.Errorf("holds %d, %d left", n, a)
 	}
+}
+
+// A batch of settlements of several accounts applies each exactly once, as
+// one by one would: duplicates inside the batch and replays of settled ids
+// change nothing, and an unknown account fails only its own entries.
+func testSettleBatch(t *testing.T, e *env) {
+	a1, a2 := e.account(1000, Limits{}), e.account(1000, Limits{})
+	for i, acct := range []string{a1, a1, a2, a1} {
+		e.mustAdmit(acct, "r"+strconv.Itoa(i), 100)
+	}
+	st := func(acct string, i int, cost int64) Settlement {
+		return Settlement{RequestID: "r" + strconv.Itoa(i), AccountID: acct, KeyID: "key_" + acct[5:9], Priced: "m",
+			Usage: usage.Usage{Input: 10, Output: 5}, Cost: cost, Status: 200, EndedAt: start.Add(time.Duration(i) * time.Second)}
+	}
+	batch := []Settlement{st(a1, 0, 30), st(a1, 1, 40), st(a2, 2, 50), st(a1, 3, 60), st(a1, 1, 999),
+		st("acct_0000000000000000", 9, 1)}
+	batch[3].Status = 500
+	res := e.s.SettleBatch(e.ctx, batch)
+	want := []bool{true, true, true, true, false}
+	for i, w := range want {
+		if res[i].Err != nil || res[i].Applied != w {
+			t.Fatalf("result %d: %+v, want applied %v", i, res[i], w)
+		}
+	}
+	wantErr(t, res[5].Err, ErrNotFound)
+	if b := e.balance(a1); b != 1000-70 {
+		t.Fatalf("balance of a1 %d, want 930", b)
+	}
+	if b := e.balance(a2); b != 950 {
+		t.Fatalf("balance of a2 %d, want 950", b)
+	}
+	if u := e.usage(a1, Day); u.Totals != (Counters{Requests: 2, Usage: usage.Usage{Input: 20, Output: 10}, Cost: 70}) || u.DailyUsed != 70 {
+		t.Fatalf("usage of a1 %+v", u)
+	}
+	if l := e.ledger(a1); len(l) != 3 || l[0].RequestID != "r0" || l[2].RequestID != "r3" || l[2].Cost != 0 {
+		t.Fatalf("ledger of a1 %+v", l)
+	}
+	for _, acct := range []string{a1, a2} {
+		if n, a := e.holds(acct); n != 0 || a != 0 {
+			t.Fatalf("holds of %s: %d, %d", acct, n, a)
+		}
+	}
+	// A replay of the whole batch applies nothing.
+	for i, r := range e.s.SettleBatch(e.ctx, batch[:5]) {
+		if r.Err != nil || r.Applied {
+			t.Fatalf("replayed result %d: %+v", i, r)
+		}
+	}
+	if b := e.balance(a1); b != 930 {
+		t.Fatalf("balance after replay %d", b)
+	}
+}
+
+// SweepHolds releases the expired holds at once; admissions sweep them too,
+// but only once the earliest open hold is due.
+func testSweepHolds(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{})
+	e.mustAdmit(acct, "r1", 400)
+	e.clock.Advance(time.Minute)
+	e.mustAdmit(acct, "r2", 300)
+	if n, err := e.s.SweepHolds(e.ctx, acct); err != nil || n != 0 {
+		t.Fatalf("sweep before expiry: %d, %v", n, err)
+	}
+	e.clock.Set(start.Add(holdTTL))
+	if n, err := e.s.SweepHolds(e.ctx, acct); err != nil || n != 1 {
+		t.Fatalf("sweep at r1's expiry: %d, %v", n, err)
+	}
+	if n, a := e.holds(acct); n != 1 || a != 300 {
+		t.Fatalf("holds %d, %d, want 1, 300", n, a)
+	}
+	// The admission one minute on releases r2, then holds anew.
+	e.clock.Advance(time.Minute)
+	if d := e.admit(acct, "r3", 900); d.Outcome != Admitted || d.ExpiredHolds != 1 {
+		t.Fatalf("%+v", d)
+	}
+	_, err := e.s.SweepHolds(e.ctx, "acct_0000000000000000")
+	wantErr(t, err, ErrNotFound)
 }

@@ -236,7 +236,13 @@ func TestQueryStringsFiltered(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s %s: %d %s", c.method, c.path, resp.StatusCode, b)
 		}
-		if rec := s.Primary.LastRequest(c.vendor, c.vendorPath); rec.Query != c.want {
+		// The first requests may reach the reserve while Envoy's first health
+		// checks of the primary are still out.
+		fake := s.Primary
+		if resp.Header.Get("x-gateway-endpoint") == "reserve" {
+			fake = s.Reserve
+		}
+		if rec := fake.LastRequest(c.vendor, c.vendorPath); rec.Query != c.want {
 			t.Errorf("%s %s: the vendor got query %q, want %q", c.method, c.path, rec.Query, c.want)
 		}
 	}
