@@ -46,6 +46,10 @@ type Store struct {
 	RedisURL string `yaml:"redis_url"`
 	// SpoolDir holds settlements that could not reach Redis until replayed.
 	SpoolDir string `yaml:"spool_dir"`
+	// Timeout bounds each store call (dial, read, write, waiting for a
+	// connection): a store that does not answer within it fails the request
+	// with 503 and retry-after. Default 500ms.
+	Timeout Duration `yaml:"timeout"`
 }
 
 // Limits are the request limits and the defaults given to new accounts.
@@ -209,6 +213,7 @@ func (c *Config) setDefaults() {
 		c.Limits.MaxRequestBytes = 32 << 20
 	}
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
+	defDur(&c.Store.Timeout, 500*time.Millisecond)
 	defDur(&c.Envoy.StreamIdleTimeout, 5*time.Minute)
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
