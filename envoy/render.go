@@ -61,7 +61,11 @@ type upstreamView struct {
 	Format             string
 	LocalErrors        []localError
 	Retries            int
-	PerTryIdleTimeout  string
+	RetryOn            string
+	FirstByteTimeout   string
+	PerTryIdleTimeout  string // empty: none
+	RetryBudgetPercent float64
+	RetryAfter         int // seconds, on Envoy's own 503s
 	ConsecutiveErrors  int
 	BaseEjectionTime   string
 	HealthPath         string
@@ -114,7 +118,10 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 			Format:             u.Format,
 			LocalErrors:        localErrors(u.Format),
 			Retries:            u.Failover.Retries,
-			PerTryIdleTimeout:  seconds(u.Failover.PerTryIdleTimeout.D()),
+			RetryOn:            retryOn(u.Failover.RetrySentRequests),
+			FirstByteTimeout:   seconds(u.Failover.FirstByteTimeout.D()),
+			RetryBudgetPercent: u.Failover.RetryBudgetPercent,
+			RetryAfter:         retryAfter(u.HealthCheck),
 			ConsecutiveErrors:  u.Failover.ConsecutiveErrors,
 			BaseEjectionTime:   seconds(u.Failover.BaseEjectionTime.D()),
 			HealthPath:         u.HealthCheck.Path,
@@ -122,6 +129,9 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 			HealthTimeout:      seconds(u.HealthCheck.Timeout.D()),
 			UnhealthyThreshold: u.HealthCheck.UnhealthyThreshold,
 			HealthyThreshold:   u.HealthCheck.HealthyThreshold,
+		}
+		if d := u.Failover.PerTryIdleTimeout.D(); d > 0 {
+			uv.PerTryIdleTimeout = seconds(d)
 		}
 		for i, ep := range []config.Endpoint{u.Primary, u.Reserve} {
 			t, err := ep.Parse()
@@ -139,6 +149,27 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		return nil, fmt.Errorf("render envoy bootstrap: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// retryOn lists the conditions an attempt is retried on. By default only
+// those where the vendor cannot have started generating: no connection, a
+// refused or reset stream before any reply (which is also what requests on a
+// hung endpoint see when Envoy closes its connections after failed health
+// checks), or an explicit 503/529. With sent set, also any 5xx and
+// timeouts, which may duplicate generations.
+func retryOn(sent bool) string {
+	on := "connect-failure,refused-stream,reset-before-request,reset,retriable-status-codes"
+	if sent {
+		on += ",5xx"
+	}
+	return on
+}
+
+// retryAfter is the retry-after of Envoy's own 503s for an upstream: about
+// the time a recovered endpoint needs to pass its health checks again.
+func retryAfter(h config.HealthCheck) int {
+	s := int((h.Interval.D()*time.Duration(h.HealthyThreshold) + time.Second - 1) / time.Second)
+	return max(1, s)
 }
 
 // EndpointName names an endpoint priority: 0 is the primary, 1 the reserve.

@@ -115,13 +115,37 @@ type HealthCheck struct {
 }
 
 // Failover tunes passive outlier detection and retries.
+//
+// A request is retried (on the other endpoint) only while the vendor
+// cannot have started on it: the connection failed or was refused, the
+// stream was reset before any reply, or the vendor answered 503/529. A
+// hung endpoint fails its health checks within a few seconds; Envoy then
+// closes its connections and the requests waiting on them move to the
+// reserve. A timeout after the request was sent is never retried, because
+// the vendor may be generating (and billing) the reply, unless
+// RetrySentRequests is set.
 type Failover struct {
 	ConsecutiveErrors int      `yaml:"consecutive_errors"`
 	BaseEjectionTime  Duration `yaml:"base_ejection_time"`
 	Retries           int      `yaml:"retries"`
-	// PerTryIdleTimeout fails an attempt that receives nothing for this long.
-	// It is an idle timeout, not a total one, so long streams are never cut.
+	// FirstByteTimeout fails an attempt whose reply headers have not arrived
+	// within it. A non-streaming reply's headers come only once it is
+	// generated, so this is also the longest non-streaming generation
+	// allowed. Streams are not bound by it once their headers arrived.
+	// Default 5m.
+	FirstByteTimeout Duration `yaml:"first_byte_timeout"`
+	// PerTryIdleTimeout, when set, fails an attempt that receives nothing
+	// for this long, before or after its headers. Zero (default) leaves idle
+	// streams to envoy.stream_idle_timeout.
 	PerTryIdleTimeout Duration `yaml:"per_try_idle_timeout"`
+	// RetrySentRequests also retries attempts that failed after the request
+	// reached the vendor (any 5xx, timeouts). The vendor may then generate,
+	// and bill, the same reply more than once. Default false.
+	RetrySentRequests bool `yaml:"retry_sent_requests"`
+	// RetryBudgetPercent caps concurrent retries at this share of the
+	// requests in flight to the upstream (at least 3), so that an outage of
+	// both endpoints does not multiply the load on them. Default 20.
+	RetryBudgetPercent float64 `yaml:"retry_budget_percent"`
 }
 
 // Model is a priced model. Prices are USD per million tokens.
@@ -235,7 +259,10 @@ func (c *Config) setDefaults() {
 		if f.Retries == 0 {
 			f.Retries = 2
 		}
-		defDur(&f.PerTryIdleTimeout, 2*time.Minute)
+		defDur(&f.FirstByteTimeout, 5*time.Minute)
+		if f.RetryBudgetPercent == 0 {
+			f.RetryBudgetPercent = 20
+		}
 	}
 }
 
@@ -288,6 +315,9 @@ func (c *Config) Validate() error {
 		}
 		if err := u.Reserve.validate(); err != nil {
 			return fmt.Errorf("%s.reserve.%w", p, err)
+		}
+		if f := u.Failover; f.RetryBudgetPercent < 0 || f.RetryBudgetPercent > 100 || f.Retries < 0 {
+			return fmt.Errorf("%s.failover: retries must not be negative and retry_budget_percent must be 0-100", p)
 		}
 		if !strings.HasPrefix(u.HealthCheck.Path, "/") {
 			return fmt.Errorf("%s.health_check.path: must start with /", p)
