@@ -2,17 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,72 +10,12 @@ import (
 	"github.com/modelgateway/gateway/internal/redistest"
 )
 
-// writeCert writes a PEM certificate and key signed by ca (self-signed when
-// ca is nil) and returns the certificate and key.
-func writeCert(t *testing.T, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-	}
-	if ca == nil {
-		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
-		tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature
-		ca, caKey = tmpl, key
-	} else {
-		tmpl.DNSNames, tmpl.IPAddresses = []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(filepath.Join(dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key
-}
-
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // A real redis-server with TLS only trusted through a throwaway CA, and an
 // ACL user with a password: rediss:// with ca_file and the user works, a
 // client without the CA or with a wrong password does not.
 func TestRedisOverTLSWithAuth(t *testing.T) {
-	dir := t.TempDir()
-	ca, caKey := writeCert(t, dir, "ca", nil, nil)
-	writeCert(t, dir, "server", ca, caKey)
-	port := freeLoopbackPort(t)
-	redistest.NewServerWith(t,
-		"--tls-port", strconv.Itoa(port),
-		"--tls-cert-file", filepath.Join(dir, "server.crt"),
-		"--tls-key-file", filepath.Join(dir, "server.key"),
-		"--tls-ca-cert-file", filepath.Join(dir, "ca.crt"),
-		"--tls-auth-clients", "no",
-		"--user", "gateway", "on", ">s3cret", "~*", "&*", "+@all")
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	caFile := filepath.Join(dir, "ca.crt")
+	srv := redistest.NewTLSServer(t, "--user", "gateway", "on", ">s3cret", "~*", "&*", "+@all")
+	addr, caFile := srv.TLSAddr, srv.CAFile
 	ctx := context.Background()
 
 	good, err := newRedis("rediss://gateway:s3cret@"+addr+"/0?ca_file="+caFile, redisOptions{Timeout: 2 * time.Second})
@@ -129,9 +59,7 @@ func TestRedisOverTLSWithAuth(t *testing.T) {
 
 // The cluster and sentinel schemes take TLS and credentials too.
 func TestRedisURLSchemes(t *testing.T) {
-	dir := t.TempDir()
-	writeCert(t, dir, "ca", nil, nil)
-	caFile := filepath.Join(dir, "ca.crt")
+	caFile := redistest.NewTLSServer(t).CAFile
 	for _, tc := range []struct {
 		url     string
 		wantErr string
