@@ -153,14 +153,14 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 
 // retryOn lists the conditions an attempt is retried on. By default only
 // those where the vendor cannot have started generating: no connection, a
-// refused or reset stream before any reply (which is also what requests on a
-// hung endpoint see when Envoy closes its connections after failed health
-// checks), or an explicit 503/529. With sent set, also any 5xx and
-// timeouts, which may duplicate generations.
+// refused stream, a reset before the request was sent, or an explicit
+// 503/529. Not "reset": Envoy counts a per-try timeout as one. With sent
+// set, also resets and timeouts after the request was sent and any 5xx,
+// which may duplicate generations.
 func retryOn(sent bool) string {
-	on := "connect-failure,refused-stream,reset-before-request,reset,retriable-status-codes"
+	on := "connect-failure,refused-stream,reset-before-request,retriable-status-codes"
 	if sent {
-		on += ",5xx"
+		on += ",reset,5xx"
 	}
 	return on
 }

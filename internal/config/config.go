@@ -118,12 +118,12 @@ type HealthCheck struct {
 //
 // A request is retried (on the other endpoint) only while the vendor
 // cannot have started on it: the connection failed or was refused, the
-// stream was reset before any reply, or the vendor answered 503/529. A
-// hung endpoint fails its health checks within a few seconds; Envoy then
-// closes its connections and the requests waiting on them move to the
-// reserve. A timeout after the request was sent is never retried, because
-// the vendor may be generating (and billing) the reply, unless
-// RetrySentRequests is set.
+// stream was reset before the request was sent, or the vendor answered
+// 503/529. A request the vendor received is never sent again by default,
+// because the vendor may be generating (and billing) the reply: it fails
+// with 504 at FirstByteTimeout. RetrySentRequests opts in to retrying such
+// requests, which moves requests waiting on a hung endpoint to the other
+// one after FirstByteTimeout.
 type Failover struct {
 	ConsecutiveErrors int      `yaml:"consecutive_errors"`
 	BaseEjectionTime  Duration `yaml:"base_ejection_time"`
@@ -143,7 +143,7 @@ type Failover struct {
 	// and bill, the same reply more than once. Default false.
 	RetrySentRequests bool `yaml:"retry_sent_requests"`
 	// RetryBudgetPercent caps concurrent retries at this share of the
-	// requests in flight to the upstream (at least 3), so that an outage of
+	// requests in flight to the upstream (at least 10), so that an outage of
 	// both endpoints does not multiply the load on them. Default 20.
 	RetryBudgetPercent float64 `yaml:"retry_budget_percent"`
 }

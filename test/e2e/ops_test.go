@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/redistest"
 )
@@ -113,12 +114,22 @@ func TestOpsBothEndpointsDown(t *testing.T) {
 		noticed.Seconds(), time.Since(recovered).Seconds())
 }
 
-// A primary that accepts and never answers: requests already waiting on it
-// and new ones are served by the reserve within 5 s, and each request is
-// generated once (the hung primary generates nothing, the reserve once per
-// request).
+// A primary that accepts and never answers, with the operator's opt-in to
+// retry requests the vendor received (failover.retry_sent_requests) and a
+// 3 s time-to-first-byte limit: requests already waiting on it and new ones
+// are served by the reserve within 5 s, and each request is generated once
+// (the hung primary generates nothing, the reserve once per request). A
+// stream longer than the first-byte limit is not cut by it.
+//
+// Without the opt-in, the same requests fail with 504 at the first-byte
+// limit instead of being sent again (TestOpsDefaultRetryPolicy).
 func TestOpsHungPrimary(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launch.Start(t, launch.Options{Configure: func(c *config.Config) {
+		for i := range c.Upstreams {
+			c.Upstreams[i].Failover.RetrySentRequests = true
+			c.Upstreams[i].Failover.FirstByteTimeout = config.Duration(3 * time.Second)
+		}
+	}})
 	acct := s.NewAccount(100, noLimits)
 	waitHealthRoute(t, s, "primary")
 	before := map[string]map[string]int{"primary": s.Primary.Stats(), "reserve": s.Reserve.Stats()}
@@ -165,9 +176,7 @@ func TestOpsHungPrimary(t *testing.T) {
 			t.Errorf("%s: %d %v after %v", r.route, r.status, r.err, r.took)
 			continue
 		}
-		if r.took > worst {
-			worst = r.took
-		}
+		worst = max(worst, r.took)
 		served[r.route]++
 		if r.took > 5*time.Second {
 			t.Errorf("%s took %v with a hung primary", r.route, r.took)
@@ -189,6 +198,14 @@ func TestOpsHungPrimary(t *testing.T) {
 	if got := sidecarMetric(t, s, "gateway_endpoint_switches_total", `upstream="alpha"`, `to="reserve"`); got < 1 {
 		t.Errorf("gateway_endpoint_switches_total{to=reserve} = %v", got)
 	}
+	// The first-byte limit ends at the reply's headers: a 5 s stream passes.
+	s.Reserve.Control(map[string]any{"event_delay_ms": 300, "reply_words": 16})
+	path, hdr, body := requestFor("alpha", acct.Key, true)
+	start := time.Now()
+	if r := postAndRead(http.DefaultClient, s.URL+path, hdr, body, 0, nil); r.status != 200 || !r.complete {
+		t.Fatalf("a stream longer than the first-byte limit: %d complete=%v %v", r.status, r.complete, r.err)
+	}
+	t.Logf("a %.1fs stream passed a 3s first-byte limit", time.Since(start).Seconds())
 }
 
 // hangProxy forwards TCP to a backend until it is told to hang; then it
@@ -397,4 +414,30 @@ func TestOpsSigtermSettlesCutStream(t *testing.T) {
 	}
 	out, _ := json.Marshal(e)
 	t.Logf("SIGTERM with --drain 1s mid-stream: sidecar exited after %.2fs; cut stream settled: %s", exited.Seconds(), out)
+}
+
+// By default a request the vendor received is never sent again: a reply
+// slower than the first-byte limit ends in 504 after one vendor request,
+// not one per endpoint.
+func TestOpsDefaultRetryPolicy(t *testing.T) {
+	s := launch.Start(t, launch.Options{Configure: func(c *config.Config) {
+		for i := range c.Upstreams {
+			c.Upstreams[i].Failover.FirstByteTimeout = config.Duration(2 * time.Second)
+		}
+	}})
+	acct := s.NewAccount(10, noLimits)
+	waitHealthRoute(t, s, "primary")
+	before := s.Primary.Stats()["alpha"] + s.Reserve.Stats()["alpha"]
+	s.Primary.Control(map[string]any{"vendor": "alpha", "latency_ms": 2500})
+	path, hdr, body := requestFor("alpha", acct.Key, false)
+	start := time.Now()
+	resp, _ := s.Do("POST", path, hdr, body)
+	took := time.Since(start)
+	if resp.StatusCode != 504 {
+		t.Fatalf("a reply slower than the first-byte limit: %d after %v from %s, vendor requests %d", resp.StatusCode, took, resp.Header.Get("x-gateway-endpoint"), s.Primary.Stats()["alpha"]+s.Reserve.Stats()["alpha"]-before)
+	}
+	if n := s.Primary.Stats()["alpha"] + s.Reserve.Stats()["alpha"] - before; n != 1 {
+		t.Fatalf("the vendors received %d requests for one slow reply; want 1 (no retry once sent)", n)
+	}
+	t.Logf("slow reply: 504 after %.2fs, one vendor request", took.Seconds())
 }
