@@ -94,8 +94,10 @@ func TestOpsBothEndpointsDown(t *testing.T) {
 	before := vendorPOSTs()
 	for i := range 10 {
 		path, hdr, body := requestFor([]string{"alpha", "beta"}[i%2], acct.Key, false)
-		if resp, b := s.Do("POST", path, hdr, body); resp.StatusCode != 503 || resp.Header.Get("retry-after") == "" {
-			t.Fatalf("request %d with both endpoints down: %d %q %s", i, resp.StatusCode, resp.Header.Get("retry-after"), b)
+		resp, b := s.Do("POST", path, hdr, body)
+		if resp.StatusCode != 503 || resp.Header.Get("retry-after") == "" || resp.Header.Get("x-gateway-endpoint") != "none" {
+			t.Fatalf("request %d with both endpoints down: %d retry-after %q endpoint %q %s", i, resp.StatusCode,
+				resp.Header.Get("retry-after"), resp.Header.Get("x-gateway-endpoint"), b)
 		}
 	}
 	if n := vendorPOSTs() - before; n != 0 {
