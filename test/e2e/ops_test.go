@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -11,6 +12,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
@@ -283,6 +288,26 @@ func TestOpsHungRedis(t *testing.T) {
 			t.Fatalf("%s before the hang: %d %s", route, resp.StatusCode, b)
 		}
 	}
+	conn, err := grpc.NewClient(s.Config.Listeners.ExtProc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	grpcStatus := func(service string) healthpb.HealthCheckResponse_ServingStatus {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			t.Fatalf("gRPC health %q: %v", service, err)
+		}
+		return r.Status
+	}
+	pollUntil(t, "gRPC health of the store to be SERVING", 10*time.Second, func() bool {
+		return grpcStatus("gateway.store") == healthpb.HealthCheckResponse_SERVING &&
+			grpcStatus("gateway.ready") == healthpb.HealthCheckResponse_SERVING
+	})
+
 	proxy.hung.Store(true)
 	var worstModel, worstHealth time.Duration
 	for i := range 4 {
@@ -306,8 +331,16 @@ func TestOpsHungRedis(t *testing.T) {
 	if resp, err := http.Get(s.ControlURL + "/livez"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/livez with Redis hung: %v %v", resp, err)
 	}
-	if got := sidecarMetric(t, s, "gateway_store_up"); got != 0 {
-		t.Errorf("gateway_store_up = %v with Redis hung", got)
+	pollUntil(t, "gateway_store_up 0 with Redis hung", 5*time.Second, func() bool {
+		return sidecarMetric(t, s, "gateway_store_up") == 0
+	})
+	// Liveness stays SERVING; the store and readiness services do not.
+	pollUntil(t, "gRPC health of the store to be NOT_SERVING", 5*time.Second, func() bool {
+		return grpcStatus("gateway.store") == healthpb.HealthCheckResponse_NOT_SERVING &&
+			grpcStatus("gateway.ready") == healthpb.HealthCheckResponse_NOT_SERVING
+	})
+	if st := grpcStatus(""); st != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("gRPC liveness with Redis hung: %v", st)
 	}
 	proxy.hung.Store(false)
 	pollUntil(t, "model requests to work after the hang", 20*time.Second, func() bool {
