@@ -87,6 +87,23 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	return m
 }
 
+// InitModels creates the per-model series of an upstream at zero, so that
+// rates and ratios over them work from the first scrape: requests by every
+// status class and endpoint, tokens by kind, and cost.
+func (m *Metrics) InitModels(upstream string, models []string) {
+	for _, model := range models {
+		for _, st := range []string{"2xx", "4xx", "5xx", "other"} {
+			for _, ep := range []string{"primary", "reserve", "none"} {
+				m.requests.WithLabelValues(upstream, model, st, ep)
+			}
+		}
+		for _, kind := range []string{"input", "output", "cache_write", "cache_read"} {
+			m.tokens.WithLabelValues(upstream, model, kind)
+		}
+		m.cost.WithLabelValues(upstream, model)
+	}
+}
+
 // StoreError counts a failed store operation ("lookup", "admit", "settle")
 // seen outside the processor, such as a settlement the spool took because
 // the store failed it.

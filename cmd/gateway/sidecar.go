@@ -87,6 +87,13 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := extproc.NewMetrics(reg, c.UpstreamNames()...)
+	for _, u := range c.Upstreams {
+		models := make([]string, len(u.Models))
+		for i, m := range u.Models {
+			models[i] = m.Name
+		}
+		metrics.InitModels(u.Name, models)
+	}
 	reg.MustRegister(buildInfo())
 	storeUp := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "gateway_store_up", Help: "1 while the store answers the sidecar's pings (every second, 800ms timeout), else 0.",

@@ -399,6 +399,8 @@ func TestOpsMetricsFromFirstScrape(t *testing.T) {
 		`gateway_store_errors_total{op="settle"} 0`,
 		`gateway_spool_depth 0`,
 		`gateway_estimated_settlements_total{upstream="beta"} 0`,
+		`gateway_requests_total{endpoint="reserve",model="` + alphaModel + `",status="5xx",upstream="alpha"} 0`,
+		`gateway_tokens_total{kind="output",model="` + betaModel + `",upstream="beta"} 0`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("first scrape lacks %s", want)
