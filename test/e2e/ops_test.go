@@ -222,6 +222,9 @@ type hangProxy struct {
 	l       net.Listener
 	backend string
 	hung    atomic.Bool
+	// delay holds each reply from the backend this long (nanoseconds): a
+	// slow store.
+	delay atomic.Int64
 }
 
 func startHangProxy(t *testing.T, backend string) *hangProxy {
@@ -257,6 +260,9 @@ func (p *hangProxy) serve(c net.Conn) {
 			n, err := src.Read(buf)
 			for p.hung.Load() {
 				time.Sleep(10 * time.Millisecond) // hung: hold the bytes
+			}
+			if d := p.delay.Load(); d > 0 && src == b {
+				time.Sleep(time.Duration(d)) // a slow store
 			}
 			if n > 0 {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -410,9 +416,13 @@ func TestOpsMetricsFromFirstScrape(t *testing.T) {
 
 // SIGTERM while a stream runs, with a drain deadline shorter than the
 // stream: the stream is cut at the deadline and still settled, its usage in
-// the ledger, before the sidecar exits.
+// the ledger, before the sidecar exits, even when the store takes a while
+// to answer the settlement.
 func TestOpsSigtermSettlesCutStream(t *testing.T) {
+	rs := redistest.NewServer(t)
+	proxy := startHangProxy(t, rs.Addr)
 	s := launch.Start(t, launch.Options{
+		RedisAddr:   proxy.l.Addr().String(),
 		SidecarArgs: []string{"--drain", "1s"},
 	})
 	acct := s.NewAccount(10, noLimits)
@@ -428,6 +438,9 @@ func TestOpsSigtermSettlesCutStream(t *testing.T) {
 	case r := <-inflight:
 		t.Fatalf("stream ended before SIGTERM: %d %v", r.status, r.err)
 	}
+	// Each store reply now takes 250 ms: the cut stream's settlement is
+	// still running when the drain deadline has passed.
+	proxy.delay.Store(int64(250 * time.Millisecond))
 	start := time.Now()
 	s.Sidecar.Signal(syscall.SIGTERM)
 	if !s.Sidecar.Wait(30 * time.Second) {
@@ -438,6 +451,7 @@ func TestOpsSigtermSettlesCutStream(t *testing.T) {
 	if r.complete {
 		t.Fatal("the stream completed; it should have been cut at the drain deadline")
 	}
+	proxy.delay.Store(0)
 	entries := allLedgerEntries(t, s, acct.ID)
 	if len(entries) != 1 {
 		t.Fatalf("%d ledger entries after the cut stream; want 1\n%s", len(entries), s.Sidecar.Tail(3000))
