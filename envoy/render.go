@@ -30,9 +30,11 @@ type Options struct {
 	// means the config's listener addresses.
 	ExtProcAddr string
 	ControlAddr string
-	// PublicAddr and AdminAddr override Envoy's own listeners; a container
-	// binds 0.0.0.0 so that probes from outside reach the admin /ready.
+	// PublicAddr, ProbesAddr and AdminAddr override Envoy's own listeners;
+	// a container binds the public and probes listeners to 0.0.0.0. The
+	// admin address must be loopback.
 	PublicAddr string
+	ProbesAddr string
 	AdminAddr  string
 	// Bare renders the same listener and routes without the ext_proc filter:
 	// the reference the benchmarks compare against.
@@ -47,6 +49,8 @@ type view struct {
 	AdminPort                int
 	PublicHost               string
 	PublicPort               int
+	ProbesHost               string
+	ProbesPort               int
 	ExtProcHost, ControlHost string
 	ExtProcPort, ControlPort int
 	MaxRequestBytes          int64
@@ -54,6 +58,22 @@ type view struct {
 	AccessLog                string
 	Bare                     bool
 	Upstreams                []upstreamView
+	Credentials              []credentialView
+
+	RequestHeadersTimeout string
+	MaxConnectionDuration string
+	MaxRequestHeadersKB   int
+	MaxHeadersCount       int
+	MaxConnections        int
+	ForwardClientAddress  bool
+	SidecarTLS            *config.SidecarTLS // nil: the sidecar is on loopback
+}
+
+// credentialView is one upstream's vendor key as Envoy injects it: a generic
+// secret read from Envoy's environment, set as header (with a prefix).
+type credentialView struct {
+	Secret, Env    string
+	Header, Prefix string
 }
 
 type upstreamView struct {
@@ -75,6 +95,7 @@ type upstreamView struct {
 	HealthyThreshold   int
 	AnyTLS             bool
 	Endpoints          []endpointView
+	Credential         *credentialView // nil: forwarded without a vendor key
 }
 
 type endpointView struct {
@@ -94,6 +115,16 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		StreamIdleTimeout: seconds(c.Envoy.StreamIdleTimeout.D()),
 		AccessLog:         accessLogPath(c.Envoy.AccessLog),
 		Bare:              o.Bare,
+
+		RequestHeadersTimeout: seconds(c.Envoy.RequestHeadersTimeout.D()),
+		MaxConnectionDuration: seconds(c.Envoy.MaxConnectionDuration.D()),
+		MaxRequestHeadersKB:   c.Envoy.MaxRequestHeadersKB,
+		MaxHeadersCount:       c.Envoy.MaxHeadersCount,
+		MaxConnections:        c.Envoy.MaxConnections,
+		ForwardClientAddress:  c.Envoy.ForwardClientAddress,
+	}
+	if t := c.Listeners.TLS; t.Enabled() {
+		v.SidecarTLS = &t
 	}
 	if v.NodeID == "" {
 		v.NodeID = "gateway-" + c.Region
@@ -101,6 +132,12 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 	var err error
 	if v.AdminHost, v.AdminPort, err = config.SplitHostPort(orDefault(o.AdminAddr, c.Listeners.EnvoyAdmin)); err != nil {
 		return nil, fmt.Errorf("envoy_admin: %w", err)
+	}
+	if !config.IsLoopback(v.AdminHost) {
+		return nil, fmt.Errorf("envoy_admin: %s is not a loopback address; Envoy's admin interface must not be reachable from outside", v.AdminHost)
+	}
+	if v.ProbesHost, v.ProbesPort, err = config.SplitHostPort(orDefault(o.ProbesAddr, c.Listeners.Probes)); err != nil {
+		return nil, fmt.Errorf("probes: %w", err)
 	}
 	if v.PublicHost, v.PublicPort, err = config.SplitHostPort(orDefault(o.PublicAddr, c.Listeners.Public)); err != nil {
 		return nil, fmt.Errorf("public: %w", err)
@@ -132,6 +169,14 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		}
 		if d := u.Failover.PerTryIdleTimeout.D(); d > 0 {
 			uv.PerTryIdleTimeout = seconds(d)
+		}
+		if u.CredentialEnv != "" {
+			cv := credentialView{Secret: u.Name + "-vendor-key", Env: u.CredentialEnv, Header: "x-api-key"}
+			if u.Format == config.FormatChatCompletions {
+				cv.Header, cv.Prefix = "authorization", "Bearer "
+			}
+			uv.Credential = &cv
+			v.Credentials = append(v.Credentials, cv)
 		}
 		for i, ep := range []config.Endpoint{u.Primary, u.Reserve} {
 			t, err := ep.Parse()
@@ -205,14 +250,12 @@ func orDefault(s, def string) string {
 }
 
 // ComposeOptions render envoy/envoy.yaml, the bootstrap of the
-// docker-compose topology: the sidecar is the service "gateway", and Envoy
-// listens on all interfaces of its container.
+// docker-compose topology: the sidecar shares Envoy's network namespace (as
+// in a Kubernetes pod) and is reached on loopback; only the public listener
+// binds all interfaces of the container.
 var ComposeOptions = Options{
-	ExtProcAddr: "gateway:50051",
-	ControlAddr: "gateway:8081",
-	PublicAddr:  "0.0.0.0:8080",
-	AdminAddr:   "0.0.0.0:9901",
-	NodeID:      "gateway-compose",
+	PublicAddr: "0.0.0.0:8080",
+	NodeID:     "gateway-compose",
 }
 
 // localError is how one of Envoy's own error statuses reads in a vendor's

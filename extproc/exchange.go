@@ -22,6 +22,11 @@ import (
 // client's copies are removed.
 const internalHeaderPrefix = "x-gateway-"
 
+// MaxModelBytes bounds the model name a client may send. Real names are a few
+// dozen bytes; a prefix match (dated snapshots) would otherwise admit any
+// suffix into Redis keys and the ledger.
+const MaxModelBytes = 256
+
 // exchange is the processor's state for one HTTP request.
 type exchange struct {
 	s        *Server
@@ -39,6 +44,9 @@ type exchange struct {
 	status   int    // upstream response status; 0 until response headers
 	endpoint string // "primary" or "reserve", from Envoy's endpoint metadata
 	meter    format.Meter
+	rewriter format.Rewriter // the meter, when it also rewrites the reply
+
+	hasLength bool // the client sent content-length
 }
 
 func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
@@ -69,47 +77,42 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	if x.upstream == nil {
 		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such endpoint"}}`), 0)
 	}
-	secret, err := auth.Parse(hv.xAPIKey, hv.authorization)
+	key, err := x.s.keys.Authenticate(ctx, hv.credentials, x.started, modelPolicy)
 	if err != nil {
-		return x.reject(format.Unauthenticated, err.Error(), 0)
-	}
-	switch auth.Kind(secret) {
-	case store.ReadOnlyToken:
-		return x.reject(format.PermissionDenied, "read-only tokens (ro_) can only read GET /v1/usage; use a cr_ key for model requests", 0)
-	case store.ModelKey:
-	default:
-		return x.reject(format.Unauthenticated, "invalid API key", 0)
-	}
-	key, err := x.s.keys.Lookup(ctx, secret)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return x.reject(format.Unauthenticated, "invalid API key", 0)
-	case err != nil:
-		x.s.log.Error("key lookup failed", "err", err)
-		x.s.metrics.storeErrors.WithLabelValues("lookup").Inc()
-		return x.reject(format.Unavailable, "the gateway cannot verify keys right now; retry shortly", time.Second)
-	case key.Kind != store.ModelKey:
-		return x.reject(format.PermissionDenied, "this credential cannot make model requests", 0)
-	}
-	if p := auth.Problem(key, x.started); p != "" {
-		return x.reject(format.Unauthenticated, p, 0)
+		return x.refuseAuth(err)
 	}
 	x.key = key
 
 	sub := path[len(x.upstream.prefix)-1:]
 	mutation := x.credentialMutation(hv)
+	// Query strings go to the vendor only as far as its API defines them.
+	if _, query, ok := strings.Cut(hv.path, "?"); ok {
+		p := path
+		if q := x.upstream.forwardQuery(sub, query); q != "" {
+			p += "?" + q
+		}
+		if p != hv.path {
+			mutation.SetHeaders = append(mutation.SetHeaders, setHeader(":path", p))
+		}
+	}
 	switch {
 	case hv.method == "POST" && sub == x.upstream.MeteredPath:
 		if h.GetEndOfStream() {
 			return x.reject(format.InvalidRequest, "request body is required", 0)
 		}
+		x.hasLength = hv.contentLength != ""
 		if n, err := strconv.ParseInt(hv.contentLength, 10, 64); err == nil && x.s.maxBody > 0 && n > x.s.maxBody {
 			return x.reject(format.TooLarge, "request body of "+hv.contentLength+" bytes is larger than the "+
 				strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0)
 		}
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
-		}}
+		// Envoy's default skips the response (so that its own replies to
+		// malformed requests are never held); a metered request needs it.
+		return &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestHeaders{
+				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+			},
+			ModeOverride: meteredMode,
+		}
 	case x.upstream.isFree(hv.method + " " + sub):
 		// Free read-only paths: forward as they are, observe nothing more.
 		return &extprocv3.ProcessingResponse{
@@ -127,21 +130,51 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	}
 }
 
+// meteredMode is the processing mode of a metered request: the body buffered
+// for admission, the reply's headers and body streamed to the meter.
+var meteredMode = &filterv3.ProcessingMode{
+	RequestHeaderMode:   filterv3.ProcessingMode_SEND,
+	RequestBodyMode:     filterv3.ProcessingMode_BUFFERED,
+	RequestTrailerMode:  filterv3.ProcessingMode_SKIP,
+	ResponseHeaderMode:  filterv3.ProcessingMode_SEND,
+	ResponseBodyMode:    filterv3.ProcessingMode_STREAMED,
+	ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
+}
+
+// modelPolicy: model routes take model keys of accounts in good standing.
+var modelPolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey}}
+
+// refuseAuth answers an authentication failure in the upstream's format.
+func (x *exchange) refuseAuth(err error) *extprocv3.ProcessingResponse {
+	var ae *auth.Error
+	if !errors.As(err, &ae) {
+		return x.reject(format.Unauthenticated, "invalid API key", 0)
+	}
+	switch ae.Reason {
+	case auth.WrongKind:
+		return x.reject(format.PermissionDenied, "read-only tokens (ro_) can only read GET /v1/usage; use a cr_ key for model requests", 0)
+	case auth.Suspended:
+		return x.reject(format.PermissionDenied, ae.Message, 0)
+	case auth.Unavailable:
+		x.s.log.Error("key lookup failed", "err", ae.Err)
+		x.s.metrics.storeErrors.WithLabelValues("lookup").Inc()
+		return x.reject(format.Unavailable, ae.Message, time.Second)
+	}
+	return x.reject(format.Unauthenticated, ae.Message, 0)
+}
+
 // credentialMutation removes the client's credential, any internal header it
-// sent and accept-encoding (the meter must see plain bytes), and sets the
-// vendor credential.
+// sent and accept-encoding (the meter must see plain bytes). The vendor's
+// credential is never known here: Envoy adds it on the way to the vendor.
 func (x *exchange) credentialMutation(hv headerValues) *extprocv3.HeaderMutation {
 	remove := []string{"x-api-key", "authorization", "accept-encoding"}
 	remove = append(remove, hv.internal...)
-	m := &extprocv3.HeaderMutation{RemoveHeaders: remove}
-	if x.upstream.credValue != "" {
-		m.SetHeaders = []*corev3.HeaderValueOption{setHeader(x.upstream.credHeader, x.upstream.credValue)}
-	}
-	return m
+	return &extprocv3.HeaderMutation{RemoveHeaders: remove}
 }
 
 // requestBody reads the few fields admission needs, then admits the request
-// in one atomic store step. The body is forwarded unchanged.
+// in one atomic store step. The body is forwarded unchanged, or with the one
+// edit the format asks for (see format.Request.Edit).
 func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	if x.upstream == nil {
 		// Only if Envoy skipped the request headers: a misconfiguration.
@@ -153,11 +186,16 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	body := b.GetBody()
 	req, err := x.upstream.Format.ParseRequest(body)
 	if err != nil {
-		var re *format.RequestError
-		if errors.As(err, &re) {
-			return x.reject(format.InvalidRequest, re.Message, 0)
+		var fe *format.Error
+		if errors.As(err, &fe) {
+			return x.refuse(fe, 0)
 		}
 		return x.reject(format.InvalidRequest, "malformed request body", 0)
+	}
+	// The model name reaches Redis keys, the ledger and logs: bound it
+	// before anything else reads it.
+	if len(req.Model) > MaxModelBytes {
+		return x.reject(format.InvalidRequest, "model: longer than "+strconv.Itoa(MaxModelBytes)+" bytes", 0)
 	}
 	price, ok := x.upstream.Prices.Lookup(req.Model)
 	if !ok {
@@ -206,8 +244,26 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		x.s.metrics.streams.Inc()
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
+		RequestBody: &extprocv3.BodyResponse{Response: x.editBody(body, req.Edit)},
 	}}
+}
+
+// editBody makes a request body edit. Envoy keeps the client's
+// content-length when the body is buffered and refuses a body that
+// disagrees with it, so the header is set to match; a body that came without
+// one (chunked, or HTTP/2) is framed by Envoy as before.
+func (x *exchange) editBody(body []byte, e format.Edit) *extprocv3.CommonResponse {
+	if e.IsZero() {
+		return &extprocv3.CommonResponse{}
+	}
+	up := e.Apply(body)
+	r := &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: up}}}
+	if x.hasLength {
+		r.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+			setHeader("content-length", strconv.Itoa(len(up))),
+		}}
+	}
+	return r
 }
 
 // allowed reports whether a key's model allow-list admits the model, by the
@@ -239,6 +295,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		return resp
 	}
 	x.meter = x.upstream.Format.NewMeter(x.req, x.body, hv.contentType)
+	x.rewriter, _ = x.meter.(format.Rewriter)
 	if h.GetEndOfStream() {
 		x.settle(true)
 	}
@@ -246,17 +303,33 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 }
 
 // responseBody feeds the meter and lets the chunk through at once: Envoy
-// holds each chunk until the processor answers.
+// holds each chunk until the processor answers. A rewriting meter may
+// replace the chunk; only a chunk it changed carries a mutation.
 func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	common := &extprocv3.CommonResponse{}
 	if x.meter != nil && !x.settled {
-		x.meter.Write(b.GetBody())
+		if x.rewriter != nil {
+			if out, changed := x.rewriter.Rewrite(b.GetBody(), b.GetEndOfStream()); changed {
+				common.BodyMutation = bodyMutation(out)
+			}
+		} else {
+			x.meter.Write(b.GetBody())
+		}
 		if b.GetEndOfStream() {
 			x.settle(true)
 		}
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
+		ResponseBody: &extprocv3.BodyResponse{Response: common},
 	}}
+}
+
+// bodyMutation replaces a chunk with out; an empty out clears it.
+func bodyMutation(out []byte) *extprocv3.BodyMutation {
+	if len(out) == 0 {
+		return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
+	}
+	return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
 }
 
 // finish runs when the stream ends for any reason; a request still open was
@@ -319,8 +392,12 @@ func (x *exchange) settle(complete bool) {
 
 // reject answers the client directly, in the upstream's vendor error format.
 func (x *exchange) reject(kind format.ErrorKind, msg string, retryAfter time.Duration) *extprocv3.ProcessingResponse {
-	x.s.metrics.rejections.WithLabelValues(x.upstream.Name, rejectionReason(kind)).Inc()
-	return immediate(kind.Status(), "application/json", x.upstream.Format.ErrorBody(kind, msg), retryAfter)
+	return x.refuse(&format.Error{Kind: kind, Message: msg}, retryAfter)
+}
+
+func (x *exchange) refuse(e *format.Error, retryAfter time.Duration) *extprocv3.ProcessingResponse {
+	x.s.metrics.rejections.WithLabelValues(x.upstream.Name, rejectionReason(e.Kind)).Inc()
+	return immediate(e.Status(), "application/json", x.upstream.Format.ErrorBody(e), retryAfter)
 }
 
 func immediate(code int, contentType string, body []byte, retryAfter time.Duration) *extprocv3.ProcessingResponse {
@@ -353,12 +430,12 @@ func setHeader(key, value string) *corev3.HeaderValueOption {
 
 // headerValues are the few headers the processor reads.
 type headerValues struct {
-	method, path, status   string
-	xAPIKey, authorization string
-	contentType            string
-	contentLength          string
-	endpoint               string
-	internal               []string // client-sent headers with our prefix
+	method, path, status string
+	credentials          auth.Headers
+	contentType          string
+	contentLength        string
+	endpoint             string
+	internal             []string // client-sent headers with our prefix
 }
 
 // readHeaders picks the headers the processor reads. Only their values are
@@ -375,9 +452,11 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 		case ":status":
 			dst = &hv.status
 		case "x-api-key":
-			dst = &hv.xAPIKey
+			hv.credentials.XAPIKey = append(hv.credentials.XAPIKey, headerValue(h))
+			continue
 		case "authorization":
-			dst = &hv.authorization
+			hv.credentials.Authorization = append(hv.credentials.Authorization, headerValue(h))
+			continue
 		case "content-type":
 			dst = &hv.contentType
 		case "content-length":
@@ -391,11 +470,14 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 			}
 			continue
 		}
-		if raw := h.GetRawValue(); len(raw) > 0 {
-			*dst = string(raw)
-		} else {
-			*dst = h.GetValue()
-		}
+		*dst = headerValue(h)
 	}
 	return hv
+}
+
+func headerValue(h *corev3.HeaderValue) string {
+	if raw := h.GetRawValue(); len(raw) > 0 {
+		return string(raw)
+	}
+	return h.GetValue()
 }

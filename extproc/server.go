@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -32,9 +33,9 @@ type Accounts interface {
 	Settle(ctx context.Context, s store.Settlement) (bool, error)
 }
 
-// KeyLookup resolves a client secret to its stored key.
+// KeyLookup authenticates a request's credential headers (auth.Cache).
 type KeyLookup interface {
-	Lookup(ctx context.Context, secret string) (store.Key, error)
+	Authenticate(ctx context.Context, h auth.Headers, now time.Time, p auth.Policy) (store.Key, error)
 }
 
 // Options configure a Server.

@@ -44,6 +44,10 @@ type Controls struct {
 	// a vendor that accepts and hangs. Hung requests never generate a reply;
 	// when hang is turned off their connections are dropped.
 	Hang bool `json:"hang"`
+	// ReasoningTokens makes beta a reasoning model: each reply reports that
+	// many reasoning tokens, which its text does not show, in
+	// completion_tokens and completion_tokens_details.reasoning_tokens.
+	ReasoningTokens int `json:"reasoning_tokens"`
 }
 
 // replyWords returns the effective reply length.
@@ -69,6 +73,7 @@ type controlUpdate struct {
 	AbortAfterEvents *int    `json:"abort_after_events"`
 	RetryAfter       *string `json:"retry_after"`
 	Hang             *bool   `json:"hang"`
+	ReasoningTokens  *int    `json:"reasoning_tokens"`
 }
 
 func (u *controlUpdate) validate() error {
@@ -82,6 +87,7 @@ func (u *controlUpdate) validate() error {
 		"status_count": u.StatusCount, "latency_ms": u.LatencyMS, "event_delay_ms": u.EventDelayMS,
 		"cache_read_tokens": u.CacheReadTokens, "cache_write_tokens": u.CacheWriteTokens,
 		"reply_words": u.ReplyWords, "abort_after_events": u.AbortAfterEvents,
+		"reasoning_tokens": u.ReasoningTokens,
 	} {
 		if p != nil && *p < 0 {
 			return fmt.Errorf("%s must not be negative", name)
@@ -104,6 +110,7 @@ func (u *controlUpdate) apply(c *Controls) {
 	set(&c.CacheWriteTokens, u.CacheWriteTokens)
 	set(&c.ReplyWords, u.ReplyWords)
 	set(&c.AbortAfterEvents, u.AbortAfterEvents)
+	set(&c.ReasoningTokens, u.ReasoningTokens)
 	if u.ToolCall != nil {
 		c.ToolCall = *u.ToolCall
 	}

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"sync/atomic"
@@ -30,6 +30,7 @@ import (
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/control"
 	"github.com/modelgateway/gateway/internal/endpoints"
+	"github.com/modelgateway/gateway/internal/mtls"
 	"github.com/modelgateway/gateway/internal/spool"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -61,9 +62,6 @@ type sidecarOptions struct {
 	Config *config.Config
 	Redis  redis.UniversalClient
 	Logger *slog.Logger
-	// Credentials maps upstream name to the vendor key; missing entries are
-	// read from the upstream's credential_env.
-	Credentials map[string]string
 	// KeyCacheTTL bounds how long a revoked key keeps working.
 	KeyCacheTTL time.Duration
 	// EnvoyAdminURL is where the route watcher reads Envoy's clusters;
@@ -81,6 +79,18 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			o.Logger.Warn("tokenizer unavailable; estimates fall back to byte counts", "err", err)
 		}
 	}()
+	// Only Envoy may reach the processor: beyond loopback, only with mutual
+	// TLS.
+	if err := c.Listeners.CheckSidecarBinds(); err != nil {
+		return nil, err
+	}
+	var tlsSrc *mtls.Server
+	if t := c.Listeners.TLS; t.Enabled() {
+		var err error
+		if tlsSrc, err = mtls.NewServer(mtls.Files{Cert: t.ServerCert, Key: t.ServerKey, ClientCA: t.CA}); err != nil {
+			return nil, err
+		}
+	}
 	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.MaxRequestDuration.D()})
 	keys := auth.NewCache(st, o.KeyCacheTTL)
 
@@ -102,14 +112,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 
 	var vendorRoutes []*extproc.Upstream
 	for _, u := range c.Upstreams {
-		cred, ok := o.Credentials[u.Name]
-		if !ok {
-			cred = os.Getenv(u.CredentialEnv)
-		}
-		if cred == "" {
-			o.Logger.Warn("no vendor credential: requests are forwarded without one", "upstream", u.Name, "env", u.CredentialEnv)
-		}
-		r, err := extproc.NewUpstream(u, cred)
+		r, err := extproc.NewUpstream(u)
 		if err != nil {
 			return nil, err
 		}
@@ -180,6 +183,11 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	if err != nil {
 		gl.Close()
 		return nil, fmt.Errorf("control listener: %w", err)
+	}
+	if tlsSrc != nil {
+		// Every connection, loopback or not, must then present Envoy's
+		// client certificate.
+		gl, hl = tls.NewListener(gl, tlsSrc.TLSConfig()), tls.NewListener(hl, tlsSrc.TLSConfig())
 	}
 	s.ExtProcAddr, s.ControlAddr = gl.Addr(), hl.Addr()
 	if err := s.startAdmin(c, st); err != nil {

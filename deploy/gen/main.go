@@ -3,7 +3,7 @@
 // the matching checksum annotation and shutdown bounds in
 // deploy/k8s/statefulset.yaml.
 //
-//	go run ./deploy/gen [-root DIR]
+//	cd deploy && go run ./gen -root ..   (make envoy-config)
 package main
 
 import (

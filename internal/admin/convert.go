@@ -28,6 +28,7 @@ func accountToProto(a store.Account, balance int64) *adminv1.Account {
 		CreateTime:     timestamp(a.CreatedAt),
 		BalanceNanoUsd: balance,
 		Limits:         limitsToProto(a.Limits),
+		Suspended:      a.Suspended,
 	}
 }
 

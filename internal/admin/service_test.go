@@ -477,3 +477,46 @@ func TestActor(t *testing.T) {
 		t.Errorf("no metadata: %q", got)
 	}
 }
+
+// A suspension is stored, shown on the account, seen by key lookups and
+// audited; resuming undoes it.
+func TestSuspendAndResume(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(0)
+	key, err := e.client.CreateKey(e.ctx, &adminv1.CreateKeyRequest{AccountId: a.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.client.SuspendAccount(e.ctx, &adminv1.SuspendAccountRequest{AccountId: a.Id, Reason: "unpaid invoice"})
+	if err != nil || !r.Account.Suspended {
+		t.Fatalf("suspend: %v, %v", r, err)
+	}
+	k, err := e.st.LookupKey(context.Background(), store.HashSecret(key.Secret))
+	if err != nil || !k.AccountSuspended {
+		t.Fatalf("lookup after suspend: %+v, %v", k, err)
+	}
+	g, err := e.client.GetAccount(e.ctx, &adminv1.GetAccountRequest{AccountId: a.Id})
+	if err != nil || !g.Account.Suspended {
+		t.Fatalf("get: %v, %v", g, err)
+	}
+	rr, err := e.client.ResumeAccount(e.ctx, &adminv1.ResumeAccountRequest{AccountId: a.Id})
+	if err != nil || rr.Account.Suspended {
+		t.Fatalf("resume: %v, %v", rr, err)
+	}
+	if k, _ := e.st.LookupKey(context.Background(), store.HashSecret(key.Secret)); k.AccountSuspended {
+		t.Fatal("still suspended after resume")
+	}
+	_, err = e.client.SuspendAccount(e.ctx, &adminv1.SuspendAccountRequest{AccountId: "acct_missing"})
+	wantCode(t, err, codes.NotFound)
+	au, err := e.client.ListAudit(e.ctx, &adminv1.ListAuditRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, en := range au.Entries {
+		actions = append(actions, en.Action)
+	}
+	if !slices.Contains(actions, "account.suspend") || !slices.Contains(actions, "account.resume") {
+		t.Fatalf("audit actions %v", actions)
+	}
+}

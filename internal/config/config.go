@@ -37,6 +37,51 @@ type Listeners struct {
 	ExtProc    string `yaml:"extproc"`     // sidecar gRPC: ext_proc and grpc.health.v1
 	Control    string `yaml:"control"`     // sidecar HTTP: /health, /v1/usage, /metrics
 	Admin      string `yaml:"admin"`       // sidecar admin gRPC; never routed by Envoy
+	// Probes is Envoy's read-only listener for readiness and metrics
+	// (GET /ready, /stats/prometheus, /metrics); the only port besides the
+	// public one that may listen beyond loopback.
+	Probes string `yaml:"probes"`
+	// TLS is mutual TLS between Envoy and the sidecar's ext_proc and
+	// control servers. The sidecar refuses to bind either beyond loopback
+	// without it.
+	TLS SidecarTLS `yaml:"tls"`
+}
+
+// SidecarTLS names PEM files. The sidecar reloads its own when they change;
+// Envoy reads its client certificate at start.
+type SidecarTLS struct {
+	CA         string `yaml:"ca_file"`          // signs both certificates; each side trusts only it
+	ServerCert string `yaml:"server_cert_file"` // the sidecar's
+	ServerKey  string `yaml:"server_key_file"`
+	ClientCert string `yaml:"client_cert_file"` // Envoy's
+	ClientKey  string `yaml:"client_key_file"`
+}
+
+// Enabled reports whether mutual TLS is configured.
+func (t SidecarTLS) Enabled() bool { return t != SidecarTLS{} }
+
+// CheckSidecarBinds refuses sidecar listeners that other hosts could reach
+// without mutual TLS: ext_proc answers any caller with a valid key, and the
+// control server reads usage. The admin API never leaves loopback.
+func (l Listeners) CheckSidecarBinds() error {
+	t := l.TLS
+	if t.Enabled() && (t.CA == "" || t.ServerCert == "" || t.ServerKey == "" || t.ClientCert == "" || t.ClientKey == "") {
+		return errors.New("listeners.tls: ca_file, server_cert_file, server_key_file, client_cert_file and client_key_file are all required")
+	}
+	for field, addr := range map[string]string{"extproc": l.ExtProc, "control": l.Control, "admin": l.Admin} {
+		host, _, err := SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("listeners.%s: %w", field, err)
+		}
+		switch {
+		case IsLoopback(host):
+		case field == "admin":
+			return fmt.Errorf("listeners.admin: %s is beyond loopback; the admin API listens on loopback only (reach it with kubectl exec or port-forward)", addr)
+		case !t.Enabled():
+			return fmt.Errorf("listeners.%s: %s is beyond loopback; bind 127.0.0.1 (Envoy runs beside the sidecar) or configure listeners.tls for mutual TLS", field, addr)
+		}
+	}
+	return nil
 }
 
 // Store says where state lives.
@@ -71,6 +116,15 @@ type Envoy struct {
 	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
 	// AccessLog is "stdout" or a file path; empty disables Envoy's access log.
 	AccessLog string `yaml:"access_log"`
+	// Hardening of the public listener.
+	RequestHeadersTimeout Duration `yaml:"request_headers_timeout"` // all request headers within this
+	MaxRequestHeadersKB   int      `yaml:"max_request_headers_kb"`  // larger header blocks get 431
+	MaxHeadersCount       int      `yaml:"max_headers_count"`       // more headers get 431
+	MaxConnectionDuration Duration `yaml:"max_connection_duration"` // a connection is drained after this
+	MaxConnections        int      `yaml:"max_connections"`         // open client connections, all clients together
+	// ForwardClientAddress sends the client's address (x-forwarded-for,
+	// x-envoy-external-address) to the vendors; off by default.
+	ForwardClientAddress bool `yaml:"forward_client_address"`
 }
 
 // Upstream is one vendor route: /NAME/... is forwarded to its endpoints.
@@ -78,6 +132,8 @@ type Upstream struct {
 	Name   string `yaml:"name"`
 	Format string `yaml:"format"` // "messages" or "chat_completions"
 	// CredentialEnv names the environment variable holding the vendor key.
+	// Envoy reads it and injects the key; the sidecar never sees it. Empty
+	// forwards no credential (a self-hosted server).
 	CredentialEnv string `yaml:"credential_env"`
 	// FreePaths are read-only vendor paths forwarded without billing, as
 	// "METHOD /path" (path after the route prefix).
@@ -99,8 +155,6 @@ type Endpoint struct {
 	// TrustedCA is a PEM file of CAs for https endpoints; empty uses the
 	// system bundle.
 	TrustedCA string `yaml:"trusted_ca"`
-	// CredentialEnv overrides the upstream's credential for this endpoint.
-	CredentialEnv string `yaml:"credential_env"`
 }
 
 // HealthCheck configures Envoy's active probes of each endpoint. A probe
@@ -233,6 +287,18 @@ func (c *Config) setDefaults() {
 	def(&c.Listeners.ExtProc, "127.0.0.1:50051")
 	def(&c.Listeners.Control, "127.0.0.1:8081")
 	def(&c.Listeners.Admin, "127.0.0.1:50052")
+	def(&c.Listeners.Probes, "127.0.0.1:9902")
+	defDur(&c.Envoy.RequestHeadersTimeout, 10*time.Second)
+	defDur(&c.Envoy.MaxConnectionDuration, time.Hour)
+	if c.Envoy.MaxRequestHeadersKB == 0 {
+		c.Envoy.MaxRequestHeadersKB = 60
+	}
+	if c.Envoy.MaxHeadersCount == 0 {
+		c.Envoy.MaxHeadersCount = 100
+	}
+	if c.Envoy.MaxConnections == 0 {
+		c.Envoy.MaxConnections = 10000
+	}
 	if c.Limits.MaxRequestBytes == 0 {
 		c.Limits.MaxRequestBytes = 32 << 20
 	}
@@ -271,11 +337,22 @@ func (c *Config) Validate() error {
 	for field, addr := range map[string]string{
 		"listeners.public": c.Listeners.Public, "listeners.envoy_admin": c.Listeners.EnvoyAdmin,
 		"listeners.extproc": c.Listeners.ExtProc, "listeners.control": c.Listeners.Control,
-		"listeners.admin": c.Listeners.Admin,
+		"listeners.admin": c.Listeners.Admin, "listeners.probes": c.Listeners.Probes,
 	} {
 		if _, _, err := SplitHostPort(addr); err != nil {
 			return fmt.Errorf("%s: %w", field, err)
 		}
+	}
+	e := c.Envoy
+	switch {
+	case e.MaxRequestHeadersKB < 1 || e.MaxRequestHeadersKB > 8192:
+		return errors.New("envoy.max_request_headers_kb: must be 1 to 8192")
+	case e.MaxHeadersCount < 1:
+		return errors.New("envoy.max_headers_count: must be positive")
+	case e.MaxConnections < 1:
+		return errors.New("envoy.max_connections: must be positive")
+	case e.RequestHeadersTimeout < 0 || e.MaxConnectionDuration < 0:
+		return errors.New("envoy.request_headers_timeout, envoy.max_connection_duration: must not be negative")
 	}
 	if c.Limits.DailyUSD < 0 || c.Limits.RPM < 0 || c.Limits.WindowMinutes < 0 {
 		return errors.New("limits: daily_usd, rpm and window_minutes must not be negative")
@@ -302,8 +379,8 @@ func (c *Config) Validate() error {
 		if u.Format != FormatMessages && u.Format != FormatChatCompletions {
 			return fmt.Errorf("%s.format: %q is not %q or %q", p, u.Format, FormatMessages, FormatChatCompletions)
 		}
-		if u.CredentialEnv == "" {
-			return fmt.Errorf("%s.credential_env: missing", p)
+		if u.CredentialEnv != "" && !validEnvName(u.CredentialEnv) {
+			return fmt.Errorf("%s.credential_env: %q is not an environment variable name", p, u.CredentialEnv)
 		}
 		for j, fp := range u.FreePaths {
 			if _, _, err := ParseFreePath(fp); err != nil {
@@ -348,6 +425,25 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// IsLoopback reports whether host (an IP or "localhost") can only be reached
+// from the same network namespace.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func validEnvName(s string) bool {
+	for i, c := range s {
+		if !(c >= 'A' && c <= 'Z' || c == '_' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func (e Endpoint) validate() error {

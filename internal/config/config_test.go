@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestShippedConfigLoads(t *testing.T) {
@@ -82,5 +83,59 @@ func TestLoadNamesTheFile(t *testing.T) {
 	_, err := Load(p)
 	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestCheckSidecarBinds(t *testing.T) {
+	loop := Listeners{ExtProc: "127.0.0.1:50051", Control: "localhost:8081", Admin: "[::1]:50052"}
+	if err := loop.CheckSidecarBinds(); err != nil {
+		t.Fatalf("loopback refused: %v", err)
+	}
+	tlsOn := SidecarTLS{CA: "ca", ServerCert: "c", ServerKey: "k", ClientCert: "cc", ClientKey: "ck"}
+	for _, tc := range []struct {
+		l  Listeners
+		ok bool
+	}{
+		{Listeners{ExtProc: "0.0.0.0:1", Control: "127.0.0.1:2", Admin: "127.0.0.1:3"}, false},
+		{Listeners{ExtProc: "127.0.0.1:1", Control: "10.1.2.3:2", Admin: "127.0.0.1:3"}, false},
+		{Listeners{ExtProc: "0.0.0.0:1", Control: "0.0.0.0:2", Admin: "127.0.0.1:3", TLS: tlsOn}, true},
+		{Listeners{ExtProc: "127.0.0.1:1", Control: "127.0.0.1:2", Admin: "0.0.0.0:3", TLS: tlsOn}, false},
+		{Listeners{ExtProc: "0.0.0.0:1", Control: "127.0.0.1:2", Admin: "127.0.0.1:3", TLS: SidecarTLS{CA: "ca"}}, false},
+	} {
+		if err := tc.l.CheckSidecarBinds(); (err == nil) != tc.ok {
+			t.Errorf("%+v: %v", tc.l, err)
+		}
+	}
+}
+
+func TestListenerHardeningAndCredentialEnv(t *testing.T) {
+	c, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := c.Envoy
+	if e.RequestHeadersTimeout.D() != 10*time.Second || e.MaxRequestHeadersKB != 60 || e.MaxHeadersCount != 100 ||
+		e.MaxConnectionDuration.D() != time.Hour || e.MaxConnections != 10000 || e.ForwardClientAddress || c.Listeners.Probes != "127.0.0.1:9902" {
+		t.Fatalf("defaults: %+v, probes %s", e, c.Listeners.Probes)
+	}
+	for _, bad := range []string{
+		"envoy: {max_request_headers_kb: 9000}",
+		"envoy: {max_headers_count: -1}",
+		"envoy: {request_headers_timeout: -1s}",
+		"listeners: {probes: nowhere}",
+	} {
+		if _, err := Parse([]byte(minimal + bad + "\n")); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	for env, ok := range map[string]bool{"ALPHA_API_KEY": true, "": true, "alpha key": false, "1KEY": false, "A-B": false} {
+		_, err := Parse([]byte(strings.Replace(minimal, "credential_env: ALPHA_API_KEY", "credential_env: '"+env+"'", 1)))
+		if (err == nil) != ok {
+			t.Errorf("credential_env %q: %v", env, err)
+		}
+	}
+	// The per-endpoint credential is gone: Envoy injects one key per upstream.
+	if _, err := Parse([]byte(strings.Replace(minimal, `primary: {url: "http://127.0.0.1:9001"}`, `primary: {url: "http://127.0.0.1:9001", credential_env: X}`, 1))); err == nil {
+		t.Error("endpoint credential_env accepted")
 	}
 }

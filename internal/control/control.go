@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/auth"
@@ -24,10 +25,14 @@ type UsageReader interface {
 	Ping(ctx context.Context) error
 }
 
-// KeyLookup resolves a secret to its stored key.
+// KeyLookup authenticates a request's credential headers (auth.Cache).
 type KeyLookup interface {
-	Lookup(ctx context.Context, secret string) (store.Key, error)
+	Authenticate(ctx context.Context, h auth.Headers, now time.Time, p auth.Policy) (store.Key, error)
 }
+
+// usagePolicy: both kinds of credential read usage, also while the account
+// is suspended.
+var usagePolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey, store.ReadOnlyToken}, AllowSuspended: true}
 
 // EndpointReporter tells which endpoint currently serves each upstream:
 // "primary", "reserve", "none" (no usable endpoint) or "unknown" (Envoy's
@@ -91,8 +96,8 @@ func New(o Options) *Handler {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-// Health is the health record, plus the endpoint serving each upstream and,
-// when the status is not ok, the problems that make it so.
+// Health is the health record; README.md's API reference documents each
+// field (endpoints and problems included).
 type Health struct {
 	Status    string            `json:"status"`
 	Region    string            `json:"region"`
@@ -212,7 +217,7 @@ func getOrHead(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// Usage is the usage record of SPEC.md.
+// Usage is the usage record; README.md's API reference documents each field.
 type Usage struct {
 	BalanceUSD float64      `json:"balance_usd"`
 	Currency   string       `json:"currency"`
@@ -254,38 +259,27 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "GET /v1/usage is read-only; use GET")
 		return
 	}
-	secret, err := auth.Parse(r.Header.Get("X-Api-Key"), r.Header.Get("Authorization"))
+	key, err := h.o.Keys.Authenticate(r.Context(),
+		auth.Headers{XAPIKey: r.Header.Values("X-Api-Key"), Authorization: r.Header.Values("Authorization")},
+		h.o.Now(), usagePolicy)
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, "authentication_error", err.Error())
-		return
-	}
-	if auth.Kind(secret) == "" {
-		writeError(w, http.StatusUnauthorized, "authentication_error", "invalid token")
-		return
-	}
-	period := store.Day
-	if q := r.URL.Query(); q.Has("period") {
-		switch p := store.Period(q.Get("period")); p {
-		case store.Day, store.Month, store.Total:
-			period = p
-		default:
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "period must be one of day, month, total")
+		var ae *auth.Error
+		if errors.As(err, &ae) && ae.Reason == auth.Unavailable {
+			h.o.Logger.Error("usage: key lookup failed", "err", ae.Err)
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
 			return
 		}
-	}
-	key, err := h.o.Keys.Lookup(r.Context(), secret)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusUnauthorized, "authentication_error", "invalid token")
-		return
-	case err != nil:
-		h.o.Logger.Error("usage: key lookup failed", "err", err)
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+		msg := "invalid token"
+		if ae != nil && ae.Reason == auth.Unauthenticated && ae.Message != "invalid API key" {
+			msg = ae.Message
+		}
+		writeError(w, http.StatusUnauthorized, "authentication_error", msg)
 		return
 	}
-	if p := auth.Problem(key, h.o.Now()); p != "" {
-		writeError(w, http.StatusUnauthorized, "authentication_error", p)
+	period, err := parsePeriod(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
 	rep, err := h.o.Store.Usage(r.Context(), key.AccountID, period)
@@ -297,6 +291,25 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, NewUsage(rep))
+}
+
+// parsePeriod reads the query of /v1/usage: nothing, or exactly one period
+// parameter with one of the listed values. Anything else (a repeated or empty
+// period, another parameter, a ';' separator) is refused rather than guessed.
+func parsePeriod(rawQuery string) (store.Period, error) {
+	errPeriod := errors.New("the query must be empty or a single period=day|month|total")
+	if rawQuery == "" {
+		return store.Day, nil
+	}
+	q, err := url.ParseQuery(rawQuery) // refuses ';' as a separator
+	if err != nil || len(q) != 1 || len(q["period"]) != 1 {
+		return "", errPeriod
+	}
+	switch p := store.Period(q.Get("period")); p {
+	case store.Day, store.Month, store.Total:
+		return p, nil
+	}
+	return "", errPeriod
 }
 
 // NewUsage converts a store report to the wire record. USD amounts are the

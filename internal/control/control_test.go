@@ -224,3 +224,59 @@ func TestHealthNamesUpstreamWithoutEndpoint(t *testing.T) {
 		t.Fatalf("both on the reserve: %d %+v", code, rep)
 	}
 }
+
+// Exactly one period with a listed value, or none; anything else is 400, never
+// a silent default.
+func TestUsageQueryIsUnambiguous(t *testing.T) {
+	h, st, _, acct, ro := setup(t)
+	for query, want := range map[string]int{
+		"":                           200,
+		"?period=day":                200,
+		"?period=month":              200,
+		"?period=total":              200,
+		"?period=month;":             400,
+		"?period=month;period=day":   400,
+		"?period=month&period=day":   400,
+		"?period=day&period=day":     400,
+		"?period=":                   400,
+		"?period=week":               400,
+		"?period=day&other=1":        400,
+		"?period=%64ay":              200, // "day", percent-encoded
+		"?period=Day":                400,
+		"?period=day%00":             400,
+		"?period=" + string(rune(0)): 400,
+	} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/v1/usage", nil)
+		req.URL.RawQuery = query[min(1, len(query)):]
+		req.Header.Set("Authorization", "Bearer "+ro)
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("%q: %d %s, want %d", query, rec.Code, rec.Body, want)
+		}
+	}
+	// A suspended account still reads its usage.
+	if err := st.SetSuspended(context.Background(), acct, true); err != nil {
+		t.Fatal(err)
+	}
+	getUsage(t, h, ro, "day")
+}
+
+// Two credential headers are refused, whatever their values.
+func TestUsageRefusesRepeatedCredentials(t *testing.T) {
+	h, _, _, _, ro := setup(t)
+	for name, set := range map[string]func(http.Header){
+		"two x-api-key":          func(h http.Header) { h.Add("X-Api-Key", ro); h.Add("X-Api-Key", ro) },
+		"two Authorization":      func(h http.Header) { h.Add("Authorization", "Bearer "+ro); h.Add("Authorization", "Bearer "+ro) },
+		"joined with a comma":    func(h http.Header) { h.Set("X-Api-Key", ro+", "+ro) },
+		"x-api-key and a bearer": func(h http.Header) { h.Set("X-Api-Key", ro); h.Set("Authorization", "Bearer ro_someoneelse123") },
+	} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/v1/usage", nil)
+		set(req.Header)
+		h.ServeHTTP(rec, req)
+		if rec.Code != 401 {
+			t.Errorf("%s: %d %s, want 401", name, rec.Code, rec.Body)
+		}
+	}
+}

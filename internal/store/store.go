@@ -57,6 +57,9 @@ type Account struct {
 	Name      string
 	Limits    Limits
 	CreatedAt time.Time
+	// Suspended accounts cannot make model requests; their usage stays
+	// readable and their keys stay as they are.
+	Suspended bool
 }
 
 // KeyKind tells model keys from read-only tokens.
@@ -80,6 +83,8 @@ type Key struct {
 	LastUsedAt time.Time // zero: never used
 	RevokedAt  time.Time // zero: not revoked
 	Models     []string  // allow-list; empty allows every model
+	// AccountSuspended is the account's state when the key was looked up.
+	AccountSuspended bool
 }
 
 // KeyOptions are the optional settings of a new credential.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
 
 // Failover runs with the shipped gateway.yaml settings (health checks every
@@ -101,7 +102,7 @@ func waitHealthRoute(t *testing.T, s *launch.Stack, route string) {
 }
 
 func TestFailoverOnErrors(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	p := &probe{s: s, t: t, acct: s.NewAccount(100, noLimits)}
 	waitHealthRoute(t, s, "primary")
 	if r := p.send(); r != "primary" {
@@ -152,7 +153,7 @@ func TestFailoverOnErrors(t *testing.T) {
 }
 
 func TestFailoverOnLatency(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	p := &probe{s: s, t: t, acct: s.NewAccount(100, noLimits)}
 	waitHealthRoute(t, s, "primary")
 
@@ -174,7 +175,7 @@ func TestFailoverOnLatency(t *testing.T) {
 // client sees the stream break (SDKs raise), and the observed usage is
 // settled, marked estimated.
 func TestStreamBrokenByUpstreamReset(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"abort_after_events": 4, "reply_words": 20})
 

@@ -11,12 +11,13 @@ import (
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
 
 // Hostile bodies each get a clear error with the right status in the
 // vendor's format, nothing reaches the vendor, and the gateway stays up.
 func TestHostileBodies(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	deep := strings.Repeat(`{"a":`, 200) + "1" + strings.Repeat("}", 200)
 	cases := []struct {
@@ -65,7 +66,7 @@ func TestHostileBodies(t *testing.T) {
 // Over-limit bodies and headers are refused by Envoy itself, in the route's
 // vendor format.
 func TestOversizeRequests(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	// A large body under the limit works.
 	ok := append([]byte(`{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"`), bytes.Repeat([]byte("a"), 1<<20)...)
@@ -80,9 +81,9 @@ func TestOversizeRequests(t *testing.T) {
 	resp, b = postExpectingRefusal(t, s, betaPath, betaHeaders(acct.Key), over)
 	checkError(t, betaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 413, "", "request_too_large")
 
-	// Headers over Envoy's 60 KiB limit: Envoy 1.40 closes an HTTP/1
-	// connection without a reply (no 431). The request must go nowhere and
-	// the gateway must keep serving.
+	// Headers over the 60 KiB limit: 431 with a JSON body, then the
+	// connection closes. The request must go nowhere and the gateway must
+	// keep serving.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +92,7 @@ func TestOversizeRequests(t *testing.T) {
 		alphaPath, acct.Key, strings.Repeat("p", 61<<10))
 	reply, _ := io.ReadAll(conn)
 	conn.Close()
-	if len(reply) > 0 && !bytes.HasPrefix(reply, []byte("HTTP/1.1 431")) {
+	if !bytes.HasPrefix(reply, []byte("HTTP/1.1 431")) || !bytes.Contains(reply, []byte(`"error"`)) {
 		t.Fatalf("oversize headers answered %q", reply[:min(len(reply), 100)])
 	}
 	for _, r := range s.Primary.Requests() {
@@ -107,7 +108,7 @@ func TestOversizeRequests(t *testing.T) {
 // Path tricks cannot reach anything a credential does not allow, nor skip
 // metering.
 func TestPathTricks(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	a := s.NewAccount(10, noLimits)
 	other := s.NewAccount(10, noLimits)
 	s.Do("POST", alphaPath, alphaHeaders(other.Key), alphaBody(false, ""))
@@ -232,7 +233,7 @@ func joinHeaders(hs []string) string {
 // When the processor is gone, Envoy fails closed with a retryable 503 in the
 // vendor's format; with no healthy upstream, likewise.
 func TestEnvoyLocalRepliesInVendorFormat(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 
 	s.Primary.Process.Signal(syscall.SIGKILL)

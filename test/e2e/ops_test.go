@@ -19,6 +19,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/redistest"
 )
 
@@ -48,7 +49,7 @@ func getHealthRecord(t *testing.T, url string) (int, healthRecord, time.Duration
 // upstream, and model requests get 503 with retry-after in the vendor's
 // format. When the reserve comes back, /health is ok again.
 func TestOpsBothEndpointsDown(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	if code, h, _ := getHealthRecord(t, s.URL+"/health"); code != 200 || h.Status != "ok" {
 		t.Fatalf("before the outage: %d %+v", code, h)
@@ -131,7 +132,7 @@ func TestOpsBothEndpointsDown(t *testing.T) {
 // Without the opt-in, the same requests fail with 504 at the first-byte
 // limit instead of being sent again (TestOpsDefaultRetryPolicy).
 func TestOpsHungPrimary(t *testing.T) {
-	s := launch.Start(t, launch.Options{Configure: func(c *config.Config) {
+	s := launchtest.Start(t, launch.Options{Configure: func(c *config.Config) {
 		for i := range c.Upstreams {
 			c.Upstreams[i].Failover.RetrySentRequests = true
 			c.Upstreams[i].Failover.FirstByteTimeout = config.Duration(3 * time.Second)
@@ -286,7 +287,7 @@ func (p *hangProxy) serve(c net.Conn) {
 func TestOpsHungRedis(t *testing.T) {
 	r := redistest.NewServer(t)
 	proxy := startHangProxy(t, r.Addr)
-	s := launch.Start(t, launch.Options{RedisAddr: proxy.l.Addr().String()})
+	s := launchtest.Start(t, launch.Options{RedisAddr: proxy.l.Addr().String()})
 	acct := s.NewAccount(10, noLimits)
 	for _, route := range []string{"alpha", "beta"} {
 		path, hdr, body := requestFor(route, acct.Key, false)
@@ -365,7 +366,7 @@ func TestOpsHungRedis(t *testing.T) {
 // The sidecar reaches Redis over TLS (rediss://, the CA given in the URL).
 func TestOpsRedisOverTLS(t *testing.T) {
 	r := redistest.NewTLSServer(t)
-	s := launch.Start(t, launch.Options{
+	s := launchtest.Start(t, launch.Options{
 		RedisAddr:  r.Addr, // plaintext, for the test's own account setup
 		SidecarEnv: []string{"REDIS_URL=rediss://" + r.TLSAddr + "?ca_file=" + r.CAFile},
 	})
@@ -383,7 +384,7 @@ func TestOpsRedisOverTLS(t *testing.T) {
 // Every series an alert or the dashboard uses exists from the first scrape,
 // before any request or failure.
 func TestOpsMetricsFromFirstScrape(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	resp, err := http.Get(s.ControlURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -421,7 +422,7 @@ func TestOpsMetricsFromFirstScrape(t *testing.T) {
 func TestOpsSigtermSettlesCutStream(t *testing.T) {
 	rs := redistest.NewServer(t)
 	proxy := startHangProxy(t, rs.Addr)
-	s := launch.Start(t, launch.Options{
+	s := launchtest.Start(t, launch.Options{
 		RedisAddr:   proxy.l.Addr().String(),
 		SidecarArgs: []string{"--drain", "1s"},
 	})
@@ -471,7 +472,7 @@ func TestOpsSigtermSettlesCutStream(t *testing.T) {
 // slower than the first-byte limit ends in 504 after one vendor request,
 // not one per endpoint.
 func TestOpsDefaultRetryPolicy(t *testing.T) {
-	s := launch.Start(t, launch.Options{Configure: func(c *config.Config) {
+	s := launchtest.Start(t, launch.Options{Configure: func(c *config.Config) {
 		for i := range c.Upstreams {
 			c.Upstreams[i].Failover.FirstByteTimeout = config.Duration(2 * time.Second)
 		}
