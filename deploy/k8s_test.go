@@ -16,6 +16,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -25,6 +26,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/modelgateway/gateway/deploy"
+	"github.com/modelgateway/gateway/internal/config"
 )
 
 const k8sDir = "deploy/k8s"
@@ -40,7 +42,7 @@ type manifest struct {
 func decodeManifests(t *testing.T) []manifest {
 	t.Helper()
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme, autoscalingv2.AddToScheme} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +126,8 @@ func TestManifestDecoderRejectsUnknownFields(t *testing.T) {
 }
 
 type k8sSet struct {
-	deployment *appsv1.Deployment
+	deployment *appsv1.StatefulSet
+	hpas       []*autoscalingv2.HorizontalPodAutoscaler
 	services   []*corev1.Service
 	pdbs       []*policyv1.PodDisruptionBudget
 	policies   []*networkingv1.NetworkPolicy
@@ -137,11 +140,13 @@ func loadK8s(t *testing.T) k8sSet {
 	s := k8sSet{configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{}}
 	for _, m := range decodeManifests(t) {
 		switch o := m.obj.(type) {
-		case *appsv1.Deployment:
+		case *appsv1.StatefulSet:
 			if s.deployment != nil {
-				t.Fatalf("%s: a second Deployment", m.file)
+				t.Fatalf("%s: a second StatefulSet", m.file)
 			}
 			s.deployment = o
+		case *autoscalingv2.HorizontalPodAutoscaler:
+			s.hpas = append(s.hpas, o)
 		case *corev1.Service:
 			s.services = append(s.services, o)
 		case *policyv1.PodDisruptionBudget:
@@ -151,14 +156,30 @@ func loadK8s(t *testing.T) k8sSet {
 		case *corev1.ConfigMap:
 			s.configMaps[o.Name] = o
 		case *corev1.Secret:
-			s.secrets[o.Name] = o
+			t.Errorf("%s: Secret %s in the applied directory would overwrite the real one", m.file, o.Name)
 		default:
 			t.Fatalf("%s: unexpected %T", m.file, o)
 		}
 	}
-	if s.deployment == nil || len(s.services) == 0 || len(s.pdbs) == 0 || len(s.secrets) == 0 {
-		t.Fatal("deploy/k8s needs a Deployment, a Service, a PodDisruptionBudget and a Secret")
+	if s.deployment == nil || len(s.services) == 0 || len(s.pdbs) == 0 || len(s.hpas) == 0 {
+		t.Fatal("deploy/k8s needs a StatefulSet, a Service, a PodDisruptionBudget and a HorizontalPodAutoscaler")
 	}
+	// The Secret's keys are documented beside, not applied.
+	data, err := os.ReadFile(repoPath("deploy/secret.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	corev1.AddToScheme(scheme)
+	obj, _, err := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer().Decode(stripComments(data), nil, nil)
+	if err != nil {
+		t.Fatalf("deploy/secret.example.yaml: %v", err)
+	}
+	sec, ok := obj.(*corev1.Secret)
+	if !ok {
+		t.Fatalf("deploy/secret.example.yaml holds a %T", obj)
+	}
+	s.secrets[sec.Name] = sec
 	return s
 }
 
@@ -430,7 +451,7 @@ func TestServiceBudgetAndPolicySelectPods(t *testing.T) {
 	podLabels := labels.Set(d.Spec.Template.Labels)
 	sel := d.Spec.Selector
 	if sel == nil || !labels.SelectorFromSet(sel.MatchLabels).Matches(podLabels) {
-		t.Fatal("the Deployment's selector does not match its pod template")
+		t.Fatal("the StatefulSet's selector does not match its pod template")
 	}
 	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
 		t.Error("want at least 2 replicas: the PodDisruptionBudget then lets one go at a time")
@@ -473,6 +494,71 @@ func TestServiceBudgetAndPolicySelectPods(t *testing.T) {
 					t.Errorf("NetworkPolicy %s admits Envoy's admin port", np.Name)
 				}
 			}
+		}
+	}
+}
+
+// A rollout survives long streams and unsettled usage: the preStop wait
+// covers the longest request the config allows, the grace period covers it
+// and both drains, the spool is on a claim per pod that outlives it, the
+// pods spread over zones, and an autoscaler drives the StatefulSet.
+func TestRolloutKeepsStreamsAndSpool(t *testing.T) {
+	s := loadK8s(t)
+	cfg, err := config.Load(repoPath("gateway.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, grace := deploy.ShutdownBounds(cfg)
+	if wait < int(cfg.Limits.MaxRequestDuration.D().Seconds()) {
+		t.Errorf("preStop waits %d s; requests may run %v", wait, cfg.Limits.MaxRequestDuration.D())
+	}
+	pre := strings.Join(s.envoy(t).Lifecycle.PreStop.Exec.Command, " ")
+	if !strings.Contains(pre, "{1.."+strconv.Itoa(wait)+"}") {
+		t.Errorf("the preStop loop does not wait %d s", wait)
+	}
+	if g := s.pod().TerminationGracePeriodSeconds; g == nil || *g != int64(grace) || *g < int64(wait+deploy.EnvoyDrainSeconds+deploy.SidecarDrainSeconds) {
+		t.Errorf("terminationGracePeriodSeconds %v, want %d", g, grace)
+	}
+
+	sc := s.sidecar(t)
+	spool := cfg.Store.SpoolDir
+	if !filepath.IsAbs(spool) {
+		spool = filepath.Join(sc.WorkingDir, spool)
+	}
+	var claimed bool
+	for _, m := range sc.VolumeMounts {
+		if strings.HasPrefix(spool, m.MountPath) {
+			for _, c := range s.deployment.Spec.VolumeClaimTemplates {
+				claimed = claimed || c.Name == m.Name
+			}
+		}
+	}
+	if !claimed {
+		t.Errorf("the spool %s is not on a volume claim template", spool)
+	}
+	for _, v := range s.pod().Volumes {
+		if v.EmptyDir != nil {
+			t.Errorf("volume %s is an emptyDir: state must outlive the pod", v.Name)
+		}
+	}
+	if p := s.deployment.Spec.PersistentVolumeClaimRetentionPolicy; p == nil || p.WhenScaled != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+		t.Error("claims must be retained on scale-down: they may hold unsettled usage")
+	}
+
+	zones := false
+	for _, c := range s.pod().TopologySpreadConstraints {
+		zones = zones || c.TopologyKey == "topology.kubernetes.io/zone"
+	}
+	if !zones {
+		t.Error("no spread over zones")
+	}
+	for _, h := range s.hpas {
+		ref := h.Spec.ScaleTargetRef
+		if ref.Kind != "StatefulSet" || ref.Name != s.deployment.Name {
+			t.Errorf("HorizontalPodAutoscaler %s scales %s %s", h.Name, ref.Kind, ref.Name)
+		}
+		if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < 2 {
+			t.Errorf("HorizontalPodAutoscaler %s: minReplicas below 2", h.Name)
 		}
 	}
 }

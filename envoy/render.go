@@ -83,7 +83,11 @@ type upstreamView struct {
 	Format             string
 	LocalErrors        []localError
 	Retries            int
-	PerTryIdleTimeout  string
+	RetryOn            string
+	FirstByteTimeout   string
+	PerTryIdleTimeout  string // empty: none
+	RetryBudgetPercent float64
+	RetryAfter         int // seconds, on Envoy's own 503s
 	ConsecutiveErrors  int
 	BaseEjectionTime   string
 	HealthPath         string
@@ -155,7 +159,10 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 			Format:             u.Format,
 			LocalErrors:        localErrors(u.Format),
 			Retries:            u.Failover.Retries,
-			PerTryIdleTimeout:  seconds(u.Failover.PerTryIdleTimeout.D()),
+			RetryOn:            retryOn(u.Failover.RetrySentRequests),
+			FirstByteTimeout:   seconds(u.Failover.FirstByteTimeout.D()),
+			RetryBudgetPercent: u.Failover.RetryBudgetPercent,
+			RetryAfter:         retryAfter(u.HealthCheck),
 			ConsecutiveErrors:  u.Failover.ConsecutiveErrors,
 			BaseEjectionTime:   seconds(u.Failover.BaseEjectionTime.D()),
 			HealthPath:         u.HealthCheck.Path,
@@ -163,6 +170,9 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 			HealthTimeout:      seconds(u.HealthCheck.Timeout.D()),
 			UnhealthyThreshold: u.HealthCheck.UnhealthyThreshold,
 			HealthyThreshold:   u.HealthCheck.HealthyThreshold,
+		}
+		if d := u.Failover.PerTryIdleTimeout.D(); d > 0 {
+			uv.PerTryIdleTimeout = seconds(d)
 		}
 		if u.CredentialEnv != "" {
 			cv := credentialView{Secret: u.Name + "-vendor-key", Env: u.CredentialEnv, Header: "x-api-key"}
@@ -188,6 +198,27 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		return nil, fmt.Errorf("render envoy bootstrap: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// retryOn lists the conditions an attempt is retried on. By default only
+// those where the vendor cannot have started generating: no connection, a
+// refused stream, a reset before the request was sent, or an explicit
+// 503/529. Not "reset": Envoy counts a per-try timeout as one. With sent
+// set, also resets and timeouts after the request was sent and any 5xx,
+// which may duplicate generations.
+func retryOn(sent bool) string {
+	on := "connect-failure,refused-stream,reset-before-request,retriable-status-codes"
+	if sent {
+		on += ",reset,5xx"
+	}
+	return on
+}
+
+// retryAfter is the retry-after of Envoy's own 503s for an upstream: about
+// the time a recovered endpoint needs to pass its health checks again.
+func retryAfter(h config.HealthCheck) int {
+	s := int((h.Interval.D()*time.Duration(h.HealthyThreshold) + time.Second - 1) / time.Second)
+	return max(1, s)
 }
 
 // EndpointName names an endpoint priority: 0 is the primary, 1 the reserve.

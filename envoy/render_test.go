@@ -174,14 +174,14 @@ func TestRenderSidecarTLSAndAdminLoopback(t *testing.T) {
 // would refuse long streams beyond that.
 func TestCircuitBreakersFromConfig(t *testing.T) {
 	c := load(t)
-	c.Envoy.CircuitBreakers = config.CircuitBreakers{MaxConnections: 1111, MaxPendingRequests: 2222, MaxRequests: 3333, MaxRetries: 44}
+	c.Envoy.CircuitBreakers = config.CircuitBreakers{MaxConnections: 1111, MaxPendingRequests: 2222, MaxRequests: 3333}
 	c.Envoy.MaxStreamDuration = config.Duration(7 * 60 * 1e9)
 	boot, err := envoy.Render(c, envoy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	clusters := 1 + len(c.Upstreams) // the processor and each upstream
-	for _, want := range []string{"max_connections: 1111", "max_pending_requests: 2222", "max_requests: 3333", "max_retries: 44"} {
+	for _, want := range []string{"max_connections: 1111", "max_pending_requests: 2222", "max_requests: 3333"} {
 		if n := strings.Count(string(boot), want); n != clusters {
 			t.Errorf("%q appears %d times, want %d", want, n, clusters)
 		}

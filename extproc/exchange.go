@@ -250,6 +250,9 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 			strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64)+"; top up the account", 0)
 	}
 	x.admitted = true
+	if x.req.Stream {
+		x.s.metrics.streams.Inc()
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: x.editBody(body, req.Edit)},
 	}}
@@ -402,6 +405,9 @@ func (x *exchange) settle(complete bool) {
 		return
 	}
 	x.settled = true
+	if x.req.Stream {
+		x.s.metrics.streams.Dec()
+	}
 	st := store.Settlement{
 		RequestID: x.requestID,
 		AccountID: x.key.AccountID,

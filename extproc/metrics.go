@@ -20,10 +20,20 @@ type Metrics struct {
 	admitSeconds  prometheus.Histogram
 	settleSeconds prometheus.Histogram
 	expiredHolds  prometheus.Counter
+	inflight      prometheus.Gauge
+	streams       prometheus.Gauge
+}
+
+// rejectionReasons are every value of the rejections' reason label.
+var rejectionReasons = []string{
+	"unauthenticated", "forbidden", "not_found", "invalid_request", "balance",
+	"rate_limit", "daily_limit", "unavailable", "too_large", "other",
 }
 
 // NewMetrics creates the series and registers them with reg (if not nil).
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// upstreams name the configured upstreams, whose labelled series start at
+// zero.
+func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	latency := []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -53,21 +63,59 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		expiredHolds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_expired_holds_total", Help: "Holds of requests that never settled, released after the maximum request duration.",
 		}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_inflight_requests", Help: "Model requests being processed (one ext_proc stream each).",
+		}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_inflight_streams", Help: "Admitted streaming (SSE) requests not yet settled.",
+		}),
 	}
 	// Known label values start at zero, so alerts on them work before the
 	// first error.
 	for _, op := range []string{"lookup", "admit", "settle"} {
 		m.storeErrors.WithLabelValues(op)
 	}
+	for _, u := range upstreams {
+		for _, r := range rejectionReasons {
+			m.rejections.WithLabelValues(u, r)
+		}
+		m.estimated.WithLabelValues(u)
+	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.storeErrors, m.estimated,
-			m.admitSeconds, m.settleSeconds, m.expiredHolds)
+			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams)
 	}
 	return m
 }
 
+// InitModels creates the per-model series of an upstream at zero, so that
+// rates and ratios over them work from the first scrape: requests by every
+// status class and endpoint, tokens by kind, and cost.
+func (m *Metrics) InitModels(upstream string, models []string) {
+	for _, model := range models {
+		for _, st := range []string{"2xx", "4xx", "5xx", "other"} {
+			for _, ep := range []string{"primary", "reserve", "none"} {
+				m.requests.WithLabelValues(upstream, model, st, ep)
+			}
+		}
+		for _, kind := range []string{"input", "output", "cache_write", "cache_read"} {
+			m.tokens.WithLabelValues(upstream, model, kind)
+		}
+		m.cost.WithLabelValues(upstream, model)
+	}
+}
+
+// StoreError counts a failed store operation ("lookup", "admit", "settle")
+// seen outside the processor, such as a settlement the spool took because
+// the store failed it.
+func (m *Metrics) StoreError(op string) { m.storeErrors.WithLabelValues(op).Inc() }
+
 func (m *Metrics) observe(upstream, model string, st store.Settlement) {
-	m.requests.WithLabelValues(upstream, model, statusClass(st.Status), st.Endpoint).Inc()
+	endpoint := st.Endpoint
+	if endpoint == "" {
+		endpoint = "none" // no endpoint answered (refused before, or Envoy's own reply)
+	}
+	m.requests.WithLabelValues(upstream, model, statusClass(st.Status), endpoint).Inc()
 	if st.Status < 200 || st.Status > 299 {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -73,6 +74,26 @@ type Server struct {
 	seq      atomic.Uint64
 
 	settler *settler
+	// active counts exchanges until they have settled, so that shutdown
+	// can wait for the settlements of streams it cut.
+	active sync.WaitGroup
+}
+
+// Wait blocks until every exchange has ended and settled (or spooled), or
+// ctx ends; it reports whether all did. Call it after the gRPC server has
+// stopped, before the store and the spool close.
+func (s *Server) Wait(ctx context.Context) bool {
+	done := make(chan struct{})
+	go func() {
+		s.active.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // NewServer returns a processor.
@@ -136,6 +157,10 @@ func (s *Server) upstream(path string) *Upstream {
 // Process handles one HTTP request's stream of processing messages.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	x := &exchange{s: s}
+	s.active.Add(1)
+	defer s.active.Done()
+	s.metrics.inflight.Inc()
+	defer s.metrics.inflight.Dec()
 	// A bug in one exchange must not take the sidecar, and every other
 	// request with it, down: end this stream (Envoy fails it closed) and log
 	// where, never what (the panic value could hold request data).

@@ -56,6 +56,10 @@ type Controls struct {
 	// RetryAfter is sent as the retry-after header of forced 429, 503 and
 	// 529 answers when not empty.
 	RetryAfter string `json:"retry_after"`
+	// Hang makes every request, probes too, be read and then never answered:
+	// a vendor that accepts and hangs. Hung requests never generate a reply;
+	// when hang is turned off their connections are dropped.
+	Hang bool `json:"hang"`
 	// ReasoningTokens makes beta a reasoning model: each reply reports that
 	// many reasoning tokens, which its text does not show, in
 	// completion_tokens and completion_tokens_details.reasoning_tokens.
@@ -90,6 +94,7 @@ type controlUpdate struct {
 	ReplyWords       *int    `json:"reply_words"`
 	AbortAfterEvents *int    `json:"abort_after_events"`
 	RetryAfter       *string `json:"retry_after"`
+	Hang             *bool   `json:"hang"`
 	ReasoningTokens  *int    `json:"reasoning_tokens"`
 }
 
@@ -144,6 +149,9 @@ func (u *controlUpdate) apply(c *Controls) {
 	if u.RetryAfter != nil {
 		c.RetryAfter = *u.RetryAfter
 	}
+	if u.Hang != nil {
+		c.Hang = *u.Hang
+	}
 }
 
 // controlState holds one vendor's Controls. Every API request reads them,
@@ -151,6 +159,31 @@ func (u *controlUpdate) apply(c *Controls) {
 type controlState struct {
 	mu sync.Mutex
 	c  Controls
+	// unhang is closed when hang is turned off, releasing hung requests.
+	unhang chan struct{}
+}
+
+// hang reports whether requests hang now and, if so, the channel that is
+// closed when the hang ends.
+func (s *controlState) hang() (<-chan struct{}, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.c.Hang {
+		return nil, false
+	}
+	if s.unhang == nil {
+		s.unhang = make(chan struct{})
+	}
+	return s.unhang, true
+}
+
+// release lets hung requests go when the controls no longer hang; the lock
+// is held.
+func (s *controlState) release() {
+	if !s.c.Hang && s.unhang != nil {
+		close(s.unhang)
+		s.unhang = nil
+	}
 }
 
 func (s *controlState) get() Controls {
@@ -163,12 +196,14 @@ func (s *controlState) update(u *controlUpdate) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u.apply(&s.c)
+	s.release()
 }
 
 func (s *controlState) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.c = Controls{}
+	s.release()
 }
 
 // forcedStatus reports the status to force on this request, or 0, and
@@ -258,6 +293,7 @@ func (r *recorder) reset() {
 type counters struct {
 	requests atomic.Int64 // every request but probes
 	probes   atomic.Int64 // GETs of the model list
+	hung     atomic.Int64 // requests (not probes) held by the hang control, never answered
 }
 
 // controlHandler serves the control listener.
@@ -325,6 +361,7 @@ func (h *controlHandler) reset(w http.ResponseWriter, r *http.Request) {
 	for _, c := range []*counters{&f.alphaCount, &f.betaCount} {
 		c.requests.Store(0)
 		c.probes.Store(0)
+		c.hung.Store(0)
 	}
 	f.log.Info("reset")
 	writeControlJSON(w, http.StatusOK, h.currentControls())
@@ -352,6 +389,8 @@ func (h *controlHandler) stats(w http.ResponseWriter, r *http.Request) {
 		"alpha_probes": f.alphaCount.probes.Load(),
 		"beta":         f.betaCount.requests.Load(),
 		"beta_probes":  f.betaCount.probes.Load(),
+		"alpha_hung":   f.alphaCount.hung.Load(),
+		"beta_hung":    f.betaCount.hung.Load(),
 	})
 }
 

@@ -76,7 +76,11 @@ func openStore(cfg *config.Config, log interface {
 		url = cfg.Store.RedisURL
 	}
 	if url != "" {
-		rdb, err := newRedis(url)
+		pw, err := redisPassword()
+		if err != nil {
+			return nil, nil, err
+		}
+		rdb, err := newRedis(url, redisOptions{Timeout: cfg.Store.Timeout.D(), Password: pw})
 		if err != nil {
 			return nil, nil, err
 		}

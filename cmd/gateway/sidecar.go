@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -43,7 +44,8 @@ type sidecar struct {
 	control *http.Server
 	admin   *grpc.Server // nil when no admin token is configured
 	serving atomic.Bool
-	// stopWatch ends the route watcher.
+	storeUp atomic.Bool
+	// stopWatch ends the route watcher and the store probe.
 	stopWatch context.CancelFunc
 	// ledger spools settlements the store cannot take and replays them.
 	ledger *spool.Spool
@@ -129,11 +131,23 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := extproc.NewMetrics(reg)
+	metrics := extproc.NewMetrics(reg, c.UpstreamNames()...)
+	reg.MustRegister(buildInfo())
+	storeUp := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "gateway_store_up", Help: "1 while the store answers the sidecar's pings (every second, 800ms timeout), else 0.",
+	})
+	reg.MustRegister(storeUp)
 
 	prices, err := pricing.NewBook(c)
 	if err != nil {
 		return nil, err
+	}
+	for _, u := range c.Upstreams {
+		var models []string
+		for _, m := range prices[u.Name].Models() {
+			models = append(models, string(m.Name))
+		}
+		metrics.InitModels(u.Name, models)
 	}
 	var vendorRoutes []*extproc.Upstream
 	for _, u := range c.Upstreams {
@@ -143,7 +157,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		}
 		vendorRoutes = append(vendorRoutes, r)
 	}
-	ledger, err := spool.Open(c.Store.SpoolDir, st, spool.Options{Registerer: reg, Logger: o.Logger})
+	ledger, err := spool.Open(c.Store.SpoolDir, st, spool.Options{
+		Registerer: reg, Logger: o.Logger, OnStoreError: func() { metrics.StoreError("settle") },
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -164,9 +180,18 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	watcher := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
 
 	s := &sidecar{log: o.Logger, Store: st, ledger: ledger, Prices: prices, proc: proc}
+	s.health = health.NewServer()
+	s.health.SetServingStatus(StoreHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(ReadyHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
+	probe := control.NewStoreProbe(st.Ping, control.ProbeOptions{OnResult: func(up bool) {
+		storeUp.Set(b2f(up))
+		s.storeUp.Store(up)
+		s.updateHealth()
+	}})
 	var watchCtx context.Context
 	watchCtx, s.stopWatch = context.WithCancel(context.Background())
 	go watcher.Run(watchCtx, time.Second)
+	go probe.Run(watchCtx, time.Second)
 	// Request bodies up to the configured limit arrive in one message.
 	maxMsg := int(c.Limits.MaxRequestBytes) + 1<<20
 	s.grpc = grpc.NewServer(
@@ -179,7 +204,6 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 	)
 	extprocv3.RegisterExternalProcessorServer(s.grpc, proc)
-	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 
 	ctl := control.New(control.Options{
@@ -190,6 +214,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Settled:   proc,
 		Serving:   s.serving.Load,
 		Endpoints: watcher,
+		Probe:     probe,
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		Logger:    o.Logger,
 	})
@@ -228,27 +253,91 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	s.serving.Store(true)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.updateHealth()
 	o.Logger.Info("sidecar serving", "extproc", s.ExtProcAddr.String(), "control", s.ControlAddr.String())
 	return s, nil
 }
 
+// Named gRPC health services, so that an operator chooses what readiness
+// means: the empty name and the ext_proc service say the process serves
+// (liveness); StoreHealthService follows the store's pings;
+// ReadyHealthService is both (readiness that takes the store into account).
+const (
+	StoreHealthService = "gateway.store"
+	ReadyHealthService = "gateway.ready"
+)
+
+// updateHealth sets the store and readiness services from the last probe.
+func (s *sidecar) updateHealth() {
+	st := func(ok bool) healthpb.HealthCheckResponse_ServingStatus {
+		if ok {
+			return healthpb.HealthCheckResponse_SERVING
+		}
+		return healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	// After Shutdown the health server ignores updates and stays
+	// NOT_SERVING.
+	s.health.SetServingStatus(StoreHealthService, st(s.storeUp.Load()))
+	s.health.SetServingStatus(ReadyHealthService, st(s.storeUp.Load() && s.serving.Load()))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// buildInfo is the constant gateway_build_info series: which build runs.
+func buildInfo() prometheus.Collector {
+	version, revision := "(devel)", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, kv := range bi.Settings {
+			if kv.Key == "vcs.revision" {
+				revision = kv.Value
+			}
+		}
+	}
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gateway_build_info", Help: "Always 1; the labels say which build of the sidecar runs.",
+	}, []string{"version", "revision", "goversion"})
+	g.WithLabelValues(version, revision, runtime.Version()).Set(1)
+	return g
+}
+
 // Shutdown stops accepting new requests, lets in-flight streams finish
-// within the context's deadline, then stops.
+// within the context's deadline, then cuts the rest. Every request, finished
+// or cut, is settled (or spooled) before the spool and the store close: a
+// stream cut at the deadline is charged for what was delivered.
 func (s *sidecar) Shutdown(ctx context.Context) {
 	s.serving.Store(false)
 	s.health.Shutdown() // probes now say NOT_SERVING
 	if !stopGRPC(ctx, s.grpc) {
 		s.log.Warn("shutdown deadline passed; cut the remaining streams")
 	}
-	// Every stream has ended: apply (or spool) the settlements still
-	// queued, then replay what can be and keep the rest on disk for the
-	// next start.
-	if err := s.proc.Flush(ctx); err != nil {
-		s.log.Error("shutdown deadline passed with settlements still queued", "pending", s.proc.PendingSettlements())
+	// Cut streams settle in their handlers after Stop returns; each
+	// exchange's settlement is queued when it ends. Wait for every exchange,
+	// then apply (or spool) what is queued, then close the spool: the store
+	// and the spool close only after every request is settled or spooled.
+	// Each wait is bounded on its own: the drain deadline may be spent.
+	wctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	if !s.proc.Wait(wctx) {
+		s.log.Error("shutdown: some requests did not end in time")
 	}
-	s.ledger.Close(ctx)
-	s.control.Shutdown(ctx)
-	s.stopAdmin(ctx)
+	if err := s.proc.Flush(wctx); err != nil {
+		s.log.Error("shutdown: settlements still queued", "pending", s.proc.PendingSettlements())
+	}
+	cancel()
+	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	s.ledger.Close(lctx)
+	cancel()
+	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	s.control.Shutdown(cctx)
+	s.stopAdmin(cctx)
+	cancel()
 	s.stopWatch()
 }
 

@@ -97,6 +97,10 @@ type Store struct {
 	RedisURL string `yaml:"redis_url"`
 	// SpoolDir holds settlements that could not reach Redis until replayed.
 	SpoolDir string `yaml:"spool_dir"`
+	// Timeout bounds each store call (dial, read, write, waiting for a
+	// connection): a store that does not answer within it fails the request
+	// with 503 and retry-after. Default 500ms.
+	Timeout Duration `yaml:"timeout"`
 }
 
 // Limits are the request limits and the defaults given to new accounts.
@@ -147,8 +151,6 @@ type CircuitBreakers struct {
 	MaxPendingRequests int `yaml:"max_pending_requests"`
 	// MaxRequests bounds the requests (processor: gRPC streams) open at once.
 	MaxRequests int `yaml:"max_requests"`
-	// MaxRetries bounds the retries (failover to the reserve) in flight.
-	MaxRetries int `yaml:"max_retries"`
 }
 
 // Upstream is one vendor route: /NAME/... is forwarded to its endpoints.
@@ -193,13 +195,37 @@ type HealthCheck struct {
 }
 
 // Failover tunes passive outlier detection and retries.
+//
+// A request is retried (on the other endpoint) only while the vendor
+// cannot have started on it: the connection failed or was refused, the
+// stream was reset before the request was sent, or the vendor answered
+// 503/529. A request the vendor received is never sent again by default,
+// because the vendor may be generating (and billing) the reply: it fails
+// with 504 at FirstByteTimeout. RetrySentRequests opts in to retrying such
+// requests, which moves requests waiting on a hung endpoint to the other
+// one after FirstByteTimeout.
 type Failover struct {
 	ConsecutiveErrors int      `yaml:"consecutive_errors"`
 	BaseEjectionTime  Duration `yaml:"base_ejection_time"`
 	Retries           int      `yaml:"retries"`
-	// PerTryIdleTimeout fails an attempt that receives nothing for this long.
-	// It is an idle timeout, not a total one, so long streams are never cut.
+	// FirstByteTimeout fails an attempt whose reply headers have not arrived
+	// within it. A non-streaming reply's headers come only once it is
+	// generated, so this is also the longest non-streaming generation
+	// allowed. Streams are not bound by it once their headers arrived.
+	// Default 5m.
+	FirstByteTimeout Duration `yaml:"first_byte_timeout"`
+	// PerTryIdleTimeout, when set, fails an attempt that receives nothing
+	// for this long, before or after its headers. Zero (default) leaves idle
+	// streams to envoy.stream_idle_timeout.
 	PerTryIdleTimeout Duration `yaml:"per_try_idle_timeout"`
+	// RetrySentRequests also retries attempts that failed after the request
+	// reached the vendor (any 5xx, timeouts). The vendor may then generate,
+	// and bill, the same reply more than once. Default false.
+	RetrySentRequests bool `yaml:"retry_sent_requests"`
+	// RetryBudgetPercent caps concurrent retries at this share of the
+	// requests in flight to the upstream (at least 10), so that an outage of
+	// both endpoints does not multiply the load on them. Default 20.
+	RetryBudgetPercent float64 `yaml:"retry_budget_percent"`
 }
 
 // Models says which models an upstream serves and at what price: the
@@ -378,6 +404,7 @@ func (c *Config) setDefaults() {
 		c.Limits.MaxRequestBytes = 32 << 20
 	}
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
+	defDur(&c.Store.Timeout, 500*time.Millisecond)
 	defDur(&c.Envoy.StreamIdleTimeout, 5*time.Minute)
 	defDur(&c.Envoy.MaxStreamDuration, c.Limits.MaxRequestDuration.D())
 	defInt := func(n *int, v int) {
@@ -389,7 +416,6 @@ func (c *Config) setDefaults() {
 	defInt(&cb.MaxConnections, DefaultMaxConcurrent)
 	defInt(&cb.MaxPendingRequests, DefaultMaxConcurrent)
 	defInt(&cb.MaxRequests, DefaultMaxConcurrent)
-	defInt(&cb.MaxRetries, DefaultMaxConcurrent/10)
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
 		h := &u.HealthCheck
@@ -411,7 +437,10 @@ func (c *Config) setDefaults() {
 		if f.Retries == 0 {
 			f.Retries = 2
 		}
-		defDur(&f.PerTryIdleTimeout, 2*time.Minute)
+		defDur(&f.FirstByteTimeout, 5*time.Minute)
+		if f.RetryBudgetPercent == 0 {
+			f.RetryBudgetPercent = 20
+		}
 	}
 }
 
@@ -437,7 +466,7 @@ func (c *Config) Validate() error {
 	case e.RequestHeadersTimeout < 0 || e.MaxConnectionDuration < 0:
 		return errors.New("envoy.request_headers_timeout, envoy.max_connection_duration: must not be negative")
 	}
-	if cb := c.Envoy.CircuitBreakers; cb.MaxConnections < 0 || cb.MaxPendingRequests < 0 || cb.MaxRequests < 0 || cb.MaxRetries < 0 {
+	if cb := c.Envoy.CircuitBreakers; cb.MaxConnections < 0 || cb.MaxPendingRequests < 0 || cb.MaxRequests < 0 {
 		return errors.New("envoy.circuit_breakers: limits must not be negative")
 	}
 	if c.Envoy.MaxStreamDuration < 0 {
@@ -481,6 +510,9 @@ func (c *Config) Validate() error {
 		}
 		if err := u.Reserve.validate(); err != nil {
 			return fmt.Errorf("%s.reserve.%w", p, err)
+		}
+		if f := u.Failover; f.RetryBudgetPercent < 0 || f.RetryBudgetPercent > 100 || f.Retries < 0 {
+			return fmt.Errorf("%s.failover: retries must not be negative and retry_budget_percent must be 0-100", p)
 		}
 		if !strings.HasPrefix(u.HealthCheck.Path, "/") {
 			return fmt.Errorf("%s.health_check.path: must start with /", p)

@@ -1,16 +1,17 @@
 // Package control serves the gateway's own HTTP endpoints, reached through
 // Envoy: GET /health for anyone, GET /v1/usage for an account's credentials,
-// and GET /metrics for Prometheus.
+// and GET /metrics for Prometheus; and, on the sidecar's port only, GET
+// /livez and GET /readyz for the orchestrator.
 package control
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"sync"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/auth"
@@ -40,8 +41,9 @@ type SettlementWaiter interface {
 	WaitSettled(ctx context.Context, accountID string) error
 }
 
-// EndpointReporter tells which endpoint currently serves each upstream
-// ("primary" or "reserve").
+// EndpointReporter tells which endpoint currently serves each upstream:
+// "primary", "reserve", "none" (no usable endpoint) or "unknown" (Envoy's
+// admin interface could not be read).
 type EndpointReporter interface {
 	Endpoints() map[string]string
 }
@@ -63,20 +65,15 @@ type Options struct {
 	Metrics   http.Handler     // optional
 	Logger    *slog.Logger     // optional
 	Now       func() time.Time // optional
+	// Probe checks the store for /health and /readyz; nil builds one on
+	// Store.Ping.
+	Probe *StoreProbe
 }
 
 // Handler serves the control endpoints.
 type Handler struct {
 	o   Options
 	mux *http.ServeMux
-
-	// The store probe is cached briefly: /health is polled by monitoring and
-	// must stay cheap, and one ping per interval answers every poll.
-	mu        sync.Mutex
-	probedAt  time.Time
-	probeErr  error
-	probeTTL  time.Duration
-	probeTime time.Duration
 }
 
 // New returns the control handler.
@@ -93,8 +90,15 @@ func New(o Options) *Handler {
 	if o.UsageWait <= 0 {
 		o.UsageWait = 2 * time.Second
 	}
-	h := &Handler{o: o, mux: http.NewServeMux(), probeTTL: 500 * time.Millisecond, probeTime: time.Second}
+	if o.Probe == nil {
+		// The probe is cached briefly: /health is polled by monitoring and
+		// must stay cheap, and one ping per interval answers every poll.
+		o.Probe = NewStoreProbe(o.Store.Ping, ProbeOptions{Now: o.Now})
+	}
+	h := &Handler{o: o, mux: http.NewServeMux()}
 	h.mux.HandleFunc("/health", h.health)
+	h.mux.HandleFunc("/livez", h.livez)
+	h.mux.HandleFunc("/readyz", h.readyz)
 	h.mux.HandleFunc("/v1/usage", h.usage)
 	if o.Metrics != nil {
 		h.mux.Handle("/metrics", o.Metrics)
@@ -108,7 +112,7 @@ func New(o Options) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 // Health is the health record; README.md's API reference documents each
-// field.
+// field (endpoints and problems included).
 type Health struct {
 	Status    string            `json:"status"`
 	Region    string            `json:"region"`
@@ -118,14 +122,22 @@ type Health struct {
 	Problems  []string          `json:"problems,omitempty"`
 }
 
+// Health statuses.
+const (
+	StatusOK          = "ok"
+	StatusUnavailable = "unavailable"
+)
+
+// health answers the whole truth: ok while every upstream has a usable
+// endpoint (primary or reserve), the store answers and the processor serves;
+// 503 naming each problem otherwise. It never waits on the store longer than
+// the probe's timeout.
 func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
+	if !getOrHead(w, r) {
 		return
 	}
 	rec := Health{
-		Status:    "ok",
+		Status:    StatusOK,
 		Region:    h.o.Region,
 		Upstreams: h.o.Upstreams,
 		TS:        h.o.Now().UTC().Format(time.RFC3339),
@@ -135,33 +147,89 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.o.Endpoints != nil {
 		rec.Endpoints = h.o.Endpoints.Endpoints()
+		for _, u := range h.o.Upstreams {
+			// "unknown" (Envoy's admin unreadable) is not a problem of the
+			// upstream: this answer came through Envoy, or Envoy's own
+			// readiness says it is not there.
+			if rec.Endpoints[u] == endpointNone {
+				rec.Problems = append(rec.Problems, fmt.Sprintf("upstream %s: no usable endpoint (primary and reserve both unhealthy)", u))
+			}
+		}
 	}
-	if err := h.probe(r.Context()); err != nil {
-		rec.Problems = append(rec.Problems, "store unreachable")
+	if err := h.o.Probe.Check(r.Context()); err != nil {
+		rec.Problems = append(rec.Problems, "store: "+storeProblem(err))
 	}
 	if !h.o.Serving() {
 		rec.Problems = append(rec.Problems, "processor not serving")
 	}
 	code := http.StatusOK
 	if len(rec.Problems) > 0 {
-		rec.Status, code = "unavailable", http.StatusServiceUnavailable
+		rec.Status, code = StatusUnavailable, http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, code, rec)
 }
 
-func (h *Handler) probe(ctx context.Context) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	now := h.o.Now()
-	if !h.probedAt.IsZero() && now.Sub(h.probedAt) < h.probeTTL && !now.Before(h.probedAt) {
-		return h.probeErr
+// endpointNone is what the endpoint reporter says of an upstream with no
+// usable endpoint.
+const endpointNone = "none"
+
+func storeProblem(err error) string {
+	if errors.Is(err, ErrStoreSlow) || errors.Is(err, context.DeadlineExceeded) {
+		return "not answering"
 	}
-	ctx, cancel := context.WithTimeout(ctx, h.probeTime)
-	defer cancel()
-	h.probeErr = h.o.Store.Ping(ctx)
-	h.probedAt = now
-	return h.probeErr
+	return "unreachable"
+}
+
+// Probe records of /livez and /readyz.
+type probeRecord struct {
+	Status   string   `json:"status"`
+	Problems []string `json:"problems,omitempty"`
+}
+
+// livez is the liveness probe: 200 while the process can answer HTTP at
+// all. Nothing outside the process (store, vendors) makes it fail, so an
+// outage elsewhere never gets healthy pods restarted.
+func (h *Handler) livez(w http.ResponseWriter, r *http.Request) {
+	if !getOrHead(w, r) {
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, probeRecord{Status: StatusOK})
+}
+
+// readyz is the readiness probe: 200 while this pod can take model traffic
+// (the processor serves and the store answers). Upstream endpoints are left
+// out on purpose: every pod shares them, so taking pods out of a Service
+// cannot help when a vendor is down.
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if !getOrHead(w, r) {
+		return
+	}
+	rec := probeRecord{Status: StatusOK}
+	if !h.o.Serving() {
+		rec.Problems = append(rec.Problems, "processor not serving")
+	}
+	if err := h.o.Probe.Check(r.Context()); err != nil {
+		rec.Problems = append(rec.Problems, "store: "+storeProblem(err))
+	}
+	code := http.StatusOK
+	if len(rec.Problems) > 0 {
+		rec.Status, code = StatusUnavailable, http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, code, rec)
+}
+
+func getOrHead(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
+		return false
+	}
+	return true
 }
 
 // Usage is the usage record; README.md's API reference documents each field.

@@ -7,6 +7,7 @@ import (
 	"github.com/modelgateway/gateway/internal/usage"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,6 +165,66 @@ type countingStore struct {
 func (c *countingStore) Ping(ctx context.Context) error { c.pings++; return c.UsageReader.Ping(ctx) }
 
 var _ http.Handler = (*Handler)(nil)
+
+// hungStore accepts pings and never answers them until the context ends.
+type hungStore struct{ UsageReader }
+
+func (hungStore) Ping(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+
+type fixedEndpoints map[string]string
+
+func (f fixedEndpoints) Endpoints() map[string]string { return f }
+
+func getHealth(t *testing.T, h *Handler, path string) (int, Health, http.Header) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	var rep Health
+	if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil {
+		t.Fatalf("%s: %v: %s", path, err, rec.Body)
+	}
+	return rec.Code, rep, rec.Header()
+}
+
+// A store that accepts and never answers costs /health under a second, and
+// /health says so; /livez stays 200 and /readyz goes 503.
+func TestHealthWithHungStore(t *testing.T) {
+	_, st, _, _, _ := setup(t)
+	h := New(Options{Upstreams: []string{"alpha"}, Store: hungStore{st}, Keys: auth.NewCache(st, 0)})
+	start := time.Now()
+	code, rep, hdr := getHealth(t, h, "/health")
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("/health took %v with a hung store", took)
+	}
+	if code != 503 || rep.Status != StatusUnavailable || len(rep.Problems) != 1 || rep.Problems[0] != "store: not answering" || hdr.Get("Retry-After") == "" {
+		t.Fatalf("hung store: %d %+v %v", code, rep, hdr)
+	}
+	if code, _, _ := getHealth(t, h, "/livez"); code != 200 {
+		t.Fatalf("/livez with a hung store: %d", code)
+	}
+	if code, rep, _ := getHealth(t, h, "/readyz"); code != 503 || len(rep.Problems) != 1 {
+		t.Fatalf("/readyz with a hung store: %d %+v", code, rep)
+	}
+}
+
+// An upstream with no usable endpoint makes /health 503 and is named; one
+// served by its reserve is fine; readiness ignores upstreams.
+func TestHealthNamesUpstreamWithoutEndpoint(t *testing.T) {
+	_, st, _, _, _ := setup(t)
+	eps := fixedEndpoints{"alpha": "none", "beta": "reserve"}
+	h := New(Options{Upstreams: []string{"alpha", "beta"}, Store: st, Keys: auth.NewCache(st, 0), Endpoints: eps})
+	code, rep, _ := getHealth(t, h, "/health")
+	if code != 503 || rep.Status == StatusOK || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "upstream alpha") || rep.Endpoints["beta"] != "reserve" {
+		t.Fatalf("alpha without endpoint: %d %+v", code, rep)
+	}
+	if code, _, _ := getHealth(t, h, "/readyz"); code != 200 {
+		t.Fatalf("/readyz: %d", code)
+	}
+	eps["alpha"] = "reserve"
+	if code, rep, _ := getHealth(t, h, "/health"); code != 200 || rep.Status != StatusOK {
+		t.Fatalf("both on the reserve: %d %+v", code, rep)
+	}
+}
 
 // Exactly one period with a listed value, or none; anything else is 400, never
 // a silent default.

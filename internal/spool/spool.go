@@ -46,8 +46,12 @@ type Options struct {
 	// AttemptTimeout bounds one replayed settlement; default 5s.
 	AttemptTimeout time.Duration
 	Registerer     prometheus.Registerer
-	Logger         *slog.Logger
-	Now            func() time.Time
+	// OnStoreError is called when the store failed a settlement that the
+	// spool then took: the settlement is safe, but the store is not, and
+	// store error counts must say so.
+	OnStoreError func()
+	Logger       *slog.Logger
+	Now          func() time.Time
 }
 
 // Spool passes admissions to the store and settles through it, spooling
@@ -57,6 +61,7 @@ type Spool struct {
 	file    *journal // nil: no spool directory, failures are not kept
 	metrics *metrics
 	log     *slog.Logger
+	onErr   func()
 
 	minBackoff, maxBackoff, attemptTimeout time.Duration
 
@@ -92,7 +97,7 @@ func Open(dir string, st Store, o Options) (*Spool, error) {
 		o.Now = time.Now
 	}
 	l := &Spool{
-		store: st, log: o.Logger,
+		store: st, log: o.Logger, onErr: o.OnStoreError,
 		minBackoff: o.MinBackoff, maxBackoff: o.MaxBackoff, attemptTimeout: o.AttemptTimeout,
 		wake: make(chan struct{}, 1), up: make(chan struct{}, 1), done: make(chan struct{}),
 	}
@@ -228,6 +233,9 @@ func (l *Spool) spool(st store.Settlement, err error) (bool, error) {
 		return false, fmt.Errorf("%w; and spooling it failed: %w", err, serr)
 	}
 	l.metrics.spooled.Inc()
+	if l.onErr != nil {
+		l.onErr()
+	}
 	l.log.Warn("settlement spooled: the store is unreachable",
 		"request_id", st.RequestID, "account", st.AccountID, "depth", depth, "err", err)
 	signal(l.wake)

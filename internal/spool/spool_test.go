@@ -178,12 +178,16 @@ func counter(t *testing.T, c prometheus.Metric) float64 {
 // is applied, once, when the store is back.
 func TestSettleSpoolsAndReplays(t *testing.T) {
 	e := newEnv(t)
-	l, _ := e.open(Options{})
+	storeErrors := 0
+	l, _ := e.open(Options{OnStoreError: func() { storeErrors++ }})
 	st := e.admit(l, "req_1", 4_000)
 	e.store.down.Store(true)
 	applied, err := l.Settle(context.Background(), st)
 	if err != nil || !applied {
 		t.Fatalf("settle while down: %v %v; want spooled", applied, err)
+	}
+	if storeErrors != 1 {
+		t.Fatalf("a spooled settlement counted %d store errors, want 1", storeErrors)
 	}
 	if l.Depth() != 1 || counter(t, l.metrics.spooled) != 1 || counter(t, l.metrics.depth) != 1 {
 		t.Fatalf("depth %d", l.Depth())
