@@ -157,43 +157,17 @@ func count(v jsonscan.Value) (int64, bool) {
 // output raised to the tokens counted in the deltas and input estimated from
 // the request if no usage came, and marks the result estimated.
 func (m *streamMeter) Usage(complete bool) usage.Report {
-	u := usage.Report{Model: usage.ReportedModel(m.model), ServiceTier: m.tier}
-	if m.sawUsage {
-		u.Usage = m.usage.usage(m.webSearch)
-		if (m.done || complete) && !m.failed {
-			return u
-		}
-	} else {
-		u.Input = estimateInput(m.body)
-		if m.webSearch {
-			u.WebSearches = 1
-		}
-	}
-	u.Estimated = true
-	u.Output = max(u.Output, m.text.Tokens())
-	return u
+	// Before a usage chunk m.usage is zero: the web search, if any, stands.
+	u := usage.Report{Usage: m.usage.usage(m.webSearch), Model: usage.ReportedModel(m.model), ServiceTier: m.tier}
+	whole := m.sawUsage && (m.done || complete) && !m.failed
+	return format.EstimateGaps(u, whole, m.sawUsage, &m.text, func() int64 { return estimateInput(m.body) })
 }
-
-// maxJSONBody bounds the JSON reply a meter buffers.
-const maxJSONBody = 32 << 20
 
 // jsonMeter buffers a non-streamed completion and reads it at the end.
 type jsonMeter struct {
+	format.JSONBuffer
 	body      []byte
-	buf       []byte
-	overflow  bool
 	webSearch bool
-}
-
-func (m *jsonMeter) Write(p []byte) {
-	if m.overflow {
-		return
-	}
-	if len(m.buf)+len(p) > maxJSONBody {
-		m.overflow = true
-		return
-	}
-	m.buf = append(m.buf, p...)
 }
 
 const (
@@ -225,7 +199,7 @@ func (m *jsonMeter) Usage(complete bool) usage.Report {
 	var u usage.Report
 	var vu vendorUsage
 	text := tokens.Tally{Limit: streamTextLimit}
-	err := completionQuery.Scan(m.buf, func(path int, v jsonscan.Value) error {
+	err := completionQuery.Scan(m.Bytes(), func(path int, v jsonscan.Value) error {
 		switch {
 		case path == cmpModel:
 			if v.Kind == jsonscan.String {
@@ -245,14 +219,7 @@ func (m *jsonMeter) Usage(complete bool) usage.Report {
 		return nil
 	})
 	u.Usage = vu.usage(m.webSearch)
-	havePrompt, haveCompletion := vu.seen[uPrompt], vu.seen[uCompletion]
-	if err == nil && !m.overflow && havePrompt && haveCompletion {
-		return u
-	}
-	u.Estimated = true
-	u.Output = max(u.Output, text.Tokens())
-	if !havePrompt {
-		u.Input = estimateInput(m.body)
-	}
-	return u
+	havePrompt := vu.seen[uPrompt]
+	whole := err == nil && !m.Overflowed() && havePrompt && vu.seen[uCompletion]
+	return format.EstimateGaps(u, whole, havePrompt, &text, func() int64 { return estimateInput(m.body) })
 }

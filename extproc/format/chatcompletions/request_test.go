@@ -222,7 +222,7 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		mt, _ := doc["max_tokens"].(float64)
 		mct, _ := doc["max_completion_tokens"].(float64)
-		if want := max(mt, mct); float64(req.MaxTokens) != want || req.HasMaxTokens != (want > 0) || req.MaxTokens > maxTokensLimit {
+		if want := max(mt, mct); float64(req.MaxTokens) != want || req.HasMaxTokens != (want > 0) || req.MaxTokens > format.MaxTokensLimit {
 			t.Fatalf("max tokens %d (%v), encoding/json read %v and %v", req.MaxTokens, req.HasMaxTokens, doc["max_tokens"], doc["max_completion_tokens"])
 		}
 		if s, _ := doc["stream"].(bool); s != req.Stream {

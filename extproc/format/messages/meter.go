@@ -129,36 +129,14 @@ func (m *streamMeter) event(ev sse.Event) {
 func (m *streamMeter) Usage(complete bool) usage.Report {
 	u := m.usage.report()
 	u.Model = usage.ReportedModel(m.model)
-	if m.started && m.stopped && !m.failed {
-		return u
-	}
-	u.Estimated = true
-	u.Output = max(u.Output, m.text.Tokens())
-	if !m.started {
-		u.Input = estimateInput(m.body)
-	}
-	return u
+	whole := m.started && m.stopped && !m.failed
+	return format.EstimateGaps(u, whole, m.started, &m.text, func() int64 { return estimateInput(m.body) })
 }
-
-// maxJSONBody bounds the JSON reply a meter buffers.
-const maxJSONBody = 32 << 20
 
 // jsonMeter buffers a non-streamed reply and reads it at the end.
 type jsonMeter struct {
-	body     []byte
-	buf      []byte
-	overflow bool
-}
-
-func (m *jsonMeter) Write(p []byte) {
-	if m.overflow {
-		return
-	}
-	if len(m.buf)+len(p) > maxJSONBody {
-		m.overflow = true
-		return
-	}
-	m.buf = append(m.buf, p...)
+	format.JSONBuffer
+	body []byte
 }
 
 const (
@@ -184,7 +162,7 @@ func (m *jsonMeter) Usage(complete bool) usage.Report {
 	var vu vendorUsage
 	var model string
 	text := tokens.Tally{Limit: streamTextLimit}
-	err := messageQuery.Scan(m.buf, func(path int, v jsonscan.Value) error {
+	err := messageQuery.Scan(m.Bytes(), func(path int, v jsonscan.Value) error {
 		switch path {
 		case msgModel:
 			if v.Kind == jsonscan.String {
@@ -201,14 +179,7 @@ func (m *jsonMeter) Usage(complete bool) usage.Report {
 	})
 	u := vu.report()
 	u.Model = usage.ReportedModel(model)
-	haveInput, haveOutput := vu.seen[uInput], vu.seen[uOutput]
-	if err == nil && !m.overflow && haveInput && haveOutput {
-		return u
-	}
-	u.Estimated = true
-	u.Output = max(u.Output, text.Tokens())
-	if !haveInput {
-		u.Input = estimateInput(m.body)
-	}
-	return u
+	haveInput := vu.seen[uInput]
+	whole := err == nil && !m.Overflowed() && haveInput && vu.seen[uOutput]
+	return format.EstimateGaps(u, whole, haveInput, &text, func() int64 { return estimateInput(m.body) })
 }

@@ -224,7 +224,7 @@ func TestJSONMeterOversized(t *testing.T) {
 	if got := m.Usage(true); !got.Estimated {
 		t.Fatalf("an oversized reply should be estimated: %+v", got)
 	}
-	if n := len(m.(*jsonMeter).buf); n > maxJSONBody {
+	if n := len(m.(*jsonMeter).Bytes()); n > format.MaxJSONBody {
 		t.Fatalf("buffered %d bytes", n)
 	}
 }

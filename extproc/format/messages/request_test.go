@@ -166,7 +166,7 @@ func FuzzParseRequest(f *testing.F) {
 		if m, _ := doc["model"].(string); m != req.Model || req.Model == "" {
 			t.Fatalf("model %q, encoding/json read %v", req.Model, doc["model"])
 		}
-		if n, _ := doc["max_tokens"].(float64); !req.HasMaxTokens || req.MaxTokens <= 0 || req.MaxTokens > maxTokensLimit || float64(req.MaxTokens) != n {
+		if n, _ := doc["max_tokens"].(float64); !req.HasMaxTokens || req.MaxTokens <= 0 || req.MaxTokens > format.MaxTokensLimit || float64(req.MaxTokens) != n {
 			t.Fatalf("max_tokens %d, encoding/json read %v", req.MaxTokens, doc["max_tokens"])
 		}
 		if s, _ := doc["stream"].(bool); s != req.Stream {
