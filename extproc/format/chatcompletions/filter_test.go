@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/modelgateway/gateway/internal/usage"
 	"strings"
 	"testing"
+
+	"github.com/modelgateway/gateway/internal/usage"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/format/formattest"

@@ -1,0 +1,94 @@
+package formattest
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/jsonscan"
+)
+
+// A Parse is a format's ParseRequest.
+type Parse func(body []byte) (format.Request, error)
+
+// CheckAccepts fails t unless parse accepts each body and reads what is
+// wanted. The table's type is unnamed so that callers write it with
+// positional fields.
+func CheckAccepts(t *testing.T, parse Parse, tests []struct {
+	Name, Body string
+	Want       format.Request
+}) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.Name, func(t *testing.T) {
+			got, err := parse([]byte(tt.Body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.Want {
+				t.Fatalf("got %+v, want %+v", got, tt.Want)
+			}
+		})
+	}
+}
+
+// CheckRejects fails t unless parse rejects each body with a *format.Error
+// whose Param is the wanted one and whose message contains Msg.
+func CheckRejects(t *testing.T, parse Parse, tests []struct{ Name, Body, Param, Msg string }) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.Name, func(t *testing.T) {
+			_, err := parse([]byte(tt.Body))
+			var re *format.Error
+			if !errors.As(err, &re) {
+				t.Fatalf("got %v, want a *format.Error", err)
+			}
+			if re.Param != tt.Param || !strings.Contains(re.Message, tt.Msg) {
+				t.Fatalf("got param %q message %q, want param %q message containing %q", re.Param, re.Message, tt.Param, tt.Msg)
+			}
+		})
+	}
+}
+
+// BenchmarkParse measures parse on body, which it must accept.
+func BenchmarkParse(b *testing.B, parse Parse, body []byte) {
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := parse(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// FuzzParse fuzzes parse from testdata/request.json and seeds. A body
+// parse rejects must yield a *format.Error with a message; one it accepts
+// must be valid JSON to a full decoder too, and check compares what parse
+// read with doc, encoding/json's reading of the body into maps, whose keys
+// are exact (struct fields are not).
+func FuzzParse(f *testing.F, parse Parse, seeds []string, check func(t *testing.T, body []byte, req format.Request, doc map[string]any)) {
+	f.Add(Read(f, "request.json"))
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := parse(body)
+		if err != nil {
+			var re *format.Error
+			if !errors.As(err, &re) || re.Message == "" {
+				t.Fatalf("got %T %v, want a *format.Error with a message", err, err)
+			}
+			return
+		}
+		if jsonscan.Valid(body) != nil || !json.Valid(body) {
+			t.Fatal("accepted invalid JSON")
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(body, &doc); err != nil {
+			t.Fatalf("accepted a body encoding/json cannot decode: %v", err)
+		}
+		check(t, body, req, doc)
+	})
+}
