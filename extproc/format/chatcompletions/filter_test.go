@@ -7,10 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelgateway/gateway/internal/usage"
-
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/format/formattest"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // addedUsage is a stream request whose client did not ask for usage, as

@@ -7,11 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelgateway/gateway/internal/usage"
-
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/format/formattest"
 	"github.com/modelgateway/gateway/extproc/tokens"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 const eventStream = "text/event-stream"

@@ -133,13 +133,7 @@ func TestParseRequestRejects(t *testing.T) {
 
 // bigRequest builds a realistic request body of about size bytes.
 func bigRequest(size int) []byte {
-	var b strings.Builder
-	b.WriteString(`{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":4096,"messages":[{"role":"system","content":"You are terse."}`)
-	for b.Len() < size-200 {
-		b.WriteString(`,{"role":"user","content":[{"type":"text","text":"Please summarise the following paragraph about \"streaming\" metering, café and naïve résumé — it matters.\n"}]}`)
-	}
-	b.WriteString(`],"temperature":0.2}`)
-	return []byte(b.String())
+	return formattest.BigRequest(`{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":4096,"messages":[{"role":"system","content":"You are terse."}`, size)
 }
 
 func BenchmarkParseRequest(b *testing.B) {

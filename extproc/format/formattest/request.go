@@ -92,3 +92,19 @@ func FuzzParse(f *testing.F, parse Parse, seeds []string, check func(t *testing.
 		check(t, body, req, doc)
 	})
 }
+
+// BigRequest builds a realistic request body of about size bytes: head,
+// which opens the messages array, then user messages until the body is
+// large enough, then the close.
+func BigRequest(head string, size int) []byte {
+	var b strings.Builder
+	b.WriteString(head)
+	for b.Len() < size-200 {
+		if !strings.HasSuffix(b.String(), "[") {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"role":"user","content":[{"type":"text","text":"Please summarise the following paragraph about \"streaming\" metering, café and naïve résumé — it matters.\n"}]}`)
+	}
+	b.WriteString(`],"temperature":0.2}`)
+	return []byte(b.String())
+}

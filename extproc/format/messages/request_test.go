@@ -73,16 +73,7 @@ func TestParseRequestRejects(t *testing.T) {
 
 // bigRequest builds a realistic request body of about size bytes.
 func bigRequest(size int) []byte {
-	var b strings.Builder
-	b.WriteString(`{"model":"claude-sonnet-4-5-20250929","max_tokens":4096,"stream":true,"system":"You are terse.","messages":[`)
-	for i := 0; b.Len() < size-200; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(`{"role":"user","content":[{"type":"text","text":"Please summarise the following paragraph about \"streaming\" metering, café and naïve résumé — it matters.\n"}]}`)
-	}
-	b.WriteString(`],"temperature":0.2}`)
-	return []byte(b.String())
+	return formattest.BigRequest(`{"model":"claude-sonnet-4-5-20250929","max_tokens":4096,"stream":true,"system":"You are terse.","messages":[`, size)
 }
 
 func BenchmarkParseRequest(b *testing.B) {
