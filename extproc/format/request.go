@@ -63,16 +63,24 @@ func (c *RequestCheck) Bool(param string, v jsonscan.Value) bool {
 // the order a client fixes them: malformed JSON (a repeated key included),
 // then a body that is not a JSON object, then the first field error.
 func (c *RequestCheck) Err(body []byte, scanErr error) error {
-	var dup *jsonscan.DuplicateKeyError
 	switch {
-	case errors.As(scanErr, &dup):
-		return Invalid(dup.Path, dup.Path+": key appears more than once in the request body")
 	case scanErr != nil:
-		return Invalid("", "request body is not valid JSON: "+scanErr.Error())
+		return scanError(scanErr)
 	case jsonscan.TopLevel(body) != jsonscan.Object:
 		return Invalid("", "request body must be a JSON object")
 	}
 	return c.fieldErr
+}
+
+// scanError turns a scanner error into a client error. It is apart from Err
+// because errors.As moves its target to the heap: a valid body must not pay
+// for that.
+func scanError(err error) error {
+	var dup *jsonscan.DuplicateKeyError
+	if errors.As(err, &dup) {
+		return Invalid(dup.Path, dup.Path+": key appears more than once in the request body")
+	}
+	return Invalid("", "request body is not valid JSON: "+err.Error())
 }
 
 // Missing is the error for a required field the request lacks.

@@ -136,6 +136,12 @@ func bigRequest(size int) []byte {
 	return formattest.BigRequest(`{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":4096,"messages":[{"role":"system","content":"You are terse."}`, size)
 }
 
+// A valid body costs one small allocation, whatever its size: the scan's
+// callback and what it records.
+func TestParseRequestAllocations(t *testing.T) {
+	formattest.CheckParseAllocs(t, Format{}.ParseRequest, bigRequest(10<<10), 1)
+}
+
 func BenchmarkParseRequest(b *testing.B) {
 	formattest.BenchmarkParse(b, Format{}.ParseRequest, bigRequest(10<<10))
 }

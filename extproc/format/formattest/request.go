@@ -108,3 +108,16 @@ func BigRequest(head string, size int) []byte {
 	b.WriteString(`],"temperature":0.2}`)
 	return []byte(b.String())
 }
+
+// CheckParseAllocs fails t if parse, which must accept body, allocates more
+// than most times per call.
+func CheckParseAllocs(t *testing.T, parse Parse, body []byte, most float64) {
+	t.Helper()
+	if allocs := testing.AllocsPerRun(100, func() {
+		if _, err := parse(body); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs > most {
+		t.Fatalf("%v allocations per parse, want at most %v", allocs, most)
+	}
+}

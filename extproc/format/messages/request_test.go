@@ -76,6 +76,12 @@ func bigRequest(size int) []byte {
 	return formattest.BigRequest(`{"model":"claude-sonnet-4-5-20250929","max_tokens":4096,"stream":true,"system":"You are terse.","messages":[`, size)
 }
 
+// A valid body costs one small allocation, whatever its size: the scan's
+// callback and what it records.
+func TestParseRequestAllocations(t *testing.T) {
+	formattest.CheckParseAllocs(t, Format{}.ParseRequest, bigRequest(10<<10), 1)
+}
+
 func BenchmarkParseRequest(b *testing.B) {
 	formattest.BenchmarkParse(b, Format{}.ParseRequest, bigRequest(10<<10))
 }
