@@ -1,6 +1,7 @@
 package format
 
 import (
+	"github.com/modelgateway/gateway/extproc/jsonscan"
 	"github.com/modelgateway/gateway/extproc/tokens"
 	"github.com/modelgateway/gateway/internal/usage"
 )
@@ -50,4 +51,31 @@ func EstimateGaps(r usage.Report, whole, haveInput bool, text *tokens.Tally, est
 		r.Input = estimateInput()
 	}
 	return r
+}
+
+// ReplyText counts the text of a streamed reply for an output estimate. It
+// decodes each JSON string into a buffer kept between calls, so counting
+// allocates nothing in the steady state.
+type ReplyText struct {
+	tokens.Tally
+	scratch []byte
+}
+
+// scratchLimit bounds the decoding buffer kept between events.
+const scratchLimit = 64 << 10
+
+// AddString counts v's text if v is a JSON string.
+func (t *ReplyText) AddString(v jsonscan.Value) {
+	if v.Kind == jsonscan.String {
+		t.scratch = v.AppendText(t.scratch[:0])
+		t.Write(t.scratch)
+	}
+}
+
+// Release drops the decoding buffer if one long string grew it past
+// scratchLimit: an open stream keeps little between events.
+func (t *ReplyText) Release() {
+	if cap(t.scratch) > scratchLimit {
+		t.scratch = nil
+	}
 }

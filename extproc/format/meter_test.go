@@ -1,8 +1,10 @@
 package format
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/modelgateway/gateway/extproc/jsonscan"
 	"github.com/modelgateway/gateway/extproc/tokens"
 	"github.com/modelgateway/gateway/internal/usage"
 )
@@ -60,5 +62,32 @@ func TestEstimateGaps(t *testing.T) {
 	big.Output = 10 * counted
 	if got := EstimateGaps(big, false, true, &tally, nil); got.Output != big.Output || !got.Estimated {
 		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestReplyText(t *testing.T) {
+	var vals []jsonscan.Value
+	doc := []byte(`{"a":"caf\u00e9 \"ok\"","b":7,"c":["x"],"d":"` + strings.Repeat("long ", scratchLimit/4) + `"}`)
+	err := jsonscan.NewQuery("a", "b", "c", "d").Scan(doc, func(_ int, v jsonscan.Value) error {
+		vals = append(vals, v)
+		return nil
+	})
+	if err != nil || len(vals) != 4 {
+		t.Fatalf("scan: %d values, %v", len(vals), err)
+	}
+	rt := ReplyText{Tally: tokens.Tally{Limit: 1 << 20}}
+	want := tokens.Tally{Limit: 1 << 20}
+	for _, v := range vals[:3] {
+		rt.AddString(v) // the number and the array are not text
+	}
+	want.Write([]byte(`café "ok"`))
+	rt.Release()
+	if rt.Tokens() != want.Tokens() || rt.scratch == nil {
+		t.Fatalf("counted %d tokens, want %d; short buffer released: %v", rt.Tokens(), want.Tokens(), rt.scratch == nil)
+	}
+	rt.AddString(vals[3])
+	rt.Release()
+	if rt.scratch != nil {
+		t.Fatalf("kept a %d-byte buffer", cap(rt.scratch))
 	}
 }

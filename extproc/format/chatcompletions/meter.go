@@ -25,7 +25,7 @@ func (Format) NewMeter(req format.Request, body []byte, contentType string) form
 		m := streamMeter{
 			body:      body,
 			webSearch: req.WebSearch,
-			text:      tokens.Tally{Limit: streamTextLimit, Eager: !req.IncludeUsage && !usageAdded},
+			text:      format.ReplyText{Tally: tokens.Tally{Limit: streamTextLimit, Eager: !req.IncludeUsage && !usageAdded}},
 		}
 		if usageAdded {
 			return &usageFilter{streamMeter: m}
@@ -40,19 +40,15 @@ func (Format) NewMeter(req format.Request, body []byte, contentType string) form
 // stream's memory within about 20 KB.
 const streamTextLimit = 8 << 10
 
-// scratchLimit bounds the decoding buffer kept between chunks.
-const scratchLimit = 64 << 10
-
 // streamMeter reads completion chunks, one JSON object per event, ending with
 // "data: [DONE]". The usage chunk (usage non-null, choices usually empty)
 // carries the figures; "usage": null in other chunks is ignored. Without it,
 // the output is counted from the deltas' content, refusal and tool call
 // arguments, and the input from the request.
 type streamMeter struct {
-	body    []byte
-	dec     sse.Decoder
-	text    tokens.Tally
-	scratch []byte
+	body []byte
+	dec  sse.Decoder
+	text format.ReplyText
 
 	model                  string
 	tier                   string
@@ -107,18 +103,13 @@ func (m *streamMeter) read(ev sse.Event) (usageMember, choices jsonscan.Value) {
 	err := chunkQuery.Scan(ev.Data, func(path int, v jsonscan.Value) error {
 		if path >= chContent && path <= chToolArgs {
 			// Several choices may each carry text: count as they come.
-			if v.Kind == jsonscan.String {
-				m.scratch = v.AppendText(m.scratch[:0])
-				m.text.Write(m.scratch)
-			}
+			m.text.AddString(v)
 			return nil
 		}
 		vals[path] = v
 		return nil
 	})
-	if cap(m.scratch) > scratchLimit {
-		m.scratch = nil
-	}
+	m.text.Release()
 	if err != nil {
 		return usageMember, choices // not a chunk of this format: ignore it
 	}
@@ -160,7 +151,7 @@ func (m *streamMeter) Usage(complete bool) usage.Report {
 	// Before a usage chunk m.usage is zero: the web search, if any, stands.
 	u := usage.Report{Usage: m.usage.usage(m.webSearch), Model: usage.ReportedModel(m.model), ServiceTier: m.tier}
 	whole := m.sawUsage && (m.done || complete) && !m.failed
-	return format.EstimateGaps(u, whole, m.sawUsage, &m.text, func() int64 { return estimateInput(m.body) })
+	return format.EstimateGaps(u, whole, m.sawUsage, &m.text.Tally, func() int64 { return estimateInput(m.body) })
 }
 
 // jsonMeter buffers a non-streamed completion and reads it at the end.

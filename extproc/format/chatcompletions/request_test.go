@@ -49,6 +49,12 @@ func TestParseRequestAccepts(t *testing.T) {
 	}, tests)
 }
 
+// A valid body costs one small allocation, whatever its size: the scan's
+// callback and what it records.
+func TestParseRequestAllocations(t *testing.T) {
+	formattest.CheckParseAllocs(t, Format{}.ParseRequest, bigRequest(10<<10), 1)
+}
+
 func TestUsageEdit(t *testing.T) {
 	const opts = `"stream_options":{"include_usage":true}`
 	tests := []struct{ name, body, want string }{
@@ -134,12 +140,6 @@ func TestParseRequestRejects(t *testing.T) {
 // bigRequest builds a realistic request body of about size bytes.
 func bigRequest(size int) []byte {
 	return formattest.BigRequest(`{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":4096,"messages":[{"role":"system","content":"You are terse."}`, size)
-}
-
-// A valid body costs one small allocation, whatever its size: the scan's
-// callback and what it records.
-func TestParseRequestAllocations(t *testing.T) {
-	formattest.CheckParseAllocs(t, Format{}.ParseRequest, bigRequest(10<<10), 1)
 }
 
 func BenchmarkParseRequest(b *testing.B) {

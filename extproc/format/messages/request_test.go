@@ -30,6 +30,12 @@ func TestParseRequestAccepts(t *testing.T) {
 	formattest.CheckAccepts(t, Format{}.ParseRequest, tests)
 }
 
+// A valid body costs one small allocation, whatever its size: the scan's
+// callback and what it records.
+func TestParseRequestAllocations(t *testing.T) {
+	formattest.CheckParseAllocs(t, Format{}.ParseRequest, bigRequest(10<<10), 1)
+}
+
 func TestParseRequestRejects(t *testing.T) {
 	tests := []struct{ Name, Body, Param, Msg string }{
 		{"empty", ``, "", "not valid JSON"},
@@ -74,12 +80,6 @@ func TestParseRequestRejects(t *testing.T) {
 // bigRequest builds a realistic request body of about size bytes.
 func bigRequest(size int) []byte {
 	return formattest.BigRequest(`{"model":"claude-sonnet-4-5-20250929","max_tokens":4096,"stream":true,"system":"You are terse.","messages":[`, size)
-}
-
-// A valid body costs one small allocation, whatever its size: the scan's
-// callback and what it records.
-func TestParseRequestAllocations(t *testing.T) {
-	formattest.CheckParseAllocs(t, Format{}.ParseRequest, bigRequest(10<<10), 1)
 }
 
 func BenchmarkParseRequest(b *testing.B) {
