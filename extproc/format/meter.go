@@ -64,12 +64,17 @@ type ReplyText struct {
 // scratchLimit bounds the decoding buffer kept between events.
 const scratchLimit = 64 << 10
 
-// AddString counts v's text if v is a JSON string.
+// AddString counts v's text if v is a JSON string. It is small enough to
+// be inlined: most values a stream meter offers it are absent.
 func (t *ReplyText) AddString(v jsonscan.Value) {
 	if v.Kind == jsonscan.String {
-		t.scratch = v.AppendText(t.scratch[:0])
-		t.Write(t.scratch)
+		t.add(v)
 	}
+}
+
+func (t *ReplyText) add(v jsonscan.Value) {
+	t.scratch = v.AppendText(t.scratch[:0])
+	t.Write(t.scratch)
 }
 
 // Release drops the decoding buffer if one long string grew it past
