@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/modelgateway/gateway/internal/usage"
 	"strings"
 	"testing"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/format/formattest"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // addedUsage is a stream request whose client did not ask for usage, as

@@ -25,7 +25,7 @@ func (Format) NewMeter(req format.Request, body []byte, contentType string) form
 		m := streamMeter{
 			body:      body,
 			webSearch: req.WebSearch,
-			text:      tokens.Tally{Limit: streamTextLimit, Eager: !req.IncludeUsage && !usageAdded},
+			text:      format.ReplyText{Tally: tokens.Tally{Limit: streamTextLimit, Eager: !req.IncludeUsage && !usageAdded}},
 		}
 		if usageAdded {
 			return &usageFilter{streamMeter: m}
@@ -40,19 +40,15 @@ func (Format) NewMeter(req format.Request, body []byte, contentType string) form
 // stream's memory within about 20 KB.
 const streamTextLimit = 8 << 10
 
-// scratchLimit bounds the decoding buffer kept between chunks.
-const scratchLimit = 64 << 10
-
 // streamMeter reads completion chunks, one JSON object per event, ending with
 // "data: [DONE]". The usage chunk (usage non-null, choices usually empty)
 // carries the figures; "usage": null in other chunks is ignored. Without it,
 // the output is counted from the deltas' content, refusal and tool call
 // arguments, and the input from the request.
 type streamMeter struct {
-	body    []byte
-	dec     sse.Decoder
-	text    tokens.Tally
-	scratch []byte
+	body []byte
+	dec  sse.Decoder
+	text format.ReplyText
 
 	model                  string
 	tier                   string
@@ -107,18 +103,13 @@ func (m *streamMeter) read(ev sse.Event) (usageMember, choices jsonscan.Value) {
 	err := chunkQuery.Scan(ev.Data, func(path int, v jsonscan.Value) error {
 		if path >= chContent && path <= chToolArgs {
 			// Several choices may each carry text: count as they come.
-			if v.Kind == jsonscan.String {
-				m.scratch = v.AppendText(m.scratch[:0])
-				m.text.Write(m.scratch)
-			}
+			m.text.AddString(v)
 			return nil
 		}
 		vals[path] = v
 		return nil
 	})
-	if cap(m.scratch) > scratchLimit {
-		m.scratch = nil
-	}
+	m.text.Release()
 	if err != nil {
 		return usageMember, choices // not a chunk of this format: ignore it
 	}
@@ -157,43 +148,17 @@ func count(v jsonscan.Value) (int64, bool) {
 // output raised to the tokens counted in the deltas and input estimated from
 // the request if no usage came, and marks the result estimated.
 func (m *streamMeter) Usage(complete bool) usage.Report {
-	u := usage.Report{Model: usage.ReportedModel(m.model), ServiceTier: m.tier}
-	if m.sawUsage {
-		u.Usage = m.usage.usage(m.webSearch)
-		if (m.done || complete) && !m.failed {
-			return u
-		}
-	} else {
-		u.Input = estimateInput(m.body)
-		if m.webSearch {
-			u.WebSearches = 1
-		}
-	}
-	u.Estimated = true
-	u.Output = max(u.Output, m.text.Tokens())
-	return u
+	// Before a usage chunk m.usage is zero: the web search, if any, stands.
+	u := usage.Report{Usage: m.usage.usage(m.webSearch), Model: usage.ReportedModel(m.model), ServiceTier: m.tier}
+	whole := m.sawUsage && (m.done || complete) && !m.failed
+	return format.EstimateGaps(u, whole, m.sawUsage, &m.text.Tally, func() int64 { return estimateInput(m.body) })
 }
-
-// maxJSONBody bounds the JSON reply a meter buffers.
-const maxJSONBody = 32 << 20
 
 // jsonMeter buffers a non-streamed completion and reads it at the end.
 type jsonMeter struct {
+	format.JSONBuffer
 	body      []byte
-	buf       []byte
-	overflow  bool
 	webSearch bool
-}
-
-func (m *jsonMeter) Write(p []byte) {
-	if m.overflow {
-		return
-	}
-	if len(m.buf)+len(p) > maxJSONBody {
-		m.overflow = true
-		return
-	}
-	m.buf = append(m.buf, p...)
 }
 
 const (
@@ -225,7 +190,7 @@ func (m *jsonMeter) Usage(complete bool) usage.Report {
 	var u usage.Report
 	var vu vendorUsage
 	text := tokens.Tally{Limit: streamTextLimit}
-	err := completionQuery.Scan(m.buf, func(path int, v jsonscan.Value) error {
+	err := completionQuery.Scan(m.Bytes(), func(path int, v jsonscan.Value) error {
 		switch {
 		case path == cmpModel:
 			if v.Kind == jsonscan.String {
@@ -245,14 +210,7 @@ func (m *jsonMeter) Usage(complete bool) usage.Report {
 		return nil
 	})
 	u.Usage = vu.usage(m.webSearch)
-	havePrompt, haveCompletion := vu.seen[uPrompt], vu.seen[uCompletion]
-	if err == nil && !m.overflow && havePrompt && haveCompletion {
-		return u
-	}
-	u.Estimated = true
-	u.Output = max(u.Output, text.Tokens())
-	if !havePrompt {
-		u.Input = estimateInput(m.body)
-	}
-	return u
+	havePrompt := vu.seen[uPrompt]
+	whole := err == nil && !m.Overflowed() && havePrompt && vu.seen[uCompletion]
+	return format.EstimateGaps(u, whole, havePrompt, &text, func() int64 { return estimateInput(m.body) })
 }

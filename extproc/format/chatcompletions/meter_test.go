@@ -4,35 +4,32 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/modelgateway/gateway/internal/usage"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/format/formattest"
 	"github.com/modelgateway/gateway/extproc/tokens"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 const eventStream = "text/event-stream"
 
 // meter runs a reply through a fresh meter in the given chunks.
 func meter(req format.Request, body []byte, contentType string, chunks ...[]byte) format.Meter {
-	m := Format{}.NewMeter(req, body, contentType)
-	for _, c := range chunks {
-		p := append([]byte(nil), c...)
-		m.Write(p)
-		for i := range p {
-			p[i] = 'X' // the meter must not have kept p
-		}
-	}
-	return m
+	return formattest.Feed(Format{}.NewMeter(req, body, contentType), chunks...)
+}
+
+// meterOf returns a constructor of meters for replies of contentType to
+// req and body.
+func meterOf(req format.Request, body []byte, contentType string) func(chunks ...[]byte) format.Meter {
+	return func(chunks ...[]byte) format.Meter { return meter(req, body, contentType, chunks...) }
 }
 
 // forEachSplit checks a recording whole, split in two at every offset, and
 // one byte at a time, in each line-ending variant.
 func forEachSplit(t *testing.T, req format.Request, body, rec []byte, check func(how string, m format.Meter)) {
-	formattest.ForEachSplit(rec, func(chunks ...[]byte) format.Meter { return meter(req, body, eventStream, chunks...) }, check)
+	formattest.ForEachSplit(rec, meterOf(req, body, eventStream), check)
 }
 
 func TestStreamMeterUsageChunk(t *testing.T) {
@@ -48,13 +45,7 @@ func TestStreamMeterUsageChunk(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			forEachSplit(t, req, nil, formattest.Read(t, tt.file), func(how string, m format.Meter) {
-				for _, complete := range []bool{true, false} {
-					if got := m.Usage(complete); got != tt.want {
-						t.Fatalf("%s: Usage(%v) = %+v, want %+v", how, complete, got, tt.want)
-					}
-				}
-			})
+			formattest.CheckStream(t, formattest.Read(t, tt.file), meterOf(req, nil, eventStream), tt.want)
 		})
 	}
 }
@@ -225,12 +216,7 @@ func TestJSONMeter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			rec := formattest.Read(t, tt.file)
-			for i := range len(rec) + 1 {
-				if got := meter(format.Request{}, nil, "application/json", rec[:i], rec[i:]).Usage(true); got != tt.want {
-					t.Fatalf("split at %d: got %+v, want %+v", i, got, tt.want)
-				}
-			}
+			formattest.CheckJSON(t, formattest.Read(t, tt.file), meterOf(format.Request{}, nil, "application/json"), tt.want)
 		})
 	}
 }
@@ -300,28 +286,14 @@ func BenchmarkStreamMeterWrite(b *testing.B) {
 	for _, includeUsage := range []bool{true, false} {
 		b.Run(fmt.Sprintf("include_usage=%v", includeUsage), func(b *testing.B) {
 			m := Format{}.NewMeter(format.Request{Stream: true, IncludeUsage: includeUsage}, nil, eventStream)
-			ev := []byte(chunkEvent)
-			for range streamTextLimit {
-				m.Write(ev)
-			}
-			b.ReportAllocs()
-			b.SetBytes(int64(len(ev)))
-			for b.Loop() {
-				m.Write(ev)
-			}
+			formattest.BenchmarkWrite(b, m, []byte(chunkEvent), streamTextLimit)
 		})
 	}
 }
 
 func TestStreamMeterWriteDoesNotAllocate(t *testing.T) {
 	m := Format{}.NewMeter(format.Request{Stream: true, IncludeUsage: true}, nil, eventStream)
-	ev := []byte(chunkEvent)
-	for range streamTextLimit {
-		m.Write(ev)
-	}
-	if allocs := testing.AllocsPerRun(200, func() { m.Write(ev[:70]); m.Write(ev[70:]) }); allocs != 0 {
-		t.Fatalf("%v allocations per chunk", allocs)
-	}
+	formattest.CheckWriteDoesNotAllocate(t, m, []byte(chunkEvent), streamTextLimit, 70)
 }
 
 func FuzzStreamMeter(f *testing.F) {
@@ -333,19 +305,7 @@ func FuzzStreamMeter(f *testing.F) {
 	body := []byte(`{"model":"m","messages":[{"role":"user","content":"Hi there"}]}`)
 	f.Fuzz(func(t *testing.T, stream []byte, i, j uint16, includeUsage bool) {
 		req := format.Request{Stream: true, IncludeUsage: includeUsage}
-		whole := meter(req, body, eventStream, stream)
-		a, b := int(i)%(len(stream)+1), int(j)%(len(stream)+1)
-		a, b = min(a, b), max(a, b)
-		split := meter(req, body, eventStream, stream[:a], stream[a:b], stream[b:])
-		for _, complete := range []bool{true, false} {
-			u, v := whole.Usage(complete), split.Usage(complete)
-			if u != v {
-				t.Fatalf("Usage(%v): whole %+v, split at %d,%d %+v", complete, u, a, b, v)
-			}
-			if !u.Usage.Valid() {
-				t.Fatalf("negative usage %+v", u)
-			}
-		}
+		formattest.CheckSplitsAgree(t, stream, []uint16{i, j}, meterOf(req, body, eventStream), true, false)
 	})
 }
 
@@ -355,15 +315,7 @@ func FuzzJSONMeter(f *testing.F) {
 		f.Add(rec, uint16(len(rec)/2))
 	}
 	f.Fuzz(func(t *testing.T, reply []byte, i uint16) {
-		a := int(i) % (len(reply) + 1)
-		u := meter(format.Request{}, nil, "application/json", reply).Usage(true)
-		v := meter(format.Request{}, nil, "application/json", reply[:a], reply[a:]).Usage(true)
-		if u != v {
-			t.Fatalf("whole %+v, split %+v", u, v)
-		}
-		if !u.Usage.Valid() {
-			t.Fatalf("negative usage %+v", u)
-		}
+		formattest.CheckSplitsAgree(t, reply, []uint16{i}, meterOf(format.Request{}, nil, "application/json"), true)
 	})
 }
 
@@ -383,27 +335,12 @@ func TestStreamMeterMemory(t *testing.T) {
 		"include_usage=false": {Stream: true},
 		"usage added":         addedUsage(t),
 	} {
-		const n = 200
-		meters := make([]format.Meter, n)
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		for i := range meters {
-			meters[i] = Format{}.NewMeter(req, nil, eventStream)
-			for b := stream.Bytes(); len(b) > 0; b = b[min(len(b), 1400):] {
-				meters[i].Write(b[:min(len(b), 1400)])
-			}
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		perStream := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
-		t.Logf("%s: %d bytes per open stream", name, perStream)
-		if perStream > 20<<10 {
-			t.Errorf("%s: %d bytes per open stream, want under 20 KB", name, perStream)
-		}
-		runtime.KeepAlive(meters)
+		t.Run(name, func(t *testing.T) {
+			formattest.CheckStreamMemory(t, stream.Bytes(), 20<<10, func() format.Meter {
+				return Format{}.NewMeter(req, nil, eventStream)
+			})
+		})
 	}
-	runtime.KeepAlive(stream.Bytes())
 }
 
 // A request with web_search_options runs one search, which the reply's usage

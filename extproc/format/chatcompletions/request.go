@@ -2,16 +2,11 @@ package chatcompletions
 
 import (
 	"bytes"
-	"errors"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/jsonscan"
 	"github.com/modelgateway/gateway/extproc/tokens"
 )
-
-// maxTokensLimit is the largest token limit accepted: the vendor's fields are
-// 32-bit integers, and admission multiplies them by prices.
-const maxTokensLimit = 1<<31 - 1
 
 const (
 	reqModel = iota
@@ -49,20 +44,11 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 	var req format.Request
 	var haveModel bool
 	var opts, usage jsonscan.Value // Kind Invalid when absent
-	var fieldErr error             // reported only if the body is otherwise valid JSON
-	fail := func(param, msg string) {
-		if fieldErr == nil {
-			fieldErr = format.Invalid(param, param+": "+msg)
-		}
-	}
+	var check format.RequestCheck
 	err := requestQuery.Scan(body, func(path int, v jsonscan.Value) error {
 		switch path {
 		case reqModel:
-			if v.Kind != jsonscan.String || len(v.Raw) == 2 {
-				fail("model", "must be a non-empty string")
-				return nil
-			}
-			req.Model, haveModel = v.Text(), true
+			req.Model, haveModel = check.Model(v)
 		case reqMaxTokens, reqMaxCompletionTokens:
 			name := "max_tokens"
 			if path == reqMaxCompletionTokens {
@@ -71,46 +57,31 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 			if v.Kind == jsonscan.Null {
 				return nil
 			}
-			n, ok := v.Int()
-			if !ok || n <= 0 || n > maxTokensLimit {
-				fail(name, "must be a positive integer no greater than 2147483647")
-				return nil
+			if n, ok := check.TokenLimit(name, v); ok {
+				req.MaxTokens, req.HasMaxTokens = max(req.MaxTokens, n), true
 			}
-			req.MaxTokens, req.HasMaxTokens = max(req.MaxTokens, n), true
 		case reqStream:
-			b, ok := v.Bool()
-			if !ok && v.Kind != jsonscan.Null {
-				fail("stream", "must be a boolean")
-			}
-			req.Stream = b
+			req.Stream = check.Bool("stream", v)
 		case reqWebSearch:
 			// The search models run one search per request that asks for
 			// it; the reply's usage does not count searches.
 			req.WebSearch = v.Kind == jsonscan.Object
 		case reqStreamOptions:
 			if v.Kind != jsonscan.Object && v.Kind != jsonscan.Null {
-				fail("stream_options", "must be an object")
+				check.Fail("stream_options", "must be an object")
 			}
 			opts = v
 		case reqIncludeUsage:
-			b, ok := v.Bool()
-			if !ok && v.Kind != jsonscan.Null {
-				fail("stream_options.include_usage", "must be a boolean")
-			}
-			req.IncludeUsage = b
+			req.IncludeUsage = check.Bool("stream_options.include_usage", v)
 			usage = v
 		}
 		return nil
 	})
-	switch {
+	switch err := check.Err(body, err); {
 	case err != nil:
-		return format.Request{}, scanError(err)
-	case jsonscan.TopLevel(body) != jsonscan.Object:
-		return format.Request{}, format.Invalid("", "request body must be a JSON object")
-	case fieldErr != nil:
-		return format.Request{}, fieldErr
+		return format.Request{}, err
 	case !haveModel:
-		return format.Request{}, format.Invalid("model", "model: field required")
+		return format.Request{}, format.Missing("model")
 	}
 	if req.Stream && !req.IncludeUsage {
 		req.Edit = usageEdit(body, opts, usage)
@@ -154,15 +125,6 @@ const jsonSpace = " \t\r\n"
 // is a slice of the scanned input, so the capacities tell.
 func offsetOf(body []byte, v jsonscan.Value) int {
 	return cap(body) - cap(v.Raw)
-}
-
-// scanError turns a scanner error into a client error.
-func scanError(err error) error {
-	var dup *jsonscan.DuplicateKeyError
-	if errors.As(err, &dup) {
-		return format.Invalid(dup.Path, dup.Path+": key appears more than once in the request body")
-	}
-	return format.Invalid("", "request body is not valid JSON: "+err.Error())
 }
 
 // inputTextLimit bounds the request text tokenized for an input estimate;

@@ -3,22 +3,16 @@ package chatcompletions
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/format/formattest"
-	"github.com/modelgateway/gateway/extproc/jsonscan"
 )
 
 func TestParseRequestAccepts(t *testing.T) {
-	realistic, err := os.ReadFile("testdata/request.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	realistic := formattest.Read(t, "request.json")
 	m := func(r format.Request) format.Request {
 		if r.Model == "" {
 			r.Model = "m"
@@ -26,9 +20,8 @@ func TestParseRequestAccepts(t *testing.T) {
 		return r
 	}
 	tests := []struct {
-		name string
-		body string
-		want format.Request
+		Name, Body string
+		Want       format.Request
 	}{
 		{"realistic", string(realistic), format.Request{Model: "gpt-4o-mini", MaxTokens: 2048, HasMaxTokens: true, Stream: true}},
 		{"minimal", `{"model":"m","messages":[]}`, m(format.Request{})},
@@ -49,18 +42,17 @@ func TestParseRequestAccepts(t *testing.T) {
 		{"unicode model", `{"model":"\u6a21\u578b-\ud83d\ude00"}`, format.Request{Model: "模型-😀"}},
 		{"duplicates elsewhere", `{"model":"m","metadata":{"model":"a","model":"b"},"messages":[{"role":"user","role":"user"}]}`, m(format.Request{})},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := Format{}.ParseRequest([]byte(tt.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got.Edit = format.Edit{} // see TestUsageEdit
-			if got != tt.want {
-				t.Fatalf("got %+v, want %+v", got, tt.want)
-			}
-		})
-	}
+	formattest.CheckAccepts(t, func(body []byte) (format.Request, error) {
+		req, err := Format{}.ParseRequest(body)
+		req.Edit = format.Edit{} // see TestUsageEdit
+		return req, err
+	}, tests)
+}
+
+// A valid body costs one small allocation, whatever its size: the scan's
+// callback and what it records.
+func TestParseRequestAllocations(t *testing.T) {
+	formattest.CheckParseAllocs(t, Format{}.ParseRequest, bigRequest(10<<10), 1)
 }
 
 func TestUsageEdit(t *testing.T) {
@@ -110,12 +102,7 @@ func TestUsageEdit(t *testing.T) {
 }
 
 func TestParseRequestRejects(t *testing.T) {
-	tests := []struct {
-		name  string
-		body  string
-		param string
-		msg   string
-	}{
+	tests := []struct{ Name, Body, Param, Msg string }{
 		{"empty", ``, "", "not valid JSON"},
 		{"truncated", `{"model":"m"`, "", "not valid JSON"},
 		{"single quotes", `{'model':'m'}`, "", "not valid JSON"},
@@ -147,49 +134,20 @@ func TestParseRequestRejects(t *testing.T) {
 		{"duplicate stream_options", `{"model":"a","stream_options":{},"stream_options":{"include_usage":true}}`, "stream_options", "more than once"},
 		{"duplicate include_usage", `{"model":"a","stream_options":{"include_usage":true,"include_usage":false}}`, "stream_options.include_usage", "more than once"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Format{}.ParseRequest([]byte(tt.body))
-			var re *format.Error
-			if !errors.As(err, &re) {
-				t.Fatalf("got %v, want a *format.Error", err)
-			}
-			if re.Param != tt.param || !strings.Contains(re.Message, tt.msg) {
-				t.Fatalf("got param %q message %q, want param %q message containing %q", re.Param, re.Message, tt.param, tt.msg)
-			}
-		})
-	}
+	formattest.CheckRejects(t, Format{}.ParseRequest, tests)
 }
 
 // bigRequest builds a realistic request body of about size bytes.
 func bigRequest(size int) []byte {
-	var b strings.Builder
-	b.WriteString(`{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":4096,"messages":[{"role":"system","content":"You are terse."}`)
-	for b.Len() < size-200 {
-		b.WriteString(`,{"role":"user","content":[{"type":"text","text":"Please summarise the following paragraph about \"streaming\" metering, café and naïve résumé — it matters.\n"}]}`)
-	}
-	b.WriteString(`],"temperature":0.2}`)
-	return []byte(b.String())
+	return formattest.BigRequest(`{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"max_completion_tokens":4096,"messages":[{"role":"system","content":"You are terse."}`, size)
 }
 
 func BenchmarkParseRequest(b *testing.B) {
-	body := bigRequest(10 << 10)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	for b.Loop() {
-		if _, err := (Format{}).ParseRequest(body); err != nil {
-			b.Fatal(err)
-		}
-	}
+	formattest.BenchmarkParse(b, Format{}.ParseRequest, bigRequest(10<<10))
 }
 
 func FuzzParseRequest(f *testing.F) {
-	realistic, err := os.ReadFile("testdata/request.json")
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(realistic)
-	for _, s := range []string{
+	seeds := []string{
 		`{"model":"m"}`,
 		`{"model":"m","max_tokens":8,"max_completion_tokens":1e2,"stream":true,"stream_options":{"include_usage":true}}`,
 		`{"model":"m","stream_options":{"include_usage":true,"include_usage":true}}`,
@@ -197,32 +155,14 @@ func FuzzParseRequest(f *testing.F) {
 		`{"model":"m","stream":true,"stream_options":{ }}`,
 		`{"stream":true,"stream_options":null,"model":"m"}`,
 		`{"model":"m","stream":true,"stream_options":{"x":1,"include_usage":false} }`,
-	} {
-		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := Format{}.ParseRequest(body)
-		if err != nil {
-			var re *format.Error
-			if !errors.As(err, &re) || re.Message == "" {
-				t.Fatalf("got %T %v, want a *format.Error with a message", err, err)
-			}
-			return
-		}
-		if jsonscan.Valid(body) != nil || !json.Valid(body) {
-			t.Fatal("accepted invalid JSON")
-		}
-		// Decode into maps, whose keys are exact (struct fields are not).
-		var doc map[string]any
-		if err := json.Unmarshal(body, &doc); err != nil {
-			t.Fatalf("accepted a body encoding/json cannot decode: %v", err)
-		}
+	formattest.FuzzParse(f, Format{}.ParseRequest, seeds, func(t *testing.T, body []byte, req format.Request, doc map[string]any) {
 		if s, _ := doc["model"].(string); s != req.Model || s == "" {
 			t.Fatalf("model %q, encoding/json read %v", req.Model, doc["model"])
 		}
 		mt, _ := doc["max_tokens"].(float64)
 		mct, _ := doc["max_completion_tokens"].(float64)
-		if want := max(mt, mct); float64(req.MaxTokens) != want || req.HasMaxTokens != (want > 0) || req.MaxTokens > maxTokensLimit {
+		if want := max(mt, mct); float64(req.MaxTokens) != want || req.HasMaxTokens != (want > 0) || req.MaxTokens > format.MaxTokensLimit {
 			t.Fatalf("max tokens %d (%v), encoding/json read %v and %v", req.MaxTokens, req.HasMaxTokens, doc["max_tokens"], doc["max_completion_tokens"])
 		}
 		if s, _ := doc["stream"].(bool); s != req.Stream {

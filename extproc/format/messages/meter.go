@@ -14,7 +14,7 @@ import (
 // input usage; the caller must not change it until Usage has been called.
 func (Format) NewMeter(req format.Request, body []byte, contentType string) format.Meter {
 	if sse.IsEventStream(contentType) {
-		return &streamMeter{body: body, text: tokens.Tally{Limit: streamTextLimit}}
+		return &streamMeter{body: body, text: format.ReplyText{Tally: tokens.Tally{Limit: streamTextLimit}}}
 	}
 	return &jsonMeter{body: body}
 }
@@ -24,9 +24,6 @@ func (Format) NewMeter(req format.Request, body []byte, contentType string) form
 // Together with the decoder's buffers, which hold one event, it keeps a
 // stream's memory within about 20 KB.
 const streamTextLimit = 8 << 10
-
-// scratchLimit bounds the decoding buffer kept between events.
-const scratchLimit = 64 << 10
 
 // streamMeter reads the vendor's events:
 //
@@ -41,10 +38,9 @@ const scratchLimit = 64 << 10
 //
 // The vendor's input_tokens already excludes cache reads and writes.
 type streamMeter struct {
-	body    []byte
-	dec     sse.Decoder
-	text    tokens.Tally
-	scratch []byte
+	body []byte
+	dec  sse.Decoder
+	text format.ReplyText
 
 	model                    string
 	usage                    vendorUsage
@@ -92,14 +88,9 @@ func (m *streamMeter) event(ev sse.Event) {
 	switch {
 	case is("content_block_delta"):
 		for _, v := range vals[evText : evThinking+1] {
-			if v.Kind == jsonscan.String {
-				m.scratch = v.AppendText(m.scratch[:0])
-				m.text.Write(m.scratch)
-			}
+			m.text.AddString(v)
 		}
-		if cap(m.scratch) > scratchLimit {
-			m.scratch = nil
-		}
+		m.text.Release()
 	case is("message_start"):
 		m.started = true
 		if m.model == "" && vals[evModel].Kind == jsonscan.String {
@@ -129,36 +120,14 @@ func (m *streamMeter) event(ev sse.Event) {
 func (m *streamMeter) Usage(complete bool) usage.Report {
 	u := m.usage.report()
 	u.Model = usage.ReportedModel(m.model)
-	if m.started && m.stopped && !m.failed {
-		return u
-	}
-	u.Estimated = true
-	u.Output = max(u.Output, m.text.Tokens())
-	if !m.started {
-		u.Input = estimateInput(m.body)
-	}
-	return u
+	whole := m.started && m.stopped && !m.failed
+	return format.EstimateGaps(u, whole, m.started, &m.text.Tally, func() int64 { return estimateInput(m.body) })
 }
-
-// maxJSONBody bounds the JSON reply a meter buffers.
-const maxJSONBody = 32 << 20
 
 // jsonMeter buffers a non-streamed reply and reads it at the end.
 type jsonMeter struct {
-	body     []byte
-	buf      []byte
-	overflow bool
-}
-
-func (m *jsonMeter) Write(p []byte) {
-	if m.overflow {
-		return
-	}
-	if len(m.buf)+len(p) > maxJSONBody {
-		m.overflow = true
-		return
-	}
-	m.buf = append(m.buf, p...)
+	format.JSONBuffer
+	body []byte
 }
 
 const (
@@ -184,7 +153,7 @@ func (m *jsonMeter) Usage(complete bool) usage.Report {
 	var vu vendorUsage
 	var model string
 	text := tokens.Tally{Limit: streamTextLimit}
-	err := messageQuery.Scan(m.buf, func(path int, v jsonscan.Value) error {
+	err := messageQuery.Scan(m.Bytes(), func(path int, v jsonscan.Value) error {
 		switch path {
 		case msgModel:
 			if v.Kind == jsonscan.String {
@@ -201,14 +170,7 @@ func (m *jsonMeter) Usage(complete bool) usage.Report {
 	})
 	u := vu.report()
 	u.Model = usage.ReportedModel(model)
-	haveInput, haveOutput := vu.seen[uInput], vu.seen[uOutput]
-	if err == nil && !m.overflow && haveInput && haveOutput {
-		return u
-	}
-	u.Estimated = true
-	u.Output = max(u.Output, text.Tokens())
-	if !haveInput {
-		u.Input = estimateInput(m.body)
-	}
-	return u
+	haveInput := vu.seen[uInput]
+	whole := err == nil && !m.Overflowed() && haveInput && vu.seen[uOutput]
+	return format.EstimateGaps(u, whole, haveInput, &text, func() int64 { return estimateInput(m.body) })
 }

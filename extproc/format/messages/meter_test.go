@@ -4,36 +4,31 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/modelgateway/gateway/internal/usage"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/format/formattest"
 	"github.com/modelgateway/gateway/extproc/tokens"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 const eventStream = "text/event-stream; charset=utf-8"
 
-// meter runs a stream through a fresh meter in the given chunks.
+// meter runs a reply through a fresh meter in the given chunks.
 func meter(body []byte, contentType string, chunks ...[]byte) format.Meter {
-	m := Format{}.NewMeter(format.Request{}, body, contentType)
-	for _, c := range chunks {
-		// Hand the meter a copy it must not keep, then scribble over it.
-		p := append([]byte(nil), c...)
-		m.Write(p)
-		for i := range p {
-			p[i] = 'X'
-		}
-	}
-	return m
+	return formattest.Feed(Format{}.NewMeter(format.Request{}, body, contentType), chunks...)
+}
+
+// meterOf returns a constructor of meters for replies of contentType to body.
+func meterOf(body []byte, contentType string) func(chunks ...[]byte) format.Meter {
+	return func(chunks ...[]byte) format.Meter { return meter(body, contentType, chunks...) }
 }
 
 // forEachSplit checks a recording whole, split in two at every offset, and
 // one byte at a time, in each line-ending variant.
 func forEachSplit(t *testing.T, rec []byte, check func(how string, m format.Meter)) {
-	formattest.ForEachSplit(rec, func(chunks ...[]byte) format.Meter { return meter(nil, eventStream, chunks...) }, check)
+	formattest.ForEachSplit(rec, meterOf(nil, eventStream), check)
 }
 
 func TestStreamMeterRecordings(t *testing.T) {
@@ -52,15 +47,9 @@ func TestStreamMeterRecordings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			forEachSplit(t, formattest.Read(t, tt.file), func(how string, m format.Meter) {
-				for _, complete := range []bool{true, false} {
-					// message_stop was seen, so the figures are final even if
-					// the body did not reach the client.
-					if got := m.Usage(complete); got != tt.want {
-						t.Fatalf("%s: Usage(%v) = %+v, want %+v", how, complete, got, tt.want)
-					}
-				}
-			})
+			// message_stop was seen, so the figures are final even if the
+			// body did not reach the client.
+			formattest.CheckStream(t, formattest.Read(t, tt.file), meterOf(nil, eventStream), tt.want)
 		})
 	}
 }
@@ -183,12 +172,8 @@ func TestJSONMeter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
 			rec := formattest.Read(t, tt.file)
-			for i := range len(rec) + 1 {
-				for _, ct := range []string{"application/json", ""} {
-					if got := meter(nil, ct, rec[:i], rec[i:]).Usage(true); got != tt.want {
-						t.Fatalf("split at %d: got %+v, want %+v", i, got, tt.want)
-					}
-				}
+			for _, ct := range []string{"application/json", ""} {
+				formattest.CheckJSON(t, rec, meterOf(nil, ct), tt.want)
 			}
 		})
 	}
@@ -224,7 +209,7 @@ func TestJSONMeterOversized(t *testing.T) {
 	if got := m.Usage(true); !got.Estimated {
 		t.Fatalf("an oversized reply should be estimated: %+v", got)
 	}
-	if n := len(m.(*jsonMeter).buf); n > maxJSONBody {
+	if n := len(m.(*jsonMeter).Bytes()); n > format.MaxJSONBody {
 		t.Fatalf("buffered %d bytes", n)
 	}
 }
@@ -269,31 +254,14 @@ const deltaEvent = "event: content_block_delta\ndata: {\"type\":\"content_block_
 // BenchmarkStreamMeterWrite measures one content_block_delta event per
 // operation, in the steady state: buffers grown and the text sample full.
 func BenchmarkStreamMeterWrite(b *testing.B) {
-	m := Format{}.NewMeter(format.Request{}, nil, eventStream)
-	m.Write([]byte(streamPrefix))
-	ev := []byte(deltaEvent)
-	for range streamTextLimit {
-		m.Write(ev)
-	}
-	b.ReportAllocs()
-	b.SetBytes(int64(len(ev)))
-	for b.Loop() {
-		m.Write(ev)
-	}
+	m := meter(nil, eventStream, []byte(streamPrefix))
+	formattest.BenchmarkWrite(b, m, []byte(deltaEvent), streamTextLimit)
 }
 
 func TestStreamMeterWriteDoesNotAllocate(t *testing.T) {
-	m := Format{}.NewMeter(format.Request{}, nil, eventStream)
-	m.Write([]byte(streamPrefix))
-	ev := []byte(deltaEvent)
-	m.Write(ev)
 	// Before the sample fills, buffers grow a few times; after, never.
-	for range streamTextLimit {
-		m.Write(ev)
-	}
-	if allocs := testing.AllocsPerRun(200, func() { m.Write(ev[:50]); m.Write(ev[50:]) }); allocs != 0 {
-		t.Fatalf("%v allocations per event", allocs)
-	}
+	m := meter(nil, eventStream, []byte(streamPrefix))
+	formattest.CheckWriteDoesNotAllocate(t, m, []byte(deltaEvent), streamTextLimit+1, 50)
 }
 
 func FuzzStreamMeter(f *testing.F) {
@@ -304,19 +272,7 @@ func FuzzStreamMeter(f *testing.F) {
 	f.Add([]byte("data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":-1,\"input_tokens\":1e2}}\n\n"), uint16(5), uint16(7))
 	body := []byte(`{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"Hi there"}]}`)
 	f.Fuzz(func(t *testing.T, stream []byte, i, j uint16) {
-		whole := meter(body, eventStream, stream)
-		a, b := int(i)%(len(stream)+1), int(j)%(len(stream)+1)
-		a, b = min(a, b), max(a, b)
-		split := meter(body, eventStream, stream[:a], stream[a:b], stream[b:])
-		for _, complete := range []bool{true, false} {
-			u, v := whole.Usage(complete), split.Usage(complete)
-			if u != v {
-				t.Fatalf("Usage(%v): whole %+v, split at %d,%d %+v", complete, u, a, b, v)
-			}
-			if !u.Usage.Valid() {
-				t.Fatalf("negative usage %+v", u)
-			}
-		}
+		formattest.CheckSplitsAgree(t, stream, []uint16{i, j}, meterOf(body, eventStream), true, false)
 	})
 }
 
@@ -326,15 +282,7 @@ func FuzzJSONMeter(f *testing.F) {
 		f.Add(rec, uint16(len(rec)/2))
 	}
 	f.Fuzz(func(t *testing.T, reply []byte, i uint16) {
-		a := int(i) % (len(reply) + 1)
-		u := meter(nil, "application/json", reply).Usage(true)
-		v := meter(nil, "application/json", reply[:a], reply[a:]).Usage(true)
-		if u != v {
-			t.Fatalf("whole %+v, split %+v", u, v)
-		}
-		if !u.Usage.Valid() {
-			t.Fatalf("negative usage %+v", u)
-		}
+		formattest.CheckSplitsAgree(t, reply, []uint16{i}, meterOf(nil, "application/json"), true)
 	})
 }
 
@@ -346,25 +294,7 @@ func TestStreamMeterMemory(t *testing.T) {
 	for range 2000 {
 		stream.WriteString(deltaEvent)
 	}
-	const n = 200
-	meters := make([]format.Meter, n)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for i := range meters {
-		meters[i] = Format{}.NewMeter(format.Request{Stream: true}, nil, eventStream)
-		// Deliver the reply in network-sized chunks.
-		for b := stream.Bytes(); len(b) > 0; b = b[min(len(b), 1400):] {
-			meters[i].Write(b[:min(len(b), 1400)])
-		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	perStream := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
-	t.Logf("%d bytes per open stream (heap %d -> %d)", perStream, before.HeapAlloc, after.HeapAlloc)
-	if perStream > 20<<10 {
-		t.Fatalf("%d bytes per open stream, want under 20 KB", perStream)
-	}
-	runtime.KeepAlive(meters)
-	runtime.KeepAlive(stream.Bytes())
+	formattest.CheckStreamMemory(t, stream.Bytes(), 20<<10, func() format.Meter {
+		return Format{}.NewMeter(format.Request{Stream: true}, nil, eventStream)
+	})
 }

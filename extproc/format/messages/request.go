@@ -1,16 +1,10 @@
 package messages
 
 import (
-	"errors"
-
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/jsonscan"
 	"github.com/modelgateway/gateway/extproc/tokens"
 )
-
-// maxTokensLimit is the largest max_tokens accepted: the vendor's field is a
-// 32-bit integer, and admission multiplies it by prices.
-const maxTokensLimit = 1<<31 - 1
 
 const (
 	reqModel = iota
@@ -28,61 +22,30 @@ var requestQuery = jsonscan.NewQuery("model", "max_tokens", "stream")
 func (Format) ParseRequest(body []byte) (format.Request, error) {
 	var req format.Request
 	var haveModel bool
-	var fieldErr error // reported only if the body is otherwise valid JSON
+	var check format.RequestCheck
 	err := requestQuery.Scan(body, func(path int, v jsonscan.Value) error {
-		if fieldErr != nil {
+		if check.Failed() {
 			return nil
 		}
 		switch path {
 		case reqModel:
-			if v.Kind != jsonscan.String || len(v.Raw) == 2 {
-				fieldErr = paramError("model", "must be a non-empty string")
-				return nil
-			}
-			req.Model, haveModel = v.Text(), true
+			req.Model, haveModel = check.Model(v)
 		case reqMaxTokens:
-			n, ok := v.Int()
-			if !ok || n <= 0 || n > maxTokensLimit {
-				fieldErr = paramError("max_tokens", "must be a positive integer no greater than 2147483647")
-				return nil
-			}
-			req.MaxTokens, req.HasMaxTokens = n, true
+			req.MaxTokens, req.HasMaxTokens = check.TokenLimit("max_tokens", v)
 		case reqStream:
-			b, ok := v.Bool()
-			if !ok && v.Kind != jsonscan.Null {
-				fieldErr = paramError("stream", "must be a boolean")
-				return nil
-			}
-			req.Stream = b
+			req.Stream = check.Bool("stream", v)
 		}
 		return nil
 	})
-	switch {
+	switch err := check.Err(body, err); {
 	case err != nil:
-		return format.Request{}, scanError(err)
-	case jsonscan.TopLevel(body) != jsonscan.Object:
-		return format.Request{}, format.Invalid("", "request body must be a JSON object")
-	case fieldErr != nil:
-		return format.Request{}, fieldErr
+		return format.Request{}, err
 	case !haveModel:
-		return format.Request{}, paramError("model", "field required")
+		return format.Request{}, format.Missing("model")
 	case !req.HasMaxTokens:
-		return format.Request{}, paramError("max_tokens", "field required")
+		return format.Request{}, format.Missing("max_tokens")
 	}
 	return req, nil
-}
-
-func paramError(param, msg string) error {
-	return format.Invalid(param, param+": "+msg)
-}
-
-// scanError turns a scanner error into a client error.
-func scanError(err error) error {
-	var dup *jsonscan.DuplicateKeyError
-	if errors.As(err, &dup) {
-		return format.Invalid(dup.Path, dup.Path+": key appears more than once in the request body")
-	}
-	return format.Invalid("", "request body is not valid JSON: "+err.Error())
 }
 
 // inputTextLimit bounds the request text tokenized for an input estimate;

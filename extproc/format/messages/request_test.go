@@ -1,25 +1,18 @@
 package messages
 
 import (
-	"encoding/json"
-	"errors"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/modelgateway/gateway/extproc/format"
-	"github.com/modelgateway/gateway/extproc/jsonscan"
+	"github.com/modelgateway/gateway/extproc/format/formattest"
 )
 
 func TestParseRequestAccepts(t *testing.T) {
-	realistic, err := os.ReadFile("testdata/request.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	realistic := formattest.Read(t, "request.json")
 	tests := []struct {
-		name string
-		body string
-		want format.Request
+		Name, Body string
+		Want       format.Request
 	}{
 		{"realistic", string(realistic), format.Request{Model: "claude-sonnet-4-5-20250929", MaxTokens: 1024, HasMaxTokens: true, Stream: true}},
 		{"minimal", `{"model":"m","max_tokens":1}`, format.Request{Model: "m", MaxTokens: 1, HasMaxTokens: true}},
@@ -34,26 +27,17 @@ func TestParseRequestAccepts(t *testing.T) {
 		{"whitespace", " \n\t{ \"model\" : \"m\" , \"max_tokens\" : 8 }\r\n", format.Request{Model: "m", MaxTokens: 8, HasMaxTokens: true}},
 		{"deep but allowed", `{"model":"m","max_tokens":8,"x":` + strings.Repeat("[", 127) + strings.Repeat("]", 127) + `}`, format.Request{Model: "m", MaxTokens: 8, HasMaxTokens: true}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := Format{}.ParseRequest([]byte(tt.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != tt.want {
-				t.Fatalf("got %+v, want %+v", got, tt.want)
-			}
-		})
-	}
+	formattest.CheckAccepts(t, Format{}.ParseRequest, tests)
+}
+
+// A valid body costs one small allocation, whatever its size: the scan's
+// callback and what it records.
+func TestParseRequestAllocations(t *testing.T) {
+	formattest.CheckParseAllocs(t, Format{}.ParseRequest, bigRequest(10<<10), 1)
 }
 
 func TestParseRequestRejects(t *testing.T) {
-	tests := []struct {
-		name  string
-		body  string
-		param string // expected Error.Param
-		msg   string // expected substring of the message
-	}{
+	tests := []struct{ Name, Body, Param, Msg string }{
 		{"empty", ``, "", "not valid JSON"},
 		{"not json", `model=m`, "", "not valid JSON"},
 		{"truncated", `{"model":"m","max_tokens":8`, "", "not valid JSON"},
@@ -90,83 +74,32 @@ func TestParseRequestRejects(t *testing.T) {
 		{"duplicate stream", `{"model":"a","max_tokens":8,"stream":false,"stream":true}`, "stream", "more than once"},
 		{"syntax error wins over field error", `{"model":1,"max_tokens":8,}`, "", "not valid JSON"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := Format{}.ParseRequest([]byte(tt.body))
-			var re *format.Error
-			if !errors.As(err, &re) {
-				t.Fatalf("got %v, want a *format.Error", err)
-			}
-			if re.Param != tt.param || !strings.Contains(re.Message, tt.msg) {
-				t.Fatalf("got param %q message %q, want param %q message containing %q", re.Param, re.Message, tt.param, tt.msg)
-			}
-		})
-	}
+	formattest.CheckRejects(t, Format{}.ParseRequest, tests)
 }
 
 // bigRequest builds a realistic request body of about size bytes.
 func bigRequest(size int) []byte {
-	var b strings.Builder
-	b.WriteString(`{"model":"claude-sonnet-4-5-20250929","max_tokens":4096,"stream":true,"system":"You are terse.","messages":[`)
-	for i := 0; b.Len() < size-200; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(`{"role":"user","content":[{"type":"text","text":"Please summarise the following paragraph about \"streaming\" metering, café and naïve résumé — it matters.\n"}]}`)
-	}
-	b.WriteString(`],"temperature":0.2}`)
-	return []byte(b.String())
+	return formattest.BigRequest(`{"model":"claude-sonnet-4-5-20250929","max_tokens":4096,"stream":true,"system":"You are terse.","messages":[`, size)
 }
 
 func BenchmarkParseRequest(b *testing.B) {
-	body := bigRequest(10 << 10)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	for b.Loop() {
-		if _, err := (Format{}).ParseRequest(body); err != nil {
-			b.Fatal(err)
-		}
-	}
+	formattest.BenchmarkParse(b, Format{}.ParseRequest, bigRequest(10<<10))
 }
 
 func FuzzParseRequest(f *testing.F) {
-	realistic, err := os.ReadFile("testdata/request.json")
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Add(realistic)
-	for _, s := range []string{
+	seeds := []string{
 		`{"model":"m","max_tokens":8}`,
 		`{"model":"m","max_tokens":1e3,"stream":true}`,
 		`{"model":"m","max_tokens":8,"model":"n"}`,
 		`{"model":"m","max_tokens":-1}`,
 		`[]`,
-	} {
-		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := Format{}.ParseRequest(body)
-		if err != nil {
-			var re *format.Error
-			if !errors.As(err, &re) || re.Message == "" {
-				t.Fatalf("got %T %v, want a *format.Error with a message", err, err)
-			}
-			return
-		}
-		// Whatever is accepted, a full decoder reads the same way.
-		if jsonscan.Valid(body) != nil || !json.Valid(body) {
-			t.Fatal("accepted invalid JSON")
-		}
-		// encoding/json matches struct fields without regard to case, so
-		// decode into a map, whose keys are exact.
-		var doc map[string]any
-		if err := json.Unmarshal(body, &doc); err != nil {
-			t.Fatalf("accepted a body encoding/json cannot decode: %v", err)
-		}
+	// Whatever is accepted, a full decoder reads the same way.
+	formattest.FuzzParse(f, Format{}.ParseRequest, seeds, func(t *testing.T, body []byte, req format.Request, doc map[string]any) {
 		if m, _ := doc["model"].(string); m != req.Model || req.Model == "" {
 			t.Fatalf("model %q, encoding/json read %v", req.Model, doc["model"])
 		}
-		if n, _ := doc["max_tokens"].(float64); !req.HasMaxTokens || req.MaxTokens <= 0 || req.MaxTokens > maxTokensLimit || float64(req.MaxTokens) != n {
+		if n, _ := doc["max_tokens"].(float64); !req.HasMaxTokens || req.MaxTokens <= 0 || req.MaxTokens > format.MaxTokensLimit || float64(req.MaxTokens) != n {
 			t.Fatalf("max_tokens %d, encoding/json read %v", req.MaxTokens, doc["max_tokens"])
 		}
 		if s, _ := doc["stream"].(bool); s != req.Stream {
