@@ -267,7 +267,7 @@ var ComposeOptions = Options{
 type localError struct {
 	Status  int
 	Type    string
-	Code    string // format B only
+	Code    string // the chat-completions format only
 	Message string
 }
 

@@ -18,14 +18,14 @@ type Request struct {
 	MaxTokens    int64 // zero when HasMaxTokens is false
 	HasMaxTokens bool
 	Stream       bool
-	// IncludeUsage reports stream_options.include_usage (format B only): what
+	// IncludeUsage reports stream_options.include_usage (the chat-completions format only): what
 	// the client asked for, whatever Edit asks the vendor.
 	IncludeUsage bool
 	// WebSearch reports web_search_options (chat completions only): the
 	// request runs one web search, billed per query.
 	WebSearch bool
 	// Edit is the one change made to the body on its way to the vendor; the
-	// zero Edit forwards it byte for byte. Format B asks the vendor for usage
+	// zero Edit forwards it byte for byte. The chat-completions format asks the vendor for usage
 	// on every stream, and its meter keeps from the client what it did not
 	// ask for (see Rewriter).
 	Edit Edit

@@ -149,7 +149,7 @@ type bench struct {
 	res               *results
 }
 
-// The request every non-streaming slice sends: format A, a small body.
+// The request every non-streaming slice sends: the messages format, a small body.
 const (
 	messagesPath = "/alpha/v1/messages"
 	benchModel   = "claude-sonnet-4-5"

@@ -333,7 +333,7 @@ func (r *results) summary(w func(string, ...any)) {
 
 func (r *results) latencyTable(w func(string, ...any)) {
 	w("## Non-streaming latency\n\n")
-	w("Format A `POST %s` (%d-byte body, %s), the fake answering a 12-word message. "+
+	w("The messages format, `POST %s` (%d-byte body, %s), the fake answering a 12-word message. "+
 		"Service time: from sending the request to the last byte of the reply.\n\n",
 		messagesPath, len(messagesBody(false)), benchModel)
 	w("| rate | vendor | percentile | gateway | null processor | bare Envoy | gateway added | floor added | gateway − floor |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|\n")

@@ -40,7 +40,7 @@ class Gateway:
     poor_key: str  # cr_ key of an account with no balance
     limited_alpha_key: str  # cr_ key of an account limited to 1 request a minute
     limited_alpha_readonly: str
-    limited_beta_key: str  # the same, for the format B cases
+    limited_beta_key: str  # the same, for the the chat-completions format cases
     limited_beta_readonly: str
     reasoning_key: str  # cr_ key of the account the reasoning cases use
     reasoning_readonly: str

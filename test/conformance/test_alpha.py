@@ -1,4 +1,4 @@
-"""Format A: the official anthropic SDK against {gateway}/alpha."""
+"""The messages format: the official anthropic SDK against {gateway}/alpha."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Format B: the official openai SDK against {gateway}/beta/v1."""
+"""The chat-completions format: the official openai SDK against {gateway}/beta/v1."""
 
 from __future__ import annotations
 

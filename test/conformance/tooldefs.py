@@ -214,12 +214,12 @@ FIRST_TOOL_ARGUMENTS = {
 
 
 def alpha_tools() -> list[dict]:
-    """The tools as format A (messages) defines them."""
+    """The tools as the messages format defines them."""
     return [{"name": t["name"], "description": t["description"], "input_schema": t["schema"]} for t in TOOLS]
 
 
 def beta_tools() -> list[dict]:
-    """The tools as format B (chat completions) defines them."""
+    """The tools as the chat-completions format defines them."""
     return [
         {"type": "function", "function": {"name": t["name"], "description": t["description"], "parameters": t["schema"]}}
         for t in TOOLS

@@ -101,7 +101,7 @@ func eventually(t *testing.T, within time.Duration, what string, check func() (b
 	}
 }
 
-// message posts a small format A request with key and returns the status and
+// message posts a small the messages format request with key and returns the status and
 // body.
 func message(s *launch.Stack, key, model string) (int, string) {
 	body := strings.Replace(string(alphaBody(false, "")), alphaModel, model, 1)

@@ -27,7 +27,7 @@ type betaError struct {
 }
 
 // Every error the gateway produces is in the route's vendor format, with the
-// type (format A) or code (format B) the vendor's SDKs map to the right
+// type (messages format) or code (the chat-completions format) the vendor's SDKs map to the right
 // exception.
 func TestErrorsInVendorFormat(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
@@ -103,13 +103,13 @@ func checkError(t *testing.T, path string, status int, contentType string, b []b
 		var e alphaError
 		mustJSON(t, b, &e)
 		if e.Type != "error" || e.Error.Message == "" || (alphaType != "" && e.Error.Type != alphaType) {
-			t.Fatalf("format A error %s; want type %q", b, alphaType)
+			t.Fatalf("the messages format error %s; want type %q", b, alphaType)
 		}
 		return
 	}
 	var e betaError
 	mustJSON(t, b, &e)
 	if e.Error.Message == "" || e.Error.Type == "" || (betaCode != "" && e.Error.Code != betaCode) {
-		t.Fatalf("format B error %s; want code %q", b, betaCode)
+		t.Fatalf("the chat-completions format error %s; want code %q", b, betaCode)
 	}
 }

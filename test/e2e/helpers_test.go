@@ -116,7 +116,7 @@ type tokens struct {
 	Input, Output, CacheWrite, CacheRead int64
 }
 
-// alphaUsage reads usage from a format A reply (JSON or events).
+// alphaUsage reads usage from a the messages format reply (JSON or events).
 func alphaUsage(t *testing.T, body []byte, evs []event) tokens {
 	t.Helper()
 	var u tokens
@@ -146,7 +146,7 @@ func alphaUsage(t *testing.T, body []byte, evs []event) tokens {
 	return u
 }
 
-// betaUsage reads usage from a format B reply; prompt tokens include cached
+// betaUsage reads usage from a the chat-completions format reply; prompt tokens include cached
 // ones.
 func betaUsage(t *testing.T, body []byte, evs []event) tokens {
 	t.Helper()
