@@ -25,9 +25,9 @@ type Request struct {
 	// request runs one web search, billed per query.
 	WebSearch bool
 	// Edit is the one change made to the body on its way to the vendor; the
-	// zero Edit forwards it byte for byte. The chat-completions format asks the vendor for usage
-	// on every stream, and its meter keeps from the client what it did not
-	// ask for (see Rewriter).
+	// zero Edit forwards it byte for byte. The chat-completions format asks
+	// the vendor for usage on every stream, and its meter keeps from the
+	// client what it did not ask for (see Rewriter).
 	Edit Edit
 }
 
