@@ -25,6 +25,12 @@ var (
 	revokeLua string
 	//go:embed lua/expire.lua
 	expireLua string
+	//go:embed lua/renew.lua
+	renewLua string
+	//go:embed lua/sweep.lua
+	sweepLua string
+	//go:embed lua/trim.lua
+	trimLua string
 
 	admitScript  = redis.NewScript(admitLua)
 	settleScript = redis.NewScript(settleLua)
@@ -32,14 +38,16 @@ var (
 	hsetxScript  = redis.NewScript(hsetxLua)
 	revokeScript = redis.NewScript(revokeLua)
 	expireScript = redis.NewScript(expireLua)
+	renewScript  = redis.NewScript(renewLua)
+	sweepScript  = redis.NewScript(sweepLua)
+	trimScript   = redis.NewScript(trimLua)
 )
 
 // Defaults of Options.
 const (
-	defaultHoldTTL      = 15 * time.Minute
-	defaultSettledTTL   = 30 * 24 * time.Hour
-	defaultLedgerMaxLen = 1_000_000
-	defaultAuditMaxLen  = 100_000
+	defaultHoldTTL     = time.Minute
+	defaultSettledTTL  = 30 * 24 * time.Hour
+	defaultAuditMaxLen = 100_000
 
 	dayKeyTTL   = 40 * 24 * time.Hour
 	monthKeyTTL = 400 * 24 * time.Hour
@@ -56,9 +64,6 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	}
 	if opts.SettledTTL <= 0 {
 		opts.SettledTTL = defaultSettledTTL
-	}
-	if opts.LedgerMaxLen <= 0 {
-		opts.LedgerMaxLen = defaultLedgerMaxLen
 	}
 	if opts.AuditMaxLen <= 0 {
 		opts.AuditMaxLen = defaultAuditMaxLen

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -37,10 +38,32 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 		acctKey(id, "rl"),
 		acctKey(id, "day:"+dayStamp(now)),
 		acctKey(id, "settled:"+a.RequestID),
+		acctKey(id, "holdrec"),
 	}
-	r, err := admitScript.Run(ctx, s.rdb, keys,
-		now.UnixMilli(), a.RequestID, a.Hold, s.opts.HoldTTL.Milliseconds(),
-	).Int64Slice()
+	started := a.StartedAt
+	if started.IsZero() {
+		started = now
+	}
+	rec, err := json.Marshal(admissionRecord{KeyID: a.KeyID, Model: a.Model, Started: started.UnixMilli(), Stream: a.Stream})
+	if err != nil {
+		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
+	}
+	args := []any{now.UnixMilli(), a.RequestID, a.Hold, s.opts.HoldTTL.Milliseconds(), string(rec)}
+	// The sweeper's index entry rides in the same round trip; it is written
+	// whatever the outcome (a refused request leaves it for the sweeper to
+	// drop) because the index lives in another slot than the script's keys.
+	var cmd *redis.Cmd
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = admitScript.EvalSha(ctx, p, keys, args...)
+		indexHold(ctx, p, id, now.Add(s.opts.HoldTTL))
+		return nil
+	})
+	if errNoScript(cmd.Err()) {
+		cmd = admitScript.Run(ctx, s.rdb, keys, args...)
+	}
+	// An error of the index write alone is not the admission's: the
+	// sweeper's next pass over the account re-adds it.
+	r, err := cmd.Int64Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
 	}
@@ -113,6 +136,8 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err er
 		acctKey(id, "u:t"),
 		acctKey(id, "ledger"),
 		acctKey(id, "key:"+st.KeyID),
+		acctKey(id, "holdrec"),
+		acctKey(id, "holdckpt"),
 	}
 	args := []any{
 		st.RequestID,
@@ -123,7 +148,7 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err er
 		s.opts.SettledTTL.Milliseconds(),
 		int64(dayKeyTTL / time.Second),
 		int64(monthKeyTTL / time.Second),
-		s.opts.LedgerMaxLen,
+		0, // unused: the ledger is trimmed after export only
 		ms(lastUsed),
 		// The ledger entry.
 		"request_id", st.RequestID,
@@ -140,6 +165,7 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err er
 		"stream", boolString(st.Stream),
 		"started", ms(st.StartedAt),
 		"ended", ms(st.EndedAt),
+		"interrupted", boolString(st.Interrupted),
 	}
 	n, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64()
 	if err != nil {
@@ -298,27 +324,28 @@ func decodeLedger(accountID string, m redis.XMessage) LedgerEntry {
 	return LedgerEntry{
 		ID: m.ID,
 		Settlement: Settlement{
-			RequestID:  v("request_id"),
-			AccountID:  accountID,
-			KeyID:      v("key_id"),
-			Model:      v("model"),
-			Input:      parseInt(v("input")),
-			Output:     parseInt(v("output")),
-			CacheWrite: parseInt(v("cache_write")),
-			CacheRead:  parseInt(v("cache_read")),
-			Cost:       parseInt(v("cost")),
-			Estimated:  v("estimated") == "1",
-			Status:     status,
-			Endpoint:   v("endpoint"),
-			Stream:     v("stream") == "1",
-			StartedAt:  parseMS(v("started")),
-			EndedAt:    parseMS(v("ended")),
+			RequestID:   v("request_id"),
+			AccountID:   accountID,
+			KeyID:       v("key_id"),
+			Model:       v("model"),
+			Input:       parseInt(v("input")),
+			Output:      parseInt(v("output")),
+			CacheWrite:  parseInt(v("cache_write")),
+			CacheRead:   parseInt(v("cache_read")),
+			Cost:        parseInt(v("cost")),
+			Estimated:   v("estimated") == "1",
+			Interrupted: v("interrupted") == "1",
+			Status:      status,
+			Endpoint:    v("endpoint"),
+			Stream:      v("stream") == "1",
+			StartedAt:   parseMS(v("started")),
+			EndedAt:     parseMS(v("ended")),
 		},
 	}
 }
 
 // OpenHolds returns the number and total amount of the account's recorded
-// holds. Expired holds count until the next admission releases them.
+// holds. Expired holds count until the sweeper settles them.
 func (s *Store) OpenHolds(ctx context.Context, accountID string) (count int64, amount int64, err error) {
 	if !validID(accountID) {
 		return 0, 0, fmt.Errorf("store: open holds of %q: %w", accountID, ErrNotFound)

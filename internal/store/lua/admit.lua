@@ -6,16 +6,20 @@
 -- KEYS[4]  gw:{acct:ID}:rl                zset: admitted request ids scored by admission time (unix ms)
 -- KEYS[5]  gw:{acct:ID}:day:YYYYMMDD      string: settled spend of the current UTC day
 -- KEYS[6]  gw:{acct:ID}:settled:REQID     string: present once REQID has settled
+-- KEYS[7]  gw:{acct:ID}:holdrec           hash: request id -> admission record (opaque JSON)
 --
 -- ARGV[1]  now, unix ms, from the caller's clock (never Redis TIME)
 -- ARGV[2]  request id
 -- ARGV[3]  hold: worst-case cost of the request, nano-USD
--- ARGV[4]  hold lifetime, ms
+-- ARGV[4]  hold lease, ms: the sidecar renews it while the request runs
+-- ARGV[5]  admission record: what the sweeper needs to settle the request
+--          should its sidecar die (key id, model, start time)
 --
 -- Returns {outcome, retry_after_ms, expired_holds}. Outcome: 0 admitted,
 -- 1 rate limited, 2 daily limited, 3 insufficient balance, -1 no such account,
--- -2 request id already held or settled. Expired holds are released whatever
--- the outcome.
+-- -2 request id already held or settled. expired_holds is always 0: expired
+-- holds are settled by the background sweeper (sweep.lua), never here, so a
+-- crashed request is charged rather than dropped.
 --
 -- Money is compared as Lua numbers (doubles): exact up to 2^53 nano-USD. All
 -- writes go through int() so Redis always receives plain integer strings.
@@ -39,26 +43,7 @@ local daily = tonumber(acct[3] or '0')
 local rpm = tonumber(acct[4] or '0')
 local window = tonumber(acct[5] or '0')
 
--- 1. Release the holds of requests that outlived the hold lifetime: their
--- sidecar died and they will never settle.
-local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', int(now))
-local released = 0
-for _, id in ipairs(expired) do
-  local amount = redis.call('HGET', KEYS[2], id)
-  if amount then
-    released = released + tonumber(amount)
-    redis.call('HDEL', KEYS[2], id)
-  end
-end
-if #expired > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', int(now))
-  held = held - released
-  if held < 0 then
-    held = 0
-  end
-  redis.call('HSET', KEYS[1], 'held', int(held))
-end
-local swept = #expired
+local swept = 0
 
 -- A request id is admitted at most once.
 if redis.call('HEXISTS', KEYS[2], req) == 1 or redis.call('EXISTS', KEYS[6]) == 1 then
@@ -103,6 +88,7 @@ end
 
 -- 5. Admit: hold the worst case and log the admission.
 redis.call('HSET', KEYS[2], req, int(hold))
+redis.call('HSET', KEYS[7], req, ARGV[5])
 redis.call('ZADD', KEYS[3], int(now + ttl), req)
 redis.call('HSET', KEYS[1], 'held', int(held + hold))
 if rpm > 0 then

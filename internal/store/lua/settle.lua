@@ -10,6 +10,8 @@
 -- KEYS[8]  gw:{acct:ID}:u:t               hash: usage counters of all time
 -- KEYS[9]  gw:{acct:ID}:ledger            stream: one entry per settled request
 -- KEYS[10] gw:{acct:ID}:key:KEYID         hash: the credential's metadata (may be absent)
+-- KEYS[11] gw:{acct:ID}:holdrec           hash: request id -> admission record
+-- KEYS[12] gw:{acct:ID}:holdckpt          hash: request id -> usage checkpoint
 --
 -- ARGV[1]  request id
 -- ARGV[2]  "1" to charge and count usage (2xx reply), "0" otherwise
@@ -22,7 +24,7 @@
 -- ARGV[9]  idempotency marker lifetime, ms
 -- ARGV[10] day key lifetime, s
 -- ARGV[11] month key lifetime, s
--- ARGV[12] ledger MAXLEN (approximate)
+-- ARGV[12] unused (the ledger is trimmed only after export, by trim.lua)
 -- ARGV[13] last-used time of the credential, unix ms
 -- ARGV[14..] the ledger entry as field, value pairs
 --
@@ -46,7 +48,7 @@ end
 
 local req = ARGV[1]
 
--- Release the hold, unless it already expired and was swept by an admission.
+-- Release the hold, unless the sweeper already settled the request.
 local amount = redis.call('HGET', KEYS[2], req)
 if amount then
   redis.call('HDEL', KEYS[2], req)
@@ -57,6 +59,8 @@ if amount then
   end
   redis.call('HSET', KEYS[1], 'held', int(held))
 end
+redis.call('HDEL', KEYS[11], req)
+redis.call('HDEL', KEYS[12], req)
 
 if ARGV[2] == '1' then
   local cost = ARGV[3]
@@ -89,6 +93,7 @@ if redis.call('EXISTS', KEYS[10]) == 1 then
   end
 end
 
-redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[12], '*', unpack(ARGV, 14))
+-- Never trimmed here: an entry leaves the ledger only once exported.
+redis.call('XADD', KEYS[9], '*', unpack(ARGV, 14))
 redis.call('SET', KEYS[4], '1', 'PX', ARGV[9])
 return 1

@@ -1,0 +1,275 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Holds live as long as their request. Admission records each hold with a
+// lease (Options.HoldTTL) and an admission record; the sidecar running the
+// request renews the lease while the request runs and checkpoints what it
+// has used so far. A hold whose lease ran out belongs to a request whose
+// sidecar died: a background sweeper settles it at its last checkpoint,
+// flagged interrupted, so every admitted request ends in the ledger.
+//
+// The sweeper finds accounts with holds through holdIndexKey, a global sorted
+// set of account ids scored by the time to look at the account next. It lives
+// outside every account's hash tag (it spans accounts), so it is written with
+// plain commands next to the account's scripts, never inside them.
+
+// holdIndexKey is the zset of accounts that may have open holds, scored by
+// the earliest time (unix ms) one of them may expire.
+const holdIndexKey = "gw:holdaccts"
+
+// admissionRecord is what the sweeper needs to settle a request whose
+// sidecar died: who made it, with which model, when. Stored with the hold.
+type admissionRecord struct {
+	KeyID   string `json:"k"`
+	Model   string `json:"m"`
+	Started int64  `json:"s"` // unix ms
+	Stream  bool   `json:"st,omitempty"`
+}
+
+// Checkpoint is the best-known outcome of a running request, written by the
+// renewer so that a request interrupted by a crash is settled at it.
+type Checkpoint struct {
+	Status     int    `json:"st,omitempty"` // vendor status, 0 before its headers
+	Endpoint   string `json:"ep,omitempty"`
+	Input      int64  `json:"i,omitempty"`
+	Output     int64  `json:"o,omitempty"`
+	CacheWrite int64  `json:"cw,omitempty"`
+	CacheRead  int64  `json:"cr,omitempty"`
+	Cost       int64  `json:"c,omitempty"` // nano-USD, priced by the sidecar
+}
+
+// Renewal extends one running request's hold.
+type Renewal struct {
+	AccountID  string
+	RequestID  string
+	Checkpoint *Checkpoint // nil keeps the last checkpoint
+}
+
+// HoldLease is how long a hold lives without renewal.
+func (s *Store) HoldLease() time.Duration { return s.opts.HoldTTL }
+
+// RenewHolds extends the leases of running requests to now+HoldLease and
+// stores their checkpoints: one script call per account, all in one
+// pipeline. It returns how many holds it renewed; a request missing from the
+// count has settled or was swept.
+func (s *Store) RenewHolds(ctx context.Context, rs []Renewal) (int64, error) {
+	if len(rs) == 0 {
+		return 0, nil
+	}
+	until := s.now().Add(s.opts.HoldTTL).UnixMilli()
+	byAcct := map[string][]any{}
+	var order []string
+	for _, r := range rs {
+		if !validID(r.AccountID) || r.RequestID == "" {
+			continue
+		}
+		ck := ""
+		if r.Checkpoint != nil {
+			b, err := json.Marshal(r.Checkpoint)
+			if err != nil {
+				return 0, fmt.Errorf("store: renew holds: %w", err)
+			}
+			ck = string(b)
+		}
+		if _, ok := byAcct[r.AccountID]; !ok {
+			order = append(order, r.AccountID)
+			byAcct[r.AccountID] = []any{until}
+		}
+		byAcct[r.AccountID] = append(byAcct[r.AccountID], r.RequestID, ck)
+	}
+	run := func(p redis.Scripter, id string) *redis.Cmd {
+		keys := []string{acctKey(id, "holds"), acctKey(id, "holdexp"), acctKey(id, "holdckpt")}
+		return renewScript.EvalSha(ctx, p, keys, byAcct[id]...)
+	}
+	cmds := make([]*redis.Cmd, len(order))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range order {
+			cmds[i] = run(p, id)
+		}
+		return nil
+	})
+	var n int64
+	for i, c := range cmds {
+		v, cerr := c.Int64()
+		if cerr != nil && redis.HasErrorPrefix(cerr, "NOSCRIPT") {
+			keys := []string{acctKey(order[i], "holds"), acctKey(order[i], "holdexp"), acctKey(order[i], "holdckpt")}
+			v, cerr = renewScript.Run(ctx, s.rdb, keys, byAcct[order[i]]...).Int64()
+		}
+		if cerr != nil {
+			return n, fmt.Errorf("store: renew holds of %s: %w", order[i], cerr)
+		}
+		n += v
+	}
+	if err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return n, fmt.Errorf("store: renew holds: %w", err)
+	}
+	return n, nil
+}
+
+// DueHoldAccounts returns up to limit accounts that may have a hold expired
+// by now.
+func (s *Store) DueHoldAccounts(ctx context.Context, limit int64) ([]string, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, holdIndexKey, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(s.now().UnixMilli(), 10), Count: limit,
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: due hold accounts: %w", err)
+	}
+	return ids, nil
+}
+
+// SweepResult is what one sweep of an account did.
+type SweepResult struct {
+	// Interrupted are the requests settled at their last checkpoint because
+	// their hold's lease ran out. Applied is false for one that had already
+	// settled (a sweeper elsewhere, or its own late settlement).
+	Interrupted []Settlement
+	Applied     []bool
+	// Released counts expired holds without an admission record, released
+	// at no charge.
+	Released int64
+}
+
+// sweepBatch bounds the expired holds one sweep script call returns.
+const sweepBatch = 100
+
+// SweepHolds settles the account's requests whose hold lease ran out, at
+// their last checkpoint, flagged interrupted and estimated, and keeps the
+// account's place in the sweeper's index.
+func (s *Store) SweepHolds(ctx context.Context, accountID string) (SweepResult, error) {
+	var res SweepResult
+	if !validID(accountID) {
+		// A malformed index entry: drop it, it can never hold anything.
+		s.rdb.ZRem(ctx, holdIndexKey, accountID)
+		return res, nil
+	}
+	keys := []string{
+		acctKey(accountID, "acct"),
+		acctKey(accountID, "holds"),
+		acctKey(accountID, "holdexp"),
+		acctKey(accountID, "holdrec"),
+		acctKey(accountID, "holdckpt"),
+	}
+	for {
+		now := s.now()
+		v, err := sweepScript.Run(ctx, s.rdb, keys, now.UnixMilli(), sweepBatch).Slice()
+		if err != nil {
+			return res, fmt.Errorf("store: sweep holds of %s: %w", accountID, err)
+		}
+		if len(v) < 3 {
+			return res, fmt.Errorf("store: sweep holds of %s: unexpected reply %v", accountID, v)
+		}
+		open, next, released := toInt(v[0]), toInt(v[1]), toInt(v[2])
+		res.Released += released
+		found := 0
+		for i := 3; i+2 < len(v); i += 3 {
+			found++
+			st := interruptedSettlement(accountID, str(v[i]), str(v[i+1]), str(v[i+2]), now)
+			applied, err := s.Settle(ctx, st)
+			if err != nil {
+				return res, fmt.Errorf("store: sweep holds of %s: %w", accountID, err)
+			}
+			res.Interrupted = append(res.Interrupted, st)
+			res.Applied = append(res.Applied, applied)
+		}
+		if found == sweepBatch {
+			continue // more may have expired
+		}
+		return res, s.reindex(ctx, accountID, open-int64(found), next)
+	}
+}
+
+// reindex sets when the sweeper looks at the account next: at its earliest
+// hold expiry, or never when it has no hold left. Removal is checked again
+// afterwards: an admission between the sweep and the removal added its hold
+// before re-adding the account, and is seen by the check if not by the sweep.
+func (s *Store) reindex(ctx context.Context, accountID string, open, next int64) error {
+	if open > 0 && next > 0 {
+		return s.rdb.ZAdd(ctx, holdIndexKey, redis.Z{Score: float64(next), Member: accountID}).Err()
+	}
+	if open > 0 {
+		// Holds remain but none expires after now: they are being settled
+		// right now; look again soon.
+		return s.rdb.ZAdd(ctx, holdIndexKey, redis.Z{Score: float64(s.now().Add(time.Second).UnixMilli()), Member: accountID}).Err()
+	}
+	if err := s.rdb.ZRem(ctx, holdIndexKey, accountID).Err(); err != nil {
+		return fmt.Errorf("store: reindex %s: %w", accountID, err)
+	}
+	first, err := s.rdb.ZRangeWithScores(ctx, acctKey(accountID, "holdexp"), 0, 0).Result()
+	if err != nil {
+		return fmt.Errorf("store: reindex %s: %w", accountID, err)
+	}
+	if len(first) > 0 {
+		return s.rdb.ZAddLT(ctx, holdIndexKey, redis.Z{Score: first[0].Score, Member: accountID}).Err()
+	}
+	return nil
+}
+
+// interruptedSettlement builds the settlement of a request whose sidecar
+// died: its admission record and last checkpoint. A request that died before
+// its vendor answered (or before its first checkpoint) is recorded with
+// status 499 and charged nothing.
+func interruptedSettlement(accountID, reqID, rec, ckpt string, now time.Time) Settlement {
+	var r admissionRecord
+	json.Unmarshal([]byte(rec), &r) // written by Admit; garbage leaves zero values
+	var c Checkpoint
+	if ckpt != "" {
+		json.Unmarshal([]byte(ckpt), &c) // written by RenewHolds
+	}
+	st := Settlement{
+		RequestID:   reqID,
+		AccountID:   accountID,
+		KeyID:       r.KeyID,
+		Model:       r.Model,
+		Stream:      r.Stream,
+		StartedAt:   time.UnixMilli(r.Started).UTC(),
+		EndedAt:     now,
+		Status:      c.Status,
+		Endpoint:    c.Endpoint,
+		Input:       max(c.Input, 0),
+		Output:      max(c.Output, 0),
+		CacheWrite:  max(c.CacheWrite, 0),
+		CacheRead:   max(c.CacheRead, 0),
+		Cost:        max(c.Cost, 0),
+		Estimated:   true,
+		Interrupted: true,
+	}
+	if r.Started == 0 {
+		st.StartedAt = time.Time{}
+	}
+	if st.Status == 0 {
+		st.Status = 499
+	}
+	return st
+}
+
+// toInt reads an integer element of a script reply.
+func toInt(v any) int64 {
+	switch n := v.(type) {
+	case int64:
+		return n
+	case string:
+		return parseInt(n)
+	}
+	return 0
+}
+
+// indexHold adds the account to the sweeper's index, keeping an earlier
+// score: part of the admission's pipeline.
+func indexHold(ctx context.Context, p redis.Pipeliner, accountID string, expiry time.Time) {
+	p.ZAddLT(ctx, holdIndexKey, redis.Z{Score: float64(expiry.UnixMilli()), Member: accountID})
+}
+
+// errNoScript reports whether err says the server does not know a script.
+func errNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
