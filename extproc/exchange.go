@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -36,9 +37,11 @@ type exchange struct {
 	admitted  bool
 	settled   bool
 
-	status   int    // upstream response status; 0 until response headers
-	endpoint string // "primary" or "reserve", from Envoy's endpoint metadata
-	meter    format.Meter
+	status    int    // upstream response status; 0 until response headers
+	endpoint  string // "primary" or "reserve", from Envoy's endpoint metadata
+	meter     format.Meter
+	bodyBytes int64       // response body bytes released to the client
+	open      *holds.Open // the hold's renewal while the request runs
 }
 
 func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
@@ -181,11 +184,9 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	t0 := time.Now()
 	d, err := x.s.accounts.Admit(ctx, store.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID, Model: req.Model, Hold: hold,
+		Stream: req.Stream, StartedAt: x.started,
 	})
 	x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
-	if d.ExpiredHolds > 0 {
-		x.s.metrics.expiredHolds.Add(float64(d.ExpiredHolds))
-	}
 	if err != nil {
 		x.s.log.Error("admission failed", "err", err, "account", x.key.AccountID)
 		x.s.metrics.storeErrors.WithLabelValues("admit").Inc()
@@ -202,6 +203,8 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 			strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64)+"; top up the account", 0)
 	}
 	x.admitted = true
+	// The hold lives as long as the request: renewed until it settles.
+	x.open = x.s.holds.Register(x.key.AccountID, x.requestID)
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
 	}}
@@ -236,6 +239,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		return resp
 	}
 	x.meter = x.upstream.Format.NewMeter(x.req, x.body, hv.contentType)
+	x.open.Checkpoint(store.Checkpoint{Status: x.status, Endpoint: x.endpoint})
 	if h.GetEndOfStream() {
 		x.settle(true)
 	}
@@ -247,8 +251,13 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	if x.meter != nil && !x.settled {
 		x.meter.Write(b.GetBody())
+		x.bodyBytes += int64(len(b.GetBody()))
 		if b.GetEndOfStream() {
 			x.settle(true)
+		} else if x.open.WantCheckpoint() {
+			// Once per renewal interval, not per chunk: what a crash would
+			// leave the sweeper to charge.
+			x.open.Checkpoint(x.checkpoint())
 		}
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
@@ -261,6 +270,16 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 func (x *exchange) finish() {
 	if x.admitted && !x.settled {
 		x.settle(false)
+	}
+}
+
+// checkpoint is the request's best estimate so far, as if it ended now.
+func (x *exchange) checkpoint() store.Checkpoint {
+	u := x.meter.Usage(false)
+	return store.Checkpoint{
+		Status: x.status, Endpoint: x.endpoint,
+		Input: u.Input, Output: u.Output, CacheWrite: u.CacheWrite, CacheRead: u.CacheRead,
+		Cost: x.price.Cost(pricing.Tokens{Input: u.Input, Output: u.Output, CacheWrite: u.CacheWrite, CacheRead: u.CacheRead}),
 	}
 }
 
@@ -286,7 +305,13 @@ func (x *exchange) settle(complete bool) {
 	if st.Status == 0 {
 		st.Status = 499 // the client went away before the vendor answered
 	}
-	if x.meter != nil && x.status >= 200 && x.status <= 299 {
+	if x.meter != nil && !complete && x.bodyBytes == 0 && x.status >= 200 && x.status <= 299 {
+		// The vendor's reply ended before its first byte reached the client:
+		// Envoy answered 502 (or the client saw only a reset). Nothing was
+		// produced, and vendors do not bill such a reply: record 502, no charge.
+		st.Status = 502
+	}
+	if x.meter != nil && st.Status >= 200 && st.Status <= 299 {
 		u := x.meter.Usage(complete)
 		st.Input, st.Output, st.CacheWrite, st.CacheRead = u.Input, u.Output, u.CacheWrite, u.CacheRead
 		st.Estimated = u.Estimated // the meter knows whether the vendor's final figures arrived
@@ -301,6 +326,10 @@ func (x *exchange) settle(complete bool) {
 		x.s.metrics.storeErrors.WithLabelValues("settle").Inc()
 		x.s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
 	}
+	// Renewed until the hold is gone: if the settlement waits in the spool,
+	// a sweep in the meantime charges the same.
+	x.s.holds.Finish(x.open, store.Checkpoint{Status: st.Status, Endpoint: st.Endpoint,
+		Input: st.Input, Output: st.Output, CacheWrite: st.CacheWrite, CacheRead: st.CacheRead, Cost: st.Cost})
 	x.s.metrics.observe(x.upstream.Name, x.price.Model, st)
 	x.s.log.Info("request",
 		"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,

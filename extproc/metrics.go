@@ -50,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gateway_settlement_seconds", Help: "Time of one settlement step in the store.", Buckets: latency,
 		}),
 		expiredHolds: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gateway_expired_holds_total", Help: "Holds of requests that never settled, released after the maximum request duration.",
+			Name: "gateway_expired_holds_total", Help: "Requests whose sidecar stopped renewing their hold (it died), settled as interrupted by this sidecar's sweeper.",
 		}),
 	}
 	// Known label values start at zero, so alerts on them work before the
@@ -64,6 +64,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	return m
 }
+
+// ObserveInterrupted counts one request settled by the hold sweeper.
+func (m *Metrics) ObserveInterrupted() { m.expiredHolds.Inc() }
 
 func (m *Metrics) observe(upstream, model string, st store.Settlement) {
 	m.requests.WithLabelValues(upstream, model, statusClass(st.Status), st.Endpoint).Inc()

@@ -29,6 +29,7 @@ import (
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/control"
 	"github.com/modelgateway/gateway/internal/endpoints"
+	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/spool"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -45,6 +46,8 @@ type sidecar struct {
 	stopWatch context.CancelFunc
 	// ledger spools settlements the store cannot take and replays them.
 	ledger *spool.Spool
+	// stopHolds ends the hold renewer and sweeper.
+	stopHolds context.CancelFunc
 
 	ExtProcAddr net.Addr
 	ControlAddr net.Addr
@@ -78,7 +81,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			o.Logger.Warn("tokenizer unavailable; estimates fall back to byte counts", "err", err)
 		}
 	}()
-	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.MaxRequestDuration.D()})
+	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.HoldLease.D(), LedgerRetention: c.Store.LedgerRetention.D()})
 	keys := auth.NewCache(st, o.KeyCacheTTL)
 
 	reg := prometheus.NewRegistry()
@@ -104,7 +107,17 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
+	renewer := holds.NewRenewer(st, o.Logger)
+	sweeper := holds.NewSweeper(st, o.Logger)
+	sweeper.OnSweep = func(_ string, r store.SweepResult) {
+		for _, ok := range r.Applied {
+			if ok {
+				metrics.ObserveInterrupted()
+			}
+		}
+	}
 	proc := extproc.NewServer(extproc.Options{
+		Holds:           renewer,
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
 		Upstreams:       vendorRoutes, Keys: keys, Accounts: ledger, Metrics: metrics, Logger: o.Logger,
 	})
@@ -116,6 +129,12 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	watcher := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
 
 	s := &sidecar{log: o.Logger, Store: st, ledger: ledger}
+	var holdsCtx context.Context
+	holdsCtx, s.stopHolds = context.WithCancel(context.Background())
+	go renewer.Run(holdsCtx)
+	// Sweep often enough that a dead sidecar's requests settle within about
+	// one lease and a quarter.
+	go sweeper.Run(holdsCtx, min(max(c.Limits.HoldLease.D()/4, 50*time.Millisecond), 5*time.Second))
 	var watchCtx context.Context
 	watchCtx, s.stopWatch = context.WithCancel(context.Background())
 	go watcher.Run(watchCtx, time.Second)
@@ -186,6 +205,10 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 	if !stopGRPC(ctx, s.grpc) {
 		s.log.Warn("shutdown deadline passed; cut the remaining streams")
 	}
+	// Every stream has settled: nothing is left to renew. Holds of requests
+	// whose settlement waits in the spool are swept by any sidecar after a
+	// lease unless the spool replays first (settlement is idempotent).
+	s.stopHolds()
 	// Every settlement has been made or spooled: replay what can be, keep
 	// the rest on disk for the next start.
 	s.ledger.Close(ctx)

@@ -88,6 +88,7 @@ func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
 		Stream:           e.Stream,
 		StartTime:        timestamp(e.StartedAt),
 		EndTime:          timestamp(e.EndedAt),
+		Interrupted:      e.Interrupted,
 	}
 }
 

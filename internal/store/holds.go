@@ -59,11 +59,10 @@ func (s *Store) HoldLease() time.Duration { return s.opts.HoldTTL }
 
 // RenewHolds extends the leases of running requests to now+HoldLease and
 // stores their checkpoints: one script call per account, all in one
-// pipeline. It returns how many holds it renewed; a request missing from the
-// count has settled or was swept.
-func (s *Store) RenewHolds(ctx context.Context, rs []Renewal) (int64, error) {
+// pipeline. It returns the request ids whose hold is gone: settled, or swept.
+func (s *Store) RenewHolds(ctx context.Context, rs []Renewal) (gone []string, err error) {
 	if len(rs) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	until := s.now().Add(s.opts.HoldTTL).UnixMilli()
 	byAcct := map[string][]any{}
@@ -76,7 +75,7 @@ func (s *Store) RenewHolds(ctx context.Context, rs []Renewal) (int64, error) {
 		if r.Checkpoint != nil {
 			b, err := json.Marshal(r.Checkpoint)
 			if err != nil {
-				return 0, fmt.Errorf("store: renew holds: %w", err)
+				return nil, fmt.Errorf("store: renew holds: %w", err)
 			}
 			ck = string(b)
 		}
@@ -91,28 +90,24 @@ func (s *Store) RenewHolds(ctx context.Context, rs []Renewal) (int64, error) {
 		return renewScript.EvalSha(ctx, p, keys, byAcct[id]...)
 	}
 	cmds := make([]*redis.Cmd, len(order))
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range order {
 			cmds[i] = run(p, id)
 		}
 		return nil
 	})
-	var n int64
 	for i, c := range cmds {
-		v, cerr := c.Int64()
-		if cerr != nil && redis.HasErrorPrefix(cerr, "NOSCRIPT") {
+		v, cerr := c.StringSlice()
+		if errNoScript(cerr) {
 			keys := []string{acctKey(order[i], "holds"), acctKey(order[i], "holdexp"), acctKey(order[i], "holdckpt")}
-			v, cerr = renewScript.Run(ctx, s.rdb, keys, byAcct[order[i]]...).Int64()
+			v, cerr = renewScript.Run(ctx, s.rdb, keys, byAcct[order[i]]...).StringSlice()
 		}
 		if cerr != nil {
-			return n, fmt.Errorf("store: renew holds of %s: %w", order[i], cerr)
+			return gone, fmt.Errorf("store: renew holds of %s: %w", order[i], cerr)
 		}
-		n += v
+		gone = append(gone, v...)
 	}
-	if err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
-		return n, fmt.Errorf("store: renew holds: %w", err)
-	}
-	return n, nil
+	return gone, nil
 }
 
 // DueHoldAccounts returns up to limit accounts that may have a hold expired
@@ -272,4 +267,24 @@ func indexHold(ctx context.Context, p redis.Pipeliner, accountID string, expiry 
 // errNoScript reports whether err says the server does not know a script.
 func errNoScript(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// Checkpoints returns the account's open requests' last checkpoints, by
+// request id.
+func (s *Store) Checkpoints(ctx context.Context, accountID string) (map[string]Checkpoint, error) {
+	if !validID(accountID) {
+		return nil, fmt.Errorf("store: checkpoints of %q: %w", accountID, ErrNotFound)
+	}
+	m, err := s.rdb.HGetAll(ctx, acctKey(accountID, "holdckpt")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: checkpoints of %s: %w", accountID, err)
+	}
+	out := make(map[string]Checkpoint, len(m))
+	for id, v := range m {
+		var c Checkpoint
+		if json.Unmarshal([]byte(v), &c) == nil {
+			out[id] = c
+		}
+	}
+	return out, nil
 }

@@ -566,18 +566,18 @@ func testRenewAndCheckpoint(t *testing.T, e *env) {
 	// Renewed every half lease, the hold outlives many leases.
 	for range 6 {
 		e.clock.Advance(holdTTL / 2)
-		n, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1",
+		gone, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1",
 			Checkpoint: &Checkpoint{Status: 200, Endpoint: "primary", Input: 10, Output: 7, Cost: 120}}})
-		if err != nil || n != 1 {
-			t.Fatalf("renew: %d, %v", n, err)
+		if err != nil || len(gone) != 0 {
+			t.Fatalf("renew: %v, %v", gone, err)
 		}
 		if r := e.sweep(acct); len(r.Interrupted) != 0 {
 			t.Fatalf("a renewed hold was swept: %+v", r)
 		}
 	}
 	// Renewals of unknown requests renew nothing and create no hold.
-	if n, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "ghost"}}); err != nil || n != 0 {
-		t.Fatalf("renew ghost: %d, %v", n, err)
+	if gone, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "ghost"}}); err != nil || len(gone) != 1 || gone[0] != "ghost" {
+		t.Fatalf("renew ghost: %v, %v", gone, err)
 	}
 	// The sidecar dies: after one lease the sweeper settles at the checkpoint.
 	e.clock.Advance(holdTTL)

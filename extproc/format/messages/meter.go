@@ -13,7 +13,7 @@ import (
 // input usage; the caller must not change it until Usage has been called.
 func (Format) NewMeter(req format.Request, body []byte, contentType string) format.Meter {
 	if sse.IsEventStream(contentType) {
-		return &streamMeter{body: body, text: tokens.Tally{Limit: streamTextLimit}}
+		return &streamMeter{body: body, text: tokens.Tally{Limit: streamTextLimit, Ratio: tokens.MessagesRatio}}
 	}
 	return &jsonMeter{body: body}
 }
@@ -216,7 +216,7 @@ var messageQuery = jsonscan.NewQuery(
 func (m *jsonMeter) Usage(complete bool) format.Usage {
 	var u format.Usage
 	var haveInput, haveOutput bool
-	text := tokens.Tally{Limit: streamTextLimit}
+	text := tokens.Tally{Limit: streamTextLimit, Ratio: tokens.MessagesRatio}
 	err := messageQuery.Scan(m.buf, func(path int, v jsonscan.Value) error {
 		switch path {
 		case msgModel:

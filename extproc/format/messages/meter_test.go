@@ -93,7 +93,7 @@ func TestStreamMeterError(t *testing.T) {
 	want := format.Usage{
 		Model:     "claude-haiku-4-5-20251001",
 		Input:     120,
-		Output:    tokens.Count(deltaText(t, rec)),
+		Output:    tokens.MessagesRatio.Count(int64(len(deltaText(t, rec)))),
 		Estimated: true,
 	}
 	if want.Output < 5 {
@@ -139,7 +139,7 @@ func TestStreamMeterTruncated(t *testing.T) {
 				Input:      472,
 				CacheWrite: 1536,
 				CacheRead:  20480,
-				Output:     max(reported, tokens.Count(text)),
+				Output:     max(reported, tokens.MessagesRatio.Count(int64(len(text)))),
 				Estimated:  true,
 			}
 			if got != want {
@@ -168,11 +168,12 @@ func TestStreamMeterLongOutputIsExtrapolated(t *testing.T) {
 	}
 	m := meter(nil, eventStream, stream.Bytes())
 	got := m.Usage(false)
-	want := tokens.Count([]byte(all.String()))
-	if got.Output < want-want/50 || got.Output > want+want/50 {
+	// Messages-format text is estimated at the calibrated bytes per token.
+	want := tokens.MessagesRatio.Count(int64(all.Len()))
+	if got.Output != want {
 		t.Fatalf("output %d, want about %d", got.Output, want)
 	}
-	// The meter holds a bounded sample, not the reply.
+	// The meter holds no text at all.
 	sm := m.(*streamMeter)
 	if held := sm.text.Held(); held > streamTextLimit {
 		t.Fatalf("meter holds %d bytes of text", held)
@@ -211,7 +212,7 @@ func TestJSONMeterTruncated(t *testing.T) {
 	want := format.Usage{
 		Model:     "claude-opus-4-1-20250805",
 		Input:     estimateInput(body),
-		Output:    tokens.Count(text),
+		Output:    tokens.MessagesRatio.Count(int64(len(text))),
 		Estimated: true,
 	}
 	if got != want {
@@ -219,7 +220,7 @@ func TestJSONMeterTruncated(t *testing.T) {
 	}
 	// Without usage but otherwise whole.
 	got = meter(body, "application/json", []byte(`{"model":"m","content":[{"type":"text","text":"hello world"}]}`)).Usage(true)
-	want = format.Usage{Model: "m", Input: estimateInput(body), Output: 2, Estimated: true}
+	want = format.Usage{Model: "m", Input: estimateInput(body), Output: 4, Estimated: true} // 11 bytes at 3.5 a token
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}

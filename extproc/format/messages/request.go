@@ -117,7 +117,7 @@ const (
 // definitions. Images and documents are not counted. Used when the vendor
 // reported no input usage.
 func estimateInput(body []byte) int64 {
-	t := tokens.Tally{Limit: inputTextLimit}
+	t := tokens.Tally{Limit: inputTextLimit, Ratio: tokens.MessagesRatio}
 	_ = requestTextQuery.Scan(body, func(path int, v jsonscan.Value) error {
 		switch {
 		case v.Kind == jsonscan.String:

@@ -11,9 +11,9 @@
 -- A request whose hold is gone (settled, or settled by the sweeper after its
 -- lease ran out) is left alone: renewing never recreates a hold.
 --
--- Returns the number of holds renewed.
+-- Returns the request ids whose hold is gone.
 
-local renewed = 0
+local gone = {}
 for i = 2, #ARGV, 2 do
   local req = ARGV[i]
   if redis.call('HEXISTS', KEYS[1], req) == 1 then
@@ -21,7 +21,8 @@ for i = 2, #ARGV, 2 do
     if ARGV[i + 1] ~= '' then
       redis.call('HSET', KEYS[3], req, ARGV[i + 1])
     end
-    renewed = renewed + 1
+  else
+    table.insert(gone, req)
   end
 end
-return renewed
+return gone

@@ -1690,10 +1690,13 @@ type LedgerEntry struct {
 	// Upstream HTTP status.
 	Status int32 `protobuf:"varint,11,opt,name=status,proto3" json:"status,omitempty"`
 	// "primary" or "reserve".
-	Endpoint      string                 `protobuf:"bytes,12,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
-	Stream        bool                   `protobuf:"varint,13,opt,name=stream,proto3" json:"stream,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	Endpoint  string                 `protobuf:"bytes,12,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Stream    bool                   `protobuf:"varint,13,opt,name=stream,proto3" json:"stream,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// True when the request's sidecar stopped (crashed) before it ended: it
+	// was settled at its last checkpoint by the hold sweeper.
+	Interrupted   bool `protobuf:"varint,16,opt,name=interrupted,proto3" json:"interrupted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1833,6 +1836,13 @@ func (x *LedgerEntry) GetEndTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *LedgerEntry) GetInterrupted() bool {
+	if x != nil {
+		return x.Interrupted
+	}
+	return false
+}
+
 type ListLedgerRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
@@ -1948,6 +1958,228 @@ func (x *ListLedgerResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ExportLedgerRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// At most 1000; zero: 100.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Entry id to read after; empty: after the committed export mark.
+	After         string `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportLedgerRequest) Reset() {
+	*x = ExportLedgerRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportLedgerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportLedgerRequest) ProtoMessage() {}
+
+func (x *ExportLedgerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportLedgerRequest.ProtoReflect.Descriptor instead.
+func (*ExportLedgerRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ExportLedgerRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *ExportLedgerRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ExportLedgerRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+type ExportLedgerResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*LedgerEntry         `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The committed export mark; empty when nothing was committed yet.
+	Mark          string `protobuf:"bytes,2,opt,name=mark,proto3" json:"mark,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportLedgerResponse) Reset() {
+	*x = ExportLedgerResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportLedgerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportLedgerResponse) ProtoMessage() {}
+
+func (x *ExportLedgerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportLedgerResponse.ProtoReflect.Descriptor instead.
+func (*ExportLedgerResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ExportLedgerResponse) GetEntries() []*LedgerEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ExportLedgerResponse) GetMark() string {
+	if x != nil {
+		return x.Mark
+	}
+	return ""
+}
+
+type CommitLedgerExportRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// Id of the last entry written out.
+	LastId        string `protobuf:"bytes,2,opt,name=last_id,json=lastId,proto3" json:"last_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitLedgerExportRequest) Reset() {
+	*x = CommitLedgerExportRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitLedgerExportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitLedgerExportRequest) ProtoMessage() {}
+
+func (x *CommitLedgerExportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitLedgerExportRequest.ProtoReflect.Descriptor instead.
+func (*CommitLedgerExportRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *CommitLedgerExportRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *CommitLedgerExportRequest) GetLastId() string {
+	if x != nil {
+		return x.LastId
+	}
+	return ""
+}
+
+type CommitLedgerExportResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mark afterwards.
+	Mark string `protobuf:"bytes,1,opt,name=mark,proto3" json:"mark,omitempty"`
+	// Exported entries older than the retention that this commit trimmed.
+	Trimmed       int64 `protobuf:"varint,2,opt,name=trimmed,proto3" json:"trimmed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitLedgerExportResponse) Reset() {
+	*x = CommitLedgerExportResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitLedgerExportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitLedgerExportResponse) ProtoMessage() {}
+
+func (x *CommitLedgerExportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitLedgerExportResponse.ProtoReflect.Descriptor instead.
+func (*CommitLedgerExportResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *CommitLedgerExportResponse) GetMark() string {
+	if x != nil {
+		return x.Mark
+	}
+	return ""
+}
+
+func (x *CommitLedgerExportResponse) GetTrimmed() int64 {
+	if x != nil {
+		return x.Trimmed
+	}
+	return 0
+}
+
 // AuditEntry is one administrative action.
 type AuditEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1964,7 +2196,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2208,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2221,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AuditEntry) GetId() string {
@@ -2051,7 +2283,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2063,7 +2295,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2076,7 +2308,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListAuditRequest) GetPageSize() int32 {
@@ -2103,7 +2335,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2347,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2360,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -2268,7 +2500,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x19\n" +
 	"\btoken_id\x18\x02 \x01(\tR\atokenId\"J\n" +
 	"\x1bRevokeReadOnlyTokenResponse\x12+\n" +
-	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\x8b\x04\n" +
+	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\xad\x04\n" +
 	"\vLedgerEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2287,7 +2519,8 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x06stream\x18\r \x01(\bR\x06stream\x129\n" +
 	"\n" +
 	"start_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
-	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\"n\n" +
+	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12 \n" +
+	"\vinterrupted\x18\x10 \x01(\bR\vinterrupted\"n\n" +
 	"\x11ListLedgerRequest\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x1b\n" +
@@ -2296,7 +2529,22 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"u\n" +
 	"\x12ListLedgerResponse\x127\n" +
 	"\aentries\x18\x01 \x03(\v2\x1d.gateway.admin.v1.LedgerEntryR\aentries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc8\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"g\n" +
+	"\x13ExportLedgerRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\tR\x05after\"c\n" +
+	"\x14ExportLedgerResponse\x127\n" +
+	"\aentries\x18\x01 \x03(\v2\x1d.gateway.admin.v1.LedgerEntryR\aentries\x12\x12\n" +
+	"\x04mark\x18\x02 \x01(\tR\x04mark\"S\n" +
+	"\x19CommitLedgerExportRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x17\n" +
+	"\alast_id\x18\x02 \x01(\tR\x06lastId\"J\n" +
+	"\x1aCommitLedgerExportResponse\x12\x12\n" +
+	"\x04mark\x18\x01 \x01(\tR\x04mark\x12\x18\n" +
+	"\atrimmed\x18\x02 \x01(\x03R\atrimmed\"\xc8\x01\n" +
 	"\n" +
 	"AuditEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
@@ -2322,7 +2570,8 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x15KEY_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10KEY_STATE_ACTIVE\x10\x01\x12\x15\n" +
 	"\x11KEY_STATE_EXPIRED\x10\x02\x12\x15\n" +
-	"\x11KEY_STATE_REVOKED\x10\x032\xad\t\n" +
+	"\x11KEY_STATE_REVOKED\x10\x032\xfd\n" +
+	"\n" +
 	"\x05Admin\x12`\n" +
 	"\rCreateAccount\x12&.gateway.admin.v1.CreateAccountRequest\x1a'.gateway.admin.v1.CreateAccountResponse\x12W\n" +
 	"\n" +
@@ -2337,7 +2586,9 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x13CreateReadOnlyToken\x12,.gateway.admin.v1.CreateReadOnlyTokenRequest\x1a-.gateway.admin.v1.CreateReadOnlyTokenResponse\x12r\n" +
 	"\x13RevokeReadOnlyToken\x12,.gateway.admin.v1.RevokeReadOnlyTokenRequest\x1a-.gateway.admin.v1.RevokeReadOnlyTokenResponse\x12W\n" +
 	"\n" +
-	"ListLedger\x12#.gateway.admin.v1.ListLedgerRequest\x1a$.gateway.admin.v1.ListLedgerResponse\x12T\n" +
+	"ListLedger\x12#.gateway.admin.v1.ListLedgerRequest\x1a$.gateway.admin.v1.ListLedgerResponse\x12]\n" +
+	"\fExportLedger\x12%.gateway.admin.v1.ExportLedgerRequest\x1a&.gateway.admin.v1.ExportLedgerResponse\x12o\n" +
+	"\x12CommitLedgerExport\x12+.gateway.admin.v1.CommitLedgerExportRequest\x1a,.gateway.admin.v1.CommitLedgerExportResponse\x12T\n" +
 	"\tListAudit\x12\".gateway.admin.v1.ListAuditRequest\x1a#.gateway.admin.v1.ListAuditResponseB@Z>github.com/modelgateway/gateway/proto/gateway/admin/v1;adminv1b\x06proto3"
 
 var (
@@ -2353,7 +2604,7 @@ func file_gateway_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_gateway_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(KeyKind)(0),                        // 0: gateway.admin.v1.KeyKind
 	(KeyState)(0),                       // 1: gateway.admin.v1.KeyState
@@ -2385,73 +2636,82 @@ var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(*LedgerEntry)(nil),                 // 27: gateway.admin.v1.LedgerEntry
 	(*ListLedgerRequest)(nil),           // 28: gateway.admin.v1.ListLedgerRequest
 	(*ListLedgerResponse)(nil),          // 29: gateway.admin.v1.ListLedgerResponse
-	(*AuditEntry)(nil),                  // 30: gateway.admin.v1.AuditEntry
-	(*ListAuditRequest)(nil),            // 31: gateway.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),           // 32: gateway.admin.v1.ListAuditResponse
-	(*timestamppb.Timestamp)(nil),       // 33: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 34: google.protobuf.Duration
+	(*ExportLedgerRequest)(nil),         // 30: gateway.admin.v1.ExportLedgerRequest
+	(*ExportLedgerResponse)(nil),        // 31: gateway.admin.v1.ExportLedgerResponse
+	(*CommitLedgerExportRequest)(nil),   // 32: gateway.admin.v1.CommitLedgerExportRequest
+	(*CommitLedgerExportResponse)(nil),  // 33: gateway.admin.v1.CommitLedgerExportResponse
+	(*AuditEntry)(nil),                  // 34: gateway.admin.v1.AuditEntry
+	(*ListAuditRequest)(nil),            // 35: gateway.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 36: gateway.admin.v1.ListAuditResponse
+	(*timestamppb.Timestamp)(nil),       // 37: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 38: google.protobuf.Duration
 }
 var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
-	33, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
+	37, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: gateway.admin.v1.Account.limits:type_name -> gateway.admin.v1.Limits
 	3,  // 2: gateway.admin.v1.CreateAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 3: gateway.admin.v1.GetAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 4: gateway.admin.v1.ListAccountsResponse.accounts:type_name -> gateway.admin.v1.Account
 	3,  // 5: gateway.admin.v1.SetLimitsResponse.account:type_name -> gateway.admin.v1.Account
 	0,  // 6: gateway.admin.v1.Key.kind:type_name -> gateway.admin.v1.KeyKind
-	33, // 7: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
-	33, // 8: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
-	33, // 9: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
-	33, // 10: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
+	37, // 7: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
+	37, // 8: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
+	37, // 9: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
+	37, // 10: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
 	1,  // 11: gateway.admin.v1.Key.state:type_name -> gateway.admin.v1.KeyState
-	33, // 12: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
-	34, // 13: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
+	37, // 12: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	38, // 13: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
 	14, // 14: gateway.admin.v1.CreateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	14, // 15: gateway.admin.v1.ListKeysResponse.keys:type_name -> gateway.admin.v1.Key
 	14, // 16: gateway.admin.v1.RevokeKeyResponse.key:type_name -> gateway.admin.v1.Key
-	34, // 17: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
+	38, // 17: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
 	14, // 18: gateway.admin.v1.RotateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	14, // 19: gateway.admin.v1.RotateKeyResponse.old_key:type_name -> gateway.admin.v1.Key
-	33, // 20: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
-	34, // 21: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
+	37, // 20: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
+	38, // 21: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
 	14, // 22: gateway.admin.v1.CreateReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
 	14, // 23: gateway.admin.v1.RevokeReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
-	33, // 24: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
-	33, // 25: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
+	37, // 24: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
+	37, // 25: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
 	27, // 26: gateway.admin.v1.ListLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
-	33, // 27: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	30, // 28: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
-	4,  // 29: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
-	6,  // 30: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
-	8,  // 31: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
-	10, // 32: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
-	12, // 33: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
-	15, // 34: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
-	17, // 35: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
-	19, // 36: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
-	21, // 37: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
-	23, // 38: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
-	25, // 39: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
-	28, // 40: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
-	31, // 41: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
-	5,  // 42: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
-	7,  // 43: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
-	9,  // 44: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
-	11, // 45: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
-	13, // 46: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
-	16, // 47: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
-	18, // 48: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
-	20, // 49: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
-	22, // 50: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
-	24, // 51: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
-	26, // 52: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
-	29, // 53: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
-	32, // 54: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
-	42, // [42:55] is the sub-list for method output_type
-	29, // [29:42] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	27, // 27: gateway.admin.v1.ExportLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
+	37, // 28: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	34, // 29: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
+	4,  // 30: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
+	6,  // 31: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
+	8,  // 32: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
+	10, // 33: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
+	12, // 34: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
+	15, // 35: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
+	17, // 36: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
+	19, // 37: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
+	21, // 38: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
+	23, // 39: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
+	25, // 40: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
+	28, // 41: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
+	30, // 42: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
+	32, // 43: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
+	35, // 44: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
+	5,  // 45: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
+	7,  // 46: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
+	9,  // 47: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
+	11, // 48: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
+	13, // 49: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
+	16, // 50: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
+	18, // 51: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
+	20, // 52: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
+	22, // 53: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
+	24, // 54: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
+	26, // 55: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
+	29, // 56: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
+	31, // 57: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
+	33, // 58: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
+	36, // 59: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
+	45, // [45:60] is the sub-list for method output_type
+	30, // [30:45] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_gateway_admin_v1_admin_proto_init() }
@@ -2475,7 +2735,7 @@ func file_gateway_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gateway_admin_v1_admin_proto_rawDesc), len(file_gateway_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   31,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
