@@ -37,6 +37,12 @@ type Controls struct {
 	// AbortAfterEvents, when not 0, resets the connection after that many
 	// SSE events.
 	AbortAfterEvents int `json:"abort_after_events"`
+	// AbortAtStart resets the connection before the first event: after the
+	// response headers of a stream, before any byte of other replies.
+	AbortAtStart bool `json:"abort_at_start"`
+	// ToolPromptTokens is added to the input tokens of requests that offer
+	// tools, as vendors add a tool-use system prompt.
+	ToolPromptTokens int `json:"tool_prompt_tokens"`
 	// RetryAfter is sent as the retry-after header of forced 429, 503 and
 	// 529 answers when not empty.
 	RetryAfter string `json:"retry_after"`
@@ -63,6 +69,8 @@ type controlUpdate struct {
 	CacheWriteTokens *int    `json:"cache_write_tokens"`
 	ReplyWords       *int    `json:"reply_words"`
 	AbortAfterEvents *int    `json:"abort_after_events"`
+	AbortAtStart     *bool   `json:"abort_at_start"`
+	ToolPromptTokens *int    `json:"tool_prompt_tokens"`
 	RetryAfter       *string `json:"retry_after"`
 }
 
@@ -77,6 +85,7 @@ func (u *controlUpdate) validate() error {
 		"status_count": u.StatusCount, "latency_ms": u.LatencyMS, "event_delay_ms": u.EventDelayMS,
 		"cache_read_tokens": u.CacheReadTokens, "cache_write_tokens": u.CacheWriteTokens,
 		"reply_words": u.ReplyWords, "abort_after_events": u.AbortAfterEvents,
+		"tool_prompt_tokens": u.ToolPromptTokens,
 	} {
 		if p != nil && *p < 0 {
 			return fmt.Errorf("%s must not be negative", name)
@@ -99,6 +108,10 @@ func (u *controlUpdate) apply(c *Controls) {
 	set(&c.CacheWriteTokens, u.CacheWriteTokens)
 	set(&c.ReplyWords, u.ReplyWords)
 	set(&c.AbortAfterEvents, u.AbortAfterEvents)
+	set(&c.ToolPromptTokens, u.ToolPromptTokens)
+	if u.AbortAtStart != nil {
+		c.AbortAtStart = *u.AbortAtStart
+	}
 	if u.ToolCall != nil {
 		c.ToolCall = *u.ToolCall
 	}

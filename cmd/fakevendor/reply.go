@@ -37,6 +37,7 @@ type reply struct {
 	truncated bool     // the token limit cut the text short
 	tool      *toolCall
 
+	choices      int // beta's n; 0 or 1: one
 	inputTokens  int
 	outputTokens int
 	cacheRead    int
@@ -76,6 +77,9 @@ func planReply(body []byte, msgs []message, limit int, tool *toolCall, ctl *Cont
 		inputTokens: inputTokens(body),
 		cacheRead:   ctl.CacheReadTokens,
 		cacheWrite:  ctl.CacheWriteTokens,
+	}
+	if tool != nil {
+		rp.inputTokens += ctl.ToolPromptTokens
 	}
 	if tool != nil && ctl.ToolCall && !afterTool {
 		tool.fragments = fragments(tool.arguments, fragmentBytes)
