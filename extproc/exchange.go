@@ -180,7 +180,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	x.req, x.body, x.price = req, body, price
 	x.requestID = x.s.newRequestID()
 
-	hold := price.Hold(int64(len(body)), maxOut)
+	hold := price.Hold(int64(len(body))+toolPromptTokens(req), maxOut*max(req.Choices, 1))
 	t0 := time.Now()
 	d, err := x.s.accounts.Admit(ctx, store.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID, Model: req.Model, Hold: hold,
@@ -208,6 +208,17 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
 	}}
+}
+
+// toolPromptAllowance covers the input a vendor adds to a request offering
+// tools (its tool-use system prompt): a few hundred tokens per request.
+const toolPromptAllowance = 1000
+
+func toolPromptTokens(req format.Request) int64 {
+	if req.HasTools {
+		return toolPromptAllowance
+	}
+	return 0
 }
 
 // allowed reports whether a key's model allow-list admits the model, by the

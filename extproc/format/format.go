@@ -17,6 +17,24 @@ type Request struct {
 	Stream       bool
 	// IncludeUsage reports stream_options.include_usage (format B only).
 	IncludeUsage bool
+	// Choices is the number of replies asked for (chat completions' n); the
+	// vendor bills the output of each. Zero means one.
+	Choices int64
+	// HasTools reports a non-empty tools list: the vendor then adds its
+	// tool-use system prompt to the billed input.
+	HasTools bool
+}
+
+// NonEmptyArray reports whether raw JSON is an array with an element.
+func NonEmptyArray(raw []byte) bool {
+	for i := 1; i < len(raw)-1; i++ {
+		switch raw[i] {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return raw[0] == '['
+	}
+	return false
 }
 
 // Usage is what one reply consumed, in tokens.

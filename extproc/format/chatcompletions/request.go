@@ -19,7 +19,13 @@ const (
 	reqStream
 	reqStreamOptions
 	reqIncludeUsage
+	reqN
+	reqTools
+	reqFunctions
 )
+
+// maxChoices is the largest n the vendor accepts.
+const maxChoices = 128
 
 var requestQuery = jsonscan.NewQuery(
 	"model",
@@ -28,6 +34,9 @@ var requestQuery = jsonscan.NewQuery(
 	"stream",
 	"stream_options",
 	"stream_options.include_usage",
+	"n",
+	"tools",
+	"functions",
 )
 
 // ParseRequest reads model, max_tokens, max_completion_tokens, stream and
@@ -87,6 +96,20 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 				fail("stream_options.include_usage", "must be a boolean")
 			}
 			req.IncludeUsage = b
+		case reqN:
+			if v.Kind == jsonscan.Null {
+				return nil
+			}
+			n, ok := v.Int()
+			if !ok || n < 1 || n > maxChoices {
+				fail("n", "must be an integer from 1 to 128")
+				return nil
+			}
+			req.Choices = n
+		case reqTools, reqFunctions:
+			if v.Kind == jsonscan.Array && format.NonEmptyArray(v.Raw) {
+				req.HasTools = true
+			}
 		}
 		return nil
 	})

@@ -16,9 +16,10 @@ const (
 	reqModel = iota
 	reqMaxTokens
 	reqStream
+	reqTools
 )
 
-var requestQuery = jsonscan.NewQuery("model", "max_tokens", "stream")
+var requestQuery = jsonscan.NewQuery("model", "max_tokens", "stream", "tools")
 
 // ParseRequest reads model, max_tokens and stream, validating the whole body
 // as strict JSON. max_tokens is required, as the vendor requires it, and
@@ -54,6 +55,8 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 				return nil
 			}
 			req.Stream = b
+		case reqTools:
+			req.HasTools = v.Kind == jsonscan.Array && format.NonEmptyArray(v.Raw)
 		}
 		return nil
 	})
