@@ -46,7 +46,7 @@ var (
 // Defaults of Options.
 const (
 	defaultHoldTTL     = time.Minute
-	defaultSettledTTL  = 30 * 24 * time.Hour
+	defaultSettledTTL  = time.Hour
 	defaultAuditMaxLen = 100_000
 
 	dayKeyTTL   = 40 * 24 * time.Hour

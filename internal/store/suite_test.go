@@ -159,6 +159,8 @@ func testKeys(t *testing.T, e *env) {
 
 	// Settling a request records the key's last use.
 	used := start.Add(2 * time.Minute)
+	e.mustAdmit(acct, "r1", 1)
+	e.mustAdmit(acct, "r0", 1)
 	e.settle(Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Model: "gpt", Cost: 1, EndedAt: used})
 	got, _ = e.s.LookupKey(e.ctx, HashSecret(secret))
 	if !got.LastUsedAt.Equal(used) {
@@ -706,6 +708,17 @@ func testSettleIdempotent(t *testing.T, e *env) {
 	if e.settle(st) {
 		t.Fatal("third settlement applied")
 	}
+	// Nor once the marker has expired: the hold is gone.
+	if err := e.rdb.Del(e.ctx, acctKey(acct, "settled:r1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if e.settle(st) {
+		t.Fatal("settlement applied again after its marker expired")
+	}
+	// A request never admitted does not settle.
+	if e.settle(Settlement{RequestID: "never", AccountID: acct, Cost: 5, Status: 200}) {
+		t.Fatal("a request without a hold settled")
+	}
 	if b := e.balance(acct); b != 700 {
 		t.Fatalf("balance %d, want 700", b)
 	}
@@ -788,6 +801,7 @@ func testSettleNon2xx(t *testing.T, e *env) {
 	// Statuses around the 2xx range.
 	for i, status := range []int{199, 200, 299, 300, 0} {
 		st := Settlement{RequestID: fmt.Sprint("s", i), AccountID: acct, Cost: 1, Status: status}
+		e.mustAdmit(acct, st.RequestID, 1)
 		if _, err := e.s.Settle(e.ctx, st); err != nil {
 			t.Fatal(err)
 		}

@@ -472,11 +472,10 @@ const conservationSeed = 20250917
 // balance not promised to open holds covers its hold, and its cost never
 // exceeds its hold, which counts every byte of the body as an input token at
 // the dearer of the input and cache-write prices (a token is never shorter
-// than a byte) and max_tokens of output. Two cases could overdraw an
-// account, each by at most one request's cost: a vendor reporting more
-// output than max_tokens, and a settlement that waited in the spool longer
-// than the maximum request duration (its hold was released before it was
-// charged). Neither happens here.
+// than a byte) and max_tokens of output. A vendor reporting more output
+// than max_tokens could overdraw an account by at most one request's cost;
+// it does not happen here. (A hold is never released uncharged: it lives
+// until its request settles, or is settled by the sweeper.)
 func TestConservationUnderFaults(t *testing.T) {
 	seed := uint64(conservationSeed)
 	if v := os.Getenv("GATEWAY_CONSERVATION_SEED"); v != "" {

@@ -32,8 +32,8 @@
 -- "m:input:MODEL", ...: the counter name never holds a colon, so a model name
 -- may. The account's totals are the sum over its models.
 --
--- Returns 1 when applied, 0 when the request had already settled, -1 when the
--- account does not exist.
+-- Returns 1 when applied, 0 when the request had already settled (or was
+-- never admitted), -1 when the account does not exist.
 
 local function int(n)
   return string.format('%d', n)
@@ -48,17 +48,21 @@ end
 
 local req = ARGV[1]
 
--- Release the hold, unless the sweeper already settled the request.
+-- Only a held request settles. A hold leaves only through settlement (the
+-- sweeper settles expired ones), so a request without one has settled
+-- already, even once its marker has expired: the marker need not outlive
+-- the longest replay.
 local amount = redis.call('HGET', KEYS[2], req)
-if amount then
-  redis.call('HDEL', KEYS[2], req)
-  redis.call('ZREM', KEYS[3], req)
-  local held = tonumber(redis.call('HGET', KEYS[1], 'held') or '0') - tonumber(amount)
-  if held < 0 then
-    held = 0
-  end
-  redis.call('HSET', KEYS[1], 'held', int(held))
+if not amount then
+  return 0
 end
+redis.call('HDEL', KEYS[2], req)
+redis.call('ZREM', KEYS[3], req)
+local held = tonumber(redis.call('HGET', KEYS[1], 'held') or '0') - tonumber(amount)
+if held < 0 then
+  held = 0
+end
+redis.call('HSET', KEYS[1], 'held', int(held))
 redis.call('HDEL', KEYS[11], req)
 redis.call('HDEL', KEYS[12], req)
 
