@@ -128,15 +128,17 @@ func count(v jsonscan.Value) (int64, bool) {
 	return n, true
 }
 
-// Usage reports the usage chunk's figures when the stream ended (with
-// [DONE], or complete is set). Otherwise it reports what was observed, with
+// Usage reports the usage chunk's figures once it has arrived (it is the
+// last chunk before [DONE]). Otherwise it reports what was observed, with
 // output raised to the tokens counted in the deltas and input estimated from
 // the request if no usage came, and marks the result estimated.
 func (m *streamMeter) Usage(complete bool) format.Usage {
 	u := format.Usage{Model: m.model}
 	if m.sawUsage {
 		u.Input, u.CacheRead, u.Output = split(m.prompt, m.cached, m.completion)
-		if (m.done || complete) && !m.failed {
+		// The usage chunk is the stream's last: its figures are final
+		// even if the client leaves before [DONE].
+		if !m.failed {
 			return u
 		}
 	} else {

@@ -46,6 +46,7 @@ type streamMeter struct {
 	model                                string
 	input, output, cacheWrite, cacheRead int64
 	started, stopped, failed             bool
+	final                                bool // message_delta carried the final output count
 }
 
 const (
@@ -121,6 +122,11 @@ func (m *streamMeter) event(ev sse.Event) {
 		setCount(&m.cacheWrite, vals[evStartCacheWrite], false)
 		setCount(&m.cacheRead, vals[evStartCacheRead], false)
 	case is("message_delta"):
+		if n, ok := vals[evOutput].Int(); ok && n >= 0 {
+			// The vendor's count of the whole reply: exact from here on,
+			// even if the client leaves before message_stop.
+			m.final = true
+		}
 		setCount(&m.output, vals[evOutput], false)
 		setCount(&m.input, vals[evInput], true)
 		setCount(&m.cacheWrite, vals[evCacheWrite], true)
@@ -142,9 +148,9 @@ func setCount(dst *int64, v jsonscan.Value, nonZero bool) {
 	*dst = n
 }
 
-// Usage reports the vendor's figures once message_stop has been seen, even
-// if the body then failed to reach the client: the reply was generated in
-// full. Otherwise it reports what was observed, with output raised to the
+// Usage reports the vendor's figures once message_delta's final count (or
+// message_stop) has been seen, even if the body then failed to reach the
+// client: the reply was generated in full. Otherwise it reports what was observed, with output raised to the
 // tokens counted in the streamed text and, if message_start never came,
 // input estimated from the request, and marks the result estimated.
 func (m *streamMeter) Usage(complete bool) format.Usage {
@@ -155,7 +161,7 @@ func (m *streamMeter) Usage(complete bool) format.Usage {
 		CacheWrite: m.cacheWrite,
 		CacheRead:  m.cacheRead,
 	}
-	if m.started && m.stopped && !m.failed {
+	if m.started && (m.stopped || m.final) && !m.failed {
 		return u
 	}
 	u.Estimated = true

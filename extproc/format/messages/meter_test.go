@@ -117,6 +117,14 @@ func TestStreamMeterTruncated(t *testing.T) {
 	for n := range len(events) - 1 { // all but the last event: no message_stop
 		stream := bytes.Join(events[:n], nil)
 		got := meter(body, eventStream, stream).Usage(false)
+		if n >= len(events)-2 {
+			// message_delta's final count arrived: exact, message_stop or not.
+			want := format.Usage{Model: "claude-opus-4-1-20250805", Input: 472, CacheWrite: 1536, CacheRead: 20480, Output: 89}
+			if got != want {
+				t.Fatalf("%d events, final usage seen: got %+v, want %+v", n, got, want)
+			}
+			continue
+		}
 		if !got.Estimated {
 			t.Fatalf("%d events: not estimated", n)
 		}
@@ -147,9 +155,10 @@ func TestStreamMeterTruncated(t *testing.T) {
 			}
 		}
 	}
-	// Cut at every byte: never a panic, always estimated, never less than
-	// what the vendor had reported.
-	for i := range len(rec) - len(events[len(events)-1]) - 1 {
+	// Cut at every byte before message_delta has fully arrived: never a
+	// panic, always estimated, never less than what the vendor had reported.
+	deltaEnd := len(rec) - len(events[len(events)-1]) - len(events[len(events)-2])
+	for i := range deltaEnd {
 		got := meter(body, eventStream, rec[:i]).Usage(false)
 		if !got.Estimated || got.Input <= 0 || got.Output < 0 {
 			t.Fatalf("cut at %d: %+v", i, got)
