@@ -1,6 +1,8 @@
 # Model gateway. Two commands on a fresh machine:
 #   make run    start Envoy, the sidecar and fake vendors on 127.0.0.1:8080
 #   make test   build, install what is missing, run every test suite
+# Test tiers: make unit (no Envoy, Redis or Python; seconds), make e2e (real
+# processes), make lint; make test runs them all.
 SHELL := /bin/bash
 GO    ?= go
 VENV  := .venv
@@ -9,16 +11,19 @@ ENVOY := $(VENV)/bin/envoy
 BIN   := bin
 # Bounded fuzzing in `make test`; raise for a longer local run.
 FUZZTIME ?= 4s
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BUF         := github.com/bufbuild/buf/cmd/buf@v1.57.0
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
 
-.PHONY: envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto deps envoy redis lint clean
+.PHONY: envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis lint clean
 
 all: build
 
-## deps: download Go modules
+## deps: download Go modules (the sidecar's, and deploy/'s own module of manifest checks)
 deps:
 	$(GO) mod download
+	cd deploy && $(GO) mod download
 
 ## build: the three binaries into bin/
 build: deps
@@ -45,12 +50,30 @@ redis:
 run: build envoy
 	$(BIN)/gateway run --config gateway.yaml
 
-## test: everything (unit, integration on real Redis, end-to-end through real Envoy, SDK conformance, fuzz and bench smoke)
-test: build envoy redis
-	$(GO) vet ./...
+## test: everything: lint, every Go test against real processes (Redis, Envoy, the SDKs), fuzz and bench smoke
+test: build envoy redis lint
 	$(GO) test -count=1 -timeout 15m ./...
+	cd deploy && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory bench-smoke
+
+## unit: the fast tier: no Envoy, no redis-server, no Python (tests that need them skip under -short)
+unit: deps
+	$(GO) test -short -count=1 ./...
+	cd deploy && $(GO) test -short -count=1 ./...
+
+## e2e: the tests that start real processes: end to end through Envoy, real Redis and Cluster, SDK conformance
+e2e: build envoy redis
+	$(GO) test -count=1 -timeout 15m ./test/... ./internal/store/... ./internal/redistest/... ./envoy/...
+	cd deploy && $(GO) test -count=1 ./...
+
+## lint: formatting, go vet and staticcheck (pinned; fetched from the Go module proxy)
+lint: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+	cd deploy && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	@$(MAKE) --no-print-directory proto-check
 
 ## fuzz: each fuzz target for FUZZTIME (seed corpora also run in plain `go test`).
 ## A failure that saved a crashing input fails at once; an engine failure that
@@ -75,9 +98,15 @@ bench: build envoy redis
 bench-smoke: build envoy redis
 	GATEWAY_BIN_DIR=$(abspath $(BIN)) $(GO) run ./test/bench -smoke -out $(BIN)/bench-smoke.md
 
-## proto: regenerate the admin API's Go code (tools installed from the Go module proxy)
+## proto: regenerate the admin API's Go code with buf (proto/buf.gen.yaml; pinned generators from the Go module proxy)
 proto:
-	$(GO) run ./proto/gen
+	cd proto && $(GO) run $(BUF) generate
+
+## proto-check: fail when the committed generated code is not what `make proto` writes
+proto-check:
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	  (cd proto && $(GO) run $(BUF) generate -o $$tmp) && \
+	  for f in $$(cd $$tmp && find * -name '*.go'); do cmp -s $$tmp/$$f proto/$$f || { echo "proto/$$f is stale: run make proto"; exit 1; }; done
 
 clean:
 	rm -rf $(BIN) .run
@@ -89,7 +118,7 @@ envoy-config: build
 	$(BIN)/gateway envoy-config --config gateway.yaml --extproc-addr gateway-demo:50051 --control-addr gateway-demo:8081 \
 	  --public-addr 0.0.0.0:8080 --admin-addr 0.0.0.0:9901 --node-id gateway-compose-demo \
 	  --endpoint alpha=http://fakevendor:9101 --endpoint beta=http://fakevendor:9102 -o envoy/envoy-demo.yaml
-	$(GO) run ./deploy/gen
+	cd deploy && $(GO) run ./gen -root ..
 
 ## conformance: the official SDKs against the real gateway
 conformance: build envoy redis

@@ -26,7 +26,7 @@ func TestGeneratedManifestsAreCurrent(t *testing.T) {
 			t.Fatalf("generator wrote no %s", p)
 		}
 		if got := readRepoFile(t, p); !bytes.Equal(got, want) {
-			t.Errorf("%s has drifted from gateway.yaml and the Envoy template: run `go run ./deploy/gen`", p)
+			t.Errorf("%s has drifted from gateway.yaml and the Envoy template: run `make envoy-config`", p)
 		}
 	}
 	if len(files) != 2 {

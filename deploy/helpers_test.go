@@ -62,6 +62,9 @@ func envoyValidate(t *testing.T, name string, boot []byte) {
 // envoyBinary is $ENVOY_BIN or the Envoy that `make envoy` installs.
 func envoyBinary(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs Envoy: skipped by -short (make unit)")
+	}
 	if bin := os.Getenv("ENVOY_BIN"); bin != "" {
 		return bin
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
 
 func load(t *testing.T) *config.Config {
@@ -30,7 +30,7 @@ func validate(t *testing.T, name string, boot []byte) {
 	if err := os.WriteFile(path, boot, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(launch.EnvoyBinary(t), "--mode", "validate", "-c", path, "--disable-hot-restart", "--log-level", "warn").CombinedOutput()
+	out, err := exec.Command(launchtest.EnvoyBinary(t), "--mode", "validate", "-c", path, "--disable-hot-restart", "--log-level", "warn").CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("OK")) {
 		t.Fatalf("envoy rejects %s: %v\n%s", name, err, out)
 	}

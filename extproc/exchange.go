@@ -40,8 +40,11 @@ type exchange struct {
 	status    int    // upstream response status; 0 until response headers
 	endpoint  string // "primary" or "reserve", from Envoy's endpoint metadata
 	meter     format.Meter
-	bodyBytes int64       // response body bytes released to the client
-	open      *holds.Open // the hold's renewal while the request runs
+	rewriter  format.Rewriter // the meter, when it also rewrites the reply
+	bodyBytes int64           // response body bytes from the vendor
+	open      *holds.Open     // the hold's renewal while the request runs
+
+	hasLength bool // the client sent content-length
 }
 
 func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
@@ -106,6 +109,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 		if h.GetEndOfStream() {
 			return x.reject(format.InvalidRequest, "request body is required", 0)
 		}
+		x.hasLength = hv.contentLength != ""
 		if n, err := strconv.ParseInt(hv.contentLength, 10, 64); err == nil && x.s.maxBody > 0 && n > x.s.maxBody {
 			return x.reject(format.TooLarge, "request body of "+hv.contentLength+" bytes is larger than the "+
 				strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0)
@@ -144,7 +148,8 @@ func (x *exchange) credentialMutation(hv headerValues) *extprocv3.HeaderMutation
 }
 
 // requestBody reads the few fields admission needs, then admits the request
-// in one atomic store step. The body is forwarded unchanged.
+// in one atomic store step. The body is forwarded unchanged, or with the one
+// edit the format asks for (see format.Request.Edit).
 func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	if x.upstream == nil {
 		// Only if Envoy skipped the request headers: a misconfiguration.
@@ -156,9 +161,9 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	body := b.GetBody()
 	req, err := x.upstream.Format.ParseRequest(body)
 	if err != nil {
-		var re *format.RequestError
-		if errors.As(err, &re) {
-			return x.reject(format.InvalidRequest, re.Message, 0)
+		var fe *format.Error
+		if errors.As(err, &fe) {
+			return x.refuse(fe, 0)
 		}
 		return x.reject(format.InvalidRequest, "malformed request body", 0)
 	}
@@ -206,8 +211,26 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	// The hold lives as long as the request: renewed until it settles.
 	x.open = x.s.holds.Register(x.key.AccountID, x.requestID)
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
+		RequestBody: &extprocv3.BodyResponse{Response: x.editBody(body, req.Edit)},
 	}}
+}
+
+// editBody makes a request body edit. Envoy keeps the client's
+// content-length when the body is buffered and refuses a body that
+// disagrees with it, so the header is set to match; a body that came without
+// one (chunked, or HTTP/2) is framed by Envoy as before.
+func (x *exchange) editBody(body []byte, e format.Edit) *extprocv3.CommonResponse {
+	if e.IsZero() {
+		return &extprocv3.CommonResponse{}
+	}
+	up := e.Apply(body)
+	r := &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: up}}}
+	if x.hasLength {
+		r.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+			setHeader("content-length", strconv.Itoa(len(up))),
+		}}
+	}
+	return r
 }
 
 // toolPromptAllowance covers the input a vendor adds to a request offering
@@ -250,6 +273,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		return resp
 	}
 	x.meter = x.upstream.Format.NewMeter(x.req, x.body, hv.contentType)
+	x.rewriter, _ = x.meter.(format.Rewriter)
 	x.open.Checkpoint(store.Checkpoint{Status: x.status, Endpoint: x.endpoint})
 	if h.GetEndOfStream() {
 		x.settle(true)
@@ -258,11 +282,19 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 }
 
 // responseBody feeds the meter and lets the chunk through at once: Envoy
-// holds each chunk until the processor answers.
+// holds each chunk until the processor answers. A rewriting meter may
+// replace the chunk; only a chunk it changed carries a mutation.
 func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	common := &extprocv3.CommonResponse{}
 	if x.meter != nil && !x.settled {
-		x.meter.Write(b.GetBody())
 		x.bodyBytes += int64(len(b.GetBody()))
+		if x.rewriter != nil {
+			if out, changed := x.rewriter.Rewrite(b.GetBody(), b.GetEndOfStream()); changed {
+				common.BodyMutation = bodyMutation(out)
+			}
+		} else {
+			x.meter.Write(b.GetBody())
+		}
 		if b.GetEndOfStream() {
 			x.settle(true)
 		} else if x.open.WantCheckpoint() {
@@ -272,8 +304,16 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResp
 		}
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
+		ResponseBody: &extprocv3.BodyResponse{Response: common},
 	}}
+}
+
+// bodyMutation replaces a chunk with out; an empty out clears it.
+func bodyMutation(out []byte) *extprocv3.BodyMutation {
+	if len(out) == 0 {
+		return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
+	}
+	return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
 }
 
 // finish runs when the stream ends for any reason; a request still open was
@@ -353,8 +393,12 @@ func (x *exchange) settle(complete bool) {
 
 // reject answers the client directly, in the upstream's vendor error format.
 func (x *exchange) reject(kind format.ErrorKind, msg string, retryAfter time.Duration) *extprocv3.ProcessingResponse {
-	x.s.metrics.rejections.WithLabelValues(x.upstream.Name, rejectionReason(kind)).Inc()
-	return immediate(kind.Status(), "application/json", x.upstream.Format.ErrorBody(kind, msg), retryAfter)
+	return x.refuse(&format.Error{Kind: kind, Message: msg}, retryAfter)
+}
+
+func (x *exchange) refuse(e *format.Error, retryAfter time.Duration) *extprocv3.ProcessingResponse {
+	x.s.metrics.rejections.WithLabelValues(x.upstream.Name, rejectionReason(e.Kind)).Inc()
+	return immediate(e.Status(), "application/json", x.upstream.Format.ErrorBody(e), retryAfter)
 }
 
 func immediate(code int, contentType string, body []byte, retryAfter time.Duration) *extprocv3.ProcessingResponse {

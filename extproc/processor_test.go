@@ -36,26 +36,41 @@ func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 type rig struct {
 	srv      *Server
 	trips    *roundTrips
+	mr       *miniredis.Miniredis
 	st       *store.Store
 	acct     string
 	key      string
 	upstream *Upstream
 }
 
-func newRig(tb testing.TB) *rig {
+// rigAccount is the account and key a rig creates; the zero value is a
+// well-funded account without limits and an unrestricted key.
+type rigAccount struct {
+	balance int64 // nano-USD; 0 means one million USD
+	limits  store.Limits
+	key     store.KeyOptions
+}
+
+func newRig(tb testing.TB) *rig { return newRigWith(tb, "alpha", rigAccount{}) }
+
+// newRigWith builds a processor serving the named upstream of gateway.yaml.
+func newRigWith(tb testing.TB, upstream string, ra rigAccount) *rig {
 	tb.Helper()
 	mr := miniredis.RunT(tb)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
 	tb.Cleanup(func() { rdb.Close() })
 	trips := &roundTrips{}
 	rdb.AddHook(trips)
 	st := store.New(rdb, store.Options{})
 	ctx := context.Background()
-	a, err := st.CreateAccount(ctx, "bench", 1_000_000*1_000_000_000, store.Limits{})
+	if ra.balance == 0 {
+		ra.balance = 1_000_000 * 1_000_000_000
+	}
+	a, err := st.CreateAccount(ctx, "test", ra.balance, ra.limits)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	key, _, err := st.CreateKey(ctx, a.ID, store.ModelKey, store.KeyOptions{})
+	key, _, err := st.CreateKey(ctx, a.ID, store.ModelKey, ra.key)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -63,14 +78,14 @@ func newRig(tb testing.TB) *rig {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	u, _ := cfg.Upstream("alpha")
+	u, _ := cfg.Upstream(upstream)
 	r, err := NewUpstream(*u, "vendor-key")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	srv := NewServer(Options{Upstreams: []*Upstream{r}, Keys: auth.NewCache(st, 0), Accounts: st, MaxRequestBytes: 32 << 20,
 		Logger: slog.New(slog.DiscardHandler)})
-	return &rig{srv: srv, trips: trips, st: st, acct: a.ID, key: key, upstream: r}
+	return &rig{srv: srv, trips: trips, mr: mr, st: st, acct: a.ID, key: key, upstream: r}
 }
 
 func headers(kv ...string) *extprocv3.HttpHeaders {

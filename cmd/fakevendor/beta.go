@@ -139,12 +139,14 @@ type betaUsage struct {
 
 // usage reports prompt_tokens including the cached tokens, as the vendor
 // does: uncached input is inputTokens, the same as alpha's input_tokens.
+// completion_tokens includes the reasoning tokens.
 func (rp *reply) betaUsage() betaUsage {
 	var u betaUsage
 	u.PromptTokens = rp.inputTokens + rp.cacheRead
-	u.CompletionTokens = rp.outputTokens
+	u.CompletionTokens = rp.outputTokens + rp.reasoningTokens
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	u.PromptTokensDetails.CachedTokens = rp.cacheRead
+	u.CompletionTokensDetails.ReasoningTokens = rp.reasoningTokens
 	return u
 }
 
@@ -255,8 +257,10 @@ func (b *betaAPI) chatCompletions(w http.ResponseWriter, r *http.Request, body [
 
 // stream sends the reply as chat.completion.chunk events: a first chunk with
 // the role, one chunk per word (or argument fragment), a chunk with the
-// finish reason, with include_usage a last chunk with no choices and the
-// usage, and "data: [DONE]".
+// finish reason, and "data: [DONE]". As the vendor does, only with
+// stream_options.include_usage true does every chunk carry "usage":null and
+// a last chunk with no choices carry the usage; otherwise no chunk has a
+// usage field.
 func (b *betaAPI) stream(w http.ResponseWriter, r *http.Request, req *betaRequest, rp *reply, id string, ctl *Controls) {
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 

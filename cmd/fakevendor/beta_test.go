@@ -176,6 +176,45 @@ func TestBetaStream(t *testing.T) {
 	}
 }
 
+// A reasoning model reports thought it does not show: completion_tokens
+// counts it, completion_tokens_details.reasoning_tokens names it, and the
+// text is what it would be without. Usage is streamed only when asked for.
+func TestBetaReasoning(t *testing.T) {
+	tf := newTestFake(t, nil)
+	tf.setControl(`{"vendor":"beta","reasoning_tokens":377}`)
+	resp, data := tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, data)
+	}
+	m := jsonObject(t, string(data))
+	prompt := ceil8(len(betaSimple))
+	if u := path(t, m, "usage"); num(t, u, "completion_tokens") != 12+377 || num(t, u, "total_tokens") != prompt+12+377 ||
+		num(t, u, "completion_tokens_details", "reasoning_tokens") != 377 {
+		t.Errorf("usage %s", data)
+	}
+	if got := str(t, m, "choices", 0, "message", "content"); got != "Echo: Hello big world Hello big world Hello big world Hello big" {
+		t.Errorf("content %q", got)
+	}
+
+	stream := strings.Replace(betaSimple, `"model":"beta-large",`, `"model":"beta-large","stream":true,`, 1)
+	for _, opts := range []string{``, `"stream_options":{"include_usage":false},`, `"stream_options":{},`} {
+		chunks := betaStream(t, tf, strings.Replace(stream, `"stream":true,`, `"stream":true,`+opts, 1))
+		for _, c := range chunks {
+			if _, ok := c["usage"]; ok {
+				t.Fatalf("%s: a chunk has usage: %v", opts, c)
+			}
+		}
+		if len(chunks) != 14 {
+			t.Fatalf("%s: %d chunks", opts, len(chunks))
+		}
+	}
+	chunks := betaStream(t, tf, strings.Replace(stream, `"stream":true,`, `"stream":true,"stream_options":{"include_usage":true},`, 1))
+	u := chunks[len(chunks)-1]
+	if len(chunks) != 15 || num(t, u, "usage", "completion_tokens") != 12+377 || num(t, u, "usage", "completion_tokens_details", "reasoning_tokens") != 377 {
+		t.Errorf("usage chunk %v of %d", u, len(chunks))
+	}
+}
+
 const betaTools = `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"location":{"type":["string","null"]},"metric":{"type":"boolean"}},"required":["location","metric"]}}}]`
 
 func TestBetaToolCall(t *testing.T) {

@@ -46,6 +46,10 @@ type Controls struct {
 	// RetryAfter is sent as the retry-after header of forced 429, 503 and
 	// 529 answers when not empty.
 	RetryAfter string `json:"retry_after"`
+	// ReasoningTokens makes beta a reasoning model: each reply reports that
+	// many reasoning tokens, which its text does not show, in
+	// completion_tokens and completion_tokens_details.reasoning_tokens.
+	ReasoningTokens int `json:"reasoning_tokens"`
 }
 
 // replyWords returns the effective reply length.
@@ -72,6 +76,7 @@ type controlUpdate struct {
 	AbortAtStart     *bool   `json:"abort_at_start"`
 	ToolPromptTokens *int    `json:"tool_prompt_tokens"`
 	RetryAfter       *string `json:"retry_after"`
+	ReasoningTokens  *int    `json:"reasoning_tokens"`
 }
 
 func (u *controlUpdate) validate() error {
@@ -86,6 +91,7 @@ func (u *controlUpdate) validate() error {
 		"cache_read_tokens": u.CacheReadTokens, "cache_write_tokens": u.CacheWriteTokens,
 		"reply_words": u.ReplyWords, "abort_after_events": u.AbortAfterEvents,
 		"tool_prompt_tokens": u.ToolPromptTokens,
+		"reasoning_tokens":   u.ReasoningTokens,
 	} {
 		if p != nil && *p < 0 {
 			return fmt.Errorf("%s must not be negative", name)
@@ -112,6 +118,7 @@ func (u *controlUpdate) apply(c *Controls) {
 	if u.AbortAtStart != nil {
 		c.AbortAtStart = *u.AbortAtStart
 	}
+	set(&c.ReasoningTokens, u.ReasoningTokens)
 	if u.ToolCall != nil {
 		c.ToolCall = *u.ToolCall
 	}

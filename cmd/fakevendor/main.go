@@ -31,7 +31,8 @@
 // Replies are deterministic (see reply.go): input tokens are
 // ceil(len(body)/8); the text is "Echo:" and words of the last user message,
 // reply_words words long, cut to max_tokens; output tokens are its word
-// count.
+// count, plus for beta the reasoning_tokens control (reported as reasoning
+// tokens, not shown in the text).
 //
 // # Control endpoints
 //

@@ -37,11 +37,12 @@ type reply struct {
 	truncated bool     // the token limit cut the text short
 	tool      *toolCall
 
-	choices      int // beta's n; 0 or 1: one
-	inputTokens  int
-	outputTokens int
-	cacheRead    int
-	cacheWrite   int
+	choices         int // beta's n; 0 or 1: one
+	inputTokens     int
+	outputTokens    int // visible output: words or argument fragments
+	reasoningTokens int // beta only: thought, never shown, billed as output
+	cacheRead       int
+	cacheWrite      int
 }
 
 // toolCall is a call of a tool the request offered.
@@ -74,9 +75,10 @@ func (rp *reply) text() string {
 func planReply(body []byte, msgs []message, limit int, tool *toolCall, ctl *Controls) *reply {
 	userText, afterTool := lastTurn(msgs)
 	rp := &reply{
-		inputTokens: inputTokens(body),
-		cacheRead:   ctl.CacheReadTokens,
-		cacheWrite:  ctl.CacheWriteTokens,
+		inputTokens:     inputTokens(body),
+		reasoningTokens: ctl.ReasoningTokens,
+		cacheRead:       ctl.CacheReadTokens,
+		cacheWrite:      ctl.CacheWriteTokens,
 	}
 	if tool != nil {
 		rp.inputTokens += ctl.ToolPromptTokens

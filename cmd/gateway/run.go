@@ -17,6 +17,7 @@ import (
 	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/pricing"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
@@ -56,10 +57,10 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	var children []*child
+	var children []*launch.Process
 	defer func() {
 		for i := len(children) - 1; i >= 0; i-- {
-			children[i].stop(10 * time.Second)
+			children[i].StopWithin(10 * time.Second)
 		}
 	}()
 
@@ -82,40 +83,27 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		}
 	}
 	if len(fakes) > 0 {
-		bin, err := findBinary("fakevendor")
+		bin, err := launch.FindBinary("fakevendor")
 		if err != nil {
-			return fmt.Errorf("fake vendors: %w (run `make build`)", err)
+			return fmt.Errorf("fake vendors: %w", err)
 		}
 		alphaKey, betaKey := "fake-"+randomHex(8), "fake-"+randomHex(8)
 		env := []string{"FAKE_ALPHA_KEY=" + alphaKey, "FAKE_BETA_KEY=" + betaKey}
-		addrs := map[string]fakeAddrs{}
+		addrs := map[string]launch.FakeAddrs{}
 		for _, name := range []string{"primary", "reserve"} {
-			addrFile := filepath.Join(stateDir, "fake-"+name+".json")
-			os.Remove(addrFile)
-			c, err := startChild("fakevendor "+name, bin, []string{"-name", name, "-addr-file", addrFile}, env, filepath.Join(stateDir, "fake-"+name+".log"))
-			if err != nil {
-				return err
-			}
-			children = append(children, c)
-			var a fakeAddrs
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err = waitFile(wctx, addrFile, &a, c)
+			f, err := launch.StartFake(wctx, stateDir, bin, name, env)
 			cancel()
 			if err != nil {
 				return err
 			}
-			addrs[name] = a
+			children = append(children, f.Process)
+			addrs[name] = f.Addrs
 		}
 		for _, name := range fakes {
 			u, _ := cfg.Upstream(name)
-			pick := func(a fakeAddrs) string {
-				if u.Format == config.FormatMessages {
-					return "http://" + a.Alpha
-				}
-				return "http://" + a.Beta
-			}
-			u.Primary = config.Endpoint{URL: pick(addrs["primary"]), Region: "local-primary"}
-			u.Reserve = config.Endpoint{URL: pick(addrs["reserve"]), Region: "local-reserve"}
+			u.Primary = config.Endpoint{URL: addrs["primary"].URL(u.Format), Region: "local-primary"}
+			u.Reserve = config.Endpoint{URL: addrs["reserve"].URL(u.Format), Region: "local-reserve"}
 			creds[name] = betaKey
 			if u.Format == config.FormatMessages {
 				creds[name] = alphaKey
@@ -144,29 +132,17 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		sc.Shutdown(sctx)
 	}()
 
-	bootstrap, err := envoy.Render(cfg, envoy.Options{NodeID: "gateway-local"})
+	envoyBin, err := launch.FindEnvoy()
 	if err != nil {
 		return err
 	}
-	bootPath := filepath.Join(stateDir, "envoy.yaml")
-	if err := os.WriteFile(bootPath, bootstrap, 0o644); err != nil {
-		return err
-	}
-	envoyBin, err := findEnvoy()
-	if err != nil {
-		return err
-	}
-	ec, err := startChild("envoy", envoyBin, []string{"-c", bootPath, "--disable-hot-restart", "--log-level", "warn"}, nil, filepath.Join(stateDir, "envoy.log"))
-	if err != nil {
-		return err
-	}
-	children = append(children, ec)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = waitHTTP(wctx, "http://"+cfg.Listeners.EnvoyAdmin+"/ready", ec)
+	ec, err := launch.StartEnvoy(wctx, envoyBin, cfg, envoy.Options{NodeID: "gateway-local"}, stateDir)
 	cancel()
 	if err != nil {
 		return err
 	}
+	children = append(children, ec)
 
 	demo, err := createDemo(ctx, sc.Admin, cfg, demoUSD)
 	if err != nil {
@@ -183,16 +159,10 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 	select {
 	case <-ctx.Done():
 		log.Info("stopping")
-	case <-ec.done:
+	case <-ec.Done():
 		return fmt.Errorf("envoy exited; see %s", filepath.Join(stateDir, "envoy.log"))
 	}
 	return nil
-}
-
-type fakeAddrs struct {
-	Alpha   string `json:"alpha"`
-	Beta    string `json:"beta"`
-	Control string `json:"control"`
 }
 
 type demoAccount struct {

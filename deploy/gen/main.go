@@ -2,7 +2,7 @@
 // gateway.yaml and the pod's Envoy bootstrap (deploy/k8s/configmaps.yaml) and
 // the matching checksum annotation in deploy/k8s/deployment.yaml.
 //
-//	go run ./deploy/gen [-root DIR]
+//	cd deploy && go run ./gen -root ..   (make envoy-config)
 package main
 
 import (

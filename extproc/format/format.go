@@ -8,21 +8,44 @@ package format
 
 import "net/http"
 
-// Request holds the top-level request fields the gateway reads. The body itself
-// is never modified.
+// Request holds the top-level request fields the gateway reads.
 type Request struct {
 	Model        string
 	MaxTokens    int64 // zero when HasMaxTokens is false
 	HasMaxTokens bool
 	Stream       bool
-	// IncludeUsage reports stream_options.include_usage (format B only).
+	// IncludeUsage reports stream_options.include_usage (format B only): what
+	// the client asked for, whatever Edit asks the vendor.
 	IncludeUsage bool
+	// Edit is the one change made to the body on its way to the vendor; the
+	// zero Edit forwards it byte for byte. Format B asks the vendor for usage
+	// on every stream, and its meter keeps from the client what it did not
+	// ask for (see Rewriter).
+	Edit Edit
 	// Choices is the number of replies asked for (chat completions' n); the
 	// vendor bills the output of each. Zero means one.
 	Choices int64
 	// HasTools reports a non-empty tools list: the vendor then adds its
 	// tool-use system prompt to the billed input.
 	HasTools bool
+}
+
+// An Edit replaces Cut bytes at offset At of a request body with Insert.
+type Edit struct {
+	At, Cut int
+	Insert  string
+}
+
+// IsZero reports whether the edit leaves a body unchanged.
+func (e Edit) IsZero() bool { return e.Cut == 0 && e.Insert == "" }
+
+// Apply returns a new slice holding body with the edit made; body is not
+// changed.
+func (e Edit) Apply(body []byte) []byte {
+	out := make([]byte, 0, len(body)-e.Cut+len(e.Insert))
+	out = append(out, body[:e.At]...)
+	out = append(out, e.Insert...)
+	return append(out, body[e.At+e.Cut:]...)
 }
 
 // NonEmptyArray reports whether raw JSON is an array with an element.
@@ -59,29 +82,51 @@ type Meter interface {
 	Usage(complete bool) Usage
 }
 
+// A Rewriter is a meter that also changes the reply on its way to the
+// client, to take out what the gateway asked the vendor for and the client
+// did not. NewMeter returns one only when there is something to take out.
+type Rewriter interface {
+	Meter
+	// Rewrite feeds the next chunk of the body, like Write, and returns what
+	// the client receives in its place; end marks the last chunk. changed
+	// is false when that is p itself. out may alias p or a buffer of the
+	// rewriter and is valid until the next call.
+	Rewrite(p []byte, end bool) (out []byte, changed bool)
+}
+
 // Format is one vendor wire format.
 type Format interface {
 	// Name is the format's name in configuration: "messages" or "chat_completions".
 	Name() string
 	// ParseRequest reads the top-level fields of a request body without
 	// decoding the whole document. A body the vendor would reject as malformed
-	// yields a *RequestError.
+	// yields an *Error of kind InvalidRequest.
 	ParseRequest(body []byte) (Request, error)
 	// NewMeter returns a meter for a 2xx reply with the given content type.
 	// body is the request body, kept only for estimates when the reply carries
 	// no usage.
 	NewMeter(req Request, body []byte, contentType string) Meter
 	// ErrorBody renders an error in the vendor's JSON error shape.
-	ErrorBody(kind ErrorKind, message string) []byte
+	ErrorBody(e *Error) []byte
 }
 
-// RequestError is a client error found in a request body.
-type RequestError struct {
-	Param   string // the offending field, when there is one
+// Error is a refusal the gateway answers itself, in the vendor's error
+// format. Its kind carries the HTTP status.
+type Error struct {
+	Kind    ErrorKind
 	Message string
+	Param   string // the offending request field, when there is one
 }
 
-func (e *RequestError) Error() string { return e.Message }
+func (e *Error) Error() string { return e.Message }
+
+// Status is the HTTP status of the refusal.
+func (e *Error) Status() int { return e.Kind.Status() }
+
+// Invalid is a 400 about one request field; param may be empty.
+func Invalid(param, message string) *Error {
+	return &Error{Kind: InvalidRequest, Param: param, Message: message}
+}
 
 // ErrorKind classifies gateway errors independently of the wire format.
 type ErrorKind int

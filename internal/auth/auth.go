@@ -1,4 +1,4 @@
-// Package credential reads client credentials from request headers and
+// Package auth reads client credentials from request headers and
 // resolves them to stored keys through a short-lived in-process cache.
 package auth
 

@@ -87,8 +87,8 @@ func New(o Options) *Handler {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-// Health is the health record of SPEC.md, plus the endpoint serving each
-// upstream.
+// Health is the health record; README.md's API reference documents each
+// field.
 type Health struct {
 	Status    string            `json:"status"`
 	Region    string            `json:"region"`
@@ -144,7 +144,7 @@ func (h *Handler) probe(ctx context.Context) error {
 	return h.probeErr
 }
 
-// Usage is the usage record of SPEC.md.
+// Usage is the usage record; README.md's API reference documents each field.
 type Usage struct {
 	BalanceUSD float64      `json:"balance_usd"`
 	Currency   string       `json:"currency"`

@@ -2,13 +2,16 @@ package launch
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"testing"
 	"time"
+
+	"github.com/modelgateway/gateway/internal/config"
 )
 
 // Fake is a running fake vendor (cmd/fakevendor).
@@ -16,7 +19,9 @@ type Fake struct {
 	Name    string
 	Addrs   FakeAddrs
 	Process *Process
-	tb      testing.TB
+	// T reports the failures of the test helpers below (Control, Requests,
+	// ...); tests set it.
+	T TB
 }
 
 // FakeAddrs are the fake's listeners.
@@ -24,6 +29,14 @@ type FakeAddrs struct {
 	Alpha   string `json:"alpha"`
 	Beta    string `json:"beta"`
 	Control string `json:"control"`
+}
+
+// URL is the base URL of the fake's listener for a wire format.
+func (a FakeAddrs) URL(format string) string {
+	if format == config.FormatMessages {
+		return "http://" + a.Alpha
+	}
+	return "http://" + a.Beta
 }
 
 // Record is one request the fake received.
@@ -37,40 +50,39 @@ type Record struct {
 	At      time.Time           `json:"at"`
 }
 
-func startFake(tb testing.TB, dir, name string) *Fake {
-	tb.Helper()
+// StartFake starts cmd/fakevendor (bin) as the named endpoint, demanding
+// the vendor keys in env (FAKE_ALPHA_KEY, FAKE_BETA_KEY), with its log and
+// address file in dir.
+func StartFake(ctx context.Context, dir, bin, name string, env []string) (*Fake, error) {
 	addrFile := filepath.Join(dir, "fake-"+name+".json")
-	p := startProcess(tb, dir, "fake-"+name, Binary(tb, "fakevendor"),
-		[]string{"-name", name, "-addr-file", addrFile},
-		[]string{"FAKE_ALPHA_KEY=" + AlphaVendorKey, "FAKE_BETA_KEY=" + BetaVendorKey})
-	f := &Fake{Name: name, Process: p, tb: tb}
-	tb.Cleanup(p.Stop)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if b, err := os.ReadFile(addrFile); err == nil && json.Unmarshal(b, &f.Addrs) == nil {
-			return f
-		}
-		if p.Exited() || time.Now().After(deadline) {
-			tb.Fatalf("fake vendor %s did not start:\n%s", name, p.Tail(2000))
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
+	os.Remove(addrFile)
+	p, err := StartProcess("fake-"+name, bin, []string{"-name", name, "-addr-file", addrFile}, env,
+		filepath.Join(dir, "fake-"+name+".log"))
+	if err != nil {
+		return nil, err
 	}
+	f := &Fake{Name: name, Process: p}
+	if err := WaitJSONFile(ctx, addrFile, &f.Addrs, p); err != nil {
+		p.StopWithin(time.Second)
+		return nil, fmt.Errorf("fake vendor %s: %w", name, err)
+	}
+	return f, nil
 }
 
 // Control changes the fake's behaviour (see cmd/fakevendor).
 func (f *Fake) Control(settings map[string]any) {
-	f.tb.Helper()
+	f.T.Helper()
 	f.post("/control", settings)
 }
 
 // Reset clears the fake's controls and records.
 func (f *Fake) Reset() {
-	f.tb.Helper()
+	f.T.Helper()
 	f.post("/reset", nil)
 }
 
 func (f *Fake) post(path string, v any) {
-	f.tb.Helper()
+	f.T.Helper()
 	var body io.Reader = http.NoBody
 	if v != nil {
 		b, _ := json.Marshal(v)
@@ -78,18 +90,18 @@ func (f *Fake) post(path string, v any) {
 	}
 	resp, err := http.Post("http://"+f.Addrs.Control+path, "application/json", body)
 	if err != nil {
-		f.tb.Fatalf("fake %s %s: %v", f.Name, path, err)
+		f.T.Fatalf("fake %s %s: %v", f.Name, path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(resp.Body)
-		f.tb.Fatalf("fake %s %s: %d %s", f.Name, path, resp.StatusCode, b)
+		f.T.Fatalf("fake %s %s: %d %s", f.Name, path, resp.StatusCode, b)
 	}
 }
 
 // Requests returns the requests the fake received, oldest first.
 func (f *Fake) Requests() []Record {
-	f.tb.Helper()
+	f.T.Helper()
 	var recs []Record
 	f.get("/requests", &recs)
 	return recs
@@ -97,34 +109,34 @@ func (f *Fake) Requests() []Record {
 
 // Stats returns the fake's request counters.
 func (f *Fake) Stats() map[string]int {
-	f.tb.Helper()
+	f.T.Helper()
 	m := map[string]int{}
 	f.get("/stats", &m)
 	return m
 }
 
 func (f *Fake) get(path string, v any) {
-	f.tb.Helper()
+	f.T.Helper()
 	resp, err := http.Get("http://" + f.Addrs.Control + path)
 	if err != nil {
-		f.tb.Fatalf("fake %s %s: %v", f.Name, path, err)
+		f.T.Fatalf("fake %s %s: %v", f.Name, path, err)
 	}
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		f.tb.Fatalf("fake %s %s: %v", f.Name, path, err)
+		f.T.Fatalf("fake %s %s: %v", f.Name, path, err)
 	}
 }
 
 // LastRequest returns the newest request of a vendor ("alpha" or "beta") and
 // path, failing when there is none.
 func (f *Fake) LastRequest(vendor, path string) Record {
-	f.tb.Helper()
+	f.T.Helper()
 	recs := f.Requests()
 	for i := len(recs) - 1; i >= 0; i-- {
 		if recs[i].Vendor == vendor && recs[i].Path == path {
 			return recs[i]
 		}
 	}
-	f.tb.Fatalf("fake %s received no %s %s request", f.Name, vendor, path)
+	f.T.Fatalf("fake %s received no %s %s request", f.Name, vendor, path)
 	return Record{}
 }

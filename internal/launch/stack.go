@@ -1,7 +1,8 @@
-// Package stack starts the whole gateway for end-to-end tests and benchmarks,
-// as real processes on free loopback ports: redis-server, two fake vendors
-// (primary and reserve, each serving both wire formats), the sidecar
-// (`gateway serve`) and Envoy with the bootstrap rendered from gateway.yaml.
+// Package launch starts the gateway's processes, the one way `gateway run`,
+// the end-to-end tests and the benchmarks do it: fake vendors
+// (cmd/fakevendor), redis-server, the sidecar (`gateway serve`) and Envoy
+// with the bootstrap rendered from gateway.yaml, on free loopback ports.
+// Everything returns errors; launchtest wraps it for tests.
 package launch
 
 import (
@@ -10,15 +11,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,7 +25,6 @@ import (
 	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -37,8 +34,27 @@ const (
 	BetaVendorKey  = "vendor-beta-secret"
 )
 
+// startTimeout bounds how long any one process may take to become ready.
+const startTimeout = 60 * time.Second
+
+// TB is what the test helpers of a Stack (Do, NewAccount, Usage, the fakes'
+// controls) report failures to; *testing.T satisfies it.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// Restartable is a Redis the test can stop and start again on its port.
+type Restartable interface {
+	Stop()
+	Start()
+}
+
 // Options change how the stack starts.
 type Options struct {
+	// Dir holds logs, the rendered configs and the spool; empty means a new
+	// temporary directory, removed by Close.
+	Dir string
 	// Configure edits the config before it is written and rendered.
 	Configure func(*config.Config)
 	// RedisAddr uses an existing Redis instead of starting one.
@@ -55,45 +71,79 @@ type Options struct {
 
 // Stack is a running gateway.
 type Stack struct {
-	TB       testing.TB
+	// T receives the failures of the test helpers; nil outside tests.
+	T        TB
 	Dir      string
 	Config   *config.Config
 	URL      string // Envoy's public listener, http://127.0.0.1:PORT
 	AdminURL string // Envoy's admin interface
 	// ControlURL is the sidecar's control server, bypassing Envoy.
 	ControlURL string
-	Redis      *redistest.Server // nil when Options.RedisAddr was given
-	RedisAddr  string
-	RDB        redis.UniversalClient
-	Store      *store.Store
-	Primary    *Fake
-	Reserve    *Fake
-	Sidecar    *Process
-	Envoy      *Process
+	// Redis can be stopped and started when the caller provided one that
+	// can; nil otherwise.
+	Redis     Restartable
+	RedisAddr string
+	RDB       redis.UniversalClient
+	Store     *store.Store
+	Primary   *Fake
+	Reserve   *Fake
+	Sidecar   *Process
+	Envoy     *Process
 
+	redisProc  *Process // the redis-server Up started, if any
 	opts       Options
 	configPath string
+	removeDir  bool
 }
 
-// Start starts a stack and stops it when the test ends.
-func Start(tb testing.TB, o Options) *Stack {
-	tb.Helper()
-	s := &Stack{TB: tb, Dir: tb.TempDir(), opts: o}
-	tb.Cleanup(s.stop)
+// Up starts a stack. On error, whatever had started is stopped again.
+func Up(o Options) (s *Stack, err error) {
+	s = &Stack{Dir: o.Dir, opts: o}
+	if s.Dir == "" {
+		if s.Dir, err = os.MkdirTemp("", "gateway-stack-"); err != nil {
+			return nil, err
+		}
+		s.removeDir = true
+	}
+	defer func() {
+		if err != nil {
+			s.Close()
+			s = nil
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
 
 	s.RedisAddr = o.RedisAddr
 	if s.RedisAddr == "" && len(o.RedisCluster) == 0 && !o.Bare {
-		s.Redis = redistest.NewServer(tb)
-		s.RedisAddr = s.Redis.Addr
+		if err := s.startRedis(ctx); err != nil {
+			return s, err
+		}
 	}
-	s.Primary = startFake(tb, s.Dir, "primary")
-	s.Reserve = startFake(tb, s.Dir, "reserve")
-
-	cfg, err := config.Load(filepath.Join(RepoRoot(tb), "gateway.yaml"))
+	fake, err := BuildBinary("fakevendor")
 	if err != nil {
-		tb.Fatal(err)
+		return s, err
 	}
-	addrs := freeAddrs(tb, 5)
+	env := []string{"FAKE_ALPHA_KEY=" + AlphaVendorKey, "FAKE_BETA_KEY=" + BetaVendorKey}
+	if s.Primary, err = StartFake(ctx, s.Dir, fake, "primary", env); err != nil {
+		return s, err
+	}
+	if s.Reserve, err = StartFake(ctx, s.Dir, fake, "reserve", env); err != nil {
+		return s, err
+	}
+
+	root, err := RepoRoot()
+	if err != nil {
+		return s, err
+	}
+	cfg, err := config.Load(filepath.Join(root, "gateway.yaml"))
+	if err != nil {
+		return s, err
+	}
+	addrs, err := FreeAddrs(5)
+	if err != nil {
+		return s, err
+	}
 	cfg.Listeners = config.Listeners{
 		Public: addrs[0], EnvoyAdmin: addrs[1], ExtProc: addrs[2], Control: addrs[3], Admin: addrs[4],
 	}
@@ -102,14 +152,8 @@ func Start(tb testing.TB, o Options) *Stack {
 	cfg.Envoy.AccessLog = filepath.Join(s.Dir, "envoy-access.log")
 	for i := range cfg.Upstreams {
 		u := &cfg.Upstreams[i]
-		pick := func(f *Fake) string {
-			if u.Format == config.FormatMessages {
-				return "http://" + f.Addrs.Alpha
-			}
-			return "http://" + f.Addrs.Beta
-		}
-		u.Primary = config.Endpoint{URL: pick(s.Primary), Region: "primary"}
-		u.Reserve = config.Endpoint{URL: pick(s.Reserve), Region: "reserve"}
+		u.Primary = config.Endpoint{URL: s.Primary.Addrs.URL(u.Format), Region: "primary"}
+		u.Reserve = config.Endpoint{URL: s.Reserve.Addrs.URL(u.Format), Region: "reserve"}
 		u.CredentialEnv = strings.ToUpper(u.Name) + "_API_KEY"
 	}
 	if o.Configure != nil {
@@ -119,13 +163,13 @@ func Start(tb testing.TB, o Options) *Stack {
 	s.configPath = filepath.Join(s.Dir, "gateway.yaml")
 	b, err := yaml.Marshal(cfg)
 	if err != nil {
-		tb.Fatal(err)
+		return s, err
 	}
 	if err := os.WriteFile(s.configPath, b, 0o644); err != nil {
-		tb.Fatal(err)
+		return s, err
 	}
 	if _, err := config.Load(s.configPath); err != nil {
-		tb.Fatalf("test config does not load: %v", err)
+		return s, fmt.Errorf("the stack's config does not load: %w", err)
 	}
 
 	if !o.Bare {
@@ -135,18 +179,52 @@ func Start(tb testing.TB, o Options) *Stack {
 			s.RDB = redis.NewClient(&redis.Options{Addr: s.RedisAddr})
 		}
 		s.Store = store.New(s.RDB, store.Options{})
-		s.StartSidecar()
+		if err := s.startSidecar(ctx); err != nil {
+			return s, err
+		}
 	}
-	s.startEnvoy()
+	if err := s.startEnvoy(ctx); err != nil {
+		return s, err
+	}
 	s.URL = "http://" + cfg.Listeners.Public
 	s.AdminURL = "http://" + cfg.Listeners.EnvoyAdmin
-	return s
+	return s, nil
 }
 
-// StartSidecar starts `gateway serve` and waits until it is healthy.
-func (s *Stack) StartSidecar() {
-	tb := s.TB
-	tb.Helper()
+// startRedis runs a throwaway redis-server: no persistence, loopback only.
+func (s *Stack) startRedis(ctx context.Context) error {
+	addrs, err := FreeAddrs(1)
+	if err != nil {
+		return err
+	}
+	port := addrs[0][strings.LastIndexByte(addrs[0], ':')+1:]
+	s.redisProc, err = StartProcess("redis", "redis-server",
+		[]string{"--bind", "127.0.0.1", "--port", port, "--save", "", "--appendonly", "no", "--dir", s.Dir},
+		nil, filepath.Join(s.Dir, "redis.log"))
+	if err != nil {
+		return err
+	}
+	s.RedisAddr = addrs[0]
+	rdb := redis.NewClient(&redis.Options{Addr: s.RedisAddr, MaxRetries: -1})
+	defer rdb.Close()
+	return poll(ctx, s.redisProc, "waiting for redis-server", func() bool {
+		return rdb.Ping(ctx).Err() == nil
+	})
+}
+
+// StartSidecar starts `gateway serve` and waits until it is healthy; tests
+// call it again after stopping the sidecar.
+func (s *Stack) StartSidecar() error {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	return s.startSidecar(ctx)
+}
+
+func (s *Stack) startSidecar(ctx context.Context) error {
+	bin, err := BuildBinary("gateway")
+	if err != nil {
+		return err
+	}
 	args := append([]string{"serve", "--config", s.configPath, "--log-level", "debug"}, s.opts.SidecarArgs...)
 	redisURL := "redis://" + s.RedisAddr
 	if len(s.opts.RedisCluster) > 0 {
@@ -157,41 +235,78 @@ func (s *Stack) StartSidecar() {
 		"ALPHA_API_KEY=" + AlphaVendorKey,
 		"BETA_API_KEY=" + BetaVendorKey,
 	}, s.opts.SidecarEnv...)
-	s.Sidecar = startProcess(tb, s.Dir, "sidecar", Binary(tb, "gateway"), args, env)
-	s.ControlURL = "http://" + s.Config.Listeners.Control
-	waitHTTP(tb, s.ControlURL+"/health", s.Sidecar)
-}
-
-func (s *Stack) startEnvoy() {
-	tb := s.TB
-	boot, err := envoy.Render(s.Config, envoy.Options{Bare: s.opts.Bare, NodeID: "test"})
+	s.Sidecar, err = StartProcess("sidecar", bin, args, env, filepath.Join(s.Dir, "sidecar.log"))
 	if err != nil {
-		tb.Fatal(err)
+		return err
 	}
-	path := filepath.Join(s.Dir, "envoy.yaml")
-	if err := os.WriteFile(path, boot, 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	s.Envoy = startProcess(tb, s.Dir, "envoy", EnvoyBinary(tb),
-		[]string{"-c", path, "--disable-hot-restart", "--log-level", "warn", "--concurrency", "2"}, nil)
-	waitHTTP(tb, "http://"+s.Config.Listeners.EnvoyAdmin+"/ready", s.Envoy)
+	s.ControlURL = "http://" + s.Config.Listeners.Control
+	return WaitHTTP(ctx, s.ControlURL+"/health", s.Sidecar)
 }
 
-func (s *Stack) stop() {
-	if s.TB.Failed() {
-		for _, p := range []*Process{s.Sidecar, s.Envoy} {
-			if p != nil {
-				s.TB.Logf("--- %s log (tail) ---\n%s", p.Name, p.Tail(4000))
-			}
+func (s *Stack) startEnvoy(ctx context.Context) error {
+	bin, err := FindEnvoy()
+	if err != nil {
+		return err
+	}
+	s.Envoy, err = StartEnvoy(ctx, bin, s.Config, envoy.Options{Bare: s.opts.Bare, NodeID: "test"}, s.Dir)
+	return err
+}
+
+// StartEnvoy renders the bootstrap of cfg into dir, starts Envoy on it and
+// waits until its admin interface says ready.
+func StartEnvoy(ctx context.Context, bin string, cfg *config.Config, o envoy.Options, dir string) (*Process, error) {
+	boot, err := envoy.Render(cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "envoy.yaml")
+	if err := os.WriteFile(path, boot, 0o644); err != nil {
+		return nil, err
+	}
+	p, err := StartProcess("envoy", bin, []string{"-c", path, "--disable-hot-restart", "--log-level", "warn", "--concurrency", "2"},
+		nil, filepath.Join(dir, "envoy.log"))
+	if err != nil {
+		return nil, err
+	}
+	if err := WaitHTTP(ctx, "http://"+cfg.Listeners.EnvoyAdmin+"/ready", p); err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Logs returns the tails of the sidecar's and Envoy's logs, for a failure
+// report.
+func (s *Stack) Logs() string {
+	var b strings.Builder
+	for _, p := range []*Process{s.Sidecar, s.Envoy} {
+		if p != nil {
+			fmt.Fprintf(&b, "--- %s log (tail) ---\n%s\n", p.Name, p.Tail(4000))
 		}
 	}
+	return b.String()
+}
+
+// Close stops every process of the stack, newest first.
+func (s *Stack) Close() {
 	for _, p := range []*Process{s.Envoy, s.Sidecar} {
 		if p != nil {
 			p.Stop()
 		}
 	}
+	for _, f := range []*Fake{s.Reserve, s.Primary} {
+		if f != nil {
+			f.Process.Stop()
+		}
+	}
 	if s.RDB != nil {
 		s.RDB.Close()
+	}
+	if s.redisProc != nil {
+		s.redisProc.Stop()
+	}
+	if s.removeDir {
+		os.RemoveAll(s.Dir)
 	}
 }
 
@@ -204,19 +319,19 @@ type Account struct {
 
 // NewAccount creates an account through the store's Go API.
 func (s *Stack) NewAccount(balanceUSD float64, limits store.Limits) Account {
-	s.TB.Helper()
+	s.T.Helper()
 	ctx := context.Background()
 	a, err := s.Store.CreateAccount(ctx, "test", pricing.NanoUSD(balanceUSD), limits)
 	if err != nil {
-		s.TB.Fatal(err)
+		s.T.Fatalf("%v", err)
 	}
 	key, _, err := s.Store.CreateKey(ctx, a.ID, store.ModelKey, store.KeyOptions{Label: "test"})
 	if err != nil {
-		s.TB.Fatal(err)
+		s.T.Fatalf("%v", err)
 	}
 	ro, _, err := s.Store.CreateKey(ctx, a.ID, store.ReadOnlyToken, store.KeyOptions{Label: "test"})
 	if err != nil {
-		s.TB.Fatal(err)
+		s.T.Fatalf("%v", err)
 	}
 	return Account{ID: a.ID, Key: key, ReadOnly: ro}
 }
@@ -224,56 +339,38 @@ func (s *Stack) NewAccount(balanceUSD float64, limits store.Limits) Account {
 // Do sends a request to the gateway and returns the response with its body
 // read.
 func (s *Stack) Do(method, path string, header map[string]string, body []byte) (*http.Response, []byte) {
-	s.TB.Helper()
+	s.T.Helper()
 	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
 	if err != nil {
-		s.TB.Fatal(err)
+		s.T.Fatalf("%v", err)
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		s.TB.Fatalf("%s %s: %v", method, path, err)
+		s.T.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		s.TB.Fatalf("%s %s: reading body: %v", method, path, err)
+		s.T.Fatalf("%s %s: reading body: %v", method, path, err)
 	}
 	return resp, b
 }
 
 // Usage reads GET /v1/usage through Envoy.
 func (s *Stack) Usage(token, period string) map[string]any {
-	s.TB.Helper()
+	s.T.Helper()
 	resp, b := s.Do("GET", "/v1/usage?period="+period, map[string]string{"Authorization": "Bearer " + token}, nil)
 	if resp.StatusCode != 200 {
-		s.TB.Fatalf("usage: %d %s", resp.StatusCode, b)
+		s.T.Fatalf("usage: %d %s", resp.StatusCode, b)
 	}
 	var m map[string]any
 	if err := json.Unmarshal(b, &m); err != nil {
-		s.TB.Fatal(err)
+		s.T.Fatalf("%v", err)
 	}
 	return m
-}
-
-// RepoRoot finds the module root from the working directory.
-func RepoRoot(tb testing.TB) string {
-	dir, err := os.Getwd()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			tb.Fatal("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
 }
 
 var (
@@ -282,162 +379,36 @@ var (
 	built    = map[string]error{}
 )
 
-// Binary returns the path of one of the project's commands (cmd/NAME), built
-// once per test process, or taken from GATEWAY_BIN_DIR.
-func Binary(tb testing.TB, name string) string {
-	tb.Helper()
+// BuildBinary returns the path of one of the project's commands (cmd/NAME):
+// from GATEWAY_BIN_DIR when set, else built once per process.
+func BuildBinary(name string) (string, error) {
 	if d := os.Getenv("GATEWAY_BIN_DIR"); d != "" {
-		return filepath.Join(d, name)
+		return filepath.Join(d, name), nil
 	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if buildDir == "" {
 		d, err := os.MkdirTemp("", "gateway-bin-")
 		if err != nil {
-			tb.Fatal(err)
+			return "", err
 		}
 		buildDir = d
 	}
 	err, ok := built[name]
 	if !ok {
+		root, rerr := RepoRoot()
+		if rerr != nil {
+			return "", rerr
+		}
 		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, name), "./cmd/"+name)
-		cmd.Dir = RepoRoot(tb)
+		cmd.Dir = root
 		if out, e := cmd.CombinedOutput(); e != nil {
 			err = fmt.Errorf("go build ./cmd/%s: %v\n%s", name, e, out)
 		}
 		built[name] = err
 	}
 	if err != nil {
-		tb.Fatal(err)
+		return "", err
 	}
-	return filepath.Join(buildDir, name)
-}
-
-// EnvoyBinary is ENVOY_BIN, else the project's .venv/bin/envoy.
-func EnvoyBinary(tb testing.TB) string {
-	tb.Helper()
-	if p := os.Getenv("ENVOY_BIN"); p != "" {
-		return p
-	}
-	p := filepath.Join(RepoRoot(tb), ".venv", "bin", "envoy")
-	if _, err := os.Stat(p); err != nil {
-		tb.Fatalf("envoy not found at %s: run `make envoy` or set ENVOY_BIN", p)
-	}
-	return p
-}
-
-// freeAddrs returns n distinct loopback addresses whose ports were free at
-// the time of the call. All listeners stay open until every port is picked,
-// so the kernel cannot hand out the same port twice.
-func freeAddrs(tb testing.TB, n int) []string {
-	addrs := make([]string, n)
-	for i := range addrs {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		defer l.Close()
-		addrs[i] = l.Addr().String()
-	}
-	return addrs
-}
-
-// waitHTTP polls url until it answers 200, failing if the process exits or
-// 60 seconds pass.
-func waitHTTP(tb testing.TB, url string, p *Process) {
-	tb.Helper()
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := client.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		if p.Exited() {
-			tb.Fatalf("%s exited before it was ready:\n%s", p.Name, p.Tail(4000))
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-	}
-	tb.Fatalf("%s not ready at %s:\n%s", p.Name, url, p.Tail(4000))
-}
-
-// Process is a child process of the test.
-type Process struct {
-	Name    string
-	Cmd     *exec.Cmd
-	LogPath string
-	done    chan struct{}
-}
-
-func startProcess(tb testing.TB, dir, name, path string, args, env []string) *Process {
-	tb.Helper()
-	logPath := filepath.Join(dir, name+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	cmd := exec.Command(path, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start %s: %v", name, err)
-	}
-	p := &Process{Name: name, Cmd: cmd, LogPath: logPath, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(p.done) }()
-	return p
-}
-
-// Signal sends sig to the process.
-func (p *Process) Signal(sig os.Signal) { p.Cmd.Process.Signal(sig) }
-
-// Wait blocks until the process exits or the timeout passes, and reports
-// whether it exited.
-func (p *Process) Wait(timeout time.Duration) bool {
-	select {
-	case <-p.done:
-		return true
-	case <-time.After(timeout):
-		return false
-	}
-}
-
-// Exited reports whether the process has ended.
-func (p *Process) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// Stop ends the process: SIGTERM, then SIGKILL after 10 seconds.
-func (p *Process) Stop() {
-	if p.Exited() {
-		return
-	}
-	p.Signal(syscall.SIGTERM)
-	if !p.Wait(10 * time.Second) {
-		p.Cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// Log returns the process's whole log.
-func (p *Process) Log() string {
-	b, _ := os.ReadFile(p.LogPath)
-	return string(b)
-}
-
-// Tail returns the last n bytes of the process's log.
-func (p *Process) Tail(n int) string {
-	s := p.Log()
-	if len(s) > n {
-		s = s[len(s)-n:]
-	}
-	return s
+	return filepath.Join(buildDir, name), nil
 }

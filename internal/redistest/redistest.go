@@ -206,10 +206,13 @@ func StartCluster(tb testing.TB, n int) (addrs []string) {
 	return addrs
 }
 
-// need fails the test when tool is not on PATH, or skips it when
-// GATEWAY_SKIP_REDIS=1.
+// need fails the test when tool is not on PATH, or skips it under -short
+// or when GATEWAY_SKIP_REDIS=1.
 func need(tb testing.TB, tool string) {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skipf("needs %s: skipped by -short (make unit)", tool)
+	}
 	if _, err := exec.LookPath(tool); err == nil {
 		return
 	}

@@ -141,19 +141,35 @@ func messagesBody(stream bool) []byte {
 		`"messages":[{"role":"user","content":"Hello there, gateway"}]}`, benchModel, stream)
 }
 
+// up starts a stack that the bench stops when it ends.
+func up(tb *benchTB, o launch.Options) *launch.Stack {
+	s, err := launch.Up(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			log.Print(s.Logs())
+		}
+		s.Close()
+	})
+	s.T, s.Primary.T, s.Reserve.T = tb, tb, tb
+	return s
+}
+
 // start brings up the gateway, then bare Envoy pointed at the gateway's
 // fake vendors, so that both proxies reach the very same upstream process.
 func start(tb *benchTB, p plan, sidecarEnv []string) *bench {
 	res := &results{plan: p, started: time.Now(), env: readEnvironment(tb), loadStart: loadAvg(), sidecarEnv: sidecarEnv}
 	log.Printf("starting the gateway stack")
-	gw := launch.Start(tb, launch.Options{
+	gw := up(tb, launch.Options{
 		// Production's log level: the per-request log line is part of
 		// the cost being measured.
 		SidecarArgs: []string{"--log-level", "info"},
 		SidecarEnv:  sidecarEnv,
 	})
 	log.Printf("starting the bare Envoy stack")
-	bare := launch.Start(tb, launch.Options{Bare: true, Configure: func(c *config.Config) {
+	bare := up(tb, launch.Options{Bare: true, Configure: func(c *config.Config) {
 		for i := range c.Upstreams {
 			u := &c.Upstreams[i]
 			addr := gw.Primary.Addrs.Beta

@@ -53,7 +53,9 @@ func readEnvironment(tb *benchTB) environment {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		e.kernel = strings.TrimSpace(string(b))
 	}
-	if out, err := exec.Command(launch.EnvoyBinary(tb), "--version").Output(); err == nil {
+	if bin, err := launch.FindEnvoy(); err != nil {
+		tb.Fatal(err)
+	} else if out, err := exec.Command(bin, "--version").Output(); err == nil {
 		// "/path/to/envoy  version: <sha>/1.40.0/Clean/RELEASE/BoringSSL"
 		_, v, _ := strings.Cut(string(out), "version:")
 		if parts := strings.Split(strings.TrimSpace(v), "/"); len(parts) > 1 {

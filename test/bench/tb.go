@@ -5,19 +5,12 @@ import (
 	"log"
 	"os"
 	"sync"
-	"testing"
 )
 
-// benchTB lets the end-to-end harness (test/stack), which is written against
-// testing.TB, run inside a plain program: `go run ./test/bench` is what the
-// Makefile calls, and a program controls its own phases and timing better
-// than a Go benchmark function would.
-//
-// Only the methods the harness calls are implemented; the embedded interface
-// is never set, so any other method panics, which would show at once.
+// benchTB is the bench's failure handling: a failure stops every process
+// the bench started (newest first, as tests do) and exits. The launcher's
+// test helpers report to it (it satisfies launch.TB).
 type benchTB struct {
-	testing.TB
-
 	mu       sync.Mutex
 	cleanups []func()
 	failed   bool

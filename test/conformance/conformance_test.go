@@ -1,7 +1,7 @@
 // Package conformance runs the vendors' official Python SDKs (anthropic and
 // openai, pinned in requirements.txt) as real clients against the whole
 // gateway: real Envoy, the sidecar, redis-server and the fake vendors, all
-// started once by the test/stack harness. The cases themselves are pytest
+// started once by the internal/launch harness. The cases themselves are pytest
 // files in this directory; this Go test starts the stack, creates the
 // accounts the cases need, hands everything over in environment variables
 // and fails when pytest fails.
@@ -14,11 +14,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -29,16 +31,23 @@ import (
 const (
 	alphaModel = "claude-haiku-4-5"
 	betaModel  = "gpt-4o-mini"
+	// A reasoning model, and the reasoning tokens the fake reports for it
+	// (hidden from the text) in the cases that call it.
+	reasoningModel  = "o4-mini"
+	reasoningTokens = 377
 )
 
 func TestOfficialSDKs(t *testing.T) {
-	root := launch.RepoRoot(t)
+	if testing.Short() {
+		t.Skip("needs Python, Envoy and redis-server: skipped by -short (make unit)")
+	}
+	root := launchtest.RepoRoot(t)
 	python := filepath.Join(root, ".venv", "bin", "python")
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("%s not found: run make envoy (it installs the SDKs and pytest into .venv)", python)
 	}
 
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(100, store.Limits{})
 	poor := s.NewAccount(0, store.Limits{})
 	// One rate-limited account per SDK, so that the cases do not depend on
@@ -46,9 +55,11 @@ func TestOfficialSDKs(t *testing.T) {
 	// sees 429.
 	limitedA := s.NewAccount(10, store.Limits{RPM: 1, WindowMinutes: 1})
 	limitedB := s.NewAccount(10, store.Limits{RPM: 1, WindowMinutes: 1})
+	// The reasoning cases' own account, whose ledger is checked below.
+	reasoning := s.NewAccount(10, store.Limits{})
 
 	prices := map[string]map[string]int64{}
-	for upstream, model := range map[string]string{"alpha": alphaModel, "beta": betaModel} {
+	for model, upstream := range map[string]string{alphaModel: "alpha", betaModel: "beta", reasoningModel: "beta"} {
 		u, ok := s.Config.Upstream(upstream)
 		if !ok {
 			t.Fatalf("no upstream %s in gateway.yaml", upstream)
@@ -84,7 +95,14 @@ func TestOfficialSDKs(t *testing.T) {
 		"GATEWAY_PRICES="+string(pricesJSON),
 		"GATEWAY_ALPHA_MODEL="+alphaModel,
 		"GATEWAY_BETA_MODEL="+betaModel,
+		"GATEWAY_REASONING_MODEL="+reasoningModel,
+		"GATEWAY_REASONING_TOKENS="+strconv.Itoa(reasoningTokens),
+		"GATEWAY_REASONING_KEY="+reasoning.Key,
+		"GATEWAY_REASONING_READONLY="+reasoning.ReadOnly,
 		"FAKE_PRIMARY_CONTROL=http://"+s.Primary.Addrs.Control,
+		// The vendor itself, for what it sends without the gateway.
+		"FAKE_PRIMARY_BETA=http://"+s.Primary.Addrs.Beta,
+		"FAKE_BETA_KEY="+launch.BetaVendorKey,
 		"FAKE_RESERVE_CONTROL=http://"+s.Reserve.Addrs.Control,
 		"PYTHONDONTWRITEBYTECODE=1",
 	)
@@ -94,6 +112,22 @@ func TestOfficialSDKs(t *testing.T) {
 		t.Fatalf("pytest failed (%v):\n%s", err, out.String())
 	}
 	t.Logf("pytest:\n%s", out.String())
+
+	// The reasoning streams were sent without include_usage; the ledger has
+	// the vendor's own figures for them, reasoning tokens included, not an
+	// estimate from the visible text (12 words).
+	entries, _, err := s.Store.Ledger(ctx, reasoning.ID, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) == 0 && os.Getenv("PYTEST_ADDOPTS") == "" {
+		t.Fatal("no ledger entry for the reasoning cases")
+	}
+	for _, e := range entries {
+		if e.Estimated || !e.Stream || e.Model != reasoningModel || e.Output != 12+reasoningTokens {
+			t.Errorf("ledger entry %+v; want the vendor's %d output tokens, not estimated", e, 12+reasoningTokens)
+		}
+	}
 }
 
 // cleanEnv drops variables that would make the SDKs talk to anything but

@@ -28,6 +28,8 @@ def _env(name: str) -> str:
 
 ALPHA_MODEL = os.environ.get("GATEWAY_ALPHA_MODEL", "claude-haiku-4-5")
 BETA_MODEL = os.environ.get("GATEWAY_BETA_MODEL", "gpt-4o-mini")
+REASONING_MODEL = os.environ.get("GATEWAY_REASONING_MODEL", "o4-mini")
+REASONING_TOKENS = int(os.environ.get("GATEWAY_REASONING_TOKENS", "377"))
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class Gateway:
     limited_alpha_readonly: str
     limited_beta_key: str  # the same, for the format B cases
     limited_beta_readonly: str
+    reasoning_key: str  # cr_ key of the account the reasoning cases use
+    reasoning_readonly: str
     prices: dict  # model -> nano-USD per million tokens
 
     @classmethod
@@ -53,6 +57,8 @@ class Gateway:
             limited_alpha_readonly=_env("GATEWAY_LIMITED_ALPHA_READONLY"),
             limited_beta_key=_env("GATEWAY_LIMITED_BETA_KEY"),
             limited_beta_readonly=_env("GATEWAY_LIMITED_BETA_READONLY"),
+            reasoning_key=_env("GATEWAY_REASONING_KEY"),
+            reasoning_readonly=_env("GATEWAY_REASONING_READONLY"),
             prices=json.loads(_env("GATEWAY_PRICES")),
         )
 
@@ -219,6 +225,16 @@ def beta_client(
         api_key=key or gw.key,
         http_client=openai.DefaultHttpxClient(transport=recorder),
         **kw,
+    )
+
+
+def vendor_beta_client(recorder: RecordingTransport) -> openai.OpenAI:
+    """An openai client for the primary fake vendor itself, without the
+    gateway: what the vendor sends a client directly."""
+    return openai.OpenAI(
+        base_url=_env("FAKE_PRIMARY_BETA") + "/v1",
+        api_key=_env("FAKE_BETA_KEY"),
+        http_client=openai.DefaultHttpxClient(transport=recorder),
     )
 
 

@@ -12,6 +12,9 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 import tooldefs
 from gwtest import (
     BETA_MODEL,
+    FAKE_REPLY_WORDS,
+    REASONING_MODEL,
+    REASONING_TOKENS,
     BetaClients,
     Exchange,
     Fake,
@@ -20,11 +23,11 @@ from gwtest import (
     RecordingTransport,
     Tokens,
     assert_typed,
-    cost,
     fake_input_tokens,
     fake_reply_text,
     unknown_fields,
     validate,
+    vendor_beta_client,
 )
 
 PATH = "/v1/chat/completions"
@@ -144,9 +147,19 @@ def test_stream_create_with_usage(beta: BetaClients, primary: Fake, recorder: Re
     meter_expect(meter, usage)
 
 
-def test_stream_without_usage(beta: BetaClients, gw: Gateway, recorder: RecordingTransport, meter: Meter) -> None:
-    """Without include_usage the vendor reports no usage; the SDK shows
-    none, and the gateway still charges one request, by its own count."""
+def with_usage_option(body: bytes) -> bytes:
+    """A body whose client did not ask for usage, as the gateway sends it on:
+    stream_options added after the last member, every other byte as sent."""
+    end = body.rstrip().rindex(b"}")
+    last = len(body[:end].rstrip())
+    return body[:last] + b',"stream_options":{"include_usage":true}' + body[last:]
+
+
+def test_stream_without_usage(
+    beta: BetaClients, primary: Fake, recorder: RecordingTransport, meter: Meter
+) -> None:
+    """Without include_usage the SDK shows no usage, as from the vendor; the
+    gateway asked the vendor for it, and charges the vendor's figures."""
     client = beta()
     text, finish = [], None
     with client.chat.completions.stream(model=BETA_MODEL, messages=MESSAGES) as stream:
@@ -160,17 +173,68 @@ def test_stream_without_usage(beta: BetaClients, gw: Gateway, recorder: Recordin
     assert "".join(text) == final.choices[0].message.content == fake_reply_text(PROMPT)
 
     for chunk in client.chat.completions.create(model=BETA_MODEL, messages=MESSAGES, stream=True):
-        assert chunk.usage is None
+        assert chunk.usage is None and "usage" not in chunk.to_dict()
         for choice in chunk.choices:
             finish = choice.finish_reason or finish
     assert finish == "stop"
-    stream_chunks(recorder.last())
+    assert all("usage" not in ch for ch in stream_chunks(recorder.last()))
 
-    d = meter.delta()
-    assert d["requests"] == 2 and d["input_tokens"] > 0 and d["output_tokens"] > 0 and d["cache_tokens"] == 0
-    assert d["cost"] == -d["balance"] > 0
-    # Priced by the table, each request rounded up to a whole nano-USD.
-    assert 0 <= d["cost"] - cost(gw.prices, BETA_MODEL, Tokens(d["input_tokens"], d["output_tokens"])) <= d["requests"]
+    recs = primary.requests("beta", PATH)
+    assert len(recs) == 2 == len(recorder.exchanges)
+    for rec, ex in zip(recs, recorder.exchanges):
+        assert rec["body"] == with_usage_option(ex.body)
+    meter.expect(BETA_MODEL, *(Tokens(fake_input_tokens(r["body"]), FAKE_REPLY_WORDS) for r in recs))
+
+
+def same_request(objs: list[dict]) -> list[dict]:
+    """Blanks what differs between two replies to the same request."""
+    return [{**o, "id": "-", "created": 0} for o in objs]
+
+
+def test_reasoning_stream_without_usage(
+    beta: BetaClients, gw: Gateway, primary: Fake, recorder: RecordingTransport
+) -> None:
+    """A reasoning model streams to a client that did not ask for usage: the
+    client's chunks are exactly those the vendor itself sends such a client,
+    and the account is charged the vendor's figures, with the reasoning
+    tokens that the text does not show."""
+    primary.control(vendor="beta", reasoning_tokens=REASONING_TOKENS)
+    meter = Meter(gw, gw.reasoning_readonly)
+    client = beta(key=gw.reasoning_key)
+    vendor = vendor_beta_client(recorder)
+    try:
+        got = list(client.chat.completions.create(model=REASONING_MODEL, messages=MESSAGES, stream=True))
+        through = recorder.last()
+        assert primary.only_request("beta", PATH)["body"] == with_usage_option(through.body)
+        want = list(vendor.chat.completions.create(model=REASONING_MODEL, messages=MESSAGES, stream=True))
+        direct = recorder.last()
+        assert direct.body == through.body
+
+        # The SDK's objects, fields as sent, and each event's data on the wire.
+        assert same_request([c.to_dict() for c in got]) == same_request([c.to_dict() for c in want])
+        assert same_request(stream_chunks(through)) == same_request(stream_chunks(direct))
+        assert all(c.usage is None for c in got)
+        assert "".join(ch.delta.content or "" for c in got for ch in c.choices) == fake_reply_text(PROMPT)
+
+        # The stream helper's final completion, likewise.
+        with client.chat.completions.stream(model=REASONING_MODEL, messages=MESSAGES) as stream:
+            final = stream.get_final_completion()
+        with vendor.chat.completions.stream(model=REASONING_MODEL, messages=MESSAGES) as stream:
+            final_direct = stream.get_final_completion()
+        assert final.usage is None
+        assert same_request([final.to_dict()]) == same_request([final_direct.to_dict()])
+
+        # Gateway and vendor requests alternate in the fake's records.
+        recs = primary.requests("beta", PATH)
+        assert len(recs) == 4
+        sent = [recs[0]["body"], recs[2]["body"]]
+        assert all(b'"stream_options":{"include_usage":true}' in b for b in sent)
+        meter.expect(
+            REASONING_MODEL, *(Tokens(fake_input_tokens(b), FAKE_REPLY_WORDS + REASONING_TOKENS) for b in sent)
+        )
+    finally:
+        vendor.close()
+        meter.close()
 
 
 def test_max_tokens_cuts_reply(beta: BetaClients, recorder: RecordingTransport, meter: Meter) -> None:

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
@@ -112,9 +113,9 @@ func message(s *launch.Stack, key, model string) (int, string) {
 // sidecar, with a second sidecar (and Envoy) sharing the same Redis to show
 // that revocation and expiry reach every sidecar within 5 seconds.
 func TestAdmin(t *testing.T) {
-	s := launch.Start(t, launch.Options{SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}})
-	s2 := launch.Start(t, launch.Options{RedisAddr: s.RedisAddr}) // no admin token
-	ctl := gatewayctl{t: t, bin: launch.Binary(t, "gatewayctl"), env: []string{
+	s := launchtest.Start(t, launch.Options{SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}})
+	s2 := launchtest.Start(t, launch.Options{RedisAddr: s.RedisAddr}) // no admin token
+	ctl := gatewayctl{t: t, bin: launchtest.Binary(t, "gatewayctl"), env: []string{
 		"GATEWAY_ADMIN_ADDR=" + s.Config.Listeners.Admin,
 		"GATEWAY_ADMIN_TOKEN=" + adminToken,
 		"GATEWAY_ADMIN_ACTOR=e2e",

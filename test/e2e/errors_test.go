@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -29,7 +30,7 @@ type betaError struct {
 // type (format A) or code (format B) the vendor's SDKs map to the right
 // exception.
 func TestErrorsInVendorFormat(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	poor := s.NewAccount(0, noLimits)
 	limited := s.NewAccount(10, store.Limits{RPM: 1, WindowMinutes: 1})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
 
 // gatewayctl ledger export round-trips the ledger of a busy account: exports
@@ -21,11 +22,11 @@ import (
 // every entry exactly once. With a retention of a millisecond every exported
 // entry is trimmed from Redis, and an unexported one never is.
 func TestLedgerExport(t *testing.T) {
-	s := launch.Start(t, launch.Options{
+	s := launchtest.Start(t, launch.Options{
 		SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken},
 		Configure:  func(c *config.Config) { c.Store.LedgerRetention = config.Duration(time.Millisecond) },
 	})
-	ctl := gatewayctl{t: t, bin: launch.Binary(t, "gatewayctl"), env: []string{
+	ctl := gatewayctl{t: t, bin: launchtest.Binary(t, "gatewayctl"), env: []string{
 		"GATEWAY_ADMIN_ADDR=" + s.Config.Listeners.Admin,
 		"GATEWAY_ADMIN_TOKEN=" + adminToken,
 	}}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -206,7 +207,7 @@ func TestFaultRedisStopsDuringLoad(t *testing.T) {
 	// Redis with persistence, as in production: what was written before the
 	// crash is still there after it.
 	rs := redistest.NewServerWith(t, "--appendonly", "yes", "--appendfsync", "always")
-	s := launch.Start(t, launch.Options{RedisAddr: rs.Addr})
+	s := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr})
 	const initial = 10_000_000_000
 	acct := s.NewAccount(10, noLimits)
 	// Streams of some 30 events 100ms apart stay open for seconds.
@@ -317,7 +318,7 @@ func TestFaultRedisStopsDuringLoad(t *testing.T) {
 // replayed by the next sidecar when it starts.
 func TestFaultSpoolSurvivesSidecarKill(t *testing.T) {
 	rs := redistest.NewServerWith(t, "--appendonly", "yes", "--appendfsync", "always")
-	s := launch.Start(t, launch.Options{RedisAddr: rs.Addr})
+	s := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr})
 	const initial = 10_000_000_000
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"vendor": "beta", "event_delay_ms": 100, "reply_words": 15})
@@ -361,7 +362,7 @@ func TestFaultSpoolSurvivesSidecarKill(t *testing.T) {
 // at its last checkpoint, flagged interrupted; it serves normally.
 func TestFaultSidecarKilledMidStream(t *testing.T) {
 	const lease = time.Second
-	s := launch.Start(t, launch.Options{Configure: func(c *config.Config) {
+	s := launchtest.Start(t, launch.Options{Configure: func(c *config.Config) {
 		c.Limits.HoldLease = config.Duration(lease)
 	}})
 	const initial = 10_000_000_000
@@ -486,7 +487,7 @@ func TestConservationUnderFaults(t *testing.T) {
 		seed = n
 	}
 	t.Logf("seed %d (GATEWAY_CONSERVATION_SEED=%d reproduces the plan)", seed, seed)
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	plan := conservationPlan(seed, 300)
 
 	ap, bp := priceOf(t, s, "alpha", alphaModel), priceOf(t, s, "beta", betaModel)

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
 
 // The vendor receives the client's body byte for byte, the vendor
 // credential, and none of the client's credentials or our internal headers.
 func TestForwardsBodiesAndSwapsCredentials(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 
 	// Odd spacing, unicode and a tool definition must survive untouched.
@@ -60,7 +61,7 @@ func TestForwardsBodiesAndSwapsCredentials(t *testing.T) {
 }
 
 func TestStreamingBothRoutes(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 
 	resp, evs := stream(t, s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
@@ -79,7 +80,7 @@ func TestStreamingBothRoutes(t *testing.T) {
 // With the vendor pacing events apart, the client receives them spread out
 // the same way, not in one burst at the end.
 func TestSSEIsNotBuffered(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"event_delay_ms": 200, "reply_words": 6})
 
@@ -116,7 +117,7 @@ func TestSSEIsNotBuffered(t *testing.T) {
 }
 
 func TestHealthNeedsNoKey(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	resp, body := s.Do("GET", "/health", nil, nil)
 	if resp.StatusCode != 200 {
 		t.Fatalf("health: %d %s", resp.StatusCode, body)
@@ -139,7 +140,7 @@ func TestHealthNeedsNoKey(t *testing.T) {
 // SIGTERM to the sidecar during a slow stream: the stream completes, then
 // the sidecar exits.
 func TestSIGTERMLetsStreamsFinish(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"event_delay_ms": 100, "reply_words": 15})
 

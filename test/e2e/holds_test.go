@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/redistest"
 )
 
@@ -70,7 +71,7 @@ func TestConservationHolds(t *testing.T) {
 	}
 	t.Logf("seed %d", seed)
 	rs := redistest.NewServerWith(t, "--appendonly", "yes", "--appendfsync", "always")
-	s := launch.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: func(c *config.Config) {
+	s := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: func(c *config.Config) {
 		c.Limits.HoldLease = config.Duration(holdLease)
 		c.Limits.MaxRequestDuration = config.Duration(2 * time.Second)
 	}})

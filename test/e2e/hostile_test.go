@@ -11,12 +11,13 @@ import (
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
 
 // Hostile bodies each get a clear error with the right status in the
 // vendor's format, nothing reaches the vendor, and the gateway stays up.
 func TestHostileBodies(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	deep := strings.Repeat(`{"a":`, 200) + "1" + strings.Repeat("}", 200)
 	cases := []struct {
@@ -65,7 +66,7 @@ func TestHostileBodies(t *testing.T) {
 // Over-limit bodies and headers are refused by Envoy itself, in the route's
 // vendor format.
 func TestOversizeRequests(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	// A large body under the limit works.
 	ok := append([]byte(`{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"`), bytes.Repeat([]byte("a"), 1<<20)...)
@@ -107,7 +108,7 @@ func TestOversizeRequests(t *testing.T) {
 // Path tricks cannot reach anything a credential does not allow, nor skip
 // metering.
 func TestPathTricks(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	a := s.NewAccount(10, noLimits)
 	other := s.NewAccount(10, noLimits)
 	s.Do("POST", alphaPath, alphaHeaders(other.Key), alphaBody(false, ""))
@@ -232,7 +233,7 @@ func joinHeaders(hs []string) string {
 // When the processor is gone, Envoy fails closed with a retryable 503 in the
 // vendor's format; with no healthy upstream, likewise.
 func TestEnvoyLocalRepliesInVendorFormat(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 
 	s.Primary.Process.Signal(syscall.SIGKILL)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -36,7 +37,7 @@ func cost(p pricing.Price, u tokens) int64 {
 // balance, daily spend and per-model counters equal exactly what the vendor
 // replies reported, priced by the table.
 func TestMeteringMatchesVendorUsage(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"vendor": "alpha", "cache_read_tokens": 40, "cache_write_tokens": 7})
 	s.Primary.Control(map[string]any{"vendor": "beta", "cache_read_tokens": 5})
@@ -121,21 +122,6 @@ func TestMeteringMatchesVendorUsage(t *testing.T) {
 	}
 }
 
-// Format B streams without a usage chunk are counted with a tokenizer and
-// marked estimated.
-func TestBetaStreamWithoutUsageIsEstimated(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
-	acct := s.NewAccount(10, noLimits)
-	resp, evs := stream(t, s, betaPath, betaHeaders(acct.Key), betaBody(true, false, ""))
-	if resp.StatusCode != 200 || len(evs) == 0 {
-		t.Fatalf("%d", resp.StatusCode)
-	}
-	e := onlyLedgerEntry(t, s, acct.ID)
-	if !e.Estimated || e.Output <= 0 || e.Input <= 0 || e.Cost <= 0 {
-		t.Fatalf("entry = %+v; want an estimated, charged entry", e)
-	}
-}
-
 func onlyLedgerEntry(t *testing.T, s *launch.Stack, acct string) store.LedgerEntry {
 	t.Helper()
 	entries, _, err := s.Store.Ledger(context.Background(), acct, "", 100)
@@ -152,7 +138,7 @@ func onlyLedgerEntry(t *testing.T, s *launch.Stack, acct string) store.LedgerEnt
 // admitted request settles, the rest get 402, the balance stays ≥ 0 and the
 // ledger, the balance change and the counters agree.
 func TestConcurrentRequestsAgainstSmallBalance(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	ap := priceOf(t, s, "alpha", alphaModel)
 	body := alphaBody(false, "")
 	hold := ap.Hold(int64(len(body)), 256)
@@ -216,7 +202,7 @@ func TestConcurrentRequestsAgainstSmallBalance(t *testing.T) {
 }
 
 func TestRateLimit(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, store.Limits{RPM: 2, WindowMinutes: 1})
 	for i := 0; i < 2; i++ {
 		if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, "")); resp.StatusCode != 200 {
@@ -239,7 +225,7 @@ func TestRateLimit(t *testing.T) {
 }
 
 func TestDailyLimit(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	ap := priceOf(t, s, "alpha", alphaModel)
 	body := alphaBody(false, "")
 	hold := ap.Hold(int64(len(body)), 256)
@@ -277,7 +263,7 @@ func TestDailyLimit(t *testing.T) {
 
 // ro_ tokens are refused on both model routes and spend nothing.
 func TestReadOnlyTokenCannotSpend(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.ReadOnly), alphaBody(false, ""))
 	var ae alphaError
@@ -303,7 +289,7 @@ func TestReadOnlyTokenCannotSpend(t *testing.T) {
 // A client that disconnects mid-stream is charged the observed usage,
 // marked estimated; a vendor 500 is charged nothing.
 func TestDisconnectAndVendorError(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"event_delay_ms": 50, "reply_words": 40})
 

@@ -1,15 +1,18 @@
 package e2e
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/store"
@@ -20,8 +23,8 @@ import (
 // globally; usage read through either pair is the same.
 func TestScaleOutOnRedisCluster(t *testing.T) {
 	nodes := redistest.StartCluster(t, 3)
-	a := launch.Start(t, launch.Options{RedisCluster: nodes})
-	b := launch.Start(t, launch.Options{RedisCluster: nodes})
+	a := launchtest.Start(t, launch.Options{RedisCluster: nodes})
+	b := launchtest.Start(t, launch.Options{RedisCluster: nodes})
 	pairs := []*launch.Stack{a, b}
 
 	// Rate limit: 10 requests per window across both pairs.
@@ -96,7 +99,7 @@ func TestScaleOutOnRedisCluster(t *testing.T) {
 // /metrics parses with the Prometheus text parser, and the listed series are
 // present and move with traffic.
 func TestMetricsMoveWithTraffic(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	poor := s.NewAccount(0, noLimits)
 	before := max(scrape(t, s, "gateway_requests_total"), 0) // absent until the first request
@@ -108,11 +111,24 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	}
 	for _, name := range []string{
 		"gateway_tokens_total", "gateway_cost_usd_total", "gateway_rejections_total",
-		"gateway_admission_seconds", "gateway_settlement_seconds", "gateway_estimated_settlements_total",
+		"gateway_admission_seconds", "gateway_settlement_seconds",
 	} {
 		if scrape(t, s, name) <= 0 {
 			t.Errorf("%s did not move", name)
 		}
+	}
+	// A stream the vendor breaks off after it started is settled estimated,
+	// when Envoy ends the processor's stream (the events are spaced so that
+	// the reply has started: a reset before its first byte is a free 502).
+	s.Primary.Control(map[string]any{"abort_after_events": 3, "event_delay_ms": 50})
+	resp := open(t, t.Context(), s, betaPath, betaHeaders(acct.Key), betaBody(true, false, ""))
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	for deadline := time.Now().Add(20 * time.Second); scrape(t, s, "gateway_estimated_settlements_total") <= 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("gateway_estimated_settlements_total did not move")
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval
 	}
 	for _, name := range []string{"gateway_endpoint_in_use", "gateway_store_errors_total", "gateway_expired_holds_total", "process_resident_memory_bytes"} {
 		if scrape(t, s, name) < 0 {

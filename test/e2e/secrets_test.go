@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
 
 // A sentinel sent inside the prompt, the tool definitions and a key appears
 // in no sidecar log, no Envoy log or access log, and no Redis value; nor do
 // the secrets of real keys and tokens.
 func TestNoBodiesOrSecretsAreKept(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	const sentinel = "SENTINEL7f3a9c"
 

@@ -9,6 +9,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
 
 func compileSchema(t *testing.T, path string) *jsonschema.Schema {
@@ -33,10 +34,10 @@ func validate(t *testing.T, s *jsonschema.Schema, body []byte) {
 	}
 }
 
-// Both records match a JSON Schema written from SPEC.md, for every period and
+// Both records match a JSON Schema written from the API reference in README.md, for every period and
 // every credential form.
 func TestUsageAndHealthMatchSpecSchema(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	usageSchema := compileSchema(t, "testdata/usage.schema.json")
 	healthSchema := compileSchema(t, "testdata/health.schema.json")
 	acct := s.NewAccount(10, noLimits)
@@ -82,7 +83,7 @@ func TestUsageAndHealthMatchSpecSchema(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	for _, c := range []struct {
 		method, path string
@@ -112,7 +113,7 @@ func TestUsageErrors(t *testing.T) {
 // Usage deltas, read immediately after each reply ends, match the vendor's
 // reported usage exactly; two accounts never see each other's usage.
 func TestUsageIsRealTimeAndPerAccount(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	a := s.NewAccount(10, noLimits)
 	b := s.NewAccount(10, noLimits)
 	ap, bp := priceOf(t, s, "alpha", alphaModel), priceOf(t, s, "beta", betaModel)
@@ -167,7 +168,7 @@ func TestUsageIsRealTimeAndPerAccount(t *testing.T) {
 
 // /health reports non-ok with 503 while Redis is stopped, ok after it returns.
 func TestHealthFollowsTheStore(t *testing.T) {
-	s := launch.Start(t, launch.Options{})
+	s := launchtest.Start(t, launch.Options{})
 	waitHealth := func(status int) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)

@@ -1,4 +1,4 @@
-// Package beta implements the "chat_completions" wire format (the OpenAI Chat
+// Package chatcompletions implements the "chat_completions" wire format (the OpenAI Chat
 // Completions API, served on /beta/v1/chat/completions).
 package chatcompletions
 
@@ -15,7 +15,7 @@ var _ format.Format = Format{}
 // Name returns "chat_completions".
 func (Format) Name() string { return "chat_completions" }
 
-// ErrorBody renders {"error":{"message":M,"type":T,"param":null,"code":C},
+// ErrorBody renders {"error":{"message":M,"type":T,"param":P,"code":C},
 // the shape the vendor's SDKs parse. The vendor's SDKs pick their exception
 // class from the HTTP status; type and code follow what the vendor itself
 // sends where it has an equivalent, and a null code where it sends null:
@@ -39,14 +39,20 @@ func (Format) Name() string { return "chat_completions" }
 // of format.ModelNotFound and sets the vendor's code. A daily spend limit is
 // a quota that resets, so it takes the quota type with its own code rather
 // than rate_limit_exceeded, which clients retry within seconds.
-func (Format) ErrorBody(kind format.ErrorKind, message string) []byte {
-	typ, code := errorTypeCode(kind)
-	b := make([]byte, 0, len(message)+96)
+func (Format) ErrorBody(e *format.Error) []byte {
+	typ, code := errorTypeCode(e.Kind)
+	b := make([]byte, 0, len(e.Message)+len(e.Param)+96)
 	b = append(b, `{"error":{"message":`...)
-	b = jsonscan.AppendQuote(b, message)
+	b = jsonscan.AppendQuote(b, e.Message)
 	b = append(b, `,"type":`...)
 	b = jsonscan.AppendQuote(b, typ)
-	b = append(b, `,"param":null,"code":`...)
+	b = append(b, `,"param":`...)
+	if e.Param == "" {
+		b = append(b, "null"...)
+	} else {
+		b = jsonscan.AppendQuote(b, e.Param)
+	}
+	b = append(b, `,"code":`...)
 	if code == "" {
 		b = append(b, "null"...)
 	} else {

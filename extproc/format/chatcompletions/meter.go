@@ -11,16 +11,24 @@ import (
 // text/event-stream, otherwise one that reads the JSON completion at the
 // end. body is kept, unmodified, for an input estimate should the reply
 // carry no usage; the caller must not change it until Usage has been called.
+//
+// For a stream whose request the gateway edited to ask for usage (see
+// usageEdit), the meter is a format.Rewriter that gives the client the
+// stream it asked for (see usageFilter).
 func (Format) NewMeter(req format.Request, body []byte, contentType string) format.Meter {
 	if sse.IsEventStream(contentType) {
-		// Without include_usage the vendor sends no usage chunk and the
-		// output must be counted in full, so the tally counts as the text
-		// arrives. Otherwise counting matters only for a broken stream,
-		// and a cheaper extrapolated figure will do.
-		return &streamMeter{
+		usageAdded := !req.IncludeUsage && !req.Edit.IsZero()
+		// Without a usage chunk the output must be counted in full, so the
+		// tally counts as the text arrives. Otherwise counting matters only
+		// for a broken stream, and a cheaper extrapolated figure will do.
+		m := streamMeter{
 			body: body,
-			text: tokens.Tally{Limit: streamTextLimit, Eager: !req.IncludeUsage},
+			text: tokens.Tally{Limit: streamTextLimit, Eager: !req.IncludeUsage && !usageAdded},
 		}
+		if usageAdded {
+			return &usageFilter{streamMeter: m}
+		}
+		return &m
 	}
 	return &jsonMeter{body: body}
 }
@@ -60,6 +68,8 @@ const (
 	chCompletion
 	chCached
 	chError
+	chUsageMember
+	chChoicesMember
 	chPaths
 )
 
@@ -74,13 +84,20 @@ var chunkQuery = jsonscan.NewQuery(
 	"usage.completion_tokens",
 	"usage.prompt_tokens_details.cached_tokens",
 	"error",
+	"usage",
+	"choices",
 )
 
 var doneData = []byte("[DONE]")
 
 func (m *streamMeter) Write(p []byte) { m.dec.Feed(p, m.event) }
 
-func (m *streamMeter) event(ev sse.Event) {
+func (m *streamMeter) event(ev sse.Event) { m.read(ev) }
+
+// read meters one event. For a completion chunk it returns the chunk's
+// top-level usage and choices values (Kind Invalid when absent), which
+// alias ev.Data.
+func (m *streamMeter) read(ev sse.Event) (usage, choices jsonscan.Value) {
 	if string(ev.Data) == string(doneData) {
 		m.done = true
 		return
@@ -102,7 +119,7 @@ func (m *streamMeter) event(ev sse.Event) {
 		m.scratch = nil
 	}
 	if err != nil {
-		return // not a chunk of this format: ignore it
+		return usage, choices // not a chunk of this format: ignore it
 	}
 	if vals[chError].Kind == jsonscan.Object {
 		m.failed = true
@@ -117,6 +134,7 @@ func (m *streamMeter) event(ev sse.Event) {
 		m.prompt, m.completion = prompt, completion
 		m.cached, _ = count(vals[chCached])
 	}
+	return vals[chUsageMember], vals[chChoicesMember]
 }
 
 // count returns a non-negative integer token count.

@@ -273,7 +273,7 @@ func TestErrorBody(t *testing.T) {
 	}
 	msg := "The model `gpt-x` does not exist \"or\" you\\have no access\n\x01 \xff"
 	for kind, want := range tests {
-		b := Format{}.ErrorBody(kind, msg)
+		b := Format{}.ErrorBody(&format.Error{Kind: kind, Message: msg})
 		var got struct {
 			Error map[string]any
 		}
@@ -371,7 +371,8 @@ func FuzzJSONMeter(f *testing.F) {
 }
 
 // TestStreamMeterMemory measures the heap an open stream keeps, after a
-// reply long enough to fill the text buffer, with and without include_usage.
+// reply long enough to fill the text buffer, with and without include_usage,
+// and when the gateway added it (the meter then also rewrites the stream).
 func TestStreamMeterMemory(t *testing.T) {
 	if err := tokens.Init(); err != nil { // the vocabulary is shared, not per stream
 		t.Fatal(err)
@@ -380,14 +381,18 @@ func TestStreamMeterMemory(t *testing.T) {
 	for range 2000 {
 		stream.WriteString(chunkEvent)
 	}
-	for _, includeUsage := range []bool{true, false} {
+	for name, req := range map[string]format.Request{
+		"include_usage=true":  {Stream: true, IncludeUsage: true},
+		"include_usage=false": {Stream: true},
+		"usage added":         addedUsage(t),
+	} {
 		const n = 200
 		meters := make([]format.Meter, n)
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		for i := range meters {
-			meters[i] = Format{}.NewMeter(format.Request{Stream: true, IncludeUsage: includeUsage}, nil, eventStream)
+			meters[i] = Format{}.NewMeter(req, nil, eventStream)
 			for b := stream.Bytes(); len(b) > 0; b = b[min(len(b), 1400):] {
 				meters[i].Write(b[:min(len(b), 1400)])
 			}
@@ -395,9 +400,9 @@ func TestStreamMeterMemory(t *testing.T) {
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		perStream := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
-		t.Logf("include_usage=%v: %d bytes per open stream", includeUsage, perStream)
+		t.Logf("%s: %d bytes per open stream", name, perStream)
 		if perStream > 20<<10 {
-			t.Errorf("include_usage=%v: %d bytes per open stream, want under 20 KB", includeUsage, perStream)
+			t.Errorf("%s: %d bytes per open stream, want under 20 KB", name, perStream)
 		}
 		runtime.KeepAlive(meters)
 	}

@@ -1,6 +1,7 @@
 package chatcompletions
 
 import (
+	"bytes"
 	"errors"
 
 	"github.com/modelgateway/gateway/extproc/format"
@@ -41,6 +42,8 @@ var requestQuery = jsonscan.NewQuery(
 
 // ParseRequest reads model, max_tokens, max_completion_tokens, stream and
 // stream_options.include_usage, validating the whole body as strict JSON.
+// For a stream whose client did not ask for usage, Request.Edit sets
+// stream_options.include_usage (see usageEdit).
 //
 // model is required. The token limits are optional integers from 1 to
 // 2^31-1 (integral values written as 1e3 or 100.0 are accepted, as the
@@ -52,10 +55,11 @@ var requestQuery = jsonscan.NewQuery(
 func (Format) ParseRequest(body []byte) (format.Request, error) {
 	var req format.Request
 	var haveModel bool
-	var fieldErr error // reported only if the body is otherwise valid JSON
+	var opts, usage jsonscan.Value // Kind Invalid when absent
+	var fieldErr error             // reported only if the body is otherwise valid JSON
 	fail := func(param, msg string) {
 		if fieldErr == nil {
-			fieldErr = &format.RequestError{Param: param, Message: param + ": " + msg}
+			fieldErr = format.Invalid(param, param+": "+msg)
 		}
 	}
 	err := requestQuery.Scan(body, func(path int, v jsonscan.Value) error {
@@ -90,12 +94,14 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 			if v.Kind != jsonscan.Object && v.Kind != jsonscan.Null {
 				fail("stream_options", "must be an object")
 			}
+			opts = v
 		case reqIncludeUsage:
 			b, ok := v.Bool()
 			if !ok && v.Kind != jsonscan.Null {
 				fail("stream_options.include_usage", "must be a boolean")
 			}
 			req.IncludeUsage = b
+			usage = v
 		case reqN:
 			if v.Kind == jsonscan.Null {
 				return nil
@@ -117,22 +123,63 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 	case err != nil:
 		return format.Request{}, scanError(err)
 	case jsonscan.TopLevel(body) != jsonscan.Object:
-		return format.Request{}, &format.RequestError{Message: "request body must be a JSON object"}
+		return format.Request{}, format.Invalid("", "request body must be a JSON object")
 	case fieldErr != nil:
 		return format.Request{}, fieldErr
 	case !haveModel:
-		return format.Request{}, &format.RequestError{Param: "model", Message: "model: field required"}
+		return format.Request{}, format.Invalid("model", "model: field required")
+	}
+	if req.Stream && !req.IncludeUsage {
+		req.Edit = usageEdit(body, opts, usage)
 	}
 	return req, nil
+}
+
+// usageEdit sets stream_options.include_usage to true in a valid request
+// body, given the values scanned at stream_options and at its include_usage
+// (Kind Invalid when absent). Without it the vendor reports no usage on a
+// stream, and reasoning tokens, which the reply's text does not show, could
+// only be guessed. Every other byte stays as the client sent it:
+//
+//	include_usage false or null  the value becomes true
+//	stream_options {...}         "include_usage":true is added first in it
+//	stream_options null          the value becomes {"include_usage":true}
+//	no stream_options            it is added after the last member
+func usageEdit(body []byte, opts, usage jsonscan.Value) format.Edit {
+	switch {
+	case usage.Kind != jsonscan.Invalid:
+		return format.Edit{At: offsetOf(body, usage), Cut: len(usage.Raw), Insert: "true"}
+	case opts.Kind == jsonscan.Object:
+		e := format.Edit{At: offsetOf(body, opts) + 1, Insert: `"include_usage":true,`}
+		if bytes.TrimLeft(opts.Raw[1:], jsonSpace)[0] == '}' {
+			e.Insert = `"include_usage":true` // the object was empty
+		}
+		return e
+	case opts.Kind == jsonscan.Null:
+		return format.Edit{At: offsetOf(body, opts), Cut: len(opts.Raw), Insert: `{"include_usage":true}`}
+	}
+	// The body is an object with at least "model": after its last member
+	// comes only space and the closing brace.
+	end := len(bytes.TrimRight(body, jsonSpace)) - 1
+	last := len(bytes.TrimRight(body[:end], jsonSpace))
+	return format.Edit{At: last, Insert: `,"stream_options":{"include_usage":true}`}
+}
+
+const jsonSpace = " \t\r\n"
+
+// offsetOf returns where v, scanned from body, starts in it: a Value's Raw
+// is a slice of the scanned input, so the capacities tell.
+func offsetOf(body []byte, v jsonscan.Value) int {
+	return cap(body) - cap(v.Raw)
 }
 
 // scanError turns a scanner error into a client error.
 func scanError(err error) error {
 	var dup *jsonscan.DuplicateKeyError
 	if errors.As(err, &dup) {
-		return &format.RequestError{Param: dup.Path, Message: dup.Path + ": key appears more than once in the request body"}
+		return format.Invalid(dup.Path, dup.Path+": key appears more than once in the request body")
 	}
-	return &format.RequestError{Message: "request body is not valid JSON: " + err.Error()}
+	return format.Invalid("", "request body is not valid JSON: "+err.Error())
 }
 
 // inputTextLimit bounds the request text tokenized for an input estimate;

@@ -1,13 +1,16 @@
 package chatcompletions
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/format/formattest"
 	"github.com/modelgateway/gateway/extproc/jsonscan"
 )
 
@@ -57,8 +60,55 @@ func TestParseRequestAccepts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			got.Edit = format.Edit{} // see TestUsageEdit
 			if got != tt.want {
 				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestUsageEdit(t *testing.T) {
+	const opts = `"stream_options":{"include_usage":true}`
+	tests := []struct{ name, body, want string }{
+		{"no stream_options", `{"model":"m","stream":true}`, `{"model":"m","stream":true,` + opts + `}`},
+		{"no stream_options, spaced", "{\n  \"model\": \"m\",\n  \"stream\": true\n}\n", "{\n  \"model\": \"m\",\n  \"stream\": true," + opts + "\n}\n"},
+		{"stream_options null", `{"model":"m","stream":true,"stream_options":null}`, `{"model":"m","stream":true,` + opts + `}`},
+		{"stream_options empty", `{"model":"m","stream":true,"stream_options":{}}`, `{"model":"m","stream":true,` + opts + `}`},
+		{"stream_options empty, spaced", `{"model":"m","stream":true,"stream_options":{ }}`, `{"model":"m","stream":true,"stream_options":{"include_usage":true }}`},
+		{"other stream options", `{"model":"m","stream":true,"stream_options":{"include_obfuscation":false}}`, `{"model":"m","stream":true,"stream_options":{"include_usage":true,"include_obfuscation":false}}`},
+		{"include_usage false", `{"model":"m","stream":true,"stream_options":{"include_usage":false}}`, `{"model":"m","stream":true,` + opts + `}`},
+		{"include_usage null, spaced", `{"model":"m","stream":true,"stream_options" : { "include_usage" : null } }`, `{"model":"m","stream":true,"stream_options" : { "include_usage" : true } }`},
+		{"escaped keys", `{"model":"m","stream":true,"stream\u005foptions":{"include\u005fusage":false}}`, `{"model":"m","stream":true,"stream\u005foptions":{"include\u005fusage":true}}`},
+		{"stream_options first", `{"stream_options":{"include_usage":false},"model":"m","stream":true}`, `{` + opts + `,"model":"m","stream":true}`},
+		{"asked already", `{"model":"m","stream":true,` + opts + `}`, `{"model":"m","stream":true,` + opts + `}`},
+		{"not a stream", `{"model":"m","stream_options":{"include_usage":false}}`, `{"model":"m","stream_options":{"include_usage":false}}`},
+		{"stream false", `{"model":"m","stream":false}`, `{"model":"m","stream":false}`},
+	}
+	realistic := formattest.Read(t, "request.json")
+	end := bytes.LastIndexByte(realistic, '}')
+	last := len(bytes.TrimRight(realistic[:end], " \t\r\n"))
+	tests = append(tests, struct{ name, body, want string }{"realistic", string(realistic),
+		string(realistic[:last]) + "," + opts + string(realistic[last:])})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := Format{}.ParseRequest([]byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			up := req.Edit.Apply([]byte(tt.body))
+			if string(up) != tt.want {
+				t.Fatalf("upstream body\n%s\nwant\n%s", up, tt.want)
+			}
+			if req.Edit.IsZero() != (tt.body == tt.want) {
+				t.Fatalf("edit %+v for an unchanged body", req.Edit)
+			}
+			again, err := Format{}.ParseRequest(up)
+			if err != nil {
+				t.Fatalf("upstream body rejected: %v", err)
+			}
+			if !again.Edit.IsZero() || again.IncludeUsage != req.Stream || again.Model != req.Model || again.Stream != req.Stream {
+				t.Fatalf("upstream body reads %+v, client's %+v", again, req)
 			}
 		})
 	}
@@ -107,9 +157,9 @@ func TestParseRequestRejects(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Format{}.ParseRequest([]byte(tt.body))
-			var re *format.RequestError
+			var re *format.Error
 			if !errors.As(err, &re) {
-				t.Fatalf("got %v, want a *format.RequestError", err)
+				t.Fatalf("got %v, want a *format.Error", err)
 			}
 			if re.Param != tt.param || !strings.Contains(re.Message, tt.msg) {
 				t.Fatalf("got param %q message %q, want param %q message containing %q", re.Param, re.Message, tt.param, tt.msg)
@@ -151,15 +201,18 @@ func FuzzParseRequest(f *testing.F) {
 		`{"model":"m","max_tokens":8,"max_completion_tokens":1e2,"stream":true,"stream_options":{"include_usage":true}}`,
 		`{"model":"m","stream_options":{"include_usage":true,"include_usage":true}}`,
 		`{"model":"m","max_tokens":null}`,
+		`{"model":"m","stream":true,"stream_options":{ }}`,
+		`{"stream":true,"stream_options":null,"model":"m"}`,
+		`{"model":"m","stream":true,"stream_options":{"x":1,"include_usage":false} }`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := Format{}.ParseRequest(body)
 		if err != nil {
-			var re *format.RequestError
+			var re *format.Error
 			if !errors.As(err, &re) || re.Message == "" {
-				t.Fatalf("got %T %v, want a *format.RequestError with a message", err, err)
+				t.Fatalf("got %T %v, want a *format.Error with a message", err, err)
 			}
 			return
 		}
@@ -185,6 +238,31 @@ func FuzzParseRequest(f *testing.F) {
 		opts, _ := doc["stream_options"].(map[string]any)
 		if u, _ := opts["include_usage"].(bool); u != req.IncludeUsage {
 			t.Fatalf("include_usage %v, encoding/json read %v", req.IncludeUsage, opts["include_usage"])
+		}
+		// A stream without usage is sent upstream with usage asked for and
+		// nothing else changed.
+		if req.Edit.IsZero() != (!req.Stream || req.IncludeUsage) {
+			t.Fatalf("edit %+v for %+v", req.Edit, req)
+		}
+		if req.Edit.IsZero() {
+			return
+		}
+		up := req.Edit.Apply(body)
+		again, err := Format{}.ParseRequest(up)
+		if err != nil || !again.IncludeUsage || !again.Edit.IsZero() {
+			t.Fatalf("upstream body %q reads %+v, %v", up, again, err)
+		}
+		var upDoc map[string]any
+		if err := json.Unmarshal(up, &upDoc); err != nil {
+			t.Fatalf("upstream body %q: %v", up, err)
+		}
+		if opts == nil {
+			opts = map[string]any{}
+			doc["stream_options"] = opts
+		}
+		opts["include_usage"] = true
+		if !reflect.DeepEqual(doc, upDoc) {
+			t.Fatalf("upstream body %q differs beyond include_usage from %q", up, body)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-// Package alpha implements the "messages" wire format (the Anthropic Messages
+// Package messages implements the "messages" wire format (the Anthropic Messages
 // API, served on /alpha/v1/messages).
 package messages
 
@@ -34,12 +34,12 @@ func (Format) Name() string { return "messages" }
 //	Internal          500  api_error
 //	Unavailable       503  overloaded_error (the vendor sends it with 529)
 //	Timeout           504  timeout_error
-func (Format) ErrorBody(kind format.ErrorKind, message string) []byte {
-	b := make([]byte, 0, len(message)+64)
+func (Format) ErrorBody(e *format.Error) []byte {
+	b := make([]byte, 0, len(e.Message)+64)
 	b = append(b, `{"type":"error","error":{"type":`...)
-	b = jsonscan.AppendQuote(b, errorType(kind))
+	b = jsonscan.AppendQuote(b, errorType(e.Kind))
 	b = append(b, `,"message":`...)
-	b = jsonscan.AppendQuote(b, message)
+	b = jsonscan.AppendQuote(b, e.Message)
 	return append(b, "}}"...)
 }
 

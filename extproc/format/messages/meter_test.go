@@ -269,7 +269,7 @@ func TestErrorBody(t *testing.T) {
 	}
 	msg := "model \"x\" \\ not\nallowed \u2028 \xff <tag>"
 	for kind, typ := range kinds {
-		b := Format{}.ErrorBody(kind, msg)
+		b := Format{}.ErrorBody(&format.Error{Kind: kind, Message: msg})
 		var got struct {
 			Type  string
 			Error struct{ Type, Message string }

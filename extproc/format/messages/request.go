@@ -64,7 +64,7 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 	case err != nil:
 		return format.Request{}, scanError(err)
 	case jsonscan.TopLevel(body) != jsonscan.Object:
-		return format.Request{}, &format.RequestError{Message: "request body must be a JSON object"}
+		return format.Request{}, format.Invalid("", "request body must be a JSON object")
 	case fieldErr != nil:
 		return format.Request{}, fieldErr
 	case !haveModel:
@@ -76,16 +76,16 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 }
 
 func paramError(param, msg string) error {
-	return &format.RequestError{Param: param, Message: param + ": " + msg}
+	return format.Invalid(param, param+": "+msg)
 }
 
 // scanError turns a scanner error into a client error.
 func scanError(err error) error {
 	var dup *jsonscan.DuplicateKeyError
 	if errors.As(err, &dup) {
-		return &format.RequestError{Param: dup.Path, Message: dup.Path + ": key appears more than once in the request body"}
+		return format.Invalid(dup.Path, dup.Path+": key appears more than once in the request body")
 	}
-	return &format.RequestError{Message: "request body is not valid JSON: " + err.Error()}
+	return format.Invalid("", "request body is not valid JSON: "+err.Error())
 }
 
 // inputTextLimit bounds the request text tokenized for an input estimate;

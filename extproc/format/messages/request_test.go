@@ -53,7 +53,7 @@ func TestParseRequestRejects(t *testing.T) {
 	tests := []struct {
 		name  string
 		body  string
-		param string // expected RequestError.Param
+		param string // expected Error.Param
 		msg   string // expected substring of the message
 	}{
 		{"empty", ``, "", "not valid JSON"},
@@ -95,9 +95,9 @@ func TestParseRequestRejects(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Format{}.ParseRequest([]byte(tt.body))
-			var re *format.RequestError
+			var re *format.Error
 			if !errors.As(err, &re) {
-				t.Fatalf("got %v, want a *format.RequestError", err)
+				t.Fatalf("got %v, want a *format.Error", err)
 			}
 			if re.Param != tt.param || !strings.Contains(re.Message, tt.msg) {
 				t.Fatalf("got param %q message %q, want param %q message containing %q", re.Param, re.Message, tt.param, tt.msg)
@@ -149,9 +149,9 @@ func FuzzParseRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := Format{}.ParseRequest(body)
 		if err != nil {
-			var re *format.RequestError
+			var re *format.Error
 			if !errors.As(err, &re) || re.Message == "" {
-				t.Fatalf("got %T %v, want a *format.RequestError with a message", err, err)
+				t.Fatalf("got %T %v, want a *format.Error with a message", err, err)
 			}
 			return
 		}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/modelgateway/gateway/internal/admin"
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+// testSidecar starts the composition root as `gateway serve` does, on the
+// in-memory store and free loopback ports, and stops it when the test ends.
+func testSidecar(t *testing.T, adminToken string) *sidecar {
+	t.Helper()
+	t.Setenv("REDIS_URL", "")
+	t.Setenv(admin.TokenEnv, adminToken)
+	t.Setenv(admin.TokenFileEnv, "")
+	cfg, err := config.Load("../../gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overrideListeners(&cfg.Listeners, config.Listeners{ExtProc: "127.0.0.1:0", Control: "127.0.0.1:0", Admin: "127.0.0.1:0"})
+	cfg.Store.SpoolDir = filepath.Join(t.TempDir(), "spool")
+	log := slog.New(slog.DiscardHandler)
+	rdb, closeStore, err := openStore(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeStore)
+	sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log,
+		Credentials: map[string]string{"alpha": "vendor-a", "beta": "vendor-b"}, EnvoyAdminURL: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		sc.Shutdown(ctx)
+	})
+	return sc
+}
+
+// The wiring of `gateway serve`: the processor answers on the ext_proc port
+// with the configured upstreams, gRPC health says SERVING, the control port
+// serves the health record, and the admin API is served only with a token.
+func TestSidecarServes(t *testing.T) {
+	sc := testSidecar(t, "adm_test_token_0123456789")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	conn, err := grpc.NewClient(sc.ExtProcAddr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hr, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: extprocv3.ExternalProcessor_ServiceDesc.ServiceName})
+	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("ext_proc health: %v, %v", hr, err)
+	}
+
+	// A request without a key is refused by the processor in the messages
+	// format: the alpha upstream is wired to its format.
+	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/alpha/v1/messages")},
+		}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ir := resp.GetImmediateResponse()
+	var body struct {
+		Type  string                `json:"type"`
+		Error struct{ Type string } `json:"error"`
+	}
+	if ir == nil || ir.GetStatus().GetCode() != 401 || json.Unmarshal(ir.GetBody(), &body) != nil || body.Error.Type != "authentication_error" {
+		t.Fatalf("want a 401 in the messages format, got %v", resp)
+	}
+
+	hresp, err := http.Get("http://" + sc.ControlAddr.String() + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(hresp.Body)
+	hresp.Body.Close()
+	var h struct {
+		Region    string   `json:"region"`
+		Upstreams []string `json:"upstreams"`
+		TS        string   `json:"ts"`
+	}
+	if err := json.Unmarshal(b, &h); err != nil || h.Region != "eu-central" || len(h.Upstreams) != 2 || h.TS == "" {
+		t.Fatalf("health record %s: %v", b, err)
+	}
+
+	if sc.AdminAddr == nil {
+		t.Fatal("admin API not served although a token is set")
+	}
+}
+
+func TestSidecarWithoutAdminToken(t *testing.T) {
+	sc := testSidecar(t, "")
+	if sc.AdminAddr != nil {
+		t.Fatalf("admin API served on %v without a token", sc.AdminAddr)
+	}
+}
+
+// `gateway run` creates its demo account through the admin service: the
+// account is funded, and its key and token are the kinds they claim to be.
+func TestCreateDemo(t *testing.T) {
+	sc := testSidecar(t, "")
+	cfg, err := config.Load("../../gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := createDemo(context.Background(), sc.Admin, cfg, 25)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	k, err := sc.Store.LookupKey(ctx, sha256.Sum256([]byte(d.APIKey)))
+	if err != nil || k.Kind != store.ModelKey || k.AccountID != d.AccountID {
+		t.Fatalf("demo key: %+v, %v", k, err)
+	}
+	ro, err := sc.Store.LookupKey(ctx, sha256.Sum256([]byte(d.ReadOnlyToken)))
+	if err != nil || ro.Kind != store.ReadOnlyToken {
+		t.Fatalf("demo token: %+v, %v", ro, err)
+	}
+	rep, err := sc.Store.Usage(ctx, d.AccountID, store.Total)
+	if err != nil || rep.Balance != 25_000_000_000 {
+		t.Fatalf("demo balance: %+v, %v", rep, err)
+	}
+	if d.AlphaModel == "" || d.BetaModel == "" {
+		t.Fatalf("demo models: %+v", d)
+	}
+}
+
+func TestOverrideListeners(t *testing.T) {
+	l := config.Listeners{ExtProc: "a:1", Control: "b:2", Admin: "c:3"}
+	overrideListeners(&l, config.Listeners{Control: "0.0.0.0:9"})
+	if l.ExtProc != "a:1" || l.Control != "0.0.0.0:9" || l.Admin != "c:3" {
+		t.Fatalf("%+v", l)
+	}
+}

@@ -1,0 +1,250 @@
+package extproc
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+// answer is what the processor told Envoy to send the client instead of
+// forwarding the request.
+type answer struct {
+	status     int
+	errType    string // error.type of the vendor's error body
+	message    string
+	retryAfter string
+}
+
+// firstRejection runs a request through the exchange until the processor
+// answers the client itself, and returns that answer; ok is false when the
+// request was forwarded.
+func firstRejection(t *testing.T, r *rig, hdrs []string, body []byte) (a answer, ok bool) {
+	t.Helper()
+	ctx := context.Background()
+	x := &exchange{s: r.srv}
+	defer x.finish()
+	msgs := []*extprocv3.ProcessingRequest{{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(hdrs...),
+	}}}
+	if body != nil {
+		msgs = append(msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true},
+		}})
+	}
+	for _, m := range msgs {
+		ir := x.handle(ctx, m).GetImmediateResponse()
+		if ir == nil {
+			continue
+		}
+		a.status = int(ir.GetStatus().GetCode())
+		for _, h := range ir.GetHeaders().GetSetHeaders() {
+			switch h.GetHeader().GetKey() {
+			case "retry-after":
+				a.retryAfter = string(h.GetHeader().GetRawValue())
+			case "content-type":
+				if ct := string(h.GetHeader().GetRawValue()); ct != "application/json" {
+					t.Fatalf("content-type %q", ct)
+				}
+			}
+		}
+		var b struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(ir.GetBody(), &b); err != nil {
+			t.Fatalf("error body is not JSON: %q", ir.GetBody())
+		}
+		a.errType, a.message = b.Error.Type, b.Error.Message
+		return a, true
+	}
+	return a, false
+}
+
+func alphaHeaders(key string, extra ...string) []string {
+	h := []string{":method", "POST", ":path", "/alpha/v1/messages", "content-type", "application/json"}
+	if key != "" {
+		h = append(h, "x-api-key", key)
+	}
+	return append(h, extra...)
+}
+
+// Every branch on which the processor refuses a request answers in the
+// messages format with the status the vendor would use, and nothing is held.
+func TestRejectionBranches(t *testing.T) {
+	body := []byte(`{"model":"claude-sonnet-4-5","max_tokens":256,"messages":[{"role":"user","content":"Hi"}]}`)
+	cases := []struct {
+		name    string
+		account rigAccount
+		setup   func(t *testing.T, r *rig)
+		headers func(r *rig) []string
+		body    []byte
+		status  int
+		errType string
+		message string // a part of the message
+		retry   bool
+	}{
+		{name: "no credential", headers: func(r *rig) []string { return alphaHeaders("") },
+			status: 401, errType: "authentication_error", message: "no API key"},
+		{name: "malformed authorization", headers: func(r *rig) []string {
+			return alphaHeaders("", "authorization", "Basic Zm9vOmJhcg==")
+		}, status: 401, errType: "authentication_error", message: "malformed"},
+		{name: "two different keys", headers: func(r *rig) []string {
+			return alphaHeaders(r.key, "authorization", "Bearer cr_somethingelse123")
+		}, status: 401, errType: "authentication_error", message: "different keys"},
+		{name: "unknown key", headers: func(r *rig) []string { return alphaHeaders("cr_" + strings.Repeat("x", 40)) },
+			status: 401, errType: "authentication_error", message: "invalid API key"},
+		{name: "not a key of ours", headers: func(r *rig) []string { return alphaHeaders("sk-" + strings.Repeat("x", 40)) },
+			status: 401, errType: "authentication_error", message: "invalid API key"},
+		{name: "read-only token", setup: func(t *testing.T, r *rig) {
+			tok, _, err := r.st.CreateKey(context.Background(), r.acct, store.ReadOnlyToken, store.KeyOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.key = tok
+		}, headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status: 403, errType: "permission_error", message: "read-only"},
+		{name: "expired key", account: rigAccount{key: store.KeyOptions{ExpiresAt: time.Now().Add(-time.Minute)}},
+			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status:  401, errType: "authentication_error", message: "expired"},
+		{name: "revoked key", setup: func(t *testing.T, r *rig) {
+			keys, err := r.st.ListKeys(context.Background(), r.acct)
+			if err != nil || len(keys) != 1 {
+				t.Fatalf("keys %v, %v", keys, err)
+			}
+			if err := r.st.RevokeKey(context.Background(), r.acct, keys[0].ID); err != nil {
+				t.Fatal(err)
+			}
+		}, headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status: 401, errType: "authentication_error"},
+		{name: "unknown path", headers: func(r *rig) []string {
+			return []string{":method", "POST", ":path", "/alpha/v1/complete", "x-api-key", r.key}
+		}, status: 404, errType: "not_found_error", message: "no such endpoint"},
+		{name: "metered path with GET", headers: func(r *rig) []string {
+			return []string{":method", "GET", ":path", "/alpha/v1/messages", "x-api-key", r.key}
+		}, status: 404, errType: "not_found_error"},
+		{name: "declared body too large", headers: func(r *rig) []string {
+			return alphaHeaders(r.key, "content-length", strconv.Itoa(33<<20))
+		}, status: 413, errType: "request_too_large"},
+		{name: "malformed JSON", headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			body: []byte(`{"model":"claude-sonnet-4-5",`), status: 400, errType: "invalid_request_error"},
+		{name: "unknown model", headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			body:   []byte(`{"model":"claude-nonexistent-9","max_tokens":10,"messages":[]}`),
+			status: 400, errType: "invalid_request_error", message: "claude-nonexistent-9"},
+		{name: "max_tokens above the model's output", headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			body:   []byte(`{"model":"claude-sonnet-4-5","max_tokens":100000000,"messages":[]}`),
+			status: 400, errType: "invalid_request_error", message: "max_tokens"},
+		{name: "model outside the key's allow-list", account: rigAccount{key: store.KeyOptions{Models: []string{"claude-haiku-4-5"}}},
+			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status:  403, errType: "permission_error", message: "claude-sonnet-4-5"},
+		{name: "balance too low for the hold", account: rigAccount{balance: 1},
+			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status:  402, errType: "billing_error", message: "insufficient balance"},
+		{name: "request rate", account: rigAccount{limits: store.Limits{RPM: 1, WindowMinutes: 1}},
+			setup: func(t *testing.T, r *rig) {
+				if a, ok := firstRejection(t, r, alphaHeaders(r.key), body); ok {
+					t.Fatalf("first request refused: %+v", a)
+				}
+			},
+			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status:  429, errType: "rate_limit_error", message: "rate limit", retry: true},
+		{name: "daily spend", account: rigAccount{limits: store.Limits{DailyNanoUSD: 1}},
+			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status:  429, errType: "rate_limit_error", message: "daily spend limit", retry: true},
+		{name: "store unavailable", setup: func(t *testing.T, r *rig) {
+			// The key cache is off (TTL 0), so the key lookup meets the outage.
+			r.mr.Close()
+		}, headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status: 503, errType: "overloaded_error", retry: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRigWith(t, "alpha", c.account)
+			if c.setup != nil {
+				c.setup(t, r)
+			}
+			b := c.body
+			if b == nil {
+				b = body
+			}
+			a, ok := firstRejection(t, r, c.headers(r), b)
+			if !ok {
+				t.Fatal("forwarded; want a rejection")
+			}
+			if a.status != c.status || a.errType != c.errType || !strings.Contains(a.message, c.message) {
+				t.Fatalf("got %d %s %q; want %d %s containing %q", a.status, a.errType, a.message, c.status, c.errType, c.message)
+			}
+			if c.retry != (a.retryAfter != "") {
+				t.Fatalf("retry-after %q; want one: %v", a.retryAfter, c.retry)
+			}
+			if c.status == 503 {
+				return
+			}
+			if n, held, err := r.st.OpenHolds(context.Background(), r.acct); err != nil || n != 0 || held != 0 {
+				t.Fatalf("open holds after a rejection: %d (%d nano-USD), %v", n, held, err)
+			}
+		})
+	}
+}
+
+// The chat-completions route answers the same refusals in its own format:
+// {"error":{"message","type","param","code"}}.
+func TestRejectionsInChatCompletionsFormat(t *testing.T) {
+	r := newRigWith(t, "beta", rigAccount{balance: 1})
+	ctx := context.Background()
+	x := &exchange{s: r.srv}
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(":method", "POST", ":path", "/beta/v1/chat/completions", "authorization", "Bearer "+r.key),
+	}})
+	ir := x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hi"}]}`), EndOfStream: true},
+	}}).GetImmediateResponse()
+	var b struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    string  `json:"code"`
+		} `json:"error"`
+	}
+	if ir == nil || json.Unmarshal(ir.GetBody(), &b) != nil {
+		t.Fatalf("want a rejection with a JSON body, got %v", ir)
+	}
+	if ir.GetStatus().GetCode() != 402 || b.Error.Code != "insufficient_quota" || b.Error.Message == "" {
+		t.Fatalf("%d %+v", ir.GetStatus().GetCode(), b.Error)
+	}
+}
+
+// A request error names the offending field in chat-completions' param, as
+// the vendor does.
+func TestChatCompletionsErrorNamesParam(t *testing.T) {
+	r := newRigWith(t, "beta", rigAccount{})
+	ctx := context.Background()
+	x := &exchange{s: r.srv}
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(":method", "POST", ":path", "/beta/v1/chat/completions", "authorization", "Bearer "+r.key),
+	}})
+	ir := x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: []byte(`{"messages":[{"role":"user","content":"Hi"}]}`), EndOfStream: true},
+	}}).GetImmediateResponse()
+	var b struct {
+		Error struct {
+			Param *string `json:"param"`
+		} `json:"error"`
+	}
+	if ir == nil || json.Unmarshal(ir.GetBody(), &b) != nil || ir.GetStatus().GetCode() != 400 {
+		t.Fatalf("want a 400 with a JSON body, got %v", ir)
+	}
+	if b.Error.Param == nil || *b.Error.Param != "model" {
+		t.Fatalf("param %v in %s; want \"model\"", b.Error.Param, ir.GetBody())
+	}
+}

@@ -1,0 +1,81 @@
+// Package launchtest is launch for tests: each helper fails the test
+// instead of returning an error, skips under -short (make unit has no
+// Envoy, Redis or Python), and stops what it started when the test ends.
+package launchtest
+
+import (
+	"testing"
+
+	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/redistest"
+)
+
+// Start starts a whole stack (redis-server unless the options name one,
+// fake vendors, the sidecar, Envoy) and stops it when the test ends,
+// printing the sidecar's and Envoy's logs if the test failed.
+func Start(tb testing.TB, o launch.Options) *launch.Stack {
+	tb.Helper()
+	skipShort(tb)
+	var rs *redistest.Server
+	if o.RedisAddr == "" && len(o.RedisCluster) == 0 && !o.Bare {
+		// A redistest server can be stopped and started on its port.
+		rs = redistest.NewServer(tb)
+		o.RedisAddr = rs.Addr
+	}
+	if o.Dir == "" {
+		o.Dir = tb.TempDir()
+	}
+	s, err := launch.Up(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Log(s.Logs())
+		}
+		s.Close()
+	})
+	s.T, s.Primary.T, s.Reserve.T = tb, tb, tb
+	if rs != nil {
+		s.Redis = rs
+	}
+	return s
+}
+
+// EnvoyBinary is the Envoy the stack runs (ENVOY_BIN, the project's .venv,
+// PATH).
+func EnvoyBinary(tb testing.TB) string {
+	tb.Helper()
+	skipShort(tb)
+	p, err := launch.FindEnvoy()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// Binary is one of the project's commands, built once per test process.
+func Binary(tb testing.TB, name string) string {
+	tb.Helper()
+	p, err := launch.BuildBinary(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// RepoRoot is the module root.
+func RepoRoot(tb testing.TB) string {
+	tb.Helper()
+	r, err := launch.RepoRoot()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
+func skipShort(tb testing.TB) {
+	if testing.Short() {
+		tb.Skip("starts real processes (Envoy, redis-server): skipped by -short (make unit)")
+	}
+}
