@@ -58,7 +58,8 @@ const (
 // Money is conserved through every way a prepaid request can end: n > 1,
 // tool prompts added by the vendor, streams longer than the hold lease and
 // max_request_duration, vendor resets before the first event and mid-stream,
-// client disconnects, a SIGKILL of the sidecar mid-load and a Redis restart.
+// client disconnects, a SIGKILL and a SIGTERM of the sidecar mid-load and a
+// Redis restart.
 // For every account: balance change = ledger = counters, no hold is left,
 // every request the vendor served has one ledger entry (the sidecar's
 // crash aside, exactly one), every 5xx the client saw outside the crash is
@@ -91,6 +92,11 @@ func TestConservationHolds(t *testing.T) {
 		done     atomic.Int64
 		killFrom time.Time // the sidecar's crash window, for the 5xx check
 		killTo   time.Time
+		termFrom time.Time // the sidecar's drain and restart window
+		termTo   time.Time
+		// pause holds back new requests while the sidecar is down, so that
+		// the plan is not spent on refusals; requests in flight go on.
+		pause sync.Mutex
 	)
 	work := make(chan int)
 	for range 16 {
@@ -119,15 +125,29 @@ func TestConservationHolds(t *testing.T) {
 				break
 			}
 		}
+		pause.Lock()
 		killFrom = time.Now()
 		s.Sidecar.Signal(syscall.SIGKILL)
 		s.Sidecar.Wait(10 * time.Second)
 		s.StartSidecar()
 		killTo = time.Now()
+		pause.Unlock()
+		// A SIGTERM half way: the sidecar drains its streams and exits;
+		// a new one starts.
+		waitCount(&done, int64(len(plan)/2))
+		pause.Lock()
+		termFrom = time.Now()
+		s.Sidecar.Signal(syscall.SIGTERM)
+		s.Sidecar.Wait(90 * time.Second)
+		s.StartSidecar()
+		termTo = time.Now()
+		pause.Unlock()
 		waitCount(&done, int64(2*len(plan)/3))
 		rs.Restart()
 	}()
 	for i := range plan {
+		pause.Lock()
+		pause.Unlock()
 		work <- i
 	}
 	close(work)
@@ -144,7 +164,10 @@ func TestConservationHolds(t *testing.T) {
 			}
 		}
 	}
-	crashed := func(r holdResult) bool { return r.end.After(killFrom) && r.start.Before(killTo.Add(holdLease)) }
+	crashed := func(r holdResult) bool {
+		return r.end.After(killFrom) && r.start.Before(killTo.Add(holdLease)) ||
+			r.end.After(termFrom) && r.start.Before(termTo)
+	}
 	seen := map[string]bool{}
 	shapes := map[string]int{}
 	statuses := map[int]int{}
