@@ -53,7 +53,9 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	// whatever the outcome (a refused request leaves it for the sweeper to
 	// drop) because the index lives in another slot than the script's keys.
 	var cmd *redis.Cmd
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// Errors are read from each command: the index write's is not the
+	// admission's (the account's next admission re-adds the entry).
+	s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		cmd = admitScript.EvalSha(ctx, p, keys, args...)
 		indexHold(ctx, p, id, now.Add(s.opts.HoldTTL))
 		return nil
@@ -61,8 +63,6 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	if errNoScript(cmd.Err()) {
 		cmd = admitScript.Run(ctx, s.rdb, keys, args...)
 	}
-	// An error of the index write alone is not the admission's: the
-	// sweeper's next pass over the account re-adds it.
 	r, err := cmd.Int64Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)

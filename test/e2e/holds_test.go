@@ -147,8 +147,8 @@ func TestConservationHolds(t *testing.T) {
 	}()
 	for i := range plan {
 		pause.Lock()
-		pause.Unlock()
 		work <- i
+		pause.Unlock()
 	}
 	close(work)
 	wg.Wait()
