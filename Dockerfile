@@ -22,8 +22,22 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 # relative to it. Mount a volume here when the root filesystem is read-only.
 RUN mkdir -p /out/state/.run/spool
 
+# The price catalogue, as `make catalogue` makes it: LiteLLM's
+# model_prices_and_context_window.json from the litellm wheel whose version
+# the Makefile pins (LITELLM_VERSION), never a copy kept in this repository.
+FROM --platform=$BUILDPLATFORM python:3.12-slim-bookworm AS catalogue
+WORKDIR /src
+COPY Makefile ./
+RUN version="$(sed -n 's/^LITELLM_VERSION *:= *//p' Makefile)" && test -n "$version" && \
+    pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: "litellm==$version" -d /tmp/wheel && \
+    python -c 'import glob, zipfile; w = glob.glob("/tmp/wheel/litellm-*.whl")[0]; \
+open("/catalogue.json", "wb").write(zipfile.ZipFile(w).read("litellm/model_prices_and_context_window_backup.json"))'
+
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/bin/ /usr/local/bin/
+# Outside /etc/gateway, which deployments replace with their own gateway.yaml.
+COPY --from=catalogue /catalogue.json /usr/share/gateway/model_prices_and_context_window.json
+ENV GATEWAY_CATALOGUE=/usr/share/gateway/model_prices_and_context_window.json
 COPY gateway.yaml /etc/gateway/gateway.yaml
 COPY --from=build --chown=65532:65532 /out/state /var/lib/gateway
 WORKDIR /var/lib/gateway

@@ -9,6 +9,11 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 ENVOY := $(VENV)/bin/envoy
 BIN   := bin
+# The price catalogue: LiteLLM's model_prices_and_context_window.json as
+# shipped in this litellm release on PyPI (the Dockerfile reads the version
+# from this line). gateway.yaml's `catalogue` names the extracted file.
+LITELLM_VERSION := 1.109.1
+CATALOGUE_DIR   := .cache/catalogue
 # Bounded fuzzing in `make test`; raise for a longer local run.
 FUZZTIME ?= 4s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -16,7 +21,7 @@ BUF         := github.com/bufbuild/buf/cmd/buf@v1.57.0
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
 
-.PHONY: envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis lint clean
+.PHONY: catalogue envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis lint clean
 
 all: build
 
@@ -25,8 +30,22 @@ deps:
 	$(GO) mod download
 	cd deploy && $(GO) mod download
 
+## catalogue: extract the pinned price catalogue into .cache/catalogue (once per version)
+catalogue:
+	@if [ "$$(cat $(CATALOGUE_DIR)/VERSION 2>/dev/null)" != "$(LITELLM_VERSION)" ]; then \
+	  set -e; command -v python3 >/dev/null || { echo "python3 is required"; exit 1; }; \
+	  rm -rf $(CATALOGUE_DIR)/wheel; mkdir -p $(CATALOGUE_DIR)/wheel; \
+	  python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+	    litellm==$(LITELLM_VERSION) -d $(CATALOGUE_DIR)/wheel; \
+	  python3 -c 'import glob, sys, zipfile; w = glob.glob(sys.argv[1] + "/litellm-*.whl")[0]; \
+	    open(sys.argv[2], "wb").write(zipfile.ZipFile(w).read("litellm/model_prices_and_context_window_backup.json"))' \
+	    $(CATALOGUE_DIR)/wheel $(CATALOGUE_DIR)/model_prices_and_context_window.json; \
+	  rm -rf $(CATALOGUE_DIR)/wheel; echo $(LITELLM_VERSION) > $(CATALOGUE_DIR)/VERSION; \
+	  echo "price catalogue: litellm $(LITELLM_VERSION) -> $(CATALOGUE_DIR)/model_prices_and_context_window.json"; \
+	fi
+
 ## build: the three binaries into bin/
-build: deps
+build: deps catalogue
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/gateway ./cmd/gatewayctl ./cmd/fakevendor
 
@@ -54,6 +73,7 @@ run: build envoy
 test: build envoy redis lint
 	$(GO) test -count=1 -timeout 15m ./...
 	cd deploy && $(GO) test -count=1 ./...
+	cd deploy/monitoring && $(GO) test -count=1 ./...
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory bench-smoke
 
@@ -61,6 +81,7 @@ test: build envoy redis lint
 unit: deps
 	$(GO) test -short -count=1 ./...
 	cd deploy && $(GO) test -short -count=1 ./...
+	cd deploy/monitoring && $(GO) test -short -count=1 ./...
 
 ## e2e: the tests that start real processes: end to end through Envoy, real Redis and Cluster, SDK conformance
 e2e: build envoy redis
@@ -73,6 +94,7 @@ lint: deps
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	cd deploy && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	cd deploy/monitoring && $(GO) vet ./...
 	@$(MAKE) --no-print-directory proto-check
 
 ## fuzz: each fuzz target for FUZZTIME (seed corpora also run in plain `go test`).
@@ -113,10 +135,8 @@ clean:
 
 ## envoy-config: render envoy/envoy.yaml, envoy/envoy-demo.yaml (docker-compose) and deploy/k8s/configmaps.yaml from gateway.yaml
 envoy-config: build
-	$(BIN)/gateway envoy-config --config gateway.yaml --extproc-addr gateway:50051 --control-addr gateway:8081 \
-	  --public-addr 0.0.0.0:8080 --admin-addr 0.0.0.0:9901 --node-id gateway-compose -o envoy/envoy.yaml
-	$(BIN)/gateway envoy-config --config gateway.yaml --extproc-addr gateway-demo:50051 --control-addr gateway-demo:8081 \
-	  --public-addr 0.0.0.0:8080 --admin-addr 0.0.0.0:9901 --node-id gateway-compose-demo \
+	$(BIN)/gateway envoy-config --config gateway.yaml --public-addr 0.0.0.0:8080 --node-id gateway-compose -o envoy/envoy.yaml
+	$(BIN)/gateway envoy-config --config gateway.yaml --public-addr 0.0.0.0:8080 --node-id gateway-compose-demo \
 	  --endpoint alpha=http://fakevendor:9101 --endpoint beta=http://fakevendor:9102 -o envoy/envoy-demo.yaml
 	cd deploy && $(GO) run ./gen -root ..
 

@@ -3,7 +3,6 @@ package deploy_test
 import (
 	"context"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +13,19 @@ import (
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 	"gopkg.in/yaml.v3"
+
+	"github.com/modelgateway/gateway/internal/config"
 )
+
+// loadConfig is the repository's gateway.yaml.
+func loadConfig(t *testing.T) *config.Config {
+	t.Helper()
+	c, err := config.Load(repoPath("gateway.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 const composeFile = "docker-compose.yml"
 
@@ -148,18 +159,70 @@ func TestComposeImagesAndPorts(t *testing.T) {
 	}
 }
 
-// Each Envoy's bootstrap reaches a sidecar service of the project at the
-// ports that sidecar listens on, and that sidecar watches that Envoy's
-// admin; every endpoint that names a service (the fake vendor) names a port
-// it listens on.
+// Each sidecar shares the network namespace of the Envoy whose bootstrap
+// reaches it on loopback, listens where that bootstrap looks (gateway.yaml's
+// loopback listeners), and holds no vendor key: those are in Envoy's
+// environment. Every endpoint that names a service (the fake vendor) names a
+// port it listens on.
 func TestComposeWiring(t *testing.T) {
 	p := loadCompose(t, "demo")
+	cfg := loadConfig(t)
+	sidecars := 0
 	for name, b := range envoyBootstraps(t, p) {
-		_, admin := bootAddr(t, b.Admin.Address)
+		var sidecar *types.ServiceConfig
+		for _, s := range p.Services {
+			if s.NetworkMode == "service:"+name {
+				s := s
+				sidecar = &s
+			}
+		}
+		if sidecar == nil {
+			t.Errorf("no sidecar shares %s's network namespace", name)
+			continue
+		}
+		sidecars++
+		if d, ok := sidecar.DependsOn[name]; !ok || d.Condition != types.ServiceConditionHealthy {
+			t.Errorf("%s does not wait for %s, whose namespace it joins", sidecar.Name, name)
+		}
+		for _, f := range []string{"--listen-extproc", "--listen-control", "--listen-admin"} {
+			if v, ok := flagValue(sidecar.Command, f); ok {
+				t.Errorf("%s %s %s: the sidecar keeps gateway.yaml's loopback listeners", sidecar.Name, f, v)
+			}
+		}
+		if len(sidecar.Ports) > 0 || len(sidecar.Expose) > 0 {
+			t.Errorf("%s publishes or exposes ports", sidecar.Name)
+		}
+		for k := range sidecar.Environment {
+			if strings.HasSuffix(k, "_API_KEY") {
+				t.Errorf("%s gets %s: vendor keys belong to Envoy", sidecar.Name, k)
+			}
+		}
+		for _, u := range cfg.Upstreams {
+			if _, ok := p.Services[name].Environment[u.CredentialEnv]; !ok {
+				t.Errorf("%s does not get %s, the key it injects for %s", name, u.CredentialEnv, u.Name)
+			}
+		}
+		if sidecar.Environment["REDIS_URL"] == nil || !strings.HasPrefix(*sidecar.Environment["REDIS_URL"], "redis://redis:") {
+			t.Errorf("%s: REDIS_URL %v, want the redis service", sidecar.Name, sidecar.Environment["REDIS_URL"])
+		}
+		cfgPath, _ := flagValue(sidecar.Command, "--config")
+		if !slices.ContainsFunc(sidecar.Volumes, func(v types.ServiceVolumeConfig) bool {
+			return v.Target == cfgPath && v.Source == mustAbs(t, repoPath("gateway.yaml"))
+		}) {
+			t.Errorf("%s: --config %s is not the repository's gateway.yaml, which the bootstraps are rendered from", sidecar.Name, cfgPath)
+		}
 		for _, c := range b.StaticResources.Clusters {
 			for _, group := range c.LoadAssignment.Endpoints {
 				for _, ep := range group.LbEndpoints {
 					host, port := ep.Endpoint.Address.SocketAddress.Address, ep.Endpoint.Address.SocketAddress.PortValue
+					switch c.Name {
+					case "extproc", "control", "envoy_admin":
+						want := map[string]string{"extproc": cfg.Listeners.ExtProc, "control": cfg.Listeners.Control, "envoy_admin": cfg.Listeners.EnvoyAdmin}[c.Name]
+						if net.JoinHostPort(host, strconv.Itoa(int(port))) != want {
+							t.Errorf("%s: cluster %s reaches %s:%d; the sidecar listens on %s", name, c.Name, host, port, want)
+						}
+						continue
+					}
 					svc, ok := p.Services[host]
 					if !ok {
 						if !strings.Contains(host, ".") {
@@ -170,45 +233,23 @@ func TestComposeWiring(t *testing.T) {
 					if !slices.Contains(listenPorts(t, svc), port) {
 						t.Errorf("%s: cluster %s reaches %s:%d; %s listens on %v", name, c.Name, host, port, host, listenPorts(t, svc))
 					}
-					if _, ok := svc.DependsOn[name]; !ok {
-						if _, ok := p.Services[name].DependsOn[host]; !ok {
-							t.Errorf("%s does not depend on %s", name, host)
-						}
-					}
-					if c.Name != "extproc" {
-						continue
-					}
-					// The sidecar reports the routes of this Envoy.
-					watch, ok := flagValue(svc.Command, "--envoy-admin")
-					if !ok {
-						t.Errorf("%s: no --envoy-admin", host)
-						continue
-					}
-					u, err := url.Parse(watch)
-					if err != nil || u.Hostname() != name || u.Port() != strconv.Itoa(admin) {
-						t.Errorf("%s: --envoy-admin %s, want http://%s:%d", host, watch, name, admin)
-					}
-					if svc.Environment["REDIS_URL"] == nil || !strings.HasPrefix(*svc.Environment["REDIS_URL"], "redis://redis:") {
-						t.Errorf("%s: REDIS_URL %v, want the redis service", host, svc.Environment["REDIS_URL"])
-					}
-					cfg, _ := flagValue(svc.Command, "--config")
-					if !slices.ContainsFunc(svc.Volumes, func(v types.ServiceVolumeConfig) bool {
-						return v.Target == cfg && v.Source == mustAbs(t, repoPath("gateway.yaml"))
-					}) {
-						t.Errorf("%s: --config %s is not the repository's gateway.yaml, which the bootstraps are rendered from", host, cfg)
+					if _, ok := p.Services[name].DependsOn[host]; !ok {
+						t.Errorf("%s does not depend on %s", name, host)
 					}
 				}
 			}
 		}
 	}
+	if sidecars != 2 {
+		t.Errorf("%d sidecars, want 2", sidecars)
+	}
 }
 
-// listenPorts are the TCP ports a gateway-image service listens on, from its
-// command line (the sidecar's --listen-*, the fake vendor's -alpha, -beta,
-// -control).
+// listenPorts are the TCP ports the fake vendor listens on, from its command
+// line (-alpha, -beta, -control).
 func listenPorts(t *testing.T, s types.ServiceConfig) []uint32 {
 	var ports []uint32
-	for _, f := range []string{"--listen-extproc", "--listen-control", "-alpha", "-beta", "-control"} {
+	for _, f := range []string{"-alpha", "-beta", "-control"} {
 		if v, ok := flagValue(s.Command, f); ok {
 			h, p := bootAddr(t, v)
 			if h != "0.0.0.0" {
@@ -321,8 +362,8 @@ func envoyBootstraps(t *testing.T, p *types.Project) map[string]bootstrap {
 		if err := yaml.Unmarshal(data, &b); err != nil {
 			t.Fatalf("%s: %v", src, err)
 		}
-		if h, _ := bootAddr(t, b.Admin.Address); h != "0.0.0.0" {
-			t.Errorf("%s: admin listens on %s, out of reach of the sidecar's route watcher", src, h)
+		if h, _ := bootAddr(t, b.Admin.Address); h != "127.0.0.1" {
+			t.Errorf("%s: admin listens on %s, beyond loopback", src, h)
 		}
 		out[s.Name] = b
 	}

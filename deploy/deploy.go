@@ -1,8 +1,9 @@
 // Package deploy generates the parts of the deployment manifests that are
 // derived from gateway.yaml: the Kubernetes ConfigMaps holding gateway.yaml
 // and the pod's Envoy bootstrap (deploy/k8s/configmaps.yaml), and the
-// checksum annotation that rolls the pods when either changes
-// (deploy/k8s/deployment.yaml). `make envoy-config` writes them; the tests
+// checksum annotation that rolls the pods when either changes and the
+// shutdown bounds sized from limits.max_request_duration
+// (deploy/k8s/statefulset.yaml). `make envoy-config` writes them; the tests
 // beside this file fail when the checked-in files differ from what Generate
 // returns, and check the Dockerfile, docker-compose.yml and every manifest.
 package deploy
@@ -15,6 +16,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -25,7 +28,7 @@ import (
 // Files written by Generate, relative to the repository root.
 const (
 	ConfigMapsFile = "deploy/k8s/configmaps.yaml"
-	DeploymentFile = "deploy/k8s/deployment.yaml"
+	WorkloadFile   = "deploy/k8s/statefulset.yaml"
 )
 
 // Names of the generated ConfigMaps and of the keys that hold the files.
@@ -40,20 +43,45 @@ const (
 const AppLabel = "model-gateway"
 
 // PodEnvoyOptions render the Envoy bootstrap of a Kubernetes pod: the sidecar
-// runs in the same pod, so Envoy reaches it on localhost; Envoy's admin
-// listens on all interfaces because the kubelet's readiness probe (GET
-// /ready) comes from outside the pod's network namespace.
+// runs in the same pod, so Envoy reaches it on localhost, and Envoy's admin
+// stays on loopback. Only the public listener and the read-only probes
+// listener (readiness for the kubelet, metrics for Prometheus) bind the
+// pod's address.
 var PodEnvoyOptions = envoy.Options{
 	ExtProcAddr: "127.0.0.1:50051",
 	ControlAddr: "127.0.0.1:8081",
 	PublicAddr:  "0.0.0.0:8080",
-	AdminAddr:   "0.0.0.0:9901",
+	ProbesAddr:  "0.0.0.0:9902",
 	NodeID:      "gateway-k8s",
 }
 
 // checksumLine is the pod template annotation that Generate keeps equal to
 // the hash of the generated ConfigMaps.
 var checksumLine = regexp.MustCompile(`(?m)^(\s*checksum/config:)[ \t]*.*$`)
+
+// The shutdown bounds Generate sizes from the config: the grace period, the
+// preStop wait for requests in flight, and its comment.
+var (
+	graceLine    = regexp.MustCompile(`(?m)^(\s*terminationGracePeriodSeconds:)[ \t]*\d+[ \t]*$`)
+	preStopLoop  = regexp.MustCompile(`for i in \{1\.\.\d+\}`)
+	preStopWords = regexp.MustCompile(`\(at most \d+ s\)`)
+)
+
+// Shutdown times of a pod, in seconds, besides the wait for requests in
+// flight: Envoy's drain (--drain-time-s), the sidecar's (--drain) and slack
+// for the spool to close and the processes to exit.
+const (
+	EnvoyDrainSeconds   = 15
+	SidecarDrainSeconds = 60
+	ShutdownSlack       = 15
+)
+
+// ShutdownBounds returns the preStop wait for requests in flight (the
+// longest a request may run) and the pod's termination grace period.
+func ShutdownBounds(cfg *config.Config) (preStopWait, grace int) {
+	preStopWait = int((cfg.Limits.MaxRequestDuration.D() + time.Second - 1) / time.Second)
+	return preStopWait, EnvoyDrainSeconds + preStopWait + SidecarDrainSeconds + ShutdownSlack
+}
 
 // Generate returns the generated files, keyed by path relative to root (the
 // repository root).
@@ -75,15 +103,21 @@ func Generate(root string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	dep, err := os.ReadFile(filepath.Join(root, DeploymentFile))
+	dep, err := os.ReadFile(filepath.Join(root, WorkloadFile))
 	if err != nil {
 		return nil, err
 	}
-	if n := len(checksumLine.FindAll(dep, -1)); n != 1 {
-		return nil, fmt.Errorf("%s: want exactly one checksum/config annotation, found %d", DeploymentFile, n)
+	for _, re := range []*regexp.Regexp{checksumLine, graceLine, preStopLoop, preStopWords} {
+		if n := len(re.FindAll(dep, -1)); n != 1 {
+			return nil, fmt.Errorf("%s: want exactly one match of %s, found %d", WorkloadFile, re, n)
+		}
 	}
+	wait, grace := ShutdownBounds(cfg)
 	dep = checksumLine.ReplaceAll(dep, []byte(`${1} "`+Checksum(maps)+`"`))
-	return map[string][]byte{ConfigMapsFile: maps, DeploymentFile: dep}, nil
+	dep = graceLine.ReplaceAll(dep, []byte(`${1} `+strconv.Itoa(grace)))
+	dep = preStopLoop.ReplaceAll(dep, []byte(`for i in {1..`+strconv.Itoa(wait)+`}`))
+	dep = preStopWords.ReplaceAll(dep, []byte(`(at most `+strconv.Itoa(wait)+` s)`))
+	return map[string][]byte{ConfigMapsFile: maps, WorkloadFile: dep}, nil
 }
 
 // Checksum is the value of the pod template's checksum/config annotation for
@@ -106,7 +140,7 @@ func configMaps(gatewayYAML, envoyYAML []byte) ([]byte, error) {
 		data               []byte
 	}{
 		{GatewayConfigMap, GatewayConfigKey, "gateway.yaml, read by the sidecar (`gateway serve`)", gatewayYAML},
-		{EnvoyConfigMap, EnvoyConfigKey, "Envoy's bootstrap for a pod: the sidecar on localhost, admin on 0.0.0.0:9901", envoyYAML},
+		{EnvoyConfigMap, EnvoyConfigKey, "Envoy's bootstrap for a pod: the sidecar and the admin on loopback, probes on 0.0.0.0:9902", envoyYAML},
 	} {
 		doc := mapping(
 			"apiVersion", str("v1"),

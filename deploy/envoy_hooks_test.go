@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/deploy"
 	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/config"
 )
@@ -42,7 +41,7 @@ func TestEnvoyHealthCheckAndPreStopHook(t *testing.T) {
 	if len(hook) != 3 || hook[0] != "bash" || hook[1] != "-c" {
 		t.Fatalf("preStop %q: want [bash -c SCRIPT]", hook)
 	}
-	_, adminPort := port(t, deploy.PodEnvoyOptions.AdminAddr)
+	_, adminPort := port(t, podConfig(t, s).Listeners.EnvoyAdmin)
 	target := "/dev/tcp/127.0.0.1/" + strconv.Itoa(int(adminPort))
 	for _, script := range []string{hc[3], hook[2]} {
 		if !strings.Contains(script, target) {
@@ -70,7 +69,7 @@ func TestEnvoyHealthCheckAndPreStopHook(t *testing.T) {
 	}
 	admin, public := freeAddr(t), freeAddr(t)
 	boot, err := envoy.Render(cfg, envoy.Options{
-		PublicAddr: public, AdminAddr: admin, ExtProcAddr: freeAddr(t), ControlAddr: ctl.Addr().String(),
+		PublicAddr: public, AdminAddr: admin, ProbesAddr: freeAddr(t), ExtProcAddr: freeAddr(t), ControlAddr: ctl.Addr().String(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +89,7 @@ func TestEnvoyHealthCheckAndPreStopHook(t *testing.T) {
 	cmd := exec.CommandContext(ctx, bin, "-c", path, "--disable-hot-restart", "--log-level", "error",
 		"--drain-time-s", "1", "--drain-strategy", "immediate")
 	cmd.Stderr = os.Stderr // the access log (stdout) is noise here
+	cmd.Env = append(os.Environ(), "ALPHA_API_KEY=test-alpha", "BETA_API_KEY=test-beta")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestGeneratedManifestsAreCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{deploy.ConfigMapsFile, deploy.DeploymentFile} {
+	for _, p := range []string{deploy.ConfigMapsFile, deploy.WorkloadFile} {
 		want, ok := files[p]
 		if !ok {
 			t.Fatalf("generator wrote no %s", p)
@@ -83,12 +83,12 @@ func TestConfigMapsHoldTheFiles(t *testing.T) {
 // without one is an error.
 func TestGenerateChecksumAnnotation(t *testing.T) {
 	dir := t.TempDir()
-	for _, p := range []string{"gateway.yaml", deploy.DeploymentFile} {
+	for _, p := range []string{"gateway.yaml", deploy.WorkloadFile} {
 		if err := os.MkdirAll(filepath.Join(dir, path.Dir(p)), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		data := readRepoFile(t, p)
-		if p == deploy.DeploymentFile {
+		if p == deploy.WorkloadFile {
 			data = bytes.Replace(data, []byte("checksum/config: \""), []byte("checksum/config: \"stale"), 1)
 		}
 		if err := os.WriteFile(filepath.Join(dir, p), data, 0o644); err != nil {
@@ -99,10 +99,10 @@ func TestGenerateChecksumAnnotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(files[deploy.DeploymentFile], readRepoFile(t, deploy.DeploymentFile)) {
+	if !bytes.Equal(files[deploy.WorkloadFile], readRepoFile(t, deploy.WorkloadFile)) {
 		t.Error("the stale annotation was not rewritten to the current checksum")
 	}
-	if err := os.WriteFile(filepath.Join(dir, deploy.DeploymentFile), []byte("kind: Deployment\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, deploy.WorkloadFile), []byte("kind: Deployment\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := deploy.Generate(dir); err == nil {

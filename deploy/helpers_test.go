@@ -53,7 +53,10 @@ func envoyValidate(t *testing.T, name string, boot []byte) {
 	if err := os.WriteFile(path, boot, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, "--mode", "validate", "-c", path, "--disable-hot-restart", "--log-level", "warn").CombinedOutput()
+	cmd := exec.Command(bin, "--mode", "validate", "-c", path, "--disable-hot-restart", "--log-level", "warn")
+	// Envoy reads the vendor keys from its environment at start.
+	cmd.Env = append(os.Environ(), "ALPHA_API_KEY=test-alpha", "BETA_API_KEY=test-beta")
+	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("OK")) {
 		t.Fatalf("envoy rejects %s: %v\n%s", name, err, out)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -25,6 +26,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/modelgateway/gateway/deploy"
+	"github.com/modelgateway/gateway/internal/config"
 )
 
 const k8sDir = "deploy/k8s"
@@ -40,7 +42,7 @@ type manifest struct {
 func decodeManifests(t *testing.T) []manifest {
 	t.Helper()
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{appsv1.AddToScheme, corev1.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme, autoscalingv2.AddToScheme} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
@@ -48,8 +50,16 @@ func decodeManifests(t *testing.T) []manifest {
 	dec := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
 	var out []manifest
 	err := filepath.WalkDir(repoPath(k8sDir), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil {
 			return err
+		}
+		if d.IsDir() {
+			// Optional extras needing CRDs (the Prometheus Operator's
+			// PodMonitor), applied on their own and checked by their tests.
+			if d.Name() == "monitoring" {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		if ext := filepath.Ext(p); ext != ".yaml" && ext != ".yml" {
 			t.Errorf("%s: not a manifest (deploy/k8s holds only YAML manifests, applied with kubectl apply -f)", p)
@@ -116,7 +126,8 @@ func TestManifestDecoderRejectsUnknownFields(t *testing.T) {
 }
 
 type k8sSet struct {
-	deployment *appsv1.Deployment
+	deployment *appsv1.StatefulSet
+	hpas       []*autoscalingv2.HorizontalPodAutoscaler
 	services   []*corev1.Service
 	pdbs       []*policyv1.PodDisruptionBudget
 	policies   []*networkingv1.NetworkPolicy
@@ -129,11 +140,13 @@ func loadK8s(t *testing.T) k8sSet {
 	s := k8sSet{configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{}}
 	for _, m := range decodeManifests(t) {
 		switch o := m.obj.(type) {
-		case *appsv1.Deployment:
+		case *appsv1.StatefulSet:
 			if s.deployment != nil {
-				t.Fatalf("%s: a second Deployment", m.file)
+				t.Fatalf("%s: a second StatefulSet", m.file)
 			}
 			s.deployment = o
+		case *autoscalingv2.HorizontalPodAutoscaler:
+			s.hpas = append(s.hpas, o)
 		case *corev1.Service:
 			s.services = append(s.services, o)
 		case *policyv1.PodDisruptionBudget:
@@ -143,14 +156,30 @@ func loadK8s(t *testing.T) k8sSet {
 		case *corev1.ConfigMap:
 			s.configMaps[o.Name] = o
 		case *corev1.Secret:
-			s.secrets[o.Name] = o
+			t.Errorf("%s: Secret %s in the applied directory would overwrite the real one", m.file, o.Name)
 		default:
 			t.Fatalf("%s: unexpected %T", m.file, o)
 		}
 	}
-	if s.deployment == nil || len(s.services) == 0 || len(s.pdbs) == 0 || len(s.secrets) == 0 {
-		t.Fatal("deploy/k8s needs a Deployment, a Service, a PodDisruptionBudget and a Secret")
+	if s.deployment == nil || len(s.services) == 0 || len(s.pdbs) == 0 || len(s.hpas) == 0 {
+		t.Fatal("deploy/k8s needs a StatefulSet, a Service, a PodDisruptionBudget and a HorizontalPodAutoscaler")
 	}
+	// The Secret's keys are documented beside, not applied.
+	data, err := os.ReadFile(repoPath("deploy/secret.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	corev1.AddToScheme(scheme)
+	obj, _, err := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer().Decode(stripComments(data), nil, nil)
+	if err != nil {
+		t.Fatalf("deploy/secret.example.yaml: %v", err)
+	}
+	sec, ok := obj.(*corev1.Secret)
+	if !ok {
+		t.Fatalf("deploy/secret.example.yaml holds a %T", obj)
+	}
+	s.secrets[sec.Name] = sec
 	return s
 }
 
@@ -215,8 +244,9 @@ func TestPodProbesPortsAndImages(t *testing.T) {
 		}
 	}
 
-	// Envoy reaches the sidecar on localhost at the ports it listens on; the
-	// kubelet's gRPC probes reach the same port on the pod's address.
+	// Envoy reaches the sidecar on localhost; the sidecar listens there
+	// (gateway.yaml, no override beyond loopback), and the kubelet asks its
+	// health from inside the container.
 	host, extproc := port(t, deploy.PodEnvoyOptions.ExtProcAddr)
 	if host != "127.0.0.1" {
 		t.Errorf("pod bootstrap reaches ext_proc at %s, want localhost", deploy.PodEnvoyOptions.ExtProcAddr)
@@ -224,33 +254,25 @@ func TestPodProbesPortsAndImages(t *testing.T) {
 	if host, _ := port(t, deploy.PodEnvoyOptions.ControlAddr); host != "127.0.0.1" {
 		t.Errorf("pod bootstrap reaches the control server at %s, want localhost", deploy.PodEnvoyOptions.ControlAddr)
 	}
-	listen, ok := flagValue(sc.Args, "--listen-extproc")
-	if !ok {
-		t.Fatal("sidecar args lack --listen-extproc")
+	cfg := podConfig(t, s)
+	if _, p := port(t, cfg.Listeners.ExtProc); p != extproc {
+		t.Errorf("the sidecar listens for ext_proc on %s; the bootstrap reaches %s", cfg.Listeners.ExtProc, deploy.PodEnvoyOptions.ExtProcAddr)
 	}
-	if h, p := port(t, listen); h != "0.0.0.0" || p != extproc {
-		t.Errorf("sidecar listens on %s; the kubelet probes %d on the pod address", listen, extproc)
+	if len(sc.Ports) != 0 {
+		t.Errorf("the sidecar declares ports %+v: it listens on loopback only", sc.Ports)
 	}
-	if listen, ok := flagValue(sc.Args, "--listen-control"); !ok {
-		t.Error("sidecar args lack --listen-control")
-	} else if _, p := port(t, listen); p != mustPort(t, deploy.PodEnvoyOptions.ControlAddr) || !hasPort(sc, p) {
-		t.Errorf("sidecar control listener %s does not match the bootstrap's %s or the container ports", listen, deploy.PodEnvoyOptions.ControlAddr)
-	}
-	if !hasPort(sc, extproc) {
-		t.Errorf("sidecar does not declare port %d", extproc)
-	}
-	for name, p := range map[string]*corev1.Probe{"liveness": sc.LivenessProbe, "readiness": sc.ReadinessProbe} {
-		if p == nil || p.GRPC == nil || p.GRPC.Port != extproc {
-			t.Errorf("sidecar %s probe: want native gRPC on port %d, have %+v", name, extproc, p)
+	for name, p := range map[string]*corev1.Probe{"startup": sc.StartupProbe, "liveness": sc.LivenessProbe, "readiness": sc.ReadinessProbe} {
+		want := []string{"gateway", "healthcheck", "--grpc", "127.0.0.1:" + strconv.Itoa(int(extproc))}
+		if p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, want) {
+			t.Errorf("sidecar %s probe: want exec %v, have %+v", name, want, p)
 		}
 	}
 
-	adminHost, admin := port(t, deploy.PodEnvoyOptions.AdminAddr)
-	if adminHost != "0.0.0.0" {
-		t.Errorf("pod bootstrap's admin listens on %s: the kubelet cannot reach it", deploy.PodEnvoyOptions.AdminAddr)
-	}
-	if rp := ev.ReadinessProbe; rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/ready" || rp.HTTPGet.Port.IntValue() != int(admin) {
-		t.Errorf("Envoy readiness probe: want GET /ready on %d, have %+v", admin, rp)
+	// Envoy: admin on loopback, readiness on the read-only probes listener.
+	_, admin := port(t, cfg.Listeners.EnvoyAdmin)
+	_, probes := port(t, deploy.PodEnvoyOptions.ProbesAddr)
+	if rp := ev.ReadinessProbe; rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/ready" || containerPort(ev, rp.HTTPGet.Port.String()) != probes {
+		t.Errorf("Envoy readiness probe: want GET /ready on the probes port %d, have %+v", probes, rp)
 	}
 	if lp := ev.LivenessProbe; lp == nil || (lp.HTTPGet != nil && lp.HTTPGet.Path == "/ready") {
 		t.Error("Envoy needs a liveness probe that does not fail while it drains (/ready does)")
@@ -259,8 +281,8 @@ func TestPodProbesPortsAndImages(t *testing.T) {
 		t.Errorf("sidecar --envoy-admin %s: Envoy's admin is on localhost:%d in the pod", v, admin)
 	}
 	_, public := port(t, deploy.PodEnvoyOptions.PublicAddr)
-	if !hasPort(ev, public) || !hasPort(ev, admin) {
-		t.Errorf("Envoy declares ports %+v, want %d and %d", ev.Ports, public, admin)
+	if !hasPort(ev, public) || !hasPort(ev, probes) || hasPort(ev, admin) || len(ev.Ports) != 2 {
+		t.Errorf("Envoy declares ports %+v, want %d and %d only", ev.Ports, public, probes)
 	}
 
 	// Graceful shutdown: Envoy drains first, the sidecar has its drain time.
@@ -294,7 +316,18 @@ func TestPodProbesPortsAndImages(t *testing.T) {
 	checkMountedKey(t, s, ev, bootPath, deploy.EnvoyConfigMap, deploy.EnvoyConfigKey)
 }
 
-func mustPort(t *testing.T, addr string) int32 { _, p := port(t, addr); return p }
+// containerPort resolves a probe's port, by number or by name.
+func containerPort(c *corev1.Container, p string) int32 {
+	if n, err := strconv.Atoi(p); err == nil {
+		return int32(n)
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == p {
+			return cp.ContainerPort
+		}
+	}
+	return 0
+}
 
 // checkMountedKey: file is mounted from key of ConfigMap cmName.
 func checkMountedKey(t *testing.T, s k8sSet, c *corev1.Container, file, cmName, key string) {
@@ -361,22 +394,31 @@ func TestPodSecurityAndResources(t *testing.T) {
 
 func TestPodEnvironmentAndSecret(t *testing.T) {
 	s := loadK8s(t)
-	sc := s.sidecar(t)
-	env := map[string]corev1.EnvVar{}
-	for _, e := range sc.Env {
-		env[e.Name] = e
-	}
-	for _, name := range []string{"REDIS_URL", "ALPHA_API_KEY", "BETA_API_KEY"} {
-		e, ok := env[name]
-		if !ok {
-			t.Errorf("sidecar has no %s", name)
-			continue
+	sc, ev := s.sidecar(t), s.envoy(t)
+	// The vendor keys go to Envoy, which injects them; the sidecar never
+	// holds one.
+	for c, names := range map[*corev1.Container][]string{sc: {"REDIS_URL"}, ev: {"ALPHA_API_KEY", "BETA_API_KEY"}} {
+		env := map[string]corev1.EnvVar{}
+		for _, e := range c.Env {
+			env[e.Name] = e
 		}
-		if e.Value != "" || e.ValueFrom == nil || (e.ValueFrom.SecretKeyRef == nil && e.ValueFrom.ConfigMapKeyRef == nil) {
-			t.Errorf("%s: want it from a Secret or ConfigMap, not inline", name)
+		for _, name := range names {
+			e, ok := env[name]
+			if !ok {
+				t.Errorf("%s has no %s", c.Name, name)
+				continue
+			}
+			if e.Value != "" || e.ValueFrom == nil || (e.ValueFrom.SecretKeyRef == nil && e.ValueFrom.ConfigMapKeyRef == nil) {
+				t.Errorf("%s: want it from a Secret or ConfigMap, not inline", name)
+			}
 		}
 	}
 	for _, e := range sc.Env {
+		if strings.HasSuffix(e.Name, "_API_KEY") {
+			t.Errorf("the sidecar gets %s: vendor keys belong to Envoy only", e.Name)
+		}
+	}
+	for _, e := range append(append([]corev1.EnvVar{}, sc.Env...), ev.Env...) {
 		if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
 			continue
 		}
@@ -409,7 +451,7 @@ func TestServiceBudgetAndPolicySelectPods(t *testing.T) {
 	podLabels := labels.Set(d.Spec.Template.Labels)
 	sel := d.Spec.Selector
 	if sel == nil || !labels.SelectorFromSet(sel.MatchLabels).Matches(podLabels) {
-		t.Fatal("the Deployment's selector does not match its pod template")
+		t.Fatal("the StatefulSet's selector does not match its pod template")
 	}
 	if d.Spec.Replicas == nil || *d.Spec.Replicas < 2 {
 		t.Error("want at least 2 replicas: the PodDisruptionBudget then lets one go at a time")
@@ -445,12 +487,78 @@ func TestServiceBudgetAndPolicySelectPods(t *testing.T) {
 		if !labels.SelectorFromSet(np.Spec.PodSelector.MatchLabels).Matches(podLabels) {
 			t.Errorf("NetworkPolicy %s does not select the gateway pods", np.Name)
 		}
+		_, admin := port(t, podConfig(t, s).Listeners.EnvoyAdmin)
 		for _, rule := range np.Spec.Ingress {
 			for _, p := range rule.Ports {
-				if p.Port != nil && p.Port.IntValue() == int(mustPort(t, deploy.PodEnvoyOptions.AdminAddr)) {
+				if p.Port != nil && p.Port.IntValue() == int(admin) {
 					t.Errorf("NetworkPolicy %s admits Envoy's admin port", np.Name)
 				}
 			}
+		}
+	}
+}
+
+// A rollout survives long streams and unsettled usage: the preStop wait
+// covers the longest request the config allows, the grace period covers it
+// and both drains, the spool is on a claim per pod that outlives it, the
+// pods spread over zones, and an autoscaler drives the StatefulSet.
+func TestRolloutKeepsStreamsAndSpool(t *testing.T) {
+	s := loadK8s(t)
+	cfg, err := config.Load(repoPath("gateway.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, grace := deploy.ShutdownBounds(cfg)
+	if wait < int(cfg.Limits.MaxRequestDuration.D().Seconds()) {
+		t.Errorf("preStop waits %d s; requests may run %v", wait, cfg.Limits.MaxRequestDuration.D())
+	}
+	pre := strings.Join(s.envoy(t).Lifecycle.PreStop.Exec.Command, " ")
+	if !strings.Contains(pre, "{1.."+strconv.Itoa(wait)+"}") {
+		t.Errorf("the preStop loop does not wait %d s", wait)
+	}
+	if g := s.pod().TerminationGracePeriodSeconds; g == nil || *g != int64(grace) || *g < int64(wait+deploy.EnvoyDrainSeconds+deploy.SidecarDrainSeconds) {
+		t.Errorf("terminationGracePeriodSeconds %v, want %d", g, grace)
+	}
+
+	sc := s.sidecar(t)
+	spool := cfg.Store.SpoolDir
+	if !filepath.IsAbs(spool) {
+		spool = filepath.Join(sc.WorkingDir, spool)
+	}
+	var claimed bool
+	for _, m := range sc.VolumeMounts {
+		if strings.HasPrefix(spool, m.MountPath) {
+			for _, c := range s.deployment.Spec.VolumeClaimTemplates {
+				claimed = claimed || c.Name == m.Name
+			}
+		}
+	}
+	if !claimed {
+		t.Errorf("the spool %s is not on a volume claim template", spool)
+	}
+	for _, v := range s.pod().Volumes {
+		if v.EmptyDir != nil {
+			t.Errorf("volume %s is an emptyDir: state must outlive the pod", v.Name)
+		}
+	}
+	if p := s.deployment.Spec.PersistentVolumeClaimRetentionPolicy; p == nil || p.WhenScaled != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+		t.Error("claims must be retained on scale-down: they may hold unsettled usage")
+	}
+
+	zones := false
+	for _, c := range s.pod().TopologySpreadConstraints {
+		zones = zones || c.TopologyKey == "topology.kubernetes.io/zone"
+	}
+	if !zones {
+		t.Error("no spread over zones")
+	}
+	for _, h := range s.hpas {
+		ref := h.Spec.ScaleTargetRef
+		if ref.Kind != "StatefulSet" || ref.Name != s.deployment.Name {
+			t.Errorf("HorizontalPodAutoscaler %s scales %s %s", h.Name, ref.Kind, ref.Name)
+		}
+		if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < 2 {
+			t.Errorf("HorizontalPodAutoscaler %s: minReplicas below 2", h.Name)
 		}
 	}
 }

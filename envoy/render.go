@@ -30,9 +30,11 @@ type Options struct {
 	// means the config's listener addresses.
 	ExtProcAddr string
 	ControlAddr string
-	// PublicAddr and AdminAddr override Envoy's own listeners; a container
-	// binds 0.0.0.0 so that probes from outside reach the admin /ready.
+	// PublicAddr, ProbesAddr and AdminAddr override Envoy's own listeners;
+	// a container binds the public and probes listeners to 0.0.0.0. The
+	// admin address must be loopback.
 	PublicAddr string
+	ProbesAddr string
 	AdminAddr  string
 	// Bare renders the same listener and routes without the ext_proc filter:
 	// the reference the benchmarks compare against.
@@ -47,13 +49,33 @@ type view struct {
 	AdminPort                int
 	PublicHost               string
 	PublicPort               int
+	ProbesHost               string
+	ProbesPort               int
 	ExtProcHost, ControlHost string
 	ExtProcPort, ControlPort int
 	MaxRequestBytes          int64
 	StreamIdleTimeout        string
+	MaxStreamDuration        string
+	CircuitBreakers          config.CircuitBreakers
 	AccessLog                string
 	Bare                     bool
 	Upstreams                []upstreamView
+	Credentials              []credentialView
+
+	RequestHeadersTimeout string
+	MaxConnectionDuration string
+	MaxRequestHeadersKB   int
+	MaxHeadersCount       int
+	MaxConnections        int
+	ForwardClientAddress  bool
+	SidecarTLS            *config.SidecarTLS // nil: the sidecar is on loopback
+}
+
+// credentialView is one upstream's vendor key as Envoy injects it: a generic
+// secret read from Envoy's environment, set as header (with a prefix).
+type credentialView struct {
+	Secret, Env    string
+	Header, Prefix string
 }
 
 type upstreamView struct {
@@ -61,7 +83,11 @@ type upstreamView struct {
 	Format             string
 	LocalErrors        []localError
 	Retries            int
-	PerTryIdleTimeout  string
+	RetryOn            string
+	FirstByteTimeout   string
+	PerTryIdleTimeout  string // empty: none
+	RetryBudgetPercent float64
+	RetryAfter         int // seconds, on Envoy's own 503s
 	ConsecutiveErrors  int
 	BaseEjectionTime   string
 	HealthPath         string
@@ -71,6 +97,7 @@ type upstreamView struct {
 	HealthyThreshold   int
 	AnyTLS             bool
 	Endpoints          []endpointView
+	Credential         *credentialView // nil: forwarded without a vendor key
 }
 
 type endpointView struct {
@@ -88,8 +115,20 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		NodeID:            o.NodeID,
 		MaxRequestBytes:   c.Limits.MaxRequestBytes,
 		StreamIdleTimeout: seconds(c.Envoy.StreamIdleTimeout.D()),
+		MaxStreamDuration: seconds(c.Envoy.MaxStreamDuration.D()),
+		CircuitBreakers:   c.Envoy.CircuitBreakers,
 		AccessLog:         accessLogPath(c.Envoy.AccessLog),
 		Bare:              o.Bare,
+
+		RequestHeadersTimeout: seconds(c.Envoy.RequestHeadersTimeout.D()),
+		MaxConnectionDuration: seconds(c.Envoy.MaxConnectionDuration.D()),
+		MaxRequestHeadersKB:   c.Envoy.MaxRequestHeadersKB,
+		MaxHeadersCount:       c.Envoy.MaxHeadersCount,
+		MaxConnections:        c.Envoy.MaxConnections,
+		ForwardClientAddress:  c.Envoy.ForwardClientAddress,
+	}
+	if t := c.Listeners.TLS; t.Enabled() {
+		v.SidecarTLS = &t
 	}
 	if v.NodeID == "" {
 		v.NodeID = "gateway-" + c.Region
@@ -97,6 +136,12 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 	var err error
 	if v.AdminHost, v.AdminPort, err = config.SplitHostPort(orDefault(o.AdminAddr, c.Listeners.EnvoyAdmin)); err != nil {
 		return nil, fmt.Errorf("envoy_admin: %w", err)
+	}
+	if !config.IsLoopback(v.AdminHost) {
+		return nil, fmt.Errorf("envoy_admin: %s is not a loopback address; Envoy's admin interface must not be reachable from outside", v.AdminHost)
+	}
+	if v.ProbesHost, v.ProbesPort, err = config.SplitHostPort(orDefault(o.ProbesAddr, c.Listeners.Probes)); err != nil {
+		return nil, fmt.Errorf("probes: %w", err)
 	}
 	if v.PublicHost, v.PublicPort, err = config.SplitHostPort(orDefault(o.PublicAddr, c.Listeners.Public)); err != nil {
 		return nil, fmt.Errorf("public: %w", err)
@@ -114,7 +159,10 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 			Format:             u.Format,
 			LocalErrors:        localErrors(u.Format),
 			Retries:            u.Failover.Retries,
-			PerTryIdleTimeout:  seconds(u.Failover.PerTryIdleTimeout.D()),
+			RetryOn:            retryOn(u.Failover.RetrySentRequests),
+			FirstByteTimeout:   seconds(u.Failover.FirstByteTimeout.D()),
+			RetryBudgetPercent: u.Failover.RetryBudgetPercent,
+			RetryAfter:         retryAfter(u.HealthCheck),
 			ConsecutiveErrors:  u.Failover.ConsecutiveErrors,
 			BaseEjectionTime:   seconds(u.Failover.BaseEjectionTime.D()),
 			HealthPath:         u.HealthCheck.Path,
@@ -122,6 +170,17 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 			HealthTimeout:      seconds(u.HealthCheck.Timeout.D()),
 			UnhealthyThreshold: u.HealthCheck.UnhealthyThreshold,
 			HealthyThreshold:   u.HealthCheck.HealthyThreshold,
+		}
+		if d := u.Failover.PerTryIdleTimeout.D(); d > 0 {
+			uv.PerTryIdleTimeout = seconds(d)
+		}
+		if u.CredentialEnv != "" {
+			cv := credentialView{Secret: u.Name + "-vendor-key", Env: u.CredentialEnv, Header: "x-api-key"}
+			if u.Format == config.FormatChatCompletions {
+				cv.Header, cv.Prefix = "authorization", "Bearer "
+			}
+			uv.Credential = &cv
+			v.Credentials = append(v.Credentials, cv)
 		}
 		for i, ep := range []config.Endpoint{u.Primary, u.Reserve} {
 			t, err := ep.Parse()
@@ -139,6 +198,27 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		return nil, fmt.Errorf("render envoy bootstrap: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// retryOn lists the conditions an attempt is retried on. By default only
+// those where the vendor cannot have started generating: no connection, a
+// refused stream, a reset before the request was sent, or an explicit
+// 503/529. Not "reset": Envoy counts a per-try timeout as one. With sent
+// set, also resets and timeouts after the request was sent and any 5xx,
+// which may duplicate generations.
+func retryOn(sent bool) string {
+	on := "connect-failure,refused-stream,reset-before-request,retriable-status-codes"
+	if sent {
+		on += ",reset,5xx"
+	}
+	return on
+}
+
+// retryAfter is the retry-after of Envoy's own 503s for an upstream: about
+// the time a recovered endpoint needs to pass its health checks again.
+func retryAfter(h config.HealthCheck) int {
+	s := int((h.Interval.D()*time.Duration(h.HealthyThreshold) + time.Second - 1) / time.Second)
+	return max(1, s)
 }
 
 // EndpointName names an endpoint priority: 0 is the primary, 1 the reserve.
@@ -174,14 +254,12 @@ func orDefault(s, def string) string {
 }
 
 // ComposeOptions render envoy/envoy.yaml, the bootstrap of the
-// docker-compose topology: the sidecar is the service "gateway", and Envoy
-// listens on all interfaces of its container.
+// docker-compose topology: the sidecar shares Envoy's network namespace (as
+// in a Kubernetes pod) and is reached on loopback; only the public listener
+// binds all interfaces of the container.
 var ComposeOptions = Options{
-	ExtProcAddr: "gateway:50051",
-	ControlAddr: "gateway:8081",
-	PublicAddr:  "0.0.0.0:8080",
-	AdminAddr:   "0.0.0.0:9901",
-	NodeID:      "gateway-compose",
+	PublicAddr: "0.0.0.0:8080",
+	NodeID:     "gateway-compose",
 }
 
 // localError is how one of Envoy's own error statuses reads in a vendor's

@@ -11,6 +11,7 @@ import (
 	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
+	"github.com/modelgateway/gateway/internal/mtls/mtlstest"
 )
 
 func load(t *testing.T) *config.Config {
@@ -30,7 +31,10 @@ func validate(t *testing.T, name string, boot []byte) {
 	if err := os.WriteFile(path, boot, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(launchtest.EnvoyBinary(t), "--mode", "validate", "-c", path, "--disable-hot-restart", "--log-level", "warn").CombinedOutput()
+	cmd := exec.Command(launchtest.EnvoyBinary(t), "--mode", "validate", "-c", path, "--disable-hot-restart", "--log-level", "warn")
+	// Envoy reads the vendor keys from its environment at start.
+	cmd.Env = append(os.Environ(), "ALPHA_API_KEY=test-alpha", "BETA_API_KEY=test-beta")
+	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("OK")) {
 		t.Fatalf("envoy rejects %s: %v\n%s", name, err, out)
 	}
@@ -68,7 +72,7 @@ func TestRenderingsPassEnvoyValidate(t *testing.T) {
 // own sidecar (gateway-demo), and `--endpoint` flags pointing both endpoints
 // of each upstream at the fake vendor, which serves both formats.
 var (
-	demoOptions   = envoy.Options{ExtProcAddr: "gateway-demo:50051", ControlAddr: "gateway-demo:8081", PublicAddr: "0.0.0.0:8080", AdminAddr: "0.0.0.0:9901", NodeID: "gateway-compose-demo"}
+	demoOptions   = envoy.Options{PublicAddr: "0.0.0.0:8080", NodeID: "gateway-compose-demo"}
 	demoEndpoints = map[string]string{"alpha": "http://fakevendor:9101", "beta": "http://fakevendor:9102"}
 )
 
@@ -110,7 +114,13 @@ func TestRenderedRoutesAndFilters(t *testing.T) {
 	s := string(b)
 	for _, want := range []string{
 		"prefix: /alpha/", "prefix: /beta/", "path: /health", "path: /v1/usage",
-		"request_body_mode: BUFFERED", "response_body_mode: STREAMED", "failure_mode_allow: false",
+		// The response is processed only when the processor asks (metered
+		// requests override the mode), so that Envoy's reply to a malformed
+		// request is never held.
+		"request_body_mode: BUFFERED", "response_header_mode: SKIP", "allow_mode_override: true", "failure_mode_allow: false",
+		"request_headers_timeout: 10s", "max_request_headers_kb: 60", "max_headers_count: 100",
+		"max_connection_duration: 3600s", "envoy.filters.network.connection_limit",
+		"request_headers_to_remove: [x-forwarded-for, x-envoy-external-address, x-real-ip, forwarded]",
 		"max_ejection_percent: 100", "enforcing_consecutive_gateway_failure: 100",
 		"envoy.retry_priorities.previous_priorities", "timeout: 0s",
 		"path_with_escaped_slashes_action: REJECT_REQUEST", "headers_with_underscores_action: REJECT_REQUEST",
@@ -124,4 +134,60 @@ func TestRenderedRoutesAndFilters(t *testing.T) {
 	if strings.Contains(string(bare), "ext_proc") {
 		t.Error("bare bootstrap still has the ext_proc filter")
 	}
+}
+
+// With the sidecar behind mutual TLS, both sidecar clusters present Envoy's
+// client certificate; the admin interface never leaves loopback.
+func TestRenderSidecarTLSAndAdminLoopback(t *testing.T) {
+	c := load(t)
+	pki := mtlstest.Write(t, t.TempDir(), "gw")
+	c.Listeners.TLS = config.SidecarTLS{CA: pki.CA, ServerCert: pki.ServerCert, ServerKey: pki.ServerKey,
+		ClientCert: pki.ClientCert, ClientKey: pki.ClientKey}
+	b, err := envoy.Render(c, envoy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate(t, "tls.yaml", b)
+	if n := strings.Count(string(b), pki.ClientCert); n != 2 {
+		t.Fatalf("client certificate in %d clusters, want extproc and control", n)
+	}
+	for _, admin := range []string{"0.0.0.0:9901", "10.0.0.5:9901", "[::]:9901"} {
+		if _, err := envoy.Render(c, envoy.Options{AdminAddr: admin}); err == nil {
+			t.Errorf("admin on %s rendered", admin)
+		}
+	}
+	// Vendor keys: one secret per upstream, read from Envoy's environment,
+	// injected on the upstream cluster; none without credential_env.
+	c.Upstreams[1].CredentialEnv = ""
+	b, err = envoy.Render(c, envoy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(b), "envoy.filters.http.credential_injector") != 1 || !strings.Contains(string(b), "environment_variable: ALPHA_API_KEY") || strings.Contains(string(b), "BETA_API_KEY") {
+		t.Fatalf("credential injection not as configured:\n%s", b)
+	}
+	validate(t, "one-key.yaml", b)
+}
+
+// The circuit breakers and the stream duration come from gateway.yaml, on
+// the processor's cluster and every upstream's: Envoy's defaults (1,024)
+// would refuse long streams beyond that.
+func TestCircuitBreakersFromConfig(t *testing.T) {
+	c := load(t)
+	c.Envoy.CircuitBreakers = config.CircuitBreakers{MaxConnections: 1111, MaxPendingRequests: 2222, MaxRequests: 3333}
+	c.Envoy.MaxStreamDuration = config.Duration(7 * 60 * 1e9)
+	boot, err := envoy.Render(c, envoy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusters := 1 + len(c.Upstreams) // the processor and each upstream
+	for _, want := range []string{"max_connections: 1111", "max_pending_requests: 2222", "max_requests: 3333"} {
+		if n := strings.Count(string(boot), want); n != clusters {
+			t.Errorf("%q appears %d times, want %d", want, n, clusters)
+		}
+	}
+	if n := strings.Count(string(boot), "max_stream_duration: {max_stream_duration: 420s}"); n != len(c.Upstreams) {
+		t.Errorf("max_stream_duration on %d routes, want %d", n, len(c.Upstreams))
+	}
+	validate(t, "breakers.yaml", boot)
 }

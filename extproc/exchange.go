@@ -11,17 +11,24 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // internalHeaderPrefix marks headers that only the gateway may set; a
 // client's copies are removed.
 const internalHeaderPrefix = "x-gateway-"
+
+// MaxModelBytes bounds the model name a client may send. Real names are a few
+// dozen bytes; a prefix match (dated snapshots) would otherwise admit any
+// suffix into Redis keys and the ledger.
+const MaxModelBytes = 256
 
 // exchange is the processor's state for one HTTP request.
 type exchange struct {
@@ -33,7 +40,7 @@ type exchange struct {
 	started   time.Time
 	req       format.Request
 	body      []byte
-	price     pricing.Price
+	price     *pricing.Model // looked up once: a reload does not change a request's prices
 	admitted  bool
 	settled   bool
 
@@ -56,7 +63,7 @@ func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return x.responseHeaders(r.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return x.responseBody(r.ResponseBody)
+		return x.responseBody(r.ResponseBody, req.GetAttributes())
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -75,35 +82,24 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	if x.upstream == nil {
 		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such endpoint"}}`), 0)
 	}
-	secret, err := auth.Parse(hv.xAPIKey, hv.authorization)
+	key, err := x.s.keys.Authenticate(ctx, hv.credentials, x.started, modelPolicy)
 	if err != nil {
-		return x.reject(format.Unauthenticated, err.Error(), 0)
-	}
-	switch auth.Kind(secret) {
-	case store.ReadOnlyToken:
-		return x.reject(format.PermissionDenied, "read-only tokens (ro_) can only read GET /v1/usage; use a cr_ key for model requests", 0)
-	case store.ModelKey:
-	default:
-		return x.reject(format.Unauthenticated, "invalid API key", 0)
-	}
-	key, err := x.s.keys.Lookup(ctx, secret)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return x.reject(format.Unauthenticated, "invalid API key", 0)
-	case err != nil:
-		x.s.log.Error("key lookup failed", "err", err)
-		x.s.metrics.storeErrors.WithLabelValues("lookup").Inc()
-		return x.reject(format.Unavailable, "the gateway cannot verify keys right now; retry shortly", time.Second)
-	case key.Kind != store.ModelKey:
-		return x.reject(format.PermissionDenied, "this credential cannot make model requests", 0)
-	}
-	if p := auth.Problem(key, x.started); p != "" {
-		return x.reject(format.Unauthenticated, p, 0)
+		return x.refuseAuth(err)
 	}
 	x.key = key
 
 	sub := path[len(x.upstream.prefix)-1:]
 	mutation := x.credentialMutation(hv)
+	// Query strings go to the vendor only as far as its API defines them.
+	if _, query, ok := strings.Cut(hv.path, "?"); ok {
+		p := path
+		if q := x.upstream.forwardQuery(sub, query); q != "" {
+			p += "?" + q
+		}
+		if p != hv.path {
+			mutation.SetHeaders = append(mutation.SetHeaders, setHeader(":path", p))
+		}
+	}
 	switch {
 	case hv.method == "POST" && sub == x.upstream.MeteredPath:
 		if h.GetEndOfStream() {
@@ -114,9 +110,14 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 			return x.reject(format.TooLarge, "request body of "+hv.contentLength+" bytes is larger than the "+
 				strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0)
 		}
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
-		}}
+		// Envoy's default skips the response (so that its own replies to
+		// malformed requests are never held); a metered request needs it.
+		return &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestHeaders{
+				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+			},
+			ModeOverride: MeteredMode,
+		}
 	case x.upstream.isFree(hv.method + " " + sub):
 		// Free read-only paths: forward as they are, observe nothing more.
 		return &extprocv3.ProcessingResponse{
@@ -134,17 +135,49 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	}
 }
 
+// MeteredMode is the processing mode of a metered request: the body
+// buffered for admission, the reply's body streamed to the meter. No
+// response headers message: the status and the serving endpoint arrive as
+// attributes with the first body chunk (response_attributes in the
+// bootstrap).
+var MeteredMode = &filterv3.ProcessingMode{
+	RequestHeaderMode:   filterv3.ProcessingMode_SEND,
+	RequestBodyMode:     filterv3.ProcessingMode_BUFFERED,
+	RequestTrailerMode:  filterv3.ProcessingMode_SKIP,
+	ResponseHeaderMode:  filterv3.ProcessingMode_SKIP,
+	ResponseBodyMode:    filterv3.ProcessingMode_STREAMED,
+	ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
+}
+
+// modelPolicy: model routes take model keys of accounts in good standing.
+var modelPolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey}}
+
+// refuseAuth answers an authentication failure in the upstream's format.
+func (x *exchange) refuseAuth(err error) *extprocv3.ProcessingResponse {
+	var ae *auth.Error
+	if !errors.As(err, &ae) {
+		return x.reject(format.Unauthenticated, "invalid API key", 0)
+	}
+	switch ae.Reason {
+	case auth.WrongKind:
+		return x.reject(format.PermissionDenied, "read-only tokens (ro_) can only read GET /v1/usage; use a cr_ key for model requests", 0)
+	case auth.Suspended:
+		return x.reject(format.PermissionDenied, ae.Message, 0)
+	case auth.Unavailable:
+		x.s.log.Error("key lookup failed", "err", ae.Err)
+		x.s.metrics.storeErrors.WithLabelValues("lookup").Inc()
+		return x.reject(format.Unavailable, ae.Message, time.Second)
+	}
+	return x.reject(format.Unauthenticated, ae.Message, 0)
+}
+
 // credentialMutation removes the client's credential, any internal header it
-// sent and accept-encoding (the meter must see plain bytes), and sets the
-// vendor credential.
+// sent and accept-encoding (the meter must see plain bytes). The vendor's
+// credential is never known here: Envoy adds it on the way to the vendor.
 func (x *exchange) credentialMutation(hv headerValues) *extprocv3.HeaderMutation {
 	remove := []string{"x-api-key", "authorization", "accept-encoding"}
 	remove = append(remove, hv.internal...)
-	m := &extprocv3.HeaderMutation{RemoveHeaders: remove}
-	if x.upstream.credValue != "" {
-		m.SetHeaders = []*corev3.HeaderValueOption{setHeader(x.upstream.credHeader, x.upstream.credValue)}
-	}
-	return m
+	return &extprocv3.HeaderMutation{RemoveHeaders: remove}
 }
 
 // requestBody reads the few fields admission needs, then admits the request
@@ -167,16 +200,26 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		}
 		return x.reject(format.InvalidRequest, "malformed request body", 0)
 	}
+	// The model name reaches Redis keys, the ledger and logs: bound it
+	// before anything else reads it.
+	if len(req.Model) > MaxModelBytes {
+		return x.reject(format.InvalidRequest, "model: longer than "+strconv.Itoa(MaxModelBytes)+" bytes", 0)
+	}
 	price, ok := x.upstream.Prices.Lookup(req.Model)
 	if !ok {
 		return x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on this gateway", 0)
 	}
-	if len(x.key.Models) > 0 && !allowed(x.key.Models, req.Model, price.Model) {
+	if len(x.key.Models) > 0 && !allowed(x.key.Models, req.Model, string(price.Name)) {
 		return x.reject(format.PermissionDenied, "this key may not use model "+strconv.Quote(req.Model), 0)
 	}
+	// Without max_tokens the hold assumes the model's maximum output, or
+	// defaultHoldOutput when the catalogue does not give one.
 	maxOut := price.MaxOutput
+	if maxOut == 0 {
+		maxOut = defaultHoldOutput
+	}
 	if req.HasMaxTokens {
-		if req.MaxTokens > price.MaxOutput {
+		if price.MaxOutput > 0 && req.MaxTokens > price.MaxOutput {
 			return x.reject(format.InvalidRequest, "max_tokens: "+strconv.FormatInt(req.MaxTokens, 10)+
 				" is more than the model's maximum output of "+strconv.FormatInt(price.MaxOutput, 10)+" tokens", 0)
 		}
@@ -210,10 +253,17 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	x.admitted = true
 	// The hold lives as long as the request: renewed until it settles.
 	x.open = x.s.holds.Register(x.key.AccountID, x.requestID)
+	if x.req.Stream {
+		x.s.metrics.streams.Inc()
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: x.editBody(body, req.Edit)},
 	}}
 }
+
+// defaultHoldOutput is the output a request without max_tokens is held for
+// when the catalogue gives no maximum output for its model.
+const defaultHoldOutput = 128_000
 
 // editBody makes a request body edit. Envoy keeps the client's
 // content-length when the body is buffered and refuses a body that
@@ -284,7 +334,10 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 // responseBody feeds the meter and lets the chunk through at once: Envoy
 // holds each chunk until the processor answers. A rewriting meter may
 // replace the chunk; only a chunk it changed carries a mutation.
-func (x *exchange) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structpb.Struct) *extprocv3.ProcessingResponse {
+	if x.status == 0 && x.admitted && !x.settled {
+		x.startFromAttributes(attrs)
+	}
 	common := &extprocv3.CommonResponse{}
 	if x.meter != nil && !x.settled {
 		x.bodyBytes += int64(len(b.GetBody()))
@@ -316,6 +369,46 @@ func bodyMutation(out []byte) *extprocv3.BodyMutation {
 	return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
 }
 
+// startFromAttributes is responseHeaders for the bootstrap that skips the
+// response headers message: Envoy sends the status and the serving
+// endpoint's metadata as attributes with the first body chunk, which saves
+// one message (and one wait on the processor) per request. The reply's
+// content type follows from the request: a 2xx reply to a streaming request
+// is an event stream.
+func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
+	f := attrs[attributesKey].GetFields()
+	code := f["response.code"].GetNumberValue()
+	if code == 0 {
+		return // no attributes: the response headers message carries them
+	}
+	x.status = int(code)
+	// The host metadata arrives as protobuf text; only the endpoint name
+	// is read from it.
+	x.endpoint = ""
+	if md := f["xds.upstream_host_metadata"].GetStringValue(); md != "" {
+		switch {
+		case strings.Contains(md, `"reserve"`):
+			x.endpoint = "reserve"
+		case strings.Contains(md, `"primary"`):
+			x.endpoint = "primary"
+		}
+	}
+	if x.status < 200 || x.status > 299 {
+		x.settle(true)
+		return
+	}
+	contentType := "application/json"
+	if x.req.Stream {
+		contentType = "text/event-stream"
+	}
+	x.meter = x.upstream.Format.NewMeter(x.req, x.body, contentType)
+	x.rewriter, _ = x.meter.(format.Rewriter)
+	x.open.Checkpoint(store.Checkpoint{Status: x.status, Endpoint: x.endpoint})
+}
+
+// attributesKey is where Envoy puts the ext_proc filter's attributes.
+const attributesKey = "envoy.filters.http.ext_proc"
+
 // finish runs when the stream ends for any reason; a request still open was
 // cut short (client gone, upstream reset, Envoy reset).
 func (x *exchange) finish() {
@@ -326,27 +419,35 @@ func (x *exchange) finish() {
 
 // checkpoint is the request's best estimate so far, as if it ended now.
 func (x *exchange) checkpoint() store.Checkpoint {
-	u := x.meter.Usage(false)
+	r := x.meter.Usage(false)
+	c := x.price.Price(r.Usage, r.ServiceTier)
 	return store.Checkpoint{
 		Status: x.status, Endpoint: x.endpoint,
-		Input: u.Input, Output: u.Output, CacheWrite: u.CacheWrite, CacheRead: u.CacheRead,
-		Cost: x.price.Cost(pricing.Tokens{Input: u.Input, Output: u.Output, CacheWrite: u.CacheWrite, CacheRead: u.CacheRead}),
+		Requested: usage.RequestedModel(x.req.Model), Priced: x.price.Name, Reported: r.Model,
+		Usage: r.Usage, Rates: usage.Usage(c.Rates), ServiceTier: c.Tier, LongContext: c.Above,
+		Fallback: x.price.Fallback(), Cost: c.Cost,
 	}
 }
 
-// settle records the request's outcome exactly once. It runs before the last
-// chunk is released to the client, so usage read after a reply has ended
-// already includes it.
+// settle records the request's outcome exactly once. It does not wait for
+// the store: the settlement is queued and applied (or spooled) in a batch
+// after the reply's last chunk has been released, and a usage read on this
+// sidecar waits for the queued settlements of its account.
 func (x *exchange) settle(complete bool) {
 	if !x.admitted || x.settled {
 		return
 	}
 	x.settled = true
+	if x.req.Stream {
+		x.s.metrics.streams.Dec()
+	}
 	st := store.Settlement{
 		RequestID: x.requestID,
 		AccountID: x.key.AccountID,
 		KeyID:     x.key.ID,
-		Model:     x.req.Model,
+		Requested: usage.RequestedModel(x.req.Model),
+		Priced:    x.price.Name,
+		Fallback:  x.price.Fallback(),
 		Status:    x.status,
 		Endpoint:  x.endpoint,
 		Stream:    x.req.Stream,
@@ -363,32 +464,32 @@ func (x *exchange) settle(complete bool) {
 		st.Status = 502
 	}
 	if x.meter != nil && st.Status >= 200 && st.Status <= 299 {
-		u := x.meter.Usage(complete)
-		st.Input, st.Output, st.CacheWrite, st.CacheRead = u.Input, u.Output, u.CacheWrite, u.CacheRead
-		st.Estimated = u.Estimated // the meter knows whether the vendor's final figures arrived
-		st.Cost = x.price.Cost(pricing.Tokens{Input: u.Input, Output: u.Output, CacheWrite: u.CacheWrite, CacheRead: u.CacheRead})
+		r := x.meter.Usage(complete)
+		c := x.price.Price(r.Usage, r.ServiceTier)
+		st.Usage, st.Reported = r.Usage, r.Model
+		st.Estimated = r.Estimated // the meter knows whether the vendor's final figures arrived
+		st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), x.s.settleT)
-	defer cancel()
-	t0 := time.Now()
-	_, err := x.s.accounts.Settle(ctx, st)
-	x.s.metrics.settleSeconds.Observe(time.Since(t0).Seconds())
-	if err != nil {
-		x.s.metrics.storeErrors.WithLabelValues("settle").Inc()
-		x.s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
-	}
-	// Renewed until the hold is gone: if the settlement waits in the spool,
-	// a sweep in the meantime charges the same.
+	// Renewed until the hold is gone: if the settlement waits in the queue
+	// or the spool, a sweep in the meantime charges the same.
 	x.s.holds.Finish(x.open, store.Checkpoint{Status: st.Status, Endpoint: st.Endpoint,
-		Input: st.Input, Output: st.Output, CacheWrite: st.CacheWrite, CacheRead: st.CacheRead, Cost: st.Cost})
-	x.s.metrics.observe(x.upstream.Name, x.price.Model, st)
-	x.s.log.Info("request",
-		"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
-		"upstream", x.upstream.Name, "endpoint", st.Endpoint, "model", st.Model, "status", st.Status,
-		"stream", st.Stream, "input", st.Input, "output", st.Output,
-		"cache_write", st.CacheWrite, "cache_read", st.CacheRead,
-		"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated,
-		"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
+		Requested: st.Requested, Priced: st.Priced, Reported: st.Reported, Usage: st.Usage, Rates: st.Rates,
+		ServiceTier: st.ServiceTier, LongContext: st.LongContext, Fallback: st.Fallback, Cost: st.Cost})
+	s, upstream, model := x.s, x.upstream.Name, string(st.Priced)
+	s.settler.enqueue(st, func(_ bool, err error, took time.Duration) {
+		s.metrics.settleSeconds.Observe(took.Seconds())
+		if err != nil {
+			s.metrics.storeErrors.WithLabelValues("settle").Inc()
+			s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
+		}
+		s.metrics.observe(upstream, model, st)
+		s.log.Info("request",
+			"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
+			"upstream", upstream, "endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
+			"stream", st.Stream, "usage", st.Usage, "service_tier", st.ServiceTier,
+			"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated, "interrupted", st.Interrupted,
+			"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
+	})
 }
 
 // reject answers the client directly, in the upstream's vendor error format.
@@ -431,12 +532,12 @@ func setHeader(key, value string) *corev3.HeaderValueOption {
 
 // headerValues are the few headers the processor reads.
 type headerValues struct {
-	method, path, status   string
-	xAPIKey, authorization string
-	contentType            string
-	contentLength          string
-	endpoint               string
-	internal               []string // client-sent headers with our prefix
+	method, path, status string
+	credentials          auth.Headers
+	contentType          string
+	contentLength        string
+	endpoint             string
+	internal             []string // client-sent headers with our prefix
 }
 
 // readHeaders picks the headers the processor reads. Only their values are
@@ -453,9 +554,11 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 		case ":status":
 			dst = &hv.status
 		case "x-api-key":
-			dst = &hv.xAPIKey
+			hv.credentials.XAPIKey = append(hv.credentials.XAPIKey, headerValue(h))
+			continue
 		case "authorization":
-			dst = &hv.authorization
+			hv.credentials.Authorization = append(hv.credentials.Authorization, headerValue(h))
+			continue
 		case "content-type":
 			dst = &hv.contentType
 		case "content-length":
@@ -469,11 +572,14 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 			}
 			continue
 		}
-		if raw := h.GetRawValue(); len(raw) > 0 {
-			*dst = string(raw)
-		} else {
-			*dst = h.GetValue()
-		}
+		*dst = headerValue(h)
 	}
 	return hv
+}
+
+func headerValue(h *corev3.HeaderValue) string {
+	if raw := h.GetRawValue(); len(raw) > 0 {
+		return string(raw)
+	}
+	return h.GetValue()
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // Metrics are the processor's Prometheus series.
@@ -19,17 +20,27 @@ type Metrics struct {
 	admitSeconds  prometheus.Histogram
 	settleSeconds prometheus.Histogram
 	expiredHolds  prometheus.Counter
+	inflight      prometheus.Gauge
+	streams       prometheus.Gauge
+}
+
+// rejectionReasons are every value of the rejections' reason label.
+var rejectionReasons = []string{
+	"unauthenticated", "forbidden", "not_found", "invalid_request", "balance",
+	"rate_limit", "daily_limit", "unavailable", "too_large", "other",
 }
 
 // NewMetrics creates the series and registers them with reg (if not nil).
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// upstreams name the configured upstreams, whose labelled series start at
+// zero.
+func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	latency := []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_requests_total", Help: "Metered requests settled, by upstream, model, status and endpoint.",
 		}, []string{"upstream", "model", "status", "endpoint"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_tokens_total", Help: "Tokens billed, by upstream, model and kind (input, output, cache_write, cache_read).",
+			Name: "gateway_tokens_total", Help: "Usage billed, by upstream, model and kind (the usage kinds: input, output, cache_read, cache_write_5m, cache_write_1h, audio_input, audio_output, reasoning (inside output), web_searches).",
 		}, []string{"upstream", "model", "kind"}),
 		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_cost_usd_total", Help: "Cost billed in USD, by upstream and model.",
@@ -52,15 +63,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		expiredHolds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_expired_holds_total", Help: "Requests whose sidecar stopped renewing their hold (it died), settled as interrupted by this sidecar's sweeper.",
 		}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_inflight_requests", Help: "Model requests being processed (one ext_proc stream each).",
+		}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_inflight_streams", Help: "Admitted streaming (SSE) requests not yet settled.",
+		}),
 	}
 	// Known label values start at zero, so alerts on them work before the
 	// first error.
 	for _, op := range []string{"lookup", "admit", "settle"} {
 		m.storeErrors.WithLabelValues(op)
 	}
+	for _, u := range upstreams {
+		for _, r := range rejectionReasons {
+			m.rejections.WithLabelValues(u, r)
+		}
+		m.estimated.WithLabelValues(u)
+	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.storeErrors, m.estimated,
-			m.admitSeconds, m.settleSeconds, m.expiredHolds)
+			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams)
 	}
 	return m
 }
@@ -68,17 +91,40 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // ObserveInterrupted counts one request settled by the hold sweeper.
 func (m *Metrics) ObserveInterrupted() { m.expiredHolds.Inc() }
 
+// InitModels creates the per-model series of an upstream at zero, so that
+// rates and ratios over them work from the first scrape: requests by every
+// status class and endpoint, tokens by kind, and cost.
+func (m *Metrics) InitModels(upstream string, models []string) {
+	for _, model := range models {
+		for _, st := range []string{"2xx", "4xx", "5xx", "other"} {
+			for _, ep := range []string{"primary", "reserve", "none"} {
+				m.requests.WithLabelValues(upstream, model, st, ep)
+			}
+		}
+		for _, kind := range []string{"input", "output", "cache_write", "cache_read"} {
+			m.tokens.WithLabelValues(upstream, model, kind)
+		}
+		m.cost.WithLabelValues(upstream, model)
+	}
+}
+
+// StoreError counts a failed store operation ("lookup", "admit", "settle")
+// seen outside the processor, such as a settlement the spool took because
+// the store failed it.
+func (m *Metrics) StoreError(op string) { m.storeErrors.WithLabelValues(op).Inc() }
+
 func (m *Metrics) observe(upstream, model string, st store.Settlement) {
-	m.requests.WithLabelValues(upstream, model, statusClass(st.Status), st.Endpoint).Inc()
+	endpoint := st.Endpoint
+	if endpoint == "" {
+		endpoint = "none" // no endpoint answered (refused before, or Envoy's own reply)
+	}
+	m.requests.WithLabelValues(upstream, model, statusClass(st.Status), endpoint).Inc()
 	if st.Status < 200 || st.Status > 299 {
 		return
 	}
-	for _, t := range [...]struct {
-		kind string
-		n    int64
-	}{{"input", st.Input}, {"output", st.Output}, {"cache_write", st.CacheWrite}, {"cache_read", st.CacheRead}} {
-		if t.n > 0 {
-			m.tokens.WithLabelValues(upstream, model, t.kind).Add(float64(t.n))
+	for _, k := range usage.Kinds {
+		if n := k.Of(st.Usage); n > 0 {
+			m.tokens.WithLabelValues(upstream, model, k.Name).Add(float64(n))
 		}
 	}
 	m.cost.WithLabelValues(upstream, model).Add(pricing.USD(st.Cost))

@@ -6,30 +6,44 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/holds"
+	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
 // roundTrips counts what the client sends to Redis: one command or one
-// pipeline is one round trip, whatever a script does inside.
-type roundTrips struct{ n atomic.Int64 }
+// pipeline is one round trip, whatever a script does inside. Those made
+// with a context marked critical (the request's own, as Envoy's stream
+// context is) are on the request's critical path.
+type roundTrips struct{ n, critical atomic.Int64 }
+
+type criticalKey struct{}
+
+func (c *roundTrips) count(ctx context.Context) {
+	c.n.Add(1)
+	if ctx.Value(criticalKey{}) != nil {
+		c.critical.Add(1)
+	}
+}
 
 func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error { c.count(ctx); return next(ctx, cmd) }
 }
 
 func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.count(ctx); return next(ctx, cmds) }
 }
 
 // rig is a processor on miniredis with one funded account.
@@ -79,13 +93,34 @@ func newRigWith(tb testing.TB, upstream string, ra rigAccount) *rig {
 		tb.Fatal(err)
 	}
 	u, _ := cfg.Upstream(upstream)
-	r, err := NewUpstream(*u, "vendor-key")
+	r, err := NewUpstream(*u, testPrices(tb, u))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	srv := NewServer(Options{Upstreams: []*Upstream{r}, Keys: auth.NewCache(st, 0), Accounts: st, MaxRequestBytes: 32 << 20,
 		Logger: slog.New(slog.DiscardHandler)})
 	return &rig{srv: srv, trips: trips, mr: mr, st: st, acct: a.ID, key: key, upstream: r}
+}
+
+// testPrices prices an upstream from the pricing package's made-up
+// catalogue, so that these tests need no download; the models they send are
+// aliases of its entries.
+func testPrices(tb testing.TB, u *config.Upstream) *pricing.Table {
+	tb.Helper()
+	aliases := map[string]map[string]string{
+		"alpha": {"claude-sonnet-4-5": "fake-claude-1", "claude-haiku-4-5": "fake-claude-1-mini"},
+		"beta":  {"gpt-4o-mini": "fake-gpt-1", "o4-mini": "fake-gpt-nolimit"},
+	}
+	u.Models.Aliases = aliases[u.Name]
+	cat, err := pricing.LoadCatalogue("../internal/pricing/testdata/catalogue.json", u.Models.Providers)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	prices, err := pricing.NewTable(cat, u.Models)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return prices
 }
 
 func headers(kv ...string) *extprocv3.HttpHeaders {
@@ -112,7 +147,7 @@ var (
 // request runs one streaming request through the exchange, phase by phase,
 // as Envoy would send it, and fails on any immediate response.
 func (r *rig) request(tb testing.TB) {
-	ctx := context.Background()
+	ctx := context.WithValue(context.Background(), criticalKey{}, true)
 	x := &exchange{s: r.srv}
 	check := func(resp *extprocv3.ProcessingResponse) {
 		if ir := resp.GetImmediateResponse(); ir != nil {
@@ -139,25 +174,90 @@ func (r *rig) request(tb testing.TB) {
 	}
 }
 
-// One request costs two Redis round trips with the key cached: the
-// admission script and the settlement script.
+// One request costs one Redis round trip on its critical path with the key
+// cached: the admission script. Its settlement is queued when the last
+// chunk is released and applied afterwards, in batches: at most one round
+// trip per request, fewer when settlements accumulate.
 func TestRoundTripsPerRequest(t *testing.T) {
 	r := newRig(t)
 	r.request(t) // warm the key cache and load the scripts
-	before := r.trips.n.Load()
+	if err := r.srv.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before, criticalBefore := r.trips.n.Load(), r.trips.critical.Load()
 	const n = 10
 	for i := 0; i < n; i++ {
 		r.request(t)
 	}
-	if got := r.trips.n.Load() - before; got != 2*n {
-		t.Fatalf("%d Redis round trips for %d requests, want %d", got, n, 2*n)
+	if got := r.trips.critical.Load() - criticalBefore; got != n {
+		t.Fatalf("%d Redis round trips on the critical path of %d requests, want %d", got, n, n)
+	}
+	if err := r.srv.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.trips.n.Load() - before; got > 2*n || got < n+1 {
+		t.Fatalf("%d Redis round trips in all for %d requests, want %d admissions and between 1 and %d settlement batches", got, n, n, n)
 	}
 	rep, err := r.st.Usage(context.Background(), r.acct, store.Total)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Totals.Requests != n+1 || rep.Totals.Input != 12*(n+1) || rep.Totals.Output != 2*(n+1) {
+	if rep.Totals.Requests != n+1 || rep.Totals.Usage.Input != 12*(n+1) || rep.Totals.Usage.Output != 2*(n+1) {
 		t.Fatalf("usage %+v", rep.Totals)
+	}
+}
+
+// Settlements queued while the store is slow to drain go out as one
+// pipelined batch, and each is applied once.
+func TestSettlementsBatch(t *testing.T) {
+	r := newRig(t)
+	r.request(t)
+	r.srv.Flush(context.Background())
+	// Hold the settler on a batch of its own: everything queued meanwhile
+	// is sent together afterwards.
+	release := make(chan struct{})
+	r.srv.settler.enqueue(store.Settlement{RequestID: "blocker", AccountID: r.acct}, func(bool, error, time.Duration) { <-release })
+	const n = 20
+	for i := 0; i < n; i++ {
+		r.request(t)
+	}
+	before := r.trips.n.Load()
+	close(release)
+	if err := r.srv.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.trips.n.Load() - before; got != 1 {
+		t.Fatalf("%d round trips for %d queued settlements, want one pipelined batch", got, n)
+	}
+	rep, err := r.st.Usage(context.Background(), r.acct, store.Total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Totals.Requests != n+1 {
+		t.Fatalf("usage counts %d requests, want %d", rep.Totals.Requests, n+1)
+	}
+}
+
+// A usage read waits for the account's queued settlements, and only for
+// its own account's.
+func TestWaitSettled(t *testing.T) {
+	r := newRig(t)
+	release := make(chan struct{})
+	r.srv.settler.enqueue(store.Settlement{RequestID: "r1", AccountID: r.acct}, func(bool, error, time.Duration) { <-release })
+	if err := r.srv.WaitSettled(context.Background(), "acct_other"); err != nil {
+		t.Fatalf("another account's read waited: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := r.srv.WaitSettled(ctx, r.acct); err == nil {
+		t.Fatal("a read returned while its account's settlement was queued")
+	}
+	close(release)
+	if err := r.srv.WaitSettled(context.Background(), r.acct); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.srv.PendingSettlements(); n != 0 {
+		t.Fatalf("%d settlements still pending", n)
 	}
 }
 
@@ -233,14 +333,15 @@ func TestDisconnectEstimatesOnlyWhatWasNotReported(t *testing.T) {
 	r := newRig(t)
 	r.openStream(t, events)     // every event, then the client is gone
 	r.openStream(t, events[:3]) // cut before message_delta and message_stop
+	r.srv.Flush(context.Background())
 	entries, _, err := r.st.Ledger(context.Background(), r.acct, "", 10)
 	if err != nil || len(entries) != 2 {
 		t.Fatalf("ledger %+v, %v", entries, err)
 	}
-	if e := entries[0]; e.Estimated || e.Input != 12 || e.Output != 2 {
+	if e := entries[0]; e.Estimated || e.Usage.Input != 12 || e.Usage.Output != 2 || e.Requested != "claude-sonnet-4-5" || e.Priced != "fake-claude-1" || e.Reported != "claude-sonnet-4-5" || e.Rates.Input != 1_000_000_000 {
 		t.Fatalf("full reply then disconnect: %+v; want the vendor's figures, not estimated", e)
 	}
-	if e := entries[1]; !e.Estimated || e.Input != 12 {
+	if e := entries[1]; !e.Estimated || e.Usage.Input != 12 {
 		t.Fatalf("cut reply: %+v; want an estimate", e)
 	}
 }
@@ -253,12 +354,12 @@ func TestReadHeadersAllocatesOnlyWhatItReads(t *testing.T) {
 		"user-agent", "Anthropic/Python 2.12.0", "accept", "application/json", "anthropic-version", "2023-06-01",
 		"x-stainless-lang", "python", "x-stainless-os", "Linux", "x-stainless-retry-count", "0",
 		"x-request-id", "0f4c", "x-forwarded-proto", "http").GetHeaders()
-	read := 5 // method, path, key, content type, content length
+	read := 6 // method, path, key (and its list), content type, content length
 	if n := testing.AllocsPerRun(100, func() { readHeaders(h) }); n > float64(read) {
 		t.Fatalf("readHeaders allocates %v times for %d values read", n, read)
 	}
 	hv := readHeaders(h)
-	if hv.method != "POST" || hv.path != "/alpha/v1/messages" || hv.xAPIKey != "cr_abcdefghijklmnop" || hv.contentLength != "120" {
+	if hv.method != "POST" || hv.path != "/alpha/v1/messages" || len(hv.credentials.XAPIKey) != 1 || hv.credentials.XAPIKey[0] != "cr_abcdefghijklmnop" || hv.contentLength != "120" {
 		t.Fatalf("%+v", hv)
 	}
 }
@@ -268,11 +369,12 @@ func TestReadHeadersAllocatesOnlyWhatItReads(t *testing.T) {
 func TestResetBeforeFirstByte(t *testing.T) {
 	r := newRig(t)
 	r.openStream(t, nil)
+	r.srv.Flush(context.Background())
 	entries, _, err := r.st.Ledger(context.Background(), r.acct, "", 10)
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("ledger %+v, %v", entries, err)
 	}
-	if e := entries[0]; e.Status != 502 || e.Cost != 0 || e.Input != 0 {
+	if e := entries[0]; e.Status != 502 || e.Cost != 0 || e.Usage.Input != 0 {
 		t.Fatalf("reset before the first byte: %+v; want 502, no charge", e)
 	}
 }
@@ -310,7 +412,7 @@ func TestRenewalOfARunningRequest(t *testing.T) {
 		t.Fatalf("checkpoints %v, %v", cs, err)
 	}
 	for _, c := range cs {
-		if c.Status != 200 || c.Input != 12 || c.Output != 1 || c.Cost == 0 {
+		if c.Status != 200 || c.Usage.Input != 12 || c.Usage.Output != 1 || c.Cost == 0 {
 			t.Fatalf("checkpoint %+v; want the usage after message_start", c)
 		}
 	}
@@ -318,13 +420,68 @@ func TestRenewalOfARunningRequest(t *testing.T) {
 	ren.RenewOnce(ctx)
 	cs, _ = r.st.Checkpoints(ctx, r.acct)
 	for _, c := range cs {
-		if c.Output < 2 {
+		if c.Usage.Output < 2 {
 			t.Fatalf("checkpoint %+v after the second renewal", c)
 		}
 	}
 	x.finish()
+	r.srv.Flush(ctx)
 	ren.RenewOnce(ctx) // finds the hold gone
 	if ren.Len() != 0 {
 		t.Fatalf("%d requests still renewed after settlement", ren.Len())
+	}
+}
+
+// With the response headers message skipped, the status and the serving
+// endpoint come as attributes on the first body chunk: a 2xx reply is
+// metered as an event stream (the request asked for one), a non-2xx one is
+// settled at no charge.
+func TestResponseFromAttributes(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	run := func(code float64, chunks [][]byte) {
+		x := &exchange{s: r.srv}
+		x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key),
+		}})
+		if resp := x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
+		}}); resp.GetImmediateResponse() != nil {
+			t.Fatalf("rejected: %v", resp)
+		}
+		attrs, err := structpb.NewStruct(map[string]any{
+			"response.code":              code,
+			"xds.upstream_host_metadata": `filter_metadata { key: "gateway" value { fields { key: "endpoint" value { string_value: "reserve" } } } } `,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range chunks {
+			req := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+				ResponseBody: &extprocv3.HttpBody{Body: c, EndOfStream: i == len(chunks)-1},
+			}}
+			if i == 0 {
+				req.Attributes = map[string]*structpb.Struct{attributesKey: attrs}
+			}
+			if resp := x.handle(ctx, req); resp.GetResponseBody() == nil {
+				t.Fatalf("chunk %d: %v", i, resp)
+			}
+		}
+		if !x.settled {
+			t.Fatal("not settled")
+		}
+	}
+	run(200, events)
+	run(529, [][]byte{[]byte(`{"type":"error","error":{"type":"overloaded_error","message":"busy"}}`)})
+	r.srv.Flush(ctx)
+	entries, _, err := r.st.Ledger(ctx, r.acct, "", 10)
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("ledger %+v, %v", entries, err)
+	}
+	if e := entries[0]; e.Status != 200 || e.Endpoint != "reserve" || e.Usage.Input != 12 || e.Usage.Output != 2 || e.Estimated || e.Cost == 0 {
+		t.Fatalf("2xx entry %+v", e)
+	}
+	if e := entries[1]; e.Status != 529 || e.Cost != 0 {
+		t.Fatalf("529 entry %+v", e)
 	}
 }

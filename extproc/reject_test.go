@@ -189,6 +189,7 @@ func TestRejectionBranches(t *testing.T) {
 			if c.status == 503 {
 				return
 			}
+			r.srv.Flush(context.Background()) // the first request of the rate case settles
 			if n, held, err := r.st.OpenHolds(context.Background(), r.acct); err != nil || n != 0 || held != 0 {
 				t.Fatalf("open holds after a rejection: %d (%d nano-USD), %v", n, held, err)
 			}

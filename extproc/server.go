@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -32,9 +34,9 @@ type Accounts interface {
 	Settle(ctx context.Context, s store.Settlement) (bool, error)
 }
 
-// KeyLookup resolves a client secret to its stored key.
+// KeyLookup authenticates a request's credential headers (auth.Cache).
 type KeyLookup interface {
-	Lookup(ctx context.Context, secret string) (store.Key, error)
+	Authenticate(ctx context.Context, h auth.Headers, now time.Time, p auth.Policy) (store.Key, error)
 }
 
 // Options configure a Server.
@@ -75,6 +77,28 @@ type Server struct {
 	// across sidecars and restarts, and cheap.
 	idPrefix string
 	seq      atomic.Uint64
+
+	settler *settler
+	// active counts exchanges until they have settled, so that shutdown
+	// can wait for the settlements of streams it cut.
+	active sync.WaitGroup
+}
+
+// Wait blocks until every exchange has ended and settled (or spooled), or
+// ctx ends; it reports whether all did. Call it after the gRPC server has
+// stopped, before the store and the spool close.
+func (s *Server) Wait(ctx context.Context) bool {
+	done := make(chan struct{})
+	go func() {
+		s.active.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // NewServer returns a processor.
@@ -95,11 +119,32 @@ func NewServer(o Options) *Server {
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
 	}
+	s.settler = newSettler(s.accounts, s.settleT)
 	var b [6]byte
 	rand.Read(b[:])
 	s.idPrefix = "req_" + hex.EncodeToString(b[:]) + "_"
 	return s
 }
+
+// WaitSettled returns once every reply of the account that this processor
+// has released has been settled (applied to the store or spooled), or when
+// ctx ends. A usage read calls it so that it sees the replies before it.
+func (s *Server) WaitSettled(ctx context.Context, accountID string) error {
+	if accountID == allKey {
+		return nil
+	}
+	return s.settler.wait(ctx, accountID)
+}
+
+// Flush returns once every settlement queued so far has been applied or
+// spooled, or when ctx ends; shutdown calls it after the last stream.
+func (s *Server) Flush(ctx context.Context) error {
+	return s.settler.wait(ctx, allKey)
+}
+
+// PendingSettlements is the number of settlements queued and not yet
+// applied or spooled.
+func (s *Server) PendingSettlements() int { return s.settler.pendingTotal() }
 
 func (s *Server) newRequestID() string {
 	return s.idPrefix + strconv.FormatUint(s.seq.Add(1), 36)
@@ -117,6 +162,10 @@ func (s *Server) upstream(path string) *Upstream {
 // Process handles one HTTP request's stream of processing messages.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	x := &exchange{s: s}
+	s.active.Add(1)
+	defer s.active.Done()
+	s.metrics.inflight.Inc()
+	defer s.metrics.inflight.Dec()
 	// A bug in one exchange must not take the sidecar, and every other
 	// request with it, down: end this stream (Envoy fails it closed) and log
 	// where, never what (the panic value could hold request data).

@@ -38,7 +38,7 @@ func betaRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	u, _ := cfg.Upstream("beta")
-	up, err := NewUpstream(*u, "vendor-key")
+	up, err := NewUpstream(*u, testPrices(t, u))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,11 +139,12 @@ func TestStreamWithoutUsageIsBilledExactly(t *testing.T) {
 	if client != wantClient.String() {
 		t.Fatalf("client got\n%s\nwant\n%s", client, wantClient.String())
 	}
+	r.srv.Flush(context.Background())
 	entries, _, err := r.st.Ledger(context.Background(), r.acct, "", 10)
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("ledger %+v, %v", entries, err)
 	}
-	if e := entries[0]; e.Estimated || e.Input != 20 || e.Output != 305 {
+	if e := entries[0]; e.Estimated || e.Usage.Input != 20 || e.Usage.Output != 305 || e.Usage.Reasoning != 300 {
 		t.Fatalf("ledger entry %+v; want the vendor's 20 in, 305 out (300 reasoning), not estimated", e)
 	}
 }

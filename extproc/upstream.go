@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/modelgateway/gateway/extproc/format"
@@ -15,6 +16,7 @@ import (
 type Upstream struct {
 	Name   string
 	Format format.Format
+	// Prices finds a model's prices; its contents are replaced on reload.
 	Prices *pricing.Table
 	// MeteredPath is the one POST path that is billed, after the prefix.
 	MeteredPath string
@@ -24,33 +26,47 @@ type Upstream struct {
 	freePaths    map[string]bool
 	freePrefixes []string
 
-	prefix     string // "/NAME/"
-	credHeader string // header that carries the vendor credential
-	credValue  string // its value; empty when no vendor key is configured
+	prefix string // "/NAME/"
+	// query lists, by path after the prefix, the query parameters the
+	// vendor's API defines there; every other parameter is dropped.
+	query map[string][]string
 }
 
-// NewUpstream builds the processor's view of one configured upstream. credential is the
-// vendor key, or empty to forward without one (a self-hosted model server).
-func NewUpstream(u config.Upstream, credential string) (*Upstream, error) {
+// Query parameters the vendors' APIs define, by wire format and path. The
+// messages API takes "beta" (sent by the SDK's beta namespace) and pages its
+// model list; chat completions defines none on these paths.
+var vendorQuery = map[string]map[string][]string{
+	config.FormatMessages: {
+		"/v1/messages":              {"beta"},
+		"/v1/messages/count_tokens": {"beta"},
+		"/v1/models":                {"beta", "limit", "after_id", "before_id"},
+		"/v1/models/*":              {"beta"},
+	},
+	config.FormatChatCompletions: {},
+}
+
+// NewUpstream builds the processor's view of one configured upstream. The
+// vendor's credential is not part of it: Envoy injects it.
+// prices is the upstream's price table.
+func NewUpstream(u config.Upstream, prices *pricing.Table) (*Upstream, error) {
+	if prices == nil {
+		return nil, fmt.Errorf("upstream %s: no price table", u.Name)
+	}
 	r := &Upstream{
 		Name:      u.Name,
-		Prices:    pricing.NewTable(u.Models),
+		Prices:    prices,
 		freePaths: make(map[string]bool),
 		prefix:    "/" + u.Name + "/",
 	}
 	switch u.Format {
 	case config.FormatMessages:
 		r.Format, r.MeteredPath = messages.Format{}, "/v1/messages"
-		r.credHeader, r.credValue = "x-api-key", credential
 	case config.FormatChatCompletions:
 		r.Format, r.MeteredPath = chatcompletions.Format{}, "/v1/chat/completions"
-		r.credHeader = "authorization"
-		if credential != "" {
-			r.credValue = "Bearer " + credential
-		}
 	default:
 		return nil, fmt.Errorf("upstream %s: unknown format %q", u.Name, u.Format)
 	}
+	r.query = vendorQuery[u.Format]
 	for _, fp := range u.FreePaths {
 		method, path, err := config.ParseFreePath(fp)
 		if err != nil {
@@ -76,4 +92,26 @@ func (r *Upstream) isFree(methodPath string) bool {
 		}
 	}
 	return false
+}
+
+// forwardQuery returns the part of a raw query string that the vendor's API
+// defines at sub (the path after the prefix), in the client's order.
+func (r *Upstream) forwardQuery(sub, rawQuery string) string {
+	allowed, ok := r.query[sub]
+	if !ok {
+		if i := strings.LastIndexByte(sub, '/'); i > 0 {
+			allowed = r.query[sub[:i]+"/*"]
+		}
+	}
+	if len(allowed) == 0 || rawQuery == "" {
+		return ""
+	}
+	var kept []string
+	for _, kv := range strings.Split(rawQuery, "&") {
+		name, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(allowed, name) {
+			kept = append(kept, kv)
+		}
+	}
+	return strings.Join(kept, "&")
 }

@@ -4,13 +4,14 @@ import (
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/pricing"
 )
 
 func TestFreePaths(t *testing.T) {
 	r, err := NewUpstream(config.Upstream{
 		Name: "alpha", Format: config.FormatMessages,
 		FreePaths: []string{"GET /v1/models", "GET /v1/models/*", "POST /v1/messages/count_tokens"},
-	}, "k")
+	}, &pricing.Table{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,6 +26,28 @@ func TestFreePaths(t *testing.T) {
 	} {
 		if got := r.isFree(p); got != want {
 			t.Errorf("isFree(%q) = %v, want %v", p, got, want)
+		}
+	}
+}
+
+func TestForwardQuery(t *testing.T) {
+	alpha, _ := NewUpstream(config.Upstream{Name: "alpha", Format: config.FormatMessages}, &pricing.Table{})
+	beta, _ := NewUpstream(config.Upstream{Name: "beta", Format: config.FormatChatCompletions}, &pricing.Table{})
+	for _, tc := range []struct {
+		u          *Upstream
+		sub, query string
+		want       string
+	}{
+		{alpha, "/v1/messages", "beta=true", "beta=true"},
+		{alpha, "/v1/messages", "key=cr_secret&beta=true&x=1", "beta=true"},
+		{alpha, "/v1/models", "limit=5&after_id=m1&x=y", "limit=5&after_id=m1"},
+		{alpha, "/v1/models/claude-x", "beta=true&limit=3", "beta=true"},
+		{alpha, "/v1/messages", "", ""},
+		{beta, "/v1/chat/completions", "api-version=1&key=x", ""},
+		{beta, "/v1/models", "limit=5", ""},
+	} {
+		if got := tc.u.forwardQuery(tc.sub, tc.query); got != tc.want {
+			t.Errorf("%s %s?%s: %q, want %q", tc.u.Name, tc.sub, tc.query, got, tc.want)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -113,8 +114,13 @@ type alphaUsage struct {
 		Ephemeral5mInputTokens int `json:"ephemeral_5m_input_tokens"`
 		Ephemeral1hInputTokens int `json:"ephemeral_1h_input_tokens"`
 	} `json:"cache_creation"`
-	OutputTokens int    `json:"output_tokens"`
-	ServiceTier  string `json:"service_tier"`
+	OutputTokens  int           `json:"output_tokens"`
+	ServerToolUse *alphaToolUse `json:"server_tool_use,omitempty"`
+	ServiceTier   string        `json:"service_tier"`
+}
+
+type alphaToolUse struct {
+	WebSearchRequests int `json:"web_search_requests"`
 }
 
 type alphaMessage struct {
@@ -143,12 +149,16 @@ type alphaToolUseBlock struct {
 func (a *alphaAPI) usage(rp *reply, outputTokens int) alphaUsage {
 	u := alphaUsage{
 		InputTokens:              rp.inputTokens,
-		CacheCreationInputTokens: rp.cacheWrite,
+		CacheCreationInputTokens: rp.cacheWrite + rp.cacheWrite1h,
 		CacheReadInputTokens:     rp.cacheRead,
 		OutputTokens:             outputTokens,
-		ServiceTier:              "standard",
+		ServiceTier:              cmp.Or(rp.serviceTier, "standard"),
 	}
 	u.CacheCreation.Ephemeral5mInputTokens = rp.cacheWrite
+	u.CacheCreation.Ephemeral1hInputTokens = rp.cacheWrite1h
+	if rp.webSearches > 0 {
+		u.ServerToolUse = &alphaToolUse{WebSearchRequests: rp.webSearches}
+	}
 	return u
 }
 
@@ -269,6 +279,13 @@ func (a *alphaAPI) stream(w http.ResponseWriter, r *http.Request, req *alphaRequ
 	s.buf = append(s.buf, rp.alphaStopReason()...)
 	s.buf = append(s.buf, `","stop_sequence":null},"usage":{"output_tokens":`...)
 	s.buf = strconv.AppendInt(s.buf, int64(rp.outputTokens), 10)
+	if rp.webSearches > 0 {
+		// Server tools run during the reply: their count arrives with the
+		// final usage.
+		s.buf = append(s.buf, `,"server_tool_use":{"web_search_requests":`...)
+		s.buf = strconv.AppendInt(s.buf, int64(rp.webSearches), 10)
+		s.buf = append(s.buf, '}')
+	}
 	s.buf = append(s.buf, "}}"...)
 	s.end()
 

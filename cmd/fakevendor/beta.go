@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -142,11 +143,13 @@ type betaUsage struct {
 // completion_tokens includes the reasoning tokens.
 func (rp *reply) betaUsage() betaUsage {
 	var u betaUsage
-	u.PromptTokens = rp.inputTokens + rp.cacheRead
-	u.CompletionTokens = rp.outputTokens + rp.reasoningTokens
+	u.PromptTokens = rp.inputTokens + rp.cacheRead + rp.audioIn
+	u.CompletionTokens = rp.outputTokens + rp.reasoningTokens + rp.audioOut
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	u.PromptTokensDetails.CachedTokens = rp.cacheRead
+	u.PromptTokensDetails.AudioTokens = rp.audioIn
 	u.CompletionTokensDetails.ReasoningTokens = rp.reasoningTokens
+	u.CompletionTokensDetails.AudioTokens = rp.audioOut
 	return u
 }
 
@@ -229,7 +232,7 @@ func (b *betaAPI) chatCompletions(w http.ResponseWriter, r *http.Request, body [
 		Created:           time.Now().Unix(),
 		Model:             req.Model,
 		Usage:             rp.betaUsage(),
-		ServiceTier:       "default",
+		ServiceTier:       cmp.Or(rp.serviceTier, "default"),
 		SystemFingerprint: systemFingerprint,
 	}
 	c.Choices = make([]betaChoice, 1, max(rp.choices, 1))
@@ -272,7 +275,9 @@ func (b *betaAPI) stream(w http.ResponseWriter, r *http.Request, req *betaReques
 	prefix = strconv.AppendInt(prefix, time.Now().Unix(), 10)
 	prefix = append(prefix, `,"model":`...)
 	prefix = appendJSONString(prefix, req.Model)
-	prefix = append(prefix, `,"service_tier":"default","system_fingerprint":"`+systemFingerprint+`","choices":[`...)
+	prefix = append(prefix, `,"service_tier":`...)
+	prefix = appendJSONString(prefix, cmp.Or(rp.serviceTier, "default"))
+	prefix = append(prefix, `,"system_fingerprint":"`+systemFingerprint+`","choices":[`...)
 	suffix := "]}"
 	if includeUsage {
 		suffix = `],"usage":null}`

@@ -32,6 +32,22 @@ type Controls struct {
 	// usage.
 	CacheReadTokens  int `json:"cache_read_tokens"`
 	CacheWriteTokens int `json:"cache_write_tokens"`
+	// CacheWrite1hTokens are reported as 1-hour cache writes (alpha), beside
+	// CacheWriteTokens, the 5-minute ones.
+	CacheWrite1hTokens int `json:"cache_write_1h_tokens"`
+	// InputTokens, when not 0, is reported as the uncached input instead of
+	// the fake's count of the body: a prompt above a long-context threshold
+	// without sending one.
+	InputTokens int `json:"input_tokens"`
+	// ServiceTier is reported as the tier that served the reply; empty
+	// reports the default ("standard" for alpha, "default" for beta).
+	ServiceTier string `json:"service_tier"`
+	// AudioInputTokens and AudioOutputTokens are reported as audio (beta),
+	// inside prompt_tokens and completion_tokens.
+	AudioInputTokens  int `json:"audio_input_tokens"`
+	AudioOutputTokens int `json:"audio_output_tokens"`
+	// WebSearchRequests are reported as server-side web searches (alpha).
+	WebSearchRequests int `json:"web_search_requests"`
 	// ReplyWords is the length of text replies; 0 means defaultReplyWords.
 	ReplyWords int `json:"reply_words"`
 	// AbortAfterEvents, when not 0, resets the connection after that many
@@ -46,6 +62,10 @@ type Controls struct {
 	// RetryAfter is sent as the retry-after header of forced 429, 503 and
 	// 529 answers when not empty.
 	RetryAfter string `json:"retry_after"`
+	// Hang makes every request, probes too, be read and then never answered:
+	// a vendor that accepts and hangs. Hung requests never generate a reply;
+	// when hang is turned off their connections are dropped.
+	Hang bool `json:"hang"`
 	// ReasoningTokens makes beta a reasoning model: each reply reports that
 	// many reasoning tokens, which its text does not show, in
 	// completion_tokens and completion_tokens_details.reasoning_tokens.
@@ -71,11 +91,18 @@ type controlUpdate struct {
 	ToolCall         *bool   `json:"tool_call"`
 	CacheReadTokens  *int    `json:"cache_read_tokens"`
 	CacheWriteTokens *int    `json:"cache_write_tokens"`
+	CacheWrite1h     *int    `json:"cache_write_1h_tokens"`
+	InputTokens      *int    `json:"input_tokens"`
+	ServiceTier      *string `json:"service_tier"`
+	AudioInput       *int    `json:"audio_input_tokens"`
+	AudioOutput      *int    `json:"audio_output_tokens"`
+	WebSearches      *int    `json:"web_search_requests"`
 	ReplyWords       *int    `json:"reply_words"`
 	AbortAfterEvents *int    `json:"abort_after_events"`
 	AbortAtStart     *bool   `json:"abort_at_start"`
 	ToolPromptTokens *int    `json:"tool_prompt_tokens"`
 	RetryAfter       *string `json:"retry_after"`
+	Hang             *bool   `json:"hang"`
 	ReasoningTokens  *int    `json:"reasoning_tokens"`
 }
 
@@ -90,8 +117,10 @@ func (u *controlUpdate) validate() error {
 		"status_count": u.StatusCount, "latency_ms": u.LatencyMS, "event_delay_ms": u.EventDelayMS,
 		"cache_read_tokens": u.CacheReadTokens, "cache_write_tokens": u.CacheWriteTokens,
 		"reply_words": u.ReplyWords, "abort_after_events": u.AbortAfterEvents,
+		"cache_write_1h_tokens": u.CacheWrite1h, "input_tokens": u.InputTokens,
+		"audio_input_tokens": u.AudioInput, "audio_output_tokens": u.AudioOutput,
+		"reasoning_tokens": u.ReasoningTokens, "web_search_requests": u.WebSearches,
 		"tool_prompt_tokens": u.ToolPromptTokens,
-		"reasoning_tokens":   u.ReasoningTokens,
 	} {
 		if p != nil && *p < 0 {
 			return fmt.Errorf("%s must not be negative", name)
@@ -113,6 +142,14 @@ func (u *controlUpdate) apply(c *Controls) {
 	set(&c.CacheReadTokens, u.CacheReadTokens)
 	set(&c.CacheWriteTokens, u.CacheWriteTokens)
 	set(&c.ReplyWords, u.ReplyWords)
+	set(&c.CacheWrite1hTokens, u.CacheWrite1h)
+	set(&c.InputTokens, u.InputTokens)
+	set(&c.AudioInputTokens, u.AudioInput)
+	set(&c.AudioOutputTokens, u.AudioOutput)
+	set(&c.WebSearchRequests, u.WebSearches)
+	if u.ServiceTier != nil {
+		c.ServiceTier = *u.ServiceTier
+	}
 	set(&c.AbortAfterEvents, u.AbortAfterEvents)
 	set(&c.ToolPromptTokens, u.ToolPromptTokens)
 	if u.AbortAtStart != nil {
@@ -125,6 +162,9 @@ func (u *controlUpdate) apply(c *Controls) {
 	if u.RetryAfter != nil {
 		c.RetryAfter = *u.RetryAfter
 	}
+	if u.Hang != nil {
+		c.Hang = *u.Hang
+	}
 }
 
 // controlState holds one vendor's Controls. Every API request reads them,
@@ -132,6 +172,31 @@ func (u *controlUpdate) apply(c *Controls) {
 type controlState struct {
 	mu sync.Mutex
 	c  Controls
+	// unhang is closed when hang is turned off, releasing hung requests.
+	unhang chan struct{}
+}
+
+// hang reports whether requests hang now and, if so, the channel that is
+// closed when the hang ends.
+func (s *controlState) hang() (<-chan struct{}, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.c.Hang {
+		return nil, false
+	}
+	if s.unhang == nil {
+		s.unhang = make(chan struct{})
+	}
+	return s.unhang, true
+}
+
+// release lets hung requests go when the controls no longer hang; the lock
+// is held.
+func (s *controlState) release() {
+	if !s.c.Hang && s.unhang != nil {
+		close(s.unhang)
+		s.unhang = nil
+	}
 }
 
 func (s *controlState) get() Controls {
@@ -144,12 +209,14 @@ func (s *controlState) update(u *controlUpdate) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u.apply(&s.c)
+	s.release()
 }
 
 func (s *controlState) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.c = Controls{}
+	s.release()
 }
 
 // forcedStatus reports the status to force on this request, or 0, and
@@ -239,6 +306,7 @@ func (r *recorder) reset() {
 type counters struct {
 	requests atomic.Int64 // every request but probes
 	probes   atomic.Int64 // GETs of the model list
+	hung     atomic.Int64 // requests (not probes) held by the hang control, never answered
 }
 
 // controlHandler serves the control listener.
@@ -306,6 +374,7 @@ func (h *controlHandler) reset(w http.ResponseWriter, r *http.Request) {
 	for _, c := range []*counters{&f.alphaCount, &f.betaCount} {
 		c.requests.Store(0)
 		c.probes.Store(0)
+		c.hung.Store(0)
 	}
 	f.log.Info("reset")
 	writeControlJSON(w, http.StatusOK, h.currentControls())
@@ -333,6 +402,8 @@ func (h *controlHandler) stats(w http.ResponseWriter, r *http.Request) {
 		"alpha_probes": f.alphaCount.probes.Load(),
 		"beta":         f.betaCount.requests.Load(),
 		"beta_probes":  f.betaCount.probes.Load(),
+		"alpha_hung":   f.alphaCount.hung.Load(),
+		"beta_hung":    f.betaCount.hung.Load(),
 	})
 }
 

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestForcedStatus(t *testing.T) {
@@ -98,7 +100,7 @@ func TestStatusCountAndProbes(t *testing.T) {
 	checkBetaError(t, data, "server_error", "service_unavailable")
 
 	_, data = tf.call("GET", tf.control.URL+"/stats", "")
-	if compactJSON(t, string(data)) != `{"alpha":1,"alpha_probes":0,"beta":4,"beta_probes":2}` {
+	if compactJSON(t, string(data)) != `{"alpha":1,"alpha_hung":0,"alpha_probes":0,"beta":4,"beta_hung":0,"beta_probes":2}` {
 		t.Errorf("stats %s", data)
 	}
 }
@@ -204,7 +206,7 @@ func TestRecords(t *testing.T) {
 		t.Errorf("%d records after reset", len(recs))
 	}
 	_, data = tf.call("GET", tf.control.URL+"/stats", "")
-	if compactJSON(t, string(data)) != `{"alpha":0,"alpha_probes":0,"beta":0,"beta_probes":0}` {
+	if compactJSON(t, string(data)) != `{"alpha":0,"alpha_hung":0,"alpha_probes":0,"beta":0,"beta_hung":0,"beta_probes":0}` {
 		t.Errorf("stats after reset %s", data)
 	}
 	if resp, _ := tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple); resp.StatusCode != 200 {
@@ -292,5 +294,56 @@ func TestControlAPI(t *testing.T) {
 	}
 	if resp, _ := tf.call("GET", tf.control.URL+"/v1/models", ""); resp.StatusCode != 404 {
 		t.Errorf("control serves vendor paths: %d", resp.StatusCode)
+	}
+}
+
+// hang holds requests, probes too, without an answer until it is turned
+// off; then their connections are dropped and nothing was generated.
+func TestHang(t *testing.T) {
+	tf := newTestFake(t, nil)
+	tf.setControl(`{"vendor":"alpha","hang":true}`)
+	type result struct {
+		err  error
+		code int
+	}
+	done := make(chan result, 2)
+	send := func(method, url, body string) {
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		req.Header.Set("x-api-key", "k")
+		resp, err := http.DefaultClient.Do(req)
+		r := result{err: err}
+		if err == nil {
+			r.code = resp.StatusCode
+			resp.Body.Close()
+		}
+		done <- r
+	}
+	go send("POST", tf.alpha.URL+"/v1/messages", alphaSimple)
+	go send("GET", tf.alpha.URL+"/v1/models", "")
+	// Both are received and held: poll the counters.
+	deadline := time.Now().Add(5 * time.Second)
+	for tf.f.alphaCount.hung.Load() != 1 || tf.f.alphaCount.probes.Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("hung %d probes %d", tf.f.alphaCount.hung.Load(), tf.f.alphaCount.probes.Load())
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("a hung request was answered: %+v", r)
+	default:
+	}
+	// beta is not hung.
+	if resp, _ := tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple); resp.StatusCode != 200 {
+		t.Fatalf("beta while alpha hangs: %d", resp.StatusCode)
+	}
+	tf.setControl(`{"vendor":"alpha","hang":false}`)
+	for range 2 {
+		if r := <-done; r.err == nil {
+			t.Fatalf("a released hung request got an answer: %d", r.code)
+		}
+	}
+	if resp, _ := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple); resp.StatusCode != 200 {
+		t.Fatalf("after the hang: %d", resp.StatusCode)
 	}
 }

@@ -42,7 +42,8 @@
 //	POST /reset     clear controls, records and counters
 //	GET  /requests  records of received requests, oldest first
 //	                (?vendor=alpha&path=/v1/messages filter them)
-//	GET  /stats     {"alpha":N,"alpha_probes":N,"beta":N,"beta_probes":N}
+//	GET  /stats     {"alpha":N,"alpha_probes":N,"alpha_hung":N,"beta":N,...}
+//	                (hung: requests held by the hang control, never answered)
 //	GET  /healthz   200
 package main
 

@@ -43,6 +43,11 @@ type reply struct {
 	reasoningTokens int // beta only: thought, never shown, billed as output
 	cacheRead       int
 	cacheWrite      int
+	cacheWrite1h    int
+	serviceTier     string // "" for the vendor's default
+	audioIn         int    // beta: inside prompt_tokens
+	audioOut        int    // beta: inside completion_tokens
+	webSearches     int    // alpha: server-side web searches
 }
 
 // toolCall is a call of a tool the request offered.
@@ -79,6 +84,14 @@ func planReply(body []byte, msgs []message, limit int, tool *toolCall, ctl *Cont
 		reasoningTokens: ctl.ReasoningTokens,
 		cacheRead:       ctl.CacheReadTokens,
 		cacheWrite:      ctl.CacheWriteTokens,
+		cacheWrite1h:    ctl.CacheWrite1hTokens,
+		serviceTier:     ctl.ServiceTier,
+		audioIn:         ctl.AudioInputTokens,
+		audioOut:        ctl.AudioOutputTokens,
+		webSearches:     ctl.WebSearchRequests,
+	}
+	if ctl.InputTokens > 0 {
+		rp.inputTokens = ctl.InputTokens
 	}
 	if tool != nil {
 		rp.inputTokens += ctl.ToolPromptTokens

@@ -104,6 +104,17 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.log.Debug("request", "vendor", s.vendor, "method", r.Method, "path", r.URL.Path, "bytes", len(body))
 
+	if unhang, ok := s.ctl.hang(); ok {
+		if !probe {
+			s.count.hung.Add(1)
+		}
+		select {
+		case <-r.Context().Done():
+		case <-unhang:
+		}
+		// Never answered: drop the connection without a reply.
+		panic(http.ErrAbortHandler)
+	}
 	ctl := s.ctl.get()
 	// A test may steer one request: the x-fake-controls header holds a
 	// control update (as POST /control takes) applied to this request only.

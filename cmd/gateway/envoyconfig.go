@@ -54,6 +54,7 @@ func envoyConfigCmd() *cobra.Command {
 	f.StringVar(&o.ControlAddr, "control-addr", "", "host:port where Envoy reaches the sidecar's control server (default: listeners.control)")
 	f.StringVar(&o.PublicAddr, "public-addr", "", "Envoy's public listener (default: listeners.public)")
 	f.StringVar(&o.AdminAddr, "admin-addr", "", "Envoy's admin listener (default: listeners.envoy_admin)")
+	f.StringVar(&o.ProbesAddr, "probes-addr", "", "Envoy's read-only probes listener: /ready, /stats/prometheus, /metrics (default: listeners.probes)")
 	f.BoolVar(&o.Bare, "bare", false, "render without the ext_proc filter (benchmark reference)")
 	f.StringVar(&o.NodeID, "node-id", "", "Envoy node id")
 	f.StringArrayVar(&endpoints, "endpoint", nil, "NAME=URL: point both endpoints (primary and reserve) of upstream NAME at URL; repeatable")

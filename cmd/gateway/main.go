@@ -3,6 +3,7 @@
 //	gateway serve        run the sidecar: ext_proc gRPC, control HTTP, admin gRPC
 //	gateway envoy-config render the Envoy bootstrap from gateway.yaml
 //	gateway run          run everything locally: Envoy, the sidecar, fake vendors
+//	gateway models       list the models each upstream serves, with their prices
 package main
 
 import (
@@ -20,7 +21,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), envoyConfigCmd(), runCmd(), healthcheckCmd())
+	root.AddCommand(serveCmd(), envoyConfigCmd(), runCmd(), healthcheckCmd(), modelsCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		os.Exit(1)

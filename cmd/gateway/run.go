@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -26,12 +27,13 @@ func runCmd() *cobra.Command {
 	var (
 		cfgPath, public, stateDir, logLevel string
 		demoUSD                             float64
+		endpoints                           map[string]string
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the whole gateway locally: Envoy, the sidecar and (without vendor keys) fake vendors",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runLocal(cfgPath, public, stateDir, logLevel, demoUSD)
+			return runLocal(cfgPath, public, stateDir, logLevel, demoUSD, endpoints)
 		},
 	}
 	f := cmd.Flags()
@@ -40,10 +42,45 @@ func runCmd() *cobra.Command {
 	f.StringVar(&stateDir, "state-dir", ".run", "directory for the rendered Envoy config, logs and demo.env")
 	f.StringVar(&logLevel, "log-level", "info", "sidecar log level")
 	f.Float64Var(&demoUSD, "demo-balance", 25, "balance of the demo account, USD")
+	f.StringToStringVar(&endpoints, "endpoint", nil,
+		"point an upstream's endpoint at a server: NAME.primary=URL and NAME.reserve=URL (also NAME_PRIMARY_URL / NAME_RESERVE_URL, or NAME_BASE_URL for both)")
 	return cmd
 }
 
-func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error {
+// customEndpoints returns the primary and reserve URLs an upstream is
+// pointed at for this run, or empty strings: --endpoint NAME.primary=URL
+// and NAME.reserve=URL, else NAME_PRIMARY_URL and NAME_RESERVE_URL, else
+// NAME_BASE_URL for both. A reserve without a primary is an error.
+func customEndpoints(name string, getenv func(string) string, flags map[string]string) (primary, reserve string, err error) {
+	env := strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	pick := func(flag, envName string) string {
+		if v := flags[name+"."+flag]; v != "" {
+			return v
+		}
+		return getenv(envName)
+	}
+	primary, reserve = pick("primary", env+"_PRIMARY_URL"), pick("reserve", env+"_RESERVE_URL")
+	if base := getenv(env + "_BASE_URL"); base != "" {
+		primary, reserve = cmp.Or(primary, base), cmp.Or(reserve, base)
+	}
+	switch {
+	case primary == "" && reserve != "":
+		return "", "", fmt.Errorf("upstream %s: a reserve URL without a primary", name)
+	case primary != "" && reserve == "":
+		reserve = primary
+	}
+	for _, u := range []string{primary, reserve} {
+		if u == "" {
+			continue
+		}
+		if _, err := (config.Endpoint{URL: u}).Parse(); err != nil {
+			return "", "", fmt.Errorf("upstream %s: %w", name, err)
+		}
+	}
+	return primary, reserve, nil
+}
+
+func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overrides map[string]string) error {
 	log := newLogger(logLevel)
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
@@ -64,18 +101,28 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		}
 	}()
 
-	// Each upstream goes to a base URL override, the real vendor (when its
-	// key is set), or the fake vendors.
-	creds := map[string]string{}
+	// Each upstream goes to base URL overrides, the real vendor (when its
+	// key is set), or the fake vendors. Vendor keys go to Envoy only, which
+	// injects them; envoyEnv carries the fakes' keys.
+	var envoyEnv []string
 	var fakes []string
 	for i := range cfg.Upstreams {
 		u := &cfg.Upstreams[i]
-		envName := strings.ToUpper(strings.ReplaceAll(u.Name, "-", "_")) + "_BASE_URL"
+		primary, reserve, err := customEndpoints(u.Name, os.Getenv, overrides)
+		if err != nil {
+			return err
+		}
 		switch {
-		case os.Getenv(envName) != "":
-			u.Primary = config.Endpoint{URL: os.Getenv(envName), Region: "custom"}
-			u.Reserve = u.Primary
-			log.Info("upstream points at a custom server", "upstream", u.Name, "env", envName)
+		case primary != "":
+			u.Primary = config.Endpoint{URL: primary, Region: "custom-primary"}
+			u.Reserve = config.Endpoint{URL: reserve, Region: "custom-reserve"}
+			if os.Getenv(u.CredentialEnv) == "" {
+				u.CredentialEnv = "" // a local server without a key: forward none
+			}
+			if reserve == primary {
+				log.Warn("upstream's primary and reserve are the same server: failover has nowhere to go", "upstream", u.Name)
+			}
+			log.Info("upstream points at custom servers", "upstream", u.Name, "primary", primary, "reserve", reserve)
 		case os.Getenv(u.CredentialEnv) != "":
 			log.Info("upstream uses the real vendor", "upstream", u.Name, "primary", u.Primary.URL)
 		default:
@@ -104,10 +151,14 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 			u, _ := cfg.Upstream(name)
 			u.Primary = config.Endpoint{URL: addrs["primary"].URL(u.Format), Region: "local-primary"}
 			u.Reserve = config.Endpoint{URL: addrs["reserve"].URL(u.Format), Region: "local-reserve"}
-			creds[name] = betaKey
+			key := betaKey
 			if u.Format == config.FormatMessages {
-				creds[name] = alphaKey
+				key = alphaKey
 			}
+			if u.CredentialEnv == "" {
+				u.CredentialEnv = strings.ToUpper(strings.ReplaceAll(u.Name, "-", "_")) + "_API_KEY"
+			}
+			envoyEnv = append(envoyEnv, u.CredentialEnv+"="+key)
 		}
 		log.Warn("no vendor keys set: routing to FAKE vendors", "upstreams", strings.Join(fakes, ","))
 	}
@@ -122,7 +173,7 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		return err
 	}
 	defer closeStore()
-	sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log, Credentials: creds})
+	sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -131,20 +182,21 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64) error
 		defer cancel()
 		sc.Shutdown(sctx)
 	}()
+	reloadOnHangup(ctx, sc, cfgPath, log)
 
 	envoyBin, err := launch.FindEnvoy()
 	if err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	ec, err := launch.StartEnvoy(wctx, envoyBin, cfg, envoy.Options{NodeID: "gateway-local"}, stateDir)
+	ec, err := launch.StartEnvoy(wctx, envoyBin, cfg, envoy.Options{NodeID: "gateway-local"}, stateDir, envoyEnv)
 	cancel()
 	if err != nil {
 		return err
 	}
 	children = append(children, ec)
 
-	demo, err := createDemo(ctx, sc.Admin, cfg, demoUSD)
+	demo, err := createDemo(ctx, sc.Admin, cfg, sc.Prices, demoUSD)
 	if err != nil {
 		return err
 	}
@@ -174,7 +226,7 @@ type demoAccount struct {
 // createDemo makes the demo account through the admin API, in process, so
 // that it is validated and audited like any other; its limits are the
 // configured defaults.
-func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, usd float64) (demoAccount, error) {
+func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, prices pricing.Book, usd float64) (demoAccount, error) {
 	ctx = admin.WithActor(ctx, "gateway-run")
 	acct, err := svc.CreateAccount(ctx, &adminv1.CreateAccountRequest{Name: "demo", BalanceNanoUsd: pricing.NanoUSD(usd)})
 	if err != nil {
@@ -190,12 +242,28 @@ func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, usd
 		return demoAccount{}, fmt.Errorf("demo token: %w", err)
 	}
 	d := demoAccount{APIKey: key.Secret, ReadOnlyToken: tok.Secret, AccountID: id}
+	// The demo names the cheapest served model of each format (by output
+	// price, then name), so that the demo balance goes furthest.
+	first := func(u config.Upstream) string {
+		var best *pricing.Model
+		var bestOut int64
+		for _, m := range prices[u.Name].Models() {
+			r, _ := m.RatesFor(0, "")
+			if best == nil || r.Output < bestOut {
+				best, bestOut = m, r.Output
+			}
+		}
+		if best == nil {
+			return ""
+		}
+		return string(best.Name)
+	}
 	for _, u := range cfg.Upstreams {
 		if u.Format == config.FormatMessages && d.AlphaModel == "" {
-			d.AlphaModel = u.Models[0].Name
+			d.AlphaModel = first(u)
 		}
 		if u.Format == config.FormatChatCompletions && d.BetaModel == "" {
-			d.BetaModel = u.Models[0].Name
+			d.BetaModel = first(u)
 		}
 	}
 	return d, nil

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -45,6 +46,7 @@ func serveCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			reloadOnHangup(ctx, sc, cfgPath, log)
 			<-ctx.Done()
 			log.Info("shutting down", "drain", drain.String())
 			sctx, cancel := context.WithTimeout(context.Background(), drain)
@@ -74,7 +76,11 @@ func openStore(cfg *config.Config, log interface {
 		url = cfg.Store.RedisURL
 	}
 	if url != "" {
-		rdb, err := newRedis(url)
+		pw, err := redisPassword()
+		if err != nil {
+			return nil, nil, err
+		}
+		rdb, err := newRedis(url, redisOptions{Timeout: cfg.Store.Timeout.D(), Password: pw})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -102,4 +108,24 @@ func overrideListeners(l *config.Listeners, o config.Listeners) {
 			*p.dst = p.src
 		}
 	}
+}
+
+// reloadOnHangup reloads prices on each SIGHUP until ctx ends. A file that
+// does not load is refused with a log line, and the prices in use stay.
+func reloadOnHangup(ctx context.Context, sc *sidecar, cfgPath string, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := sc.ReloadPrices(cfgPath); err != nil {
+					log.Error("prices not reloaded; the previous prices stay in force", "err", err)
+				}
+			}
+		}
+	}()
 }

@@ -2,13 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,8 @@ import (
 	"github.com/modelgateway/gateway/internal/control"
 	"github.com/modelgateway/gateway/internal/endpoints"
 	"github.com/modelgateway/gateway/internal/holds"
+	"github.com/modelgateway/gateway/internal/mtls"
+	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/spool"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -42,18 +45,54 @@ type sidecar struct {
 	control *http.Server
 	admin   *grpc.Server // nil when no admin token is configured
 	serving atomic.Bool
-	// stopWatch ends the route watcher.
+	storeUp atomic.Bool
+	// stopWatch ends the route watcher and the store probe.
 	stopWatch context.CancelFunc
 	// ledger spools settlements the store cannot take and replays them.
 	ledger *spool.Spool
 	// stopHolds ends the hold renewer and sweeper.
 	stopHolds context.CancelFunc
+	// proc is the ext_proc processor; its settlements are flushed on shutdown.
+	proc *extproc.Server
 
 	ExtProcAddr net.Addr
 	ControlAddr net.Addr
 	AdminAddr   net.Addr       // nil when the admin API is not served
 	Admin       *admin.Service // the admin API in process, served or not
 	Store       *store.Store
+	// Prices are the upstreams' price tables, replaced in place by
+	// ReloadPrices.
+	Prices pricing.Book
+}
+
+// ReloadPrices reads gateway.yaml and the catalogue it names again and makes
+// their prices current for every upstream at once. Requests already admitted
+// keep the prices they were admitted with. A file that does not load, or
+// that adds or removes an upstream (which needs a restart), changes nothing.
+func (s *sidecar) ReloadPrices(cfgPath string) error {
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return err
+	}
+	book, err := pricing.NewBook(cfg)
+	if err != nil {
+		return err
+	}
+	if len(book) != len(s.Prices) {
+		return fmt.Errorf("%s: upstreams changed; restart to add or remove one", cfgPath)
+	}
+	for name := range s.Prices {
+		if book[name] == nil {
+			return fmt.Errorf("%s: upstream %s is gone; restart to add or remove one", cfgPath, name)
+		}
+	}
+	n := 0
+	for name, t := range s.Prices {
+		t.Replace(book[name])
+		n += len(book[name].Models())
+	}
+	s.log.Info("prices reloaded", "config", cfgPath, "catalogue", cfg.Catalogue, "models", n)
+	return nil
 }
 
 // sidecarOptions carry what differs between `serve` and `run`.
@@ -61,9 +100,6 @@ type sidecarOptions struct {
 	Config *config.Config
 	Redis  redis.UniversalClient
 	Logger *slog.Logger
-	// Credentials maps upstream name to the vendor key; missing entries are
-	// read from the upstream's credential_env.
-	Credentials map[string]string
 	// KeyCacheTTL bounds how long a revoked key keeps working.
 	KeyCacheTTL time.Duration
 	// EnvoyAdminURL is where the route watcher reads Envoy's clusters;
@@ -81,29 +117,52 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			o.Logger.Warn("tokenizer unavailable; estimates fall back to byte counts", "err", err)
 		}
 	}()
+	// Only Envoy may reach the processor: beyond loopback, only with mutual
+	// TLS.
+	if err := c.Listeners.CheckSidecarBinds(); err != nil {
+		return nil, err
+	}
+	var tlsSrc *mtls.Server
+	if t := c.Listeners.TLS; t.Enabled() {
+		var err error
+		if tlsSrc, err = mtls.NewServer(mtls.Files{Cert: t.ServerCert, Key: t.ServerKey, ClientCA: t.CA}); err != nil {
+			return nil, err
+		}
+	}
 	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.HoldLease.D(), LedgerRetention: c.Store.LedgerRetention.D()})
 	keys := auth.NewCache(st, o.KeyCacheTTL)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := extproc.NewMetrics(reg)
+	metrics := extproc.NewMetrics(reg, c.UpstreamNames()...)
+	reg.MustRegister(buildInfo())
+	storeUp := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "gateway_store_up", Help: "1 while the store answers the sidecar's pings (every second, 800ms timeout), else 0.",
+	})
+	reg.MustRegister(storeUp)
 
+	prices, err := pricing.NewBook(c)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range c.Upstreams {
+		var models []string
+		for _, m := range prices[u.Name].Models() {
+			models = append(models, string(m.Name))
+		}
+		metrics.InitModels(u.Name, models)
+	}
 	var vendorRoutes []*extproc.Upstream
 	for _, u := range c.Upstreams {
-		cred, ok := o.Credentials[u.Name]
-		if !ok {
-			cred = os.Getenv(u.CredentialEnv)
-		}
-		if cred == "" {
-			o.Logger.Warn("no vendor credential: requests are forwarded without one", "upstream", u.Name, "env", u.CredentialEnv)
-		}
-		r, err := extproc.NewUpstream(u, cred)
+		r, err := extproc.NewUpstream(u, prices[u.Name])
 		if err != nil {
 			return nil, err
 		}
 		vendorRoutes = append(vendorRoutes, r)
 	}
-	ledger, err := spool.Open(c.Store.SpoolDir, st, spool.Options{Registerer: reg, Logger: o.Logger})
+	ledger, err := spool.Open(c.Store.SpoolDir, st, spool.Options{
+		Registerer: reg, Logger: o.Logger, OnStoreError: func() { metrics.StoreError("settle") },
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -122,22 +181,36 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Upstreams:       vendorRoutes, Keys: keys, Accounts: ledger, Metrics: metrics, Logger: o.Logger,
 	})
 
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gateway_settlements_pending",
+		Help: "Settlements of released replies not yet applied to the store or spooled.",
+	}, func() float64 { return float64(proc.PendingSettlements()) }))
+
 	adminURL := o.EnvoyAdminURL
 	if adminURL == "" {
 		adminURL = "http://" + c.Listeners.EnvoyAdmin
 	}
 	watcher := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
 
-	s := &sidecar{log: o.Logger, Store: st, ledger: ledger}
+	s := &sidecar{log: o.Logger, Store: st, ledger: ledger, Prices: prices, proc: proc}
 	var holdsCtx context.Context
 	holdsCtx, s.stopHolds = context.WithCancel(context.Background())
 	go renewer.Run(holdsCtx)
 	// Sweep often enough that a dead sidecar's requests settle within about
 	// one lease and a quarter.
 	go sweeper.Run(holdsCtx, min(max(c.Limits.HoldLease.D()/4, 50*time.Millisecond), 5*time.Second))
+	s.health = health.NewServer()
+	s.health.SetServingStatus(StoreHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(ReadyHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
+	probe := control.NewStoreProbe(st.Ping, control.ProbeOptions{OnResult: func(up bool) {
+		storeUp.Set(b2f(up))
+		s.storeUp.Store(up)
+		s.updateHealth()
+	}})
 	var watchCtx context.Context
 	watchCtx, s.stopWatch = context.WithCancel(context.Background())
 	go watcher.Run(watchCtx, time.Second)
+	go probe.Run(watchCtx, time.Second)
 	// Request bodies up to the configured limit arrive in one message.
 	maxMsg := int(c.Limits.MaxRequestBytes) + 1<<20
 	s.grpc = grpc.NewServer(
@@ -150,7 +223,6 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 	)
 	extprocv3.RegisterExternalProcessorServer(s.grpc, proc)
-	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 
 	ctl := control.New(control.Options{
@@ -158,8 +230,10 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Upstreams: c.UpstreamNames(),
 		Store:     st,
 		Keys:      keys,
+		Settled:   proc,
 		Serving:   s.serving.Load,
 		Endpoints: watcher,
+		Probe:     probe,
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		Logger:    o.Logger,
 	})
@@ -173,6 +247,11 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	if err != nil {
 		gl.Close()
 		return nil, fmt.Errorf("control listener: %w", err)
+	}
+	if tlsSrc != nil {
+		// Every connection, loopback or not, must then present Envoy's
+		// client certificate.
+		gl, hl = tls.NewListener(gl, tlsSrc.TLSConfig()), tls.NewListener(hl, tlsSrc.TLSConfig())
 	}
 	s.ExtProcAddr, s.ControlAddr = gl.Addr(), hl.Addr()
 	if err := s.startAdmin(c, st); err != nil {
@@ -193,27 +272,96 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	s.serving.Store(true)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.updateHealth()
 	o.Logger.Info("sidecar serving", "extproc", s.ExtProcAddr.String(), "control", s.ControlAddr.String())
 	return s, nil
 }
 
+// Named gRPC health services, so that an operator chooses what readiness
+// means: the empty name and the ext_proc service say the process serves
+// (liveness); StoreHealthService follows the store's pings;
+// ReadyHealthService is both (readiness that takes the store into account).
+const (
+	StoreHealthService = "gateway.store"
+	ReadyHealthService = "gateway.ready"
+)
+
+// updateHealth sets the store and readiness services from the last probe.
+func (s *sidecar) updateHealth() {
+	st := func(ok bool) healthpb.HealthCheckResponse_ServingStatus {
+		if ok {
+			return healthpb.HealthCheckResponse_SERVING
+		}
+		return healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	// After Shutdown the health server ignores updates and stays
+	// NOT_SERVING.
+	s.health.SetServingStatus(StoreHealthService, st(s.storeUp.Load()))
+	s.health.SetServingStatus(ReadyHealthService, st(s.storeUp.Load() && s.serving.Load()))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// buildInfo is the constant gateway_build_info series: which build runs.
+func buildInfo() prometheus.Collector {
+	version, revision := "(devel)", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, kv := range bi.Settings {
+			if kv.Key == "vcs.revision" {
+				revision = kv.Value
+			}
+		}
+	}
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gateway_build_info", Help: "Always 1; the labels say which build of the sidecar runs.",
+	}, []string{"version", "revision", "goversion"})
+	g.WithLabelValues(version, revision, runtime.Version()).Set(1)
+	return g
+}
+
 // Shutdown stops accepting new requests, lets in-flight streams finish
-// within the context's deadline, then stops.
+// within the context's deadline, then cuts the rest. Every request, finished
+// or cut, is settled (or spooled) before the spool and the store close: a
+// stream cut at the deadline is charged for what was delivered.
 func (s *sidecar) Shutdown(ctx context.Context) {
 	s.serving.Store(false)
 	s.health.Shutdown() // probes now say NOT_SERVING
 	if !stopGRPC(ctx, s.grpc) {
 		s.log.Warn("shutdown deadline passed; cut the remaining streams")
 	}
-	// Every stream has settled: nothing is left to renew. Holds of requests
-	// whose settlement waits in the spool are swept by any sidecar after a
-	// lease unless the spool replays first (settlement is idempotent).
+	// Cut streams settle in their handlers after Stop returns; each
+	// exchange's settlement is queued when it ends. Wait for every exchange,
+	// then apply (or spool) what is queued, then close the spool: the store
+	// and the spool close only after every request is settled or spooled.
+	// Each wait is bounded on its own: the drain deadline may be spent.
+	wctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	if !s.proc.Wait(wctx) {
+		s.log.Error("shutdown: some requests did not end in time")
+	}
+	if err := s.proc.Flush(wctx); err != nil {
+		s.log.Error("shutdown: settlements still queued", "pending", s.proc.PendingSettlements())
+	}
+	cancel()
+	// Every stream has settled or been spooled: nothing is left to renew.
+	// Holds of requests whose settlement waits in the spool are swept by
+	// any sidecar after a lease unless the spool replays first (settlement
+	// is idempotent).
 	s.stopHolds()
-	// Every settlement has been made or spooled: replay what can be, keep
-	// the rest on disk for the next start.
-	s.ledger.Close(ctx)
-	s.control.Shutdown(ctx)
-	s.stopAdmin(ctx)
+	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	s.ledger.Close(lctx)
+	cancel()
+	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	s.control.Shutdown(cctx)
+	s.stopAdmin(cctx)
+	cancel()
 	s.stopWatch()
 }
 

@@ -34,6 +34,8 @@ func testSidecar(t *testing.T, adminToken string) *sidecar {
 		t.Fatal(err)
 	}
 	overrideListeners(&cfg.Listeners, config.Listeners{ExtProc: "127.0.0.1:0", Control: "127.0.0.1:0", Admin: "127.0.0.1:0"})
+	// The pricing package's made-up catalogue: no download needed.
+	cfg.Catalogue = "../../internal/pricing/testdata/catalogue.json"
 	cfg.Store.SpoolDir = filepath.Join(t.TempDir(), "spool")
 	log := slog.New(slog.DiscardHandler)
 	rdb, closeStore, err := openStore(cfg, log)
@@ -42,7 +44,7 @@ func testSidecar(t *testing.T, adminToken string) *sidecar {
 	}
 	t.Cleanup(closeStore)
 	sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log,
-		Credentials: map[string]string{"alpha": "vendor-a", "beta": "vendor-b"}, EnvoyAdminURL: "http://127.0.0.1:1"})
+		EnvoyAdminURL: "http://127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +136,7 @@ func TestCreateDemo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := createDemo(context.Background(), sc.Admin, cfg, 25)
+	d, err := createDemo(context.Background(), sc.Admin, cfg, sc.Prices, 25)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +153,8 @@ func TestCreateDemo(t *testing.T) {
 	if err != nil || rep.Balance != 25_000_000_000 {
 		t.Fatalf("demo balance: %+v, %v", rep, err)
 	}
-	if d.AlphaModel == "" || d.BetaModel == "" {
+	// The cheapest model of each format, by output price.
+	if d.AlphaModel != "fake-claude-1-mini" || d.BetaModel != "fake-gpt-nolimit" {
 		t.Fatalf("demo models: %+v", d)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/protobuf/proto"
 
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
@@ -49,8 +50,43 @@ func (l *limitFlags) values(f *pflag.FlagSet) (daily, rpm, window *int64, err er
 }
 
 func (a *app) accountsCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "accounts", Short: "Create, list and show accounts"}
-	cmd.AddCommand(a.accountsCreateCmd(), a.accountsListCmd(), a.accountsGetCmd())
+	cmd := &cobra.Command{Use: "accounts", Short: "Create, list, show, suspend and resume accounts"}
+	cmd.AddCommand(a.accountsCreateCmd(), a.accountsListCmd(), a.accountsGetCmd(),
+		a.accountsSuspendCmd(true), a.accountsSuspendCmd(false))
+	return cmd
+}
+
+// accountsSuspendCmd is `accounts suspend` (suspend true) or `accounts resume`.
+func (a *app) accountsSuspendCmd(suspend bool) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "resume ACCOUNT_ID [--reason TEXT]",
+		Short: "End a suspension: the account's keys work again",
+		Args:  cobra.ExactArgs(1),
+	}
+	if suspend {
+		cmd.Use = "suspend ACCOUNT_ID [--reason TEXT]"
+		cmd.Short = "Stop the account's model requests (403); keys are kept and usage stays readable"
+	}
+	cmd.RunE = a.run(func(ctx context.Context, args []string) error {
+		var acct *adminv1.Account
+		var r proto.Message
+		if suspend {
+			resp, err := a.client.SuspendAccount(ctx, &adminv1.SuspendAccountRequest{AccountId: args[0], Reason: reason})
+			if err != nil {
+				return err
+			}
+			acct, r = resp.Account, resp
+		} else {
+			resp, err := a.client.ResumeAccount(ctx, &adminv1.ResumeAccountRequest{AccountId: args[0], Reason: reason})
+			if err != nil {
+				return err
+			}
+			acct, r = resp.Account, resp
+		}
+		return a.show(r, func(w io.Writer) { accountDetail(w, acct) })
+	})
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the audit trail")
 	return cmd
 }
 
@@ -100,11 +136,11 @@ func (a *app) accountsListCmd() *cobra.Command {
 			return err
 		}
 		return a.show(r, func(w io.Writer) {
-			row(w, "ID", "NAME", "BALANCE_USD", "DAILY_USD", "RPM", "WINDOW_MIN", "CREATED")
+			row(w, "ID", "NAME", "BALANCE_USD", "DAILY_USD", "RPM", "WINDOW_MIN", "CREATED", "SUSPENDED")
 			for _, acct := range r.Accounts {
 				l := acct.Limits
 				row(w, acct.Id, acct.Name, formatUSD(acct.BalanceNanoUsd), limit(l.GetDailyNanoUsd(), true),
-					limit(l.GetRpm(), false), l.GetWindowMinutes(), when(acct.CreateTime))
+					limit(l.GetRpm(), false), l.GetWindowMinutes(), when(acct.CreateTime), acct.GetSuspended())
 			}
 		})
 	})
@@ -138,6 +174,7 @@ func accountDetail(w io.Writer, acct *adminv1.Account) {
 	row(w, "daily limit (USD)", limit(l.GetDailyNanoUsd(), true))
 	row(w, "requests per minute", limit(l.GetRpm(), false))
 	row(w, "window (minutes)", l.GetWindowMinutes())
+	row(w, "suspended", acct.GetSuspended())
 }
 
 func (a *app) topUpCmd() *cobra.Command {

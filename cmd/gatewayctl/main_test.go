@@ -156,3 +156,29 @@ func TestCLIErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestSuspendAndResume(t *testing.T) {
+	addr := startAdmin(t)
+	t.Setenv(addrEnv, addr)
+	t.Setenv(tokenEnv, testToken)
+	id := ctlJSON(t, "accounts", "create", "--name", "acme")["account"].(map[string]any)["id"].(string)
+	r := ctlJSON(t, "accounts", "suspend", id, "--reason", "unpaid")
+	if r["account"].(map[string]any)["suspended"] != true {
+		t.Fatalf("suspend: %v", r)
+	}
+	code, out, errOut := ctl(t, "accounts", "get", id)
+	if code != 0 || !strings.Contains(out, "suspended") || !strings.Contains(out, "true") {
+		t.Fatalf("get after suspend: %d %q %q", code, out, errOut)
+	}
+	r = ctlJSON(t, "accounts", "resume", id)
+	if v, set := r["account"].(map[string]any)["suspended"]; set && v != false {
+		t.Fatalf("resume: %v", r)
+	}
+	code, out, _ = ctl(t, "audit")
+	if code != 0 || !strings.Contains(out, "account.suspend") || !strings.Contains(out, "account.resume") {
+		t.Fatalf("audit: %q", out)
+	}
+	if code, _, _ := ctl(t, "accounts", "suspend", "acct_missing"); code == 0 {
+		t.Fatal("suspending a missing account succeeded")
+	}
+}

@@ -1,6 +1,7 @@
 // Command gen writes the generated Kubernetes manifests: the ConfigMaps for
 // gateway.yaml and the pod's Envoy bootstrap (deploy/k8s/configmaps.yaml) and
-// the matching checksum annotation in deploy/k8s/deployment.yaml.
+// the matching checksum annotation and shutdown bounds in
+// deploy/k8s/statefulset.yaml.
 //
 //	cd deploy && go run ./gen -root ..   (make envoy-config)
 package main

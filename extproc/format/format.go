@@ -6,7 +6,11 @@
 // completions) and implements Format.
 package format
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/modelgateway/gateway/internal/usage"
+)
 
 // Request holds the top-level request fields the gateway reads.
 type Request struct {
@@ -17,6 +21,9 @@ type Request struct {
 	// IncludeUsage reports stream_options.include_usage (format B only): what
 	// the client asked for, whatever Edit asks the vendor.
 	IncludeUsage bool
+	// WebSearch reports web_search_options (chat completions only): the
+	// request runs one web search, billed per query.
+	WebSearch bool
 	// Edit is the one change made to the body on its way to the vendor; the
 	// zero Edit forwards it byte for byte. Format B asks the vendor for usage
 	// on every stream, and its meter keeps from the client what it did not
@@ -60,18 +67,6 @@ func NonEmptyArray(raw []byte) bool {
 	return false
 }
 
-// Usage is what one reply consumed, in tokens.
-type Usage struct {
-	Model      string // as reported by the vendor; empty when not seen
-	Input      int64  // input tokens, excluding cache reads and writes
-	Output     int64
-	CacheWrite int64
-	CacheRead  int64
-	// Estimated is set when any figure was not reported by the vendor and was
-	// counted or estimated by the gateway instead.
-	Estimated bool
-}
-
 // Meter observes one response body and reports its usage.
 type Meter interface {
 	// Write feeds the next chunk of the response body. It must not retain p.
@@ -79,7 +74,7 @@ type Meter interface {
 	// Usage reports what to bill. complete is false when the body did not end
 	// normally (client gone, upstream reset); the meter then estimates what it
 	// did not observe and marks the result estimated.
-	Usage(complete bool) Usage
+	Usage(complete bool) usage.Report
 }
 
 // A Rewriter is a meter that also changes the reply on its way to the

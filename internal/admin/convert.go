@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
@@ -28,6 +29,7 @@ func accountToProto(a store.Account, balance int64) *adminv1.Account {
 		CreateTime:     timestamp(a.CreatedAt),
 		BalanceNanoUsd: balance,
 		Limits:         limitsToProto(a.Limits),
+		Suspended:      a.Suspended,
 	}
 }
 
@@ -72,15 +74,22 @@ func keyToProto(k store.Key, now time.Time) *adminv1.Key {
 }
 
 func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
+	quantities, prices := map[string]int64{}, map[string]int64{}
+	for _, k := range usage.Kinds {
+		quantities[k.Name] = k.Of(e.Usage)
+		if k.Priced {
+			prices[k.Name] = k.Of(e.Rates)
+		}
+	}
 	return &adminv1.LedgerEntry{
 		Id:               e.ID,
 		RequestId:        e.RequestID,
 		KeyId:            e.KeyID,
-		Model:            e.Model,
-		InputTokens:      e.Input,
-		OutputTokens:     e.Output,
-		CacheWriteTokens: e.CacheWrite,
-		CacheReadTokens:  e.CacheRead,
+		Model:            string(e.Priced),
+		InputTokens:      e.Usage.Input,
+		OutputTokens:     e.Usage.Output,
+		CacheWriteTokens: e.Usage.CacheWrite5m + e.Usage.CacheWrite1h,
+		CacheReadTokens:  e.Usage.CacheRead,
 		CostNanoUsd:      e.Cost,
 		Estimated:        e.Estimated,
 		Status:           int32(e.Status),
@@ -88,7 +97,15 @@ func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
 		Stream:           e.Stream,
 		StartTime:        timestamp(e.StartedAt),
 		EndTime:          timestamp(e.EndedAt),
-		Interrupted:      e.Interrupted,
+
+		ModelRequested:          string(e.Requested),
+		ModelReported:           string(e.Reported),
+		Usage:                   quantities,
+		PricesNanoUsdPerMillion: prices,
+		ServiceTier:             e.ServiceTier,
+		LongContextThreshold:    e.LongContext,
+		FallbackPrice:           e.Fallback,
+		Interrupted:             e.Interrupted,
 	}
 }
 

@@ -237,6 +237,51 @@ func (s *Service) SetLimits(ctx context.Context, req *adminv1.SetLimitsRequest) 
 	return &adminv1.SetLimitsResponse{Account: accountToProto(a, b)}, nil
 }
 
+// SuspendAccount suspends the account's model requests.
+func (s *Service) SuspendAccount(ctx context.Context, req *adminv1.SuspendAccountRequest) (*adminv1.SuspendAccountResponse, error) {
+	a, err := s.setSuspended(ctx, req.GetAccountId(), true, req.GetReason())
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.SuspendAccountResponse{Account: a}, nil
+}
+
+// ResumeAccount ends a suspension.
+func (s *Service) ResumeAccount(ctx context.Context, req *adminv1.ResumeAccountRequest) (*adminv1.ResumeAccountResponse, error) {
+	a, err := s.setSuspended(ctx, req.GetAccountId(), false, req.GetReason())
+	if err != nil {
+		return nil, err
+	}
+	return &adminv1.ResumeAccountResponse{Account: a}, nil
+}
+
+func (s *Service) setSuspended(ctx context.Context, id string, suspended bool, reason string) (*adminv1.Account, error) {
+	op, action := "resume account", "account.resume"
+	if suspended {
+		op, action = "suspend account", "account.suspend"
+	}
+	if len(reason) > 256 {
+		return nil, status.Error(codes.InvalidArgument, "reason: at most 256 bytes")
+	}
+	if err := s.st.SetSuspended(ctx, id, suspended); err != nil {
+		return nil, s.fail(op, err)
+	}
+	detail := ""
+	if reason != "" {
+		detail = "reason=" + strconv.Quote(reason)
+	}
+	s.audit(ctx, action, id, "", detail)
+	a, err := s.st.Account(ctx, id)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	b, err := s.st.Balance(ctx, id)
+	if err != nil {
+		return nil, s.fail(op, err)
+	}
+	return accountToProto(a, b), nil
+}
+
 // ListLedger pages through an account's ledger.
 func (s *Service) ListLedger(ctx context.Context, req *adminv1.ListLedgerRequest) (*adminv1.ListLedgerResponse, error) {
 	if err := checkPage(req.GetPageSize(), req.GetPageToken()); err != nil {

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"github.com/modelgateway/gateway/internal/usage"
 	"os"
 	"path/filepath"
 	"slices"
@@ -327,7 +328,9 @@ func TestLedger(t *testing.T) {
 		if _, err := e.st.Admit(ctx, store.Admission{RequestID: id, AccountID: a.Id, Hold: 10}); err != nil {
 			t.Fatal(err)
 		}
-		st := store.Settlement{RequestID: id, AccountID: a.Id, KeyID: "key_1", Model: "m", Input: 7, Output: 3,
+		st := store.Settlement{RequestID: id, AccountID: a.Id, KeyID: "key_1", Requested: "m-20250101", Priced: "m", Reported: "m-x",
+			Usage: usage.Usage{Input: 7, Output: 3, CacheWrite5m: 2, CacheWrite1h: 5, Reasoning: 1}, Rates: usage.Usage{Input: 3000, CacheWrite1h: 6000},
+			ServiceTier: "priority", LongContext: 200_000, Fallback: true,
 			Cost: int64(i + 1), Status: 200, Endpoint: "primary", StartedAt: start, EndedAt: start}
 		if _, err := e.st.Settle(ctx, st); err != nil {
 			t.Fatal(err)
@@ -352,6 +355,13 @@ func TestLedger(t *testing.T) {
 		got[1].Status != 200 || got[1].Endpoint != "primary" || !got[1].StartTime.AsTime().Equal(start) {
 		t.Fatalf("ledger: %v", got)
 	}
+	// Every quantity and unit price, for an invoice line.
+	if e := got[1]; e.Model != "m" || e.ModelRequested != "m-20250101" || e.ModelReported != "m-x" || e.CacheWriteTokens != 7 ||
+		e.Usage["cache_write_1h"] != 5 || e.Usage["reasoning"] != 1 || e.Usage["web_searches"] != 0 || len(e.Usage) != len(usage.Kinds) ||
+		e.PricesNanoUsdPerMillion["cache_write_1h"] != 6000 || e.PricesNanoUsdPerMillion["input"] != 3000 ||
+		e.ServiceTier != "priority" || e.LongContextThreshold != 200_000 || !e.FallbackPrice {
+		t.Fatalf("ledger entry: %v", e)
+	}
 	_, err := e.client.ListLedger(e.ctx, &adminv1.ListLedgerRequest{AccountId: a.Id, PageToken: "garbage"})
 	wantCode(t, err, codes.InvalidArgument)
 	_, err = e.client.ListLedger(e.ctx, &adminv1.ListLedgerRequest{AccountId: a.Id, PageSize: -1})
@@ -370,7 +380,7 @@ func TestExportLedger(t *testing.T) {
 		if _, err := e.st.Admit(ctx, store.Admission{RequestID: id, AccountID: a.Id, Hold: 10}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.st.Settle(ctx, store.Settlement{RequestID: id, AccountID: a.Id, Model: "m", Cost: 1, Status: 200}); err != nil {
+		if _, err := e.st.Settle(ctx, store.Settlement{RequestID: id, AccountID: a.Id, Priced: "m", Cost: 1, Status: 200}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -514,5 +524,48 @@ func TestActor(t *testing.T) {
 	}
 	if got := actor(context.Background()); got != DefaultActor {
 		t.Errorf("no metadata: %q", got)
+	}
+}
+
+// A suspension is stored, shown on the account, seen by key lookups and
+// audited; resuming undoes it.
+func TestSuspendAndResume(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(0)
+	key, err := e.client.CreateKey(e.ctx, &adminv1.CreateKeyRequest{AccountId: a.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.client.SuspendAccount(e.ctx, &adminv1.SuspendAccountRequest{AccountId: a.Id, Reason: "unpaid invoice"})
+	if err != nil || !r.Account.Suspended {
+		t.Fatalf("suspend: %v, %v", r, err)
+	}
+	k, err := e.st.LookupKey(context.Background(), store.HashSecret(key.Secret))
+	if err != nil || !k.AccountSuspended {
+		t.Fatalf("lookup after suspend: %+v, %v", k, err)
+	}
+	g, err := e.client.GetAccount(e.ctx, &adminv1.GetAccountRequest{AccountId: a.Id})
+	if err != nil || !g.Account.Suspended {
+		t.Fatalf("get: %v, %v", g, err)
+	}
+	rr, err := e.client.ResumeAccount(e.ctx, &adminv1.ResumeAccountRequest{AccountId: a.Id})
+	if err != nil || rr.Account.Suspended {
+		t.Fatalf("resume: %v, %v", rr, err)
+	}
+	if k, _ := e.st.LookupKey(context.Background(), store.HashSecret(key.Secret)); k.AccountSuspended {
+		t.Fatal("still suspended after resume")
+	}
+	_, err = e.client.SuspendAccount(e.ctx, &adminv1.SuspendAccountRequest{AccountId: "acct_missing"})
+	wantCode(t, err, codes.NotFound)
+	au, err := e.client.ListAudit(e.ctx, &adminv1.ListAuditRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, en := range au.Entries {
+		actions = append(actions, en.Action)
+	}
+	if !slices.Contains(actions, "account.suspend") || !slices.Contains(actions, "account.resume") {
+		t.Fatalf("audit actions %v", actions)
 	}
 }

@@ -5,6 +5,7 @@ package auth
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ var (
 	ErrMissing     = errors.New("no API key: send it as x-api-key or Authorization: Bearer")
 	ErrConflicting = errors.New("x-api-key and Authorization carry different keys")
 	ErrMalformed   = errors.New("malformed API key")
+	ErrRepeated    = errors.New("more than one x-api-key or Authorization header: send the key once")
 )
 
 // Parse returns the secret sent as `x-api-key` or `Authorization: Bearer`;
@@ -65,6 +67,35 @@ func checkShape(s string) (string, error) {
 		}
 	}
 	return s, nil
+}
+
+// Headers are the credential headers of one request, every value as sent.
+// Envoy passes a repeated x-api-key to the processor as separate entries but
+// joins a repeated Authorization (one of its inline headers) with commas;
+// both are caught.
+type Headers struct {
+	XAPIKey       []string
+	Authorization []string
+}
+
+// ParseHeaders is Parse for headers that may have been sent more than once:
+// a repeated credential header is refused rather than letting one copy win.
+func ParseHeaders(h Headers) (string, error) {
+	if len(h.XAPIKey) > 1 || len(h.Authorization) > 1 {
+		return "", ErrRepeated
+	}
+	var x, a string
+	if len(h.XAPIKey) == 1 {
+		x = h.XAPIKey[0]
+	}
+	if len(h.Authorization) == 1 {
+		a = h.Authorization[0]
+	}
+	// A comma never occurs in a key: it is two headers joined.
+	if strings.Contains(x, ",") || strings.Contains(a, ",") {
+		return "", ErrRepeated
+	}
+	return Parse(x, a)
 }
 
 // Kind tells a model key from a read-only token by its prefix.
@@ -154,6 +185,7 @@ func (c *Cache) evictLocked(now time.Time) {
 }
 
 // Problem says why a stored key may not be used now, or "" if it may.
+// A suspended account is not a problem of the key: see Authenticate.
 func Problem(k store.Key, now time.Time) string {
 	switch {
 	case !k.RevokedAt.IsZero() && !now.Before(k.RevokedAt):
@@ -162,4 +194,73 @@ func Problem(k store.Key, now time.Time) string {
 		return "API key expired at " + k.ExpiresAt.UTC().Format(time.RFC3339)
 	}
 	return ""
+}
+
+// Reason classifies why Authenticate refused a request; each caller maps it to
+// its own status and error format.
+type Reason int
+
+const (
+	// Unauthenticated: no usable credential (401).
+	Unauthenticated Reason = iota + 1
+	// WrongKind: a valid-looking credential of a kind the caller does not
+	// accept, such as a read-only token on a model route (403).
+	WrongKind
+	// Suspended: the key is valid but its account is suspended (403).
+	Suspended
+	// Unavailable: the store could not be asked (503).
+	Unavailable
+)
+
+// Error is a refusal from Authenticate. Message is safe to show the client.
+type Error struct {
+	Reason  Reason
+	Message string
+	Err     error // the store error behind Unavailable
+}
+
+func (e *Error) Error() string { return e.Message }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Policy says what a caller of Authenticate accepts.
+type Policy struct {
+	Kinds []store.KeyKind
+	// AllowSuspended lets the keys of a suspended account through (reading
+	// usage stays possible during a suspension).
+	AllowSuspended bool
+}
+
+// Authenticate is the one path from request headers to a usable key: parse
+// the credential headers, check the kind against those accepted, look the
+// key up through the cache and check that it may be used at now. Every
+// refusal is an *Error.
+func (c *Cache) Authenticate(ctx context.Context, h Headers, now time.Time, p Policy) (store.Key, error) {
+	secret, err := ParseHeaders(h)
+	if err != nil {
+		return store.Key{}, &Error{Reason: Unauthenticated, Message: err.Error()}
+	}
+	kind := Kind(secret)
+	if kind == "" {
+		return store.Key{}, &Error{Reason: Unauthenticated, Message: "invalid API key"}
+	}
+	if !slices.Contains(p.Kinds, kind) {
+		return store.Key{}, &Error{Reason: WrongKind, Message: "this credential cannot be used here"}
+	}
+	key, err := c.Lookup(ctx, secret)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.Key{}, &Error{Reason: Unauthenticated, Message: "invalid API key"}
+	case err != nil:
+		return store.Key{}, &Error{Reason: Unavailable, Message: "the gateway cannot verify keys right now; retry shortly", Err: err}
+	case key.Kind != kind:
+		// The stored kind decides, not the prefix.
+		return store.Key{}, &Error{Reason: WrongKind, Message: "this credential cannot be used here"}
+	}
+	if msg := Problem(key, now); msg != "" {
+		return store.Key{}, &Error{Reason: Unauthenticated, Message: msg}
+	}
+	if key.AccountSuspended && !p.AllowSuspended {
+		return store.Key{}, &Error{Reason: Suspended, Message: "this account is suspended; contact the gateway's operator"}
+	}
+	return key, nil
 }

@@ -127,3 +127,66 @@ func TestProblem(t *testing.T) {
 		t.Fatalf("key in its grace period refused: %q", p)
 	}
 }
+
+func TestParseHeadersRefusesRepeats(t *testing.T) {
+	const k = "cr_abcdefghijklmnop"
+	for _, h := range []Headers{
+		{XAPIKey: []string{k, k}},
+		{Authorization: []string{"Bearer " + k, "Bearer " + k}},
+		{XAPIKey: []string{k + ", " + k}},
+		{Authorization: []string{"Bearer " + k + ",Bearer " + k}},
+	} {
+		if _, err := ParseHeaders(h); !errors.Is(err, ErrRepeated) {
+			t.Errorf("ParseHeaders(%+v) = %v, want ErrRepeated", h, err)
+		}
+	}
+	if got, err := ParseHeaders(Headers{XAPIKey: []string{k}, Authorization: []string{"Bearer " + k}}); err != nil || got != k {
+		t.Fatalf("the same key twice: %q, %v", got, err)
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	now := time.Now()
+	keys := map[string]store.Key{
+		"cr_goodgoodgood": {ID: "k1", AccountID: "a", Kind: store.ModelKey},
+		"ro_goodgoodgood": {ID: "k2", AccountID: "a", Kind: store.ReadOnlyToken},
+		"cr_suspendedkey": {ID: "k3", AccountID: "b", Kind: store.ModelKey, AccountSuspended: true},
+		"cr_revokedkey12": {ID: "k4", AccountID: "a", Kind: store.ModelKey, RevokedAt: now.Add(-time.Minute)},
+	}
+	src := &fakeSource{keys: map[[32]byte]store.Key{}}
+	for s, k := range keys {
+		src.keys[store.HashSecret(s)] = k
+	}
+	c := NewCache(src, time.Nanosecond)
+	model := Policy{Kinds: []store.KeyKind{store.ModelKey}}
+	usage := Policy{Kinds: []store.KeyKind{store.ModelKey, store.ReadOnlyToken}, AllowSuspended: true}
+	for _, tt := range []struct {
+		secret string
+		p      Policy
+		want   Reason // 0: accepted
+	}{
+		{"cr_goodgoodgood", model, 0},
+		{"ro_goodgoodgood", model, WrongKind},
+		{"ro_goodgoodgood", usage, 0},
+		{"cr_suspendedkey", model, Suspended},
+		{"cr_suspendedkey", usage, 0},
+		{"cr_revokedkey12", model, Unauthenticated},
+		{"cr_unknownkey12", model, Unauthenticated},
+		{"sk_notourkind12", usage, Unauthenticated},
+	} {
+		_, err := c.Authenticate(context.Background(), Headers{XAPIKey: []string{tt.secret}}, now, tt.p)
+		var ae *Error
+		switch {
+		case tt.want == 0 && err != nil:
+			t.Errorf("%s: %v, want accepted", tt.secret, err)
+		case tt.want != 0 && (!errors.As(err, &ae) || ae.Reason != tt.want):
+			t.Errorf("%s: %v, want reason %d", tt.secret, err, tt.want)
+		}
+	}
+	src.err = errors.New("down")
+	_, err := c.Authenticate(context.Background(), Headers{XAPIKey: []string{"cr_otherkey1234"}}, now, model)
+	var ae *Error
+	if !errors.As(err, &ae) || ae.Reason != Unavailable {
+		t.Fatalf("store down: %v", err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -22,11 +23,16 @@ import (
 // Config is the whole of gateway.yaml.
 type Config struct {
 	// Region is the region code of this node, reported by GET /health.
-	Region    string     `yaml:"region"`
-	Listeners Listeners  `yaml:"listeners"`
-	Store     Store      `yaml:"store"`
-	Limits    Limits     `yaml:"limits"`
-	Envoy     Envoy      `yaml:"envoy"`
+	Region    string    `yaml:"region"`
+	Listeners Listeners `yaml:"listeners"`
+	Store     Store     `yaml:"store"`
+	Limits    Limits    `yaml:"limits"`
+	Envoy     Envoy     `yaml:"envoy"`
+	// Catalogue is the price catalogue file, in LiteLLM's
+	// model_prices_and_context_window.json format. Load makes a relative
+	// path relative to the directory of gateway.yaml; the GATEWAY_CATALOGUE
+	// environment variable overrides it (the container image sets it).
+	Catalogue string     `yaml:"catalogue"`
 	Upstreams []Upstream `yaml:"upstreams"`
 }
 
@@ -37,6 +43,51 @@ type Listeners struct {
 	ExtProc    string `yaml:"extproc"`     // sidecar gRPC: ext_proc and grpc.health.v1
 	Control    string `yaml:"control"`     // sidecar HTTP: /health, /v1/usage, /metrics
 	Admin      string `yaml:"admin"`       // sidecar admin gRPC; never routed by Envoy
+	// Probes is Envoy's read-only listener for readiness and metrics
+	// (GET /ready, /stats/prometheus, /metrics); the only port besides the
+	// public one that may listen beyond loopback.
+	Probes string `yaml:"probes"`
+	// TLS is mutual TLS between Envoy and the sidecar's ext_proc and
+	// control servers. The sidecar refuses to bind either beyond loopback
+	// without it.
+	TLS SidecarTLS `yaml:"tls"`
+}
+
+// SidecarTLS names PEM files. The sidecar reloads its own when they change;
+// Envoy reads its client certificate at start.
+type SidecarTLS struct {
+	CA         string `yaml:"ca_file"`          // signs both certificates; each side trusts only it
+	ServerCert string `yaml:"server_cert_file"` // the sidecar's
+	ServerKey  string `yaml:"server_key_file"`
+	ClientCert string `yaml:"client_cert_file"` // Envoy's
+	ClientKey  string `yaml:"client_key_file"`
+}
+
+// Enabled reports whether mutual TLS is configured.
+func (t SidecarTLS) Enabled() bool { return t != SidecarTLS{} }
+
+// CheckSidecarBinds refuses sidecar listeners that other hosts could reach
+// without mutual TLS: ext_proc answers any caller with a valid key, and the
+// control server reads usage. The admin API never leaves loopback.
+func (l Listeners) CheckSidecarBinds() error {
+	t := l.TLS
+	if t.Enabled() && (t.CA == "" || t.ServerCert == "" || t.ServerKey == "" || t.ClientCert == "" || t.ClientKey == "") {
+		return errors.New("listeners.tls: ca_file, server_cert_file, server_key_file, client_cert_file and client_key_file are all required")
+	}
+	for field, addr := range map[string]string{"extproc": l.ExtProc, "control": l.Control, "admin": l.Admin} {
+		host, _, err := SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("listeners.%s: %w", field, err)
+		}
+		switch {
+		case IsLoopback(host):
+		case field == "admin":
+			return fmt.Errorf("listeners.admin: %s is beyond loopback; the admin API listens on loopback only (reach it with kubectl exec or port-forward)", addr)
+		case !t.Enabled():
+			return fmt.Errorf("listeners.%s: %s is beyond loopback; bind 127.0.0.1 (Envoy runs beside the sidecar) or configure listeners.tls for mutual TLS", field, addr)
+		}
+	}
+	return nil
 }
 
 // Store says where state lives.
@@ -50,6 +101,10 @@ type Store struct {
 	// (gatewayctl ledger export); 0 keeps every entry. An entry that was
 	// never exported is never trimmed.
 	LedgerRetention Duration `yaml:"ledger_retention"`
+	// Timeout bounds each store call (dial, read, write, waiting for a
+	// connection): a store that does not answer within it fails the request
+	// with 503 and retry-after. Default 500ms.
+	Timeout Duration `yaml:"timeout"`
 }
 
 // Limits are the request limits and the defaults given to new accounts.
@@ -75,6 +130,35 @@ type Envoy struct {
 	StreamIdleTimeout Duration `yaml:"stream_idle_timeout"`
 	// AccessLog is "stdout" or a file path; empty disables Envoy's access log.
 	AccessLog string `yaml:"access_log"`
+	// Hardening of the public listener.
+	RequestHeadersTimeout Duration `yaml:"request_headers_timeout"` // all request headers within this
+	MaxRequestHeadersKB   int      `yaml:"max_request_headers_kb"`  // larger header blocks get 431
+	MaxHeadersCount       int      `yaml:"max_headers_count"`       // more headers get 431
+	MaxConnectionDuration Duration `yaml:"max_connection_duration"` // a connection is drained after this
+	MaxConnections        int      `yaml:"max_connections"`         // open client connections, all clients together
+	// ForwardClientAddress sends the client's address (x-forwarded-for,
+	// x-envoy-external-address) to the vendors; off by default.
+	ForwardClientAddress bool `yaml:"forward_client_address"`
+	// MaxStreamDuration ends a model request that has run this long, idle
+	// or not; default limits.max_request_duration, the lifetime of its hold.
+	MaxStreamDuration Duration `yaml:"max_stream_duration"`
+	// CircuitBreakers bound the concurrent work Envoy sends to the processor
+	// and to each upstream. Every open model request counts once on both.
+	CircuitBreakers CircuitBreakers `yaml:"circuit_breakers"`
+}
+
+// CircuitBreakers are Envoy's per-cluster concurrency limits. Envoy's own
+// defaults (1,024 connections, pending and active requests, 3 retries)
+// refuse the 1,025th concurrent request with a 503: with LLM replies that
+// stream for tens of seconds, that is a few tens of requests per second.
+type CircuitBreakers struct {
+	// MaxConnections bounds the connections to one cluster. HTTP/1.1 to a
+	// vendor uses one connection per open request.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxPendingRequests bounds the requests waiting for a connection.
+	MaxPendingRequests int `yaml:"max_pending_requests"`
+	// MaxRequests bounds the requests (processor: gRPC streams) open at once.
+	MaxRequests int `yaml:"max_requests"`
 }
 
 // Upstream is one vendor route: /NAME/... is forwarded to its endpoints.
@@ -82,6 +166,8 @@ type Upstream struct {
 	Name   string `yaml:"name"`
 	Format string `yaml:"format"` // "messages" or "chat_completions"
 	// CredentialEnv names the environment variable holding the vendor key.
+	// Envoy reads it and injects the key; the sidecar never sees it. Empty
+	// forwards no credential (a self-hosted server).
 	CredentialEnv string `yaml:"credential_env"`
 	// FreePaths are read-only vendor paths forwarded without billing, as
 	// "METHOD /path" (path after the route prefix).
@@ -90,7 +176,7 @@ type Upstream struct {
 	Reserve     Endpoint    `yaml:"reserve"`
 	HealthCheck HealthCheck `yaml:"health_check"`
 	Failover    Failover    `yaml:"failover"`
-	Models      []Model     `yaml:"models"`
+	Models      Models      `yaml:"models"`
 }
 
 // Endpoint is one address of an upstream.
@@ -103,8 +189,6 @@ type Endpoint struct {
 	// TrustedCA is a PEM file of CAs for https endpoints; empty uses the
 	// system bundle.
 	TrustedCA string `yaml:"trusted_ca"`
-	// CredentialEnv overrides the upstream's credential for this endpoint.
-	CredentialEnv string `yaml:"credential_env"`
 }
 
 // HealthCheck configures Envoy's active probes of each endpoint. A probe
@@ -119,25 +203,109 @@ type HealthCheck struct {
 }
 
 // Failover tunes passive outlier detection and retries.
+//
+// A request is retried (on the other endpoint) only while the vendor
+// cannot have started on it: the connection failed or was refused, the
+// stream was reset before the request was sent, or the vendor answered
+// 503/529. A request the vendor received is never sent again by default,
+// because the vendor may be generating (and billing) the reply: it fails
+// with 504 at FirstByteTimeout. RetrySentRequests opts in to retrying such
+// requests, which moves requests waiting on a hung endpoint to the other
+// one after FirstByteTimeout.
 type Failover struct {
 	ConsecutiveErrors int      `yaml:"consecutive_errors"`
 	BaseEjectionTime  Duration `yaml:"base_ejection_time"`
 	Retries           int      `yaml:"retries"`
-	// PerTryIdleTimeout fails an attempt that receives nothing for this long.
-	// It is an idle timeout, not a total one, so long streams are never cut.
+	// FirstByteTimeout fails an attempt whose reply headers have not arrived
+	// within it. A non-streaming reply's headers come only once it is
+	// generated, so this is also the longest non-streaming generation
+	// allowed. Streams are not bound by it once their headers arrived.
+	// Default 5m.
+	FirstByteTimeout Duration `yaml:"first_byte_timeout"`
+	// PerTryIdleTimeout, when set, fails an attempt that receives nothing
+	// for this long, before or after its headers. Zero (default) leaves idle
+	// streams to envoy.stream_idle_timeout.
 	PerTryIdleTimeout Duration `yaml:"per_try_idle_timeout"`
+	// RetrySentRequests also retries attempts that failed after the request
+	// reached the vendor (any 5xx, timeouts). The vendor may then generate,
+	// and bill, the same reply more than once. Default false.
+	RetrySentRequests bool `yaml:"retry_sent_requests"`
+	// RetryBudgetPercent caps concurrent retries at this share of the
+	// requests in flight to the upstream (at least 10), so that an outage of
+	// both endpoints does not multiply the load on them. Default 20.
+	RetryBudgetPercent float64 `yaml:"retry_budget_percent"`
 }
 
-// Model is a priced model. Prices are USD per million tokens.
-type Model struct {
-	Name       string   `yaml:"name"`
-	Aliases    []string `yaml:"aliases"`
-	Input      float64  `yaml:"input"`
-	Output     float64  `yaml:"output"`
-	CacheWrite float64  `yaml:"cache_write"`
-	CacheRead  float64  `yaml:"cache_read"`
-	// MaxOutput bounds the reply when the request sets no max_tokens.
+// Models says which models an upstream serves and at what price: the
+// catalogue's chat models of the given providers, with the operator's
+// aliases and overrides.
+type Models struct {
+	// Providers are catalogue litellm_provider values ("anthropic", "openai");
+	// their entries of mode "chat" are served.
+	Providers []string `yaml:"providers"`
+	// Aliases map an extra name to a served model.
+	Aliases map[string]string `yaml:"aliases"`
+	// Overrides replace catalogue prices (contract prices) or add a model the
+	// catalogue lacks, by model name.
+	Overrides map[string]Price `yaml:"overrides"`
+	// UnknownModel is "reject" (the default: 400 naming the model) or
+	// "fallback" (price it with Fallback and mark the ledger entry).
+	UnknownModel string `yaml:"unknown_model"`
+	Fallback     *Price `yaml:"fallback"`
+}
+
+// Unknown-model policies.
+const (
+	UnknownReject   = "reject"
+	UnknownFallback = "fallback"
+)
+
+// Price is an operator's price. Token prices are USD per million tokens;
+// WebSearch is USD per search. A price that is set replaces the catalogue's
+// figure for that kind at every service tier and prompt length (a contract
+// price is flat); an unset one keeps the catalogue's.
+type Price struct {
+	Input        *float64 `yaml:"input"`
+	Output       *float64 `yaml:"output"`
+	CacheRead    *float64 `yaml:"cache_read"`
+	CacheWrite5m *float64 `yaml:"cache_write_5m"`
+	CacheWrite1h *float64 `yaml:"cache_write_1h"`
+	AudioInput   *float64 `yaml:"audio_input"`
+	AudioOutput  *float64 `yaml:"audio_output"`
+	WebSearch    *float64 `yaml:"web_search"`
+	// MaxOutput replaces the catalogue's max_output_tokens.
 	MaxOutput int64 `yaml:"max_output"`
+}
+
+// Fields lists the price's set figures by the usage kind they price
+// ("web_searches" for WebSearch, in USD per search).
+func (p Price) Fields() map[string]float64 {
+	out := map[string]float64{}
+	for name, v := range map[string]*float64{
+		"input": p.Input, "output": p.Output, "cache_read": p.CacheRead,
+		"cache_write_5m": p.CacheWrite5m, "cache_write_1h": p.CacheWrite1h,
+		"audio_input": p.AudioInput, "audio_output": p.AudioOutput, "web_searches": p.WebSearch,
+	} {
+		if v != nil {
+			out[name] = *v
+		}
+	}
+	return out
+}
+
+func (p Price) validate(at string, complete bool) error {
+	for name, v := range p.Fields() {
+		if v < 0 || math.IsNaN(v) || v > 1e6 {
+			return fmt.Errorf("%s: %s: %v is not a price in USD", at, name, v)
+		}
+	}
+	if p.MaxOutput < 0 {
+		return fmt.Errorf("%s.max_output: must be a positive number of tokens", at)
+	}
+	if complete && (p.Input == nil || p.Output == nil || p.MaxOutput == 0) {
+		return fmt.Errorf("%s: input, output and max_output are required", at)
+	}
+	return nil
 }
 
 // Duration is a time.Duration written as "1.5s" or "2m" in YAML.
@@ -159,6 +327,9 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // D returns the time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
+// CatalogueEnv names the environment variable that overrides catalogue.
+const CatalogueEnv = "GATEWAY_CATALOGUE"
+
 // Formats known to the gateway.
 const (
 	FormatMessages        = "messages"
@@ -174,6 +345,12 @@ func Load(path string) (*Config, error) {
 	c, err := Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if env := os.Getenv(CatalogueEnv); env != "" {
+		c.Catalogue = env
+	}
+	if !filepath.IsAbs(c.Catalogue) {
+		c.Catalogue = filepath.Join(filepath.Dir(path), c.Catalogue)
 	}
 	return c, nil
 }
@@ -196,6 +373,12 @@ func Parse(data []byte) (*Config, error) {
 	return &c, nil
 }
 
+// DefaultMaxConcurrent is the default of the circuit breakers: open model
+// requests per Envoy, per cluster. An open stream costs the sidecar some
+// 15 KB and Envoy a few tens of KB; file descriptors (two per request on
+// Envoy) are the practical bound.
+const DefaultMaxConcurrent = 50_000
+
 func (c *Config) setDefaults() {
 	def := func(s *string, v string) {
 		if *s == "" {
@@ -213,16 +396,40 @@ func (c *Config) setDefaults() {
 	def(&c.Listeners.ExtProc, "127.0.0.1:50051")
 	def(&c.Listeners.Control, "127.0.0.1:8081")
 	def(&c.Listeners.Admin, "127.0.0.1:50052")
+	def(&c.Listeners.Probes, "127.0.0.1:9902")
+	defDur(&c.Envoy.RequestHeadersTimeout, 10*time.Second)
+	defDur(&c.Envoy.MaxConnectionDuration, time.Hour)
+	if c.Envoy.MaxRequestHeadersKB == 0 {
+		c.Envoy.MaxRequestHeadersKB = 60
+	}
+	if c.Envoy.MaxHeadersCount == 0 {
+		c.Envoy.MaxHeadersCount = 100
+	}
+	if c.Envoy.MaxConnections == 0 {
+		c.Envoy.MaxConnections = 10000
+	}
 	if c.Limits.MaxRequestBytes == 0 {
 		c.Limits.MaxRequestBytes = 32 << 20
 	}
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
 	defDur(&c.Limits.HoldLease, time.Minute)
+	defDur(&c.Store.Timeout, 500*time.Millisecond)
 	defDur(&c.Envoy.StreamIdleTimeout, 5*time.Minute)
+	defDur(&c.Envoy.MaxStreamDuration, c.Limits.MaxRequestDuration.D())
+	defInt := func(n *int, v int) {
+		if *n == 0 {
+			*n = v
+		}
+	}
+	cb := &c.Envoy.CircuitBreakers
+	defInt(&cb.MaxConnections, DefaultMaxConcurrent)
+	defInt(&cb.MaxPendingRequests, DefaultMaxConcurrent)
+	defInt(&cb.MaxRequests, DefaultMaxConcurrent)
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
 		h := &u.HealthCheck
 		def(&h.Path, "/v1/models")
+		def(&u.Models.UnknownModel, UnknownReject)
 		defDur(&h.Interval, time.Second)
 		defDur(&h.Timeout, time.Second)
 		if h.UnhealthyThreshold == 0 {
@@ -239,7 +446,10 @@ func (c *Config) setDefaults() {
 		if f.Retries == 0 {
 			f.Retries = 2
 		}
-		defDur(&f.PerTryIdleTimeout, 2*time.Minute)
+		defDur(&f.FirstByteTimeout, 5*time.Minute)
+		if f.RetryBudgetPercent == 0 {
+			f.RetryBudgetPercent = 20
+		}
 	}
 }
 
@@ -248,11 +458,28 @@ func (c *Config) Validate() error {
 	for field, addr := range map[string]string{
 		"listeners.public": c.Listeners.Public, "listeners.envoy_admin": c.Listeners.EnvoyAdmin,
 		"listeners.extproc": c.Listeners.ExtProc, "listeners.control": c.Listeners.Control,
-		"listeners.admin": c.Listeners.Admin,
+		"listeners.admin": c.Listeners.Admin, "listeners.probes": c.Listeners.Probes,
 	} {
 		if _, _, err := SplitHostPort(addr); err != nil {
 			return fmt.Errorf("%s: %w", field, err)
 		}
+	}
+	e := c.Envoy
+	switch {
+	case e.MaxRequestHeadersKB < 1 || e.MaxRequestHeadersKB > 8192:
+		return errors.New("envoy.max_request_headers_kb: must be 1 to 8192")
+	case e.MaxHeadersCount < 1:
+		return errors.New("envoy.max_headers_count: must be positive")
+	case e.MaxConnections < 1:
+		return errors.New("envoy.max_connections: must be positive")
+	case e.RequestHeadersTimeout < 0 || e.MaxConnectionDuration < 0:
+		return errors.New("envoy.request_headers_timeout, envoy.max_connection_duration: must not be negative")
+	}
+	if cb := c.Envoy.CircuitBreakers; cb.MaxConnections < 0 || cb.MaxPendingRequests < 0 || cb.MaxRequests < 0 {
+		return errors.New("envoy.circuit_breakers: limits must not be negative")
+	}
+	if c.Envoy.MaxStreamDuration < 0 {
+		return errors.New("envoy.max_stream_duration: must not be negative")
 	}
 	if c.Limits.DailyUSD < 0 || c.Limits.RPM < 0 || c.Limits.WindowMinutes < 0 {
 		return errors.New("limits: daily_usd, rpm and window_minutes must not be negative")
@@ -285,8 +512,8 @@ func (c *Config) Validate() error {
 		if u.Format != FormatMessages && u.Format != FormatChatCompletions {
 			return fmt.Errorf("%s.format: %q is not %q or %q", p, u.Format, FormatMessages, FormatChatCompletions)
 		}
-		if u.CredentialEnv == "" {
-			return fmt.Errorf("%s.credential_env: missing", p)
+		if u.CredentialEnv != "" && !validEnvName(u.CredentialEnv) {
+			return fmt.Errorf("%s.credential_env: %q is not an environment variable name", p, u.CredentialEnv)
 		}
 		for j, fp := range u.FreePaths {
 			if _, _, err := ParseFreePath(fp); err != nil {
@@ -299,35 +526,72 @@ func (c *Config) Validate() error {
 		if err := u.Reserve.validate(); err != nil {
 			return fmt.Errorf("%s.reserve.%w", p, err)
 		}
+		if f := u.Failover; f.RetryBudgetPercent < 0 || f.RetryBudgetPercent > 100 || f.Retries < 0 {
+			return fmt.Errorf("%s.failover: retries must not be negative and retry_budget_percent must be 0-100", p)
+		}
 		if !strings.HasPrefix(u.HealthCheck.Path, "/") {
 			return fmt.Errorf("%s.health_check.path: must start with /", p)
 		}
-		if len(u.Models) == 0 {
-			return fmt.Errorf("%s.models: at least one priced model is required", p)
+		if err := u.Models.validate(p + ".models"); err != nil {
+			return err
 		}
-		names := map[string]bool{}
-		for j, m := range u.Models {
-			mp := fmt.Sprintf("%s.models[%d]", p, j)
-			if m.Name == "" {
-				return fmt.Errorf("%s.name: missing", mp)
-			}
-			for _, n := range append([]string{m.Name}, m.Aliases...) {
-				if names[n] {
-					return fmt.Errorf("%s: model name %q is listed twice", mp, n)
-				}
-				names[n] = true
-			}
-			for field, v := range map[string]float64{"input": m.Input, "output": m.Output, "cache_write": m.CacheWrite, "cache_read": m.CacheRead} {
-				if v < 0 || math.IsNaN(v) || v > 1e6 {
-					return fmt.Errorf("%s.%s: %v is not a price in USD per million tokens", mp, field, v)
-				}
-			}
-			if m.MaxOutput <= 0 {
-				return fmt.Errorf("%s.max_output: must be a positive number of tokens", mp)
-			}
+	}
+	if c.Catalogue == "" {
+		return errors.New("catalogue: missing (the price catalogue file)")
+	}
+	return nil
+}
+
+func (m *Models) validate(p string) error {
+	if len(m.Providers) == 0 && len(m.Overrides) == 0 {
+		return fmt.Errorf("%s.providers: at least one catalogue provider (or an override) is required", p)
+	}
+	for name, target := range m.Aliases {
+		if name == "" || target == "" {
+			return fmt.Errorf("%s.aliases: empty model name", p)
+		}
+	}
+	for name, o := range m.Overrides {
+		if name == "" {
+			return fmt.Errorf("%s.overrides: empty model name", p)
+		}
+		if err := o.validate(fmt.Sprintf("%s.overrides[%s]", p, name), false); err != nil {
+			return err
+		}
+	}
+	switch m.UnknownModel {
+	case UnknownReject, UnknownFallback:
+	default:
+		return fmt.Errorf("%s.unknown_model: %q is not %q or %q", p, m.UnknownModel, UnknownReject, UnknownFallback)
+	}
+	if m.UnknownModel == UnknownFallback && m.Fallback == nil {
+		return fmt.Errorf("%s.fallback: required when unknown_model is fallback", p)
+	}
+	if m.Fallback != nil {
+		if err := m.Fallback.validate(p+".fallback", true); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// IsLoopback reports whether host (an IP or "localhost") can only be reached
+// from the same network namespace.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func validEnvName(s string) bool {
+	for i, c := range s {
+		if !(c >= 'A' && c <= 'Z' || c == '_' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func (e Endpoint) validate() error {

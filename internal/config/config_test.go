@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestShippedConfigLoads(t *testing.T) {
@@ -16,13 +17,14 @@ func TestShippedConfigLoads(t *testing.T) {
 		t.Fatalf("upstreams = %s, want alpha,beta", got)
 	}
 	for _, u := range c.Upstreams {
-		if len(u.Models) == 0 || u.Primary.URL == "" || u.Reserve.URL == "" {
+		if len(u.Models.Providers) == 0 || u.Models.UnknownModel != UnknownReject || u.Primary.URL == "" || u.Reserve.URL == "" {
 			t.Errorf("upstream %s is incomplete: %+v", u.Name, u)
 		}
 	}
 }
 
 const minimal = `
+catalogue: prices.json
 upstreams:
   - name: alpha
     format: messages
@@ -30,7 +32,10 @@ upstreams:
     primary: {url: "http://127.0.0.1:9001"}
     reserve: {url: "http://127.0.0.1:9002"}
     models:
-      - {name: m1, input: 1, output: 2, max_output: 100}
+      providers: [anthropic]
+      aliases: {m1: claude-x}
+      overrides:
+        m2: {input: 1, output: 2, max_output: 100}
 `
 
 func TestDefaults(t *testing.T) {
@@ -38,7 +43,8 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Limits.MaxRequestBytes != 32<<20 || c.Listeners.Public != "127.0.0.1:8080" || c.Upstreams[0].HealthCheck.Path != "/v1/models" {
+	if c.Limits.MaxRequestBytes != 32<<20 || c.Listeners.Public != "127.0.0.1:8080" || c.Upstreams[0].HealthCheck.Path != "/v1/models" ||
+		c.Upstreams[0].Models.UnknownModel != UnknownReject {
 		t.Fatalf("defaults not applied: %+v", c)
 	}
 }
@@ -56,9 +62,14 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{"missing primary", strings.Replace(minimal, `primary: {url: "http://127.0.0.1:9001"}`, "", 1), "upstreams[0].primary.url"},
 		{"bad format", strings.Replace(minimal, "format: messages", "format: soap", 1), "upstreams[0].format"},
 		{"bad scheme", strings.Replace(minimal, "http://127.0.0.1:9002", "ftp://x", 1), "upstreams[0].reserve.url"},
-		{"no models", strings.Replace(minimal, "      - {name: m1, input: 1, output: 2, max_output: 100}\n", "", 1), "upstreams[0].models"},
-		{"negative price", strings.Replace(minimal, "input: 1", "input: -1", 1), "upstreams[0].models[0].input"},
-		{"no max_output", strings.Replace(minimal, ", max_output: 100", "", 1), "max_output"},
+		{"no catalogue", strings.Replace(minimal, "catalogue: prices.json", "", 1), "catalogue"},
+		{"no providers", strings.Replace(strings.Replace(minimal, "      providers: [anthropic]\n", "", 1), "      overrides:\n        m2: {input: 1, output: 2, max_output: 100}\n", "", 1), "upstreams[0].models.providers"},
+		{"negative price", strings.Replace(minimal, "input: 1", "input: -1", 1), "upstreams[0].models.overrides[m2]: input"},
+		{"negative max_output", strings.Replace(minimal, "max_output: 100", "max_output: -1", 1), "overrides[m2].max_output"},
+		{"unknown price field", strings.Replace(minimal, "input: 1,", "inputs: 1,", 1), "inputs"},
+		{"bad policy", strings.Replace(minimal, "providers: [anthropic]", "providers: [anthropic]\n      unknown_model: guess", 1), "upstreams[0].models.unknown_model"},
+		{"fallback without price", strings.Replace(minimal, "providers: [anthropic]", "providers: [anthropic]\n      unknown_model: fallback", 1), "upstreams[0].models.fallback"},
+		{"incomplete fallback", strings.Replace(minimal, "providers: [anthropic]", "providers: [anthropic]\n      unknown_model: fallback\n      fallback: {input: 1}", 1), "upstreams[0].models.fallback"},
 		{"bad duration", minimal + "limits: {max_request_duration: forever}\n", "duration"},
 		{"bad listener", minimal + "listeners: {public: nowhere}\n", "listeners.public"},
 		{"bad free path", strings.Replace(minimal, "format: messages", "format: messages\n    free_paths: [\"/v1/models\"]", 1), "free_paths[0]"},
@@ -82,5 +93,87 @@ func TestLoadNamesTheFile(t *testing.T) {
 	_, err := Load(p)
 	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestCheckSidecarBinds(t *testing.T) {
+	loop := Listeners{ExtProc: "127.0.0.1:50051", Control: "localhost:8081", Admin: "[::1]:50052"}
+	if err := loop.CheckSidecarBinds(); err != nil {
+		t.Fatalf("loopback refused: %v", err)
+	}
+	tlsOn := SidecarTLS{CA: "ca", ServerCert: "c", ServerKey: "k", ClientCert: "cc", ClientKey: "ck"}
+	for _, tc := range []struct {
+		l  Listeners
+		ok bool
+	}{
+		{Listeners{ExtProc: "0.0.0.0:1", Control: "127.0.0.1:2", Admin: "127.0.0.1:3"}, false},
+		{Listeners{ExtProc: "127.0.0.1:1", Control: "10.1.2.3:2", Admin: "127.0.0.1:3"}, false},
+		{Listeners{ExtProc: "0.0.0.0:1", Control: "0.0.0.0:2", Admin: "127.0.0.1:3", TLS: tlsOn}, true},
+		{Listeners{ExtProc: "127.0.0.1:1", Control: "127.0.0.1:2", Admin: "0.0.0.0:3", TLS: tlsOn}, false},
+		{Listeners{ExtProc: "0.0.0.0:1", Control: "127.0.0.1:2", Admin: "127.0.0.1:3", TLS: SidecarTLS{CA: "ca"}}, false},
+	} {
+		if err := tc.l.CheckSidecarBinds(); (err == nil) != tc.ok {
+			t.Errorf("%+v: %v", tc.l, err)
+		}
+	}
+}
+
+func TestListenerHardeningAndCredentialEnv(t *testing.T) {
+	c, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := c.Envoy
+	if e.RequestHeadersTimeout.D() != 10*time.Second || e.MaxRequestHeadersKB != 60 || e.MaxHeadersCount != 100 ||
+		e.MaxConnectionDuration.D() != time.Hour || e.MaxConnections != 10000 || e.ForwardClientAddress || c.Listeners.Probes != "127.0.0.1:9902" {
+		t.Fatalf("defaults: %+v, probes %s", e, c.Listeners.Probes)
+	}
+	for _, bad := range []string{
+		"envoy: {max_request_headers_kb: 9000}",
+		"envoy: {max_headers_count: -1}",
+		"envoy: {request_headers_timeout: -1s}",
+		"listeners: {probes: nowhere}",
+	} {
+		if _, err := Parse([]byte(minimal + bad + "\n")); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	for env, ok := range map[string]bool{"ALPHA_API_KEY": true, "": true, "alpha key": false, "1KEY": false, "A-B": false} {
+		_, err := Parse([]byte(strings.Replace(minimal, "credential_env: ALPHA_API_KEY", "credential_env: '"+env+"'", 1)))
+		if (err == nil) != ok {
+			t.Errorf("credential_env %q: %v", env, err)
+		}
+	}
+	// The per-endpoint credential is gone: Envoy injects one key per upstream.
+	if _, err := Parse([]byte(strings.Replace(minimal, `primary: {url: "http://127.0.0.1:9001"}`, `primary: {url: "http://127.0.0.1:9001", credential_env: X}`, 1))); err == nil {
+		t.Error("endpoint credential_env accepted")
+	}
+}
+
+// A relative catalogue path is relative to gateway.yaml, wherever the
+// process runs.
+func TestCatalogueIsRelativeToTheConfig(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "gw.yaml")
+	os.WriteFile(p, []byte(minimal), 0o644)
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Catalogue != filepath.Join(dir, "prices.json") {
+		t.Fatalf("catalogue = %s", c.Catalogue)
+	}
+}
+
+func TestCatalogueEnvOverrides(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "gw.yaml")
+	os.WriteFile(p, []byte(minimal), 0o644)
+	t.Setenv(CatalogueEnv, "/usr/share/gateway/prices.json")
+	c, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Catalogue != "/usr/share/gateway/prices.json" {
+		t.Fatalf("catalogue = %s", c.Catalogue)
 	}
 }

@@ -1,20 +1,23 @@
 // Package control serves the gateway's own HTTP endpoints, reached through
 // Envoy: GET /health for anyone, GET /v1/usage for an account's credentials,
-// and GET /metrics for Prometheus.
+// and GET /metrics for Prometheus; and, on the sidecar's port only, GET
+// /livez and GET /readyz for the orchestrator.
 package control
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
+	"net/url"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // UsageReader reads an account's usage.
@@ -23,13 +26,24 @@ type UsageReader interface {
 	Ping(ctx context.Context) error
 }
 
-// KeyLookup resolves a secret to its stored key.
+// KeyLookup authenticates a request's credential headers (auth.Cache).
 type KeyLookup interface {
-	Lookup(ctx context.Context, secret string) (store.Key, error)
+	Authenticate(ctx context.Context, h auth.Headers, now time.Time, p auth.Policy) (store.Key, error)
 }
 
-// EndpointReporter tells which endpoint currently serves each upstream
-// ("primary" or "reserve").
+// usagePolicy: both kinds of credential read usage, also while the account
+// is suspended.
+var usagePolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey, store.ReadOnlyToken}, AllowSuspended: true}
+
+// SettlementWaiter waits until the replies this sidecar has released for an
+// account have been settled.
+type SettlementWaiter interface {
+	WaitSettled(ctx context.Context, accountID string) error
+}
+
+// EndpointReporter tells which endpoint currently serves each upstream:
+// "primary", "reserve", "none" (no usable endpoint) or "unknown" (Envoy's
+// admin interface could not be read).
 type EndpointReporter interface {
 	Endpoints() map[string]string
 }
@@ -40,26 +54,26 @@ type Options struct {
 	Upstreams []string
 	Store     UsageReader
 	Keys      KeyLookup
+	// Settled, when set, makes a usage read wait (at most UsageWait) for
+	// the settlements of replies this sidecar has already released, so
+	// that a read after a reply ends includes it.
+	Settled   SettlementWaiter
+	UsageWait time.Duration // default 2s
 	// Serving reports whether the processor is serving.
 	Serving   func() bool
 	Endpoints EndpointReporter // optional
 	Metrics   http.Handler     // optional
 	Logger    *slog.Logger     // optional
 	Now       func() time.Time // optional
+	// Probe checks the store for /health and /readyz; nil builds one on
+	// Store.Ping.
+	Probe *StoreProbe
 }
 
 // Handler serves the control endpoints.
 type Handler struct {
 	o   Options
 	mux *http.ServeMux
-
-	// The store probe is cached briefly: /health is polled by monitoring and
-	// must stay cheap, and one ping per interval answers every poll.
-	mu        sync.Mutex
-	probedAt  time.Time
-	probeErr  error
-	probeTTL  time.Duration
-	probeTime time.Duration
 }
 
 // New returns the control handler.
@@ -73,8 +87,18 @@ func New(o Options) *Handler {
 	if o.Serving == nil {
 		o.Serving = func() bool { return true }
 	}
-	h := &Handler{o: o, mux: http.NewServeMux(), probeTTL: 500 * time.Millisecond, probeTime: time.Second}
+	if o.UsageWait <= 0 {
+		o.UsageWait = 2 * time.Second
+	}
+	if o.Probe == nil {
+		// The probe is cached briefly: /health is polled by monitoring and
+		// must stay cheap, and one ping per interval answers every poll.
+		o.Probe = NewStoreProbe(o.Store.Ping, ProbeOptions{Now: o.Now})
+	}
+	h := &Handler{o: o, mux: http.NewServeMux()}
 	h.mux.HandleFunc("/health", h.health)
+	h.mux.HandleFunc("/livez", h.livez)
+	h.mux.HandleFunc("/readyz", h.readyz)
 	h.mux.HandleFunc("/v1/usage", h.usage)
 	if o.Metrics != nil {
 		h.mux.Handle("/metrics", o.Metrics)
@@ -88,7 +112,7 @@ func New(o Options) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
 // Health is the health record; README.md's API reference documents each
-// field.
+// field (endpoints and problems included).
 type Health struct {
 	Status    string            `json:"status"`
 	Region    string            `json:"region"`
@@ -98,14 +122,22 @@ type Health struct {
 	Problems  []string          `json:"problems,omitempty"`
 }
 
+// Health statuses.
+const (
+	StatusOK          = "ok"
+	StatusUnavailable = "unavailable"
+)
+
+// health answers the whole truth: ok while every upstream has a usable
+// endpoint (primary or reserve), the store answers and the processor serves;
+// 503 naming each problem otherwise. It never waits on the store longer than
+// the probe's timeout.
 func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
+	if !getOrHead(w, r) {
 		return
 	}
 	rec := Health{
-		Status:    "ok",
+		Status:    StatusOK,
 		Region:    h.o.Region,
 		Upstreams: h.o.Upstreams,
 		TS:        h.o.Now().UTC().Format(time.RFC3339),
@@ -115,33 +147,89 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.o.Endpoints != nil {
 		rec.Endpoints = h.o.Endpoints.Endpoints()
+		for _, u := range h.o.Upstreams {
+			// "unknown" (Envoy's admin unreadable) is not a problem of the
+			// upstream: this answer came through Envoy, or Envoy's own
+			// readiness says it is not there.
+			if rec.Endpoints[u] == endpointNone {
+				rec.Problems = append(rec.Problems, fmt.Sprintf("upstream %s: no usable endpoint (primary and reserve both unhealthy)", u))
+			}
+		}
 	}
-	if err := h.probe(r.Context()); err != nil {
-		rec.Problems = append(rec.Problems, "store unreachable")
+	if err := h.o.Probe.Check(r.Context()); err != nil {
+		rec.Problems = append(rec.Problems, "store: "+storeProblem(err))
 	}
 	if !h.o.Serving() {
 		rec.Problems = append(rec.Problems, "processor not serving")
 	}
 	code := http.StatusOK
 	if len(rec.Problems) > 0 {
-		rec.Status, code = "unavailable", http.StatusServiceUnavailable
+		rec.Status, code = StatusUnavailable, http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, code, rec)
 }
 
-func (h *Handler) probe(ctx context.Context) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	now := h.o.Now()
-	if !h.probedAt.IsZero() && now.Sub(h.probedAt) < h.probeTTL && !now.Before(h.probedAt) {
-		return h.probeErr
+// endpointNone is what the endpoint reporter says of an upstream with no
+// usable endpoint.
+const endpointNone = "none"
+
+func storeProblem(err error) string {
+	if errors.Is(err, ErrStoreSlow) || errors.Is(err, context.DeadlineExceeded) {
+		return "not answering"
 	}
-	ctx, cancel := context.WithTimeout(ctx, h.probeTime)
-	defer cancel()
-	h.probeErr = h.o.Store.Ping(ctx)
-	h.probedAt = now
-	return h.probeErr
+	return "unreachable"
+}
+
+// Probe records of /livez and /readyz.
+type probeRecord struct {
+	Status   string   `json:"status"`
+	Problems []string `json:"problems,omitempty"`
+}
+
+// livez is the liveness probe: 200 while the process can answer HTTP at
+// all. Nothing outside the process (store, vendors) makes it fail, so an
+// outage elsewhere never gets healthy pods restarted.
+func (h *Handler) livez(w http.ResponseWriter, r *http.Request) {
+	if !getOrHead(w, r) {
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, probeRecord{Status: StatusOK})
+}
+
+// readyz is the readiness probe: 200 while this pod can take model traffic
+// (the processor serves and the store answers). Upstream endpoints are left
+// out on purpose: every pod shares them, so taking pods out of a Service
+// cannot help when a vendor is down.
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	if !getOrHead(w, r) {
+		return
+	}
+	rec := probeRecord{Status: StatusOK}
+	if !h.o.Serving() {
+		rec.Problems = append(rec.Problems, "processor not serving")
+	}
+	if err := h.o.Probe.Check(r.Context()); err != nil {
+		rec.Problems = append(rec.Problems, "store: "+storeProblem(err))
+	}
+	code := http.StatusOK
+	if len(rec.Problems) > 0 {
+		rec.Status, code = StatusUnavailable, http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, code, rec)
+}
+
+func getOrHead(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
+		return false
+	}
+	return true
 }
 
 // Usage is the usage record; README.md's API reference documents each field.
@@ -162,22 +250,45 @@ type UsageLimits struct {
 	RPM           int64   `json:"rpm"`
 }
 
-// UsageTotals aggregate the period.
+// UsageTotals aggregate the period. The token fields do not overlap (see
+// usage.Usage), except reasoning_tokens, which are part of output_tokens;
+// cache_tokens is the sum of cache reads and writes.
 type UsageTotals struct {
-	InputTokens  int64   `json:"input_tokens"`
-	OutputTokens int64   `json:"output_tokens"`
-	CacheTokens  int64   `json:"cache_tokens"`
-	Requests     int64   `json:"requests"`
-	CostUSD      float64 `json:"cost_usd"`
+	Quantities
+	CacheTokens int64   `json:"cache_tokens"`
+	Requests    int64   `json:"requests"`
+	CostUSD     float64 `json:"cost_usd"`
 }
 
-// ModelUsage is one model's share of the period.
+// Quantities are the usage kinds, one JSON field each.
+type Quantities struct {
+	InputTokens        int64 `json:"input_tokens"`
+	OutputTokens       int64 `json:"output_tokens"`
+	CacheReadTokens    int64 `json:"cache_read_tokens"`
+	CacheWrite5mTokens int64 `json:"cache_write_5m_tokens"`
+	CacheWrite1hTokens int64 `json:"cache_write_1h_tokens"`
+	AudioInputTokens   int64 `json:"audio_input_tokens"`
+	AudioOutputTokens  int64 `json:"audio_output_tokens"`
+	ReasoningTokens    int64 `json:"reasoning_tokens"`
+	WebSearches        int64 `json:"web_searches"`
+}
+
+func quantities(u usage.Usage) Quantities {
+	return Quantities{
+		InputTokens: u.Input, OutputTokens: u.Output, CacheReadTokens: u.CacheRead,
+		CacheWrite5mTokens: u.CacheWrite5m, CacheWrite1hTokens: u.CacheWrite1h,
+		AudioInputTokens: u.AudioInput, AudioOutputTokens: u.AudioOutput,
+		ReasoningTokens: u.Reasoning, WebSearches: u.WebSearches,
+	}
+}
+
+// ModelUsage is one priced model's share of the period: a dated snapshot and
+// the name it is a snapshot of are one row.
 type ModelUsage struct {
-	Model        string  `json:"model"`
-	Requests     int64   `json:"requests"`
-	InputTokens  int64   `json:"input_tokens"`
-	OutputTokens int64   `json:"output_tokens"`
-	CostUSD      float64 `json:"cost_usd"`
+	Model    string `json:"model"`
+	Requests int64  `json:"requests"`
+	Quantities
+	CostUSD float64 `json:"cost_usd"`
 }
 
 func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
@@ -186,39 +297,35 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "GET /v1/usage is read-only; use GET")
 		return
 	}
-	secret, err := auth.Parse(r.Header.Get("X-Api-Key"), r.Header.Get("Authorization"))
+	key, err := h.o.Keys.Authenticate(r.Context(),
+		auth.Headers{XAPIKey: r.Header.Values("X-Api-Key"), Authorization: r.Header.Values("Authorization")},
+		h.o.Now(), usagePolicy)
 	if err != nil {
-		writeError(w, http.StatusUnauthorized, "authentication_error", err.Error())
-		return
-	}
-	if auth.Kind(secret) == "" {
-		writeError(w, http.StatusUnauthorized, "authentication_error", "invalid token")
-		return
-	}
-	period := store.Day
-	if q := r.URL.Query(); q.Has("period") {
-		switch p := store.Period(q.Get("period")); p {
-		case store.Day, store.Month, store.Total:
-			period = p
-		default:
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "period must be one of day, month, total")
+		var ae *auth.Error
+		if errors.As(err, &ae) && ae.Reason == auth.Unavailable {
+			h.o.Logger.Error("usage: key lookup failed", "err", ae.Err)
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
 			return
 		}
-	}
-	key, err := h.o.Keys.Lookup(r.Context(), secret)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusUnauthorized, "authentication_error", "invalid token")
-		return
-	case err != nil:
-		h.o.Logger.Error("usage: key lookup failed", "err", err)
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+		msg := "invalid token"
+		if ae != nil && ae.Reason == auth.Unauthenticated && ae.Message != "invalid API key" {
+			msg = ae.Message
+		}
+		writeError(w, http.StatusUnauthorized, "authentication_error", msg)
 		return
 	}
-	if p := auth.Problem(key, h.o.Now()); p != "" {
-		writeError(w, http.StatusUnauthorized, "authentication_error", p)
+	period, err := parsePeriod(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
+	}
+	if h.o.Settled != nil {
+		// Bounded: a store that is down must not hold the read; past the
+		// bound the read answers with what the store has.
+		ctx, cancel := context.WithTimeout(r.Context(), h.o.UsageWait)
+		h.o.Settled.WaitSettled(ctx, key.AccountID)
+		cancel()
 	}
 	rep, err := h.o.Store.Usage(r.Context(), key.AccountID, period)
 	if err != nil {
@@ -229,6 +336,25 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, NewUsage(rep))
+}
+
+// parsePeriod reads the query of /v1/usage: nothing, or exactly one period
+// parameter with one of the listed values. Anything else (a repeated or empty
+// period, another parameter, a ';' separator) is refused rather than guessed.
+func parsePeriod(rawQuery string) (store.Period, error) {
+	errPeriod := errors.New("the query must be empty or a single period=day|month|total")
+	if rawQuery == "" {
+		return store.Day, nil
+	}
+	q, err := url.ParseQuery(rawQuery) // refuses ';' as a separator
+	if err != nil || len(q) != 1 || len(q["period"]) != 1 {
+		return "", errPeriod
+	}
+	switch p := store.Period(q.Get("period")); p {
+	case store.Day, store.Month, store.Total:
+		return p, nil
+	}
+	return "", errPeriod
 }
 
 // NewUsage converts a store report to the wire record. USD amounts are the
@@ -246,17 +372,16 @@ func NewUsage(rep store.UsageReport) Usage {
 			RPM:           rep.Limits.RPM,
 		},
 		Usage: UsageTotals{
-			InputTokens:  rep.Totals.Input,
-			OutputTokens: rep.Totals.Output,
-			CacheTokens:  rep.Totals.CacheWrite + rep.Totals.CacheRead,
-			Requests:     rep.Totals.Requests,
-			CostUSD:      pricing.USD(rep.Totals.Cost),
+			Quantities:  quantities(rep.Totals.Usage),
+			CacheTokens: rep.Totals.Usage.CacheRead + rep.Totals.Usage.CacheWrite5m + rep.Totals.Usage.CacheWrite1h,
+			Requests:    rep.Totals.Requests,
+			CostUSD:     pricing.USD(rep.Totals.Cost),
 		},
 		ByModel: make([]ModelUsage, 0, len(rep.ByModel)),
 	}
 	for _, m := range rep.ByModel {
 		u.ByModel = append(u.ByModel, ModelUsage{
-			Model: m.Model, Requests: m.Requests, InputTokens: m.Input, OutputTokens: m.Output,
+			Model: string(m.Model), Requests: m.Requests, Quantities: quantities(m.Usage),
 			CostUSD: pricing.USD(m.Cost),
 		})
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/modelgateway/gateway/internal/usage"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +48,7 @@ func settle(t *testing.T, st *store.Store, acct, id string, cost int64) {
 	if d, err := st.Admit(ctx, store.Admission{RequestID: id, AccountID: acct, KeyID: "k", Model: "m", Hold: cost}); err != nil || d.Outcome != store.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
-	if _, err := st.Settle(ctx, store.Settlement{RequestID: id, AccountID: acct, KeyID: "k", Model: "m", Input: 10, Output: 5, Cost: cost, Status: 200}); err != nil {
+	if _, err := st.Settle(ctx, store.Settlement{RequestID: id, AccountID: acct, KeyID: "k", Priced: "m", Usage: usage.Usage{Input: 10, Output: 5}, Cost: cost, Status: 200}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -163,3 +165,119 @@ type countingStore struct {
 func (c *countingStore) Ping(ctx context.Context) error { c.pings++; return c.UsageReader.Ping(ctx) }
 
 var _ http.Handler = (*Handler)(nil)
+
+// hungStore accepts pings and never answers them until the context ends.
+type hungStore struct{ UsageReader }
+
+func (hungStore) Ping(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+
+type fixedEndpoints map[string]string
+
+func (f fixedEndpoints) Endpoints() map[string]string { return f }
+
+func getHealth(t *testing.T, h *Handler, path string) (int, Health, http.Header) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	var rep Health
+	if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil {
+		t.Fatalf("%s: %v: %s", path, err, rec.Body)
+	}
+	return rec.Code, rep, rec.Header()
+}
+
+// A store that accepts and never answers costs /health under a second, and
+// /health says so; /livez stays 200 and /readyz goes 503.
+func TestHealthWithHungStore(t *testing.T) {
+	_, st, _, _, _ := setup(t)
+	h := New(Options{Upstreams: []string{"alpha"}, Store: hungStore{st}, Keys: auth.NewCache(st, 0)})
+	start := time.Now()
+	code, rep, hdr := getHealth(t, h, "/health")
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("/health took %v with a hung store", took)
+	}
+	if code != 503 || rep.Status != StatusUnavailable || len(rep.Problems) != 1 || rep.Problems[0] != "store: not answering" || hdr.Get("Retry-After") == "" {
+		t.Fatalf("hung store: %d %+v %v", code, rep, hdr)
+	}
+	if code, _, _ := getHealth(t, h, "/livez"); code != 200 {
+		t.Fatalf("/livez with a hung store: %d", code)
+	}
+	if code, rep, _ := getHealth(t, h, "/readyz"); code != 503 || len(rep.Problems) != 1 {
+		t.Fatalf("/readyz with a hung store: %d %+v", code, rep)
+	}
+}
+
+// An upstream with no usable endpoint makes /health 503 and is named; one
+// served by its reserve is fine; readiness ignores upstreams.
+func TestHealthNamesUpstreamWithoutEndpoint(t *testing.T) {
+	_, st, _, _, _ := setup(t)
+	eps := fixedEndpoints{"alpha": "none", "beta": "reserve"}
+	h := New(Options{Upstreams: []string{"alpha", "beta"}, Store: st, Keys: auth.NewCache(st, 0), Endpoints: eps})
+	code, rep, _ := getHealth(t, h, "/health")
+	if code != 503 || rep.Status == StatusOK || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "upstream alpha") || rep.Endpoints["beta"] != "reserve" {
+		t.Fatalf("alpha without endpoint: %d %+v", code, rep)
+	}
+	if code, _, _ := getHealth(t, h, "/readyz"); code != 200 {
+		t.Fatalf("/readyz: %d", code)
+	}
+	eps["alpha"] = "reserve"
+	if code, rep, _ := getHealth(t, h, "/health"); code != 200 || rep.Status != StatusOK {
+		t.Fatalf("both on the reserve: %d %+v", code, rep)
+	}
+}
+
+// Exactly one period with a listed value, or none; anything else is 400, never
+// a silent default.
+func TestUsageQueryIsUnambiguous(t *testing.T) {
+	h, st, _, acct, ro := setup(t)
+	for query, want := range map[string]int{
+		"":                           200,
+		"?period=day":                200,
+		"?period=month":              200,
+		"?period=total":              200,
+		"?period=month;":             400,
+		"?period=month;period=day":   400,
+		"?period=month&period=day":   400,
+		"?period=day&period=day":     400,
+		"?period=":                   400,
+		"?period=week":               400,
+		"?period=day&other=1":        400,
+		"?period=%64ay":              200, // "day", percent-encoded
+		"?period=Day":                400,
+		"?period=day%00":             400,
+		"?period=" + string(rune(0)): 400,
+	} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/v1/usage", nil)
+		req.URL.RawQuery = query[min(1, len(query)):]
+		req.Header.Set("Authorization", "Bearer "+ro)
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("%q: %d %s, want %d", query, rec.Code, rec.Body, want)
+		}
+	}
+	// A suspended account still reads its usage.
+	if err := st.SetSuspended(context.Background(), acct, true); err != nil {
+		t.Fatal(err)
+	}
+	getUsage(t, h, ro, "day")
+}
+
+// Two credential headers are refused, whatever their values.
+func TestUsageRefusesRepeatedCredentials(t *testing.T) {
+	h, _, _, _, ro := setup(t)
+	for name, set := range map[string]func(http.Header){
+		"two x-api-key":          func(h http.Header) { h.Add("X-Api-Key", ro); h.Add("X-Api-Key", ro) },
+		"two Authorization":      func(h http.Header) { h.Add("Authorization", "Bearer "+ro); h.Add("Authorization", "Bearer "+ro) },
+		"joined with a comma":    func(h http.Header) { h.Set("X-Api-Key", ro+", "+ro) },
+		"x-api-key and a bearer": func(h http.Header) { h.Set("X-Api-Key", ro); h.Set("Authorization", "Bearer ro_someoneelse123") },
+	} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/v1/usage", nil)
+		set(req.Header)
+		h.ServeHTTP(rec, req)
+		if rec.Code != 401 {
+			t.Errorf("%s: %d %s, want 401", name, rec.Code, rec.Body)
+		}
+	}
+}

@@ -20,8 +20,15 @@ import (
 const (
 	Primary = "primary"
 	Reserve = "reserve"
+	// None: neither endpoint is usable (both failed health checks or were
+	// ejected); requests to the upstream fail.
+	None = "none"
+	// Unknown: Envoy's admin interface could not be read.
 	Unknown = "unknown"
 )
+
+// states are every value an upstream's endpoint can take, for the gauge.
+var states = []string{Primary, Reserve, None, Unknown}
 
 // Watcher polls Envoy's /clusters and remembers the endpoint serving each upstream.
 type Watcher struct {
@@ -30,9 +37,13 @@ type Watcher struct {
 	client    *http.Client
 	log       *slog.Logger
 	gauge     *prometheus.GaugeVec
+	switches  *prometheus.CounterVec
+	onReserve *prometheus.CounterVec
+	now       func() time.Time
 
 	mu        sync.RWMutex
 	endpoints map[string]string
+	since     time.Time // last set, for the time on the reserve
 }
 
 // NewWatcher watches the named upstreams (Envoy clusters) through the admin
@@ -47,6 +58,15 @@ func NewWatcher(adminURL string, upstreams []string, reg prometheus.Registerer, 
 			Name: "gateway_endpoint_in_use",
 			Help: "1 for the endpoint (primary or reserve) that serves each upstream.",
 		}, []string{"upstream", "endpoint"}),
+		switches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_endpoint_switches_total",
+			Help: "Changes of the endpoint serving each upstream, by the endpoint switched to (primary, reserve, none).",
+		}, []string{"upstream", "to"}),
+		onReserve: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_endpoint_reserve_seconds_total",
+			Help: "Seconds each upstream was served by its reserve endpoint.",
+		}, []string{"upstream"}),
+		now:       time.Now,
 		endpoints: make(map[string]string),
 	}
 	if w.log == nil {
@@ -54,9 +74,22 @@ func NewWatcher(adminURL string, upstreams []string, reg prometheus.Registerer, 
 	}
 	for _, u := range upstreams {
 		w.endpoints[u] = Unknown
+		// Every series exists from the first scrape, so alerts and rates
+		// work before the first failover.
+		for _, st := range states {
+			v := 0.0
+			if st == Unknown {
+				v = 1
+			}
+			w.gauge.WithLabelValues(u, st).Set(v)
+		}
+		for _, to := range []string{Primary, Reserve, None} {
+			w.switches.WithLabelValues(u, to)
+		}
+		w.onReserve.WithLabelValues(u)
 	}
 	if reg != nil {
-		reg.MustRegister(w.gauge)
+		reg.MustRegister(w.gauge, w.switches, w.onReserve)
 	}
 	return w
 }
@@ -111,13 +144,29 @@ func (w *Watcher) Poll(ctx context.Context) error {
 func (w *Watcher) set(m map[string]string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	now := w.now()
+	elapsed := 0.0
+	if !w.since.IsZero() && now.After(w.since) {
+		elapsed = now.Sub(w.since).Seconds()
+	}
+	w.since = now
 	for _, u := range w.upstreams {
 		r := m[u]
 		if r == "" {
 			r = Unknown
 		}
+		prev := w.endpoints[u]
+		if prev == Reserve {
+			w.onReserve.WithLabelValues(u).Add(elapsed)
+		}
+		// Losing sight of Envoy is not a switch, and neither is the first
+		// sight of a healthy primary at start; anything else is.
+		if r != prev && r != Unknown && (prev != Unknown || r != Primary) {
+			w.switches.WithLabelValues(u, r).Inc()
+			w.log.Warn("endpoint switch", "upstream", u, "from", prev, "to", r)
+		}
 		w.endpoints[u] = r
-		for _, name := range []string{Primary, Reserve, Unknown} {
+		for _, name := range states {
 			v := 0.0
 			if name == r {
 				v = 1
@@ -163,7 +212,9 @@ func Decide(cs clusters, upstreams []string) map[string]string {
 		case healthy[1]:
 			out[c.Name] = Reserve
 		default:
-			out[c.Name] = Unknown // nothing healthy: Envoy's panic mode spreads traffic
+			// Nothing healthy: Envoy's panic mode still spreads traffic over
+			// both endpoints, but neither is known to answer.
+			out[c.Name] = None
 		}
 	}
 	return out

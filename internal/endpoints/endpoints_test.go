@@ -6,6 +6,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const sample = `{"cluster_statuses":[
@@ -26,7 +30,7 @@ func TestDecide(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := Decide(cs, []string{"alpha", "beta", "gamma"})
-	want := map[string]string{"alpha": Reserve, "beta": Primary, "gamma": Unknown}
+	want := map[string]string{"alpha": Reserve, "beta": Primary, "gamma": None}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %q, want %q", k, got[k], v)
@@ -60,5 +64,40 @@ func TestWatcherPolls(t *testing.T) {
 	}
 	if r := w.Endpoints(); r["alpha"] != Unknown {
 		t.Fatalf("after Envoy went away: %v", r)
+	}
+}
+
+// Switches and time on the reserve are counted per upstream, from zero.
+func TestWatcherCountsSwitches(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	w := NewWatcher("http://unused", []string{"alpha"}, reg, nil)
+	now := time.Unix(1000, 0)
+	w.now = func() time.Time { return now }
+	if got := testutil.ToFloat64(w.switches.WithLabelValues("alpha", Reserve)); got != 0 {
+		t.Fatalf("switches before any poll: %v", got)
+	}
+	step := func(d time.Duration, ep string) {
+		now = now.Add(d)
+		w.set(map[string]string{"alpha": ep})
+	}
+	step(0, Primary)             // first sight: not a switch
+	step(time.Second, Reserve)   // switch 1
+	step(3*time.Second, Reserve) // 3 s on the reserve
+	step(2*time.Second, None)    // switch 2; 2 more seconds on the reserve
+	step(time.Second, Primary)   // switch 3
+	if got := testutil.ToFloat64(w.switches.WithLabelValues("alpha", Reserve)); got != 1 {
+		t.Errorf("switches to reserve = %v", got)
+	}
+	if got := testutil.ToFloat64(w.switches.WithLabelValues("alpha", None)); got != 1 {
+		t.Errorf("switches to none = %v", got)
+	}
+	if got := testutil.ToFloat64(w.switches.WithLabelValues("alpha", Primary)); got != 1 {
+		t.Errorf("switches to primary = %v", got)
+	}
+	if got := testutil.ToFloat64(w.onReserve.WithLabelValues("alpha")); got != 5 {
+		t.Errorf("seconds on reserve = %v, want 5", got)
+	}
+	if got := testutil.ToFloat64(w.gauge.WithLabelValues("alpha", Primary)); got != 1 {
+		t.Errorf("gauge primary = %v", got)
 	}
 }

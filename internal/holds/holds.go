@@ -237,9 +237,8 @@ func (s *Sweeper) SweepOnce(ctx context.Context) int {
 			settled++
 			s.log.Info("request",
 				"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
-				"endpoint", st.Endpoint, "model", st.Model, "status", st.Status,
-				"stream", st.Stream, "input", st.Input, "output", st.Output,
-				"cache_write", st.CacheWrite, "cache_read", st.CacheRead,
+				"endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
+				"stream", st.Stream, "usage", st.Usage,
 				"cost_nano_usd", st.Cost, "estimated", st.Estimated, "interrupted", true)
 		}
 		if (len(r.Interrupted) > 0 || r.Released > 0) && s.OnSweep != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // A running request keeps its hold for many leases; once its sidecar stops
@@ -36,7 +37,7 @@ func TestRenewThenSweep(t *testing.T) {
 	renewals := 0
 	for time.Now().Before(deadline) {
 		if o.WantCheckpoint() {
-			o.Checkpoint(store.Checkpoint{Status: 200, Input: 5, Output: int64(renewals), Cost: 1000 + int64(renewals)})
+			o.Checkpoint(store.Checkpoint{Status: 200, Usage: usage.Usage{Input: 5, Output: int64(renewals)}, Cost: 1000 + int64(renewals)})
 		}
 		r.RenewOnce(ctx)
 		renewals++
@@ -65,7 +66,7 @@ func TestRenewThenSweep(t *testing.T) {
 		t.Fatalf("ledger %+v %v", l, err)
 	}
 	e := l[0]
-	if !e.Interrupted || !e.Estimated || e.Status != 200 || e.Cost != last.Cost || e.Output != last.Output || e.KeyID != "key_1" {
+	if !e.Interrupted || !e.Estimated || e.Status != 200 || e.Cost != last.Cost || e.Usage.Output != last.Usage.Output || e.KeyID != "key_1" {
 		t.Fatalf("entry %+v, last checkpoint %+v", e, last)
 	}
 	if b, _ := st.Balance(ctx, acct.ID); b != 1_000_000-last.Cost {

@@ -106,7 +106,11 @@ const pollInterval = 20 * time.Millisecond
 
 // WaitHTTP waits until url answers 200, p exits (an error) or ctx ends.
 func WaitHTTP(ctx context.Context, url string, p *Process) error {
-	client := &http.Client{Timeout: time.Second}
+	return WaitHTTPClient(ctx, &http.Client{Timeout: time.Second}, url, p)
+}
+
+// WaitHTTPClient is WaitHTTP asking with client.
+func WaitHTTPClient(ctx context.Context, client *http.Client, url string, p *Process) error {
 	return poll(ctx, p, "waiting for "+url, func() bool {
 		resp, err := client.Get(url)
 		if err != nil {

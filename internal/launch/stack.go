@@ -8,9 +8,12 @@ package launch
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,7 +31,7 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 )
 
-// Vendor credentials the fakes demand and the sidecar sends.
+// Vendor credentials the fakes demand and Envoy injects.
 const (
 	AlphaVendorKey = "vendor-alpha-secret"
 	BetaVendorKey  = "vendor-beta-secret"
@@ -41,6 +44,7 @@ const startTimeout = 60 * time.Second
 // controls) report failures to; *testing.T satisfies it.
 type TB interface {
 	Helper()
+	Logf(format string, args ...any)
 	Fatalf(format string, args ...any)
 }
 
@@ -67,6 +71,9 @@ type Options struct {
 	SidecarEnv []string
 	// Bare starts Envoy without the ext_proc filter and no sidecar.
 	Bare bool
+	// ExtProcAddr points Envoy's ext_proc filter at a processor the caller
+	// runs (the benchmark's null processor); no sidecar and no Redis start.
+	ExtProcAddr string
 }
 
 // Stack is a running gateway.
@@ -84,7 +91,7 @@ type Stack struct {
 	Redis     Restartable
 	RedisAddr string
 	RDB       redis.UniversalClient
-	Store     *store.Store
+	Store     *SettledStore
 	Primary   *Fake
 	Reserve   *Fake
 	Sidecar   *Process
@@ -115,7 +122,8 @@ func Up(o Options) (s *Stack, err error) {
 	defer cancel()
 
 	s.RedisAddr = o.RedisAddr
-	if s.RedisAddr == "" && len(o.RedisCluster) == 0 && !o.Bare {
+	noSidecar := o.Bare || o.ExtProcAddr != ""
+	if s.RedisAddr == "" && len(o.RedisCluster) == 0 && !noSidecar {
 		if err := s.startRedis(ctx); err != nil {
 			return s, err
 		}
@@ -140,12 +148,15 @@ func Up(o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	addrs, err := FreeAddrs(5)
+	addrs, err := FreeAddrs(6)
 	if err != nil {
 		return s, err
 	}
 	cfg.Listeners = config.Listeners{
-		Public: addrs[0], EnvoyAdmin: addrs[1], ExtProc: addrs[2], Control: addrs[3], Admin: addrs[4],
+		Public: addrs[0], EnvoyAdmin: addrs[1], ExtProc: addrs[2], Control: addrs[3], Admin: addrs[4], Probes: addrs[5],
+	}
+	if o.ExtProcAddr != "" {
+		cfg.Listeners.ExtProc = o.ExtProcAddr
 	}
 	cfg.Store.RedisURL = ""
 	cfg.Store.SpoolDir = filepath.Join(s.Dir, "spool")
@@ -172,13 +183,13 @@ func Up(o Options) (s *Stack, err error) {
 		return s, fmt.Errorf("the stack's config does not load: %w", err)
 	}
 
-	if !o.Bare {
+	if !noSidecar {
 		if len(o.RedisCluster) > 0 {
 			s.RDB = redis.NewClusterClient(&redis.ClusterOptions{Addrs: o.RedisCluster})
 		} else {
 			s.RDB = redis.NewClient(&redis.Options{Addr: s.RedisAddr})
 		}
-		s.Store = store.New(s.RDB, store.Options{})
+		s.Store = &SettledStore{Store: store.New(s.RDB, store.Options{}), stack: s}
 		if err := s.startSidecar(ctx); err != nil {
 			return s, err
 		}
@@ -230,17 +241,40 @@ func (s *Stack) startSidecar(ctx context.Context) error {
 	if len(s.opts.RedisCluster) > 0 {
 		redisURL = "redis+cluster://" + strings.Join(s.opts.RedisCluster, ",")
 	}
-	env := append([]string{
-		"REDIS_URL=" + redisURL,
-		"ALPHA_API_KEY=" + AlphaVendorKey,
-		"BETA_API_KEY=" + BetaVendorKey,
-	}, s.opts.SidecarEnv...)
+	// No vendor key: Envoy injects it, and the sidecar must work without.
+	env := append([]string{"REDIS_URL=" + redisURL}, s.opts.SidecarEnv...)
 	s.Sidecar, err = StartProcess("sidecar", bin, args, env, filepath.Join(s.Dir, "sidecar.log"))
 	if err != nil {
 		return err
 	}
 	s.ControlURL = "http://" + s.Config.Listeners.Control
-	return WaitHTTP(ctx, s.ControlURL+"/health", s.Sidecar)
+	client := &http.Client{Timeout: time.Second}
+	if t := s.Config.Listeners.TLS; t.Enabled() {
+		// Behind mutual TLS: ask with Envoy's client certificate.
+		_, port, _ := net.SplitHostPort(s.Config.Listeners.Control)
+		s.ControlURL = "https://127.0.0.1:" + port
+		if client, err = tlsClient(t); err != nil {
+			return err
+		}
+	}
+	return WaitHTTPClient(ctx, client, s.ControlURL+"/health", s.Sidecar)
+}
+
+// tlsClient presents the client certificate of t and trusts only its CA.
+func tlsClient(t config.SidecarTLS) (*http.Client, error) {
+	cert, err := tls.LoadX509KeyPair(t.ClientCert, t.ClientKey)
+	if err != nil {
+		return nil, err
+	}
+	pem, err := os.ReadFile(t.CA)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool},
+	}}, nil
 }
 
 func (s *Stack) startEnvoy(ctx context.Context) error {
@@ -248,13 +282,15 @@ func (s *Stack) startEnvoy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.Envoy, err = StartEnvoy(ctx, bin, s.Config, envoy.Options{Bare: s.opts.Bare, NodeID: "test"}, s.Dir)
+	s.Envoy, err = StartEnvoy(ctx, bin, s.Config, envoy.Options{Bare: s.opts.Bare, NodeID: "test"}, s.Dir,
+		[]string{"ALPHA_API_KEY=" + AlphaVendorKey, "BETA_API_KEY=" + BetaVendorKey})
 	return err
 }
 
-// StartEnvoy renders the bootstrap of cfg into dir, starts Envoy on it and
-// waits until its admin interface says ready.
-func StartEnvoy(ctx context.Context, bin string, cfg *config.Config, o envoy.Options, dir string) (*Process, error) {
+// StartEnvoy renders the bootstrap of cfg into dir, starts Envoy on it with
+// env added to its environment (the vendor keys it injects) and waits until
+// its admin interface says ready.
+func StartEnvoy(ctx context.Context, bin string, cfg *config.Config, o envoy.Options, dir string, env []string) (*Process, error) {
 	boot, err := envoy.Render(cfg, o)
 	if err != nil {
 		return nil, err
@@ -264,7 +300,7 @@ func StartEnvoy(ctx context.Context, bin string, cfg *config.Config, o envoy.Opt
 		return nil, err
 	}
 	p, err := StartProcess("envoy", bin, []string{"-c", path, "--disable-hot-restart", "--log-level", "warn", "--concurrency", "2"},
-		nil, filepath.Join(dir, "envoy.log"))
+		env, filepath.Join(dir, "envoy.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -307,6 +343,65 @@ func (s *Stack) Close() {
 	}
 	if s.removeDir {
 		os.RemoveAll(s.Dir)
+	}
+}
+
+// SettledStore is the stack's store as tests read it. The sidecar settles a
+// reply just after releasing its last chunk; reads of usage, the ledger and
+// holds first wait until the sidecar has no settlement queued, as the
+// sidecar's own /v1/usage does for the account it reads.
+type SettledStore struct {
+	*store.Store
+	stack *Stack
+}
+
+// Usage waits for queued settlements, then reads the account's usage.
+func (s *SettledStore) Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error) {
+	s.stack.WaitSettled()
+	return s.Store.Usage(ctx, accountID, p)
+}
+
+// Ledger waits for queued settlements, then reads the account's ledger.
+func (s *SettledStore) Ledger(ctx context.Context, accountID, after string, limit int) ([]store.LedgerEntry, string, error) {
+	s.stack.WaitSettled()
+	return s.Store.Ledger(ctx, accountID, after, limit)
+}
+
+// OpenHolds waits for queued settlements, then reads the account's holds.
+func (s *SettledStore) OpenHolds(ctx context.Context, accountID string) (int64, int64, error) {
+	s.stack.WaitSettled()
+	return s.Store.OpenHolds(ctx, accountID)
+}
+
+// WaitSettled polls the sidecar's gateway_settlements_pending until it is
+// zero, for at most ten seconds. A sidecar that is not running has nothing
+// queued.
+func (s *Stack) WaitSettled() {
+	if s.Sidecar == nil || s.Sidecar.Exited() {
+		return
+	}
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := client.Get(s.ControlURL + "/metrics")
+		if err != nil {
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		pending := ""
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "gateway_settlements_pending "); ok {
+				pending = v
+			}
+		}
+		if pending == "" || pending == "0" {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+	if s.T != nil {
+		s.T.Logf("the sidecar still had settlements queued after 10s")
 	}
 }
 

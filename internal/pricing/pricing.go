@@ -1,89 +1,179 @@
-// Package pricing turns token counts into money. Prices are kept as integer
-// nano-USD per million tokens, so that every cost is exact integer arithmetic
+// Package pricing turns usage into money. Prices come from the catalogue (see
+// LoadCatalogue) with the operator's overrides, and are kept as integer
+// nano-USD per million units, so that every cost is exact integer arithmetic
 // and sums of costs never drift.
+//
+// Rounding: a request's cost is the sum over its usage kinds of quantity ×
+// unit price, computed exactly, then rounded up once to a whole nano-USD.
 package pricing
 
 import (
+	"fmt"
 	"math"
+	"math/big"
+	"regexp"
+	"slices"
 	"sort"
-	"strings"
+	"sync/atomic"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // NanoPerUSD is the number of nano-USD in one USD.
 const NanoPerUSD = 1_000_000_000
 
-// Price is one model's price, in nano-USD per million tokens.
-type Price struct {
-	Model      string // canonical name from the table
-	Input      int64
-	Output     int64
-	CacheWrite int64
-	CacheRead  int64
-	MaxOutput  int64 // tokens
+// Rates are unit prices, one per usage kind, in nano-USD per million units
+// (tokens, or searches for WebSearches). They have the shape of a Usage so
+// that a price and the quantity it prices share one field name.
+type Rates usage.Usage
+
+// Of returns the rate of kind k.
+func (r Rates) Of(k usage.Kind) int64 { return k.Of(usage.Usage(r)) }
+
+// Model is one served model with all of its prices.
+type Model struct {
+	Name usage.PricedModel
+	// MaxOutput is the most output tokens the model can produce; 0 when the
+	// catalogue does not say.
+	MaxOutput int64
+	// Source is "catalogue", "override" (an operator price replaced at least
+	// one catalogue figure, or the model is the operator's own) or
+	// "fallback" (the upstream's price for unknown models).
+	Source string
+	// Aliases are the other names that resolve to this model.
+	Aliases []string
+	prices  map[PriceKey]int64
 }
 
-// Tokens are counts to be priced.
-type Tokens struct {
-	Input, Output, CacheWrite, CacheRead int64
-}
+// Fallback reports whether the model is the upstream's fallback price.
+func (m *Model) Fallback() bool { return m.Source == "fallback" }
 
-// Cost returns the cost of t in nano-USD, rounded up to a whole nano-USD.
-func (p Price) Cost(t Tokens) int64 {
-	sum := mulSat(t.Input, p.Input) + mulSat(t.Output, p.Output) +
-		mulSat(t.CacheWrite, p.CacheWrite) + mulSat(t.CacheRead, p.CacheRead)
-	if sum < 0 { // overflow of the sum
-		return math.MaxInt64 / 2
+// Thresholds returns the model's long-context thresholds, ascending.
+func (m *Model) Thresholds() []int64 {
+	var out []int64
+	for k := range m.prices {
+		if k.Above > 0 && !slices.Contains(out, k.Above) {
+			out = append(out, k.Above)
+		}
 	}
-	return (sum + 999_999) / 1_000_000
+	slices.Sort(out)
+	return out
+}
+
+// Tiers returns the service tiers that have prices of their own, sorted.
+func (m *Model) Tiers() []string {
+	var out []string
+	for k := range m.prices {
+		if k.Tier != "" && !slices.Contains(out, k.Tier) {
+			out = append(out, k.Tier)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// RatesFor returns the unit prices that apply to a request whose prompt is
+// prompt tokens, served at the given service tier: the prices of the highest
+// long-context threshold the prompt is above (the whole request at that
+// tier's prices, as the vendors bill), and of the tier when the catalogue
+// gives it. A kind without a price at that threshold and tier takes, in
+// order, the tier's price below any threshold, the threshold's standard price,
+// then the standard price. An unknown or unpriced tier is the standard tier.
+//
+// A kind the model has no price for at all is charged as the kind it is a
+// variant of (missingPrice), so that usage is never free by omission; web
+// searches without a listed fee cost nothing.
+func (m *Model) RatesFor(prompt int64, tier string) (r Rates, above int64) {
+	for _, t := range m.Thresholds() {
+		if prompt > t {
+			above = t
+		}
+	}
+	for _, k := range usage.Kinds {
+		if !k.Priced {
+			continue
+		}
+		for name := k.Name; name != ""; name = missingPrice[name] {
+			if p, ok := m.price(name, above, tier); ok {
+				k.Set((*usage.Usage)(&r), p)
+				break
+			}
+		}
+	}
+	return r, above
+}
+
+// missingPrice names the kind whose price a kind without one takes.
+var missingPrice = map[string]string{
+	"cache_write_1h": "cache_write_5m",
+	"cache_write_5m": "input",
+	"cache_read":     "input",
+	"audio_input":    "input",
+	"audio_output":   "output",
+}
+
+func (m *Model) price(kind string, above int64, tier string) (int64, bool) {
+	for _, key := range []PriceKey{{kind, above, tier}, {kind, 0, tier}, {kind, above, ""}, {kind, 0, ""}} {
+		if p, ok := m.prices[key]; ok {
+			return p, true
+		}
+	}
+	return 0, false
+}
+
+// Charge is the price of one reply: its cost and the unit prices used, so an
+// invoice line can be rebuilt from the ledger.
+type Charge struct {
+	Cost  int64 // nano-USD
+	Rates Rates
+	Above int64  // long-context threshold applied; 0 for none
+	Tier  string // service tier priced; "" for the standard tier
+}
+
+// Price returns the charge for u, served at the given service tier.
+func (m *Model) Price(u usage.Usage, tier string) Charge {
+	r, above := m.RatesFor(u.Prompt(), tier)
+	if !slices.Contains(m.Tiers(), tier) {
+		tier = ""
+	}
+	return Charge{Cost: Cost(u, r), Rates: r, Above: above, Tier: tier}
+}
+
+// Cost returns Σ quantity × rate over the priced kinds, rounded up to a whole
+// nano-USD.
+func Cost(u usage.Usage, r Rates) int64 {
+	var sum, prod big.Int
+	for _, k := range usage.Kinds {
+		if !k.Priced {
+			continue
+		}
+		prod.Mul(big.NewInt(k.Of(u)), big.NewInt(r.Of(k)))
+		sum.Add(&sum, &prod)
+	}
+	sum.Add(&sum, big.NewInt(999_999))
+	sum.Quo(&sum, big.NewInt(1_000_000))
+	if !sum.IsInt64() || sum.Int64() > math.MaxInt64/4 {
+		return math.MaxInt64 / 4 // far beyond any balance; never wraps
+	}
+	return sum.Int64()
 }
 
 // Hold returns the worst-case cost of a request: every byte of the body
-// counted as one input token at the dearer of the input and cache-write price
-// (a token is never shorter than one byte), plus maxOutput tokens of output.
-func (p Price) Hold(bodyBytes, maxOutput int64) int64 {
-	in := max(p.Input, p.CacheWrite)
-	return Price{Input: in, Output: p.Output}.Cost(Tokens{Input: bodyBytes, Output: maxOutput})
-}
-
-func mulSat(a, b int64) int64 {
-	if a <= 0 || b <= 0 {
-		return 0
-	}
-	if a > math.MaxInt64/b {
-		return math.MaxInt64 / 8
-	}
-	return a * b
-}
-
-// Table looks up prices by model name: the exact name or an alias first, then
-// the longest configured name that prefixes the model (so that dated
-// snapshots such as "model-x-20250101" find "model-x").
-type Table struct {
-	exact    map[string]Price
-	prefixes []string // longest first
-}
-
-// NewTable builds a table from an upstream's configured models.
-func NewTable(models []config.Model) *Table {
-	t := &Table{exact: make(map[string]Price)}
-	for _, m := range models {
-		p := Price{
-			Model:      m.Name,
-			Input:      NanoUSD(m.Input),
-			Output:     NanoUSD(m.Output),
-			CacheWrite: NanoUSD(m.CacheWrite),
-			CacheRead:  NanoUSD(m.CacheRead),
-			MaxOutput:  m.MaxOutput,
-		}
-		for _, n := range append([]string{m.Name}, m.Aliases...) {
-			t.exact[n] = p
-			t.prefixes = append(t.prefixes, n)
+// counted as one input token at the dearest input-side price of any tier or
+// prompt length (a token is never shorter than one byte), plus maxOutput
+// tokens at the dearest output-side price.
+func (m *Model) Hold(bodyBytes, maxOutput int64) int64 {
+	var in, out int64
+	for key, p := range m.prices {
+		switch key.Kind {
+		case "input", "cache_read", "cache_write_5m", "cache_write_1h", "audio_input":
+			in = max(in, p)
+		case "output", "audio_output":
+			out = max(out, p)
 		}
 	}
-	sort.Slice(t.prefixes, func(i, j int) bool { return len(t.prefixes[i]) > len(t.prefixes[j]) })
-	return t
+	return Cost(usage.Usage{Input: bodyBytes, Output: maxOutput}, Rates{Input: in, Output: out})
 }
 
 // NanoUSD converts an amount typed in USD (a config value, a flag) into
@@ -91,23 +181,202 @@ func NewTable(models []config.Model) *Table {
 // become nano-USD per million tokens the same way.
 func NanoUSD(usd float64) int64 { return int64(math.Round(usd * NanoPerUSD)) }
 
-// Lookup finds the price of a model.
-func (t *Table) Lookup(model string) (Price, bool) {
-	if p, ok := t.exact[model]; ok {
-		return p, true
-	}
-	for _, n := range t.prefixes {
-		if strings.HasPrefix(model, n) && len(model) > len(n) && isSuffixSep(model[len(n)]) {
-			return t.exact[n], true
-		}
-	}
-	return Price{}, false
-}
-
-// isSuffixSep keeps "gpt-4o" from pricing "gpt-4o-mini" by accident only when
-// the longer name is not itself listed: longest-first order handles that, and
-// requiring a separator stops "o3" from matching "o3x".
-func isSuffixSep(b byte) bool { return b == '-' || b == '@' || b == ':' || b == '.' }
-
 // USD converts nano-USD to USD for JSON output, rounded to 1e-9.
 func USD(nano int64) float64 { return float64(nano) / NanoPerUSD }
+
+// Table finds the price of a model on one upstream. Its contents can be
+// replaced while it is in use (Replace): a request keeps the *Model it looked
+// up, so it is priced from start to end by one version.
+type Table struct {
+	cur atomic.Pointer[tableData]
+}
+
+type tableData struct {
+	names    map[string]*Model // every name and alias
+	models   []*Model          // sorted by name
+	fallback *Model            // nil: unknown models are rejected
+}
+
+// Lookup finds a model by exact name, by alias, or as a dated snapshot of a
+// listed name (NAME-YYYYMMDD or NAME-YYYY-MM-DD). It never matches by prefix.
+// When none matches and the upstream has a fallback price, it returns that,
+// named after the requested model.
+func (t *Table) Lookup(name string) (*Model, bool) {
+	d := t.cur.Load()
+	if d == nil {
+		return nil, false
+	}
+	if m, ok := d.names[name]; ok {
+		return m, true
+	}
+	if base, ok := undated(name); ok {
+		if m, ok := d.names[base]; ok {
+			return m, true
+		}
+	}
+	if d.fallback != nil && name != "" {
+		fb := *d.fallback
+		fb.Name = usage.PricedModel(name)
+		return &fb, true
+	}
+	return nil, false
+}
+
+// Models returns the served models, sorted by name.
+func (t *Table) Models() []*Model {
+	if d := t.cur.Load(); d != nil {
+		return d.models
+	}
+	return nil
+}
+
+// FallbackPrice returns the upstream's price for unknown models, if any.
+func (t *Table) FallbackPrice() (*Model, bool) {
+	d := t.cur.Load()
+	if d == nil || d.fallback == nil {
+		return nil, false
+	}
+	return d.fallback, true
+}
+
+// Replace makes src's contents current; lookups already made are unaffected.
+func (t *Table) Replace(src *Table) { t.cur.Store(src.cur.Load()) }
+
+var snapshot = regexp.MustCompile(`^(.+)-(?:(\d{4})(\d{2})(\d{2})|(\d{4})-(\d{2})-(\d{2}))$`)
+
+// undated strips a dated-snapshot suffix with a plausible date.
+func undated(name string) (string, bool) {
+	m := snapshot.FindStringSubmatch(name)
+	if m == nil {
+		return "", false
+	}
+	mo, d := m[3]+m[6], m[4]+m[7]
+	if mo < "01" || mo > "12" || d < "01" || d > "31" {
+		return "", false
+	}
+	return m[1], true
+}
+
+// NewTable builds one upstream's table from the catalogue entries and the
+// upstream's models section. A dated catalogue entry whose prices equal those
+// of its undated name becomes an alias of it, so usage of a snapshot and of
+// its alias is counted as one model.
+func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) {
+	d := &tableData{names: map[string]*Model{}}
+	byName := map[string]*Model{}
+	for name, e := range cat {
+		if !slices.Contains(cfg.Providers, e.Provider) {
+			continue
+		}
+		byName[name] = &Model{Name: usage.PricedModel(name), MaxOutput: e.MaxOutput, Source: "catalogue", prices: e.Prices}
+	}
+	for name, o := range cfg.Overrides {
+		m := byName[name]
+		if m == nil {
+			if o.Input == nil || o.Output == nil || o.MaxOutput == 0 {
+				return nil, fmt.Errorf("models.overrides[%s]: not in the catalogue, so input, output and max_output are required", name)
+			}
+			m = &Model{Name: usage.PricedModel(name), prices: map[PriceKey]int64{}}
+			byName[name] = m
+		}
+		m.Source = "override"
+		m.prices = override(m.prices, o)
+		if o.MaxOutput > 0 {
+			m.MaxOutput = o.MaxOutput
+		}
+	}
+	// Fold dated entries into their undated name when they are the same model.
+	for name, m := range byName {
+		base, ok := undated(name)
+		if !ok {
+			continue
+		}
+		if b := byName[base]; b != nil && b.MaxOutput == m.MaxOutput && equalPrices(b.prices, m.prices) {
+			b.Aliases = append(b.Aliases, name)
+			delete(byName, name)
+		}
+	}
+	for name, m := range byName {
+		d.names[name] = m
+		for _, a := range m.Aliases {
+			d.names[a] = m
+		}
+		d.models = append(d.models, m)
+	}
+	for alias, target := range cfg.Aliases {
+		m := d.names[target]
+		if m == nil {
+			return nil, fmt.Errorf("models.aliases[%s]: %q is not a served model", alias, target)
+		}
+		if d.names[alias] != nil && d.names[alias] != m {
+			return nil, fmt.Errorf("models.aliases[%s]: already the name of %s", alias, d.names[alias].Name)
+		}
+		d.names[alias] = m
+		m.Aliases = append(m.Aliases, alias)
+	}
+	for _, m := range d.models {
+		sort.Strings(m.Aliases)
+	}
+	sort.Slice(d.models, func(i, j int) bool { return d.models[i].Name < d.models[j].Name })
+	if cfg.UnknownModel == config.UnknownFallback && cfg.Fallback != nil {
+		d.fallback = &Model{Source: "fallback", MaxOutput: cfg.Fallback.MaxOutput, prices: override(nil, *cfg.Fallback)}
+	}
+	t := &Table{}
+	t.cur.Store(d)
+	return t, nil
+}
+
+// override returns prices with the operator's figures replacing every price
+// of the kinds they set.
+func override(prices map[PriceKey]int64, o config.Price) map[PriceKey]int64 {
+	out := map[PriceKey]int64{}
+	set := o.Fields()
+	for k, v := range prices {
+		if _, ok := set[k.Kind]; !ok {
+			out[k] = v
+		}
+	}
+	for kind, usd := range set {
+		if kind == "web_searches" {
+			usd *= 1_000_000 // USD per search → per million searches
+		}
+		out[PriceKey{Kind: kind}] = NanoUSD(usd)
+	}
+	return out
+}
+
+func equalPrices(a, b map[PriceKey]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Book is the price tables of every upstream, by upstream name.
+type Book map[string]*Table
+
+// NewBook loads the catalogue named by cfg and builds every upstream's table.
+func NewBook(cfg *config.Config) (Book, error) {
+	var providers []string
+	for _, u := range cfg.Upstreams {
+		providers = append(providers, u.Models.Providers...)
+	}
+	cat, err := LoadCatalogue(cfg.Catalogue, providers)
+	if err != nil {
+		return nil, err
+	}
+	b := Book{}
+	for _, u := range cfg.Upstreams {
+		t, err := NewTable(cat, u.Models)
+		if err != nil {
+			return nil, fmt.Errorf("upstreams %s: %w", u.Name, err)
+		}
+		b[u.Name] = t
+	}
+	return b, nil
+}

@@ -1,94 +1,235 @@
 package pricing
 
 import (
-	"math"
+	"strings"
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
-func table() *Table {
-	return NewTable([]config.Model{
-		{Name: "gpt-4o", Input: 2.5, Output: 10, CacheRead: 1.25, MaxOutput: 16384},
-		{Name: "gpt-4o-mini", Input: 0.15, Output: 0.6, CacheRead: 0.075, MaxOutput: 16384},
-		{Name: "claude-sonnet-4-5", Aliases: []string{"sonnet"}, Input: 3, Output: 15, CacheWrite: 3.75, CacheRead: 0.3, MaxOutput: 64000},
-	})
+// The fixture's prices are made up; only their shape is the catalogue's.
+const fixture = "testdata/catalogue.json"
+
+func f(v float64) *float64 { return &v }
+
+func tables(t *testing.T, alpha, beta config.Models) (*Table, *Table) {
+	t.Helper()
+	cat, err := LoadCatalogue(fixture, []string{"anthropic", "openai"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewTable(cat, alpha)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewTable(cat, beta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b
 }
 
-func TestLookup(t *testing.T) {
-	tab := table()
-	for model, want := range map[string]string{
-		"gpt-4o":                     "gpt-4o",
-		"gpt-4o-2024-08-06":          "gpt-4o",
-		"gpt-4o-mini":                "gpt-4o-mini",
-		"gpt-4o-mini-2024-07-18":     "gpt-4o-mini",
-		"claude-sonnet-4-5-20250929": "claude-sonnet-4-5",
-		"sonnet":                     "claude-sonnet-4-5",
+func defaultTables(t *testing.T) (*Table, *Table) {
+	return tables(t,
+		config.Models{Providers: []string{"anthropic"}, Aliases: map[string]string{"claude": "fake-claude-1"}, UnknownModel: config.UnknownReject},
+		config.Models{Providers: []string{"openai"}, UnknownModel: config.UnknownReject})
+}
+
+func TestCatalogueReadsOnlyChatModelsOfTheProviders(t *testing.T) {
+	cat, err := LoadCatalogue(fixture, []string{"openai"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"fake-gpt-1", "fake-gpt-1-2025-02-03", "fake-gpt-nolimit"} {
+		if _, ok := cat[n]; !ok {
+			t.Errorf("%s missing", n)
+		}
+	}
+	for _, n := range []string{"fake-claude-1", "fake-gpt-responses", "fake-embedding", "openai/fake-container", "other/fake-model", "sample_spec"} {
+		if _, ok := cat[n]; ok {
+			t.Errorf("%s read; want it left out", n)
+		}
+	}
+	// Exact conversion: 2.5e-09 USD per token is 2,500,000 nano-USD per million.
+	if got := cat["fake-gpt-nolimit"].Prices[PriceKey{Kind: "input"}]; got != 2_500_000 {
+		t.Errorf("fake-gpt-nolimit input = %d nano-USD/M; want 2500000", got)
+	}
+	if cat["fake-gpt-nolimit"].MaxOutput != 0 || cat["fake-gpt-1"].MaxOutput != 100000 {
+		t.Errorf("max output: %d, %d", cat["fake-gpt-nolimit"].MaxOutput, cat["fake-gpt-1"].MaxOutput)
+	}
+}
+
+func TestCatalogueIsStrict(t *testing.T) {
+	for _, tc := range []struct{ name, json, want string }{
+		{"string price", `{"m1": {"litellm_provider": "openai", "mode": "chat", "max_output_tokens": 10, "input_cost_per_token": "1", "output_cost_per_token": 1e-6}}`, `model "m1": input_cost_per_token`},
+		{"negative price", `{"m2": {"litellm_provider": "openai", "mode": "chat", "max_output_tokens": 10, "input_cost_per_token": 1e-6, "output_cost_per_token": -1e-6}}`, `model "m2": output_cost_per_token`},
+		{"sub-nano price", `{"m3": {"litellm_provider": "openai", "mode": "chat", "max_output_tokens": 10, "input_cost_per_token": 1e-6, "output_cost_per_token": 1e-6, "cache_read_input_token_cost": 1e-16}}`, `model "m3": cache_read_input_token_cost`},
+		{"bad max output", `{"m4": {"litellm_provider": "openai", "mode": "chat", "max_output_tokens": 1.5, "input_cost_per_token": 1e-6, "output_cost_per_token": 1e-6}}`, `model "m4": max_output_tokens`},
+		{"bad search fee", `{"m5": {"litellm_provider": "openai", "mode": "chat", "max_output_tokens": 1, "input_cost_per_token": 1e-6, "output_cost_per_token": 1e-6, "search_context_cost_per_query": 0.01}}`, `model "m5": search_context_cost_per_query`},
+		{"not json", `[1, 2]`, "not a catalogue"},
 	} {
-		p, ok := tab.Lookup(model)
-		if !ok || p.Model != want {
-			t.Errorf("Lookup(%q) = %q, %v; want %q", model, p.Model, ok, want)
-		}
-	}
-	for _, model := range []string{"", "gpt-4", "gpt-4ox", "claude", "unknown"} {
-		if p, ok := tab.Lookup(model); ok {
-			t.Errorf("Lookup(%q) = %q; want no price", model, p.Model)
+		_, err := ParseCatalogue([]byte(tc.json), []string{"openai"})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v; want it to contain %q", tc.name, err, tc.want)
 		}
 	}
 }
 
-func TestCostIsExact(t *testing.T) {
-	p, _ := table().Lookup("claude-sonnet-4-5")
-	// 1000 input at $3/M = $0.003; 500 output at $15/M = $0.0075;
-	// 2000 cache write at $3.75/M = $0.0075; 10000 cache read at $0.30/M = $0.003.
-	got := p.Cost(Tokens{Input: 1000, Output: 500, CacheWrite: 2000, CacheRead: 10000})
-	if want := int64(21_000_000); got != want {
-		t.Fatalf("Cost = %d nano-USD, want %d", got, want)
-	}
-	// A fraction of a nano-USD rounds up.
-	// 1 token at $0.0755/M is 75.5 nano-USD.
-	if got := (Price{CacheRead: 75_500_000}).Cost(Tokens{CacheRead: 1}); got != 76 {
-		t.Fatalf("Cost of one token = %d, want 76 (rounded up)", got)
-	}
-	if got := p.Cost(Tokens{}); got != 0 {
-		t.Fatalf("Cost of nothing = %d", got)
-	}
-}
-
-func TestHoldCoversAnyRealCost(t *testing.T) {
-	p, _ := table().Lookup("claude-sonnet-4-5")
-	body, maxOut := int64(4000), int64(1000)
-	hold := p.Hold(body, maxOut)
-	// Any split of at most body tokens of input (incl. cache) and at most
-	// maxOut output costs no more than the hold.
-	for _, tk := range []Tokens{
-		{Input: body, Output: maxOut},
-		{CacheWrite: body, Output: maxOut},
-		{Input: body / 2, CacheWrite: body / 2, Output: maxOut},
-		{CacheRead: body, Output: maxOut},
+func TestLookupNeverByPrefix(t *testing.T) {
+	a, b := defaultTables(t)
+	for name, want := range map[string]usage.PricedModel{
+		"fake-claude-1":            "fake-claude-1",
+		"fake-claude-1-20250101":   "fake-claude-1", // same prices: folded into its undated name
+		"fake-claude-1-20991231":   "fake-claude-1", // a snapshot the catalogue does not list yet
+		"fake-claude-1-2099-12-31": "fake-claude-1",
+		"claude":                   "fake-claude-1", // alias
+		"fake-claude-1-mini":       "fake-claude-1-mini",
 	} {
-		if c := p.Cost(tk); c > hold {
-			t.Errorf("Cost(%+v) = %d exceeds hold %d", tk, c, hold)
+		m, ok := a.Lookup(name)
+		if !ok || m.Name != want {
+			t.Errorf("alpha Lookup(%q) = %v, %v; want %q", name, m, ok, want)
+		}
+	}
+	for _, name := range []string{"", "fake-claude", "fake-claude-1-max", "fake-claude-1x", "fake-claude-1-20251301", "fake-claude-1-2025010", "fake-gpt-1", "claude-x"} {
+		if m, ok := a.Lookup(name); ok {
+			t.Errorf("alpha Lookup(%q) = %s; want unknown", name, m.Name)
+		}
+	}
+	// A dated entry with prices of its own stays its own model.
+	m, ok := b.Lookup("fake-gpt-1-2025-02-03")
+	if !ok || m.Name != "fake-gpt-1-2025-02-03" {
+		t.Errorf("beta dated entry = %v, %v", m, ok)
+	}
+	if m, ok := b.Lookup("fake-gpt-1-mini"); ok {
+		t.Errorf("beta Lookup(fake-gpt-1-mini) = %s; want unknown", m.Name)
+	}
+}
+
+func TestEveryDimensionIsPriced(t *testing.T) {
+	a, b := defaultTables(t)
+	claude, _ := a.Lookup("fake-claude-1")
+	gpt, _ := b.Lookup("fake-gpt-1")
+	for _, tc := range []struct {
+		name  string
+		m     *Model
+		u     usage.Usage
+		tier  string
+		want  int64 // nano-USD
+		above int64
+	}{
+		// 1000×1000 + 100×10000 + 2000×100 + 300×2000 + 400×3000 + 2 searches × 2e6, in nano-USD.
+		{"claude short", claude, usage.Usage{Input: 1000, Output: 100, CacheRead: 2000, CacheWrite5m: 300, CacheWrite1h: 400, WebSearches: 2, Reasoning: 50},
+			"", 1_000_000 + 1_000_000 + 200_000 + 600_000 + 1_200_000 + 4_000_000, 0},
+		// Prompt 200,001 tokens: every kind at the long-context price where it has one.
+		{"claude long context", claude, usage.Usage{Input: 100_001, CacheRead: 100_000, Output: 10},
+			"", 100_001*2000 + 100_000*200 + 10*20_000, 200_000},
+		// Exactly at the threshold is not above it.
+		{"claude at threshold", claude, usage.Usage{Input: 200_000}, "", 200_000 * 1000, 0},
+		{"gpt standard", gpt, usage.Usage{Input: 1000, Output: 100, CacheRead: 10, AudioInput: 7, AudioOutput: 3}, "default",
+			1000*2000 + 100*8000 + 10*500 + 7*40_000 + 3*80_000, 0},
+		{"gpt priority", gpt, usage.Usage{Input: 1000, Output: 100, CacheRead: 10}, "priority", 1000*4000 + 100*16_000 + 10*500, 0},
+		{"gpt flex", gpt, usage.Usage{Input: 1000, Output: 100}, "flex", 1000*1000 + 100*4000, 0},
+		{"gpt priority long", gpt, usage.Usage{Input: 300_000, Output: 1}, "priority", 300_000*6000 + 16_000, 272_000},
+		{"gpt standard long", gpt, usage.Usage{Input: 300_000, Output: 1}, "", 300_000*3000 + 8000, 272_000},
+		{"gpt unknown tier", gpt, usage.Usage{Input: 1000}, "scale", 1000 * 2000, 0},
+	} {
+		c := tc.m.Price(tc.u, tc.tier)
+		// Rates are per million; costs above are in nano-USD per token × tokens.
+		if c.Cost != tc.want || c.Above != tc.above {
+			t.Errorf("%s: cost %d above %d; want %d above %d", tc.name, c.Cost, c.Above, tc.want, tc.above)
 		}
 	}
 }
 
-func TestCostSaturates(t *testing.T) {
-	p, _ := table().Lookup("gpt-4o")
-	if c := p.Cost(Tokens{Input: math.MaxInt64, Output: math.MaxInt64}); c <= 0 {
-		t.Fatalf("overflowing cost = %d, want a large positive number", c)
+// A kind the catalogue gives no price for is charged as the kind it is a
+// variant of, never free.
+func TestMissingPricesAreNeverFree(t *testing.T) {
+	a, b := defaultTables(t)
+	mini, _ := a.Lookup("fake-claude-1-mini") // input and output prices only
+	r, _ := mini.RatesFor(0, "")
+	if r.CacheRead != 100_000_000 || r.CacheWrite5m != 100_000_000 || r.CacheWrite1h != 100_000_000 ||
+		r.AudioInput != 100_000_000 || r.AudioOutput != 500_000_000 || r.WebSearches != 0 {
+		t.Errorf("fake-claude-1-mini rates %+v", r)
+	}
+	// fake-gpt-1 lists no cache-write prices: they are the input price, at
+	// the tier served.
+	gpt, _ := b.Lookup("fake-gpt-1")
+	if r, _ := gpt.RatesFor(0, "priority"); r.CacheWrite5m != 4_000_000_000 || r.CacheRead != 500_000_000 {
+		t.Errorf("fake-gpt-1 priority rates %+v", r)
 	}
 }
 
-func TestNanoUSDRounds(t *testing.T) {
-	// 0.29 is not exact in binary: 0.29 × 1e9 = 289999999.99999994.
-	if got := NanoUSD(0.29); got != 290_000_000 {
-		t.Fatalf("NanoUSD(0.29) = %d, want 290000000", got)
+func TestCostRoundsUpOnce(t *testing.T) {
+	// 3 tokens at 2.5e-09 USD is 7.5 nano-USD: charged 8.
+	if got := Cost(usage.Usage{Input: 3}, Rates{Input: 2_500_000}); got != 8 {
+		t.Errorf("cost = %d; want 8", got)
 	}
-	// A nano-USD amount turned into dollars and back comes back whole.
-	for _, n := range []int64{1, 999, 123_456_789, 7_000_000_001} {
-		if got := NanoUSD(float64(n) / NanoPerUSD); got != n {
-			t.Fatalf("round trip of %d = %d", n, got)
-		}
+	// Two kinds of half a nano each sum to one, not two.
+	if got := Cost(usage.Usage{Input: 1, Output: 1}, Rates{Input: 500_000, Output: 500_000}); got != 1 {
+		t.Errorf("cost = %d; want 1", got)
+	}
+	if got := Cost(usage.Usage{Input: 1 << 62}, Rates{Input: 1 << 62}); got <= 0 {
+		t.Errorf("overflowing cost = %d; want a large positive figure", got)
+	}
+}
+
+func TestOverridesAliasesAndFallback(t *testing.T) {
+	a, b := tables(t,
+		config.Models{
+			Providers: []string{"anthropic"},
+			Overrides: map[string]config.Price{
+				"fake-claude-1": {Input: f(0.5), MaxOutput: 128000},
+				"house-model":   {Input: f(1), Output: f(2), WebSearch: f(0.01), MaxOutput: 1000},
+			},
+			UnknownModel: config.UnknownFallback,
+			Fallback:     &config.Price{Input: f(10), Output: f(20), MaxOutput: 4096},
+		},
+		config.Models{Providers: []string{"openai"}, UnknownModel: config.UnknownReject})
+	m, _ := a.Lookup("fake-claude-1")
+	if m.Source != "override" || m.MaxOutput != 128000 {
+		t.Errorf("override: %+v", m)
+	}
+	// The contract input price is flat: it replaces the long-context one too.
+	if c := m.Price(usage.Usage{Input: 300_000, Output: 1}, ""); c.Cost != 300_000*500+20_000 {
+		t.Errorf("overridden long-context cost = %d", c.Cost)
+	}
+	h, ok := a.Lookup("house-model")
+	if !ok || h.Price(usage.Usage{Input: 1, Output: 1, WebSearches: 1}, "").Cost != 1000+2000+10_000_000 {
+		t.Errorf("house model: %v %v", h, ok)
+	}
+	fb, ok := a.Lookup("someone-elses-model")
+	if !ok || !fb.Fallback() || fb.Name != "someone-elses-model" || fb.MaxOutput != 4096 || fb.Price(usage.Usage{Input: 1}, "").Cost != 10_000 {
+		t.Errorf("fallback: %+v %v", fb, ok)
+	}
+	if _, ok := b.Lookup("someone-elses-model"); ok {
+		t.Error("beta rejects unknown models")
+	}
+	cat, _ := LoadCatalogue(fixture, []string{"anthropic"})
+	if _, err := NewTable(cat, config.Models{Providers: []string{"anthropic"}, Aliases: map[string]string{"x": "nope"}}); err == nil || !strings.Contains(err.Error(), "aliases[x]") {
+		t.Errorf("alias to nothing: %v", err)
+	}
+	if _, err := NewTable(cat, config.Models{Providers: []string{"anthropic"}, Overrides: map[string]config.Price{"new": {Input: f(1)}}}); err == nil || !strings.Contains(err.Error(), "overrides[new]") {
+		t.Errorf("incomplete new model: %v", err)
+	}
+}
+
+func TestHoldCoversTheDearestPrice(t *testing.T) {
+	_, b := defaultTables(t)
+	m, _ := b.Lookup("fake-gpt-1")
+	// Dearest input-side price: audio input 4e-05; output side: audio output 8e-05.
+	if got, want := m.Hold(1000, 10), int64(1000*40_000+10*80_000); got != want {
+		t.Errorf("hold = %d; want %d", got, want)
+	}
+}
+
+func TestReplaceKeepsLookupsMade(t *testing.T) {
+	a, _ := defaultTables(t)
+	before, _ := a.Lookup("fake-claude-1")
+	cheaper, _ := tables(t, config.Models{Providers: []string{"anthropic"}, Overrides: map[string]config.Price{"fake-claude-1": {Input: f(0.1)}}}, config.Models{Providers: []string{"openai"}})
+	a.Replace(cheaper)
+	after, _ := a.Lookup("fake-claude-1")
+	if before.Price(usage.Usage{Input: 10}, "").Cost != 10_000 || after.Price(usage.Usage{Input: 10}, "").Cost != 1000 {
+		t.Errorf("before %d after %d", before.Price(usage.Usage{Input: 10}, "").Cost, after.Price(usage.Usage{Input: 10}, "").Cost)
 	}
 }

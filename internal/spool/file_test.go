@@ -2,6 +2,8 @@ package spool
 
 import (
 	"errors"
+	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,13 +12,17 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 func settlement(i int) store.Settlement {
 	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	return store.Settlement{
-		RequestID: "req_" + strconv.Itoa(i), AccountID: "acct1", KeyID: "key1", Model: "m",
-		Input: 10, Output: int64(i), CacheRead: 2, Cost: 1000 + int64(i), Estimated: i%2 == 0,
+		RequestID: "req_" + strconv.Itoa(i), AccountID: "acct1", KeyID: "key1",
+		Requested: "m-20250101", Priced: "m", Reported: "m-20250101",
+		Usage: usage.Usage{Input: 10, Output: int64(i), CacheRead: 2, CacheWrite1h: 5, AudioInput: 1, Reasoning: 1, WebSearches: 1},
+		Rates: usage.Usage{Input: 3000, Output: 15000}, ServiceTier: "priority", LongContext: 200_000, Fallback: i%3 == 0,
+		Cost: 1000 + int64(i), Estimated: i%2 == 0,
 		Status: 200, Endpoint: "primary", Stream: true, StartedAt: t0, EndedAt: t0.Add(time.Second),
 	}
 }
@@ -220,5 +226,18 @@ func TestJournalLocked(t *testing.T) {
 		t.Fatalf("open after close: %v", err)
 	} else {
 		j2.close()
+	}
+}
+
+// A record written by a version-1 sidecar is still read.
+func TestDecodeVersion1(t *testing.T) {
+	js := `{"v":1,"request_id":"r1","account_id":"a","key_id":"k","model":"m","input":1,"output":2,"cache_write":3,"cache_read":4,"cost":5,"estimated":false,"status":200,"endpoint":"primary","stream":false,"started_at":"2025-03-01T12:00:00Z","ended_at":"2025-03-01T12:00:01Z","spooled_at":"2025-03-01T12:00:01Z"}`
+	line := fmt.Appendf(nil, "%08x %s", crc32.Checksum([]byte(js), castagnoli), js)
+	st, err := decode(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Usage != (usage.Usage{Input: 1, Output: 2, CacheWrite5m: 3, CacheRead: 4}) || st.Requested != "m" || st.Cost != 5 {
+		t.Fatalf("%+v", st)
 	}
 }

@@ -9,27 +9,38 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // formatVersion is written in every record, so that a later format can
-// still read the records of an older sidecar.
-const formatVersion = 1
+// still read the records of an older sidecar. Version 1 had four token
+// fields; version 2 keeps usage by kind name.
+const formatVersion = 2
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // record is one spooled settlement as written to the file. It has its own
 // field names so that the file format does not follow changes to
-// store.Settlement by accident.
+// store.Settlement by accident; usage and rates are keyed by the usage kind
+// names, which are part of the ledger's format already.
 type record struct {
-	V          int       `json:"v"`
-	RequestID  string    `json:"request_id"`
-	AccountID  string    `json:"account_id"`
-	KeyID      string    `json:"key_id"`
-	Model      string    `json:"model"`
-	Input      int64     `json:"input"`
-	Output     int64     `json:"output"`
-	CacheWrite int64     `json:"cache_write"`
-	CacheRead  int64     `json:"cache_read"`
+	V           int              `json:"v"`
+	RequestID   string           `json:"request_id"`
+	AccountID   string           `json:"account_id"`
+	KeyID       string           `json:"key_id"`
+	Model       string           `json:"model"` // priced
+	Requested   string           `json:"model_requested,omitempty"`
+	Reported    string           `json:"model_reported,omitempty"`
+	Usage       map[string]int64 `json:"usage,omitempty"`
+	Rates       map[string]int64 `json:"rates,omitempty"`
+	ServiceTier string           `json:"service_tier,omitempty"`
+	LongContext int64            `json:"long_context,omitempty"`
+	Fallback    bool             `json:"fallback,omitempty"`
+	// Version 1's token fields.
+	Input      int64     `json:"input,omitempty"`
+	Output     int64     `json:"output,omitempty"`
+	CacheWrite int64     `json:"cache_write,omitempty"`
+	CacheRead  int64     `json:"cache_read,omitempty"`
 	Cost       int64     `json:"cost"`
 	Estimated  bool      `json:"estimated"`
 	Status     int       `json:"status"`
@@ -38,6 +49,28 @@ type record struct {
 	StartedAt  time.Time `json:"started_at"`
 	EndedAt    time.Time `json:"ended_at"`
 	SpooledAt  time.Time `json:"spooled_at"`
+}
+
+func byKind(u usage.Usage) map[string]int64 {
+	m := map[string]int64{}
+	for _, k := range usage.Kinds {
+		if n := k.Of(u); n != 0 {
+			m[k.Name] = n
+		}
+	}
+	return m
+}
+
+func fromKinds(m map[string]int64) (usage.Usage, error) {
+	var u usage.Usage
+	for name, n := range m {
+		k, ok := usage.KindNamed(name)
+		if !ok {
+			return u, fmt.Errorf("unknown usage kind %q", name)
+		}
+		k.Set(&u, n)
+	}
+	return u, nil
 }
 
 // encode returns the settlement as one line of the spool file:
@@ -50,8 +83,9 @@ type record struct {
 func encode(st store.Settlement, now time.Time) ([]byte, error) {
 	js, err := json.Marshal(record{
 		V: formatVersion, RequestID: st.RequestID, AccountID: st.AccountID, KeyID: st.KeyID,
-		Model: st.Model, Input: st.Input, Output: st.Output, CacheWrite: st.CacheWrite,
-		CacheRead: st.CacheRead, Cost: st.Cost, Estimated: st.Estimated, Status: st.Status,
+		Model: string(st.Priced), Requested: string(st.Requested), Reported: string(st.Reported),
+		Usage: byKind(st.Usage), Rates: byKind(st.Rates), ServiceTier: st.ServiceTier,
+		LongContext: st.LongContext, Fallback: st.Fallback, Cost: st.Cost, Estimated: st.Estimated, Status: st.Status,
 		Endpoint: st.Endpoint, Stream: st.Stream, StartedAt: st.StartedAt, EndedAt: st.EndedAt,
 		SpooledAt: now.UTC(),
 	})
@@ -81,13 +115,26 @@ func decode(line []byte) (store.Settlement, error) {
 	if err := json.Unmarshal(js, &r); err != nil {
 		return store.Settlement{}, fmt.Errorf("bad record: %w", err)
 	}
-	if r.V != formatVersion {
-		return store.Settlement{}, fmt.Errorf("unknown record version %d", r.V)
-	}
-	return store.Settlement{
-		RequestID: r.RequestID, AccountID: r.AccountID, KeyID: r.KeyID, Model: r.Model,
-		Input: r.Input, Output: r.Output, CacheWrite: r.CacheWrite, CacheRead: r.CacheRead,
+	st := store.Settlement{
+		RequestID: r.RequestID, AccountID: r.AccountID, KeyID: r.KeyID,
+		Priced: usage.PricedModel(r.Model), Requested: usage.RequestedModel(r.Requested), Reported: usage.ReportedModel(r.Reported),
+		ServiceTier: r.ServiceTier, LongContext: r.LongContext, Fallback: r.Fallback,
 		Cost: r.Cost, Estimated: r.Estimated, Status: r.Status, Endpoint: r.Endpoint, Stream: r.Stream,
 		StartedAt: r.StartedAt, EndedAt: r.EndedAt,
-	}, nil
+	}
+	switch r.V {
+	case 1:
+		st.Requested = usage.RequestedModel(r.Model)
+		st.Usage = usage.Usage{Input: r.Input, Output: r.Output, CacheWrite5m: r.CacheWrite, CacheRead: r.CacheRead}
+	case formatVersion:
+		if st.Usage, err = fromKinds(r.Usage); err != nil {
+			return store.Settlement{}, fmt.Errorf("bad record: %w", err)
+		}
+		if st.Rates, err = fromKinds(r.Rates); err != nil {
+			return store.Settlement{}, fmt.Errorf("bad record: %w", err)
+		}
+	default:
+		return store.Settlement{}, fmt.Errorf("unknown record version %d", r.V)
+	}
+	return st, nil
 }

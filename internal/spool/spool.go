@@ -46,8 +46,12 @@ type Options struct {
 	// AttemptTimeout bounds one replayed settlement; default 5s.
 	AttemptTimeout time.Duration
 	Registerer     prometheus.Registerer
-	Logger         *slog.Logger
-	Now            func() time.Time
+	// OnStoreError is called when the store failed a settlement that the
+	// spool then took: the settlement is safe, but the store is not, and
+	// store error counts must say so.
+	OnStoreError func()
+	Logger       *slog.Logger
+	Now          func() time.Time
 }
 
 // Spool passes admissions to the store and settles through it, spooling
@@ -57,6 +61,7 @@ type Spool struct {
 	file    *journal // nil: no spool directory, failures are not kept
 	metrics *metrics
 	log     *slog.Logger
+	onErr   func()
 
 	minBackoff, maxBackoff, attemptTimeout time.Duration
 
@@ -92,7 +97,7 @@ func Open(dir string, st Store, o Options) (*Spool, error) {
 		o.Now = time.Now
 	}
 	l := &Spool{
-		store: st, log: o.Logger,
+		store: st, log: o.Logger, onErr: o.OnStoreError,
 		minBackoff: o.MinBackoff, maxBackoff: o.MaxBackoff, attemptTimeout: o.AttemptTimeout,
 		wake: make(chan struct{}, 1), up: make(chan struct{}, 1), done: make(chan struct{}),
 	}
@@ -169,6 +174,55 @@ func (l *Spool) Settle(ctx context.Context, st store.Settlement) (bool, error) {
 	if err == nil || permanent(err) || l.file == nil {
 		return applied, err
 	}
+	return l.spool(st, err)
+}
+
+// batchStore is a Store that can settle many requests in one round trip.
+type batchStore interface {
+	SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult
+}
+
+// SettleBatch settles many requests as Settle would each, in one round trip
+// when the store can batch: whatever the store cannot take is spooled.
+func (l *Spool) SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult {
+	res := make([]store.SettleResult, len(sts))
+	bs, ok := l.store.(batchStore)
+	if !ok {
+		for i, st := range sts {
+			res[i].Applied, res[i].Err = l.Settle(ctx, st)
+		}
+		return res
+	}
+	valid := make([]store.Settlement, 0, len(sts))
+	idx := make([]int, 0, len(sts))
+	for i, st := range sts {
+		if err := check(st); err != nil {
+			res[i].Err = err
+			continue
+		}
+		valid = append(valid, st)
+		idx = append(idx, i)
+	}
+	answered := false
+	for j, r := range bs.SettleBatch(ctx, valid) {
+		i := idx[j]
+		if r.Err == nil {
+			answered = true
+		}
+		if r.Err == nil || permanent(r.Err) || l.file == nil {
+			res[i] = r
+			continue
+		}
+		res[i].Applied, res[i].Err = l.spool(valid[j], r.Err)
+	}
+	if answered {
+		l.answered()
+	}
+	return res
+}
+
+// spool appends a settlement the store could not take (err) to the spool.
+func (l *Spool) spool(st store.Settlement, err error) (bool, error) {
 	depth, serr := l.file.append(st)
 	if serr != nil {
 		reason := "write"
@@ -179,6 +233,9 @@ func (l *Spool) Settle(ctx context.Context, st store.Settlement) (bool, error) {
 		return false, fmt.Errorf("%w; and spooling it failed: %w", err, serr)
 	}
 	l.metrics.spooled.Inc()
+	if l.onErr != nil {
+		l.onErr()
+	}
 	l.log.Warn("settlement spooled: the store is unreachable",
 		"request_id", st.RequestID, "account", st.AccountID, "depth", depth, "err", err)
 	signal(l.wake)
@@ -191,7 +248,7 @@ func check(st store.Settlement) error {
 	if st.RequestID == "" || st.AccountID == "" {
 		return errors.New("spool: settle: empty request or account id")
 	}
-	if st.Cost < 0 || st.Input < 0 || st.Output < 0 || st.CacheWrite < 0 || st.CacheRead < 0 {
+	if st.Cost < 0 || !st.Usage.Valid() || !st.Rates.Valid() {
 		return fmt.Errorf("spool: settle %s: negative cost or token count", st.RequestID)
 	}
 	return nil

@@ -3,6 +3,7 @@ package spool
 import (
 	"context"
 	"errors"
+	"github.com/modelgateway/gateway/internal/usage"
 	"io"
 	"log/slog"
 	"os"
@@ -115,8 +116,8 @@ func (e *env) admit(l *Spool, id string, cost int64) store.Settlement {
 	if err != nil || d.Outcome != store.Admitted {
 		e.t.Fatalf("admit %s: %+v %v", id, d, err)
 	}
-	return store.Settlement{RequestID: id, AccountID: e.acct, KeyID: e.key, Model: "m",
-		Input: 3, Output: 4, Cost: cost, Status: 200, Stream: true, StartedAt: e.clock(), EndedAt: e.clock()}
+	return store.Settlement{RequestID: id, AccountID: e.acct, KeyID: e.key, Priced: "m",
+		Usage: usage.Usage{Input: 3, Output: 4}, Cost: cost, Status: 200, Stream: true, StartedAt: e.clock(), EndedAt: e.clock()}
 }
 
 // check asserts the account's balance, ledger and open holds.
@@ -177,12 +178,16 @@ func counter(t *testing.T, c prometheus.Metric) float64 {
 // is applied, once, when the store is back.
 func TestSettleSpoolsAndReplays(t *testing.T) {
 	e := newEnv(t)
-	l, _ := e.open(Options{})
+	storeErrors := 0
+	l, _ := e.open(Options{OnStoreError: func() { storeErrors++ }})
 	st := e.admit(l, "req_1", 4_000)
 	e.store.down.Store(true)
 	applied, err := l.Settle(context.Background(), st)
 	if err != nil || !applied {
 		t.Fatalf("settle while down: %v %v; want spooled", applied, err)
+	}
+	if storeErrors != 1 {
+		t.Fatalf("a spooled settlement counted %d store errors, want 1", storeErrors)
 	}
 	if l.Depth() != 1 || counter(t, l.metrics.spooled) != 1 || counter(t, l.metrics.depth) != 1 {
 		t.Fatalf("depth %d", l.Depth())
@@ -345,7 +350,9 @@ func TestPermanentErrorsAreNotSpooled(t *testing.T) {
 // A full spool refuses the settlement and says so.
 func TestFullSpool(t *testing.T) {
 	e := newEnv(t)
-	line, _ := encode(settlement(1), time.Now())
+	// The size of one of e.admit's settlements.
+	line, _ := encode(store.Settlement{RequestID: "req_1", AccountID: e.acct, KeyID: e.key, Priced: "m",
+		Usage: usage.Usage{Input: 3, Output: 4}, Cost: 1_000, Status: 200, Stream: true, StartedAt: e.clock(), EndedAt: e.clock()}, time.Now())
 	l, _ := e.open(Options{MaxBytes: int64(len(line) * 3 / 2)})
 	a, b := e.admit(l, "req_1", 1_000), e.admit(l, "req_2", 1_000)
 	e.store.down.Store(true)
@@ -425,4 +432,47 @@ func TestLiveCallEndsBackoff(t *testing.T) {
 	e.admit(l, "req_2", 0)
 	waitEmpty(t, l)
 	e.check(3_000, 1, 1)
+}
+
+// A batch settles in one go while the store is up; while it is down every
+// settlement of the batch is spooled and later applied once, and one the
+// store refuses for good (an unknown account) is returned, not spooled.
+func TestSettleBatch(t *testing.T) {
+	e := newEnv(t)
+	l, _ := e.open(Options{AttemptTimeout: time.Second})
+	var up, down []store.Settlement
+	for _, id := range []string{"req_1", "req_2"} {
+		up = append(up, e.admit(l, id, 1_000))
+	}
+	for _, id := range []string{"req_3", "req_4", "req_5"} {
+		down = append(down, e.admit(l, id, 2_000))
+	}
+	unknown := up[0]
+	unknown.RequestID, unknown.AccountID = "req_x", "acct_0000000000000000"
+	res := l.SettleBatch(context.Background(), append(up, unknown))
+	for i, r := range res[:2] {
+		if r.Err != nil || !r.Applied {
+			t.Fatalf("settle %d while up: %+v", i, r)
+		}
+	}
+	if !errors.Is(res[2].Err, store.ErrNotFound) {
+		t.Fatalf("unknown account: %+v", res[2])
+	}
+	if l.Depth() != 0 {
+		t.Fatalf("depth %d while up", l.Depth())
+	}
+	e.mr.Close()
+	for i, r := range l.SettleBatch(context.Background(), down) {
+		if r.Err != nil || !r.Applied {
+			t.Fatalf("settle %d while down: %+v; want spooled", i, r)
+		}
+	}
+	if l.Depth() != 3 {
+		t.Fatalf("depth %d, want 3", l.Depth())
+	}
+	if err := e.mr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitEmpty(t, l)
+	e.check(2*1_000+3*2_000, 5, 0)
 }

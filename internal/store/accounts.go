@@ -69,7 +69,7 @@ func (s *Store) CreateAccount(ctx context.Context, name string, balance int64, l
 	return a, nil
 }
 
-var accountFields = []string{"name", "created", "daily", "rpm", "window"}
+var accountFields = []string{"name", "created", "daily", "rpm", "window", "suspended"}
 
 // decodeAccount builds an Account from HMGET accountFields; ok is false when
 // the account does not exist.
@@ -86,6 +86,7 @@ func decodeAccount(id string, v []any) (a Account, ok bool) {
 			RPM:           parseInt(str(v[3])),
 			WindowMinutes: parseInt(str(v[4])),
 		},
+		Suspended: str(v[5]) == "1",
 	}, true
 }
 
@@ -147,6 +148,26 @@ func (s *Store) SetLimits(ctx context.Context, id string, limits Limits) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("store: set limits %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// SetSuspended suspends or resumes the account. Its keys see the change
+// within the key cache's TTL, since a key lookup reads the account's state.
+func (s *Store) SetSuspended(ctx context.Context, id string, suspended bool) error {
+	if !validID(id) {
+		return fmt.Errorf("store: suspend %q: %w", id, ErrNotFound)
+	}
+	v := "0"
+	if suspended {
+		v = "1"
+	}
+	n, err := hsetxScript.Run(ctx, s.rdb, []string{acctKey(id, "acct")}, "suspended", v).Int64()
+	if err != nil {
+		return fmt.Errorf("store: suspend %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("store: suspend %s: %w", id, ErrNotFound)
 	}
 	return nil
 }

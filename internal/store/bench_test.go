@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"github.com/modelgateway/gateway/internal/usage"
 	"strconv"
 	"testing"
 
@@ -72,9 +73,9 @@ func BenchmarkSettle(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				ok, err := s.Settle(ctx, Settlement{
-					RequestID: strconv.Itoa(i), AccountID: acct, KeyID: "key_1", Model: "claude-sonnet",
-					Input: 1000, Output: 500, CacheRead: 200, Cost: 900, Status: 200, Endpoint: "primary",
+				ok, err := s.Settle(ctx, Settlement{Usage: usage.Usage{Input: 1000, Output: 500, CacheRead: 200},
+					RequestID: strconv.Itoa(i), AccountID: acct, KeyID: "key_1", Priced: "claude-sonnet",
+					Cost: 900, Status: 200, Endpoint: "primary",
 					StartedAt: start, EndedAt: start,
 				})
 				if err != nil || !ok {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // Holds live as long as their request. Admission records each hold with a
@@ -30,7 +32,7 @@ const holdIndexKey = "gw:holdaccts"
 // sidecar died: who made it, with which model, when. Stored with the hold.
 type admissionRecord struct {
 	KeyID   string `json:"k"`
-	Model   string `json:"m"`
+	Model   string `json:"m"` // the priced model
 	Started int64  `json:"s"` // unix ms
 	Stream  bool   `json:"st,omitempty"`
 }
@@ -38,13 +40,66 @@ type admissionRecord struct {
 // Checkpoint is the best-known outcome of a running request, written by the
 // renewer so that a request interrupted by a crash is settled at it.
 type Checkpoint struct {
-	Status     int    `json:"st,omitempty"` // vendor status, 0 before its headers
-	Endpoint   string `json:"ep,omitempty"`
-	Input      int64  `json:"i,omitempty"`
-	Output     int64  `json:"o,omitempty"`
-	CacheWrite int64  `json:"cw,omitempty"`
-	CacheRead  int64  `json:"cr,omitempty"`
-	Cost       int64  `json:"c,omitempty"` // nano-USD, priced by the sidecar
+	Status      int                  `json:"st,omitempty"` // the status the client sees, 0 before the reply started
+	Endpoint    string               `json:"ep,omitempty"`
+	Requested   usage.RequestedModel `json:"rq,omitempty"`
+	Priced      usage.PricedModel    `json:"pm,omitempty"`
+	Reported    usage.ReportedModel  `json:"rm,omitempty"`
+	Usage       usage.Usage          `json:"-"` // as "u", by kind name, zeros left out
+	Rates       usage.Usage          `json:"-"` // as "r", likewise
+	ServiceTier string               `json:"tier,omitempty"`
+	LongContext int64                `json:"lc,omitempty"`
+	Fallback    bool                 `json:"fb,omitempty"`
+	Cost        int64                `json:"c,omitempty"` // nano-USD, priced by the sidecar
+}
+
+// checkpointJSON is a Checkpoint as stored: usage by kind name with zeros
+// left out, since a checkpoint lives in Redis for every running request.
+type checkpointJSON struct {
+	checkpointFields
+	U map[string]int64 `json:"u,omitempty"`
+	R map[string]int64 `json:"r,omitempty"`
+}
+
+type checkpointFields Checkpoint
+
+func sparse(u usage.Usage) map[string]int64 {
+	var m map[string]int64
+	for _, k := range usage.Kinds {
+		if v := k.Of(u); v != 0 {
+			if m == nil {
+				m = map[string]int64{}
+			}
+			m[k.Name] = v
+		}
+	}
+	return m
+}
+
+func dense(m map[string]int64) usage.Usage {
+	var u usage.Usage
+	for name, v := range m {
+		if k, ok := usage.KindNamed(name); ok {
+			k.Set(&u, v)
+		}
+	}
+	return u
+}
+
+// MarshalJSON writes the checkpoint compactly.
+func (c Checkpoint) MarshalJSON() ([]byte, error) {
+	return json.Marshal(checkpointJSON{checkpointFields: checkpointFields(c), U: sparse(c.Usage), R: sparse(c.Rates)})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (c *Checkpoint) UnmarshalJSON(b []byte) error {
+	var w checkpointJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*c = Checkpoint(w.checkpointFields)
+	c.Usage, c.Rates = dense(w.U), dense(w.R)
+	return nil
 }
 
 // Renewal extends one running request's hold.
@@ -224,19 +279,31 @@ func interruptedSettlement(accountID, reqID, rec, ckpt string, now time.Time) Se
 		RequestID:   reqID,
 		AccountID:   accountID,
 		KeyID:       r.KeyID,
-		Model:       r.Model,
+		Requested:   usage.RequestedModel(r.Model),
+		Priced:      usage.PricedModel(r.Model),
 		Stream:      r.Stream,
 		StartedAt:   time.UnixMilli(r.Started).UTC(),
 		EndedAt:     now,
 		Status:      c.Status,
 		Endpoint:    c.Endpoint,
-		Input:       max(c.Input, 0),
-		Output:      max(c.Output, 0),
-		CacheWrite:  max(c.CacheWrite, 0),
-		CacheRead:   max(c.CacheRead, 0),
+		Reported:    c.Reported,
+		Usage:       c.Usage,
+		Rates:       c.Rates,
+		ServiceTier: c.ServiceTier,
+		LongContext: c.LongContext,
+		Fallback:    c.Fallback,
 		Cost:        max(c.Cost, 0),
 		Estimated:   true,
 		Interrupted: true,
+	}
+	if c.Requested != "" {
+		st.Requested = c.Requested
+	}
+	if c.Priced != "" {
+		st.Priced = c.Priced
+	}
+	if !st.Usage.Valid() || !st.Rates.Valid() {
+		st.Usage, st.Rates, st.Cost = usage.Usage{}, usage.Usage{}, 0
 	}
 	if r.Started == 0 {
 		st.StartedAt = time.Time{}

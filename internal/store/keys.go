@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -136,14 +137,22 @@ func (s *Store) LookupKey(ctx context.Context, hash [32]byte) (Key, error) {
 	if !validID(keyID) || !validID(accountID) {
 		return Key{}, fmt.Errorf("store: lookup key: %w", ErrNotFound)
 	}
-	m, err := s.rdb.HGetAll(ctx, acctKey(accountID, "key:"+keyID)).Result()
-	if err != nil {
+	// The key and its account share a slot: one round trip for both.
+	var meta *redis.MapStringStringCmd
+	var suspended *redis.StringCmd
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		meta = p.HGetAll(ctx, acctKey(accountID, "key:"+keyID))
+		suspended = p.HGet(ctx, acctKey(accountID, "acct"), "suspended")
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return Key{}, fmt.Errorf("store: lookup key %s: %w", keyID, err)
 	}
-	k, ok := decodeKey(keyID, m)
+	k, ok := decodeKey(keyID, meta.Val())
 	if !ok {
 		return Key{}, fmt.Errorf("store: lookup key %s: %w", keyID, ErrNotFound)
 	}
+	k.AccountSuspended = suspended.Val() == "1"
 	return k, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/redistest"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // Redis memory per request and per account-day, measured with MEMORY USAGE
@@ -28,7 +29,7 @@ func TestMemoryPerRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	usage := func(key string) int64 {
+	mem := func(key string) int64 {
 		n, err := rdb.MemoryUsage(ctx, key, 0).Result()
 		if err != nil && err != redis.Nil {
 			t.Fatal(err)
@@ -45,26 +46,26 @@ func TestMemoryPerRequest(t *testing.T) {
 		if err != nil || d.Outcome != Admitted {
 			t.Fatal(d, err)
 		}
-		renewals = append(renewals, Renewal{AccountID: a.ID, RequestID: ids[i], Checkpoint: &Checkpoint{Status: 200, Endpoint: "primary", Input: 1200, Output: 350, Cost: 8_850_000}})
+		renewals = append(renewals, Renewal{AccountID: a.ID, RequestID: ids[i], Checkpoint: &Checkpoint{Status: 200, Endpoint: "primary", Priced: "claude-sonnet-4-5-20250929", Usage: usage.Usage{Input: 1200, Output: 350}, Cost: 8_850_000}})
 	}
 	if _, err := s.RenewHolds(ctx, renewals); err != nil {
 		t.Fatal(err)
 	}
-	open := usage(acctKey(a.ID, "holds")) + usage(acctKey(a.ID, "holdexp")) + usage(acctKey(a.ID, "holdrec")) + usage(acctKey(a.ID, "holdckpt"))
+	open := mem(acctKey(a.ID, "holds")) + mem(acctKey(a.ID, "holdexp")) + mem(acctKey(a.ID, "holdrec")) + mem(acctKey(a.ID, "holdckpt"))
 	// Settle them all.
 	for _, id := range ids {
-		st := Settlement{RequestID: id, AccountID: a.ID, KeyID: "key_0123456789abcdef", Model: "claude-sonnet-4-5-20250929",
-			Input: 1200, Output: 350, CacheRead: 20000, Cost: 8_850_000, Status: 200, Endpoint: "primary", Stream: true,
+		st := Settlement{RequestID: id, AccountID: a.ID, KeyID: "key_0123456789abcdef", Priced: "claude-sonnet-4-5-20250929",
+			Usage: usage.Usage{Input: 1200, Output: 350, CacheRead: 20000}, Cost: 8_850_000, Status: 200, Endpoint: "primary", Stream: true,
 			StartedAt: time.Now().Add(-3 * time.Second), EndedAt: time.Now()}
 		if _, err := s.Settle(ctx, st); err != nil {
 			t.Fatal(err)
 		}
 	}
-	marker := usage(acctKey(a.ID, "settled:"+ids[0]))
-	ledger := usage(acctKey(a.ID, "ledger"))
+	marker := mem(acctKey(a.ID, "settled:"+ids[0]))
+	ledger := mem(acctKey(a.ID, "ledger"))
 	now := time.Now().UTC()
-	day := usage(acctKey(a.ID, "day:"+dayStamp(now))) + usage(acctKey(a.ID, "u:d:"+dayStamp(now)))
-	left := usage(acctKey(a.ID, "holds")) + usage(acctKey(a.ID, "holdexp")) + usage(acctKey(a.ID, "holdrec")) + usage(acctKey(a.ID, "holdckpt"))
+	day := mem(acctKey(a.ID, "day:"+dayStamp(now))) + mem(acctKey(a.ID, "u:d:"+dayStamp(now)))
+	left := mem(acctKey(a.ID, "holds")) + mem(acctKey(a.ID, "holdexp")) + mem(acctKey(a.ID, "holdrec")) + mem(acctKey(a.ID, "holdckpt"))
 	t.Logf("per open request: %d bytes (hold, expiry, admission record, checkpoint)", open/n)
 	t.Logf("per settled request: idempotency marker %d bytes (kept %v), ledger entry %d bytes (kept until exported and past the retention)",
 		marker, defaultSettledTTL, ledger/n)

@@ -7,18 +7,20 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // Admit decides whether a request may start and, when it may, holds its
 // worst-case cost against the account's balance until it settles or the hold
-// expires. Checks run in order: expired holds are released, then the rate
-// limit, the daily limit and the balance are checked. A rejected request
-// leaves no trace. One round trip.
+// lease runs out (the sweeper then settles it as interrupted). Checks run in
+// order: the rate limit, the daily limit and the balance. The admission
+// record (what the sweeper settles with) is kept with the hold. One round
+// trip: the sweeper's index entry rides in the same pipeline.
 func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	if a.RequestID == "" {
 		return Decision{}, errors.New("store: admit: empty request id")
@@ -105,76 +107,165 @@ func nextMidnight(t time.Time) time.Time {
 // Usage counts towards the UTC day and month of the store's clock. One round
 // trip.
 func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err error) {
-	if st.RequestID == "" {
-		return false, errors.New("store: settle: empty request id")
+	if err := checkSettlement(st); err != nil {
+		return false, err
 	}
-	if st.Cost < 0 || st.Input < 0 || st.Output < 0 || st.CacheWrite < 0 || st.CacheRead < 0 {
-		return false, fmt.Errorf("store: settle %s: negative cost or token count", st.RequestID)
+	group := []Settlement{st}
+	keys, args := s.settleCall(group)
+	r, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	res := settleReplies(group, r, err)
+	return res[0].Applied, res[0].Err
+}
+
+// SettleResult is the outcome of one settlement of a batch.
+type SettleResult struct {
+	Applied bool
+	Err     error
+}
+
+// maxSettleGroup bounds the requests of one script call, so that one call
+// never holds Redis for long.
+const maxSettleGroup = 64
+
+// SettleBatch settles many requests, of any accounts, as Settle would each:
+// atomically and at most once. The requests of one account go to one script
+// call, which writes what adds up (balance, usage counters, last_used) once
+// for all of them; the calls go in one pipelined round trip (one per
+// Cluster node). Results are in the order of sts.
+func (s *Store) SettleBatch(ctx context.Context, sts []Settlement) []SettleResult {
+	res := make([]SettleResult, len(sts))
+	// Group by account, keeping each account's order.
+	var groups [][]int
+	byAccount := map[string]int{}
+	for i, st := range sts {
+		if err := checkSettlement(st); err != nil {
+			res[i].Err = err
+			continue
+		}
+		g, ok := byAccount[st.AccountID]
+		if !ok || len(groups[g]) == maxSettleGroup {
+			g = len(groups)
+			groups = append(groups, nil)
+			byAccount[st.AccountID] = g
+		}
+		groups[g] = append(groups[g], i)
+	}
+	if len(groups) == 0 {
+		return res
+	}
+	members := make([][]Settlement, len(groups))
+	cmds := make([]*redis.Cmd, len(groups))
+	pipe := s.rdb.Pipeline()
+	for g, idx := range groups {
+		for _, i := range idx {
+			members[g] = append(members[g], sts[i])
+		}
+		keys, args := s.settleCall(members[g])
+		cmds[g] = settleScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	pipe.Exec(ctx) // errors are read per command below
+	for g, c := range cmds {
+		var out []SettleResult
+		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// A server that lost its script cache (a restart, a failover):
+			// Run loads the script again.
+			keys, args := s.settleCall(members[g])
+			r, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+			out = settleReplies(members[g], r, err)
+		} else {
+			r, err := c.Int64Slice()
+			out = settleReplies(members[g], r, err)
+		}
+		for j, i := range groups[g] {
+			res[i] = out[j]
+		}
+	}
+	return res
+}
+
+// settleReplies reads the settlement script's reply for a group.
+func settleReplies(group []Settlement, r []int64, err error) []SettleResult {
+	res := make([]SettleResult, len(group))
+	for i, st := range group {
+		switch {
+		case err != nil:
+			res[i].Err = fmt.Errorf("store: settle %s: %w", st.RequestID, err)
+		case len(r) == 1 && r[0] == -1:
+			res[i].Err = fmt.Errorf("store: settle %s: account %s: %w", st.RequestID, st.AccountID, ErrNotFound)
+		case len(r) != len(group):
+			res[i].Err = fmt.Errorf("store: settle %s: unexpected reply %v", st.RequestID, r)
+		default:
+			res[i].Applied = r[i] == 1
+		}
+	}
+	return res
+}
+
+// checkSettlement refuses what the store would never apply.
+func checkSettlement(st Settlement) error {
+	if st.RequestID == "" {
+		return errors.New("store: settle: empty request id")
+	}
+	if st.Cost < 0 || !st.Usage.Valid() || !st.Rates.Valid() {
+		return fmt.Errorf("store: settle %s: negative cost or token count", st.RequestID)
 	}
 	if !validID(st.AccountID) {
-		return false, fmt.Errorf("store: settle %s: account %q: %w", st.RequestID, st.AccountID, ErrNotFound)
+		return fmt.Errorf("store: settle %s: account %q: %w", st.RequestID, st.AccountID, ErrNotFound)
 	}
+	return nil
+}
+
+// settleCall returns the settlement script's KEYS and ARGV for a group of
+// checked settlements of one account (see settle.lua).
+func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 	now := s.now()
-	id := st.AccountID
-	charged := st.Status >= 200 && st.Status < 300
-	cost := st.Cost
-	if !charged {
-		cost = 0
-	}
-	lastUsed := st.EndedAt
-	if lastUsed.IsZero() {
-		lastUsed = now
-	}
-	keys := []string{
+	id := group[0].AccountID
+	keys = []string{
 		acctKey(id, "acct"),
 		acctKey(id, "holds"),
 		acctKey(id, "holdexp"),
-		acctKey(id, "settled:"+st.RequestID),
 		acctKey(id, "day:"+dayStamp(now)),
 		acctKey(id, "u:d:"+dayStamp(now)),
 		acctKey(id, "u:m:"+monthStamp(now)),
 		acctKey(id, "u:t"),
 		acctKey(id, "ledger"),
-		acctKey(id, "key:"+st.KeyID),
 		acctKey(id, "holdrec"),
 		acctKey(id, "holdckpt"),
 	}
-	args := []any{
-		st.RequestID,
-		boolString(charged),
-		cost,
-		st.Input, st.Output, st.CacheWrite, st.CacheRead,
-		st.Model,
+	for _, st := range group {
+		keys = append(keys, acctKey(id, "settled:"+st.RequestID))
+	}
+	keyIndex := map[string]int{}
+	for _, st := range group {
+		if _, ok := keyIndex[st.KeyID]; !ok && st.KeyID != "" {
+			keyIndex[st.KeyID] = len(keyIndex) + 1
+			keys = append(keys, acctKey(id, "key:"+st.KeyID))
+		}
+	}
+	args = make([]any, 0, 6+len(group)*48)
+	args = append(args, len(group), len(keyIndex),
 		s.opts.SettledTTL.Milliseconds(),
-		int64(dayKeyTTL / time.Second),
-		int64(monthKeyTTL / time.Second),
+		int64(dayKeyTTL/time.Second),
+		int64(monthKeyTTL/time.Second),
 		0, // unused: the ledger is trimmed after export only
-		ms(lastUsed),
-		// The ledger entry.
-		"request_id", st.RequestID,
-		"key_id", st.KeyID,
-		"model", st.Model,
-		"input", st.Input,
-		"output", st.Output,
-		"cache_write", st.CacheWrite,
-		"cache_read", st.CacheRead,
-		"cost", cost,
-		"estimated", boolString(st.Estimated),
-		"status", st.Status,
-		"endpoint", st.Endpoint,
-		"stream", boolString(st.Stream),
-		"started", ms(st.StartedAt),
-		"ended", ms(st.EndedAt),
-		"interrupted", boolString(st.Interrupted),
+	)
+	for _, st := range group {
+		charged := st.Status >= 200 && st.Status < 300
+		cost := st.Cost
+		if !charged {
+			cost = 0
+		}
+		lastUsed := st.EndedAt
+		if lastUsed.IsZero() {
+			lastUsed = now
+		}
+		args = append(args, st.RequestID, boolString(charged), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsed))
+		args = append(args, counterArgs(st, cost)...)
+		entry := ledgerArgs(st, cost)
+		args = append(args, len(entry)/2)
+		args = append(args, entry...)
 	}
-	n, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64()
-	if err != nil {
-		return false, fmt.Errorf("store: settle %s: %w", st.RequestID, err)
-	}
-	if n < 0 {
-		return false, fmt.Errorf("store: settle %s: account %s: %w", st.RequestID, id, ErrNotFound)
-	}
-	return n == 1, nil
+	return keys, args
 }
 
 // usageKey names the usage hash of period p at time now.
@@ -242,7 +333,7 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 // decodeUsage reads a usage hash of per-model counters, "m:NAME:MODEL", and
 // sums them into the account's totals.
 func decodeUsage(h map[string]string) (Counters, []ModelCounters) {
-	models := map[string]*Counters{}
+	models := map[usage.PricedModel]*Counters{}
 	for field, value := range h {
 		rest, ok := strings.CutPrefix(field, "m:")
 		if !ok {
@@ -252,36 +343,19 @@ func decodeUsage(h map[string]string) (Counters, []ModelCounters) {
 		if !ok {
 			continue
 		}
-		c := models[model]
+		c := models[usage.PricedModel(model)]
 		if c == nil {
 			c = new(Counters)
-			models[model] = c
+			models[usage.PricedModel(model)] = c
 		}
-		n := parseInt(value)
-		switch name {
-		case "requests":
-			c.Requests = n
-		case "input":
-			c.Input = n
-		case "output":
-			c.Output = n
-		case "cache_write":
-			c.CacheWrite = n
-		case "cache_read":
-			c.CacheRead = n
-		case "cost":
-			c.Cost = n
-		}
+		addCounter(c, name, parseInt(value))
 	}
 	var total Counters
 	byModel := make([]ModelCounters, 0, len(models))
 	for m, c := range models {
 		byModel = append(byModel, ModelCounters{Model: m, Counters: *c})
 		total.Requests += c.Requests
-		total.Input += c.Input
-		total.Output += c.Output
-		total.CacheWrite += c.CacheWrite
-		total.CacheRead += c.CacheRead
+		total.Usage = total.Usage.Add(c.Usage)
 		total.Cost += c.Cost
 	}
 	slices.SortFunc(byModel, func(a, b ModelCounters) int { return cmp.Compare(a.Model, b.Model) })
@@ -319,29 +393,7 @@ func (s *Store) Ledger(ctx context.Context, accountID, after string, limit int) 
 }
 
 func decodeLedger(accountID string, m redis.XMessage) LedgerEntry {
-	v := func(f string) string { return str(m.Values[f]) }
-	status, _ := strconv.Atoi(v("status"))
-	return LedgerEntry{
-		ID: m.ID,
-		Settlement: Settlement{
-			RequestID:   v("request_id"),
-			AccountID:   accountID,
-			KeyID:       v("key_id"),
-			Model:       v("model"),
-			Input:       parseInt(v("input")),
-			Output:      parseInt(v("output")),
-			CacheWrite:  parseInt(v("cache_write")),
-			CacheRead:   parseInt(v("cache_read")),
-			Cost:        parseInt(v("cost")),
-			Estimated:   v("estimated") == "1",
-			Interrupted: v("interrupted") == "1",
-			Status:      status,
-			Endpoint:    v("endpoint"),
-			Stream:      v("stream") == "1",
-			StartedAt:   parseMS(v("started")),
-			EndedAt:     parseMS(v("ended")),
-		},
-	}
+	return LedgerEntry{ID: m.ID, Settlement: decodeLedgerFields(accountID, func(f string) string { return str(m.Values[f]) })}
 }
 
 // OpenHolds returns the number and total amount of the account's recorded

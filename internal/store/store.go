@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // ErrNotFound is returned for unknown accounts and credentials.
@@ -62,6 +64,9 @@ type Account struct {
 	Name      string
 	Limits    Limits
 	CreatedAt time.Time
+	// Suspended accounts cannot make model requests; their usage stays
+	// readable and their keys stay as they are.
+	Suspended bool
 }
 
 // KeyKind tells model keys from read-only tokens.
@@ -85,6 +90,8 @@ type Key struct {
 	LastUsedAt time.Time // zero: never used
 	RevokedAt  time.Time // zero: not revoked
 	Models     []string  // allow-list; empty allows every model
+	// AccountSuspended is the account's state when the key was looked up.
+	AccountSuspended bool
 }
 
 // KeyOptions are the optional settings of a new credential.
@@ -126,16 +133,24 @@ type Decision struct {
 // Settlement ends one admitted request. Applying the same RequestID twice has
 // no further effect.
 type Settlement struct {
-	RequestID  string
-	AccountID  string
-	KeyID      string
-	Model      string
-	Input      int64
-	Output     int64
-	CacheWrite int64
-	CacheRead  int64
-	Cost       int64 // nano-USD; zero for non-2xx replies
-	Estimated  bool
+	RequestID string
+	AccountID string
+	KeyID     string
+	// The three models of the request: usage is counted under Priced; the
+	// ledger keeps all three.
+	Requested usage.RequestedModel
+	Priced    usage.PricedModel
+	Reported  usage.ReportedModel
+	Usage     usage.Usage
+	// Rates are the unit prices Cost was computed from, in nano-USD per
+	// million units of each kind (pricing.Rates), so that an invoice line can
+	// be rebuilt from the ledger.
+	Rates       usage.Usage
+	ServiceTier string // the service tier priced; "" for the standard tier
+	LongContext int64  // the long-context threshold priced, in tokens; 0 for none
+	Fallback    bool   // priced with the upstream's price for unknown models
+	Cost        int64  // nano-USD; zero for non-2xx replies
+	Estimated   bool
 	// Interrupted marks a request settled by the sweeper at its last
 	// checkpoint because its sidecar stopped renewing its hold.
 	Interrupted bool
@@ -157,17 +172,14 @@ const (
 
 // Counters aggregate usage over a period.
 type Counters struct {
-	Requests   int64
-	Input      int64
-	Output     int64
-	CacheWrite int64
-	CacheRead  int64
-	Cost       int64 // nano-USD
+	Requests int64
+	Usage    usage.Usage
+	Cost     int64 // nano-USD
 }
 
-// ModelCounters are Counters for one model.
+// ModelCounters are Counters for one priced model.
 type ModelCounters struct {
-	Model string
+	Model usage.PricedModel
 	Counters
 }
 

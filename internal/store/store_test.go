@@ -82,7 +82,9 @@ var suite = []struct {
 	{"PerModel", testPerModel},
 	{"Periods", testPeriods},
 	{"Ledger", testLedger},
+	{"SettlementRoundTrip", testSettlementRoundTrip},
 	{"Concurrency", testConcurrency},
+	{"SettleBatch", testSettleBatch},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/hex"
 	"fmt"
+	"github.com/modelgateway/gateway/internal/usage"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -161,13 +162,13 @@ func testKeys(t *testing.T, e *env) {
 	used := start.Add(2 * time.Minute)
 	e.mustAdmit(acct, "r1", 1)
 	e.mustAdmit(acct, "r0", 1)
-	e.settle(Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Model: "gpt", Cost: 1, EndedAt: used})
+	e.settle(Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Priced: "gpt", Cost: 1, EndedAt: used})
 	got, _ = e.s.LookupKey(e.ctx, HashSecret(secret))
 	if !got.LastUsedAt.Equal(used) {
 		t.Errorf("LastUsedAt = %v, want %v", got.LastUsedAt, used)
 	}
 	// An older replay does not move it back.
-	e.settle(Settlement{RequestID: "r0", AccountID: acct, KeyID: k.ID, Model: "gpt", Cost: 1, EndedAt: start})
+	e.settle(Settlement{RequestID: "r0", AccountID: acct, KeyID: k.ID, Priced: "gpt", Cost: 1, EndedAt: start})
 	got, _ = e.s.LookupKey(e.ctx, HashSecret(secret))
 	if !got.LastUsedAt.Equal(used) {
 		t.Errorf("LastUsedAt = %v after an older settlement, want %v", got.LastUsedAt, used)
@@ -295,7 +296,7 @@ func testNoSecretStored(t *testing.T, e *env) {
 		}
 		secrets = append(secrets, secret)
 		e.mustAdmit(acct, "req-"+k.ID, 10)
-		e.settle(Settlement{RequestID: "req-" + k.ID, AccountID: acct, KeyID: k.ID, Model: "m", Cost: 5})
+		e.settle(Settlement{RequestID: "req-" + k.ID, AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 5})
 		if _, _, err := e.s.RotateKey(e.ctx, acct, k.ID, time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -569,7 +570,7 @@ func testRenewAndCheckpoint(t *testing.T, e *env) {
 	for range 6 {
 		e.clock.Advance(holdTTL / 2)
 		gone, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1",
-			Checkpoint: &Checkpoint{Status: 200, Endpoint: "primary", Input: 10, Output: 7, Cost: 120}}})
+			Checkpoint: &Checkpoint{Status: 200, Endpoint: "primary", Priced: "m", Usage: usage.Usage{Input: 10, Output: 7}, Cost: 120}}})
 		if err != nil || len(gone) != 0 {
 			t.Fatalf("renew: %v, %v", gone, err)
 		}
@@ -595,12 +596,12 @@ func testRenewAndCheckpoint(t *testing.T, e *env) {
 		t.Fatalf("ledger %+v", l)
 	}
 	got := l[0]
-	if !got.Interrupted || !got.Estimated || got.Status != 200 || got.KeyID != "key_1" || got.Model != "m" ||
-		got.Input != 10 || got.Output != 7 || got.Cost != 120 || !got.Stream || got.Endpoint != "primary" || !got.StartedAt.Equal(start) {
+	if !got.Interrupted || !got.Estimated || got.Status != 200 || got.KeyID != "key_1" || got.Priced != "m" ||
+		got.Usage.Input != 10 || got.Usage.Output != 7 || got.Cost != 120 || !got.Stream || got.Endpoint != "primary" || !got.StartedAt.Equal(start) {
 		t.Fatalf("entry %+v", got)
 	}
 	// The request's own late settlement charges nothing more.
-	if e.settle(Settlement{RequestID: "r1", AccountID: acct, Model: "m", Cost: 400, Status: 200}) {
+	if e.settle(Settlement{RequestID: "r1", AccountID: acct, Priced: "m", Cost: 400, Status: 200}) {
 		t.Fatal("late settlement after the sweep applied")
 	}
 	if b := e.balance(acct); b != 880 {
@@ -634,7 +635,7 @@ func testExportLedger(t *testing.T, e *env) {
 	for i := range 25 {
 		id := "r" + strconv.Itoa(i)
 		e.mustAdmit(acct, id, 10)
-		e.settle(Settlement{RequestID: id, AccountID: acct, Model: "m", Cost: 1, Status: 200})
+		e.settle(Settlement{RequestID: id, AccountID: acct, Priced: "m", Cost: 1, Status: 200})
 	}
 	// Export in pages of 10, committing each, with retention zero: nothing
 	// is trimmed.
@@ -672,7 +673,7 @@ func testExportLedger(t *testing.T, e *env) {
 	for i := range 5 {
 		id := "late" + strconv.Itoa(i)
 		e.mustAdmit(acct, id, 10)
-		e.settle(Settlement{RequestID: id, AccountID: acct, Model: "m", Cost: 1, Status: 200})
+		e.settle(Settlement{RequestID: id, AccountID: acct, Priced: "m", Cost: 1, Status: 200})
 	}
 	e.s.opts.LedgerRetention = time.Hour
 	e.clock.Set(time.Now().Add(30 * time.Minute))
@@ -697,7 +698,7 @@ func testExportLedger(t *testing.T, e *env) {
 func testSettleIdempotent(t *testing.T, e *env) {
 	acct := e.account(1000, Limits{})
 	e.mustAdmit(acct, "r1", 500)
-	st := Settlement{RequestID: "r1", AccountID: acct, KeyID: "key_1", Model: "m", Input: 10, Output: 20, Cost: 300}
+	st := Settlement{Usage: usage.Usage{Input: 10, Output: 20}, RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "m", Cost: 300}
 	if !e.settle(st) {
 		t.Fatal("first settlement not applied")
 	}
@@ -726,7 +727,7 @@ func testSettleIdempotent(t *testing.T, e *env) {
 		t.Fatalf("ledger %+v", l)
 	}
 	r := e.usage(acct, Total)
-	if r.Totals != (Counters{Requests: 1, Input: 10, Output: 20, Cost: 300}) || r.DailyUsed != 300 {
+	if r.Totals != (Counters{Requests: 1, Usage: usage.Usage{Input: 10, Output: 20}, Cost: 300}) || r.DailyUsed != 300 {
 		t.Fatalf("usage %+v", r)
 	}
 	if n, a := e.holds(acct); n != 0 || a != 0 {
@@ -773,7 +774,7 @@ func testSettleNon2xx(t *testing.T, e *env) {
 	}
 	e.mustAdmit(acct, "r1", 500)
 	ended := start.Add(3 * time.Second)
-	st := Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Model: "m", Input: 100, Cost: 123,
+	st := Settlement{Usage: usage.Usage{Input: 100}, RequestID: "r1", AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 123,
 		Status: 529, Endpoint: "reserve", StartedAt: start, EndedAt: ended}
 	if !e.settle(st) {
 		t.Fatal("not applied")
@@ -791,7 +792,7 @@ func testSettleNon2xx(t *testing.T, e *env) {
 		}
 	}
 	l := e.ledger(acct)
-	if len(l) != 1 || l[0].Status != 529 || l[0].Cost != 0 || l[0].Input != 100 || l[0].Endpoint != "reserve" {
+	if len(l) != 1 || l[0].Status != 529 || l[0].Cost != 0 || l[0].Usage.Input != 100 || l[0].Endpoint != "reserve" {
 		t.Fatalf("ledger %+v", l)
 	}
 	keys, _ := e.s.ListKeys(e.ctx, acct)
@@ -841,8 +842,8 @@ func testPerModel(t *testing.T, e *env) {
 		m := models[i%3]
 		req := fmt.Sprint("r", i)
 		e.mustAdmit(acct, req, 1000)
-		e.settle(Settlement{RequestID: req, AccountID: acct, Model: m,
-			Input: 1, Output: 2, CacheWrite: 3, CacheRead: 4, Cost: int64(10 * (i + 1))})
+		e.settle(Settlement{Usage: usage.Usage{Input: 1, Output: 2, CacheWrite5m: 3, CacheRead: 4}, RequestID: req, AccountID: acct, Priced: usage.PricedModel(m),
+			Cost: int64(10 * (i + 1))})
 	}
 	r := e.usage(acct, Total)
 	want := UsageReport{
@@ -850,11 +851,11 @@ func testPerModel(t *testing.T, e *env) {
 		Limits:    limits,
 		DailyUsed: 210,
 		Period:    Total,
-		Totals:    Counters{Requests: 6, Input: 6, Output: 12, CacheWrite: 18, CacheRead: 24, Cost: 210},
+		Totals:    Counters{Requests: 6, Usage: usage.Usage{Input: 6, Output: 12, CacheWrite5m: 18, CacheRead: 24}, Cost: 210},
 		ByModel: []ModelCounters{
-			{"claude", Counters{2, 2, 4, 6, 8, 30 + 60}},
-			{"claude:sonnet:4", Counters{2, 2, 4, 6, 8, 20 + 50}},
-			{"zeta", Counters{2, 2, 4, 6, 8, 10 + 40}},
+			{"claude", Counters{2, usage.Usage{Input: 2, Output: 4, CacheWrite5m: 6, CacheRead: 8}, 30 + 60}},
+			{"claude:sonnet:4", Counters{2, usage.Usage{Input: 2, Output: 4, CacheWrite5m: 6, CacheRead: 8}, 20 + 50}},
+			{"zeta", Counters{2, usage.Usage{Input: 2, Output: 4, CacheWrite5m: 6, CacheRead: 8}, 10 + 40}},
 		},
 	}
 	if !usageEqual(r, want) {
@@ -874,20 +875,20 @@ func testPeriods(t *testing.T, e *env) {
 	e.clock.Set(before.Add(-24 * time.Hour))
 	acct := e.account(usd, Limits{})
 	e.mustAdmit(acct, "r0", 10)
-	e.settle(Settlement{RequestID: "r0", AccountID: acct, Model: "a", Cost: 1})
+	e.settle(Settlement{RequestID: "r0", AccountID: acct, Priced: "a", Cost: 1})
 	e.clock.Set(before)
 	e.mustAdmit(acct, "r1", 10)
-	e.settle(Settlement{RequestID: "r1", AccountID: acct, Model: "a", Cost: 10})
+	e.settle(Settlement{RequestID: "r1", AccountID: acct, Priced: "a", Cost: 10})
 	e.clock.Set(after)
 	e.mustAdmit(acct, "r2", 10)
-	e.settle(Settlement{RequestID: "r2", AccountID: acct, Model: "b", Cost: 100})
+	e.settle(Settlement{RequestID: "r2", AccountID: acct, Priced: "b", Cost: 100})
 
 	check := func(p Period, requests, cost, daily int64, models ...string) {
 		t.Helper()
 		r := e.usage(acct, p)
 		var got []string
 		for _, m := range r.ByModel {
-			got = append(got, m.Model)
+			got = append(got, string(m.Model))
 		}
 		if r.Period != p || r.Totals.Requests != requests || r.Totals.Cost != cost || r.DailyUsed != daily ||
 			!slices.Equal(got, models) {
@@ -907,9 +908,9 @@ func testLedger(t *testing.T, e *env) {
 	acct := e.account(usd, Limits{})
 	var want []Settlement
 	for i := range 5 {
-		st := Settlement{
-			RequestID: fmt.Sprint("r", i), AccountID: acct, KeyID: "key_abc", Model: "claude:x",
-			Input: int64(i), Output: 2, CacheWrite: 3, CacheRead: 4, Cost: 5,
+		st := Settlement{Usage: usage.Usage{Input: int64(i), Output: 2, CacheWrite5m: 3, CacheRead: 4},
+			RequestID: fmt.Sprint("r", i), AccountID: acct, KeyID: "key_abc", Priced: "claude:x",
+			Cost:      5,
 			Estimated: i%2 == 0, Status: 200, Endpoint: "primary", Stream: i%2 == 1,
 			StartedAt: start.Add(time.Duration(i) * time.Second), EndedAt: start.Add(time.Duration(i)*time.Second + 1500*time.Millisecond),
 		}
@@ -988,7 +989,7 @@ func testConcurrency(t *testing.T, e *env) {
 				if rng.IntN(10) == 0 {
 					status = 500
 				}
-				st := Settlement{RequestID: req, AccountID: acct, Model: "m", Input: 1, Cost: cost, Status: status}
+				st := Settlement{Usage: usage.Usage{Input: 1}, RequestID: req, AccountID: acct, Priced: "m", Cost: cost, Status: status}
 				if _, err := e.s.Settle(e.ctx, st); err != nil {
 					t.Error(err)
 					return
@@ -1035,5 +1036,56 @@ func testConcurrency(t *testing.T, e *env) {
 	}
 	if n, a := e.holds(acct); n != 0 || a != 0 {
 		t.Errorf("holds %d, %d left", n, a)
+	}
+}
+
+// A batch of settlements of several accounts applies each exactly once, as
+// one by one would: duplicates inside the batch and replays of settled ids
+// change nothing, and an unknown account fails only its own entries.
+func testSettleBatch(t *testing.T, e *env) {
+	a1, a2 := e.account(1000, Limits{}), e.account(1000, Limits{})
+	for i, acct := range []string{a1, a1, a2, a1} {
+		e.mustAdmit(acct, "r"+strconv.Itoa(i), 100)
+	}
+	st := func(acct string, i int, cost int64) Settlement {
+		return Settlement{RequestID: "r" + strconv.Itoa(i), AccountID: acct, KeyID: "key_" + acct[5:9], Priced: "m",
+			Usage: usage.Usage{Input: 10, Output: 5}, Cost: cost, Status: 200, EndedAt: start.Add(time.Duration(i) * time.Second)}
+	}
+	batch := []Settlement{st(a1, 0, 30), st(a1, 1, 40), st(a2, 2, 50), st(a1, 3, 60), st(a1, 1, 999),
+		st("acct_0000000000000000", 9, 1)}
+	batch[3].Status = 500
+	res := e.s.SettleBatch(e.ctx, batch)
+	want := []bool{true, true, true, true, false}
+	for i, w := range want {
+		if res[i].Err != nil || res[i].Applied != w {
+			t.Fatalf("result %d: %+v, want applied %v", i, res[i], w)
+		}
+	}
+	wantErr(t, res[5].Err, ErrNotFound)
+	if b := e.balance(a1); b != 1000-70 {
+		t.Fatalf("balance of a1 %d, want 930", b)
+	}
+	if b := e.balance(a2); b != 950 {
+		t.Fatalf("balance of a2 %d, want 950", b)
+	}
+	if u := e.usage(a1, Day); u.Totals != (Counters{Requests: 2, Usage: usage.Usage{Input: 20, Output: 10}, Cost: 70}) || u.DailyUsed != 70 {
+		t.Fatalf("usage of a1 %+v", u)
+	}
+	if l := e.ledger(a1); len(l) != 3 || l[0].RequestID != "r0" || l[2].RequestID != "r3" || l[2].Cost != 0 {
+		t.Fatalf("ledger of a1 %+v", l)
+	}
+	for _, acct := range []string{a1, a2} {
+		if n, a := e.holds(acct); n != 0 || a != 0 {
+			t.Fatalf("holds of %s: %d, %d", acct, n, a)
+		}
+	}
+	// A replay of the whole batch applies nothing.
+	for i, r := range e.s.SettleBatch(e.ctx, batch[:5]) {
+		if r.Err != nil || r.Applied {
+			t.Fatalf("replayed result %d: %+v", i, r)
+		}
+	}
+	if b := e.balance(a1); b != 930 {
+		t.Fatalf("balance after replay %d", b)
 	}
 }

@@ -15,9 +15,11 @@ import (
 )
 
 // target is one way to the shared fake vendor: through the gateway (Envoy
-// with ext_proc, the sidecar and Redis) or through bare Envoy. Each has its
+// with ext_proc, the sidecar and Redis), through Envoy with the null
+// processor, or through bare Envoy. Each has its
 // own keep-alive connection pool, so one never warms the other's.
 type target struct {
+	idx    int // the stack's index: gwI, nullI or bareI
 	name   string
 	base   string // http://127.0.0.1:PORT
 	header http.Header

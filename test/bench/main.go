@@ -1,14 +1,16 @@
 // Command bench measures what the gateway costs on top of the proxy it is
-// built on: the same Envoy listener and routes with and without the ext_proc
-// filter (and so the sidecar and Redis), in front of one shared fake vendor,
-// measured in the same run.
+// built on, in front of one shared fake vendor, on three stacks measured in
+// the same run: the gateway (Envoy with the ext_proc filter, the sidecar and
+// Redis), the floor (the same Envoy bootstrap and processing modes with a
+// null processor that answers CONTINUE to every message) and bare Envoy
+// (the same listener and routes without the ext_proc filter).
 //
 //	go run ./test/bench -out test/bench/results.md   # the full run, ~5 minutes
 //	go run ./test/bench -smoke -out bin/bench-smoke.md  # a few seconds, for CI
 //
-// Every figure is taken on both stacks in short alternating slices (gateway,
-// bare, bare, gateway, …) so that whatever else the machine is doing falls
-// on both about equally and cancels in the difference. The results are a
+// Every figure is taken on all stacks in short alternating slices (gateway,
+// null, bare, then bare, null, gateway, …) so that whatever else the machine
+// is doing falls on each about equally and cancels in the differences. The results are a
 // markdown report, printed and written to -out. Nothing here asserts a
 // timing: targets are printed next to the figures for a person to judge.
 package main
@@ -19,6 +21,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -36,11 +39,16 @@ func main() {
 		smoke   = flag.Bool("smoke", false, "tiny rates and durations: exercise the harness in seconds, judge nothing")
 		note    = flag.String("note", "", "a line for the report's header, e.g. that the machine was shared")
 		profile = flag.String("cpuprofile-sidecar", "", "record the sidecar with perf(1) under load into this file (perf.data format; a text summary goes to FILE.txt)")
+		null    = flag.String("null-processor", "", "internal: serve the null ext_proc processor on this address and nothing else")
 		env     listFlag
 	)
 	flag.Var(&env, "sidecar-env", "KEY=VALUE for the sidecar's environment, repeatable (e.g. GOMAXPROCS=1, GOGC=200) to try a setting")
 	flag.Parse()
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
+	if *null != "" {
+		serveNull(*null)
+		return
+	}
 
 	tb := newBenchTB()
 	defer tb.runCleanups()
@@ -107,7 +115,7 @@ var fullPlan = plan{
 	rates: []float64{500, 1000, 2000}, slowRate: 1000, slowLatencyMS: 20,
 	steps: []float64{1000, 1500, 2000, 2500, 3000, 4000, 5000, 6000}, stepSlice: 4 * time.Second,
 	streamRate: 100, eventDelayMS: 2, replyWords: 20,
-	openStreams: 1000, openRate: 500, settle: time.Second,
+	openStreams: 5000, openRate: 1000, settle: 2 * time.Second,
 	judge: true,
 }
 
@@ -119,15 +127,26 @@ var smokePlan = plan{
 	openStreams: 50, openRate: 200, settle: 200 * time.Millisecond,
 }
 
-// bench holds the two stacks and what has been measured.
+// The three stacks, in the order of every per-stack array.
+const (
+	gwI   = iota // the gateway: Envoy with ext_proc, the sidecar, Redis
+	nullI        // the floor: the same Envoy with the null processor
+	bareI        // bare Envoy: no ext_proc filter
+	nStacks
+)
+
+var stackNames = [nStacks]string{"gateway", "null processor", "bare Envoy"}
+
+// bench holds the three stacks and what has been measured.
 type bench struct {
-	tb       *benchTB
-	plan     plan
-	gw, bare *launch.Stack
-	gwT      *target // through the gateway, with a cr_ key
-	bareT    *target // through bare Envoy, with the vendor's own key
-	rdb      *redis.Client
-	res      *results
+	tb                *benchTB
+	plan              plan
+	gw, null, bare    *launch.Stack
+	nullPid           int
+	targets           [nStacks]*target
+	gwT, nullT, bareT *target
+	rdb               *redis.Client
+	res               *results
 }
 
 // The request every non-streaming slice sends: format A, a small body.
@@ -168,8 +187,8 @@ func start(tb *benchTB, p plan, sidecarEnv []string) *bench {
 		SidecarArgs: []string{"--log-level", "info"},
 		SidecarEnv:  sidecarEnv,
 	})
-	log.Printf("starting the bare Envoy stack")
-	bare := up(tb, launch.Options{Bare: true, Configure: func(c *config.Config) {
+	// The other stacks reach the gateway's own fake vendor.
+	sameVendor := func(c *config.Config) {
 		for i := range c.Upstreams {
 			u := &c.Upstreams[i]
 			addr := gw.Primary.Addrs.Beta
@@ -179,17 +198,29 @@ func start(tb *benchTB, p plan, sidecarEnv []string) *bench {
 			u.Primary.URL = "http://" + addr
 			u.Reserve.URL = "http://" + addr
 		}
-	}})
+	}
+	log.Printf("starting the null processor stack")
+	nullAddr, nullPid := startNull(tb)
+	null := up(tb, launch.Options{ExtProcAddr: nullAddr, Configure: sameVendor})
+	log.Printf("starting the bare Envoy stack")
+	bare := up(tb, launch.Options{Bare: true, Configure: sameVendor})
 	acct := gw.NewAccount(1_000_000, store.Limits{})
+	// The null processor swaps no credential: send the vendor's own key.
+	vendorHeaders := map[string]string{
+		"x-api-key": launch.AlphaVendorKey, "anthropic-version": "2023-06-01", "content-type": "application/json",
+	}
 	b := &bench{
-		tb: tb, plan: p, gw: gw, bare: bare, res: res,
+		tb: tb, plan: p, gw: gw, null: null, bare: bare, nullPid: nullPid, res: res,
 		gwT: newTarget("gateway", gw.URL, map[string]string{
 			"x-api-key": acct.Key, "anthropic-version": "2023-06-01", "content-type": "application/json",
 		}),
-		bareT: newTarget("bare", bare.URL, map[string]string{
-			"x-api-key": launch.AlphaVendorKey, "anthropic-version": "2023-06-01", "content-type": "application/json",
-		}),
-		rdb: redis.NewClient(&redis.Options{Addr: gw.RedisAddr}),
+		nullT: newTarget("null", null.URL, vendorHeaders),
+		bareT: newTarget("bare", bare.URL, vendorHeaders),
+		rdb:   redis.NewClient(&redis.Options{Addr: gw.RedisAddr}),
+	}
+	b.targets = [nStacks]*target{b.gwT, b.nullT, b.bareT}
+	for i, t := range b.targets {
+		t.idx = i
 	}
 	tb.Cleanup(func() { b.rdb.Close() })
 	b.check()
@@ -200,7 +231,7 @@ func start(tb *benchTB, p plan, sidecarEnv []string) *bench {
 // any is not a 200 with the fake's timestamps: measuring errors would be
 // meaningless.
 func (b *bench) check() {
-	for _, t := range []*target{b.gwT, b.bareT} {
+	for _, t := range b.targets {
 		if err := t.call(request{messagesPath, messagesBody(false)}); err != nil {
 			if se, ok := err.(*statusError); ok {
 				b.tb.Fatalf("%s: %v: %s", t.name, err, se.body)
@@ -232,17 +263,17 @@ func (b *bench) vendor(settings map[string]any) {
 	}
 }
 
-// both runs f once per target per round, alternating which goes first so
-// that a drift in the machine's load over a phase favours neither, after a
-// discarded warm-up slice each.
-func (b *bench) both(warm func(t *target), f func(t *target)) {
-	for _, t := range []*target{b.gwT, b.bareT} {
+// all runs f once per target per round, reversing the order every other
+// round so that a drift in the machine's load over a phase favours none,
+// after a discarded warm-up slice each.
+func (b *bench) all(warm func(t *target), f func(t *target)) {
+	for _, t := range b.targets {
 		warm(t)
 	}
 	for r := range b.plan.rounds {
-		order := []*target{b.gwT, b.bareT}
+		order := b.targets
 		if r%2 == 1 {
-			order[0], order[1] = order[1], order[0]
+			slices.Reverse(order[:])
 		}
 		for _, t := range order {
 			f(t)
@@ -250,16 +281,20 @@ func (b *bench) both(warm func(t *target), f func(t *target)) {
 	}
 }
 
-// cpuSnap is the CPU time used so far by the processes behind a target,
-// and for the gateway the sidecar's store timings.
+// cpuSnap is the CPU time used so far by the processes behind a target
+// (the processor is the sidecar or the null processor), and for the gateway
+// the sidecar's store timings.
 type cpuSnap struct {
 	sidecar, envoy, redis time.Duration
 	store                 sidecarStats
 }
 
 func (b *bench) cpuSnap(t *target) cpuSnap {
-	if t == b.bareT {
+	switch t {
+	case b.bareT:
 		return cpuSnap{envoy: cpuTime(b.bare.Envoy.Cmd.Process.Pid)}
+	case b.nullT:
+		return cpuSnap{sidecar: cpuTime(b.nullPid), envoy: cpuTime(b.null.Envoy.Cmd.Process.Pid)}
 	}
 	return cpuSnap{
 		sidecar: cpuTime(b.gw.Sidecar.Cmd.Process.Pid),
@@ -294,24 +329,24 @@ func (b *bench) latency() {
 	var gwRequests int64
 	measure := func(rate float64, vendorMS int) {
 		log.Printf("latency: %.0f requests/s, vendor +%d ms", rate, vendorMS)
-		row := latencyRow{rate: rate, vendorMS: vendorMS, gw: newLatencies(), bare: newLatencies()}
-		b.both(func(t *target) {
+		row := latencyRow{rate: rate, vendorMS: vendorMS}
+		for i := range row.lat {
+			row.lat[i] = newLatencies()
+		}
+		b.all(func(t *target) {
 			l := load(t, req, rate, p.warm)
 			if t == b.gwT {
 				gwRequests += l.ok + l.failed // they reach Redis too
 			}
 		}, func(t *target) {
-			dst, use := row.bare, &row.bareCPU
-			if t == b.gwT {
-				dst, use = row.gw, &row.gwCPU
-			}
+			dst, use := row.lat[t.idx], &row.cpu[t.idx]
 			b.metered(t, use, func() int64 {
 				l := load(t, req, rate, p.slice)
 				dst.merge(l)
 				return l.ok + l.failed
 			})
 		})
-		gwRequests += row.gwCPU.requests
+		gwRequests += row.cpu[gwI].requests
 		b.res.latency = append(b.res.latency, row)
 	}
 	b.vendor(nil)
@@ -355,12 +390,11 @@ func (b *bench) streaming() {
 	defer b.vendor(nil)
 	req := request{messagesPath, messagesBody(true)}
 	sr := &b.res.stream
-	sr.gw, sr.bare = newStreams(), newStreams()
-	b.both(func(t *target) { streamLoad(t, req, p.streamRate, p.warm) }, func(t *target) {
-		dst, use := sr.bare, &sr.bareCPU
-		if t == b.gwT {
-			dst, use = sr.gw, &sr.gwCPU
-		}
+	for i := range sr.s {
+		sr.s[i] = newStreams()
+	}
+	b.all(func(t *target) { streamLoad(t, req, p.streamRate, p.warm) }, func(t *target) {
+		dst, use := sr.s[t.idx], &sr.cpu[t.idx]
 		b.metered(t, use, func() int64 {
 			s := streamLoad(t, req, p.streamRate, p.slice)
 			dst.merge(s)
@@ -385,9 +419,9 @@ func (b *bench) sustained() {
 	failed := map[*target]bool{}
 	for i, rate := range p.steps {
 		row := stepRow{rate: rate}
-		order := []*target{b.gwT, b.bareT}
+		order := b.targets
 		if i%2 == 1 {
-			order[0], order[1] = order[1], order[0]
+			slices.Reverse(order[:])
 		}
 		for _, t := range order {
 			if failed[t] {
@@ -401,16 +435,9 @@ func (b *bench) sustained() {
 				l = load(t, req, rate, p.stepSlice)
 			}
 			ok := stepPasses(l, rate)
-			if t == b.gwT {
-				row.gw, row.gwOK = l, ok
-				if ok {
-					b.res.maxGW = rate
-				}
-			} else {
-				row.bare, row.bareOK = l, ok
-				if ok {
-					b.res.maxBare = rate
-				}
+			row.l[t.idx], row.ok[t.idx] = l, ok
+			if ok {
+				b.res.maxRate[t.idx] = rate
 			}
 			if !ok {
 				failed[t] = true
@@ -418,7 +445,7 @@ func (b *bench) sustained() {
 			}
 		}
 		b.res.steps = append(b.res.steps, row)
-		if failed[b.gwT] && failed[b.bareT] {
+		if len(failed) == nStacks {
 			break
 		}
 	}
@@ -426,8 +453,9 @@ func (b *bench) sustained() {
 
 // memory opens many slow streams through each target and reads how much
 // the processes' resident memory grew: the sidecar's per-stream cost is
-// the figure, and Envoy's own growth with and without ext_proc is shown
-// beside it.
+// the figure, and the null processor's and each Envoy's growth are shown
+// beside it. Every stream must open: Envoy's circuit breakers (1,024
+// requests by default) must not refuse any.
 func (b *bench) memory() {
 	p := b.plan
 	log.Printf("memory: %d open streams", p.openStreams)
@@ -439,34 +467,37 @@ func (b *bench) memory() {
 	m := &b.res.memory
 	m.streams = p.openStreams
 	metrics := b.gw.ControlURL + "/metrics"
-	sidecarPid, gwEnvoy, bareEnvoy := b.gw.Sidecar.Cmd.Process.Pid, b.gw.Envoy.Cmd.Process.Pid, b.bare.Envoy.Cmd.Process.Pid
+	envoys := [nStacks]int{b.gw.Envoy.Cmd.Process.Pid, b.null.Envoy.Cmd.Process.Pid, b.bare.Envoy.Cmd.Process.Pid}
+	procs := [nStacks]int{b.gw.Sidecar.Cmd.Process.Pid, b.nullPid, 0}
 
-	for _, t := range []*target{b.gwT, b.bareT} {
-		envoyPid := gwEnvoy
-		if t == b.bareT {
-			envoyPid = bareEnvoy
+	for _, t := range b.targets {
+		i := t.idx
+		var proc0, proc1 int64
+		if procs[i] != 0 {
+			proc0 = rssKB(procs[i])
 		}
-		sc0, env0 := rssKB(sidecarPid), rssKB(envoyPid)
+		env0 := rssKB(envoys[i])
 		go0 := sidecarMetrics(metrics)
-		h := holdStreams(t, req, p.openStreams, p.openRate, 60*time.Second)
+		h := holdStreams(t, req, p.openStreams, p.openRate, 90*time.Second)
 		time.Sleep(p.settle) // let the last streams' buffers settle
 		open, failed, errs := h.counts()
-		sc1, env1 := rssKB(sidecarPid), rssKB(envoyPid)
+		if procs[i] != 0 {
+			proc1 = rssKB(procs[i])
+		}
+		env1 := rssKB(envoys[i])
 		go1 := sidecarMetrics(metrics)
 		h.release()
 		log.Printf("memory: %s: %d open, %d failed %v", t.name, open, failed, errs)
-		if t == b.gwT {
-			m.gwOpen, m.gwFailed = open, failed
-			m.sidecarKB = float64(sc1-sc0) / float64(max(open, 1))
-			m.gwEnvoyKB = float64(env1-env0) / float64(max(open, 1))
-			n := float64(max(open, 1))
+		n := float64(max(open, 1))
+		m.open[i], m.failed[i] = open, failed
+		m.errs[i] = errs
+		m.envoyKB[i] = float64(env1-env0) / n
+		m.procKB[i] = float64(proc1-proc0) / n
+		if i == gwI {
 			m.heapKB = (go1.heapInuse - go0.heapInuse) / 1024 / n
 			m.stackKB = (go1.stackInuse - go0.stackInuse) / 1024 / n
 			m.goroutines = (go1.goroutines - go0.goroutines) / n
-			m.sidecarBase, m.sidecarPeak = sc0, sc1
-		} else {
-			m.bareOpen, m.bareFailed = open, failed
-			m.bareEnvoyKB = float64(env1-env0) / float64(max(open, 1))
+			m.sidecarBase, m.sidecarPeak = proc0, proc1
 		}
 		time.Sleep(p.settle) // released streams settle before the next phase
 	}
@@ -480,7 +511,8 @@ func (b *bench) machineUsage() usage {
 	var u usage
 	u.busy, u.total = machineCPU()
 	u.own = cpuTime(os.Getpid()) + readRedisStats(b.rdb).cpu
-	for _, s := range []*launch.Stack{b.gw, b.bare} {
+	u.own += cpuTime(b.nullPid)
+	for _, s := range []*launch.Stack{b.gw, b.null, b.bare} {
 		for _, p := range []*launch.Process{s.Envoy, s.Sidecar, s.Primary.Process, s.Reserve.Process} {
 			if p != nil {
 				u.own += cpuTime(p.Cmd.Process.Pid)

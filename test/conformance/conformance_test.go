@@ -59,18 +59,23 @@ func TestOfficialSDKs(t *testing.T) {
 	reasoning := s.NewAccount(10, store.Limits{})
 
 	prices := map[string]map[string]int64{}
+	book, err := pricing.NewBook(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for model, upstream := range map[string]string{alphaModel: "alpha", betaModel: "beta", reasoningModel: "beta"} {
-		u, ok := s.Config.Upstream(upstream)
-		if !ok {
+		if book[upstream] == nil {
 			t.Fatalf("no upstream %s in gateway.yaml", upstream)
 		}
-		p, ok := pricing.NewTable(u.Models).Lookup(model)
+		p, ok := book[upstream].Lookup(model)
 		if !ok {
-			t.Fatalf("no price for %s in gateway.yaml", model)
+			t.Fatalf("no price for %s", model)
 		}
-		// nano-USD per million tokens, as the gateway computes with.
+		// nano-USD per million tokens, as the gateway computes with, at the
+		// standard tier and prompt length.
+		r, _ := p.RatesFor(0, "")
 		prices[model] = map[string]int64{
-			"input": p.Input, "output": p.Output, "cache_write": p.CacheWrite, "cache_read": p.CacheRead,
+			"input": r.Input, "output": r.Output, "cache_write": r.CacheWrite5m, "cache_read": r.CacheRead,
 		}
 	}
 	pricesJSON, err := json.Marshal(prices)
@@ -124,7 +129,7 @@ func TestOfficialSDKs(t *testing.T) {
 		t.Fatal("no ledger entry for the reasoning cases")
 	}
 	for _, e := range entries {
-		if e.Estimated || !e.Stream || e.Model != reasoningModel || e.Output != 12+reasoningTokens {
+		if e.Estimated || !e.Stream || e.Requested != reasoningModel || e.Usage.Output != 12+reasoningTokens || e.Usage.Reasoning != reasoningTokens {
 			t.Errorf("ledger entry %+v; want the vendor's %d output tokens, not estimated", e, 12+reasoningTokens)
 		}
 	}

@@ -196,7 +196,7 @@ func TestStreamBrokenByUpstreamReset(t *testing.T) {
 	s.Primary.Control(map[string]any{"abort_after_events": 4, "event_delay_ms": 50, "reply_words": 20})
 	resp, b, err := read()
 	e := waitLedgerEntry(t, s, acct.ID)
-	if resp.StatusCode != 200 || e.Status != 200 || !e.Estimated || e.Input == 0 || e.Cost == 0 {
+	if resp.StatusCode != 200 || e.Status != 200 || !e.Estimated || e.Usage.Input == 0 || e.Cost == 0 {
 		t.Fatalf("stream broken after %d bytes (%d, %v); entry %+v; want the observed usage, estimated", len(b), resp.StatusCode, err, e)
 	}
 

@@ -243,7 +243,8 @@ func TestFaultRedisStopsDuringLoad(t *testing.T) {
 			mu.Unlock()
 		})
 	}
-	ready.Wait() // every stream is admitted and in flight, the rest settled
+	ready.Wait()    // every stream is admitted and in flight, the rest answered
+	s.WaitSettled() // and settled: their settlements follow their replies
 
 	rs.Stop()
 	t.Log("redis stopped with the streams in flight")
@@ -272,7 +273,9 @@ func TestFaultRedisStopsDuringLoad(t *testing.T) {
 		}
 	}
 
-	// The streams settled while Redis was down: into the spool.
+	// The streams settled while Redis was down (just after their last
+	// chunks): into the spool.
+	s.WaitSettled()
 	spooled := sidecarMetric(t, s, "gateway_spooled_total")
 	depth := sidecarMetric(t, s, "gateway_spool_depth")
 	if spooled < 1 || spooled > streams || depth != spooled {
@@ -334,9 +337,11 @@ func TestFaultSpoolSurvivesSidecarKill(t *testing.T) {
 	if r := <-done; r.status != 200 || !r.complete {
 		t.Fatalf("stream: %d %v", r.status, r.err)
 	}
-	if got := sidecarMetric(t, s, "gateway_spool_depth"); got != 1 {
-		t.Fatalf("spool depth %v, want 1", got)
-	}
+	// The settlement follows the reply's last chunk: it reaches the spool
+	// once the store has refused it.
+	pollUntil(t, "the settlement to be spooled", 20*time.Second, func() bool {
+		return sidecarMetric(t, s, "gateway_spool_depth") == 1
+	})
 	s.Sidecar.Signal(syscall.SIGKILL)
 	if !s.Sidecar.Wait(10 * time.Second) {
 		t.Fatal("sidecar survived SIGKILL")
@@ -393,7 +398,7 @@ func TestFaultSidecarKilledMidStream(t *testing.T) {
 		for _, c := range cs {
 			ckpt = c
 		}
-		return time.Since(t0) > 2*lease && ckpt.Output > 0
+		return time.Since(t0) > 2*lease && ckpt.Usage.Output > 0
 	})
 	if n, _, _ := s.Store.OpenHolds(ctx, acct.ID); n != 1 {
 		t.Fatalf("%d open holds after two leases, want the running stream's", n)
@@ -454,10 +459,10 @@ func TestFaultSidecarKilledMidStream(t *testing.T) {
 		t.Fatalf("%d ledger entries, want the killed request's and two more", len(entries))
 	}
 	k := entries[0]
-	if !k.Interrupted || !k.Estimated || k.Status != 200 || k.Cost == 0 || k.Cost < ckpt.Cost || k.Output < ckpt.Output {
+	if !k.Interrupted || !k.Estimated || k.Status != 200 || k.Cost == 0 || k.Cost < ckpt.Cost || k.Usage.Output < ckpt.Usage.Output {
 		t.Fatalf("killed request's entry %+v; last checkpoint seen %+v", k, ckpt)
 	}
-	t.Logf("killed request settled by the sweeper: %d output tokens, $%.6f, interrupted", k.Output, float64(k.Cost)/1e9)
+	t.Logf("killed request settled by the sweeper: %d output tokens, $%.6f, interrupted", k.Usage.Output, float64(k.Cost)/1e9)
 }
 
 // conservationSeed makes TestConservation's run reproducible; set

@@ -205,7 +205,7 @@ func TestConservationHolds(t *testing.T) {
 			if e.Interrupted && !e.StartedAt.Before(termTo) {
 				t.Errorf("%s: request %s admitted after the last restart was settled as interrupted: its hold was not renewed", acct.ID, e.RequestID)
 			}
-			if !e.Interrupted && !e.Estimated && e.Status == 200 && e.Output == 30 {
+			if !e.Interrupted && !e.Estimated && e.Status == 200 && e.Usage.Output == 30 {
 				longExact++ // a long stream, settled by its own sidecar
 			}
 			if e.Interrupted {
@@ -329,7 +329,7 @@ func holdsCheckpointed(s *launch.Stack, accounts []launch.Account) bool {
 	for _, a := range accounts {
 		cs, _ := s.Store.Checkpoints(context.Background(), a.ID)
 		for _, c := range cs {
-			if c.Output > 0 {
+			if c.Usage.Output > 0 {
 				return true
 			}
 		}

@@ -14,23 +14,27 @@ import (
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
-func priceOf(t *testing.T, s *launch.Stack, upstream, model string) pricing.Price {
+func priceOf(t *testing.T, s *launch.Stack, upstream, model string) *pricing.Model {
 	t.Helper()
-	u, ok := s.Config.Upstream(upstream)
-	if !ok {
+	book, err := pricing.NewBook(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if book[upstream] == nil {
 		t.Fatalf("no upstream %s", upstream)
 	}
-	p, ok := pricing.NewTable(u.Models).Lookup(model)
+	p, ok := book[upstream].Lookup(model)
 	if !ok {
 		t.Fatalf("no price for %s", model)
 	}
 	return p
 }
 
-func cost(p pricing.Price, u tokens) int64 {
-	return p.Cost(pricing.Tokens{Input: u.Input, Output: u.Output, CacheWrite: u.CacheWrite, CacheRead: u.CacheRead})
+func cost(p *pricing.Model, u tokens) int64 {
+	return p.Price(usage.Usage{Input: u.Input, Output: u.Output, CacheWrite5m: u.CacheWrite, CacheRead: u.CacheRead}, "").Cost
 }
 
 // After a mix of streaming and non-streaming requests on both routes, the
@@ -100,11 +104,11 @@ func TestMeteringMatchesVendorUsage(t *testing.T) {
 	}
 	byModel := map[string]store.ModelCounters{}
 	for _, m := range rep.ByModel {
-		byModel[m.Model] = m
+		byModel[string(m.Model)] = m
 	}
-	check := func(model string, n int64, u tokens, p pricing.Price) {
+	check := func(model string, n int64, u tokens, p *pricing.Model) {
 		m := byModel[model]
-		got := tokens{m.Input, m.Output, m.CacheWrite, m.CacheRead}
+		got := tokens{m.Usage.Input, m.Usage.Output, m.Usage.CacheWrite5m, m.Usage.CacheRead}
 		if m.Requests != n || got != u || m.Cost != cost(p, u) {
 			t.Errorf("%s: requests %d tokens %+v cost %d; want %d %+v %d", model, m.Requests, got, m.Cost, n, u, cost(p, u))
 		}
@@ -307,7 +311,7 @@ func TestDisconnectAndVendorError(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 	e := waitLedgerEntry(t, s, acct.ID)
-	if !e.Estimated || e.Input == 0 || e.Cost == 0 || e.Output >= 40 {
+	if !e.Estimated || e.Usage.Input == 0 || e.Cost == 0 || e.Usage.Output >= 40 {
 		t.Fatalf("entry = %+v; want estimated, charged for what was observed", e)
 	}
 

@@ -60,6 +60,11 @@ func TestScaleOutOnRedisCluster(t *testing.T) {
 		}(pairs[i%2])
 	}
 	wg.Wait()
+	// A read through one pair waits only for its own sidecar's settlements;
+	// the other's land just after their replies (README: staleness across
+	// replicas).
+	a.WaitSettled()
+	b.WaitSettled()
 	ua, ub := a.Usage(poor.ReadOnly, "total"), b.Usage(poor.ReadOnly, "total")
 	if num(t, ua, "balance_usd") < 0 || num(t, ua, "usage.requests") != float64(admitted) {
 		t.Fatalf("balance %v, requests %v; admitted %d", num(t, ua, "balance_usd"), num(t, ua, "usage.requests"), admitted)
@@ -106,6 +111,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, ""))
 	stream(t, s, betaPath, betaHeaders(acct.Key), betaBody(true, false, ""))
 	s.Do("POST", alphaPath, alphaHeaders(poor.Key), alphaBody(false, ""))
+	s.WaitSettled() // requests are counted as they settle, just after their replies
 	if got := scrape(t, s, "gateway_requests_total"); got != before+2 {
 		t.Fatalf("gateway_requests_total %v → %v, want +2", before, got)
 	}

@@ -86,7 +86,7 @@ func TestStreamWithoutUsageIsBilledExactly(t *testing.T) {
 			}
 
 			e := waitLedgerEntry(t, s, acct.ID)
-			if e.Estimated || e.Input != int64(len(tt.upstream)+7)/8 || e.Output != 12+reasoningTokens || e.Cost == 0 {
+			if e.Estimated || e.Usage.Input != int64(len(tt.upstream)+7)/8 || e.Usage.Output != 12+reasoningTokens || e.Usage.Reasoning != reasoningTokens || e.Cost == 0 {
 				t.Fatalf("ledger entry %+v; want the vendor's %d in, %d out, not estimated", e, (len(tt.upstream)+7)/8, 12+reasoningTokens)
 			}
 		})
@@ -102,7 +102,7 @@ func TestStreamWithoutUsageIsBilledExactly(t *testing.T) {
 	if n := bytes.Count(client, []byte(`"usage":null`)); n != 14 || !bytes.Contains(client, []byte(`"reasoning_tokens":377`)) {
 		t.Fatalf("client asked for usage and got %d usage:null chunks:\n%s", n, client)
 	}
-	if e := waitLedgerEntry(t, s, acct.ID); e.Estimated || e.Output != 12+reasoningTokens {
+	if e := waitLedgerEntry(t, s, acct.ID); e.Estimated || e.Usage.Output != 12+reasoningTokens || e.Usage.Reasoning != reasoningTokens {
 		t.Fatalf("ledger entry %+v", e)
 	}
 }

@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,4 +194,43 @@ func TestHealthFollowsTheStore(t *testing.T) {
 	waitHealth(503)
 	s.Redis.Start()
 	waitHealth(200)
+}
+
+// A usage read that follows a finished reply includes it: the sidecar
+// settles a reply just after releasing its last chunk, and its /v1/usage
+// waits for the account's queued settlements. Redis holds writes back while
+// the reply ends, so the settlement is still queued when the read arrives.
+func TestUsageReadAfterReplyIncludesIt(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	acct := s.NewAccount(10, noLimits)
+	s.Primary.Control(map[string]any{"event_delay_ms": 20, "reply_words": 3})
+	ctx := t.Context()
+	for i := 1; i <= 3; i++ {
+		resp := open(t, ctx, s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+		br := bufio.NewReader(resp.Body)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasPrefix(line, "data:") {
+				break // admitted; the reply is under way
+			}
+		}
+		// Writes (the settlement script) wait; reads (the usage) do not.
+		if err := s.RDB.Do(ctx, "CLIENT", "PAUSE", "700", "WRITE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadAll(br); err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		u := s.Usage(acct.ReadOnly, "day")
+		if got := u["usage"].(map[string]any)["requests"].(float64); int(got) != i {
+			t.Fatalf("usage read right after reply %d counts %v requests", i, got)
+		}
+	}
 }

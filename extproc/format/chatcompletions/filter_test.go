@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/modelgateway/gateway/internal/usage"
 	"strings"
 	"testing"
 
@@ -89,12 +90,12 @@ func TestUsageFilterRecordings(t *testing.T) {
 	req := addedUsage(t)
 	tests := []struct {
 		file string
-		want format.Usage
+		want usage.Report
 	}{
-		{"text_usage.sse", format.Usage{Model: "gpt-4o-2024-08-06", Input: 93, CacheRead: 1024, Output: 46}},
+		{"text_usage.sse", usage.Report{Usage: usage.Usage{Input: 93, CacheRead: 1024, Output: 46}, Model: "gpt-4o-2024-08-06", ServiceTier: "default"}},
 		// The vendor's exact figures, reasoning tokens included: the text
 		// shows 5 words of 1290 output tokens.
-		{"reasoning_usage.sse", format.Usage{Model: "o4-mini-2025-04-16", Input: 2048, Output: 1290}},
+		{"reasoning_usage.sse", usage.Report{Usage: usage.Usage{Input: 2048, Output: 1290, Reasoning: 1216}, Model: "o4-mini-2025-04-16", ServiceTier: "default"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {

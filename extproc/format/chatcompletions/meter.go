@@ -5,6 +5,7 @@ import (
 	"github.com/modelgateway/gateway/extproc/jsonscan"
 	"github.com/modelgateway/gateway/extproc/sse"
 	"github.com/modelgateway/gateway/extproc/tokens"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // NewMeter returns a meter for a reply: a chunk-stream meter for
@@ -22,15 +23,16 @@ func (Format) NewMeter(req format.Request, body []byte, contentType string) form
 		// tally counts as the text arrives. Otherwise counting matters only
 		// for a broken stream, and a cheaper extrapolated figure will do.
 		m := streamMeter{
-			body: body,
-			text: tokens.Tally{Limit: streamTextLimit, Eager: !req.IncludeUsage && !usageAdded},
+			body:      body,
+			webSearch: req.WebSearch,
+			text:      tokens.Tally{Limit: streamTextLimit, Eager: !req.IncludeUsage && !usageAdded},
 		}
 		if usageAdded {
 			return &usageFilter{streamMeter: m}
 		}
 		return &m
 	}
-	return &jsonMeter{body: body}
+	return &jsonMeter{body: body, webSearch: req.WebSearch}
 }
 
 // streamTextLimit is the delta text a stream meter holds; see tokens.Tally.
@@ -52,41 +54,40 @@ type streamMeter struct {
 	text    tokens.Tally
 	scratch []byte
 
-	model                      string
-	prompt, completion, cached int64
-	sawUsage, done, failed     bool
+	model                  string
+	tier                   string
+	webSearch              bool
+	usage                  vendorUsage
+	sawUsage, done, failed bool
 }
 
 const (
 	chModel = iota
+	chTier
 	chContent
 	chRefusal
 	chReasoning
 	chToolName
 	chToolArgs
-	chPrompt
-	chCompletion
-	chCached
 	chError
 	chUsageMember
 	chChoicesMember
-	chPaths
+	chUsage // uFields paths below usage
+	chPaths = chUsage + uFields
 )
 
-var chunkQuery = jsonscan.NewQuery(
+var chunkQuery = jsonscan.NewQuery(append([]string{
 	"model",
+	"service_tier",
 	"choices[].delta.content",
 	"choices[].delta.refusal",
 	"choices[].delta.reasoning_content",
 	"choices[].delta.tool_calls[].function.name",
 	"choices[].delta.tool_calls[].function.arguments",
-	"usage.prompt_tokens",
-	"usage.completion_tokens",
-	"usage.prompt_tokens_details.cached_tokens",
 	"error",
 	"usage",
 	"choices",
-)
+}, usagePaths[:]...)...)
 
 var doneData = []byte("[DONE]")
 
@@ -97,7 +98,7 @@ func (m *streamMeter) event(ev sse.Event) { m.read(ev) }
 // read meters one event. For a completion chunk it returns the chunk's
 // top-level usage and choices values (Kind Invalid when absent), which
 // alias ev.Data.
-func (m *streamMeter) read(ev sse.Event) (usage, choices jsonscan.Value) {
+func (m *streamMeter) read(ev sse.Event) (usageMember, choices jsonscan.Value) {
 	if string(ev.Data) == string(doneData) {
 		m.done = true
 		return
@@ -119,7 +120,7 @@ func (m *streamMeter) read(ev sse.Event) (usage, choices jsonscan.Value) {
 		m.scratch = nil
 	}
 	if err != nil {
-		return usage, choices // not a chunk of this format: ignore it
+		return usageMember, choices // not a chunk of this format: ignore it
 	}
 	if vals[chError].Kind == jsonscan.Object {
 		m.failed = true
@@ -127,12 +128,17 @@ func (m *streamMeter) read(ev sse.Event) (usage, choices jsonscan.Value) {
 	if m.model == "" && vals[chModel].Kind == jsonscan.String {
 		m.model = vals[chModel].Text()
 	}
-	prompt, okPrompt := count(vals[chPrompt])
-	completion, okCompletion := count(vals[chCompletion])
+	if m.tier == "" && vals[chTier].Kind == jsonscan.String {
+		m.tier = vals[chTier].Text()
+	}
+	_, okPrompt := count(vals[chUsage+uPrompt])
+	_, okCompletion := count(vals[chUsage+uCompletion])
 	if okPrompt || okCompletion {
 		m.sawUsage = true
-		m.prompt, m.completion = prompt, completion
-		m.cached, _ = count(vals[chCached])
+		m.usage = vendorUsage{}
+		for i := range uFields {
+			m.usage.set(i, vals[chUsage+i])
+		}
 	}
 	return vals[chUsageMember], vals[chChoicesMember]
 }
@@ -150,10 +156,10 @@ func count(v jsonscan.Value) (int64, bool) {
 // last chunk before [DONE]). Otherwise it reports what was observed, with
 // output raised to the tokens counted in the deltas and input estimated from
 // the request if no usage came, and marks the result estimated.
-func (m *streamMeter) Usage(complete bool) format.Usage {
-	u := format.Usage{Model: m.model}
+func (m *streamMeter) Usage(complete bool) usage.Report {
+	u := usage.Report{Model: usage.ReportedModel(m.model), ServiceTier: m.tier}
 	if m.sawUsage {
-		u.Input, u.CacheRead, u.Output = split(m.prompt, m.cached, m.completion)
+		u.Usage = m.usage.usage(m.webSearch)
 		// The usage chunk is the stream's last: its figures are final
 		// even if the client leaves before [DONE].
 		if !m.failed {
@@ -161,18 +167,13 @@ func (m *streamMeter) Usage(complete bool) format.Usage {
 		}
 	} else {
 		u.Input = estimateInput(m.body)
+		if m.webSearch {
+			u.WebSearches = 1
+		}
 	}
 	u.Estimated = true
 	u.Output = max(u.Output, m.text.Tokens())
 	return u
-}
-
-// split turns the vendor's prompt figure, which includes cached tokens,
-// into uncached input and cache reads. completion_tokens already includes
-// reasoning tokens.
-func split(prompt, cached, completion int64) (input, cacheRead, output int64) {
-	cached = min(cached, prompt)
-	return prompt - cached, cached, completion
 }
 
 // maxJSONBody bounds the JSON reply a meter buffers.
@@ -180,9 +181,10 @@ const maxJSONBody = 32 << 20
 
 // jsonMeter buffers a non-streamed completion and reads it at the end.
 type jsonMeter struct {
-	body     []byte
-	buf      []byte
-	overflow bool
+	body      []byte
+	buf       []byte
+	overflow  bool
+	webSearch bool
 }
 
 func (m *jsonMeter) Write(p []byte) {
@@ -198,49 +200,45 @@ func (m *jsonMeter) Write(p []byte) {
 
 const (
 	cmpModel = iota
-	cmpPrompt
-	cmpCompletion
-	cmpCached
+	cmpTier
 	cmpContent
 	cmpRefusal
 	cmpReasoning
 	cmpToolName
 	cmpToolArgs
+	cmpUsage // uFields paths
 )
 
-var completionQuery = jsonscan.NewQuery(
+var completionQuery = jsonscan.NewQuery(append([]string{
 	"model",
-	"usage.prompt_tokens",
-	"usage.completion_tokens",
-	"usage.prompt_tokens_details.cached_tokens",
+	"service_tier",
 	"choices[].message.content",
 	"choices[].message.refusal",
 	"choices[].message.reasoning_content",
 	"choices[].message.tool_calls[].function.name",
 	"choices[].message.tool_calls[].function.arguments",
-)
+}, usagePaths[:]...)...)
 
-// Usage reads model and usage from the completion. One that is cut short,
-// oversized or without usage yields the figures found, with output raised
-// to the tokens counted in its messages and input estimated from the
-// request if absent.
-func (m *jsonMeter) Usage(complete bool) format.Usage {
-	var u format.Usage
-	var prompt, completion, cached int64
-	var havePrompt, haveCompletion bool
+// Usage reads model, service tier and usage from the completion. One that is
+// cut short, oversized or without usage yields the figures found, with
+// output raised to the tokens counted in its messages and input estimated
+// from the request if absent.
+func (m *jsonMeter) Usage(complete bool) usage.Report {
+	var u usage.Report
+	var vu vendorUsage
 	text := tokens.Tally{Limit: streamTextLimit}
 	err := completionQuery.Scan(m.buf, func(path int, v jsonscan.Value) error {
-		switch path {
-		case cmpModel:
+		switch {
+		case path == cmpModel:
 			if v.Kind == jsonscan.String {
-				u.Model = v.Text()
+				u.Model = usage.ReportedModel(v.Text())
 			}
-		case cmpPrompt:
-			prompt, havePrompt = count(v)
-		case cmpCompletion:
-			completion, haveCompletion = count(v)
-		case cmpCached:
-			cached, _ = count(v)
+		case path == cmpTier:
+			if v.Kind == jsonscan.String {
+				u.ServiceTier = v.Text()
+			}
+		case path >= cmpUsage:
+			vu.set(path-cmpUsage, v)
 		default:
 			if v.Kind == jsonscan.String {
 				text.Write(v.AppendText(nil))
@@ -248,7 +246,8 @@ func (m *jsonMeter) Usage(complete bool) format.Usage {
 		}
 		return nil
 	})
-	u.Input, u.CacheRead, u.Output = split(prompt, cached, completion)
+	u.Usage = vu.usage(m.webSearch)
+	havePrompt, haveCompletion := vu.seen[uPrompt], vu.seen[uCompletion]
 	if err == nil && !m.overflow && havePrompt && haveCompletion {
 		return u
 	}

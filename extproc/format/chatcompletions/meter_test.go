@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/modelgateway/gateway/internal/usage"
 	"runtime"
 	"strings"
 	"testing"
@@ -38,11 +39,12 @@ func TestStreamMeterUsageChunk(t *testing.T) {
 	req := format.Request{Model: "m", Stream: true, IncludeUsage: true}
 	tests := []struct {
 		file string
-		want format.Usage
+		want usage.Report
 	}{
-		{"text_usage.sse", format.Usage{Model: "gpt-4o-2024-08-06", Input: 93, CacheRead: 1024, Output: 46}},
+		{"text_usage.sse", usage.Report{Usage: usage.Usage{Input: 93, CacheRead: 1024, Output: 46}, Model: "gpt-4o-2024-08-06", ServiceTier: "default"}},
 		// completion_tokens already includes the reasoning tokens.
-		{"reasoning_usage.sse", format.Usage{Model: "o4-mini-2025-04-16", Input: 2048, Output: 1290}},
+		{"every_dimension.sse", usage.Report{Usage: usage.Usage{Input: 700, CacheRead: 200, AudioInput: 100, Output: 350, AudioOutput: 50, Reasoning: 120}, Model: "gpt-5.4-2026-03-05", ServiceTier: "flex"}},
+		{"reasoning_usage.sse", usage.Report{Usage: usage.Usage{Input: 2048, Output: 1290, Reasoning: 1216}, Model: "o4-mini-2025-04-16", ServiceTier: "default"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -143,12 +145,7 @@ func TestStreamMeterWithoutUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := formattest.Read(t, "tool_calls.sse")
-	want := format.Usage{
-		Model:     "gpt-4o-mini-2024-07-18",
-		Input:     promptEstimate(t, body),
-		Output:    tokens.Count(chunkText(t, rec)),
-		Estimated: true,
-	}
+	want := usage.Report{Usage: usage.Usage{Input: promptEstimate(t, body), Output: tokens.Count(chunkText(t, rec))}, Model: "gpt-4o-mini-2024-07-18", Estimated: true}
 	if want.Input < 200 || want.Output < 20 {
 		t.Fatalf("implausible expectation %+v", want)
 	}
@@ -179,15 +176,15 @@ func TestStreamMeterTruncated(t *testing.T) {
 	for n := range len(events) + 1 {
 		stream := bytes.Join(events[:n], nil)
 		got := meter(req, body, eventStream, stream).Usage(false)
-		var want format.Usage
+		var want usage.Report
 		switch {
 		case n == 0:
-			want = format.Usage{Input: inputEstimate, Estimated: true}
+			want = usage.Report{Usage: usage.Usage{Input: inputEstimate}, Estimated: true}
 		case n <= usageAt:
-			want = format.Usage{Model: "gpt-4o-2024-08-06", Input: inputEstimate, Output: tokens.Count(chunkText(t, stream)), Estimated: true}
+			want = usage.Report{Usage: usage.Usage{Input: inputEstimate, Output: tokens.Count(chunkText(t, stream))}, Model: "gpt-4o-2024-08-06", ServiceTier: "default", Estimated: true}
 		default:
 			// The usage chunk is final: exact, [DONE] or not.
-			want = format.Usage{Model: "gpt-4o-2024-08-06", Input: 93, CacheRead: 1024, Output: 46}
+			want = usage.Report{Usage: usage.Usage{Input: 93, CacheRead: 1024, Output: 46}, Model: "gpt-4o-2024-08-06", ServiceTier: "default"}
 		}
 		if got != want {
 			t.Fatalf("%d events: got %+v, want %+v", n, got, want)
@@ -199,7 +196,7 @@ func TestStreamMeterErrorChunk(t *testing.T) {
 	stream := []byte("data: {\"id\":\"c\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial answer\"}}]}\n\n" +
 		"data: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n")
 	got := meter(format.Request{Stream: true}, nil, eventStream, stream).Usage(true)
-	want := format.Usage{Model: "gpt-4o", Input: tokensPerReply, Output: tokens.Count([]byte("partial answer")), Estimated: true}
+	want := usage.Report{Usage: usage.Usage{Input: tokensPerReply, Output: tokens.Count([]byte("partial answer"))}, Model: "gpt-4o", Estimated: true}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
@@ -216,10 +213,13 @@ func TestStreamMeterSeveralChoices(t *testing.T) {
 func TestJSONMeter(t *testing.T) {
 	tests := []struct {
 		file string
-		want format.Usage
+		want usage.Report
 	}{
-		{"completion.json", format.Usage{Model: "gpt-4o-2024-08-06", Input: 1117, Output: 46}},
-		{"completion_cached.json", format.Usage{Model: "gpt-4.1-2025-04-14", Input: 86, CacheRead: 1920, Output: 300}},
+		{"completion.json", usage.Report{Usage: usage.Usage{Input: 1117, Output: 46}, Model: "gpt-4o-2024-08-06", ServiceTier: "default"}},
+		// Audio in and out, reasoning, the priority tier: every figure split
+		// out of the inclusive totals.
+		{"completion_every.json", usage.Report{Usage: usage.Usage{Input: 700, CacheRead: 200, AudioInput: 100, Output: 350, AudioOutput: 50, Reasoning: 120}, Model: "gpt-audio-2025-08-28", ServiceTier: "priority"}},
+		{"completion_cached.json", usage.Report{Usage: usage.Usage{Input: 86, CacheRead: 1920, Output: 300}, Model: "gpt-4.1-2025-04-14", ServiceTier: "default"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -237,12 +237,7 @@ func TestJSONMeterWithoutUsage(t *testing.T) {
 	body := formattest.Read(t, "request.json")
 	reply := []byte(`{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Sunny, 22 degrees.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{\"q\":1}"}}]},"finish_reason":"stop"}]}`)
 	got := meter(format.Request{}, body, "application/json", reply).Usage(true)
-	want := format.Usage{
-		Model:     "gpt-4o",
-		Input:     promptEstimate(t, body),
-		Output:    tokens.Count([]byte(`Sunny, 22 degrees.lookup{"q":1}`)),
-		Estimated: true,
-	}
+	want := usage.Report{Usage: usage.Usage{Input: promptEstimate(t, body), Output: tokens.Count([]byte(`Sunny, 22 degrees.lookup{"q":1}`))}, Model: "gpt-4o", Estimated: true}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
@@ -345,7 +340,7 @@ func FuzzStreamMeter(f *testing.F) {
 			if u != v {
 				t.Fatalf("Usage(%v): whole %+v, split at %d,%d %+v", complete, u, a, b, v)
 			}
-			if u.Input < 0 || u.Output < 0 || u.CacheRead < 0 || u.CacheWrite < 0 {
+			if !u.Usage.Valid() {
 				t.Fatalf("negative usage %+v", u)
 			}
 		}
@@ -364,7 +359,7 @@ func FuzzJSONMeter(f *testing.F) {
 		if u != v {
 			t.Fatalf("whole %+v, split %+v", u, v)
 		}
-		if u.Input < 0 || u.Output < 0 || u.CacheRead < 0 || u.CacheWrite < 0 {
+		if !u.Usage.Valid() {
 			t.Fatalf("negative usage %+v", u)
 		}
 	})
@@ -407,4 +402,28 @@ func TestStreamMeterMemory(t *testing.T) {
 		runtime.KeepAlive(meters)
 	}
 	runtime.KeepAlive(stream.Bytes())
+}
+
+// A request with web_search_options runs one search, which the reply's usage
+// does not count.
+func TestWebSearchIsCountedFromTheRequest(t *testing.T) {
+	body := []byte(`{"model":"gpt-4o-search-preview","web_search_options":{},"messages":[{"role":"user","content":"news?"}]}`)
+	req, err := Format{}.ParseRequest(body)
+	if err != nil || !req.WebSearch {
+		t.Fatalf("ParseRequest: %+v, %v", req, err)
+	}
+	m := Format{}.NewMeter(req, body, "application/json")
+	m.Write(formattest.Read(t, "completion.json"))
+	if got := m.Usage(true); got.WebSearches != 1 || got.Estimated {
+		t.Errorf("json: %+v", got)
+	}
+	s := Format{}.NewMeter(req, body, eventStream)
+	s.Write(formattest.Read(t, "text_usage.sse"))
+	if got := s.Usage(true); got.WebSearches != 1 || got.Estimated {
+		t.Errorf("stream: %+v", got)
+	}
+	plain, _ := Format{}.ParseRequest([]byte(`{"model":"gpt-4o","messages":[]}`))
+	if plain.WebSearch {
+		t.Error("no web_search_options, yet WebSearch")
+	}
 }

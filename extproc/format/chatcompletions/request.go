@@ -23,6 +23,7 @@ const (
 	reqN
 	reqTools
 	reqFunctions
+	reqWebSearch
 )
 
 // maxChoices is the largest n the vendor accepts.
@@ -38,6 +39,7 @@ var requestQuery = jsonscan.NewQuery(
 	"n",
 	"tools",
 	"functions",
+	"web_search_options",
 )
 
 // ParseRequest reads model, max_tokens, max_completion_tokens, stream and
@@ -90,6 +92,10 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 				fail("stream", "must be a boolean")
 			}
 			req.Stream = b
+		case reqWebSearch:
+			// The search models run one search per request that asks for
+			// it; the reply's usage does not count searches.
+			req.WebSearch = v.Kind == jsonscan.Object
 		case reqStreamOptions:
 			if v.Kind != jsonscan.Object && v.Kind != jsonscan.Null {
 				fail("stream_options", "must be an object")

@@ -5,6 +5,7 @@ import (
 	"github.com/modelgateway/gateway/extproc/jsonscan"
 	"github.com/modelgateway/gateway/extproc/sse"
 	"github.com/modelgateway/gateway/extproc/tokens"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // NewMeter returns a meter for a reply: an event-stream meter for
@@ -29,10 +30,12 @@ const scratchLimit = 64 << 10
 
 // streamMeter reads the vendor's events:
 //
-//	message_start        message.model and message.usage (input, cache)
+//	message_start        message.model and message.usage (input, cache
+//	                     reads and 5m/1h writes, service tier)
 //	content_block_delta  text, partial_json or thinking: counted for estimates
-//	message_delta        usage.output_tokens, cumulative; newer replies also
-//	                     repeat the input and cache figures here
+//	message_delta        usage.output_tokens, cumulative, and
+//	                     usage.server_tool_use.web_search_requests; newer
+//	                     replies also repeat the input and cache figures here
 //	message_stop         the reply is complete
 //	error                the reply failed part way
 //
@@ -43,44 +46,30 @@ type streamMeter struct {
 	text    tokens.Tally
 	scratch []byte
 
-	model                                string
-	input, output, cacheWrite, cacheRead int64
-	started, stopped, failed             bool
-	final                                bool // message_delta carried the final output count
+	model                    string
+	usage                    vendorUsage
+	started, stopped, failed bool
+	final                    bool // message_delta carried the final output count
 }
 
 const (
 	evType = iota
 	evModel
-	evStartInput
-	evStartOutput
-	evStartCacheWrite
-	evStartCacheRead
-	evInput
-	evOutput
-	evCacheWrite
-	evCacheRead
 	evText
 	evPartialJSON
 	evThinking
-	evPaths
+	evStartUsage // uFields paths below message.usage
+	evUsage      = evStartUsage + uFields
+	evPaths      = evUsage + uFields
 )
 
-var eventQuery = jsonscan.NewQuery(
+var eventQuery = jsonscan.NewQuery(append(append([]string{
 	"type",
 	"message.model",
-	"message.usage.input_tokens",
-	"message.usage.output_tokens",
-	"message.usage.cache_creation_input_tokens",
-	"message.usage.cache_read_input_tokens",
-	"usage.input_tokens",
-	"usage.output_tokens",
-	"usage.cache_creation_input_tokens",
-	"usage.cache_read_input_tokens",
 	"delta.text",
 	"delta.partial_json",
 	"delta.thinking",
-)
+}, usagePathsUnder("message.usage.")...), usagePathsUnder("usage.")...)...)
 
 func (m *streamMeter) Write(p []byte) { m.dec.Feed(p, m.event) }
 
@@ -117,20 +106,20 @@ func (m *streamMeter) event(ev sse.Event) {
 		if m.model == "" && vals[evModel].Kind == jsonscan.String {
 			m.model = vals[evModel].Text()
 		}
-		setCount(&m.input, vals[evStartInput], false)
-		setCount(&m.output, vals[evStartOutput], false)
-		setCount(&m.cacheWrite, vals[evStartCacheWrite], false)
-		setCount(&m.cacheRead, vals[evStartCacheRead], false)
+		for i := range uFields {
+			m.usage.set(i, vals[evStartUsage+i], false)
+		}
 	case is("message_delta"):
-		if n, ok := vals[evOutput].Int(); ok && n >= 0 {
+		if n, ok := vals[evUsage+uOutput].Int(); ok && n >= 0 {
 			// The vendor's count of the whole reply: exact from here on,
 			// even if the client leaves before message_stop.
 			m.final = true
 		}
-		setCount(&m.output, vals[evOutput], false)
-		setCount(&m.input, vals[evInput], true)
-		setCount(&m.cacheWrite, vals[evCacheWrite], true)
-		setCount(&m.cacheRead, vals[evCacheRead], true)
+		// output_tokens is cumulative; the other figures, when repeated,
+		// replace message_start's zeros.
+		for i := range uFields {
+			m.usage.set(i, vals[evUsage+i], i != uOutput)
+		}
 	case is("message_stop"):
 		m.stopped = true
 	case is("error"):
@@ -138,29 +127,15 @@ func (m *streamMeter) event(ev sse.Event) {
 	}
 }
 
-// setCount stores a token count, ignoring values that are not non-negative
-// integers, and zeros too when nonZero is set.
-func setCount(dst *int64, v jsonscan.Value, nonZero bool) {
-	n, ok := v.Int()
-	if !ok || n < 0 || nonZero && n == 0 {
-		return
-	}
-	*dst = n
-}
-
 // Usage reports the vendor's figures once message_delta's final count (or
 // message_stop) has been seen, even if the body then failed to reach the
-// client: the reply was generated in full. Otherwise it reports what was observed, with output raised to the
-// tokens counted in the streamed text and, if message_start never came,
-// input estimated from the request, and marks the result estimated.
-func (m *streamMeter) Usage(complete bool) format.Usage {
-	u := format.Usage{
-		Model:      m.model,
-		Input:      m.input,
-		Output:     m.output,
-		CacheWrite: m.cacheWrite,
-		CacheRead:  m.cacheRead,
-	}
+// client: the reply was generated in full. Otherwise it reports what was
+// observed, with output raised to the tokens counted in the streamed text
+// and, if message_start never came, input estimated from the request, and
+// marks the result estimated.
+func (m *streamMeter) Usage(complete bool) usage.Report {
+	u := m.usage.report()
+	u.Model = usage.ReportedModel(m.model)
 	if m.started && (m.stopped || m.final) && !m.failed {
 		return u
 	}
@@ -195,55 +170,45 @@ func (m *jsonMeter) Write(p []byte) {
 
 const (
 	msgModel = iota
-	msgInput
-	msgOutput
-	msgCacheWrite
-	msgCacheRead
 	msgText
 	msgThinking
 	msgToolInput
+	msgUsage // uFields paths below usage
 )
 
-var messageQuery = jsonscan.NewQuery(
+var messageQuery = jsonscan.NewQuery(append([]string{
 	"model",
-	"usage.input_tokens",
-	"usage.output_tokens",
-	"usage.cache_creation_input_tokens",
-	"usage.cache_read_input_tokens",
 	"content[].text",
 	"content[].thinking",
 	"content[].input",
-)
+}, usagePathsUnder("usage.")...)...)
 
 // Usage reads model and usage from the message. A message that is cut
 // short, oversized or without usage yields the figures found, with output
 // raised to the tokens counted in its content and input estimated from the
 // request if absent.
-func (m *jsonMeter) Usage(complete bool) format.Usage {
-	var u format.Usage
-	var haveInput, haveOutput bool
+func (m *jsonMeter) Usage(complete bool) usage.Report {
+	var vu vendorUsage
+	var model string
 	text := tokens.Tally{Limit: streamTextLimit, Ratio: tokens.MessagesRatio}
 	err := messageQuery.Scan(m.buf, func(path int, v jsonscan.Value) error {
 		switch path {
 		case msgModel:
 			if v.Kind == jsonscan.String {
-				u.Model = v.Text()
+				model = v.Text()
 			}
-		case msgInput:
-			haveInput = getCount(&u.Input, v)
-		case msgOutput:
-			haveOutput = getCount(&u.Output, v)
-		case msgCacheWrite:
-			getCount(&u.CacheWrite, v)
-		case msgCacheRead:
-			getCount(&u.CacheRead, v)
 		case msgText, msgThinking:
 			text.Write(v.AppendText(nil))
 		case msgToolInput:
 			text.Write(v.Raw)
+		default:
+			vu.set(path-msgUsage, v, false)
 		}
 		return nil
 	})
+	u := vu.report()
+	u.Model = usage.ReportedModel(model)
+	haveInput, haveOutput := vu.seen[uInput], vu.seen[uOutput]
 	if err == nil && !m.overflow && haveInput && haveOutput {
 		return u
 	}
@@ -253,13 +218,4 @@ func (m *jsonMeter) Usage(complete bool) format.Usage {
 		u.Input = estimateInput(m.body)
 	}
 	return u
-}
-
-func getCount(dst *int64, v jsonscan.Value) bool {
-	n, ok := v.Int()
-	if !ok || n < 0 {
-		return false
-	}
-	*dst = n
-	return true
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/modelgateway/gateway/internal/usage"
 	"runtime"
 	"strings"
 	"testing"
@@ -38,13 +39,16 @@ func forEachSplit(t *testing.T, rec []byte, check func(how string, m format.Mete
 func TestStreamMeterRecordings(t *testing.T) {
 	tests := []struct {
 		file string
-		want format.Usage
+		want usage.Report
 	}{
-		{"text.sse", format.Usage{Model: "claude-sonnet-4-5-20250929", Input: 25, Output: 31}},
-		{"tool_use.sse", format.Usage{Model: "claude-opus-4-1-20250805", Input: 472, Output: 89, CacheWrite: 1536, CacheRead: 20480}},
+		{"text.sse", usage.Report{Usage: usage.Usage{Input: 25, Output: 31}, Model: "claude-sonnet-4-5-20250929", ServiceTier: "standard"}},
+		{"tool_use.sse", usage.Report{Usage: usage.Usage{Input: 472, Output: 89, CacheWrite5m: 1536, CacheRead: 20480}, Model: "claude-opus-4-1-20250805"}},
 		// Input and cache figures repeated in message_delta replace the
 		// zeros of message_start.
-		{"thinking.sse", format.Usage{Model: "claude-sonnet-4-5-20250929", Input: 3210, Output: 412, CacheWrite: 2048}},
+		// Cache writes split by lifetime, web searches and the service tier,
+		// reported in message_start and repeated in message_delta.
+		{"every_dimension.sse", usage.Report{Usage: usage.Usage{Input: 30, Output: 120, CacheWrite5m: 1000, CacheWrite1h: 2000, CacheRead: 4000, WebSearches: 2}, Model: "claude-opus-4-8", ServiceTier: "priority"}},
+		{"thinking.sse", usage.Report{Usage: usage.Usage{Input: 3210, Output: 412, CacheWrite5m: 2048}, Model: "claude-sonnet-4-5-20250929"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -90,12 +94,7 @@ func deltaText(t *testing.T, rec []byte) []byte {
 
 func TestStreamMeterError(t *testing.T) {
 	rec := formattest.Read(t, "error.sse")
-	want := format.Usage{
-		Model:     "claude-haiku-4-5-20251001",
-		Input:     120,
-		Output:    tokens.MessagesRatio.Count(int64(len(deltaText(t, rec)))),
-		Estimated: true,
-	}
+	want := usage.Report{Usage: usage.Usage{Input: 120, Output: tokens.MessagesRatio.Count(int64(len(deltaText(t, rec))))}, Model: "claude-haiku-4-5-20251001", Estimated: true}
 	if want.Output < 5 {
 		t.Fatalf("test text too short: %d tokens", want.Output)
 	}
@@ -119,7 +118,7 @@ func TestStreamMeterTruncated(t *testing.T) {
 		got := meter(body, eventStream, stream).Usage(false)
 		if n >= len(events)-2 {
 			// message_delta's final count arrived: exact, message_stop or not.
-			want := format.Usage{Model: "claude-opus-4-1-20250805", Input: 472, CacheWrite: 1536, CacheRead: 20480, Output: 89}
+			want := usage.Report{Usage: usage.Usage{Input: 472, CacheWrite5m: 1536, CacheRead: 20480, Output: 89}, Model: "claude-opus-4-1-20250805"}
 			if got != want {
 				t.Fatalf("%d events, final usage seen: got %+v, want %+v", n, got, want)
 			}
@@ -131,7 +130,7 @@ func TestStreamMeterTruncated(t *testing.T) {
 		text := deltaText(t, stream)
 		switch n {
 		case 0:
-			want := format.Usage{Input: inputEstimate, Estimated: true}
+			want := usage.Report{Usage: usage.Usage{Input: inputEstimate}, Estimated: true}
 			if got != want {
 				t.Fatalf("no events: got %+v, want %+v", got, want)
 			}
@@ -142,14 +141,7 @@ func TestStreamMeterTruncated(t *testing.T) {
 			if n >= len(events)-2 {
 				reported = 89 // message_delta seen
 			}
-			want := format.Usage{
-				Model:      "claude-opus-4-1-20250805",
-				Input:      472,
-				CacheWrite: 1536,
-				CacheRead:  20480,
-				Output:     max(reported, tokens.MessagesRatio.Count(int64(len(text)))),
-				Estimated:  true,
-			}
+			want := usage.Report{Usage: usage.Usage{Input: 472, CacheWrite5m: 1536, CacheRead: 20480, Output: max(reported, tokens.MessagesRatio.Count(int64(len(text))))}, Model: "claude-opus-4-1-20250805", Estimated: true}
 			if got != want {
 				t.Fatalf("%d events: got %+v, want %+v", n, got, want)
 			}
@@ -192,10 +184,11 @@ func TestStreamMeterLongOutputIsExtrapolated(t *testing.T) {
 func TestJSONMeter(t *testing.T) {
 	tests := []struct {
 		file string
-		want format.Usage
+		want usage.Report
 	}{
-		{"message.json", format.Usage{Model: "claude-sonnet-4-5-20250929", Input: 2095, Output: 503}},
-		{"message_cache.json", format.Usage{Model: "claude-opus-4-1-20250805", Input: 50, Output: 74, CacheWrite: 1024, CacheRead: 100000}},
+		{"message.json", usage.Report{Usage: usage.Usage{Input: 2095, Output: 503}, Model: "claude-sonnet-4-5-20250929"}},
+		{"message_cache.json", usage.Report{Usage: usage.Usage{Input: 50, Output: 74, CacheWrite5m: 1024, CacheRead: 100000}, Model: "claude-opus-4-1-20250805", ServiceTier: "standard"}},
+		{"message_every.json", usage.Report{Usage: usage.Usage{Input: 30, Output: 500, CacheWrite5m: 1000, CacheWrite1h: 2000, CacheRead: 4000, WebSearches: 3}, Model: "claude-opus-4-8", ServiceTier: "priority"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -218,18 +211,13 @@ func TestJSONMeterTruncated(t *testing.T) {
 	got := meter(body, "application/json", rec[:cut]).Usage(false)
 	text := []byte("I'll look that up.")
 	text = append(text, `{"location":"San Francisco, CA","unit":"celsius"}`...)
-	want := format.Usage{
-		Model:     "claude-opus-4-1-20250805",
-		Input:     estimateInput(body),
-		Output:    tokens.MessagesRatio.Count(int64(len(text))),
-		Estimated: true,
-	}
+	want := usage.Report{Usage: usage.Usage{Input: estimateInput(body), Output: tokens.MessagesRatio.Count(int64(len(text)))}, Model: "claude-opus-4-1-20250805", Estimated: true}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 	// Without usage but otherwise whole.
 	got = meter(body, "application/json", []byte(`{"model":"m","content":[{"type":"text","text":"hello world"}]}`)).Usage(true)
-	want = format.Usage{Model: "m", Input: estimateInput(body), Output: 4, Estimated: true} // 11 bytes at 3.5 a token
+	want = usage.Report{Usage: usage.Usage{Input: estimateInput(body), Output: 4}, Model: "m", Estimated: true} // 11 bytes at 3.5 a token
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
@@ -335,7 +323,7 @@ func FuzzStreamMeter(f *testing.F) {
 			if u != v {
 				t.Fatalf("Usage(%v): whole %+v, split at %d,%d %+v", complete, u, a, b, v)
 			}
-			if u.Input < 0 || u.Output < 0 || u.CacheRead < 0 || u.CacheWrite < 0 {
+			if !u.Usage.Valid() {
 				t.Fatalf("negative usage %+v", u)
 			}
 		}
@@ -354,7 +342,7 @@ func FuzzJSONMeter(f *testing.F) {
 		if u != v {
 			t.Fatalf("whole %+v, split %+v", u, v)
 		}
-		if u.Input < 0 || u.Output < 0 || u.CacheRead < 0 || u.CacheWrite < 0 {
+		if !u.Usage.Valid() {
 			t.Fatalf("negative usage %+v", u)
 		}
 	})

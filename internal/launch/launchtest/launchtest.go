@@ -17,7 +17,7 @@ func Start(tb testing.TB, o launch.Options) *launch.Stack {
 	tb.Helper()
 	skipShort(tb)
 	var rs *redistest.Server
-	if o.RedisAddr == "" && len(o.RedisCluster) == 0 && !o.Bare {
+	if o.RedisAddr == "" && len(o.RedisCluster) == 0 && !o.Bare && o.ExtProcAddr == "" {
 		// A redistest server can be stopped and started on its port.
 		rs = redistest.NewServer(tb)
 		o.RedisAddr = rs.Addr

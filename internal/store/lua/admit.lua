@@ -1,4 +1,7 @@
 -- admit.lua: decide, atomically, whether one metered request may start.
+-- It runs on every request's critical path: each command here is paid on
+-- every admission, so it reads the account in one HMGET and writes only
+-- what an admission must (usage, the ledger and last_used are settlement's).
 --
 -- KEYS[1]  gw:{acct:ID}:acct              hash: balance, held, daily, rpm, window, ...
 -- KEYS[2]  gw:{acct:ID}:holds             hash: request id -> held amount (nano-USD)
@@ -17,9 +20,12 @@
 --
 -- Returns {outcome, retry_after_ms, expired_holds}. Outcome: 0 admitted,
 -- 1 rate limited, 2 daily limited, 3 insufficient balance, -1 no such account,
--- -2 request id already held or settled. expired_holds is always 0: expired
--- holds are settled by the background sweeper (sweep.lua), never here, so a
--- crashed request is charged rather than dropped.
+-- -2 request id already held or settled.
+--
+-- Expired holds (their sidecar died) are never released here: the
+-- background sweeper (sweep.lua) settles them as interrupted at their last
+-- checkpoint, so a crashed request is charged rather than dropped.
+-- expired_holds is always 0.
 --
 -- Money is compared as Lua numbers (doubles): exact up to 2^53 nano-USD. All
 -- writes go through int() so Redis always receives plain integer strings.
@@ -45,8 +51,9 @@ local window = tonumber(acct[5] or '0')
 
 local swept = 0
 
--- A request id is admitted at most once.
-if redis.call('HEXISTS', KEYS[2], req) == 1 or redis.call('EXISTS', KEYS[6]) == 1 then
+-- A request id that already settled is not admitted again (one still held
+-- is caught by HSETNX below).
+if redis.call('EXISTS', KEYS[6]) == 1 then
   return {-2, 0, swept}
 end
 
@@ -86,11 +93,14 @@ if balance - held < hold then
   return {3, 0, swept}
 end
 
--- 5. Admit: hold the worst case and log the admission.
-redis.call('HSET', KEYS[2], req, int(hold))
+-- 5. Admit: hold the worst case (HSETNX refuses an id already held, before
+-- anything is written) and log the admission.
+if redis.call('HSETNX', KEYS[2], req, int(hold)) == 0 then
+  return {-2, 0, swept}
+end
 redis.call('HSET', KEYS[7], req, ARGV[5])
 redis.call('ZADD', KEYS[3], int(now + ttl), req)
-redis.call('HSET', KEYS[1], 'held', int(held + hold))
+redis.call('HINCRBY', KEYS[1], 'held', int(hold))
 if rpm > 0 then
   redis.call('ZADD', KEYS[4], int(now), req)
   redis.call('PEXPIRE', KEYS[4], int(span))

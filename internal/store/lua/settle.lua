@@ -1,103 +1,159 @@
--- settle.lua: end one admitted request, atomically and at most once.
+-- settle.lua: end a batch of admitted requests of one account, atomically,
+-- each at most once. Only a held request settles: a hold leaves only through
+-- settlement (the sweeper settles expired ones as interrupted), so a request
+-- without one has settled already, even once its marker has expired.
 --
--- KEYS[1]  gw:{acct:ID}:acct              hash: balance, held, ...
--- KEYS[2]  gw:{acct:ID}:holds             hash: request id -> held amount
--- KEYS[3]  gw:{acct:ID}:holdexp           zset: request id scored by hold expiry
--- KEYS[4]  gw:{acct:ID}:settled:REQID     string: the idempotency marker
--- KEYS[5]  gw:{acct:ID}:day:YYYYMMDD      string: settled spend of the current UTC day
--- KEYS[6]  gw:{acct:ID}:u:d:YYYYMMDD      hash: usage counters of the UTC day
--- KEYS[7]  gw:{acct:ID}:u:m:YYYYMM        hash: usage counters of the UTC month
--- KEYS[8]  gw:{acct:ID}:u:t               hash: usage counters of all time
--- KEYS[9]  gw:{acct:ID}:ledger            stream: one entry per settled request
--- KEYS[10] gw:{acct:ID}:key:KEYID         hash: the credential's metadata (may be absent)
--- KEYS[11] gw:{acct:ID}:holdrec           hash: request id -> admission record
--- KEYS[12] gw:{acct:ID}:holdckpt          hash: request id -> usage checkpoint
+-- Settlements are queued by the sidecar as replies end and sent in batches;
+-- one call settles all of an account's requests in a batch. What each
+-- request needs on its own (its idempotency marker, its hold, its ledger
+-- entry) is done per request; what adds up (held, balance, the day's spend,
+-- usage counters, a credential's last_used) is summed in Lua and written
+-- once per call. A batch of one is a single settlement.
 --
--- ARGV[1]  request id
--- ARGV[2]  "1" to charge and count usage (2xx reply), "0" otherwise
--- ARGV[3]  cost, nano-USD
--- ARGV[4]  input tokens
--- ARGV[5]  output tokens
--- ARGV[6]  cache write tokens
--- ARGV[7]  cache read tokens
--- ARGV[8]  model
--- ARGV[9]  idempotency marker lifetime, ms
--- ARGV[10] day key lifetime, s
--- ARGV[11] month key lifetime, s
--- ARGV[12] unused (the ledger is trimmed only after export, by trim.lua)
--- ARGV[13] last-used time of the credential, unix ms
--- ARGV[14..] the ledger entry as field, value pairs
+-- KEYS[1]    gw:{acct:ID}:acct             hash: balance, held, ...
+-- KEYS[2]    gw:{acct:ID}:holds            hash: request id -> held amount
+-- KEYS[3]    gw:{acct:ID}:holdexp          zset: request id scored by hold expiry
+-- KEYS[4]    gw:{acct:ID}:day:YYYYMMDD     string: settled spend of the current UTC day
+-- KEYS[5]    gw:{acct:ID}:u:d:YYYYMMDD     hash: usage counters of the UTC day
+-- KEYS[6]    gw:{acct:ID}:u:m:YYYYMM       hash: usage counters of the UTC month
+-- KEYS[7]    gw:{acct:ID}:u:t              hash: usage counters of all time
+-- KEYS[8]    gw:{acct:ID}:ledger           stream: one entry per settled request
+-- KEYS[9]    gw:{acct:ID}:holdrec          hash: request id -> admission record
+-- KEYS[10]   gw:{acct:ID}:holdckpt         hash: request id -> usage checkpoint
+-- KEYS[11..10+n]     gw:{acct:ID}:settled:REQID, the idempotency marker of each request
+-- KEYS[11+n..10+n+k] gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
+--
+-- ARGV[1]  n, the number of requests
+-- ARGV[2]  k, the number of credentials
+-- ARGV[3]  idempotency marker lifetime, ms
+-- ARGV[4]  day key lifetime, s
+-- ARGV[5]  month key lifetime, s
+-- ARGV[6]  unused (the ledger is trimmed only after export, by trim.lua)
+-- ARGV[7..] n request records, one after the other, each:
+--   request id; "1" to charge and count usage (2xx reply), else "0";
+--   cost, nano-USD; the priced model (usage is counted under it);
+--   credential index (1..k, 0 for none); last-used time of the credential,
+--   unix ms;
+--   c, then c counter name, increment pairs (requests, cost and one per
+--   usage kind);
+--   f, then f ledger entry field, value pairs.
+--
+-- The names of counters and ledger fields are not known here: Go builds them
+-- (internal/store/contract.go) and reads them back.
 --
 -- Usage hashes hold a model's counters as "m:requests:MODEL",
--- "m:input:MODEL", ...: the counter name never holds a colon, so a model name
--- may. The account's totals are the sum over its models.
+-- "m:input:MODEL", ...: the counter name never holds a colon, so a model
+-- name may. The account's totals are the sum over its models. Zero
+-- increments are skipped.
 --
--- Returns 1 when applied, 0 when the request had already settled (or was
--- never admitted), -1 when the account does not exist.
+-- Returns one result per request: 1 applied, 0 already settled (or never
+-- admitted); or {-1}
+-- when the account does not exist.
 
 local function int(n)
   return string.format('%d', n)
 end
 
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  return 0
-end
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return -1
-end
+local n = tonumber(ARGV[1])
+local k = tonumber(ARGV[2])
+local markerTTL = ARGV[3]
 
-local req = ARGV[1]
-
--- Only a held request settles. A hold leaves only through settlement (the
--- sweeper settles expired ones), so a request without one has settled
--- already, even once its marker has expired: the marker need not outlive
--- the longest replay.
-local amount = redis.call('HGET', KEYS[2], req)
-if not amount then
-  return 0
+local out = {}
+local released, cost = 0, 0
+local counters, order = {}, {}
+local function add(field, v)
+  if not counters[field] then
+    counters[field] = 0
+    order[#order + 1] = field
+  end
+  counters[field] = counters[field] + v
 end
-redis.call('HDEL', KEYS[2], req)
-redis.call('ZREM', KEYS[3], req)
-local held = tonumber(redis.call('HGET', KEYS[1], 'held') or '0') - tonumber(amount)
-if held < 0 then
-  held = 0
-end
-redis.call('HSET', KEYS[1], 'held', int(held))
-redis.call('HDEL', KEYS[11], req)
-redis.call('HDEL', KEYS[12], req)
+local lastUsed = {}
+local accountSeen = false
 
-if ARGV[2] == '1' then
-  local cost = ARGV[3]
-  redis.call('HINCRBY', KEYS[1], 'balance', int(-tonumber(cost)))
-  redis.call('INCRBY', KEYS[5], cost)
-  redis.call('EXPIRE', KEYS[5], ARGV[10])
+local a = 7
+for i = 1, n do
+  local req, charged, c, model = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2]), ARGV[a + 3]
+  local ki, used = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local nc = tonumber(ARGV[a + 6])
+  local cfirst = a + 7
+  local nf = tonumber(ARGV[cfirst + 2 * nc])
+  local ffirst = cfirst + 2 * nc + 1
+  a = ffirst + 2 * nf
 
-  -- Only per-model counters are kept (the account's totals are their sum,
-  -- taken on read), and zero increments are skipped: settlement is on every
-  -- reply's critical path.
-  local names = {'requests', 'input', 'output', 'cache_write', 'cache_read', 'cost'}
-  local values = {'1', ARGV[4], ARGV[5], ARGV[6], ARGV[7], cost}
-  local model = ARGV[8]
-  for k = 6, 8 do
-    for i, name in ipairs(names) do
-      if values[i] ~= '0' then
-        redis.call('HINCRBY', KEYS[k], 'm:' .. name .. ':' .. model, values[i])
+  local amount = nil
+  if redis.call('EXISTS', KEYS[10 + i]) == 0 then
+    amount = redis.call('HGET', KEYS[2], req)
+  end
+  if not amount and not accountSeen then
+    if redis.call('EXISTS', KEYS[1]) == 0 then
+      return {-1}
+    end
+    accountSeen = true
+  end
+  if amount then
+    accountSeen = true -- a hold exists only on an existing account
+    redis.call('SET', KEYS[10 + i], '1', 'PX', markerTTL)
+    redis.call('HDEL', KEYS[2], req)
+    redis.call('ZREM', KEYS[3], req)
+    redis.call('HDEL', KEYS[9], req)
+    redis.call('HDEL', KEYS[10], req)
+    released = released + tonumber(amount)
+    if ki > 0 and used > (lastUsed[ki] or 0) then
+      lastUsed[ki] = used
+    end
+    if charged then
+      cost = cost + c
+      for j = 0, nc - 1 do
+        local v = tonumber(ARGV[cfirst + 2 * j + 1])
+        if v ~= 0 then
+          add('m:' .. ARGV[cfirst + 2 * j] .. ':' .. model, v)
+        end
       end
     end
-  end
-  redis.call('EXPIRE', KEYS[6], ARGV[10])
-  redis.call('EXPIRE', KEYS[7], ARGV[11])
-end
-
--- The credential was used, whatever the reply; keep the latest time.
-if redis.call('EXISTS', KEYS[10]) == 1 then
-  local last = tonumber(redis.call('HGET', KEYS[10], 'last_used') or '0')
-  if tonumber(ARGV[13]) > last then
-    redis.call('HSET', KEYS[10], 'last_used', ARGV[13])
+    -- Never trimmed here: an entry leaves the ledger only once exported.
+    redis.call('XADD', KEYS[8], '*', unpack(ARGV, ffirst, ffirst + 2 * nf - 1))
+    out[i] = 1
+  else
+    out[i] = 0
   end
 end
 
--- Never trimmed here: an entry leaves the ledger only once exported.
-redis.call('XADD', KEYS[9], '*', unpack(ARGV, 14))
-redis.call('SET', KEYS[4], '1', 'PX', ARGV[9])
-return 1
+if released > 0 then
+  if redis.call('HINCRBY', KEYS[1], 'held', int(-released)) < 0 then
+    redis.call('HSET', KEYS[1], 'held', '0')
+  end
+end
+-- A counter whose new value is the increment was just created, and so may
+-- be its key: only then is the key's lifetime set (once a day or month per
+-- model, not on every call).
+if cost > 0 then
+  redis.call('HINCRBY', KEYS[1], 'balance', int(-cost))
+  if redis.call('INCRBY', KEYS[4], int(cost)) == cost then
+    redis.call('EXPIRE', KEYS[4], ARGV[4])
+  end
+end
+if #order > 0 then
+  local ttl = {[5] = ARGV[4], [6] = ARGV[5]}
+  for h = 5, 7 do
+    local created = false
+    for _, field in ipairs(order) do
+      created = redis.call('HINCRBY', KEYS[h], field, int(counters[field])) == counters[field] or created
+    end
+    if created and ttl[h] then
+      redis.call('EXPIRE', KEYS[h], ttl[h])
+    end
+  end
+end
+
+-- The credentials were used, whatever the replies; keep the latest time.
+-- A credential's hash always has last_used, so nil means it is gone.
+for ki, used in pairs(lastUsed) do
+  local key = KEYS[10 + n + ki]
+  local last = redis.call('HGET', key, 'last_used')
+  if last and used > tonumber(last) then
+    redis.call('HSET', key, 'last_used', int(used))
+  end
+end
+
+return out

@@ -211,8 +211,10 @@ type Account struct {
 	// Settled balance; holds of requests in flight are not subtracted.
 	BalanceNanoUsd int64   `protobuf:"varint,4,opt,name=balance_nano_usd,json=balanceNanoUsd,proto3" json:"balance_nano_usd,omitempty"`
 	Limits         *Limits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A suspended account's keys get 403 on the model routes.
+	Suspended     bool `protobuf:"varint,6,opt,name=suspended,proto3" json:"suspended,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Account) Reset() {
@@ -278,6 +280,13 @@ func (x *Account) GetLimits() *Limits {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *Account) GetSuspended() bool {
+	if x != nil {
+		return x.Suspended
+	}
+	return false
 }
 
 type CreateAccountRequest struct {
@@ -824,6 +833,199 @@ func (x *SetLimitsResponse) GetAccount() *Account {
 	return nil
 }
 
+type SuspendAccountRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// Why, for the audit trail (no secrets).
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendAccountRequest) Reset() {
+	*x = SuspendAccountRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendAccountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendAccountRequest) ProtoMessage() {}
+
+func (x *SuspendAccountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendAccountRequest.ProtoReflect.Descriptor instead.
+func (*SuspendAccountRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SuspendAccountRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *SuspendAccountRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type SuspendAccountResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Account       *Account               `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendAccountResponse) Reset() {
+	*x = SuspendAccountResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendAccountResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendAccountResponse) ProtoMessage() {}
+
+func (x *SuspendAccountResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendAccountResponse.ProtoReflect.Descriptor instead.
+func (*SuspendAccountResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SuspendAccountResponse) GetAccount() *Account {
+	if x != nil {
+		return x.Account
+	}
+	return nil
+}
+
+type ResumeAccountRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AccountId     string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeAccountRequest) Reset() {
+	*x = ResumeAccountRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeAccountRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeAccountRequest) ProtoMessage() {}
+
+func (x *ResumeAccountRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeAccountRequest.ProtoReflect.Descriptor instead.
+func (*ResumeAccountRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ResumeAccountRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *ResumeAccountRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ResumeAccountResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Account       *Account               `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeAccountResponse) Reset() {
+	*x = ResumeAccountResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeAccountResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeAccountResponse) ProtoMessage() {}
+
+func (x *ResumeAccountResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeAccountResponse.ProtoReflect.Descriptor instead.
+func (*ResumeAccountResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ResumeAccountResponse) GetAccount() *Account {
+	if x != nil {
+		return x.Account
+	}
+	return nil
+}
+
 // Key describes a credential. It never carries the secret.
 type Key struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -849,7 +1051,7 @@ type Key struct {
 
 func (x *Key) Reset() {
 	*x = Key{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +1063,7 @@ func (x *Key) String() string {
 func (*Key) ProtoMessage() {}
 
 func (x *Key) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +1076,7 @@ func (x *Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Key.ProtoReflect.Descriptor instead.
 func (*Key) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Key) GetId() string {
@@ -973,7 +1175,7 @@ type CreateKeyRequest struct {
 
 func (x *CreateKeyRequest) Reset() {
 	*x = CreateKeyRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1187,7 @@ func (x *CreateKeyRequest) String() string {
 func (*CreateKeyRequest) ProtoMessage() {}
 
 func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1200,7 @@ func (x *CreateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateKeyRequest) GetAccountId() string {
@@ -1075,7 +1277,7 @@ type CreateKeyResponse struct {
 
 func (x *CreateKeyResponse) Reset() {
 	*x = CreateKeyResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1289,7 @@ func (x *CreateKeyResponse) String() string {
 func (*CreateKeyResponse) ProtoMessage() {}
 
 func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1302,7 @@ func (x *CreateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateKeyResponse) GetSecret() string {
@@ -1126,7 +1328,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1340,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1353,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListKeysRequest) GetAccountId() string {
@@ -1172,7 +1374,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1386,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[16]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1399,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListKeysResponse) GetKeys() []*Key {
@@ -1217,7 +1419,7 @@ type RevokeKeyRequest struct {
 
 func (x *RevokeKeyRequest) Reset() {
 	*x = RevokeKeyRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1431,7 @@ func (x *RevokeKeyRequest) String() string {
 func (*RevokeKeyRequest) ProtoMessage() {}
 
 func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1444,7 @@ func (x *RevokeKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeKeyRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokeKeyRequest) GetAccountId() string {
@@ -1268,7 +1470,7 @@ type RevokeKeyResponse struct {
 
 func (x *RevokeKeyResponse) Reset() {
 	*x = RevokeKeyResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1482,7 @@ func (x *RevokeKeyResponse) String() string {
 func (*RevokeKeyResponse) ProtoMessage() {}
 
 func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1495,7 @@ func (x *RevokeKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeKeyResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RevokeKeyResponse) GetKey() *Key {
@@ -1315,7 +1517,7 @@ type RotateKeyRequest struct {
 
 func (x *RotateKeyRequest) Reset() {
 	*x = RotateKeyRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1529,7 @@ func (x *RotateKeyRequest) String() string {
 func (*RotateKeyRequest) ProtoMessage() {}
 
 func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1542,7 @@ func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RotateKeyRequest) GetAccountId() string {
@@ -1377,7 +1579,7 @@ type RotateKeyResponse struct {
 
 func (x *RotateKeyResponse) Reset() {
 	*x = RotateKeyResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1591,7 @@ func (x *RotateKeyResponse) String() string {
 func (*RotateKeyResponse) ProtoMessage() {}
 
 func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1604,7 @@ func (x *RotateKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateKeyResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RotateKeyResponse) GetSecret() string {
@@ -1441,7 +1643,7 @@ type CreateReadOnlyTokenRequest struct {
 
 func (x *CreateReadOnlyTokenRequest) Reset() {
 	*x = CreateReadOnlyTokenRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1655,7 @@ func (x *CreateReadOnlyTokenRequest) String() string {
 func (*CreateReadOnlyTokenRequest) ProtoMessage() {}
 
 func (x *CreateReadOnlyTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1668,7 @@ func (x *CreateReadOnlyTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateReadOnlyTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateReadOnlyTokenRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateReadOnlyTokenRequest) GetAccountId() string {
@@ -1535,7 +1737,7 @@ type CreateReadOnlyTokenResponse struct {
 
 func (x *CreateReadOnlyTokenResponse) Reset() {
 	*x = CreateReadOnlyTokenResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1749,7 @@ func (x *CreateReadOnlyTokenResponse) String() string {
 func (*CreateReadOnlyTokenResponse) ProtoMessage() {}
 
 func (x *CreateReadOnlyTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1762,7 @@ func (x *CreateReadOnlyTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateReadOnlyTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateReadOnlyTokenResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateReadOnlyTokenResponse) GetSecret() string {
@@ -1587,7 +1789,7 @@ type RevokeReadOnlyTokenRequest struct {
 
 func (x *RevokeReadOnlyTokenRequest) Reset() {
 	*x = RevokeReadOnlyTokenRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1801,7 @@ func (x *RevokeReadOnlyTokenRequest) String() string {
 func (*RevokeReadOnlyTokenRequest) ProtoMessage() {}
 
 func (x *RevokeReadOnlyTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1814,7 @@ func (x *RevokeReadOnlyTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeReadOnlyTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeReadOnlyTokenRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RevokeReadOnlyTokenRequest) GetAccountId() string {
@@ -1638,7 +1840,7 @@ type RevokeReadOnlyTokenResponse struct {
 
 func (x *RevokeReadOnlyTokenResponse) Reset() {
 	*x = RevokeReadOnlyTokenResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1852,7 @@ func (x *RevokeReadOnlyTokenResponse) String() string {
 func (*RevokeReadOnlyTokenResponse) ProtoMessage() {}
 
 func (x *RevokeReadOnlyTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1865,7 @@ func (x *RevokeReadOnlyTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeReadOnlyTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeReadOnlyTokenResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RevokeReadOnlyTokenResponse) GetToken() *Key {
@@ -1694,16 +1896,34 @@ type LedgerEntry struct {
 	Stream    bool                   `protobuf:"varint,13,opt,name=stream,proto3" json:"stream,omitempty"`
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	EndTime   *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// The model the client asked for, and the one the vendor's reply named;
+	// model is the priced catalogue entry the usage is counted under.
+	ModelRequested string `protobuf:"bytes,16,opt,name=model_requested,json=modelRequested,proto3" json:"model_requested,omitempty"`
+	ModelReported  string `protobuf:"bytes,17,opt,name=model_reported,json=modelReported,proto3" json:"model_reported,omitempty"`
+	// Every usage kind by its ledger name: input, output, cache_read,
+	// cache_write_5m, cache_write_1h, audio_input, audio_output, reasoning
+	// (part of output), web_searches. cache_write_tokens is the sum of the
+	// two cache writes.
+	Usage map[string]int64 `protobuf:"bytes,18,rep,name=usage,proto3" json:"usage,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The unit price used for each priced kind, in nano-USD per million units
+	// (tokens; searches for web_searches): with usage, an invoice line.
+	PricesNanoUsdPerMillion map[string]int64 `protobuf:"bytes,19,rep,name=prices_nano_usd_per_million,json=pricesNanoUsdPerMillion,proto3" json:"prices_nano_usd_per_million,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The service tier priced ("" for standard) and the long-context
+	// threshold applied (tokens; 0 for none).
+	ServiceTier          string `protobuf:"bytes,20,opt,name=service_tier,json=serviceTier,proto3" json:"service_tier,omitempty"`
+	LongContextThreshold int64  `protobuf:"varint,21,opt,name=long_context_threshold,json=longContextThreshold,proto3" json:"long_context_threshold,omitempty"`
+	// True when the model was unknown and priced with the upstream's fallback.
+	FallbackPrice bool `protobuf:"varint,22,opt,name=fallback_price,json=fallbackPrice,proto3" json:"fallback_price,omitempty"`
 	// True when the request's sidecar stopped (crashed) before it ended: it
 	// was settled at its last checkpoint by the hold sweeper.
-	Interrupted   bool `protobuf:"varint,16,opt,name=interrupted,proto3" json:"interrupted,omitempty"`
+	Interrupted   bool `protobuf:"varint,23,opt,name=interrupted,proto3" json:"interrupted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LedgerEntry) Reset() {
 	*x = LedgerEntry{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1935,7 @@ func (x *LedgerEntry) String() string {
 func (*LedgerEntry) ProtoMessage() {}
 
 func (x *LedgerEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1948,7 @@ func (x *LedgerEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerEntry.ProtoReflect.Descriptor instead.
 func (*LedgerEntry) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LedgerEntry) GetId() string {
@@ -1836,6 +2056,55 @@ func (x *LedgerEntry) GetEndTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *LedgerEntry) GetModelRequested() string {
+	if x != nil {
+		return x.ModelRequested
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetModelReported() string {
+	if x != nil {
+		return x.ModelReported
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetUsage() map[string]int64 {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *LedgerEntry) GetPricesNanoUsdPerMillion() map[string]int64 {
+	if x != nil {
+		return x.PricesNanoUsdPerMillion
+	}
+	return nil
+}
+
+func (x *LedgerEntry) GetServiceTier() string {
+	if x != nil {
+		return x.ServiceTier
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetLongContextThreshold() int64 {
+	if x != nil {
+		return x.LongContextThreshold
+	}
+	return 0
+}
+
+func (x *LedgerEntry) GetFallbackPrice() bool {
+	if x != nil {
+		return x.FallbackPrice
+	}
+	return false
+}
+
 func (x *LedgerEntry) GetInterrupted() bool {
 	if x != nil {
 		return x.Interrupted
@@ -1856,7 +2125,7 @@ type ListLedgerRequest struct {
 
 func (x *ListLedgerRequest) Reset() {
 	*x = ListLedgerRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2137,7 @@ func (x *ListLedgerRequest) String() string {
 func (*ListLedgerRequest) ProtoMessage() {}
 
 func (x *ListLedgerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2150,7 @@ func (x *ListLedgerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLedgerRequest.ProtoReflect.Descriptor instead.
 func (*ListLedgerRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListLedgerRequest) GetAccountId() string {
@@ -1916,7 +2185,7 @@ type ListLedgerResponse struct {
 
 func (x *ListLedgerResponse) Reset() {
 	*x = ListLedgerResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2197,7 @@ func (x *ListLedgerResponse) String() string {
 func (*ListLedgerResponse) ProtoMessage() {}
 
 func (x *ListLedgerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2210,7 @@ func (x *ListLedgerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLedgerResponse.ProtoReflect.Descriptor instead.
 func (*ListLedgerResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListLedgerResponse) GetEntries() []*LedgerEntry {
@@ -1971,7 +2240,7 @@ type ExportLedgerRequest struct {
 
 func (x *ExportLedgerRequest) Reset() {
 	*x = ExportLedgerRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2252,7 @@ func (x *ExportLedgerRequest) String() string {
 func (*ExportLedgerRequest) ProtoMessage() {}
 
 func (x *ExportLedgerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2265,7 @@ func (x *ExportLedgerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportLedgerRequest.ProtoReflect.Descriptor instead.
 func (*ExportLedgerRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExportLedgerRequest) GetAccountId() string {
@@ -2031,7 +2300,7 @@ type ExportLedgerResponse struct {
 
 func (x *ExportLedgerResponse) Reset() {
 	*x = ExportLedgerResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2312,7 @@ func (x *ExportLedgerResponse) String() string {
 func (*ExportLedgerResponse) ProtoMessage() {}
 
 func (x *ExportLedgerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2325,7 @@ func (x *ExportLedgerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportLedgerResponse.ProtoReflect.Descriptor instead.
 func (*ExportLedgerResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ExportLedgerResponse) GetEntries() []*LedgerEntry {
@@ -2084,7 +2353,7 @@ type CommitLedgerExportRequest struct {
 
 func (x *CommitLedgerExportRequest) Reset() {
 	*x = CommitLedgerExportRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2365,7 @@ func (x *CommitLedgerExportRequest) String() string {
 func (*CommitLedgerExportRequest) ProtoMessage() {}
 
 func (x *CommitLedgerExportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2378,7 @@ func (x *CommitLedgerExportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitLedgerExportRequest.ProtoReflect.Descriptor instead.
 func (*CommitLedgerExportRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CommitLedgerExportRequest) GetAccountId() string {
@@ -2138,7 +2407,7 @@ type CommitLedgerExportResponse struct {
 
 func (x *CommitLedgerExportResponse) Reset() {
 	*x = CommitLedgerExportResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2419,7 @@ func (x *CommitLedgerExportResponse) String() string {
 func (*CommitLedgerExportResponse) ProtoMessage() {}
 
 func (x *CommitLedgerExportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2432,7 @@ func (x *CommitLedgerExportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitLedgerExportResponse.ProtoReflect.Descriptor instead.
 func (*CommitLedgerExportResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CommitLedgerExportResponse) GetMark() string {
@@ -2196,7 +2465,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2477,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2490,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AuditEntry) GetId() string {
@@ -2283,7 +2552,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2564,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2577,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListAuditRequest) GetPageSize() int32 {
@@ -2335,7 +2604,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2616,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2629,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -2385,14 +2654,15 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x06Limits\x12$\n" +
 	"\x0edaily_nano_usd\x18\x01 \x01(\x03R\fdailyNanoUsd\x12\x10\n" +
 	"\x03rpm\x18\x02 \x01(\x03R\x03rpm\x12%\n" +
-	"\x0ewindow_minutes\x18\x03 \x01(\x03R\rwindowMinutes\"\xc6\x01\n" +
+	"\x0ewindow_minutes\x18\x03 \x01(\x03R\rwindowMinutes\"\xe4\x01\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12;\n" +
 	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12(\n" +
 	"\x10balance_nano_usd\x18\x04 \x01(\x03R\x0ebalanceNanoUsd\x120\n" +
-	"\x06limits\x18\x05 \x01(\v2\x18.gateway.admin.v1.LimitsR\x06limits\"\xf0\x01\n" +
+	"\x06limits\x18\x05 \x01(\v2\x18.gateway.admin.v1.LimitsR\x06limits\x12\x1c\n" +
+	"\tsuspended\x18\x06 \x01(\bR\tsuspended\"\xf0\x01\n" +
 	"\x14CreateAccountRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
 	"\x10balance_nano_usd\x18\x02 \x01(\x03R\x0ebalanceNanoUsd\x12)\n" +
@@ -2434,6 +2704,18 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x04_rpmB\x11\n" +
 	"\x0f_window_minutes\"H\n" +
 	"\x11SetLimitsResponse\x123\n" +
+	"\aaccount\x18\x01 \x01(\v2\x19.gateway.admin.v1.AccountR\aaccount\"N\n" +
+	"\x15SuspendAccountRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"M\n" +
+	"\x16SuspendAccountResponse\x123\n" +
+	"\aaccount\x18\x01 \x01(\v2\x19.gateway.admin.v1.AccountR\aaccount\"M\n" +
+	"\x14ResumeAccountRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"L\n" +
+	"\x15ResumeAccountResponse\x123\n" +
 	"\aaccount\x18\x01 \x01(\v2\x19.gateway.admin.v1.AccountR\aaccount\"\xd4\x03\n" +
 	"\x03Key\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
@@ -2500,7 +2782,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x19\n" +
 	"\btoken_id\x18\x02 \x01(\tR\atokenId\"J\n" +
 	"\x1bRevokeReadOnlyTokenResponse\x12+\n" +
-	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\xad\x04\n" +
+	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\xbd\b\n" +
 	"\vLedgerEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2519,8 +2801,22 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x06stream\x18\r \x01(\bR\x06stream\x129\n" +
 	"\n" +
 	"start_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
-	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12 \n" +
-	"\vinterrupted\x18\x10 \x01(\bR\vinterrupted\"n\n" +
+	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12'\n" +
+	"\x0fmodel_requested\x18\x10 \x01(\tR\x0emodelRequested\x12%\n" +
+	"\x0emodel_reported\x18\x11 \x01(\tR\rmodelReported\x12>\n" +
+	"\x05usage\x18\x12 \x03(\v2(.gateway.admin.v1.LedgerEntry.UsageEntryR\x05usage\x12x\n" +
+	"\x1bprices_nano_usd_per_million\x18\x13 \x03(\v2:.gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntryR\x17pricesNanoUsdPerMillion\x12!\n" +
+	"\fservice_tier\x18\x14 \x01(\tR\vserviceTier\x124\n" +
+	"\x16long_context_threshold\x18\x15 \x01(\x03R\x14longContextThreshold\x12%\n" +
+	"\x0efallback_price\x18\x16 \x01(\bR\rfallbackPrice\x12 \n" +
+	"\vinterrupted\x18\x17 \x01(\bR\vinterrupted\x1a8\n" +
+	"\n" +
+	"UsageEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1aJ\n" +
+	"\x1cPricesNanoUsdPerMillionEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"n\n" +
 	"\x11ListLedgerRequest\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x1b\n" +
@@ -2570,15 +2866,16 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x15KEY_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10KEY_STATE_ACTIVE\x10\x01\x12\x15\n" +
 	"\x11KEY_STATE_EXPIRED\x10\x02\x12\x15\n" +
-	"\x11KEY_STATE_REVOKED\x10\x032\xfd\n" +
-	"\n" +
+	"\x11KEY_STATE_REVOKED\x10\x032\xc4\f\n" +
 	"\x05Admin\x12`\n" +
 	"\rCreateAccount\x12&.gateway.admin.v1.CreateAccountRequest\x1a'.gateway.admin.v1.CreateAccountResponse\x12W\n" +
 	"\n" +
 	"GetAccount\x12#.gateway.admin.v1.GetAccountRequest\x1a$.gateway.admin.v1.GetAccountResponse\x12]\n" +
 	"\fListAccounts\x12%.gateway.admin.v1.ListAccountsRequest\x1a&.gateway.admin.v1.ListAccountsResponse\x12H\n" +
 	"\x05TopUp\x12\x1e.gateway.admin.v1.TopUpRequest\x1a\x1f.gateway.admin.v1.TopUpResponse\x12T\n" +
-	"\tSetLimits\x12\".gateway.admin.v1.SetLimitsRequest\x1a#.gateway.admin.v1.SetLimitsResponse\x12T\n" +
+	"\tSetLimits\x12\".gateway.admin.v1.SetLimitsRequest\x1a#.gateway.admin.v1.SetLimitsResponse\x12c\n" +
+	"\x0eSuspendAccount\x12'.gateway.admin.v1.SuspendAccountRequest\x1a(.gateway.admin.v1.SuspendAccountResponse\x12`\n" +
+	"\rResumeAccount\x12&.gateway.admin.v1.ResumeAccountRequest\x1a'.gateway.admin.v1.ResumeAccountResponse\x12T\n" +
 	"\tCreateKey\x12\".gateway.admin.v1.CreateKeyRequest\x1a#.gateway.admin.v1.CreateKeyResponse\x12Q\n" +
 	"\bListKeys\x12!.gateway.admin.v1.ListKeysRequest\x1a\".gateway.admin.v1.ListKeysResponse\x12T\n" +
 	"\tRevokeKey\x12\".gateway.admin.v1.RevokeKeyRequest\x1a#.gateway.admin.v1.RevokeKeyResponse\x12T\n" +
@@ -2604,7 +2901,7 @@ func file_gateway_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_gateway_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(KeyKind)(0),                        // 0: gateway.admin.v1.KeyKind
 	(KeyState)(0),                       // 1: gateway.admin.v1.KeyState
@@ -2620,98 +2917,112 @@ var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(*TopUpResponse)(nil),               // 11: gateway.admin.v1.TopUpResponse
 	(*SetLimitsRequest)(nil),            // 12: gateway.admin.v1.SetLimitsRequest
 	(*SetLimitsResponse)(nil),           // 13: gateway.admin.v1.SetLimitsResponse
-	(*Key)(nil),                         // 14: gateway.admin.v1.Key
-	(*CreateKeyRequest)(nil),            // 15: gateway.admin.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),           // 16: gateway.admin.v1.CreateKeyResponse
-	(*ListKeysRequest)(nil),             // 17: gateway.admin.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),            // 18: gateway.admin.v1.ListKeysResponse
-	(*RevokeKeyRequest)(nil),            // 19: gateway.admin.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),           // 20: gateway.admin.v1.RevokeKeyResponse
-	(*RotateKeyRequest)(nil),            // 21: gateway.admin.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),           // 22: gateway.admin.v1.RotateKeyResponse
-	(*CreateReadOnlyTokenRequest)(nil),  // 23: gateway.admin.v1.CreateReadOnlyTokenRequest
-	(*CreateReadOnlyTokenResponse)(nil), // 24: gateway.admin.v1.CreateReadOnlyTokenResponse
-	(*RevokeReadOnlyTokenRequest)(nil),  // 25: gateway.admin.v1.RevokeReadOnlyTokenRequest
-	(*RevokeReadOnlyTokenResponse)(nil), // 26: gateway.admin.v1.RevokeReadOnlyTokenResponse
-	(*LedgerEntry)(nil),                 // 27: gateway.admin.v1.LedgerEntry
-	(*ListLedgerRequest)(nil),           // 28: gateway.admin.v1.ListLedgerRequest
-	(*ListLedgerResponse)(nil),          // 29: gateway.admin.v1.ListLedgerResponse
-	(*ExportLedgerRequest)(nil),         // 30: gateway.admin.v1.ExportLedgerRequest
-	(*ExportLedgerResponse)(nil),        // 31: gateway.admin.v1.ExportLedgerResponse
-	(*CommitLedgerExportRequest)(nil),   // 32: gateway.admin.v1.CommitLedgerExportRequest
-	(*CommitLedgerExportResponse)(nil),  // 33: gateway.admin.v1.CommitLedgerExportResponse
-	(*AuditEntry)(nil),                  // 34: gateway.admin.v1.AuditEntry
-	(*ListAuditRequest)(nil),            // 35: gateway.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),           // 36: gateway.admin.v1.ListAuditResponse
-	(*timestamppb.Timestamp)(nil),       // 37: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 38: google.protobuf.Duration
+	(*SuspendAccountRequest)(nil),       // 14: gateway.admin.v1.SuspendAccountRequest
+	(*SuspendAccountResponse)(nil),      // 15: gateway.admin.v1.SuspendAccountResponse
+	(*ResumeAccountRequest)(nil),        // 16: gateway.admin.v1.ResumeAccountRequest
+	(*ResumeAccountResponse)(nil),       // 17: gateway.admin.v1.ResumeAccountResponse
+	(*Key)(nil),                         // 18: gateway.admin.v1.Key
+	(*CreateKeyRequest)(nil),            // 19: gateway.admin.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),           // 20: gateway.admin.v1.CreateKeyResponse
+	(*ListKeysRequest)(nil),             // 21: gateway.admin.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),            // 22: gateway.admin.v1.ListKeysResponse
+	(*RevokeKeyRequest)(nil),            // 23: gateway.admin.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),           // 24: gateway.admin.v1.RevokeKeyResponse
+	(*RotateKeyRequest)(nil),            // 25: gateway.admin.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),           // 26: gateway.admin.v1.RotateKeyResponse
+	(*CreateReadOnlyTokenRequest)(nil),  // 27: gateway.admin.v1.CreateReadOnlyTokenRequest
+	(*CreateReadOnlyTokenResponse)(nil), // 28: gateway.admin.v1.CreateReadOnlyTokenResponse
+	(*RevokeReadOnlyTokenRequest)(nil),  // 29: gateway.admin.v1.RevokeReadOnlyTokenRequest
+	(*RevokeReadOnlyTokenResponse)(nil), // 30: gateway.admin.v1.RevokeReadOnlyTokenResponse
+	(*LedgerEntry)(nil),                 // 31: gateway.admin.v1.LedgerEntry
+	(*ListLedgerRequest)(nil),           // 32: gateway.admin.v1.ListLedgerRequest
+	(*ListLedgerResponse)(nil),          // 33: gateway.admin.v1.ListLedgerResponse
+	(*ExportLedgerRequest)(nil),         // 34: gateway.admin.v1.ExportLedgerRequest
+	(*ExportLedgerResponse)(nil),        // 35: gateway.admin.v1.ExportLedgerResponse
+	(*CommitLedgerExportRequest)(nil),   // 36: gateway.admin.v1.CommitLedgerExportRequest
+	(*CommitLedgerExportResponse)(nil),  // 37: gateway.admin.v1.CommitLedgerExportResponse
+	(*AuditEntry)(nil),                  // 38: gateway.admin.v1.AuditEntry
+	(*ListAuditRequest)(nil),            // 39: gateway.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 40: gateway.admin.v1.ListAuditResponse
+	nil,                                 // 41: gateway.admin.v1.LedgerEntry.UsageEntry
+	nil,                                 // 42: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	(*timestamppb.Timestamp)(nil),       // 43: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 44: google.protobuf.Duration
 }
 var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
-	37, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
+	43, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: gateway.admin.v1.Account.limits:type_name -> gateway.admin.v1.Limits
 	3,  // 2: gateway.admin.v1.CreateAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 3: gateway.admin.v1.GetAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 4: gateway.admin.v1.ListAccountsResponse.accounts:type_name -> gateway.admin.v1.Account
 	3,  // 5: gateway.admin.v1.SetLimitsResponse.account:type_name -> gateway.admin.v1.Account
-	0,  // 6: gateway.admin.v1.Key.kind:type_name -> gateway.admin.v1.KeyKind
-	37, // 7: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
-	37, // 8: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
-	37, // 9: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
-	37, // 10: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
-	1,  // 11: gateway.admin.v1.Key.state:type_name -> gateway.admin.v1.KeyState
-	37, // 12: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
-	38, // 13: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
-	14, // 14: gateway.admin.v1.CreateKeyResponse.key:type_name -> gateway.admin.v1.Key
-	14, // 15: gateway.admin.v1.ListKeysResponse.keys:type_name -> gateway.admin.v1.Key
-	14, // 16: gateway.admin.v1.RevokeKeyResponse.key:type_name -> gateway.admin.v1.Key
-	38, // 17: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
-	14, // 18: gateway.admin.v1.RotateKeyResponse.key:type_name -> gateway.admin.v1.Key
-	14, // 19: gateway.admin.v1.RotateKeyResponse.old_key:type_name -> gateway.admin.v1.Key
-	37, // 20: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
-	38, // 21: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
-	14, // 22: gateway.admin.v1.CreateReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
-	14, // 23: gateway.admin.v1.RevokeReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
-	37, // 24: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
-	37, // 25: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
-	27, // 26: gateway.admin.v1.ListLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
-	27, // 27: gateway.admin.v1.ExportLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
-	37, // 28: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	34, // 29: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
-	4,  // 30: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
-	6,  // 31: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
-	8,  // 32: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
-	10, // 33: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
-	12, // 34: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
-	15, // 35: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
-	17, // 36: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
-	19, // 37: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
-	21, // 38: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
-	23, // 39: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
-	25, // 40: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
-	28, // 41: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
-	30, // 42: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
-	32, // 43: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
-	35, // 44: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
-	5,  // 45: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
-	7,  // 46: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
-	9,  // 47: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
-	11, // 48: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
-	13, // 49: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
-	16, // 50: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
-	18, // 51: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
-	20, // 52: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
-	22, // 53: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
-	24, // 54: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
-	26, // 55: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
-	29, // 56: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
-	31, // 57: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
-	33, // 58: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
-	36, // 59: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
-	45, // [45:60] is the sub-list for method output_type
-	30, // [30:45] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	3,  // 6: gateway.admin.v1.SuspendAccountResponse.account:type_name -> gateway.admin.v1.Account
+	3,  // 7: gateway.admin.v1.ResumeAccountResponse.account:type_name -> gateway.admin.v1.Account
+	0,  // 8: gateway.admin.v1.Key.kind:type_name -> gateway.admin.v1.KeyKind
+	43, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
+	43, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
+	43, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
+	43, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
+	1,  // 13: gateway.admin.v1.Key.state:type_name -> gateway.admin.v1.KeyState
+	43, // 14: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	44, // 15: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
+	18, // 16: gateway.admin.v1.CreateKeyResponse.key:type_name -> gateway.admin.v1.Key
+	18, // 17: gateway.admin.v1.ListKeysResponse.keys:type_name -> gateway.admin.v1.Key
+	18, // 18: gateway.admin.v1.RevokeKeyResponse.key:type_name -> gateway.admin.v1.Key
+	44, // 19: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
+	18, // 20: gateway.admin.v1.RotateKeyResponse.key:type_name -> gateway.admin.v1.Key
+	18, // 21: gateway.admin.v1.RotateKeyResponse.old_key:type_name -> gateway.admin.v1.Key
+	43, // 22: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
+	44, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
+	18, // 24: gateway.admin.v1.CreateReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
+	18, // 25: gateway.admin.v1.RevokeReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
+	43, // 26: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
+	43, // 27: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
+	41, // 28: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
+	42, // 29: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	31, // 30: gateway.admin.v1.ListLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
+	31, // 31: gateway.admin.v1.ExportLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
+	43, // 32: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	38, // 33: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
+	4,  // 34: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
+	6,  // 35: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
+	8,  // 36: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
+	10, // 37: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
+	12, // 38: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
+	14, // 39: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
+	16, // 40: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
+	19, // 41: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
+	21, // 42: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
+	23, // 43: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
+	25, // 44: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
+	27, // 45: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
+	29, // 46: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
+	32, // 47: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
+	34, // 48: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
+	36, // 49: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
+	39, // 50: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
+	5,  // 51: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
+	7,  // 52: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
+	9,  // 53: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
+	11, // 54: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
+	13, // 55: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
+	15, // 56: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
+	17, // 57: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
+	20, // 58: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
+	22, // 59: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
+	24, // 60: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
+	26, // 61: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
+	28, // 62: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
+	30, // 63: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
+	33, // 64: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
+	35, // 65: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
+	37, // 66: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
+	40, // 67: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
+	51, // [51:68] is the sub-list for method output_type
+	34, // [34:51] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_gateway_admin_v1_admin_proto_init() }
@@ -2721,11 +3032,11 @@ func file_gateway_admin_v1_admin_proto_init() {
 	}
 	file_gateway_admin_v1_admin_proto_msgTypes[2].OneofWrappers = []any{}
 	file_gateway_admin_v1_admin_proto_msgTypes[10].OneofWrappers = []any{}
-	file_gateway_admin_v1_admin_proto_msgTypes[13].OneofWrappers = []any{
+	file_gateway_admin_v1_admin_proto_msgTypes[17].OneofWrappers = []any{
 		(*CreateKeyRequest_ExpireTime)(nil),
 		(*CreateKeyRequest_Ttl)(nil),
 	}
-	file_gateway_admin_v1_admin_proto_msgTypes[21].OneofWrappers = []any{
+	file_gateway_admin_v1_admin_proto_msgTypes[25].OneofWrappers = []any{
 		(*CreateReadOnlyTokenRequest_ExpireTime)(nil),
 		(*CreateReadOnlyTokenRequest_Ttl)(nil),
 	}
@@ -2735,7 +3046,7 @@ func file_gateway_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gateway_admin_v1_admin_proto_rawDesc), len(file_gateway_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

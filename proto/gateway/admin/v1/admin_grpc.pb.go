@@ -35,6 +35,8 @@ const (
 	Admin_ListAccounts_FullMethodName        = "/gateway.admin.v1.Admin/ListAccounts"
 	Admin_TopUp_FullMethodName               = "/gateway.admin.v1.Admin/TopUp"
 	Admin_SetLimits_FullMethodName           = "/gateway.admin.v1.Admin/SetLimits"
+	Admin_SuspendAccount_FullMethodName      = "/gateway.admin.v1.Admin/SuspendAccount"
+	Admin_ResumeAccount_FullMethodName       = "/gateway.admin.v1.Admin/ResumeAccount"
 	Admin_CreateKey_FullMethodName           = "/gateway.admin.v1.Admin/CreateKey"
 	Admin_ListKeys_FullMethodName            = "/gateway.admin.v1.Admin/ListKeys"
 	Admin_RevokeKey_FullMethodName           = "/gateway.admin.v1.Admin/RevokeKey"
@@ -63,6 +65,12 @@ type AdminClient interface {
 	TopUp(ctx context.Context, in *TopUpRequest, opts ...grpc.CallOption) (*TopUpResponse, error)
 	// SetLimits changes an account's limits; unset fields keep their value.
 	SetLimits(ctx context.Context, in *SetLimitsRequest, opts ...grpc.CallOption) (*SetLimitsResponse, error)
+	// SuspendAccount stops an account's model requests (403) without touching
+	// its keys; its usage stays readable. Seen by every sidecar within the key
+	// cache's TTL.
+	SuspendAccount(ctx context.Context, in *SuspendAccountRequest, opts ...grpc.CallOption) (*SuspendAccountResponse, error)
+	// ResumeAccount ends a suspension.
+	ResumeAccount(ctx context.Context, in *ResumeAccountRequest, opts ...grpc.CallOption) (*ResumeAccountResponse, error)
 	// CreateKey makes a model key (cr_…); its secret is returned only here.
 	CreateKey(ctx context.Context, in *CreateKeyRequest, opts ...grpc.CallOption) (*CreateKeyResponse, error)
 	// ListKeys returns an account's keys and tokens, without secrets.
@@ -141,6 +149,26 @@ func (c *adminClient) SetLimits(ctx context.Context, in *SetLimitsRequest, opts 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SetLimitsResponse)
 	err := c.cc.Invoke(ctx, Admin_SetLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) SuspendAccount(ctx context.Context, in *SuspendAccountRequest, opts ...grpc.CallOption) (*SuspendAccountResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SuspendAccountResponse)
+	err := c.cc.Invoke(ctx, Admin_SuspendAccount_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ResumeAccount(ctx context.Context, in *ResumeAccountRequest, opts ...grpc.CallOption) (*ResumeAccountResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeAccountResponse)
+	err := c.cc.Invoke(ctx, Admin_ResumeAccount_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -263,6 +291,12 @@ type AdminServer interface {
 	TopUp(context.Context, *TopUpRequest) (*TopUpResponse, error)
 	// SetLimits changes an account's limits; unset fields keep their value.
 	SetLimits(context.Context, *SetLimitsRequest) (*SetLimitsResponse, error)
+	// SuspendAccount stops an account's model requests (403) without touching
+	// its keys; its usage stays readable. Seen by every sidecar within the key
+	// cache's TTL.
+	SuspendAccount(context.Context, *SuspendAccountRequest) (*SuspendAccountResponse, error)
+	// ResumeAccount ends a suspension.
+	ResumeAccount(context.Context, *ResumeAccountRequest) (*ResumeAccountResponse, error)
 	// CreateKey makes a model key (cr_…); its secret is returned only here.
 	CreateKey(context.Context, *CreateKeyRequest) (*CreateKeyResponse, error)
 	// ListKeys returns an account's keys and tokens, without secrets.
@@ -311,6 +345,12 @@ func (UnimplementedAdminServer) TopUp(context.Context, *TopUpRequest) (*TopUpRes
 }
 func (UnimplementedAdminServer) SetLimits(context.Context, *SetLimitsRequest) (*SetLimitsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetLimits not implemented")
+}
+func (UnimplementedAdminServer) SuspendAccount(context.Context, *SuspendAccountRequest) (*SuspendAccountResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SuspendAccount not implemented")
+}
+func (UnimplementedAdminServer) ResumeAccount(context.Context, *ResumeAccountRequest) (*ResumeAccountResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeAccount not implemented")
 }
 func (UnimplementedAdminServer) CreateKey(context.Context, *CreateKeyRequest) (*CreateKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateKey not implemented")
@@ -449,6 +489,42 @@ func _Admin_SetLimits_Handler(srv interface{}, ctx context.Context, dec func(int
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServer).SetLimits(ctx, req.(*SetLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_SuspendAccount_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SuspendAccountRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SuspendAccount(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SuspendAccount_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SuspendAccount(ctx, req.(*SuspendAccountRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ResumeAccount_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeAccountRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ResumeAccount(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ResumeAccount_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ResumeAccount(ctx, req.(*ResumeAccountRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -659,6 +735,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetLimits",
 			Handler:    _Admin_SetLimits_Handler,
+		},
+		{
+			MethodName: "SuspendAccount",
+			Handler:    _Admin_SuspendAccount_Handler,
+		},
+		{
+			MethodName: "ResumeAccount",
+			Handler:    _Admin_ResumeAccount_Handler,
 		},
 		{
 			MethodName: "CreateKey",

@@ -1,0 +1,173 @@
+package extproc
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+// BatchSettler settles many requests in one round trip; the spool and the
+// store implement it. Accounts without it are settled one by one.
+type BatchSettler interface {
+	SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult
+}
+
+// settler applies settlements off the request path. A reply's last chunk is
+// released to the client first; its settlement is queued here and one
+// goroutine drains the queue, sending whatever has accumulated as one
+// pipelined batch. The pending count per account lets a usage read on this
+// sidecar wait for the replies it has already released.
+type settler struct {
+	accounts Accounts
+	batch    BatchSettler // nil: one by one
+	timeout  time.Duration
+	queue    chan settleJob
+
+	mu      sync.Mutex
+	pending map[string]*pendingCount // by account id; allKey counts every one
+}
+
+// allKey is the pending count of all accounts; no account id is empty.
+const allKey = ""
+
+// maxBatch bounds one pipelined batch: enough to amortise the round trip,
+// small enough that a batch never stalls the queue behind it for long.
+const maxBatch = 128
+
+type settleJob struct {
+	st    store.Settlement
+	after func(applied bool, err error, took time.Duration)
+}
+
+type pendingCount struct {
+	n    int
+	done chan struct{} // closed when n drops to zero
+}
+
+func newSettler(a Accounts, timeout time.Duration) *settler {
+	s := &settler{accounts: a, timeout: timeout, queue: make(chan settleJob, 8192), pending: map[string]*pendingCount{}}
+	s.batch, _ = a.(BatchSettler)
+	go s.run()
+	return s
+}
+
+// enqueue counts the settlement as pending, then queues it. It blocks only
+// when the queue is full: the store is far behind, and the request paths
+// wait with it rather than pile up without bound.
+func (s *settler) enqueue(st store.Settlement, after func(applied bool, err error, took time.Duration)) {
+	s.mu.Lock()
+	for _, k := range []string{allKey, st.AccountID} {
+		p := s.pending[k]
+		if p == nil {
+			p = &pendingCount{done: make(chan struct{})}
+			s.pending[k] = p
+		}
+		p.n++
+	}
+	s.mu.Unlock()
+	s.queue <- settleJob{st: st, after: after}
+}
+
+func (s *settler) completed(accountID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range []string{allKey, accountID} {
+		if p := s.pending[k]; p != nil {
+			p.n--
+			if p.n <= 0 {
+				close(p.done)
+				delete(s.pending, k)
+			}
+		}
+	}
+}
+
+// wait returns once every settlement of the account (allKey: of every
+// account) queued before the call has been applied or spooled, or when ctx
+// ends.
+func (s *settler) wait(ctx context.Context, accountID string) error {
+	s.mu.Lock()
+	p := s.pending[accountID]
+	s.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// pendingTotal is the number of settlements queued and not yet applied.
+func (s *settler) pendingTotal() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.pending[allKey]; p != nil {
+		return p.n
+	}
+	return 0
+}
+
+// linger is how long the settler waits for more settlements before sending
+// a batch: long enough to gather several at a few hundred requests per
+// second (an account's counters are then written once for all of them, and
+// the Redis commands per request fall), short beside a usage read's round
+// trip through Envoy, which waits for them.
+const linger = 5 * time.Millisecond
+
+func (s *settler) run() {
+	jobs := make([]settleJob, 0, maxBatch)
+	sts := make([]store.Settlement, 0, maxBatch)
+	timer := time.NewTimer(linger)
+	timer.Stop()
+	for first := range s.queue {
+		jobs = append(jobs[:0], first)
+		timer.Reset(linger)
+	gather:
+		for len(jobs) < maxBatch {
+			select {
+			case j, ok := <-s.queue:
+				if !ok {
+					break gather
+				}
+				jobs = append(jobs, j)
+			case <-timer.C:
+				break gather
+			}
+		}
+		timer.Stop()
+		s.apply(jobs, sts[:0])
+	}
+}
+
+func (s *settler) apply(jobs []settleJob, sts []store.Settlement) {
+	// The client may be long gone: settlements run on their own deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	t0 := time.Now()
+	if s.batch != nil && len(jobs) > 1 {
+		for _, j := range jobs {
+			sts = append(sts, j.st)
+		}
+		res := s.batch.SettleBatch(ctx, sts)
+		took := time.Since(t0)
+		for i, j := range jobs {
+			j.after(res[i].Applied, res[i].Err, took)
+			s.completed(j.st.AccountID)
+		}
+		return
+	}
+	cancel()
+	for _, j := range jobs {
+		t := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		applied, err := s.accounts.Settle(ctx, j.st)
+		cancel()
+		j.after(applied, err, time.Since(t))
+		s.completed(j.st.AccountID)
+	}
+}

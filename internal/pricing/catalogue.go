@@ -1,0 +1,208 @@
+package pricing
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The catalogue is LiteLLM's model_prices_and_context_window.json: one object
+// per model name, prices in USD per token (per query for searches). Only the
+// entries of the providers an upstream takes, in mode "chat", are read, and
+// those strictly: a price that is not a non-negative number, or that is not a
+// whole number of nano-USD per million tokens, is an error naming the model
+// and the field.
+
+// CatalogueEntry is one model's prices as the catalogue gives them.
+type CatalogueEntry struct {
+	Name      string
+	Provider  string
+	MaxOutput int64
+	// Prices holds every price the catalogue gives, in nano-USD per million
+	// units.
+	Prices map[PriceKey]int64
+}
+
+// PriceKey names one price: a usage kind, at a long-context threshold (0 for
+// none: the price of prompts up to the lowest threshold) and a service tier
+// ("" for the standard tier).
+type PriceKey struct {
+	Kind  string
+	Above int64
+	Tier  string
+}
+
+// catalogueTiers are the service tiers read from the catalogue. Others it
+// lists (batches, for the batch API) do not apply to synchronous requests.
+var catalogueTiers = []string{"priority", "flex"}
+
+// tokenFields maps a catalogue price field, without suffixes, to the usage
+// kind it prices. cache_creation_input_token_cost_above_1hr is the 1-hour
+// cache write; its "above_1hr" is part of the name, not a tier.
+var tokenFields = map[string]string{
+	"input_cost_per_token":                      "input",
+	"output_cost_per_token":                     "output",
+	"cache_read_input_token_cost":               "cache_read",
+	"cache_creation_input_token_cost":           "cache_write_5m",
+	"cache_creation_input_token_cost_above_1hr": "cache_write_1h",
+	"input_cost_per_audio_token":                "audio_input",
+	"output_cost_per_audio_token":               "audio_output",
+}
+
+// longSuffix matches a long-context suffix such as _above_200k_tokens.
+var longSuffix = regexp.MustCompile(`_above_([0-9]+)k_tokens$`)
+
+// searchSize is the search context size whose per-query price is used: the
+// vendors' default.
+const searchSize = "search_context_size_medium"
+
+// errNotPriced marks an entry without token prices.
+var errNotPriced = errors.New("no token prices")
+
+// LoadCatalogue reads the catalogue file and returns the chat models of the
+// given providers, by name.
+func LoadCatalogue(path string, providers []string) (map[string]CatalogueEntry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("catalogue: %w", err)
+	}
+	m, err := ParseCatalogue(data, providers)
+	if err != nil {
+		return nil, fmt.Errorf("catalogue %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// ParseCatalogue decodes catalogue JSON; see LoadCatalogue.
+func ParseCatalogue(data []byte, providers []string) (map[string]CatalogueEntry, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("not a catalogue: %w", err)
+	}
+	out := map[string]CatalogueEntry{}
+	for name, msg := range raw {
+		var head struct {
+			Provider string `json:"litellm_provider"`
+			Mode     string `json:"mode"`
+		}
+		if json.Unmarshal(msg, &head) != nil || head.Mode != "chat" || !slices.Contains(providers, head.Provider) {
+			continue
+		}
+		e, err := parseEntry(name, head.Provider, msg)
+		if errors.Is(err, errNotPriced) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("model %q: %w", name, err)
+		}
+		out[name] = e
+	}
+	return out, nil
+}
+
+func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, error) {
+	dec := json.NewDecoder(bytes.NewReader(msg))
+	dec.UseNumber()
+	var fields map[string]any
+	if err := dec.Decode(&fields); err != nil {
+		return CatalogueEntry{}, err
+	}
+	e := CatalogueEntry{Name: name, Provider: provider, Prices: map[PriceKey]int64{}}
+	// An entry without token prices (a per-session tool) is not a model
+	// the gateway can price.
+	if fields["input_cost_per_token"] == nil || fields["output_cost_per_token"] == nil {
+		return e, errNotPriced
+	}
+	// Without max_output_tokens the catalogue does not say how much the
+	// model can produce: MaxOutput stays 0 and no max_tokens is refused.
+	if v, ok := fields["max_output_tokens"]; ok {
+		mo, ok := v.(json.Number)
+		n, err := strconv.ParseInt(string(mo), 10, 64)
+		if !ok || err != nil || n <= 0 {
+			return e, fmt.Errorf("max_output_tokens: %v is not a positive whole number", v)
+		}
+		e.MaxOutput = n
+	}
+	for field, v := range fields {
+		kind, above, tier, ok := splitField(field)
+		if !ok {
+			continue
+		}
+		rate, err := perMillion(v)
+		if err != nil {
+			return e, fmt.Errorf("%s: %w", field, err)
+		}
+		e.Prices[PriceKey{kind, above, tier}] = rate
+	}
+	if v, ok := fields["search_context_cost_per_query"]; ok {
+		sizes, ok := v.(map[string]any)
+		if !ok {
+			return e, fmt.Errorf("search_context_cost_per_query: not an object")
+		}
+		if q, ok := sizes[searchSize]; ok {
+			rate, err := perMillion(q)
+			if err != nil {
+				return e, fmt.Errorf("search_context_cost_per_query.%s: %w", searchSize, err)
+			}
+			e.Prices[PriceKey{Kind: "web_searches"}] = rate
+		}
+	}
+	return e, nil
+}
+
+// splitField parses a price field name into the usage kind it prices, the
+// long-context threshold (0 for none) and the service tier ("" for the
+// standard tier). ok is false for fields the gateway does not price.
+func splitField(field string) (kind string, above int64, tier string, ok bool) {
+	rest := field
+	for _, t := range catalogueTiers {
+		if r, cut := strings.CutSuffix(rest, "_"+t); cut {
+			rest, tier = r, t
+			break
+		}
+	}
+	if m := longSuffix.FindStringSubmatch(rest); m != nil {
+		k, err := strconv.ParseInt(m[1], 10, 64)
+		if err != nil || k <= 0 {
+			return "", 0, "", false
+		}
+		rest, above = strings.TrimSuffix(rest, m[0]), k*1000
+	}
+	kind, ok = tokenFields[rest]
+	return kind, above, tier, ok
+}
+
+var (
+	million = big.NewRat(1_000_000, 1)
+	nanoUSD = big.NewRat(NanoPerUSD, 1)
+)
+
+// perMillion converts a price in USD per unit, as the catalogue writes it,
+// into nano-USD per million units, exactly. A price finer than that is
+// refused rather than rounded.
+func perMillion(v any) (int64, error) {
+	num, ok := v.(json.Number)
+	if !ok {
+		return 0, fmt.Errorf("%v is not a number", v)
+	}
+	r, ok := new(big.Rat).SetString(num.String())
+	if !ok {
+		return 0, fmt.Errorf("%s is not a number", num)
+	}
+	if r.Sign() < 0 {
+		return 0, fmt.Errorf("%s is negative", num)
+	}
+	r.Mul(r, million)
+	r.Mul(r, nanoUSD)
+	if !r.IsInt() || !r.Num().IsInt64() {
+		return 0, fmt.Errorf("%s USD is not a whole number of nano-USD per million", num)
+	}
+	return r.Num().Int64(), nil
+}

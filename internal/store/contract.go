@@ -1,0 +1,138 @@
+package store
+
+import (
+	"strconv"
+
+	"github.com/modelgateway/gateway/internal/usage"
+)
+
+// The Go↔Lua contract of settlement, in one place. settle.lua knows no field
+// names: it receives the counter increments and the ledger entry as
+// name/value pairs built here, and the readers below decode the same names.
+// TestSettlementRoundTrip pins it: a settlement read back from the ledger and
+// the counters equals what was settled, field by field.
+//
+// Usage hashes hold each priced model's counters as "m:NAME:MODEL" where NAME
+// is "requests", "cost" or a usage kind (usage.Kinds); names never hold a
+// colon, so a model name may.
+const (
+	counterRequests = "requests"
+	counterCost     = "cost"
+	// counterCacheWriteV1 is the name cache writes were counted under before
+	// they were split by lifetime; it is read as 5-minute writes.
+	counterCacheWriteV1 = "cache_write"
+)
+
+// counterArgs returns settle.lua's counter increments: the number of pairs,
+// then name, increment pairs.
+func counterArgs(st Settlement, cost int64) []any {
+	args := []any{0, counterRequests, 1, counterCost, cost}
+	for _, k := range usage.Kinds {
+		args = append(args, k.Name, k.Of(st.Usage))
+	}
+	args[0] = (len(args) - 1) / 2
+	return args
+}
+
+// addCounter adds one usage-hash counter to c.
+func addCounter(c *Counters, name string, n int64) {
+	switch name {
+	case counterRequests:
+		c.Requests += n
+	case counterCost:
+		c.Cost += n
+	case counterCacheWriteV1:
+		c.Usage.CacheWrite5m += n
+	default:
+		if k, ok := usage.KindNamed(name); ok {
+			k.Set(&c.Usage, k.Of(c.Usage)+n)
+		}
+	}
+}
+
+// Ledger entry fields. Each usage kind is recorded under its name, and its
+// unit price under "price_" + its name.
+const (
+	ledgerRequestID   = "request_id"
+	ledgerKeyID       = "key_id"
+	ledgerRequested   = "model_requested"
+	ledgerPriced      = "model"
+	ledgerReported    = "model_reported"
+	ledgerServiceTier = "service_tier"
+	ledgerLongContext = "long_context"
+	ledgerFallback    = "fallback"
+	ledgerCost        = "cost"
+	ledgerEstimated   = "estimated"
+	ledgerStatus      = "status"
+	ledgerEndpoint    = "endpoint"
+	ledgerStream      = "stream"
+	ledgerStarted     = "started"
+	ledgerEnded       = "ended"
+	ledgerInterrupted = "interrupted"
+	ledgerPricePrefix = "price_"
+)
+
+// ledgerArgs returns the ledger entry as field, value pairs.
+func ledgerArgs(st Settlement, cost int64) []any {
+	args := []any{
+		ledgerRequestID, st.RequestID,
+		ledgerKeyID, st.KeyID,
+		ledgerRequested, string(st.Requested),
+		ledgerPriced, string(st.Priced),
+		ledgerReported, string(st.Reported),
+	}
+	for _, k := range usage.Kinds {
+		args = append(args, k.Name, k.Of(st.Usage))
+		if k.Priced {
+			args = append(args, ledgerPricePrefix+k.Name, k.Of(st.Rates))
+		}
+	}
+	return append(args,
+		ledgerServiceTier, st.ServiceTier,
+		ledgerLongContext, st.LongContext,
+		ledgerFallback, boolString(st.Fallback),
+		ledgerCost, cost,
+		ledgerEstimated, boolString(st.Estimated),
+		ledgerStatus, st.Status,
+		ledgerEndpoint, st.Endpoint,
+		ledgerStream, boolString(st.Stream),
+		ledgerStarted, ms(st.StartedAt),
+		ledgerEnded, ms(st.EndedAt),
+		ledgerInterrupted, boolString(st.Interrupted),
+	)
+}
+
+// decodeLedgerFields reads a ledger entry written by ledgerArgs (or by an
+// older sidecar, whose cache writes were one "cache_write" field).
+func decodeLedgerFields(accountID string, v func(string) string) Settlement {
+	status, _ := strconv.Atoi(v(ledgerStatus))
+	st := Settlement{
+		RequestID:   v(ledgerRequestID),
+		AccountID:   accountID,
+		KeyID:       v(ledgerKeyID),
+		Requested:   usage.RequestedModel(v(ledgerRequested)),
+		Priced:      usage.PricedModel(v(ledgerPriced)),
+		Reported:    usage.ReportedModel(v(ledgerReported)),
+		ServiceTier: v(ledgerServiceTier),
+		LongContext: parseInt(v(ledgerLongContext)),
+		Fallback:    v(ledgerFallback) == "1",
+		Cost:        parseInt(v(ledgerCost)),
+		Estimated:   v(ledgerEstimated) == "1",
+		Status:      status,
+		Endpoint:    v(ledgerEndpoint),
+		Stream:      v(ledgerStream) == "1",
+		StartedAt:   parseMS(v(ledgerStarted)),
+		EndedAt:     parseMS(v(ledgerEnded)),
+		Interrupted: v(ledgerInterrupted) == "1",
+	}
+	for _, k := range usage.Kinds {
+		k.Set(&st.Usage, parseInt(v(k.Name)))
+		if k.Priced {
+			k.Set(&st.Rates, parseInt(v(ledgerPricePrefix+k.Name)))
+		}
+	}
+	if old := v(counterCacheWriteV1); old != "" && st.Usage.CacheWrite5m == 0 {
+		st.Usage.CacheWrite5m = parseInt(old)
+	}
+	return st
+}

@@ -1,0 +1,116 @@
+// Package usage defines what one reply consumed, as quantities by kind, and
+// the names of the three models a request involves. The same Usage value
+// travels from the meters through settlement, pricing, the ledger and the
+// usage counters; Kinds is the single list of its fields and of the names
+// they carry outside Go (Redis counter and ledger fields, JSON).
+package usage
+
+// Usage is what one reply consumed. Every field is a count of tokens, except
+// WebSearches, a count of searches.
+//
+// The kinds do not overlap, so that each is priced once: Input excludes cache
+// reads, cache writes and audio; Output excludes audio output. Reasoning is
+// the exception: it is part of Output (vendors bill it as output) and is
+// recorded only so that it can be shown.
+type Usage struct {
+	Input        int64 // text and image input, not cached
+	Output       int64 // text output, reasoning included
+	CacheRead    int64 // input read from the prompt cache
+	CacheWrite5m int64 // input written to the cache for 5 minutes
+	CacheWrite1h int64 // input written to the cache for 1 hour
+	AudioInput   int64
+	AudioOutput  int64
+	Reasoning    int64 // part of Output; recorded, not priced on its own
+	WebSearches  int64 // server-side web searches (requests, not tokens)
+}
+
+// Kind is one field of Usage.
+type Kind struct {
+	// Name is the field's name in Redis counters, ledger entries and JSON.
+	// It never contains a colon.
+	Name string
+	// Priced is false for a kind contained in another (Reasoning).
+	Priced bool
+	get    func(*Usage) *int64
+}
+
+// Of returns the kind's quantity in u.
+func (k Kind) Of(u Usage) int64 { return *k.get(&u) }
+
+// Set stores n as the kind's quantity in u.
+func (k Kind) Set(u *Usage, n int64) { *k.get(u) = n }
+
+// Kinds lists every field of Usage, in a fixed order. It is the one place that
+// names them: adding a field to Usage means adding it here, and the store's
+// round-trip test fails until both agree.
+var Kinds = []Kind{
+	{"input", true, func(u *Usage) *int64 { return &u.Input }},
+	{"output", true, func(u *Usage) *int64 { return &u.Output }},
+	{"cache_read", true, func(u *Usage) *int64 { return &u.CacheRead }},
+	{"cache_write_5m", true, func(u *Usage) *int64 { return &u.CacheWrite5m }},
+	{"cache_write_1h", true, func(u *Usage) *int64 { return &u.CacheWrite1h }},
+	{"audio_input", true, func(u *Usage) *int64 { return &u.AudioInput }},
+	{"audio_output", true, func(u *Usage) *int64 { return &u.AudioOutput }},
+	{"reasoning", false, func(u *Usage) *int64 { return &u.Reasoning }},
+	{"web_searches", true, func(u *Usage) *int64 { return &u.WebSearches }},
+}
+
+// KindNamed returns the kind called name.
+func KindNamed(name string) (Kind, bool) {
+	for _, k := range Kinds {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return Kind{}, false
+}
+
+// Add returns the sum of u and v, kind by kind.
+func (u Usage) Add(v Usage) Usage {
+	for _, k := range Kinds {
+		k.Set(&u, k.Of(u)+k.Of(v))
+	}
+	return u
+}
+
+// Prompt is the size of the prompt in tokens, as long-context price tiers
+// measure it: every input token, cached or not.
+func (u Usage) Prompt() int64 {
+	return u.Input + u.CacheRead + u.CacheWrite5m + u.CacheWrite1h + u.AudioInput
+}
+
+// Valid reports whether every quantity is non-negative.
+func (u Usage) Valid() bool {
+	for _, k := range Kinds {
+		if k.Of(u) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// The three models of one request.
+type (
+	// RequestedModel is the model name the client sent.
+	RequestedModel string
+	// PricedModel is the catalogue entry the requested name resolved to:
+	// usage is counted and reported under it, so a dated snapshot and its
+	// alias are one row.
+	PricedModel string
+	// ReportedModel is the model the vendor's reply names; empty when the
+	// reply named none.
+	ReportedModel string
+)
+
+// Report is what a meter observed in one reply: the usage and the facts about
+// the reply that pricing needs.
+type Report struct {
+	Usage
+	Model ReportedModel
+	// ServiceTier is the tier the vendor says served the reply ("priority",
+	// "flex", "default", ...); empty when not reported.
+	ServiceTier string
+	// Estimated is set when any figure was not reported by the vendor and was
+	// counted or estimated by the gateway instead.
+	Estimated bool
+}

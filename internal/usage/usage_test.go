@@ -1,0 +1,44 @@
+package usage
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// Kinds names every field of Usage exactly once, with distinct names that
+// can stand in a Redis counter name ("m:NAME:MODEL").
+func TestKindsCoverUsage(t *testing.T) {
+	typ := reflect.TypeOf(Usage{})
+	if len(Kinds) != typ.NumField() {
+		t.Fatalf("%d kinds for %d fields", len(Kinds), typ.NumField())
+	}
+	names := map[string]bool{}
+	var u Usage
+	for i, k := range Kinds {
+		if names[k.Name] || k.Name == "" || strings.Contains(k.Name, ":") {
+			t.Errorf("kind name %q", k.Name)
+		}
+		names[k.Name] = true
+		k.Set(&u, int64(i+1))
+		if got, ok := KindNamed(k.Name); !ok || got.Of(u) != int64(i+1) {
+			t.Errorf("KindNamed(%q)", k.Name)
+		}
+	}
+	// Every field was reached by exactly one kind.
+	v := reflect.ValueOf(u)
+	seen := map[int64]bool{}
+	for i := range v.NumField() {
+		n := v.Field(i).Int()
+		if n == 0 || seen[n] {
+			t.Errorf("field %s = %d", typ.Field(i).Name, n)
+		}
+		seen[n] = true
+	}
+	if Kinds[len(Kinds)-1].Of(u.Add(u)) != 2*int64(len(Kinds)) || !u.Valid() {
+		t.Error("Add or Valid")
+	}
+	if (Usage{Input: 1, CacheRead: 2, CacheWrite5m: 3, CacheWrite1h: 4, AudioInput: 5, Output: 100}).Prompt() != 15 {
+		t.Error("Prompt counts every input kind and nothing else")
+	}
+}

@@ -1,0 +1,496 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+// This file checks the gateway's bill against the catalogue itself: the
+// expected cost of every reply is computed here, from the catalogue JSON and
+// the usage the vendor reported to the client, without the gateway's
+// pricing code.
+
+// catalogueModels returns the chat models of a provider in the catalogue
+// the gateway prices from, with their raw fields.
+func catalogueModels(t *testing.T, path, provider string) map[string]map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("catalogue: %v (run `make catalogue`)", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var all map[string]map[string]any
+	if err := dec.Decode(&all); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]any{}
+	for name, e := range all {
+		if e["litellm_provider"] == provider && e["mode"] == "chat" && e["input_cost_per_token"] != nil && e["output_cost_per_token"] != nil {
+			out[name] = e
+		}
+	}
+	return out
+}
+
+// billed is usage as the vendor reported it, split into the kinds the
+// vendors bill separately.
+type billed struct {
+	input, output, cacheRead, cache5m, cache1h, audioIn, audioOut, searches int64
+	tier                                                                    string
+}
+
+var aboveField = regexp.MustCompile(`_above_([0-9]+)k_tokens`)
+
+// expectedNano prices u with catalogue entry e: the whole request at the
+// long-context price when the prompt is above a threshold the entry lists,
+// at the reported service tier's price where the entry has one; a kind the
+// entry does not price is charged as the kind it varies (1h cache write as
+// 5m, cache and audio input as input, audio output as output). The sum is
+// rounded up once to a whole nano-USD.
+func expectedNano(t *testing.T, e map[string]any, u billed) int64 {
+	t.Helper()
+	prompt := u.input + u.cacheRead + u.cache5m + u.cache1h + u.audioIn
+	var above int64
+	for f := range e {
+		if m := aboveField.FindStringSubmatch(f); m != nil {
+			var k int64
+			fmt.Sscan(m[1], &k)
+			if prompt > k*1000 && k*1000 > above {
+				above = k * 1000
+			}
+		}
+	}
+	rat := func(v any) *big.Rat {
+		r, ok := new(big.Rat).SetString(string(v.(json.Number)))
+		if !ok {
+			t.Fatalf("price %v", v)
+		}
+		return r
+	}
+	price := func(base string) *big.Rat {
+		var cands []string
+		ab := fmt.Sprintf("_above_%dk_tokens", above/1000)
+		if u.tier != "" {
+			if above > 0 {
+				cands = append(cands, base+ab+"_"+u.tier)
+			}
+			cands = append(cands, base+"_"+u.tier)
+		}
+		if above > 0 {
+			cands = append(cands, base+ab)
+		}
+		for _, f := range append(cands, base) {
+			if v, ok := e[f]; ok {
+				return rat(v)
+			}
+		}
+		return nil
+	}
+	chain := func(fields ...string) *big.Rat {
+		for _, f := range fields {
+			if p := price(f); p != nil {
+				return p
+			}
+		}
+		return new(big.Rat)
+	}
+	const (
+		in  = "input_cost_per_token"
+		out = "output_cost_per_token"
+		c5  = "cache_creation_input_token_cost"
+		c1  = "cache_creation_input_token_cost_above_1hr"
+	)
+	sum := new(big.Rat)
+	add := func(n int64, p *big.Rat) { sum.Add(sum, new(big.Rat).Mul(big.NewRat(n, 1), p)) }
+	add(u.input, chain(in))
+	add(u.output, chain(out))
+	add(u.cacheRead, chain("cache_read_input_token_cost", in))
+	add(u.cache5m, chain(c5, in))
+	add(u.cache1h, chain(c1, c5, in))
+	add(u.audioIn, chain("input_cost_per_audio_token", in))
+	add(u.audioOut, chain("output_cost_per_audio_token", out))
+	if q, ok := e["search_context_cost_per_query"].(map[string]any); ok {
+		add(u.searches, rat(q["search_context_size_medium"]))
+	}
+	sum.Mul(sum, big.NewRat(1_000_000_000, 1))
+	n := new(big.Int).Quo(sum.Num(), sum.Denom())
+	if new(big.Rat).SetInt(n).Cmp(sum) != 0 {
+		n.Add(n, big.NewInt(1))
+	}
+	return n.Int64()
+}
+
+// postBody sends one request and returns the status and the body; safe from any
+// goroutine.
+func postBody(ctx context.Context, url string, header map[string]string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// sseData returns the data of each event of an SSE body.
+func sseData(body []byte) [][]byte {
+	var out [][]byte
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if d, ok := bytes.CutPrefix(sc.Bytes(), []byte("data:")); ok {
+			out = append(out, bytes.TrimSpace(append([]byte(nil), d...)))
+		}
+	}
+	return out
+}
+
+type alphaReplyUsage struct {
+	InputTokens   int64 `json:"input_tokens"`
+	OutputTokens  int64 `json:"output_tokens"`
+	CacheRead     int64 `json:"cache_read_input_tokens"`
+	CacheCreation struct {
+		M5 int64 `json:"ephemeral_5m_input_tokens"`
+		H1 int64 `json:"ephemeral_1h_input_tokens"`
+	} `json:"cache_creation"`
+	ServerToolUse struct {
+		WebSearchRequests int64 `json:"web_search_requests"`
+	} `json:"server_tool_use"`
+	ServiceTier string `json:"service_tier"`
+}
+
+// alphaBilled reads the usage a messages reply reported, and the model it
+// names.
+func alphaBilled(body []byte, stream bool) (billed, string, error) {
+	var u alphaReplyUsage
+	var model string
+	if !stream {
+		var m struct {
+			Model string
+			Usage alphaReplyUsage
+		}
+		if err := json.Unmarshal(body, &m); err != nil {
+			return billed{}, "", err
+		}
+		u, model = m.Usage, m.Model
+	} else {
+		for _, d := range sseData(body) {
+			var ev struct {
+				Type    string
+				Message struct {
+					Model string
+					Usage alphaReplyUsage
+				}
+				Usage alphaReplyUsage
+			}
+			if err := json.Unmarshal(d, &ev); err != nil {
+				return billed{}, "", err
+			}
+			switch ev.Type {
+			case "message_start":
+				u, model = ev.Message.Usage, ev.Message.Model
+			case "message_delta":
+				u.OutputTokens = ev.Usage.OutputTokens
+				u.ServerToolUse = ev.Usage.ServerToolUse
+			}
+		}
+	}
+	b := billed{input: u.InputTokens, output: u.OutputTokens, cacheRead: u.CacheRead, cache5m: u.CacheCreation.M5,
+		cache1h: u.CacheCreation.H1, searches: u.ServerToolUse.WebSearchRequests, tier: u.ServiceTier}
+	return b, model, nil
+}
+
+type betaReplyUsage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+		AudioTokens  int64 `json:"audio_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+		AudioTokens     int64 `json:"audio_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+// betaBilled reads the usage a chat completion reported; the search a
+// request with web_search_options runs is one query.
+func betaBilled(body []byte, stream, search bool) (billed, string, int64, error) {
+	var u *betaReplyUsage
+	var model, tier string
+	docs := [][]byte{body}
+	if stream {
+		docs = sseData(body)
+	}
+	for _, d := range docs {
+		if string(d) == "[DONE]" {
+			continue
+		}
+		var c struct {
+			Model       string
+			ServiceTier string `json:"service_tier"`
+			Usage       *betaReplyUsage
+		}
+		if err := json.Unmarshal(d, &c); err != nil {
+			return billed{}, "", 0, err
+		}
+		model, tier = c.Model, c.ServiceTier
+		if c.Usage != nil {
+			u = c.Usage
+		}
+	}
+	if u == nil {
+		return billed{}, "", 0, fmt.Errorf("no usage in %s", body)
+	}
+	cached, audioIn, audioOut := u.PromptTokensDetails.CachedTokens, u.PromptTokensDetails.AudioTokens, u.CompletionTokensDetails.AudioTokens
+	b := billed{input: u.PromptTokens - cached - audioIn, cacheRead: cached, audioIn: audioIn,
+		output: u.CompletionTokens - audioOut, audioOut: audioOut, tier: tier}
+	if search {
+		b.searches = 1
+	}
+	return b, model, u.CompletionTokensDetails.ReasoningTokens, nil
+}
+
+// TestEveryCatalogueModelIsBilledAtItsCataloguePrice drives every Anthropic
+// chat model of the pinned catalogue through /alpha and every OpenAI one
+// through /beta, each streamed and not, with the fake vendor reporting every
+// billed dimension, first with a short prompt and then with one above every
+// long-context threshold, and compares each ledger entry's cost with the
+// catalogue's price of the reported usage, to the nano-USD.
+func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	alpha := catalogueModels(t, s.Config.Catalogue, "anthropic")
+	beta := catalogueModels(t, s.Config.Catalogue, "openai")
+	if alpha["claude-opus-4-8"] == nil || beta["gpt-5.4-nano"] == nil || len(alpha) < 10 || len(beta) < 50 {
+		t.Fatalf("catalogue has %d anthropic and %d openai chat models", len(alpha), len(beta))
+	}
+	type job struct {
+		route, model string
+		entry        map[string]any
+		acct         launch.Account
+	}
+	var jobs []*job
+	for route, models := range map[string]map[string]map[string]any{"alpha": alpha, "beta": beta} {
+		for name, e := range models {
+			jobs = append(jobs, &job{route: route, model: name, entry: e})
+		}
+	}
+	sort.Slice(jobs, func(i, j int) bool { return jobs[i].route+jobs[i].model < jobs[j].route+jobs[j].model })
+	for _, j := range jobs {
+		j.acct = s.NewAccount(1_000_000, noLimits)
+	}
+
+	phases := []struct {
+		name         string
+		alpha, beta  map[string]any
+		betaSearches bool
+	}{
+		{"short prompt", map[string]any{"vendor": "alpha", "cache_read_tokens": 3000, "cache_write_tokens": 700,
+			"cache_write_1h_tokens": 900, "web_search_requests": 2, "service_tier": "priority", "input_tokens": 0},
+			map[string]any{"vendor": "beta", "cache_read_tokens": 300, "audio_input_tokens": 50, "audio_output_tokens": 40,
+				"reasoning_tokens": 120, "service_tier": "priority", "input_tokens": 0}, false},
+		{"long prompt", map[string]any{"vendor": "alpha", "cache_read_tokens": 20000, "cache_write_tokens": 100,
+			"cache_write_1h_tokens": 0, "web_search_requests": 1, "service_tier": "", "input_tokens": 300000},
+			map[string]any{"vendor": "beta", "cache_read_tokens": 1000, "audio_input_tokens": 0, "audio_output_tokens": 0,
+				"reasoning_tokens": 10, "service_tier": "flex", "input_tokens": 300000}, true},
+	}
+	type want struct {
+		cost      int64
+		reported  string
+		reasoning int64
+	}
+	wants := map[*job][]want{}
+	var mu sync.Mutex
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, ph := range phases {
+		for _, f := range []*launch.Fake{s.Primary, s.Reserve} {
+			f.Control(ph.alpha)
+			f.Control(ph.beta)
+		}
+		work := make(chan *job)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range work {
+					for _, streamed := range []bool{false, true} {
+						var path string
+						var header map[string]string
+						var body []byte
+						if j.route == "alpha" {
+							path, header = alphaPath, alphaHeaders(j.acct.Key)
+							body = []byte(fmt.Sprintf(`{"model":%q,"max_tokens":256,"stream":%t,"messages":[{"role":"user","content":"What does it cost?"}]}`, j.model, streamed))
+						} else {
+							path, header = betaPath, betaHeaders(j.acct.Key)
+							extra := ""
+							if streamed {
+								extra += `,"stream_options":{"include_usage":true}`
+							}
+							if ph.betaSearches {
+								extra += `,"web_search_options":{}`
+							}
+							body = []byte(fmt.Sprintf(`{"model":%q,"max_tokens":256,"stream":%t%s,"messages":[{"role":"user","content":"What does it cost?"}]}`, j.model, streamed, extra))
+						}
+						code, reply, err := postBody(ctx, s.URL+path, header, body)
+						if err != nil || code != 200 {
+							t.Errorf("%s %s %s stream=%v: %d %v %s", ph.name, j.route, j.model, streamed, code, err, reply)
+							continue
+						}
+						var u billed
+						var reported string
+						var reasoning int64
+						if j.route == "alpha" {
+							u, reported, err = alphaBilled(reply, streamed)
+						} else {
+							u, reported, reasoning, err = betaBilled(reply, streamed, ph.betaSearches)
+						}
+						if err != nil {
+							t.Errorf("%s %s stream=%v: %v", ph.name, j.model, streamed, err)
+							continue
+						}
+						w := want{expectedNano(t, j.entry, u), reported, reasoning}
+						mu.Lock()
+						wants[j] = append(wants[j], w)
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		for _, j := range jobs {
+			work <- j
+		}
+		close(work)
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+
+	// Settlement may finish just after the reply: poll each account's ledger
+	// until it holds every request, within a bound.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, j := range jobs {
+		var entries []store.LedgerEntry
+		for {
+			var err error
+			entries, _, err = s.Store.Ledger(ctx, j.acct.ID, "", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(entries) >= len(wants[j]) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if len(entries) != len(wants[j]) {
+			t.Errorf("%s: %d ledger entries, want %d", j.model, len(entries), len(wants[j]))
+			continue
+		}
+		for i, e := range entries {
+			w := wants[j][i]
+			if e.Cost != w.cost || e.Estimated || string(e.Requested) != j.model || string(e.Reported) != w.reported || e.Usage.Reasoning != w.reasoning {
+				t.Errorf("%s request %d: cost %d estimated %v requested %q reported %q reasoning %d; want cost %d, requested %q, reported %q, reasoning %d (entry %+v)",
+					j.model, i, e.Cost, e.Estimated, e.Requested, e.Reported, e.Usage.Reasoning, w.cost, j.model, w.reported, w.reasoning, e.Settlement)
+			}
+		}
+	}
+	t.Logf("%d models (%d anthropic, %d openai), %d requests, each billed at the catalogue price", len(jobs), len(alpha), len(beta), 4*len(jobs))
+}
+
+// The Claude Code CLI's default request: claude-opus-4-8 with max_tokens
+// 64000 and a long prompt with tools. The catalogue's maximum output, not an
+// older model's, decides; a name that merely starts with a listed one is
+// unknown on both routes.
+func TestLongOutputRequestAndNoPrefixMatching(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	acct := s.NewAccount(1000, noLimits)
+	prompt := strings.Repeat("Read the repository and explain it. ", 60<<10/36)
+	tools := `[{"name":"read_file","description":"Read a file","input_schema":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}]`
+	for _, streamed := range []bool{false, true} {
+		body := fmt.Sprintf(`{"model":"claude-opus-4-8","max_tokens":64000,"stream":%t,"tools":%s,"messages":[{"role":"user","content":%q}]}`, streamed, tools, prompt)
+		if len(body) < 60<<10 {
+			t.Fatalf("prompt of %d bytes", len(body))
+		}
+		resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), []byte(body))
+		if resp.StatusCode != 200 {
+			t.Fatalf("stream=%v: %d %s", streamed, resp.StatusCode, b)
+		}
+	}
+	// Above the catalogue's maximum output (128000 for claude-opus-4-8).
+	resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), []byte(`{"model":"claude-opus-4-8","max_tokens":128001,"messages":[{"role":"user","content":"Hi"}]}`))
+	if resp.StatusCode != 400 || !strings.Contains(string(b), "128000") {
+		t.Errorf("max_tokens above the maximum: %d %s", resp.StatusCode, b)
+	}
+	for _, c := range []struct{ path, model string }{
+		{alphaPath, "claude-opus-4-8-turbo"},
+		{alphaPath, "claude-opus-4"},
+		{alphaPath, "claude-opus-4-8-20261399"}, // not a date
+		{betaPath, "gpt-5.4-nano-custom"},
+		{betaPath, "gpt-5.4-pro"}, // a responses-only model: not a chat model
+		{betaPath, "o3x"},
+	} {
+		header := alphaHeaders(acct.Key)
+		if c.path == betaPath {
+			header = betaHeaders(acct.Key)
+		}
+		body := fmt.Sprintf(`{"model":%q,"max_tokens":16,"messages":[{"role":"user","content":"Hi"}]}`, c.model)
+		resp, b := s.Do("POST", c.path, header, []byte(body))
+		if resp.StatusCode != 400 || !strings.Contains(string(b), `\"`+c.model+`\"`) && !strings.Contains(string(b), c.model) {
+			t.Errorf("%s %s: %d %s; want 400 naming the model", c.path, c.model, resp.StatusCode, b)
+		}
+		var e struct {
+			Type  string
+			Error struct{ Type, Code string }
+		}
+		json.Unmarshal(b, &e)
+		if c.path == alphaPath && (e.Type != "error" || e.Error.Type != "invalid_request_error") {
+			t.Errorf("%s: not the messages error format: %s", c.model, b)
+		}
+		if c.path == betaPath && e.Error.Type != "invalid_request_error" {
+			t.Errorf("%s: not the chat completions error format: %s", c.model, b)
+		}
+	}
+	// A dated snapshot of a listed name is that model, counted under it.
+	resp, b = s.Do("POST", betaPath, betaHeaders(acct.Key), []byte(`{"model":"gpt-5.4-nano-2099-01-31","max_tokens":16,"messages":[{"role":"user","content":"Hi"}]}`))
+	if resp.StatusCode != 200 {
+		t.Fatalf("dated snapshot: %d %s", resp.StatusCode, b)
+	}
+	rep, err := s.Store.Usage(context.Background(), acct.ID, store.Total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var models []string
+	for _, m := range rep.ByModel {
+		models = append(models, string(m.Model))
+	}
+	if strings.Join(models, ",") != "claude-opus-4-8,gpt-5.4-nano" {
+		t.Errorf("by_model rows %v", models)
+	}
+}
