@@ -212,23 +212,14 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	if len(x.key.Models) > 0 && !allowed(x.key.Models, req.Model, string(price.Name)) {
 		return x.reject(format.PermissionDenied, "this key may not use model "+strconv.Quote(req.Model), 0)
 	}
-	// Without max_tokens the hold assumes the model's maximum output, or
-	// defaultHoldOutput when the catalogue does not give one.
-	maxOut := price.MaxOutput
-	if maxOut == 0 {
-		maxOut = defaultHoldOutput
-	}
-	if req.HasMaxTokens {
-		if price.MaxOutput > 0 && req.MaxTokens > price.MaxOutput {
-			return x.reject(format.InvalidRequest, "max_tokens: "+strconv.FormatInt(req.MaxTokens, 10)+
-				" is more than the model's maximum output of "+strconv.FormatInt(price.MaxOutput, 10)+" tokens", 0)
-		}
-		maxOut = req.MaxTokens
+	if req.HasMaxTokens && price.MaxOutput > 0 && req.MaxTokens > price.MaxOutput {
+		return x.reject(format.InvalidRequest, "max_tokens: "+strconv.FormatInt(req.MaxTokens, 10)+
+			" is more than the model's maximum output of "+strconv.FormatInt(price.MaxOutput, 10)+" tokens", 0)
 	}
 	x.req, x.body, x.price = req, body, price
 	x.requestID = x.s.newRequestID()
 
-	hold := price.Hold(int64(len(body))+toolPromptTokens(req), maxOut*max(req.Choices, 1))
+	hold := holdOf(price, req, int64(len(body)))
 	t0 := time.Now()
 	d, err := x.s.accounts.Admit(ctx, store.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID, Model: req.Model, Hold: hold,
@@ -261,10 +252,6 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	}}
 }
 
-// defaultHoldOutput is the output a request without max_tokens is held for
-// when the catalogue gives no maximum output for its model.
-const defaultHoldOutput = 128_000
-
 // editBody makes a request body edit. Envoy keeps the client's
 // content-length when the body is buffered and refuses a body that
 // disagrees with it, so the header is set to match; a body that came without
@@ -281,17 +268,6 @@ func (x *exchange) editBody(body []byte, e format.Edit) *extprocv3.CommonRespons
 		}}
 	}
 	return r
-}
-
-// toolPromptAllowance covers the input a vendor adds to a request offering
-// tools (its tool-use system prompt): a few hundred tokens per request.
-const toolPromptAllowance = 1000
-
-func toolPromptTokens(req format.Request) int64 {
-	if req.HasTools {
-		return toolPromptAllowance
-	}
-	return 0
 }
 
 // allowed reports whether a key's model allow-list admits the model, by the
