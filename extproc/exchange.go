@@ -431,7 +431,13 @@ func (x *exchange) settle(complete bool) {
 		EndedAt:   x.s.now(),
 	}
 	if st.Status == 0 {
-		st.Status = 499 // the client went away before the vendor answered
+		// No reply byte reached the processor: the status and endpoint
+		// come only with the first body chunk, so the vendor's connection
+		// broke before it (the client saw a reset after the headers, or
+		// Envoy's 502), or the client left first; the two look the same
+		// here. Nothing was produced and nothing is charged; the ledger
+		// says 502, the failure the client saw when it was still there.
+		st.Status = 502
 	}
 	if x.meter != nil && !complete && x.bodyBytes == 0 && x.status >= 200 && x.status <= 299 {
 		// The vendor's reply ended before its first byte reached the client:

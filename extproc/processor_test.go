@@ -377,6 +377,26 @@ func TestResetBeforeFirstByte(t *testing.T) {
 	if e := entries[0]; e.Status != 502 || e.Cost != 0 || e.Usage.Input != 0 {
 		t.Fatalf("reset before the first byte: %+v; want 502, no charge", e)
 	}
+
+	// With the response headers message skipped, a stream that ends before
+	// any body chunk never learnt its status: the same rule applies.
+	ctx := context.Background()
+	x := &exchange{s: r.srv}
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key),
+	}})
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
+	}})
+	x.finish()
+	r.srv.Flush(ctx)
+	entries, _, err = r.st.Ledger(ctx, r.acct, "", 10)
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("ledger %+v, %v", entries, err)
+	}
+	if e := entries[1]; e.Status != 502 || e.Cost != 0 || e.Estimated {
+		t.Fatalf("no body chunk before the end: %+v; want 502, no charge", e)
+	}
 }
 
 // A running request is registered with the renewer, checkpointed once per
