@@ -215,8 +215,14 @@ func TestSettlementsBatch(t *testing.T) {
 	r.srv.Flush(context.Background())
 	// Hold the settler on a batch of its own: everything queued meanwhile
 	// is sent together afterwards.
-	release := make(chan struct{})
-	r.srv.settler.enqueue(store.Settlement{RequestID: "blocker", AccountID: r.acct}, func(bool, error, time.Duration) { <-release })
+	// The requests are made once the blocker's batch has been sent (its
+	// callback runs), so none of them joins it.
+	release, blocked := make(chan struct{}), make(chan struct{})
+	r.srv.settler.enqueue(store.Settlement{RequestID: "blocker", AccountID: r.acct}, func(bool, error, time.Duration) {
+		close(blocked)
+		<-release
+	})
+	<-blocked
 	const n = 20
 	for i := 0; i < n; i++ {
 		r.request(t)
