@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -43,10 +44,12 @@ type exchange struct {
 	admitted  bool
 	settled   bool
 
-	status   int    // upstream response status; 0 until response headers
-	endpoint string // "primary" or "reserve", from Envoy's endpoint metadata
-	meter    format.Meter
-	rewriter format.Rewriter // the meter, when it also rewrites the reply
+	status    int    // upstream response status; 0 until response headers
+	endpoint  string // "primary" or "reserve", from Envoy's endpoint metadata
+	meter     format.Meter
+	rewriter  format.Rewriter // the meter, when it also rewrites the reply
+	bodyBytes int64           // response body bytes from the vendor
+	open      *holds.Open     // the hold's renewal while the request runs
 
 	hasLength bool // the client sent content-length
 }
@@ -209,31 +212,20 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	if len(x.key.Models) > 0 && !allowed(x.key.Models, req.Model, string(price.Name)) {
 		return x.reject(format.PermissionDenied, "this key may not use model "+strconv.Quote(req.Model), 0)
 	}
-	// Without max_tokens the hold assumes the model's maximum output, or
-	// defaultHoldOutput when the catalogue does not give one.
-	maxOut := price.MaxOutput
-	if maxOut == 0 {
-		maxOut = defaultHoldOutput
-	}
-	if req.HasMaxTokens {
-		if price.MaxOutput > 0 && req.MaxTokens > price.MaxOutput {
-			return x.reject(format.InvalidRequest, "max_tokens: "+strconv.FormatInt(req.MaxTokens, 10)+
-				" is more than the model's maximum output of "+strconv.FormatInt(price.MaxOutput, 10)+" tokens", 0)
-		}
-		maxOut = req.MaxTokens
+	if req.HasMaxTokens && price.MaxOutput > 0 && req.MaxTokens > price.MaxOutput {
+		return x.reject(format.InvalidRequest, "max_tokens: "+strconv.FormatInt(req.MaxTokens, 10)+
+			" is more than the model's maximum output of "+strconv.FormatInt(price.MaxOutput, 10)+" tokens", 0)
 	}
 	x.req, x.body, x.price = req, body, price
 	x.requestID = x.s.newRequestID()
 
-	hold := price.Hold(int64(len(body)), maxOut)
+	hold := holdOf(price, req, int64(len(body)))
 	t0 := time.Now()
 	d, err := x.s.accounts.Admit(ctx, store.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID, Model: req.Model, Hold: hold,
+		Stream: req.Stream, StartedAt: x.started,
 	})
 	x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
-	if d.ExpiredHolds > 0 {
-		x.s.metrics.expiredHolds.Add(float64(d.ExpiredHolds))
-	}
 	if err != nil {
 		x.s.log.Error("admission failed", "err", err, "account", x.key.AccountID)
 		x.s.metrics.storeErrors.WithLabelValues("admit").Inc()
@@ -250,6 +242,8 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 			strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64)+"; top up the account", 0)
 	}
 	x.admitted = true
+	// The hold lives as long as the request: renewed until it settles.
+	x.open = x.s.holds.Register(x.key.AccountID, x.requestID)
 	if x.req.Stream {
 		x.s.metrics.streams.Inc()
 	}
@@ -257,10 +251,6 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		RequestBody: &extprocv3.BodyResponse{Response: x.editBody(body, req.Edit)},
 	}}
 }
-
-// defaultHoldOutput is the output a request without max_tokens is held for
-// when the catalogue gives no maximum output for its model.
-const defaultHoldOutput = 128_000
 
 // editBody makes a request body edit. Envoy keeps the client's
 // content-length when the body is buffered and refuses a body that
@@ -310,6 +300,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	}
 	x.meter = x.upstream.Format.NewMeter(x.req, x.body, hv.contentType)
 	x.rewriter, _ = x.meter.(format.Rewriter)
+	x.open.Checkpoint(store.Checkpoint{Status: x.status, Endpoint: x.endpoint})
 	if h.GetEndOfStream() {
 		x.settle(true)
 	}
@@ -325,6 +316,7 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structp
 	}
 	common := &extprocv3.CommonResponse{}
 	if x.meter != nil && !x.settled {
+		x.bodyBytes += int64(len(b.GetBody()))
 		if x.rewriter != nil {
 			if out, changed := x.rewriter.Rewrite(b.GetBody(), b.GetEndOfStream()); changed {
 				common.BodyMutation = bodyMutation(out)
@@ -334,6 +326,10 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structp
 		}
 		if b.GetEndOfStream() {
 			x.settle(true)
+		} else if x.open.WantCheckpoint() {
+			// Once per renewal interval, not per chunk: what a crash would
+			// leave the sweeper to charge.
+			x.open.Checkpoint(x.checkpoint())
 		}
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
@@ -383,6 +379,7 @@ func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
 	}
 	x.meter = x.upstream.Format.NewMeter(x.req, x.body, contentType)
 	x.rewriter, _ = x.meter.(format.Rewriter)
+	x.open.Checkpoint(store.Checkpoint{Status: x.status, Endpoint: x.endpoint})
 }
 
 // attributesKey is where Envoy puts the ext_proc filter's attributes.
@@ -393,6 +390,18 @@ const attributesKey = "envoy.filters.http.ext_proc"
 func (x *exchange) finish() {
 	if x.admitted && !x.settled {
 		x.settle(false)
+	}
+}
+
+// checkpoint is the request's best estimate so far, as if it ended now.
+func (x *exchange) checkpoint() store.Checkpoint {
+	r := x.meter.Usage(false)
+	c := x.price.Price(r.Usage, r.ServiceTier)
+	return store.Checkpoint{
+		Status: x.status, Endpoint: x.endpoint,
+		Requested: usage.RequestedModel(x.req.Model), Priced: x.price.Name, Reported: r.Model,
+		Usage: r.Usage, Rates: usage.Usage(c.Rates), ServiceTier: c.Tier, LongContext: c.Above,
+		Fallback: x.price.Fallback(), Cost: c.Cost,
 	}
 }
 
@@ -422,15 +431,32 @@ func (x *exchange) settle(complete bool) {
 		EndedAt:   x.s.now(),
 	}
 	if st.Status == 0 {
-		st.Status = 499 // the client went away before the vendor answered
+		// No reply byte reached the processor: the status and endpoint
+		// come only with the first body chunk, so the vendor's connection
+		// broke before it (the client saw a reset after the headers, or
+		// Envoy's 502), or the client left first; the two look the same
+		// here. Nothing was produced and nothing is charged; the ledger
+		// says 502, the failure the client saw when it was still there.
+		st.Status = 502
 	}
-	if x.meter != nil && x.status >= 200 && x.status <= 299 {
+	if x.meter != nil && !complete && x.bodyBytes == 0 && x.status >= 200 && x.status <= 299 {
+		// The vendor's reply ended before its first byte reached the client:
+		// Envoy answered 502 (or the client saw only a reset). Nothing was
+		// produced, and vendors do not bill such a reply: record 502, no charge.
+		st.Status = 502
+	}
+	if x.meter != nil && st.Status >= 200 && st.Status <= 299 {
 		r := x.meter.Usage(complete)
 		c := x.price.Price(r.Usage, r.ServiceTier)
 		st.Usage, st.Reported = r.Usage, r.Model
 		st.Estimated = r.Estimated // the meter knows whether the vendor's final figures arrived
 		st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
 	}
+	// Renewed until the hold is gone: if the settlement waits in the queue
+	// or the spool, a sweep in the meantime charges the same.
+	x.s.holds.Finish(x.open, store.Checkpoint{Status: st.Status, Endpoint: st.Endpoint,
+		Requested: st.Requested, Priced: st.Priced, Reported: st.Reported, Usage: st.Usage, Rates: st.Rates,
+		ServiceTier: st.ServiceTier, LongContext: st.LongContext, Fallback: st.Fallback, Cost: st.Cost})
 	s, upstream, model := x.s, x.upstream.Name, string(st.Priced)
 	s.settler.enqueue(st, func(_ bool, err error, took time.Duration) {
 		s.metrics.settleSeconds.Observe(took.Seconds())
@@ -443,7 +469,7 @@ func (x *exchange) settle(complete bool) {
 			"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
 			"upstream", upstream, "endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
 			"stream", st.Stream, "usage", st.Usage, "service_tier", st.ServiceTier,
-			"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated,
+			"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated, "interrupted", st.Interrupted,
 			"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
 	})
 }

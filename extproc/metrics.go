@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 			Name: "gateway_settlement_seconds", Help: "Time of one settlement step in the store.", Buckets: latency,
 		}),
 		expiredHolds: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gateway_expired_holds_total", Help: "Holds of requests that never settled, released after the maximum request duration.",
+			Name: "gateway_expired_holds_total", Help: "Requests whose sidecar stopped renewing their hold (it died), settled as interrupted by this sidecar's sweeper.",
 		}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gateway_inflight_requests", Help: "Model requests being processed (one ext_proc stream each).",
@@ -87,6 +87,9 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	}
 	return m
 }
+
+// ObserveInterrupted counts one request settled by the hold sweeper.
+func (m *Metrics) ObserveInterrupted() { m.expiredHolds.Inc() }
 
 // InitModels creates the per-model series of an upstream at zero, so that
 // rates and ratios over them work from the first scrape: requests by every

@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -214,8 +215,14 @@ func TestSettlementsBatch(t *testing.T) {
 	r.srv.Flush(context.Background())
 	// Hold the settler on a batch of its own: everything queued meanwhile
 	// is sent together afterwards.
-	release := make(chan struct{})
-	r.srv.settler.enqueue(store.Settlement{RequestID: "blocker", AccountID: r.acct}, func(bool, error, time.Duration) { <-release })
+	// The requests are made once the blocker's batch has been sent (its
+	// callback runs), so none of them joins it.
+	release, blocked := make(chan struct{}), make(chan struct{})
+	r.srv.settler.enqueue(store.Settlement{RequestID: "blocker", AccountID: r.acct}, func(bool, error, time.Duration) {
+		close(blocked)
+		<-release
+	})
+	<-blocked
 	const n = 20
 	for i := 0; i < n; i++ {
 		r.request(t)
@@ -360,6 +367,94 @@ func TestReadHeadersAllocatesOnlyWhatItReads(t *testing.T) {
 	hv := readHeaders(h)
 	if hv.method != "POST" || hv.path != "/alpha/v1/messages" || len(hv.credentials.XAPIKey) != 1 || hv.credentials.XAPIKey[0] != "cr_abcdefghijklmnop" || hv.contentLength != "120" {
 		t.Fatalf("%+v", hv)
+	}
+}
+
+// A vendor reset before the first byte of the reply is recorded as the 502
+// the client saw, at no charge.
+func TestResetBeforeFirstByte(t *testing.T) {
+	r := newRig(t)
+	r.openStream(t, nil)
+	r.srv.Flush(context.Background())
+	entries, _, err := r.st.Ledger(context.Background(), r.acct, "", 10)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("ledger %+v, %v", entries, err)
+	}
+	if e := entries[0]; e.Status != 502 || e.Cost != 0 || e.Usage.Input != 0 {
+		t.Fatalf("reset before the first byte: %+v; want 502, no charge", e)
+	}
+
+	// With the response headers message skipped, a stream that ends before
+	// any body chunk never learnt its status: the same rule applies.
+	ctx := context.Background()
+	x := &exchange{s: r.srv}
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key),
+	}})
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
+	}})
+	x.finish()
+	r.srv.Flush(ctx)
+	entries, _, err = r.st.Ledger(ctx, r.acct, "", 10)
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("ledger %+v, %v", entries, err)
+	}
+	if e := entries[1]; e.Status != 502 || e.Cost != 0 || e.Estimated {
+		t.Fatalf("no body chunk before the end: %+v; want 502, no charge", e)
+	}
+}
+
+// A running request is registered with the renewer, checkpointed once per
+// renewal (not per chunk), and dropped once its hold is gone.
+func TestRenewalOfARunningRequest(t *testing.T) {
+	r := newRig(t)
+	ren := holds.NewRenewer(r.st, slog.New(slog.DiscardHandler))
+	r.srv.holds = ren
+	ctx := context.Background()
+	x := &exchange{s: r.srv}
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key),
+	}})
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
+	}})
+	if ren.Len() != 1 {
+		t.Fatalf("%d requests renewed after admission", ren.Len())
+	}
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream"),
+	}})
+	body := func(ev []byte) {
+		x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: ev},
+		}})
+	}
+	body(events[0]) // takes the renewer's first request for a checkpoint
+	body(events[2]) // no request pending: no new checkpoint
+	ren.RenewOnce(ctx)
+	cs, err := r.st.Checkpoints(ctx, r.acct)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("checkpoints %v, %v", cs, err)
+	}
+	for _, c := range cs {
+		if c.Status != 200 || c.Usage.Input != 12 || c.Usage.Output != 1 || c.Cost == 0 {
+			t.Fatalf("checkpoint %+v; want the usage after message_start", c)
+		}
+	}
+	body(events[3]) // the renewal asked again: this chunk checkpoints
+	ren.RenewOnce(ctx)
+	cs, _ = r.st.Checkpoints(ctx, r.acct)
+	for _, c := range cs {
+		if c.Usage.Output < 2 {
+			t.Fatalf("checkpoint %+v after the second renewal", c)
+		}
+	}
+	x.finish()
+	r.srv.Flush(ctx)
+	ren.RenewOnce(ctx) // finds the hold gone
+	if ren.Len() != 0 {
+		t.Fatalf("%d requests still renewed after settlement", ren.Len())
 	}
 }
 

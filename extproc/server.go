@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -53,6 +54,9 @@ type Options struct {
 	// of the body is buffered (Envoy enforces the same limit on bodies
 	// without a declared length).
 	MaxRequestBytes int64
+	// Holds renews the holds of running requests; nil renews none (their
+	// holds then live one lease).
+	Holds *holds.Renewer
 }
 
 // Server implements Envoy's ExternalProcessor service.
@@ -67,6 +71,7 @@ type Server struct {
 	now       func() time.Time
 	settleT   time.Duration
 	maxBody   int64
+	holds     *holds.Renewer
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -100,7 +105,7 @@ func (s *Server) Wait(ctx context.Context) bool {
 func NewServer(o Options) *Server {
 	s := &Server{
 		upstreams: o.Upstreams, keys: o.Keys, accounts: o.Accounts, metrics: o.Metrics,
-		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes,
+		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
 	}
 	if s.log == nil {
 		s.log = slog.Default()

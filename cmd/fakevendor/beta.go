@@ -102,7 +102,9 @@ type betaRequest struct {
 	} `json:"stream_options"`
 	MaxTokens           int `json:"max_tokens"`
 	MaxCompletionTokens int `json:"max_completion_tokens"`
-	Tools               []struct {
+	// N is the number of choices; each is billed as output.
+	N     int `json:"n"`
+	Tools []struct {
 		Type     string `json:"type"`
 		Function struct {
 			Name       string          `json:"name"`
@@ -213,6 +215,11 @@ func (b *betaAPI) chatCompletions(w http.ResponseWriter, r *http.Request, body [
 		}
 	}
 	rp := planReply(body, req.Messages, req.limit(), tool, ctl)
+	if req.N > 1 && rp.tool == nil {
+		// n text choices, the same text each: billed n times.
+		rp.choices = req.N
+		rp.outputTokens *= req.N
+	}
 	id := b.fake.ids.next("chatcmpl-")
 	if req.Stream {
 		b.stream(w, r, &req, rp, id, ctl)
@@ -228,7 +235,7 @@ func (b *betaAPI) chatCompletions(w http.ResponseWriter, r *http.Request, body [
 		ServiceTier:       cmp.Or(rp.serviceTier, "default"),
 		SystemFingerprint: systemFingerprint,
 	}
-	c.Choices = make([]betaChoice, 1)
+	c.Choices = make([]betaChoice, 1, max(rp.choices, 1))
 	ch := &c.Choices[0]
 	ch.FinishReason = rp.betaFinishReason()
 	ch.Message = betaMessage{Role: "assistant", Annotations: []any{}}
@@ -242,6 +249,11 @@ func (b *betaAPI) chatCompletions(w http.ResponseWriter, r *http.Request, body [
 	} else {
 		text := rp.text()
 		ch.Message.Content = &text
+	}
+	for i := 1; i < rp.choices; i++ {
+		more := *ch
+		more.Index = i
+		c.Choices = append(c.Choices, more)
 	}
 	writeJSON(w, http.StatusOK, &c)
 }
@@ -303,17 +315,21 @@ func (b *betaAPI) stream(w http.ResponseWriter, r *http.Request, req *betaReques
 		}
 	} else {
 		for i, word := range rp.words {
-			s.begin("")
-			s.buf = append(s.buf, prefix...)
-			s.buf = append(s.buf, `{"index":0,"delta":{"content":"`...)
-			if i > 0 {
-				s.buf = append(s.buf, ' ')
+			for c := range max(rp.choices, 1) {
+				s.begin("")
+				s.buf = append(s.buf, prefix...)
+				s.buf = append(s.buf, `{"index":`...)
+				s.buf = strconv.AppendInt(s.buf, int64(c), 10)
+				s.buf = append(s.buf, `,"delta":{"content":"`...)
+				if i > 0 {
+					s.buf = append(s.buf, ' ')
+				}
+				s.buf = appendEscaped(s.buf, word)
+				s.buf = append(s.buf, `"}`...)
+				s.buf = append(s.buf, choiceEnd...)
+				s.buf = append(s.buf, suffix...)
+				s.end()
 			}
-			s.buf = appendEscaped(s.buf, word)
-			s.buf = append(s.buf, `"}`...)
-			s.buf = append(s.buf, choiceEnd...)
-			s.buf = append(s.buf, suffix...)
-			s.end()
 		}
 	}
 

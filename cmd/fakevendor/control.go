@@ -53,6 +53,12 @@ type Controls struct {
 	// AbortAfterEvents, when not 0, resets the connection after that many
 	// SSE events.
 	AbortAfterEvents int `json:"abort_after_events"`
+	// AbortAtStart resets the connection before the first event: after the
+	// response headers of a stream, before any byte of other replies.
+	AbortAtStart bool `json:"abort_at_start"`
+	// ToolPromptTokens is added to the input tokens of requests that offer
+	// tools, as vendors add a tool-use system prompt.
+	ToolPromptTokens int `json:"tool_prompt_tokens"`
 	// RetryAfter is sent as the retry-after header of forced 429, 503 and
 	// 529 answers when not empty.
 	RetryAfter string `json:"retry_after"`
@@ -93,6 +99,8 @@ type controlUpdate struct {
 	WebSearches      *int    `json:"web_search_requests"`
 	ReplyWords       *int    `json:"reply_words"`
 	AbortAfterEvents *int    `json:"abort_after_events"`
+	AbortAtStart     *bool   `json:"abort_at_start"`
+	ToolPromptTokens *int    `json:"tool_prompt_tokens"`
 	RetryAfter       *string `json:"retry_after"`
 	Hang             *bool   `json:"hang"`
 	ReasoningTokens  *int    `json:"reasoning_tokens"`
@@ -112,6 +120,7 @@ func (u *controlUpdate) validate() error {
 		"cache_write_1h_tokens": u.CacheWrite1h, "input_tokens": u.InputTokens,
 		"audio_input_tokens": u.AudioInput, "audio_output_tokens": u.AudioOutput,
 		"reasoning_tokens": u.ReasoningTokens, "web_search_requests": u.WebSearches,
+		"tool_prompt_tokens": u.ToolPromptTokens,
 	} {
 		if p != nil && *p < 0 {
 			return fmt.Errorf("%s must not be negative", name)
@@ -142,6 +151,10 @@ func (u *controlUpdate) apply(c *Controls) {
 		c.ServiceTier = *u.ServiceTier
 	}
 	set(&c.AbortAfterEvents, u.AbortAfterEvents)
+	set(&c.ToolPromptTokens, u.ToolPromptTokens)
+	if u.AbortAtStart != nil {
+		c.AbortAtStart = *u.AbortAtStart
+	}
 	set(&c.ReasoningTokens, u.ReasoningTokens)
 	if u.ToolCall != nil {
 		c.ToolCall = *u.ToolCall

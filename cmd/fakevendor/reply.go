@@ -37,6 +37,7 @@ type reply struct {
 	truncated bool     // the token limit cut the text short
 	tool      *toolCall
 
+	choices         int // beta's n; 0 or 1: one
 	inputTokens     int
 	outputTokens    int // visible output: words or argument fragments
 	reasoningTokens int // beta only: thought, never shown, billed as output
@@ -91,6 +92,9 @@ func planReply(body []byte, msgs []message, limit int, tool *toolCall, ctl *Cont
 	}
 	if ctl.InputTokens > 0 {
 		rp.inputTokens = ctl.InputTokens
+	}
+	if tool != nil {
+		rp.inputTokens += ctl.ToolPromptTokens
 	}
 	if tool != nil && ctl.ToolCall && !afterTool {
 		tool.fragments = fragments(tool.arguments, fragmentBytes)

@@ -62,6 +62,10 @@ func startSSE(w http.ResponseWriter, r *http.Request, ctl *Controls) *sseStream 
 	if err := s.rc.Flush(); err != nil {
 		s.err = err
 	}
+	if ctl.AbortAtStart && s.err == nil {
+		s.release()
+		panic(http.ErrAbortHandler)
+	}
 	return s
 }
 

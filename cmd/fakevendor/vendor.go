@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -115,6 +116,16 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 	ctl := s.ctl.get()
+	// A test may steer one request: the x-fake-controls header holds a
+	// control update (as POST /control takes) applied to this request only.
+	if v := r.Header.Get("x-fake-controls"); v != "" && !probe {
+		var u controlUpdate
+		if err := json.Unmarshal([]byte(v), &u); err != nil || u.validate() != nil || u.Status != nil || u.StatusCount != nil {
+			s.api.writeError(w, r, http.StatusBadRequest, "x-fake-controls: not a valid control update (status cannot be set per request)")
+			return
+		}
+		u.apply(&ctl)
+	}
 	if !sleepCtx(r, time.Duration(ctl.LatencyMS)*time.Millisecond) {
 		return
 	}
@@ -142,7 +153,23 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.api.writeError(w, r, http.StatusNotFound, "")
 		return
 	}
+	if ctl.AbortAtStart && !probe {
+		// Reset before any byte of the reply: unless the reply streams,
+		// whose headers go first (startSSE resets after them).
+		if !streaming(body) {
+			panic(http.ErrAbortHandler)
+		}
+	}
 	ep(w, r, body, &ctl)
+}
+
+// streaming reports whether a generation request body asks for a stream.
+func streaming(body []byte) bool {
+	var b struct {
+		Stream bool `json:"stream"`
+	}
+	json.Unmarshal(body, &b) // a malformed body is answered by the endpoint
+	return b.Stream
 }
 
 // readBody reads the whole request body into a slice of its own, which the

@@ -30,6 +30,7 @@ import (
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/control"
 	"github.com/modelgateway/gateway/internal/endpoints"
+	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/mtls"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/spool"
@@ -49,6 +50,8 @@ type sidecar struct {
 	stopWatch context.CancelFunc
 	// ledger spools settlements the store cannot take and replays them.
 	ledger *spool.Spool
+	// stopHolds ends the hold renewer and sweeper.
+	stopHolds context.CancelFunc
 	// proc is the ext_proc processor; its settlements are flushed on shutdown.
 	proc *extproc.Server
 
@@ -126,7 +129,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			return nil, err
 		}
 	}
-	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.MaxRequestDuration.D()})
+	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.HoldLease.D(), LedgerRetention: c.Store.LedgerRetention.D()})
 	keys := auth.NewCache(st, o.KeyCacheTTL)
 
 	reg := prometheus.NewRegistry()
@@ -163,7 +166,17 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
+	renewer := holds.NewRenewer(st, o.Logger)
+	sweeper := holds.NewSweeper(st, o.Logger)
+	sweeper.OnSweep = func(_ string, r store.SweepResult) {
+		for _, ok := range r.Applied {
+			if ok {
+				metrics.ObserveInterrupted()
+			}
+		}
+	}
 	proc := extproc.NewServer(extproc.Options{
+		Holds:           renewer,
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
 		Upstreams:       vendorRoutes, Keys: keys, Accounts: ledger, Metrics: metrics, Logger: o.Logger,
 	})
@@ -180,6 +193,12 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	watcher := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
 
 	s := &sidecar{log: o.Logger, Store: st, ledger: ledger, Prices: prices, proc: proc}
+	var holdsCtx context.Context
+	holdsCtx, s.stopHolds = context.WithCancel(context.Background())
+	go renewer.Run(holdsCtx)
+	// Sweep often enough that a dead sidecar's requests settle within about
+	// one lease and a quarter.
+	go sweeper.Run(holdsCtx, min(max(c.Limits.HoldLease.D()/4, 50*time.Millisecond), 5*time.Second))
 	s.health = health.NewServer()
 	s.health.SetServingStatus(StoreHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(ReadyHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -331,6 +350,11 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 		s.log.Error("shutdown: settlements still queued", "pending", s.proc.PendingSettlements())
 	}
 	cancel()
+	// Every stream has settled or been spooled: nothing is left to renew.
+	// Holds of requests whose settlement waits in the spool are swept by
+	// any sidecar after a lease unless the spool replays first (settlement
+	// is idempotent).
+	s.stopHolds()
 	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	s.ledger.Close(lctx)
 	cancel()

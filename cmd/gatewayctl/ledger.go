@@ -75,6 +75,7 @@ func (a *app) ledgerCmd() *cobra.Command {
 		return err
 	})
 	p.add(cmd.Flags())
+	cmd.AddCommand(a.ledgerExportCmd())
 	return cmd
 }
 

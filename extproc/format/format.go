@@ -29,6 +29,12 @@ type Request struct {
 	// the vendor for usage on every stream, and its meter keeps from the
 	// client what it did not ask for (see Rewriter).
 	Edit Edit
+	// Choices is the number of replies asked for (chat completions' n); the
+	// vendor bills the output of each. Zero means one.
+	Choices int64
+	// HasTools reports a non-empty tools list: the vendor then adds its
+	// tool-use system prompt to the billed input.
+	HasTools bool
 }
 
 // An Edit replaces Cut bytes at offset At of a request body with Insert.
@@ -47,6 +53,18 @@ func (e Edit) Apply(body []byte) []byte {
 	out = append(out, body[:e.At]...)
 	out = append(out, e.Insert...)
 	return append(out, body[e.At+e.Cut:]...)
+}
+
+// NonEmptyArray reports whether raw JSON is an array with an element.
+func NonEmptyArray(raw []byte) bool {
+	for i := 1; i < len(raw)-1; i++ {
+		switch raw[i] {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return raw[0] == '['
+	}
+	return false
 }
 
 // Meter observes one response body and reports its usage.

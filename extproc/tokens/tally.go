@@ -18,6 +18,9 @@ const DefaultLimit = 4 << 10
 type Tally struct {
 	Limit int  // bytes of text held at once; zero means DefaultLimit
 	Eager bool // count as text arrives instead of extrapolating
+	// Ratio, when set, counts tokens as bytes divided by a vendor's measured
+	// bytes per token instead of with the tokenizer; nothing is held.
+	Ratio Ratio
 
 	buf     []byte
 	counted int64 // eager: tokens in text already released
@@ -34,8 +37,11 @@ func (t *Tally) limit() int {
 
 // Write adds text. It does not retain p.
 func (t *Tally) Write(p []byte) {
-	limit := t.limit()
 	t.total += int64(len(p))
+	if t.Ratio.valid() {
+		return
+	}
+	limit := t.limit()
 	for len(p) > 0 {
 		room := limit - len(t.buf)
 		if room <= 0 {
@@ -82,6 +88,9 @@ func (t *Tally) Held() int { return cap(t.buf) }
 // Tokens returns the tokens counted, plus the extrapolated tokens of text not
 // held in lazy mode. It tokenizes the held text on each call.
 func (t *Tally) Tokens() int64 {
+	if t.Ratio.valid() {
+		return t.Ratio.Count(t.total)
+	}
 	held := Count(t.buf)
 	if t.extra > 0 && len(t.buf) > 0 {
 		// Round up: the estimate leans towards billing what was sent.

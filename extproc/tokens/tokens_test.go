@@ -179,3 +179,26 @@ func BenchmarkCount(b *testing.B) {
 		})
 	}
 }
+
+// The messages-format ratio and what the o200k tokenizer gives on English
+// prose, for the comparison stated at MessagesRatio.
+func TestMessagesRatio(t *testing.T) {
+	r := MessagesRatio
+	for _, tt := range []struct{ n, want int64 }{{0, 0}, {1, 1}, {7, 2}, {8, 3}, {3500, 1000}} {
+		if got := r.Count(tt.n); got != tt.want {
+			t.Errorf("Count(%d) = %d, want %d", tt.n, got, tt.want)
+		}
+	}
+	text := []byte(strings.Repeat("The gateway meters every streamed reply without holding it, and charges what the vendor reports. ", 20))
+	o200k := float64(len(text)) / float64(Count(text))
+	t.Logf("o200k: %.2f bytes a token; messages ratio: %.2f", o200k, float64(r.Bytes)/float64(r.N))
+	if o200k <= 3.5 {
+		t.Errorf("o200k counts %.2f bytes a token on English prose: the messages ratio would not be the dearer estimate", o200k)
+	}
+	var tl Tally
+	tl.Ratio = r
+	tl.Write(text)
+	if tl.Tokens() != r.Count(int64(len(text))) || tl.Held() != 0 {
+		t.Errorf("ratio tally: %d tokens, %d bytes held", tl.Tokens(), tl.Held())
+	}
+}

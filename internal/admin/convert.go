@@ -105,6 +105,7 @@ func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
 		ServiceTier:             e.ServiceTier,
 		LongContextThreshold:    e.LongContext,
 		FallbackPrice:           e.Fallback,
+		Interrupted:             e.Interrupted,
 	}
 }
 

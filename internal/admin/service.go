@@ -298,6 +298,45 @@ func (s *Service) ListLedger(ctx context.Context, req *adminv1.ListLedgerRequest
 	return resp, nil
 }
 
+// ExportLedger reads a page of an account's ledger for export, after the
+// given entry or after the committed export mark.
+func (s *Service) ExportLedger(ctx context.Context, req *adminv1.ExportLedgerRequest) (*adminv1.ExportLedgerResponse, error) {
+	if err := checkPage(req.GetPageSize(), req.GetAfter()); err != nil {
+		return nil, err
+	}
+	entries, mark, err := s.st.ExportLedger(ctx, req.GetAccountId(), req.GetAfter(), int(req.GetPageSize()))
+	if err != nil {
+		return nil, s.fail("export ledger", err)
+	}
+	resp := &adminv1.ExportLedgerResponse{Mark: mark, Entries: make([]*adminv1.LedgerEntry, len(entries))}
+	for i, e := range entries {
+		resp.Entries[i] = ledgerToProto(e)
+	}
+	return resp, nil
+}
+
+// CommitLedgerExport moves an account's export mark forward and trims
+// exported entries older than the retention.
+func (s *Service) CommitLedgerExport(ctx context.Context, req *adminv1.CommitLedgerExportRequest) (*adminv1.CommitLedgerExportResponse, error) {
+	if req.GetLastId() == "" {
+		return nil, invalid("last_id is required")
+	}
+	if err := checkPage(0, req.GetLastId()); err != nil {
+		return nil, invalid("malformed last_id")
+	}
+	if _, err := s.st.Account(ctx, req.GetAccountId()); err != nil {
+		return nil, s.fail("commit ledger export", err)
+	}
+	mark, trimmed, err := s.st.CommitExport(ctx, req.GetAccountId(), req.GetLastId())
+	if err != nil {
+		return nil, s.fail("commit ledger export", err)
+	}
+	if trimmed > 0 {
+		s.audit(ctx, "ledger.trim", req.GetAccountId(), "", fmt.Sprintf("exported through %s; %d entries past retention trimmed", mark, trimmed))
+	}
+	return &adminv1.CommitLedgerExportResponse{Mark: mark, Trimmed: trimmed}, nil
+}
+
 // ListAudit pages through the audit trail.
 func (s *Service) ListAudit(ctx context.Context, req *adminv1.ListAuditRequest) (*adminv1.ListAuditResponse, error) {
 	if err := checkPage(req.GetPageSize(), req.GetPageToken()); err != nil {

@@ -97,6 +97,10 @@ type Store struct {
 	RedisURL string `yaml:"redis_url"`
 	// SpoolDir holds settlements that could not reach Redis until replayed.
 	SpoolDir string `yaml:"spool_dir"`
+	// LedgerRetention is how long a ledger entry is kept once exported
+	// (gatewayctl ledger export); 0 keeps every entry. An entry that was
+	// never exported is never trimmed.
+	LedgerRetention Duration `yaml:"ledger_retention"`
 	// Timeout bounds each store call (dial, read, write, waiting for a
 	// connection): a store that does not answer within it fails the request
 	// with 503 and retry-after. Default 500ms.
@@ -110,9 +114,13 @@ type Limits struct {
 	WindowMinutes int64   `yaml:"window_minutes"`
 	// MaxRequestBytes bounds a request body (Envoy answers 413 above it).
 	MaxRequestBytes int64 `yaml:"max_request_bytes"`
-	// MaxRequestDuration is the longest a model request may run; holds of
-	// requests older than this are released.
+	// MaxRequestDuration is the longest a model request is expected to run.
+	// Holds do not depend on it: they are renewed while their request runs.
 	MaxRequestDuration Duration `yaml:"max_request_duration"`
+	// HoldLease is how long a hold lives without renewal. The sidecar renews
+	// the holds of its running requests every third of it; once a sidecar
+	// dies, its requests are settled as interrupted about one lease later.
+	HoldLease Duration `yaml:"hold_lease"`
 }
 
 // Envoy holds settings that exist only in the rendered Envoy bootstrap.
@@ -404,6 +412,7 @@ func (c *Config) setDefaults() {
 		c.Limits.MaxRequestBytes = 32 << 20
 	}
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
+	defDur(&c.Limits.HoldLease, time.Minute)
 	defDur(&c.Store.Timeout, 500*time.Millisecond)
 	defDur(&c.Envoy.StreamIdleTimeout, 5*time.Minute)
 	defDur(&c.Envoy.MaxStreamDuration, c.Limits.MaxRequestDuration.D())
@@ -474,6 +483,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.DailyUSD < 0 || c.Limits.RPM < 0 || c.Limits.WindowMinutes < 0 {
 		return errors.New("limits: daily_usd, rpm and window_minutes must not be negative")
+	}
+	if c.Limits.HoldLease.D() < 100*time.Millisecond {
+		return errors.New("limits.hold_lease: must be at least 100ms")
+	}
+	if c.Store.LedgerRetention < 0 {
+		return errors.New("store.ledger_retention: must not be negative")
 	}
 	if c.Limits.RPM > 0 && c.Limits.WindowMinutes == 0 {
 		c.Limits.WindowMinutes = 1

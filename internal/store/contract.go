@@ -68,6 +68,7 @@ const (
 	ledgerStream      = "stream"
 	ledgerStarted     = "started"
 	ledgerEnded       = "ended"
+	ledgerInterrupted = "interrupted"
 	ledgerPricePrefix = "price_"
 )
 
@@ -97,6 +98,7 @@ func ledgerArgs(st Settlement, cost int64) []any {
 		ledgerStream, boolString(st.Stream),
 		ledgerStarted, ms(st.StartedAt),
 		ledgerEnded, ms(st.EndedAt),
+		ledgerInterrupted, boolString(st.Interrupted),
 	)
 }
 
@@ -121,6 +123,7 @@ func decodeLedgerFields(accountID string, v func(string) string) Settlement {
 		Stream:      v(ledgerStream) == "1",
 		StartedAt:   parseMS(v(ledgerStarted)),
 		EndedAt:     parseMS(v(ledgerEnded)),
+		Interrupted: v(ledgerInterrupted) == "1",
 	}
 	for _, k := range usage.Kinds {
 		k.Set(&st.Usage, parseInt(v(k.Name)))

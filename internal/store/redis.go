@@ -25,8 +25,12 @@ var (
 	revokeLua string
 	//go:embed lua/expire.lua
 	expireLua string
+	//go:embed lua/renew.lua
+	renewLua string
 	//go:embed lua/sweep.lua
 	sweepLua string
+	//go:embed lua/trim.lua
+	trimLua string
 
 	admitScript  = redis.NewScript(admitLua)
 	settleScript = redis.NewScript(settleLua)
@@ -34,16 +38,16 @@ var (
 	hsetxScript  = redis.NewScript(hsetxLua)
 	revokeScript = redis.NewScript(revokeLua)
 	expireScript = redis.NewScript(expireLua)
+	renewScript  = redis.NewScript(renewLua)
 	sweepScript  = redis.NewScript(sweepLua)
+	trimScript   = redis.NewScript(trimLua)
 )
 
 // Defaults of Options.
 const (
-	defaultHoldTTL      = 15 * time.Minute
-	defaultSweepEvery   = time.Second
-	defaultSettledTTL   = 30 * 24 * time.Hour
-	defaultLedgerMaxLen = 1_000_000
-	defaultAuditMaxLen  = 100_000
+	defaultHoldTTL     = time.Minute
+	defaultSettledTTL  = time.Hour
+	defaultAuditMaxLen = 100_000
 
 	dayKeyTTL   = 40 * 24 * time.Hour
 	monthKeyTTL = 400 * 24 * time.Hour
@@ -58,14 +62,8 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	if opts.HoldTTL <= 0 {
 		opts.HoldTTL = defaultHoldTTL
 	}
-	if opts.SweepInterval <= 0 {
-		opts.SweepInterval = defaultSweepEvery
-	}
 	if opts.SettledTTL <= 0 {
 		opts.SettledTTL = defaultSettledTTL
-	}
-	if opts.LedgerMaxLen <= 0 {
-		opts.LedgerMaxLen = defaultLedgerMaxLen
 	}
 	if opts.AuditMaxLen <= 0 {
 		opts.AuditMaxLen = defaultAuditMaxLen

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,10 +17,10 @@ import (
 
 // Admit decides whether a request may start and, when it may, holds its
 // worst-case cost against the account's balance until it settles or the hold
-// expires. Checks run in order: expired holds are released (amortised: at
-// most once per Options.SweepInterval per account), then the rate limit, the
-// daily limit and the balance are checked. A rejected request leaves no
-// trace. One round trip.
+// lease runs out (the sweeper then settles it as interrupted). Checks run in
+// order: the rate limit, the daily limit and the balance. The admission
+// record (what the sweeper settles with) is kept with the hold. One round
+// trip: the sweeper's index entry rides in the same pipeline.
 func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	if a.RequestID == "" {
 		return Decision{}, errors.New("store: admit: empty request id")
@@ -39,10 +40,32 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 		acctKey(id, "rl"),
 		acctKey(id, "day:"+dayStamp(now)),
 		acctKey(id, "settled:"+a.RequestID),
+		acctKey(id, "holdrec"),
 	}
-	r, err := admitScript.Run(ctx, s.rdb, keys,
-		now.UnixMilli(), a.RequestID, a.Hold, s.opts.HoldTTL.Milliseconds(), s.opts.SweepInterval.Milliseconds(),
-	).Int64Slice()
+	started := a.StartedAt
+	if started.IsZero() {
+		started = now
+	}
+	rec, err := json.Marshal(admissionRecord{KeyID: a.KeyID, Model: a.Model, Started: started.UnixMilli(), Stream: a.Stream})
+	if err != nil {
+		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
+	}
+	args := []any{now.UnixMilli(), a.RequestID, a.Hold, s.opts.HoldTTL.Milliseconds(), string(rec)}
+	// The sweeper's index entry rides in the same round trip; it is written
+	// whatever the outcome (a refused request leaves it for the sweeper to
+	// drop) because the index lives in another slot than the script's keys.
+	var cmd *redis.Cmd
+	// Errors are read from each command: the index write's is not the
+	// admission's (the account's next admission re-adds the entry).
+	s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = admitScript.EvalSha(ctx, p, keys, args...)
+		indexHold(ctx, p, id, now.Add(s.opts.HoldTTL))
+		return nil
+	})
+	if errNoScript(cmd.Err()) {
+		cmd = admitScript.Run(ctx, s.rdb, keys, args...)
+	}
+	r, err := cmd.Int64Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
 	}
@@ -206,6 +229,8 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 		acctKey(id, "u:m:"+monthStamp(now)),
 		acctKey(id, "u:t"),
 		acctKey(id, "ledger"),
+		acctKey(id, "holdrec"),
+		acctKey(id, "holdckpt"),
 	}
 	for _, st := range group {
 		keys = append(keys, acctKey(id, "settled:"+st.RequestID))
@@ -222,7 +247,7 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 		s.opts.SettledTTL.Milliseconds(),
 		int64(dayKeyTTL/time.Second),
 		int64(monthKeyTTL/time.Second),
-		s.opts.LedgerMaxLen,
+		0, // unused: the ledger is trimmed after export only
 	)
 	for _, st := range group {
 		charged := st.Status >= 200 && st.Status < 300
@@ -241,25 +266,6 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 		args = append(args, entry...)
 	}
 	return keys, args
-}
-
-// SweepHolds releases the account's expired holds now and returns how many
-// it released. Admissions do the same, amortised (at most once per
-// Options.SweepInterval per account); a background sweeper calls this for
-// accounts that see no admissions. One round trip.
-func (s *Store) SweepHolds(ctx context.Context, accountID string) (int64, error) {
-	if !validID(accountID) {
-		return 0, fmt.Errorf("store: sweep holds of %q: %w", accountID, ErrNotFound)
-	}
-	keys := []string{acctKey(accountID, "acct"), acctKey(accountID, "holds"), acctKey(accountID, "holdexp")}
-	n, err := sweepScript.Run(ctx, s.rdb, keys, s.now().UnixMilli(), s.opts.SweepInterval.Milliseconds()).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("store: sweep holds of %s: %w", accountID, err)
-	}
-	if n < 0 {
-		return 0, fmt.Errorf("store: sweep holds of %s: %w", accountID, ErrNotFound)
-	}
-	return n, nil
 }
 
 // usageKey names the usage hash of period p at time now.
@@ -391,7 +397,7 @@ func decodeLedger(accountID string, m redis.XMessage) LedgerEntry {
 }
 
 // OpenHolds returns the number and total amount of the account's recorded
-// holds. Expired holds count until the next admission releases them.
+// holds. Expired holds count until the sweeper settles them.
 func (s *Store) OpenHolds(ctx context.Context, accountID string) (count int64, amount int64, err error) {
 	if !validID(accountID) {
 		return 0, 0, fmt.Errorf("store: open holds of %q: %w", accountID, ErrNotFound)

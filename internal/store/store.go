@@ -35,17 +35,18 @@ var ErrIdempotencyConflict = errors.New("idempotency key reused with a different
 type Options struct {
 	// Now is the clock; tests inject one to cross day and month boundaries.
 	Now func() time.Time
-	// HoldTTL is the longest a request may run. A hold older than this belongs
-	// to a request that will never settle (its sidecar died) and is released.
-	HoldTTL time.Duration // default 15m
-	// SweepInterval is how often, at most, an admission looks for the
-	// account's expired holds; an expired hold is released at the first
-	// admission of its account this long after the previous sweep.
-	SweepInterval time.Duration // default 1s
-	// SettledTTL is how long settled request ids are remembered for idempotency.
-	SettledTTL time.Duration // default 30 days
-	// LedgerMaxLen caps each account's ledger stream (approximate trimming).
-	LedgerMaxLen int64 // default 1,000,000
+	// HoldTTL is a hold's lease. The sidecar running the request renews it
+	// while the request runs; a hold not renewed for this long belongs to a
+	// request whose sidecar died, and the sweeper settles it as interrupted.
+	HoldTTL time.Duration // default 1m
+	// SettledTTL is how long a settled request id is remembered. Settlement
+	// is idempotent without it (a settled request has no hold left, and only
+	// a held request settles); the marker makes replays cheap to refuse and
+	// keeps the id from being admitted again.
+	SettledTTL time.Duration // default 1h
+	// LedgerRetention is how long an exported ledger entry is kept; zero
+	// keeps every entry. Entries not yet exported are never trimmed.
+	LedgerRetention time.Duration
 	// AuditMaxLen caps the audit stream (approximate trimming).
 	AuditMaxLen int64 // default 100,000
 }
@@ -107,6 +108,8 @@ type Admission struct {
 	KeyID     string
 	Model     string
 	Hold      int64 // worst-case cost of the request, nano-USD
+	Stream    bool
+	StartedAt time.Time // zero: the store's clock at admission
 }
 
 // Outcome is the result of an admission.
@@ -123,7 +126,7 @@ const (
 type Decision struct {
 	Outcome    Outcome
 	RetryAfter time.Duration // for RateLimited and DailyLimited
-	// ExpiredHolds counts holds of dead requests released by this call.
+	// ExpiredHolds is always 0: the sweeper settles expired holds.
 	ExpiredHolds int64
 }
 
@@ -148,7 +151,10 @@ type Settlement struct {
 	Fallback    bool   // priced with the upstream's price for unknown models
 	Cost        int64  // nano-USD; zero for non-2xx replies
 	Estimated   bool
-	Status      int    // upstream HTTP status; non-2xx charges nothing and counts no usage
+	// Interrupted marks a request settled by the sweeper at its last
+	// checkpoint because its sidecar stopped renewing its hold.
+	Interrupted bool
+	Status      int    // the status the client saw; non-2xx charges nothing and counts no usage
 	Endpoint    string // "primary" or "reserve"; empty when unknown
 	Stream      bool
 	StartedAt   time.Time

@@ -73,6 +73,8 @@ var suite = []struct {
 	{"AdmitOrder", testAdmitOrder},
 	{"AdmitErrors", testAdmitErrors},
 	{"HoldExpiry", testHoldExpiry},
+	{"RenewAndCheckpoint", testRenewAndCheckpoint},
+	{"ExportLedger", testExportLedger},
 	{"SettleIdempotent", testSettleIdempotent},
 	{"SettleAfterHoldExpiry", testSettleAfterHoldExpiry},
 	{"SettleNon2xx", testSettleNon2xx},
@@ -83,7 +85,6 @@ var suite = []struct {
 	{"SettlementRoundTrip", testSettlementRoundTrip},
 	{"Concurrency", testConcurrency},
 	{"SettleBatch", testSettleBatch},
-	{"SweepHolds", testSweepHolds},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {
@@ -162,6 +163,24 @@ func (e *env) admit(acct, req string, hold int64) Decision {
 }
 
 // mustAdmit admits a request and fails the test unless it was admitted.
+func (e *env) due() []string {
+	e.t.Helper()
+	ids, err := e.s.DueHoldAccounts(e.ctx, 100)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ids
+}
+
+func (e *env) sweep(acct string) SweepResult {
+	e.t.Helper()
+	r, err := e.s.SweepHolds(e.ctx, acct)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
 func (e *env) mustAdmit(acct, req string, hold int64) {
 	e.t.Helper()
 	if d := e.admit(acct, req, hold); d.Outcome != Admitted {

@@ -160,6 +160,8 @@ func testKeys(t *testing.T, e *env) {
 
 	// Settling a request records the key's last use.
 	used := start.Add(2 * time.Minute)
+	e.mustAdmit(acct, "r1", 1)
+	e.mustAdmit(acct, "r0", 1)
 	e.settle(Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Priced: "gpt", Cost: 1, EndedAt: used})
 	got, _ = e.s.LookupKey(e.ctx, HashSecret(secret))
 	if !got.LastUsedAt.Equal(used) {
@@ -516,31 +518,180 @@ func testHoldExpiry(t *testing.T, e *env) {
 	e.mustAdmit(acct, "r2", 300)
 	wantDecision(t, e.admit(acct, "r3", 300), InsufficientBalance, 0)
 
-	// r1's hold expires at t0+holdTTL; r2's a minute later.
+	// r1's lease ends at t0+holdTTL; r2's a minute later. Nothing is due
+	// before, and admission itself never releases a hold.
 	e.clock.Set(start.Add(holdTTL - time.Millisecond))
-	d := e.admit(acct, "r3", 300)
-	if d.Outcome != InsufficientBalance || d.ExpiredHolds != 0 {
-		t.Fatalf("before expiry: %+v", d)
+	if due := e.due(); len(due) != 0 {
+		t.Fatalf("due before expiry: %v", due)
 	}
 	e.clock.Set(start.Add(holdTTL))
-	d = e.admit(acct, "r3", 300)
-	if d.Outcome != Admitted || d.ExpiredHolds != 1 {
-		t.Fatalf("at expiry: %+v", d)
+	wantDecision(t, e.admit(acct, "r3", 300), InsufficientBalance, 0)
+	if due := e.due(); len(due) != 1 || due[0] != acct {
+		t.Fatalf("due at expiry: %v", due)
 	}
-	if n, a := e.holds(acct); n != 2 || a != 600 {
-		t.Fatalf("holds %d, %d, want 2, 600", n, a)
+	r := e.sweep(acct)
+	if len(r.Interrupted) != 1 || r.Interrupted[0].RequestID != "r1" || !r.Applied[0] {
+		t.Fatalf("sweep at expiry: %+v", r)
 	}
-	// Expired holds are released even when the request is refused.
+	if n, a := e.holds(acct); n != 1 || a != 300 {
+		t.Fatalf("holds %d, %d, want 1, 300", n, a)
+	}
+	// The account is due again when r2's lease ends, not before.
+	if due := e.due(); len(due) != 0 {
+		t.Fatalf("due after sweep: %v", due)
+	}
 	e.clock.Advance(holdTTL)
-	d = e.admit(acct, "r4", 5000)
-	if d.Outcome != InsufficientBalance || d.ExpiredHolds != 2 {
-		t.Fatalf("refused after expiry: %+v", d)
+	if due := e.due(); len(due) != 1 {
+		t.Fatalf("due at r2's expiry: %v", due)
 	}
+	e.sweep(acct)
 	if n, a := e.holds(acct); n != 0 || a != 0 {
 		t.Fatalf("holds %d, %d, want none", n, a)
 	}
+	if due := e.due(); len(due) != 0 {
+		t.Fatalf("index keeps an account without holds: %v", due)
+	}
+	// No checkpoint: recorded as interrupted at no charge.
 	if e.balance(acct) != 1000 {
-		t.Fatal("expired holds charged")
+		t.Fatal("interrupted requests without a checkpoint charged")
+	}
+	l := e.ledger(acct)
+	if len(l) != 2 || !l[0].Interrupted || !l[0].Estimated || l[0].Status != 499 || l[0].Cost != 0 {
+		t.Fatalf("ledger %+v", l)
+	}
+}
+
+func testRenewAndCheckpoint(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{})
+	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Model: "m", Hold: 500, Stream: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Renewed every half lease, the hold outlives many leases.
+	for range 6 {
+		e.clock.Advance(holdTTL / 2)
+		gone, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1",
+			Checkpoint: &Checkpoint{Status: 200, Endpoint: "primary", Priced: "m", Usage: usage.Usage{Input: 10, Output: 7}, Cost: 120}}})
+		if err != nil || len(gone) != 0 {
+			t.Fatalf("renew: %v, %v", gone, err)
+		}
+		if r := e.sweep(acct); len(r.Interrupted) != 0 {
+			t.Fatalf("a renewed hold was swept: %+v", r)
+		}
+	}
+	// Renewals of unknown requests renew nothing and create no hold.
+	if gone, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "ghost"}}); err != nil || len(gone) != 1 || gone[0] != "ghost" {
+		t.Fatalf("renew ghost: %v, %v", gone, err)
+	}
+	// The sidecar dies: after one lease the sweeper settles at the checkpoint.
+	e.clock.Advance(holdTTL)
+	r := e.sweep(acct)
+	if len(r.Interrupted) != 1 || !r.Applied[0] {
+		t.Fatalf("sweep: %+v", r)
+	}
+	if b := e.balance(acct); b != 880 {
+		t.Fatalf("balance %d, want 880", b)
+	}
+	l := e.ledger(acct)
+	if len(l) != 1 {
+		t.Fatalf("ledger %+v", l)
+	}
+	got := l[0]
+	if !got.Interrupted || !got.Estimated || got.Status != 200 || got.KeyID != "key_1" || got.Priced != "m" ||
+		got.Usage.Input != 10 || got.Usage.Output != 7 || got.Cost != 120 || !got.Stream || got.Endpoint != "primary" || !got.StartedAt.Equal(start) {
+		t.Fatalf("entry %+v", got)
+	}
+	// The request's own late settlement charges nothing more.
+	if e.settle(Settlement{RequestID: "r1", AccountID: acct, Priced: "m", Cost: 400, Status: 200}) {
+		t.Fatal("late settlement after the sweep applied")
+	}
+	if b := e.balance(acct); b != 880 {
+		t.Fatalf("balance %d after late settlement", b)
+	}
+	if u := e.usage(acct, Total).Totals; u.Cost != 120 || u.Requests != 1 {
+		t.Fatalf("usage %+v", u)
+	}
+	if n, a := e.holds(acct); n != 0 || a != 0 {
+		t.Fatalf("holds %d, %d", n, a)
+	}
+	// Two sweepers racing charge once.
+	e.mustAdmit(acct, "r2", 100)
+	e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r2", Checkpoint: &Checkpoint{Status: 200, Cost: 30}}})
+	e.clock.Advance(holdTTL)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { e.s.SweepHolds(e.ctx, acct) })
+	}
+	wg.Wait()
+	if b := e.balance(acct); b != 850 {
+		t.Fatalf("balance %d after racing sweeps, want 850", b)
+	}
+	if l := e.ledger(acct); len(l) != 2 {
+		t.Fatalf("%d ledger entries after racing sweeps", len(l))
+	}
+}
+
+func testExportLedger(t *testing.T, e *env) {
+	acct := e.account(1_000_000, Limits{})
+	for i := range 25 {
+		id := "r" + strconv.Itoa(i)
+		e.mustAdmit(acct, id, 10)
+		e.settle(Settlement{RequestID: id, AccountID: acct, Priced: "m", Cost: 1, Status: 200})
+	}
+	// Export in pages of 10, committing each, with retention zero: nothing
+	// is trimmed.
+	var got []string
+	for {
+		page, _, err := e.s.ExportLedger(e.ctx, acct, "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, le := range page {
+			got = append(got, le.RequestID)
+		}
+		if _, n, err := e.s.CommitExport(e.ctx, acct, page[len(page)-1].ID); err != nil || n != 0 {
+			t.Fatalf("commit: %d, %v", n, err)
+		}
+	}
+	if len(got) != 25 || got[0] != "r0" || got[24] != "r24" {
+		t.Fatalf("exported %v", got)
+	}
+	all := e.ledger(acct)
+	// The mark never moves back.
+	if mark, _, err := e.s.CommitExport(e.ctx, acct, all[3].ID); err != nil || mark != all[24].ID {
+		t.Fatalf("mark moved back to %s (%v)", mark, err)
+	}
+	if _, _, err := e.s.CommitExport(e.ctx, acct, "garbage"); err == nil {
+		t.Fatal("bad entry id accepted")
+	}
+
+	// With a retention, exported entries older than it go; unexported never,
+	// however old. Entry ids carry Redis's clock, so the store's clock is
+	// moved relative to it.
+	for i := range 5 {
+		id := "late" + strconv.Itoa(i)
+		e.mustAdmit(acct, id, 10)
+		e.settle(Settlement{RequestID: id, AccountID: acct, Priced: "m", Cost: 1, Status: 200})
+	}
+	e.s.opts.LedgerRetention = time.Hour
+	e.clock.Set(time.Now().Add(30 * time.Minute))
+	if n, err := e.s.TrimLedger(e.ctx, acct); err != nil || n != 0 {
+		t.Fatalf("trimmed %d (%v) inside the retention", n, err)
+	}
+	e.clock.Set(time.Now().Add(2 * time.Hour))
+	n, err := e.s.TrimLedger(e.ctx, acct)
+	if err != nil || n != 25 {
+		t.Fatalf("trimmed %d (%v), want the 25 exported", n, err)
+	}
+	left := e.ledger(acct)
+	if len(left) != 5 || left[0].RequestID != "late0" {
+		t.Fatalf("left %d entries: %+v", len(left), left)
+	}
+	page, _, err := e.s.ExportLedger(e.ctx, acct, "", 100)
+	if err != nil || len(page) != 5 {
+		t.Fatalf("resumed export: %d entries, %v", len(page), err)
 	}
 }
 
@@ -557,6 +708,17 @@ func testSettleIdempotent(t *testing.T, e *env) {
 	st.Cost = 999 // a replay with other numbers changes nothing either
 	if e.settle(st) {
 		t.Fatal("third settlement applied")
+	}
+	// Nor once the marker has expired: the hold is gone.
+	if err := e.rdb.Del(e.ctx, acctKey(acct, "settled:r1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if e.settle(st) {
+		t.Fatal("settlement applied again after its marker expired")
+	}
+	// A request never admitted does not settle.
+	if e.settle(Settlement{RequestID: "never", AccountID: acct, Cost: 5, Status: 200}) {
+		t.Fatal("a request without a hold settled")
 	}
 	if b := e.balance(acct); b != 700 {
 		t.Fatalf("balance %d, want 700", b)
@@ -576,16 +738,14 @@ func testSettleIdempotent(t *testing.T, e *env) {
 func testSettleAfterHoldExpiry(t *testing.T, e *env) {
 	acct := e.account(1000, Limits{})
 	e.mustAdmit(acct, "r1", 400)
+	e.mustAdmit(acct, "r2", 200)
 	e.clock.Advance(holdTTL + time.Second)
-	d := e.admit(acct, "r2", 200) // sweeps r1's hold
-	if d.Outcome != Admitted || d.ExpiredHolds != 1 {
-		t.Fatalf("%+v", d)
-	}
-	// The late settlement of r1 still charges, once, and leaves r2's hold.
-	if !e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 350}) {
+	// A settlement whose hold expired but was not yet swept settles normally
+	// and removes the hold.
+	if !e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 350, Status: 200}) {
 		t.Fatal("late settlement not applied")
 	}
-	if e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 350}) {
+	if e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 350, Status: 200}) {
 		t.Fatal("replayed late settlement applied")
 	}
 	if b := e.balance(acct); b != 650 {
@@ -594,17 +754,15 @@ func testSettleAfterHoldExpiry(t *testing.T, e *env) {
 	if n, a := e.holds(acct); n != 1 || a != 200 {
 		t.Fatalf("holds %d, %d, want 1, 200", n, a)
 	}
-	if l := e.ledger(acct); len(l) != 1 {
+	r := e.sweep(acct)
+	if len(r.Interrupted) != 1 || r.Interrupted[0].RequestID != "r2" {
+		t.Fatalf("sweep %+v", r)
+	}
+	if l := e.ledger(acct); len(l) != 2 {
 		t.Fatalf("%d ledger entries", len(l))
 	}
-	// A settlement whose hold expired but was not yet swept removes it.
-	e.clock.Advance(holdTTL + time.Second)
-	e.settle(Settlement{RequestID: "r2", AccountID: acct, Cost: 50})
 	if n, a := e.holds(acct); n != 0 || a != 0 {
 		t.Fatalf("holds %d, %d", n, a)
-	}
-	if d := e.admit(acct, "r3", 600); d.Outcome != Admitted || d.ExpiredHolds != 0 {
-		t.Fatalf("%+v", d)
 	}
 }
 
@@ -644,6 +802,7 @@ func testSettleNon2xx(t *testing.T, e *env) {
 	// Statuses around the 2xx range.
 	for i, status := range []int{199, 200, 299, 300, 0} {
 		st := Settlement{RequestID: fmt.Sprint("s", i), AccountID: acct, Cost: 1, Status: status}
+		e.mustAdmit(acct, st.RequestID, 1)
 		if _, err := e.s.Settle(e.ctx, st); err != nil {
 			t.Fatal(err)
 		}
@@ -929,30 +1088,4 @@ func testSettleBatch(t *testing.T, e *env) {
 	if b := e.balance(a1); b != 930 {
 		t.Fatalf("balance after replay %d", b)
 	}
-}
-
-// SweepHolds releases the expired holds at once; admissions sweep them too,
-// but only once the earliest open hold is due.
-func testSweepHolds(t *testing.T, e *env) {
-	acct := e.account(1000, Limits{})
-	e.mustAdmit(acct, "r1", 400)
-	e.clock.Advance(time.Minute)
-	e.mustAdmit(acct, "r2", 300)
-	if n, err := e.s.SweepHolds(e.ctx, acct); err != nil || n != 0 {
-		t.Fatalf("sweep before expiry: %d, %v", n, err)
-	}
-	e.clock.Set(start.Add(holdTTL))
-	if n, err := e.s.SweepHolds(e.ctx, acct); err != nil || n != 1 {
-		t.Fatalf("sweep at r1's expiry: %d, %v", n, err)
-	}
-	if n, a := e.holds(acct); n != 1 || a != 300 {
-		t.Fatalf("holds %d, %d, want 1, 300", n, a)
-	}
-	// The admission one minute on releases r2, then holds anew.
-	e.clock.Advance(time.Minute)
-	if d := e.admit(acct, "r3", 900); d.Outcome != Admitted || d.ExpiredHolds != 1 {
-		t.Fatalf("%+v", d)
-	}
-	_, err := e.s.SweepHolds(e.ctx, "acct_0000000000000000")
-	wantErr(t, err, ErrNotFound)
 }

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 // Failover runs with the shipped gateway.yaml settings (health checks every
@@ -171,25 +173,47 @@ func TestFailoverOnLatency(t *testing.T) {
 	t.Logf("primary fast again: traffic back on the primary %.2fs after recovery", onPrimary.Sub(recovered).Seconds())
 }
 
-// A stream already flowing when its upstream dies cannot be retried: the
-// client sees the stream break (SDKs raise), and the observed usage is
-// settled, marked estimated.
+// A stream already flowing when its upstream dies cannot be retried. The
+// ledger records the status the client saw: when the reset reached Envoy
+// before any byte of the reply was released, the client gets Envoy's 502,
+// recorded as 502 at no charge; once the reply has started, the client sees
+// the stream break (SDKs raise) and the observed usage is settled, marked
+// estimated.
 func TestStreamBrokenByUpstreamReset(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
-	s.Primary.Control(map[string]any{"abort_after_events": 4, "reply_words": 20})
+	read := func() (*http.Response, []byte, error) {
+		resp := open(t, t.Context(), s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && strings.Contains(string(b), "message_stop") {
+			t.Fatalf("stream completed although the upstream reset it:\n%s", b)
+		}
+		return resp, b, err
+	}
 
-	resp := open(t, t.Context(), s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err == nil && strings.Contains(string(b), "message_stop") {
-		t.Fatalf("stream completed although the upstream reset it:\n%s", b)
-	}
-	if err == nil {
-		t.Logf("stream ended without message_stop (%d bytes); the SDKs raise on this", len(b))
-	}
+	// Events spaced out: the reply has started when the vendor resets.
+	s.Primary.Control(map[string]any{"abort_after_events": 4, "event_delay_ms": 50, "reply_words": 20})
+	resp, b, err := read()
 	e := waitLedgerEntry(t, s, acct.ID)
-	if !e.Estimated || e.Usage.Input == 0 {
-		t.Fatalf("entry %+v; want the observed usage, estimated", e)
+	if resp.StatusCode != 200 || e.Status != 200 || !e.Estimated || e.Usage.Input == 0 || e.Cost == 0 {
+		t.Fatalf("stream broken after %d bytes (%d, %v); entry %+v; want the observed usage, estimated", len(b), resp.StatusCode, err, e)
 	}
+
+	// A reset right after the vendor's headers, before any event.
+	s.Primary.Control(map[string]any{"abort_after_events": 0, "event_delay_ms": 0, "abort_at_start": true})
+	resp, _, _ = read()
+	var last store.LedgerEntry
+	eventually(t, 10*time.Second, "the second ledger entry", func() (bool, string) {
+		l := allLedgerEntries(t, s, acct.ID)
+		if len(l) < 2 {
+			return false, strconv.Itoa(len(l)) + " entries"
+		}
+		last = l[1]
+		return true, ""
+	})
+	if last.Status < 500 || last.Cost != 0 || (resp.StatusCode >= 500 && last.Status != resp.StatusCode) {
+		t.Fatalf("client saw %d; entry %+v; want that 5xx recorded, at no charge", resp.StatusCode, last)
+	}
+	t.Logf("broken after it started: 200, charged the observed usage, estimated; reset before it started: client %d, recorded %d at no charge", resp.StatusCode, last.Status)
 }

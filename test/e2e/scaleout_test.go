@@ -123,9 +123,10 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 			t.Errorf("%s did not move", name)
 		}
 	}
-	// A stream the vendor breaks off is settled estimated, when Envoy ends
-	// the processor's stream.
-	s.Primary.Control(map[string]any{"abort_after_events": 3})
+	// A stream the vendor breaks off after it started is settled estimated,
+	// when Envoy ends the processor's stream (the events are spaced so that
+	// the reply has started: a reset before its first byte is a free 502).
+	s.Primary.Control(map[string]any{"abort_after_events": 3, "event_delay_ms": 50})
 	resp := open(t, t.Context(), s, betaPath, betaHeaders(acct.Key), betaBody(true, false, ""))
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()

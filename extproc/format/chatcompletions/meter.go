@@ -143,14 +143,16 @@ func count(v jsonscan.Value) (int64, bool) {
 	return n, true
 }
 
-// Usage reports the usage chunk's figures when the stream ended (with
-// [DONE], or complete is set). Otherwise it reports what was observed, with
+// Usage reports the usage chunk's figures once it has arrived (it is the
+// last chunk before [DONE]). Otherwise it reports what was observed, with
 // output raised to the tokens counted in the deltas and input estimated from
 // the request if no usage came, and marks the result estimated.
 func (m *streamMeter) Usage(complete bool) usage.Report {
 	// Before a usage chunk m.usage is zero: the web search, if any, stands.
 	u := usage.Report{Usage: m.usage.usage(m.webSearch), Model: usage.ReportedModel(m.model), ServiceTier: m.tier}
-	whole := m.sawUsage && (m.done || complete) && !m.failed
+	// The usage chunk is the stream's last: its figures are final even if
+	// the client leaves before [DONE].
+	whole := m.sawUsage && !m.failed
 	return format.EstimateGaps(u, whole, m.sawUsage, &m.text.Tally, func() int64 { return estimateInput(m.body) })
 }
 

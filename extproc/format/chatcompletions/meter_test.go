@@ -173,10 +173,8 @@ func TestStreamMeterTruncated(t *testing.T) {
 			want = usage.Report{Usage: usage.Usage{Input: inputEstimate}, Estimated: true}
 		case n <= usageAt:
 			want = usage.Report{Usage: usage.Usage{Input: inputEstimate, Output: tokens.Count(chunkText(t, stream))}, Model: "gpt-4o-2024-08-06", ServiceTier: "default", Estimated: true}
-		case n == usageAt+1:
-			// Usage seen but not [DONE]: figures stand, still estimated.
-			want = usage.Report{Usage: usage.Usage{Input: 93, CacheRead: 1024, Output: 46}, Model: "gpt-4o-2024-08-06", ServiceTier: "default", Estimated: true}
 		default:
+			// The usage chunk is final: exact, [DONE] or not.
 			want = usage.Report{Usage: usage.Usage{Input: 93, CacheRead: 1024, Output: 46}, Model: "gpt-4o-2024-08-06", ServiceTier: "default"}
 		}
 		if got != want {

@@ -15,8 +15,14 @@ const (
 	reqStream
 	reqStreamOptions
 	reqIncludeUsage
+	reqN
+	reqTools
+	reqFunctions
 	reqWebSearch
 )
+
+// maxChoices is the largest n the vendor accepts.
+const maxChoices = 128
 
 var requestQuery = jsonscan.NewQuery(
 	"model",
@@ -25,6 +31,9 @@ var requestQuery = jsonscan.NewQuery(
 	"stream",
 	"stream_options",
 	"stream_options.include_usage",
+	"n",
+	"tools",
+	"functions",
 	"web_search_options",
 )
 
@@ -74,6 +83,20 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 		case reqIncludeUsage:
 			req.IncludeUsage = check.Bool("stream_options.include_usage", v)
 			usage = v
+		case reqN:
+			if v.Kind == jsonscan.Null {
+				return nil
+			}
+			n, ok := v.Int()
+			if !ok || n < 1 || n > maxChoices {
+				check.Fail("n", "must be an integer from 1 to 128")
+				return nil
+			}
+			req.Choices = n
+		case reqTools, reqFunctions:
+			if v.Kind == jsonscan.Array && format.NonEmptyArray(v.Raw) {
+				req.HasTools = true
+			}
 		}
 		return nil
 	})

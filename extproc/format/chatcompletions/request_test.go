@@ -23,7 +23,7 @@ func TestParseRequestAccepts(t *testing.T) {
 		Name, Body string
 		Want       format.Request
 	}{
-		{"realistic", string(realistic), format.Request{Model: "gpt-4o-mini", MaxTokens: 2048, HasMaxTokens: true, Stream: true}},
+		{"realistic", string(realistic), format.Request{Model: "gpt-4o-mini", MaxTokens: 2048, HasMaxTokens: true, Stream: true, HasTools: true}},
 		{"minimal", `{"model":"m","messages":[]}`, m(format.Request{})},
 		{"max_tokens", `{"model":"m","max_tokens":64}`, m(format.Request{MaxTokens: 64, HasMaxTokens: true})},
 		{"max_completion_tokens", `{"model":"m","max_completion_tokens":64}`, m(format.Request{MaxTokens: 64, HasMaxTokens: true})},
@@ -39,6 +39,11 @@ func TestParseRequestAccepts(t *testing.T) {
 		{"include_usage null", `{"model":"m","stream":true,"stream_options":{"include_usage":null}}`, m(format.Request{Stream: true})},
 		{"other stream options", `{"model":"m","stream":true,"stream_options":{"include_obfuscation":false}}`, m(format.Request{Stream: true})},
 		{"stream null", `{"model":"m","stream":null}`, m(format.Request{})},
+		{"n", `{"model":"m","n":8}`, m(format.Request{Choices: 8})},
+		{"n null", `{"model":"m","n":null}`, m(format.Request{})},
+		{"tools", `{"model":"m","tools":[ {"type":"function","function":{"name":"f"}}]}`, m(format.Request{HasTools: true})},
+		{"no tools", `{"model":"m","tools":[ ]}`, m(format.Request{})},
+		{"functions", `{"model":"m","functions":[{"name":"f"}]}`, m(format.Request{HasTools: true})},
 		{"unicode model", `{"model":"\u6a21\u578b-\ud83d\ude00"}`, format.Request{Model: "模型-😀"}},
 		{"duplicates elsewhere", `{"model":"m","metadata":{"model":"a","model":"b"},"messages":[{"role":"user","role":"user"}]}`, m(format.Request{})},
 	}
@@ -118,6 +123,8 @@ func TestParseRequestRejects(t *testing.T) {
 		{"model empty", `{"model":""}`, "model", "non-empty string"},
 		{"model array", `{"model":["m"]}`, "model", "non-empty string"},
 		{"max_tokens zero", `{"model":"m","max_tokens":0}`, "max_tokens", "max_tokens: must be a positive integer"},
+		{"n zero", `{"model":"m","n":0}`, "n", "n: must be an integer from 1 to 128"},
+		{"n too large", `{"model":"m","n":129}`, "n", "from 1 to 128"},
 		{"max_tokens negative", `{"model":"m","max_tokens":-1}`, "max_tokens", "positive integer"},
 		{"max_tokens fraction", `{"model":"m","max_tokens":10.5}`, "max_tokens", "positive integer"},
 		{"max_tokens string", `{"model":"m","max_tokens":"10"}`, "max_tokens", "positive integer"},

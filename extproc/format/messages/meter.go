@@ -14,7 +14,7 @@ import (
 // input usage; the caller must not change it until Usage has been called.
 func (Format) NewMeter(req format.Request, body []byte, contentType string) format.Meter {
 	if sse.IsEventStream(contentType) {
-		return &streamMeter{body: body, text: format.ReplyText{Tally: tokens.Tally{Limit: streamTextLimit}}}
+		return &streamMeter{body: body, text: format.ReplyText{Tally: tokens.Tally{Limit: streamTextLimit, Ratio: tokens.MessagesRatio}}}
 	}
 	return &jsonMeter{body: body}
 }
@@ -45,6 +45,7 @@ type streamMeter struct {
 	model                    string
 	usage                    vendorUsage
 	started, stopped, failed bool
+	final                    bool // message_delta carried the final output count
 }
 
 const (
@@ -100,6 +101,11 @@ func (m *streamMeter) event(ev sse.Event) {
 			m.usage.set(i, vals[evStartUsage+i], false)
 		}
 	case is("message_delta"):
+		if n, ok := vals[evUsage+uOutput].Int(); ok && n >= 0 {
+			// The vendor's count of the whole reply: exact from here on,
+			// even if the client leaves before message_stop.
+			m.final = true
+		}
 		// output_tokens is cumulative; the other figures, when repeated,
 		// replace message_start's zeros.
 		for i := range uFields {
@@ -112,15 +118,16 @@ func (m *streamMeter) event(ev sse.Event) {
 	}
 }
 
-// Usage reports the vendor's figures once message_stop has been seen, even
-// if the body then failed to reach the client: the reply was generated in
-// full. Otherwise it reports what was observed, with output raised to the
-// tokens counted in the streamed text and, if message_start never came,
-// input estimated from the request, and marks the result estimated.
+// Usage reports the vendor's figures once message_delta's final count (or
+// message_stop) has been seen, even if the body then failed to reach the
+// client: the reply was generated in full. Otherwise it reports what was
+// observed, with output raised to the tokens counted in the streamed text
+// and, if message_start never came, input estimated from the request, and
+// marks the result estimated.
 func (m *streamMeter) Usage(complete bool) usage.Report {
 	u := m.usage.report()
 	u.Model = usage.ReportedModel(m.model)
-	whole := m.started && m.stopped && !m.failed
+	whole := m.started && (m.stopped || m.final) && !m.failed
 	return format.EstimateGaps(u, whole, m.started, &m.text.Tally, func() int64 { return estimateInput(m.body) })
 }
 
@@ -152,7 +159,7 @@ var messageQuery = jsonscan.NewQuery(append([]string{
 func (m *jsonMeter) Usage(complete bool) usage.Report {
 	var vu vendorUsage
 	var model string
-	text := tokens.Tally{Limit: streamTextLimit}
+	text := tokens.Tally{Limit: streamTextLimit, Ratio: tokens.MessagesRatio}
 	err := messageQuery.Scan(m.Bytes(), func(path int, v jsonscan.Value) error {
 		switch path {
 		case msgModel:

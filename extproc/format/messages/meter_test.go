@@ -83,7 +83,7 @@ func deltaText(t *testing.T, rec []byte) []byte {
 
 func TestStreamMeterError(t *testing.T) {
 	rec := formattest.Read(t, "error.sse")
-	want := usage.Report{Usage: usage.Usage{Input: 120, Output: tokens.Count(deltaText(t, rec))}, Model: "claude-haiku-4-5-20251001", Estimated: true}
+	want := usage.Report{Usage: usage.Usage{Input: 120, Output: tokens.MessagesRatio.Count(int64(len(deltaText(t, rec))))}, Model: "claude-haiku-4-5-20251001", Estimated: true}
 	if want.Output < 5 {
 		t.Fatalf("test text too short: %d tokens", want.Output)
 	}
@@ -105,6 +105,14 @@ func TestStreamMeterTruncated(t *testing.T) {
 	for n := range len(events) - 1 { // all but the last event: no message_stop
 		stream := bytes.Join(events[:n], nil)
 		got := meter(body, eventStream, stream).Usage(false)
+		if n >= len(events)-2 {
+			// message_delta's final count arrived: exact, message_stop or not.
+			want := usage.Report{Usage: usage.Usage{Input: 472, CacheWrite5m: 1536, CacheRead: 20480, Output: 89}, Model: "claude-opus-4-1-20250805"}
+			if got != want {
+				t.Fatalf("%d events, final usage seen: got %+v, want %+v", n, got, want)
+			}
+			continue
+		}
 		if !got.Estimated {
 			t.Fatalf("%d events: not estimated", n)
 		}
@@ -122,15 +130,16 @@ func TestStreamMeterTruncated(t *testing.T) {
 			if n >= len(events)-2 {
 				reported = 89 // message_delta seen
 			}
-			want := usage.Report{Usage: usage.Usage{Input: 472, CacheWrite5m: 1536, CacheRead: 20480, Output: max(reported, tokens.Count(text))}, Model: "claude-opus-4-1-20250805", Estimated: true}
+			want := usage.Report{Usage: usage.Usage{Input: 472, CacheWrite5m: 1536, CacheRead: 20480, Output: max(reported, tokens.MessagesRatio.Count(int64(len(text))))}, Model: "claude-opus-4-1-20250805", Estimated: true}
 			if got != want {
 				t.Fatalf("%d events: got %+v, want %+v", n, got, want)
 			}
 		}
 	}
-	// Cut at every byte: never a panic, always estimated, never less than
-	// what the vendor had reported.
-	for i := range len(rec) - len(events[len(events)-1]) - 1 {
+	// Cut at every byte before message_delta has fully arrived: never a
+	// panic, always estimated, never less than what the vendor had reported.
+	deltaEnd := len(rec) - len(events[len(events)-1]) - len(events[len(events)-2])
+	for i := range deltaEnd {
 		got := meter(body, eventStream, rec[:i]).Usage(false)
 		if !got.Estimated || got.Input <= 0 || got.Output < 0 {
 			t.Fatalf("cut at %d: %+v", i, got)
@@ -149,11 +158,12 @@ func TestStreamMeterLongOutputIsExtrapolated(t *testing.T) {
 	}
 	m := meter(nil, eventStream, stream.Bytes())
 	got := m.Usage(false)
-	want := tokens.Count([]byte(all.String()))
-	if got.Output < want-want/50 || got.Output > want+want/50 {
+	// Messages-format text is estimated at the calibrated bytes per token.
+	want := tokens.MessagesRatio.Count(int64(all.Len()))
+	if got.Output != want {
 		t.Fatalf("output %d, want about %d", got.Output, want)
 	}
-	// The meter holds a bounded sample, not the reply.
+	// The meter holds no text at all.
 	sm := m.(*streamMeter)
 	if held := sm.text.Held(); held > streamTextLimit {
 		t.Fatalf("meter holds %d bytes of text", held)
@@ -186,13 +196,13 @@ func TestJSONMeterTruncated(t *testing.T) {
 	got := meter(body, "application/json", rec[:cut]).Usage(false)
 	text := []byte("I'll look that up.")
 	text = append(text, `{"location":"San Francisco, CA","unit":"celsius"}`...)
-	want := usage.Report{Usage: usage.Usage{Input: estimateInput(body), Output: tokens.Count(text)}, Model: "claude-opus-4-1-20250805", Estimated: true}
+	want := usage.Report{Usage: usage.Usage{Input: estimateInput(body), Output: tokens.MessagesRatio.Count(int64(len(text)))}, Model: "claude-opus-4-1-20250805", Estimated: true}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 	// Without usage but otherwise whole.
 	got = meter(body, "application/json", []byte(`{"model":"m","content":[{"type":"text","text":"hello world"}]}`)).Usage(true)
-	want = usage.Report{Usage: usage.Usage{Input: estimateInput(body), Output: 2}, Model: "m", Estimated: true}
+	want = usage.Report{Usage: usage.Usage{Input: estimateInput(body), Output: 4}, Model: "m", Estimated: true} // 11 bytes at 3.5 a token
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}

@@ -10,9 +10,10 @@ const (
 	reqModel = iota
 	reqMaxTokens
 	reqStream
+	reqTools
 )
 
-var requestQuery = jsonscan.NewQuery("model", "max_tokens", "stream")
+var requestQuery = jsonscan.NewQuery("model", "max_tokens", "stream", "tools")
 
 // ParseRequest reads model, max_tokens and stream, validating the whole body
 // as strict JSON. max_tokens is required, as the vendor requires it, and
@@ -34,6 +35,8 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 			req.MaxTokens, req.HasMaxTokens = check.TokenLimit("max_tokens", v)
 		case reqStream:
 			req.Stream = check.Bool("stream", v)
+		case reqTools:
+			req.HasTools = v.Kind == jsonscan.Array && format.NonEmptyArray(v.Raw)
 		}
 		return nil
 	})
@@ -80,7 +83,7 @@ const (
 // definitions. Images and documents are not counted. Used when the vendor
 // reported no input usage.
 func estimateInput(body []byte) int64 {
-	t := tokens.Tally{Limit: inputTextLimit}
+	t := tokens.Tally{Limit: inputTextLimit, Ratio: tokens.MessagesRatio}
 	_ = requestTextQuery.Scan(body, func(path int, v jsonscan.Value) error {
 		switch {
 		case v.Kind == jsonscan.String:

@@ -14,9 +14,11 @@ func TestParseRequestAccepts(t *testing.T) {
 		Name, Body string
 		Want       format.Request
 	}{
-		{"realistic", string(realistic), format.Request{Model: "claude-sonnet-4-5-20250929", MaxTokens: 1024, HasMaxTokens: true, Stream: true}},
+		{"realistic", string(realistic), format.Request{Model: "claude-sonnet-4-5-20250929", MaxTokens: 1024, HasMaxTokens: true, Stream: true, HasTools: true}},
 		{"minimal", `{"model":"m","max_tokens":1}`, format.Request{Model: "m", MaxTokens: 1, HasMaxTokens: true}},
 		{"stream false", `{"model":"m","max_tokens":5,"stream":false}`, format.Request{Model: "m", MaxTokens: 5, HasMaxTokens: true}},
+		{"tools", `{"model":"m","max_tokens":5,"tools":[{"name":"f","input_schema":{}}]}`, format.Request{Model: "m", MaxTokens: 5, HasMaxTokens: true, HasTools: true}},
+		{"empty tools", `{"model":"m","max_tokens":5,"tools":[]}`, format.Request{Model: "m", MaxTokens: 5, HasMaxTokens: true}},
 		{"stream null", `{"model":"m","max_tokens":5,"stream":null}`, format.Request{Model: "m", MaxTokens: 5, HasMaxTokens: true}},
 		{"integral float", `{"model":"m","max_tokens":100.0}`, format.Request{Model: "m", MaxTokens: 100, HasMaxTokens: true}},
 		{"integral exponent", `{"model":"m","max_tokens":1e3}`, format.Request{Model: "m", MaxTokens: 1000, HasMaxTokens: true}},

@@ -1,5 +1,7 @@
 -- settle.lua: end a batch of admitted requests of one account, atomically,
--- each at most once.
+-- each at most once. Only a held request settles: a hold leaves only through
+-- settlement (the sweeper settles expired ones as interrupted), so a request
+-- without one has settled already, even once its marker has expired.
 --
 -- Settlements are queued by the sidecar as replies end and sent in batches;
 -- one call settles all of an account's requests in a batch. What each
@@ -16,15 +18,17 @@
 -- KEYS[6]    gw:{acct:ID}:u:m:YYYYMM       hash: usage counters of the UTC month
 -- KEYS[7]    gw:{acct:ID}:u:t              hash: usage counters of all time
 -- KEYS[8]    gw:{acct:ID}:ledger           stream: one entry per settled request
--- KEYS[9..8+n]       gw:{acct:ID}:settled:REQID, the idempotency marker of each request
--- KEYS[9+n..8+n+k]   gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
+-- KEYS[9]    gw:{acct:ID}:holdrec          hash: request id -> admission record
+-- KEYS[10]   gw:{acct:ID}:holdckpt         hash: request id -> usage checkpoint
+-- KEYS[11..10+n]     gw:{acct:ID}:settled:REQID, the idempotency marker of each request
+-- KEYS[11+n..10+n+k] gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
 --
 -- ARGV[1]  n, the number of requests
 -- ARGV[2]  k, the number of credentials
 -- ARGV[3]  idempotency marker lifetime, ms
 -- ARGV[4]  day key lifetime, s
 -- ARGV[5]  month key lifetime, s
--- ARGV[6]  ledger MAXLEN (approximate)
+-- ARGV[6]  unused (the ledger is trimmed only after export, by trim.lua)
 -- ARGV[7..] n request records, one after the other, each:
 --   request id; "1" to charge and count usage (2xx reply), else "0";
 --   cost, nano-USD; the priced model (usage is counted under it);
@@ -42,7 +46,8 @@
 -- name may. The account's totals are the sum over its models. Zero
 -- increments are skipped.
 --
--- Returns one result per request: 1 applied, 0 already settled; or {-1}
+-- Returns one result per request: 1 applied, 0 already settled (or never
+-- admitted); or {-1}
 -- when the account does not exist.
 
 local function int(n)
@@ -76,22 +81,24 @@ for i = 1, n do
   local ffirst = cfirst + 2 * nc + 1
   a = ffirst + 2 * nf
 
-  -- SET NX is the idempotency check and the marker in one command.
-  if redis.call('SET', KEYS[8 + i], '1', 'NX', 'PX', markerTTL) then
-    -- Release the hold, unless it already expired and was swept.
-    local amount = redis.call('HGET', KEYS[2], req)
-    if amount then
-      accountSeen = true -- a hold exists only on an existing account
-      redis.call('HDEL', KEYS[2], req)
-      redis.call('ZREM', KEYS[3], req)
-      released = released + tonumber(amount)
-    elseif not accountSeen then
-      if redis.call('EXISTS', KEYS[1]) == 0 then
-        redis.call('DEL', KEYS[8 + i])
-        return {-1}
-      end
-      accountSeen = true
+  local amount = nil
+  if redis.call('EXISTS', KEYS[10 + i]) == 0 then
+    amount = redis.call('HGET', KEYS[2], req)
+  end
+  if not amount and not accountSeen then
+    if redis.call('EXISTS', KEYS[1]) == 0 then
+      return {-1}
     end
+    accountSeen = true
+  end
+  if amount then
+    accountSeen = true -- a hold exists only on an existing account
+    redis.call('SET', KEYS[10 + i], '1', 'PX', markerTTL)
+    redis.call('HDEL', KEYS[2], req)
+    redis.call('ZREM', KEYS[3], req)
+    redis.call('HDEL', KEYS[9], req)
+    redis.call('HDEL', KEYS[10], req)
+    released = released + tonumber(amount)
     if ki > 0 and used > (lastUsed[ki] or 0) then
       lastUsed[ki] = used
     end
@@ -104,7 +111,8 @@ for i = 1, n do
         end
       end
     end
-    redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[6], '*', unpack(ARGV, ffirst, ffirst + 2 * nf - 1))
+    -- Never trimmed here: an entry leaves the ledger only once exported.
+    redis.call('XADD', KEYS[8], '*', unpack(ARGV, ffirst, ffirst + 2 * nf - 1))
     out[i] = 1
   else
     out[i] = 0
@@ -141,7 +149,7 @@ end
 -- The credentials were used, whatever the replies; keep the latest time.
 -- A credential's hash always has last_used, so nil means it is gone.
 for ki, used in pairs(lastUsed) do
-  local key = KEYS[8 + n + ki]
+  local key = KEYS[10 + n + ki]
   local last = redis.call('HGET', key, 'last_used')
   if last and used > tonumber(last) then
     redis.call('HSET', key, 'last_used', int(used))

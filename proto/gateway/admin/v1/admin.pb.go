@@ -1914,6 +1914,9 @@ type LedgerEntry struct {
 	LongContextThreshold int64  `protobuf:"varint,21,opt,name=long_context_threshold,json=longContextThreshold,proto3" json:"long_context_threshold,omitempty"`
 	// True when the model was unknown and priced with the upstream's fallback.
 	FallbackPrice bool `protobuf:"varint,22,opt,name=fallback_price,json=fallbackPrice,proto3" json:"fallback_price,omitempty"`
+	// True when the request's sidecar stopped (crashed) before it ended: it
+	// was settled at its last checkpoint by the hold sweeper.
+	Interrupted   bool `protobuf:"varint,23,opt,name=interrupted,proto3" json:"interrupted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2102,6 +2105,13 @@ func (x *LedgerEntry) GetFallbackPrice() bool {
 	return false
 }
 
+func (x *LedgerEntry) GetInterrupted() bool {
+	if x != nil {
+		return x.Interrupted
+	}
+	return false
+}
+
 type ListLedgerRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
@@ -2217,6 +2227,228 @@ func (x *ListLedgerResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ExportLedgerRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// At most 1000; zero: 100.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Entry id to read after; empty: after the committed export mark.
+	After         string `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportLedgerRequest) Reset() {
+	*x = ExportLedgerRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportLedgerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportLedgerRequest) ProtoMessage() {}
+
+func (x *ExportLedgerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportLedgerRequest.ProtoReflect.Descriptor instead.
+func (*ExportLedgerRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ExportLedgerRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *ExportLedgerRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ExportLedgerRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+type ExportLedgerResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*LedgerEntry         `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// The committed export mark; empty when nothing was committed yet.
+	Mark          string `protobuf:"bytes,2,opt,name=mark,proto3" json:"mark,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportLedgerResponse) Reset() {
+	*x = ExportLedgerResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportLedgerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportLedgerResponse) ProtoMessage() {}
+
+func (x *ExportLedgerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportLedgerResponse.ProtoReflect.Descriptor instead.
+func (*ExportLedgerResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ExportLedgerResponse) GetEntries() []*LedgerEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ExportLedgerResponse) GetMark() string {
+	if x != nil {
+		return x.Mark
+	}
+	return ""
+}
+
+type CommitLedgerExportRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// Id of the last entry written out.
+	LastId        string `protobuf:"bytes,2,opt,name=last_id,json=lastId,proto3" json:"last_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitLedgerExportRequest) Reset() {
+	*x = CommitLedgerExportRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitLedgerExportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitLedgerExportRequest) ProtoMessage() {}
+
+func (x *CommitLedgerExportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitLedgerExportRequest.ProtoReflect.Descriptor instead.
+func (*CommitLedgerExportRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CommitLedgerExportRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *CommitLedgerExportRequest) GetLastId() string {
+	if x != nil {
+		return x.LastId
+	}
+	return ""
+}
+
+type CommitLedgerExportResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mark afterwards.
+	Mark string `protobuf:"bytes,1,opt,name=mark,proto3" json:"mark,omitempty"`
+	// Exported entries older than the retention that this commit trimmed.
+	Trimmed       int64 `protobuf:"varint,2,opt,name=trimmed,proto3" json:"trimmed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitLedgerExportResponse) Reset() {
+	*x = CommitLedgerExportResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitLedgerExportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitLedgerExportResponse) ProtoMessage() {}
+
+func (x *CommitLedgerExportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitLedgerExportResponse.ProtoReflect.Descriptor instead.
+func (*CommitLedgerExportResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *CommitLedgerExportResponse) GetMark() string {
+	if x != nil {
+		return x.Mark
+	}
+	return ""
+}
+
+func (x *CommitLedgerExportResponse) GetTrimmed() int64 {
+	if x != nil {
+		return x.Trimmed
+	}
+	return 0
+}
+
 // AuditEntry is one administrative action.
 type AuditEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2233,7 +2465,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2477,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2490,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AuditEntry) GetId() string {
@@ -2320,7 +2552,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2564,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2577,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListAuditRequest) GetPageSize() int32 {
@@ -2372,7 +2604,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2616,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2629,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -2550,7 +2782,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x19\n" +
 	"\btoken_id\x18\x02 \x01(\tR\atokenId\"J\n" +
 	"\x1bRevokeReadOnlyTokenResponse\x12+\n" +
-	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\x9b\b\n" +
+	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\xbd\b\n" +
 	"\vLedgerEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2576,7 +2808,8 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x1bprices_nano_usd_per_million\x18\x13 \x03(\v2:.gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntryR\x17pricesNanoUsdPerMillion\x12!\n" +
 	"\fservice_tier\x18\x14 \x01(\tR\vserviceTier\x124\n" +
 	"\x16long_context_threshold\x18\x15 \x01(\x03R\x14longContextThreshold\x12%\n" +
-	"\x0efallback_price\x18\x16 \x01(\bR\rfallbackPrice\x1a8\n" +
+	"\x0efallback_price\x18\x16 \x01(\bR\rfallbackPrice\x12 \n" +
+	"\vinterrupted\x18\x17 \x01(\bR\vinterrupted\x1a8\n" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -2592,7 +2825,22 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"u\n" +
 	"\x12ListLedgerResponse\x127\n" +
 	"\aentries\x18\x01 \x03(\v2\x1d.gateway.admin.v1.LedgerEntryR\aentries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc8\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"g\n" +
+	"\x13ExportLedgerRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\tR\x05after\"c\n" +
+	"\x14ExportLedgerResponse\x127\n" +
+	"\aentries\x18\x01 \x03(\v2\x1d.gateway.admin.v1.LedgerEntryR\aentries\x12\x12\n" +
+	"\x04mark\x18\x02 \x01(\tR\x04mark\"S\n" +
+	"\x19CommitLedgerExportRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x17\n" +
+	"\alast_id\x18\x02 \x01(\tR\x06lastId\"J\n" +
+	"\x1aCommitLedgerExportResponse\x12\x12\n" +
+	"\x04mark\x18\x01 \x01(\tR\x04mark\x12\x18\n" +
+	"\atrimmed\x18\x02 \x01(\x03R\atrimmed\"\xc8\x01\n" +
 	"\n" +
 	"AuditEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
@@ -2618,8 +2866,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x15KEY_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10KEY_STATE_ACTIVE\x10\x01\x12\x15\n" +
 	"\x11KEY_STATE_EXPIRED\x10\x02\x12\x15\n" +
-	"\x11KEY_STATE_REVOKED\x10\x032\xf4\n" +
-	"\n" +
+	"\x11KEY_STATE_REVOKED\x10\x032\xc4\f\n" +
 	"\x05Admin\x12`\n" +
 	"\rCreateAccount\x12&.gateway.admin.v1.CreateAccountRequest\x1a'.gateway.admin.v1.CreateAccountResponse\x12W\n" +
 	"\n" +
@@ -2636,7 +2883,9 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x13CreateReadOnlyToken\x12,.gateway.admin.v1.CreateReadOnlyTokenRequest\x1a-.gateway.admin.v1.CreateReadOnlyTokenResponse\x12r\n" +
 	"\x13RevokeReadOnlyToken\x12,.gateway.admin.v1.RevokeReadOnlyTokenRequest\x1a-.gateway.admin.v1.RevokeReadOnlyTokenResponse\x12W\n" +
 	"\n" +
-	"ListLedger\x12#.gateway.admin.v1.ListLedgerRequest\x1a$.gateway.admin.v1.ListLedgerResponse\x12T\n" +
+	"ListLedger\x12#.gateway.admin.v1.ListLedgerRequest\x1a$.gateway.admin.v1.ListLedgerResponse\x12]\n" +
+	"\fExportLedger\x12%.gateway.admin.v1.ExportLedgerRequest\x1a&.gateway.admin.v1.ExportLedgerResponse\x12o\n" +
+	"\x12CommitLedgerExport\x12+.gateway.admin.v1.CommitLedgerExportRequest\x1a,.gateway.admin.v1.CommitLedgerExportResponse\x12T\n" +
 	"\tListAudit\x12\".gateway.admin.v1.ListAuditRequest\x1a#.gateway.admin.v1.ListAuditResponseB@Z>github.com/modelgateway/gateway/proto/gateway/admin/v1;adminv1b\x06proto3"
 
 var (
@@ -2652,7 +2901,7 @@ func file_gateway_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_gateway_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(KeyKind)(0),                        // 0: gateway.admin.v1.KeyKind
 	(KeyState)(0),                       // 1: gateway.admin.v1.KeyState
@@ -2688,16 +2937,20 @@ var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(*LedgerEntry)(nil),                 // 31: gateway.admin.v1.LedgerEntry
 	(*ListLedgerRequest)(nil),           // 32: gateway.admin.v1.ListLedgerRequest
 	(*ListLedgerResponse)(nil),          // 33: gateway.admin.v1.ListLedgerResponse
-	(*AuditEntry)(nil),                  // 34: gateway.admin.v1.AuditEntry
-	(*ListAuditRequest)(nil),            // 35: gateway.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),           // 36: gateway.admin.v1.ListAuditResponse
-	nil,                                 // 37: gateway.admin.v1.LedgerEntry.UsageEntry
-	nil,                                 // 38: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
-	(*timestamppb.Timestamp)(nil),       // 39: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 40: google.protobuf.Duration
+	(*ExportLedgerRequest)(nil),         // 34: gateway.admin.v1.ExportLedgerRequest
+	(*ExportLedgerResponse)(nil),        // 35: gateway.admin.v1.ExportLedgerResponse
+	(*CommitLedgerExportRequest)(nil),   // 36: gateway.admin.v1.CommitLedgerExportRequest
+	(*CommitLedgerExportResponse)(nil),  // 37: gateway.admin.v1.CommitLedgerExportResponse
+	(*AuditEntry)(nil),                  // 38: gateway.admin.v1.AuditEntry
+	(*ListAuditRequest)(nil),            // 39: gateway.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),           // 40: gateway.admin.v1.ListAuditResponse
+	nil,                                 // 41: gateway.admin.v1.LedgerEntry.UsageEntry
+	nil,                                 // 42: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	(*timestamppb.Timestamp)(nil),       // 43: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 44: google.protobuf.Duration
 }
 var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
-	39, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
+	43, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: gateway.admin.v1.Account.limits:type_name -> gateway.admin.v1.Limits
 	3,  // 2: gateway.admin.v1.CreateAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 3: gateway.admin.v1.GetAccountResponse.account:type_name -> gateway.admin.v1.Account
@@ -2706,65 +2959,70 @@ var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
 	3,  // 6: gateway.admin.v1.SuspendAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 7: gateway.admin.v1.ResumeAccountResponse.account:type_name -> gateway.admin.v1.Account
 	0,  // 8: gateway.admin.v1.Key.kind:type_name -> gateway.admin.v1.KeyKind
-	39, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
-	39, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
-	39, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
-	39, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
+	43, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
+	43, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
+	43, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
+	43, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
 	1,  // 13: gateway.admin.v1.Key.state:type_name -> gateway.admin.v1.KeyState
-	39, // 14: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
-	40, // 15: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
+	43, // 14: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	44, // 15: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
 	18, // 16: gateway.admin.v1.CreateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	18, // 17: gateway.admin.v1.ListKeysResponse.keys:type_name -> gateway.admin.v1.Key
 	18, // 18: gateway.admin.v1.RevokeKeyResponse.key:type_name -> gateway.admin.v1.Key
-	40, // 19: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
+	44, // 19: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
 	18, // 20: gateway.admin.v1.RotateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	18, // 21: gateway.admin.v1.RotateKeyResponse.old_key:type_name -> gateway.admin.v1.Key
-	39, // 22: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
-	40, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
+	43, // 22: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
+	44, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
 	18, // 24: gateway.admin.v1.CreateReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
 	18, // 25: gateway.admin.v1.RevokeReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
-	39, // 26: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
-	39, // 27: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
-	37, // 28: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
-	38, // 29: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	43, // 26: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
+	43, // 27: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
+	41, // 28: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
+	42, // 29: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
 	31, // 30: gateway.admin.v1.ListLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
-	39, // 31: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	34, // 32: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
-	4,  // 33: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
-	6,  // 34: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
-	8,  // 35: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
-	10, // 36: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
-	12, // 37: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
-	14, // 38: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
-	16, // 39: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
-	19, // 40: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
-	21, // 41: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
-	23, // 42: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
-	25, // 43: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
-	27, // 44: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
-	29, // 45: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
-	32, // 46: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
-	35, // 47: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
-	5,  // 48: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
-	7,  // 49: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
-	9,  // 50: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
-	11, // 51: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
-	13, // 52: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
-	15, // 53: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
-	17, // 54: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
-	20, // 55: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
-	22, // 56: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
-	24, // 57: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
-	26, // 58: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
-	28, // 59: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
-	30, // 60: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
-	33, // 61: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
-	36, // 62: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
-	48, // [48:63] is the sub-list for method output_type
-	33, // [33:48] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	31, // 31: gateway.admin.v1.ExportLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
+	43, // 32: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	38, // 33: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
+	4,  // 34: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
+	6,  // 35: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
+	8,  // 36: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
+	10, // 37: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
+	12, // 38: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
+	14, // 39: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
+	16, // 40: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
+	19, // 41: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
+	21, // 42: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
+	23, // 43: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
+	25, // 44: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
+	27, // 45: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
+	29, // 46: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
+	32, // 47: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
+	34, // 48: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
+	36, // 49: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
+	39, // 50: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
+	5,  // 51: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
+	7,  // 52: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
+	9,  // 53: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
+	11, // 54: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
+	13, // 55: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
+	15, // 56: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
+	17, // 57: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
+	20, // 58: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
+	22, // 59: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
+	24, // 60: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
+	26, // 61: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
+	28, // 62: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
+	30, // 63: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
+	33, // 64: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
+	35, // 65: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
+	37, // 66: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
+	40, // 67: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
+	51, // [51:68] is the sub-list for method output_type
+	34, // [34:51] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_gateway_admin_v1_admin_proto_init() }
@@ -2788,7 +3046,7 @@ func file_gateway_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gateway_admin_v1_admin_proto_rawDesc), len(file_gateway_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -44,6 +44,8 @@ const (
 	Admin_CreateReadOnlyToken_FullMethodName = "/gateway.admin.v1.Admin/CreateReadOnlyToken"
 	Admin_RevokeReadOnlyToken_FullMethodName = "/gateway.admin.v1.Admin/RevokeReadOnlyToken"
 	Admin_ListLedger_FullMethodName          = "/gateway.admin.v1.Admin/ListLedger"
+	Admin_ExportLedger_FullMethodName        = "/gateway.admin.v1.Admin/ExportLedger"
+	Admin_CommitLedgerExport_FullMethodName  = "/gateway.admin.v1.Admin/CommitLedgerExport"
 	Admin_ListAudit_FullMethodName           = "/gateway.admin.v1.Admin/ListAudit"
 )
 
@@ -84,6 +86,13 @@ type AdminClient interface {
 	RevokeReadOnlyToken(ctx context.Context, in *RevokeReadOnlyTokenRequest, opts ...grpc.CallOption) (*RevokeReadOnlyTokenResponse, error)
 	// ListLedger pages through an account's settled requests, oldest first.
 	ListLedger(ctx context.Context, in *ListLedgerRequest, opts ...grpc.CallOption) (*ListLedgerResponse, error)
+	// ExportLedger reads a page of an account's ledger for export, after a
+	// cursor or, by default, after the last entry committed as exported.
+	ExportLedger(ctx context.Context, in *ExportLedgerRequest, opts ...grpc.CallOption) (*ExportLedgerResponse, error)
+	// CommitLedgerExport records that the ledger has been exported up to and
+	// including an entry. Only exported entries are ever trimmed (by the
+	// store.ledger_retention setting); the mark never moves back.
+	CommitLedgerExport(ctx context.Context, in *CommitLedgerExportRequest, opts ...grpc.CallOption) (*CommitLedgerExportResponse, error)
 	// ListAudit pages through the audit trail, oldest first.
 	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
 }
@@ -236,6 +245,26 @@ func (c *adminClient) ListLedger(ctx context.Context, in *ListLedgerRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) ExportLedger(ctx context.Context, in *ExportLedgerRequest, opts ...grpc.CallOption) (*ExportLedgerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExportLedgerResponse)
+	err := c.cc.Invoke(ctx, Admin_ExportLedger_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) CommitLedgerExport(ctx context.Context, in *CommitLedgerExportRequest, opts ...grpc.CallOption) (*CommitLedgerExportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitLedgerExportResponse)
+	err := c.cc.Invoke(ctx, Admin_CommitLedgerExport_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListAuditResponse)
@@ -283,6 +312,13 @@ type AdminServer interface {
 	RevokeReadOnlyToken(context.Context, *RevokeReadOnlyTokenRequest) (*RevokeReadOnlyTokenResponse, error)
 	// ListLedger pages through an account's settled requests, oldest first.
 	ListLedger(context.Context, *ListLedgerRequest) (*ListLedgerResponse, error)
+	// ExportLedger reads a page of an account's ledger for export, after a
+	// cursor or, by default, after the last entry committed as exported.
+	ExportLedger(context.Context, *ExportLedgerRequest) (*ExportLedgerResponse, error)
+	// CommitLedgerExport records that the ledger has been exported up to and
+	// including an entry. Only exported entries are ever trimmed (by the
+	// store.ledger_retention setting); the mark never moves back.
+	CommitLedgerExport(context.Context, *CommitLedgerExportRequest) (*CommitLedgerExportResponse, error)
 	// ListAudit pages through the audit trail, oldest first.
 	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
 	mustEmbedUnimplementedAdminServer()
@@ -336,6 +372,12 @@ func (UnimplementedAdminServer) RevokeReadOnlyToken(context.Context, *RevokeRead
 }
 func (UnimplementedAdminServer) ListLedger(context.Context, *ListLedgerRequest) (*ListLedgerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListLedger not implemented")
+}
+func (UnimplementedAdminServer) ExportLedger(context.Context, *ExportLedgerRequest) (*ExportLedgerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExportLedger not implemented")
+}
+func (UnimplementedAdminServer) CommitLedgerExport(context.Context, *CommitLedgerExportRequest) (*CommitLedgerExportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CommitLedgerExport not implemented")
 }
 func (UnimplementedAdminServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
@@ -613,6 +655,42 @@ func _Admin_ListLedger_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ExportLedger_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExportLedgerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ExportLedger(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ExportLedger_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ExportLedger(ctx, req.(*ExportLedgerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_CommitLedgerExport_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CommitLedgerExportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).CommitLedgerExport(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_CommitLedgerExport_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).CommitLedgerExport(ctx, req.(*CommitLedgerExportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListAuditRequest)
 	if err := dec(in); err != nil {
@@ -693,6 +771,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListLedger",
 			Handler:    _Admin_ListLedger_Handler,
+		},
+		{
+			MethodName: "ExportLedger",
+			Handler:    _Admin_ExportLedger_Handler,
+		},
+		{
+			MethodName: "CommitLedgerExport",
+			Handler:    _Admin_CommitLedgerExport_Handler,
 		},
 		{
 			MethodName: "ListAudit",

@@ -1,0 +1,48 @@
+package extproc
+
+import (
+	"math"
+
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/internal/pricing"
+)
+
+// defaultHoldOutput is the output a request without max_tokens is held for
+// when the catalogue gives no maximum output for its model.
+const defaultHoldOutput = 128_000
+
+// toolPromptAllowance covers the input a vendor adds to a request offering
+// tools (its tool-use system prompt, a few hundred tokens per request).
+const toolPromptAllowance = 1000
+
+// holdOf returns a request's hold: the most its settlement can charge.
+//
+// Input: every body byte counts as one token (a token is never shorter than
+// a byte), plus toolPromptAllowance when the request offers tools. Output:
+// max_tokens (or the model's maximum output, or defaultHoldOutput) for each
+// of the n choices asked for. Each side is priced at the dearest price the
+// request could trigger (pricing.Model.Hold: any service tier, any
+// long-context tier, cache writes of either lifetime, audio), so neither the
+// prompt's length nor the tier the vendor reports can make the charge exceed
+// it. Not covered: web-search fees and media sent by URL (see the README).
+func holdOf(price *pricing.Model, req format.Request, bodyBytes int64) int64 {
+	maxOut := price.MaxOutput
+	if maxOut == 0 {
+		maxOut = defaultHoldOutput
+	}
+	if req.HasMaxTokens {
+		maxOut = req.MaxTokens
+	}
+	input := max(bodyBytes, 0)
+	if req.HasTools {
+		input += toolPromptAllowance
+	}
+	choices := max(req.Choices, 1)
+	output := max(maxOut, 0)
+	if output > math.MaxInt64/choices {
+		output = math.MaxInt64 // far beyond any balance; Hold caps the cost
+	} else {
+		output *= choices
+	}
+	return price.Hold(input, output)
+}

@@ -1,0 +1,249 @@
+// Package holds keeps the holds of running requests alive and settles the
+// holds of requests whose sidecar died.
+//
+// A hold is admitted with a lease (the store's HoldLease). Each sidecar runs
+// one Renewer: every third of a lease it renews the holds of all its open
+// requests in one pipelined round trip (one script call per account) and
+// stores each request's latest checkpoint, its best-known usage and cost so
+// far. A request therefore never loses its hold while it runs, however long it
+// streams. If the sidecar dies, its holds stop being renewed; the Sweeper, a
+// loop in every sidecar, finds them once their lease has run out and settles
+// each at its last checkpoint, flagged interrupted. Settlement is idempotent by
+// request id, so a sweep racing another sweep, or a late settlement of the
+// request itself, charges once.
+//
+// A request that has ended stays registered, with its settlement as its final
+// checkpoint, until a renewal finds its hold gone: when its settlement waited
+// in the spool (Redis was unreachable), the hold is kept, and should the
+// sweeper still come first it charges what the settlement would have.
+package holds
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+// Store is the part of the store the renewer and the sweeper use.
+type Store interface {
+	HoldLease() time.Duration
+	RenewHolds(ctx context.Context, rs []store.Renewal) (gone []string, err error)
+	DueHoldAccounts(ctx context.Context, limit int64) ([]string, error)
+	SweepHolds(ctx context.Context, accountID string) (store.SweepResult, error)
+}
+
+// Open is one running request registered with a Renewer.
+type Open struct {
+	account, request string
+	want             atomic.Bool
+	ckpt             atomic.Pointer[store.Checkpoint]
+	sent             *store.Checkpoint // last checkpoint written; renewer goroutine only
+}
+
+// WantCheckpoint reports, once per renewal interval, that the renewer would
+// like a fresh checkpoint. The request's own goroutine computes it (its meter
+// is not safe to read from another goroutine) and calls Checkpoint.
+func (o *Open) WantCheckpoint() bool {
+	if o == nil {
+		return false
+	}
+	return o.want.Swap(false)
+}
+
+// Checkpoint publishes the request's best-known outcome so far.
+func (o *Open) Checkpoint(c store.Checkpoint) {
+	if o == nil {
+		return
+	}
+	o.ckpt.Store(&c)
+}
+
+// Renewer renews the holds of a sidecar's open requests.
+type Renewer struct {
+	st  Store
+	log *slog.Logger
+
+	mu   sync.Mutex
+	open map[string]*Open // by request id
+}
+
+// NewRenewer returns a renewer over st.
+func NewRenewer(st Store, log *slog.Logger) *Renewer {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Renewer{st: st, log: log, open: map[string]*Open{}}
+}
+
+// Register starts renewing an admitted request's hold. Done ends it.
+func (r *Renewer) Register(accountID, requestID string) *Open {
+	if r == nil {
+		return nil
+	}
+	o := &Open{account: accountID, request: requestID}
+	o.want.Store(true)
+	r.mu.Lock()
+	r.open[requestID] = o
+	r.mu.Unlock()
+	return o
+}
+
+// Finish records that the request has ended and was settled (or spooled)
+// with final as its outcome. Its hold is renewed until a renewal finds it
+// gone.
+func (r *Renewer) Finish(o *Open, final store.Checkpoint) {
+	if r == nil || o == nil {
+		return
+	}
+	o.ckpt.Store(&final)
+}
+
+// Forget stops renewing a request's hold at once.
+func (r *Renewer) Forget(o *Open) {
+	if r == nil || o == nil {
+		return
+	}
+	r.mu.Lock()
+	delete(r.open, o.request)
+	r.mu.Unlock()
+}
+
+// Len is the number of requests being renewed.
+func (r *Renewer) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.open)
+}
+
+// Interval is how often holds are renewed: a third of the lease, so that two
+// renewals in a row may fail before a running request's hold can expire.
+func (r *Renewer) Interval() time.Duration {
+	return max(r.st.HoldLease()/3, 10*time.Millisecond)
+}
+
+// Run renews until ctx ends.
+func (r *Renewer) Run(ctx context.Context) {
+	t := time.NewTicker(r.Interval())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.RenewOnce(ctx)
+		}
+	}
+}
+
+// RenewOnce renews every open request's hold now, in one pipeline, and asks
+// each request for a fresh checkpoint for the next round.
+func (r *Renewer) RenewOnce(ctx context.Context) {
+	r.mu.Lock()
+	batch := make([]*Open, 0, len(r.open))
+	for _, o := range r.open {
+		batch = append(batch, o)
+	}
+	r.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	rs := make([]store.Renewal, len(batch))
+	for i, o := range batch {
+		rs[i] = store.Renewal{AccountID: o.account, RequestID: o.request}
+		// Only a changed checkpoint is written.
+		if c := o.ckpt.Load(); c != nil && c != o.sent {
+			rs[i].Checkpoint = c
+		}
+	}
+	// A renewal must finish well inside the lease to be of any use.
+	rctx, cancel := context.WithTimeout(ctx, r.Interval())
+	defer cancel()
+	gone, err := r.st.RenewHolds(rctx, rs)
+	if err != nil {
+		r.log.Warn("renewing holds failed", "requests", len(batch), "err", err)
+		return
+	}
+	// Settled (by the request or the sweeper): nothing left to renew.
+	r.mu.Lock()
+	for _, id := range gone {
+		delete(r.open, id)
+	}
+	r.mu.Unlock()
+	for i, o := range batch {
+		if rs[i].Checkpoint != nil {
+			o.sent = rs[i].Checkpoint
+		}
+		o.want.Store(true)
+	}
+}
+
+// Sweeper settles holds whose lease ran out.
+type Sweeper struct {
+	st  Store
+	log *slog.Logger
+	// OnSweep, when set, is told of each sweep that settled or released
+	// something.
+	OnSweep func(accountID string, r store.SweepResult)
+}
+
+// NewSweeper returns a sweeper over st.
+func NewSweeper(st Store, log *slog.Logger) *Sweeper {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Sweeper{st: st, log: log}
+}
+
+// sweepAccounts bounds the accounts one pass looks at.
+const sweepAccounts = 100
+
+// Run sweeps every interval until ctx ends.
+func (s *Sweeper) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.SweepOnce(ctx)
+		}
+	}
+}
+
+// SweepOnce settles the expired holds of the accounts that are due, and
+// returns the number of requests it settled.
+func (s *Sweeper) SweepOnce(ctx context.Context) int {
+	ids, err := s.st.DueHoldAccounts(ctx, sweepAccounts)
+	if err != nil {
+		s.log.Warn("sweeping holds failed", "err", err)
+		return 0
+	}
+	settled := 0
+	for _, id := range ids {
+		r, err := s.st.SweepHolds(ctx, id)
+		if err != nil {
+			s.log.Warn("sweeping holds failed", "account", id, "err", err)
+			continue
+		}
+		for i, st := range r.Interrupted {
+			if !r.Applied[i] {
+				continue
+			}
+			settled++
+			s.log.Info("request",
+				"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
+				"endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
+				"stream", st.Stream, "usage", st.Usage,
+				"cost_nano_usd", st.Cost, "estimated", st.Estimated, "interrupted", true)
+		}
+		if (len(r.Interrupted) > 0 || r.Released > 0) && s.OnSweep != nil {
+			s.OnSweep(id, r)
+		}
+	}
+	return settled
+}

@@ -1,0 +1,357 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/usage"
+)
+
+// Holds live as long as their request. Admission records each hold with a
+// lease (Options.HoldTTL) and an admission record; the sidecar running the
+// request renews the lease while the request runs and checkpoints what it
+// has used so far. A hold whose lease ran out belongs to a request whose
+// sidecar died: a background sweeper settles it at its last checkpoint,
+// flagged interrupted, so every admitted request ends in the ledger.
+//
+// The sweeper finds accounts with holds through holdIndexKey, a global sorted
+// set of account ids scored by the time to look at the account next. It lives
+// outside every account's hash tag (it spans accounts), so it is written with
+// plain commands next to the account's scripts, never inside them.
+
+// holdIndexKey is the zset of accounts that may have open holds, scored by
+// the earliest time (unix ms) one of them may expire.
+const holdIndexKey = "gw:holdaccts"
+
+// admissionRecord is what the sweeper needs to settle a request whose
+// sidecar died: who made it, with which model, when. Stored with the hold.
+type admissionRecord struct {
+	KeyID   string `json:"k"`
+	Model   string `json:"m"` // the priced model
+	Started int64  `json:"s"` // unix ms
+	Stream  bool   `json:"st,omitempty"`
+}
+
+// Checkpoint is the best-known outcome of a running request, written by the
+// renewer so that a request interrupted by a crash is settled at it.
+type Checkpoint struct {
+	Status      int                  `json:"st,omitempty"` // the status the client sees, 0 before the reply started
+	Endpoint    string               `json:"ep,omitempty"`
+	Requested   usage.RequestedModel `json:"rq,omitempty"`
+	Priced      usage.PricedModel    `json:"pm,omitempty"`
+	Reported    usage.ReportedModel  `json:"rm,omitempty"`
+	Usage       usage.Usage          `json:"-"` // as "u", by kind name, zeros left out
+	Rates       usage.Usage          `json:"-"` // as "r", likewise
+	ServiceTier string               `json:"tier,omitempty"`
+	LongContext int64                `json:"lc,omitempty"`
+	Fallback    bool                 `json:"fb,omitempty"`
+	Cost        int64                `json:"c,omitempty"` // nano-USD, priced by the sidecar
+}
+
+// checkpointJSON is a Checkpoint as stored: usage by kind name with zeros
+// left out, since a checkpoint lives in Redis for every running request.
+type checkpointJSON struct {
+	checkpointFields
+	U map[string]int64 `json:"u,omitempty"`
+	R map[string]int64 `json:"r,omitempty"`
+}
+
+type checkpointFields Checkpoint
+
+func sparse(u usage.Usage) map[string]int64 {
+	var m map[string]int64
+	for _, k := range usage.Kinds {
+		if v := k.Of(u); v != 0 {
+			if m == nil {
+				m = map[string]int64{}
+			}
+			m[k.Name] = v
+		}
+	}
+	return m
+}
+
+func dense(m map[string]int64) usage.Usage {
+	var u usage.Usage
+	for name, v := range m {
+		if k, ok := usage.KindNamed(name); ok {
+			k.Set(&u, v)
+		}
+	}
+	return u
+}
+
+// MarshalJSON writes the checkpoint compactly.
+func (c Checkpoint) MarshalJSON() ([]byte, error) {
+	return json.Marshal(checkpointJSON{checkpointFields: checkpointFields(c), U: sparse(c.Usage), R: sparse(c.Rates)})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (c *Checkpoint) UnmarshalJSON(b []byte) error {
+	var w checkpointJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*c = Checkpoint(w.checkpointFields)
+	c.Usage, c.Rates = dense(w.U), dense(w.R)
+	return nil
+}
+
+// Renewal extends one running request's hold.
+type Renewal struct {
+	AccountID  string
+	RequestID  string
+	Checkpoint *Checkpoint // nil keeps the last checkpoint
+}
+
+// HoldLease is how long a hold lives without renewal.
+func (s *Store) HoldLease() time.Duration { return s.opts.HoldTTL }
+
+// RenewHolds extends the leases of running requests to now+HoldLease and
+// stores their checkpoints: one script call per account, all in one
+// pipeline. It returns the request ids whose hold is gone: settled, or swept.
+func (s *Store) RenewHolds(ctx context.Context, rs []Renewal) (gone []string, err error) {
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	until := s.now().Add(s.opts.HoldTTL).UnixMilli()
+	byAcct := map[string][]any{}
+	var order []string
+	for _, r := range rs {
+		if !validID(r.AccountID) || r.RequestID == "" {
+			continue
+		}
+		ck := ""
+		if r.Checkpoint != nil {
+			b, err := json.Marshal(r.Checkpoint)
+			if err != nil {
+				return nil, fmt.Errorf("store: renew holds: %w", err)
+			}
+			ck = string(b)
+		}
+		if _, ok := byAcct[r.AccountID]; !ok {
+			order = append(order, r.AccountID)
+			byAcct[r.AccountID] = []any{until}
+		}
+		byAcct[r.AccountID] = append(byAcct[r.AccountID], r.RequestID, ck)
+	}
+	run := func(p redis.Scripter, id string) *redis.Cmd {
+		keys := []string{acctKey(id, "holds"), acctKey(id, "holdexp"), acctKey(id, "holdckpt")}
+		return renewScript.EvalSha(ctx, p, keys, byAcct[id]...)
+	}
+	cmds := make([]*redis.Cmd, len(order))
+	s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range order {
+			cmds[i] = run(p, id)
+		}
+		return nil
+	})
+	for i, c := range cmds {
+		v, cerr := c.StringSlice()
+		if errNoScript(cerr) {
+			keys := []string{acctKey(order[i], "holds"), acctKey(order[i], "holdexp"), acctKey(order[i], "holdckpt")}
+			v, cerr = renewScript.Run(ctx, s.rdb, keys, byAcct[order[i]]...).StringSlice()
+		}
+		if cerr != nil {
+			return gone, fmt.Errorf("store: renew holds of %s: %w", order[i], cerr)
+		}
+		gone = append(gone, v...)
+	}
+	return gone, nil
+}
+
+// DueHoldAccounts returns up to limit accounts that may have a hold expired
+// by now.
+func (s *Store) DueHoldAccounts(ctx context.Context, limit int64) ([]string, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, holdIndexKey, &redis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(s.now().UnixMilli(), 10), Count: limit,
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: due hold accounts: %w", err)
+	}
+	return ids, nil
+}
+
+// SweepResult is what one sweep of an account did.
+type SweepResult struct {
+	// Interrupted are the requests settled at their last checkpoint because
+	// their hold's lease ran out. Applied is false for one that had already
+	// settled (a sweeper elsewhere, or its own late settlement).
+	Interrupted []Settlement
+	Applied     []bool
+	// Released counts expired holds without an admission record, released
+	// at no charge.
+	Released int64
+}
+
+// sweepBatch bounds the expired holds one sweep script call returns.
+const sweepBatch = 100
+
+// SweepHolds settles the account's requests whose hold lease ran out, at
+// their last checkpoint, flagged interrupted and estimated, and keeps the
+// account's place in the sweeper's index.
+func (s *Store) SweepHolds(ctx context.Context, accountID string) (SweepResult, error) {
+	var res SweepResult
+	if !validID(accountID) {
+		// A malformed index entry: drop it, it can never hold anything.
+		s.rdb.ZRem(ctx, holdIndexKey, accountID)
+		return res, nil
+	}
+	keys := []string{
+		acctKey(accountID, "acct"),
+		acctKey(accountID, "holds"),
+		acctKey(accountID, "holdexp"),
+		acctKey(accountID, "holdrec"),
+		acctKey(accountID, "holdckpt"),
+	}
+	for {
+		now := s.now()
+		v, err := sweepScript.Run(ctx, s.rdb, keys, now.UnixMilli(), sweepBatch).Slice()
+		if err != nil {
+			return res, fmt.Errorf("store: sweep holds of %s: %w", accountID, err)
+		}
+		if len(v) < 3 {
+			return res, fmt.Errorf("store: sweep holds of %s: unexpected reply %v", accountID, v)
+		}
+		open, next, released := toInt(v[0]), toInt(v[1]), toInt(v[2])
+		res.Released += released
+		found := 0
+		for i := 3; i+2 < len(v); i += 3 {
+			found++
+			st := interruptedSettlement(accountID, str(v[i]), str(v[i+1]), str(v[i+2]), now)
+			applied, err := s.Settle(ctx, st)
+			if err != nil {
+				return res, fmt.Errorf("store: sweep holds of %s: %w", accountID, err)
+			}
+			res.Interrupted = append(res.Interrupted, st)
+			res.Applied = append(res.Applied, applied)
+		}
+		if found == sweepBatch {
+			continue // more may have expired
+		}
+		return res, s.reindex(ctx, accountID, open-int64(found), next)
+	}
+}
+
+// reindex sets when the sweeper looks at the account next: at its earliest
+// hold expiry, or never when it has no hold left. Removal is checked again
+// afterwards: an admission between the sweep and the removal added its hold
+// before re-adding the account, and is seen by the check if not by the sweep.
+func (s *Store) reindex(ctx context.Context, accountID string, open, next int64) error {
+	if open > 0 && next > 0 {
+		return s.rdb.ZAdd(ctx, holdIndexKey, redis.Z{Score: float64(next), Member: accountID}).Err()
+	}
+	if open > 0 {
+		// Holds remain but none expires after now: they are being settled
+		// right now; look again soon.
+		return s.rdb.ZAdd(ctx, holdIndexKey, redis.Z{Score: float64(s.now().Add(time.Second).UnixMilli()), Member: accountID}).Err()
+	}
+	if err := s.rdb.ZRem(ctx, holdIndexKey, accountID).Err(); err != nil {
+		return fmt.Errorf("store: reindex %s: %w", accountID, err)
+	}
+	first, err := s.rdb.ZRangeWithScores(ctx, acctKey(accountID, "holdexp"), 0, 0).Result()
+	if err != nil {
+		return fmt.Errorf("store: reindex %s: %w", accountID, err)
+	}
+	if len(first) > 0 {
+		return s.rdb.ZAddLT(ctx, holdIndexKey, redis.Z{Score: first[0].Score, Member: accountID}).Err()
+	}
+	return nil
+}
+
+// interruptedSettlement builds the settlement of a request whose sidecar
+// died: its admission record and last checkpoint. A request that died before
+// its vendor answered (or before its first checkpoint) is recorded with
+// status 499 and charged nothing.
+func interruptedSettlement(accountID, reqID, rec, ckpt string, now time.Time) Settlement {
+	var r admissionRecord
+	json.Unmarshal([]byte(rec), &r) // written by Admit; garbage leaves zero values
+	var c Checkpoint
+	if ckpt != "" {
+		json.Unmarshal([]byte(ckpt), &c) // written by RenewHolds
+	}
+	st := Settlement{
+		RequestID:   reqID,
+		AccountID:   accountID,
+		KeyID:       r.KeyID,
+		Requested:   usage.RequestedModel(r.Model),
+		Priced:      usage.PricedModel(r.Model),
+		Stream:      r.Stream,
+		StartedAt:   time.UnixMilli(r.Started).UTC(),
+		EndedAt:     now,
+		Status:      c.Status,
+		Endpoint:    c.Endpoint,
+		Reported:    c.Reported,
+		Usage:       c.Usage,
+		Rates:       c.Rates,
+		ServiceTier: c.ServiceTier,
+		LongContext: c.LongContext,
+		Fallback:    c.Fallback,
+		Cost:        max(c.Cost, 0),
+		Estimated:   true,
+		Interrupted: true,
+	}
+	if c.Requested != "" {
+		st.Requested = c.Requested
+	}
+	if c.Priced != "" {
+		st.Priced = c.Priced
+	}
+	if !st.Usage.Valid() || !st.Rates.Valid() {
+		st.Usage, st.Rates, st.Cost = usage.Usage{}, usage.Usage{}, 0
+	}
+	if r.Started == 0 {
+		st.StartedAt = time.Time{}
+	}
+	if st.Status == 0 {
+		st.Status = 499
+	}
+	return st
+}
+
+// toInt reads an integer element of a script reply.
+func toInt(v any) int64 {
+	switch n := v.(type) {
+	case int64:
+		return n
+	case string:
+		return parseInt(n)
+	}
+	return 0
+}
+
+// indexHold adds the account to the sweeper's index, keeping an earlier
+// score: part of the admission's pipeline.
+func indexHold(ctx context.Context, p redis.Pipeliner, accountID string, expiry time.Time) {
+	p.ZAddLT(ctx, holdIndexKey, redis.Z{Score: float64(expiry.UnixMilli()), Member: accountID})
+}
+
+// errNoScript reports whether err says the server does not know a script.
+func errNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// Checkpoints returns the account's open requests' last checkpoints, by
+// request id.
+func (s *Store) Checkpoints(ctx context.Context, accountID string) (map[string]Checkpoint, error) {
+	if !validID(accountID) {
+		return nil, fmt.Errorf("store: checkpoints of %q: %w", accountID, ErrNotFound)
+	}
+	m, err := s.rdb.HGetAll(ctx, acctKey(accountID, "holdckpt")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: checkpoints of %s: %w", accountID, err)
+	}
+	out := make(map[string]Checkpoint, len(m))
+	for id, v := range m {
+		var c Checkpoint
+		if json.Unmarshal([]byte(v), &c) == nil {
+			out[id] = c
+		}
+	}
+	return out, nil
+}
