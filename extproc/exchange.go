@@ -26,8 +26,8 @@ import (
 const internalHeaderPrefix = "x-gateway-"
 
 // MaxModelBytes bounds the model name a client may send. Real names are a few
-// dozen bytes; a prefix match (dated snapshots) would otherwise admit any
-// suffix into Redis keys and the ledger.
+// dozen bytes; the name reaches the ledger, logs and, for an unknown model,
+// the error body.
 const MaxModelBytes = 256
 
 // exchange is the processor's state for one HTTP request.
@@ -44,7 +44,7 @@ type exchange struct {
 	admitted  bool
 	settled   bool
 
-	status    int    // upstream response status; 0 until response headers
+	status    int    // upstream response status; 0 until the first response body chunk
 	endpoint  string // "primary" or "reserve", from Envoy's endpoint metadata
 	meter     format.Meter
 	rewriter  format.Rewriter // the meter, when it also rewrites the reply
