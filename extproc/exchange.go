@@ -293,18 +293,27 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	if !x.admitted {
 		return resp
 	}
-	if x.status < 200 || x.status > 299 {
-		x.settle(true)
+	if !x.startReply(hv.contentType) {
 		resp.ModeOverride = &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE}
 		return resp
 	}
-	x.meter = x.upstream.Format.NewMeter(x.req, x.body, hv.contentType)
-	x.rewriter, _ = x.meter.(format.Rewriter)
-	x.open.Checkpoint(store.Checkpoint{Status: x.status, Endpoint: x.endpoint})
 	if h.GetEndOfStream() {
 		x.settle(true)
 	}
 	return resp
+}
+
+// startReply begins the reply of x.status: a 2xx reply is metered from here
+// on and reports true; any other ends the request at no charge.
+func (x *exchange) startReply(contentType string) bool {
+	if x.status < 200 || x.status > 299 {
+		x.settle(true)
+		return false
+	}
+	x.meter = x.upstream.Format.NewMeter(x.req, x.body, contentType)
+	x.rewriter, _ = x.meter.(format.Rewriter)
+	x.open.Checkpoint(store.Checkpoint{Status: x.status, Endpoint: x.endpoint})
+	return true
 }
 
 // responseBody feeds the meter and lets the chunk through at once: Envoy
@@ -369,17 +378,11 @@ func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
 			x.endpoint = "primary"
 		}
 	}
-	if x.status < 200 || x.status > 299 {
-		x.settle(true)
-		return
-	}
 	contentType := "application/json"
 	if x.req.Stream {
 		contentType = "text/event-stream"
 	}
-	x.meter = x.upstream.Format.NewMeter(x.req, x.body, contentType)
-	x.rewriter, _ = x.meter.(format.Rewriter)
-	x.open.Checkpoint(store.Checkpoint{Status: x.status, Endpoint: x.endpoint})
+	x.startReply(contentType)
 }
 
 // attributesKey is where Envoy puts the ext_proc filter's attributes.
