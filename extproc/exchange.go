@@ -398,14 +398,7 @@ func (x *exchange) finish() {
 
 // checkpoint is the request's best estimate so far, as if it ended now.
 func (x *exchange) checkpoint() store.Checkpoint {
-	r := x.meter.Usage(false)
-	c := x.price.Price(r.Usage, r.ServiceTier)
-	return store.Checkpoint{
-		Status: x.status, Endpoint: x.endpoint,
-		Requested: usage.RequestedModel(x.req.Model), Priced: x.price.Name, Reported: r.Model,
-		Usage: r.Usage, Rates: usage.Usage(c.Rates), ServiceTier: c.Tier, LongContext: c.Above,
-		Fallback: x.price.Fallback(), Cost: c.Cost,
-	}
+	return x.outcome(false).Checkpoint()
 }
 
 // settle records the request's outcome exactly once. It does not wait for
@@ -420,6 +413,31 @@ func (x *exchange) settle(complete bool) {
 	if x.req.Stream {
 		x.s.metrics.streams.Dec()
 	}
+	st := x.outcome(complete)
+	// Renewed until the hold is gone: if the settlement waits in the queue
+	// or the spool, a sweep in the meantime charges the same.
+	x.s.holds.Finish(x.open, st.Checkpoint())
+	s, upstream, model := x.s, x.upstream.Name, string(st.Priced)
+	s.settler.enqueue(st, func(_ bool, err error, took time.Duration) {
+		s.metrics.settleSeconds.Observe(took.Seconds())
+		if err != nil {
+			s.metrics.storeErrors.WithLabelValues("settle").Inc()
+			s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
+		}
+		s.metrics.observe(upstream, model, st)
+		s.log.Info("request",
+			"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
+			"upstream", upstream, "endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
+			"stream", st.Stream, "usage", st.Usage, "service_tier", st.ServiceTier,
+			"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated, "interrupted", st.Interrupted,
+			"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
+	})
+}
+
+// outcome is what the request comes to if it ends now: complete is false
+// when its stream ended early (the meter then estimates what it did not
+// see).
+func (x *exchange) outcome(complete bool) store.Settlement {
 	st := store.Settlement{
 		RequestID: x.requestID,
 		AccountID: x.key.AccountID,
@@ -455,26 +473,7 @@ func (x *exchange) settle(complete bool) {
 		st.Estimated = r.Estimated // the meter knows whether the vendor's final figures arrived
 		st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
 	}
-	// Renewed until the hold is gone: if the settlement waits in the queue
-	// or the spool, a sweep in the meantime charges the same.
-	x.s.holds.Finish(x.open, store.Checkpoint{Status: st.Status, Endpoint: st.Endpoint,
-		Requested: st.Requested, Priced: st.Priced, Reported: st.Reported, Usage: st.Usage, Rates: st.Rates,
-		ServiceTier: st.ServiceTier, LongContext: st.LongContext, Fallback: st.Fallback, Cost: st.Cost})
-	s, upstream, model := x.s, x.upstream.Name, string(st.Priced)
-	s.settler.enqueue(st, func(_ bool, err error, took time.Duration) {
-		s.metrics.settleSeconds.Observe(took.Seconds())
-		if err != nil {
-			s.metrics.storeErrors.WithLabelValues("settle").Inc()
-			s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
-		}
-		s.metrics.observe(upstream, model, st)
-		s.log.Info("request",
-			"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
-			"upstream", upstream, "endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
-			"stream", st.Stream, "usage", st.Usage, "service_tier", st.ServiceTier,
-			"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated, "interrupted", st.Interrupted,
-			"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
-	})
+	return st
 }
 
 // reject answers the client directly, in the upstream's vendor error format.

@@ -53,6 +53,17 @@ type Checkpoint struct {
 	Cost        int64                `json:"c,omitempty"` // nano-USD, priced by the sidecar
 }
 
+// Checkpoint is what a sweep would charge for the request if it ended as
+// st says: the settlement's reply, models, usage and prices.
+func (st Settlement) Checkpoint() Checkpoint {
+	return Checkpoint{
+		Status: st.Status, Endpoint: st.Endpoint,
+		Requested: st.Requested, Priced: st.Priced, Reported: st.Reported,
+		Usage: st.Usage, Rates: st.Rates, ServiceTier: st.ServiceTier, LongContext: st.LongContext,
+		Fallback: st.Fallback, Cost: st.Cost,
+	}
+}
+
 // checkpointJSON is a Checkpoint as stored: usage by kind name with zeros
 // left out, since a checkpoint lives in Redis for every running request.
 type checkpointJSON struct {
