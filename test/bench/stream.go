@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 // sentStamp starts the SSE comment the fake vendor writes before every
@@ -190,23 +192,7 @@ func holdOne(ctx context.Context, t *target, req request, opened func()) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return &statusError{code: resp.StatusCode}
-	}
-	br := bufio.NewReader(resp.Body)
-	for {
-		line, err := br.ReadSlice('\n')
-		if err != nil {
-			return err
-		}
-		if bytes.HasPrefix(line, []byte("data:")) {
-			break
-		}
-	}
-	opened()
-	<-ctx.Done()
-	return nil
+	return launch.HoldStream(ctx, resp, opened)
 }
 
 // counts returns how many streams are open and how many failed.

@@ -112,23 +112,7 @@ func holdStream(ctx context.Context, c *http.Client, url string, header map[stri
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status %d", resp.StatusCode)
-	}
-	br := bufio.NewReader(resp.Body)
-	for {
-		line, err := br.ReadSlice('\n')
-		if err != nil {
-			return err
-		}
-		if bytes.HasPrefix(line, []byte("data:")) {
-			break
-		}
-	}
-	opened()
-	<-ctx.Done()
-	return nil
+	return launch.HoldStream(ctx, resp, opened)
 }
 
 // raiseFileLimit raises this process's open-file limit (and so its
