@@ -48,7 +48,9 @@ type Open struct {
 // like a fresh checkpoint. The request's own goroutine computes it (its meter
 // is not safe to read from another goroutine) and calls Checkpoint.
 func (o *Open) WantCheckpoint() bool {
-	if o == nil {
+	// Read first: this runs for every chunk, and a swap would write the
+	// flag's cache line each time.
+	if o == nil || !o.want.Load() {
 		return false
 	}
 	return o.want.Swap(false)
