@@ -88,12 +88,14 @@ func TestConservationHolds(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
 	results := make([]holdResult, len(plan))
 	var (
-		wg       sync.WaitGroup
-		done     atomic.Int64
-		killFrom time.Time // the sidecar's crash window, for the 5xx check
-		killTo   time.Time
-		termFrom time.Time // the sidecar's drain and restart window
-		termTo   time.Time
+		wg        sync.WaitGroup
+		done      atomic.Int64
+		killFrom  time.Time // the sidecar's crash window, for the 5xx check
+		killTo    time.Time
+		termFrom  time.Time // the sidecar's drain and restart window
+		termTo    time.Time
+		redisFrom time.Time // the Redis restart
+		redisTo   time.Time
 		// pause holds back new requests while the sidecar is down, so that
 		// the plan is not spent on refusals; requests in flight go on.
 		pause sync.Mutex
@@ -143,7 +145,9 @@ func TestConservationHolds(t *testing.T) {
 		termTo = time.Now()
 		pause.Unlock()
 		waitCount(&done, int64(2*len(plan)/3))
+		redisFrom = time.Now()
 		rs.Restart()
+		redisTo = time.Now()
 	}()
 	for i := range plan {
 		pause.Lock()
@@ -201,8 +205,12 @@ func TestConservationHolds(t *testing.T) {
 		for _, e := range entries {
 			// Only a request admitted before a sidecar stopped may end
 			// interrupted (a SIGTERM's drain may cut a stream whose
-			// settlement then cannot be made: the sweeper charges it).
-			if e.Interrupted && !e.StartedAt.Before(termTo) {
+			// settlement then cannot be made: the sweeper charges it), or
+			// one in flight across the Redis restart, whose renewals fail
+			// while Redis is down: an outage that outlasts the lease lets
+			// the sweeper charge it at its checkpoint (a documented limit).
+			acrossRedis := e.StartedAt.Before(redisTo) && e.EndedAt.After(redisFrom)
+			if e.Interrupted && !e.StartedAt.Before(termTo) && !acrossRedis {
 				t.Errorf("%s: request %s admitted after the last restart was settled as interrupted: its hold was not renewed", acct.ID, e.RequestID)
 			}
 			if !e.Interrupted && !e.Estimated && e.Status == 200 && e.Usage.Output == 30 {
