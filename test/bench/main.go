@@ -37,6 +37,7 @@ func main() {
 	var (
 		out     = flag.String("out", "", "write the markdown report to this file too")
 		smoke   = flag.Bool("smoke", false, "tiny rates and durations: exercise the harness in seconds, judge nothing")
+		quick   = flag.Bool("quick", false, "non-streaming latency and CPU at 500 and 1,000 requests/s only (about a minute): to compare a change")
 		note    = flag.String("note", "", "a line for the report's header, e.g. that the machine was shared")
 		profile = flag.String("cpuprofile-sidecar", "", "record the sidecar with perf(1) under load into this file (perf.data format; a text summary goes to FILE.txt)")
 		null    = flag.String("null-processor", "", "internal: serve the null ext_proc processor on this address and nothing else")
@@ -61,8 +62,11 @@ func main() {
 	}()
 
 	p := fullPlan
-	if *smoke {
+	switch {
+	case *smoke:
 		p = smokePlan
+	case *quick:
+		p = quickPlan
 	}
 	b := start(tb, p, env)
 	b.res.note = *note
@@ -125,6 +129,11 @@ var smokePlan = plan{
 	steps: []float64{200, 400}, stepSlice: time.Second,
 	streamRate: 20, eventDelayMS: 2, replyWords: 5,
 	openStreams: 50, openRate: 200, settle: 200 * time.Millisecond,
+}
+
+var quickPlan = plan{
+	name: "quick", warm: time.Second, slice: 3 * time.Second, rounds: 4,
+	rates: []float64{500, 1000},
 }
 
 // The three stacks, in the order of every per-stack array.
@@ -248,9 +257,13 @@ func (b *bench) check() {
 // has not yet been grown (and kept) by the load phases, which would hide
 // part of what the streams cost.
 func (b *bench) run() {
-	b.memory()
+	if b.plan.openStreams > 0 {
+		b.memory()
+	}
 	b.latency()
-	b.streaming()
+	if b.plan.streamRate > 0 {
+		b.streaming()
+	}
 	b.sustained()
 }
 
@@ -353,9 +366,11 @@ func (b *bench) latency() {
 	for _, rate := range p.rates {
 		measure(rate, 0)
 	}
-	b.vendor(map[string]any{"latency_ms": p.slowLatencyMS})
-	measure(p.slowRate, p.slowLatencyMS)
-	b.vendor(nil)
+	if p.slowRate > 0 {
+		b.vendor(map[string]any{"latency_ms": p.slowLatencyMS})
+		measure(p.slowRate, p.slowLatencyMS)
+		b.vendor(nil)
+	}
 	b.res.redis = readRedisStats(b.rdb).sub(redis0)
 	b.res.redisRequests = gwRequests
 	b.redisSample(req)

@@ -192,7 +192,7 @@ func thousands(n int64) string {
 func (r *results) verdict(ok bool) string {
 	switch {
 	case !r.plan.judge:
-		return "n/a (smoke)"
+		return "n/a (" + r.plan.name + ")"
 	case ok:
 		return "yes"
 	}
@@ -310,8 +310,10 @@ func (r *results) summary(w func(string, ...any)) {
 		}
 		return fmt.Sprintf("%.0f%% of bare", 100*x/mb)
 	}
-	w("| highest sustained rate (p99 < 50 ms, no errors) | %s/s | %s/s | %s/s | %s | %s | gateway ≥ 70%% of bare Envoy's | %s |\n",
-		rate(mg), rate(mn), rate(mb), ofBare(mg), ofBare(mn), r.verdict(mb > 0 && mg >= 0.7*mb))
+	if len(r.plan.steps) > 0 {
+		w("| highest sustained rate (p99 < 50 ms, no errors) | %s/s | %s/s | %s/s | %s | %s | gateway ≥ 70%% of bare Envoy's | %s |\n",
+			rate(mg), rate(mn), rate(mb), ofBare(mg), ofBare(mn), r.verdict(mb > 0 && mg >= 0.7*mb))
+	}
 	if r.redisRequests > 0 {
 		var total int64
 		for k, n := range r.redis.calls {
@@ -324,6 +326,10 @@ func (r *results) summary(w func(string, ...any)) {
 			per, r.verdict(per <= 15))
 	}
 	m := r.memory
+	if m.streams == 0 {
+		w("\n")
+		return
+	}
 	w("| %s concurrent open streams: opened (refused or failed) | %d (%d) | %d (%d) | %d (%d) | — | — | all open through the gateway, none refused | %s |\n",
 		thousands(int64(m.streams)), m.open[gwI], m.failed[gwI], m.open[nullI], m.failed[nullI], m.open[bareI], m.failed[bareI],
 		r.verdict(m.open[gwI] == m.streams && m.failed[gwI] == 0))
@@ -409,6 +415,9 @@ func (r *results) streamTable(w func(string, ...any)) {
 }
 
 func (r *results) stepTable(w func(string, ...any)) {
+	if len(r.plan.steps) == 0 {
+		return
+	}
 	w("## Sustained rate\n\n")
 	w("Each step offers a fixed rate for %s; it passes with every reply a 200, p99 from the planned arrival time (queueing included) under 50 ms, "+
 		"and at least 97%% of the offered rate completed. A failed step is tried once more before the stepping stops for that stack. "+
@@ -456,6 +465,9 @@ func (r *results) cpuTable(w func(string, ...any)) {
 
 func (r *results) memoryTable(w func(string, ...any)) {
 	m := r.memory
+	if m.streams == 0 {
+		return
+	}
 	w("## %s concurrent open streams\n\n", thousands(int64(m.streams)))
 	w("Slow streams (the fake sends the first event, then waits ten minutes) held open at once; resident memory (VmRSS) read before opening them " +
 		"and once all were open, the growth divided by the streams open. Measured first, before the load phases grow the sidecar's heap. " +
