@@ -19,14 +19,23 @@ type BatchSettler interface {
 // goroutine drains the queue, sending whatever has accumulated as one
 // pipelined batch. The pending count per account lets a usage read on this
 // sidecar wait for the replies it has already released.
+//
+// The queue is a slice under a mutex rather than a channel: only the
+// settlement that finds it empty wakes the goroutine, which then lingers
+// and takes the whole batch. A channel would wake it once per request,
+// and at a thousand requests a second those wake-ups cost more CPU than
+// the settlements themselves.
 type settler struct {
 	accounts Accounts
 	batch    BatchSettler // nil: one by one
 	timeout  time.Duration
-	queue    chan settleJob
 
 	mu      sync.Mutex
+	queue   []settleJob
+	room    *sync.Cond               // signalled when the queue is taken
 	pending map[string]*pendingCount // by account id; allKey counts every one
+	wake    chan struct{}            // the queue is no longer empty
+	full    chan struct{}            // the queue holds a whole batch: send it now
 }
 
 // allKey is the pending count of all accounts; no account id is empty.
@@ -35,6 +44,11 @@ const allKey = ""
 // maxBatch bounds one pipelined batch: enough to amortise the round trip,
 // small enough that a batch never stalls the queue behind it for long.
 const maxBatch = 128
+
+// maxQueue bounds the settlements waiting: beyond it the store is far
+// behind, and the request paths wait with it rather than pile up without
+// bound.
+const maxQueue = 8192
 
 type settleJob struct {
 	st    store.Settlement
@@ -47,15 +61,18 @@ type pendingCount struct {
 }
 
 func newSettler(a Accounts, timeout time.Duration) *settler {
-	s := &settler{accounts: a, timeout: timeout, queue: make(chan settleJob, 8192), pending: map[string]*pendingCount{}}
+	s := &settler{
+		accounts: a, timeout: timeout, pending: map[string]*pendingCount{},
+		wake: make(chan struct{}, 1), full: make(chan struct{}, 1),
+	}
+	s.room = sync.NewCond(&s.mu)
 	s.batch, _ = a.(BatchSettler)
 	go s.run()
 	return s
 }
 
 // enqueue counts the settlement as pending, then queues it. It blocks only
-// when the queue is full: the store is far behind, and the request paths
-// wait with it rather than pile up without bound.
+// when the queue is full.
 func (s *settler) enqueue(st store.Settlement, after func(applied bool, err error, took time.Duration)) {
 	s.mu.Lock()
 	for _, k := range []string{allKey, st.AccountID} {
@@ -66,8 +83,27 @@ func (s *settler) enqueue(st store.Settlement, after func(applied bool, err erro
 		}
 		p.n++
 	}
+	for len(s.queue) >= maxQueue {
+		s.room.Wait()
+	}
+	s.queue = append(s.queue, settleJob{st: st, after: after})
+	n := len(s.queue)
 	s.mu.Unlock()
-	s.queue <- settleJob{st: st, after: after}
+	switch n {
+	case 1:
+		signal(s.wake)
+	case maxBatch:
+		signal(s.full)
+	}
+}
+
+// signal sends on a one-slot channel without waiting: a signal already
+// there says the same.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 func (s *settler) completed(accountID string) {
@@ -120,27 +156,39 @@ func (s *settler) pendingTotal() int {
 const linger = 5 * time.Millisecond
 
 func (s *settler) run() {
-	jobs := make([]settleJob, 0, maxBatch)
+	var spare []settleJob
 	sts := make([]store.Settlement, 0, maxBatch)
 	timer := time.NewTimer(linger)
 	timer.Stop()
-	for first := range s.queue {
-		jobs = append(jobs[:0], first)
+	for range s.wake {
 		timer.Reset(linger)
-	gather:
-		for len(jobs) < maxBatch {
-			select {
-			case j, ok := <-s.queue:
-				if !ok {
-					break gather
-				}
-				jobs = append(jobs, j)
-			case <-timer.C:
-				break gather
+		select {
+		case <-timer.C:
+		case <-s.full:
+			timer.Stop()
+		}
+		for {
+			s.mu.Lock()
+			jobs := s.queue
+			if len(jobs) > maxBatch {
+				// Take one batch; the rest goes next, without lingering.
+				jobs = append(spare[:0], s.queue[:maxBatch]...)
+				s.queue = append(s.queue[:0], s.queue[maxBatch:]...)
+			} else {
+				s.queue = spare[:0]
+			}
+			s.room.Broadcast()
+			s.mu.Unlock()
+			if len(jobs) == 0 {
+				break
+			}
+			s.apply(jobs, sts[:0])
+			clear(jobs) // drop the settlements and callbacks it referenced
+			spare = jobs[:0]
+			if len(jobs) < maxBatch {
+				break
 			}
 		}
-		timer.Stop()
-		s.apply(jobs, sts[:0])
 	}
 }
 

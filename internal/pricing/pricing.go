@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"math/bits"
 	"regexp"
 	"slices"
 	"sort"
@@ -141,8 +142,45 @@ func (m *Model) Price(u usage.Usage, tier string) Charge {
 }
 
 // Cost returns Σ quantity × rate over the priced kinds, rounded up to a whole
-// nano-USD.
+// nano-USD. The sum is kept exact in 128 bits (rates are nano-USD per
+// million units, so a product can exceed 64); it runs once per request and
+// per checkpoint, so it allocates nothing.
 func Cost(u usage.Usage, r Rates) int64 {
+	const capped = math.MaxInt64 / 4 // far beyond any balance; never wraps
+	var hi, lo uint64
+	for _, k := range usage.Kinds {
+		if !k.Priced {
+			continue
+		}
+		q, p := k.Of(u), r.Of(k)
+		if q < 0 || p < 0 {
+			return costSigned(u, r) // never for a valid usage; kept exact anyway
+		}
+		ph, pl := bits.Mul64(uint64(q), uint64(p))
+		var c uint64
+		lo, c = bits.Add64(lo, pl, 0)
+		hi, c = bits.Add64(hi, ph, c)
+		if c != 0 {
+			return capped
+		}
+	}
+	// Round up: (sum + 999,999) / 1,000,000.
+	var c uint64
+	lo, c = bits.Add64(lo, 999_999, 0)
+	hi += c
+	if hi >= 1_000_000 { // the quotient would not fit in 64 bits
+		return capped
+	}
+	q, _ := bits.Div64(hi, lo, 1_000_000)
+	if q > capped {
+		return capped
+	}
+	return int64(q)
+}
+
+// costSigned is Cost for quantities or rates below zero, which a checked
+// usage never has.
+func costSigned(u usage.Usage, r Rates) int64 {
 	var sum, prod big.Int
 	for _, k := range usage.Kinds {
 		if !k.Priced {
@@ -154,7 +192,7 @@ func Cost(u usage.Usage, r Rates) int64 {
 	sum.Add(&sum, big.NewInt(999_999))
 	sum.Quo(&sum, big.NewInt(1_000_000))
 	if !sum.IsInt64() || sum.Int64() > math.MaxInt64/4 {
-		return math.MaxInt64 / 4 // far beyond any balance; never wraps
+		return math.MaxInt64 / 4
 	}
 	return sum.Int64()
 }

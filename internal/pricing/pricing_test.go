@@ -1,6 +1,7 @@
 package pricing
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -171,6 +172,31 @@ func TestCostRoundsUpOnce(t *testing.T) {
 	}
 	if got := Cost(usage.Usage{Input: 1 << 62}, Rates{Input: 1 << 62}); got <= 0 {
 		t.Errorf("overflowing cost = %d; want a large positive figure", got)
+	}
+}
+
+// The 128-bit sum agrees with arbitrary-precision arithmetic, from single
+// tokens to sums that do not fit in 64 bits, and allocates nothing.
+func TestCostExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 20000 {
+		var u usage.Usage
+		var r Rates
+		for _, k := range usage.Kinds {
+			bitsQ, bitsR := rng.IntN(40), rng.IntN(40)
+			if i%10 == 0 {
+				bitsQ, bitsR = rng.IntN(63), rng.IntN(63)
+			}
+			k.Set(&u, rng.Int64N(1<<bitsQ+1))
+			k.Set((*usage.Usage)(&r), rng.Int64N(1<<bitsR+1))
+		}
+		if got, want := Cost(u, r), costSigned(u, r); got != want {
+			t.Fatalf("Cost(%+v, %+v) = %d; exact %d", u, r, got, want)
+		}
+	}
+	u, r := usage.Usage{Input: 1234, Output: 567, CacheRead: 89}, Rates{Input: 3_000_000, Output: 15_000_000, CacheRead: 300_000}
+	if n := testing.AllocsPerRun(100, func() { Cost(u, r) }); n != 0 {
+		t.Fatalf("Cost allocates %v times", n)
 	}
 }
 

@@ -42,3 +42,21 @@ func TestKindsCoverUsage(t *testing.T) {
 		t.Error("Prompt counts every input kind and nothing else")
 	}
 }
+
+// Reading and checking usage runs for every kind of every request: it
+// must not allocate.
+func TestKindsDoNotAllocate(t *testing.T) {
+	u := Usage{Input: 1, Output: 2, WebSearches: 3}
+	var sink int64
+	if n := testing.AllocsPerRun(100, func() {
+		for _, k := range Kinds {
+			sink += k.Of(u)
+		}
+		if !u.Valid() {
+			sink++
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per pass over the kinds", n)
+	}
+	_ = sink
+}

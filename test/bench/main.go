@@ -299,6 +299,7 @@ func (b *bench) all(warm func(t *target), f func(t *target)) {
 // the sidecar's store timings.
 type cpuSnap struct {
 	sidecar, envoy, redis time.Duration
+	switches              int64
 	store                 sidecarStats
 }
 
@@ -307,13 +308,14 @@ func (b *bench) cpuSnap(t *target) cpuSnap {
 	case b.bareT:
 		return cpuSnap{envoy: cpuTime(b.bare.Envoy.Cmd.Process.Pid)}
 	case b.nullT:
-		return cpuSnap{sidecar: cpuTime(b.nullPid), envoy: cpuTime(b.null.Envoy.Cmd.Process.Pid)}
+		return cpuSnap{sidecar: cpuTime(b.nullPid), switches: switches(b.nullPid), envoy: cpuTime(b.null.Envoy.Cmd.Process.Pid)}
 	}
 	return cpuSnap{
-		sidecar: cpuTime(b.gw.Sidecar.Cmd.Process.Pid),
-		envoy:   cpuTime(b.gw.Envoy.Cmd.Process.Pid),
-		redis:   readRedisStats(b.rdb).cpu,
-		store:   sidecarMetrics(b.gw.ControlURL + "/metrics"),
+		sidecar:  cpuTime(b.gw.Sidecar.Cmd.Process.Pid),
+		switches: switches(b.gw.Sidecar.Cmd.Process.Pid),
+		envoy:    cpuTime(b.gw.Envoy.Cmd.Process.Pid),
+		redis:    readRedisStats(b.rdb).cpu,
+		store:    sidecarMetrics(b.gw.ControlURL + "/metrics"),
 	}
 }
 
@@ -325,6 +327,7 @@ func (b *bench) metered(t *target, u *cpuUse, slice func() int64) {
 	u.sidecar += after.sidecar - before.sidecar
 	u.envoy += after.envoy - before.envoy
 	u.redis += after.redis - before.redis
+	u.switches += after.switches - before.switches
 	u.requests += n
 	u.admitSeconds += after.store.admitSum - before.store.admitSum
 	u.admits += after.store.admitCount - before.store.admitCount

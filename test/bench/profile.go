@@ -15,71 +15,157 @@ import (
 )
 
 // profileSidecar samples the sidecar's stacks with perf(1) while the
-// gateway alone serves a steady non-streaming load. The sidecar has no
-// pprof endpoint, and perf needs none: Go binaries keep their symbols and
-// frame pointers, so perf's report names Go functions. It writes the raw
-// perf.data to path, text reports beside it, and a summary into the report.
+// gateway alone serves a steady non-streaming load, then the null
+// processor's under the same load, so that the sidecar's profile can be
+// read against the floor's. The sidecar has no pprof endpoint, and perf
+// needs none: Go binaries keep their symbols and frame pointers, so perf's
+// report names Go functions. It writes the raw perf.data to path (the null
+// processor's to path.null), text reports beside them, and a summary into
+// the report.
 func (b *bench) profileSidecar(path string) {
 	if _, err := exec.LookPath("perf"); err != nil {
 		b.res.profile = "Not taken: perf(1) is not installed (`apt-get install linux-perf`)."
 		return
 	}
 	d, rps := 10*time.Second, 1000.0
-	if !b.plan.judge {
+	if !b.plan.judge && b.plan.name == "smoke" {
 		d, rps = 2*time.Second, 200
 	}
 	b.vendor(nil)
-	pid := b.gw.Sidecar.Cmd.Process.Pid
-	log.Printf("profile: perf on the sidecar (pid %d) at %.0f requests/s for %s", pid, rps, d)
-	rec := exec.Command("perf", "record", "-F", "999", "-g", "-p", strconv.Itoa(pid), "-o", path,
-		"--", "sleep", strconv.FormatFloat(d.Seconds()+1, 'f', 0, 64))
-	var stderr bytes.Buffer
-	rec.Stderr = &stderr
-	if err := rec.Start(); err != nil {
-		b.res.profile = "Not taken: " + err.Error()
+	gw, err := b.perfRecord(b.gwT, b.gw.Sidecar.Cmd.Process.Pid, path, d, rps)
+	if err != "" {
+		b.res.profile = err
 		return
 	}
-	time.Sleep(500 * time.Millisecond) // perf attaches to every thread
-	l := load(b.gwT, request{messagesPath, messagesBody(false)}, rps, d)
-	if err := rec.Wait(); err != nil {
-		b.res.profile = fmt.Sprintf("Not taken: perf record: %v\n\n```\n%s\n```", err, stderr.String())
+	null, err := b.perfRecord(b.nullT, b.nullPid, path+".null", d, rps)
+	if err != "" {
+		b.res.profile = err
 		return
 	}
-
-	self := perfReport(path, "--no-children")
-	incl := perfReport(path, "--children")
-	os.WriteFile(path+".txt", []byte(self), 0o644)
-	os.WriteFile(path+".children.txt", []byte(incl), 0o644)
 
 	var s strings.Builder
-	fmt.Fprintf(&s, "perf record -F 999 -g on the sidecar for %s while the gateway alone served %s requests/s (%s completed, %d errors). "+
-		"Files: `%s` (perf.data), `%s.txt` (self time per function), `%s.children.txt` (inclusive).\n\n",
-		d, rate(rps), thousands(l.ok), l.errors(), path, path, path)
-	fmt.Fprintf(&s, "Self time by package:\n\n| package | share of sidecar CPU |\n|---|---:|\n")
-	for _, p := range byPackage(parsePerf(self)) {
-		if p.pct >= 1 {
-			fmt.Fprintf(&s, "| %s | %.1f%% |\n", p.name, p.pct)
+	fmt.Fprintf(&s, "perf record -F %d -g on one processor at a time for %s while its stack alone served %s requests/s: "+
+		"the sidecar (%s requests, %d errors), then the null processor (%s requests, %d errors). "+
+		"Files: `%s` and `%s.null` (perf.data), with `.txt` (self time per function) and `.children.txt` (inclusive) beside each. "+
+		"Per request: the CPU time sampled (perf's cpu-clock event count) times a row's share, divided by the requests served.\n\n",
+		perfHz, d, rate(rps), thousands(gw.requests), gw.errors, thousands(null.requests), null.errors, path, path)
+	fmt.Fprintf(&s, "Self time by package, µs of CPU per request:\n\n| package | sidecar | null processor | difference |\n|---|---:|---:|---:|\n")
+	gp, np := map[string]float64{}, map[string]float64{}
+	for _, p := range byPackage(parsePerf(gw.self)) {
+		gp[p.name] = p.pct
+	}
+	for _, p := range byPackage(parsePerf(null.self)) {
+		np[p.name] = p.pct
+	}
+	names := slices.Collect(maps.Keys(gp))
+	for k := range np {
+		if _, ok := gp[k]; !ok {
+			names = append(names, k)
 		}
 	}
-	entries := parsePerf(incl)
-	fmt.Fprintf(&s, "\nWhere the time goes, inclusive (a function and all it calls; the rows overlap):\n\n| activity | function | inclusive |\n|---|---|---:|\n")
-	for _, a := range activities {
-		for _, e := range entries {
-			if e.name == a.symbol {
-				fmt.Fprintf(&s, "| %s | `%s` | %.1f%% |\n", a.label, shortSym(e.name), e.pct)
-				break
+	slices.SortFunc(names, func(a, c string) int {
+		return cmpFloat(gw.perRequest(gp[c])-null.perRequest(np[c]), gw.perRequest(gp[a])-null.perRequest(np[a]))
+	})
+	for _, k := range names {
+		g, n := gw.perRequest(gp[k]), null.perRequest(np[k])
+		if g >= 1 || n >= 1 {
+			fmt.Fprintf(&s, "| %s | %.0f | %.0f | %+.0f |\n", k, g, n, g-n)
+		}
+	}
+	fmt.Fprintf(&s, "| **total** | **%.0f** | **%.0f** | **%+.0f** |\n", gw.perRequest(100), null.perRequest(100), gw.perRequest(100)-null.perRequest(100))
+
+	entries, nullEntries := parsePerf(gw.incl), parsePerf(null.incl)
+	find := func(es []perfEntry, sym string) (float64, bool) {
+		for _, e := range es {
+			if e.name == sym {
+				return e.pct, true
 			}
 		}
+		return 0, false
 	}
-	fmt.Fprintf(&s, "\nThe gateway's own functions, inclusive:\n\n| function | inclusive |\n|---|---:|\n")
+	fmt.Fprintf(&s, "\nWhere the time goes, inclusive (a function and all it calls; the rows overlap), µs per request:\n\n| activity | function | sidecar | null processor |\n|---|---|---:|---:|\n")
+	for _, a := range activities {
+		g, gok := find(entries, a.symbol)
+		n, nok := find(nullEntries, a.symbol)
+		if !gok && !nok {
+			continue
+		}
+		fmt.Fprintf(&s, "| %s | `%s` | %.0f | %.0f |\n", a.label, shortSym(a.symbol), gw.perRequest(g), null.perRequest(n))
+	}
+	fmt.Fprintf(&s, "\nThe gateway's own functions, inclusive, µs per request:\n\n| function | sidecar |\n|---|---:|\n")
 	n := 0
 	for _, e := range entries {
 		if strings.Contains(e.name, "modelgateway") && n < 15 {
-			fmt.Fprintf(&s, "| `%s` | %.1f%% |\n", shortSym(e.name), e.pct)
+			fmt.Fprintf(&s, "| `%s` | %.0f |\n", shortSym(e.name), gw.perRequest(e.pct))
 			n++
 		}
 	}
 	b.res.profile = s.String()
+}
+
+// perfHz is perf's sampling frequency.
+const perfHz = 999
+
+// perfRun is one processor's recording.
+type perfRun struct {
+	cpuNS      int64 // CPU time sampled, ns
+	requests   int64
+	errors     int64
+	self, incl string
+}
+
+// perRequest turns a share of the run's samples into µs of CPU per request.
+func (r perfRun) perRequest(pct float64) float64 {
+	if r.requests == 0 {
+		return 0
+	}
+	return pct / 100 * float64(r.cpuNS) / 1e3 / float64(r.requests)
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// perfRecord samples process pid while t alone serves rps for d.
+func (b *bench) perfRecord(t *target, pid int, path string, d time.Duration, rps float64) (perfRun, string) {
+	log.Printf("profile: perf on %s (pid %d) at %.0f requests/s for %s", t.name, pid, rps, d)
+	rec := exec.Command("perf", "record", "-F", strconv.Itoa(perfHz), "-g", "-p", strconv.Itoa(pid), "-o", path,
+		"--", "sleep", strconv.FormatFloat(d.Seconds()+1, 'f', 0, 64))
+	var stderr bytes.Buffer
+	rec.Stderr = &stderr
+	if err := rec.Start(); err != nil {
+		return perfRun{}, "Not taken: " + err.Error()
+	}
+	time.Sleep(500 * time.Millisecond) // perf attaches to every thread
+	l := load(t, request{messagesPath, messagesBody(false)}, rps, d)
+	if err := rec.Wait(); err != nil {
+		return perfRun{}, fmt.Sprintf("Not taken: perf record: %v\n\n```\n%s\n```", err, stderr.String())
+	}
+	r := perfRun{requests: l.ok, errors: l.errors()}
+	r.self = perfReport(path, "--no-children")
+	r.incl = perfReport(path, "--children")
+	r.cpuNS = perfCPU(r.self)
+	os.WriteFile(path+".txt", []byte(r.self), 0o644)
+	os.WriteFile(path+".children.txt", []byte(r.incl), 0o644)
+	return r, ""
+}
+
+// perfCPU reads the CPU time a recording sampled from its report's header:
+// the cpu-clock event counts nanoseconds.
+func perfCPU(report string) int64 {
+	for _, line := range strings.Split(report, "\n") {
+		if v, ok := strings.CutPrefix(line, "# Event count (approx.): "); ok {
+			ns, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return ns
+		}
+	}
+	return 0
 }
 
 // activities are the functions whose inclusive time says where a

@@ -85,6 +85,7 @@ func loadAvg() string {
 type cpuUse struct {
 	sidecar, envoy, redis time.Duration
 	requests              int64
+	switches              int64 // the processor's context switches (sidecar or null processor)
 
 	// The sidecar's own timings of its two store steps (gateway only).
 	admitSeconds, admits   float64
@@ -444,15 +445,17 @@ func (r *results) stepTable(w func(string, ...any)) {
 func (r *results) cpuTable(w func(string, ...any)) {
 	w("## CPU time per request\n\n")
 	w("utime + stime from `/proc/PID/stat` (10 ms ticks) over the measured slices, divided by the requests they completed; Redis from `INFO cpu`. " +
-		"\"Envoy added\" is a stack's Envoy minus bare Envoy: the ext_proc filter's own cost.\n\n")
-	w("| load | sidecar | Redis | gateway Envoy | gateway total added | null processor | null Envoy | floor total added | bare Envoy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		"\"Envoy added\" is a stack's Envoy minus bare Envoy: the ext_proc filter's own cost. " +
+		"Switches: the processor's context switches per request (its threads put to sleep and woken again, from `/proc/PID/task/*/status`).\n\n")
+	w("| load | sidecar | Redis | gateway Envoy | gateway total added | null processor | null Envoy | floor total added | bare Envoy | switches, sidecar | switches, null |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	line := func(name string, c [nStacks]cpuUse) {
 		g, n, bb := c[gwI], c[nullI], c[bareI]
 		bareEnvoy := bb.per(bb.envoy)
 		gwTotal := g.per(g.sidecar) + g.per(g.redis) + g.per(g.envoy) - bareEnvoy
 		nullTotal := n.per(n.sidecar) + n.per(n.envoy) - bareEnvoy
-		w("| %s | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs |\n", name,
-			g.per(g.sidecar), g.per(g.redis), g.per(g.envoy), gwTotal, n.per(n.sidecar), n.per(n.envoy), nullTotal, bareEnvoy)
+		w("| %s | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.1f | %.1f |\n", name,
+			g.per(g.sidecar), g.per(g.redis), g.per(g.envoy), gwTotal, n.per(n.sidecar), n.per(n.envoy), nullTotal, bareEnvoy,
+			float64(g.switches)/float64(max(g.requests, 1)), float64(n.switches)/float64(max(n.requests, 1)))
 	}
 	for _, lr := range r.latency {
 		line(fmt.Sprintf("%s requests/s, vendor +%d ms", rate(lr.rate), lr.vendorMS), lr.cpu)
