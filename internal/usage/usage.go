@@ -5,7 +5,10 @@
 // they carry outside Go (Redis counter and ledger fields, JSON).
 package usage
 
-import "strconv"
+import (
+	"log/slog"
+	"strconv"
+)
 
 // Usage is what one reply consumed. Every field is a count of tokens, except
 // WebSearches, a count of searches.
@@ -100,6 +103,18 @@ func (u Usage) Add(v Usage) Usage {
 		k.Set(&u, k.Of(u)+k.Of(v))
 	}
 	return u
+}
+
+// LogValue logs the kinds by name, zeros left out, without reflection:
+// every request's log line carries one.
+func (u Usage) LogValue() slog.Value {
+	attrs := make([]slog.Attr, 0, 4)
+	for _, k := range Kinds {
+		if v := k.Of(u); v != 0 {
+			attrs = append(attrs, slog.Int64(k.Name, v))
+		}
+	}
+	return slog.GroupValue(attrs...)
 }
 
 // Prompt is the size of the prompt in tokens, as long-context price tiers

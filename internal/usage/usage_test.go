@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -59,4 +60,12 @@ func TestKindsDoNotAllocate(t *testing.T) {
 		t.Fatalf("%v allocations per pass over the kinds", n)
 	}
 	_ = sink
+}
+
+func TestLogValue(t *testing.T) {
+	var b strings.Builder
+	slog.New(slog.NewJSONHandler(&b, nil)).Info("request", "usage", Usage{Input: 12, Output: 34})
+	if !strings.Contains(b.String(), `"usage":{"input":12,"output":34}`) {
+		t.Fatalf("log line %s", b.String())
+	}
 }

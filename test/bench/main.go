@@ -333,6 +333,8 @@ func (b *bench) metered(t *target, u *cpuUse, slice func() int64) {
 	u.admits += after.store.admitCount - before.store.admitCount
 	u.settleSeconds += after.store.settleSum - before.store.settleSum
 	u.settles += after.store.settleCount - before.store.settleCount
+	u.allocBytes += after.store.allocBytes - before.store.allocBytes
+	u.gcCycles += after.store.gcCycles - before.store.gcCycles
 }
 
 // latency measures non-streaming latency at each rate with an immediate

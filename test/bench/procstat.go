@@ -163,6 +163,7 @@ type sidecarStats struct {
 	heapInuse, stackInuse, goroutines float64
 	admitSum, admitCount              float64
 	settleSum, settleCount            float64
+	allocBytes, gcCycles              float64
 }
 
 func sidecarMetrics(url string) sidecarStats {
@@ -181,6 +182,8 @@ func sidecarMetrics(url string) sidecarStats {
 		"gateway_admission_seconds_count":  &st.admitCount,
 		"gateway_settlement_seconds_sum":   &st.settleSum,
 		"gateway_settlement_seconds_count": &st.settleCount,
+		"go_memstats_alloc_bytes_total":    &st.allocBytes,
+		"go_gc_duration_seconds_count":     &st.gcCycles,
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)

@@ -90,6 +90,7 @@ type cpuUse struct {
 	// The sidecar's own timings of its two store steps (gateway only).
 	admitSeconds, admits   float64
 	settleSeconds, settles float64
+	allocBytes, gcCycles   float64 // the sidecar's Go heap allocations and collections
 }
 
 // meanMS is the mean of a Prometheus histogram's sum over its count, in
@@ -446,16 +447,18 @@ func (r *results) cpuTable(w func(string, ...any)) {
 	w("## CPU time per request\n\n")
 	w("utime + stime from `/proc/PID/stat` (10 ms ticks) over the measured slices, divided by the requests they completed; Redis from `INFO cpu`. " +
 		"\"Envoy added\" is a stack's Envoy minus bare Envoy: the ext_proc filter's own cost. " +
-		"Switches: the processor's context switches per request (its threads put to sleep and woken again, from `/proc/PID/task/*/status`).\n\n")
-	w("| load | sidecar | Redis | gateway Envoy | gateway total added | null processor | null Envoy | floor total added | bare Envoy | switches, sidecar | switches, null |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		"Switches: the processor's context switches per request (its threads put to sleep and woken again, from `/proc/PID/task/*/status`). " +
+		"Allocated: the sidecar's Go heap allocations per request and its garbage collections per thousand requests (its own metrics).\n\n")
+	w("| load | sidecar | Redis | gateway Envoy | gateway total added | null processor | null Envoy | floor total added | bare Envoy | switches, sidecar | switches, null | allocated, sidecar | GC per 1,000 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	line := func(name string, c [nStacks]cpuUse) {
 		g, n, bb := c[gwI], c[nullI], c[bareI]
 		bareEnvoy := bb.per(bb.envoy)
 		gwTotal := g.per(g.sidecar) + g.per(g.redis) + g.per(g.envoy) - bareEnvoy
 		nullTotal := n.per(n.sidecar) + n.per(n.envoy) - bareEnvoy
-		w("| %s | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.1f | %.1f |\n", name,
+		reqs := float64(max(g.requests, 1))
+		w("| %s | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.1f | %.1f | %.1f KB | %.2f |\n", name,
 			g.per(g.sidecar), g.per(g.redis), g.per(g.envoy), gwTotal, n.per(n.sidecar), n.per(n.envoy), nullTotal, bareEnvoy,
-			float64(g.switches)/float64(max(g.requests, 1)), float64(n.switches)/float64(max(n.requests, 1)))
+			float64(g.switches)/reqs, float64(n.switches)/float64(max(n.requests, 1)), g.allocBytes/reqs/1024, 1000*g.gcCycles/reqs)
 	}
 	for _, lr := range r.latency {
 		line(fmt.Sprintf("%s requests/s, vendor +%d ms", rate(lr.rate), lr.vendorMS), lr.cpu)
