@@ -46,7 +46,6 @@ var (
 // Defaults of Options.
 const (
 	defaultHoldTTL     = time.Minute
-	defaultSettledTTL  = time.Hour
 	defaultAuditMaxLen = 100_000
 
 	dayKeyTTL   = 40 * 24 * time.Hour
@@ -61,9 +60,6 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	}
 	if opts.HoldTTL <= 0 {
 		opts.HoldTTL = defaultHoldTTL
-	}
-	if opts.SettledTTL <= 0 {
-		opts.SettledTTL = defaultSettledTTL
 	}
 	if opts.AuditMaxLen <= 0 {
 		opts.AuditMaxLen = defaultAuditMaxLen

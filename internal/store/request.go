@@ -39,7 +39,6 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 		acctKey(id, "holdexp"),
 		acctKey(id, "rl"),
 		acctKey(id, "day:"+dayStamp(now)),
-		acctKey(id, "settled:"+a.RequestID),
 		acctKey(id, "holdrec"),
 	}
 	started := a.StartedAt
@@ -101,9 +100,10 @@ func nextMidnight(t time.Time) time.Time {
 }
 
 // Settle ends an admitted request: it releases the hold and, for a 2xx reply,
-// charges Cost and counts usage; it always appends one ledger entry. Settling
-// a RequestID again does nothing and returns applied false, so a settlement
-// replayed from a spool charges exactly once, even after its hold expired.
+// charges Cost and counts usage; it always appends one ledger entry. Only a
+// held request settles, and settling removes the hold: settling a RequestID
+// again does nothing and returns applied false, so a settlement replayed from
+// a spool charges exactly once, even after the sweeper settled it.
 // Usage counts towards the UTC day and month of the store's clock. One round
 // trip.
 func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err error) {
@@ -232,9 +232,6 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 		acctKey(id, "holdrec"),
 		acctKey(id, "holdckpt"),
 	}
-	for _, st := range group {
-		keys = append(keys, acctKey(id, "settled:"+st.RequestID))
-	}
 	keyIndex := map[string]int{}
 	for _, st := range group {
 		if _, ok := keyIndex[st.KeyID]; !ok && st.KeyID != "" {
@@ -242,12 +239,10 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 			keys = append(keys, acctKey(id, "key:"+st.KeyID))
 		}
 	}
-	args = make([]any, 0, 6+len(group)*48)
+	args = make([]any, 0, 4+len(group)*48)
 	args = append(args, len(group), len(keyIndex),
-		s.opts.SettledTTL.Milliseconds(),
 		int64(dayKeyTTL/time.Second),
 		int64(monthKeyTTL/time.Second),
-		0, // unused: the ledger is trimmed after export only
 	)
 	for _, st := range group {
 		charged := st.Status >= 200 && st.Status < 300

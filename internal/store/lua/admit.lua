@@ -8,8 +8,7 @@
 -- KEYS[3]  gw:{acct:ID}:holdexp           zset: request id scored by hold expiry (unix ms)
 -- KEYS[4]  gw:{acct:ID}:rl                zset: admitted request ids scored by admission time (unix ms)
 -- KEYS[5]  gw:{acct:ID}:day:YYYYMMDD      string: settled spend of the current UTC day
--- KEYS[6]  gw:{acct:ID}:settled:REQID     string: present once REQID has settled
--- KEYS[7]  gw:{acct:ID}:holdrec           hash: request id -> admission record (opaque JSON)
+-- KEYS[6]  gw:{acct:ID}:holdrec           hash: request id -> admission record (opaque JSON)
 --
 -- ARGV[1]  now, unix ms, from the caller's clock (never Redis TIME)
 -- ARGV[2]  request id
@@ -20,7 +19,11 @@
 --
 -- Returns {outcome, retry_after_ms, expired_holds}. Outcome: 0 admitted,
 -- 1 rate limited, 2 daily limited, 3 insufficient balance, -1 no such account,
--- -2 request id already held or settled.
+-- -2 request id already held.
+--
+-- A settled id is not looked for: request ids are made unique by the
+-- sidecar (a random per-process prefix and a sequence), so one that settled
+-- never comes back, and a hold is the only thing settlement acts on.
 --
 -- Expired holds (their sidecar died) are never released here: the
 -- background sweeper (sweep.lua) settles them as interrupted at their last
@@ -50,12 +53,6 @@ local rpm = tonumber(acct[4] or '0')
 local window = tonumber(acct[5] or '0')
 
 local swept = 0
-
--- A request id that already settled is not admitted again (one still held
--- is caught by HSETNX below).
-if redis.call('EXISTS', KEYS[6]) == 1 then
-  return {-2, 0, swept}
-end
 
 -- 2. Rate limit: at most rpm*window admissions in any window minutes.
 local span = 0
@@ -98,7 +95,7 @@ end
 if redis.call('HSETNX', KEYS[2], req, int(hold)) == 0 then
   return {-2, 0, swept}
 end
-redis.call('HSET', KEYS[7], req, ARGV[5])
+redis.call('HSET', KEYS[6], req, ARGV[5])
 redis.call('ZADD', KEYS[3], int(now + ttl), req)
 redis.call('HINCRBY', KEYS[1], 'held', int(hold))
 if rpm > 0 then

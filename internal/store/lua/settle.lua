@@ -1,12 +1,12 @@
 -- settle.lua: end a batch of admitted requests of one account, atomically,
 -- each at most once. Only a held request settles: a hold leaves only through
 -- settlement (the sweeper settles expired ones as interrupted), so a request
--- without one has settled already, even once its marker has expired.
+-- without one has settled already (or was never admitted). No other marker
+-- is kept.
 --
 -- Settlements are queued by the sidecar as replies end and sent in batches;
 -- one call settles all of an account's requests in a batch. What each
--- request needs on its own (its idempotency marker, its hold, its ledger
--- entry) is done per request; what adds up (held, balance, the day's spend,
+-- request needs on its own (its hold, its ledger entry) is done per request; what adds up (held, balance, the day's spend,
 -- usage counters, a credential's last_used) is summed in Lua and written
 -- once per call. A batch of one is a single settlement.
 --
@@ -20,16 +20,13 @@
 -- KEYS[8]    gw:{acct:ID}:ledger           stream: one entry per settled request
 -- KEYS[9]    gw:{acct:ID}:holdrec          hash: request id -> admission record
 -- KEYS[10]   gw:{acct:ID}:holdckpt         hash: request id -> usage checkpoint
--- KEYS[11..10+n]     gw:{acct:ID}:settled:REQID, the idempotency marker of each request
--- KEYS[11+n..10+n+k] gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
+-- KEYS[11..10+k]  gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
 --
 -- ARGV[1]  n, the number of requests
 -- ARGV[2]  k, the number of credentials
--- ARGV[3]  idempotency marker lifetime, ms
--- ARGV[4]  day key lifetime, s
--- ARGV[5]  month key lifetime, s
--- ARGV[6]  unused (the ledger is trimmed only after export, by trim.lua)
--- ARGV[7..] n request records, one after the other, each:
+-- ARGV[3]  day key lifetime, s
+-- ARGV[4]  month key lifetime, s
+-- ARGV[5..] n request records, one after the other, each:
 --   request id; "1" to charge and count usage (2xx reply), else "0";
 --   cost, nano-USD; the priced model (usage is counted under it);
 --   credential index (1..k, 0 for none); last-used time of the credential,
@@ -56,7 +53,6 @@ end
 
 local n = tonumber(ARGV[1])
 local k = tonumber(ARGV[2])
-local markerTTL = ARGV[3]
 
 local out = {}
 local released, cost = 0, 0
@@ -71,7 +67,7 @@ end
 local lastUsed = {}
 local accountSeen = false
 
-local a = 7
+local a = 5
 for i = 1, n do
   local req, charged, c, model = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2]), ARGV[a + 3]
   local ki, used = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
@@ -81,10 +77,7 @@ for i = 1, n do
   local ffirst = cfirst + 2 * nc + 1
   a = ffirst + 2 * nf
 
-  local amount = nil
-  if redis.call('EXISTS', KEYS[10 + i]) == 0 then
-    amount = redis.call('HGET', KEYS[2], req)
-  end
+  local amount = redis.call('HGET', KEYS[2], req)
   if not amount and not accountSeen then
     if redis.call('EXISTS', KEYS[1]) == 0 then
       return {-1}
@@ -93,7 +86,6 @@ for i = 1, n do
   end
   if amount then
     accountSeen = true -- a hold exists only on an existing account
-    redis.call('SET', KEYS[10 + i], '1', 'PX', markerTTL)
     redis.call('HDEL', KEYS[2], req)
     redis.call('ZREM', KEYS[3], req)
     redis.call('HDEL', KEYS[9], req)
@@ -130,11 +122,11 @@ end
 if cost > 0 then
   redis.call('HINCRBY', KEYS[1], 'balance', int(-cost))
   if redis.call('INCRBY', KEYS[4], int(cost)) == cost then
-    redis.call('EXPIRE', KEYS[4], ARGV[4])
+    redis.call('EXPIRE', KEYS[4], ARGV[3])
   end
 end
 if #order > 0 then
-  local ttl = {[5] = ARGV[4], [6] = ARGV[5]}
+  local ttl = {[5] = ARGV[3], [6] = ARGV[4]}
   for h = 5, 7 do
     local created = false
     for _, field in ipairs(order) do
@@ -149,7 +141,7 @@ end
 -- The credentials were used, whatever the replies; keep the latest time.
 -- A credential's hash always has last_used, so nil means it is gone.
 for ki, used in pairs(lastUsed) do
-  local key = KEYS[10 + n + ki]
+  local key = KEYS[10 + ki]
   local last = redis.call('HGET', key, 'last_used')
   if last and used > tonumber(last) then
     redis.call('HSET', key, 'last_used', int(used))
