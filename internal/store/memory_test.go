@@ -50,7 +50,7 @@ func TestMemoryPerRequest(t *testing.T) {
 	if _, err := s.RenewHolds(ctx, renewals); err != nil {
 		t.Fatal(err)
 	}
-	open := mem(acctKey(a.ID, "holds")) + mem(acctKey(a.ID, "holdexp")) + mem(acctKey(a.ID, "holdrec")) + mem(acctKey(a.ID, "holdckpt"))
+	open := mem(acctKey(a.ID, "holds"))
 	// Settle them all.
 	for _, id := range ids {
 		st := Settlement{RequestID: id, AccountID: a.ID, KeyID: "key_0123456789abcdef", Priced: "claude-sonnet-4-5-20250929",
@@ -63,8 +63,8 @@ func TestMemoryPerRequest(t *testing.T) {
 	ledger := mem(acctKey(a.ID, "ledger"))
 	now := time.Now().UTC()
 	day := mem(acctKey(a.ID, "day:"+dayStamp(now))) + mem(acctKey(a.ID, "u:d:"+dayStamp(now)))
-	left := mem(acctKey(a.ID, "holds")) + mem(acctKey(a.ID, "holdexp")) + mem(acctKey(a.ID, "holdrec")) + mem(acctKey(a.ID, "holdckpt"))
-	t.Logf("per open request: %d bytes (hold, expiry, admission record, checkpoint)", open/n)
+	left := mem(acctKey(a.ID, "holds"))
+	t.Logf("per open request: %d bytes (one hold: amount, lease, admission record, checkpoint)", open/n)
 	t.Logf("per settled request: ledger entry %d bytes (kept until exported and past the retention)", ledger/n)
 	t.Logf("per account-day, one model: %d bytes (daily spend and usage counters)", day)
 	t.Logf("holds left after settlement: %d bytes", left)

@@ -31,15 +31,19 @@ var (
 	sweepLua string
 	//go:embed lua/trim.lua
 	trimLua string
+	// holdLua reads and writes a hold's value; the scripts that touch holds
+	// start with it.
+	//go:embed lua/hold.lua
+	holdLua string
 
-	admitScript  = redis.NewScript(admitLua)
-	settleScript = redis.NewScript(settleLua)
+	admitScript  = redis.NewScript(holdLua + admitLua)
+	settleScript = redis.NewScript(holdLua + settleLua)
 	topUpScript  = redis.NewScript(topUpLua)
 	hsetxScript  = redis.NewScript(hsetxLua)
 	revokeScript = redis.NewScript(revokeLua)
 	expireScript = redis.NewScript(expireLua)
-	renewScript  = redis.NewScript(renewLua)
-	sweepScript  = redis.NewScript(sweepLua)
+	renewScript  = redis.NewScript(holdLua + renewLua)
+	sweepScript  = redis.NewScript(holdLua + sweepLua)
 	trimScript   = redis.NewScript(trimLua)
 )
 

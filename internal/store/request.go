@@ -36,10 +36,8 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	keys := []string{
 		acctKey(id, "acct"),
 		acctKey(id, "holds"),
-		acctKey(id, "holdexp"),
 		acctKey(id, "rl"),
 		acctKey(id, "day:"+dayStamp(now)),
-		acctKey(id, "holdrec"),
 	}
 	started := a.StartedAt
 	if started.IsZero() {
@@ -223,14 +221,11 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 	keys = []string{
 		acctKey(id, "acct"),
 		acctKey(id, "holds"),
-		acctKey(id, "holdexp"),
 		acctKey(id, "day:"+dayStamp(now)),
 		acctKey(id, "u:d:"+dayStamp(now)),
 		acctKey(id, "u:m:"+monthStamp(now)),
 		acctKey(id, "u:t"),
 		acctKey(id, "ledger"),
-		acctKey(id, "holdrec"),
-		acctKey(id, "holdckpt"),
 	}
 	keyIndex := map[string]int{}
 	for _, st := range group {

@@ -74,6 +74,7 @@ var suite = []struct {
 	{"AdmitErrors", testAdmitErrors},
 	{"HoldExpiry", testHoldExpiry},
 	{"RenewAndCheckpoint", testRenewAndCheckpoint},
+	{"HoldValue", testHoldValue},
 	{"ExportLedger", testExportLedger},
 	{"SettleIdempotent", testSettleIdempotent},
 	{"SettleAfterHoldExpiry", testSettleAfterHoldExpiry},

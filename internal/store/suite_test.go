@@ -570,6 +570,68 @@ func testHoldExpiry(t *testing.T, e *env) {
 	}
 }
 
+// A hold's lease, admission record and checkpoint live in its one value:
+// a renewal without a new checkpoint keeps the last one, a model name with
+// spaces survives, and a bare amount (an older sidecar's hold) still settles,
+// or is released at no charge one lease after a sweep first sees it.
+func testHoldValue(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{})
+	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Model: "a model with spaces", Hold: 500}); err != nil {
+		t.Fatal(err)
+	}
+	ck := Checkpoint{Status: 200, Priced: "a model with spaces", Usage: usage.Usage{Output: 3}, Cost: 40}
+	if _, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1", Checkpoint: &ck}}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(holdTTL / 2)
+	if _, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1"}}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := e.s.Checkpoints(e.ctx, acct)
+	if err != nil || len(cs) != 1 || cs["r1"].Cost != 40 || cs["r1"].Priced != ck.Priced {
+		t.Fatalf("checkpoints %+v, %v", cs, err)
+	}
+	// The second renewal moved the lease: not expired a lease after the first.
+	e.clock.Advance(holdTTL / 2)
+	if r := e.sweep(acct); len(r.Interrupted) != 0 {
+		t.Fatalf("a renewed hold was swept: %+v", r)
+	}
+	e.clock.Advance(holdTTL / 2)
+	r := e.sweep(acct)
+	if len(r.Interrupted) != 1 || !r.Applied[0] || r.Interrupted[0].Priced != ck.Priced || r.Interrupted[0].KeyID != "key_1" || r.Interrupted[0].Cost != 40 {
+		t.Fatalf("sweep: %+v", r)
+	}
+	if b := e.balance(acct); b != 960 {
+		t.Fatalf("balance %d, want 960", b)
+	}
+
+	// Holds as an older sidecar wrote them: a bare amount.
+	for _, id := range []string{"old1", "old2"} {
+		if err := e.rdb.HSet(e.ctx, acctKey(acct, "holds"), id, "100").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.rdb.HIncrBy(e.ctx, acctKey(acct, "acct"), "held", 100).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !e.settle(Settlement{RequestID: "old1", AccountID: acct, Cost: 60, Status: 200}) {
+		t.Fatal("an older hold did not settle")
+	}
+	if r := e.sweep(acct); len(r.Interrupted) != 0 || r.Released != 0 {
+		t.Fatalf("an older hold was swept at once: %+v", r)
+	}
+	e.clock.Advance(holdTTL)
+	if r := e.sweep(acct); r.Released != 1 {
+		t.Fatalf("an older hold was not released a lease later: %+v", r)
+	}
+	if n, a := e.holds(acct); n != 0 || a != 0 {
+		t.Fatalf("holds %d, %d", n, a)
+	}
+	if b := e.balance(acct); b != 900 {
+		t.Fatalf("balance %d, want 900", b)
+	}
+}
+
 func testRenewAndCheckpoint(t *testing.T, e *env) {
 	acct := e.account(1000, Limits{})
 	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Model: "m", Hold: 500, Stream: true}); err != nil {

@@ -11,16 +11,13 @@
 -- once per call. A batch of one is a single settlement.
 --
 -- KEYS[1]    gw:{acct:ID}:acct             hash: balance, held, ...
--- KEYS[2]    gw:{acct:ID}:holds            hash: request id -> held amount
--- KEYS[3]    gw:{acct:ID}:holdexp          zset: request id scored by hold expiry
--- KEYS[4]    gw:{acct:ID}:day:YYYYMMDD     string: settled spend of the current UTC day
--- KEYS[5]    gw:{acct:ID}:u:d:YYYYMMDD     hash: usage counters of the UTC day
--- KEYS[6]    gw:{acct:ID}:u:m:YYYYMM       hash: usage counters of the UTC month
--- KEYS[7]    gw:{acct:ID}:u:t              hash: usage counters of all time
--- KEYS[8]    gw:{acct:ID}:ledger           stream: one entry per settled request
--- KEYS[9]    gw:{acct:ID}:holdrec          hash: request id -> admission record
--- KEYS[10]   gw:{acct:ID}:holdckpt         hash: request id -> usage checkpoint
--- KEYS[11..10+k]  gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
+-- KEYS[2]    gw:{acct:ID}:holds            hash: request id -> hold (hold.lua)
+-- KEYS[3]    gw:{acct:ID}:day:YYYYMMDD     string: settled spend of the current UTC day
+-- KEYS[4]    gw:{acct:ID}:u:d:YYYYMMDD     hash: usage counters of the UTC day
+-- KEYS[5]    gw:{acct:ID}:u:m:YYYYMM       hash: usage counters of the UTC month
+-- KEYS[6]    gw:{acct:ID}:u:t              hash: usage counters of all time
+-- KEYS[7]    gw:{acct:ID}:ledger           stream: one entry per settled request
+-- KEYS[8..7+k]  gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
 --
 -- ARGV[1]  n, the number of requests
 -- ARGV[2]  k, the number of credentials
@@ -77,20 +74,19 @@ for i = 1, n do
   local ffirst = cfirst + 2 * nc + 1
   a = ffirst + 2 * nf
 
-  local amount = redis.call('HGET', KEYS[2], req)
-  if not amount and not accountSeen then
+  local v = redis.call('HGET', KEYS[2], req)
+  if not v and not accountSeen then
     if redis.call('EXISTS', KEYS[1]) == 0 then
       return {-1}
     end
     accountSeen = true
   end
-  if amount then
+  if v then
     accountSeen = true -- a hold exists only on an existing account
+    -- The hold's lease, record and checkpoint go with it.
     redis.call('HDEL', KEYS[2], req)
-    redis.call('ZREM', KEYS[3], req)
-    redis.call('HDEL', KEYS[9], req)
-    redis.call('HDEL', KEYS[10], req)
-    released = released + tonumber(amount)
+    local amount = hold_parse(v)
+    released = released + amount
     if ki > 0 and used > (lastUsed[ki] or 0) then
       lastUsed[ki] = used
     end
@@ -104,7 +100,7 @@ for i = 1, n do
       end
     end
     -- Never trimmed here: an entry leaves the ledger only once exported.
-    redis.call('XADD', KEYS[8], '*', unpack(ARGV, ffirst, ffirst + 2 * nf - 1))
+    redis.call('XADD', KEYS[7], '*', unpack(ARGV, ffirst, ffirst + 2 * nf - 1))
     out[i] = 1
   else
     out[i] = 0
@@ -121,13 +117,13 @@ end
 -- model, not on every call).
 if cost > 0 then
   redis.call('HINCRBY', KEYS[1], 'balance', int(-cost))
-  if redis.call('INCRBY', KEYS[4], int(cost)) == cost then
-    redis.call('EXPIRE', KEYS[4], ARGV[3])
+  if redis.call('INCRBY', KEYS[3], int(cost)) == cost then
+    redis.call('EXPIRE', KEYS[3], ARGV[3])
   end
 end
 if #order > 0 then
-  local ttl = {[5] = ARGV[3], [6] = ARGV[4]}
-  for h = 5, 7 do
+  local ttl = {[4] = ARGV[3], [5] = ARGV[4]}
+  for h = 4, 6 do
     local created = false
     for _, field in ipairs(order) do
       created = redis.call('HINCRBY', KEYS[h], field, int(counters[field])) == counters[field] or created
@@ -141,7 +137,7 @@ end
 -- The credentials were used, whatever the replies; keep the latest time.
 -- A credential's hash always has last_used, so nil means it is gone.
 for ki, used in pairs(lastUsed) do
-  local key = KEYS[10 + ki]
+  local key = KEYS[7 + ki]
   local last = redis.call('HGET', key, 'last_used')
   if last and used > tonumber(last) then
     redis.call('HSET', key, 'last_used', int(used))
