@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -112,6 +113,7 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err er
 	keys, args := s.settleCall(group)
 	r, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	res := settleReplies(group, r, err)
+	s.markUsed(group, res)
 	return res[0].Applied, res[0].Err
 }
 
@@ -174,6 +176,7 @@ func (s *Store) SettleBatch(ctx context.Context, sts []Settlement) []SettleResul
 			r, err := c.Int64Slice()
 			out = settleReplies(members[g], r, err)
 		}
+		s.markUsed(members[g], out)
 		for j, i := range groups[g] {
 			res[i] = out[j]
 		}
@@ -227,9 +230,11 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 		acctKey(id, "u:t"),
 		acctKey(id, "ledger"),
 	}
+	// A credential's last_used is written once a minute at most: one
+	// already written for the minute of its use is left out of the call.
 	keyIndex := map[string]int{}
 	for _, st := range group {
-		if _, ok := keyIndex[st.KeyID]; !ok && st.KeyID != "" {
+		if _, ok := keyIndex[st.KeyID]; !ok && st.KeyID != "" && !s.lastUsed.written(st.KeyID, usedMinute(st, now)) {
 			keyIndex[st.KeyID] = len(keyIndex) + 1
 			keys = append(keys, acctKey(id, "key:"+st.KeyID))
 		}
@@ -245,17 +250,80 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 		if !charged {
 			cost = 0
 		}
-		lastUsed := st.EndedAt
-		if lastUsed.IsZero() {
-			lastUsed = now
-		}
-		args = append(args, st.RequestID, boolString(charged), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsed))
+		args = append(args, st.RequestID, boolString(charged), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsedAt(st, now)))
 		args = append(args, counterArgs(st, cost)...)
 		entry := ledgerArgs(st, cost)
 		args = append(args, len(entry)/2)
 		args = append(args, entry...)
 	}
 	return keys, args
+}
+
+// lastUsedAt is when a settlement's credential was last used: when its
+// request ended.
+func lastUsedAt(st Settlement, now time.Time) time.Time {
+	if st.EndedAt.IsZero() {
+		return now
+	}
+	return st.EndedAt
+}
+
+// usedMinute is the minute (unix minutes) of a settlement's credential use.
+func usedMinute(st Settlement, now time.Time) int64 {
+	return lastUsedAt(st, now).Unix() / 60
+}
+
+// usedMinutes remembers, per credential, the latest minute whose last_used
+// this store has written, so that settlement writes it once a minute at
+// most. Only the last few minutes are kept: an older use is not written
+// again anyway (last_used never moves back).
+type usedMinutes struct {
+	mu     sync.Mutex
+	m      map[string]int64 // key id -> unix minute
+	pruned int64            // the minute of the last pruning
+}
+
+// usedMinutesKept is how many minutes back an entry is kept.
+const usedMinutesKept = 3
+
+// written reports whether last_used was written for keyID in minute (or a
+// later one).
+func (u *usedMinutes) written(keyID string, minute int64) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	w, ok := u.m[keyID]
+	return ok && w >= minute
+}
+
+// mark records that last_used was written for keyID in minute.
+func (u *usedMinutes) mark(keyID string, minute int64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.m == nil {
+		u.m = map[string]int64{}
+	}
+	if minute > u.m[keyID] {
+		u.m[keyID] = minute
+	}
+	if minute > u.pruned {
+		u.pruned = minute
+		for k, w := range u.m {
+			if w < minute-usedMinutesKept {
+				delete(u.m, k)
+			}
+		}
+	}
+}
+
+// markUsed records the credential uses a settlement call wrote: those of its
+// applied settlements (the script writes last_used only for those).
+func (s *Store) markUsed(group []Settlement, res []SettleResult) {
+	now := s.now()
+	for i, st := range group {
+		if st.KeyID != "" && res[i].Applied {
+			s.lastUsed.mark(st.KeyID, usedMinute(st, now))
+		}
+	}
 }
 
 // usageKey names the usage hash of period p at time now.

@@ -198,4 +198,7 @@ type LedgerEntry struct {
 type Store struct {
 	rdb  redis.UniversalClient
 	opts Options
+	// lastUsed keeps settlement from rewriting a credential's last_used
+	// more than once a minute.
+	lastUsed usedMinutes
 }

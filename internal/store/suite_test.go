@@ -632,6 +632,71 @@ func testHoldValue(t *testing.T, e *env) {
 	}
 }
 
+// A credential's last_used is written at most once a minute per store
+// client: later uses within the minute it was written leave it as it is,
+// the next minute's first use moves it, and another client (another
+// sidecar) writes its own uses.
+func testLastUsedMinute(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{})
+	_, k, err := e.s.CreateKey(e.ctx, acct, ModelKey, KeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastUsed := func() time.Time {
+		t.Helper()
+		keys, err := e.s.ListKeys(e.ctx, acct)
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("keys %+v, %v", keys, err)
+		}
+		return keys[0].LastUsedAt
+	}
+	minute := start.Truncate(time.Minute).Add(10 * time.Minute)
+	use := func(s *Store, req string, at time.Time) {
+		t.Helper()
+		e.mustAdmit(acct, req, 1)
+		if ok, err := s.Settle(e.ctx, Settlement{RequestID: req, AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 1, Status: 200, EndedAt: at}); !ok || err != nil {
+			t.Fatalf("settle %s: %v, %v", req, ok, err)
+		}
+	}
+	use(e.s, "r1", minute.Add(5*time.Second))
+	if got := lastUsed(); !got.Equal(minute.Add(5 * time.Second)) {
+		t.Fatalf("last_used %v after the first use", got)
+	}
+	// Within the same minute: not written again, in a batch or alone.
+	e.mustAdmit(acct, "r2", 1)
+	e.mustAdmit(acct, "r3", 1)
+	res := e.s.SettleBatch(e.ctx, []Settlement{
+		{RequestID: "r2", AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 1, Status: 200, EndedAt: minute.Add(30 * time.Second)},
+		{RequestID: "r3", AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 1, Status: 200, EndedAt: minute.Add(40 * time.Second)},
+	})
+	if !res[0].Applied || !res[1].Applied {
+		t.Fatalf("batch %+v", res)
+	}
+	use(e.s, "r4", minute.Add(59*time.Second))
+	if got := lastUsed(); !got.Equal(minute.Add(5 * time.Second)) {
+		t.Fatalf("last_used %v, want it left at the minute's first use", got)
+	}
+	// The next minute's first use is written.
+	use(e.s, "r5", minute.Add(61*time.Second))
+	if got := lastUsed(); !got.Equal(minute.Add(61 * time.Second)) {
+		t.Fatalf("last_used %v after the next minute's use", got)
+	}
+	// Another store client has not written this minute: it does.
+	other := New(e.rdb, Options{Now: e.clock.Now, HoldTTL: holdTTL})
+	use(other, "r6", minute.Add(70*time.Second))
+	if got := lastUsed(); !got.Equal(minute.Add(70 * time.Second)) {
+		t.Fatalf("last_used %v after another client's use", got)
+	}
+	// A revoked-then-deleted credential's hash is never recreated.
+	if err := e.rdb.Del(e.ctx, acctKey(acct, "key:"+k.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	use(e.s, "r7", minute.Add(5*time.Minute))
+	if n, err := e.rdb.Exists(e.ctx, acctKey(acct, "key:"+k.ID)).Result(); err != nil || n != 0 {
+		t.Fatalf("deleted credential recreated: %d, %v", n, err)
+	}
+}
+
 func testRenewAndCheckpoint(t *testing.T, e *env) {
 	acct := e.account(1000, Limits{})
 	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Model: "m", Hold: 500, Stream: true}); err != nil {
