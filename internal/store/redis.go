@@ -52,8 +52,9 @@ const (
 	defaultHoldTTL     = time.Minute
 	defaultAuditMaxLen = 100_000
 
-	dayKeyTTL   = 40 * 24 * time.Hour
-	monthKeyTTL = 400 * 24 * time.Hour
+	// Day keys outlive the longest month: a month's usage is the sum of its
+	// days.
+	dayKeyTTL = 40 * 24 * time.Hour
 )
 
 // New returns a Store on rdb, which may be a standalone, failover or cluster
@@ -94,8 +95,7 @@ func acctKey(id, suffix string) string { return "gw:{acct:" + id + "}:" + suffix
 // keyHashKey names the credential index record of a secret's SHA-256.
 func keyHashKey(hexHash string) string { return "gw:keyhash:" + hexHash }
 
-func dayStamp(t time.Time) string   { return t.Format("20060102") }
-func monthStamp(t time.Time) string { return t.Format("200601") }
+func dayStamp(t time.Time) string { return t.Format("20060102") }
 
 // validID reports whether id is safe inside a key name and its hash tag. Ids
 // made by the store are letters, digits and '_'; anything else cannot exist.

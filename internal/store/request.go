@@ -226,7 +226,6 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 		acctKey(id, "holds"),
 		acctKey(id, "day:"+dayStamp(now)),
 		acctKey(id, "u:d:"+dayStamp(now)),
-		acctKey(id, "u:m:"+monthStamp(now)),
 		acctKey(id, "u:t"),
 		acctKey(id, "ledger"),
 	}
@@ -239,11 +238,8 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 			keys = append(keys, acctKey(id, "key:"+st.KeyID))
 		}
 	}
-	args = make([]any, 0, 4+len(group)*48)
-	args = append(args, len(group), len(keyIndex),
-		int64(dayKeyTTL/time.Second),
-		int64(monthKeyTTL/time.Second),
-	)
+	args = make([]any, 0, 3+len(group)*48)
+	args = append(args, len(group), len(keyIndex), int64(dayKeyTTL/time.Second))
 	for _, st := range group {
 		charged := st.Status >= 200 && st.Status < 300
 		cost := st.Cost
@@ -326,17 +322,25 @@ func (s *Store) markUsed(group []Settlement, res []SettleResult) {
 	}
 }
 
-// usageKey names the usage hash of period p at time now.
-func usageKey(id string, p Period, now time.Time) (string, bool) {
+// usageKeys names the usage hashes whose sum is period p at time now: a
+// month is the sum of its days so far (day hashes outlive a month), so that
+// settlement writes one hash fewer.
+func usageKeys(id string, p Period, now time.Time) ([]string, bool) {
 	switch p {
 	case Day:
-		return acctKey(id, "u:d:"+dayStamp(now)), true
+		return []string{acctKey(id, "u:d:"+dayStamp(now))}, true
 	case Month:
-		return acctKey(id, "u:m:"+monthStamp(now)), true
+		now = now.UTC()
+		y, m, d := now.Date()
+		keys := make([]string, 0, d)
+		for day := 1; day <= d; day++ {
+			keys = append(keys, acctKey(id, "u:d:"+dayStamp(time.Date(y, m, day, 0, 0, 0, 0, time.UTC))))
+		}
+		return keys, true
 	case Total:
-		return acctKey(id, "u:t"), true
+		return []string{acctKey(id, "u:t")}, true
 	}
-	return "", false
+	return nil, false
 }
 
 // Usage reports the account's balance, limits, today's spend and its usage
@@ -346,26 +350,32 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 		return UsageReport{}, fmt.Errorf("store: usage of %q: %w", accountID, ErrNotFound)
 	}
 	now := s.now()
-	ukey, ok := usageKey(accountID, p, now)
+	ukeys, ok := usageKeys(accountID, p, now)
 	if !ok {
 		return UsageReport{}, fmt.Errorf("store: usage of %s: unknown period %q", accountID, p)
 	}
 	var (
 		acct  *redis.SliceCmd
 		spent *redis.StringCmd
-		usage *redis.MapStringStringCmd
+		usage = make([]*redis.MapStringStringCmd, len(ukeys))
 	)
-	// All three keys share the account's slot: one round trip to one node.
+	// All the keys share the account's slot: one round trip to one node.
 	_, err := s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		acct = pl.HMGet(ctx, acctKey(accountID, "acct"), "balance", "daily", "rpm", "window")
 		spent = pl.Get(ctx, acctKey(accountID, "day:"+dayStamp(now)))
-		usage = pl.HGetAll(ctx, ukey)
+		for i, k := range ukeys {
+			usage[i] = pl.HGetAll(ctx, k)
+		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return UsageReport{}, fmt.Errorf("store: usage of %s: %w", accountID, err)
 	}
-	for _, c := range []redis.Cmder{acct, spent, usage} {
+	cmds := []redis.Cmder{acct, spent}
+	for _, c := range usage {
+		cmds = append(cmds, c)
+	}
+	for _, c := range cmds {
 		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			return UsageReport{}, fmt.Errorf("store: usage of %s: %w", accountID, err)
 		}
@@ -384,29 +394,35 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 		DailyUsed: parseInt(spent.Val()),
 		Period:    p,
 	}
-	r.Totals, r.ByModel = decodeUsage(usage.Val())
+	hs := make([]map[string]string, len(usage))
+	for i, c := range usage {
+		hs[i] = c.Val()
+	}
+	r.Totals, r.ByModel = decodeUsage(hs...)
 	return r, nil
 }
 
-// decodeUsage reads a usage hash of per-model counters, "m:NAME:MODEL", and
-// sums them into the account's totals.
-func decodeUsage(h map[string]string) (Counters, []ModelCounters) {
+// decodeUsage reads usage hashes of per-model counters, "m:NAME:MODEL", and
+// sums them by model and into the account's totals.
+func decodeUsage(hs ...map[string]string) (Counters, []ModelCounters) {
 	models := map[usage.PricedModel]*Counters{}
-	for field, value := range h {
-		rest, ok := strings.CutPrefix(field, "m:")
-		if !ok {
-			continue
+	for _, h := range hs {
+		for field, value := range h {
+			rest, ok := strings.CutPrefix(field, "m:")
+			if !ok {
+				continue
+			}
+			name, model, ok := strings.Cut(rest, ":")
+			if !ok {
+				continue
+			}
+			c := models[usage.PricedModel(model)]
+			if c == nil {
+				c = new(Counters)
+				models[usage.PricedModel(model)] = c
+			}
+			addCounter(c, name, parseInt(value))
 		}
-		name, model, ok := strings.Cut(rest, ":")
-		if !ok {
-			continue
-		}
-		c := models[usage.PricedModel(model)]
-		if c == nil {
-			c = new(Counters)
-			models[usage.PricedModel(model)] = c
-		}
-		addCounter(c, name, parseInt(value))
 	}
 	var total Counters
 	byModel := make([]ModelCounters, 0, len(models))

@@ -6,24 +6,26 @@
 --
 -- Settlements are queued by the sidecar as replies end and sent in batches;
 -- one call settles all of an account's requests in a batch. What each
--- request needs on its own (its hold, its ledger entry) is done per request; what adds up (held, balance, the day's spend,
--- usage counters, a credential's last_used) is summed in Lua and written
--- once per call. A batch of one is a single settlement.
+-- request needs on its own (its hold, its ledger entry) is done per
+-- request; what adds up (held, balance, the day's spend, usage counters, a
+-- credential's last_used) is summed in Lua and written once per call. A
+-- batch of one is a single settlement. Usage is counted per day and in
+-- total; a month is the sum of its days (the reader adds them up). A
+-- credential whose last_used the caller wrote this minute already is left
+-- out of KEYS.
 --
 -- KEYS[1]    gw:{acct:ID}:acct             hash: balance, held, ...
 -- KEYS[2]    gw:{acct:ID}:holds            hash: request id -> hold (hold.lua)
 -- KEYS[3]    gw:{acct:ID}:day:YYYYMMDD     string: settled spend of the current UTC day
 -- KEYS[4]    gw:{acct:ID}:u:d:YYYYMMDD     hash: usage counters of the UTC day
--- KEYS[5]    gw:{acct:ID}:u:m:YYYYMM       hash: usage counters of the UTC month
--- KEYS[6]    gw:{acct:ID}:u:t              hash: usage counters of all time
--- KEYS[7]    gw:{acct:ID}:ledger           stream: one entry per settled request
--- KEYS[8..7+k]  gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
+-- KEYS[5]    gw:{acct:ID}:u:t              hash: usage counters of all time
+-- KEYS[6]    gw:{acct:ID}:ledger           stream: one entry per settled request
+-- KEYS[7..6+k]  gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
 --
 -- ARGV[1]  n, the number of requests
 -- ARGV[2]  k, the number of credentials
 -- ARGV[3]  day key lifetime, s
--- ARGV[4]  month key lifetime, s
--- ARGV[5..] n request records, one after the other, each:
+-- ARGV[4..] n request records, one after the other, each:
 --   request id; "1" to charge and count usage (2xx reply), else "0";
 --   cost, nano-USD; the priced model (usage is counted under it);
 --   credential index (1..k, 0 for none); last-used time of the credential,
@@ -64,7 +66,7 @@ end
 local lastUsed = {}
 local accountSeen = false
 
-local a = 5
+local a = 4
 for i = 1, n do
   local req, charged, c, model = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2]), ARGV[a + 3]
   local ki, used = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
@@ -100,7 +102,7 @@ for i = 1, n do
       end
     end
     -- Never trimmed here: an entry leaves the ledger only once exported.
-    redis.call('XADD', KEYS[7], '*', unpack(ARGV, ffirst, ffirst + 2 * nf - 1))
+    redis.call('XADD', KEYS[6], '*', unpack(ARGV, ffirst, ffirst + 2 * nf - 1))
     out[i] = 1
   else
     out[i] = 0
@@ -113,8 +115,8 @@ if released > 0 then
   end
 end
 -- A counter whose new value is the increment was just created, and so may
--- be its key: only then is the key's lifetime set (once a day or month per
--- model, not on every call).
+-- be its key: only then is the key's lifetime set (once a day per model,
+-- not on every call).
 if cost > 0 then
   redis.call('HINCRBY', KEYS[1], 'balance', int(-cost))
   if redis.call('INCRBY', KEYS[3], int(cost)) == cost then
@@ -122,8 +124,8 @@ if cost > 0 then
   end
 end
 if #order > 0 then
-  local ttl = {[4] = ARGV[3], [5] = ARGV[4]}
-  for h = 4, 6 do
+  local ttl = {[4] = ARGV[3]}
+  for h = 4, 5 do
     local created = false
     for _, field in ipairs(order) do
       created = redis.call('HINCRBY', KEYS[h], field, int(counters[field])) == counters[field] or created
@@ -137,7 +139,7 @@ end
 -- The credentials were used, whatever the replies; keep the latest time.
 -- A credential's hash always has last_used, so nil means it is gone.
 for ki, used in pairs(lastUsed) do
-  local key = KEYS[7 + ki]
+  local key = KEYS[6 + ki]
   local last = redis.call('HGET', key, 'last_used')
   if last and used > tonumber(last) then
     redis.call('HSET', key, 'last_used', int(used))
