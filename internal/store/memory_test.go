@@ -70,7 +70,7 @@ func TestMemoryPerRequest(t *testing.T) {
 	t.Logf("holds left after settlement: %d bytes", left)
 	// Bounds: a request's own keys are bounded whatever the client sends
 	// (ids and model names are bounded before they reach the store).
-	if ledger/n > 400 || open/n > 600 {
+	if ledger/n > 400 || open/n > 400 {
 		t.Errorf("per-request memory grew: ledger entry %d, open request %d", ledger/n, open/n)
 	}
 	if left != 0 {

@@ -75,6 +75,7 @@ var suite = []struct {
 	{"HoldExpiry", testHoldExpiry},
 	{"RenewAndCheckpoint", testRenewAndCheckpoint},
 	{"HoldValue", testHoldValue},
+	{"ReindexRecheck", testReindexRecheck},
 	{"LastUsedMinute", testLastUsedMinute},
 	{"ExportLedger", testExportLedger},
 	{"SettleIdempotent", testSettleIdempotent},

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"github.com/modelgateway/gateway/internal/usage"
+	"github.com/redis/go-redis/v9"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -694,6 +695,46 @@ func testLastUsedMinute(t *testing.T, e *env) {
 	use(e.s, "r7", minute.Add(5*time.Minute))
 	if n, err := e.rdb.Exists(e.ctx, acctKey(acct, "key:"+k.ID)).Result(); err != nil || n != 0 {
 		t.Fatalf("deleted credential recreated: %d, %v", n, err)
+	}
+}
+
+// A sweep that found no hold drops the account from the sweeper's index,
+// unless a hold was admitted meanwhile: then the account stays, due at once,
+// so that the next pass indexes it at its hold's expiry.
+func testReindexRecheck(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{})
+	e.mustAdmit(acct, "r1", 10)
+	indexed := func() bool {
+		t.Helper()
+		_, err := e.rdb.ZScore(e.ctx, holdIndexKey, acct).Result()
+		if err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	// As if a sweep had run just before the admission and seen nothing.
+	if err := e.s.reindex(e.ctx, acct, 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	if !indexed() {
+		t.Fatal("an account with a hold left the sweeper's index")
+	}
+	if due := e.due(); !slices.Contains(due, acct) {
+		t.Fatalf("re-added account not due at once: %v", due)
+	}
+	r := e.sweep(acct)
+	if len(r.Interrupted) != 0 {
+		t.Fatalf("sweep %+v", r)
+	}
+	if due := e.due(); slices.Contains(due, acct) {
+		t.Fatalf("account due before its hold expires: %v", due)
+	}
+	e.settle(Settlement{RequestID: "r1", AccountID: acct, Status: 200})
+	if err := e.s.reindex(e.ctx, acct, 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	if indexed() {
+		t.Fatal("an account without holds stayed in the sweeper's index")
 	}
 }
 
