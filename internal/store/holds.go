@@ -199,8 +199,7 @@ type SweepResult struct {
 	Interrupted []Settlement
 	Applied     []bool
 	// Released counts expired holds without an admission record (an older
-	// sidecar's), released
-	// at no charge.
+	// sidecar's), released at no charge.
 	Released int64
 }
 
