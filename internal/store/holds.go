@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,6 +19,10 @@ import (
 // has used so far. A hold whose lease ran out belongs to a request whose
 // sidecar died: a background sweeper settles it at its last checkpoint,
 // flagged interrupted, so every admitted request ends in the ledger.
+//
+// All of it is one field of the account's holds hash per running request
+// (lua/hold.lua): admission writes it, a renewal rewrites it, settlement
+// deletes it, and the sweeper reads the account's hash whole.
 //
 // The sweeper finds accounts with holds through holdIndexKey, a global sorted
 // set of account ids scored by the time to look at the account next. It lives
@@ -152,8 +157,7 @@ func (s *Store) RenewHolds(ctx context.Context, rs []Renewal) (gone []string, er
 		byAcct[r.AccountID] = append(byAcct[r.AccountID], r.RequestID, ck)
 	}
 	run := func(p redis.Scripter, id string) *redis.Cmd {
-		keys := []string{acctKey(id, "holds"), acctKey(id, "holdexp"), acctKey(id, "holdckpt")}
-		return renewScript.EvalSha(ctx, p, keys, byAcct[id]...)
+		return renewScript.EvalSha(ctx, p, []string{acctKey(id, "holds")}, byAcct[id]...)
 	}
 	cmds := make([]*redis.Cmd, len(order))
 	s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -165,8 +169,7 @@ func (s *Store) RenewHolds(ctx context.Context, rs []Renewal) (gone []string, er
 	for i, c := range cmds {
 		v, cerr := c.StringSlice()
 		if errNoScript(cerr) {
-			keys := []string{acctKey(order[i], "holds"), acctKey(order[i], "holdexp"), acctKey(order[i], "holdckpt")}
-			v, cerr = renewScript.Run(ctx, s.rdb, keys, byAcct[order[i]]...).StringSlice()
+			v, cerr = renewScript.Run(ctx, s.rdb, []string{acctKey(order[i], "holds")}, byAcct[order[i]]...).StringSlice()
 		}
 		if cerr != nil {
 			return gone, fmt.Errorf("store: renew holds of %s: %w", order[i], cerr)
@@ -195,8 +198,8 @@ type SweepResult struct {
 	// settled (a sweeper elsewhere, or its own late settlement).
 	Interrupted []Settlement
 	Applied     []bool
-	// Released counts expired holds without an admission record, released
-	// at no charge.
+	// Released counts expired holds without an admission record (an older
+	// sidecar's), released at no charge.
 	Released int64
 }
 
@@ -213,16 +216,10 @@ func (s *Store) SweepHolds(ctx context.Context, accountID string) (SweepResult, 
 		s.rdb.ZRem(ctx, holdIndexKey, accountID)
 		return res, nil
 	}
-	keys := []string{
-		acctKey(accountID, "acct"),
-		acctKey(accountID, "holds"),
-		acctKey(accountID, "holdexp"),
-		acctKey(accountID, "holdrec"),
-		acctKey(accountID, "holdckpt"),
-	}
+	keys := []string{acctKey(accountID, "acct"), acctKey(accountID, "holds")}
 	for {
 		now := s.now()
-		v, err := sweepScript.Run(ctx, s.rdb, keys, now.UnixMilli(), sweepBatch).Slice()
+		v, err := sweepScript.Run(ctx, s.rdb, keys, now.UnixMilli(), sweepBatch, s.opts.HoldTTL.Milliseconds()).Slice()
 		if err != nil {
 			return res, fmt.Errorf("store: sweep holds of %s: %w", accountID, err)
 		}
@@ -265,12 +262,14 @@ func (s *Store) reindex(ctx context.Context, accountID string, open, next int64)
 	if err := s.rdb.ZRem(ctx, holdIndexKey, accountID).Err(); err != nil {
 		return fmt.Errorf("store: reindex %s: %w", accountID, err)
 	}
-	first, err := s.rdb.ZRangeWithScores(ctx, acctKey(accountID, "holdexp"), 0, 0).Result()
+	n, err := s.rdb.HLen(ctx, acctKey(accountID, "holds")).Result()
 	if err != nil {
 		return fmt.Errorf("store: reindex %s: %w", accountID, err)
 	}
-	if len(first) > 0 {
-		return s.rdb.ZAddLT(ctx, holdIndexKey, redis.Z{Score: first[0].Score, Member: accountID}).Err()
+	if n > 0 {
+		// A hold admitted since the sweep: due now, so that the next pass
+		// sweeps the account and indexes it at its earliest expiry.
+		return s.rdb.ZAddLT(ctx, holdIndexKey, redis.Z{Score: float64(s.now().UnixMilli()), Member: accountID}).Err()
 	}
 	return nil
 }
@@ -353,16 +352,39 @@ func (s *Store) Checkpoints(ctx context.Context, accountID string) (map[string]C
 	if !validID(accountID) {
 		return nil, fmt.Errorf("store: checkpoints of %q: %w", accountID, ErrNotFound)
 	}
-	m, err := s.rdb.HGetAll(ctx, acctKey(accountID, "holdckpt")).Result()
+	m, err := s.rdb.HGetAll(ctx, acctKey(accountID, "holds")).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store: checkpoints of %s: %w", accountID, err)
 	}
 	out := make(map[string]Checkpoint, len(m))
 	for id, v := range m {
+		h := parseHold(v)
 		var c Checkpoint
-		if json.Unmarshal([]byte(v), &c) == nil {
+		if h.Checkpoint != "" && json.Unmarshal([]byte(h.Checkpoint), &c) == nil {
 			out[id] = c
 		}
 	}
 	return out, nil
+}
+
+// heldValue is one entry of an account's holds hash, as lua/hold.lua writes
+// it: "<amount> <expiry> <record>", then "\n<checkpoint>" once a renewal
+// wrote one.
+type heldValue struct {
+	Amount     int64
+	Expiry     int64 // unix ms; 0 for a hold written without a lease
+	Record     string
+	Checkpoint string
+}
+
+// parseHold reads a hold's value; a bare amount (an older sidecar's) has
+// no lease, record or checkpoint.
+func parseHold(v string) heldValue {
+	amount, rest, ok := strings.Cut(v, " ")
+	if !ok {
+		return heldValue{Amount: parseInt(v)}
+	}
+	expiry, rest, _ := strings.Cut(rest, " ")
+	record, ckpt, _ := strings.Cut(rest, "\n")
+	return heldValue{Amount: parseInt(amount), Expiry: parseInt(expiry), Record: record, Checkpoint: ckpt}
 }

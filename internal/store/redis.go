@@ -31,26 +31,30 @@ var (
 	sweepLua string
 	//go:embed lua/trim.lua
 	trimLua string
+	// holdLua reads and writes a hold's value; the scripts that touch holds
+	// start with it.
+	//go:embed lua/hold.lua
+	holdLua string
 
-	admitScript  = redis.NewScript(admitLua)
-	settleScript = redis.NewScript(settleLua)
+	admitScript  = redis.NewScript(holdLua + admitLua)
+	settleScript = redis.NewScript(holdLua + settleLua)
 	topUpScript  = redis.NewScript(topUpLua)
 	hsetxScript  = redis.NewScript(hsetxLua)
 	revokeScript = redis.NewScript(revokeLua)
 	expireScript = redis.NewScript(expireLua)
-	renewScript  = redis.NewScript(renewLua)
-	sweepScript  = redis.NewScript(sweepLua)
+	renewScript  = redis.NewScript(holdLua + renewLua)
+	sweepScript  = redis.NewScript(holdLua + sweepLua)
 	trimScript   = redis.NewScript(trimLua)
 )
 
 // Defaults of Options.
 const (
 	defaultHoldTTL     = time.Minute
-	defaultSettledTTL  = time.Hour
 	defaultAuditMaxLen = 100_000
 
-	dayKeyTTL   = 40 * 24 * time.Hour
-	monthKeyTTL = 400 * 24 * time.Hour
+	// Day keys outlive the longest month: a month's usage is the sum of its
+	// days.
+	dayKeyTTL = 40 * 24 * time.Hour
 )
 
 // New returns a Store on rdb, which may be a standalone, failover or cluster
@@ -61,9 +65,6 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	}
 	if opts.HoldTTL <= 0 {
 		opts.HoldTTL = defaultHoldTTL
-	}
-	if opts.SettledTTL <= 0 {
-		opts.SettledTTL = defaultSettledTTL
 	}
 	if opts.AuditMaxLen <= 0 {
 		opts.AuditMaxLen = defaultAuditMaxLen
@@ -94,8 +95,7 @@ func acctKey(id, suffix string) string { return "gw:{acct:" + id + "}:" + suffix
 // keyHashKey names the credential index record of a secret's SHA-256.
 func keyHashKey(hexHash string) string { return "gw:keyhash:" + hexHash }
 
-func dayStamp(t time.Time) string   { return t.Format("20060102") }
-func monthStamp(t time.Time) string { return t.Format("200601") }
+func dayStamp(t time.Time) string { return t.Format("20060102") }
 
 // validID reports whether id is safe inside a key name and its hash tag. Ids
 // made by the store are letters, digits and '_'; anything else cannot exist.

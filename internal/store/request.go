@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,11 +37,8 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	keys := []string{
 		acctKey(id, "acct"),
 		acctKey(id, "holds"),
-		acctKey(id, "holdexp"),
 		acctKey(id, "rl"),
 		acctKey(id, "day:"+dayStamp(now)),
-		acctKey(id, "settled:"+a.RequestID),
-		acctKey(id, "holdrec"),
 	}
 	started := a.StartedAt
 	if started.IsZero() {
@@ -101,9 +99,10 @@ func nextMidnight(t time.Time) time.Time {
 }
 
 // Settle ends an admitted request: it releases the hold and, for a 2xx reply,
-// charges Cost and counts usage; it always appends one ledger entry. Settling
-// a RequestID again does nothing and returns applied false, so a settlement
-// replayed from a spool charges exactly once, even after its hold expired.
+// charges Cost and counts usage; it always appends one ledger entry. Only a
+// held request settles, and settling removes the hold: settling a RequestID
+// again does nothing and returns applied false, so a settlement replayed from
+// a spool charges exactly once, even after the sweeper settled it.
 // Usage counts towards the UTC day and month of the store's clock. One round
 // trip.
 func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err error) {
@@ -114,6 +113,7 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err er
 	keys, args := s.settleCall(group)
 	r, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	res := settleReplies(group, r, err)
+	s.markUsed(group, res)
 	return res[0].Applied, res[0].Err
 }
 
@@ -176,6 +176,7 @@ func (s *Store) SettleBatch(ctx context.Context, sts []Settlement) []SettleResul
 			r, err := c.Int64Slice()
 			out = settleReplies(members[g], r, err)
 		}
+		s.markUsed(members[g], out)
 		for j, i := range groups[g] {
 			res[i] = out[j]
 		}
@@ -223,43 +224,29 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 	keys = []string{
 		acctKey(id, "acct"),
 		acctKey(id, "holds"),
-		acctKey(id, "holdexp"),
 		acctKey(id, "day:"+dayStamp(now)),
 		acctKey(id, "u:d:"+dayStamp(now)),
-		acctKey(id, "u:m:"+monthStamp(now)),
 		acctKey(id, "u:t"),
 		acctKey(id, "ledger"),
-		acctKey(id, "holdrec"),
-		acctKey(id, "holdckpt"),
 	}
-	for _, st := range group {
-		keys = append(keys, acctKey(id, "settled:"+st.RequestID))
-	}
+	// A credential's last_used is written once a minute at most: one
+	// already written for the minute of its use is left out of the call.
 	keyIndex := map[string]int{}
 	for _, st := range group {
-		if _, ok := keyIndex[st.KeyID]; !ok && st.KeyID != "" {
+		if _, ok := keyIndex[st.KeyID]; !ok && st.KeyID != "" && !s.lastUsed.written(st.KeyID, usedMinute(st, now)) {
 			keyIndex[st.KeyID] = len(keyIndex) + 1
 			keys = append(keys, acctKey(id, "key:"+st.KeyID))
 		}
 	}
-	args = make([]any, 0, 6+len(group)*48)
-	args = append(args, len(group), len(keyIndex),
-		s.opts.SettledTTL.Milliseconds(),
-		int64(dayKeyTTL/time.Second),
-		int64(monthKeyTTL/time.Second),
-		0, // unused: the ledger is trimmed after export only
-	)
+	args = make([]any, 0, 3+len(group)*48)
+	args = append(args, len(group), len(keyIndex), int64(dayKeyTTL/time.Second))
 	for _, st := range group {
 		charged := st.Status >= 200 && st.Status < 300
 		cost := st.Cost
 		if !charged {
 			cost = 0
 		}
-		lastUsed := st.EndedAt
-		if lastUsed.IsZero() {
-			lastUsed = now
-		}
-		args = append(args, st.RequestID, boolString(charged), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsed))
+		args = append(args, st.RequestID, boolString(charged), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsedAt(st, now)))
 		args = append(args, counterArgs(st, cost)...)
 		entry := ledgerArgs(st, cost)
 		args = append(args, len(entry)/2)
@@ -268,17 +255,92 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 	return keys, args
 }
 
-// usageKey names the usage hash of period p at time now.
-func usageKey(id string, p Period, now time.Time) (string, bool) {
+// lastUsedAt is when a settlement's credential was last used: when its
+// request ended.
+func lastUsedAt(st Settlement, now time.Time) time.Time {
+	if st.EndedAt.IsZero() {
+		return now
+	}
+	return st.EndedAt
+}
+
+// usedMinute is the minute (unix minutes) of a settlement's credential use.
+func usedMinute(st Settlement, now time.Time) int64 {
+	return lastUsedAt(st, now).Unix() / 60
+}
+
+// usedMinutes remembers, per credential, the latest minute whose last_used
+// this store has written, so that settlement writes it once a minute at
+// most. Only the last few minutes are kept: an older use is not written
+// again anyway (last_used never moves back).
+type usedMinutes struct {
+	mu     sync.Mutex
+	m      map[string]int64 // key id -> unix minute
+	pruned int64            // the minute of the last pruning
+}
+
+// usedMinutesKept is how many minutes back an entry is kept.
+const usedMinutesKept = 3
+
+// written reports whether last_used was written for keyID in minute (or a
+// later one).
+func (u *usedMinutes) written(keyID string, minute int64) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	w, ok := u.m[keyID]
+	return ok && w >= minute
+}
+
+// mark records that last_used was written for keyID in minute.
+func (u *usedMinutes) mark(keyID string, minute int64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.m == nil {
+		u.m = map[string]int64{}
+	}
+	if minute > u.m[keyID] {
+		u.m[keyID] = minute
+	}
+	if minute > u.pruned {
+		u.pruned = minute
+		for k, w := range u.m {
+			if w < minute-usedMinutesKept {
+				delete(u.m, k)
+			}
+		}
+	}
+}
+
+// markUsed records the credential uses a settlement call wrote: those of its
+// applied settlements (the script writes last_used only for those).
+func (s *Store) markUsed(group []Settlement, res []SettleResult) {
+	now := s.now()
+	for i, st := range group {
+		if st.KeyID != "" && res[i].Applied {
+			s.lastUsed.mark(st.KeyID, usedMinute(st, now))
+		}
+	}
+}
+
+// usageKeys names the usage hashes whose sum is period p at time now: a
+// month is the sum of its days so far (day hashes outlive a month), so that
+// settlement writes one hash fewer.
+func usageKeys(id string, p Period, now time.Time) ([]string, bool) {
 	switch p {
 	case Day:
-		return acctKey(id, "u:d:"+dayStamp(now)), true
+		return []string{acctKey(id, "u:d:"+dayStamp(now))}, true
 	case Month:
-		return acctKey(id, "u:m:"+monthStamp(now)), true
+		now = now.UTC()
+		y, m, d := now.Date()
+		keys := make([]string, 0, d)
+		for day := 1; day <= d; day++ {
+			keys = append(keys, acctKey(id, "u:d:"+dayStamp(time.Date(y, m, day, 0, 0, 0, 0, time.UTC))))
+		}
+		return keys, true
 	case Total:
-		return acctKey(id, "u:t"), true
+		return []string{acctKey(id, "u:t")}, true
 	}
-	return "", false
+	return nil, false
 }
 
 // Usage reports the account's balance, limits, today's spend and its usage
@@ -288,26 +350,32 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 		return UsageReport{}, fmt.Errorf("store: usage of %q: %w", accountID, ErrNotFound)
 	}
 	now := s.now()
-	ukey, ok := usageKey(accountID, p, now)
+	ukeys, ok := usageKeys(accountID, p, now)
 	if !ok {
 		return UsageReport{}, fmt.Errorf("store: usage of %s: unknown period %q", accountID, p)
 	}
 	var (
 		acct  *redis.SliceCmd
 		spent *redis.StringCmd
-		usage *redis.MapStringStringCmd
+		usage = make([]*redis.MapStringStringCmd, len(ukeys))
 	)
-	// All three keys share the account's slot: one round trip to one node.
+	// All the keys share the account's slot: one round trip to one node.
 	_, err := s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		acct = pl.HMGet(ctx, acctKey(accountID, "acct"), "balance", "daily", "rpm", "window")
 		spent = pl.Get(ctx, acctKey(accountID, "day:"+dayStamp(now)))
-		usage = pl.HGetAll(ctx, ukey)
+		for i, k := range ukeys {
+			usage[i] = pl.HGetAll(ctx, k)
+		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return UsageReport{}, fmt.Errorf("store: usage of %s: %w", accountID, err)
 	}
-	for _, c := range []redis.Cmder{acct, spent, usage} {
+	cmds := []redis.Cmder{acct, spent}
+	for _, c := range usage {
+		cmds = append(cmds, c)
+	}
+	for _, c := range cmds {
 		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			return UsageReport{}, fmt.Errorf("store: usage of %s: %w", accountID, err)
 		}
@@ -326,29 +394,35 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 		DailyUsed: parseInt(spent.Val()),
 		Period:    p,
 	}
-	r.Totals, r.ByModel = decodeUsage(usage.Val())
+	hs := make([]map[string]string, len(usage))
+	for i, c := range usage {
+		hs[i] = c.Val()
+	}
+	r.Totals, r.ByModel = decodeUsage(hs...)
 	return r, nil
 }
 
-// decodeUsage reads a usage hash of per-model counters, "m:NAME:MODEL", and
-// sums them into the account's totals.
-func decodeUsage(h map[string]string) (Counters, []ModelCounters) {
+// decodeUsage reads usage hashes of per-model counters, "m:NAME:MODEL", and
+// sums them by model and into the account's totals.
+func decodeUsage(hs ...map[string]string) (Counters, []ModelCounters) {
 	models := map[usage.PricedModel]*Counters{}
-	for field, value := range h {
-		rest, ok := strings.CutPrefix(field, "m:")
-		if !ok {
-			continue
+	for _, h := range hs {
+		for field, value := range h {
+			rest, ok := strings.CutPrefix(field, "m:")
+			if !ok {
+				continue
+			}
+			name, model, ok := strings.Cut(rest, ":")
+			if !ok {
+				continue
+			}
+			c := models[usage.PricedModel(model)]
+			if c == nil {
+				c = new(Counters)
+				models[usage.PricedModel(model)] = c
+			}
+			addCounter(c, name, parseInt(value))
 		}
-		name, model, ok := strings.Cut(rest, ":")
-		if !ok {
-			continue
-		}
-		c := models[usage.PricedModel(model)]
-		if c == nil {
-			c = new(Counters)
-			models[usage.PricedModel(model)] = c
-		}
-		addCounter(c, name, parseInt(value))
 	}
 	var total Counters
 	byModel := make([]ModelCounters, 0, len(models))

@@ -39,11 +39,6 @@ type Options struct {
 	// while the request runs; a hold not renewed for this long belongs to a
 	// request whose sidecar died, and the sweeper settles it as interrupted.
 	HoldTTL time.Duration // default 1m
-	// SettledTTL is how long a settled request id is remembered. Settlement
-	// is idempotent without it (a settled request has no hold left, and only
-	// a held request settles); the marker makes replays cheap to refuse and
-	// keeps the id from being admitted again.
-	SettledTTL time.Duration // default 1h
 	// LedgerRetention is how long an exported ledger entry is kept; zero
 	// keeps every entry. Entries not yet exported are never trimmed.
 	LedgerRetention time.Duration
@@ -203,4 +198,7 @@ type LedgerEntry struct {
 type Store struct {
 	rdb  redis.UniversalClient
 	opts Options
+	// lastUsed keeps settlement from rewriting a credential's last_used
+	// more than once a minute.
+	lastUsed usedMinutes
 }

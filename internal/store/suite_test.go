@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"github.com/modelgateway/gateway/internal/usage"
+	"github.com/redis/go-redis/v9"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -499,15 +500,24 @@ func testAdmitErrors(t *testing.T, e *env) {
 	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r", AccountID: acct, Hold: -1}); err == nil {
 		t.Error("negative hold accepted")
 	}
-	// A request id is admitted once: not while held, not after it settled.
+	// A request id is not admitted while it is held. Once settled, nothing
+	// of it is remembered: ids are unique by construction (the sidecar
+	// makes them), so the store does not look for a settled one. What
+	// holds is that its settlement is not applied twice, whatever follows.
 	e.mustAdmit(acct, "r", 10)
 	_, err = e.s.Admit(e.ctx, Admission{RequestID: "r", AccountID: acct, Hold: 10})
 	wantErr(t, err, ErrDuplicateRequest)
-	e.settle(Settlement{RequestID: "r", AccountID: acct, Cost: 1})
-	_, err = e.s.Admit(e.ctx, Admission{RequestID: "r", AccountID: acct, Hold: 10})
-	wantErr(t, err, ErrDuplicateRequest)
+	if !e.settle(Settlement{RequestID: "r", AccountID: acct, Cost: 1, Status: 200}) {
+		t.Fatal("settlement not applied")
+	}
+	if e.settle(Settlement{RequestID: "r", AccountID: acct, Cost: 1, Status: 200}) {
+		t.Fatal("settlement applied twice")
+	}
 	if n, a := e.holds(acct); n != 0 || a != 0 {
 		t.Fatalf("holds %d, %d", n, a)
+	}
+	if b := e.balance(acct); b != 99 {
+		t.Fatalf("balance %d, want 99", b)
 	}
 }
 
@@ -558,6 +568,173 @@ func testHoldExpiry(t *testing.T, e *env) {
 	l := e.ledger(acct)
 	if len(l) != 2 || !l[0].Interrupted || !l[0].Estimated || l[0].Status != 499 || l[0].Cost != 0 {
 		t.Fatalf("ledger %+v", l)
+	}
+}
+
+// A hold's lease, admission record and checkpoint live in its one value:
+// a renewal without a new checkpoint keeps the last one, a model name with
+// spaces survives, and a bare amount (an older sidecar's hold) still settles,
+// or is released at no charge one lease after a sweep first sees it.
+func testHoldValue(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{})
+	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Model: "a model with spaces", Hold: 500}); err != nil {
+		t.Fatal(err)
+	}
+	ck := Checkpoint{Status: 200, Priced: "a model with spaces", Usage: usage.Usage{Output: 3}, Cost: 40}
+	if _, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1", Checkpoint: &ck}}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(holdTTL / 2)
+	if _, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1"}}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := e.s.Checkpoints(e.ctx, acct)
+	if err != nil || len(cs) != 1 || cs["r1"].Cost != 40 || cs["r1"].Priced != ck.Priced {
+		t.Fatalf("checkpoints %+v, %v", cs, err)
+	}
+	// The second renewal moved the lease: not expired a lease after the first.
+	e.clock.Advance(holdTTL / 2)
+	if r := e.sweep(acct); len(r.Interrupted) != 0 {
+		t.Fatalf("a renewed hold was swept: %+v", r)
+	}
+	e.clock.Advance(holdTTL / 2)
+	r := e.sweep(acct)
+	if len(r.Interrupted) != 1 || !r.Applied[0] || r.Interrupted[0].Priced != ck.Priced || r.Interrupted[0].KeyID != "key_1" || r.Interrupted[0].Cost != 40 {
+		t.Fatalf("sweep: %+v", r)
+	}
+	if b := e.balance(acct); b != 960 {
+		t.Fatalf("balance %d, want 960", b)
+	}
+
+	// Holds as an older sidecar wrote them: a bare amount.
+	for _, id := range []string{"old1", "old2"} {
+		if err := e.rdb.HSet(e.ctx, acctKey(acct, "holds"), id, "100").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.rdb.HIncrBy(e.ctx, acctKey(acct, "acct"), "held", 100).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !e.settle(Settlement{RequestID: "old1", AccountID: acct, Cost: 60, Status: 200}) {
+		t.Fatal("an older hold did not settle")
+	}
+	if r := e.sweep(acct); len(r.Interrupted) != 0 || r.Released != 0 {
+		t.Fatalf("an older hold was swept at once: %+v", r)
+	}
+	e.clock.Advance(holdTTL)
+	if r := e.sweep(acct); r.Released != 1 {
+		t.Fatalf("an older hold was not released a lease later: %+v", r)
+	}
+	if n, a := e.holds(acct); n != 0 || a != 0 {
+		t.Fatalf("holds %d, %d", n, a)
+	}
+	if b := e.balance(acct); b != 900 {
+		t.Fatalf("balance %d, want 900", b)
+	}
+}
+
+// A credential's last_used is written at most once a minute per store
+// client: later uses within the minute it was written leave it as it is,
+// the next minute's first use moves it, and another client (another
+// sidecar) writes its own uses.
+func testLastUsedMinute(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{})
+	_, k, err := e.s.CreateKey(e.ctx, acct, ModelKey, KeyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastUsed := func() time.Time {
+		t.Helper()
+		keys, err := e.s.ListKeys(e.ctx, acct)
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("keys %+v, %v", keys, err)
+		}
+		return keys[0].LastUsedAt
+	}
+	minute := start.Truncate(time.Minute).Add(10 * time.Minute)
+	use := func(s *Store, req string, at time.Time) {
+		t.Helper()
+		e.mustAdmit(acct, req, 1)
+		if ok, err := s.Settle(e.ctx, Settlement{RequestID: req, AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 1, Status: 200, EndedAt: at}); !ok || err != nil {
+			t.Fatalf("settle %s: %v, %v", req, ok, err)
+		}
+	}
+	use(e.s, "r1", minute.Add(5*time.Second))
+	if got := lastUsed(); !got.Equal(minute.Add(5 * time.Second)) {
+		t.Fatalf("last_used %v after the first use", got)
+	}
+	// Within the same minute: not written again, in a batch or alone.
+	e.mustAdmit(acct, "r2", 1)
+	e.mustAdmit(acct, "r3", 1)
+	res := e.s.SettleBatch(e.ctx, []Settlement{
+		{RequestID: "r2", AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 1, Status: 200, EndedAt: minute.Add(30 * time.Second)},
+		{RequestID: "r3", AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 1, Status: 200, EndedAt: minute.Add(40 * time.Second)},
+	})
+	if !res[0].Applied || !res[1].Applied {
+		t.Fatalf("batch %+v", res)
+	}
+	use(e.s, "r4", minute.Add(59*time.Second))
+	if got := lastUsed(); !got.Equal(minute.Add(5 * time.Second)) {
+		t.Fatalf("last_used %v, want it left at the minute's first use", got)
+	}
+	// The next minute's first use is written.
+	use(e.s, "r5", minute.Add(61*time.Second))
+	if got := lastUsed(); !got.Equal(minute.Add(61 * time.Second)) {
+		t.Fatalf("last_used %v after the next minute's use", got)
+	}
+	// Another store client has not written this minute: it does.
+	other := New(e.rdb, Options{Now: e.clock.Now, HoldTTL: holdTTL})
+	use(other, "r6", minute.Add(70*time.Second))
+	if got := lastUsed(); !got.Equal(minute.Add(70 * time.Second)) {
+		t.Fatalf("last_used %v after another client's use", got)
+	}
+	// A revoked-then-deleted credential's hash is never recreated.
+	if err := e.rdb.Del(e.ctx, acctKey(acct, "key:"+k.ID)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	use(e.s, "r7", minute.Add(5*time.Minute))
+	if n, err := e.rdb.Exists(e.ctx, acctKey(acct, "key:"+k.ID)).Result(); err != nil || n != 0 {
+		t.Fatalf("deleted credential recreated: %d, %v", n, err)
+	}
+}
+
+// A sweep that found no hold drops the account from the sweeper's index,
+// unless a hold was admitted meanwhile: then the account stays, due at once,
+// so that the next pass indexes it at its hold's expiry.
+func testReindexRecheck(t *testing.T, e *env) {
+	acct := e.account(1000, Limits{})
+	e.mustAdmit(acct, "r1", 10)
+	indexed := func() bool {
+		t.Helper()
+		_, err := e.rdb.ZScore(e.ctx, holdIndexKey, acct).Result()
+		if err != nil && err != redis.Nil {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	// As if a sweep had run just before the admission and seen nothing.
+	if err := e.s.reindex(e.ctx, acct, 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	if !indexed() {
+		t.Fatal("an account with a hold left the sweeper's index")
+	}
+	if due := e.due(); !slices.Contains(due, acct) {
+		t.Fatalf("re-added account not due at once: %v", due)
+	}
+	r := e.sweep(acct)
+	if len(r.Interrupted) != 0 {
+		t.Fatalf("sweep %+v", r)
+	}
+	if due := e.due(); slices.Contains(due, acct) {
+		t.Fatalf("account due before its hold expires: %v", due)
+	}
+	e.settle(Settlement{RequestID: "r1", AccountID: acct, Status: 200})
+	if err := e.s.reindex(e.ctx, acct, 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	if indexed() {
+		t.Fatal("an account without holds stayed in the sweeper's index")
 	}
 }
 
@@ -709,12 +886,9 @@ func testSettleIdempotent(t *testing.T, e *env) {
 	if e.settle(st) {
 		t.Fatal("third settlement applied")
 	}
-	// Nor once the marker has expired: the hold is gone.
-	if err := e.rdb.Del(e.ctx, acctKey(acct, "settled:r1")).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if e.settle(st) {
-		t.Fatal("settlement applied again after its marker expired")
+	// Nothing but the hold says whether a request settled: none is left.
+	if n, err := e.rdb.HExists(e.ctx, acctKey(acct, "holds"), "r1").Result(); err != nil || n {
+		t.Fatalf("hold of a settled request: %v, %v", n, err)
 	}
 	// A request never admitted does not settle.
 	if e.settle(Settlement{RequestID: "never", AccountID: acct, Cost: 5, Status: 200}) {

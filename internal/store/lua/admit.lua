@@ -4,23 +4,25 @@
 -- what an admission must (usage, the ledger and last_used are settlement's).
 --
 -- KEYS[1]  gw:{acct:ID}:acct              hash: balance, held, daily, rpm, window, ...
--- KEYS[2]  gw:{acct:ID}:holds             hash: request id -> held amount (nano-USD)
--- KEYS[3]  gw:{acct:ID}:holdexp           zset: request id scored by hold expiry (unix ms)
--- KEYS[4]  gw:{acct:ID}:rl                zset: admitted request ids scored by admission time (unix ms)
--- KEYS[5]  gw:{acct:ID}:day:YYYYMMDD      string: settled spend of the current UTC day
--- KEYS[6]  gw:{acct:ID}:settled:REQID     string: present once REQID has settled
--- KEYS[7]  gw:{acct:ID}:holdrec           hash: request id -> admission record (opaque JSON)
+-- KEYS[2]  gw:{acct:ID}:holds             hash: request id -> hold: amount, lease expiry,
+--                                          admission record (hold.lua)
+-- KEYS[3]  gw:{acct:ID}:rl                zset: admitted request ids scored by admission time (unix ms)
+-- KEYS[4]  gw:{acct:ID}:day:YYYYMMDD      string: settled spend of the current UTC day
 --
 -- ARGV[1]  now, unix ms, from the caller's clock (never Redis TIME)
 -- ARGV[2]  request id
 -- ARGV[3]  hold: worst-case cost of the request, nano-USD
 -- ARGV[4]  hold lease, ms: the sidecar renews it while the request runs
 -- ARGV[5]  admission record: what the sweeper needs to settle the request
---          should its sidecar die (key id, model, start time)
+--          should its sidecar die (key id, model, start time), JSON
 --
 -- Returns {outcome, retry_after_ms, expired_holds}. Outcome: 0 admitted,
 -- 1 rate limited, 2 daily limited, 3 insufficient balance, -1 no such account,
--- -2 request id already held or settled.
+-- -2 request id already held.
+--
+-- A settled id is not looked for: request ids are made unique by the
+-- sidecar (a random per-process prefix and a sequence), so one that settled
+-- never comes back, and a hold is the only thing settlement acts on.
 --
 -- Expired holds (their sidecar died) are never released here: the
 -- background sweeper (sweep.lua) settles them as interrupted at their last
@@ -51,12 +53,6 @@ local window = tonumber(acct[5] or '0')
 
 local swept = 0
 
--- A request id that already settled is not admitted again (one still held
--- is caught by HSETNX below).
-if redis.call('EXISTS', KEYS[6]) == 1 then
-  return {-2, 0, swept}
-end
-
 -- 2. Rate limit: at most rpm*window admissions in any window minutes.
 local span = 0
 if rpm > 0 then
@@ -66,12 +62,12 @@ if rpm > 0 then
   local limit = rpm * window
   span = window * 60000
   -- An admission at t is inside the window while t > now - span.
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', int(now - span))
-  local n = redis.call('ZCARD', KEYS[4])
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', int(now - span))
+  local n = redis.call('ZCARD', KEYS[3])
   if n >= limit then
     -- Once the (n-limit+1) oldest admissions have left, one more fits; the
     -- last of them to leave is the one at index n-limit.
-    local e = redis.call('ZRANGE', KEYS[4], int(n - limit), int(n - limit), 'WITHSCORES')
+    local e = redis.call('ZRANGE', KEYS[3], int(n - limit), int(n - limit), 'WITHSCORES')
     local retry = tonumber(e[2]) + span - now
     if retry < 1000 then
       retry = 1000
@@ -82,7 +78,7 @@ end
 
 -- 3. Daily spend: settled today + open holds + this hold.
 if daily > 0 then
-  local spent = tonumber(redis.call('GET', KEYS[5]) or '0')
+  local spent = tonumber(redis.call('GET', KEYS[4]) or '0')
   if spent + held + hold > daily then
     return {2, 0, swept}
   end
@@ -93,16 +89,14 @@ if balance - held < hold then
   return {3, 0, swept}
 end
 
--- 5. Admit: hold the worst case (HSETNX refuses an id already held, before
--- anything is written) and log the admission.
-if redis.call('HSETNX', KEYS[2], req, int(hold)) == 0 then
+-- 5. Admit: hold the worst case, with its lease and admission record in one
+-- field (HSETNX refuses an id already held, before anything is written).
+if redis.call('HSETNX', KEYS[2], req, hold_format(hold, now + ttl, ARGV[5], '')) == 0 then
   return {-2, 0, swept}
 end
-redis.call('HSET', KEYS[7], req, ARGV[5])
-redis.call('ZADD', KEYS[3], int(now + ttl), req)
 redis.call('HINCRBY', KEYS[1], 'held', int(hold))
 if rpm > 0 then
-  redis.call('ZADD', KEYS[4], int(now), req)
-  redis.call('PEXPIRE', KEYS[4], int(span))
+  redis.call('ZADD', KEYS[3], int(now), req)
+  redis.call('PEXPIRE', KEYS[3], int(span))
 end
 return {0, 0, swept}

@@ -1,35 +1,31 @@
 -- settle.lua: end a batch of admitted requests of one account, atomically,
 -- each at most once. Only a held request settles: a hold leaves only through
 -- settlement (the sweeper settles expired ones as interrupted), so a request
--- without one has settled already, even once its marker has expired.
+-- without one has settled already (or was never admitted). No other marker
+-- is kept.
 --
 -- Settlements are queued by the sidecar as replies end and sent in batches;
 -- one call settles all of an account's requests in a batch. What each
--- request needs on its own (its idempotency marker, its hold, its ledger
--- entry) is done per request; what adds up (held, balance, the day's spend,
--- usage counters, a credential's last_used) is summed in Lua and written
--- once per call. A batch of one is a single settlement.
+-- request needs on its own (its hold, its ledger entry) is done per
+-- request; what adds up (held, balance, the day's spend, usage counters, a
+-- credential's last_used) is summed in Lua and written once per call. A
+-- batch of one is a single settlement. Usage is counted per day and in
+-- total; a month is the sum of its days (the reader adds them up). A
+-- credential whose last_used the caller wrote this minute already is left
+-- out of KEYS.
 --
 -- KEYS[1]    gw:{acct:ID}:acct             hash: balance, held, ...
--- KEYS[2]    gw:{acct:ID}:holds            hash: request id -> held amount
--- KEYS[3]    gw:{acct:ID}:holdexp          zset: request id scored by hold expiry
--- KEYS[4]    gw:{acct:ID}:day:YYYYMMDD     string: settled spend of the current UTC day
--- KEYS[5]    gw:{acct:ID}:u:d:YYYYMMDD     hash: usage counters of the UTC day
--- KEYS[6]    gw:{acct:ID}:u:m:YYYYMM       hash: usage counters of the UTC month
--- KEYS[7]    gw:{acct:ID}:u:t              hash: usage counters of all time
--- KEYS[8]    gw:{acct:ID}:ledger           stream: one entry per settled request
--- KEYS[9]    gw:{acct:ID}:holdrec          hash: request id -> admission record
--- KEYS[10]   gw:{acct:ID}:holdckpt         hash: request id -> usage checkpoint
--- KEYS[11..10+n]     gw:{acct:ID}:settled:REQID, the idempotency marker of each request
--- KEYS[11+n..10+n+k] gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
+-- KEYS[2]    gw:{acct:ID}:holds            hash: request id -> hold (hold.lua)
+-- KEYS[3]    gw:{acct:ID}:day:YYYYMMDD     string: settled spend of the current UTC day
+-- KEYS[4]    gw:{acct:ID}:u:d:YYYYMMDD     hash: usage counters of the UTC day
+-- KEYS[5]    gw:{acct:ID}:u:t              hash: usage counters of all time
+-- KEYS[6]    gw:{acct:ID}:ledger           stream: one entry per settled request
+-- KEYS[7..6+k]  gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
 --
 -- ARGV[1]  n, the number of requests
 -- ARGV[2]  k, the number of credentials
--- ARGV[3]  idempotency marker lifetime, ms
--- ARGV[4]  day key lifetime, s
--- ARGV[5]  month key lifetime, s
--- ARGV[6]  unused (the ledger is trimmed only after export, by trim.lua)
--- ARGV[7..] n request records, one after the other, each:
+-- ARGV[3]  day key lifetime, s
+-- ARGV[4..] n request records, one after the other, each:
 --   request id; "1" to charge and count usage (2xx reply), else "0";
 --   cost, nano-USD; the priced model (usage is counted under it);
 --   credential index (1..k, 0 for none); last-used time of the credential,
@@ -56,7 +52,6 @@ end
 
 local n = tonumber(ARGV[1])
 local k = tonumber(ARGV[2])
-local markerTTL = ARGV[3]
 
 local out = {}
 local released, cost = 0, 0
@@ -71,7 +66,7 @@ end
 local lastUsed = {}
 local accountSeen = false
 
-local a = 7
+local a = 4
 for i = 1, n do
   local req, charged, c, model = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2]), ARGV[a + 3]
   local ki, used = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
@@ -81,24 +76,19 @@ for i = 1, n do
   local ffirst = cfirst + 2 * nc + 1
   a = ffirst + 2 * nf
 
-  local amount = nil
-  if redis.call('EXISTS', KEYS[10 + i]) == 0 then
-    amount = redis.call('HGET', KEYS[2], req)
-  end
-  if not amount and not accountSeen then
+  local v = redis.call('HGET', KEYS[2], req)
+  if not v and not accountSeen then
     if redis.call('EXISTS', KEYS[1]) == 0 then
       return {-1}
     end
     accountSeen = true
   end
-  if amount then
+  if v then
     accountSeen = true -- a hold exists only on an existing account
-    redis.call('SET', KEYS[10 + i], '1', 'PX', markerTTL)
+    -- The hold's lease, record and checkpoint go with it.
     redis.call('HDEL', KEYS[2], req)
-    redis.call('ZREM', KEYS[3], req)
-    redis.call('HDEL', KEYS[9], req)
-    redis.call('HDEL', KEYS[10], req)
-    released = released + tonumber(amount)
+    local amount = hold_parse(v)
+    released = released + amount
     if ki > 0 and used > (lastUsed[ki] or 0) then
       lastUsed[ki] = used
     end
@@ -112,7 +102,7 @@ for i = 1, n do
       end
     end
     -- Never trimmed here: an entry leaves the ledger only once exported.
-    redis.call('XADD', KEYS[8], '*', unpack(ARGV, ffirst, ffirst + 2 * nf - 1))
+    redis.call('XADD', KEYS[6], '*', unpack(ARGV, ffirst, ffirst + 2 * nf - 1))
     out[i] = 1
   else
     out[i] = 0
@@ -125,17 +115,17 @@ if released > 0 then
   end
 end
 -- A counter whose new value is the increment was just created, and so may
--- be its key: only then is the key's lifetime set (once a day or month per
--- model, not on every call).
+-- be its key: only then is the key's lifetime set (once a day per model,
+-- not on every call).
 if cost > 0 then
   redis.call('HINCRBY', KEYS[1], 'balance', int(-cost))
-  if redis.call('INCRBY', KEYS[4], int(cost)) == cost then
-    redis.call('EXPIRE', KEYS[4], ARGV[4])
+  if redis.call('INCRBY', KEYS[3], int(cost)) == cost then
+    redis.call('EXPIRE', KEYS[3], ARGV[3])
   end
 end
 if #order > 0 then
-  local ttl = {[5] = ARGV[4], [6] = ARGV[5]}
-  for h = 5, 7 do
+  local ttl = {[4] = ARGV[3]}
+  for h = 4, 5 do
     local created = false
     for _, field in ipairs(order) do
       created = redis.call('HINCRBY', KEYS[h], field, int(counters[field])) == counters[field] or created
@@ -149,7 +139,7 @@ end
 -- The credentials were used, whatever the replies; keep the latest time.
 -- A credential's hash always has last_used, so nil means it is gone.
 for ki, used in pairs(lastUsed) do
-  local key = KEYS[10 + n + ki]
+  local key = KEYS[6 + ki]
   local last = redis.call('HGET', key, 'last_used')
   if last and used > tonumber(last) then
     redis.call('HSET', key, 'last_used', int(used))
