@@ -23,14 +23,22 @@ const (
 	counterCacheWriteV1 = "cache_write"
 )
 
-// counterArgs returns settle.lua's counter increments: the number of pairs,
-// then name, increment pairs.
-func counterArgs(st Settlement, cost int64) []any {
-	args := []any{0, counterRequests, 1, counterCost, cost}
-	for _, k := range usage.Kinds {
-		args = append(args, k.Name, k.Of(st.Usage))
+// appendCounters appends settle.lua's counter increments to args: the
+// number of pairs, then name, increment pairs. Zero increments are left out
+// (the script would skip them). It appends in place, as does appendLedger:
+// a settlement's arguments are built for every request.
+func appendCounters(args []any, st Settlement, cost int64) []any {
+	at := len(args)
+	args = append(args, 0, counterRequests, 1)
+	if cost != 0 {
+		args = append(args, counterCost, cost)
 	}
-	args[0] = (len(args) - 1) / 2
+	for _, k := range usage.Kinds {
+		if v := k.Of(st.Usage); v != 0 {
+			args = append(args, k.Name, v)
+		}
+	}
+	args[at] = (len(args) - at - 1) / 2
 	return args
 }
 
@@ -72,22 +80,34 @@ const (
 	ledgerPricePrefix = "price_"
 )
 
-// ledgerArgs returns the ledger entry as field, value pairs.
-func ledgerArgs(st Settlement, cost int64) []any {
-	args := []any{
+// priceField names the ledger field of each kind's unit price, by kind
+// index in usage.Kinds.
+var priceField = func() []string {
+	names := make([]string, len(usage.Kinds))
+	for i, k := range usage.Kinds {
+		names[i] = ledgerPricePrefix + k.Name
+	}
+	return names
+}()
+
+// appendLedger appends the ledger entry to args: the number of field,
+// value pairs, then the pairs.
+func appendLedger(args []any, st Settlement, cost int64) []any {
+	at := len(args)
+	args = append(args, 0,
 		ledgerRequestID, st.RequestID,
 		ledgerKeyID, st.KeyID,
 		ledgerRequested, string(st.Requested),
 		ledgerPriced, string(st.Priced),
 		ledgerReported, string(st.Reported),
-	}
-	for _, k := range usage.Kinds {
+	)
+	for i, k := range usage.Kinds {
 		args = append(args, k.Name, k.Of(st.Usage))
 		if k.Priced {
-			args = append(args, ledgerPricePrefix+k.Name, k.Of(st.Rates))
+			args = append(args, priceField[i], k.Of(st.Rates))
 		}
 	}
-	return append(args,
+	args = append(args,
 		ledgerServiceTier, st.ServiceTier,
 		ledgerLongContext, st.LongContext,
 		ledgerFallback, boolString(st.Fallback),
@@ -100,9 +120,11 @@ func ledgerArgs(st Settlement, cost int64) []any {
 		ledgerEnded, ms(st.EndedAt),
 		ledgerInterrupted, boolString(st.Interrupted),
 	)
+	args[at] = (len(args) - at - 1) / 2
+	return args
 }
 
-// decodeLedgerFields reads a ledger entry written by ledgerArgs (or by an
+// decodeLedgerFields reads a ledger entry written by appendLedger (or by an
 // older sidecar, whose cache writes were one "cache_write" field).
 func decodeLedgerFields(accountID string, v func(string) string) Settlement {
 	status, _ := strconv.Atoi(v(ledgerStatus))

@@ -238,7 +238,7 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 			keys = append(keys, acctKey(id, "key:"+st.KeyID))
 		}
 	}
-	args = make([]any, 0, 3+len(group)*48)
+	args = make([]any, 0, 3+len(group)*settleArgsPerRequest)
 	args = append(args, len(group), len(keyIndex), int64(dayKeyTTL/time.Second))
 	for _, st := range group {
 		charged := st.Status >= 200 && st.Status < 300
@@ -247,13 +247,15 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 			cost = 0
 		}
 		args = append(args, st.RequestID, boolString(charged), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsedAt(st, now)))
-		args = append(args, counterArgs(st, cost)...)
-		entry := ledgerArgs(st, cost)
-		args = append(args, len(entry)/2)
-		args = append(args, entry...)
+		args = appendCounters(args, st, cost)
+		args = appendLedger(args, st, cost)
 	}
 	return keys, args
 }
+
+// settleArgsPerRequest is about how many ARGV one request takes: six of its
+// own, up to 2×11 counters and 2×33 ledger fields, with their two counts.
+const settleArgsPerRequest = 96
 
 // lastUsedAt is when a settlement's credential was last used: when its
 // request ended.

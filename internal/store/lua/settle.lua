@@ -30,8 +30,8 @@
 --   cost, nano-USD; the priced model (usage is counted under it);
 --   credential index (1..k, 0 for none); last-used time of the credential,
 --   unix ms;
---   c, then c counter name, increment pairs (requests, cost and one per
---   usage kind);
+--   c, then c counter name, increment pairs (requests, then cost and each
+--   usage kind when not zero);
 --   f, then f ledger entry field, value pairs.
 --
 -- The names of counters and ledger fields are not known here: Go builds them
