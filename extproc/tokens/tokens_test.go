@@ -3,11 +3,13 @@ package tokens
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"
 
 	tiktoken "github.com/pkoukk/tiktoken-go"
+	loader "github.com/pkoukk/tiktoken-go-loader"
 )
 
 // TestMain makes any attempt to fetch the vocabulary over the network fail:
@@ -27,6 +29,9 @@ func TestMain(m *testing.M) {
 	} {
 		os.Setenv(k, v)
 	}
+	// The reference the counts are checked against: the library's own
+	// encoder, from the same embedded vocabulary.
+	tiktoken.SetBpeLoader(loader.NewOfflineLoader())
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -200,5 +205,36 @@ func TestMessagesRatio(t *testing.T) {
 	tl.Write(text)
 	if tl.Tokens() != r.Count(int64(len(text))) || tl.Held() != 0 {
 		t.Errorf("ratio tally: %d tokens, %d bytes held", tl.Tokens(), tl.Held())
+	}
+}
+
+// The encoder counts exactly what the reference library encodes, on random
+// text mixing scripts, digits, punctuation, whitespace, repeated letters
+// (which exercise the leftmost-of-equal-ranks rule) and invalid UTF-8.
+func TestCountMatchesReference(t *testing.T) {
+	enc, err := tiktoken.GetEncoding(Encoding)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := []string{
+		"the", " The", " quick", "brown", " fox", "'s", "'LL", " don't", "aaaaaaa", "ééé", "zzzzzz",
+		"12345678", " 3.14159", "日本語", "テキスト", "😀", "🇫🇷", "Ünïcödé", "مرحبا", "Привет", "\u0301",
+		" ", "  ", "\t", "\n", "\r\n", "\n\n\n", "   \n", "{\"a\": [1, 2]}", "<|endoftext|>", "!!!", "...",
+		"--", "/*", "*/", "\xff", "\xc3", "https://example.com/x?y=1", "CamelCaseWord", "snake_case_word",
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 3000 {
+		var b strings.Builder
+		for range 1 + rng.IntN(40) {
+			b.WriteString(parts[rng.IntN(len(parts))])
+		}
+		s := b.String()
+		if len(s) > window {
+			s = s[:window] // Count windows longer text; the reference does not
+		}
+		want := int64(len(enc.EncodeOrdinary(s)))
+		if got := Count([]byte(s)); got != want {
+			t.Fatalf("Count(%q) = %d, want %d", s, got, want)
+		}
 	}
 }
