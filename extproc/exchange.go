@@ -43,6 +43,9 @@ type exchange struct {
 	price     *pricing.Model // looked up once: a reload does not change a request's prices
 	admitted  bool
 	settled   bool
+	// replyDone: the reply's last chunk has been metered; the request is
+	// settled once the answer releasing it has been sent (afterSend).
+	replyDone bool
 
 	status    int    // upstream response status; 0 until the first response body chunk
 	endpoint  string // "primary" or "reserve", from Envoy's endpoint metadata
@@ -334,7 +337,7 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structp
 			x.meter.Write(b.GetBody())
 		}
 		if b.GetEndOfStream() {
-			x.settle(true)
+			x.replyDone = true
 		} else if x.open.WantCheckpoint() {
 			// Once per renewal interval, not per chunk: what a crash would
 			// leave the sweeper to charge.
@@ -387,6 +390,14 @@ func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
 
 // attributesKey is where Envoy puts the ext_proc filter's attributes.
 const attributesKey = "envoy.filters.http.ext_proc"
+
+// afterSend runs once an answer has been handed to Envoy: a reply whose last
+// chunk that answer released is settled now, off the path of the chunk.
+func (x *exchange) afterSend() {
+	if x.replyDone {
+		x.settle(true)
+	}
+}
 
 // finish runs when the stream ends for any reason; a request still open was
 // cut short (client gone, upstream reset, Envoy reset).

@@ -154,18 +154,18 @@ func (r *rig) request(tb testing.TB) {
 			tb.Fatalf("rejected: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
 		}
 	}
-	check(x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+	check(x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 		RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key,
 			"content-type", "application/json", "content-length", strconv.Itoa(len(reqBody)), "anthropic-version", "2023-06-01"),
 	}}))
-	check(x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+	check(x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
 	}}))
-	check(x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+	check(x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 		ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream", "x-gateway-endpoint", "primary"),
 	}}))
 	for i, ev := range events {
-		check(x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		check(x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
 			ResponseBody: &extprocv3.HttpBody{Body: ev, EndOfStream: i == len(events)-1},
 		}}))
 	}
@@ -285,7 +285,7 @@ func TestOutOfOrderMessages(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	x := &exchange{s: r.srv}
-	resp := x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+	resp := x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
 	}})
 	if resp.GetImmediateResponse().GetStatus().GetCode() != 500 {
@@ -297,7 +297,7 @@ func TestOutOfOrderMessages(t *testing.T) {
 		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: events[0], EndOfStream: true}}},
 		{Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}},
 	} {
-		if x.handle(ctx, req) == nil {
+		if x.step(ctx, req) == nil {
 			t.Fatalf("no answer to %T", req.Request)
 		}
 	}
@@ -312,17 +312,17 @@ func TestOutOfOrderMessages(t *testing.T) {
 func (r *rig) openStream(tb testing.TB, evs [][]byte) {
 	ctx := context.Background()
 	x := &exchange{s: r.srv}
-	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 		RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key),
 	}})
-	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
 	}})
-	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 		ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream"),
 	}})
 	for _, ev := range evs {
-		x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
 			ResponseBody: &extprocv3.HttpBody{Body: ev},
 		}})
 	}
@@ -388,10 +388,10 @@ func TestResetBeforeFirstByte(t *testing.T) {
 	// any body chunk never learnt its status: the same rule applies.
 	ctx := context.Background()
 	x := &exchange{s: r.srv}
-	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 		RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key),
 	}})
-	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
 	}})
 	x.finish()
@@ -413,20 +413,20 @@ func TestRenewalOfARunningRequest(t *testing.T) {
 	r.srv.holds = ren
 	ctx := context.Background()
 	x := &exchange{s: r.srv}
-	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 		RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key),
 	}})
-	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
 	}})
 	if ren.Len() != 1 {
 		t.Fatalf("%d requests renewed after admission", ren.Len())
 	}
-	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 		ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream"),
 	}})
 	body := func(ev []byte) {
-		x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
 			ResponseBody: &extprocv3.HttpBody{Body: ev},
 		}})
 	}
@@ -467,10 +467,10 @@ func TestResponseFromAttributes(t *testing.T) {
 	ctx := context.Background()
 	run := func(code float64, chunks [][]byte) {
 		x := &exchange{s: r.srv}
-		x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 			RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key),
 		}})
-		if resp := x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		if resp := x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 			RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
 		}}); resp.GetImmediateResponse() != nil {
 			t.Fatalf("rejected: %v", resp)
@@ -489,7 +489,7 @@ func TestResponseFromAttributes(t *testing.T) {
 			if i == 0 {
 				req.Attributes = map[string]*structpb.Struct{attributesKey: attrs}
 			}
-			if resp := x.handle(ctx, req); resp.GetResponseBody() == nil {
+			if resp := x.step(ctx, req); resp.GetResponseBody() == nil {
 				t.Fatalf("chunk %d: %v", i, resp)
 			}
 		}
@@ -510,4 +510,14 @@ func TestResponseFromAttributes(t *testing.T) {
 	if e := entries[1]; e.Status != 529 || e.Cost != 0 {
 		t.Fatalf("529 entry %+v", e)
 	}
+}
+
+// step answers one message as Process does: the answer, then what follows
+// its sending (a complete reply is settled after its last chunk is released).
+func (x *exchange) step(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	resp := x.handle(ctx, req)
+	if resp != nil {
+		x.afterSend()
+	}
+	return resp
 }

@@ -39,7 +39,7 @@ func firstRejection(t *testing.T, r *rig, hdrs []string, body []byte) (a answer,
 		}})
 	}
 	for _, m := range msgs {
-		ir := x.handle(ctx, m).GetImmediateResponse()
+		ir := x.step(ctx, m).GetImmediateResponse()
 		if ir == nil {
 			continue
 		}
@@ -203,10 +203,10 @@ func TestRejectionsInChatCompletionsFormat(t *testing.T) {
 	r := newRigWith(t, "beta", rigAccount{balance: 1})
 	ctx := context.Background()
 	x := &exchange{s: r.srv}
-	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 		RequestHeaders: headers(":method", "POST", ":path", "/beta/v1/chat/completions", "authorization", "Bearer "+r.key),
 	}})
-	ir := x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+	ir := x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Hi"}]}`), EndOfStream: true},
 	}}).GetImmediateResponse()
 	var b struct {
@@ -231,10 +231,10 @@ func TestChatCompletionsErrorNamesParam(t *testing.T) {
 	r := newRigWith(t, "beta", rigAccount{})
 	ctx := context.Background()
 	x := &exchange{s: r.srv}
-	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 		RequestHeaders: headers(":method", "POST", ":path", "/beta/v1/chat/completions", "authorization", "Bearer "+r.key),
 	}})
-	ir := x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+	ir := x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: []byte(`{"messages":[{"role":"user","content":"Hi"}]}`), EndOfStream: true},
 	}}).GetImmediateResponse()
 	var b struct {

@@ -191,7 +191,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 		if resp == nil {
 			continue
 		}
-		if err := stream.Send(resp); err != nil {
+		err = stream.Send(resp)
+		// Even if the answer could not be sent: the reply was complete.
+		x.afterSend()
+		if err != nil {
 			return err
 		}
 	}

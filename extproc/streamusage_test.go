@@ -71,11 +71,11 @@ func (r *rig) betaStream(t *testing.T, body string) (upstream []byte, length str
 			t.Fatalf("rejected: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
 		}
 	}
-	check(x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+	check(x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 		RequestHeaders: headers(":method", "POST", ":path", "/beta/v1/chat/completions", "authorization", "Bearer "+r.key,
 			"content-type", "application/json", "content-length", strconv.Itoa(len(body))),
 	}}))
-	resp := x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+	resp := x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true},
 	}})
 	check(resp)
@@ -90,7 +90,7 @@ func (r *rig) betaStream(t *testing.T, body string) (upstream []byte, length str
 	} else if common.GetHeaderMutation() != nil {
 		t.Fatal("headers changed without a body edit")
 	}
-	check(x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+	check(x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
 		ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream; charset=utf-8"),
 	}}))
 	// Each event cut in two, as a network may deliver it.
@@ -100,7 +100,7 @@ func (r *rig) betaStream(t *testing.T, body string) (upstream []byte, length str
 	}
 	var out strings.Builder
 	for i, c := range chunks {
-		resp := x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		resp := x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
 			ResponseBody: &extprocv3.HttpBody{Body: []byte(c), EndOfStream: i == len(chunks)-1},
 		}})
 		check(resp)
