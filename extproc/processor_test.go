@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -520,4 +521,65 @@ func (x *exchange) step(ctx context.Context, req *extprocv3.ProcessingRequest) *
 		x.afterSend()
 	}
 	return resp
+}
+
+// More settlements than one batch holds, queued while the settler is busy,
+// all go out, each once, in batches of at most maxBatch.
+func TestSettlementsBeyondOneBatch(t *testing.T) {
+	r := newRig(t)
+	release, blocked := make(chan struct{}), make(chan struct{})
+	r.srv.settler.enqueue(store.Settlement{RequestID: "blocker", AccountID: r.acct}, func(bool, error, time.Duration) {
+		close(blocked)
+		<-release
+	})
+	<-blocked
+	const n = 3*maxBatch + 7
+	var done [n]atomic.Int32
+	for i := range n {
+		r.srv.settler.enqueue(store.Settlement{RequestID: "r" + strconv.Itoa(i), AccountID: r.acct}, func(bool, error, time.Duration) {
+			done[i].Add(1)
+		})
+	}
+	close(release)
+	if err := r.srv.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range done {
+		if c := done[i].Load(); c != 1 {
+			t.Fatalf("settlement %d completed %d times", i, c)
+		}
+	}
+}
+
+// Bursts of settlements from many goroutines, some larger than a batch,
+// some arriving while the settler drains: each completes exactly once.
+func TestSettlementsUnderBursts(t *testing.T) {
+	r := newRig(t)
+	const workers, each = 8, 700
+	var done [workers * each]atomic.Int32
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				k := w*each + i
+				r.srv.settler.enqueue(store.Settlement{RequestID: "b" + strconv.Itoa(k), AccountID: r.acct}, func(bool, error, time.Duration) {
+					done[k].Add(1)
+				})
+				if i%(50+w*37) == 0 {
+					r.srv.Flush(context.Background()) // let the queue empty now and then
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := r.srv.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range done {
+		if c := done[i].Load(); c != 1 {
+			t.Fatalf("settlement %d completed %d times", i, c)
+		}
+	}
 }

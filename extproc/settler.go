@@ -156,7 +156,10 @@ func (s *settler) pendingTotal() int {
 const linger = 5 * time.Millisecond
 
 func (s *settler) run() {
-	var spare []settleJob
+	// batch is the settler's own buffer; it and s.queue never share an
+	// array: a short queue is taken by swapping the two, a long one by
+	// copying its head out.
+	var batch []settleJob
 	sts := make([]store.Settlement, 0, maxBatch)
 	timer := time.NewTimer(linger)
 	timer.Stop()
@@ -169,23 +172,23 @@ func (s *settler) run() {
 		}
 		for {
 			s.mu.Lock()
-			jobs := s.queue
-			if len(jobs) > maxBatch {
-				// Take one batch; the rest goes next, without lingering.
-				jobs = append(spare[:0], s.queue[:maxBatch]...)
-				s.queue = append(s.queue[:0], s.queue[maxBatch:]...)
+			if len(s.queue) <= maxBatch {
+				batch, s.queue = s.queue, batch[:0]
 			} else {
-				s.queue = spare[:0]
+				// Take one batch; the rest goes next, without lingering.
+				batch = append(batch[:0], s.queue[:maxBatch]...)
+				n := copy(s.queue, s.queue[maxBatch:])
+				clear(s.queue[n:])
+				s.queue = s.queue[:n]
 			}
+			more := len(s.queue) > 0
 			s.room.Broadcast()
 			s.mu.Unlock()
-			if len(jobs) == 0 {
-				break
+			if len(batch) > 0 {
+				s.apply(batch, sts[:0])
 			}
-			s.apply(jobs, sts[:0])
-			clear(jobs) // drop the settlements and callbacks it referenced
-			spare = jobs[:0]
-			if len(jobs) < maxBatch {
+			clear(batch) // drop the settlements and callbacks it referenced
+			if !more {
 				break
 			}
 		}

@@ -38,6 +38,7 @@ func main() {
 		out     = flag.String("out", "", "write the markdown report to this file too")
 		smoke   = flag.Bool("smoke", false, "tiny rates and durations: exercise the harness in seconds, judge nothing")
 		quick   = flag.Bool("quick", false, "non-streaming latency and CPU at 500 and 1,000 requests/s only (about a minute): to compare a change")
+		open    = flag.Int("open", -1, "concurrent open streams for the memory phase (default: the plan's; 0 skips it)")
 		note    = flag.String("note", "", "a line for the report's header, e.g. that the machine was shared")
 		profile = flag.String("cpuprofile-sidecar", "", "record the sidecar with perf(1) under load into this file (perf.data format; a text summary goes to FILE.txt)")
 		null    = flag.String("null-processor", "", "internal: serve the null ext_proc processor on this address and nothing else")
@@ -67,6 +68,9 @@ func main() {
 		p = smokePlan
 	case *quick:
 		p = quickPlan
+	}
+	if *open >= 0 {
+		p.openStreams, p.openRate, p.settle = *open, 1000, 2*time.Second
 	}
 	b := start(tb, p, env)
 	b.res.note = *note
@@ -259,6 +263,9 @@ func (b *bench) check() {
 func (b *bench) run() {
 	if b.plan.openStreams > 0 {
 		b.memory()
+		// Thousands of streams cut at once must leave every stack
+		// serving: stop here, with the processes' logs, if one is not.
+		b.check()
 	}
 	b.latency()
 	if b.plan.streamRate > 0 {
