@@ -87,7 +87,6 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 		return err
 	}
 	cfg.Listeners.Public = public
-	defer startGCFloor(cfg, log)()
 	cfg.Envoy.AccessLog = "stdout" // goes to the Envoy log file
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
 		return err

@@ -35,7 +35,6 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			overrideListeners(&cfg.Listeners, listen)
-			defer startGCFloor(cfg, log)()
 			rdb, closeStore, err := openStore(cfg, log)
 			if err != nil {
 				return err

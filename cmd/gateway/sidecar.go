@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"sync/atomic"
@@ -31,7 +30,6 @@ import (
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/control"
 	"github.com/modelgateway/gateway/internal/endpoints"
-	"github.com/modelgateway/gateway/internal/gcfloor"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/mtls"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -109,22 +107,11 @@ type sidecarOptions struct {
 	EnvoyAdminURL string
 }
 
-// startGCFloor applies sidecar.gc_floor_mb to this process, unless GOGC is
-// set in the environment: an operator's explicit choice wins.
-func startGCFloor(cfg *config.Config, log *slog.Logger) (stop func()) {
-	mb := cfg.Sidecar.GCFloorMB
-	if os.Getenv("GOGC") != "" || mb < 0 {
-		return func() {}
-	}
-	log.Debug("garbage collector floor", "mib", mb)
-	return gcfloor.Start(int64(mb) << 20)
-}
-
 // startSidecar binds the listeners and starts serving.
 func startSidecar(o sidecarOptions) (*sidecar, error) {
 	c := o.Config
 	// Load the tokenizer now rather than on the first estimate, which would
-	// otherwise wait for it.
+	// otherwise stall that reply for a fraction of a second.
 	go func() {
 		if err := tokens.Init(); err != nil {
 			o.Logger.Warn("tokenizer unavailable; estimates fall back to byte counts", "err", err)

@@ -34,17 +34,6 @@ type Config struct {
 	// environment variable overrides it (the container image sets it).
 	Catalogue string     `yaml:"catalogue"`
 	Upstreams []Upstream `yaml:"upstreams"`
-	Sidecar   Sidecar    `yaml:"sidecar"`
-}
-
-// Sidecar holds settings of the sidecar process itself.
-type Sidecar struct {
-	// GCFloorMB is the heap size, in MiB, below which the sidecar's Go
-	// heap is not collected (above it, Go's default applies): its live heap
-	// is a few MB, and collecting every few hundred requests lengthens the
-	// latency tail. 0 means the default (64); -1 leaves the Go runtime's
-	// own setting (GOGC). A GOGC in the environment also wins.
-	GCFloorMB int `yaml:"gc_floor_mb"`
 }
 
 // Listeners are the addresses the gateway's processes bind.
@@ -390,11 +379,6 @@ func Parse(data []byte) (*Config, error) {
 // Envoy) are the practical bound.
 const DefaultMaxConcurrent = 50_000
 
-// DefaultGCFloorMB is the default heap floor of the sidecar's garbage
-// collector: at 1,000 requests a second it collects every 2-3 seconds
-// instead of every half second.
-const DefaultGCFloorMB = 64
-
 func (c *Config) setDefaults() {
 	def := func(s *string, v string) {
 		if *s == "" {
@@ -437,7 +421,6 @@ func (c *Config) setDefaults() {
 			*n = v
 		}
 	}
-	defInt(&c.Sidecar.GCFloorMB, DefaultGCFloorMB)
 	cb := &c.Envoy.CircuitBreakers
 	defInt(&cb.MaxConnections, DefaultMaxConcurrent)
 	defInt(&cb.MaxPendingRequests, DefaultMaxConcurrent)
@@ -472,9 +455,6 @@ func (c *Config) setDefaults() {
 
 // Validate reports the first invalid setting, naming its field.
 func (c *Config) Validate() error {
-	if c.Sidecar.GCFloorMB < -1 {
-		return fmt.Errorf("sidecar.gc_floor_mb: %d; want a size in MiB, or -1 for Go's own setting", c.Sidecar.GCFloorMB)
-	}
 	for field, addr := range map[string]string{
 		"listeners.public": c.Listeners.Public, "listeners.envoy_admin": c.Listeners.EnvoyAdmin,
 		"listeners.extproc": c.Listeners.ExtProc, "listeners.control": c.Listeners.Control,
