@@ -115,7 +115,8 @@ fuzz:
 
 ## bench: the full benchmark against bare Envoy; writes test/bench/results.md
 bench: build envoy redis
-	GATEWAY_BIN_DIR=$(abspath $(BIN)) $(GO) run ./test/bench -out test/bench/results.md
+	$(GO) build -o $(BIN)/bench ./test/bench
+	GATEWAY_BIN_DIR=$(abspath $(BIN)) $(BIN)/bench -out test/bench/results.md
 
 bench-smoke: build envoy redis
 	GATEWAY_BIN_DIR=$(abspath $(BIN)) $(GO) run ./test/bench -smoke -out $(BIN)/bench-smoke.md
