@@ -16,7 +16,9 @@ import (
 
 // o200kPattern splits text into the pieces that byte-pair encoding works on
 // (words with their leading space or punctuation, runs of up to three
-// digits, runs of whitespace), as o200k_base defines them.
+// digits, runs of whitespace). It is part of the encoding's published
+// definition (with the vocabulary): counts match the vendor's only with
+// exactly this pattern.
 var o200kPattern = strings.Join([]string{
 	`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?`,
 	`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?`,
