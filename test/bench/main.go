@@ -121,7 +121,7 @@ type plan struct {
 var fullPlan = plan{
 	name: "full", warm: time.Second, slice: 3 * time.Second, rounds: 4,
 	rates: []float64{500, 1000, 2000}, slowRate: 1000, slowLatencyMS: 20,
-	steps: []float64{1000, 1500, 2000, 2500, 3000, 4000, 5000, 6000}, stepSlice: 4 * time.Second,
+	steps: []float64{1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500, 5000, 5500, 6000, 7000, 8000, 10000}, stepSlice: 4 * time.Second,
 	streamRate: 100, eventDelayMS: 2, replyWords: 20,
 	openStreams: 5000, openRate: 1000, settle: 2 * time.Second,
 	judge: true,
