@@ -43,8 +43,9 @@ type exchange struct {
 	price     *pricing.Model // looked up once: a reload does not change a request's prices
 	admitted  bool
 	settled   bool
-	// replyDone: the reply's last chunk has been metered; the request is
-	// settled once the answer releasing it has been sent (afterSend).
+	// replyDone: the reply is complete as far as billing goes (its last
+	// chunk metered, or a status that is not charged); the request is
+	// settled once the answer to this message has been sent (afterSend).
 	replyDone bool
 
 	status    int    // upstream response status; 0 until the first response body chunk
@@ -300,9 +301,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 		resp.ModeOverride = &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE}
 		return resp
 	}
-	if h.GetEndOfStream() {
-		x.settle(true)
-	}
+	x.replyDone = h.GetEndOfStream()
 	return resp
 }
 
@@ -310,7 +309,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 // on and reports true; any other ends the request at no charge.
 func (x *exchange) startReply(contentType string) bool {
 	if x.status < 200 || x.status > 299 {
-		x.settle(true)
+		x.replyDone = true
 		return false
 	}
 	x.meter = x.upstream.Format.NewMeter(x.req, x.body, contentType)
@@ -391,8 +390,9 @@ func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
 // attributesKey is where Envoy puts the ext_proc filter's attributes.
 const attributesKey = "envoy.filters.http.ext_proc"
 
-// afterSend runs once an answer has been handed to Envoy: a reply whose last
-// chunk that answer released is settled now, off the path of the chunk.
+// afterSend runs once an answer has been handed to Envoy: a complete reply is
+// settled now, off the path of the chunk the answer released. It is the one
+// place a reply that ended normally settles (finish settles the others).
 func (x *exchange) afterSend() {
 	if x.replyDone {
 		x.settle(true)
