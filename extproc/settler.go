@@ -106,15 +106,19 @@ func signal(c chan struct{}) {
 	}
 }
 
-func (s *settler) completed(accountID string) {
+// completed ends the pending count of each job's settlement, under one
+// lock for the batch.
+func (s *settler) completed(jobs []settleJob) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, k := range []string{allKey, accountID} {
-		if p := s.pending[k]; p != nil {
-			p.n--
-			if p.n <= 0 {
-				close(p.done)
-				delete(s.pending, k)
+	for _, j := range jobs {
+		for _, k := range []string{allKey, j.st.AccountID} {
+			if p := s.pending[k]; p != nil {
+				p.n--
+				if p.n <= 0 {
+					close(p.done)
+					delete(s.pending, k)
+				}
 			}
 		}
 	}
@@ -195,30 +199,30 @@ func (s *settler) run() {
 	}
 }
 
+// apply settles a batch: in one call when the accounts can batch, else one
+// by one, each on its own deadline. The client may be long gone:
+// settlements never run on a request's context.
 func (s *settler) apply(jobs []settleJob, sts []store.Settlement) {
-	// The client may be long gone: settlements run on their own deadline.
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	t0 := time.Now()
-	if s.batch != nil && len(jobs) > 1 {
+	defer s.completed(jobs)
+	if s.batch == nil {
 		for _, j := range jobs {
-			sts = append(sts, j.st)
-		}
-		res := s.batch.SettleBatch(ctx, sts)
-		took := time.Since(t0)
-		for i, j := range jobs {
-			j.after(res[i].Applied, res[i].Err, took)
-			s.completed(j.st.AccountID)
+			t := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+			applied, err := s.accounts.Settle(ctx, j.st)
+			cancel()
+			j.after(applied, err, time.Since(t))
 		}
 		return
 	}
-	cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	t0 := time.Now()
 	for _, j := range jobs {
-		t := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		applied, err := s.accounts.Settle(ctx, j.st)
-		cancel()
-		j.after(applied, err, time.Since(t))
-		s.completed(j.st.AccountID)
+		sts = append(sts, j.st)
+	}
+	res := s.batch.SettleBatch(ctx, sts)
+	took := time.Since(t0)
+	for i, j := range jobs {
+		j.after(res[i].Applied, res[i].Err, took)
 	}
 }
