@@ -67,10 +67,10 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
 	}
-	if len(r) != 3 {
+	if len(r) != 2 {
 		return Decision{}, fmt.Errorf("store: admit %s: unexpected reply %v", a.RequestID, r)
 	}
-	d := Decision{ExpiredHolds: r[2]}
+	var d Decision
 	switch r[0] {
 	case -1:
 		return d, fmt.Errorf("store: admit %s: account %s: %w", a.RequestID, id, ErrNotFound)
@@ -106,15 +106,8 @@ func nextMidnight(t time.Time) time.Time {
 // Usage counts towards the UTC day and month of the store's clock. One round
 // trip.
 func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err error) {
-	if err := checkSettlement(st); err != nil {
-		return false, err
-	}
-	group := []Settlement{st}
-	keys, args := s.settleCall(group)
-	r, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
-	res := settleReplies(group, r, err)
-	s.markUsed(group, res)
-	return res[0].Applied, res[0].Err
+	r := s.SettleBatch(ctx, []Settlement{st})[0]
+	return r.Applied, r.Err
 }
 
 // SettleResult is the outcome of one settlement of a batch.
@@ -153,30 +146,33 @@ func (s *Store) SettleBatch(ctx context.Context, sts []Settlement) []SettleResul
 	if len(groups) == 0 {
 		return res
 	}
-	members := make([][]Settlement, len(groups))
-	cmds := make([]*redis.Cmd, len(groups))
+	type call struct {
+		members []Settlement
+		keys    []string
+		args    []any
+		cmd     *redis.Cmd
+	}
+	calls := make([]call, len(groups))
 	pipe := s.rdb.Pipeline()
 	for g, idx := range groups {
+		c := &calls[g]
 		for _, i := range idx {
-			members[g] = append(members[g], sts[i])
+			c.members = append(c.members, sts[i])
 		}
-		keys, args := s.settleCall(members[g])
-		cmds[g] = settleScript.EvalSha(ctx, pipe, keys, args...)
+		c.keys, c.args = s.settleCall(c.members)
+		c.cmd = settleScript.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	pipe.Exec(ctx) // errors are read per command below
-	for g, c := range cmds {
-		var out []SettleResult
-		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	for g, c := range calls {
+		cmd := c.cmd
+		if errNoScript(cmd.Err()) {
 			// A server that lost its script cache (a restart, a failover):
 			// Run loads the script again.
-			keys, args := s.settleCall(members[g])
-			r, err := settleScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
-			out = settleReplies(members[g], r, err)
-		} else {
-			r, err := c.Int64Slice()
-			out = settleReplies(members[g], r, err)
+			cmd = settleScript.Run(ctx, s.rdb, c.keys, c.args...)
 		}
-		s.markUsed(members[g], out)
+		r, err := cmd.Int64Slice()
+		out := settleReplies(c.members, r, err)
+		s.markUsed(c.members, out)
 		for j, i := range groups[g] {
 			res[i] = out[j]
 		}

@@ -121,8 +121,6 @@ const (
 type Decision struct {
 	Outcome    Outcome
 	RetryAfter time.Duration // for RateLimited and DailyLimited
-	// ExpiredHolds is always 0: the sweeper settles expired holds.
-	ExpiredHolds int64
 }
 
 // Settlement ends one admitted request. Applying the same RequestID twice has

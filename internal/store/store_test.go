@@ -257,8 +257,8 @@ func wantErr(t *testing.T, err, target error) {
 func wantDecision(t *testing.T, got Decision, outcome Outcome, retry time.Duration) {
 	t.Helper()
 	if got.Outcome != outcome || got.RetryAfter != retry {
-		t.Fatalf("decision %s retry %v (expired %d), want %s retry %v",
-			outcomeNames[got.Outcome], got.RetryAfter, got.ExpiredHolds, outcomeNames[outcome], retry)
+		t.Fatalf("decision %s retry %v, want %s retry %v",
+			outcomeNames[got.Outcome], got.RetryAfter, outcomeNames[outcome], retry)
 	}
 }
 

@@ -16,7 +16,7 @@
 -- ARGV[5]  admission record: what the sweeper needs to settle the request
 --          should its sidecar die (key id, model, start time), JSON
 --
--- Returns {outcome, retry_after_ms, expired_holds}. Outcome: 0 admitted,
+-- Returns {outcome, retry_after_ms}. Outcome: 0 admitted,
 -- 1 rate limited, 2 daily limited, 3 insufficient balance, -1 no such account,
 -- -2 request id already held.
 --
@@ -27,7 +27,6 @@
 -- Expired holds (their sidecar died) are never released here: the
 -- background sweeper (sweep.lua) settles them as interrupted at their last
 -- checkpoint, so a crashed request is charged rather than dropped.
--- expired_holds is always 0.
 --
 -- Money is compared as Lua numbers (doubles): exact up to 2^53 nano-USD. All
 -- writes go through int() so Redis always receives plain integer strings.
@@ -43,15 +42,13 @@ local ttl = tonumber(ARGV[4])
 
 local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'daily', 'rpm', 'window')
 if not acct[1] then
-  return {-1, 0, 0}
+  return {-1, 0}
 end
 local balance = tonumber(acct[1])
 local held = tonumber(acct[2] or '0')
 local daily = tonumber(acct[3] or '0')
 local rpm = tonumber(acct[4] or '0')
 local window = tonumber(acct[5] or '0')
-
-local swept = 0
 
 -- 2. Rate limit: at most rpm*window admissions in any window minutes.
 local span = 0
@@ -72,7 +69,7 @@ if rpm > 0 then
     if retry < 1000 then
       retry = 1000
     end
-    return {1, retry, swept}
+    return {1, retry}
   end
 end
 
@@ -80,23 +77,23 @@ end
 if daily > 0 then
   local spent = tonumber(redis.call('GET', KEYS[4]) or '0')
   if spent + held + hold > daily then
-    return {2, 0, swept}
+    return {2, 0}
   end
 end
 
 -- 4. Balance not yet promised to open holds.
 if balance - held < hold then
-  return {3, 0, swept}
+  return {3, 0}
 end
 
 -- 5. Admit: hold the worst case, with its lease and admission record in one
 -- field (HSETNX refuses an id already held, before anything is written).
 if redis.call('HSETNX', KEYS[2], req, hold_format(hold, now + ttl, ARGV[5], '')) == 0 then
-  return {-2, 0, swept}
+  return {-2, 0}
 end
 redis.call('HINCRBY', KEYS[1], 'held', int(hold))
 if rpm > 0 then
   redis.call('ZADD', KEYS[3], int(now), req)
   redis.call('PEXPIRE', KEYS[3], int(span))
 end
-return {0, 0, swept}
+return {0, 0}
