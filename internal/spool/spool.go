@@ -164,7 +164,7 @@ func signal(c chan struct{}) {
 // (an unknown account, an invalid settlement) are returned as they are, and
 // so is the store's error when the spool cannot take the settlement either.
 func (l *Spool) Settle(ctx context.Context, st store.Settlement) (bool, error) {
-	if err := check(st); err != nil {
+	if err := store.CheckSettlement(st); err != nil {
 		return false, err
 	}
 	applied, err := l.store.Settle(ctx, st)
@@ -196,7 +196,7 @@ func (l *Spool) SettleBatch(ctx context.Context, sts []store.Settlement) []store
 	valid := make([]store.Settlement, 0, len(sts))
 	idx := make([]int, 0, len(sts))
 	for i, st := range sts {
-		if err := check(st); err != nil {
+		if err := store.CheckSettlement(st); err != nil {
 			res[i].Err = err
 			continue
 		}
@@ -240,18 +240,6 @@ func (l *Spool) spool(st store.Settlement, err error) (bool, error) {
 		"request_id", st.RequestID, "account", st.AccountID, "depth", depth, "err", err)
 	signal(l.wake)
 	return true, nil
-}
-
-// check refuses settlements the store would refuse whatever its state, so
-// that no such record enters the spool and blocks the replay.
-func check(st store.Settlement) error {
-	if st.RequestID == "" || st.AccountID == "" {
-		return errors.New("spool: settle: empty request or account id")
-	}
-	if st.Cost < 0 || !st.Usage.Valid() || !st.Rates.Valid() {
-		return fmt.Errorf("spool: settle %s: negative cost or token count", st.RequestID)
-	}
-	return nil
 }
 
 // permanent reports whether a store error will not go away by retrying.

@@ -131,7 +131,7 @@ func (s *Store) SettleBatch(ctx context.Context, sts []Settlement) []SettleResul
 	var groups [][]int
 	byAccount := map[string]int{}
 	for i, st := range sts {
-		if err := checkSettlement(st); err != nil {
+		if err := CheckSettlement(st); err != nil {
 			res[i].Err = err
 			continue
 		}
@@ -198,8 +198,9 @@ func settleReplies(group []Settlement, r []int64, err error) []SettleResult {
 	return res
 }
 
-// checkSettlement refuses what the store would never apply.
-func checkSettlement(st Settlement) error {
+// CheckSettlement refuses what the store would never apply, whatever its
+// state (the spool uses it so that no such record waits for a replay).
+func CheckSettlement(st Settlement) error {
 	if st.RequestID == "" {
 		return errors.New("store: settle: empty request id")
 	}
