@@ -48,21 +48,30 @@ func switches(pid int) int64 {
 	}
 	var n int64
 	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
-		if err != nil {
-			continue // the thread exited
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
-				c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += c
-			} else if v, ok := strings.CutPrefix(line, "nonvoluntary_ctxt_switches:"); ok {
-				c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += c
+		path := fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name())
+		n += statusFields(path, "voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")
+	}
+	return n
+}
+
+// statusFields reads the numbers after the given names in a /proc status
+// file (units such as " kB" dropped) and returns their sum; a missing file
+// or field counts 0 (a thread that exited).
+func statusFields(path string, names ...string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	var sum int64
+	for line := range strings.Lines(string(b)) {
+		for _, name := range names {
+			if v, ok := strings.CutPrefix(line, name); ok {
+				n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				sum += n
 			}
 		}
 	}
-	return n
+	return sum
 }
 
 // machineCPU is the CPU time all cores have spent busy and in total since
@@ -90,19 +99,7 @@ func machineCPU() (busy, total time.Duration) {
 
 // rssKB is a process's resident memory (VmRSS) in KiB.
 func rssKB(pid int) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
+	return statusFields(fmt.Sprintf("/proc/%d/status", pid), "VmRSS:")
 }
 
 // redisStats reads the counters the bench needs from INFO: calls per
