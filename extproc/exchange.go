@@ -428,12 +428,16 @@ func (x *exchange) settle(complete bool) {
 	// Renewed until the hold is gone: if the settlement waits in the queue
 	// or the spool, a sweep in the meantime charges the same.
 	x.s.holds.Finish(x.open, st.Checkpoint())
-	s, upstream, model := x.s, x.upstream.Name, string(st.Priced)
-	s.settler.enqueue(st, func(_ bool, err error, took time.Duration) {
+	s, upstream, model, open := x.s, x.upstream.Name, string(st.Priced), x.open
+	s.settler.enqueue(st, func(r store.SettleResult, took time.Duration) {
 		s.metrics.settleSeconds.Observe(took.Seconds())
-		if err != nil {
+		if err := r.Err; err != nil {
 			s.metrics.storeErrors.WithLabelValues("settle").Inc()
 			s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
+		} else if !r.Spooled {
+			// The store took it (or had it already): the hold is gone,
+			// nothing is left to renew.
+			s.holds.Forget(open)
 		}
 		s.metrics.observe(upstream, model, st)
 		s.log.Info("request",

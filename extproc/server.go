@@ -27,11 +27,12 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 )
 
-// Accounts is the part of the store on the request path: one admission and one
-// settlement per metered request.
+// Accounts is the part of the store on the request path: one admission per
+// metered request, and settlements in batches (the spool and the store
+// implement it).
 type Accounts interface {
 	Admit(ctx context.Context, a store.Admission) (store.Decision, error)
-	Settle(ctx context.Context, s store.Settlement) (bool, error)
+	SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult
 }
 
 // KeyLookup authenticates a request's credential headers (auth.Cache).

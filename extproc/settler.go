@@ -8,12 +8,6 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 )
 
-// BatchSettler settles many requests in one round trip; the spool and the
-// store implement it. Accounts without it are settled one by one.
-type BatchSettler interface {
-	SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult
-}
-
 // settler applies settlements off the request path. A reply's last chunk is
 // released to the client first; its settlement is queued here and one
 // goroutine drains the queue, sending whatever has accumulated as one
@@ -27,7 +21,6 @@ type BatchSettler interface {
 // the settlements themselves.
 type settler struct {
 	accounts Accounts
-	batch    BatchSettler // nil: one by one
 	timeout  time.Duration
 
 	mu      sync.Mutex
@@ -52,7 +45,7 @@ const maxQueue = 8192
 
 type settleJob struct {
 	st    store.Settlement
-	after func(applied bool, err error, took time.Duration)
+	after func(r store.SettleResult, took time.Duration)
 }
 
 type pendingCount struct {
@@ -66,14 +59,13 @@ func newSettler(a Accounts, timeout time.Duration) *settler {
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1),
 	}
 	s.room = sync.NewCond(&s.mu)
-	s.batch, _ = a.(BatchSettler)
 	go s.run()
 	return s
 }
 
 // enqueue counts the settlement as pending, then queues it. It blocks only
 // when the queue is full.
-func (s *settler) enqueue(st store.Settlement, after func(applied bool, err error, took time.Duration)) {
+func (s *settler) enqueue(st store.Settlement, after func(r store.SettleResult, took time.Duration)) {
 	s.mu.Lock()
 	for _, k := range []string{allKey, st.AccountID} {
 		p := s.pending[k]
@@ -199,30 +191,19 @@ func (s *settler) run() {
 	}
 }
 
-// apply settles a batch: in one call when the accounts can batch, else one
-// by one, each on its own deadline. The client may be long gone:
-// settlements never run on a request's context.
+// apply settles a batch in one call, on its own deadline: the clients may
+// be long gone, settlements never run on a request's context.
 func (s *settler) apply(jobs []settleJob, sts []store.Settlement) {
 	defer s.completed(jobs)
-	if s.batch == nil {
-		for _, j := range jobs {
-			t := time.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-			applied, err := s.accounts.Settle(ctx, j.st)
-			cancel()
-			j.after(applied, err, time.Since(t))
-		}
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	t0 := time.Now()
 	for _, j := range jobs {
 		sts = append(sts, j.st)
 	}
-	res := s.batch.SettleBatch(ctx, sts)
+	res := s.accounts.SettleBatch(ctx, sts)
 	took := time.Since(t0)
 	for i, j := range jobs {
-		j.after(res[i].Applied, res[i].Err, took)
+		j.after(res[i], took)
 	}
 }

@@ -164,15 +164,21 @@ func signal(c chan struct{}) {
 // (an unknown account, an invalid settlement) are returned as they are, and
 // so is the store's error when the spool cannot take the settlement either.
 func (l *Spool) Settle(ctx context.Context, st store.Settlement) (bool, error) {
+	r := l.settle(ctx, st)
+	return r.Applied, r.Err
+}
+
+// settle is Settle, saying whether the settlement was spooled.
+func (l *Spool) settle(ctx context.Context, st store.Settlement) store.SettleResult {
 	if err := store.CheckSettlement(st); err != nil {
-		return false, err
+		return store.SettleResult{Err: err}
 	}
 	applied, err := l.store.Settle(ctx, st)
 	if err == nil {
 		l.answered()
 	}
 	if err == nil || permanent(err) || l.file == nil {
-		return applied, err
+		return store.SettleResult{Applied: applied, Err: err}
 	}
 	return l.spool(st, err)
 }
@@ -189,7 +195,7 @@ func (l *Spool) SettleBatch(ctx context.Context, sts []store.Settlement) []store
 	bs, ok := l.store.(batchStore)
 	if !ok {
 		for i, st := range sts {
-			res[i].Applied, res[i].Err = l.Settle(ctx, st)
+			res[i] = l.settle(ctx, st)
 		}
 		return res
 	}
@@ -213,7 +219,7 @@ func (l *Spool) SettleBatch(ctx context.Context, sts []store.Settlement) []store
 			res[i] = r
 			continue
 		}
-		res[i].Applied, res[i].Err = l.spool(valid[j], r.Err)
+		res[i] = l.spool(valid[j], r.Err)
 	}
 	if answered {
 		l.answered()
@@ -222,7 +228,9 @@ func (l *Spool) SettleBatch(ctx context.Context, sts []store.Settlement) []store
 }
 
 // spool appends a settlement the store could not take (err) to the spool.
-func (l *Spool) spool(st store.Settlement, err error) (bool, error) {
+// A spooled settlement reports applied: it is on disk and will be applied
+// exactly once.
+func (l *Spool) spool(st store.Settlement, err error) store.SettleResult {
 	depth, serr := l.file.append(st)
 	if serr != nil {
 		reason := "write"
@@ -230,7 +238,7 @@ func (l *Spool) spool(st store.Settlement, err error) (bool, error) {
 			reason = "full"
 		}
 		l.metrics.errors.WithLabelValues(reason).Inc()
-		return false, fmt.Errorf("%w; and spooling it failed: %w", err, serr)
+		return store.SettleResult{Err: fmt.Errorf("%w; and spooling it failed: %w", err, serr)}
 	}
 	l.metrics.spooled.Inc()
 	if l.onErr != nil {
@@ -239,7 +247,7 @@ func (l *Spool) spool(st store.Settlement, err error) (bool, error) {
 	l.log.Warn("settlement spooled: the store is unreachable",
 		"request_id", st.RequestID, "account", st.AccountID, "depth", depth, "err", err)
 	signal(l.wake)
-	return true, nil
+	return store.SettleResult{Applied: true, Spooled: true}
 }
 
 // permanent reports whether a store error will not go away by retrying.

@@ -451,7 +451,7 @@ func TestSettleBatch(t *testing.T) {
 	unknown.RequestID, unknown.AccountID = "req_x", "acct_0000000000000000"
 	res := l.SettleBatch(context.Background(), append(up, unknown))
 	for i, r := range res[:2] {
-		if r.Err != nil || !r.Applied {
+		if r.Err != nil || !r.Applied || r.Spooled {
 			t.Fatalf("settle %d while up: %+v", i, r)
 		}
 	}
@@ -463,7 +463,7 @@ func TestSettleBatch(t *testing.T) {
 	}
 	e.mr.Close()
 	for i, r := range l.SettleBatch(context.Background(), down) {
-		if r.Err != nil || !r.Applied {
+		if r.Err != nil || !r.Applied || !r.Spooled {
 			t.Fatalf("settle %d while down: %+v; want spooled", i, r)
 		}
 	}

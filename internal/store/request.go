@@ -114,6 +114,9 @@ func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err er
 type SettleResult struct {
 	Applied bool
 	Err     error
+	// Spooled: the store could not be reached and the settlement waits in
+	// the spool (set by the spool only); its hold is still in Redis.
+	Spooled bool
 }
 
 // maxSettleGroup bounds the requests of one script call, so that one call
