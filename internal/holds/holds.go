@@ -13,8 +13,9 @@
 // request itself, charges once.
 //
 // A request that has ended stays registered, with its settlement as its final
-// checkpoint, until a renewal finds its hold gone: when its settlement waited
-// in the spool (Redis was unreachable), the hold is kept, and should the
+// checkpoint, until the store has taken the settlement (the processor then
+// calls Forget) or, when it waits in the spool (Redis was unreachable), until
+// a renewal finds the hold gone: meanwhile the hold is kept, and should the
 // sweeper still come first it charges what the settlement would have.
 package holds
 
@@ -94,9 +95,8 @@ func (r *Renewer) Register(accountID, requestID string) *Open {
 	return o
 }
 
-// Finish records that the request has ended and was settled (or spooled)
-// with final as its outcome. Its hold is renewed until a renewal finds it
-// gone.
+// Finish records that the request has ended with final as its outcome. Its
+// hold is renewed until Forget, or until a renewal finds it gone.
 func (r *Renewer) Finish(o *Open, final store.Checkpoint) {
 	if r == nil || o == nil {
 		return
@@ -104,7 +104,7 @@ func (r *Renewer) Finish(o *Open, final store.Checkpoint) {
 	o.ckpt.Store(&final)
 }
 
-// Forget stops renewing a request's hold at once.
+// Forget stops renewing a request's hold at once: its settlement was applied.
 func (r *Renewer) Forget(o *Open) {
 	if r == nil || o == nil {
 		return
