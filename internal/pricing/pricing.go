@@ -10,7 +10,6 @@ package pricing
 import (
 	"fmt"
 	"math"
-	"math/big"
 	"math/bits"
 	"regexp"
 	"slices"
@@ -144,17 +143,16 @@ func (m *Model) Price(u usage.Usage, tier string) Charge {
 // Cost returns Σ quantity × rate over the priced kinds, rounded up to a whole
 // nano-USD. The sum is kept exact in 128 bits (rates are nano-USD per
 // million units, so a product can exceed 64); it runs once per request and
-// per checkpoint, so it allocates nothing.
+// per checkpoint, so it allocates nothing. A quantity or rate below zero
+// adds nothing: neither a checked usage nor a loaded price has one, and a
+// settlement carrying one is refused whatever its cost.
 func Cost(u usage.Usage, r Rates) int64 {
 	const capped = math.MaxInt64 / 4 // far beyond any balance; never wraps
 	var hi, lo uint64
 	for _, k := range usage.Kinds {
-		if !k.Priced {
-			continue
-		}
 		q, p := k.Of(u), r.Of(k)
-		if q < 0 || p < 0 {
-			return costSigned(u, r) // never for a valid usage; kept exact anyway
+		if !k.Priced || q <= 0 || p <= 0 {
+			continue
 		}
 		ph, pl := bits.Mul64(uint64(q), uint64(p))
 		var c uint64
@@ -176,25 +174,6 @@ func Cost(u usage.Usage, r Rates) int64 {
 		return capped
 	}
 	return int64(q)
-}
-
-// costSigned is Cost for quantities or rates below zero, which a checked
-// usage never has.
-func costSigned(u usage.Usage, r Rates) int64 {
-	var sum, prod big.Int
-	for _, k := range usage.Kinds {
-		if !k.Priced {
-			continue
-		}
-		prod.Mul(big.NewInt(k.Of(u)), big.NewInt(r.Of(k)))
-		sum.Add(&sum, &prod)
-	}
-	sum.Add(&sum, big.NewInt(999_999))
-	sum.Quo(&sum, big.NewInt(1_000_000))
-	if !sum.IsInt64() || sum.Int64() > math.MaxInt64/4 {
-		return math.MaxInt64 / 4
-	}
-	return sum.Int64()
 }
 
 // Hold returns the worst-case cost of a request: every byte of the body

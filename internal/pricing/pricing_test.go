@@ -1,6 +1,8 @@
 package pricing
 
 import (
+	"math"
+	"math/big"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -190,14 +192,34 @@ func TestCostExact(t *testing.T) {
 			k.Set(&u, rng.Int64N(1<<bitsQ+1))
 			k.Set((*usage.Usage)(&r), rng.Int64N(1<<bitsR+1))
 		}
-		if got, want := Cost(u, r), costSigned(u, r); got != want {
+		if got, want := Cost(u, r), exactCost(u, r); got != want {
 			t.Fatalf("Cost(%+v, %+v) = %d; exact %d", u, r, got, want)
 		}
+	}
+	if got := Cost(usage.Usage{Input: -5, Output: 10}, Rates{Input: 1_000_000, Output: 1_000_000}); got != 10 {
+		t.Fatalf("a negative quantity added to the cost: %d, want 10", got)
 	}
 	u, r := usage.Usage{Input: 1234, Output: 567, CacheRead: 89}, Rates{Input: 3_000_000, Output: 15_000_000, CacheRead: 300_000}
 	if n := testing.AllocsPerRun(100, func() { Cost(u, r) }); n != 0 {
 		t.Fatalf("Cost allocates %v times", n)
 	}
+}
+
+// exactCost is Cost in arbitrary precision, the reference for TestCostExact.
+func exactCost(u usage.Usage, r Rates) int64 {
+	var sum, prod big.Int
+	for _, k := range usage.Kinds {
+		if k.Priced {
+			prod.Mul(big.NewInt(k.Of(u)), big.NewInt(r.Of(k)))
+			sum.Add(&sum, &prod)
+		}
+	}
+	sum.Add(&sum, big.NewInt(999_999))
+	sum.Quo(&sum, big.NewInt(1_000_000))
+	if !sum.IsInt64() || sum.Int64() > math.MaxInt64/4 {
+		return math.MaxInt64 / 4
+	}
+	return sum.Int64()
 }
 
 func TestOverridesAliasesAndFallback(t *testing.T) {
