@@ -61,8 +61,11 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
 	}
 	kl := a.KeyLimits
+	// Lua compares numbers as doubles: a bound beyond 2^53 is beyond any
+	// limit anyway.
+	tokens := min(a.Tokens, 1<<53)
 	args := []any{now.UnixMilli(), a.RequestID, a.Hold, s.opts.HoldTTL.Milliseconds(), string(rec),
-		a.Tokens, boolString(hasKey),
+		tokens, boolString(hasKey),
 		kl.RPM, kl.WindowMinutes, kl.TPM, kl.Concurrency, kl.DailyNanoUSD, kl.MonthlyNanoUSD, kl.TotalNanoUSD,
 		dayStamp(now), monthStamp(now)}
 	// The sweeper's index entry rides in the same round trip; it is written

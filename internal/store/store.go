@@ -142,6 +142,30 @@ const (
 	TotalLimited       // a key's lifetime spend; never resets
 )
 
+// String names the outcome by the kind of limit that refused: the label of
+// the refusal metrics and the word of the refusal messages.
+func (o Outcome) String() string {
+	switch o {
+	case Admitted:
+		return "admitted"
+	case RateLimited:
+		return "rpm"
+	case DailyLimited:
+		return "daily"
+	case InsufficientBalance:
+		return "balance"
+	case TokenLimited:
+		return "tpm"
+	case ConcurrencyLimited:
+		return "concurrency"
+	case MonthlyLimited:
+		return "monthly"
+	case TotalLimited:
+		return "total"
+	}
+	return "unknown"
+}
+
 // Level is where a refusing limit is set.
 type Level int
 
