@@ -168,6 +168,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	}
 	renewer := holds.NewRenewer(st, o.Logger)
 	sweeper := holds.NewSweeper(st, o.Logger)
+	renewer.OnStoreError = sweeper.StoreFailed
 	sweeper.OnSweep = func(_ string, r store.SweepResult) {
 		for _, ok := range r.Applied {
 			if ok {

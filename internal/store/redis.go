@@ -52,6 +52,9 @@ const (
 	defaultHoldTTL     = time.Minute
 	defaultAuditMaxLen = 100_000
 
+	// A sweep's record outlives any wait of a spooled settlement but a
+	// week-long one.
+	defaultSweptRecordTTL = 7 * 24 * time.Hour
 	// Day keys outlive the longest month: a month's usage is the sum of its
 	// days.
 	dayKeyTTL = 40 * 24 * time.Hour
@@ -65,6 +68,9 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	}
 	if opts.HoldTTL <= 0 {
 		opts.HoldTTL = defaultHoldTTL
+	}
+	if opts.SweptRecordTTL <= 0 {
+		opts.SweptRecordTTL = defaultSweptRecordTTL
 	}
 	if opts.AuditMaxLen <= 0 {
 		opts.AuditMaxLen = defaultAuditMaxLen

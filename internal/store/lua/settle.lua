@@ -21,18 +21,24 @@
 -- KEYS[5]    gw:{acct:ID}:u:t              hash: usage counters of all time
 -- KEYS[6]    gw:{acct:ID}:ledger           stream: one entry per settled request
 -- KEYS[7..6+k]  gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
+-- KEYS[7+k..6+k+n]  gw:{acct:ID}:swept:REQID of each request, in order: hash of
+--               what its sweep charged: "hold", then counter field -> increment
 --
 -- ARGV[1]  n, the number of requests
 -- ARGV[2]  k, the number of credentials
 -- ARGV[3]  day key lifetime, s
--- ARGV[4..] n request records, one after the other, each:
+-- ARGV[4]  swept record lifetime, s
+-- ARGV[5..] n request records, one after the other, each:
 --   request id; "1" to charge and count usage (2xx reply), else "0";
+--   "1" when the sweeper settles it (a record of the charge is kept), else "0";
 --   cost, nano-USD; the priced model (usage is counted under it);
 --   credential index (1..k, 0 for none); last-used time of the credential,
 --   unix ms;
 --   c, then c counter name, increment pairs (requests, then cost and each
 --   usage kind when not zero);
---   f, then f ledger entry field, value pairs.
+--   f, then f ledger entry field, value pairs. A ledger field named like a
+--   counter ("cost", a usage kind) holds that amount; a reconciled entry
+--   holds the difference instead, and "reconciled" is set to "1".
 --
 -- The names of counters and ledger fields are not known here: Go builds them
 -- (internal/store/contract.go) and reads them back.
@@ -42,8 +48,8 @@
 -- name may. The account's totals are the sum over its models. Zero
 -- increments are skipped.
 --
--- Returns one result per request: 1 applied, 0 already settled (or never
--- admitted); or {-1}
+-- Returns one result per request: 1 applied, 2 reconciled with its sweep,
+-- 0 already settled (or never admitted); or {-1}
 -- when the account does not exist.
 
 local function int(n)
@@ -66,15 +72,16 @@ end
 local lastUsed = {}
 local accountSeen = false
 
-local a = 4
+local a = 5
 for i = 1, n do
-  local req, charged, c, model = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2]), ARGV[a + 3]
-  local ki, used = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local nc = tonumber(ARGV[a + 6])
-  local cfirst = a + 7
+  local req, charged, swept, c, model = ARGV[a], ARGV[a + 1] == '1', ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), ARGV[a + 4]
+  local ki, used = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  local nc = tonumber(ARGV[a + 7])
+  local cfirst = a + 8
   local nf = tonumber(ARGV[cfirst + 2 * nc])
   local ffirst = cfirst + 2 * nc + 1
   a = ffirst + 2 * nf
+  local sweptKey = KEYS[6 + k + i]
 
   local v = redis.call('HGET', KEYS[2], req)
   if not v and not accountSeen then
@@ -92,18 +99,81 @@ for i = 1, n do
     if ki > 0 and used > (lastUsed[ki] or 0) then
       lastUsed[ki] = used
     end
+    local rec = {}
     if charged then
       cost = cost + c
       for j = 0, nc - 1 do
         local v = tonumber(ARGV[cfirst + 2 * j + 1])
         if v ~= 0 then
-          add('m:' .. ARGV[cfirst + 2 * j] .. ':' .. model, v)
+          local f = 'm:' .. ARGV[cfirst + 2 * j] .. ':' .. model
+          add(f, v)
+          rec[#rec + 1] = f
+          rec[#rec + 1] = int(v)
         end
       end
+    end
+    if swept then
+      redis.call('HSET', sweptKey, 'hold', int(amount), unpack(rec))
+      redis.call('EXPIRE', sweptKey, ARGV[4])
     end
     -- Never trimmed here: an entry leaves the ledger only once exported.
     redis.call('XADD', KEYS[6], '*', unpack(ARGV, ffirst, ffirst + 2 * nf - 1))
     out[i] = 1
+  elseif not swept and redis.call('EXISTS', sweptKey) == 1 then
+    -- Swept before this settlement arrived: post the difference.
+    local prev = redis.call('HGETALL', sweptKey)
+    redis.call('DEL', sweptKey)
+    local cap, diff, byName = 0, {}, {}
+    local function delta(f, d)
+      diff[f] = (diff[f] or 0) + d
+      local name = string.match(f, '^m:([^:]*):')
+      byName[name] = (byName[name] or 0) + d
+    end
+    for j = 1, #prev, 2 do
+      if prev[j] == 'hold' then
+        cap = tonumber(prev[j + 1])
+      else
+        delta(prev[j], -tonumber(prev[j + 1]))
+      end
+    end
+    if charged then
+      for j = 0, nc - 1 do
+        local name, v = ARGV[cfirst + 2 * j], tonumber(ARGV[cfirst + 2 * j + 1])
+        if name == 'cost' and v > cap then
+          v = cap
+        end
+        delta('m:' .. name .. ':' .. model, v)
+      end
+    end
+    for f, d in pairs(diff) do
+      if d ~= 0 then
+        add(f, d)
+        if string.match(f, '^m:cost:') then
+          cost = cost + d
+        end
+      end
+    end
+    -- The entry's amounts are the differences: those of the counters
+    -- (byName), zero for an amount that did not change.
+    local amounts = {cost = true}
+    for j = 0, nc - 1 do
+      amounts[ARGV[cfirst + 2 * j]] = true
+    end
+    local entry = {}
+    for j = ffirst, ffirst + 2 * nf - 1, 2 do
+      local f, val = ARGV[j], ARGV[j + 1]
+      if f == 'reconciled' then
+        val = '1'
+      elseif byName[f] then
+        val = int(byName[f])
+      elseif amounts[f] then
+        val = '0'
+      end
+      entry[#entry + 1] = f
+      entry[#entry + 1] = val
+    end
+    redis.call('XADD', KEYS[6], '*', unpack(entry))
+    out[i] = 2
   else
     out[i] = 0
   end
@@ -117,7 +187,7 @@ end
 -- A counter whose new value is the increment was just created, and so may
 -- be its key: only then is the key's lifetime set (once a day per model,
 -- not on every call).
-if cost > 0 then
+if cost ~= 0 then
   redis.call('HINCRBY', KEYS[1], 'balance', int(-cost))
   if redis.call('INCRBY', KEYS[3], int(cost)) == cost then
     redis.call('EXPIRE', KEYS[3], ARGV[3])
