@@ -52,9 +52,9 @@ const (
 	defaultHoldTTL     = time.Minute
 	defaultAuditMaxLen = 100_000
 
-	// Day keys outlive the longest month: a month's usage is the sum of its
-	// days.
-	dayKeyTTL = 40 * 24 * time.Hour
+	// Day keys outlive the longest month (a month's usage is the sum of its
+	// days) and the console's daily series (MaxSeriesDays).
+	dayKeyTTL = 92 * 24 * time.Hour
 )
 
 // New returns a Store on rdb, which may be a standalone, failover or cluster
