@@ -497,7 +497,7 @@ func (x *exchange) reject(kind format.ErrorKind, msg string, retryAfter time.Dur
 }
 
 func (x *exchange) refuse(e *format.Error, retryAfter time.Duration) *extprocv3.ProcessingResponse {
-	x.s.metrics.rejections.WithLabelValues(x.upstream.Name, rejectionReason(e.Kind)).Inc()
+	x.s.metrics.rejections.WithLabelValues(x.upstream.Name, e.Kind.Reason()).Inc()
 	return immediate(e.Status(), "application/json", x.upstream.Format.ErrorBody(e), retryAfter)
 }
 

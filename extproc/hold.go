@@ -24,7 +24,7 @@ const toolPromptAllowance = 1000
 // request could trigger (pricing.Model.Hold: any service tier, any
 // long-context tier, cache writes of either lifetime, audio), so neither the
 // prompt's length nor the tier the vendor reports can make the charge exceed
-// it. Not covered: web-search fees and media sent by URL (see the README).
+// it. Not covered: web-search fees and media sent by URL (see docs/billing.md).
 func holdOf(price *pricing.Model, req format.Request, bodyBytes int64) int64 {
 	maxOut := price.MaxOutput
 	if maxOut == 0 {

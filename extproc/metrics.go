@@ -24,12 +24,6 @@ type Metrics struct {
 	streams       prometheus.Gauge
 }
 
-// rejectionReasons are every value of the rejections' reason label.
-var rejectionReasons = []string{
-	"unauthenticated", "forbidden", "not_found", "invalid_request", "balance",
-	"rate_limit", "daily_limit", "unavailable", "too_large", "other",
-}
-
 // NewMetrics creates the series and registers them with reg (if not nil).
 // upstreams name the configured upstreams, whose labelled series start at
 // zero.
@@ -76,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		m.storeErrors.WithLabelValues(op)
 	}
 	for _, u := range upstreams {
-		for _, r := range rejectionReasons {
+		for _, r := range format.Reasons() {
 			m.rejections.WithLabelValues(u, r)
 		}
 		m.estimated.WithLabelValues(u)
@@ -141,30 +135,6 @@ func statusClass(code int) string {
 		return "4xx"
 	case code >= 500:
 		return "5xx"
-	}
-	return "other"
-}
-
-func rejectionReason(k format.ErrorKind) string {
-	switch k {
-	case format.Unauthenticated:
-		return "unauthenticated"
-	case format.PermissionDenied:
-		return "forbidden"
-	case format.NotFound:
-		return "not_found"
-	case format.InvalidRequest, format.ModelNotFound:
-		return "invalid_request"
-	case format.BillingExhausted:
-		return "balance"
-	case format.RateLimited:
-		return "rate_limit"
-	case format.DailyLimit:
-		return "daily_limit"
-	case format.Unavailable:
-		return "unavailable"
-	case format.TooLarge:
-		return "too_large"
 	}
 	return "other"
 }
