@@ -55,9 +55,9 @@ const (
 	// A sweep's record outlives any wait of a spooled settlement but a
 	// week-long one.
 	defaultSweptRecordTTL = 7 * 24 * time.Hour
-	// Day keys outlive the longest month: a month's usage is the sum of its
-	// days.
-	dayKeyTTL = 40 * 24 * time.Hour
+	// Day keys outlive the longest month (a month's usage is the sum of its
+	// days) and the console's daily series (MaxSeriesDays).
+	dayKeyTTL = 92 * 24 * time.Hour
 )
 
 // New returns a Store on rdb, which may be a standalone, failover or cluster
