@@ -243,7 +243,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	}
 	x.admitted = true
 	// The hold lives as long as the request: renewed until it settles.
-	x.open = x.s.holds.Register(x.key.AccountID, x.requestID)
+	x.open = x.s.holds.Register(x.key.AccountID, x.requestID, t0)
 	if x.req.Stream {
 		x.s.metrics.streams.Inc()
 	}
@@ -322,6 +322,9 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structp
 		x.startFromAttributes(attrs)
 	}
 	common := &extprocv3.CommonResponse{}
+	if x.admitted && !x.settled && x.open.Expired(x.s.now()) {
+		return x.leaseLost(b)
+	}
 	if x.meter != nil && !x.settled {
 		x.bodyBytes += int64(len(b.GetBody()))
 		if x.rewriter != nil {
@@ -342,6 +345,27 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structp
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: common},
 	}}
+}
+
+// leaseLost ends a request whose hold this sidecar could not renew (Redis
+// unreachable) before its lease may end: a sweeper elsewhere may settle it
+// and the account may spend the money again, so nothing more is served.
+// The chunk in hand is metered (the vendor produced it) and withheld; the
+// answer resets the client's stream, and the request settles as cut short
+// (spooled, then reconciled with the sweep's charge).
+func (x *exchange) leaseLost(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if x.meter != nil {
+		x.bodyBytes += int64(len(b.GetBody()))
+		if x.rewriter != nil {
+			x.rewriter.Rewrite(b.GetBody(), false)
+		} else {
+			x.meter.Write(b.GetBody())
+		}
+	}
+	x.s.metrics.leaseCuts.Inc()
+	x.s.log.Warn("request cut: its hold could not be renewed", "request_id", x.requestID, "account", x.key.AccountID)
+	x.settle(false)
+	return x.reject(format.Unavailable, "the gateway lost its store; retry shortly", time.Second)
 }
 
 // bodyMutation replaces a chunk with out; an empty out clears it.

@@ -23,6 +23,7 @@ type Metrics struct {
 	expiredHolds  prometheus.Counter
 	inflight      prometheus.Gauge
 	streams       prometheus.Gauge
+	leaseCuts     prometheus.Counter
 }
 
 // NewMetrics creates the series and registers them with reg (if not nil).
@@ -67,6 +68,9 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gateway_inflight_streams", Help: "Admitted streaming (SSE) requests not yet settled.",
 		}),
+		leaseCuts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_lease_cuts_total", Help: "Requests cut short because their hold could not be renewed before its lease ended (the store unreachable).",
+		}),
 	}
 	// Known label values start at zero, so alerts on them work before the
 	// first error.
@@ -90,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
-			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams)
+			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.leaseCuts)
 	}
 	return m
 }

@@ -52,9 +52,12 @@ const (
 	defaultHoldTTL     = time.Minute
 	defaultAuditMaxLen = 100_000
 
-	// Day keys outlive the longest month: a month's usage is the sum of its
-	// days.
-	dayKeyTTL = 40 * 24 * time.Hour
+	// A sweep's record outlives any wait of a spooled settlement but a
+	// week-long one.
+	defaultSweptRecordTTL = 7 * 24 * time.Hour
+	// Day keys outlive the longest month (a month's usage is the sum of its
+	// days) and the console's daily series (MaxSeriesDays).
+	dayKeyTTL = 92 * 24 * time.Hour
 	// A month's spend is read during its month only.
 	monthKeyTTL = 32 * 24 * time.Hour
 )
@@ -67,6 +70,9 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	}
 	if opts.HoldTTL <= 0 {
 		opts.HoldTTL = defaultHoldTTL
+	}
+	if opts.SweptRecordTTL <= 0 {
+		opts.SweptRecordTTL = defaultSweptRecordTTL
 	}
 	if opts.AuditMaxLen <= 0 {
 		opts.AuditMaxLen = defaultAuditMaxLen

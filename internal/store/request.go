@@ -147,7 +147,10 @@ func nextMidnight(t time.Time) time.Time {
 // charges Cost and counts usage; it always appends one ledger entry. Only a
 // held request settles, and settling removes the hold: settling a RequestID
 // again does nothing and returns applied false, so a settlement replayed from
-// a spool charges exactly once, even after the sweeper settled it.
+// a spool charges exactly once. A request the sweeper settled first (its
+// lease ran out while its sidecar could not reach Redis) is reconciled: the
+// difference from what the sweep charged is posted once, flagged
+// reconciled, within Options.SweptRecordTTL of the sweep.
 // Usage counts towards the UTC day and month of the store's clock. One round
 // trip.
 func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err error) {
@@ -162,6 +165,9 @@ type SettleResult struct {
 	// Spooled: the store could not be reached and the settlement waits in
 	// the spool (set by the spool only); its hold is still in Redis.
 	Spooled bool
+	// Reconciled: the request had been swept; the difference between this
+	// settlement and what the sweep charged was posted (Applied is true).
+	Reconciled bool
 }
 
 // maxSettleGroup bounds the requests of one script call, so that one call
@@ -240,7 +246,8 @@ func settleReplies(group []Settlement, r []int64, err error) []SettleResult {
 		case len(r) != len(group):
 			res[i].Err = fmt.Errorf("store: settle %s: unexpected reply %v", st.RequestID, r)
 		default:
-			res[i].Applied = r[i] == 1
+			res[i].Applied = r[i] == 1 || r[i] == 2
+			res[i].Reconciled = r[i] == 2
 		}
 	}
 	return res
@@ -284,6 +291,9 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 			keys = append(keys, acctKey(id, "key:"+st.KeyID))
 		}
 	}
+	for _, st := range group {
+		keys = append(keys, acctKey(id, "swept:"+st.RequestID))
+	}
 	// Every credential of the batch has its state (in flight, spend).
 	stateIndex := map[string]int{}
 	for _, st := range group {
@@ -296,8 +306,8 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 		states[i-1] = acctKey(id, "ks:"+k)
 	}
 	keys = append(keys, states...)
-	args = make([]any, 0, 7+len(group)*settleArgsPerRequest)
-	args = append(args, len(group), len(keyIndex), int64(dayKeyTTL/time.Second),
+	args = make([]any, 0, 8+len(group)*settleArgsPerRequest)
+	args = append(args, len(group), len(keyIndex), int64(dayKeyTTL/time.Second), int64(s.opts.SweptRecordTTL/time.Second),
 		len(stateIndex), dayStamp(now), monthStamp(now), int64(monthKeyTTL/time.Second))
 	for _, st := range group {
 		charged := st.Status >= 200 && st.Status < 300
@@ -308,7 +318,9 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 		} else {
 			cost = 0
 		}
-		args = append(args, st.RequestID, boolString(charged), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsedAt(st, now)),
+		// Only the sweeper settles a request as interrupted: its charge is
+		// recorded, to be reconciled with a later settlement.
+		args = append(args, st.RequestID, boolString(charged), boolString(st.Interrupted), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsedAt(st, now)),
 			stateIndex[st.KeyID], tokens)
 		args = appendCounters(args, st, cost)
 		args = appendLedger(args, st, cost)
@@ -316,7 +328,7 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 	return keys, args
 }
 
-// settleArgsPerRequest is about how many ARGV one request takes: eight of its
+// settleArgsPerRequest is about how many ARGV one request takes: nine of its
 // own, up to 2×11 counters and 2×33 ledger fields, with their two counts.
 const settleArgsPerRequest = 96
 

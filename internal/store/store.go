@@ -39,6 +39,10 @@ type Options struct {
 	// while the request runs; a hold not renewed for this long belongs to a
 	// request whose sidecar died, and the sweeper settles it as interrupted.
 	HoldTTL time.Duration // default 1m
+	// SweptRecordTTL is how long a sweep's record of what it charged is
+	// kept for a later settlement of the same request to be reconciled
+	// with (a spool replays after an outage); default 7 days.
+	SweptRecordTTL time.Duration
 	// LedgerRetention is how long an exported ledger entry is kept; zero
 	// keeps every entry. Entries not yet exported are never trimmed.
 	LedgerRetention time.Duration
@@ -219,6 +223,10 @@ type Settlement struct {
 	// Interrupted marks a request settled by the sweeper at its last
 	// checkpoint because its sidecar stopped renewing its hold.
 	Interrupted bool
+	// Reconciled marks the ledger entry of a settlement that arrived after
+	// its request was swept: its amounts (cost, usage) are the difference
+	// from the interrupted entry, of either sign. Set by the store only.
+	Reconciled bool
 	Status      int    // the status the client saw; non-2xx charges nothing and counts no usage
 	Endpoint    string // "primary" or "reserve"; empty when unknown
 	Stream      bool

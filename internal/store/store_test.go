@@ -80,6 +80,7 @@ var suite = []struct {
 	{"ExportLedger", testExportLedger},
 	{"SettleIdempotent", testSettleIdempotent},
 	{"SettleAfterHoldExpiry", testSettleAfterHoldExpiry},
+	{"SettleAfterSweep", testSettleAfterSweep},
 	{"SettleNon2xx", testSettleNon2xx},
 	{"SettleErrors", testSettleErrors},
 	{"PerModel", testPerModel},

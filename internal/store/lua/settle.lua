@@ -22,26 +22,32 @@
 -- KEYS[6]    gw:{acct:ID}:ledger           stream: one entry per settled request
 -- KEYS[7]    gw:{acct:ID}:mon:YYYYMM       string: settled spend of the current UTC month
 -- KEYS[8..7+k]  gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
--- KEYS[8+k..7+k+s]  gw:{acct:ID}:ks:KEYID, the state of each credential of the
---            batch (admit.lua): in-flight counts and its spend by day, month
---            and in total
+-- KEYS[8+k..7+k+n]  gw:{acct:ID}:swept:REQID of each request, in order: hash of
+--               what its sweep charged: "hold", then counter field -> increment
+-- KEYS[8+k+n..7+k+n+s]  gw:{acct:ID}:ks:KEYID, the state of each credential of
+--               the batch (admit.lua): in flight, tokens of the minute, spend
+--               by day, month and in total
 --
 -- ARGV[1]  n, the number of requests
 -- ARGV[2]  k, the number of credentials whose last_used is written
 -- ARGV[3]  day key lifetime, s
--- ARGV[4]  s, the number of credential states
--- ARGV[5]  the UTC day, YYYYMMDD
--- ARGV[6]  the UTC month, YYYYMM
--- ARGV[7]  month key lifetime, s
--- ARGV[8..] n request records, one after the other, each:
+-- ARGV[4]  swept record lifetime, s
+-- ARGV[5]  s, the number of credential states
+-- ARGV[6]  the UTC day, YYYYMMDD
+-- ARGV[7]  the UTC month, YYYYMM
+-- ARGV[8]  month key lifetime, s
+-- ARGV[9..] n request records, one after the other, each:
 --   request id; "1" to charge and count usage (2xx reply), else "0";
+--   "1" when the sweeper settles it (a record of the charge is kept), else "0";
 --   cost, nano-USD; the priced model (usage is counted under it);
 --   credential index (1..k, 0 for none); last-used time of the credential,
 --   unix ms; credential state index (1..s, 0 for none); tokens used
---   (input + output, 0 for a reply not charged);
+--   (input + output; 0 for a reply not charged);
 --   c, then c counter name, increment pairs (requests, then cost and each
 --   usage kind when not zero);
---   f, then f ledger entry field, value pairs.
+--   f, then f ledger entry field, value pairs. A ledger field named like a
+--   counter ("cost", a usage kind) holds that amount; a reconciled entry
+--   holds the difference instead, and "reconciled" is set to "1".
 --
 -- The names of counters and ledger fields are not known here: Go builds them
 -- (internal/store/contract.go) and reads them back.
@@ -51,14 +57,16 @@
 -- name may. The account's totals are the sum over its models. Zero
 -- increments are skipped.
 --
--- What admission counted for the request (the prefix of its record, see
--- admit.lua) is undone here: its hold leaves the account's and the key's
--- held amount and in-flight count, and its token bound is replaced by the
--- tokens it used in the minute it was counted in, if that minute is still
--- the current one (an older minute is never read again).
+-- What admission counted for a request (the prefix of its record, see
+-- admit.lua) is undone when its hold goes: the hold leaves the key's held
+-- amount and in-flight count, and its token bound is replaced by the tokens
+-- it used in the minute it was counted in, if that minute is still the
+-- current one (an older minute is never read again). Spend is added to the
+-- account's month and to the key's day, month and total (a reconciled
+-- settlement adds its difference).
 --
--- Returns one result per request: 1 applied, 0 already settled (or never
--- admitted); or {-1}
+-- Returns one result per request: 1 applied, 2 reconciled with its sweep,
+-- 0 already settled (or never admitted); or {-1}
 -- when the account does not exist.
 
 local function int(n)
@@ -80,8 +88,8 @@ local function add(field, v)
 end
 local lastUsed = {}
 local accountSeen = false
-local s = tonumber(ARGV[4])
-local today, month = ARGV[5], ARGV[6]
+local s = tonumber(ARGV[5])
+local today, month = ARGV[6], ARGV[7]
 -- Per credential state index: held released, requests ended, token
 -- corrections by minute, cost and requests charged.
 local kstate = {}
@@ -99,16 +107,17 @@ local function correct(t, m, delta)
   t[m] = (t[m] or 0) + delta
 end
 
-local a = 8
+local a = 9
 for i = 1, n do
-  local req, charged, c, model = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2]), ARGV[a + 3]
-  local ki, used = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local si, used_tokens = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
-  local nc = tonumber(ARGV[a + 8])
-  local cfirst = a + 9
+  local req, charged, swept, c, model = ARGV[a], ARGV[a + 1] == '1', ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), ARGV[a + 4]
+  local ki, used = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  local si, usedTokens = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+  local nc = tonumber(ARGV[a + 9])
+  local cfirst = a + 10
   local nf = tonumber(ARGV[cfirst + 2 * nc])
   local ffirst = cfirst + 2 * nc + 1
   a = ffirst + 2 * nf
+  local sweptKey = KEYS[7 + k + i]
 
   local v = redis.call('HGET', KEYS[2], req)
   if not v and not accountSeen then
@@ -125,7 +134,7 @@ for i = 1, n do
     released = released + amount
     local tb, ta, tk, kc = string.match(record, '^{"tb":(%d+),"ta":(%d+),"tk":(%d+),"kc":(%d+)')
     if tb then
-      local delta = used_tokens - tonumber(tb)
+      local delta = usedTokens - tonumber(tb)
       if ta ~= '0' then
         correct(atok, ta, delta)
       end
@@ -148,18 +157,85 @@ for i = 1, n do
     if ki > 0 and used > (lastUsed[ki] or 0) then
       lastUsed[ki] = used
     end
+    local rec = {}
     if charged then
       cost = cost + c
       for j = 0, nc - 1 do
         local v = tonumber(ARGV[cfirst + 2 * j + 1])
         if v ~= 0 then
-          add('m:' .. ARGV[cfirst + 2 * j] .. ':' .. model, v)
+          local f = 'm:' .. ARGV[cfirst + 2 * j] .. ':' .. model
+          add(f, v)
+          rec[#rec + 1] = f
+          rec[#rec + 1] = int(v)
         end
       end
+    end
+    if swept then
+      redis.call('HSET', sweptKey, 'hold', int(amount), unpack(rec))
+      redis.call('EXPIRE', sweptKey, ARGV[4])
     end
     -- Never trimmed here: an entry leaves the ledger only once exported.
     redis.call('XADD', KEYS[6], '*', unpack(ARGV, ffirst, ffirst + 2 * nf - 1))
     out[i] = 1
+  elseif not swept and redis.call('EXISTS', sweptKey) == 1 then
+    -- Swept before this settlement arrived: post the difference.
+    local prev = redis.call('HGETALL', sweptKey)
+    redis.call('DEL', sweptKey)
+    local cap, diff, byName = 0, {}, {}
+    local function delta(f, d)
+      diff[f] = (diff[f] or 0) + d
+      local name = string.match(f, '^m:([^:]*):')
+      byName[name] = (byName[name] or 0) + d
+    end
+    for j = 1, #prev, 2 do
+      if prev[j] == 'hold' then
+        cap = tonumber(prev[j + 1])
+      else
+        delta(prev[j], -tonumber(prev[j + 1]))
+      end
+    end
+    if charged then
+      for j = 0, nc - 1 do
+        local name, v = ARGV[cfirst + 2 * j], tonumber(ARGV[cfirst + 2 * j + 1])
+        if name == 'cost' and v > cap then
+          v = cap
+        end
+        delta('m:' .. name .. ':' .. model, v)
+      end
+    end
+    for f, d in pairs(diff) do
+      if d ~= 0 then
+        add(f, d)
+        if string.match(f, '^m:cost:') then
+          cost = cost + d
+          if si > 0 then
+            local st = state(si)
+            st.cost = st.cost + d
+          end
+        end
+      end
+    end
+    -- The entry's amounts are the differences: those of the counters
+    -- (byName), zero for an amount that did not change.
+    local amounts = {cost = true}
+    for j = 0, nc - 1 do
+      amounts[ARGV[cfirst + 2 * j]] = true
+    end
+    local entry = {}
+    for j = ffirst, ffirst + 2 * nf - 1, 2 do
+      local f, val = ARGV[j], ARGV[j + 1]
+      if f == 'reconciled' then
+        val = '1'
+      elseif byName[f] then
+        val = int(byName[f])
+      elseif amounts[f] then
+        val = '0'
+      end
+      entry[#entry + 1] = f
+      entry[#entry + 1] = val
+    end
+    redis.call('XADD', KEYS[6], '*', unpack(entry))
+    out[i] = 2
   else
     out[i] = 0
   end
@@ -173,16 +249,15 @@ end
 -- A counter whose new value is the increment was just created, and so may
 -- be its key: only then is the key's lifetime set (once a day per model,
 -- not on every call).
-if cost > 0 then
+if cost ~= 0 then
   redis.call('HINCRBY', KEYS[1], 'balance', int(-cost))
   if redis.call('INCRBY', KEYS[3], int(cost)) == cost then
     redis.call('EXPIRE', KEYS[3], ARGV[3])
   end
   if redis.call('INCRBY', KEYS[7], int(cost)) == cost then
-    redis.call('EXPIRE', KEYS[7], ARGV[7])
+    redis.call('EXPIRE', KEYS[7], ARGV[8])
   end
 end
-
 if #order > 0 then
   local ttl = {[4] = ARGV[3]}
   for h = 4, 5 do
@@ -222,7 +297,7 @@ end
 -- Each credential's state: in flight, tokens, spend by window; read and
 -- written once per credential. A window whose stamp is not the current one
 -- starts again from this batch.
-local kfirst = 7 + k
+local kfirst = 7 + k + n
 for si, st in pairs(kstate) do
   local key = KEYS[kfirst + si]
   local ks = redis.call('HMGET', key, 'held', 'open', 'tok', 'dd', 'dc', 'dr', 'md', 'mc', 'mr', 'tc', 'tr')
@@ -242,7 +317,7 @@ for si, st in pairs(kstate) do
   if v then
     put('tok', v)
   end
-  if st.reqs > 0 then
+  if st.reqs > 0 or st.cost ~= 0 then
     local dc, dr, mc, mr = st.cost, st.reqs, st.cost, st.reqs
     if ks[4] == today then
       dc, dr = dc + num(ks[5]), dr + num(ks[6])
