@@ -44,6 +44,9 @@ type Options struct {
 	LedgerRetention time.Duration
 	// AuditMaxLen caps the audit stream (approximate trimming).
 	AuditMaxLen int64 // default 100,000
+	// ResponseTTL is how long the owner of a stored response is
+	// remembered (see BindResponse); default DefaultResponseTTL.
+	ResponseTTL time.Duration
 }
 
 // Limits are an account's spending and rate limits.
