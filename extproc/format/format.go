@@ -2,12 +2,14 @@
 // reading the few request fields that admission depends on, metering the
 // vendor's reply, and writing errors the vendor's own SDKs understand.
 //
-// Each wire format lives in its own package (alpha: messages, beta: chat
-// completions) and implements Format.
+// Each wire format lives in its own package named for it (messages,
+// chatcompletions) and implements Format; a format's errors are one table
+// from ErrorKind to the vendor's error type, next to its ErrorBody.
 package format
 
 import (
 	"net/http"
+	"slices"
 
 	"github.com/modelgateway/gateway/internal/usage"
 )
@@ -108,8 +110,6 @@ type Rewriter interface {
 
 // Format is one vendor wire format.
 type Format interface {
-	// Name is the format's name in configuration: "messages" or "chat_completions".
-	Name() string
 	// ParseRequest reads the top-level fields of a request body without
 	// decoding the whole document. A body the vendor would reject as malformed
 	// yields an *Error of kind InvalidRequest.
@@ -140,49 +140,58 @@ func Invalid(param, message string) *Error {
 	return &Error{Kind: InvalidRequest, Param: param, Message: message}
 }
 
-// ErrorKind classifies gateway errors independently of the wire format.
+// ErrorKind classifies the gateway's refusals independently of the wire
+// format. Each wire format maps every kind to its vendor's error type in one
+// table indexed by kind (see messages.errorTypes).
 type ErrorKind int
 
 const (
-	InvalidRequest   ErrorKind = iota // 400
-	Unauthenticated                   // 401
-	BillingExhausted                  // 402
-	PermissionDenied                  // 403
-	NotFound                          // 404
-	MethodNotAllowed                  // 405
-	TooLarge                          // 413
-	RateLimited                       // 429, request rate
-	DailyLimit                        // 429, daily spend limit
-	Internal                          // 500
-	Unavailable                       // 503
-	Timeout                           // 504
-	ModelNotFound                     // 400 with a model-specific code where the format has one
+	InvalidRequest   ErrorKind = iota
+	ModelNotFound              // a model not on this gateway, with the vendor's model code where it has one
+	Unauthenticated            // no usable credential
+	BillingExhausted           // the balance cannot cover the request
+	PermissionDenied           // the credential may not do this
+	NotFound                   // no such endpoint
+	TooLarge                   // the request body is over the limit
+	RateLimited                // the account's request rate
+	DailyLimit                 // the account's daily spend limit
+	Unavailable                // the store cannot be asked
+
+	// NumErrorKinds is the number of kinds: the length of a table indexed by kind.
+	NumErrorKinds = iota
 )
 
+// errorKinds is what each kind means whatever the format: its HTTP status and
+// its reason label in gateway_rejections_total.
+var errorKinds = [NumErrorKinds]struct {
+	status int
+	reason string
+}{
+	InvalidRequest:   {http.StatusBadRequest, "invalid_request"},
+	ModelNotFound:    {http.StatusBadRequest, "invalid_request"}, // the vendors' own 404 would read as "no such endpoint"
+	Unauthenticated:  {http.StatusUnauthorized, "unauthenticated"},
+	BillingExhausted: {http.StatusPaymentRequired, "balance"},
+	PermissionDenied: {http.StatusForbidden, "forbidden"},
+	NotFound:         {http.StatusNotFound, "not_found"},
+	TooLarge:         {http.StatusRequestEntityTooLarge, "too_large"},
+	RateLimited:      {http.StatusTooManyRequests, "rate_limit"},
+	DailyLimit:       {http.StatusTooManyRequests, "daily_limit"},
+	Unavailable:      {http.StatusServiceUnavailable, "unavailable"},
+}
+
 // Status is the HTTP status for an error kind.
-func (k ErrorKind) Status() int {
-	switch k {
-	case InvalidRequest, ModelNotFound:
-		return http.StatusBadRequest
-	case Unauthenticated:
-		return http.StatusUnauthorized
-	case BillingExhausted:
-		return http.StatusPaymentRequired
-	case PermissionDenied:
-		return http.StatusForbidden
-	case NotFound:
-		return http.StatusNotFound
-	case MethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case TooLarge:
-		return http.StatusRequestEntityTooLarge
-	case RateLimited, DailyLimit:
-		return http.StatusTooManyRequests
-	case Unavailable:
-		return http.StatusServiceUnavailable
-	case Timeout:
-		return http.StatusGatewayTimeout
-	default:
-		return http.StatusInternalServerError
+func (k ErrorKind) Status() int { return errorKinds[k].status }
+
+// Reason is the kind's value of the rejections metric's reason label.
+func (k ErrorKind) Reason() string { return errorKinds[k].reason }
+
+// Reasons returns every value of the reason label, in kind order without repeats.
+func Reasons() []string {
+	var rs []string
+	for _, k := range errorKinds {
+		if !slices.Contains(rs, k.reason) {
+			rs = append(rs, k.reason)
+		}
 	}
+	return rs
 }

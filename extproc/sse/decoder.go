@@ -8,8 +8,8 @@
 // dropped. Only the "event" and "data" fields matter to a meter, so "id",
 // "retry" and unknown fields are ignored.
 //
-// Memory is bounded: an event whose lines outgrow the limit is dropped and
-// counted rather than buffered, so a misbehaving upstream cannot make the
+// Memory is bounded: an event whose lines outgrow the limit is dropped
+// rather than buffered, so a misbehaving upstream cannot make the
 // sidecar hold an unbounded body. Buffers are reused from event to event, so
 // decoding allocates nothing once they have grown to the size of the events.
 package sse
@@ -49,7 +49,6 @@ type Decoder struct {
 	skipLF   bool   // the last chunk ended in CR: a leading LF belongs to it
 	started  bool   // past the optional byte order mark
 	bom      int    // bytes of a byte order mark matched so far
-	dropped  int
 }
 
 // byteOrderMark may start a stream and is not part of the first line.
@@ -62,16 +61,6 @@ func (d *Decoder) Feed(p []byte, emit func(Event)) {
 		p = d.skipBOM(p, emit)
 	}
 	d.lines(p, emit)
-}
-
-// Dropped returns how many events were dropped for exceeding the size limit.
-func (d *Decoder) Dropped() int { return d.dropped }
-
-// Pending reports whether part of an event has been read but not yet
-// dispatched. Events left pending when a stream ends are discarded, as the
-// specification requires.
-func (d *Decoder) Pending() bool {
-	return len(d.line) > 0 || d.lineDrop || d.hasData || len(d.name) > 0 || d.dropping
 }
 
 func (d *Decoder) limit() int {
@@ -189,10 +178,7 @@ func (d *Decoder) field(line []byte, emit func(Event)) {
 }
 
 func (d *Decoder) dispatch(emit func(Event)) {
-	switch {
-	case d.dropping:
-		d.dropped++
-	case d.hasData:
+	if d.hasData && !d.dropping {
 		emit(Event{Name: d.name, Data: d.data[:len(d.data)-1]})
 	}
 	d.dropping = false

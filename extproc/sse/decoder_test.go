@@ -24,14 +24,14 @@ func collect(d *Decoder, chunks ...[]byte) []event {
 // reference decodes a whole stream the simple way, line by line, as the
 // specification describes it. It is the oracle the incremental decoder is
 // checked against.
-func reference(stream []byte, limit int) (events []event, dropped int) {
+func reference(stream []byte, limit int) (events []event) {
 	stream = bytes.TrimPrefix(stream, []byte(byteOrderMark))
 	var name, data []byte
 	var hasData, dropping bool
 	for {
 		i := bytes.IndexAny(stream, "\r\n")
 		if i < 0 {
-			return events, dropped // an unterminated line never dispatches
+			return events // an unterminated line never dispatches
 		}
 		line := stream[:i]
 		if stream[i] == '\r' && i+1 < len(stream) && stream[i+1] == '\n' {
@@ -40,9 +40,7 @@ func reference(stream []byte, limit int) (events []event, dropped int) {
 		stream = stream[i+1:]
 		switch {
 		case len(line) == 0:
-			if dropping {
-				dropped++
-			} else if hasData {
+			if hasData && !dropping {
 				events = append(events, event{string(name), string(data[:len(data)-1])})
 			}
 			name, data, hasData, dropping = nil, nil, false, false
@@ -106,13 +104,13 @@ func TestDecoder(t *testing.T) {
 // pieces, and byte by byte, and compares each with the reference.
 func checkSplits(t *testing.T, stream []byte, limit int) {
 	t.Helper()
-	want, wantDropped := reference(stream, limit)
+	want := reference(stream, limit)
 	check := func(how string, chunks ...[]byte) {
 		t.Helper()
 		d := Decoder{MaxEventSize: limit}
 		got := collect(&d, chunks...)
-		if !reflect.DeepEqual(got, want) || d.Dropped() != wantDropped {
-			t.Fatalf("%s: got %q (dropped %d), want %q (dropped %d)", how, got, d.Dropped(), want, wantDropped)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: got %q, want %q", how, got, want)
 		}
 	}
 	check("whole", stream)
@@ -161,8 +159,8 @@ func TestOversizedEventDropped(t *testing.T) {
 	d := Decoder{MaxEventSize: 64}
 	got := collect(&d, stream)
 	want := []event{{"", "small"}, {"e", "after"}}
-	if !reflect.DeepEqual(got, want) || d.Dropped() != 1 {
-		t.Fatalf("got %q dropped %d, want %q dropped 1", got, d.Dropped(), want)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
 	}
 	checkSplits(t, stream, 64)
 
@@ -170,8 +168,8 @@ func TestOversizedEventDropped(t *testing.T) {
 	stream = []byte(strings.Repeat("data: 0123456789\n", 10) + "\ndata: ok\n\n")
 	checkSplits(t, stream, 64)
 	d = Decoder{MaxEventSize: 64}
-	if got := collect(&d, stream); !reflect.DeepEqual(got, []event{{"", "ok"}}) || d.Dropped() != 1 {
-		t.Fatalf("got %q dropped %d", got, d.Dropped())
+	if got := collect(&d, stream); !reflect.DeepEqual(got, []event{{"", "ok"}}) {
+		t.Fatalf("got %q", got)
 	}
 }
 
@@ -185,8 +183,8 @@ func TestUnterminatedLineIsBounded(t *testing.T) {
 		t.Fatalf("line buffer grew to %d bytes", cap(d.line))
 	}
 	got := collect(&d, []byte("\n\ndata: next\n\n"))
-	if !reflect.DeepEqual(got, []event{{"", "next"}}) || d.Dropped() != 1 {
-		t.Fatalf("got %q dropped %d", got, d.Dropped())
+	if !reflect.DeepEqual(got, []event{{"", "next"}}) {
+		t.Fatalf("got %q", got)
 	}
 }
 
@@ -198,15 +196,13 @@ func TestBuffersReleasedAfterLargeEvent(t *testing.T) {
 	}
 }
 
-func TestPending(t *testing.T) {
+func TestEventWaitsForBlankLine(t *testing.T) {
 	var d Decoder
-	collect(&d, []byte("data: a\n"))
-	if !d.Pending() {
-		t.Fatal("want pending after an undispatched data line")
+	if got := collect(&d, []byte("data: a\n")); len(got) != 0 {
+		t.Fatalf("dispatched %q before the blank line", got)
 	}
-	collect(&d, []byte("\n"))
-	if d.Pending() {
-		t.Fatal("want nothing pending after dispatch")
+	if got := collect(&d, []byte("\n")); !reflect.DeepEqual(got, []event{{"", "a"}}) {
+		t.Fatalf("got %q", got)
 	}
 }
 
@@ -261,7 +257,7 @@ func FuzzDecoder(f *testing.F) {
 		if small > 0 {
 			limit = int(small) // exercise dropping
 		}
-		want, wantDropped := reference(stream, limit)
+		want := reference(stream, limit)
 		a, b := int(i)%(len(stream)+1), int(j)%(len(stream)+1)
 		if a > b {
 			a, b = b, a
@@ -272,8 +268,8 @@ func FuzzDecoder(f *testing.F) {
 		} {
 			d := Decoder{MaxEventSize: limit}
 			got := collect(&d, chunks...)
-			if !reflect.DeepEqual(got, want) || d.Dropped() != wantDropped {
-				t.Fatalf("split %d,%d: got %q (dropped %d), want %q (dropped %d)", a, b, got, d.Dropped(), want, wantDropped)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("split %d,%d: got %q, want %q", a, b, got, want)
 			}
 			if len(d.line) > limit {
 				t.Fatalf("carried line of %d bytes beyond limit %d", len(d.line), limit)
@@ -285,8 +281,8 @@ func FuzzDecoder(f *testing.F) {
 		for k := range stream {
 			got = append(got, collect(&d, stream[k:k+1])...)
 		}
-		if !reflect.DeepEqual(got, want) || d.Dropped() != wantDropped {
-			t.Fatalf("byte by byte: got %q (dropped %d), want %q (dropped %d)", got, d.Dropped(), want, wantDropped)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("byte by byte: got %q, want %q", got, want)
 		}
 	})
 }

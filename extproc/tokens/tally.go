@@ -81,10 +81,6 @@ func (t *Tally) release(limit int) {
 // Len returns the number of bytes written.
 func (t *Tally) Len() int64 { return t.total }
 
-// Held returns the memory the tally holds for text, in bytes; it never
-// exceeds the limit.
-func (t *Tally) Held() int { return cap(t.buf) }
-
 // Tokens returns the tokens counted, plus the extrapolated tokens of text not
 // held in lazy mode. It tokenizes the held text on each call.
 func (t *Tally) Tokens() int64 {

@@ -33,6 +33,7 @@ import (
 type Store interface {
 	Admit(ctx context.Context, a store.Admission) (store.Decision, error)
 	Settle(ctx context.Context, s store.Settlement) (applied bool, err error)
+	SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult
 }
 
 // Options tune a Spool. Zero values pick the defaults.
@@ -158,47 +159,14 @@ func signal(c chan struct{}) {
 	}
 }
 
-// Settle settles through the store within ctx. When the store cannot be
-// reached the settlement is spooled and Settle reports it as applied: it is
-// on disk and will be applied exactly once. Errors that a retry cannot mend
-// (an unknown account, an invalid settlement) are returned as they are, and
-// so is the store's error when the spool cannot take the settlement either.
-func (l *Spool) Settle(ctx context.Context, st store.Settlement) (bool, error) {
-	r := l.settle(ctx, st)
-	return r.Applied, r.Err
-}
-
-// settle is Settle, saying whether the settlement was spooled.
-func (l *Spool) settle(ctx context.Context, st store.Settlement) store.SettleResult {
-	if err := store.CheckSettlement(st); err != nil {
-		return store.SettleResult{Err: err}
-	}
-	applied, err := l.store.Settle(ctx, st)
-	if err == nil {
-		l.answered()
-	}
-	if err == nil || permanent(err) || l.file == nil {
-		return store.SettleResult{Applied: applied, Err: err}
-	}
-	return l.spool(st, err)
-}
-
-// batchStore is a Store that can settle many requests in one round trip.
-type batchStore interface {
-	SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult
-}
-
-// SettleBatch settles many requests as Settle would each, in one round trip
-// when the store can batch: whatever the store cannot take is spooled.
+// SettleBatch settles many requests through the store in one round trip
+// within ctx. A settlement the store cannot take because it cannot be
+// reached is spooled and reported applied: it is on disk and will be applied
+// exactly once. Errors that a retry cannot mend (an unknown account, an
+// invalid settlement) are returned as they are, and so is the store's error
+// when the spool cannot take the settlement either.
 func (l *Spool) SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult {
 	res := make([]store.SettleResult, len(sts))
-	bs, ok := l.store.(batchStore)
-	if !ok {
-		for i, st := range sts {
-			res[i] = l.settle(ctx, st)
-		}
-		return res
-	}
 	valid := make([]store.Settlement, 0, len(sts))
 	idx := make([]int, 0, len(sts))
 	for i, st := range sts {
@@ -210,7 +178,7 @@ func (l *Spool) SettleBatch(ctx context.Context, sts []store.Settlement) []store
 		idx = append(idx, i)
 	}
 	answered := false
-	for j, r := range bs.SettleBatch(ctx, valid) {
+	for j, r := range l.store.SettleBatch(ctx, valid) {
 		i := idx[j]
 		if r.Err == nil {
 			answered = true

@@ -29,8 +29,7 @@ var errDown = errors.New("store down (test)")
 // unreachable Redis would.
 type flaky struct {
 	*store.Store
-	down  atomic.Bool
-	calls atomic.Int64
+	down atomic.Bool
 }
 
 func (f *flaky) Admit(ctx context.Context, a store.Admission) (store.Decision, error) {
@@ -41,11 +40,27 @@ func (f *flaky) Admit(ctx context.Context, a store.Admission) (store.Decision, e
 }
 
 func (f *flaky) Settle(ctx context.Context, st store.Settlement) (bool, error) {
-	f.calls.Add(1)
 	if f.down.Load() {
 		return false, errDown
 	}
 	return f.Store.Settle(ctx, st)
+}
+
+func (f *flaky) SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult {
+	if f.down.Load() {
+		res := make([]store.SettleResult, len(sts))
+		for i := range res {
+			res[i].Err = errDown
+		}
+		return res
+	}
+	return f.Store.SettleBatch(ctx, sts)
+}
+
+// settle settles one request through the spool.
+func settle(ctx context.Context, l *Spool, st store.Settlement) (bool, error) {
+	r := l.SettleBatch(ctx, []store.Settlement{st})[0]
+	return r.Applied, r.Err
 }
 
 type env struct {
@@ -182,7 +197,7 @@ func TestSettleSpoolsAndReplays(t *testing.T) {
 	l, _ := e.open(Options{OnStoreError: func() { storeErrors++ }})
 	st := e.admit(l, "req_1", 4_000)
 	e.store.down.Store(true)
-	applied, err := l.Settle(context.Background(), st)
+	applied, err := settle(context.Background(), l, st)
 	if err != nil || !applied {
 		t.Fatalf("settle while down: %v %v; want spooled", applied, err)
 	}
@@ -214,7 +229,7 @@ func TestSettleSpoolsWhileRedisStopped(t *testing.T) {
 	}
 	e.mr.Close()
 	for _, st := range sts {
-		if applied, err := l.Settle(context.Background(), st); err != nil || !applied {
+		if applied, err := settle(context.Background(), l, st); err != nil || !applied {
 			t.Fatalf("settle %s: %v %v", st.RequestID, applied, err)
 		}
 	}
@@ -236,7 +251,7 @@ func TestReplayTwiceChargesOnce(t *testing.T) {
 	l, _ := e.open(Options{})
 	st := e.admit(l, "req_1", 7_000)
 	e.store.down.Store(true)
-	if _, err := l.Settle(context.Background(), st); err != nil {
+	if _, err := settle(context.Background(), l, st); err != nil {
 		t.Fatal(err)
 	}
 	saved, err := os.ReadFile(filepath.Join(e.dir, fileName))
@@ -278,7 +293,7 @@ func TestReplayAfterHoldExpired(t *testing.T) {
 	l, _ := e.open(Options{})
 	st := e.admit(l, "req_1", 5_000)
 	e.store.down.Store(true)
-	if _, err := l.Settle(context.Background(), st); err != nil {
+	if _, err := settle(context.Background(), l, st); err != nil {
 		t.Fatal(err)
 	}
 	e.advance(2 * time.Minute) // past the one-minute hold lease
@@ -300,7 +315,7 @@ func TestReplayOnStart(t *testing.T) {
 	l, _ := e.open(Options{})
 	st := e.admit(l, "req_1", 2_000)
 	e.store.down.Store(true)
-	if _, err := l.Settle(context.Background(), st); err != nil {
+	if _, err := settle(context.Background(), l, st); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -332,14 +347,14 @@ func TestPermanentErrorsAreNotSpooled(t *testing.T) {
 	e := newEnv(t)
 	l, _ := e.open(Options{})
 	ctx := context.Background()
-	if _, err := l.Settle(ctx, store.Settlement{RequestID: "req_x", AccountID: "nosuchacct", Status: 200}); !errors.Is(err, store.ErrNotFound) {
+	if _, err := settle(ctx, l, store.Settlement{RequestID: "req_x", AccountID: "nosuchacct", Status: 200}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("unknown account: %v", err)
 	}
 	e.store.down.Store(true)
-	if _, err := l.Settle(ctx, store.Settlement{AccountID: e.acct, Status: 200}); err == nil {
+	if _, err := settle(ctx, l, store.Settlement{AccountID: e.acct, Status: 200}); err == nil {
 		t.Fatal("empty request id accepted")
 	}
-	if _, err := l.Settle(ctx, store.Settlement{RequestID: "req_y", AccountID: e.acct, Cost: -1}); err == nil {
+	if _, err := settle(ctx, l, store.Settlement{RequestID: "req_y", AccountID: e.acct, Cost: -1}); err == nil {
 		t.Fatal("negative cost accepted")
 	}
 	if l.Depth() != 0 {
@@ -356,10 +371,10 @@ func TestFullSpool(t *testing.T) {
 	l, _ := e.open(Options{MaxBytes: int64(len(line) * 3 / 2)})
 	a, b := e.admit(l, "req_1", 1_000), e.admit(l, "req_2", 1_000)
 	e.store.down.Store(true)
-	if _, err := l.Settle(context.Background(), a); err != nil {
+	if _, err := settle(context.Background(), l, a); err != nil {
 		t.Fatal(err)
 	}
-	_, err := l.Settle(context.Background(), b)
+	_, err := settle(context.Background(), l, b)
 	if !errors.Is(err, ErrFull) || !errors.Is(err, errDown) {
 		t.Fatalf("err = %v; want the store's error and ErrFull", err)
 	}
@@ -381,7 +396,7 @@ func TestNoSpoolDir(t *testing.T) {
 	defer l.Close(context.Background())
 	st := e.admit(l, "req_1", 1_000)
 	e.store.down.Store(true)
-	if _, err := l.Settle(context.Background(), st); !errors.Is(err, errDown) {
+	if _, err := settle(context.Background(), l, st); !errors.Is(err, errDown) {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -400,7 +415,7 @@ func TestConcurrentSpooling(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, st := range sts {
 		wg.Go(func() {
-			if _, err := l.Settle(context.Background(), st); err != nil {
+			if _, err := settle(context.Background(), l, st); err != nil {
 				t.Error(err)
 			}
 		})
@@ -425,7 +440,7 @@ func TestLiveCallEndsBackoff(t *testing.T) {
 	l, _ := e.open(Options{MinBackoff: time.Hour, MaxBackoff: time.Hour})
 	st := e.admit(l, "req_1", 3_000)
 	e.store.down.Store(true)
-	if _, err := l.Settle(context.Background(), st); err != nil {
+	if _, err := settle(context.Background(), l, st); err != nil {
 		t.Fatal(err)
 	}
 	e.store.down.Store(false)
