@@ -89,7 +89,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	path, _, _ := strings.Cut(hv.path, "?") // query strings are never read for credentials
 	x.upstream = x.s.upstream(path)
 	if x.upstream == nil {
-		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such endpoint"}}`), 0)
+		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such path"}}`), 0)
 	}
 	key, err := x.s.keys.Authenticate(ctx, hv.credentials, x.started, modelPolicy)
 	if err != nil {
@@ -150,7 +150,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 		// Free read-only paths: forward as they are, observe nothing more.
 		return x.forwardFree(mutation)
 	default:
-		return x.reject(format.NotFound, "no such endpoint: "+hv.method+" "+sub, 0)
+		return x.reject(format.NotFound, "no such path: "+hv.method+" "+sub, 0)
 	}
 }
 

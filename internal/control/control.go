@@ -104,7 +104,7 @@ func New(o Options) *Handler {
 		h.mux.Handle("/metrics", o.Metrics)
 	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such endpoint")
+		writeError(w, http.StatusNotFound, "not_found", "no such path")
 	})
 	return h
 }
