@@ -62,6 +62,14 @@ CREATE TABLE ledger_sink_cursor (
 	entry_id   text        NOT NULL, -- the last entry copied
 	updated_at timestamptz NOT NULL DEFAULT now()
 );`,
+	// 2: built-in tool calls of the Responses API, counted and priced.
+	`ALTER TABLE ledger
+	ADD COLUMN file_searches                   bigint NOT NULL DEFAULT 0,
+	ADD COLUMN code_interpreter_sessions       bigint NOT NULL DEFAULT 0,
+	ADD COLUMN image_generations               bigint NOT NULL DEFAULT 0,
+	ADD COLUMN price_file_searches             bigint NOT NULL DEFAULT 0,
+	ADD COLUMN price_code_interpreter_sessions bigint NOT NULL DEFAULT 0,
+	ADD COLUMN price_image_generations         bigint NOT NULL DEFAULT 0;`,
 }
 
 // SchemaVersion is the version the sink migrates a database to.
@@ -84,11 +92,19 @@ var usageColumns = map[string][2]string{
 	"audio_output":   {"audio_output_tokens", "price_audio_output"},
 	"reasoning":      {"reasoning_tokens", ""},
 	"web_searches":   {"web_searches", "price_web_searches"},
+
+	"file_searches":             {"file_searches", "price_file_searches"},
+	"code_interpreter_sessions": {"code_interpreter_sessions", "price_code_interpreter_sessions"},
+	"image_generations":         {"image_generations", "price_image_generations"},
 }
 
-// migrate brings the database's schema to SchemaVersion, one transaction per
-// migration, and refuses a database migrated by a newer sink.
-func migrate(ctx context.Context, conn *pgx.Conn) error {
+// migrate brings the database's schema to SchemaVersion in one transaction
+// (a failed step leaves the schema as it was), and refuses a database
+// migrated by a newer sink.
+func migrate(ctx context.Context, conn *pgx.Conn) error { return migrateTo(ctx, conn, SchemaVersion) }
+
+// migrateTo migrates to version want (tests stop at older versions).
+func migrateTo(ctx context.Context, conn *pgx.Conn, want int) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
@@ -107,7 +123,7 @@ func migrate(ctx context.Context, conn *pgx.Conn) error {
 	if v > SchemaVersion {
 		return fmt.Errorf("migrate: the database has schema version %d, newer than this sink's %d; run a newer sink", v, SchemaVersion)
 	}
-	for ; v < SchemaVersion; v++ {
+	for ; v < want; v++ {
 		if _, err := tx.Exec(ctx, migrations[v]); err != nil {
 			return fmt.Errorf("migrate: to version %d: %w", v+1, err)
 		}

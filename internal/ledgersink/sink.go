@@ -343,6 +343,9 @@ func Flags(st store.Settlement) []string {
 	if st.Interrupted {
 		f = append(f, "interrupted")
 	}
+	if st.Reconciled {
+		f = append(f, "reconciled")
+	}
 	return f
 }
 
