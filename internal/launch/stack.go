@@ -163,8 +163,10 @@ func Up(o Options) (s *Stack, err error) {
 	cfg.Envoy.AccessLog = filepath.Join(s.Dir, "envoy-access.log")
 	for i := range cfg.Upstreams {
 		u := &cfg.Upstreams[i]
-		u.Primary = config.Endpoint{URL: s.Primary.Addrs.URL(u.Format), Region: "primary"}
-		u.Reserve = config.Endpoint{URL: s.Reserve.Addrs.URL(u.Format), Region: "reserve"}
+		// The fakes stand in for the configured endpoints, regional
+		// processing (and its price uplift) included.
+		u.Primary = config.Endpoint{URL: s.Primary.Addrs.URL(u.Format), Region: "primary", RegionalProcessing: u.Primary.RegionalProcessing}
+		u.Reserve = config.Endpoint{URL: s.Reserve.Addrs.URL(u.Format), Region: "reserve", RegionalProcessing: u.Reserve.RegionalProcessing}
 		u.CredentialEnv = strings.ToUpper(u.Name) + "_API_KEY"
 	}
 	if o.Configure != nil {
