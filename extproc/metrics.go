@@ -15,6 +15,7 @@ type Metrics struct {
 	tokens        *prometheus.CounterVec
 	cost          *prometheus.CounterVec
 	rejections    *prometheus.CounterVec
+	limitRefusals *prometheus.CounterVec
 	storeErrors   *prometheus.CounterVec
 	estimated     *prometheus.CounterVec
 	admitSeconds  prometheus.Histogram
@@ -43,6 +44,9 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_rejections_total", Help: "Requests answered by the gateway itself, by upstream and reason.",
 		}, []string{"upstream", "reason"}),
+		limitRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_limit_refusals_total", Help: "Requests refused by a limit or the balance at admission, by level (account, key) and kind (rpm, tpm, concurrency, daily, monthly, total, balance).",
+		}, []string{"level", "kind"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_store_errors_total", Help: "Failed store operations, by operation.",
 		}, []string{"op"}),
@@ -70,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	}
 	// Known label values start at zero, so alerts on them work before the
 	// first error.
-	for _, op := range []string{"lookup", "admit", "settle"} {
+	for _, op := range []string{"lookup", "admit", "settle", "owner", "bind"} {
 		m.storeErrors.WithLabelValues(op)
 	}
 	for _, u := range upstreams {
@@ -79,8 +83,17 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		}
 		m.estimated.WithLabelValues(u)
 	}
+	for _, level := range []store.Level{store.AccountLevel, store.KeyLevel} {
+		for _, o := range []store.Outcome{store.RateLimited, store.TokenLimited, store.ConcurrencyLimited,
+			store.DailyLimited, store.MonthlyLimited, store.TotalLimited, store.InsufficientBalance} {
+			if o == store.InsufficientBalance && level == store.KeyLevel || o == store.TotalLimited && level == store.AccountLevel {
+				continue // no such limit
+			}
+			m.limitRefusals.WithLabelValues(level.String(), o.String())
+		}
+	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.storeErrors, m.estimated,
+		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
 			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.leaseCuts)
 	}
 	return m

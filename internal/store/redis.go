@@ -58,6 +58,8 @@ const (
 	// Day keys outlive the longest month (a month's usage is the sum of its
 	// days) and the console's daily series (MaxSeriesDays).
 	dayKeyTTL = 92 * 24 * time.Hour
+	// A month's spend is read during its month only.
+	monthKeyTTL = 32 * 24 * time.Hour
 )
 
 // New returns a Store on rdb, which may be a standalone, failover or cluster
@@ -102,6 +104,8 @@ func acctKey(id, suffix string) string { return "gw:{acct:" + id + "}:" + suffix
 func keyHashKey(hexHash string) string { return "gw:keyhash:" + hexHash }
 
 func dayStamp(t time.Time) string { return t.Format("20060102") }
+
+func monthStamp(t time.Time) string { return t.Format("200601") }
 
 // validID reports whether id is safe inside a key name and its hash tag. Ids
 // made by the store are letters, digits and '_'; anything else cannot exist.

@@ -20,20 +20,29 @@
 -- KEYS[4]    gw:{acct:ID}:u:d:YYYYMMDD     hash: usage counters of the UTC day
 -- KEYS[5]    gw:{acct:ID}:u:t              hash: usage counters of all time
 -- KEYS[6]    gw:{acct:ID}:ledger           stream: one entry per settled request
--- KEYS[7..6+k]  gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
--- KEYS[7+k..6+k+n]  gw:{acct:ID}:swept:REQID of each request, in order: hash of
+-- KEYS[7]    gw:{acct:ID}:mon:YYYYMM       string: settled spend of the current UTC month
+-- KEYS[8..7+k]  gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
+-- KEYS[8+k..7+k+n]  gw:{acct:ID}:swept:REQID of each request, in order: hash of
 --               what its sweep charged: "hold", then counter field -> increment
+-- KEYS[8+k+n..7+k+n+s]  gw:{acct:ID}:ks:KEYID, the state of each credential of
+--               the batch (admit.lua): in flight, tokens of the minute, spend
+--               by day, month and in total
 --
 -- ARGV[1]  n, the number of requests
--- ARGV[2]  k, the number of credentials
+-- ARGV[2]  k, the number of credentials whose last_used is written
 -- ARGV[3]  day key lifetime, s
 -- ARGV[4]  swept record lifetime, s
--- ARGV[5..] n request records, one after the other, each:
+-- ARGV[5]  s, the number of credential states
+-- ARGV[6]  the UTC day, YYYYMMDD
+-- ARGV[7]  the UTC month, YYYYMM
+-- ARGV[8]  month key lifetime, s
+-- ARGV[9..] n request records, one after the other, each:
 --   request id; "1" to charge and count usage (2xx reply), else "0";
 --   "1" when the sweeper settles it (a record of the charge is kept), else "0";
 --   cost, nano-USD; the priced model (usage is counted under it);
 --   credential index (1..k, 0 for none); last-used time of the credential,
---   unix ms;
+--   unix ms; credential state index (1..s, 0 for none); tokens used
+--   (input + output; 0 for a reply not charged);
 --   c, then c counter name, increment pairs (requests, then cost and each
 --   usage kind when not zero);
 --   f, then f ledger entry field, value pairs. A ledger field named like a
@@ -47,6 +56,14 @@
 -- "m:input:MODEL", ...: the counter name never holds a colon, so a model
 -- name may. The account's totals are the sum over its models. Zero
 -- increments are skipped.
+--
+-- What admission counted for a request (the prefix of its record, see
+-- admit.lua) is undone when its hold goes: the hold leaves the key's held
+-- amount and in-flight count, and its token bound is replaced by the tokens
+-- it used in the minute it was counted in, if that minute is still the
+-- current one (an older minute is never read again). Spend is added to the
+-- account's month and to the key's day, month and total (a reconciled
+-- settlement adds its difference).
 --
 -- Returns one result per request: 1 applied, 2 reconciled with its sweep,
 -- 0 already settled (or never admitted); or {-1}
@@ -71,17 +88,36 @@ local function add(field, v)
 end
 local lastUsed = {}
 local accountSeen = false
+local s = tonumber(ARGV[5])
+local today, month = ARGV[6], ARGV[7]
+-- Per credential state index: held released, requests ended, token
+-- corrections by minute, cost and requests charged.
+local kstate = {}
+local function state(si)
+  local st = kstate[si]
+  if not st then
+    st = {held = 0, open = 0, tok = {}, cost = 0, reqs = 0}
+    kstate[si] = st
+  end
+  return st
+end
+-- The account's token corrections by minute.
+local atok = {}
+local function correct(t, m, delta)
+  t[m] = (t[m] or 0) + delta
+end
 
-local a = 5
+local a = 9
 for i = 1, n do
   local req, charged, swept, c, model = ARGV[a], ARGV[a + 1] == '1', ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), ARGV[a + 4]
   local ki, used = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
-  local nc = tonumber(ARGV[a + 7])
-  local cfirst = a + 8
+  local si, usedTokens = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+  local nc = tonumber(ARGV[a + 9])
+  local cfirst = a + 10
   local nf = tonumber(ARGV[cfirst + 2 * nc])
   local ffirst = cfirst + 2 * nc + 1
   a = ffirst + 2 * nf
-  local sweptKey = KEYS[6 + k + i]
+  local sweptKey = KEYS[7 + k + i]
 
   local v = redis.call('HGET', KEYS[2], req)
   if not v and not accountSeen then
@@ -94,8 +130,30 @@ for i = 1, n do
     accountSeen = true -- a hold exists only on an existing account
     -- The hold's lease, record and checkpoint go with it.
     redis.call('HDEL', KEYS[2], req)
-    local amount = hold_parse(v)
+    local amount, _, record = hold_parse(v)
     released = released + amount
+    local tb, ta, tk, kc = string.match(record, '^{"tb":(%d+),"ta":(%d+),"tk":(%d+),"kc":(%d+)')
+    if tb then
+      local delta = usedTokens - tonumber(tb)
+      if ta ~= '0' then
+        correct(atok, ta, delta)
+      end
+      if si > 0 then
+        local st = state(si)
+        if tk ~= '0' then
+          correct(st.tok, tk, delta)
+        end
+        if kc == '1' then
+          st.held = st.held + amount
+          st.open = st.open + 1
+        end
+      end
+    end
+    if charged and si > 0 then
+      local st = state(si)
+      st.cost = st.cost + c
+      st.reqs = st.reqs + 1
+    end
     if ki > 0 and used > (lastUsed[ki] or 0) then
       lastUsed[ki] = used
     end
@@ -150,6 +208,10 @@ for i = 1, n do
         add(f, d)
         if string.match(f, '^m:cost:') then
           cost = cost + d
+          if si > 0 then
+            local st = state(si)
+            st.cost = st.cost + d
+          end
         end
       end
     end
@@ -192,6 +254,9 @@ if cost ~= 0 then
   if redis.call('INCRBY', KEYS[3], int(cost)) == cost then
     redis.call('EXPIRE', KEYS[3], ARGV[3])
   end
+  if redis.call('INCRBY', KEYS[7], int(cost)) == cost then
+    redis.call('EXPIRE', KEYS[7], ARGV[8])
+  end
 end
 if #order > 0 then
   local ttl = {[4] = ARGV[3]}
@@ -206,10 +271,78 @@ if #order > 0 then
   end
 end
 
+-- A "minute tokens" value with the corrections of its minute applied; nil
+-- when there are none for it.
+local function corrected(v, t)
+  if not v then
+    return nil
+  end
+  local m, tokens = string.match(v, '^(%d+) (%d+)$')
+  if not m or not t[m] then
+    return nil
+  end
+  local left = tonumber(tokens) + t[m]
+  if left < 0 then
+    left = 0
+  end
+  return m .. ' ' .. int(left)
+end
+if next(atok) then
+  local v = corrected(redis.call('HGET', KEYS[1], 'tok'), atok)
+  if v then
+    redis.call('HSET', KEYS[1], 'tok', v)
+  end
+end
+
+-- Each credential's state: in flight, tokens, spend by window; read and
+-- written once per credential. A window whose stamp is not the current one
+-- starts again from this batch.
+local kfirst = 7 + k + n
+for si, st in pairs(kstate) do
+  local key = KEYS[kfirst + si]
+  local ks = redis.call('HMGET', key, 'held', 'open', 'tok', 'dd', 'dc', 'dr', 'md', 'mc', 'mr', 'tc', 'tr')
+  local fields = {}
+  local function put(f, v)
+    fields[#fields + 1] = f
+    fields[#fields + 1] = v
+  end
+  local function num(x)
+    return tonumber(x or '0')
+  end
+  if st.open > 0 then
+    put('held', int(math.max(num(ks[1]) - st.held, 0)))
+    put('open', int(math.max(num(ks[2]) - st.open, 0)))
+  end
+  local v = corrected(ks[3], st.tok)
+  if v then
+    put('tok', v)
+  end
+  if st.reqs > 0 or st.cost ~= 0 then
+    local dc, dr, mc, mr = st.cost, st.reqs, st.cost, st.reqs
+    if ks[4] == today then
+      dc, dr = dc + num(ks[5]), dr + num(ks[6])
+    end
+    if ks[7] == month then
+      mc, mr = mc + num(ks[8]), mr + num(ks[9])
+    end
+    put('dd', today)
+    put('dc', int(dc))
+    put('dr', int(dr))
+    put('md', month)
+    put('mc', int(mc))
+    put('mr', int(mr))
+    put('tc', int(num(ks[10]) + st.cost))
+    put('tr', int(num(ks[11]) + st.reqs))
+  end
+  if #fields > 0 then
+    redis.call('HSET', key, unpack(fields))
+  end
+end
+
 -- The credentials were used, whatever the replies; keep the latest time.
 -- A credential's hash always has last_used, so nil means it is gone.
 for ki, used in pairs(lastUsed) do
-  local key = KEYS[6 + ki]
+  local key = KEYS[7 + ki]
   local last = redis.call('HGET', key, 'last_used')
   if last and used > tonumber(last) then
     redis.call('HSET', key, 'last_used', int(used))
