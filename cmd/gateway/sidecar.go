@@ -48,8 +48,8 @@ type sidecar struct {
 	storeUp atomic.Bool
 	// stopWatch ends the route watcher and the store probe.
 	stopWatch context.CancelFunc
-	// ledger spools settlements the store cannot take and replays them.
-	ledger *spool.Spool
+	// spool keeps settlements the store cannot take and replays them.
+	spool *spool.Spool
 	// stopHolds ends the hold renewer and sweeper.
 	stopHolds context.CancelFunc
 	// proc is the ext_proc processor; its settlements are flushed on shutdown.
@@ -160,7 +160,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		}
 		vendorRoutes = append(vendorRoutes, r)
 	}
-	ledger, err := spool.Open(c.Store.SpoolDir, st, spool.Options{
+	sp, err := spool.Open(c.Store.SpoolDir, st, spool.Options{
 		Registerer: reg, Logger: o.Logger, OnStoreError: func() { metrics.StoreError("settle") },
 	})
 	if err != nil {
@@ -178,7 +178,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	proc := extproc.NewServer(extproc.Options{
 		Holds:           renewer,
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
-		Upstreams:       vendorRoutes, Keys: keys, Accounts: ledger, Metrics: metrics, Logger: o.Logger,
+		Upstreams:       vendorRoutes, Keys: keys, Accounts: sp, Metrics: metrics, Logger: o.Logger,
 	})
 
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -192,7 +192,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	}
 	watcher := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
 
-	s := &sidecar{log: o.Logger, Store: st, ledger: ledger, Prices: prices, proc: proc}
+	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc}
 	var holdsCtx context.Context
 	holdsCtx, s.stopHolds = context.WithCancel(context.Background())
 	go renewer.Run(holdsCtx)
@@ -356,7 +356,7 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 	// is idempotent).
 	s.stopHolds()
 	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	s.ledger.Close(lctx)
+	s.spool.Close(lctx)
 	cancel()
 	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	s.control.Shutdown(cctx)
