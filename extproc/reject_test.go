@@ -128,7 +128,7 @@ func TestRejectionBranches(t *testing.T) {
 			status: 401, errType: "authentication_error"},
 		{name: "unknown path", headers: func(r *rig) []string {
 			return []string{":method", "POST", ":path", "/alpha/v1/complete", "x-api-key", r.key}
-		}, status: 404, errType: "not_found_error", message: "no such endpoint"},
+		}, status: 404, errType: "not_found_error", message: "no such path"},
 		{name: "metered path with GET", headers: func(r *rig) []string {
 			return []string{":method", "GET", ":path", "/alpha/v1/messages", "x-api-key", r.key}
 		}, status: 404, errType: "not_found_error"},
@@ -160,6 +160,48 @@ func TestRejectionBranches(t *testing.T) {
 		{name: "daily spend", account: rigAccount{limits: store.Limits{DailyNanoUSD: 1}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "daily spend limit", retry: true},
+		{name: "key's request rate", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{RPM: 1, WindowMinutes: 1}}},
+			setup: func(t *testing.T, r *rig) {
+				if a, ok := firstRejection(t, r, alphaHeaders(r.key), body); ok {
+					t.Fatalf("first request refused: %+v", a)
+				}
+			},
+			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status:  429, errType: "rate_limit_error", message: "request rate limit reached for this key", retry: true},
+		{name: "key's concurrency", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{Concurrency: 1}}},
+			setup: func(t *testing.T, r *rig) {
+				// A request still in flight: admitted, not ended.
+				_, err := r.st.Admit(context.Background(), store.Admission{RequestID: "inflight", AccountID: r.acct,
+					KeyID: r.keyID(t), Hold: 1, KeyLimits: store.Limits{Concurrency: 1}})
+				if err != nil {
+					t.Fatal(err)
+				}
+			},
+			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status:  429, errType: "rate_limit_error", message: "concurrent request limit reached for this key", retry: true},
+		{name: "account's tokens per minute, bound above the limit", account: rigAccount{limits: store.Limits{TPM: 100}},
+			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status:  429, errType: "rate_limit_error", message: "more than the tokens-per-minute limit for this account"},
+		{name: "key's tokens per minute", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{TPM: 500}}},
+			setup: func(t *testing.T, r *rig) {
+				// A request in flight counts at its token bound.
+				_, err := r.st.Admit(context.Background(), store.Admission{RequestID: "inflight", AccountID: r.acct,
+					KeyID: r.keyID(t), Hold: 1, Tokens: 400, KeyLimits: store.Limits{TPM: 500}})
+				if err != nil {
+					t.Fatal(err)
+				}
+			},
+			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status:  429, errType: "rate_limit_error", message: "tokens-per-minute limit reached for this key", retry: true},
+		{name: "key's daily spend", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{DailyNanoUSD: 1}}},
+			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status:  429, errType: "rate_limit_error", message: "daily spend limit reached for this key", retry: true},
+		{name: "account's monthly spend", account: rigAccount{limits: store.Limits{MonthlyNanoUSD: 1}},
+			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status:  429, errType: "rate_limit_error", message: "monthly spend limit reached for this account", retry: true},
+		{name: "key's lifetime spend", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{TotalNanoUSD: 1}}},
+			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			status:  402, errType: "billing_error", message: "lifetime spend limit reached for this key"},
 		{name: "store unavailable", setup: func(t *testing.T, r *rig) {
 			// The key cache is off (TTL 0), so the key lookup meets the outage.
 			r.mr.Close()
@@ -189,6 +231,8 @@ func TestRejectionBranches(t *testing.T) {
 			if c.status == 503 {
 				return
 			}
+			// The setup's own request in flight, if any, ends.
+			r.st.Settle(context.Background(), store.Settlement{RequestID: "inflight", AccountID: r.acct, KeyID: r.keyID(t), Status: 499})
 			r.srv.Flush(context.Background()) // the first request of the rate case settles
 			if n, held, err := r.st.OpenHolds(context.Background(), r.acct); err != nil || n != 0 || held != 0 {
 				t.Fatalf("open holds after a rejection: %d (%d nano-USD), %v", n, held, err)
@@ -248,4 +292,14 @@ func TestChatCompletionsErrorNamesParam(t *testing.T) {
 	if b.Error.Param == nil || *b.Error.Param != "model" {
 		t.Fatalf("param %v in %s; want \"model\"", b.Error.Param, ir.GetBody())
 	}
+}
+
+// keyID is the id of the rig's model key.
+func (r *rig) keyID(t *testing.T) string {
+	t.Helper()
+	k, err := r.st.LookupKey(context.Background(), store.HashSecret(r.key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.ID
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -38,7 +40,7 @@ func runCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfgPath, "config", "gateway.yaml", "path of gateway.yaml")
-	f.StringVar(&public, "listen", "127.0.0.1:8080", "address of the gateway (Envoy's listener)")
+	f.StringVar(&public, "listen", "", "address of the gateway (Envoy's public listener); default listeners.public")
 	f.StringVar(&stateDir, "state-dir", ".run", "directory for the rendered Envoy config, logs and demo.env")
 	f.StringVar(&logLevel, "log-level", "info", "sidecar log level")
 	f.Float64Var(&demoUSD, "demo-balance", 25, "balance of the demo account, USD")
@@ -86,10 +88,23 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 	if err != nil {
 		return err
 	}
-	cfg.Listeners.Public = public
+	movedBy := "listeners.public in " + cfgPath + " (or gateway run --listen)"
+	if public != "" {
+		cfg.Listeners.Public, movedBy = public, "gateway run --listen"
+	}
 	cfg.Envoy.AccessLog = "stdout" // goes to the Envoy log file
+	if err := checkListeners(cfg.Listeners, cfgPath, movedBy); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
 		return err
+	}
+	// Logs are this run's only: a failure must not show an earlier run's
+	// lines as its cause.
+	if old, _ := filepath.Glob(filepath.Join(stateDir, "*.log")); len(old) > 0 {
+		for _, f := range old {
+			os.Remove(f)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -200,7 +215,7 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 	if err != nil {
 		return err
 	}
-	demo.URL = "http://" + public
+	demo.URL = "http://" + cfg.Listeners.Public
 	demo.AdminAddr, demo.AdminToken = cfg.Listeners.Admin, os.Getenv(admin.TokenEnv)
 	envPath := filepath.Join(stateDir, "demo.env")
 	if err := os.WriteFile(envPath, []byte(demo.env()), 0o600); err != nil {
@@ -213,6 +228,38 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 		log.Info("stopping")
 	case <-ec.Done():
 		return fmt.Errorf("envoy exited; see %s", filepath.Join(stateDir, "envoy.log"))
+	}
+	return nil
+}
+
+// demoModels are the models the README's examples call, by wire format.
+var demoModels = map[string]string{
+	config.FormatMessages:        "claude-haiku-4-5",
+	config.FormatChatCompletions: "gpt-5-mini",
+}
+
+// checkListeners fails, in one line naming the address and the setting that
+// moves it, when an address the run binds is taken: found before anything
+// starts, rather than as an Envoy or sidecar failure later. movedBy names
+// what sets the public listener.
+func checkListeners(l config.Listeners, cfgPath, movedBy string) error {
+	for _, c := range []struct{ addr, setting string }{
+		{l.Public, movedBy},
+		{l.Probes, "listeners.probes in " + cfgPath},
+		{l.EnvoyAdmin, "listeners.envoy_admin in " + cfgPath},
+		{l.ExtProc, "listeners.extproc in " + cfgPath},
+		{l.Control, "listeners.control in " + cfgPath},
+		{l.Admin, "listeners.admin in " + cfgPath},
+	} {
+		ln, err := net.Listen("tcp", c.addr)
+		if err == nil {
+			ln.Close()
+			continue
+		}
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("%s is in use: set %s to another address", c.addr, c.setting)
+		}
+		return fmt.Errorf("cannot listen on %s (%s): %w", c.addr, c.setting, err)
 	}
 	return nil
 }
@@ -242,9 +289,15 @@ func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, pri
 		return demoAccount{}, fmt.Errorf("demo token: %w", err)
 	}
 	d := demoAccount{APIKey: key.Secret, ReadOnlyToken: tok.Secret, AccountID: id}
-	// The demo names the cheapest served model of each format (by output
-	// price, then name), so that the demo balance goes furthest.
+	// The demo names the model of each format the README uses when the
+	// upstream serves it, else the cheapest served (by output price), so
+	// that the demo balance goes furthest.
 	first := func(u config.Upstream) string {
+		if m, ok := demoModels[u.Format]; ok {
+			if _, ok := prices[u.Name].Lookup(m); ok {
+				return m
+			}
+		}
 		var best *pricing.Model
 		var bestOut int64
 		for _, m := range prices[u.Name].Models() {
@@ -270,9 +323,11 @@ func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, pri
 }
 
 func (d demoAccount) env() string {
-	env := fmt.Sprintf("GATEWAY_URL=%s\nDEMO_API_KEY=%s\nDEMO_READONLY_TOKEN=%s\n", d.URL, d.APIKey, d.ReadOnlyToken)
+	// export: programs started from a shell that sourced the file
+	// (gatewayctl, Python) read these from their environment.
+	env := fmt.Sprintf("export GATEWAY_URL=%s\nexport DEMO_API_KEY=%s\nexport DEMO_READONLY_TOKEN=%s\n", d.URL, d.APIKey, d.ReadOnlyToken)
 	if d.AdminToken != "" {
-		env += fmt.Sprintf("GATEWAY_ADMIN_ADDR=%s\nGATEWAY_ADMIN_TOKEN=%s\n", d.AdminAddr, d.AdminToken)
+		env += fmt.Sprintf("export GATEWAY_ADMIN_ADDR=%s\nexport GATEWAY_ADMIN_TOKEN=%s\n", d.AdminAddr, d.AdminToken)
 	}
 	return env
 }
@@ -298,7 +353,7 @@ func (d demoAccount) banner(envPath string, fake bool) string {
 	fmt.Fprintf(&b, "  curl -s \"$GATEWAY_URL/v1/usage?period=day\" -H \"Authorization: Bearer $DEMO_READONLY_TOKEN\"\n")
 	fmt.Fprintf(&b, "  curl -s $GATEWAY_URL/health\n\n")
 	fmt.Fprintf(&b, "  # administration (accounts, keys, top-ups)\n")
-	fmt.Fprintf(&b, "  export GATEWAY_ADMIN_ADDR GATEWAY_ADMIN_TOKEN; bin/gatewayctl accounts list\n\n")
+	fmt.Fprintf(&b, "  bin/gatewayctl accounts list\n\n")
 	b.WriteString("Press Ctrl-C to stop.\n")
 	return b.String()
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/console"
 	"github.com/modelgateway/gateway/internal/control"
 	"github.com/modelgateway/gateway/internal/endpoints"
 	"github.com/modelgateway/gateway/internal/holds"
@@ -168,6 +169,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	}
 	renewer := holds.NewRenewer(st, o.Logger)
 	sweeper := holds.NewSweeper(st, o.Logger)
+	renewer.OnStoreError = sweeper.StoreFailed
 	sweeper.OnSweep = func(_ string, r store.SweepResult) {
 		for _, ok := range r.Applied {
 			if ok {
@@ -237,7 +239,12 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		Logger:    o.Logger,
 	})
-	s.control = &http.Server{Handler: ctl, ReadHeaderTimeout: 10 * time.Second}
+	// The console's data API (/v1/usage/...) and customer page (/console/)
+	// share the control server; everything else is the control handler's.
+	mux := http.NewServeMux()
+	mux.Handle("/", ctl)
+	console.Mount(mux, console.APIOptions{Store: st, Keys: keys, Settled: proc, Logger: o.Logger})
+	s.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	gl, err := net.Listen("tcp", c.Listeners.ExtProc)
 	if err != nil {

@@ -134,7 +134,7 @@ const (
 	Unauthenticated            // no usable credential
 	BillingExhausted           // the balance cannot cover the request
 	PermissionDenied           // the credential may not do this
-	NotFound                   // no such endpoint
+	NotFound                   // no such path
 	TooLarge                   // the request body is over the limit
 	RateLimited                // the account's request rate
 	DailyLimit                 // the account's daily spend limit

@@ -104,14 +104,14 @@ func New(o Options) *Handler {
 		h.mux.Handle("/metrics", o.Metrics)
 	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such endpoint")
+		writeError(w, http.StatusNotFound, "not_found", "no such path")
 	})
 	return h
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-// Health is the health record; README.md's API reference documents each
+// Health is the health record; docs/clients.md's API reference documents each
 // field (endpoints and problems included).
 type Health struct {
 	Status    string            `json:"status"`
@@ -232,7 +232,7 @@ func getOrHead(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// Usage is the usage record; README.md's API reference documents each field.
+// Usage is the usage record; docs/clients.md's API reference documents each field.
 type Usage struct {
 	BalanceUSD float64      `json:"balance_usd"`
 	Currency   string       `json:"currency"`

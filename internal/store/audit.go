@@ -61,18 +61,22 @@ func (s *Store) Audit(ctx context.Context, after string, limit int) ([]AuditEntr
 	}
 	entries := make([]AuditEntry, len(msgs))
 	for i, m := range msgs {
-		v := m.Values
-		entries[i] = AuditEntry{
-			ID:        m.ID,
-			Actor:     str(v["actor"]),
-			Action:    str(v["action"]),
-			AccountID: str(v["account_id"]),
-			KeyID:     str(v["key_id"]),
-			Detail:    str(v["detail"]),
-			At:        parseMS(str(v["at"])),
-		}
+		entries[i] = decodeAudit(m)
 	}
 	return entries, next, nil
+}
+
+func decodeAudit(m redis.XMessage) AuditEntry {
+	v := m.Values
+	return AuditEntry{
+		ID:        m.ID,
+		Actor:     str(v["actor"]),
+		Action:    str(v["action"]),
+		AccountID: str(v["account_id"]),
+		KeyID:     str(v["key_id"]),
+		Detail:    str(v["detail"]),
+		At:        parseMS(str(v["at"])),
+	}
 }
 
 const (

@@ -77,6 +77,7 @@ const (
 	ledgerStarted     = "started"
 	ledgerEnded       = "ended"
 	ledgerInterrupted = "interrupted"
+	ledgerReconciled  = "reconciled" // settle.lua sets it; written "0" here
 	ledgerPricePrefix = "price_"
 )
 
@@ -119,6 +120,7 @@ func appendLedger(args []any, st Settlement, cost int64) []any {
 		ledgerStarted, ms(st.StartedAt),
 		ledgerEnded, ms(st.EndedAt),
 		ledgerInterrupted, boolString(st.Interrupted),
+		ledgerReconciled, boolString(st.Reconciled),
 	)
 	args[at] = (len(args) - at - 1) / 2
 	return args
@@ -146,6 +148,7 @@ func decodeLedgerFields(accountID string, v func(string) string) Settlement {
 		StartedAt:   parseMS(v(ledgerStarted)),
 		EndedAt:     parseMS(v(ledgerEnded)),
 		Interrupted: v(ledgerInterrupted) == "1",
+		Reconciled:  v(ledgerReconciled) == "1",
 	}
 	for _, k := range usage.Kinds {
 		k.Set(&st.Usage, parseInt(v(k.Name)))

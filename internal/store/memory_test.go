@@ -13,7 +13,7 @@ import (
 )
 
 // Redis memory per request and per account-day, measured with MEMORY USAGE
-// on a real redis-server (the README states these figures). A request leaves
+// on a real redis-server (docs/operations.md states these figures). A request leaves
 // its ledger entry (until exported and past the retention); while it runs,
 // its hold, admission record and checkpoint.
 func TestMemoryPerRequest(t *testing.T) {

@@ -150,23 +150,40 @@ func allLedgerEntries(t *testing.T, s *launch.Stack, acct string) []store.Ledger
 
 // checkBooks checks that an account's money adds up: the ledger's costs equal
 // the balance change and the usage counters, each request id is settled
-// once (seen collects ids across accounts), the balance is not negative and
-// no hold is left. It returns the ledger.
+// once (seen collects ids across accounts; a reconciled entry adds to its
+// request's), the balance is not negative and no hold is left. It returns
+// the ledger.
 func checkBooks(t *testing.T, s *launch.Stack, acct string, initial int64, seen map[string]bool) []store.LedgerEntry {
+	t.Helper()
+	return checkBooksFloor(t, s, acct, initial, seen, 0)
+}
+
+// checkBooksFloor is checkBooks for a balance that may go as low as floor.
+func checkBooksFloor(t *testing.T, s *launch.Stack, acct string, initial int64, seen map[string]bool, floor int64) []store.LedgerEntry {
 	t.Helper()
 	ctx := context.Background()
 	entries := allLedgerEntries(t, s, acct)
-	var sum, ok2xx int64
+	var sum int64
+	last := map[string]int{} // request id -> status of its latest entry
 	for _, e := range entries {
-		if seen[e.RequestID] {
+		if e.Reconciled {
+			if _, ok := last[e.RequestID]; !ok {
+				t.Errorf("%s: request %s reconciled without an earlier entry", acct, e.RequestID)
+			}
+		} else if seen[e.RequestID] {
 			t.Errorf("%s: request %s settled twice", acct, e.RequestID)
 		}
 		seen[e.RequestID] = true
+		last[e.RequestID] = e.Status
 		sum += e.Cost
-		if e.Status >= 200 && e.Status < 300 {
-			ok2xx++
-		} else if e.Cost != 0 {
+		if !e.Reconciled && (e.Status < 200 || e.Status >= 300) && e.Cost != 0 {
 			t.Errorf("%s: a %d reply was charged %d", acct, e.Status, e.Cost)
+		}
+	}
+	var ok2xx int64
+	for _, status := range last {
+		if status >= 200 && status < 300 {
+			ok2xx++
 		}
 	}
 	rep, err := s.Store.Usage(ctx, acct, store.Total)
@@ -177,10 +194,10 @@ func checkBooks(t *testing.T, s *launch.Stack, acct string, initial int64, seen 
 		t.Errorf("%s: balance change %d, usage cost %d, ledger sum %d", acct, initial-rep.Balance, rep.Totals.Cost, sum)
 	}
 	if rep.Totals.Requests != ok2xx {
-		t.Errorf("%s: usage counts %d requests, the ledger %d 2xx entries", acct, rep.Totals.Requests, ok2xx)
+		t.Errorf("%s: usage counts %d requests, the ledger %d ending 2xx", acct, rep.Totals.Requests, ok2xx)
 	}
-	if rep.Balance < 0 {
-		t.Errorf("%s: balance %d is negative", acct, rep.Balance)
+	if rep.Balance < floor {
+		t.Errorf("%s: balance %d is below %d", acct, rep.Balance, floor)
 	}
 	if n, amount, err := s.Store.OpenHolds(ctx, acct); err != nil || n != 0 || amount != 0 {
 		t.Errorf("%s: %d holds of %d left open (%v)", acct, n, amount, err)

@@ -61,7 +61,7 @@ func TestScaleOutOnRedisCluster(t *testing.T) {
 	}
 	wg.Wait()
 	// A read through one pair waits only for its own sidecar's settlements;
-	// the other's land just after their replies (README: staleness across
+	// the other's land just after their replies (docs/architecture.md: staleness across
 	// replicas).
 	a.WaitSettled()
 	b.WaitSettled()

@@ -37,7 +37,7 @@ func validate(t *testing.T, s *jsonschema.Schema, body []byte) {
 	}
 }
 
-// Both records match a JSON Schema written from the API reference in README.md, for every period and
+// Both records match a JSON Schema written from the API reference in docs/clients.md, for every period and
 // every credential form.
 func TestUsageAndHealthMatchSpecSchema(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})

@@ -1,0 +1,254 @@
+// Package docs holds the project's documentation; its tests keep the README
+// short, every section the README once held findable, and every relative link
+// working.
+package docs
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+const root = ".."
+
+// readmeLimit is the README's budget: a front door, not the manual.
+const readmeLimit = 8 << 10
+
+func TestReadmeIsShort(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > readmeLimit {
+		t.Fatalf("README.md is %d bytes; keep it within %d and move the rest to docs/", len(b), readmeLimit)
+	}
+}
+
+// moved maps each section the README had when it held the whole manual to
+// the file and heading that hold it now, so that nothing is lost when text
+// moves again.
+var moved = []struct{ old, file, heading string }{
+	{"Model gateway", "README.md", "Model gateway"},
+	{"Quick start", "README.md", "Quick start"},
+	{"Quick start (make run)", "docs/local.md", "`make run`"},
+	{"Quick start (upstreams)", "docs/local.md", "Upstreams"},
+	{"Quick start (gatewayctl)", "docs/operations.md", "Administration with `gatewayctl`"},
+	{"Architecture", "docs/architecture.md", "Architecture"},
+	{"Architecture (per request)", "docs/architecture.md", "One request"},
+	{"Reading your own writes", "docs/architecture.md", "Reading your own writes"},
+	{"Architecture (code map)", "docs/architecture.md", "Code map"},
+	{"Architecture (words)", "docs/architecture.md", "Words"},
+	{"Configuration: `gateway.yaml`", "docs/configuration.md", "Configuration: `gateway.yaml`"},
+	{"Sizing the circuit breakers", "docs/configuration.md", "Sizing the circuit breakers"},
+	{"Configuration (environment)", "docs/configuration.md", "Environment"},
+	{"Prices", "docs/billing.md", "Prices"},
+	{"Prices: Source", "docs/billing.md", "Source"},
+	{"Prices: Loading is strict", "docs/billing.md", "Loading is strict"},
+	{"Prices: Matching never guesses", "docs/billing.md", "Matching never guesses"},
+	{"Prices: What is billed", "docs/billing.md", "What is billed"},
+	{"Prices: Money", "docs/billing.md", "Money"},
+	{"Prices: Reload", "docs/billing.md", "Reload"},
+	{"Prices: Listing", "docs/billing.md", "Listing"},
+	{"API reference", "docs/clients.md", "API reference"},
+	{"Behaviour clients can rely on", "docs/clients.md", "Behaviour clients can rely on"},
+	{"Credentials", "docs/clients.md", "Credentials"},
+	{"Sent to the vendor", "docs/clients.md", "Sent to the vendor"},
+	{"Limits", "docs/billing.md", "Limits and holds"},
+	{"Status codes", "docs/clients.md", "Status codes"},
+	{"`GET /v1/usage?period=day|month|total`", "docs/clients.md", "`GET /v1/usage?period=day|month|total`"},
+	{"`GET /health`", "docs/clients.md", "`GET /health`"},
+	{"Liveness and readiness", "docs/operations.md", "Liveness and readiness"},
+	{"Streams", "docs/clients.md", "Streams"},
+	{"Chat-completions streams are always billed from the vendor's usage", "docs/clients.md", "Chat-completions streams are always billed from the vendor's usage"},
+	{"Failed replies cost what the vendor bills", "docs/billing.md", "Failed replies cost what the vendor bills"},
+	{"Holds and crashes", "docs/billing.md", "Holds and crashes"},
+	{"Failover", "docs/failover.md", "Failover"},
+	{"Failover (measured)", "docs/failover.md", "Measured"},
+	{"Failover (bad days)", "docs/failover.md", "Bad days"},
+	{"Operations", "docs/operations.md", "Operations"},
+	{"Accounts and keys", "docs/operations.md", "Accounts and keys"},
+	{"Reading usage", "docs/operations.md", "Reading usage"},
+	{"Scaling out", "docs/operations.md", "Scaling out"},
+	{"When Redis is down", "docs/operations.md", "When Redis is down"},
+	{"Shutdown", "docs/operations.md", "Shutdown"},
+	{"Ledger export and retention", "docs/operations.md", "Ledger export and retention"},
+	{"Redis memory", "docs/operations.md", "Redis memory"},
+	{"Redis commands per request", "docs/operations.md", "Redis commands per request"},
+	{"Metrics", "docs/operations.md", "Metrics"},
+	{"Alerts and dashboard", "docs/operations.md", "Alerts and dashboard"},
+	{"Logs", "docs/operations.md", "Logs"},
+	{"Deployment", "docs/deployment.md", "Deployment"},
+	{"Image", "docs/deployment.md", "Image"},
+	{"docker-compose", "docs/deployment.md", "docker-compose"},
+	{"Kubernetes", "docs/deployment.md", "Kubernetes"},
+	{"Runbooks", "docs/operations.md", "Runbooks"},
+	{"Vendor hung", "docs/operations.md", "Vendor hung"},
+	{"Redis hung or down", "docs/operations.md", "Redis hung or down"},
+	{"Both endpoints down", "docs/operations.md", "Both endpoints down"},
+	{"Trust model", "docs/security.md", "Trust model"},
+	{"Who reaches which port", "docs/security.md", "Who reaches which port"},
+	{"Where secrets live", "docs/security.md", "Where secrets live"},
+	{"What a client controls", "docs/security.md", "What a client controls"},
+	{"Tests", "CONTRIBUTING.md", "Tests"},
+	{"Benchmarks", "docs/benchmarks.md", "Benchmarks"},
+	{"Benchmarks (latest run)", "docs/benchmarks.md", "Latest run"},
+	{"Benchmarks (where the rest goes)", "docs/benchmarks.md", "Where the rest goes"},
+	{"Benchmarks (what changed)", "test/bench/HISTORY.md", "What changed, and what each bought"},
+	{"Benchmarks (runtime settings)", "test/bench/HISTORY.md", "Runtime settings"},
+}
+
+func TestEverySectionHasAHome(t *testing.T) {
+	for _, m := range moved {
+		heads, err := headings(filepath.Join(root, m.file))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if !heads[m.heading] {
+			t.Errorf("section %q: %s has no heading %q", m.old, m.file, m.heading)
+		}
+	}
+}
+
+// link matches an inline Markdown link's target.
+var link = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// TestRelativeLinksResolve checks every relative link of the project's
+// Markdown: the file exists and, with a #fragment, has that heading.
+func TestRelativeLinksResolve(t *testing.T) {
+	files := []string{"README.md", "CONTRIBUTING.md", "CHANGELOG.md"}
+	for _, pattern := range []string{"docs/*.md", "test/bench/*.md"} {
+		m, err := filepath.Glob(filepath.Join(root, pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range m {
+			rel, _ := filepath.Rel(root, f)
+			files = append(files, rel)
+		}
+	}
+	checked := 0
+	for _, f := range files {
+		path := filepath.Join(root, f)
+		lines, err := prose(path)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		for _, l := range lines {
+			for _, sm := range link.FindAllStringSubmatch(l.text, -1) {
+				target := sm[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				checked++
+				file, frag, _ := strings.Cut(target, "#")
+				dest := path
+				if file != "" {
+					dest = filepath.Join(filepath.Dir(path), file)
+				}
+				if _, err := os.Stat(dest); err != nil {
+					t.Errorf("%s:%d: link %s: %v", f, l.n, target, err)
+					continue
+				}
+				if frag == "" {
+					continue
+				}
+				heads, err := headings(dest)
+				if err != nil {
+					t.Errorf("%s:%d: link %s: %v", f, l.n, target, err)
+					continue
+				}
+				if !anchors(heads)[frag] {
+					t.Errorf("%s:%d: link %s: no heading with anchor #%s", f, l.n, target, frag)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no relative links found: the link pattern is broken")
+	}
+}
+
+// The wire formats are named for what they are.
+func TestNoLetteredFormatNames(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join(root, "docs/*.md"))
+	files = append(files, filepath.Join(root, "README.md"), filepath.Join(root, "CONTRIBUTING.md"))
+	bad := regexp.MustCompile(`(?i)\bformat [AB]\b`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if loc := bad.FindIndex(b); loc != nil {
+			t.Errorf("%s: %q: name the wire format (messages, chat completions)", f, b[loc[0]:loc[1]])
+		}
+	}
+}
+
+type line struct {
+	n    int
+	text string
+}
+
+// prose returns a Markdown file's lines outside fenced code blocks.
+func prose(path string) ([]line, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []line
+	fenced := false
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		t := sc.Text()
+		if strings.HasPrefix(strings.TrimSpace(t), "```") {
+			fenced = !fenced
+			continue
+		}
+		if !fenced {
+			out = append(out, line{n, t})
+		}
+	}
+	return out, sc.Err()
+}
+
+// headings returns the text of every ATX heading of a Markdown file.
+func headings(path string) (map[string]bool, error) {
+	lines, err := prose(path)
+	if err != nil {
+		return nil, err
+	}
+	heads := map[string]bool{}
+	for _, l := range lines {
+		trimmed := strings.TrimLeft(l.text, "#")
+		if len(trimmed) < len(l.text) && strings.HasPrefix(trimmed, " ") {
+			heads[strings.TrimSpace(trimmed)] = true
+		}
+	}
+	return heads, nil
+}
+
+// anchors returns the anchors GitHub gives the headings: lower case,
+// spaces as hyphens, punctuation other than hyphens and underscores dropped.
+func anchors(heads map[string]bool) map[string]bool {
+	out := map[string]bool{}
+	for h := range heads {
+		var b strings.Builder
+		for _, r := range strings.ToLower(h) {
+			switch {
+			case r == ' ':
+				b.WriteByte('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out[b.String()] = true
+	}
+	return out
+}

@@ -1,0 +1,443 @@
+// Package console serves the gateway's web consoles and the data API they
+// read:
+//
+//   - the data API under /v1/usage/ (a daily spend series, ledger pages, a
+//     month's ledger as CSV), authenticated like GET /v1/usage, on the
+//     sidecar's control server and routed by Envoy on the public listener;
+//   - the customer page at /console/ on the same server: a static page whose
+//     script signs in with a credential kept in the browser's session
+//     storage and reads the data API;
+//   - the operator console (Operator), on its own loopback listener, signed
+//     in with the admin token and acting through the admin service.
+package console
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/control"
+	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
+)
+
+// KeyLookup authenticates a request's credential headers (auth.Cache).
+type KeyLookup interface {
+	Authenticate(ctx context.Context, h auth.Headers, now time.Time, p auth.Policy) (store.Key, error)
+}
+
+// SettlementWaiter waits until the replies this sidecar has released for an
+// account have been settled.
+type SettlementWaiter interface {
+	WaitSettled(ctx context.Context, accountID string) error
+}
+
+// readPolicy is GET /v1/usage's: both kinds of credential read their
+// account's data, also while the account is suspended.
+var readPolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey, store.ReadOnlyToken}, AllowSuspended: true}
+
+// APIOptions configure the data API and the customer page.
+type APIOptions struct {
+	Store *store.Store
+	Keys  KeyLookup
+	// Settled, when set, makes a read wait (at most SettleWait) for the
+	// settlements of replies this sidecar has already released.
+	Settled    SettlementWaiter
+	SettleWait time.Duration // default 2s
+	Logger     *slog.Logger
+	Now        func() time.Time
+}
+
+// Paths of the data API.
+const (
+	PathDaily     = "/v1/usage/daily"
+	PathLedger    = "/v1/usage/ledger"
+	PathLedgerCSV = "/v1/usage/ledger.csv"
+)
+
+// Ledger page sizes of the data API.
+const (
+	defaultLedgerPage = 50
+	maxLedgerPage     = 500
+	csvPage           = 1000
+)
+
+// Mount adds the data API (under /v1/usage/) and the customer page (under
+// /console/) to mux.
+func Mount(mux *http.ServeMux, o APIOptions) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.SettleWait <= 0 {
+		o.SettleWait = 2 * time.Second
+	}
+	a := &api{o: o}
+	mux.HandleFunc(PathDaily, a.read(a.daily))
+	mux.HandleFunc(PathLedger, a.read(a.ledger))
+	mux.HandleFunc(PathLedgerCSV, a.read(a.ledgerCSV))
+	mux.HandleFunc("/v1/usage/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no such endpoint")
+	})
+	mountCustomer(mux)
+}
+
+type api struct{ o APIOptions }
+
+// read authenticates a GET of the data API and calls h with the caller's
+// account, once its released replies are settled.
+func (a *api) read(h func(w http.ResponseWriter, r *http.Request, q url.Values, accountID string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", "GET")
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "the data API is read-only; use GET")
+			return
+		}
+		key, err := a.o.Keys.Authenticate(r.Context(),
+			auth.Headers{XAPIKey: r.Header.Values("X-Api-Key"), Authorization: r.Header.Values("Authorization")},
+			a.o.Now(), readPolicy)
+		if err != nil {
+			var ae *auth.Error
+			if errors.As(err, &ae) && ae.Reason == auth.Unavailable {
+				a.o.Logger.Error("console api: key lookup failed", "err", ae.Err)
+				w.Header().Set("Retry-After", "1")
+				writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+				return
+			}
+			writeError(w, http.StatusUnauthorized, "authentication_error", "invalid token")
+			return
+		}
+		q, err := url.ParseQuery(r.URL.RawQuery) // refuses ';' as a separator
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "malformed query")
+			return
+		}
+		if a.o.Settled != nil {
+			// Bounded: past the bound the read answers with what the store
+			// has.
+			ctx, cancel := context.WithTimeout(r.Context(), a.o.SettleWait)
+			a.o.Settled.WaitSettled(ctx, key.AccountID)
+			cancel()
+		}
+		h(w, r, q, key.AccountID)
+	}
+}
+
+// storeFailed answers a failed store read.
+func (a *api) storeFailed(w http.ResponseWriter, op, accountID string, err error) {
+	a.o.Logger.Error("console api: read failed", "op", op, "account", accountID, "err", err)
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+}
+
+// only checks that q has no parameters but the allowed ones, each at most
+// once.
+func only(q url.Values, allowed ...string) error {
+	for k, v := range q {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || k == a
+		}
+		if !ok {
+			return fmt.Errorf("unknown query parameter %q", k)
+		}
+		if len(v) != 1 {
+			return fmt.Errorf("query parameter %q must be given once", k)
+		}
+	}
+	return nil
+}
+
+// Daily is the record of GET /v1/usage/daily.
+type Daily struct {
+	Currency string `json:"currency"`
+	Days     []Day  `json:"days"`
+}
+
+// Day is one UTC day of the series.
+type Day struct {
+	Date     string  `json:"date"` // YYYY-MM-DD
+	Requests int64   `json:"requests"`
+	CostUSD  float64 `json:"cost_usd"`
+	control.Quantities
+}
+
+func (a *api) daily(w http.ResponseWriter, r *http.Request, q url.Values, accountID string) {
+	if err := only(q, "days"); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+	days := store.MaxSeriesDays
+	if v := q.Get("days"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > store.MaxSeriesDays {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("days must be 1 to %d", store.MaxSeriesDays))
+			return
+		}
+		days = n
+	}
+	series, err := a.o.Store.DailyUsage(r.Context(), accountID, days)
+	if err != nil {
+		a.storeFailed(w, "daily", accountID, err)
+		return
+	}
+	out := Daily{Currency: "USD", Days: make([]Day, len(series))}
+	for i, d := range series {
+		out.Days[i] = Day{
+			Date: d.Day.Format(time.DateOnly), Requests: d.Requests, CostUSD: pricing.USD(d.Cost),
+			Quantities: quantities(d.Usage),
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// LedgerPage is the record of GET /v1/usage/ledger: entries newest first.
+type LedgerPage struct {
+	Entries []LedgerEntry `json:"entries"`
+	// NextCursor, passed as cursor, reads the page of older entries; ""
+	// when there is none.
+	NextCursor string `json:"next_cursor"`
+}
+
+// LedgerEntry is one settled request as the data API shows it.
+type LedgerEntry struct {
+	ID             string `json:"id"`
+	RequestID      string `json:"request_id"`
+	StartTime      string `json:"start_time"`
+	EndTime        string `json:"end_time"`
+	KeyID          string `json:"key_id"`
+	KeyLabel       string `json:"key_label"`
+	Model          string `json:"model"`
+	ModelRequested string `json:"model_requested"`
+	ModelReported  string `json:"model_reported"`
+	Status         int    `json:"status"`
+	Stream         bool   `json:"stream"`
+	Estimated      bool   `json:"estimated"`
+	Interrupted    bool   `json:"interrupted"`
+	FallbackPrice  bool   `json:"fallback_price"`
+	Endpoint       string `json:"endpoint"`
+	ServiceTier    string `json:"service_tier"`
+	control.Quantities
+	CostUSD     float64 `json:"cost_usd"`
+	CostNanoUSD int64   `json:"cost_nano_usd"`
+}
+
+func (a *api) ledger(w http.ResponseWriter, r *http.Request, q url.Values, accountID string) {
+	if err := only(q, "limit", "cursor"); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+	limit := defaultLedgerPage
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxLedgerPage {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("limit must be 1 to %d", maxLedgerPage))
+			return
+		}
+		limit = n
+	}
+	cursor := q.Get("cursor")
+	if cursor != "" && !entryID(cursor) {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "malformed cursor")
+		return
+	}
+	entries, next, err := a.o.Store.RecentLedger(r.Context(), accountID, cursor, limit)
+	if err != nil {
+		a.storeFailed(w, "ledger", accountID, err)
+		return
+	}
+	labels, err := a.labels(r.Context(), accountID)
+	if err != nil {
+		a.storeFailed(w, "ledger", accountID, err)
+		return
+	}
+	out := LedgerPage{Entries: make([]LedgerEntry, len(entries)), NextCursor: next}
+	for i, e := range entries {
+		out.Entries[i] = newLedgerEntry(e, labels[e.KeyID])
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// labels maps the account's key ids to their labels.
+func (a *api) labels(ctx context.Context, accountID string) (map[string]string, error) {
+	keys, err := a.o.Store.ListKeys(ctx, accountID)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]string, len(keys))
+	for _, k := range keys {
+		m[k.ID] = k.Label
+	}
+	return m, nil
+}
+
+func newLedgerEntry(e store.LedgerEntry, label string) LedgerEntry {
+	return LedgerEntry{
+		ID: e.ID, RequestID: e.RequestID, StartTime: timeString(e.StartedAt), EndTime: timeString(e.EndedAt),
+		KeyID: e.KeyID, KeyLabel: label,
+		Model: string(e.Priced), ModelRequested: string(e.Requested), ModelReported: string(e.Reported),
+		Status: e.Status, Stream: e.Stream, Estimated: e.Estimated, Interrupted: e.Interrupted,
+		FallbackPrice: e.Fallback, Endpoint: e.Endpoint, ServiceTier: e.ServiceTier,
+		Quantities: quantities(e.Usage), CostUSD: pricing.USD(e.Cost), CostNanoUSD: e.Cost,
+	}
+}
+
+// CSVHeader is the header row of GET /v1/usage/ledger.csv: the ledger
+// entry's fields, then each usage kind's quantity and unit price (nano-USD
+// per million units).
+func CSVHeader() []string {
+	h := []string{"id", "request_id", "start_time", "end_time", "key_id", "key_label", "model",
+		"model_requested", "model_reported", "status", "stream", "estimated", "interrupted",
+		"fallback_price", "endpoint", "service_tier", "long_context_threshold"}
+	for _, k := range usage.Kinds {
+		h = append(h, k.Name)
+	}
+	for _, k := range usage.Kinds {
+		if k.Priced {
+			h = append(h, "price_"+k.Name)
+		}
+	}
+	return append(h, "cost_nano_usd", "cost_usd")
+}
+
+func csvRow(e store.LedgerEntry, label string) []string {
+	row := []string{e.ID, e.RequestID, timeString(e.StartedAt), timeString(e.EndedAt), e.KeyID, label,
+		string(e.Priced), string(e.Requested), string(e.Reported), strconv.Itoa(e.Status),
+		strconv.FormatBool(e.Stream), strconv.FormatBool(e.Estimated), strconv.FormatBool(e.Interrupted),
+		strconv.FormatBool(e.Fallback), e.Endpoint, e.ServiceTier, strconv.FormatInt(e.LongContext, 10)}
+	for _, k := range usage.Kinds {
+		row = append(row, strconv.FormatInt(k.Of(e.Usage), 10))
+	}
+	for _, k := range usage.Kinds {
+		if k.Priced {
+			row = append(row, strconv.FormatInt(k.Of(e.Rates), 10))
+		}
+	}
+	return append(row, strconv.FormatInt(e.Cost, 10), FormatUSD(e.Cost))
+}
+
+// ledgerCSV writes the ledger entries recorded in one UTC month (the month
+// parameter, YYYY-MM; default the current one), oldest first, page by page.
+func (a *api) ledgerCSV(w http.ResponseWriter, r *http.Request, q url.Values, accountID string) {
+	if err := only(q, "month"); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	}
+	now := a.o.Now().UTC()
+	from := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	if v := q.Get("month"); v != "" {
+		t, err := time.Parse("2006-01", v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "month must be YYYY-MM")
+			return
+		}
+		from = t
+	}
+	to := from.AddDate(0, 1, 0)
+	labels, err := a.labels(r.Context(), accountID)
+	if err != nil {
+		a.storeFailed(w, "ledger csv", accountID, err)
+		return
+	}
+	// The first page is read before the status is sent, so that a store
+	// that is down gets a 503 rather than a cut file.
+	entries, next, err := a.o.Store.LedgerBetween(r.Context(), accountID, from, to, "", csvPage)
+	if err != nil {
+		a.storeFailed(w, "ledger csv", accountID, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="ledger-%s.csv"`, from.Format("2006-01")))
+	cw := csv.NewWriter(w)
+	cw.Write(CSVHeader())
+	for {
+		for _, e := range entries {
+			cw.Write(csvRow(e, labels[e.KeyID]))
+		}
+		if next == "" {
+			break
+		}
+		entries, next, err = a.o.Store.LedgerBetween(r.Context(), accountID, from, to, next, csvPage)
+		if err != nil {
+			// The status is sent: cutting the body tells the client the
+			// file is incomplete.
+			a.o.Logger.Error("console api: ledger csv cut short", "account", accountID, "err", err)
+			cw.Flush()
+			panic(http.ErrAbortHandler)
+		}
+	}
+	cw.Flush()
+}
+
+func quantities(u usage.Usage) control.Quantities {
+	return control.Quantities{
+		InputTokens: u.Input, OutputTokens: u.Output, CacheReadTokens: u.CacheRead,
+		CacheWrite5mTokens: u.CacheWrite5m, CacheWrite1hTokens: u.CacheWrite1h,
+		AudioInputTokens: u.AudioInput, AudioOutputTokens: u.AudioOutput,
+		ReasoningTokens: u.Reasoning, WebSearches: u.WebSearches,
+	}
+}
+
+// timeString formats t as RFC 3339 in UTC with milliseconds; "" for the
+// zero time.
+func timeString(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// FormatUSD writes nano-USD as an exact decimal USD amount with at least two
+// decimals: 1500000000 is "1.50", 123 is "0.000000123".
+func FormatUSD(nano int64) string {
+	sign := ""
+	u := uint64(nano)
+	if nano < 0 {
+		sign, u = "-", -u
+	}
+	frac := strings.TrimRight(fmt.Sprintf("%09d", u%pricing.NanoPerUSD), "0")
+	for len(frac) < 2 {
+		frac += "0"
+	}
+	return fmt.Sprintf("%s%d.%s", sign, u/pricing.NanoPerUSD, frac)
+}
+
+// entryID reports whether s is a stream entry id, MS-SEQ.
+func entryID(s string) bool {
+	ms, seq, ok := strings.Cut(s, "-")
+	if !ok || len(s) > 64 {
+		return false
+	}
+	_, e1 := strconv.ParseUint(ms, 10, 64)
+	_, e2 := strconv.ParseUint(seq, 10, 64)
+	return e1 == nil && e2 == nil
+}
+
+func writeError(w http.ResponseWriter, code int, typ, msg string) {
+	var e control.ErrorBody
+	e.Error.Type, e.Error.Message = typ, msg
+	writeJSON(w, code, e)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":{"type":"api_error","message":"internal error"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}

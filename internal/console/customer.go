@@ -1,0 +1,91 @@
+package console
+
+import (
+	"bytes"
+	"embed"
+	"html/template"
+	"io/fs"
+	"net/http"
+)
+
+//go:embed assets templates
+var files embed.FS
+
+// assets are the static files both consoles serve: the style sheet, the
+// customer page's script and the vendored chart library.
+var assets = func() fs.FS {
+	sub, err := fs.Sub(files, "assets")
+	if err != nil {
+		panic(err)
+	}
+	return sub
+}()
+
+var templates = template.Must(template.New("").Funcs(funcs).ParseFS(files, "templates/*.html"))
+
+// contentSecurityPolicy allows nothing inline and nothing from elsewhere:
+// scripts, styles and images come from this origin only, and the pages
+// cannot be framed.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+// secureHeaders sets the headers every console response carries.
+func secureHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", contentSecurityPolicy)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+}
+
+// staticHandler serves the embedded assets under prefix.
+func staticHandler(prefix string) http.Handler {
+	fsrv := http.StripPrefix(prefix, http.FileServerFS(assets))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		secureHeaders(w.Header())
+		w.Header().Set("Cache-Control", "no-cache")
+		fsrv.ServeHTTP(w, r)
+	})
+}
+
+// render writes a template to a buffer first, so that a failure is a 500
+// rather than half a page.
+func render(w http.ResponseWriter, code int, name string, data any) {
+	var b bytes.Buffer
+	if err := templates.ExecuteTemplate(&b, name, data); err != nil {
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	secureHeaders(w.Header())
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	w.Write(b.Bytes())
+}
+
+// CustomerPath is where the customer page is served.
+const CustomerPath = "/console/"
+
+func mountCustomer(mux *http.ServeMux) {
+	mux.Handle(CustomerPath+"static/", staticHandler(CustomerPath+"static/"))
+	mux.HandleFunc(CustomerPath, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != CustomerPath {
+			http.NotFound(w, r)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		render(w, http.StatusOK, "customer.html", struct{ Static string }{CustomerPath + "static"})
+	})
+	mux.HandleFunc("/console", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, CustomerPath, http.StatusMovedPermanently)
+	})
+}
