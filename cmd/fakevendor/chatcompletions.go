@@ -12,9 +12,11 @@ import (
 // systemFingerprint is sent in every completion, as the vendor does.
 const systemFingerprint = "fp_fakevendor"
 
-// chatAPI is the chat completions format: the OpenAI Chat Completions API.
+// chatAPI is the chat completions format: the OpenAI API, chat completions
+// and the operations the vendor serves beside them (responses.go).
 type chatAPI struct {
-	fake *fake
+	fake   *fake
+	stored responseStore // stored responses (responses.go)
 }
 
 func (b *chatAPI) requestIDHeader() string { return "X-Request-Id" }
@@ -29,6 +31,16 @@ func (b *chatAPI) route(r *http.Request) (endpoint, bool) {
 	switch {
 	case p == "/v1/chat/completions" && r.Method == http.MethodPost:
 		return b.chatCompletions, false
+	case p == "/v1/responses" && r.Method == http.MethodPost:
+		return b.responses, false
+	case p == "/v1/responses/input_tokens" && r.Method == http.MethodPost:
+		return b.inputTokensCount, false
+	case p == "/v1/responses/compact" && r.Method == http.MethodPost:
+		return b.compact, false
+	case strings.HasPrefix(p, "/v1/responses/"):
+		return b.storedResponse, false
+	case p == "/v1/embeddings" && r.Method == http.MethodPost:
+		return b.embeddings, false
 	case p == "/v1/models" && r.Method == http.MethodGet:
 		return b.models, true
 	case strings.HasPrefix(p, "/v1/models/") && r.Method == http.MethodGet:
