@@ -162,11 +162,11 @@ func TestRejectionBranches(t *testing.T) {
 			status:  429, errType: "rate_limit_error", message: "daily spend limit", retry: true},
 		{name: "key's request rate", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{RPM: 1, WindowMinutes: 1}}},
 			setup: func(t *testing.T, r *rig) {
-				if a, ok := firstRejection(t, r, alphaHeaders(r.key), body); ok {
+				if a, ok := firstRejection(t, r, messagesHeaders(r.key), body); ok {
 					t.Fatalf("first request refused: %+v", a)
 				}
 			},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "request rate limit reached for this key", retry: true},
 		{name: "key's concurrency", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{Concurrency: 1}}},
 			setup: func(t *testing.T, r *rig) {
@@ -177,10 +177,10 @@ func TestRejectionBranches(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "concurrent request limit reached for this key", retry: true},
 		{name: "account's tokens per minute, bound above the limit", account: rigAccount{limits: store.Limits{TPM: 100}},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "more than the tokens-per-minute limit for this account"},
 		{name: "key's tokens per minute", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{TPM: 500}}},
 			setup: func(t *testing.T, r *rig) {
@@ -191,16 +191,16 @@ func TestRejectionBranches(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "tokens-per-minute limit reached for this key", retry: true},
 		{name: "key's daily spend", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{DailyNanoUSD: 1}}},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "daily spend limit reached for this key", retry: true},
 		{name: "account's monthly spend", account: rigAccount{limits: store.Limits{MonthlyNanoUSD: 1}},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "monthly spend limit reached for this account", retry: true},
 		{name: "key's lifetime spend", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{TotalNanoUSD: 1}}},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  402, errType: "billing_error", message: "lifetime spend limit reached for this key"},
 		{name: "store unavailable", setup: func(t *testing.T, r *rig) {
 			// The key cache is off (TTL 0), so the key lookup meets the outage.
