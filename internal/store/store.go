@@ -78,6 +78,9 @@ type Account struct {
 	// Suspended accounts cannot make model requests; their usage stays
 	// readable and their keys stay as they are.
 	Suspended bool
+	// BalanceAlert is the balance (nano-USD) below which a balance alert
+	// fires; zero: none.
+	BalanceAlert int64
 }
 
 // KeyKind tells model keys from read-only tokens.
