@@ -109,9 +109,9 @@ func decodeAccount(id string, v []any) (a Account, ok bool) {
 		return Account{}, false
 	}
 	return Account{
-		ID:        id,
-		Name:      str(v[0]),
-		CreatedAt: parseMS(str(v[1])),
+		ID:           id,
+		Name:         str(v[0]),
+		CreatedAt:    parseMS(str(v[1])),
 		Limits:       decodeLimits(v[4:]),
 		Suspended:    str(v[2]) == "1",
 		BalanceAlert: parseInt(str(v[3])),
