@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/format/responses"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -34,6 +35,8 @@ const MaxModelBytes = 256
 type exchange struct {
 	s        *Server
 	upstream *Upstream
+	op       *Operation // the operation of a metered or counted route
+	route    *Route
 	key      store.Key
 
 	requestID string
@@ -52,6 +55,8 @@ type exchange struct {
 	endpoint  string // "primary" or "reserve", from Envoy's endpoint metadata
 	meter     format.Meter
 	rewriter  format.Rewriter // the meter, when it also rewrites the reply
+	stored    responses.Stored // the meter, when the reply names a stored response
+	bound     bool             // the stored response's id is bound to the account
 	bodyBytes int64           // response body bytes from the vendor
 	open      *holds.Open     // the hold's renewal while the request runs
 
@@ -67,7 +72,7 @@ func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return x.responseHeaders(r.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return x.responseBody(r.ResponseBody, req.GetAttributes())
+		return x.responseBody(ctx, r.ResponseBody, req.GetAttributes())
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -84,7 +89,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	path, _, _ := strings.Cut(hv.path, "?") // query strings are never read for credentials
 	x.upstream = x.s.upstream(path)
 	if x.upstream == nil {
-		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such endpoint"}}`), 0)
+		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such path"}}`), 0)
 	}
 	key, err := x.s.keys.Authenticate(ctx, hv.credentials, x.started, modelPolicy)
 	if err != nil {
@@ -94,18 +99,25 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 
 	sub := path[len(x.upstream.prefix)-1:]
 	mutation := x.credentialMutation(hv)
+	op, route, id := match(x.upstream.Operations, hv.method, sub)
 	// Query strings go to the vendor only as far as its API defines them.
 	if _, query, ok := strings.Cut(hv.path, "?"); ok {
 		p := path
-		if q := x.upstream.forwardQuery(sub, query); q != "" {
+		if q := x.upstream.forwardQuery(route, sub, query); q != "" {
 			p += "?" + q
 		}
 		if p != hv.path {
 			mutation.SetHeaders = append(mutation.SetHeaders, setHeader(":path", p))
 		}
 	}
+	if hv.upgrade != "" {
+		// The Responses API's WebSocket transport: a connection the
+		// processor cannot meter event by event. Clients fall back to HTTP.
+		return x.reject(format.InvalidRequest, "the WebSocket transport is not available through this gateway; use HTTP (POST "+sub+")", 0)
+	}
 	switch {
-	case hv.method == "POST" && sub == x.upstream.MeteredPath:
+	case route != nil && (route.Kind == Metered || route.Kind == Counted):
+		x.op, x.route = op, route
 		if h.GetEndOfStream() {
 			return x.reject(format.InvalidRequest, "request body is required", 0)
 		}
@@ -114,29 +126,76 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 			return x.reject(format.TooLarge, "request body of "+hv.contentLength+" bytes is larger than the "+
 				strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0)
 		}
+		mode := MeteredMode
+		if route.Kind == Counted {
+			mode = countedMode
+		}
 		// Envoy's default skips the response (so that its own replies to
 		// malformed requests are never held); a metered request needs it.
 		return &extprocv3.ProcessingResponse{
 			Response: &extprocv3.ProcessingResponse_RequestHeaders{
 				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
 			},
-			ModeOverride: MeteredMode,
+			ModeOverride: mode,
 		}
+	case route != nil && route.Kind == Owned:
+		// A stored response: only its creator may read, cancel or delete
+		// it; anyone else is told it does not exist, and the vendor never
+		// hears of the request. Never billed again.
+		if resp := x.checkOwner(ctx, id); resp != nil {
+			return resp
+		}
+		return x.forwardFree(mutation)
 	case x.upstream.isFree(hv.method + " " + sub):
 		// Free read-only paths: forward as they are, observe nothing more.
-		return &extprocv3.ProcessingResponse{
-			Response: &extprocv3.ProcessingResponse_RequestHeaders{
-				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
-			},
-			ModeOverride: &filterv3.ProcessingMode{
-				RequestBodyMode:    filterv3.ProcessingMode_NONE,
-				ResponseHeaderMode: filterv3.ProcessingMode_SKIP,
-				ResponseBodyMode:   filterv3.ProcessingMode_NONE,
-			},
-		}
+		return x.forwardFree(mutation)
 	default:
-		return x.reject(format.NotFound, "no such endpoint: "+hv.method+" "+sub, 0)
+		return x.reject(format.NotFound, "no such path: "+hv.method+" "+sub, 0)
 	}
+}
+
+// forwardFree forwards a request with the credential swapped and observes
+// nothing more of it.
+func (x *exchange) forwardFree(mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+		},
+		ModeOverride: &filterv3.ProcessingMode{
+			RequestBodyMode:    filterv3.ProcessingMode_NONE,
+			ResponseHeaderMode: filterv3.ProcessingMode_SKIP,
+			ResponseBodyMode:   filterv3.ProcessingMode_NONE,
+		},
+	}
+}
+
+// checkOwner answers 404, in the vendor's words, unless the key's account
+// created response id; nil lets the request go on.
+func (x *exchange) checkOwner(ctx context.Context, id string) *extprocv3.ProcessingResponse {
+	if x.s.owners == nil {
+		return x.reject(format.NotFound, "stored responses are not available through this gateway", 0)
+	}
+	owner, err := x.s.owners.ResponseOwner(ctx, id)
+	if err != nil {
+		x.s.log.Error("response owner lookup failed", "err", err)
+		x.s.metrics.storeErrors.WithLabelValues("owner").Inc()
+		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
+	}
+	if owner == "" || owner != x.key.AccountID {
+		return x.reject(format.NotFound, "Response with id "+strconv.Quote(id)+" not found.", 0)
+	}
+	return nil
+}
+
+// countedMode is a free request whose body the processor reads (a token
+// count naming a stored response) and whose reply it does not observe.
+var countedMode = &filterv3.ProcessingMode{
+	RequestHeaderMode:   filterv3.ProcessingMode_SEND,
+	RequestBodyMode:     filterv3.ProcessingMode_BUFFERED,
+	RequestTrailerMode:  filterv3.ProcessingMode_SKIP,
+	ResponseHeaderMode:  filterv3.ProcessingMode_SKIP,
+	ResponseBodyMode:    filterv3.ProcessingMode_NONE,
+	ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
 }
 
 // MeteredMode is the processing mode of a metered request: the body
@@ -196,7 +255,10 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		return x.reject(format.InvalidRequest, "unexpected request body", 0)
 	}
 	body := b.GetBody()
-	req, err := x.upstream.Format.ParseRequest(body)
+	if x.route.Kind == Counted {
+		return x.countedBody(ctx, body)
+	}
+	req, err := x.op.Format.ParseRequest(body)
 	if err != nil {
 		var fe *format.Error
 		if errors.As(err, &fe) {
@@ -212,6 +274,17 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	price, ok := x.upstream.Prices.Lookup(req.Model)
 	if !ok {
 		return x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on this gateway", 0)
+	}
+	if !price.Serves(x.op.Modes, x.op.Path()) {
+		return x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on "+x.op.Path()+" on this gateway", 0)
+	}
+	if req.Background {
+		return x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
+	}
+	if req.PreviousResponseID != "" {
+		if resp := x.checkOwner(ctx, req.PreviousResponseID); resp != nil {
+			return resp
+		}
 	}
 	if len(x.key.Models) > 0 && !allowed(x.key.Models, req.Model, string(price.Name)) {
 		return x.reject(format.PermissionDenied, "this key may not use model "+strconv.Quote(req.Model), 0)
@@ -308,7 +381,8 @@ func (x *exchange) startReply(contentType string) bool {
 		x.replyDone = true
 		return false
 	}
-	x.meter = x.upstream.Format.NewMeter(x.req, x.body, contentType)
+	x.meter = x.op.Format.NewMeter(x.req, x.body, contentType)
+	x.stored, _ = x.meter.(responses.Stored)
 	x.rewriter, _ = x.meter.(format.Rewriter)
 	x.open.Checkpoint(store.Checkpoint{Status: x.status, Endpoint: x.endpoint})
 	return true
@@ -317,7 +391,7 @@ func (x *exchange) startReply(contentType string) bool {
 // responseBody feeds the meter and lets the chunk through at once: Envoy
 // holds each chunk until the processor answers. A rewriting meter may
 // replace the chunk; only a chunk it changed carries a mutation.
-func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structpb.Struct) *extprocv3.ProcessingResponse {
+func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attrs map[string]*structpb.Struct) *extprocv3.ProcessingResponse {
 	if x.status == 0 && x.admitted && !x.settled {
 		x.startFromAttributes(attrs)
 	}
@@ -334,6 +408,9 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structp
 		} else {
 			x.meter.Write(b.GetBody())
 		}
+		if x.stored != nil && !x.bound && (x.req.Stream || b.GetEndOfStream()) {
+			x.bind(ctx)
+		}
 		if b.GetEndOfStream() {
 			x.replyDone = true
 		} else if x.open.WantCheckpoint() {
@@ -344,6 +421,54 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structp
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: common},
+	}}
+}
+
+// bind records the stored response the reply names as the account's, as
+// soon as its id is seen and before the chunk carrying it reaches the
+// client, so that the client's next request naming it finds it bound. A
+// JSON reply is read at its last chunk.
+func (x *exchange) bind(ctx context.Context) {
+	if x.req.NoStore || x.s.owners == nil {
+		x.bound = true // nothing is kept to bind
+		return
+	}
+	id, _ := x.stored.Response()
+	if id == "" {
+		return
+	}
+	x.bound = true
+	if !responses.ValidID(id) {
+		x.s.log.Warn("reply names a malformed response id; not bound", "request_id", x.requestID)
+		return
+	}
+	if err := x.s.owners.BindResponse(ctx, id, x.key.AccountID); err != nil {
+		// The response stays unreachable through the gateway: refused,
+		// never shown to another account.
+		x.s.log.Error("binding a stored response failed", "request_id", x.requestID, "err", err)
+		x.s.metrics.storeErrors.WithLabelValues("bind").Inc()
+	}
+}
+
+// countedBody forwards a free request whose body may name a stored
+// response (an input token count) once the response is found to be the
+// account's.
+func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.ProcessingResponse {
+	id, err := responses.PreviousID(body)
+	if err != nil {
+		var fe *format.Error
+		if errors.As(err, &fe) {
+			return x.refuse(fe, 0)
+		}
+		return x.reject(format.InvalidRequest, "malformed request body", 0)
+	}
+	if id != "" {
+		if resp := x.checkOwner(ctx, id); resp != nil {
+			return resp
+		}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
 	}}
 }
 
@@ -555,6 +680,7 @@ type headerValues struct {
 	credentials          auth.Headers
 	contentType          string
 	contentLength        string
+	upgrade              string
 	endpoint             string
 	internal             []string // client-sent headers with our prefix
 }
@@ -582,6 +708,8 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 			dst = &hv.contentType
 		case "content-length":
 			dst = &hv.contentLength
+		case "upgrade":
+			dst = &hv.upgrade
 		case "x-gateway-endpoint":
 			dst = &hv.endpoint
 			hv.internal = append(hv.internal, k)

@@ -74,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	}
 	// Known label values start at zero, so alerts on them work before the
 	// first error.
-	for _, op := range []string{"lookup", "admit", "settle"} {
+	for _, op := range []string{"lookup", "admit", "settle", "owner", "bind"} {
 		m.storeErrors.WithLabelValues(op)
 	}
 	for _, u := range upstreams {

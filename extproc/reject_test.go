@@ -128,7 +128,7 @@ func TestRejectionBranches(t *testing.T) {
 			status: 401, errType: "authentication_error"},
 		{name: "unknown path", headers: func(r *rig) []string {
 			return []string{":method", "POST", ":path", "/alpha/v1/complete", "x-api-key", r.key}
-		}, status: 404, errType: "not_found_error", message: "no such endpoint"},
+		}, status: 404, errType: "not_found_error", message: "no such path"},
 		{name: "metered path with GET", headers: func(r *rig) []string {
 			return []string{":method", "GET", ":path", "/alpha/v1/messages", "x-api-key", r.key}
 		}, status: 404, errType: "not_found_error"},

@@ -14,7 +14,8 @@ const systemFingerprint = "fp_fakevendor"
 
 // betaAPI is the beta vendor: the OpenAI Chat Completions API.
 type betaAPI struct {
-	fake *fake
+	fake   *fake
+	stored responseStore // stored responses (responses.go)
 }
 
 func (b *betaAPI) requestIDHeader() string { return "X-Request-Id" }
@@ -29,6 +30,16 @@ func (b *betaAPI) route(r *http.Request) (endpoint, bool) {
 	switch {
 	case p == "/v1/chat/completions" && r.Method == http.MethodPost:
 		return b.chatCompletions, false
+	case p == "/v1/responses" && r.Method == http.MethodPost:
+		return b.responses, false
+	case p == "/v1/responses/input_tokens" && r.Method == http.MethodPost:
+		return b.inputTokensCount, false
+	case p == "/v1/responses/compact" && r.Method == http.MethodPost:
+		return b.compact, false
+	case strings.HasPrefix(p, "/v1/responses/"):
+		return b.storedResponse, false
+	case p == "/v1/embeddings" && r.Method == http.MethodPost:
+		return b.embeddings, false
 	case p == "/v1/models" && r.Method == http.MethodGet:
 		return b.models, true
 	case strings.HasPrefix(p, "/v1/models/") && r.Method == http.MethodGet:

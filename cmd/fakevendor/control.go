@@ -70,6 +70,11 @@ type Controls struct {
 	// many reasoning tokens, which its text does not show, in
 	// completion_tokens and completion_tokens_details.reasoning_tokens.
 	ReasoningTokens int `json:"reasoning_tokens"`
+	// FailResponse makes beta's responses end "failed", their input billed.
+	FailResponse bool `json:"fail_response"`
+	// BackgroundPolls is how many retrievals see a background response in
+	// progress before it completes; 0 means 1.
+	BackgroundPolls int `json:"background_polls"`
 }
 
 // replyWords returns the effective reply length.
@@ -104,6 +109,8 @@ type controlUpdate struct {
 	RetryAfter       *string `json:"retry_after"`
 	Hang             *bool   `json:"hang"`
 	ReasoningTokens  *int    `json:"reasoning_tokens"`
+	FailResponse     *bool   `json:"fail_response"`
+	BackgroundPolls  *int    `json:"background_polls"`
 }
 
 func (u *controlUpdate) validate() error {
@@ -120,7 +127,7 @@ func (u *controlUpdate) validate() error {
 		"cache_write_1h_tokens": u.CacheWrite1h, "input_tokens": u.InputTokens,
 		"audio_input_tokens": u.AudioInput, "audio_output_tokens": u.AudioOutput,
 		"reasoning_tokens": u.ReasoningTokens, "web_search_requests": u.WebSearches,
-		"tool_prompt_tokens": u.ToolPromptTokens,
+		"tool_prompt_tokens": u.ToolPromptTokens, "background_polls": u.BackgroundPolls,
 	} {
 		if p != nil && *p < 0 {
 			return fmt.Errorf("%s must not be negative", name)
@@ -156,6 +163,10 @@ func (u *controlUpdate) apply(c *Controls) {
 		c.AbortAtStart = *u.AbortAtStart
 	}
 	set(&c.ReasoningTokens, u.ReasoningTokens)
+	set(&c.BackgroundPolls, u.BackgroundPolls)
+	if u.FailResponse != nil {
+		c.FailResponse = *u.FailResponse
+	}
 	if u.ToolCall != nil {
 		c.ToolCall = *u.ToolCall
 	}

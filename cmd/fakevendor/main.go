@@ -22,7 +22,10 @@
 //
 // alpha: POST /v1/messages (JSON or, with "stream":true, SSE),
 // POST /v1/messages/count_tokens, GET /v1/models, GET /v1/models/{id}.
-// beta: POST /v1/chat/completions (JSON or SSE), GET /v1/models,
+// beta: POST /v1/chat/completions (JSON or SSE), POST /v1/responses (JSON,
+// SSE or background) with its stored responses (GET, DELETE, cancel,
+// input_items), POST /v1/responses/input_tokens and /compact,
+// POST /v1/embeddings (see responses.go), GET /v1/models,
 // GET /v1/models/{id}. Anything else is a 404 in the vendor's error format.
 // Every answer carries "x-fake-vendor: NAME" and a request id header
 // (alpha "request-id", beta "x-request-id"). Each SSE event is preceded by

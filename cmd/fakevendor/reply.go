@@ -201,7 +201,7 @@ func contentText(raw json.RawMessage) string {
 			t := p.Text
 			if p.Type == "tool_result" {
 				t = contentText(p.Content)
-			} else if p.Type != "text" {
+			} else if p.Type != "text" && p.Type != "input_text" {
 				continue
 			}
 			if t == "" {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -301,6 +302,9 @@ func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, pri
 		var best *pricing.Model
 		var bestOut int64
 		for _, m := range prices[u.Name].Models() {
+			if !slices.Contains(servingOperations(u, prices[u.Name], m), u.Format) {
+				continue // the demo speaks the vendor's own format
+			}
 			r, _ := m.RatesFor(0, "")
 			if best == nil || r.Output < bestOut {
 				best, bestOut = m, r.Output

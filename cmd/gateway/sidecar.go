@@ -179,6 +179,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	}
 	proc := extproc.NewServer(extproc.Options{
 		Holds:           renewer,
+		Owners:          st,
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
 		Upstreams:       vendorRoutes, Keys: keys, Accounts: ledger, Metrics: metrics, Logger: o.Logger,
 	})

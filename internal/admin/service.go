@@ -79,9 +79,13 @@ func (s *Service) audit(ctx context.Context, action, accountID, keyID, detail st
 }
 
 // fail turns a store error into a gRPC status. Unexpected errors are logged
-// and reported without detail.
+// and reported without detail; a not-found error names what was missing
+// when it is known (see missing).
 func (s *Service) fail(op string, err error) error {
+	var m *missing
 	switch {
+	case errors.As(err, &m):
+		return status.Errorf(codes.NotFound, "%s: %s not found", op, m.what)
 	case errors.Is(err, store.ErrNotFound):
 		return status.Errorf(codes.NotFound, "%s: not found", op)
 	case errors.Is(err, store.ErrRevoked):
@@ -92,6 +96,21 @@ func (s *Service) fail(op string, err error) error {
 	s.opts.Logger.Error("admin: store failed", "op", op, "err", err)
 	return status.Errorf(codes.Internal, "%s: internal error", op)
 }
+
+// failAccount is fail for a call about one account, where a store's
+// not-found error means that account.
+func (s *Service) failAccount(op, accountID string, err error) error {
+	if errors.Is(err, store.ErrNotFound) && !errors.As(err, new(*missing)) {
+		err = &missing{what: "account " + strconv.Quote(accountID)}
+	}
+	return s.fail(op, err)
+}
+
+// missing is a not-found error that says what was not found.
+type missing struct{ what string }
+
+func (m *missing) Error() string        { return m.what + " not found" }
+func (m *missing) Is(target error) bool { return target == store.ErrNotFound }
 
 func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
@@ -167,15 +186,15 @@ func (s *Service) GetAccount(ctx context.Context, req *adminv1.GetAccountRequest
 	id := req.GetAccountId()
 	a, err := s.st.Account(ctx, id)
 	if err != nil {
-		return nil, s.fail("get account", err)
+		return nil, s.failAccount("get account", id, err)
 	}
 	u, err := s.st.Usage(ctx, id, store.Day)
 	if err != nil {
-		return nil, s.fail("get account", err)
+		return nil, s.failAccount("get account", id, err)
 	}
 	holds, held, err := s.st.OpenHolds(ctx, id)
 	if err != nil {
-		return nil, s.fail("get account", err)
+		return nil, s.failAccount("get account", id, err)
 	}
 	return &adminv1.GetAccountResponse{
 		Account:            accountToProto(a, u.Balance),
@@ -219,7 +238,7 @@ func (s *Service) TopUp(ctx context.Context, req *adminv1.TopUpRequest) (*adminv
 	}
 	balance, applied, err := s.st.TopUp(ctx, req.GetAccountId(), req.GetAmountNanoUsd(), key)
 	if err != nil {
-		return nil, s.fail("top up", err)
+		return nil, s.failAccount("top up", req.GetAccountId(), err)
 	}
 	if applied {
 		s.audit(ctx, "account.topup", req.GetAccountId(), "",
@@ -235,7 +254,7 @@ func (s *Service) SetLimits(ctx context.Context, req *adminv1.SetLimitsRequest) 
 	id := req.GetAccountId()
 	a, err := s.st.Account(ctx, id)
 	if err != nil {
-		return nil, s.fail("set limits", err)
+		return nil, s.failAccount("set limits", id, err)
 	}
 	l := limitChanges{
 		daily: req.DailyNanoUsd, rpm: req.Rpm, window: req.WindowMinutes,
@@ -245,13 +264,13 @@ func (s *Service) SetLimits(ctx context.Context, req *adminv1.SetLimitsRequest) 
 		return nil, err
 	}
 	if err := s.st.SetLimits(ctx, id, l); err != nil {
-		return nil, s.fail("set limits", err)
+		return nil, s.failAccount("set limits", id, err)
 	}
 	s.audit(ctx, "account.limits", id, "", limitsDetail(l))
 	a.Limits = l
 	b, err := s.st.Balance(ctx, id)
 	if err != nil {
-		return nil, s.fail("set limits", err)
+		return nil, s.failAccount("set limits", id, err)
 	}
 	return &adminv1.SetLimitsResponse{Account: accountToProto(a, b)}, nil
 }
@@ -283,7 +302,7 @@ func (s *Service) setSuspended(ctx context.Context, id string, suspended bool, r
 		return nil, status.Error(codes.InvalidArgument, "reason: at most 256 bytes")
 	}
 	if err := s.st.SetSuspended(ctx, id, suspended); err != nil {
-		return nil, s.fail(op, err)
+		return nil, s.failAccount(op, id, err)
 	}
 	detail := ""
 	if reason != "" {
@@ -292,11 +311,11 @@ func (s *Service) setSuspended(ctx context.Context, id string, suspended bool, r
 	s.audit(ctx, action, id, "", detail)
 	a, err := s.st.Account(ctx, id)
 	if err != nil {
-		return nil, s.fail(op, err)
+		return nil, s.failAccount(op, id, err)
 	}
 	b, err := s.st.Balance(ctx, id)
 	if err != nil {
-		return nil, s.fail(op, err)
+		return nil, s.failAccount(op, id, err)
 	}
 	return accountToProto(a, b), nil
 }
@@ -308,7 +327,7 @@ func (s *Service) ListLedger(ctx context.Context, req *adminv1.ListLedgerRequest
 	}
 	entries, next, err := s.st.Ledger(ctx, req.GetAccountId(), req.GetPageToken(), int(req.GetPageSize()))
 	if err != nil {
-		return nil, s.fail("list ledger", err)
+		return nil, s.failAccount("list ledger", req.GetAccountId(), err)
 	}
 	resp := &adminv1.ListLedgerResponse{NextPageToken: next, Entries: make([]*adminv1.LedgerEntry, len(entries))}
 	for i, e := range entries {
@@ -325,7 +344,7 @@ func (s *Service) ExportLedger(ctx context.Context, req *adminv1.ExportLedgerReq
 	}
 	entries, mark, err := s.st.ExportLedger(ctx, req.GetAccountId(), req.GetAfter(), int(req.GetPageSize()))
 	if err != nil {
-		return nil, s.fail("export ledger", err)
+		return nil, s.failAccount("export ledger", req.GetAccountId(), err)
 	}
 	resp := &adminv1.ExportLedgerResponse{Mark: mark, Entries: make([]*adminv1.LedgerEntry, len(entries))}
 	for i, e := range entries {
@@ -344,11 +363,11 @@ func (s *Service) CommitLedgerExport(ctx context.Context, req *adminv1.CommitLed
 		return nil, invalid("malformed last_id")
 	}
 	if _, err := s.st.Account(ctx, req.GetAccountId()); err != nil {
-		return nil, s.fail("commit ledger export", err)
+		return nil, s.failAccount("commit ledger export", req.GetAccountId(), err)
 	}
 	mark, trimmed, err := s.st.CommitExport(ctx, req.GetAccountId(), req.GetLastId())
 	if err != nil {
-		return nil, s.fail("commit ledger export", err)
+		return nil, s.failAccount("commit ledger export", req.GetAccountId(), err)
 	}
 	if trimmed > 0 {
 		s.audit(ctx, "ledger.trim", req.GetAccountId(), "", fmt.Sprintf("exported through %s; %d entries past retention trimmed", mark, trimmed))

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -677,5 +678,33 @@ func TestSetBalanceAlert(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument)
 	if n := countActions(e, "account.balance_alert"); n != 1 {
 		t.Fatalf("%d audit entries, want 1", n)
+
+// A not-found error names what is missing: the account of an account's
+// call, the key of a key's.
+func TestNotFoundNamesWhat(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(1e9)
+	for _, tc := range []struct {
+		call func() error
+		want string
+	}{
+		{func() error {
+			_, err := e.client.CreateKey(e.ctx, &adminv1.CreateKeyRequest{AccountId: "acct_gone"})
+			return err
+		}, `create key: account "acct_gone" not found`},
+		{func() error {
+			_, err := e.client.TopUp(e.ctx, &adminv1.TopUpRequest{AccountId: "acct_gone", AmountNanoUsd: 1, IdempotencyKey: "k"})
+			return err
+		}, `top up: account "acct_gone" not found`},
+		{func() error {
+			_, err := e.client.RevokeKey(e.ctx, &adminv1.RevokeKeyRequest{AccountId: a.Id, KeyId: "key_gone"})
+			return err
+		}, `revoke key: key "key_gone" of account "` + a.Id + `" not found`},
+	} {
+		err := tc.call()
+		wantCode(t, err, codes.NotFound)
+		if msg := status.Convert(err).Message(); msg != tc.want {
+			t.Errorf("message %q, want %q", msg, tc.want)
+		}
 	}
 }

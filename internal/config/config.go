@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -164,7 +165,10 @@ type CircuitBreakers struct {
 // Upstream is one vendor route: /NAME/... is forwarded to its endpoints.
 type Upstream struct {
 	Name   string `yaml:"name"`
-	Format string `yaml:"format"` // "messages" or "chat_completions"
+	Format string `yaml:"format"` // the vendor's API: "messages" or "chat_completions"
+	// Operations are the metered operations served under /NAME/, each in
+	// its own wire format (Operations lists them); default: Format alone.
+	Operations []string `yaml:"operations"`
 	// CredentialEnv names the environment variable holding the vendor key.
 	// Envoy reads it and injects the key; the sidecar never sees it. Empty
 	// forwards no credential (a self-hosted server).
@@ -335,6 +339,23 @@ const (
 	FormatMessages        = "messages"
 	FormatChatCompletions = "chat_completions"
 )
+
+// Operations are the metered operations an upstream may serve, each named
+// for its wire format. The messages vendor serves messages; the chat
+// completions vendor serves chat completions, responses and embeddings.
+var Operations = map[string][]string{
+	FormatMessages:        {FormatMessages},
+	FormatChatCompletions: {FormatChatCompletions, "responses", "embeddings"},
+}
+
+// OperationNames returns the upstream's operations: Operations, or its
+// format alone.
+func (u *Upstream) OperationNames() []string {
+	if len(u.Operations) == 0 {
+		return []string{u.Format}
+	}
+	return u.Operations
+}
 
 // Load reads, defaults and validates a config file.
 func Load(path string) (*Config, error) {
@@ -511,6 +532,11 @@ func (c *Config) Validate() error {
 		seen[u.Name] = true
 		if u.Format != FormatMessages && u.Format != FormatChatCompletions {
 			return fmt.Errorf("%s.format: %q is not %q or %q", p, u.Format, FormatMessages, FormatChatCompletions)
+		}
+		for j, op := range u.Operations {
+			if !slices.Contains(Operations[u.Format], op) || slices.Index(u.Operations, op) != j {
+				return fmt.Errorf("%s.operations[%d]: %q is not an operation of format %s (%s), or is listed twice", p, j, op, u.Format, strings.Join(Operations[u.Format], ", "))
+			}
 		}
 		if u.CredentialEnv != "" && !validEnvName(u.CredentialEnv) {
 			return fmt.Errorf("%s.credential_env: %q is not an environment variable name", p, u.CredentialEnv)

@@ -104,7 +104,7 @@ func New(o Options) *Handler {
 		h.mux.Handle("/metrics", o.Metrics)
 	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such endpoint")
+		writeError(w, http.StatusNotFound, "not_found", "no such path")
 	})
 	return h
 }
@@ -271,6 +271,10 @@ type Quantities struct {
 	AudioOutputTokens  int64 `json:"audio_output_tokens"`
 	ReasoningTokens    int64 `json:"reasoning_tokens"`
 	WebSearches        int64 `json:"web_searches"`
+	// The responses operation's other built-in tools.
+	FileSearches            int64 `json:"file_searches"`
+	CodeInterpreterSessions int64 `json:"code_interpreter_sessions"`
+	ImageGenerations        int64 `json:"image_generations"`
 }
 
 func quantities(u usage.Usage) Quantities {
@@ -279,6 +283,7 @@ func quantities(u usage.Usage) Quantities {
 		CacheWrite5mTokens: u.CacheWrite5m, CacheWrite1hTokens: u.CacheWrite1h,
 		AudioInputTokens: u.AudioInput, AudioOutputTokens: u.AudioOutput,
 		ReasoningTokens: u.Reasoning, WebSearches: u.WebSearches,
+		FileSearches: u.FileSearches, CodeInterpreterSessions: u.CodeInterpreter, ImageGenerations: u.ImageGenerations,
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 
 // The catalogue is LiteLLM's model_prices_and_context_window.json: one object
 // per model name, prices in USD per token (per query for searches). Only the
-// entries of the providers an upstream takes, in mode "chat", are read, and
-// those strictly: a price that is not a non-negative number, or that is not a
+// entries of the providers an upstream takes, in a mode some operation
+// serves (Modes), are read, and those strictly: a price that is not a non-negative number, or that is not a
 // whole number of nano-USD per million tokens, is an error naming the model
 // and the field.
 
@@ -25,6 +25,11 @@ type CatalogueEntry struct {
 	Name      string
 	Provider  string
 	MaxOutput int64
+	// Mode is the catalogue's mode ("chat", "responses", "embedding") and
+	// Endpoints its supported_endpoints (often absent): together they say
+	// which operations serve the model (Model.Serves).
+	Mode      string
+	Endpoints []string
 	// Prices holds every price the catalogue gives, in nano-USD per million
 	// units.
 	Prices map[PriceKey]int64
@@ -63,6 +68,13 @@ var longSuffix = regexp.MustCompile(`_above_([0-9]+)k_tokens$`)
 // vendors' default.
 const searchSize = "search_context_size_medium"
 
+// Modes are the catalogue modes some operation serves.
+var Modes = []string{"chat", "responses", "embedding"}
+
+// containerEntry is the catalogue's entry for the code interpreter's
+// containers, priced per session for every model of its provider.
+const containerEntry = "/container"
+
 // errNotPriced marks an entry without token prices.
 var errNotPriced = errors.New("no token prices")
 
@@ -89,11 +101,16 @@ func ParseCatalogue(data []byte, providers []string) (map[string]CatalogueEntry,
 	out := map[string]CatalogueEntry{}
 	for name, msg := range raw {
 		var head struct {
-			Provider string `json:"litellm_provider"`
-			Mode     string `json:"mode"`
+			Provider  string   `json:"litellm_provider"`
+			Mode      string   `json:"mode"`
+			Endpoints []string `json:"supported_endpoints"`
+			Container any      `json:"code_interpreter_cost_per_session"`
 		}
-		if json.Unmarshal(msg, &head) != nil || head.Mode != "chat" || !slices.Contains(providers, head.Provider) {
+		if json.Unmarshal(msg, &head) != nil || !slices.Contains(Modes, head.Mode) || !slices.Contains(providers, head.Provider) {
 			continue
+		}
+		if name == head.Provider+containerEntry && head.Container != nil {
+			continue // read below, once every model is known
 		}
 		e, err := parseEntry(name, head.Provider, msg)
 		if errors.Is(err, errNotPriced) {
@@ -102,9 +119,44 @@ func ParseCatalogue(data []byte, providers []string) (map[string]CatalogueEntry,
 		if err != nil {
 			return nil, fmt.Errorf("model %q: %w", name, err)
 		}
+		e.Mode, e.Endpoints = head.Mode, head.Endpoints
 		out[name] = e
 	}
+	if err := addContainerPrices(raw, providers, out); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// addContainerPrices gives every model of a provider the per-session price
+// of the provider's code interpreter containers, where the catalogue lists
+// one (PROVIDER/container, code_interpreter_cost_per_session).
+func addContainerPrices(raw map[string]json.RawMessage, providers []string, out map[string]CatalogueEntry) error {
+	for _, p := range providers {
+		msg, ok := raw[p+containerEntry]
+		if !ok {
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(msg))
+		dec.UseNumber()
+		var f struct {
+			Session any `json:"code_interpreter_cost_per_session"`
+		}
+		if err := dec.Decode(&f); err != nil || f.Session == nil {
+			continue
+		}
+		rate, err := perMillion(f.Session)
+		if err != nil {
+			return fmt.Errorf("model %q: code_interpreter_cost_per_session: %w", p+containerEntry, err)
+		}
+		for name, e := range out {
+			if e.Provider == p {
+				e.Prices[PriceKey{Kind: "code_interpreter_sessions"}] = rate
+				out[name] = e
+			}
+		}
+	}
+	return nil
 }
 
 func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, error) {
@@ -117,7 +169,8 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 	e := CatalogueEntry{Name: name, Provider: provider, Prices: map[PriceKey]int64{}}
 	// An entry without token prices (a per-session tool) is not a model
 	// the gateway can price.
-	if fields["input_cost_per_token"] == nil || fields["output_cost_per_token"] == nil {
+	// An embedding model produces no tokens: its output price may be absent.
+	if fields["input_cost_per_token"] == nil || fields["output_cost_per_token"] == nil && fields["mode"] != "embedding" {
 		return e, errNotPriced
 	}
 	// Without max_output_tokens the catalogue does not say how much the

@@ -43,7 +43,23 @@ type Model struct {
 	Source string
 	// Aliases are the other names that resolve to this model.
 	Aliases []string
-	prices  map[PriceKey]int64
+	// Mode and Endpoints are the catalogue's mode and supported_endpoints;
+	// empty for a model the catalogue does not list.
+	Mode      string
+	Endpoints []string
+	prices    map[PriceKey]int64
+}
+
+// Serves reports whether an operation whose catalogue modes are modes and
+// whose vendor path is path serves the model: its mode is one of modes and
+// its supported_endpoints, when the catalogue gives them, include path. A
+// model the catalogue does not list (an operator's own, the fallback
+// price) is served by every operation of its upstream.
+func (m *Model) Serves(modes []string, path string) bool {
+	if m.Mode == "" {
+		return true
+	}
+	return slices.Contains(modes, m.Mode) && (len(m.Endpoints) == 0 || slices.Contains(m.Endpoints, path))
 }
 
 // Fallback reports whether the model is the upstream's fallback price.
@@ -285,7 +301,7 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 		if !slices.Contains(cfg.Providers, e.Provider) {
 			continue
 		}
-		byName[name] = &Model{Name: usage.PricedModel(name), MaxOutput: e.MaxOutput, Source: "catalogue", prices: e.Prices}
+		byName[name] = &Model{Name: usage.PricedModel(name), MaxOutput: e.MaxOutput, Source: "catalogue", Mode: e.Mode, Endpoints: e.Endpoints, prices: e.Prices}
 	}
 	for name, o := range cfg.Overrides {
 		m := byName[name]
@@ -308,7 +324,7 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 		if !ok {
 			continue
 		}
-		if b := byName[base]; b != nil && b.MaxOutput == m.MaxOutput && equalPrices(b.prices, m.prices) {
+		if b := byName[base]; b != nil && b.MaxOutput == m.MaxOutput && b.Mode == m.Mode && slices.Equal(b.Endpoints, m.Endpoints) && equalPrices(b.prices, m.prices) {
 			b.Aliases = append(b.Aliases, name)
 			delete(byName, name)
 		}

@@ -39,17 +39,20 @@ func defaultTables(t *testing.T) (*Table, *Table) {
 		config.Models{Providers: []string{"openai"}, UnknownModel: config.UnknownReject})
 }
 
-func TestCatalogueReadsOnlyChatModelsOfTheProviders(t *testing.T) {
+func TestCatalogueReadsServedModelsOfTheProviders(t *testing.T) {
 	cat, err := LoadCatalogue(fixture, []string{"openai"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"fake-gpt-1", "fake-gpt-1-2025-02-03", "fake-gpt-nolimit"} {
+	for _, n := range []string{"fake-gpt-1", "fake-gpt-1-2025-02-03", "fake-gpt-nolimit", "fake-gpt-responses", "fake-embedding"} {
 		if _, ok := cat[n]; !ok {
 			t.Errorf("%s missing", n)
 		}
 	}
-	for _, n := range []string{"fake-claude-1", "fake-gpt-responses", "fake-embedding", "openai/fake-container", "other/fake-model", "sample_spec"} {
+	if cat["fake-gpt-responses"].Mode != "responses" || cat["fake-embedding"].Mode != "embedding" || cat["fake-gpt-1"].Mode != "chat" {
+		t.Errorf("modes: %q %q %q", cat["fake-gpt-responses"].Mode, cat["fake-embedding"].Mode, cat["fake-gpt-1"].Mode)
+	}
+	for _, n := range []string{"fake-claude-1", "openai/fake-container", "other/fake-model", "sample_spec"} {
 		if _, ok := cat[n]; ok {
 			t.Errorf("%s read; want it left out", n)
 		}
@@ -279,5 +282,44 @@ func TestReplaceKeepsLookupsMade(t *testing.T) {
 	after, _ := a.Lookup("fake-claude-1")
 	if before.Price(usage.Usage{Input: 10}, "").Cost != 10_000 || after.Price(usage.Usage{Input: 10}, "").Cost != 1000 {
 		t.Errorf("before %d after %d", before.Price(usage.Usage{Input: 10}, "").Cost, after.Price(usage.Usage{Input: 10}, "").Cost)
+	}
+}
+
+// Which operations serve a model follows the catalogue's mode and, when
+// listed, its supported_endpoints.
+func TestServes(t *testing.T) {
+	chat, responses, embeddings := []string{"chat"}, []string{"chat", "responses"}, []string{"embedding"}
+	for _, tc := range []struct {
+		m                     Model
+		chat, resp, embedding bool
+	}{
+		{Model{Mode: "chat"}, true, true, false},
+		{Model{Mode: "chat", Endpoints: []string{"/v1/chat/completions", "/v1/batch", "/v1/responses"}}, true, true, false},
+		{Model{Mode: "chat", Endpoints: []string{"/v1/responses"}}, false, true, false},
+		{Model{Mode: "chat", Endpoints: []string{"/v1/chat/completions"}}, true, false, false},
+		{Model{Mode: "responses", Endpoints: []string{"/v1/responses", "/v1/batch"}}, false, true, false},
+		{Model{Mode: "responses"}, false, true, false},
+		{Model{Mode: "embedding"}, false, false, true},
+		{Model{}, true, true, true}, // an operator's own model
+	} {
+		got := [3]bool{tc.m.Serves(chat, "/v1/chat/completions"), tc.m.Serves(responses, "/v1/responses"), tc.m.Serves(embeddings, "/v1/embeddings")}
+		if want := [3]bool{tc.chat, tc.resp, tc.embedding}; got != want {
+			t.Errorf("%s %v: serves chat, responses, embeddings = %v, want %v", tc.m.Mode, tc.m.Endpoints, got, want)
+		}
+	}
+}
+
+// The provider's code interpreter container price applies to each of its
+// models, per session.
+func TestContainerPrice(t *testing.T) {
+	cat, err := ParseCatalogue([]byte(`{
+		"m": {"litellm_provider": "openai", "mode": "chat", "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
+		"openai/container": {"litellm_provider": "openai", "mode": "chat", "code_interpreter_cost_per_session": 0.03}
+	}`), []string{"openai"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cat) != 1 || cat["m"].Prices[PriceKey{Kind: "code_interpreter_sessions"}] != 30_000_000*1_000_000 {
+		t.Fatalf("catalogue %+v", cat)
 	}
 }

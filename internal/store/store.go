@@ -48,6 +48,9 @@ type Options struct {
 	LedgerRetention time.Duration
 	// AuditMaxLen caps the audit stream (approximate trimming).
 	AuditMaxLen int64 // default 100,000
+	// ResponseTTL is how long the owner of a stored response is
+	// remembered (see BindResponse); default DefaultResponseTTL.
+	ResponseTTL time.Duration
 }
 
 // Limits are the spending and rate limits of an account or of one key; zero

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -28,8 +29,15 @@ import (
 // pricing code.
 
 // catalogueModels returns the chat models of a provider in the catalogue
-// the gateway prices from, with their raw fields.
+// the gateway prices from, with their raw fields: those the chat route
+// serves (the catalogue's supported_endpoints, when listed, name it).
 func catalogueModels(t *testing.T, path, provider string) map[string]map[string]any {
+	return servedModels(t, path, provider, []string{"chat"}, map[string]string{"anthropic": "/v1/messages", "openai": "/v1/chat/completions"}[provider])
+}
+
+// servedModels returns the models of a provider whose catalogue mode is one
+// of modes and whose supported_endpoints, when listed, include endpoint.
+func servedModels(t *testing.T, path, provider string, modes []string, endpoint string) map[string]map[string]any {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -43,9 +51,14 @@ func catalogueModels(t *testing.T, path, provider string) map[string]map[string]
 	}
 	out := map[string]map[string]any{}
 	for name, e := range all {
-		if e["litellm_provider"] == provider && e["mode"] == "chat" && e["input_cost_per_token"] != nil && e["output_cost_per_token"] != nil {
-			out[name] = e
+		mode, _ := e["mode"].(string)
+		if e["litellm_provider"] != provider || !slices.Contains(modes, mode) || e["input_cost_per_token"] == nil || e["output_cost_per_token"] == nil && mode != "embedding" {
+			continue
 		}
+		if eps, ok := e["supported_endpoints"].([]any); ok && len(eps) > 0 && !slices.Contains(eps, any(endpoint)) {
+			continue
+		}
+		out[name] = e
 	}
 	return out
 }
