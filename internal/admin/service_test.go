@@ -678,6 +678,8 @@ func TestSetBalanceAlert(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument)
 	if n := countActions(e, "account.balance_alert"); n != 1 {
 		t.Fatalf("%d audit entries, want 1", n)
+	}
+}
 
 // A not-found error names what is missing: the account of an account's
 // call, the key of a key's.
