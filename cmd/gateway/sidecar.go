@@ -244,6 +244,8 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	// share the control server; everything else is the control handler's.
 	mux := http.NewServeMux()
 	mux.Handle("/", ctl)
+	// Exact, or the mux would redirect /v1/usage to the console's /v1/usage/.
+	mux.Handle("/v1/usage", ctl)
 	console.Mount(mux, console.APIOptions{Store: st, Keys: keys, Settled: proc, Logger: o.Logger})
 	s.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
