@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/store"
@@ -244,9 +245,9 @@ type alphaReplyUsage struct {
 	ServiceTier string `json:"service_tier"`
 }
 
-// alphaBilled reads the usage a messages reply reported, and the model it
+// messagesBilled reads the usage a messages reply reported, and the model it
 // names.
-func alphaBilled(body []byte, stream bool) (billed, string, error) {
+func messagesBilled(body []byte, stream bool) (billed, string, error) {
 	var u alphaReplyUsage
 	var model string
 	if !stream {
@@ -298,9 +299,9 @@ type betaReplyUsage struct {
 	} `json:"completion_tokens_details"`
 }
 
-// betaBilled reads the usage a chat completion reported; the search a
+// chatCompletionsBilled reads the usage a chat completion reported; the search a
 // request with web_search_options runs is one query.
-func betaBilled(body []byte, stream, search bool) (billed, string, int64, error) {
+func chatCompletionsBilled(body []byte, stream, search bool) (billed, string, int64, error) {
 	var u *betaReplyUsage
 	var model, tier string
 	docs := [][]byte{body}
@@ -381,27 +382,27 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 		betaSearches bool
 		betaReserve  bool // beta's primary refuses: the regional reserve serves
 	}{
-		{"short prompt", map[string]any{"vendor": "alpha", "cache_read_tokens": 3000, "cache_write_tokens": 700,
+		{"short prompt", map[string]any{"format": config.FormatMessages, "cache_read_tokens": 3000, "cache_write_tokens": 700,
 			"cache_write_1h_tokens": 900, "web_search_requests": 2, "service_tier": "priority", "input_tokens": 0},
-			map[string]any{"vendor": "beta", "cache_read_tokens": 300, "audio_input_tokens": 50, "audio_output_tokens": 40,
+			map[string]any{"format": config.FormatChatCompletions, "cache_read_tokens": 300, "audio_input_tokens": 50, "audio_output_tokens": 40,
 				"reasoning_tokens": 120, "service_tier": "priority", "input_tokens": 0}, false, false},
-		{"long prompt", map[string]any{"vendor": "alpha", "cache_read_tokens": 20000, "cache_write_tokens": 100,
+		{"long prompt", map[string]any{"format": config.FormatMessages, "cache_read_tokens": 20000, "cache_write_tokens": 100,
 			"cache_write_1h_tokens": 0, "web_search_requests": 1, "service_tier": "", "input_tokens": 300000},
-			map[string]any{"vendor": "beta", "cache_read_tokens": 1000, "audio_input_tokens": 0, "audio_output_tokens": 0,
+			map[string]any{"format": config.FormatChatCompletions, "cache_read_tokens": 1000, "audio_input_tokens": 0, "audio_output_tokens": 0,
 				"reasoning_tokens": 10, "service_tier": "flex", "input_tokens": 300000}, true, false},
 		// Every other tier: ultrafast where listed; a tier a model lacks is
 		// priced at its dearest.
-		{"ultrafast", map[string]any{"vendor": "alpha", "cache_read_tokens": 0, "cache_write_tokens": 0,
+		{"ultrafast", map[string]any{"format": config.FormatMessages, "cache_read_tokens": 0, "cache_write_tokens": 0,
 			"cache_write_1h_tokens": 0, "web_search_requests": 0, "service_tier": "ultrafast", "input_tokens": 0},
-			map[string]any{"vendor": "beta", "cache_read_tokens": 300, "audio_input_tokens": 0, "audio_output_tokens": 0,
+			map[string]any{"format": config.FormatChatCompletions, "cache_read_tokens": 300, "audio_input_tokens": 0, "audio_output_tokens": 0,
 				"reasoning_tokens": 0, "service_tier": "ultrafast", "input_tokens": 0}, false, false},
-		{"tier not in the catalogue", map[string]any{"vendor": "alpha", "service_tier": "batch"},
-			map[string]any{"vendor": "beta", "service_tier": "scale", "input_tokens": 300000}, false, false},
+		{"tier not in the catalogue", map[string]any{"format": config.FormatMessages, "service_tier": "batch"},
+			map[string]any{"format": config.FormatChatCompletions, "service_tier": "scale", "input_tokens": 300000}, false, false},
 		// The regional reserve serves beta, at the default and priority tiers.
-		{"regional", map[string]any{"vendor": "alpha", "service_tier": "", "input_tokens": 0},
-			map[string]any{"vendor": "beta", "service_tier": "", "input_tokens": 0, "cache_read_tokens": 100}, false, true},
-		{"regional priority", map[string]any{"vendor": "alpha", "service_tier": ""},
-			map[string]any{"vendor": "beta", "service_tier": "priority", "input_tokens": 300000}, false, true},
+		{"regional", map[string]any{"format": config.FormatMessages, "service_tier": "", "input_tokens": 0},
+			map[string]any{"format": config.FormatChatCompletions, "service_tier": "", "input_tokens": 0, "cache_read_tokens": 100}, false, true},
+		{"regional priority", map[string]any{"format": config.FormatMessages, "service_tier": ""},
+			map[string]any{"format": config.FormatChatCompletions, "service_tier": "priority", "input_tokens": 300000}, false, true},
 	}
 	type want struct {
 		u         billed
@@ -419,7 +420,7 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 			f.Control(ph.beta)
 		}
 		if ph.betaReserve {
-			s.Primary.Control(map[string]any{"vendor": "beta", "status": 503})
+			s.Primary.Control(map[string]any{"format": config.FormatChatCompletions, "status": 503})
 		}
 		work := make(chan *job)
 		var wg sync.WaitGroup
@@ -433,10 +434,10 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 						var header map[string]string
 						var body []byte
 						if j.route == "alpha" {
-							path, header = alphaPath, alphaHeaders(j.acct.Key)
+							path, header = alphaPath, messagesHeaders(j.acct.Key)
 							body = []byte(fmt.Sprintf(`{"model":%q,"max_tokens":256,"stream":%t,"messages":[{"role":"user","content":"What does it cost?"}]}`, j.model, streamed))
 						} else {
-							path, header = betaPath, betaHeaders(j.acct.Key)
+							path, header = betaPath, chatCompletionsHeaders(j.acct.Key)
 							extra := ""
 							if streamed {
 								extra += `,"stream_options":{"include_usage":true}`
@@ -455,9 +456,9 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 						var reported string
 						var reasoning int64
 						if j.route == "alpha" {
-							u, reported, err = alphaBilled(reply, streamed)
+							u, reported, err = messagesBilled(reply, streamed)
 						} else {
-							u, reported, reasoning, err = betaBilled(reply, streamed, ph.betaSearches)
+							u, reported, reasoning, err = chatCompletionsBilled(reply, streamed, ph.betaSearches)
 						}
 						if err != nil {
 							t.Errorf("%s %s stream=%v: %v", ph.name, j.model, streamed, err)
@@ -542,13 +543,13 @@ func TestLongOutputRequestAndNoPrefixMatching(t *testing.T) {
 		if len(body) < 60<<10 {
 			t.Fatalf("prompt of %d bytes", len(body))
 		}
-		resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), []byte(body))
+		resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), []byte(body))
 		if resp.StatusCode != 200 {
 			t.Fatalf("stream=%v: %d %s", streamed, resp.StatusCode, b)
 		}
 	}
 	// Above the catalogue's maximum output (128000 for claude-opus-4-8).
-	resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), []byte(`{"model":"claude-opus-4-8","max_tokens":128001,"messages":[{"role":"user","content":"Hi"}]}`))
+	resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), []byte(`{"model":"claude-opus-4-8","max_tokens":128001,"messages":[{"role":"user","content":"Hi"}]}`))
 	if resp.StatusCode != 400 || !strings.Contains(string(b), "128000") {
 		t.Errorf("max_tokens above the maximum: %d %s", resp.StatusCode, b)
 	}
@@ -560,9 +561,9 @@ func TestLongOutputRequestAndNoPrefixMatching(t *testing.T) {
 		{betaPath, "gpt-5.4-pro"}, // a responses-only model: not a chat model
 		{betaPath, "o3x"},
 	} {
-		header := alphaHeaders(acct.Key)
+		header := messagesHeaders(acct.Key)
 		if c.path == betaPath {
-			header = betaHeaders(acct.Key)
+			header = chatCompletionsHeaders(acct.Key)
 		}
 		body := fmt.Sprintf(`{"model":%q,"max_tokens":16,"messages":[{"role":"user","content":"Hi"}]}`, c.model)
 		resp, b := s.Do("POST", c.path, header, []byte(body))
@@ -582,7 +583,7 @@ func TestLongOutputRequestAndNoPrefixMatching(t *testing.T) {
 		}
 	}
 	// A dated snapshot of a listed name is that model, counted under it.
-	resp, b = s.Do("POST", betaPath, betaHeaders(acct.Key), []byte(`{"model":"gpt-5.4-nano-2099-01-31","max_tokens":16,"messages":[{"role":"user","content":"Hi"}]}`))
+	resp, b = s.Do("POST", betaPath, chatCompletionsHeaders(acct.Key), []byte(`{"model":"gpt-5.4-nano-2099-01-31","max_tokens":16,"messages":[{"role":"user","content":"Hi"}]}`))
 	if resp.StatusCode != 200 {
 		t.Fatalf("dated snapshot: %d %s", resp.StatusCode, b)
 	}
