@@ -240,6 +240,12 @@ type Endpoint struct {
 	URL string `yaml:"url"`
 	// Region is informational: where the endpoint runs.
 	Region string `yaml:"region"`
+	// RegionalProcessing names the vendor's regional processing (data
+	// residency) region this endpoint serves, such as "eu" or "us": replies
+	// it serves are priced with the catalogue's
+	// regional_processing_uplift_multiplier_<region>. Empty for a global
+	// endpoint.
+	RegionalProcessing string `yaml:"regional_processing"`
 	// TrustedCA is a PEM file of CAs for https endpoints; empty uses the
 	// system bundle.
 	TrustedCA string `yaml:"trusted_ca"`
@@ -696,6 +702,11 @@ func (e Endpoint) validate() error {
 	}
 	if _, err := e.Parse(); err != nil {
 		return fmt.Errorf("url: %w", err)
+	}
+	for _, r := range e.RegionalProcessing {
+		if r < 'a' || r > 'z' {
+			return fmt.Errorf("regional_processing: %q is not a region code such as eu or us", e.RegionalProcessing)
+		}
 	}
 	return nil
 }

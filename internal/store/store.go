@@ -81,6 +81,9 @@ type Account struct {
 	// Suspended accounts cannot make model requests; their usage stays
 	// readable and their keys stay as they are.
 	Suspended bool
+	// BalanceAlert is the balance (nano-USD) below which a balance alert
+	// fires; zero: none.
+	BalanceAlert int64
 }
 
 // KeyKind tells model keys from read-only tokens.
@@ -219,6 +222,14 @@ type Settlement struct {
 	// be rebuilt from the ledger.
 	Rates       usage.Usage
 	ServiceTier string // the service tier priced; "" for the standard tier
+	// TierUnknown: the reply reported a ServiceTier the model has no prices
+	// for; it was priced at the dearest of the model's tiers.
+	TierUnknown bool
+	// Region is the regional processing region of the endpoint that served
+	// the reply, and Uplift the catalogue's uplift applied for it, in parts
+	// per million of the cost; "" and 0 when none applied.
+	Region string
+	Uplift int64
 	LongContext int64  // the long-context threshold priced, in tokens; 0 for none
 	Fallback    bool   // priced with the upstream's price for unknown models
 	Cost        int64  // nano-USD; zero for non-2xx replies
@@ -230,11 +241,11 @@ type Settlement struct {
 	// its request was swept: its amounts (cost, usage) are the difference
 	// from the interrupted entry, of either sign. Set by the store only.
 	Reconciled bool
-	Status      int    // the status the client saw; non-2xx charges nothing and counts no usage
-	Endpoint    string // "primary" or "reserve"; empty when unknown
-	Stream      bool
-	StartedAt   time.Time
-	EndedAt     time.Time
+	Status     int    // the status the client saw; non-2xx charges nothing and counts no usage
+	Endpoint   string // "primary" or "reserve"; empty when unknown
+	Stream     bool
+	StartedAt  time.Time
+	EndedAt    time.Time
 }
 
 // Period is a usage aggregation window.
@@ -270,9 +281,9 @@ type UsageReport struct {
 	// MinuteTokens are the tokens counted in the current UTC minute against
 	// a tokens-per-minute limit (0 without one).
 	MinuteTokens int64
-	Period    Period
-	Totals    Counters
-	ByModel   []ModelCounters // sorted by model name
+	Period       Period
+	Totals       Counters
+	ByModel      []ModelCounters // sorted by model name
 }
 
 // LedgerEntry is one settled request as recorded in the account's ledger.
