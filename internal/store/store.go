@@ -225,6 +225,14 @@ type Settlement struct {
 	// be rebuilt from the ledger.
 	Rates       usage.Usage
 	ServiceTier string // the service tier priced; "" for the standard tier
+	// TierUnknown: the reply reported a ServiceTier the model has no prices
+	// for; it was priced at the dearest of the model's tiers.
+	TierUnknown bool
+	// Region is the regional processing region of the endpoint that served
+	// the reply, and Uplift the catalogue's uplift applied for it, in parts
+	// per million of the cost; "" and 0 when none applied.
+	Region string
+	Uplift int64
 	LongContext int64  // the long-context threshold priced, in tokens; 0 for none
 	Fallback    bool   // priced with the upstream's price for unknown models
 	Cost        int64  // nano-USD; zero for non-2xx replies
