@@ -54,13 +54,14 @@ type exchange struct {
 	status    int    // upstream response status; 0 until the first response body chunk
 	endpoint  string // "primary" or "reserve", from Envoy's endpoint metadata
 	meter     format.Meter
-	rewriter  format.Rewriter // the meter, when it also rewrites the reply
+	rewriter  format.Rewriter  // the meter, when it also rewrites the reply
 	stored    responses.Stored // the meter, when the reply names a stored response
 	bound     bool             // the stored response's id is bound to the account
-	bodyBytes int64           // response body bytes from the vendor
-	open      *holds.Open     // the hold's renewal while the request runs
+	bodyBytes int64            // response body bytes from the vendor
+	open      *holds.Open      // the hold's renewal while the request runs
 
 	hasLength bool // the client sent content-length
+	trace     exchangeTrace
 }
 
 func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
@@ -295,15 +296,18 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	}
 	x.req, x.body, x.price = req, body, price
 	x.requestID = x.s.newRequestID()
+	ctx = x.startTrace(ctx)
 
 	hold := holdOf(price, req, int64(len(body)))
 	tokens := tokenBound(price, req, int64(len(body)))
 	t0 := time.Now()
-	d, err := x.s.accounts.Admit(ctx, store.Admission{
+	actx, traced := x.traceAdmission(ctx)
+	d, err := x.s.accounts.Admit(actx, store.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID, Model: req.Model, Hold: hold,
 		Tokens: tokens, Stream: req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
 	})
 	x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
+	traced(d, err)
 	if err != nil {
 		x.s.log.Error("admission failed", "err", err, "account", x.key.AccountID)
 		x.s.metrics.storeErrors.WithLabelValues("admit").Inc()
@@ -550,6 +554,7 @@ func (x *exchange) finish() {
 	if x.admitted && !x.settled {
 		x.settle(false)
 	}
+	x.endTrace()
 }
 
 // checkpoint is the request's best estimate so far, as if it ended now.
@@ -574,7 +579,9 @@ func (x *exchange) settle(complete bool) {
 	// or the spool, a sweep in the meantime charges the same.
 	x.s.holds.Finish(x.open, st.Checkpoint())
 	s, upstream, model, open := x.s, x.upstream.Name, string(st.Priced), x.open
+	traced := x.traceSettlement(st)
 	s.settler.enqueue(st, func(r store.SettleResult, took time.Duration) {
+		traced(r)
 		s.metrics.settleSeconds.Observe(took.Seconds())
 		if err := r.Err; err != nil {
 			s.metrics.storeErrors.WithLabelValues("settle").Inc()

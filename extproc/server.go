@@ -19,6 +19,7 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -63,6 +64,9 @@ type Options struct {
 	// Owners records who created each stored response; nil refuses every
 	// request naming one.
 	Owners Owners
+	// Tracer records each metered request's spans in the trace Envoy
+	// started; nil records none.
+	Tracer trace.Tracer
 }
 
 // Server implements Envoy's ExternalProcessor service.
@@ -79,6 +83,8 @@ type Server struct {
 	maxBody   int64
 	holds     *holds.Renewer
 	owners    Owners
+	tracer    trace.Tracer
+	tracing   bool // tracer is set
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -113,7 +119,7 @@ func NewServer(o Options) *Server {
 	s := &Server{
 		upstreams: o.Upstreams, keys: o.Keys, accounts: o.Accounts, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
-		owners: o.Owners,
+		owners: o.Owners, tracer: o.Tracer, tracing: o.Tracer != nil,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -186,7 +192,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 	// Whatever ends the stream, an admitted request is settled exactly once
 	// with what was observed.
 	defer x.finish()
-	ctx := stream.Context()
+	ctx := s.traceContext(stream.Context())
 	for {
 		req, err := stream.Recv()
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -36,6 +37,7 @@ import (
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/spool"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/tracing"
 )
 
 // sidecar is the running set of servers of `gateway serve`.
@@ -55,6 +57,8 @@ type sidecar struct {
 	stopHolds context.CancelFunc
 	// proc is the ext_proc processor; its settlements are flushed on shutdown.
 	proc *extproc.Server
+	// traces exports the processor's spans; flushed last on shutdown.
+	traces *tracing.Provider
 
 	ExtProcAddr net.Addr
 	ControlAddr net.Addr
@@ -177,7 +181,16 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			}
 		}
 	}
+	traces, err := tracing.New(c.Tracing, "gateway-sidecar")
+	if err != nil {
+		return nil, err
+	}
+	var tracer trace.Tracer
+	if c.Tracing.Enabled() {
+		tracer = traces.Tracer("github.com/modelgateway/gateway/extproc")
+	}
 	proc := extproc.NewServer(extproc.Options{
+		Tracer:          tracer,
 		Holds:           renewer,
 		Owners:          st,
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
@@ -195,7 +208,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	}
 	watcher := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
 
-	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc}
+	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc, traces: traces}
 	var holdsCtx context.Context
 	holdsCtx, s.stopHolds = context.WithCancel(context.Background())
 	go renewer.Run(holdsCtx)
@@ -373,6 +386,9 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 	s.stopAdmin(cctx)
 	cancel()
 	s.stopWatch()
+	tctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	s.traces.Shutdown(tctx)
+	cancel()
 }
 
 // stopGRPC lets calls in progress finish until ctx ends, then cuts the rest.
