@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/format/responses"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -34,6 +35,8 @@ const MaxModelBytes = 256
 type exchange struct {
 	s        *Server
 	upstream *Upstream
+	op       *Operation // the operation of a metered or counted route
+	route    *Route
 	key      store.Key
 
 	requestID string
@@ -52,6 +55,8 @@ type exchange struct {
 	endpoint  string // "primary" or "reserve", from Envoy's endpoint metadata
 	meter     format.Meter
 	rewriter  format.Rewriter // the meter, when it also rewrites the reply
+	stored    responses.Stored // the meter, when the reply names a stored response
+	bound     bool             // the stored response's id is bound to the account
 	bodyBytes int64           // response body bytes from the vendor
 	open      *holds.Open     // the hold's renewal while the request runs
 
@@ -67,7 +72,7 @@ func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return x.responseHeaders(r.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return x.responseBody(r.ResponseBody, req.GetAttributes())
+		return x.responseBody(ctx, r.ResponseBody, req.GetAttributes())
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
@@ -84,7 +89,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	path, _, _ := strings.Cut(hv.path, "?") // query strings are never read for credentials
 	x.upstream = x.s.upstream(path)
 	if x.upstream == nil {
-		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such endpoint"}}`), 0)
+		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such path"}}`), 0)
 	}
 	key, err := x.s.keys.Authenticate(ctx, hv.credentials, x.started, modelPolicy)
 	if err != nil {
@@ -94,18 +99,25 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 
 	sub := path[len(x.upstream.prefix)-1:]
 	mutation := x.credentialMutation(hv)
+	op, route, id := match(x.upstream.Operations, hv.method, sub)
 	// Query strings go to the vendor only as far as its API defines them.
 	if _, query, ok := strings.Cut(hv.path, "?"); ok {
 		p := path
-		if q := x.upstream.forwardQuery(sub, query); q != "" {
+		if q := x.upstream.forwardQuery(route, sub, query); q != "" {
 			p += "?" + q
 		}
 		if p != hv.path {
 			mutation.SetHeaders = append(mutation.SetHeaders, setHeader(":path", p))
 		}
 	}
+	if hv.upgrade != "" {
+		// The Responses API's WebSocket transport: a connection the
+		// processor cannot meter event by event. Clients fall back to HTTP.
+		return x.reject(format.InvalidRequest, "the WebSocket transport is not available through this gateway; use HTTP (POST "+sub+")", 0)
+	}
 	switch {
-	case hv.method == "POST" && sub == x.upstream.MeteredPath:
+	case route != nil && (route.Kind == Metered || route.Kind == Counted):
+		x.op, x.route = op, route
 		if h.GetEndOfStream() {
 			return x.reject(format.InvalidRequest, "request body is required", 0)
 		}
@@ -114,29 +126,76 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 			return x.reject(format.TooLarge, "request body of "+hv.contentLength+" bytes is larger than the "+
 				strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0)
 		}
+		mode := MeteredMode
+		if route.Kind == Counted {
+			mode = countedMode
+		}
 		// Envoy's default skips the response (so that its own replies to
 		// malformed requests are never held); a metered request needs it.
 		return &extprocv3.ProcessingResponse{
 			Response: &extprocv3.ProcessingResponse_RequestHeaders{
 				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
 			},
-			ModeOverride: MeteredMode,
+			ModeOverride: mode,
 		}
+	case route != nil && route.Kind == Owned:
+		// A stored response: only its creator may read, cancel or delete
+		// it; anyone else is told it does not exist, and the vendor never
+		// hears of the request. Never billed again.
+		if resp := x.checkOwner(ctx, id); resp != nil {
+			return resp
+		}
+		return x.forwardFree(mutation)
 	case x.upstream.isFree(hv.method + " " + sub):
 		// Free read-only paths: forward as they are, observe nothing more.
-		return &extprocv3.ProcessingResponse{
-			Response: &extprocv3.ProcessingResponse_RequestHeaders{
-				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
-			},
-			ModeOverride: &filterv3.ProcessingMode{
-				RequestBodyMode:    filterv3.ProcessingMode_NONE,
-				ResponseHeaderMode: filterv3.ProcessingMode_SKIP,
-				ResponseBodyMode:   filterv3.ProcessingMode_NONE,
-			},
-		}
+		return x.forwardFree(mutation)
 	default:
-		return x.reject(format.NotFound, "no such endpoint: "+hv.method+" "+sub, 0)
+		return x.reject(format.NotFound, "no such path: "+hv.method+" "+sub, 0)
 	}
+}
+
+// forwardFree forwards a request with the credential swapped and observes
+// nothing more of it.
+func (x *exchange) forwardFree(mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+		},
+		ModeOverride: &filterv3.ProcessingMode{
+			RequestBodyMode:    filterv3.ProcessingMode_NONE,
+			ResponseHeaderMode: filterv3.ProcessingMode_SKIP,
+			ResponseBodyMode:   filterv3.ProcessingMode_NONE,
+		},
+	}
+}
+
+// checkOwner answers 404, in the vendor's words, unless the key's account
+// created response id; nil lets the request go on.
+func (x *exchange) checkOwner(ctx context.Context, id string) *extprocv3.ProcessingResponse {
+	if x.s.owners == nil {
+		return x.reject(format.NotFound, "stored responses are not available through this gateway", 0)
+	}
+	owner, err := x.s.owners.ResponseOwner(ctx, id)
+	if err != nil {
+		x.s.log.Error("response owner lookup failed", "err", err)
+		x.s.metrics.storeErrors.WithLabelValues("owner").Inc()
+		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
+	}
+	if owner == "" || owner != x.key.AccountID {
+		return x.reject(format.NotFound, "Response with id "+strconv.Quote(id)+" not found.", 0)
+	}
+	return nil
+}
+
+// countedMode is a free request whose body the processor reads (a token
+// count naming a stored response) and whose reply it does not observe.
+var countedMode = &filterv3.ProcessingMode{
+	RequestHeaderMode:   filterv3.ProcessingMode_SEND,
+	RequestBodyMode:     filterv3.ProcessingMode_BUFFERED,
+	RequestTrailerMode:  filterv3.ProcessingMode_SKIP,
+	ResponseHeaderMode:  filterv3.ProcessingMode_SKIP,
+	ResponseBodyMode:    filterv3.ProcessingMode_NONE,
+	ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
 }
 
 // MeteredMode is the processing mode of a metered request: the body
@@ -196,7 +255,10 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		return x.reject(format.InvalidRequest, "unexpected request body", 0)
 	}
 	body := b.GetBody()
-	req, err := x.upstream.Format.ParseRequest(body)
+	if x.route.Kind == Counted {
+		return x.countedBody(ctx, body)
+	}
+	req, err := x.op.Format.ParseRequest(body)
 	if err != nil {
 		var fe *format.Error
 		if errors.As(err, &fe) {
@@ -213,6 +275,17 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	if !ok {
 		return x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on this gateway", 0)
 	}
+	if !price.Serves(x.op.Modes, x.op.Path()) {
+		return x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on "+x.op.Path()+" on this gateway", 0)
+	}
+	if req.Background {
+		return x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
+	}
+	if req.PreviousResponseID != "" {
+		if resp := x.checkOwner(ctx, req.PreviousResponseID); resp != nil {
+			return resp
+		}
+	}
 	if len(x.key.Models) > 0 && !allowed(x.key.Models, req.Model, string(price.Name)) {
 		return x.reject(format.PermissionDenied, "this key may not use model "+strconv.Quote(req.Model), 0)
 	}
@@ -224,10 +297,11 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	x.requestID = x.s.newRequestID()
 
 	hold := holdOf(price, req, int64(len(body)))
+	tokens := tokenBound(price, req, int64(len(body)))
 	t0 := time.Now()
 	d, err := x.s.accounts.Admit(ctx, store.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID, Model: req.Model, Hold: hold,
-		Stream: req.Stream, StartedAt: x.started,
+		Tokens: tokens, Stream: req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
 	})
 	x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
 	if err != nil {
@@ -235,19 +309,14 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		x.s.metrics.storeErrors.WithLabelValues("admit").Inc()
 		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
 	}
-	switch d.Outcome {
-	case store.RateLimited:
-		return x.reject(format.RateLimited, "request rate limit reached for this account; retry after "+
-			strconv.Itoa(retrySeconds(d.RetryAfter))+"s", d.RetryAfter)
-	case store.DailyLimited:
-		return x.reject(format.DailyLimit, "daily spend limit reached for this account; it resets at 00:00 UTC", d.RetryAfter)
-	case store.InsufficientBalance:
-		return x.reject(format.BillingExhausted, "insufficient balance: this request could cost up to $"+
-			strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64)+"; top up the account", 0)
+	if d.Outcome != store.Admitted {
+		x.s.metrics.limitRefusals.WithLabelValues(d.Level.String(), d.Outcome.String()).Inc()
+		kind, msg := refusal(d, hold, tokens)
+		return x.reject(kind, msg, d.RetryAfter)
 	}
 	x.admitted = true
 	// The hold lives as long as the request: renewed until it settles.
-	x.open = x.s.holds.Register(x.key.AccountID, x.requestID)
+	x.open = x.s.holds.Register(x.key.AccountID, x.requestID, t0)
 	if x.req.Stream {
 		x.s.metrics.streams.Inc()
 	}
@@ -312,7 +381,8 @@ func (x *exchange) startReply(contentType string) bool {
 		x.replyDone = true
 		return false
 	}
-	x.meter = x.upstream.Format.NewMeter(x.req, x.body, contentType)
+	x.meter = x.op.Format.NewMeter(x.req, x.body, contentType)
+	x.stored, _ = x.meter.(responses.Stored)
 	x.rewriter, _ = x.meter.(format.Rewriter)
 	x.open.Checkpoint(store.Checkpoint{Status: x.status, Endpoint: x.endpoint})
 	return true
@@ -321,11 +391,14 @@ func (x *exchange) startReply(contentType string) bool {
 // responseBody feeds the meter and lets the chunk through at once: Envoy
 // holds each chunk until the processor answers. A rewriting meter may
 // replace the chunk; only a chunk it changed carries a mutation.
-func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structpb.Struct) *extprocv3.ProcessingResponse {
+func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attrs map[string]*structpb.Struct) *extprocv3.ProcessingResponse {
 	if x.status == 0 && x.admitted && !x.settled {
 		x.startFromAttributes(attrs)
 	}
 	common := &extprocv3.CommonResponse{}
+	if x.admitted && !x.settled && x.open.Expired(x.s.now()) {
+		return x.leaseLost(b)
+	}
 	if x.meter != nil && !x.settled {
 		x.bodyBytes += int64(len(b.GetBody()))
 		if x.rewriter != nil {
@@ -334,6 +407,9 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structp
 			}
 		} else {
 			x.meter.Write(b.GetBody())
+		}
+		if x.stored != nil && !x.bound && (x.req.Stream || b.GetEndOfStream()) {
+			x.bind(ctx)
 		}
 		if b.GetEndOfStream() {
 			x.replyDone = true
@@ -346,6 +422,75 @@ func (x *exchange) responseBody(b *extprocv3.HttpBody, attrs map[string]*structp
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 		ResponseBody: &extprocv3.BodyResponse{Response: common},
 	}}
+}
+
+// bind records the stored response the reply names as the account's, as
+// soon as its id is seen and before the chunk carrying it reaches the
+// client, so that the client's next request naming it finds it bound. A
+// JSON reply is read at its last chunk.
+func (x *exchange) bind(ctx context.Context) {
+	if x.req.NoStore || x.s.owners == nil {
+		x.bound = true // nothing is kept to bind
+		return
+	}
+	id, _ := x.stored.Response()
+	if id == "" {
+		return
+	}
+	x.bound = true
+	if !responses.ValidID(id) {
+		x.s.log.Warn("reply names a malformed response id; not bound", "request_id", x.requestID)
+		return
+	}
+	if err := x.s.owners.BindResponse(ctx, id, x.key.AccountID); err != nil {
+		// The response stays unreachable through the gateway: refused,
+		// never shown to another account.
+		x.s.log.Error("binding a stored response failed", "request_id", x.requestID, "err", err)
+		x.s.metrics.storeErrors.WithLabelValues("bind").Inc()
+	}
+}
+
+// countedBody forwards a free request whose body may name a stored
+// response (an input token count) once the response is found to be the
+// account's.
+func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.ProcessingResponse {
+	id, err := responses.PreviousID(body)
+	if err != nil {
+		var fe *format.Error
+		if errors.As(err, &fe) {
+			return x.refuse(fe, 0)
+		}
+		return x.reject(format.InvalidRequest, "malformed request body", 0)
+	}
+	if id != "" {
+		if resp := x.checkOwner(ctx, id); resp != nil {
+			return resp
+		}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+}
+
+// leaseLost ends a request whose hold this sidecar could not renew (Redis
+// unreachable) before its lease may end: a sweeper elsewhere may settle it
+// and the account may spend the money again, so nothing more is served.
+// The chunk in hand is metered (the vendor produced it) and withheld; the
+// answer resets the client's stream, and the request settles as cut short
+// (spooled, then reconciled with the sweep's charge).
+func (x *exchange) leaseLost(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if x.meter != nil {
+		x.bodyBytes += int64(len(b.GetBody()))
+		if x.rewriter != nil {
+			x.rewriter.Rewrite(b.GetBody(), false)
+		} else {
+			x.meter.Write(b.GetBody())
+		}
+	}
+	x.s.metrics.leaseCuts.Inc()
+	x.s.log.Warn("request cut: its hold could not be renewed", "request_id", x.requestID, "account", x.key.AccountID)
+	x.settle(false)
+	return x.reject(format.Unavailable, "the gateway lost its store; retry shortly", time.Second)
 }
 
 // bodyMutation replaces a chunk with out; an empty out clears it.
@@ -483,10 +628,15 @@ func (x *exchange) outcome(complete bool) store.Settlement {
 	}
 	if x.meter != nil && st.Status >= 200 && st.Status <= 299 {
 		r := x.meter.Usage(complete)
-		c := x.price.Price(r.Usage, r.ServiceTier)
+		region := x.upstream.regional[x.endpoint]
+		c := x.price.Price(r.Usage, r.ServiceTier, region)
 		st.Usage, st.Reported = r.Usage, r.Model
 		st.Estimated = r.Estimated // the meter knows whether the vendor's final figures arrived
 		st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
+		st.TierUnknown, st.Uplift = c.UnknownTier, c.Uplift
+		if c.Uplift > 0 {
+			st.Region = region
+		}
 	}
 	return st
 }
@@ -535,6 +685,7 @@ type headerValues struct {
 	credentials          auth.Headers
 	contentType          string
 	contentLength        string
+	upgrade              string
 	endpoint             string
 	internal             []string // client-sent headers with our prefix
 }
@@ -562,6 +713,8 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 			dst = &hv.contentType
 		case "content-length":
 			dst = &hv.contentLength
+		case "upgrade":
+			dst = &hv.upgrade
 		case "x-gateway-endpoint":
 			dst = &hv.endpoint
 			hv.internal = append(hv.internal, k)
@@ -581,4 +734,34 @@ func headerValue(h *corev3.HeaderValue) string {
 		return string(raw)
 	}
 	return h.GetValue()
+}
+
+// refusal is the error kind and message of an admission the store refused:
+// which limit, of which level (the account's or this key's), and what the
+// client can do. Limits that reset are 429; the balance and a key's
+// lifetime cap, which do not, are 402.
+func refusal(d store.Decision, hold, tokens int64) (format.ErrorKind, string) {
+	of := "for this " + d.Level.String()
+	retry := "retry after " + strconv.Itoa(retrySeconds(d.RetryAfter)) + "s"
+	switch d.Outcome {
+	case store.RateLimited:
+		return format.RateLimited, "request rate limit reached " + of + "; " + retry
+	case store.ConcurrencyLimited:
+		return format.RateLimited, "concurrent request limit reached " + of + ": too many requests in flight; " + retry + " or when one ends"
+	case store.TokenLimited:
+		bound := "this request may use up to " + strconv.FormatInt(tokens, 10) + " tokens (input + max_tokens)"
+		if d.RetryAfter == 0 {
+			return format.RateLimited, bound + ", more than the tokens-per-minute limit " + of + " allows at all; lower max_tokens or send less"
+		}
+		return format.RateLimited, "tokens-per-minute limit reached " + of + " (" + bound + "); " + retry
+	case store.DailyLimited:
+		return format.DailyLimit, "daily spend limit reached " + of + "; it resets at 00:00 UTC"
+	case store.MonthlyLimited:
+		return format.DailyLimit, "monthly spend limit reached " + of + "; it resets on the 1st of the month at 00:00 UTC"
+	case store.TotalLimited:
+		return format.BillingExhausted, "lifetime spend limit reached for this key: this request could cost up to $" +
+			strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64) + "; the account's owner can raise it"
+	}
+	return format.BillingExhausted, "insufficient balance: this request could cost up to $" +
+		strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64) + "; top up the account"
 }

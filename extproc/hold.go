@@ -26,6 +26,23 @@ const toolPromptAllowance = 1000
 // prompt's length nor the tier the vendor reports can make the charge exceed
 // it. Not covered: web-search fees and media sent by URL (see docs/billing.md).
 func holdOf(price *pricing.Model, req format.Request, bodyBytes int64) int64 {
+	input, output := tokenBounds(price, req, bodyBytes)
+	return price.Hold(input, output)
+}
+
+// tokenBound is the most tokens (input + output) a request can use, by the
+// same bounds as its hold: what it counts towards a tokens-per-minute limit
+// while it runs.
+func tokenBound(price *pricing.Model, req format.Request, bodyBytes int64) int64 {
+	input, output := tokenBounds(price, req, bodyBytes)
+	if output > math.MaxInt64-input {
+		return math.MaxInt64
+	}
+	return input + output
+}
+
+// tokenBounds are a request's input and output bounds (see holdOf).
+func tokenBounds(price *pricing.Model, req format.Request, bodyBytes int64) (input, output int64) {
 	maxOut := price.MaxOutput
 	if maxOut == 0 {
 		maxOut = defaultHoldOutput
@@ -33,16 +50,16 @@ func holdOf(price *pricing.Model, req format.Request, bodyBytes int64) int64 {
 	if req.HasMaxTokens {
 		maxOut = req.MaxTokens
 	}
-	input := max(bodyBytes, 0)
+	input = max(bodyBytes, 0)
 	if req.HasTools {
 		input += toolPromptAllowance
 	}
 	choices := max(req.Choices, 1)
-	output := max(maxOut, 0)
+	output = max(maxOut, 0)
 	if output > math.MaxInt64/choices {
 		output = math.MaxInt64 // far beyond any balance; Hold caps the cost
 	} else {
 		output *= choices
 	}
-	return price.Hold(input, output)
+	return input, output
 }

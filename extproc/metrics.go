@@ -15,6 +15,7 @@ type Metrics struct {
 	tokens        *prometheus.CounterVec
 	cost          *prometheus.CounterVec
 	rejections    *prometheus.CounterVec
+	limitRefusals *prometheus.CounterVec
 	storeErrors   *prometheus.CounterVec
 	estimated     *prometheus.CounterVec
 	admitSeconds  prometheus.Histogram
@@ -22,6 +23,7 @@ type Metrics struct {
 	expiredHolds  prometheus.Counter
 	inflight      prometheus.Gauge
 	streams       prometheus.Gauge
+	leaseCuts     prometheus.Counter
 }
 
 // NewMetrics creates the series and registers them with reg (if not nil).
@@ -42,6 +44,9 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_rejections_total", Help: "Requests answered by the gateway itself, by upstream and reason.",
 		}, []string{"upstream", "reason"}),
+		limitRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_limit_refusals_total", Help: "Requests refused by a limit or the balance at admission, by level (account, key) and kind (rpm, tpm, concurrency, daily, monthly, total, balance).",
+		}, []string{"level", "kind"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_store_errors_total", Help: "Failed store operations, by operation.",
 		}, []string{"op"}),
@@ -63,10 +68,13 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gateway_inflight_streams", Help: "Admitted streaming (SSE) requests not yet settled.",
 		}),
+		leaseCuts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_lease_cuts_total", Help: "Requests cut short because their hold could not be renewed before its lease ended (the store unreachable).",
+		}),
 	}
 	// Known label values start at zero, so alerts on them work before the
 	// first error.
-	for _, op := range []string{"lookup", "admit", "settle"} {
+	for _, op := range []string{"lookup", "admit", "settle", "owner", "bind"} {
 		m.storeErrors.WithLabelValues(op)
 	}
 	for _, u := range upstreams {
@@ -75,9 +83,18 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		}
 		m.estimated.WithLabelValues(u)
 	}
+	for _, level := range []store.Level{store.AccountLevel, store.KeyLevel} {
+		for _, o := range []store.Outcome{store.RateLimited, store.TokenLimited, store.ConcurrencyLimited,
+			store.DailyLimited, store.MonthlyLimited, store.TotalLimited, store.InsufficientBalance} {
+			if o == store.InsufficientBalance && level == store.KeyLevel || o == store.TotalLimited && level == store.AccountLevel {
+				continue // no such limit
+			}
+			m.limitRefusals.WithLabelValues(level.String(), o.String())
+		}
+	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.storeErrors, m.estimated,
-			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams)
+		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
+			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.leaseCuts)
 	}
 	return m
 }

@@ -35,6 +35,13 @@ type Accounts interface {
 	SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult
 }
 
+// Owners binds stored responses to the accounts that created them (the
+// store implements it).
+type Owners interface {
+	BindResponse(ctx context.Context, id, accountID string) error
+	ResponseOwner(ctx context.Context, id string) (string, error)
+}
+
 // KeyLookup authenticates a request's credential headers (auth.Cache).
 type KeyLookup interface {
 	Authenticate(ctx context.Context, h auth.Headers, now time.Time, p auth.Policy) (store.Key, error)
@@ -58,6 +65,9 @@ type Options struct {
 	// Holds renews the holds of running requests; nil renews none (their
 	// holds then live one lease).
 	Holds *holds.Renewer
+	// Owners records who created each stored response; nil refuses every
+	// request naming one.
+	Owners Owners
 }
 
 // Server implements Envoy's ExternalProcessor service.
@@ -73,6 +83,7 @@ type Server struct {
 	settleT   time.Duration
 	maxBody   int64
 	holds     *holds.Renewer
+	owners    Owners
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -107,6 +118,7 @@ func NewServer(o Options) *Server {
 	s := &Server{
 		upstreams: o.Upstreams, keys: o.Keys, accounts: o.Accounts, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
+		owners: o.Owners,
 	}
 	if s.log == nil {
 		s.log = slog.Default()

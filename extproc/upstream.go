@@ -6,20 +6,20 @@ import (
 	"strings"
 
 	"github.com/modelgateway/gateway/extproc/format"
-	"github.com/modelgateway/gateway/extproc/format/chatcompletions"
-	"github.com/modelgateway/gateway/extproc/format/messages"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
 )
 
 // Upstream is one vendor, reached under /NAME/, /NAME/..., as the processor sees it.
 type Upstream struct {
-	Name   string
+	Name string
+	// Format is the vendor API's own format: it writes the gateway's
+	// errors on every path of the upstream.
 	Format format.Format
 	// Prices finds a model's prices; its contents are replaced on reload.
 	Prices *pricing.Table
-	// MeteredPath is the one POST path that is billed, after the prefix.
-	MeteredPath string
+	// Operations are the metered operations served, each with its routes.
+	Operations []*Operation
 	// freePaths are "METHOD /path" forwarded with a valid model key and not
 	// billed (model listings, token counting); freePrefixes hold those
 	// written with a trailing "*".
@@ -27,6 +27,9 @@ type Upstream struct {
 	freePrefixes []string
 
 	prefix string // "/NAME/"
+	// regional maps an endpoint ("primary", "reserve") to the regional
+	// processing region it serves, for the catalogue's uplift.
+	regional map[string]string
 	// query lists, by path after the prefix, the query parameters the
 	// vendor's API defines there; every other parameter is dropped.
 	query map[string][]string
@@ -58,15 +61,21 @@ func NewUpstream(u config.Upstream, prices *pricing.Table) (*Upstream, error) {
 		freePaths: make(map[string]bool),
 		prefix:    "/" + u.Name + "/",
 	}
-	switch u.Format {
-	case config.FormatMessages:
-		r.Format, r.MeteredPath = messages.Format{}, "/v1/messages"
-	case config.FormatChatCompletions:
-		r.Format, r.MeteredPath = chatcompletions.Format{}, "/v1/chat/completions"
-	default:
+	vendor, ok := operations[u.Format]
+	if !ok {
 		return nil, fmt.Errorf("upstream %s: unknown format %q", u.Name, u.Format)
 	}
+	r.Format = vendor.Format
+	for _, name := range u.OperationNames() {
+		op, ok := operations[name]
+		if !ok {
+			return nil, fmt.Errorf("upstream %s: unknown operation %q", u.Name, name)
+		}
+		op.Name = name
+		r.Operations = append(r.Operations, &op)
+	}
 	r.query = vendorQuery[u.Format]
+	r.regional = map[string]string{"primary": u.Primary.RegionalProcessing, "reserve": u.Reserve.RegionalProcessing}
 	for _, fp := range u.FreePaths {
 		method, path, err := config.ParseFreePath(fp)
 		if err != nil {
@@ -94,14 +103,30 @@ func (r *Upstream) isFree(methodPath string) bool {
 	return false
 }
 
+// Serving returns the operations that serve a model: those whose modes and
+// path its catalogue entry names (pricing.Model.Serves).
+func (r *Upstream) Serving(m *pricing.Model) []*Operation {
+	var out []*Operation
+	for _, op := range r.Operations {
+		if m.Serves(op.Modes, op.Path()) {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
 // forwardQuery returns the part of a raw query string that the vendor's API
-// defines at sub (the path after the prefix), in the client's order.
-func (r *Upstream) forwardQuery(sub, rawQuery string) string {
+// defines at sub (the path after the prefix), in the client's order: the
+// parameters of route rt, or when it is nil those of a free path.
+func (r *Upstream) forwardQuery(rt *Route, sub, rawQuery string) string {
 	allowed, ok := r.query[sub]
 	if !ok {
 		if i := strings.LastIndexByte(sub, '/'); i > 0 {
 			allowed = r.query[sub[:i]+"/*"]
 		}
+	}
+	if rt != nil {
+		allowed = rt.Query
 	}
 	if len(allowed) == 0 || rawQuery == "" {
 		return ""

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/config"
@@ -32,7 +33,7 @@ func TestFreePaths(t *testing.T) {
 
 func TestForwardQuery(t *testing.T) {
 	alpha, _ := NewUpstream(config.Upstream{Name: "alpha", Format: config.FormatMessages}, &pricing.Table{})
-	beta, _ := NewUpstream(config.Upstream{Name: "beta", Format: config.FormatChatCompletions}, &pricing.Table{})
+	beta, _ := NewUpstream(config.Upstream{Name: "beta", Format: config.FormatChatCompletions, Operations: []string{"chat_completions", "responses"}}, &pricing.Table{})
 	for _, tc := range []struct {
 		u          *Upstream
 		sub, query string
@@ -45,8 +46,12 @@ func TestForwardQuery(t *testing.T) {
 		{alpha, "/v1/messages", "", ""},
 		{beta, "/v1/chat/completions", "api-version=1&key=x", ""},
 		{beta, "/v1/models", "limit=5", ""},
+		{beta, "/v1/responses/resp_1", "stream=true&starting_after=7&key=x", "stream=true&starting_after=7"},
+		{beta, "/v1/responses/resp_1/input_items", "limit=2&order=asc&stream=true", "limit=2&order=asc"},
+		{beta, "/v1/responses", "stream=true", ""},
 	} {
-		if got := tc.u.forwardQuery(tc.sub, tc.query); got != tc.want {
+		_, rt, _ := match(tc.u.Operations, map[bool]string{true: "GET", false: "POST"}[strings.HasPrefix(tc.sub, "/v1/models") || strings.HasPrefix(tc.sub, "/v1/responses/")], tc.sub)
+		if got := tc.u.forwardQuery(rt, tc.sub, tc.query); got != tc.want {
 			t.Errorf("%s %s?%s: %q, want %q", tc.u.Name, tc.sub, tc.query, got, tc.want)
 		}
 	}

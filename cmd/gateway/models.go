@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/modelgateway/gateway/extproc"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -58,6 +59,9 @@ type modelRow struct {
 	Aliases   []string `json:"aliases,omitempty"`
 	Source    string   `json:"source"`
 	MaxOutput int64    `json:"max_output"` // 0: the catalogue does not say
+	// Operations are the upstream's operations that serve the model
+	// ("chat_completions", "responses", "embeddings", "messages").
+	Operations []string `json:"operations"`
 	// Prices lists the unit prices at every service tier and long-context
 	// threshold the model has, the standard ones first.
 	Prices []priceRow `json:"prices"`
@@ -86,7 +90,11 @@ func modelRows(cfg *config.Config, book pricing.Book) []modelRow {
 			models = append(models, &fallback)
 		}
 		for _, m := range models {
-			row := modelRow{Upstream: u.Name, Model: string(m.Name), Aliases: m.Aliases, Source: m.Source, MaxOutput: m.MaxOutput}
+			ops := servingOperations(u, t, m)
+			if len(ops) == 0 {
+				continue // in the catalogue, but no operation of the upstream serves it
+			}
+			row := modelRow{Upstream: u.Name, Model: string(m.Name), Aliases: m.Aliases, Source: m.Source, MaxOutput: m.MaxOutput, Operations: ops}
 			for _, above := range append([]int64{0}, m.Thresholds()...) {
 				for _, tier := range append([]string{""}, m.Tiers()...) {
 					r, _ := m.RatesFor(above+boolInt(above > 0), tier)
@@ -105,6 +113,19 @@ func modelRows(cfg *config.Config, book pricing.Book) []modelRow {
 	return rows
 }
 
+// servingOperations names the operations of upstream u that serve model m.
+func servingOperations(u config.Upstream, t *pricing.Table, m *pricing.Model) []string {
+	up, err := extproc.NewUpstream(u, t)
+	if err != nil {
+		return nil // a config that loaded has known operations
+	}
+	var out []string
+	for _, op := range up.Serving(m) {
+		out = append(out, op.Name)
+	}
+	return out
+}
+
 func boolInt(b bool) int64 {
 	if b {
 		return 1
@@ -117,7 +138,7 @@ func boolInt(b bool) int64 {
 // long-context thresholds that change them.
 func writeModelTable(w io.Writer, rows []modelRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "UPSTREAM\tMODEL\tMAX OUTPUT\tINPUT\tOUTPUT\tCACHE READ\tCACHE 5M\tCACHE 1H\tAUDIO IN\tAUDIO OUT\tSEARCH\tTIERS\tLONG CONTEXT\tSOURCE\tALIASES")
+	fmt.Fprintln(tw, "UPSTREAM\tMODEL\tOPERATIONS\tMAX OUTPUT\tINPUT\tOUTPUT\tCACHE READ\tCACHE 5M\tCACHE 1H\tAUDIO IN\tAUDIO OUT\tSEARCH\tTIERS\tLONG CONTEXT\tSOURCE\tALIASES")
 	for _, r := range rows {
 		std := r.Prices[0].Rates
 		usd := func(kind string) string {
@@ -143,8 +164,8 @@ func writeModelTable(w io.Writer, rows []modelRow) error {
 		if r.MaxOutput > 0 {
 			maxOut = strconv.FormatInt(r.MaxOutput, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			r.Upstream, r.Model, maxOut, usd("input"), usd("output"), usd("cache_read"), usd("cache_write_5m"),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			r.Upstream, r.Model, strings.Join(r.Operations, ","), maxOut, usd("input"), usd("output"), usd("cache_read"), usd("cache_write_5m"),
 			usd("cache_write_1h"), usd("audio_input"), usd("audio_output"), usd("web_searches"),
 			orDash(strings.Join(tiers, ",")), orDash(strings.Join(long, ",")), r.Source, orDash(strings.Join(r.Aliases, ",")))
 	}

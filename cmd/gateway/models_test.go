@@ -119,8 +119,9 @@ func TestModelsTable(t *testing.T) {
 	}
 	// USD per million tokens: input 2, output 7 (override), cache read 0.5,
 	// cache writes at the input price (the catalogue lists none), audio 40 and
-	// 80; tiers and the long-context threshold are named.
-	if gpt != "beta fake-gpt-1 100000 2 7 0.5 2 2 40 80 - flex,priority >272k override -" {
+	// 80; tiers and the long-context threshold are named, and the operation
+	// that serves it (the test configuration has chat completions alone).
+	if gpt != "beta fake-gpt-1 chat_completions 100000 2 7 0.5 2 2 40 80 - flex,priority,ultrafast >272k override -" {
 		t.Errorf("fake-gpt-1 line: %q", gpt)
 	}
 }

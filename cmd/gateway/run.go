@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -149,8 +150,8 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 		if err != nil {
 			return fmt.Errorf("fake vendors: %w", err)
 		}
-		alphaKey, betaKey := "fake-"+randomHex(8), "fake-"+randomHex(8)
-		env := []string{"FAKE_ALPHA_KEY=" + alphaKey, "FAKE_BETA_KEY=" + betaKey}
+		messagesKey, chatCompletionsKey := "fake-"+randomHex(8), "fake-"+randomHex(8)
+		env := []string{"FAKE_MESSAGES_KEY=" + messagesKey, "FAKE_CHAT_COMPLETIONS_KEY=" + chatCompletionsKey}
 		addrs := map[string]launch.FakeAddrs{}
 		for _, name := range []string{"primary", "reserve"} {
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -166,9 +167,9 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 			u, _ := cfg.Upstream(name)
 			u.Primary = config.Endpoint{URL: addrs["primary"].URL(u.Format), Region: "local-primary"}
 			u.Reserve = config.Endpoint{URL: addrs["reserve"].URL(u.Format), Region: "local-reserve"}
-			key := betaKey
+			key := chatCompletionsKey
 			if u.Format == config.FormatMessages {
-				key = alphaKey
+				key = messagesKey
 			}
 			if u.CredentialEnv == "" {
 				u.CredentialEnv = strings.ToUpper(strings.ReplaceAll(u.Name, "-", "_")) + "_API_KEY"
@@ -302,6 +303,9 @@ func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, pri
 		var best *pricing.Model
 		var bestOut int64
 		for _, m := range prices[u.Name].Models() {
+			if !slices.Contains(servingOperations(u, prices[u.Name], m), u.Format) {
+				continue // the demo speaks the vendor's own format
+			}
 			r, _ := m.RatesFor(0, "")
 			if best == nil || r.Output < bestOut {
 				best, bestOut = m, r.Output

@@ -37,6 +37,23 @@ type Request struct {
 	// HasTools reports a non-empty tools list: the vendor then adds its
 	// tool-use system prompt to the billed input.
 	HasTools bool
+
+	// The responses format's fields; zero in the others.
+
+	// PreviousResponseID names the stored response whose context the request
+	// continues: context the body does not show.
+	PreviousResponseID string
+	// Background asks the vendor to run the response after answering.
+	Background bool
+	// NoStore is "store": false: the vendor keeps nothing to read back.
+	NoStore bool
+	// MaxToolCalls bounds the built-in tool calls of the response; zero when
+	// HasMaxToolCalls is false.
+	MaxToolCalls    int64
+	HasMaxToolCalls bool
+	// PaidTools reports built-in tools with a per-call fee among those
+	// offered (web search, file search, code interpreter, image generation).
+	PaidTools bool
 }
 
 // An Edit replaces Cut bytes at offset At of a request body with Insert.
@@ -134,7 +151,7 @@ const (
 	Unauthenticated            // no usable credential
 	BillingExhausted           // the balance cannot cover the request
 	PermissionDenied           // the credential may not do this
-	NotFound                   // no such endpoint
+	NotFound                   // no such path
 	TooLarge                   // the request body is over the limit
 	RateLimited                // the account's request rate
 	DailyLimit                 // the account's daily spend limit

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,7 +61,7 @@ func (s *Service) createCredential(ctx context.Context, accountID string, kind s
 	op := "create " + kindName(kind)
 	secret, k, err := s.st.CreateKey(ctx, accountID, kind, opts)
 	if err != nil {
-		return "", store.Key{}, s.fail(op, err)
+		return "", store.Key{}, s.failAccount(op, accountID, err)
 	}
 	detail := fmt.Sprintf("label=%q", opts.Label)
 	if !k.ExpiresAt.IsZero() {
@@ -120,7 +121,7 @@ func (s *Service) CreateReadOnlyToken(ctx context.Context, req *adminv1.CreateRe
 func (s *Service) ListKeys(ctx context.Context, req *adminv1.ListKeysRequest) (*adminv1.ListKeysResponse, error) {
 	keys, err := s.st.ListKeys(ctx, req.GetAccountId())
 	if err != nil {
-		return nil, s.fail("list keys", err)
+		return nil, s.failAccount("list keys", req.GetAccountId(), err)
 	}
 	now := s.now()
 	resp := &adminv1.ListKeysResponse{Keys: make([]*adminv1.Key, len(keys))}
@@ -136,7 +137,7 @@ func (s *Service) ListKeys(ctx context.Context, req *adminv1.ListKeysRequest) (*
 func (s *Service) credential(ctx context.Context, op, accountID, id string, kind store.KeyKind) (store.Key, error) {
 	keys, err := s.st.ListKeys(ctx, accountID)
 	if err != nil {
-		return store.Key{}, s.fail(op, err)
+		return store.Key{}, s.failAccount(op, accountID, err)
 	}
 	for _, k := range keys {
 		if k.ID != id {
@@ -147,7 +148,7 @@ func (s *Service) credential(ctx context.Context, op, accountID, id string, kind
 		}
 		return k, nil
 	}
-	return store.Key{}, s.fail(op, fmt.Errorf("%s %s: %w", kindName(kind), id, store.ErrNotFound))
+	return store.Key{}, s.fail(op, &missing{what: kindName(kind) + " " + strconv.Quote(id) + " of account " + strconv.Quote(accountID)})
 }
 
 // revoke revokes a credential of kind and returns it as it is afterwards.

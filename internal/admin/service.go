@@ -79,9 +79,13 @@ func (s *Service) audit(ctx context.Context, action, accountID, keyID, detail st
 }
 
 // fail turns a store error into a gRPC status. Unexpected errors are logged
-// and reported without detail.
+// and reported without detail; a not-found error names what was missing
+// when it is known (see missing).
 func (s *Service) fail(op string, err error) error {
+	var m *missing
 	switch {
+	case errors.As(err, &m):
+		return status.Errorf(codes.NotFound, "%s: %s not found", op, m.what)
 	case errors.Is(err, store.ErrNotFound):
 		return status.Errorf(codes.NotFound, "%s: not found", op)
 	case errors.Is(err, store.ErrRevoked):
@@ -93,19 +97,63 @@ func (s *Service) fail(op string, err error) error {
 	return status.Errorf(codes.Internal, "%s: internal error", op)
 }
 
+// failAccount is fail for a call about one account, where a store's
+// not-found error means that account.
+func (s *Service) failAccount(op, accountID string, err error) error {
+	if errors.Is(err, store.ErrNotFound) && !errors.As(err, new(*missing)) {
+		err = &missing{what: "account " + strconv.Quote(accountID)}
+	}
+	return s.fail(op, err)
+}
+
+// missing is a not-found error that says what was not found.
+type missing struct{ what string }
+
+func (m *missing) Error() string        { return m.what + " not found" }
+func (m *missing) Is(target error) bool { return target == store.ErrNotFound }
+
 func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
 func checkLimits(l store.Limits) error {
-	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 {
+	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 || l.TPM < 0 || l.Concurrency < 0 ||
+		l.MonthlyNanoUSD < 0 || l.TotalNanoUSD < 0 {
 		return invalid("limits must not be negative")
 	}
 	return nil
 }
 
 func limitsDetail(l store.Limits) string {
-	return fmt.Sprintf("daily_nano_usd=%d rpm=%d window_minutes=%d", l.DailyNanoUSD, l.RPM, l.WindowMinutes)
+	d := fmt.Sprintf("daily_nano_usd=%d rpm=%d window_minutes=%d tpm=%d concurrency=%d monthly_nano_usd=%d",
+		l.DailyNanoUSD, l.RPM, l.WindowMinutes, l.TPM, l.Concurrency, l.MonthlyNanoUSD)
+	if l.TotalNanoUSD != 0 {
+		d += fmt.Sprintf(" total_nano_usd=%d", l.TotalNanoUSD)
+	}
+	return d
+}
+
+// limitChanges are the optional limit fields of a request; nil keeps a
+// limit as it is.
+type limitChanges struct {
+	daily, rpm, window, tpm, concurrency, monthly, total *int64
+}
+
+// apply returns l with the given changes.
+func (c limitChanges) apply(l store.Limits) store.Limits {
+	set := func(dst *int64, v *int64) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&l.DailyNanoUSD, c.daily)
+	set(&l.RPM, c.rpm)
+	set(&l.WindowMinutes, c.window)
+	set(&l.TPM, c.tpm)
+	set(&l.Concurrency, c.concurrency)
+	set(&l.MonthlyNanoUSD, c.monthly)
+	set(&l.TotalNanoUSD, c.total)
+	return l
 }
 
 // CreateAccount opens an account.
@@ -117,16 +165,10 @@ func (s *Service) CreateAccount(ctx context.Context, req *adminv1.CreateAccountR
 	if req.GetBalanceNanoUsd() < 0 {
 		return nil, invalid("balance must not be negative")
 	}
-	limits := s.opts.DefaultLimits
-	if req.DailyNanoUsd != nil {
-		limits.DailyNanoUSD = req.GetDailyNanoUsd()
-	}
-	if req.Rpm != nil {
-		limits.RPM = req.GetRpm()
-	}
-	if req.WindowMinutes != nil {
-		limits.WindowMinutes = req.GetWindowMinutes()
-	}
+	limits := limitChanges{
+		daily: req.DailyNanoUsd, rpm: req.Rpm, window: req.WindowMinutes,
+		tpm: req.Tpm, concurrency: req.Concurrency, monthly: req.MonthlyNanoUsd,
+	}.apply(s.opts.DefaultLimits)
 	if err := checkLimits(limits); err != nil {
 		return nil, err
 	}
@@ -144,21 +186,23 @@ func (s *Service) GetAccount(ctx context.Context, req *adminv1.GetAccountRequest
 	id := req.GetAccountId()
 	a, err := s.st.Account(ctx, id)
 	if err != nil {
-		return nil, s.fail("get account", err)
+		return nil, s.failAccount("get account", id, err)
 	}
 	u, err := s.st.Usage(ctx, id, store.Day)
 	if err != nil {
-		return nil, s.fail("get account", err)
+		return nil, s.failAccount("get account", id, err)
 	}
 	holds, held, err := s.st.OpenHolds(ctx, id)
 	if err != nil {
-		return nil, s.fail("get account", err)
+		return nil, s.failAccount("get account", id, err)
 	}
 	return &adminv1.GetAccountResponse{
-		Account:          accountToProto(a, u.Balance),
-		DailyUsedNanoUsd: u.DailyUsed,
-		OpenHolds:        holds,
-		HeldNanoUsd:      held,
+		Account:            accountToProto(a, u.Balance),
+		DailyUsedNanoUsd:   u.DailyUsed,
+		OpenHolds:          holds,
+		HeldNanoUsd:        held,
+		MonthlyUsedNanoUsd: u.MonthUsed,
+		MinuteTokens:       u.MinuteTokens,
 	}, nil
 }
 
@@ -194,7 +238,7 @@ func (s *Service) TopUp(ctx context.Context, req *adminv1.TopUpRequest) (*adminv
 	}
 	balance, applied, err := s.st.TopUp(ctx, req.GetAccountId(), req.GetAmountNanoUsd(), key)
 	if err != nil {
-		return nil, s.fail("top up", err)
+		return nil, s.failAccount("top up", req.GetAccountId(), err)
 	}
 	if applied {
 		s.audit(ctx, "account.topup", req.GetAccountId(), "",
@@ -210,29 +254,23 @@ func (s *Service) SetLimits(ctx context.Context, req *adminv1.SetLimitsRequest) 
 	id := req.GetAccountId()
 	a, err := s.st.Account(ctx, id)
 	if err != nil {
-		return nil, s.fail("set limits", err)
+		return nil, s.failAccount("set limits", id, err)
 	}
-	l := a.Limits
-	if req.DailyNanoUsd != nil {
-		l.DailyNanoUSD = req.GetDailyNanoUsd()
-	}
-	if req.Rpm != nil {
-		l.RPM = req.GetRpm()
-	}
-	if req.WindowMinutes != nil {
-		l.WindowMinutes = req.GetWindowMinutes()
-	}
+	l := limitChanges{
+		daily: req.DailyNanoUsd, rpm: req.Rpm, window: req.WindowMinutes,
+		tpm: req.Tpm, concurrency: req.Concurrency, monthly: req.MonthlyNanoUsd,
+	}.apply(a.Limits)
 	if err := checkLimits(l); err != nil {
 		return nil, err
 	}
 	if err := s.st.SetLimits(ctx, id, l); err != nil {
-		return nil, s.fail("set limits", err)
+		return nil, s.failAccount("set limits", id, err)
 	}
 	s.audit(ctx, "account.limits", id, "", limitsDetail(l))
 	a.Limits = l
 	b, err := s.st.Balance(ctx, id)
 	if err != nil {
-		return nil, s.fail("set limits", err)
+		return nil, s.failAccount("set limits", id, err)
 	}
 	return &adminv1.SetLimitsResponse{Account: accountToProto(a, b)}, nil
 }
@@ -264,7 +302,7 @@ func (s *Service) setSuspended(ctx context.Context, id string, suspended bool, r
 		return nil, status.Error(codes.InvalidArgument, "reason: at most 256 bytes")
 	}
 	if err := s.st.SetSuspended(ctx, id, suspended); err != nil {
-		return nil, s.fail(op, err)
+		return nil, s.failAccount(op, id, err)
 	}
 	detail := ""
 	if reason != "" {
@@ -273,11 +311,11 @@ func (s *Service) setSuspended(ctx context.Context, id string, suspended bool, r
 	s.audit(ctx, action, id, "", detail)
 	a, err := s.st.Account(ctx, id)
 	if err != nil {
-		return nil, s.fail(op, err)
+		return nil, s.failAccount(op, id, err)
 	}
 	b, err := s.st.Balance(ctx, id)
 	if err != nil {
-		return nil, s.fail(op, err)
+		return nil, s.failAccount(op, id, err)
 	}
 	return accountToProto(a, b), nil
 }
@@ -289,7 +327,7 @@ func (s *Service) ListLedger(ctx context.Context, req *adminv1.ListLedgerRequest
 	}
 	entries, next, err := s.st.Ledger(ctx, req.GetAccountId(), req.GetPageToken(), int(req.GetPageSize()))
 	if err != nil {
-		return nil, s.fail("list ledger", err)
+		return nil, s.failAccount("list ledger", req.GetAccountId(), err)
 	}
 	resp := &adminv1.ListLedgerResponse{NextPageToken: next, Entries: make([]*adminv1.LedgerEntry, len(entries))}
 	for i, e := range entries {
@@ -306,7 +344,7 @@ func (s *Service) ExportLedger(ctx context.Context, req *adminv1.ExportLedgerReq
 	}
 	entries, mark, err := s.st.ExportLedger(ctx, req.GetAccountId(), req.GetAfter(), int(req.GetPageSize()))
 	if err != nil {
-		return nil, s.fail("export ledger", err)
+		return nil, s.failAccount("export ledger", req.GetAccountId(), err)
 	}
 	resp := &adminv1.ExportLedgerResponse{Mark: mark, Entries: make([]*adminv1.LedgerEntry, len(entries))}
 	for i, e := range entries {
@@ -325,11 +363,11 @@ func (s *Service) CommitLedgerExport(ctx context.Context, req *adminv1.CommitLed
 		return nil, invalid("malformed last_id")
 	}
 	if _, err := s.st.Account(ctx, req.GetAccountId()); err != nil {
-		return nil, s.fail("commit ledger export", err)
+		return nil, s.failAccount("commit ledger export", req.GetAccountId(), err)
 	}
 	mark, trimmed, err := s.st.CommitExport(ctx, req.GetAccountId(), req.GetLastId())
 	if err != nil {
-		return nil, s.fail("commit ledger export", err)
+		return nil, s.failAccount("commit ledger export", req.GetAccountId(), err)
 	}
 	if trimmed > 0 {
 		s.audit(ctx, "ledger.trim", req.GetAccountId(), "", fmt.Sprintf("exported through %s; %d entries past retention trimmed", mark, trimmed))
@@ -372,4 +410,75 @@ func checkPage(size int32, token string) error {
 func isUint(s string) bool {
 	_, err := strconv.ParseUint(s, 10, 64)
 	return err == nil
+}
+
+// GetKey returns one key with what it has in flight and has spent.
+func (s *Service) GetKey(ctx context.Context, req *adminv1.GetKeyRequest) (*adminv1.GetKeyResponse, error) {
+	k, u, err := s.keyWithUsage(ctx, req.GetAccountId(), req.GetKeyId())
+	if err != nil {
+		return nil, s.fail("get key", err)
+	}
+	return &adminv1.GetKeyResponse{Key: k, Usage: u}, nil
+}
+
+func (s *Service) keyWithUsage(ctx context.Context, accountID, keyID string) (*adminv1.Key, *adminv1.KeyUsage, error) {
+	k, err := s.st.Key(ctx, accountID, keyID)
+	if err != nil {
+		return nil, nil, err
+	}
+	ks, err := s.st.KeyStates(ctx, accountID, keyID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return keyToProto(k, s.now()), keyUsageToProto(ks[0]), nil
+}
+
+// SetKeyLimits changes the limits the request sets and keeps the others,
+// as SetLimits does for an account. A read-only token has no limits to set.
+func (s *Service) SetKeyLimits(ctx context.Context, req *adminv1.SetKeyLimitsRequest) (*adminv1.SetKeyLimitsResponse, error) {
+	accountID, keyID := req.GetAccountId(), req.GetKeyId()
+	k, err := s.st.Key(ctx, accountID, keyID)
+	if err != nil {
+		return nil, s.fail("set key limits", err)
+	}
+	if k.Kind != store.ModelKey {
+		return nil, status.Error(codes.FailedPrecondition, "set key limits: a read-only token makes no requests to limit")
+	}
+	l := limitChanges{
+		daily: req.DailyNanoUsd, rpm: req.Rpm, window: req.WindowMinutes,
+		tpm: req.Tpm, concurrency: req.Concurrency, monthly: req.MonthlyNanoUsd, total: req.TotalNanoUsd,
+	}.apply(k.Limits)
+	if err := checkLimits(l); err != nil {
+		return nil, err
+	}
+	if err := s.st.SetKeyLimits(ctx, accountID, keyID, l); err != nil {
+		return nil, s.fail("set key limits", err)
+	}
+	s.audit(ctx, "key.limits", accountID, keyID, limitsDetail(l))
+	pk, u, err := s.keyWithUsage(ctx, accountID, keyID)
+	if err != nil {
+		return nil, s.fail("set key limits", err)
+	}
+	return &adminv1.SetKeyLimitsResponse{Key: pk, Usage: u}, nil
+}
+
+// SetBalanceAlert sets the account's balance alert threshold.
+func (s *Service) SetBalanceAlert(ctx context.Context, req *adminv1.SetBalanceAlertRequest) (*adminv1.SetBalanceAlertResponse, error) {
+	id := req.GetAccountId()
+	if req.GetThresholdNanoUsd() < 0 {
+		return nil, invalid("threshold must not be negative")
+	}
+	if err := s.st.SetBalanceAlert(ctx, id, req.GetThresholdNanoUsd()); err != nil {
+		return nil, s.fail("set balance alert", err)
+	}
+	s.audit(ctx, "account.balance_alert", id, "", fmt.Sprintf("threshold_nano_usd=%d", req.GetThresholdNanoUsd()))
+	a, err := s.st.Account(ctx, id)
+	if err != nil {
+		return nil, s.fail("set balance alert", err)
+	}
+	b, err := s.st.Balance(ctx, id)
+	if err != nil {
+		return nil, s.fail("set balance alert", err)
+	}
+	return &adminv1.SetBalanceAlertResponse{Account: accountToProto(a, b)}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,55 @@ type Config struct {
 	// environment variable overrides it (the container image sets it).
 	Catalogue string     `yaml:"catalogue"`
 	Upstreams []Upstream `yaml:"upstreams"`
+	// LedgerSink configures `gateway ledger-sink`, which copies the ledger
+	// into PostgreSQL.
+	LedgerSink LedgerSink `yaml:"ledger_sink"`
+	// Tracing exports OpenTelemetry traces of model requests; off unless
+	// an endpoint is set.
+	Tracing Tracing `yaml:"tracing"`
+}
+
+// LedgerSink configures `gateway ledger-sink`. The database URL is not
+// here: it carries a password and comes from the command line or the
+// environment.
+type LedgerSink struct {
+	// Listen serves the sink's /metrics and /health. Default 127.0.0.1:9465.
+	Listen string `yaml:"listen"`
+	// Interval is the pause between passes once every entry is copied, and
+	// between attempts to reach the database. Default 1s.
+	Interval Duration `yaml:"interval"`
+}
+
+// Tracing protocols of the OTLP exporters.
+const (
+	TracingGRPC = "grpc"
+	TracingHTTP = "http"
+)
+
+// Tracing configures OpenTelemetry traces: Envoy starts a trace for each
+// model request, the sidecar adds its spans to it, and both export them by
+// OTLP to one collector.
+type Tracing struct {
+	// Endpoint is the collector's host:port (4317 for gRPC, 4318 for HTTP
+	// by convention). Empty turns tracing off.
+	Endpoint string `yaml:"endpoint"`
+	// Protocol is "grpc" (default) or "http" (OTLP/HTTP protobuf).
+	Protocol string `yaml:"protocol"`
+	// SamplingPercent is the share of requests traced, 0 to 100; a request
+	// whose traceparent says sampled is traced whatever the share. Default
+	// 100 (when an endpoint is set).
+	SamplingPercent *float64 `yaml:"sampling_percent"`
+}
+
+// Enabled reports whether traces are exported.
+func (t Tracing) Enabled() bool { return t.Endpoint != "" }
+
+// Sampling is the share of requests traced, in percent.
+func (t Tracing) Sampling() float64 {
+	if t.SamplingPercent == nil {
+		return 100
+	}
+	return *t.SamplingPercent
 }
 
 // Listeners are the addresses the gateway's processes bind.
@@ -107,7 +157,8 @@ type Store struct {
 	SpoolDir string `yaml:"spool_dir"`
 	// LedgerRetention is how long a ledger entry is kept once exported
 	// (gatewayctl ledger export); 0 keeps every entry. An entry that was
-	// never exported is never trimmed.
+	// never exported is never trimmed, nor one the ledger sink has not
+	// copied once the sink has started.
 	LedgerRetention Duration `yaml:"ledger_retention"`
 	// Timeout bounds each store call (dial, read, write, waiting for a
 	// connection): a store that does not answer within it fails the request
@@ -172,7 +223,10 @@ type CircuitBreakers struct {
 // Upstream is one vendor route: /NAME/... is forwarded to its endpoints.
 type Upstream struct {
 	Name   string `yaml:"name"`
-	Format string `yaml:"format"` // "messages" or "chat_completions"
+	Format string `yaml:"format"` // the vendor's API: "messages" or "chat_completions"
+	// Operations are the metered operations served under /NAME/, each in
+	// its own wire format (Operations lists them); default: Format alone.
+	Operations []string `yaml:"operations"`
 	// CredentialEnv names the environment variable holding the vendor key.
 	// Envoy reads it and injects the key; the sidecar never sees it. Empty
 	// forwards no credential (a self-hosted server).
@@ -194,6 +248,12 @@ type Endpoint struct {
 	URL string `yaml:"url"`
 	// Region is informational: where the endpoint runs.
 	Region string `yaml:"region"`
+	// RegionalProcessing names the vendor's regional processing (data
+	// residency) region this endpoint serves, such as "eu" or "us": replies
+	// it serves are priced with the catalogue's
+	// regional_processing_uplift_multiplier_<region>. Empty for a global
+	// endpoint.
+	RegionalProcessing string `yaml:"regional_processing"`
 	// TrustedCA is a PEM file of CAs for https endpoints; empty uses the
 	// system bundle.
 	TrustedCA string `yaml:"trusted_ca"`
@@ -344,6 +404,23 @@ const (
 	FormatChatCompletions = "chat_completions"
 )
 
+// Operations are the metered operations an upstream may serve, each named
+// for its wire format. The messages vendor serves messages; the chat
+// completions vendor serves chat completions, responses and embeddings.
+var Operations = map[string][]string{
+	FormatMessages:        {FormatMessages},
+	FormatChatCompletions: {FormatChatCompletions, "responses", "embeddings"},
+}
+
+// OperationNames returns the upstream's operations: Operations, or its
+// format alone.
+func (u *Upstream) OperationNames() []string {
+	if len(u.Operations) == 0 {
+		return []string{u.Format}
+	}
+	return u.Operations
+}
+
 // Load reads, defaults and validates a config file.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
@@ -423,6 +500,9 @@ func (c *Config) setDefaults() {
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
 	defDur(&c.Limits.HoldLease, time.Minute)
 	defDur(&c.Store.Timeout, 500*time.Millisecond)
+	def(&c.LedgerSink.Listen, "127.0.0.1:9465")
+	defDur(&c.LedgerSink.Interval, time.Second)
+	def(&c.Tracing.Protocol, TracingGRPC)
 	defDur(&c.Envoy.StreamIdleTimeout, 5*time.Minute)
 	defDur(&c.Envoy.MaxStreamDuration, c.Limits.MaxRequestDuration.D())
 	defInt := func(n *int, v int) {
@@ -500,6 +580,23 @@ func (c *Config) Validate() error {
 	if c.Store.LedgerRetention < 0 {
 		return errors.New("store.ledger_retention: must not be negative")
 	}
+	if _, _, err := SplitHostPort(c.LedgerSink.Listen); err != nil {
+		return fmt.Errorf("ledger_sink.listen: %w", err)
+	}
+	if c.LedgerSink.Interval < 0 {
+		return errors.New("ledger_sink.interval: must not be negative")
+	}
+	if t := c.Tracing; t.Enabled() {
+		if _, _, err := SplitHostPort(t.Endpoint); err != nil {
+			return fmt.Errorf("tracing.endpoint: %w", err)
+		}
+	}
+	if p := c.Tracing.Protocol; p != TracingGRPC && p != TracingHTTP {
+		return fmt.Errorf("tracing.protocol: %q is not %q or %q", p, TracingGRPC, TracingHTTP)
+	}
+	if p := c.Tracing.Sampling(); p < 0 || p > 100 {
+		return errors.New("tracing.sampling_percent: must be 0 to 100")
+	}
 	if c.Limits.RPM > 0 && c.Limits.WindowMinutes == 0 {
 		c.Limits.WindowMinutes = 1
 	}
@@ -521,6 +618,11 @@ func (c *Config) Validate() error {
 		seen[u.Name] = true
 		if u.Format != FormatMessages && u.Format != FormatChatCompletions {
 			return fmt.Errorf("%s.format: %q is not %q or %q", p, u.Format, FormatMessages, FormatChatCompletions)
+		}
+		for j, op := range u.Operations {
+			if !slices.Contains(Operations[u.Format], op) || slices.Index(u.Operations, op) != j {
+				return fmt.Errorf("%s.operations[%d]: %q is not an operation of format %s (%s), or is listed twice", p, j, op, u.Format, strings.Join(Operations[u.Format], ", "))
+			}
 		}
 		if u.CredentialEnv != "" && !validEnvName(u.CredentialEnv) {
 			return fmt.Errorf("%s.credential_env: %q is not an environment variable name", p, u.CredentialEnv)
@@ -610,6 +712,11 @@ func (e Endpoint) validate() error {
 	}
 	if _, err := e.Parse(); err != nil {
 		return fmt.Errorf("url: %w", err)
+	}
+	for _, r := range e.RegionalProcessing {
+		if r < 'a' || r > 'z' {
+			return fmt.Errorf("regional_processing: %q is not a region code such as eu or us", e.RegionalProcessing)
+		}
 	}
 	return nil
 }

@@ -23,6 +23,8 @@ import (
 // UsageReader reads an account's usage.
 type UsageReader interface {
 	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
+	KeyStates(ctx context.Context, accountID string, keyIDs ...string) ([]store.KeyState, error)
+	ListKeys(ctx context.Context, accountID string) ([]store.Key, error)
 	Ping(ctx context.Context) error
 }
 
@@ -104,7 +106,7 @@ func New(o Options) *Handler {
 		h.mux.Handle("/metrics", o.Metrics)
 	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such endpoint")
+		writeError(w, http.StatusNotFound, "not_found", "no such path")
 	})
 	return h
 }
@@ -240,14 +242,64 @@ type Usage struct {
 	Limits     UsageLimits  `json:"limits"`
 	Usage      UsageTotals  `json:"usage"`
 	ByModel    []ModelUsage `json:"by_model"`
+	// Key is the calling cr_ key's own limits and spend; absent for a ro_
+	// token.
+	Key *KeyUsage `json:"key,omitempty"`
+	// ByKey is each model key's share of the period; only a ro_ token
+	// (the account's reader) sees it.
+	ByKey []KeyShare `json:"by_key,omitempty"`
 }
 
-// UsageLimits are the account's limits and its spend against the daily one.
+// UsageLimits are the account's limits and what is used of each. Spend is
+// settled spend; admission also counts what open requests hold.
 type UsageLimits struct {
 	DailyUSD      float64 `json:"daily_usd"`
 	DailyUsedUSD  float64 `json:"daily_used_usd"`
 	WindowMinutes int64   `json:"window_minutes"`
 	RPM           int64   `json:"rpm"`
+	LevelLimits
+}
+
+// LevelLimits are the limits the spec's record did not have, the same for
+// an account and a key: 0 means none.
+type LevelLimits struct {
+	MonthlyUSD     float64 `json:"monthly_usd"`
+	MonthlyUsedUSD float64 `json:"monthly_used_usd"`
+	TPM            int64   `json:"tpm"`
+	MinuteTokens   int64   `json:"tokens_this_minute"`
+	Concurrency    int64   `json:"concurrency"`
+	InFlight       int64   `json:"in_flight"`
+	HeldUSD        float64 `json:"held_usd"`
+}
+
+// KeyUsage is one key's own limits and spend.
+type KeyUsage struct {
+	ID     string         `json:"id"`
+	Label  string         `json:"label"`
+	Limits KeyUsageLimits `json:"limits"`
+	// Requests and CostUSD are the key's billed replies and spend in the
+	// period.
+	Requests int64   `json:"requests"`
+	CostUSD  float64 `json:"cost_usd"`
+}
+
+// KeyUsageLimits are a key's limits and what is used of each.
+type KeyUsageLimits struct {
+	DailyUSD      float64 `json:"daily_usd"`
+	DailyUsedUSD  float64 `json:"daily_used_usd"`
+	WindowMinutes int64   `json:"window_minutes"`
+	RPM           int64   `json:"rpm"`
+	LevelLimits
+	TotalUSD     float64 `json:"total_usd"`
+	TotalUsedUSD float64 `json:"total_used_usd"`
+}
+
+// KeyShare is one model key's share of the period.
+type KeyShare struct {
+	ID       string  `json:"id"`
+	Label    string  `json:"label"`
+	Requests int64   `json:"requests"`
+	CostUSD  float64 `json:"cost_usd"`
 }
 
 // UsageTotals aggregate the period. The token fields do not overlap (see
@@ -271,6 +323,10 @@ type Quantities struct {
 	AudioOutputTokens  int64 `json:"audio_output_tokens"`
 	ReasoningTokens    int64 `json:"reasoning_tokens"`
 	WebSearches        int64 `json:"web_searches"`
+	// The responses operation's other built-in tools.
+	FileSearches            int64 `json:"file_searches"`
+	CodeInterpreterSessions int64 `json:"code_interpreter_sessions"`
+	ImageGenerations        int64 `json:"image_generations"`
 }
 
 func quantities(u usage.Usage) Quantities {
@@ -279,6 +335,7 @@ func quantities(u usage.Usage) Quantities {
 		CacheWrite5mTokens: u.CacheWrite5m, CacheWrite1hTokens: u.CacheWrite1h,
 		AudioInputTokens: u.AudioInput, AudioOutputTokens: u.AudioOutput,
 		ReasoningTokens: u.Reasoning, WebSearches: u.WebSearches,
+		FileSearches: u.FileSearches, CodeInterpreterSessions: u.CodeInterpreter, ImageGenerations: u.ImageGenerations,
 	}
 }
 
@@ -334,8 +391,68 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
 		return
 	}
+	u := NewUsage(rep)
+	if err := h.addKeys(r.Context(), &u, key, period); err != nil {
+		h.o.Logger.Error("usage: key read failed", "err", err, "account", key.AccountID)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+		return
+	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, NewUsage(rep))
+	writeJSON(w, http.StatusOK, u)
+}
+
+// addKeys adds what the credential may see of keys: a model key its own
+// limits and spend, a read-only token each model key's share.
+func (h *Handler) addKeys(ctx context.Context, u *Usage, key store.Key, p store.Period) error {
+	if key.Kind == store.ModelKey {
+		ks, err := h.o.Store.KeyStates(ctx, key.AccountID, key.ID)
+		if err != nil {
+			return err
+		}
+		u.Key = newKeyUsage(key, ks[0], p)
+		return nil
+	}
+	keys, err := h.o.Store.ListKeys(ctx, key.AccountID)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	var model []store.Key
+	for _, k := range keys {
+		if k.Kind == store.ModelKey {
+			ids = append(ids, k.ID)
+			model = append(model, k)
+		}
+	}
+	states, err := h.o.Store.KeyStates(ctx, key.AccountID, ids...)
+	if err != nil {
+		return err
+	}
+	u.ByKey = make([]KeyShare, len(model))
+	for i, k := range model {
+		c := states[i].Spent(p)
+		u.ByKey[i] = KeyShare{ID: k.ID, Label: k.Label, Requests: c.Requests, CostUSD: pricing.USD(c.Cost)}
+	}
+	return nil
+}
+
+func newKeyUsage(k store.Key, ks store.KeyState, p store.Period) *KeyUsage {
+	l := k.Limits
+	c := ks.Spent(p)
+	return &KeyUsage{
+		ID: k.ID, Label: k.Label, Requests: c.Requests, CostUSD: pricing.USD(c.Cost),
+		Limits: KeyUsageLimits{
+			DailyUSD: pricing.USD(l.DailyNanoUSD), DailyUsedUSD: pricing.USD(ks.Day.Cost),
+			WindowMinutes: l.WindowMinutes, RPM: l.RPM,
+			LevelLimits: LevelLimits{
+				MonthlyUSD: pricing.USD(l.MonthlyNanoUSD), MonthlyUsedUSD: pricing.USD(ks.Month.Cost),
+				TPM: l.TPM, MinuteTokens: ks.MinuteTokens, Concurrency: l.Concurrency,
+				InFlight: ks.InFlight, HeldUSD: pricing.USD(ks.Held),
+			},
+			TotalUSD: pricing.USD(l.TotalNanoUSD), TotalUsedUSD: pricing.USD(ks.Total.Cost),
+		},
+	}
 }
 
 // parsePeriod reads the query of /v1/usage: nothing, or exactly one period
@@ -370,6 +487,11 @@ func NewUsage(rep store.UsageReport) Usage {
 			DailyUsedUSD:  pricing.USD(rep.DailyUsed),
 			WindowMinutes: rep.Limits.WindowMinutes,
 			RPM:           rep.Limits.RPM,
+			LevelLimits: LevelLimits{
+				MonthlyUSD: pricing.USD(rep.Limits.MonthlyNanoUSD), MonthlyUsedUSD: pricing.USD(rep.MonthUsed),
+				TPM: rep.Limits.TPM, MinuteTokens: rep.MinuteTokens, Concurrency: rep.Limits.Concurrency,
+				InFlight: rep.InFlight, HeldUSD: pricing.USD(rep.Held),
+			},
 		},
 		Usage: UsageTotals{
 			Quantities:  quantities(rep.Totals.Usage),

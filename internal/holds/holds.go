@@ -12,6 +12,17 @@
 // request id, so a sweep racing another sweep, or a late settlement of the
 // request itself, charges once.
 //
+// A sidecar cut off from Redis cannot renew: each request knows when its
+// lease ends as far as its sidecar knows (the start of the last renewal
+// that succeeded, plus the lease), and stops being served a safety margin
+// before (Open.Expired), so that nothing is served after a sweeper
+// elsewhere may have settled it. Its own settlement, arriving later, is
+// reconciled with the sweep's charge by the store. A sweeper whose store
+// failed (StoreFailed) sweeps nothing until a lease after the store
+// answers again: after an outage every sidecar's renewals and spooled
+// settlements get a lease to land before a request is charged at its
+// checkpoint.
+//
 // A request that has ended stays registered, with its settlement as its final
 // checkpoint, until the store has taken the settlement (the processor then
 // calls Forget) or, when it waits in the spool (Redis was unreachable), until
@@ -43,6 +54,23 @@ type Open struct {
 	want             atomic.Bool
 	ckpt             atomic.Pointer[store.Checkpoint]
 	sent             *store.Checkpoint // last checkpoint written; renewer goroutine only
+	// stop is when the request must stop being served, unix ns: its
+	// lease's end as last renewed, less the safety margin.
+	stop atomic.Int64
+}
+
+// Expired reports whether the request's lease may have ended by now (its
+// sidecar could not renew it): a sweeper may settle it at any moment, so
+// it must not be served any further.
+func (o *Open) Expired(now time.Time) bool {
+	return o != nil && now.UnixNano() >= o.stop.Load()
+}
+
+// LeaseMargin is how long before its lease ends, as its sidecar knows it,
+// a request that could not be renewed stops being served: room for the
+// clocks of sidecars to disagree and for the last chunk in flight.
+func LeaseMargin(lease time.Duration) time.Duration {
+	return min(lease/6, 5*time.Second)
 }
 
 // WantCheckpoint reports, once per renewal interval, that the renewer would
@@ -69,6 +97,11 @@ func (o *Open) Checkpoint(c store.Checkpoint) {
 type Renewer struct {
 	st  Store
 	log *slog.Logger
+	// OnStoreError, when set, is told when a renewal failed (the sweeper's
+	// StoreFailed).
+	OnStoreError func(time.Time)
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
 
 	mu   sync.Mutex
 	open map[string]*Open // by request id
@@ -82,12 +115,28 @@ func NewRenewer(st Store, log *slog.Logger) *Renewer {
 	return &Renewer{st: st, log: log, open: map[string]*Open{}}
 }
 
-// Register starts renewing an admitted request's hold. Done ends it.
-func (r *Renewer) Register(accountID, requestID string) *Open {
+func (r *Renewer) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// stopAt is when a lease renewed (or admitted) at t stops serving.
+func (r *Renewer) stopAt(t time.Time) int64 {
+	lease := r.st.HoldLease()
+	return t.Add(lease - LeaseMargin(lease)).UnixNano()
+}
+
+// Register starts renewing an admitted request's hold, admitted by a call
+// that started at since (its lease runs from then at the latest). Forget
+// ends it.
+func (r *Renewer) Register(accountID, requestID string, since time.Time) *Open {
 	if r == nil {
 		return nil
 	}
 	o := &Open{account: accountID, request: requestID}
+	o.stop.Store(r.stopAt(since))
 	o.want.Store(true)
 	r.mu.Lock()
 	r.open[requestID] = o
@@ -164,11 +213,18 @@ func (r *Renewer) RenewOnce(ctx context.Context) {
 	// A renewal must finish well inside the lease to be of any use.
 	rctx, cancel := context.WithTimeout(ctx, r.Interval())
 	defer cancel()
+	// The store dates the new lease from its own reading of the clock,
+	// taken after this one.
+	started := r.now()
 	gone, err := r.st.RenewHolds(rctx, rs)
 	if err != nil {
 		r.log.Warn("renewing holds failed", "requests", len(batch), "err", err)
+		if r.OnStoreError != nil {
+			r.OnStoreError(started)
+		}
 		return
 	}
+	stop := r.stopAt(started)
 	// Settled (by the request or the sweeper): nothing left to renew.
 	r.mu.Lock()
 	for _, id := range gone {
@@ -179,6 +235,7 @@ func (r *Renewer) RenewOnce(ctx context.Context) {
 		if rs[i].Checkpoint != nil {
 			o.sent = rs[i].Checkpoint
 		}
+		o.stop.Store(stop)
 		o.want.Store(true)
 	}
 }
@@ -190,6 +247,31 @@ type Sweeper struct {
 	// OnSweep, when set, is told of each sweep that settled or released
 	// something.
 	OnSweep func(accountID string, r store.SweepResult)
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// quiet: no sweep before this time, unix ns (StoreFailed).
+	quiet atomic.Int64
+}
+
+// StoreFailed records that a call of this sidecar to the store failed at
+// t: nothing is swept until a lease after it, so that once the store is
+// back the holds of requests that could not be renewed during the outage
+// are renewed or settled by their own sidecars first.
+func (s *Sweeper) StoreFailed(t time.Time) {
+	until := t.Add(s.st.HoldLease()).UnixNano()
+	for {
+		q := s.quiet.Load()
+		if q >= until || s.quiet.CompareAndSwap(q, until) {
+			return
+		}
+	}
+}
+
+func (s *Sweeper) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
 }
 
 // NewSweeper returns a sweeper over st.
@@ -220,9 +302,14 @@ func (s *Sweeper) Run(ctx context.Context, interval time.Duration) {
 // SweepOnce settles the expired holds of the accounts that are due, and
 // returns the number of requests it settled.
 func (s *Sweeper) SweepOnce(ctx context.Context) int {
+	now := s.now()
+	if now.UnixNano() < s.quiet.Load() {
+		return 0
+	}
 	ids, err := s.st.DueHoldAccounts(ctx, sweepAccounts)
 	if err != nil {
 		s.log.Warn("sweeping holds failed", "err", err)
+		s.StoreFailed(now)
 		return 0
 	}
 	settled := 0

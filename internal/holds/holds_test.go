@@ -2,9 +2,11 @@ package holds
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/redistest"
@@ -30,7 +32,7 @@ func TestRenewThenSweep(t *testing.T) {
 	}
 	r := NewRenewer(st, nil)
 	sw := NewSweeper(st, nil)
-	o := r.Register(acct.ID, "req_1")
+	o := r.Register(acct.ID, "req_1", time.Now())
 
 	// Renew and sweep for four leases: the hold stays.
 	deadline := time.Now().Add(4 * lease)
@@ -93,7 +95,7 @@ func TestFinishedUntilGone(t *testing.T) {
 			t.Fatal(d, err)
 		}
 	}
-	a, b := r.Register(acct.ID, "req_a"), r.Register(acct.ID, "req_b")
+	a, b := r.Register(acct.ID, "req_a", time.Now()), r.Register(acct.ID, "req_b", time.Now())
 	// req_a settles; req_b's settlement is "spooled": its hold stays.
 	if _, err := st.Settle(ctx, store.Settlement{RequestID: "req_a", AccountID: acct.ID, Status: 200, Cost: 10}); err != nil {
 		t.Fatal(err)
@@ -110,5 +112,66 @@ func TestFinishedUntilGone(t *testing.T) {
 	r.RenewOnce(ctx)
 	if n := r.Len(); n != 0 {
 		t.Fatalf("%d requests renewed after both settled", n)
+	}
+}
+
+// testClock is a settable clock shared by the store, the renewer and the
+// sweeper.
+type testClock struct{ t atomic.Int64 }
+
+func (c *testClock) Now() time.Time               { return time.Unix(0, c.t.Load()) }
+func (c *testClock) Set(d time.Duration)          { c.t.Store(time.Unix(1_800_000_000, 0).Add(d).UnixNano()) }
+func (c *testClock) At(d time.Duration) time.Time { return time.Unix(1_800_000_000, 0).Add(d) }
+
+// A sidecar that cannot renew stops serving its requests before their lease
+// ends; a sweeper that saw the store fail waits a lease after it answers
+// again before sweeping.
+func TestLeaseLostAndQuietSweeper(t *testing.T) {
+	ctx := context.Background()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	var c testClock
+	c.Set(0)
+	const lease = 6 * time.Second // margin 1s
+	st := store.New(rdb, store.Options{HoldTTL: lease, Now: c.Now})
+	acct, err := st.CreateAccount(ctx, "t", 1_000_000, store.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := st.Admit(ctx, store.Admission{RequestID: "req_1", AccountID: acct.ID, Hold: 1000}); err != nil || d.Outcome != store.Admitted {
+		t.Fatal(d, err)
+	}
+	r := NewRenewer(st, nil)
+	r.Now = c.Now
+	sw := NewSweeper(st, nil)
+	sw.Now = c.Now
+	r.OnStoreError = sw.StoreFailed
+	o := r.Register(acct.ID, "req_1", c.Now())
+	if o.Expired(c.At(5*time.Second-1)) || !o.Expired(c.At(5*time.Second)) {
+		t.Fatal("an admitted request must stop a margin before its first lease ends")
+	}
+	c.Set(2 * time.Second)
+	r.RenewOnce(ctx) // lease until 8s: serve until 7s
+	if o.Expired(c.At(7*time.Second-1)) || !o.Expired(c.At(7*time.Second)) {
+		t.Fatal("a renewed request must stop a margin before its renewed lease ends")
+	}
+	// The store fails: the renewal at 4s does not extend the lease.
+	m.SetError("LOADING Redis is loading")
+	c.Set(4 * time.Second)
+	r.RenewOnce(ctx)
+	if !o.Expired(c.At(7 * time.Second)) {
+		t.Fatal("a failed renewal extended the request's service")
+	}
+	// Back at 8.5s, the hold has expired: the sweeper waits until 10s (a
+	// lease after the failure it saw).
+	m.SetError("")
+	c.Set(8500 * time.Millisecond)
+	if n := sw.SweepOnce(ctx); n != 0 {
+		t.Fatalf("swept %d within a lease of the outage", n)
+	}
+	c.Set(10 * time.Second)
+	if n := sw.SweepOnce(ctx); n != 1 {
+		t.Fatalf("swept %d a lease after the outage, want 1", n)
 	}
 }

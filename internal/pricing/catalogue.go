@@ -15,8 +15,8 @@ import (
 
 // The catalogue is LiteLLM's model_prices_and_context_window.json: one object
 // per model name, prices in USD per token (per query for searches). Only the
-// entries of the providers an upstream takes, in mode "chat", are read, and
-// those strictly: a price that is not a non-negative number, or that is not a
+// entries of the providers an upstream takes, in a mode some operation
+// serves (Modes), are read, and those strictly: a price that is not a non-negative number, or that is not a
 // whole number of nano-USD per million tokens, is an error naming the model
 // and the field.
 
@@ -25,9 +25,17 @@ type CatalogueEntry struct {
 	Name      string
 	Provider  string
 	MaxOutput int64
+	// Mode is the catalogue's mode ("chat", "responses", "embedding") and
+	// Endpoints its supported_endpoints (often absent): together they say
+	// which operations serve the model (Model.Serves).
+	Mode      string
+	Endpoints []string
 	// Prices holds every price the catalogue gives, in nano-USD per million
 	// units.
 	Prices map[PriceKey]int64
+	// Uplift is the catalogue's regional processing uplift by region ("eu",
+	// "us"): a multiplier of the whole cost, in parts per million.
+	Uplift map[string]int64
 }
 
 // PriceKey names one price: a usage kind, at a long-context threshold (0 for
@@ -39,9 +47,14 @@ type PriceKey struct {
 	Tier  string
 }
 
-// catalogueTiers are the service tiers read from the catalogue. Others it
-// lists (batches, for the batch API) do not apply to synchronous requests.
-var catalogueTiers = []string{"priority", "flex"}
+// batchTier is the catalogue's price suffix for the batch API, which does
+// not apply to synchronous requests. Every other "_<tier>" suffix of a price
+// field (priority, flex, ultrafast, ...) is a service tier.
+const batchTier = "batches"
+
+// upliftField prefixes the catalogue's regional processing uplift, a
+// multiplier of the whole cost when a regional endpoint serves the reply.
+const upliftField = "regional_processing_uplift_multiplier_"
 
 // tokenFields maps a catalogue price field, without suffixes, to the usage
 // kind it prices. cache_creation_input_token_cost_above_1hr is the 1-hour
@@ -62,6 +75,13 @@ var longSuffix = regexp.MustCompile(`_above_([0-9]+)k_tokens$`)
 // searchSize is the search context size whose per-query price is used: the
 // vendors' default.
 const searchSize = "search_context_size_medium"
+
+// Modes are the catalogue modes some operation serves.
+var Modes = []string{"chat", "responses", "embedding"}
+
+// containerEntry is the catalogue's entry for the code interpreter's
+// containers, priced per session for every model of its provider.
+const containerEntry = "/container"
 
 // errNotPriced marks an entry without token prices.
 var errNotPriced = errors.New("no token prices")
@@ -89,11 +109,16 @@ func ParseCatalogue(data []byte, providers []string) (map[string]CatalogueEntry,
 	out := map[string]CatalogueEntry{}
 	for name, msg := range raw {
 		var head struct {
-			Provider string `json:"litellm_provider"`
-			Mode     string `json:"mode"`
+			Provider  string   `json:"litellm_provider"`
+			Mode      string   `json:"mode"`
+			Endpoints []string `json:"supported_endpoints"`
+			Container any      `json:"code_interpreter_cost_per_session"`
 		}
-		if json.Unmarshal(msg, &head) != nil || head.Mode != "chat" || !slices.Contains(providers, head.Provider) {
+		if json.Unmarshal(msg, &head) != nil || !slices.Contains(Modes, head.Mode) || !slices.Contains(providers, head.Provider) {
 			continue
+		}
+		if name == head.Provider+containerEntry && head.Container != nil {
+			continue // read below, once every model is known
 		}
 		e, err := parseEntry(name, head.Provider, msg)
 		if errors.Is(err, errNotPriced) {
@@ -102,9 +127,44 @@ func ParseCatalogue(data []byte, providers []string) (map[string]CatalogueEntry,
 		if err != nil {
 			return nil, fmt.Errorf("model %q: %w", name, err)
 		}
+		e.Mode, e.Endpoints = head.Mode, head.Endpoints
 		out[name] = e
 	}
+	if err := addContainerPrices(raw, providers, out); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// addContainerPrices gives every model of a provider the per-session price
+// of the provider's code interpreter containers, where the catalogue lists
+// one (PROVIDER/container, code_interpreter_cost_per_session).
+func addContainerPrices(raw map[string]json.RawMessage, providers []string, out map[string]CatalogueEntry) error {
+	for _, p := range providers {
+		msg, ok := raw[p+containerEntry]
+		if !ok {
+			continue
+		}
+		dec := json.NewDecoder(bytes.NewReader(msg))
+		dec.UseNumber()
+		var f struct {
+			Session any `json:"code_interpreter_cost_per_session"`
+		}
+		if err := dec.Decode(&f); err != nil || f.Session == nil {
+			continue
+		}
+		rate, err := perMillion(f.Session)
+		if err != nil {
+			return fmt.Errorf("model %q: code_interpreter_cost_per_session: %w", p+containerEntry, err)
+		}
+		for name, e := range out {
+			if e.Provider == p {
+				e.Prices[PriceKey{Kind: "code_interpreter_sessions"}] = rate
+				out[name] = e
+			}
+		}
+	}
+	return nil
 }
 
 func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, error) {
@@ -114,10 +174,11 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 	if err := dec.Decode(&fields); err != nil {
 		return CatalogueEntry{}, err
 	}
-	e := CatalogueEntry{Name: name, Provider: provider, Prices: map[PriceKey]int64{}}
+	e := CatalogueEntry{Name: name, Provider: provider, Prices: map[PriceKey]int64{}, Uplift: map[string]int64{}}
 	// An entry without token prices (a per-session tool) is not a model
 	// the gateway can price.
-	if fields["input_cost_per_token"] == nil || fields["output_cost_per_token"] == nil {
+	// An embedding model produces no tokens: its output price may be absent.
+	if fields["input_cost_per_token"] == nil || fields["output_cost_per_token"] == nil && fields["mode"] != "embedding" {
 		return e, errNotPriced
 	}
 	// Without max_output_tokens the catalogue does not say how much the
@@ -131,6 +192,14 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 		e.MaxOutput = n
 	}
 	for field, v := range fields {
+		if region, ok := strings.CutPrefix(field, upliftField); ok && region != "" {
+			ppm, err := partsPerMillion(v)
+			if err != nil {
+				return e, fmt.Errorf("%s: %w", field, err)
+			}
+			e.Uplift[region] = ppm
+			continue
+		}
 		kind, above, tier, ok := splitField(field)
 		if !ok {
 			continue
@@ -161,28 +230,53 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 // long-context threshold (0 for none) and the service tier ("" for the
 // standard tier). ok is false for fields the gateway does not price.
 func splitField(field string) (kind string, above int64, tier string, ok bool) {
-	rest := field
-	for _, t := range catalogueTiers {
-		if r, cut := strings.CutSuffix(rest, "_"+t); cut {
-			rest, tier = r, t
-			break
-		}
+	if kind, above, ok := splitLong(field); ok {
+		return kind, above, "", true
 	}
+	i := strings.LastIndexByte(field, '_')
+	if i < 0 || field[i+1:] == batchTier {
+		return "", 0, "", false
+	}
+	kind, above, ok = splitLong(field[:i])
+	return kind, above, field[i+1:], ok
+}
+
+// splitLong parses a price field name without a tier suffix.
+func splitLong(field string) (kind string, above int64, ok bool) {
+	rest := field
 	if m := longSuffix.FindStringSubmatch(rest); m != nil {
 		k, err := strconv.ParseInt(m[1], 10, 64)
 		if err != nil || k <= 0 {
-			return "", 0, "", false
+			return "", 0, false
 		}
 		rest, above = strings.TrimSuffix(rest, m[0]), k*1000
 	}
 	kind, ok = tokenFields[rest]
-	return kind, above, tier, ok
+	return kind, above, ok
 }
 
 var (
 	million = big.NewRat(1_000_000, 1)
 	nanoUSD = big.NewRat(NanoPerUSD, 1)
 )
+
+// partsPerMillion converts a multiplier, as the catalogue writes it, into
+// parts per million, exactly; it must be at least 1.
+func partsPerMillion(v any) (int64, error) {
+	num, ok := v.(json.Number)
+	if !ok {
+		return 0, fmt.Errorf("%v is not a number", v)
+	}
+	r, ok := new(big.Rat).SetString(num.String())
+	if !ok {
+		return 0, fmt.Errorf("%s is not a number", num)
+	}
+	r.Mul(r, million)
+	if !r.IsInt() || !r.Num().IsInt64() || r.Num().Int64() < 1_000_000 || r.Num().Int64() > maxUpliftPPM {
+		return 0, fmt.Errorf("%s is not a multiplier from 1 to 16 in millionths", num)
+	}
+	return r.Num().Int64(), nil
+}
 
 // perMillion converts a price in USD per unit, as the catalogue writes it,
 // into nano-USD per million units, exactly. A price finer than that is

@@ -22,17 +22,48 @@ func newID(prefix string) string {
 }
 
 func checkLimits(l Limits) error {
-	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 {
+	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 || l.TPM < 0 || l.Concurrency < 0 ||
+		l.MonthlyNanoUSD < 0 || l.TotalNanoUSD < 0 {
 		return errors.New("negative limit")
 	}
 	return nil
 }
 
+// checkAccountLimits is checkLimits for an account, which has no lifetime
+// cap: its balance is one.
+func checkAccountLimits(l Limits) error {
+	if l.TotalNanoUSD != 0 {
+		return errors.New("an account has no total limit (its balance is one)")
+	}
+	return checkLimits(l)
+}
+
+// limitFields are the hash fields of limits, the same in an account's hash
+// and a key's (admit.lua reads the account's).
 func limitFields(l Limits) []any {
-	return []any{
+	f := []any{
 		"daily", strconv.FormatInt(l.DailyNanoUSD, 10),
 		"rpm", strconv.FormatInt(l.RPM, 10),
 		"window", strconv.FormatInt(l.WindowMinutes, 10),
+		"tpm", strconv.FormatInt(l.TPM, 10),
+		"conc", strconv.FormatInt(l.Concurrency, 10),
+		"monthly", strconv.FormatInt(l.MonthlyNanoUSD, 10),
+	}
+	return f
+}
+
+// limitFieldNames are the fields limitFields writes, in decodeLimits' order.
+var limitFieldNames = []string{"daily", "rpm", "window", "tpm", "conc", "monthly"}
+
+// decodeLimits reads the values of limitFieldNames (HMGET order).
+func decodeLimits(v []any) Limits {
+	return Limits{
+		DailyNanoUSD:   parseInt(str(v[0])),
+		RPM:            parseInt(str(v[1])),
+		WindowMinutes:  parseInt(str(v[2])),
+		TPM:            parseInt(str(v[3])),
+		Concurrency:    parseInt(str(v[4])),
+		MonthlyNanoUSD: parseInt(str(v[5])),
 	}
 }
 
@@ -41,7 +72,7 @@ func (s *Store) CreateAccount(ctx context.Context, name string, balance int64, l
 	if balance < 0 {
 		return Account{}, errors.New("store: create account: negative balance")
 	}
-	if err := checkLimits(limits); err != nil {
+	if err := checkAccountLimits(limits); err != nil {
 		return Account{}, fmt.Errorf("store: create account: %w", err)
 	}
 	a := Account{
@@ -69,7 +100,7 @@ func (s *Store) CreateAccount(ctx context.Context, name string, balance int64, l
 	return a, nil
 }
 
-var accountFields = []string{"name", "created", "daily", "rpm", "window", "suspended"}
+var accountFields = append([]string{"name", "created", "suspended", "alert_below"}, limitFieldNames...)
 
 // decodeAccount builds an Account from HMGET accountFields; ok is false when
 // the account does not exist.
@@ -78,15 +109,12 @@ func decodeAccount(id string, v []any) (a Account, ok bool) {
 		return Account{}, false
 	}
 	return Account{
-		ID:        id,
-		Name:      str(v[0]),
-		CreatedAt: parseMS(str(v[1])),
-		Limits: Limits{
-			DailyNanoUSD:  parseInt(str(v[2])),
-			RPM:           parseInt(str(v[3])),
-			WindowMinutes: parseInt(str(v[4])),
-		},
-		Suspended: str(v[5]) == "1",
+		ID:           id,
+		Name:         str(v[0]),
+		CreatedAt:    parseMS(str(v[1])),
+		Limits:       decodeLimits(v[4:]),
+		Suspended:    str(v[2]) == "1",
+		BalanceAlert: parseInt(str(v[3])),
 	}, true
 }
 
@@ -139,7 +167,7 @@ func (s *Store) SetLimits(ctx context.Context, id string, limits Limits) error {
 	if !validID(id) {
 		return fmt.Errorf("store: set limits %q: %w", id, ErrNotFound)
 	}
-	if err := checkLimits(limits); err != nil {
+	if err := checkAccountLimits(limits); err != nil {
 		return fmt.Errorf("store: set limits %s: %w", id, err)
 	}
 	n, err := hsetxScript.Run(ctx, s.rdb, []string{acctKey(id, "acct")}, limitFields(limits)...).Int64()
@@ -148,6 +176,25 @@ func (s *Store) SetLimits(ctx context.Context, id string, limits Limits) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("store: set limits %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// SetBalanceAlert sets the balance (nano-USD) below which the account's
+// balance alert fires; zero turns it off.
+func (s *Store) SetBalanceAlert(ctx context.Context, id string, threshold int64) error {
+	if !validID(id) {
+		return fmt.Errorf("store: set balance alert %q: %w", id, ErrNotFound)
+	}
+	if threshold < 0 {
+		return fmt.Errorf("store: set balance alert %s: negative threshold", id)
+	}
+	n, err := hsetxScript.Run(ctx, s.rdb, []string{acctKey(id, "acct")}, "alert_below", strconv.FormatInt(threshold, 10)).Int64()
+	if err != nil {
+		return fmt.Errorf("store: set balance alert %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("store: set balance alert %s: %w", id, ErrNotFound)
 	}
 	return nil
 }

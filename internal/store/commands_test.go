@@ -121,7 +121,9 @@ func TestCommandsPerRequest(t *testing.T) {
 	if eight > 10 {
 		t.Errorf("batches of 8: %.2f commands per request, want at most 10", eight)
 	}
-	if one > 22 {
-		t.Errorf("batches of 1: %.2f commands per request, want at most 22", one)
+	// The key's spend (by day, month, total: one read and one write of its
+	// state) and the account's month are a batch's, not a request's.
+	if one > 23 {
+		t.Errorf("batches of 1: %.2f commands per request, want at most 23", one)
 	}
 }

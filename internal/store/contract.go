@@ -77,6 +77,10 @@ const (
 	ledgerStarted     = "started"
 	ledgerEnded       = "ended"
 	ledgerInterrupted = "interrupted"
+	ledgerReconciled  = "reconciled" // settle.lua sets it; written "0" here
+	ledgerTierUnknown = "tier_unknown"
+	ledgerRegion      = "regional_processing"
+	ledgerUplift      = "regional_uplift_ppm"
 	ledgerPricePrefix = "price_"
 )
 
@@ -109,6 +113,9 @@ func appendLedger(args []any, st Settlement, cost int64) []any {
 	}
 	args = append(args,
 		ledgerServiceTier, st.ServiceTier,
+		ledgerTierUnknown, boolString(st.TierUnknown),
+		ledgerRegion, st.Region,
+		ledgerUplift, st.Uplift,
 		ledgerLongContext, st.LongContext,
 		ledgerFallback, boolString(st.Fallback),
 		ledgerCost, cost,
@@ -119,6 +126,7 @@ func appendLedger(args []any, st Settlement, cost int64) []any {
 		ledgerStarted, ms(st.StartedAt),
 		ledgerEnded, ms(st.EndedAt),
 		ledgerInterrupted, boolString(st.Interrupted),
+		ledgerReconciled, boolString(st.Reconciled),
 	)
 	args[at] = (len(args) - at - 1) / 2
 	return args
@@ -136,6 +144,9 @@ func decodeLedgerFields(accountID string, v func(string) string) Settlement {
 		Priced:      usage.PricedModel(v(ledgerPriced)),
 		Reported:    usage.ReportedModel(v(ledgerReported)),
 		ServiceTier: v(ledgerServiceTier),
+		TierUnknown: v(ledgerTierUnknown) == "1",
+		Region:      v(ledgerRegion),
+		Uplift:      parseInt(v(ledgerUplift)),
 		LongContext: parseInt(v(ledgerLongContext)),
 		Fallback:    v(ledgerFallback) == "1",
 		Cost:        parseInt(v(ledgerCost)),
@@ -146,6 +157,7 @@ func decodeLedgerFields(accountID string, v func(string) string) Settlement {
 		StartedAt:   parseMS(v(ledgerStarted)),
 		EndedAt:     parseMS(v(ledgerEnded)),
 		Interrupted: v(ledgerInterrupted) == "1",
+		Reconciled:  v(ledgerReconciled) == "1",
 	}
 	for _, k := range usage.Kinds {
 		k.Set(&st.Usage, parseInt(v(k.Name)))

@@ -53,6 +53,9 @@ type Checkpoint struct {
 	Usage       usage.Usage          `json:"-"` // as "u", by kind name, zeros left out
 	Rates       usage.Usage          `json:"-"` // as "r", likewise
 	ServiceTier string               `json:"tier,omitempty"`
+	TierUnknown bool                 `json:"tu,omitempty"`
+	Region      string               `json:"rg,omitempty"`
+	Uplift      int64                `json:"up,omitempty"`
 	LongContext int64                `json:"lc,omitempty"`
 	Fallback    bool                 `json:"fb,omitempty"`
 	Cost        int64                `json:"c,omitempty"` // nano-USD, priced by the sidecar
@@ -65,7 +68,7 @@ func (st Settlement) Checkpoint() Checkpoint {
 		Status: st.Status, Endpoint: st.Endpoint,
 		Requested: st.Requested, Priced: st.Priced, Reported: st.Reported,
 		Usage: st.Usage, Rates: st.Rates, ServiceTier: st.ServiceTier, LongContext: st.LongContext,
-		Fallback: st.Fallback, Cost: st.Cost,
+		Fallback: st.Fallback, Cost: st.Cost, TierUnknown: st.TierUnknown, Region: st.Region, Uplift: st.Uplift,
 	}
 }
 
@@ -300,6 +303,9 @@ func interruptedSettlement(accountID, reqID, rec, ckpt string, now time.Time) Se
 		Usage:       c.Usage,
 		Rates:       c.Rates,
 		ServiceTier: c.ServiceTier,
+		TierUnknown: c.TierUnknown,
+		Region:      c.Region,
+		Uplift:      max(c.Uplift, 0),
 		LongContext: c.LongContext,
 		Fallback:    c.Fallback,
 		Cost:        max(c.Cost, 0),

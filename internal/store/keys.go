@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +36,9 @@ const prefixLen = 8 // characters of the secret kept for recognition
 func (s *Store) CreateKey(ctx context.Context, accountID string, kind KeyKind, opts KeyOptions) (secret string, k Key, err error) {
 	if kind != ModelKey && kind != ReadOnlyToken {
 		return "", Key{}, fmt.Errorf("store: create key: unknown kind %q", kind)
+	}
+	if err := checkLimits(opts.Limits); err != nil {
+		return "", Key{}, fmt.Errorf("store: create key: %w", err)
 	}
 	if !validID(accountID) {
 		return "", Key{}, fmt.Errorf("store: create key for %q: %w", accountID, ErrNotFound)
@@ -67,6 +71,7 @@ func (s *Store) createKey(ctx context.Context, accountID string, kind KeyKind, o
 		CreatedAt: s.now().Truncate(time.Millisecond),
 		ExpiresAt: opts.ExpiresAt.Truncate(time.Millisecond).UTC(),
 		Models:    slices.Clone(opts.Models),
+		Limits:    opts.Limits,
 	}
 	if opts.ExpiresAt.IsZero() {
 		k.ExpiresAt = time.Time{}
@@ -92,6 +97,9 @@ func (s *Store) createKey(ctx context.Context, accountID string, kind KeyKind, o
 			"revoked", "0",
 			"last_used", "0",
 		)
+		if !k.Limits.IsZero() {
+			p.HSet(ctx, meta, keyLimitFields(k.Limits)...)
+		}
 		p.SAdd(ctx, acctKey(accountID, "keys"), k.ID)
 		return nil
 	})
@@ -119,6 +127,15 @@ func decodeKey(id string, m map[string]string) (k Key, ok bool) {
 		ExpiresAt:  parseMS(m["expires"]),
 		LastUsedAt: parseMS(m["last_used"]),
 		RevokedAt:  parseMS(m["revoked"]),
+	}
+	k.Limits = Limits{
+		DailyNanoUSD:   parseInt(m["daily"]),
+		RPM:            parseInt(m["rpm"]),
+		WindowMinutes:  parseInt(m["window"]),
+		TPM:            parseInt(m["tpm"]),
+		Concurrency:    parseInt(m["conc"]),
+		MonthlyNanoUSD: parseInt(m["monthly"]),
+		TotalNanoUSD:   parseInt(m["total"]),
 	}
 	if v := m["models"]; v != "" {
 		json.Unmarshal([]byte(v), &k.Models) // written by createKey; null is no list
@@ -237,7 +254,7 @@ func (s *Store) RotateKey(ctx context.Context, accountID, keyID string, grace ti
 	}
 	// The replacement keeps the old key's expiry: rotating must not turn a
 	// key meant to lapse into one that never does.
-	secret, newKey, err = s.createKey(ctx, accountID, old.Kind, KeyOptions{Label: old.Label, Models: old.Models, ExpiresAt: old.ExpiresAt})
+	secret, newKey, err = s.createKey(ctx, accountID, old.Kind, KeyOptions{Label: old.Label, Models: old.Models, ExpiresAt: old.ExpiresAt, Limits: old.Limits})
 	if err != nil {
 		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, err)
 	}
@@ -246,4 +263,46 @@ func (s *Store) RotateKey(ctx context.Context, accountID, keyID string, grace ti
 		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, err)
 	}
 	return secret, newKey, nil
+}
+
+// keyLimitFields are the hash fields of a key's limits: an account's, and
+// the lifetime cap.
+func keyLimitFields(l Limits) []any {
+	return append(limitFields(l), "total", strconv.FormatInt(l.TotalNanoUSD, 10))
+}
+
+// SetKeyLimits replaces the limits of the account's credential keyID. The
+// sidecars see them within the key cache's lifetime; what the key has spent
+// and has in flight stays counted.
+func (s *Store) SetKeyLimits(ctx context.Context, accountID, keyID string, l Limits) error {
+	if !validID(accountID) || !validID(keyID) {
+		return fmt.Errorf("store: set limits of key %q of %q: %w", keyID, accountID, ErrNotFound)
+	}
+	if err := checkLimits(l); err != nil {
+		return fmt.Errorf("store: set limits of key %s: %w", keyID, err)
+	}
+	n, err := hsetxScript.Run(ctx, s.rdb, []string{acctKey(accountID, "key:"+keyID)}, keyLimitFields(l)...).Int64()
+	if err != nil {
+		return fmt.Errorf("store: set limits of key %s: %w", keyID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("store: set limits of key %s of %s: %w", keyID, accountID, ErrNotFound)
+	}
+	return nil
+}
+
+// Key returns the account's credential keyID.
+func (s *Store) Key(ctx context.Context, accountID, keyID string) (Key, error) {
+	if !validID(accountID) || !validID(keyID) {
+		return Key{}, fmt.Errorf("store: key %q of %q: %w", keyID, accountID, ErrNotFound)
+	}
+	m, err := s.rdb.HGetAll(ctx, acctKey(accountID, "key:"+keyID)).Result()
+	if err != nil {
+		return Key{}, fmt.Errorf("store: key %s of %s: %w", keyID, accountID, err)
+	}
+	k, ok := decodeKey(keyID, m)
+	if !ok || k.AccountID != accountID {
+		return Key{}, fmt.Errorf("store: key %s of %s: %w", keyID, accountID, ErrNotFound)
+	}
+	return k, nil
 }

@@ -52,9 +52,14 @@ const (
 	defaultHoldTTL     = time.Minute
 	defaultAuditMaxLen = 100_000
 
+	// A sweep's record outlives any wait of a spooled settlement but a
+	// week-long one.
+	defaultSweptRecordTTL = 7 * 24 * time.Hour
 	// Day keys outlive the longest month (a month's usage is the sum of its
 	// days) and the console's daily series (MaxSeriesDays).
 	dayKeyTTL = 92 * 24 * time.Hour
+	// A month's spend is read during its month only.
+	monthKeyTTL = 32 * 24 * time.Hour
 )
 
 // New returns a Store on rdb, which may be a standalone, failover or cluster
@@ -65,6 +70,9 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	}
 	if opts.HoldTTL <= 0 {
 		opts.HoldTTL = defaultHoldTTL
+	}
+	if opts.SweptRecordTTL <= 0 {
+		opts.SweptRecordTTL = defaultSweptRecordTTL
 	}
 	if opts.AuditMaxLen <= 0 {
 		opts.AuditMaxLen = defaultAuditMaxLen
@@ -96,6 +104,8 @@ func acctKey(id, suffix string) string { return "gw:{acct:" + id + "}:" + suffix
 func keyHashKey(hexHash string) string { return "gw:keyhash:" + hexHash }
 
 func dayStamp(t time.Time) string { return t.Format("20060102") }
+
+func monthStamp(t time.Time) string { return t.Format("200601") }
 
 // validID reports whether id is safe inside a key name and its hash tag. Ids
 // made by the store are letters, digits and '_'; anything else cannot exist.

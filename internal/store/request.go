@@ -34,11 +34,23 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	}
 	now := s.now()
 	id := a.AccountID
+	if a.Tokens < 0 {
+		return Decision{}, fmt.Errorf("store: admit %s: negative token bound", a.RequestID)
+	}
+	hasKey := validID(a.KeyID)
+	// Without a key, its two KEYS name an unused key of the account's slot.
+	keyID := a.KeyID
+	if !hasKey {
+		keyID = ""
+	}
 	keys := []string{
 		acctKey(id, "acct"),
 		acctKey(id, "holds"),
 		acctKey(id, "rl"),
 		acctKey(id, "day:"+dayStamp(now)),
+		acctKey(id, "mon:"+monthStamp(now)),
+		acctKey(id, "krl:"+keyID),
+		acctKey(id, "ks:"+keyID),
 	}
 	started := a.StartedAt
 	if started.IsZero() {
@@ -48,7 +60,14 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
 	}
-	args := []any{now.UnixMilli(), a.RequestID, a.Hold, s.opts.HoldTTL.Milliseconds(), string(rec)}
+	kl := a.KeyLimits
+	// Lua compares numbers as doubles: a bound beyond 2^53 is beyond any
+	// limit anyway.
+	tokens := min(a.Tokens, 1<<53)
+	args := []any{now.UnixMilli(), a.RequestID, a.Hold, s.opts.HoldTTL.Milliseconds(), string(rec),
+		tokens, boolString(hasKey),
+		kl.RPM, kl.WindowMinutes, kl.TPM, kl.Concurrency, kl.DailyNanoUSD, kl.MonthlyNanoUSD, kl.TotalNanoUSD,
+		dayStamp(now), monthStamp(now)}
 	// The sweeper's index entry rides in the same round trip; it is written
 	// whatever the outcome (a refused request leaves it for the sweeper to
 	// drop) because the index lives in another slot than the script's keys.
@@ -67,15 +86,15 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
 	}
-	if len(r) != 2 {
+	if len(r) != 3 {
 		return Decision{}, fmt.Errorf("store: admit %s: unexpected reply %v", a.RequestID, r)
 	}
-	var d Decision
+	d := Decision{Level: Level(r[2])}
 	switch r[0] {
 	case -1:
-		return d, fmt.Errorf("store: admit %s: account %s: %w", a.RequestID, id, ErrNotFound)
+		return Decision{}, fmt.Errorf("store: admit %s: account %s: %w", a.RequestID, id, ErrNotFound)
 	case -2:
-		return d, fmt.Errorf("store: admit %s: %w", a.RequestID, ErrDuplicateRequest)
+		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, ErrDuplicateRequest)
 	case 0:
 		d.Outcome = Admitted
 	case 1:
@@ -86,10 +105,36 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 		d.RetryAfter = nextMidnight(now).Sub(now)
 	case 3:
 		d.Outcome = InsufficientBalance
+	case 4:
+		d.Outcome = TokenLimited
+		if r[1] > 0 {
+			d.RetryAfter = time.Duration(r[1]) * time.Millisecond
+		}
+	case 5:
+		d.Outcome = ConcurrencyLimited
+		d.RetryAfter = time.Duration(r[1]) * time.Millisecond
+	case 6:
+		d.Outcome = MonthlyLimited
+		d.RetryAfter = nextMonth(now).Sub(now)
+	case 7:
+		d.Outcome = TotalLimited
 	default:
-		return d, fmt.Errorf("store: admit %s: unexpected outcome %d", a.RequestID, r[0])
+		return Decision{}, fmt.Errorf("store: admit %s: unexpected outcome %d", a.RequestID, r[0])
 	}
 	return d, nil
+}
+
+// nextMonth returns the start of the UTC month after t's.
+func nextMonth(t time.Time) time.Time {
+	y, m, _ := t.UTC().Date()
+	return time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)
+}
+
+// Tokens is what a settled request counts towards a tokens-per-minute
+// limit: every input and output token (reasoning is inside output), none
+// for a reply that is not charged.
+func Tokens(u usage.Usage) int64 {
+	return u.Input + u.Output + u.CacheRead + u.CacheWrite5m + u.CacheWrite1h + u.AudioInput + u.AudioOutput
 }
 
 // nextMidnight returns the start of the UTC day after t's.
@@ -102,7 +147,10 @@ func nextMidnight(t time.Time) time.Time {
 // charges Cost and counts usage; it always appends one ledger entry. Only a
 // held request settles, and settling removes the hold: settling a RequestID
 // again does nothing and returns applied false, so a settlement replayed from
-// a spool charges exactly once, even after the sweeper settled it.
+// a spool charges exactly once. A request the sweeper settled first (its
+// lease ran out while its sidecar could not reach Redis) is reconciled: the
+// difference from what the sweep charged is posted once, flagged
+// reconciled, within Options.SweptRecordTTL of the sweep.
 // Usage counts towards the UTC day and month of the store's clock. One round
 // trip.
 func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err error) {
@@ -117,6 +165,9 @@ type SettleResult struct {
 	// Spooled: the store could not be reached and the settlement waits in
 	// the spool (set by the spool only); its hold is still in Redis.
 	Spooled bool
+	// Reconciled: the request had been swept; the difference between this
+	// settlement and what the sweep charged was posted (Applied is true).
+	Reconciled bool
 }
 
 // maxSettleGroup bounds the requests of one script call, so that one call
@@ -195,7 +246,8 @@ func settleReplies(group []Settlement, r []int64, err error) []SettleResult {
 		case len(r) != len(group):
 			res[i].Err = fmt.Errorf("store: settle %s: unexpected reply %v", st.RequestID, r)
 		default:
-			res[i].Applied = r[i] == 1
+			res[i].Applied = r[i] == 1 || r[i] == 2
+			res[i].Reconciled = r[i] == 2
 		}
 	}
 	return res
@@ -228,32 +280,55 @@ func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
 		acctKey(id, "u:d:"+dayStamp(now)),
 		acctKey(id, "u:t"),
 		acctKey(id, "ledger"),
+		acctKey(id, "mon:"+monthStamp(now)),
 	}
 	// A credential's last_used is written once a minute at most: one
 	// already written for the minute of its use is left out of the call.
 	keyIndex := map[string]int{}
 	for _, st := range group {
-		if _, ok := keyIndex[st.KeyID]; !ok && st.KeyID != "" && !s.lastUsed.written(st.KeyID, usedMinute(st, now)) {
+		if _, ok := keyIndex[st.KeyID]; !ok && validID(st.KeyID) && !s.lastUsed.written(st.KeyID, usedMinute(st, now)) {
 			keyIndex[st.KeyID] = len(keyIndex) + 1
 			keys = append(keys, acctKey(id, "key:"+st.KeyID))
 		}
 	}
-	args = make([]any, 0, 3+len(group)*settleArgsPerRequest)
-	args = append(args, len(group), len(keyIndex), int64(dayKeyTTL/time.Second))
+	for _, st := range group {
+		keys = append(keys, acctKey(id, "swept:"+st.RequestID))
+	}
+	// Every credential of the batch has its state (in flight, spend).
+	stateIndex := map[string]int{}
+	for _, st := range group {
+		if _, ok := stateIndex[st.KeyID]; !ok && validID(st.KeyID) {
+			stateIndex[st.KeyID] = len(stateIndex) + 1
+		}
+	}
+	states := make([]string, len(stateIndex))
+	for k, i := range stateIndex {
+		states[i-1] = acctKey(id, "ks:"+k)
+	}
+	keys = append(keys, states...)
+	args = make([]any, 0, 8+len(group)*settleArgsPerRequest)
+	args = append(args, len(group), len(keyIndex), int64(dayKeyTTL/time.Second), int64(s.opts.SweptRecordTTL/time.Second),
+		len(stateIndex), dayStamp(now), monthStamp(now), int64(monthKeyTTL/time.Second))
 	for _, st := range group {
 		charged := st.Status >= 200 && st.Status < 300
 		cost := st.Cost
-		if !charged {
+		var tokens int64
+		if charged {
+			tokens = Tokens(st.Usage)
+		} else {
 			cost = 0
 		}
-		args = append(args, st.RequestID, boolString(charged), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsedAt(st, now)))
+		// Only the sweeper settles a request as interrupted: its charge is
+		// recorded, to be reconciled with a later settlement.
+		args = append(args, st.RequestID, boolString(charged), boolString(st.Interrupted), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsedAt(st, now)),
+			stateIndex[st.KeyID], tokens)
 		args = appendCounters(args, st, cost)
 		args = appendLedger(args, st, cost)
 	}
 	return keys, args
 }
 
-// settleArgsPerRequest is about how many ARGV one request takes: six of its
+// settleArgsPerRequest is about how many ARGV one request takes: nine of its
 // own, up to 2×11 counters and 2×33 ledger fields, with their two counts.
 const settleArgsPerRequest = 96
 
@@ -357,14 +432,18 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 		return UsageReport{}, fmt.Errorf("store: usage of %s: unknown period %q", accountID, p)
 	}
 	var (
-		acct  *redis.SliceCmd
-		spent *redis.StringCmd
-		usage = make([]*redis.MapStringStringCmd, len(ukeys))
+		acct       *redis.SliceCmd
+		spent      *redis.StringCmd
+		monthSpent *redis.StringCmd
+		open       *redis.IntCmd
+		usage      = make([]*redis.MapStringStringCmd, len(ukeys))
 	)
 	// All the keys share the account's slot: one round trip to one node.
 	_, err := s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		acct = pl.HMGet(ctx, acctKey(accountID, "acct"), "balance", "daily", "rpm", "window")
+		acct = pl.HMGet(ctx, acctKey(accountID, "acct"), append([]string{"balance", "held", "tok"}, limitFieldNames...)...)
 		spent = pl.Get(ctx, acctKey(accountID, "day:"+dayStamp(now)))
+		monthSpent = pl.Get(ctx, acctKey(accountID, "mon:"+monthStamp(now)))
+		open = pl.HLen(ctx, acctKey(accountID, "holds"))
 		for i, k := range ukeys {
 			usage[i] = pl.HGetAll(ctx, k)
 		}
@@ -373,7 +452,7 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return UsageReport{}, fmt.Errorf("store: usage of %s: %w", accountID, err)
 	}
-	cmds := []redis.Cmder{acct, spent}
+	cmds := []redis.Cmder{acct, spent, monthSpent, open}
 	for _, c := range usage {
 		cmds = append(cmds, c)
 	}
@@ -383,18 +462,18 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 		}
 	}
 	v := acct.Val()
-	if len(v) != 4 || v[0] == nil {
+	if len(v) != 3+len(limitFieldNames) || v[0] == nil {
 		return UsageReport{}, fmt.Errorf("store: usage of %s: %w", accountID, ErrNotFound)
 	}
 	r := UsageReport{
-		Balance: parseInt(str(v[0])),
-		Limits: Limits{
-			DailyNanoUSD:  parseInt(str(v[1])),
-			RPM:           parseInt(str(v[2])),
-			WindowMinutes: parseInt(str(v[3])),
-		},
-		DailyUsed: parseInt(spent.Val()),
-		Period:    p,
+		Balance:      parseInt(str(v[0])),
+		Held:         parseInt(str(v[1])),
+		MinuteTokens: minuteTokens(str(v[2]), now),
+		Limits:       decodeLimits(v[3:]),
+		DailyUsed:    parseInt(spent.Val()),
+		MonthUsed:    parseInt(monthSpent.Val()),
+		InFlight:     open.Val(),
+		Period:       p,
 	}
 	hs := make([]map[string]string, len(usage))
 	for i, c := range usage {
@@ -494,4 +573,75 @@ func (s *Store) OpenHolds(ctx context.Context, accountID string) (count int64, a
 		return 0, 0, fmt.Errorf("store: open holds of %s: %w", accountID, err)
 	}
 	return n.Val(), parseInt(held.Val()), nil
+}
+
+// minuteTokens reads a "minute tokens" value (admit.lua): the tokens
+// counted in now's UTC minute, 0 for another minute.
+func minuteTokens(v string, now time.Time) int64 {
+	m, n, ok := strings.Cut(v, " ")
+	if !ok || parseInt(m) != now.Unix()/60 {
+		return 0
+	}
+	return parseInt(n)
+}
+
+// KeyState is what one credential has in flight and has spent. Spend
+// counts charged (2xx) replies, by UTC day, UTC month and in total.
+type KeyState struct {
+	KeyID        string
+	InFlight     int64 // open holds
+	Held         int64 // what they hold, nano-USD
+	MinuteTokens int64 // counted in the current UTC minute (with a tpm limit)
+	Day          Counters
+	Month        Counters
+	Total        Counters
+}
+
+// Spent returns the counters of period p.
+func (k KeyState) Spent(p Period) Counters {
+	switch p {
+	case Day:
+		return k.Day
+	case Month:
+		return k.Month
+	}
+	return k.Total
+}
+
+// KeyStates returns the state of each of the account's credentials ids, in
+// their order; one never used has zero counters. One round trip.
+func (s *Store) KeyStates(ctx context.Context, accountID string, ids ...string) ([]KeyState, error) {
+	if !validID(accountID) {
+		return nil, fmt.Errorf("store: key states of %q: %w", accountID, ErrNotFound)
+	}
+	now := s.now()
+	cmds := make([]*redis.SliceCmd, len(ids))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HMGet(ctx, acctKey(accountID, "ks:"+id), "held", "open", "tok", "dd", "dc", "dr", "md", "mc", "mr", "tc", "tr")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: key states of %s: %w", accountID, err)
+	}
+	out := make([]KeyState, len(ids))
+	for i, c := range cmds {
+		v := c.Val()
+		k := KeyState{
+			KeyID:        ids[i],
+			Held:         parseInt(str(v[0])),
+			InFlight:     parseInt(str(v[1])),
+			MinuteTokens: minuteTokens(str(v[2]), now),
+			Total:        Counters{Cost: parseInt(str(v[9])), Requests: parseInt(str(v[10]))},
+		}
+		if str(v[3]) == dayStamp(now) {
+			k.Day = Counters{Cost: parseInt(str(v[4])), Requests: parseInt(str(v[5]))}
+		}
+		if str(v[6]) == monthStamp(now) {
+			k.Month = Counters{Cost: parseInt(str(v[7])), Requests: parseInt(str(v[8]))}
+		}
+		out[i] = k
+	}
+	return out, nil
 }

@@ -78,8 +78,10 @@ var suite = []struct {
 	{"ReindexRecheck", testReindexRecheck},
 	{"LastUsedMinute", testLastUsedMinute},
 	{"ExportLedger", testExportLedger},
+	{"SinkHoldsBackTrim", testSinkHoldsBackTrim},
 	{"SettleIdempotent", testSettleIdempotent},
 	{"SettleAfterHoldExpiry", testSettleAfterHoldExpiry},
+	{"SettleAfterSweep", testSettleAfterSweep},
 	{"SettleNon2xx", testSettleNon2xx},
 	{"SettleErrors", testSettleErrors},
 	{"PerModel", testPerModel},
@@ -88,6 +90,13 @@ var suite = []struct {
 	{"SettlementRoundTrip", testSettlementRoundTrip},
 	{"Concurrency", testConcurrency},
 	{"SettleBatch", testSettleBatch},
+	{"ConcurrencyLimit", testConcurrencyLimit},
+	{"TokenLimit", testTokenLimit},
+	{"SpendBudgets", testSpendBudgets},
+	{"KeyRateLimit", testKeyRateLimit},
+	{"StrictestWins", testStrictestWins},
+	{"KeyLimitsStored", testKeyLimitsStored},
+	{"LimitsConcurrent", testLimitsConcurrent},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {
@@ -187,7 +196,7 @@ func (e *env) sweep(acct string) SweepResult {
 func (e *env) mustAdmit(acct, req string, hold int64) {
 	e.t.Helper()
 	if d := e.admit(acct, req, hold); d.Outcome != Admitted {
-		e.t.Fatalf("admit %s: outcome %s, want Admitted", req, outcomeNames[d.Outcome])
+		e.t.Fatalf("admit %s: outcome %s, want Admitted", req, d.Outcome)
 	}
 }
 
@@ -258,15 +267,8 @@ func wantDecision(t *testing.T, got Decision, outcome Outcome, retry time.Durati
 	t.Helper()
 	if got.Outcome != outcome || got.RetryAfter != retry {
 		t.Fatalf("decision %s retry %v, want %s retry %v",
-			outcomeNames[got.Outcome], got.RetryAfter, outcomeNames[outcome], retry)
+			got.Outcome, got.RetryAfter, outcome, retry)
 	}
-}
-
-var outcomeNames = map[Outcome]string{
-	Admitted:            "Admitted",
-	RateLimited:         "RateLimited",
-	DailyLimited:        "DailyLimited",
-	InsufficientBalance: "InsufficientBalance",
 }
 
 // dump returns every key and every value in the database, on every master of

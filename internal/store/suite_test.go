@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/modelgateway/gateway/internal/usage"
 	"github.com/redis/go-redis/v9"
+	"maps"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -777,14 +778,14 @@ func testRenewAndCheckpoint(t *testing.T, e *env) {
 		got.Usage.Input != 10 || got.Usage.Output != 7 || got.Cost != 120 || !got.Stream || got.Endpoint != "primary" || !got.StartedAt.Equal(start) {
 		t.Fatalf("entry %+v", got)
 	}
-	// The request's own late settlement charges nothing more.
-	if e.settle(Settlement{RequestID: "r1", AccountID: acct, Priced: "m", Cost: 400, Status: 200}) {
-		t.Fatal("late settlement after the sweep applied")
+	// The request's own late settlement is reconciled: 400 in all, once.
+	for range 2 {
+		e.settle(Settlement{RequestID: "r1", AccountID: acct, Priced: "m", Cost: 400, Status: 200})
 	}
-	if b := e.balance(acct); b != 880 {
-		t.Fatalf("balance %d after late settlement", b)
+	if b := e.balance(acct); b != 600 {
+		t.Fatalf("balance %d after late settlement, want 600", b)
 	}
-	if u := e.usage(acct, Total).Totals; u.Cost != 120 || u.Requests != 1 {
+	if u := e.usage(acct, Total).Totals; u.Cost != 400 || u.Requests != 1 {
 		t.Fatalf("usage %+v", u)
 	}
 	if n, a := e.holds(acct); n != 0 || a != 0 {
@@ -799,10 +800,10 @@ func testRenewAndCheckpoint(t *testing.T, e *env) {
 		wg.Go(func() { e.s.SweepHolds(e.ctx, acct) })
 	}
 	wg.Wait()
-	if b := e.balance(acct); b != 850 {
-		t.Fatalf("balance %d after racing sweeps, want 850", b)
+	if b := e.balance(acct); b != 570 {
+		t.Fatalf("balance %d after racing sweeps, want 570", b)
 	}
-	if l := e.ledger(acct); len(l) != 2 {
+	if l := e.ledger(acct); len(l) != 3 {
 		t.Fatalf("%d ledger entries after racing sweeps", len(l))
 	}
 }
@@ -869,6 +870,52 @@ func testExportLedger(t *testing.T, e *env) {
 	page, _, err := e.s.ExportLedger(e.ctx, acct, "", 100)
 	if err != nil || len(page) != 5 {
 		t.Fatalf("resumed export: %d entries, %v", len(page), err)
+	}
+}
+
+// The SQL sink's mark holds back trimming like an export's: an entry leaves
+// only when every reader that ever committed has copied it.
+func testSinkHoldsBackTrim(t *testing.T, e *env) {
+	acct := e.account(1_000_000, Limits{})
+	for i := range 10 {
+		id := "r" + strconv.Itoa(i)
+		e.mustAdmit(acct, id, 10)
+		e.settle(Settlement{RequestID: id, AccountID: acct, Priced: "m", Cost: 1, Status: 200})
+	}
+	all := e.ledger(acct)
+	e.s.opts.LedgerRetention = time.Hour
+	e.clock.Set(time.Now().Add(2 * time.Hour))
+	// A sink that has copied nothing yet but called holds back everything.
+	if mark, n, err := e.s.CommitSink(e.ctx, acct, ""); err != nil || mark != "0-0" || n != 0 {
+		t.Fatalf("sink registration: mark %s, trimmed %d, %v", mark, n, err)
+	}
+	if _, n, err := e.s.CommitExport(e.ctx, acct, all[9].ID); err != nil || n != 0 {
+		t.Fatalf("an export trimmed %d entries the sink has not copied (%v)", n, err)
+	}
+	// What the sink copied goes.
+	if mark, n, err := e.s.CommitSink(e.ctx, acct, all[3].ID); err != nil || mark != all[3].ID || n != 4 {
+		t.Fatalf("sink commit: mark %s, trimmed %d, %v", mark, n, err)
+	}
+	if m, err := e.s.SinkMark(e.ctx, acct); err != nil || m != all[3].ID {
+		t.Fatalf("sink mark %q, %v", m, err)
+	}
+	// An export ahead of the sink trims nothing the sink has not copied.
+	if n, err := e.s.TrimLedger(e.ctx, acct); err != nil || n != 0 {
+		t.Fatalf("trimmed %d, %v", n, err)
+	}
+	// The sink's mark never moves back, and does not move the export's.
+	if mark, _, err := e.s.CommitSink(e.ctx, acct, all[1].ID); err != nil || mark != all[3].ID {
+		t.Fatalf("sink mark moved back to %s (%v)", mark, err)
+	}
+	if _, mark, err := e.s.ExportLedger(e.ctx, acct, "", 1); err != nil || mark != all[9].ID {
+		t.Fatalf("export mark %s (%v)", mark, err)
+	}
+	// An export behind the sink holds it back in turn.
+	if _, n, err := e.s.CommitSink(e.ctx, acct, all[9].ID); err != nil || n != 6 {
+		t.Fatalf("sink commit to the end: trimmed %d, %v", n, err)
+	}
+	if l := e.ledger(acct); len(l) != 0 {
+		t.Fatalf("%d entries left", len(l))
 	}
 }
 
@@ -1261,5 +1308,85 @@ func testSettleBatch(t *testing.T, e *env) {
 	}
 	if b := e.balance(a1); b != 930 {
 		t.Fatalf("balance after replay %d", b)
+	}
+}
+
+// A settlement that arrives after its request was swept is reconciled: the
+// difference from the sweep's charge is posted once, of either sign, capped
+// at the hold; the ledger, the balance and the counters agree throughout.
+func testSettleAfterSweep(t *testing.T, e *env) {
+	acct := e.account(10_000, Limits{})
+	const model = "m"
+	ckpt := func(cost, out int64) *Checkpoint {
+		return &Checkpoint{Status: 200, Priced: model, Usage: usage.Usage{Output: out}, Cost: cost}
+	}
+	// r1: swept at 100 (10 tokens), really 350 (35 tokens): +250.
+	// r2: swept at 300 (30 tokens), really 120 (12 tokens): -180.
+	// r3: swept at 100, really claims 900 for a hold of 400: capped at 400.
+	// r4: swept before any checkpoint (499, nothing), really 200: +200 and
+	//     one request.
+	e.mustAdmit(acct, "r1", 400)
+	e.mustAdmit(acct, "r2", 400)
+	e.mustAdmit(acct, "r3", 400)
+	e.mustAdmit(acct, "r4", 400)
+	if _, err := e.s.RenewHolds(e.ctx, []Renewal{
+		{AccountID: acct, RequestID: "r1", Checkpoint: ckpt(100, 10)},
+		{AccountID: acct, RequestID: "r2", Checkpoint: ckpt(300, 30)},
+		{AccountID: acct, RequestID: "r3", Checkpoint: ckpt(100, 10)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(holdTTL + time.Second)
+	if r := e.sweep(acct); len(r.Interrupted) != 4 {
+		t.Fatalf("swept %+v", r)
+	}
+	if b := e.balance(acct); b != 10_000-500 {
+		t.Fatalf("balance after the sweep %d", b)
+	}
+	real := func(id string, cost, out int64) Settlement {
+		return Settlement{RequestID: id, AccountID: acct, Priced: model, Status: 200, Cost: cost, Usage: usage.Usage{Output: out}}
+	}
+	sts := []Settlement{real("r1", 350, 35), real("r2", 120, 12), real("r3", 900, 90), real("r4", 200, 20)}
+	for round := range 2 {
+		res := e.s.SettleBatch(e.ctx, sts)
+		for i, r := range res {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if r.Applied != (round == 0) || r.Reconciled != (round == 0) {
+				t.Fatalf("round %d, %s: %+v", round, sts[i].RequestID, r)
+			}
+		}
+	}
+	want := int64(350 + 120 + 400 + 200)
+	if b := e.balance(acct); b != 10_000-want {
+		t.Fatalf("balance %d, want %d", b, 10_000-want)
+	}
+	l := e.ledger(acct)
+	var cost, out int64
+	diffs := map[string]int64{}
+	for _, le := range l {
+		cost += le.Cost
+		out += le.Usage.Output
+		if le.Reconciled {
+			if le.Interrupted {
+				t.Errorf("%s: reconciled entry flagged interrupted", le.RequestID)
+			}
+			diffs[le.RequestID] = le.Cost
+		}
+	}
+	if len(l) != 8 || cost != want || out != 35+12+90+20 {
+		t.Fatalf("%d ledger entries, cost %d, output %d", len(l), cost, out)
+	}
+	if d := (map[string]int64{"r1": 250, "r2": -180, "r3": 300, "r4": 200}); !maps.Equal(diffs, d) {
+		t.Fatalf("reconciled %v, want %v", diffs, d)
+	}
+	u := e.usage(acct, Total)
+	if u.Totals.Cost != want || u.Totals.Requests != 4 || u.Totals.Usage.Output != out {
+		t.Fatalf("counters %+v", u.Totals)
+	}
+	// The sweep's records are gone with their reconciliation.
+	if n, _ := e.rdb.Exists(e.ctx, acctKey(acct, "swept:r1"), acctKey(acct, "swept:r4")).Result(); n != 0 {
+		t.Fatalf("%d swept records left", n)
 	}
 }

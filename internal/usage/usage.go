@@ -11,7 +11,8 @@ import (
 )
 
 // Usage is what one reply consumed. Every field is a count of tokens, except
-// WebSearches, a count of searches.
+// the built-in tool calls (WebSearches, FileSearches, CodeInterpreter,
+// ImageGenerations), counts of calls or sessions.
 //
 // The kinds do not overlap, so that each is priced once: Input excludes cache
 // reads, cache writes and audio; Output excludes audio output. Reasoning is
@@ -27,6 +28,11 @@ type Usage struct {
 	AudioOutput  int64
 	Reasoning    int64 // part of Output; recorded, not priced on its own
 	WebSearches  int64 // server-side web searches (requests, not tokens)
+	// Built-in tools of the responses operation, counted from the calls the
+	// vendor reports having made.
+	FileSearches     int64 // file_search calls
+	CodeInterpreter  int64 // code interpreter sessions (distinct containers)
+	ImageGenerations int64 // image_generation calls
 }
 
 // Kind is one field of Usage.
@@ -68,6 +74,12 @@ func (u *Usage) field(i int) *int64 {
 		return &u.Reasoning
 	case 8:
 		return &u.WebSearches
+	case 9:
+		return &u.FileSearches
+	case 10:
+		return &u.CodeInterpreter
+	case 11:
+		return &u.ImageGenerations
 	}
 	panic("usage: no field " + strconv.Itoa(i))
 }
@@ -85,6 +97,9 @@ var Kinds = []Kind{
 	{"audio_output", true, 6},
 	{"reasoning", false, 7},
 	{"web_searches", true, 8},
+	{"file_searches", true, 9},
+	{"code_interpreter_sessions", true, 10},
+	{"image_generations", true, 11},
 }
 
 // KindNamed returns the kind called name.

@@ -80,9 +80,9 @@ func postAndRead(client *http.Client, url string, header map[string]string, body
 // ("alpha" or "beta") for key.
 func requestFor(route, key string, streaming bool) (string, map[string]string, []byte) {
 	if route == "alpha" {
-		return alphaPath, alphaHeaders(key), alphaBody(streaming, "")
+		return alphaPath, messagesHeaders(key), messagesBody(streaming, "")
 	}
-	return betaPath, betaHeaders(key), betaBody(streaming, true, "")
+	return betaPath, chatCompletionsHeaders(key), chatCompletionsBody(streaming, true, "")
 }
 
 // sidecarMetric sums the samples of the series name at the sidecar's /metrics
@@ -150,23 +150,40 @@ func allLedgerEntries(t *testing.T, s *launch.Stack, acct string) []store.Ledger
 
 // checkBooks checks that an account's money adds up: the ledger's costs equal
 // the balance change and the usage counters, each request id is settled
-// once (seen collects ids across accounts), the balance is not negative and
-// no hold is left. It returns the ledger.
+// once (seen collects ids across accounts; a reconciled entry adds to its
+// request's), the balance is not negative and no hold is left. It returns
+// the ledger.
 func checkBooks(t *testing.T, s *launch.Stack, acct string, initial int64, seen map[string]bool) []store.LedgerEntry {
+	t.Helper()
+	return checkBooksFloor(t, s, acct, initial, seen, 0)
+}
+
+// checkBooksFloor is checkBooks for a balance that may go as low as floor.
+func checkBooksFloor(t *testing.T, s *launch.Stack, acct string, initial int64, seen map[string]bool, floor int64) []store.LedgerEntry {
 	t.Helper()
 	ctx := context.Background()
 	entries := allLedgerEntries(t, s, acct)
-	var sum, ok2xx int64
+	var sum int64
+	last := map[string]int{} // request id -> status of its latest entry
 	for _, e := range entries {
-		if seen[e.RequestID] {
+		if e.Reconciled {
+			if _, ok := last[e.RequestID]; !ok {
+				t.Errorf("%s: request %s reconciled without an earlier entry", acct, e.RequestID)
+			}
+		} else if seen[e.RequestID] {
 			t.Errorf("%s: request %s settled twice", acct, e.RequestID)
 		}
 		seen[e.RequestID] = true
+		last[e.RequestID] = e.Status
 		sum += e.Cost
-		if e.Status >= 200 && e.Status < 300 {
-			ok2xx++
-		} else if e.Cost != 0 {
+		if !e.Reconciled && (e.Status < 200 || e.Status >= 300) && e.Cost != 0 {
 			t.Errorf("%s: a %d reply was charged %d", acct, e.Status, e.Cost)
+		}
+	}
+	var ok2xx int64
+	for _, status := range last {
+		if status >= 200 && status < 300 {
+			ok2xx++
 		}
 	}
 	rep, err := s.Store.Usage(ctx, acct, store.Total)
@@ -177,10 +194,10 @@ func checkBooks(t *testing.T, s *launch.Stack, acct string, initial int64, seen 
 		t.Errorf("%s: balance change %d, usage cost %d, ledger sum %d", acct, initial-rep.Balance, rep.Totals.Cost, sum)
 	}
 	if rep.Totals.Requests != ok2xx {
-		t.Errorf("%s: usage counts %d requests, the ledger %d 2xx entries", acct, rep.Totals.Requests, ok2xx)
+		t.Errorf("%s: usage counts %d requests, the ledger %d ending 2xx", acct, rep.Totals.Requests, ok2xx)
 	}
-	if rep.Balance < 0 {
-		t.Errorf("%s: balance %d is negative", acct, rep.Balance)
+	if rep.Balance < floor {
+		t.Errorf("%s: balance %d is below %d", acct, rep.Balance, floor)
 	}
 	if n, amount, err := s.Store.OpenHolds(ctx, acct); err != nil || n != 0 || amount != 0 {
 		t.Errorf("%s: %d holds of %d left open (%v)", acct, n, amount, err)
@@ -324,7 +341,7 @@ func TestFaultSpoolSurvivesSidecarKill(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr})
 	const initial = 10_000_000_000
 	acct := s.NewAccount(10, noLimits)
-	s.Primary.Control(map[string]any{"vendor": "beta", "event_delay_ms": 100, "reply_words": 15})
+	s.Primary.Control(map[string]any{"format": config.FormatChatCompletions, "event_delay_ms": 100, "reply_words": 15})
 
 	admitted := make(chan struct{})
 	done := make(chan clientReply, 1)
@@ -411,7 +428,7 @@ func TestFaultSidecarKilledMidStream(t *testing.T) {
 	t.Logf("stream in flight at the kill: complete=%v err=%v", r.complete, r.err)
 
 	// No processor: fail closed, never forward unmetered.
-	vendorPOSTs := primaryPOSTs(s) + s.Reserve.Stats()["alpha"] + s.Reserve.Stats()["beta"]
+	vendorPOSTs := primaryPOSTs(s) + s.Reserve.Stats()["messages"] + s.Reserve.Stats()["chat_completions"]
 	for _, route := range []string{"alpha", "beta"} {
 		path, h, body := requestFor(route, acct.Key, false)
 		resp, b := s.Do("POST", path, h, body)
@@ -433,7 +450,7 @@ func TestFaultSidecarKilledMidStream(t *testing.T) {
 			t.Logf("%s: Envoy's reply is %q, not JSON: %s", route, ct, b)
 		}
 	}
-	if n := primaryPOSTs(s) + s.Reserve.Stats()["alpha"] + s.Reserve.Stats()["beta"]; n != vendorPOSTs {
+	if n := primaryPOSTs(s) + s.Reserve.Stats()["messages"] + s.Reserve.Stats()["chat_completions"]; n != vendorPOSTs {
 		t.Fatalf("%d requests reached the vendors without the processor", n-vendorPOSTs)
 	}
 
@@ -496,7 +513,7 @@ func TestConservationUnderFaults(t *testing.T) {
 	plan := conservationPlan(seed, 300)
 
 	ap, bp := priceOf(t, s, "alpha", alphaModel), priceOf(t, s, "beta", betaModel)
-	hold := max(ap.Hold(int64(len(alphaBody(true, ""))), 256), bp.Hold(int64(len(betaBody(true, true, ""))), 256))
+	hold := max(ap.Hold(int64(len(messagesBody(true, ""))), 256), bp.Hold(int64(len(chatCompletionsBody(true, true, ""))), 256))
 	type account struct {
 		launch.Account
 		initial int64
@@ -511,9 +528,9 @@ func TestConservationUnderFaults(t *testing.T) {
 	}
 	// The vendor fails some requests: 400 on alpha (passed through), 500 on
 	// beta at both endpoints (retried by Envoy, some still failing).
-	s.Primary.Control(map[string]any{"vendor": "alpha", "status": 400, "status_count": 8})
+	s.Primary.Control(map[string]any{"format": config.FormatMessages, "status": 400, "status_count": 8})
 	for _, f := range []*launch.Fake{s.Primary, s.Reserve} {
-		f.Control(map[string]any{"vendor": "beta", "status": 500, "status_count": 6})
+		f.Control(map[string]any{"format": config.FormatChatCompletions, "status": 500, "status_count": 6})
 		f.Control(map[string]any{"event_delay_ms": 4, "reply_words": 20})
 	}
 

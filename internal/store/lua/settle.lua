@@ -20,19 +20,34 @@
 -- KEYS[4]    gw:{acct:ID}:u:d:YYYYMMDD     hash: usage counters of the UTC day
 -- KEYS[5]    gw:{acct:ID}:u:t              hash: usage counters of all time
 -- KEYS[6]    gw:{acct:ID}:ledger           stream: one entry per settled request
--- KEYS[7..6+k]  gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
+-- KEYS[7]    gw:{acct:ID}:mon:YYYYMM       string: settled spend of the current UTC month
+-- KEYS[8..7+k]  gw:{acct:ID}:key:KEYID, the metadata of each credential used (may be absent)
+-- KEYS[8+k..7+k+n]  gw:{acct:ID}:swept:REQID of each request, in order: hash of
+--               what its sweep charged: "hold", then counter field -> increment
+-- KEYS[8+k+n..7+k+n+s]  gw:{acct:ID}:ks:KEYID, the state of each credential of
+--               the batch (admit.lua): in flight, tokens of the minute, spend
+--               by day, month and in total
 --
 -- ARGV[1]  n, the number of requests
--- ARGV[2]  k, the number of credentials
+-- ARGV[2]  k, the number of credentials whose last_used is written
 -- ARGV[3]  day key lifetime, s
--- ARGV[4..] n request records, one after the other, each:
+-- ARGV[4]  swept record lifetime, s
+-- ARGV[5]  s, the number of credential states
+-- ARGV[6]  the UTC day, YYYYMMDD
+-- ARGV[7]  the UTC month, YYYYMM
+-- ARGV[8]  month key lifetime, s
+-- ARGV[9..] n request records, one after the other, each:
 --   request id; "1" to charge and count usage (2xx reply), else "0";
+--   "1" when the sweeper settles it (a record of the charge is kept), else "0";
 --   cost, nano-USD; the priced model (usage is counted under it);
 --   credential index (1..k, 0 for none); last-used time of the credential,
---   unix ms;
+--   unix ms; credential state index (1..s, 0 for none); tokens used
+--   (input + output; 0 for a reply not charged);
 --   c, then c counter name, increment pairs (requests, then cost and each
 --   usage kind when not zero);
---   f, then f ledger entry field, value pairs.
+--   f, then f ledger entry field, value pairs. A ledger field named like a
+--   counter ("cost", a usage kind) holds that amount; a reconciled entry
+--   holds the difference instead, and "reconciled" is set to "1".
 --
 -- The names of counters and ledger fields are not known here: Go builds them
 -- (internal/store/contract.go) and reads them back.
@@ -42,8 +57,16 @@
 -- name may. The account's totals are the sum over its models. Zero
 -- increments are skipped.
 --
--- Returns one result per request: 1 applied, 0 already settled (or never
--- admitted); or {-1}
+-- What admission counted for a request (the prefix of its record, see
+-- admit.lua) is undone when its hold goes: the hold leaves the key's held
+-- amount and in-flight count, and its token bound is replaced by the tokens
+-- it used in the minute it was counted in, if that minute is still the
+-- current one (an older minute is never read again). Spend is added to the
+-- account's month and to the key's day, month and total (a reconciled
+-- settlement adds its difference).
+--
+-- Returns one result per request: 1 applied, 2 reconciled with its sweep,
+-- 0 already settled (or never admitted); or {-1}
 -- when the account does not exist.
 
 local function int(n)
@@ -65,16 +88,36 @@ local function add(field, v)
 end
 local lastUsed = {}
 local accountSeen = false
+local s = tonumber(ARGV[5])
+local today, month = ARGV[6], ARGV[7]
+-- Per credential state index: held released, requests ended, token
+-- corrections by minute, cost and requests charged.
+local kstate = {}
+local function state(si)
+  local st = kstate[si]
+  if not st then
+    st = {held = 0, open = 0, tok = {}, cost = 0, reqs = 0}
+    kstate[si] = st
+  end
+  return st
+end
+-- The account's token corrections by minute.
+local atok = {}
+local function correct(t, m, delta)
+  t[m] = (t[m] or 0) + delta
+end
 
-local a = 4
+local a = 9
 for i = 1, n do
-  local req, charged, c, model = ARGV[a], ARGV[a + 1] == '1', tonumber(ARGV[a + 2]), ARGV[a + 3]
-  local ki, used = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local nc = tonumber(ARGV[a + 6])
-  local cfirst = a + 7
+  local req, charged, swept, c, model = ARGV[a], ARGV[a + 1] == '1', ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), ARGV[a + 4]
+  local ki, used = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  local si, usedTokens = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+  local nc = tonumber(ARGV[a + 9])
+  local cfirst = a + 10
   local nf = tonumber(ARGV[cfirst + 2 * nc])
   local ffirst = cfirst + 2 * nc + 1
   a = ffirst + 2 * nf
+  local sweptKey = KEYS[7 + k + i]
 
   local v = redis.call('HGET', KEYS[2], req)
   if not v and not accountSeen then
@@ -87,23 +130,112 @@ for i = 1, n do
     accountSeen = true -- a hold exists only on an existing account
     -- The hold's lease, record and checkpoint go with it.
     redis.call('HDEL', KEYS[2], req)
-    local amount = hold_parse(v)
+    local amount, _, record = hold_parse(v)
     released = released + amount
+    local tb, ta, tk, kc = string.match(record, '^{"tb":(%d+),"ta":(%d+),"tk":(%d+),"kc":(%d+)')
+    if tb then
+      local delta = usedTokens - tonumber(tb)
+      if ta ~= '0' then
+        correct(atok, ta, delta)
+      end
+      if si > 0 then
+        local st = state(si)
+        if tk ~= '0' then
+          correct(st.tok, tk, delta)
+        end
+        if kc == '1' then
+          st.held = st.held + amount
+          st.open = st.open + 1
+        end
+      end
+    end
+    if charged and si > 0 then
+      local st = state(si)
+      st.cost = st.cost + c
+      st.reqs = st.reqs + 1
+    end
     if ki > 0 and used > (lastUsed[ki] or 0) then
       lastUsed[ki] = used
     end
+    local rec = {}
     if charged then
       cost = cost + c
       for j = 0, nc - 1 do
         local v = tonumber(ARGV[cfirst + 2 * j + 1])
         if v ~= 0 then
-          add('m:' .. ARGV[cfirst + 2 * j] .. ':' .. model, v)
+          local f = 'm:' .. ARGV[cfirst + 2 * j] .. ':' .. model
+          add(f, v)
+          rec[#rec + 1] = f
+          rec[#rec + 1] = int(v)
         end
       end
+    end
+    if swept then
+      redis.call('HSET', sweptKey, 'hold', int(amount), unpack(rec))
+      redis.call('EXPIRE', sweptKey, ARGV[4])
     end
     -- Never trimmed here: an entry leaves the ledger only once exported.
     redis.call('XADD', KEYS[6], '*', unpack(ARGV, ffirst, ffirst + 2 * nf - 1))
     out[i] = 1
+  elseif not swept and redis.call('EXISTS', sweptKey) == 1 then
+    -- Swept before this settlement arrived: post the difference.
+    local prev = redis.call('HGETALL', sweptKey)
+    redis.call('DEL', sweptKey)
+    local cap, diff, byName = 0, {}, {}
+    local function delta(f, d)
+      diff[f] = (diff[f] or 0) + d
+      local name = string.match(f, '^m:([^:]*):')
+      byName[name] = (byName[name] or 0) + d
+    end
+    for j = 1, #prev, 2 do
+      if prev[j] == 'hold' then
+        cap = tonumber(prev[j + 1])
+      else
+        delta(prev[j], -tonumber(prev[j + 1]))
+      end
+    end
+    if charged then
+      for j = 0, nc - 1 do
+        local name, v = ARGV[cfirst + 2 * j], tonumber(ARGV[cfirst + 2 * j + 1])
+        if name == 'cost' and v > cap then
+          v = cap
+        end
+        delta('m:' .. name .. ':' .. model, v)
+      end
+    end
+    for f, d in pairs(diff) do
+      if d ~= 0 then
+        add(f, d)
+        if string.match(f, '^m:cost:') then
+          cost = cost + d
+          if si > 0 then
+            local st = state(si)
+            st.cost = st.cost + d
+          end
+        end
+      end
+    end
+    -- The entry's amounts are the differences: those of the counters
+    -- (byName), zero for an amount that did not change.
+    local amounts = {cost = true}
+    for j = 0, nc - 1 do
+      amounts[ARGV[cfirst + 2 * j]] = true
+    end
+    local entry = {}
+    for j = ffirst, ffirst + 2 * nf - 1, 2 do
+      local f, val = ARGV[j], ARGV[j + 1]
+      if f == 'reconciled' then
+        val = '1'
+      elseif byName[f] then
+        val = int(byName[f])
+      elseif amounts[f] then
+        val = '0'
+      end
+      entry[#entry + 1] = f
+      entry[#entry + 1] = val
+    end
+    redis.call('XADD', KEYS[6], '*', unpack(entry))
+    out[i] = 2
   else
     out[i] = 0
   end
@@ -117,10 +249,13 @@ end
 -- A counter whose new value is the increment was just created, and so may
 -- be its key: only then is the key's lifetime set (once a day per model,
 -- not on every call).
-if cost > 0 then
+if cost ~= 0 then
   redis.call('HINCRBY', KEYS[1], 'balance', int(-cost))
   if redis.call('INCRBY', KEYS[3], int(cost)) == cost then
     redis.call('EXPIRE', KEYS[3], ARGV[3])
+  end
+  if redis.call('INCRBY', KEYS[7], int(cost)) == cost then
+    redis.call('EXPIRE', KEYS[7], ARGV[8])
   end
 end
 if #order > 0 then
@@ -136,10 +271,78 @@ if #order > 0 then
   end
 end
 
+-- A "minute tokens" value with the corrections of its minute applied; nil
+-- when there are none for it.
+local function corrected(v, t)
+  if not v then
+    return nil
+  end
+  local m, tokens = string.match(v, '^(%d+) (%d+)$')
+  if not m or not t[m] then
+    return nil
+  end
+  local left = tonumber(tokens) + t[m]
+  if left < 0 then
+    left = 0
+  end
+  return m .. ' ' .. int(left)
+end
+if next(atok) then
+  local v = corrected(redis.call('HGET', KEYS[1], 'tok'), atok)
+  if v then
+    redis.call('HSET', KEYS[1], 'tok', v)
+  end
+end
+
+-- Each credential's state: in flight, tokens, spend by window; read and
+-- written once per credential. A window whose stamp is not the current one
+-- starts again from this batch.
+local kfirst = 7 + k + n
+for si, st in pairs(kstate) do
+  local key = KEYS[kfirst + si]
+  local ks = redis.call('HMGET', key, 'held', 'open', 'tok', 'dd', 'dc', 'dr', 'md', 'mc', 'mr', 'tc', 'tr')
+  local fields = {}
+  local function put(f, v)
+    fields[#fields + 1] = f
+    fields[#fields + 1] = v
+  end
+  local function num(x)
+    return tonumber(x or '0')
+  end
+  if st.open > 0 then
+    put('held', int(math.max(num(ks[1]) - st.held, 0)))
+    put('open', int(math.max(num(ks[2]) - st.open, 0)))
+  end
+  local v = corrected(ks[3], st.tok)
+  if v then
+    put('tok', v)
+  end
+  if st.reqs > 0 or st.cost ~= 0 then
+    local dc, dr, mc, mr = st.cost, st.reqs, st.cost, st.reqs
+    if ks[4] == today then
+      dc, dr = dc + num(ks[5]), dr + num(ks[6])
+    end
+    if ks[7] == month then
+      mc, mr = mc + num(ks[8]), mr + num(ks[9])
+    end
+    put('dd', today)
+    put('dc', int(dc))
+    put('dr', int(dr))
+    put('md', month)
+    put('mc', int(mc))
+    put('mr', int(mr))
+    put('tc', int(num(ks[10]) + st.cost))
+    put('tr', int(num(ks[11]) + st.reqs))
+  end
+  if #fields > 0 then
+    redis.call('HSET', key, unpack(fields))
+  end
+end
+
 -- The credentials were used, whatever the replies; keep the latest time.
 -- A credential's hash always has last_used, so nil means it is gone.
 for ki, used in pairs(lastUsed) do
-  local key = KEYS[6 + ki]
+  local key = KEYS[7 + ki]
   local last = redis.call('HGET', key, 'last_used')
   if last and used > tonumber(last) then
     redis.call('HSET', key, 'last_used', int(used))

@@ -1,0 +1,55 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Stored responses belong to the account that created them. The vendor
+// keeps a response (readable, continuable, deletable by its id) for anyone
+// holding the vendor key, and behind the gateway every account shares that
+// key: the gateway records each response id it sees created with the
+// creating account, and forwards a request naming an id only for that
+// account.
+//
+// One key per response, "resp:<id>" holding the account id, written once
+// (SET NX) with a lifetime of ResponseTTL: a single-key command, so Redis
+// Cluster places it anywhere. Ids are at most 128 bytes of [A-Za-z0-9_-]
+// (the caller checks), account ids are bounded likewise, so a record is
+// under 200 bytes and lives no longer than the vendor keeps the response.
+
+// DefaultResponseTTL is how long an ownership record lives: the vendor
+// keeps a stored response for 30 days.
+const DefaultResponseTTL = 30 * 24 * time.Hour
+
+func responseKey(id string) string { return "resp:" + id }
+
+// BindResponse records that the account created response id. An id already
+// bound keeps its first owner.
+func (s *Store) BindResponse(ctx context.Context, id, accountID string) error {
+	ttl := s.opts.ResponseTTL
+	if ttl <= 0 {
+		ttl = DefaultResponseTTL
+	}
+	if err := s.rdb.SetNX(ctx, responseKey(id), accountID, ttl).Err(); err != nil {
+		return fmt.Errorf("store: bind response: %w", err)
+	}
+	return nil
+}
+
+// ResponseOwner returns the account that created response id, "" when no
+// account did (or its record has expired).
+func (s *Store) ResponseOwner(ctx context.Context, id string) (string, error) {
+	owner, err := s.rdb.Get(ctx, responseKey(id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("store: response owner: %w", err)
+	}
+	return owner, nil
+}

@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
+)
+
+const responsesPath = "/beta/v1/responses"
+
+// responsesBilled reads the usage a Responses API reply reported to the
+// client: the JSON response, or the terminal event of a stream.
+func responsesBilled(t *testing.T, body []byte, stream bool) (billed, string, string) {
+	t.Helper()
+	doc := body
+	if stream {
+		doc = nil
+		for _, d := range sseData(body) {
+			var ev struct {
+				Type     string          `json:"type"`
+				Response json.RawMessage `json:"response"`
+			}
+			mustJSON(t, d, &ev)
+			if ev.Type == "response.completed" || ev.Type == "response.incomplete" || ev.Type == "response.failed" {
+				doc = ev.Response
+			}
+		}
+		if doc == nil {
+			t.Fatalf("no terminal event in %s", body)
+		}
+	}
+	var r struct {
+		ID          string `json:"id"`
+		Model       string `json:"model"`
+		ServiceTier string `json:"service_tier"`
+		Output      []struct {
+			Type string `json:"type"`
+		} `json:"output"`
+		Usage struct {
+			InputTokens        int64 `json:"input_tokens"`
+			OutputTokens       int64 `json:"output_tokens"`
+			InputTokensDetails struct {
+				CachedTokens int64 `json:"cached_tokens"`
+			} `json:"input_tokens_details"`
+		} `json:"usage"`
+	}
+	mustJSON(t, doc, &r)
+	b := billed{input: r.Usage.InputTokens - r.Usage.InputTokensDetails.CachedTokens, cacheRead: r.Usage.InputTokensDetails.CachedTokens,
+		output: r.Usage.OutputTokens, tier: r.ServiceTier}
+	for _, it := range r.Output {
+		if it.Type == "web_search_call" {
+			b.searches++
+		}
+	}
+	return b, r.Model, r.ID
+}
+
+// A response, JSON and streamed, is billed from the vendor's own usage: the
+// cached and reasoning tokens, the service tier the reply reports (not the
+// one asked for), the two web searches it made, and an incomplete reply's
+// figures; the stored response then belongs to its account alone.
+func TestResponsesBilledAndBoundToTheirAccount(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	owner := s.NewAccount(100, noLimits)
+	other := s.NewAccount(100, noLimits)
+	served := servedModels(t, s.Config.Catalogue, "openai", []string{"chat", "responses"}, "/v1/responses")
+	ctx := context.Background()
+	var ids []string
+	var wantCosts []int64
+	// gpt-6-sol has priority prices and a web search fee; gpt-5.1-codex is
+	// served on responses only.
+	const model = "gpt-6-sol"
+	for _, tc := range []struct {
+		name, model, controls, extra string
+	}{
+		{"priority, cached, reasoning, two searches", model, `{"service_tier":"priority","cache_read_tokens":40,"reasoning_tokens":30,"web_search_requests":2}`, `,"service_tier":"auto","tools":[{"type":"web_search"}]`},
+		{"incomplete", "gpt-5.1-codex", `{"reply_words":50}`, `,"max_output_tokens":16`},
+	} {
+		entry := served[tc.model]
+		if entry == nil || entry["mode"] == "chat" && tc.model == "gpt-5.1-codex" {
+			t.Fatalf("%s is not a model of the catalogue served on responses", tc.model)
+		}
+		for _, streamed := range []bool{false, true} {
+			body := []byte(fmt.Sprintf(`{"model":%q,"stream":%t,"instructions":"Be brief.","input":"What does it cost?"%s}`, tc.model, streamed, tc.extra))
+			h := chatCompletionsHeaders(owner.Key)
+			h["x-fake-controls"] = tc.controls
+			resp, reply := s.Do("POST", responsesPath, h, body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s stream=%v: %d %s", tc.name, streamed, resp.StatusCode, reply)
+			}
+			u, _, id := responsesBilled(t, reply, streamed)
+			if id == "" {
+				t.Fatalf("%s: no response id", tc.name)
+			}
+			ids = append(ids, id)
+			wantCosts = append(wantCosts, expectedNano(t, entry, u))
+		}
+	}
+	entries, _, err := s.Store.Ledger(ctx, owner.ID, "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != len(wantCosts) {
+		t.Fatalf("%d ledger entries, want %d", len(entries), len(wantCosts))
+	}
+	for i, e := range entries {
+		if e.Cost != wantCosts[i] || e.Estimated || e.Status != 200 {
+			t.Errorf("request %d: cost %d estimated %v status %d, want cost %d (entry %+v)", i, e.Cost, e.Estimated, e.Status, wantCosts[i], e.Settlement)
+		}
+	}
+	if e := entries[0]; e.Usage.WebSearches != 2 || e.Usage.CacheRead != 40 || e.Usage.Reasoning != 30 || e.ServiceTier != "priority" || e.Rates.WebSearches == 0 {
+		t.Errorf("first request: %+v", e.Settlement)
+	}
+	if e := entries[2]; e.Usage.Output != 16 || e.Requested != "gpt-5.1-codex" {
+		t.Errorf("incomplete request: %+v", e.Settlement)
+	}
+
+	// Another account cannot reach the owner's responses, and the vendor
+	// never hears of its attempts.
+	before := len(s.Primary.Requests())
+	id := ids[0]
+	for _, rq := range []struct{ method, path, body string }{
+		{"GET", "/beta/v1/responses/" + id, ""},
+		{"GET", "/beta/v1/responses/" + id + "?stream=true", ""},
+		{"DELETE", "/beta/v1/responses/" + id, ""},
+		{"POST", "/beta/v1/responses/" + id + "/cancel", ""},
+		{"GET", "/beta/v1/responses/" + id + "/input_items", ""},
+		{"POST", responsesPath, fmt.Sprintf(`{"model":%q,"input":"more","previous_response_id":%q}`, model, id)},
+		{"POST", "/beta/v1/responses/input_tokens", fmt.Sprintf(`{"model":%q,"input":"more","previous_response_id":%q}`, model, id)},
+		{"GET", "/beta/v1/responses/resp_unknown", ""},
+	} {
+		resp, out := s.Do(rq.method, rq.path, chatCompletionsHeaders(other.Key), []byte(rq.body))
+		var e struct {
+			Error struct{ Message, Type string }
+		}
+		if resp.StatusCode != 404 || json.Unmarshal(out, &e) != nil || e.Error.Type != "invalid_request_error" || !strings.Contains(e.Error.Message, "not found") {
+			t.Errorf("other account %s %s: %d %s", rq.method, rq.path, resp.StatusCode, out)
+		}
+	}
+	if after := len(s.Primary.Requests()); after != before {
+		t.Errorf("the vendor received %d requests of the other account", after-before)
+	}
+
+	// The owner reads it back, lists its input, continues it and counts
+	// tokens against it; none of that is billed again except the new turn.
+	for _, rq := range []struct{ method, path, body string }{
+		{"GET", "/beta/v1/responses/" + id, ""},
+		{"GET", "/beta/v1/responses/" + id + "/input_items", ""},
+		{"POST", "/beta/v1/responses/input_tokens", fmt.Sprintf(`{"model":%q,"input":"more","previous_response_id":%q}`, model, id)},
+		{"POST", responsesPath, fmt.Sprintf(`{"model":%q,"input":"more","previous_response_id":%q}`, model, id)},
+		{"DELETE", "/beta/v1/responses/" + id, ""},
+	} {
+		if resp, out := s.Do(rq.method, rq.path, chatCompletionsHeaders(owner.Key), []byte(rq.body)); resp.StatusCode != 200 {
+			t.Errorf("owner %s %s: %d %s", rq.method, rq.path, resp.StatusCode, out)
+		}
+	}
+	entries, _, err = s.Store.Ledger(ctx, owner.ID, "", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != len(wantCosts)+1 {
+		t.Errorf("%d ledger entries after reads and one new turn, want %d", len(entries), len(wantCosts)+1)
+	}
+	if o, _, _ := s.Store.Ledger(ctx, other.ID, "", 10); len(o) != 0 {
+		t.Errorf("the other account was billed: %+v", o)
+	}
+}
+
+// Embeddings are billed as input, from usage.prompt_tokens; a chat model is
+// not served there, nor an embedding model on chat completions.
+func TestEmbeddingsBilledAsInput(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	acct := s.NewAccount(10, noLimits)
+	const model = "text-embedding-3-small"
+	entry := servedModels(t, s.Config.Catalogue, "openai", []string{"embedding"}, "/v1/embeddings")[model]
+	resp, out := s.Do("POST", "/beta/v1/embeddings", chatCompletionsHeaders(acct.Key), []byte(`{"model":"text-embedding-3-small","input":["one","two"]}`))
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	var r struct {
+		Usage struct {
+			PromptTokens int64 `json:"prompt_tokens"`
+		} `json:"usage"`
+	}
+	mustJSON(t, out, &r)
+	entries, _, err := s.Store.Ledger(context.Background(), acct.ID, "", 10)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("ledger %v %v", entries, err)
+	}
+	if e := entries[0]; e.Usage.Input != r.Usage.PromptTokens || e.Cost != expectedNano(t, entry, billed{input: r.Usage.PromptTokens}) || e.Estimated {
+		t.Errorf("entry %+v, want input %d", e.Settlement, r.Usage.PromptTokens)
+	}
+	for _, rq := range []struct{ path, body string }{
+		{"/beta/v1/embeddings", `{"model":"gpt-4o-mini","input":"x"}`},
+		{betaPath, `{"model":"text-embedding-3-small","messages":[{"role":"user","content":"x"}]}`},
+		{betaPath, `{"model":"gpt-5.1-codex","messages":[{"role":"user","content":"x"}]}`},
+	} {
+		if resp, out := s.Do("POST", rq.path, chatCompletionsHeaders(acct.Key), []byte(rq.body)); resp.StatusCode != 400 || !strings.Contains(string(out), "model_not_found") {
+			t.Errorf("%s %s: %d %s", rq.path, rq.body, resp.StatusCode, out)
+		}
+	}
+}
