@@ -246,12 +246,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	// share the control server; everything else is the control handler's.
 	mux := http.NewServeMux()
 	mux.Handle("/", ctl)
-<<<<<<< HEAD
-	// Named exactly, or the mux would redirect it to the subtree
-	// /v1/usage/ the console adds.
-=======
 	// Exact, or the mux would redirect /v1/usage to the console's /v1/usage/.
->>>>>>> main
 	mux.Handle("/v1/usage", ctl)
 	console.Mount(mux, console.APIOptions{Store: st, Keys: keys, Settled: proc, Logger: o.Logger})
 	s.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
