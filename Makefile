@@ -143,9 +143,7 @@ clean:
 
 ## envoy-config: render envoy/envoy.yaml, envoy/envoy-demo.yaml (docker-compose) and deploy/k8s/configmaps.yaml from gateway.yaml
 envoy-config: build
-	$(BIN)/gateway envoy-config --config gateway.yaml --public-addr 0.0.0.0:8080 --node-id gateway-compose -o envoy/envoy.yaml
-	$(BIN)/gateway envoy-config --config gateway.yaml --public-addr 0.0.0.0:8080 --node-id gateway-compose-demo \
-	  --endpoint alpha=http://fakevendor:9101 --endpoint beta=http://fakevendor:9102 -o envoy/envoy-demo.yaml
+	$(BIN)/gateway envoy-config --config gateway.yaml --compose .
 	cd deploy && $(GO) run ./gen -root ..
 
 ## conformance: the official SDKs against the real gateway

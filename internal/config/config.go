@@ -464,6 +464,15 @@ func Parse(data []byte) (*Config, error) {
 // Envoy) are the practical bound.
 const DefaultMaxConcurrent = 50_000
 
+// Defaults that other packages fall back on when given zero.
+const (
+	// DefaultHoldLease is limits.hold_lease's default and the store's.
+	DefaultHoldLease = time.Minute
+	// DefaultKeyCacheTTL bounds how long a revoked key keeps working: the
+	// default of gateway serve's --key-cache-ttl and of the key cache.
+	DefaultKeyCacheTTL = 2 * time.Second
+)
+
 func (c *Config) setDefaults() {
 	def := func(s *string, v string) {
 		if *s == "" {
@@ -498,7 +507,10 @@ func (c *Config) setDefaults() {
 		c.Limits.MaxRequestBytes = 32 << 20
 	}
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
-	defDur(&c.Limits.HoldLease, time.Minute)
+	defDur(&c.Limits.HoldLease, DefaultHoldLease)
+	if c.Limits.RPM > 0 && c.Limits.WindowMinutes == 0 {
+		c.Limits.WindowMinutes = 1
+	}
 	defDur(&c.Store.Timeout, 500*time.Millisecond)
 	def(&c.LedgerSink.Listen, "127.0.0.1:9465")
 	defDur(&c.LedgerSink.Interval, time.Second)
@@ -542,7 +554,8 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports the first invalid setting, naming its field.
+// Validate reports the first invalid setting, naming its field. It changes
+// nothing: defaults are set by Parse before it.
 func (c *Config) Validate() error {
 	for field, addr := range map[string]string{
 		"listeners.public": c.Listeners.Public, "listeners.envoy_admin": c.Listeners.EnvoyAdmin,
@@ -596,9 +609,6 @@ func (c *Config) Validate() error {
 	}
 	if p := c.Tracing.Sampling(); p < 0 || p > 100 {
 		return errors.New("tracing.sampling_percent: must be 0 to 100")
-	}
-	if c.Limits.RPM > 0 && c.Limits.WindowMinutes == 0 {
-		c.Limits.WindowMinutes = 1
 	}
 	if len(c.Upstreams) == 0 {
 		return errors.New("upstreams: at least one upstream is required")
