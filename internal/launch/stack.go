@@ -103,6 +103,9 @@ type Stack struct {
 	removeDir  bool
 }
 
+// ConfigPath is the gateway.yaml the stack's processes read.
+func (s *Stack) ConfigPath() string { return s.configPath }
+
 // Up starts a stack. On error, whatever had started is stopped again.
 func Up(o Options) (s *Stack, err error) {
 	s = &Stack{Dir: o.Dir, opts: o}
