@@ -71,7 +71,7 @@ func TestHoldOf(t *testing.T) {
 	for _, tier := range []string{"", "priority", "flex", "unknown"} {
 		for _, u := range splits {
 			u.Output = 3 * 300
-			if c := m.Price(u, tier).Cost; c > got {
+			if c := m.Price(u, tier, "").Cost; c > got {
 				t.Errorf("tier %q usage %+v costs %d, above the hold %d", tier, u, c, got)
 			}
 		}
@@ -85,7 +85,7 @@ func TestHoldOfLongContext(t *testing.T) {
 	const body = 300_000
 	req := format.Request{Model: "m", HasMaxTokens: true, MaxTokens: 1000}
 	hold := holdOf(m, req, body)
-	c := m.Price(usage.Usage{Input: body, Output: 1000}, "")
+	c := m.Price(usage.Usage{Input: body, Output: 1000}, "", "")
 	if c.Above != 200_000 {
 		t.Fatalf("priced above %d, want the 200k tier", c.Above)
 	}

@@ -2012,7 +2012,8 @@ type LedgerEntry struct {
 	CostNanoUsd      int64                  `protobuf:"varint,9,opt,name=cost_nano_usd,json=costNanoUsd,proto3" json:"cost_nano_usd,omitempty"`
 	// True when the vendor reported no usage and the gateway estimated it.
 	Estimated bool `protobuf:"varint,10,opt,name=estimated,proto3" json:"estimated,omitempty"`
-	// Upstream HTTP status.
+	// The HTTP status the client received: the vendor's, or the one Envoy
+	// answered with itself (a timeout, no endpoint left).
 	Status int32 `protobuf:"varint,11,opt,name=status,proto3" json:"status,omitempty"`
 	// "primary" or "reserve".
 	Endpoint  string                 `protobuf:"bytes,12,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
