@@ -54,11 +54,11 @@ type exchange struct {
 	status    int    // upstream response status; 0 until the first response body chunk
 	endpoint  string // "primary" or "reserve", from Envoy's endpoint metadata
 	meter     format.Meter
-	rewriter  format.Rewriter // the meter, when it also rewrites the reply
+	rewriter  format.Rewriter  // the meter, when it also rewrites the reply
 	stored    responses.Stored // the meter, when the reply names a stored response
 	bound     bool             // the stored response's id is bound to the account
-	bodyBytes int64           // response body bytes from the vendor
-	open      *holds.Open     // the hold's renewal while the request runs
+	bodyBytes int64            // response body bytes from the vendor
+	open      *holds.Open      // the hold's renewal while the request runs
 
 	hasLength bool // the client sent content-length
 }
@@ -300,7 +300,8 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	tokens := tokenBound(price, req, int64(len(body)))
 	t0 := time.Now()
 	d, err := x.s.accounts.Admit(ctx, store.Admission{
-		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID, Model: req.Model, Hold: hold,
+		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID,
+		Priced: price.Name, Requested: usage.RequestedModel(req.Model), Hold: hold,
 		Tokens: tokens, Stream: req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
 	})
 	x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
