@@ -311,6 +311,9 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	}
 	if d.Outcome != store.Admitted {
 		x.s.metrics.limitRefusals.WithLabelValues(d.Level.String(), d.Outcome.String()).Inc()
+		if x.s.onRefusal != nil {
+			x.s.onRefusal(x.key.AccountID, x.key.ID, d.Level, d.Outcome)
+		}
 		kind, msg := refusal(d, hold, tokens)
 		return x.reject(kind, msg, d.RetryAfter)
 	}

@@ -35,7 +35,34 @@ type Config struct {
 	// environment variable overrides it (the container image sets it).
 	Catalogue string     `yaml:"catalogue"`
 	Upstreams []Upstream `yaml:"upstreams"`
+	Alerts    Alerts     `yaml:"alerts"`
 }
+
+// Alerts configure the webhook events (docs/limits.md).
+type Alerts struct {
+	// Interval is how often each sidecar looks at every account's balance,
+	// budgets and keys for a crossing.
+	Interval Duration `yaml:"interval"`
+	// StoreUnreachableAfter is how long the store must fail before
+	// store.unreachable fires; 0 never fires it.
+	StoreUnreachableAfter Duration `yaml:"store_unreachable_after"`
+	// QueueSize bounds the deliveries waiting (retries included); more are
+	// dropped and counted.
+	QueueSize int       `yaml:"queue_size"`
+	Webhooks  []Webhook `yaml:"webhooks"`
+}
+
+// Webhook is one receiver of alert events.
+type Webhook struct {
+	URL string `yaml:"url"`
+	// SecretEnv names the environment variable holding the signing secret.
+	SecretEnv string `yaml:"secret_env"`
+	// Events are the event types sent; empty sends every type.
+	Events []string `yaml:"events"`
+}
+
+// AlertEvents are the webhook event types.
+var AlertEvents = []string{"balance.low", "budget.threshold", "key.expiring", "account.suspended", "account.resumed", "store.unreachable"}
 
 // Listeners are the addresses the gateway's processes bind.
 type Listeners struct {
@@ -435,6 +462,10 @@ func (c *Config) setDefaults() {
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
 	defDur(&c.Limits.HoldLease, time.Minute)
 	defDur(&c.Store.Timeout, 500*time.Millisecond)
+	defDur(&c.Alerts.Interval, 30*time.Second)
+	if c.Alerts.QueueSize == 0 {
+		c.Alerts.QueueSize = 1000
+	}
 	defDur(&c.Envoy.StreamIdleTimeout, 5*time.Minute)
 	defDur(&c.Envoy.MaxStreamDuration, c.Limits.MaxRequestDuration.D())
 	defInt := func(n *int, v int) {
@@ -513,6 +544,23 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.RPM > 0 && c.Limits.WindowMinutes == 0 {
 		c.Limits.WindowMinutes = 1
+	}
+	if c.Alerts.Interval < 0 || c.Alerts.StoreUnreachableAfter < 0 || c.Alerts.QueueSize < 0 {
+		return errors.New("alerts: interval, store_unreachable_after and queue_size must not be negative")
+	}
+	for i, w := range c.Alerts.Webhooks {
+		p := fmt.Sprintf("alerts.webhooks[%d]", i)
+		if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s.url: %q is not an http(s) URL", p, w.URL)
+		}
+		if !validEnvName(w.SecretEnv) {
+			return fmt.Errorf("%s.secret_env: %q is not an environment variable name (the signing secret is required)", p, w.SecretEnv)
+		}
+		for j, ev := range w.Events {
+			if !slices.Contains(AlertEvents, ev) {
+				return fmt.Errorf("%s.events[%d]: %q is not one of %s", p, j, ev, strings.Join(AlertEvents, ", "))
+			}
+		}
 	}
 	if len(c.Upstreams) == 0 {
 		return errors.New("upstreams: at least one upstream is required")
