@@ -71,7 +71,7 @@ func TestHoldOf(t *testing.T) {
 	for _, tier := range []string{"", "priority", "flex", "unknown"} {
 		for _, u := range splits {
 			u.Output = 3 * 300
-			if c := m.Price(u, tier).Cost; c > got {
+			if c := m.Price(u, tier, "").Cost; c > got {
 				t.Errorf("tier %q usage %+v costs %d, above the hold %d", tier, u, c, got)
 			}
 		}
@@ -85,11 +85,25 @@ func TestHoldOfLongContext(t *testing.T) {
 	const body = 300_000
 	req := format.Request{Model: "m", HasMaxTokens: true, MaxTokens: 1000}
 	hold := holdOf(m, req, body)
-	c := m.Price(usage.Usage{Input: body, Output: 1000}, "")
+	c := m.Price(usage.Usage{Input: body, Output: 1000}, "", "")
 	if c.Above != 200_000 {
 		t.Fatalf("priced above %d, want the 200k tier", c.Above)
 	}
 	if c.Cost > hold {
 		t.Fatalf("long-context cost %d above the hold %d", c.Cost, hold)
+	}
+}
+
+// Usage beyond what the request allowed is capped at its bounds, each side
+// as a whole, and reported.
+func TestCapUsage(t *testing.T) {
+	u := usage.Usage{Input: 50, CacheRead: 80, Output: 9e18, Reasoning: 9e18, AudioOutput: 5, WebSearches: 2}
+	got, ok := capUsage(u, 100, 200)
+	want := usage.Usage{Input: 50, CacheRead: 50, Output: 200, Reasoning: 200, WebSearches: 2}
+	if ok || got != want {
+		t.Errorf("capped %+v, %v; want %+v, false", got, ok, want)
+	}
+	if got, ok := capUsage(usage.Usage{Input: 100, Output: 150, AudioOutput: 50}, 100, 200); !ok || got.Output != 150 {
+		t.Errorf("within bounds: %+v, %v", got, ok)
 	}
 }

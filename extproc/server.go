@@ -42,15 +42,10 @@ type Owners interface {
 	ResponseOwner(ctx context.Context, id string) (string, error)
 }
 
-// KeyLookup authenticates a request's credential headers (auth.Cache).
-type KeyLookup interface {
-	Authenticate(ctx context.Context, h auth.Headers, now time.Time, p auth.Policy) (store.Key, error)
-}
-
 // Options configure a Server.
 type Options struct {
 	Upstreams []*Upstream
-	Keys      KeyLookup
+	Keys      auth.Authenticator
 	Accounts  Accounts
 	Metrics   *Metrics
 	Logger    *slog.Logger
@@ -78,7 +73,7 @@ type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
 	upstreams []*Upstream
-	keys      KeyLookup
+	keys      auth.Authenticator
 	accounts  Accounts
 	metrics   *Metrics
 	log       *slog.Logger
@@ -123,7 +118,7 @@ func NewServer(o Options) *Server {
 		upstreams: o.Upstreams, keys: o.Keys, accounts: o.Accounts, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
 		onRefusal: o.OnRefusal,
-		owners: o.Owners,
+		owners:    o.Owners,
 	}
 	if s.log == nil {
 		s.log = slog.Default()

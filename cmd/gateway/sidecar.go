@@ -196,7 +196,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Owners:          st,
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
 		Upstreams:       vendorRoutes, Keys: keys, Accounts: sp, Metrics: metrics, Logger: o.Logger,
-		OnRefusal:       watcher.Refused,
+		OnRefusal: watcher.Refused,
 	})
 
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -92,16 +92,16 @@ const (
 
 // DispatcherOptions configure a Dispatcher. Zero values pick the defaults.
 type DispatcherOptions struct {
-	QueueSize   int           // deliveries waiting, retries included; default 1000
-	Workers     int           // deliveries in flight at once; default 4
-	Attempts    int           // tries per delivery; default 8
-	Backoff     time.Duration // the first retry's wait, doubled each time (up to MaxBackoff); default 1s
-	MaxBackoff  time.Duration // default 5m
-	Timeout     time.Duration // one attempt; default 10s
-	Client      *http.Client  // default: one with Timeout
-	Registerer  prometheus.Registerer
-	Logger      *slog.Logger
-	Now         func() time.Time
+	QueueSize  int           // deliveries waiting, retries included; default 1000
+	Workers    int           // deliveries in flight at once; default 4
+	Attempts   int           // tries per delivery; default 8
+	Backoff    time.Duration // the first retry's wait, doubled each time (up to MaxBackoff); default 1s
+	MaxBackoff time.Duration // default 5m
+	Timeout    time.Duration // one attempt; default 10s
+	Client     *http.Client  // default: one with Timeout
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
 
 // Dispatcher delivers events to the endpoints that want them. Publish never

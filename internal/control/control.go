@@ -28,11 +28,6 @@ type UsageReader interface {
 	Ping(ctx context.Context) error
 }
 
-// KeyLookup authenticates a request's credential headers (auth.Cache).
-type KeyLookup interface {
-	Authenticate(ctx context.Context, h auth.Headers, now time.Time, p auth.Policy) (store.Key, error)
-}
-
 // usagePolicy: both kinds of credential read usage, also while the account
 // is suspended.
 var usagePolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey, store.ReadOnlyToken}, AllowSuspended: true}
@@ -55,7 +50,7 @@ type Options struct {
 	Region    string
 	Upstreams []string
 	Store     UsageReader
-	Keys      KeyLookup
+	Keys      auth.Authenticator
 	// Settled, when set, makes a usage read wait (at most UsageWait) for
 	// the settlements of replies this sidecar has already released, so
 	// that a read after a reply ends includes it.

@@ -78,6 +78,10 @@ const (
 	ledgerEnded       = "ended"
 	ledgerInterrupted = "interrupted"
 	ledgerReconciled  = "reconciled" // settle.lua sets it; written "0" here
+	ledgerTierUnknown = "tier_unknown"
+	ledgerCapped      = "capped"
+	ledgerRegion      = "regional_processing"
+	ledgerUplift      = "regional_uplift_ppm"
 	ledgerPricePrefix = "price_"
 )
 
@@ -110,10 +114,14 @@ func appendLedger(args []any, st Settlement, cost int64) []any {
 	}
 	args = append(args,
 		ledgerServiceTier, st.ServiceTier,
+		ledgerTierUnknown, boolString(st.TierUnknown),
+		ledgerRegion, st.Region,
+		ledgerUplift, st.Uplift,
 		ledgerLongContext, st.LongContext,
 		ledgerFallback, boolString(st.Fallback),
 		ledgerCost, cost,
 		ledgerEstimated, boolString(st.Estimated),
+		ledgerCapped, boolString(st.Capped),
 		ledgerStatus, st.Status,
 		ledgerEndpoint, st.Endpoint,
 		ledgerStream, boolString(st.Stream),
@@ -138,10 +146,14 @@ func decodeLedgerFields(accountID string, v func(string) string) Settlement {
 		Priced:      usage.PricedModel(v(ledgerPriced)),
 		Reported:    usage.ReportedModel(v(ledgerReported)),
 		ServiceTier: v(ledgerServiceTier),
+		TierUnknown: v(ledgerTierUnknown) == "1",
+		Region:      v(ledgerRegion),
+		Uplift:      parseInt(v(ledgerUplift)),
 		LongContext: parseInt(v(ledgerLongContext)),
 		Fallback:    v(ledgerFallback) == "1",
 		Cost:        parseInt(v(ledgerCost)),
 		Estimated:   v(ledgerEstimated) == "1",
+		Capped:      v(ledgerCapped) == "1",
 		Status:      status,
 		Endpoint:    v(ledgerEndpoint),
 		Stream:      v(ledgerStream) == "1",
