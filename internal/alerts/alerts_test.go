@@ -59,7 +59,9 @@ func TestDeliveryRetriedAndSigned(t *testing.T) {
 	}))
 	defer srv.Close()
 	reg := prometheus.NewRegistry()
-	d := NewDispatcher([]Endpoint{{URL: srv.URL, Secret: secret}}, DispatcherOptions{Backoff: time.Millisecond, Registerer: reg})
+	results := make(chan string, 10)
+	d := NewDispatcher([]Endpoint{{URL: srv.URL, Secret: secret}}, DispatcherOptions{Backoff: time.Millisecond, Registerer: reg,
+		onResult: func(r string) { results <- r }})
 	defer d.Close()
 	d.Publish(Event{ID: "evt_1", Type: BalanceLow, AccountID: "acct_1", Data: map[string]any{"balance_usd": 1.5}})
 	var ids []string
@@ -74,7 +76,11 @@ func TestDeliveryRetriedAndSigned(t *testing.T) {
 	if ids[0] != "evt_1" || ids[1] != ids[0] || ids[2] != ids[0] {
 		t.Fatalf("ids %v", ids)
 	}
-	d.Close() // the third attempt's outcome is counted before its worker stops
+	for _, want := range []string{"retried", "retried", "delivered"} {
+		if r := <-results; r != want {
+			t.Fatalf("result %s, want %s", r, want)
+		}
+	}
 	if r := testutil.ToFloat64(d.deliveries.WithLabelValues("retried")); r != 2 {
 		t.Fatalf("retried %v, want 2", r)
 	}

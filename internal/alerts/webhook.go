@@ -102,6 +102,8 @@ type DispatcherOptions struct {
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	Now        func() time.Time
+
+	onResult func(result string) // tests: hears each attempt's outcome once counted
 }
 
 // Dispatcher delivers events to the endpoints that want them. Publish never
@@ -207,7 +209,7 @@ func (d *Dispatcher) enqueue(dl *delivery) {
 	select {
 	case d.queue <- dl:
 	default:
-		d.deliveries.WithLabelValues("dropped").Inc()
+		d.count("dropped")
 		d.o.Logger.Warn("alerts: webhook queue full; delivery dropped", "event", dl.ev.ID, "type", dl.ev.Type)
 	}
 }
@@ -229,15 +231,15 @@ func (d *Dispatcher) attempt(dl *delivery) {
 	dl.attempt++
 	err := d.post(dl)
 	if err == nil {
-		d.deliveries.WithLabelValues("delivered").Inc()
+		d.count("delivered")
 		return
 	}
 	if dl.attempt >= d.o.Attempts {
-		d.deliveries.WithLabelValues("failed").Inc()
+		d.count("failed")
 		d.o.Logger.Error("alerts: webhook delivery failed", "event", dl.ev.ID, "type", dl.ev.Type, "attempts", dl.attempt, "err", err)
 		return
 	}
-	d.deliveries.WithLabelValues("retried").Inc()
+	d.count("retried")
 	wait := d.o.Backoff << (dl.attempt - 1)
 	if wait > d.o.MaxBackoff || wait <= 0 {
 		wait = d.o.MaxBackoff
@@ -255,6 +257,13 @@ func (d *Dispatcher) attempt(dl *delivery) {
 		d.enqueue(dl)
 	})
 	d.timers[t] = struct{}{}
+}
+
+func (d *Dispatcher) count(result string) {
+	d.deliveries.WithLabelValues(result).Inc()
+	if d.o.onResult != nil {
+		d.o.onResult(result)
+	}
 }
 
 // post sends one attempt; a 2xx answer delivers it.
