@@ -635,7 +635,7 @@ func (x *exchange) outcome(complete bool) store.Settlement {
 	}
 	if x.meter != nil && st.Status >= 200 && st.Status <= 299 {
 		r := x.meter.Usage(complete)
-		in, out := tokenBounds(x.price, x.req, int64(len(x.body)))
+		in, out := usageBounds(x.price, x.req, int64(len(x.body)))
 		if u, ok := capUsage(r.Usage, in, out); !ok {
 			r.Usage, st.Capped = u, true
 		}

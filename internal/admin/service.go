@@ -377,6 +377,10 @@ func (s *Service) CommitLedgerExport(ctx context.Context, req *adminv1.CommitLed
 		return nil, s.failAccount("commit ledger export", req.GetAccountId(), err)
 	}
 	mark, trimmed, err := s.st.CommitExport(ctx, req.GetAccountId(), req.GetLastId())
+	if errors.Is(err, store.ErrNotFound) {
+		// The account exists (checked above): the entry does not, in it.
+		err = &missing{what: "ledger entry " + strconv.Quote(req.GetLastId()) + " of account " + strconv.Quote(req.GetAccountId())}
+	}
 	if err != nil {
 		return nil, s.failAccount("commit ledger export", req.GetAccountId(), err)
 	}
