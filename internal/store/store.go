@@ -242,7 +242,8 @@ type Settlement struct {
 	Cost        int64 // nano-USD; zero for non-2xx replies
 	Estimated   bool
 	// Capped: the vendor reported more usage than the request allowed
-	// (max_tokens × n, the body's size for input); Usage is capped at that.
+	// (max_tokens × n for output, the model's context window for input);
+	// Usage is capped at that.
 	Capped bool
 	// Interrupted marks a request settled by the sweeper at its last
 	// checkpoint because its sidecar stopped renewing its hold.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"github.com/modelgateway/gateway/internal/usage"
 	"github.com/redis/go-redis/v9"
@@ -843,6 +844,18 @@ func testExportLedger(t *testing.T, e *env) {
 	}
 	if _, _, err := e.s.CommitExport(e.ctx, acct, "garbage"); err == nil {
 		t.Fatal("bad entry id accepted")
+	}
+	// An id the ledger does not hold (another account's, one in the future)
+	// never moves the mark.
+	other := e.account(1000, Limits{})
+	if _, _, err := e.s.CommitExport(e.ctx, other, all[3].ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("another account's entry id committed: %v", err)
+	}
+	if _, _, err := e.s.CommitExport(e.ctx, acct, "99999999999999-0"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a future entry id committed: %v", err)
+	}
+	if mark, _, err := e.s.CommitExport(e.ctx, acct, ""); err != nil || mark != all[24].ID {
+		t.Fatalf("mark %s after refused commits (%v)", mark, err)
 	}
 
 	// With a retention, exported entries older than it go; unexported never,
