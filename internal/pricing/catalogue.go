@@ -25,6 +25,9 @@ type CatalogueEntry struct {
 	Name      string
 	Provider  string
 	MaxOutput int64
+	// MaxInput is the catalogue's max_input_tokens, the context window; 0
+	// when it gives none (or none that is a positive whole number).
+	MaxInput int64
 	// Mode is the catalogue's mode ("chat", "responses", "embedding") and
 	// Endpoints its supported_endpoints (often absent): together they say
 	// which operations serve the model (Model.Serves).
@@ -190,6 +193,13 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 			return e, fmt.Errorf("max_output_tokens: %v is not a positive whole number", v)
 		}
 		e.MaxOutput = n
+	}
+	// Only bounds what a reply may claim (never refuses a request): read
+	// leniently.
+	if mi, ok := fields["max_input_tokens"].(json.Number); ok {
+		if n, err := strconv.ParseInt(string(mi), 10, 64); err == nil && n > 0 {
+			e.MaxInput = n
+		}
 	}
 	for field, v := range fields {
 		if region, ok := strings.CutPrefix(field, upliftField); ok && region != "" {

@@ -38,6 +38,9 @@ type Model struct {
 	// MaxOutput is the most output tokens the model can produce; 0 when the
 	// catalogue does not say.
 	MaxOutput int64
+	// MaxInput is the model's context window in tokens; 0 when the
+	// catalogue does not say.
+	MaxInput int64
 	// Source is "catalogue", "override" (an operator price replaced at least
 	// one catalogue figure, or the model is the operator's own) or
 	// "fallback" (the upstream's price for unknown models).
@@ -375,7 +378,7 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 		if !slices.Contains(cfg.Providers, e.Provider) {
 			continue
 		}
-		byName[name] = &Model{Name: usage.PricedModel(name), MaxOutput: e.MaxOutput, Source: "catalogue", Mode: e.Mode, Endpoints: e.Endpoints, prices: e.Prices, uplift: e.Uplift}
+		byName[name] = &Model{Name: usage.PricedModel(name), MaxOutput: e.MaxOutput, MaxInput: e.MaxInput, Source: "catalogue", Mode: e.Mode, Endpoints: e.Endpoints, prices: e.Prices, uplift: e.Uplift}
 	}
 	for name, o := range cfg.Overrides {
 		m := byName[name]
@@ -398,7 +401,7 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 		if !ok {
 			continue
 		}
-		if b := byName[base]; b != nil && b.MaxOutput == m.MaxOutput && b.Mode == m.Mode && slices.Equal(b.Endpoints, m.Endpoints) && equalPrices(b.prices, m.prices) && maps.Equal(b.uplift, m.uplift) {
+		if b := byName[base]; b != nil && b.MaxOutput == m.MaxOutput && b.MaxInput == m.MaxInput && b.Mode == m.Mode && slices.Equal(b.Endpoints, m.Endpoints) && equalPrices(b.prices, m.prices) && maps.Equal(b.uplift, m.uplift) {
 			b.Aliases = append(b.Aliases, name)
 			delete(byName, name)
 		}
