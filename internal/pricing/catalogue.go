@@ -25,6 +25,9 @@ type CatalogueEntry struct {
 	Name      string
 	Provider  string
 	MaxOutput int64
+	// MaxInput is the model's input window (max_input_tokens); 0 when the
+	// catalogue does not say.
+	MaxInput int64
 	// Mode is the catalogue's mode ("chat", "responses", "embedding") and
 	// Endpoints its supported_endpoints (often absent): together they say
 	// which operations serve the model (Model.Serves).
@@ -182,6 +185,14 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 			return e, fmt.Errorf("max_output_tokens: %v is not a positive whole number", v)
 		}
 		e.MaxOutput = n
+	}
+	if v, ok := fields["max_input_tokens"]; ok {
+		mi, ok := v.(json.Number)
+		n, err := strconv.ParseInt(string(mi), 10, 64)
+		if !ok || err != nil || n <= 0 {
+			return e, fmt.Errorf("max_input_tokens: %v is not a positive whole number", v)
+		}
+		e.MaxInput = n
 	}
 	for field, v := range fields {
 		kind, above, tier, ok := splitField(field)

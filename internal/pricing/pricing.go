@@ -37,6 +37,9 @@ type Model struct {
 	// MaxOutput is the most output tokens the model can produce; 0 when the
 	// catalogue does not say.
 	MaxOutput int64
+	// MaxInput is the model's input window in tokens; 0 when the catalogue
+	// does not say.
+	MaxInput int64
 	// Source is "catalogue", "override" (an operator price replaced at least
 	// one catalogue figure, or the model is the operator's own) or
 	// "fallback" (the upstream's price for unknown models).
@@ -209,6 +212,21 @@ func (m *Model) Hold(bodyBytes, maxOutput int64) int64 {
 	return Cost(usage.Usage{Input: bodyBytes, Output: maxOutput}, Rates{Input: in, Output: out})
 }
 
+// perCall are the usage kinds priced per built-in tool call or session.
+var perCall = []string{"web_searches", "file_searches", "code_interpreter_sessions", "image_generations"}
+
+// CallHold returns the most calls built-in tool calls can cost: each at
+// the dearest per-call price the model has.
+func (m *Model) CallHold(calls int64) int64 {
+	var p int64
+	for key, v := range m.prices {
+		if slices.Contains(perCall, key.Kind) {
+			p = max(p, v)
+		}
+	}
+	return Cost(usage.Usage{WebSearches: calls}, Rates{WebSearches: p})
+}
+
 // NanoUSD converts an amount typed in USD (a config value, a flag) into
 // integer nano-USD, rounded to the nearest. Prices in USD per million tokens
 // become nano-USD per million tokens the same way.
@@ -301,7 +319,7 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 		if !slices.Contains(cfg.Providers, e.Provider) {
 			continue
 		}
-		byName[name] = &Model{Name: usage.PricedModel(name), MaxOutput: e.MaxOutput, Source: "catalogue", Mode: e.Mode, Endpoints: e.Endpoints, prices: e.Prices}
+		byName[name] = &Model{Name: usage.PricedModel(name), MaxOutput: e.MaxOutput, MaxInput: e.MaxInput, Source: "catalogue", Mode: e.Mode, Endpoints: e.Endpoints, prices: e.Prices}
 	}
 	for name, o := range cfg.Overrides {
 		m := byName[name]
