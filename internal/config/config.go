@@ -48,6 +48,10 @@ type Listeners struct {
 	// (GET /ready, /stats/prometheus, /metrics); the only port besides the
 	// public one that may listen beyond loopback.
 	Probes string `yaml:"probes"`
+	// Relay is Envoy's loopback listener for the sidecar's own requests to
+	// the vendors (reading background responses to settle them); it adds
+	// the vendor credential, so it never leaves loopback.
+	Relay string `yaml:"relay"`
 	// TLS is mutual TLS between Envoy and the sidecar's ext_proc and
 	// control servers. The sidecar refuses to bind either beyond loopback
 	// without it.
@@ -418,6 +422,7 @@ func (c *Config) setDefaults() {
 	def(&c.Listeners.Control, "127.0.0.1:8081")
 	def(&c.Listeners.Admin, "127.0.0.1:50052")
 	def(&c.Listeners.Probes, "127.0.0.1:9902")
+	def(&c.Listeners.Relay, "127.0.0.1:9903")
 	defDur(&c.Envoy.RequestHeadersTimeout, 10*time.Second)
 	defDur(&c.Envoy.MaxConnectionDuration, time.Hour)
 	if c.Envoy.MaxRequestHeadersKB == 0 {
@@ -480,6 +485,7 @@ func (c *Config) Validate() error {
 		"listeners.public": c.Listeners.Public, "listeners.envoy_admin": c.Listeners.EnvoyAdmin,
 		"listeners.extproc": c.Listeners.ExtProc, "listeners.control": c.Listeners.Control,
 		"listeners.admin": c.Listeners.Admin, "listeners.probes": c.Listeners.Probes,
+		"listeners.relay": c.Listeners.Relay,
 	} {
 		if _, _, err := SplitHostPort(addr); err != nil {
 			return fmt.Errorf("%s: %w", field, err)

@@ -140,3 +140,15 @@ func (f *Fake) LastRequest(vendor, path string) Record {
 	f.T.Fatalf("fake %s received no %s %s request", f.Name, vendor, path)
 	return Record{}
 }
+
+// RequestsTo returns the requests the fake received for one vendor path,
+// oldest first.
+func (f *Fake) RequestsTo(vendor, path string) []Record {
+	var out []Record
+	for _, r := range f.Requests() {
+		if r.Vendor == vendor && r.Path == path {
+			out = append(out, r)
+		}
+	}
+	return out
+}

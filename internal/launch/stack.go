@@ -148,12 +148,12 @@ func Up(o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	addrs, err := FreeAddrs(6)
+	addrs, err := FreeAddrs(7)
 	if err != nil {
 		return s, err
 	}
 	cfg.Listeners = config.Listeners{
-		Public: addrs[0], EnvoyAdmin: addrs[1], ExtProc: addrs[2], Control: addrs[3], Admin: addrs[4], Probes: addrs[5],
+		Public: addrs[0], EnvoyAdmin: addrs[1], ExtProc: addrs[2], Control: addrs[3], Admin: addrs[4], Probes: addrs[5], Relay: addrs[6],
 	}
 	if o.ExtProcAddr != "" {
 		cfg.Listeners.ExtProc = o.ExtProcAddr
