@@ -246,10 +246,10 @@ func TestComposeWiring(t *testing.T) {
 }
 
 // listenPorts are the TCP ports the fake vendor listens on, from its command
-// line (-alpha, -beta, -control).
+// line (-messages, -chat-completions, -control).
 func listenPorts(t *testing.T, s types.ServiceConfig) []uint32 {
 	var ports []uint32
-	for _, f := range []string{"-alpha", "-beta", "-control"} {
+	for _, f := range []string{"-messages", "-chat-completions", "-control"} {
 		if v, ok := flagValue(s.Command, f); ok {
 			h, p := bootAddr(t, v)
 			if h != "0.0.0.0" {

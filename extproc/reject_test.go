@@ -70,7 +70,7 @@ func firstRejection(t *testing.T, r *rig, hdrs []string, body []byte) (a answer,
 	return a, false
 }
 
-func alphaHeaders(key string, extra ...string) []string {
+func messagesHeaders(key string, extra ...string) []string {
 	h := []string{":method", "POST", ":path", "/alpha/v1/messages", "content-type", "application/json"}
 	if key != "" {
 		h = append(h, "x-api-key", key)
@@ -93,17 +93,17 @@ func TestRejectionBranches(t *testing.T) {
 		message string // a part of the message
 		retry   bool
 	}{
-		{name: "no credential", headers: func(r *rig) []string { return alphaHeaders("") },
+		{name: "no credential", headers: func(r *rig) []string { return messagesHeaders("") },
 			status: 401, errType: "authentication_error", message: "no API key"},
 		{name: "malformed authorization", headers: func(r *rig) []string {
-			return alphaHeaders("", "authorization", "Basic Zm9vOmJhcg==")
+			return messagesHeaders("", "authorization", "Basic Zm9vOmJhcg==")
 		}, status: 401, errType: "authentication_error", message: "malformed"},
 		{name: "two different keys", headers: func(r *rig) []string {
-			return alphaHeaders(r.key, "authorization", "Bearer cr_somethingelse123")
+			return messagesHeaders(r.key, "authorization", "Bearer cr_somethingelse123")
 		}, status: 401, errType: "authentication_error", message: "different keys"},
-		{name: "unknown key", headers: func(r *rig) []string { return alphaHeaders("cr_" + strings.Repeat("x", 40)) },
+		{name: "unknown key", headers: func(r *rig) []string { return messagesHeaders("cr_" + strings.Repeat("x", 40)) },
 			status: 401, errType: "authentication_error", message: "invalid API key"},
-		{name: "not a key of ours", headers: func(r *rig) []string { return alphaHeaders("sk-" + strings.Repeat("x", 40)) },
+		{name: "not a key of ours", headers: func(r *rig) []string { return messagesHeaders("sk-" + strings.Repeat("x", 40)) },
 			status: 401, errType: "authentication_error", message: "invalid API key"},
 		{name: "read-only token", setup: func(t *testing.T, r *rig) {
 			tok, _, err := r.st.CreateKey(context.Background(), r.acct, store.ReadOnlyToken, store.KeyOptions{})
@@ -111,10 +111,10 @@ func TestRejectionBranches(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.key = tok
-		}, headers: func(r *rig) []string { return alphaHeaders(r.key) },
+		}, headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status: 403, errType: "permission_error", message: "read-only"},
 		{name: "expired key", account: rigAccount{key: store.KeyOptions{ExpiresAt: time.Now().Add(-time.Minute)}},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  401, errType: "authentication_error", message: "expired"},
 		{name: "revoked key", setup: func(t *testing.T, r *rig) {
 			keys, err := r.st.ListKeys(context.Background(), r.acct)
@@ -124,7 +124,7 @@ func TestRejectionBranches(t *testing.T) {
 			if err := r.st.RevokeKey(context.Background(), r.acct, keys[0].ID); err != nil {
 				t.Fatal(err)
 			}
-		}, headers: func(r *rig) []string { return alphaHeaders(r.key) },
+		}, headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status: 401, errType: "authentication_error"},
 		{name: "unknown path", headers: func(r *rig) []string {
 			return []string{":method", "POST", ":path", "/alpha/v1/complete", "x-api-key", r.key}
@@ -133,40 +133,40 @@ func TestRejectionBranches(t *testing.T) {
 			return []string{":method", "GET", ":path", "/alpha/v1/messages", "x-api-key", r.key}
 		}, status: 404, errType: "not_found_error"},
 		{name: "declared body too large", headers: func(r *rig) []string {
-			return alphaHeaders(r.key, "content-length", strconv.Itoa(33<<20))
+			return messagesHeaders(r.key, "content-length", strconv.Itoa(33<<20))
 		}, status: 413, errType: "request_too_large"},
-		{name: "malformed JSON", headers: func(r *rig) []string { return alphaHeaders(r.key) },
+		{name: "malformed JSON", headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			body: []byte(`{"model":"claude-sonnet-4-5",`), status: 400, errType: "invalid_request_error"},
-		{name: "unknown model", headers: func(r *rig) []string { return alphaHeaders(r.key) },
+		{name: "unknown model", headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			body:   []byte(`{"model":"claude-nonexistent-9","max_tokens":10,"messages":[]}`),
 			status: 400, errType: "invalid_request_error", message: "claude-nonexistent-9"},
-		{name: "max_tokens above the model's output", headers: func(r *rig) []string { return alphaHeaders(r.key) },
+		{name: "max_tokens above the model's output", headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			body:   []byte(`{"model":"claude-sonnet-4-5","max_tokens":100000000,"messages":[]}`),
 			status: 400, errType: "invalid_request_error", message: "max_tokens"},
 		{name: "model outside the key's allow-list", account: rigAccount{key: store.KeyOptions{Models: []string{"claude-haiku-4-5"}}},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  403, errType: "permission_error", message: "claude-sonnet-4-5"},
 		{name: "balance too low for the hold", account: rigAccount{balance: 1},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  402, errType: "billing_error", message: "insufficient balance"},
 		{name: "request rate", account: rigAccount{limits: store.Limits{RPM: 1, WindowMinutes: 1}},
 			setup: func(t *testing.T, r *rig) {
-				if a, ok := firstRejection(t, r, alphaHeaders(r.key), body); ok {
+				if a, ok := firstRejection(t, r, messagesHeaders(r.key), body); ok {
 					t.Fatalf("first request refused: %+v", a)
 				}
 			},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "rate limit", retry: true},
 		{name: "daily spend", account: rigAccount{limits: store.Limits{DailyNanoUSD: 1}},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "daily spend limit", retry: true},
 		{name: "key's request rate", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{RPM: 1, WindowMinutes: 1}}},
 			setup: func(t *testing.T, r *rig) {
-				if a, ok := firstRejection(t, r, alphaHeaders(r.key), body); ok {
+				if a, ok := firstRejection(t, r, messagesHeaders(r.key), body); ok {
 					t.Fatalf("first request refused: %+v", a)
 				}
 			},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "request rate limit reached for this key", retry: true},
 		{name: "key's concurrency", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{Concurrency: 1}}},
 			setup: func(t *testing.T, r *rig) {
@@ -177,10 +177,10 @@ func TestRejectionBranches(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "concurrent request limit reached for this key", retry: true},
 		{name: "account's tokens per minute, bound above the limit", account: rigAccount{limits: store.Limits{TPM: 100}},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "more than the tokens-per-minute limit for this account"},
 		{name: "key's tokens per minute", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{TPM: 500}}},
 			setup: func(t *testing.T, r *rig) {
@@ -191,21 +191,21 @@ func TestRejectionBranches(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "tokens-per-minute limit reached for this key", retry: true},
 		{name: "key's daily spend", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{DailyNanoUSD: 1}}},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "daily spend limit reached for this key", retry: true},
 		{name: "account's monthly spend", account: rigAccount{limits: store.Limits{MonthlyNanoUSD: 1}},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "monthly spend limit reached for this account", retry: true},
 		{name: "key's lifetime spend", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{TotalNanoUSD: 1}}},
-			headers: func(r *rig) []string { return alphaHeaders(r.key) },
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  402, errType: "billing_error", message: "lifetime spend limit reached for this key"},
 		{name: "store unavailable", setup: func(t *testing.T, r *rig) {
 			// The key cache is off (TTL 0), so the key lookup meets the outage.
 			r.mr.Close()
-		}, headers: func(r *rig) []string { return alphaHeaders(r.key) },
+		}, headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status: 503, errType: "overloaded_error", retry: true},
 	}
 	for _, c := range cases {

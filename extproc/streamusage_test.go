@@ -16,9 +16,9 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 )
 
-// betaRig is a processor for the beta upstream on miniredis with one
+// chatCompletionsRig is a processor for the beta upstream on miniredis with one
 // funded account.
-func betaRig(t *testing.T) *rig {
+func chatCompletionsRig(t *testing.T) *rig {
 	t.Helper()
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
@@ -123,7 +123,7 @@ func (r *rig) betaStream(t *testing.T, body string) (upstream []byte, length str
 }
 
 func TestStreamWithoutUsageIsBilledExactly(t *testing.T) {
-	r := betaRig(t)
+	r := chatCompletionsRig(t)
 	const body = `{"model":"o4-mini","stream":true,"messages":[{"role":"user","content":"The answer?"}]}`
 	up, length, client, _ := r.betaStream(t, body)
 	want := `{"model":"o4-mini","stream":true,"messages":[{"role":"user","content":"The answer?"}],"stream_options":{"include_usage":true}}`
@@ -152,7 +152,7 @@ func TestStreamWithoutUsageIsBilledExactly(t *testing.T) {
 // A client that asked for usage gets the vendor's stream untouched, and
 // neither body is mutated.
 func TestStreamWithUsageIsUntouched(t *testing.T) {
-	r := betaRig(t)
+	r := chatCompletionsRig(t)
 	up, _, client, mutated := r.betaStream(t, `{"model":"o4-mini","stream":true,"stream_options":{"include_usage":true},"messages":[]}`)
 	if up != nil || mutated != 0 || client != strings.Join(betaChunks, "") {
 		t.Fatalf("upstream %q, %d chunks mutated, client %q", up, mutated, client)

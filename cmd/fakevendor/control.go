@@ -12,7 +12,7 @@ import (
 // defaultReplyWords is the reply length when the reply_words control is 0.
 const defaultReplyWords = 12
 
-// Controls steer how one vendor API of the fake answers. The zero value is
+// Controls steer how one wire format of the fake answers. The zero value is
 // the default behaviour: immediate, successful, 12-word text replies.
 type Controls struct {
 	// Status, when not 0, is answered (with a vendor-format error body)
@@ -32,7 +32,7 @@ type Controls struct {
 	// usage.
 	CacheReadTokens  int `json:"cache_read_tokens"`
 	CacheWriteTokens int `json:"cache_write_tokens"`
-	// CacheWrite1hTokens are reported as 1-hour cache writes (alpha), beside
+	// CacheWrite1hTokens are reported as 1-hour cache writes (messages), beside
 	// CacheWriteTokens, the 5-minute ones.
 	CacheWrite1hTokens int `json:"cache_write_1h_tokens"`
 	// InputTokens, when not 0, is reported as the uncached input instead of
@@ -40,13 +40,13 @@ type Controls struct {
 	// without sending one.
 	InputTokens int `json:"input_tokens"`
 	// ServiceTier is reported as the tier that served the reply; empty
-	// reports the default ("standard" for alpha, "default" for beta).
+	// reports the default ("standard" for messages, "default" for chat completions).
 	ServiceTier string `json:"service_tier"`
-	// AudioInputTokens and AudioOutputTokens are reported as audio (beta),
+	// AudioInputTokens and AudioOutputTokens are reported as audio (chat completions),
 	// inside prompt_tokens and completion_tokens.
 	AudioInputTokens  int `json:"audio_input_tokens"`
 	AudioOutputTokens int `json:"audio_output_tokens"`
-	// WebSearchRequests are reported as server-side web searches (alpha).
+	// WebSearchRequests are reported as server-side web searches (messages).
 	WebSearchRequests int `json:"web_search_requests"`
 	// ReplyWords is the length of text replies; 0 means defaultReplyWords.
 	ReplyWords int `json:"reply_words"`
@@ -66,11 +66,11 @@ type Controls struct {
 	// a vendor that accepts and hangs. Hung requests never generate a reply;
 	// when hang is turned off their connections are dropped.
 	Hang bool `json:"hang"`
-	// ReasoningTokens makes beta a reasoning model: each reply reports that
+	// ReasoningTokens makes chat completions a reasoning model: each reply reports that
 	// many reasoning tokens, which its text does not show, in
 	// completion_tokens and completion_tokens_details.reasoning_tokens.
 	ReasoningTokens int `json:"reasoning_tokens"`
-	// FailResponse makes beta's responses end "failed", their input billed.
+	// FailResponse makes the chat completions API's responses end "failed", their input billed.
 	FailResponse bool `json:"fail_response"`
 	// BackgroundPolls is how many retrievals see a background response in
 	// progress before it completes; 0 means 1.
@@ -88,7 +88,7 @@ func (c *Controls) replyWords() int {
 // controlUpdate is the body of POST /control. Pointer fields tell an absent
 // field (left unchanged) from a zero one.
 type controlUpdate struct {
-	Vendor           string  `json:"vendor"`
+	Format           string  `json:"format"`
 	Status           *int    `json:"status"`
 	StatusCount      *int    `json:"status_count"`
 	LatencyMS        *int    `json:"latency_ms"`
@@ -114,8 +114,8 @@ type controlUpdate struct {
 }
 
 func (u *controlUpdate) validate() error {
-	if u.Vendor != "" && u.Vendor != "alpha" && u.Vendor != "beta" {
-		return fmt.Errorf("vendor must be \"alpha\", \"beta\" or \"\", not %q", u.Vendor)
+	if u.Format != "" && u.Format != "messages" && u.Format != "chat_completions" {
+		return fmt.Errorf("format must be \"messages\", \"chat_completions\" or \"\", not %q", u.Format)
 	}
 	if u.Status != nil && *u.Status != 0 && (*u.Status < 400 || *u.Status > 599) {
 		return fmt.Errorf("status must be 0 or 400-599, not %d", *u.Status)
@@ -178,7 +178,7 @@ func (u *controlUpdate) apply(c *Controls) {
 	}
 }
 
-// controlState holds one vendor's Controls. Every API request reads them,
+// controlState holds one wire format's Controls. Every API request reads them,
 // so the lock is held only to copy or count down.
 type controlState struct {
 	mu sync.Mutex
@@ -259,7 +259,7 @@ func (s *controlState) forcedStatus(probe bool) (status int, retryAfter string) 
 type Record struct {
 	Seq     uint64      `json:"seq"`
 	Name    string      `json:"name"`
-	Vendor  string      `json:"vendor"`
+	Format  string      `json:"format"`
 	Method  string      `json:"method"`
 	Host    string      `json:"host"`
 	Path    string      `json:"path"`
@@ -313,7 +313,7 @@ func (r *recorder) reset() {
 	r.next, r.full = 0, false
 }
 
-// counters are the figures GET /stats reports for one vendor.
+// counters are the figures GET /stats reports for one wire format.
 type counters struct {
 	requests atomic.Int64 // every request but probes
 	probes   atomic.Int64 // GETs of the model list
@@ -345,7 +345,7 @@ func (h *controlHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *controlHandler) currentControls() map[string]Controls {
-	return map[string]Controls{"alpha": h.fake.alphaCtl.get(), "beta": h.fake.betaCtl.get()}
+	return map[string]Controls{"messages": h.fake.messagesCtl.get(), "chat_completions": h.fake.chatCompletionsCtl.get()}
 }
 
 func (h *controlHandler) getControl(w http.ResponseWriter, r *http.Request) {
@@ -364,14 +364,14 @@ func (h *controlHandler) postControl(w http.ResponseWriter, r *http.Request) {
 		writeControlJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
-	if u.Vendor == "" || u.Vendor == "alpha" {
-		h.fake.alphaCtl.update(&u)
+	if u.Format == "" || u.Format == "messages" {
+		h.fake.messagesCtl.update(&u)
 	}
-	if u.Vendor == "" || u.Vendor == "beta" {
-		h.fake.betaCtl.update(&u)
+	if u.Format == "" || u.Format == "chat_completions" {
+		h.fake.chatCompletionsCtl.update(&u)
 	}
 	cur := h.currentControls()
-	h.fake.log.Info("controls changed", "vendor", u.Vendor, "alpha", cur["alpha"], "beta", cur["beta"])
+	h.fake.log.Info("controls changed", "format", u.Format, "messages", cur["messages"], "chat_completions", cur["chat_completions"])
 	writeControlJSON(w, http.StatusOK, cur)
 }
 
@@ -379,10 +379,10 @@ func (h *controlHandler) postControl(w http.ResponseWriter, r *http.Request) {
 // can start from a known state without restarting the fake.
 func (h *controlHandler) reset(w http.ResponseWriter, r *http.Request) {
 	f := h.fake
-	f.alphaCtl.reset()
-	f.betaCtl.reset()
+	f.messagesCtl.reset()
+	f.chatCompletionsCtl.reset()
 	f.records.reset()
-	for _, c := range []*counters{&f.alphaCount, &f.betaCount} {
+	for _, c := range []*counters{&f.messagesCount, &f.chatCompletionsCount} {
 		c.requests.Store(0)
 		c.probes.Store(0)
 		c.hung.Store(0)
@@ -392,14 +392,14 @@ func (h *controlHandler) reset(w http.ResponseWriter, r *http.Request) {
 }
 
 // requests lists the kept records, oldest first. The optional query
-// parameters vendor and path keep only records that match them exactly.
+// parameters format and path keep only records that match them exactly.
 func (h *controlHandler) requests(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	vendor, path := q.Get("vendor"), q.Get("path")
+	format, path := q.Get("format"), q.Get("path")
 	recs := h.fake.records.snapshot()
 	out := recs[:0]
 	for _, rec := range recs {
-		if (vendor == "" || rec.Vendor == vendor) && (path == "" || rec.Path == path) {
+		if (format == "" || rec.Format == format) && (path == "" || rec.Path == path) {
 			out = append(out, rec)
 		}
 	}
@@ -409,12 +409,12 @@ func (h *controlHandler) requests(w http.ResponseWriter, r *http.Request) {
 func (h *controlHandler) stats(w http.ResponseWriter, r *http.Request) {
 	f := h.fake
 	writeControlJSON(w, http.StatusOK, map[string]int64{
-		"alpha":        f.alphaCount.requests.Load(),
-		"alpha_probes": f.alphaCount.probes.Load(),
-		"beta":         f.betaCount.requests.Load(),
-		"beta_probes":  f.betaCount.probes.Load(),
-		"alpha_hung":   f.alphaCount.hung.Load(),
-		"beta_hung":    f.betaCount.hung.Load(),
+		"messages":                f.messagesCount.requests.Load(),
+		"messages_probes":         f.messagesCount.probes.Load(),
+		"chat_completions":        f.chatCompletionsCount.requests.Load(),
+		"chat_completions_probes": f.chatCompletionsCount.probes.Load(),
+		"messages_hung":           f.messagesCount.hung.Load(),
+		"chat_completions_hung":   f.chatCompletionsCount.hung.Load(),
 	})
 }
 

@@ -12,11 +12,11 @@ import (
 func TestForcedStatus(t *testing.T) {
 	tf := newTestFake(t, nil)
 	for _, c := range []struct {
-		status     int
-		alphaType  string
-		betaType   string
-		betaCode   string
-		retryAfter bool
+		status       int
+		messagesType string
+		chatType     string
+		chatCode     string
+		retryAfter   bool
 	}{
 		{429, "rate_limit_error", "requests", "rate_limit_exceeded", true},
 		{503, "api_error", "server_error", "service_unavailable", true},
@@ -26,60 +26,60 @@ func TestForcedStatus(t *testing.T) {
 		{403, "permission_error", "invalid_request_error", "forbidden", false},
 	} {
 		tf.setControl(`{"status":` + itoa(c.status) + `,"retry_after":"7"}`)
-		resp, data := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple)
+		resp, data := tf.call("POST", tf.messages.URL+"/v1/messages", messagesSimple)
 		if resp.StatusCode != c.status {
-			t.Errorf("alpha: status %d, want %d", resp.StatusCode, c.status)
+			t.Errorf("messages: status %d, want %d", resp.StatusCode, c.status)
 		}
-		checkAlphaError(t, data, c.alphaType)
+		checkMessagesError(t, data, c.messagesType)
 		if got, want := resp.Header.Get("Retry-After"), map[bool]string{true: "7"}[c.retryAfter]; got != want {
-			t.Errorf("alpha %d: retry-after %q, want %q", c.status, got, want)
+			t.Errorf("messages %d: retry-after %q, want %q", c.status, got, want)
 		}
 		if resp.Header.Get("request-id") == "" || resp.Header.Get("X-Fake-Vendor") != "primary" {
-			t.Errorf("alpha %d: headers %v", c.status, resp.Header)
+			t.Errorf("messages %d: headers %v", c.status, resp.Header)
 		}
 
-		resp, data = tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple)
+		resp, data = tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", chatSimple)
 		if resp.StatusCode != c.status {
-			t.Errorf("beta: status %d, want %d", resp.StatusCode, c.status)
+			t.Errorf("chat completions: status %d, want %d", resp.StatusCode, c.status)
 		}
-		checkBetaError(t, data, c.betaType, c.betaCode)
+		checkChatError(t, data, c.chatType, c.chatCode)
 		if got, want := resp.Header.Get("Retry-After"), map[bool]string{true: "7"}[c.retryAfter]; got != want {
-			t.Errorf("beta %d: retry-after %q, want %q", c.status, got, want)
+			t.Errorf("chat completions %d: retry-after %q, want %q", c.status, got, want)
 		}
 	}
 
 	// Without retry_after, no header.
 	tf.setControl(`{"status":429,"retry_after":""}`)
-	resp, _ := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple)
+	resp, _ := tf.call("POST", tf.messages.URL+"/v1/messages", messagesSimple)
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "" {
 		t.Errorf("429 without retry_after: %d %v", resp.StatusCode, resp.Header)
 	}
 	// Streaming requests get the error as JSON, not a stream.
-	resp, data := tf.call("POST", tf.alpha.URL+"/v1/messages", strings.Replace(alphaSimple, `"max_tokens":100`, `"max_tokens":100,"stream":true`, 1))
+	resp, data := tf.call("POST", tf.messages.URL+"/v1/messages", strings.Replace(messagesSimple, `"max_tokens":100`, `"max_tokens":100,"stream":true`, 1))
 	if resp.StatusCode != 429 || resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("streaming 429: %d %v %s", resp.StatusCode, resp.Header, data)
 	}
 	// status 0 clears it.
 	tf.setControl(`{"status":0}`)
-	if resp, data := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple); resp.StatusCode != 200 {
+	if resp, data := tf.call("POST", tf.messages.URL+"/v1/messages", messagesSimple); resp.StatusCode != 200 {
 		t.Errorf("after clearing: %d %s", resp.StatusCode, data)
 	}
 }
 
 func TestStatusCountAndProbes(t *testing.T) {
 	tf := newTestFake(t, nil)
-	tf.setControl(`{"vendor":"beta","status":503,"status_count":2}`)
+	tf.setControl(`{"format":"chat_completions","status":503,"status_count":2}`)
 
 	// Probes neither see a counted status nor count it down.
-	if resp, _ := tf.call("GET", tf.beta.URL+"/v1/models", ""); resp.StatusCode != 200 {
+	if resp, _ := tf.call("GET", tf.chatCompletions.URL+"/v1/models", ""); resp.StatusCode != 200 {
 		t.Errorf("probe during counted status: %d", resp.StatusCode)
 	}
 	// The other vendor is not affected.
-	if resp, _ := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple); resp.StatusCode != 200 {
-		t.Errorf("alpha: %d", resp.StatusCode)
+	if resp, _ := tf.call("POST", tf.messages.URL+"/v1/messages", messagesSimple); resp.StatusCode != 200 {
+		t.Errorf("messages: %d", resp.StatusCode)
 	}
 	for i, want := range []int{503, 503, 200, 200} {
-		resp, data := tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple)
+		resp, data := tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", chatSimple)
 		if resp.StatusCode != want {
 			t.Errorf("request %d: status %d, want %d: %s", i, resp.StatusCode, want, data)
 		}
@@ -87,28 +87,28 @@ func TestStatusCountAndProbes(t *testing.T) {
 	var ctl map[string]Controls
 	_, data := tf.call("GET", tf.control.URL+"/control", "")
 	mustUnmarshal(t, data, &ctl)
-	if ctl["beta"].Status != 0 || ctl["beta"].StatusCount != 0 {
-		t.Errorf("status not cleared after its count: %+v", ctl["beta"])
+	if ctl["chat_completions"].Status != 0 || ctl["chat_completions"].StatusCount != 0 {
+		t.Errorf("status not cleared after its count: %+v", ctl["chat_completions"])
 	}
 
 	// An open-ended status reaches the probes too.
-	tf.setControl(`{"vendor":"beta","status":503}`)
-	resp, data := tf.call("GET", tf.beta.URL+"/v1/models", "")
+	tf.setControl(`{"format":"chat_completions","status":503}`)
+	resp, data := tf.call("GET", tf.chatCompletions.URL+"/v1/models", "")
 	if resp.StatusCode != 503 {
 		t.Errorf("probe during open-ended status: %d", resp.StatusCode)
 	}
-	checkBetaError(t, data, "server_error", "service_unavailable")
+	checkChatError(t, data, "server_error", "service_unavailable")
 
 	_, data = tf.call("GET", tf.control.URL+"/stats", "")
-	if compactJSON(t, string(data)) != `{"alpha":1,"alpha_hung":0,"alpha_probes":0,"beta":4,"beta_hung":0,"beta_probes":2}` {
+	if compactJSON(t, string(data)) != `{"chat_completions":4,"chat_completions_hung":0,"chat_completions_probes":2,"messages":1,"messages_hung":0,"messages_probes":0}` {
 		t.Errorf("stats %s", data)
 	}
 }
 
 func TestCredentials(t *testing.T) {
 	tf := newTestFake(t, func(c *config) {
-		c.alphaKey = "alpha-secret"
-		c.betaKey = "beta-secret"
+		c.messagesKey = "alpha-secret"
+		c.chatCompletionsKey = "beta-secret"
 	})
 	for _, c := range []struct {
 		header []string
@@ -121,12 +121,12 @@ func TestCredentials(t *testing.T) {
 		{[]string{"X-Api-Key", "alpha-secret"}, 200},
 		{[]string{"Authorization", "Bearer alpha-secret"}, 200},
 	} {
-		resp, data := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple, c.header...)
+		resp, data := tf.call("POST", tf.messages.URL+"/v1/messages", messagesSimple, c.header...)
 		if resp.StatusCode != c.status {
-			t.Errorf("alpha %v: status %d, want %d", c.header, resp.StatusCode, c.status)
+			t.Errorf("messages %v: status %d, want %d", c.header, resp.StatusCode, c.status)
 		}
 		if c.status == 401 {
-			checkAlphaError(t, data, "authentication_error")
+			checkMessagesError(t, data, "authentication_error")
 		}
 	}
 	for _, c := range []struct {
@@ -139,17 +139,17 @@ func TestCredentials(t *testing.T) {
 		{[]string{"X-Api-Key", "beta-secret"}, 401},
 		{[]string{"Authorization", "Bearer beta-secret"}, 200},
 	} {
-		resp, data := tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple, c.header...)
+		resp, data := tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", chatSimple, c.header...)
 		if resp.StatusCode != c.status {
-			t.Errorf("beta %v: status %d, want %d", c.header, resp.StatusCode, c.status)
+			t.Errorf("chat completions %v: status %d, want %d", c.header, resp.StatusCode, c.status)
 		}
 		if c.status == 401 {
-			checkBetaError(t, data, "invalid_request_error", "invalid_api_key")
+			checkChatError(t, data, "invalid_request_error", "invalid_api_key")
 		}
 	}
 	// Probes need the credential too.
-	if resp, _ := tf.call("GET", tf.alpha.URL+"/v1/models", ""); resp.StatusCode != 401 {
-		t.Errorf("alpha probe without key: %d", resp.StatusCode)
+	if resp, _ := tf.call("GET", tf.messages.URL+"/v1/models", ""); resp.StatusCode != 401 {
+		t.Errorf("messages probe without key: %d", resp.StatusCode)
 	}
 }
 
@@ -157,7 +157,7 @@ func TestRecords(t *testing.T) {
 	tf := newTestFake(t, func(c *config) { c.maxRecords = 3 })
 	// Odd spacing, escapes and raw UTF-8: the record must keep the bytes.
 	body := "{ \"model\" : \"m\",\n\t\"max_tokens\":10, \"messages\":[{\"role\":\"user\",\"content\":\"h\\u00e9llo — ünïcode\"}] }  "
-	tf.call("POST", tf.alpha.URL+"/v1/messages?beta=true", body, "X-Api-Key", "k1", "Anthropic-Version", "2023-06-01")
+	tf.call("POST", tf.messages.URL+"/v1/messages?beta=true", body, "X-Api-Key", "k1", "Anthropic-Version", "2023-06-01")
 	recs := tf.records()
 	if len(recs) != 1 {
 		t.Fatalf("%d records", len(recs))
@@ -166,7 +166,7 @@ func TestRecords(t *testing.T) {
 	if !bytes.Equal(r.Body, []byte(body)) {
 		t.Errorf("recorded body %q, want %q", r.Body, body)
 	}
-	if r.Vendor != "alpha" || r.Name != "primary" || r.Method != "POST" || r.Path != "/v1/messages" || r.Query != "beta=true" ||
+	if r.Format != "messages" || r.Name != "primary" || r.Method != "POST" || r.Path != "/v1/messages" || r.Query != "beta=true" ||
 		r.Headers.Get("X-Api-Key") != "k1" || r.Headers.Get("Anthropic-Version") != "2023-06-01" || r.At.IsZero() || r.Seq != 1 {
 		t.Errorf("record %+v", r)
 	}
@@ -175,26 +175,26 @@ func TestRecords(t *testing.T) {
 	_, data := tf.call("GET", tf.control.URL+"/requests", "")
 	var raw []map[string]any
 	mustUnmarshal(t, data, &raw)
-	if got := keys(t, raw[0]); got != "at,body,headers,host,method,name,path,query,seq,vendor" {
+	if got := keys(t, raw[0]); got != "at,body,format,headers,host,method,name,path,query,seq" {
 		t.Errorf("record keys %s", got)
 	}
 
 	// The ring keeps the newest, oldest first.
 	for i := range 4 {
-		tf.call("POST", tf.beta.URL+"/v1/chat/completions", `{"n":`+itoa(i)+`}`)
+		tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", `{"n":`+itoa(i)+`}`)
 	}
 	recs = tf.records()
 	if len(recs) != 3 {
 		t.Fatalf("%d records, want 3", len(recs))
 	}
 	for i, r := range recs {
-		if want := `{"n":` + itoa(i+1) + `}`; string(r.Body) != want || r.Vendor != "beta" || r.Seq != uint64(i+3) {
+		if want := `{"n":` + itoa(i+1) + `}`; string(r.Body) != want || r.Format != "chat_completions" || r.Seq != uint64(i+3) {
 			t.Errorf("record %d: %s seq %d, want %s", i, r.Body, r.Seq, want)
 		}
 	}
 
 	// Filters.
-	_, data = tf.call("GET", tf.control.URL+"/requests?vendor=alpha", "")
+	_, data = tf.call("GET", tf.control.URL+"/requests?format=messages", "")
 	if compactJSON(t, string(data)) != "[]" {
 		t.Errorf("filtered records %s", data)
 	}
@@ -206,10 +206,10 @@ func TestRecords(t *testing.T) {
 		t.Errorf("%d records after reset", len(recs))
 	}
 	_, data = tf.call("GET", tf.control.URL+"/stats", "")
-	if compactJSON(t, string(data)) != `{"alpha":0,"alpha_hung":0,"alpha_probes":0,"beta":0,"beta_hung":0,"beta_probes":0}` {
+	if compactJSON(t, string(data)) != `{"chat_completions":0,"chat_completions_hung":0,"chat_completions_probes":0,"messages":0,"messages_hung":0,"messages_probes":0}` {
 		t.Errorf("stats after reset %s", data)
 	}
-	if resp, _ := tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple); resp.StatusCode != 200 {
+	if resp, _ := tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", chatSimple); resp.StatusCode != 200 {
 		t.Errorf("status after reset %d", resp.StatusCode)
 	}
 }
@@ -218,43 +218,43 @@ func TestAbortAfterEvents(t *testing.T) {
 	tf := newTestFake(t, nil)
 	tf.setControl(`{"abort_after_events":4}`)
 
-	resp, data, err := tf.do("POST", tf.alpha.URL+"/v1/messages", strings.Replace(alphaSimple, `"max_tokens":100`, `"max_tokens":100,"stream":true`, 1))
+	resp, data, err := tf.do("POST", tf.messages.URL+"/v1/messages", strings.Replace(messagesSimple, `"max_tokens":100`, `"max_tokens":100,"stream":true`, 1))
 	if err == nil {
-		t.Errorf("alpha stream ended cleanly, want a reset")
+		t.Errorf("messages stream ended cleanly, want a reset")
 	}
 	if resp.StatusCode != 200 {
 		t.Errorf("status %d", resp.StatusCode)
 	}
 	evs := parseSSE(t, data)
 	if got := eventNames(evs); got != "message_start content_block_start ping content_block_delta" {
-		t.Errorf("alpha events before the reset: %s", got)
+		t.Errorf("messages events before the reset: %s", got)
 	}
 
-	_, data, err = tf.do("POST", tf.beta.URL+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`)
+	_, data, err = tf.do("POST", tf.chatCompletions.URL+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`)
 	if err == nil {
-		t.Errorf("beta stream ended cleanly, want a reset")
+		t.Errorf("chat completions stream ended cleanly, want a reset")
 	}
 	if evs := parseSSE(t, data); len(evs) != 4 {
-		t.Errorf("beta: %d events before the reset, want 4", len(evs))
+		t.Errorf("chat completions: %d events before the reset, want 4", len(evs))
 	}
 
 	// Non-streaming replies are not affected.
-	if resp, _ := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple); resp.StatusCode != 200 {
+	if resp, _ := tf.call("POST", tf.messages.URL+"/v1/messages", messagesSimple); resp.StatusCode != 200 {
 		t.Errorf("non-streaming: %d", resp.StatusCode)
 	}
 	// A stream shorter than the limit completes.
 	tf.setControl(`{"abort_after_events":100}`)
-	tf.call("POST", tf.beta.URL+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`)
+	tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[]}`)
 }
 
 func TestDelaysStillAnswer(t *testing.T) {
 	tf := newTestFake(t, nil)
 	tf.setControl(`{"latency_ms":1,"event_delay_ms":1,"reply_words":2}`)
-	evs := alphaStream(t, tf, `{"model":"m","stream":true,"messages":[]}`)
+	evs := messagesStream(t, tf, `{"model":"m","stream":true,"messages":[]}`)
 	if len(evs) != 3+2+3 {
 		t.Errorf("%d events", len(evs))
 	}
-	if resp, _ := tf.call("GET", tf.beta.URL+"/v1/models", ""); resp.StatusCode != 200 {
+	if resp, _ := tf.call("GET", tf.chatCompletions.URL+"/v1/models", ""); resp.StatusCode != 200 {
 		t.Errorf("probe: %d", resp.StatusCode)
 	}
 }
@@ -262,7 +262,7 @@ func TestDelaysStillAnswer(t *testing.T) {
 func TestControlAPI(t *testing.T) {
 	tf := newTestFake(t, nil)
 	for _, body := range []string{
-		`{"vendor":"gamma"}`,
+		`{"format":"responses_v0"}`,
 		`{"status":200}`,
 		`{"latency_ms":-1}`,
 		`{"statsu":500}`,
@@ -275,17 +275,17 @@ func TestControlAPI(t *testing.T) {
 		}
 	}
 
-	// Absent fields stay as they were; vendor "" sets both.
-	tf.setControl(`{"vendor":"alpha","latency_ms":5,"tool_call":true}`)
+	// Absent fields stay as they were; format "" sets both.
+	tf.setControl(`{"format":"messages","latency_ms":5,"tool_call":true}`)
 	tf.setControl(`{"reply_words":3}`)
 	_, data := tf.call("GET", tf.control.URL+"/control", "")
 	var ctl map[string]Controls
 	mustUnmarshal(t, data, &ctl)
-	if want := (Controls{LatencyMS: 5, ToolCall: true, ReplyWords: 3}); ctl["alpha"] != want {
-		t.Errorf("alpha controls %+v, want %+v", ctl["alpha"], want)
+	if want := (Controls{LatencyMS: 5, ToolCall: true, ReplyWords: 3}); ctl["messages"] != want {
+		t.Errorf("messages controls %+v, want %+v", ctl["messages"], want)
 	}
-	if want := (Controls{ReplyWords: 3}); ctl["beta"] != want {
-		t.Errorf("beta controls %+v, want %+v", ctl["beta"], want)
+	if want := (Controls{ReplyWords: 3}); ctl["chat_completions"] != want {
+		t.Errorf("chat completions controls %+v, want %+v", ctl["chat_completions"], want)
 	}
 
 	resp, data := tf.call("GET", tf.control.URL+"/healthz", "")
@@ -301,7 +301,7 @@ func TestControlAPI(t *testing.T) {
 // off; then their connections are dropped and nothing was generated.
 func TestHang(t *testing.T) {
 	tf := newTestFake(t, nil)
-	tf.setControl(`{"vendor":"alpha","hang":true}`)
+	tf.setControl(`{"format":"messages","hang":true}`)
 	type result struct {
 		err  error
 		code int
@@ -318,13 +318,13 @@ func TestHang(t *testing.T) {
 		}
 		done <- r
 	}
-	go send("POST", tf.alpha.URL+"/v1/messages", alphaSimple)
-	go send("GET", tf.alpha.URL+"/v1/models", "")
+	go send("POST", tf.messages.URL+"/v1/messages", messagesSimple)
+	go send("GET", tf.messages.URL+"/v1/models", "")
 	// Both are received and held: poll the counters.
 	deadline := time.Now().Add(5 * time.Second)
-	for tf.f.alphaCount.hung.Load() != 1 || tf.f.alphaCount.probes.Load() != 1 {
+	for tf.f.messagesCount.hung.Load() != 1 || tf.f.messagesCount.probes.Load() != 1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("hung %d probes %d", tf.f.alphaCount.hung.Load(), tf.f.alphaCount.probes.Load())
+			t.Fatalf("hung %d probes %d", tf.f.messagesCount.hung.Load(), tf.f.messagesCount.probes.Load())
 		}
 		time.Sleep(5 * time.Millisecond) // polling interval
 	}
@@ -333,17 +333,17 @@ func TestHang(t *testing.T) {
 		t.Fatalf("a hung request was answered: %+v", r)
 	default:
 	}
-	// beta is not hung.
-	if resp, _ := tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple); resp.StatusCode != 200 {
-		t.Fatalf("beta while alpha hangs: %d", resp.StatusCode)
+	// chat completions is not hung.
+	if resp, _ := tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", chatSimple); resp.StatusCode != 200 {
+		t.Fatalf("chat completions while messages hangs: %d", resp.StatusCode)
 	}
-	tf.setControl(`{"vendor":"alpha","hang":false}`)
+	tf.setControl(`{"format":"messages","hang":false}`)
 	for range 2 {
 		if r := <-done; r.err == nil {
 			t.Fatalf("a released hung request got an answer: %d", r.code)
 		}
 	}
-	if resp, _ := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple); resp.StatusCode != 200 {
+	if resp, _ := tf.call("POST", tf.messages.URL+"/v1/messages", messagesSimple); resp.StatusCode != 200 {
 		t.Fatalf("after the hang: %d", resp.StatusCode)
 	}
 }

@@ -16,18 +16,18 @@ import (
 
 // testFake is a fake served by httptest servers.
 type testFake struct {
-	t                    *testing.T
-	f                    *fake
-	alpha, beta, control *httptest.Server
+	t                                  *testing.T
+	f                                  *fake
+	messages, chatCompletions, control *httptest.Server
 }
 
 func newTestFake(t *testing.T, mod func(*config)) *testFake {
 	t.Helper()
 	cfg := config{
-		name:        "primary",
-		alphaModels: []string{"alpha-large", "alpha-small"},
-		betaModels:  []string{"beta-large"},
-		maxRecords:  1000,
+		name:                  "primary",
+		messagesModels:        []string{"alpha-large", "alpha-small"},
+		chatCompletionsModels: []string{"beta-large"},
+		maxRecords:            1000,
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -35,15 +35,15 @@ func newTestFake(t *testing.T, mod func(*config)) *testFake {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f := newFake(cfg, log)
 	tf := &testFake{
-		t:       t,
-		f:       f,
-		alpha:   httptest.NewServer(f.alpha),
-		beta:    httptest.NewServer(f.beta),
-		control: httptest.NewServer(f.control),
+		t:               t,
+		f:               f,
+		messages:        httptest.NewServer(f.messages),
+		chatCompletions: httptest.NewServer(f.chatCompletions),
+		control:         httptest.NewServer(f.control),
 	}
 	t.Cleanup(func() {
-		tf.alpha.Close()
-		tf.beta.Close()
+		tf.messages.Close()
+		tf.chatCompletions.Close()
 		tf.control.Close()
 	})
 	return tf

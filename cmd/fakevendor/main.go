@@ -1,51 +1,54 @@
 // Command fakevendor is a stand-in for both model vendors the gateway sits in
-// front of. It serves the alpha API (the Anthropic Messages API) on one
-// listener and the beta API (the OpenAI Chat Completions API) on another, so
+// front of. It serves one wire format on each of two listeners: messages
+// (the Anthropic Messages API) and chat completions (the OpenAI Chat
+// Completions API), so
 // the gateway, its tests and its load tests can run without the network.
 // A third listener, which the gateway never routes to, lets tests steer the
 // fake and read back what it received.
 //
 // Usage:
 //
-//	fakevendor [-alpha ADDR] [-beta ADDR] [-control ADDR] [-name NAME]
-//	           [-alpha-key KEY] [-beta-key KEY] [-addr-file PATH]
-//	           [-alpha-models IDS] [-beta-models IDS] [-max-records N] [-debug]
+//	fakevendor [-messages ADDR] [-chat-completions ADDR] [-control ADDR] [-name NAME]
+//	           [-messages-key KEY] [-chat-completions-key KEY] [-addr-file PATH]
+//	           [-messages-models IDS] [-chat-completions-models IDS]
+//	           [-max-records N] [-debug]
 //
 // The addresses default to 127.0.0.1:0; -addr-file receives
-// {"alpha":"host:port","beta":"host:port","control":"host:port"}, written
-// atomically once all three are bound. The vendor credentials default to
-// $FAKE_ALPHA_KEY and $FAKE_BETA_KEY so that they need not appear on command
-// lines; when set, alpha wants "x-api-key: KEY" (or "Authorization: Bearer
-// KEY", which recent official SDKs send) and beta "Authorization: Bearer KEY".
+// {"messages":"host:port","chat_completions":"host:port","control":"host:port"},
+// written atomically once all three are bound. The vendor credentials default
+// to $FAKE_MESSAGES_KEY and $FAKE_CHAT_COMPLETIONS_KEY so that they need not
+// appear on command lines; when set, messages wants "x-api-key: KEY" (or
+// "Authorization: Bearer KEY", which recent official SDKs send) and chat
+// completions "Authorization: Bearer KEY".
 //
 // # Vendor endpoints
 //
-// alpha: POST /v1/messages (JSON or, with "stream":true, SSE),
+// messages: POST /v1/messages (JSON or, with "stream":true, SSE),
 // POST /v1/messages/count_tokens, GET /v1/models, GET /v1/models/{id}.
-// beta: POST /v1/chat/completions (JSON or SSE), POST /v1/responses (JSON,
-// SSE or background) with its stored responses (GET, DELETE, cancel,
-// input_items), POST /v1/responses/input_tokens and /compact,
-// POST /v1/embeddings (see responses.go), GET /v1/models,
+// chat completions: POST /v1/chat/completions (JSON or SSE), POST
+// /v1/responses (JSON, SSE or background) with its stored responses (GET,
+// DELETE, cancel, input_items), POST /v1/responses/input_tokens and
+// /compact, POST /v1/embeddings (see responses.go), GET /v1/models,
 // GET /v1/models/{id}. Anything else is a 404 in the vendor's error format.
 // Every answer carries "x-fake-vendor: NAME" and a request id header
-// (alpha "request-id", beta "x-request-id"). Each SSE event is preceded by
+// (messages "request-id", chat completions "x-request-id"). Each SSE event is preceded by
 // the comment ": sent_unix_nano=N", which SDKs ignore.
 //
 // Replies are deterministic (see reply.go): input tokens are
 // ceil(len(body)/8); the text is "Echo:" and words of the last user message,
 // reply_words words long, cut to max_tokens; output tokens are its word
-// count, plus for beta the reasoning_tokens control (reported as reasoning
+// count, plus for chat completions the reasoning_tokens control (reported as reasoning
 // tokens, not shown in the text).
 //
 // # Control endpoints
 //
-//	POST /control   {"vendor":"alpha"|"beta"|"", ...Controls fields}; absent
+//	POST /control   {"format":"messages"|"chat_completions"|"", ...Controls}; absent
 //	                fields are left unchanged; answers the controls of both
-//	GET  /control   {"alpha":Controls,"beta":Controls}
+//	GET  /control   {"messages":Controls,"chat_completions":Controls}
 //	POST /reset     clear controls, records and counters
 //	GET  /requests  records of received requests, oldest first
-//	                (?vendor=alpha&path=/v1/messages filter them)
-//	GET  /stats     {"alpha":N,"alpha_probes":N,"alpha_hung":N,"beta":N,...}
+//	                (?format=messages&path=/v1/messages filter them)
+//	GET  /stats     {"messages":N,"messages_probes":N,"messages_hung":N,"chat_completions":N,...}
 //	                (hung: requests held by the hang control, never answered)
 //	GET  /healthz   200
 package main
@@ -82,28 +85,28 @@ func main() {
 
 // config is the parsed command line.
 type config struct {
-	alphaAddr, betaAddr, controlAddr string
-	name                             string
-	alphaKey, betaKey                string
-	addrFile                         string
-	alphaModels, betaModels          []string
-	maxRecords                       int
-	debug                            bool
+	messagesAddr, chatCompletionsAddr, controlAddr string
+	name                                           string
+	messagesKey, chatCompletionsKey                string
+	addrFile                                       string
+	messagesModels, chatCompletionsModels          []string
+	maxRecords                                     int
+	debug                                          bool
 }
 
 func parseFlags(args []string, output io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("fakevendor", flag.ContinueOnError)
 	fs.SetOutput(output)
-	fs.StringVar(&c.alphaAddr, "alpha", "127.0.0.1:0", "listen `address` of the alpha (messages) API")
-	fs.StringVar(&c.betaAddr, "beta", "127.0.0.1:0", "listen `address` of the beta (chat completions) API")
+	fs.StringVar(&c.messagesAddr, "messages", "127.0.0.1:0", "listen `address` of the messages API")
+	fs.StringVar(&c.chatCompletionsAddr, "chat-completions", "127.0.0.1:0", "listen `address` of the chat completions API")
 	fs.StringVar(&c.controlAddr, "control", "127.0.0.1:0", "listen `address` of the control API")
 	fs.StringVar(&c.name, "name", "fake", "instance `name`, echoed in the x-fake-vendor header and in records")
-	fs.StringVar(&c.alphaKey, "alpha-key", os.Getenv("FAKE_ALPHA_KEY"), "required alpha x-api-key (default $FAKE_ALPHA_KEY; empty: no check)")
-	fs.StringVar(&c.betaKey, "beta-key", os.Getenv("FAKE_BETA_KEY"), "required beta bearer token (default $FAKE_BETA_KEY; empty: no check)")
+	fs.StringVar(&c.messagesKey, "messages-key", os.Getenv("FAKE_MESSAGES_KEY"), "required messages x-api-key (default $FAKE_MESSAGES_KEY; empty: no check)")
+	fs.StringVar(&c.chatCompletionsKey, "chat-completions-key", os.Getenv("FAKE_CHAT_COMPLETIONS_KEY"), "required chat completions bearer token (default $FAKE_CHAT_COMPLETIONS_KEY; empty: no check)")
 	fs.StringVar(&c.addrFile, "addr-file", "", "write the bound addresses as JSON to this `path` once listening")
-	alphaModels := fs.String("alpha-models", "claude-sonnet-4-5,claude-haiku-4-5", "comma-separated model ids listed by alpha GET /v1/models")
-	betaModels := fs.String("beta-models", "gpt-4o,gpt-4o-mini", "comma-separated model ids listed by beta GET /v1/models")
+	messagesModels := fs.String("messages-models", "claude-sonnet-4-5,claude-haiku-4-5", "comma-separated model ids listed by the messages API's GET /v1/models")
+	chatCompletionsModels := fs.String("chat-completions-models", "gpt-4o,gpt-4o-mini", "comma-separated model ids listed by the chat completions API's GET /v1/models")
 	fs.IntVar(&c.maxRecords, "max-records", 1000, "number of received requests kept for GET /requests")
 	fs.BoolVar(&c.debug, "debug", false, "log every request (never bodies)")
 	if err := fs.Parse(args); err != nil {
@@ -115,8 +118,8 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 	if c.maxRecords < 1 {
 		return c, errors.New("-max-records must be at least 1")
 	}
-	c.alphaModels = splitList(*alphaModels)
-	c.betaModels = splitList(*betaModels)
+	c.messagesModels = splitList(*messagesModels)
+	c.chatCompletionsModels = splitList(*chatCompletionsModels)
 	return c, nil
 }
 
@@ -132,9 +135,9 @@ func splitList(s string) []string {
 
 // addrs is the content of the -addr-file.
 type addrs struct {
-	Alpha   string `json:"alpha"`
-	Beta    string `json:"beta"`
-	Control string `json:"control"`
+	Messages        string `json:"messages"`
+	ChatCompletions string `json:"chat_completions"`
+	Control         string `json:"control"`
 }
 
 // run serves until ctx is done. ready, when not nil, is called once every
@@ -159,14 +162,14 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready func(addrs)
 			ln.Close()
 		}
 	}()
-	for _, a := range []string{cfg.alphaAddr, cfg.betaAddr, cfg.controlAddr} {
+	for _, a := range []string{cfg.messagesAddr, cfg.chatCompletionsAddr, cfg.controlAddr} {
 		ln, err := net.Listen("tcp", a)
 		if err != nil {
 			return err
 		}
 		lns = append(lns, ln)
 	}
-	bound := addrs{Alpha: lns[0].Addr().String(), Beta: lns[1].Addr().String(), Control: lns[2].Addr().String()}
+	bound := addrs{Messages: lns[0].Addr().String(), ChatCompletions: lns[1].Addr().String(), Control: lns[2].Addr().String()}
 	if cfg.addrFile != "" {
 		if err := writeAddrFile(cfg.addrFile, bound); err != nil {
 			return err
@@ -175,8 +178,8 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready func(addrs)
 
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	servers := []*http.Server{
-		{Handler: fake.alpha, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog},
-		{Handler: fake.beta, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog},
+		{Handler: fake.messages, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog},
+		{Handler: fake.chatCompletions, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog},
 		{Handler: fake.control, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog},
 	}
 	errc := make(chan error, len(servers))
@@ -185,7 +188,7 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready func(addrs)
 		go func() { errc <- srv.Serve(ln) }()
 	}
 	lns = nil // owned by the servers now
-	log.Info("listening", "alpha", bound.Alpha, "beta", bound.Beta, "control", bound.Control)
+	log.Info("listening", "messages", bound.Messages, "chat_completions", bound.ChatCompletions, "control", bound.Control)
 	if ready != nil {
 		ready(bound)
 	}

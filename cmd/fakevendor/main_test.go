@@ -13,8 +13,8 @@ import (
 
 // TestRun starts the real listeners on port 0 and checks the address file.
 func TestRun(t *testing.T) {
-	t.Setenv("FAKE_ALPHA_KEY", "from-env")
-	t.Setenv("FAKE_BETA_KEY", "")
+	t.Setenv("FAKE_MESSAGES_KEY", "from-env")
+	t.Setenv("FAKE_CHAT_COMPLETIONS_KEY", "")
 	addrFile := filepath.Join(t.TempDir(), "addrs.json")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -39,7 +39,7 @@ func TestRun(t *testing.T) {
 	if err := json.Unmarshal(data, &inFile); err != nil {
 		t.Fatalf("addr file %s: %v", data, err)
 	}
-	if inFile != bound || inFile.Alpha == "" || inFile.Beta == "" || inFile.Control == "" {
+	if inFile != bound || inFile.Messages == "" || inFile.ChatCompletions == "" || inFile.Control == "" {
 		t.Errorf("addr file %+v, bound %+v", inFile, bound)
 	}
 	if matches, _ := filepath.Glob(filepath.Join(filepath.Dir(addrFile), ".*tmp*")); len(matches) != 0 {
@@ -62,15 +62,15 @@ func TestRun(t *testing.T) {
 	if code, _ := get("http://" + bound.Control + "/healthz"); code != 200 {
 		t.Errorf("healthz %d", code)
 	}
-	// The alpha key came from the environment; the beta one is off.
-	if code, body := get("http://" + bound.Alpha + "/v1/models"); code != 401 {
-		t.Errorf("alpha without key: %d %s", code, body)
+	// The messages key came from the environment; the chat completions one is off.
+	if code, body := get("http://" + bound.Messages + "/v1/models"); code != 401 {
+		t.Errorf("messages without key: %d %s", code, body)
 	}
-	if code, body := get("http://"+bound.Alpha+"/v1/models", "X-Api-Key", "from-env"); code != 200 || body[:8] != "reserve " {
-		t.Errorf("alpha with key: %d %s", code, body)
+	if code, body := get("http://"+bound.Messages+"/v1/models", "X-Api-Key", "from-env"); code != 200 || body[:8] != "reserve " {
+		t.Errorf("messages with key: %d %s", code, body)
 	}
-	if code, body := get("http://" + bound.Beta + "/v1/models"); code != 200 {
-		t.Errorf("beta: %d %s", code, body)
+	if code, body := get("http://" + bound.ChatCompletions + "/v1/models"); code != 200 {
+		t.Errorf("chat completions: %d %s", code, body)
 	}
 
 	cancel()
@@ -83,14 +83,14 @@ func TestRun(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
-	t.Setenv("FAKE_ALPHA_KEY", "a")
-	t.Setenv("FAKE_BETA_KEY", "b")
-	cfg, err := parseFlags([]string{"-beta-key", "flag", "-alpha-models", " x, y ,"}, io.Discard)
+	t.Setenv("FAKE_MESSAGES_KEY", "a")
+	t.Setenv("FAKE_CHAT_COMPLETIONS_KEY", "b")
+	cfg, err := parseFlags([]string{"-chat-completions-key", "flag", "-messages-models", " x, y ,"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.alphaKey != "a" || cfg.betaKey != "flag" || len(cfg.alphaModels) != 2 || cfg.alphaModels[1] != "y" ||
-		cfg.alphaAddr != "127.0.0.1:0" || cfg.maxRecords != 1000 {
+	if cfg.messagesKey != "a" || cfg.chatCompletionsKey != "flag" || len(cfg.messagesModels) != 2 || cfg.messagesModels[1] != "y" ||
+		cfg.messagesAddr != "127.0.0.1:0" || cfg.maxRecords != 1000 {
 		t.Errorf("config %+v", cfg)
 	}
 	if _, err := parseFlags([]string{"extra"}, io.Discard); err == nil {

@@ -37,17 +37,17 @@ type reply struct {
 	truncated bool     // the token limit cut the text short
 	tool      *toolCall
 
-	choices         int // beta's n; 0 or 1: one
+	choices         int // chat completions' n; 0 or 1: one
 	inputTokens     int
 	outputTokens    int // visible output: words or argument fragments
-	reasoningTokens int // beta only: thought, never shown, billed as output
+	reasoningTokens int // chat completions only: thought, never shown, billed as output
 	cacheRead       int
 	cacheWrite      int
 	cacheWrite1h    int
 	serviceTier     string // "" for the vendor's default
-	audioIn         int    // beta: inside prompt_tokens
-	audioOut        int    // beta: inside completion_tokens
-	webSearches     int    // alpha: server-side web searches
+	audioIn         int    // chat completions: inside prompt_tokens
+	audioOut        int    // chat completions: inside completion_tokens
+	webSearches     int    // messages: server-side web searches
 }
 
 // toolCall is a call of a tool the request offered.
@@ -225,7 +225,7 @@ type message struct {
 }
 
 // lastTurn returns the text the reply echoes: that of the last message
-// from the user side, role "user" or (beta) "tool". afterTool reports that
+// from the user side, role "user" or (chat completions) "tool". afterTool reports that
 // this message returns a tool result, as a "tool" message or a user message
 // with a tool_result block; the fake then answers in text even with the
 // tool_call control on, so that client tool loops end as with a real model.

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// The beta vendor's Responses API (POST /v1/responses and the paths of
+// The chat completions vendor's Responses API (POST /v1/responses and the paths of
 // stored responses) and Embeddings API (POST /v1/embeddings).
 //
 // Replies follow the same deterministic plan as chat completions (see
@@ -137,7 +137,7 @@ func (rp *reply) responseUsage() map[string]any {
 }
 
 // responses serves POST /v1/responses.
-func (b *betaAPI) responses(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+func (b *chatAPI) responses(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
 	var req respRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		b.writeError(w, r, http.StatusBadRequest, "We could not parse the JSON body of your request: "+err.Error())
@@ -212,7 +212,7 @@ func snapshot(final map[string]any, status string) map[string]any {
 
 // buildResponse plans the final response object and the events that
 // stream it.
-func (b *betaAPI) buildResponse(req *respRequest, rp *reply, id string, ctl *Controls, store bool) (map[string]any, [][]byte) {
+func (b *chatAPI) buildResponse(req *respRequest, rp *reply, id string, ctl *Controls, store bool) (map[string]any, [][]byte) {
 	ids := &b.fake.ids
 	var items []map[string]any
 	if rp.reasoningTokens > 0 {
@@ -336,7 +336,7 @@ func storedPath(p string) (id, action string) {
 
 // stored serves GET, DELETE /v1/responses/{id}, POST …/{id}/cancel and
 // GET …/{id}/input_items.
-func (b *betaAPI) storedResponse(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+func (b *chatAPI) storedResponse(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
 	id, action := storedPath(r.URL.Path)
 	sr, ok := b.stored.get(id)
 	if !ok {
@@ -404,13 +404,13 @@ func (b *betaAPI) storedResponse(w http.ResponseWriter, r *http.Request, body []
 }
 
 // inputTokensCount serves POST /v1/responses/input_tokens.
-func (b *betaAPI) inputTokensCount(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+func (b *chatAPI) inputTokensCount(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
 	writeJSON(w, http.StatusOK, map[string]any{"object": "response.input_tokens", "input_tokens": inputTokens(body)})
 }
 
 // compact serves POST /v1/responses/compact: one compaction item, its
 // input the request's, 5 output tokens.
-func (b *betaAPI) compact(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+func (b *chatAPI) compact(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
 	id := b.fake.ids.next("cmp_")
 	in := inputTokens(body)
 	writeJSON(w, http.StatusOK, map[string]any{
@@ -427,7 +427,7 @@ const embeddingSize = 8
 // embeddings serves POST /v1/embeddings: one vector per input (a string or
 // an array of them), as floats or, with "encoding_format":"base64", as
 // little-endian float32 bytes; usage.prompt_tokens is ceil(len(body)/8).
-func (b *betaAPI) embeddings(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+func (b *chatAPI) embeddings(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
 	var req struct {
 		Model          string          `json:"model"`
 		Input          json.RawMessage `json:"input"`

@@ -25,10 +25,10 @@ type fake struct {
 	ids     idSource
 	records *recorder
 
-	alphaCtl, betaCtl     controlState
-	alphaCount, betaCount counters
+	messagesCtl, chatCompletionsCtl     controlState
+	messagesCount, chatCompletionsCount counters
 
-	alpha, beta, control http.Handler
+	messages, chatCompletions, control http.Handler
 }
 
 func newFake(cfg config, log *slog.Logger) *fake {
@@ -37,8 +37,8 @@ func newFake(cfg config, log *slog.Logger) *fake {
 	}
 	f := &fake{cfg: cfg, log: log, records: newRecorder(cfg.maxRecords)}
 	f.ids.init()
-	f.alpha = &site{fake: f, vendor: "alpha", ctl: &f.alphaCtl, count: &f.alphaCount, api: &alphaAPI{fake: f}}
-	f.beta = &site{fake: f, vendor: "beta", ctl: &f.betaCtl, count: &f.betaCount, api: &betaAPI{fake: f}}
+	f.messages = &site{fake: f, format: "messages", ctl: &f.messagesCtl, count: &f.messagesCount, api: &messagesAPI{fake: f}}
+	f.chatCompletions = &site{fake: f, format: "chat_completions", ctl: &f.chatCompletionsCtl, count: &f.chatCompletionsCount, api: &chatAPI{fake: f}}
 	f.control = newControlHandler(f)
 	return f
 }
@@ -70,7 +70,7 @@ type endpoint func(w http.ResponseWriter, r *http.Request, body []byte, ctl *Con
 // even during a simulated outage.
 type site struct {
 	fake   *fake
-	vendor string
+	format string // the wire format served, as in records and controls
 	ctl    *controlState
 	count  *counters
 	api    vendorAPI
@@ -88,7 +88,7 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, readErr := readBody(r)
 	f.records.add(Record{
 		Name:    f.cfg.name,
-		Vendor:  s.vendor,
+		Format:  s.format,
 		Method:  r.Method,
 		Host:    r.Host,
 		Path:    r.URL.Path,
@@ -102,7 +102,7 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.count.requests.Add(1)
 	}
-	f.log.Debug("request", "vendor", s.vendor, "method", r.Method, "path", r.URL.Path, "bytes", len(body))
+	f.log.Debug("request", "format", s.format, "method", r.Method, "path", r.URL.Path, "bytes", len(body))
 
 	if unhang, ok := s.ctl.hang(); ok {
 		if !probe {

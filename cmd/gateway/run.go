@@ -150,8 +150,8 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 		if err != nil {
 			return fmt.Errorf("fake vendors: %w", err)
 		}
-		alphaKey, betaKey := "fake-"+randomHex(8), "fake-"+randomHex(8)
-		env := []string{"FAKE_ALPHA_KEY=" + alphaKey, "FAKE_BETA_KEY=" + betaKey}
+		messagesKey, chatCompletionsKey := "fake-"+randomHex(8), "fake-"+randomHex(8)
+		env := []string{"FAKE_MESSAGES_KEY=" + messagesKey, "FAKE_CHAT_COMPLETIONS_KEY=" + chatCompletionsKey}
 		addrs := map[string]launch.FakeAddrs{}
 		for _, name := range []string{"primary", "reserve"} {
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -167,9 +167,9 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 			u, _ := cfg.Upstream(name)
 			u.Primary = config.Endpoint{URL: addrs["primary"].URL(u.Format), Region: "local-primary"}
 			u.Reserve = config.Endpoint{URL: addrs["reserve"].URL(u.Format), Region: "local-reserve"}
-			key := betaKey
+			key := chatCompletionsKey
 			if u.Format == config.FormatMessages {
-				key = alphaKey
+				key = messagesKey
 			}
 			if u.CredentialEnv == "" {
 				u.CredentialEnv = strings.ToUpper(strings.ReplaceAll(u.Name, "-", "_")) + "_API_KEY"

@@ -49,8 +49,8 @@ type sidecar struct {
 	storeUp atomic.Bool
 	// stopWatch ends the route watcher and the store probe.
 	stopWatch context.CancelFunc
-	// ledger spools settlements the store cannot take and replays them.
-	ledger *spool.Spool
+	// spool keeps settlements the store cannot take and replays them.
+	spool *spool.Spool
 	// stopHolds ends the hold renewer and sweeper.
 	stopHolds context.CancelFunc
 	// proc is the ext_proc processor; its settlements are flushed on shutdown.
@@ -161,7 +161,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		}
 		vendorRoutes = append(vendorRoutes, r)
 	}
-	ledger, err := spool.Open(c.Store.SpoolDir, st, spool.Options{
+	sp, err := spool.Open(c.Store.SpoolDir, st, spool.Options{
 		Registerer: reg, Logger: o.Logger, OnStoreError: func() { metrics.StoreError("settle") },
 	})
 	if err != nil {
@@ -181,7 +181,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Holds:           renewer,
 		Owners:          st,
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
-		Upstreams:       vendorRoutes, Keys: keys, Accounts: ledger, Metrics: metrics, Logger: o.Logger,
+		Upstreams:       vendorRoutes, Keys: keys, Accounts: sp, Metrics: metrics, Logger: o.Logger,
 	})
 
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -195,7 +195,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	}
 	watcher := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
 
-	s := &sidecar{log: o.Logger, Store: st, ledger: ledger, Prices: prices, proc: proc}
+	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc}
 	var holdsCtx context.Context
 	holdsCtx, s.stopHolds = context.WithCancel(context.Background())
 	go renewer.Run(holdsCtx)
@@ -244,6 +244,8 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	// share the control server; everything else is the control handler's.
 	mux := http.NewServeMux()
 	mux.Handle("/", ctl)
+	// Exact, or the mux would redirect /v1/usage to the console's /v1/usage/.
+	mux.Handle("/v1/usage", ctl)
 	console.Mount(mux, console.APIOptions{Store: st, Keys: keys, Settled: proc, Logger: o.Logger})
 	s.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
@@ -364,7 +366,7 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 	// is idempotent).
 	s.stopHolds()
 	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	s.ledger.Close(lctx)
+	s.spool.Close(lctx)
 	cancel()
 	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	s.control.Shutdown(cctx)

@@ -166,3 +166,18 @@ func TestOverrideListeners(t *testing.T) {
 		t.Fatalf("%+v", l)
 	}
 }
+
+// /v1/usage is the control handler's own, not a redirect to the console's
+// /v1/usage/ subtree sharing the server.
+func TestUsagePathNotRedirected(t *testing.T) {
+	sc := testSidecar(t, "")
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Get("http://" + sc.ControlAddr.String() + "/v1/usage?period=day")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET /v1/usage without a credential: %d, want 401", resp.StatusCode)
+	}
+}

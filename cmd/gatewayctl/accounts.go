@@ -52,7 +52,7 @@ func (l *limitFlags) values(f *pflag.FlagSet) (daily, rpm, window *int64, err er
 func (a *app) accountsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "accounts", Short: "Create, list, show, suspend and resume accounts"}
 	cmd.AddCommand(a.accountsCreateCmd(), a.accountsListCmd(), a.accountsGetCmd(),
-		a.accountsSuspendCmd(true), a.accountsSuspendCmd(false))
+		a.accountsSuspendCmd(true), a.accountsSuspendCmd(false), a.accountsLimitsCmd(), a.accountsAlertCmd())
 	return cmd
 }
 
@@ -174,6 +174,10 @@ func accountDetail(w io.Writer, acct *adminv1.Account) {
 	row(w, "daily limit (USD)", limit(l.GetDailyNanoUsd(), true))
 	row(w, "requests per minute", limit(l.GetRpm(), false))
 	row(w, "window (minutes)", l.GetWindowMinutes())
+	row(w, "tokens per minute", limit(l.GetTpm(), false))
+	row(w, "concurrency", limit(l.GetConcurrency(), false))
+	row(w, "monthly limit (USD)", limit(l.GetMonthlyNanoUsd(), true))
+	row(w, "balance alert below (USD)", limit(acct.GetBalanceAlertNanoUsd(), true))
 	row(w, "suspended", acct.GetSuspended())
 }
 

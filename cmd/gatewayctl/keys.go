@@ -40,7 +40,7 @@ func (a *app) secretNote() {
 
 func (a *app) keysCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "keys", Short: "Create, list, revoke and rotate model keys (cr_…)"}
-	cmd.AddCommand(a.keysCreateCmd(), a.keysListCmd(), a.keysRevokeCmd(), a.keysRotateCmd())
+	cmd.AddCommand(a.keysCreateCmd(), a.keysListCmd(), a.keysRevokeCmd(), a.keysRotateCmd(), a.keysLimitsCmd())
 	return cmd
 }
 

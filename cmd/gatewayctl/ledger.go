@@ -61,7 +61,7 @@ func (a *app) ledgerCmd() *cobra.Command {
 		}
 		resp := &adminv1.ListLedgerResponse{Entries: entries, NextPageToken: next}
 		err = a.show(resp, func(w io.Writer) {
-			row(w, "ID", "TIME", "KEY", "MODEL", "STATUS", "INPUT", "OUTPUT", "CACHE_WRITE", "CACHE_READ", "COST_USD", "ROUTE")
+			row(w, "ID", "TIME", "KEY", "MODEL", "STATUS", "INPUT", "OUTPUT", "CACHE_WRITE", "CACHE_READ", "COST_USD", "ENDPOINT")
 			for _, e := range resp.Entries {
 				cost := formatUSD(e.CostNanoUsd)
 				if e.Estimated {

@@ -19,7 +19,18 @@ func timestamp(t time.Time) *timestamppb.Timestamp {
 }
 
 func limitsToProto(l store.Limits) *adminv1.Limits {
-	return &adminv1.Limits{DailyNanoUsd: l.DailyNanoUSD, Rpm: l.RPM, WindowMinutes: l.WindowMinutes}
+	return &adminv1.Limits{
+		DailyNanoUsd: l.DailyNanoUSD, Rpm: l.RPM, WindowMinutes: l.WindowMinutes,
+		Tpm: l.TPM, Concurrency: l.Concurrency, MonthlyNanoUsd: l.MonthlyNanoUSD, TotalNanoUsd: l.TotalNanoUSD,
+	}
+}
+
+func keyUsageToProto(k store.KeyState) *adminv1.KeyUsage {
+	return &adminv1.KeyUsage{
+		InFlight: k.InFlight, HeldNanoUsd: k.Held, MinuteTokens: k.MinuteTokens,
+		DailyUsedNanoUsd: k.Day.Cost, MonthlyUsedNanoUsd: k.Month.Cost, TotalUsedNanoUsd: k.Total.Cost,
+		DailyRequests: k.Day.Requests, MonthlyRequests: k.Month.Requests, TotalRequests: k.Total.Requests,
+	}
 }
 
 func accountToProto(a store.Account, balance int64) *adminv1.Account {
@@ -30,6 +41,8 @@ func accountToProto(a store.Account, balance int64) *adminv1.Account {
 		BalanceNanoUsd: balance,
 		Limits:         limitsToProto(a.Limits),
 		Suspended:      a.Suspended,
+
+		BalanceAlertNanoUsd: a.BalanceAlert,
 	}
 }
 
@@ -70,6 +83,7 @@ func keyToProto(k store.Key, now time.Time) *adminv1.Key {
 		RevokeTime:   timestamp(k.RevokedAt),
 		Models:       k.Models,
 		State:        keyState(k, now),
+		Limits:       limitsToProto(k.Limits),
 	}
 }
 

@@ -132,5 +132,6 @@ func wantCode(t *testing.T, err error, code codes.Code) {
 }
 
 func limitsFromProto(l *adminv1.Limits) store.Limits {
-	return store.Limits{DailyNanoUSD: l.GetDailyNanoUsd(), RPM: l.GetRpm(), WindowMinutes: l.GetWindowMinutes()}
+	return store.Limits{DailyNanoUSD: l.GetDailyNanoUsd(), RPM: l.GetRpm(), WindowMinutes: l.GetWindowMinutes(),
+		TPM: l.GetTpm(), Concurrency: l.GetConcurrency(), MonthlyNanoUSD: l.GetMonthlyNanoUsd(), TotalNanoUSD: l.GetTotalNanoUsd()}
 }

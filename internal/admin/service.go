@@ -117,14 +117,43 @@ func invalid(format string, args ...any) error {
 }
 
 func checkLimits(l store.Limits) error {
-	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 {
+	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 || l.TPM < 0 || l.Concurrency < 0 ||
+		l.MonthlyNanoUSD < 0 || l.TotalNanoUSD < 0 {
 		return invalid("limits must not be negative")
 	}
 	return nil
 }
 
 func limitsDetail(l store.Limits) string {
-	return fmt.Sprintf("daily_nano_usd=%d rpm=%d window_minutes=%d", l.DailyNanoUSD, l.RPM, l.WindowMinutes)
+	d := fmt.Sprintf("daily_nano_usd=%d rpm=%d window_minutes=%d tpm=%d concurrency=%d monthly_nano_usd=%d",
+		l.DailyNanoUSD, l.RPM, l.WindowMinutes, l.TPM, l.Concurrency, l.MonthlyNanoUSD)
+	if l.TotalNanoUSD != 0 {
+		d += fmt.Sprintf(" total_nano_usd=%d", l.TotalNanoUSD)
+	}
+	return d
+}
+
+// limitChanges are the optional limit fields of a request; nil keeps a
+// limit as it is.
+type limitChanges struct {
+	daily, rpm, window, tpm, concurrency, monthly, total *int64
+}
+
+// apply returns l with the given changes.
+func (c limitChanges) apply(l store.Limits) store.Limits {
+	set := func(dst *int64, v *int64) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&l.DailyNanoUSD, c.daily)
+	set(&l.RPM, c.rpm)
+	set(&l.WindowMinutes, c.window)
+	set(&l.TPM, c.tpm)
+	set(&l.Concurrency, c.concurrency)
+	set(&l.MonthlyNanoUSD, c.monthly)
+	set(&l.TotalNanoUSD, c.total)
+	return l
 }
 
 // CreateAccount opens an account.
@@ -136,16 +165,10 @@ func (s *Service) CreateAccount(ctx context.Context, req *adminv1.CreateAccountR
 	if req.GetBalanceNanoUsd() < 0 {
 		return nil, invalid("balance must not be negative")
 	}
-	limits := s.opts.DefaultLimits
-	if req.DailyNanoUsd != nil {
-		limits.DailyNanoUSD = req.GetDailyNanoUsd()
-	}
-	if req.Rpm != nil {
-		limits.RPM = req.GetRpm()
-	}
-	if req.WindowMinutes != nil {
-		limits.WindowMinutes = req.GetWindowMinutes()
-	}
+	limits := limitChanges{
+		daily: req.DailyNanoUsd, rpm: req.Rpm, window: req.WindowMinutes,
+		tpm: req.Tpm, concurrency: req.Concurrency, monthly: req.MonthlyNanoUsd,
+	}.apply(s.opts.DefaultLimits)
 	if err := checkLimits(limits); err != nil {
 		return nil, err
 	}
@@ -174,10 +197,12 @@ func (s *Service) GetAccount(ctx context.Context, req *adminv1.GetAccountRequest
 		return nil, s.failAccount("get account", id, err)
 	}
 	return &adminv1.GetAccountResponse{
-		Account:          accountToProto(a, u.Balance),
-		DailyUsedNanoUsd: u.DailyUsed,
-		OpenHolds:        holds,
-		HeldNanoUsd:      held,
+		Account:            accountToProto(a, u.Balance),
+		DailyUsedNanoUsd:   u.DailyUsed,
+		OpenHolds:          holds,
+		HeldNanoUsd:        held,
+		MonthlyUsedNanoUsd: u.MonthUsed,
+		MinuteTokens:       u.MinuteTokens,
 	}, nil
 }
 
@@ -231,16 +256,10 @@ func (s *Service) SetLimits(ctx context.Context, req *adminv1.SetLimitsRequest) 
 	if err != nil {
 		return nil, s.failAccount("set limits", id, err)
 	}
-	l := a.Limits
-	if req.DailyNanoUsd != nil {
-		l.DailyNanoUSD = req.GetDailyNanoUsd()
-	}
-	if req.Rpm != nil {
-		l.RPM = req.GetRpm()
-	}
-	if req.WindowMinutes != nil {
-		l.WindowMinutes = req.GetWindowMinutes()
-	}
+	l := limitChanges{
+		daily: req.DailyNanoUsd, rpm: req.Rpm, window: req.WindowMinutes,
+		tpm: req.Tpm, concurrency: req.Concurrency, monthly: req.MonthlyNanoUsd,
+	}.apply(a.Limits)
 	if err := checkLimits(l); err != nil {
 		return nil, err
 	}
@@ -391,4 +410,75 @@ func checkPage(size int32, token string) error {
 func isUint(s string) bool {
 	_, err := strconv.ParseUint(s, 10, 64)
 	return err == nil
+}
+
+// GetKey returns one key with what it has in flight and has spent.
+func (s *Service) GetKey(ctx context.Context, req *adminv1.GetKeyRequest) (*adminv1.GetKeyResponse, error) {
+	k, u, err := s.keyWithUsage(ctx, req.GetAccountId(), req.GetKeyId())
+	if err != nil {
+		return nil, s.fail("get key", err)
+	}
+	return &adminv1.GetKeyResponse{Key: k, Usage: u}, nil
+}
+
+func (s *Service) keyWithUsage(ctx context.Context, accountID, keyID string) (*adminv1.Key, *adminv1.KeyUsage, error) {
+	k, err := s.st.Key(ctx, accountID, keyID)
+	if err != nil {
+		return nil, nil, err
+	}
+	ks, err := s.st.KeyStates(ctx, accountID, keyID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return keyToProto(k, s.now()), keyUsageToProto(ks[0]), nil
+}
+
+// SetKeyLimits changes the limits the request sets and keeps the others,
+// as SetLimits does for an account. A read-only token has no limits to set.
+func (s *Service) SetKeyLimits(ctx context.Context, req *adminv1.SetKeyLimitsRequest) (*adminv1.SetKeyLimitsResponse, error) {
+	accountID, keyID := req.GetAccountId(), req.GetKeyId()
+	k, err := s.st.Key(ctx, accountID, keyID)
+	if err != nil {
+		return nil, s.fail("set key limits", err)
+	}
+	if k.Kind != store.ModelKey {
+		return nil, status.Error(codes.FailedPrecondition, "set key limits: a read-only token makes no requests to limit")
+	}
+	l := limitChanges{
+		daily: req.DailyNanoUsd, rpm: req.Rpm, window: req.WindowMinutes,
+		tpm: req.Tpm, concurrency: req.Concurrency, monthly: req.MonthlyNanoUsd, total: req.TotalNanoUsd,
+	}.apply(k.Limits)
+	if err := checkLimits(l); err != nil {
+		return nil, err
+	}
+	if err := s.st.SetKeyLimits(ctx, accountID, keyID, l); err != nil {
+		return nil, s.fail("set key limits", err)
+	}
+	s.audit(ctx, "key.limits", accountID, keyID, limitsDetail(l))
+	pk, u, err := s.keyWithUsage(ctx, accountID, keyID)
+	if err != nil {
+		return nil, s.fail("set key limits", err)
+	}
+	return &adminv1.SetKeyLimitsResponse{Key: pk, Usage: u}, nil
+}
+
+// SetBalanceAlert sets the account's balance alert threshold.
+func (s *Service) SetBalanceAlert(ctx context.Context, req *adminv1.SetBalanceAlertRequest) (*adminv1.SetBalanceAlertResponse, error) {
+	id := req.GetAccountId()
+	if req.GetThresholdNanoUsd() < 0 {
+		return nil, invalid("threshold must not be negative")
+	}
+	if err := s.st.SetBalanceAlert(ctx, id, req.GetThresholdNanoUsd()); err != nil {
+		return nil, s.fail("set balance alert", err)
+	}
+	s.audit(ctx, "account.balance_alert", id, "", fmt.Sprintf("threshold_nano_usd=%d", req.GetThresholdNanoUsd()))
+	a, err := s.st.Account(ctx, id)
+	if err != nil {
+		return nil, s.fail("set balance alert", err)
+	}
+	b, err := s.st.Balance(ctx, id)
+	if err != nil {
+		return nil, s.fail("set balance alert", err)
+	}
+	return &adminv1.SetBalanceAlertResponse{Account: accountToProto(a, b)}, nil
 }

@@ -571,6 +571,116 @@ func TestSuspendAndResume(t *testing.T) {
 	}
 }
 
+// An account's new limits are set like the old ones: each given one
+// changes, the others stay.
+func TestSetAccountLimitsEveryKind(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(0)
+	r, err := e.client.SetLimits(e.ctx, &adminv1.SetLimitsRequest{AccountId: a.Id,
+		Tpm: proto.Int64(1000), Concurrency: proto.Int64(4), MonthlyNanoUsd: proto.Int64(7e9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &adminv1.Limits{DailyNanoUsd: defaultLimits.DailyNanoUSD, Rpm: defaultLimits.RPM, WindowMinutes: defaultLimits.WindowMinutes,
+		Tpm: 1000, Concurrency: 4, MonthlyNanoUsd: 7e9}
+	if !proto.Equal(r.Account.Limits, want) {
+		t.Fatalf("limits %v, want %v", r.Account.Limits, want)
+	}
+	r, err = e.client.SetLimits(e.ctx, &adminv1.SetLimitsRequest{AccountId: a.Id, Concurrency: proto.Int64(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Concurrency = 0
+	if !proto.Equal(r.Account.Limits, want) {
+		t.Fatalf("after removing concurrency: %v, want %v", r.Account.Limits, want)
+	}
+	c, err := e.client.CreateAccount(e.ctx, &adminv1.CreateAccountRequest{Name: "b", Tpm: proto.Int64(5)})
+	if err != nil || c.Account.Limits.Tpm != 5 {
+		t.Fatalf("create with tpm: %v, %v", c, err)
+	}
+}
+
+// A key's limits change without rotating it, are audited with who changed
+// them, and show with what the key has used.
+func TestSetKeyLimits(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(1e9)
+	_, k := e.key(a.Id, &adminv1.CreateKeyRequest{Label: "ci"})
+	if !proto.Equal(k.Limits, &adminv1.Limits{}) {
+		t.Fatalf("new key has limits %v", k.Limits)
+	}
+	r, err := e.client.SetKeyLimits(e.ctx, &adminv1.SetKeyLimitsRequest{AccountId: a.Id, KeyId: k.Id,
+		Rpm: proto.Int64(10), WindowMinutes: proto.Int64(1), Tpm: proto.Int64(2000), Concurrency: proto.Int64(2),
+		DailyNanoUsd: proto.Int64(1e9), MonthlyNanoUsd: proto.Int64(5e9), TotalNanoUsd: proto.Int64(9e9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &adminv1.Limits{Rpm: 10, WindowMinutes: 1, Tpm: 2000, Concurrency: 2, DailyNanoUsd: 1e9, MonthlyNanoUsd: 5e9, TotalNanoUsd: 9e9}
+	if !proto.Equal(r.Key.Limits, want) || r.Key.Id != k.Id || r.Usage == nil {
+		t.Fatalf("set: %v, want limits %v", r, want)
+	}
+	// Spend already counted stays, and shows.
+	_, err = e.st.Admit(e.ctx, store.Admission{RequestID: "r1", AccountID: a.Id, KeyID: k.Id, Hold: 100, KeyLimits: limitsFromProto(want)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.Settle(e.ctx, store.Settlement{RequestID: "r1", AccountID: a.Id, KeyID: k.Id, Cost: 70, Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = e.client.SetKeyLimits(e.ctx, &adminv1.SetKeyLimitsRequest{AccountId: a.Id, KeyId: k.Id, Tpm: proto.Int64(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Tpm = 0
+	if !proto.Equal(r.Key.Limits, want) {
+		t.Fatalf("after removing tpm: %v, want %v", r.Key.Limits, want)
+	}
+	g, err := e.client.GetKey(e.ctx, &adminv1.GetKeyRequest{AccountId: a.Id, KeyId: k.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := g.Usage; u.DailyUsedNanoUsd != 70 || u.MonthlyUsedNanoUsd != 70 || u.TotalUsedNanoUsd != 70 || u.TotalRequests != 1 || u.InFlight != 0 {
+		t.Fatalf("usage %v", u)
+	}
+	stored, err := e.st.Key(e.ctx, a.Id, k.Id)
+	if err != nil || stored.Limits != limitsFromProto(want) {
+		t.Fatalf("stored %+v, %v", stored.Limits, err)
+	}
+	if n := countActions(e, "key.limits"); n != 2 {
+		t.Fatalf("%d key.limits audit entries, want 2", n)
+	}
+	_, err = e.client.SetKeyLimits(e.ctx, &adminv1.SetKeyLimitsRequest{AccountId: a.Id, KeyId: k.Id, Concurrency: proto.Int64(-1)})
+	wantCode(t, err, codes.InvalidArgument)
+	_, err = e.client.SetKeyLimits(e.ctx, &adminv1.SetKeyLimitsRequest{AccountId: a.Id, KeyId: "key_missing", Rpm: proto.Int64(1)})
+	wantCode(t, err, codes.NotFound)
+	other := e.account(0)
+	_, err = e.client.SetKeyLimits(e.ctx, &adminv1.SetKeyLimitsRequest{AccountId: other.Id, KeyId: k.Id, Rpm: proto.Int64(1)})
+	wantCode(t, err, codes.NotFound)
+	tr, err := e.client.CreateReadOnlyToken(e.ctx, &adminv1.CreateReadOnlyTokenRequest{AccountId: a.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.client.SetKeyLimits(e.ctx, &adminv1.SetKeyLimitsRequest{AccountId: a.Id, KeyId: tr.Token.Id, Rpm: proto.Int64(1)})
+	wantCode(t, err, codes.FailedPrecondition)
+}
+
+func TestSetBalanceAlert(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(1e9)
+	r, err := e.client.SetBalanceAlert(e.ctx, &adminv1.SetBalanceAlertRequest{AccountId: a.Id, ThresholdNanoUsd: 5e8})
+	if err != nil || r.Account.BalanceAlertNanoUsd != 5e8 {
+		t.Fatalf("set: %v, %v", r, err)
+	}
+	if g, _ := e.client.GetAccount(e.ctx, &adminv1.GetAccountRequest{AccountId: a.Id}); g.Account.BalanceAlertNanoUsd != 5e8 {
+		t.Fatalf("get: %v", g)
+	}
+	_, err = e.client.SetBalanceAlert(e.ctx, &adminv1.SetBalanceAlertRequest{AccountId: a.Id, ThresholdNanoUsd: -1})
+	wantCode(t, err, codes.InvalidArgument)
+	if n := countActions(e, "account.balance_alert"); n != 1 {
+		t.Fatalf("%d audit entries, want 1", n)
+	}
+}
+
 // A not-found error names what is missing: the account of an account's
 // call, the key of a key's.
 func TestNotFoundNamesWhat(t *testing.T) {

@@ -26,22 +26,22 @@ type Fake struct {
 
 // FakeAddrs are the fake's listeners.
 type FakeAddrs struct {
-	Alpha   string `json:"alpha"`
-	Beta    string `json:"beta"`
-	Control string `json:"control"`
+	Messages        string `json:"messages"`
+	ChatCompletions string `json:"chat_completions"`
+	Control         string `json:"control"`
 }
 
 // URL is the base URL of the fake's listener for a wire format.
 func (a FakeAddrs) URL(format string) string {
 	if format == config.FormatMessages {
-		return "http://" + a.Alpha
+		return "http://" + a.Messages
 	}
-	return "http://" + a.Beta
+	return "http://" + a.ChatCompletions
 }
 
 // Record is one request the fake received.
 type Record struct {
-	Vendor  string              `json:"vendor"`
+	Format  string              `json:"format"` // config.FormatMessages or config.FormatChatCompletions
 	Method  string              `json:"method"`
 	Path    string              `json:"path"`
 	Query   string              `json:"query"`
@@ -51,7 +51,7 @@ type Record struct {
 }
 
 // StartFake starts cmd/fakevendor (bin) as the named endpoint, demanding
-// the vendor keys in env (FAKE_ALPHA_KEY, FAKE_BETA_KEY), with its log and
+// the vendor keys in env (FAKE_MESSAGES_KEY, FAKE_CHAT_COMPLETIONS_KEY), with its log and
 // address file in dir.
 func StartFake(ctx context.Context, dir, bin, name string, env []string) (*Fake, error) {
 	addrFile := filepath.Join(dir, "fake-"+name+".json")
@@ -127,17 +127,18 @@ func (f *Fake) get(path string, v any) {
 	}
 }
 
-// LastRequest returns the newest request of a vendor ("alpha" or "beta") and
-// path, failing when there is none.
-func (f *Fake) LastRequest(vendor, path string) Record {
+// LastRequest returns the newest request in a wire format
+// (config.FormatMessages or config.FormatChatCompletions) to path, failing
+// when there is none.
+func (f *Fake) LastRequest(format, path string) Record {
 	f.T.Helper()
 	recs := f.Requests()
 	for i := len(recs) - 1; i >= 0; i-- {
-		if recs[i].Vendor == vendor && recs[i].Path == path {
+		if recs[i].Format == format && recs[i].Path == path {
 			return recs[i]
 		}
 	}
-	f.T.Fatalf("fake %s received no %s %s request", f.Name, vendor, path)
+	f.T.Fatalf("fake %s received no %s %s request", f.Name, format, path)
 	return Record{}
 }
 

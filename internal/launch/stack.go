@@ -132,7 +132,7 @@ func Up(o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	env := []string{"FAKE_ALPHA_KEY=" + AlphaVendorKey, "FAKE_BETA_KEY=" + BetaVendorKey}
+	env := []string{"FAKE_MESSAGES_KEY=" + AlphaVendorKey, "FAKE_CHAT_COMPLETIONS_KEY=" + BetaVendorKey}
 	if s.Primary, err = StartFake(ctx, s.Dir, fake, "primary", env); err != nil {
 		return s, err
 	}

@@ -100,7 +100,7 @@ func (s *Store) CreateAccount(ctx context.Context, name string, balance int64, l
 	return a, nil
 }
 
-var accountFields = append([]string{"name", "created", "suspended"}, limitFieldNames...)
+var accountFields = append([]string{"name", "created", "suspended", "alert_below"}, limitFieldNames...)
 
 // decodeAccount builds an Account from HMGET accountFields; ok is false when
 // the account does not exist.
@@ -109,11 +109,12 @@ func decodeAccount(id string, v []any) (a Account, ok bool) {
 		return Account{}, false
 	}
 	return Account{
-		ID:        id,
-		Name:      str(v[0]),
-		CreatedAt: parseMS(str(v[1])),
-		Limits:    decodeLimits(v[3:]),
-		Suspended: str(v[2]) == "1",
+		ID:           id,
+		Name:         str(v[0]),
+		CreatedAt:    parseMS(str(v[1])),
+		Limits:       decodeLimits(v[4:]),
+		Suspended:    str(v[2]) == "1",
+		BalanceAlert: parseInt(str(v[3])),
 	}, true
 }
 
@@ -175,6 +176,25 @@ func (s *Store) SetLimits(ctx context.Context, id string, limits Limits) error {
 	}
 	if n == 0 {
 		return fmt.Errorf("store: set limits %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// SetBalanceAlert sets the balance (nano-USD) below which the account's
+// balance alert fires; zero turns it off.
+func (s *Store) SetBalanceAlert(ctx context.Context, id string, threshold int64) error {
+	if !validID(id) {
+		return fmt.Errorf("store: set balance alert %q: %w", id, ErrNotFound)
+	}
+	if threshold < 0 {
+		return fmt.Errorf("store: set balance alert %s: negative threshold", id)
+	}
+	n, err := hsetxScript.Run(ctx, s.rdb, []string{acctKey(id, "acct")}, "alert_below", strconv.FormatInt(threshold, 10)).Int64()
+	if err != nil {
+		return fmt.Errorf("store: set balance alert %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("store: set balance alert %s: %w", id, ErrNotFound)
 	}
 	return nil
 }

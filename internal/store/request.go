@@ -432,7 +432,7 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 		return UsageReport{}, fmt.Errorf("store: usage of %s: unknown period %q", accountID, p)
 	}
 	var (
-		acct  *redis.SliceCmd
+		acct       *redis.SliceCmd
 		spent      *redis.StringCmd
 		monthSpent *redis.StringCmd
 		open       *redis.IntCmd

@@ -81,6 +81,9 @@ type Account struct {
 	// Suspended accounts cannot make model requests; their usage stays
 	// readable and their keys stay as they are.
 	Suspended bool
+	// BalanceAlert is the balance (nano-USD) below which a balance alert
+	// fires; zero: none.
+	BalanceAlert int64
 }
 
 // KeyKind tells model keys from read-only tokens.
@@ -230,11 +233,11 @@ type Settlement struct {
 	// its request was swept: its amounts (cost, usage) are the difference
 	// from the interrupted entry, of either sign. Set by the store only.
 	Reconciled bool
-	Status      int    // the status the client saw; non-2xx charges nothing and counts no usage
-	Endpoint    string // "primary" or "reserve"; empty when unknown
-	Stream      bool
-	StartedAt   time.Time
-	EndedAt     time.Time
+	Status     int    // the status the client saw; non-2xx charges nothing and counts no usage
+	Endpoint   string // "primary" or "reserve"; empty when unknown
+	Stream     bool
+	StartedAt  time.Time
+	EndedAt    time.Time
 }
 
 // Period is a usage aggregation window.
@@ -270,9 +273,9 @@ type UsageReport struct {
 	// MinuteTokens are the tokens counted in the current UTC minute against
 	// a tokens-per-minute limit (0 without one).
 	MinuteTokens int64
-	Period    Period
-	Totals    Counters
-	ByModel   []ModelCounters // sorted by model name
+	Period       Period
+	Totals       Counters
+	ByModel      []ModelCounters // sorted by model name
 }
 
 // LedgerEntry is one settled request as recorded in the account's ledger.

@@ -270,7 +270,6 @@ func wantDecision(t *testing.T, got Decision, outcome Outcome, retry time.Durati
 	}
 }
 
-
 // dump returns every key and every value in the database, on every master of
 // a cluster.
 func dump(t *testing.T, rdb redis.UniversalClient) []string {

@@ -204,9 +204,9 @@ func start(tb *benchTB, p plan, sidecarEnv []string) *bench {
 	sameVendor := func(c *config.Config) {
 		for i := range c.Upstreams {
 			u := &c.Upstreams[i]
-			addr := gw.Primary.Addrs.Beta
+			addr := gw.Primary.Addrs.ChatCompletions
 			if u.Format == config.FormatMessages {
-				addr = gw.Primary.Addrs.Alpha
+				addr = gw.Primary.Addrs.Messages
 			}
 			u.Primary.URL = "http://" + addr
 			u.Reserve.URL = "http://" + addr

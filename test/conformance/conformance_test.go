@@ -106,8 +106,8 @@ func TestOfficialSDKs(t *testing.T) {
 		"GATEWAY_REASONING_READONLY="+reasoning.ReadOnly,
 		"FAKE_PRIMARY_CONTROL=http://"+s.Primary.Addrs.Control,
 		// The vendor itself, for what it sends without the gateway.
-		"FAKE_PRIMARY_BETA=http://"+s.Primary.Addrs.Beta,
-		"FAKE_BETA_KEY="+launch.BetaVendorKey,
+		"FAKE_PRIMARY_CHAT_COMPLETIONS=http://"+s.Primary.Addrs.ChatCompletions,
+		"FAKE_CHAT_COMPLETIONS_KEY="+launch.BetaVendorKey,
 		"FAKE_RESERVE_CONTROL=http://"+s.Reserve.Addrs.Control,
 		"PYTHONDONTWRITEBYTECODE=1",
 	)

@@ -84,19 +84,20 @@ class Fake:
         r = self.http.post("/reset")
         assert r.status_code == 200, r.text
 
-    def requests(self, vendor: str, path: str) -> list[dict]:
-        """The requests received for vendor ("alpha"/"beta") and path, oldest
-        first, with "body" decoded to bytes."""
-        r = self.http.get("/requests", params={"vendor": vendor, "path": path})
+    def requests(self, format: str, path: str) -> list[dict]:
+        """The requests received in a wire format ("messages" or
+        "chat_completions") to path, oldest first, with "body" decoded to
+        bytes."""
+        r = self.http.get("/requests", params={"format": format, "path": path})
         assert r.status_code == 200, r.text
         recs = r.json() or []
         for rec in recs:
             rec["body"] = base64.b64decode(rec.get("body") or "")
         return recs
 
-    def only_request(self, vendor: str, path: str) -> dict:
-        recs = self.requests(vendor, path)
-        assert len(recs) == 1, f"fake received {len(recs)} {vendor} {path} requests, want 1"
+    def only_request(self, format: str, path: str) -> dict:
+        recs = self.requests(format, path)
+        assert len(recs) == 1, f"fake received {len(recs)} {format} {path} requests, want 1"
         return recs[0]
 
 
@@ -228,12 +229,12 @@ def beta_client(
     )
 
 
-def vendor_beta_client(recorder: RecordingTransport) -> openai.OpenAI:
+def vendor_chat_completions_client(recorder: RecordingTransport) -> openai.OpenAI:
     """An openai client for the primary fake vendor itself, without the
     gateway: what the vendor sends a client directly."""
     return openai.OpenAI(
-        base_url=_env("FAKE_PRIMARY_BETA") + "/v1",
-        api_key=_env("FAKE_BETA_KEY"),
+        base_url=_env("FAKE_PRIMARY_CHAT_COMPLETIONS") + "/v1",
+        api_key=_env("FAKE_CHAT_COMPLETIONS_KEY"),
         http_client=openai.DefaultHttpxClient(transport=recorder),
     )
 

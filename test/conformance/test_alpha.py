@@ -67,7 +67,7 @@ def check_stream_events(ex: Exchange) -> list[dict]:
 
 
 def test_create(alpha: AlphaClients, gw: Gateway, primary: Fake, recorder: RecordingTransport, meter: Meter) -> None:
-    primary.control(vendor="alpha", cache_read_tokens=40, cache_write_tokens=7)
+    primary.control(format="messages", cache_read_tokens=40, cache_write_tokens=7)
     client = alpha()
     msg = client.messages.create(
         model=ALPHA_MODEL, max_tokens=256, messages=[{"role": "user", "content": PROMPT}]
@@ -76,7 +76,7 @@ def test_create(alpha: AlphaClients, gw: Gateway, primary: Fake, recorder: Recor
     assert ex.status == 200
     assert_typed(msg, Message, ex.response_json())
 
-    rec = primary.only_request("alpha", PATH)
+    rec = primary.only_request("messages", PATH)
     assert rec["body"] == ex.body
     # anthropic 2.x sends the key as a bearer token; the vendor gets its own
     # credential, never the client's key.
@@ -95,7 +95,7 @@ def test_create(alpha: AlphaClients, gw: Gateway, primary: Fake, recorder: Recor
 
 
 def test_stream_helper(alpha: AlphaClients, primary: Fake, recorder: RecordingTransport, meter: Meter) -> None:
-    primary.control(vendor="alpha", cache_read_tokens=16, cache_write_tokens=3)
+    primary.control(format="messages", cache_read_tokens=16, cache_write_tokens=3)
     client = alpha()
     with client.messages.stream(
         model=ALPHA_MODEL, max_tokens=256, messages=[{"role": "user", "content": PROMPT}]
@@ -107,7 +107,7 @@ def test_stream_helper(alpha: AlphaClients, primary: Fake, recorder: RecordingTr
     assert ex.response_headers["content-type"].startswith("text/event-stream")
     events = check_stream_events(ex)
 
-    rec = primary.only_request("alpha", PATH)
+    rec = primary.only_request("messages", PATH)
     assert rec["body"] == ex.body
     assert json.loads(rec["body"])["stream"] is True
     want = fake_reply_text(PROMPT)
@@ -140,7 +140,7 @@ def test_system_prompt_reaches_vendor(
         system=system,
         messages=[{"role": "user", "content": "Wie spät ist es?"}],
     )
-    rec = primary.only_request("alpha", PATH)
+    rec = primary.only_request("messages", PATH)
     assert rec["body"] == recorder.last().body
     assert json.loads(rec["body"])["system"] == system
     # The block form too.
@@ -148,7 +148,7 @@ def test_system_prompt_reaches_vendor(
     msg2 = client.messages.create(
         model=ALPHA_MODEL, max_tokens=64, system=blocks, messages=[{"role": "user", "content": "Wie spät ist es?"}]
     )
-    recs = primary.requests("alpha", PATH)
+    recs = primary.requests("messages", PATH)
     assert len(recs) == 2 and recs[1]["body"] == recorder.last().body
     assert json.loads(recs[1]["body"])["system"] == blocks
     meter_expect(meter, msg, msg2)
@@ -157,7 +157,7 @@ def test_system_prompt_reaches_vendor(
 def test_tools_reach_vendor_byte_identical(
     alpha: AlphaClients, primary: Fake, recorder: RecordingTransport, meter: Meter
 ) -> None:
-    primary.control(vendor="alpha", tool_call=True)
+    primary.control(format="messages", tool_call=True)
     client = alpha()
     tools = tooldefs.alpha_tools()
     msg = client.messages.create(
@@ -169,7 +169,7 @@ def test_tools_reach_vendor_byte_identical(
     )
     ex = recorder.last()
     assert len(ex.body) > 10_000
-    rec = primary.only_request("alpha", PATH)
+    rec = primary.only_request("messages", PATH)
     assert rec["body"] == ex.body, "the vendor received a different body than the SDK sent"
     assert json.loads(rec["body"])["tools"] == tools
 
@@ -193,14 +193,14 @@ def test_tools_reach_vendor_byte_identical(
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "booked ✓"}]},
         ],
     )
-    assert recorder.last().body == primary.requests("alpha", PATH)[-1]["body"]
+    assert recorder.last().body == primary.requests("messages", PATH)[-1]["body"]
     assert_typed(follow, Message, recorder.last().response_json())
     assert follow.stop_reason == "end_turn" and follow.content[0].text == fake_reply_text("booked ✓")
     meter_expect(meter, follow)
 
 
 def test_tools_streaming(alpha: AlphaClients, primary: Fake, recorder: RecordingTransport, meter: Meter) -> None:
-    primary.control(vendor="alpha", tool_call=True)
+    primary.control(format="messages", tool_call=True)
     client = alpha()
     partial = []
     with client.messages.stream(
@@ -215,7 +215,7 @@ def test_tools_streaming(alpha: AlphaClients, primary: Fake, recorder: Recording
         final = stream.get_final_message()
     ex = recorder.last()
     check_stream_events(ex)
-    rec = primary.only_request("alpha", PATH)
+    rec = primary.only_request("messages", PATH)
     assert rec["body"] == ex.body
     assert final.stop_reason == "tool_use"
     assert len(final.content) == 1 and isinstance(final.content[0], ToolUseBlock)
@@ -245,7 +245,7 @@ def test_bad_key_is_authentication_error(alpha: AlphaClients, primary: Fake, met
     with pytest.raises(anthropic.AuthenticationError) as e:
         client.messages.create(model=ALPHA_MODEL, max_tokens=16, messages=[{"role": "user", "content": PROMPT}])
     check_error(e.value, 401, "authentication_error")
-    assert primary.requests("alpha", PATH) == []
+    assert primary.requests("messages", PATH) == []
     meter.expect_nothing()
 
 
@@ -254,7 +254,7 @@ def test_readonly_token_is_permission_denied(alpha: AlphaClients, gw: Gateway, p
     with pytest.raises(anthropic.PermissionDeniedError) as e:
         client.messages.create(model=ALPHA_MODEL, max_tokens=16, messages=[{"role": "user", "content": PROMPT}])
     check_error(e.value, 403, "permission_error")
-    assert primary.requests("alpha", PATH) == []
+    assert primary.requests("messages", PATH) == []
     meter.expect_nothing()
 
 
@@ -265,7 +265,7 @@ def test_no_balance_is_402(alpha: AlphaClients, gw: Gateway, primary: Fake) -> N
     # anthropic 2.x has a class of its own for 402.
     assert isinstance(e.value, anthropic.PaymentRequiredError)
     check_error(e.value, 402, "billing_error")
-    assert primary.requests("alpha", PATH) == []
+    assert primary.requests("messages", PATH) == []
 
 
 def test_rate_limit_is_rate_limit_error(alpha: AlphaClients, gw: Gateway, primary: Fake) -> None:
@@ -277,7 +277,7 @@ def test_rate_limit_is_rate_limit_error(alpha: AlphaClients, gw: Gateway, primar
         with pytest.raises(anthropic.RateLimitError) as e:
             client.messages.create(model=ALPHA_MODEL, max_tokens=16, messages=[{"role": "user", "content": PROMPT}])
         check_error(e.value, 429, "rate_limit_error")
-        assert len(primary.requests("alpha", PATH)) == 1
+        assert len(primary.requests("messages", PATH)) == 1
         meter.expect_nothing()
     finally:
         meter.close()
@@ -286,7 +286,7 @@ def test_rate_limit_is_rate_limit_error(alpha: AlphaClients, gw: Gateway, primar
 def test_sdk_retry_honours_retry_after(
     alpha: AlphaClients, primary: Fake, recorder: RecordingTransport, meter: Meter
 ) -> None:
-    primary.control(vendor="alpha", status=429, status_count=1, retry_after="1")
+    primary.control(format="messages", status=429, status_count=1, retry_after="1")
     client = alpha()  # the SDK's default retries
     msg = client.messages.create(model=ALPHA_MODEL, max_tokens=64, messages=[{"role": "user", "content": PROMPT}])
     assert msg.content[0].text == fake_reply_text(PROMPT)
@@ -298,7 +298,7 @@ def test_sdk_retry_honours_retry_after(
     # Without retry-after the SDK's first backoff is at most 0.5 s.
     assert second.sent_at - first.sent_at >= 0.9
     assert second.body == first.body
-    assert len(primary.requests("alpha", PATH)) == 2
+    assert len(primary.requests("messages", PATH)) == 2
     meter_expect(meter, msg)  # charged once, for the reply
 
 
@@ -307,7 +307,7 @@ def test_unknown_model_is_bad_request(alpha: AlphaClients, primary: Fake, meter:
     with pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(model="no-such-model", max_tokens=16, messages=[{"role": "user", "content": PROMPT}])
     check_error(e.value, 400, "invalid_request_error")
-    assert primary.requests("alpha", PATH) == []
+    assert primary.requests("messages", PATH) == []
     meter.expect_nothing()
 
 
@@ -326,7 +326,7 @@ def test_malformed_body_is_bad_request(alpha: AlphaClients, primary: Fake, meter
     with pytest.raises(anthropic.BadRequestError) as e:
         client.post(PATH, cast_to=Message, content=b'{"model": "' + ALPHA_MODEL.encode() + b'", "max_tokens": ')
     check_error(e.value, 400, "invalid_request_error")
-    assert primary.requests("alpha", PATH) == []
+    assert primary.requests("messages", PATH) == []
     meter.expect_nothing()
 
 
@@ -341,7 +341,7 @@ def test_unknown_path_is_not_found(alpha: AlphaClients, primary: Fake, meter: Me
     with pytest.raises(anthropic.NotFoundError) as e:
         client.get("/v1/messages", cast_to=Message)  # a wrong method on a model path
     check_error(e.value, 404, "not_found_error")
-    assert primary.requests("alpha", "/v1/no/such/endpoint") == [] and primary.requests("alpha", PATH) == []
+    assert primary.requests("messages", "/v1/no/such/endpoint") == [] and primary.requests("messages", PATH) == []
     meter.expect_nothing()
 
 
@@ -358,7 +358,7 @@ def test_models_list(alpha: AlphaClients, recorder: RecordingTransport, meter: M
 def test_count_tokens_is_free(alpha: AlphaClients, primary: Fake, recorder: RecordingTransport, meter: Meter) -> None:
     n = alpha().messages.count_tokens(model=ALPHA_MODEL, messages=[{"role": "user", "content": PROMPT}])
     assert_typed(n, MessageTokensCount, recorder.last().response_json())
-    rec = primary.only_request("alpha", PATH + "/count_tokens")
+    rec = primary.only_request("messages", PATH + "/count_tokens")
     assert rec["body"] == recorder.last().body
     assert n.input_tokens == fake_input_tokens(rec["body"])
     meter.expect_nothing()

@@ -27,7 +27,7 @@ from gwtest import (
     fake_reply_text,
     unknown_fields,
     validate,
-    vendor_beta_client,
+    vendor_chat_completions_client,
 )
 
 PATH = "/v1/chat/completions"
@@ -70,14 +70,14 @@ def check_usage_matches_fake(usage: openai.types.CompletionUsage, body: bytes, c
 
 
 def test_create(beta: BetaClients, gw: Gateway, primary: Fake, recorder: RecordingTransport, meter: Meter) -> None:
-    primary.control(vendor="beta", cache_read_tokens=5)
+    primary.control(format="chat_completions", cache_read_tokens=5)
     client = beta()
     c = client.chat.completions.create(model=BETA_MODEL, messages=MESSAGES, max_completion_tokens=256)
     ex = recorder.last()
     assert ex.status == 200
     assert_typed(c, ChatCompletion, ex.response_json())
 
-    rec = primary.only_request("beta", PATH)
+    rec = primary.only_request("chat_completions", PATH)
     assert rec["body"] == ex.body
     assert ex.headers.get("authorization") == f"Bearer {gw.key}"
     assert not any(gw.key in v for vs in rec["headers"].values() for v in vs)
@@ -92,7 +92,7 @@ def test_create(beta: BetaClients, gw: Gateway, primary: Fake, recorder: Recordi
 
 
 def test_stream_helper_with_usage(beta: BetaClients, primary: Fake, recorder: RecordingTransport, meter: Meter) -> None:
-    primary.control(vendor="beta", cache_read_tokens=3)
+    primary.control(format="chat_completions", cache_read_tokens=3)
     client = beta()
     deltas = []
     with client.chat.completions.stream(
@@ -105,7 +105,7 @@ def test_stream_helper_with_usage(beta: BetaClients, primary: Fake, recorder: Re
     ex = recorder.last()
     assert ex.response_headers["content-type"].startswith("text/event-stream")
     chunks = stream_chunks(ex)
-    rec = primary.only_request("beta", PATH)
+    rec = primary.only_request("chat_completions", PATH)
     assert rec["body"] == ex.body
     sent = json.loads(rec["body"])
     assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
@@ -139,7 +139,7 @@ def test_stream_create_with_usage(beta: BetaClients, primary: Fake, recorder: Re
             if choice.finish_reason:
                 finish = choice.finish_reason
     stream_chunks(recorder.last())
-    rec = primary.only_request("beta", PATH)
+    rec = primary.only_request("chat_completions", PATH)
     assert rec["body"] == recorder.last().body
     assert "".join(text) == fake_reply_text(PROMPT) and finish == "stop"
     assert usage is not None
@@ -179,7 +179,7 @@ def test_stream_without_usage(
     assert finish == "stop"
     assert all("usage" not in ch for ch in stream_chunks(recorder.last()))
 
-    recs = primary.requests("beta", PATH)
+    recs = primary.requests("chat_completions", PATH)
     assert len(recs) == 2 == len(recorder.exchanges)
     for rec, ex in zip(recs, recorder.exchanges):
         assert rec["body"] == with_usage_option(ex.body)
@@ -198,14 +198,14 @@ def test_reasoning_stream_without_usage(
     client's chunks are exactly those the vendor itself sends such a client,
     and the account is charged the vendor's figures, with the reasoning
     tokens that the text does not show."""
-    primary.control(vendor="beta", reasoning_tokens=REASONING_TOKENS)
+    primary.control(format="chat_completions", reasoning_tokens=REASONING_TOKENS)
     meter = Meter(gw, gw.reasoning_readonly)
     client = beta(key=gw.reasoning_key)
-    vendor = vendor_beta_client(recorder)
+    vendor = vendor_chat_completions_client(recorder)
     try:
         got = list(client.chat.completions.create(model=REASONING_MODEL, messages=MESSAGES, stream=True))
         through = recorder.last()
-        assert primary.only_request("beta", PATH)["body"] == with_usage_option(through.body)
+        assert primary.only_request("chat_completions", PATH)["body"] == with_usage_option(through.body)
         want = list(vendor.chat.completions.create(model=REASONING_MODEL, messages=MESSAGES, stream=True))
         direct = recorder.last()
         assert direct.body == through.body
@@ -225,7 +225,7 @@ def test_reasoning_stream_without_usage(
         assert same_request([final.to_dict()]) == same_request([final_direct.to_dict()])
 
         # Gateway and vendor requests alternate in the fake's records.
-        recs = primary.requests("beta", PATH)
+        recs = primary.requests("chat_completions", PATH)
         assert len(recs) == 4
         sent = [recs[0]["body"], recs[2]["body"]]
         assert all(b'"stream_options":{"include_usage":true}' in b for b in sent)
@@ -253,7 +253,7 @@ def test_system_message_reaches_vendor(
     c = client.chat.completions.create(
         model=BETA_MODEL, messages=[system, {"role": "user", "content": "Quelle heure est-il ?"}], max_tokens=64
     )
-    rec = primary.only_request("beta", PATH)
+    rec = primary.only_request("chat_completions", PATH)
     assert rec["body"] == recorder.last().body
     assert json.loads(rec["body"])["messages"][0] == system
     assert c.choices[0].message.content == fake_reply_text("Quelle heure est-il ?")
@@ -264,14 +264,14 @@ def test_system_message_reaches_vendor(
 def test_tools_reach_vendor_byte_identical(
     beta: BetaClients, primary: Fake, recorder: RecordingTransport, meter: Meter
 ) -> None:
-    primary.control(vendor="beta", tool_call=True)
+    primary.control(format="chat_completions", tool_call=True)
     client = beta()
     tools = tooldefs.beta_tools()
     question = {"role": "user", "content": "Book «Café ☕ with Zoë» tomorrow 9:00 in Zürich."}
     c = client.chat.completions.create(model=BETA_MODEL, messages=[question], tools=tools, tool_choice="auto")
     ex = recorder.last()
     assert len(ex.body) > 10_000
-    rec = primary.only_request("beta", PATH)
+    rec = primary.only_request("chat_completions", PATH)
     assert rec["body"] == ex.body, "the vendor received a different body than the SDK sent"
     assert json.loads(rec["body"])["tools"] == tools
 
@@ -297,7 +297,7 @@ def test_tools_reach_vendor_byte_identical(
             {"role": "tool", "tool_call_id": call.id, "content": "booked ✓"},
         ],
     )
-    assert recorder.last().body == primary.requests("beta", PATH)[-1]["body"]
+    assert recorder.last().body == primary.requests("chat_completions", PATH)[-1]["body"]
     assert_typed(follow, ChatCompletion, recorder.last().response_json())
     assert follow.choices[0].finish_reason == "stop"
     assert follow.choices[0].message.content == fake_reply_text("booked ✓")
@@ -306,7 +306,7 @@ def test_tools_reach_vendor_byte_identical(
 
 
 def test_tools_streaming(beta: BetaClients, primary: Fake, recorder: RecordingTransport, meter: Meter) -> None:
-    primary.control(vendor="beta", tool_call=True)
+    primary.control(format="chat_completions", tool_call=True)
     client = beta()
     arg_deltas = []
     with client.chat.completions.stream(
@@ -321,7 +321,7 @@ def test_tools_streaming(beta: BetaClients, primary: Fake, recorder: RecordingTr
         final = stream.get_final_completion()
     ex = recorder.last()
     stream_chunks(ex)
-    rec = primary.only_request("beta", PATH)
+    rec = primary.only_request("chat_completions", PATH)
     assert rec["body"] == ex.body
     choice = final.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -360,7 +360,7 @@ def test_bad_key_is_authentication_error(beta: BetaClients, primary: Fake, meter
     with pytest.raises(openai.AuthenticationError) as e:
         create(beta(key="cr_" + "0" * 40, max_retries=0))
     check_error(e.value, 401, "invalid_api_key")
-    assert primary.requests("beta", PATH) == []
+    assert primary.requests("chat_completions", PATH) == []
     meter.expect_nothing()
 
 
@@ -368,7 +368,7 @@ def test_readonly_token_is_permission_denied(beta: BetaClients, gw: Gateway, pri
     with pytest.raises(openai.PermissionDeniedError) as e:
         create(beta(key=gw.readonly, max_retries=0))
     check_error(e.value, 403)
-    assert primary.requests("beta", PATH) == []
+    assert primary.requests("chat_completions", PATH) == []
     meter.expect_nothing()
 
 
@@ -378,7 +378,7 @@ def test_no_balance_is_402(beta: BetaClients, gw: Gateway, primary: Fake) -> Non
     # openai has no class of its own for 402.
     assert type(e.value) is openai.APIStatusError
     check_error(e.value, 402, "insufficient_quota")
-    assert primary.requests("beta", PATH) == []
+    assert primary.requests("chat_completions", PATH) == []
 
 
 def test_rate_limit_is_rate_limit_error(beta: BetaClients, gw: Gateway, primary: Fake) -> None:
@@ -391,7 +391,7 @@ def test_rate_limit_is_rate_limit_error(beta: BetaClients, gw: Gateway, primary:
         with pytest.raises(openai.RateLimitError) as e:
             create(client)
         check_error(e.value, 429, "rate_limit_exceeded")
-        assert len(primary.requests("beta", PATH)) == 1
+        assert len(primary.requests("chat_completions", PATH)) == 1
         meter.expect_nothing()
     finally:
         meter.close()
@@ -400,7 +400,7 @@ def test_rate_limit_is_rate_limit_error(beta: BetaClients, gw: Gateway, primary:
 def test_sdk_retry_honours_retry_after(
     beta: BetaClients, primary: Fake, recorder: RecordingTransport, meter: Meter
 ) -> None:
-    primary.control(vendor="beta", status=429, status_count=1, retry_after="1")
+    primary.control(format="chat_completions", status=429, status_count=1, retry_after="1")
     c = create(beta(), max_tokens=64)  # the SDK's default retries
     assert c.choices[0].message.content == fake_reply_text(PROMPT)
 
@@ -411,7 +411,7 @@ def test_sdk_retry_honours_retry_after(
     # Without retry-after the SDK's first backoff is at most 0.5 s.
     assert second.sent_at - first.sent_at >= 0.9
     assert second.body == first.body
-    assert len(primary.requests("beta", PATH)) == 2
+    assert len(primary.requests("chat_completions", PATH)) == 2
     assert c.usage is not None
     meter_expect(meter, c.usage)  # charged once, for the reply
 
@@ -420,7 +420,7 @@ def test_unknown_model_is_bad_request(beta: BetaClients, primary: Fake, meter: M
     with pytest.raises(openai.BadRequestError) as e:
         create(beta(max_retries=0), model="no-such-model")
     check_error(e.value, 400, "model_not_found")
-    assert primary.requests("beta", PATH) == []
+    assert primary.requests("chat_completions", PATH) == []
     meter.expect_nothing()
 
 
@@ -435,7 +435,7 @@ def test_malformed_body_is_bad_request(beta: BetaClients, primary: Fake, meter: 
         truncated = b'{"model": "' + BETA_MODEL.encode() + b'", "messages": '
         client.post("/chat/completions", cast_to=ChatCompletion, content=truncated)
     check_error(e.value, 400)
-    assert primary.requests("beta", PATH) == []
+    assert primary.requests("chat_completions", PATH) == []
     meter.expect_nothing()
 
 
@@ -450,7 +450,7 @@ def test_unknown_path_is_not_found(beta: BetaClients, primary: Fake, meter: Mete
     with pytest.raises(openai.NotFoundError) as e:
         client.get("/chat/completions", cast_to=ChatCompletion)  # a wrong method on a model path
     check_error(e.value, 404)
-    assert primary.requests("beta", "/v1/no/such/endpoint") == [] and primary.requests("beta", PATH) == []
+    assert primary.requests("chat_completions", "/v1/no/such/endpoint") == [] and primary.requests("chat_completions", PATH) == []
     meter.expect_nothing()
 
 

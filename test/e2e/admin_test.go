@@ -104,8 +104,8 @@ func eventually(t *testing.T, within time.Duration, what string, check func() (b
 // message posts a small the messages format request with key and returns the status and
 // body.
 func message(s *launch.Stack, key, model string) (int, string) {
-	body := strings.Replace(string(alphaBody(false, "")), alphaModel, model, 1)
-	resp, b := s.Do("POST", alphaPath, alphaHeaders(key), []byte(body))
+	body := strings.Replace(string(messagesBody(false, "")), alphaModel, model, 1)
+	resp, b := s.Do("POST", alphaPath, messagesHeaders(key), []byte(body))
 	return resp.StatusCode, string(b)
 }
 
@@ -220,9 +220,9 @@ func TestAdmin(t *testing.T) {
 		if code, b := message(s, narrow, allowedModel); code != 200 {
 			t.Fatalf("allowed model: %d %s", code, b)
 		}
-		resp, b := s.Do("POST", alphaPath, alphaHeaders(narrow), alphaBody(false, ""))
+		resp, b := s.Do("POST", alphaPath, messagesHeaders(narrow), messagesBody(false, ""))
 		checkError(t, alphaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 403, "permission_error", "")
-		resp, b = s.Do("POST", betaPath, betaHeaders(narrow), betaBody(false, false, ""))
+		resp, b = s.Do("POST", betaPath, chatCompletionsHeaders(narrow), chatCompletionsBody(false, false, ""))
 		checkError(t, betaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 403, "", "")
 	})
 

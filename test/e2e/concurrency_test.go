@@ -46,12 +46,12 @@ func TestMoreThan1024ConcurrentStreams(t *testing.T) {
 		failed = map[string]int{}
 		done   = make(chan struct{}, n)
 	)
-	body := alphaBody(true, "")
+	body := messagesBody(true, "")
 	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := holdStream(ctx, client, s.URL+alphaPath, alphaHeaders(acct.Key), body, func() {
+			err := holdStream(ctx, client, s.URL+alphaPath, messagesHeaders(acct.Key), body, func() {
 				mu.Lock()
 				open++
 				mu.Unlock()

@@ -34,12 +34,12 @@ func TestErrorsInVendorFormat(t *testing.T) {
 	acct := s.NewAccount(10, noLimits)
 	poor := s.NewAccount(0, noLimits)
 	limited := s.NewAccount(10, store.Limits{RPM: 1, WindowMinutes: 1})
-	if resp, b := s.Do("POST", alphaPath, alphaHeaders(limited.Key), alphaBody(false, "")); resp.StatusCode != 200 {
+	if resp, b := s.Do("POST", alphaPath, messagesHeaders(limited.Key), messagesBody(false, "")); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 
-	badModel := strings.Replace(string(alphaBody(false, "")), alphaModel, "no-such-model", 1)
-	badBetaModel := strings.Replace(string(betaBody(false, false, "")), betaModel, "no-such-model", 1)
+	badModel := strings.Replace(string(messagesBody(false, "")), alphaModel, "no-such-model", 1)
+	badBetaModel := strings.Replace(string(chatCompletionsBody(false, false, "")), betaModel, "no-such-model", 1)
 	cases := []struct {
 		name      string
 		path      string
@@ -49,24 +49,24 @@ func TestErrorsInVendorFormat(t *testing.T) {
 		alphaType string
 		betaCode  string
 	}{
-		{"no key", alphaPath, map[string]string{"content-type": "application/json"}, string(alphaBody(false, "")), 401, "authentication_error", ""},
-		{"unknown key", alphaPath, alphaHeaders("cr_unknownunknownunknown"), string(alphaBody(false, "")), 401, "authentication_error", ""},
-		{"read-only token", alphaPath, alphaHeaders(acct.ReadOnly), string(alphaBody(false, "")), 403, "permission_error", ""},
-		{"malformed JSON", alphaPath, alphaHeaders(acct.Key), `{"model":`, 400, "invalid_request_error", ""},
-		{"top-level array", alphaPath, alphaHeaders(acct.Key), `[1,2]`, 400, "invalid_request_error", ""},
-		{"unknown model", alphaPath, alphaHeaders(acct.Key), badModel, 400, "invalid_request_error", ""},
-		{"no balance", alphaPath, alphaHeaders(poor.Key), string(alphaBody(false, "")), 402, "billing_error", ""},
-		{"unknown path", "/alpha/v1/nothing", alphaHeaders(acct.Key), "{}", 404, "not_found_error", ""},
-		{"rate limited", alphaPath, alphaHeaders(limited.Key), string(alphaBody(false, "")), 429, "rate_limit_error", ""},
+		{"no key", alphaPath, map[string]string{"content-type": "application/json"}, string(messagesBody(false, "")), 401, "authentication_error", ""},
+		{"unknown key", alphaPath, messagesHeaders("cr_unknownunknownunknown"), string(messagesBody(false, "")), 401, "authentication_error", ""},
+		{"read-only token", alphaPath, messagesHeaders(acct.ReadOnly), string(messagesBody(false, "")), 403, "permission_error", ""},
+		{"malformed JSON", alphaPath, messagesHeaders(acct.Key), `{"model":`, 400, "invalid_request_error", ""},
+		{"top-level array", alphaPath, messagesHeaders(acct.Key), `[1,2]`, 400, "invalid_request_error", ""},
+		{"unknown model", alphaPath, messagesHeaders(acct.Key), badModel, 400, "invalid_request_error", ""},
+		{"no balance", alphaPath, messagesHeaders(poor.Key), string(messagesBody(false, "")), 402, "billing_error", ""},
+		{"unknown path", "/alpha/v1/nothing", messagesHeaders(acct.Key), "{}", 404, "not_found_error", ""},
+		{"rate limited", alphaPath, messagesHeaders(limited.Key), string(messagesBody(false, "")), 429, "rate_limit_error", ""},
 
-		{"no key", betaPath, map[string]string{"content-type": "application/json"}, string(betaBody(false, false, "")), 401, "", "invalid_api_key"},
-		{"unknown key", betaPath, betaHeaders("cr_unknownunknownunknown"), string(betaBody(false, false, "")), 401, "", "invalid_api_key"},
-		{"read-only token", betaPath, betaHeaders(acct.ReadOnly), string(betaBody(false, false, "")), 403, "", ""},
-		{"malformed JSON", betaPath, betaHeaders(acct.Key), `{"model":`, 400, "", ""},
-		{"unknown model", betaPath, betaHeaders(acct.Key), badBetaModel, 400, "", "model_not_found"},
-		{"no balance", betaPath, betaHeaders(poor.Key), string(betaBody(false, false, "")), 402, "", "insufficient_quota"},
-		{"unknown path", "/beta/v1/nothing", betaHeaders(acct.Key), "{}", 404, "", ""},
-		{"rate limited", betaPath, betaHeaders(limited.Key), string(betaBody(false, false, "")), 429, "", "rate_limit_exceeded"},
+		{"no key", betaPath, map[string]string{"content-type": "application/json"}, string(chatCompletionsBody(false, false, "")), 401, "", "invalid_api_key"},
+		{"unknown key", betaPath, chatCompletionsHeaders("cr_unknownunknownunknown"), string(chatCompletionsBody(false, false, "")), 401, "", "invalid_api_key"},
+		{"read-only token", betaPath, chatCompletionsHeaders(acct.ReadOnly), string(chatCompletionsBody(false, false, "")), 403, "", ""},
+		{"malformed JSON", betaPath, chatCompletionsHeaders(acct.Key), `{"model":`, 400, "", ""},
+		{"unknown model", betaPath, chatCompletionsHeaders(acct.Key), badBetaModel, 400, "", "model_not_found"},
+		{"no balance", betaPath, chatCompletionsHeaders(poor.Key), string(chatCompletionsBody(false, false, "")), 402, "", "insufficient_quota"},
+		{"unknown path", "/beta/v1/nothing", chatCompletionsHeaders(acct.Key), "{}", 404, "", ""},
+		{"rate limited", betaPath, chatCompletionsHeaders(limited.Key), string(chatCompletionsBody(false, false, "")), 429, "", "rate_limit_exceeded"},
 	}
 	for _, c := range cases {
 		t.Run(c.path+" "+c.name, func(t *testing.T) {
@@ -79,9 +79,9 @@ func TestErrorsInVendorFormat(t *testing.T) {
 	s.Redis.Stop()
 	defer s.Redis.Start()
 	for _, path := range []string{alphaPath, betaPath} {
-		h, body := alphaHeaders(acct.Key), alphaBody(false, "")
+		h, body := messagesHeaders(acct.Key), messagesBody(false, "")
 		if path == betaPath {
-			h, body = betaHeaders(acct.Key), betaBody(false, false, "")
+			h, body = chatCompletionsHeaders(acct.Key), chatCompletionsBody(false, false, "")
 		}
 		resp, b := s.Do("POST", path, h, body)
 		checkError(t, path, resp.StatusCode, resp.Header.Get("content-type"), b, 503, "overloaded_error", "")

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/store"
@@ -36,9 +37,9 @@ func (p *probe) send() string {
 	var resp *http.Response
 	var body []byte
 	if p.n%2 == 0 {
-		resp, body = p.s.Do("POST", alphaPath, alphaHeaders(p.acct.Key), alphaBody(false, ""))
+		resp, body = p.s.Do("POST", alphaPath, messagesHeaders(p.acct.Key), messagesBody(false, ""))
 	} else {
-		resp, body = p.s.Do("POST", betaPath, betaHeaders(p.acct.Key), betaBody(false, false, ""))
+		resp, body = p.s.Do("POST", betaPath, chatCompletionsHeaders(p.acct.Key), chatCompletionsBody(false, false, ""))
 	}
 	if resp.StatusCode != 200 {
 		p.t.Fatalf("request %d failed during the switch: %d %s", p.n, resp.StatusCode, body)
@@ -119,17 +120,17 @@ func TestFailoverOnErrors(t *testing.T) {
 	waitHealthRoute(t, s, "reserve")
 
 	// Keys, bodies and formats are unchanged across the switch.
-	body := alphaBody(false, `,"temperature":0.5`)
-	resp, out := s.Do("POST", alphaPath, alphaHeaders(p.acct.Key), body)
+	body := messagesBody(false, `,"temperature":0.5`)
+	resp, out := s.Do("POST", alphaPath, messagesHeaders(p.acct.Key), body)
 	if resp.StatusCode != 200 || resp.Header.Get("x-gateway-endpoint") != "reserve" {
 		t.Fatalf("%d %s via %q", resp.StatusCode, out, resp.Header.Get("x-gateway-endpoint"))
 	}
-	rec := s.Reserve.LastRequest("alpha", "/v1/messages")
+	rec := s.Reserve.LastRequest(config.FormatMessages, "/v1/messages")
 	if !bytes.Equal(rec.Body, body) || header(rec.Headers, "x-api-key") != launch.AlphaVendorKey {
 		t.Fatalf("reserve received body %q key %q", rec.Body, header(rec.Headers, "x-api-key"))
 	}
 	// New streams are served by the reserve.
-	resp, evs := stream(t, s, betaPath, betaHeaders(p.acct.Key), betaBody(true, true, ""))
+	resp, evs := stream(t, s, betaPath, chatCompletionsHeaders(p.acct.Key), chatCompletionsBody(true, true, ""))
 	if resp.StatusCode != 200 || resp.Header.Get("x-gateway-endpoint") != "reserve" || evs[len(evs)-1].Data != "[DONE]" {
 		t.Fatalf("stream during the outage: %d via %q", resp.StatusCode, resp.Header.Get("x-gateway-endpoint"))
 	}
@@ -183,7 +184,7 @@ func TestStreamBrokenByUpstreamReset(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	read := func() (*http.Response, []byte, error) {
-		resp := open(t, t.Context(), s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
+		resp := open(t, t.Context(), s, alphaPath, messagesHeaders(acct.Key), messagesBody(true, ""))
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err == nil && strings.Contains(string(b), "message_stop") {

@@ -80,9 +80,9 @@ func postAndRead(client *http.Client, url string, header map[string]string, body
 // ("alpha" or "beta") for key.
 func requestFor(route, key string, streaming bool) (string, map[string]string, []byte) {
 	if route == "alpha" {
-		return alphaPath, alphaHeaders(key), alphaBody(streaming, "")
+		return alphaPath, messagesHeaders(key), messagesBody(streaming, "")
 	}
-	return betaPath, betaHeaders(key), betaBody(streaming, true, "")
+	return betaPath, chatCompletionsHeaders(key), chatCompletionsBody(streaming, true, "")
 }
 
 // sidecarMetric sums the samples of the series name at the sidecar's /metrics
@@ -341,7 +341,7 @@ func TestFaultSpoolSurvivesSidecarKill(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr})
 	const initial = 10_000_000_000
 	acct := s.NewAccount(10, noLimits)
-	s.Primary.Control(map[string]any{"vendor": "beta", "event_delay_ms": 100, "reply_words": 15})
+	s.Primary.Control(map[string]any{"format": config.FormatChatCompletions, "event_delay_ms": 100, "reply_words": 15})
 
 	admitted := make(chan struct{})
 	done := make(chan clientReply, 1)
@@ -428,7 +428,7 @@ func TestFaultSidecarKilledMidStream(t *testing.T) {
 	t.Logf("stream in flight at the kill: complete=%v err=%v", r.complete, r.err)
 
 	// No processor: fail closed, never forward unmetered.
-	vendorPOSTs := primaryPOSTs(s) + s.Reserve.Stats()["alpha"] + s.Reserve.Stats()["beta"]
+	vendorPOSTs := primaryPOSTs(s) + s.Reserve.Stats()["messages"] + s.Reserve.Stats()["chat_completions"]
 	for _, route := range []string{"alpha", "beta"} {
 		path, h, body := requestFor(route, acct.Key, false)
 		resp, b := s.Do("POST", path, h, body)
@@ -450,7 +450,7 @@ func TestFaultSidecarKilledMidStream(t *testing.T) {
 			t.Logf("%s: Envoy's reply is %q, not JSON: %s", route, ct, b)
 		}
 	}
-	if n := primaryPOSTs(s) + s.Reserve.Stats()["alpha"] + s.Reserve.Stats()["beta"]; n != vendorPOSTs {
+	if n := primaryPOSTs(s) + s.Reserve.Stats()["messages"] + s.Reserve.Stats()["chat_completions"]; n != vendorPOSTs {
 		t.Fatalf("%d requests reached the vendors without the processor", n-vendorPOSTs)
 	}
 
@@ -513,7 +513,7 @@ func TestConservationUnderFaults(t *testing.T) {
 	plan := conservationPlan(seed, 300)
 
 	ap, bp := priceOf(t, s, "alpha", alphaModel), priceOf(t, s, "beta", betaModel)
-	hold := max(ap.Hold(int64(len(alphaBody(true, ""))), 256), bp.Hold(int64(len(betaBody(true, true, ""))), 256))
+	hold := max(ap.Hold(int64(len(messagesBody(true, ""))), 256), bp.Hold(int64(len(chatCompletionsBody(true, true, ""))), 256))
 	type account struct {
 		launch.Account
 		initial int64
@@ -528,9 +528,9 @@ func TestConservationUnderFaults(t *testing.T) {
 	}
 	// The vendor fails some requests: 400 on alpha (passed through), 500 on
 	// beta at both endpoints (retried by Envoy, some still failing).
-	s.Primary.Control(map[string]any{"vendor": "alpha", "status": 400, "status_count": 8})
+	s.Primary.Control(map[string]any{"format": config.FormatMessages, "status": 400, "status_count": 8})
 	for _, f := range []*launch.Fake{s.Primary, s.Reserve} {
-		f.Control(map[string]any{"vendor": "beta", "status": 500, "status_count": 6})
+		f.Control(map[string]any{"format": config.FormatChatCompletions, "status": 500, "status_count": 6})
 		f.Control(map[string]any{"event_delay_ms": 4, "reply_words": 20})
 	}
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
@@ -19,15 +20,15 @@ func TestForwardsBodiesAndSwapsCredentials(t *testing.T) {
 
 	// Odd spacing, unicode and a tool definition must survive untouched.
 	tools := `,"tools":[{"name":"get_weather","description":"Wetter für eine Stadt ☀","input_schema":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}]`
-	body := append(alphaBody(false, tools), []byte("  \n")...)
-	h := alphaHeaders(acct.Key)
+	body := append(messagesBody(false, tools), []byte("  \n")...)
+	h := messagesHeaders(acct.Key)
 	h["x-gateway-endpoint"] = "spoofed"
 	h["x-gateway-account"] = "spoofed"
 	resp, out := s.Do("POST", alphaPath, h, body)
 	if resp.StatusCode != 200 {
 		t.Fatalf("alpha: %d %s", resp.StatusCode, out)
 	}
-	rec := s.Primary.LastRequest("alpha", "/v1/messages")
+	rec := s.Primary.LastRequest(config.FormatMessages, "/v1/messages")
 	if !bytes.Equal(rec.Body, body) {
 		t.Fatalf("vendor received a different body:\n got %q\nwant %q", rec.Body, body)
 	}
@@ -43,12 +44,12 @@ func TestForwardsBodiesAndSwapsCredentials(t *testing.T) {
 		}
 	}
 
-	bbody := betaBody(false, false, "")
-	resp, out = s.Do("POST", betaPath, betaHeaders(acct.Key), bbody)
+	bbody := chatCompletionsBody(false, false, "")
+	resp, out = s.Do("POST", betaPath, chatCompletionsHeaders(acct.Key), bbody)
 	if resp.StatusCode != 200 {
 		t.Fatalf("beta: %d %s", resp.StatusCode, out)
 	}
-	rec = s.Primary.LastRequest("beta", "/v1/chat/completions")
+	rec = s.Primary.LastRequest(config.FormatChatCompletions, "/v1/chat/completions")
 	if !bytes.Equal(rec.Body, bbody) {
 		t.Fatalf("vendor received a different body")
 	}
@@ -64,14 +65,14 @@ func TestStreamingBothRoutes(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 
-	resp, evs := stream(t, s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
+	resp, evs := stream(t, s, alphaPath, messagesHeaders(acct.Key), messagesBody(true, ""))
 	if resp.StatusCode != 200 || len(evs) == 0 || evs[len(evs)-1].Name != "message_stop" {
 		t.Fatalf("alpha stream: %d, %d events", resp.StatusCode, len(evs))
 	}
 	if ct := resp.Header.Get("content-type"); !strings.HasPrefix(ct, "text/event-stream") {
 		t.Fatalf("content-type %q", ct)
 	}
-	resp, evs = stream(t, s, betaPath, betaHeaders(acct.Key), betaBody(true, true, ""))
+	resp, evs = stream(t, s, betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(true, true, ""))
 	if resp.StatusCode != 200 || len(evs) == 0 || evs[len(evs)-1].Data != "[DONE]" {
 		t.Fatalf("beta stream: %d, %d events", resp.StatusCode, len(evs))
 	}
@@ -89,8 +90,8 @@ func TestSSEIsNotBuffered(t *testing.T) {
 		header map[string]string
 		body   []byte
 	}{
-		{alphaPath, alphaHeaders(acct.Key), alphaBody(true, "")},
-		{betaPath, betaHeaders(acct.Key), betaBody(true, true, "")},
+		{alphaPath, messagesHeaders(acct.Key), messagesBody(true, "")},
+		{betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(true, true, "")},
 	} {
 		start := time.Now()
 		_, evs := stream(t, s, tc.path, tc.header, tc.body)
@@ -144,7 +145,7 @@ func TestSIGTERMLetsStreamsFinish(t *testing.T) {
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"event_delay_ms": 100, "reply_words": 15})
 
-	resp := open(t, t.Context(), s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
+	resp := open(t, t.Context(), s, alphaPath, messagesHeaders(acct.Key), messagesBody(true, ""))
 	defer resp.Body.Close()
 	buf := make([]byte, 1)
 	if _, err := resp.Body.Read(buf); err != nil { // the stream has started

@@ -29,12 +29,12 @@ const (
 // noLimits is an account with neither rate nor daily limits.
 var noLimits = store.Limits{}
 
-func alphaBody(stream bool, extra string) []byte {
+func messagesBody(stream bool, extra string) []byte {
 	return []byte(fmt.Sprintf(`{"model":%q,"max_tokens":256,"stream":%t,"system":"Be brief.",`+
 		`"messages":[{"role":"user","content":"Hello there, gateway"}]%s}`, alphaModel, stream, extra))
 }
 
-func betaBody(stream, includeUsage bool, extra string) []byte {
+func chatCompletionsBody(stream, includeUsage bool, extra string) []byte {
 	opts := ""
 	if includeUsage {
 		opts = `,"stream_options":{"include_usage":true}`
@@ -44,11 +44,11 @@ func betaBody(stream, includeUsage bool, extra string) []byte {
 		betaModel, stream, opts, extra))
 }
 
-func alphaHeaders(key string) map[string]string {
+func messagesHeaders(key string) map[string]string {
 	return map[string]string{"x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json"}
 }
 
-func betaHeaders(key string) map[string]string {
+func chatCompletionsHeaders(key string) map[string]string {
 	return map[string]string{"Authorization": "Bearer " + key, "content-type": "application/json"}
 }
 
@@ -116,8 +116,8 @@ type tokens struct {
 	Input, Output, CacheWrite, CacheRead int64
 }
 
-// alphaUsage reads usage from a the messages format reply (JSON or events).
-func alphaUsage(t *testing.T, body []byte, evs []event) tokens {
+// messagesUsage reads usage from a the messages format reply (JSON or events).
+func messagesUsage(t *testing.T, body []byte, evs []event) tokens {
 	t.Helper()
 	var u tokens
 	type usage struct {
@@ -146,9 +146,9 @@ func alphaUsage(t *testing.T, body []byte, evs []event) tokens {
 	return u
 }
 
-// betaUsage reads usage from a the chat-completions format reply; prompt tokens include cached
+// chatCompletionsUsage reads usage from a the chat-completions format reply; prompt tokens include cached
 // ones.
-func betaUsage(t *testing.T, body []byte, evs []event) tokens {
+func chatCompletionsUsage(t *testing.T, body []byte, evs []event) tokens {
 	t.Helper()
 	type usage struct {
 		PromptTokens        int64 `json:"prompt_tokens"`

@@ -307,9 +307,9 @@ func holdRequest(p holdStep, key string, i int) (string, map[string]string, []by
 	var h map[string]string
 	var body []byte
 	if p.route == "alpha" {
-		path, h, body = alphaPath, alphaHeaders(key), alphaBody(p.stream, extra)
+		path, h, body = alphaPath, messagesHeaders(key), messagesBody(p.stream, extra)
 	} else {
-		path, h, body = betaPath, betaHeaders(key), betaBody(p.stream, true, extra)
+		path, h, body = betaPath, chatCompletionsHeaders(key), chatCompletionsBody(p.stream, true, extra)
 	}
 	h["x-test-id"] = strconv.Itoa(i)
 	if len(ctl) > 0 {

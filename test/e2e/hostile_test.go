@@ -44,10 +44,10 @@ func TestHostileBodies(t *testing.T) {
 	for _, c := range cases {
 		for _, route := range []string{alphaPath, betaPath} {
 			body := c.body
-			h := alphaHeaders(acct.Key)
+			h := messagesHeaders(acct.Key)
 			if route == betaPath {
 				body = strings.ReplaceAll(body, "claude-sonnet-4-5", betaModel)
-				h = betaHeaders(acct.Key)
+				h = chatCompletionsHeaders(acct.Key)
 			}
 			resp, b := s.Do("POST", route, h, []byte(body))
 			checkError(t, route, resp.StatusCode, resp.Header.Get("content-type"), b, 400, "invalid_request_error", "")
@@ -71,14 +71,14 @@ func TestOversizeRequests(t *testing.T) {
 	// A large body under the limit works.
 	ok := append([]byte(`{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"`), bytes.Repeat([]byte("a"), 1<<20)...)
 	ok = append(ok, []byte(`"}]}`)...)
-	if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), ok); resp.StatusCode != 200 {
+	if resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), ok); resp.StatusCode != 200 {
 		t.Fatalf("1 MiB body: %d %s", resp.StatusCode, b)
 	}
 
 	over := 32<<20 + 1
-	resp, b := postExpectingRefusal(t, s, alphaPath, alphaHeaders(acct.Key), over)
+	resp, b := postExpectingRefusal(t, s, alphaPath, messagesHeaders(acct.Key), over)
 	checkError(t, alphaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 413, "request_too_large", "")
-	resp, b = postExpectingRefusal(t, s, betaPath, betaHeaders(acct.Key), over)
+	resp, b = postExpectingRefusal(t, s, betaPath, chatCompletionsHeaders(acct.Key), over)
 	checkError(t, betaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 413, "", "request_too_large")
 
 	// Headers over the 60 KiB limit: 431 with a JSON body, then the
@@ -100,7 +100,7 @@ func TestOversizeRequests(t *testing.T) {
 			t.Fatalf("oversize headers reached the vendor")
 		}
 	}
-	if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, "")); resp.StatusCode != 200 {
+	if resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, "")); resp.StatusCode != 200 {
 		t.Fatalf("gateway not serving after oversize headers: %d %s", resp.StatusCode, b)
 	}
 }
@@ -111,7 +111,7 @@ func TestPathTricks(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	a := s.NewAccount(10, noLimits)
 	other := s.NewAccount(10, noLimits)
-	s.Do("POST", alphaPath, alphaHeaders(other.Key), alphaBody(false, ""))
+	s.Do("POST", alphaPath, messagesHeaders(other.Key), messagesBody(false, ""))
 
 	// Raw paths, sent as they are.
 	for _, c := range []struct {
@@ -138,7 +138,7 @@ func TestPathTricks(t *testing.T) {
 		t.Fatalf("account a sees usage: %v", u)
 	}
 	// Double slashes are merged: still metered.
-	resp, b := s.Do("POST", "//alpha//v1/messages", alphaHeaders(a.Key), alphaBody(false, ""))
+	resp, b := s.Do("POST", "//alpha//v1/messages", messagesHeaders(a.Key), messagesBody(false, ""))
 	if resp.StatusCode != 200 {
 		t.Fatalf("//alpha//v1/messages: %d %s", resp.StatusCode, b)
 	}
@@ -146,19 +146,19 @@ func TestPathTricks(t *testing.T) {
 		t.Fatalf("a request through // was not metered: %v", u)
 	}
 	// A key in the query string is ignored.
-	resp, _ = s.Do("POST", alphaPath+"?x-api-key="+a.Key+"&key="+a.Key, map[string]string{"content-type": "application/json"}, alphaBody(false, ""))
+	resp, _ = s.Do("POST", alphaPath+"?x-api-key="+a.Key+"&key="+a.Key, map[string]string{"content-type": "application/json"}, messagesBody(false, ""))
 	if resp.StatusCode != 401 {
 		t.Fatalf("key in the query string accepted: %d", resp.StatusCode)
 	}
 	// ro_ tokens on every route.
 	for _, p := range []string{alphaPath, betaPath, "/alpha/v1/models", "/beta/v1/models", "/alpha/v1/messages/count_tokens"} {
-		resp, _ := s.Do("POST", p, map[string]string{"Authorization": "Bearer " + a.ReadOnly}, alphaBody(false, ""))
+		resp, _ := s.Do("POST", p, map[string]string{"Authorization": "Bearer " + a.ReadOnly}, messagesBody(false, ""))
 		if resp.StatusCode != 403 {
 			t.Errorf("ro_ token on %s: %d, want 403", p, resp.StatusCode)
 		}
 	}
 	// Free paths work with a model key and cost nothing.
-	resp, b = s.Do("GET", "/alpha/v1/models", alphaHeaders(a.Key), nil)
+	resp, b = s.Do("GET", "/alpha/v1/models", messagesHeaders(a.Key), nil)
 	if resp.StatusCode != 200 {
 		t.Fatalf("free path: %d %s", resp.StatusCode, b)
 	}
@@ -240,15 +240,15 @@ func TestEnvoyLocalRepliesInVendorFormat(t *testing.T) {
 	s.Reserve.Process.Signal(syscall.SIGKILL)
 	s.Primary.Process.Wait(10e9)
 	s.Reserve.Process.Wait(10e9)
-	resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, ""))
+	resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, ""))
 	checkError(t, alphaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 503, "overloaded_error", "")
-	resp, b = s.Do("POST", betaPath, betaHeaders(acct.Key), betaBody(false, false, ""))
+	resp, b = s.Do("POST", betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(false, false, ""))
 	checkError(t, betaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 503, "", "service_unavailable")
 
 	s.Sidecar.Signal(syscall.SIGKILL)
 	s.Sidecar.Wait(10e9)
-	resp, b = s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, ""))
+	resp, b = s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, ""))
 	checkError(t, alphaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 503, "overloaded_error", "")
-	resp, b = s.Do("POST", betaPath, betaHeaders(acct.Key), betaBody(false, false, ""))
+	resp, b = s.Do("POST", betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(false, false, ""))
 	checkError(t, betaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 503, "", "service_unavailable")
 }

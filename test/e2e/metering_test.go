@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -43,8 +44,8 @@ func cost(p *pricing.Model, u tokens) int64 {
 func TestMeteringMatchesVendorUsage(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
-	s.Primary.Control(map[string]any{"vendor": "alpha", "cache_read_tokens": 40, "cache_write_tokens": 7})
-	s.Primary.Control(map[string]any{"vendor": "beta", "cache_read_tokens": 5})
+	s.Primary.Control(map[string]any{"format": config.FormatMessages, "cache_read_tokens": 40, "cache_write_tokens": 7})
+	s.Primary.Control(map[string]any{"format": config.FormatChatCompletions, "cache_read_tokens": 5})
 	ap, bp := priceOf(t, s, "alpha", alphaModel), priceOf(t, s, "beta", betaModel)
 
 	var want struct {
@@ -59,29 +60,29 @@ func TestMeteringMatchesVendorUsage(t *testing.T) {
 		dst.CacheRead += u.CacheRead
 	}
 	for i := 0; i < 3; i++ {
-		resp, body := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, ""))
+		resp, body := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, ""))
 		if resp.StatusCode != 200 {
 			t.Fatalf("%d %s", resp.StatusCode, body)
 		}
-		u := alphaUsage(t, body, nil)
+		u := messagesUsage(t, body, nil)
 		add(&want.alpha, u)
 		want.cost += cost(ap, u)
 
-		_, evs := stream(t, s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
-		u = alphaUsage(t, nil, evs)
+		_, evs := stream(t, s, alphaPath, messagesHeaders(acct.Key), messagesBody(true, ""))
+		u = messagesUsage(t, nil, evs)
 		add(&want.alpha, u)
 		want.cost += cost(ap, u)
 
-		resp, body = s.Do("POST", betaPath, betaHeaders(acct.Key), betaBody(false, false, ""))
+		resp, body = s.Do("POST", betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(false, false, ""))
 		if resp.StatusCode != 200 {
 			t.Fatalf("%d %s", resp.StatusCode, body)
 		}
-		u = betaUsage(t, body, nil)
+		u = chatCompletionsUsage(t, body, nil)
 		add(&want.beta, u)
 		want.cost += cost(bp, u)
 
-		_, evs = stream(t, s, betaPath, betaHeaders(acct.Key), betaBody(true, true, ""))
-		u = betaUsage(t, nil, evs)
+		_, evs = stream(t, s, betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(true, true, ""))
+		u = chatCompletionsUsage(t, nil, evs)
 		add(&want.beta, u)
 		want.cost += cost(bp, u)
 		want.alphaN += 2
@@ -144,7 +145,7 @@ func onlyLedgerEntry(t *testing.T, s *launch.Stack, acct string) store.LedgerEnt
 func TestConcurrentRequestsAgainstSmallBalance(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	ap := priceOf(t, s, "alpha", alphaModel)
-	body := alphaBody(false, "")
+	body := messagesBody(false, "")
 	hold := ap.Hold(int64(len(body)), 256)
 	balance := 50 * hold
 	acct := s.NewAccount(float64(balance)/pricing.NanoPerUSD, noLimits)
@@ -158,7 +159,7 @@ func TestConcurrentRequestsAgainstSmallBalance(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequest("POST", s.URL+alphaPath, bytes.NewReader(body))
-			for k, v := range alphaHeaders(acct.Key) {
+			for k, v := range messagesHeaders(acct.Key) {
 				req.Header.Set(k, v)
 			}
 			resp, err := client.Do(req)
@@ -209,11 +210,11 @@ func TestRateLimit(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, store.Limits{RPM: 2, WindowMinutes: 1})
 	for i := 0; i < 2; i++ {
-		if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, "")); resp.StatusCode != 200 {
+		if resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, "")); resp.StatusCode != 200 {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
 		}
 	}
-	resp, b := s.Do("POST", betaPath, betaHeaders(acct.Key), betaBody(false, false, ""))
+	resp, b := s.Do("POST", betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(false, false, ""))
 	if resp.StatusCode != 429 {
 		t.Fatalf("third request: %d %s; want 429", resp.StatusCode, b)
 	}
@@ -231,18 +232,18 @@ func TestRateLimit(t *testing.T) {
 func TestDailyLimit(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	ap := priceOf(t, s, "alpha", alphaModel)
-	body := alphaBody(false, "")
+	body := messagesBody(false, "")
 	hold := ap.Hold(int64(len(body)), 256)
 	// The daily limit admits one request's hold, not two at once.
 	acct := s.NewAccount(10, store.Limits{DailyNanoUSD: hold + hold/2})
-	if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), body); resp.StatusCode != 200 {
+	if resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), body); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 	// Spend is now far below the hold; a second request still fits only if
 	// spend + hold ≤ limit.
 	spent := s.Usage(acct.ReadOnly, "day")
 	for i := 0; i < 20; i++ {
-		resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), body)
+		resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), body)
 		if resp.StatusCode == 200 {
 			continue
 		}
@@ -269,13 +270,13 @@ func TestDailyLimit(t *testing.T) {
 func TestReadOnlyTokenCannotSpend(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
-	resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.ReadOnly), alphaBody(false, ""))
+	resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.ReadOnly), messagesBody(false, ""))
 	var ae alphaError
 	mustJSON(t, b, &ae)
 	if resp.StatusCode != 403 || ae.Error.Type != "permission_error" {
 		t.Fatalf("alpha: %d %s", resp.StatusCode, b)
 	}
-	resp, b = s.Do("POST", betaPath, betaHeaders(acct.ReadOnly), betaBody(false, false, ""))
+	resp, b = s.Do("POST", betaPath, chatCompletionsHeaders(acct.ReadOnly), chatCompletionsBody(false, false, ""))
 	if resp.StatusCode != 403 {
 		t.Fatalf("beta: %d %s", resp.StatusCode, b)
 	}
@@ -298,7 +299,7 @@ func TestDisconnectAndVendorError(t *testing.T) {
 	s.Primary.Control(map[string]any{"event_delay_ms": 50, "reply_words": 40})
 
 	ctx, cancel := context.WithCancel(context.Background())
-	resp := open(t, ctx, s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
+	resp := open(t, ctx, s, alphaPath, messagesHeaders(acct.Key), messagesBody(true, ""))
 	buf := make([]byte, 2048)
 	read := 0
 	for read < 600 { // message_start and a few deltas
@@ -318,7 +319,7 @@ func TestDisconnectAndVendorError(t *testing.T) {
 	acct2 := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"status": 500, "event_delay_ms": 0})
 	s.Reserve.Control(map[string]any{"status": 500})
-	resp2, b := s.Do("POST", alphaPath, alphaHeaders(acct2.Key), alphaBody(false, ""))
+	resp2, b := s.Do("POST", alphaPath, messagesHeaders(acct2.Key), messagesBody(false, ""))
 	if resp2.StatusCode != 500 {
 		t.Fatalf("%d %s; want the vendor's 500", resp2.StatusCode, b)
 	}

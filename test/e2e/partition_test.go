@@ -145,7 +145,7 @@ func TestConservationPartitionAndOutage(t *testing.T) {
 
 	// Partition. The shared account can pay for A's streams and a few more
 	// requests: B spends what the sweep releases.
-	hold := priceOf(t, b, "alpha", alphaModel).Hold(int64(len(alphaBody(true, ""))), 256)
+	hold := priceOf(t, b, "alpha", alphaModel).Hold(int64(len(messagesBody(true, ""))), 256)
 	shared := b.NewAccount(float64(5*hold)/pricing.NanoPerUSD, noLimits)
 	initial := balance(shared.ID)
 	const aStreams = 4
@@ -157,7 +157,7 @@ func TestConservationPartitionAndOutage(t *testing.T) {
 	started.Add(aStreams)
 	for i := range aStreams {
 		wg.Go(func() {
-			path, h, body := alphaPath, alphaHeaders(shared.Key), alphaBody(true, "")
+			path, h, body := alphaPath, messagesHeaders(shared.Key), messagesBody(true, "")
 			h["x-fake-controls"] = `{"event_delay_ms":100,"reply_words":80}` // 8 s: longer than the partition's cut
 			var once sync.Once
 			aReply[i] = postAndRead(client, a.URL+path, h, body, 0, func() { once.Do(started.Done) })
@@ -270,7 +270,7 @@ func TestConservationPartitionAndOutage(t *testing.T) {
 		runs[i].s = []*launch.Stack{a, b}[i%2]
 		runs[i].acct = b.NewAccount(5, noLimits)
 		wg.Go(func() {
-			path, h, body := alphaPath, alphaHeaders(runs[i].acct.Key), alphaBody(true, "")
+			path, h, body := alphaPath, messagesHeaders(runs[i].acct.Key), messagesBody(true, "")
 			var once sync.Once
 			runs[i].reply = postAndRead(client, runs[i].s.URL+path, h, body, 0, func() { once.Do(started.Done) })
 			once.Do(started.Done)
@@ -299,7 +299,7 @@ func TestConservationPartitionAndOutage(t *testing.T) {
 		}
 		completed++
 		evs := readEvents(t, bufio.NewReader(bytes.NewReader(r.reply.body)))
-		want := alphaUsage(t, nil, evs)
+		want := messagesUsage(t, nil, evs)
 		var in, out int64
 		for _, e := range entries {
 			in += e.Usage.Input

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/store"
@@ -197,9 +198,9 @@ type alphaReplyUsage struct {
 	ServiceTier string `json:"service_tier"`
 }
 
-// alphaBilled reads the usage a messages reply reported, and the model it
+// messagesBilled reads the usage a messages reply reported, and the model it
 // names.
-func alphaBilled(body []byte, stream bool) (billed, string, error) {
+func messagesBilled(body []byte, stream bool) (billed, string, error) {
 	var u alphaReplyUsage
 	var model string
 	if !stream {
@@ -251,9 +252,9 @@ type betaReplyUsage struct {
 	} `json:"completion_tokens_details"`
 }
 
-// betaBilled reads the usage a chat completion reported; the search a
+// chatCompletionsBilled reads the usage a chat completion reported; the search a
 // request with web_search_options runs is one query.
-func betaBilled(body []byte, stream, search bool) (billed, string, int64, error) {
+func chatCompletionsBilled(body []byte, stream, search bool) (billed, string, int64, error) {
 	var u *betaReplyUsage
 	var model, tier string
 	docs := [][]byte{body}
@@ -323,13 +324,13 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 		alpha, beta  map[string]any
 		betaSearches bool
 	}{
-		{"short prompt", map[string]any{"vendor": "alpha", "cache_read_tokens": 3000, "cache_write_tokens": 700,
+		{"short prompt", map[string]any{"format": config.FormatMessages, "cache_read_tokens": 3000, "cache_write_tokens": 700,
 			"cache_write_1h_tokens": 900, "web_search_requests": 2, "service_tier": "priority", "input_tokens": 0},
-			map[string]any{"vendor": "beta", "cache_read_tokens": 300, "audio_input_tokens": 50, "audio_output_tokens": 40,
+			map[string]any{"format": config.FormatChatCompletions, "cache_read_tokens": 300, "audio_input_tokens": 50, "audio_output_tokens": 40,
 				"reasoning_tokens": 120, "service_tier": "priority", "input_tokens": 0}, false},
-		{"long prompt", map[string]any{"vendor": "alpha", "cache_read_tokens": 20000, "cache_write_tokens": 100,
+		{"long prompt", map[string]any{"format": config.FormatMessages, "cache_read_tokens": 20000, "cache_write_tokens": 100,
 			"cache_write_1h_tokens": 0, "web_search_requests": 1, "service_tier": "", "input_tokens": 300000},
-			map[string]any{"vendor": "beta", "cache_read_tokens": 1000, "audio_input_tokens": 0, "audio_output_tokens": 0,
+			map[string]any{"format": config.FormatChatCompletions, "cache_read_tokens": 1000, "audio_input_tokens": 0, "audio_output_tokens": 0,
 				"reasoning_tokens": 10, "service_tier": "flex", "input_tokens": 300000}, true},
 	}
 	type want struct {
@@ -358,10 +359,10 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 						var header map[string]string
 						var body []byte
 						if j.route == "alpha" {
-							path, header = alphaPath, alphaHeaders(j.acct.Key)
+							path, header = alphaPath, messagesHeaders(j.acct.Key)
 							body = []byte(fmt.Sprintf(`{"model":%q,"max_tokens":256,"stream":%t,"messages":[{"role":"user","content":"What does it cost?"}]}`, j.model, streamed))
 						} else {
-							path, header = betaPath, betaHeaders(j.acct.Key)
+							path, header = betaPath, chatCompletionsHeaders(j.acct.Key)
 							extra := ""
 							if streamed {
 								extra += `,"stream_options":{"include_usage":true}`
@@ -380,9 +381,9 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 						var reported string
 						var reasoning int64
 						if j.route == "alpha" {
-							u, reported, err = alphaBilled(reply, streamed)
+							u, reported, err = messagesBilled(reply, streamed)
 						} else {
-							u, reported, reasoning, err = betaBilled(reply, streamed, ph.betaSearches)
+							u, reported, reasoning, err = chatCompletionsBilled(reply, streamed, ph.betaSearches)
 						}
 						if err != nil {
 							t.Errorf("%s %s stream=%v: %v", ph.name, j.model, streamed, err)
@@ -451,13 +452,13 @@ func TestLongOutputRequestAndNoPrefixMatching(t *testing.T) {
 		if len(body) < 60<<10 {
 			t.Fatalf("prompt of %d bytes", len(body))
 		}
-		resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), []byte(body))
+		resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), []byte(body))
 		if resp.StatusCode != 200 {
 			t.Fatalf("stream=%v: %d %s", streamed, resp.StatusCode, b)
 		}
 	}
 	// Above the catalogue's maximum output (128000 for claude-opus-4-8).
-	resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), []byte(`{"model":"claude-opus-4-8","max_tokens":128001,"messages":[{"role":"user","content":"Hi"}]}`))
+	resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), []byte(`{"model":"claude-opus-4-8","max_tokens":128001,"messages":[{"role":"user","content":"Hi"}]}`))
 	if resp.StatusCode != 400 || !strings.Contains(string(b), "128000") {
 		t.Errorf("max_tokens above the maximum: %d %s", resp.StatusCode, b)
 	}
@@ -469,9 +470,9 @@ func TestLongOutputRequestAndNoPrefixMatching(t *testing.T) {
 		{betaPath, "gpt-5.4-pro"}, // a responses-only model: not a chat model
 		{betaPath, "o3x"},
 	} {
-		header := alphaHeaders(acct.Key)
+		header := messagesHeaders(acct.Key)
 		if c.path == betaPath {
-			header = betaHeaders(acct.Key)
+			header = chatCompletionsHeaders(acct.Key)
 		}
 		body := fmt.Sprintf(`{"model":%q,"max_tokens":16,"messages":[{"role":"user","content":"Hi"}]}`, c.model)
 		resp, b := s.Do("POST", c.path, header, []byte(body))
@@ -491,7 +492,7 @@ func TestLongOutputRequestAndNoPrefixMatching(t *testing.T) {
 		}
 	}
 	// A dated snapshot of a listed name is that model, counted under it.
-	resp, b = s.Do("POST", betaPath, betaHeaders(acct.Key), []byte(`{"model":"gpt-5.4-nano-2099-01-31","max_tokens":16,"messages":[{"role":"user","content":"Hi"}]}`))
+	resp, b = s.Do("POST", betaPath, chatCompletionsHeaders(acct.Key), []byte(`{"model":"gpt-5.4-nano-2099-01-31","max_tokens":16,"messages":[{"role":"user","content":"Hi"}]}`))
 	if resp.StatusCode != 200 {
 		t.Fatalf("dated snapshot: %d %s", resp.StatusCode, b)
 	}

@@ -64,8 +64,8 @@ func TestPriceReloadOnSIGHUP(t *testing.T) {
 	}
 
 	// A slow stream is admitted at $1 per million tokens.
-	s.Primary.Control(map[string]any{"vendor": "alpha", "event_delay_ms": 200})
-	resp := open(t, context.Background(), s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
+	s.Primary.Control(map[string]any{"format": config.FormatMessages, "event_delay_ms": 200})
+	resp := open(t, context.Background(), s, alphaPath, messagesHeaders(acct.Key), messagesBody(true, ""))
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("stream: %d", resp.StatusCode)
@@ -84,8 +84,8 @@ func TestPriceReloadOnSIGHUP(t *testing.T) {
 	if !evs[len(evs)-1].At.After(reloaded) {
 		t.Fatal("the stream ended before the reload: nothing was in flight")
 	}
-	s.Primary.Control(map[string]any{"vendor": "alpha", "event_delay_ms": 0})
-	if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, "")); resp.StatusCode != 200 {
+	s.Primary.Control(map[string]any{"format": config.FormatMessages, "event_delay_ms": 0})
+	if resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, "")); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 
@@ -94,7 +94,7 @@ func TestPriceReloadOnSIGHUP(t *testing.T) {
 		t.Fatal(err)
 	}
 	hangup("prices not reloaded")
-	if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, "")); resp.StatusCode != 200 {
+	if resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, "")); resp.StatusCode != 200 {
 		t.Fatalf("after a bad file: %d %s", resp.StatusCode, b)
 	}
 

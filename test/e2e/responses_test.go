@@ -87,7 +87,7 @@ func TestResponsesBilledAndBoundToTheirAccount(t *testing.T) {
 		}
 		for _, streamed := range []bool{false, true} {
 			body := []byte(fmt.Sprintf(`{"model":%q,"stream":%t,"instructions":"Be brief.","input":"What does it cost?"%s}`, tc.model, streamed, tc.extra))
-			h := betaHeaders(owner.Key)
+			h := chatCompletionsHeaders(owner.Key)
 			h["x-fake-controls"] = tc.controls
 			resp, reply := s.Do("POST", responsesPath, h, body)
 			if resp.StatusCode != 200 {
@@ -134,7 +134,7 @@ func TestResponsesBilledAndBoundToTheirAccount(t *testing.T) {
 		{"POST", "/beta/v1/responses/input_tokens", fmt.Sprintf(`{"model":%q,"input":"more","previous_response_id":%q}`, model, id)},
 		{"GET", "/beta/v1/responses/resp_unknown", ""},
 	} {
-		resp, out := s.Do(rq.method, rq.path, betaHeaders(other.Key), []byte(rq.body))
+		resp, out := s.Do(rq.method, rq.path, chatCompletionsHeaders(other.Key), []byte(rq.body))
 		var e struct {
 			Error struct{ Message, Type string }
 		}
@@ -155,7 +155,7 @@ func TestResponsesBilledAndBoundToTheirAccount(t *testing.T) {
 		{"POST", responsesPath, fmt.Sprintf(`{"model":%q,"input":"more","previous_response_id":%q}`, model, id)},
 		{"DELETE", "/beta/v1/responses/" + id, ""},
 	} {
-		if resp, out := s.Do(rq.method, rq.path, betaHeaders(owner.Key), []byte(rq.body)); resp.StatusCode != 200 {
+		if resp, out := s.Do(rq.method, rq.path, chatCompletionsHeaders(owner.Key), []byte(rq.body)); resp.StatusCode != 200 {
 			t.Errorf("owner %s %s: %d %s", rq.method, rq.path, resp.StatusCode, out)
 		}
 	}
@@ -178,7 +178,7 @@ func TestEmbeddingsBilledAsInput(t *testing.T) {
 	acct := s.NewAccount(10, noLimits)
 	const model = "text-embedding-3-small"
 	entry := servedModels(t, s.Config.Catalogue, "openai", []string{"embedding"}, "/v1/embeddings")[model]
-	resp, out := s.Do("POST", "/beta/v1/embeddings", betaHeaders(acct.Key), []byte(`{"model":"text-embedding-3-small","input":["one","two"]}`))
+	resp, out := s.Do("POST", "/beta/v1/embeddings", chatCompletionsHeaders(acct.Key), []byte(`{"model":"text-embedding-3-small","input":["one","two"]}`))
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, out)
 	}
@@ -200,7 +200,7 @@ func TestEmbeddingsBilledAsInput(t *testing.T) {
 		{betaPath, `{"model":"text-embedding-3-small","messages":[{"role":"user","content":"x"}]}`},
 		{betaPath, `{"model":"gpt-5.1-codex","messages":[{"role":"user","content":"x"}]}`},
 	} {
-		if resp, out := s.Do("POST", rq.path, betaHeaders(acct.Key), []byte(rq.body)); resp.StatusCode != 400 || !strings.Contains(string(out), "model_not_found") {
+		if resp, out := s.Do("POST", rq.path, chatCompletionsHeaders(acct.Key), []byte(rq.body)); resp.StatusCode != 400 || !strings.Contains(string(out), "model_not_found") {
 			t.Errorf("%s %s: %d %s", rq.path, rq.body, resp.StatusCode, out)
 		}
 	}

@@ -31,7 +31,7 @@ func TestScaleOutOnRedisCluster(t *testing.T) {
 	limited := a.NewAccount(10, store.Limits{RPM: 10, WindowMinutes: 1})
 	codes := map[int]int{}
 	for i := 0; i < 16; i++ {
-		resp, _ := pairs[i%2].Do("POST", alphaPath, alphaHeaders(limited.Key), alphaBody(false, ""))
+		resp, _ := pairs[i%2].Do("POST", alphaPath, messagesHeaders(limited.Key), messagesBody(false, ""))
 		codes[resp.StatusCode]++
 	}
 	if codes[200] != 10 || codes[429] != 6 {
@@ -40,7 +40,7 @@ func TestScaleOutOnRedisCluster(t *testing.T) {
 
 	// Balance: concurrent requests on both pairs against a balance for ~20.
 	ap := priceOf(t, a, "alpha", alphaModel)
-	hold := ap.Hold(int64(len(alphaBody(false, ""))), 256)
+	hold := ap.Hold(int64(len(messagesBody(false, ""))), 256)
 	poor := a.NewAccount(float64(20*hold)/pricing.NanoPerUSD, noLimits)
 	var mu sync.Mutex
 	admitted := 0
@@ -49,7 +49,7 @@ func TestScaleOutOnRedisCluster(t *testing.T) {
 		wg.Add(1)
 		go func(p *launch.Stack) {
 			defer wg.Done()
-			resp, _ := p.Do("POST", alphaPath, alphaHeaders(poor.Key), alphaBody(false, ""))
+			resp, _ := p.Do("POST", alphaPath, messagesHeaders(poor.Key), messagesBody(false, ""))
 			if resp.StatusCode == 200 {
 				mu.Lock()
 				admitted++
@@ -81,13 +81,13 @@ func TestScaleOutOnRedisCluster(t *testing.T) {
 
 	// Daily limit across pairs: one hold fits, then spend + hold exceeds it.
 	daily := a.NewAccount(10, store.Limits{DailyNanoUSD: hold + hold/2})
-	first, _ := a.Do("POST", alphaPath, alphaHeaders(daily.Key), alphaBody(false, ""))
+	first, _ := a.Do("POST", alphaPath, messagesHeaders(daily.Key), messagesBody(false, ""))
 	if first.StatusCode != 200 {
 		t.Fatalf("first request: %d", first.StatusCode)
 	}
 	limitedDaily := false
 	for i := 0; i < 20 && !limitedDaily; i++ {
-		resp, body := pairs[i%2].Do("POST", alphaPath, alphaHeaders(daily.Key), alphaBody(false, ""))
+		resp, body := pairs[i%2].Do("POST", alphaPath, messagesHeaders(daily.Key), messagesBody(false, ""))
 		limitedDaily = resp.StatusCode == 429 && strings.Contains(string(body), "daily")
 	}
 	if !limitedDaily {
@@ -108,9 +108,9 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	acct := s.NewAccount(10, noLimits)
 	poor := s.NewAccount(0, noLimits)
 	before := max(scrape(t, s, "gateway_requests_total"), 0) // absent until the first request
-	s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, ""))
-	stream(t, s, betaPath, betaHeaders(acct.Key), betaBody(true, false, ""))
-	s.Do("POST", alphaPath, alphaHeaders(poor.Key), alphaBody(false, ""))
+	s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, ""))
+	stream(t, s, betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(true, false, ""))
+	s.Do("POST", alphaPath, messagesHeaders(poor.Key), messagesBody(false, ""))
 	s.WaitSettled() // requests are counted as they settle, just after their replies
 	if got := scrape(t, s, "gateway_requests_total"); got != before+2 {
 		t.Fatalf("gateway_requests_total %v → %v, want +2", before, got)
@@ -127,7 +127,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	// when Envoy ends the processor's stream (the events are spaced so that
 	// the reply has started: a reset before its first byte is a free 502).
 	s.Primary.Control(map[string]any{"abort_after_events": 3, "event_delay_ms": 50})
-	resp := open(t, t.Context(), s, betaPath, betaHeaders(acct.Key), betaBody(true, false, ""))
+	resp := open(t, t.Context(), s, betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(true, false, ""))
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	for deadline := time.Now().Add(20 * time.Second); scrape(t, s, "gateway_estimated_settlements_total") <= 0; {

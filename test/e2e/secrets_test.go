@@ -21,17 +21,17 @@ func TestNoBodiesOrSecretsAreKept(t *testing.T) {
 	const sentinel = "SENTINEL7f3a9c"
 
 	tools := `,"tools":[{"name":"lookup","description":"` + sentinel + `","input_schema":{"type":"object","properties":{"q":{"type":"string","description":"` + sentinel + `"}}}}]`
-	prompt := strings.Replace(string(alphaBody(false, tools)), "Hello there, gateway", "Hello "+sentinel, 1)
-	if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), []byte(prompt)); resp.StatusCode != 200 {
+	prompt := strings.Replace(string(messagesBody(false, tools)), "Hello there, gateway", "Hello "+sentinel, 1)
+	if resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), []byte(prompt)); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
-	_, evs := stream(t, s, betaPath, betaHeaders(acct.Key), []byte(strings.Replace(string(betaBody(true, false, "")), "Hello there, gateway", sentinel, 1)))
+	_, evs := stream(t, s, betaPath, chatCompletionsHeaders(acct.Key), []byte(strings.Replace(string(chatCompletionsBody(true, false, "")), "Hello there, gateway", sentinel, 1)))
 	if len(evs) == 0 {
 		t.Fatal("no stream")
 	}
 	// A key that carries the sentinel, and one in a query string.
-	s.Do("POST", alphaPath, alphaHeaders("cr_"+sentinel+"xxxxxxxx"), []byte(prompt))
-	s.Do("POST", alphaPath+"?key=cr_"+sentinel, alphaHeaders(acct.Key), []byte(prompt))
+	s.Do("POST", alphaPath, messagesHeaders("cr_"+sentinel+"xxxxxxxx"), []byte(prompt))
+	s.Do("POST", alphaPath+"?key=cr_"+sentinel, messagesHeaders(acct.Key), []byte(prompt))
 	s.Do("GET", "/v1/usage", map[string]string{"Authorization": "Bearer ro_" + sentinel + "yyyyyyyy"}, nil)
 	s.Usage(acct.ReadOnly, "day")
 

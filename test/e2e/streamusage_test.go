@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
@@ -26,7 +27,7 @@ const (
 // exact figures, reasoning tokens included.
 func TestStreamWithoutUsageIsBilledExactly(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
-	s.Primary.Control(map[string]any{"vendor": "beta", "reasoning_tokens": reasoningTokens})
+	s.Primary.Control(map[string]any{"format": config.FormatChatCompletions, "reasoning_tokens": reasoningTokens})
 
 	// Odd spacing, unicode and tools must survive untouched.
 	tools := `"tools":[{"type":"function","function":{"name":"get_weather","description":"Wetter für eine Stadt ☀ \"quoted\"","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]`
@@ -59,7 +60,7 @@ func TestStreamWithoutUsageIsBilledExactly(t *testing.T) {
 			if status != 200 {
 				t.Fatalf("%d %s", status, client)
 			}
-			rec := s.Primary.LastRequest("beta", "/v1/chat/completions")
+			rec := s.Primary.LastRequest(config.FormatChatCompletions, "/v1/chat/completions")
 			if string(rec.Body) != tt.upstream {
 				t.Fatalf("vendor received\n%s\nwant\n%s", rec.Body, tt.upstream)
 			}
@@ -74,7 +75,7 @@ func TestStreamWithoutUsageIsBilledExactly(t *testing.T) {
 			}
 
 			// What the vendor itself sends for the client's own body.
-			status, direct := post(t, "http://"+s.Primary.Addrs.Beta+"/v1/chat/completions", "Bearer "+launch.BetaVendorKey, []byte(tt.body), false)
+			status, direct := post(t, "http://"+s.Primary.Addrs.ChatCompletions+"/v1/chat/completions", "Bearer "+launch.BetaVendorKey, []byte(tt.body), false)
 			if status != 200 {
 				t.Fatalf("vendor directly: %d %s", status, direct)
 			}
@@ -96,7 +97,7 @@ func TestStreamWithoutUsageIsBilledExactly(t *testing.T) {
 	acct := s.NewAccount(10, noLimits)
 	body := []byte(`{"model":"` + reasoningModel + `","stream":true,` + usageOption + `,` + messages + `}`)
 	status, client := post(t, s.URL+betaPath, "Bearer "+acct.Key, body, false)
-	if rec := s.Primary.LastRequest("beta", "/v1/chat/completions"); status != 200 || !bytes.Equal(rec.Body, body) {
+	if rec := s.Primary.LastRequest(config.FormatChatCompletions, "/v1/chat/completions"); status != 200 || !bytes.Equal(rec.Body, body) {
 		t.Fatalf("%d; vendor received %s", status, rec.Body)
 	}
 	if n := bytes.Count(client, []byte(`"usage":null`)); n != 14 || !bytes.Contains(client, []byte(`"reasoning_tokens":377`)) {

@@ -103,11 +103,11 @@ func TestForeignProcessorClientGetsNoVendorCredential(t *testing.T) {
 		}
 	}
 	// Through Envoy the vendor still gets its key, and never the client's.
-	resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, ""))
+	resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, ""))
 	if resp.StatusCode != 200 {
 		t.Fatalf("through Envoy: %d %s", resp.StatusCode, b)
 	}
-	rec := s.Primary.LastRequest("alpha", "/v1/messages")
+	rec := s.Primary.LastRequest(config.FormatMessages, "/v1/messages")
 	if got := rec.Headers["X-Api-Key"]; len(got) != 1 || got[0] != launch.AlphaVendorKey {
 		t.Fatalf("the vendor got x-api-key %q", got)
 	}
@@ -127,9 +127,9 @@ func TestRepeatedCredentialHeaders(t *testing.T) {
 	}
 	for name, hs := range cases {
 		for _, path := range []string{alphaPath, betaPath} {
-			body := alphaBody(false, "")
+			body := messagesBody(false, "")
 			if path == betaPath {
-				body = betaBody(false, false, "")
+				body = chatCompletionsBody(false, false, "")
 			}
 			status, ctype, b := rawExchange(t, s, "POST "+path, append(hs, "content-type: application/json",
 				"anthropic-version: 2023-06-01", fmt.Sprintf("content-length: %d", len(body))), body)
@@ -179,9 +179,9 @@ func TestLongModelNameRefused(t *testing.T) {
 	keysBefore := s.RDB.DBSize(context.Background()).Val()
 	for path, model := range map[string]string{alphaPath: alphaModel + suffix, betaPath: betaModel + suffix} {
 		body := fmt.Sprintf(`{"model":%q,"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, model)
-		h := alphaHeaders(acct.Key)
+		h := messagesHeaders(acct.Key)
 		if path == betaPath {
-			h = betaHeaders(acct.Key)
+			h = chatCompletionsHeaders(acct.Key)
 		}
 		resp, b := s.Do("POST", path, h, []byte(body))
 		checkError(t, path, resp.StatusCode, resp.Header.Get("content-type"), b, 400, "invalid_request_error", "")
@@ -198,16 +198,16 @@ func TestLongModelNameRefused(t *testing.T) {
 func TestClientAddressNotForwarded(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
-	h := alphaHeaders(acct.Key)
+	h := messagesHeaders(acct.Key)
 	h["x-forwarded-for"] = "203.0.113.7"
 	h["x-real-ip"] = "203.0.113.7"
 	h["forwarded"] = "for=203.0.113.7"
 	h["x-gateway-endpoint"] = "forged"
-	resp, b := s.Do("POST", alphaPath, h, alphaBody(false, ""))
+	resp, b := s.Do("POST", alphaPath, h, messagesBody(false, ""))
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
-	rec := s.Primary.LastRequest("alpha", "/v1/messages")
+	rec := s.Primary.LastRequest(config.FormatMessages, "/v1/messages")
 	if rec.Query != "" {
 		t.Errorf("the vendor got query %q", rec.Query)
 	}
@@ -224,13 +224,13 @@ func TestQueryStringsFiltered(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	for _, c := range []struct {
-		method, path, vendor, vendorPath, want string
+		method, path, format, vendorPath, want string
 		body                                   []byte
 		h                                      map[string]string
 	}{
-		{"POST", alphaPath + "?beta=true&key=" + acct.Key + "&x=1", "alpha", "/v1/messages", "beta=true", alphaBody(false, ""), alphaHeaders(acct.Key)},
-		{"POST", betaPath + "?api-version=2024&user=me", "beta", "/v1/chat/completions", "", betaBody(false, false, ""), betaHeaders(acct.Key)},
-		{"GET", "/alpha/v1/models?limit=2&after_id=m&client=203.0.113.7", "alpha", "/v1/models", "limit=2&after_id=m", nil, alphaHeaders(acct.Key)},
+		{"POST", alphaPath + "?beta=true&key=" + acct.Key + "&x=1", config.FormatMessages, "/v1/messages", "beta=true", messagesBody(false, ""), messagesHeaders(acct.Key)},
+		{"POST", betaPath + "?api-version=2024&user=me", config.FormatChatCompletions, "/v1/chat/completions", "", chatCompletionsBody(false, false, ""), chatCompletionsHeaders(acct.Key)},
+		{"GET", "/alpha/v1/models?limit=2&after_id=m&client=203.0.113.7", config.FormatMessages, "/v1/models", "limit=2&after_id=m", nil, messagesHeaders(acct.Key)},
 	} {
 		resp, b := s.Do(c.method, c.path, c.h, c.body)
 		if resp.StatusCode != 200 {
@@ -242,7 +242,7 @@ func TestQueryStringsFiltered(t *testing.T) {
 		if resp.Header.Get("x-gateway-endpoint") == "reserve" {
 			fake = s.Reserve
 		}
-		if rec := fake.LastRequest(c.vendor, c.vendorPath); rec.Query != c.want {
+		if rec := fake.LastRequest(c.format, c.vendorPath); rec.Query != c.want {
 			t.Errorf("%s %s: the vendor got query %q, want %q", c.method, c.path, rec.Query, c.want)
 		}
 	}
@@ -397,7 +397,7 @@ func TestSuspendedAccount(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	ctx := context.Background()
-	if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, "")); resp.StatusCode != 200 {
+	if resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, "")); resp.StatusCode != 200 {
 		t.Fatalf("before: %d %s", resp.StatusCode, b)
 	}
 	if err := s.Store.SetSuspended(ctx, acct.ID, true); err != nil {
@@ -405,7 +405,7 @@ func TestSuspendedAccount(t *testing.T) {
 	}
 	deadline := time.Now().Add(15 * time.Second) // the key cache holds 2 s
 	for {
-		resp, b := s.Do("POST", betaPath, betaHeaders(acct.Key), betaBody(false, false, ""))
+		resp, b := s.Do("POST", betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(false, false, ""))
 		if resp.StatusCode == 403 {
 			checkError(t, betaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 403, "", "")
 			break
@@ -415,7 +415,7 @@ func TestSuspendedAccount(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, ""))
+	resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, ""))
 	checkError(t, alphaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 403, "permission_error", "")
 	if !strings.Contains(string(b), "suspended") {
 		t.Fatalf("the message does not say why: %s", b)
@@ -430,7 +430,7 @@ func TestSuspendedAccount(t *testing.T) {
 	}
 	deadline = time.Now().Add(15 * time.Second)
 	for {
-		resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, ""))
+		resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, ""))
 		if resp.StatusCode == 200 {
 			break
 		}
@@ -479,7 +479,7 @@ func TestSidecarBeyondLoopbackWithMutualTLS(t *testing.T) {
 			ClientCert: pki.ClientCert, ClientKey: pki.ClientKey}
 	}})
 	acct := s.NewAccount(10, noLimits)
-	if resp, b := s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, "")); resp.StatusCode != 200 {
+	if resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, "")); resp.StatusCode != 200 {
 		t.Fatalf("through Envoy: %d %s", resp.StatusCode, b)
 	}
 	if resp, b := s.Do("GET", "/v1/usage", map[string]string{"Authorization": "Bearer " + acct.ReadOnly}, nil); resp.StatusCode != 200 {

@@ -44,8 +44,8 @@ func TestUsageAndHealthMatchSpecSchema(t *testing.T) {
 	usageSchema := compileSchema(t, "testdata/usage.schema.json")
 	healthSchema := compileSchema(t, "testdata/health.schema.json")
 	acct := s.NewAccount(10, noLimits)
-	s.Do("POST", alphaPath, alphaHeaders(acct.Key), alphaBody(false, ""))
-	s.Do("POST", betaPath, betaHeaders(acct.Key), betaBody(false, false, ""))
+	s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, ""))
+	s.Do("POST", betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(false, false, ""))
 
 	for _, period := range []string{"day", "month", "total", ""} {
 		for _, h := range []map[string]string{
@@ -127,20 +127,20 @@ func TestUsageIsRealTimeAndPerAccount(t *testing.T) {
 	}
 	steps := []step{
 		{func() tokens {
-			_, body := s.Do("POST", alphaPath, alphaHeaders(a.Key), alphaBody(false, ""))
-			return alphaUsage(t, body, nil)
+			_, body := s.Do("POST", alphaPath, messagesHeaders(a.Key), messagesBody(false, ""))
+			return messagesUsage(t, body, nil)
 		}, func(u tokens) int64 { return cost(ap, u) }},
 		{func() tokens {
-			_, evs := stream(t, s, alphaPath, alphaHeaders(a.Key), alphaBody(true, ""))
-			return alphaUsage(t, nil, evs)
+			_, evs := stream(t, s, alphaPath, messagesHeaders(a.Key), messagesBody(true, ""))
+			return messagesUsage(t, nil, evs)
 		}, func(u tokens) int64 { return cost(ap, u) }},
 		{func() tokens {
-			_, body := s.Do("POST", betaPath, betaHeaders(a.Key), betaBody(false, false, ""))
-			return betaUsage(t, body, nil)
+			_, body := s.Do("POST", betaPath, chatCompletionsHeaders(a.Key), chatCompletionsBody(false, false, ""))
+			return chatCompletionsUsage(t, body, nil)
 		}, func(u tokens) int64 { return cost(bp, u) }},
 		{func() tokens {
-			_, evs := stream(t, s, betaPath, betaHeaders(a.Key), betaBody(true, true, ""))
-			return betaUsage(t, nil, evs)
+			_, evs := stream(t, s, betaPath, chatCompletionsHeaders(a.Key), chatCompletionsBody(true, true, ""))
+			return chatCompletionsUsage(t, nil, evs)
 		}, func(u tokens) int64 { return cost(bp, u) }},
 	}
 	for i, st := range steps {
@@ -206,7 +206,7 @@ func TestUsageReadAfterReplyIncludesIt(t *testing.T) {
 	s.Primary.Control(map[string]any{"event_delay_ms": 20, "reply_words": 3})
 	ctx := t.Context()
 	for i := 1; i <= 3; i++ {
-		resp := open(t, ctx, s, alphaPath, alphaHeaders(acct.Key), alphaBody(true, ""))
+		resp := open(t, ctx, s, alphaPath, messagesHeaders(acct.Key), messagesBody(true, ""))
 		if resp.StatusCode != 200 {
 			t.Fatalf("request %d: %d", i, resp.StatusCode)
 		}

@@ -139,15 +139,26 @@ func (KeyState) EnumDescriptor() ([]byte, []int) {
 	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{1}
 }
 
-// Limits are an account's spending and rate limits; zero means no limit.
+// Limits are the spending and rate limits of an account or of one key;
+// zero means no limit. Every limit set, at either level, must pass.
 type Limits struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	DailyNanoUsd int64                  `protobuf:"varint,1,opt,name=daily_nano_usd,json=dailyNanoUsd,proto3" json:"daily_nano_usd,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Spend per UTC day, open requests counted at their hold.
+	DailyNanoUsd int64 `protobuf:"varint,1,opt,name=daily_nano_usd,json=dailyNanoUsd,proto3" json:"daily_nano_usd,omitempty"`
 	// Requests per minute.
 	Rpm int64 `protobuf:"varint,2,opt,name=rpm,proto3" json:"rpm,omitempty"`
 	// Length of the sliding window; at most rpm × window_minutes requests per
 	// window.
 	WindowMinutes int64 `protobuf:"varint,3,opt,name=window_minutes,json=windowMinutes,proto3" json:"window_minutes,omitempty"`
+	// Tokens (input + output) per UTC minute, open requests counted at their
+	// token bound.
+	Tpm int64 `protobuf:"varint,4,opt,name=tpm,proto3" json:"tpm,omitempty"`
+	// Requests in flight.
+	Concurrency int64 `protobuf:"varint,5,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// Spend per UTC calendar month, open requests counted at their hold.
+	MonthlyNanoUsd int64 `protobuf:"varint,6,opt,name=monthly_nano_usd,json=monthlyNanoUsd,proto3" json:"monthly_nano_usd,omitempty"`
+	// A key's lifetime spend; never resets. Accounts have none.
+	TotalNanoUsd  int64 `protobuf:"varint,7,opt,name=total_nano_usd,json=totalNanoUsd,proto3" json:"total_nano_usd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -203,6 +214,34 @@ func (x *Limits) GetWindowMinutes() int64 {
 	return 0
 }
 
+func (x *Limits) GetTpm() int64 {
+	if x != nil {
+		return x.Tpm
+	}
+	return 0
+}
+
+func (x *Limits) GetConcurrency() int64 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *Limits) GetMonthlyNanoUsd() int64 {
+	if x != nil {
+		return x.MonthlyNanoUsd
+	}
+	return 0
+}
+
+func (x *Limits) GetTotalNanoUsd() int64 {
+	if x != nil {
+		return x.TotalNanoUsd
+	}
+	return 0
+}
+
 type Account struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -212,9 +251,11 @@ type Account struct {
 	BalanceNanoUsd int64   `protobuf:"varint,4,opt,name=balance_nano_usd,json=balanceNanoUsd,proto3" json:"balance_nano_usd,omitempty"`
 	Limits         *Limits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
 	// A suspended account's keys get 403 on the model routes.
-	Suspended     bool `protobuf:"varint,6,opt,name=suspended,proto3" json:"suspended,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Suspended bool `protobuf:"varint,6,opt,name=suspended,proto3" json:"suspended,omitempty"`
+	// The balance below which the balance.low webhook event fires; zero: off.
+	BalanceAlertNanoUsd int64 `protobuf:"varint,7,opt,name=balance_alert_nano_usd,json=balanceAlertNanoUsd,proto3" json:"balance_alert_nano_usd,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Account) Reset() {
@@ -289,17 +330,27 @@ func (x *Account) GetSuspended() bool {
 	return false
 }
 
+func (x *Account) GetBalanceAlertNanoUsd() int64 {
+	if x != nil {
+		return x.BalanceAlertNanoUsd
+	}
+	return 0
+}
+
 type CreateAccountRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	BalanceNanoUsd int64                  `protobuf:"varint,2,opt,name=balance_nano_usd,json=balanceNanoUsd,proto3" json:"balance_nano_usd,omitempty"`
 	// Limits; each one left unset takes the gateway's default (gateway.yaml),
 	// zero means no limit.
-	DailyNanoUsd  *int64 `protobuf:"varint,3,opt,name=daily_nano_usd,json=dailyNanoUsd,proto3,oneof" json:"daily_nano_usd,omitempty"`
-	Rpm           *int64 `protobuf:"varint,4,opt,name=rpm,proto3,oneof" json:"rpm,omitempty"`
-	WindowMinutes *int64 `protobuf:"varint,5,opt,name=window_minutes,json=windowMinutes,proto3,oneof" json:"window_minutes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DailyNanoUsd   *int64 `protobuf:"varint,3,opt,name=daily_nano_usd,json=dailyNanoUsd,proto3,oneof" json:"daily_nano_usd,omitempty"`
+	Rpm            *int64 `protobuf:"varint,4,opt,name=rpm,proto3,oneof" json:"rpm,omitempty"`
+	WindowMinutes  *int64 `protobuf:"varint,5,opt,name=window_minutes,json=windowMinutes,proto3,oneof" json:"window_minutes,omitempty"`
+	Tpm            *int64 `protobuf:"varint,6,opt,name=tpm,proto3,oneof" json:"tpm,omitempty"`
+	Concurrency    *int64 `protobuf:"varint,7,opt,name=concurrency,proto3,oneof" json:"concurrency,omitempty"`
+	MonthlyNanoUsd *int64 `protobuf:"varint,8,opt,name=monthly_nano_usd,json=monthlyNanoUsd,proto3,oneof" json:"monthly_nano_usd,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateAccountRequest) Reset() {
@@ -363,6 +414,27 @@ func (x *CreateAccountRequest) GetRpm() int64 {
 func (x *CreateAccountRequest) GetWindowMinutes() int64 {
 	if x != nil && x.WindowMinutes != nil {
 		return *x.WindowMinutes
+	}
+	return 0
+}
+
+func (x *CreateAccountRequest) GetTpm() int64 {
+	if x != nil && x.Tpm != nil {
+		return *x.Tpm
+	}
+	return 0
+}
+
+func (x *CreateAccountRequest) GetConcurrency() int64 {
+	if x != nil && x.Concurrency != nil {
+		return *x.Concurrency
+	}
+	return 0
+}
+
+func (x *CreateAccountRequest) GetMonthlyNanoUsd() int64 {
+	if x != nil && x.MonthlyNanoUsd != nil {
+		return *x.MonthlyNanoUsd
 	}
 	return 0
 }
@@ -461,8 +533,12 @@ type GetAccountResponse struct {
 	// Settled spend of the current UTC day.
 	DailyUsedNanoUsd int64 `protobuf:"varint,2,opt,name=daily_used_nano_usd,json=dailyUsedNanoUsd,proto3" json:"daily_used_nano_usd,omitempty"`
 	// Requests admitted but not settled yet, and what they hold.
-	OpenHolds     int64 `protobuf:"varint,3,opt,name=open_holds,json=openHolds,proto3" json:"open_holds,omitempty"`
-	HeldNanoUsd   int64 `protobuf:"varint,4,opt,name=held_nano_usd,json=heldNanoUsd,proto3" json:"held_nano_usd,omitempty"`
+	OpenHolds   int64 `protobuf:"varint,3,opt,name=open_holds,json=openHolds,proto3" json:"open_holds,omitempty"`
+	HeldNanoUsd int64 `protobuf:"varint,4,opt,name=held_nano_usd,json=heldNanoUsd,proto3" json:"held_nano_usd,omitempty"`
+	// Settled spend of the current UTC month.
+	MonthlyUsedNanoUsd int64 `protobuf:"varint,5,opt,name=monthly_used_nano_usd,json=monthlyUsedNanoUsd,proto3" json:"monthly_used_nano_usd,omitempty"`
+	// Tokens counted in the current UTC minute against the tpm limit.
+	MinuteTokens  int64 `protobuf:"varint,6,opt,name=minute_tokens,json=minuteTokens,proto3" json:"minute_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -521,6 +597,20 @@ func (x *GetAccountResponse) GetOpenHolds() int64 {
 func (x *GetAccountResponse) GetHeldNanoUsd() int64 {
 	if x != nil {
 		return x.HeldNanoUsd
+	}
+	return 0
+}
+
+func (x *GetAccountResponse) GetMonthlyUsedNanoUsd() int64 {
+	if x != nil {
+		return x.MonthlyUsedNanoUsd
+	}
+	return 0
+}
+
+func (x *GetAccountResponse) GetMinuteTokens() int64 {
+	if x != nil {
+		return x.MinuteTokens
 	}
 	return 0
 }
@@ -722,13 +812,16 @@ func (x *TopUpResponse) GetApplied() bool {
 }
 
 type SetLimitsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AccountId     string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
-	DailyNanoUsd  *int64                 `protobuf:"varint,2,opt,name=daily_nano_usd,json=dailyNanoUsd,proto3,oneof" json:"daily_nano_usd,omitempty"`
-	Rpm           *int64                 `protobuf:"varint,3,opt,name=rpm,proto3,oneof" json:"rpm,omitempty"`
-	WindowMinutes *int64                 `protobuf:"varint,4,opt,name=window_minutes,json=windowMinutes,proto3,oneof" json:"window_minutes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	AccountId      string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	DailyNanoUsd   *int64                 `protobuf:"varint,2,opt,name=daily_nano_usd,json=dailyNanoUsd,proto3,oneof" json:"daily_nano_usd,omitempty"`
+	Rpm            *int64                 `protobuf:"varint,3,opt,name=rpm,proto3,oneof" json:"rpm,omitempty"`
+	WindowMinutes  *int64                 `protobuf:"varint,4,opt,name=window_minutes,json=windowMinutes,proto3,oneof" json:"window_minutes,omitempty"`
+	Tpm            *int64                 `protobuf:"varint,5,opt,name=tpm,proto3,oneof" json:"tpm,omitempty"`
+	Concurrency    *int64                 `protobuf:"varint,6,opt,name=concurrency,proto3,oneof" json:"concurrency,omitempty"`
+	MonthlyNanoUsd *int64                 `protobuf:"varint,7,opt,name=monthly_nano_usd,json=monthlyNanoUsd,proto3,oneof" json:"monthly_nano_usd,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SetLimitsRequest) Reset() {
@@ -785,6 +878,27 @@ func (x *SetLimitsRequest) GetRpm() int64 {
 func (x *SetLimitsRequest) GetWindowMinutes() int64 {
 	if x != nil && x.WindowMinutes != nil {
 		return *x.WindowMinutes
+	}
+	return 0
+}
+
+func (x *SetLimitsRequest) GetTpm() int64 {
+	if x != nil && x.Tpm != nil {
+		return *x.Tpm
+	}
+	return 0
+}
+
+func (x *SetLimitsRequest) GetConcurrency() int64 {
+	if x != nil && x.Concurrency != nil {
+		return *x.Concurrency
+	}
+	return 0
+}
+
+func (x *SetLimitsRequest) GetMonthlyNanoUsd() int64 {
+	if x != nil && x.MonthlyNanoUsd != nil {
+		return *x.MonthlyNanoUsd
 	}
 	return 0
 }
@@ -1043,8 +1157,10 @@ type Key struct {
 	// Unset: not revoked.
 	RevokeTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
 	// Models the key may call; empty allows every model.
-	Models        []string `protobuf:"bytes,10,rep,name=models,proto3" json:"models,omitempty"`
-	State         KeyState `protobuf:"varint,11,opt,name=state,proto3,enum=gateway.admin.v1.KeyState" json:"state,omitempty"`
+	Models []string `protobuf:"bytes,10,rep,name=models,proto3" json:"models,omitempty"`
+	State  KeyState `protobuf:"varint,11,opt,name=state,proto3,enum=gateway.admin.v1.KeyState" json:"state,omitempty"`
+	// The key's own limits, on top of its account's.
+	Limits        *Limits `protobuf:"bytes,12,opt,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1154,6 +1270,13 @@ func (x *Key) GetState() KeyState {
 		return x.State
 	}
 	return KeyState_KEY_STATE_UNSPECIFIED
+}
+
+func (x *Key) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
 }
 
 type CreateKeyRequest struct {
@@ -1889,7 +2012,8 @@ type LedgerEntry struct {
 	CostNanoUsd      int64                  `protobuf:"varint,9,opt,name=cost_nano_usd,json=costNanoUsd,proto3" json:"cost_nano_usd,omitempty"`
 	// True when the vendor reported no usage and the gateway estimated it.
 	Estimated bool `protobuf:"varint,10,opt,name=estimated,proto3" json:"estimated,omitempty"`
-	// Upstream HTTP status.
+	// The HTTP status the client received: the vendor's, or the one Envoy
+	// answered with itself (a timeout, no endpoint left).
 	Status int32 `protobuf:"varint,11,opt,name=status,proto3" json:"status,omitempty"`
 	// "primary" or "reserve".
 	Endpoint  string                 `protobuf:"bytes,12,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
@@ -2646,15 +2770,490 @@ func (x *ListAuditResponse) GetNextPageToken() string {
 	return ""
 }
 
+type GetKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AccountId     string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	KeyId         string                 `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKeyRequest) Reset() {
+	*x = GetKeyRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKeyRequest) ProtoMessage() {}
+
+func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKeyRequest.ProtoReflect.Descriptor instead.
+func (*GetKeyRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *GetKeyRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *GetKeyRequest) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+// KeyUsage is what a key has in flight and has spent; spend counts charged
+// replies.
+type KeyUsage struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	InFlight           int64                  `protobuf:"varint,1,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	HeldNanoUsd        int64                  `protobuf:"varint,2,opt,name=held_nano_usd,json=heldNanoUsd,proto3" json:"held_nano_usd,omitempty"`
+	MinuteTokens       int64                  `protobuf:"varint,3,opt,name=minute_tokens,json=minuteTokens,proto3" json:"minute_tokens,omitempty"`
+	DailyUsedNanoUsd   int64                  `protobuf:"varint,4,opt,name=daily_used_nano_usd,json=dailyUsedNanoUsd,proto3" json:"daily_used_nano_usd,omitempty"`
+	MonthlyUsedNanoUsd int64                  `protobuf:"varint,5,opt,name=monthly_used_nano_usd,json=monthlyUsedNanoUsd,proto3" json:"monthly_used_nano_usd,omitempty"`
+	TotalUsedNanoUsd   int64                  `protobuf:"varint,6,opt,name=total_used_nano_usd,json=totalUsedNanoUsd,proto3" json:"total_used_nano_usd,omitempty"`
+	DailyRequests      int64                  `protobuf:"varint,7,opt,name=daily_requests,json=dailyRequests,proto3" json:"daily_requests,omitempty"`
+	MonthlyRequests    int64                  `protobuf:"varint,8,opt,name=monthly_requests,json=monthlyRequests,proto3" json:"monthly_requests,omitempty"`
+	TotalRequests      int64                  `protobuf:"varint,9,opt,name=total_requests,json=totalRequests,proto3" json:"total_requests,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *KeyUsage) Reset() {
+	*x = KeyUsage{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyUsage) ProtoMessage() {}
+
+func (x *KeyUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyUsage.ProtoReflect.Descriptor instead.
+func (*KeyUsage) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *KeyUsage) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *KeyUsage) GetHeldNanoUsd() int64 {
+	if x != nil {
+		return x.HeldNanoUsd
+	}
+	return 0
+}
+
+func (x *KeyUsage) GetMinuteTokens() int64 {
+	if x != nil {
+		return x.MinuteTokens
+	}
+	return 0
+}
+
+func (x *KeyUsage) GetDailyUsedNanoUsd() int64 {
+	if x != nil {
+		return x.DailyUsedNanoUsd
+	}
+	return 0
+}
+
+func (x *KeyUsage) GetMonthlyUsedNanoUsd() int64 {
+	if x != nil {
+		return x.MonthlyUsedNanoUsd
+	}
+	return 0
+}
+
+func (x *KeyUsage) GetTotalUsedNanoUsd() int64 {
+	if x != nil {
+		return x.TotalUsedNanoUsd
+	}
+	return 0
+}
+
+func (x *KeyUsage) GetDailyRequests() int64 {
+	if x != nil {
+		return x.DailyRequests
+	}
+	return 0
+}
+
+func (x *KeyUsage) GetMonthlyRequests() int64 {
+	if x != nil {
+		return x.MonthlyRequests
+	}
+	return 0
+}
+
+func (x *KeyUsage) GetTotalRequests() int64 {
+	if x != nil {
+		return x.TotalRequests
+	}
+	return 0
+}
+
+type GetKeyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *Key                   `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Usage         *KeyUsage              `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKeyResponse) Reset() {
+	*x = GetKeyResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKeyResponse) ProtoMessage() {}
+
+func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKeyResponse.ProtoReflect.Descriptor instead.
+func (*GetKeyResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *GetKeyResponse) GetKey() *Key {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *GetKeyResponse) GetUsage() *KeyUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+type SetKeyLimitsRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	AccountId      string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	KeyId          string                 `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	DailyNanoUsd   *int64                 `protobuf:"varint,3,opt,name=daily_nano_usd,json=dailyNanoUsd,proto3,oneof" json:"daily_nano_usd,omitempty"`
+	Rpm            *int64                 `protobuf:"varint,4,opt,name=rpm,proto3,oneof" json:"rpm,omitempty"`
+	WindowMinutes  *int64                 `protobuf:"varint,5,opt,name=window_minutes,json=windowMinutes,proto3,oneof" json:"window_minutes,omitempty"`
+	Tpm            *int64                 `protobuf:"varint,6,opt,name=tpm,proto3,oneof" json:"tpm,omitempty"`
+	Concurrency    *int64                 `protobuf:"varint,7,opt,name=concurrency,proto3,oneof" json:"concurrency,omitempty"`
+	MonthlyNanoUsd *int64                 `protobuf:"varint,8,opt,name=monthly_nano_usd,json=monthlyNanoUsd,proto3,oneof" json:"monthly_nano_usd,omitempty"`
+	TotalNanoUsd   *int64                 `protobuf:"varint,9,opt,name=total_nano_usd,json=totalNanoUsd,proto3,oneof" json:"total_nano_usd,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SetKeyLimitsRequest) Reset() {
+	*x = SetKeyLimitsRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetKeyLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetKeyLimitsRequest) ProtoMessage() {}
+
+func (x *SetKeyLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetKeyLimitsRequest.ProtoReflect.Descriptor instead.
+func (*SetKeyLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *SetKeyLimitsRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *SetKeyLimitsRequest) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *SetKeyLimitsRequest) GetDailyNanoUsd() int64 {
+	if x != nil && x.DailyNanoUsd != nil {
+		return *x.DailyNanoUsd
+	}
+	return 0
+}
+
+func (x *SetKeyLimitsRequest) GetRpm() int64 {
+	if x != nil && x.Rpm != nil {
+		return *x.Rpm
+	}
+	return 0
+}
+
+func (x *SetKeyLimitsRequest) GetWindowMinutes() int64 {
+	if x != nil && x.WindowMinutes != nil {
+		return *x.WindowMinutes
+	}
+	return 0
+}
+
+func (x *SetKeyLimitsRequest) GetTpm() int64 {
+	if x != nil && x.Tpm != nil {
+		return *x.Tpm
+	}
+	return 0
+}
+
+func (x *SetKeyLimitsRequest) GetConcurrency() int64 {
+	if x != nil && x.Concurrency != nil {
+		return *x.Concurrency
+	}
+	return 0
+}
+
+func (x *SetKeyLimitsRequest) GetMonthlyNanoUsd() int64 {
+	if x != nil && x.MonthlyNanoUsd != nil {
+		return *x.MonthlyNanoUsd
+	}
+	return 0
+}
+
+func (x *SetKeyLimitsRequest) GetTotalNanoUsd() int64 {
+	if x != nil && x.TotalNanoUsd != nil {
+		return *x.TotalNanoUsd
+	}
+	return 0
+}
+
+type SetKeyLimitsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *Key                   `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Usage         *KeyUsage              `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetKeyLimitsResponse) Reset() {
+	*x = SetKeyLimitsResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetKeyLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetKeyLimitsResponse) ProtoMessage() {}
+
+func (x *SetKeyLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetKeyLimitsResponse.ProtoReflect.Descriptor instead.
+func (*SetKeyLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *SetKeyLimitsResponse) GetKey() *Key {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *SetKeyLimitsResponse) GetUsage() *KeyUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+type SetBalanceAlertRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// Zero turns the alert off.
+	ThresholdNanoUsd int64 `protobuf:"varint,2,opt,name=threshold_nano_usd,json=thresholdNanoUsd,proto3" json:"threshold_nano_usd,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SetBalanceAlertRequest) Reset() {
+	*x = SetBalanceAlertRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBalanceAlertRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBalanceAlertRequest) ProtoMessage() {}
+
+func (x *SetBalanceAlertRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBalanceAlertRequest.ProtoReflect.Descriptor instead.
+func (*SetBalanceAlertRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SetBalanceAlertRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *SetBalanceAlertRequest) GetThresholdNanoUsd() int64 {
+	if x != nil {
+		return x.ThresholdNanoUsd
+	}
+	return 0
+}
+
+type SetBalanceAlertResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Account       *Account               `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBalanceAlertResponse) Reset() {
+	*x = SetBalanceAlertResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBalanceAlertResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBalanceAlertResponse) ProtoMessage() {}
+
+func (x *SetBalanceAlertResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBalanceAlertResponse.ProtoReflect.Descriptor instead.
+func (*SetBalanceAlertResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SetBalanceAlertResponse) GetAccount() *Account {
+	if x != nil {
+		return x.Account
+	}
+	return nil
+}
+
 var File_gateway_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1cgateway/admin/v1/admin.proto\x12\x10gateway.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"g\n" +
+	"\x1cgateway/admin/v1/admin.proto\x12\x10gateway.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xeb\x01\n" +
 	"\x06Limits\x12$\n" +
 	"\x0edaily_nano_usd\x18\x01 \x01(\x03R\fdailyNanoUsd\x12\x10\n" +
 	"\x03rpm\x18\x02 \x01(\x03R\x03rpm\x12%\n" +
-	"\x0ewindow_minutes\x18\x03 \x01(\x03R\rwindowMinutes\"\xe4\x01\n" +
+	"\x0ewindow_minutes\x18\x03 \x01(\x03R\rwindowMinutes\x12\x10\n" +
+	"\x03tpm\x18\x04 \x01(\x03R\x03tpm\x12 \n" +
+	"\vconcurrency\x18\x05 \x01(\x03R\vconcurrency\x12(\n" +
+	"\x10monthly_nano_usd\x18\x06 \x01(\x03R\x0emonthlyNanoUsd\x12$\n" +
+	"\x0etotal_nano_usd\x18\a \x01(\x03R\ftotalNanoUsd\"\x99\x02\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12;\n" +
@@ -2662,27 +3261,36 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"createTime\x12(\n" +
 	"\x10balance_nano_usd\x18\x04 \x01(\x03R\x0ebalanceNanoUsd\x120\n" +
 	"\x06limits\x18\x05 \x01(\v2\x18.gateway.admin.v1.LimitsR\x06limits\x12\x1c\n" +
-	"\tsuspended\x18\x06 \x01(\bR\tsuspended\"\xf0\x01\n" +
+	"\tsuspended\x18\x06 \x01(\bR\tsuspended\x123\n" +
+	"\x16balance_alert_nano_usd\x18\a \x01(\x03R\x13balanceAlertNanoUsd\"\x8a\x03\n" +
 	"\x14CreateAccountRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
 	"\x10balance_nano_usd\x18\x02 \x01(\x03R\x0ebalanceNanoUsd\x12)\n" +
 	"\x0edaily_nano_usd\x18\x03 \x01(\x03H\x00R\fdailyNanoUsd\x88\x01\x01\x12\x15\n" +
 	"\x03rpm\x18\x04 \x01(\x03H\x01R\x03rpm\x88\x01\x01\x12*\n" +
-	"\x0ewindow_minutes\x18\x05 \x01(\x03H\x02R\rwindowMinutes\x88\x01\x01B\x11\n" +
+	"\x0ewindow_minutes\x18\x05 \x01(\x03H\x02R\rwindowMinutes\x88\x01\x01\x12\x15\n" +
+	"\x03tpm\x18\x06 \x01(\x03H\x03R\x03tpm\x88\x01\x01\x12%\n" +
+	"\vconcurrency\x18\a \x01(\x03H\x04R\vconcurrency\x88\x01\x01\x12-\n" +
+	"\x10monthly_nano_usd\x18\b \x01(\x03H\x05R\x0emonthlyNanoUsd\x88\x01\x01B\x11\n" +
 	"\x0f_daily_nano_usdB\x06\n" +
 	"\x04_rpmB\x11\n" +
-	"\x0f_window_minutes\"L\n" +
+	"\x0f_window_minutesB\x06\n" +
+	"\x04_tpmB\x0e\n" +
+	"\f_concurrencyB\x13\n" +
+	"\x11_monthly_nano_usd\"L\n" +
 	"\x15CreateAccountResponse\x123\n" +
 	"\aaccount\x18\x01 \x01(\v2\x19.gateway.admin.v1.AccountR\aaccount\"2\n" +
 	"\x11GetAccountRequest\x12\x1d\n" +
 	"\n" +
-	"account_id\x18\x01 \x01(\tR\taccountId\"\xbb\x01\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\"\x93\x02\n" +
 	"\x12GetAccountResponse\x123\n" +
 	"\aaccount\x18\x01 \x01(\v2\x19.gateway.admin.v1.AccountR\aaccount\x12-\n" +
 	"\x13daily_used_nano_usd\x18\x02 \x01(\x03R\x10dailyUsedNanoUsd\x12\x1d\n" +
 	"\n" +
 	"open_holds\x18\x03 \x01(\x03R\topenHolds\x12\"\n" +
-	"\rheld_nano_usd\x18\x04 \x01(\x03R\vheldNanoUsd\"\x15\n" +
+	"\rheld_nano_usd\x18\x04 \x01(\x03R\vheldNanoUsd\x121\n" +
+	"\x15monthly_used_nano_usd\x18\x05 \x01(\x03R\x12monthlyUsedNanoUsd\x12#\n" +
+	"\rminute_tokens\x18\x06 \x01(\x03R\fminuteTokens\"\x15\n" +
 	"\x13ListAccountsRequest\"M\n" +
 	"\x14ListAccountsResponse\x125\n" +
 	"\baccounts\x18\x01 \x03(\v2\x19.gateway.admin.v1.AccountR\baccounts\"~\n" +
@@ -2693,16 +3301,22 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"S\n" +
 	"\rTopUpResponse\x12(\n" +
 	"\x10balance_nano_usd\x18\x01 \x01(\x03R\x0ebalanceNanoUsd\x12\x18\n" +
-	"\aapplied\x18\x02 \x01(\bR\aapplied\"\xcd\x01\n" +
+	"\aapplied\x18\x02 \x01(\bR\aapplied\"\xe7\x02\n" +
 	"\x10SetLimitsRequest\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12)\n" +
 	"\x0edaily_nano_usd\x18\x02 \x01(\x03H\x00R\fdailyNanoUsd\x88\x01\x01\x12\x15\n" +
 	"\x03rpm\x18\x03 \x01(\x03H\x01R\x03rpm\x88\x01\x01\x12*\n" +
-	"\x0ewindow_minutes\x18\x04 \x01(\x03H\x02R\rwindowMinutes\x88\x01\x01B\x11\n" +
+	"\x0ewindow_minutes\x18\x04 \x01(\x03H\x02R\rwindowMinutes\x88\x01\x01\x12\x15\n" +
+	"\x03tpm\x18\x05 \x01(\x03H\x03R\x03tpm\x88\x01\x01\x12%\n" +
+	"\vconcurrency\x18\x06 \x01(\x03H\x04R\vconcurrency\x88\x01\x01\x12-\n" +
+	"\x10monthly_nano_usd\x18\a \x01(\x03H\x05R\x0emonthlyNanoUsd\x88\x01\x01B\x11\n" +
 	"\x0f_daily_nano_usdB\x06\n" +
 	"\x04_rpmB\x11\n" +
-	"\x0f_window_minutes\"H\n" +
+	"\x0f_window_minutesB\x06\n" +
+	"\x04_tpmB\x0e\n" +
+	"\f_concurrencyB\x13\n" +
+	"\x11_monthly_nano_usd\"H\n" +
 	"\x11SetLimitsResponse\x123\n" +
 	"\aaccount\x18\x01 \x01(\v2\x19.gateway.admin.v1.AccountR\aaccount\"N\n" +
 	"\x15SuspendAccountRequest\x12\x1d\n" +
@@ -2716,7 +3330,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"L\n" +
 	"\x15ResumeAccountResponse\x123\n" +
-	"\aaccount\x18\x01 \x01(\v2\x19.gateway.admin.v1.AccountR\aaccount\"\xd4\x03\n" +
+	"\aaccount\x18\x01 \x01(\v2\x19.gateway.admin.v1.AccountR\aaccount\"\x86\x04\n" +
 	"\x03Key\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2733,7 +3347,8 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"revokeTime\x12\x16\n" +
 	"\x06models\x18\n" +
 	" \x03(\tR\x06models\x120\n" +
-	"\x05state\x18\v \x01(\x0e2\x1a.gateway.admin.v1.KeyStateR\x05state\"\xd7\x01\n" +
+	"\x05state\x18\v \x01(\x0e2\x1a.gateway.admin.v1.KeyStateR\x05state\x120\n" +
+	"\x06limits\x18\f \x01(\v2\x18.gateway.admin.v1.LimitsR\x06limits\"\xd7\x01\n" +
 	"\x10CreateKeyRequest\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x14\n" +
@@ -2857,7 +3472,51 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"s\n" +
 	"\x11ListAuditResponse\x126\n" +
 	"\aentries\x18\x01 \x03(\v2\x1c.gateway.admin.v1.AuditEntryR\aentries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*O\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"E\n" +
+	"\rGetKeyRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x15\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\"\xfa\x02\n" +
+	"\bKeyUsage\x12\x1b\n" +
+	"\tin_flight\x18\x01 \x01(\x03R\binFlight\x12\"\n" +
+	"\rheld_nano_usd\x18\x02 \x01(\x03R\vheldNanoUsd\x12#\n" +
+	"\rminute_tokens\x18\x03 \x01(\x03R\fminuteTokens\x12-\n" +
+	"\x13daily_used_nano_usd\x18\x04 \x01(\x03R\x10dailyUsedNanoUsd\x121\n" +
+	"\x15monthly_used_nano_usd\x18\x05 \x01(\x03R\x12monthlyUsedNanoUsd\x12-\n" +
+	"\x13total_used_nano_usd\x18\x06 \x01(\x03R\x10totalUsedNanoUsd\x12%\n" +
+	"\x0edaily_requests\x18\a \x01(\x03R\rdailyRequests\x12)\n" +
+	"\x10monthly_requests\x18\b \x01(\x03R\x0fmonthlyRequests\x12%\n" +
+	"\x0etotal_requests\x18\t \x01(\x03R\rtotalRequests\"k\n" +
+	"\x0eGetKeyResponse\x12'\n" +
+	"\x03key\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x03key\x120\n" +
+	"\x05usage\x18\x02 \x01(\v2\x1a.gateway.admin.v1.KeyUsageR\x05usage\"\xbf\x03\n" +
+	"\x13SetKeyLimitsRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x15\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x12)\n" +
+	"\x0edaily_nano_usd\x18\x03 \x01(\x03H\x00R\fdailyNanoUsd\x88\x01\x01\x12\x15\n" +
+	"\x03rpm\x18\x04 \x01(\x03H\x01R\x03rpm\x88\x01\x01\x12*\n" +
+	"\x0ewindow_minutes\x18\x05 \x01(\x03H\x02R\rwindowMinutes\x88\x01\x01\x12\x15\n" +
+	"\x03tpm\x18\x06 \x01(\x03H\x03R\x03tpm\x88\x01\x01\x12%\n" +
+	"\vconcurrency\x18\a \x01(\x03H\x04R\vconcurrency\x88\x01\x01\x12-\n" +
+	"\x10monthly_nano_usd\x18\b \x01(\x03H\x05R\x0emonthlyNanoUsd\x88\x01\x01\x12)\n" +
+	"\x0etotal_nano_usd\x18\t \x01(\x03H\x06R\ftotalNanoUsd\x88\x01\x01B\x11\n" +
+	"\x0f_daily_nano_usdB\x06\n" +
+	"\x04_rpmB\x11\n" +
+	"\x0f_window_minutesB\x06\n" +
+	"\x04_tpmB\x0e\n" +
+	"\f_concurrencyB\x13\n" +
+	"\x11_monthly_nano_usdB\x11\n" +
+	"\x0f_total_nano_usd\"q\n" +
+	"\x14SetKeyLimitsResponse\x12'\n" +
+	"\x03key\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x03key\x120\n" +
+	"\x05usage\x18\x02 \x01(\v2\x1a.gateway.admin.v1.KeyUsageR\x05usage\"e\n" +
+	"\x16SetBalanceAlertRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12,\n" +
+	"\x12threshold_nano_usd\x18\x02 \x01(\x03R\x10thresholdNanoUsd\"N\n" +
+	"\x17SetBalanceAlertResponse\x123\n" +
+	"\aaccount\x18\x01 \x01(\v2\x19.gateway.admin.v1.AccountR\aaccount*O\n" +
 	"\aKeyKind\x12\x18\n" +
 	"\x14KEY_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKEY_KIND_MODEL\x10\x01\x12\x16\n" +
@@ -2866,7 +3525,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x15KEY_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10KEY_STATE_ACTIVE\x10\x01\x12\x15\n" +
 	"\x11KEY_STATE_EXPIRED\x10\x02\x12\x15\n" +
-	"\x11KEY_STATE_REVOKED\x10\x032\xc4\f\n" +
+	"\x11KEY_STATE_REVOKED\x10\x032\xd8\x0e\n" +
 	"\x05Admin\x12`\n" +
 	"\rCreateAccount\x12&.gateway.admin.v1.CreateAccountRequest\x1a'.gateway.admin.v1.CreateAccountResponse\x12W\n" +
 	"\n" +
@@ -2886,7 +3545,10 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"ListLedger\x12#.gateway.admin.v1.ListLedgerRequest\x1a$.gateway.admin.v1.ListLedgerResponse\x12]\n" +
 	"\fExportLedger\x12%.gateway.admin.v1.ExportLedgerRequest\x1a&.gateway.admin.v1.ExportLedgerResponse\x12o\n" +
 	"\x12CommitLedgerExport\x12+.gateway.admin.v1.CommitLedgerExportRequest\x1a,.gateway.admin.v1.CommitLedgerExportResponse\x12T\n" +
-	"\tListAudit\x12\".gateway.admin.v1.ListAuditRequest\x1a#.gateway.admin.v1.ListAuditResponseB@Z>github.com/modelgateway/gateway/proto/gateway/admin/v1;adminv1b\x06proto3"
+	"\tListAudit\x12\".gateway.admin.v1.ListAuditRequest\x1a#.gateway.admin.v1.ListAuditResponse\x12K\n" +
+	"\x06GetKey\x12\x1f.gateway.admin.v1.GetKeyRequest\x1a .gateway.admin.v1.GetKeyResponse\x12]\n" +
+	"\fSetKeyLimits\x12%.gateway.admin.v1.SetKeyLimitsRequest\x1a&.gateway.admin.v1.SetKeyLimitsResponse\x12f\n" +
+	"\x0fSetBalanceAlert\x12(.gateway.admin.v1.SetBalanceAlertRequest\x1a).gateway.admin.v1.SetBalanceAlertResponseB@Z>github.com/modelgateway/gateway/proto/gateway/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_gateway_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -2901,7 +3563,7 @@ func file_gateway_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_gateway_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(KeyKind)(0),                        // 0: gateway.admin.v1.KeyKind
 	(KeyState)(0),                       // 1: gateway.admin.v1.KeyState
@@ -2944,13 +3606,20 @@ var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(*AuditEntry)(nil),                  // 38: gateway.admin.v1.AuditEntry
 	(*ListAuditRequest)(nil),            // 39: gateway.admin.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),           // 40: gateway.admin.v1.ListAuditResponse
-	nil,                                 // 41: gateway.admin.v1.LedgerEntry.UsageEntry
-	nil,                                 // 42: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
-	(*timestamppb.Timestamp)(nil),       // 43: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 44: google.protobuf.Duration
+	(*GetKeyRequest)(nil),               // 41: gateway.admin.v1.GetKeyRequest
+	(*KeyUsage)(nil),                    // 42: gateway.admin.v1.KeyUsage
+	(*GetKeyResponse)(nil),              // 43: gateway.admin.v1.GetKeyResponse
+	(*SetKeyLimitsRequest)(nil),         // 44: gateway.admin.v1.SetKeyLimitsRequest
+	(*SetKeyLimitsResponse)(nil),        // 45: gateway.admin.v1.SetKeyLimitsResponse
+	(*SetBalanceAlertRequest)(nil),      // 46: gateway.admin.v1.SetBalanceAlertRequest
+	(*SetBalanceAlertResponse)(nil),     // 47: gateway.admin.v1.SetBalanceAlertResponse
+	nil,                                 // 48: gateway.admin.v1.LedgerEntry.UsageEntry
+	nil,                                 // 49: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	(*timestamppb.Timestamp)(nil),       // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 51: google.protobuf.Duration
 }
 var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
-	43, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
+	50, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: gateway.admin.v1.Account.limits:type_name -> gateway.admin.v1.Limits
 	3,  // 2: gateway.admin.v1.CreateAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 3: gateway.admin.v1.GetAccountResponse.account:type_name -> gateway.admin.v1.Account
@@ -2959,70 +3628,82 @@ var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
 	3,  // 6: gateway.admin.v1.SuspendAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 7: gateway.admin.v1.ResumeAccountResponse.account:type_name -> gateway.admin.v1.Account
 	0,  // 8: gateway.admin.v1.Key.kind:type_name -> gateway.admin.v1.KeyKind
-	43, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
-	43, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
-	43, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
-	43, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
+	50, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
+	50, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
+	50, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
+	50, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
 	1,  // 13: gateway.admin.v1.Key.state:type_name -> gateway.admin.v1.KeyState
-	43, // 14: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
-	44, // 15: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
-	18, // 16: gateway.admin.v1.CreateKeyResponse.key:type_name -> gateway.admin.v1.Key
-	18, // 17: gateway.admin.v1.ListKeysResponse.keys:type_name -> gateway.admin.v1.Key
-	18, // 18: gateway.admin.v1.RevokeKeyResponse.key:type_name -> gateway.admin.v1.Key
-	44, // 19: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
-	18, // 20: gateway.admin.v1.RotateKeyResponse.key:type_name -> gateway.admin.v1.Key
-	18, // 21: gateway.admin.v1.RotateKeyResponse.old_key:type_name -> gateway.admin.v1.Key
-	43, // 22: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
-	44, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
-	18, // 24: gateway.admin.v1.CreateReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
-	18, // 25: gateway.admin.v1.RevokeReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
-	43, // 26: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
-	43, // 27: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
-	41, // 28: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
-	42, // 29: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
-	31, // 30: gateway.admin.v1.ListLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
-	31, // 31: gateway.admin.v1.ExportLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
-	43, // 32: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
-	38, // 33: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
-	4,  // 34: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
-	6,  // 35: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
-	8,  // 36: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
-	10, // 37: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
-	12, // 38: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
-	14, // 39: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
-	16, // 40: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
-	19, // 41: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
-	21, // 42: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
-	23, // 43: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
-	25, // 44: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
-	27, // 45: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
-	29, // 46: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
-	32, // 47: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
-	34, // 48: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
-	36, // 49: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
-	39, // 50: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
-	5,  // 51: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
-	7,  // 52: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
-	9,  // 53: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
-	11, // 54: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
-	13, // 55: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
-	15, // 56: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
-	17, // 57: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
-	20, // 58: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
-	22, // 59: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
-	24, // 60: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
-	26, // 61: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
-	28, // 62: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
-	30, // 63: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
-	33, // 64: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
-	35, // 65: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
-	37, // 66: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
-	40, // 67: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
-	51, // [51:68] is the sub-list for method output_type
-	34, // [34:51] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	2,  // 14: gateway.admin.v1.Key.limits:type_name -> gateway.admin.v1.Limits
+	50, // 15: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	51, // 16: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
+	18, // 17: gateway.admin.v1.CreateKeyResponse.key:type_name -> gateway.admin.v1.Key
+	18, // 18: gateway.admin.v1.ListKeysResponse.keys:type_name -> gateway.admin.v1.Key
+	18, // 19: gateway.admin.v1.RevokeKeyResponse.key:type_name -> gateway.admin.v1.Key
+	51, // 20: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
+	18, // 21: gateway.admin.v1.RotateKeyResponse.key:type_name -> gateway.admin.v1.Key
+	18, // 22: gateway.admin.v1.RotateKeyResponse.old_key:type_name -> gateway.admin.v1.Key
+	50, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
+	51, // 24: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
+	18, // 25: gateway.admin.v1.CreateReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
+	18, // 26: gateway.admin.v1.RevokeReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
+	50, // 27: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
+	50, // 28: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
+	48, // 29: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
+	49, // 30: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	31, // 31: gateway.admin.v1.ListLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
+	31, // 32: gateway.admin.v1.ExportLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
+	50, // 33: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	38, // 34: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
+	18, // 35: gateway.admin.v1.GetKeyResponse.key:type_name -> gateway.admin.v1.Key
+	42, // 36: gateway.admin.v1.GetKeyResponse.usage:type_name -> gateway.admin.v1.KeyUsage
+	18, // 37: gateway.admin.v1.SetKeyLimitsResponse.key:type_name -> gateway.admin.v1.Key
+	42, // 38: gateway.admin.v1.SetKeyLimitsResponse.usage:type_name -> gateway.admin.v1.KeyUsage
+	3,  // 39: gateway.admin.v1.SetBalanceAlertResponse.account:type_name -> gateway.admin.v1.Account
+	4,  // 40: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
+	6,  // 41: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
+	8,  // 42: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
+	10, // 43: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
+	12, // 44: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
+	14, // 45: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
+	16, // 46: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
+	19, // 47: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
+	21, // 48: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
+	23, // 49: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
+	25, // 50: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
+	27, // 51: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
+	29, // 52: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
+	32, // 53: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
+	34, // 54: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
+	36, // 55: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
+	39, // 56: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
+	41, // 57: gateway.admin.v1.Admin.GetKey:input_type -> gateway.admin.v1.GetKeyRequest
+	44, // 58: gateway.admin.v1.Admin.SetKeyLimits:input_type -> gateway.admin.v1.SetKeyLimitsRequest
+	46, // 59: gateway.admin.v1.Admin.SetBalanceAlert:input_type -> gateway.admin.v1.SetBalanceAlertRequest
+	5,  // 60: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
+	7,  // 61: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
+	9,  // 62: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
+	11, // 63: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
+	13, // 64: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
+	15, // 65: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
+	17, // 66: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
+	20, // 67: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
+	22, // 68: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
+	24, // 69: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
+	26, // 70: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
+	28, // 71: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
+	30, // 72: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
+	33, // 73: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
+	35, // 74: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
+	37, // 75: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
+	40, // 76: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
+	43, // 77: gateway.admin.v1.Admin.GetKey:output_type -> gateway.admin.v1.GetKeyResponse
+	45, // 78: gateway.admin.v1.Admin.SetKeyLimits:output_type -> gateway.admin.v1.SetKeyLimitsResponse
+	47, // 79: gateway.admin.v1.Admin.SetBalanceAlert:output_type -> gateway.admin.v1.SetBalanceAlertResponse
+	60, // [60:80] is the sub-list for method output_type
+	40, // [40:60] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_gateway_admin_v1_admin_proto_init() }
@@ -3040,13 +3721,14 @@ func file_gateway_admin_v1_admin_proto_init() {
 		(*CreateReadOnlyTokenRequest_ExpireTime)(nil),
 		(*CreateReadOnlyTokenRequest_Ttl)(nil),
 	}
+	file_gateway_admin_v1_admin_proto_msgTypes[42].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gateway_admin_v1_admin_proto_rawDesc), len(file_gateway_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,6 +47,9 @@ const (
 	Admin_ExportLedger_FullMethodName        = "/gateway.admin.v1.Admin/ExportLedger"
 	Admin_CommitLedgerExport_FullMethodName  = "/gateway.admin.v1.Admin/CommitLedgerExport"
 	Admin_ListAudit_FullMethodName           = "/gateway.admin.v1.Admin/ListAudit"
+	Admin_GetKey_FullMethodName              = "/gateway.admin.v1.Admin/GetKey"
+	Admin_SetKeyLimits_FullMethodName        = "/gateway.admin.v1.Admin/SetKeyLimits"
+	Admin_SetBalanceAlert_FullMethodName     = "/gateway.admin.v1.Admin/SetBalanceAlert"
 )
 
 // AdminClient is the client API for Admin service.
@@ -95,6 +98,15 @@ type AdminClient interface {
 	CommitLedgerExport(ctx context.Context, in *CommitLedgerExportRequest, opts ...grpc.CallOption) (*CommitLedgerExportResponse, error)
 	// ListAudit pages through the audit trail, oldest first.
 	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
+	// GetKey returns one key with what it has in flight and has spent.
+	GetKey(ctx context.Context, in *GetKeyRequest, opts ...grpc.CallOption) (*GetKeyResponse, error)
+	// SetKeyLimits changes a key's own limits; unset fields keep their value,
+	// zero removes a limit. The key is not rotated; what it has spent stays
+	// counted. Seen by every sidecar within the key cache's TTL.
+	SetKeyLimits(ctx context.Context, in *SetKeyLimitsRequest, opts ...grpc.CallOption) (*SetKeyLimitsResponse, error)
+	// SetBalanceAlert sets the balance below which the account's
+	// balance.low webhook event fires; zero turns it off.
+	SetBalanceAlert(ctx context.Context, in *SetBalanceAlertRequest, opts ...grpc.CallOption) (*SetBalanceAlertResponse, error)
 }
 
 type adminClient struct {
@@ -275,6 +287,36 @@ func (c *adminClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts 
 	return out, nil
 }
 
+func (c *adminClient) GetKey(ctx context.Context, in *GetKeyRequest, opts ...grpc.CallOption) (*GetKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetKeyResponse)
+	err := c.cc.Invoke(ctx, Admin_GetKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) SetKeyLimits(ctx context.Context, in *SetKeyLimitsRequest, opts ...grpc.CallOption) (*SetKeyLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetKeyLimitsResponse)
+	err := c.cc.Invoke(ctx, Admin_SetKeyLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) SetBalanceAlert(ctx context.Context, in *SetBalanceAlertRequest, opts ...grpc.CallOption) (*SetBalanceAlertResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetBalanceAlertResponse)
+	err := c.cc.Invoke(ctx, Admin_SetBalanceAlert_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -321,6 +363,15 @@ type AdminServer interface {
 	CommitLedgerExport(context.Context, *CommitLedgerExportRequest) (*CommitLedgerExportResponse, error)
 	// ListAudit pages through the audit trail, oldest first.
 	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
+	// GetKey returns one key with what it has in flight and has spent.
+	GetKey(context.Context, *GetKeyRequest) (*GetKeyResponse, error)
+	// SetKeyLimits changes a key's own limits; unset fields keep their value,
+	// zero removes a limit. The key is not rotated; what it has spent stays
+	// counted. Seen by every sidecar within the key cache's TTL.
+	SetKeyLimits(context.Context, *SetKeyLimitsRequest) (*SetKeyLimitsResponse, error)
+	// SetBalanceAlert sets the balance below which the account's
+	// balance.low webhook event fires; zero turns it off.
+	SetBalanceAlert(context.Context, *SetBalanceAlertRequest) (*SetBalanceAlertResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -381,6 +432,15 @@ func (UnimplementedAdminServer) CommitLedgerExport(context.Context, *CommitLedge
 }
 func (UnimplementedAdminServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
+}
+func (UnimplementedAdminServer) GetKey(context.Context, *GetKeyRequest) (*GetKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetKey not implemented")
+}
+func (UnimplementedAdminServer) SetKeyLimits(context.Context, *SetKeyLimitsRequest) (*SetKeyLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetKeyLimits not implemented")
+}
+func (UnimplementedAdminServer) SetBalanceAlert(context.Context, *SetBalanceAlertRequest) (*SetBalanceAlertResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetBalanceAlert not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -709,6 +769,60 @@ func _Admin_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_GetKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetKey(ctx, req.(*GetKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_SetKeyLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetKeyLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetKeyLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetKeyLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetKeyLimits(ctx, req.(*SetKeyLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_SetBalanceAlert_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetBalanceAlertRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetBalanceAlert(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetBalanceAlert_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetBalanceAlert(ctx, req.(*SetBalanceAlertRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -783,6 +897,18 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAudit",
 			Handler:    _Admin_ListAudit_Handler,
+		},
+		{
+			MethodName: "GetKey",
+			Handler:    _Admin_GetKey_Handler,
+		},
+		{
+			MethodName: "SetKeyLimits",
+			Handler:    _Admin_SetKeyLimits_Handler,
+		},
+		{
+			MethodName: "SetBalanceAlert",
+			Handler:    _Admin_SetBalanceAlert_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -6,11 +6,11 @@ import (
 	"testing"
 )
 
-const alphaSimple = `{"model":"alpha-large","max_tokens":100,"messages":[{"role":"user","content":"Hello big world"}]}`
+const messagesSimple = `{"model":"alpha-large","max_tokens":100,"messages":[{"role":"user","content":"Hello big world"}]}`
 
-func TestAlphaMessage(t *testing.T) {
+func TestMessagesMessage(t *testing.T) {
 	tf := newTestFake(t, nil)
-	resp, data := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple)
+	resp, data := tf.call("POST", tf.messages.URL+"/v1/messages", messagesSimple)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, data)
 	}
@@ -44,24 +44,24 @@ func TestAlphaMessage(t *testing.T) {
 	if got := keys(t, u); got != "cache_creation,cache_creation_input_tokens,cache_read_input_tokens,input_tokens,output_tokens,service_tier" {
 		t.Errorf("usage keys %s", got)
 	}
-	if num(t, u, "input_tokens") != ceil8(len(alphaSimple)) || num(t, u, "output_tokens") != 12 ||
+	if num(t, u, "input_tokens") != ceil8(len(messagesSimple)) || num(t, u, "output_tokens") != 12 ||
 		num(t, u, "cache_read_input_tokens") != 0 || num(t, u, "cache_creation_input_tokens") != 0 {
 		t.Errorf("usage %v", u)
 	}
 }
 
-func TestAlphaMaxTokensAndReplyWords(t *testing.T) {
+func TestMessagesMaxTokensAndReplyWords(t *testing.T) {
 	tf := newTestFake(t, nil)
 	body := `{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"one two three four"}]}`
-	_, data := tf.call("POST", tf.alpha.URL+"/v1/messages", body)
+	_, data := tf.call("POST", tf.messages.URL+"/v1/messages", body)
 	m := jsonObject(t, string(data))
 	if str(t, m, "content", 0, "text") != "Echo: one two" || num(t, m, "usage", "output_tokens") != 3 || str(t, m, "stop_reason") != "max_tokens" {
 		t.Errorf("capped reply %s", data)
 	}
 
-	tf.setControl(`{"vendor":"alpha","reply_words":4}`)
+	tf.setControl(`{"format":"messages","reply_words":4}`)
 	body = `{"model":"m","max_tokens":4,"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image","source":{}},{"type":"text","text":"b"}]}]}`
-	_, data = tf.call("POST", tf.alpha.URL+"/v1/messages", body)
+	_, data = tf.call("POST", tf.messages.URL+"/v1/messages", body)
 	m = jsonObject(t, string(data))
 	if str(t, m, "content", 0, "text") != "Echo: a b a" || str(t, m, "stop_reason") != "end_turn" {
 		t.Errorf("4-word reply %s", data)
@@ -69,28 +69,28 @@ func TestAlphaMaxTokensAndReplyWords(t *testing.T) {
 
 	// No user text at all: filler words.
 	body = `{"model":"m","messages":[{"role":"user","content":[]}]}`
-	_, data = tf.call("POST", tf.alpha.URL+"/v1/messages", body)
+	_, data = tf.call("POST", tf.messages.URL+"/v1/messages", body)
 	m = jsonObject(t, string(data))
 	if str(t, m, "content", 0, "text") != "Echo: lorem ipsum dolor" {
 		t.Errorf("filler reply %s", data)
 	}
 }
 
-func TestAlphaCacheControls(t *testing.T) {
+func TestMessagesCacheControls(t *testing.T) {
 	tf := newTestFake(t, nil)
-	tf.setControl(`{"vendor":"alpha","cache_read_tokens":70,"cache_write_tokens":30}`)
-	_, data := tf.call("POST", tf.alpha.URL+"/v1/messages", alphaSimple)
+	tf.setControl(`{"format":"messages","cache_read_tokens":70,"cache_write_tokens":30}`)
+	_, data := tf.call("POST", tf.messages.URL+"/v1/messages", messagesSimple)
 	m := jsonObject(t, string(data))
 	if num(t, m, "usage", "cache_read_input_tokens") != 70 || num(t, m, "usage", "cache_creation_input_tokens") != 30 ||
-		num(t, m, "usage", "cache_creation", "ephemeral_5m_input_tokens") != 30 || num(t, m, "usage", "input_tokens") != ceil8(len(alphaSimple)) {
+		num(t, m, "usage", "cache_creation", "ephemeral_5m_input_tokens") != 30 || num(t, m, "usage", "input_tokens") != ceil8(len(messagesSimple)) {
 		t.Errorf("cache usage %s", data)
 	}
 }
 
-// alphaStream posts a streaming request and returns its events.
-func alphaStream(t *testing.T, tf *testFake, body string) []sseEvent {
+// messagesStream posts a streaming request and returns its events.
+func messagesStream(t *testing.T, tf *testFake, body string) []sseEvent {
 	t.Helper()
-	resp, data := tf.call("POST", tf.alpha.URL+"/v1/messages", body)
+	resp, data := tf.call("POST", tf.messages.URL+"/v1/messages", body)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, data)
 	}
@@ -117,11 +117,11 @@ func eventNames(evs []sseEvent) string {
 	return strings.Join(names, " ")
 }
 
-func TestAlphaStream(t *testing.T) {
+func TestMessagesStream(t *testing.T) {
 	tf := newTestFake(t, nil)
 	tf.setControl(`{"cache_read_tokens":5,"cache_write_tokens":6}`)
 	body := `{"model":"alpha-small","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"Hi \"there\"\n"}]}`
-	evs := alphaStream(t, tf, body)
+	evs := messagesStream(t, tf, body)
 	want := "message_start content_block_start ping" + strings.Repeat(" content_block_delta", 12) +
 		" content_block_stop message_delta message_stop"
 	if got := eventNames(evs); got != want {
@@ -166,27 +166,27 @@ func TestAlphaStream(t *testing.T) {
 	}
 
 	// The stream says what the non-streaming reply says.
-	_, data := tf.call("POST", tf.alpha.URL+"/v1/messages", strings.Replace(body, `"stream":true`, `"stream":false`, 1))
+	_, data := tf.call("POST", tf.messages.URL+"/v1/messages", strings.Replace(body, `"stream":true`, `"stream":false`, 1))
 	if got := str(t, jsonObject(t, string(data)), "content", 0, "text"); got != text.String() {
 		t.Errorf("non-streaming text %q differs from streamed %q", got, text.String())
 	}
 }
 
-const alphaTools = `"tools":[{"name":"get_weather","description":"d","input_schema":{"type":"object","properties":{"location":{"type":"string"},"unit":{"type":"string","enum":["celsius","fahrenheit"]},"days":{"type":"integer"}},"required":["location","unit","days"]}},{"name":"other","input_schema":{"type":"object"}}]`
+const messagesTools = `"tools":[{"name":"get_weather","description":"d","input_schema":{"type":"object","properties":{"location":{"type":"string"},"unit":{"type":"string","enum":["celsius","fahrenheit"]},"days":{"type":"integer"}},"required":["location","unit","days"]}},{"name":"other","input_schema":{"type":"object"}}]`
 
-func TestAlphaToolCall(t *testing.T) {
+func TestMessagesToolCall(t *testing.T) {
 	tf := newTestFake(t, nil)
-	body := `{"model":"m","max_tokens":100,` + alphaTools + `,"messages":[{"role":"user","content":"weather?"}]}`
+	body := `{"model":"m","max_tokens":100,` + messagesTools + `,"messages":[{"role":"user","content":"weather?"}]}`
 	wantArgs := `{"location":"Paris","unit":"celsius","days":1}`
 
 	// Off by default: tools offered, text answered.
-	_, data := tf.call("POST", tf.alpha.URL+"/v1/messages", body)
+	_, data := tf.call("POST", tf.messages.URL+"/v1/messages", body)
 	if str(t, jsonObject(t, string(data)), "stop_reason") != "end_turn" {
 		t.Fatalf("tool call without the control: %s", data)
 	}
 
-	tf.setControl(`{"vendor":"alpha","tool_call":true}`)
-	_, data = tf.call("POST", tf.alpha.URL+"/v1/messages", body)
+	tf.setControl(`{"format":"messages","tool_call":true}`)
+	_, data = tf.call("POST", tf.messages.URL+"/v1/messages", body)
 	m := jsonObject(t, string(data))
 	block := path(t, m, "content", 0)
 	if got := keys(t, block); got != "id,input,name,type" {
@@ -204,7 +204,7 @@ func TestAlphaToolCall(t *testing.T) {
 		t.Errorf("tool output tokens %s", data)
 	}
 
-	evs := alphaStream(t, tf, strings.Replace(body, `"max_tokens":100,`, `"max_tokens":100,"stream":true,`, 1))
+	evs := messagesStream(t, tf, strings.Replace(body, `"max_tokens":100,`, `"max_tokens":100,"stream":true,`, 1))
 	frags := ceil8(len(wantArgs))
 	want := "message_start content_block_start ping" + strings.Repeat(" content_block_delta", frags) +
 		" content_block_stop message_delta message_stop"
@@ -233,25 +233,25 @@ func TestAlphaToolCall(t *testing.T) {
 	}
 
 	// A turn returning the tool result is answered in text.
-	body = `{"model":"m","max_tokens":100,` + alphaTools + `,"messages":[{"role":"user","content":"weather?"},` +
+	body = `{"model":"m","max_tokens":100,` + messagesTools + `,"messages":[{"role":"user","content":"weather?"},` +
 		`{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}]},` +
 		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"sunny"}]}]}`
-	_, data = tf.call("POST", tf.alpha.URL+"/v1/messages", body)
+	_, data = tf.call("POST", tf.messages.URL+"/v1/messages", body)
 	m = jsonObject(t, string(data))
 	if str(t, m, "stop_reason") != "end_turn" || !strings.HasPrefix(str(t, m, "content", 0, "text"), "Echo: sunny sunny") {
 		t.Errorf("reply to tool result %s", data)
 	}
 }
 
-func TestAlphaCountTokensAndModels(t *testing.T) {
+func TestMessagesCountTokensAndModels(t *testing.T) {
 	tf := newTestFake(t, nil)
 	body := `{"model":"m","messages":[{"role":"user","content":"count me"}]}`
-	_, data := tf.call("POST", tf.alpha.URL+"/v1/messages/count_tokens", body)
+	_, data := tf.call("POST", tf.messages.URL+"/v1/messages/count_tokens", body)
 	if compactJSON(t, string(data)) != `{"input_tokens":`+itoa(ceil8(len(body)))+`}` {
 		t.Errorf("count_tokens %s", data)
 	}
 
-	_, data = tf.call("GET", tf.alpha.URL+"/v1/models", "")
+	_, data = tf.call("GET", tf.messages.URL+"/v1/models", "")
 	m := jsonObject(t, string(data))
 	if got := keys(t, m); got != "data,first_id,has_more,last_id" {
 		t.Errorf("model list keys %s", got)
@@ -266,17 +266,17 @@ func TestAlphaCountTokensAndModels(t *testing.T) {
 		t.Errorf("model list %s", data)
 	}
 
-	resp, data := tf.call("GET", tf.alpha.URL+"/v1/models/alpha-small", "")
+	resp, data := tf.call("GET", tf.messages.URL+"/v1/models/alpha-small", "")
 	if resp.StatusCode != 200 || str(t, jsonObject(t, string(data)), "id") != "alpha-small" {
 		t.Errorf("model get %d %s", resp.StatusCode, data)
 	}
-	resp, data = tf.call("GET", tf.alpha.URL+"/v1/models/nope", "")
+	resp, data = tf.call("GET", tf.messages.URL+"/v1/models/nope", "")
 	if resp.StatusCode != 404 || str(t, jsonObject(t, string(data)), "error", "type") != "not_found_error" {
 		t.Errorf("unknown model %d %s", resp.StatusCode, data)
 	}
 }
 
-func TestAlphaErrors(t *testing.T) {
+func TestMessagesErrors(t *testing.T) {
 	tf := newTestFake(t, nil)
 	for _, c := range []struct {
 		method, path, body string
@@ -289,16 +289,16 @@ func TestAlphaErrors(t *testing.T) {
 		{"GET", "/v1/messages", ``, 404, "not_found_error"},
 		{"POST", "/v1/chat/completions", `{}`, 404, "not_found_error"},
 	} {
-		resp, data := tf.call(c.method, tf.alpha.URL+c.path, c.body)
+		resp, data := tf.call(c.method, tf.messages.URL+c.path, c.body)
 		if resp.StatusCode != c.status {
 			t.Errorf("%s %s: status %d, want %d", c.method, c.path, resp.StatusCode, c.status)
 		}
-		checkAlphaError(t, data, c.typ)
+		checkMessagesError(t, data, c.typ)
 	}
 }
 
-// checkAlphaError checks the vendor's error shape exactly.
-func checkAlphaError(t *testing.T, data []byte, typ string) {
+// checkMessagesError checks the vendor's error shape exactly.
+func checkMessagesError(t *testing.T, data []byte, typ string) {
 	t.Helper()
 	m := jsonObject(t, string(data))
 	if keys(t, m) != "error,type" || str(t, m, "type") != "error" || keys(t, path(t, m, "error")) != "message,type" ||

@@ -6,12 +6,12 @@ import (
 	"testing"
 )
 
-const betaSimple = `{"model":"beta-large","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"Hello big world"}]}`
+const chatSimple = `{"model":"beta-large","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"Hello big world"}]}`
 
-func TestBetaCompletion(t *testing.T) {
+func TestChatCompletionsCompletion(t *testing.T) {
 	tf := newTestFake(t, nil)
-	tf.setControl(`{"vendor":"beta","cache_read_tokens":40,"cache_write_tokens":99}`)
-	resp, data := tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple)
+	tf.setControl(`{"format":"chat_completions","cache_read_tokens":40,"cache_write_tokens":99}`)
+	resp, data := tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", chatSimple)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, data)
 	}
@@ -44,14 +44,14 @@ func TestBetaCompletion(t *testing.T) {
 		t.Errorf("message %s", data)
 	}
 	u := path(t, m, "usage")
-	prompt := ceil8(len(betaSimple)) + 40
+	prompt := ceil8(len(chatSimple)) + 40
 	if num(t, u, "prompt_tokens") != prompt || num(t, u, "completion_tokens") != 12 || num(t, u, "total_tokens") != prompt+12 ||
 		num(t, u, "prompt_tokens_details", "cached_tokens") != 40 || num(t, u, "completion_tokens_details", "reasoning_tokens") != 0 {
 		t.Errorf("usage %s", data)
 	}
 }
 
-func TestBetaTokenLimits(t *testing.T) {
+func TestChatCompletionsTokenLimits(t *testing.T) {
 	tf := newTestFake(t, nil)
 	for _, c := range []struct {
 		limits string
@@ -64,7 +64,7 @@ func TestBetaTokenLimits(t *testing.T) {
 		{`"max_tokens":null`, 12, "stop"},
 	} {
 		body := `{"model":"m",` + c.limits + `,"messages":[{"role":"user","content":[{"type":"text","text":"x y"}]}]}`
-		_, data := tf.call("POST", tf.beta.URL+"/v1/chat/completions", body)
+		_, data := tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", body)
 		m := jsonObject(t, string(data))
 		text := str(t, m, "choices", 0, "message", "content")
 		want := strings.Join(strings.Fields(strings.Repeat("x y ", 6))[:c.words-1], " ")
@@ -75,11 +75,11 @@ func TestBetaTokenLimits(t *testing.T) {
 	}
 }
 
-// betaStream posts a streaming request and returns the data of its events,
+// chatStream posts a streaming request and returns the data of its events,
 // checking that it ends with [DONE].
-func betaStream(t *testing.T, tf *testFake, body string) []map[string]any {
+func chatStream(t *testing.T, tf *testFake, body string) []map[string]any {
 	t.Helper()
-	resp, data := tf.call("POST", tf.beta.URL+"/v1/chat/completions", body)
+	resp, data := tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", body)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, data)
 	}
@@ -109,7 +109,7 @@ func betaStream(t *testing.T, tf *testFake, body string) []map[string]any {
 	return chunks
 }
 
-func TestBetaStream(t *testing.T) {
+func TestChatCompletionsStream(t *testing.T) {
 	tf := newTestFake(t, nil)
 	tf.setControl(`{"cache_read_tokens":7}`)
 	for _, includeUsage := range []bool{false, true} {
@@ -117,7 +117,7 @@ func TestBetaStream(t *testing.T) {
 		if includeUsage {
 			body = strings.Replace(body, `"stream":true`, `"stream":true,"stream_options":{"include_usage":true}`, 1)
 		}
-		chunks := betaStream(t, tf, body)
+		chunks := chatStream(t, tf, body)
 		n := 1 + 12 + 1 // role, words, finish
 		if includeUsage {
 			n++
@@ -179,15 +179,15 @@ func TestBetaStream(t *testing.T) {
 // A reasoning model reports thought it does not show: completion_tokens
 // counts it, completion_tokens_details.reasoning_tokens names it, and the
 // text is what it would be without. Usage is streamed only when asked for.
-func TestBetaReasoning(t *testing.T) {
+func TestChatCompletionsReasoning(t *testing.T) {
 	tf := newTestFake(t, nil)
-	tf.setControl(`{"vendor":"beta","reasoning_tokens":377}`)
-	resp, data := tf.call("POST", tf.beta.URL+"/v1/chat/completions", betaSimple)
+	tf.setControl(`{"format":"chat_completions","reasoning_tokens":377}`)
+	resp, data := tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", chatSimple)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, data)
 	}
 	m := jsonObject(t, string(data))
-	prompt := ceil8(len(betaSimple))
+	prompt := ceil8(len(chatSimple))
 	if u := path(t, m, "usage"); num(t, u, "completion_tokens") != 12+377 || num(t, u, "total_tokens") != prompt+12+377 ||
 		num(t, u, "completion_tokens_details", "reasoning_tokens") != 377 {
 		t.Errorf("usage %s", data)
@@ -196,9 +196,9 @@ func TestBetaReasoning(t *testing.T) {
 		t.Errorf("content %q", got)
 	}
 
-	stream := strings.Replace(betaSimple, `"model":"beta-large",`, `"model":"beta-large","stream":true,`, 1)
+	stream := strings.Replace(chatSimple, `"model":"beta-large",`, `"model":"beta-large","stream":true,`, 1)
 	for _, opts := range []string{``, `"stream_options":{"include_usage":false},`, `"stream_options":{},`} {
-		chunks := betaStream(t, tf, strings.Replace(stream, `"stream":true,`, `"stream":true,`+opts, 1))
+		chunks := chatStream(t, tf, strings.Replace(stream, `"stream":true,`, `"stream":true,`+opts, 1))
 		for _, c := range chunks {
 			if _, ok := c["usage"]; ok {
 				t.Fatalf("%s: a chunk has usage: %v", opts, c)
@@ -208,21 +208,21 @@ func TestBetaReasoning(t *testing.T) {
 			t.Fatalf("%s: %d chunks", opts, len(chunks))
 		}
 	}
-	chunks := betaStream(t, tf, strings.Replace(stream, `"stream":true,`, `"stream":true,"stream_options":{"include_usage":true},`, 1))
+	chunks := chatStream(t, tf, strings.Replace(stream, `"stream":true,`, `"stream":true,"stream_options":{"include_usage":true},`, 1))
 	u := chunks[len(chunks)-1]
 	if len(chunks) != 15 || num(t, u, "usage", "completion_tokens") != 12+377 || num(t, u, "usage", "completion_tokens_details", "reasoning_tokens") != 377 {
 		t.Errorf("usage chunk %v of %d", u, len(chunks))
 	}
 }
 
-const betaTools = `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"location":{"type":["string","null"]},"metric":{"type":"boolean"}},"required":["location","metric"]}}}]`
+const chatTools = `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"location":{"type":["string","null"]},"metric":{"type":"boolean"}},"required":["location","metric"]}}}]`
 
-func TestBetaToolCall(t *testing.T) {
+func TestChatCompletionsToolCall(t *testing.T) {
 	tf := newTestFake(t, nil)
-	tf.setControl(`{"vendor":"beta","tool_call":true}`)
+	tf.setControl(`{"format":"chat_completions","tool_call":true}`)
 	wantArgs := `{"location":"Paris","metric":true}`
-	body := `{"model":"m",` + betaTools + `,"messages":[{"role":"user","content":"weather?"}]}`
-	_, data := tf.call("POST", tf.beta.URL+"/v1/chat/completions", body)
+	body := `{"model":"m",` + chatTools + `,"messages":[{"role":"user","content":"weather?"}]}`
+	_, data := tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", body)
 	m := jsonObject(t, string(data))
 	ch := path(t, m, "choices", 0)
 	msg := path(t, ch, "message")
@@ -238,7 +238,7 @@ func TestBetaToolCall(t *testing.T) {
 		t.Errorf("tool completion tokens %s", data)
 	}
 
-	chunks := betaStream(t, tf, strings.Replace(body, `"model":"m",`, `"model":"m","stream":true,"stream_options":{"include_usage":true},`, 1))
+	chunks := chatStream(t, tf, strings.Replace(body, `"model":"m",`, `"model":"m","stream":true,"stream_options":{"include_usage":true},`, 1))
 	frags := ceil8(len(wantArgs))
 	if len(chunks) != 1+frags+1+1 {
 		t.Fatalf("%d chunks, want %d", len(chunks), 1+frags+2)
@@ -271,23 +271,23 @@ func TestBetaToolCall(t *testing.T) {
 	}
 
 	// After a tool message, text again.
-	body = `{"model":"m",` + betaTools + `,"messages":[{"role":"user","content":"weather?"},` +
+	body = `{"model":"m",` + chatTools + `,"messages":[{"role":"user","content":"weather?"},` +
 		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},` +
 		`{"role":"tool","tool_call_id":"call_1","content":"sunny"}]}`
-	_, data = tf.call("POST", tf.beta.URL+"/v1/chat/completions", body)
+	_, data = tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", body)
 	m = jsonObject(t, string(data))
 	if str(t, m, "choices", 0, "finish_reason") != "stop" || !strings.HasPrefix(str(t, m, "choices", 0, "message", "content"), "Echo: sunny sunny") {
 		t.Errorf("reply to tool result %s", data)
 	}
 }
 
-func TestBetaModelsAndErrors(t *testing.T) {
+func TestChatCompletionsModelsAndErrors(t *testing.T) {
 	tf := newTestFake(t, nil)
-	_, data := tf.call("GET", tf.beta.URL+"/v1/models", "")
+	_, data := tf.call("GET", tf.chatCompletions.URL+"/v1/models", "")
 	if compactJSON(t, string(data)) != `{"object":"list","data":[{"id":"beta-large","object":"model","created":1735689600,"owned_by":"system"}]}` {
 		t.Errorf("models %s", data)
 	}
-	resp, data := tf.call("GET", tf.beta.URL+"/v1/models/beta-large", "")
+	resp, data := tf.call("GET", tf.chatCompletions.URL+"/v1/models/beta-large", "")
 	if resp.StatusCode != 200 || str(t, jsonObject(t, string(data)), "id") != "beta-large" {
 		t.Errorf("model get %d %s", resp.StatusCode, data)
 	}
@@ -302,16 +302,16 @@ func TestBetaModelsAndErrors(t *testing.T) {
 		{"GET", "/v1/chat/completions", ``, 404, "not_found"},
 		{"GET", "/v1/models/nope", ``, 404, "not_found"},
 	} {
-		resp, data := tf.call(c.method, tf.beta.URL+c.path, c.body)
+		resp, data := tf.call(c.method, tf.chatCompletions.URL+c.path, c.body)
 		if resp.StatusCode != c.status {
 			t.Errorf("%s %s: status %d, want %d", c.method, c.path, resp.StatusCode, c.status)
 		}
-		checkBetaError(t, data, "invalid_request_error", c.code)
+		checkChatError(t, data, "invalid_request_error", c.code)
 	}
 }
 
-// checkBetaError checks the vendor's error shape exactly.
-func checkBetaError(t *testing.T, data []byte, typ, code string) {
+// checkChatError checks the vendor's error shape exactly.
+func checkChatError(t *testing.T, data []byte, typ, code string) {
 	t.Helper()
 	m := jsonObject(t, string(data))
 	e := path(t, m, "error")

@@ -8,22 +8,22 @@ import (
 	"strings"
 )
 
-// alphaAPI is the alpha vendor: the Anthropic Messages API.
-type alphaAPI struct {
+// messagesAPI is the messages format: the Anthropic Messages API.
+type messagesAPI struct {
 	fake *fake
 }
 
-func (a *alphaAPI) requestIDHeader() string { return "Request-Id" }
+func (a *messagesAPI) requestIDHeader() string { return "Request-Id" }
 
 // authorized accepts the key in x-api-key, the vendor's documented header,
 // or as a bearer token, which is what recent official SDKs (anthropic 2.x
 // for Python) send for api_key.
-func (a *alphaAPI) authorized(r *http.Request) bool {
-	key := a.fake.cfg.alphaKey
+func (a *messagesAPI) authorized(r *http.Request) bool {
+	key := a.fake.cfg.messagesKey
 	return key == "" || r.Header.Get("X-Api-Key") == key || hasBearer(r, key)
 }
 
-func (a *alphaAPI) route(r *http.Request) (endpoint, bool) {
+func (a *messagesAPI) route(r *http.Request) (endpoint, bool) {
 	p := r.URL.Path
 	switch {
 	case p == "/v1/messages" && r.Method == http.MethodPost:
@@ -38,8 +38,8 @@ func (a *alphaAPI) route(r *http.Request) (endpoint, bool) {
 	return nil, false
 }
 
-// alphaError is the vendor's error body.
-type alphaError struct {
+// messagesError is the vendor's error body.
+type messagesError struct {
 	Type  string `json:"type"`
 	Error struct {
 		Type    string `json:"type"`
@@ -47,9 +47,9 @@ type alphaError struct {
 	} `json:"error"`
 }
 
-// alphaErrorType maps a status to the error type the vendor documents for
+// messagesErrorType maps a status to the error type the vendor documents for
 // it.
-func alphaErrorType(status int) string {
+func messagesErrorType(status int) string {
 	switch status {
 	case 400:
 		return "invalid_request_error"
@@ -76,7 +76,7 @@ func alphaErrorType(status int) string {
 	return "invalid_request_error"
 }
 
-func (a *alphaAPI) writeError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+func (a *messagesAPI) writeError(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	if msg == "" {
 		switch status {
 		case 401:
@@ -87,15 +87,15 @@ func (a *alphaAPI) writeError(w http.ResponseWriter, r *http.Request, status int
 			msg = http.StatusText(status)
 		}
 	}
-	var e alphaError
+	var e messagesError
 	e.Type = "error"
-	e.Error.Type = alphaErrorType(status)
+	e.Error.Type = messagesErrorType(status)
 	e.Error.Message = msg
 	writeJSON(w, status, &e)
 }
 
-// alphaRequest is the part of a messages request the fake looks at.
-type alphaRequest struct {
+// messagesRequest is the part of a messages request the fake looks at.
+type messagesRequest struct {
 	Model     string    `json:"model"`
 	MaxTokens int       `json:"max_tokens"`
 	Stream    bool      `json:"stream"`
@@ -106,7 +106,7 @@ type alphaRequest struct {
 	} `json:"tools"`
 }
 
-type alphaUsage struct {
+type messagesUsage struct {
 	InputTokens              int `json:"input_tokens"`
 	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
@@ -114,40 +114,40 @@ type alphaUsage struct {
 		Ephemeral5mInputTokens int `json:"ephemeral_5m_input_tokens"`
 		Ephemeral1hInputTokens int `json:"ephemeral_1h_input_tokens"`
 	} `json:"cache_creation"`
-	OutputTokens  int           `json:"output_tokens"`
-	ServerToolUse *alphaToolUse `json:"server_tool_use,omitempty"`
-	ServiceTier   string        `json:"service_tier"`
+	OutputTokens  int              `json:"output_tokens"`
+	ServerToolUse *messagesToolUse `json:"server_tool_use,omitempty"`
+	ServiceTier   string           `json:"service_tier"`
 }
 
-type alphaToolUse struct {
+type messagesToolUse struct {
 	WebSearchRequests int `json:"web_search_requests"`
 }
 
-type alphaMessage struct {
-	ID           string     `json:"id"`
-	Type         string     `json:"type"`
-	Role         string     `json:"role"`
-	Model        string     `json:"model"`
-	Content      []any      `json:"content"`
-	StopReason   *string    `json:"stop_reason"`
-	StopSequence *string    `json:"stop_sequence"`
-	Usage        alphaUsage `json:"usage"`
+type messagesObject struct {
+	ID           string        `json:"id"`
+	Type         string        `json:"type"`
+	Role         string        `json:"role"`
+	Model        string        `json:"model"`
+	Content      []any         `json:"content"`
+	StopReason   *string       `json:"stop_reason"`
+	StopSequence *string       `json:"stop_sequence"`
+	Usage        messagesUsage `json:"usage"`
 }
 
-type alphaTextBlock struct {
+type messagesTextBlock struct {
 	Type string `json:"type"`
 	Text string `json:"text"`
 }
 
-type alphaToolUseBlock struct {
+type messagesToolUseBlock struct {
 	Type  string          `json:"type"`
 	ID    string          `json:"id"`
 	Name  string          `json:"name"`
 	Input json.RawMessage `json:"input"`
 }
 
-func (a *alphaAPI) usage(rp *reply, outputTokens int) alphaUsage {
-	u := alphaUsage{
+func (a *messagesAPI) usage(rp *reply, outputTokens int) messagesUsage {
+	u := messagesUsage{
 		InputTokens:              rp.inputTokens,
 		CacheCreationInputTokens: rp.cacheWrite + rp.cacheWrite1h,
 		CacheReadInputTokens:     rp.cacheRead,
@@ -157,14 +157,14 @@ func (a *alphaAPI) usage(rp *reply, outputTokens int) alphaUsage {
 	u.CacheCreation.Ephemeral5mInputTokens = rp.cacheWrite
 	u.CacheCreation.Ephemeral1hInputTokens = rp.cacheWrite1h
 	if rp.webSearches > 0 {
-		u.ServerToolUse = &alphaToolUse{WebSearchRequests: rp.webSearches}
+		u.ServerToolUse = &messagesToolUse{WebSearchRequests: rp.webSearches}
 	}
 	return u
 }
 
 // stopReason is "tool_use" for a tool call, "max_tokens" when max_tokens
 // cut the text short, and "end_turn" otherwise.
-func (rp *reply) alphaStopReason() string {
+func (rp *reply) messagesStopReason() string {
 	switch {
 	case rp.tool != nil:
 		return "tool_use"
@@ -175,8 +175,8 @@ func (rp *reply) alphaStopReason() string {
 }
 
 // messages serves POST /v1/messages.
-func (a *alphaAPI) messages(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
-	var req alphaRequest
+func (a *messagesAPI) messages(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+	var req messagesRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		a.writeError(w, r, http.StatusBadRequest, "There was an issue with the request body: "+err.Error())
 		return
@@ -195,8 +195,8 @@ func (a *alphaAPI) messages(w http.ResponseWriter, r *http.Request, body []byte,
 		return
 	}
 
-	stop := rp.alphaStopReason()
-	msg := alphaMessage{
+	stop := rp.messagesStopReason()
+	msg := messagesObject{
 		ID:         id,
 		Type:       "message",
 		Role:       "assistant",
@@ -205,14 +205,14 @@ func (a *alphaAPI) messages(w http.ResponseWriter, r *http.Request, body []byte,
 		Usage:      a.usage(rp, rp.outputTokens),
 	}
 	if rp.tool != nil {
-		msg.Content = []any{alphaToolUseBlock{
+		msg.Content = []any{messagesToolUseBlock{
 			Type:  "tool_use",
 			ID:    a.fake.ids.next("toolu_"),
 			Name:  rp.tool.name,
 			Input: rp.tool.arguments,
 		}}
 	} else {
-		msg.Content = []any{alphaTextBlock{Type: "text", Text: rp.text()}}
+		msg.Content = []any{messagesTextBlock{Type: "text", Text: rp.text()}}
 	}
 	writeJSON(w, http.StatusOK, &msg)
 }
@@ -220,15 +220,15 @@ func (a *alphaAPI) messages(w http.ResponseWriter, r *http.Request, body []byte,
 // stream sends the reply as the vendor's event sequence: message_start,
 // content_block_start, ping, one content_block_delta per word (or argument
 // fragment), content_block_stop, message_delta, message_stop.
-func (a *alphaAPI) stream(w http.ResponseWriter, r *http.Request, req *alphaRequest, rp *reply, id string, ctl *Controls) {
+func (a *messagesAPI) stream(w http.ResponseWriter, r *http.Request, req *messagesRequest, rp *reply, id string, ctl *Controls) {
 	s := startSSE(w, r, ctl)
 	defer s.release()
 
 	s.begin("message_start")
 	s.buf = appendJSON(s.buf, struct {
-		Type    string       `json:"type"`
-		Message alphaMessage `json:"message"`
-	}{"message_start", alphaMessage{
+		Type    string         `json:"type"`
+		Message messagesObject `json:"message"`
+	}{"message_start", messagesObject{
 		ID:      id,
 		Type:    "message",
 		Role:    "assistant",
@@ -276,7 +276,7 @@ func (a *alphaAPI) stream(w http.ResponseWriter, r *http.Request, req *alphaRequ
 
 	s.begin("message_delta")
 	s.buf = append(s.buf, `{"type":"message_delta","delta":{"stop_reason":"`...)
-	s.buf = append(s.buf, rp.alphaStopReason()...)
+	s.buf = append(s.buf, rp.messagesStopReason()...)
 	s.buf = append(s.buf, `","stop_sequence":null},"usage":{"output_tokens":`...)
 	s.buf = strconv.AppendInt(s.buf, int64(rp.outputTokens), 10)
 	if rp.webSearches > 0 {
@@ -293,8 +293,8 @@ func (a *alphaAPI) stream(w http.ResponseWriter, r *http.Request, req *alphaRequ
 }
 
 // countTokens serves POST /v1/messages/count_tokens.
-func (a *alphaAPI) countTokens(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
-	var req alphaRequest
+func (a *messagesAPI) countTokens(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+	var req messagesRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		a.writeError(w, r, http.StatusBadRequest, "There was an issue with the request body: "+err.Error())
 		return
@@ -302,8 +302,8 @@ func (a *alphaAPI) countTokens(w http.ResponseWriter, r *http.Request, body []by
 	writeJSON(w, http.StatusOK, map[string]int{"input_tokens": inputTokens(body)})
 }
 
-// alphaModel is one entry of the vendor's model list.
-type alphaModel struct {
+// messagesModel is one entry of the vendor's model list.
+type messagesModel struct {
 	Type        string `json:"type"`
 	ID          string `json:"id"`
 	DisplayName string `json:"display_name"`
@@ -311,21 +311,21 @@ type alphaModel struct {
 	Lifecycle   string `json:"lifecycle"`
 }
 
-func newAlphaModel(id string) alphaModel {
-	return alphaModel{Type: "model", ID: id, DisplayName: id, CreatedAt: "2025-01-01T00:00:00Z", Lifecycle: "active"}
+func newMessagesModel(id string) messagesModel {
+	return messagesModel{Type: "model", ID: id, DisplayName: id, CreatedAt: "2025-01-01T00:00:00Z", Lifecycle: "active"}
 }
 
 // models serves GET /v1/models: one page holding every configured model.
-func (a *alphaAPI) models(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
-	ids := a.fake.cfg.alphaModels
+func (a *messagesAPI) models(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+	ids := a.fake.cfg.messagesModels
 	page := struct {
-		Data    []alphaModel `json:"data"`
-		HasMore bool         `json:"has_more"`
-		FirstID *string      `json:"first_id"`
-		LastID  *string      `json:"last_id"`
-	}{Data: make([]alphaModel, 0, len(ids))}
+		Data    []messagesModel `json:"data"`
+		HasMore bool            `json:"has_more"`
+		FirstID *string         `json:"first_id"`
+		LastID  *string         `json:"last_id"`
+	}{Data: make([]messagesModel, 0, len(ids))}
 	for _, id := range ids {
-		page.Data = append(page.Data, newAlphaModel(id))
+		page.Data = append(page.Data, newMessagesModel(id))
 	}
 	if len(ids) > 0 {
 		page.FirstID, page.LastID = &ids[0], &ids[len(ids)-1]
@@ -334,11 +334,11 @@ func (a *alphaAPI) models(w http.ResponseWriter, r *http.Request, body []byte, c
 }
 
 // model serves GET /v1/models/{id}.
-func (a *alphaAPI) model(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+func (a *messagesAPI) model(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
 	id := strings.TrimPrefix(r.URL.Path, "/v1/models/")
-	for _, m := range a.fake.cfg.alphaModels {
+	for _, m := range a.fake.cfg.messagesModels {
 		if m == id {
-			writeJSON(w, http.StatusOK, newAlphaModel(id))
+			writeJSON(w, http.StatusOK, newMessagesModel(id))
 			return
 		}
 	}

@@ -12,20 +12,21 @@ import (
 // systemFingerprint is sent in every completion, as the vendor does.
 const systemFingerprint = "fp_fakevendor"
 
-// betaAPI is the beta vendor: the OpenAI Chat Completions API.
-type betaAPI struct {
+// chatAPI is the chat completions format: the OpenAI API, chat completions
+// and the operations the vendor serves beside them (responses.go).
+type chatAPI struct {
 	fake   *fake
 	stored responseStore // stored responses (responses.go)
 }
 
-func (b *betaAPI) requestIDHeader() string { return "X-Request-Id" }
+func (b *chatAPI) requestIDHeader() string { return "X-Request-Id" }
 
-func (b *betaAPI) authorized(r *http.Request) bool {
-	key := b.fake.cfg.betaKey
+func (b *chatAPI) authorized(r *http.Request) bool {
+	key := b.fake.cfg.chatCompletionsKey
 	return key == "" || hasBearer(r, key)
 }
 
-func (b *betaAPI) route(r *http.Request) (endpoint, bool) {
+func (b *chatAPI) route(r *http.Request) (endpoint, bool) {
 	p := r.URL.Path
 	switch {
 	case p == "/v1/chat/completions" && r.Method == http.MethodPost:
@@ -48,8 +49,8 @@ func (b *betaAPI) route(r *http.Request) (endpoint, bool) {
 	return nil, false
 }
 
-// betaError is the vendor's error body.
-type betaError struct {
+// chatError is the vendor's error body.
+type chatError struct {
 	Error struct {
 		Message string  `json:"message"`
 		Type    string  `json:"type"`
@@ -58,8 +59,8 @@ type betaError struct {
 	} `json:"error"`
 }
 
-// betaErrorKind maps a status to an error type and code like the vendor's.
-func betaErrorKind(status int) (typ, code string) {
+// chatErrorKind maps a status to an error type and code like the vendor's.
+func chatErrorKind(status int) (typ, code string) {
 	switch status {
 	case 400:
 		return "invalid_request_error", "invalid_request"
@@ -86,7 +87,7 @@ func betaErrorKind(status int) (typ, code string) {
 	return "invalid_request_error", "invalid_request"
 }
 
-func (b *betaAPI) writeError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+func (b *chatAPI) writeError(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	if msg == "" {
 		switch status {
 		case 401:
@@ -97,14 +98,14 @@ func (b *betaAPI) writeError(w http.ResponseWriter, r *http.Request, status int,
 			msg = http.StatusText(status)
 		}
 	}
-	var e betaError
-	e.Error.Type, e.Error.Code = betaErrorKind(status)
+	var e chatError
+	e.Error.Type, e.Error.Code = chatErrorKind(status)
 	e.Error.Message = msg
 	writeJSON(w, status, &e)
 }
 
-// betaRequest is the part of a chat completions request the fake looks at.
-type betaRequest struct {
+// chatRequest is the part of a chat completions request the fake looks at.
+type chatRequest struct {
 	Model         string    `json:"model"`
 	Messages      []message `json:"messages"`
 	Stream        bool      `json:"stream"`
@@ -126,14 +127,14 @@ type betaRequest struct {
 
 // limit is the output token limit: max_completion_tokens, or the older
 // max_tokens, or 0 for none.
-func (req *betaRequest) limit() int {
+func (req *chatRequest) limit() int {
 	if req.MaxCompletionTokens > 0 {
 		return req.MaxCompletionTokens
 	}
 	return req.MaxTokens
 }
 
-type betaUsage struct {
+type chatUsage struct {
 	PromptTokens        int `json:"prompt_tokens"`
 	CompletionTokens    int `json:"completion_tokens"`
 	TotalTokens         int `json:"total_tokens"`
@@ -150,10 +151,10 @@ type betaUsage struct {
 }
 
 // usage reports prompt_tokens including the cached tokens, as the vendor
-// does: uncached input is inputTokens, the same as alpha's input_tokens.
+// does: uncached input is inputTokens, the same as messages' input_tokens.
 // completion_tokens includes the reasoning tokens.
-func (rp *reply) betaUsage() betaUsage {
-	var u betaUsage
+func (rp *reply) chatUsage() chatUsage {
+	var u chatUsage
 	u.PromptTokens = rp.inputTokens + rp.cacheRead + rp.audioIn
 	u.CompletionTokens = rp.outputTokens + rp.reasoningTokens + rp.audioOut
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
@@ -164,9 +165,9 @@ func (rp *reply) betaUsage() betaUsage {
 	return u
 }
 
-// betaFinishReason is "tool_calls" for a tool call, "length" when the token
+// chatFinishReason is "tool_calls" for a tool call, "length" when the token
 // limit cut the text short, and "stop" otherwise.
-func (rp *reply) betaFinishReason() string {
+func (rp *reply) chatFinishReason() string {
 	switch {
 	case rp.tool != nil:
 		return "tool_calls"
@@ -176,7 +177,7 @@ func (rp *reply) betaFinishReason() string {
 	return "stop"
 }
 
-type betaToolCall struct {
+type chatToolCall struct {
 	ID       string `json:"id"`
 	Type     string `json:"type"`
 	Function struct {
@@ -185,35 +186,35 @@ type betaToolCall struct {
 	} `json:"function"`
 }
 
-type betaMessage struct {
+type chatMessage struct {
 	Role        string         `json:"role"`
 	Content     *string        `json:"content"`
-	ToolCalls   []betaToolCall `json:"tool_calls,omitempty"`
+	ToolCalls   []chatToolCall `json:"tool_calls,omitempty"`
 	Refusal     *string        `json:"refusal"`
 	Annotations []any          `json:"annotations"`
 }
 
-type betaChoice struct {
+type chatChoice struct {
 	Index        int         `json:"index"`
-	Message      betaMessage `json:"message"`
+	Message      chatMessage `json:"message"`
 	Logprobs     *struct{}   `json:"logprobs"`
 	FinishReason string      `json:"finish_reason"`
 }
 
-type betaCompletion struct {
+type chatCompletion struct {
 	ID                string       `json:"id"`
 	Object            string       `json:"object"`
 	Created           int64        `json:"created"`
 	Model             string       `json:"model"`
-	Choices           []betaChoice `json:"choices"`
-	Usage             betaUsage    `json:"usage"`
+	Choices           []chatChoice `json:"choices"`
+	Usage             chatUsage    `json:"usage"`
 	ServiceTier       string       `json:"service_tier"`
 	SystemFingerprint string       `json:"system_fingerprint"`
 }
 
 // chatCompletions serves POST /v1/chat/completions.
-func (b *betaAPI) chatCompletions(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
-	var req betaRequest
+func (b *chatAPI) chatCompletions(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+	var req chatRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		b.writeError(w, r, http.StatusBadRequest, "We could not parse the JSON body of your request: "+err.Error())
 		return
@@ -237,26 +238,26 @@ func (b *betaAPI) chatCompletions(w http.ResponseWriter, r *http.Request, body [
 		return
 	}
 
-	c := betaCompletion{
+	c := chatCompletion{
 		ID:                id,
 		Object:            "chat.completion",
 		Created:           time.Now().Unix(),
 		Model:             req.Model,
-		Usage:             rp.betaUsage(),
+		Usage:             rp.chatUsage(),
 		ServiceTier:       cmp.Or(rp.serviceTier, "default"),
 		SystemFingerprint: systemFingerprint,
 	}
-	c.Choices = make([]betaChoice, 1, max(rp.choices, 1))
+	c.Choices = make([]chatChoice, 1, max(rp.choices, 1))
 	ch := &c.Choices[0]
-	ch.FinishReason = rp.betaFinishReason()
-	ch.Message = betaMessage{Role: "assistant", Annotations: []any{}}
+	ch.FinishReason = rp.chatFinishReason()
+	ch.Message = chatMessage{Role: "assistant", Annotations: []any{}}
 	if rp.tool != nil {
-		var tc betaToolCall
+		var tc chatToolCall
 		tc.ID = b.fake.ids.next("call_")
 		tc.Type = "function"
 		tc.Function.Name = rp.tool.name
 		tc.Function.Arguments = string(rp.tool.arguments)
-		ch.Message.ToolCalls = []betaToolCall{tc}
+		ch.Message.ToolCalls = []chatToolCall{tc}
 	} else {
 		text := rp.text()
 		ch.Message.Content = &text
@@ -275,7 +276,7 @@ func (b *betaAPI) chatCompletions(w http.ResponseWriter, r *http.Request, body [
 // stream_options.include_usage true does every chunk carry "usage":null and
 // a last chunk with no choices carry the usage; otherwise no chunk has a
 // usage field.
-func (b *betaAPI) stream(w http.ResponseWriter, r *http.Request, req *betaRequest, rp *reply, id string, ctl *Controls) {
+func (b *chatAPI) stream(w http.ResponseWriter, r *http.Request, req *chatRequest, rp *reply, id string, ctl *Controls) {
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 
 	// Every chunk starts alike; build that once.
@@ -347,7 +348,7 @@ func (b *betaAPI) stream(w http.ResponseWriter, r *http.Request, req *betaReques
 	s.begin("")
 	s.buf = append(s.buf, prefix...)
 	s.buf = append(s.buf, `{"index":0,"delta":{},"logprobs":null,"finish_reason":"`...)
-	s.buf = append(s.buf, rp.betaFinishReason()...)
+	s.buf = append(s.buf, rp.chatFinishReason()...)
 	s.buf = append(s.buf, `"}`...)
 	s.buf = append(s.buf, suffix...)
 	s.end()
@@ -356,7 +357,7 @@ func (b *betaAPI) stream(w http.ResponseWriter, r *http.Request, req *betaReques
 		s.begin("")
 		s.buf = append(s.buf, prefix...)
 		s.buf = append(s.buf, `],"usage":`...)
-		s.buf = appendJSON(s.buf, rp.betaUsage())
+		s.buf = appendJSON(s.buf, rp.chatUsage())
 		s.buf = append(s.buf, '}')
 		s.end()
 	}
@@ -364,37 +365,37 @@ func (b *betaAPI) stream(w http.ResponseWriter, r *http.Request, req *betaReques
 	s.event("", []byte("[DONE]"))
 }
 
-// betaModel is one entry of the vendor's model list.
-type betaModel struct {
+// chatModel is one entry of the vendor's model list.
+type chatModel struct {
 	ID      string `json:"id"`
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
 }
 
-func newBetaModel(id string) betaModel {
-	return betaModel{ID: id, Object: "model", Created: 1735689600, OwnedBy: "system"}
+func newChatModel(id string) chatModel {
+	return chatModel{ID: id, Object: "model", Created: 1735689600, OwnedBy: "system"}
 }
 
 // models serves GET /v1/models.
-func (b *betaAPI) models(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
-	ids := b.fake.cfg.betaModels
+func (b *chatAPI) models(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+	ids := b.fake.cfg.chatCompletionsModels
 	list := struct {
 		Object string      `json:"object"`
-		Data   []betaModel `json:"data"`
-	}{Object: "list", Data: make([]betaModel, 0, len(ids))}
+		Data   []chatModel `json:"data"`
+	}{Object: "list", Data: make([]chatModel, 0, len(ids))}
 	for _, id := range ids {
-		list.Data = append(list.Data, newBetaModel(id))
+		list.Data = append(list.Data, newChatModel(id))
 	}
 	writeJSON(w, http.StatusOK, &list)
 }
 
 // model serves GET /v1/models/{id}.
-func (b *betaAPI) model(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
+func (b *chatAPI) model(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
 	id := strings.TrimPrefix(r.URL.Path, "/v1/models/")
-	for _, m := range b.fake.cfg.betaModels {
+	for _, m := range b.fake.cfg.chatCompletionsModels {
 		if m == id {
-			writeJSON(w, http.StatusOK, newBetaModel(id))
+			writeJSON(w, http.StatusOK, newChatModel(id))
 			return
 		}
 	}
