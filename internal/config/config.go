@@ -126,6 +126,11 @@ type Limits struct {
 	// the holds of its running requests every third of it; once a sidecar
 	// dies, its requests are settled as interrupted about one lease later.
 	HoldLease Duration `yaml:"hold_lease"`
+	// BackgroundPoll is how often the sidecars look at a background
+	// response nobody has read to its end (to settle it, or renew its
+	// hold); below the hold lease. Default 10s, or a third of the lease
+	// when that is shorter.
+	BackgroundPoll Duration `yaml:"background_poll"`
 }
 
 // Envoy holds settings that exist only in the rendered Envoy bootstrap.
@@ -439,6 +444,7 @@ func (c *Config) setDefaults() {
 	}
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
 	defDur(&c.Limits.HoldLease, time.Minute)
+	defDur(&c.Limits.BackgroundPoll, min(10*time.Second, c.Limits.HoldLease.D()/3))
 	defDur(&c.Store.Timeout, 500*time.Millisecond)
 	defDur(&c.Envoy.StreamIdleTimeout, 5*time.Minute)
 	defDur(&c.Envoy.MaxStreamDuration, c.Limits.MaxRequestDuration.D())
@@ -510,6 +516,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.DailyUSD < 0 || c.Limits.RPM < 0 || c.Limits.WindowMinutes < 0 {
 		return errors.New("limits: daily_usd, rpm and window_minutes must not be negative")
+	}
+	if bp := c.Limits.BackgroundPoll.D(); bp <= 0 || bp >= c.Limits.HoldLease.D() {
+		return errors.New("limits.background_poll: must be positive and shorter than limits.hold_lease")
 	}
 	if c.Limits.HoldLease.D() < 100*time.Millisecond {
 		return errors.New("limits.hold_lease: must be at least 100ms")

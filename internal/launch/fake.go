@@ -142,12 +142,12 @@ func (f *Fake) LastRequest(format, path string) Record {
 	return Record{}
 }
 
-// RequestsTo returns the requests the fake received for one vendor path,
-// oldest first.
-func (f *Fake) RequestsTo(vendor, path string) []Record {
+// RequestsTo returns the requests the fake received in a wire format to
+// path, oldest first.
+func (f *Fake) RequestsTo(format, path string) []Record {
 	var out []Record
 	for _, r := range f.Requests() {
-		if r.Vendor == vendor && r.Path == path {
+		if r.Format == format && r.Path == path {
 			out = append(out, r)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -94,7 +95,7 @@ func TestCodexExec(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(100, store.Limits{})
 	home := t.TempDir()
-	config := `model = "` + codexModel + `"
+	codexConfig := `model = "` + codexModel + `"
 model_provider = "gateway"
 [model_providers.gateway]
 name = "Model gateway"
@@ -102,7 +103,7 @@ base_url = "` + s.URL + `/beta/v1"
 env_key = "GATEWAY_API_KEY"
 wire_api = "responses"
 `
-	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(config), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(home, "config.toml"), []byte(codexConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	work := t.TempDir()
@@ -113,7 +114,7 @@ wire_api = "responses"
 	if !strings.Contains(out, "Echo:") {
 		t.Fatalf("codex did not print the model's reply:\n%s", out)
 	}
-	entries := checkLedger(t, s, acct.ID, len(s.Primary.RequestsTo("beta", "/v1/responses")))
+	entries := checkLedger(t, s, acct.ID, len(s.Primary.RequestsTo(config.FormatChatCompletions, "/v1/responses")))
 	for _, e := range entries {
 		if e.Requested != codexModel || !e.Stream {
 			t.Errorf("ledger entry %+v: want a %s stream", e.Settlement, codexModel)
