@@ -21,7 +21,7 @@ BUF         := github.com/bufbuild/buf/cmd/buf@v1.57.0
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
 
-.PHONY: catalogue envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis lint clean
+.PHONY: catalogue envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres lint clean
 
 all: build
 
@@ -65,12 +65,19 @@ redis:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools jq >/dev/null; }
 	@redis-server --version
 
+## postgres: install PostgreSQL's server binaries from Debian's packages when missing (the ledger sink's tests start one)
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }
+	@ls /usr/lib/postgresql/*/bin/postgres
+
 ## run: the gateway on listeners.public, 127.0.0.1:8080 (in-memory store; fake vendors unless vendor keys are set)
 run: build envoy
 	$(BIN)/gateway run --config gateway.yaml
 
 ## test: everything: lint, every Go test against real processes (Redis, Envoy, the SDKs), fuzz and bench smoke
-test: build envoy redis lint
+test: build envoy redis postgres lint
 	$(GO) test -count=1 -timeout 15m ./...
 	cd deploy && $(GO) test -count=1 ./...
 	cd deploy/monitoring && $(GO) test -count=1 ./...
@@ -84,7 +91,7 @@ unit: deps
 	cd deploy/monitoring && $(GO) test -short -count=1 ./...
 
 ## e2e: the tests that start real processes: end to end through Envoy, real Redis and Cluster, SDK conformance
-e2e: build envoy redis
+e2e: build envoy redis postgres
 	$(GO) test -count=1 -timeout 15m ./test/... ./internal/store/... ./internal/redistest/... ./envoy/...
 	cd deploy && $(GO) test -count=1 ./...
 
@@ -136,9 +143,7 @@ clean:
 
 ## envoy-config: render envoy/envoy.yaml, envoy/envoy-demo.yaml (docker-compose) and deploy/k8s/configmaps.yaml from gateway.yaml
 envoy-config: build
-	$(BIN)/gateway envoy-config --config gateway.yaml --public-addr 0.0.0.0:8080 --node-id gateway-compose -o envoy/envoy.yaml
-	$(BIN)/gateway envoy-config --config gateway.yaml --public-addr 0.0.0.0:8080 --node-id gateway-compose-demo \
-	  --endpoint alpha=http://fakevendor:9101 --endpoint beta=http://fakevendor:9102 -o envoy/envoy-demo.yaml
+	$(BIN)/gateway envoy-config --config gateway.yaml --compose .
 	cd deploy && $(GO) run ./gen -root ..
 
 ## conformance: the official SDKs against the real gateway

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
+	"slices"
 	"text/template"
 	"time"
 
@@ -261,13 +262,48 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// ComposeOptions render envoy/envoy.yaml, the bootstrap of the
-// docker-compose topology: the sidecar shares Envoy's network namespace (as
-// in a Kubernetes pod) and is reached on loopback; only the public listener
-// binds all interfaces of the container.
-var ComposeOptions = Options{
-	PublicAddr: "0.0.0.0:8080",
-	NodeID:     "gateway-compose",
+// A ComposeFile is a bootstrap checked in for docker-compose, rendered from
+// gateway.yaml.
+type ComposeFile struct {
+	Path    string // relative to the repository root
+	Options Options
+	// Endpoints point both endpoints of the named upstreams at one URL.
+	Endpoints map[string]string
+}
+
+// Compose lists the docker-compose bootstraps, which `gateway envoy-config
+// --compose` (make envoy-config) writes. In that topology the sidecar shares
+// Envoy's network namespace (as in a Kubernetes pod) and is reached on
+// loopback; only the public listener binds all interfaces of the container.
+// The demo profile has its own sidecar and one fake vendor serving both wire
+// formats.
+var Compose = []ComposeFile{
+	{Path: "envoy/envoy.yaml", Options: Options{PublicAddr: "0.0.0.0:8080", NodeID: "gateway-compose"}},
+	{Path: "envoy/envoy-demo.yaml", Options: Options{PublicAddr: "0.0.0.0:8080", NodeID: "gateway-compose-demo"},
+		Endpoints: map[string]string{"alpha": "http://fakevendor:9101", "beta": "http://fakevendor:9102"}},
+}
+
+// Render renders f from c, which it does not change.
+func (f ComposeFile) Render(c *config.Config) ([]byte, error) {
+	cc := *c
+	cc.Upstreams = slices.Clone(c.Upstreams)
+	if err := PointEndpoints(&cc, f.Endpoints); err != nil {
+		return nil, err
+	}
+	return Render(&cc, f.Options)
+}
+
+// PointEndpoints points both endpoints of each named upstream at its URL
+// and validates the result.
+func PointEndpoints(c *config.Config, urls map[string]string) error {
+	for name, url := range urls {
+		u, ok := c.Upstream(name)
+		if !ok || url == "" {
+			return fmt.Errorf("endpoint %s=%s: want NAME=URL with NAME an upstream", name, url)
+		}
+		u.Primary.URL, u.Reserve.URL = url, url
+	}
+	return c.Validate()
 }
 
 // localError is how one of Envoy's own error statuses reads in a vendor's

@@ -45,7 +45,7 @@ func TestRenderingsPassEnvoyValidate(t *testing.T) {
 	for name, o := range map[string]envoy.Options{
 		"default.yaml": {},
 		"bare.yaml":    {Bare: true},
-		"compose.yaml": envoy.ComposeOptions,
+		"compose.yaml": envoy.Compose[0].Options,
 	} {
 		b, err := envoy.Render(c, o)
 		if err != nil {
@@ -68,41 +68,22 @@ func TestRenderingsPassEnvoyValidate(t *testing.T) {
 	}
 }
 
-// envoy/envoy-demo.yaml is the bootstrap of the compose demo profile: its
-// own sidecar (gateway-demo), and `--endpoint` flags pointing both endpoints
-// of each upstream at the fake vendor, which serves both formats.
-var (
-	demoOptions   = envoy.Options{PublicAddr: "0.0.0.0:8080", NodeID: "gateway-compose-demo"}
-	demoEndpoints = map[string]string{"alpha": "http://fakevendor:9101", "beta": "http://fakevendor:9102"}
-)
-
-// The checked-in envoy/envoy.yaml and envoy/envoy-demo.yaml are exactly what
-// the generator renders.
+// The checked-in compose bootstraps are exactly what the generator renders.
 func TestCheckedInBootstrapIsCurrent(t *testing.T) {
-	demo := load(t)
-	for name, url := range demoEndpoints {
-		u, ok := demo.Upstream(name)
-		if !ok {
-			t.Fatalf("no upstream %q", name)
-		}
-		u.Primary.URL, u.Reserve.URL = url, url
-	}
-	for file, r := range map[string]struct {
-		c *config.Config
-		o envoy.Options
-	}{"envoy.yaml": {load(t), envoy.ComposeOptions}, "envoy-demo.yaml": {demo, demoOptions}} {
-		want, err := envoy.Render(r.c, r.o)
+	c := load(t)
+	for _, f := range envoy.Compose {
+		want, err := f.Render(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := os.ReadFile(file)
+		got, err := os.ReadFile(filepath.Join("..", f.Path))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Fatalf("envoy/%s has drifted from gateway.yaml: run `make envoy-config`", file)
+			t.Fatalf("%s has drifted from gateway.yaml: run `make envoy-config`", f.Path)
 		}
-		validate(t, file, got)
+		validate(t, filepath.Base(f.Path), got)
 	}
 }
 

@@ -156,10 +156,19 @@ func (s *Server) settleParked(p store.Parked, r usage.Report) {
 		price, _ = up.Prices.Lookup(string(st.Requested))
 	}
 	if price != nil {
-		c := price.Price(r.Usage, r.ServiceTier)
+		// The endpoint that ran the create processed the response.
+		region := ""
+		if up := s.upstreamNamed(p.Upstream); up != nil {
+			region = up.regional[st.Endpoint]
+		}
+		c := price.Price(r.Usage, r.ServiceTier, region)
 		st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
+		st.TierUnknown, st.Uplift, st.Region = c.UnknownTier, c.Uplift, ""
+		if c.Uplift > 0 {
+			st.Region = region
+		}
 	} else {
-		st.Cost = pricing.Cost(r.Usage, pricing.Rates(st.Rates))
+		st.Cost = pricing.CostUplifted(r.Usage, pricing.Rates(st.Rates), st.Uplift)
 	}
 	s.settler.enqueue(st, func(res store.SettleResult, took time.Duration) {
 		if res.Err != nil {

@@ -662,10 +662,15 @@ func (x *exchange) outcome(complete bool) store.Settlement {
 	}
 	if x.meter != nil && st.Status >= 200 && st.Status <= 299 {
 		r := x.meter.Usage(complete)
-		c := x.price.Price(r.Usage, r.ServiceTier)
+		region := x.upstream.regional[x.endpoint]
+		c := x.price.Price(r.Usage, r.ServiceTier, region)
 		st.Usage, st.Reported = r.Usage, r.Model
 		st.Estimated = r.Estimated // the meter knows whether the vendor's final figures arrived
 		st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
+		st.TierUnknown, st.Uplift = c.UnknownTier, c.Uplift
+		if c.Uplift > 0 {
+			st.Region = region
+		}
 	}
 	return st
 }

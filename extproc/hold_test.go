@@ -71,7 +71,7 @@ func TestHoldOf(t *testing.T) {
 	for _, tier := range []string{"", "priority", "flex", "unknown"} {
 		for _, u := range splits {
 			u.Output = 3 * 300
-			if c := m.Price(u, tier).Cost; c > got {
+			if c := m.Price(u, tier, "").Cost; c > got {
 				t.Errorf("tier %q usage %+v costs %d, above the hold %d", tier, u, c, got)
 			}
 		}
@@ -85,7 +85,7 @@ func TestHoldOfLongContext(t *testing.T) {
 	const body = 300_000
 	req := format.Request{Model: "m", HasMaxTokens: true, MaxTokens: 1000}
 	hold := holdOf(m, req, body)
-	c := m.Price(usage.Usage{Input: body, Output: 1000}, "")
+	c := m.Price(usage.Usage{Input: body, Output: 1000}, "", "")
 	if c.Above != 200_000 {
 		t.Fatalf("priced above %d, want the 200k tier", c.Above)
 	}
@@ -125,7 +125,7 @@ func TestHoldOfResponses(t *testing.T) {
 	// Two searches and a session within max_tool_calls 3 cost no more
 	// than the hold.
 	req := format.Request{HasMaxTokens: true, MaxTokens: 100, PaidTools: true, HasMaxToolCalls: true, MaxToolCalls: 3}
-	if c := m.Price(usage.Usage{Input: 500, Output: 100, WebSearches: 2, CodeInterpreter: 1}, "").Cost; c > holdOf(m, req, 500) {
+	if c := m.Price(usage.Usage{Input: 500, Output: 100, WebSearches: 2, CodeInterpreter: 1}, "", "").Cost; c > holdOf(m, req, 500) {
 		t.Errorf("cost %d above the hold %d", c, holdOf(m, req, 500))
 	}
 }

@@ -42,15 +42,10 @@ type Owners interface {
 	ResponseOwner(ctx context.Context, id string) (string, error)
 }
 
-// KeyLookup authenticates a request's credential headers (auth.Cache).
-type KeyLookup interface {
-	Authenticate(ctx context.Context, h auth.Headers, now time.Time, p auth.Policy) (store.Key, error)
-}
-
 // Options configure a Server.
 type Options struct {
 	Upstreams []*Upstream
-	Keys      KeyLookup
+	Keys      auth.Authenticator
 	Accounts  Accounts
 	Metrics   *Metrics
 	Logger    *slog.Logger
@@ -81,7 +76,7 @@ type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
 	upstreams []*Upstream
-	keys      KeyLookup
+	keys      auth.Authenticator
 	accounts  Accounts
 	metrics   *Metrics
 	log       *slog.Logger

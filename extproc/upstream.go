@@ -27,6 +27,9 @@ type Upstream struct {
 	freePrefixes []string
 
 	prefix string // "/NAME/"
+	// regional maps an endpoint ("primary", "reserve") to the regional
+	// processing region it serves, for the catalogue's uplift.
+	regional map[string]string
 	// query lists, by path after the prefix, the query parameters the
 	// vendor's API defines there; every other parameter is dropped.
 	query map[string][]string
@@ -72,6 +75,7 @@ func NewUpstream(u config.Upstream, prices *pricing.Table) (*Upstream, error) {
 		r.Operations = append(r.Operations, &op)
 	}
 	r.query = vendorQuery[u.Format]
+	r.regional = map[string]string{"primary": u.Primary.RegionalProcessing, "reserve": u.Reserve.RegionalProcessing}
 	for _, fp := range u.FreePaths {
 		method, path, err := config.ParseFreePath(fp)
 		if err != nil {

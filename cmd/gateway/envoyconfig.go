@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -13,9 +14,9 @@ import (
 
 func envoyConfigCmd() *cobra.Command {
 	var (
-		cfgPath, out string
-		o            envoy.Options
-		endpoints    []string
+		cfgPath, out, composeRoot string
+		o                         envoy.Options
+		endpoints                 []string
 	)
 	cmd := &cobra.Command{
 		Use:   "envoy-config",
@@ -25,15 +26,15 @@ func envoyConfigCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			for _, e := range endpoints {
-				name, url, ok := strings.Cut(e, "=")
-				u, found := cfg.Upstream(name)
-				if !ok || !found || url == "" {
-					return fmt.Errorf("--endpoint %q: want NAME=URL with NAME an upstream of %s", e, cfgPath)
-				}
-				u.Primary.URL, u.Reserve.URL = url, url
+			if composeRoot != "" {
+				return writeCompose(cfg, composeRoot)
 			}
-			if err := cfg.Validate(); err != nil {
+			urls := map[string]string{}
+			for _, e := range endpoints {
+				name, url, _ := strings.Cut(e, "=")
+				urls[name] = url
+			}
+			if err := envoy.PointEndpoints(cfg, urls); err != nil {
 				return fmt.Errorf("--endpoint: %w", err)
 			}
 			b, err := envoy.Render(cfg, o)
@@ -58,5 +59,20 @@ func envoyConfigCmd() *cobra.Command {
 	f.BoolVar(&o.Bare, "bare", false, "render without the ext_proc filter (benchmark reference)")
 	f.StringVar(&o.NodeID, "node-id", "", "Envoy node id")
 	f.StringArrayVar(&endpoints, "endpoint", nil, "NAME=URL: point both endpoints (primary and reserve) of upstream NAME at URL; repeatable")
+	f.StringVar(&composeRoot, "compose", "", "write the docker-compose bootstraps (envoy/envoy.yaml, envoy/envoy-demo.yaml) under this repository `root` instead")
 	return cmd
+}
+
+// writeCompose renders every docker-compose bootstrap under root.
+func writeCompose(cfg *config.Config, root string) error {
+	for _, f := range envoy.Compose {
+		b, err := f.Render(cfg)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.Path, err)
+		}
+		if err := os.WriteFile(filepath.Join(root, f.Path), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@
 //	gateway envoy-config render the Envoy bootstrap from gateway.yaml
 //	gateway run          run everything locally: Envoy, the sidecar, fake vendors
 //	gateway models       list the models each upstream serves, with their prices
+//	gateway ledger-sink  copy the ledger into PostgreSQL, continuously
 package main
 
 import (
@@ -21,7 +22,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), envoyConfigCmd(), runCmd(), healthcheckCmd(), modelsCmd())
+	root.AddCommand(serveCmd(), envoyConfigCmd(), runCmd(), healthcheckCmd(), modelsCmd(), ledgerSinkCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		os.Exit(1)

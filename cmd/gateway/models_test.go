@@ -121,7 +121,7 @@ func TestModelsTable(t *testing.T) {
 	// cache writes at the input price (the catalogue lists none), audio 40 and
 	// 80; tiers and the long-context threshold are named, and the operation
 	// that serves it (the test configuration has chat completions alone).
-	if gpt != "beta fake-gpt-1 chat_completions 100000 2 7 0.5 2 2 40 80 - flex,priority >272k override -" {
+	if gpt != "beta fake-gpt-1 chat_completions 100000 2 7 0.5 2 2 40 80 - flex,priority,ultrafast >272k override -" {
 		t.Errorf("fake-gpt-1 line: %q", gpt)
 	}
 }

@@ -54,7 +54,7 @@ func outputPrice(t *testing.T, sc *sidecar) int64 {
 	if !ok {
 		t.Fatal("fake-gpt-1 not served")
 	}
-	return m.Price(usage.Usage{Output: 1_000_000}, "").Cost
+	return m.Price(usage.Usage{Output: 1_000_000}, "", "").Cost
 }
 
 // SIGHUP makes a changed gateway.yaml's prices current; a request that
@@ -87,7 +87,7 @@ func TestReloadOnHangup(t *testing.T) {
 	}
 	os.WriteFile(path, []byte(strings.Replace(mustRead(t, path), "{output: 7}", "{output: 9}", 1)), 0o644)
 	hangup(9_000_000_000)
-	if got := inFlight.Price(usage.Usage{Output: 1_000_000}, "").Cost; got != 7_000_000_000 {
+	if got := inFlight.Price(usage.Usage{Output: 1_000_000}, "", "").Cost; got != 7_000_000_000 {
 		t.Errorf("a request admitted before the reload now costs %d", got)
 	}
 

@@ -62,7 +62,7 @@ func serveCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen.Control, "listen-control", "", "override listeners.control")
 	cmd.Flags().StringVar(&listen.Admin, "listen-admin", "", "override listeners.admin")
 	cmd.Flags().StringVar(&envoyAdmin, "envoy-admin", "", "Envoy admin URL for route reporting (default: http://listeners.envoy_admin)")
-	cmd.Flags().DurationVar(&keyCacheTTL, "key-cache-ttl", 2*time.Second, "how long key lookups are cached (bounds revocation delay)")
+	cmd.Flags().DurationVar(&keyCacheTTL, "key-cache-ttl", config.DefaultKeyCacheTTL, "how long key lookups are cached (bounds revocation delay)")
 	return cmd
 }
 

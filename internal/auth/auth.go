@@ -10,13 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/store"
-)
-
-// Prefixes of the two kinds of client credential.
-const (
-	ModelKeyPrefix      = "cr_"
-	ReadOnlyTokenPrefix = "ro_"
 )
 
 // Errors from Parse.
@@ -101,9 +96,9 @@ func ParseHeaders(h Headers) (string, error) {
 // Kind tells a model key from a read-only token by its prefix.
 func Kind(secret string) store.KeyKind {
 	switch {
-	case strings.HasPrefix(secret, ModelKeyPrefix):
+	case strings.HasPrefix(secret, store.ModelKey.Prefix()):
 		return store.ModelKey
-	case strings.HasPrefix(secret, ReadOnlyTokenPrefix):
+	case strings.HasPrefix(secret, store.ReadOnlyToken.Prefix()):
 		return store.ReadOnlyToken
 	}
 	return ""
@@ -133,10 +128,11 @@ type cacheEntry struct {
 	expires time.Time
 }
 
-// NewCache returns a cache in front of src. ttl of zero means 2 seconds.
+// NewCache returns a cache in front of src. ttl of zero means
+// config.DefaultKeyCacheTTL.
 func NewCache(src Lookuper, ttl time.Duration) *Cache {
 	if ttl <= 0 {
-		ttl = 2 * time.Second
+		ttl = config.DefaultKeyCacheTTL
 	}
 	return &Cache{src: src, ttl: ttl, now: time.Now, max: 100_000, entries: make(map[[32]byte]cacheEntry)}
 }
@@ -229,6 +225,15 @@ type Policy struct {
 	// usage stays possible during a suspension).
 	AllowSuspended bool
 }
+
+// Authenticator authenticates a request's credential headers: *Cache, or a
+// stand-in in tests. The processor, the control endpoints and the console
+// take one.
+type Authenticator interface {
+	Authenticate(ctx context.Context, h Headers, now time.Time, p Policy) (store.Key, error)
+}
+
+var _ Authenticator = (*Cache)(nil)
 
 // Authenticate is the one path from request headers to a usable key: parse
 // the credential headers, check the kind against those accepted, look the

@@ -3,6 +3,8 @@ package auth
 import (
 	"strings"
 	"testing"
+
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 // FuzzParse: any header values give either a well-formed secret that came
@@ -27,7 +29,7 @@ func FuzzParse(f *testing.F) {
 		if !strings.Contains(xAPIKey, s) && !strings.Contains(authorization, s) {
 			t.Fatalf("secret %q came from neither header", s)
 		}
-		if Kind(s) == "" && (strings.HasPrefix(s, ModelKeyPrefix) || strings.HasPrefix(s, ReadOnlyTokenPrefix)) {
+		if Kind(s) == "" && (strings.HasPrefix(s, store.ModelKey.Prefix()) || strings.HasPrefix(s, store.ReadOnlyToken.Prefix())) {
 			t.Fatalf("kind of %q not recognised", s)
 		}
 	})

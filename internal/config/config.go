@@ -35,6 +35,55 @@ type Config struct {
 	// environment variable overrides it (the container image sets it).
 	Catalogue string     `yaml:"catalogue"`
 	Upstreams []Upstream `yaml:"upstreams"`
+	// LedgerSink configures `gateway ledger-sink`, which copies the ledger
+	// into PostgreSQL.
+	LedgerSink LedgerSink `yaml:"ledger_sink"`
+	// Tracing exports OpenTelemetry traces of model requests; off unless
+	// an endpoint is set.
+	Tracing Tracing `yaml:"tracing"`
+}
+
+// LedgerSink configures `gateway ledger-sink`. The database URL is not
+// here: it carries a password and comes from the command line or the
+// environment.
+type LedgerSink struct {
+	// Listen serves the sink's /metrics and /health. Default 127.0.0.1:9465.
+	Listen string `yaml:"listen"`
+	// Interval is the pause between passes once every entry is copied, and
+	// between attempts to reach the database. Default 1s.
+	Interval Duration `yaml:"interval"`
+}
+
+// Tracing protocols of the OTLP exporters.
+const (
+	TracingGRPC = "grpc"
+	TracingHTTP = "http"
+)
+
+// Tracing configures OpenTelemetry traces: Envoy starts a trace for each
+// model request, the sidecar adds its spans to it, and both export them by
+// OTLP to one collector.
+type Tracing struct {
+	// Endpoint is the collector's host:port (4317 for gRPC, 4318 for HTTP
+	// by convention). Empty turns tracing off.
+	Endpoint string `yaml:"endpoint"`
+	// Protocol is "grpc" (default) or "http" (OTLP/HTTP protobuf).
+	Protocol string `yaml:"protocol"`
+	// SamplingPercent is the share of requests traced, 0 to 100; a request
+	// whose traceparent says sampled is traced whatever the share. Default
+	// 100 (when an endpoint is set).
+	SamplingPercent *float64 `yaml:"sampling_percent"`
+}
+
+// Enabled reports whether traces are exported.
+func (t Tracing) Enabled() bool { return t.Endpoint != "" }
+
+// Sampling is the share of requests traced, in percent.
+func (t Tracing) Sampling() float64 {
+	if t.SamplingPercent == nil {
+		return 100
+	}
+	return *t.SamplingPercent
 }
 
 // Listeners are the addresses the gateway's processes bind.
@@ -104,7 +153,8 @@ type Store struct {
 	SpoolDir string `yaml:"spool_dir"`
 	// LedgerRetention is how long a ledger entry is kept once exported
 	// (gatewayctl ledger export); 0 keeps every entry. An entry that was
-	// never exported is never trimmed.
+	// never exported is never trimmed, nor one the ledger sink has not
+	// copied once the sink has started.
 	LedgerRetention Duration `yaml:"ledger_retention"`
 	// Timeout bounds each store call (dial, read, write, waiting for a
 	// connection): a store that does not answer within it fails the request
@@ -199,6 +249,12 @@ type Endpoint struct {
 	URL string `yaml:"url"`
 	// Region is informational: where the endpoint runs.
 	Region string `yaml:"region"`
+	// RegionalProcessing names the vendor's regional processing (data
+	// residency) region this endpoint serves, such as "eu" or "us": replies
+	// it serves are priced with the catalogue's
+	// regional_processing_uplift_multiplier_<region>. Empty for a global
+	// endpoint.
+	RegionalProcessing string `yaml:"regional_processing"`
 	// TrustedCA is a PEM file of CAs for https endpoints; empty uses the
 	// system bundle.
 	TrustedCA string `yaml:"trusted_ca"`
@@ -409,6 +465,15 @@ func Parse(data []byte) (*Config, error) {
 // Envoy) are the practical bound.
 const DefaultMaxConcurrent = 50_000
 
+// Defaults that other packages fall back on when given zero.
+const (
+	// DefaultHoldLease is limits.hold_lease's default and the store's.
+	DefaultHoldLease = time.Minute
+	// DefaultKeyCacheTTL bounds how long a revoked key keeps working: the
+	// default of gateway serve's --key-cache-ttl and of the key cache.
+	DefaultKeyCacheTTL = 2 * time.Second
+)
+
 func (c *Config) setDefaults() {
 	def := func(s *string, v string) {
 		if *s == "" {
@@ -443,9 +508,15 @@ func (c *Config) setDefaults() {
 		c.Limits.MaxRequestBytes = 32 << 20
 	}
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
-	defDur(&c.Limits.HoldLease, time.Minute)
+	defDur(&c.Limits.HoldLease, DefaultHoldLease)
 	defDur(&c.Limits.BackgroundPoll, min(10*time.Second, c.Limits.HoldLease.D()/3))
+	if c.Limits.RPM > 0 && c.Limits.WindowMinutes == 0 {
+		c.Limits.WindowMinutes = 1
+	}
 	defDur(&c.Store.Timeout, 500*time.Millisecond)
+	def(&c.LedgerSink.Listen, "127.0.0.1:9465")
+	defDur(&c.LedgerSink.Interval, time.Second)
+	def(&c.Tracing.Protocol, TracingGRPC)
 	defDur(&c.Envoy.StreamIdleTimeout, 5*time.Minute)
 	defDur(&c.Envoy.MaxStreamDuration, c.Limits.MaxRequestDuration.D())
 	defInt := func(n *int, v int) {
@@ -485,7 +556,8 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports the first invalid setting, naming its field.
+// Validate reports the first invalid setting, naming its field. It changes
+// nothing: defaults are set by Parse before it.
 func (c *Config) Validate() error {
 	for field, addr := range map[string]string{
 		"listeners.public": c.Listeners.Public, "listeners.envoy_admin": c.Listeners.EnvoyAdmin,
@@ -526,8 +598,22 @@ func (c *Config) Validate() error {
 	if c.Store.LedgerRetention < 0 {
 		return errors.New("store.ledger_retention: must not be negative")
 	}
-	if c.Limits.RPM > 0 && c.Limits.WindowMinutes == 0 {
-		c.Limits.WindowMinutes = 1
+	if _, _, err := SplitHostPort(c.LedgerSink.Listen); err != nil {
+		return fmt.Errorf("ledger_sink.listen: %w", err)
+	}
+	if c.LedgerSink.Interval < 0 {
+		return errors.New("ledger_sink.interval: must not be negative")
+	}
+	if t := c.Tracing; t.Enabled() {
+		if _, _, err := SplitHostPort(t.Endpoint); err != nil {
+			return fmt.Errorf("tracing.endpoint: %w", err)
+		}
+	}
+	if p := c.Tracing.Protocol; p != TracingGRPC && p != TracingHTTP {
+		return fmt.Errorf("tracing.protocol: %q is not %q or %q", p, TracingGRPC, TracingHTTP)
+	}
+	if p := c.Tracing.Sampling(); p < 0 || p > 100 {
+		return errors.New("tracing.sampling_percent: must be 0 to 100")
 	}
 	if len(c.Upstreams) == 0 {
 		return errors.New("upstreams: at least one upstream is required")
@@ -641,6 +727,11 @@ func (e Endpoint) validate() error {
 	}
 	if _, err := e.Parse(); err != nil {
 		return fmt.Errorf("url: %w", err)
+	}
+	for _, r := range e.RegionalProcessing {
+		if r < 'a' || r > 'z' {
+			return fmt.Errorf("regional_processing: %q is not a region code such as eu or us", e.RegionalProcessing)
+		}
 	}
 	return nil
 }

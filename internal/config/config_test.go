@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,5 +176,25 @@ func TestCatalogueEnvOverrides(t *testing.T) {
 	}
 	if c.Catalogue != "/usr/share/gateway/prices.json" {
 		t.Fatalf("catalogue = %s", c.Catalogue)
+	}
+}
+
+// Validate only reads: a config with an RPM limit and no window is given
+// its one-minute window by Parse, and validating it again changes nothing.
+func TestValidateChangesNothing(t *testing.T) {
+	c, err := Parse([]byte(minimal + "limits: {rpm: 5}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Limits.WindowMinutes != 1 || c.Limits.HoldLease.D() != DefaultHoldLease {
+		t.Fatalf("defaults: %+v", c.Limits)
+	}
+	c.Limits.WindowMinutes = 0
+	before := fmt.Sprintf("%+v", *c)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if after := fmt.Sprintf("%+v", *c); after != before {
+		t.Fatalf("Validate changed the config:\n%s\n%s", before, after)
 	}
 }

@@ -31,11 +31,6 @@ import (
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
-// KeyLookup authenticates a request's credential headers (auth.Cache).
-type KeyLookup interface {
-	Authenticate(ctx context.Context, h auth.Headers, now time.Time, p auth.Policy) (store.Key, error)
-}
-
 // SettlementWaiter waits until the replies this sidecar has released for an
 // account have been settled.
 type SettlementWaiter interface {
@@ -49,7 +44,7 @@ var readPolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey, store.ReadOn
 // APIOptions configure the data API and the customer page.
 type APIOptions struct {
 	Store *store.Store
-	Keys  KeyLookup
+	Keys  auth.Authenticator
 	// Settled, when set, makes a read wait (at most SettleWait) for the
 	// settlements of replies this sidecar has already released.
 	Settled    SettlementWaiter

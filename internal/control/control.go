@@ -23,12 +23,9 @@ import (
 // UsageReader reads an account's usage.
 type UsageReader interface {
 	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
+	KeyStates(ctx context.Context, accountID string, keyIDs ...string) ([]store.KeyState, error)
+	ListKeys(ctx context.Context, accountID string) ([]store.Key, error)
 	Ping(ctx context.Context) error
-}
-
-// KeyLookup authenticates a request's credential headers (auth.Cache).
-type KeyLookup interface {
-	Authenticate(ctx context.Context, h auth.Headers, now time.Time, p auth.Policy) (store.Key, error)
 }
 
 // usagePolicy: both kinds of credential read usage, also while the account
@@ -53,7 +50,7 @@ type Options struct {
 	Region    string
 	Upstreams []string
 	Store     UsageReader
-	Keys      KeyLookup
+	Keys      auth.Authenticator
 	// Settled, when set, makes a usage read wait (at most UsageWait) for
 	// the settlements of replies this sidecar has already released, so
 	// that a read after a reply ends includes it.
@@ -240,14 +237,64 @@ type Usage struct {
 	Limits     UsageLimits  `json:"limits"`
 	Usage      UsageTotals  `json:"usage"`
 	ByModel    []ModelUsage `json:"by_model"`
+	// Key is the calling cr_ key's own limits and spend; absent for a ro_
+	// token.
+	Key *KeyUsage `json:"key,omitempty"`
+	// ByKey is each model key's share of the period; only a ro_ token
+	// (the account's reader) sees it.
+	ByKey []KeyShare `json:"by_key,omitempty"`
 }
 
-// UsageLimits are the account's limits and its spend against the daily one.
+// UsageLimits are the account's limits and what is used of each. Spend is
+// settled spend; admission also counts what open requests hold.
 type UsageLimits struct {
 	DailyUSD      float64 `json:"daily_usd"`
 	DailyUsedUSD  float64 `json:"daily_used_usd"`
 	WindowMinutes int64   `json:"window_minutes"`
 	RPM           int64   `json:"rpm"`
+	LevelLimits
+}
+
+// LevelLimits are the limits the spec's record did not have, the same for
+// an account and a key: 0 means none.
+type LevelLimits struct {
+	MonthlyUSD     float64 `json:"monthly_usd"`
+	MonthlyUsedUSD float64 `json:"monthly_used_usd"`
+	TPM            int64   `json:"tpm"`
+	MinuteTokens   int64   `json:"tokens_this_minute"`
+	Concurrency    int64   `json:"concurrency"`
+	InFlight       int64   `json:"in_flight"`
+	HeldUSD        float64 `json:"held_usd"`
+}
+
+// KeyUsage is one key's own limits and spend.
+type KeyUsage struct {
+	ID     string         `json:"id"`
+	Label  string         `json:"label"`
+	Limits KeyUsageLimits `json:"limits"`
+	// Requests and CostUSD are the key's billed replies and spend in the
+	// period.
+	Requests int64   `json:"requests"`
+	CostUSD  float64 `json:"cost_usd"`
+}
+
+// KeyUsageLimits are a key's limits and what is used of each.
+type KeyUsageLimits struct {
+	DailyUSD      float64 `json:"daily_usd"`
+	DailyUsedUSD  float64 `json:"daily_used_usd"`
+	WindowMinutes int64   `json:"window_minutes"`
+	RPM           int64   `json:"rpm"`
+	LevelLimits
+	TotalUSD     float64 `json:"total_usd"`
+	TotalUsedUSD float64 `json:"total_used_usd"`
+}
+
+// KeyShare is one model key's share of the period.
+type KeyShare struct {
+	ID       string  `json:"id"`
+	Label    string  `json:"label"`
+	Requests int64   `json:"requests"`
+	CostUSD  float64 `json:"cost_usd"`
 }
 
 // UsageTotals aggregate the period. The token fields do not overlap (see
@@ -339,8 +386,68 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
 		return
 	}
+	u := NewUsage(rep)
+	if err := h.addKeys(r.Context(), &u, key, period); err != nil {
+		h.o.Logger.Error("usage: key read failed", "err", err, "account", key.AccountID)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+		return
+	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, NewUsage(rep))
+	writeJSON(w, http.StatusOK, u)
+}
+
+// addKeys adds what the credential may see of keys: a model key its own
+// limits and spend, a read-only token each model key's share.
+func (h *Handler) addKeys(ctx context.Context, u *Usage, key store.Key, p store.Period) error {
+	if key.Kind == store.ModelKey {
+		ks, err := h.o.Store.KeyStates(ctx, key.AccountID, key.ID)
+		if err != nil {
+			return err
+		}
+		u.Key = newKeyUsage(key, ks[0], p)
+		return nil
+	}
+	keys, err := h.o.Store.ListKeys(ctx, key.AccountID)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	var model []store.Key
+	for _, k := range keys {
+		if k.Kind == store.ModelKey {
+			ids = append(ids, k.ID)
+			model = append(model, k)
+		}
+	}
+	states, err := h.o.Store.KeyStates(ctx, key.AccountID, ids...)
+	if err != nil {
+		return err
+	}
+	u.ByKey = make([]KeyShare, len(model))
+	for i, k := range model {
+		c := states[i].Spent(p)
+		u.ByKey[i] = KeyShare{ID: k.ID, Label: k.Label, Requests: c.Requests, CostUSD: pricing.USD(c.Cost)}
+	}
+	return nil
+}
+
+func newKeyUsage(k store.Key, ks store.KeyState, p store.Period) *KeyUsage {
+	l := k.Limits
+	c := ks.Spent(p)
+	return &KeyUsage{
+		ID: k.ID, Label: k.Label, Requests: c.Requests, CostUSD: pricing.USD(c.Cost),
+		Limits: KeyUsageLimits{
+			DailyUSD: pricing.USD(l.DailyNanoUSD), DailyUsedUSD: pricing.USD(ks.Day.Cost),
+			WindowMinutes: l.WindowMinutes, RPM: l.RPM,
+			LevelLimits: LevelLimits{
+				MonthlyUSD: pricing.USD(l.MonthlyNanoUSD), MonthlyUsedUSD: pricing.USD(ks.Month.Cost),
+				TPM: l.TPM, MinuteTokens: ks.MinuteTokens, Concurrency: l.Concurrency,
+				InFlight: ks.InFlight, HeldUSD: pricing.USD(ks.Held),
+			},
+			TotalUSD: pricing.USD(l.TotalNanoUSD), TotalUsedUSD: pricing.USD(ks.Total.Cost),
+		},
+	}
 }
 
 // parsePeriod reads the query of /v1/usage: nothing, or exactly one period
@@ -375,6 +482,11 @@ func NewUsage(rep store.UsageReport) Usage {
 			DailyUsedUSD:  pricing.USD(rep.DailyUsed),
 			WindowMinutes: rep.Limits.WindowMinutes,
 			RPM:           rep.Limits.RPM,
+			LevelLimits: LevelLimits{
+				MonthlyUSD: pricing.USD(rep.Limits.MonthlyNanoUSD), MonthlyUsedUSD: pricing.USD(rep.MonthUsed),
+				TPM: rep.Limits.TPM, MinuteTokens: rep.MinuteTokens, Concurrency: rep.Limits.Concurrency,
+				InFlight: rep.InFlight, HeldUSD: pricing.USD(rep.Held),
+			},
 		},
 		Usage: UsageTotals{
 			Quantities:  quantities(rep.Totals.Usage),

@@ -103,6 +103,9 @@ type Stack struct {
 	removeDir  bool
 }
 
+// ConfigPath is the gateway.yaml the stack's processes read.
+func (s *Stack) ConfigPath() string { return s.configPath }
+
 // Up starts a stack. On error, whatever had started is stopped again.
 func Up(o Options) (s *Stack, err error) {
 	s = &Stack{Dir: o.Dir, opts: o}
@@ -163,8 +166,10 @@ func Up(o Options) (s *Stack, err error) {
 	cfg.Envoy.AccessLog = filepath.Join(s.Dir, "envoy-access.log")
 	for i := range cfg.Upstreams {
 		u := &cfg.Upstreams[i]
-		u.Primary = config.Endpoint{URL: s.Primary.Addrs.URL(u.Format), Region: "primary"}
-		u.Reserve = config.Endpoint{URL: s.Reserve.Addrs.URL(u.Format), Region: "reserve"}
+		// The fakes stand in for the configured endpoints, regional
+		// processing (and its price uplift) included.
+		u.Primary = config.Endpoint{URL: s.Primary.Addrs.URL(u.Format), Region: "primary", RegionalProcessing: u.Primary.RegionalProcessing}
+		u.Reserve = config.Endpoint{URL: s.Reserve.Addrs.URL(u.Format), Region: "reserve", RegionalProcessing: u.Reserve.RegionalProcessing}
 		u.CredentialEnv = strings.ToUpper(u.Name) + "_API_KEY"
 	}
 	if o.Configure != nil {

@@ -36,6 +36,9 @@ type CatalogueEntry struct {
 	// Prices holds every price the catalogue gives, in nano-USD per million
 	// units.
 	Prices map[PriceKey]int64
+	// Uplift is the catalogue's regional processing uplift by region ("eu",
+	// "us"): a multiplier of the whole cost, in parts per million.
+	Uplift map[string]int64
 }
 
 // PriceKey names one price: a usage kind, at a long-context threshold (0 for
@@ -47,9 +50,14 @@ type PriceKey struct {
 	Tier  string
 }
 
-// catalogueTiers are the service tiers read from the catalogue. Others it
-// lists (batches, for the batch API) do not apply to synchronous requests.
-var catalogueTiers = []string{"priority", "flex"}
+// batchTier is the catalogue's price suffix for the batch API, which does
+// not apply to synchronous requests. Every other "_<tier>" suffix of a price
+// field (priority, flex, ultrafast, ...) is a service tier.
+const batchTier = "batches"
+
+// upliftField prefixes the catalogue's regional processing uplift, a
+// multiplier of the whole cost when a regional endpoint serves the reply.
+const upliftField = "regional_processing_uplift_multiplier_"
 
 // tokenFields maps a catalogue price field, without suffixes, to the usage
 // kind it prices. cache_creation_input_token_cost_above_1hr is the 1-hour
@@ -169,7 +177,7 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 	if err := dec.Decode(&fields); err != nil {
 		return CatalogueEntry{}, err
 	}
-	e := CatalogueEntry{Name: name, Provider: provider, Prices: map[PriceKey]int64{}}
+	e := CatalogueEntry{Name: name, Provider: provider, Prices: map[PriceKey]int64{}, Uplift: map[string]int64{}}
 	// An entry without token prices (a per-session tool) is not a model
 	// the gateway can price.
 	// An embedding model produces no tokens: its output price may be absent.
@@ -195,6 +203,14 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 		e.MaxInput = n
 	}
 	for field, v := range fields {
+		if region, ok := strings.CutPrefix(field, upliftField); ok && region != "" {
+			ppm, err := partsPerMillion(v)
+			if err != nil {
+				return e, fmt.Errorf("%s: %w", field, err)
+			}
+			e.Uplift[region] = ppm
+			continue
+		}
 		kind, above, tier, ok := splitField(field)
 		if !ok {
 			continue
@@ -225,28 +241,53 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 // long-context threshold (0 for none) and the service tier ("" for the
 // standard tier). ok is false for fields the gateway does not price.
 func splitField(field string) (kind string, above int64, tier string, ok bool) {
-	rest := field
-	for _, t := range catalogueTiers {
-		if r, cut := strings.CutSuffix(rest, "_"+t); cut {
-			rest, tier = r, t
-			break
-		}
+	if kind, above, ok := splitLong(field); ok {
+		return kind, above, "", true
 	}
+	i := strings.LastIndexByte(field, '_')
+	if i < 0 || field[i+1:] == batchTier {
+		return "", 0, "", false
+	}
+	kind, above, ok = splitLong(field[:i])
+	return kind, above, field[i+1:], ok
+}
+
+// splitLong parses a price field name without a tier suffix.
+func splitLong(field string) (kind string, above int64, ok bool) {
+	rest := field
 	if m := longSuffix.FindStringSubmatch(rest); m != nil {
 		k, err := strconv.ParseInt(m[1], 10, 64)
 		if err != nil || k <= 0 {
-			return "", 0, "", false
+			return "", 0, false
 		}
 		rest, above = strings.TrimSuffix(rest, m[0]), k*1000
 	}
 	kind, ok = tokenFields[rest]
-	return kind, above, tier, ok
+	return kind, above, ok
 }
 
 var (
 	million = big.NewRat(1_000_000, 1)
 	nanoUSD = big.NewRat(NanoPerUSD, 1)
 )
+
+// partsPerMillion converts a multiplier, as the catalogue writes it, into
+// parts per million, exactly; it must be at least 1.
+func partsPerMillion(v any) (int64, error) {
+	num, ok := v.(json.Number)
+	if !ok {
+		return 0, fmt.Errorf("%v is not a number", v)
+	}
+	r, ok := new(big.Rat).SetString(num.String())
+	if !ok {
+		return 0, fmt.Errorf("%s is not a number", num)
+	}
+	r.Mul(r, million)
+	if !r.IsInt() || !r.Num().IsInt64() || r.Num().Int64() < 1_000_000 || r.Num().Int64() > maxUpliftPPM {
+		return 0, fmt.Errorf("%s is not a multiplier from 1 to 16 in millionths", num)
+	}
+	return r.Num().Int64(), nil
+}
 
 // perMillion converts a price in USD per unit, as the catalogue writes it,
 // into nano-USD per million units, exactly. A price finer than that is

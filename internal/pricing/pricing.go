@@ -9,6 +9,7 @@ package pricing
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/bits"
 	"regexp"
@@ -51,6 +52,9 @@ type Model struct {
 	Mode      string
 	Endpoints []string
 	prices    map[PriceKey]int64
+	// uplift is the regional processing uplift by region, in parts per
+	// million (catalogue.go).
+	uplift map[string]int64
 }
 
 // Serves reports whether an operation whose catalogue modes are modes and
@@ -63,6 +67,29 @@ func (m *Model) Serves(modes []string, path string) bool {
 		return true
 	}
 	return slices.Contains(modes, m.Mode) && (len(m.Endpoints) == 0 || slices.Contains(m.Endpoints, path))
+}
+
+// maxUpliftPPM bounds a regional uplift: 16 times.
+const maxUpliftPPM = 16_000_000
+
+// Uplift returns the model's regional processing uplift for region, in
+// parts per million; 0 when the catalogue gives none (the cost is not
+// scaled).
+func (m *Model) Uplift(region string) int64 {
+	if region == "" {
+		return 0
+	}
+	return m.uplift[region]
+}
+
+// StandardTier reports whether a reported service tier name is the standard
+// tier: none, or the vendors' names for it.
+func StandardTier(tier string) bool {
+	switch tier {
+	case "", "default", "standard", "auto":
+		return true
+	}
+	return false
 }
 
 // Fallback reports whether the model is the upstream's fallback price.
@@ -98,7 +125,9 @@ func (m *Model) Tiers() []string {
 // tier's prices, as the vendors bill), and of the tier when the catalogue
 // gives it. A kind without a price at that threshold and tier takes, in
 // order, the tier's price below any threshold, the threshold's standard price,
-// then the standard price. An unknown or unpriced tier is the standard tier.
+// then the standard price. The standard tier's names (StandardTier) are the
+// standard tier; a tier the model has no prices for is priced at the dearest
+// of its tiers, kind by kind, since it may be dearer than any.
 //
 // A kind the model has no price for at all is charged as the kind it is a
 // variant of (missingPrice), so that usage is never free by omission; web
@@ -109,16 +138,26 @@ func (m *Model) RatesFor(prompt int64, tier string) (r Rates, above int64) {
 			above = t
 		}
 	}
+	tiers := []string{tier}
+	if StandardTier(tier) {
+		tiers = []string{""}
+	} else if !slices.Contains(m.Tiers(), tier) {
+		tiers = append(m.Tiers(), "")
+	}
 	for _, k := range usage.Kinds {
 		if !k.Priced {
 			continue
 		}
-		for name := k.Name; name != ""; name = missingPrice[name] {
-			if p, ok := m.price(name, above, tier); ok {
-				k.Set((*usage.Usage)(&r), p)
-				break
+		var best int64
+		for _, t := range tiers {
+			for name := k.Name; name != ""; name = missingPrice[name] {
+				if p, ok := m.price(name, above, t); ok {
+					best = max(best, p)
+					break
+				}
 			}
 		}
+		k.Set((*usage.Usage)(&r), best)
 	}
 	return r, above
 }
@@ -148,15 +187,28 @@ type Charge struct {
 	Rates Rates
 	Above int64  // long-context threshold applied; 0 for none
 	Tier  string // service tier priced; "" for the standard tier
+	// UnknownTier: the reply reported a tier the model has no prices for;
+	// Tier names it, and Rates are the dearest of the model's tiers.
+	UnknownTier bool
+	// Uplift is the regional processing uplift applied, in parts per
+	// million of the cost; 0 for none.
+	Uplift int64
 }
 
-// Price returns the charge for u, served at the given service tier.
-func (m *Model) Price(u usage.Usage, tier string) Charge {
+// Price returns the charge for u, served at the given service tier by an
+// endpoint processing in region ("" for one that is not regional).
+func (m *Model) Price(u usage.Usage, tier, region string) Charge {
 	r, above := m.RatesFor(u.Prompt(), tier)
-	if !slices.Contains(m.Tiers(), tier) {
-		tier = ""
+	c := Charge{Rates: r, Above: above, Uplift: m.Uplift(region)}
+	switch {
+	case StandardTier(tier):
+	case slices.Contains(m.Tiers(), tier):
+		c.Tier = tier
+	default:
+		c.Tier, c.UnknownTier = tier, true
 	}
-	return Charge{Cost: Cost(u, r), Rates: r, Above: above, Tier: tier}
+	c.Cost = CostUplifted(u, r, c.Uplift)
+	return c
 }
 
 // Cost returns Σ quantity × rate over the priced kinds, rounded up to a whole
@@ -165,8 +217,16 @@ func (m *Model) Price(u usage.Usage, tier string) Charge {
 // per checkpoint, so it allocates nothing. A quantity or rate below zero
 // adds nothing: neither a checked usage nor a loaded price has one, and a
 // settlement carrying one is refused whatever its cost.
-func Cost(u usage.Usage, r Rates) int64 {
-	const capped = math.MaxInt64 / 4 // far beyond any balance; never wraps
+func Cost(u usage.Usage, r Rates) int64 { return CostUplifted(u, r, 0) }
+
+// capped is the cost of a sum that does not fit: far beyond any balance,
+// and never wraps when added to.
+const capped = math.MaxInt64 / 4
+
+// CostUplifted is Cost multiplied by uplift parts per million (0: not
+// multiplied), rounded up once. Below the cap the exact sum is under
+// 10^6 × 2^64 and uplift under 2^24, so the product fits 128 bits.
+func CostUplifted(u usage.Usage, r Rates, uplift int64) int64 {
 	var hi, lo uint64
 	for _, k := range usage.Kinds {
 		q, p := k.Of(u), r.Of(k)
@@ -181,14 +241,23 @@ func Cost(u usage.Usage, r Rates) int64 {
 			return capped
 		}
 	}
-	// Round up: (sum + 999,999) / 1,000,000.
+	div := uint64(1_000_000)
+	if uplift > 0 {
+		if hi >= 1_000_000 || uplift > maxUpliftPPM {
+			return capped
+		}
+		h, l := bits.Mul64(lo, uint64(uplift))
+		hi, lo = hi*uint64(uplift)+h, l
+		div = 1_000_000 * 1_000_000
+	}
+	// Round up: (sum + div-1) / div.
 	var c uint64
-	lo, c = bits.Add64(lo, 999_999, 0)
+	lo, c = bits.Add64(lo, div-1, 0)
 	hi += c
-	if hi >= 1_000_000 { // the quotient would not fit in 64 bits
+	if hi >= div { // the quotient would not fit in 64 bits
 		return capped
 	}
-	q, _ := bits.Div64(hi, lo, 1_000_000)
+	q, _ := bits.Div64(hi, lo, div)
 	if q > capped {
 		return capped
 	}
@@ -198,7 +267,8 @@ func Cost(u usage.Usage, r Rates) int64 {
 // Hold returns the worst-case cost of a request: every byte of the body
 // counted as one input token at the dearest input-side price of any tier or
 // prompt length (a token is never shorter than one byte), plus maxOutput
-// tokens at the dearest output-side price.
+// tokens at the dearest output-side price, with the largest regional uplift
+// the model has.
 func (m *Model) Hold(bodyBytes, maxOutput int64) int64 {
 	var in, out int64
 	for key, p := range m.prices {
@@ -209,7 +279,11 @@ func (m *Model) Hold(bodyBytes, maxOutput int64) int64 {
 			out = max(out, p)
 		}
 	}
-	return Cost(usage.Usage{Input: bodyBytes, Output: maxOutput}, Rates{Input: in, Output: out})
+	var up int64
+	for _, u := range m.uplift {
+		up = max(up, u)
+	}
+	return CostUplifted(usage.Usage{Input: bodyBytes, Output: maxOutput}, Rates{Input: in, Output: out}, up)
 }
 
 // perCall are the usage kinds priced per built-in tool call or session.
@@ -224,7 +298,11 @@ func (m *Model) CallHold(calls int64) int64 {
 			p = max(p, v)
 		}
 	}
-	return Cost(usage.Usage{WebSearches: calls}, Rates{WebSearches: p})
+	var up int64
+	for _, u := range m.uplift {
+		up = max(up, u)
+	}
+	return CostUplifted(usage.Usage{WebSearches: calls}, Rates{WebSearches: p}, up)
 }
 
 // NanoUSD converts an amount typed in USD (a config value, a flag) into
@@ -319,7 +397,7 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 		if !slices.Contains(cfg.Providers, e.Provider) {
 			continue
 		}
-		byName[name] = &Model{Name: usage.PricedModel(name), MaxOutput: e.MaxOutput, MaxInput: e.MaxInput, Source: "catalogue", Mode: e.Mode, Endpoints: e.Endpoints, prices: e.Prices}
+		byName[name] = &Model{Name: usage.PricedModel(name), MaxOutput: e.MaxOutput, MaxInput: e.MaxInput, Source: "catalogue", Mode: e.Mode, Endpoints: e.Endpoints, prices: e.Prices, uplift: e.Uplift}
 	}
 	for name, o := range cfg.Overrides {
 		m := byName[name]
@@ -342,7 +420,7 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 		if !ok {
 			continue
 		}
-		if b := byName[base]; b != nil && b.MaxOutput == m.MaxOutput && b.Mode == m.Mode && slices.Equal(b.Endpoints, m.Endpoints) && equalPrices(b.prices, m.prices) {
+		if b := byName[base]; b != nil && b.MaxOutput == m.MaxOutput && b.Mode == m.Mode && slices.Equal(b.Endpoints, m.Endpoints) && equalPrices(b.prices, m.prices) && maps.Equal(b.uplift, m.uplift) {
 			b.Aliases = append(b.Aliases, name)
 			delete(byName, name)
 		}

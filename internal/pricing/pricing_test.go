@@ -138,13 +138,41 @@ func TestEveryDimensionIsPriced(t *testing.T) {
 		{"gpt flex", gpt, usage.Usage{Input: 1000, Output: 100}, "flex", 1000*1000 + 100*4000, 0},
 		{"gpt priority long", gpt, usage.Usage{Input: 300_000, Output: 1}, "priority", 300_000*6000 + 16_000, 272_000},
 		{"gpt standard long", gpt, usage.Usage{Input: 300_000, Output: 1}, "", 300_000*3000 + 8000, 272_000},
-		{"gpt unknown tier", gpt, usage.Usage{Input: 1000}, "scale", 1000 * 2000, 0},
+		// Every "_<tier>" suffix is a tier; batch prices are not.
+		{"gpt ultrafast", gpt, usage.Usage{Input: 1000, Output: 100}, "ultrafast", 1000*12_000 + 100*10_000, 0},
+		{"gpt batches is unknown", gpt, usage.Usage{Input: 1000, Output: 100}, "batches", 1000*12_000 + 100*16_000, 0},
+		// A tier without prices: the dearest of every tier, kind by kind
+		// (ultrafast input, priority output), flagged.
+		{"gpt unknown tier", gpt, usage.Usage{Input: 1000, Output: 100}, "scale", 1000*12_000 + 100*16_000, 0},
+		{"gpt standard eu", gpt, usage.Usage{Input: 1000, Output: 100}, "", (1000*2000 + 100*8000) * 11 / 10, 0},
+		{"gpt priority us", gpt, usage.Usage{Input: 1000, Output: 1}, "priority", (1000*4000 + 16_000) * 105 / 100, 0},
 	} {
-		c := tc.m.Price(tc.u, tc.tier)
+		region := ""
+		switch {
+		case strings.HasSuffix(tc.name, " eu"):
+			region = "eu"
+		case strings.HasSuffix(tc.name, " us"):
+			region = "us"
+		}
+		c := tc.m.Price(tc.u, tc.tier, region)
 		// Rates are per million; costs above are in nano-USD per token × tokens.
 		if c.Cost != tc.want || c.Above != tc.above {
 			t.Errorf("%s: cost %d above %d; want %d above %d", tc.name, c.Cost, c.Above, tc.want, tc.above)
 		}
+		unknown := tc.tier == "scale" || tc.tier == "batches"
+		if c.UnknownTier != unknown || (c.Uplift != 0) != (region != "") {
+			t.Errorf("%s: unknown tier %v, uplift %d", tc.name, c.UnknownTier, c.Uplift)
+		}
+	}
+	// The hold covers the dearest tier and the largest uplift (here audio
+	// prices are dearer still).
+	h := gpt.Hold(1000, 100)
+	if want := int64((1000*40_000 + 100*80_000) * 11 / 10); h != want {
+		t.Errorf("hold %d, want %d", h, want)
+	}
+	// A regional endpoint for a model without an uplift costs the same.
+	if c := claude.Price(usage.Usage{Input: 1000}, "", "eu"); c.Cost != 1_000_000 || c.Uplift != 0 {
+		t.Errorf("claude eu: %+v", c)
 	}
 }
 
@@ -242,15 +270,15 @@ func TestOverridesAliasesAndFallback(t *testing.T) {
 		t.Errorf("override: %+v", m)
 	}
 	// The contract input price is flat: it replaces the long-context one too.
-	if c := m.Price(usage.Usage{Input: 300_000, Output: 1}, ""); c.Cost != 300_000*500+20_000 {
+	if c := m.Price(usage.Usage{Input: 300_000, Output: 1}, "", ""); c.Cost != 300_000*500+20_000 {
 		t.Errorf("overridden long-context cost = %d", c.Cost)
 	}
 	h, ok := a.Lookup("house-model")
-	if !ok || h.Price(usage.Usage{Input: 1, Output: 1, WebSearches: 1}, "").Cost != 1000+2000+10_000_000 {
+	if !ok || h.Price(usage.Usage{Input: 1, Output: 1, WebSearches: 1}, "", "").Cost != 1000+2000+10_000_000 {
 		t.Errorf("house model: %v %v", h, ok)
 	}
 	fb, ok := a.Lookup("someone-elses-model")
-	if !ok || !fb.Fallback() || fb.Name != "someone-elses-model" || fb.MaxOutput != 4096 || fb.Price(usage.Usage{Input: 1}, "").Cost != 10_000 {
+	if !ok || !fb.Fallback() || fb.Name != "someone-elses-model" || fb.MaxOutput != 4096 || fb.Price(usage.Usage{Input: 1}, "", "").Cost != 10_000 {
 		t.Errorf("fallback: %+v %v", fb, ok)
 	}
 	if _, ok := b.Lookup("someone-elses-model"); ok {
@@ -268,8 +296,9 @@ func TestOverridesAliasesAndFallback(t *testing.T) {
 func TestHoldCoversTheDearestPrice(t *testing.T) {
 	_, b := defaultTables(t)
 	m, _ := b.Lookup("fake-gpt-1")
-	// Dearest input-side price: audio input 4e-05; output side: audio output 8e-05.
-	if got, want := m.Hold(1000, 10), int64(1000*40_000+10*80_000); got != want {
+	// Dearest input-side price: audio input 4e-05; output side: audio output
+	// 8e-05; the largest regional uplift, 1.1.
+	if got, want := m.Hold(1000, 10), int64(1000*40_000+10*80_000)*11/10; got != want {
 		t.Errorf("hold = %d; want %d", got, want)
 	}
 }
@@ -280,8 +309,8 @@ func TestReplaceKeepsLookupsMade(t *testing.T) {
 	cheaper, _ := tables(t, config.Models{Providers: []string{"anthropic"}, Overrides: map[string]config.Price{"fake-claude-1": {Input: f(0.1)}}}, config.Models{Providers: []string{"openai"}})
 	a.Replace(cheaper)
 	after, _ := a.Lookup("fake-claude-1")
-	if before.Price(usage.Usage{Input: 10}, "").Cost != 10_000 || after.Price(usage.Usage{Input: 10}, "").Cost != 1000 {
-		t.Errorf("before %d after %d", before.Price(usage.Usage{Input: 10}, "").Cost, after.Price(usage.Usage{Input: 10}, "").Cost)
+	if before.Price(usage.Usage{Input: 10}, "", "").Cost != 10_000 || after.Price(usage.Usage{Input: 10}, "", "").Cost != 1000 {
+		t.Errorf("before %d after %d", before.Price(usage.Usage{Input: 10}, "", "").Cost, after.Price(usage.Usage{Input: 10}, "", "").Cost)
 	}
 }
 

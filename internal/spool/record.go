@@ -51,28 +51,6 @@ type record struct {
 	SpooledAt  time.Time `json:"spooled_at"`
 }
 
-func byKind(u usage.Usage) map[string]int64 {
-	m := map[string]int64{}
-	for _, k := range usage.Kinds {
-		if n := k.Of(u); n != 0 {
-			m[k.Name] = n
-		}
-	}
-	return m
-}
-
-func fromKinds(m map[string]int64) (usage.Usage, error) {
-	var u usage.Usage
-	for name, n := range m {
-		k, ok := usage.KindNamed(name)
-		if !ok {
-			return u, fmt.Errorf("unknown usage kind %q", name)
-		}
-		k.Set(&u, n)
-	}
-	return u, nil
-}
-
 // encode returns the settlement as one line of the spool file:
 //
 //	CRC SP JSON LF
@@ -84,7 +62,7 @@ func encode(st store.Settlement, now time.Time) ([]byte, error) {
 	js, err := json.Marshal(record{
 		V: formatVersion, RequestID: st.RequestID, AccountID: st.AccountID, KeyID: st.KeyID,
 		Model: string(st.Priced), Requested: string(st.Requested), Reported: string(st.Reported),
-		Usage: byKind(st.Usage), Rates: byKind(st.Rates), ServiceTier: st.ServiceTier,
+		Usage: usage.ByName(st.Usage), Rates: usage.ByName(st.Rates), ServiceTier: st.ServiceTier,
 		LongContext: st.LongContext, Fallback: st.Fallback, Cost: st.Cost, Estimated: st.Estimated, Status: st.Status,
 		Endpoint: st.Endpoint, Stream: st.Stream, StartedAt: st.StartedAt, EndedAt: st.EndedAt,
 		SpooledAt: now.UTC(),
@@ -127,10 +105,10 @@ func decode(line []byte) (store.Settlement, error) {
 		st.Requested = usage.RequestedModel(r.Model)
 		st.Usage = usage.Usage{Input: r.Input, Output: r.Output, CacheWrite5m: r.CacheWrite, CacheRead: r.CacheRead}
 	case formatVersion:
-		if st.Usage, err = fromKinds(r.Usage); err != nil {
+		if st.Usage, err = usage.FromNames(r.Usage); err != nil {
 			return store.Settlement{}, fmt.Errorf("bad record: %w", err)
 		}
-		if st.Rates, err = fromKinds(r.Rates); err != nil {
+		if st.Rates, err = usage.FromNames(r.Rates); err != nil {
 			return store.Settlement{}, fmt.Errorf("bad record: %w", err)
 		}
 	default:

@@ -78,6 +78,9 @@ const (
 	ledgerEnded       = "ended"
 	ledgerInterrupted = "interrupted"
 	ledgerReconciled  = "reconciled" // settle.lua sets it; written "0" here
+	ledgerTierUnknown = "tier_unknown"
+	ledgerRegion      = "regional_processing"
+	ledgerUplift      = "regional_uplift_ppm"
 	ledgerPricePrefix = "price_"
 )
 
@@ -110,6 +113,9 @@ func appendLedger(args []any, st Settlement, cost int64) []any {
 	}
 	args = append(args,
 		ledgerServiceTier, st.ServiceTier,
+		ledgerTierUnknown, boolString(st.TierUnknown),
+		ledgerRegion, st.Region,
+		ledgerUplift, st.Uplift,
 		ledgerLongContext, st.LongContext,
 		ledgerFallback, boolString(st.Fallback),
 		ledgerCost, cost,
@@ -138,6 +144,9 @@ func decodeLedgerFields(accountID string, v func(string) string) Settlement {
 		Priced:      usage.PricedModel(v(ledgerPriced)),
 		Reported:    usage.ReportedModel(v(ledgerReported)),
 		ServiceTier: v(ledgerServiceTier),
+		TierUnknown: v(ledgerTierUnknown) == "1",
+		Region:      v(ledgerRegion),
+		Uplift:      parseInt(v(ledgerUplift)),
 		LongContext: parseInt(v(ledgerLongContext)),
 		Fallback:    v(ledgerFallback) == "1",
 		Cost:        parseInt(v(ledgerCost)),

@@ -43,23 +43,49 @@ func (s *Store) ExportLedger(ctx context.Context, accountID, after string, limit
 // retention. It returns the mark afterwards (it never moves back) and the
 // number of entries trimmed.
 func (s *Store) CommitExport(ctx context.Context, accountID, last string) (mark string, trimmed int64, err error) {
+	return s.commitRead(ctx, "export", accountID, last, "exported")
+}
+
+// CommitSink records that the SQL ledger sink has copied the account's ledger
+// up to and including entry id last, then trims as CommitExport does. Once the
+// sink has committed, trimming waits for both it and the exports: an entry
+// leaves only when every reader that ever committed has copied it.
+func (s *Store) CommitSink(ctx context.Context, accountID, last string) (mark string, trimmed int64, err error) {
+	return s.commitRead(ctx, "sink commit", accountID, last, "sunk")
+}
+
+// SinkMark returns the id of the last entry of the account's ledger the SQL
+// sink has committed, "" when it never committed.
+func (s *Store) SinkMark(ctx context.Context, accountID string) (string, error) {
 	if !validID(accountID) {
-		return "", 0, fmt.Errorf("store: commit export of %q: %w", accountID, ErrNotFound)
+		return "", fmt.Errorf("store: sink mark of %q: %w", accountID, ErrNotFound)
+	}
+	mark, err := s.rdb.Get(ctx, acctKey(accountID, "sunk")).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("store: sink mark of %s: %w", accountID, err)
+	}
+	return mark, nil
+}
+
+// commitRead moves reader's mark (see trim.lua) and trims.
+func (s *Store) commitRead(ctx context.Context, what, accountID, last, reader string) (mark string, trimmed int64, err error) {
+	if !validID(accountID) {
+		return "", 0, fmt.Errorf("store: %s of %q: %w", what, accountID, ErrNotFound)
 	}
 	if last != "" && !validEntryID(last) {
-		return "", 0, fmt.Errorf("store: commit export of %s: bad entry id %q", accountID, last)
+		return "", 0, fmt.Errorf("store: %s of %s: bad entry id %q", what, accountID, last)
 	}
 	bound := "0"
 	if r := s.opts.LedgerRetention; r > 0 {
 		bound = strconv.FormatInt(s.now().Add(-r).UnixMilli(), 10) + "-0"
 	}
-	keys := []string{acctKey(accountID, "ledger"), acctKey(accountID, "exported")}
-	v, err := trimScript.Run(ctx, s.rdb, keys, last, bound).Slice()
+	keys := []string{acctKey(accountID, "ledger"), acctKey(accountID, "exported"), acctKey(accountID, "sunk")}
+	v, err := trimScript.Run(ctx, s.rdb, keys, last, bound, reader).Slice()
 	if err != nil {
-		return "", 0, fmt.Errorf("store: commit export of %s: %w", accountID, err)
+		return "", 0, fmt.Errorf("store: %s of %s: %w", what, accountID, err)
 	}
 	if len(v) != 2 {
-		return "", 0, fmt.Errorf("store: commit export of %s: unexpected reply %v", accountID, v)
+		return "", 0, fmt.Errorf("store: %s of %s: unexpected reply %v", what, accountID, v)
 	}
 	return str(v[0]), toInt(v[1]), nil
 }

@@ -53,6 +53,9 @@ type Checkpoint struct {
 	Usage       usage.Usage          `json:"-"` // as "u", by kind name, zeros left out
 	Rates       usage.Usage          `json:"-"` // as "r", likewise
 	ServiceTier string               `json:"tier,omitempty"`
+	TierUnknown bool                 `json:"tu,omitempty"`
+	Region      string               `json:"rg,omitempty"`
+	Uplift      int64                `json:"up,omitempty"`
 	LongContext int64                `json:"lc,omitempty"`
 	Fallback    bool                 `json:"fb,omitempty"`
 	Cost        int64                `json:"c,omitempty"` // nano-USD, priced by the sidecar
@@ -65,7 +68,7 @@ func (st Settlement) Checkpoint() Checkpoint {
 		Status: st.Status, Endpoint: st.Endpoint,
 		Requested: st.Requested, Priced: st.Priced, Reported: st.Reported,
 		Usage: st.Usage, Rates: st.Rates, ServiceTier: st.ServiceTier, LongContext: st.LongContext,
-		Fallback: st.Fallback, Cost: st.Cost,
+		Fallback: st.Fallback, Cost: st.Cost, TierUnknown: st.TierUnknown, Region: st.Region, Uplift: st.Uplift,
 	}
 }
 
@@ -79,32 +82,9 @@ type checkpointJSON struct {
 
 type checkpointFields Checkpoint
 
-func sparse(u usage.Usage) map[string]int64 {
-	var m map[string]int64
-	for _, k := range usage.Kinds {
-		if v := k.Of(u); v != 0 {
-			if m == nil {
-				m = map[string]int64{}
-			}
-			m[k.Name] = v
-		}
-	}
-	return m
-}
-
-func dense(m map[string]int64) usage.Usage {
-	var u usage.Usage
-	for name, v := range m {
-		if k, ok := usage.KindNamed(name); ok {
-			k.Set(&u, v)
-		}
-	}
-	return u
-}
-
 // MarshalJSON writes the checkpoint compactly.
 func (c Checkpoint) MarshalJSON() ([]byte, error) {
-	return json.Marshal(checkpointJSON{checkpointFields: checkpointFields(c), U: sparse(c.Usage), R: sparse(c.Rates)})
+	return json.Marshal(checkpointJSON{checkpointFields: checkpointFields(c), U: usage.ByName(c.Usage), R: usage.ByName(c.Rates)})
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote.
@@ -114,7 +94,9 @@ func (c *Checkpoint) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*c = Checkpoint(w.checkpointFields)
-	c.Usage, c.Rates = dense(w.U), dense(w.R)
+	// A kind this build does not know (a newer one wrote it) is left out.
+	c.Usage, _ = usage.FromNames(w.U)
+	c.Rates, _ = usage.FromNames(w.R)
 	return nil
 }
 
@@ -300,6 +282,9 @@ func interruptedSettlement(accountID, reqID, rec, ckpt string, now time.Time) Se
 		Usage:       c.Usage,
 		Rates:       c.Rates,
 		ServiceTier: c.ServiceTier,
+		TierUnknown: c.TierUnknown,
+		Region:      c.Region,
+		Uplift:      max(c.Uplift, 0),
 		LongContext: c.LongContext,
 		Fallback:    c.Fallback,
 		Cost:        max(c.Cost, 0),

@@ -26,7 +26,7 @@ func HashSecret(secret string) [32]byte { return sha256.Sum256([]byte(secret)) }
 func newSecret(kind KeyKind) string {
 	var b [32]byte
 	rand.Read(b[:]) // never fails
-	return string(kind) + "_" + base64.RawURLEncoding.EncodeToString(b[:])
+	return kind.Prefix() + base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 const prefixLen = 8 // characters of the secret kept for recognition

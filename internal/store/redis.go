@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/config"
 )
 
 // The Lua scripts. Each runs with EVALSHA (EVAL when the server does not know
@@ -49,7 +51,6 @@ var (
 
 // Defaults of Options.
 const (
-	defaultHoldTTL     = time.Minute
 	defaultAuditMaxLen = 100_000
 
 	// A sweep's record outlives any wait of a spooled settlement but a
@@ -69,7 +70,7 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 		opts.Now = time.Now
 	}
 	if opts.HoldTTL <= 0 {
-		opts.HoldTTL = defaultHoldTTL
+		opts.HoldTTL = config.DefaultHoldLease
 	}
 	if opts.SweptRecordTTL <= 0 {
 		opts.SweptRecordTTL = defaultSweptRecordTTL

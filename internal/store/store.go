@@ -38,7 +38,7 @@ type Options struct {
 	// HoldTTL is a hold's lease. The sidecar running the request renews it
 	// while the request runs; a hold not renewed for this long belongs to a
 	// request whose sidecar died, and the sweeper settles it as interrupted.
-	HoldTTL time.Duration // default 1m
+	HoldTTL time.Duration // default config.DefaultHoldLease
 	// SweptRecordTTL is how long a sweep's record of what it charged is
 	// kept for a later settlement of the same request to be reconciled
 	// with (a spool replays after an outage); default 7 days.
@@ -93,6 +93,9 @@ const (
 	ModelKey      KeyKind = "cr" // spends balance through the model routes
 	ReadOnlyToken KeyKind = "ro" // reads GET /v1/usage only
 )
+
+// Prefix is how the secrets of a kind begin: "cr_" or "ro_".
+func (k KeyKind) Prefix() string { return string(k) + "_" }
 
 // Key is a stored credential. The secret itself is never stored, only its
 // SHA-256.
@@ -222,6 +225,14 @@ type Settlement struct {
 	// be rebuilt from the ledger.
 	Rates       usage.Usage
 	ServiceTier string // the service tier priced; "" for the standard tier
+	// TierUnknown: the reply reported a ServiceTier the model has no prices
+	// for; it was priced at the dearest of the model's tiers.
+	TierUnknown bool
+	// Region is the regional processing region of the endpoint that served
+	// the reply, and Uplift the catalogue's uplift applied for it, in parts
+	// per million of the cost; "" and 0 when none applied.
+	Region string
+	Uplift int64
 	LongContext int64  // the long-context threshold priced, in tokens; 0 for none
 	Fallback    bool   // priced with the upstream's price for unknown models
 	Cost        int64  // nano-USD; zero for non-2xx replies

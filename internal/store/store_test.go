@@ -78,6 +78,7 @@ var suite = []struct {
 	{"ReindexRecheck", testReindexRecheck},
 	{"LastUsedMinute", testLastUsedMinute},
 	{"ExportLedger", testExportLedger},
+	{"SinkHoldsBackTrim", testSinkHoldsBackTrim},
 	{"SettleIdempotent", testSettleIdempotent},
 	{"SettleAfterHoldExpiry", testSettleAfterHoldExpiry},
 	{"SettleAfterSweep", testSettleAfterSweep},

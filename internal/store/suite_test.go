@@ -873,6 +873,52 @@ func testExportLedger(t *testing.T, e *env) {
 	}
 }
 
+// The SQL sink's mark holds back trimming like an export's: an entry leaves
+// only when every reader that ever committed has copied it.
+func testSinkHoldsBackTrim(t *testing.T, e *env) {
+	acct := e.account(1_000_000, Limits{})
+	for i := range 10 {
+		id := "r" + strconv.Itoa(i)
+		e.mustAdmit(acct, id, 10)
+		e.settle(Settlement{RequestID: id, AccountID: acct, Priced: "m", Cost: 1, Status: 200})
+	}
+	all := e.ledger(acct)
+	e.s.opts.LedgerRetention = time.Hour
+	e.clock.Set(time.Now().Add(2 * time.Hour))
+	// A sink that has copied nothing yet but called holds back everything.
+	if mark, n, err := e.s.CommitSink(e.ctx, acct, ""); err != nil || mark != "0-0" || n != 0 {
+		t.Fatalf("sink registration: mark %s, trimmed %d, %v", mark, n, err)
+	}
+	if _, n, err := e.s.CommitExport(e.ctx, acct, all[9].ID); err != nil || n != 0 {
+		t.Fatalf("an export trimmed %d entries the sink has not copied (%v)", n, err)
+	}
+	// What the sink copied goes.
+	if mark, n, err := e.s.CommitSink(e.ctx, acct, all[3].ID); err != nil || mark != all[3].ID || n != 4 {
+		t.Fatalf("sink commit: mark %s, trimmed %d, %v", mark, n, err)
+	}
+	if m, err := e.s.SinkMark(e.ctx, acct); err != nil || m != all[3].ID {
+		t.Fatalf("sink mark %q, %v", m, err)
+	}
+	// An export ahead of the sink trims nothing the sink has not copied.
+	if n, err := e.s.TrimLedger(e.ctx, acct); err != nil || n != 0 {
+		t.Fatalf("trimmed %d, %v", n, err)
+	}
+	// The sink's mark never moves back, and does not move the export's.
+	if mark, _, err := e.s.CommitSink(e.ctx, acct, all[1].ID); err != nil || mark != all[3].ID {
+		t.Fatalf("sink mark moved back to %s (%v)", mark, err)
+	}
+	if _, mark, err := e.s.ExportLedger(e.ctx, acct, "", 1); err != nil || mark != all[9].ID {
+		t.Fatalf("export mark %s (%v)", mark, err)
+	}
+	// An export behind the sink holds it back in turn.
+	if _, n, err := e.s.CommitSink(e.ctx, acct, all[9].ID); err != nil || n != 6 {
+		t.Fatalf("sink commit to the end: trimmed %d, %v", n, err)
+	}
+	if l := e.ledger(acct); len(l) != 0 {
+		t.Fatalf("%d entries left", len(l))
+	}
+}
+
 func testSettleIdempotent(t *testing.T, e *env) {
 	acct := e.account(1000, Limits{})
 	e.mustAdmit(acct, "r1", 500)

@@ -35,7 +35,7 @@ func priceOf(t *testing.T, s *launch.Stack, upstream, model string) *pricing.Mod
 }
 
 func cost(p *pricing.Model, u tokens) int64 {
-	return p.Price(usage.Usage{Input: u.Input, Output: u.Output, CacheWrite5m: u.CacheWrite, CacheRead: u.CacheRead}, "").Cost
+	return p.Price(usage.Usage{Input: u.Input, Output: u.Output, CacheWrite5m: u.CacheWrite, CacheRead: u.CacheRead}, "", "").Cost
 }
 
 // After a mix of streaming and non-streaming requests on both routes, the

@@ -69,16 +69,44 @@ func servedModels(t *testing.T, path, provider string, modes []string, endpoint 
 type billed struct {
 	input, output, cacheRead, cache5m, cache1h, audioIn, audioOut, searches int64
 	tier                                                                    string
+	region                                                                  string // regional processing of the endpoint that served
+}
+
+// priceBases are the catalogue's token price fields without suffixes.
+var priceBases = []string{"input_cost_per_token", "output_cost_per_token", "cache_read_input_token_cost",
+	"cache_creation_input_token_cost", "cache_creation_input_token_cost_above_1hr",
+	"input_cost_per_audio_token", "output_cost_per_audio_token"}
+
+var tierSuffix = regexp.MustCompile(`^(?:above_[0-9]+k_tokens_)?([a-z]+)$`)
+
+// catalogueTiers lists the service tiers entry e prices: every "_<tier>"
+// suffix of a token price but the batch API's.
+func catalogueTiers(e map[string]any) []string {
+	var tiers []string
+	for f := range e {
+		for _, b := range priceBases {
+			rest, ok := strings.CutPrefix(f, b+"_")
+			if !ok {
+				continue
+			}
+			if m := tierSuffix.FindStringSubmatch(rest); m != nil && m[1] != "batches" && !slices.Contains(tiers, m[1]) {
+				tiers = append(tiers, m[1])
+			}
+		}
+	}
+	return tiers
 }
 
 var aboveField = regexp.MustCompile(`_above_([0-9]+)k_tokens`)
 
 // expectedNano prices u with catalogue entry e: the whole request at the
 // long-context price when the prompt is above a threshold the entry lists,
-// at the reported service tier's price where the entry has one; a kind the
-// entry does not price is charged as the kind it varies (1h cache write as
-// 5m, cache and audio input as input, audio output as output). The sum is
-// rounded up once to a whole nano-USD.
+// at the reported service tier's price where the entry has one, at the
+// dearest of its tiers when the entry has no price for the tier reported; a
+// kind the entry does not price is charged as the kind it varies (1h cache
+// write as 5m, cache and audio input as input, audio output as output). The
+// sum is multiplied by the entry's regional processing uplift when a
+// regional endpoint served, then rounded up once to a whole nano-USD.
 func expectedNano(t *testing.T, e map[string]any, u billed) int64 {
 	t.Helper()
 	prompt := u.input + u.cacheRead + u.cache5m + u.cache1h + u.audioIn
@@ -99,14 +127,14 @@ func expectedNano(t *testing.T, e map[string]any, u billed) int64 {
 		}
 		return r
 	}
-	price := func(base string) *big.Rat {
+	priceAt := func(base, tier string) *big.Rat {
 		var cands []string
 		ab := fmt.Sprintf("_above_%dk_tokens", above/1000)
-		if u.tier != "" {
+		if tier != "" {
 			if above > 0 {
-				cands = append(cands, base+ab+"_"+u.tier)
+				cands = append(cands, base+ab+"_"+tier)
 			}
-			cands = append(cands, base+"_"+u.tier)
+			cands = append(cands, base+"_"+tier)
 		}
 		if above > 0 {
 			cands = append(cands, base+ab)
@@ -117,6 +145,22 @@ func expectedNano(t *testing.T, e map[string]any, u billed) int64 {
 			}
 		}
 		return nil
+	}
+	tiers := []string{u.tier}
+	switch {
+	case u.tier == "" || u.tier == "default" || u.tier == "standard" || u.tier == "auto":
+		tiers = []string{""}
+	case !slices.Contains(catalogueTiers(e), u.tier):
+		tiers = append(catalogueTiers(e), "")
+	}
+	price := func(base string) *big.Rat {
+		var best *big.Rat
+		for _, tier := range tiers {
+			if p := priceAt(base, tier); p != nil && (best == nil || p.Cmp(best) > 0) {
+				best = p
+			}
+		}
+		return best
 	}
 	chain := func(fields ...string) *big.Rat {
 		for _, f := range fields {
@@ -143,6 +187,9 @@ func expectedNano(t *testing.T, e map[string]any, u billed) int64 {
 	add(u.audioOut, chain("output_cost_per_audio_token", out))
 	if q, ok := e["search_context_cost_per_query"].(map[string]any); ok {
 		add(u.searches, rat(q["search_context_size_medium"]))
+	}
+	if up, ok := e["regional_processing_uplift_multiplier_"+u.region]; ok && u.region != "" {
+		sum.Mul(sum, rat(up))
 	}
 	sum.Mul(sum, big.NewRat(1_000_000_000, 1))
 	n := new(big.Int).Quo(sum.Num(), sum.Denom())
@@ -319,24 +366,49 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 		j.acct = s.NewAccount(1_000_000, noLimits)
 	}
 
+	// Replies of beta's reserve are priced with the uplift of its region.
+	var reserveRegion string
+	for _, u := range s.Config.Upstreams {
+		if u.Name == "beta" {
+			reserveRegion = u.Reserve.RegionalProcessing
+		}
+	}
+	if reserveRegion == "" {
+		t.Fatal("the shipped beta reserve is not a regional endpoint")
+	}
 	phases := []struct {
 		name         string
 		alpha, beta  map[string]any
 		betaSearches bool
+		betaReserve  bool // beta's primary refuses: the regional reserve serves
 	}{
 		{"short prompt", map[string]any{"format": config.FormatMessages, "cache_read_tokens": 3000, "cache_write_tokens": 700,
 			"cache_write_1h_tokens": 900, "web_search_requests": 2, "service_tier": "priority", "input_tokens": 0},
 			map[string]any{"format": config.FormatChatCompletions, "cache_read_tokens": 300, "audio_input_tokens": 50, "audio_output_tokens": 40,
-				"reasoning_tokens": 120, "service_tier": "priority", "input_tokens": 0}, false},
+				"reasoning_tokens": 120, "service_tier": "priority", "input_tokens": 0}, false, false},
 		{"long prompt", map[string]any{"format": config.FormatMessages, "cache_read_tokens": 20000, "cache_write_tokens": 100,
 			"cache_write_1h_tokens": 0, "web_search_requests": 1, "service_tier": "", "input_tokens": 300000},
 			map[string]any{"format": config.FormatChatCompletions, "cache_read_tokens": 1000, "audio_input_tokens": 0, "audio_output_tokens": 0,
-				"reasoning_tokens": 10, "service_tier": "flex", "input_tokens": 300000}, true},
+				"reasoning_tokens": 10, "service_tier": "flex", "input_tokens": 300000}, true, false},
+		// Every other tier: ultrafast where listed; a tier a model lacks is
+		// priced at its dearest.
+		{"ultrafast", map[string]any{"format": config.FormatMessages, "cache_read_tokens": 0, "cache_write_tokens": 0,
+			"cache_write_1h_tokens": 0, "web_search_requests": 0, "service_tier": "ultrafast", "input_tokens": 0},
+			map[string]any{"format": config.FormatChatCompletions, "cache_read_tokens": 300, "audio_input_tokens": 0, "audio_output_tokens": 0,
+				"reasoning_tokens": 0, "service_tier": "ultrafast", "input_tokens": 0}, false, false},
+		{"tier not in the catalogue", map[string]any{"format": config.FormatMessages, "service_tier": "batch"},
+			map[string]any{"format": config.FormatChatCompletions, "service_tier": "scale", "input_tokens": 300000}, false, false},
+		// The regional reserve serves beta, at the default and priority tiers.
+		{"regional", map[string]any{"format": config.FormatMessages, "service_tier": "", "input_tokens": 0},
+			map[string]any{"format": config.FormatChatCompletions, "service_tier": "", "input_tokens": 0, "cache_read_tokens": 100}, false, true},
+		{"regional priority", map[string]any{"format": config.FormatMessages, "service_tier": ""},
+			map[string]any{"format": config.FormatChatCompletions, "service_tier": "priority", "input_tokens": 300000}, false, true},
 	}
 	type want struct {
-		cost      int64
+		u         billed
 		reported  string
 		reasoning int64
+		reserve   bool // the phase expects beta's regional reserve to serve
 	}
 	wants := map[*job][]want{}
 	var mu sync.Mutex
@@ -346,6 +418,9 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 		for _, f := range []*launch.Fake{s.Primary, s.Reserve} {
 			f.Control(ph.alpha)
 			f.Control(ph.beta)
+		}
+		if ph.betaReserve {
+			s.Primary.Control(map[string]any{"format": config.FormatChatCompletions, "status": 503})
 		}
 		work := make(chan *job)
 		var wg sync.WaitGroup
@@ -389,7 +464,7 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 							t.Errorf("%s %s stream=%v: %v", ph.name, j.model, streamed, err)
 							continue
 						}
-						w := want{expectedNano(t, j.entry, u), reported, reasoning}
+						w := want{u, reported, reasoning, ph.betaReserve && j.route == "beta"}
 						mu.Lock()
 						wants[j] = append(wants[j], w)
 						mu.Unlock()
@@ -414,7 +489,7 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 		var entries []store.LedgerEntry
 		for {
 			var err error
-			entries, _, err = s.Store.Ledger(ctx, j.acct.ID, "", 10)
+			entries, _, err = s.Store.Ledger(ctx, j.acct.ID, "", 100)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -429,13 +504,29 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 		}
 		for i, e := range entries {
 			w := wants[j][i]
-			if e.Cost != w.cost || e.Estimated || string(e.Requested) != j.model || string(e.Reported) != w.reported || e.Usage.Reasoning != w.reasoning {
+			if w.reserve && e.Endpoint != "reserve" {
+				t.Errorf("%s request %d: served by %q, want the reserve", j.model, i, e.Endpoint)
+			}
+			u := w.u
+			if e.Endpoint == "reserve" && j.route == "beta" {
+				u.region = reserveRegion
+			}
+			cost := expectedNano(t, j.entry, u)
+			_, hasUplift := j.entry["regional_processing_uplift_multiplier_"+u.region]
+			if hasUplift && u.region != "" && (e.Region != u.region || e.Uplift == 0) || !hasUplift && (e.Region != "" || e.Uplift != 0) {
+				t.Errorf("%s request %d: region %q uplift %d; served by %s", j.model, i, e.Region, e.Uplift, e.Endpoint)
+			}
+			tierListed := u.tier == "" || u.tier == "default" || u.tier == "standard" || slices.Contains(catalogueTiers(j.entry), u.tier)
+			if e.TierUnknown == tierListed {
+				t.Errorf("%s request %d: tier %q flagged unknown %v", j.model, i, u.tier, e.TierUnknown)
+			}
+			if e.Cost != cost || e.Estimated || string(e.Requested) != j.model || string(e.Reported) != w.reported || e.Usage.Reasoning != w.reasoning {
 				t.Errorf("%s request %d: cost %d estimated %v requested %q reported %q reasoning %d; want cost %d, requested %q, reported %q, reasoning %d (entry %+v)",
-					j.model, i, e.Cost, e.Estimated, e.Requested, e.Reported, e.Usage.Reasoning, w.cost, j.model, w.reported, w.reasoning, e.Settlement)
+					j.model, i, e.Cost, e.Estimated, e.Requested, e.Reported, e.Usage.Reasoning, cost, j.model, w.reported, w.reasoning, e.Settlement)
 			}
 		}
 	}
-	t.Logf("%d models (%d anthropic, %d openai), %d requests, each billed at the catalogue price", len(jobs), len(alpha), len(beta), 4*len(jobs))
+	t.Logf("%d models (%d anthropic, %d openai), %d requests, each billed at the catalogue price", len(jobs), len(alpha), len(beta), 2*len(phases)*len(jobs))
 }
 
 // The Claude Code CLI's default request: claude-opus-4-8 with max_tokens

@@ -64,6 +64,24 @@ func Binary(tb testing.TB, name string) string {
 	return p
 }
 
+// Postgres starts a PostgreSQL server of its own for the test and removes
+// it when the test ends, printing its log if the test failed.
+func Postgres(tb testing.TB) *launch.Postgres {
+	tb.Helper()
+	skipShort(tb)
+	pg, err := launch.StartPostgres("") // the test's own directory is not the server user's to enter
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Log(pg.Proc.Tail(40))
+		}
+		pg.Remove()
+	})
+	return pg
+}
+
 // RepoRoot is the module root.
 func RepoRoot(tb testing.TB) string {
 	tb.Helper()

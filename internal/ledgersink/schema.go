@@ -1,0 +1,164 @@
+package ledgersink
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/modelgateway/gateway/internal/usage"
+)
+
+// migrations are the schema's versions, in order: migration i brings the
+// schema from version i to i+1. A released migration is never edited; a
+// change is a new one (a new ledger field becomes a column with a default,
+// so that the rows already copied stay valid).
+var migrations = []string{
+	// 1: the ledger and the sink's cursor.
+	`CREATE TABLE ledger (
+	account_id             text        NOT NULL,
+	entry_id               text        NOT NULL, -- the entry's id in the account's ledger (gatewayctl ledger export's "id")
+	settled_at             timestamptz NOT NULL, -- when the store appended the entry (the time in entry_id)
+	request_id             text        NOT NULL,
+	key_id                 text        NOT NULL,
+	key_label              text        NOT NULL,
+	model                  text        NOT NULL, -- the priced catalogue entry
+	model_requested        text        NOT NULL,
+	model_reported         text        NOT NULL,
+	input_tokens           bigint      NOT NULL,
+	output_tokens          bigint      NOT NULL, -- reasoning included
+	cache_read_tokens      bigint      NOT NULL,
+	cache_write_5m_tokens  bigint      NOT NULL,
+	cache_write_1h_tokens  bigint      NOT NULL,
+	audio_input_tokens     bigint      NOT NULL,
+	audio_output_tokens    bigint      NOT NULL,
+	reasoning_tokens       bigint      NOT NULL, -- part of output_tokens, not priced on its own
+	web_searches           bigint      NOT NULL,
+	-- Unit prices applied, nano-USD per million units (tokens; searches).
+	price_input            bigint      NOT NULL,
+	price_output           bigint      NOT NULL,
+	price_cache_read       bigint      NOT NULL,
+	price_cache_write_5m   bigint      NOT NULL,
+	price_cache_write_1h   bigint      NOT NULL,
+	price_audio_input      bigint      NOT NULL,
+	price_audio_output     bigint      NOT NULL,
+	price_web_searches     bigint      NOT NULL,
+	service_tier           text        NOT NULL, -- '' for the standard tier
+	long_context_threshold bigint      NOT NULL, -- tokens; 0 for none
+	cost_nano_usd          bigint      NOT NULL, -- 0 for a non-2xx status
+	status                 integer     NOT NULL, -- the HTTP status the client saw
+	flags                  text[]      NOT NULL, -- estimated, fallback_price, interrupted, and any added later
+	endpoint               text        NOT NULL, -- primary or reserve; '' when unknown
+	stream                 boolean     NOT NULL,
+	start_time             timestamptz,
+	end_time               timestamptz,
+	copied_at              timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (account_id, entry_id)
+);
+CREATE INDEX ledger_account_end_time ON ledger (account_id, end_time);
+CREATE INDEX ledger_end_time ON ledger (end_time);
+CREATE TABLE ledger_sink_cursor (
+	account_id text        PRIMARY KEY,
+	entry_id   text        NOT NULL, -- the last entry copied
+	updated_at timestamptz NOT NULL DEFAULT now()
+);`,
+	// 2: built-in tool calls of the Responses API, counted and priced.
+	`ALTER TABLE ledger
+	ADD COLUMN file_searches                   bigint NOT NULL DEFAULT 0,
+	ADD COLUMN code_interpreter_sessions       bigint NOT NULL DEFAULT 0,
+	ADD COLUMN image_generations               bigint NOT NULL DEFAULT 0,
+	ADD COLUMN price_file_searches             bigint NOT NULL DEFAULT 0,
+	ADD COLUMN price_code_interpreter_sessions bigint NOT NULL DEFAULT 0,
+	ADD COLUMN price_image_generations         bigint NOT NULL DEFAULT 0;`,
+}
+
+// SchemaVersion is the version the sink migrates a database to.
+var SchemaVersion = len(migrations)
+
+// schemaLock is the transaction-level advisory lock under which the schema
+// is migrated, so that two sinks starting at once do not both migrate.
+const schemaLock = 0x6c656467 // "ledg"
+
+// usageColumns names the column of each usage kind and of its unit price
+// (empty for a kind that is not priced). A usage kind added to the ledger
+// needs its columns here and in a migration; a test fails until it has them.
+var usageColumns = map[string][2]string{
+	"input":          {"input_tokens", "price_input"},
+	"output":         {"output_tokens", "price_output"},
+	"cache_read":     {"cache_read_tokens", "price_cache_read"},
+	"cache_write_5m": {"cache_write_5m_tokens", "price_cache_write_5m"},
+	"cache_write_1h": {"cache_write_1h_tokens", "price_cache_write_1h"},
+	"audio_input":    {"audio_input_tokens", "price_audio_input"},
+	"audio_output":   {"audio_output_tokens", "price_audio_output"},
+	"reasoning":      {"reasoning_tokens", ""},
+	"web_searches":   {"web_searches", "price_web_searches"},
+
+	"file_searches":             {"file_searches", "price_file_searches"},
+	"code_interpreter_sessions": {"code_interpreter_sessions", "price_code_interpreter_sessions"},
+	"image_generations":         {"image_generations", "price_image_generations"},
+}
+
+// migrate brings the database's schema to SchemaVersion in one transaction
+// (a failed step leaves the schema as it was), and refuses a database
+// migrated by a newer sink.
+func migrate(ctx context.Context, conn *pgx.Conn) error { return migrateTo(ctx, conn, SchemaVersion) }
+
+// migrateTo migrates to version want (tests stop at older versions).
+func migrateTo(ctx context.Context, conn *pgx.Conn, want int) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(schemaLock)); err != nil {
+		return fmt.Errorf("migrate: lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS ledger_schema_version (version integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	var v int
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM ledger_schema_version`).Scan(&v); err != nil {
+		return fmt.Errorf("migrate: reading the version: %w", err)
+	}
+	if v > SchemaVersion {
+		return fmt.Errorf("migrate: the database has schema version %d, newer than this sink's %d; run a newer sink", v, SchemaVersion)
+	}
+	for ; v < want; v++ {
+		if _, err := tx.Exec(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("migrate: to version %d: %w", v+1, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger_schema_version (version) VALUES ($1)`, v+1); err != nil {
+			return fmt.Errorf("migrate: to version %d: %w", v+1, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+// insertSQL is the statement that copies one entry; a replay does nothing.
+var insertSQL = func() string {
+	cols := []string{"account_id", "entry_id", "settled_at", "request_id", "key_id", "key_label",
+		"model", "model_requested", "model_reported"}
+	for _, k := range usage.Kinds {
+		c := usageColumns[k.Name]
+		cols = append(cols, c[0])
+		if k.Priced {
+			cols = append(cols, c[1])
+		}
+	}
+	cols = append(cols, "service_tier", "long_context_threshold", "cost_nano_usd", "status", "flags",
+		"endpoint", "stream", "start_time", "end_time")
+	q := "INSERT INTO ledger ("
+	vals := ""
+	for i, c := range cols {
+		if i > 0 {
+			q += ", "
+			vals += ", "
+		}
+		q += c
+		vals += fmt.Sprintf("$%d", i+1)
+	}
+	return q + ") VALUES (" + vals + ") ON CONFLICT (account_id, entry_id) DO NOTHING"
+}()

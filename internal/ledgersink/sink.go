@@ -1,0 +1,412 @@
+// Package ledgersink copies the ledger into PostgreSQL for finance: every
+// settled entry of every account, exactly once by (account, entry id), into
+// the table "ledger", continuously and resumably.
+//
+// The sink is its own process beside the sidecars: it reads the ledger from
+// Redis the way an export does and never touches the request path, so a slow
+// or absent database only grows its lag (gateway_ledger_sink_lag_seconds).
+// Each page of an account's entries is inserted in one transaction together
+// with the account's cursor, so a restart resumes after the last page
+// committed, and a replayed page inserts nothing (ON CONFLICT DO NOTHING).
+// After the commit the sink moves its mark in Redis (store.CommitSink), which
+// lets store.ledger_retention trim what PostgreSQL holds.
+package ledgersink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
+)
+
+// Options configure a Sink. Zero values pick the defaults.
+type Options struct {
+	// DatabaseURL is a postgres:// URL or a libpq key=value string.
+	DatabaseURL string
+	// Interval is the pause between passes once caught up, and between
+	// attempts to reach the database.
+	Interval time.Duration // default 1s
+	// PageSize is the number of entries inserted per transaction.
+	PageSize int // default 1000
+	// Timeout bounds connecting and each transaction.
+	Timeout time.Duration // default 30s
+	Logger  *slog.Logger
+	// Registerer receives the sink's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	Now        func() time.Time
+}
+
+// Sink copies the ledger from the store into PostgreSQL.
+type Sink struct {
+	st   *store.Store
+	opts Options
+	log  *slog.Logger
+
+	conn *pgx.Conn // nil while disconnected
+	// cursors are the accounts' last copied entry ids, as committed in
+	// PostgreSQL; loaded on connecting.
+	cursors map[string]string
+	// marked are the ids last committed to the store's sink mark.
+	marked map[string]string
+	labels map[string]map[string]string // account -> key id -> label
+
+	mu       sync.Mutex
+	caughtUp bool
+
+	lag     prometheus.Gauge
+	copied  prometheus.Counter
+	errs    *prometheus.CounterVec
+	dbUp    prometheus.Gauge
+	lastRun prometheus.Gauge
+}
+
+// New returns a sink reading from st.
+func New(st *store.Store, o Options) *Sink {
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.PageSize <= 0 || o.PageSize > 1000 {
+		o.PageSize = 1000
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &Sink{
+		st: st, opts: o, log: o.Logger,
+		marked: map[string]string{},
+		labels: map[string]map[string]string{},
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_ledger_sink_lag_seconds",
+			Help: "Age of the oldest settled ledger entry not yet copied into PostgreSQL; 0 when every entry is copied.",
+		}),
+		copied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_ledger_sink_entries_total",
+			Help: "Ledger entries inserted into PostgreSQL (replays that inserted nothing not counted).",
+		}),
+		errs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_ledger_sink_errors_total",
+			Help: "Failed attempts of the ledger sink, by what failed: database or store.",
+		}, []string{"stage"}),
+		dbUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_ledger_sink_database_up",
+			Help: "1 while the ledger sink is connected to PostgreSQL with its schema migrated.",
+		}),
+		lastRun: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_ledger_sink_last_pass_timestamp_seconds",
+			Help: "When the ledger sink last finished a pass over every account (unix seconds).",
+		}),
+	}
+	s.errs.WithLabelValues("database")
+	s.errs.WithLabelValues("store")
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(s.lag, s.copied, s.errs, s.dbUp, s.lastRun)
+	}
+	return s
+}
+
+// Run copies until ctx ends, then closes the database connection.
+func (s *Sink) Run(ctx context.Context) error {
+	defer s.disconnect()
+	for {
+		if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("ledger sink pass failed; retrying", "err", err, "in", s.opts.Interval.String())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(s.opts.Interval):
+		}
+	}
+}
+
+// Pass copies every account's entries not yet copied, and reports how many
+// it inserted. The lag gauge is set from what was left behind: an account
+// whose entries could not be copied counts from its oldest uncopied entry.
+func (s *Sink) Pass(ctx context.Context) (inserted int, err error) {
+	var errs []error
+	if s.conn == nil {
+		if err := s.connect(ctx); err != nil {
+			s.errs.WithLabelValues("database").Inc()
+			errs = append(errs, err)
+		}
+	}
+	accounts, err := s.st.ListAccounts(ctx)
+	if err != nil {
+		s.errs.WithLabelValues("store").Inc()
+		return 0, errors.Join(append(errs, fmt.Errorf("listing accounts: %w", err))...)
+	}
+	var oldest time.Time // of the entries left uncopied
+	for _, a := range accounts {
+		n, left, err := s.copyAccount(ctx, a.ID)
+		inserted += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if !left.IsZero() && (oldest.IsZero() || left.Before(oldest)) {
+			oldest = left
+		}
+	}
+	if oldest.IsZero() {
+		s.lag.Set(0)
+	} else {
+		s.lag.Set(max(0, s.opts.Now().Sub(oldest).Seconds()))
+	}
+	if len(errs) == 0 {
+		s.lastRun.Set(float64(s.opts.Now().UnixNano()) / 1e9)
+	}
+	s.mu.Lock()
+	s.caughtUp = len(errs) == 0 && oldest.IsZero()
+	s.mu.Unlock()
+	return inserted, errors.Join(errs...)
+}
+
+// CaughtUp reports whether the last pass copied everything there was.
+func (s *Sink) CaughtUp() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.caughtUp
+}
+
+// copyAccount copies the account's entries after its cursor, page by page.
+// It returns the number inserted and the settlement time of the oldest
+// entry left uncopied (zero when none is left).
+func (s *Sink) copyAccount(ctx context.Context, account string) (inserted int, left time.Time, err error) {
+	if err := s.mark(ctx, account); err != nil {
+		return 0, time.Time{}, err
+	}
+	after := s.cursors[account]
+	if s.conn == nil {
+		// No database: measure the lag from the store's sink mark.
+		if after, err = s.st.SinkMark(ctx, account); err != nil {
+			s.errs.WithLabelValues("store").Inc()
+			return 0, time.Time{}, err
+		}
+	}
+	for {
+		page, _, err := s.st.Ledger(ctx, account, after, s.opts.PageSize)
+		if errors.Is(err, store.ErrNotFound) {
+			return inserted, time.Time{}, nil // deleted since listed
+		}
+		if err != nil {
+			s.errs.WithLabelValues("store").Inc()
+			return inserted, time.Time{}, err
+		}
+		if len(page) == 0 {
+			return inserted, time.Time{}, s.mark(ctx, account)
+		}
+		if s.conn == nil {
+			return inserted, entryTime(page[0].ID), nil
+		}
+		n, err := s.write(ctx, account, page)
+		if err != nil {
+			s.errs.WithLabelValues("database").Inc()
+			s.disconnect()
+			return inserted, entryTime(page[0].ID), err
+		}
+		inserted += n
+		after = page[len(page)-1].ID
+		if err := s.mark(ctx, account); err != nil {
+			return inserted, time.Time{}, err
+		}
+		if len(page) < s.opts.PageSize {
+			return inserted, time.Time{}, nil
+		}
+	}
+}
+
+// mark moves the store's sink mark to the cursor committed in PostgreSQL,
+// letting retention trim what the database holds. The first call for an
+// account registers the sink as its reader even before anything is copied
+// (or while the database is down): from then on, trimming after exports
+// waits for the sink too.
+func (s *Sink) mark(ctx context.Context, account string) error {
+	c := s.cursors[account]
+	if m, ok := s.marked[account]; ok && (c == "" || m == c) {
+		return nil
+	}
+	if _, _, err := s.st.CommitSink(ctx, account, c); err != nil {
+		s.errs.WithLabelValues("store").Inc()
+		return err
+	}
+	s.marked[account] = c
+	return nil
+}
+
+// write inserts a page and moves the account's cursor in one transaction.
+func (s *Sink) write(ctx context.Context, account string, page []store.LedgerEntry) (int, error) {
+	labels, err := s.keyLabels(ctx, account, page)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	tx, err := s.conn.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
+	}
+	defer tx.Rollback(ctx)
+	b := &pgx.Batch{}
+	for _, e := range page {
+		b.Queue(insertSQL, row(account, labels[e.KeyID], e)...)
+	}
+	last := page[len(page)-1].ID
+	b.Queue(`INSERT INTO ledger_sink_cursor (account_id, entry_id) VALUES ($1, $2)
+		ON CONFLICT (account_id) DO UPDATE SET entry_id = excluded.entry_id, updated_at = now()`, account, last)
+	res := tx.SendBatch(ctx, b)
+	inserted := 0
+	for range page {
+		tag, err := res.Exec()
+		if err != nil {
+			res.Close()
+			return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
+		}
+		inserted += int(tag.RowsAffected())
+	}
+	if _, err := res.Exec(); err != nil {
+		res.Close()
+		return 0, fmt.Errorf("copying the ledger of %s: cursor: %w", account, err)
+	}
+	if err := res.Close(); err != nil {
+		return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("copying the ledger of %s: commit: %w", account, err)
+	}
+	s.cursors[account] = last
+	s.copied.Add(float64(inserted))
+	return inserted, nil
+}
+
+// keyLabels returns the labels of the account's keys, read again when the
+// page names a key not seen before.
+func (s *Sink) keyLabels(ctx context.Context, account string, page []store.LedgerEntry) (map[string]string, error) {
+	labels := s.labels[account]
+	for _, e := range page {
+		if _, ok := labels[e.KeyID]; ok || e.KeyID == "" {
+			continue
+		}
+		keys, err := s.st.ListKeys(ctx, account)
+		if err != nil {
+			s.errs.WithLabelValues("store").Inc()
+			return nil, fmt.Errorf("key labels of %s: %w", account, err)
+		}
+		labels = make(map[string]string, len(keys))
+		for _, k := range keys {
+			labels[k.ID] = k.Label
+		}
+		s.labels[account] = labels
+		break
+	}
+	return labels, nil
+}
+
+// row is the insert's arguments for one entry, in insertSQL's order.
+func row(account, label string, e store.LedgerEntry) []any {
+	args := []any{account, e.ID, entryTime(e.ID), e.RequestID, e.KeyID, label,
+		string(e.Priced), string(e.Requested), string(e.Reported)}
+	for _, k := range usage.Kinds {
+		args = append(args, k.Of(e.Usage))
+		if k.Priced {
+			args = append(args, k.Of(e.Rates))
+		}
+	}
+	return append(args, e.ServiceTier, e.LongContext, e.Cost, e.Status, Flags(e.Settlement),
+		e.Endpoint, e.Stream, nullTime(e.StartedAt), nullTime(e.EndedAt))
+}
+
+// Flags are the names of an entry's flags, as the export names its
+// booleans; never nil, so that the column holds '{}' rather than NULL.
+func Flags(st store.Settlement) []string {
+	f := []string{}
+	if st.Estimated {
+		f = append(f, "estimated")
+	}
+	if st.Fallback {
+		f = append(f, "fallback_price")
+	}
+	if st.Interrupted {
+		f = append(f, "interrupted")
+	}
+	if st.Reconciled {
+		f = append(f, "reconciled")
+	}
+	return f
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// entryTime is the settlement time an entry id carries (MS-SEQ).
+func entryTime(id string) time.Time {
+	ms, _, _ := strings.Cut(id, "-")
+	n, _ := strconv.ParseInt(ms, 10, 64)
+	return time.UnixMilli(n).UTC()
+}
+
+// connect opens the database, migrates its schema and loads the cursors.
+func (s *Sink) connect(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.opts.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connecting to the database: %w", err)
+	}
+	if err := migrate(ctx, conn); err != nil {
+		conn.Close(context.Background())
+		return err
+	}
+	rows, err := conn.Query(ctx, `SELECT account_id, entry_id FROM ledger_sink_cursor`)
+	if err != nil {
+		conn.Close(context.Background())
+		return fmt.Errorf("reading the cursors: %w", err)
+	}
+	cursors := map[string]string{}
+	for rows.Next() {
+		var a, id string
+		if err := rows.Scan(&a, &id); err != nil {
+			rows.Close()
+			conn.Close(context.Background())
+			return fmt.Errorf("reading the cursors: %w", err)
+		}
+		cursors[a] = id
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		conn.Close(context.Background())
+		return fmt.Errorf("reading the cursors: %w", err)
+	}
+	s.conn, s.cursors = conn, cursors
+	s.dbUp.Set(1)
+	s.log.Info("ledger sink connected", "schema_version", SchemaVersion, "accounts_copied", len(cursors))
+	return nil
+}
+
+func (s *Sink) disconnect() {
+	if s.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.conn.Close(ctx)
+		cancel()
+	}
+	s.conn, s.cursors = nil, nil
+	s.dbUp.Set(0)
+}
