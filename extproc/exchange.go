@@ -604,6 +604,10 @@ func (x *exchange) settle(complete bool) {
 		x.s.metrics.streams.Dec()
 	}
 	st := x.outcome(complete)
+	if st.Capped {
+		x.s.metrics.capped.WithLabelValues(x.upstream.Name).Inc()
+		x.s.log.Warn("usage beyond what the request allowed was capped", "request_id", st.RequestID, "account", st.AccountID, "model", st.Priced)
+	}
 	// Renewed until the hold is gone: if the settlement waits in the queue
 	// or the spool, a sweep in the meantime charges the same.
 	x.s.holds.Finish(x.open, st.Checkpoint())
@@ -662,6 +666,10 @@ func (x *exchange) outcome(complete bool) store.Settlement {
 	}
 	if x.meter != nil && st.Status >= 200 && st.Status <= 299 {
 		r := x.meter.Usage(complete)
+		in, out := tokenBounds(x.price, x.req, int64(len(x.body)))
+		if u, ok := capUsage(r.Usage, in, out); !ok {
+			r.Usage, st.Capped = u, true
+		}
 		region := x.upstream.regional[x.endpoint]
 		c := x.price.Price(r.Usage, r.ServiceTier, region)
 		st.Usage, st.Reported = r.Usage, r.Model

@@ -5,6 +5,7 @@ import (
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // defaultHoldOutput is the output a request without max_tokens is held for
@@ -97,4 +98,33 @@ func tokenBounds(price *pricing.Model, req format.Request, bodyBytes int64) (inp
 		output *= choices
 	}
 	return input, output
+}
+
+// maxWebSearches bounds the web searches one reply is charged for; vendors
+// run a few dozen at most.
+const maxWebSearches = 1000
+
+// capUsage limits a reply's usage to what its request allowed (tokenBounds):
+// input-side kinds together to input, output-side kinds together to output
+// (the hold covers no more), web searches to maxWebSearches. A vendor's
+// figure beyond them is not believed: ok is false when anything was cut.
+func capUsage(u usage.Usage, input, output int64) (capped usage.Usage, ok bool) {
+	ok = true
+	take := func(v *int64, left *int64) {
+		if *v > *left {
+			*v, ok = *left, false
+		}
+		*left -= *v
+	}
+	for _, v := range []*int64{&u.Input, &u.CacheRead, &u.CacheWrite5m, &u.CacheWrite1h, &u.AudioInput} {
+		take(v, &input)
+	}
+	for _, v := range []*int64{&u.Output, &u.AudioOutput} {
+		take(v, &output)
+	}
+	u.Reasoning = min(u.Reasoning, u.Output) // inside output
+	if u.WebSearches > maxWebSearches {
+		u.WebSearches, ok = maxWebSearches, false
+	}
+	return u, ok
 }

@@ -129,3 +129,17 @@ func TestHoldOfResponses(t *testing.T) {
 		t.Errorf("cost %d above the hold %d", c, holdOf(m, req, 500))
 	}
 }
+
+// Usage beyond what the request allowed is capped at its bounds, each side
+// as a whole, and reported.
+func TestCapUsage(t *testing.T) {
+	u := usage.Usage{Input: 50, CacheRead: 80, Output: 9e18, Reasoning: 9e18, AudioOutput: 5, WebSearches: 2}
+	got, ok := capUsage(u, 100, 200)
+	want := usage.Usage{Input: 50, CacheRead: 50, Output: 200, Reasoning: 200, WebSearches: 2}
+	if ok || got != want {
+		t.Errorf("capped %+v, %v; want %+v, false", got, ok, want)
+	}
+	if got, ok := capUsage(usage.Usage{Input: 100, Output: 150, AudioOutput: 50}, 100, 200); !ok || got.Output != 150 {
+		t.Errorf("within bounds: %+v, %v", got, ok)
+	}
+}

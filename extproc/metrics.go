@@ -24,6 +24,7 @@ type Metrics struct {
 	inflight      prometheus.Gauge
 	streams       prometheus.Gauge
 	leaseCuts     prometheus.Counter
+	capped        *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg (if not nil).
@@ -68,6 +69,9 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gateway_inflight_streams", Help: "Admitted streaming (SSE) requests not yet settled.",
 		}),
+		capped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_usage_capped_total", Help: "Replies whose reported usage exceeded what the request allowed (max_tokens × n, the body's size for input) and was capped, by upstream.",
+		}, []string{"upstream"}),
 		leaseCuts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_lease_cuts_total", Help: "Requests cut short because their hold could not be renewed before its lease ended (the store unreachable).",
 		}),
@@ -82,6 +86,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 			m.rejections.WithLabelValues(u, r)
 		}
 		m.estimated.WithLabelValues(u)
+		m.capped.WithLabelValues(u)
 	}
 	for _, level := range []store.Level{store.AccountLevel, store.KeyLevel} {
 		for _, o := range []store.Outcome{store.RateLimited, store.TokenLimited, store.ConcurrencyLimited,
@@ -94,7 +99,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
-			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.leaseCuts)
+			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.leaseCuts, m.capped)
 	}
 	return m
 }

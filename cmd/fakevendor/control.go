@@ -39,6 +39,9 @@ type Controls struct {
 	// the fake's count of the body: a prompt above a long-context threshold
 	// without sending one.
 	InputTokens int `json:"input_tokens"`
+	// OutputTokens, when not 0, is reported as the output instead of the
+	// reply's words: a vendor claiming more than it sent.
+	OutputTokens int `json:"output_tokens"`
 	// ServiceTier is reported as the tier that served the reply; empty
 	// reports the default ("standard" for messages, "default" for chat completions).
 	ServiceTier string `json:"service_tier"`
@@ -98,6 +101,7 @@ type controlUpdate struct {
 	CacheWriteTokens *int    `json:"cache_write_tokens"`
 	CacheWrite1h     *int    `json:"cache_write_1h_tokens"`
 	InputTokens      *int    `json:"input_tokens"`
+	OutputTokens     *int    `json:"output_tokens"`
 	ServiceTier      *string `json:"service_tier"`
 	AudioInput       *int    `json:"audio_input_tokens"`
 	AudioOutput      *int    `json:"audio_output_tokens"`
@@ -124,7 +128,7 @@ func (u *controlUpdate) validate() error {
 		"status_count": u.StatusCount, "latency_ms": u.LatencyMS, "event_delay_ms": u.EventDelayMS,
 		"cache_read_tokens": u.CacheReadTokens, "cache_write_tokens": u.CacheWriteTokens,
 		"reply_words": u.ReplyWords, "abort_after_events": u.AbortAfterEvents,
-		"cache_write_1h_tokens": u.CacheWrite1h, "input_tokens": u.InputTokens,
+		"cache_write_1h_tokens": u.CacheWrite1h, "input_tokens": u.InputTokens, "output_tokens": u.OutputTokens,
 		"audio_input_tokens": u.AudioInput, "audio_output_tokens": u.AudioOutput,
 		"reasoning_tokens": u.ReasoningTokens, "web_search_requests": u.WebSearches,
 		"tool_prompt_tokens": u.ToolPromptTokens, "background_polls": u.BackgroundPolls,
@@ -151,6 +155,7 @@ func (u *controlUpdate) apply(c *Controls) {
 	set(&c.ReplyWords, u.ReplyWords)
 	set(&c.CacheWrite1hTokens, u.CacheWrite1h)
 	set(&c.InputTokens, u.InputTokens)
+	set(&c.OutputTokens, u.OutputTokens)
 	set(&c.AudioInputTokens, u.AudioInput)
 	set(&c.AudioOutputTokens, u.AudioOutput)
 	set(&c.WebSearchRequests, u.WebSearches)

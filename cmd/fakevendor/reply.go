@@ -108,6 +108,9 @@ func planReply(body []byte, msgs []message, limit int, tool *toolCall, ctl *Cont
 	}
 	rp.words = replyWords(userText, n)
 	rp.outputTokens = len(rp.words)
+	if ctl.OutputTokens > 0 {
+		rp.outputTokens = ctl.OutputTokens
+	}
 	return rp
 }
 

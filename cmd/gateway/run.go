@@ -251,6 +251,7 @@ func checkListeners(l config.Listeners, cfgPath, movedBy string) error {
 		{l.ExtProc, "listeners.extproc in " + cfgPath},
 		{l.Control, "listeners.control in " + cfgPath},
 		{l.Admin, "listeners.admin in " + cfgPath},
+		{l.Console, "listeners.console in " + cfgPath},
 	} {
 		ln, err := net.Listen("tcp", c.addr)
 		if err == nil {

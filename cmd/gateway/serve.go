@@ -61,6 +61,7 @@ func serveCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen.ExtProc, "listen-extproc", "", "override listeners.extproc (e.g. 0.0.0.0:50051 in a container)")
 	cmd.Flags().StringVar(&listen.Control, "listen-control", "", "override listeners.control")
 	cmd.Flags().StringVar(&listen.Admin, "listen-admin", "", "override listeners.admin")
+	cmd.Flags().StringVar(&listen.Console, "listen-console", "", "override listeners.console")
 	cmd.Flags().StringVar(&envoyAdmin, "envoy-admin", "", "Envoy admin URL for route reporting (default: http://listeners.envoy_admin)")
 	cmd.Flags().DurationVar(&keyCacheTTL, "key-cache-ttl", config.DefaultKeyCacheTTL, "how long key lookups are cached (bounds revocation delay)")
 	return cmd
@@ -102,7 +103,7 @@ func overrideListeners(l *config.Listeners, o config.Listeners) {
 		dst *string
 		src string
 	}{
-		{&l.ExtProc, o.ExtProc}, {&l.Control, o.Control}, {&l.Admin, o.Admin},
+		{&l.ExtProc, o.ExtProc}, {&l.Control, o.Control}, {&l.Admin, o.Admin}, {&l.Console, o.Console},
 	} {
 		if p.src != "" {
 			*p.dst = p.src

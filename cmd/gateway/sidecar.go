@@ -45,6 +45,7 @@ type sidecar struct {
 	health  *health.Server
 	control *http.Server
 	admin   *grpc.Server // nil when no admin token is configured
+	console *http.Server // the operator console; nil when not served
 	serving atomic.Bool
 	storeUp atomic.Bool
 	// stopWatch ends the route watcher and the store probe.
@@ -59,6 +60,7 @@ type sidecar struct {
 	ExtProcAddr net.Addr
 	ControlAddr net.Addr
 	AdminAddr   net.Addr       // nil when the admin API is not served
+	ConsoleAddr net.Addr       // nil when the operator console is not served
 	Admin       *admin.Service // the admin API in process, served or not
 	Store       *store.Store
 	// Prices are the upstreams' price tables, replaced in place by
@@ -274,6 +276,12 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		hl.Close()
 		return nil, err
 	}
+	if err := s.startConsole(c); err != nil {
+		gl.Close()
+		hl.Close()
+		s.stopAdmin(context.Background())
+		return nil, err
+	}
 	go func() {
 		if err := s.grpc.Serve(gl); err != nil {
 			o.Logger.Error("extproc server stopped", "err", err)
@@ -376,6 +384,7 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	s.control.Shutdown(cctx)
 	s.stopAdmin(cctx)
+	s.stopConsole(cctx)
 	cancel()
 	s.stopWatch()
 }

@@ -33,7 +33,7 @@ func testSidecar(t *testing.T, adminToken string) *sidecar {
 	if err != nil {
 		t.Fatal(err)
 	}
-	overrideListeners(&cfg.Listeners, config.Listeners{ExtProc: "127.0.0.1:0", Control: "127.0.0.1:0", Admin: "127.0.0.1:0"})
+	overrideListeners(&cfg.Listeners, config.Listeners{ExtProc: "127.0.0.1:0", Control: "127.0.0.1:0", Admin: "127.0.0.1:0", Console: "127.0.0.1:0"})
 	// The pricing package's made-up catalogue: no download needed.
 	cfg.Catalogue = "../../internal/pricing/testdata/catalogue.json"
 	cfg.Store.SpoolDir = filepath.Join(t.TempDir(), "spool")
@@ -119,12 +119,36 @@ func TestSidecarServes(t *testing.T) {
 	if sc.AdminAddr == nil {
 		t.Fatal("admin API not served although a token is set")
 	}
+
+	// The control port serves /v1/usage itself (not a redirect to the
+	// console's subtree), the console's data API and its customer page; the
+	// operator console has its own port.
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, c := range []struct {
+		url  string
+		code int
+	}{
+		{"http://" + sc.ControlAddr.String() + "/v1/usage", http.StatusUnauthorized},
+		{"http://" + sc.ControlAddr.String() + "/v1/usage?period=month", http.StatusUnauthorized},
+		{"http://" + sc.ControlAddr.String() + "/v1/usage/daily", http.StatusUnauthorized},
+		{"http://" + sc.ControlAddr.String() + "/console/", http.StatusOK},
+		{"http://" + sc.ConsoleAddr.String() + "/signin", http.StatusOK},
+	} {
+		resp, err := noRedirect.Get(c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.code {
+			t.Errorf("GET %s: %d, want %d", c.url, resp.StatusCode, c.code)
+		}
+	}
 }
 
 func TestSidecarWithoutAdminToken(t *testing.T) {
 	sc := testSidecar(t, "")
-	if sc.AdminAddr != nil {
-		t.Fatalf("admin API served on %v without a token", sc.AdminAddr)
+	if sc.AdminAddr != nil || sc.ConsoleAddr != nil {
+		t.Fatalf("admin API (%v) or operator console (%v) served without a token", sc.AdminAddr, sc.ConsoleAddr)
 	}
 }
 

@@ -108,7 +108,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	for _, want := range []string{
 		"GatewayStoreDown", "GatewayUpstreamNoEndpoint", "GatewayUpstreamOnReserve",
-		"GatewaySpoolGrowing", "GatewayErrorRatio", "GatewaySettlementLag", "GatewaySettlementsLost",
+		"GatewaySpoolGrowing", "GatewayErrorRatio", "GatewaySettlementLag", "GatewaySettlementsLost", "GatewayUsageCapped",
 	} {
 		if !alerts[want] {
 			t.Errorf("no alert %s", want)

@@ -35,6 +35,26 @@ func (b *JSONBuffer) Bytes() []byte { return b.buf }
 // Overflowed reports whether the reply outgrew MaxJSONBody.
 func (b *JSONBuffer) Overflowed() bool { return b.overflow }
 
+// Final says what a meter read of a reply's final figures, for Settle.
+type Final struct {
+	// Ended: the reply was read to its end, or to the event that carries
+	// its final figures, and did not fail.
+	Ended bool
+	// Input and Output: a valid final input and output figure was read (a
+	// non-negative integer where the format puts the final count; a
+	// string, a negative number or a count from an earlier event is not).
+	Input, Output bool
+}
+
+// Settle is EstimateGaps for every format: a reply stands as reported only
+// when it ended with valid final input and output figures. A stream that
+// ends without them (a messages-format message_start without usage, string
+// or negative figures, no usage chunk) is estimated and flagged, never
+// free.
+func Settle(r usage.Report, f Final, text *tokens.Tally, estimateInput func() int64) usage.Report {
+	return EstimateGaps(r, f.Ended && f.Input && f.Output, f.Input, text, estimateInput)
+}
+
 // EstimateGaps returns the usage a meter reports from the figures r it read.
 // A reply read whole, to its end and with its input and output figures,
 // stands as reported. Otherwise r is marked estimated, its output is raised

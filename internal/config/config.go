@@ -93,6 +93,9 @@ type Listeners struct {
 	ExtProc    string `yaml:"extproc"`     // sidecar gRPC: ext_proc and grpc.health.v1
 	Control    string `yaml:"control"`     // sidecar HTTP: /health, /v1/usage, /metrics
 	Admin      string `yaml:"admin"`       // sidecar admin gRPC; never routed by Envoy
+	// Console is the operator console (HTTP, signed in with the admin
+	// token); loopback only, like the admin API, and never routed by Envoy.
+	Console string `yaml:"console"`
 	// Probes is Envoy's read-only listener for readiness and metrics
 	// (GET /ready, /stats/prometheus, /metrics); the only port besides the
 	// public one that may listen beyond loopback.
@@ -128,13 +131,18 @@ func (l Listeners) CheckSidecarBinds() error {
 	if t.Enabled() && (t.CA == "" || t.ServerCert == "" || t.ServerKey == "" || t.ClientCert == "" || t.ClientKey == "") {
 		return errors.New("listeners.tls: ca_file, server_cert_file, server_key_file, client_cert_file and client_key_file are all required")
 	}
-	for field, addr := range map[string]string{"extproc": l.ExtProc, "control": l.Control, "admin": l.Admin} {
+	for field, addr := range map[string]string{"extproc": l.ExtProc, "control": l.Control, "admin": l.Admin, "console": l.Console} {
+		if field == "console" && addr == "" {
+			continue // not served
+		}
 		host, _, err := SplitHostPort(addr)
 		if err != nil {
 			return fmt.Errorf("listeners.%s: %w", field, err)
 		}
 		switch {
 		case IsLoopback(host):
+		case field == "console":
+			return fmt.Errorf("listeners.console: %s is beyond loopback; the operator console listens on loopback only (reach it with kubectl port-forward)", addr)
 		case field == "admin":
 			return fmt.Errorf("listeners.admin: %s is beyond loopback; the admin API listens on loopback only (reach it with kubectl exec or port-forward)", addr)
 		case !t.Enabled():
@@ -491,6 +499,7 @@ func (c *Config) setDefaults() {
 	def(&c.Listeners.ExtProc, "127.0.0.1:50051")
 	def(&c.Listeners.Control, "127.0.0.1:8081")
 	def(&c.Listeners.Admin, "127.0.0.1:50052")
+	def(&c.Listeners.Console, "127.0.0.1:8082")
 	def(&c.Listeners.Probes, "127.0.0.1:9902")
 	def(&c.Listeners.Relay, "127.0.0.1:9903")
 	defDur(&c.Envoy.RequestHeadersTimeout, 10*time.Second)
@@ -563,7 +572,7 @@ func (c *Config) Validate() error {
 		"listeners.public": c.Listeners.Public, "listeners.envoy_admin": c.Listeners.EnvoyAdmin,
 		"listeners.extproc": c.Listeners.ExtProc, "listeners.control": c.Listeners.Control,
 		"listeners.admin": c.Listeners.Admin, "listeners.probes": c.Listeners.Probes,
-		"listeners.relay": c.Listeners.Relay,
+		"listeners.relay": c.Listeners.Relay, "listeners.console": c.Listeners.Console,
 	} {
 		if _, _, err := SplitHostPort(addr); err != nil {
 			return fmt.Errorf("%s: %w", field, err)

@@ -79,6 +79,7 @@ const (
 	ledgerInterrupted = "interrupted"
 	ledgerReconciled  = "reconciled" // settle.lua sets it; written "0" here
 	ledgerTierUnknown = "tier_unknown"
+	ledgerCapped      = "capped"
 	ledgerRegion      = "regional_processing"
 	ledgerUplift      = "regional_uplift_ppm"
 	ledgerPricePrefix = "price_"
@@ -120,6 +121,7 @@ func appendLedger(args []any, st Settlement, cost int64) []any {
 		ledgerFallback, boolString(st.Fallback),
 		ledgerCost, cost,
 		ledgerEstimated, boolString(st.Estimated),
+		ledgerCapped, boolString(st.Capped),
 		ledgerStatus, st.Status,
 		ledgerEndpoint, st.Endpoint,
 		ledgerStream, boolString(st.Stream),
@@ -151,6 +153,7 @@ func decodeLedgerFields(accountID string, v func(string) string) Settlement {
 		Fallback:    v(ledgerFallback) == "1",
 		Cost:        parseInt(v(ledgerCost)),
 		Estimated:   v(ledgerEstimated) == "1",
+		Capped:      v(ledgerCapped) == "1",
 		Status:      status,
 		Endpoint:    v(ledgerEndpoint),
 		Stream:      v(ledgerStream) == "1",

@@ -237,6 +237,9 @@ type Settlement struct {
 	Fallback    bool   // priced with the upstream's price for unknown models
 	Cost        int64  // nano-USD; zero for non-2xx replies
 	Estimated   bool
+	// Capped: the vendor reported more usage than the request allowed
+	// (max_tokens × n, the body's size for input); Usage is capped at that.
+	Capped bool
 	// Interrupted marks a request settled by the sweeper at its last
 	// checkpoint because its sidecar stopped renewing its hold.
 	Interrupted bool

@@ -152,8 +152,8 @@ func (m *streamMeter) Usage(complete bool) usage.Report {
 	u := usage.Report{Usage: m.usage.usage(m.webSearch), Model: usage.ReportedModel(m.model), ServiceTier: m.tier}
 	// The usage chunk is the stream's last: its figures are final even if
 	// the client leaves before [DONE].
-	whole := m.sawUsage && !m.failed
-	return format.EstimateGaps(u, whole, m.sawUsage, &m.text.Tally, func() int64 { return estimateInput(m.body) })
+	f := format.Final{Ended: m.sawUsage && !m.failed, Input: m.usage.seen[uPrompt], Output: m.usage.seen[uCompletion]}
+	return format.Settle(u, f, &m.text.Tally, func() int64 { return estimateInput(m.body) })
 }
 
 // jsonMeter buffers a non-streamed completion and reads it at the end.
@@ -212,7 +212,6 @@ func (m *jsonMeter) Usage(complete bool) usage.Report {
 		return nil
 	})
 	u.Usage = vu.usage(m.webSearch)
-	havePrompt := vu.seen[uPrompt]
-	whole := err == nil && !m.Overflowed() && havePrompt && vu.seen[uCompletion]
-	return format.EstimateGaps(u, whole, havePrompt, &text, func() int64 { return estimateInput(m.body) })
+	f := format.Final{Ended: err == nil && !m.Overflowed(), Input: vu.seen[uPrompt], Output: vu.seen[uCompletion]}
+	return format.Settle(u, f, &text, func() int64 { return estimateInput(m.body) })
 }

@@ -363,3 +363,23 @@ func TestWebSearchIsCountedFromTheRequest(t *testing.T) {
 		t.Error("no web_search_options, yet WebSearch")
 	}
 }
+
+// A usage chunk whose final figures are strings or negative is not the
+// vendor's word: the stream is estimated and flagged, never free.
+func TestStreamWithoutValidFiguresIsEstimated(t *testing.T) {
+	rec := string(formattest.Read(t, "every_dimension.sse"))
+	if !strings.Contains(rec, `"prompt_tokens":1000,"completion_tokens":400`) {
+		t.Fatal("recording changed")
+	}
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("word ", 200) + `"}]}`)
+	for name, rec := range map[string]string{
+		"string completion":   strings.Replace(rec, `"completion_tokens":400`, `"completion_tokens":"400"`, 1),
+		"negative completion": strings.Replace(rec, `"completion_tokens":400`, `"completion_tokens":-400`, 1),
+		"string prompt":       strings.Replace(rec, `"prompt_tokens":1000`, `"prompt_tokens":"1000"`, 1),
+	} {
+		u := meter(format.Request{}, body, eventStream, []byte(rec)).Usage(true)
+		if !u.Estimated || u.Input+u.CacheRead+u.AudioInput == 0 || u.Output+u.AudioOutput == 0 {
+			t.Errorf("%s: %+v; want estimated, with input and output", name, u)
+		}
+	}
+}

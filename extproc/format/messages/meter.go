@@ -118,17 +118,19 @@ func (m *streamMeter) event(ev sse.Event) {
 	}
 }
 
-// Usage reports the vendor's figures once message_delta's final count (or
-// message_stop) has been seen, even if the body then failed to reach the
-// client: the reply was generated in full. Otherwise it reports what was
-// observed, with output raised to the tokens counted in the streamed text
-// and, if message_start never came, input estimated from the request, and
-// marks the result estimated.
+// Usage reports the vendor's figures once message_delta's final count has
+// been seen with message_start's input, even if the body then failed to
+// reach the client: the reply was generated in full. Otherwise it reports
+// what was observed, with output raised to the tokens counted in the
+// streamed text and, without a valid input figure, input estimated from the
+// request, and marks the result estimated.
 func (m *streamMeter) Usage(complete bool) usage.Report {
 	u := m.usage.report()
 	u.Model = usage.ReportedModel(m.model)
-	whole := m.started && (m.stopped || m.final) && !m.failed
-	return format.EstimateGaps(u, whole, m.started, &m.text.Tally, func() int64 { return estimateInput(m.body) })
+	// The final output count is message_delta's: message_start's is the
+	// first token's.
+	f := format.Final{Ended: m.started && (m.stopped || m.final) && !m.failed, Input: m.usage.seen[uInput], Output: m.final}
+	return format.Settle(u, f, &m.text.Tally, func() int64 { return estimateInput(m.body) })
 }
 
 // jsonMeter buffers a non-streamed reply and reads it at the end.
@@ -177,7 +179,6 @@ func (m *jsonMeter) Usage(complete bool) usage.Report {
 	})
 	u := vu.report()
 	u.Model = usage.ReportedModel(model)
-	haveInput := vu.seen[uInput]
-	whole := err == nil && !m.Overflowed() && haveInput && vu.seen[uOutput]
-	return format.EstimateGaps(u, whole, haveInput, &text, func() int64 { return estimateInput(m.body) })
+	f := format.Final{Ended: err == nil && !m.Overflowed(), Input: vu.seen[uInput], Output: vu.seen[uOutput]}
+	return format.Settle(u, f, &text, func() int64 { return estimateInput(m.body) })
 }

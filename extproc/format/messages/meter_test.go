@@ -293,3 +293,29 @@ func TestStreamMeterMemory(t *testing.T) {
 		return Format{}.NewMeter(format.Request{Stream: true}, nil, eventStream)
 	})
 }
+
+// A stream without valid final figures is never free: a message_start
+// without usage, or figures that are strings or negative, are estimated from
+// the request and the streamed text, and flagged.
+func TestStreamWithoutValidFiguresIsEstimated(t *testing.T) {
+	rec := string(formattest.Read(t, "text.sse"))
+	const start = `"usage":{"input_tokens":25,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1,"service_tier":"standard"}`
+	const delta = `"usage":{"output_tokens":31}`
+	if !strings.Contains(rec, start) || !strings.Contains(rec, delta) {
+		t.Fatal("recording changed")
+	}
+	body := []byte(`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 200) + `"}]}`)
+	for name, rec := range map[string]string{
+		"message_start without usage": strings.Replace(rec, ","+start, "", 1),
+		"string input":                strings.Replace(rec, `"input_tokens":25`, `"input_tokens":"25"`, 1),
+		"negative input":              strings.Replace(rec, `"input_tokens":25`, `"input_tokens":-25`, 1),
+		"string output":               strings.Replace(rec, delta, `"usage":{"output_tokens":"31"}`, 1),
+		"negative output":             strings.Replace(rec, delta, `"usage":{"output_tokens":-31}`, 1),
+		"no message_delta usage":      strings.Replace(rec, ","+delta, "", 1),
+	} {
+		u := meter(body, eventStream, []byte(rec)).Usage(true)
+		if !u.Estimated || u.Input == 0 || u.Output < 10 {
+			t.Errorf("%s: %+v; want estimated, with input and the streamed text's output", name, u)
+		}
+	}
+}

@@ -1,0 +1,258 @@
+package console
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/admin"
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+const adminToken = "adm_test_token"
+
+type opFixture struct {
+	*fixture
+	op *Operator
+}
+
+func setupOperator(t *testing.T) *opFixture {
+	f := setup(t)
+	a, err := NewTokenAuthenticator(adminToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := admin.New(f.st, admin.Options{Now: f.clk.now})
+	op := NewOperator(OperatorOptions{Admin: svc, Store: f.st, Auth: a, Now: f.clk.now})
+	return &opFixture{fixture: f, op: op}
+}
+
+func (f *opFixture) do(t *testing.T, method, target, cookie string, form url.Values, hdr map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	var body *strings.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	} else {
+		body = strings.NewReader("")
+	}
+	req := httptest.NewRequest(method, target, body)
+	req.RemoteAddr = "192.0.2.1:1234"
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if cookie != "" {
+		req.AddCookie(&http.Cookie{Name: SessionCookie, Value: cookie})
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	f.op.ServeHTTP(rec, req)
+	return rec
+}
+
+// signIn returns the session cookie and the CSRF token of a new session.
+func (f *opFixture) signIn(t *testing.T) (cookie, csrf string) {
+	t.Helper()
+	rec := f.do(t, "POST", "/signin", "", url.Values{"token": {adminToken}}, nil)
+	if rec.Code != http.StatusSeeOther {
+		t.Fatalf("sign in: %d %s", rec.Code, rec.Body)
+	}
+	for _, c := range rec.Result().Cookies() {
+		if c.Name == SessionCookie {
+			cookie = c.Value
+		}
+	}
+	page := f.do(t, "GET", "/", cookie, nil, nil)
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page.Body.String())
+	if m == nil {
+		t.Fatalf("no CSRF token on the accounts page: %s", page.Body)
+	}
+	return cookie, m[1]
+}
+
+func TestOperatorSignIn(t *testing.T) {
+	f := setupOperator(t)
+	if rec := f.do(t, "GET", "/", "", nil, nil); rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/signin" {
+		t.Fatalf("signed out: %d %v", rec.Code, rec.Header())
+	}
+	rec := f.do(t, "POST", "/signin", "", url.Values{"token": {adminToken}}, nil)
+	c := rec.Result().Cookies()
+	if len(c) != 1 || !c[0].HttpOnly || c[0].SameSite != http.SameSiteStrictMode || c[0].Secure || c[0].Path != "/" {
+		t.Fatalf("cookie: %+v", c)
+	}
+	if strings.Contains(rec.Header().Get("Set-Cookie"), adminToken) {
+		t.Fatal("the admin token is in the cookie")
+	}
+	// Over TLS the cookie is Secure.
+	req := httptest.NewRequest("POST", "/signin", strings.NewReader("token="+adminToken))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.TLS = &tls.ConnectionState{}
+	tlsRec := httptest.NewRecorder()
+	f.op.ServeHTTP(tlsRec, req)
+	if c := tlsRec.Result().Cookies(); len(c) != 1 || !c[0].Secure {
+		t.Fatalf("cookie over TLS: %+v", c)
+	}
+	// The session works, then expires when idle.
+	if rec := f.do(t, "GET", "/", c[0].Value, nil, nil); rec.Code != 200 {
+		t.Fatalf("signed in: %d", rec.Code)
+	}
+	f.at(f.clk.t.Add(DefaultSessionIdle))
+	if rec := f.do(t, "GET", "/", c[0].Value, nil, nil); rec.Code != http.StatusSeeOther {
+		t.Fatalf("idle session still works: %d", rec.Code)
+	}
+	// A sign-in from another site is refused.
+	if rec := f.do(t, "POST", "/signin", "", url.Values{"token": {adminToken}}, map[string]string{"Origin": "http://evil.example"}); rec.Code != http.StatusForbidden {
+		t.Fatalf("cross-site sign-in: %d", rec.Code)
+	}
+}
+
+func TestOperatorSessionLifetime(t *testing.T) {
+	f := setupOperator(t)
+	cookie, _ := f.signIn(t)
+	start := f.clk.t
+	for f.clk.t.Sub(start) < DefaultSessionLifetime-DefaultSessionIdle {
+		f.at(f.clk.t.Add(DefaultSessionIdle / 2))
+		if rec := f.do(t, "GET", "/", cookie, nil, nil); rec.Code != 200 {
+			t.Fatalf("active session ended after %v", f.clk.t.Sub(start))
+		}
+	}
+	f.at(start.Add(DefaultSessionLifetime))
+	if rec := f.do(t, "GET", "/", cookie, nil, nil); rec.Code != http.StatusSeeOther {
+		t.Fatalf("session outlived its lifetime: %d", rec.Code)
+	}
+}
+
+func TestOperatorSignInRateLimited(t *testing.T) {
+	f := setupOperator(t)
+	for i := 0; i < signInsPerAddr; i++ {
+		if rec := f.do(t, "POST", "/signin", "", url.Values{"token": {"wrong"}}, nil); rec.Code != http.StatusUnauthorized {
+			t.Fatalf("attempt %d: %d", i, rec.Code)
+		}
+	}
+	// Even the right token waits once the attempts are spent.
+	rec := f.do(t, "POST", "/signin", "", url.Values{"token": {adminToken}}, nil)
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || len(rec.Result().Cookies()) != 0 {
+		t.Fatalf("over the limit: %d %v", rec.Code, rec.Header())
+	}
+	f.at(f.clk.t.Add(time.Minute))
+	if rec := f.do(t, "POST", "/signin", "", url.Values{"token": {adminToken}}, nil); rec.Code != http.StatusSeeOther {
+		t.Fatalf("after a minute: %d", rec.Code)
+	}
+}
+
+func TestOperatorActionsNeedCSRF(t *testing.T) {
+	f := setupOperator(t)
+	cookie, csrf := f.signIn(t)
+	name := `<img src=x onerror=alert(1)>`
+	for _, tc := range []struct {
+		form url.Values
+		hdr  map[string]string
+	}{
+		{url.Values{"name": {name}}, nil},
+		{url.Values{"name": {name}, "csrf": {"wrong"}}, nil},
+		{url.Values{"name": {name}, "csrf": {csrf}}, map[string]string{"Origin": "http://evil.example"}},
+		{url.Values{"name": {name}, "csrf": {csrf}}, map[string]string{"Sec-Fetch-Site": "cross-site"}},
+	} {
+		if rec := f.do(t, "POST", "/accounts", cookie, tc.form, tc.hdr); rec.Code != http.StatusForbidden {
+			t.Fatalf("%v %v: %d", tc.form, tc.hdr, rec.Code)
+		}
+	}
+	before, _ := f.st.ListAccounts(context.Background())
+	if len(before) != 2 {
+		t.Fatalf("a refused action created an account: %d", len(before))
+	}
+	rec := f.do(t, "POST", "/accounts", cookie, url.Values{"name": {name}, "csrf": {csrf}, "balance_usd": {"2.5"}},
+		map[string]string{"Origin": "http://example.com"})
+	if rec.Code != http.StatusSeeOther {
+		t.Fatalf("create: %d %s", rec.Code, rec.Body)
+	}
+	loc := rec.Header().Get("Location")
+	page := f.do(t, "GET", loc, cookie, nil, nil).Body.String()
+	if strings.Contains(page, name) || !strings.Contains(page, "&lt;img src=x onerror=alert(1)&gt;") {
+		t.Fatalf("the name is not escaped")
+	}
+	if !strings.Contains(page, "$2.50") || !strings.Contains(page, "Account created.") {
+		t.Fatalf("account page: %s", page)
+	}
+	audit, _, _ := f.st.RecentAudit(context.Background(), "", 10)
+	if len(audit) == 0 || audit[0].Action != "account.create" || audit[0].Actor != "console:admin" {
+		t.Fatalf("audit: %+v", audit)
+	}
+}
+
+func TestOperatorAccountActions(t *testing.T) {
+	f := setupOperator(t)
+	cookie, csrf := f.signIn(t)
+	base := "/accounts/" + f.acct
+	post := func(path string, form url.Values) *httptest.ResponseRecorder {
+		t.Helper()
+		form.Set("csrf", csrf)
+		return f.do(t, "POST", base+path, cookie, form, nil)
+	}
+	if rec := post("/topup", url.Values{"amount_usd": {"1.25"}, "idempotency_key": {"t1"}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("top up: %d %s", rec.Code, rec.Body)
+	}
+	post("/topup", url.Values{"amount_usd": {"1.25"}, "idempotency_key": {"t1"}}) // same key: once
+	if b, _ := f.st.Balance(context.Background(), f.acct); b != 6_250_000_000 {
+		t.Fatalf("balance %d", b)
+	}
+	if rec := post("/topup", url.Values{"amount_usd": {"1.2.5"}, "idempotency_key": {"t2"}}); rec.Code != http.StatusBadRequest {
+		t.Fatalf("bad amount: %d", rec.Code)
+	}
+	rec := post("/keys", url.Values{"kind": {"model"}, "label": {"ci"}})
+	m := regexp.MustCompile(`id="secret">(cr_[A-Za-z0-9_-]+)<`).FindStringSubmatch(rec.Body.String())
+	if rec.Code != 200 || m == nil {
+		t.Fatalf("create key: %d %s", rec.Code, rec.Body)
+	}
+	if rec.Header().Get("Cache-Control") != "no-store" {
+		t.Fatal("the secret page may be cached")
+	}
+	k, err := f.st.LookupKey(context.Background(), store.HashSecret(m[1]))
+	if err != nil || k.Label != "ci" {
+		t.Fatalf("new key: %+v %v", k, err)
+	}
+	if rec := post("/keys/"+k.ID+"/rotate", url.Values{}); rec.Code != 200 || !strings.Contains(rec.Body.String(), "cr_") {
+		t.Fatalf("rotate: %d", rec.Code)
+	}
+	if rec := post("/keys/"+k.ID+"/revoke", url.Values{"kind": {"model"}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("revoke: %d %s", rec.Code, rec.Body)
+	}
+	if rec := post("/suspend", url.Values{"reason": {"unpaid"}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("suspend: %d", rec.Code)
+	}
+	if a, _ := f.st.Account(context.Background(), f.acct); !a.Suspended {
+		t.Fatal("not suspended")
+	}
+	page := f.do(t, "GET", base, cookie, nil, nil).Body.String()
+	for _, action := range []string{"account.topup", "key.create", "key.rotate", "key.revoke", "account.suspend"} {
+		if !strings.Contains(page, ">"+action+"<") {
+			t.Errorf("the account's audit trail lacks %s", action)
+		}
+	}
+	if rec := post("/resume", url.Values{}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("resume: %d", rec.Code)
+	}
+	if rec := f.do(t, "GET", "/accounts/nope", cookie, nil, nil); rec.Code != http.StatusNotFound {
+		t.Fatalf("unknown account: %d", rec.Code)
+	}
+}
+
+func TestParseUSD(t *testing.T) {
+	for in, want := range map[string]int64{"1": 1e9, "1.5": 1_500_000_000, "$0.000000001": 1, ".25": 250_000_000} {
+		if got, err := parseUSD(in, false); err != nil || got != want {
+			t.Errorf("parseUSD(%q) = %d, %v", in, got, err)
+		}
+	}
+	for _, in := range []string{"", "0", "-1", "1e3", "1.0000000001", "1,5", "9999999999"} {
+		if _, err := parseUSD(in, false); err == nil {
+			t.Errorf("parseUSD(%q) accepted", in)
+		}
+	}
+}
