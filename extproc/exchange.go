@@ -324,7 +324,8 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	tokens := tokenBound(price, req, int64(len(body)))
 	t0 := time.Now()
 	d, err := x.s.accounts.Admit(ctx, store.Admission{
-		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID, Model: req.Model, Hold: hold,
+		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID,
+		Priced: price.Name, Requested: usage.RequestedModel(req.Model), Hold: hold,
 		Tokens: tokens, Stream: req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
 	})
 	x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
@@ -335,6 +336,9 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	}
 	if d.Outcome != store.Admitted {
 		x.s.metrics.limitRefusals.WithLabelValues(d.Level.String(), d.Outcome.String()).Inc()
+		if x.s.onRefusal != nil {
+			x.s.onRefusal(x.key.AccountID, x.key.ID, d.Level, d.Outcome)
+		}
 		kind, msg := refusal(d, hold, tokens)
 		return x.reject(kind, msg, d.RetryAfter)
 	}
@@ -666,7 +670,7 @@ func (x *exchange) outcome(complete bool) store.Settlement {
 	}
 	if x.meter != nil && st.Status >= 200 && st.Status <= 299 {
 		r := x.meter.Usage(complete)
-		in, out := tokenBounds(x.price, x.req, int64(len(x.body)))
+		in, out := usageBounds(x.price, x.req, int64(len(x.body)))
 		if u, ok := capUsage(r.Usage, in, out); !ok {
 			r.Usage, st.Capped = u, true
 		}

@@ -104,6 +104,24 @@ func tokenBounds(price *pricing.Model, req format.Request, bodyBytes int64) (inp
 // run a few dozen at most.
 const maxWebSearches = 1000
 
+// defaultMaxInput is the context window assumed for a model the catalogue
+// gives none for: far above any model's today.
+const defaultMaxInput = 10_000_000
+
+// usageBounds are the most usage a reply to the request can claim: output
+// as the hold counts it (max_tokens × n); input the larger of the hold's
+// (the body) and the model's context window, since files, images and
+// documents referenced by id or URL legitimately bring more input than the
+// body's bytes.
+func usageBounds(price *pricing.Model, req format.Request, bodyBytes int64) (input, output int64) {
+	input, output = tokenBounds(price, req, bodyBytes)
+	window := price.MaxInput
+	if window == 0 {
+		window = defaultMaxInput
+	}
+	return max(input, window), output
+}
+
 // capUsage limits a reply's usage to what its request allowed (tokenBounds):
 // input-side kinds together to input, output-side kinds together to output
 // (the hold covers no more), web searches to maxWebSearches. A vendor's

@@ -70,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 			Name: "gateway_inflight_streams", Help: "Admitted streaming (SSE) requests not yet settled.",
 		}),
 		capped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_usage_capped_total", Help: "Replies whose reported usage exceeded what the request allowed (max_tokens × n, the body's size for input) and was capped, by upstream.",
+			Name: "gateway_usage_capped_total", Help: "Replies whose reported usage exceeded what the request allowed (max_tokens × n for output, the model's context window for input) and was capped, by upstream.",
 		}, []string{"upstream"}),
 		leaseCuts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_lease_cuts_total", Help: "Requests cut short because their hold could not be renewed before its lease ended (the store unreachable).",

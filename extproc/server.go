@@ -60,6 +60,9 @@ type Options struct {
 	// Holds renews the holds of running requests; nil renews none (their
 	// holds then live one lease).
 	Holds *holds.Renewer
+	// OnRefusal, when set, hears of each admission a limit or the balance
+	// refused (the alerts watcher); it must not block.
+	OnRefusal func(accountID, keyID string, level store.Level, outcome store.Outcome)
 	// Owners records who created each stored response; nil refuses every
 	// request naming one.
 	Owners Owners
@@ -84,6 +87,7 @@ type Server struct {
 	settleT   time.Duration
 	maxBody   int64
 	holds     *holds.Renewer
+	onRefusal func(accountID, keyID string, level store.Level, outcome store.Outcome)
 	owners    Owners
 	parking   Parking
 	bgPoll    time.Duration
@@ -121,7 +125,8 @@ func NewServer(o Options) *Server {
 	s := &Server{
 		upstreams: o.Upstreams, keys: o.Keys, accounts: o.Accounts, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
-		owners: o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
+		onRefusal: o.OnRefusal,
+		owners:    o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
 	}
 	if s.bgPoll <= 0 {
 		s.bgPoll = DefaultBackgroundPoll

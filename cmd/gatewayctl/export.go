@@ -49,11 +49,14 @@ committed entry.`,
 		after := ""
 		var sync func() error
 		if out != "" {
-			f, last, err := openExport(out)
+			f, last, owner, err := openExport(out)
 			if err != nil {
 				return err
 			}
 			defer f.Close()
+			if err := a.checkExportOwner(cmd, out, account, last, owner); err != nil {
+				return err
+			}
 			w, after, sync = f, last, f.Sync
 		}
 		n, last, err := a.export(cmd, account, after, pageSize, !noCommit, w, sync)
@@ -121,40 +124,68 @@ func (a *app) export(cmd *cobra.Command, account, after string, size int32, comm
 	}
 }
 
-// openExport opens (or creates) an export file for appending and returns the
-// id of its last complete entry, "" when it has none. A partial last line is
-// cut off first.
-func openExport(path string) (*os.File, string, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+// checkExportOwner refuses to resume an export file of another account: its
+// last entry's id would skip (and, once committed, let the store trim) the
+// account's entries never exported. A last line that names no account
+// (written before entries named theirs) is taken only when its id is the
+// account's committed export mark.
+func (a *app) checkExportOwner(cmd *cobra.Command, path, account, last, owner string) error {
+	switch {
+	case last == "" || owner == account:
+		return nil
+	case owner != "":
+		return fmt.Errorf("%s holds the ledger of account %s, not %s; export each account to its own file", path, owner, account)
+	}
+	ctx, cancel, err := a.call(cmd)
 	if err != nil {
-		return nil, "", err
+		return err
+	}
+	defer cancel()
+	page, err := a.client.ExportLedger(ctx, &adminv1.ExportLedgerRequest{AccountId: account, PageSize: 1})
+	if err != nil {
+		return err
+	}
+	if page.GetMark() != last {
+		return fmt.Errorf("%s does not say which account it holds and its last entry %s is not the export mark of %s; export to a new file", path, last, account)
+	}
+	return nil
+}
+
+// openExport opens (or creates) an export file for appending and returns the
+// id of its last complete entry and the account it names, "" when it has
+// none. A partial last line is cut off first.
+func openExport(path string) (f *os.File, last, account string, err error) {
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, "", "", err
 	}
 	b, err := io.ReadAll(f)
 	if err != nil {
 		f.Close()
-		return nil, "", err
+		return nil, "", "", err
 	}
 	end := bytes.LastIndexByte(b, '\n') + 1
 	if end < len(b) {
 		if err := f.Truncate(int64(end)); err != nil {
 			f.Close()
-			return nil, "", err
+			return nil, "", "", err
 		}
 	}
 	if _, err := f.Seek(int64(end), io.SeekStart); err != nil {
 		f.Close()
-		return nil, "", err
+		return nil, "", "", err
 	}
 	if end == 0 {
-		return f, "", nil
+		return f, "", "", nil
 	}
 	lines := bytes.Split(bytes.TrimRight(b[:end], "\n"), []byte("\n"))
 	var e struct {
-		ID string `json:"id"`
+		ID      string `json:"id"`
+		Account string `json:"account_id"`
 	}
 	if err := json.Unmarshal(lines[len(lines)-1], &e); err != nil || e.ID == "" {
 		f.Close()
-		return nil, "", errors.New(path + ": the last line is not a ledger entry; not appending to it")
+		return nil, "", "", errors.New(path + ": the last line is not a ledger entry; not appending to it")
 	}
-	return f, e.ID, nil
+	return f, e.ID, e.Account, nil
 }

@@ -120,6 +120,12 @@ func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
 		LongContextThreshold:    e.LongContext,
 		FallbackPrice:           e.Fallback,
 		Interrupted:             e.Interrupted,
+		AccountId:               e.AccountID,
+		Reconciled:              e.Reconciled,
+		Capped:                  e.Capped,
+		TierUnknown:             e.TierUnknown,
+		RegionalProcessing:      e.Region,
+		RegionalUpliftPpm:       e.Uplift,
 	}
 }
 

@@ -41,6 +41,8 @@ type Config struct {
 	// Tracing exports OpenTelemetry traces of model requests; off unless
 	// an endpoint is set.
 	Tracing Tracing `yaml:"tracing"`
+	// Alerts configure the webhook events.
+	Alerts Alerts `yaml:"alerts"`
 }
 
 // LedgerSink configures `gateway ledger-sink`. The database URL is not
@@ -85,6 +87,32 @@ func (t Tracing) Sampling() float64 {
 	}
 	return *t.SamplingPercent
 }
+
+// Alerts configure the webhook events (docs/limits.md).
+type Alerts struct {
+	// Interval is how often each sidecar looks at every account's balance,
+	// budgets and keys for a crossing.
+	Interval Duration `yaml:"interval"`
+	// StoreUnreachableAfter is how long the store must fail before
+	// store.unreachable fires; 0 never fires it.
+	StoreUnreachableAfter Duration `yaml:"store_unreachable_after"`
+	// QueueSize bounds the deliveries waiting (retries included); more are
+	// dropped and counted.
+	QueueSize int       `yaml:"queue_size"`
+	Webhooks  []Webhook `yaml:"webhooks"`
+}
+
+// Webhook is one receiver of alert events.
+type Webhook struct {
+	URL string `yaml:"url"`
+	// SecretEnv names the environment variable holding the signing secret.
+	SecretEnv string `yaml:"secret_env"`
+	// Events are the event types sent; empty sends every type.
+	Events []string `yaml:"events"`
+}
+
+// AlertEvents are the webhook event types.
+var AlertEvents = []string{"balance.low", "budget.threshold", "key.expiring", "account.suspended", "account.resumed", "store.unreachable"}
 
 // Listeners are the addresses the gateway's processes bind.
 type Listeners struct {
@@ -523,6 +551,10 @@ func (c *Config) setDefaults() {
 		c.Limits.WindowMinutes = 1
 	}
 	defDur(&c.Store.Timeout, 500*time.Millisecond)
+	defDur(&c.Alerts.Interval, 30*time.Second)
+	if c.Alerts.QueueSize == 0 {
+		c.Alerts.QueueSize = 1000
+	}
 	def(&c.LedgerSink.Listen, "127.0.0.1:9465")
 	defDur(&c.LedgerSink.Interval, time.Second)
 	def(&c.Tracing.Protocol, TracingGRPC)
@@ -623,6 +655,23 @@ func (c *Config) Validate() error {
 	}
 	if p := c.Tracing.Sampling(); p < 0 || p > 100 {
 		return errors.New("tracing.sampling_percent: must be 0 to 100")
+	}
+	if c.Alerts.Interval < 0 || c.Alerts.StoreUnreachableAfter < 0 || c.Alerts.QueueSize < 0 {
+		return errors.New("alerts: interval, store_unreachable_after and queue_size must not be negative")
+	}
+	for i, w := range c.Alerts.Webhooks {
+		p := fmt.Sprintf("alerts.webhooks[%d]", i)
+		if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s.url: %q is not an http(s) URL", p, w.URL)
+		}
+		if !validEnvName(w.SecretEnv) {
+			return fmt.Errorf("%s.secret_env: %q is not an environment variable name (the signing secret is required)", p, w.SecretEnv)
+		}
+		for j, ev := range w.Events {
+			if !slices.Contains(AlertEvents, ev) {
+				return fmt.Errorf("%s.events[%d]: %q is not one of %s", p, j, ev, strings.Join(AlertEvents, ", "))
+			}
+		}
 	}
 	if len(c.Upstreams) == 0 {
 		return errors.New("upstreams: at least one upstream is required")

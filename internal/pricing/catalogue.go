@@ -25,8 +25,8 @@ type CatalogueEntry struct {
 	Name      string
 	Provider  string
 	MaxOutput int64
-	// MaxInput is the model's input window (max_input_tokens); 0 when the
-	// catalogue does not say.
+	// MaxInput is the catalogue's max_input_tokens, the context window; 0
+	// when it gives none (or none that is a positive whole number).
 	MaxInput int64
 	// Mode is the catalogue's mode ("chat", "responses", "embedding") and
 	// Endpoints its supported_endpoints (often absent): together they say
@@ -194,13 +194,12 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 		}
 		e.MaxOutput = n
 	}
-	if v, ok := fields["max_input_tokens"]; ok {
-		mi, ok := v.(json.Number)
-		n, err := strconv.ParseInt(string(mi), 10, 64)
-		if !ok || err != nil || n <= 0 {
-			return e, fmt.Errorf("max_input_tokens: %v is not a positive whole number", v)
+	// Only bounds what a reply may claim (never refuses a request): read
+	// leniently.
+	if mi, ok := fields["max_input_tokens"].(json.Number); ok {
+		if n, err := strconv.ParseInt(string(mi), 10, 64); err == nil && n > 0 {
+			e.MaxInput = n
 		}
-		e.MaxInput = n
 	}
 	for field, v := range fields {
 		if region, ok := strings.CutPrefix(field, upliftField); ok && region != "" {

@@ -38,8 +38,8 @@ type Model struct {
 	// MaxOutput is the most output tokens the model can produce; 0 when the
 	// catalogue does not say.
 	MaxOutput int64
-	// MaxInput is the model's input window in tokens; 0 when the catalogue
-	// does not say.
+	// MaxInput is the model's context window in tokens; 0 when the
+	// catalogue does not say.
 	MaxInput int64
 	// Source is "catalogue", "override" (an operator price replaced at least
 	// one catalogue figure, or the model is the operator's own) or
@@ -420,7 +420,7 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 		if !ok {
 			continue
 		}
-		if b := byName[base]; b != nil && b.MaxOutput == m.MaxOutput && b.Mode == m.Mode && slices.Equal(b.Endpoints, m.Endpoints) && equalPrices(b.prices, m.prices) && maps.Equal(b.uplift, m.uplift) {
+		if b := byName[base]; b != nil && b.MaxOutput == m.MaxOutput && b.MaxInput == m.MaxInput && b.Mode == m.Mode && slices.Equal(b.Endpoints, m.Endpoints) && equalPrices(b.prices, m.prices) && maps.Equal(b.uplift, m.uplift) {
 			b.Aliases = append(b.Aliases, name)
 			delete(byName, name)
 		}

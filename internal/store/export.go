@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -81,6 +82,9 @@ func (s *Store) commitRead(ctx context.Context, what, accountID, last, reader st
 	}
 	keys := []string{acctKey(accountID, "ledger"), acctKey(accountID, "exported"), acctKey(accountID, "sunk")}
 	v, err := trimScript.Run(ctx, s.rdb, keys, last, bound, reader).Slice()
+	if err != nil && strings.Contains(err.Error(), "no such entry") {
+		return "", 0, fmt.Errorf("store: %s of %s: entry %s: %w", what, accountID, last, ErrNotFound)
+	}
 	if err != nil {
 		return "", 0, fmt.Errorf("store: %s of %s: %w", what, accountID, err)
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"github.com/modelgateway/gateway/internal/usage"
 	"github.com/redis/go-redis/v9"
@@ -578,7 +579,7 @@ func testHoldExpiry(t *testing.T, e *env) {
 // or is released at no charge one lease after a sweep first sees it.
 func testHoldValue(t *testing.T, e *env) {
 	acct := e.account(1000, Limits{})
-	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Model: "a model with spaces", Hold: 500}); err != nil {
+	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "a model with spaces", Hold: 500}); err != nil {
 		t.Fatal(err)
 	}
 	ck := Checkpoint{Status: 200, Priced: "a model with spaces", Usage: usage.Usage{Output: 3}, Cost: 40}
@@ -741,7 +742,7 @@ func testReindexRecheck(t *testing.T, e *env) {
 
 func testRenewAndCheckpoint(t *testing.T, e *env) {
 	acct := e.account(1000, Limits{})
-	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Model: "m", Hold: 500, Stream: true}); err != nil {
+	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "m", Hold: 500, Stream: true}); err != nil {
 		t.Fatal(err)
 	}
 	// Renewed every half lease, the hold outlives many leases.
@@ -843,6 +844,18 @@ func testExportLedger(t *testing.T, e *env) {
 	}
 	if _, _, err := e.s.CommitExport(e.ctx, acct, "garbage"); err == nil {
 		t.Fatal("bad entry id accepted")
+	}
+	// An id the ledger does not hold (another account's, one in the future)
+	// never moves the mark.
+	other := e.account(1000, Limits{})
+	if _, _, err := e.s.CommitExport(e.ctx, other, all[3].ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("another account's entry id committed: %v", err)
+	}
+	if _, _, err := e.s.CommitExport(e.ctx, acct, "99999999999999-0"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a future entry id committed: %v", err)
+	}
+	if mark, _, err := e.s.CommitExport(e.ctx, acct, ""); err != nil || mark != all[24].ID {
+		t.Fatalf("mark %s after refused commits (%v)", mark, err)
 	}
 
 	// With a retention, exported entries older than it go; unexported never,

@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,4 +188,67 @@ func countLines(t *testing.T, path string) int {
 		}
 	}
 	return n
+}
+
+// An export file belongs to one account: each line names it, and exporting
+// another account to the same file is refused before anything is read or
+// committed, so that account's unexported entries are never skipped (and
+// trimmed). A commit of an id the account's ledger does not hold is refused.
+func TestLedgerExportBoundToItsAccount(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{
+		SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken},
+		Configure:  func(c *config.Config) { c.Store.LedgerRetention = config.Duration(time.Millisecond) },
+	})
+	ctl := gatewayctl{t: t, bin: launchtest.Binary(t, "gatewayctl"), env: []string{
+		"GATEWAY_ADMIN_ADDR=" + s.Config.Listeners.Admin,
+		"GATEWAY_ADMIN_TOKEN=" + adminToken,
+	}}
+	a, b := s.NewAccount(10, noLimits), s.NewAccount(10, noLimits)
+	for i := range 4 {
+		for _, acct := range []launch.Account{a, b} {
+			path, h, body := requestFor([]string{"alpha", "beta"}[i%2], acct.Key, false)
+			if resp, rb := s.Do("POST", path, h, body); resp.StatusCode != 200 {
+				t.Fatalf("%d %s", resp.StatusCode, rb)
+			}
+		}
+	}
+	s.WaitSettled()
+	out := filepath.Join(t.TempDir(), "acme.jsonl")
+	ctl.ok("ledger", "export", a.ID, "--out", out)
+	b2, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first struct {
+		AccountID string `json:"account_id"`
+	}
+	if err := json.Unmarshal(b2[:bytes.IndexByte(b2, '\n')], &first); err != nil || first.AccountID != a.ID {
+		t.Fatalf("an exported line names account %q (%v), want %s", first.AccountID, err, a.ID)
+	}
+	_, errOut, err := ctl.run("ledger", "export", b.ID, "--out", out)
+	if err == nil || !strings.Contains(errOut, a.ID) {
+		t.Fatalf("exporting %s into %s's file: %v %s", b.ID, a.ID, err, errOut)
+	}
+	if after, _ := os.ReadFile(out); !bytes.Equal(after, b2) {
+		t.Fatal("the refused export changed the file")
+	}
+	// None of b's entries was skipped or trimmed.
+	if n := len(allLedgerEntries(t, s, b.ID)); n != 4 {
+		t.Fatalf("%d of b's 4 entries left", n)
+	}
+	// A commit of a's last id (from the file) for b is refused; b's mark
+	// stays unset.
+	lines := bytes.Split(bytes.TrimSpace(b2), []byte("\n"))
+	var last struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(lines[len(lines)-1], &last); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Store.CommitExport(context.Background(), b.ID, last.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("committing another account's entry id: %v", err)
+	}
+	if _, mark, err := s.Store.ExportLedger(context.Background(), b.ID, "", 1); err != nil || mark != "" {
+		t.Fatalf("b's export mark %q (%v)", mark, err)
+	}
 }

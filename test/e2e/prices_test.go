@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -70,6 +71,26 @@ type billed struct {
 	input, output, cacheRead, cache5m, cache1h, audioIn, audioOut, searches int64
 	tier                                                                    string
 	region                                                                  string // regional processing of the endpoint that served
+}
+
+// capBilled caps u as the gateway does: input-side kinds together at input,
+// in the order input, cache read, 5m and 1h cache writes, audio input;
+// output and audio output together at output. It reports whether it cut.
+func capBilled(u *billed, input, output int64) bool {
+	cut := false
+	take := func(v *int64, left *int64) {
+		if *v > *left {
+			*v, cut = *left, true
+		}
+		*left -= *v
+	}
+	for _, v := range []*int64{&u.input, &u.cacheRead, &u.cache5m, &u.cache1h, &u.audioIn} {
+		take(v, &input)
+	}
+	for _, v := range []*int64{&u.output, &u.audioOut} {
+		take(v, &output)
+	}
+	return cut
 }
 
 // priceBases are the catalogue's token price fields without suffixes.
@@ -409,6 +430,7 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 		reported  string
 		reasoning int64
 		reserve   bool // the phase expects beta's regional reserve to serve
+		body      int64
 	}
 	wants := map[*job][]want{}
 	var mu sync.Mutex
@@ -464,7 +486,7 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 							t.Errorf("%s %s stream=%v: %v", ph.name, j.model, streamed, err)
 							continue
 						}
-						w := want{u, reported, reasoning, ph.betaReserve && j.route == "beta"}
+						w := want{u, reported, reasoning, ph.betaReserve && j.route == "beta", int64(len(body))}
 						mu.Lock()
 						wants[j] = append(wants[j], w)
 						mu.Unlock()
@@ -510,6 +532,17 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 			u := w.u
 			if e.Endpoint == "reserve" && j.route == "beta" {
 				u.region = reserveRegion
+			}
+			// A reply is charged for no more input than the model's context
+			// window (or the body, if larger), no more output than max_tokens.
+			window := int64(10_000_000) // the gateway's assumption without a max_input_tokens
+			if n, err := strconv.ParseInt(fmt.Sprint(j.entry["max_input_tokens"]), 10, 64); err == nil && n > 0 {
+				window = n
+			}
+			window = max(window, w.body)
+			capped := capBilled(&u, window, 256)
+			if e.Capped != capped {
+				t.Errorf("%s request %d: capped %v, want %v", j.model, i, e.Capped, capped)
 			}
 			cost := expectedNano(t, j.entry, u)
 			_, hasUplift := j.entry["regional_processing_uplift_multiplier_"+u.region]

@@ -10,12 +10,14 @@
 -- ARGV[2]  oldest entry id to keep by retention ("0" keeps everything)
 -- ARGV[3]  the reader whose mark ARGV[1] moves: "exported" or "sunk"
 --
--- Marks only move forward. An entry is trimmed only if it is at or before
+-- Marks only move forward, and only to an entry of this ledger: an id it
+-- does not hold (another account's, a made-up one) is refused, since a mark
+-- past entries never copied would let them be trimmed. An entry is trimmed only if it is at or before
 -- every mark that exists (the exporter's and the sink's) and older than the
 -- retention: an entry some reader has not copied is never removed. A reader
 -- exists from its first call on (the sink calls before it copies anything).
 --
--- Returns {the reader's mark, trimmed}.
+-- Returns {the reader's mark, trimmed}, or the error "no such entry".
 
 local function less(a, b)
   local a1, a2 = string.match(a, '^(%d+)-(%d+)$')
@@ -35,6 +37,9 @@ if want ~= '' then
     return redis.error_reply('bad entry id')
   end
   if less(mark, want) then
+    if #redis.call('XRANGE', KEYS[1], want, want) == 0 then
+      return redis.error_reply('no such entry')
+    end
     mark = want
     redis.call('SET', own, mark)
   end

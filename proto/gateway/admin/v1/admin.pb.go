@@ -2040,9 +2040,25 @@ type LedgerEntry struct {
 	FallbackPrice bool `protobuf:"varint,22,opt,name=fallback_price,json=fallbackPrice,proto3" json:"fallback_price,omitempty"`
 	// True when the request's sidecar stopped (crashed) before it ended: it
 	// was settled at its last checkpoint by the hold sweeper.
-	Interrupted   bool `protobuf:"varint,23,opt,name=interrupted,proto3" json:"interrupted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Interrupted bool `protobuf:"varint,23,opt,name=interrupted,proto3" json:"interrupted,omitempty"`
+	// The account the entry belongs to.
+	AccountId string `protobuf:"bytes,24,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// True for the second entry of a request swept before its own settlement
+	// arrived: its cost and usage are the difference from the interrupted
+	// entry (either sign). A request's charge is the sum of its entries.
+	Reconciled bool `protobuf:"varint,25,opt,name=reconciled,proto3" json:"reconciled,omitempty"`
+	// True when the vendor reported more usage than the request allowed and
+	// it was capped at that bound.
+	Capped bool `protobuf:"varint,26,opt,name=capped,proto3" json:"capped,omitempty"`
+	// True when the reply reported a service tier (service_tier) the model
+	// has no prices for; it was priced at the model's dearest tier.
+	TierUnknown bool `protobuf:"varint,27,opt,name=tier_unknown,json=tierUnknown,proto3" json:"tier_unknown,omitempty"`
+	// The regional processing region of the endpoint that served, and the
+	// catalogue's uplift applied for it in millionths; "" and 0 for none.
+	RegionalProcessing string `protobuf:"bytes,28,opt,name=regional_processing,json=regionalProcessing,proto3" json:"regional_processing,omitempty"`
+	RegionalUpliftPpm  int64  `protobuf:"varint,29,opt,name=regional_uplift_ppm,json=regionalUpliftPpm,proto3" json:"regional_uplift_ppm,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *LedgerEntry) Reset() {
@@ -2234,6 +2250,48 @@ func (x *LedgerEntry) GetInterrupted() bool {
 		return x.Interrupted
 	}
 	return false
+}
+
+func (x *LedgerEntry) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetReconciled() bool {
+	if x != nil {
+		return x.Reconciled
+	}
+	return false
+}
+
+func (x *LedgerEntry) GetCapped() bool {
+	if x != nil {
+		return x.Capped
+	}
+	return false
+}
+
+func (x *LedgerEntry) GetTierUnknown() bool {
+	if x != nil {
+		return x.TierUnknown
+	}
+	return false
+}
+
+func (x *LedgerEntry) GetRegionalProcessing() string {
+	if x != nil {
+		return x.RegionalProcessing
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetRegionalUpliftPpm() int64 {
+	if x != nil {
+		return x.RegionalUpliftPpm
+	}
+	return 0
 }
 
 type ListLedgerRequest struct {
@@ -3397,7 +3455,8 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x19\n" +
 	"\btoken_id\x18\x02 \x01(\tR\atokenId\"J\n" +
 	"\x1bRevokeReadOnlyTokenResponse\x12+\n" +
-	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\xbd\b\n" +
+	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\x98\n" +
+	"\n" +
 	"\vLedgerEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -3424,7 +3483,16 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\fservice_tier\x18\x14 \x01(\tR\vserviceTier\x124\n" +
 	"\x16long_context_threshold\x18\x15 \x01(\x03R\x14longContextThreshold\x12%\n" +
 	"\x0efallback_price\x18\x16 \x01(\bR\rfallbackPrice\x12 \n" +
-	"\vinterrupted\x18\x17 \x01(\bR\vinterrupted\x1a8\n" +
+	"\vinterrupted\x18\x17 \x01(\bR\vinterrupted\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x18 \x01(\tR\taccountId\x12\x1e\n" +
+	"\n" +
+	"reconciled\x18\x19 \x01(\bR\n" +
+	"reconciled\x12\x16\n" +
+	"\x06capped\x18\x1a \x01(\bR\x06capped\x12!\n" +
+	"\ftier_unknown\x18\x1b \x01(\bR\vtierUnknown\x12/\n" +
+	"\x13regional_processing\x18\x1c \x01(\tR\x12regionalProcessing\x12.\n" +
+	"\x13regional_uplift_ppm\x18\x1d \x01(\x03R\x11regionalUpliftPpm\x1a8\n" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
