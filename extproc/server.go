@@ -67,6 +67,12 @@ type Options struct {
 	// Owners records who created each stored response; nil refuses every
 	// request naming one.
 	Owners Owners
+	// Parking keeps background responses until they end; nil refuses
+	// background requests.
+	Parking Parking
+	// BackgroundPoll is how often a parked background response is looked
+	// at; default DefaultBackgroundPoll.
+	BackgroundPoll time.Duration
 	// Tracer records each metered request's spans in the trace Envoy
 	// started; nil records none.
 	Tracer trace.Tracer
@@ -87,6 +93,8 @@ type Server struct {
 	holds     *holds.Renewer
 	onRefusal func(accountID, keyID string, level store.Level, outcome store.Outcome)
 	owners    Owners
+	parking   Parking
+	bgPoll    time.Duration
 	tracer    trace.Tracer
 	tracing   bool // tracer is set
 
@@ -124,7 +132,11 @@ func NewServer(o Options) *Server {
 		upstreams: o.Upstreams, keys: o.Keys, accounts: o.Accounts, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
 		onRefusal: o.OnRefusal,
-		owners:    o.Owners, tracer: o.Tracer, tracing: o.Tracer != nil,
+		owners:    o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
+		tracer: o.Tracer, tracing: o.Tracer != nil,
+	}
+	if s.bgPoll <= 0 {
+		s.bgPoll = DefaultBackgroundPoll
 	}
 	if s.log == nil {
 		s.log = slog.Default()
