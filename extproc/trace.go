@@ -161,11 +161,15 @@ func (x *exchange) traceSettlement(st store.Settlement) func(store.SettleResult)
 	}
 }
 
-// endTrace ends the request span of a request that was never settled
-// (refused at admission).
+// endTrace ends the request span of a request not settled here: refused at
+// admission, or a background response parked to be settled when it ends.
 func (x *exchange) endTrace() {
 	if x.trace.span != nil {
-		x.trace.span.SetStatus(codes.Error, "not admitted")
+		if x.admitted {
+			x.trace.span.SetAttributes(attribute.String(attrSettlement, "parked"))
+		} else {
+			x.trace.span.SetStatus(codes.Error, "not admitted")
+		}
 		x.trace.span.End(trace.WithTimestamp(time.Now()))
 		x.trace.span = nil
 	}
