@@ -60,9 +60,18 @@ type Options struct {
 	// Holds renews the holds of running requests; nil renews none (their
 	// holds then live one lease).
 	Holds *holds.Renewer
+	// OnRefusal, when set, hears of each admission a limit or the balance
+	// refused (the alerts watcher); it must not block.
+	OnRefusal func(accountID, keyID string, level store.Level, outcome store.Outcome)
 	// Owners records who created each stored response; nil refuses every
 	// request naming one.
 	Owners Owners
+	// Parking keeps background responses until they end; nil refuses
+	// background requests.
+	Parking Parking
+	// BackgroundPoll is how often a parked background response is looked
+	// at; default DefaultBackgroundPoll.
+	BackgroundPoll time.Duration
 }
 
 // Server implements Envoy's ExternalProcessor service.
@@ -78,7 +87,10 @@ type Server struct {
 	settleT   time.Duration
 	maxBody   int64
 	holds     *holds.Renewer
+	onRefusal func(accountID, keyID string, level store.Level, outcome store.Outcome)
 	owners    Owners
+	parking   Parking
+	bgPoll    time.Duration
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -113,7 +125,11 @@ func NewServer(o Options) *Server {
 	s := &Server{
 		upstreams: o.Upstreams, keys: o.Keys, accounts: o.Accounts, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
-		owners: o.Owners,
+		onRefusal: o.OnRefusal,
+		owners:    o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
+	}
+	if s.bgPoll <= 0 {
+		s.bgPoll = DefaultBackgroundPoll
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -26,7 +26,7 @@ func defaultLimits(c *config.Config) store.Limits {
 // never routes to it. Without a token the API is not served at all: an
 // unauthenticated admin API must not exist.
 func (s *sidecar) startAdmin(c *config.Config, st *store.Store) error {
-	s.Admin = admin.New(st, admin.Options{DefaultLimits: defaultLimits(c), Logger: s.log})
+	s.Admin = admin.New(st, admin.Options{DefaultLimits: defaultLimits(c), Logger: s.log, Alerts: s.watcher})
 	token, err := admin.TokenFromEnv(os.Getenv)
 	if err != nil {
 		return err

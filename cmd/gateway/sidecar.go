@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"sync/atomic"
@@ -26,6 +27,7 @@ import (
 	"github.com/modelgateway/gateway/extproc"
 	"github.com/modelgateway/gateway/extproc/tokens"
 	"github.com/modelgateway/gateway/internal/admin"
+	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/console"
@@ -56,6 +58,9 @@ type sidecar struct {
 	stopHolds context.CancelFunc
 	// proc is the ext_proc processor; its settlements are flushed on shutdown.
 	proc *extproc.Server
+	// webhooks delivers alert events; closed last.
+	webhooks *alerts.Dispatcher
+	watcher  *alerts.Watcher
 
 	ExtProcAddr net.Addr
 	ControlAddr net.Addr
@@ -169,6 +174,15 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
+	eps, err := webhookEndpoints(c.Alerts.Webhooks, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	webhooks := alerts.NewDispatcher(eps, alerts.DispatcherOptions{QueueSize: c.Alerts.QueueSize, Registerer: reg, Logger: o.Logger})
+	host, _ := os.Hostname()
+	watcher := alerts.NewWatcher(st, webhooks, alerts.WatcherOptions{
+		Registerer: reg, Logger: o.Logger, StoreUnreachableAfter: c.Alerts.StoreUnreachableAfter.D(), Sidecar: host,
+	})
 	renewer := holds.NewRenewer(st, o.Logger)
 	sweeper := holds.NewSweeper(st, o.Logger)
 	renewer.OnStoreError = sweeper.StoreFailed
@@ -182,8 +196,11 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	proc := extproc.NewServer(extproc.Options{
 		Holds:           renewer,
 		Owners:          st,
+		Parking:         st,
+		BackgroundPoll:  c.Limits.BackgroundPoll.D(),
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
 		Upstreams:       vendorRoutes, Keys: keys, Accounts: sp, Metrics: metrics, Logger: o.Logger,
+		OnRefusal: watcher.Refused,
 	})
 
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -195,27 +212,32 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	if adminURL == "" {
 		adminURL = "http://" + c.Listeners.EnvoyAdmin
 	}
-	watcher := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
+	routes := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
 
-	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc}
+	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc, webhooks: webhooks, watcher: watcher}
 	var holdsCtx context.Context
 	holdsCtx, s.stopHolds = context.WithCancel(context.Background())
 	go renewer.Run(holdsCtx)
 	// Sweep often enough that a dead sidecar's requests settle within about
 	// one lease and a quarter.
 	go sweeper.Run(holdsCtx, min(max(c.Limits.HoldLease.D()/4, 50*time.Millisecond), 5*time.Second))
+	// Background responses nobody reads are settled by polling the vendor
+	// through Envoy's relay listener.
+	go proc.NewReconciler(c.Listeners.Relay).Run(holdsCtx, max(c.Limits.BackgroundPoll.D()/4, 50*time.Millisecond))
 	s.health = health.NewServer()
 	s.health.SetServingStatus(StoreHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(ReadyHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
 	probe := control.NewStoreProbe(st.Ping, control.ProbeOptions{OnResult: func(up bool) {
 		storeUp.Set(b2f(up))
 		s.storeUp.Store(up)
+		watcher.StoreResult(up)
 		s.updateHealth()
 	}})
 	var watchCtx context.Context
 	watchCtx, s.stopWatch = context.WithCancel(context.Background())
-	go watcher.Run(watchCtx, time.Second)
+	go routes.Run(watchCtx, time.Second)
 	go probe.Run(watchCtx, time.Second)
+	go watcher.Run(watchCtx, c.Alerts.Interval.D())
 	// Request bodies up to the configured limit arrive in one message.
 	maxMsg := int(c.Limits.MaxRequestBytes) + 1<<20
 	s.grpc = grpc.NewServer(
@@ -237,7 +259,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Keys:      keys,
 		Settled:   proc,
 		Serving:   s.serving.Load,
-		Endpoints: watcher,
+		Endpoints: routes,
 		Probe:     probe,
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		Logger:    o.Logger,
@@ -382,6 +404,7 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 	s.stopConsole(cctx)
 	cancel()
 	s.stopWatch()
+	s.webhooks.Close()
 }
 
 // stopGRPC lets calls in progress finish until ctx ends, then cuts the rest.
@@ -399,4 +422,18 @@ func stopGRPC(ctx context.Context, srv *grpc.Server) bool {
 		srv.Stop()
 		return false
 	}
+}
+
+// webhookEndpoints are the configured webhook receivers with their signing
+// secrets read from the environment.
+func webhookEndpoints(ws []config.Webhook, getenv func(string) string) ([]alerts.Endpoint, error) {
+	eps := make([]alerts.Endpoint, len(ws))
+	for i, w := range ws {
+		secret := getenv(w.SecretEnv)
+		if secret == "" {
+			return nil, fmt.Errorf("alerts.webhooks[%d]: the signing secret %s is not set", i, w.SecretEnv)
+		}
+		eps[i] = alerts.Endpoint{URL: w.URL, Secret: []byte(secret), Events: w.Events}
+	}
+	return eps, nil
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/store"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
@@ -44,6 +45,9 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives store failures; default slog.Default().
 	Logger *slog.Logger
+	// Alerts, when set, hears of suspensions and resumptions (the webhook
+	// events account.suspended and account.resumed).
+	Alerts interface{ Publish(alerts.Event) }
 }
 
 // Service implements adminv1.AdminServer over a store.
@@ -311,6 +315,13 @@ func (s *Service) setSuspended(ctx context.Context, id string, suspended bool, r
 		detail = "reason=" + strconv.Quote(reason)
 	}
 	s.audit(ctx, action, id, "", detail)
+	if s.opts.Alerts != nil {
+		typ := alerts.AccountResumed
+		if suspended {
+			typ = alerts.AccountSuspended
+		}
+		s.opts.Alerts.Publish(alerts.Event{Type: typ, AccountID: id, Data: map[string]any{"reason": reason, "actor": actor(ctx)}})
+	}
 	a, err := s.st.Account(ctx, id)
 	if err != nil {
 		return nil, s.failAccount(op, id, err)

@@ -41,6 +41,8 @@ type Config struct {
 	// Tracing exports OpenTelemetry traces of model requests; off unless
 	// an endpoint is set.
 	Tracing Tracing `yaml:"tracing"`
+	// Alerts configure the webhook events.
+	Alerts Alerts `yaml:"alerts"`
 }
 
 // LedgerSink configures `gateway ledger-sink`. The database URL is not
@@ -86,6 +88,32 @@ func (t Tracing) Sampling() float64 {
 	return *t.SamplingPercent
 }
 
+// Alerts configure the webhook events (docs/limits.md).
+type Alerts struct {
+	// Interval is how often each sidecar looks at every account's balance,
+	// budgets and keys for a crossing.
+	Interval Duration `yaml:"interval"`
+	// StoreUnreachableAfter is how long the store must fail before
+	// store.unreachable fires; 0 never fires it.
+	StoreUnreachableAfter Duration `yaml:"store_unreachable_after"`
+	// QueueSize bounds the deliveries waiting (retries included); more are
+	// dropped and counted.
+	QueueSize int       `yaml:"queue_size"`
+	Webhooks  []Webhook `yaml:"webhooks"`
+}
+
+// Webhook is one receiver of alert events.
+type Webhook struct {
+	URL string `yaml:"url"`
+	// SecretEnv names the environment variable holding the signing secret.
+	SecretEnv string `yaml:"secret_env"`
+	// Events are the event types sent; empty sends every type.
+	Events []string `yaml:"events"`
+}
+
+// AlertEvents are the webhook event types.
+var AlertEvents = []string{"balance.low", "budget.threshold", "key.expiring", "account.suspended", "account.resumed", "store.unreachable"}
+
 // Listeners are the addresses the gateway's processes bind.
 type Listeners struct {
 	Public     string `yaml:"public"`      // Envoy: where clients connect
@@ -100,6 +128,10 @@ type Listeners struct {
 	// (GET /ready, /stats/prometheus, /metrics); the only port besides the
 	// public one that may listen beyond loopback.
 	Probes string `yaml:"probes"`
+	// Relay is Envoy's loopback listener for the sidecar's own requests to
+	// the vendors (reading background responses to settle them); it adds
+	// the vendor credential, so it never leaves loopback.
+	Relay string `yaml:"relay"`
 	// TLS is mutual TLS between Envoy and the sidecar's ext_proc and
 	// control servers. The sidecar refuses to bind either beyond loopback
 	// without it.
@@ -180,6 +212,11 @@ type Limits struct {
 	// the holds of its running requests every third of it; once a sidecar
 	// dies, its requests are settled as interrupted about one lease later.
 	HoldLease Duration `yaml:"hold_lease"`
+	// BackgroundPoll is how often the sidecars look at a background
+	// response nobody has read to its end (to settle it, or renew its
+	// hold); below the hold lease. Default 10s, or a third of the lease
+	// when that is shorter.
+	BackgroundPoll Duration `yaml:"background_poll"`
 }
 
 // Envoy holds settings that exist only in the rendered Envoy bootstrap.
@@ -492,6 +529,7 @@ func (c *Config) setDefaults() {
 	def(&c.Listeners.Admin, "127.0.0.1:50052")
 	def(&c.Listeners.Console, "127.0.0.1:8082")
 	def(&c.Listeners.Probes, "127.0.0.1:9902")
+	def(&c.Listeners.Relay, "127.0.0.1:9903")
 	defDur(&c.Envoy.RequestHeadersTimeout, 10*time.Second)
 	defDur(&c.Envoy.MaxConnectionDuration, time.Hour)
 	if c.Envoy.MaxRequestHeadersKB == 0 {
@@ -508,10 +546,15 @@ func (c *Config) setDefaults() {
 	}
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
 	defDur(&c.Limits.HoldLease, DefaultHoldLease)
+	defDur(&c.Limits.BackgroundPoll, min(10*time.Second, c.Limits.HoldLease.D()/3))
 	if c.Limits.RPM > 0 && c.Limits.WindowMinutes == 0 {
 		c.Limits.WindowMinutes = 1
 	}
 	defDur(&c.Store.Timeout, 500*time.Millisecond)
+	defDur(&c.Alerts.Interval, 30*time.Second)
+	if c.Alerts.QueueSize == 0 {
+		c.Alerts.QueueSize = 1000
+	}
 	def(&c.LedgerSink.Listen, "127.0.0.1:9465")
 	defDur(&c.LedgerSink.Interval, time.Second)
 	def(&c.Tracing.Protocol, TracingGRPC)
@@ -561,7 +604,7 @@ func (c *Config) Validate() error {
 		"listeners.public": c.Listeners.Public, "listeners.envoy_admin": c.Listeners.EnvoyAdmin,
 		"listeners.extproc": c.Listeners.ExtProc, "listeners.control": c.Listeners.Control,
 		"listeners.admin": c.Listeners.Admin, "listeners.probes": c.Listeners.Probes,
-		"listeners.console": c.Listeners.Console,
+		"listeners.relay": c.Listeners.Relay, "listeners.console": c.Listeners.Console,
 	} {
 		if _, _, err := SplitHostPort(addr); err != nil {
 			return fmt.Errorf("%s: %w", field, err)
@@ -587,6 +630,9 @@ func (c *Config) Validate() error {
 	if c.Limits.DailyUSD < 0 || c.Limits.RPM < 0 || c.Limits.WindowMinutes < 0 {
 		return errors.New("limits: daily_usd, rpm and window_minutes must not be negative")
 	}
+	if bp := c.Limits.BackgroundPoll.D(); bp <= 0 || bp >= c.Limits.HoldLease.D() {
+		return errors.New("limits.background_poll: must be positive and shorter than limits.hold_lease")
+	}
 	if c.Limits.HoldLease.D() < 100*time.Millisecond {
 		return errors.New("limits.hold_lease: must be at least 100ms")
 	}
@@ -609,6 +655,23 @@ func (c *Config) Validate() error {
 	}
 	if p := c.Tracing.Sampling(); p < 0 || p > 100 {
 		return errors.New("tracing.sampling_percent: must be 0 to 100")
+	}
+	if c.Alerts.Interval < 0 || c.Alerts.StoreUnreachableAfter < 0 || c.Alerts.QueueSize < 0 {
+		return errors.New("alerts: interval, store_unreachable_after and queue_size must not be negative")
+	}
+	for i, w := range c.Alerts.Webhooks {
+		p := fmt.Sprintf("alerts.webhooks[%d]", i)
+		if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s.url: %q is not an http(s) URL", p, w.URL)
+		}
+		if !validEnvName(w.SecretEnv) {
+			return fmt.Errorf("%s.secret_env: %q is not an environment variable name (the signing secret is required)", p, w.SecretEnv)
+		}
+		for j, ev := range w.Events {
+			if !slices.Contains(AlertEvents, ev) {
+				return fmt.Errorf("%s.events[%d]: %q is not one of %s", p, j, ev, strings.Join(AlertEvents, ", "))
+			}
+		}
 	}
 	if len(c.Upstreams) == 0 {
 		return errors.New("upstreams: at least one upstream is required")

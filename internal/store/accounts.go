@@ -284,3 +284,31 @@ func (s *Store) Balance(ctx context.Context, id string) (int64, error) {
 	}
 	return v, nil
 }
+
+// ClaimAlert records that the alert name of the account has fired, unless
+// it had already: true for the one caller, across every sidecar, that
+// claims it first. The claim is forgotten after ttl (zero: kept until
+// ReleaseAlert), so that a name that carries its window (a day, a month)
+// needs no cleanup.
+func (s *Store) ClaimAlert(ctx context.Context, accountID, name string, ttl time.Duration) (bool, error) {
+	if !validID(accountID) {
+		return false, fmt.Errorf("store: claim alert %q: %w", accountID, ErrNotFound)
+	}
+	ok, err := s.rdb.SetNX(ctx, acctKey(accountID, "alert:"+name), ms(s.now()), ttl).Result()
+	if err != nil {
+		return false, fmt.Errorf("store: claim alert %s of %s: %w", name, accountID, err)
+	}
+	return ok, nil
+}
+
+// ReleaseAlert forgets a claim, so that the alert can fire again (the
+// balance rose above its threshold).
+func (s *Store) ReleaseAlert(ctx context.Context, accountID, name string) error {
+	if !validID(accountID) {
+		return fmt.Errorf("store: release alert %q: %w", accountID, ErrNotFound)
+	}
+	if err := s.rdb.Del(ctx, acctKey(accountID, "alert:"+name)).Err(); err != nil {
+		return fmt.Errorf("store: release alert %s of %s: %w", name, accountID, err)
+	}
+	return nil
+}

@@ -56,7 +56,7 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	if started.IsZero() {
 		started = now
 	}
-	rec, err := json.Marshal(admissionRecord{KeyID: a.KeyID, Model: a.Model, Started: started.UnixMilli(), Stream: a.Stream})
+	rec, err := json.Marshal(admissionRecord{KeyID: a.KeyID, Priced: a.Priced, Requested: a.Requested, Started: started.UnixMilli(), Stream: a.Stream})
 	if err != nil {
 		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
 	}

@@ -168,7 +168,7 @@ func (e *env) account(balance int64, l Limits) string {
 
 func (e *env) admit(acct, req string, hold int64) Decision {
 	e.t.Helper()
-	d, err := e.s.Admit(e.ctx, Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Model: "m", Hold: hold})
+	d, err := e.s.Admit(e.ctx, Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: hold})
 	if err != nil {
 		e.t.Fatalf("admit %s: %v", req, err)
 	}

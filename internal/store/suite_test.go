@@ -579,7 +579,7 @@ func testHoldExpiry(t *testing.T, e *env) {
 // or is released at no charge one lease after a sweep first sees it.
 func testHoldValue(t *testing.T, e *env) {
 	acct := e.account(1000, Limits{})
-	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Model: "a model with spaces", Hold: 500}); err != nil {
+	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "a model with spaces", Hold: 500}); err != nil {
 		t.Fatal(err)
 	}
 	ck := Checkpoint{Status: 200, Priced: "a model with spaces", Usage: usage.Usage{Output: 3}, Cost: 40}
@@ -742,7 +742,7 @@ func testReindexRecheck(t *testing.T, e *env) {
 
 func testRenewAndCheckpoint(t *testing.T, e *env) {
 	acct := e.account(1000, Limits{})
-	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Model: "m", Hold: 500, Stream: true}); err != nil {
+	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "m", Hold: 500, Stream: true}); err != nil {
 		t.Fatal(err)
 	}
 	// Renewed every half lease, the hold outlives many leases.

@@ -1,0 +1,314 @@
+package alerts
+
+import (
+	"context"
+	"crypto/hmac"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+// verify checks a delivery's signature as a receiver would: HMAC-SHA256 of
+// id "." timestamp "." body under the shared secret.
+func verify(t *testing.T, secret []byte, r *http.Request, body []byte) {
+	t.Helper()
+	ts, err := strconv.ParseInt(r.Header.Get(HeaderTimestamp), 10, 64)
+	if err != nil {
+		t.Errorf("timestamp %q", r.Header.Get(HeaderTimestamp))
+	}
+	want := Sign(secret, r.Header.Get(HeaderID), ts, body)
+	if !hmac.Equal([]byte(r.Header.Get(HeaderSignature)), []byte(want)) {
+		t.Errorf("signature %q, want %q", r.Header.Get(HeaderSignature), want)
+	}
+}
+
+// A receiver answering 500 twice gets the same event a third time, signed
+// each time with the same id; then it is delivered.
+func TestDeliveryRetriedAndSigned(t *testing.T) {
+	secret := []byte("whsec-test")
+	type got struct {
+		id   string
+		body []byte
+	}
+	attempts := make(chan got, 10)
+	var mu sync.Mutex
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		verify(t, secret, r, body)
+		mu.Lock()
+		n++
+		fail := n <= 2
+		mu.Unlock()
+		if fail {
+			w.WriteHeader(500)
+		}
+		attempts <- got{r.Header.Get(HeaderID), body}
+	}))
+	defer srv.Close()
+	reg := prometheus.NewRegistry()
+	results := make(chan string, 10)
+	d := NewDispatcher([]Endpoint{{URL: srv.URL, Secret: secret}}, DispatcherOptions{Backoff: time.Millisecond, Registerer: reg,
+		onResult: func(r string) { results <- r }})
+	defer d.Close()
+	d.Publish(Event{ID: "evt_1", Type: BalanceLow, AccountID: "acct_1", Data: map[string]any{"balance_usd": 1.5}})
+	var ids []string
+	for range 3 {
+		a := <-attempts
+		ids = append(ids, a.id)
+		var ev Event
+		if err := json.Unmarshal(a.body, &ev); err != nil || ev.ID != "evt_1" || ev.Type != BalanceLow || ev.Data["balance_usd"] != 1.5 {
+			t.Fatalf("body %s: %v", a.body, err)
+		}
+	}
+	if ids[0] != "evt_1" || ids[1] != ids[0] || ids[2] != ids[0] {
+		t.Fatalf("ids %v", ids)
+	}
+	for _, want := range []string{"retried", "retried", "delivered"} {
+		if r := <-results; r != want {
+			t.Fatalf("result %s, want %s", r, want)
+		}
+	}
+	if r := testutil.ToFloat64(d.deliveries.WithLabelValues("retried")); r != 2 {
+		t.Fatalf("retried %v, want 2", r)
+	}
+	if r := testutil.ToFloat64(d.deliveries.WithLabelValues("delivered")); r != 1 {
+		t.Fatalf("delivered %v, want 1", r)
+	}
+}
+
+// A receiver that hangs holds one worker; Publish never waits for it, and
+// what the bounded queue cannot take is dropped and counted.
+func TestHungReceiverNeverBlocksPublish(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		<-release
+	}))
+	defer srv.Close()
+	defer close(release)
+	d := NewDispatcher([]Endpoint{{URL: srv.URL, Secret: []byte("s")}}, DispatcherOptions{Workers: 1, QueueSize: 2, Timeout: time.Hour})
+	d.Publish(Event{ID: "evt_0", Type: BalanceLow})
+	<-arrived // the one worker is stuck in the receiver
+	for i := range 9 {
+		d.Publish(Event{ID: "evt_" + strconv.Itoa(i+1), Type: BalanceLow})
+	}
+	if dropped := testutil.ToFloat64(d.deliveries.WithLabelValues("dropped")); dropped != 7 {
+		t.Fatalf("dropped %v, want 7 (9 published, 2 queued)", dropped)
+	}
+}
+
+// Endpoints receive only the event types they asked for.
+func TestEndpointEvents(t *testing.T) {
+	e := Endpoint{Events: []string{BudgetThreshold}}
+	if e.wants(BalanceLow) || !e.wants(BudgetThreshold) || !(Endpoint{}).wants(StoreUnreachable) {
+		t.Fatal("event filter")
+	}
+}
+
+// recorder is a Publisher that keeps what it is given.
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (r *recorder) Publish(e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func (r *recorder) take() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.events
+	r.events = nil
+	return e
+}
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// Two watchers (two sidecars) over one store: each crossing fires exactly
+// once between them; a new window, a new threshold or a balance that rose
+// and fell again is a new crossing.
+func TestEachCrossingOnceAcrossSidecars(t *testing.T) {
+	ctx := context.Background()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	clk := &fakeClock{t: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)}
+	st := store.New(rdb, store.Options{Now: clk.now})
+	a, err := st.CreateAccount(ctx, "acme", 10_000, store.Limits{DailyNanoUSD: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetBalanceAlert(ctx, a.ID, 9000); err != nil {
+		t.Fatal(err)
+	}
+	_, k, err := st.CreateKey(ctx, a.ID, store.ModelKey, store.KeyOptions{Label: "ci",
+		Limits: store.Limits{TotalNanoUSD: 500}, ExpiresAt: clk.now().Add(3 * 24 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pubs [2]*recorder
+	var ws [2]*Watcher
+	for i := range ws {
+		pubs[i] = &recorder{}
+		ws[i] = NewWatcher(st, pubs[i], WatcherOptions{Now: clk.now, Registerer: prometheus.NewRegistry()})
+	}
+	spend := func(id string, cost int64) {
+		t.Helper()
+		if _, err := st.Admit(ctx, store.Admission{RequestID: id, AccountID: a.ID, KeyID: k.ID, Hold: cost, KeyLimits: k.Limits}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Settle(ctx, store.Settlement{RequestID: id, AccountID: a.ID, KeyID: k.ID, Cost: cost, Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// events runs both watchers' passes, concurrently, twice, and returns
+	// what they published together.
+	events := func() []Event {
+		t.Helper()
+		for range 2 {
+			var wg sync.WaitGroup
+			for _, w := range ws {
+				wg.Add(1)
+				go func() { defer wg.Done(); w.CheckAll(ctx) }()
+			}
+			wg.Wait()
+		}
+		return append(pubs[0].take(), pubs[1].take()...)
+	}
+	kinds := func(evs []Event) map[string]int {
+		m := map[string]int{}
+		for _, e := range evs {
+			k := e.Type
+			if e.Type == BudgetThreshold {
+				k += ":" + e.Data["level"].(string) + ":" + e.Data["window"].(string) + ":" + strconv.FormatInt(e.Data["percent"].(int64), 10)
+			}
+			m[k]++
+			if e.ID == "" || e.AccountID != a.ID {
+				t.Errorf("event %+v", e)
+			}
+		}
+		return m
+	}
+	// The key expires within a week: one event.
+	if got := kinds(events()); len(got) != 1 || got[KeyExpiring] != 1 {
+		t.Fatalf("first pass %v", got)
+	}
+	spend("r1", 400) // key total 80 %, account daily 40 %
+	if got := kinds(events()); len(got) != 1 || got[BudgetThreshold+":key:total:80"] != 1 {
+		t.Fatalf("at 80 %% of the key's total: %v", got)
+	}
+	spend("r2", 100) // key total 100 %; account daily 50 %
+	if got := kinds(events()); len(got) != 1 || got[BudgetThreshold+":key:total:100"] != 1 {
+		t.Fatalf("at 100 %% of the key's total: %v", got)
+	}
+	if got := events(); len(got) != 0 {
+		t.Fatalf("nothing new, yet %v", kinds(got))
+	}
+	// Raise the key's cap; the account's day reaches 80 % and the balance
+	// falls below its threshold.
+	if err := st.SetKeyLimits(ctx, a.ID, k.ID, store.Limits{TotalNanoUSD: 10_000}); err != nil {
+		t.Fatal(err)
+	}
+	k.Limits = store.Limits{TotalNanoUSD: 10_000}
+	spend("r3", 300) // daily 800 of 1000; balance 9200
+	if got := kinds(events()); len(got) != 1 || got[BudgetThreshold+":account:daily:80"] != 1 {
+		t.Fatalf("at 80 %% of the account's day: %v", got)
+	}
+	// A refusal by the daily limit fires its 100 % although settled spend
+	// is below it.
+	for _, w := range ws {
+		w.Refused(a.ID, k.ID, store.AccountLevel, store.DailyLimited)
+		n := <-w.nudges
+		if err := w.CheckAccount(ctx, n.accountID, []nudge{n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := kinds(append(pubs[0].take(), pubs[1].take()...)); len(got) != 1 || got[BudgetThreshold+":account:daily:100"] != 1 {
+		t.Fatalf("after a refusal by the day: %v", got)
+	}
+	// Balance: 10,000 - 800 = 9,200, above 9,000. A new day: spend 300.
+	clk.set(clk.now().Add(24 * time.Hour))
+	spend("r5", 300) // balance 8,900 < 9,000; the new day at 30 %
+	if got := kinds(events()); len(got) != 1 || got[BalanceLow] != 1 {
+		t.Fatalf("balance below the threshold: %v", got)
+	}
+	// A top-up above the threshold re-arms it; the next fall fires again.
+	if _, _, err := st.TopUp(ctx, a.ID, 200, "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := events(); len(got) != 0 {
+		t.Fatalf("after a top-up %v", kinds(got))
+	}
+	spend("r6", 500) // balance 8,600; the day at 80 %
+	got := kinds(events())
+	if len(got) != 2 || got[BalanceLow] != 1 || got[BudgetThreshold+":account:daily:80"] != 1 {
+		t.Fatalf("second fall and the new day's 80 %%: %v", got)
+	}
+	// What is left of each budget set, never +Inf.
+	if v := testutil.ToFloat64(ws[0].remaining.WithLabelValues(a.ID, "", "daily")); v != 0.0000002 {
+		t.Fatalf("remaining daily %v", v)
+	}
+	if n := testutil.CollectAndCount(ws[0].remaining); n != 2 { // the account's day, the key's total
+		t.Fatalf("%d remaining series", n)
+	}
+}
+
+// The store unreachable for the configured time fires once per outage.
+func TestStoreUnreachableOncePerOutage(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1e9, 0)}
+	pub := &recorder{}
+	w := NewWatcher(nil, pub, WatcherOptions{Now: clk.now, StoreUnreachableAfter: time.Minute, Sidecar: "a"})
+	w.StoreResult(false)
+	clk.set(clk.now().Add(59 * time.Second))
+	w.StoreResult(false)
+	if n := len(pub.take()); n != 0 {
+		t.Fatalf("%d events before the minute", n)
+	}
+	clk.set(clk.now().Add(time.Second))
+	w.StoreResult(false)
+	w.StoreResult(false)
+	if evs := pub.take(); len(evs) != 1 || evs[0].Type != StoreUnreachable || evs[0].Data["sidecar"] != "a" {
+		t.Fatalf("events %+v", evs)
+	}
+	w.StoreResult(true)
+	w.StoreResult(false)
+	clk.set(clk.now().Add(time.Minute))
+	w.StoreResult(false)
+	if n := len(pub.take()); n != 1 {
+		t.Fatalf("%d events for the second outage", n)
+	}
+}

@@ -1,0 +1,336 @@
+package alerts
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+// Store is what the watcher reads and claims (store.Store).
+type Store interface {
+	ListAccounts(ctx context.Context) ([]store.Account, error)
+	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
+	ListKeys(ctx context.Context, accountID string) ([]store.Key, error)
+	KeyStates(ctx context.Context, accountID string, keyIDs ...string) ([]store.KeyState, error)
+	ClaimAlert(ctx context.Context, accountID, name string, ttl time.Duration) (bool, error)
+	ReleaseAlert(ctx context.Context, accountID, name string) error
+}
+
+// Publisher delivers events (Dispatcher).
+type Publisher interface{ Publish(Event) }
+
+// ExpiryNotice is how long before a key's expiry key.expiring fires.
+const ExpiryNotice = 7 * 24 * time.Hour
+
+// Thresholds are the shares of a budget (percent) at which
+// budget.threshold fires.
+var Thresholds = []int64{80, 100}
+
+// WatcherOptions configure a Watcher.
+type WatcherOptions struct {
+	Now        func() time.Time
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	// StoreUnreachableAfter is how long the store must fail every probe
+	// before store.unreachable fires; zero never fires it.
+	StoreUnreachableAfter time.Duration
+	// Sidecar names this process in store.unreachable (which cannot be
+	// deduplicated in the store it is about: each sidecar sends its own).
+	Sidecar string
+}
+
+// Watcher looks at every account's balance, budgets and keys, publishes
+// each crossing once (claimed in the store, so once across all sidecars)
+// and exports what is left of each budget. It runs off the request path:
+// a refusal only nudges it (Refused) without waiting.
+type Watcher struct {
+	st  Store
+	pub Publisher
+	o   WatcherOptions
+
+	remaining *prometheus.GaugeVec
+	published *prometheus.CounterVec
+	nudges    chan nudge
+
+	mu        sync.Mutex
+	seen      map[[3]string]bool // remaining's label sets set by the last pass
+	downSince time.Time
+	downSent  bool
+}
+
+// nudge is a refusal by a budget: the budget is spent as far as clients
+// see, so its 100 % fires now even if settled spend is a little below.
+type nudge struct {
+	accountID, keyID string
+	level            store.Level
+	outcome          store.Outcome
+}
+
+// NewWatcher returns a watcher publishing to pub.
+func NewWatcher(st Store, pub Publisher, o WatcherOptions) *Watcher {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	w := &Watcher{st: st, pub: pub, o: o, nudges: make(chan nudge, 256), seen: map[[3]string]bool{}}
+	w.remaining = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gateway_budget_remaining_usd",
+		Help: "What is left of each spend budget that is set (settled spend only), by account, key (empty for the account's own) and window (daily, monthly, total). A budget not set has no series: never +Inf.",
+	}, []string{"account", "key", "window"})
+	w.published = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_alerts_total", Help: "Alert events this sidecar published (claimed first), by type.",
+	}, []string{"type"})
+	for _, t := range Types {
+		w.published.WithLabelValues(t)
+	}
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(w.remaining, w.published)
+	}
+	return w
+}
+
+// Refused tells the watcher a request was refused; a refusal by a spend
+// budget makes its 100 % fire at the next look. Never blocks.
+func (w *Watcher) Refused(accountID, keyID string, level store.Level, outcome store.Outcome) {
+	switch outcome {
+	case store.DailyLimited, store.MonthlyLimited, store.TotalLimited:
+	default:
+		return
+	}
+	select {
+	case w.nudges <- nudge{accountID, keyID, level, outcome}:
+	default: // the next pass sees the budget anyway
+	}
+}
+
+// Run checks every account each interval, and an account nudged by a
+// refusal at once, until ctx ends.
+func (w *Watcher) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	w.CheckAll(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case n := <-w.nudges:
+			if err := w.CheckAccount(ctx, n.accountID, []nudge{n}); err != nil {
+				w.o.Logger.Warn("alerts: account check failed", "account", n.accountID, "err", err)
+			}
+		case <-t.C:
+			w.CheckAll(ctx)
+		}
+	}
+}
+
+// CheckAll checks every account once.
+func (w *Watcher) CheckAll(ctx context.Context) {
+	accounts, err := w.st.ListAccounts(ctx)
+	if err != nil {
+		w.o.Logger.Warn("alerts: listing accounts failed", "err", err)
+		return
+	}
+	w.mu.Lock()
+	prev := w.seen
+	w.seen = map[[3]string]bool{}
+	w.mu.Unlock()
+	for _, a := range accounts {
+		if err := w.checkAccount(ctx, a, nil); err != nil {
+			w.o.Logger.Warn("alerts: account check failed", "account", a.ID, "err", err)
+		}
+	}
+	// Budgets removed since the last pass lose their series.
+	w.mu.Lock()
+	for l := range prev {
+		if !w.seen[l] {
+			w.remaining.DeleteLabelValues(l[0], l[1], l[2])
+		}
+	}
+	w.mu.Unlock()
+}
+
+// CheckAccount checks one account, with the refusals that nudged it.
+func (w *Watcher) CheckAccount(ctx context.Context, accountID string, refused []nudge) error {
+	accounts, err := w.st.ListAccounts(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range accounts {
+		if a.ID == accountID {
+			return w.checkAccount(ctx, a, refused)
+		}
+	}
+	return nil
+}
+
+// budget is one spend limit of an account or key in its current window.
+type budget struct {
+	level  store.Level
+	keyID  string
+	window string // daily, monthly, total
+	stamp  string // the window's UTC day or month; "" for total
+	ttl    time.Duration
+	limit  int64 // nano-USD
+	used   int64 // settled spend of the window
+	held   int64
+	hit    bool // a request was refused by it
+}
+
+func (w *Watcher) checkAccount(ctx context.Context, a store.Account, refused []nudge) error {
+	now := w.o.Now().UTC()
+	u, err := w.st.Usage(ctx, a.ID, store.Day)
+	if err != nil {
+		return err
+	}
+	day, month := now.Format("20060102"), now.Format("200601")
+	dayTTL, monthTTL := 48*time.Hour, 40*24*time.Hour
+	var budgets []budget
+	add := func(b budget) {
+		if b.limit > 0 {
+			budgets = append(budgets, b)
+		}
+	}
+	add(budget{level: store.AccountLevel, window: "daily", stamp: day, ttl: dayTTL, limit: u.Limits.DailyNanoUSD, used: u.DailyUsed, held: u.Held})
+	add(budget{level: store.AccountLevel, window: "monthly", stamp: month, ttl: monthTTL, limit: u.Limits.MonthlyNanoUSD, used: u.MonthUsed, held: u.Held})
+
+	keys, err := w.st.ListKeys(ctx, a.ID)
+	if err != nil {
+		return err
+	}
+	var limited []store.Key
+	for _, k := range keys {
+		if !k.RevokedAt.IsZero() {
+			continue
+		}
+		if k.Kind == store.ModelKey && (k.Limits.DailyNanoUSD > 0 || k.Limits.MonthlyNanoUSD > 0 || k.Limits.TotalNanoUSD > 0) {
+			limited = append(limited, k)
+		}
+		if exp := k.ExpiresAt; !exp.IsZero() && exp.After(now) && exp.Sub(now) <= ExpiryNotice {
+			w.fire(ctx, a.ID, "expiring:"+k.ID+":"+strconv.FormatInt(exp.UnixMilli(), 10), ExpiryNotice+24*time.Hour, Event{
+				Type: KeyExpiring, AccountID: a.ID, KeyID: k.ID,
+				Data: map[string]any{"label": k.Label, "kind": string(k.Kind), "expires_at": exp.UTC().Format(time.RFC3339)},
+			})
+		}
+	}
+	if len(limited) > 0 {
+		ids := make([]string, len(limited))
+		for i, k := range limited {
+			ids[i] = k.ID
+		}
+		states, err := w.st.KeyStates(ctx, a.ID, ids...)
+		if err != nil {
+			return err
+		}
+		for i, k := range limited {
+			s := states[i]
+			add(budget{level: store.KeyLevel, keyID: k.ID, window: "daily", stamp: day, ttl: dayTTL, limit: k.Limits.DailyNanoUSD, used: s.Day.Cost, held: s.Held})
+			add(budget{level: store.KeyLevel, keyID: k.ID, window: "monthly", stamp: month, ttl: monthTTL, limit: k.Limits.MonthlyNanoUSD, used: s.Month.Cost, held: s.Held})
+			add(budget{level: store.KeyLevel, keyID: k.ID, window: "total", limit: k.Limits.TotalNanoUSD, used: s.Total.Cost, held: s.Held})
+		}
+	}
+	for _, n := range refused {
+		window := map[store.Outcome]string{store.DailyLimited: "daily", store.MonthlyLimited: "monthly", store.TotalLimited: "total"}[n.outcome]
+		for i := range budgets {
+			b := &budgets[i]
+			if b.level == n.level && b.window == window && (n.level == store.AccountLevel || b.keyID == n.keyID) {
+				b.hit = true
+			}
+		}
+	}
+	for _, b := range budgets {
+		w.mu.Lock()
+		w.seen[[3]string{a.ID, b.keyID, b.window}] = true
+		w.mu.Unlock()
+		w.remaining.WithLabelValues(a.ID, b.keyID, b.window).Set(pricing.USD(max(b.limit-b.used, 0)))
+		for _, t := range Thresholds {
+			if b.used*100 < t*b.limit && !(t == 100 && b.hit) {
+				continue
+			}
+			// The name carries the window and the limit: a new window, or
+			// a limit raised and reached again, is a new crossing.
+			name := fmt.Sprintf("budget:%s:%s:%s:%s:%d:%d", b.level, b.keyID, b.window, b.stamp, b.limit, t)
+			w.fire(ctx, a.ID, name, b.ttl, Event{
+				Type: BudgetThreshold, AccountID: a.ID, KeyID: b.keyID,
+				Data: map[string]any{
+					"level": b.level.String(), "window": b.window, "percent": t,
+					"limit_usd": pricing.USD(b.limit), "used_usd": pricing.USD(b.used), "held_usd": pricing.USD(b.held),
+				},
+			})
+		}
+	}
+
+	if a.BalanceAlert > 0 {
+		name := "balance:" + strconv.FormatInt(a.BalanceAlert, 10)
+		if u.Balance < a.BalanceAlert {
+			w.fire(ctx, a.ID, name, 0, Event{
+				Type: BalanceLow, AccountID: a.ID,
+				Data: map[string]any{"balance_usd": pricing.USD(u.Balance), "threshold_usd": pricing.USD(a.BalanceAlert)},
+			})
+		} else if err := w.st.ReleaseAlert(ctx, a.ID, name); err != nil {
+			return err // a top-up re-arms the alert
+		}
+	}
+	return nil
+}
+
+// fire publishes ev if this sidecar is the first to claim name.
+func (w *Watcher) fire(ctx context.Context, accountID, name string, ttl time.Duration, ev Event) {
+	ok, err := w.st.ClaimAlert(ctx, accountID, name, ttl)
+	if err != nil {
+		w.o.Logger.Warn("alerts: claim failed", "account", accountID, "err", err)
+		return
+	}
+	if !ok {
+		return
+	}
+	ev.ID, ev.CreatedAt = NewEventID(), w.o.Now().UTC()
+	w.published.WithLabelValues(ev.Type).Inc()
+	w.pub.Publish(ev)
+}
+
+// Publish sends an event no store claim stands for (an admin action,
+// which happens once): suspended, resumed.
+func (w *Watcher) Publish(ev Event) {
+	ev.ID, ev.CreatedAt = NewEventID(), w.o.Now().UTC()
+	w.published.WithLabelValues(ev.Type).Inc()
+	w.pub.Publish(ev)
+}
+
+// StoreResult takes each store probe's result: a store failing every probe
+// for StoreUnreachableAfter fires store.unreachable once per outage.
+func (w *Watcher) StoreResult(up bool) {
+	if w.o.StoreUnreachableAfter <= 0 {
+		return
+	}
+	now := w.o.Now()
+	w.mu.Lock()
+	if up {
+		w.downSince, w.downSent = time.Time{}, false
+		w.mu.Unlock()
+		return
+	}
+	if w.downSince.IsZero() {
+		w.downSince = now
+	}
+	send := !w.downSent && now.Sub(w.downSince) >= w.o.StoreUnreachableAfter
+	if send {
+		w.downSent = true
+	}
+	since := w.downSince
+	w.mu.Unlock()
+	if send {
+		w.Publish(Event{Type: StoreUnreachable, Data: map[string]any{
+			"since": since.UTC().Format(time.RFC3339), "sidecar": w.o.Sidecar,
+		}})
+	}
+}
