@@ -21,7 +21,7 @@ BUF         := github.com/bufbuild/buf/cmd/buf@v1.57.0
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
 
-.PHONY: catalogue envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres lint clean
+.PHONY: catalogue envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres chromium lint clean
 
 all: build
 
@@ -72,12 +72,19 @@ postgres:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }
 	@ls /usr/lib/postgresql/*/bin/postgres
 
+## chromium: install Debian's chromium (the consoles' browser tests) when missing
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	@$$(command -v chromium || command -v chromium-browser) --version
+
 ## run: the gateway on listeners.public, 127.0.0.1:8080 (in-memory store; fake vendors unless vendor keys are set)
 run: build envoy
 	$(BIN)/gateway run --config gateway.yaml
 
 ## test: everything: lint, every Go test against real processes (Redis, Envoy, the SDKs), fuzz and bench smoke
-test: build envoy redis postgres lint
+test: build envoy redis postgres chromium lint
 	$(GO) test -count=1 -timeout 15m ./...
 	cd deploy && $(GO) test -count=1 ./...
 	cd deploy/monitoring && $(GO) test -count=1 ./...
@@ -91,7 +98,7 @@ unit: deps
 	cd deploy/monitoring && $(GO) test -short -count=1 ./...
 
 ## e2e: the tests that start real processes: end to end through Envoy, real Redis and Cluster, SDK conformance
-e2e: build envoy redis postgres
+e2e: build envoy redis postgres chromium
 	$(GO) test -count=1 -timeout 15m ./test/... ./internal/store/... ./internal/redistest/... ./envoy/...
 	cd deploy && $(GO) test -count=1 ./...
 

@@ -26,6 +26,9 @@ type Controls struct {
 	LatencyMS int `json:"latency_ms"`
 	// EventDelayMS pauses between SSE events.
 	EventDelayMS int `json:"event_delay_ms"`
+	// FirstEventDelayMS pauses between a stream's response headers and its
+	// first event: a vendor slow to its first token.
+	FirstEventDelayMS int `json:"first_event_delay_ms"`
 	// ToolCall makes requests that offer tools get a call of the first tool.
 	ToolCall bool `json:"tool_call"`
 	// CacheReadTokens and CacheWriteTokens are reported as prompt cache
@@ -96,6 +99,7 @@ type controlUpdate struct {
 	StatusCount      *int    `json:"status_count"`
 	LatencyMS        *int    `json:"latency_ms"`
 	EventDelayMS     *int    `json:"event_delay_ms"`
+	FirstEventDelay  *int    `json:"first_event_delay_ms"`
 	ToolCall         *bool   `json:"tool_call"`
 	CacheReadTokens  *int    `json:"cache_read_tokens"`
 	CacheWriteTokens *int    `json:"cache_write_tokens"`
@@ -125,7 +129,7 @@ func (u *controlUpdate) validate() error {
 		return fmt.Errorf("status must be 0 or 400-599, not %d", *u.Status)
 	}
 	for name, p := range map[string]*int{
-		"status_count": u.StatusCount, "latency_ms": u.LatencyMS, "event_delay_ms": u.EventDelayMS,
+		"status_count": u.StatusCount, "latency_ms": u.LatencyMS, "event_delay_ms": u.EventDelayMS, "first_event_delay_ms": u.FirstEventDelay,
 		"cache_read_tokens": u.CacheReadTokens, "cache_write_tokens": u.CacheWriteTokens,
 		"reply_words": u.ReplyWords, "abort_after_events": u.AbortAfterEvents,
 		"cache_write_1h_tokens": u.CacheWrite1h, "input_tokens": u.InputTokens, "output_tokens": u.OutputTokens,
@@ -150,6 +154,7 @@ func (u *controlUpdate) apply(c *Controls) {
 	set(&c.StatusCount, u.StatusCount)
 	set(&c.LatencyMS, u.LatencyMS)
 	set(&c.EventDelayMS, u.EventDelayMS)
+	set(&c.FirstEventDelayMS, u.FirstEventDelay)
 	set(&c.CacheReadTokens, u.CacheReadTokens)
 	set(&c.CacheWriteTokens, u.CacheWriteTokens)
 	set(&c.ReplyWords, u.ReplyWords)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -345,5 +346,26 @@ func TestHang(t *testing.T) {
 	}
 	if resp, _ := tf.call("POST", tf.messages.URL+"/v1/messages", messagesSimple); resp.StatusCode != 200 {
 		t.Fatalf("after the hang: %d", resp.StatusCode)
+	}
+}
+
+// first_event_delay_ms holds a stream's first event back, not its headers:
+// the client has the 200 before the vendor sends the first event.
+func TestFirstEventDelay(t *testing.T) {
+	tf := newTestFake(t, nil)
+	tf.setControl(`{"first_event_delay_ms":300,"reply_words":2}`)
+	resp, err := http.Post(tf.messages.URL+"/v1/messages", "application/json", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	headersAt := time.Now().UnixNano()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d %v", resp.StatusCode, err)
+	}
+	evs := parseSSE(t, body)
+	if len(evs) != 3+2+3 || evs[0].sentNano <= headersAt {
+		t.Fatalf("%d events, the first sent %d ns after the headers arrived", len(evs), evs[0].sentNano-headersAt)
 	}
 }

@@ -36,7 +36,8 @@ type sseStream struct {
 	bufp  *[]byte
 	buf   []byte
 	delay time.Duration
-	abort int // reset the connection after this many events; 0: never
+	first time.Duration // before the first event
+	abort int           // reset the connection after this many events; 0: never
 	sent  int
 	err   error
 }
@@ -55,6 +56,7 @@ func startSSE(w http.ResponseWriter, r *http.Request, ctl *Controls) *sseStream 
 		bufp:  bp,
 		buf:   (*bp)[:0],
 		delay: time.Duration(ctl.EventDelayMS) * time.Millisecond,
+		first: time.Duration(ctl.FirstEventDelayMS) * time.Millisecond,
 		abort: ctl.AbortAfterEvents,
 	}
 	// Send the headers now, as the vendors do, so that the client sees
@@ -69,8 +71,8 @@ func startSSE(w http.ResponseWriter, r *http.Request, ctl *Controls) *sseStream 
 	return s
 }
 
-// begin starts an event: it waits the event delay (not before the first
-// event), then writes the timestamp comment, the event line when event is
+// begin starts an event: it waits the event delay (the first event delay
+// before the first event), then writes the timestamp comment, the event line when event is
 // not empty, and "data: ". The caller appends the data to s.buf and calls
 // end.
 func (s *sseStream) begin(event string) {
@@ -78,8 +80,12 @@ func (s *sseStream) begin(event string) {
 	if s.err != nil {
 		return
 	}
-	if s.sent > 0 && s.delay > 0 {
-		t := time.NewTimer(s.delay)
+	delay := s.delay
+	if s.sent == 0 {
+		delay = s.first
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
 		case <-s.ctx.Done():

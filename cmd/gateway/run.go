@@ -218,6 +218,9 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 	}
 	demo.URL = "http://" + cfg.Listeners.Public
 	demo.AdminAddr, demo.AdminToken = cfg.Listeners.Admin, os.Getenv(admin.TokenEnv)
+	if sc.ConsoleAddr != nil {
+		demo.ConsoleURL = "http://" + sc.ConsoleAddr.String() + "/"
+	}
 	envPath := filepath.Join(stateDir, "demo.env")
 	if err := os.WriteFile(envPath, []byte(demo.env()), 0o600); err != nil {
 		return err
@@ -269,6 +272,7 @@ func checkListeners(l config.Listeners, cfgPath, movedBy string) error {
 type demoAccount struct {
 	URL, APIKey, ReadOnlyToken, AccountID string
 	AdminAddr, AdminToken                 string
+	ConsoleURL                            string // the operator console; "" when not served
 	AlphaModel, BetaModel                 string
 }
 
@@ -359,6 +363,12 @@ func (d demoAccount) banner(envPath string, fake bool) string {
 	fmt.Fprintf(&b, "  curl -s $GATEWAY_URL/health\n\n")
 	fmt.Fprintf(&b, "  # administration (accounts, keys, top-ups)\n")
 	fmt.Fprintf(&b, "  bin/gatewayctl accounts list\n\n")
+	fmt.Fprintf(&b, "  # web consoles: usage (sign in with $DEMO_READONLY_TOKEN) and operator (with $GATEWAY_ADMIN_TOKEN)\n")
+	fmt.Fprintf(&b, "  %s/console/\n", d.URL)
+	if d.ConsoleURL != "" {
+		fmt.Fprintf(&b, "  %s\n", d.ConsoleURL)
+	}
+	b.WriteString("\n")
 	b.WriteString("Press Ctrl-C to stop.\n")
 	return b.String()
 }

@@ -76,7 +76,7 @@ func (f *fixture) at(t time.Time) { f.clk.t = t; f.mr.SetTime(t) }
 func (f *fixture) settle(t *testing.T, id string, cost int64) {
 	t.Helper()
 	ctx := context.Background()
-	if d, err := f.st.Admit(ctx, store.Admission{RequestID: id, AccountID: f.acct, KeyID: f.keyID, Model: "m", Hold: cost}); err != nil || d.Outcome != store.Admitted {
+	if d, err := f.st.Admit(ctx, store.Admission{RequestID: id, AccountID: f.acct, KeyID: f.keyID, Priced: "m", Hold: cost}); err != nil || d.Outcome != store.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
 	_, err := f.st.Settle(ctx, store.Settlement{

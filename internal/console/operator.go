@@ -200,12 +200,12 @@ func (op *Operator) action(h func(w http.ResponseWriter, r *http.Request, s *ses
 	}
 }
 
-// sameOrigin refuses a request a browser marks as sent from another site.
-// Browsers send Origin with every POST; a client that sends none is not a
-// browser a forged form could drive.
+// sameOrigin refuses a request a browser marks as sent from another origin:
+// by Sec-Fetch-Site where the browser sends it, else by Origin. A client
+// that sends neither is not a browser a forged form could drive.
 func sameOrigin(r *http.Request) bool {
-	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
-		return false
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin"
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -374,6 +374,9 @@ func fields(msg proto.Message, skip ...string) []field {
 				parts = append(parts, f.Name+": "+f.Value)
 			}
 			s = strings.Join(parts, "; ")
+			if s == "" {
+				continue // nothing set
+			}
 		case strings.HasSuffix(name, "nano_usd") && (fd.Kind() == protoreflect.Int64Kind || fd.Kind() == protoreflect.Sint64Kind):
 			name = strings.TrimSuffix(name, "_nano_usd") + " (USD)"
 			s = "$" + FormatUSD(v.Int())

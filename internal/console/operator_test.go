@@ -159,6 +159,8 @@ func TestOperatorActionsNeedCSRF(t *testing.T) {
 		{url.Values{"name": {name}, "csrf": {"wrong"}}, nil},
 		{url.Values{"name": {name}, "csrf": {csrf}}, map[string]string{"Origin": "http://evil.example"}},
 		{url.Values{"name": {name}, "csrf": {csrf}}, map[string]string{"Sec-Fetch-Site": "cross-site"}},
+		{url.Values{"name": {name}, "csrf": {csrf}}, map[string]string{"Sec-Fetch-Site": "same-site", "Origin": "http://example.com"}},
+		{url.Values{"name": {name}, "csrf": {csrf}}, map[string]string{"Origin": "null"}},
 	} {
 		if rec := f.do(t, "POST", "/accounts", cookie, tc.form, tc.hdr); rec.Code != http.StatusForbidden {
 			t.Fatalf("%v %v: %d", tc.form, tc.hdr, rec.Code)
@@ -169,7 +171,7 @@ func TestOperatorActionsNeedCSRF(t *testing.T) {
 		t.Fatalf("a refused action created an account: %d", len(before))
 	}
 	rec := f.do(t, "POST", "/accounts", cookie, url.Values{"name": {name}, "csrf": {csrf}, "balance_usd": {"2.5"}},
-		map[string]string{"Origin": "http://example.com"})
+		map[string]string{"Origin": "http://example.com", "Sec-Fetch-Site": "same-origin"})
 	if rec.Code != http.StatusSeeOther {
 		t.Fatalf("create: %d %s", rec.Code, rec.Body)
 	}

@@ -26,7 +26,7 @@ func TestRenewThenSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := st.Admit(ctx, store.Admission{RequestID: "req_1", AccountID: acct.ID, KeyID: "key_1", Model: "m", Hold: 500_000})
+	d, err := st.Admit(ctx, store.Admission{RequestID: "req_1", AccountID: acct.ID, KeyID: "key_1", Priced: "m", Hold: 500_000})
 	if err != nil || d.Outcome != store.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}

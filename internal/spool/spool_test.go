@@ -127,7 +127,7 @@ func (e *env) open(o Options) (*Spool, *prometheus.Registry) {
 // settlement that would end it at cost.
 func (e *env) admit(l *Spool, id string, cost int64) store.Settlement {
 	e.t.Helper()
-	d, err := l.Admit(context.Background(), store.Admission{RequestID: id, AccountID: e.acct, KeyID: e.key, Model: "m", Hold: 10_000})
+	d, err := l.Admit(context.Background(), store.Admission{RequestID: id, AccountID: e.acct, KeyID: e.key, Priced: "m", Hold: 10_000})
 	if err != nil || d.Outcome != store.Admitted {
 		e.t.Fatalf("admit %s: %+v %v", id, d, err)
 	}

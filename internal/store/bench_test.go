@@ -49,7 +49,7 @@ func BenchmarkAdmit(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				d, err := s.Admit(ctx, Admission{RequestID: strconv.Itoa(i), AccountID: acct, KeyID: "key_1", Model: "m", Hold: 1000})
+				d, err := s.Admit(ctx, Admission{RequestID: strconv.Itoa(i), AccountID: acct, KeyID: "key_1", Priced: "m", Hold: 1000})
 				if err != nil || d.Outcome != Admitted {
 					b.Fatal(d, err)
 				}

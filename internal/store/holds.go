@@ -36,10 +36,11 @@ const holdIndexKey = "gw:holdaccts"
 // admissionRecord is what the sweeper needs to settle a request whose
 // sidecar died: who made it, with which model, when. Stored with the hold.
 type admissionRecord struct {
-	KeyID   string `json:"k"`
-	Model   string `json:"m"` // the priced model
-	Started int64  `json:"s"` // unix ms
-	Stream  bool   `json:"st,omitempty"`
+	KeyID     string               `json:"k"`
+	Priced    usage.PricedModel    `json:"m"`
+	Requested usage.RequestedModel `json:"rq,omitempty"`
+	Started   int64                `json:"s"` // unix ms
+	Stream    bool                 `json:"st,omitempty"`
 }
 
 // Checkpoint is the best-known outcome of a running request, written by the
@@ -271,8 +272,8 @@ func interruptedSettlement(accountID, reqID, rec, ckpt string, now time.Time) Se
 		RequestID:   reqID,
 		AccountID:   accountID,
 		KeyID:       r.KeyID,
-		Requested:   usage.RequestedModel(r.Model),
-		Priced:      usage.PricedModel(r.Model),
+		Requested:   r.Requested,
+		Priced:      r.Priced,
 		Stream:      r.Stream,
 		StartedAt:   time.UnixMilli(r.Started).UTC(),
 		EndedAt:     now,

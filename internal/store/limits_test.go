@@ -12,7 +12,7 @@ import (
 // token bound.
 func (e *env) admitKey(acct, keyID, req string, hold, tokens int64, l Limits) Decision {
 	e.t.Helper()
-	d, err := e.s.Admit(e.ctx, Admission{RequestID: req, AccountID: acct, KeyID: keyID, Model: "m", Hold: hold, Tokens: tokens, KeyLimits: l})
+	d, err := e.s.Admit(e.ctx, Admission{RequestID: req, AccountID: acct, KeyID: keyID, Priced: "m", Hold: hold, Tokens: tokens, KeyLimits: l})
 	if err != nil {
 		e.t.Fatalf("admit %s: %v", req, err)
 	}

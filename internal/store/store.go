@@ -129,7 +129,11 @@ type Admission struct {
 	RequestID string
 	AccountID string
 	KeyID     string
-	Model     string
+	// Priced is the catalogue entry the request is priced under, and
+	// Requested the name the client sent (an alias, say): a request whose
+	// sidecar dies is settled under them by the sweeper.
+	Priced    usage.PricedModel
+	Requested usage.RequestedModel
 	Hold      int64 // worst-case cost of the request, nano-USD
 	// Tokens is the most tokens (input + output) the request can use: what
 	// it counts towards a tokens-per-minute limit until it settles.
@@ -231,11 +235,11 @@ type Settlement struct {
 	// Region is the regional processing region of the endpoint that served
 	// the reply, and Uplift the catalogue's uplift applied for it, in parts
 	// per million of the cost; "" and 0 when none applied.
-	Region string
-	Uplift int64
-	LongContext int64  // the long-context threshold priced, in tokens; 0 for none
-	Fallback    bool   // priced with the upstream's price for unknown models
-	Cost        int64  // nano-USD; zero for non-2xx replies
+	Region      string
+	Uplift      int64
+	LongContext int64 // the long-context threshold priced, in tokens; 0 for none
+	Fallback    bool  // priced with the upstream's price for unknown models
+	Cost        int64 // nano-USD; zero for non-2xx replies
 	Estimated   bool
 	// Capped: the vendor reported more usage than the request allowed
 	// (max_tokens × n for output, the model's context window for input);

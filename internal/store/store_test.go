@@ -82,6 +82,7 @@ var suite = []struct {
 	{"SettleIdempotent", testSettleIdempotent},
 	{"SettleAfterHoldExpiry", testSettleAfterHoldExpiry},
 	{"SettleAfterSweep", testSettleAfterSweep},
+	{"MoneyBounds", testMoneyBounds},
 	{"SettleNon2xx", testSettleNon2xx},
 	{"SettleErrors", testSettleErrors},
 	{"PerModel", testPerModel},
@@ -167,7 +168,7 @@ func (e *env) account(balance int64, l Limits) string {
 
 func (e *env) admit(acct, req string, hold int64) Decision {
 	e.t.Helper()
-	d, err := e.s.Admit(e.ctx, Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Model: "m", Hold: hold})
+	d, err := e.s.Admit(e.ctx, Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: hold})
 	if err != nil {
 		e.t.Fatalf("admit %s: %v", req, err)
 	}

@@ -52,7 +52,13 @@
     return (v < 0 ? "-" : "") + s;
   }
   function int(v) { return typeof v === "number" ? v.toLocaleString("en-US") : "–"; }
-  function label(k) { var s = String(k).replace(/_/g, " "); return s.charAt(0).toUpperCase() + s.slice(1); }
+  var names = { rpm: "Requests per minute", tpm: "Tokens per minute", window_minutes: "Window (minutes)",
+    concurrency: "Requests at once", in_flight: "Requests in flight", held_usd: "Held for requests in flight (USD)" };
+  function label(k) {
+    if (names[k]) { return names[k]; }
+    var s = String(k).replace(/_usd$/, " (USD)").replace(/_/g, " ");
+    return s.charAt(0).toUpperCase() + s.slice(1);
+  }
   function text(tag, value, cls) {
     var el = document.createElement(tag);
     el.textContent = value == null ? "" : String(value);
@@ -108,31 +114,41 @@
   }
   function wrap(tag, child, cls) { var el = document.createElement(tag); if (cls) { el.className = cls; } el.appendChild(child); return el; }
 
-  // limitsTable shows each limit; a NAME_usd limit with a NAME_used_usd
-  // beside it shows how much of it is used.
+  // limitsTable shows each limit with how much of it is used where the
+  // record says: NAME_usd with NAME_used_usd, tpm with tokens_this_minute,
+  // concurrency with in_flight. A zero limit is no limit.
+  var usedNames = { tpm: "tokens_this_minute", concurrency: "in_flight" };
+  function usedKey(obj, k) {
+    var u = /_usd$/.test(k) ? k.replace(/_usd$/, "_used_usd") : usedNames[k];
+    return u && (u in obj) ? u : "";
+  }
   function limitsTable(obj) {
     var table = document.createElement("table");
     var hr = document.createElement("tr");
     ["Limit", "Value", "Used", ""].forEach(function (h) { var th = text("th", h); th.scope = "col"; hr.appendChild(th); });
     table.appendChild(document.createElement("thead")).appendChild(hr);
     var body = table.appendChild(document.createElement("tbody"));
+    var partners = {};
+    Object.keys(obj).forEach(function (k) { var u = usedKey(obj, k); if (u) { partners[u] = true; } });
     Object.keys(obj).forEach(function (k) {
-      if (/_used_usd$/.test(k) && (k.replace(/_used_usd$/, "_usd") in obj)) { return; }
+      if (partners[k]) { return; }
       var v = obj[k];
       var tr = body.appendChild(document.createElement("tr"));
-      tr.appendChild(text("th", label(k.replace(/_usd$/, " (USD)")))).scope = "row";
-      var usedKey = k.replace(/_usd$/, "_used_usd");
-      if (/_usd$/.test(k) && usedKey in obj) {
-        var used = obj[usedKey];
-        tr.appendChild(text("td", v > 0 ? "$" + usd(v) : "no limit", "num"));
-        tr.appendChild(text("td", "$" + usd(used), "num"));
+      tr.appendChild(text("th", label(k))).scope = "row";
+      var u = usedKey(obj, k);
+      if (u) {
+        var used = obj[u];
+        var money = /_usd$/.test(k);
+        tr.appendChild(text("td", v > 0 ? scalar(k, v) : "no limit", "num"));
+        tr.appendChild(text("td", money ? "$" + usd(used) : int(used), "num"));
         var td = tr.appendChild(document.createElement("td"));
         if (v > 0) {
+          var pct = Math.round(100 * used / v);
           var m = document.createElement("meter");
           m.className = "meter"; m.min = 0; m.max = v; m.value = Math.min(used, v); m.high = v * 0.8; m.optimum = 0;
-          m.setAttribute("aria-label", label(k) + ": " + Math.round(100 * used / v) + "% used");
+          m.setAttribute("aria-label", label(k) + ": " + pct + "% used");
           td.appendChild(m);
-          td.appendChild(text("span", " " + Math.round(100 * used / v) + "%"));
+          td.appendChild(text("span", " " + pct + "%"));
         }
         return;
       }
@@ -140,7 +156,7 @@
         tr.appendChild(wrap("td", generic(v))).colSpan = 3;
         return;
       }
-      tr.appendChild(text("td", v === 0 && /_usd$|rpm$|tpm$|concurrency$/.test(k) ? "no limit" : scalar(k, v), "num"));
+      tr.appendChild(text("td", v === 0 && /^(rpm|window_minutes)$/.test(k) ? "no limit" : scalar(k, v), "num"));
       tr.appendChild(text("td", ""));
       tr.appendChild(text("td", ""));
     });
@@ -231,8 +247,8 @@
       tr.appendChild(text("td", usd(e.cost_usd), "num"));
       tr.appendChild(text("td", e.status, "num"));
       var flags = tr.appendChild(document.createElement("td"));
-      ["estimated", "interrupted", "stream", "fallback_price"].forEach(function (f) {
-        if (e[f]) { flags.appendChild(text("span", f.replace("_", " "), "flag")); }
+      ["estimated", "capped", "interrupted", "reconciled", "stream", "fallback_price", "tier_unknown"].forEach(function (f) {
+        if (e[f]) { flags.appendChild(text("span", f.replace(/_/g, " "), "flag")); }
       });
       if (e.endpoint === "reserve") { flags.appendChild(text("span", "reserve", "flag")); }
     });
@@ -262,6 +278,11 @@
     });
   }
 
+  // The chart follows the width of its box (a phone turned, a window
+  // resized).
+  window.addEventListener("resize", function () {
+    if (chart) { chart.setSize({ width: Math.max(280, $("chart").clientWidth), height: 300 }); }
+  });
   $("signin").addEventListener("submit", function (ev) {
     ev.preventDefault();
     var v = $("token").value.trim();
