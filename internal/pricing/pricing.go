@@ -286,6 +286,25 @@ func (m *Model) Hold(bodyBytes, maxOutput int64) int64 {
 	return CostUplifted(usage.Usage{Input: bodyBytes, Output: maxOutput}, Rates{Input: in, Output: out}, up)
 }
 
+// perCall are the usage kinds priced per built-in tool call or session.
+var perCall = []string{"web_searches", "file_searches", "code_interpreter_sessions", "image_generations"}
+
+// CallHold returns the most calls built-in tool calls can cost: each at
+// the dearest per-call price the model has.
+func (m *Model) CallHold(calls int64) int64 {
+	var p int64
+	for key, v := range m.prices {
+		if slices.Contains(perCall, key.Kind) {
+			p = max(p, v)
+		}
+	}
+	var up int64
+	for _, u := range m.uplift {
+		up = max(up, u)
+	}
+	return CostUplifted(usage.Usage{WebSearches: calls}, Rates{WebSearches: p}, up)
+}
+
 // NanoUSD converts an amount typed in USD (a config value, a flag) into
 // integer nano-USD, rounded to the nearest. Prices in USD per million tokens
 // become nano-USD per million tokens the same way.
@@ -310,7 +329,9 @@ type tableData struct {
 // Lookup finds a model by exact name, by alias, or as a dated snapshot of a
 // listed name (NAME-YYYYMMDD or NAME-YYYY-MM-DD). It never matches by prefix.
 // When none matches and the upstream has a fallback price, it returns that,
-// named after the requested model.
+// named FallbackModel: usage of every unknown name counts under that one
+// model (the ledger keeps the name requested), so that clients sending
+// made-up names cannot grow an account's usage by a row per name.
 func (t *Table) Lookup(name string) (*Model, bool) {
 	d := t.cur.Load()
 	if d == nil {
@@ -325,12 +346,14 @@ func (t *Table) Lookup(name string) (*Model, bool) {
 		}
 	}
 	if d.fallback != nil && name != "" {
-		fb := *d.fallback
-		fb.Name = usage.PricedModel(name)
-		return &fb, true
+		return d.fallback, true
 	}
 	return nil, false
 }
+
+// FallbackModel is the priced model of every unknown model served at the
+// upstream's fallback price. No catalogue name has parentheses.
+const FallbackModel usage.PricedModel = "(fallback)"
 
 // Models returns the served models, sorted by name.
 func (t *Table) Models() []*Model {
@@ -429,7 +452,7 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 	}
 	sort.Slice(d.models, func(i, j int) bool { return d.models[i].Name < d.models[j].Name })
 	if cfg.UnknownModel == config.UnknownFallback && cfg.Fallback != nil {
-		d.fallback = &Model{Source: "fallback", MaxOutput: cfg.Fallback.MaxOutput, prices: override(nil, *cfg.Fallback)}
+		d.fallback = &Model{Name: FallbackModel, Source: "fallback", MaxOutput: cfg.Fallback.MaxOutput, prices: override(nil, *cfg.Fallback)}
 	}
 	t := &Table{}
 	t.cur.Store(d)
