@@ -311,11 +311,11 @@ func TestLedgerSink(t *testing.T) {
 		}
 		type dbRow struct {
 			requestID, keyID, label, model, requested, reported, endpoint string
-			in, out, cacheRead, cacheWrite, priceIn, priceOut, cost        int64
-			status                                                         int
-			flags                                                          []string
-			stream                                                         bool
-			end                                                            time.Time
+			in, out, cacheRead, cacheWrite, priceIn, priceOut, cost       int64
+			status                                                        int
+			flags                                                         []string
+			stream                                                        bool
+			end                                                           time.Time
 		}
 		got := map[string]dbRow{}
 		var sum int64
