@@ -82,6 +82,7 @@ var suite = []struct {
 	{"SettleIdempotent", testSettleIdempotent},
 	{"SettleAfterHoldExpiry", testSettleAfterHoldExpiry},
 	{"SettleAfterSweep", testSettleAfterSweep},
+	{"MoneyBounds", testMoneyBounds},
 	{"SettleNon2xx", testSettleNon2xx},
 	{"SettleErrors", testSettleErrors},
 	{"PerModel", testPerModel},

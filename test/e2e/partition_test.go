@@ -324,4 +324,3 @@ func ledgerSummary(entries []store.LedgerEntry) string {
 	}
 	return buf.String()
 }
-
