@@ -64,7 +64,8 @@ func socketAddresses(t *testing.T, bootstrap string) map[string]string {
 }
 
 // The pod binds nothing beyond loopback but Envoy's public listener and its
-// read-only probes listener; the NetworkPolicy admits exactly those two, and
+// read-only probes listener (the relay, which adds vendor credentials, is on
+// loopback); the NetworkPolicy admits exactly those two, and
 // no container declares another port.
 func TestPodBindsOnlyDocumentedPorts(t *testing.T) {
 	s := loadK8s(t)
@@ -74,8 +75,11 @@ func TestPodBindsOnlyDocumentedPorts(t *testing.T) {
 	// pod runs.
 	boot := s.configMaps[deploy.EnvoyConfigMap].Data[deploy.EnvoyConfigKey]
 	addrs := socketAddresses(t, boot)
-	if len(addrs) != 3 {
-		t.Errorf("Envoy binds %v; want admin, public and probes", addrs)
+	if len(addrs) != 4 {
+		t.Errorf("Envoy binds %v; want admin, public, probes and relay", addrs)
+	}
+	if host, _ := port(t, addrs["relay"]); !config.IsLoopback(host) {
+		t.Errorf("Envoy's relay listens on %s, beyond loopback", addrs["relay"])
 	}
 	for name, a := range addrs {
 		host, p := port(t, a)

@@ -52,6 +52,8 @@ type view struct {
 	PublicPort               int
 	ProbesHost               string
 	ProbesPort               int
+	RelayHost                string
+	RelayPort                int
 	ExtProcHost, ControlHost string
 	ExtProcPort, ControlPort int
 	MaxRequestBytes          int64
@@ -143,6 +145,12 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 	}
 	if v.ProbesHost, v.ProbesPort, err = config.SplitHostPort(orDefault(o.ProbesAddr, c.Listeners.Probes)); err != nil {
 		return nil, fmt.Errorf("probes: %w", err)
+	}
+	if v.RelayHost, v.RelayPort, err = config.SplitHostPort(c.Listeners.Relay); err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	if !config.IsLoopback(v.RelayHost) {
+		return nil, fmt.Errorf("relay: %s is not a loopback address; the relay adds the vendor credentials and must not be reachable from outside", v.RelayHost)
 	}
 	if v.PublicHost, v.PublicPort, err = config.SplitHostPort(orDefault(o.PublicAddr, c.Listeners.Public)); err != nil {
 		return nil, fmt.Errorf("public: %w", err)

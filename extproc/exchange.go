@@ -57,6 +57,7 @@ type exchange struct {
 	rewriter  format.Rewriter  // the meter, when it also rewrites the reply
 	stored    responses.Stored // the meter, when the reply names a stored response
 	bound     bool             // the stored response's id is bound to the account
+	parked    *store.Parked    // the background response a retrieval or cancellation reads
 	bodyBytes int64            // response body bytes from the vendor
 	open      *holds.Open      // the hold's renewal while the request runs
 
@@ -145,6 +146,17 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 		if resp := x.checkOwner(ctx, id); resp != nil {
 			return resp
 		}
+		// A background response not yet settled: its retrieval or
+		// cancellation may show its end, which settles it.
+		reads := hv.method == "GET" && route.Path == "/v1/responses/{id}" || route.Path == "/v1/responses/{id}/cancel"
+		if reads && x.watchParked(ctx, op, id, hv.method == "GET" && streamQuery(hv.path)) {
+			return &extprocv3.ProcessingResponse{
+				Response: &extprocv3.ProcessingResponse_RequestHeaders{
+					RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+				},
+				ModeOverride: parkedMode,
+			}
+		}
 		return x.forwardFree(mutation)
 	case x.upstream.isFree(hv.method + " " + sub):
 		// Free read-only paths: forward as they are, observe nothing more.
@@ -152,6 +164,18 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	default:
 		return x.reject(format.NotFound, "no such path: "+hv.method+" "+sub, 0)
 	}
+}
+
+// streamQuery reports whether a path's query asks for a stream
+// (stream=true).
+func streamQuery(path string) bool {
+	_, q, _ := strings.Cut(path, "?")
+	for _, kv := range strings.Split(q, "&") {
+		if kv == "stream=true" {
+			return true
+		}
+	}
+	return false
 }
 
 // forwardFree forwards a request with the credential swapped and observes
@@ -278,7 +302,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	if !price.Serves(x.op.Modes, x.op.Path()) {
 		return x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on "+x.op.Path()+" on this gateway", 0)
 	}
-	if req.Background {
+	if req.Background && x.s.parking == nil {
 		return x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
 	}
 	if req.PreviousResponseID != "" {
@@ -396,6 +420,9 @@ func (x *exchange) startReply(contentType string) bool {
 // holds each chunk until the processor answers. A rewriting meter may
 // replace the chunk; only a chunk it changed carries a mutation.
 func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attrs map[string]*structpb.Struct) *extprocv3.ProcessingResponse {
+	if x.parked != nil {
+		return x.parkedBody(b, attrs)
+	}
 	if x.status == 0 && x.admitted && !x.settled {
 		x.startFromAttributes(attrs)
 	}
@@ -568,6 +595,13 @@ func (x *exchange) checkpoint() store.Checkpoint {
 func (x *exchange) settle(complete bool) {
 	if !x.admitted || x.settled {
 		return
+	}
+	if x.req.Background && x.stored != nil && x.s.parking != nil && x.status >= 200 && x.status <= 299 && !x.req.NoStore {
+		// A background response that has not ended is settled when it
+		// does.
+		if id, final := x.stored.Response(); id != "" && !final && x.park(id, complete) {
+			return
+		}
 	}
 	x.settled = true
 	if x.req.Stream {

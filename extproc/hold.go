@@ -12,6 +12,16 @@ import (
 // when the catalogue gives no maximum output for its model.
 const defaultHoldOutput = 128_000
 
+// defaultHoldInput is the context a request continuing a stored response
+// (previous_response_id) is held for when the catalogue gives no input
+// window for its model.
+const defaultHoldInput = 1_000_000
+
+// defaultHoldCalls is the number of built-in tool calls a request offering
+// paid tools without max_tool_calls is held for. A reply making more is
+// still charged in full: the hold bounds the balance check, not the charge.
+const defaultHoldCalls = 10
+
 // toolPromptAllowance covers the input a vendor adds to a request offering
 // tools (its tool-use system prompt, a few hundred tokens per request).
 const toolPromptAllowance = 1000
@@ -25,10 +35,28 @@ const toolPromptAllowance = 1000
 // request could trigger (pricing.Model.Hold: any service tier, any
 // long-context tier, cache writes of either lifetime, audio), so neither the
 // prompt's length nor the tier the vendor reports can make the charge exceed
-// it. Not covered: web-search fees and media sent by URL (see docs/billing.md).
+// it.
+//
+// The responses operation adds two bounds. A request continuing a stored
+// response (previous_response_id) carries context the body does not show:
+// its input is held for the model's whole input window (defaultHoldInput
+// when the catalogue gives none), not the stored response's recorded size,
+// which later turns and truncation change. Built-in tools with a per-call
+// fee, when offered, are held for max_tool_calls calls (defaultHoldCalls
+// without it) at the dearest per-call price. Not covered: the chat
+// formats' web-search fees and media sent by URL (see docs/billing.md and
+// docs/responses.md).
 func holdOf(price *pricing.Model, req format.Request, bodyBytes int64) int64 {
 	input, output := tokenBounds(price, req, bodyBytes)
-	return price.Hold(input, output)
+	hold := price.Hold(input, output)
+	if req.PaidTools {
+		calls := int64(defaultHoldCalls)
+		if req.HasMaxToolCalls {
+			calls = req.MaxToolCalls
+		}
+		hold += price.CallHold(calls)
+	}
+	return hold
 }
 
 // tokenBound is the most tokens (input + output) a request can use, by the
@@ -54,6 +82,13 @@ func tokenBounds(price *pricing.Model, req format.Request, bodyBytes int64) (inp
 	input = max(bodyBytes, 0)
 	if req.HasTools {
 		input += toolPromptAllowance
+	}
+	if req.PreviousResponseID != "" {
+		window := price.MaxInput
+		if window == 0 {
+			window = defaultHoldInput
+		}
+		input += window
 	}
 	choices := max(req.Choices, 1)
 	output = max(maxOut, 0)

@@ -66,6 +66,12 @@ type Options struct {
 	// Owners records who created each stored response; nil refuses every
 	// request naming one.
 	Owners Owners
+	// Parking keeps background responses until they end; nil refuses
+	// background requests.
+	Parking Parking
+	// BackgroundPoll is how often a parked background response is looked
+	// at; default DefaultBackgroundPoll.
+	BackgroundPoll time.Duration
 }
 
 // Server implements Envoy's ExternalProcessor service.
@@ -83,6 +89,8 @@ type Server struct {
 	holds     *holds.Renewer
 	onRefusal func(accountID, keyID string, level store.Level, outcome store.Outcome)
 	owners    Owners
+	parking   Parking
+	bgPoll    time.Duration
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -118,7 +126,10 @@ func NewServer(o Options) *Server {
 		upstreams: o.Upstreams, keys: o.Keys, accounts: o.Accounts, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
 		onRefusal: o.OnRefusal,
-		owners:    o.Owners,
+		owners:    o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
+	}
+	if s.bgPoll <= 0 {
+		s.bgPoll = DefaultBackgroundPoll
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -196,6 +196,8 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	proc := extproc.NewServer(extproc.Options{
 		Holds:           renewer,
 		Owners:          st,
+		Parking:         st,
+		BackgroundPoll:  c.Limits.BackgroundPoll.D(),
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
 		Upstreams:       vendorRoutes, Keys: keys, Accounts: sp, Metrics: metrics, Logger: o.Logger,
 		OnRefusal: watcher.Refused,
@@ -219,6 +221,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	// Sweep often enough that a dead sidecar's requests settle within about
 	// one lease and a quarter.
 	go sweeper.Run(holdsCtx, min(max(c.Limits.HoldLease.D()/4, 50*time.Millisecond), 5*time.Second))
+	// Background responses nobody reads are settled by polling the vendor
+	// through Envoy's relay listener.
+	go proc.NewReconciler(c.Listeners.Relay).Run(holdsCtx, max(c.Limits.BackgroundPoll.D()/4, 50*time.Millisecond))
 	s.health = health.NewServer()
 	s.health.SetServingStatus(StoreHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(ReadyHealthService, healthpb.HealthCheckResponse_NOT_SERVING)

@@ -128,6 +128,10 @@ type Listeners struct {
 	// (GET /ready, /stats/prometheus, /metrics); the only port besides the
 	// public one that may listen beyond loopback.
 	Probes string `yaml:"probes"`
+	// Relay is Envoy's loopback listener for the sidecar's own requests to
+	// the vendors (reading background responses to settle them); it adds
+	// the vendor credential, so it never leaves loopback.
+	Relay string `yaml:"relay"`
 	// TLS is mutual TLS between Envoy and the sidecar's ext_proc and
 	// control servers. The sidecar refuses to bind either beyond loopback
 	// without it.
@@ -208,6 +212,11 @@ type Limits struct {
 	// the holds of its running requests every third of it; once a sidecar
 	// dies, its requests are settled as interrupted about one lease later.
 	HoldLease Duration `yaml:"hold_lease"`
+	// BackgroundPoll is how often the sidecars look at a background
+	// response nobody has read to its end (to settle it, or renew its
+	// hold); below the hold lease. Default 10s, or a third of the lease
+	// when that is shorter.
+	BackgroundPoll Duration `yaml:"background_poll"`
 }
 
 // Envoy holds settings that exist only in the rendered Envoy bootstrap.
@@ -520,6 +529,7 @@ func (c *Config) setDefaults() {
 	def(&c.Listeners.Admin, "127.0.0.1:50052")
 	def(&c.Listeners.Console, "127.0.0.1:8082")
 	def(&c.Listeners.Probes, "127.0.0.1:9902")
+	def(&c.Listeners.Relay, "127.0.0.1:9903")
 	defDur(&c.Envoy.RequestHeadersTimeout, 10*time.Second)
 	defDur(&c.Envoy.MaxConnectionDuration, time.Hour)
 	if c.Envoy.MaxRequestHeadersKB == 0 {
@@ -536,6 +546,7 @@ func (c *Config) setDefaults() {
 	}
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
 	defDur(&c.Limits.HoldLease, DefaultHoldLease)
+	defDur(&c.Limits.BackgroundPoll, min(10*time.Second, c.Limits.HoldLease.D()/3))
 	if c.Limits.RPM > 0 && c.Limits.WindowMinutes == 0 {
 		c.Limits.WindowMinutes = 1
 	}
@@ -593,7 +604,7 @@ func (c *Config) Validate() error {
 		"listeners.public": c.Listeners.Public, "listeners.envoy_admin": c.Listeners.EnvoyAdmin,
 		"listeners.extproc": c.Listeners.ExtProc, "listeners.control": c.Listeners.Control,
 		"listeners.admin": c.Listeners.Admin, "listeners.probes": c.Listeners.Probes,
-		"listeners.console": c.Listeners.Console,
+		"listeners.relay": c.Listeners.Relay, "listeners.console": c.Listeners.Console,
 	} {
 		if _, _, err := SplitHostPort(addr); err != nil {
 			return fmt.Errorf("%s: %w", field, err)
@@ -618,6 +629,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.DailyUSD < 0 || c.Limits.RPM < 0 || c.Limits.WindowMinutes < 0 {
 		return errors.New("limits: daily_usd, rpm and window_minutes must not be negative")
+	}
+	if bp := c.Limits.BackgroundPoll.D(); bp <= 0 || bp >= c.Limits.HoldLease.D() {
+		return errors.New("limits.background_poll: must be positive and shorter than limits.hold_lease")
 	}
 	if c.Limits.HoldLease.D() < 100*time.Millisecond {
 		return errors.New("limits.hold_lease: must be at least 100ms")

@@ -223,8 +223,15 @@ type LedgerEntry struct {
 	Estimated      bool   `json:"estimated"`
 	Interrupted    bool   `json:"interrupted"`
 	FallbackPrice  bool   `json:"fallback_price"`
+	Capped         bool   `json:"capped"`
+	Reconciled     bool   `json:"reconciled"`
 	Endpoint       string `json:"endpoint"`
 	ServiceTier    string `json:"service_tier"`
+	TierUnknown    bool   `json:"tier_unknown"`
+	// RegionalProcessing is the regional processing priced ("" for none),
+	// with its uplift in parts per million.
+	RegionalProcessing string `json:"regional_processing"`
+	RegionalUpliftPPM  int64  `json:"regional_uplift_ppm"`
 	control.Quantities
 	CostUSD     float64 `json:"cost_usd"`
 	CostNanoUSD int64   `json:"cost_nano_usd"`
@@ -285,7 +292,8 @@ func newLedgerEntry(e store.LedgerEntry, label string) LedgerEntry {
 		KeyID: e.KeyID, KeyLabel: label,
 		Model: string(e.Priced), ModelRequested: string(e.Requested), ModelReported: string(e.Reported),
 		Status: e.Status, Stream: e.Stream, Estimated: e.Estimated, Interrupted: e.Interrupted,
-		FallbackPrice: e.Fallback, Endpoint: e.Endpoint, ServiceTier: e.ServiceTier,
+		FallbackPrice: e.Fallback, Capped: e.Capped, Reconciled: e.Reconciled, Endpoint: e.Endpoint,
+		ServiceTier: e.ServiceTier, TierUnknown: e.TierUnknown, RegionalProcessing: e.Region, RegionalUpliftPPM: e.Uplift,
 		Quantities: quantities(e.Usage), CostUSD: pricing.USD(e.Cost), CostNanoUSD: e.Cost,
 	}
 }
@@ -296,7 +304,8 @@ func newLedgerEntry(e store.LedgerEntry, label string) LedgerEntry {
 func CSVHeader() []string {
 	h := []string{"id", "request_id", "start_time", "end_time", "key_id", "key_label", "model",
 		"model_requested", "model_reported", "status", "stream", "estimated", "interrupted",
-		"fallback_price", "endpoint", "service_tier", "long_context_threshold"}
+		"fallback_price", "capped", "reconciled", "endpoint", "service_tier", "tier_unknown",
+		"regional_processing", "regional_uplift_ppm", "long_context_threshold"}
 	for _, k := range usage.Kinds {
 		h = append(h, k.Name)
 	}
@@ -312,7 +321,9 @@ func csvRow(e store.LedgerEntry, label string) []string {
 	row := []string{e.ID, e.RequestID, timeString(e.StartedAt), timeString(e.EndedAt), e.KeyID, label,
 		string(e.Priced), string(e.Requested), string(e.Reported), strconv.Itoa(e.Status),
 		strconv.FormatBool(e.Stream), strconv.FormatBool(e.Estimated), strconv.FormatBool(e.Interrupted),
-		strconv.FormatBool(e.Fallback), e.Endpoint, e.ServiceTier, strconv.FormatInt(e.LongContext, 10)}
+		strconv.FormatBool(e.Fallback), strconv.FormatBool(e.Capped), strconv.FormatBool(e.Reconciled), e.Endpoint,
+		e.ServiceTier, strconv.FormatBool(e.TierUnknown), e.Region, strconv.FormatInt(e.Uplift, 10),
+		strconv.FormatInt(e.LongContext, 10)}
 	for _, k := range usage.Kinds {
 		row = append(row, strconv.FormatInt(k.Of(e.Usage), 10))
 	}

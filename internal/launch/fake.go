@@ -141,3 +141,15 @@ func (f *Fake) LastRequest(format, path string) Record {
 	f.T.Fatalf("fake %s received no %s %s request", f.Name, format, path)
 	return Record{}
 }
+
+// RequestsTo returns the requests the fake received in a wire format to
+// path, oldest first.
+func (f *Fake) RequestsTo(format, path string) []Record {
+	var out []Record
+	for _, r := range f.Requests() {
+		if r.Format == format && r.Path == path {
+			out = append(out, r)
+		}
+	}
+	return out
+}

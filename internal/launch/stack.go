@@ -151,13 +151,13 @@ func Up(o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	addrs, err := FreeAddrs(7)
+	addrs, err := FreeAddrs(8)
 	if err != nil {
 		return s, err
 	}
 	cfg.Listeners = config.Listeners{
 		Public: addrs[0], EnvoyAdmin: addrs[1], ExtProc: addrs[2], Control: addrs[3], Admin: addrs[4], Probes: addrs[5],
-		Console: addrs[6],
+		Console: addrs[6], Relay: addrs[7],
 	}
 	if o.ExtProcAddr != "" {
 		cfg.Listeners.ExtProc = o.ExtProcAddr

@@ -286,6 +286,25 @@ func (m *Model) Hold(bodyBytes, maxOutput int64) int64 {
 	return CostUplifted(usage.Usage{Input: bodyBytes, Output: maxOutput}, Rates{Input: in, Output: out}, up)
 }
 
+// perCall are the usage kinds priced per built-in tool call or session.
+var perCall = []string{"web_searches", "file_searches", "code_interpreter_sessions", "image_generations"}
+
+// CallHold returns the most calls built-in tool calls can cost: each at
+// the dearest per-call price the model has.
+func (m *Model) CallHold(calls int64) int64 {
+	var p int64
+	for key, v := range m.prices {
+		if slices.Contains(perCall, key.Kind) {
+			p = max(p, v)
+		}
+	}
+	var up int64
+	for _, u := range m.uplift {
+		up = max(up, u)
+	}
+	return CostUplifted(usage.Usage{WebSearches: calls}, Rates{WebSearches: p}, up)
+}
+
 // NanoUSD converts an amount typed in USD (a config value, a flag) into
 // integer nano-USD, rounded to the nearest. Prices in USD per million tokens
 // become nano-USD per million tokens the same way.

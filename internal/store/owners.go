@@ -16,7 +16,7 @@ import (
 // creating account, and forwards a request naming an id only for that
 // account.
 //
-// One key per response, "resp:<id>" holding the account id, written once
+// One key per response, "gw:resp:<id>" holding the account id, written once
 // (SET NX) with a lifetime of ResponseTTL: a single-key command, so Redis
 // Cluster places it anywhere. Ids are at most 128 bytes of [A-Za-z0-9_-]
 // (the caller checks), account ids are bounded likewise, so a record is
@@ -26,7 +26,7 @@ import (
 // keeps a stored response for 30 days.
 const DefaultResponseTTL = 30 * 24 * time.Hour
 
-func responseKey(id string) string { return "resp:" + id }
+func responseKey(id string) string { return "gw:resp:" + id }
 
 // BindResponse records that the account created response id. An id already
 // bound keeps its first owner.

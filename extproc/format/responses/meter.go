@@ -184,9 +184,9 @@ type jsonMeter struct {
 
 	scanned int // 1 + the reply bytes the fields below were read from (-1 after an overflow); 0: none
 	id      string
-	status bool // the response is in a final state
-	report usage.Report
-	whole  bool
+	status  bool // the response is in a final state
+	report  usage.Report
+	whole   bool
 }
 
 const (

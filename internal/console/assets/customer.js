@@ -247,8 +247,8 @@
       tr.appendChild(text("td", usd(e.cost_usd), "num"));
       tr.appendChild(text("td", e.status, "num"));
       var flags = tr.appendChild(document.createElement("td"));
-      ["estimated", "interrupted", "stream", "fallback_price"].forEach(function (f) {
-        if (e[f]) { flags.appendChild(text("span", f.replace("_", " "), "flag")); }
+      ["estimated", "capped", "interrupted", "reconciled", "stream", "fallback_price", "tier_unknown"].forEach(function (f) {
+        if (e[f]) { flags.appendChild(text("span", f.replace(/_/g, " "), "flag")); }
       });
       if (e.endpoint === "reserve") { flags.appendChild(text("span", "reserve", "flag")); }
     });

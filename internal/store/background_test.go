@@ -1,0 +1,71 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// A parked response is handed to one claimer per period, and found by its
+// account until it is unparked.
+func TestParkAndClaim(t *testing.T) {
+	mr := miniredis.RunT(t)
+	s := New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), Options{})
+	ctx := context.Background()
+	t0 := time.UnixMilli(1_000_000)
+	p := Parked{ResponseID: "resp_1", Upstream: "beta", Settlement: Settlement{RequestID: "req_1", AccountID: "acct_a", Requested: "m"}}
+	if err := s.Park(ctx, p, t0); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := s.Parked(ctx, "acct_a", "resp_1")
+	if err != nil || !ok || got.Settlement.RequestID != "req_1" || got.Upstream != "beta" {
+		t.Fatalf("Parked: %+v %v %v", got, ok, err)
+	}
+	if _, ok, _ := s.Parked(ctx, "acct_b", "resp_1"); ok {
+		t.Fatal("another account finds the parked response")
+	}
+	if refs, _ := s.ClaimDue(ctx, t0.Add(-time.Millisecond), t0.Add(time.Second), 10); len(refs) != 0 {
+		t.Fatalf("claimed before due: %v", refs)
+	}
+	refs, err := s.ClaimDue(ctx, t0, t0.Add(time.Second), 10)
+	if err != nil || len(refs) != 1 || refs[0] != (BackgroundRef{"acct_a", "resp_1"}) {
+		t.Fatalf("ClaimDue: %v %v", refs, err)
+	}
+	// A second claimer in the same period gets nothing; after it, again.
+	if refs, _ := s.ClaimDue(ctx, t0.Add(500*time.Millisecond), t0.Add(2*time.Second), 10); len(refs) != 0 {
+		t.Fatalf("claimed twice in one period: %v", refs)
+	}
+	if refs, _ := s.ClaimDue(ctx, t0.Add(time.Second), t0.Add(2*time.Second), 10); len(refs) != 1 {
+		t.Fatalf("not claimed again when due: %v", refs)
+	}
+	if err := s.Unpark(ctx, "acct_a", "resp_1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.Parked(ctx, "acct_a", "resp_1"); ok {
+		t.Fatal("still parked")
+	}
+	if refs, _ := s.ClaimDue(ctx, t0.Add(time.Hour), t0.Add(2*time.Hour), 10); len(refs) != 0 {
+		t.Fatalf("unparked yet claimed: %v", refs)
+	}
+}
+
+// Ownership records: the first owner stays.
+func TestBindResponse(t *testing.T) {
+	mr := miniredis.RunT(t)
+	s := New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), Options{})
+	ctx := context.Background()
+	if o, err := s.ResponseOwner(ctx, "resp_1"); o != "" || err != nil {
+		t.Fatalf("owner of an unknown id: %q %v", o, err)
+	}
+	s.BindResponse(ctx, "resp_1", "acct_a")
+	s.BindResponse(ctx, "resp_1", "acct_b")
+	if o, _ := s.ResponseOwner(ctx, "resp_1"); o != "acct_a" {
+		t.Fatalf("owner %q", o)
+	}
+	if ttl := mr.TTL("gw:resp:resp_1"); ttl != DefaultResponseTTL {
+		t.Fatalf("ttl %v", ttl)
+	}
+}
