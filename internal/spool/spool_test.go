@@ -3,6 +3,7 @@ package spool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -17,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -152,16 +154,13 @@ func (e *env) check(wantCharged int64, wantEntries int, wantHolds int64) {
 	}
 }
 
-// waitEmpty polls until the replayer has emptied the spool.
+// waitEmpty waits until the replayer has emptied the spool.
 func waitEmpty(t *testing.T, l *Spool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for l.Depth() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("spool still holds %d settlements", l.Depth())
-		}
-		time.Sleep(time.Millisecond) // polling interval
-	}
+	eventually.That(t, 10*time.Second, "the replayer empties the spool", func() (bool, string) {
+		n := l.Depth()
+		return n == 0, fmt.Sprintf("%d settlements spooled", n)
+	})
 }
 
 // counter reads a counter or gauge.
