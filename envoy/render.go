@@ -72,6 +72,16 @@ type view struct {
 	MaxConnections        int
 	ForwardClientAddress  bool
 	SidecarTLS            *config.SidecarTLS // nil: the sidecar is on loopback
+	Tracing               *tracingView       // nil: no tracing
+}
+
+// tracingView is the OpenTelemetry tracer: where the collector is and how
+// much is sampled.
+type tracingView struct {
+	Host     string
+	Port     int
+	HTTP     bool    // OTLP/HTTP instead of gRPC
+	Sampling float64 // percent
 }
 
 // credentialView is one upstream's vendor key as Envoy injects it: a generic
@@ -162,6 +172,14 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		return nil, fmt.Errorf("control: %w", err)
 	}
 	v.ExtProcHost, v.ControlHost = reachable(v.ExtProcHost), reachable(v.ControlHost)
+	if t := c.Tracing; t.Enabled() {
+		tv := tracingView{HTTP: t.Protocol == config.TracingHTTP, Sampling: t.Sampling()}
+		if tv.Host, tv.Port, err = config.SplitHostPort(t.Endpoint); err != nil {
+			return nil, fmt.Errorf("tracing.endpoint: %w", err)
+		}
+		tv.Host = reachable(tv.Host)
+		v.Tracing = &tv
+	}
 	for _, u := range c.Upstreams {
 		uv := upstreamView{
 			Name:               u.Name,

@@ -62,6 +62,7 @@ type exchange struct {
 	open      *holds.Open      // the hold's renewal while the request runs
 
 	hasLength bool // the client sent content-length
+	trace     exchangeTrace
 }
 
 func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
@@ -319,16 +320,19 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	}
 	x.req, x.body, x.price = req, body, price
 	x.requestID = x.s.newRequestID()
+	ctx = x.startTrace(ctx)
 
 	hold := holdOf(price, req, int64(len(body)))
 	tokens := tokenBound(price, req, int64(len(body)))
 	t0 := time.Now()
-	d, err := x.s.accounts.Admit(ctx, store.Admission{
+	actx, traced := x.traceAdmission(ctx)
+	d, err := x.s.accounts.Admit(actx, store.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID,
 		Priced: price.Name, Requested: usage.RequestedModel(req.Model), Hold: hold,
 		Tokens: tokens, Stream: req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
 	})
 	x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
+	traced(d, err)
 	if err != nil {
 		x.s.log.Error("admission failed", "err", err, "account", x.key.AccountID)
 		x.s.metrics.storeErrors.WithLabelValues("admit").Inc()
@@ -581,6 +585,7 @@ func (x *exchange) finish() {
 	if x.admitted && !x.settled {
 		x.settle(false)
 	}
+	x.endTrace()
 }
 
 // checkpoint is the request's best estimate so far, as if it ended now.
@@ -616,7 +621,9 @@ func (x *exchange) settle(complete bool) {
 	// or the spool, a sweep in the meantime charges the same.
 	x.s.holds.Finish(x.open, st.Checkpoint())
 	s, upstream, model, open := x.s, x.upstream.Name, string(st.Priced), x.open
+	traced := x.traceSettlement(st)
 	s.settler.enqueue(st, func(r store.SettleResult, took time.Duration) {
+		traced(r)
 		s.metrics.settleSeconds.Observe(took.Seconds())
 		if err := r.Err; err != nil {
 			s.metrics.storeErrors.WithLabelValues("settle").Inc()

@@ -132,7 +132,10 @@ func (r *Upstream) forwardQuery(rt *Route, sub, rawQuery string) string {
 		return ""
 	}
 	var kept []string
-	for _, kv := range strings.Split(rawQuery, "&") {
+	// ";" separates parameters as "&" does for some servers (and Go's
+	// net/url before 1.17): "beta=true;stream=true" is two, and only the
+	// allowed one goes on.
+	for _, kv := range strings.FieldsFunc(rawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
 		name, _, _ := strings.Cut(kv, "=")
 		if slices.Contains(allowed, name) {
 			kept = append(kept, kv)

@@ -44,6 +44,9 @@ func TestForwardQuery(t *testing.T) {
 		{alpha, "/v1/models", "limit=5&after_id=m1&x=y", "limit=5&after_id=m1"},
 		{alpha, "/v1/models/claude-x", "beta=true&limit=3", "beta=true"},
 		{alpha, "/v1/messages", "", ""},
+		// ";" separates parameters too: the smuggled one never reaches the vendor.
+		{alpha, "/v1/messages", "beta=true;stream=true", "beta=true"},
+		{alpha, "/v1/models", "limit=5;key=x&after_id=m1", "limit=5&after_id=m1"},
 		{beta, "/v1/chat/completions", "api-version=1&key=x", ""},
 		{beta, "/v1/models", "limit=5", ""},
 		{beta, "/v1/responses/resp_1", "stream=true&starting_after=7&key=x", "stream=true&starting_after=7"},

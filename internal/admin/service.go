@@ -96,6 +96,8 @@ func (s *Service) fail(op string, err error) error {
 		return status.Errorf(codes.FailedPrecondition, "%s: key is revoked", op)
 	case errors.Is(err, store.ErrIdempotencyConflict):
 		return status.Errorf(codes.AlreadyExists, "%s: idempotency key already used with a different amount", op)
+	case errors.Is(err, store.ErrTooLarge):
+		return status.Errorf(codes.InvalidArgument, "%s: %v", op, err)
 	}
 	s.opts.Logger.Error("admin: store failed", "op", op, "err", err)
 	return status.Errorf(codes.Internal, "%s: internal error", op)

@@ -238,6 +238,26 @@ func TestOperatorAccountActions(t *testing.T) {
 			t.Errorf("the account's audit trail lacks %s", action)
 		}
 	}
+	// The limit forms follow the admin API: every limit it can set, USD
+	// amounts in USD; an empty field keeps a limit.
+	if rec := post("/limits", url.Values{"tpm": {"1000"}, "monthly_usd": {"5.5"}, "rpm": {""}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("limits: %d %s", rec.Code, rec.Body)
+	}
+	if a, _ := f.st.Account(context.Background(), f.acct); a.Limits.TPM != 1000 || a.Limits.MonthlyNanoUSD != 5_500_000_000 || a.Limits.RPM != 0 {
+		t.Fatalf("limits: %+v", a.Limits)
+	}
+	if rec := post("/limits", url.Values{"tpm": {"many"}}); rec.Code != http.StatusBadRequest {
+		t.Fatalf("bad limit: %d", rec.Code)
+	}
+	if rec := post("/keys/"+f.keyID+"/limits", url.Values{"total_usd": {"2"}, "concurrency": {"3"}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("key limits: %d %s", rec.Code, rec.Body)
+	}
+	if k, _ := f.st.Key(context.Background(), f.acct, f.keyID); k.Limits.TotalNanoUSD != 2_000_000_000 || k.Limits.Concurrency != 3 {
+		t.Fatalf("key limits: %+v", k.Limits)
+	}
+	if page := f.do(t, "GET", base, cookie, nil, nil).Body.String(); !strings.Contains(page, `name="total_usd"`) || !strings.Contains(page, `name="monthly_usd"`) {
+		t.Fatal("the account page lacks limit fields")
+	}
 	if rec := post("/resume", url.Values{}); rec.Code != http.StatusSeeOther {
 		t.Fatalf("resume: %d", rec.Code)
 	}

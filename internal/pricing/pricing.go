@@ -329,7 +329,9 @@ type tableData struct {
 // Lookup finds a model by exact name, by alias, or as a dated snapshot of a
 // listed name (NAME-YYYYMMDD or NAME-YYYY-MM-DD). It never matches by prefix.
 // When none matches and the upstream has a fallback price, it returns that,
-// named after the requested model.
+// named FallbackModel: usage of every unknown name counts under that one
+// model (the ledger keeps the name requested), so that clients sending
+// made-up names cannot grow an account's usage by a row per name.
 func (t *Table) Lookup(name string) (*Model, bool) {
 	d := t.cur.Load()
 	if d == nil {
@@ -344,12 +346,14 @@ func (t *Table) Lookup(name string) (*Model, bool) {
 		}
 	}
 	if d.fallback != nil && name != "" {
-		fb := *d.fallback
-		fb.Name = usage.PricedModel(name)
-		return &fb, true
+		return d.fallback, true
 	}
 	return nil, false
 }
+
+// FallbackModel is the priced model of every unknown model served at the
+// upstream's fallback price. No catalogue name has parentheses.
+const FallbackModel usage.PricedModel = "(fallback)"
 
 // Models returns the served models, sorted by name.
 func (t *Table) Models() []*Model {
@@ -448,7 +452,7 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 	}
 	sort.Slice(d.models, func(i, j int) bool { return d.models[i].Name < d.models[j].Name })
 	if cfg.UnknownModel == config.UnknownFallback && cfg.Fallback != nil {
-		d.fallback = &Model{Source: "fallback", MaxOutput: cfg.Fallback.MaxOutput, prices: override(nil, *cfg.Fallback)}
+		d.fallback = &Model{Name: FallbackModel, Source: "fallback", MaxOutput: cfg.Fallback.MaxOutput, prices: override(nil, *cfg.Fallback)}
 	}
 	t := &Table{}
 	t.cur.Store(d)

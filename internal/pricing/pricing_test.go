@@ -278,7 +278,7 @@ func TestOverridesAliasesAndFallback(t *testing.T) {
 		t.Errorf("house model: %v %v", h, ok)
 	}
 	fb, ok := a.Lookup("someone-elses-model")
-	if !ok || !fb.Fallback() || fb.Name != "someone-elses-model" || fb.MaxOutput != 4096 || fb.Price(usage.Usage{Input: 1}, "", "").Cost != 10_000 {
+	if !ok || !fb.Fallback() || fb.Name != FallbackModel || fb.MaxOutput != 4096 || fb.Price(usage.Usage{Input: 1}, "", "").Cost != 10_000 {
 		t.Errorf("fallback: %+v %v", fb, ok)
 	}
 	if _, ok := b.Lookup("someone-elses-model"); ok {

@@ -26,8 +26,25 @@ func checkLimits(l Limits) error {
 		l.MonthlyNanoUSD < 0 || l.TotalNanoUSD < 0 {
 		return errors.New("negative limit")
 	}
+	for _, n := range []int64{l.DailyNanoUSD, l.RPM, l.WindowMinutes, l.TPM, l.Concurrency, l.MonthlyNanoUSD, l.TotalNanoUSD} {
+		if n > MaxNanoUSD {
+			return fmt.Errorf("limit %d: %w", n, ErrTooLarge)
+		}
+	}
 	return nil
 }
+
+// MaxNanoUSD bounds every amount of money the store keeps (a balance, a
+// top-up, a limit, a settlement's cost): 2^53 − 1 nano-USD, about 9 million
+// USD. The store's scripts compute in Lua numbers, doubles, which are exact
+// integers up to 2^53; amounts the API takes are refused above it, and a
+// top-up that would take a balance above it is refused before anything is
+// written.
+const MaxNanoUSD = 1<<53 - 1
+
+// ErrTooLarge is returned for an amount, or a balance it would make, above
+// MaxNanoUSD.
+var ErrTooLarge = errors.New("amount above the most the store keeps exactly (2^53-1 nano-USD)")
 
 // checkAccountLimits is checkLimits for an account, which has no lifetime
 // cap: its balance is one.
@@ -71,6 +88,9 @@ func decodeLimits(v []any) Limits {
 func (s *Store) CreateAccount(ctx context.Context, name string, balance int64, limits Limits) (Account, error) {
 	if balance < 0 {
 		return Account{}, errors.New("store: create account: negative balance")
+	}
+	if balance > MaxNanoUSD {
+		return Account{}, fmt.Errorf("store: create account: balance: %w", ErrTooLarge)
 	}
 	if err := checkAccountLimits(limits); err != nil {
 		return Account{}, fmt.Errorf("store: create account: %w", err)
@@ -230,8 +250,11 @@ func (s *Store) TopUp(ctx context.Context, id string, amount int64, idempotencyK
 	if amount <= 0 {
 		return 0, false, fmt.Errorf("store: top up %s: amount must be positive", id)
 	}
+	if amount > MaxNanoUSD {
+		return 0, false, fmt.Errorf("store: top up %s: %w", id, ErrTooLarge)
+	}
 	keys := []string{acctKey(id, "acct"), acctKey(id, "topup:"+idempotencyKey)}
-	r, err := topUpScript.Run(ctx, s.rdb, keys, amount, boolString(idempotencyKey != "")).Int64Slice()
+	r, err := topUpScript.Run(ctx, s.rdb, keys, amount, boolString(idempotencyKey != ""), int64(MaxNanoUSD)).Int64Slice()
 	if err != nil {
 		return 0, false, fmt.Errorf("store: top up %s: %w", id, err)
 	}
@@ -240,6 +263,8 @@ func (s *Store) TopUp(ctx context.Context, id string, amount int64, idempotencyK
 		return 0, false, fmt.Errorf("store: top up %s: %w", id, ErrNotFound)
 	case -2:
 		return r[1], false, fmt.Errorf("store: top up %s: %w", id, ErrIdempotencyConflict)
+	case -3:
+		return r[1], false, fmt.Errorf("store: top up %s: the balance would be %w", id, ErrTooLarge)
 	}
 	return r[1], r[0] == 1, nil
 }

@@ -174,6 +174,10 @@ type SettleResult struct {
 // never holds Redis for long.
 const maxSettleGroup = 64
 
+// maxGroupCost bounds the sum of the costs of one script call (see
+// MaxNanoUSD).
+const maxGroupCost = 1 << 52
+
 // SettleBatch settles many requests, of any accounts, as Settle would each:
 // atomically and at most once. The requests of one account go to one script
 // call, which writes what adds up (balance, usage counters, last_used) once
@@ -183,19 +187,25 @@ func (s *Store) SettleBatch(ctx context.Context, sts []Settlement) []SettleResul
 	res := make([]SettleResult, len(sts))
 	// Group by account, keeping each account's order.
 	var groups [][]int
+	var sums []int64 // the costs of each group
 	byAccount := map[string]int{}
 	for i, st := range sts {
 		if err := CheckSettlement(st); err != nil {
 			res[i].Err = err
 			continue
 		}
+		// The script sums a group's costs in Lua numbers: a group's sum
+		// stays within 2^52, where they are exact (a reconciliation's
+		// difference adds at most one more cost).
 		g, ok := byAccount[st.AccountID]
-		if !ok || len(groups[g]) == maxSettleGroup {
+		if !ok || len(groups[g]) == maxSettleGroup || sums[g]+st.Cost > maxGroupCost {
 			g = len(groups)
 			groups = append(groups, nil)
+			sums = append(sums, 0)
 			byAccount[st.AccountID] = g
 		}
 		groups[g] = append(groups[g], i)
+		sums[g] += st.Cost
 	}
 	if len(groups) == 0 {
 		return res
@@ -261,6 +271,9 @@ func CheckSettlement(st Settlement) error {
 	}
 	if st.Cost < 0 || !st.Usage.Valid() || !st.Rates.Valid() {
 		return fmt.Errorf("store: settle %s: negative cost or token count", st.RequestID)
+	}
+	if st.Cost > MaxNanoUSD {
+		return fmt.Errorf("store: settle %s: cost: %w", st.RequestID, ErrTooLarge)
 	}
 	if !validID(st.AccountID) {
 		return fmt.Errorf("store: settle %s: account %q: %w", st.RequestID, st.AccountID, ErrNotFound)

@@ -81,6 +81,7 @@ var suite = []struct {
 	{"SettleIdempotent", testSettleIdempotent},
 	{"SettleAfterHoldExpiry", testSettleAfterHoldExpiry},
 	{"SettleAfterSweep", testSettleAfterSweep},
+	{"MoneyBounds", testMoneyBounds},
 	{"SettleNon2xx", testSettleNon2xx},
 	{"SettleErrors", testSettleErrors},
 	{"PerModel", testPerModel},

@@ -1403,3 +1403,60 @@ func testSettleAfterSweep(t *testing.T, e *env) {
 		t.Fatalf("%d swept records left", n)
 	}
 }
+
+// Money is exact at every size or refused, and a refusal writes nothing:
+// a top-up beyond the bound leaves its idempotency key unused.
+func testMoneyBounds(t *testing.T, e *env) {
+	acct := e.account(100, Limits{})
+	if _, _, err := e.s.TopUp(e.ctx, acct, 1<<63-1, "k1"); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("top-up of 2^63-1: %v", err)
+	}
+	if b, applied, err := e.s.TopUp(e.ctx, acct, 5, "k1"); err != nil || !applied || b != 105 {
+		t.Fatalf("the key of a refused top-up was consumed: %d %v %v", b, applied, err)
+	}
+	big := e.account(MaxNanoUSD-10, Limits{})
+	if _, _, err := e.s.TopUp(e.ctx, big, 11, "k2"); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a top-up past the bound: %v", err)
+	}
+	if b, applied, err := e.s.TopUp(e.ctx, big, 10, "k2"); err != nil || !applied || b != MaxNanoUSD {
+		t.Fatalf("a top-up to the bound: %d %v %v", b, applied, err)
+	}
+	if _, err := e.s.CreateAccount(e.ctx, "x", MaxNanoUSD+1, Limits{}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("an account above the bound: %v", err)
+	}
+	if err := e.s.SetLimits(e.ctx, acct, Limits{DailyNanoUSD: MaxNanoUSD + 1}); err == nil {
+		t.Fatal("a limit above the bound accepted")
+	}
+	if err := CheckSettlement(Settlement{RequestID: "r", AccountID: acct, Cost: MaxNanoUSD + 1}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a cost above the bound: %v", err)
+	}
+	// Costs of a batch adding up beyond 2^52 are exact: the balance moves
+	// by exactly their sum and the ledger and counters agree.
+	const c = 1<<51 + 1
+	rich := e.account(MaxNanoUSD, Limits{})
+	var sts []Settlement
+	for i := range 3 {
+		id := "big" + strconv.Itoa(i)
+		e.mustAdmit(rich, id, c)
+		sts = append(sts, Settlement{RequestID: id, AccountID: rich, Priced: "m", Status: 200, Cost: c})
+	}
+	// A fourth hold would take the held amount past the balance.
+	if d := e.admit(rich, "big3", c); d.Outcome != InsufficientBalance {
+		t.Fatalf("a fourth hold: %+v", d)
+	}
+	for _, r := range e.s.SettleBatch(e.ctx, sts) {
+		if r.Err != nil || !r.Applied {
+			t.Fatalf("settle: %+v", r)
+		}
+	}
+	if b := e.balance(rich); b != MaxNanoUSD-3*c {
+		t.Fatalf("balance %d, want %d", b, int64(MaxNanoUSD-3*c))
+	}
+	var sum int64
+	for _, le := range e.ledger(rich) {
+		sum += le.Cost
+	}
+	if u := e.usage(rich, Total); sum != 3*c || u.Totals.Cost != 3*c {
+		t.Fatalf("ledger %d, counters %d, want %d", sum, u.Totals.Cost, int64(3*c))
+	}
+}

@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
+	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -51,5 +54,60 @@ func TestUsageBeyondTheRequestIsCapped(t *testing.T) {
 	}
 	if n := sidecarMetric(t, s, "gateway_usage_capped_total"); n != 4 {
 		t.Errorf("gateway_usage_capped_total %v, want 4", n)
+	}
+}
+
+// Under unknown_model: fallback, made-up model names all count under one
+// usage row, however many there are (the ledger keeps each name); and ";"
+// separates query parameters, so "?beta=true;stream=true" reaches the vendor
+// as "beta=true".
+func TestUnknownModelsAndQuerySeparators(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{Configure: func(c *config.Config) {
+		for i := range c.Upstreams {
+			if c.Upstreams[i].Name == "alpha" {
+				in, out := 1.0, 2.0
+				c.Upstreams[i].Models.UnknownModel = config.UnknownFallback
+				c.Upstreams[i].Models.Fallback = &config.Price{Input: &in, Output: &out, MaxOutput: 4096}
+			}
+		}
+	}})
+	acct := s.NewAccount(10, noLimits)
+	const names = 30
+	for i := range names {
+		body := fmt.Sprintf(`{"model":"made-up-%d-%s","max_tokens":16,"messages":[{"role":"user","content":"Hi"}]}`, i, strings.Repeat("x", 200))
+		if resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), []byte(body)); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+	}
+	rep, err := s.Store.Usage(context.Background(), acct.ID, store.Total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.ByModel) != 1 || rep.ByModel[0].Model != pricing.FallbackModel || rep.ByModel[0].Requests != names {
+		t.Fatalf("%d by_model rows for %d unknown names: %+v", len(rep.ByModel), names, rep.ByModel)
+	}
+	requested := map[string]bool{}
+	for _, e := range allLedgerEntries(t, s, acct.ID) {
+		if !e.Fallback || e.Priced != pricing.FallbackModel {
+			t.Errorf("entry %+v", e.Settlement)
+		}
+		requested[string(e.Requested)] = true
+	}
+	if len(requested) != names {
+		t.Errorf("the ledger names %d requested models, want %d", len(requested), names)
+	}
+
+	resp, b := s.Do("POST", alphaPath+"?beta=true;stream=true", messagesHeaders(acct.Key), messagesBody(false, ""))
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	var last launch.Record
+	for _, r := range s.Primary.Requests() {
+		if r.Path == "/v1/messages" {
+			last = r
+		}
+	}
+	if last.Query != "beta=true" {
+		t.Errorf("the vendor received the query %q, want beta=true", last.Query)
 	}
 }
