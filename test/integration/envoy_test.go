@@ -17,7 +17,8 @@ import (
 // validate`, which checks every typed config and field without opening a
 // port: the defaults, the benchmark's bare reference, the docker-compose
 // files, plain-HTTP endpoints beside one with a custom CA, the sidecar behind
-// mutual TLS, a single vendor key, and circuit breakers from the config.
+// mutual TLS, a single vendor key, circuit breakers from the config, and
+// tracing over gRPC and HTTP.
 func TestRenderingsPassEnvoyValidate(t *testing.T) {
 	skipShort(t)
 	load := func() *config.Config {
@@ -64,6 +65,13 @@ func TestRenderingsPassEnvoyValidate(t *testing.T) {
 	breakers.Envoy.CircuitBreakers = config.CircuitBreakers{MaxConnections: 1111, MaxPendingRequests: 2222, MaxRequests: 3333}
 	breakers.Envoy.MaxStreamDuration = config.Duration(7 * 60 * 1e9)
 	boots["breakers.yaml"] = render(breakers, envoy.Options{})
+
+	grpc, http := load(), load()
+	one := 1.0
+	grpc.Tracing = config.Tracing{Endpoint: "collector.internal:4317", Protocol: config.TracingGRPC, SamplingPercent: &one}
+	boots["tracing-grpc.yaml"] = render(grpc, envoy.Options{})
+	http.Tracing = config.Tracing{Endpoint: "127.0.0.1:4318", Protocol: config.TracingHTTP}
+	boots["tracing-http.yaml"] = render(http, envoy.Options{})
 
 	bin := launchtest.EnvoyBinary(t)
 	for name, boot := range boots {
