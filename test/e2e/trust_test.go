@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/mtls/mtlstest"
@@ -404,18 +405,18 @@ func TestSuspendedAccount(t *testing.T) {
 	if err := s.Store.SetSuspended(ctx, acct.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second) // the key cache holds 2 s
-	for {
+	// The key cache holds 2 s: served until then, refused after.
+	eventually.That(t, 15*time.Second, "refused after suspension", func() (bool, string) {
 		resp, b := s.Do("POST", betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(false, false, ""))
 		if resp.StatusCode == 403 {
 			checkError(t, betaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 403, "", "")
-			break
+			return true, ""
 		}
-		if resp.StatusCode != 200 || time.Now().After(deadline) {
+		if resp.StatusCode != 200 {
 			t.Fatalf("after suspension: %d %s", resp.StatusCode, b)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false, "200"
+	})
 	resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, ""))
 	checkError(t, alphaPath, resp.StatusCode, resp.Header.Get("content-type"), b, 403, "permission_error", "")
 	if !strings.Contains(string(b), "suspended") {
@@ -429,17 +430,10 @@ func TestSuspendedAccount(t *testing.T) {
 	if err := s.Store.SetSuspended(ctx, acct.ID, false); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(15 * time.Second)
-	for {
+	eventually.That(t, 15*time.Second, "served after resuming", func() (bool, string) {
 		resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, ""))
-		if resp.StatusCode == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after resuming: %d %s", resp.StatusCode, b)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return resp.StatusCode == 200, fmt.Sprintf("%d %s", resp.StatusCode, b)
+	})
 }
 
 // The sidecar refuses to start with ext_proc or control beyond loopback and
