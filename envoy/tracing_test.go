@@ -9,8 +9,8 @@ import (
 )
 
 // Tracing is off by default; on, the public listener traces with the
-// configured sampling to a collector over gRPC or HTTP, and Envoy accepts
-// both renderings.
+// configured sampling to a collector over gRPC or HTTP (Envoy validates
+// both renderings in test/integration).
 func TestRenderTracing(t *testing.T) {
 	c := load(t)
 	b, err := envoy.Render(c, envoy.Options{})
@@ -32,7 +32,6 @@ func TestRenderTracing(t *testing.T) {
 			t.Fatalf("gRPC tracing: no %q in\n%s", want, s)
 		}
 	}
-	validate(t, "tracing-grpc.yaml", b)
 	c.Tracing = config.Tracing{Endpoint: "127.0.0.1:4318", Protocol: config.TracingHTTP}
 	b, err = envoy.Render(c, envoy.Options{})
 	if err != nil {
@@ -41,5 +40,4 @@ func TestRenderTracing(t *testing.T) {
 	if s := string(b); !strings.Contains(s, `uri: "http://127.0.0.1:4318/v1/traces"`) || !strings.Contains(s, "random_sampling: {value: 100}") {
 		t.Fatalf("HTTP tracing:\n%s", s)
 	}
-	validate(t, "tracing-http.yaml", b)
 }

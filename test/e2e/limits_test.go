@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/redistest"
@@ -176,7 +177,7 @@ func TestLimitsConservationTwoSidecars(t *testing.T) {
 				t.Fatalf("peak in flight %d with a concurrency limit; admitted %d", peak, admitted)
 			}
 			// The cut streams settle once their sidecars see them end.
-			eventually(t, 15*time.Second, "the cut streams settle", func() (bool, string) {
+			eventually.That(t, 15*time.Second, "the cut streams settle", func() (bool, string) {
 				n, held, err := a.Store.Store.OpenHolds(ctx, acct.ID)
 				return err == nil && n == 0, fmt.Sprint(n, " holds of ", held, " ", err)
 			})
@@ -283,7 +284,7 @@ func TestKeyLimitChangedWhileRunning(t *testing.T) {
 	}
 	// Both sidecars refuse within the key cache's lifetime (2 s by default).
 	for _, p := range []*launch.Stack{a, b} {
-		eventually(t, 2*config.DefaultKeyCacheTTL+time.Second, "the new lifetime cap refuses", func() (bool, string) {
+		eventually.That(t, 2*config.DefaultKeyCacheTTL+time.Second, "the new lifetime cap refuses", func() (bool, string) {
 			status, body := message(p, acct.Key, alphaModel)
 			return status == 402 && strings.Contains(body, "lifetime spend limit reached for this key"), fmt.Sprint(status, " ", body)
 		})
@@ -459,7 +460,7 @@ func TestWebhookAlertsTwoSidecars(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := a.NewAccount(10, noLimits)
-	eventually(t, 30*time.Second, "a delivery hangs in the receiver", func() (bool, string) {
+	eventually.That(t, 30*time.Second, "a delivery hangs in the receiver", func() (bool, string) {
 		recv.mu.Lock()
 		defer recv.mu.Unlock()
 		for _, ev := range recv.events {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
@@ -126,7 +127,7 @@ func TestTracing(t *testing.T) {
 		envoy                      []*tracepb.Span
 	}
 	var byRequest map[string]*traced
-	eventually(t, 30*time.Second, "every request's spans exported", func() (bool, string) {
+	eventually.That(t, 30*time.Second, "every request's spans exported", func() (bool, string) {
 		spans, _ := recv.snapshot()
 		byRequest = map[string]*traced{}
 		byTrace := map[string][]receivedSpan{}
