@@ -335,14 +335,19 @@ type localError struct {
 
 func localErrors(format string) []localError {
 	const (
-		timeout   = "the request timed out; retry with backoff"
-		tooLarge  = "request body is larger than this gateway accepts"
-		headers   = "request headers are too large"
-		busy      = "the service is temporarily unavailable; retry with backoff"
+		timeout  = "the request timed out; retry with backoff"
+		tooLarge = "request body is larger than this gateway accepts"
+		headers  = "request headers are too large"
+		busy     = "the service is temporarily unavailable; retry with backoff"
+		// Envoy refuses a connection upgrade (no route allows one): the
+		// Responses API's WebSocket transport, which clients fall back
+		// from to HTTP.
+		upgrade   = "the WebSocket transport is not available through this gateway; use HTTP"
 		otherwise = "%LOCAL_REPLY_BODY%"
 	)
 	if format == config.FormatMessages {
 		return []localError{
+			{403, "permission_error", "", upgrade},
 			{408, "timeout_error", "", timeout},
 			{413, "request_too_large", "", tooLarge},
 			{431, "invalid_request_error", "", headers},
@@ -352,6 +357,7 @@ func localErrors(format string) []localError {
 		}
 	}
 	return []localError{
+		{403, "invalid_request_error", "websocket_not_supported", upgrade},
 		{408, "timeout", "timeout", timeout},
 		{413, "invalid_request_error", "request_too_large", tooLarge},
 		{431, "invalid_request_error", "headers_too_large", headers},

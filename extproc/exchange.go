@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -112,6 +113,11 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 			mutation.SetHeaders = append(mutation.SetHeaders, setHeader(":path", p))
 		}
 	}
+	if hv.method == "GET" && (sub == "/v1/models" || strings.HasPrefix(sub, "/v1/models/")) {
+		if lister, ok := x.upstream.Format.(format.ModelLister); ok {
+			return x.models(lister, sub, hv.path)
+		}
+	}
 	if hv.upgrade != "" {
 		// The Responses API's WebSocket transport: a connection the
 		// processor cannot meter event by event. Clients fall back to HTTP.
@@ -177,6 +183,27 @@ func streamQuery(path string) bool {
 		}
 	}
 	return false
+}
+
+// models answers the model list, or one model, itself: the models served
+// and priced on the upstream that the key may use, in the vendor's format.
+func (x *exchange) models(lister format.ModelLister, sub, rawPath string) *extprocv3.ProcessingResponse {
+	if id, ok := strings.CutPrefix(sub, "/v1/models/"); ok {
+		m, found := x.upstream.Prices.Lookup(id)
+		if !found || len(x.upstream.Serving(m)) == 0 || len(x.key.Models) > 0 && !allowed(x.key.Models, id, string(m.Name)) {
+			return x.reject(format.NotFound, "The model "+strconv.Quote(id)+" does not exist or you do not have access to it.", 0)
+		}
+		return immediate(200, "application/json", lister.Model(id), 0)
+	}
+	var ids []string
+	for _, m := range x.upstream.Prices.Models() {
+		if len(x.upstream.Serving(m)) > 0 && (len(x.key.Models) == 0 || allowed(x.key.Models, string(m.Name), string(m.Name))) {
+			ids = append(ids, string(m.Name))
+		}
+	}
+	_, rawQuery, _ := strings.Cut(rawPath, "?")
+	query, _ := url.ParseQuery(rawQuery)
+	return immediate(200, "application/json", lister.ModelList(ids, query), 0)
 }
 
 // forwardFree forwards a request with the credential swapped and observes

@@ -231,7 +231,8 @@ func TestQueryStringsFiltered(t *testing.T) {
 	}{
 		{"POST", alphaPath + "?beta=true&key=" + acct.Key + "&x=1", config.FormatMessages, "/v1/messages", "beta=true", messagesBody(false, ""), messagesHeaders(acct.Key)},
 		{"POST", betaPath + "?api-version=2024&user=me", config.FormatChatCompletions, "/v1/chat/completions", "", chatCompletionsBody(false, false, ""), chatCompletionsHeaders(acct.Key)},
-		{"GET", "/alpha/v1/models?limit=2&after_id=m&client=203.0.113.7", config.FormatMessages, "/v1/models", "limit=2&after_id=m", nil, messagesHeaders(acct.Key)},
+		{"POST", "/alpha/v1/messages/count_tokens?beta=true&client=203.0.113.7", config.FormatMessages, "/v1/messages/count_tokens", "beta=true",
+			[]byte(`{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`), messagesHeaders(acct.Key)},
 	} {
 		resp, b := s.Do(c.method, c.path, c.h, c.body)
 		if resp.StatusCode != 200 {
