@@ -28,8 +28,8 @@ func setupOperator(t *testing.T) *opFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := admin.New(f.st, admin.Options{Now: f.clk.now})
-	op := NewOperator(OperatorOptions{Admin: svc, Store: f.st, Auth: a, Now: f.clk.now})
+	svc := admin.New(f.st, admin.Options{Now: f.clk.Now})
+	op := NewOperator(OperatorOptions{Admin: svc, Store: f.st, Auth: a, Now: f.clk.Now})
 	return &opFixture{fixture: f, op: op}
 }
 
@@ -103,7 +103,7 @@ func TestOperatorSignIn(t *testing.T) {
 	if rec := f.do(t, "GET", "/", c[0].Value, nil, nil); rec.Code != 200 {
 		t.Fatalf("signed in: %d", rec.Code)
 	}
-	f.at(f.clk.t.Add(DefaultSessionIdle))
+	f.at(f.clk.Now().Add(DefaultSessionIdle))
 	if rec := f.do(t, "GET", "/", c[0].Value, nil, nil); rec.Code != http.StatusSeeOther {
 		t.Fatalf("idle session still works: %d", rec.Code)
 	}
@@ -116,11 +116,11 @@ func TestOperatorSignIn(t *testing.T) {
 func TestOperatorSessionLifetime(t *testing.T) {
 	f := setupOperator(t)
 	cookie, _ := f.signIn(t)
-	start := f.clk.t
-	for f.clk.t.Sub(start) < DefaultSessionLifetime-DefaultSessionIdle {
-		f.at(f.clk.t.Add(DefaultSessionIdle / 2))
+	start := f.clk.Now()
+	for f.clk.Now().Sub(start) < DefaultSessionLifetime-DefaultSessionIdle {
+		f.at(f.clk.Now().Add(DefaultSessionIdle / 2))
 		if rec := f.do(t, "GET", "/", cookie, nil, nil); rec.Code != 200 {
-			t.Fatalf("active session ended after %v", f.clk.t.Sub(start))
+			t.Fatalf("active session ended after %v", f.clk.Now().Sub(start))
 		}
 	}
 	f.at(start.Add(DefaultSessionLifetime))
@@ -141,7 +141,7 @@ func TestOperatorSignInRateLimited(t *testing.T) {
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || len(rec.Result().Cookies()) != 0 {
 		t.Fatalf("over the limit: %d %v", rec.Code, rec.Header())
 	}
-	f.at(f.clk.t.Add(time.Minute))
+	f.at(f.clk.Now().Add(time.Minute))
 	if rec := f.do(t, "POST", "/signin", "", url.Values{"token": {adminToken}}, nil); rec.Code != http.StatusSeeOther {
 		t.Fatalf("after a minute: %d", rec.Code)
 	}
