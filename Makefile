@@ -1,8 +1,9 @@
 # Model gateway. Two commands on a fresh machine:
 #   make run    start Envoy, the sidecar and fake vendors on 127.0.0.1:8080
 #   make test   build, install what is missing, run every test suite
-# Test tiers: make unit (no Envoy, Redis or Python; about a minute), make e2e (real
-# processes), make lint; make test runs them all.
+# Test tiers by place: make unit runs every package outside test/ (needs
+# nothing but Go; under a minute), make e2e runs test/... (real processes);
+# make test runs lint and unit first, so that a mistake fails in a minute.
 SHELL := /bin/bash
 GO    ?= go
 VENV  := .venv
@@ -83,23 +84,21 @@ chromium:
 run: build envoy
 	$(BIN)/gateway run --config gateway.yaml
 
-## test: everything: lint, every Go test against real processes (Redis, Envoy, the SDKs), fuzz and bench smoke
-test: build envoy redis postgres chromium lint
-	$(GO) test -count=1 -timeout 15m ./...
-	cd deploy && $(GO) test -count=1 ./...
-	cd deploy/monitoring && $(GO) test -count=1 ./...
+## test: everything, fastest first: lint and the unit tier, then every test that starts real processes (Redis, Envoy, PostgreSQL, Chromium, the SDKs), fuzz and bench smoke
+test: lint unit
+	$(MAKE) --no-print-directory e2e
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory bench-smoke
 
-## unit: the fast tier: no Envoy, no redis-server, no Python (tests that need them skip under -short)
+## unit: the fast tier: every package outside test/ (they start no process) and deploy's manifest checks
 unit: deps
-	$(GO) test -short -count=1 ./...
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v '/test/')
 	cd deploy && $(GO) test -short -count=1 ./...
-	cd deploy/monitoring && $(GO) test -short -count=1 ./...
+	cd deploy/monitoring && $(GO) test -count=1 ./...
 
-## e2e: the tests that start real processes: end to end through Envoy, real Redis and Cluster, SDK conformance
+## e2e: the tests that start real processes: test/... (end to end through Envoy, the integration tests on real Redis, Cluster, TLS, PostgreSQL and `envoy --mode validate`, SDK conformance) and deploy's checks against a real Envoy
 e2e: build envoy redis postgres chromium
-	$(GO) test -count=1 -timeout 15m ./test/... ./internal/store/... ./internal/redistest/... ./envoy/...
+	$(GO) test -count=1 -timeout 15m ./test/...
 	cd deploy && $(GO) test -count=1 ./...
 
 ## lint: formatting, go vet and staticcheck (pinned; fetched from the Go module proxy)

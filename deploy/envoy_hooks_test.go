@@ -17,6 +17,7 @@ import (
 
 	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 )
 
 // The shell snippets that talk to Envoy's admin from inside its image (which
@@ -96,12 +97,7 @@ func TestEnvoyHealthCheckAndPreStopHook(t *testing.T) {
 	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
 
 	// The health check fails until Envoy is ready, then passes.
-	for run(ctx, hc[3]) != nil {
-		if ctx.Err() != nil {
-			t.Fatal("the compose health check never passed")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	eventually.True(t, 30*time.Second, "the compose health check passes", func() bool { return run(ctx, hc[3]) == nil })
 
 	// A request in flight when the pod starts terminating.
 	done := make(chan error, 1)
@@ -115,25 +111,25 @@ func TestEnvoyHealthCheckAndPreStopHook(t *testing.T) {
 		}
 		done <- err
 	}()
-	for !inFlight(admin) {
-		if ctx.Err() != nil {
-			t.Fatal("the request never reached Envoy")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, 30*time.Second, "the request reaches Envoy", func() bool { return inFlight(admin) })
 	hookDone := make(chan error, 1)
 	start := time.Now()
 	go func() { hookDone <- run(ctx, hook[2]) }()
 
-	time.Sleep(1500 * time.Millisecond) // past the drain time: the listener is closed
+	// The drain closes the public listener; the hook waits on for the
+	// request in flight.
+	eventually.That(t, 30*time.Second, "the drain closes the public listener", func() (bool, string) {
+		c, err := net.DialTimeout("tcp", public, time.Second)
+		if err != nil {
+			return true, ""
+		}
+		c.Close()
+		return false, "it accepts connections"
+	})
 	select {
 	case err := <-hookDone:
 		t.Fatalf("preStop returned (%v) while a request was in flight", err)
 	default:
-	}
-	if c, err := net.DialTimeout("tcp", public, time.Second); err == nil {
-		c.Close()
-		t.Error("the public listener still accepts connections after the drain time")
 	}
 	close(release)
 	if err := <-done; err != nil {

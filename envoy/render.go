@@ -72,6 +72,16 @@ type view struct {
 	MaxConnections        int
 	ForwardClientAddress  bool
 	SidecarTLS            *config.SidecarTLS // nil: the sidecar is on loopback
+	Tracing               *tracingView       // nil: no tracing
+}
+
+// tracingView is the OpenTelemetry tracer: where the collector is and how
+// much is sampled.
+type tracingView struct {
+	Host     string
+	Port     int
+	HTTP     bool    // OTLP/HTTP instead of gRPC
+	Sampling float64 // percent
 }
 
 // credentialView is one upstream's vendor key as Envoy injects it: a generic
@@ -162,6 +172,14 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		return nil, fmt.Errorf("control: %w", err)
 	}
 	v.ExtProcHost, v.ControlHost = reachable(v.ExtProcHost), reachable(v.ControlHost)
+	if t := c.Tracing; t.Enabled() {
+		tv := tracingView{HTTP: t.Protocol == config.TracingHTTP, Sampling: t.Sampling()}
+		if tv.Host, tv.Port, err = config.SplitHostPort(t.Endpoint); err != nil {
+			return nil, fmt.Errorf("tracing.endpoint: %w", err)
+		}
+		tv.Host = reachable(tv.Host)
+		v.Tracing = &tv
+	}
 	for _, u := range c.Upstreams {
 		uv := upstreamView{
 			Name:               u.Name,
@@ -317,14 +335,19 @@ type localError struct {
 
 func localErrors(format string) []localError {
 	const (
-		timeout   = "the request timed out; retry with backoff"
-		tooLarge  = "request body is larger than this gateway accepts"
-		headers   = "request headers are too large"
-		busy      = "the service is temporarily unavailable; retry with backoff"
+		timeout  = "the request timed out; retry with backoff"
+		tooLarge = "request body is larger than this gateway accepts"
+		headers  = "request headers are too large"
+		busy     = "the service is temporarily unavailable; retry with backoff"
+		// Envoy refuses a connection upgrade (no route allows one): the
+		// Responses API's WebSocket transport, which clients fall back
+		// from to HTTP.
+		upgrade   = "the WebSocket transport is not available through this gateway; use HTTP"
 		otherwise = "%LOCAL_REPLY_BODY%"
 	)
 	if format == config.FormatMessages {
 		return []localError{
+			{403, "permission_error", "", upgrade},
 			{408, "timeout_error", "", timeout},
 			{413, "request_too_large", "", tooLarge},
 			{431, "invalid_request_error", "", headers},
@@ -334,6 +357,7 @@ func localErrors(format string) []localError {
 		}
 	}
 	return []localError{
+		{403, "invalid_request_error", "websocket_not_supported", upgrade},
 		{408, "timeout", "timeout", timeout},
 		{413, "invalid_request_error", "request_too_large", tooLarge},
 		{431, "invalid_request_error", "headers_too_large", headers},

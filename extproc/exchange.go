@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -62,6 +63,7 @@ type exchange struct {
 	open      *holds.Open      // the hold's renewal while the request runs
 
 	hasLength bool // the client sent content-length
+	trace     exchangeTrace
 }
 
 func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
@@ -109,6 +111,11 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 		}
 		if p != hv.path {
 			mutation.SetHeaders = append(mutation.SetHeaders, setHeader(":path", p))
+		}
+	}
+	if hv.method == "GET" && (sub == "/v1/models" || strings.HasPrefix(sub, "/v1/models/")) {
+		if lister, ok := x.upstream.Format.(format.ModelLister); ok {
+			return x.models(lister, sub, hv.path)
 		}
 	}
 	if hv.upgrade != "" {
@@ -176,6 +183,27 @@ func streamQuery(path string) bool {
 		}
 	}
 	return false
+}
+
+// models answers the model list, or one model, itself: the models served
+// and priced on the upstream that the key may use, in the vendor's format.
+func (x *exchange) models(lister format.ModelLister, sub, rawPath string) *extprocv3.ProcessingResponse {
+	if id, ok := strings.CutPrefix(sub, "/v1/models/"); ok {
+		m, found := x.upstream.Prices.Lookup(id)
+		if !found || len(x.upstream.Serving(m)) == 0 || len(x.key.Models) > 0 && !allowed(x.key.Models, id, string(m.Name)) {
+			return x.reject(format.NotFound, "The model "+strconv.Quote(id)+" does not exist or you do not have access to it.", 0)
+		}
+		return immediate(200, "application/json", lister.Model(id), 0)
+	}
+	var ids []string
+	for _, m := range x.upstream.Prices.Models() {
+		if len(x.upstream.Serving(m)) > 0 && (len(x.key.Models) == 0 || allowed(x.key.Models, string(m.Name), string(m.Name))) {
+			ids = append(ids, string(m.Name))
+		}
+	}
+	_, rawQuery, _ := strings.Cut(rawPath, "?")
+	query, _ := url.ParseQuery(rawQuery)
+	return immediate(200, "application/json", lister.ModelList(ids, query), 0)
 }
 
 // forwardFree forwards a request with the credential swapped and observes
@@ -319,16 +347,19 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	}
 	x.req, x.body, x.price = req, body, price
 	x.requestID = x.s.newRequestID()
+	ctx = x.startTrace(ctx)
 
 	hold := holdOf(price, req, int64(len(body)))
 	tokens := tokenBound(price, req, int64(len(body)))
 	t0 := time.Now()
-	d, err := x.s.accounts.Admit(ctx, store.Admission{
+	actx, traced := x.traceAdmission(ctx)
+	d, err := x.s.accounts.Admit(actx, store.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID,
 		Priced: price.Name, Requested: usage.RequestedModel(req.Model), Hold: hold,
 		Tokens: tokens, Stream: req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
 	})
 	x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
+	traced(d, err)
 	if err != nil {
 		x.s.log.Error("admission failed", "err", err, "account", x.key.AccountID)
 		x.s.metrics.storeErrors.WithLabelValues("admit").Inc()
@@ -599,6 +630,7 @@ func (x *exchange) finish() {
 	if x.admitted && !x.settled {
 		x.settle(false)
 	}
+	x.endTrace()
 }
 
 // checkpoint is the request's best estimate so far, as if it ended now.
@@ -634,7 +666,9 @@ func (x *exchange) settle(complete bool) {
 	// or the spool, a sweep in the meantime charges the same.
 	x.s.holds.Finish(x.open, st.Checkpoint())
 	s, upstream, model, open := x.s, x.upstream.Name, string(st.Priced), x.open
+	traced := x.traceSettlement(st)
 	s.settler.enqueue(st, func(r store.SettleResult, took time.Duration) {
+		traced(r)
 		s.metrics.settleSeconds.Observe(took.Seconds())
 		if err := r.Err; err != nil {
 			s.metrics.storeErrors.WithLabelValues("settle").Inc()

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -72,6 +73,9 @@ type Options struct {
 	// BackgroundPoll is how often a parked background response is looked
 	// at; default DefaultBackgroundPoll.
 	BackgroundPoll time.Duration
+	// Tracer records each metered request's spans in the trace Envoy
+	// started; nil records none.
+	Tracer trace.Tracer
 }
 
 // Server implements Envoy's ExternalProcessor service.
@@ -91,6 +95,8 @@ type Server struct {
 	owners    Owners
 	parking   Parking
 	bgPoll    time.Duration
+	tracer    trace.Tracer
+	tracing   bool // tracer is set
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -127,6 +133,7 @@ func NewServer(o Options) *Server {
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
 		onRefusal: o.OnRefusal,
 		owners:    o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
+		tracer: o.Tracer, tracing: o.Tracer != nil,
 	}
 	if s.bgPoll <= 0 {
 		s.bgPoll = DefaultBackgroundPoll
@@ -202,7 +209,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 	// Whatever ends the stream, an admitted request is settled exactly once
 	// with what was observed.
 	defer x.finish()
-	ctx := stream.Context()
+	ctx := s.traceContext(stream.Context())
 	for {
 		req, err := stream.Recv()
 		if err != nil {

@@ -328,6 +328,20 @@ type counters struct {
 	requests atomic.Int64 // every request but probes
 	probes   atomic.Int64 // GETs of the model list
 	hung     atomic.Int64 // requests (not probes) held by the hang control, never answered
+	inFlight atomic.Int64 // requests (not probes) being answered now
+	peak     atomic.Int64 // the most in flight at once since the last reset
+}
+
+// enter counts a request in flight and returns the function that ends it.
+func (c *counters) enter() func() {
+	n := c.inFlight.Add(1)
+	for {
+		p := c.peak.Load()
+		if n <= p || c.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	return func() { c.inFlight.Add(-1) }
 }
 
 // controlHandler serves the control listener.
@@ -396,6 +410,7 @@ func (h *controlHandler) reset(w http.ResponseWriter, r *http.Request) {
 		c.requests.Store(0)
 		c.probes.Store(0)
 		c.hung.Store(0)
+		c.peak.Store(c.inFlight.Load())
 	}
 	f.log.Info("reset")
 	writeControlJSON(w, http.StatusOK, h.currentControls())
@@ -419,12 +434,16 @@ func (h *controlHandler) requests(w http.ResponseWriter, r *http.Request) {
 func (h *controlHandler) stats(w http.ResponseWriter, r *http.Request) {
 	f := h.fake
 	writeControlJSON(w, http.StatusOK, map[string]int64{
-		"messages":                f.messagesCount.requests.Load(),
-		"messages_probes":         f.messagesCount.probes.Load(),
-		"chat_completions":        f.chatCompletionsCount.requests.Load(),
-		"chat_completions_probes": f.chatCompletionsCount.probes.Load(),
-		"messages_hung":           f.messagesCount.hung.Load(),
-		"chat_completions_hung":   f.chatCompletionsCount.hung.Load(),
+		"messages":                        f.messagesCount.requests.Load(),
+		"messages_probes":                 f.messagesCount.probes.Load(),
+		"chat_completions":                f.chatCompletionsCount.requests.Load(),
+		"chat_completions_probes":         f.chatCompletionsCount.probes.Load(),
+		"messages_hung":                   f.messagesCount.hung.Load(),
+		"chat_completions_hung":           f.chatCompletionsCount.hung.Load(),
+		"messages_in_flight":              f.messagesCount.inFlight.Load(),
+		"messages_peak_in_flight":         f.messagesCount.peak.Load(),
+		"chat_completions_in_flight":      f.chatCompletionsCount.inFlight.Load(),
+		"chat_completions_peak_in_flight": f.chatCompletionsCount.peak.Load(),
 	})
 }
 

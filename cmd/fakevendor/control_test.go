@@ -101,7 +101,7 @@ func TestStatusCountAndProbes(t *testing.T) {
 	checkChatError(t, data, "server_error", "service_unavailable")
 
 	_, data = tf.call("GET", tf.control.URL+"/stats", "")
-	if compactJSON(t, string(data)) != `{"chat_completions":4,"chat_completions_hung":0,"chat_completions_probes":2,"messages":1,"messages_hung":0,"messages_probes":0}` {
+	if compactJSON(t, string(data)) != `{"chat_completions":4,"chat_completions_hung":0,"chat_completions_in_flight":0,"chat_completions_peak_in_flight":1,"chat_completions_probes":2,"messages":1,"messages_hung":0,"messages_in_flight":0,"messages_peak_in_flight":1,"messages_probes":0}` {
 		t.Errorf("stats %s", data)
 	}
 }
@@ -207,7 +207,7 @@ func TestRecords(t *testing.T) {
 		t.Errorf("%d records after reset", len(recs))
 	}
 	_, data = tf.call("GET", tf.control.URL+"/stats", "")
-	if compactJSON(t, string(data)) != `{"chat_completions":0,"chat_completions_hung":0,"chat_completions_probes":0,"messages":0,"messages_hung":0,"messages_probes":0}` {
+	if compactJSON(t, string(data)) != `{"chat_completions":0,"chat_completions_hung":0,"chat_completions_in_flight":0,"chat_completions_peak_in_flight":0,"chat_completions_probes":0,"messages":0,"messages_hung":0,"messages_in_flight":0,"messages_peak_in_flight":0,"messages_probes":0}` {
 		t.Errorf("stats after reset %s", data)
 	}
 	if resp, _ := tf.call("POST", tf.chatCompletions.URL+"/v1/chat/completions", chatSimple); resp.StatusCode != 200 {

@@ -48,7 +48,8 @@
 //	POST /reset     clear controls, records and counters
 //	GET  /requests  records of received requests, oldest first
 //	                (?format=messages&path=/v1/messages filter them)
-//	GET  /stats     {"messages":N,"messages_probes":N,"messages_hung":N,"chat_completions":N,...}
+//	GET  /stats     {"messages":N,"messages_probes":N,"messages_hung":N,"messages_in_flight":N,
+//	                 "messages_peak_in_flight":N,"chat_completions":N,...} (peak: since the last reset)
 //	                (hung: requests held by the hang control, never answered)
 //	GET  /healthz   200
 package main

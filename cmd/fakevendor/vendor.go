@@ -101,6 +101,7 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.count.probes.Add(1)
 	} else {
 		s.count.requests.Add(1)
+		defer s.count.enter()()
 	}
 	f.log.Debug("request", "format", s.format, "method", r.Method, "path", r.URL.Path, "bytes", len(body))
 

@@ -7,15 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/mtls/mtlstest"
 	"github.com/modelgateway/gateway/internal/redistest"
 )
 
-// A real redis-server with TLS only trusted through a throwaway CA, and an
-// ACL user with a password: rediss:// with ca_file and the user works, a
-// client without the CA or with a wrong password does not.
+// A real redis-server (test/integration's) with TLS only trusted through a
+// throwaway CA, and an ACL user with a password: rediss:// with ca_file and
+// the user works, a client without the CA or with a wrong password does not.
 func TestRedisOverTLSWithAuth(t *testing.T) {
-	srv := redistest.NewTLSServer(t, "--user", "gateway", "on", ">s3cret", "~*", "&*", "+@all")
-	addr, caFile := srv.TLSAddr, srv.CAFile
+	addr, caFile := redistest.ProvidedTLS(t)
 	ctx := context.Background()
 
 	good, err := newRedis("rediss://gateway:s3cret@"+addr+"/0?ca_file="+caFile, redisOptions{Timeout: 2 * time.Second})
@@ -59,7 +59,7 @@ func TestRedisOverTLSWithAuth(t *testing.T) {
 
 // The cluster and sentinel schemes take TLS and credentials too.
 func TestRedisURLSchemes(t *testing.T) {
-	caFile := redistest.NewTLSServer(t).CAFile
+	caFile := mtlstest.Write(t, t.TempDir(), "redis").CA
 	for _, tc := range []struct {
 		url     string
 		wantErr string

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -38,6 +39,7 @@ import (
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/spool"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/tracing"
 )
 
 // sidecar is the running set of servers of `gateway serve`.
@@ -61,6 +63,8 @@ type sidecar struct {
 	// webhooks delivers alert events; closed last.
 	webhooks *alerts.Dispatcher
 	watcher  *alerts.Watcher
+	// traces exports the processor's spans; flushed last on shutdown.
+	traces *tracing.Provider
 
 	ExtProcAddr net.Addr
 	ControlAddr net.Addr
@@ -194,7 +198,16 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			}
 		}
 	}
+	traces, err := tracing.New(c.Tracing, "gateway-sidecar")
+	if err != nil {
+		return nil, err
+	}
+	var tracer trace.Tracer
+	if c.Tracing.Enabled() {
+		tracer = traces.Tracer("github.com/modelgateway/gateway/extproc")
+	}
 	proc := extproc.NewServer(extproc.Options{
+		Tracer:          tracer,
 		Holds:           renewer,
 		Owners:          st,
 		Parking:         st,
@@ -215,7 +228,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	}
 	routes := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
 
-	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc, webhooks: webhooks, watcher: watcher}
+	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc, webhooks: webhooks, watcher: watcher, traces: traces}
 	var holdsCtx context.Context
 	holdsCtx, s.stopHolds = context.WithCancel(context.Background())
 	go renewer.Run(holdsCtx)
@@ -406,6 +419,9 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 	cancel()
 	s.stopWatch()
 	s.webhooks.Close()
+	tctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	s.traces.Shutdown(tctx)
+	cancel()
 }
 
 // stopGRPC lets calls in progress finish until ctx ends, then cuts the rest.

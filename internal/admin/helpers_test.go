@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/testclock"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
@@ -25,24 +25,6 @@ const testToken = "test-admin-token-0123456789"
 
 // start is the tests' initial time.
 var start = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-
-// clock is a settable clock shared by the store and the service.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 var defaultLimits = store.Limits{DailyNanoUSD: 100e9, RPM: 60, WindowMinutes: 1}
 
@@ -52,7 +34,7 @@ type env struct {
 	ctx    context.Context // carries the admin token
 	client adminv1.AdminClient
 	st     *store.Store
-	clock  *clock
+	clock  *testclock.Clock
 	rdb    *redis.Client
 }
 
@@ -61,7 +43,7 @@ func newEnv(t *testing.T) *env {
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	c := &clock{t: start}
+	c := testclock.New(start)
 	st := store.New(rdb, store.Options{Now: c.Now})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc := New(st, Options{DefaultLimits: defaultLimits, Now: c.Now, Logger: log})

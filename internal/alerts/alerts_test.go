@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/testclock"
 )
 
 // verify checks a delivery's signature as a receiver would: HMAC-SHA256 of
@@ -142,23 +143,6 @@ func (r *recorder) take() []Event {
 	return e
 }
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
 // Two watchers (two sidecars) over one store: each crossing fires exactly
 // once between them; a new window, a new threshold or a balance that rose
 // and fell again is a new crossing.
@@ -166,8 +150,8 @@ func TestEachCrossingOnceAcrossSidecars(t *testing.T) {
 	ctx := context.Background()
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	clk := &fakeClock{t: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)}
-	st := store.New(rdb, store.Options{Now: clk.now})
+	clk := testclock.New(time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC))
+	st := store.New(rdb, store.Options{Now: clk.Now})
 	a, err := st.CreateAccount(ctx, "acme", 10_000, store.Limits{DailyNanoUSD: 1000})
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +160,7 @@ func TestEachCrossingOnceAcrossSidecars(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, k, err := st.CreateKey(ctx, a.ID, store.ModelKey, store.KeyOptions{Label: "ci",
-		Limits: store.Limits{TotalNanoUSD: 500}, ExpiresAt: clk.now().Add(3 * 24 * time.Hour)})
+		Limits: store.Limits{TotalNanoUSD: 500}, ExpiresAt: clk.Now().Add(3 * 24 * time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +168,7 @@ func TestEachCrossingOnceAcrossSidecars(t *testing.T) {
 	var ws [2]*Watcher
 	for i := range ws {
 		pubs[i] = &recorder{}
-		ws[i] = NewWatcher(st, pubs[i], WatcherOptions{Now: clk.now, Registerer: prometheus.NewRegistry()})
+		ws[i] = NewWatcher(st, pubs[i], WatcherOptions{Now: clk.Now, Registerer: prometheus.NewRegistry()})
 	}
 	spend := func(id string, cost int64) {
 		t.Helper()
@@ -261,7 +245,7 @@ func TestEachCrossingOnceAcrossSidecars(t *testing.T) {
 		t.Fatalf("after a refusal by the day: %v", got)
 	}
 	// Balance: 10,000 - 800 = 9,200, above 9,000. A new day: spend 300.
-	clk.set(clk.now().Add(24 * time.Hour))
+	clk.Set(clk.Now().Add(24 * time.Hour))
 	spend("r5", 300) // balance 8,900 < 9,000; the new day at 30 %
 	if got := kinds(events()); len(got) != 1 || got[BalanceLow] != 1 {
 		t.Fatalf("balance below the threshold: %v", got)
@@ -289,16 +273,16 @@ func TestEachCrossingOnceAcrossSidecars(t *testing.T) {
 
 // The store unreachable for the configured time fires once per outage.
 func TestStoreUnreachableOncePerOutage(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1e9, 0)}
+	clk := testclock.New(time.Unix(1e9, 0))
 	pub := &recorder{}
-	w := NewWatcher(nil, pub, WatcherOptions{Now: clk.now, StoreUnreachableAfter: time.Minute, Sidecar: "a"})
+	w := NewWatcher(nil, pub, WatcherOptions{Now: clk.Now, StoreUnreachableAfter: time.Minute, Sidecar: "a"})
 	w.StoreResult(false)
-	clk.set(clk.now().Add(59 * time.Second))
+	clk.Set(clk.Now().Add(59 * time.Second))
 	w.StoreResult(false)
 	if n := len(pub.take()); n != 0 {
 		t.Fatalf("%d events before the minute", n)
 	}
-	clk.set(clk.now().Add(time.Second))
+	clk.Set(clk.Now().Add(time.Second))
 	w.StoreResult(false)
 	w.StoreResult(false)
 	if evs := pub.take(); len(evs) != 1 || evs[0].Type != StoreUnreachable || evs[0].Data["sidecar"] != "a" {
@@ -306,7 +290,7 @@ func TestStoreUnreachableOncePerOutage(t *testing.T) {
 	}
 	w.StoreResult(true)
 	w.StoreResult(false)
-	clk.set(clk.now().Add(time.Minute))
+	clk.Set(clk.Now().Add(time.Minute))
 	w.StoreResult(false)
 	if n := len(pub.take()); n != 1 {
 		t.Fatalf("%d events for the second outage", n)

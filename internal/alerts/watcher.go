@@ -2,6 +2,7 @@ package alerts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 // Store is what the watcher reads and claims (store.Store).
 type Store interface {
 	ListAccounts(ctx context.Context) ([]store.Account, error)
+	Account(ctx context.Context, id string) (store.Account, error)
 	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
 	ListKeys(ctx context.Context, accountID string) ([]store.Key, error)
 	KeyStates(ctx context.Context, accountID string, keyIDs ...string) ([]store.KeyState, error)
@@ -119,16 +121,25 @@ func (w *Watcher) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	w.CheckAll(ctx)
+	// A budget refuses every request until its window ends: one look per
+	// budget and interval is enough, however many refusals come.
+	looked := map[nudge]time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case n := <-w.nudges:
+			now := w.o.Now()
+			if at, ok := looked[n]; ok && now.Sub(at) < interval {
+				continue
+			}
+			looked[n] = now
 			if err := w.CheckAccount(ctx, n.accountID, []nudge{n}); err != nil {
 				w.o.Logger.Warn("alerts: account check failed", "account", n.accountID, "err", err)
 			}
 		case <-t.C:
 			w.CheckAll(ctx)
+			clear(looked)
 		}
 	}
 }
@@ -161,16 +172,14 @@ func (w *Watcher) CheckAll(ctx context.Context) {
 
 // CheckAccount checks one account, with the refusals that nudged it.
 func (w *Watcher) CheckAccount(ctx context.Context, accountID string, refused []nudge) error {
-	accounts, err := w.st.ListAccounts(ctx)
+	a, err := w.st.Account(ctx, accountID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	for _, a := range accounts {
-		if a.ID == accountID {
-			return w.checkAccount(ctx, a, refused)
-		}
-	}
-	return nil
+	return w.checkAccount(ctx, a, refused)
 }
 
 // budget is one spend limit of an account or key in its current window.

@@ -16,18 +16,15 @@ import (
 
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/testclock"
 	"github.com/modelgateway/gateway/internal/usage"
 )
-
-type clock struct{ t time.Time }
-
-func (c *clock) now() time.Time { return c.t }
 
 type fixture struct {
 	mux      *http.ServeMux
 	mr       *miniredis.Miniredis
 	st       *store.Store
-	clk      *clock
+	clk      *testclock.Clock
 	acct     string
 	ro, cr   string
 	keyID    string
@@ -40,9 +37,9 @@ func setup(t *testing.T) *fixture {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	f := &fixture{mr: mr, clk: &clock{t: time.Date(2026, 3, 31, 23, 0, 0, 0, time.UTC)}}
-	mr.SetTime(f.clk.t)
-	f.st = store.New(rdb, store.Options{Now: f.clk.now})
+	f := &fixture{mr: mr, clk: testclock.New(time.Date(2026, 3, 31, 23, 0, 0, 0, time.UTC))}
+	mr.SetTime(f.clk.Now())
+	f.st = store.New(rdb, store.Options{Now: f.clk.Now})
 	ctx := context.Background()
 	a, err := f.st.CreateAccount(ctx, "a", 5_000_000_000, store.Limits{})
 	if err != nil {
@@ -66,12 +63,12 @@ func setup(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f.mux = http.NewServeMux()
-	Mount(f.mux, APIOptions{Store: f.st, Keys: auth.NewCache(f.st, time.Nanosecond), Now: f.clk.now})
+	Mount(f.mux, APIOptions{Store: f.st, Keys: auth.NewCache(f.st, time.Nanosecond), Now: f.clk.Now})
 	return f
 }
 
 // at moves the store's and Redis's clocks.
-func (f *fixture) at(t time.Time) { f.clk.t = t; f.mr.SetTime(t) }
+func (f *fixture) at(t time.Time) { f.clk.Set(t); f.mr.SetTime(t) }
 
 func (f *fixture) settle(t *testing.T, id string, cost int64) {
 	t.Helper()
@@ -82,7 +79,7 @@ func (f *fixture) settle(t *testing.T, id string, cost int64) {
 	_, err := f.st.Settle(ctx, store.Settlement{
 		RequestID: id, AccountID: f.acct, KeyID: f.keyID, Requested: "m-req", Priced: "<img src=x>", Reported: "m-rep",
 		Usage: usage.Usage{Input: 10, Output: 5, CacheRead: 2}, Rates: usage.Usage{Input: 3_000_000_000},
-		Cost: cost, Status: 200, Estimated: true, StartedAt: f.clk.t.Add(-time.Second), EndedAt: f.clk.t,
+		Cost: cost, Status: 200, Estimated: true, StartedAt: f.clk.Now().Add(-time.Second), EndedAt: f.clk.Now(),
 	})
 	if err != nil {
 		t.Fatal(err)

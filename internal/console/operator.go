@@ -123,6 +123,7 @@ func NewOperator(o OperatorOptions) *Operator {
 	m.HandleFunc("POST /accounts/{id}/keys", op.action(op.createKey))
 	m.HandleFunc("POST /accounts/{id}/keys/{key}/rotate", op.action(op.rotateKey))
 	m.HandleFunc("POST /accounts/{id}/keys/{key}/revoke", op.action(op.revokeKey))
+	m.HandleFunc("POST /accounts/{id}/keys/{key}/limits", op.action(op.setKeyLimits))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		op.render(w, r, http.StatusNotFound, "error", nil, view{Title: "Not found", Message: "There is no such page."})
 	})
@@ -452,11 +453,14 @@ func (op *Operator) account(w http.ResponseWriter, r *http.Request, s *session) 
 		Ledger    []LedgerEntry
 		Audit     []store.AuditEntry
 		TopUpKey  string
+		// The limits the admin API can set, as form fields.
+		AccountLimitInputs, KeyLimitInputs []limitInput
 	}{
 		Account: a, Limits: fields(a.GetLimits()),
 		Other:     fields(acct, "account", "daily_used_nano_usd", "open_holds", "held_nano_usd"),
 		DailyUsed: acct.GetDailyUsedNanoUsd(), Month: month, OpenHolds: acct.GetOpenHolds(), Held: acct.GetHeldNanoUsd(),
 		Keys: rows, Ledger: entries, Audit: audit, TopUpKey: "console-" + randomToken()[:16],
+		AccountLimitInputs: limitInputs(&adminv1.SetLimitsRequest{}), KeyLimitInputs: limitInputs(&adminv1.SetKeyLimitsRequest{}),
 	}})
 }
 
@@ -552,29 +556,92 @@ func (op *Operator) suspend(suspend bool) func(w http.ResponseWriter, r *http.Re
 func (op *Operator) setLimits(w http.ResponseWriter, r *http.Request, s *session) {
 	id := r.PathValue("id")
 	req := &adminv1.SetLimitsRequest{AccountId: id}
-	if v := strings.TrimSpace(r.PostFormValue("daily_usd")); v != "" {
-		d, err := parseUSD(v, true)
-		if err != nil {
-			op.failed(w, r, s, status.Error(codes.InvalidArgument, "daily limit: "+err.Error()))
-			return
-		}
-		req.DailyNanoUsd = &d
-	}
-	for name, dst := range map[string]**int64{"rpm": &req.Rpm, "window_minutes": &req.WindowMinutes} {
-		if v := strings.TrimSpace(r.PostFormValue(name)); v != "" {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				op.failed(w, r, s, status.Errorf(codes.InvalidArgument, "%s: not a whole number", name))
-				return
-			}
-			*dst = &n
-		}
+	if err := fillLimits(req, r.PostForm); err != nil {
+		op.failed(w, r, s, err)
+		return
 	}
 	if _, err := op.o.Admin.SetLimits(op.ctx(r, s), req); err != nil {
 		op.failed(w, r, s, err)
 		return
 	}
 	op.done(w, r, s, "/accounts/"+url.PathEscape(id), "Limits changed.")
+}
+
+func (op *Operator) setKeyLimits(w http.ResponseWriter, r *http.Request, s *session) {
+	id, key := r.PathValue("id"), r.PathValue("key")
+	req := &adminv1.SetKeyLimitsRequest{AccountId: id, KeyId: key}
+	if err := fillLimits(req, r.PostForm); err != nil {
+		op.failed(w, r, s, err)
+		return
+	}
+	if _, err := op.o.Admin.SetKeyLimits(op.ctx(r, s), req); err != nil {
+		op.failed(w, r, s, err)
+		return
+	}
+	op.done(w, r, s, "/accounts/"+url.PathEscape(id), "Limits of "+key+" changed.")
+}
+
+// limitInput is one limit of a limits request (an optional integer field of
+// SetLimitsRequest or SetKeyLimitsRequest) as a form field, so that the
+// forms follow the admin API as it gains limits. Amounts (NAME_nano_usd)
+// are entered in USD, as NAME_usd.
+type limitInput struct {
+	Name, Label string
+}
+
+var limitLabels = map[string]string{
+	"rpm": "Requests per minute", "window_minutes": "Window (minutes)", "tpm": "Tokens per minute",
+	"concurrency": "Requests at once",
+}
+
+func limitInputs(msg proto.Message) []limitInput {
+	var out []limitInput
+	fds := msg.ProtoReflect().Descriptor().Fields()
+	for i := 0; i < fds.Len(); i++ {
+		fd := fds.Get(i)
+		if !fd.HasPresence() || fd.Kind() != protoreflect.Int64Kind || fd.IsList() {
+			continue
+		}
+		name := string(fd.Name())
+		in := limitInput{Name: name, Label: limitLabels[name]}
+		if base, ok := strings.CutSuffix(name, "_nano_usd"); ok {
+			in.Name = base + "_usd"
+			if in.Label == "" {
+				in.Label = strings.ToUpper(base[:1]) + strings.ReplaceAll(base[1:], "_", " ") + " (USD)"
+			}
+		}
+		if in.Label == "" {
+			in.Label = strings.ReplaceAll(name, "_", " ")
+		}
+		out = append(out, in)
+	}
+	return out
+}
+
+// fillLimits sets the limits the form gives; an empty field keeps a limit.
+func fillLimits(msg proto.Message, form url.Values) error {
+	m := msg.ProtoReflect()
+	fds := m.Descriptor().Fields()
+	for _, in := range limitInputs(msg) {
+		v := strings.TrimSpace(form.Get(in.Name))
+		if v == "" {
+			continue
+		}
+		field := in.Name
+		var n int64
+		var err error
+		if base, ok := strings.CutSuffix(in.Name, "_usd"); ok {
+			field = base + "_nano_usd"
+			n, err = parseUSD(v, true)
+		} else if n, err = strconv.ParseInt(v, 10, 64); err != nil {
+			err = errors.New("not a whole number")
+		}
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "%s: %v", in.Label, err)
+		}
+		m.Set(fds.ByName(protoreflect.Name(field)), protoreflect.ValueOfInt64(n))
+	}
+	return nil
 }
 
 // secretView shows a new credential's secret, once.

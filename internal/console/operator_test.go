@@ -28,8 +28,8 @@ func setupOperator(t *testing.T) *opFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := admin.New(f.st, admin.Options{Now: f.clk.now})
-	op := NewOperator(OperatorOptions{Admin: svc, Store: f.st, Auth: a, Now: f.clk.now})
+	svc := admin.New(f.st, admin.Options{Now: f.clk.Now})
+	op := NewOperator(OperatorOptions{Admin: svc, Store: f.st, Auth: a, Now: f.clk.Now})
 	return &opFixture{fixture: f, op: op}
 }
 
@@ -103,7 +103,7 @@ func TestOperatorSignIn(t *testing.T) {
 	if rec := f.do(t, "GET", "/", c[0].Value, nil, nil); rec.Code != 200 {
 		t.Fatalf("signed in: %d", rec.Code)
 	}
-	f.at(f.clk.t.Add(DefaultSessionIdle))
+	f.at(f.clk.Now().Add(DefaultSessionIdle))
 	if rec := f.do(t, "GET", "/", c[0].Value, nil, nil); rec.Code != http.StatusSeeOther {
 		t.Fatalf("idle session still works: %d", rec.Code)
 	}
@@ -116,11 +116,11 @@ func TestOperatorSignIn(t *testing.T) {
 func TestOperatorSessionLifetime(t *testing.T) {
 	f := setupOperator(t)
 	cookie, _ := f.signIn(t)
-	start := f.clk.t
-	for f.clk.t.Sub(start) < DefaultSessionLifetime-DefaultSessionIdle {
-		f.at(f.clk.t.Add(DefaultSessionIdle / 2))
+	start := f.clk.Now()
+	for f.clk.Now().Sub(start) < DefaultSessionLifetime-DefaultSessionIdle {
+		f.at(f.clk.Now().Add(DefaultSessionIdle / 2))
 		if rec := f.do(t, "GET", "/", cookie, nil, nil); rec.Code != 200 {
-			t.Fatalf("active session ended after %v", f.clk.t.Sub(start))
+			t.Fatalf("active session ended after %v", f.clk.Now().Sub(start))
 		}
 	}
 	f.at(start.Add(DefaultSessionLifetime))
@@ -141,7 +141,7 @@ func TestOperatorSignInRateLimited(t *testing.T) {
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || len(rec.Result().Cookies()) != 0 {
 		t.Fatalf("over the limit: %d %v", rec.Code, rec.Header())
 	}
-	f.at(f.clk.t.Add(time.Minute))
+	f.at(f.clk.Now().Add(time.Minute))
 	if rec := f.do(t, "POST", "/signin", "", url.Values{"token": {adminToken}}, nil); rec.Code != http.StatusSeeOther {
 		t.Fatalf("after a minute: %d", rec.Code)
 	}
@@ -237,6 +237,26 @@ func TestOperatorAccountActions(t *testing.T) {
 		if !strings.Contains(page, ">"+action+"<") {
 			t.Errorf("the account's audit trail lacks %s", action)
 		}
+	}
+	// The limit forms follow the admin API: every limit it can set, USD
+	// amounts in USD; an empty field keeps a limit.
+	if rec := post("/limits", url.Values{"tpm": {"1000"}, "monthly_usd": {"5.5"}, "rpm": {""}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("limits: %d %s", rec.Code, rec.Body)
+	}
+	if a, _ := f.st.Account(context.Background(), f.acct); a.Limits.TPM != 1000 || a.Limits.MonthlyNanoUSD != 5_500_000_000 || a.Limits.RPM != 0 {
+		t.Fatalf("limits: %+v", a.Limits)
+	}
+	if rec := post("/limits", url.Values{"tpm": {"many"}}); rec.Code != http.StatusBadRequest {
+		t.Fatalf("bad limit: %d", rec.Code)
+	}
+	if rec := post("/keys/"+f.keyID+"/limits", url.Values{"total_usd": {"2"}, "concurrency": {"3"}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("key limits: %d %s", rec.Code, rec.Body)
+	}
+	if k, _ := f.st.Key(context.Background(), f.acct, f.keyID); k.Limits.TotalNanoUSD != 2_000_000_000 || k.Limits.Concurrency != 3 {
+		t.Fatalf("key limits: %+v", k.Limits)
+	}
+	if page := f.do(t, "GET", base, cookie, nil, nil).Body.String(); !strings.Contains(page, `name="total_usd"`) || !strings.Contains(page, `name="monthly_usd"`) {
+		t.Fatal("the account page lacks limit fields")
 	}
 	if rec := post("/resume", url.Values{}); rec.Code != http.StatusSeeOther {
 		t.Fatalf("resume: %d", rec.Code)

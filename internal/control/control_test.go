@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/modelgateway/gateway/internal/testclock"
 	"github.com/modelgateway/gateway/internal/usage"
 	"net/http"
 	"net/http/httptest"
@@ -18,17 +19,13 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 )
 
-type clock struct{ t time.Time }
-
-func (c *clock) now() time.Time { return c.t }
-
-func setup(t *testing.T) (*Handler, *store.Store, *clock, string, string) {
+func setup(t *testing.T) (*Handler, *store.Store, *testclock.Clock, string, string) {
 	t.Helper()
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	clk := &clock{t: time.Date(2026, 1, 31, 23, 59, 58, 0, time.UTC)}
-	st := store.New(rdb, store.Options{Now: clk.now})
+	clk := testclock.New(time.Date(2026, 1, 31, 23, 59, 58, 0, time.UTC))
+	st := store.New(rdb, store.Options{Now: clk.Now})
 	ctx := context.Background()
 	acct, err := st.CreateAccount(ctx, "a", 5_000_000_000, store.Limits{DailyNanoUSD: 2_000_000_000, RPM: 60, WindowMinutes: 1})
 	if err != nil {
@@ -38,7 +35,7 @@ func setup(t *testing.T) (*Handler, *store.Store, *clock, string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Options{Region: "eu", Upstreams: []string{"alpha", "beta"}, Store: st, Keys: auth.NewCache(st, time.Nanosecond), Now: clk.now})
+	h := New(Options{Region: "eu", Upstreams: []string{"alpha", "beta"}, Store: st, Keys: auth.NewCache(st, time.Nanosecond), Now: clk.Now})
 	return h, st, clk, acct.ID, ro
 }
 
@@ -77,7 +74,7 @@ func TestPeriodsAcrossMidnightAndMonthEnd(t *testing.T) {
 	if u := getUsage(t, h, ro, "day"); u.Usage.Requests != 1 || u.Usage.CostUSD != 0.3 || u.Limits.DailyUsedUSD != 0.3 {
 		t.Fatalf("day before midnight: %+v", u)
 	}
-	clk.t = time.Date(2026, 2, 1, 0, 0, 1, 0, time.UTC)
+	clk.Set(time.Date(2026, 2, 1, 0, 0, 1, 0, time.UTC))
 	settle(t, st, acct, "after", 200_000_000) // $0.20 at 00:00:01 on Feb 1
 	day, month, total := getUsage(t, h, ro, "day"), getUsage(t, h, ro, "month"), getUsage(t, h, ro, "total")
 	if day.Usage.Requests != 1 || day.Usage.CostUSD != 0.2 || day.Limits.DailyUsedUSD != 0.2 {
@@ -123,7 +120,7 @@ func TestHealth(t *testing.T) {
 	if rec.Code != 200 || rep.Status != "ok" || rep.Region != "eu" || len(rep.Upstreams) != 2 || rep.TS != "2026-01-31T23:59:58Z" {
 		t.Fatalf("%d %+v", rec.Code, rep)
 	}
-	down := New(Options{Region: "eu", Store: downStore{st}, Keys: auth.NewCache(st, 0), Now: clk.now})
+	down := New(Options{Region: "eu", Store: downStore{st}, Keys: auth.NewCache(st, 0), Now: clk.Now})
 	rec = httptest.NewRecorder()
 	down.ServeHTTP(rec, httptest.NewRequest("GET", "/health", nil))
 	json.Unmarshal(rec.Body.Bytes(), &rep)
@@ -143,14 +140,14 @@ func TestHealth(t *testing.T) {
 func TestHealthProbeIsCached(t *testing.T) {
 	_, st, clk, _, _ := setup(t)
 	cs := &countingStore{UsageReader: st}
-	h := New(Options{Store: cs, Keys: auth.NewCache(st, 0), Now: clk.now})
+	h := New(Options{Store: cs, Keys: auth.NewCache(st, 0), Now: clk.Now})
 	for i := 0; i < 50; i++ {
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/health", nil))
 	}
 	if cs.pings != 1 {
 		t.Fatalf("%d pings for 50 polls within one interval", cs.pings)
 	}
-	clk.t = clk.t.Add(time.Second)
+	clk.Advance(time.Second)
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/health", nil))
 	if cs.pings != 2 {
 		t.Fatalf("no new ping after the interval: %d", cs.pings)

@@ -77,7 +77,7 @@ func TestUsageShowsKeysAndMonth(t *testing.T) {
 	}
 	// The next day (and month: the clock starts on Jan 31): the day's and
 	// month's shares start afresh, the total keeps them.
-	clk.t = clk.t.Add(2e9)
+	clk.Advance(2e9)
 	if r := getUsage(t, h, ro, "month"); r.ByKey[0].Requests+r.ByKey[1].Requests != 0 || r.Limits.MonthlyUsedUSD != 0 {
 		t.Fatalf("new month: %+v", r)
 	}

@@ -2,26 +2,37 @@ package holds
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/testclock"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
+// base is the tests' clock at zero.
+var base = time.Unix(1_800_000_000, 0)
+
+// newStore is a store on miniredis with the lease and clock given.
+func newStore(t *testing.T, lease time.Duration, c *testclock.Clock) (*store.Store, *miniredis.Miniredis) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	return store.New(rdb, store.Options{HoldTTL: lease, Now: c.Now}), m
+}
+
 // A running request keeps its hold for many leases; once its sidecar stops
-// renewing, the sweeper settles it at its last checkpoint, once.
+// renewing, the sweeper settles it at its last checkpoint, once, as soon as
+// its lease has run out and not before.
 func TestRenewThenSweep(t *testing.T) {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
-	t.Cleanup(func() { rdb.Close() })
-	const lease = 300 * time.Millisecond
-	st := store.New(rdb, store.Options{HoldTTL: lease})
+	c := testclock.New(base)
+	const lease = 3 * time.Second
+	st, _ := newStore(t, lease, c)
 	acct, err := st.CreateAccount(ctx, "t", 1_000_000, store.Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -31,13 +42,15 @@ func TestRenewThenSweep(t *testing.T) {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
 	r := NewRenewer(st, nil)
+	r.Now = c.Now
 	sw := NewSweeper(st, nil)
-	o := r.Register(acct.ID, "req_1", time.Now())
+	sw.Now = c.Now
+	o := r.Register(acct.ID, "req_1", c.Now())
 
-	// Renew and sweep for four leases: the hold stays.
-	deadline := time.Now().Add(4 * lease)
+	// Renew and sweep for four leases, a renewal interval apart: the hold
+	// stays.
 	renewals := 0
-	for time.Now().Before(deadline) {
+	for c.Now().Before(base.Add(4 * lease)) {
 		if o.WantCheckpoint() {
 			o.Checkpoint(store.Checkpoint{Status: 200, Usage: usage.Usage{Input: 5, Output: int64(renewals)}, Cost: 1000 + int64(renewals)})
 		}
@@ -46,7 +59,7 @@ func TestRenewThenSweep(t *testing.T) {
 		if n := sw.SweepOnce(ctx); n != 0 {
 			t.Fatalf("a renewed hold was swept after %d renewals", renewals)
 		}
-		time.Sleep(r.Interval())
+		c.Advance(r.Interval())
 	}
 	if n, _, _ := st.OpenHolds(ctx, acct.ID); n != 1 {
 		t.Fatalf("%d holds after %d renewals, want 1", n, renewals)
@@ -54,14 +67,19 @@ func TestRenewThenSweep(t *testing.T) {
 	last := o.ckpt.Load()
 	r.RenewOnce(ctx) // writes the last checkpoint
 
-	// The sidecar dies: no more renewals. Poll the sweeper for two leases.
+	// The sidecar dies: no more renewals. Not swept before the lease ends,
+	// swept once after.
 	r.Forget(o)
-	settled := 0
-	for end := time.Now().Add(3 * lease); settled == 0 && time.Now().Before(end); time.Sleep(lease / 10) {
-		settled += sw.SweepOnce(ctx)
+	c.Advance(lease - time.Millisecond)
+	if n := sw.SweepOnce(ctx); n != 0 {
+		t.Fatalf("swept %d before the lease ended", n)
 	}
-	if settled != 1 {
-		t.Fatalf("sweeper settled %d requests", settled)
+	c.Advance(time.Millisecond)
+	if n := sw.SweepOnce(ctx); n != 1 {
+		t.Fatalf("sweeper settled %d requests, want 1", n)
+	}
+	if n := sw.SweepOnce(ctx); n != 0 {
+		t.Fatalf("swept %d more", n)
 	}
 	l, _, err := st.Ledger(ctx, acct.ID, "", 10)
 	if err != nil || len(l) != 1 {
@@ -85,9 +103,7 @@ func TestRenewThenSweep(t *testing.T) {
 // A finished request stays registered until a renewal finds its hold gone.
 func TestFinishedUntilGone(t *testing.T) {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
-	t.Cleanup(func() { rdb.Close() })
-	st := store.New(rdb, store.Options{HoldTTL: time.Minute})
+	st, _ := newStore(t, time.Minute, testclock.New(base))
 	acct, _ := st.CreateAccount(ctx, "t", 1_000_000, store.Limits{})
 	r := NewRenewer(st, nil)
 	for _, id := range []string{"req_a", "req_b"} {
@@ -95,7 +111,7 @@ func TestFinishedUntilGone(t *testing.T) {
 			t.Fatal(d, err)
 		}
 	}
-	a, b := r.Register(acct.ID, "req_a", time.Now()), r.Register(acct.ID, "req_b", time.Now())
+	a, b := r.Register(acct.ID, "req_a", base), r.Register(acct.ID, "req_b", base)
 	// req_a settles; req_b's settlement is "spooled": its hold stays.
 	if _, err := st.Settle(ctx, store.Settlement{RequestID: "req_a", AccountID: acct.ID, Status: 200, Cost: 10}); err != nil {
 		t.Fatal(err)
@@ -115,26 +131,14 @@ func TestFinishedUntilGone(t *testing.T) {
 	}
 }
 
-// testClock is a settable clock shared by the store, the renewer and the
-// sweeper.
-type testClock struct{ t atomic.Int64 }
-
-func (c *testClock) Now() time.Time               { return time.Unix(0, c.t.Load()) }
-func (c *testClock) Set(d time.Duration)          { c.t.Store(time.Unix(1_800_000_000, 0).Add(d).UnixNano()) }
-func (c *testClock) At(d time.Duration) time.Time { return time.Unix(1_800_000_000, 0).Add(d) }
-
 // A sidecar that cannot renew stops serving its requests before their lease
 // ends; a sweeper that saw the store fail waits a lease after it answers
 // again before sweeping.
 func TestLeaseLostAndQuietSweeper(t *testing.T) {
 	ctx := context.Background()
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
-	var c testClock
-	c.Set(0)
+	c := testclock.New(base)
 	const lease = 6 * time.Second // margin 1s
-	st := store.New(rdb, store.Options{HoldTTL: lease, Now: c.Now})
+	st, m := newStore(t, lease, c)
 	acct, err := st.CreateAccount(ctx, "t", 1_000_000, store.Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -148,29 +152,29 @@ func TestLeaseLostAndQuietSweeper(t *testing.T) {
 	sw.Now = c.Now
 	r.OnStoreError = sw.StoreFailed
 	o := r.Register(acct.ID, "req_1", c.Now())
-	if o.Expired(c.At(5*time.Second-1)) || !o.Expired(c.At(5*time.Second)) {
+	if o.Expired(base.Add(5*time.Second-1)) || !o.Expired(base.Add(5*time.Second)) {
 		t.Fatal("an admitted request must stop a margin before its first lease ends")
 	}
-	c.Set(2 * time.Second)
+	c.Set(base.Add(2 * time.Second))
 	r.RenewOnce(ctx) // lease until 8s: serve until 7s
-	if o.Expired(c.At(7*time.Second-1)) || !o.Expired(c.At(7*time.Second)) {
+	if o.Expired(base.Add(7*time.Second-1)) || !o.Expired(base.Add(7*time.Second)) {
 		t.Fatal("a renewed request must stop a margin before its renewed lease ends")
 	}
 	// The store fails: the renewal at 4s does not extend the lease.
 	m.SetError("LOADING Redis is loading")
-	c.Set(4 * time.Second)
+	c.Set(base.Add(4 * time.Second))
 	r.RenewOnce(ctx)
-	if !o.Expired(c.At(7 * time.Second)) {
+	if !o.Expired(base.Add(7 * time.Second)) {
 		t.Fatal("a failed renewal extended the request's service")
 	}
 	// Back at 8.5s, the hold has expired: the sweeper waits until 10s (a
 	// lease after the failure it saw).
 	m.SetError("")
-	c.Set(8500 * time.Millisecond)
+	c.Set(base.Add(8500 * time.Millisecond))
 	if n := sw.SweepOnce(ctx); n != 0 {
 		t.Fatalf("swept %d within a lease of the outage", n)
 	}
-	c.Set(10 * time.Second)
+	c.Set(base.Add(10 * time.Second))
 	if n := sw.SweepOnce(ctx); n != 1 {
 		t.Fatalf("swept %d a lease after the outage, want 1", n)
 	}

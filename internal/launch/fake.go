@@ -107,7 +107,17 @@ func (f *Fake) Requests() []Record {
 	return recs
 }
 
-// Stats returns the fake's request counters.
+// APIRequests returns how many API requests (probes aside) the fake
+// received, in both wire formats.
+func (f *Fake) APIRequests() int {
+	f.T.Helper()
+	st := f.Stats()
+	return st["messages"] + st["chat_completions"]
+}
+
+// Stats returns the fake's request counters: by wire format ("messages",
+// "chat_completions"), and of each its probes ("messages_probes") and the
+// requests held by the hang control ("messages_hung").
 func (f *Fake) Stats() map[string]int {
 	f.T.Helper()
 	m := map[string]int{}

@@ -12,12 +12,12 @@ import (
 
 // A database at an older schema version is migrated in place, its rows
 // kept (new columns take their defaults); migrating again changes nothing;
-// a database from a newer sink is refused. Starts PostgreSQL: skipped by
-// -short.
+// a database from a newer sink is refused. On test/integration's
+// PostgreSQL.
 func TestMigrateKeepsRows(t *testing.T) {
-	pg := launchtest.Postgres(t)
+	url := launchtest.ProvidedPostgres(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pg.URL)
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package spool
 import (
 	"context"
 	"errors"
-	"github.com/modelgateway/gateway/internal/usage"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -18,7 +18,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/testclock"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 const balance = 1_000_000_000 // 1 USD in nano-USD
@@ -70,16 +73,15 @@ type env struct {
 	acct  string
 	key   string
 	dir   string
-	now   time.Time
-	mu    sync.Mutex
+	clock *testclock.Clock
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, mr: miniredis.RunT(t), dir: t.TempDir(), now: time.Now().UTC()}
+	e := &env{t: t, mr: miniredis.RunT(t), dir: t.TempDir(), clock: testclock.New(time.Now().UTC())}
 	rdb := redis.NewClient(&redis.Options{Addr: e.mr.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close() })
-	st := store.New(rdb, store.Options{HoldTTL: time.Minute, Now: e.clock})
+	st := store.New(rdb, store.Options{HoldTTL: time.Minute, Now: e.clock.Now})
 	e.store = &flaky{Store: st}
 	ctx := context.Background()
 	a, err := st.CreateAccount(ctx, "test", balance, store.Limits{})
@@ -92,18 +94,6 @@ func newEnv(t *testing.T) *env {
 	}
 	e.acct, e.key = a.ID, k.ID
 	return e
-}
-
-func (e *env) clock() time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.now
-}
-
-func (e *env) advance(d time.Duration) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.now = e.now.Add(d)
 }
 
 // open opens a Spool on the env's spool directory with a fresh registry.
@@ -132,7 +122,7 @@ func (e *env) admit(l *Spool, id string, cost int64) store.Settlement {
 		e.t.Fatalf("admit %s: %+v %v", id, d, err)
 	}
 	return store.Settlement{RequestID: id, AccountID: e.acct, KeyID: e.key, Priced: "m",
-		Usage: usage.Usage{Input: 3, Output: 4}, Cost: cost, Status: 200, Stream: true, StartedAt: e.clock(), EndedAt: e.clock()}
+		Usage: usage.Usage{Input: 3, Output: 4}, Cost: cost, Status: 200, Stream: true, StartedAt: e.clock.Now(), EndedAt: e.clock.Now()}
 }
 
 // check asserts the account's balance, ledger and open holds.
@@ -164,16 +154,13 @@ func (e *env) check(wantCharged int64, wantEntries int, wantHolds int64) {
 	}
 }
 
-// waitEmpty polls until the replayer has emptied the spool.
+// waitEmpty waits until the replayer has emptied the spool.
 func waitEmpty(t *testing.T, l *Spool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for l.Depth() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("spool still holds %d settlements", l.Depth())
-		}
-		time.Sleep(time.Millisecond) // polling interval
-	}
+	eventually.That(t, 10*time.Second, "the replayer empties the spool", func() (bool, string) {
+		n := l.Depth()
+		return n == 0, fmt.Sprintf("%d settlements spooled", n)
+	})
 }
 
 // counter reads a counter or gauge.
@@ -296,7 +283,7 @@ func TestReplayAfterHoldExpired(t *testing.T) {
 	if _, err := settle(context.Background(), l, st); err != nil {
 		t.Fatal(err)
 	}
-	e.advance(2 * time.Minute) // past the one-minute hold lease
+	e.clock.Advance(2 * time.Minute) // past the one-minute hold lease
 	d, err := e.store.Store.Admit(context.Background(), store.Admission{RequestID: "req_2", AccountID: e.acct, KeyID: e.key, Hold: 10_000})
 	if err != nil || d.Outcome != store.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
@@ -367,7 +354,7 @@ func TestFullSpool(t *testing.T) {
 	e := newEnv(t)
 	// The size of one of e.admit's settlements.
 	line, _ := encode(store.Settlement{RequestID: "req_1", AccountID: e.acct, KeyID: e.key, Priced: "m",
-		Usage: usage.Usage{Input: 3, Output: 4}, Cost: 1_000, Status: 200, Stream: true, StartedAt: e.clock(), EndedAt: e.clock()}, time.Now())
+		Usage: usage.Usage{Input: 3, Output: 4}, Cost: 1_000, Status: 200, Stream: true, StartedAt: e.clock.Now(), EndedAt: e.clock.Now()}, time.Now())
 	l, _ := e.open(Options{MaxBytes: int64(len(line) * 3 / 2)})
 	a, b := e.admit(l, "req_1", 1_000), e.admit(l, "req_2", 1_000)
 	e.store.down.Store(true)

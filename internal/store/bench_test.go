@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"github.com/modelgateway/gateway/internal/testclock"
 	"github.com/modelgateway/gateway/internal/usage"
 	"strconv"
 	"testing"
@@ -22,14 +23,14 @@ var benchBackends = []struct {
 		return redis.NewClient(&redis.Options{Addr: m.Addr()})
 	}},
 	{"redis", func(b *testing.B) redis.UniversalClient {
-		return redis.NewClient(&redis.Options{Addr: redistest.Start(b)})
+		return redis.NewClient(&redis.Options{Addr: redistest.Provided(b)})
 	}},
 }
 
 // benchAccount makes a store and an account with every limit in force but
 // none reached.
 func benchAccount(b *testing.B, rdb redis.UniversalClient) (*Store, string) {
-	c := &clock{t: start}
+	c := testclock.New(start)
 	s := New(rdb, Options{Now: c.Now})
 	a, err := s.CreateAccount(context.Background(), "bench", 1e15,
 		Limits{DailyNanoUSD: 1e15, RPM: 1e9, WindowMinutes: 1})

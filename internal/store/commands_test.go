@@ -53,11 +53,8 @@ func countedCommand(name string) bool {
 // batches of eight (the settler batches an account's settlements that end
 // together).
 func TestCommandsPerRequest(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a redis-server")
-	}
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Provided(t)})
 	t.Cleanup(func() { rdb.Close() })
 	s := New(rdb, Options{})
 	a, err := s.CreateAccount(ctx, "commands", 1_000_000*usd, Limits{})

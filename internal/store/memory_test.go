@@ -17,11 +17,8 @@ import (
 // its ledger entry (until exported and past the retention); while it runs,
 // its hold, admission record and checkpoint.
 func TestMemoryPerRequest(t *testing.T) {
-	if testing.Short() {
-		t.Skip("measures a thousand settlements")
-	}
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redistest.Start(t)})
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Provided(t)})
 	t.Cleanup(func() { rdb.Close() })
 	s := New(rdb, Options{})
 	a, err := s.CreateAccount(ctx, "memory", 1_000_000_000_000, Limits{})

@@ -12,10 +12,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/redistest"
+	"github.com/modelgateway/gateway/internal/testclock"
 )
 
 // The suite runs unchanged on miniredis, on a real redis-server and on a real
-// Redis Cluster; each backend hands every test an empty database.
+// Redis Cluster; each backend hands every test an empty database. The real
+// servers are test/integration's (go test ./test/...).
 
 func TestMiniredis(t *testing.T) {
 	runSuite(t, func(t *testing.T) redis.UniversalClient {
@@ -27,7 +29,7 @@ func TestMiniredis(t *testing.T) {
 }
 
 func TestRedis(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Provided(t)
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })
 	runSuite(t, func(t *testing.T) redis.UniversalClient {
@@ -39,10 +41,7 @@ func TestRedis(t *testing.T) {
 }
 
 func TestRedisCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-node cluster")
-	}
-	addrs := redistest.StartCluster(t, 3)
+	addrs := redistest.ProvidedCluster(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { rdb.Close() })
 	runSuite(t, func(t *testing.T) redis.UniversalClient {
@@ -112,42 +111,18 @@ func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {
 // start is the suite's initial time: a Sunday noon, UTC.
 var start = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
-// clock is a settable clock for Options.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 type env struct {
 	t     *testing.T
 	ctx   context.Context
 	rdb   redis.UniversalClient
-	clock *clock
+	clock *testclock.Clock
 	s     *Store
 }
 
 const holdTTL = 10 * time.Minute
 
 func newEnv(t *testing.T, rdb redis.UniversalClient) *env {
-	c := &clock{t: start}
+	c := testclock.New(start)
 	return &env{
 		t:     t,
 		ctx:   context.Background(),

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
@@ -84,23 +85,6 @@ func field(t *testing.T, m map[string]any, path string) string {
 	return s
 }
 
-// eventually polls check until it holds or within passes; check returns
-// what it saw, for the failure message.
-func eventually(t *testing.T, within time.Duration, what string, check func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, saw := check()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last saw %s", what, within, saw)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval, not synchronisation
-	}
-}
-
 // message posts a small the messages format request with key and returns the status and
 // body.
 func message(s *launch.Stack, key, model string) (int, string) {
@@ -149,7 +133,7 @@ func TestAdmin(t *testing.T) {
 		if code, b := message(s, key, alphaModel); code != 200 {
 			t.Fatalf("spend: %d %s", code, b)
 		}
-		eventually(t, 5*time.Second, "ledger entry", func() (bool, string) {
+		eventually.That(t, 5*time.Second, "ledger entry", func() (bool, string) {
 			l := ctl.json("ledger", id)
 			entries, _ := l["entries"].([]any)
 			return len(entries) == 1 && entries[0].(map[string]any)["cost_nano_usd"] != "0", fmt.Sprint(l)
@@ -173,13 +157,13 @@ func TestAdmin(t *testing.T) {
 		}
 		ctl.ok("keys", "revoke", id, victimID)
 		for _, st := range []*launch.Stack{s2, s} {
-			eventually(t, 5*time.Second, "revoked key refused", func() (bool, string) {
+			eventually.That(t, 5*time.Second, "revoked key refused", func() (bool, string) {
 				code, b := message(st, victim, alphaModel)
 				return code == 401 && strings.Contains(b, "revoked"), fmt.Sprint(code, " ", b)
 			})
 		}
 		ctl.ok("tokens", "revoke", id, tokenID)
-		eventually(t, 5*time.Second, "revoked token refused", func() (bool, string) {
+		eventually.That(t, 5*time.Second, "revoked token refused", func() (bool, string) {
 			resp, b := s2.Do("GET", "/v1/usage", map[string]string{"Authorization": "Bearer " + token}, nil)
 			return resp.StatusCode == 401, fmt.Sprint(resp.StatusCode, " ", string(b))
 		})
@@ -195,7 +179,7 @@ func TestAdmin(t *testing.T) {
 				t.Fatalf("during the grace period: %d %s", code, b)
 			}
 		}
-		eventually(t, 4*time.Second+5*time.Second, "old key refused after the grace period", func() (bool, string) {
+		eventually.That(t, 4*time.Second+5*time.Second, "old key refused after the grace period", func() (bool, string) {
 			code, b := message(s2, old, alphaModel)
 			return code == 401 && strings.Contains(b, "expired"), fmt.Sprint(code, " ", b)
 		})
@@ -206,7 +190,7 @@ func TestAdmin(t *testing.T) {
 
 	t.Run("expiry", func(t *testing.T) {
 		short, _ := newKey("--expires", "1s")
-		eventually(t, 1*time.Second+5*time.Second, "expired key refused", func() (bool, string) {
+		eventually.That(t, 1*time.Second+5*time.Second, "expired key refused", func() (bool, string) {
 			code, b := message(s2, short, alphaModel)
 			return code == 401 && strings.Contains(b, "expired"), fmt.Sprint(code, " ", b)
 		})

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/store"
@@ -129,7 +130,7 @@ func TestLedgerExport(t *testing.T) {
 	}
 	// Everything exported is trimmed once past the one-millisecond retention
 	// (the last page may have been committed within it: trim again).
-	eventually(t, 5*time.Second, "every exported entry trimmed", func() (bool, string) {
+	eventually.That(t, 5*time.Second, "every exported entry trimmed", func() (bool, string) {
 		if _, err := trimmer.TrimLedger(context.Background(), acct.ID); err != nil {
 			t.Fatal(err)
 		}

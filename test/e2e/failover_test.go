@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/store"
@@ -18,9 +20,15 @@ import (
 // Failover runs with the shipped gateway.yaml settings (health checks every
 // 1 s with a 1 s timeout, 2 failures to eject, outlier ejection after 3
 // consecutive errors for 10 s), so the times it logs are what production
-// gets. The targets (all traffic on the reserve ≤ 10 s after a fault, back on
-// the primary ≤ 60 s after recovery) are reported, not asserted: the tests
-// assert only that the switch happens and that no request fails.
+// gets, and it holds them to docs/failover.md's targets: all traffic on the
+// reserve within toReserve of a fault, back on the primary within toPrimary
+// of its recovery, and no failed request.
+
+// The documented failover targets (docs/failover.md).
+const (
+	toReserve = 10 * time.Second
+	toPrimary = 60 * time.Second
+)
 
 type probe struct {
 	s    *launch.Stack
@@ -48,20 +56,17 @@ func (p *probe) send() string {
 }
 
 // primaryPOSTs counts model requests the primary fake received.
-func primaryPOSTs(s *launch.Stack) int {
-	st := s.Primary.Stats()
-	return st["alpha"] + st["beta"]
-}
+func primaryPOSTs(s *launch.Stack) int { return s.Primary.APIRequests() }
 
 // untilOnly sends requests until n in a row were served by route without the
-// primary receiving any (for the reserve), and returns when the last request
-// that did not satisfy that ended.
-func (p *probe) untilOnly(route string, n int, deadline time.Duration) time.Time {
+// primary receiving any (for the reserve), and fails unless the last request
+// that did not satisfy that ended within target of since.
+func (p *probe) untilOnly(route string, n int, since time.Time, target time.Duration) time.Duration {
 	p.t.Helper()
-	start := time.Now()
-	settled := start
+	settled := time.Now()
 	streak := 0
-	for time.Since(start) < deadline {
+	for time.Since(since) < target+30*time.Second { // time for the streak after the target
+
 		before := primaryPOSTs(p.s)
 		got := p.send()
 		touchedPrimary := primaryPOSTs(p.s) != before
@@ -69,15 +74,18 @@ func (p *probe) untilOnly(route string, n int, deadline time.Duration) time.Time
 		if ok {
 			streak++
 			if streak >= n {
-				return settled
+				if took := settled.Sub(since); took > target {
+					p.t.Fatalf("traffic all on the %s %v after the change; the target is %v (docs/failover.md)", route, took, target)
+				}
+				return settled.Sub(since)
 			}
 			continue
 		}
 		streak = 0
 		settled = time.Now()
 	}
-	p.t.Fatalf("traffic not all on the %s after %v", route, deadline)
-	return time.Time{}
+	p.t.Fatalf("traffic not all on the %s %v after the change", route, time.Since(since))
+	return 0
 }
 
 func healthRoutes(t *testing.T, s *launch.Stack) map[string]string {
@@ -90,18 +98,13 @@ func healthRoutes(t *testing.T, s *launch.Stack) map[string]string {
 	return h.Endpoints
 }
 
-// waitHealthRoute polls /health until both upstreams report route.
+// waitHealthRoute waits until /health reports route for both upstreams.
 func waitHealthRoute(t *testing.T, s *launch.Stack, route string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	eventually.That(t, 30*time.Second, "/health endpoints all "+route, func() (bool, string) {
 		r := healthRoutes(t, s)
-		if r["alpha"] == route && r["beta"] == route {
-			return
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
-	t.Fatalf("/health routes = %v, want %s", healthRoutes(t, s), route)
+		return r["alpha"] == route && r["beta"] == route, fmt.Sprint(r)
+	})
 }
 
 func TestFailoverOnErrors(t *testing.T) {
@@ -114,9 +117,9 @@ func TestFailoverOnErrors(t *testing.T) {
 
 	fault := time.Now()
 	s.Primary.Control(map[string]any{"status": 503})
-	onReserve := p.untilOnly("reserve", 20, 60*time.Second)
+	onReserve := p.untilOnly("reserve", 20, fault, toReserve)
 	t.Logf("primary answering 503: all traffic on the reserve %.2fs after the fault; %d requests, none failed",
-		onReserve.Sub(fault).Seconds(), p.n)
+		onReserve.Seconds(), p.n)
 	waitHealthRoute(t, s, "reserve")
 
 	// Keys, bodies and formats are unchanged across the switch.
@@ -137,8 +140,8 @@ func TestFailoverOnErrors(t *testing.T) {
 
 	recovered := time.Now()
 	s.Primary.Control(map[string]any{"status": 0})
-	onPrimary := p.untilOnly("primary", 10, 90*time.Second)
-	t.Logf("primary recovered: traffic back on the primary %.2fs after recovery", onPrimary.Sub(recovered).Seconds())
+	onPrimary := p.untilOnly("primary", 10, recovered, toPrimary)
+	t.Logf("primary recovered: traffic back on the primary %.2fs after recovery", onPrimary.Seconds())
 	waitHealthRoute(t, s, "primary")
 
 	// Each ledger entry records the route that served it.
@@ -164,14 +167,14 @@ func TestFailoverOnLatency(t *testing.T) {
 	// marked unhealthy and traffic spills to the reserve.
 	fault := time.Now()
 	s.Primary.Control(map[string]any{"latency_ms": 1500})
-	onReserve := p.untilOnly("reserve", 20, 60*time.Second)
+	onReserve := p.untilOnly("reserve", 20, fault, toReserve)
 	t.Logf("primary slow (1.5 s > 1 s probe timeout): all traffic on the reserve %.2fs after the slowdown; %d requests, none failed",
-		onReserve.Sub(fault).Seconds(), p.n)
+		onReserve.Seconds(), p.n)
 
 	recovered := time.Now()
 	s.Primary.Control(map[string]any{"latency_ms": 0})
-	onPrimary := p.untilOnly("primary", 10, 90*time.Second)
-	t.Logf("primary fast again: traffic back on the primary %.2fs after recovery", onPrimary.Sub(recovered).Seconds())
+	onPrimary := p.untilOnly("primary", 10, recovered, toPrimary)
+	t.Logf("primary fast again: traffic back on the primary %.2fs after recovery", onPrimary.Seconds())
 }
 
 // A stream already flowing when its upstream dies cannot be retried. The
@@ -205,7 +208,7 @@ func TestStreamBrokenByUpstreamReset(t *testing.T) {
 	s.Primary.Control(map[string]any{"abort_after_events": 0, "event_delay_ms": 0, "abort_at_start": true})
 	resp, _, _ = read()
 	var last store.LedgerEntry
-	eventually(t, 10*time.Second, "the second ledger entry", func() (bool, string) {
+	eventually.That(t, 10*time.Second, "the second ledger entry", func() (bool, string) {
 		l := allLedgerEntries(t, s, acct.ID)
 		if len(l) < 2 {
 			return false, strconv.Itoa(len(l)) + " entries"

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/redistest"
@@ -118,18 +119,6 @@ next:
 	return sum
 }
 
-// pollUntil polls cond until it holds or the deadline passes.
-func pollUntil(t *testing.T, what string, deadline time.Duration, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting for %s", deadline, what)
-		}
-		time.Sleep(25 * time.Millisecond) // polling interval
-	}
-}
-
 // allLedgerEntries returns every ledger entry of the account.
 func allLedgerEntries(t *testing.T, s *launch.Stack, acct string) []store.LedgerEntry {
 	t.Helper()
@@ -209,7 +198,7 @@ func checkBooksFloor(t *testing.T, s *launch.Stack, acct string, initial int64, 
 // client went away settle when Envoy ends their processor stream.
 func waitNoHolds(t *testing.T, s *launch.Stack, acct string) {
 	t.Helper()
-	pollUntil(t, "holds of "+acct+" to be settled", 20*time.Second, func() bool {
+	eventually.True(t, 20*time.Second, "holds of "+acct+" to be settled", func() bool {
 		n, _, err := s.Store.OpenHolds(context.Background(), acct)
 		return err == nil && n == 0
 	})
@@ -308,7 +297,7 @@ func TestFaultRedisStopsDuringLoad(t *testing.T) {
 	// also tells the replayer that the store is back.
 	path, h, body := requestFor("beta", acct.Key, false)
 	refused := 0
-	pollUntil(t, "service to come back", 30*time.Second, func() bool {
+	eventually.True(t, 30*time.Second, "service to come back", func() bool {
 		r := postAndRead(client, s.URL+path, h, body, 0, nil)
 		if r.status != 200 && r.status != 503 {
 			t.Fatalf("after recovery: %d %s", r.status, r.body)
@@ -318,7 +307,7 @@ func TestFaultRedisStopsDuringLoad(t *testing.T) {
 		}
 		return r.status == 200
 	})
-	pollUntil(t, "the spool to be replayed", 30*time.Second, func() bool {
+	eventually.True(t, 30*time.Second, "the spool to be replayed", func() bool {
 		return sidecarMetric(t, s, "gateway_spool_depth") == 0
 	})
 	replayed := sidecarMetric(t, s, "gateway_spool_replayed_total", `result="applied"`)
@@ -356,7 +345,7 @@ func TestFaultSpoolSurvivesSidecarKill(t *testing.T) {
 	}
 	// The settlement follows the reply's last chunk: it reaches the spool
 	// once the store has refused it.
-	pollUntil(t, "the settlement to be spooled", 20*time.Second, func() bool {
+	eventually.True(t, 20*time.Second, "the settlement to be spooled", func() bool {
 		return sidecarMetric(t, s, "gateway_spool_depth") == 1
 	})
 	s.Sidecar.Signal(syscall.SIGKILL)
@@ -365,7 +354,7 @@ func TestFaultSpoolSurvivesSidecarKill(t *testing.T) {
 	}
 	rs.Start()
 	s.StartSidecar()
-	pollUntil(t, "the new sidecar to replay the spool", 30*time.Second, func() bool {
+	eventually.True(t, 30*time.Second, "the new sidecar to replay the spool", func() bool {
 		return sidecarMetric(t, s, "gateway_spool_depth") == 0
 	})
 	if got := sidecarMetric(t, s, "gateway_spool_replayed_total", `result="applied"`); got != 1 {
@@ -407,7 +396,7 @@ func TestFaultSidecarKilledMidStream(t *testing.T) {
 	// been checkpointed: its hold must still be there, renewed.
 	t0 := time.Now()
 	var ckpt store.Checkpoint
-	pollUntil(t, "a checkpoint of the stream after two leases", 20*time.Second, func() bool {
+	eventually.True(t, 20*time.Second, "a checkpoint of the stream after two leases", func() bool {
 		cs, err := s.Store.Checkpoints(ctx, acct.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -428,7 +417,7 @@ func TestFaultSidecarKilledMidStream(t *testing.T) {
 	t.Logf("stream in flight at the kill: complete=%v err=%v", r.complete, r.err)
 
 	// No processor: fail closed, never forward unmetered.
-	vendorPOSTs := primaryPOSTs(s) + s.Reserve.Stats()["messages"] + s.Reserve.Stats()["chat_completions"]
+	vendorPOSTs := primaryPOSTs(s) + s.Reserve.APIRequests()
 	for _, route := range []string{"alpha", "beta"} {
 		path, h, body := requestFor(route, acct.Key, false)
 		resp, b := s.Do("POST", path, h, body)
@@ -450,7 +439,7 @@ func TestFaultSidecarKilledMidStream(t *testing.T) {
 			t.Logf("%s: Envoy's reply is %q, not JSON: %s", route, ct, b)
 		}
 	}
-	if n := primaryPOSTs(s) + s.Reserve.Stats()["messages"] + s.Reserve.Stats()["chat_completions"]; n != vendorPOSTs {
+	if n := primaryPOSTs(s) + s.Reserve.APIRequests(); n != vendorPOSTs {
 		t.Fatalf("%d requests reached the vendors without the processor", n-vendorPOSTs)
 	}
 
@@ -458,7 +447,7 @@ func TestFaultSidecarKilledMidStream(t *testing.T) {
 	s.Primary.Control(map[string]any{"event_delay_ms": 0, "reply_words": 0})
 	// No request of the account is needed: the sweeper settles the killed
 	// request once its lease has run out.
-	pollUntil(t, "the killed request to be settled by the sweeper", 30*time.Second, func() bool {
+	eventually.True(t, 30*time.Second, "the killed request to be settled by the sweeper", func() bool {
 		n, _, _ := s.Store.OpenHolds(ctx, acct.ID)
 		return n == 0
 	})

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/redistest"
@@ -177,7 +178,7 @@ func TestConservationHolds(t *testing.T) {
 	statuses := map[int]int{}
 	var interrupted, resets502, longExact, longDone int
 	for a, acct := range accounts {
-		pollUntil(t, "holds of "+acct.ID+" to be settled (the sweeper settles the crashed ones)", 30*time.Second, func() bool {
+		eventually.True(t, 30*time.Second, "holds of "+acct.ID+" to be settled (the sweeper settles the crashed ones)", func() bool {
 			n, _, err := s.Store.OpenHolds(context.Background(), acct.ID)
 			return err == nil && n == 0
 		})

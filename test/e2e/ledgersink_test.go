@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/store"
@@ -243,7 +244,7 @@ func TestLedgerSink(t *testing.T) {
 	// 1: the sink is killed mid-stream, once it has copied the backlog, and
 	// started again.
 	load(78, func() {
-		eventually(t, 10*time.Second, "the backlog copied", func() (bool, string) {
+		eventually.That(t, 10*time.Second, "the backlog copied", func() (bool, string) {
 			n, err := rowCount()
 			return err == nil && n >= 12, fmt.Sprint(n, err)
 		})
@@ -266,7 +267,7 @@ func TestLedgerSink(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "the sink to report the database down and a lag", func() (bool, string) {
+	eventually.That(t, 10*time.Second, "the sink to report the database down and a lag", func() (bool, string) {
 		up, lag := sink.metric("gateway_ledger_sink_database_up"), sink.metric("gateway_ledger_sink_lag_seconds")
 		return up == 0 && lag > 0, fmt.Sprintf("database_up %v, lag %v", up, lag)
 	})
@@ -286,7 +287,7 @@ func TestLedgerSink(t *testing.T) {
 	if db, err = pgx.Connect(ctx, pg.URL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "every entry in PostgreSQL and the lag back to 0", func() (bool, string) {
+	eventually.That(t, 20*time.Second, "every entry in PostgreSQL and the lag back to 0", func() (bool, string) {
 		n, err := rowCount()
 		if err != nil {
 			return false, err.Error()
@@ -308,11 +309,11 @@ func TestLedgerSink(t *testing.T) {
 		}
 		type dbRow struct {
 			requestID, keyID, label, model, requested, reported, endpoint string
-			in, out, cacheRead, cacheWrite, priceIn, priceOut, cost        int64
-			status                                                         int
-			flags                                                          []string
-			stream                                                         bool
-			end                                                            time.Time
+			in, out, cacheRead, cacheWrite, priceIn, priceOut, cost       int64
+			status                                                        int
+			flags                                                         []string
+			stream                                                        bool
+			end                                                           time.Time
 		}
 		got := map[string]dbRow{}
 		var sum int64
@@ -431,7 +432,7 @@ func TestLedgerSink(t *testing.T) {
 
 	// Copied by the sink and exported, every entry is trimmed from Redis by
 	// the one-millisecond retention.
-	eventually(t, 10*time.Second, "every copied and exported entry trimmed", func() (bool, string) {
+	eventually.That(t, 10*time.Second, "every copied and exported entry trimmed", func() (bool, string) {
 		left := 0
 		for _, a := range accounts {
 			if _, err := trimmer.TrimLedger(ctx, a.ID); err != nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -336,14 +338,14 @@ func TestDisconnectAndVendorError(t *testing.T) {
 // away (it settles when Envoy resets the processor stream).
 func waitLedgerEntry(t *testing.T, s *launch.Stack, acct string) store.LedgerEntry {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	var e store.LedgerEntry
+	eventually.That(t, 20*time.Second, "a ledger entry", func() (bool, string) {
 		entries, _, err := s.Store.Ledger(context.Background(), acct, "", 10)
-		if err == nil && len(entries) > 0 {
-			return entries[0]
+		if err != nil || len(entries) == 0 {
+			return false, fmt.Sprintf("%d entries, %v", len(entries), err)
 		}
-		time.Sleep(20 * time.Millisecond) // polling interval
-	}
-	t.Fatal("no ledger entry")
-	return store.LedgerEntry{}
+		e = entries[0]
+		return true, ""
+	})
+	return e
 }

@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/redistest"
@@ -58,7 +59,7 @@ func TestOpsBothEndpointsDown(t *testing.T) {
 	s.Primary.Control(map[string]any{"status": 503})
 	s.Reserve.Control(map[string]any{"status": 503})
 	var h healthRecord
-	pollUntil(t, "/health to report both upstreams without endpoint", 30*time.Second, func() bool {
+	eventually.True(t, 30*time.Second, "/health to report both upstreams without endpoint", func() bool {
 		var code int
 		code, h, _ = getHealthRecord(t, s.URL+"/health")
 		return code == 503 && h.Endpoints["alpha"] == "none" && h.Endpoints["beta"] == "none"
@@ -75,7 +76,7 @@ func TestOpsBothEndpointsDown(t *testing.T) {
 		var resp *http.Response
 		var b []byte
 		tries := 0
-		pollUntil(t, route+" 503 with retry-after", 10*time.Second, func() bool {
+		eventually.True(t, 10*time.Second, route+" 503 with retry-after", func() bool {
 			tries++
 			resp, b = s.Do("POST", path, hdr, body)
 			return resp.StatusCode == 503 && resp.Header.Get("retry-after") != ""
@@ -93,10 +94,7 @@ func TestOpsBothEndpointsDown(t *testing.T) {
 	}
 	// No panic routing: while neither endpoint is healthy, requests do not
 	// reach the vendors at all.
-	vendorPOSTs := func() int {
-		p, r := s.Primary.Stats(), s.Reserve.Stats()
-		return p["alpha"] + p["beta"] + r["alpha"] + r["beta"]
-	}
+	vendorPOSTs := func() int { return s.Primary.APIRequests() + s.Reserve.APIRequests() }
 	before := vendorPOSTs()
 	for i := range 10 {
 		path, hdr, body := requestFor([]string{"alpha", "beta"}[i%2], acct.Key, false)
@@ -114,7 +112,7 @@ func TestOpsBothEndpointsDown(t *testing.T) {
 	}
 	s.Reserve.Control(map[string]any{"status": 0})
 	recovered := time.Now()
-	pollUntil(t, "/health ok on the reserve", 30*time.Second, func() bool {
+	eventually.True(t, 30*time.Second, "/health ok on the reserve", func() bool {
 		code, h, _ := getHealthRecord(t, s.URL+"/health")
 		return code == 200 && h.Status == "ok" && h.Endpoints["alpha"] == "reserve"
 	})
@@ -310,7 +308,7 @@ func TestOpsHungRedis(t *testing.T) {
 		}
 		return r.Status
 	}
-	pollUntil(t, "gRPC health of the store to be SERVING", 10*time.Second, func() bool {
+	eventually.True(t, 10*time.Second, "gRPC health of the store to be SERVING", func() bool {
 		return grpcStatus("gateway.store") == healthpb.HealthCheckResponse_SERVING &&
 			grpcStatus("gateway.ready") == healthpb.HealthCheckResponse_SERVING
 	})
@@ -338,11 +336,11 @@ func TestOpsHungRedis(t *testing.T) {
 	if resp, err := http.Get(s.ControlURL + "/livez"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/livez with Redis hung: %v %v", resp, err)
 	}
-	pollUntil(t, "gateway_store_up 0 with Redis hung", 5*time.Second, func() bool {
+	eventually.True(t, 5*time.Second, "gateway_store_up 0 with Redis hung", func() bool {
 		return sidecarMetric(t, s, "gateway_store_up") == 0
 	})
 	// Liveness stays SERVING; the store and readiness services do not.
-	pollUntil(t, "gRPC health of the store to be NOT_SERVING", 5*time.Second, func() bool {
+	eventually.True(t, 5*time.Second, "gRPC health of the store to be NOT_SERVING", func() bool {
 		return grpcStatus("gateway.store") == healthpb.HealthCheckResponse_NOT_SERVING &&
 			grpcStatus("gateway.ready") == healthpb.HealthCheckResponse_NOT_SERVING
 	})
@@ -350,12 +348,12 @@ func TestOpsHungRedis(t *testing.T) {
 		t.Errorf("gRPC liveness with Redis hung: %v", st)
 	}
 	proxy.hung.Store(false)
-	pollUntil(t, "model requests to work after the hang", 20*time.Second, func() bool {
+	eventually.True(t, 20*time.Second, "model requests to work after the hang", func() bool {
 		path, hdr, body := requestFor("alpha", acct.Key, false)
 		resp, _ := s.Do("POST", path, hdr, body)
 		return resp.StatusCode == 200
 	})
-	pollUntil(t, "/health ok after the hang", 20*time.Second, func() bool {
+	eventually.True(t, 20*time.Second, "/health ok after the hang", func() bool {
 		code, _, _ := getHealthRecord(t, s.URL+"/health")
 		return code == 200
 	})
@@ -479,16 +477,16 @@ func TestOpsDefaultRetryPolicy(t *testing.T) {
 	}})
 	acct := s.NewAccount(10, noLimits)
 	waitHealthRoute(t, s, "primary")
-	before := s.Primary.Stats()["messages"] + s.Reserve.Stats()["messages"]
+	before := s.Primary.APIRequests() + s.Reserve.APIRequests()
 	s.Primary.Control(map[string]any{"format": config.FormatMessages, "latency_ms": 2500})
 	path, hdr, body := requestFor("alpha", acct.Key, false)
 	start := time.Now()
 	resp, _ := s.Do("POST", path, hdr, body)
 	took := time.Since(start)
 	if resp.StatusCode != 504 {
-		t.Fatalf("a reply slower than the first-byte limit: %d after %v from %s, vendor requests %d", resp.StatusCode, took, resp.Header.Get("x-gateway-endpoint"), s.Primary.Stats()["messages"]+s.Reserve.Stats()["messages"]-before)
+		t.Fatalf("a reply slower than the first-byte limit: %d after %v from %s, vendor requests %d", resp.StatusCode, took, resp.Header.Get("x-gateway-endpoint"), s.Primary.APIRequests()+s.Reserve.APIRequests()-before)
 	}
-	if n := s.Primary.Stats()["messages"] + s.Reserve.Stats()["messages"] - before; n != 1 {
+	if n := s.Primary.APIRequests() + s.Reserve.APIRequests() - before; n != 1 {
 		t.Fatalf("the vendors received %d requests for one slow reply; want 1 (no retry once sent)", n)
 	}
 	t.Logf("slow reply: 504 after %.2fs, one vendor request", took.Seconds())

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -168,7 +169,7 @@ func TestConservationPartitionAndOutage(t *testing.T) {
 		})
 	}
 	started.Wait()
-	pollUntil(t, "A's streams to be checkpointed", 20*time.Second, func() bool {
+	eventually.True(t, 20*time.Second, "A's streams to be checkpointed", func() bool {
 		cs, _ := b.Store.Checkpoints(ctx, shared.ID)
 		n := 0
 		for _, c := range cs {
@@ -206,7 +207,7 @@ func TestConservationPartitionAndOutage(t *testing.T) {
 	}
 	// B keeps admitting on the account: once the sweep released A's holds it
 	// spends the balance they held, until it is refused.
-	pollUntil(t, "B's sweeper to settle A's streams", 30*time.Second, func() bool {
+	eventually.True(t, 30*time.Second, "B's sweeper to settle A's streams", func() bool {
 		n := 0
 		for _, e := range allLedgerEntries(t, b, shared.ID) {
 			if e.Interrupted {
@@ -229,7 +230,7 @@ func TestConservationPartitionAndOutage(t *testing.T) {
 		}
 	}
 	px.Heal()
-	pollUntil(t, "A's spool to be replayed", 30*time.Second, func() bool {
+	eventually.True(t, 30*time.Second, "A's spool to be replayed", func() bool {
 		return sidecarMetric(t, a, "gateway_spool_depth") == 0
 	})
 	a.WaitSettled()
@@ -288,7 +289,7 @@ func TestConservationPartitionAndOutage(t *testing.T) {
 	rs.Start()
 	completed := 0
 	for _, r := range runs {
-		pollUntil(t, "the outage's settlements", 60*time.Second, func() bool {
+		eventually.True(t, 60*time.Second, "the outage's settlements", func() bool {
 			n, _, err := b.Store.OpenHolds(ctx, r.acct.ID)
 			return err == nil && n == 0 && sidecarMetric(t, r.s, "gateway_spool_depth") == 0
 		})

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
@@ -54,13 +55,9 @@ func TestPriceReloadOnSIGHUP(t *testing.T) {
 		t.Helper()
 		before := strings.Count(s.Sidecar.Log(), logLine)
 		s.Sidecar.Signal(syscall.SIGHUP)
-		deadline := time.Now().Add(20 * time.Second)
-		for strings.Count(s.Sidecar.Log(), logLine) == before {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q in the sidecar log after SIGHUP:\n%s", logLine, s.Sidecar.Tail(20))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		eventually.That(t, 20*time.Second, "\""+logLine+"\" in the sidecar log after SIGHUP", func() (bool, string) {
+			return strings.Count(s.Sidecar.Log(), logLine) > before, s.Sidecar.Tail(20)
+		})
 	}
 
 	// A slow stream is admitted at $1 per million tokens.

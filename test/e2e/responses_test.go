@@ -205,3 +205,97 @@ func TestEmbeddingsBilledAsInput(t *testing.T) {
 		}
 	}
 }
+
+// GET /v1/models on each upstream lists exactly the models the gateway
+// serves and prices there (those a key's allow-list admits), in the
+// vendor's format, without asking the vendor; a model not served is 404.
+func TestModelListsAreTheServedModels(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	acct := s.NewAccount(1, noLimits)
+	before := len(s.Primary.Requests())
+	for _, up := range []struct {
+		name, path string
+		headers    map[string]string
+		listed     map[string]map[string]any
+	}{
+		{"beta", "/beta/v1/models", chatCompletionsHeaders(acct.Key), mergeModels(
+			servedModels(t, s.Config.Catalogue, "openai", []string{"chat"}, "/v1/chat/completions"),
+			servedModels(t, s.Config.Catalogue, "openai", []string{"chat", "responses"}, "/v1/responses"),
+			servedModels(t, s.Config.Catalogue, "openai", []string{"embedding"}, "/v1/embeddings"))},
+		{"alpha", "/alpha/v1/models?limit=1000", messagesHeaders(acct.Key), catalogueModels(t, s.Config.Catalogue, "anthropic")},
+	} {
+		resp, out := s.Do("GET", up.path, up.headers, nil)
+		var list struct {
+			Object string
+			Data   []struct{ ID, Object, Type string }
+		}
+		if resp.StatusCode != 200 || json.Unmarshal(out, &list) != nil {
+			t.Fatalf("%s: %d %s", up.path, resp.StatusCode, out)
+		}
+		got := map[string]bool{}
+		for _, m := range list.Data {
+			got[m.ID] = true
+		}
+		// Dated snapshots priced like their undated name are listed once,
+		// under that name.
+		for name := range up.listed {
+			if !got[name] && !got[undatedName(name)] {
+				t.Errorf("%s: %s is served but not listed", up.name, name)
+			}
+		}
+		for name := range got {
+			if up.listed[name] == nil {
+				t.Errorf("%s: %s is listed but not served", up.name, name)
+			}
+		}
+	}
+	if resp, out := s.Do("GET", "/beta/v1/models/gpt-5.1-codex", chatCompletionsHeaders(acct.Key), nil); resp.StatusCode != 200 || !strings.Contains(string(out), `"object":"model"`) {
+		t.Errorf("retrieve: %d %s", resp.StatusCode, out)
+	}
+	if resp, out := s.Do("GET", "/beta/v1/models/claude-sonnet-4-5", chatCompletionsHeaders(acct.Key), nil); resp.StatusCode != 404 {
+		t.Errorf("retrieve of a model not served here: %d %s", resp.StatusCode, out)
+	}
+	if after := len(s.Primary.Requests()); after != before {
+		t.Errorf("the vendor was asked %d times", after-before)
+	}
+}
+
+func mergeModels(ms ...map[string]map[string]any) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// undatedName strips a -YYYY-MM-DD or -YYYYMMDD suffix.
+func undatedName(name string) string {
+	if i := strings.LastIndexByte(name, '-'); i > 0 && len(name)-i-1 == 8 {
+		return name[:i]
+	}
+	if len(name) > 11 && name[len(name)-11] == '-' && name[len(name)-6] == '-' && name[len(name)-3] == '-' {
+		return name[:len(name)-11]
+	}
+	return name
+}
+
+// The Responses API's WebSocket transport is refused with a clear error in
+// the vendor's format (Codex then falls back to HTTP); nothing reaches the
+// vendor.
+func TestResponsesWebSocketRefused(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	acct := s.NewAccount(1, noLimits)
+	before := len(s.Primary.Requests())
+	h := chatCompletionsHeaders(acct.Key)
+	h["Connection"], h["Upgrade"] = "Upgrade", "websocket"
+	h["Sec-WebSocket-Version"], h["Sec-WebSocket-Key"] = "13", "dGhlIHNhbXBsZSBub25jZQ=="
+	resp, out := s.Do("GET", responsesPath, h, nil)
+	if resp.StatusCode == 101 || resp.StatusCode < 400 || !strings.Contains(string(out), "WebSocket") {
+		t.Fatalf("websocket: %d %s", resp.StatusCode, out)
+	}
+	if after := len(s.Primary.Requests()); after != before {
+		t.Errorf("the vendor received %d requests", after-before)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -130,12 +131,9 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	resp := open(t, t.Context(), s, betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(true, false, ""))
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	for deadline := time.Now().Add(20 * time.Second); scrape(t, s, "gateway_estimated_settlements_total") <= 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("gateway_estimated_settlements_total did not move")
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
-	}
+	eventually.True(t, 20*time.Second, "gateway_estimated_settlements_total moves", func() bool {
+		return scrape(t, s, "gateway_estimated_settlements_total") > 0
+	})
 	for _, name := range []string{"gateway_endpoint_in_use", "gateway_store_errors_total", "gateway_expired_holds_total", "process_resident_memory_bytes"} {
 		if scrape(t, s, name) < 0 {
 			t.Errorf("%s missing", name)

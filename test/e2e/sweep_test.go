@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/store"
@@ -56,7 +57,7 @@ func TestSweptRequestKeepsPricedModel(t *testing.T) {
 
 	// Kill once the request is admitted: it holds its hold, and no
 	// checkpoint yet.
-	eventually(t, lease, "the request's hold", func() (bool, string) {
+	eventually.That(t, lease, "the request's hold", func() (bool, string) {
 		n, _, err := s.Store.Store.OpenHolds(ctx, acct.ID)
 		return err == nil && n == 1, fmt.Sprintf("%d holds, %v", n, err)
 	})
@@ -73,7 +74,7 @@ func TestSweptRequestKeepsPricedModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	var entries []store.LedgerEntry
-	eventually(t, 3*lease, "the sweeper's settlement", func() (bool, string) {
+	eventually.That(t, 3*lease, "the sweeper's settlement", func() (bool, string) {
 		entries = allLedgerEntries(t, s, acct.ID)
 		return len(entries) == 1, fmt.Sprintf("%d ledger entries", len(entries))
 	})

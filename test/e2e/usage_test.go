@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
@@ -174,20 +176,18 @@ func TestHealthFollowsTheStore(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	waitHealth := func(status int) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
+		eventually.That(t, 20*time.Second, fmt.Sprintf("/health answers %d", status), func() (bool, string) {
 			resp, b := s.Do("GET", "/health", nil, nil)
-			if resp.StatusCode == status {
-				var h struct{ Status string }
-				mustJSON(t, b, &h)
-				if (status == 200) != (h.Status == "ok") {
-					t.Fatalf("HTTP %d with status %q", status, h.Status)
-				}
-				return
+			if resp.StatusCode != status {
+				return false, fmt.Sprintf("%d %s", resp.StatusCode, b)
 			}
-			time.Sleep(50 * time.Millisecond) // polling interval
-		}
-		t.Fatalf("/health never answered %d", status)
+			var h struct{ Status string }
+			mustJSON(t, b, &h)
+			if (status == 200) != (h.Status == "ok") {
+				t.Fatalf("HTTP %d with status %q", status, h.Status)
+			}
+			return true, ""
+		})
 	}
 	waitHealth(200)
 	s.Redis.Stop()

@@ -32,7 +32,7 @@ type checkout struct {
 	env   []string
 }
 
-var listenerKeys = []string{"public", "probes", "envoy_admin", "extproc", "control", "admin"}
+var listenerKeys = []string{"public", "probes", "envoy_admin", "extproc", "control", "admin", "console"}
 
 func newCheckout(t *testing.T, set map[string]string) *checkout {
 	t.Helper()

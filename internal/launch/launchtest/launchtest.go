@@ -4,6 +4,7 @@
 package launchtest
 
 import (
+	"os"
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/launch"
@@ -80,6 +81,21 @@ func Postgres(tb testing.TB) *launch.Postgres {
 		pg.Remove()
 	})
 	return pg
+}
+
+// PostgresEnv carries the URL of the PostgreSQL server test/integration
+// provides to the tests of packages outside test/, which start none.
+const PostgresEnv = "GATEWAY_TEST_POSTGRES"
+
+// ProvidedPostgres returns the URL of an empty database of the PostgreSQL
+// server test/integration provides, or skips tb.
+func ProvidedPostgres(tb testing.TB) string {
+	tb.Helper()
+	url := os.Getenv(PostgresEnv)
+	if url == "" {
+		tb.Skipf("needs PostgreSQL: run by test/integration, which sets $%s", PostgresEnv)
+	}
+	return url
 }
 
 // RepoRoot is the module root.

@@ -1,0 +1,87 @@
+package responses
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/format/formattest"
+)
+
+func TestParseRequestAccepts(t *testing.T) {
+	formattest.CheckAccepts(t, Format{}.ParseRequest, []struct {
+		Name, Body string
+		Want       format.Request
+	}{
+		{"minimal", `{"model":"gpt-5","input":"hi"}`, format.Request{Model: "gpt-5"}},
+		{"codex", string(formattest.Read(t, "request.json")), format.Request{Model: "gpt-5.1-codex", Stream: true, MaxTokens: 4096, HasMaxTokens: true,
+			HasTools: true, PaidTools: true, NoStore: true, MaxToolCalls: 3, HasMaxToolCalls: true}},
+		{"background, continued", `{"model":"o3-deep-research","background":true,"previous_response_id":"resp_abc-1","store":true}`,
+			format.Request{Model: "o3-deep-research", Background: true, PreviousResponseID: "resp_abc-1"}},
+		{"function tools only", `{"model":"m","tools":[{"type":"function","name":"f"}]}`, format.Request{Model: "m", HasTools: true}},
+		{"dated web search", `{"model":"m","tools":[{"type":"web_search_preview_2025_03_11"}]}`, format.Request{Model: "m", HasTools: true, PaidTools: true}},
+		{"nulls", `{"model":"m","max_output_tokens":null,"previous_response_id":null,"store":null,"max_tool_calls":null,"conversation":null}`, format.Request{Model: "m"}},
+		{"zero tool calls", `{"model":"m","max_tool_calls":0}`, format.Request{Model: "m", HasMaxToolCalls: true}},
+	})
+}
+
+func TestParseRequestRejects(t *testing.T) {
+	formattest.CheckRejects(t, Format{}.ParseRequest, []struct{ Name, Body, Param, Msg string }{
+		{"no model", `{"input":"hi"}`, "model", "required"},
+		{"bad limit", `{"model":"m","max_output_tokens":0}`, "max_output_tokens", "positive"},
+		{"bad store", `{"model":"m","store":"no"}`, "store", "boolean"},
+		{"bad background", `{"model":"m","background":1}`, "background", "boolean"},
+		{"bad previous id", `{"model":"m","previous_response_id":"../x"}`, "previous_response_id", "response id"},
+		{"previous id too long", `{"model":"m","previous_response_id":"` + string(make([]byte, 0)) + longID + `"}`, "previous_response_id", "response id"},
+		{"negative tool calls", `{"model":"m","max_tool_calls":-1}`, "max_tool_calls", "non-negative"},
+		{"conversation", `{"model":"m","conversation":"conv_1"}`, "conversation", "not available"},
+		{"repeated key", `{"model":"m","model":"n"}`, "model", "more than once"},
+		{"not an object", `[1]`, "", "JSON object"},
+	})
+}
+
+var longID = "resp_" + string(bytesOf('a', MaxIDBytes))
+
+func bytesOf(c byte, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = c
+	}
+	return b
+}
+
+func TestPreviousID(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"model":"m","input":"x","previous_response_id":"resp_1"}`: "resp_1",
+		`{"input":"x"}`:                      "",
+		`{"previous_response_id":null}`:      "",
+	} {
+		if got, err := PreviousID([]byte(body)); err != nil || got != want {
+			t.Errorf("%s: %q %v", body, got, err)
+		}
+	}
+	for _, body := range []string{`{"previous_response_id":5}`, `{"previous_response_id":"a b"}`, `nope`} {
+		if _, err := PreviousID([]byte(body)); err == nil {
+			t.Errorf("%s accepted", body)
+		}
+	}
+}
+
+func FuzzParseRequest(f *testing.F) {
+	seeds := []string{`{"model":"m","previous_response_id":"resp_1","background":true,"tools":[{"type":"web_search"}],"max_tool_calls":2}`}
+	formattest.FuzzParse(f, Format{}.ParseRequest, seeds, func(t *testing.T, body []byte, req format.Request, doc map[string]any) {
+		if doc["model"] != req.Model {
+			t.Fatalf("model %q, document %v", req.Model, doc["model"])
+		}
+		if p, _ := doc["previous_response_id"].(string); p != req.PreviousResponseID {
+			t.Fatalf("previous_response_id %q, document %v", req.PreviousResponseID, doc["previous_response_id"])
+		}
+		if n, ok := doc["max_output_tokens"].(float64); ok != req.HasMaxTokens || ok && int64(n) != req.MaxTokens {
+			t.Fatalf("max_output_tokens %d %v, document %v", req.MaxTokens, req.HasMaxTokens, doc["max_output_tokens"])
+		}
+		if s, ok := doc["store"].(bool); ok && s == req.NoStore {
+			t.Fatalf("store %v, NoStore %v", s, req.NoStore)
+		}
+		_ = json.Valid(body)
+	})
+}

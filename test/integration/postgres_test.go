@@ -1,0 +1,14 @@
+package integration
+
+import (
+	"testing"
+
+	"github.com/modelgateway/gateway/internal/launch/launchtest"
+)
+
+// The ledger sink's schema migrations on a real PostgreSQL.
+func TestLedgerSinkOnPostgres(t *testing.T) {
+	skipShort(t)
+	pg := launchtest.Postgres(t)
+	runWith(t, "./internal/ledgersink", []string{"TestMigrateKeepsRows"}, launchtest.PostgresEnv+"="+pg.URL)
+}
