@@ -57,8 +57,9 @@ func TestComposeLoadsWithEveryProfile(t *testing.T) {
 		profiles         []string
 		enabled, disable []string
 	}{
-		{nil, []string{"envoy", "gateway", "redis"}, []string{"envoy-demo", "fakevendor", "gateway-demo"}},
-		{[]string{"demo"}, []string{"envoy", "envoy-demo", "fakevendor", "gateway", "gateway-demo", "redis"}, nil},
+		{nil, []string{"envoy", "gateway", "redis"}, []string{"envoy-demo", "envoy-observability", "fakevendor", "gateway-demo", "gateway-observability", "jaeger", "ledger-sink", "postgres"}},
+		{[]string{"demo"}, []string{"envoy", "envoy-demo", "fakevendor", "gateway", "gateway-demo", "redis"}, []string{"envoy-observability", "gateway-observability", "jaeger", "ledger-sink", "postgres"}},
+		{[]string{"observability"}, []string{"envoy", "envoy-observability", "fakevendor", "gateway", "gateway-observability", "jaeger", "ledger-sink", "postgres", "redis"}, []string{"envoy-demo", "gateway-demo"}},
 	} {
 		p := loadCompose(t, tc.profiles...)
 		got := p.ServiceNames()
@@ -86,7 +87,7 @@ func TestComposeLoadsWithEveryProfile(t *testing.T) {
 
 // Every file docker-compose.yml names is in the repository.
 func TestComposeReferencesExistingFiles(t *testing.T) {
-	p := loadCompose(t, "demo")
+	p := loadCompose(t, "demo", "observability")
 	exists := func(svc, what, path string, dir bool) {
 		t.Helper()
 		fi, err := os.Stat(path)
@@ -165,7 +166,7 @@ func TestComposeImagesAndPorts(t *testing.T) {
 // environment. Every endpoint that names a service (the fake vendor) names a
 // port it listens on.
 func TestComposeWiring(t *testing.T) {
-	p := loadCompose(t, "demo")
+	p := loadCompose(t, "demo", "observability")
 	cfg := loadConfig(t)
 	sidecars := 0
 	for name, b := range envoyBootstraps(t, p) {
@@ -240,13 +241,14 @@ func TestComposeWiring(t *testing.T) {
 			}
 		}
 	}
-	if sidecars != 2 {
-		t.Errorf("%d sidecars, want 2", sidecars)
+	if sidecars != 3 {
+		t.Errorf("%d sidecars, want 3", sidecars)
 	}
 }
 
 // listenPorts are the TCP ports the fake vendor listens on, from its command
-// line (-messages, -chat-completions, -control).
+// line (-messages, -chat-completions, -control), and those a service
+// exposes.
 func listenPorts(t *testing.T, s types.ServiceConfig) []uint32 {
 	var ports []uint32
 	for _, f := range []string{"-messages", "-chat-completions", "-control"} {
@@ -257,6 +259,14 @@ func listenPorts(t *testing.T, s types.ServiceConfig) []uint32 {
 			}
 			ports = append(ports, uint32(p))
 		}
+	}
+	// Images that listen on their own ports say so with expose.
+	for _, e := range s.Expose {
+		p, err := strconv.Atoi(e)
+		if err != nil {
+			t.Errorf("%s: expose %q", s.Name, e)
+		}
+		ports = append(ports, uint32(p))
 	}
 	return ports
 }

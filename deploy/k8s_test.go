@@ -127,6 +127,7 @@ func TestManifestDecoderRejectsUnknownFields(t *testing.T) {
 
 type k8sSet struct {
 	deployment *appsv1.StatefulSet
+	sink       *appsv1.Deployment // the ledger sink
 	hpas       []*autoscalingv2.HorizontalPodAutoscaler
 	services   []*corev1.Service
 	pdbs       []*policyv1.PodDisruptionBudget
@@ -145,6 +146,11 @@ func loadK8s(t *testing.T) k8sSet {
 				t.Fatalf("%s: a second StatefulSet", m.file)
 			}
 			s.deployment = o
+		case *appsv1.Deployment:
+			if s.sink != nil || o.Name != "gateway-ledger-sink" {
+				t.Fatalf("%s: unexpected Deployment %s", m.file, o.Name)
+			}
+			s.sink = o
 		case *autoscalingv2.HorizontalPodAutoscaler:
 			s.hpas = append(s.hpas, o)
 		case *corev1.Service:
@@ -559,6 +565,77 @@ func TestRolloutKeepsStreamsAndSpool(t *testing.T) {
 		}
 		if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < 2 {
 			t.Errorf("HorizontalPodAutoscaler %s: minReplicas below 2", h.Name)
+		}
+	}
+}
+
+// The ledger sink runs as its own single-replica Deployment of the gateway's
+// image, on the gateway's config, with its credentials from the Secret, as
+// hardened as the gateway's containers, and selected by none of the
+// gateway's Service, budget or policy (it serves no traffic).
+func TestLedgerSinkDeployment(t *testing.T) {
+	s := loadK8s(t)
+	d := s.sink
+	if d == nil {
+		t.Fatal("no ledger sink Deployment")
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("ledger sink: want one replica, replaced with Recreate")
+	}
+	pod := d.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("ledger sink: %d containers", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	if c.Image != s.sidecar(t).Image || len(c.Args) == 0 || c.Args[0] != "ledger-sink" {
+		t.Errorf("ledger sink runs %s %v, want the gateway's image running ledger-sink", c.Image, c.Args)
+	}
+	if cfg, ok := flagValue(c.Args, "--config"); !ok || !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return strings.HasPrefix(cfg, m.MountPath+"/") && m.Name == "gateway-config"
+	}) {
+		t.Errorf("ledger sink: --config %s is not the gateway's ConfigMap", cfg)
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	for _, name := range []string{"REDIS_URL", "DATABASE_URL"} {
+		e, ok := env[name]
+		if !ok || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+			t.Errorf("ledger sink: %s not from a Secret", name)
+			continue
+		}
+		if _, ok := s.secrets[e.ValueFrom.SecretKeyRef.Name].StringData[e.ValueFrom.SecretKeyRef.Key]; !ok {
+			t.Errorf("ledger sink: %s: the Secret has no key %s", name, e.ValueFrom.SecretKeyRef.Key)
+		}
+	}
+	for n := range env {
+		if strings.HasSuffix(n, "_API_KEY") || n == "GATEWAY_ADMIN_TOKEN" {
+			t.Errorf("ledger sink gets %s, which it does not need", n)
+		}
+	}
+	listen, _ := flagValue(c.Args, "--listen")
+	_, p := port(t, listen)
+	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/health" || !hasPort(&c, p) {
+		t.Errorf("ledger sink: want a liveness probe on /health and a port for %s", listen)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || len(sc.Capabilities.Drop) == 0 {
+		t.Errorf("ledger sink: container security context %+v", sc)
+	}
+	if c.Resources.Limits.Memory().IsZero() || c.Resources.Requests.Cpu().IsZero() {
+		t.Error("ledger sink: no resources")
+	}
+	podLabels := labels.Set(d.Spec.Template.Labels)
+	for _, svc := range s.services {
+		if labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
+			t.Errorf("Service %s selects the ledger sink", svc.Name)
+		}
+	}
+	for _, pdb := range s.pdbs {
+		if labels.SelectorFromSet(pdb.Spec.Selector.MatchLabels).Matches(podLabels) {
+			t.Errorf("PodDisruptionBudget %s selects the ledger sink", pdb.Name)
 		}
 	}
 }

@@ -287,6 +287,9 @@ type ComposeFile struct {
 	Options Options
 	// Endpoints point both endpoints of the named upstreams at one URL.
 	Endpoints map[string]string
+	// Tracing, when set, is the OTLP/gRPC collector this bootstrap traces
+	// to, whatever gateway.yaml says.
+	Tracing string
 }
 
 // Compose lists the docker-compose bootstraps, which `gateway envoy-config
@@ -294,11 +297,14 @@ type ComposeFile struct {
 // Envoy's network namespace (as in a Kubernetes pod) and is reached on
 // loopback; only the public listener binds all interfaces of the container.
 // The demo profile has its own sidecar and one fake vendor serving both wire
-// formats.
+// formats; the observability profile another, tracing to Jaeger.
 var Compose = []ComposeFile{
 	{Path: "envoy/envoy.yaml", Options: Options{PublicAddr: "0.0.0.0:8080", NodeID: "gateway-compose"}},
 	{Path: "envoy/envoy-demo.yaml", Options: Options{PublicAddr: "0.0.0.0:8080", NodeID: "gateway-compose-demo"},
 		Endpoints: map[string]string{"alpha": "http://fakevendor:9101", "beta": "http://fakevendor:9102"}},
+	{Path: "envoy/envoy-observability.yaml", Options: Options{PublicAddr: "0.0.0.0:8080", NodeID: "gateway-compose-observability"},
+		Endpoints: map[string]string{"alpha": "http://fakevendor:9101", "beta": "http://fakevendor:9102"},
+		Tracing:   "jaeger:4317"},
 }
 
 // Render renders f from c, which it does not change.
@@ -307,6 +313,9 @@ func (f ComposeFile) Render(c *config.Config) ([]byte, error) {
 	cc.Upstreams = slices.Clone(c.Upstreams)
 	if err := PointEndpoints(&cc, f.Endpoints); err != nil {
 		return nil, err
+	}
+	if f.Tracing != "" {
+		cc.Tracing = config.Tracing{Endpoint: f.Tracing, Protocol: config.TracingGRPC, SamplingPercent: c.Tracing.SamplingPercent}
 	}
 	return Render(&cc, f.Options)
 }

@@ -59,7 +59,7 @@ func envoyConfigCmd() *cobra.Command {
 	f.BoolVar(&o.Bare, "bare", false, "render without the ext_proc filter (benchmark reference)")
 	f.StringVar(&o.NodeID, "node-id", "", "Envoy node id")
 	f.StringArrayVar(&endpoints, "endpoint", nil, "NAME=URL: point both endpoints (primary and reserve) of upstream NAME at URL; repeatable")
-	f.StringVar(&composeRoot, "compose", "", "write the docker-compose bootstraps (envoy/envoy.yaml, envoy/envoy-demo.yaml) under this repository `root` instead")
+	f.StringVar(&composeRoot, "compose", "", "write the docker-compose bootstraps (envoy/envoy.yaml, envoy/envoy-demo.yaml, envoy/envoy-observability.yaml) under this repository `root` instead")
 	return cmd
 }
 

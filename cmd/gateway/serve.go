@@ -24,6 +24,7 @@ func serveCmd() *cobra.Command {
 		keyCacheTTL time.Duration
 		listen      config.Listeners
 		envoyAdmin  string
+		traceTo     string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -35,6 +36,12 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			overrideListeners(&cfg.Listeners, listen)
+			if traceTo != "" {
+				cfg.Tracing.Endpoint = traceTo
+				if err := cfg.Validate(); err != nil {
+					return err
+				}
+			}
 			rdb, closeStore, err := openStore(cfg, log)
 			if err != nil {
 				return err
@@ -63,6 +70,7 @@ func serveCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen.Admin, "listen-admin", "", "override listeners.admin")
 	cmd.Flags().StringVar(&listen.Console, "listen-console", "", "override listeners.console")
 	cmd.Flags().StringVar(&envoyAdmin, "envoy-admin", "", "Envoy admin URL for route reporting (default: http://listeners.envoy_admin)")
+	cmd.Flags().StringVar(&traceTo, "tracing-endpoint", "", "override tracing.endpoint (an OTLP collector's host:port; turns tracing on)")
 	cmd.Flags().DurationVar(&keyCacheTTL, "key-cache-ttl", config.DefaultKeyCacheTTL, "how long key lookups are cached (bounds revocation delay)")
 	return cmd
 }

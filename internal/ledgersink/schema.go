@@ -70,6 +70,10 @@ CREATE TABLE ledger_sink_cursor (
 	ADD COLUMN price_file_searches             bigint NOT NULL DEFAULT 0,
 	ADD COLUMN price_code_interpreter_sessions bigint NOT NULL DEFAULT 0,
 	ADD COLUMN price_image_generations         bigint NOT NULL DEFAULT 0;`,
+	// 3: the regional processing uplift.
+	`ALTER TABLE ledger
+	ADD COLUMN regional_processing text   NOT NULL DEFAULT '', -- the region whose uplift applied; '' for none
+	ADD COLUMN regional_uplift_ppm bigint NOT NULL DEFAULT 0;  -- the uplift applied, in millionths of the cost`,
 }
 
 // SchemaVersion is the version the sink migrates a database to.
@@ -149,7 +153,7 @@ var insertSQL = func() string {
 		}
 	}
 	cols = append(cols, "service_tier", "long_context_threshold", "cost_nano_usd", "status", "flags",
-		"endpoint", "stream", "start_time", "end_time")
+		"endpoint", "stream", "start_time", "end_time", "regional_processing", "regional_uplift_ppm")
 	q := "INSERT INTO ledger ("
 	vals := ""
 	for i, c := range cols {

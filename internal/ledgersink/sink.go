@@ -327,7 +327,7 @@ func row(account, label string, e store.LedgerEntry) []any {
 		}
 	}
 	return append(args, e.ServiceTier, e.LongContext, e.Cost, e.Status, Flags(e.Settlement),
-		e.Endpoint, e.Stream, nullTime(e.StartedAt), nullTime(e.EndedAt))
+		e.Endpoint, e.Stream, nullTime(e.StartedAt), nullTime(e.EndedAt), e.Region, e.Uplift)
 }
 
 // Flags are the names of an entry's flags, as the export names its
@@ -345,6 +345,12 @@ func Flags(st store.Settlement) []string {
 	}
 	if st.Reconciled {
 		f = append(f, "reconciled")
+	}
+	if st.Capped {
+		f = append(f, "capped")
+	}
+	if st.TierUnknown {
+		f = append(f, "tier_unknown")
 	}
 	return f
 }

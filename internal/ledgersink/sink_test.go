@@ -42,8 +42,8 @@ func TestFlags(t *testing.T) {
 	if f := Flags(store.Settlement{}); f == nil || len(f) != 0 {
 		t.Fatalf("no flags: %#v, want an empty list", f)
 	}
-	f := Flags(store.Settlement{Estimated: true, Fallback: true, Interrupted: true, Reconciled: true})
-	if strings.Join(f, ",") != "estimated,fallback_price,interrupted,reconciled" {
+	f := Flags(store.Settlement{Estimated: true, Fallback: true, Interrupted: true, Reconciled: true, Capped: true, TierUnknown: true})
+	if strings.Join(f, ",") != "estimated,fallback_price,interrupted,reconciled,capped,tier_unknown" {
 		t.Fatalf("flags %v", f)
 	}
 }

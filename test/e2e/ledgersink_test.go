@@ -114,6 +114,9 @@ type exportLine struct {
 	Estimated      bool              `json:"estimated"`
 	Fallback       bool              `json:"fallback_price"`
 	Interrupted    bool              `json:"interrupted"`
+	Reconciled     bool              `json:"reconciled"`
+	Capped         bool              `json:"capped"`
+	TierUnknown    bool              `json:"tier_unknown"`
 	EndTime        time.Time         `json:"end_time"`
 }
 
@@ -337,7 +340,8 @@ func TestLedgerSink(t *testing.T) {
 		for _, l := range lines {
 			r, ok := got[l.ID]
 			var flags []string
-			for f, on := range map[string]bool{"estimated": l.Estimated, "fallback_price": l.Fallback, "interrupted": l.Interrupted} {
+			for f, on := range map[string]bool{"estimated": l.Estimated, "fallback_price": l.Fallback, "interrupted": l.Interrupted,
+				"reconciled": l.Reconciled, "capped": l.Capped, "tier_unknown": l.TierUnknown} {
 				if on {
 					flags = append(flags, f)
 				}
