@@ -22,7 +22,7 @@ BUF         := github.com/bufbuild/buf/cmd/buf@v1.57.0
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
 
-.PHONY: catalogue envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres chromium lint clean
+.PHONY: catalogue envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres chromium clients lint clean
 
 all: build
 
@@ -80,6 +80,15 @@ chromium:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 	@$$(command -v chromium || command -v chromium-browser) --version
 
+## clients: install the JavaScript clients the tests run (test/clients: the OpenAI SDK, the Codex CLI and Node 22, pinned by its package-lock.json) from npm, once per lock file
+CLIENTS := test/clients
+clients:
+	@if [ ! -f $(CLIENTS)/node_modules/.package-lock.json ] || [ $(CLIENTS)/package-lock.json -nt $(CLIENTS)/node_modules/.package-lock.json ]; then \
+	  command -v npm >/dev/null || { echo "npm is required (Debian: apt-get install npm)"; exit 1; }; \
+	  cd $(CLIENTS) && npm ci --no-audit --no-fund --loglevel=error; \
+	fi
+	@$(CLIENTS)/node_modules/.bin/node --version >/dev/null
+
 ## run: the gateway on listeners.public, 127.0.0.1:8080 (in-memory store; fake vendors unless vendor keys are set)
 run: build envoy
 	$(BIN)/gateway run --config gateway.yaml
@@ -97,7 +106,7 @@ unit: deps
 	cd deploy/monitoring && $(GO) test -count=1 ./...
 
 ## e2e: the tests that start real processes: test/... (end to end through Envoy, the integration tests on real Redis, Cluster, TLS, PostgreSQL and `envoy --mode validate`, SDK conformance) and deploy's checks against a real Envoy
-e2e: build envoy redis postgres chromium
+e2e: build envoy redis postgres chromium clients
 	$(GO) test -count=1 -timeout 15m ./test/...
 	cd deploy && $(GO) test -count=1 ./...
 

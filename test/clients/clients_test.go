@@ -125,3 +125,40 @@ wire_api = "responses"
 	}
 	t.Logf("codex exec: %d requests billed\n%s", len(entries), out)
 }
+
+// The OpenAI JavaScript SDK (responses.mjs): responses.create JSON and
+// streamed, retrieve, input_items.list, input_tokens.count, a continued
+// turn, compact, a background response polled to its end and one
+// cancelled, delete and embeddings.create; another account gets 404 on
+// every path naming the first one's responses, and the vendor sees none of
+// those requests. Every metered call is in the ledger, billed exactly at
+// the gateway's rates from the vendor's usage; nothing else is.
+func TestOpenAIJavaScriptSDK(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	acct := s.NewAccount(100, store.Limits{})
+	other := s.NewAccount(100, store.Limits{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := filepath.Join(launchtest.RepoRoot(t), "test", "clients")
+	out := run(t, ctx, dir, []string{"GATEWAY_URL=" + s.URL, "GATEWAY_KEY=" + acct.Key, "GATEWAY_OTHER_KEY=" + other.Key,
+		"GATEWAY_RESPONSES_MODEL=" + codexModel, "GATEWAY_EMBEDDING_MODEL=text-embedding-3-small"}, "node", "responses.mjs")
+	t.Logf("responses.mjs: %s", out)
+	// create, stream, continued turn, compact, two background responses,
+	// embeddings.
+	entries := checkLedger(t, s, acct.ID, 7)
+	kinds := map[string]int{}
+	for _, e := range entries {
+		kinds[string(e.Requested)]++
+	}
+	if kinds[codexModel] != 6 || kinds["text-embedding-3-small"] != 1 {
+		t.Errorf("ledger by model %v", kinds)
+	}
+	if o, _, _ := s.Store.Ledger(ctx, other.ID, "", 10); len(o) != 0 {
+		t.Errorf("the other account was billed: %+v", o)
+	}
+	for _, r := range s.Primary.Requests() {
+		if strings.Contains(strings.Join(r.Headers["Authorization"], ""), other.Key) || strings.Contains(string(r.Body), "steal") {
+			t.Errorf("the vendor received the other account's %s %s", r.Method, r.Path)
+		}
+	}
+}

@@ -35,6 +35,9 @@ const (
 	// (hidden from the text) in the cases that call it.
 	reasoningModel  = "o4-mini"
 	reasoningTokens = 377
+	// Served on the Responses API only, and an embedding model.
+	responsesModel = "gpt-5.1-codex"
+	embeddingModel = "text-embedding-3-small"
 )
 
 func TestOfficialSDKs(t *testing.T) {
@@ -63,7 +66,7 @@ func TestOfficialSDKs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for model, upstream := range map[string]string{alphaModel: "alpha", betaModel: "beta", reasoningModel: "beta"} {
+	for model, upstream := range map[string]string{alphaModel: "alpha", betaModel: "beta", reasoningModel: "beta", responsesModel: "beta", embeddingModel: "beta"} {
 		if book[upstream] == nil {
 			t.Fatalf("no upstream %s in gateway.yaml", upstream)
 		}
@@ -101,6 +104,7 @@ func TestOfficialSDKs(t *testing.T) {
 		"GATEWAY_ALPHA_MODEL="+alphaModel,
 		"GATEWAY_BETA_MODEL="+betaModel,
 		"GATEWAY_REASONING_MODEL="+reasoningModel,
+		"GATEWAY_RESPONSES_MODEL="+responsesModel,
 		"GATEWAY_REASONING_TOKENS="+strconv.Itoa(reasoningTokens),
 		"GATEWAY_REASONING_KEY="+reasoning.Key,
 		"GATEWAY_REASONING_READONLY="+reasoning.ReadOnly,

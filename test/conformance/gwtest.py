@@ -29,6 +29,8 @@ def _env(name: str) -> str:
 ALPHA_MODEL = os.environ.get("GATEWAY_ALPHA_MODEL", "claude-haiku-4-5")
 BETA_MODEL = os.environ.get("GATEWAY_BETA_MODEL", "gpt-4o-mini")
 REASONING_MODEL = os.environ.get("GATEWAY_REASONING_MODEL", "o4-mini")
+# Served on the Responses API only (the catalogue's mode "responses").
+RESPONSES_MODEL = os.environ.get("GATEWAY_RESPONSES_MODEL", "gpt-5.1-codex")
 REASONING_TOKENS = int(os.environ.get("GATEWAY_REASONING_TOKENS", "377"))
 
 

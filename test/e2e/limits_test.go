@@ -114,18 +114,19 @@ func TestLimitsConservationTwoSidecars(t *testing.T) {
 		admitted int
 		status   int
 		message  string
+		series   string // the refusals' gateway_limit_refusals_total series
 	}{
-		{name: "key concurrency", key: store.Limits{Concurrency: 3}, admitted: 3, status: 429, message: "concurrent request limit reached for this key"},
-		{name: "account concurrency", acct: store.Limits{Concurrency: 2}, admitted: 2, status: 429, message: "concurrent request limit reached for this account"},
-		{name: "key tokens per minute", key: store.Limits{TPM: 3*bound + bound/2}, admitted: 3, status: 429, message: "tokens-per-minute limit reached for this key"},
-		{name: "account tokens per minute", acct: store.Limits{TPM: 2*bound + bound/2}, admitted: 2, status: 429, message: "tokens-per-minute limit reached for this account"},
-		{name: "key daily", key: store.Limits{DailyNanoUSD: 4*hold + hold/2}, admitted: 4, status: 429, message: "daily spend limit reached for this key"},
-		{name: "key monthly", key: store.Limits{MonthlyNanoUSD: 3*hold + hold/2}, admitted: 3, status: 429, message: "monthly spend limit reached for this key"},
-		{name: "account monthly", acct: store.Limits{MonthlyNanoUSD: 3*hold + hold/2}, admitted: 3, status: 429, message: "monthly spend limit reached for this account"},
-		{name: "key lifetime", key: store.Limits{TotalNanoUSD: 2*hold + hold/2}, admitted: 2, status: 402, message: "lifetime spend limit reached for this key"},
-		{name: "balance", balance: 3*hold + hold/2, admitted: 3, status: 402, message: "insufficient balance"},
+		{name: "key concurrency", key: store.Limits{Concurrency: 3}, admitted: 3, status: 429, message: "concurrent request limit reached for this key", series: `gateway_limit_refusals_total{kind="concurrency",level="key"}`},
+		{name: "account concurrency", acct: store.Limits{Concurrency: 2}, admitted: 2, status: 429, message: "concurrent request limit reached for this account", series: `gateway_limit_refusals_total{kind="concurrency",level="account"}`},
+		{name: "key tokens per minute", key: store.Limits{TPM: 3*bound + bound/2}, admitted: 3, status: 429, message: "tokens-per-minute limit reached for this key", series: `gateway_limit_refusals_total{kind="tpm",level="key"}`},
+		{name: "account tokens per minute", acct: store.Limits{TPM: 2*bound + bound/2}, admitted: 2, status: 429, message: "tokens-per-minute limit reached for this account", series: `gateway_limit_refusals_total{kind="tpm",level="account"}`},
+		{name: "key daily", key: store.Limits{DailyNanoUSD: 4*hold + hold/2}, admitted: 4, status: 429, message: "daily spend limit reached for this key", series: `gateway_limit_refusals_total{kind="daily",level="key"}`},
+		{name: "key monthly", key: store.Limits{MonthlyNanoUSD: 3*hold + hold/2}, admitted: 3, status: 429, message: "monthly spend limit reached for this key", series: `gateway_limit_refusals_total{kind="monthly",level="key"}`},
+		{name: "account monthly", acct: store.Limits{MonthlyNanoUSD: 3*hold + hold/2}, admitted: 3, status: 429, message: "monthly spend limit reached for this account", series: `gateway_limit_refusals_total{kind="monthly",level="account"}`},
+		{name: "key lifetime", key: store.Limits{TotalNanoUSD: 2*hold + hold/2}, admitted: 2, status: 402, message: "lifetime spend limit reached for this key", series: `gateway_limit_refusals_total{kind="total",level="key"}`},
+		{name: "balance", balance: 3*hold + hold/2, admitted: 3, status: 402, message: "insufficient balance", series: `gateway_limit_refusals_total{kind="balance",level="account"}`},
 		{name: "strictest wins", acct: store.Limits{Concurrency: 5, MonthlyNanoUSD: 4*hold + hold/2}, key: store.Limits{Concurrency: 6, DailyNanoUSD: 2*hold + hold/2},
-			admitted: 2, status: 429, message: "daily spend limit reached for this key"},
+			admitted: 2, status: 429, message: "daily spend limit reached for this key", series: `gateway_limit_refusals_total{kind="daily",level="key"}`},
 	}
 	const n = 10
 	for _, c := range cases {
@@ -146,6 +147,13 @@ func TestLimitsConservationTwoSidecars(t *testing.T) {
 				p.Primary.Reset()
 				p.Primary.Control(map[string]any{"event_delay_ms": 600_000, "reply_words": 3})
 			}
+			refusals := func() (n float64) {
+				for _, p := range pairs {
+					n += metricValue(t, p, c.series)
+				}
+				return n
+			}
+			before := refusals()
 			minute := time.Now().Unix() / 60
 			res, end := burst(t, pairs, n, key, body)
 			sameMinute := time.Now().Unix()/60 == minute
@@ -160,6 +168,9 @@ func TestLimitsConservationTwoSidecars(t *testing.T) {
 			}
 			peak := peakInFlight(pairs)
 			end()
+			if got := refusals() - before; got != float64(n-admitted) {
+				t.Errorf("%s rose by %v; %d were refused", c.series, got, n-admitted)
+			}
 			want := c.admitted
 			if (c.key.TPM > 0 || c.acct.TPM > 0) && !sameMinute {
 				// The burst straddled a UTC minute: each minute admits its
