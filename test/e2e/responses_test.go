@@ -299,3 +299,74 @@ func TestResponsesWebSocketRefused(t *testing.T) {
 		t.Errorf("the vendor received %d requests", after-before)
 	}
 }
+
+// Every catalogue model served on responses, JSON and streamed, and every
+// embedding model, is billed at the catalogue's price of the usage the
+// vendor reported, to the nano-USD: replies reporting service_tier
+// priority with cached and reasoning tokens and two web searches, then a
+// reply ending incomplete.
+func TestEveryCatalogueModelOnResponsesAndEmbeddings(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	resp := servedModels(t, s.Config.Catalogue, "openai", []string{"chat", "responses"}, "/v1/responses")
+	emb := servedModels(t, s.Config.Catalogue, "openai", []string{"embedding"}, "/v1/embeddings")
+	if resp["gpt-5.1-codex"] == nil || resp["gpt-4o"] == nil || len(emb) < 3 {
+		t.Fatalf("catalogue: %d responses models, %d embedding models", len(resp), len(emb))
+	}
+	type want struct {
+		model string
+		cost  int64
+	}
+	ctx := context.Background()
+	check := func(acct launch.Account, wants []want) {
+		t.Helper()
+		entries, _, err := s.Store.Ledger(ctx, acct.ID, "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != len(wants) {
+			t.Errorf("%s: %d ledger entries, want %d", wants[0].model, len(entries), len(wants))
+			return
+		}
+		for i, e := range entries {
+			if e.Cost != wants[i].cost || e.Estimated || string(e.Requested) != wants[i].model {
+				t.Errorf("%s request %d: cost %d estimated %v, want %d (%+v)", wants[i].model, i, e.Cost, e.Estimated, wants[i].cost, e.Settlement)
+			}
+		}
+	}
+	const tools = `,"tools":[{"type":"web_search"}]`
+	for name, entry := range resp {
+		acct := s.NewAccount(1_000, noLimits)
+		var wants []want
+		for _, c := range []struct{ controls, extra string }{
+			{`{"service_tier":"priority","cache_read_tokens":300,"reasoning_tokens":120,"web_search_requests":2}`, tools},
+			{`{"reply_words":40}`, `,"max_output_tokens":16`},
+		} {
+			for _, streamed := range []bool{false, true} {
+				h := chatCompletionsHeaders(acct.Key)
+				h["x-fake-controls"] = c.controls
+				body := []byte(fmt.Sprintf(`{"model":%q,"stream":%t,"input":"What does it cost?"%s}`, name, streamed, c.extra))
+				r, out := s.Do("POST", responsesPath, h, body)
+				if r.StatusCode != 200 {
+					t.Fatalf("%s stream=%v: %d %s", name, streamed, r.StatusCode, out)
+				}
+				u, _, _ := responsesBilled(t, out, streamed)
+				wants = append(wants, want{name, expectedNano(t, entry, u)})
+			}
+		}
+		check(acct, wants)
+	}
+	for name, entry := range emb {
+		acct := s.NewAccount(10, noLimits)
+		r, out := s.Do("POST", "/beta/v1/embeddings", chatCompletionsHeaders(acct.Key), []byte(fmt.Sprintf(`{"model":%q,"input":["a","b c"]}`, name)))
+		var e struct {
+			Usage struct {
+				PromptTokens int64 `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		if r.StatusCode != 200 || json.Unmarshal(out, &e) != nil {
+			t.Fatalf("%s: %d %s", name, r.StatusCode, out)
+		}
+		check(acct, []want{{name, expectedNano(t, entry, billed{input: e.Usage.PromptTokens})}})
+	}
+	t.Logf("%d responses models × 4 requests, %d embedding models, each billed at the catalogue price", len(resp), len(emb))
+}
