@@ -210,7 +210,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Holds:           renewer,
 		Owners:          st,
 		Parking:         st,
-		BackgroundPoll:  c.Limits.BackgroundPoll.D(),
+		BackgroundPoll:  c.Limits.BackgroundPollInterval(),
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
 		Upstreams:       vendorRoutes, Keys: keys, Accounts: sp, Metrics: metrics, Logger: o.Logger,
 		OnRefusal: watcher.Refused,
@@ -236,7 +236,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	go sweeper.Run(holdsCtx, min(max(c.Limits.HoldLease.D()/4, 50*time.Millisecond), 5*time.Second))
 	// Background responses nobody reads are settled by polling the vendor
 	// through Envoy's relay listener.
-	go proc.NewReconciler(c.Listeners.Relay).Run(holdsCtx, max(c.Limits.BackgroundPoll.D()/4, 50*time.Millisecond))
+	go proc.NewReconciler(c.Listeners.Relay).Run(holdsCtx, max(c.Limits.BackgroundPollInterval()/4, 50*time.Millisecond))
 	s.health = health.NewServer()
 	s.health.SetServingStatus(StoreHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(ReadyHealthService, healthpb.HealthCheckResponse_NOT_SERVING)

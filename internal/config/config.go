@@ -219,6 +219,16 @@ type Limits struct {
 	BackgroundPoll Duration `yaml:"background_poll"`
 }
 
+// BackgroundPollInterval is BackgroundPoll, or when it is not set its
+// default: derived when used, so that it follows a lease changed after
+// loading.
+func (l Limits) BackgroundPollInterval() time.Duration {
+	if l.BackgroundPoll > 0 {
+		return l.BackgroundPoll.D()
+	}
+	return min(10*time.Second, l.HoldLease.D()/3)
+}
+
 // Envoy holds settings that exist only in the rendered Envoy bootstrap.
 type Envoy struct {
 	// StreamIdleTimeout ends a stream that sent nothing for this long. It
@@ -546,7 +556,6 @@ func (c *Config) setDefaults() {
 	}
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
 	defDur(&c.Limits.HoldLease, DefaultHoldLease)
-	defDur(&c.Limits.BackgroundPoll, min(10*time.Second, c.Limits.HoldLease.D()/3))
 	if c.Limits.RPM > 0 && c.Limits.WindowMinutes == 0 {
 		c.Limits.WindowMinutes = 1
 	}
@@ -630,7 +639,7 @@ func (c *Config) Validate() error {
 	if c.Limits.DailyUSD < 0 || c.Limits.RPM < 0 || c.Limits.WindowMinutes < 0 {
 		return errors.New("limits: daily_usd, rpm and window_minutes must not be negative")
 	}
-	if bp := c.Limits.BackgroundPoll.D(); bp <= 0 || bp >= c.Limits.HoldLease.D() {
+	if bp := c.Limits.BackgroundPollInterval(); bp <= 0 || bp >= c.Limits.HoldLease.D() {
 		return errors.New("limits.background_poll: must be positive and shorter than limits.hold_lease")
 	}
 	if c.Limits.HoldLease.D() < 100*time.Millisecond {
