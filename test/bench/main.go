@@ -185,6 +185,11 @@ const (
 	benchModel   = "claude-sonnet-4-5"
 )
 
+// The responses stream: a Codex model, served on the Responses API only.
+const responsesPath = "/beta/v1/responses"
+
+var responsesBody = []byte(`{"model":"gpt-5.1-codex","stream":true,"max_output_tokens":256,"instructions":"Be brief.","input":"Hello there, gateway"}`)
+
 func messagesBody(stream bool) []byte {
 	return fmt.Appendf(nil, `{"model":%q,"max_tokens":256,"stream":%t,"system":"Be brief.",`+
 		`"messages":[{"role":"user","content":"Hello there, gateway"}]}`, benchModel, stream)
@@ -296,7 +301,8 @@ func (b *bench) run() {
 	}
 	b.latency()
 	if b.plan.streamRate > 0 {
-		b.streaming()
+		b.streaming(&b.res.stream, request{messagesPath, messagesBody(true)})
+		b.streaming(&b.res.respStream, request{responsesPath, responsesBody})
 	}
 	b.sustained()
 }
@@ -437,13 +443,11 @@ func (b *bench) redisSample(req request) {
 // streaming measures time to first byte and event delivery with the fake
 // pacing events a little apart, so that each event is its own chunk through
 // Envoy (and the sidecar) rather than several coalesced into one.
-func (b *bench) streaming() {
+func (b *bench) streaming(sr *streamResult, req request) {
 	p := b.plan
-	log.Printf("streaming: %.0f streams/s, events %d ms apart", p.streamRate, p.eventDelayMS)
+	log.Printf("streaming %s: %.0f streams/s, events %d ms apart", req.path, p.streamRate, p.eventDelayMS)
 	b.vendor(map[string]any{"event_delay_ms": p.eventDelayMS, "reply_words": p.replyWords})
 	defer b.vendor(nil)
-	req := request{messagesPath, messagesBody(true)}
-	sr := &b.res.stream
 	for i := range sr.s {
 		sr.s[i] = newStreams()
 	}

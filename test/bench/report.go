@@ -151,6 +151,7 @@ type results struct {
 	memory        memoryResult
 	latency       []latencyRow
 	stream        streamResult
+	respStream    streamResult // the same load as stream, on /beta/v1/responses
 	steps         []stepRow
 	maxRate       [nStacks]float64
 	usage         usage
@@ -237,7 +238,8 @@ func (r *results) markdown() string {
 
 	r.summary(w)
 	r.latencyTable(w)
-	r.streamTable(w)
+	r.streamTable(w, "Streaming", r.stream, "the messages format")
+	r.streamTable(w, "Streaming: the Responses API", r.respStream, "`POST /beta/v1/responses`, the responses format")
 	r.stepTable(w)
 	r.cpuTable(w)
 	r.memoryTable(w)
@@ -286,18 +288,25 @@ func (r *results) summary(w func(string, ...any)) {
 		w("| p99 latency at %s requests/s | %s | %s | %s | %s | %s | gateway added ≤ 1.5 × floor's | %s |\n", rate(ref),
 			ms(q(h[gwI], 99)), ms(q(h[nullI], 99)), ms(q(h[bareI], 99)), diffMS(g), diffMS(n), r.verdict(clean && float64(g) <= 1.5*float64(max(n, 0))))
 	}
-	if s := r.stream; s.s[gwI] != nil {
+	for _, sr := range []struct {
+		prefix string
+		s      streamResult
+	}{{"", r.stream}, {"responses stream: ", r.respStream}} {
+		s := sr.s
+		if s.s[gwI] == nil {
+			continue
+		}
 		clean := s.s[gwI].errors() == 0 && s.s[gwI].ok > 0
 		h := [nStacks]*hdrhistogram.Histogram{s.s[gwI].firstEvent, s.s[nullI].firstEvent, s.s[bareI].firstEvent}
 		g, n := added(h, 50)
-		w("| time to first event, p50 | %s | %s | %s | %s | %s | gateway added ≤ floor + 0.2 ms | %s |\n",
+		w("| %stime to first event, p50 | %s | %s | %s | %s | %s | gateway added ≤ floor + 0.2 ms | %s |\n", sr.prefix,
 			ms(q(h[gwI], 50)), ms(q(h[nullI], 50)), ms(q(h[bareI], 50)), diffMS(g), diffMS(n), r.verdict(clean && g <= n+200))
 		h = [nStacks]*hdrhistogram.Histogram{s.s[gwI].delivery, s.s[nullI].delivery, s.s[bareI].delivery}
 		for _, pc := range []float64{50, 99} {
 			g, n = added(h, pc)
 			// "Equal to the floor's": within the 0.1 ms a scheduling
 			// hiccup on a shared 2-core machine moves either.
-			w("| per-event delivery delay, p%.0f | %s | %s | %s | %s | %s | equal to the floor's (± 0.1 ms) | %s |\n", pc,
+			w("| %sper-event delivery delay, p%.0f | %s | %s | %s | %s | %s | equal to the floor's (± 0.1 ms) | %s |\n", sr.prefix, pc,
 				ms(q(h[gwI], pc)), ms(q(h[nullI], pc)), ms(q(h[bareI], pc)), diffMS(g), diffMS(n), r.verdict(clean && g <= n+100))
 		}
 	}
@@ -392,13 +401,13 @@ func errList(ls ...*latencies) string {
 	return strings.Join(parts, ", ")
 }
 
-func (r *results) streamTable(w func(string, ...any)) {
-	s := r.stream
+func (r *results) streamTable(w func(string, ...any), title string, s streamResult, what string) {
 	if s.s[gwI] == nil {
 		return
 	}
 	p := r.plan
-	w("## Streaming\n\n")
+	w("## %s\n\n", title)
+	w("%s: ", what)
 	w("%s streams/s, each about %d events %d ms apart (the fake stamps every event with `: sent_unix_nano`). "+
 		"Response headers and first event: from sending the request. Delivery delay: the client's receipt of an event minus the fake's stamp, every event.\n\n",
 		rate(p.streamRate), p.replyWords+6, p.eventDelayMS)
@@ -472,6 +481,9 @@ func (r *results) cpuTable(w func(string, ...any)) {
 	}
 	if r.stream.s[gwI] != nil {
 		line(fmt.Sprintf("%s streams/s (per stream)", rate(r.plan.streamRate)), r.stream.cpu)
+	}
+	if r.respStream.s[gwI] != nil {
+		line(fmt.Sprintf("%s responses streams/s (per stream)", rate(r.plan.streamRate)), r.respStream.cpu)
 	}
 	w("\n")
 }

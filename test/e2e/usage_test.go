@@ -78,6 +78,16 @@ func TestUsageAndHealthMatchSpecSchema(t *testing.T) {
 			if u.Period != want || len(u.ByModel) != 2 {
 				t.Fatalf("%s: period %q (want %q), by_model %+v (want both models)", path, u.Period, want, u.ByModel)
 			}
+			// The additions: a cr_ key sees its own key, a ro_ token each
+			// model key's share.
+			var add struct {
+				Key   *struct{ ID string }  `json:"key"`
+				ByKey []struct{ ID string } `json:"by_key"`
+			}
+			mustJSON(t, b, &add)
+			if ro := strings.Contains(fmt.Sprint(h), acct.ReadOnly); ro && (add.Key != nil || len(add.ByKey) != 1) || !ro && (add.Key == nil || add.ByKey != nil) {
+				t.Fatalf("%s with %v: key %+v, by_key %+v", path, h, add.Key, add.ByKey)
+			}
 		}
 	}
 	resp, b := s.Do("GET", "/health", nil, nil)

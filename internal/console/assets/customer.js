@@ -239,7 +239,7 @@
       var tr = body.appendChild(document.createElement("tr"));
       tr.appendChild(text("td", (e.end_time || e.start_time).replace("T", " ").replace(/\.\d+Z$/, "Z")));
       tr.appendChild(text("td", e.key_label || e.key_id));
-      tr.appendChild(text("td", e.model || e.model_requested));
+      tr.appendChild(text("td", e.model_requested || e.model)); // what the client asked for; by_model shows the priced model
       tr.appendChild(text("td", int(e.input_tokens), "num"));
       tr.appendChild(text("td", int(e.output_tokens), "num"));
       tr.appendChild(text("td", int(e.cache_read_tokens), "num"));
