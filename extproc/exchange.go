@@ -476,7 +476,8 @@ func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attr
 		x.startFromAttributes(attrs)
 	}
 	common := &extprocv3.CommonResponse{}
-	if x.admitted && !x.settled && x.open.Expired(x.s.now()) {
+	// The renewer's clock, not the injectable one: leases are real time.
+	if x.admitted && !x.settled && x.open.Expired(time.Now()) {
 		return x.leaseLost(b)
 	}
 	if x.meter != nil && !x.settled {
