@@ -84,7 +84,7 @@ func Mount(mux *http.ServeMux, o APIOptions) {
 	mux.HandleFunc(PathLedger, a.read(a.ledger))
 	mux.HandleFunc(PathLedgerCSV, a.read(a.ledgerCSV))
 	mux.HandleFunc("/v1/usage/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such endpoint")
+		writeError(w, http.StatusNotFound, "not_found", "no such path")
 	})
 	mountCustomer(mux)
 }
