@@ -135,10 +135,11 @@ fuzz:
 	  done; \
 	done
 
-## bench: the full benchmark against bare Envoy; writes test/bench/results.md
-bench: build envoy redis
+## bench: the full benchmark against bare Envoy; writes test/bench/results.md.
+## BENCH_ARGS adds options, e.g. BENCH_ARGS="-trace-percent 1 -sink" (tracing at 1 %, the ledger sink running)
+bench: build envoy redis postgres
 	$(GO) build -o $(BIN)/bench ./test/bench
-	GATEWAY_BIN_DIR=$(abspath $(BIN)) $(BIN)/bench -out test/bench/results.md
+	GATEWAY_BIN_DIR=$(abspath $(BIN)) $(BIN)/bench -out test/bench/results.md $(BENCH_ARGS)
 
 bench-smoke: build envoy redis
 	GATEWAY_BIN_DIR=$(abspath $(BIN)) $(GO) run ./test/bench -smoke -out $(BIN)/bench-smoke.md

@@ -380,8 +380,26 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		x.s.metrics.streams.Inc()
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: x.editBody(body, req.Edit)},
+		RequestBody: &extprocv3.BodyResponse{Response: x.withTimeout(x.editBody(body, req.Edit))},
 	}}
+}
+
+// withTimeout sets the request's per-attempt wait for its reply's headers
+// (Upstream.firstByteBound) as Envoy's per-try timeout: a hung endpoint
+// fails the attempt with 504 in a time scaled from what the request asked
+// for, and the client's retry goes to the endpoint the health checks left.
+func (x *exchange) withTimeout(r *extprocv3.CommonResponse) *extprocv3.CommonResponse {
+	in, out := tokenBounds(x.price, x.req, int64(len(x.body)))
+	d := x.upstream.firstByteBound(x.req.Stream, in, out)
+	if d <= 0 {
+		return r
+	}
+	if r.HeaderMutation == nil {
+		r.HeaderMutation = &extprocv3.HeaderMutation{}
+	}
+	r.HeaderMutation.SetHeaders = append(r.HeaderMutation.SetHeaders,
+		setHeader("x-envoy-upstream-rq-per-try-timeout-ms", strconv.FormatInt(max(d.Milliseconds(), 1), 10)))
+	return r
 }
 
 // editBody makes a request body edit. Envoy keeps the client's
@@ -458,7 +476,8 @@ func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attr
 		x.startFromAttributes(attrs)
 	}
 	common := &extprocv3.CommonResponse{}
-	if x.admitted && !x.settled && x.open.Expired(x.s.now()) {
+	// The renewer's clock, not the injectable one: leases are real time.
+	if x.admitted && !x.settled && x.open.Expired(time.Now()) {
 		return x.leaseLost(b)
 	}
 	if x.meter != nil && !x.settled {

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"fmt"
+	"time"
 	"slices"
 	"strings"
 
@@ -27,6 +28,12 @@ type Upstream struct {
 	freePrefixes []string
 
 	prefix string // "/NAME/"
+	// firstByte, prefill and generate bound the wait for a reply's headers
+	// (firstByteBound); MaxDuration caps it (limits.max_request_duration,
+	// set by the caller; 0: no cap).
+	firstByte         time.Duration
+	prefill, generate int64
+	MaxDuration       time.Duration
 	// regional maps an endpoint ("primary", "reserve") to the regional
 	// processing region it serves, for the catalogue's uplift.
 	regional map[string]string
@@ -75,6 +82,7 @@ func NewUpstream(u config.Upstream, prices *pricing.Table) (*Upstream, error) {
 		r.Operations = append(r.Operations, &op)
 	}
 	r.query = vendorQuery[u.Format]
+	r.firstByte, r.prefill, r.generate = u.Failover.FirstByteTimeout.D(), u.Failover.PrefillTokensPerSecond, u.Failover.GenerationTokensPerSecond
 	r.regional = map[string]string{"primary": u.Primary.RegionalProcessing, "reserve": u.Reserve.RegionalProcessing}
 	for _, fp := range u.FreePaths {
 		method, path, err := config.ParseFreePath(fp)
@@ -142,4 +150,26 @@ func (r *Upstream) forwardQuery(rt *Route, sub, rawQuery string) string {
 		}
 	}
 	return strings.Join(kept, "&")
+}
+
+// firstByteBound is how long one attempt of a request may wait for its
+// reply's headers: the first-byte timeout, plus its input bound at the
+// prefill rate, plus, when not streaming (the headers come with the whole
+// reply), its output bound at the generation rate; at most MaxDuration.
+// Zero when the upstream sets no first-byte timeout.
+func (r *Upstream) firstByteBound(stream bool, input, output int64) time.Duration {
+	if r.firstByte <= 0 {
+		return 0
+	}
+	d := r.firstByte
+	if r.prefill > 0 {
+		d += time.Duration(float64(input) / float64(r.prefill) * float64(time.Second))
+	}
+	if !stream && r.generate > 0 {
+		d += time.Duration(float64(output) / float64(r.generate) * float64(time.Second))
+	}
+	if r.MaxDuration > 0 && (d > r.MaxDuration || d < 0) {
+		d = r.MaxDuration
+	}
+	return d
 }

@@ -3,6 +3,7 @@ package extproc
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -56,6 +57,34 @@ func TestForwardQuery(t *testing.T) {
 		_, rt, _ := match(tc.u.Operations, map[bool]string{true: "GET", false: "POST"}[strings.HasPrefix(tc.sub, "/v1/models") || strings.HasPrefix(tc.sub, "/v1/responses/")], tc.sub)
 		if got := tc.u.forwardQuery(rt, tc.sub, tc.query); got != tc.want {
 			t.Errorf("%s %s?%s: %q, want %q", tc.u.Name, tc.sub, tc.query, got, tc.want)
+		}
+	}
+}
+
+// The wait for a reply's headers is scaled from what the request asked for:
+// its input at the prefill rate, and, when not streaming, its output at the
+// generation rate; at most the longest request.
+func TestFirstByteBound(t *testing.T) {
+	u := config.Upstream{Name: "alpha", Format: config.FormatMessages}
+	u.Failover.FirstByteTimeout = config.Duration(10 * time.Second)
+	u.Failover.PrefillTokensPerSecond, u.Failover.GenerationTokensPerSecond = 5000, 20
+	up, err := NewUpstream(u, &pricing.Table{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.MaxDuration = 15 * time.Minute
+	for _, tc := range []struct {
+		stream        bool
+		input, output int64
+		want          time.Duration
+	}{
+		{true, 5000, 64000, 11 * time.Second},
+		{false, 5000, 256, 11*time.Second + 12800*time.Millisecond},
+		{false, 0, 64000, 15 * time.Minute},
+		{true, 1 << 40, 0, 15 * time.Minute},
+	} {
+		if got := up.firstByteBound(tc.stream, tc.input, tc.output); got != tc.want {
+			t.Errorf("stream %v, %d in, %d out: %v, want %v", tc.stream, tc.input, tc.output, got, tc.want)
 		}
 	}
 }

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelgateway/gateway/internal/eventually"
 )
 
 func TestForcedStatus(t *testing.T) {
@@ -321,14 +324,11 @@ func TestHang(t *testing.T) {
 	}
 	go send("POST", tf.messages.URL+"/v1/messages", messagesSimple)
 	go send("GET", tf.messages.URL+"/v1/models", "")
-	// Both are received and held: poll the counters.
-	deadline := time.Now().Add(5 * time.Second)
-	for tf.f.messagesCount.hung.Load() != 1 || tf.f.messagesCount.probes.Load() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("hung %d probes %d", tf.f.messagesCount.hung.Load(), tf.f.messagesCount.probes.Load())
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
+	// Both are received and held.
+	eventually.That(t, 5*time.Second, "one request and one probe held", func() (bool, string) {
+		hung, probes := tf.f.messagesCount.hung.Load(), tf.f.messagesCount.probes.Load()
+		return hung == 1 && probes == 1, fmt.Sprintf("hung %d, probes %d", hung, probes)
+	})
 	select {
 	case r := <-done:
 		t.Fatalf("a hung request was answered: %+v", r)

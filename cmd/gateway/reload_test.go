@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/usage"
 )
@@ -77,13 +79,10 @@ func TestReloadOnHangup(t *testing.T) {
 		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for outputPrice(t, sc) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("output price %d after SIGHUP; want %d\n%s", outputPrice(t, sc), want, logs)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		eventually.That(t, 10*time.Second, fmt.Sprintf("output price %d after SIGHUP", want), func() (bool, string) {
+			got := outputPrice(t, sc)
+			return got == want, fmt.Sprintf("%d\n%s", got, logs)
+		})
 	}
 	os.WriteFile(path, []byte(strings.Replace(mustRead(t, path), "{output: 7}", "{output: 9}", 1)), 0o644)
 	hangup(9_000_000_000)
@@ -102,13 +101,9 @@ func TestReloadOnHangup(t *testing.T) {
 		before := strings.Count(logs.String(), "prices not reloaded")
 		os.WriteFile(path, []byte(bad), 0o644)
 		syscall.Kill(os.Getpid(), syscall.SIGHUP)
-		deadline := time.Now().Add(10 * time.Second)
-		for strings.Count(logs.String(), "prices not reloaded") == before {
-			if time.Now().After(deadline) {
-				t.Fatalf("no log line for a bad file:\n%s", logs)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		eventually.That(t, 10*time.Second, "a log line for a bad file", func() (bool, string) {
+			return strings.Count(logs.String(), "prices not reloaded") > before, logs.String()
+		})
 		if got := outputPrice(t, sc); got != 9_000_000_000 {
 			t.Fatalf("bad file changed prices: %d", got)
 		}

@@ -212,6 +212,21 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 	}
 	children = append(children, ec)
 
+	// The banner promises a gateway that serves: wait, briefly, until
+	// /health says so (the sidecar reads the endpoints' state from Envoy
+	// once a second), so that the first request pasted meets no "not yet
+	// known". An upstream that cannot become healthy (a real vendor out of
+	// reach) only delays the banner.
+	hctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	err = launch.WaitHTTP(hctx, "http://"+cfg.Listeners.Public+"/health", ec)
+	cancel()
+	if ec.Exited() {
+		return fmt.Errorf("envoy exited; see %s", filepath.Join(stateDir, "envoy.log"))
+	}
+	if err != nil {
+		log.Warn("the gateway is not healthy yet: GET /health says why")
+	}
+
 	demo, err := createDemo(ctx, sc.Admin, cfg, sc.Prices, demoUSD)
 	if err != nil {
 		return err

@@ -170,6 +170,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		if err != nil {
 			return nil, err
 		}
+		r.MaxDuration = c.Limits.MaxRequestDuration.D()
 		vendorRoutes = append(vendorRoutes, r)
 	}
 	sp, err := spool.Open(c.Store.SpoolDir, st, spool.Options{

@@ -331,12 +331,21 @@ type Failover struct {
 	ConsecutiveErrors int      `yaml:"consecutive_errors"`
 	BaseEjectionTime  Duration `yaml:"base_ejection_time"`
 	Retries           int      `yaml:"retries"`
-	// FirstByteTimeout fails an attempt whose reply headers have not arrived
-	// within it. A non-streaming reply's headers come only once it is
-	// generated, so this is also the longest non-streaming generation
-	// allowed. Streams are not bound by it once their headers arrived.
-	// Default 5m.
+	// FirstByteTimeout bounds the wait for a reply's headers on one
+	// attempt; the attempt then fails with 504, which clients retry (by
+	// then the health checks have moved traffic off a hung endpoint). The
+	// processor sets each metered request's bound from what it asked for:
+	// FirstByteTimeout plus its input at PrefillTokensPerSecond, and, for a
+	// non-streaming request (whose headers come only once the reply is
+	// generated), its output bound (max_tokens × n) at
+	// GenerationTokensPerSecond; at most limits.max_request_duration.
+	// Streams are not bound by it once their headers arrived. Default 10s.
 	FirstByteTimeout Duration `yaml:"first_byte_timeout"`
+	// PrefillTokensPerSecond and GenerationTokensPerSecond are the slowest
+	// rates a healthy vendor reads a prompt and generates output at, for
+	// the bound above. Defaults 5,000 and 20.
+	PrefillTokensPerSecond    int64 `yaml:"prefill_tokens_per_second"`
+	GenerationTokensPerSecond int64 `yaml:"generation_tokens_per_second"`
 	// PerTryIdleTimeout, when set, fails an attempt that receives nothing
 	// for this long, before or after its headers. Zero (default) leaves idle
 	// streams to envoy.stream_idle_timeout.
@@ -599,7 +608,13 @@ func (c *Config) setDefaults() {
 		if f.Retries == 0 {
 			f.Retries = 2
 		}
-		defDur(&f.FirstByteTimeout, 5*time.Minute)
+		defDur(&f.FirstByteTimeout, 10*time.Second)
+		if f.PrefillTokensPerSecond == 0 {
+			f.PrefillTokensPerSecond = 5000
+		}
+		if f.GenerationTokensPerSecond == 0 {
+			f.GenerationTokensPerSecond = 20
+		}
 		if f.RetryBudgetPercent == 0 {
 			f.RetryBudgetPercent = 20
 		}

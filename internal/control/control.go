@@ -145,11 +145,13 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 	if h.o.Endpoints != nil {
 		rec.Endpoints = h.o.Endpoints.Endpoints()
 		for _, u := range h.o.Upstreams {
-			// "unknown" (Envoy's admin unreadable) is not a problem of the
-			// upstream: this answer came through Envoy, or Envoy's own
-			// readiness says it is not there.
-			if rec.Endpoints[u] == endpointNone {
+			switch rec.Endpoints[u] {
+			case endpointNone:
 				rec.Problems = append(rec.Problems, fmt.Sprintf("upstream %s: no usable endpoint (primary and reserve both unhealthy)", u))
+			case endpointUnknown:
+				// Before the first read of Envoy's state (or with Envoy's
+				// admin unreadable) nothing says a request would be served.
+				rec.Problems = append(rec.Problems, fmt.Sprintf("upstream %s: endpoint state not yet known", u))
 			}
 		}
 	}
@@ -169,8 +171,11 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 }
 
 // endpointNone is what the endpoint reporter says of an upstream with no
-// usable endpoint.
-const endpointNone = "none"
+// usable endpoint, endpointUnknown of one whose state it has not read.
+const (
+	endpointNone    = "none"
+	endpointUnknown = "unknown"
+)
 
 func storeProblem(err error) string {
 	if errors.Is(err, ErrStoreSlow) || errors.Is(err, context.DeadlineExceeded) {
@@ -207,6 +212,16 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	rec := probeRecord{Status: StatusOK}
 	if !h.o.Serving() {
 		rec.Problems = append(rec.Problems, "processor not serving")
+	}
+	// Not ready before the endpoints' state is known: at start, requests
+	// would get 503 no_healthy_upstream. A known outage of both endpoints
+	// is left to /health: every pod shares it.
+	if h.o.Endpoints != nil {
+		for _, u := range h.o.Upstreams {
+			if h.o.Endpoints.Endpoints()[u] == endpointUnknown {
+				rec.Problems = append(rec.Problems, fmt.Sprintf("upstream %s: endpoint state not yet known", u))
+			}
+		}
 	}
 	if err := h.o.Probe.Check(r.Context()); err != nil {
 		rec.Problems = append(rec.Problems, "store: "+storeProblem(err))

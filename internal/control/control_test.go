@@ -278,3 +278,22 @@ func TestUsageRefusesRepeatedCredentials(t *testing.T) {
 		}
 	}
 }
+
+// Before the endpoints' state is known (the sidecar has not read Envoy's
+// yet), neither /health nor /readyz says ready: requests would get 503.
+func TestNotReadyBeforeEndpointsAreKnown(t *testing.T) {
+	_, st, _, _, _ := setup(t)
+	eps := fixedEndpoints{"alpha": "unknown", "beta": "primary"}
+	h := New(Options{Upstreams: []string{"alpha", "beta"}, Store: st, Keys: auth.NewCache(st, 0), Endpoints: eps})
+	for _, path := range []string{"/health", "/readyz"} {
+		if code, rep, _ := getHealth(t, h, path); code != 503 || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "not yet known") {
+			t.Fatalf("%s with alpha unknown: %d %+v", path, code, rep)
+		}
+	}
+	eps["alpha"] = "primary"
+	for _, path := range []string{"/health", "/readyz"} {
+		if code, _, _ := getHealth(t, h, path); code != 200 {
+			t.Fatalf("%s once known: %d", path, code)
+		}
+	}
+}

@@ -97,10 +97,13 @@ type Stack struct {
 	Sidecar   *Process
 	Envoy     *Process
 
-	redisProc  *Process // the redis-server Up started, if any
-	opts       Options
-	configPath string
-	removeDir  bool
+	redisProc *Process // the redis-server Up started, if any
+	// controlClient reaches the sidecar's control server (TLS when
+	// configured).
+	controlClient *http.Client
+	opts          Options
+	configPath    string
+	removeDir     bool
 }
 
 // ConfigPath is the gateway.yaml the stack's processes read.
@@ -203,6 +206,12 @@ func Up(o Options) (s *Stack, err error) {
 	if err := s.startEnvoy(ctx); err != nil {
 		return s, err
 	}
+	if s.controlClient != nil {
+		// Ready once the sidecar has read the endpoints' state from Envoy.
+		if err := WaitHTTPClient(ctx, s.controlClient, s.ControlURL+"/health", s.Sidecar); err != nil {
+			return s, err
+		}
+	}
 	s.URL = "http://" + cfg.Listeners.Public
 	s.AdminURL = "http://" + cfg.Listeners.EnvoyAdmin
 	return s, nil
@@ -234,7 +243,13 @@ func (s *Stack) startRedis(ctx context.Context) error {
 func (s *Stack) StartSidecar() error {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	return s.startSidecar(ctx)
+	if err := s.startSidecar(ctx); err != nil {
+		return err
+	}
+	if s.Envoy == nil {
+		return nil
+	}
+	return WaitHTTPClient(ctx, s.controlClient, s.ControlURL+"/health", s.Sidecar)
 }
 
 func (s *Stack) startSidecar(ctx context.Context) error {
@@ -263,7 +278,9 @@ func (s *Stack) startSidecar(ctx context.Context) error {
 			return err
 		}
 	}
-	return WaitHTTPClient(ctx, client, s.ControlURL+"/health", s.Sidecar)
+	s.controlClient = client
+	// Up: /health waits for Envoy's endpoints, which start after it.
+	return WaitHTTPClient(ctx, client, s.ControlURL+"/livez", s.Sidecar)
 }
 
 // tlsClient presents the client certificate of t and trusts only its CA.

@@ -35,14 +35,16 @@ import (
 
 func main() {
 	var (
-		out     = flag.String("out", "", "write the markdown report to this file too")
-		smoke   = flag.Bool("smoke", false, "tiny rates and durations: exercise the harness in seconds, judge nothing")
-		quick   = flag.Bool("quick", false, "non-streaming latency and CPU at 500 and 1,000 requests/s only (about a minute): to compare a change")
-		open    = flag.Int("open", -1, "concurrent open streams for the memory phase (default: the plan's; 0 skips it)")
-		note    = flag.String("note", "", "a line for the report's header, e.g. that the machine was shared")
-		profile = flag.String("cpuprofile-sidecar", "", "record the sidecar with perf(1) under load into this file (perf.data format; a text summary goes to FILE.txt)")
-		null    = flag.String("null-processor", "", "internal: serve the null ext_proc processor on this address and nothing else")
-		env     listFlag
+		out      = flag.String("out", "", "write the markdown report to this file too")
+		smoke    = flag.Bool("smoke", false, "tiny rates and durations: exercise the harness in seconds, judge nothing")
+		quick    = flag.Bool("quick", false, "non-streaming latency and CPU at 500 and 1,000 requests/s only (about a minute): to compare a change")
+		open     = flag.Int("open", -1, "concurrent open streams for the memory phase (default: the plan's; 0 skips it)")
+		note     = flag.String("note", "", "a line for the report's header, e.g. that the machine was shared")
+		profile  = flag.String("cpuprofile-sidecar", "", "record the sidecar with perf(1) under load into this file (perf.data format; a text summary goes to FILE.txt)")
+		null     = flag.String("null-processor", "", "internal: serve the null ext_proc processor on this address and nothing else")
+		tracePct = flag.Float64("trace-percent", -1, "trace this share of the gateway's requests (0-100) to an in-process OTLP collector; off by default")
+		sink     = flag.Bool("sink", false, "run the ledger sink against the gateway's Redis, into a PostgreSQL the bench starts")
+		env      listFlag
 	)
 	flag.Var(&env, "sidecar-env", "KEY=VALUE for the sidecar's environment, repeatable (e.g. GOMAXPROCS=1, GOGC=200) to try a setting")
 	flag.Parse()
@@ -72,8 +74,12 @@ func main() {
 	if *open >= 0 {
 		p.openStreams, p.openRate, p.settle = *open, 1000, 2*time.Second
 	}
-	b := start(tb, p, env)
+	b := start(tb, p, env, *tracePct)
 	b.res.note = *note
+	var ls *ledgerSink
+	if *sink {
+		ls = startLedgerSink(tb, b.gw)
+	}
 	usage0 := b.machineUsage()
 	b.run()
 	if *profile != "" {
@@ -82,6 +88,16 @@ func main() {
 	b.res.usage = b.machineUsage().sub(usage0)
 	b.res.finished = time.Now()
 	b.res.loadEnd = loadAvg()
+	var extra []string
+	if b.traces != nil {
+		extra = append(extra, fmt.Sprintf("gateway traced at %g %% to an in-process OTLP collector (%d spans received)", *tracePct, b.traces.spans.Load()))
+	}
+	if ls != nil {
+		extra = append(extra, "ledger sink running: "+ls.status())
+	}
+	if len(extra) > 0 {
+		b.res.note = strings.TrimPrefix(b.res.note+"; "+strings.Join(extra, "; "), "; ")
+	}
 
 	report := b.res.markdown()
 	fmt.Print(report)
@@ -160,6 +176,7 @@ type bench struct {
 	gwT, nullT, bareT *target
 	rdb               *redis.Client
 	res               *results
+	traces            *collector // nil unless tracing
 }
 
 // The request every non-streaming slice sends: the messages format, a small body.
@@ -196,14 +213,24 @@ func up(tb *benchTB, o launch.Options) *launch.Stack {
 
 // start brings up the gateway, then bare Envoy pointed at the gateway's
 // fake vendors, so that both proxies reach the very same upstream process.
-func start(tb *benchTB, p plan, sidecarEnv []string) *bench {
+func start(tb *benchTB, p plan, sidecarEnv []string, tracePct float64) *bench {
 	res := &results{plan: p, started: time.Now(), env: readEnvironment(tb), loadStart: loadAvg(), sidecarEnv: sidecarEnv}
+	var traces *collector
+	var configure func(*config.Config)
+	if tracePct >= 0 {
+		var addr string
+		traces, addr = startCollector(tb)
+		configure = func(c *config.Config) {
+			c.Tracing = config.Tracing{Endpoint: addr, Protocol: config.TracingGRPC, SamplingPercent: &tracePct}
+		}
+	}
 	log.Printf("starting the gateway stack")
 	gw := up(tb, launch.Options{
 		// Production's log level: the per-request log line is part of
 		// the cost being measured.
 		SidecarArgs: []string{"--log-level", "info"},
 		SidecarEnv:  sidecarEnv,
+		Configure:   configure,
 	})
 	// The other stacks reach the gateway's own fake vendor.
 	sameVendor := func(c *config.Config) {
@@ -228,7 +255,7 @@ func start(tb *benchTB, p plan, sidecarEnv []string) *bench {
 		"x-api-key": launch.AlphaVendorKey, "anthropic-version": "2023-06-01", "content-type": "application/json",
 	}
 	b := &bench{
-		tb: tb, plan: p, gw: gw, null: null, bare: bare, nullPid: nullPid, res: res,
+		tb: tb, plan: p, gw: gw, null: null, bare: bare, nullPid: nullPid, res: res, traces: traces,
 		gwT: newTarget("gateway", gw.URL, map[string]string{
 			"x-api-key": acct.Key, "anthropic-version": "2023-06-01", "content-type": "application/json",
 		}),

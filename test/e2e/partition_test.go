@@ -126,7 +126,10 @@ func TestConservationPartitionAndOutage(t *testing.T) {
 	rs := redistest.NewServerWith(t, "--appendonly", "yes", "--appendfsync", "always")
 	px := startProxy(t, rs.Addr)
 	const lease = 4 * time.Second
-	conf := func(c *config.Config) { c.Limits.HoldLease = config.Duration(lease) }
+	conf := func(c *config.Config) {
+		c.Limits.HoldLease = config.Duration(lease)
+		c.Limits.BackgroundPoll = config.Duration(lease / 4)
+	}
 	a := launchtest.Start(t, launch.Options{RedisAddr: px.Addr(), Configure: conf})
 	b := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: conf})
 	for _, s := range []*launch.Stack{a, b} {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/store"
@@ -504,22 +505,18 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 		}
 	}
 
-	// Settlement may finish just after the reply: poll each account's ledger
-	// until it holds every request, within a bound.
-	deadline := time.Now().Add(30 * time.Second)
+	// Settlement may finish just after the reply: wait for each account's
+	// ledger to hold every request.
 	for _, j := range jobs {
 		var entries []store.LedgerEntry
-		for {
+		eventually.That(t, 30*time.Second, j.model+"'s ledger entries", func() (bool, string) {
 			var err error
 			entries, _, err = s.Store.Ledger(ctx, j.acct.ID, "", 100)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(entries) >= len(wants[j]) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return len(entries) >= len(wants[j]), fmt.Sprintf("%d of %d", len(entries), len(wants[j]))
+		})
 		if len(entries) != len(wants[j]) {
 			t.Errorf("%s: %d ledger entries, want %d", j.model, len(entries), len(wants[j]))
 			continue

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
@@ -39,12 +40,11 @@ func TestNoBodiesOrSecretsAreKept(t *testing.T) {
 	// Envoy flushes its access log about once a second: wait for the line of
 	// the last request.
 	var access string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	eventually.True(t, 20*time.Second, "both /v1/usage requests in Envoy's access log", func() bool {
 		b, _ := os.ReadFile(filepath.Join(s.Dir, "envoy-access.log"))
-		if access = string(b); strings.Count(access, "/v1/usage") >= 2 {
-			break
-		}
-	}
+		access = string(b)
+		return strings.Count(access, "/v1/usage") >= 2
+	})
 	logs := map[string]string{"sidecar log": s.Sidecar.Log(), "envoy log": s.Envoy.Log(), "envoy access log": access}
 	if !strings.Contains(logs["envoy access log"], alphaPath) || !strings.Contains(logs["sidecar log"], `"msg":"request"`) {
 		t.Fatal("the logs are empty: the test would prove nothing")

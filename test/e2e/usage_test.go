@@ -81,7 +81,7 @@ func TestUsageAndHealthMatchSpecSchema(t *testing.T) {
 			// The additions: a cr_ key sees its own key, a ro_ token each
 			// model key's share.
 			var add struct {
-				Key   *struct{ ID string } `json:"key"`
+				Key   *struct{ ID string }  `json:"key"`
 				ByKey []struct{ ID string } `json:"by_key"`
 			}
 			mustJSON(t, b, &add)

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
+
+	"github.com/modelgateway/gateway/internal/launch"
+)
+
+// collector is an in-process OTLP/gRPC trace receiver that counts the spans
+// it is sent and keeps nothing: the far end of tracing for -trace-percent.
+type collector struct {
+	collectortrace.UnimplementedTraceServiceServer
+	spans atomic.Int64
+}
+
+func (c *collector) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	n := 0
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			n += len(ss.GetSpans())
+		}
+	}
+	c.spans.Add(int64(n))
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+// startCollector serves a collector on a free loopback port.
+func startCollector(tb *benchTB) (*collector, string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := &collector{}
+	srv := grpc.NewServer()
+	collectortrace.RegisterTraceServiceServer(srv, c)
+	go srv.Serve(ln)
+	tb.Cleanup(srv.Stop)
+	return c, ln.Addr().String()
+}
+
+// ledgerSink is `gateway ledger-sink` copying the gateway stack's ledger
+// into a PostgreSQL of its own, for -sink.
+type ledgerSink struct {
+	metrics string
+}
+
+func startLedgerSink(tb *benchTB, gw *launch.Stack) *ledgerSink {
+	pg, err := launch.StartPostgres("")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pg.Remove)
+	bin, err := launch.BuildBinary("gateway")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addrs, err := launch.FreeAddrs(1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := launch.StartProcess("ledger-sink", bin,
+		[]string{"ledger-sink", "--config", gw.ConfigPath(), "--listen", addrs[0]},
+		[]string{"REDIS_URL=redis://" + gw.RedisAddr, "DATABASE_URL=" + pg.URL},
+		filepath.Join(gw.Dir, "ledger-sink.log"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(p.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := launch.WaitHTTP(ctx, "http://"+addrs[0]+"/health", p); err != nil {
+		tb.Fatal(err)
+	}
+	log.Printf("ledger sink copying into PostgreSQL at %s", pg.Addr)
+	return &ledgerSink{metrics: "http://" + addrs[0] + "/metrics"}
+}
+
+// status reads the sink's rows inserted and its lag.
+func (s *ledgerSink) status() string {
+	resp, err := http.Get(s.metrics)
+	if err != nil {
+		return "metrics unreadable: " + err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var rows, lag string
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "gateway_ledger_sink_entries_total "); ok {
+			rows = v
+		}
+		if v, ok := strings.CutPrefix(line, "gateway_ledger_sink_lag_seconds "); ok {
+			lag = v
+		}
+	}
+	return fmt.Sprintf("%s rows inserted, lag %s s at the end", rows, lag)
+}
