@@ -54,8 +54,8 @@ func bytesOf(c byte, n int) []byte {
 func TestPreviousID(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"model":"m","input":"x","previous_response_id":"resp_1"}`: "resp_1",
-		`{"input":"x"}`:                      "",
-		`{"previous_response_id":null}`:      "",
+		`{"input":"x"}`:                 "",
+		`{"previous_response_id":null}`: "",
 	} {
 		if got, err := PreviousID([]byte(body)); err != nil || got != want {
 			t.Errorf("%s: %q %v", body, got, err)
