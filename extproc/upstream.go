@@ -2,9 +2,9 @@ package extproc
 
 import (
 	"fmt"
-	"time"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/config"

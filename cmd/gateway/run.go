@@ -270,6 +270,7 @@ func checkListeners(l config.Listeners, cfgPath, movedBy string) error {
 		{l.Control, "listeners.control in " + cfgPath},
 		{l.Admin, "listeners.admin in " + cfgPath},
 		{l.Console, "listeners.console in " + cfgPath},
+		{l.Relay, "listeners.relay in " + cfgPath},
 	} {
 		ln, err := net.Listen("tcp", c.addr)
 		if err == nil {

@@ -9,6 +9,8 @@ package clients
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,6 +90,44 @@ func checkLedger(t *testing.T, s *launch.Stack, accountID string, want int) []st
 	return entries
 }
 
+// cataloguePrices returns the cost in nano-USD, rounded up, of input,
+// cache-read and output tokens at a model's standard catalogue prices, read
+// from the catalogue file itself.
+func cataloguePrices(t *testing.T, path, model string) func(input, cacheRead, output int64) int64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var all map[string]map[string]any
+	if err := dec.Decode(&all); err != nil {
+		t.Fatal(err)
+	}
+	e := all[model]
+	rat := func(field string) *big.Rat {
+		n, ok := e[field].(json.Number)
+		if !ok {
+			t.Fatalf("%s: no %s in the catalogue", model, field)
+		}
+		r, _ := new(big.Rat).SetString(n.String())
+		return r
+	}
+	in, cached, out := rat("input_cost_per_token"), rat("cache_read_input_token_cost"), rat("output_cost_per_token")
+	return func(input, cacheRead, output int64) int64 {
+		sum := new(big.Rat).Mul(big.NewRat(input, 1), in)
+		sum.Add(sum, new(big.Rat).Mul(big.NewRat(cacheRead, 1), cached))
+		sum.Add(sum, new(big.Rat).Mul(big.NewRat(output, 1), out))
+		sum.Mul(sum, big.NewRat(1_000_000_000, 1))
+		n := new(big.Int).Quo(sum.Num(), sum.Denom())
+		if new(big.Rat).SetInt(n).Cmp(sum) != 0 {
+			n.Add(n, big.NewInt(1))
+		}
+		return n.Int64()
+	}
+}
+
 // codex exec, with a model provider whose base_url is the gateway's /beta/v1,
 // completes a prompt against the fake vendor; each of its requests is in
 // the ledger, billed from the fake's usage at the catalogue's prices.
@@ -115,9 +155,14 @@ wire_api = "responses"
 		t.Fatalf("codex did not print the model's reply:\n%s", out)
 	}
 	entries := checkLedger(t, s, acct.ID, len(s.Primary.RequestsTo(config.FormatChatCompletions, "/v1/responses")))
+	price := cataloguePrices(t, s.Config.Catalogue, codexModel)
 	for _, e := range entries {
 		if e.Requested != codexModel || !e.Stream {
 			t.Errorf("ledger entry %+v: want a %s stream", e.Settlement, codexModel)
+		}
+		// The catalogue's own figures, read here, not the gateway's.
+		if want := price(e.Usage.Input, e.Usage.CacheRead, e.Usage.Output); e.Cost != want {
+			t.Errorf("ledger entry cost %d nano-USD, the catalogue says %d (%+v)", e.Cost, want, e.Usage)
 		}
 	}
 	if len(entries) == 0 {

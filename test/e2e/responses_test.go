@@ -122,7 +122,7 @@ func TestResponsesBilledAndBoundToTheirAccount(t *testing.T) {
 
 	// Another account cannot reach the owner's responses, and the vendor
 	// never hears of its attempts.
-	before := len(s.Primary.Requests())
+	before := clientRequests(s)
 	id := ids[0]
 	for _, rq := range []struct{ method, path, body string }{
 		{"GET", "/beta/v1/responses/" + id, ""},
@@ -142,7 +142,7 @@ func TestResponsesBilledAndBoundToTheirAccount(t *testing.T) {
 			t.Errorf("other account %s %s: %d %s", rq.method, rq.path, resp.StatusCode, out)
 		}
 	}
-	if after := len(s.Primary.Requests()); after != before {
+	if after := clientRequests(s); after != before {
 		t.Errorf("the vendor received %d requests of the other account", after-before)
 	}
 
@@ -212,7 +212,8 @@ func TestEmbeddingsBilledAsInput(t *testing.T) {
 func TestModelListsAreTheServedModels(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(1, noLimits)
-	before := len(s.Primary.Requests())
+	asked := func() int { return clientRequests(s) }
+	before := asked()
 	for _, up := range []struct {
 		name, path string
 		headers    map[string]string
@@ -255,7 +256,7 @@ func TestModelListsAreTheServedModels(t *testing.T) {
 	if resp, out := s.Do("GET", "/beta/v1/models/claude-sonnet-4-5", chatCompletionsHeaders(acct.Key), nil); resp.StatusCode != 404 {
 		t.Errorf("retrieve of a model not served here: %d %s", resp.StatusCode, out)
 	}
-	if after := len(s.Primary.Requests()); after != before {
+	if after := asked(); after != before {
 		t.Errorf("the vendor was asked %d times", after-before)
 	}
 }
@@ -287,7 +288,7 @@ func undatedName(name string) string {
 func TestResponsesWebSocketRefused(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(1, noLimits)
-	before := len(s.Primary.Requests())
+	before := clientRequests(s)
 	h := chatCompletionsHeaders(acct.Key)
 	h["Connection"], h["Upgrade"] = "Upgrade", "websocket"
 	h["Sec-WebSocket-Version"], h["Sec-WebSocket-Key"] = "13", "dGhlIHNhbXBsZSBub25jZQ=="
@@ -295,7 +296,7 @@ func TestResponsesWebSocketRefused(t *testing.T) {
 	if resp.StatusCode == 101 || resp.StatusCode < 400 || !strings.Contains(string(out), "WebSocket") {
 		t.Fatalf("websocket: %d %s", resp.StatusCode, out)
 	}
-	if after := len(s.Primary.Requests()); after != before {
+	if after := clientRequests(s); after != before {
 		t.Errorf("the vendor received %d requests", after-before)
 	}
 }
@@ -369,4 +370,18 @@ func TestEveryCatalogueModelOnResponsesAndEmbeddings(t *testing.T) {
 		check(acct, []want{{name, expectedNano(t, entry, billed{input: e.Usage.PromptTokens})}})
 	}
 	t.Logf("%d responses models × 4 requests, %d embedding models, each billed at the catalogue price", len(resp), len(emb))
+}
+
+// clientRequests counts the requests both fake vendors received, Envoy's
+// health checks (which probe GET /v1/models) left out.
+func clientRequests(s *launch.Stack) int {
+	n := 0
+	for _, f := range []*launch.Fake{s.Primary, s.Reserve} {
+		for _, r := range f.Requests() {
+			if !strings.Contains(strings.Join(r.Headers["User-Agent"], ""), "Envoy/HC") {
+				n++
+			}
+		}
+	}
+	return n
 }

@@ -59,7 +59,8 @@ func (Format) ModelList(ids []string, query map[string][]string) []byte {
 	return append(b, '}')
 }
 
-// Model writes {"type":"model","id":ID,"display_name":ID,"created_at":...}.
+// Model writes {"type":"model","id":ID,"display_name":ID,"created_at":...,
+// "lifecycle":"active"} (every model the gateway serves is in use).
 // The gateway does not know the vendor's display name or release date: the
 // id, and the Unix epoch.
 func (Format) Model(id string) []byte { return appendModel(nil, id) }
@@ -69,7 +70,7 @@ func appendModel(b []byte, id string) []byte {
 	b = jsonscan.AppendQuote(b, id)
 	b = append(b, `,"display_name":`...)
 	b = jsonscan.AppendQuote(b, id)
-	return append(b, `,"created_at":"1970-01-01T00:00:00Z"}`...)
+	return append(b, `,"created_at":"1970-01-01T00:00:00Z","lifecycle":"active"}`...)
 }
 
 func appendIDOrNull(b []byte, ids []string, i int) []byte {

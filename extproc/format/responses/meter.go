@@ -65,8 +65,6 @@ type streamMeter struct {
 	seenCalls       toolCalls // from output_item.done events, for a cut stream
 	terminal        bool
 	failed          bool // an error event
-	itemType        jsonscan.Value
-	itemContainer   jsonscan.Value
 }
 
 const (

@@ -17,6 +17,7 @@ const (
 	reqToolType
 	reqMaxToolCalls
 	reqConversation
+	reqInputType
 )
 
 var requestQuery = jsonscan.NewQuery(
@@ -30,6 +31,7 @@ var requestQuery = jsonscan.NewQuery(
 	"tools[].type",
 	"max_tool_calls",
 	"conversation",
+	"input[].type",
 )
 
 // MaxIDBytes bounds a response id a request may name. The vendor's ids are
@@ -56,8 +58,9 @@ func ValidID(id string) bool {
 // (required), max_output_tokens (an integer from 1 to 2^31-1), stream,
 // background, store (booleans; null means absent), previous_response_id (a
 // response id), max_tool_calls (a non-negative integer) and the types of the
-// tools offered. A request naming a stored conversation is refused: the
-// gateway does not bind conversations to accounts.
+// tools offered. A request naming a stored conversation, or referring to
+// stored items by id (item_reference), is refused: the gateway binds only
+// responses to accounts.
 func (Format) ParseRequest(body []byte) (format.Request, error) {
 	var req format.Request
 	var haveModel bool
@@ -111,6 +114,12 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 		case reqConversation:
 			if v.Kind != jsonscan.Null {
 				check.Fail("conversation", "stored conversations are not available through this gateway; use previous_response_id")
+			}
+		case reqInputType:
+			// A reference names a stored item by its id alone, which the
+			// gateway cannot bind to an account.
+			if v.Equal("item_reference") {
+				check.Fail("input", "item references are not available through this gateway; send the items, or use previous_response_id")
 			}
 		}
 		return nil

@@ -35,6 +35,7 @@ func TestParseRequestRejects(t *testing.T) {
 		{"previous id too long", `{"model":"m","previous_response_id":"` + string(make([]byte, 0)) + longID + `"}`, "previous_response_id", "response id"},
 		{"negative tool calls", `{"model":"m","max_tool_calls":-1}`, "max_tool_calls", "non-negative"},
 		{"conversation", `{"model":"m","conversation":"conv_1"}`, "conversation", "not available"},
+		{"item reference", `{"model":"m","input":[{"type":"item_reference","id":"msg_1"}]}`, "input", "item references"},
 		{"repeated key", `{"model":"m","model":"n"}`, "model", "more than once"},
 		{"not an object", `[1]`, "", "JSON object"},
 	})
@@ -53,8 +54,8 @@ func bytesOf(c byte, n int) []byte {
 func TestPreviousID(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"model":"m","input":"x","previous_response_id":"resp_1"}`: "resp_1",
-		`{"input":"x"}`:                      "",
-		`{"previous_response_id":null}`:      "",
+		`{"input":"x"}`:                 "",
+		`{"previous_response_id":null}`: "",
 	} {
 		if got, err := PreviousID([]byte(body)); err != nil || got != want {
 			t.Errorf("%s: %q %v", body, got, err)
