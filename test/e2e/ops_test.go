@@ -134,6 +134,11 @@ func TestOpsHungPrimary(t *testing.T) {
 		for i := range c.Upstreams {
 			c.Upstreams[i].Failover.RetrySentRequests = true
 			c.Upstreams[i].Failover.FirstByteTimeout = config.Duration(3 * time.Second)
+			// The wait of a non-streaming request also scales with what
+			// it asked for; vendors this fast keep it at the first-byte
+			// limit, the subject here.
+			c.Upstreams[i].Failover.PrefillTokensPerSecond = 1_000_000
+			c.Upstreams[i].Failover.GenerationTokensPerSecond = 1_000_000
 		}
 	}})
 	acct := s.NewAccount(100, noLimits)
@@ -473,6 +478,8 @@ func TestOpsDefaultRetryPolicy(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{Configure: func(c *config.Config) {
 		for i := range c.Upstreams {
 			c.Upstreams[i].Failover.FirstByteTimeout = config.Duration(2 * time.Second)
+			c.Upstreams[i].Failover.PrefillTokensPerSecond = 1_000_000 // the bound is then the first-byte limit alone
+			c.Upstreams[i].Failover.GenerationTokensPerSecond = 1_000_000
 		}
 	}})
 	acct := s.NewAccount(10, noLimits)
