@@ -15,7 +15,6 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -101,18 +100,8 @@ func (a *api) read(h func(w http.ResponseWriter, r *http.Request, q url.Values, 
 			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "the data API is read-only; use GET")
 			return
 		}
-		key, err := a.o.Keys.Authenticate(r.Context(),
-			auth.Headers{XAPIKey: r.Header.Values("X-Api-Key"), Authorization: r.Header.Values("Authorization")},
-			a.o.Now(), readPolicy)
-		if err != nil {
-			var ae *auth.Error
-			if errors.As(err, &ae) && ae.Reason == auth.Unavailable {
-				a.o.Logger.Error("console api: key lookup failed", "err", ae.Err)
-				w.Header().Set("Retry-After", "1")
-				writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
-				return
-			}
-			writeError(w, http.StatusUnauthorized, "authentication_error", "invalid token")
+		key, ok := control.Caller(w, r, a.o.Keys, a.o.Now(), readPolicy, a.o.Logger)
+		if !ok {
 			return
 		}
 		q, err := url.ParseQuery(r.URL.RawQuery) // refuses ';' as a separator

@@ -364,22 +364,8 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "GET /v1/usage is read-only; use GET")
 		return
 	}
-	key, err := h.o.Keys.Authenticate(r.Context(),
-		auth.Headers{XAPIKey: r.Header.Values("X-Api-Key"), Authorization: r.Header.Values("Authorization")},
-		h.o.Now(), usagePolicy)
-	if err != nil {
-		var ae *auth.Error
-		if errors.As(err, &ae) && ae.Reason == auth.Unavailable {
-			h.o.Logger.Error("usage: key lookup failed", "err", ae.Err)
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
-			return
-		}
-		msg := "invalid token"
-		if ae != nil && ae.Reason == auth.Unauthenticated && ae.Message != "invalid API key" {
-			msg = ae.Message
-		}
-		writeError(w, http.StatusUnauthorized, "authentication_error", msg)
+	key, ok := Caller(w, r, h.o.Keys, h.o.Now(), usagePolicy, h.o.Logger)
+	if !ok {
 		return
 	}
 	period, err := parsePeriod(r.URL.RawQuery)
@@ -527,6 +513,32 @@ type ErrorBody struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
 	} `json:"error"`
+}
+
+// Caller authenticates a read of the sidecar's HTTP API (/v1/usage, the
+// console's data API) by its x-api-key or bearer credential under p. When it
+// refuses, it has written the refusal (401, or 503 with retry-after while the
+// store is unreachable) and ok is false.
+func Caller(w http.ResponseWriter, r *http.Request, keys auth.Authenticator, now time.Time, p auth.Policy, log *slog.Logger) (key store.Key, ok bool) {
+	key, err := keys.Authenticate(r.Context(),
+		auth.Headers{XAPIKey: r.Header.Values("X-Api-Key"), Authorization: r.Header.Values("Authorization")},
+		now, p)
+	if err == nil {
+		return key, true
+	}
+	var ae *auth.Error
+	if errors.As(err, &ae) && ae.Reason == auth.Unavailable {
+		log.Error("key lookup failed", "path", r.URL.Path, "err", ae.Err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+		return store.Key{}, false
+	}
+	msg := "invalid token"
+	if ae != nil && ae.Reason == auth.Unauthenticated && ae.Message != "invalid API key" {
+		msg = ae.Message
+	}
+	writeError(w, http.StatusUnauthorized, "authentication_error", msg)
+	return store.Key{}, false
 }
 
 func writeError(w http.ResponseWriter, code int, typ, msg string) {
