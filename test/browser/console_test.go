@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/console"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/store"
@@ -115,10 +117,15 @@ func TestConsoles(t *testing.T) {
 		}
 		noSecretsIn(t, "a URL the browser requested", urls, secrets...)
 	}
-	access, err := os.ReadFile(filepath.Join(s.Dir, "envoy-access.log"))
-	if err != nil || !bytes.Contains(access, []byte("/console/")) || !bytes.Contains(access, []byte(console.PathDaily)) {
-		t.Fatalf("Envoy's access log lacks the console's requests (%v)", err)
-	}
+	// Envoy writes its access log in buffered flushes (every 10 s by
+	// default): wait for the console's requests to be in it.
+	var access []byte
+	eventually.That(t, 30*time.Second, "Envoy's access log to hold the console's requests", func() (bool, string) {
+		var err error
+		access, err = os.ReadFile(filepath.Join(s.Dir, "envoy-access.log"))
+		return err == nil && bytes.Contains(access, []byte("/console/")) && bytes.Contains(access, []byte(console.PathDaily)),
+			fmt.Sprintf("%d bytes, err %v", len(access), err)
+	})
 	noSecretsIn(t, "Envoy's access log", []string{string(access)}, secrets...)
 	noSecretsIn(t, "Envoy's log", []string{s.Envoy.Log()}, secrets...)
 	noSecretsIn(t, "the sidecar's log", []string{s.Sidecar.Log()}, secrets...)
