@@ -537,13 +537,21 @@ func (s *Store) Ledger(ctx context.Context, accountID, after string, limit int) 
 	if !validID(accountID) {
 		return nil, "", fmt.Errorf("store: ledger of %q: %w", accountID, ErrNotFound)
 	}
+	return s.ledgerPage(ctx, accountID, limit, func(p redis.Pipeliner, key string) *redis.XMessageSliceCmd {
+		return rangeCmd(ctx, p, key, after, limit)
+	})
+}
+
+// ledgerPage reads one page of the account's ledger with read, in the round
+// trip that tells a missing account from an empty ledger.
+func (s *Store) ledgerPage(ctx context.Context, accountID string, limit int, read func(p redis.Pipeliner, key string) *redis.XMessageSliceCmd) ([]LedgerEntry, string, error) {
 	var (
 		exists *redis.IntCmd
 		rng    *redis.XMessageSliceCmd
 	)
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		exists = p.Exists(ctx, acctKey(accountID, "acct"))
-		rng = rangeCmd(ctx, p, acctKey(accountID, "ledger"), after, limit)
+		rng = read(p, acctKey(accountID, "ledger"))
 		return nil
 	})
 	if err != nil {

@@ -75,27 +75,9 @@ func (s *Store) RecentLedger(ctx context.Context, accountID, before string, limi
 	if before != "" {
 		end = "(" + before
 	}
-	var (
-		exists *redis.IntCmd
-		rng    *redis.XMessageSliceCmd
-	)
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		exists = p.Exists(ctx, acctKey(accountID, "acct"))
-		rng = p.XRevRangeN(ctx, acctKey(accountID, "ledger"), end, "-", int64(pageSize(limit))+1)
-		return nil
+	return s.ledgerPage(ctx, accountID, limit, func(p redis.Pipeliner, key string) *redis.XMessageSliceCmd {
+		return p.XRevRangeN(ctx, key, end, "-", int64(pageSize(limit))+1)
 	})
-	if err != nil {
-		return nil, "", fmt.Errorf("store: ledger of %s: %w", accountID, err)
-	}
-	if exists.Val() == 0 {
-		return nil, "", fmt.Errorf("store: ledger of %s: %w", accountID, ErrNotFound)
-	}
-	msgs, next := trimPage(rng.Val(), limit)
-	entries := make([]LedgerEntry, len(msgs))
-	for i, m := range msgs {
-		entries[i] = decodeLedger(accountID, m)
-	}
-	return entries, next, nil
 }
 
 // LedgerBetween returns up to limit of the account's ledger entries recorded
@@ -119,27 +101,9 @@ func (s *Store) LedgerBetween(ctx context.Context, accountID string, from, to ti
 	}
 	// An end of "MS" alone covers every sequence number of that millisecond.
 	end := strconv.FormatInt(to.UnixMilli()-1, 10)
-	var (
-		exists *redis.IntCmd
-		rng    *redis.XMessageSliceCmd
-	)
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		exists = p.Exists(ctx, acctKey(accountID, "acct"))
-		rng = p.XRangeN(ctx, acctKey(accountID, "ledger"), start, end, int64(pageSize(limit))+1)
-		return nil
+	return s.ledgerPage(ctx, accountID, limit, func(p redis.Pipeliner, key string) *redis.XMessageSliceCmd {
+		return p.XRangeN(ctx, key, start, end, int64(pageSize(limit))+1)
 	})
-	if err != nil {
-		return nil, "", fmt.Errorf("store: ledger of %s: %w", accountID, err)
-	}
-	if exists.Val() == 0 {
-		return nil, "", fmt.Errorf("store: ledger of %s: %w", accountID, ErrNotFound)
-	}
-	msgs, next := trimPage(rng.Val(), limit)
-	entries := make([]LedgerEntry, len(msgs))
-	for i, m := range msgs {
-		entries[i] = decodeLedger(accountID, m)
-	}
-	return entries, next, nil
 }
 
 // RecentAudit returns up to limit audit entries before the entry id before
