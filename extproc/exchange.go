@@ -62,7 +62,8 @@ type exchange struct {
 	bodyBytes int64            // response body bytes from the vendor
 	open      *holds.Open      // the hold's renewal while the request runs
 
-	hasLength bool // the client sent content-length
+	bounds    bounds // the request's token bounds, fixed at admission
+	hasLength bool   // the client sent content-length
 	trace     exchangeTrace
 }
 
@@ -349,8 +350,8 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	x.requestID = x.s.newRequestID()
 	ctx = x.startTrace(ctx)
 
-	hold := holdOf(price, req, int64(len(body)))
-	tokens := tokenBound(price, req, int64(len(body)))
+	x.bounds = tokenBounds(price, req, int64(len(body)))
+	hold, tokens := holdOf(price, req, x.bounds), x.bounds.total()
 	t0 := time.Now()
 	actx, traced := x.traceAdmission(ctx)
 	d, err := x.s.accounts.Admit(actx, store.Admission{
@@ -389,8 +390,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 // fails the attempt with 504 in a time scaled from what the request asked
 // for, and the client's retry goes to the endpoint the health checks left.
 func (x *exchange) withTimeout(r *extprocv3.CommonResponse) *extprocv3.CommonResponse {
-	in, out := tokenBounds(x.price, x.req, int64(len(x.body)))
-	d := x.upstream.firstByteBound(x.req.Stream, in, out)
+	d := x.upstream.firstByteBound(x.req.Stream, x.bounds.input, x.bounds.output)
 	if d <= 0 {
 		return r
 	}
@@ -723,7 +723,7 @@ func (x *exchange) outcome(complete bool) store.Settlement {
 	}
 	if x.meter != nil && st.Status >= 200 && st.Status <= 299 {
 		r := x.meter.Usage(complete)
-		in, out := usageBounds(x.price, x.req, int64(len(x.body)))
+		in, out := usageBounds(x.price, x.bounds)
 		if u, ok := capUsage(r.Usage, in, out); !ok {
 			r.Usage, st.Capped = u, true
 		}

@@ -46,9 +46,8 @@ const toolPromptAllowance = 1000
 // without it) at the dearest per-call price. Not covered: the chat
 // formats' web-search fees and media sent by URL (see docs/billing.md and
 // docs/responses.md).
-func holdOf(price *pricing.Model, req format.Request, bodyBytes int64) int64 {
-	input, output := tokenBounds(price, req, bodyBytes)
-	hold := price.Hold(input, output)
+func holdOf(price *pricing.Model, req format.Request, b bounds) int64 {
+	hold := price.Hold(b.input, b.output)
 	if req.PaidTools {
 		calls := int64(defaultHoldCalls)
 		if req.HasMaxToolCalls {
@@ -59,19 +58,24 @@ func holdOf(price *pricing.Model, req format.Request, bodyBytes int64) int64 {
 	return hold
 }
 
-// tokenBound is the most tokens (input + output) a request can use, by the
-// same bounds as its hold: what it counts towards a tokens-per-minute limit
-// while it runs.
-func tokenBound(price *pricing.Model, req format.Request, bodyBytes int64) int64 {
-	input, output := tokenBounds(price, req, bodyBytes)
-	if output > math.MaxInt64-input {
+// bounds are a request's input and output token bounds (see holdOf),
+// fixed at admission: its hold, its share of a tokens-per-minute limit, its
+// wait for a reply and the cap on the usage it is charged all follow from
+// them.
+type bounds struct{ input, output int64 }
+
+// total is the most tokens (input + output) the request can use: what it
+// counts towards a tokens-per-minute limit while it runs.
+func (b bounds) total() int64 {
+	if b.output > math.MaxInt64-b.input {
 		return math.MaxInt64
 	}
-	return input + output
+	return b.input + b.output
 }
 
 // tokenBounds are a request's input and output bounds (see holdOf).
-func tokenBounds(price *pricing.Model, req format.Request, bodyBytes int64) (input, output int64) {
+func tokenBounds(price *pricing.Model, req format.Request, bodyBytes int64) bounds {
+	var input, output int64
 	maxOut := price.MaxOutput
 	if maxOut == 0 {
 		maxOut = defaultHoldOutput
@@ -97,7 +101,7 @@ func tokenBounds(price *pricing.Model, req format.Request, bodyBytes int64) (inp
 	} else {
 		output *= choices
 	}
-	return input, output
+	return bounds{input, output}
 }
 
 // maxWebSearches bounds the web searches one reply is charged for; vendors
@@ -113,13 +117,12 @@ const defaultMaxInput = 10_000_000
 // (the body) and the model's context window, since files, images and
 // documents referenced by id or URL legitimately bring more input than the
 // body's bytes.
-func usageBounds(price *pricing.Model, req format.Request, bodyBytes int64) (input, output int64) {
-	input, output = tokenBounds(price, req, bodyBytes)
+func usageBounds(price *pricing.Model, b bounds) (input, output int64) {
 	window := price.MaxInput
 	if window == 0 {
 		window = defaultMaxInput
 	}
-	return max(input, window), output
+	return max(b.input, window), b.output
 }
 
 // capUsage limits a reply's usage to what its request allowed (tokenBounds):

@@ -40,7 +40,7 @@ func TestHoldOf(t *testing.T) {
 	m := holdModel(t)
 	const body = 2000
 	req := format.Request{Model: "m", HasMaxTokens: true, MaxTokens: 300, Choices: 3, HasTools: true}
-	got := holdOf(m, req, body)
+	got := holdFor(m, req, body)
 	// (2000 bytes + 1000 tool tokens) at the dearest input-side price (the
 	// priority input, 3.5 USD/M) + 3 × 300 output tokens at the dearest
 	// output price (priority, 8 USD/M).
@@ -49,11 +49,11 @@ func TestHoldOf(t *testing.T) {
 		t.Fatalf("hold %d, want %d", got, want)
 	}
 	// Without max_tokens: the model's maximum output, once per choice.
-	if got, want := holdOf(m, format.Request{Model: "m"}, 10), int64(10*3_500_000/1_000_000+4000*8_000_000/1_000_000); got != want {
+	if got, want := holdFor(m, format.Request{Model: "m"}, 10), int64(10*3_500_000/1_000_000+4000*8_000_000/1_000_000); got != want {
 		t.Fatalf("hold without max_tokens %d, want %d", got, want)
 	}
 	// A huge n × max_tokens saturates instead of wrapping.
-	if h := holdOf(m, format.Request{HasMaxTokens: true, MaxTokens: 1 << 62, Choices: 128}, 1); h <= 0 {
+	if h := holdFor(m, format.Request{HasMaxTokens: true, MaxTokens: 1 << 62, Choices: 128}, 1); h <= 0 {
 		t.Fatalf("hold %d wrapped", h)
 	}
 
@@ -84,7 +84,7 @@ func TestHoldOfLongContext(t *testing.T) {
 	m := holdModel(t)
 	const body = 300_000
 	req := format.Request{Model: "m", HasMaxTokens: true, MaxTokens: 1000}
-	hold := holdOf(m, req, body)
+	hold := holdFor(m, req, body)
 	c := m.Price(usage.Usage{Input: body, Output: 1000}, "", "")
 	if c.Above != 200_000 {
 		t.Fatalf("priced above %d, want the 200k tier", c.Above)
@@ -109,24 +109,24 @@ func TestHoldOfResponses(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, _ := tbl.Lookup("r")
-	base := holdOf(m, format.Request{HasMaxTokens: true, MaxTokens: 100}, 500)
+	base := holdFor(m, format.Request{HasMaxTokens: true, MaxTokens: 100}, 500)
 	if want := int64(500*1 + 100*2); base != want {
 		t.Fatalf("base hold %d, want %d", base, want)
 	}
-	if got, want := holdOf(m, format.Request{HasMaxTokens: true, MaxTokens: 100, PreviousResponseID: "resp_1"}, 500), base+50_000; got != want {
+	if got, want := holdFor(m, format.Request{HasMaxTokens: true, MaxTokens: 100, PreviousResponseID: "resp_1"}, 500), base+50_000; got != want {
 		t.Errorf("continuing hold %d, want %d (the 50,000-token window at 1 USD/M)", got, want)
 	}
-	if got, want := holdOf(m, format.Request{HasMaxTokens: true, MaxTokens: 100, PaidTools: true, HasMaxToolCalls: true, MaxToolCalls: 2}, 500), base+2*30_000_000; got != want {
+	if got, want := holdFor(m, format.Request{HasMaxTokens: true, MaxTokens: 100, PaidTools: true, HasMaxToolCalls: true, MaxToolCalls: 2}, 500), base+2*30_000_000; got != want {
 		t.Errorf("two tool calls: hold %d, want %d", got, want)
 	}
-	if got, want := holdOf(m, format.Request{HasMaxTokens: true, MaxTokens: 100, PaidTools: true}, 500), base+defaultHoldCalls*30_000_000; got != want {
+	if got, want := holdFor(m, format.Request{HasMaxTokens: true, MaxTokens: 100, PaidTools: true}, 500), base+defaultHoldCalls*30_000_000; got != want {
 		t.Errorf("tools without max_tool_calls: hold %d, want %d", got, want)
 	}
 	// Two searches and a session within max_tool_calls 3 cost no more
 	// than the hold.
 	req := format.Request{HasMaxTokens: true, MaxTokens: 100, PaidTools: true, HasMaxToolCalls: true, MaxToolCalls: 3}
-	if c := m.Price(usage.Usage{Input: 500, Output: 100, WebSearches: 2, CodeInterpreter: 1}, "", "").Cost; c > holdOf(m, req, 500) {
-		t.Errorf("cost %d above the hold %d", c, holdOf(m, req, 500))
+	if c := m.Price(usage.Usage{Input: 500, Output: 100, WebSearches: 2, CodeInterpreter: 1}, "", "").Cost; c > holdFor(m, req, 500) {
+		t.Errorf("cost %d above the hold %d", c, holdFor(m, req, 500))
 	}
 }
 
@@ -142,4 +142,9 @@ func TestCapUsage(t *testing.T) {
 	if got, ok := capUsage(usage.Usage{Input: 100, Output: 150, AudioOutput: 50}, 100, 200); !ok || got.Output != 150 {
 		t.Errorf("within bounds: %+v, %v", got, ok)
 	}
+}
+
+// holdFor is the hold of req with a body of bodyBytes, as admission takes it.
+func holdFor(m *pricing.Model, req format.Request, bodyBytes int64) int64 {
+	return holdOf(m, req, tokenBounds(m, req, bodyBytes))
 }
