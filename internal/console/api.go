@@ -14,7 +14,6 @@ package console
 import (
 	"context"
 	"encoding/csv"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -83,7 +82,7 @@ func Mount(mux *http.ServeMux, o APIOptions) {
 	mux.HandleFunc(PathLedger, a.read(a.ledger))
 	mux.HandleFunc(PathLedgerCSV, a.read(a.ledgerCSV))
 	mux.HandleFunc("/v1/usage/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such path")
+		control.WriteError(w, http.StatusNotFound, "not_found", "no such path")
 	})
 	mountCustomer(mux)
 }
@@ -97,7 +96,7 @@ func (a *api) read(h func(w http.ResponseWriter, r *http.Request, q url.Values, 
 		w.Header().Set("Cache-Control", "no-store")
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", "GET")
-			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "the data API is read-only; use GET")
+			control.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", "the data API is read-only; use GET")
 			return
 		}
 		key, ok := control.Caller(w, r, a.o.Keys, a.o.Now(), readPolicy, a.o.Logger)
@@ -106,7 +105,7 @@ func (a *api) read(h func(w http.ResponseWriter, r *http.Request, q url.Values, 
 		}
 		q, err := url.ParseQuery(r.URL.RawQuery) // refuses ';' as a separator
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "malformed query")
+			control.WriteError(w, http.StatusBadRequest, "invalid_request_error", "malformed query")
 			return
 		}
 		if a.o.Settled != nil {
@@ -124,7 +123,7 @@ func (a *api) read(h func(w http.ResponseWriter, r *http.Request, q url.Values, 
 func (a *api) storeFailed(w http.ResponseWriter, op, accountID string, err error) {
 	a.o.Logger.Error("console api: read failed", "op", op, "account", accountID, "err", err)
 	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+	control.WriteError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
 }
 
 // only checks that q has no parameters but the allowed ones, each at most
@@ -161,14 +160,14 @@ type Day struct {
 
 func (a *api) daily(w http.ResponseWriter, r *http.Request, q url.Values, accountID string) {
 	if err := only(q, "days"); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		control.WriteError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
 	days := store.MaxSeriesDays
 	if v := q.Get("days"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > store.MaxSeriesDays {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("days must be 1 to %d", store.MaxSeriesDays))
+			control.WriteError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("days must be 1 to %d", store.MaxSeriesDays))
 			return
 		}
 		days = n
@@ -185,7 +184,7 @@ func (a *api) daily(w http.ResponseWriter, r *http.Request, q url.Values, accoun
 			Quantities: quantities(d.Usage),
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	control.WriteJSON(w, http.StatusOK, out)
 }
 
 // LedgerPage is the record of GET /v1/usage/ledger: entries newest first.
@@ -228,21 +227,21 @@ type LedgerEntry struct {
 
 func (a *api) ledger(w http.ResponseWriter, r *http.Request, q url.Values, accountID string) {
 	if err := only(q, "limit", "cursor"); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		control.WriteError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
 	limit := defaultLedgerPage
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxLedgerPage {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("limit must be 1 to %d", maxLedgerPage))
+			control.WriteError(w, http.StatusBadRequest, "invalid_request_error", fmt.Sprintf("limit must be 1 to %d", maxLedgerPage))
 			return
 		}
 		limit = n
 	}
 	cursor := q.Get("cursor")
 	if cursor != "" && !entryID(cursor) {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "malformed cursor")
+		control.WriteError(w, http.StatusBadRequest, "invalid_request_error", "malformed cursor")
 		return
 	}
 	entries, next, err := a.o.Store.RecentLedger(r.Context(), accountID, cursor, limit)
@@ -259,7 +258,7 @@ func (a *api) ledger(w http.ResponseWriter, r *http.Request, q url.Values, accou
 	for i, e := range entries {
 		out.Entries[i] = newLedgerEntry(e, labels[e.KeyID])
 	}
-	writeJSON(w, http.StatusOK, out)
+	control.WriteJSON(w, http.StatusOK, out)
 }
 
 // labels maps the account's key ids to their labels.
@@ -328,7 +327,7 @@ func csvRow(e store.LedgerEntry, label string) []string {
 // parameter, YYYY-MM; default the current one), oldest first, page by page.
 func (a *api) ledgerCSV(w http.ResponseWriter, r *http.Request, q url.Values, accountID string) {
 	if err := only(q, "month"); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		control.WriteError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
 	now := a.o.Now().UTC()
@@ -336,7 +335,7 @@ func (a *api) ledgerCSV(w http.ResponseWriter, r *http.Request, q url.Values, ac
 	if v := q.Get("month"); v != "" {
 		t, err := time.Parse("2006-01", v)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "month must be YYYY-MM")
+			control.WriteError(w, http.StatusBadRequest, "invalid_request_error", "month must be YYYY-MM")
 			return
 		}
 		from = t
@@ -419,20 +418,4 @@ func entryID(s string) bool {
 	_, e1 := strconv.ParseUint(ms, 10, 64)
 	_, e2 := strconv.ParseUint(seq, 10, 64)
 	return e1 == nil && e2 == nil
-}
-
-func writeError(w http.ResponseWriter, code int, typ, msg string) {
-	var e control.ErrorBody
-	e.Error.Type, e.Error.Message = typ, msg
-	writeJSON(w, code, e)
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		code, b = http.StatusInternalServerError, []byte(`{"error":{"type":"api_error","message":"internal error"}}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	w.Write(append(b, '\n'))
 }

@@ -101,7 +101,7 @@ func New(o Options) *Handler {
 		h.mux.Handle("/metrics", o.Metrics)
 	}
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such path")
+		WriteError(w, http.StatusNotFound, "not_found", "no such path")
 	})
 	return h
 }
@@ -167,7 +167,7 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, code, rec)
+	WriteJSON(w, code, rec)
 }
 
 // endpointNone is what the endpoint reporter says of an upstream with no
@@ -198,7 +198,7 @@ func (h *Handler) livez(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, probeRecord{Status: StatusOK})
+	WriteJSON(w, http.StatusOK, probeRecord{Status: StatusOK})
 }
 
 // readyz is the readiness probe: 200 while this pod can take model traffic
@@ -232,13 +232,13 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, code, rec)
+	WriteJSON(w, code, rec)
 }
 
 func getOrHead(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
+		WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
 		return false
 	}
 	return true
@@ -361,7 +361,7 @@ type ModelUsage struct {
 func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", "GET")
-		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "GET /v1/usage is read-only; use GET")
+		WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", "GET /v1/usage is read-only; use GET")
 		return
 	}
 	key, ok := Caller(w, r, h.o.Keys, h.o.Now(), usagePolicy, h.o.Logger)
@@ -370,7 +370,7 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	}
 	period, err := parsePeriod(r.URL.RawQuery)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
+		WriteError(w, http.StatusBadRequest, "invalid_request_error", err.Error())
 		return
 	}
 	if h.o.Settled != nil {
@@ -384,18 +384,18 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.o.Logger.Error("usage: read failed", "err", err, "account", key.AccountID)
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+		WriteError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
 		return
 	}
 	u := NewUsage(rep)
 	if err := h.addKeys(r.Context(), &u, key, period); err != nil {
 		h.o.Logger.Error("usage: key read failed", "err", err, "account", key.AccountID)
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+		WriteError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusOK, u)
+	WriteJSON(w, http.StatusOK, u)
 }
 
 // addKeys adds what the credential may see of keys: a model key its own
@@ -530,24 +530,26 @@ func Caller(w http.ResponseWriter, r *http.Request, keys auth.Authenticator, now
 	if errors.As(err, &ae) && ae.Reason == auth.Unavailable {
 		log.Error("key lookup failed", "path", r.URL.Path, "err", ae.Err)
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+		WriteError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
 		return store.Key{}, false
 	}
 	msg := "invalid token"
 	if ae != nil && ae.Reason == auth.Unauthenticated && ae.Message != "invalid API key" {
 		msg = ae.Message
 	}
-	writeError(w, http.StatusUnauthorized, "authentication_error", msg)
+	WriteError(w, http.StatusUnauthorized, "authentication_error", msg)
 	return store.Key{}, false
 }
 
-func writeError(w http.ResponseWriter, code int, typ, msg string) {
+// WriteError writes an error body of the sidecar's HTTP API.
+func WriteError(w http.ResponseWriter, code int, typ, msg string) {
 	var e ErrorBody
 	e.Error.Type, e.Error.Message = typ, msg
-	writeJSON(w, code, e)
+	WriteJSON(w, code, e)
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
+// WriteJSON writes v as a JSON reply of the sidecar's HTTP API.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		code, b = http.StatusInternalServerError, []byte(`{"error":{"type":"api_error","message":"internal error"}}`)
