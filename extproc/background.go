@@ -54,6 +54,7 @@ func (x *exchange) park(id string, complete bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), x.s.settleT)
 	defer cancel()
 	p := store.Parked{ResponseID: id, Upstream: x.upstream.Name, Settlement: st}
+	p.MaxInput, p.MaxOutput = usageBounds(x.price, x.bounds)
 	if err := x.s.parking.Park(ctx, p, x.s.now().Add(x.s.bgPoll)); err != nil {
 		// Settled now at what is known: never left unbilled.
 		x.s.log.Error("parking a background response failed; settled at its estimate", "request_id", x.requestID, "err", err)
@@ -151,6 +152,13 @@ func (s *Server) settleParked(p store.Parked, r usage.Report) {
 	st.EndedAt = s.now()
 	st.Usage, st.Reported, st.Estimated = r.Usage, r.Model, r.Estimated
 	st.Interrupted = false
+	if p.MaxOutput > 0 { // parked before its bounds were recorded: as before
+		if u, ok := capUsage(st.Usage, p.MaxInput, p.MaxOutput); !ok {
+			st.Usage, st.Capped = u, true
+			s.metrics.capped.WithLabelValues(p.Upstream).Inc()
+			s.log.Warn("usage beyond what the request allowed was capped", "request_id", st.RequestID, "account", st.AccountID, "model", st.Priced)
+		}
+	}
 	var price *pricing.Model
 	if up := s.upstreamNamed(p.Upstream); up != nil {
 		price, _ = up.Prices.Lookup(string(st.Requested))
@@ -161,14 +169,14 @@ func (s *Server) settleParked(p store.Parked, r usage.Report) {
 		if up := s.upstreamNamed(p.Upstream); up != nil {
 			region = up.regional[st.Endpoint]
 		}
-		c := price.Price(r.Usage, r.ServiceTier, region)
+		c := price.Price(st.Usage, r.ServiceTier, region)
 		st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
 		st.TierUnknown, st.Uplift, st.Region = c.UnknownTier, c.Uplift, ""
 		if c.Uplift > 0 {
 			st.Region = region
 		}
 	} else {
-		st.Cost = pricing.CostUplifted(r.Usage, pricing.Rates(st.Rates), st.Uplift)
+		st.Cost = pricing.CostUplifted(st.Usage, pricing.Rates(st.Rates), st.Uplift)
 	}
 	s.settler.enqueue(st, func(res store.SettleResult, took time.Duration) {
 		if res.Err != nil {

@@ -44,6 +44,10 @@ type Parked struct {
 	// Settlement is the request's settlement as far as it is known when
 	// the response is parked; the final state supplies usage and prices.
 	Settlement Settlement `json:"settlement"`
+	// MaxInput and MaxOutput bound the usage the final state may be
+	// charged for (what the request allowed); 0 when not recorded.
+	MaxInput  int64 `json:"max_input,omitempty"`
+	MaxOutput int64 `json:"max_output,omitempty"`
 }
 
 // BackgroundRef names a parked response.

@@ -153,3 +153,29 @@ func TestBackgroundResponseNeverPolledSettledOnce(t *testing.T) {
 		t.Fatalf("the vendor was polled %d times", polls)
 	}
 }
+
+// A background response whose final state claims more output than its
+// request allowed is charged for max_output_tokens at most, flagged capped
+// and counted, as a reply read in one exchange is.
+func TestBackgroundResponseUsageIsCapped(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{Configure: func(c *config.Config) {
+		c.Limits.BackgroundPoll = config.Duration(100 * time.Millisecond)
+	}})
+	acct := s.NewAccount(10, noLimits)
+	h := chatCompletionsHeaders(acct.Key)
+	h["x-fake-controls"] = `{"background_polls":1,"output_tokens":9000000000000000000}`
+	resp, out := s.Do("POST", responsesPath, h,
+		[]byte(fmt.Sprintf(`{"model":%q,"background":true,"max_output_tokens":300,"input":"Work on this"}`, backgroundModel)))
+	var r struct{ ID string }
+	if resp.StatusCode != 200 || json.Unmarshal(out, &r) != nil || r.ID == "" {
+		t.Fatalf("background create: %d %s", resp.StatusCode, out)
+	}
+	waitUnparked(t, s, acct.ID, r.ID)
+	entries := checkBooks(t, s, acct.ID, 10_000_000_000, map[string]bool{})
+	if len(entries) != 1 || !entries[0].Capped || entries[0].Usage.Output != 300 {
+		t.Fatalf("ledger %+v; want one entry of 300 output tokens, capped", entries)
+	}
+	if n := sidecarMetric(t, s, "gateway_usage_capped_total"); n != 1 {
+		t.Errorf("gateway_usage_capped_total %v, want 1", n)
+	}
+}
