@@ -494,6 +494,12 @@ func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attr
 		}
 		if b.GetEndOfStream() {
 			x.replyDone = true
+			if x.req.Background {
+				// Parked before the reply naming the response reaches the
+				// client, so that its first read finds it parked and
+				// settles it.
+				x.settle(true)
+			}
 		} else if x.open.WantCheckpoint() {
 			// Once per renewal interval, not per chunk: what a crash would
 			// leave the sweeper to charge.
