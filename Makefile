@@ -136,13 +136,14 @@ fuzz:
 	done
 
 ## bench: the full benchmark against bare Envoy; writes test/bench/results.md.
-## BENCH_ARGS adds options, e.g. BENCH_ARGS="-trace-percent 1 -sink" (tracing at 1 %, the ledger sink running)
+## BENCH_ARGS adds options, e.g. BENCH_ARGS="-trace-percent 1 -sink -webhook-down" (tracing at 1 %, the ledger
+## sink running, alerts sent to a receiver that never answers)
 bench: build envoy redis postgres
 	$(GO) build -o $(BIN)/bench ./test/bench
 	GATEWAY_BIN_DIR=$(abspath $(BIN)) $(BIN)/bench -out test/bench/results.md $(BENCH_ARGS)
 
-bench-smoke: build envoy redis
-	GATEWAY_BIN_DIR=$(abspath $(BIN)) $(GO) run ./test/bench -smoke -out $(BIN)/bench-smoke.md
+bench-smoke: build envoy redis postgres
+	GATEWAY_BIN_DIR=$(abspath $(BIN)) $(GO) run ./test/bench -smoke -trace-percent 1 -sink -webhook-down -out $(BIN)/bench-smoke.md
 
 ## proto: regenerate the admin API's Go code with buf (proto/buf.gen.yaml; pinned generators from the Go module proxy)
 proto:

@@ -104,9 +104,10 @@ func tokenBounds(price *pricing.Model, req format.Request, bodyBytes int64) boun
 	return bounds{input, output}
 }
 
-// maxWebSearches bounds the web searches one reply is charged for; vendors
-// run a few dozen at most.
-const maxWebSearches = 1000
+// maxToolCalls bounds each kind of built-in tool call (web searches, file
+// searches, code interpreter sessions, image generations) one reply is
+// charged for; vendors run a few dozen at most.
+const maxToolCalls = 1000
 
 // defaultMaxInput is the context window assumed for a model the catalogue
 // gives none for: far above any model's today.
@@ -127,7 +128,7 @@ func usageBounds(price *pricing.Model, b bounds) (input, output int64) {
 
 // capUsage limits a reply's usage to what its request allowed (tokenBounds):
 // input-side kinds together to input, output-side kinds together to output
-// (the hold covers no more), web searches to maxWebSearches. A vendor's
+// (the hold covers no more), each kind of tool call to maxToolCalls. A vendor's
 // figure beyond them is not believed: ok is false when anything was cut.
 func capUsage(u usage.Usage, input, output int64) (capped usage.Usage, ok bool) {
 	ok = true
@@ -144,8 +145,10 @@ func capUsage(u usage.Usage, input, output int64) (capped usage.Usage, ok bool) 
 		take(v, &output)
 	}
 	u.Reasoning = min(u.Reasoning, u.Output) // inside output
-	if u.WebSearches > maxWebSearches {
-		u.WebSearches, ok = maxWebSearches, false
+	for _, v := range []*int64{&u.WebSearches, &u.FileSearches, &u.CodeInterpreter, &u.ImageGenerations} {
+		if *v > maxToolCalls {
+			*v, ok = maxToolCalls, false
+		}
 	}
 	return u, ok
 }

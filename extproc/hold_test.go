@@ -142,6 +142,18 @@ func TestCapUsage(t *testing.T) {
 	if got, ok := capUsage(usage.Usage{Input: 100, Output: 150, AudioOutput: 50}, 100, 200); !ok || got.Output != 150 {
 		t.Errorf("within bounds: %+v, %v", got, ok)
 	}
+	// Every kind is bounded, whichever it is: a kind added to internal/usage
+	// fails here until capUsage bounds it.
+	var huge usage.Usage
+	for _, k := range usage.Kinds {
+		k.Set(&huge, 9e18)
+	}
+	got, _ = capUsage(huge, 100, 200)
+	for _, k := range usage.Kinds {
+		if k.Of(got) > maxToolCalls {
+			t.Errorf("%s not capped: %d", k.Name, k.Of(got))
+		}
+	}
 }
 
 // holdFor is the hold of req with a body of bodyBytes, as admission takes it.

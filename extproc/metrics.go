@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/modelgateway/gateway/extproc/format"
@@ -41,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 			Name: "gateway_requests_total", Help: "Metered requests settled, by upstream, model, status and endpoint.",
 		}, []string{"upstream", "model", "status", "endpoint"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_tokens_total", Help: "Usage billed, by upstream, model and kind (the usage kinds: input, output, cache_read, cache_write_5m, cache_write_1h, audio_input, audio_output, reasoning (inside output), web_searches).",
+			Name: "gateway_tokens_total", Help: "Usage billed, by upstream, model and kind (the usage kinds: " + kindNames() + "; reasoning is part of output).",
 		}, []string{"upstream", "model", "kind"}),
 		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_cost_usd_total", Help: "Cost billed in USD, by upstream and model.",
@@ -135,11 +137,20 @@ func (m *Metrics) InitModels(upstream string, models []string) {
 				m.requests.WithLabelValues(upstream, model, st, ep)
 			}
 		}
-		for _, kind := range []string{"input", "output", "cache_write", "cache_read"} {
+		for _, kind := range []string{"input", "output", "cache_write_5m", "cache_read"} {
 			m.tokens.WithLabelValues(upstream, model, kind)
 		}
 		m.cost.WithLabelValues(upstream, model)
 	}
+}
+
+// kindNames lists the usage kinds' names, comma-separated.
+func kindNames() string {
+	names := make([]string, len(usage.Kinds))
+	for i, k := range usage.Kinds {
+		names[i] = k.Name
+	}
+	return strings.Join(names, ", ")
 }
 
 // StoreError counts a failed store operation ("lookup", "admit", "settle")

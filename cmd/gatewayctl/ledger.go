@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -61,14 +64,14 @@ func (a *app) ledgerCmd() *cobra.Command {
 		}
 		resp := &adminv1.ListLedgerResponse{Entries: entries, NextPageToken: next}
 		err = a.show(resp, func(w io.Writer) {
-			row(w, "ID", "TIME", "KEY", "MODEL", "STATUS", "INPUT", "OUTPUT", "CACHE_WRITE", "CACHE_READ", "COST_USD", "ENDPOINT")
+			row(w, "ID", "TIME", "KEY", "MODEL", "STATUS", "INPUT", "OUTPUT", "CACHE_WRITE", "CACHE_READ", "COST_USD", "ENDPOINT", "OTHER_USAGE")
 			for _, e := range resp.Entries {
 				cost := formatUSD(e.CostNanoUsd)
 				if e.Estimated {
 					cost += " (est.)"
 				}
 				row(w, e.Id, when(e.EndTime), e.KeyId, e.Model, e.Status, e.InputTokens, e.OutputTokens,
-					e.CacheWriteTokens, e.CacheReadTokens, cost, orDash(e.Endpoint))
+					e.CacheWriteTokens, e.CacheReadTokens, cost, orDash(e.Endpoint), otherUsage(e.Usage))
 			}
 		})
 		a.more(resp.NextPageToken, "gatewayctl ledger "+args[0])
@@ -77,6 +80,26 @@ func (a *app) ledgerCmd() *cobra.Command {
 	p.add(cmd.Flags())
 	cmd.AddCommand(a.ledgerExportCmd())
 	return cmd
+}
+
+// shownUsage are the usage kinds the ledger table has columns for.
+var shownUsage = []string{"input", "output", "cache_write_5m", "cache_write_1h", "cache_read"}
+
+// otherUsage lists an entry's non-zero usage kinds that have no column
+// (reasoning, audio, the built-in tool calls, and any kind a newer gateway
+// meters), as "name=n" by name, or "-" for none.
+func otherUsage(u map[string]int64) string {
+	var out []string
+	for name, n := range u {
+		if n != 0 && !slices.Contains(shownUsage, name) {
+			out = append(out, name+"="+strconv.FormatInt(n, 10))
+		}
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
 }
 
 func (a *app) auditCmd() *cobra.Command {

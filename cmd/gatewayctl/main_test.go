@@ -21,11 +21,20 @@ const testToken = "cli-test-token"
 // startAdmin serves the admin API on miniredis and returns its address.
 func startAdmin(t *testing.T) string {
 	t.Helper()
+	addr, _ := startAdminStore(t)
+	return addr
+}
+
+// startAdminStore serves the admin API on miniredis and returns its address
+// and the store behind it.
+func startAdminStore(t *testing.T) (string, *store.Store) {
+	t.Helper()
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rdb.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc := admin.New(store.New(rdb, store.Options{}), admin.Options{
+	st := store.New(rdb, store.Options{})
+	svc := admin.New(st, admin.Options{
 		DefaultLimits: store.Limits{DailyNanoUSD: 7e9, RPM: 60, WindowMinutes: 1}, Logger: log,
 	})
 	srv, err := admin.NewServer(svc, testToken, log)
@@ -38,7 +47,7 @@ func startAdmin(t *testing.T) string {
 	}
 	go srv.Serve(l)
 	t.Cleanup(srv.Stop)
-	return l.Addr().String()
+	return l.Addr().String(), st
 }
 
 // ctl runs gatewayctl in process and returns its exit code and output.

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"github.com/modelgateway/gateway/internal/usage"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
@@ -369,6 +369,57 @@ func TestLedger(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument)
 	_, err = e.client.ListLedger(e.ctx, &adminv1.ListLedgerRequest{AccountId: "acct_missing"})
 	wantCode(t, err, codes.NotFound)
+}
+
+// Every usage kind the gateway meters reaches the admin API with its figure
+// and unit price, in listings and exports alike: a kind added to
+// internal/usage fails here until the ledger carries it to the API.
+func TestLedgerEveryKind(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(1e9)
+	ctx := context.Background()
+	var u, rates usage.Usage
+	for i, k := range usage.Kinds {
+		k.Set(&u, int64(i+1))
+		if k.Priced {
+			k.Set(&rates, int64(i+1)*1_000_000)
+		}
+	}
+	if _, err := e.st.Admit(ctx, store.Admission{RequestID: "r", AccountID: a.Id, Hold: 10}); err != nil {
+		t.Fatal(err)
+	}
+	st := store.Settlement{RequestID: "r", AccountID: a.Id, KeyID: "key_1", Priced: "m", Usage: u, Rates: rates,
+		Cost: 5, Status: 200, Endpoint: "primary", StartedAt: start, EndedAt: start}
+	if _, err := e.st.Settle(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	list, err := e.client.ListLedger(e.ctx, &adminv1.ListLedgerRequest{AccountId: a.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	export, err := e.client.ExportLedger(e.ctx, &adminv1.ExportLedgerRequest{AccountId: a.Id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, entries := range map[string][]*adminv1.LedgerEntry{"list": list.Entries, "export": export.Entries} {
+		if len(entries) != 1 {
+			t.Fatalf("%s: %d entries", name, len(entries))
+		}
+		got := entries[0]
+		for _, k := range usage.Kinds {
+			if q, ok := got.Usage[k.Name]; !ok || q != k.Of(u) {
+				t.Errorf("%s: usage[%s] = %d, %t; want %d", name, k.Name, q, ok, k.Of(u))
+			}
+			if p, ok := got.PricesNanoUsdPerMillion[k.Name]; ok != k.Priced || p != k.Of(rates) {
+				t.Errorf("%s: prices[%s] = %d, %t; want %d, %t", name, k.Name, p, ok, k.Of(rates), k.Priced)
+			}
+		}
+		// The responses operation's built-in tools, by the names clients read.
+		if got.Usage["file_searches"] != 10 || got.Usage["code_interpreter_sessions"] != 11 || got.Usage["image_generations"] != 12 ||
+			got.PricesNanoUsdPerMillion["code_interpreter_sessions"] != 11_000_000 || len(got.Usage) != len(usage.Kinds) {
+			t.Errorf("%s: usage %v, prices %v", name, got.Usage, got.PricesNanoUsdPerMillion)
+		}
+	}
 }
 
 // Export pages after the committed mark; commits move it forward only.

@@ -181,7 +181,7 @@ func (a *api) daily(w http.ResponseWriter, r *http.Request, q url.Values, accoun
 	for i, d := range series {
 		out.Days[i] = Day{
 			Date: d.Day.Format(time.DateOnly), Requests: d.Requests, CostUSD: pricing.USD(d.Cost),
-			Quantities: quantities(d.Usage),
+			Quantities: control.QuantitiesOf(d.Usage),
 		}
 	}
 	control.WriteJSON(w, http.StatusOK, out)
@@ -282,7 +282,7 @@ func newLedgerEntry(e store.LedgerEntry, label string) LedgerEntry {
 		Status: e.Status, Stream: e.Stream, Estimated: e.Estimated, Interrupted: e.Interrupted,
 		FallbackPrice: e.Fallback, Capped: e.Capped, Reconciled: e.Reconciled, Endpoint: e.Endpoint,
 		ServiceTier: e.ServiceTier, TierUnknown: e.TierUnknown, RegionalProcessing: e.Region, RegionalUpliftPPM: e.Uplift,
-		Quantities: quantities(e.Usage), CostUSD: pricing.USD(e.Cost), CostNanoUSD: e.Cost,
+		Quantities: control.QuantitiesOf(e.Usage), CostUSD: pricing.USD(e.Cost), CostNanoUSD: e.Cost,
 	}
 }
 
@@ -374,15 +374,6 @@ func (a *api) ledgerCSV(w http.ResponseWriter, r *http.Request, q url.Values, ac
 		}
 	}
 	cw.Flush()
-}
-
-func quantities(u usage.Usage) control.Quantities {
-	return control.Quantities{
-		InputTokens: u.Input, OutputTokens: u.Output, CacheReadTokens: u.CacheRead,
-		CacheWrite5mTokens: u.CacheWrite5m, CacheWrite1hTokens: u.CacheWrite1h,
-		AudioInputTokens: u.AudioInput, AudioOutputTokens: u.AudioOutput,
-		ReasoningTokens: u.Reasoning, WebSearches: u.WebSearches,
-	}
 }
 
 // timeString formats t as RFC 3339 in UTC with milliseconds; "" for the

@@ -78,7 +78,7 @@ func (f *fixture) settle(t *testing.T, id string, cost int64) {
 	}
 	_, err := f.st.Settle(ctx, store.Settlement{
 		RequestID: id, AccountID: f.acct, KeyID: f.keyID, Requested: "m-req", Priced: "<img src=x>", Reported: "m-rep",
-		Usage: usage.Usage{Input: 10, Output: 5, CacheRead: 2}, Rates: usage.Usage{Input: 3_000_000_000},
+		Usage: usage.Usage{Input: 10, Output: 5, CacheRead: 2, CodeInterpreter: 1}, Rates: usage.Usage{Input: 3_000_000_000},
 		Cost: cost, Status: 200, Estimated: true, StartedAt: f.clk.Now().Add(-time.Second), EndedAt: f.clk.Now(),
 	})
 	if err != nil {
@@ -193,7 +193,7 @@ func TestLedgerPagesNewestFirst(t *testing.T) {
 		p := decode[LedgerPage](t, f.get(t, f.ro, target))
 		for _, e := range p.Entries {
 			got = append(got, e.RequestID)
-			if e.KeyLabel != "<b>ci</b>" || e.Model != "<img src=x>" || !e.Estimated || e.InputTokens != 10 {
+			if e.KeyLabel != "<b>ci</b>" || e.Model != "<img src=x>" || !e.Estimated || e.InputTokens != 10 || e.CodeInterpreterSessions != 1 {
 				t.Errorf("entry: %+v", e)
 			}
 		}

@@ -703,7 +703,7 @@ func (op *Operator) revokeKey(w http.ResponseWriter, r *http.Request, s *session
 }
 
 // modelRow is one model on the price list, at standard prices in USD per
-// million units (per search for web searches).
+// million units (per call or session for the built-in tools).
 type modelRow struct {
 	Upstream, Model, Source string
 	Aliases                 []string
@@ -735,8 +735,8 @@ func (op *Operator) models(w http.ResponseWriter, r *http.Request, s *session) {
 					continue
 				}
 				n := rates.Of(k)
-				if k.Name == "web_searches" {
-					n /= 1_000_000 // per search
+				if pricing.PerCall(k.Name) {
+					n /= 1_000_000 // per call or session
 				}
 				row.Prices = append(row.Prices, field{Name: strings.ReplaceAll(k.Name, "_", " "), Value: "$" + FormatUSD(n)})
 			}

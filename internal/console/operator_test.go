@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/admin"
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -275,6 +277,32 @@ func TestParseUSD(t *testing.T) {
 	for _, in := range []string{"", "0", "-1", "1e3", "1.0000000001", "1,5", "9999999999"} {
 		if _, err := parseUSD(in, false); err == nil {
 			t.Errorf("parseUSD(%q) accepted", in)
+		}
+	}
+}
+
+// Per-call prices (built-in tools) are shown per call, token prices per
+// million tokens.
+func TestOperatorModelPrices(t *testing.T) {
+	f := setupOperator(t)
+	cat, err := pricing.ParseCatalogue([]byte(`{
+		"m": {"litellm_provider": "openai", "mode": "chat", "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6,
+		      "search_context_cost_per_query": {"search_context_size_medium": 0.01}},
+		"openai/container": {"litellm_provider": "openai", "mode": "chat", "code_interpreter_cost_per_session": 0.03}
+	}`), []string{"openai"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := pricing.NewTable(cat, config.Models{Providers: []string{"openai"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.op.o.Prices, f.op.o.Upstreams = pricing.Book{"beta": table}, []string{"beta"}
+	cookie, _ := f.signIn(t)
+	page := f.do(t, "GET", "/models", cookie, nil, nil).Body.String()
+	for _, want := range []string{"input: $1.00", "output: $2.00", "web searches: $0.01", "code interpreter sessions: $0.03"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("models page lacks %q:\n%s", want, page)
 		}
 	}
 }

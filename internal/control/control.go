@@ -339,7 +339,8 @@ type Quantities struct {
 	ImageGenerations        int64 `json:"image_generations"`
 }
 
-func quantities(u usage.Usage) Quantities {
+// QuantitiesOf returns u's quantities, every kind in its JSON field.
+func QuantitiesOf(u usage.Usage) Quantities {
 	return Quantities{
 		InputTokens: u.Input, OutputTokens: u.Output, CacheReadTokens: u.CacheRead,
 		CacheWrite5mTokens: u.CacheWrite5m, CacheWrite1hTokens: u.CacheWrite1h,
@@ -490,7 +491,7 @@ func NewUsage(rep store.UsageReport) Usage {
 			},
 		},
 		Usage: UsageTotals{
-			Quantities:  quantities(rep.Totals.Usage),
+			Quantities:  QuantitiesOf(rep.Totals.Usage),
 			CacheTokens: rep.Totals.Usage.CacheRead + rep.Totals.Usage.CacheWrite5m + rep.Totals.Usage.CacheWrite1h,
 			Requests:    rep.Totals.Requests,
 			CostUSD:     pricing.USD(rep.Totals.Cost),
@@ -499,7 +500,7 @@ func NewUsage(rep store.UsageReport) Usage {
 	}
 	for _, m := range rep.ByModel {
 		u.ByModel = append(u.ByModel, ModelUsage{
-			Model: string(m.Model), Requests: m.Requests, Quantities: quantities(m.Usage),
+			Model: string(m.Model), Requests: m.Requests, Quantities: QuantitiesOf(m.Usage),
 			CostUSD: pricing.USD(m.Cost),
 		})
 	}

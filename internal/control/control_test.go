@@ -297,3 +297,33 @@ func TestNotReadyBeforeEndpointsAreKnown(t *testing.T) {
 		}
 	}
 }
+
+// Every usage kind has its own field in the usage JSON (GET /v1/usage and
+// the console's): a kind added to internal/usage fails here until
+// Quantities carries it.
+func TestQuantitiesCarryEveryKind(t *testing.T) {
+	var u usage.Usage
+	for i, k := range usage.Kinds {
+		k.Set(&u, int64(i+1))
+	}
+	b, err := json.Marshal(QuantitiesOf(u))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]int64
+	if err := json.Unmarshal(b, &fields); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	for _, v := range fields {
+		seen[v] = true
+	}
+	for i, k := range usage.Kinds {
+		if !seen[int64(i+1)] {
+			t.Errorf("kind %s (%d) is in no field of %s", k.Name, i+1, b)
+		}
+	}
+	if len(fields) != len(usage.Kinds) {
+		t.Errorf("%d fields for %d kinds: %s", len(fields), len(usage.Kinds), b)
+	}
+}

@@ -199,7 +199,7 @@ func (s *Sink) copyAccount(ctx context.Context, account string) (inserted int, l
 		}
 	}
 	for {
-		page, _, err := s.st.Ledger(ctx, account, after, s.opts.PageSize)
+		page, err := s.read(ctx, account, after)
 		if errors.Is(err, store.ErrNotFound) {
 			return inserted, time.Time{}, nil // deleted since listed
 		}
@@ -228,6 +228,31 @@ func (s *Sink) copyAccount(ctx context.Context, account string) (inserted int, l
 			return inserted, time.Time{}, nil
 		}
 	}
+}
+
+// readChunk bounds one ledger read from the store: Redis runs a command
+// to its end before the next, and admissions queue behind it. A read of
+// 100 entries takes tens of microseconds there; one of 1,000 took up to
+// 3 ms under load.
+const readChunk = 100
+
+// read returns up to a page of the account's entries after after, read
+// in chunks of readChunk.
+func (s *Sink) read(ctx context.Context, account, after string) ([]store.LedgerEntry, error) {
+	var page []store.LedgerEntry
+	for len(page) < s.opts.PageSize {
+		n := min(readChunk, s.opts.PageSize-len(page))
+		chunk, _, err := s.st.Ledger(ctx, account, after, n)
+		if err != nil {
+			return nil, err
+		}
+		page = append(page, chunk...)
+		if len(chunk) < n {
+			break
+		}
+		after = chunk[len(chunk)-1].ID
+	}
+	return page, nil
 }
 
 // mark moves the store's sink mark to the cursor committed in PostgreSQL,

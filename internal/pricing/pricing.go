@@ -289,12 +289,17 @@ func (m *Model) Hold(bodyBytes, maxOutput int64) int64 {
 // perCall are the usage kinds priced per built-in tool call or session.
 var perCall = []string{"web_searches", "file_searches", "code_interpreter_sessions", "image_generations"}
 
+// PerCall reports whether the usage kind named kind is priced per built-in
+// tool call or session rather than per token: its rates, per million units
+// like every kind's, are shown per call.
+func PerCall(kind string) bool { return slices.Contains(perCall, kind) }
+
 // CallHold returns the most calls built-in tool calls can cost: each at
 // the dearest per-call price the model has.
 func (m *Model) CallHold(calls int64) int64 {
 	var p int64
 	for key, v := range m.prices {
-		if slices.Contains(perCall, key.Kind) {
+		if PerCall(key.Kind) {
 			p = max(p, v)
 		}
 	}

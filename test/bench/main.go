@@ -44,6 +44,7 @@ func main() {
 		null     = flag.String("null-processor", "", "internal: serve the null ext_proc processor on this address and nothing else")
 		tracePct = flag.Float64("trace-percent", -1, "trace this share of the gateway's requests (0-100) to an in-process OTLP collector; off by default")
 		sink     = flag.Bool("sink", false, "run the ledger sink against the gateway's Redis, into a PostgreSQL the bench starts")
+		hooksOff = flag.Bool("webhook-down", false, "send the gateway's alerts to a webhook receiver that accepts connections and never answers, with alerts pending for the whole run")
 		env      listFlag
 	)
 	flag.Var(&env, "sidecar-env", "KEY=VALUE for the sidecar's environment, repeatable (e.g. GOMAXPROCS=1, GOGC=200) to try a setting")
@@ -74,7 +75,7 @@ func main() {
 	if *open >= 0 {
 		p.openStreams, p.openRate, p.settle = *open, 1000, 2*time.Second
 	}
-	b := start(tb, p, env, *tracePct)
+	b := start(tb, p, env, options{tracePct: *tracePct, webhookDown: *hooksOff})
 	b.res.note = *note
 	var ls *ledgerSink
 	if *sink {
@@ -94,6 +95,9 @@ func main() {
 	}
 	if ls != nil {
 		extra = append(extra, "ledger sink running: "+ls.status())
+	}
+	if b.hooks != nil {
+		extra = append(extra, "alerts sent to a webhook receiver that never answers: "+b.hooks.status(b.gw))
 	}
 	if len(extra) > 0 {
 		b.res.note = strings.TrimPrefix(b.res.note+"; "+strings.Join(extra, "; "), "; ")
@@ -176,7 +180,8 @@ type bench struct {
 	gwT, nullT, bareT *target
 	rdb               *redis.Client
 	res               *results
-	traces            *collector // nil unless tracing
+	traces            *collector    // nil unless tracing
+	hooks             *deadReceiver // nil unless -webhook-down
 }
 
 // The request every non-streaming slice sends: the messages format, a small body.
@@ -213,15 +218,32 @@ func up(tb *benchTB, o launch.Options) *launch.Stack {
 
 // start brings up the gateway, then bare Envoy pointed at the gateway's
 // fake vendors, so that both proxies reach the very same upstream process.
-func start(tb *benchTB, p plan, sidecarEnv []string, tracePct float64) *bench {
+// options are the gateway's optional parts under measurement.
+type options struct {
+	tracePct    float64 // < 0: tracing off
+	webhookDown bool
+}
+
+func start(tb *benchTB, p plan, sidecarEnv []string, o options) *bench {
 	res := &results{plan: p, started: time.Now(), env: readEnvironment(tb), loadStart: loadAvg(), sidecarEnv: sidecarEnv}
 	var traces *collector
-	var configure func(*config.Config)
-	if tracePct >= 0 {
+	var configures []func(*config.Config)
+	if o.tracePct >= 0 {
 		var addr string
 		traces, addr = startCollector(tb)
-		configure = func(c *config.Config) {
-			c.Tracing = config.Tracing{Endpoint: addr, Protocol: config.TracingGRPC, SamplingPercent: &tracePct}
+		configures = append(configures, func(c *config.Config) {
+			c.Tracing = config.Tracing{Endpoint: addr, Protocol: config.TracingGRPC, SamplingPercent: &o.tracePct}
+		})
+	}
+	var hooks *deadReceiver
+	if o.webhookDown {
+		hooks = startDeadReceiver(tb)
+		configures = append(configures, hooks.configure)
+		sidecarEnv = append(slices.Clip(sidecarEnv), hooks.env())
+	}
+	configure := func(c *config.Config) {
+		for _, f := range configures {
+			f(c)
 		}
 	}
 	log.Printf("starting the gateway stack")
@@ -250,12 +272,15 @@ func start(tb *benchTB, p plan, sidecarEnv []string, tracePct float64) *bench {
 	log.Printf("starting the bare Envoy stack")
 	bare := up(tb, launch.Options{Bare: true, Configure: sameVendor})
 	acct := gw.NewAccount(1_000_000, store.Limits{})
+	if hooks != nil {
+		hooks.alertAccounts(tb, gw)
+	}
 	// The null processor swaps no credential: send the vendor's own key.
 	vendorHeaders := map[string]string{
 		"x-api-key": launch.AlphaVendorKey, "anthropic-version": "2023-06-01", "content-type": "application/json",
 	}
 	b := &bench{
-		tb: tb, plan: p, gw: gw, null: null, bare: bare, nullPid: nullPid, res: res, traces: traces,
+		tb: tb, plan: p, gw: gw, null: null, bare: bare, nullPid: nullPid, res: res, traces: traces, hooks: hooks,
 		gwT: newTarget("gateway", gw.URL, map[string]string{
 			"x-api-key": acct.Key, "anthropic-version": "2023-06-01", "content-type": "application/json",
 		}),

@@ -2035,13 +2035,17 @@ type LedgerEntry struct {
 	// model is the priced catalogue entry the usage is counted under.
 	ModelRequested string `protobuf:"bytes,16,opt,name=model_requested,json=modelRequested,proto3" json:"model_requested,omitempty"`
 	ModelReported  string `protobuf:"bytes,17,opt,name=model_reported,json=modelReported,proto3" json:"model_reported,omitempty"`
-	// Every usage kind by its ledger name: input, output, cache_read,
-	// cache_write_5m, cache_write_1h, audio_input, audio_output, reasoning
-	// (part of output), web_searches. cache_write_tokens is the sum of the
-	// two cache writes.
+	// Every usage kind the gateway meters, by its ledger name, zeros
+	// included: the tokens input, output, cache_read, cache_write_5m,
+	// cache_write_1h, audio_input, audio_output and reasoning (part of
+	// output); the built-in tool calls web_searches, file_searches,
+	// code_interpreter_sessions (sessions) and image_generations. A kind
+	// added later appears here under its name, with no new field.
+	// cache_write_tokens is the sum of the two cache writes.
 	Usage map[string]int64 `protobuf:"bytes,18,rep,name=usage,proto3" json:"usage,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	// The unit price used for each priced kind, in nano-USD per million units
-	// (tokens; searches for web_searches): with usage, an invoice line.
+	// The unit price used for each priced kind (every kind but reasoning), in
+	// nano-USD per million units (tokens; calls or sessions for the built-in
+	// tools): with usage, an invoice line.
 	PricesNanoUsdPerMillion map[string]int64 `protobuf:"bytes,19,rep,name=prices_nano_usd_per_million,json=pricesNanoUsdPerMillion,proto3" json:"prices_nano_usd_per_million,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// The service tier priced ("" for standard) and the long-context
 	// threshold applied (tokens; 0 for none).
