@@ -35,6 +35,9 @@ var waitOutcomes = []waitOutcome{waitAdmitted, waitTimeout, waitCancelled, waitR
 // admission (admit.lua), which takes the slot, the hold and the request's
 // place in the rate window only when it admits, and a concurrency refusal
 // counts nothing. Attempts poll: the slot may be freed by any sidecar.
+// A waiting request blocks only its own stream's goroutine (gRPC starts a
+// new one for a stream when its stream workers are all busy), and the
+// number of waiters is bounded.
 type slotWaiter struct {
 	bound time.Duration // the longest any request waits; 0: none waits
 	slots chan struct{} // one per waiting request

@@ -3,9 +3,15 @@ package extproc
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
 )
@@ -151,4 +157,72 @@ func TestSlotWaitBoundsWaiters(t *testing.T) {
 	if _, outcome, _ := w.wait(context.Background(), 30*time.Second, concurrencyRefusal, f.admit); outcome != waitAdmitted {
 		t.Fatalf("with room: %v, want admitted", outcome)
 	}
+}
+
+// admitRequest runs a request's headers and body through x and returns the
+// answer to the body.
+func (r *rig) admitRequest(ctx context.Context, x *exchange) *extprocv3.ProcessingResponse {
+	if resp := x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key,
+			"content-type", "application/json", "content-length", strconv.Itoa(len(reqBody)), "anthropic-version", "2023-06-01"),
+	}}); resp.GetImmediateResponse() != nil {
+		return resp
+	}
+	return x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
+	}})
+}
+
+// An exchange refused for concurrency by a key with a wait extends Envoy's
+// message timeout by the wait, waits, and is admitted once the request
+// holding the slot settles, counted once in the rate window; one whose
+// client leaves while waiting is refused, having taken nothing.
+func TestExchangeWaitsForASlot(t *testing.T) {
+	r := newRigWith(t, "alpha", rigAccount{key: store.KeyOptions{Limits: store.Limits{
+		Concurrency: 1, RPM: 100, WindowMinutes: 1, ConcurrencyWaitSeconds: 10}}})
+	r.srv.waiter = newSlotWaiter(time.Minute, 4)
+	ctx := context.Background()
+	first := &exchange{s: r.srv}
+	if resp := r.admitRequest(ctx, first); resp.GetRequestBody() == nil {
+		t.Fatalf("first request: %v", resp)
+	}
+	waiting := func(n int) {
+		t.Helper()
+		eventually.That(t, 5*time.Second, "waiters", func() (bool, string) {
+			return len(r.srv.waiter.slots) == n, fmt.Sprint(len(r.srv.waiter.slots), " waiting")
+		})
+	}
+
+	sent := make(chan *extprocv3.ProcessingResponse, 1)
+	second := &exchange{s: r.srv, send: func(m *extprocv3.ProcessingResponse) error { sent <- m; return nil }}
+	answer := make(chan *extprocv3.ProcessingResponse, 1)
+	go func() { answer <- r.admitRequest(ctx, second) }()
+	waiting(1)
+	if ext := <-sent; ext.GetOverrideMessageTimeout().AsDuration() != 10*time.Second+config.ExtProcMessageTimeout {
+		t.Fatalf("message timeout extended by %v, want the wait + %v", ext.GetOverrideMessageTimeout().AsDuration(), config.ExtProcMessageTimeout)
+	}
+	first.finish() // the first request ends: its slot frees when it settles
+	if resp := <-answer; resp.GetRequestBody() == nil {
+		t.Fatalf("after the slot freed: %v", resp)
+	}
+
+	// A third waits for the second's slot; its client leaves.
+	cctx, leave := context.WithCancel(ctx)
+	third := &exchange{s: r.srv, send: func(*extprocv3.ProcessingResponse) error { return nil }}
+	go func() { answer <- r.admitRequest(cctx, third) }()
+	waiting(1)
+	leave()
+	resp := <-answer
+	if ir := resp.GetImmediateResponse(); ir == nil || ir.GetStatus().GetCode() != 429 {
+		t.Fatalf("a waiter whose client left: %v", resp)
+	}
+	if third.admitted {
+		t.Fatal("the request whose client left was admitted")
+	}
+	waiting(0)
+	rl, err := r.mr.ZMembers("gw:{acct:" + r.acct + "}:krl:" + second.key.ID)
+	if err != nil || len(rl) != 2 {
+		t.Fatalf("the rate window holds %v (%v), want the two admitted requests", rl, err)
+	}
+	second.finish()
 }

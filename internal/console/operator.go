@@ -591,7 +591,7 @@ type limitInput struct {
 
 var limitLabels = map[string]string{
 	"rpm": "Requests per minute", "window_minutes": "Window (minutes)", "tpm": "Tokens per minute",
-	"concurrency": "Requests at once",
+	"concurrency": "Requests at once", "concurrency_wait_seconds": "Wait for a slot (seconds)",
 }
 
 func limitInputs(msg proto.Message) []limitInput {

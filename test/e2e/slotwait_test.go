@@ -186,6 +186,35 @@ func TestConcurrencyWait(t *testing.T) {
 		}
 	})
 
+	t.Run("the account's limit", func(t *testing.T) {
+		// The key's wait covers a refusal by its account's concurrency
+		// limit too: another key of the account holds the slot.
+		s.Primary.Reset()
+		busy := s.NewAccount(100, store.Limits{Concurrency: 1})
+		k, _, err := s.Store.CreateKey(ctx, busy.ID, store.ModelKey, store.KeyOptions{Label: "queues",
+			Limits: store.Limits{ConcurrencyWaitSeconds: 20}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		admitted := waits("admitted")
+		release := heldStream(t, s, busy.Key)
+		second := send(s, k)
+		eventually.That(t, 10*time.Second, "the second request waits", func() (bool, string) {
+			n := metricValue(t, s, "gateway_concurrency_waiters")
+			return n == 1, fmt.Sprint(n, " waiting")
+		})
+		if n := vendorSaw(); n != 1 {
+			t.Fatalf("the vendor saw %d requests while the second waited, want 1", n)
+		}
+		release()
+		if a := <-second; a.status != 200 {
+			t.Fatalf("after the account's slot freed: %d %s", a.status, a.body)
+		}
+		if peak := s.Primary.Stats()["messages_peak_in_flight"]; peak != 1 || waits("admitted")-admitted != 1 {
+			t.Fatalf("peak in flight %d, admitted waits +%v; want 1 and 1", peak, waits("admitted")-admitted)
+		}
+	})
+
 	t.Run("the wait passes", func(t *testing.T) {
 		s.Primary.Reset()
 		// Longer than Envoy's message timeout (5 s): the sidecar extends it,
