@@ -59,6 +59,8 @@ type view struct {
 	MaxRequestBytes          int64
 	StreamIdleTimeout        string
 	MaxStreamDuration        string
+	MessageTimeout           string
+	MaxMessageTimeout        string
 	CircuitBreakers          config.CircuitBreakers
 	AccessLog                string
 	Bare                     bool
@@ -129,6 +131,8 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		MaxRequestBytes:   c.Limits.MaxRequestBytes,
 		StreamIdleTimeout: seconds(c.Envoy.StreamIdleTimeout.D()),
 		MaxStreamDuration: seconds(c.Envoy.MaxStreamDuration.D()),
+		MessageTimeout:    seconds(config.ExtProcMessageTimeout),
+		MaxMessageTimeout: seconds(config.MaxConcurrencyWait + config.ExtProcMessageTimeout),
 		CircuitBreakers:   c.Envoy.CircuitBreakers,
 		AccessLog:         accessLogPath(c.Envoy.AccessLog),
 		Bare:              o.Bare,

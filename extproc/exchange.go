@@ -12,11 +12,13 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/format/responses"
 	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
@@ -34,7 +36,11 @@ const MaxModelBytes = 256
 
 // exchange is the processor's state for one HTTP request.
 type exchange struct {
-	s        *Server
+	s *Server
+	// send sends a message on the stream outside the one answer to each
+	// message (the wait for a concurrency slot extends Envoy's message
+	// timeout with one); nil sends none.
+	send     func(*extprocv3.ProcessingResponse) error
 	upstream *Upstream
 	op       *Operation // the operation of a metered or counted route
 	route    *Route
@@ -352,14 +358,23 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 
 	x.bounds = tokenBounds(price, req, int64(len(body)))
 	hold, tokens := holdOf(price, req, x.bounds), x.bounds.total()
-	t0 := time.Now()
-	actx, traced := x.traceAdmission(ctx)
-	d, err := x.s.accounts.Admit(actx, store.Admission{
+	var t0 time.Time // the start of the admission that took the hold
+	adm := store.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID,
 		Priced: price.Name, Requested: usage.RequestedModel(req.Model), Hold: hold,
 		Tokens: tokens, Stream: req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
-	})
-	x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
+	}
+	admit := func(ctx context.Context) (store.Decision, error) {
+		t0 = time.Now()
+		d, err := x.s.accounts.Admit(ctx, adm)
+		x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
+		return d, err
+	}
+	actx, traced := x.traceAdmission(ctx)
+	d, err := admit(actx)
+	if err == nil && d.Outcome == store.ConcurrencyLimited {
+		d, err = x.waitForSlot(actx, d, admit)
+	}
 	traced(d, err)
 	if err != nil {
 		x.s.log.Error("admission failed", "err", err, "account", x.key.AccountID)
@@ -383,6 +398,35 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: x.withTimeout(x.editBody(body, req.Edit))},
 	}}
+}
+
+// waitForSlot lets a request refused only by a concurrency limit wait
+// for a slot, as long as its key allows and this sidecar has room for one
+// more waiter; it returns the decision that answers the request.
+func (x *exchange) waitForSlot(ctx context.Context, refused store.Decision,
+	admit func(context.Context) (store.Decision, error)) (store.Decision, error) {
+	w := x.s.waiter.limit(time.Duration(x.key.Limits.ConcurrencyWaitSeconds) * time.Second)
+	if w <= 0 {
+		return refused, nil
+	}
+	// Envoy answers 503 when the processor has not answered a message
+	// within its message timeout: extend it (once) to cover the wait.
+	if x.send != nil {
+		ext := &extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(w + config.ExtProcMessageTimeout)}
+		if err := x.send(ext); err != nil {
+			x.s.metrics.concurrencyWaits.WithLabelValues(string(waitCancelled)).Inc()
+			return refused, nil
+		}
+	}
+	start := time.Now()
+	x.s.metrics.concurrencyWaiters.Inc()
+	d, outcome, err := x.s.waiter.wait(ctx, w, refused, admit)
+	x.s.metrics.concurrencyWaiters.Dec()
+	x.s.metrics.concurrencyWaits.WithLabelValues(string(outcome)).Inc()
+	if outcome != waitFull {
+		x.s.metrics.concurrencyWaitSeconds.Observe(time.Since(start).Seconds())
+	}
+	return d, err
 }
 
 // withTimeout sets the request's per-attempt wait for its reply's headers

@@ -27,6 +27,10 @@ type Metrics struct {
 	streams       prometheus.Gauge
 	leaseCuts     prometheus.Counter
 	capped        *prometheus.CounterVec
+
+	concurrencyWaits       *prometheus.CounterVec
+	concurrencyWaitSeconds prometheus.Histogram
+	concurrencyWaiters     prometheus.Gauge
 }
 
 // NewMetrics creates the series and registers them with reg (if not nil).
@@ -74,12 +78,25 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		capped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_usage_capped_total", Help: "Replies whose reported usage exceeded what the request allowed (max_tokens × n for output, the model's context window for input) and was capped, by upstream.",
 		}, []string{"upstream"}),
+		concurrencyWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_concurrency_waits_total", Help: "Requests over a concurrency limit whose key lets them wait for a slot, by how the wait ended: admitted, timeout (429), cancelled (the client left), refused (by another limit or the store), full (too many waiters on this sidecar: 429 at once).",
+		}, []string{"outcome"}),
+		concurrencyWaitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gateway_concurrency_wait_seconds", Help: "Time requests waited for a concurrency slot, whatever the outcome.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60},
+		}),
+		concurrencyWaiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_concurrency_waiters", Help: "Requests waiting for a concurrency slot now.",
+		}),
 		leaseCuts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_lease_cuts_total", Help: "Requests cut short because their hold could not be renewed before its lease ended (the store unreachable).",
 		}),
 	}
 	// Known label values start at zero, so alerts on them work before the
 	// first error.
+	for _, o := range waitOutcomes {
+		m.concurrencyWaits.WithLabelValues(string(o))
+	}
 	for _, op := range []string{"lookup", "admit", "settle", "owner", "bind"} {
 		m.storeErrors.WithLabelValues(op)
 	}
@@ -101,7 +118,8 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
-			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.leaseCuts, m.capped)
+			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.leaseCuts, m.capped,
+			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters)
 	}
 	return m
 }

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -76,6 +77,13 @@ type Options struct {
 	// Tracer records each metered request's spans in the trace Envoy
 	// started; nil records none.
 	Tracer trace.Tracer
+	// ConcurrencyWaitBound is the longest a request over a concurrency
+	// limit waits for a slot, whatever its key allows; 0: none waits
+	// (config.Config.ConcurrencyWaitBound).
+	ConcurrencyWaitBound time.Duration
+	// ConcurrencyWaiters bounds the requests waiting for a slot at once;
+	// default config.DefaultConcurrencyWaiters.
+	ConcurrencyWaiters int
 }
 
 // Server implements Envoy's ExternalProcessor service.
@@ -97,6 +105,7 @@ type Server struct {
 	bgPoll    time.Duration
 	tracer    trace.Tracer
 	tracing   bool // tracer is set
+	waiter    *slotWaiter
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -138,6 +147,11 @@ func NewServer(o Options) *Server {
 	if s.bgPoll <= 0 {
 		s.bgPoll = DefaultBackgroundPoll
 	}
+	waiters := o.ConcurrencyWaiters
+	if waiters <= 0 {
+		waiters = config.DefaultConcurrencyWaiters
+	}
+	s.waiter = newSlotWaiter(o.ConcurrencyWaitBound, waiters)
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -192,7 +206,7 @@ func (s *Server) upstream(path string) *Upstream {
 
 // Process handles one HTTP request's stream of processing messages.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
-	x := &exchange{s: s}
+	x := &exchange{s: s, send: stream.Send}
 	s.active.Add(1)
 	defer s.active.Done()
 	s.metrics.inflight.Inc()

@@ -215,6 +215,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
 		Upstreams:       vendorRoutes, Keys: keys, Accounts: sp, Metrics: metrics, Logger: o.Logger,
 		OnRefusal: watcher.Refused,
+
+		ConcurrencyWaitBound: c.ConcurrencyWaitBound(),
+		ConcurrencyWaiters:   c.Limits.ConcurrencyWaiters,
 	})
 
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -16,8 +16,9 @@ import (
 // one given changes that limit, 0 removes it, the others stay.
 type levelLimitFlags struct {
 	rpm, window, tpm, concurrency int64
+	concurrencyWait               int64
 	daily, monthly, total         string
-	key                           bool // the lifetime cap is a key's only
+	key                           bool // the lifetime cap and the concurrency wait are a key's only
 }
 
 func (l *levelLimitFlags) add(f *pflag.FlagSet) {
@@ -29,6 +30,7 @@ func (l *levelLimitFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&l.monthly, "monthly-usd", "", "spend per UTC calendar month, USD (0: none)")
 	if l.key {
 		f.StringVar(&l.total, "total-usd", "", "lifetime spend of the key, USD; never resets (0: none)")
+		f.Int64Var(&l.concurrencyWait, "concurrency-wait", 0, "seconds a request over a concurrency limit may wait for a slot before 429 (0: 429 at once; at most 60)")
 	}
 }
 
@@ -42,6 +44,7 @@ func (l *levelLimitFlags) changes(f *pflag.FlagSet) (c limitChanges, any bool, e
 	}{
 		{"rpm", &l.rpm, &c.rpm}, {"window-minutes", &l.window, &c.window},
 		{"tpm", &l.tpm, &c.tpm}, {"concurrency", &l.concurrency, &c.concurrency},
+		{"concurrency-wait", &l.concurrencyWait, &c.concurrencyWait},
 	}
 	for _, i := range ints {
 		if f.Changed(i.name) {
@@ -72,6 +75,7 @@ func (l *levelLimitFlags) changes(f *pflag.FlagSet) (c limitChanges, any bool, e
 // limitChanges are limits to set; nil keeps one as it is.
 type limitChanges struct {
 	rpm, window, tpm, concurrency, daily, monthly, total *int64
+	concurrencyWait                                      *int64
 }
 
 // accountsLimitsCmd is `accounts limits ACCOUNT_ID [flags]`.
@@ -117,7 +121,7 @@ func (a *app) accountsLimitsCmd() *cobra.Command {
 func (a *app) keysLimitsCmd() *cobra.Command {
 	flags := levelLimitFlags{key: true}
 	cmd := &cobra.Command{
-		Use:   "limits ACCOUNT_ID KEY_ID [--rpm N --window-minutes N --tpm N --concurrency N --daily-usd X --monthly-usd X --total-usd X]",
+		Use:   "limits ACCOUNT_ID KEY_ID [--rpm N --window-minutes N --tpm N --concurrency N --concurrency-wait SECONDS --daily-usd X --monthly-usd X --total-usd X]",
 		Short: "Show a key's own limits and what it has used of each; with flags, change the limits given (0 removes one) without rotating the key",
 		Args:  cobra.ExactArgs(2),
 	}
@@ -131,7 +135,8 @@ func (a *app) keysLimitsCmd() *cobra.Command {
 		if changed {
 			r, err := a.client.SetKeyLimits(ctx, &adminv1.SetKeyLimitsRequest{AccountId: args[0], KeyId: args[1],
 				Rpm: c.rpm, WindowMinutes: c.window, Tpm: c.tpm, Concurrency: c.concurrency,
-				DailyNanoUsd: c.daily, MonthlyNanoUsd: c.monthly, TotalNanoUsd: c.total})
+				DailyNanoUsd: c.daily, MonthlyNanoUsd: c.monthly, TotalNanoUsd: c.total,
+				ConcurrencyWaitSeconds: c.concurrencyWait})
 			if err != nil {
 				return err
 			}
@@ -175,6 +180,9 @@ func limitRows(w io.Writer, l *adminv1.Limits, u usedOf, key bool) {
 	row(w, "window (minutes)", l.GetWindowMinutes(), "-")
 	row(w, "tokens per minute", limit(l.GetTpm(), false), u.minuteTokens)
 	row(w, "concurrency", limit(l.GetConcurrency(), false), u.inFlight)
+	if key {
+		row(w, "concurrency wait (s)", l.GetConcurrencyWaitSeconds(), "-")
+	}
 	row(w, "daily (USD)", limit(l.GetDailyNanoUsd(), true), spend(u.daily))
 	row(w, "monthly (USD)", limit(l.GetMonthlyNanoUsd(), true), spend(u.monthly))
 	if key {

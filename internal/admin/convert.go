@@ -22,6 +22,7 @@ func limitsToProto(l store.Limits) *adminv1.Limits {
 	return &adminv1.Limits{
 		DailyNanoUsd: l.DailyNanoUSD, Rpm: l.RPM, WindowMinutes: l.WindowMinutes,
 		Tpm: l.TPM, Concurrency: l.Concurrency, MonthlyNanoUsd: l.MonthlyNanoUSD, TotalNanoUsd: l.TotalNanoUSD,
+		ConcurrencyWaitSeconds: l.ConcurrencyWaitSeconds,
 	}
 }
 

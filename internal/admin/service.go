@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/modelgateway/gateway/internal/alerts"
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/store"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
@@ -124,8 +125,11 @@ func invalid(format string, args ...any) error {
 
 func checkLimits(l store.Limits) error {
 	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 || l.TPM < 0 || l.Concurrency < 0 ||
-		l.MonthlyNanoUSD < 0 || l.TotalNanoUSD < 0 {
+		l.MonthlyNanoUSD < 0 || l.TotalNanoUSD < 0 || l.ConcurrencyWaitSeconds < 0 {
 		return invalid("limits must not be negative")
+	}
+	if max := int64(config.MaxConcurrencyWait / time.Second); l.ConcurrencyWaitSeconds > max {
+		return invalid("concurrency_wait_seconds: at most %d", max)
 	}
 	return nil
 }
@@ -136,6 +140,9 @@ func limitsDetail(l store.Limits) string {
 	if l.TotalNanoUSD != 0 {
 		d += fmt.Sprintf(" total_nano_usd=%d", l.TotalNanoUSD)
 	}
+	if l.ConcurrencyWaitSeconds != 0 {
+		d += fmt.Sprintf(" concurrency_wait_seconds=%d", l.ConcurrencyWaitSeconds)
+	}
 	return d
 }
 
@@ -143,6 +150,7 @@ func limitsDetail(l store.Limits) string {
 // limit as it is.
 type limitChanges struct {
 	daily, rpm, window, tpm, concurrency, monthly, total *int64
+	concurrencyWait                                      *int64
 }
 
 // apply returns l with the given changes.
@@ -159,6 +167,7 @@ func (c limitChanges) apply(l store.Limits) store.Limits {
 	set(&l.Concurrency, c.concurrency)
 	set(&l.MonthlyNanoUSD, c.monthly)
 	set(&l.TotalNanoUSD, c.total)
+	set(&l.ConcurrencyWaitSeconds, c.concurrencyWait)
 	return l
 }
 
@@ -464,6 +473,7 @@ func (s *Service) SetKeyLimits(ctx context.Context, req *adminv1.SetKeyLimitsReq
 	l := limitChanges{
 		daily: req.DailyNanoUsd, rpm: req.Rpm, window: req.WindowMinutes,
 		tpm: req.Tpm, concurrency: req.Concurrency, monthly: req.MonthlyNanoUsd, total: req.TotalNanoUsd,
+		concurrencyWait: req.ConcurrencyWaitSeconds,
 	}.apply(k.Limits)
 	if err := checkLimits(l); err != nil {
 		return nil, err

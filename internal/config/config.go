@@ -217,6 +217,10 @@ type Limits struct {
 	// hold); below the hold lease. Default 10s, or a third of the lease
 	// when that is shorter.
 	BackgroundPoll Duration `yaml:"background_poll"`
+	// ConcurrencyWaiters bounds the requests one sidecar keeps waiting for
+	// a concurrency slot (keys with a concurrency wait); beyond it they are
+	// answered 429 at once. Default DefaultConcurrencyWaiters.
+	ConcurrencyWaiters int `yaml:"concurrency_waiters"`
 }
 
 // BackgroundPollInterval is BackgroundPoll, or when it is not set its
@@ -534,7 +538,28 @@ const (
 	// DefaultKeyCacheTTL bounds how long a revoked key keeps working: the
 	// default of gateway serve's --key-cache-ttl and of the key cache.
 	DefaultKeyCacheTTL = 2 * time.Second
+	// MaxConcurrencyWait is the longest a key's concurrency wait may be:
+	// how long a request over its concurrency limit may wait for a slot.
+	MaxConcurrencyWait = 60 * time.Second
+	// DefaultConcurrencyWaiters is limits.concurrency_waiters' default. A
+	// waiter costs a goroutine and an admission attempt every 25 to 100 ms.
+	DefaultConcurrencyWaiters = 500
+	// ExtProcMessageTimeout is how long Envoy waits for the sidecar's answer
+	// to one ext_proc message. A request waiting for a concurrency slot
+	// extends it once by its wait (Envoy's max_message_timeout bounds that
+	// extension at MaxConcurrencyWait + ExtProcMessageTimeout).
+	ExtProcMessageTimeout = 5 * time.Second
 )
+
+// ConcurrencyWaitBound is the longest this gateway lets a request wait for
+// a concurrency slot, whatever its key allows: MaxConcurrencyWait, or less
+// when Envoy's stream idle timeout or maximum stream duration would end the
+// waiting request first (with a margin for the admission after the wait).
+func (c *Config) ConcurrencyWaitBound() time.Duration {
+	b := min(MaxConcurrencyWait, c.Envoy.StreamIdleTimeout.D()-ExtProcMessageTimeout,
+		c.Envoy.MaxStreamDuration.D()-ExtProcMessageTimeout)
+	return max(b, 0)
+}
 
 func (c *Config) setDefaults() {
 	def := func(s *string, v string) {
@@ -572,6 +597,9 @@ func (c *Config) setDefaults() {
 	}
 	defDur(&c.Limits.MaxRequestDuration, 15*time.Minute)
 	defDur(&c.Limits.HoldLease, DefaultHoldLease)
+	if c.Limits.ConcurrencyWaiters == 0 {
+		c.Limits.ConcurrencyWaiters = DefaultConcurrencyWaiters
+	}
 	if c.Limits.RPM > 0 && c.Limits.WindowMinutes == 0 {
 		c.Limits.WindowMinutes = 1
 	}
@@ -657,6 +685,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Envoy.MaxStreamDuration < 0 {
 		return errors.New("envoy.max_stream_duration: must not be negative")
+	}
+	if c.Limits.ConcurrencyWaiters < 0 {
+		return errors.New("limits.concurrency_waiters: must not be negative")
 	}
 	if c.Limits.DailyUSD < 0 || c.Limits.RPM < 0 || c.Limits.WindowMinutes < 0 {
 		return errors.New("limits: daily_usd, rpm and window_minutes must not be negative")

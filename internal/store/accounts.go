@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/config"
 )
 
 // newID returns prefix followed by 16 random hex characters.
@@ -23,8 +25,11 @@ func newID(prefix string) string {
 
 func checkLimits(l Limits) error {
 	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 || l.TPM < 0 || l.Concurrency < 0 ||
-		l.MonthlyNanoUSD < 0 || l.TotalNanoUSD < 0 {
+		l.MonthlyNanoUSD < 0 || l.TotalNanoUSD < 0 || l.ConcurrencyWaitSeconds < 0 {
 		return errors.New("negative limit")
+	}
+	if l.ConcurrencyWaitSeconds > int64(config.MaxConcurrencyWait/time.Second) {
+		return fmt.Errorf("concurrency wait %ds: more than the most allowed, %s", l.ConcurrencyWaitSeconds, config.MaxConcurrencyWait)
 	}
 	for _, n := range []int64{l.DailyNanoUSD, l.RPM, l.WindowMinutes, l.TPM, l.Concurrency, l.MonthlyNanoUSD, l.TotalNanoUSD} {
 		if n > MaxNanoUSD {
@@ -51,6 +56,9 @@ var ErrTooLarge = errors.New("amount above the most the store keeps exactly (2^5
 func checkAccountLimits(l Limits) error {
 	if l.TotalNanoUSD != 0 {
 		return errors.New("an account has no total limit (its balance is one)")
+	}
+	if l.ConcurrencyWaitSeconds != 0 {
+		return errors.New("an account has no concurrency wait (a key's is its own)")
 	}
 	return checkLimits(l)
 }

@@ -136,6 +136,8 @@ func decodeKey(id string, m map[string]string) (k Key, ok bool) {
 		Concurrency:    parseInt(m["conc"]),
 		MonthlyNanoUSD: parseInt(m["monthly"]),
 		TotalNanoUSD:   parseInt(m["total"]),
+
+		ConcurrencyWaitSeconds: parseInt(m["cwait"]),
 	}
 	if v := m["models"]; v != "" {
 		json.Unmarshal([]byte(v), &k.Models) // written by createKey; null is no list
@@ -265,10 +267,11 @@ func (s *Store) RotateKey(ctx context.Context, accountID, keyID string, grace ti
 	return secret, newKey, nil
 }
 
-// keyLimitFields are the hash fields of a key's limits: an account's, and
-// the lifetime cap.
+// keyLimitFields are the hash fields of a key's limits: an account's, the
+// lifetime cap and the concurrency wait.
 func keyLimitFields(l Limits) []any {
-	return append(limitFields(l), "total", strconv.FormatInt(l.TotalNanoUSD, 10))
+	return append(limitFields(l), "total", strconv.FormatInt(l.TotalNanoUSD, 10),
+		"cwait", strconv.FormatInt(l.ConcurrencyWaitSeconds, 10))
 }
 
 // SetKeyLimits replaces the limits of the account's credential keyID. The

@@ -192,7 +192,7 @@ func testStrictestWins(t *testing.T, e *env) {
 // cache serves) and changed without touching what was counted.
 func testKeyLimitsStored(t *testing.T, e *env) {
 	acct := e.account(usd, Limits{})
-	l := Limits{RPM: 1, WindowMinutes: 2, TPM: 3, Concurrency: 4, DailyNanoUSD: 5, MonthlyNanoUSD: 6, TotalNanoUSD: 7}
+	l := Limits{RPM: 1, WindowMinutes: 2, TPM: 3, Concurrency: 4, DailyNanoUSD: 5, MonthlyNanoUSD: 6, TotalNanoUSD: 7, ConcurrencyWaitSeconds: 8}
 	secret, k, err := e.s.CreateKey(e.ctx, acct, ModelKey, KeyOptions{Label: "ci", Limits: l})
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +203,7 @@ func testKeyLimitsStored(t *testing.T, e *env) {
 	}
 	wantAdmitted(t, e.admitKey(acct, k.ID, "r1", 5, 1, l))
 	e.settle(Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Cost: 5})
-	l2 := Limits{TotalNanoUSD: 10}
+	l2 := Limits{TotalNanoUSD: 10, ConcurrencyWaitSeconds: 60}
 	if err := e.s.SetKeyLimits(e.ctx, acct, k.ID, l2); err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +224,12 @@ func testKeyLimitsStored(t *testing.T, e *env) {
 	}
 	if err := e.s.SetLimits(e.ctx, acct, Limits{TotalNanoUSD: 1}); err == nil {
 		t.Error("a total limit accepted for an account")
+	}
+	if err := e.s.SetKeyLimits(e.ctx, acct, k.ID, Limits{ConcurrencyWaitSeconds: 61}); err == nil {
+		t.Error("a concurrency wait above the most allowed accepted")
+	}
+	if err := e.s.SetLimits(e.ctx, acct, Limits{ConcurrencyWaitSeconds: 1}); err == nil {
+		t.Error("a concurrency wait accepted for an account")
 	}
 	al := Limits{RPM: 1, WindowMinutes: 1, TPM: 2, Concurrency: 3, DailyNanoUSD: 4, MonthlyNanoUSD: 5}
 	if err := e.s.SetLimits(e.ctx, acct, al); err != nil {

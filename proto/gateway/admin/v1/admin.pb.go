@@ -158,9 +158,13 @@ type Limits struct {
 	// Spend per UTC calendar month, open requests counted at their hold.
 	MonthlyNanoUsd int64 `protobuf:"varint,6,opt,name=monthly_nano_usd,json=monthlyNanoUsd,proto3" json:"monthly_nano_usd,omitempty"`
 	// A key's lifetime spend; never resets. Accounts have none.
-	TotalNanoUsd  int64 `protobuf:"varint,7,opt,name=total_nano_usd,json=totalNanoUsd,proto3" json:"total_nano_usd,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TotalNanoUsd int64 `protobuf:"varint,7,opt,name=total_nano_usd,json=totalNanoUsd,proto3" json:"total_nano_usd,omitempty"`
+	// How long a key's request over a concurrency limit (the key's or the
+	// account's) may wait for a slot before it is refused with 429; zero:
+	// refused at once. At most 60. Accounts have none.
+	ConcurrencyWaitSeconds int64 `protobuf:"varint,8,opt,name=concurrency_wait_seconds,json=concurrencyWaitSeconds,proto3" json:"concurrency_wait_seconds,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -238,6 +242,13 @@ func (x *Limits) GetMonthlyNanoUsd() int64 {
 func (x *Limits) GetTotalNanoUsd() int64 {
 	if x != nil {
 		return x.TotalNanoUsd
+	}
+	return 0
+}
+
+func (x *Limits) GetConcurrencyWaitSeconds() int64 {
+	if x != nil {
+		return x.ConcurrencyWaitSeconds
 	}
 	return 0
 }
@@ -3047,18 +3058,19 @@ func (x *GetKeyResponse) GetUsage() *KeyUsage {
 }
 
 type SetKeyLimitsRequest struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	AccountId      string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
-	KeyId          string                 `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
-	DailyNanoUsd   *int64                 `protobuf:"varint,3,opt,name=daily_nano_usd,json=dailyNanoUsd,proto3,oneof" json:"daily_nano_usd,omitempty"`
-	Rpm            *int64                 `protobuf:"varint,4,opt,name=rpm,proto3,oneof" json:"rpm,omitempty"`
-	WindowMinutes  *int64                 `protobuf:"varint,5,opt,name=window_minutes,json=windowMinutes,proto3,oneof" json:"window_minutes,omitempty"`
-	Tpm            *int64                 `protobuf:"varint,6,opt,name=tpm,proto3,oneof" json:"tpm,omitempty"`
-	Concurrency    *int64                 `protobuf:"varint,7,opt,name=concurrency,proto3,oneof" json:"concurrency,omitempty"`
-	MonthlyNanoUsd *int64                 `protobuf:"varint,8,opt,name=monthly_nano_usd,json=monthlyNanoUsd,proto3,oneof" json:"monthly_nano_usd,omitempty"`
-	TotalNanoUsd   *int64                 `protobuf:"varint,9,opt,name=total_nano_usd,json=totalNanoUsd,proto3,oneof" json:"total_nano_usd,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	AccountId              string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	KeyId                  string                 `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	DailyNanoUsd           *int64                 `protobuf:"varint,3,opt,name=daily_nano_usd,json=dailyNanoUsd,proto3,oneof" json:"daily_nano_usd,omitempty"`
+	Rpm                    *int64                 `protobuf:"varint,4,opt,name=rpm,proto3,oneof" json:"rpm,omitempty"`
+	WindowMinutes          *int64                 `protobuf:"varint,5,opt,name=window_minutes,json=windowMinutes,proto3,oneof" json:"window_minutes,omitempty"`
+	Tpm                    *int64                 `protobuf:"varint,6,opt,name=tpm,proto3,oneof" json:"tpm,omitempty"`
+	Concurrency            *int64                 `protobuf:"varint,7,opt,name=concurrency,proto3,oneof" json:"concurrency,omitempty"`
+	MonthlyNanoUsd         *int64                 `protobuf:"varint,8,opt,name=monthly_nano_usd,json=monthlyNanoUsd,proto3,oneof" json:"monthly_nano_usd,omitempty"`
+	TotalNanoUsd           *int64                 `protobuf:"varint,9,opt,name=total_nano_usd,json=totalNanoUsd,proto3,oneof" json:"total_nano_usd,omitempty"`
+	ConcurrencyWaitSeconds *int64                 `protobuf:"varint,10,opt,name=concurrency_wait_seconds,json=concurrencyWaitSeconds,proto3,oneof" json:"concurrency_wait_seconds,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *SetKeyLimitsRequest) Reset() {
@@ -3150,6 +3162,13 @@ func (x *SetKeyLimitsRequest) GetMonthlyNanoUsd() int64 {
 func (x *SetKeyLimitsRequest) GetTotalNanoUsd() int64 {
 	if x != nil && x.TotalNanoUsd != nil {
 		return *x.TotalNanoUsd
+	}
+	return 0
+}
+
+func (x *SetKeyLimitsRequest) GetConcurrencyWaitSeconds() int64 {
+	if x != nil && x.ConcurrencyWaitSeconds != nil {
+		return *x.ConcurrencyWaitSeconds
 	}
 	return 0
 }
@@ -3307,7 +3326,7 @@ var File_gateway_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1cgateway/admin/v1/admin.proto\x12\x10gateway.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xeb\x01\n" +
+	"\x1cgateway/admin/v1/admin.proto\x12\x10gateway.admin.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa5\x02\n" +
 	"\x06Limits\x12$\n" +
 	"\x0edaily_nano_usd\x18\x01 \x01(\x03R\fdailyNanoUsd\x12\x10\n" +
 	"\x03rpm\x18\x02 \x01(\x03R\x03rpm\x12%\n" +
@@ -3315,7 +3334,8 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x03tpm\x18\x04 \x01(\x03R\x03tpm\x12 \n" +
 	"\vconcurrency\x18\x05 \x01(\x03R\vconcurrency\x12(\n" +
 	"\x10monthly_nano_usd\x18\x06 \x01(\x03R\x0emonthlyNanoUsd\x12$\n" +
-	"\x0etotal_nano_usd\x18\a \x01(\x03R\ftotalNanoUsd\"\x99\x02\n" +
+	"\x0etotal_nano_usd\x18\a \x01(\x03R\ftotalNanoUsd\x128\n" +
+	"\x18concurrency_wait_seconds\x18\b \x01(\x03R\x16concurrencyWaitSeconds\"\x99\x02\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12;\n" +
@@ -3561,7 +3581,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x0etotal_requests\x18\t \x01(\x03R\rtotalRequests\"k\n" +
 	"\x0eGetKeyResponse\x12'\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x03key\x120\n" +
-	"\x05usage\x18\x02 \x01(\v2\x1a.gateway.admin.v1.KeyUsageR\x05usage\"\xbf\x03\n" +
+	"\x05usage\x18\x02 \x01(\v2\x1a.gateway.admin.v1.KeyUsageR\x05usage\"\x9b\x04\n" +
 	"\x13SetKeyLimitsRequest\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x15\n" +
@@ -3572,14 +3592,17 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x03tpm\x18\x06 \x01(\x03H\x03R\x03tpm\x88\x01\x01\x12%\n" +
 	"\vconcurrency\x18\a \x01(\x03H\x04R\vconcurrency\x88\x01\x01\x12-\n" +
 	"\x10monthly_nano_usd\x18\b \x01(\x03H\x05R\x0emonthlyNanoUsd\x88\x01\x01\x12)\n" +
-	"\x0etotal_nano_usd\x18\t \x01(\x03H\x06R\ftotalNanoUsd\x88\x01\x01B\x11\n" +
+	"\x0etotal_nano_usd\x18\t \x01(\x03H\x06R\ftotalNanoUsd\x88\x01\x01\x12=\n" +
+	"\x18concurrency_wait_seconds\x18\n" +
+	" \x01(\x03H\aR\x16concurrencyWaitSeconds\x88\x01\x01B\x11\n" +
 	"\x0f_daily_nano_usdB\x06\n" +
 	"\x04_rpmB\x11\n" +
 	"\x0f_window_minutesB\x06\n" +
 	"\x04_tpmB\x0e\n" +
 	"\f_concurrencyB\x13\n" +
 	"\x11_monthly_nano_usdB\x11\n" +
-	"\x0f_total_nano_usd\"q\n" +
+	"\x0f_total_nano_usdB\x1b\n" +
+	"\x19_concurrency_wait_seconds\"q\n" +
 	"\x14SetKeyLimitsResponse\x12'\n" +
 	"\x03key\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x03key\x120\n" +
 	"\x05usage\x18\x02 \x01(\v2\x1a.gateway.admin.v1.KeyUsageR\x05usage\"e\n" +
