@@ -389,7 +389,8 @@ const (
 )
 
 // Price is an operator's price. Token prices are USD per million tokens;
-// WebSearch is USD per search. A price that is set replaces the catalogue's
+// the built-in tools' are USD per call (per session for the code
+// interpreter). A price that is set replaces the catalogue's
 // figure for that kind at every service tier and prompt length (a contract
 // price is flat); an unset one keeps the catalogue's.
 type Price struct {
@@ -401,18 +402,24 @@ type Price struct {
 	AudioInput   *float64 `yaml:"audio_input"`
 	AudioOutput  *float64 `yaml:"audio_output"`
 	WebSearch    *float64 `yaml:"web_search"`
+	// The Responses API's other built-in tools.
+	FileSearch             *float64 `yaml:"file_search"`
+	CodeInterpreterSession *float64 `yaml:"code_interpreter_session"`
+	ImageGeneration        *float64 `yaml:"image_generation"`
 	// MaxOutput replaces the catalogue's max_output_tokens.
 	MaxOutput int64 `yaml:"max_output"`
 }
 
 // Fields lists the price's set figures by the usage kind they price
-// ("web_searches" for WebSearch, in USD per search).
+// ("web_searches" for WebSearch, in USD per search, and so on).
 func (p Price) Fields() map[string]float64 {
 	out := map[string]float64{}
 	for name, v := range map[string]*float64{
 		"input": p.Input, "output": p.Output, "cache_read": p.CacheRead,
 		"cache_write_5m": p.CacheWrite5m, "cache_write_1h": p.CacheWrite1h,
 		"audio_input": p.AudioInput, "audio_output": p.AudioOutput, "web_searches": p.WebSearch,
+		"file_searches": p.FileSearch, "code_interpreter_sessions": p.CodeInterpreterSession,
+		"image_generations": p.ImageGeneration,
 	} {
 		if v != nil {
 			out[name] = *v

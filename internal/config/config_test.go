@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,6 +51,20 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+// A price names each built-in tool's fee by the usage kind it prices.
+func TestToolPrices(t *testing.T) {
+	tools := strings.Replace(minimal, "max_output: 100", "max_output: 100, web_search: 0.01, file_search: 0.0025, code_interpreter_session: 0.03, image_generation: 0.04", 1)
+	c, err := Parse([]byte(tools))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Upstreams[0].Models.Overrides["m2"].Fields()
+	want := map[string]float64{"input": 1, "output": 2, "web_searches": 0.01, "file_searches": 0.0025, "code_interpreter_sessions": 0.03, "image_generations": 0.04}
+	if !maps.Equal(got, want) {
+		t.Fatalf("fields %v, want %v", got, want)
+	}
+}
+
 // Bad configuration fails with a message naming the field.
 func TestBadConfigNamesTheField(t *testing.T) {
 	tests := []struct {
@@ -67,6 +82,7 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{"no providers", strings.Replace(strings.Replace(minimal, "      providers: [anthropic]\n", "", 1), "      overrides:\n        m2: {input: 1, output: 2, max_output: 100}\n", "", 1), "upstreams[0].models.providers"},
 		{"negative price", strings.Replace(minimal, "input: 1", "input: -1", 1), "upstreams[0].models.overrides[m2]: input"},
 		{"negative max_output", strings.Replace(minimal, "max_output: 100", "max_output: -1", 1), "overrides[m2].max_output"},
+		{"negative tool price", strings.Replace(minimal, "max_output: 100", "max_output: 100, code_interpreter_session: -1", 1), "overrides[m2]: code_interpreter_sessions"},
 		{"unknown price field", strings.Replace(minimal, "input: 1,", "inputs: 1,", 1), "inputs"},
 		{"bad policy", strings.Replace(minimal, "providers: [anthropic]", "providers: [anthropic]\n      unknown_model: guess", 1), "upstreams[0].models.unknown_model"},
 		{"fallback without price", strings.Replace(minimal, "providers: [anthropic]", "providers: [anthropic]\n      unknown_model: fallback", 1), "upstreams[0].models.fallback"},

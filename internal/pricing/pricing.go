@@ -475,8 +475,8 @@ func override(prices map[PriceKey]int64, o config.Price) map[PriceKey]int64 {
 		}
 	}
 	for kind, usd := range set {
-		if kind == "web_searches" {
-			usd *= 1_000_000 // USD per search → per million searches
+		if PerCall(kind) {
+			usd *= 1_000_000 // USD per call → per million calls
 		}
 		out[PriceKey{Kind: kind}] = NanoUSD(usd)
 	}

@@ -259,7 +259,8 @@ func TestOverridesAliasesAndFallback(t *testing.T) {
 			Providers: []string{"anthropic"},
 			Overrides: map[string]config.Price{
 				"fake-claude-1": {Input: f(0.5), MaxOutput: 128000},
-				"house-model":   {Input: f(1), Output: f(2), WebSearch: f(0.01), MaxOutput: 1000},
+				"house-model": {Input: f(1), Output: f(2), WebSearch: f(0.01), MaxOutput: 1000,
+					FileSearch: f(0.0025), CodeInterpreterSession: f(0.03), ImageGeneration: f(0.04)},
 			},
 			UnknownModel: config.UnknownFallback,
 			Fallback:     &config.Price{Input: f(10), Output: f(20), MaxOutput: 4096},
@@ -276,6 +277,10 @@ func TestOverridesAliasesAndFallback(t *testing.T) {
 	h, ok := a.Lookup("house-model")
 	if !ok || h.Price(usage.Usage{Input: 1, Output: 1, WebSearches: 1}, "", "").Cost != 1000+2000+10_000_000 {
 		t.Errorf("house model: %v %v", h, ok)
+	}
+	// The built-in tools are priced per call or session.
+	if c := h.Price(usage.Usage{FileSearches: 2, CodeInterpreter: 1, ImageGenerations: 3}, "", "").Cost; c != 2*2_500_000+30_000_000+3*40_000_000 {
+		t.Errorf("house model's tool calls cost %d", c)
 	}
 	fb, ok := a.Lookup("someone-elses-model")
 	if !ok || !fb.Fallback() || fb.Name != FallbackModel || fb.MaxOutput != 4096 || fb.Price(usage.Usage{Input: 1}, "", "").Cost != 10_000 {
