@@ -409,8 +409,9 @@ func (x *exchange) waitForSlot(ctx context.Context, refused store.Decision,
 	if w <= 0 {
 		return refused, nil
 	}
-	// Envoy answers 503 when the processor has not answered a message
-	// within its message timeout: extend it (once) to cover the wait.
+	// Envoy fails the request (504) when the processor has not answered a
+	// message within its message timeout: extend it (once) to cover the
+	// wait.
 	if x.send != nil {
 		ext := &extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(w + config.ExtProcMessageTimeout)}
 		if err := x.send(ext); err != nil {
