@@ -317,41 +317,63 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 	if x.route.Kind == Counted {
 		return x.countedBody(ctx, body)
 	}
+	req, price, resp := x.checkRequest(ctx, body)
+	if resp != nil {
+		return resp
+	}
+	return x.admit(ctx, body, req, price)
+}
+
+// checkRequest parses the request body and checks it against the model
+// and the key; a refusal is the answer to send. It returns before the
+// admission so that its frame is gone while the admission's round trip
+// runs, deepest on the stream's goroutine, whose stack (doubled past
+// 8 KB) every open stream keeps.
+//
+//go:noinline
+func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Request, *pricing.Model, *extprocv3.ProcessingResponse) {
+	var none format.Request
 	req, err := x.op.Format.ParseRequest(body)
 	if err != nil {
 		var fe *format.Error
 		if errors.As(err, &fe) {
-			return x.refuse(fe, 0)
+			return none, nil, x.refuse(fe, 0)
 		}
-		return x.reject(format.InvalidRequest, "malformed request body", 0)
+		return none, nil, x.reject(format.InvalidRequest, "malformed request body", 0)
 	}
 	// The model name reaches Redis keys, the ledger and logs: bound it
 	// before anything else reads it.
 	if len(req.Model) > MaxModelBytes {
-		return x.reject(format.InvalidRequest, "model: longer than "+strconv.Itoa(MaxModelBytes)+" bytes", 0)
+		return none, nil, x.reject(format.InvalidRequest, "model: longer than "+strconv.Itoa(MaxModelBytes)+" bytes", 0)
 	}
 	price, ok := x.upstream.Prices.Lookup(req.Model)
 	if !ok {
-		return x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on this gateway", 0)
+		return none, nil, x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on this gateway", 0)
 	}
 	if !price.Serves(x.op.Modes, x.op.Path()) {
-		return x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on "+x.op.Path()+" on this gateway", 0)
+		return none, nil, x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on "+x.op.Path()+" on this gateway", 0)
 	}
 	if req.Background && x.s.parking == nil {
-		return x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
+		return none, nil, x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
 	}
 	if req.PreviousResponseID != "" {
 		if resp := x.checkOwner(ctx, req.PreviousResponseID); resp != nil {
-			return resp
+			return none, nil, resp
 		}
 	}
 	if len(x.key.Models) > 0 && !allowed(x.key.Models, req.Model, string(price.Name)) {
-		return x.reject(format.PermissionDenied, "this key may not use model "+strconv.Quote(req.Model), 0)
+		return none, nil, x.reject(format.PermissionDenied, "this key may not use model "+strconv.Quote(req.Model), 0)
 	}
 	if req.HasMaxTokens && price.MaxOutput > 0 && req.MaxTokens > price.MaxOutput {
-		return x.reject(format.InvalidRequest, "max_tokens: "+strconv.FormatInt(req.MaxTokens, 10)+
+		return none, nil, x.reject(format.InvalidRequest, "max_tokens: "+strconv.FormatInt(req.MaxTokens, 10)+
 			" is more than the model's maximum output of "+strconv.FormatInt(price.MaxOutput, 10)+" tokens", 0)
 	}
+	return req, price, nil
+}
+
+// admit takes the request's hold and limits in one round trip to the
+// store (waiting for a concurrency slot if the key allows), or refuses it.
+func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, price *pricing.Model) *extprocv3.ProcessingResponse {
 	x.req, x.body, x.price = req, body, price
 	x.requestID = x.s.newRequestID()
 	ctx = x.startTrace(ctx)

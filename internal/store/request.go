@@ -33,9 +33,27 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 		return Decision{}, fmt.Errorf("store: admit %s: account %q: %w", a.RequestID, a.AccountID, ErrNotFound)
 	}
 	now := s.now()
+	// Three steps, each its own function, so that only Admit's small frame
+	// stays on the stack under the round trip: the request's goroutine
+	// keeps its deepest stack for as long as its stream is open.
+	keys, args, err := s.admitCall(a, now)
+	if err != nil {
+		return Decision{}, err
+	}
+	r, err := s.runAdmit(ctx, a.AccountID, now, keys, args)
+	if err != nil {
+		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
+	}
+	return decodeAdmit(a, now, r)
+}
+
+// admitCall builds admit.lua's KEYS and ARGV.
+//
+//go:noinline
+func (s *Store) admitCall(a Admission, now time.Time) ([]string, []any, error) {
 	id := a.AccountID
 	if a.Tokens < 0 {
-		return Decision{}, fmt.Errorf("store: admit %s: negative token bound", a.RequestID)
+		return nil, nil, fmt.Errorf("store: admit %s: negative token bound", a.RequestID)
 	}
 	hasKey := validID(a.KeyID)
 	// Without a key, its two KEYS name an unused key of the account's slot.
@@ -58,7 +76,7 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	}
 	rec, err := json.Marshal(admissionRecord{KeyID: a.KeyID, Priced: a.Priced, Requested: a.Requested, Started: started.UnixMilli(), Stream: a.Stream})
 	if err != nil {
-		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
+		return nil, nil, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
 	}
 	kl := a.KeyLimits
 	// Lua compares numbers as doubles: a bound beyond 2^53 is beyond any
@@ -68,6 +86,13 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 		tokens, boolString(hasKey),
 		kl.RPM, kl.WindowMinutes, kl.TPM, kl.Concurrency, kl.DailyNanoUSD, kl.MonthlyNanoUSD, kl.TotalNanoUSD,
 		dayStamp(now), monthStamp(now)}
+	return keys, args, nil
+}
+
+// runAdmit runs admit.lua.
+//
+//go:noinline
+func (s *Store) runAdmit(ctx context.Context, id string, now time.Time, keys []string, args []any) ([]int64, error) {
 	// The sweeper's index entry rides in the same round trip; it is written
 	// whatever the outcome (a refused request leaves it for the sweeper to
 	// drop) because the index lives in another slot than the script's keys.
@@ -82,10 +107,12 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	if errNoScript(cmd.Err()) {
 		cmd = admitScript.Run(ctx, s.rdb, keys, args...)
 	}
-	r, err := cmd.Int64Slice()
-	if err != nil {
-		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
-	}
+	return cmd.Int64Slice()
+}
+
+// decodeAdmit reads admit.lua's reply.
+func decodeAdmit(a Admission, now time.Time, r []int64) (Decision, error) {
+	id := a.AccountID
 	if len(r) != 3 {
 		return Decision{}, fmt.Errorf("store: admit %s: unexpected reply %v", a.RequestID, r)
 	}
