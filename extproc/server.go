@@ -103,8 +103,7 @@ type Server struct {
 	owners    Owners
 	parking   Parking
 	bgPoll    time.Duration
-	tracer    trace.Tracer
-	tracing   bool // tracer is set
+	tracer    trace.Tracer // nil: no tracing
 	waiter    *slotWaiter
 
 	// Request ids are a random per-process prefix and a counter: unique
@@ -142,7 +141,7 @@ func NewServer(o Options) *Server {
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
 		onRefusal: o.OnRefusal,
 		owners:    o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
-		tracer: o.Tracer, tracing: o.Tracer != nil,
+		tracer: o.Tracer,
 	}
 	if s.bgPoll <= 0 {
 		s.bgPoll = DefaultBackgroundPoll

@@ -65,7 +65,7 @@ func genAI(op string) (operation, provider string) {
 
 // traceContext joins the trace named by the stream's metadata.
 func (s *Server) traceContext(ctx context.Context) context.Context {
-	if !s.tracing {
+	if s.tracer == nil {
 		return ctx
 	}
 	return tracing.FromIncomingGRPC(ctx)
@@ -75,7 +75,13 @@ func (s *Server) traceContext(ctx context.Context) context.Context {
 // been read, from when its headers arrived; it returns the context of the
 // request's calls.
 func (x *exchange) startTrace(ctx context.Context) context.Context {
-	if !x.s.tracing {
+	if x.s.tracer == nil {
+		return ctx
+	}
+	// A trace Envoy did not sample is not recorded here either (the
+	// sampler follows its parent): skip building a span nobody records,
+	// as most requests are at a low sampling rate.
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && sc.IsRemote() && !sc.IsSampled() {
 		return ctx
 	}
 	operation, provider := genAI(x.op.Name)

@@ -20,7 +20,7 @@ func TestRequestSpans(t *testing.T) {
 	r := newRig(t)
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	r.srv.tracer, r.srv.tracing = tp.Tracer("test"), true
+	r.srv.tracer = tp.Tracer("test")
 
 	parent := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled, Remote: true,
@@ -106,5 +106,40 @@ func TestRequestSpans(t *testing.T) {
 				t.Errorf("span %s attribute %s holds the prompt or the key", s.Name, kv.Key)
 			}
 		}
+	}
+}
+
+// A request whose trace Envoy did not sample builds no span at all (the
+// sampler would drop it): the request is served and settled as any other.
+func TestUnsampledRequestBuildsNoSpan(t *testing.T) {
+	r := newRig(t)
+	exp := tracetest.NewInMemoryExporter()
+	r.srv.tracer = sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)).Tracer("test")
+	parent := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, Remote: true,
+	})
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(), parent)
+	x := &exchange{s: r.srv}
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key,
+			"content-type", "application/json", "content-length", strconv.Itoa(len(reqBody)), "anthropic-version", "2023-06-01"),
+	}})
+	if ir := x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
+	}}).GetImmediateResponse(); ir != nil || !x.admitted {
+		t.Fatalf("not admitted: %v", ir)
+	}
+	if x.trace.span != nil {
+		t.Fatal("a span was built for a request Envoy did not sample")
+	}
+	x.finish()
+	if err := r.srv.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(exp.GetSpans()); n != 0 {
+		t.Fatalf("%d spans exported", n)
+	}
+	if entries, _, err := r.st.Ledger(context.Background(), r.acct, "", 10); err != nil || len(entries) != 1 {
+		t.Fatalf("%d ledger entries, %v", len(entries), err)
 	}
 }
