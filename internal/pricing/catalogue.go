@@ -270,16 +270,25 @@ var (
 	nanoUSD = big.NewRat(NanoPerUSD, 1)
 )
 
-// partsPerMillion converts a multiplier, as the catalogue writes it, into
-// parts per million, exactly; it must be at least 1.
-func partsPerMillion(v any) (int64, error) {
+// exact reads a catalogue number as the exact decimal it is written as.
+func exact(v any) (json.Number, *big.Rat, error) {
 	num, ok := v.(json.Number)
 	if !ok {
-		return 0, fmt.Errorf("%v is not a number", v)
+		return "", nil, fmt.Errorf("%v is not a number", v)
 	}
 	r, ok := new(big.Rat).SetString(num.String())
 	if !ok {
-		return 0, fmt.Errorf("%s is not a number", num)
+		return "", nil, fmt.Errorf("%s is not a number", num)
+	}
+	return num, r, nil
+}
+
+// partsPerMillion converts a multiplier, as the catalogue writes it, into
+// parts per million, exactly; it must be at least 1.
+func partsPerMillion(v any) (int64, error) {
+	num, r, err := exact(v)
+	if err != nil {
+		return 0, err
 	}
 	r.Mul(r, million)
 	if !r.IsInt() || !r.Num().IsInt64() || r.Num().Int64() < 1_000_000 || r.Num().Int64() > maxUpliftPPM {
@@ -292,13 +301,9 @@ func partsPerMillion(v any) (int64, error) {
 // into nano-USD per million units, exactly. A price finer than that is
 // refused rather than rounded.
 func perMillion(v any) (int64, error) {
-	num, ok := v.(json.Number)
-	if !ok {
-		return 0, fmt.Errorf("%v is not a number", v)
-	}
-	r, ok := new(big.Rat).SetString(num.String())
-	if !ok {
-		return 0, fmt.Errorf("%s is not a number", num)
+	num, r, err := exact(v)
+	if err != nil {
+		return 0, err
 	}
 	if r.Sign() < 0 {
 		return 0, fmt.Errorf("%s is negative", num)
