@@ -55,19 +55,20 @@ func staticHandler(prefix string) http.Handler {
 	})
 }
 
-// render writes a template to a buffer first, so that a failure is a 500
-// rather than half a page.
-func render(w http.ResponseWriter, code int, name string, data any) {
+// render writes template name of t to a buffer first, so that a failure
+// is a 500 rather than half a page; it returns the template's error.
+func render(w http.ResponseWriter, code int, t *template.Template, name string, data any) error {
 	var b bytes.Buffer
-	if err := templates.ExecuteTemplate(&b, name, data); err != nil {
+	if err := t.ExecuteTemplate(&b, name, data); err != nil {
 		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
+		return err
 	}
 	secureHeaders(w.Header())
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	w.Write(b.Bytes())
+	return nil
 }
 
 // CustomerPath is where the customer page is served.
@@ -85,7 +86,7 @@ func mountCustomer(mux *http.ServeMux) {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		render(w, http.StatusOK, "customer.html", struct{ Static string }{CustomerPath + "static"})
+		render(w, http.StatusOK, templates, "customer.html", struct{ Static string }{CustomerPath + "static"})
 	})
 	mux.HandleFunc("/console", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, CustomerPath, http.StatusMovedPermanently)

@@ -1,7 +1,6 @@
 package console
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/subtle"
@@ -149,17 +148,9 @@ func (op *Operator) render(w http.ResponseWriter, _ *http.Request, code int, pag
 			v.Flash = op.sessions.takeFlash(s)
 		}
 	}
-	var b bytes.Buffer
-	if err := operatorPages[page].ExecuteTemplate(&b, "layout", v); err != nil {
+	if err := render(w, code, operatorPages[page], "layout", v); err != nil {
 		op.o.Logger.Error("console: template failed", "page", page, "err", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
 	}
-	secureHeaders(w.Header())
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	w.Write(b.Bytes())
 }
 
 func (op *Operator) session(r *http.Request) *session {
