@@ -113,11 +113,7 @@ func (x *exchange) parkedBody(b *extprocv3.HttpBody, attrs map[string]*structpb.
 		if code := statusOf(attrs); code != 0 {
 			x.status = code
 			if code >= 200 && code <= 299 {
-				ct := "application/json"
-				if x.req.Stream {
-					ct = "text/event-stream"
-				}
-				x.meter = x.op.Format.NewMeter(format.Request{Stream: x.req.Stream}, nil, ct)
+				x.meter = x.op.Format.NewMeter(format.Request{Stream: x.req.Stream}, nil, replyType(x.req.Stream))
 				x.stored, _ = x.meter.(responses.Stored)
 			}
 		}

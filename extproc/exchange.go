@@ -662,12 +662,12 @@ func bodyMutation(out []byte) *extprocv3.BodyMutation {
 // content type follows from the request: a 2xx reply to a streaming request
 // is an event stream.
 func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
-	f := attrs[attributesKey].GetFields()
-	code := f["response.code"].GetNumberValue()
+	code := statusOf(attrs)
 	if code == 0 {
 		return // no attributes: the response headers message carries them
 	}
-	x.status = int(code)
+	x.status = code
+	f := attrs[attributesKey].GetFields()
 	// The host metadata arrives as protobuf text; only the endpoint name
 	// is read from it.
 	x.endpoint = ""
@@ -679,11 +679,16 @@ func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
 			x.endpoint = "primary"
 		}
 	}
-	contentType := "application/json"
-	if x.req.Stream {
-		contentType = "text/event-stream"
+	x.startReply(replyType(x.req.Stream))
+}
+
+// replyType is the content type of a reply whose headers the processor did
+// not see: what the request asked for.
+func replyType(stream bool) string {
+	if stream {
+		return "text/event-stream"
 	}
-	x.startReply(contentType)
+	return "application/json"
 }
 
 // attributesKey is where Envoy puts the ext_proc filter's attributes.
