@@ -146,32 +146,23 @@ func (s *Server) settleParked(p store.Parked, r usage.Report) {
 	st := p.Settlement
 	st.Status = 200
 	st.EndedAt = s.now()
-	st.Usage, st.Reported, st.Estimated = r.Usage, r.Model, r.Estimated
 	st.Interrupted = false
 	if p.MaxOutput > 0 { // parked before its bounds were recorded: as before
-		if u, ok := capUsage(st.Usage, p.MaxInput, p.MaxOutput); !ok {
-			st.Usage, st.Capped = u, true
-			s.metrics.capped.WithLabelValues(p.Upstream).Inc()
-			s.log.Warn("usage beyond what the request allowed was capped", "request_id", st.RequestID, "account", st.AccountID, "model", st.Priced)
+		if u, ok := capUsage(r.Usage, p.MaxInput, p.MaxOutput); !ok {
+			r.Usage, st.Capped = u, true
 		}
 	}
+	s.noteCapped(p.Upstream, st)
+	up := s.upstreamNamed(p.Upstream)
 	var price *pricing.Model
-	if up := s.upstreamNamed(p.Upstream); up != nil {
+	if up != nil {
 		price, _ = up.Prices.Lookup(string(st.Requested))
 	}
 	if price != nil {
 		// The endpoint that ran the create processed the response.
-		region := ""
-		if up := s.upstreamNamed(p.Upstream); up != nil {
-			region = up.regional[st.Endpoint]
-		}
-		c := price.Price(st.Usage, r.ServiceTier, region)
-		st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
-		st.TierUnknown, st.Uplift, st.Region = c.UnknownTier, c.Uplift, ""
-		if c.Uplift > 0 {
-			st.Region = region
-		}
+		priceInto(&st, price, r, up.regional[st.Endpoint])
 	} else {
+		st.Usage, st.Reported, st.Estimated = r.Usage, r.Model, r.Estimated
 		st.Cost = pricing.CostUplifted(st.Usage, pricing.Rates(st.Rates), st.Uplift)
 	}
 	s.settler.enqueue(st, func(res store.SettleResult, took time.Duration) {
@@ -185,13 +176,7 @@ func (s *Server) settleParked(p store.Parked, r usage.Report) {
 		if err := s.parking.Unpark(ctx, st.AccountID, p.ResponseID); err != nil {
 			s.log.Warn("forgetting a settled background response failed", "request_id", st.RequestID, "err", err)
 		}
-		s.metrics.observe(p.Upstream, string(st.Priced), st)
-		s.log.Info("request",
-			"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
-			"upstream", p.Upstream, "endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
-			"background", true, "usage", st.Usage, "service_tier", st.ServiceTier,
-			"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated,
-			"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
+		s.recordSettled(p.Upstream, string(st.Priced), st, "background", true)
 	})
 }
 

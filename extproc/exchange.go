@@ -737,10 +737,7 @@ func (x *exchange) settle(complete bool) {
 		x.s.metrics.streams.Dec()
 	}
 	st := x.outcome(complete)
-	if st.Capped {
-		x.s.metrics.capped.WithLabelValues(x.upstream.Name).Inc()
-		x.s.log.Warn("usage beyond what the request allowed was capped", "request_id", st.RequestID, "account", st.AccountID, "model", st.Priced)
-	}
+	x.s.noteCapped(x.upstream.Name, st)
 	// Renewed until the hold is gone: if the settlement waits in the queue
 	// or the spool, a sweep in the meantime charges the same.
 	x.s.holds.Finish(x.open, st.Checkpoint())
@@ -757,14 +754,28 @@ func (x *exchange) settle(complete bool) {
 			// nothing is left to renew.
 			s.holds.Forget(open)
 		}
-		s.metrics.observe(upstream, model, st)
-		s.log.Info("request",
-			"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
-			"upstream", upstream, "endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
-			"stream", st.Stream, "usage", st.Usage, "service_tier", st.ServiceTier,
-			"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated, "interrupted", st.Interrupted,
-			"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds())
+		s.recordSettled(upstream, model, st)
 	})
+}
+
+// noteCapped counts and logs a settlement whose usage was capped.
+func (s *Server) noteCapped(upstream string, st store.Settlement) {
+	if st.Capped {
+		s.metrics.capped.WithLabelValues(upstream).Inc()
+		s.log.Warn("usage beyond what the request allowed was capped", "request_id", st.RequestID, "account", st.AccountID, "model", st.Priced)
+	}
+}
+
+// recordSettled counts a settlement the store took (or spooled) in the
+// metrics and writes the request's log line.
+func (s *Server) recordSettled(upstream, model string, st store.Settlement, attrs ...any) {
+	s.metrics.observe(upstream, model, st)
+	s.log.Info("request", append([]any{
+		"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
+		"upstream", upstream, "endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
+		"stream", st.Stream, "usage", st.Usage, "service_tier", st.ServiceTier,
+		"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated, "interrupted", st.Interrupted,
+		"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds()}, attrs...)...)
 }
 
 // outcome is what the request comes to if it ends now: complete is false
@@ -800,22 +811,26 @@ func (x *exchange) outcome(complete bool) store.Settlement {
 		st.Status = 502
 	}
 	if x.meter != nil && st.Status >= 200 && st.Status <= 299 {
-		r := x.meter.Usage(complete)
+		r := x.meter.Usage(complete) // the meter knows whether the vendor's final figures arrived
 		in, out := usageBounds(x.price, x.bounds)
 		if u, ok := capUsage(r.Usage, in, out); !ok {
 			r.Usage, st.Capped = u, true
 		}
-		region := x.upstream.regional[x.endpoint]
-		c := x.price.Price(r.Usage, r.ServiceTier, region)
-		st.Usage, st.Reported = r.Usage, r.Model
-		st.Estimated = r.Estimated // the meter knows whether the vendor's final figures arrived
-		st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
-		st.TierUnknown, st.Uplift = c.UnknownTier, c.Uplift
-		if c.Uplift > 0 {
-			st.Region = region
-		}
+		priceInto(&st, x.price, r, x.upstream.regional[x.endpoint])
 	}
 	return st
+}
+
+// priceInto records on st the reply's usage r and its cost at the tier the
+// reply reports and the serving endpoint's region.
+func priceInto(st *store.Settlement, price *pricing.Model, r usage.Report, region string) {
+	st.Usage, st.Reported, st.Estimated = r.Usage, r.Model, r.Estimated
+	c := price.Price(r.Usage, r.ServiceTier, region)
+	st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
+	st.TierUnknown, st.Uplift, st.Region = c.UnknownTier, c.Uplift, ""
+	if c.Uplift > 0 {
+		st.Region = region
+	}
 }
 
 // reject answers the client directly, in the upstream's vendor error format.
