@@ -83,13 +83,7 @@ func modelRows(cfg *config.Config, book pricing.Book) []modelRow {
 		if t == nil {
 			continue
 		}
-		models := t.Models()
-		if fb, ok := t.FallbackPrice(); ok {
-			fallback := *fb
-			fallback.Name = "*"
-			models = append(models, &fallback)
-		}
-		for _, m := range models {
+		for _, m := range t.PriceList("*") {
 			ops := servingOperations(u, t, m)
 			if len(ops) == 0 {
 				continue // in the catalogue, but no operation of the upstream serves it

@@ -711,13 +711,7 @@ func (op *Operator) models(w http.ResponseWriter, r *http.Request, s *session) {
 		if t == nil {
 			continue
 		}
-		models := t.Models()
-		if fb, ok := t.FallbackPrice(); ok {
-			f := *fb
-			f.Name = "* (any other model)"
-			models = append(models, &f)
-		}
-		for _, m := range models {
+		for _, m := range t.PriceList("* (any other model)") {
 			row := modelRow{Upstream: name, Model: string(m.Name), Source: m.Source, Aliases: m.Aliases, MaxOutput: m.MaxOutput,
 				Tiers: m.Tiers(), LongContext: m.Thresholds()}
 			rates, _ := m.RatesFor(0, "")

@@ -368,13 +368,20 @@ func (t *Table) Models() []*Model {
 	return nil
 }
 
-// FallbackPrice returns the upstream's price for unknown models, if any.
-func (t *Table) FallbackPrice() (*Model, bool) {
+// PriceList returns the priced models and, last, a copy of the price for
+// unknown models (if there is one) named fallbackName: the list operators
+// are shown.
+func (t *Table) PriceList(fallbackName string) []*Model {
 	d := t.cur.Load()
-	if d == nil || d.fallback == nil {
-		return nil, false
+	if d == nil {
+		return nil
 	}
-	return d.fallback, true
+	if d.fallback == nil {
+		return d.models
+	}
+	fb := *d.fallback
+	fb.Name = usage.PricedModel(fallbackName)
+	return append(slices.Clip(d.models), &fb)
 }
 
 // Replace makes src's contents current; lookups already made are unaffected.

@@ -289,6 +289,21 @@ func TestOverridesAliasesAndFallback(t *testing.T) {
 	if _, ok := b.Lookup("someone-elses-model"); ok {
 		t.Error("beta rejects unknown models")
 	}
+	// The price list ends with the fallback under the name asked for; the
+	// table's own models and fallback are left as they were.
+	list := a.PriceList("*")
+	if n := len(a.Models()); len(list) != n+1 || list[n].Name != "*" || !list[n].Fallback() || list[n].MaxOutput != 4096 {
+		t.Errorf("price list of %d models ends with %+v", len(list), list[len(list)-1])
+	}
+	if again := a.PriceList("other"); again[len(again)-1].Name != "other" || list[len(list)-1].Name != "*" {
+		t.Error("a price list shares its fallback entry with another")
+	}
+	if fb, _ := a.Lookup("someone-elses-model"); fb.Name != FallbackModel {
+		t.Errorf("the table's fallback was renamed %q", fb.Name)
+	}
+	if l := b.PriceList("*"); len(l) != len(b.Models()) {
+		t.Errorf("a table without a fallback lists %d of %d models", len(l), len(b.Models()))
+	}
 	cat, _ := LoadCatalogue(fixture, []string{"anthropic"})
 	if _, err := NewTable(cat, config.Models{Providers: []string{"anthropic"}, Aliases: map[string]string{"x": "nope"}}); err == nil || !strings.Contains(err.Error(), "aliases[x]") {
 		t.Errorf("alias to nothing: %v", err)
