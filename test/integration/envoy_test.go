@@ -1,9 +1,6 @@
 package integration
 
 import (
-	"bytes"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -73,18 +70,7 @@ func TestRenderingsPassEnvoyValidate(t *testing.T) {
 	http.Tracing = config.Tracing{Endpoint: "127.0.0.1:4318", Protocol: config.TracingHTTP}
 	boots["tracing-http.yaml"] = render(http, envoy.Options{})
 
-	bin := launchtest.EnvoyBinary(t)
 	for name, boot := range boots {
-		path := filepath.Join(t.TempDir(), name)
-		if err := os.WriteFile(path, boot, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "--mode", "validate", "-c", path, "--disable-hot-restart", "--log-level", "warn")
-		// Envoy reads the vendor keys from its environment at start.
-		cmd.Env = append(os.Environ(), "ALPHA_API_KEY=test-alpha", "BETA_API_KEY=test-beta")
-		out, err := cmd.CombinedOutput()
-		if err != nil || !bytes.Contains(out, []byte("OK")) {
-			t.Errorf("envoy rejects %s: %v\n%s", name, err, out)
-		}
+		launchtest.EnvoyValidate(t, name, boot)
 	}
 }

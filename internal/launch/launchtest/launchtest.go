@@ -4,7 +4,10 @@
 package launchtest
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/launch"
@@ -53,6 +56,24 @@ func EnvoyBinary(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	return p
+}
+
+// EnvoyValidate runs `envoy --mode validate` on a bootstrap: every typed
+// config and field is checked, no port is opened.
+func EnvoyValidate(tb testing.TB, name string, boot []byte) {
+	tb.Helper()
+	bin := EnvoyBinary(tb)
+	path := filepath.Join(tb.TempDir(), name)
+	if err := os.WriteFile(path, boot, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--mode", "validate", "-c", path, "--disable-hot-restart", "--log-level", "warn")
+	// Envoy reads the vendor keys from its environment at start.
+	cmd.Env = append(os.Environ(), "ALPHA_API_KEY=test-alpha", "BETA_API_KEY=test-beta")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("OK")) {
+		tb.Errorf("envoy rejects %s: %v\n%s", name, err, out)
+	}
 }
 
 // Binary is one of the project's commands, built once per test process.
