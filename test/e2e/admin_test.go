@@ -34,6 +34,15 @@ type gatewayctl struct {
 	env []string
 }
 
+// adminCtl is gatewayctl pointed at s's admin API with the admin token,
+// and env besides.
+func adminCtl(t *testing.T, s *launch.Stack, env ...string) gatewayctl {
+	return gatewayctl{t: t, bin: launchtest.Binary(t, "gatewayctl"), env: append([]string{
+		"GATEWAY_ADMIN_ADDR=" + s.Config.Listeners.Admin,
+		"GATEWAY_ADMIN_TOKEN=" + adminToken,
+	}, env...)}
+}
+
 // run runs gatewayctl and returns its stdout, stderr and error.
 func (c gatewayctl) run(args ...string) (string, string, error) {
 	c.t.Helper()
@@ -99,11 +108,7 @@ func message(s *launch.Stack, key, model string) (int, string) {
 func TestAdmin(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}})
 	s2 := launchtest.Start(t, launch.Options{RedisAddr: s.RedisAddr}) // no admin token
-	ctl := gatewayctl{t: t, bin: launchtest.Binary(t, "gatewayctl"), env: []string{
-		"GATEWAY_ADMIN_ADDR=" + s.Config.Listeners.Admin,
-		"GATEWAY_ADMIN_TOKEN=" + adminToken,
-		"GATEWAY_ADMIN_ACTOR=e2e",
-	}}
+	ctl := adminCtl(t, s, "GATEWAY_ADMIN_ACTOR=e2e")
 	var secrets []string // every secret made, to look for where none may be
 
 	// Account, top-up (twice, one key), key and token.

@@ -31,10 +31,7 @@ func TestLedgerExport(t *testing.T) {
 		SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken},
 		Configure:  func(c *config.Config) { c.Store.LedgerRetention = config.Duration(time.Millisecond) },
 	})
-	ctl := gatewayctl{t: t, bin: launchtest.Binary(t, "gatewayctl"), env: []string{
-		"GATEWAY_ADMIN_ADDR=" + s.Config.Listeners.Admin,
-		"GATEWAY_ADMIN_TOKEN=" + adminToken,
-	}}
+	ctl := adminCtl(t, s)
 	const initial = 10_000_000_000
 	acct := s.NewAccount(10, noLimits)
 	// Trims as the sidecar does, with its retention.
@@ -200,10 +197,7 @@ func TestLedgerExportBoundToItsAccount(t *testing.T) {
 		SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken},
 		Configure:  func(c *config.Config) { c.Store.LedgerRetention = config.Duration(time.Millisecond) },
 	})
-	ctl := gatewayctl{t: t, bin: launchtest.Binary(t, "gatewayctl"), env: []string{
-		"GATEWAY_ADMIN_ADDR=" + s.Config.Listeners.Admin,
-		"GATEWAY_ADMIN_TOKEN=" + adminToken,
-	}}
+	ctl := adminCtl(t, s)
 	a, b := s.NewAccount(10, noLimits), s.NewAccount(10, noLimits)
 	for i := range 4 {
 		for _, acct := range []launch.Account{a, b} {

@@ -172,10 +172,7 @@ func TestLedgerSink(t *testing.T) {
 		// trimmer, as an export would) trim with a retention of 1ms.
 		Configure: func(c *config.Config) { c.LedgerSink.Interval = config.Duration(20 * time.Millisecond) },
 	})
-	ctl := gatewayctl{t: t, bin: launchtest.Binary(t, "gatewayctl"), env: []string{
-		"GATEWAY_ADMIN_ADDR=" + s.Config.Listeners.Admin,
-		"GATEWAY_ADMIN_TOKEN=" + adminToken,
-	}}
+	ctl := adminCtl(t, s)
 	const initial = 10_000_000_000
 	accounts := []launch.Account{s.NewAccount(10, noLimits), s.NewAccount(10, noLimits), s.NewAccount(10, noLimits)}
 	exports := make([]string, len(accounts))

@@ -263,9 +263,7 @@ func conserved(t *testing.T, st *store.Store, accountID string, initial int64) {
 func TestKeyLimitChangedWhileRunning(t *testing.T) {
 	a := launchtest.Start(t, launch.Options{SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}})
 	b := launchtest.Start(t, launch.Options{RedisAddr: a.RedisAddr})
-	ctl := gatewayctl{t: t, bin: launchtest.Binary(t, "gatewayctl"), env: []string{
-		"GATEWAY_ADMIN_ADDR=" + a.Config.Listeners.Admin, "GATEWAY_ADMIN_TOKEN=" + adminToken, "GATEWAY_ADMIN_ACTOR=ops-alice",
-	}}
+	ctl := adminCtl(t, a, "GATEWAY_ADMIN_ACTOR=ops-alice")
 	acct := a.NewAccount(100, noLimits)
 	id := keyID(t, a, acct.Key)
 	for _, p := range []*launch.Stack{a, b} {

@@ -84,9 +84,7 @@ func rateCount(t *testing.T, s *launch.Stack, accountID, keyID string) int64 {
 // limit; a key without a wait is refused at once as before.
 func TestConcurrencyWait(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}})
-	ctl := gatewayctl{t: t, bin: launchtest.Binary(t, "gatewayctl"), env: []string{
-		"GATEWAY_ADMIN_ADDR=" + s.Config.Listeners.Admin, "GATEWAY_ADMIN_TOKEN=" + adminToken, "GATEWAY_ADMIN_ACTOR=ops-bob",
-	}}
+	ctl := adminCtl(t, s, "GATEWAY_ADMIN_ACTOR=ops-bob")
 	ctx := context.Background()
 	const balance = 100_000_000_000
 	acct, err := s.Store.CreateAccount(ctx, "waits", balance, noLimits)
