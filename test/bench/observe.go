@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -122,12 +121,7 @@ func family(pid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+		if f := statFields(child); len(f) > 1 && f[1] == strconv.Itoa(pid) { // the parent's pid
 			pids = append(pids, child)
 		}
 	}

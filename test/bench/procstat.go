@@ -21,20 +21,26 @@ const clockTick = 10 * time.Millisecond
 // from /proc/PID/stat. Its resolution is one clock tick, so the bench only
 // divides deltas over many requests.
 func cpuTime(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name (field 2) may hold spaces; fields are counted
-	// from the closing parenthesis.
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	fields := statFields(pid)
 	if len(fields) < 13 {
 		return 0
 	}
 	utime, _ := strconv.ParseInt(fields[11], 10, 64) // field 14
 	stime, _ := strconv.ParseInt(fields[12], 10, 64) // field 15
 	return time.Duration(utime+stime) * clockTick
+}
+
+// statFields are the fields of /proc/PID/stat after the command name
+// (field 3, the state, first); nil if the process is gone.
+func statFields(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	// The command name (field 2) may hold spaces; fields are counted
+	// from the closing parenthesis.
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 }
 
 // switches is how many times a process's threads have been switched off
