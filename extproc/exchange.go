@@ -63,7 +63,8 @@ type exchange struct {
 	meter     format.Meter
 	rewriter  format.Rewriter  // the meter, when it also rewrites the reply
 	stored    responses.Stored // the meter, when the reply names a stored response
-	bound     bool             // the stored response's id is bound to the account
+	bound     bool             // the stored response's id is bound to the account (or being bound)
+	binding   chan struct{}    // closed when a bind started mid-stream has landed
 	parked    *store.Parked    // the background response a retrieval or cancellation reads
 	bodyBytes int64            // response body bytes from the vendor
 	open      *holds.Open      // the hold's renewal while the request runs
@@ -557,10 +558,13 @@ func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attr
 			x.meter.Write(b.GetBody())
 		}
 		if x.stored != nil && !x.bound && (x.req.Stream || b.GetEndOfStream()) {
-			x.bind(ctx)
+			x.bind(ctx, b.GetEndOfStream())
 		}
 		if b.GetEndOfStream() {
 			x.replyDone = true
+			if x.binding != nil {
+				<-x.binding // the last chunk waits for the bind (it has long landed)
+			}
 			if x.req.Background {
 				// Parked before the reply naming the response reaches the
 				// client, so that its first read finds it parked and
@@ -578,11 +582,14 @@ func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attr
 	}}
 }
 
-// bind records the stored response the reply names as the account's, as
-// soon as its id is seen and before the chunk carrying it reaches the
-// client, so that the client's next request naming it finds it bound. A
-// JSON reply is read at its last chunk.
-func (x *exchange) bind(ctx context.Context) {
+// bind records the stored response the reply names as the account's. A
+// JSON reply is read, and bound, at its last chunk. A stream names its
+// response in its first event: the bind runs beside the stream so that the
+// first event is not held for a Redis round trip, and the stream's last
+// chunk waits for it. A request naming the id in the sub-millisecond
+// before the bind lands is refused with 404, as for any id not the
+// account's: the window fails closed.
+func (x *exchange) bind(ctx context.Context, last bool) {
 	if x.req.NoStore || x.s.owners == nil {
 		x.bound = true // nothing is kept to bind
 		return
@@ -596,11 +603,29 @@ func (x *exchange) bind(ctx context.Context) {
 		x.s.log.Warn("reply names a malformed response id; not bound", "request_id", x.requestID)
 		return
 	}
-	if err := x.s.owners.BindResponse(ctx, id, x.key.AccountID); err != nil {
-		// The response stays unreachable through the gateway: refused,
-		// never shown to another account.
-		x.s.log.Error("binding a stored response failed", "request_id", x.requestID, "err", err)
-		x.s.metrics.storeErrors.WithLabelValues("bind").Inc()
+	if last {
+		x.s.bindResponse(ctx, x.requestID, id, x.key.AccountID)
+		return
+	}
+	done := make(chan struct{})
+	x.binding = done
+	// Not cut by the client leaving: the response exists at the vendor
+	// either way. The store's timeouts bound the call.
+	bctx := context.WithoutCancel(ctx)
+	requestID, account := x.requestID, x.key.AccountID
+	go func() {
+		defer close(done)
+		x.s.bindResponse(bctx, requestID, id, account)
+	}()
+}
+
+// bindResponse binds stored response id to account, logging a failure: the
+// response then stays unreachable through the gateway, refused, never shown
+// to another account.
+func (s *Server) bindResponse(ctx context.Context, requestID, id, account string) {
+	if err := s.owners.BindResponse(ctx, id, account); err != nil {
+		s.log.Error("binding a stored response failed", "request_id", requestID, "err", err)
+		s.metrics.storeErrors.WithLabelValues("bind").Inc()
 	}
 }
 

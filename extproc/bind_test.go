@@ -1,0 +1,106 @@
+package extproc
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// slowOwners is a store of response owners whose binds wait for release.
+type slowOwners struct {
+	entered chan struct{} // closed when the first bind starts
+	release chan struct{}
+	landed  atomic.Bool // for a look while the bind is held
+	owner   string      // written unsynchronised: read only once the exchange says the bind is done
+}
+
+func (o *slowOwners) BindResponse(ctx context.Context, id, accountID string) error {
+	close(o.entered)
+	<-o.release
+	o.owner = accountID
+	o.landed.Store(true)
+	return nil
+}
+
+func (o *slowOwners) ResponseOwner(ctx context.Context, id string) (string, error) {
+	return "", nil
+}
+
+// A streamed response names its stored response in its first event. The
+// bind runs beside the stream: the first event is released while the bind
+// is still in flight (time to first event pays no Redis round trip), and
+// the stream's last chunk is answered only once the bind has landed, so a
+// client that has read the whole stream always finds its response bound.
+func TestStreamBindsBesideTheFirstEvent(t *testing.T) {
+	r := newRigWith(t, "beta", rigAccount{})
+	owners := &slowOwners{entered: make(chan struct{}), release: make(chan struct{})}
+	r.srv.owners = owners
+	stream, err := os.ReadFile("format/responses/testdata/stream.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := bytes.SplitAfter(stream, []byte("\n\n"))
+	if len(events) > 0 && len(events[len(events)-1]) == 0 {
+		events = events[:len(events)-1]
+	}
+	body := []byte(`{"model":"gpt-4o-mini","max_output_tokens":256,"stream":true,"input":"Fix the failing test."}`)
+
+	ctx := context.Background()
+	x := &exchange{s: r.srv}
+	for _, req := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers(":method", "POST", ":path", "/beta/v1/responses",
+			"authorization", "Bearer "+r.key, "content-type", "application/json", "content-length", strconv.Itoa(len(body)))}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream")}},
+	} {
+		if ir := x.step(ctx, req).GetImmediateResponse(); ir != nil {
+			t.Fatalf("rejected: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
+		}
+	}
+
+	chunk := func(i int) <-chan *extprocv3.ProcessingResponse {
+		out := make(chan *extprocv3.ProcessingResponse, 1)
+		go func() {
+			out <- x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+				ResponseBody: &extprocv3.HttpBody{Body: events[i], EndOfStream: i == len(events)-1},
+			}})
+		}()
+		return out
+	}
+	// A failure deadline, not a measurement: a bind on the first event's
+	// path never returns while the store holds it.
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	select {
+	case resp := <-chunk(0):
+		if resp.GetResponseBody() == nil {
+			t.Fatalf("first event: %v", resp)
+		}
+	case <-deadline.C:
+		t.Fatal("the first event was held for the bind")
+	}
+	<-owners.entered
+	if owners.landed.Load() {
+		t.Fatal("bind landed before it was released")
+	}
+	for i := 1; i < len(events)-1; i++ {
+		<-chunk(i)
+	}
+	last := chunk(len(events) - 1)
+	close(owners.release)
+	<-last
+	// Read without synchronising with the bind: an exchange that answered
+	// without waiting sees no owner yet, or, run with -race, a race.
+	if owners.owner != r.acct {
+		t.Fatalf("last chunk answered before the bind landed (owner %q)", owners.owner)
+	}
+	if !x.settled {
+		t.Fatal("not settled")
+	}
+}
