@@ -22,7 +22,7 @@ BUF         := github.com/bufbuild/buf/cmd/buf@v1.57.0
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
 
-.PHONY: catalogue envoy-config all build run test unit e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres chromium clients lint clean
+.PHONY: catalogue envoy-config all build run test unit race e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres chromium clients lint clean
 
 all: build
 
@@ -93,8 +93,9 @@ clients:
 run: build envoy
 	$(BIN)/gateway run --config gateway.yaml
 
-## test: everything, fastest first: lint and the unit tier, then every test that starts real processes (Redis, Envoy, PostgreSQL, Chromium, the SDKs), fuzz and bench smoke
+## test: everything, fastest first: lint and the unit tier, the race detector over the concurrent code, then every test that starts real processes (Redis, Envoy, PostgreSQL, Chromium, the SDKs), fuzz and bench smoke
 test: lint unit
+	$(MAKE) --no-print-directory race
 	$(MAKE) --no-print-directory e2e
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory bench-smoke
@@ -104,6 +105,10 @@ unit: deps
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v '/test/')
 	cd deploy && $(GO) test -short -count=1 ./...
 	cd deploy/monitoring && $(GO) test -count=1 ./...
+
+## race: the unit tests of the code whose goroutines share state (the processor, the store, spool, settler, renewer, alerts, consoles, commands) under the race detector; the wire-format packages are single-goroutine and left out (minutes under -race)
+race: deps
+	$(GO) test -race -count=1 ./extproc/ ./internal/... ./cmd/...
 
 ## e2e: the tests that start real processes: test/... (end to end through Envoy, the integration tests on real Redis, Cluster, TLS, PostgreSQL and `envoy --mode validate`, SDK conformance) and deploy's checks against a real Envoy
 e2e: build envoy redis postgres chromium clients
