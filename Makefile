@@ -22,7 +22,7 @@ BUF         := github.com/bufbuild/buf/cmd/buf@v1.57.0
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
 
-.PHONY: catalogue envoy-config all build run test unit race e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres chromium clients lint clean
+.PHONY: catalogue envoy-config all build run test unit race cc e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres chromium clients lint clean
 
 all: build
 
@@ -107,8 +107,14 @@ unit: deps
 	cd deploy/monitoring && $(GO) test -count=1 ./...
 
 ## race: the unit tests of the code whose goroutines share state (the processor, the store, spool, settler, renewer, alerts, consoles, commands) under the race detector; the wire-format packages are single-goroutine and left out (minutes under -race)
-race: deps
-	$(GO) test -race -count=1 ./extproc/ ./internal/... ./cmd/...
+race: deps cc
+	CGO_ENABLED=1 $(GO) test -race -count=1 ./extproc/ ./internal/... ./cmd/...
+
+## cc: install a C compiler from Debian's packages when missing (the race detector links with cgo)
+cc:
+	@command -v gcc >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc libc6-dev >/dev/null; }
 
 ## e2e: the tests that start real processes: test/... (end to end through Envoy, the integration tests on real Redis, Cluster, TLS, PostgreSQL and `envoy --mode validate`, SDK conformance) and deploy's checks against a real Envoy
 e2e: build envoy redis postgres chromium clients
