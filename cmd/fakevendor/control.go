@@ -54,6 +54,14 @@ type Controls struct {
 	AudioOutputTokens int `json:"audio_output_tokens"`
 	// WebSearchRequests are reported as server-side web searches (messages).
 	WebSearchRequests int `json:"web_search_requests"`
+	// FileSearchCalls, CodeInterpreterCalls and ImageGenerationCalls are
+	// output items of those built-in tools in responses replies; the code
+	// interpreter calls run in CodeInterpreterContainers containers (at
+	// least one when there are calls), as sessions are billed.
+	FileSearchCalls           int `json:"file_search_calls"`
+	CodeInterpreterCalls      int `json:"code_interpreter_calls"`
+	CodeInterpreterContainers int `json:"code_interpreter_containers"`
+	ImageGenerationCalls      int `json:"image_generation_calls"`
 	// ReplyWords is the length of text replies; 0 means defaultReplyWords.
 	ReplyWords int `json:"reply_words"`
 	// AbortAfterEvents, when not 0, resets the connection after that many
@@ -110,6 +118,10 @@ type controlUpdate struct {
 	AudioInput       *int    `json:"audio_input_tokens"`
 	AudioOutput      *int    `json:"audio_output_tokens"`
 	WebSearches      *int    `json:"web_search_requests"`
+	FileSearches     *int    `json:"file_search_calls"`
+	CodeInterpreter  *int    `json:"code_interpreter_calls"`
+	Containers       *int    `json:"code_interpreter_containers"`
+	Images           *int    `json:"image_generation_calls"`
 	ReplyWords       *int    `json:"reply_words"`
 	AbortAfterEvents *int    `json:"abort_after_events"`
 	AbortAtStart     *bool   `json:"abort_at_start"`
@@ -136,6 +148,8 @@ func (u *controlUpdate) validate() error {
 		"audio_input_tokens": u.AudioInput, "audio_output_tokens": u.AudioOutput,
 		"reasoning_tokens": u.ReasoningTokens, "web_search_requests": u.WebSearches,
 		"tool_prompt_tokens": u.ToolPromptTokens, "background_polls": u.BackgroundPolls,
+		"file_search_calls": u.FileSearches, "code_interpreter_calls": u.CodeInterpreter,
+		"code_interpreter_containers": u.Containers, "image_generation_calls": u.Images,
 	} {
 		if p != nil && *p < 0 {
 			return fmt.Errorf("%s must not be negative", name)
@@ -164,6 +178,10 @@ func (u *controlUpdate) apply(c *Controls) {
 	set(&c.AudioInputTokens, u.AudioInput)
 	set(&c.AudioOutputTokens, u.AudioOutput)
 	set(&c.WebSearchRequests, u.WebSearches)
+	set(&c.FileSearchCalls, u.FileSearches)
+	set(&c.CodeInterpreterCalls, u.CodeInterpreter)
+	set(&c.CodeInterpreterContainers, u.Containers)
+	set(&c.ImageGenerationCalls, u.Images)
 	if u.ServiceTier != nil {
 		c.ServiceTier = *u.ServiceTier
 	}

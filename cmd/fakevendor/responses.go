@@ -21,7 +21,9 @@ import (
 // (which it includes, as the vendor's does), output_tokens the visible
 // output plus the reasoning tokens. Output items, in order: a reasoning
 // item when reasoning_tokens is set, web_search_requests web_search_call
-// items, then a function_call (tool_call control, a function tool offered)
+// items, the other built-in tools' calls the controls ask for
+// (file_search_calls, code_interpreter_calls in code_interpreter_containers
+// containers, image_generation_calls), then a function_call (tool_call control, a function tool offered)
 // or the text message. A reply cut by max_output_tokens ends "incomplete";
 // the fail_response control makes it end "failed" with its input billed
 // and no output. Stored responses (store not false) can be read back,
@@ -222,6 +224,7 @@ func (b *chatAPI) buildResponse(req *respRequest, rp *reply, id string, ctl *Con
 		items = append(items, map[string]any{"type": "web_search_call", "id": ids.next("ws_"), "status": "completed",
 			"action": map[string]any{"type": "search", "query": "fake search"}})
 	}
+	items = append(items, builtinCalls(ids, ctl)...)
 	if rp.tool != nil {
 		items = append(items, map[string]any{"type": "function_call", "id": ids.next("fc_"), "call_id": ids.next("call_"),
 			"name": rp.tool.name, "arguments": string(rp.tool.arguments), "status": "completed"})
@@ -307,6 +310,27 @@ func (b *chatAPI) buildResponse(req *respRequest, rp *reply, id string, ctl *Con
 	return final, events
 }
 
+// builtinCalls are the output items of the built-in tools the controls
+// ask for, other than web search: file searches, code interpreter calls
+// spread over their containers, image generations.
+func builtinCalls(ids *idSource, ctl *Controls) []map[string]any {
+	var items []map[string]any
+	for range ctl.FileSearchCalls {
+		items = append(items, map[string]any{"type": "file_search_call", "id": ids.next("fs_"), "status": "completed",
+			"queries": []any{"fake query"}, "results": nil})
+	}
+	containers := max(ctl.CodeInterpreterContainers, 1)
+	for i := range ctl.CodeInterpreterCalls {
+		items = append(items, map[string]any{"type": "code_interpreter_call", "id": ids.next("ci_"), "status": "completed",
+			"code": "print(1)", "container_id": "cntr_fake_" + strconv.Itoa(i%containers), "outputs": nil})
+	}
+	for range ctl.ImageGenerationCalls {
+		items = append(items, map[string]any{"type": "image_generation_call", "id": ids.next("ig_"), "status": "completed",
+			"result": "ZmFrZSBpbWFnZQ=="})
+	}
+	return items
+}
+
 // started is an output item as output_item.added shows it: in progress,
 // without its content.
 func started(it map[string]any) map[string]any {
@@ -319,7 +343,7 @@ func started(it map[string]any) map[string]any {
 		s["content"], s["status"] = []any{}, "in_progress"
 	case "function_call":
 		s["arguments"], s["status"] = "", "in_progress"
-	case "web_search_call":
+	case "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call":
 		s["status"] = "in_progress"
 	case "reasoning":
 		s["summary"] = []any{}

@@ -40,6 +40,27 @@ func TestResponsesJSONAndStream(t *testing.T) {
 	}
 }
 
+// The other built-in tools' calls come as output items before the text:
+// file searches, code interpreter calls spread over their containers,
+// image generations.
+func TestResponsesBuiltinToolCalls(t *testing.T) {
+	tf := newTestFake(t, nil)
+	tf.setControl(`{"format":"chat_completions","file_search_calls":1,"code_interpreter_calls":3,"code_interpreter_containers":2,"image_generation_calls":1}`)
+	_, data := tf.call("POST", tf.chatCompletions.URL+"/v1/responses", `{"model":"gpt-5","input":"Use the tools"}`)
+	r := jsonObject(t, string(data))
+	var types, containers []string
+	for i := range 6 {
+		types = append(types, str(t, r, "output", i, "type"))
+		if types[i] == "code_interpreter_call" {
+			containers = append(containers, str(t, r, "output", i, "container_id"))
+		}
+	}
+	if strings.Join(types, ",") != "file_search_call,code_interpreter_call,code_interpreter_call,code_interpreter_call,image_generation_call,message" ||
+		strings.Join(containers, ",") != "cntr_fake_0,cntr_fake_1,cntr_fake_0" {
+		t.Fatalf("output %s", data)
+	}
+}
+
 // max_output_tokens below the reply ends it incomplete; fail_response
 // fails it with its input billed.
 func TestResponsesIncompleteAndFailed(t *testing.T) {

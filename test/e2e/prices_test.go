@@ -72,6 +72,15 @@ type billed struct {
 	input, output, cacheRead, cache5m, cache1h, audioIn, audioOut, searches int64
 	tier                                                                    string
 	region                                                                  string // regional processing of the endpoint that served
+	fees                                                                    []fee  // per-call fees priced outside the model's entry
+}
+
+// fee is n calls at a price in USD (a decimal string) that the model's
+// catalogue entry does not hold: the code interpreter's container entry,
+// a configured price.
+type fee struct {
+	n   int64
+	usd string
 }
 
 // capBilled caps u as the gateway does: input-side kinds together at input,
@@ -209,6 +218,13 @@ func expectedNano(t *testing.T, e map[string]any, u billed) int64 {
 	add(u.audioOut, chain("output_cost_per_audio_token", out))
 	if q, ok := e["search_context_cost_per_query"].(map[string]any); ok {
 		add(u.searches, rat(q["search_context_size_medium"]))
+	}
+	for _, f := range u.fees {
+		p, ok := new(big.Rat).SetString(f.usd)
+		if !ok {
+			t.Fatalf("fee price %q", f.usd)
+		}
+		add(f.n, p)
 	}
 	if up, ok := e["regional_processing_uplift_multiplier_"+u.region]; ok && u.region != "" {
 		sum.Mul(sum, rat(up))

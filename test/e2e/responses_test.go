@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
@@ -169,6 +171,95 @@ func TestResponsesBilledAndBoundToTheirAccount(t *testing.T) {
 	if o, _, _ := s.Store.Ledger(ctx, other.ID, "", 10); len(o) != 0 {
 		t.Errorf("the other account was billed: %+v", o)
 	}
+}
+
+// The Responses API's other built-in tools are billed per call from the
+// calls the vendor reports having made, JSON and stream alike: file
+// searches and image generations at the prices the operator configured
+// (the pinned catalogue prices neither), code interpreter sessions per
+// distinct container at the catalogue's openai/container price.
+func TestResponsesBuiltinToolCallsBilled(t *testing.T) {
+	const (
+		model             = "gpt-6-sol"
+		fileSearchUSD     = "0.0025"
+		imageGenerateUSD  = "0.04"
+		fileSearches      = 2
+		interpreterCalls  = 3
+		containers        = 2
+		imageGenerations  = 1
+		toolsOffered      = `,"tools":[{"type":"file_search","vector_store_ids":["vs_1"]},{"type":"code_interpreter","container":{"type":"auto"}},{"type":"image_generation"}]`
+		controlsToolCalls = `{"file_search_calls":2,"code_interpreter_calls":3,"code_interpreter_containers":2,"image_generation_calls":1}`
+	)
+	s := launchtest.Start(t, launch.Options{Configure: func(c *config.Config) {
+		fs, img := 0.0025, 0.04
+		for i := range c.Upstreams {
+			if c.Upstreams[i].Name == "beta" {
+				if c.Upstreams[i].Models.Overrides == nil {
+					c.Upstreams[i].Models.Overrides = map[string]config.Price{}
+				}
+				c.Upstreams[i].Models.Overrides[model] = config.Price{FileSearch: &fs, ImageGeneration: &img}
+			}
+		}
+	}})
+	acct := s.NewAccount(100, noLimits)
+	entry := servedModels(t, s.Config.Catalogue, "openai", []string{"chat", "responses"}, "/v1/responses")[model]
+	if entry == nil {
+		t.Fatalf("%s is not served on responses", model)
+	}
+	session := containerSessionUSD(t, s.Config.Catalogue, "openai")
+
+	var want []int64
+	for _, streamed := range []bool{false, true} {
+		body := []byte(fmt.Sprintf(`{"model":%q,"stream":%t,"input":"Search, compute and draw."%s}`, model, streamed, toolsOffered))
+		h := chatCompletionsHeaders(acct.Key)
+		h["x-fake-controls"] = controlsToolCalls
+		resp, reply := s.Do("POST", responsesPath, h, body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("stream=%v: %d %s", streamed, resp.StatusCode, reply)
+		}
+		u, _, _ := responsesBilled(t, reply, streamed)
+		u.fees = []fee{{fileSearches, fileSearchUSD}, {containers, session}, {imageGenerations, imageGenerateUSD}}
+		want = append(want, expectedNano(t, entry, u))
+	}
+	entries, _, err := s.Store.Ledger(context.Background(), acct.ID, "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != len(want) {
+		t.Fatalf("%d ledger entries, want %d", len(entries), len(want))
+	}
+	for i, e := range entries {
+		u, r := e.Usage, e.Rates
+		if u.FileSearches != fileSearches || u.CodeInterpreter != containers || u.ImageGenerations != imageGenerations ||
+			r.FileSearches == 0 || r.CodeInterpreter == 0 || r.ImageGenerations == 0 {
+			t.Errorf("request %d: usage %+v, rates %+v; want %d file searches, %d sessions (of %d calls), %d images, each priced",
+				i, u, r, fileSearches, containers, interpreterCalls, imageGenerations)
+		}
+		if e.Cost != want[i] || e.Estimated || e.Capped {
+			t.Errorf("request %d: cost %d (estimated %v, capped %v), want %d", i, e.Cost, e.Estimated, e.Capped, want[i])
+		}
+	}
+}
+
+// containerSessionUSD is the catalogue's price of one code interpreter
+// session for provider's models (PROVIDER/container).
+func containerSessionUSD(t *testing.T, path, provider string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all map[string]struct {
+		Session json.Number `json:"code_interpreter_cost_per_session"`
+	}
+	if err := json.Unmarshal(data, &all); err != nil {
+		t.Fatal(err)
+	}
+	p := all[provider+"/container"].Session
+	if p == "" {
+		t.Fatalf("the catalogue has no %s/container session price", provider)
+	}
+	return string(p)
 }
 
 // Embeddings are billed as input, from usage.prompt_tokens; a chat model is
