@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/modelgateway/gateway/internal/freeport"
 )
 
 // Process is a child process: its own process group (a terminal's Ctrl-C
@@ -210,17 +211,17 @@ func RepoRoot() (string, error) {
 }
 
 // FreeAddrs returns n distinct loopback addresses whose ports were free at
-// the time of the call. All listeners stay open until every port is picked,
-// so the kernel cannot hand out the same port twice.
+// the time of the call, for processes to bind (see freeport for why they
+// stay free until then).
 func FreeAddrs(n int) ([]string, error) {
-	addrs := make([]string, n)
-	for i := range addrs {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs := make([]string, 0, n)
+	for len(addrs) < n {
+		l, err := freeport.Listen(nil)
 		if err != nil {
 			return nil, err
 		}
 		defer l.Close()
-		addrs[i] = l.Addr().String()
+		addrs = append(addrs, l.Addr().String())
 	}
 	return addrs, nil
 }

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/modelgateway/gateway/internal/freeport"
 )
 
 // startTimeout bounds how long a server may take to answer PING, and a
@@ -244,27 +246,22 @@ func waitFor(done <-chan struct{}, check func() error) error {
 }
 
 // freePort returns a loopback port that is free, and whose cluster bus port
-// (port + 10000) is free too.
+// (port + 10000) is free too (see freeport for how the port stays free
+// until redis-server binds it).
 func freePort() (int, error) {
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		if port+10000 > 65535 {
-			l.Close()
-			continue
-		}
+	l, err := freeport.Listen(func(port int) bool {
 		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
-		l.Close()
 		if err != nil {
-			continue
+			return false
 		}
 		bus.Close()
-		return port, nil
+		return true
+	})
+	if err != nil {
+		return 0, err
 	}
-	return 0, errors.New("no free port pair found")
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func ping(addr string) error {
