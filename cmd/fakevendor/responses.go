@@ -220,11 +220,7 @@ func (b *chatAPI) buildResponse(req *respRequest, rp *reply, id string, ctl *Con
 	if rp.reasoningTokens > 0 {
 		items = append(items, map[string]any{"type": "reasoning", "id": ids.next("rs_"), "summary": []any{map[string]any{"type": "summary_text", "text": "Thinking."}}})
 	}
-	for range rp.webSearches {
-		items = append(items, map[string]any{"type": "web_search_call", "id": ids.next("ws_"), "status": "completed",
-			"action": map[string]any{"type": "search", "query": "fake search"}})
-	}
-	items = append(items, builtinCalls(ids, ctl)...)
+	items = append(items, builtinCalls(ids, rp.webSearches, ctl)...)
 	if rp.tool != nil {
 		items = append(items, map[string]any{"type": "function_call", "id": ids.next("fc_"), "call_id": ids.next("call_"),
 			"name": rp.tool.name, "arguments": string(rp.tool.arguments), "status": "completed"})
@@ -310,11 +306,15 @@ func (b *chatAPI) buildResponse(req *respRequest, rp *reply, id string, ctl *Con
 	return final, events
 }
 
-// builtinCalls are the output items of the built-in tools the controls
-// ask for, other than web search: file searches, code interpreter calls
-// spread over their containers, image generations.
-func builtinCalls(ids *idSource, ctl *Controls) []map[string]any {
+// builtinCalls are the output items of the built-in tools: the reply's
+// web searches, then the file searches, code interpreter calls spread over
+// their containers and image generations the controls ask for.
+func builtinCalls(ids *idSource, webSearches int, ctl *Controls) []map[string]any {
 	var items []map[string]any
+	for range webSearches {
+		items = append(items, map[string]any{"type": "web_search_call", "id": ids.next("ws_"), "status": "completed",
+			"action": map[string]any{"type": "search", "query": "fake search"}})
+	}
 	for range ctl.FileSearchCalls {
 		items = append(items, map[string]any{"type": "file_search_call", "id": ids.next("fs_"), "status": "completed",
 			"queries": []any{"fake query"}, "results": nil})
