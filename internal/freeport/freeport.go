@@ -53,8 +53,8 @@ func Listen(ok func(port int) bool) (net.Listener, error) {
 }
 
 // ephemeralLow is the first port of the kernel's ephemeral range (Linux's
-// default when it cannot be read).
-func ephemeralLow() int {
+// default when it cannot be read), read once.
+var ephemeralLow = sync.OnceValue(func() int {
 	const linuxDefault = 32768
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
@@ -69,4 +69,4 @@ func ephemeralLow() int {
 		return linuxDefault
 	}
 	return low
-}
+})
