@@ -42,18 +42,8 @@ func catalogueModels(t *testing.T, path, provider string) map[string]map[string]
 // of modes and whose supported_endpoints, when listed, include endpoint.
 func servedModels(t *testing.T, path, provider string, modes []string, endpoint string) map[string]map[string]any {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("catalogue: %v (run `make catalogue`)", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var all map[string]map[string]any
-	if err := dec.Decode(&all); err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]map[string]any{}
-	for name, e := range all {
+	for name, e := range catalogueEntries(t, path) {
 		mode, _ := e["mode"].(string)
 		if e["litellm_provider"] != provider || !slices.Contains(modes, mode) || e["input_cost_per_token"] == nil || e["output_cost_per_token"] == nil && mode != "embedding" {
 			continue
@@ -64,6 +54,22 @@ func servedModels(t *testing.T, path, provider string, modes []string, endpoint 
 		out[name] = e
 	}
 	return out
+}
+
+// catalogueEntries reads the catalogue at path, its numbers as json.Number.
+func catalogueEntries(t *testing.T, path string) map[string]map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("catalogue: %v (run `make catalogue`)", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var all map[string]map[string]any
+	if err := dec.Decode(&all); err != nil {
+		t.Fatal(err)
+	}
+	return all
 }
 
 // billed is usage as the vendor reported it, split into the kinds the

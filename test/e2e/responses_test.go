@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -180,18 +180,19 @@ func TestResponsesBilledAndBoundToTheirAccount(t *testing.T) {
 // distinct container at the catalogue's openai/container price.
 func TestResponsesBuiltinToolCallsBilled(t *testing.T) {
 	const (
-		model             = "gpt-6-sol"
-		fileSearchUSD     = "0.0025"
-		imageGenerateUSD  = "0.04"
-		fileSearches      = 2
-		interpreterCalls  = 3
-		containers        = 2
-		imageGenerations  = 1
-		toolsOffered      = `,"tools":[{"type":"file_search","vector_store_ids":["vs_1"]},{"type":"code_interpreter","container":{"type":"auto"}},{"type":"image_generation"}]`
-		controlsToolCalls = `{"file_search_calls":2,"code_interpreter_calls":3,"code_interpreter_containers":2,"image_generation_calls":1}`
+		model            = "gpt-6-sol"
+		fileSearchUSD    = 0.0025
+		imageUSD         = 0.04
+		fileSearches     = 2
+		interpreterCalls = 3
+		containers       = 2
+		imageGenerations = 1
+		toolsOffered     = `,"tools":[{"type":"file_search","vector_store_ids":["vs_1"]},{"type":"code_interpreter","container":{"type":"auto"}},{"type":"image_generation"}]`
 	)
+	controls := fmt.Sprintf(`{"file_search_calls":%d,"code_interpreter_calls":%d,"code_interpreter_containers":%d,"image_generation_calls":%d}`,
+		fileSearches, interpreterCalls, containers, imageGenerations)
 	s := launchtest.Start(t, launch.Options{Configure: func(c *config.Config) {
-		fs, img := 0.0025, 0.04
+		fs, img := fileSearchUSD, imageUSD
 		for i := range c.Upstreams {
 			if c.Upstreams[i].Name == "beta" {
 				if c.Upstreams[i].Models.Overrides == nil {
@@ -206,19 +207,25 @@ func TestResponsesBuiltinToolCallsBilled(t *testing.T) {
 	if entry == nil {
 		t.Fatalf("%s is not served on responses", model)
 	}
-	session := containerSessionUSD(t, s.Config.Catalogue, "openai")
+	// The code interpreter is priced per session for all of a provider's
+	// models, in the catalogue's PROVIDER/container entry.
+	session, ok := catalogueEntries(t, s.Config.Catalogue)["openai/container"]["code_interpreter_cost_per_session"].(json.Number)
+	if !ok {
+		t.Fatal("the catalogue has no openai/container session price")
+	}
+	usd := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 	var want []int64
 	for _, streamed := range []bool{false, true} {
 		body := []byte(fmt.Sprintf(`{"model":%q,"stream":%t,"input":"Search, compute and draw."%s}`, model, streamed, toolsOffered))
 		h := chatCompletionsHeaders(acct.Key)
-		h["x-fake-controls"] = controlsToolCalls
+		h["x-fake-controls"] = controls
 		resp, reply := s.Do("POST", responsesPath, h, body)
 		if resp.StatusCode != 200 {
 			t.Fatalf("stream=%v: %d %s", streamed, resp.StatusCode, reply)
 		}
 		u, _, _ := responsesBilled(t, reply, streamed)
-		u.fees = []fee{{fileSearches, fileSearchUSD}, {containers, session}, {imageGenerations, imageGenerateUSD}}
+		u.fees = []fee{{fileSearches, usd(fileSearchUSD)}, {containers, string(session)}, {imageGenerations, usd(imageUSD)}}
 		want = append(want, expectedNano(t, entry, u))
 	}
 	entries, _, err := s.Store.Ledger(context.Background(), acct.ID, "", 10)
@@ -239,27 +246,6 @@ func TestResponsesBuiltinToolCallsBilled(t *testing.T) {
 			t.Errorf("request %d: cost %d (estimated %v, capped %v), want %d", i, e.Cost, e.Estimated, e.Capped, want[i])
 		}
 	}
-}
-
-// containerSessionUSD is the catalogue's price of one code interpreter
-// session for provider's models (PROVIDER/container).
-func containerSessionUSD(t *testing.T, path, provider string) string {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all map[string]struct {
-		Session json.Number `json:"code_interpreter_cost_per_session"`
-	}
-	if err := json.Unmarshal(data, &all); err != nil {
-		t.Fatal(err)
-	}
-	p := all[provider+"/container"].Session
-	if p == "" {
-		t.Fatalf("the catalogue has no %s/container session price", provider)
-	}
-	return string(p)
 }
 
 // Embeddings are billed as input, from usage.prompt_tokens; a chat model is
