@@ -59,25 +59,24 @@ $(VENV)/.installed: requirements.txt
 	@$(ENVOY) --version | grep -m1 .
 	@touch $@
 
+# $(call APT_INSTALL,PACKAGES) installs Debian packages, with sudo unless root: what
+# the targets below run when what they need is missing.
+APT_INSTALL = { SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(1) >/dev/null; }
+
 ## redis: install redis-server (and jq, which the README's examples use) from Debian's packages when missing
 redis:
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v jq >/dev/null || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server redis-tools jq >/dev/null; }
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v jq >/dev/null || $(call APT_INSTALL,redis-server redis-tools jq)
 	@redis-server --version
 
 ## postgres: install PostgreSQL's server binaries from Debian's packages when missing (the ledger sink's tests start one)
 postgres:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq postgresql >/dev/null; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || $(call APT_INSTALL,postgresql)
 	@ls /usr/lib/postgresql/*/bin/postgres
 
 ## chromium: install Debian's chromium (the consoles' browser tests) when missing
 chromium:
-	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || $(call APT_INSTALL,chromium)
 	@$$(command -v chromium || command -v chromium-browser) --version
 
 ## clients: install the JavaScript clients the tests run (test/clients: the OpenAI SDK, the Codex CLI and Node 22, pinned by its package-lock.json) from npm, once per lock file
@@ -112,9 +111,7 @@ race: deps cc
 
 ## cc: install a C compiler from Debian's packages when missing (the race detector links with cgo)
 cc:
-	@command -v gcc >/dev/null || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq gcc libc6-dev >/dev/null; }
+	@command -v gcc >/dev/null || $(call APT_INSTALL,gcc libc6-dev)
 
 ## e2e: the tests that start real processes: test/... (end to end through Envoy, the integration tests on real Redis, Cluster, TLS, PostgreSQL and `envoy --mode validate`, SDK conformance) and deploy's checks against a real Envoy
 e2e: build envoy redis postgres chromium clients
