@@ -42,7 +42,8 @@ func main() {
 		note     = flag.String("note", "", "a line for the report's header, e.g. that the machine was shared")
 		profile  = flag.String("cpuprofile-sidecar", "", "record the sidecar with perf(1) under load into this file (perf.data format; a text summary goes to FILE.txt)")
 		null     = flag.String("null-processor", "", "internal: serve the null ext_proc processor on this address and nothing else")
-		tracePct = flag.Float64("trace-percent", -1, "trace this share of the gateway's requests (0-100) to an in-process OTLP collector; off by default")
+		tracePct = flag.Float64("trace-percent", -1, "trace this share of requests (0-100) to an in-process OTLP collector, in every stack's Envoy (the floor is the same Envoy) and the sidecar; off by default")
+		traceGw  = flag.Bool("trace-gateway-only", false, "with -trace-percent: trace the gateway stack only, leaving the floor and bare Envoy untraced (what tracing costs in all)")
 		sink     = flag.Bool("sink", false, "run the ledger sink against the gateway's Redis, into a PostgreSQL the bench starts")
 		hooksOff = flag.Bool("webhook-down", false, "send the gateway's alerts to a webhook receiver that accepts connections and never answers, with alerts pending for the whole run")
 		env      listFlag
@@ -75,7 +76,7 @@ func main() {
 	if *open >= 0 {
 		p.openStreams, p.openRate, p.settle = *open, 1000, 2*time.Second
 	}
-	b := start(tb, p, env, options{tracePct: *tracePct, webhookDown: *hooksOff})
+	b := start(tb, p, env, options{tracePct: *tracePct, traceGatewayOnly: *traceGw, webhookDown: *hooksOff})
 	b.res.note = *note
 	var ls *ledgerSink
 	if *sink {
@@ -91,7 +92,11 @@ func main() {
 	b.res.loadEnd = loadAvg()
 	var extra []string
 	if b.traces != nil {
-		extra = append(extra, fmt.Sprintf("gateway traced at %g %% to an in-process OTLP collector (%d spans received)", *tracePct, b.traces.spans.Load()))
+		who := "every stack's Envoy and the sidecar"
+		if *traceGw {
+			who = "the gateway stack only"
+		}
+		extra = append(extra, fmt.Sprintf("%s traced at %g %% to an in-process OTLP collector (%d spans received)", who, *tracePct, b.traces.spans.Load()))
 	}
 	if ls != nil {
 		extra = append(extra, "ledger sink running: "+ls.status())
@@ -220,20 +225,28 @@ func up(tb *benchTB, o launch.Options) *launch.Stack {
 // fake vendors, so that both proxies reach the very same upstream process.
 // options are the gateway's optional parts under measurement.
 type options struct {
-	tracePct    float64 // < 0: tracing off
-	webhookDown bool
+	tracePct         float64 // < 0: tracing off
+	traceGatewayOnly bool    // else the floor's and bare Envoy's bootstraps trace alike
+	webhookDown      bool
 }
 
 func start(tb *benchTB, p plan, sidecarEnv []string, o options) *bench {
 	res := &results{plan: p, started: time.Now(), env: readEnvironment(tb), loadStart: loadAvg(), sidecarEnv: sidecarEnv}
 	var traces *collector
 	var configures []func(*config.Config)
+	traced := func(*config.Config) {} // the other stacks' tracing
 	if o.tracePct >= 0 {
 		var addr string
 		traces, addr = startCollector(tb)
-		configures = append(configures, func(c *config.Config) {
+		trace := func(c *config.Config) {
 			c.Tracing = config.Tracing{Endpoint: addr, Protocol: config.TracingGRPC, SamplingPercent: &o.tracePct}
-		})
+		}
+		configures = append(configures, trace)
+		if !o.traceGatewayOnly {
+			// Envoy's tracer costs every request a span, sampled or
+			// not: the floor is the same Envoy, so it traces too.
+			traced = trace
+		}
 	}
 	var hooks *deadReceiver
 	if o.webhookDown {
@@ -256,6 +269,7 @@ func start(tb *benchTB, p plan, sidecarEnv []string, o options) *bench {
 	})
 	// The other stacks reach the gateway's own fake vendor.
 	sameVendor := func(c *config.Config) {
+		traced(c)
 		for i := range c.Upstreams {
 			u := &c.Upstreams[i]
 			addr := gw.Primary.Addrs.ChatCompletions
