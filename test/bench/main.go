@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +40,7 @@ func main() {
 		smoke    = flag.Bool("smoke", false, "tiny rates and durations: exercise the harness in seconds, judge nothing")
 		quick    = flag.Bool("quick", false, "non-streaming latency and CPU at 500 and 1,000 requests/s only (about a minute): to compare a change")
 		open     = flag.Int("open", -1, "concurrent open streams for the memory phase (default: the plan's; 0 skips it)")
+		rates    = flag.String("rates", "", "comma-separated request rates for the non-streaming latency phase, replacing the plan's (e.g. -quick -rates 1500: the knee)")
 		note     = flag.String("note", "", "a line for the report's header, e.g. that the machine was shared")
 		profile  = flag.String("cpuprofile-sidecar", "", "record the sidecar with perf(1) under load into this file (perf.data format; a text summary goes to FILE.txt)")
 		null     = flag.String("null-processor", "", "internal: serve the null ext_proc processor on this address and nothing else")
@@ -75,6 +77,17 @@ func main() {
 	}
 	if *open >= 0 {
 		p.openStreams, p.openRate, p.settle = *open, 1000, 2*time.Second
+	}
+	if *rates != "" {
+		// The targets are set at 500 and 1,000 requests/s.
+		p.rates, p.judge = nil, false
+		for _, r := range strings.Split(*rates, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
+			if err != nil || v <= 0 {
+				log.Fatalf("-rates: %q is not a rate", r)
+			}
+			p.rates = append(p.rates, v)
+		}
 	}
 	b := start(tb, p, env, options{tracePct: *tracePct, traceGatewayOnly: *traceGw, webhookDown: *hooksOff})
 	b.res.note = *note
