@@ -44,7 +44,8 @@ func main() {
 		note     = flag.String("note", "", "a line for the report's header, e.g. that the machine was shared")
 		profile  = flag.String("cpuprofile-sidecar", "", "record the sidecar with perf(1) under load into this file (perf.data format; a text summary goes to FILE.txt)")
 		null     = flag.String("null-processor", "", "internal: serve the null ext_proc processor on this address and nothing else")
-		tracePct = flag.Float64("trace-percent", -1, "trace this share of requests (0-100) to an in-process OTLP collector, in every stack's Envoy (the floor is the same Envoy) and the sidecar; off by default")
+		otlp     = flag.String("otlp-collector", "", "internal: serve the span-counting OTLP collector on this address and nothing else")
+		tracePct = flag.Float64("trace-percent", -1, "trace this share of requests (0-100) to an OTLP collector (a child process), in every stack's Envoy (the floor is the same Envoy) and the sidecar; off by default")
 		traceGw  = flag.Bool("trace-gateway-only", false, "with -trace-percent: trace the gateway stack only, leaving the floor and bare Envoy untraced (what tracing costs in all)")
 		sink     = flag.Bool("sink", false, "run the ledger sink against the gateway's Redis, into a PostgreSQL the bench starts")
 		hooksOff = flag.Bool("webhook-down", false, "send the gateway's alerts to a webhook receiver that accepts connections and never answers, with alerts pending for the whole run")
@@ -55,6 +56,10 @@ func main() {
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	if *null != "" {
 		serveNull(*null)
+		return
+	}
+	if *otlp != "" {
+		serveCollector(*otlp)
 		return
 	}
 
@@ -109,7 +114,7 @@ func main() {
 		if *traceGw {
 			who = "the gateway stack only"
 		}
-		extra = append(extra, fmt.Sprintf("%s traced at %g %% to an in-process OTLP collector (%d spans received)", who, *tracePct, b.traces.spans.Load()))
+		extra = append(extra, fmt.Sprintf("%s traced at %g %% to an OTLP collector (a child process at nice 19; %d spans received)", who, *tracePct, b.traces.stop()))
 	}
 	if ls != nil {
 		extra = append(extra, "ledger sink running: "+ls.status())
@@ -198,8 +203,8 @@ type bench struct {
 	gwT, nullT, bareT *target
 	rdb               *redis.Client
 	res               *results
-	traces            *collector    // nil unless tracing
-	hooks             *deadReceiver // nil unless -webhook-down
+	traces            *collectorProcess // nil unless tracing
+	hooks             *deadReceiver     // nil unless -webhook-down
 }
 
 // The request every non-streaming slice sends: the messages format, a small body.
@@ -245,7 +250,7 @@ type options struct {
 
 func start(tb *benchTB, p plan, sidecarEnv []string, o options) *bench {
 	res := &results{plan: p, started: time.Now(), env: readEnvironment(tb), loadStart: loadAvg(), sidecarEnv: sidecarEnv}
-	var traces *collector
+	var traces *collectorProcess
 	var configures []func(*config.Config)
 	traced := func(*config.Config) {} // the other stacks' tracing
 	if o.tracePct >= 0 {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/modelgateway/gateway/extproc"
+	"github.com/modelgateway/gateway/internal/launch"
 )
 
 // nullProcessor is the floor of the ext_proc design: it answers every
@@ -95,12 +96,11 @@ func serveNull(addr string) {
 // so that its CPU time is measured apart from the load generator's, and
 // returns the address it listens on once it accepts connections.
 func startNull(tb *benchTB) (addr string, pid int) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := launch.FreeAddrs(1)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	addr = l.Addr().String()
-	l.Close()
+	addr = addrs[0]
 	self, err := os.Executable()
 	if err != nil {
 		tb.Fatal(err)
@@ -112,15 +112,24 @@ func startNull(tb *benchTB) (addr string, pid int) {
 		tb.Fatal(fmt.Errorf("start the null processor: %w", err))
 	}
 	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if err := waitListening(addr); err != nil {
+		tb.Fatal(fmt.Errorf("null processor: %w", err))
+	}
+	return addr, cmd.Process.Pid
+}
+
+// waitListening waits up to 30 s for a child process to accept
+// connections on addr.
+func waitListening(addr string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			return addr, cmd.Process.Pid
+			return nil
 		}
 		if time.Now().After(deadline) {
-			tb.Fatal(fmt.Errorf("null processor not listening on %s: %w", addr, err))
+			return fmt.Errorf("not listening on %s: %w", addr, err)
 		}
 		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
 	}

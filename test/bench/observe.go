@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -8,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,11 +24,14 @@ import (
 	"github.com/modelgateway/gateway/internal/launch"
 )
 
-// collector is an in-process OTLP/gRPC trace receiver that counts the spans
-// it is sent and keeps nothing: the far end of tracing for -trace-percent.
+// collector is an OTLP/gRPC trace receiver that counts the spans it is
+// sent and keeps nothing: the far end of tracing for -trace-percent. It
+// runs in a child process at the lowest CPU priority, as a stand-in for the
+// collector's machine in production: decoding every span in the load
+// generator's process would slow the client for every stack.
 type collector struct {
-	collectortrace.UnimplementedTraceServiceServer
 	spans atomic.Int64
+	collectortrace.UnimplementedTraceServiceServer
 }
 
 func (c *collector) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
@@ -39,18 +45,70 @@ func (c *collector) Export(_ context.Context, req *collectortrace.ExportTraceSer
 	return &collectortrace.ExportTraceServiceResponse{}, nil
 }
 
-// startCollector serves a collector on a free loopback port.
-func startCollector(tb *benchTB) (*collector, string) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// serveCollector is the child process: it serves the collector on addr
+// and, on SIGTERM, prints the number of spans received and exits.
+func serveCollector(addr string) {
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		tb.Fatal(err)
+		log.Fatal(err)
 	}
 	c := &collector{}
 	srv := grpc.NewServer()
 	collectortrace.RegisterTraceServiceServer(srv, c)
-	go srv.Serve(ln)
-	tb.Cleanup(srv.Stop)
-	return c, ln.Addr().String()
+	go srv.Serve(l)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	<-sig
+	srv.Stop()
+	fmt.Println(c.spans.Load())
+}
+
+// collectorProcess is the running child.
+type collectorProcess struct {
+	cmd   *exec.Cmd
+	out   bytes.Buffer
+	spans int64 // once stopped; -1 if unread
+	done  bool
+}
+
+// startCollector runs the collector as a child process (this same binary)
+// on a free loopback port and returns it once it accepts connections.
+func startCollector(tb *benchTB) (*collectorProcess, string) {
+	addrs, err := launch.FreeAddrs(1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := &collectorProcess{spans: -1}
+	c.cmd = exec.Command(self, "-otlp-collector", addrs[0])
+	c.cmd.Stdout, c.cmd.Stderr = &c.out, os.Stderr
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		tb.Fatal(fmt.Errorf("start the OTLP collector: %w", err))
+	}
+	tb.Cleanup(func() { c.stop() })
+	if err := waitListening(addrs[0]); err != nil {
+		tb.Fatal(fmt.Errorf("OTLP collector: %w", err))
+	}
+	syscall.Setpriority(syscall.PRIO_PROCESS, c.cmd.Process.Pid, 19)
+	return c, addrs[0]
+}
+
+// stop ends the collector and returns the spans it received (-1 if it did
+// not say).
+func (c *collectorProcess) stop() int64 {
+	if !c.done {
+		c.done = true
+		c.cmd.Process.Signal(syscall.SIGTERM)
+		c.cmd.Wait()
+		if n, err := strconv.ParseInt(strings.TrimSpace(c.out.String()), 10, 64); err == nil {
+			c.spans = n
+		}
+	}
+	return c.spans
 }
 
 // ledgerSink is `gateway ledger-sink` copying the gateway stack's ledger
