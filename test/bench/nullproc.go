@@ -1,13 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"log"
 	"net"
-	"os"
-	"os/exec"
 	"runtime"
-	"syscall"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -15,7 +11,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/modelgateway/gateway/extproc"
-	"github.com/modelgateway/gateway/internal/launch"
 )
 
 // nullProcessor is the floor of the ext_proc design: it answers every
@@ -96,41 +91,6 @@ func serveNull(addr string) {
 // so that its CPU time is measured apart from the load generator's, and
 // returns the address it listens on once it accepts connections.
 func startNull(tb *benchTB) (addr string, pid int) {
-	addrs, err := launch.FreeAddrs(1)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr = addrs[0]
-	self, err := os.Executable()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cmd := exec.Command(self, "-null-processor", addr)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		tb.Fatal(fmt.Errorf("start the null processor: %w", err))
-	}
-	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if err := waitListening(addr); err != nil {
-		tb.Fatal(fmt.Errorf("null processor: %w", err))
-	}
-	return addr, cmd.Process.Pid
-}
-
-// waitListening waits up to 30 s for a child process to accept
-// connections on addr.
-func waitListening(addr string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not listening on %s: %w", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
-	}
+	p, addr := startChild(tb, "null-processor")
+	return addr, p.Cmd.Process.Pid
 }

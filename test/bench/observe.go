@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -30,8 +28,8 @@ import (
 // collector's machine in production: decoding every span in the load
 // generator's process would slow the client for every stack.
 type collector struct {
-	spans atomic.Int64
 	collectortrace.UnimplementedTraceServiceServer
+	spans atomic.Int64
 }
 
 func (c *collector) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
@@ -63,52 +61,27 @@ func serveCollector(addr string) {
 	fmt.Println(c.spans.Load())
 }
 
-// collectorProcess is the running child.
-type collectorProcess struct {
-	cmd   *exec.Cmd
-	out   bytes.Buffer
-	spans int64 // once stopped; -1 if unread
-	done  bool
-}
+// collectorProcess is the running collector.
+type collectorProcess struct{ p *launch.Process }
 
-// startCollector runs the collector as a child process (this same binary)
-// on a free loopback port and returns it once it accepts connections.
+// startCollector runs the collector as a child process at nice 19 and
+// returns it once it accepts connections.
 func startCollector(tb *benchTB) (*collectorProcess, string) {
-	addrs, err := launch.FreeAddrs(1)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c := &collectorProcess{spans: -1}
-	c.cmd = exec.Command(self, "-otlp-collector", addrs[0])
-	c.cmd.Stdout, c.cmd.Stderr = &c.out, os.Stderr
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := c.cmd.Start(); err != nil {
-		tb.Fatal(fmt.Errorf("start the OTLP collector: %w", err))
-	}
-	tb.Cleanup(func() { c.stop() })
-	if err := waitListening(addrs[0]); err != nil {
-		tb.Fatal(fmt.Errorf("OTLP collector: %w", err))
-	}
-	syscall.Setpriority(syscall.PRIO_PROCESS, c.cmd.Process.Pid, 19)
-	return c, addrs[0]
+	p, addr := startChild(tb, "otlp-collector")
+	syscall.Setpriority(syscall.PRIO_PROCESS, p.Cmd.Process.Pid, 19)
+	return &collectorProcess{p}, addr
 }
 
-// stop ends the collector and returns the spans it received (-1 if it did
-// not say).
+// stop ends the collector and returns the spans it received, the last line
+// of its log (-1 if it did not say).
 func (c *collectorProcess) stop() int64 {
-	if !c.done {
-		c.done = true
-		c.cmd.Process.Signal(syscall.SIGTERM)
-		c.cmd.Wait()
-		if n, err := strconv.ParseInt(strings.TrimSpace(c.out.String()), 10, 64); err == nil {
-			c.spans = n
-		}
+	c.p.Stop()
+	lines := strings.Split(strings.TrimSpace(c.p.Log()), "\n")
+	n, err := strconv.ParseInt(lines[len(lines)-1], 10, 64)
+	if err != nil {
+		return -1
 	}
-	return c.spans
+	return n
 }
 
 // ledgerSink is `gateway ledger-sink` copying the gateway stack's ledger
