@@ -193,14 +193,14 @@ func TestResponsesBuiltinToolCallsBilled(t *testing.T) {
 		fileSearches, interpreterCalls, containers, imageGenerations)
 	s := launchtest.Start(t, launch.Options{Configure: func(c *config.Config) {
 		fs, img := fileSearchUSD, imageUSD
-		for i := range c.Upstreams {
-			if c.Upstreams[i].Name == "beta" {
-				if c.Upstreams[i].Models.Overrides == nil {
-					c.Upstreams[i].Models.Overrides = map[string]config.Price{}
-				}
-				c.Upstreams[i].Models.Overrides[model] = config.Price{FileSearch: &fs, ImageGeneration: &img}
-			}
+		beta, ok := c.Upstream("beta")
+		if !ok {
+			t.Fatal("no upstream beta")
 		}
+		if beta.Models.Overrides == nil {
+			beta.Models.Overrides = map[string]config.Price{}
+		}
+		beta.Models.Overrides[model] = config.Price{FileSearch: &fs, ImageGeneration: &img}
 	}})
 	acct := s.NewAccount(100, noLimits)
 	entry := servedModels(t, s.Config.Catalogue, "openai", []string{"chat", "responses"}, "/v1/responses")[model]
