@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/extproc/format"
-	"github.com/modelgateway/gateway/extproc/format/responses"
+	"github.com/modelgateway/gateway/extproc/operation"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -89,7 +89,7 @@ var parkedMode = &filterv3.ProcessingMode{
 // watchParked makes the exchange read the reply to a request on response
 // id, if it is parked: its final state settles the parked request. It
 // reports whether it is.
-func (x *exchange) watchParked(ctx context.Context, op *Operation, id string, stream bool) bool {
+func (x *exchange) watchParked(ctx context.Context, op *operation.Operation, id string, stream bool) bool {
 	if x.s.parking == nil {
 		return false
 	}
@@ -114,7 +114,7 @@ func (x *exchange) parkedBody(b *extprocv3.HttpBody, attrs map[string]*structpb.
 			x.status = code
 			if code >= 200 && code <= 299 {
 				x.meter = x.op.Format.NewMeter(format.Request{Stream: x.req.Stream}, nil, replyType(x.req.Stream))
-				x.stored, _ = x.meter.(responses.Stored)
+				x.stored, _ = x.meter.(format.Stored)
 			}
 		}
 	}
@@ -261,7 +261,13 @@ func (r *Reconciler) check(ctx context.Context, ref store.BackgroundRef) bool {
 		s.parking.Unpark(ctx, ref.AccountID, ref.ResponseID)
 		return false
 	}
-	u := r.relay + "/" + p.Upstream + "/v1/responses/" + url.PathEscape(p.ResponseID)
+	up := s.upstreamNamed(p.Upstream)
+	op := up.polled()
+	if op == nil {
+		s.log.Warn("a parked response's upstream no longer serves background responses", "request_id", p.Settlement.RequestID, "upstream", p.Upstream)
+		return false
+	}
+	u := r.relay + "/" + p.Upstream + strings.Replace(op.Poll, "{id}", url.PathEscape(p.ResponseID), 1)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return false
@@ -272,7 +278,7 @@ func (r *Reconciler) check(ctx context.Context, ref store.BackgroundRef) bool {
 	}
 	switch {
 	case err == nil && resp.StatusCode == http.StatusOK:
-		m := responses.Format{}.NewMeter(format.Request{}, nil, resp.Header.Get("Content-Type"))
+		m := op.Format.NewMeter(format.Request{}, nil, resp.Header.Get("Content-Type"))
 		buf := make([]byte, 32<<10)
 		body := io.LimitReader(resp.Body, format.MaxJSONBody+1)
 		for {
@@ -282,11 +288,13 @@ func (r *Reconciler) check(ctx context.Context, ref store.BackgroundRef) bool {
 				break
 			}
 		}
-		if _, final := m.(responses.Stored).Response(); final {
+		if st, ok := m.(format.Stored); !ok {
+			break
+		} else if _, final := st.Response(); final {
 			s.settleParked(p, m.Usage(true))
 			return true
 		}
-	case err == nil && resp.StatusCode == http.StatusNotFound && strings.HasPrefix(p.ResponseID, "resp"):
+	case err == nil && resp.StatusCode == http.StatusNotFound:
 		// Gone at the vendor before its end was seen: what was known.
 		st := p.Settlement
 		s.settleParked(p, usage.Report{Usage: st.Usage, Model: st.Reported, ServiceTier: st.ServiceTier, Estimated: true})

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/extproc/format"
-	"github.com/modelgateway/gateway/extproc/format/responses"
+	"github.com/modelgateway/gateway/extproc/operation"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/holds"
@@ -42,8 +42,8 @@ type exchange struct {
 	// timeout with one); nil sends none.
 	send     func(*extprocv3.ProcessingResponse) error
 	upstream *Upstream
-	op       *Operation // the operation of a metered or counted route
-	route    *Route
+	op       *operation.Operation // the operation of a metered or counted route
+	route    *operation.Route
 	key      store.Key
 
 	requestID string
@@ -62,15 +62,16 @@ type exchange struct {
 	endpoint  string // "primary" or "reserve", from Envoy's endpoint metadata
 	meter     format.Meter
 	rewriter  format.Rewriter  // the meter, when it also rewrites the reply
-	stored    responses.Stored // the meter, when the reply names a stored response
+	stored    format.Stored // the meter, when the reply names a stored response
 	bound     bool             // the stored response's id is bound to the account (or being bound)
 	binding   chan struct{}    // closed when a bind started mid-stream has landed
 	parked    *store.Parked    // the background response a retrieval or cancellation reads
 	bodyBytes int64            // response body bytes from the vendor
 	open      *holds.Open      // the hold's renewal while the request runs
 
-	bounds    bounds // the request's token bounds, fixed at admission
-	hasLength bool   // the client sent content-length
+	bounds      operation.Bounds // the request's bounds, fixed at admission
+	hasLength   bool             // the client sent content-length
+	contentType string           // the request's, for a multipart body's boundary
 	trace     exchangeTrace
 }
 
@@ -110,7 +111,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 
 	sub := path[len(x.upstream.prefix)-1:]
 	mutation := x.credentialMutation(hv)
-	op, route, id := match(x.upstream.Operations, hv.method, sub)
+	op, route, id := operation.Match(x.upstream.Operations, hv.method, sub)
 	// Query strings go to the vendor only as far as its API defines them.
 	if _, query, ok := strings.Cut(hv.path, "?"); ok {
 		p := path
@@ -132,18 +133,18 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 		return x.reject(format.InvalidRequest, "the WebSocket transport is not available through this gateway; use HTTP (POST "+sub+")", 0)
 	}
 	switch {
-	case route != nil && (route.Kind == Metered || route.Kind == Counted):
+	case route != nil && (route.Kind == operation.Metered || route.Kind == operation.Counted):
 		x.op, x.route = op, route
 		if h.GetEndOfStream() {
 			return x.reject(format.InvalidRequest, "request body is required", 0)
 		}
-		x.hasLength = hv.contentLength != ""
+		x.hasLength, x.contentType = hv.contentLength != "", hv.contentType
 		if n, err := strconv.ParseInt(hv.contentLength, 10, 64); err == nil && x.s.maxBody > 0 && n > x.s.maxBody {
 			return x.reject(format.TooLarge, "request body of "+hv.contentLength+" bytes is larger than the "+
 				strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0)
 		}
 		mode := MeteredMode
-		if route.Kind == Counted {
+		if route.Kind == operation.Counted {
 			mode = countedMode
 		}
 		// Envoy's default skips the response (so that its own replies to
@@ -154,7 +155,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 			},
 			ModeOverride: mode,
 		}
-	case route != nil && route.Kind == Owned:
+	case route != nil && route.Kind == operation.Owned:
 		// A stored response: only its creator may read, cancel or delete
 		// it; anyone else is told it does not exist, and the vendor never
 		// hears of the request. Never billed again.
@@ -163,7 +164,8 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 		}
 		// A background response not yet settled: its retrieval or
 		// cancellation may show its end, which settles it.
-		reads := hv.method == "GET" && route.Path == "/v1/responses/{id}" || route.Path == "/v1/responses/{id}/cancel"
+		// Its retrieval (the poll path) or a POST on it (cancellation).
+		reads := hv.method == "GET" && route.Path == op.Poll || hv.method == "POST" && op.Poll != ""
 		if reads && x.watchParked(ctx, op, id, hv.method == "GET" && streamQuery(hv.path)) {
 			return &extprocv3.ProcessingResponse{
 				Response: &extprocv3.ProcessingResponse_RequestHeaders{
@@ -315,7 +317,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		return x.reject(format.InvalidRequest, "unexpected request body", 0)
 	}
 	body := b.GetBody()
-	if x.route.Kind == Counted {
+	if x.route.Kind == operation.Counted {
 		return x.countedBody(ctx, body)
 	}
 	req, price, resp := x.checkRequest(ctx, body)
@@ -334,7 +336,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 //go:noinline
 func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Request, *pricing.Model, *extprocv3.ProcessingResponse) {
 	var none format.Request
-	req, err := x.op.Format.ParseRequest(body)
+	req, err := x.op.Format.ParseRequest(body, x.contentType)
 	if err != nil {
 		var fe *format.Error
 		if errors.As(err, &fe) {
@@ -357,8 +359,8 @@ func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Reques
 	if req.Background && x.s.parking == nil {
 		return none, nil, x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
 	}
-	if req.PreviousResponseID != "" {
-		if resp := x.checkOwner(ctx, req.PreviousResponseID); resp != nil {
+	for _, id := range req.Refs {
+		if resp := x.checkOwner(ctx, id); resp != nil {
 			return none, nil, resp
 		}
 	}
@@ -379,8 +381,8 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 	x.requestID = x.s.newRequestID()
 	ctx = x.startTrace(ctx)
 
-	x.bounds = tokenBounds(price, req, int64(len(body)))
-	hold, tokens := holdOf(price, req, x.bounds), x.bounds.total()
+	x.bounds = x.op.RequestBounds(price, req, body)
+	hold, tokens := x.bounds.Hold(price), x.bounds.Tokens()
 	var t0 time.Time // the start of the admission that took the hold
 	adm := store.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID,
@@ -458,7 +460,7 @@ func (x *exchange) waitForSlot(ctx context.Context, refused store.Decision,
 // fails the attempt with 504 in a time scaled from what the request asked
 // for, and the client's retry goes to the endpoint the health checks left.
 func (x *exchange) withTimeout(r *extprocv3.CommonResponse) *extprocv3.CommonResponse {
-	d := x.upstream.firstByteBound(x.req.Stream, x.bounds.input, x.bounds.output)
+	d := x.upstream.firstByteBound(x.req.Stream, x.bounds.Input, x.bounds.Output)
 	if d <= 0 {
 		return r
 	}
@@ -527,7 +529,7 @@ func (x *exchange) startReply(contentType string) bool {
 		return false
 	}
 	x.meter = x.op.Format.NewMeter(x.req, x.body, contentType)
-	x.stored, _ = x.meter.(responses.Stored)
+	x.stored, _ = x.meter.(format.Stored)
 	x.rewriter, _ = x.meter.(format.Rewriter)
 	x.open.Checkpoint(store.Checkpoint{Status: x.status, Endpoint: x.endpoint})
 	return true
@@ -599,7 +601,7 @@ func (x *exchange) bind(ctx context.Context, last bool) {
 		return
 	}
 	x.bound = true
-	if !responses.ValidID(id) {
+	if x.op.ValidID == nil || !x.op.ValidID(id) {
 		x.s.log.Warn("reply names a malformed response id; not bound", "request_id", x.requestID)
 		return
 	}
@@ -633,15 +635,18 @@ func (s *Server) bindResponse(ctx context.Context, requestID, id, account string
 // response (an input token count) once the response is found to be the
 // account's.
 func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.ProcessingResponse {
-	id, err := responses.PreviousID(body)
-	if err != nil {
-		var fe *format.Error
-		if errors.As(err, &fe) {
-			return x.refuse(fe, 0)
+	var refs []string
+	if x.op.References != nil {
+		var err error
+		if refs, err = x.op.References(body); err != nil {
+			var fe *format.Error
+			if errors.As(err, &fe) {
+				return x.refuse(fe, 0)
+			}
+			return x.reject(format.InvalidRequest, "malformed request body", 0)
 		}
-		return x.reject(format.InvalidRequest, "malformed request body", 0)
 	}
-	if id != "" {
+	for _, id := range refs {
 		if resp := x.checkOwner(ctx, id); resp != nil {
 			return resp
 		}

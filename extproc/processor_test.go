@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/holds"
@@ -94,7 +95,7 @@ func newRigWith(tb testing.TB, upstream string, ra rigAccount) *rig {
 		tb.Fatal(err)
 	}
 	u, _ := cfg.Upstream(upstream)
-	r, err := NewUpstream(*u, testPrices(tb, u))
+	r, err := NewUpstream(*u, testPrices(tb, u), operations.All)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func testPrices(tb testing.TB, u *config.Upstream) *pricing.Table {
 		"beta":  {"gpt-4o-mini": "fake-gpt-1", "o4-mini": "fake-gpt-nolimit"},
 	}
 	u.Models.Aliases = aliases[u.Name]
-	cat, err := pricing.LoadCatalogue("../internal/pricing/testdata/catalogue.json", u.Models.Providers)
+	cat, err := pricing.LoadCatalogue("../internal/pricing/testdata/catalogue.json", u.Models.Providers, operations.All.Modes())
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/store"
@@ -38,7 +39,7 @@ func chatCompletionsRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	u, _ := cfg.Upstream("beta")
-	up, err := NewUpstream(*u, testPrices(t, u))
+	up, err := NewUpstream(*u, testPrices(t, u), operations.All)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,41 +27,28 @@ type exchangeTrace struct {
 
 // Attribute keys: the GenAI semantic conventions', and the gateway's own.
 const (
-	attrOperation      = "gen_ai.operation.name"
-	attrProvider       = "gen_ai.provider.name"
-	attrRequestModel   = "gen_ai.request.model"
-	attrResponseModel  = "gen_ai.response.model"
-	attrInputTokens    = "gen_ai.usage.input_tokens"
-	attrOutputTokens   = "gen_ai.usage.output_tokens"
-	attrCacheRead      = "gen_ai.usage.cache_read.input_tokens"
-	attrCacheCreation  = "gen_ai.usage.cache_creation.input_tokens"
-	attrStream         = "gen_ai.request.stream"
-	attrStatus         = "http.response.status_code"
-	attrCost           = "gateway.cost_nano_usd"
-	attrAccount        = "gateway.account_id"
-	attrKey            = "gateway.key_id"
-	attrRequestID      = "gateway.request_id"
-	attrUpstream       = "gateway.upstream"
-	attrEndpoint       = "gateway.endpoint"
-	attrPricedModel    = "gateway.model"
-	attrEstimated      = "gateway.estimated"
-	attrAdmission      = "gateway.admission"
-	attrSettlement     = "gateway.settlement"
-	attrUsagePrefix    = "gateway.usage."
-	genAIOperationChat = "chat"
+	attrOperation     = "gen_ai.operation.name"
+	attrProvider      = "gen_ai.provider.name"
+	attrRequestModel  = "gen_ai.request.model"
+	attrResponseModel = "gen_ai.response.model"
+	attrInputTokens   = "gen_ai.usage.input_tokens"
+	attrOutputTokens  = "gen_ai.usage.output_tokens"
+	attrCacheRead     = "gen_ai.usage.cache_read.input_tokens"
+	attrCacheCreation = "gen_ai.usage.cache_creation.input_tokens"
+	attrStream        = "gen_ai.request.stream"
+	attrStatus        = "http.response.status_code"
+	attrCost          = "gateway.cost_nano_usd"
+	attrAccount       = "gateway.account_id"
+	attrKey           = "gateway.key_id"
+	attrRequestID     = "gateway.request_id"
+	attrUpstream      = "gateway.upstream"
+	attrEndpoint      = "gateway.endpoint"
+	attrPricedModel   = "gateway.model"
+	attrEstimated     = "gateway.estimated"
+	attrAdmission     = "gateway.admission"
+	attrSettlement    = "gateway.settlement"
+	attrUsagePrefix   = "gateway.usage."
 )
-
-// genAI names the operation and the provider as the semantic conventions
-// do: each wire format is one vendor's API.
-func genAI(op string) (operation, provider string) {
-	switch op {
-	case "messages":
-		return genAIOperationChat, "anthropic"
-	case "embeddings":
-		return "embeddings", "openai"
-	}
-	return genAIOperationChat, "openai"
-}
 
 // traceContext joins the trace named by the stream's metadata.
 func (s *Server) traceContext(ctx context.Context) context.Context {
@@ -84,12 +71,12 @@ func (x *exchange) startTrace(ctx context.Context) context.Context {
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && sc.IsRemote() && !sc.IsSampled() {
 		return ctx
 	}
-	operation, provider := genAI(x.op.Name)
-	ctx, x.trace.span = x.s.tracer.Start(ctx, operation+" "+x.req.Model,
+	names := x.op.GenAI
+	ctx, x.trace.span = x.s.tracer.Start(ctx, names.Operation+" "+x.req.Model,
 		trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(x.started),
 		trace.WithAttributes(
-			attribute.String(attrOperation, operation),
-			attribute.String(attrProvider, provider),
+			attribute.String(attrOperation, names.Operation),
+			attribute.String(attrProvider, names.Provider),
 			attribute.String(attrRequestModel, x.req.Model),
 			attribute.Bool(attrStream, x.req.Stream),
 			attribute.String(attrPricedModel, string(x.price.Name)),

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/operation"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
 )
@@ -20,7 +21,7 @@ type Upstream struct {
 	// Prices finds a model's prices; its contents are replaced on reload.
 	Prices *pricing.Table
 	// Operations are the metered operations served, each with its routes.
-	Operations []*Operation
+	Operations []*operation.Operation
 	// freePaths are "METHOD /path" forwarded with a valid model key and not
 	// billed (model listings, token counting); freePrefixes hold those
 	// written with a trailing "*".
@@ -42,23 +43,11 @@ type Upstream struct {
 	query map[string][]string
 }
 
-// Query parameters the vendors' APIs define, by wire format and path. The
-// messages API takes "beta" (sent by the SDK's beta namespace) and pages its
-// model list; chat completions defines none on these paths.
-var vendorQuery = map[string]map[string][]string{
-	config.FormatMessages: {
-		"/v1/messages":              {"beta"},
-		"/v1/messages/count_tokens": {"beta"},
-		"/v1/models":                {"beta", "limit", "after_id", "before_id"},
-		"/v1/models/*":              {"beta"},
-	},
-	config.FormatChatCompletions: {},
-}
-
 // NewUpstream builds the processor's view of one configured upstream. The
 // vendor's credential is not part of it: Envoy injects it.
-// prices is the upstream's price table.
-func NewUpstream(u config.Upstream, prices *pricing.Table) (*Upstream, error) {
+// prices is the upstream's price table; ops are the operations the gateway
+// knows, of which the upstream serves those it lists.
+func NewUpstream(u config.Upstream, prices *pricing.Table, ops operation.Registry) (*Upstream, error) {
 	if prices == nil {
 		return nil, fmt.Errorf("upstream %s: no price table", u.Name)
 	}
@@ -68,20 +57,20 @@ func NewUpstream(u config.Upstream, prices *pricing.Table) (*Upstream, error) {
 		freePaths: make(map[string]bool),
 		prefix:    "/" + u.Name + "/",
 	}
-	vendor, ok := operations[u.Format]
-	if !ok {
+	vendor, ok := ops.Lookup(u.Format)
+	if !ok || vendor.API != u.Format {
 		return nil, fmt.Errorf("upstream %s: unknown format %q", u.Name, u.Format)
 	}
 	r.Format = vendor.Format
-	for _, name := range u.OperationNames() {
-		op, ok := operations[name]
-		if !ok {
-			return nil, fmt.Errorf("upstream %s: unknown operation %q", u.Name, name)
+	for j, name := range u.OperationNames() {
+		op, ok := ops.Lookup(name)
+		if !ok || op.API != u.Format || slices.Index(u.OperationNames(), name) != j {
+			return nil, fmt.Errorf("upstreams %s: operations[%d]: %q is not an operation of format %s (%s), or is listed twice",
+				u.Name, j, name, u.Format, strings.Join(ops.Names(u.Format), ", "))
 		}
-		op.Name = name
-		r.Operations = append(r.Operations, &op)
+		r.Operations = append(r.Operations, op)
 	}
-	r.query = vendorQuery[u.Format]
+	r.query = vendor.FreeQuery
 	r.firstByte, r.prefill, r.generate = u.Failover.FirstByteTimeout.D(), u.Failover.PrefillTokensPerSecond, u.Failover.GenerationTokensPerSecond
 	r.regional = map[string]string{"primary": u.Primary.RegionalProcessing, "reserve": u.Reserve.RegionalProcessing}
 	for _, fp := range u.FreePaths {
@@ -96,6 +85,20 @@ func NewUpstream(u config.Upstream, prices *pricing.Table) (*Upstream, error) {
 		r.freePaths[method+" "+path] = true
 	}
 	return r, nil
+}
+
+// polled is the operation whose background requests the upstream's
+// parked responses are; nil when none (or no upstream).
+func (r *Upstream) polled() *operation.Operation {
+	if r == nil {
+		return nil
+	}
+	for _, op := range r.Operations {
+		if op.Poll != "" {
+			return op
+		}
+	}
+	return nil
 }
 
 // isFree reports whether "METHOD /path" is a free read-only vendor path.
@@ -113,8 +116,8 @@ func (r *Upstream) isFree(methodPath string) bool {
 
 // Serving returns the operations that serve a model: those whose modes and
 // path its catalogue entry names (pricing.Model.Serves).
-func (r *Upstream) Serving(m *pricing.Model) []*Operation {
-	var out []*Operation
+func (r *Upstream) Serving(m *pricing.Model) []*operation.Operation {
+	var out []*operation.Operation
 	for _, op := range r.Operations {
 		if m.Serves(op.Modes, op.Path()) {
 			out = append(out, op)
@@ -126,7 +129,7 @@ func (r *Upstream) Serving(m *pricing.Model) []*Operation {
 // forwardQuery returns the part of a raw query string that the vendor's API
 // defines at sub (the path after the prefix), in the client's order: the
 // parameters of route rt, or when it is nil those of a free path.
-func (r *Upstream) forwardQuery(rt *Route, sub, rawQuery string) string {
+func (r *Upstream) forwardQuery(rt *operation.Route, sub, rawQuery string) string {
 	allowed, ok := r.query[sub]
 	if !ok {
 		if i := strings.LastIndexByte(sub, '/'); i > 0 {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/extproc/operation"
+	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
 )
@@ -13,7 +15,7 @@ func TestFreePaths(t *testing.T) {
 	r, err := NewUpstream(config.Upstream{
 		Name: "alpha", Format: config.FormatMessages,
 		FreePaths: []string{"GET /v1/models", "GET /v1/models/*", "POST /v1/messages/count_tokens"},
-	}, &pricing.Table{})
+	}, &pricing.Table{}, operations.All)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,8 +35,8 @@ func TestFreePaths(t *testing.T) {
 }
 
 func TestForwardQuery(t *testing.T) {
-	alpha, _ := NewUpstream(config.Upstream{Name: "alpha", Format: config.FormatMessages}, &pricing.Table{})
-	beta, _ := NewUpstream(config.Upstream{Name: "beta", Format: config.FormatChatCompletions, Operations: []string{"chat_completions", "responses"}}, &pricing.Table{})
+	alpha, _ := NewUpstream(config.Upstream{Name: "alpha", Format: config.FormatMessages}, &pricing.Table{}, operations.All)
+	beta, _ := NewUpstream(config.Upstream{Name: "beta", Format: config.FormatChatCompletions, Operations: []string{"chat_completions", "responses"}}, &pricing.Table{}, operations.All)
 	for _, tc := range []struct {
 		u          *Upstream
 		sub, query string
@@ -54,7 +56,7 @@ func TestForwardQuery(t *testing.T) {
 		{beta, "/v1/responses/resp_1/input_items", "limit=2&order=asc&stream=true", "limit=2&order=asc"},
 		{beta, "/v1/responses", "stream=true", ""},
 	} {
-		_, rt, _ := match(tc.u.Operations, map[bool]string{true: "GET", false: "POST"}[strings.HasPrefix(tc.sub, "/v1/models") || strings.HasPrefix(tc.sub, "/v1/responses/")], tc.sub)
+		_, rt, _ := operation.Match(tc.u.Operations, map[bool]string{true: "GET", false: "POST"}[strings.HasPrefix(tc.sub, "/v1/models") || strings.HasPrefix(tc.sub, "/v1/responses/")], tc.sub)
 		if got := tc.u.forwardQuery(rt, tc.sub, tc.query); got != tc.want {
 			t.Errorf("%s %s?%s: %q, want %q", tc.u.Name, tc.sub, tc.query, got, tc.want)
 		}
@@ -68,7 +70,7 @@ func TestFirstByteBound(t *testing.T) {
 	u := config.Upstream{Name: "alpha", Format: config.FormatMessages}
 	u.Failover.FirstByteTimeout = config.Duration(10 * time.Second)
 	u.Failover.PrefillTokensPerSecond, u.Failover.GenerationTokensPerSecond = 5000, 20
-	up, err := NewUpstream(u, &pricing.Table{})
+	up, err := NewUpstream(u, &pricing.Table{}, operations.All)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/modelgateway/gateway/extproc"
+	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -33,7 +34,7 @@ func modelsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			book, err := pricing.NewBook(cfg)
+			book, err := pricing.NewBook(cfg, operations.All.Modes())
 			if err != nil {
 				return err
 			}
@@ -109,7 +110,7 @@ func modelRows(cfg *config.Config, book pricing.Book) []modelRow {
 
 // servingOperations names the operations of upstream u that serve model m.
 func servingOperations(u config.Upstream, t *pricing.Table, m *pricing.Model) []string {
-	up, err := extproc.NewUpstream(u, t)
+	up, err := extproc.NewUpstream(u, t, operations.All)
 	if err != nil {
 		return nil // a config that loaded has known operations
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -42,7 +43,7 @@ func loadedSidecar(t *testing.T, path string) (*sidecar, *syncBuffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	book, err := pricing.NewBook(cfg)
+	book, err := pricing.NewBook(cfg, operations.All.Modes())
 	if err != nil {
 		t.Fatal(err)
 	}

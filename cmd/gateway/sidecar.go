@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/modelgateway/gateway/extproc"
+	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/extproc/tokens"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/alerts"
@@ -86,7 +87,7 @@ func (s *sidecar) ReloadPrices(cfgPath string) error {
 	if err != nil {
 		return err
 	}
-	book, err := pricing.NewBook(cfg)
+	book, err := pricing.NewBook(cfg, operations.All.Modes())
 	if err != nil {
 		return err
 	}
@@ -153,7 +154,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	})
 	reg.MustRegister(storeUp)
 
-	prices, err := pricing.NewBook(c)
+	prices, err := pricing.NewBook(c, operations.All.Modes())
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +167,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	}
 	var vendorRoutes []*extproc.Upstream
 	for _, u := range c.Upstreams {
-		r, err := extproc.NewUpstream(u, prices[u.Name])
+		r, err := extproc.NewUpstream(u, prices[u.Name], operations.All)
 		if err != nil {
 			return nil, err
 		}

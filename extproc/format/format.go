@@ -38,22 +38,21 @@ type Request struct {
 	// tool-use system prompt to the billed input.
 	HasTools bool
 
-	// The responses format's fields; zero in the others.
+	// Vendor-side state, for operations whose vendor keeps what it
+	// produces (the responses operation).
 
-	// PreviousResponseID names the stored response whose context the request
-	// continues: context the body does not show.
-	PreviousResponseID string
-	// Background asks the vendor to run the response after answering.
+	// Refs are the ids of the stored objects the request names: each must
+	// be the requesting account's, or the request is refused.
+	Refs []string
+	// Background asks the vendor to run the request after answering: it
+	// settles when the vendor's object reaches a final state.
 	Background bool
-	// NoStore is "store": false: the vendor keeps nothing to read back.
+	// NoStore is "store": false: the vendor keeps nothing to bind.
 	NoStore bool
-	// MaxToolCalls bounds the built-in tool calls of the response; zero when
-	// HasMaxToolCalls is false.
-	MaxToolCalls    int64
-	HasMaxToolCalls bool
-	// PaidTools reports built-in tools with a per-call fee among those
-	// offered (web search, file search, code interpreter, image generation).
-	PaidTools bool
+
+	// Own holds the operation's own fields, read by its hold rule
+	// (operation.Operation.Bounds); nil for most.
+	Own any
 }
 
 // An Edit replaces Cut bytes at offset At of a request body with Insert.
@@ -108,12 +107,24 @@ type Rewriter interface {
 	Rewrite(p []byte, end bool) (out []byte, changed bool)
 }
 
+// A Stored meter reads a reply that names an object the vendor keeps (a
+// stored response): the processor binds the id to the account and, for a
+// background request, settles only once the object is final.
+type Stored interface {
+	// Response returns the id of the object the reply names ("" until it
+	// has been seen) and whether the reply shows it in a final state
+	// (completed, incomplete, failed or cancelled), whose usage is the
+	// whole of what it will bill.
+	Response() (id string, final bool)
+}
+
 // Format is one vendor wire format.
 type Format interface {
 	// ParseRequest reads the top-level fields of a request body without
-	// decoding the whole document. A body the vendor would reject as malformed
-	// yields an *Error of kind InvalidRequest.
-	ParseRequest(body []byte) (Request, error)
+	// decoding the whole document; contentType is the request's (a
+	// multipart body needs its boundary). A body the vendor would reject as
+	// malformed yields an *Error of kind InvalidRequest.
+	ParseRequest(body []byte, contentType string) (Request, error)
 	// NewMeter returns a meter for a 2xx reply with the given content type.
 	// body is the request body, kept only for estimates when the reply carries
 	// no usage.

@@ -289,7 +289,7 @@ func TestOperatorModelPrices(t *testing.T) {
 		"m": {"litellm_provider": "openai", "mode": "chat", "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6,
 		      "search_context_cost_per_query": {"search_context_size_medium": 0.01}},
 		"openai/container": {"litellm_provider": "openai", "mode": "chat", "code_interpreter_cost_per_session": 0.03}
-	}`), []string{"openai"})
+	}`), []string{"openai"}, []string{"chat"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 // The catalogue is LiteLLM's model_prices_and_context_window.json: one object
 // per model name, prices in USD per token (per query for searches). Only the
 // entries of the providers an upstream takes, in a mode some operation
-// serves (Modes), are read, and those strictly: a price that is not a non-negative number, or that is not a
+// serves (the modes given), are read, and those strictly: a price that is not a non-negative number, or that is not a
 // whole number of nano-USD per million tokens, is an error naming the model
 // and the field.
 
@@ -79,9 +79,6 @@ var longSuffix = regexp.MustCompile(`_above_([0-9]+)k_tokens$`)
 // vendors' default.
 const searchSize = "search_context_size_medium"
 
-// Modes are the catalogue modes some operation serves.
-var Modes = []string{"chat", "responses", "embedding"}
-
 // containerEntry is the catalogue's entry for the code interpreter's
 // containers, priced per session for every model of its provider.
 const containerEntry = "/container"
@@ -89,14 +86,14 @@ const containerEntry = "/container"
 // errNotPriced marks an entry without token prices.
 var errNotPriced = errors.New("no token prices")
 
-// LoadCatalogue reads the catalogue file and returns the chat models of the
-// given providers, by name.
-func LoadCatalogue(path string, providers []string) (map[string]CatalogueEntry, error) {
+// LoadCatalogue reads the catalogue file and returns the models of the
+// given providers in the given modes (those some operation serves), by name.
+func LoadCatalogue(path string, providers, modes []string) (map[string]CatalogueEntry, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("catalogue: %w", err)
 	}
-	m, err := ParseCatalogue(data, providers)
+	m, err := ParseCatalogue(data, providers, modes)
 	if err != nil {
 		return nil, fmt.Errorf("catalogue %s: %w", path, err)
 	}
@@ -104,7 +101,7 @@ func LoadCatalogue(path string, providers []string) (map[string]CatalogueEntry, 
 }
 
 // ParseCatalogue decodes catalogue JSON; see LoadCatalogue.
-func ParseCatalogue(data []byte, providers []string) (map[string]CatalogueEntry, error) {
+func ParseCatalogue(data []byte, providers, modes []string) (map[string]CatalogueEntry, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return nil, fmt.Errorf("not a catalogue: %w", err)
@@ -117,7 +114,7 @@ func ParseCatalogue(data []byte, providers []string) (map[string]CatalogueEntry,
 			Endpoints []string `json:"supported_endpoints"`
 			Container any      `json:"code_interpreter_cost_per_session"`
 		}
-		if json.Unmarshal(msg, &head) != nil || !slices.Contains(Modes, head.Mode) || !slices.Contains(providers, head.Provider) {
+		if json.Unmarshal(msg, &head) != nil || !slices.Contains(modes, head.Mode) || !slices.Contains(providers, head.Provider) {
 			continue
 		}
 		if name == head.Provider+containerEntry && head.Container != nil {

@@ -505,13 +505,14 @@ func equalPrices(a, b map[PriceKey]int64) bool {
 // Book is the price tables of every upstream, by upstream name.
 type Book map[string]*Table
 
-// NewBook loads the catalogue named by cfg and builds every upstream's table.
-func NewBook(cfg *config.Config) (Book, error) {
+// NewBook loads the catalogue named by cfg and builds every upstream's
+// table, of the models in the given catalogue modes.
+func NewBook(cfg *config.Config, modes []string) (Book, error) {
 	var providers []string
 	for _, u := range cfg.Upstreams {
 		providers = append(providers, u.Models.Providers...)
 	}
-	cat, err := LoadCatalogue(cfg.Catalogue, providers)
+	cat, err := LoadCatalogue(cfg.Catalogue, providers, modes)
 	if err != nil {
 		return nil, err
 	}

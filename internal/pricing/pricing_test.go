@@ -18,7 +18,7 @@ func f(v float64) *float64 { return &v }
 
 func tables(t *testing.T, alpha, beta config.Models) (*Table, *Table) {
 	t.Helper()
-	cat, err := LoadCatalogue(fixture, []string{"anthropic", "openai"})
+	cat, err := LoadCatalogue(fixture, []string{"anthropic", "openai"}, testModes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func defaultTables(t *testing.T) (*Table, *Table) {
 }
 
 func TestCatalogueReadsServedModelsOfTheProviders(t *testing.T) {
-	cat, err := LoadCatalogue(fixture, []string{"openai"})
+	cat, err := LoadCatalogue(fixture, []string{"openai"}, testModes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestCatalogueIsStrict(t *testing.T) {
 		{"bad search fee", `{"m5": {"litellm_provider": "openai", "mode": "chat", "max_output_tokens": 1, "input_cost_per_token": 1e-6, "output_cost_per_token": 1e-6, "search_context_cost_per_query": 0.01}}`, `model "m5": search_context_cost_per_query`},
 		{"not json", `[1, 2]`, "not a catalogue"},
 	} {
-		_, err := ParseCatalogue([]byte(tc.json), []string{"openai"})
+		_, err := ParseCatalogue([]byte(tc.json), []string{"openai"}, testModes)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v; want it to contain %q", tc.name, err, tc.want)
 		}
@@ -304,7 +304,7 @@ func TestOverridesAliasesAndFallback(t *testing.T) {
 	if l := b.PriceList("*"); len(l) != len(b.Models()) {
 		t.Errorf("a table without a fallback lists %d of %d models", len(l), len(b.Models()))
 	}
-	cat, _ := LoadCatalogue(fixture, []string{"anthropic"})
+	cat, _ := LoadCatalogue(fixture, []string{"anthropic"}, testModes)
 	if _, err := NewTable(cat, config.Models{Providers: []string{"anthropic"}, Aliases: map[string]string{"x": "nope"}}); err == nil || !strings.Contains(err.Error(), "aliases[x]") {
 		t.Errorf("alias to nothing: %v", err)
 	}
@@ -364,7 +364,7 @@ func TestContainerPrice(t *testing.T) {
 	cat, err := ParseCatalogue([]byte(`{
 		"m": {"litellm_provider": "openai", "mode": "chat", "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},
 		"openai/container": {"litellm_provider": "openai", "mode": "chat", "code_interpreter_cost_per_session": 0.03}
-	}`), []string{"openai"})
+	}`), []string{"openai"}, []string{"chat"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,3 +372,7 @@ func TestContainerPrice(t *testing.T) {
 		t.Fatalf("catalogue %+v", cat)
 	}
 }
+
+// testModes are the catalogue modes the gateway's operations serve today
+// (operations.All.Modes; this package cannot import the registry).
+var testModes = []string{"chat", "responses", "embedding"}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -62,7 +63,7 @@ func TestOfficialSDKs(t *testing.T) {
 	reasoning := s.NewAccount(10, store.Limits{})
 
 	prices := map[string]map[string]int64{}
-	book, err := pricing.NewBook(s.Config)
+	book, err := pricing.NewBook(s.Config, operations.All.Modes())
 	if err != nil {
 		t.Fatal(err)
 	}

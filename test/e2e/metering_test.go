@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/launch"
@@ -22,7 +23,7 @@ import (
 
 func priceOf(t *testing.T, s *launch.Stack, upstream, model string) *pricing.Model {
 	t.Helper()
-	book, err := pricing.NewBook(s.Config)
+	book, err := pricing.NewBook(s.Config, operations.All.Modes())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 // addedUsage is a stream request whose client did not ask for usage, as
 // ParseRequest returns it: the gateway asks the vendor for it.
 func addedUsage(t testing.TB) format.Request {
-	req, err := Format{}.ParseRequest([]byte(`{"model":"o4-mini","stream":true,"messages":[]}`))
+	req, err := Format{}.ParseRequest([]byte(`{"model":"o4-mini","stream":true,"messages":[]}`), "application/json")
 	if err != nil || req.Edit.IsZero() || req.IncludeUsage {
 		t.Fatalf("ParseRequest: %+v, %v", req, err)
 	}
@@ -250,7 +250,7 @@ func TestNewMeterRewritesOnlyAddedUsage(t *testing.T) {
 		{"JSON reply", `{"model":"m","stream":true}`, "application/json", false},
 	}
 	for _, tt := range tests {
-		req, err := Format{}.ParseRequest([]byte(tt.body))
+		req, err := Format{}.ParseRequest([]byte(tt.body), "application/json")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -131,7 +131,7 @@ func promptEstimate(t *testing.T, body []byte) int64 {
 
 func TestStreamMeterWithoutUsage(t *testing.T) {
 	body := formattest.Read(t, "request.json")
-	req, err := Format{}.ParseRequest(body)
+	req, err := Format{}.ParseRequest(body, "application/json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func TestStreamMeterMemory(t *testing.T) {
 // does not count.
 func TestWebSearchIsCountedFromTheRequest(t *testing.T) {
 	body := []byte(`{"model":"gpt-4o-search-preview","web_search_options":{},"messages":[{"role":"user","content":"news?"}]}`)
-	req, err := Format{}.ParseRequest(body)
+	req, err := Format{}.ParseRequest(body, "application/json")
 	if err != nil || !req.WebSearch {
 		t.Fatalf("ParseRequest: %+v, %v", req, err)
 	}
@@ -358,7 +358,7 @@ func TestWebSearchIsCountedFromTheRequest(t *testing.T) {
 	if got := s.Usage(true); got.WebSearches != 1 || got.Estimated {
 		t.Errorf("stream: %+v", got)
 	}
-	plain, _ := Format{}.ParseRequest([]byte(`{"model":"gpt-4o","messages":[]}`))
+	plain, _ := Format{}.ParseRequest([]byte(`{"model":"gpt-4o","messages":[]}`), "application/json")
 	if plain.WebSearch {
 		t.Error("no web_search_options, yet WebSearch")
 	}

@@ -49,7 +49,7 @@ var requestQuery = jsonscan.NewQuery(
 // so admission reserves for the worst case whichever one the vendor
 // applies. Optional fields may be null, which means absent. Repeated keys on
 // any of these paths are rejected.
-func (Format) ParseRequest(body []byte) (format.Request, error) {
+func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 	var req format.Request
 	var haveModel bool
 	var opts, usage jsonscan.Value // Kind Invalid when absent

@@ -47,8 +47,8 @@ func TestParseRequestAccepts(t *testing.T) {
 		{"unicode model", `{"model":"\u6a21\u578b-\ud83d\ude00"}`, format.Request{Model: "模型-😀"}},
 		{"duplicates elsewhere", `{"model":"m","metadata":{"model":"a","model":"b"},"messages":[{"role":"user","role":"user"}]}`, m(format.Request{})},
 	}
-	formattest.CheckAccepts(t, func(body []byte) (format.Request, error) {
-		req, err := Format{}.ParseRequest(body)
+	formattest.CheckAccepts(t, func(body []byte, ct string) (format.Request, error) {
+		req, err := Format{}.ParseRequest(body, ct)
 		req.Edit = format.Edit{} // see TestUsageEdit
 		return req, err
 	}, tests)
@@ -84,7 +84,7 @@ func TestUsageEdit(t *testing.T) {
 		string(realistic[:last]) + "," + opts + string(realistic[last:])})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, err := Format{}.ParseRequest([]byte(tt.body))
+			req, err := Format{}.ParseRequest([]byte(tt.body), "application/json")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +95,7 @@ func TestUsageEdit(t *testing.T) {
 			if req.Edit.IsZero() != (tt.body == tt.want) {
 				t.Fatalf("edit %+v for an unchanged body", req.Edit)
 			}
-			again, err := Format{}.ParseRequest(up)
+			again, err := Format{}.ParseRequest(up, "application/json")
 			if err != nil {
 				t.Fatalf("upstream body rejected: %v", err)
 			}
@@ -188,7 +188,7 @@ func FuzzParseRequest(f *testing.F) {
 			return
 		}
 		up := req.Edit.Apply(body)
-		again, err := Format{}.ParseRequest(up)
+		again, err := Format{}.ParseRequest(up, "application/json")
 		if err != nil || !again.IncludeUsage || !again.Edit.IsZero() {
 			t.Fatalf("upstream body %q reads %+v, %v", up, again, err)
 		}

@@ -26,7 +26,7 @@ var requestQuery = jsonscan.NewQuery("model", "input")
 
 // ParseRequest reads model (required) and checks that input is present,
 // validating the whole body as strict JSON. Embeddings are never streamed.
-func (Format) ParseRequest(body []byte) (format.Request, error) {
+func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 	var req format.Request
 	var haveModel, haveInput bool
 	var check format.RequestCheck

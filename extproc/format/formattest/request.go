@@ -3,6 +3,7 @@ package formattest
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 )
 
 // A Parse is a format's ParseRequest.
-type Parse func(body []byte) (format.Request, error)
+type Parse func(body []byte, contentType string) (format.Request, error)
 
 // CheckAccepts fails t unless parse accepts each body and reads what is
 // wanted. The table's type is unnamed so that callers write it with
@@ -23,11 +24,11 @@ func CheckAccepts(t *testing.T, parse Parse, tests []struct {
 	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.Name, func(t *testing.T) {
-			got, err := parse([]byte(tt.Body))
+			got, err := parse([]byte(tt.Body), "application/json")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tt.Want {
+			if !reflect.DeepEqual(got, tt.Want) {
 				t.Fatalf("got %+v, want %+v", got, tt.Want)
 			}
 		})
@@ -40,7 +41,7 @@ func CheckRejects(t *testing.T, parse Parse, tests []struct{ Name, Body, Param, 
 	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.Name, func(t *testing.T) {
-			_, err := parse([]byte(tt.Body))
+			_, err := parse([]byte(tt.Body), "application/json")
 			var re *format.Error
 			if !errors.As(err, &re) {
 				t.Fatalf("got %v, want a *format.Error", err)
@@ -57,7 +58,7 @@ func BenchmarkParse(b *testing.B, parse Parse, body []byte) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, err := parse(body); err != nil {
+		if _, err := parse(body, "application/json"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -74,7 +75,7 @@ func FuzzParse(f *testing.F, parse Parse, seeds []string, check func(t *testing.
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := parse(body)
+		req, err := parse(body, "application/json")
 		if err != nil {
 			var re *format.Error
 			if !errors.As(err, &re) || re.Message == "" {
@@ -114,7 +115,7 @@ func BigRequest(head string, size int) []byte {
 func CheckParseAllocs(t *testing.T, parse Parse, body []byte, most float64) {
 	t.Helper()
 	if allocs := testing.AllocsPerRun(100, func() {
-		if _, err := parse(body); err != nil {
+		if _, err := parse(body, "application/json"); err != nil {
 			t.Fatal(err)
 		}
 	}); allocs > most {

@@ -20,7 +20,7 @@ var requestQuery = jsonscan.NewQuery("model", "max_tokens", "stream", "tools")
 // must be an integer from 1 to 2^31-1; an integral value written as 1e3 or
 // 100.0 is accepted, as the vendor's parser accepts it. A null stream means
 // false. Repeated model, max_tokens or stream keys are rejected.
-func (Format) ParseRequest(body []byte) (format.Request, error) {
+func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 	var req format.Request
 	var haveModel bool
 	var check format.RequestCheck

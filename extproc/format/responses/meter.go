@@ -8,23 +8,11 @@ import (
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
-// A Stored meter reads a reply that names a response the vendor keeps.
-// The responses format's meters implement it; the exchange binds the id to
-// the account and, for a background response, settles only once the
-// response is final.
-type Stored interface {
-	// Response returns the id of the response the reply names ("" until
-	// it has been seen) and whether the reply shows the response in a final
-	// state (completed, incomplete, failed or cancelled), whose usage is
-	// the whole of what it will bill.
-	Response() (id string, final bool)
-}
-
 // NewMeter returns a meter for a reply: an event-stream meter for
 // text/event-stream, otherwise one that reads the JSON response at the end.
 // body is kept, unmodified, for an input estimate should the reply carry no
 // usage; the caller must not change it until Usage has been called. Both
-// meters implement Stored.
+// meters implement format.Stored.
 func (Format) NewMeter(req format.Request, body []byte, contentType string) format.Meter {
 	if sse.IsEventStream(contentType) {
 		return &streamMeter{body: body, text: format.ReplyText{Tally: tokens.Tally{Limit: streamTextLimit}}}
@@ -152,7 +140,7 @@ func (m *streamMeter) event(ev sse.Event) {
 	}
 }
 
-// Response implements Stored.
+// Response implements format.Stored.
 func (m *streamMeter) Response() (string, bool) { return m.id, m.terminal }
 
 // Usage reports the terminal event's figures once it has arrived, even if
@@ -280,7 +268,7 @@ func (m *jsonMeter) scan() {
 	*u = format.EstimateGaps(*u, m.whole, vu.seen[uInput], &text, func() int64 { return estimateInput(m.body) })
 }
 
-// Response implements Stored; it reads the reply, so call it after the
+// Response implements format.Stored; it reads the reply, so call it after the
 // last chunk.
 func (m *jsonMeter) Response() (string, bool) {
 	m.scan()

@@ -60,7 +60,7 @@ func TestStoredResponse(t *testing.T) {
 		{"incomplete.sse", eventStream, "resp_s1", true},
 	} {
 		m := meterOf(format.Request{}, nil, tc.ct)(formattest.Read(t, tc.file))
-		if id, final := m.(Stored).Response(); id != tc.id || final != tc.final {
+		if id, final := m.(format.Stored).Response(); id != tc.id || final != tc.final {
 			t.Errorf("%s: %q %v, want %q %v", tc.file, id, final, tc.id, tc.final)
 		}
 	}
@@ -68,12 +68,12 @@ func TestStoredResponse(t *testing.T) {
 	rec := formattest.Read(t, "stream.sse")
 	first := rec[:bytes.Index(rec, []byte("\n\n"))+2]
 	m := meterOf(format.Request{}, nil, eventStream)(first)
-	if id, final := m.(Stored).Response(); id != "resp_s1" || final {
+	if id, final := m.(format.Stored).Response(); id != "resp_s1" || final {
 		t.Errorf("after the first event: %q %v", id, final)
 	}
 	// A broken JSON reply names nothing.
 	rj := formattest.Read(t, "response.json")
-	if id, _ := meterOf(format.Request{}, nil, "application/json")(rj[:len(rj)/2]).(Stored).Response(); id != "" {
+	if id, _ := meterOf(format.Request{}, nil, "application/json")(rj[:len(rj)/2]).(format.Stored).Response(); id != "" {
 		t.Errorf("a cut reply names %q", id)
 	}
 }

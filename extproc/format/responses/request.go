@@ -61,8 +61,9 @@ func ValidID(id string) bool {
 // tools offered. A request naming a stored conversation, or referring to
 // stored items by id (item_reference), is refused: the gateway binds only
 // responses to accounts.
-func (Format) ParseRequest(body []byte) (format.Request, error) {
+func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 	var req format.Request
+	var own Fields
 	var haveModel bool
 	var check format.RequestCheck
 	err := requestQuery.Scan(body, func(path int, v jsonscan.Value) error {
@@ -94,12 +95,12 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 				check.Fail("previous_response_id", "must be a response id")
 				return nil
 			}
-			req.PreviousResponseID = v.Text()
+			own.PreviousResponseID = v.Text()
 		case reqTools:
 			req.HasTools = v.Kind == jsonscan.Array && format.NonEmptyArray(v.Raw)
 		case reqToolType:
 			if paidTool(v) {
-				req.PaidTools = true
+				own.PaidTools = true
 			}
 		case reqMaxToolCalls:
 			if v.Kind == jsonscan.Null {
@@ -110,7 +111,7 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 				check.Fail("max_tool_calls", "must be a non-negative integer")
 				return nil
 			}
-			req.MaxToolCalls, req.HasMaxToolCalls = n, true
+			own.MaxToolCalls, own.HasMaxToolCalls = n, true
 		case reqConversation:
 			if v.Kind != jsonscan.Null {
 				check.Fail("conversation", "stored conversations are not available through this gateway; use previous_response_id")
@@ -130,7 +131,28 @@ func (Format) ParseRequest(body []byte) (format.Request, error) {
 	case !haveModel:
 		return format.Request{}, format.Missing("model")
 	}
+	if own.PreviousResponseID != "" {
+		req.Refs = []string{own.PreviousResponseID}
+	}
+	if own != (Fields{}) {
+		req.Own = own
+	}
 	return req, nil
+}
+
+// Fields are the responses format's own request fields (format.Request.Own),
+// read by its hold rule.
+type Fields struct {
+	// PreviousResponseID names the stored response whose context the
+	// request continues: context the body does not show.
+	PreviousResponseID string
+	// MaxToolCalls bounds the built-in tool calls of the response; zero
+	// when HasMaxToolCalls is false.
+	MaxToolCalls    int64
+	HasMaxToolCalls bool
+	// PaidTools reports built-in tools with a per-call fee among those
+	// offered (web search, file search, code interpreter, image generation).
+	PaidTools bool
 }
 
 // paidTool reports whether a tool type is a built-in tool the vendor bills

@@ -15,13 +15,13 @@ func TestParseRequestAccepts(t *testing.T) {
 	}{
 		{"minimal", `{"model":"gpt-5","input":"hi"}`, format.Request{Model: "gpt-5"}},
 		{"codex", string(formattest.Read(t, "request.json")), format.Request{Model: "gpt-5.1-codex", Stream: true, MaxTokens: 4096, HasMaxTokens: true,
-			HasTools: true, PaidTools: true, NoStore: true, MaxToolCalls: 3, HasMaxToolCalls: true}},
+			HasTools: true, NoStore: true, Own: Fields{PaidTools: true, MaxToolCalls: 3, HasMaxToolCalls: true}}},
 		{"background, continued", `{"model":"o3-deep-research","background":true,"previous_response_id":"resp_abc-1","store":true}`,
-			format.Request{Model: "o3-deep-research", Background: true, PreviousResponseID: "resp_abc-1"}},
+			format.Request{Model: "o3-deep-research", Background: true, Refs: []string{"resp_abc-1"}, Own: Fields{PreviousResponseID: "resp_abc-1"}}},
 		{"function tools only", `{"model":"m","tools":[{"type":"function","name":"f"}]}`, format.Request{Model: "m", HasTools: true}},
-		{"dated web search", `{"model":"m","tools":[{"type":"web_search_preview_2025_03_11"}]}`, format.Request{Model: "m", HasTools: true, PaidTools: true}},
+		{"dated web search", `{"model":"m","tools":[{"type":"web_search_preview_2025_03_11"}]}`, format.Request{Model: "m", HasTools: true, Own: Fields{PaidTools: true}}},
 		{"nulls", `{"model":"m","max_output_tokens":null,"previous_response_id":null,"store":null,"max_tool_calls":null,"conversation":null}`, format.Request{Model: "m"}},
-		{"zero tool calls", `{"model":"m","max_tool_calls":0}`, format.Request{Model: "m", HasMaxToolCalls: true}},
+		{"zero tool calls", `{"model":"m","max_tool_calls":0}`, format.Request{Model: "m", Own: Fields{HasMaxToolCalls: true}}},
 	})
 }
 
@@ -74,8 +74,9 @@ func FuzzParseRequest(f *testing.F) {
 		if doc["model"] != req.Model {
 			t.Fatalf("model %q, document %v", req.Model, doc["model"])
 		}
-		if p, _ := doc["previous_response_id"].(string); p != req.PreviousResponseID {
-			t.Fatalf("previous_response_id %q, document %v", req.PreviousResponseID, doc["previous_response_id"])
+		own, _ := req.Own.(Fields)
+		if p, _ := doc["previous_response_id"].(string); p != own.PreviousResponseID {
+			t.Fatalf("previous_response_id %q, document %v", own.PreviousResponseID, doc["previous_response_id"])
 		}
 		if n, ok := doc["max_output_tokens"].(float64); ok != req.HasMaxTokens || ok && int64(n) != req.MaxTokens {
 			t.Fatalf("max_output_tokens %d %v, document %v", req.MaxTokens, req.HasMaxTokens, doc["max_output_tokens"])
