@@ -1,0 +1,277 @@
+package extproc
+
+// Request body and admission: the fields the operation reads, the checks against the model and the key, and the one store step that takes the hold.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/operation"
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
+)
+
+// MaxModelBytes bounds the model name a client may send. Real names are a few
+// dozen bytes; the name reaches the ledger, logs and, for an unknown model,
+// the error body.
+const MaxModelBytes = 256
+
+// requestBody reads the few fields admission needs, then admits the request
+// in one atomic store step. The body is forwarded unchanged, or with the one
+// edit the format asks for (see format.Request.Edit).
+func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if x.upstream == nil {
+		// Only if Envoy skipped the request headers: a misconfiguration.
+		return immediate(500, "application/json", []byte(`{"error":{"type":"api_error","message":"request body without request headers"}}`), 0)
+	}
+	if x.key.ID == "" {
+		return x.reject(format.InvalidRequest, "unexpected request body", 0)
+	}
+	body := b.GetBody()
+	if x.route.Kind == operation.Counted {
+		return x.countedBody(ctx, body)
+	}
+	req, price, resp := x.checkRequest(ctx, body)
+	if resp != nil {
+		return resp
+	}
+	return x.admit(ctx, body, req, price)
+}
+
+// checkRequest parses the request body and checks it against the model
+// and the key; a refusal is the answer to send. It returns before the
+// admission so that its frame is gone while the admission's round trip
+// runs, deepest on the stream's goroutine, whose stack (doubled past
+// 8 KB) every open stream keeps.
+//
+//go:noinline
+func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Request, *pricing.Model, *extprocv3.ProcessingResponse) {
+	var none format.Request
+	req, err := x.op.Format.ParseRequest(body, x.contentType)
+	if err != nil {
+		var fe *format.Error
+		if errors.As(err, &fe) {
+			return none, nil, x.refuse(fe, 0)
+		}
+		return none, nil, x.reject(format.InvalidRequest, "malformed request body", 0)
+	}
+	// The model name reaches Redis keys, the ledger and logs: bound it
+	// before anything else reads it.
+	if len(req.Model) > MaxModelBytes {
+		return none, nil, x.reject(format.InvalidRequest, "model: longer than "+strconv.Itoa(MaxModelBytes)+" bytes", 0)
+	}
+	price, ok := x.upstream.Prices.Lookup(req.Model)
+	if !ok {
+		return none, nil, x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on this gateway", 0)
+	}
+	if !price.Serves(x.op.Modes, x.op.Path()) {
+		return none, nil, x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on "+x.op.Path()+" on this gateway", 0)
+	}
+	if req.Background && x.s.parking == nil {
+		return none, nil, x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
+	}
+	for _, id := range req.Refs {
+		if resp := x.checkOwner(ctx, id); resp != nil {
+			return none, nil, resp
+		}
+	}
+	if len(x.key.Models) > 0 && !allowed(x.key.Models, req.Model, string(price.Name)) {
+		return none, nil, x.reject(format.PermissionDenied, "this key may not use model "+strconv.Quote(req.Model), 0)
+	}
+	if req.HasMaxTokens && price.MaxOutput > 0 && req.MaxTokens > price.MaxOutput {
+		return none, nil, x.reject(format.InvalidRequest, "max_tokens: "+strconv.FormatInt(req.MaxTokens, 10)+
+			" is more than the model's maximum output of "+strconv.FormatInt(price.MaxOutput, 10)+" tokens", 0)
+	}
+	return req, price, nil
+}
+
+// admit takes the request's hold and limits in one round trip to the
+// store (waiting for a concurrency slot if the key allows), or refuses it.
+func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, price *pricing.Model) *extprocv3.ProcessingResponse {
+	x.req, x.body, x.price = req, body, price
+	x.requestID = x.s.newRequestID()
+	ctx = x.startTrace(ctx)
+
+	x.bounds = x.op.RequestBounds(price, req, body)
+	hold, tokens := x.bounds.Hold(price), x.bounds.Tokens()
+	var t0 time.Time // the start of the admission that took the hold
+	adm := store.Admission{
+		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID,
+		Priced: price.Name, Requested: usage.RequestedModel(req.Model), Hold: hold,
+		Tokens: tokens, Stream: req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
+	}
+	admit := func(ctx context.Context) (store.Decision, error) {
+		t0 = time.Now()
+		d, err := x.s.accounts.Admit(ctx, adm)
+		x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
+		return d, err
+	}
+	actx, traced := x.traceAdmission(ctx)
+	d, err := admit(actx)
+	if err == nil && d.Outcome == store.ConcurrencyLimited {
+		d, err = x.waitForSlot(actx, d, admit)
+	}
+	traced(d, err)
+	if err != nil {
+		x.s.log.Error("admission failed", "err", err, "account", x.key.AccountID)
+		x.s.metrics.storeErrors.WithLabelValues("admit").Inc()
+		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
+	}
+	if d.Outcome != store.Admitted {
+		x.s.metrics.limitRefusals.WithLabelValues(d.Level.String(), d.Outcome.String()).Inc()
+		if x.s.onRefusal != nil {
+			x.s.onRefusal(x.key.AccountID, x.key.ID, d.Level, d.Outcome)
+		}
+		kind, msg := refusal(d, hold, tokens)
+		return x.reject(kind, msg, d.RetryAfter)
+	}
+	x.admitted = true
+	// The hold lives as long as the request: renewed until it settles.
+	x.open = x.s.holds.Register(x.key.AccountID, x.requestID, t0)
+	if x.req.Stream {
+		x.s.metrics.streams.Inc()
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: x.withTimeout(x.editBody(body, req.Edit))},
+	}}
+}
+
+// waitForSlot lets a request refused only by a concurrency limit wait
+// for a slot, as long as its key allows and this sidecar has room for one
+// more waiter; it returns the decision that answers the request.
+func (x *exchange) waitForSlot(ctx context.Context, refused store.Decision,
+	admit func(context.Context) (store.Decision, error)) (store.Decision, error) {
+	w := x.s.waiter.limit(time.Duration(x.key.Limits.ConcurrencyWaitSeconds) * time.Second)
+	if w <= 0 {
+		return refused, nil
+	}
+	// Envoy fails the request (504) when the processor has not answered a
+	// message within its message timeout: extend it (once) to cover the
+	// wait.
+	if x.send != nil {
+		ext := &extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(w + config.ExtProcMessageTimeout)}
+		if err := x.send(ext); err != nil {
+			x.s.metrics.concurrencyWaits.WithLabelValues(string(waitCancelled)).Inc()
+			return refused, nil
+		}
+	}
+	start := time.Now()
+	x.s.metrics.concurrencyWaiters.Inc()
+	d, outcome, err := x.s.waiter.wait(ctx, w, refused, admit)
+	x.s.metrics.concurrencyWaiters.Dec()
+	x.s.metrics.concurrencyWaits.WithLabelValues(string(outcome)).Inc()
+	if outcome != waitFull {
+		x.s.metrics.concurrencyWaitSeconds.Observe(time.Since(start).Seconds())
+	}
+	return d, err
+}
+
+// withTimeout sets the request's per-attempt wait for its reply's headers
+// (Upstream.firstByteBound) as Envoy's per-try timeout: a hung endpoint
+// fails the attempt with 504 in a time scaled from what the request asked
+// for, and the client's retry goes to the endpoint the health checks left.
+func (x *exchange) withTimeout(r *extprocv3.CommonResponse) *extprocv3.CommonResponse {
+	d := x.upstream.firstByteBound(x.req.Stream, x.bounds.Input, x.bounds.Output)
+	if d <= 0 {
+		return r
+	}
+	if r.HeaderMutation == nil {
+		r.HeaderMutation = &extprocv3.HeaderMutation{}
+	}
+	r.HeaderMutation.SetHeaders = append(r.HeaderMutation.SetHeaders,
+		setHeader("x-envoy-upstream-rq-per-try-timeout-ms", strconv.FormatInt(max(d.Milliseconds(), 1), 10)))
+	return r
+}
+
+// editBody makes a request body edit. Envoy keeps the client's
+// content-length when the body is buffered and refuses a body that
+// disagrees with it, so the header is set to match; a body that came without
+// one (chunked, or HTTP/2) is framed by Envoy as before.
+func (x *exchange) editBody(body []byte, e format.Edit) *extprocv3.CommonResponse {
+	if e.IsZero() {
+		return &extprocv3.CommonResponse{}
+	}
+	up := e.Apply(body)
+	r := &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: up}}}
+	if x.hasLength {
+		r.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+			setHeader("content-length", strconv.Itoa(len(up))),
+		}}
+	}
+	return r
+}
+
+// allowed reports whether a key's model allow-list admits the model, by the
+// name sent or the priced model it resolves to.
+func allowed(list []string, model, canonical string) bool {
+	for _, m := range list {
+		if m == model || m == canonical {
+			return true
+		}
+	}
+	return false
+}
+
+// countedBody forwards a free request whose body may name a stored
+// response (an input token count) once the response is found to be the
+// account's.
+func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.ProcessingResponse {
+	var refs []string
+	if x.op.References != nil {
+		var err error
+		if refs, err = x.op.References(body); err != nil {
+			var fe *format.Error
+			if errors.As(err, &fe) {
+				return x.refuse(fe, 0)
+			}
+			return x.reject(format.InvalidRequest, "malformed request body", 0)
+		}
+	}
+	for _, id := range refs {
+		if resp := x.checkOwner(ctx, id); resp != nil {
+			return resp
+		}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+}
+
+// refusal is the error kind and message of an admission the store refused:
+// which limit, of which level (the account's or this key's), and what the
+// client can do. Limits that reset are 429; the balance and a key's
+// lifetime cap, which do not, are 402.
+func refusal(d store.Decision, hold, tokens int64) (format.ErrorKind, string) {
+	of := "for this " + d.Level.String()
+	retry := "retry after " + strconv.Itoa(retrySeconds(d.RetryAfter)) + "s"
+	switch d.Outcome {
+	case store.RateLimited:
+		return format.RateLimited, "request rate limit reached " + of + "; " + retry
+	case store.ConcurrencyLimited:
+		return format.RateLimited, "concurrent request limit reached " + of + ": too many requests in flight; " + retry + " or when one ends"
+	case store.TokenLimited:
+		bound := "this request may use up to " + strconv.FormatInt(tokens, 10) + " tokens (input + max_tokens)"
+		if d.RetryAfter == 0 {
+			return format.RateLimited, bound + ", more than the tokens-per-minute limit " + of + " allows at all; lower max_tokens or send less"
+		}
+		return format.RateLimited, "tokens-per-minute limit reached " + of + " (" + bound + "); " + retry
+	case store.DailyLimited:
+		return format.DailyLimit, "daily spend limit reached " + of + "; it resets at 00:00 UTC"
+	case store.MonthlyLimited:
+		return format.DailyLimit, "monthly spend limit reached " + of + "; it resets on the 1st of the month at 00:00 UTC"
+	case store.TotalLimited:
+		return format.BillingExhausted, "lifetime spend limit reached for this key: this request could cost up to $" +
+			strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64) + "; the account's owner can raise it"
+	}
+	return format.BillingExhausted, "insufficient balance: this request could cost up to $" +
+		strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64) + "; top up the account"
+}

@@ -1,0 +1,304 @@
+package extproc
+
+// Request headers: the credential, the route, and the processing mode each kind of route needs.
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/operation"
+	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+// internalHeaderPrefix marks headers that only the gateway may set; a
+// client's copies are removed.
+const internalHeaderPrefix = "x-gateway-"
+
+// requestHeaders authenticates the client, classifies the path and swaps the
+// client's credential for the vendor's.
+func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	x.started = x.s.now()
+	hv := readHeaders(h.GetHeaders())
+	path, _, _ := strings.Cut(hv.path, "?") // query strings are never read for credentials
+	x.upstream = x.s.upstream(path)
+	if x.upstream == nil {
+		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such path"}}`), 0)
+	}
+	key, err := x.s.keys.Authenticate(ctx, hv.credentials, x.started, modelPolicy)
+	if err != nil {
+		return x.refuseAuth(err)
+	}
+	x.key = key
+
+	sub := path[len(x.upstream.prefix)-1:]
+	mutation := x.credentialMutation(hv)
+	op, route, id := operation.Match(x.upstream.Operations, hv.method, sub)
+	// Query strings go to the vendor only as far as its API defines them.
+	if _, query, ok := strings.Cut(hv.path, "?"); ok {
+		p := path
+		if q := x.upstream.forwardQuery(route, sub, query); q != "" {
+			p += "?" + q
+		}
+		if p != hv.path {
+			mutation.SetHeaders = append(mutation.SetHeaders, setHeader(":path", p))
+		}
+	}
+	if hv.method == "GET" && (sub == "/v1/models" || strings.HasPrefix(sub, "/v1/models/")) {
+		if lister, ok := x.upstream.Format.(format.ModelLister); ok {
+			return x.models(lister, sub, hv.path)
+		}
+	}
+	if hv.upgrade != "" {
+		// The Responses API's WebSocket transport: a connection the
+		// processor cannot meter event by event. Clients fall back to HTTP.
+		return x.reject(format.InvalidRequest, "the WebSocket transport is not available through this gateway; use HTTP (POST "+sub+")", 0)
+	}
+	switch {
+	case route != nil && (route.Kind == operation.Metered || route.Kind == operation.Counted):
+		x.op, x.route = op, route
+		return x.bodyFollows(h, hv, mutation)
+	case route != nil && route.Kind == operation.Owned:
+		return x.owned(ctx, op, route, id, hv, mutation)
+	case x.upstream.isFree(hv.method + " " + sub):
+		// Free read-only paths: forward as they are, observe nothing more.
+		return x.forwardFree(mutation)
+	default:
+		return x.reject(format.NotFound, "no such path: "+hv.method+" "+sub, 0)
+	}
+}
+
+// bodyFollows asks Envoy for the body of a metered or counted request,
+// unless it has none or declares more than the gateway accepts.
+func (x *exchange) bodyFollows(h *extprocv3.HttpHeaders, hv headerValues, mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+	if h.GetEndOfStream() {
+		return x.reject(format.InvalidRequest, "request body is required", 0)
+	}
+	x.hasLength, x.contentType = hv.contentLength != "", hv.contentType
+	if n, err := strconv.ParseInt(hv.contentLength, 10, 64); err == nil && x.s.maxBody > 0 && n > x.s.maxBody {
+		return x.reject(format.TooLarge, "request body of "+hv.contentLength+" bytes is larger than the "+
+			strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0)
+	}
+	mode := MeteredMode
+	if x.route.Kind == operation.Counted {
+		mode = countedMode
+	}
+	// Envoy's default skips the response (so that its own replies to
+	// malformed requests are never held); a metered request needs it.
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+		},
+		ModeOverride: mode,
+	}
+}
+
+// owned forwards a request on a stored object (route names its id) only
+// for the account that created it; anyone else is told it does not exist,
+// and the vendor never hears of the request. Never billed again.
+func (x *exchange) owned(ctx context.Context, op *operation.Operation, route *operation.Route, id string,
+	hv headerValues, mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+	if resp := x.checkOwner(ctx, id); resp != nil {
+		return resp
+	}
+	// A background request not yet settled: its retrieval (the poll path)
+	// or cancellation (a POST on it) may show its end, which settles it.
+	reads := hv.method == "GET" && route.Path == op.Poll || hv.method == "POST" && op.Poll != ""
+	if reads && x.watchParked(ctx, op, id, hv.method == "GET" && streamQuery(hv.path)) {
+		return &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestHeaders{
+				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+			},
+			ModeOverride: parkedMode,
+		}
+	}
+	return x.forwardFree(mutation)
+}
+
+// streamQuery reports whether a path's query asks for a stream
+// (stream=true).
+func streamQuery(path string) bool {
+	_, q, _ := strings.Cut(path, "?")
+	for _, kv := range strings.Split(q, "&") {
+		if kv == "stream=true" {
+			return true
+		}
+	}
+	return false
+}
+
+// models answers the model list, or one model, itself: the models served
+// and priced on the upstream that the key may use, in the vendor's format.
+func (x *exchange) models(lister format.ModelLister, sub, rawPath string) *extprocv3.ProcessingResponse {
+	if id, ok := strings.CutPrefix(sub, "/v1/models/"); ok {
+		m, found := x.upstream.Prices.Lookup(id)
+		if !found || len(x.upstream.Serving(m)) == 0 || len(x.key.Models) > 0 && !allowed(x.key.Models, id, string(m.Name)) {
+			return x.reject(format.NotFound, "The model "+strconv.Quote(id)+" does not exist or you do not have access to it.", 0)
+		}
+		return immediate(200, "application/json", lister.Model(id), 0)
+	}
+	var ids []string
+	for _, m := range x.upstream.Prices.Models() {
+		if len(x.upstream.Serving(m)) > 0 && (len(x.key.Models) == 0 || allowed(x.key.Models, string(m.Name), string(m.Name))) {
+			ids = append(ids, string(m.Name))
+		}
+	}
+	_, rawQuery, _ := strings.Cut(rawPath, "?")
+	query, _ := url.ParseQuery(rawQuery)
+	return immediate(200, "application/json", lister.ModelList(ids, query), 0)
+}
+
+// forwardFree forwards a request with the credential swapped and observes
+// nothing more of it.
+func (x *exchange) forwardFree(mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+		},
+		ModeOverride: &filterv3.ProcessingMode{
+			RequestBodyMode:    filterv3.ProcessingMode_NONE,
+			ResponseHeaderMode: filterv3.ProcessingMode_SKIP,
+			ResponseBodyMode:   filterv3.ProcessingMode_NONE,
+		},
+	}
+}
+
+// checkOwner answers 404, in the vendor's words, unless the key's account
+// created response id; nil lets the request go on.
+func (x *exchange) checkOwner(ctx context.Context, id string) *extprocv3.ProcessingResponse {
+	if x.s.owners == nil {
+		return x.reject(format.NotFound, "stored responses are not available through this gateway", 0)
+	}
+	owner, err := x.s.owners.ResponseOwner(ctx, id)
+	if err != nil {
+		x.s.log.Error("response owner lookup failed", "err", err)
+		x.s.metrics.storeErrors.WithLabelValues("owner").Inc()
+		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
+	}
+	if owner == "" || owner != x.key.AccountID {
+		return x.reject(format.NotFound, "Response with id "+strconv.Quote(id)+" not found.", 0)
+	}
+	return nil
+}
+
+// countedMode is a free request whose body the processor reads (a token
+// count naming a stored response) and whose reply it does not observe.
+var countedMode = &filterv3.ProcessingMode{
+	RequestHeaderMode:   filterv3.ProcessingMode_SEND,
+	RequestBodyMode:     filterv3.ProcessingMode_BUFFERED,
+	RequestTrailerMode:  filterv3.ProcessingMode_SKIP,
+	ResponseHeaderMode:  filterv3.ProcessingMode_SKIP,
+	ResponseBodyMode:    filterv3.ProcessingMode_NONE,
+	ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
+}
+
+// MeteredMode is the processing mode of a metered request: the body
+// buffered for admission, the reply's body streamed to the meter. No
+// response headers message: the status and the serving endpoint arrive as
+// attributes with the first body chunk (response_attributes in the
+// bootstrap).
+var MeteredMode = &filterv3.ProcessingMode{
+	RequestHeaderMode:   filterv3.ProcessingMode_SEND,
+	RequestBodyMode:     filterv3.ProcessingMode_BUFFERED,
+	RequestTrailerMode:  filterv3.ProcessingMode_SKIP,
+	ResponseHeaderMode:  filterv3.ProcessingMode_SKIP,
+	ResponseBodyMode:    filterv3.ProcessingMode_STREAMED,
+	ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
+}
+
+// modelPolicy: model routes take model keys of accounts in good standing.
+var modelPolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey}}
+
+// refuseAuth answers an authentication failure in the upstream's format.
+func (x *exchange) refuseAuth(err error) *extprocv3.ProcessingResponse {
+	var ae *auth.Error
+	if !errors.As(err, &ae) {
+		return x.reject(format.Unauthenticated, "invalid API key", 0)
+	}
+	switch ae.Reason {
+	case auth.WrongKind:
+		return x.reject(format.PermissionDenied, "read-only tokens (ro_) can only read GET /v1/usage; use a cr_ key for model requests", 0)
+	case auth.Suspended:
+		return x.reject(format.PermissionDenied, ae.Message, 0)
+	case auth.Unavailable:
+		x.s.log.Error("key lookup failed", "err", ae.Err)
+		x.s.metrics.storeErrors.WithLabelValues("lookup").Inc()
+		return x.reject(format.Unavailable, ae.Message, time.Second)
+	}
+	return x.reject(format.Unauthenticated, ae.Message, 0)
+}
+
+// credentialMutation removes the client's credential, any internal header it
+// sent and accept-encoding (the meter must see plain bytes). The vendor's
+// credential is never known here: Envoy adds it on the way to the vendor.
+func (x *exchange) credentialMutation(hv headerValues) *extprocv3.HeaderMutation {
+	remove := []string{"x-api-key", "authorization", "accept-encoding"}
+	remove = append(remove, hv.internal...)
+	return &extprocv3.HeaderMutation{RemoveHeaders: remove}
+}
+
+// headerValues are the few headers the processor reads.
+type headerValues struct {
+	method, path, status string
+	credentials          auth.Headers
+	contentType          string
+	contentLength        string
+	upgrade              string
+	endpoint             string
+	internal             []string // client-sent headers with our prefix
+}
+
+// readHeaders picks the headers the processor reads. Only their values are
+// converted to strings: a request carries many more headers than these.
+func readHeaders(m *corev3.HeaderMap) headerValues {
+	var hv headerValues
+	for _, h := range m.GetHeaders() {
+		var dst *string
+		switch k := h.GetKey(); k {
+		case ":method":
+			dst = &hv.method
+		case ":path":
+			dst = &hv.path
+		case ":status":
+			dst = &hv.status
+		case "x-api-key":
+			hv.credentials.XAPIKey = append(hv.credentials.XAPIKey, headerValue(h))
+			continue
+		case "authorization":
+			hv.credentials.Authorization = append(hv.credentials.Authorization, headerValue(h))
+			continue
+		case "content-type":
+			dst = &hv.contentType
+		case "content-length":
+			dst = &hv.contentLength
+		case "upgrade":
+			dst = &hv.upgrade
+		case "x-gateway-endpoint":
+			dst = &hv.endpoint
+			hv.internal = append(hv.internal, k)
+		default:
+			if strings.HasPrefix(k, internalHeaderPrefix) {
+				hv.internal = append(hv.internal, k)
+			}
+			continue
+		}
+		*dst = headerValue(h)
+	}
+	return hv
+}
+
+func headerValue(h *corev3.HeaderValue) string {
+	if raw := h.GetRawValue(); len(raw) > 0 {
+		return string(raw)
+	}
+	return h.GetValue()
+}

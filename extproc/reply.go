@@ -1,0 +1,215 @@
+package extproc
+
+// The reply: its status and endpoint, each chunk metered and released, the stored object it names bound to the account.
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+// responseHeaders starts metering a 2xx reply; any other reply ends the
+// request at no charge.
+func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	hv := readHeaders(h.GetHeaders())
+	x.status, _ = strconv.Atoi(hv.status)
+	x.endpoint = hv.endpoint
+	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+	if !x.admitted {
+		return resp
+	}
+	if !x.startReply(hv.contentType) {
+		resp.ModeOverride = &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE}
+		return resp
+	}
+	x.replyDone = h.GetEndOfStream()
+	return resp
+}
+
+// startReply begins the reply of x.status: a 2xx reply is metered from here
+// on and reports true; any other ends the request at no charge.
+func (x *exchange) startReply(contentType string) bool {
+	if x.status < 200 || x.status > 299 {
+		x.replyDone = true
+		return false
+	}
+	x.meter = x.op.Format.NewMeter(x.req, x.body, contentType)
+	x.stored, _ = x.meter.(format.Stored)
+	x.rewriter, _ = x.meter.(format.Rewriter)
+	x.open.Checkpoint(store.Checkpoint{Status: x.status, Endpoint: x.endpoint})
+	return true
+}
+
+// responseBody feeds the meter and lets the chunk through at once: Envoy
+// holds each chunk until the processor answers. A rewriting meter may
+// replace the chunk; only a chunk it changed carries a mutation.
+func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attrs map[string]*structpb.Struct) *extprocv3.ProcessingResponse {
+	if x.parked != nil {
+		return x.parkedBody(b, attrs)
+	}
+	if x.status == 0 && x.admitted && !x.settled {
+		x.startFromAttributes(attrs)
+	}
+	common := &extprocv3.CommonResponse{}
+	// The renewer's clock, not the injectable one: leases are real time.
+	if x.admitted && !x.settled && x.open.Expired(time.Now()) {
+		return x.leaseLost(b)
+	}
+	if x.meter != nil && !x.settled {
+		x.bodyBytes += int64(len(b.GetBody()))
+		if x.rewriter != nil {
+			if out, changed := x.rewriter.Rewrite(b.GetBody(), b.GetEndOfStream()); changed {
+				common.BodyMutation = bodyMutation(out)
+			}
+		} else {
+			x.meter.Write(b.GetBody())
+		}
+		if x.stored != nil && !x.bound && (x.req.Stream || b.GetEndOfStream()) {
+			x.bind(ctx, b.GetEndOfStream())
+		}
+		if b.GetEndOfStream() {
+			x.replyDone = true
+			if x.binding != nil {
+				<-x.binding // the last chunk waits for the bind (it has long landed)
+			}
+			if x.req.Background {
+				// Parked before the reply naming the response reaches the
+				// client, so that its first read finds it parked and
+				// settles it.
+				x.settle(true)
+			}
+		} else if x.open.WantCheckpoint() {
+			// Once per renewal interval, not per chunk: what a crash would
+			// leave the sweeper to charge.
+			x.open.Checkpoint(x.checkpoint())
+		}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: common},
+	}}
+}
+
+// bind records the stored response the reply names as the account's. A
+// JSON reply is read, and bound, at its last chunk. A stream names its
+// response in its first event: the bind runs beside the stream so that the
+// first event is not held for a Redis round trip, and the stream's last
+// chunk waits for it. A request naming the id in the sub-millisecond
+// before the bind lands is refused with 404, as for any id not the
+// account's: the window fails closed.
+func (x *exchange) bind(ctx context.Context, last bool) {
+	if x.req.NoStore || x.s.owners == nil {
+		x.bound = true // nothing is kept to bind
+		return
+	}
+	id, _ := x.stored.Response()
+	if id == "" {
+		return
+	}
+	x.bound = true
+	if x.op.ValidID == nil || !x.op.ValidID(id) {
+		x.s.log.Warn("reply names a malformed response id; not bound", "request_id", x.requestID)
+		return
+	}
+	if last {
+		x.s.bindResponse(ctx, x.requestID, id, x.key.AccountID)
+		return
+	}
+	done := make(chan struct{})
+	x.binding = done
+	// Not cut by the client leaving: the response exists at the vendor
+	// either way. The store's timeouts bound the call.
+	bctx := context.WithoutCancel(ctx)
+	requestID, account := x.requestID, x.key.AccountID
+	go func() {
+		defer close(done)
+		x.s.bindResponse(bctx, requestID, id, account)
+	}()
+}
+
+// bindResponse binds stored response id to account, logging a failure: the
+// response then stays unreachable through the gateway, refused, never shown
+// to another account.
+func (s *Server) bindResponse(ctx context.Context, requestID, id, account string) {
+	if err := s.owners.BindResponse(ctx, id, account); err != nil {
+		s.log.Error("binding a stored response failed", "request_id", requestID, "err", err)
+		s.metrics.storeErrors.WithLabelValues("bind").Inc()
+	}
+}
+
+// leaseLost ends a request whose hold this sidecar could not renew (Redis
+// unreachable) before its lease may end: a sweeper elsewhere may settle it
+// and the account may spend the money again, so nothing more is served.
+// The chunk in hand is metered (the vendor produced it) and withheld; the
+// answer resets the client's stream, and the request settles as cut short
+// (spooled, then reconciled with the sweep's charge).
+func (x *exchange) leaseLost(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	if x.meter != nil {
+		x.bodyBytes += int64(len(b.GetBody()))
+		if x.rewriter != nil {
+			x.rewriter.Rewrite(b.GetBody(), false)
+		} else {
+			x.meter.Write(b.GetBody())
+		}
+	}
+	x.s.metrics.leaseCuts.Inc()
+	x.s.log.Warn("request cut: its hold could not be renewed", "request_id", x.requestID, "account", x.key.AccountID)
+	x.settle(false)
+	return x.reject(format.Unavailable, "the gateway lost its store; retry shortly", time.Second)
+}
+
+// bodyMutation replaces a chunk with out; an empty out clears it.
+func bodyMutation(out []byte) *extprocv3.BodyMutation {
+	if len(out) == 0 {
+		return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
+	}
+	return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
+}
+
+// startFromAttributes is responseHeaders for the bootstrap that skips the
+// response headers message: Envoy sends the status and the serving
+// endpoint's metadata as attributes with the first body chunk, which saves
+// one message (and one wait on the processor) per request. The reply's
+// content type follows from the request: a 2xx reply to a streaming request
+// is an event stream.
+func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
+	code := statusOf(attrs)
+	if code == 0 {
+		return // no attributes: the response headers message carries them
+	}
+	x.status = code
+	f := attrs[attributesKey].GetFields()
+	// The host metadata arrives as protobuf text; only the endpoint name
+	// is read from it.
+	x.endpoint = ""
+	if md := f["xds.upstream_host_metadata"].GetStringValue(); md != "" {
+		switch {
+		case strings.Contains(md, `"reserve"`):
+			x.endpoint = "reserve"
+		case strings.Contains(md, `"primary"`):
+			x.endpoint = "primary"
+		}
+	}
+	x.startReply(replyType(x.req.Stream))
+}
+
+// replyType is the content type of a reply whose headers the processor did
+// not see: what the request asked for.
+func replyType(stream bool) string {
+	if stream {
+		return "text/event-stream"
+	}
+	return "application/json"
+}
+
+// attributesKey is where Envoy puts the ext_proc filter's attributes.
+const attributesKey = "envoy.filters.http.ext_proc"

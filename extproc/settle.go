@@ -1,0 +1,150 @@
+package extproc
+
+// Settlement: what the request comes to, recorded exactly once, off the path of the reply.
+
+import (
+	"time"
+
+	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
+)
+
+// afterSend runs once an answer has been handed to Envoy: a complete reply is
+// settled now, off the path of the chunk the answer released. It is the one
+// place a reply that ended normally settles (finish settles the others).
+func (x *exchange) afterSend() {
+	if x.replyDone {
+		x.settle(true)
+	}
+}
+
+// finish runs when the stream ends for any reason; a request still open was
+// cut short (client gone, upstream reset, Envoy reset).
+func (x *exchange) finish() {
+	if x.admitted && !x.settled {
+		x.settle(false)
+	}
+	x.endTrace()
+}
+
+// checkpoint is the request's best estimate so far, as if it ended now.
+func (x *exchange) checkpoint() store.Checkpoint {
+	return x.outcome(false).Checkpoint()
+}
+
+// settle records the request's outcome exactly once. It does not wait for
+// the store: the settlement is queued and applied (or spooled) in a batch
+// after the reply's last chunk has been released, and a usage read on this
+// sidecar waits for the queued settlements of its account.
+func (x *exchange) settle(complete bool) {
+	if !x.admitted || x.settled {
+		return
+	}
+	if x.req.Background && x.stored != nil && x.s.parking != nil && x.status >= 200 && x.status <= 299 && !x.req.NoStore {
+		// A background response that has not ended is settled when it
+		// does.
+		if id, final := x.stored.Response(); id != "" && !final && x.park(id, complete) {
+			return
+		}
+	}
+	x.settled = true
+	if x.req.Stream {
+		x.s.metrics.streams.Dec()
+	}
+	st := x.outcome(complete)
+	x.s.noteCapped(x.upstream.Name, st)
+	// Renewed until the hold is gone: if the settlement waits in the queue
+	// or the spool, a sweep in the meantime charges the same.
+	x.s.holds.Finish(x.open, st.Checkpoint())
+	s, upstream, model, open := x.s, x.upstream.Name, string(st.Priced), x.open
+	traced := x.traceSettlement(st)
+	s.settler.enqueue(st, func(r store.SettleResult, took time.Duration) {
+		traced(r)
+		s.metrics.settleSeconds.Observe(took.Seconds())
+		if err := r.Err; err != nil {
+			s.metrics.storeErrors.WithLabelValues("settle").Inc()
+			s.log.Error("settlement failed", "request_id", st.RequestID, "account", st.AccountID, "err", err)
+		} else if !r.Spooled {
+			// The store took it (or had it already): the hold is gone,
+			// nothing is left to renew.
+			s.holds.Forget(open)
+		}
+		s.recordSettled(upstream, model, st)
+	})
+}
+
+// noteCapped counts and logs a settlement whose usage was capped.
+func (s *Server) noteCapped(upstream string, st store.Settlement) {
+	if st.Capped {
+		s.metrics.capped.WithLabelValues(upstream).Inc()
+		s.log.Warn("usage beyond what the request allowed was capped", "request_id", st.RequestID, "account", st.AccountID, "model", st.Priced)
+	}
+}
+
+// recordSettled counts a settlement the store took (or spooled) in the
+// metrics and writes the request's log line.
+func (s *Server) recordSettled(upstream, model string, st store.Settlement, attrs ...any) {
+	s.metrics.observe(upstream, model, st)
+	s.log.Info("request", append([]any{
+		"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
+		"upstream", upstream, "endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
+		"stream", st.Stream, "usage", st.Usage, "service_tier", st.ServiceTier,
+		"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated, "interrupted", st.Interrupted,
+		"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds()}, attrs...)...)
+}
+
+// outcome is what the request comes to if it ends now: complete is false
+// when its stream ended early (the meter then estimates what it did not
+// see).
+func (x *exchange) outcome(complete bool) store.Settlement {
+	st := store.Settlement{
+		RequestID: x.requestID,
+		AccountID: x.key.AccountID,
+		KeyID:     x.key.ID,
+		Requested: usage.RequestedModel(x.req.Model),
+		Priced:    x.price.Name,
+		Fallback:  x.price.Fallback(),
+		Status:    x.status,
+		Endpoint:  x.endpoint,
+		Stream:    x.req.Stream,
+		StartedAt: x.started,
+		EndedAt:   x.s.now(),
+	}
+	if st.Status == 0 {
+		// No reply byte reached the processor: the status and endpoint
+		// come only with the first body chunk, so the vendor's connection
+		// broke before it (the client saw a reset after the headers, or
+		// Envoy's 502), or the client left first; the two look the same
+		// here. Nothing was produced and nothing is charged; the ledger
+		// says 502, the failure the client saw when it was still there.
+		st.Status = 502
+	}
+	if x.meter != nil && !complete && x.bodyBytes == 0 && x.status >= 200 && x.status <= 299 {
+		// The vendor's reply ended before its first byte reached the client:
+		// Envoy answered 502 (or the client saw only a reset). Nothing was
+		// produced, and vendors do not bill such a reply: record 502, no charge.
+		st.Status = 502
+	}
+	if x.meter != nil && st.Status >= 200 && st.Status <= 299 {
+		r := x.meter.Usage(complete) // the meter knows whether the vendor's final figures arrived
+		in, out := usageBounds(x.price, x.bounds)
+		if u, ok := capUsage(r.Usage, in, out); !ok {
+			r.Usage, st.Capped = u, true
+		}
+		priceInto(&st, x.price, r, x.upstream.regional[x.endpoint])
+	}
+	return st
+}
+
+// priceInto records on st the reply's usage r and its cost at the tier the
+// reply reports and the serving endpoint's region.
+func priceInto(st *store.Settlement, price *pricing.Model, r usage.Report, region string) {
+	st.Usage, st.Reported, st.Estimated = r.Usage, r.Model, r.Estimated
+	c := price.Price(r.Usage, r.ServiceTier, region)
+	st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
+	st.TierUnknown, st.Uplift, st.Region = c.UnknownTier, c.Uplift, ""
+	if c.Uplift > 0 {
+		st.Region = region
+	}
+}
