@@ -37,7 +37,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		return x.reject(format.InvalidRequest, "unexpected request body", 0)
 	}
 	body := b.GetBody()
-	if x.route.Kind == operation.Counted {
+	if x.path.Kind == operation.Counted {
 		return x.countedBody(ctx, body)
 	}
 	req, price, resp := x.checkRequest(ctx, body)

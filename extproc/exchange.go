@@ -17,8 +17,8 @@ import (
 // phases are its methods, one file each, in the order Envoy's messages
 // come (handle dispatches them):
 //
-//  1. headers.go, requestHeaders: the key, the route of an operation, the
-//     processing mode the route needs; refusals answered here.
+//  1. headers.go, requestHeaders: the key, the vendor path of an operation, the
+//     processing mode the path needs; refusals answered here.
 //  2. admission.go, requestBody: the operation reads the body
 //     (ParseRequest), checkRequest checks it against the model and the
 //     key, admit takes the hold of the operation's bounds in one store
@@ -31,7 +31,7 @@ import (
 //     background.go).
 //
 // Nothing here knows a wire format: the operation (package operation)
-// brings its format, routes and hold rule.
+// brings its format, paths and hold rule.
 type exchange struct {
 	s *Server
 	// send sends a message on the stream outside the one answer to each
@@ -39,8 +39,8 @@ type exchange struct {
 	// timeout with one); nil sends none.
 	send     func(*extprocv3.ProcessingResponse) error
 	upstream *Upstream
-	op       *operation.Operation // the operation of a metered or counted route
-	route    *operation.Route
+	op       *operation.Operation // the operation of a metered or counted path
+	path     *operation.Path
 	key      store.Key
 
 	requestID string

@@ -1,6 +1,6 @@
 package extproc
 
-// Request headers: the credential, the route, and the processing mode each kind of route needs.
+// Request headers: the credential, the vendor path, and the processing mode each kind of path needs.
 
 import (
 	"context"
@@ -42,11 +42,11 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 
 	sub := path[len(x.upstream.prefix)-1:]
 	mutation := x.credentialMutation(hv)
-	op, route, id := operation.Match(x.upstream.Operations, hv.method, sub)
+	op, vp, id := operation.Match(x.upstream.Operations, hv.method, sub)
 	// Query strings go to the vendor only as far as its API defines them.
 	if _, query, ok := strings.Cut(hv.path, "?"); ok {
 		p := path
-		if q := x.upstream.forwardQuery(route, sub, query); q != "" {
+		if q := x.upstream.forwardQuery(vp, sub, query); q != "" {
 			p += "?" + q
 		}
 		if p != hv.path {
@@ -64,11 +64,11 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 		return x.reject(format.InvalidRequest, "the WebSocket transport is not available through this gateway; use HTTP (POST "+sub+")", 0)
 	}
 	switch {
-	case route != nil && (route.Kind == operation.Metered || route.Kind == operation.Counted):
-		x.op, x.route = op, route
+	case vp != nil && (vp.Kind == operation.Metered || vp.Kind == operation.Counted):
+		x.op, x.path = op, vp
 		return x.bodyFollows(h, hv, mutation)
-	case route != nil && route.Kind == operation.Owned:
-		return x.owned(ctx, op, route, id, hv, mutation)
+	case vp != nil && vp.Kind == operation.Owned:
+		return x.owned(ctx, op, vp, id, hv, mutation)
 	case x.upstream.isFree(hv.method + " " + sub):
 		// Free read-only paths: forward as they are, observe nothing more.
 		return x.forwardFree(mutation)
@@ -89,7 +89,7 @@ func (x *exchange) bodyFollows(h *extprocv3.HttpHeaders, hv headerValues, mutati
 			strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0)
 	}
 	mode := MeteredMode
-	if x.route.Kind == operation.Counted {
+	if x.path.Kind == operation.Counted {
 		mode = countedMode
 	}
 	// Envoy's default skips the response (so that its own replies to
@@ -102,17 +102,17 @@ func (x *exchange) bodyFollows(h *extprocv3.HttpHeaders, hv headerValues, mutati
 	}
 }
 
-// owned forwards a request on a stored object (route names its id) only
+// owned forwards a request on a stored object (the path names its id) only
 // for the account that created it; anyone else is told it does not exist,
 // and the vendor never hears of the request. Never billed again.
-func (x *exchange) owned(ctx context.Context, op *operation.Operation, route *operation.Route, id string,
+func (x *exchange) owned(ctx context.Context, op *operation.Operation, vp *operation.Path, id string,
 	hv headerValues, mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
 	if resp := x.checkOwner(ctx, id); resp != nil {
 		return resp
 	}
 	// A background request not yet settled: its retrieval (the poll path)
 	// or cancellation (a POST on it) may show its end, which settles it.
-	reads := hv.method == "GET" && route.Path == op.Poll || hv.method == "POST" && op.Poll != ""
+	reads := hv.method == "GET" && vp.Path == op.Poll || hv.method == "POST" && op.Poll != ""
 	if reads && x.watchParked(ctx, op, id, hv.method == "GET" && streamQuery(hv.path)) {
 		return &extprocv3.ProcessingResponse{
 			Response: &extprocv3.ProcessingResponse_RequestHeaders{

@@ -128,16 +128,16 @@ func (r *Upstream) Serving(m *pricing.Model) []*operation.Operation {
 
 // forwardQuery returns the part of a raw query string that the vendor's API
 // defines at sub (the path after the prefix), in the client's order: the
-// parameters of route rt, or when it is nil those of a free path.
-func (r *Upstream) forwardQuery(rt *operation.Route, sub, rawQuery string) string {
+// parameters of vendor path vp, or when it is nil those of a free path.
+func (r *Upstream) forwardQuery(vp *operation.Path, sub, rawQuery string) string {
 	allowed, ok := r.query[sub]
 	if !ok {
 		if i := strings.LastIndexByte(sub, '/'); i > 0 {
 			allowed = r.query[sub[:i]+"/*"]
 		}
 	}
-	if rt != nil {
-		allowed = rt.Query
+	if vp != nil {
+		allowed = vp.Query
 	}
 	if len(allowed) == 0 || rawQuery == "" {
 		return ""

@@ -56,8 +56,8 @@ func TestForwardQuery(t *testing.T) {
 		{beta, "/v1/responses/resp_1/input_items", "limit=2&order=asc&stream=true", "limit=2&order=asc"},
 		{beta, "/v1/responses", "stream=true", ""},
 	} {
-		_, rt, _ := operation.Match(tc.u.Operations, map[bool]string{true: "GET", false: "POST"}[strings.HasPrefix(tc.sub, "/v1/models") || strings.HasPrefix(tc.sub, "/v1/responses/")], tc.sub)
-		if got := tc.u.forwardQuery(rt, tc.sub, tc.query); got != tc.want {
+		_, vp, _ := operation.Match(tc.u.Operations, map[bool]string{true: "GET", false: "POST"}[strings.HasPrefix(tc.sub, "/v1/models") || strings.HasPrefix(tc.sub, "/v1/responses/")], tc.sub)
+		if got := tc.u.forwardQuery(vp, tc.sub, tc.query); got != tc.want {
 			t.Errorf("%s %s?%s: %q, want %q", tc.u.Name, tc.sub, tc.query, got, tc.want)
 		}
 	}

@@ -1,5 +1,5 @@
 // Package operation defines what one metered vendor API brings to the
-// gateway, as one value its wire-format package exports: its routes and
+// gateway, as one value its wire-format package exports: its vendor paths and
 // the query parameters the vendor defines there, the catalogue modes of
 // the models it serves, its trace names, its wire format (request fields,
 // meter, errors) and its hold rule. The processor knows operations only
@@ -24,20 +24,20 @@ type Operation struct {
 	// Format reads its requests, meters its replies and writes its errors.
 	Format format.Format
 	// Modes are the catalogue modes of the models the operation serves; a
-	// model's supported_endpoints, when listed, must include Routes[0]'s
+	// model's supported_endpoints, when listed, must include Paths[0]'s
 	// path (see pricing.Model.Serves).
 	Modes []string
 	// Routes are its vendor paths; the first is the one it meters.
-	Routes []Route
+	Paths []Path
 	// GenAI names it in traces, as OpenTelemetry's GenAI conventions do.
 	GenAI GenAI
 	// Bounds is its hold rule: the most input and output a request can
 	// use. Nil is TextBounds.
 	Bounds func(price *pricing.Model, req format.Request, body []byte) Bounds
-	// ValidID checks the "{id}" segment of its routes; nil when no route
+	// ValidID checks the "{id}" segment of its paths; nil when no path
 	// has one.
 	ValidID func(id string) bool
-	// References reads the stored objects a request on a Counted route
+	// References reads the stored objects a request on a Counted path
 	// names (forwarded only when each is the account's); nil when none can.
 	References func(body []byte) ([]string, error)
 	// Poll is the path that reads a stored object's state ("{id}" for its
@@ -52,7 +52,7 @@ type Operation struct {
 
 // Path is the operation's main vendor path, as the catalogue's
 // supported_endpoints name it.
-func (op *Operation) Path() string { return op.Routes[0].Path }
+func (op *Operation) Path() string { return op.Paths[0].Path }
 
 // RequestBounds applies the operation's hold rule.
 func (op *Operation) RequestBounds(price *pricing.Model, req format.Request, body []byte) Bounds {
@@ -68,25 +68,25 @@ type GenAI struct {
 	Operation, Provider string
 }
 
-// A Route is one vendor path of an operation and how the gateway treats it.
-type Route struct {
+// A Path is one vendor path of an operation and how the gateway treats it.
+type Path struct {
 	Method string
 	// Path is after the upstream's prefix; a segment "{id}" stands for the
 	// id of a stored object (Operation.ValidID).
 	Path string
-	Kind RouteKind
+	Kind PathKind
 	// Query lists the query parameters the vendor defines on the path;
 	// every other parameter is dropped.
 	Query []string
 }
 
-// RouteKind says what the gateway does with a request on a route.
-type RouteKind int
+// PathKind says what the gateway does with a request on a path.
+type PathKind int
 
 const (
 	// Metered: the body is admitted against the account and the reply is
 	// billed. The stored objects the body names must be the account's.
-	Metered RouteKind = iota
+	Metered PathKind = iota
 	// Counted: forwarded free (a token count), once the stored objects the
 	// body names (Operation.References) are found to be the account's.
 	Counted
@@ -95,24 +95,24 @@ const (
 	Owned
 )
 
-// Match finds the route of "METHOD /path" among the operations': an exact
+// Match finds the vendor path of "METHOD /path" among the operations': an exact
 // path first, then one with an {id} segment. id is the segment's value.
-func Match(ops []*Operation, method, path string) (op *Operation, r *Route, id string) {
+func Match(ops []*Operation, method, path string) (op *Operation, p *Path, id string) {
 	for _, o := range ops {
-		for i := range o.Routes {
-			if rt := &o.Routes[i]; rt.Method == method && rt.Path == path {
-				return o, rt, ""
+		for i := range o.Paths {
+			if vp := &o.Paths[i]; vp.Method == method && vp.Path == path {
+				return o, vp, ""
 			}
 		}
 	}
 	for _, o := range ops {
-		for i := range o.Routes {
-			rt := &o.Routes[i]
-			if rt.Method != method || o.ValidID == nil {
+		for i := range o.Paths {
+			vp := &o.Paths[i]
+			if vp.Method != method || o.ValidID == nil {
 				continue
 			}
-			if v, ok := matchID(rt.Path, path); ok && o.ValidID(v) {
-				return o, rt, v
+			if v, ok := matchID(vp.Path, path); ok && o.ValidID(v) {
+				return o, vp, v
 			}
 		}
 	}

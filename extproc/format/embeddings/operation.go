@@ -5,6 +5,6 @@ import "github.com/modelgateway/gateway/extproc/operation"
 // Operation is the embeddings API (OpenAI's Embeddings API).
 var Operation = operation.Operation{
 	Name: "embeddings", API: "chat_completions", Format: Format{}, Modes: []string{"embedding"},
-	Routes: []operation.Route{{Method: "POST", Path: "/v1/embeddings"}},
-	GenAI:  operation.GenAI{Operation: "embeddings", Provider: "openai"},
+	Paths: []operation.Path{{Method: "POST", Path: "/v1/embeddings"}},
+	GenAI: operation.GenAI{Operation: "embeddings", Provider: "openai"},
 }

@@ -5,8 +5,8 @@ import "github.com/modelgateway/gateway/extproc/operation"
 // Operation is the messages API (Anthropic's Messages API).
 var Operation = operation.Operation{
 	Name: "messages", API: "messages", Format: Format{}, Modes: []string{"chat"},
-	Routes: []operation.Route{{Method: "POST", Path: "/v1/messages", Query: []string{"beta"}}},
-	GenAI:  operation.GenAI{Operation: "chat", Provider: "anthropic"},
+	Paths: []operation.Path{{Method: "POST", Path: "/v1/messages", Query: []string{"beta"}}},
+	GenAI: operation.GenAI{Operation: "chat", Provider: "anthropic"},
 	// The SDK's beta namespace sends "beta"; the model list pages.
 	FreeQuery: map[string][]string{
 		"/v1/messages/count_tokens": {"beta"},

@@ -10,7 +10,7 @@ import (
 // read back, cancelled and deleted only by the account that created them.
 var Operation = operation.Operation{
 	Name: "responses", API: "chat_completions", Format: Format{}, Modes: []string{"chat", "responses"},
-	Routes: []operation.Route{
+	Paths: []operation.Path{
 		{Method: "POST", Path: "/v1/responses"},
 		{Method: "POST", Path: "/v1/responses/compact"},
 		{Method: "POST", Path: "/v1/responses/input_tokens", Kind: operation.Counted},
