@@ -252,3 +252,48 @@ func anchors(heads map[string]bool) map[string]bool {
 	}
 	return out
 }
+
+// architecture.md's "One request" names the file and function of each
+// step: each file exists and declares each function named after it.
+func TestOneRequestNamesRealCode(t *testing.T) {
+	data, err := os.ReadFile("architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(data)
+	start := strings.Index(section, "## One request")
+	if start < 0 {
+		t.Fatal(`no "## One request" section`)
+	}
+	section = section[start+3:]
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	ident := regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*$`)
+	var file, src string
+	checked := 0
+	for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(section, -1) {
+		tok := m[1]
+		switch {
+		case strings.HasSuffix(tok, ".go") || strings.HasSuffix(tok, ".lua"):
+			file = tok
+			if !strings.HasPrefix(file, "internal/") {
+				file = "extproc/" + file
+			}
+			b, err := os.ReadFile(filepath.Join(root, file))
+			if err != nil {
+				t.Errorf("One request names %s: %v", tok, err)
+			}
+			src = string(b)
+		case ident.MatchString(tok) && file != "" && strings.HasSuffix(file, ".go"):
+			decl := regexp.MustCompile(`(?m)^(func (\([^)]*\) )?` + tok + `\(|\t` + tok + `\()`)
+			if !decl.MatchString(src) {
+				t.Errorf("One request names %s in %s, which declares no such function", tok, file)
+			}
+			checked++
+		}
+	}
+	if checked < 10 {
+		t.Errorf("only %d functions named; the section should name each step's", checked)
+	}
+}
