@@ -69,6 +69,9 @@ func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Reques
 	if len(req.Model) > MaxModelBytes {
 		return none, nil, x.reject(format.InvalidRequest, "model: longer than "+strconv.Itoa(MaxModelBytes)+" bytes", 0)
 	}
+	if !usage.CleanName(req.Model) {
+		return none, nil, x.reject(format.InvalidRequest, "model: must be valid UTF-8 without control characters", 0)
+	}
 	price, ok := x.upstream.Prices.Lookup(req.Model)
 	if !ok {
 		return none, nil, x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on this gateway", 0)
@@ -132,6 +135,9 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 			x.s.onRefusal(x.key.AccountID, x.key.ID, d.Level, d.Outcome)
 		}
 		kind, msg := refusal(d, hold, tokens)
+		if !waitHelps(d) {
+			return x.refuseFinal(kind, msg, d.RetryAfter)
+		}
 		return x.reject(kind, msg, d.RetryAfter)
 	}
 	x.admitted = true
@@ -244,6 +250,21 @@ func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.Proc
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
 	}}
+}
+
+// waitHelps reports whether a refusal clears within seconds (a request
+// rate, concurrency or tokens-per-minute window); a budget that resets at
+// midnight or on the 1st, the balance, a lifetime cap and a request larger
+// than a limit allows do not, and a client told to sleep until then would
+// hang for hours.
+func waitHelps(d store.Decision) bool {
+	switch d.Outcome {
+	case store.RateLimited, store.ConcurrencyLimited:
+		return true
+	case store.TokenLimited:
+		return d.RetryAfter > 0
+	}
+	return false
 }
 
 // refusal is the error kind and message of an admission the store refused:

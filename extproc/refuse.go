@@ -23,6 +23,21 @@ func (x *exchange) refuse(e *format.Error, retryAfter time.Duration) *extprocv3.
 	return immediate(e.Status(), "application/json", x.upstream.Format.ErrorBody(e), retryAfter)
 }
 
+// refuseFinal refuses a request that waiting will not cure: no
+// retry-after, and x-should-retry: false, which both vendors' SDKs obey
+// instead of retrying. A limit that resets (a daily or monthly budget;
+// resetIn > 0) says when in x-gateway-limit-reset, as RFC 3339 UTC.
+func (x *exchange) refuseFinal(kind format.ErrorKind, msg string, resetIn time.Duration) *extprocv3.ProcessingResponse {
+	resp := x.reject(kind, msg, 0)
+	hm := resp.GetImmediateResponse().Headers
+	hm.SetHeaders = append(hm.SetHeaders, setHeader("x-should-retry", "false"))
+	if resetIn > 0 {
+		at := x.s.now().Add(resetIn).UTC().Truncate(time.Second)
+		hm.SetHeaders = append(hm.SetHeaders, setHeader("x-gateway-limit-reset", at.Format(time.RFC3339)))
+	}
+	return resp
+}
+
 func immediate(code int, contentType string, body []byte, retryAfter time.Duration) *extprocv3.ProcessingResponse {
 	hm := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", contentType)}}
 	if retryAfter > 0 {

@@ -20,6 +20,8 @@ type answer struct {
 	errType    string // error.type of the vendor's error body
 	message    string
 	retryAfter string
+	// x-should-retry and x-gateway-limit-reset, when set
+	shouldRetry, reset string
 }
 
 // firstRejection runs a request through the exchange until the processor
@@ -48,6 +50,10 @@ func firstRejection(t *testing.T, r *rig, hdrs []string, body []byte) (a answer,
 			switch h.GetHeader().GetKey() {
 			case "retry-after":
 				a.retryAfter = string(h.GetHeader().GetRawValue())
+			case "x-should-retry":
+				a.shouldRetry = string(h.GetHeader().GetRawValue())
+			case "x-gateway-limit-reset":
+				a.reset = string(h.GetHeader().GetRawValue())
 			case "content-type":
 				if ct := string(h.GetHeader().GetRawValue()); ct != "application/json" {
 					t.Fatalf("content-type %q", ct)
@@ -92,6 +98,10 @@ func TestRejectionBranches(t *testing.T) {
 		errType string
 		message string // a part of the message
 		retry   bool
+		// final: waiting will not cure it; no retry-after, x-should-retry:
+		// false and the limit's reset time.
+		final  bool
+		resets bool
 	}{
 		{name: "no credential", headers: func(r *rig) []string { return messagesHeaders("") },
 			status: 401, errType: "authentication_error", message: "no API key"},
@@ -135,6 +145,12 @@ func TestRejectionBranches(t *testing.T) {
 		{name: "declared body too large", headers: func(r *rig) []string {
 			return messagesHeaders(r.key, "content-length", strconv.Itoa(33<<20))
 		}, status: 413, errType: "request_too_large"},
+		{name: "NUL in the model name", headers: func(r *rig) []string { return messagesHeaders(r.key) },
+			body: []byte(`{"model":"claude-sonnet-4-5\u0000x","max_tokens":10,"messages":[]}`), status: 400,
+			errType: "invalid_request_error", message: "control characters"},
+		{name: "control character in the model name", headers: func(r *rig) []string { return messagesHeaders(r.key) },
+			body: []byte(`{"model":"a\u001bb","max_tokens":10,"messages":[]}`), status: 400,
+			errType: "invalid_request_error", message: "control characters"},
 		{name: "malformed JSON", headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			body: []byte(`{"model":"claude-sonnet-4-5",`), status: 400, errType: "invalid_request_error"},
 		{name: "unknown model", headers: func(r *rig) []string { return messagesHeaders(r.key) },
@@ -148,7 +164,7 @@ func TestRejectionBranches(t *testing.T) {
 			status:  403, errType: "permission_error", message: "claude-sonnet-4-5"},
 		{name: "balance too low for the hold", account: rigAccount{balance: 1},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  402, errType: "billing_error", message: "insufficient balance"},
+			status:  402, errType: "billing_error", message: "insufficient balance", final: true},
 		{name: "request rate", account: rigAccount{limits: store.Limits{RPM: 1, WindowMinutes: 1}},
 			setup: func(t *testing.T, r *rig) {
 				if a, ok := firstRejection(t, r, messagesHeaders(r.key), body); ok {
@@ -159,7 +175,7 @@ func TestRejectionBranches(t *testing.T) {
 			status:  429, errType: "rate_limit_error", message: "rate limit", retry: true},
 		{name: "daily spend", account: rigAccount{limits: store.Limits{DailyNanoUSD: 1}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  429, errType: "rate_limit_error", message: "daily spend limit", retry: true},
+			status:  429, errType: "rate_limit_error", message: "daily spend limit", final: true, resets: true},
 		{name: "key's request rate", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{RPM: 1, WindowMinutes: 1}}},
 			setup: func(t *testing.T, r *rig) {
 				if a, ok := firstRejection(t, r, messagesHeaders(r.key), body); ok {
@@ -181,7 +197,7 @@ func TestRejectionBranches(t *testing.T) {
 			status:  429, errType: "rate_limit_error", message: "concurrent request limit reached for this key", retry: true},
 		{name: "account's tokens per minute, bound above the limit", account: rigAccount{limits: store.Limits{TPM: 100}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  429, errType: "rate_limit_error", message: "more than the tokens-per-minute limit for this account"},
+			status:  429, errType: "rate_limit_error", message: "more than the tokens-per-minute limit for this account", final: true},
 		{name: "key's tokens per minute", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{TPM: 500}}},
 			setup: func(t *testing.T, r *rig) {
 				// A request in flight counts at its token bound.
@@ -195,13 +211,13 @@ func TestRejectionBranches(t *testing.T) {
 			status:  429, errType: "rate_limit_error", message: "tokens-per-minute limit reached for this key", retry: true},
 		{name: "key's daily spend", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{DailyNanoUSD: 1}}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  429, errType: "rate_limit_error", message: "daily spend limit reached for this key", retry: true},
+			status:  429, errType: "rate_limit_error", message: "daily spend limit reached for this key", final: true, resets: true},
 		{name: "account's monthly spend", account: rigAccount{limits: store.Limits{MonthlyNanoUSD: 1}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  429, errType: "rate_limit_error", message: "monthly spend limit reached for this account", retry: true},
+			status:  429, errType: "rate_limit_error", message: "monthly spend limit reached for this account", final: true, resets: true},
 		{name: "key's lifetime spend", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{TotalNanoUSD: 1}}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  402, errType: "billing_error", message: "lifetime spend limit reached for this key"},
+			status:  402, errType: "billing_error", message: "lifetime spend limit reached for this key", final: true},
 		{name: "store unavailable", setup: func(t *testing.T, r *rig) {
 			// The key cache is off (TTL 0), so the key lookup meets the outage.
 			r.mr.Close()
@@ -227,6 +243,9 @@ func TestRejectionBranches(t *testing.T) {
 			}
 			if c.retry != (a.retryAfter != "") {
 				t.Fatalf("retry-after %q; want one: %v", a.retryAfter, c.retry)
+			}
+			if c.final != (a.shouldRetry == "false") || c.resets != (a.reset != "") {
+				t.Fatalf("x-should-retry %q, x-gateway-limit-reset %q; want false: %v, a reset time: %v", a.shouldRetry, a.reset, c.final, c.resets)
 			}
 			if c.status == 503 {
 				return

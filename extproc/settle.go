@@ -140,9 +140,10 @@ func (x *exchange) outcome(complete bool) store.Settlement {
 // priceInto records on st the reply's usage r and its cost at the tier the
 // reply reports and the serving endpoint's region.
 func priceInto(st *store.Settlement, price *pricing.Model, r usage.Report, region string) {
-	st.Usage, st.Reported, st.Estimated = r.Usage, r.Model, r.Estimated
+	// The reply's own strings are the vendor's, not checked at the door.
+	st.Usage, st.Reported, st.Estimated = r.Usage, usage.ReportedModel(usage.Clean(string(r.Model))), r.Estimated
 	c := price.Price(r.Usage, r.ServiceTier, region)
-	st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), c.Tier, c.Above
+	st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), usage.Clean(c.Tier), c.Above
 	st.TierUnknown, st.Uplift, st.Region = c.UnknownTier, c.Uplift, ""
 	if c.Uplift > 0 {
 		st.Region = region

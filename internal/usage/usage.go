@@ -8,6 +8,9 @@ package usage
 import (
 	"log/slog"
 	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Usage is what one reply consumed. Every field is a count of tokens, except
@@ -160,6 +163,36 @@ type (
 	// reply named none.
 	ReportedModel string
 )
+
+// CleanName reports whether s may be kept as a name (a model, a tier):
+// valid UTF-8 without control characters, which the ledger, logs, CSV and
+// PostgreSQL all take as they are.
+func CleanName(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// Clean returns s if it is a clean name (CleanName), else s with each
+// invalid byte and control character replaced by U+FFFD: what a vendor's
+// reply names is kept, never stored raw.
+func Clean(s string) string {
+	if CleanName(s) {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return utf8.RuneError
+		}
+		return r
+	}, strings.ToValidUTF8(s, string(utf8.RuneError)))
+}
 
 // Report is what a meter observed in one reply: the usage and the facts about
 // the reply that pricing needs.

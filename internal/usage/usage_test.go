@@ -69,3 +69,25 @@ func TestLogValue(t *testing.T) {
 		t.Fatalf("log line %s", b.String())
 	}
 }
+
+// A name with an invalid byte, a NUL or another control character is not
+// clean; Clean replaces each with U+FFFD and keeps the rest.
+func TestCleanName(t *testing.T) {
+	for s, want := range map[string]string{
+		"gpt-5":       "gpt-5",
+		"模型-😀":        "模型-😀",
+		"a\x00b":      "a\uFFFDb",
+		"a\x1b[31mb":  "a\uFFFD[31mb",
+		"a\u0085b":    "a\uFFFDb",
+		"bad\xffutf8": "bad\uFFFDutf8",
+		"tab\tsep":    "tab\uFFFDsep",
+		"":            "",
+	} {
+		if got := Clean(s); got != want {
+			t.Errorf("Clean(%q) = %q, want %q", s, got, want)
+		}
+		if CleanName(s) != (s == want) {
+			t.Errorf("CleanName(%q) = %v", s, CleanName(s))
+		}
+	}
+}

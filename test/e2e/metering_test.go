@@ -258,11 +258,16 @@ func TestDailyLimit(t *testing.T) {
 		if e.Error.Type != "rate_limit_error" || !strings.Contains(e.Error.Message, "daily") {
 			t.Fatalf("error %+v; want a rate_limit_error naming the daily limit", e)
 		}
-		ra, _ := strconv.Atoi(resp.Header.Get("retry-after"))
+		// Waiting seconds will not cure it: no retry-after, and the SDKs
+		// are told not to retry; the reset is UTC midnight.
+		if ra, retry := resp.Header.Get("retry-after"), resp.Header.Get("x-should-retry"); ra != "" || retry != "false" {
+			t.Fatalf("retry-after %q, x-should-retry %q; want none and false", ra, retry)
+		}
+		reset, err := time.Parse(time.RFC3339, resp.Header.Get("x-gateway-limit-reset"))
 		now := time.Now().UTC()
 		midnight := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
-		if d := time.Duration(ra) * time.Second; d < midnight.Sub(now)-time.Minute || d > midnight.Sub(now)+time.Minute {
-			t.Fatalf("retry-after %ds; want until UTC midnight (%v)", ra, midnight.Sub(now))
+		if err != nil || reset.Sub(midnight).Abs() > time.Minute {
+			t.Fatalf("x-gateway-limit-reset %q (%v); want UTC midnight %v", resp.Header.Get("x-gateway-limit-reset"), err, midnight)
 		}
 		return
 	}
