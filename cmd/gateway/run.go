@@ -21,9 +21,9 @@ import (
 	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/pricing"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
+	"github.com/modelgateway/gateway/test/launch"
 )
 
 func runCmd() *cobra.Command {

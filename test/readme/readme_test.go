@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/test/launch"
 )
 
 // checkout is a directory laid out like a checkout after `make build`:
