@@ -3,7 +3,8 @@ package config
 // Store says where state lives.
 type Store struct {
 	// RedisURL is a redis:// or rediss:// URL; the REDIS_URL environment
-	// variable overrides it. Empty means in-memory (development only).
+	// variable overrides it. gateway serve requires one; gateway-local starts
+	// an in-memory store when it is empty.
 	RedisURL string `yaml:"redis_url"`
 	// SpoolDir holds settlements that could not reach Redis until replayed.
 	SpoolDir string `yaml:"spool_dir"`
