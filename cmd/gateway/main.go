@@ -1,8 +1,9 @@
-// Command gateway is the model gateway's sidecar and local runner.
+// Command gateway is the model gateway's sidecar and its tools. The local
+// runner, which needs an in-memory store and the test harness, is a binary
+// of its own (cmd/gateway-local), so that neither is part of this one.
 //
 //	gateway serve        run the sidecar: ext_proc gRPC, control HTTP, admin gRPC
 //	gateway envoy-config render the Envoy bootstrap from gateway.yaml
-//	gateway run          run everything locally: Envoy, the sidecar, fake vendors
 //	gateway models       list the models each upstream serves, with their prices
 //	gateway ledger-sink  copy the ledger into PostgreSQL, continuously
 package main
@@ -18,11 +19,11 @@ import (
 func main() {
 	root := &cobra.Command{
 		Use:           "gateway",
-		Short:         "Model gateway: Envoy ext_proc sidecar and local runner",
+		Short:         "Model gateway: Envoy ext_proc sidecar",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), envoyConfigCmd(), runCmd(), healthcheckCmd(), modelsCmd(), ledgerSinkCmd())
+	root.AddCommand(serveCmd(), envoyConfigCmd(), healthcheckCmd(), modelsCmd(), ledgerSinkCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		os.Exit(1)

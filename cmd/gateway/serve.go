@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
@@ -42,7 +41,12 @@ func serveCmd() *cobra.Command {
 					return err
 				}
 			}
-			rdb, closeStore, err := openStore(cfg, log)
+			// A refused bind is a config error: report it before asking
+			// for a store.
+			if err := cfg.Listeners.CheckSidecarBinds(); err != nil {
+				return err
+			}
+			rdb, closeStore, err := openStore(cfg)
 			if err != nil {
 				return err
 			}
@@ -75,33 +79,26 @@ func serveCmd() *cobra.Command {
 	return cmd
 }
 
-// openStore connects to REDIS_URL (or store.redis_url), or starts an
-// in-process store when neither is set.
-func openStore(cfg *config.Config, log interface {
-	Warn(string, ...any)
-}) (redis.UniversalClient, func(), error) {
+// openStore connects to REDIS_URL (or store.redis_url). There is no
+// in-memory fallback: accounts and balances that vanish on exit have no
+// place in the sidecar (gateway-local runs one for local trials).
+func openStore(cfg *config.Config) (redis.UniversalClient, func(), error) {
 	url := os.Getenv("REDIS_URL")
 	if url == "" {
 		url = cfg.Store.RedisURL
 	}
-	if url != "" {
-		pw, err := redisPassword()
-		if err != nil {
-			return nil, nil, err
-		}
-		rdb, err := newRedis(url, redisOptions{Timeout: cfg.Store.Timeout.D(), Password: pw})
-		if err != nil {
-			return nil, nil, err
-		}
-		return rdb, func() { rdb.Close() }, nil
+	if url == "" {
+		return nil, nil, errors.New("no store: set REDIS_URL or store.redis_url (for a local trial without Redis, run bin/gateway-local, as make run does)")
 	}
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
-		return nil, nil, fmt.Errorf("in-memory store: %w", err)
+	pw, err := redisPassword()
+	if err != nil {
+		return nil, nil, err
 	}
-	log.Warn("REDIS_URL is not set: using an IN-MEMORY store; accounts, balances and usage are lost when this process exits")
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	return rdb, func() { rdb.Close(); mr.Close() }, nil
+	rdb, err := newRedis(url, redisOptions{Timeout: cfg.Store.Timeout.D(), Password: pw})
+	if err != nil {
+		return nil, nil, err
+	}
+	return rdb, func() { rdb.Close() }, nil
 }
 
 // overrideListeners replaces the configured sidecar listeners with the

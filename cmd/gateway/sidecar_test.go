@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
@@ -19,14 +19,13 @@ import (
 
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/store"
 )
 
 // testSidecar starts the composition root as `gateway serve` does, on the
-// in-memory store and free loopback ports, and stops it when the test ends.
+// in-memory store (miniredis) and free loopback ports, and stops it when the test ends.
 func testSidecar(t *testing.T, adminToken string) *sidecar {
 	t.Helper()
-	t.Setenv("REDIS_URL", "")
+	t.Setenv("REDIS_URL", "redis://"+miniredis.RunT(t).Addr())
 	t.Setenv(admin.TokenEnv, adminToken)
 	t.Setenv(admin.TokenFileEnv, "")
 	cfg, err := config.Load("../../gateway.yaml")
@@ -38,7 +37,7 @@ func testSidecar(t *testing.T, adminToken string) *sidecar {
 	cfg.Catalogue = "../../internal/pricing/testdata/catalogue.json"
 	cfg.Store.SpoolDir = filepath.Join(t.TempDir(), "spool")
 	log := slog.New(slog.DiscardHandler)
-	rdb, closeStore, err := openStore(cfg, log)
+	rdb, closeStore, err := openStore(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,37 +148,6 @@ func TestSidecarWithoutAdminToken(t *testing.T) {
 	sc := testSidecar(t, "")
 	if sc.AdminAddr != nil || sc.ConsoleAddr != nil {
 		t.Fatalf("admin API (%v) or operator console (%v) served without a token", sc.AdminAddr, sc.ConsoleAddr)
-	}
-}
-
-// `gateway run` creates its demo account through the admin service: the
-// account is funded, and its key and token are the kinds they claim to be.
-func TestCreateDemo(t *testing.T) {
-	sc := testSidecar(t, "")
-	cfg, err := config.Load("../../gateway.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := createDemo(context.Background(), sc.Admin, cfg, sc.Prices, 25)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	k, err := sc.Store.LookupKey(ctx, sha256.Sum256([]byte(d.APIKey)))
-	if err != nil || k.Kind != store.ModelKey || k.AccountID != d.AccountID {
-		t.Fatalf("demo key: %+v, %v", k, err)
-	}
-	ro, err := sc.Store.LookupKey(ctx, sha256.Sum256([]byte(d.ReadOnlyToken)))
-	if err != nil || ro.Kind != store.ReadOnlyToken {
-		t.Fatalf("demo token: %+v, %v", ro, err)
-	}
-	rep, err := sc.Store.Usage(ctx, d.AccountID, store.Total)
-	if err != nil || rep.Balance != 25_000_000_000 {
-		t.Fatalf("demo balance: %+v, %v", rep, err)
-	}
-	// The cheapest model of each format, by output price.
-	if d.AlphaModel != "fake-claude-1-mini" || d.BetaModel != "fake-gpt-nolimit" {
-		t.Fatalf("demo models: %+v", d)
 	}
 }
 

@@ -2,8 +2,8 @@
 // over the store: accounts, top-ups, limits, credentials, the ledger and the
 // audit trail.
 //
-// Service holds the operations and may be called in process (gateway run
-// creates its demo account that way); NewServer puts it behind a gRPC server
+// Service holds the operations and may be called in process (the operator
+// console does); NewServer puts it behind a gRPC server
 // that demands the admin token on every call. Every mutation is recorded in
 // the store's audit stream, never with a secret in it.
 package admin

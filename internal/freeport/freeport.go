@@ -1,5 +1,5 @@
 // Package freeport picks loopback ports for the processes that tests, the
-// benchmark and `gateway run` start. A port picked now is bound later, by
+// benchmark and `gateway-local` start. A port picked now is bound later, by
 // the process it is given to, and another process could take it in
 // between. So ports come from below the kernel's ephemeral range, which it
 // never hands out to a listener on port 0 or to an outgoing connection,

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
+	"github.com/modelgateway/gateway/internal/pgtest"
 )
 
 // A database at an older schema version is migrated in place, its rows
@@ -15,7 +15,7 @@ import (
 // a database from a newer sink is refused. On test/integration's
 // PostgreSQL.
 func TestMigrateKeepsRows(t *testing.T) {
-	url := launchtest.ProvidedPostgres(t)
+	url := pgtest.Provided(t)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/test/launch"
 )
 
 // startChild runs this same binary as a child process serving one of its

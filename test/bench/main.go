@@ -30,8 +30,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/test/launch"
 )
 
 func main() {

@@ -19,7 +19,7 @@ import (
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 
-	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/test/launch"
 )
 
 // collector is an OTLP/gRPC trace receiver that counts the spans it is

@@ -13,7 +13,7 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
-	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/test/launch"
 )
 
 // sentStamp starts the SSE comment the fake vendor writes before every

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/test/launch"
 )
 
 // deadReceiver is a webhook receiver that is down in the harshest way, for

@@ -24,7 +24,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/test/launch"
 )
 
 // chromiumPath finds Debian's chromium (make test installs it), or the

@@ -1,7 +1,7 @@
 // Package conformance runs the vendors' official Python SDKs (anthropic and
 // openai, pinned in requirements.txt) as real clients against the whole
 // gateway: real Envoy, the sidecar, redis-server and the fake vendors, all
-// started once by the internal/launch harness. The cases themselves are pytest
+// started once by the test/launch harness. The cases themselves are pytest
 // files in this directory; this Go test starts the stack, creates the
 // accounts the cases need, hands everything over in environment variables
 // and fails when pytest fails.
@@ -20,10 +20,10 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/extproc/operations"
-	"github.com/modelgateway/gateway/internal/launch"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // Models the cases call: served by the fake vendors, priced in gateway.yaml,

@@ -20,9 +20,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/modelgateway/gateway/internal/eventually"
-	"github.com/modelgateway/gateway/internal/launch"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 const adminToken = "e2e-admin-token-5f1c0a7d"

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/launch"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // backgroundModel is served on responses only.

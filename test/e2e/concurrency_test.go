@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/internal/launch"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // Envoy's default circuit breakers refuse the 1,025th concurrent request on

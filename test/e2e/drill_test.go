@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/internal/launch"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // The failover drill with the shipped gateway.yaml: the primary hangs

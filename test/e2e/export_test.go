@@ -17,9 +17,9 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
-	"github.com/modelgateway/gateway/internal/launch"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // gatewayctl ledger export round-trips the ledger of a busy account: exports

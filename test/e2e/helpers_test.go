@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/test/launch"
 )
 
 const (

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/modelgateway/gateway/internal/launch"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // Hostile bodies each get a clear error with the right status in the

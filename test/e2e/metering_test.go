@@ -14,11 +14,11 @@ import (
 	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
-	"github.com/modelgateway/gateway/internal/launch"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 func priceOf(t *testing.T, s *launch.Stack, upstream, model string) *pricing.Model {

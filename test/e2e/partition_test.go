@@ -14,11 +14,11 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
-	"github.com/modelgateway/gateway/internal/launch"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // tcpProxy forwards connections to a target and can hang: while hung, bytes

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/eventually"
-	"github.com/modelgateway/gateway/internal/launch"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // A sentinel sent inside the prompt, the tool definitions and a key appears

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/eventually"
-	"github.com/modelgateway/gateway/internal/launch"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // heldStream starts a streaming request that the fake vendor holds open

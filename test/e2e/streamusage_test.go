@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/launch"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 const (

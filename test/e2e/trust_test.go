@@ -25,9 +25,9 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
-	"github.com/modelgateway/gateway/internal/launch"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/mtls/mtlstest"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // A client other than Envoy that reaches the processor with a valid key gets

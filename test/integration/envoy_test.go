@@ -6,8 +6,8 @@ import (
 
 	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
 	"github.com/modelgateway/gateway/internal/mtls/mtlstest"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // Every kind of bootstrap the gateway renders passes `envoy --mode

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // runWith runs the named tests of pkg with env added to the environment and

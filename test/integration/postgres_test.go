@@ -3,12 +3,13 @@ package integration
 import (
 	"testing"
 
-	"github.com/modelgateway/gateway/internal/launch/launchtest"
+	"github.com/modelgateway/gateway/internal/pgtest"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // The ledger sink's schema migrations on a real PostgreSQL.
 func TestLedgerSinkOnPostgres(t *testing.T) {
 	skipShort(t)
 	pg := launchtest.Postgres(t)
-	runWith(t, "./internal/ledgersink", []string{"TestMigrateKeepsRows"}, launchtest.PostgresEnv+"="+pg.URL)
+	runWith(t, "./internal/ledgersink", []string{"TestMigrateKeepsRows"}, pgtest.Env+"="+pg.URL)
 }

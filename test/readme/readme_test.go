@@ -1,6 +1,6 @@
 // Package readme checks a newcomer's first hour: the README's shell and
 // Python snippets run as pasted against a gateway started the way `make run`
-// starts it (`bin/gateway run --config gateway.yaml` in a checkout), and a
+// starts it (`bin/gateway-local --config gateway.yaml` in a checkout), and a
 // taken port is reported in one line.
 package readme
 
@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/internal/launch"
+	"github.com/modelgateway/gateway/test/launch"
 )
 
 // checkout is a directory laid out like a checkout after `make build`:
@@ -44,7 +44,7 @@ func newCheckout(t *testing.T, set map[string]string) *checkout {
 		t.Fatal(err)
 	}
 	var binDir string
-	for _, name := range []string{"gateway", "gatewayctl", "fakevendor"} {
+	for _, name := range []string{"gateway", "gateway-local", "gatewayctl", "fakevendor"} {
 		p, err := launch.BuildBinary(name)
 		if err != nil {
 			t.Fatal(err)
@@ -100,10 +100,10 @@ func newCheckout(t *testing.T, set map[string]string) *checkout {
 	return c
 }
 
-// run starts `bin/gateway run --config gateway.yaml` in the checkout.
+// run starts `bin/gateway-local --config gateway.yaml` in the checkout.
 func (c *checkout) run(ctx context.Context, t *testing.T) (*exec.Cmd, io.Reader, *strings.Builder) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, "bin/gateway", "run", "--config", "gateway.yaml")
+	cmd := exec.CommandContext(ctx, "bin/gateway-local", "--config", "gateway.yaml")
 	cmd.Dir, cmd.Env = c.dir, c.env
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 20 * time.Second
@@ -172,7 +172,7 @@ func TestReadmeSnippetsRun(t *testing.T) {
 		cancel()
 		cmd.Wait()
 		if t.Failed() {
-			t.Logf("gateway run stderr:\n%s", stderr)
+			t.Logf("gateway-local stderr:\n%s", stderr)
 		}
 	}()
 	// The banner ends with this line once everything serves.
@@ -185,7 +185,7 @@ func TestReadmeSnippetsRun(t *testing.T) {
 		}
 	}
 	if !strings.Contains(banner.String(), "Press Ctrl-C to stop.") {
-		t.Fatalf("gateway run ended before serving:\n%s", banner.String())
+		t.Fatalf("gateway-local ended before serving:\n%s", banner.String())
 	}
 	go io.Copy(io.Discard, stdout)
 
@@ -321,10 +321,10 @@ func TestPortTaken(t *testing.T) {
 	io.Copy(io.Discard, stdout)
 	err = cmd.Wait()
 	if ctx.Err() != nil {
-		t.Fatal("gateway run did not stop on a taken port")
+		t.Fatal("gateway-local did not stop on a taken port")
 	}
 	if err == nil {
-		t.Fatal("gateway run succeeded on a taken port")
+		t.Fatal("gateway-local succeeded on a taken port")
 	}
 	msg := strings.TrimSpace(stderr.String())
 	if strings.Contains(msg, "\n") || !strings.Contains(msg, l.Addr().String()) || !strings.Contains(msg, "listeners.public") {

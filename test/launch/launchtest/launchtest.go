@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/redistest"
+	"github.com/modelgateway/gateway/test/launch"
 )
 
 // Start starts a whole stack (redis-server unless the options name one,
@@ -102,21 +102,6 @@ func Postgres(tb testing.TB) *launch.Postgres {
 		pg.Remove()
 	})
 	return pg
-}
-
-// PostgresEnv carries the URL of the PostgreSQL server test/integration
-// provides to the tests of packages outside test/, which start none.
-const PostgresEnv = "GATEWAY_TEST_POSTGRES"
-
-// ProvidedPostgres returns the URL of an empty database of the PostgreSQL
-// server test/integration provides, or skips tb.
-func ProvidedPostgres(tb testing.TB) string {
-	tb.Helper()
-	url := os.Getenv(PostgresEnv)
-	if url == "" {
-		tb.Skipf("needs PostgreSQL: run by test/integration, which sets $%s", PostgresEnv)
-	}
-	return url
 }
 
 // RepoRoot is the module root.

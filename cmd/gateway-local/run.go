@@ -16,39 +16,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/launch"
 	"github.com/modelgateway/gateway/internal/pricing"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
+	"github.com/modelgateway/gateway/test/launch"
 )
-
-func runCmd() *cobra.Command {
-	var (
-		cfgPath, public, stateDir, logLevel string
-		demoUSD                             float64
-		endpoints                           map[string]string
-	)
-	cmd := &cobra.Command{
-		Use:   "run",
-		Short: "Run the whole gateway locally: Envoy, the sidecar and (without vendor keys) fake vendors",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runLocal(cfgPath, public, stateDir, logLevel, demoUSD, endpoints)
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&cfgPath, "config", "gateway.yaml", "path of gateway.yaml")
-	f.StringVar(&public, "listen", "", "address of the gateway (Envoy's public listener); default listeners.public")
-	f.StringVar(&stateDir, "state-dir", ".run", "directory for the rendered Envoy config, logs and demo.env")
-	f.StringVar(&logLevel, "log-level", "info", "sidecar log level")
-	f.Float64Var(&demoUSD, "demo-balance", 25, "balance of the demo account, USD")
-	f.StringToStringVar(&endpoints, "endpoint", nil,
-		"point an upstream's endpoint at a server: NAME.primary=URL and NAME.reserve=URL (also NAME_PRIMARY_URL / NAME_RESERVE_URL, or NAME_BASE_URL for both)")
-	return cmd
-}
 
 // customEndpoints returns the primary and reserve URLs an upstream is
 // pointed at for this run, or empty strings: --endpoint NAME.primary=URL
@@ -89,9 +63,9 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 	if err != nil {
 		return err
 	}
-	movedBy := "listeners.public in " + cfgPath + " (or gateway run --listen)"
+	movedBy := "listeners.public in " + cfgPath + " (or gateway-local --listen)"
 	if public != "" {
-		cfg.Listeners.Public, movedBy = public, "gateway run --listen"
+		cfg.Listeners.Public, movedBy = public, "gateway-local --listen"
 	}
 	cfg.Envoy.AccessLog = "stdout" // goes to the Envoy log file
 	if err := checkListeners(cfg.Listeners, cfgPath, movedBy); err != nil {
@@ -110,6 +84,13 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
+	// The store outlives the sidecar, which settles what is queued as it
+	// stops.
+	storeEnv, closeStore, err := localStore(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
 	var children []*launch.Process
 	defer func() {
 		for i := len(children) - 1; i >= 0; i-- {
@@ -180,25 +161,17 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 	}
 
 	// The demo needs a working admin API for gatewayctl: make a token for
-	// this run when none is configured. It is written to demo.env (mode 0600).
+	// this run when none is configured. It is written to demo.env (mode
+	// 0600); the sidecar inherits it.
 	if os.Getenv(admin.TokenEnv) == "" && os.Getenv(admin.TokenFileEnv) == "" {
 		os.Setenv(admin.TokenEnv, "adm_"+randomHex(24))
 	}
-	rdb, closeStore, err := openStore(cfg, log)
+	sc, err := startSidecar(ctx, cfg, stateDir, logLevel, storeEnv)
 	if err != nil {
 		return err
 	}
-	defer closeStore()
-	sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		sc.Shutdown(sctx)
-	}()
-	reloadOnHangup(ctx, sc, cfgPath, log)
+	children = append(children, sc)
+	reloadOnHangup(ctx, sc, cfg, cfgPath, stateDir, log)
 
 	envoyBin, err := launch.FindEnvoy()
 	if err != nil {
@@ -227,14 +200,14 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 		log.Warn("the gateway is not healthy yet: GET /health says why")
 	}
 
-	demo, err := createDemo(ctx, sc.Admin, cfg, sc.Prices, demoUSD)
+	demo, err := createLocalDemo(ctx, cfg, demoUSD)
 	if err != nil {
 		return err
 	}
 	demo.URL = "http://" + cfg.Listeners.Public
 	demo.AdminAddr, demo.AdminToken = cfg.Listeners.Admin, os.Getenv(admin.TokenEnv)
-	if sc.ConsoleAddr != nil {
-		demo.ConsoleURL = "http://" + sc.ConsoleAddr.String() + "/"
+	if cfg.Listeners.Console != "" {
+		demo.ConsoleURL = "http://" + cfg.Listeners.Console + "/"
 	}
 	envPath := filepath.Join(stateDir, "demo.env")
 	if err := os.WriteFile(envPath, []byte(demo.env()), 0o600); err != nil {
@@ -247,6 +220,8 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 		log.Info("stopping")
 	case <-ec.Done():
 		return fmt.Errorf("envoy exited; see %s", filepath.Join(stateDir, "envoy.log"))
+	case <-sc.Done():
+		return fmt.Errorf("the sidecar exited; see %s", filepath.Join(stateDir, "sidecar.log"))
 	}
 	return nil
 }
@@ -292,11 +267,10 @@ type demoAccount struct {
 	AlphaModel, BetaModel                 string
 }
 
-// createDemo makes the demo account through the admin API, in process, so
-// that it is validated and audited like any other; its limits are the
-// configured defaults.
-func createDemo(ctx context.Context, svc *admin.Service, cfg *config.Config, prices pricing.Book, usd float64) (demoAccount, error) {
-	ctx = admin.WithActor(ctx, "gateway-run")
+// createDemo makes the demo account through the admin API, so that it is
+// validated and audited like any other; its limits are the configured
+// defaults.
+func createDemo(ctx context.Context, svc adminv1.AdminClient, cfg *config.Config, prices pricing.Book, usd float64) (demoAccount, error) {
 	acct, err := svc.CreateAccount(ctx, &adminv1.CreateAccountRequest{Name: "demo", BalanceNanoUsd: pricing.NanoUSD(usd)})
 	if err != nil {
 		return demoAccount{}, fmt.Errorf("demo account: %w", err)

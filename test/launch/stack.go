@@ -1,4 +1,4 @@
-// Package launch starts the gateway's processes, the one way `gateway run`,
+// Package launch starts the gateway's processes, the one way `gateway-local`,
 // the end-to-end tests and the benchmarks do it: fake vendors
 // (cmd/fakevendor), redis-server, the sidecar (`gateway serve`) and Envoy
 // with the bootstrap rendered from gateway.yaml, on free loopback ports.

@@ -1,0 +1,40 @@
+package config
+
+import (
+	"time"
+)
+
+// Limits are the request limits and the defaults given to new accounts.
+type Limits struct {
+	DailyUSD      float64 `yaml:"daily_usd"`
+	RPM           int64   `yaml:"rpm"`
+	WindowMinutes int64   `yaml:"window_minutes"`
+	// MaxRequestBytes bounds a request body (Envoy answers 413 above it).
+	MaxRequestBytes int64 `yaml:"max_request_bytes"`
+	// MaxRequestDuration is the longest a model request is expected to run.
+	// Holds do not depend on it: they are renewed while their request runs.
+	MaxRequestDuration Duration `yaml:"max_request_duration"`
+	// HoldLease is how long a hold lives without renewal. The sidecar renews
+	// the holds of its running requests every third of it; once a sidecar
+	// dies, its requests are settled as interrupted about one lease later.
+	HoldLease Duration `yaml:"hold_lease"`
+	// BackgroundPoll is how often the sidecars look at a background
+	// response nobody has read to its end (to settle it, or renew its
+	// hold); below the hold lease. Default 10s, or a third of the lease
+	// when that is shorter.
+	BackgroundPoll Duration `yaml:"background_poll"`
+	// ConcurrencyWaiters bounds the requests one sidecar keeps waiting for
+	// a concurrency slot (keys with a concurrency wait); beyond it they are
+	// answered 429 at once. Default DefaultConcurrencyWaiters.
+	ConcurrencyWaiters int `yaml:"concurrency_waiters"`
+}
+
+// BackgroundPollInterval is BackgroundPoll, or when it is not set its
+// default: derived when used, so that it follows a lease changed after
+// loading.
+func (l Limits) BackgroundPollInterval() time.Duration {
+	if l.BackgroundPoll > 0 {
+		return l.BackgroundPoll.D()
+	}
+	return min(10*time.Second, l.HoldLease.D()/3)
+}

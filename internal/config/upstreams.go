@@ -1,0 +1,205 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Upstream is one vendor route: /NAME/... is forwarded to its endpoints.
+type Upstream struct {
+	Name   string `yaml:"name"`
+	Format string `yaml:"format"` // the vendor's API: "messages" or "chat_completions"
+	// Operations are the metered operations served under /NAME/, each in
+	// its own wire format (Operations lists them); default: Format alone.
+	Operations []string `yaml:"operations"`
+	// CredentialEnv names the environment variable holding the vendor key.
+	// Envoy reads it and injects the key; the sidecar never sees it. Empty
+	// forwards no credential (a self-hosted server).
+	CredentialEnv string `yaml:"credential_env"`
+	// FreePaths are read-only vendor paths forwarded without billing, as
+	// "METHOD /path" (path after the route prefix).
+	FreePaths   []string    `yaml:"free_paths"`
+	Primary     Endpoint    `yaml:"primary"`
+	Reserve     Endpoint    `yaml:"reserve"`
+	HealthCheck HealthCheck `yaml:"health_check"`
+	Failover    Failover    `yaml:"failover"`
+	Models      Models      `yaml:"models"`
+}
+
+// Endpoint is one address of an upstream.
+type Endpoint struct {
+	// URL is the scheme, host and port: https://api.example.com or
+	// http://127.0.0.1:9001. The path, if any, is ignored.
+	URL string `yaml:"url"`
+	// Region is informational: where the endpoint runs.
+	Region string `yaml:"region"`
+	// RegionalProcessing names the vendor's regional processing (data
+	// residency) region this endpoint serves, such as "eu" or "us": replies
+	// it serves are priced with the catalogue's
+	// regional_processing_uplift_multiplier_<region>. Empty for a global
+	// endpoint.
+	RegionalProcessing string `yaml:"regional_processing"`
+	// TrustedCA is a PEM file of CAs for https endpoints; empty uses the
+	// system bundle.
+	TrustedCA string `yaml:"trusted_ca"`
+}
+
+// HealthCheck configures Envoy's active probes of each endpoint. A probe
+// slower than Timeout counts as a failure: that is how rising latency moves
+// traffic to the reserve.
+type HealthCheck struct {
+	Path               string   `yaml:"path"`
+	Interval           Duration `yaml:"interval"`
+	Timeout            Duration `yaml:"timeout"`
+	UnhealthyThreshold int      `yaml:"unhealthy_threshold"`
+	HealthyThreshold   int      `yaml:"healthy_threshold"`
+}
+
+// Failover tunes passive outlier detection and retries.
+//
+// A request is retried (on the other endpoint) only while the vendor
+// cannot have started on it: the connection failed or was refused, the
+// stream was reset before the request was sent, or the vendor answered
+// 503/529. A request the vendor received is never sent again by default,
+// because the vendor may be generating (and billing) the reply: it fails
+// with 504 at FirstByteTimeout. RetrySentRequests opts in to retrying such
+// requests, which moves requests waiting on a hung endpoint to the other
+// one after FirstByteTimeout.
+type Failover struct {
+	ConsecutiveErrors int      `yaml:"consecutive_errors"`
+	BaseEjectionTime  Duration `yaml:"base_ejection_time"`
+	Retries           int      `yaml:"retries"`
+	// FirstByteTimeout bounds the wait for a reply's headers on one
+	// attempt; the attempt then fails with 504, which clients retry (by
+	// then the health checks have moved traffic off a hung endpoint). The
+	// processor sets each metered request's bound from what it asked for:
+	// FirstByteTimeout plus its input at PrefillTokensPerSecond, and, for a
+	// non-streaming request (whose headers come only once the reply is
+	// generated), its output bound (max_tokens × n) at
+	// GenerationTokensPerSecond; at most limits.max_request_duration.
+	// Streams are not bound by it once their headers arrived. Default 10s.
+	FirstByteTimeout Duration `yaml:"first_byte_timeout"`
+	// PrefillTokensPerSecond and GenerationTokensPerSecond are the slowest
+	// rates a healthy vendor reads a prompt and generates output at, for
+	// the bound above. Defaults 5,000 and 20.
+	PrefillTokensPerSecond    int64 `yaml:"prefill_tokens_per_second"`
+	GenerationTokensPerSecond int64 `yaml:"generation_tokens_per_second"`
+	// PerTryIdleTimeout, when set, fails an attempt that receives nothing
+	// for this long, before or after its headers. Zero (default) leaves idle
+	// streams to envoy.stream_idle_timeout.
+	PerTryIdleTimeout Duration `yaml:"per_try_idle_timeout"`
+	// RetrySentRequests also retries attempts that failed after the request
+	// reached the vendor (any 5xx, timeouts). The vendor may then generate,
+	// and bill, the same reply more than once. Default false.
+	RetrySentRequests bool `yaml:"retry_sent_requests"`
+	// RetryBudgetPercent caps concurrent retries at this share of the
+	// requests in flight to the upstream (at least 10), so that an outage of
+	// both endpoints does not multiply the load on them. Default 20.
+	RetryBudgetPercent float64 `yaml:"retry_budget_percent"`
+}
+
+// Formats known to the gateway.
+const (
+	FormatMessages        = "messages"
+	FormatChatCompletions = "chat_completions"
+)
+
+// Operations are the metered operations an upstream may serve, each named
+// for its wire format. The messages vendor serves messages; the chat
+// completions vendor serves chat completions, responses and embeddings.
+var Operations = map[string][]string{
+	FormatMessages:        {FormatMessages},
+	FormatChatCompletions: {FormatChatCompletions, "responses", "embeddings"},
+}
+
+// OperationNames returns the upstream's operations: Operations, or its
+// format alone.
+func (u *Upstream) OperationNames() []string {
+	if len(u.Operations) == 0 {
+		return []string{u.Format}
+	}
+	return u.Operations
+}
+
+func (e Endpoint) validate() error {
+	if e.URL == "" {
+		return errors.New("url: missing")
+	}
+	if _, err := e.Parse(); err != nil {
+		return fmt.Errorf("url: %w", err)
+	}
+	for _, r := range e.RegionalProcessing {
+		if r < 'a' || r > 'z' {
+			return fmt.Errorf("regional_processing: %q is not a region code such as eu or us", e.RegionalProcessing)
+		}
+	}
+	return nil
+}
+
+// Target is an endpoint's parsed address.
+type Target struct {
+	TLS  bool
+	Host string
+	Port int
+}
+
+// Parse splits the endpoint URL into scheme, host and port.
+func (e Endpoint) Parse() (Target, error) {
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		return Target{}, err
+	}
+	var t Target
+	switch u.Scheme {
+	case "https":
+		t.TLS, t.Port = true, 443
+	case "http":
+		t.Port = 80
+	default:
+		return Target{}, fmt.Errorf("%q: scheme must be http or https", e.URL)
+	}
+	t.Host = u.Hostname()
+	if t.Host == "" {
+		return Target{}, fmt.Errorf("%q: no host", e.URL)
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 || n > 65535 {
+			return Target{}, fmt.Errorf("%q: bad port", e.URL)
+		}
+		t.Port = n
+	}
+	return t, nil
+}
+
+// ParseFreePath splits "GET /v1/models" into method and path.
+func ParseFreePath(s string) (method, path string, err error) {
+	method, path, ok := strings.Cut(strings.TrimSpace(s), " ")
+	path = strings.TrimSpace(path)
+	if !ok || method == "" || !strings.HasPrefix(path, "/") || method != strings.ToUpper(method) {
+		return "", "", fmt.Errorf("%q must be \"METHOD /path\"", s)
+	}
+	return method, path, nil
+}
+
+// Upstream returns the upstream with the given name.
+func (c *Config) Upstream(name string) (*Upstream, bool) {
+	for i := range c.Upstreams {
+		if c.Upstreams[i].Name == name {
+			return &c.Upstreams[i], true
+		}
+	}
+	return nil, false
+}
+
+// UpstreamNames lists the configured upstreams in order.
+func (c *Config) UpstreamNames() []string {
+	names := make([]string, len(c.Upstreams))
+	for i, u := range c.Upstreams {
+		names[i] = u.Name
+	}
+	return names
+}

@@ -1,0 +1,212 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Validate reports the first invalid setting, naming its field. It changes
+// nothing: defaults are set by Parse before it.
+func (c *Config) Validate() error {
+	for _, check := range []func() error{
+		c.Listeners.validate,
+		c.Envoy.validate,
+		c.Limits.validate,
+		c.Store.validate,
+		c.LedgerSink.validate,
+		c.Tracing.validate,
+		c.Alerts.validate,
+		c.validateUpstreams,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	if c.Catalogue == "" {
+		return errors.New("catalogue: missing (the price catalogue file)")
+	}
+	return nil
+}
+
+func (l Listeners) validate() error {
+	for field, addr := range map[string]string{
+		"listeners.public": l.Public, "listeners.envoy_admin": l.EnvoyAdmin,
+		"listeners.extproc": l.ExtProc, "listeners.control": l.Control,
+		"listeners.admin": l.Admin, "listeners.probes": l.Probes,
+		"listeners.relay": l.Relay, "listeners.console": l.Console,
+	} {
+		if _, _, err := SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%s: %w", field, err)
+		}
+	}
+	return nil
+}
+
+func (e Envoy) validate() error {
+	switch {
+	case e.MaxRequestHeadersKB < 1 || e.MaxRequestHeadersKB > 8192:
+		return errors.New("envoy.max_request_headers_kb: must be 1 to 8192")
+	case e.MaxHeadersCount < 1:
+		return errors.New("envoy.max_headers_count: must be positive")
+	case e.MaxConnections < 1:
+		return errors.New("envoy.max_connections: must be positive")
+	case e.RequestHeadersTimeout < 0 || e.MaxConnectionDuration < 0:
+		return errors.New("envoy.request_headers_timeout, envoy.max_connection_duration: must not be negative")
+	}
+	if cb := e.CircuitBreakers; cb.MaxConnections < 0 || cb.MaxPendingRequests < 0 || cb.MaxRequests < 0 {
+		return errors.New("envoy.circuit_breakers: limits must not be negative")
+	}
+	if e.MaxStreamDuration < 0 {
+		return errors.New("envoy.max_stream_duration: must not be negative")
+	}
+	return nil
+}
+
+func (l Limits) validate() error {
+	if l.ConcurrencyWaiters < 0 {
+		return errors.New("limits.concurrency_waiters: must not be negative")
+	}
+	if l.DailyUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 {
+		return errors.New("limits: daily_usd, rpm and window_minutes must not be negative")
+	}
+	if bp := l.BackgroundPollInterval(); bp <= 0 || bp >= l.HoldLease.D() {
+		return errors.New("limits.background_poll: must be positive and shorter than limits.hold_lease")
+	}
+	if l.HoldLease.D() < 100*time.Millisecond {
+		return errors.New("limits.hold_lease: must be at least 100ms")
+	}
+	return nil
+}
+
+func (s Store) validate() error {
+	if s.LedgerRetention < 0 {
+		return errors.New("store.ledger_retention: must not be negative")
+	}
+	return nil
+}
+
+func (s LedgerSink) validate() error {
+	if _, _, err := SplitHostPort(s.Listen); err != nil {
+		return fmt.Errorf("ledger_sink.listen: %w", err)
+	}
+	if s.Interval < 0 {
+		return errors.New("ledger_sink.interval: must not be negative")
+	}
+	return nil
+}
+
+func (t Tracing) validate() error {
+	if t.Enabled() {
+		if _, _, err := SplitHostPort(t.Endpoint); err != nil {
+			return fmt.Errorf("tracing.endpoint: %w", err)
+		}
+	}
+	if p := t.Protocol; p != TracingGRPC && p != TracingHTTP {
+		return fmt.Errorf("tracing.protocol: %q is not %q or %q", p, TracingGRPC, TracingHTTP)
+	}
+	if p := t.Sampling(); p < 0 || p > 100 {
+		return errors.New("tracing.sampling_percent: must be 0 to 100")
+	}
+	return nil
+}
+
+func (a Alerts) validate() error {
+	if a.Interval < 0 || a.StoreUnreachableAfter < 0 || a.QueueSize < 0 {
+		return errors.New("alerts: interval, store_unreachable_after and queue_size must not be negative")
+	}
+	for i, w := range a.Webhooks {
+		p := fmt.Sprintf("alerts.webhooks[%d]", i)
+		if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s.url: %q is not an http(s) URL", p, w.URL)
+		}
+		if !validEnvName(w.SecretEnv) {
+			return fmt.Errorf("%s.secret_env: %q is not an environment variable name (the signing secret is required)", p, w.SecretEnv)
+		}
+		for j, ev := range w.Events {
+			if !slices.Contains(AlertEvents, ev) {
+				return fmt.Errorf("%s.events[%d]: %q is not one of %s", p, j, ev, strings.Join(AlertEvents, ", "))
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateUpstreams() error {
+	if len(c.Upstreams) == 0 {
+		return errors.New("upstreams: at least one upstream is required")
+	}
+	seen := map[string]bool{}
+	for i, u := range c.Upstreams {
+		p := fmt.Sprintf("upstreams[%d]", i)
+		if u.Name == "" {
+			return fmt.Errorf("%s.name: missing", p)
+		}
+		if !validName(u.Name) {
+			return fmt.Errorf("%s.name: %q must be lowercase letters, digits or '-'", p, u.Name)
+		}
+		if seen[u.Name] {
+			return fmt.Errorf("%s.name: %q is used twice", p, u.Name)
+		}
+		seen[u.Name] = true
+		if err := u.validate(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validate checks one upstream but its name, which validateUpstreams checks
+// against the others; p is its path in the file ("upstreams[0]").
+func (u *Upstream) validate(p string) error {
+	if u.Format != FormatMessages && u.Format != FormatChatCompletions {
+		return fmt.Errorf("%s.format: %q is not %q or %q", p, u.Format, FormatMessages, FormatChatCompletions)
+	}
+	for j, op := range u.Operations {
+		if !slices.Contains(Operations[u.Format], op) || slices.Index(u.Operations, op) != j {
+			return fmt.Errorf("%s.operations[%d]: %q is not an operation of format %s (%s), or is listed twice", p, j, op, u.Format, strings.Join(Operations[u.Format], ", "))
+		}
+	}
+	if u.CredentialEnv != "" && !validEnvName(u.CredentialEnv) {
+		return fmt.Errorf("%s.credential_env: %q is not an environment variable name", p, u.CredentialEnv)
+	}
+	for j, fp := range u.FreePaths {
+		if _, _, err := ParseFreePath(fp); err != nil {
+			return fmt.Errorf("%s.free_paths[%d]: %w", p, j, err)
+		}
+	}
+	if err := u.Primary.validate(); err != nil {
+		return fmt.Errorf("%s.primary.%w", p, err)
+	}
+	if err := u.Reserve.validate(); err != nil {
+		return fmt.Errorf("%s.reserve.%w", p, err)
+	}
+	if f := u.Failover; f.RetryBudgetPercent < 0 || f.RetryBudgetPercent > 100 || f.Retries < 0 {
+		return fmt.Errorf("%s.failover: retries must not be negative and retry_budget_percent must be 0-100", p)
+	}
+	if !strings.HasPrefix(u.HealthCheck.Path, "/") {
+		return fmt.Errorf("%s.health_check.path: must start with /", p)
+	}
+	return u.Models.validate(p + ".models")
+}
+
+func validEnvName(s string) bool {
+	for i, c := range s {
+		if !(c >= 'A' && c <= 'Z' || c == '_' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func validName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return s != ""
+}
