@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -132,7 +133,7 @@ func TestJournalCorruptRecord(t *testing.T) {
 	path := filepath.Join(dir, fileName)
 	b, _ := os.ReadFile(path)
 	lines := strings.SplitAfter(string(b), "\n")
-	lines[1] = strings.Replace(lines[1], `"cost":1001`, `"cost":9001`, 1)
+	lines[1] = strings.Replace(lines[1], `"cost":"1001"`, `"cost":"9001"`, 1)
 	os.WriteFile(path, []byte(strings.Join(lines, "")), 0o600)
 
 	j2, rep := openT(t, dir, 1<<20)
@@ -239,5 +240,35 @@ func TestDecodeVersion1(t *testing.T) {
 	}
 	if st.Usage != (usage.Usage{Input: 1, Output: 2, CacheWrite5m: 3, CacheRead: 4}) || st.Requested != "m" || st.Cost != 5 {
 		t.Fatalf("%+v", st)
+	}
+}
+
+// A record written by a version-2 sidecar (every release before version 3)
+// is read as it was written, to the nanosecond.
+func TestDecodeVersion2(t *testing.T) {
+	line := `694163ef {"v":2,"request_id":"r2","account_id":"a","key_id":"k","model":"m","model_requested":"m-20260101","model_reported":"m-20260101-x","usage":{"audio_input":6,"audio_output":7,"cache_read":3,"cache_write_1h":5,"cache_write_5m":4,"code_interpreter_sessions":10,"file_searches":9,"image_generations":11,"input":1,"output":2,"reasoning":1,"web_searches":8},"rates":{"audio_input":40000,"audio_output":80000,"cache_read":300,"cache_write_1h":6000,"cache_write_5m":3750,"code_interpreter_sessions":30000000,"file_searches":2500000,"image_generations":40000000,"input":3000,"output":15000,"web_searches":10000000},"service_tier":"priority","long_context":200000,"fallback":true,"cost":123456,"estimated":true,"status":200,"endpoint":"reserve","stream":true,"started_at":"2026-03-01T12:00:00.123456789Z","ended_at":"2026-03-01T12:00:01.623456789Z","spooled_at":"2026-03-01T12:00:02.123456789Z"}`
+	st, err := decode([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
+	want := store.Settlement{RequestID: "r2", AccountID: "a", KeyID: "k", Requested: "m-20260101", Priced: "m", Reported: "m-20260101-x",
+		Usage: usage.Usage{Input: 1, Output: 2, CacheRead: 3, CacheWrite5m: 4, CacheWrite1h: 5, AudioInput: 6, AudioOutput: 7, Reasoning: 1,
+			WebSearches: 8, FileSearches: 9, CodeInterpreter: 10, ImageGenerations: 11},
+		Rates: usage.Usage{Input: 3000, Output: 15000, CacheRead: 300, CacheWrite5m: 3750, CacheWrite1h: 6000, AudioInput: 40000, AudioOutput: 80000,
+			WebSearches: 10_000_000, FileSearches: 2_500_000, CodeInterpreter: 30_000_000, ImageGenerations: 40_000_000},
+		ServiceTier: "priority", LongContext: 200_000, Fallback: true, Cost: 123456, Estimated: true, Status: 200, Endpoint: "reserve", Stream: true,
+		StartedAt: t0, EndedAt: t0.Add(1500 * time.Millisecond)}
+	if !reflect.DeepEqual(st, want) {
+		t.Fatalf("got  %+v\nwant %+v", st, want)
+	}
+}
+
+// A version this sidecar does not know is refused, not guessed at.
+func TestDecodeUnknownVersion(t *testing.T) {
+	js := `{"v":4,"account_id":"a","entry":{"request_id":"r4"}}`
+	line := fmt.Appendf(nil, "%08x %s", crc32.Checksum([]byte(js), castagnoli), js)
+	if _, err := decode(line); err == nil || !strings.Contains(err.Error(), "version 4") {
+		t.Fatalf("err = %v; want unknown version", err)
 	}
 }

@@ -14,16 +14,27 @@ import (
 
 // formatVersion is written in every record, so that a later format can
 // still read the records of an older sidecar. Version 1 had four token
-// fields; version 2 keeps usage by kind name.
-const formatVersion = 2
+// fields; version 2 keeps usage by kind name; version 3 keeps the ledger
+// entry itself.
+const formatVersion = 3
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// record is one spooled settlement as written to the file. It has its own
-// field names so that the file format does not follow changes to
-// store.Settlement by accident; usage and rates are keyed by the usage kind
-// names, which are part of the ledger's format already.
+// record is one spooled settlement as written to the file: its ledger entry
+// exactly as the store writes it to Redis (store.LedgerFields), so that the
+// spool carries every field the ledger keeps without a list of its own, and
+// the account whose ledger it goes to.
 type record struct {
+	V         int               `json:"v"`
+	AccountID string            `json:"account_id"`
+	Entry     map[string]string `json:"entry"`
+	SpooledAt time.Time         `json:"spooled_at"`
+}
+
+// recordV2 is a record of versions 1 and 2, which kept their own copy of
+// the settlement's fields (and lost those added to it later). It is read
+// only, so that the files of older sidecars replay.
+type recordV2 struct {
 	V           int              `json:"v"`
 	RequestID   string           `json:"request_id"`
 	AccountID   string           `json:"account_id"`
@@ -60,12 +71,7 @@ type record struct {
 // line stays readable with ordinary tools.
 func encode(st store.Settlement, now time.Time) ([]byte, error) {
 	js, err := json.Marshal(record{
-		V: formatVersion, RequestID: st.RequestID, AccountID: st.AccountID, KeyID: st.KeyID,
-		Model: string(st.Priced), Requested: string(st.Requested), Reported: string(st.Reported),
-		Usage: usage.ByName(st.Usage), Rates: usage.ByName(st.Rates), ServiceTier: st.ServiceTier,
-		LongContext: st.LongContext, Fallback: st.Fallback, Cost: st.Cost, Estimated: st.Estimated, Status: st.Status,
-		Endpoint: st.Endpoint, Stream: st.Stream, StartedAt: st.StartedAt, EndedAt: st.EndedAt,
-		SpooledAt: now.UTC(),
+		V: formatVersion, AccountID: st.AccountID, Entry: store.LedgerFields(st), SpooledAt: now.UTC(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("spool: encode %s: %w", st.RequestID, err)
@@ -93,6 +99,26 @@ func decode(line []byte) (store.Settlement, error) {
 	if err := json.Unmarshal(js, &r); err != nil {
 		return store.Settlement{}, fmt.Errorf("bad record: %w", err)
 	}
+	switch r.V {
+	case 1, 2:
+		return decodeV2(js)
+	case formatVersion:
+	default:
+		return store.Settlement{}, fmt.Errorf("unknown record version %d", r.V)
+	}
+	st := store.SettlementFromLedger(r.AccountID, r.Entry)
+	if st.RequestID == "" {
+		return store.Settlement{}, errors.New("bad record: no request id")
+	}
+	return st, nil
+}
+
+// decodeV2 reads the JSON of a version 1 or 2 record.
+func decodeV2(js []byte) (store.Settlement, error) {
+	var r recordV2
+	if err := json.Unmarshal(js, &r); err != nil {
+		return store.Settlement{}, fmt.Errorf("bad record: %w", err)
+	}
 	st := store.Settlement{
 		RequestID: r.RequestID, AccountID: r.AccountID, KeyID: r.KeyID,
 		Priced: usage.PricedModel(r.Model), Requested: usage.RequestedModel(r.Requested), Reported: usage.ReportedModel(r.Reported),
@@ -100,19 +126,18 @@ func decode(line []byte) (store.Settlement, error) {
 		Cost: r.Cost, Estimated: r.Estimated, Status: r.Status, Endpoint: r.Endpoint, Stream: r.Stream,
 		StartedAt: r.StartedAt, EndedAt: r.EndedAt,
 	}
+	var err error
 	switch r.V {
 	case 1:
 		st.Requested = usage.RequestedModel(r.Model)
 		st.Usage = usage.Usage{Input: r.Input, Output: r.Output, CacheWrite5m: r.CacheWrite, CacheRead: r.CacheRead}
-	case formatVersion:
+	case 2:
 		if st.Usage, err = usage.FromNames(r.Usage); err != nil {
 			return store.Settlement{}, fmt.Errorf("bad record: %w", err)
 		}
 		if st.Rates, err = usage.FromNames(r.Rates); err != nil {
 			return store.Settlement{}, fmt.Errorf("bad record: %w", err)
 		}
-	default:
-		return store.Settlement{}, fmt.Errorf("unknown record version %d", r.V)
 	}
 	return st, nil
 }

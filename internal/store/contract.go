@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/modelgateway/gateway/internal/usage"
@@ -132,6 +133,38 @@ func appendLedger(args []any, st Settlement, cost int64) []any {
 	)
 	args[at] = (len(args) - at - 1) / 2
 	return args
+}
+
+// LedgerFields returns st's ledger entry, charging st.Cost, field by field
+// as settle.lua writes it to Redis: the one encoding of a settlement outside
+// Go, which the spool keeps on disk too. The account is not a field: the
+// ledger is the account's own.
+func LedgerFields(st Settlement) map[string]string {
+	args := appendLedger(nil, st, st.Cost)
+	m := make(map[string]string, args[0].(int))
+	for i := 1; i+1 < len(args); i += 2 {
+		m[args[i].(string)] = argString(args[i+1])
+	}
+	return m
+}
+
+// SettlementFromLedger is the reverse of LedgerFields: the settlement of a
+// ledger entry of the account's, absent fields zero.
+func SettlementFromLedger(accountID string, fields map[string]string) Settlement {
+	return decodeLedgerFields(accountID, func(f string) string { return fields[f] })
+}
+
+// argString formats a script argument as Redis stores it.
+func argString(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case int:
+		return strconv.Itoa(v)
+	}
+	panic(fmt.Sprintf("store: ledger field of type %T", v))
 }
 
 // decodeLedgerFields reads a ledger entry written by appendLedger (or by an
