@@ -6,9 +6,10 @@ import (
 	"github.com/modelgateway/gateway/internal/launch/launchtest"
 )
 
-// The ledger sink's schema migrations on a real PostgreSQL.
+// The ledger sink's schema migrations, and the entries PostgreSQL refuses
+// set aside, on a real PostgreSQL.
 func TestLedgerSinkOnPostgres(t *testing.T) {
 	skipShort(t)
 	pg := launchtest.Postgres(t)
-	runWith(t, "./internal/ledgersink", []string{"TestMigrateKeepsRows"}, launchtest.PostgresEnv+"="+pg.URL)
+	runWith(t, "./internal/ledgersink", []string{"TestMigrateKeepsRows", "TestRefusedEntriesSetAside"}, launchtest.PostgresEnv+"="+pg.URL)
 }
