@@ -333,21 +333,25 @@ func (s *Sink) commit(ctx context.Context, account string, page []store.LedgerEn
 		return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
 	}
 	defer tx.Rollback(ctx)
+	last := page[len(page)-1].ID
+	cursor := []any{account, last}
 	inserted, rejected := 0, 0
 	for rest, at := rows, 0; len(rest) > 0; {
 		if !setAside {
-			n, _, err := insertRows(ctx, tx, rest)
+			// The cursor goes in the same batch: one round trip.
+			n, _, err := insertRows(ctx, tx, rest, cursor)
 			if err != nil {
 				return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
 			}
 			inserted += n
+			cursor = nil
 			break
 		}
 		sp, err := tx.Begin(ctx) // a savepoint
 		if err != nil {
 			return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
 		}
-		n, bad, err := insertRows(ctx, sp, rest)
+		n, bad, err := insertRows(ctx, sp, rest, nil)
 		pgErr, refused := dataError(err)
 		if err != nil && !refused {
 			return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
@@ -364,7 +368,7 @@ func (s *Sink) commit(ctx context.Context, account string, page []store.LedgerEn
 		}
 		// The rows before the refused one were accepted before the
 		// rollback; a second refusal among them is not a data problem.
-		n, _, err = insertRows(ctx, tx, rest[:bad])
+		n, _, err = insertRows(ctx, tx, rest[:bad], nil)
 		if err != nil {
 			return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
 		}
@@ -380,10 +384,10 @@ func (s *Sink) commit(ctx context.Context, account string, page []store.LedgerEn
 			"account", account, "entry_id", e.ID, "request_id", e.RequestID, "code", pgErr.Code, "err", pgErr.Message)
 		rest, at = rest[bad+1:], at+bad+1
 	}
-	last := page[len(page)-1].ID
-	if _, err := tx.Exec(ctx, `INSERT INTO ledger_sink_cursor (account_id, entry_id) VALUES ($1, $2)
-		ON CONFLICT (account_id) DO UPDATE SET entry_id = excluded.entry_id, updated_at = now()`, account, last); err != nil {
-		return 0, fmt.Errorf("copying the ledger of %s: cursor: %w", account, err)
+	if cursor != nil {
+		if _, err := tx.Exec(ctx, cursorSQL, cursor...); err != nil {
+			return 0, fmt.Errorf("copying the ledger of %s: cursor: %w", account, err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("copying the ledger of %s: commit: %w", account, err)
@@ -394,15 +398,23 @@ func (s *Sink) commit(ctx context.Context, account string, page []store.LedgerEn
 	return inserted, nil
 }
 
-// insertRows sends rows as one batch and returns how many were inserted
-// (replays insert nothing) or, when one fails, the index of that row.
-func insertRows(ctx context.Context, tx pgx.Tx, rows [][]any) (inserted, failed int, err error) {
-	if len(rows) == 0 {
+// cursorSQL moves an account's cursor ($1) to an entry id ($2).
+const cursorSQL = `INSERT INTO ledger_sink_cursor (account_id, entry_id) VALUES ($1, $2)
+		ON CONFLICT (account_id) DO UPDATE SET entry_id = excluded.entry_id, updated_at = now()`
+
+// insertRows sends rows, then the cursor's move when cursor is not nil, as
+// one batch, and returns how many rows were inserted (replays insert
+// nothing) or, when a row fails, the index of that row.
+func insertRows(ctx context.Context, tx pgx.Tx, rows [][]any, cursor []any) (inserted, failed int, err error) {
+	if len(rows) == 0 && cursor == nil {
 		return 0, 0, nil
 	}
 	b := &pgx.Batch{}
 	for _, r := range rows {
 		b.Queue(insertSQL, r...)
+	}
+	if cursor != nil {
+		b.Queue(cursorSQL, cursor...)
 	}
 	res := tx.SendBatch(ctx, b)
 	for i := range rows {
@@ -412,6 +424,12 @@ func insertRows(ctx context.Context, tx pgx.Tx, rows [][]any) (inserted, failed 
 			return 0, i, err
 		}
 		inserted += int(tag.RowsAffected())
+	}
+	if cursor != nil {
+		if _, err := res.Exec(); err != nil {
+			res.Close()
+			return 0, len(rows), fmt.Errorf("cursor: %w", err)
+		}
 	}
 	return inserted, 0, res.Close()
 }
