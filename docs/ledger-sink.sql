@@ -107,3 +107,19 @@ WHERE o.day IS NULL OR v.day IS NULL
    OR o.input_tokens <> v.input_tokens OR o.output_tokens <> v.output_tokens
    OR o.cache_read_tokens <> v.cache_read_tokens OR o.cache_write_tokens <> v.cache_write_tokens
 ORDER BY day, model;
+
+-- name: rejects
+-- The entries PostgreSQL refused, set aside by the sink and missing from
+-- "ledger" until an operator copies or drops them (docs/ledger-sink.md,
+-- "Refused entries"). A NUL reads \u0000 in a text value here.
+SELECT account_id,
+       entry_id,
+       rejected_at,
+       error_code,
+       error,
+       entry->>'request_id'                AS request_id,
+       entry->>'model'                     AS model,
+       entry->>'model_requested'           AS model_requested,
+       (entry->>'cost_nano_usd')::bigint   AS cost_nano_usd
+FROM ledger_rejects
+ORDER BY rejected_at, account_id, entry_id;

@@ -39,7 +39,8 @@ func ledgerSinkCmd() *cobra.Command {
 store.redis_url) into the PostgreSQL table "ledger", exactly once per entry,
 and keeps doing so as requests settle. It creates and migrates its schema,
 resumes where it stopped, and lets store.ledger_retention trim what it has
-copied. It serves /metrics (gateway_ledger_sink_lag_seconds) and /health on
+copied. An entry PostgreSQL refuses for its data is set aside in the table
+"ledger_rejects" and the rest keep flowing. It serves /metrics (gateway_ledger_sink_lag_seconds) and /health on
 ledger_sink.listen. The database URL comes from --database-url or ` + databaseURLEnv + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

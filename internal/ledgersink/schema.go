@@ -74,6 +74,16 @@ CREATE TABLE ledger_sink_cursor (
 	`ALTER TABLE ledger
 	ADD COLUMN regional_processing text   NOT NULL DEFAULT '', -- the region whose uplift applied; '' for none
 	ADD COLUMN regional_uplift_ppm bigint NOT NULL DEFAULT 0;  -- the uplift applied, in millionths of the cost`,
+	// 4: entries PostgreSQL refused, set aside so that the rest keep flowing.
+	`CREATE TABLE ledger_rejects (
+	account_id  text        NOT NULL,
+	entry_id    text        NOT NULL,
+	entry       jsonb       NOT NULL, -- the ledger row refused, by column name; a NUL as the text \u0000, a byte not UTF-8 as \xHH
+	error_code  text        NOT NULL, -- the SQLSTATE PostgreSQL refused the row with
+	error       text        NOT NULL, -- its message
+	rejected_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (account_id, entry_id)
+);`,
 }
 
 // SchemaVersion is the version the sink migrates a database to.
@@ -141,8 +151,8 @@ func migrateTo(ctx context.Context, conn *pgx.Conn, want int) error {
 	return nil
 }
 
-// insertSQL is the statement that copies one entry; a replay does nothing.
-var insertSQL = func() string {
+// insertColumns are the columns insertSQL fills, in row's order.
+var insertColumns = func() []string {
 	cols := []string{"account_id", "entry_id", "settled_at", "request_id", "key_id", "key_label",
 		"model", "model_requested", "model_reported"}
 	for _, k := range usage.Kinds {
@@ -152,11 +162,15 @@ var insertSQL = func() string {
 			cols = append(cols, c[1])
 		}
 	}
-	cols = append(cols, "service_tier", "long_context_threshold", "cost_nano_usd", "status", "flags",
+	return append(cols, "service_tier", "long_context_threshold", "cost_nano_usd", "status", "flags",
 		"endpoint", "stream", "start_time", "end_time", "regional_processing", "regional_uplift_ppm")
+}()
+
+// insertSQL is the statement that copies one entry; a replay does nothing.
+var insertSQL = func() string {
 	q := "INSERT INTO ledger ("
 	vals := ""
-	for i, c := range cols {
+	for i, c := range insertColumns {
 		if i > 0 {
 			q += ", "
 			vals += ", "

@@ -10,10 +10,17 @@
 // committed, and a replayed page inserts nothing (ON CONFLICT DO NOTHING).
 // After the commit the sink moves its mark in Redis (store.CommitSink), which
 // lets store.ledger_retention trim what PostgreSQL holds.
+//
+// An entry PostgreSQL refuses for its data (a NUL in a model name, a
+// constraint an operator added) is set aside in the table "ledger_rejects",
+// in the same transaction that moves the cursor past it, so that one entry
+// never holds back the others: see dataError.
 package ledgersink
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,8 +28,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/modelgateway/gateway/internal/store"
@@ -65,6 +74,8 @@ type Sink struct {
 
 	lag     prometheus.Gauge
 	copied  prometheus.Counter
+	reject  prometheus.Counter
+	rejects prometheus.Gauge
 	errs    *prometheus.CounterVec
 	dbUp    prometheus.Gauge
 	lastRun prometheus.Gauge
@@ -99,6 +110,14 @@ func New(st *store.Store, o Options) *Sink {
 			Name: "gateway_ledger_sink_entries_total",
 			Help: "Ledger entries inserted into PostgreSQL (replays that inserted nothing not counted).",
 		}),
+		reject: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_ledger_sink_rejected_total",
+			Help: "Ledger entries PostgreSQL refused for their data, set aside in ledger_rejects by this process.",
+		}),
+		rejects: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_ledger_sink_rejects",
+			Help: "Rows in ledger_rejects: refused entries waiting for an operator, as of the last pass.",
+		}),
 		errs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_ledger_sink_errors_total",
 			Help: "Failed attempts of the ledger sink, by what failed: database or store.",
@@ -115,7 +134,7 @@ func New(st *store.Store, o Options) *Sink {
 	s.errs.WithLabelValues("database")
 	s.errs.WithLabelValues("store")
 	if o.Registerer != nil {
-		o.Registerer.MustRegister(s.lag, s.copied, s.errs, s.dbUp, s.lastRun)
+		o.Registerer.MustRegister(s.lag, s.copied, s.reject, s.rejects, s.errs, s.dbUp, s.lastRun)
 	}
 	return s
 }
@@ -160,6 +179,13 @@ func (s *Sink) Pass(ctx context.Context) (inserted int, err error) {
 		}
 		if !left.IsZero() && (oldest.IsZero() || left.Before(oldest)) {
 			oldest = left
+		}
+	}
+	if s.conn != nil {
+		if err := s.countRejects(ctx); err != nil {
+			s.errs.WithLabelValues("database").Inc()
+			s.disconnect()
+			errs = append(errs, err)
 		}
 	}
 	if oldest.IsZero() {
@@ -274,11 +300,32 @@ func (s *Sink) mark(ctx context.Context, account string) error {
 }
 
 // write inserts a page and moves the account's cursor in one transaction.
+// When PostgreSQL refuses an entry's data, the page is written again with
+// each refused entry set aside in ledger_rejects instead.
 func (s *Sink) write(ctx context.Context, account string, page []store.LedgerEntry) (int, error) {
 	labels, err := s.keyLabels(ctx, account, page)
 	if err != nil {
 		return 0, err
 	}
+	rows := make([][]any, len(page))
+	for i, e := range page {
+		rows[i] = row(account, labels[e.KeyID], e)
+	}
+	n, err := s.commit(ctx, account, page, rows, false)
+	if _, ok := dataError(err); ok {
+		n, err = s.commit(ctx, account, page, rows, true)
+	}
+	return n, err
+}
+
+// commit inserts rows (page's, in order) and moves the account's cursor
+// to the page's last entry in one transaction. With setAside, each row
+// PostgreSQL refuses for its data goes to ledger_rejects instead: the rows
+// are sent as one batch inside a savepoint; at a refusal, the savepoint is
+// rolled back, the rows before the refused one are sent again, the refused
+// one is set aside, and the rest go on in a new savepoint. Without
+// setAside the first refusal fails the whole page.
+func (s *Sink) commit(ctx context.Context, account string, page []store.LedgerEntry, rows [][]any, setAside bool) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	tx, err := s.conn.Begin(ctx)
@@ -286,36 +333,202 @@ func (s *Sink) write(ctx context.Context, account string, page []store.LedgerEnt
 		return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
 	}
 	defer tx.Rollback(ctx)
-	b := &pgx.Batch{}
-	for _, e := range page {
-		b.Queue(insertSQL, row(account, labels[e.KeyID], e)...)
-	}
 	last := page[len(page)-1].ID
-	b.Queue(`INSERT INTO ledger_sink_cursor (account_id, entry_id) VALUES ($1, $2)
-		ON CONFLICT (account_id) DO UPDATE SET entry_id = excluded.entry_id, updated_at = now()`, account, last)
-	res := tx.SendBatch(ctx, b)
-	inserted := 0
-	for range page {
-		tag, err := res.Exec()
+	cursor := []any{account, last}
+	inserted, rejected := 0, 0
+	for rest, at := rows, 0; len(rest) > 0; {
+		if !setAside {
+			// The cursor goes in the same batch: one round trip.
+			n, _, err := insertRows(ctx, tx, rest, cursor)
+			if err != nil {
+				return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
+			}
+			inserted += n
+			cursor = nil
+			break
+		}
+		sp, err := tx.Begin(ctx) // a savepoint
 		if err != nil {
-			res.Close()
 			return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
 		}
-		inserted += int(tag.RowsAffected())
+		n, bad, err := insertRows(ctx, sp, rest, nil)
+		pgErr, refused := dataError(err)
+		if err != nil && !refused {
+			return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
+		}
+		if err == nil {
+			if err := sp.Commit(ctx); err != nil {
+				return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
+			}
+			inserted += n
+			break
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
+		}
+		// The rows before the refused one were accepted before the
+		// rollback; a second refusal among them is not a data problem.
+		n, _, err = insertRows(ctx, tx, rest[:bad], nil)
+		if err != nil {
+			return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
+		}
+		inserted += n
+		e := page[at+bad]
+		added, err := setAsideRow(ctx, tx, account, e.ID, rest[bad], pgErr)
+		if err != nil {
+			return 0, fmt.Errorf("copying the ledger of %s: setting entry %s aside: %w", account, e.ID, err)
+		}
+		rejected += added
+		// The message names the byte or constraint, never the value.
+		s.log.Error("ledger sink: PostgreSQL refused an entry; set aside in ledger_rejects",
+			"account", account, "entry_id", e.ID, "request_id", e.RequestID, "code", pgErr.Code, "err", pgErr.Message)
+		rest, at = rest[bad+1:], at+bad+1
 	}
-	if _, err := res.Exec(); err != nil {
-		res.Close()
-		return 0, fmt.Errorf("copying the ledger of %s: cursor: %w", account, err)
-	}
-	if err := res.Close(); err != nil {
-		return 0, fmt.Errorf("copying the ledger of %s: %w", account, err)
+	if cursor != nil {
+		if _, err := tx.Exec(ctx, cursorSQL, cursor...); err != nil {
+			return 0, fmt.Errorf("copying the ledger of %s: cursor: %w", account, err)
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("copying the ledger of %s: commit: %w", account, err)
 	}
 	s.cursors[account] = last
 	s.copied.Add(float64(inserted))
+	s.reject.Add(float64(rejected))
 	return inserted, nil
+}
+
+// cursorSQL moves an account's cursor ($1) to an entry id ($2).
+const cursorSQL = `INSERT INTO ledger_sink_cursor (account_id, entry_id) VALUES ($1, $2)
+		ON CONFLICT (account_id) DO UPDATE SET entry_id = excluded.entry_id, updated_at = now()`
+
+// insertRows sends rows, then the cursor's move when cursor is not nil, as
+// one batch, and returns how many rows were inserted (replays insert
+// nothing) or, when a row fails, the index of that row.
+func insertRows(ctx context.Context, tx pgx.Tx, rows [][]any, cursor []any) (inserted, failed int, err error) {
+	if len(rows) == 0 && cursor == nil {
+		return 0, 0, nil
+	}
+	b := &pgx.Batch{}
+	for _, r := range rows {
+		b.Queue(insertSQL, r...)
+	}
+	if cursor != nil {
+		b.Queue(cursorSQL, cursor...)
+	}
+	res := tx.SendBatch(ctx, b)
+	for i := range rows {
+		tag, err := res.Exec()
+		if err != nil {
+			res.Close()
+			return 0, i, err
+		}
+		inserted += int(tag.RowsAffected())
+	}
+	if cursor != nil {
+		if _, err := res.Exec(); err != nil {
+			res.Close()
+			return 0, len(rows), fmt.Errorf("cursor: %w", err)
+		}
+	}
+	return inserted, 0, res.Close()
+}
+
+// setAsideRow writes a refused row to ledger_rejects as JSON, by column
+// name, its strings made storable (storable). It reports whether a row was
+// added (a page copied twice adds it once).
+func setAsideRow(ctx context.Context, tx pgx.Tx, account, entryID string, r []any, refused *pgconn.PgError) (int, error) {
+	entry, err := rowJSON(r)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO ledger_rejects (account_id, entry_id, entry, error_code, error)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (account_id, entry_id) DO NOTHING`,
+		account, entryID, entry, refused.Code, refused.Message)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// rowJSON is a row as a JSON object keyed by insertColumns, every string
+// made storable.
+func rowJSON(r []any) (string, error) {
+	obj := make(map[string]any, len(r))
+	for i, v := range r {
+		switch v := v.(type) {
+		case string:
+			obj[insertColumns[i]] = storable(v)
+		case []string:
+			s := make([]string, len(v))
+			for j := range v {
+				s[j] = storable(v[j])
+			}
+			obj[insertColumns[i]] = s
+		default:
+			obj[insertColumns[i]] = v
+		}
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(obj); err != nil {
+		return "", err
+	}
+	return string(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil
+}
+
+// storable spells out what no PostgreSQL text (nor jsonb) value can hold,
+// as text an operator can read: a NUL as the six characters \u0000, a byte
+// that is not part of valid UTF-8 as \xHH. Anything else is kept as is.
+func storable(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02X`, s[i])
+		case r == 0:
+			b.WriteString(`\u0000`)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// dataError reports whether err is PostgreSQL refusing a row for its
+// values, which no retry changes: SQLSTATE class 22 (data exception: a
+// NUL or invalid UTF-8 in text, 22021; a character the database encoding
+// lacks, 22P05; a value too long or out of range, 22001, 22003, 22008)
+// and class 23 (integrity constraint violation: a NOT NULL, CHECK, unique
+// or foreign key constraint, such as one an operator added). Everything
+// else (connection, timeout, permission, a missing table) is the
+// database's trouble and is retried.
+func dataError(err error) (*pgconn.PgError, bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return nil, false
+	}
+	class := pgErr.Code[:min(2, len(pgErr.Code))]
+	return pgErr, class == "22" || class == "23"
+}
+
+// countRejects sets the rejects gauge from the table, so that the alert
+// holds until an operator has dealt with every row.
+func (s *Sink) countRejects(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	var n int64
+	if err := s.conn.QueryRow(ctx, `SELECT count(*) FROM ledger_rejects`).Scan(&n); err != nil {
+		return fmt.Errorf("counting ledger_rejects: %w", err)
+	}
+	s.rejects.Set(float64(n))
+	return nil
 }
 
 // keyLabels returns the labels of the account's keys, read again when the

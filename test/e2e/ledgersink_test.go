@@ -23,6 +23,7 @@ import (
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -444,4 +445,184 @@ func TestLedgerSink(t *testing.T) {
 		return left == 0, strconv.Itoa(left) + " entries left"
 	})
 	t.Logf("%d entries copied exactly once across a sink kill and a database restart", total)
+}
+
+// An entry PostgreSQL refuses (a NUL in its priced model name), planted in
+// the ledger of the account the sink reads first, among every account's
+// entries from real requests before and after it: the sink copies every
+// other entry of every account exactly once, sets the refused one aside in
+// ledger_rejects, counts it, stays connected, and the series
+// GatewayLedgerSinkRejects reads holds the value that fires it. The docs'
+// rejects query lists it, and their replay statement moves it into the
+// ledger, after which each account's SUM(cost_nano_usd) equals its balance
+// change and the alert's series is back to 0.
+func TestLedgerSinkRejects(t *testing.T) {
+	pg := launchtest.Postgres(t)
+	s := launchtest.Start(t, launch.Options{
+		Configure: func(c *config.Config) { c.LedgerSink.Interval = config.Duration(20 * time.Millisecond) },
+	})
+	const initial = 10_000_000_000
+	var accounts []launch.Account
+	byID := map[string]launch.Account{}
+	for range 3 {
+		a := s.NewAccount(10, noLimits)
+		byID[a.ID] = a
+	}
+	ctx := context.Background()
+	listed, err := s.Store.ListAccounts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range listed {
+		accounts = append(accounts, byID[a.ID])
+	}
+	bad := accounts[0] // listed first: a stall would hold back the others
+	client := &http.Client{}
+	send := func(n int) {
+		t.Helper()
+		for i := range n {
+			for _, a := range accounts {
+				path, h, body := requestFor([]string{"alpha", "beta"}[i%2], a.Key, i%3 == 0)
+				if r := postAndRead(client, s.URL+path, h, body, 0, nil); r.status != 200 {
+					t.Fatalf("request: %d %v", r.status, r.err)
+				}
+			}
+		}
+		for _, a := range accounts {
+			waitNoHolds(t, s, a.ID)
+		}
+	}
+	send(3)
+	// The refused entry, written by the store's own settlement path as a
+	// sidecar would have (the gateway itself now refuses such a name).
+	const plantedCost = 12_345
+	if d, err := s.Store.Admit(ctx, store.Admission{RequestID: "req_planted_nul", AccountID: bad.ID, KeyID: "key_planted",
+		Priced: "m", Hold: plantedCost}); err != nil || d.Outcome != store.Admitted {
+		t.Fatalf("admit: %+v %v", d, err)
+	}
+	if _, err := s.Store.Settle(ctx, store.Settlement{RequestID: "req_planted_nul", AccountID: bad.ID, KeyID: "key_planted",
+		Requested: "bad\x00model", Priced: "bad\x00model", Status: 200, Cost: plantedCost, Usage: usage.Usage{Input: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	send(2)
+
+	sink := startLedgerSink(t, s, pg, 0)
+	send(2) // and more while it runs
+	db, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+
+	// What the store holds, the refused entry apart.
+	want := map[string]bool{} // account|entry id
+	var plantedID string
+	for _, a := range accounts {
+		for _, e := range allLedgerEntries(t, s, a.ID) {
+			if e.RequestID == "req_planted_nul" {
+				plantedID = e.ID
+				continue
+			}
+			want[a.ID+"|"+e.ID] = true
+		}
+	}
+	if plantedID == "" || len(want) != 3*7 {
+		t.Fatalf("planted entry %q, %d other entries, want 21", plantedID, len(want))
+	}
+	eventually.That(t, 20*time.Second, "every other entry copied, the refused one set aside, the alert's series at 1", func() (bool, string) {
+		var rows, rejects int
+		if err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM ledger), (SELECT count(*) FROM ledger_rejects)`).Scan(&rows, &rejects); err != nil {
+			return false, err.Error()
+		}
+		gauge, lag := sink.metric("gateway_ledger_sink_rejects"), sink.metric("gateway_ledger_sink_lag_seconds")
+		return rows == len(want) && rejects == 1 && gauge == 1 && lag == 0,
+			fmt.Sprintf("%d rows, %d rejects, gateway_ledger_sink_rejects %v, lag %v", rows, rejects, gauge, lag)
+	})
+	got := map[string]bool{}
+	rows, err := db.Query(ctx, `SELECT account_id, entry_id FROM ledger`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var a, id string
+		if err := rows.Scan(&a, &id); err != nil {
+			t.Fatal(err)
+		}
+		got[a+"|"+id] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("ledger holds %v, want every entry but the refused one: %v", got, want)
+	}
+	for name, v := range map[string]float64{
+		"gateway_ledger_sink_rejected_total":                 1,
+		"gateway_ledger_sink_database_up":                    1,
+		`gateway_ledger_sink_errors_total{stage="database"}`: 0,
+		"gateway_ledger_sink_entries_total":                  float64(len(want)),
+	} {
+		if m := sink.metric(name); m != v {
+			t.Errorf("%s = %v, want %v", name, m, v)
+		}
+	}
+
+	// The docs' query lists it.
+	var acct, entryID, code, reqID, model string
+	var cost int64
+	var at time.Time
+	var msg, requested string
+	if err := db.QueryRow(ctx, sqlQueries(t)["rejects"]).Scan(&acct, &entryID, &at, &code, &msg, &reqID, &model, &requested, &cost); err != nil {
+		t.Fatal(err)
+	}
+	if acct != bad.ID || entryID != plantedID || code != "22021" || reqID != "req_planted_nul" ||
+		model != `bad\u0000model` || cost != plantedCost || !strings.Contains(msg, "0x00") {
+		t.Fatalf("reject: %s %s %s %q %s %q %d", acct, entryID, code, msg, reqID, model, cost)
+	}
+
+	// The docs' replay statement moves it into the ledger.
+	if _, err := db.Exec(ctx, replayStatement(t, bad.ID, plantedID)); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM ledger WHERE account_id = $1 AND entry_id = $2 AND model = $3 AND cost_nano_usd = $4 AND input_tokens = 5`,
+		bad.ID, plantedID, `bad\u0000model`, plantedCost).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the replayed row: %d (%v)", n, err)
+	}
+	for _, a := range accounts {
+		var sum int64
+		if err := db.QueryRow(ctx, `SELECT coalesce(sum(cost_nano_usd), 0) FROM ledger WHERE account_id = $1`, a.ID).Scan(&sum); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := s.Store.Usage(ctx, a.ID, "total")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum != initial-rep.Balance {
+			t.Errorf("%s: SUM(cost_nano_usd) %d, balance change %d", a.ID, sum, initial-rep.Balance)
+		}
+	}
+	eventually.That(t, 10*time.Second, "the alert's series back to 0", func() (bool, string) {
+		v := sink.metric("gateway_ledger_sink_rejects")
+		return v == 0, fmt.Sprint(v)
+	})
+}
+
+// replayStatement is the statement docs/ledger-sink.md gives to move a
+// refused entry into the ledger, its psql variables filled in.
+func replayStatement(t *testing.T, account, entry string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(launchtest.RepoRoot(t), "docs", "ledger-sink.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, block := range strings.Split(string(b), "```sql\n")[1:] {
+		stmt, _, _ := strings.Cut(block, "```")
+		if strings.Contains(stmt, "DELETE FROM ledger_rejects") {
+			stmt = strings.ReplaceAll(stmt, ":'account'", "'"+account+"'")
+			return strings.ReplaceAll(stmt, ":'entry'", "'"+entry+"'")
+		}
+	}
+	t.Fatal("docs/ledger-sink.md has no replay statement")
+	return ""
 }
