@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/extproc/format/embeddings"
 	"github.com/modelgateway/gateway/extproc/operation"
 	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/internal/config"
@@ -88,5 +89,21 @@ func TestFirstByteBound(t *testing.T) {
 		if got := up.firstByteBound(tc.stream, tc.input, tc.output); got != tc.want {
 			t.Errorf("stream %v, %d in, %d out: %v, want %v", tc.stream, tc.input, tc.output, got, tc.want)
 		}
+	}
+}
+
+// The operations an upstream lists come from the registry: a name it does
+// not know, one of another vendor API, or one listed twice is refused,
+// naming those the upstream's API serves.
+func TestUpstreamOperationsFromTheRegistry(t *testing.T) {
+	for _, ops := range [][]string{{"chat_completions", "speech"}, {"messages"}, {"responses", "responses"}} {
+		_, err := NewUpstream(config.Upstream{Name: "beta", Format: config.FormatChatCompletions, Operations: ops}, &pricing.Table{}, operations.All)
+		if err == nil || !strings.Contains(err.Error(), strings.Join(operations.All.Names(config.FormatChatCompletions), ", ")) {
+			t.Errorf("operations %v: %v; want a refusal naming the API's operations", ops, err)
+		}
+	}
+	up, err := NewUpstream(config.Upstream{Name: "beta", Format: config.FormatChatCompletions, Operations: []string{"embeddings"}}, &pricing.Table{}, operations.All)
+	if err != nil || len(up.Operations) != 1 || up.Operations[0] != &embeddings.Operation {
+		t.Fatalf("%+v, %v", up, err)
 	}
 }

@@ -107,16 +107,10 @@ const (
 	FormatChatCompletions = "chat_completions"
 )
 
-// Operations are the metered operations an upstream may serve, each named
-// for its wire format. The messages vendor serves messages; the chat
-// completions vendor serves chat completions, responses and embeddings.
-var Operations = map[string][]string{
-	FormatMessages:        {FormatMessages},
-	FormatChatCompletions: {FormatChatCompletions, "responses", "embeddings"},
-}
-
-// OperationNames returns the upstream's operations: Operations, or its
-// format alone.
+// OperationNames returns the upstream's operations: those listed, or its
+// format alone. Which names exist, and which vendor API serves each, is
+// the processor's registry's to say (extproc/operations): the sidecar
+// refuses to start on a name it does not know.
 func (u *Upstream) OperationNames() []string {
 	if len(u.Operations) == 0 {
 		return []string{u.Format}

@@ -166,8 +166,8 @@ func (u *Upstream) validate(p string) error {
 		return fmt.Errorf("%s.format: %q is not %q or %q", p, u.Format, FormatMessages, FormatChatCompletions)
 	}
 	for j, op := range u.Operations {
-		if !slices.Contains(Operations[u.Format], op) || slices.Index(u.Operations, op) != j {
-			return fmt.Errorf("%s.operations[%d]: %q is not an operation of format %s (%s), or is listed twice", p, j, op, u.Format, strings.Join(Operations[u.Format], ", "))
+		if !validOperation(op) || slices.Index(u.Operations, op) != j {
+			return fmt.Errorf("%s.operations[%d]: %q is not an operation name, or is listed twice", p, j, op)
 		}
 	}
 	if u.CredentialEnv != "" && !validEnvName(u.CredentialEnv) {
@@ -196,6 +196,17 @@ func (u *Upstream) validate(p string) error {
 func validEnvName(s string) bool {
 	for i, c := range s {
 		if !(c >= 'A' && c <= 'Z' || c == '_' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// validOperation reports whether s can name an operation: lower-case
+// letters, digits and "_".
+func validOperation(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
 			return false
 		}
 	}
