@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +33,37 @@ func verify(t *testing.T, secret []byte, r *http.Request, body []byte) {
 	want := Sign(secret, r.Header.Get(HeaderID), ts, body)
 	if !hmac.Equal([]byte(r.Header.Get(HeaderSignature)), []byte(want)) {
 		t.Errorf("signature %q, want %q", r.Header.Get(HeaderSignature), want)
+	}
+}
+
+// Secrets: "whsec_" and base64 is the key it encodes (the Standard
+// Webhooks test vector signs as the official libraries do); a secret
+// without the prefix is its own bytes.
+func TestSecrets(t *testing.T) {
+	key, err := ParseSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Sign(key, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`)); got != "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=" {
+		t.Fatalf("test vector signed %s", got)
+	}
+	if StandardSecret(key) != "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" {
+		t.Fatalf("StandardSecret %s", StandardSecret(key))
+	}
+	// Padded or not, as the libraries accept it.
+	for _, s := range []string{"whsec_c2VjcmV0", "whsec_c2VjcmV0MQ", "whsec_c2VjcmV0MQ=="} {
+		k, err := ParseSecret(s)
+		if err != nil || !strings.HasPrefix(string(k), "secret") {
+			t.Errorf("%s: %q %v", s, k, err)
+		}
+	}
+	if k, err := ParseSecret("raw-secret"); err != nil || string(k) != "raw-secret" {
+		t.Errorf("raw secret: %q %v", k, err)
+	}
+	for _, bad := range []string{"", "whsec_", "whsec_not base64!"} {
+		if _, err := ParseSecret(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
 

@@ -19,11 +19,13 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,17 +69,51 @@ func NewEventID() string {
 // Endpoint is one webhook receiver.
 type Endpoint struct {
 	URL    string
-	Secret []byte   // signs every delivery (Sign)
+	Secret []byte   // the HMAC key of every delivery's signature (Sign; ParseSecret)
 	Events []string // the types sent there; empty: every type
 }
 
 func (e Endpoint) wants(typ string) bool { return len(e.Events) == 0 || slices.Contains(e.Events, typ) }
 
+// SecretPrefix starts a signing secret in the Standard Webhooks form:
+// the base64 of the HMAC key follows it.
+const SecretPrefix = "whsec_"
+
+// ParseSecret returns the HMAC key of a configured signing secret. A
+// secret in the Standard Webhooks form ("whsec_" and base64, padded or
+// not) is its decoded bytes, as the official libraries read it. Any other
+// string is its own bytes, as before the form was supported, so that
+// receivers set up with it keep verifying; the libraries verify those with
+// StandardSecret of the same bytes.
+func ParseSecret(s string) ([]byte, error) {
+	b64, ok := strings.CutPrefix(s, SecretPrefix)
+	if !ok {
+		if s == "" {
+			return nil, errors.New("empty signing secret")
+		}
+		return []byte(s), nil
+	}
+	key, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(b64, "="))
+	if err != nil {
+		return nil, fmt.Errorf("signing secret: %s followed by invalid base64: %w", SecretPrefix, err)
+	}
+	if len(key) == 0 {
+		return nil, fmt.Errorf("signing secret: nothing after %s", SecretPrefix)
+	}
+	return key, nil
+}
+
+// StandardSecret is key in the Standard Webhooks form, which receivers
+// give the official libraries.
+func StandardSecret(key []byte) string {
+	return SecretPrefix + base64.StdEncoding.EncodeToString(key)
+}
+
 // Sign returns the signature header of a delivery, in the Standard
-// Webhooks scheme: "v1," followed by the base64 HMAC-SHA256, under the
-// endpoint's secret, of id "." timestamp "." body.
-func Sign(secret []byte, id string, timestamp int64, body []byte) string {
-	m := hmac.New(sha256.New, secret)
+// Webhooks scheme: "v1," followed by the base64 HMAC-SHA256, under key
+// (ParseSecret), of id "." timestamp "." body.
+func Sign(key []byte, id string, timestamp int64, body []byte) string {
+	m := hmac.New(sha256.New, key)
 	fmt.Fprintf(m, "%s.%d.", id, timestamp)
 	m.Write(body)
 	return signatureVersion + "," + base64.StdEncoding.EncodeToString(m.Sum(nil))
