@@ -166,6 +166,11 @@ type delivery struct {
 	ev      Event
 	body    []byte
 	attempt int
+	// then are the deliveries to the same endpoint published together with
+	// this one, after it: the next is queued once this one is delivered or
+	// has failed for good, so that the receiver gets them in order (a
+	// budget's 80 % before its 100 %), retries included.
+	then []*delivery
 }
 
 // NewDispatcher starts delivering to endpoints; Close stops it.
@@ -219,19 +224,32 @@ func NewDispatcher(endpoints []Endpoint, o DispatcherOptions) *Dispatcher {
 	return d
 }
 
-// Publish queues ev for every endpoint that wants its type.
-func (d *Dispatcher) Publish(ev Event) {
-	if ev.Data == nil {
-		ev.Data = map[string]any{}
-	}
-	body, err := json.Marshal(ev)
-	if err != nil {
-		d.o.Logger.Error("alerts: event not encodable", "type", ev.Type, "err", err)
-		return
+// Publish queues evs for every endpoint that wants their types. Each
+// endpoint gets the events of one call in their order: one is sent only
+// once the one before it is delivered or has failed for good.
+func (d *Dispatcher) Publish(evs ...Event) {
+	bodies := make([][]byte, len(evs))
+	for i := range evs {
+		if evs[i].Data == nil {
+			evs[i].Data = map[string]any{}
+		}
+		body, err := json.Marshal(evs[i])
+		if err != nil {
+			d.o.Logger.Error("alerts: event not encodable", "type", evs[i].Type, "err", err)
+			continue
+		}
+		bodies[i] = body
 	}
 	for _, ep := range d.endpoints {
-		if ep.wants(ev.Type) {
-			d.enqueue(&delivery{ep: ep, ev: ev, body: body})
+		var chain []*delivery
+		for i, ev := range evs {
+			if bodies[i] != nil && ep.wants(ev.Type) {
+				chain = append(chain, &delivery{ep: ep, ev: ev, body: bodies[i]})
+			}
+		}
+		if len(chain) > 0 {
+			chain[0].then = chain[1:]
+			d.enqueue(chain[0])
 		}
 	}
 }
@@ -245,9 +263,23 @@ func (d *Dispatcher) enqueue(dl *delivery) {
 	select {
 	case d.queue <- dl:
 	default:
-		d.count("dropped")
-		d.o.Logger.Warn("alerts: webhook queue full; delivery dropped", "event", dl.ev.ID, "type", dl.ev.Type)
+		// What would have followed it is dropped too: sent alone, it would
+		// arrive out of order.
+		for _, x := range append([]*delivery{dl}, dl.then...) {
+			d.count("dropped")
+			d.o.Logger.Warn("alerts: webhook queue full; delivery dropped", "event", x.ev.ID, "type", x.ev.Type)
+		}
 	}
+}
+
+// next queues the delivery that follows dl, if any.
+func (d *Dispatcher) next(dl *delivery) {
+	if len(dl.then) == 0 {
+		return
+	}
+	n := dl.then[0]
+	n.then = dl.then[1:]
+	d.enqueue(n)
 }
 
 func (d *Dispatcher) work() {
@@ -268,11 +300,13 @@ func (d *Dispatcher) attempt(dl *delivery) {
 	err := d.post(dl)
 	if err == nil {
 		d.count("delivered")
+		d.next(dl)
 		return
 	}
 	if dl.attempt >= d.o.Attempts {
 		d.count("failed")
 		d.o.Logger.Error("alerts: webhook delivery failed", "event", dl.ev.ID, "type", dl.ev.Type, "attempts", dl.attempt, "err", err)
+		d.next(dl)
 		return
 	}
 	d.count("retried")
