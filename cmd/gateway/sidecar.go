@@ -454,7 +454,11 @@ func webhookEndpoints(ws []config.Webhook, getenv func(string) string) ([]alerts
 		if secret == "" {
 			return nil, fmt.Errorf("alerts.webhooks[%d]: the signing secret %s is not set", i, w.SecretEnv)
 		}
-		eps[i] = alerts.Endpoint{URL: w.URL, Secret: []byte(secret), Events: w.Events}
+		key, err := alerts.ParseSecret(secret)
+		if err != nil {
+			return nil, fmt.Errorf("alerts.webhooks[%d]: %s: %w", i, w.SecretEnv, err)
+		}
+		eps[i] = alerts.Endpoint{URL: w.URL, Secret: key, Events: w.Events}
 	}
 	return eps, nil
 }

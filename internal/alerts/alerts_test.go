@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +34,37 @@ func verify(t *testing.T, secret []byte, r *http.Request, body []byte) {
 	want := Sign(secret, r.Header.Get(HeaderID), ts, body)
 	if !hmac.Equal([]byte(r.Header.Get(HeaderSignature)), []byte(want)) {
 		t.Errorf("signature %q, want %q", r.Header.Get(HeaderSignature), want)
+	}
+}
+
+// Secrets: "whsec_" and base64 is the key it encodes (the Standard
+// Webhooks test vector signs as the official libraries do); a secret
+// without the prefix is its own bytes.
+func TestSecrets(t *testing.T) {
+	key, err := ParseSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Sign(key, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`)); got != "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=" {
+		t.Fatalf("test vector signed %s", got)
+	}
+	if StandardSecret(key) != "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" {
+		t.Fatalf("StandardSecret %s", StandardSecret(key))
+	}
+	// Padded or not, as the libraries accept it.
+	for _, s := range []string{"whsec_c2VjcmV0", "whsec_c2VjcmV0MQ", "whsec_c2VjcmV0MQ=="} {
+		k, err := ParseSecret(s)
+		if err != nil || !strings.HasPrefix(string(k), "secret") {
+			t.Errorf("%s: %q %v", s, k, err)
+		}
+	}
+	if k, err := ParseSecret("raw-secret"); err != nil || string(k) != "raw-secret" {
+		t.Errorf("raw secret: %q %v", k, err)
+	}
+	for _, bad := range []string{"", "whsec_", "whsec_not base64!"} {
+		if _, err := ParseSecret(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
 
@@ -90,6 +123,47 @@ func TestDeliveryRetriedAndSigned(t *testing.T) {
 	}
 }
 
+// The events of one Publish reach each receiver in order, retries
+// included: the second is not sent while the first is in flight or
+// waiting to be retried.
+func TestDeliveryInPublishOrder(t *testing.T) {
+	type attempt struct {
+		id     string
+		status int
+	}
+	attempts := make(chan attempt, 10)
+	inFlight := make(chan struct{})
+	release := make(chan struct{})
+	first := true
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, status := r.Header.Get(HeaderID), 200
+		if first { // one worker: one attempt at a time, so no lock
+			first = false
+			inFlight <- struct{}{}
+			<-release
+			status = 500
+		}
+		w.WriteHeader(status)
+		attempts <- attempt{id, status}
+	}))
+	defer srv.Close()
+	d := NewDispatcher([]Endpoint{{URL: srv.URL, Secret: []byte("s")}}, DispatcherOptions{Workers: 1, Backoff: time.Millisecond})
+	defer d.Close()
+	d.Publish(Event{ID: "evt_80", Type: BudgetThreshold}, Event{ID: "evt_100", Type: BudgetThreshold})
+	<-inFlight
+	if n := len(d.queue); n != 0 {
+		t.Fatalf("%d deliveries queued behind the first one in flight", n)
+	}
+	close(release)
+	var got []attempt
+	for range 3 {
+		got = append(got, <-attempts)
+	}
+	if want := []attempt{{"evt_80", 500}, {"evt_80", 200}, {"evt_100", 200}}; !slices.Equal(got, want) {
+		t.Fatalf("attempts %v, want %v", got, want)
+	}
+}
+
 // A receiver that hangs holds one worker; Publish never waits for it, and
 // what the bounded queue cannot take is dropped and counted.
 func TestHungReceiverNeverBlocksPublish(t *testing.T) {
@@ -129,10 +203,10 @@ type recorder struct {
 	events []Event
 }
 
-func (r *recorder) Publish(e Event) {
+func (r *recorder) Publish(evs ...Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.events = append(r.events, e)
+	r.events = append(r.events, evs...)
 }
 
 func (r *recorder) take() []Event {
@@ -268,6 +342,73 @@ func TestEachCrossingOnceAcrossSidecars(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(ws[0].remaining); n != 2 { // the account's day, the key's total
 		t.Fatalf("%d remaining series", n)
+	}
+}
+
+// A budget's thresholds fire in order, at settled + held spend: a refusal
+// while settled spend is below 80 % sends the 80 % and then the 100 %, and
+// no 80 % follows when settled spend later reaches it; running requests'
+// holds count towards a threshold.
+func TestBudgetThresholdsInOrder(t *testing.T) {
+	ctx := context.Background()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	clk := testclock.New(time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC))
+	st := store.New(rdb, store.Options{Now: clk.Now})
+	a, err := st.CreateAccount(ctx, "acme", 1_000_000, store.Limits{DailyNanoUSD: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &recorder{}
+	w := NewWatcher(st, pub, WatcherOptions{Now: clk.Now})
+	admit := func(id string, hold int64) {
+		t.Helper()
+		if d, err := st.Admit(ctx, store.Admission{RequestID: id, AccountID: a.ID, KeyID: "key_x", Hold: hold}); err != nil || d.Outcome != store.Admitted {
+			t.Fatalf("admit %s: %+v %v", id, d, err)
+		}
+	}
+	settle := func(id string, cost int64) {
+		t.Helper()
+		if _, err := st.Settle(ctx, store.Settlement{RequestID: id, AccountID: a.ID, KeyID: "key_x", Cost: cost, Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var percents []int64
+	look := func(refused bool) {
+		t.Helper()
+		var n []nudge
+		if refused {
+			n = []nudge{{a.ID, "", store.AccountLevel, store.DailyLimited}}
+		}
+		if err := w.CheckAccount(ctx, a.ID, n); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range pub.take() {
+			percents = append(percents, e.Data["percent"].(int64))
+		}
+	}
+	admit("r1", 500)
+	settle("r1", 500)
+	look(false) // 50 %
+	// A request whose worst case does not fit is refused: the budget is
+	// spent as far as clients see.
+	look(true)
+	admit("r2", 300)
+	settle("r2", 300) // settled 80 %
+	look(false)
+	if !slices.Equal(percents, []int64{80, 100}) {
+		t.Fatalf("thresholds fired %v; want [80 100]", percents)
+	}
+
+	// The next day: a running request's hold brings spend to 80 %.
+	clk.Set(clk.Now().Add(24 * time.Hour))
+	percents = nil
+	admit("r3", 500)
+	settle("r3", 500)
+	admit("r4", 300) // running
+	look(false)
+	if !slices.Equal(percents, []int64{80}) {
+		t.Fatalf("with a hold at 80 %%: %v", percents)
 	}
 }
 

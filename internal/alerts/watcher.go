@@ -26,8 +26,8 @@ type Store interface {
 	ReleaseAlert(ctx context.Context, accountID, name string) error
 }
 
-// Publisher delivers events (Dispatcher).
-type Publisher interface{ Publish(Event) }
+// Publisher delivers events (Dispatcher), those of one call in order.
+type Publisher interface{ Publish(...Event) }
 
 // ExpiryNotice is how long before a key's expiry key.expiring fires.
 const ExpiryNotice = 7 * 24 * time.Hour
@@ -68,8 +68,9 @@ type Watcher struct {
 	downSent  bool
 }
 
-// nudge is a refusal by a budget: the budget is spent as far as clients
-// see, so its 100 % fires now even if settled spend is a little below.
+// nudge is a refusal by a budget: admission found its settled + held
+// spend with the request's worst case above the limit, so the budget is
+// spent as far as clients see and its 100 % fires now (after its 80 %).
 type nudge struct {
 	accountID, keyID string
 	level            store.Level
@@ -191,8 +192,8 @@ type budget struct {
 	ttl    time.Duration
 	limit  int64 // nano-USD
 	used   int64 // settled spend of the window
-	held   int64
-	hit    bool // a request was refused by it
+	held   int64 // the holds of requests running now
+	hit    bool  // a request was refused by it
 }
 
 func (w *Watcher) checkAccount(ctx context.Context, a store.Account, refused []nudge) error {
@@ -261,20 +262,34 @@ func (w *Watcher) checkAccount(ctx context.Context, a store.Account, refused []n
 		w.seen[[3]string{a.ID, b.keyID, b.window}] = true
 		w.mu.Unlock()
 		w.remaining.WithLabelValues(a.ID, b.keyID, b.window).Set(pricing.USD(max(b.limit-b.used, 0)))
+		// Spend is settled + held, as admission counts it. Thresholds are
+		// claimed and published lowest first, all in one call, so that a
+		// receiver never gets a budget's 100 % before its 80 %: the first
+		// look that finds 100 % (a refusal, say) sends both, in order.
+		var evs []Event
 		for _, t := range Thresholds {
-			if b.used*100 < t*b.limit && !(t == 100 && b.hit) {
-				continue
+			if (b.used+b.held)*100 < t*b.limit && !b.hit {
+				break
 			}
 			// The name carries the window and the limit: a new window, or
 			// a limit raised and reached again, is a new crossing.
 			name := fmt.Sprintf("budget:%s:%s:%s:%s:%d:%d", b.level, b.keyID, b.window, b.stamp, b.limit, t)
-			w.fire(ctx, a.ID, name, b.ttl, Event{
-				Type: BudgetThreshold, AccountID: a.ID, KeyID: b.keyID,
-				Data: map[string]any{
-					"level": b.level.String(), "window": b.window, "percent": t,
-					"limit_usd": pricing.USD(b.limit), "used_usd": pricing.USD(b.used), "held_usd": pricing.USD(b.held),
-				},
-			})
+			ok, err := w.claim(ctx, a.ID, name, b.ttl)
+			if err != nil {
+				break // a higher threshold alone would arrive first
+			}
+			if ok {
+				evs = append(evs, w.event(Event{
+					Type: BudgetThreshold, AccountID: a.ID, KeyID: b.keyID,
+					Data: map[string]any{
+						"level": b.level.String(), "window": b.window, "percent": t,
+						"limit_usd": pricing.USD(b.limit), "used_usd": pricing.USD(b.used), "held_usd": pricing.USD(b.held),
+					},
+				}))
+			}
+		}
+		if len(evs) > 0 {
+			w.pub.Publish(evs...)
 		}
 	}
 
@@ -294,25 +309,32 @@ func (w *Watcher) checkAccount(ctx context.Context, a store.Account, refused []n
 
 // fire publishes ev if this sidecar is the first to claim name.
 func (w *Watcher) fire(ctx context.Context, accountID, name string, ttl time.Duration, ev Event) {
+	if ok, _ := w.claim(ctx, accountID, name, ttl); ok {
+		w.pub.Publish(w.event(ev))
+	}
+}
+
+// claim reports whether this sidecar is the first to claim name; a
+// failure is logged here.
+func (w *Watcher) claim(ctx context.Context, accountID, name string, ttl time.Duration) (bool, error) {
 	ok, err := w.st.ClaimAlert(ctx, accountID, name, ttl)
 	if err != nil {
 		w.o.Logger.Warn("alerts: claim failed", "account", accountID, "err", err)
-		return
 	}
-	if !ok {
-		return
-	}
+	return ok, err
+}
+
+// event stamps ev to be published, and counts it.
+func (w *Watcher) event(ev Event) Event {
 	ev.ID, ev.CreatedAt = NewEventID(), w.o.Now().UTC()
 	w.published.WithLabelValues(ev.Type).Inc()
-	w.pub.Publish(ev)
+	return ev
 }
 
 // Publish sends an event no store claim stands for (an admin action,
 // which happens once): suspended, resumed.
 func (w *Watcher) Publish(ev Event) {
-	ev.ID, ev.CreatedAt = NewEventID(), w.o.Now().UTC()
-	w.published.WithLabelValues(ev.Type).Inc()
-	w.pub.Publish(ev)
+	w.pub.Publish(w.event(ev))
 }
 
 // StoreResult takes each store probe's result: a store failing every probe

@@ -19,11 +19,13 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,17 +69,51 @@ func NewEventID() string {
 // Endpoint is one webhook receiver.
 type Endpoint struct {
 	URL    string
-	Secret []byte   // signs every delivery (Sign)
+	Secret []byte   // the HMAC key of every delivery's signature (Sign; ParseSecret)
 	Events []string // the types sent there; empty: every type
 }
 
 func (e Endpoint) wants(typ string) bool { return len(e.Events) == 0 || slices.Contains(e.Events, typ) }
 
+// SecretPrefix starts a signing secret in the Standard Webhooks form:
+// the base64 of the HMAC key follows it.
+const SecretPrefix = "whsec_"
+
+// ParseSecret returns the HMAC key of a configured signing secret. A
+// secret in the Standard Webhooks form ("whsec_" and base64, padded or
+// not) is its decoded bytes, as the official libraries read it. Any other
+// string is its own bytes, as before the form was supported, so that
+// receivers set up with it keep verifying; the libraries verify those with
+// StandardSecret of the same bytes.
+func ParseSecret(s string) ([]byte, error) {
+	b64, ok := strings.CutPrefix(s, SecretPrefix)
+	if !ok {
+		if s == "" {
+			return nil, errors.New("empty signing secret")
+		}
+		return []byte(s), nil
+	}
+	key, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(b64, "="))
+	if err != nil {
+		return nil, fmt.Errorf("signing secret: %s followed by invalid base64: %w", SecretPrefix, err)
+	}
+	if len(key) == 0 {
+		return nil, fmt.Errorf("signing secret: nothing after %s", SecretPrefix)
+	}
+	return key, nil
+}
+
+// StandardSecret is key in the Standard Webhooks form, which receivers
+// give the official libraries.
+func StandardSecret(key []byte) string {
+	return SecretPrefix + base64.StdEncoding.EncodeToString(key)
+}
+
 // Sign returns the signature header of a delivery, in the Standard
-// Webhooks scheme: "v1," followed by the base64 HMAC-SHA256, under the
-// endpoint's secret, of id "." timestamp "." body.
-func Sign(secret []byte, id string, timestamp int64, body []byte) string {
-	m := hmac.New(sha256.New, secret)
+// Webhooks scheme: "v1," followed by the base64 HMAC-SHA256, under key
+// (ParseSecret), of id "." timestamp "." body.
+func Sign(key []byte, id string, timestamp int64, body []byte) string {
+	m := hmac.New(sha256.New, key)
 	fmt.Fprintf(m, "%s.%d.", id, timestamp)
 	m.Write(body)
 	return signatureVersion + "," + base64.StdEncoding.EncodeToString(m.Sum(nil))
@@ -130,6 +166,11 @@ type delivery struct {
 	ev      Event
 	body    []byte
 	attempt int
+	// then are the deliveries to the same endpoint published together with
+	// this one, after it: the next is queued once this one is delivered or
+	// has failed for good, so that the receiver gets them in order (a
+	// budget's 80 % before its 100 %), retries included.
+	then []*delivery
 }
 
 // NewDispatcher starts delivering to endpoints; Close stops it.
@@ -183,19 +224,32 @@ func NewDispatcher(endpoints []Endpoint, o DispatcherOptions) *Dispatcher {
 	return d
 }
 
-// Publish queues ev for every endpoint that wants its type.
-func (d *Dispatcher) Publish(ev Event) {
-	if ev.Data == nil {
-		ev.Data = map[string]any{}
-	}
-	body, err := json.Marshal(ev)
-	if err != nil {
-		d.o.Logger.Error("alerts: event not encodable", "type", ev.Type, "err", err)
-		return
+// Publish queues evs for every endpoint that wants their types. Each
+// endpoint gets the events of one call in their order: one is sent only
+// once the one before it is delivered or has failed for good.
+func (d *Dispatcher) Publish(evs ...Event) {
+	bodies := make([][]byte, len(evs))
+	for i := range evs {
+		if evs[i].Data == nil {
+			evs[i].Data = map[string]any{}
+		}
+		body, err := json.Marshal(evs[i])
+		if err != nil {
+			d.o.Logger.Error("alerts: event not encodable", "type", evs[i].Type, "err", err)
+			continue
+		}
+		bodies[i] = body
 	}
 	for _, ep := range d.endpoints {
-		if ep.wants(ev.Type) {
-			d.enqueue(&delivery{ep: ep, ev: ev, body: body})
+		var chain []*delivery
+		for i, ev := range evs {
+			if bodies[i] != nil && ep.wants(ev.Type) {
+				chain = append(chain, &delivery{ep: ep, ev: ev, body: bodies[i]})
+			}
+		}
+		if len(chain) > 0 {
+			chain[0].then = chain[1:]
+			d.enqueue(chain[0])
 		}
 	}
 }
@@ -209,9 +263,23 @@ func (d *Dispatcher) enqueue(dl *delivery) {
 	select {
 	case d.queue <- dl:
 	default:
-		d.count("dropped")
-		d.o.Logger.Warn("alerts: webhook queue full; delivery dropped", "event", dl.ev.ID, "type", dl.ev.Type)
+		// What would have followed it is dropped too: sent alone, it would
+		// arrive out of order.
+		for _, x := range append([]*delivery{dl}, dl.then...) {
+			d.count("dropped")
+			d.o.Logger.Warn("alerts: webhook queue full; delivery dropped", "event", x.ev.ID, "type", x.ev.Type)
+		}
 	}
+}
+
+// next queues the delivery that follows dl, if any.
+func (d *Dispatcher) next(dl *delivery) {
+	if len(dl.then) == 0 {
+		return
+	}
+	n := dl.then[0]
+	n.then = dl.then[1:]
+	d.enqueue(n)
 }
 
 func (d *Dispatcher) work() {
@@ -232,11 +300,13 @@ func (d *Dispatcher) attempt(dl *delivery) {
 	err := d.post(dl)
 	if err == nil {
 		d.count("delivered")
+		d.next(dl)
 		return
 	}
 	if dl.attempt >= d.o.Attempts {
 		d.count("failed")
 		d.o.Logger.Error("alerts: webhook delivery failed", "event", dl.ev.ID, "type", dl.ev.Type, "attempts", dl.attempt, "err", err)
+		d.next(dl)
 		return
 	}
 	d.count("retried")

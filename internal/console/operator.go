@@ -47,9 +47,10 @@ var operatorPages = func() map[string]*template.Template {
 const (
 	DefaultSessionIdle     = 30 * time.Minute
 	DefaultSessionLifetime = 12 * time.Hour
-	// Sign-in attempts per minute, from one client address and from all.
-	signInsPerAddr = 5
-	signInsAll     = 30
+	// Sign-in attempts per minute, from one client address and against one
+	// credential (the admin token), counted in Redis across sidecars.
+	signInsPerAddr       = 5
+	signInsPerCredential = 30
 )
 
 // SessionCookie names the operator console's session cookie.
@@ -81,8 +82,6 @@ type Operator struct {
 	o        OperatorOptions
 	mux      *http.ServeMux
 	sessions *sessions
-	perAddr  *limiter
-	all      *limiter
 }
 
 // NewOperator returns the operator console.
@@ -103,8 +102,6 @@ func NewOperator(o OperatorOptions) *Operator {
 		o:        o,
 		mux:      http.NewServeMux(),
 		sessions: newSessions(o.SessionIdle, o.SessionLifetime, o.Now),
-		perAddr:  newLimiter(signInsPerAddr, time.Minute, o.Now),
-		all:      newLimiter(signInsAll, time.Minute, o.Now),
 	}
 	m := op.mux
 	m.Handle("GET /static/", staticHandler("/static/"))
@@ -234,9 +231,19 @@ func (op *Operator) signIn(w http.ResponseWriter, r *http.Request) {
 		op.render(w, r, http.StatusForbidden, "signin", nil, view{Title: "Sign in", Message: "Sign in from this console's own page."})
 		return
 	}
-	ok, wait := op.perAddr.allow(clientAddr(r))
-	if ok {
-		ok, wait = op.all.allow("")
+	cred := "console"
+	if n, ok := op.o.Auth.(credentialNamer); ok {
+		cred = n.Credential(r)
+	}
+	ok, wait, err := op.o.Store.SignInAttempt(r.Context(), clientAddr(r), cred, store.SignInLimits{
+		Window: time.Minute, PerAddr: signInsPerAddr, PerCredential: signInsPerCredential,
+	})
+	if err != nil {
+		// Closed: without the shared count, one sidecar cannot tell how
+		// many guesses the others took.
+		op.o.Logger.Error("console: sign-in limit unavailable", "client", clientAddr(r), "err", err)
+		op.render(w, r, http.StatusServiceUnavailable, "signin", nil, view{Title: "Sign in", Message: "The gateway's store is unavailable; try again shortly."})
+		return
 	}
 	if !ok {
 		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))

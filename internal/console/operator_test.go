@@ -2,7 +2,9 @@ package console
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -131,21 +133,61 @@ func TestOperatorSessionLifetime(t *testing.T) {
 	}
 }
 
+// Sign-in attempts are counted in the store: failures spread over two
+// consoles (two sidecars) on one store reach the limit at the same total as
+// on one, from one address and, across addresses, against the admin token.
 func TestOperatorSignInRateLimited(t *testing.T) {
 	f := setupOperator(t)
-	for i := 0; i < signInsPerAddr; i++ {
-		if rec := f.do(t, "POST", "/signin", "", url.Values{"token": {"wrong"}}, nil); rec.Code != http.StatusUnauthorized {
+	a, _ := NewTokenAuthenticator(adminToken)
+	other := NewOperator(OperatorOptions{Admin: admin.New(f.st, admin.Options{Now: f.clk.Now}), Store: f.st, Auth: a, Now: f.clk.Now})
+	sidecars := []*Operator{f.op, other}
+	signIn := func(i int, token, addr string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/signin", strings.NewReader(url.Values{"token": {token}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.RemoteAddr = addr + ":1234"
+		rec := httptest.NewRecorder()
+		sidecars[i%2].ServeHTTP(rec, req)
+		return rec
+	}
+	for i := range signInsPerAddr {
+		if rec := signIn(i, "wrong", "192.0.2.1"); rec.Code != http.StatusUnauthorized {
 			t.Fatalf("attempt %d: %d", i, rec.Code)
 		}
+		f.at(f.clk.Now().Add(time.Second))
 	}
-	// Even the right token waits once the attempts are spent.
-	rec := f.do(t, "POST", "/signin", "", url.Values{"token": {adminToken}}, nil)
-	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" || len(rec.Result().Cookies()) != 0 {
-		t.Fatalf("over the limit: %d %v", rec.Code, rec.Header())
+	// Even the right token waits once the attempts are spent, on either
+	// sidecar, until the first attempt is a minute old.
+	for i := range 2 {
+		rec := signIn(i, adminToken, "192.0.2.1")
+		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "56" || len(rec.Result().Cookies()) != 0 {
+			t.Fatalf("over the limit on sidecar %d: %d %v", i, rec.Code, rec.Header())
+		}
 	}
 	f.at(f.clk.Now().Add(time.Minute))
-	if rec := f.do(t, "POST", "/signin", "", url.Values{"token": {adminToken}}, nil); rec.Code != http.StatusSeeOther {
+	if rec := signIn(1, adminToken, "192.0.2.1"); rec.Code != http.StatusSeeOther {
 		t.Fatalf("after a minute: %d", rec.Code)
+	}
+	// From many addresses: the admin token takes signInsPerCredential
+	// attempts a minute in all.
+	f.at(f.clk.Now().Add(time.Minute))
+	for i := range signInsPerCredential {
+		if rec := signIn(i, "wrong", fmt.Sprintf("198.51.100.%d", i)); rec.Code != http.StatusUnauthorized {
+			t.Fatalf("attempt %d from its own address: %d", i, rec.Code)
+		}
+	}
+	if rec := signIn(0, "wrong", "203.0.113.9"); rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "61" {
+		t.Fatalf("over the credential's limit: %d %v", rec.Code, rec.Header())
+	}
+	// Redis holds neither the token nor its plain hash.
+	for _, k := range f.mr.Keys() {
+		if strings.Contains(k, adminToken) || strings.Contains(k, fmt.Sprintf("%x", sha256.Sum256([]byte(adminToken)))[:32]) {
+			t.Fatalf("key %s names the admin token", k)
+		}
+	}
+	// Without the store, sign-in is refused rather than unlimited.
+	f.mr.Close()
+	if rec := signIn(0, adminToken, "192.0.2.7"); rec.Code != http.StatusServiceUnavailable || len(rec.Result().Cookies()) != 0 {
+		t.Fatalf("store down: %d", rec.Code)
 	}
 }
 

@@ -97,6 +97,7 @@ var suite = []struct {
 	{"StrictestWins", testStrictestWins},
 	{"KeyLimitsStored", testKeyLimitsStored},
 	{"LimitsConcurrent", testLimitsConcurrent},
+	{"SignInAttempts", testSignInAttempts},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {
