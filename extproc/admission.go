@@ -14,9 +14,9 @@ import (
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/operation"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -107,12 +107,12 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 	x.bounds = x.op.RequestBounds(price, req, body)
 	hold, tokens := x.bounds.Hold(price), x.bounds.Tokens()
 	var t0 time.Time // the start of the admission that took the hold
-	adm := store.Admission{
+	adm := account.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID,
 		Priced: price.Name, Requested: usage.RequestedModel(req.Model), Hold: hold,
 		Tokens: tokens, Stream: req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
 	}
-	admit := func(ctx context.Context) (store.Decision, error) {
+	admit := func(ctx context.Context) (account.Decision, error) {
 		t0 = time.Now()
 		d, err := x.s.accounts.Admit(ctx, adm)
 		x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
@@ -120,7 +120,7 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 	}
 	actx, traced := x.traceAdmission(ctx)
 	d, err := admit(actx)
-	if err == nil && d.Outcome == store.ConcurrencyLimited {
+	if err == nil && d.Outcome == account.ConcurrencyLimited {
 		d, err = x.waitForSlot(actx, d, admit)
 	}
 	traced(d, err)
@@ -129,7 +129,7 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 		x.s.metrics.storeErrors.WithLabelValues("admit").Inc()
 		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
 	}
-	if d.Outcome != store.Admitted {
+	if d.Outcome != account.Admitted {
 		x.s.metrics.limitRefusals.WithLabelValues(d.Level.String(), d.Outcome.String()).Inc()
 		if x.s.onRefusal != nil {
 			x.s.onRefusal(x.key.AccountID, x.key.ID, d.Level, d.Outcome)
@@ -154,8 +154,8 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 // waitForSlot lets a request refused only by a concurrency limit wait
 // for a slot, as long as its key allows and this sidecar has room for one
 // more waiter; it returns the decision that answers the request.
-func (x *exchange) waitForSlot(ctx context.Context, refused store.Decision,
-	admit func(context.Context) (store.Decision, error)) (store.Decision, error) {
+func (x *exchange) waitForSlot(ctx context.Context, refused account.Decision,
+	admit func(context.Context) (account.Decision, error)) (account.Decision, error) {
 	w := x.s.waiter.limit(time.Duration(x.key.Limits.ConcurrencyWaitSeconds) * time.Second)
 	if w <= 0 {
 		return refused, nil
@@ -257,11 +257,11 @@ func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.Proc
 // midnight or on the 1st, the balance, a lifetime cap and a request larger
 // than a limit allows do not, and a client told to sleep until then would
 // hang for hours.
-func waitHelps(d store.Decision) bool {
+func waitHelps(d account.Decision) bool {
 	switch d.Outcome {
-	case store.RateLimited, store.ConcurrencyLimited:
+	case account.RateLimited, account.ConcurrencyLimited:
 		return true
-	case store.TokenLimited:
+	case account.TokenLimited:
 		return d.RetryAfter > 0
 	}
 	return false
@@ -271,25 +271,25 @@ func waitHelps(d store.Decision) bool {
 // which limit, of which level (the account's or this key's), and what the
 // client can do. Limits that reset are 429; the balance and a key's
 // lifetime cap, which do not, are 402.
-func refusal(d store.Decision, hold, tokens int64) (format.ErrorKind, string) {
+func refusal(d account.Decision, hold, tokens int64) (format.ErrorKind, string) {
 	of := "for this " + d.Level.String()
 	retry := "retry after " + strconv.Itoa(retrySeconds(d.RetryAfter)) + "s"
 	switch d.Outcome {
-	case store.RateLimited:
+	case account.RateLimited:
 		return format.RateLimited, "request rate limit reached " + of + "; " + retry
-	case store.ConcurrencyLimited:
+	case account.ConcurrencyLimited:
 		return format.RateLimited, "concurrent request limit reached " + of + ": too many requests in flight; " + retry + " or when one ends"
-	case store.TokenLimited:
+	case account.TokenLimited:
 		bound := "this request may use up to " + strconv.FormatInt(tokens, 10) + " tokens (input + max_tokens)"
 		if d.RetryAfter == 0 {
 			return format.RateLimited, bound + ", more than the tokens-per-minute limit " + of + " allows at all; lower max_tokens or send less"
 		}
 		return format.RateLimited, "tokens-per-minute limit reached " + of + " (" + bound + "); " + retry
-	case store.DailyLimited:
+	case account.DailyLimited:
 		return format.DailyLimit, "daily spend limit reached " + of + "; it resets at 00:00 UTC"
-	case store.MonthlyLimited:
+	case account.MonthlyLimited:
 		return format.DailyLimit, "monthly spend limit reached " + of + "; it resets on the 1st of the month at 00:00 UTC"
-	case store.TotalLimited:
+	case account.TotalLimited:
 		return format.BillingExhausted, "lifetime spend limit reached for this key: this request could cost up to $" +
 			strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64) + "; the account's owner can raise it"
 	}

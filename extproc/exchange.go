@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/operation"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
@@ -41,7 +42,7 @@ type exchange struct {
 	upstream *Upstream
 	op       *operation.Operation // the operation of a metered or counted path
 	path     *operation.Path
-	key      store.Key
+	key      account.Key
 
 	requestID string
 	started   time.Time

@@ -16,8 +16,8 @@ import (
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/operation"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
-	"github.com/modelgateway/gateway/internal/store"
 )
 
 // internalHeaderPrefix marks headers that only the gateway may set; a
@@ -216,7 +216,7 @@ var MeteredMode = &filterv3.ProcessingMode{
 }
 
 // modelPolicy: model routes take model keys of accounts in good standing.
-var modelPolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey}}
+var modelPolicy = auth.Policy{Kinds: []account.KeyKind{account.ModelKey}}
 
 // refuseAuth answers an authentication failure in the upstream's format.
 func (x *exchange) refuseAuth(err error) *extprocv3.ProcessingResponse {

@@ -6,8 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -107,10 +107,10 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		m.estimated.WithLabelValues(u)
 		m.capped.WithLabelValues(u)
 	}
-	for _, level := range []store.Level{store.AccountLevel, store.KeyLevel} {
-		for _, o := range []store.Outcome{store.RateLimited, store.TokenLimited, store.ConcurrencyLimited,
-			store.DailyLimited, store.MonthlyLimited, store.TotalLimited, store.InsufficientBalance} {
-			if o == store.InsufficientBalance && level == store.KeyLevel || o == store.TotalLimited && level == store.AccountLevel {
+	for _, level := range []account.Level{account.AccountLevel, account.KeyLevel} {
+		for _, o := range []account.Outcome{account.RateLimited, account.TokenLimited, account.ConcurrencyLimited,
+			account.DailyLimited, account.MonthlyLimited, account.TotalLimited, account.InsufficientBalance} {
+			if o == account.InsufficientBalance && level == account.KeyLevel || o == account.TotalLimited && level == account.AccountLevel {
 				continue // no such limit
 			}
 			m.limitRefusals.WithLabelValues(level.String(), o.String())
@@ -158,7 +158,7 @@ func kindNames() string {
 // the store failed it.
 func (m *Metrics) StoreError(op string) { m.storeErrors.WithLabelValues(op).Inc() }
 
-func (m *Metrics) observe(upstream, model string, st store.Settlement) {
+func (m *Metrics) observe(upstream, model string, st account.Settlement) {
 	endpoint := st.Endpoint
 	if endpoint == "" {
 		endpoint = "none" // no endpoint answered (refused before, or Envoy's own reply)

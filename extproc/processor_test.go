@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/extproc/operations"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/holds"
@@ -63,8 +64,8 @@ type rig struct {
 // well-funded account without limits and an unrestricted key.
 type rigAccount struct {
 	balance int64 // nano-USD; 0 means one million USD
-	limits  store.Limits
-	key     store.KeyOptions
+	limits  account.Limits
+	key     account.KeyOptions
 }
 
 func newRig(tb testing.TB) *rig { return newRigWith(tb, "alpha", rigAccount{}) }
@@ -86,7 +87,7 @@ func newRigWith(tb testing.TB, upstream string, ra rigAccount) *rig {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	key, _, err := st.CreateKey(ctx, a.ID, store.ModelKey, ra.key)
+	key, _, err := st.CreateKey(ctx, a.ID, account.ModelKey, ra.key)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func TestSettlementsBatch(t *testing.T) {
 	// The requests are made once the blocker's batch has been sent (its
 	// callback runs), so none of them joins it.
 	release, blocked := make(chan struct{}), make(chan struct{})
-	r.srv.settler.enqueue(store.Settlement{RequestID: "blocker", AccountID: r.acct}, func(store.SettleResult, time.Duration) {
+	r.srv.settler.enqueue(account.Settlement{RequestID: "blocker", AccountID: r.acct}, func(store.SettleResult, time.Duration) {
 		close(blocked)
 		<-release
 	})
@@ -251,7 +252,7 @@ func TestSettlementsBatch(t *testing.T) {
 func TestWaitSettled(t *testing.T) {
 	r := newRig(t)
 	release := make(chan struct{})
-	r.srv.settler.enqueue(store.Settlement{RequestID: "r1", AccountID: r.acct}, func(store.SettleResult, time.Duration) { <-release })
+	r.srv.settler.enqueue(account.Settlement{RequestID: "r1", AccountID: r.acct}, func(store.SettleResult, time.Duration) { <-release })
 	if err := r.srv.WaitSettled(context.Background(), "acct_other"); err != nil {
 		t.Fatalf("another account's read waited: %v", err)
 	}
@@ -530,7 +531,7 @@ func (x *exchange) step(ctx context.Context, req *extprocv3.ProcessingRequest) *
 func TestSettlementsBeyondOneBatch(t *testing.T) {
 	r := newRig(t)
 	release, blocked := make(chan struct{}), make(chan struct{})
-	r.srv.settler.enqueue(store.Settlement{RequestID: "blocker", AccountID: r.acct}, func(store.SettleResult, time.Duration) {
+	r.srv.settler.enqueue(account.Settlement{RequestID: "blocker", AccountID: r.acct}, func(store.SettleResult, time.Duration) {
 		close(blocked)
 		<-release
 	})
@@ -538,7 +539,7 @@ func TestSettlementsBeyondOneBatch(t *testing.T) {
 	const n = 3*maxBatch + 7
 	var done [n]atomic.Int32
 	for i := range n {
-		r.srv.settler.enqueue(store.Settlement{RequestID: "r" + strconv.Itoa(i), AccountID: r.acct}, func(store.SettleResult, time.Duration) {
+		r.srv.settler.enqueue(account.Settlement{RequestID: "r" + strconv.Itoa(i), AccountID: r.acct}, func(store.SettleResult, time.Duration) {
 			done[i].Add(1)
 		})
 	}
@@ -566,7 +567,7 @@ func TestSettlementsUnderBursts(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				k := w*each + i
-				r.srv.settler.enqueue(store.Settlement{RequestID: "b" + strconv.Itoa(k), AccountID: r.acct}, func(store.SettleResult, time.Duration) {
+				r.srv.settler.enqueue(account.Settlement{RequestID: "b" + strconv.Itoa(k), AccountID: r.acct}, func(store.SettleResult, time.Duration) {
 					done[k].Add(1)
 				})
 				if i%(50+w*37) == 0 {

@@ -10,6 +10,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -116,14 +117,14 @@ func TestRejectionBranches(t *testing.T) {
 		{name: "not a key of ours", headers: func(r *rig) []string { return messagesHeaders("sk-" + strings.Repeat("x", 40)) },
 			status: 401, errType: "authentication_error", message: "invalid API key"},
 		{name: "read-only token", setup: func(t *testing.T, r *rig) {
-			tok, _, err := r.st.CreateKey(context.Background(), r.acct, store.ReadOnlyToken, store.KeyOptions{})
+			tok, _, err := r.st.CreateKey(context.Background(), r.acct, account.ReadOnlyToken, account.KeyOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			r.key = tok
 		}, headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status: 403, errType: "permission_error", message: "read-only"},
-		{name: "expired key", account: rigAccount{key: store.KeyOptions{ExpiresAt: time.Now().Add(-time.Minute)}},
+		{name: "expired key", account: rigAccount{key: account.KeyOptions{ExpiresAt: time.Now().Add(-time.Minute)}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  401, errType: "authentication_error", message: "expired"},
 		{name: "revoked key", setup: func(t *testing.T, r *rig) {
@@ -159,13 +160,13 @@ func TestRejectionBranches(t *testing.T) {
 		{name: "max_tokens above the model's output", headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			body:   []byte(`{"model":"claude-sonnet-4-5","max_tokens":100000000,"messages":[]}`),
 			status: 400, errType: "invalid_request_error", message: "max_tokens"},
-		{name: "model outside the key's allow-list", account: rigAccount{key: store.KeyOptions{Models: []string{"claude-haiku-4-5"}}},
+		{name: "model outside the key's allow-list", account: rigAccount{key: account.KeyOptions{Models: []string{"claude-haiku-4-5"}}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  403, errType: "permission_error", message: "claude-sonnet-4-5"},
 		{name: "balance too low for the hold", account: rigAccount{balance: 1},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  402, errType: "billing_error", message: "insufficient balance", final: true},
-		{name: "request rate", account: rigAccount{limits: store.Limits{RPM: 1, WindowMinutes: 1}},
+		{name: "request rate", account: rigAccount{limits: account.Limits{RPM: 1, WindowMinutes: 1}},
 			setup: func(t *testing.T, r *rig) {
 				if a, ok := firstRejection(t, r, messagesHeaders(r.key), body); ok {
 					t.Fatalf("first request refused: %+v", a)
@@ -173,10 +174,10 @@ func TestRejectionBranches(t *testing.T) {
 			},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "rate limit", retry: true},
-		{name: "daily spend", account: rigAccount{limits: store.Limits{DailyNanoUSD: 1}},
+		{name: "daily spend", account: rigAccount{limits: account.Limits{DailyNanoUSD: 1}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "daily spend limit", final: true, resets: true},
-		{name: "key's request rate", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{RPM: 1, WindowMinutes: 1}}},
+		{name: "key's request rate", account: rigAccount{key: account.KeyOptions{Limits: account.Limits{RPM: 1, WindowMinutes: 1}}},
 			setup: func(t *testing.T, r *rig) {
 				if a, ok := firstRejection(t, r, messagesHeaders(r.key), body); ok {
 					t.Fatalf("first request refused: %+v", a)
@@ -184,38 +185,38 @@ func TestRejectionBranches(t *testing.T) {
 			},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "request rate limit reached for this key", retry: true},
-		{name: "key's concurrency", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{Concurrency: 1}}},
+		{name: "key's concurrency", account: rigAccount{key: account.KeyOptions{Limits: account.Limits{Concurrency: 1}}},
 			setup: func(t *testing.T, r *rig) {
 				// A request still in flight: admitted, not ended.
-				_, err := r.st.Admit(context.Background(), store.Admission{RequestID: "inflight", AccountID: r.acct,
-					KeyID: r.keyID(t), Hold: 1, KeyLimits: store.Limits{Concurrency: 1}})
+				_, err := r.st.Admit(context.Background(), account.Admission{RequestID: "inflight", AccountID: r.acct,
+					KeyID: r.keyID(t), Hold: 1, KeyLimits: account.Limits{Concurrency: 1}})
 				if err != nil {
 					t.Fatal(err)
 				}
 			},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "concurrent request limit reached for this key", retry: true},
-		{name: "account's tokens per minute, bound above the limit", account: rigAccount{limits: store.Limits{TPM: 100}},
+		{name: "account's tokens per minute, bound above the limit", account: rigAccount{limits: account.Limits{TPM: 100}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "more than the tokens-per-minute limit for this account", final: true},
-		{name: "key's tokens per minute", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{TPM: 500}}},
+		{name: "key's tokens per minute", account: rigAccount{key: account.KeyOptions{Limits: account.Limits{TPM: 500}}},
 			setup: func(t *testing.T, r *rig) {
 				// A request in flight counts at its token bound.
-				_, err := r.st.Admit(context.Background(), store.Admission{RequestID: "inflight", AccountID: r.acct,
-					KeyID: r.keyID(t), Hold: 1, Tokens: 400, KeyLimits: store.Limits{TPM: 500}})
+				_, err := r.st.Admit(context.Background(), account.Admission{RequestID: "inflight", AccountID: r.acct,
+					KeyID: r.keyID(t), Hold: 1, Tokens: 400, KeyLimits: account.Limits{TPM: 500}})
 				if err != nil {
 					t.Fatal(err)
 				}
 			},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "tokens-per-minute limit reached for this key", retry: true},
-		{name: "key's daily spend", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{DailyNanoUSD: 1}}},
+		{name: "key's daily spend", account: rigAccount{key: account.KeyOptions{Limits: account.Limits{DailyNanoUSD: 1}}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "daily spend limit reached for this key", final: true, resets: true},
-		{name: "account's monthly spend", account: rigAccount{limits: store.Limits{MonthlyNanoUSD: 1}},
+		{name: "account's monthly spend", account: rigAccount{limits: account.Limits{MonthlyNanoUSD: 1}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "monthly spend limit reached for this account", final: true, resets: true},
-		{name: "key's lifetime spend", account: rigAccount{key: store.KeyOptions{Limits: store.Limits{TotalNanoUSD: 1}}},
+		{name: "key's lifetime spend", account: rigAccount{key: account.KeyOptions{Limits: account.Limits{TotalNanoUSD: 1}}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  402, errType: "billing_error", message: "lifetime spend limit reached for this key", final: true},
 		{name: "store unavailable", setup: func(t *testing.T, r *rig) {
@@ -251,7 +252,7 @@ func TestRejectionBranches(t *testing.T) {
 				return
 			}
 			// The setup's own request in flight, if any, ends.
-			r.st.Settle(context.Background(), store.Settlement{RequestID: "inflight", AccountID: r.acct, KeyID: r.keyID(t), Status: 499})
+			r.st.Settle(context.Background(), account.Settlement{RequestID: "inflight", AccountID: r.acct, KeyID: r.keyID(t), Status: 499})
 			r.srv.Flush(context.Background()) // the first request of the rate case settles
 			if n, held, err := r.st.OpenHolds(context.Background(), r.acct); err != nil || n != 0 || held != 0 {
 				t.Fatalf("open holds after a rejection: %d (%d nano-USD), %v", n, held, err)

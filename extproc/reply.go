@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/extproc/format"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // responseHeaders starts metering a 2xx reply; any other reply ends the
@@ -46,7 +46,7 @@ func (x *exchange) startReply(contentType string) bool {
 	x.meter = x.op.Format.NewMeter(x.req, x.body, contentType)
 	x.stored, _ = x.meter.(format.Stored)
 	x.rewriter, _ = x.meter.(format.Rewriter)
-	x.open.Checkpoint(store.Checkpoint{Status: x.status, Endpoint: x.endpoint})
+	x.open.Checkpoint(account.Checkpoint{Status: x.status, Endpoint: x.endpoint})
 	return true
 }
 

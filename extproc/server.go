@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/holds"
@@ -33,8 +34,8 @@ import (
 // metered request, and settlements in batches (the spool and the store
 // implement it).
 type Accounts interface {
-	Admit(ctx context.Context, a store.Admission) (store.Decision, error)
-	SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult
+	Admit(ctx context.Context, a account.Admission) (account.Decision, error)
+	SettleBatch(ctx context.Context, sts []account.Settlement) []store.SettleResult
 }
 
 // Owners binds stored responses to the accounts that created them (the
@@ -64,7 +65,7 @@ type Options struct {
 	Holds *holds.Renewer
 	// OnRefusal, when set, hears of each admission a limit or the balance
 	// refused (the alerts watcher); it must not block.
-	OnRefusal func(accountID, keyID string, level store.Level, outcome store.Outcome)
+	OnRefusal func(accountID, keyID string, level account.Level, outcome account.Outcome)
 	// Owners records who created each stored response; nil refuses every
 	// request naming one.
 	Owners Owners
@@ -99,7 +100,7 @@ type Server struct {
 	settleT   time.Duration
 	maxBody   int64
 	holds     *holds.Renewer
-	onRefusal func(accountID, keyID string, level store.Level, outcome store.Outcome)
+	onRefusal func(accountID, keyID string, level account.Level, outcome account.Outcome)
 	owners    Owners
 	parking   Parking
 	bgPoll    time.Duration

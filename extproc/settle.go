@@ -5,6 +5,7 @@ package extproc
 import (
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -29,7 +30,7 @@ func (x *exchange) finish() {
 }
 
 // checkpoint is the request's best estimate so far, as if it ended now.
-func (x *exchange) checkpoint() store.Checkpoint {
+func (x *exchange) checkpoint() account.Checkpoint {
 	return x.outcome(false).Checkpoint()
 }
 
@@ -75,7 +76,7 @@ func (x *exchange) settle(complete bool) {
 }
 
 // noteCapped counts and logs a settlement whose usage was capped.
-func (s *Server) noteCapped(upstream string, st store.Settlement) {
+func (s *Server) noteCapped(upstream string, st account.Settlement) {
 	if st.Capped {
 		s.metrics.capped.WithLabelValues(upstream).Inc()
 		s.log.Warn("usage beyond what the request allowed was capped", "request_id", st.RequestID, "account", st.AccountID, "model", st.Priced)
@@ -84,7 +85,7 @@ func (s *Server) noteCapped(upstream string, st store.Settlement) {
 
 // recordSettled counts a settlement the store took (or spooled) in the
 // metrics and writes the request's log line.
-func (s *Server) recordSettled(upstream, model string, st store.Settlement, attrs ...any) {
+func (s *Server) recordSettled(upstream, model string, st account.Settlement, attrs ...any) {
 	s.metrics.observe(upstream, model, st)
 	s.log.Info("request", append([]any{
 		"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
@@ -97,8 +98,8 @@ func (s *Server) recordSettled(upstream, model string, st store.Settlement, attr
 // outcome is what the request comes to if it ends now: complete is false
 // when its stream ended early (the meter then estimates what it did not
 // see).
-func (x *exchange) outcome(complete bool) store.Settlement {
-	st := store.Settlement{
+func (x *exchange) outcome(complete bool) account.Settlement {
+	st := account.Settlement{
 		RequestID: x.requestID,
 		AccountID: x.key.AccountID,
 		KeyID:     x.key.ID,
@@ -139,7 +140,7 @@ func (x *exchange) outcome(complete bool) store.Settlement {
 
 // priceInto records on st the reply's usage r and its cost at the tier the
 // reply reports and the serving endpoint's region.
-func priceInto(st *store.Settlement, price *pricing.Model, r usage.Report, region string) {
+func priceInto(st *account.Settlement, price *pricing.Model, r usage.Report, region string) {
 	// The reply's own strings are the vendor's, not checked at the door.
 	st.Usage, st.Reported, st.Estimated = r.Usage, usage.ReportedModel(usage.Clean(string(r.Model))), r.Estimated
 	c := price.Price(r.Usage, r.ServiceTier, region)

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -44,7 +45,7 @@ const maxBatch = 128
 const maxQueue = 8192
 
 type settleJob struct {
-	st    store.Settlement
+	st    account.Settlement
 	after func(r store.SettleResult, took time.Duration)
 }
 
@@ -65,7 +66,7 @@ func newSettler(a Accounts, timeout time.Duration) *settler {
 
 // enqueue counts the settlement as pending, then queues it. It blocks only
 // when the queue is full.
-func (s *settler) enqueue(st store.Settlement, after func(r store.SettleResult, took time.Duration)) {
+func (s *settler) enqueue(st account.Settlement, after func(r store.SettleResult, took time.Duration)) {
 	s.mu.Lock()
 	for _, k := range []string{allKey, st.AccountID} {
 		p := s.pending[k]
@@ -156,7 +157,7 @@ func (s *settler) run() {
 	// array: a short queue is taken by swapping the two, a long one by
 	// copying its head out.
 	var batch []settleJob
-	sts := make([]store.Settlement, 0, maxBatch)
+	sts := make([]account.Settlement, 0, maxBatch)
 	timer := time.NewTimer(linger)
 	timer.Stop()
 	for range s.wake {
@@ -193,7 +194,7 @@ func (s *settler) run() {
 
 // apply settles a batch in one call, on its own deadline: the clients may
 // be long gone, settlements never run on a request's context.
-func (s *settler) apply(jobs []settleJob, sts []store.Settlement) {
+func (s *settler) apply(jobs []settleJob, sts []account.Settlement) {
 	defer s.completed(jobs)
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()

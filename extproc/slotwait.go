@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // The interval between admission attempts of a request waiting for a
@@ -67,8 +67,8 @@ func (w *slotWaiter) limit(wait time.Duration) time.Duration {
 // decision (the concurrency refusal when the wait ended without a slot).
 // The admission that is its reply is never cut by ctx: a request admitted
 // as its client leaves is settled like any other whose client left.
-func (w *slotWaiter) wait(ctx context.Context, wait time.Duration, refused store.Decision,
-	admit func(context.Context) (store.Decision, error)) (store.Decision, waitOutcome, error) {
+func (w *slotWaiter) wait(ctx context.Context, wait time.Duration, refused account.Decision,
+	admit func(context.Context) (account.Decision, error)) (account.Decision, waitOutcome, error) {
 	select {
 	case w.slots <- struct{}{}:
 	default:
@@ -91,9 +91,9 @@ func (w *slotWaiter) wait(ctx context.Context, wait time.Duration, refused store
 		switch {
 		case err != nil:
 			return d, waitRefused, err
-		case d.Outcome == store.Admitted:
+		case d.Outcome == account.Admitted:
 			return d, waitAdmitted, nil
-		case d.Outcome != store.ConcurrencyLimited:
+		case d.Outcome != account.ConcurrencyLimited:
 			return d, waitRefused, nil
 		case !w.now().Before(deadline):
 			return d, waitTimeout, nil

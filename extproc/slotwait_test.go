@@ -10,9 +10,9 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
 )
 
@@ -21,18 +21,18 @@ import (
 type fakeAdmitter struct {
 	attempts int
 	admitAt  int
-	next     store.Decision
+	next     account.Decision
 	err      error
 	ctxs     []context.Context
 }
 
-func (f *fakeAdmitter) admit(ctx context.Context) (store.Decision, error) {
+func (f *fakeAdmitter) admit(ctx context.Context) (account.Decision, error) {
 	f.attempts++
 	f.ctxs = append(f.ctxs, ctx)
 	if f.admitAt > 0 && f.attempts >= f.admitAt {
 		return f.next, f.err
 	}
-	return store.Decision{Outcome: store.ConcurrencyLimited, RetryAfter: time.Second, Level: store.KeyLevel}, nil
+	return account.Decision{Outcome: account.ConcurrencyLimited, RetryAfter: time.Second, Level: account.KeyLevel}, nil
 }
 
 // testWaiter is a slotWaiter on a clock that each poll moves on by the
@@ -52,13 +52,13 @@ func testWaiter(bound time.Duration, waiters int) (*slotWaiter, *testclock.Clock
 	return w, clock, &slept
 }
 
-var concurrencyRefusal = store.Decision{Outcome: store.ConcurrencyLimited, RetryAfter: time.Second, Level: store.AccountLevel}
+var concurrencyRefusal = account.Decision{Outcome: account.ConcurrencyLimited, RetryAfter: time.Second, Level: account.AccountLevel}
 
 func TestSlotWaitAdmitsWhenASlotFrees(t *testing.T) {
 	w, _, slept := testWaiter(time.Minute, 4)
-	f := &fakeAdmitter{admitAt: 5, next: store.Decision{Outcome: store.Admitted}}
+	f := &fakeAdmitter{admitAt: 5, next: account.Decision{Outcome: account.Admitted}}
 	d, outcome, err := w.wait(context.Background(), 10*time.Second, concurrencyRefusal, f.admit)
-	if err != nil || outcome != waitAdmitted || d.Outcome != store.Admitted {
+	if err != nil || outcome != waitAdmitted || d.Outcome != account.Admitted {
 		t.Fatalf("got %v %v %v, want admitted", d, outcome, err)
 	}
 	if f.attempts != 5 || len(*slept) != 5 {
@@ -87,7 +87,7 @@ func TestSlotWaitTimesOutAtItsBound(t *testing.T) {
 			start := clock.Now()
 			f := &fakeAdmitter{}
 			d, outcome, err := w.wait(context.Background(), w.limit(tc.wait), concurrencyRefusal, f.admit)
-			if err != nil || outcome != waitTimeout || d.Outcome != store.ConcurrencyLimited || d.RetryAfter != time.Second {
+			if err != nil || outcome != waitTimeout || d.Outcome != account.ConcurrencyLimited || d.RetryAfter != time.Second {
 				t.Fatalf("got %v %v %v, want a concurrency refusal after a timeout", d, outcome, err)
 			}
 			want := min(tc.bound, tc.wait)
@@ -109,14 +109,14 @@ func TestSlotWaitStopsWhenTheClientLeaves(t *testing.T) {
 	w, _, _ := testWaiter(time.Minute, 4)
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &fakeAdmitter{}
-	admit := func(c context.Context) (store.Decision, error) {
+	admit := func(c context.Context) (account.Decision, error) {
 		if f.attempts == 2 {
 			cancel() // the client leaves during the third attempt
 		}
 		return f.admit(c)
 	}
 	d, outcome, err := w.wait(ctx, 30*time.Second, concurrencyRefusal, admit)
-	if err != nil || outcome != waitCancelled || d.Outcome != store.ConcurrencyLimited {
+	if err != nil || outcome != waitCancelled || d.Outcome != account.ConcurrencyLimited {
 		t.Fatalf("got %v %v %v, want cancelled", d, outcome, err)
 	}
 	if f.attempts != 3 {
@@ -133,9 +133,9 @@ func TestSlotWaitStopsWhenTheClientLeaves(t *testing.T) {
 
 func TestSlotWaitAnswersOtherRefusalsAtOnce(t *testing.T) {
 	w, _, _ := testWaiter(time.Minute, 4)
-	f := &fakeAdmitter{admitAt: 2, next: store.Decision{Outcome: store.RateLimited, RetryAfter: 30 * time.Second, Level: store.KeyLevel}}
+	f := &fakeAdmitter{admitAt: 2, next: account.Decision{Outcome: account.RateLimited, RetryAfter: 30 * time.Second, Level: account.KeyLevel}}
 	d, outcome, err := w.wait(context.Background(), 30*time.Second, concurrencyRefusal, f.admit)
-	if err != nil || outcome != waitRefused || d.Outcome != store.RateLimited || f.attempts != 2 {
+	if err != nil || outcome != waitRefused || d.Outcome != account.RateLimited || f.attempts != 2 {
 		t.Fatalf("got %v %v %v after %d attempts, want the rate refusal at the 2nd", d, outcome, err, f.attempts)
 	}
 	storeDown := errors.New("store down")
@@ -148,7 +148,7 @@ func TestSlotWaitAnswersOtherRefusalsAtOnce(t *testing.T) {
 func TestSlotWaitBoundsWaiters(t *testing.T) {
 	w, _, _ := testWaiter(time.Minute, 1)
 	w.slots <- struct{}{} // one request already waits
-	f := &fakeAdmitter{admitAt: 1, next: store.Decision{Outcome: store.Admitted}}
+	f := &fakeAdmitter{admitAt: 1, next: account.Decision{Outcome: account.Admitted}}
 	d, outcome, err := w.wait(context.Background(), 30*time.Second, concurrencyRefusal, f.admit)
 	if err != nil || outcome != waitFull || d != concurrencyRefusal || f.attempts != 0 {
 		t.Fatalf("got %v %v %v after %d attempts, want the refusal at once", d, outcome, err, f.attempts)
@@ -178,7 +178,7 @@ func (r *rig) admitRequest(ctx context.Context, x *exchange) *extprocv3.Processi
 // holding the slot settles, counted once in the rate window; one whose
 // client leaves while waiting is refused, having taken nothing.
 func TestExchangeWaitsForASlot(t *testing.T) {
-	r := newRigWith(t, "alpha", rigAccount{key: store.KeyOptions{Limits: store.Limits{
+	r := newRigWith(t, "alpha", rigAccount{key: account.KeyOptions{Limits: account.Limits{
 		Concurrency: 1, RPM: 100, WindowMinutes: 1, ConcurrencyWaitSeconds: 10}}})
 	r.srv.waiter = newSlotWaiter(time.Minute, 4)
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/extproc/operations"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/store"
@@ -26,11 +27,11 @@ func chatCompletionsRig(t *testing.T) *rig {
 	t.Cleanup(func() { rdb.Close() })
 	st := store.New(rdb, store.Options{})
 	ctx := context.Background()
-	a, err := st.CreateAccount(ctx, "beta", 1_000*1_000_000_000, store.Limits{})
+	a, err := st.CreateAccount(ctx, "beta", 1_000*1_000_000_000, account.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _, err := st.CreateKey(ctx, a.ID, store.ModelKey, store.KeyOptions{})
+	key, _, err := st.CreateKey(ctx, a.ID, account.ModelKey, account.KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

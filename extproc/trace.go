@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/tracing"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -90,12 +91,12 @@ func (x *exchange) startTrace(ctx context.Context) context.Context {
 }
 
 // traceAdmission starts the admission span; end records its outcome.
-func (x *exchange) traceAdmission(ctx context.Context) (context.Context, func(store.Decision, error)) {
+func (x *exchange) traceAdmission(ctx context.Context) (context.Context, func(account.Decision, error)) {
 	if x.trace.span == nil {
-		return ctx, func(store.Decision, error) {}
+		return ctx, func(account.Decision, error) {}
 	}
 	ctx, span := x.s.tracer.Start(ctx, "admission")
-	return ctx, func(d store.Decision, err error) {
+	return ctx, func(d account.Decision, err error) {
 		if err != nil {
 			span.SetStatus(codes.Error, "store unavailable")
 		} else {
@@ -108,7 +109,7 @@ func (x *exchange) traceAdmission(ctx context.Context) (context.Context, func(st
 
 // traceSettlement ends the request span with the settlement's figures and
 // starts the settlement span; end records whether the store took it.
-func (x *exchange) traceSettlement(st store.Settlement) func(store.SettleResult) {
+func (x *exchange) traceSettlement(st account.Settlement) func(store.SettleResult) {
 	span := x.trace.span
 	if span == nil {
 		return func(store.SettleResult) {}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/modelgateway/gateway/extproc/operations"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -94,11 +95,11 @@ func TestCreateDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	k, err := st.LookupKey(ctx, sha256.Sum256([]byte(d.APIKey)))
-	if err != nil || k.Kind != store.ModelKey || k.AccountID != d.AccountID {
+	if err != nil || k.Kind != account.ModelKey || k.AccountID != d.AccountID {
 		t.Fatalf("demo key: %+v, %v", k, err)
 	}
 	ro, err := st.LookupKey(ctx, sha256.Sum256([]byte(d.ReadOnlyToken)))
-	if err != nil || ro.Kind != store.ReadOnlyToken {
+	if err != nil || ro.Kind != account.ReadOnlyToken {
 		t.Fatalf("demo token: %+v, %v", ro, err)
 	}
 	rep, err := st.Usage(ctx, d.AccountID, store.Total)

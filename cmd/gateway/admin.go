@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -13,8 +14,8 @@ import (
 )
 
 // defaultLimits are the limits gateway.yaml gives new accounts.
-func defaultLimits(c *config.Config) store.Limits {
-	return store.Limits{
+func defaultLimits(c *config.Config) account.Limits {
+	return account.Limits{
 		DailyNanoUSD:  pricing.NanoUSD(c.Limits.DailyUSD),
 		RPM:           c.Limits.RPM,
 		WindowMinutes: c.Limits.WindowMinutes,

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -65,11 +65,11 @@ func TestLedgerUsageKinds(t *testing.T) {
 	t.Setenv(tokenEnv, testToken)
 	id := ctlJSON(t, "accounts", "create", "--name", "acme", "--balance-usd", "1")["account"].(map[string]any)["id"].(string)
 	ctx := context.Background()
-	if _, err := st.Admit(ctx, store.Admission{RequestID: "r1", AccountID: id, Hold: 10}); err != nil {
+	if _, err := st.Admit(ctx, account.Admission{RequestID: "r1", AccountID: id, Hold: 10}); err != nil {
 		t.Fatal(err)
 	}
 	u := usage.Usage{Input: 10, Output: 5, Reasoning: 2, WebSearches: 1, FileSearches: 3, CodeInterpreter: 2, ImageGenerations: 4}
-	if _, err := st.Settle(ctx, store.Settlement{RequestID: "r1", AccountID: id, KeyID: "key_1", Priced: "m", Usage: u,
+	if _, err := st.Settle(ctx, account.Settlement{RequestID: "r1", AccountID: id, KeyID: "key_1", Priced: "m", Usage: u,
 		Rates: usage.Usage{CodeInterpreter: 30_000_000 * 1_000_000}, Cost: 7, Status: 200, Endpoint: "primary"}); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -35,7 +36,7 @@ func startAdminStore(t *testing.T) (string, *store.Store) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st := store.New(rdb, store.Options{})
 	svc := admin.New(st, admin.Options{
-		DefaultLimits: store.Limits{DailyNanoUSD: 7e9, RPM: 60, WindowMinutes: 1}, Logger: log,
+		DefaultLimits: account.Limits{DailyNanoUSD: 7e9, RPM: 60, WindowMinutes: 1}, Logger: log,
 	})
 	srv, err := admin.NewServer(svc, testToken, log)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
@@ -18,7 +19,7 @@ func timestamp(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
-func limitsToProto(l store.Limits) *adminv1.Limits {
+func limitsToProto(l account.Limits) *adminv1.Limits {
 	return &adminv1.Limits{
 		DailyNanoUsd: l.DailyNanoUSD, Rpm: l.RPM, WindowMinutes: l.WindowMinutes,
 		Tpm: l.TPM, Concurrency: l.Concurrency, MonthlyNanoUsd: l.MonthlyNanoUSD, TotalNanoUsd: l.TotalNanoUSD,
@@ -34,7 +35,7 @@ func keyUsageToProto(k store.KeyState) *adminv1.KeyUsage {
 	}
 }
 
-func accountToProto(a store.Account, balance int64) *adminv1.Account {
+func accountToProto(a account.Account, balance int64) *adminv1.Account {
 	return &adminv1.Account{
 		Id:             a.ID,
 		Name:           a.Name,
@@ -47,11 +48,11 @@ func accountToProto(a store.Account, balance int64) *adminv1.Account {
 	}
 }
 
-func kindToProto(k store.KeyKind) adminv1.KeyKind {
+func kindToProto(k account.KeyKind) adminv1.KeyKind {
 	switch k {
-	case store.ModelKey:
+	case account.ModelKey:
 		return adminv1.KeyKind_KEY_KIND_MODEL
-	case store.ReadOnlyToken:
+	case account.ReadOnlyToken:
 		return adminv1.KeyKind_KEY_KIND_READ_ONLY
 	}
 	return adminv1.KeyKind_KEY_KIND_UNSPECIFIED
@@ -59,7 +60,7 @@ func kindToProto(k store.KeyKind) adminv1.KeyKind {
 
 // keyState is the credential's state at now, by the same rule the request
 // path applies (credential.Problem).
-func keyState(k store.Key, now time.Time) adminv1.KeyState {
+func keyState(k account.Key, now time.Time) adminv1.KeyState {
 	switch {
 	case !k.RevokedAt.IsZero() && !now.Before(k.RevokedAt):
 		return adminv1.KeyState_KEY_STATE_REVOKED
@@ -69,9 +70,9 @@ func keyState(k store.Key, now time.Time) adminv1.KeyState {
 	return adminv1.KeyState_KEY_STATE_ACTIVE
 }
 
-// keyToProto describes k as of now. store.Key holds no secret, so neither can
+// keyToProto describes k as of now. account.Key holds no secret, so neither can
 // the result.
-func keyToProto(k store.Key, now time.Time) *adminv1.Key {
+func keyToProto(k account.Key, now time.Time) *adminv1.Key {
 	return &adminv1.Key{
 		Id:           k.ID,
 		AccountId:    k.AccountID,

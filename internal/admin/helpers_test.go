@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
@@ -26,7 +27,7 @@ const testToken = "test-admin-token-0123456789"
 // start is the tests' initial time.
 var start = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
-var defaultLimits = store.Limits{DailyNanoUSD: 100e9, RPM: 60, WindowMinutes: 1}
+var defaultLimits = account.Limits{DailyNanoUSD: 100e9, RPM: 60, WindowMinutes: 1}
 
 // env is an admin server on miniredis, spoken to over real gRPC on loopback.
 type env struct {
@@ -113,7 +114,7 @@ func wantCode(t *testing.T, err error, code codes.Code) {
 	}
 }
 
-func limitsFromProto(l *adminv1.Limits) store.Limits {
-	return store.Limits{DailyNanoUSD: l.GetDailyNanoUsd(), RPM: l.GetRpm(), WindowMinutes: l.GetWindowMinutes(),
+func limitsFromProto(l *adminv1.Limits) account.Limits {
+	return account.Limits{DailyNanoUSD: l.GetDailyNanoUsd(), RPM: l.GetRpm(), WindowMinutes: l.GetWindowMinutes(),
 		TPM: l.GetTpm(), Concurrency: l.GetConcurrency(), MonthlyNanoUSD: l.GetMonthlyNanoUsd(), TotalNanoUSD: l.GetTotalNanoUsd()}
 }

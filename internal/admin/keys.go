@@ -10,13 +10,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
 // kindName is how errors and audit entries call a kind of credential.
-func kindName(k store.KeyKind) string {
-	if k == store.ReadOnlyToken {
+func kindName(k account.KeyKind) string {
+	if k == account.ReadOnlyToken {
 		return "token"
 	}
 	return "key"
@@ -57,11 +57,11 @@ func checkLabel(label string) error {
 }
 
 // createCredential makes a key or token and records it.
-func (s *Service) createCredential(ctx context.Context, accountID string, kind store.KeyKind, opts store.KeyOptions) (string, store.Key, error) {
+func (s *Service) createCredential(ctx context.Context, accountID string, kind account.KeyKind, opts account.KeyOptions) (string, account.Key, error) {
 	op := "create " + kindName(kind)
 	secret, k, err := s.st.CreateKey(ctx, accountID, kind, opts)
 	if err != nil {
-		return "", store.Key{}, s.failAccount(op, accountID, err)
+		return "", account.Key{}, s.failAccount(op, accountID, err)
 	}
 	detail := fmt.Sprintf("label=%q", opts.Label)
 	if !k.ExpiresAt.IsZero() {
@@ -92,8 +92,8 @@ func (s *Service) CreateKey(ctx context.Context, req *adminv1.CreateKeyRequest) 
 			return nil, invalid("model names must be 1 to %d bytes", maxNameLen)
 		}
 	}
-	secret, k, err := s.createCredential(ctx, req.GetAccountId(), store.ModelKey,
-		store.KeyOptions{Label: req.GetLabel(), ExpiresAt: exp, Models: models})
+	secret, k, err := s.createCredential(ctx, req.GetAccountId(), account.ModelKey,
+		account.KeyOptions{Label: req.GetLabel(), ExpiresAt: exp, Models: models})
 	if err != nil {
 		return nil, err
 	}
@@ -109,8 +109,8 @@ func (s *Service) CreateReadOnlyToken(ctx context.Context, req *adminv1.CreateRe
 	if err != nil {
 		return nil, err
 	}
-	secret, k, err := s.createCredential(ctx, req.GetAccountId(), store.ReadOnlyToken,
-		store.KeyOptions{Label: req.GetLabel(), ExpiresAt: exp})
+	secret, k, err := s.createCredential(ctx, req.GetAccountId(), account.ReadOnlyToken,
+		account.KeyOptions{Label: req.GetLabel(), ExpiresAt: exp})
 	if err != nil {
 		return nil, err
 	}
@@ -134,25 +134,25 @@ func (s *Service) ListKeys(ctx context.Context, req *adminv1.ListKeysRequest) (*
 // credential returns the account's credential id, which must be of kind: a
 // key id given to RevokeReadOnlyToken (or the reverse) is a mistake worth
 // reporting rather than acting on.
-func (s *Service) credential(ctx context.Context, op, accountID, id string, kind store.KeyKind) (store.Key, error) {
+func (s *Service) credential(ctx context.Context, op, accountID, id string, kind account.KeyKind) (account.Key, error) {
 	keys, err := s.st.ListKeys(ctx, accountID)
 	if err != nil {
-		return store.Key{}, s.failAccount(op, accountID, err)
+		return account.Key{}, s.failAccount(op, accountID, err)
 	}
 	for _, k := range keys {
 		if k.ID != id {
 			continue
 		}
 		if k.Kind != kind {
-			return store.Key{}, invalid("%s: %s is a %s, not a %s", op, id, kindName(k.Kind), kindName(kind))
+			return account.Key{}, invalid("%s: %s is a %s, not a %s", op, id, kindName(k.Kind), kindName(kind))
 		}
 		return k, nil
 	}
-	return store.Key{}, s.fail(op, &missing{what: kindName(kind) + " " + strconv.Quote(id) + " of account " + strconv.Quote(accountID)})
+	return account.Key{}, s.fail(op, &missing{what: kindName(kind) + " " + strconv.Quote(id) + " of account " + strconv.Quote(accountID)})
 }
 
 // revoke revokes a credential of kind and returns it as it is afterwards.
-func (s *Service) revoke(ctx context.Context, accountID, id string, kind store.KeyKind) (*adminv1.Key, error) {
+func (s *Service) revoke(ctx context.Context, accountID, id string, kind account.KeyKind) (*adminv1.Key, error) {
 	op := "revoke " + kindName(kind)
 	if _, err := s.credential(ctx, op, accountID, id, kind); err != nil {
 		return nil, err
@@ -170,7 +170,7 @@ func (s *Service) revoke(ctx context.Context, accountID, id string, kind store.K
 
 // RevokeKey revokes a model key.
 func (s *Service) RevokeKey(ctx context.Context, req *adminv1.RevokeKeyRequest) (*adminv1.RevokeKeyResponse, error) {
-	k, err := s.revoke(ctx, req.GetAccountId(), req.GetKeyId(), store.ModelKey)
+	k, err := s.revoke(ctx, req.GetAccountId(), req.GetKeyId(), account.ModelKey)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func (s *Service) RevokeKey(ctx context.Context, req *adminv1.RevokeKeyRequest) 
 
 // RevokeReadOnlyToken revokes a read-only token.
 func (s *Service) RevokeReadOnlyToken(ctx context.Context, req *adminv1.RevokeReadOnlyTokenRequest) (*adminv1.RevokeReadOnlyTokenResponse, error) {
-	k, err := s.revoke(ctx, req.GetAccountId(), req.GetTokenId(), store.ReadOnlyToken)
+	k, err := s.revoke(ctx, req.GetAccountId(), req.GetTokenId(), account.ReadOnlyToken)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +199,7 @@ func (s *Service) RotateKey(ctx context.Context, req *adminv1.RotateKeyRequest) 
 		}
 	}
 	accountID, id := req.GetAccountId(), req.GetKeyId()
-	if _, err := s.credential(ctx, op, accountID, id, store.ModelKey); err != nil {
+	if _, err := s.credential(ctx, op, accountID, id, account.ModelKey); err != nil {
 		return nil, err
 	}
 	secret, k, err := s.st.RotateKey(ctx, accountID, id, grace)
@@ -207,7 +207,7 @@ func (s *Service) RotateKey(ctx context.Context, req *adminv1.RotateKeyRequest) 
 		return nil, s.fail(op, err)
 	}
 	s.audit(ctx, "key.rotate", accountID, id, fmt.Sprintf("new_key=%s grace=%s", k.ID, grace))
-	old, err := s.credential(ctx, op, accountID, id, store.ModelKey)
+	old, err := s.credential(ctx, op, accountID, id, account.ModelKey)
 	if err != nil {
 		return nil, err
 	}

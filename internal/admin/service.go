@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/store"
@@ -41,7 +42,7 @@ const (
 // Options configure a Service.
 type Options struct {
 	// DefaultLimits are given to accounts created without limits.
-	DefaultLimits store.Limits
+	DefaultLimits account.Limits
 	// Now is the clock for key states and expiries; default time.Now.
 	Now func() time.Time
 	// Logger receives store failures; default slog.Default().
@@ -123,7 +124,7 @@ func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
-func checkLimits(l store.Limits) error {
+func checkLimits(l account.Limits) error {
 	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 || l.TPM < 0 || l.Concurrency < 0 ||
 		l.MonthlyNanoUSD < 0 || l.TotalNanoUSD < 0 || l.ConcurrencyWaitSeconds < 0 {
 		return invalid("limits must not be negative")
@@ -134,7 +135,7 @@ func checkLimits(l store.Limits) error {
 	return nil
 }
 
-func limitsDetail(l store.Limits) string {
+func limitsDetail(l account.Limits) string {
 	d := fmt.Sprintf("daily_nano_usd=%d rpm=%d window_minutes=%d tpm=%d concurrency=%d monthly_nano_usd=%d",
 		l.DailyNanoUSD, l.RPM, l.WindowMinutes, l.TPM, l.Concurrency, l.MonthlyNanoUSD)
 	if l.TotalNanoUSD != 0 {
@@ -154,7 +155,7 @@ type limitChanges struct {
 }
 
 // apply returns l with the given changes.
-func (c limitChanges) apply(l store.Limits) store.Limits {
+func (c limitChanges) apply(l account.Limits) account.Limits {
 	set := func(dst *int64, v *int64) {
 		if v != nil {
 			*dst = *v
@@ -467,7 +468,7 @@ func (s *Service) SetKeyLimits(ctx context.Context, req *adminv1.SetKeyLimitsReq
 	if err != nil {
 		return nil, s.fail("set key limits", err)
 	}
-	if k.Kind != store.ModelKey {
+	if k.Kind != account.ModelKey {
 		return nil, status.Error(codes.FailedPrecondition, "set key limits: a read-only token makes no requests to limit")
 	}
 	l := limitChanges{

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
@@ -326,10 +327,10 @@ func TestLedger(t *testing.T) {
 	ctx := context.Background()
 	for i := range 3 {
 		id := "req" + strconv.Itoa(i)
-		if _, err := e.st.Admit(ctx, store.Admission{RequestID: id, AccountID: a.Id, Hold: 10}); err != nil {
+		if _, err := e.st.Admit(ctx, account.Admission{RequestID: id, AccountID: a.Id, Hold: 10}); err != nil {
 			t.Fatal(err)
 		}
-		st := store.Settlement{RequestID: id, AccountID: a.Id, KeyID: "key_1", Requested: "m-20250101", Priced: "m", Reported: "m-x",
+		st := account.Settlement{RequestID: id, AccountID: a.Id, KeyID: "key_1", Requested: "m-20250101", Priced: "m", Reported: "m-x",
 			Usage: usage.Usage{Input: 7, Output: 3, CacheWrite5m: 2, CacheWrite1h: 5, Reasoning: 1}, Rates: usage.Usage{Input: 3000, CacheWrite1h: 6000},
 			ServiceTier: "priority", LongContext: 200_000, Fallback: true,
 			Cost: int64(i + 1), Status: 200, Endpoint: "primary", StartedAt: start, EndedAt: start}
@@ -385,10 +386,10 @@ func TestLedgerEveryKind(t *testing.T) {
 			k.Set(&rates, int64(i+1)*1_000_000)
 		}
 	}
-	if _, err := e.st.Admit(ctx, store.Admission{RequestID: "r", AccountID: a.Id, Hold: 10}); err != nil {
+	if _, err := e.st.Admit(ctx, account.Admission{RequestID: "r", AccountID: a.Id, Hold: 10}); err != nil {
 		t.Fatal(err)
 	}
-	st := store.Settlement{RequestID: "r", AccountID: a.Id, KeyID: "key_1", Priced: "m", Usage: u, Rates: rates,
+	st := account.Settlement{RequestID: "r", AccountID: a.Id, KeyID: "key_1", Priced: "m", Usage: u, Rates: rates,
 		Cost: 5, Status: 200, Endpoint: "primary", StartedAt: start, EndedAt: start}
 	if _, err := e.st.Settle(ctx, st); err != nil {
 		t.Fatal(err)
@@ -429,10 +430,10 @@ func TestExportLedger(t *testing.T) {
 	ctx := context.Background()
 	for i := range 5 {
 		id := "req" + strconv.Itoa(i)
-		if _, err := e.st.Admit(ctx, store.Admission{RequestID: id, AccountID: a.Id, Hold: 10}); err != nil {
+		if _, err := e.st.Admit(ctx, account.Admission{RequestID: id, AccountID: a.Id, Hold: 10}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.st.Settle(ctx, store.Settlement{RequestID: id, AccountID: a.Id, Priced: "m", Cost: 1, Status: 200}); err != nil {
+		if _, err := e.st.Settle(ctx, account.Settlement{RequestID: id, AccountID: a.Id, Priced: "m", Cost: 1, Status: 200}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -671,11 +672,11 @@ func TestSetKeyLimits(t *testing.T) {
 		t.Fatalf("set: %v, want limits %v", r, want)
 	}
 	// Spend already counted stays, and shows.
-	_, err = e.st.Admit(e.ctx, store.Admission{RequestID: "r1", AccountID: a.Id, KeyID: k.Id, Hold: 100, KeyLimits: limitsFromProto(want)})
+	_, err = e.st.Admit(e.ctx, account.Admission{RequestID: "r1", AccountID: a.Id, KeyID: k.Id, Hold: 100, KeyLimits: limitsFromProto(want)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.st.Settle(e.ctx, store.Settlement{RequestID: "r1", AccountID: a.Id, KeyID: k.Id, Cost: 70, Status: 200}); err != nil {
+	if _, err := e.st.Settle(e.ctx, account.Settlement{RequestID: "r1", AccountID: a.Id, KeyID: k.Id, Cost: 70, Status: 200}); err != nil {
 		t.Fatal(err)
 	}
 	r, err = e.client.SetKeyLimits(e.ctx, &adminv1.SetKeyLimitsRequest{AccountId: a.Id, KeyId: k.Id, Tpm: proto.Int64(0)})

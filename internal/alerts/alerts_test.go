@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
 )
@@ -226,15 +227,15 @@ func TestEachCrossingOnceAcrossSidecars(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	clk := testclock.New(time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC))
 	st := store.New(rdb, store.Options{Now: clk.Now})
-	a, err := st.CreateAccount(ctx, "acme", 10_000, store.Limits{DailyNanoUSD: 1000})
+	a, err := st.CreateAccount(ctx, "acme", 10_000, account.Limits{DailyNanoUSD: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := st.SetBalanceAlert(ctx, a.ID, 9000); err != nil {
 		t.Fatal(err)
 	}
-	_, k, err := st.CreateKey(ctx, a.ID, store.ModelKey, store.KeyOptions{Label: "ci",
-		Limits: store.Limits{TotalNanoUSD: 500}, ExpiresAt: clk.Now().Add(3 * 24 * time.Hour)})
+	_, k, err := st.CreateKey(ctx, a.ID, account.ModelKey, account.KeyOptions{Label: "ci",
+		Limits: account.Limits{TotalNanoUSD: 500}, ExpiresAt: clk.Now().Add(3 * 24 * time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,10 +247,10 @@ func TestEachCrossingOnceAcrossSidecars(t *testing.T) {
 	}
 	spend := func(id string, cost int64) {
 		t.Helper()
-		if _, err := st.Admit(ctx, store.Admission{RequestID: id, AccountID: a.ID, KeyID: k.ID, Hold: cost, KeyLimits: k.Limits}); err != nil {
+		if _, err := st.Admit(ctx, account.Admission{RequestID: id, AccountID: a.ID, KeyID: k.ID, Hold: cost, KeyLimits: k.Limits}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Settle(ctx, store.Settlement{RequestID: id, AccountID: a.ID, KeyID: k.ID, Cost: cost, Status: 200}); err != nil {
+		if _, err := st.Settle(ctx, account.Settlement{RequestID: id, AccountID: a.ID, KeyID: k.ID, Cost: cost, Status: 200}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -298,10 +299,10 @@ func TestEachCrossingOnceAcrossSidecars(t *testing.T) {
 	}
 	// Raise the key's cap; the account's day reaches 80 % and the balance
 	// falls below its threshold.
-	if err := st.SetKeyLimits(ctx, a.ID, k.ID, store.Limits{TotalNanoUSD: 10_000}); err != nil {
+	if err := st.SetKeyLimits(ctx, a.ID, k.ID, account.Limits{TotalNanoUSD: 10_000}); err != nil {
 		t.Fatal(err)
 	}
-	k.Limits = store.Limits{TotalNanoUSD: 10_000}
+	k.Limits = account.Limits{TotalNanoUSD: 10_000}
 	spend("r3", 300) // daily 800 of 1000; balance 9200
 	if got := kinds(events()); len(got) != 1 || got[BudgetThreshold+":account:daily:80"] != 1 {
 		t.Fatalf("at 80 %% of the account's day: %v", got)
@@ -309,7 +310,7 @@ func TestEachCrossingOnceAcrossSidecars(t *testing.T) {
 	// A refusal by the daily limit fires its 100 % although settled spend
 	// is below it.
 	for _, w := range ws {
-		w.Refused(a.ID, k.ID, store.AccountLevel, store.DailyLimited)
+		w.Refused(a.ID, k.ID, account.AccountLevel, account.DailyLimited)
 		n := <-w.nudges
 		if err := w.CheckAccount(ctx, n.accountID, []nudge{n}); err != nil {
 			t.Fatal(err)
@@ -355,7 +356,7 @@ func TestBudgetThresholdsInOrder(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	clk := testclock.New(time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC))
 	st := store.New(rdb, store.Options{Now: clk.Now})
-	a, err := st.CreateAccount(ctx, "acme", 1_000_000, store.Limits{DailyNanoUSD: 1000})
+	a, err := st.CreateAccount(ctx, "acme", 1_000_000, account.Limits{DailyNanoUSD: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,13 +364,13 @@ func TestBudgetThresholdsInOrder(t *testing.T) {
 	w := NewWatcher(st, pub, WatcherOptions{Now: clk.Now})
 	admit := func(id string, hold int64) {
 		t.Helper()
-		if d, err := st.Admit(ctx, store.Admission{RequestID: id, AccountID: a.ID, KeyID: "key_x", Hold: hold}); err != nil || d.Outcome != store.Admitted {
+		if d, err := st.Admit(ctx, account.Admission{RequestID: id, AccountID: a.ID, KeyID: "key_x", Hold: hold}); err != nil || d.Outcome != account.Admitted {
 			t.Fatalf("admit %s: %+v %v", id, d, err)
 		}
 	}
 	settle := func(id string, cost int64) {
 		t.Helper()
-		if _, err := st.Settle(ctx, store.Settlement{RequestID: id, AccountID: a.ID, KeyID: "key_x", Cost: cost, Status: 200}); err != nil {
+		if _, err := st.Settle(ctx, account.Settlement{RequestID: id, AccountID: a.ID, KeyID: "key_x", Cost: cost, Status: 200}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -378,7 +379,7 @@ func TestBudgetThresholdsInOrder(t *testing.T) {
 		t.Helper()
 		var n []nudge
 		if refused {
-			n = []nudge{{a.ID, "", store.AccountLevel, store.DailyLimited}}
+			n = []nudge{{a.ID, "", account.AccountLevel, account.DailyLimited}}
 		}
 		if err := w.CheckAccount(ctx, a.ID, n); err != nil {
 			t.Fatal(err)

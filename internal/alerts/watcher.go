@@ -11,16 +11,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
 // Store is what the watcher reads and claims (store.Store).
 type Store interface {
-	ListAccounts(ctx context.Context) ([]store.Account, error)
-	Account(ctx context.Context, id string) (store.Account, error)
+	ListAccounts(ctx context.Context) ([]account.Account, error)
+	Account(ctx context.Context, id string) (account.Account, error)
 	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
-	ListKeys(ctx context.Context, accountID string) ([]store.Key, error)
+	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
 	KeyStates(ctx context.Context, accountID string, keyIDs ...string) ([]store.KeyState, error)
 	ClaimAlert(ctx context.Context, accountID, name string, ttl time.Duration) (bool, error)
 	ReleaseAlert(ctx context.Context, accountID, name string) error
@@ -73,8 +74,8 @@ type Watcher struct {
 // spent as far as clients see and its 100 % fires now (after its 80 %).
 type nudge struct {
 	accountID, keyID string
-	level            store.Level
-	outcome          store.Outcome
+	level            account.Level
+	outcome          account.Outcome
 }
 
 // NewWatcher returns a watcher publishing to pub.
@@ -104,9 +105,9 @@ func NewWatcher(st Store, pub Publisher, o WatcherOptions) *Watcher {
 
 // Refused tells the watcher a request was refused; a refusal by a spend
 // budget makes its 100 % fire at the next look. Never blocks.
-func (w *Watcher) Refused(accountID, keyID string, level store.Level, outcome store.Outcome) {
+func (w *Watcher) Refused(accountID, keyID string, level account.Level, outcome account.Outcome) {
 	switch outcome {
-	case store.DailyLimited, store.MonthlyLimited, store.TotalLimited:
+	case account.DailyLimited, account.MonthlyLimited, account.TotalLimited:
 	default:
 		return
 	}
@@ -185,7 +186,7 @@ func (w *Watcher) CheckAccount(ctx context.Context, accountID string, refused []
 
 // budget is one spend limit of an account or key in its current window.
 type budget struct {
-	level  store.Level
+	level  account.Level
 	keyID  string
 	window string // daily, monthly, total
 	stamp  string // the window's UTC day or month; "" for total
@@ -196,7 +197,7 @@ type budget struct {
 	hit    bool  // a request was refused by it
 }
 
-func (w *Watcher) checkAccount(ctx context.Context, a store.Account, refused []nudge) error {
+func (w *Watcher) checkAccount(ctx context.Context, a account.Account, refused []nudge) error {
 	now := w.o.Now().UTC()
 	u, err := w.st.Usage(ctx, a.ID, store.Day)
 	if err != nil {
@@ -210,19 +211,19 @@ func (w *Watcher) checkAccount(ctx context.Context, a store.Account, refused []n
 			budgets = append(budgets, b)
 		}
 	}
-	add(budget{level: store.AccountLevel, window: "daily", stamp: day, ttl: dayTTL, limit: u.Limits.DailyNanoUSD, used: u.DailyUsed, held: u.Held})
-	add(budget{level: store.AccountLevel, window: "monthly", stamp: month, ttl: monthTTL, limit: u.Limits.MonthlyNanoUSD, used: u.MonthUsed, held: u.Held})
+	add(budget{level: account.AccountLevel, window: "daily", stamp: day, ttl: dayTTL, limit: u.Limits.DailyNanoUSD, used: u.DailyUsed, held: u.Held})
+	add(budget{level: account.AccountLevel, window: "monthly", stamp: month, ttl: monthTTL, limit: u.Limits.MonthlyNanoUSD, used: u.MonthUsed, held: u.Held})
 
 	keys, err := w.st.ListKeys(ctx, a.ID)
 	if err != nil {
 		return err
 	}
-	var limited []store.Key
+	var limited []account.Key
 	for _, k := range keys {
 		if !k.RevokedAt.IsZero() {
 			continue
 		}
-		if k.Kind == store.ModelKey && (k.Limits.DailyNanoUSD > 0 || k.Limits.MonthlyNanoUSD > 0 || k.Limits.TotalNanoUSD > 0) {
+		if k.Kind == account.ModelKey && (k.Limits.DailyNanoUSD > 0 || k.Limits.MonthlyNanoUSD > 0 || k.Limits.TotalNanoUSD > 0) {
 			limited = append(limited, k)
 		}
 		if exp := k.ExpiresAt; !exp.IsZero() && exp.After(now) && exp.Sub(now) <= ExpiryNotice {
@@ -243,16 +244,16 @@ func (w *Watcher) checkAccount(ctx context.Context, a store.Account, refused []n
 		}
 		for i, k := range limited {
 			s := states[i]
-			add(budget{level: store.KeyLevel, keyID: k.ID, window: "daily", stamp: day, ttl: dayTTL, limit: k.Limits.DailyNanoUSD, used: s.Day.Cost, held: s.Held})
-			add(budget{level: store.KeyLevel, keyID: k.ID, window: "monthly", stamp: month, ttl: monthTTL, limit: k.Limits.MonthlyNanoUSD, used: s.Month.Cost, held: s.Held})
-			add(budget{level: store.KeyLevel, keyID: k.ID, window: "total", limit: k.Limits.TotalNanoUSD, used: s.Total.Cost, held: s.Held})
+			add(budget{level: account.KeyLevel, keyID: k.ID, window: "daily", stamp: day, ttl: dayTTL, limit: k.Limits.DailyNanoUSD, used: s.Day.Cost, held: s.Held})
+			add(budget{level: account.KeyLevel, keyID: k.ID, window: "monthly", stamp: month, ttl: monthTTL, limit: k.Limits.MonthlyNanoUSD, used: s.Month.Cost, held: s.Held})
+			add(budget{level: account.KeyLevel, keyID: k.ID, window: "total", limit: k.Limits.TotalNanoUSD, used: s.Total.Cost, held: s.Held})
 		}
 	}
 	for _, n := range refused {
-		window := map[store.Outcome]string{store.DailyLimited: "daily", store.MonthlyLimited: "monthly", store.TotalLimited: "total"}[n.outcome]
+		window := map[account.Outcome]string{account.DailyLimited: "daily", account.MonthlyLimited: "monthly", account.TotalLimited: "total"}[n.outcome]
 		for i := range budgets {
 			b := &budgets[i]
-			if b.level == n.level && b.window == window && (n.level == store.AccountLevel || b.keyID == n.keyID) {
+			if b.level == n.level && b.window == window && (n.level == account.AccountLevel || b.keyID == n.keyID) {
 				b.hit = true
 			}
 		}

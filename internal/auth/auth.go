@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -94,19 +95,19 @@ func ParseHeaders(h Headers) (string, error) {
 }
 
 // Kind tells a model key from a read-only token by its prefix.
-func Kind(secret string) store.KeyKind {
+func Kind(secret string) account.KeyKind {
 	switch {
-	case strings.HasPrefix(secret, store.ModelKey.Prefix()):
-		return store.ModelKey
-	case strings.HasPrefix(secret, store.ReadOnlyToken.Prefix()):
-		return store.ReadOnlyToken
+	case strings.HasPrefix(secret, account.ModelKey.Prefix()):
+		return account.ModelKey
+	case strings.HasPrefix(secret, account.ReadOnlyToken.Prefix()):
+		return account.ReadOnlyToken
 	}
 	return ""
 }
 
 // Lookuper finds a stored key by the hash of its secret.
 type Lookuper interface {
-	LookupKey(ctx context.Context, hash [32]byte) (store.Key, error)
+	LookupKey(ctx context.Context, hash [32]byte) (account.Key, error)
 }
 
 // Cache resolves secrets to keys, remembering answers (including "unknown")
@@ -123,7 +124,7 @@ type Cache struct {
 }
 
 type cacheEntry struct {
-	key     store.Key
+	key     account.Key
 	found   bool
 	expires time.Time
 }
@@ -138,7 +139,7 @@ func NewCache(src Lookuper, ttl time.Duration) *Cache {
 }
 
 // Lookup returns the key for secret, or store.ErrNotFound.
-func (c *Cache) Lookup(ctx context.Context, secret string) (store.Key, error) {
+func (c *Cache) Lookup(ctx context.Context, secret string) (account.Key, error) {
 	h := store.HashSecret(secret)
 	now := c.now()
 	c.mu.Lock()
@@ -146,14 +147,14 @@ func (c *Cache) Lookup(ctx context.Context, secret string) (store.Key, error) {
 	c.mu.Unlock()
 	if ok && now.Before(e.expires) {
 		if !e.found {
-			return store.Key{}, store.ErrNotFound
+			return account.Key{}, store.ErrNotFound
 		}
 		return e.key, nil
 	}
 	k, err := c.src.LookupKey(ctx, h)
 	found := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return store.Key{}, err // store trouble: do not cache
+		return account.Key{}, err // store trouble: do not cache
 	}
 	c.mu.Lock()
 	if len(c.entries) >= c.max {
@@ -162,7 +163,7 @@ func (c *Cache) Lookup(ctx context.Context, secret string) (store.Key, error) {
 	c.entries[h] = cacheEntry{key: k, found: found, expires: now.Add(c.ttl)}
 	c.mu.Unlock()
 	if !found {
-		return store.Key{}, store.ErrNotFound
+		return account.Key{}, store.ErrNotFound
 	}
 	return k, nil
 }
@@ -182,7 +183,7 @@ func (c *Cache) evictLocked(now time.Time) {
 
 // Problem says why a stored key may not be used now, or "" if it may.
 // A suspended account is not a problem of the key: see Authenticate.
-func Problem(k store.Key, now time.Time) string {
+func Problem(k account.Key, now time.Time) string {
 	switch {
 	case !k.RevokedAt.IsZero() && !now.Before(k.RevokedAt):
 		return "API key has been revoked"
@@ -220,7 +221,7 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Policy says what a caller of Authenticate accepts.
 type Policy struct {
-	Kinds []store.KeyKind
+	Kinds []account.KeyKind
 	// AllowSuspended lets the keys of a suspended account through (reading
 	// usage stays possible during a suspension).
 	AllowSuspended bool
@@ -230,7 +231,7 @@ type Policy struct {
 // stand-in in tests. The processor, the control endpoints and the console
 // take one.
 type Authenticator interface {
-	Authenticate(ctx context.Context, h Headers, now time.Time, p Policy) (store.Key, error)
+	Authenticate(ctx context.Context, h Headers, now time.Time, p Policy) (account.Key, error)
 }
 
 var _ Authenticator = (*Cache)(nil)
@@ -239,33 +240,33 @@ var _ Authenticator = (*Cache)(nil)
 // the credential headers, check the kind against those accepted, look the
 // key up through the cache and check that it may be used at now. Every
 // refusal is an *Error.
-func (c *Cache) Authenticate(ctx context.Context, h Headers, now time.Time, p Policy) (store.Key, error) {
+func (c *Cache) Authenticate(ctx context.Context, h Headers, now time.Time, p Policy) (account.Key, error) {
 	secret, err := ParseHeaders(h)
 	if err != nil {
-		return store.Key{}, &Error{Reason: Unauthenticated, Message: err.Error()}
+		return account.Key{}, &Error{Reason: Unauthenticated, Message: err.Error()}
 	}
 	kind := Kind(secret)
 	if kind == "" {
-		return store.Key{}, &Error{Reason: Unauthenticated, Message: "invalid API key"}
+		return account.Key{}, &Error{Reason: Unauthenticated, Message: "invalid API key"}
 	}
 	if !slices.Contains(p.Kinds, kind) {
-		return store.Key{}, &Error{Reason: WrongKind, Message: "this credential cannot be used here"}
+		return account.Key{}, &Error{Reason: WrongKind, Message: "this credential cannot be used here"}
 	}
 	key, err := c.Lookup(ctx, secret)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return store.Key{}, &Error{Reason: Unauthenticated, Message: "invalid API key"}
+		return account.Key{}, &Error{Reason: Unauthenticated, Message: "invalid API key"}
 	case err != nil:
-		return store.Key{}, &Error{Reason: Unavailable, Message: "the gateway cannot verify keys right now; retry shortly", Err: err}
+		return account.Key{}, &Error{Reason: Unavailable, Message: "the gateway cannot verify keys right now; retry shortly", Err: err}
 	case key.Kind != kind:
 		// The stored kind decides, not the prefix.
-		return store.Key{}, &Error{Reason: WrongKind, Message: "this credential cannot be used here"}
+		return account.Key{}, &Error{Reason: WrongKind, Message: "this credential cannot be used here"}
 	}
 	if msg := Problem(key, now); msg != "" {
-		return store.Key{}, &Error{Reason: Unauthenticated, Message: msg}
+		return account.Key{}, &Error{Reason: Unauthenticated, Message: msg}
 	}
 	if key.AccountSuspended && !p.AllowSuspended {
-		return store.Key{}, &Error{Reason: Suspended, Message: "this account is suspended; contact the gateway's operator"}
+		return account.Key{}, &Error{Reason: Suspended, Message: "this account is suspended; contact the gateway's operator"}
 	}
 	return key, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -38,31 +39,31 @@ func TestParse(t *testing.T) {
 }
 
 func TestKind(t *testing.T) {
-	if Kind("cr_x") != store.ModelKey || Kind("ro_x") != store.ReadOnlyToken || Kind("sk-x") != "" {
+	if Kind("cr_x") != account.ModelKey || Kind("ro_x") != account.ReadOnlyToken || Kind("sk-x") != "" {
 		t.Fatal("Kind does not follow the prefixes")
 	}
 }
 
 type fakeSource struct {
-	keys  map[[32]byte]store.Key
+	keys  map[[32]byte]account.Key
 	calls int
 	err   error
 }
 
-func (f *fakeSource) LookupKey(_ context.Context, h [32]byte) (store.Key, error) {
+func (f *fakeSource) LookupKey(_ context.Context, h [32]byte) (account.Key, error) {
 	f.calls++
 	if f.err != nil {
-		return store.Key{}, f.err
+		return account.Key{}, f.err
 	}
 	k, ok := f.keys[h]
 	if !ok {
-		return store.Key{}, store.ErrNotFound
+		return account.Key{}, store.ErrNotFound
 	}
 	return k, nil
 }
 
 func TestCacheHitsMissesAndExpiry(t *testing.T) {
-	src := &fakeSource{keys: map[[32]byte]store.Key{store.HashSecret("cr_known_secret"): {ID: "k1"}}}
+	src := &fakeSource{keys: map[[32]byte]account.Key{store.HashSecret("cr_known_secret"): {ID: "k1"}}}
 	c := NewCache(src, time.Second)
 	now := time.Unix(1000, 0)
 	c.now = func() time.Time { return now }
@@ -114,16 +115,16 @@ func TestCacheBounded(t *testing.T) {
 
 func TestProblem(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	if p := Problem(store.Key{}, now); p != "" {
+	if p := Problem(account.Key{}, now); p != "" {
 		t.Fatalf("fresh key: %q", p)
 	}
-	if p := Problem(store.Key{RevokedAt: now}, now); p == "" {
+	if p := Problem(account.Key{RevokedAt: now}, now); p == "" {
 		t.Fatal("revoked key accepted")
 	}
-	if p := Problem(store.Key{ExpiresAt: now.Add(-time.Second)}, now); p == "" || !strings.Contains(p, "expired") {
+	if p := Problem(account.Key{ExpiresAt: now.Add(-time.Second)}, now); p == "" || !strings.Contains(p, "expired") {
 		t.Fatalf("expired key: %q", p)
 	}
-	if p := Problem(store.Key{ExpiresAt: now.Add(time.Second)}, now); p != "" {
+	if p := Problem(account.Key{ExpiresAt: now.Add(time.Second)}, now); p != "" {
 		t.Fatalf("key in its grace period refused: %q", p)
 	}
 }
@@ -147,19 +148,19 @@ func TestParseHeadersRefusesRepeats(t *testing.T) {
 
 func TestAuthenticate(t *testing.T) {
 	now := time.Now()
-	keys := map[string]store.Key{
-		"cr_goodgoodgood": {ID: "k1", AccountID: "a", Kind: store.ModelKey},
-		"ro_goodgoodgood": {ID: "k2", AccountID: "a", Kind: store.ReadOnlyToken},
-		"cr_suspendedkey": {ID: "k3", AccountID: "b", Kind: store.ModelKey, AccountSuspended: true},
-		"cr_revokedkey12": {ID: "k4", AccountID: "a", Kind: store.ModelKey, RevokedAt: now.Add(-time.Minute)},
+	keys := map[string]account.Key{
+		"cr_goodgoodgood": {ID: "k1", AccountID: "a", Kind: account.ModelKey},
+		"ro_goodgoodgood": {ID: "k2", AccountID: "a", Kind: account.ReadOnlyToken},
+		"cr_suspendedkey": {ID: "k3", AccountID: "b", Kind: account.ModelKey, AccountSuspended: true},
+		"cr_revokedkey12": {ID: "k4", AccountID: "a", Kind: account.ModelKey, RevokedAt: now.Add(-time.Minute)},
 	}
-	src := &fakeSource{keys: map[[32]byte]store.Key{}}
+	src := &fakeSource{keys: map[[32]byte]account.Key{}}
 	for s, k := range keys {
 		src.keys[store.HashSecret(s)] = k
 	}
 	c := NewCache(src, time.Nanosecond)
-	model := Policy{Kinds: []store.KeyKind{store.ModelKey}}
-	usage := Policy{Kinds: []store.KeyKind{store.ModelKey, store.ReadOnlyToken}, AllowSuspended: true}
+	model := Policy{Kinds: []account.KeyKind{account.ModelKey}}
+	usage := Policy{Kinds: []account.KeyKind{account.ModelKey, account.ReadOnlyToken}, AllowSuspended: true}
 	for _, tt := range []struct {
 		secret string
 		p      Policy

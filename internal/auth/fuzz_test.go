@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // FuzzParse: any header values give either a well-formed secret that came
@@ -29,7 +29,7 @@ func FuzzParse(f *testing.F) {
 		if !strings.Contains(xAPIKey, s) && !strings.Contains(authorization, s) {
 			t.Fatalf("secret %q came from neither header", s)
 		}
-		if Kind(s) == "" && (strings.HasPrefix(s, store.ModelKey.Prefix()) || strings.HasPrefix(s, store.ReadOnlyToken.Prefix())) {
+		if Kind(s) == "" && (strings.HasPrefix(s, account.ModelKey.Prefix()) || strings.HasPrefix(s, account.ReadOnlyToken.Prefix())) {
 			t.Fatalf("kind of %q not recognised", s)
 		}
 	})

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/control"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -37,7 +38,7 @@ type SettlementWaiter interface {
 
 // readPolicy is GET /v1/usage's: both kinds of credential read their
 // account's data, also while the account is suspended.
-var readPolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey, store.ReadOnlyToken}, AllowSuspended: true}
+var readPolicy = auth.Policy{Kinds: []account.KeyKind{account.ModelKey, account.ReadOnlyToken}, AllowSuspended: true}
 
 // APIOptions configure the data API and the customer page.
 type APIOptions struct {

@@ -15,6 +15,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
@@ -42,25 +43,25 @@ func setup(t *testing.T) *fixture {
 	mr.SetTime(f.clk.Now())
 	f.st = store.New(rdb, store.Options{Now: f.clk.Now})
 	ctx := context.Background()
-	a, err := f.st.CreateAccount(ctx, "a", 5_000_000_000, store.Limits{})
+	a, err := f.st.CreateAccount(ctx, "a", 5_000_000_000, account.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.acct = a.ID
-	var k store.Key
-	if f.cr, k, err = f.st.CreateKey(ctx, a.ID, store.ModelKey, store.KeyOptions{Label: "<b>ci</b>"}); err != nil {
+	var k account.Key
+	if f.cr, k, err = f.st.CreateKey(ctx, a.ID, account.ModelKey, account.KeyOptions{Label: "<b>ci</b>"}); err != nil {
 		t.Fatal(err)
 	}
 	f.keyID = k.ID
-	if f.ro, _, err = f.st.CreateKey(ctx, a.ID, store.ReadOnlyToken, store.KeyOptions{}); err != nil {
+	if f.ro, _, err = f.st.CreateKey(ctx, a.ID, account.ReadOnlyToken, account.KeyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := f.st.CreateAccount(ctx, "b", 1_000_000_000, store.Limits{})
+	b, err := f.st.CreateAccount(ctx, "b", 1_000_000_000, account.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.otherAcc = b.ID
-	if f.otherRO, _, err = f.st.CreateKey(ctx, b.ID, store.ReadOnlyToken, store.KeyOptions{}); err != nil {
+	if f.otherRO, _, err = f.st.CreateKey(ctx, b.ID, account.ReadOnlyToken, account.KeyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.mux = http.NewServeMux()
@@ -74,10 +75,10 @@ func (f *fixture) at(t time.Time) { f.clk.Set(t); f.mr.SetTime(t) }
 func (f *fixture) settle(t *testing.T, id string, cost int64) {
 	t.Helper()
 	ctx := context.Background()
-	if d, err := f.st.Admit(ctx, store.Admission{RequestID: id, AccountID: f.acct, KeyID: f.keyID, Priced: "m", Hold: cost}); err != nil || d.Outcome != store.Admitted {
+	if d, err := f.st.Admit(ctx, account.Admission{RequestID: id, AccountID: f.acct, KeyID: f.keyID, Priced: "m", Hold: cost}); err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
-	_, err := f.st.Settle(ctx, store.Settlement{
+	_, err := f.st.Settle(ctx, account.Settlement{
 		RequestID: id, AccountID: f.acct, KeyID: f.keyID, Requested: "m-req", Priced: "<img src=x>", Reported: "m-rep",
 		Usage: usage.Usage{Input: 10, Output: 5, CacheRead: 2, CodeInterpreter: 1}, Rates: usage.Usage{Input: 3_000_000_000},
 		Cost: cost, Status: 200, Estimated: true, StartedAt: f.clk.Now().Add(-time.Second), EndedAt: f.clk.Now(),
@@ -287,7 +288,7 @@ func TestLedgerCSVHoldsOneMonth(t *testing.T) {
 func TestLedgerCSVFormulas(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
-	_, k, err := f.st.CreateKey(ctx, f.acct, store.ModelKey, store.KeyOptions{Label: "@SUM(A1:A9)"})
+	_, k, err := f.st.CreateKey(ctx, f.acct, account.ModelKey, account.KeyOptions{Label: "@SUM(A1:A9)"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,10 +296,10 @@ func TestLedgerCSVFormulas(t *testing.T) {
 		"\t=1+1", "\r=1+1", "plain-model", "a=b", ""}
 	for i, m := range models {
 		req := fmt.Sprintf("r%d", i)
-		if d, err := f.st.Admit(ctx, store.Admission{RequestID: req, AccountID: f.acct, KeyID: k.ID, Priced: "m", Hold: 1000}); err != nil || d.Outcome != store.Admitted {
+		if d, err := f.st.Admit(ctx, account.Admission{RequestID: req, AccountID: f.acct, KeyID: k.ID, Priced: "m", Hold: 1000}); err != nil || d.Outcome != account.Admitted {
 			t.Fatalf("admit: %+v %v", d, err)
 		}
-		if _, err := f.st.Settle(ctx, store.Settlement{RequestID: req, AccountID: f.acct, KeyID: k.ID,
+		if _, err := f.st.Settle(ctx, account.Settlement{RequestID: req, AccountID: f.acct, KeyID: k.ID,
 			Requested: usage.RequestedModel(m), Priced: usage.PricedModel(m), Reported: usage.ReportedModel(m), Status: 200, Cost: 123,
 			StartedAt: f.clk.Now(), EndedAt: f.clk.Now()}); err != nil {
 			t.Fatal(err)
@@ -332,7 +333,7 @@ func TestLedgerCSVFormulas(t *testing.T) {
 		}
 	}
 	// A reconciled entry that returns money: its numbers stay numbers.
-	r := csvRow(store.LedgerEntry{ID: "1-0", Settlement: store.Settlement{Cost: -123, Reconciled: true}}, "")
+	r := csvRow(store.LedgerEntry{ID: "1-0", Settlement: account.Settlement{Cost: -123, Reconciled: true}}, "")
 	if got := strings.Join(r[len(r)-2:], ","); got != "-123,-0.000000123" {
 		t.Errorf("a negative cost is written %s", got)
 	}

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
@@ -24,13 +25,13 @@ import (
 type UsageReader interface {
 	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
 	KeyStates(ctx context.Context, accountID string, keyIDs ...string) ([]store.KeyState, error)
-	ListKeys(ctx context.Context, accountID string) ([]store.Key, error)
+	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
 	Ping(ctx context.Context) error
 }
 
 // usagePolicy: both kinds of credential read usage, also while the account
 // is suspended.
-var usagePolicy = auth.Policy{Kinds: []store.KeyKind{store.ModelKey, store.ReadOnlyToken}, AllowSuspended: true}
+var usagePolicy = auth.Policy{Kinds: []account.KeyKind{account.ModelKey, account.ReadOnlyToken}, AllowSuspended: true}
 
 // SettlementWaiter waits until the replies this sidecar has released for an
 // account have been settled.
@@ -401,8 +402,8 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 
 // addKeys adds what the credential may see of keys: a model key its own
 // limits and spend, a read-only token each model key's share.
-func (h *Handler) addKeys(ctx context.Context, u *Usage, key store.Key, p store.Period) error {
-	if key.Kind == store.ModelKey {
+func (h *Handler) addKeys(ctx context.Context, u *Usage, key account.Key, p store.Period) error {
+	if key.Kind == account.ModelKey {
 		ks, err := h.o.Store.KeyStates(ctx, key.AccountID, key.ID)
 		if err != nil {
 			return err
@@ -415,9 +416,9 @@ func (h *Handler) addKeys(ctx context.Context, u *Usage, key store.Key, p store.
 		return err
 	}
 	var ids []string
-	var model []store.Key
+	var model []account.Key
 	for _, k := range keys {
-		if k.Kind == store.ModelKey {
+		if k.Kind == account.ModelKey {
 			ids = append(ids, k.ID)
 			model = append(model, k)
 		}
@@ -434,7 +435,7 @@ func (h *Handler) addKeys(ctx context.Context, u *Usage, key store.Key, p store.
 	return nil
 }
 
-func newKeyUsage(k store.Key, ks store.KeyState, p store.Period) *KeyUsage {
+func newKeyUsage(k account.Key, ks store.KeyState, p store.Period) *KeyUsage {
 	l := k.Limits
 	c := ks.Spent(p)
 	return &KeyUsage{
@@ -520,7 +521,7 @@ type ErrorBody struct {
 // console's data API) by its x-api-key or bearer credential under p. When it
 // refuses, it has written the refusal (401, or 503 with retry-after while the
 // store is unreachable) and ok is false.
-func Caller(w http.ResponseWriter, r *http.Request, keys auth.Authenticator, now time.Time, p auth.Policy, log *slog.Logger) (key store.Key, ok bool) {
+func Caller(w http.ResponseWriter, r *http.Request, keys auth.Authenticator, now time.Time, p auth.Policy, log *slog.Logger) (key account.Key, ok bool) {
 	key, err := keys.Authenticate(r.Context(),
 		auth.Headers{XAPIKey: r.Header.Values("X-Api-Key"), Authorization: r.Header.Values("Authorization")},
 		now, p)
@@ -532,14 +533,14 @@ func Caller(w http.ResponseWriter, r *http.Request, keys auth.Authenticator, now
 		log.Error("key lookup failed", "path", r.URL.Path, "err", ae.Err)
 		w.Header().Set("Retry-After", "1")
 		WriteError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
-		return store.Key{}, false
+		return account.Key{}, false
 	}
 	msg := "invalid token"
 	if ae != nil && ae.Reason == auth.Unauthenticated && ae.Message != "invalid API key" {
 		msg = ae.Message
 	}
 	WriteError(w, http.StatusUnauthorized, "authentication_error", msg)
-	return store.Key{}, false
+	return account.Key{}, false
 }
 
 // WriteError writes an error body of the sidecar's HTTP API.

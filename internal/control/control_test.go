@@ -4,13 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/modelgateway/gateway/internal/testclock"
-	"github.com/modelgateway/gateway/internal/usage"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/testclock"
+	"github.com/modelgateway/gateway/internal/usage"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -27,11 +29,11 @@ func setup(t *testing.T) (*Handler, *store.Store, *testclock.Clock, string, stri
 	clk := testclock.New(time.Date(2026, 1, 31, 23, 59, 58, 0, time.UTC))
 	st := store.New(rdb, store.Options{Now: clk.Now})
 	ctx := context.Background()
-	acct, err := st.CreateAccount(ctx, "a", 5_000_000_000, store.Limits{DailyNanoUSD: 2_000_000_000, RPM: 60, WindowMinutes: 1})
+	acct, err := st.CreateAccount(ctx, "a", 5_000_000_000, account.Limits{DailyNanoUSD: 2_000_000_000, RPM: 60, WindowMinutes: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ro, _, err := st.CreateKey(ctx, acct.ID, store.ReadOnlyToken, store.KeyOptions{})
+	ro, _, err := st.CreateKey(ctx, acct.ID, account.ReadOnlyToken, account.KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,10 +44,10 @@ func setup(t *testing.T) (*Handler, *store.Store, *testclock.Clock, string, stri
 func settle(t *testing.T, st *store.Store, acct, id string, cost int64) {
 	t.Helper()
 	ctx := context.Background()
-	if d, err := st.Admit(ctx, store.Admission{RequestID: id, AccountID: acct, KeyID: "k", Priced: "m", Hold: cost}); err != nil || d.Outcome != store.Admitted {
+	if d, err := st.Admit(ctx, account.Admission{RequestID: id, AccountID: acct, KeyID: "k", Priced: "m", Hold: cost}); err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
-	if _, err := st.Settle(ctx, store.Settlement{RequestID: id, AccountID: acct, KeyID: "k", Priced: "m", Usage: usage.Usage{Input: 10, Output: 5}, Cost: cost, Status: 200}); err != nil {
+	if _, err := st.Settle(ctx, account.Settlement{RequestID: id, AccountID: acct, KeyID: "k", Priced: "m", Usage: usage.Usage{Input: 10, Output: 5}, Cost: cost, Status: 200}); err != nil {
 		t.Fatal(err)
 	}
 }

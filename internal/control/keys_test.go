@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -14,26 +14,26 @@ import (
 func TestUsageShowsKeysAndMonth(t *testing.T) {
 	h, st, clk, acct, ro := setup(t)
 	ctx := context.Background()
-	if err := st.SetLimits(ctx, acct, store.Limits{DailyNanoUSD: 2e9, RPM: 60, WindowMinutes: 1, MonthlyNanoUSD: 3e9, TPM: 9000, Concurrency: 4}); err != nil {
+	if err := st.SetLimits(ctx, acct, account.Limits{DailyNanoUSD: 2e9, RPM: 60, WindowMinutes: 1, MonthlyNanoUSD: 3e9, TPM: 9000, Concurrency: 4}); err != nil {
 		t.Fatal(err)
 	}
-	kl := store.Limits{DailyNanoUSD: 1e9, MonthlyNanoUSD: 15e8, TotalNanoUSD: 25e8, TPM: 5000, Concurrency: 2, RPM: 10, WindowMinutes: 1}
-	ci, ciKey, err := st.CreateKey(ctx, acct, store.ModelKey, store.KeyOptions{Label: "ci", Limits: kl})
+	kl := account.Limits{DailyNanoUSD: 1e9, MonthlyNanoUSD: 15e8, TotalNanoUSD: 25e8, TPM: 5000, Concurrency: 2, RPM: 10, WindowMinutes: 1}
+	ci, ciKey, err := st.CreateKey(ctx, acct, account.ModelKey, account.KeyOptions{Label: "ci", Limits: kl})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, devKey, err := st.CreateKey(ctx, acct, store.ModelKey, store.KeyOptions{Label: "dev"})
+	_, devKey, err := st.CreateKey(ctx, acct, account.ModelKey, account.KeyOptions{Label: "dev"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(id string, k store.Key, cost int64, settle bool) {
+	run := func(id string, k account.Key, cost int64, settle bool) {
 		t.Helper()
-		d, err := st.Admit(ctx, store.Admission{RequestID: id, AccountID: acct, KeyID: k.ID, Priced: "m", Hold: cost, Tokens: 100, KeyLimits: k.Limits})
-		if err != nil || d.Outcome != store.Admitted {
+		d, err := st.Admit(ctx, account.Admission{RequestID: id, AccountID: acct, KeyID: k.ID, Priced: "m", Hold: cost, Tokens: 100, KeyLimits: k.Limits})
+		if err != nil || d.Outcome != account.Admitted {
 			t.Fatalf("admit: %+v %v", d, err)
 		}
 		if settle {
-			if _, err := st.Settle(ctx, store.Settlement{RequestID: id, AccountID: acct, KeyID: k.ID, Priced: "m",
+			if _, err := st.Settle(ctx, account.Settlement{RequestID: id, AccountID: acct, KeyID: k.ID, Priced: "m",
 				Usage: usage.Usage{Input: 10, Output: 5}, Cost: cost, Status: 200}); err != nil {
 				t.Fatal(err)
 			}

@@ -37,6 +37,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -52,8 +53,8 @@ type Store interface {
 type Open struct {
 	account, request string
 	want             atomic.Bool
-	ckpt             atomic.Pointer[store.Checkpoint]
-	sent             *store.Checkpoint // last checkpoint written; renewer goroutine only
+	ckpt             atomic.Pointer[account.Checkpoint]
+	sent             *account.Checkpoint // last checkpoint written; renewer goroutine only
 	// stop is when the request must stop being served, unix ns: its
 	// lease's end as last renewed, less the safety margin.
 	stop atomic.Int64
@@ -86,7 +87,7 @@ func (o *Open) WantCheckpoint() bool {
 }
 
 // Checkpoint publishes the request's best-known outcome so far.
-func (o *Open) Checkpoint(c store.Checkpoint) {
+func (o *Open) Checkpoint(c account.Checkpoint) {
 	if o == nil {
 		return
 	}
@@ -146,7 +147,7 @@ func (r *Renewer) Register(accountID, requestID string, since time.Time) *Open {
 
 // Finish records that the request has ended with final as its outcome. Its
 // hold is renewed until Forget, or until a renewal finds it gone.
-func (r *Renewer) Finish(o *Open, final store.Checkpoint) {
+func (r *Renewer) Finish(o *Open, final account.Checkpoint) {
 	if r == nil || o == nil {
 		return
 	}

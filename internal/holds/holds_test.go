@@ -8,6 +8,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -33,12 +34,12 @@ func TestRenewThenSweep(t *testing.T) {
 	c := testclock.New(base)
 	const lease = 3 * time.Second
 	st, _ := newStore(t, lease, c)
-	acct, err := st.CreateAccount(ctx, "t", 1_000_000, store.Limits{})
+	acct, err := st.CreateAccount(ctx, "t", 1_000_000, account.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := st.Admit(ctx, store.Admission{RequestID: "req_1", AccountID: acct.ID, KeyID: "key_1", Priced: "m", Hold: 500_000})
-	if err != nil || d.Outcome != store.Admitted {
+	d, err := st.Admit(ctx, account.Admission{RequestID: "req_1", AccountID: acct.ID, KeyID: "key_1", Priced: "m", Hold: 500_000})
+	if err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
 	r := NewRenewer(st, nil)
@@ -52,7 +53,7 @@ func TestRenewThenSweep(t *testing.T) {
 	renewals := 0
 	for c.Now().Before(base.Add(4 * lease)) {
 		if o.WantCheckpoint() {
-			o.Checkpoint(store.Checkpoint{Status: 200, Usage: usage.Usage{Input: 5, Output: int64(renewals)}, Cost: 1000 + int64(renewals)})
+			o.Checkpoint(account.Checkpoint{Status: 200, Usage: usage.Usage{Input: 5, Output: int64(renewals)}, Cost: 1000 + int64(renewals)})
 		}
 		r.RenewOnce(ctx)
 		renewals++
@@ -104,25 +105,25 @@ func TestRenewThenSweep(t *testing.T) {
 func TestFinishedUntilGone(t *testing.T) {
 	ctx := context.Background()
 	st, _ := newStore(t, time.Minute, testclock.New(base))
-	acct, _ := st.CreateAccount(ctx, "t", 1_000_000, store.Limits{})
+	acct, _ := st.CreateAccount(ctx, "t", 1_000_000, account.Limits{})
 	r := NewRenewer(st, nil)
 	for _, id := range []string{"req_a", "req_b"} {
-		if d, err := st.Admit(ctx, store.Admission{RequestID: id, AccountID: acct.ID, Hold: 1000}); err != nil || d.Outcome != store.Admitted {
+		if d, err := st.Admit(ctx, account.Admission{RequestID: id, AccountID: acct.ID, Hold: 1000}); err != nil || d.Outcome != account.Admitted {
 			t.Fatal(d, err)
 		}
 	}
 	a, b := r.Register(acct.ID, "req_a", base), r.Register(acct.ID, "req_b", base)
 	// req_a settles; req_b's settlement is "spooled": its hold stays.
-	if _, err := st.Settle(ctx, store.Settlement{RequestID: "req_a", AccountID: acct.ID, Status: 200, Cost: 10}); err != nil {
+	if _, err := st.Settle(ctx, account.Settlement{RequestID: "req_a", AccountID: acct.ID, Status: 200, Cost: 10}); err != nil {
 		t.Fatal(err)
 	}
-	r.Finish(a, store.Checkpoint{Status: 200, Cost: 10})
-	r.Finish(b, store.Checkpoint{Status: 200, Cost: 20})
+	r.Finish(a, account.Checkpoint{Status: 200, Cost: 10})
+	r.Finish(b, account.Checkpoint{Status: 200, Cost: 20})
 	r.RenewOnce(ctx)
 	if n := r.Len(); n != 1 {
 		t.Fatalf("%d requests renewed after one settled, want 1", n)
 	}
-	if _, err := st.Settle(ctx, store.Settlement{RequestID: "req_b", AccountID: acct.ID, Status: 200, Cost: 20}); err != nil {
+	if _, err := st.Settle(ctx, account.Settlement{RequestID: "req_b", AccountID: acct.ID, Status: 200, Cost: 20}); err != nil {
 		t.Fatal(err)
 	}
 	r.RenewOnce(ctx)
@@ -139,11 +140,11 @@ func TestLeaseLostAndQuietSweeper(t *testing.T) {
 	c := testclock.New(base)
 	const lease = 6 * time.Second // margin 1s
 	st, m := newStore(t, lease, c)
-	acct, err := st.CreateAccount(ctx, "t", 1_000_000, store.Limits{})
+	acct, err := st.CreateAccount(ctx, "t", 1_000_000, account.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, err := st.Admit(ctx, store.Admission{RequestID: "req_1", AccountID: acct.ID, Hold: 1000}); err != nil || d.Outcome != store.Admitted {
+	if d, err := st.Admit(ctx, account.Admission{RequestID: "req_1", AccountID: acct.ID, Hold: 1000}); err != nil || d.Outcome != account.Admitted {
 		t.Fatal(d, err)
 	}
 	r := NewRenewer(st, nil)

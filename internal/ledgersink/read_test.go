@@ -8,6 +8,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -19,17 +20,17 @@ func TestReadInChunks(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { rdb.Close() })
 	st := store.New(rdb, store.Options{})
-	a, err := st.CreateAccount(ctx, "chunks", 1_000_000_000, store.Limits{})
+	a, err := st.CreateAccount(ctx, "chunks", 1_000_000_000, account.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const n = 2*readChunk + 37
 	for i := range n {
 		req := fmt.Sprintf("req_%d", i)
-		if d, err := st.Admit(ctx, store.Admission{RequestID: req, AccountID: a.ID, KeyID: "key_x", Priced: "m", Hold: 10}); err != nil || d.Outcome != store.Admitted {
+		if d, err := st.Admit(ctx, account.Admission{RequestID: req, AccountID: a.ID, KeyID: "key_x", Priced: "m", Hold: 10}); err != nil || d.Outcome != account.Admitted {
 			t.Fatalf("admit %s: %v %v", req, d.Outcome, err)
 		}
-		if _, err := st.Settle(ctx, store.Settlement{RequestID: req, AccountID: a.ID, KeyID: "key_x", Priced: "m", Status: 200, Cost: 1}); err != nil {
+		if _, err := st.Settle(ctx, account.Settlement{RequestID: req, AccountID: a.ID, KeyID: "key_x", Priced: "m", Status: 200, Cost: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

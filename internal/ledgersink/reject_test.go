@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/pgtest"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
@@ -45,7 +46,7 @@ func TestDataError(t *testing.T) {
 // jsonb stores: no NUL byte, no \u0000 escape, valid UTF-8, the bytes
 // spelled out as text, every column named, the rest exact.
 func TestRowJSONIsStorable(t *testing.T) {
-	r := row("acct_a", "<lab\xffel>", store.LedgerEntry{ID: "1700000000000-3", Settlement: store.Settlement{
+	r := row("acct_a", "<lab\xffel>", store.LedgerEntry{ID: "1700000000000-3", Settlement: account.Settlement{
 		RequestID: "req_1", Priced: "bad\x00model", Requested: "x\xfe\xffy", Reported: "ok é", Cost: -42,
 	}})
 	s, err := rowJSON(r)
@@ -115,10 +116,10 @@ func TestRefusedEntriesSetAside(t *testing.T) {
 
 	settle := func(acct, req, model string) {
 		t.Helper()
-		if d, err := st.Admit(ctx, store.Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: 10}); err != nil || d.Outcome != store.Admitted {
+		if d, err := st.Admit(ctx, account.Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: 10}); err != nil || d.Outcome != account.Admitted {
 			t.Fatalf("admit %s: %v %v", req, d.Outcome, err)
 		}
-		s := store.Settlement{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Requested: "m", Status: 200, Cost: 7}
+		s := account.Settlement{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Requested: "m", Status: 200, Cost: 7}
 		switch model {
 		case "nul":
 			s.Priced = "bad\x00model"
@@ -131,7 +132,7 @@ func TestRefusedEntriesSetAside(t *testing.T) {
 	}
 	var accounts []string
 	for i := range 3 {
-		a, err := st.CreateAccount(ctx, fmt.Sprint("acct", i), 1_000_000_000, store.Limits{})
+		a, err := st.CreateAccount(ctx, fmt.Sprint("acct", i), 1_000_000_000, account.Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
 )
@@ -570,7 +571,7 @@ func row(account, label string, e store.LedgerEntry) []any {
 
 // Flags are the names of an entry's flags, as the export names its
 // booleans; never nil, so that the column holds '{}' rather than NULL.
-func Flags(st store.Settlement) []string {
+func Flags(st account.Settlement) []string {
 	f := []string{}
 	if st.Estimated {
 		f = append(f, "estimated")

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
 )
@@ -39,10 +40,10 @@ func TestInsertMatchesRow(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
-	if f := Flags(store.Settlement{}); f == nil || len(f) != 0 {
+	if f := Flags(account.Settlement{}); f == nil || len(f) != 0 {
 		t.Fatalf("no flags: %#v, want an empty list", f)
 	}
-	f := Flags(store.Settlement{Estimated: true, Fallback: true, Interrupted: true, Reconciled: true, Capped: true, TierUnknown: true})
+	f := Flags(account.Settlement{Estimated: true, Fallback: true, Interrupted: true, Reconciled: true, Capped: true, TierUnknown: true})
 	if strings.Join(f, ",") != "estimated,fallback_price,interrupted,reconciled,capped,tier_unknown" {
 		t.Fatalf("flags %v", f)
 	}

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // File names inside the spool directory.
@@ -33,7 +33,7 @@ var ErrClosed = errors.New("spool: closed")
 // entry is one pending settlement and its line in the file.
 type entry struct {
 	seq  uint64
-	st   store.Settlement
+	st   account.Settlement
 	line []byte
 }
 
@@ -167,7 +167,7 @@ func (j *journal) publish() {
 }
 
 // append writes one record and syncs it to disk.
-func (j *journal) append(st store.Settlement) (depth int, err error) {
+func (j *journal) append(st account.Settlement) (depth int, err error) {
 	line, err := encode(st, j.now())
 	if err != nil {
 		return 0, err

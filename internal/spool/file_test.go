@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
-func settlement(i int) store.Settlement {
+func settlement(i int) account.Settlement {
 	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	return store.Settlement{
+	return account.Settlement{
 		RequestID: "req_" + strconv.Itoa(i), AccountID: "acct1", KeyID: "key1",
 		Requested: "m-20250101", Priced: "m", Reported: "m-20250101",
 		Usage: usage.Usage{Input: 10, Output: int64(i), CacheRead: 2, CacheWrite1h: 5, AudioInput: 1, Reasoning: 1, WebSearches: 1},
@@ -252,7 +252,7 @@ func TestDecodeVersion2(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
-	want := store.Settlement{RequestID: "r2", AccountID: "a", KeyID: "k", Requested: "m-20260101", Priced: "m", Reported: "m-20260101-x",
+	want := account.Settlement{RequestID: "r2", AccountID: "a", KeyID: "k", Requested: "m-20260101", Priced: "m", Reported: "m-20260101-x",
 		Usage: usage.Usage{Input: 1, Output: 2, CacheRead: 3, CacheWrite5m: 4, CacheWrite1h: 5, AudioInput: 6, AudioOutput: 7, Reasoning: 1,
 			WebSearches: 8, FileSearches: 9, CodeInterpreter: 10, ImageGenerations: 11},
 		Rates: usage.Usage{Input: 3000, Output: 15000, CacheRead: 300, CacheWrite5m: 3750, CacheWrite1h: 6000, AudioInput: 40000, AudioOutput: 80000,

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
 )
@@ -69,7 +70,7 @@ type recordV2 struct {
 // where CRC is the CRC-32C of JSON in 8 lowercase hex digits. The checksum
 // tells a record that was cut short or damaged on disk from a good one; the
 // line stays readable with ordinary tools.
-func encode(st store.Settlement, now time.Time) ([]byte, error) {
+func encode(st account.Settlement, now time.Time) ([]byte, error) {
 	js, err := json.Marshal(record{
 		V: formatVersion, AccountID: st.AccountID, Entry: store.LedgerFields(st), SpooledAt: now.UTC(),
 	})
@@ -83,43 +84,43 @@ func encode(st store.Settlement, now time.Time) ([]byte, error) {
 }
 
 // decode reads one line, without its LF.
-func decode(line []byte) (store.Settlement, error) {
+func decode(line []byte) (account.Settlement, error) {
 	if len(line) < 10 || line[8] != ' ' {
-		return store.Settlement{}, errors.New("not a spool record")
+		return account.Settlement{}, errors.New("not a spool record")
 	}
 	sum, err := strconv.ParseUint(string(line[:8]), 16, 32)
 	if err != nil {
-		return store.Settlement{}, errors.New("bad checksum field")
+		return account.Settlement{}, errors.New("bad checksum field")
 	}
 	js := line[9:]
 	if crc32.Checksum(js, castagnoli) != uint32(sum) {
-		return store.Settlement{}, errors.New("checksum mismatch")
+		return account.Settlement{}, errors.New("checksum mismatch")
 	}
 	var r record
 	if err := json.Unmarshal(js, &r); err != nil {
-		return store.Settlement{}, fmt.Errorf("bad record: %w", err)
+		return account.Settlement{}, fmt.Errorf("bad record: %w", err)
 	}
 	switch r.V {
 	case 1, 2:
 		return decodeV2(js)
 	case formatVersion:
 	default:
-		return store.Settlement{}, fmt.Errorf("unknown record version %d", r.V)
+		return account.Settlement{}, fmt.Errorf("unknown record version %d", r.V)
 	}
 	st := store.SettlementFromLedger(r.AccountID, r.Entry)
 	if st.RequestID == "" {
-		return store.Settlement{}, errors.New("bad record: no request id")
+		return account.Settlement{}, errors.New("bad record: no request id")
 	}
 	return st, nil
 }
 
 // decodeV2 reads the JSON of a version 1 or 2 record.
-func decodeV2(js []byte) (store.Settlement, error) {
+func decodeV2(js []byte) (account.Settlement, error) {
 	var r recordV2
 	if err := json.Unmarshal(js, &r); err != nil {
-		return store.Settlement{}, fmt.Errorf("bad record: %w", err)
+		return account.Settlement{}, fmt.Errorf("bad record: %w", err)
 	}
-	st := store.Settlement{
+	st := account.Settlement{
 		RequestID: r.RequestID, AccountID: r.AccountID, KeyID: r.KeyID,
 		Priced: usage.PricedModel(r.Model), Requested: usage.RequestedModel(r.Requested), Reported: usage.ReportedModel(r.Reported),
 		ServiceTier: r.ServiceTier, LongContext: r.LongContext, Fallback: r.Fallback,
@@ -133,10 +134,10 @@ func decodeV2(js []byte) (store.Settlement, error) {
 		st.Usage = usage.Usage{Input: r.Input, Output: r.Output, CacheWrite5m: r.CacheWrite, CacheRead: r.CacheRead}
 	case 2:
 		if st.Usage, err = usage.FromNames(r.Usage); err != nil {
-			return store.Settlement{}, fmt.Errorf("bad record: %w", err)
+			return account.Settlement{}, fmt.Errorf("bad record: %w", err)
 		}
 		if st.Rates, err = usage.FromNames(r.Rates); err != nil {
-			return store.Settlement{}, fmt.Errorf("bad record: %w", err)
+			return account.Settlement{}, fmt.Errorf("bad record: %w", err)
 		}
 	}
 	return st, nil

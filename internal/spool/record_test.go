@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
-// leaf is one field of store.Settlement that holds a value (not a struct),
+// leaf is one field of account.Settlement that holds a value (not a struct),
 // by its path of field indexes.
 type leaf struct {
 	name  string // "Usage.Input"
@@ -68,7 +68,7 @@ func fill(v reflect.Value, l leaf, n int) {
 // carried is what the spool keeps of st: all of it, except the rates of
 // kinds that are not priced on their own (reasoning is part of output):
 // the ledger records no rate for them.
-func carried(st store.Settlement) store.Settlement {
+func carried(st account.Settlement) account.Settlement {
 	for _, k := range usage.Kinds {
 		if !k.Priced {
 			k.Set(&st.Rates, 0)
@@ -77,7 +77,7 @@ func carried(st store.Settlement) store.Settlement {
 	return st
 }
 
-func roundTrip(t *testing.T, st store.Settlement) store.Settlement {
+func roundTrip(t *testing.T, st account.Settlement) account.Settlement {
 	t.Helper()
 	line, err := encode(st, time.Now())
 	if err != nil {
@@ -91,7 +91,7 @@ func roundTrip(t *testing.T, st store.Settlement) store.Settlement {
 }
 
 // diff names the leaves in which got and want differ.
-func diff(got, want store.Settlement, ls []leaf) []string {
+func diff(got, want account.Settlement, ls []leaf) []string {
 	var out []string
 	g, w := reflect.ValueOf(got), reflect.ValueOf(want)
 	for _, l := range ls {
@@ -103,15 +103,15 @@ func diff(got, want store.Settlement, ls []leaf) []string {
 }
 
 // Every field of a settlement survives the spool, found by reflection: a
-// field added to store.Settlement and not carried (by the ledger encoding
+// field added to account.Settlement and not carried (by the ledger encoding
 // the spool writes) fails here. Each field also travels alone, so that
 // two fields swapped on the way (two flags, say) show.
 func TestRecordCarriesEveryField(t *testing.T) {
-	ls := leaves(t, reflect.TypeFor[store.Settlement](), "", nil)
+	ls := leaves(t, reflect.TypeFor[account.Settlement](), "", nil)
 	if len(ls) < 2*len(usage.Kinds) {
 		t.Fatalf("%d leaves: the usage structs were not reached", len(ls))
 	}
-	var full store.Settlement
+	var full account.Settlement
 	for i, l := range ls {
 		fill(reflect.ValueOf(&full).Elem(), l, i+1)
 	}
@@ -120,7 +120,7 @@ func TestRecordCarriesEveryField(t *testing.T) {
 		t.Fatalf("every field set; not carried:\n%s", strings.Join(diff(got, want, ls), "\n"))
 	}
 	for i, l := range ls {
-		var st store.Settlement
+		var st account.Settlement
 		fill(reflect.ValueOf(&st).Elem(), l, i+1)
 		// A record without a request id is refused.
 		if l.name != "RequestID" {

@@ -26,14 +26,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
 // Store is what a Spool wraps; *store.Store implements it.
 type Store interface {
-	Admit(ctx context.Context, a store.Admission) (store.Decision, error)
-	Settle(ctx context.Context, s store.Settlement) (applied bool, err error)
-	SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult
+	Admit(ctx context.Context, a account.Admission) (account.Decision, error)
+	Settle(ctx context.Context, s account.Settlement) (applied bool, err error)
+	SettleBatch(ctx context.Context, sts []account.Settlement) []store.SettleResult
 }
 
 // Options tune a Spool. Zero values pick the defaults.
@@ -134,7 +135,7 @@ func Open(dir string, st Store, o Options) (*Spool, error) {
 
 // Admit passes the admission to the store. Admission is not spooled: a
 // request that cannot be admitted is refused.
-func (l *Spool) Admit(ctx context.Context, a store.Admission) (store.Decision, error) {
+func (l *Spool) Admit(ctx context.Context, a account.Admission) (account.Decision, error) {
 	d, err := l.store.Admit(ctx, a)
 	if err == nil {
 		l.answered()
@@ -165,9 +166,9 @@ func signal(c chan struct{}) {
 // exactly once. Errors that a retry cannot mend (an unknown account, an
 // invalid settlement) are returned as they are, and so is the store's error
 // when the spool cannot take the settlement either.
-func (l *Spool) SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult {
+func (l *Spool) SettleBatch(ctx context.Context, sts []account.Settlement) []store.SettleResult {
 	res := make([]store.SettleResult, len(sts))
-	valid := make([]store.Settlement, 0, len(sts))
+	valid := make([]account.Settlement, 0, len(sts))
 	idx := make([]int, 0, len(sts))
 	for i, st := range sts {
 		if err := store.CheckSettlement(st); err != nil {
@@ -198,7 +199,7 @@ func (l *Spool) SettleBatch(ctx context.Context, sts []store.Settlement) []store
 // spool appends a settlement the store could not take (err) to the spool.
 // A spooled settlement reports applied: it is on disk and will be applied
 // exactly once.
-func (l *Spool) spool(st store.Settlement, err error) store.SettleResult {
+func (l *Spool) spool(st account.Settlement, err error) store.SettleResult {
 	depth, serr := l.file.append(st)
 	if serr != nil {
 		reason := "write"

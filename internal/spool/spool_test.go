@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
@@ -35,21 +36,21 @@ type flaky struct {
 	down atomic.Bool
 }
 
-func (f *flaky) Admit(ctx context.Context, a store.Admission) (store.Decision, error) {
+func (f *flaky) Admit(ctx context.Context, a account.Admission) (account.Decision, error) {
 	if f.down.Load() {
-		return store.Decision{}, errDown
+		return account.Decision{}, errDown
 	}
 	return f.Store.Admit(ctx, a)
 }
 
-func (f *flaky) Settle(ctx context.Context, st store.Settlement) (bool, error) {
+func (f *flaky) Settle(ctx context.Context, st account.Settlement) (bool, error) {
 	if f.down.Load() {
 		return false, errDown
 	}
 	return f.Store.Settle(ctx, st)
 }
 
-func (f *flaky) SettleBatch(ctx context.Context, sts []store.Settlement) []store.SettleResult {
+func (f *flaky) SettleBatch(ctx context.Context, sts []account.Settlement) []store.SettleResult {
 	if f.down.Load() {
 		res := make([]store.SettleResult, len(sts))
 		for i := range res {
@@ -61,8 +62,8 @@ func (f *flaky) SettleBatch(ctx context.Context, sts []store.Settlement) []store
 }
 
 // settle settles one request through the spool.
-func settle(ctx context.Context, l *Spool, st store.Settlement) (bool, error) {
-	r := l.SettleBatch(ctx, []store.Settlement{st})[0]
+func settle(ctx context.Context, l *Spool, st account.Settlement) (bool, error) {
+	r := l.SettleBatch(ctx, []account.Settlement{st})[0]
 	return r.Applied, r.Err
 }
 
@@ -84,11 +85,11 @@ func newEnv(t *testing.T) *env {
 	st := store.New(rdb, store.Options{HoldTTL: time.Minute, Now: e.clock.Now})
 	e.store = &flaky{Store: st}
 	ctx := context.Background()
-	a, err := st.CreateAccount(ctx, "test", balance, store.Limits{})
+	a, err := st.CreateAccount(ctx, "test", balance, account.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, k, err := st.CreateKey(ctx, a.ID, store.ModelKey, store.KeyOptions{})
+	_, k, err := st.CreateKey(ctx, a.ID, account.ModelKey, account.KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,13 +116,13 @@ func (e *env) open(o Options) (*Spool, *prometheus.Registry) {
 
 // admit admits request id with a hold of 10,000 nano-USD and returns the
 // settlement that would end it at cost.
-func (e *env) admit(l *Spool, id string, cost int64) store.Settlement {
+func (e *env) admit(l *Spool, id string, cost int64) account.Settlement {
 	e.t.Helper()
-	d, err := l.Admit(context.Background(), store.Admission{RequestID: id, AccountID: e.acct, KeyID: e.key, Priced: "m", Hold: 10_000})
-	if err != nil || d.Outcome != store.Admitted {
+	d, err := l.Admit(context.Background(), account.Admission{RequestID: id, AccountID: e.acct, KeyID: e.key, Priced: "m", Hold: 10_000})
+	if err != nil || d.Outcome != account.Admitted {
 		e.t.Fatalf("admit %s: %+v %v", id, d, err)
 	}
-	return store.Settlement{RequestID: id, AccountID: e.acct, KeyID: e.key, Priced: "m",
+	return account.Settlement{RequestID: id, AccountID: e.acct, KeyID: e.key, Priced: "m",
 		Usage: usage.Usage{Input: 3, Output: 4}, Cost: cost, Status: 200, Stream: true, StartedAt: e.clock.Now(), EndedAt: e.clock.Now()}
 }
 
@@ -210,7 +211,7 @@ func TestSettleSpoolsAndReplays(t *testing.T) {
 func TestSettleSpoolsWhileRedisStopped(t *testing.T) {
 	e := newEnv(t)
 	l, _ := e.open(Options{AttemptTimeout: time.Second})
-	var sts []store.Settlement
+	var sts []account.Settlement
 	for _, id := range []string{"req_a", "req_b", "req_c"} {
 		sts = append(sts, e.admit(l, id, 1_000))
 	}
@@ -284,8 +285,8 @@ func TestReplayAfterHoldExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clock.Advance(2 * time.Minute) // past the one-minute hold lease
-	d, err := e.store.Store.Admit(context.Background(), store.Admission{RequestID: "req_2", AccountID: e.acct, KeyID: e.key, Hold: 10_000})
-	if err != nil || d.Outcome != store.Admitted {
+	d, err := e.store.Store.Admit(context.Background(), account.Admission{RequestID: "req_2", AccountID: e.acct, KeyID: e.key, Hold: 10_000})
+	if err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
 	e.store.down.Store(false)
@@ -334,14 +335,14 @@ func TestPermanentErrorsAreNotSpooled(t *testing.T) {
 	e := newEnv(t)
 	l, _ := e.open(Options{})
 	ctx := context.Background()
-	if _, err := settle(ctx, l, store.Settlement{RequestID: "req_x", AccountID: "nosuchacct", Status: 200}); !errors.Is(err, store.ErrNotFound) {
+	if _, err := settle(ctx, l, account.Settlement{RequestID: "req_x", AccountID: "nosuchacct", Status: 200}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("unknown account: %v", err)
 	}
 	e.store.down.Store(true)
-	if _, err := settle(ctx, l, store.Settlement{AccountID: e.acct, Status: 200}); err == nil {
+	if _, err := settle(ctx, l, account.Settlement{AccountID: e.acct, Status: 200}); err == nil {
 		t.Fatal("empty request id accepted")
 	}
-	if _, err := settle(ctx, l, store.Settlement{RequestID: "req_y", AccountID: e.acct, Cost: -1}); err == nil {
+	if _, err := settle(ctx, l, account.Settlement{RequestID: "req_y", AccountID: e.acct, Cost: -1}); err == nil {
 		t.Fatal("negative cost accepted")
 	}
 	if l.Depth() != 0 {
@@ -353,7 +354,7 @@ func TestPermanentErrorsAreNotSpooled(t *testing.T) {
 func TestFullSpool(t *testing.T) {
 	e := newEnv(t)
 	// The size of one of e.admit's settlements.
-	line, _ := encode(store.Settlement{RequestID: "req_1", AccountID: e.acct, KeyID: e.key, Priced: "m",
+	line, _ := encode(account.Settlement{RequestID: "req_1", AccountID: e.acct, KeyID: e.key, Priced: "m",
 		Usage: usage.Usage{Input: 3, Output: 4}, Cost: 1_000, Status: 200, Stream: true, StartedAt: e.clock.Now(), EndedAt: e.clock.Now()}, time.Now())
 	l, _ := e.open(Options{MaxBytes: int64(len(line) * 3 / 2)})
 	a, b := e.admit(l, "req_1", 1_000), e.admit(l, "req_2", 1_000)
@@ -394,7 +395,7 @@ func TestConcurrentSpooling(t *testing.T) {
 	e := newEnv(t)
 	l, _ := e.open(Options{})
 	const n = 40
-	sts := make([]store.Settlement, n)
+	sts := make([]account.Settlement, n)
 	for i := range sts {
 		sts[i] = e.admit(l, "req_"+string(rune('a'+i%26))+string(rune('a'+i/26)), int64(100+i))
 	}
@@ -442,7 +443,7 @@ func TestLiveCallEndsBackoff(t *testing.T) {
 func TestSettleBatch(t *testing.T) {
 	e := newEnv(t)
 	l, _ := e.open(Options{AttemptTimeout: time.Second})
-	var up, down []store.Settlement
+	var up, down []account.Settlement
 	for _, id := range []string{"req_1", "req_2"} {
 		up = append(up, e.admit(l, id, 1_000))
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 )
 
@@ -23,7 +24,7 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-func checkLimits(l Limits) error {
+func checkLimits(l account.Limits) error {
 	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 || l.TPM < 0 || l.Concurrency < 0 ||
 		l.MonthlyNanoUSD < 0 || l.TotalNanoUSD < 0 || l.ConcurrencyWaitSeconds < 0 {
 		return errors.New("negative limit")
@@ -53,7 +54,7 @@ var ErrTooLarge = errors.New("amount above the most the store keeps exactly (2^5
 
 // checkAccountLimits is checkLimits for an account, which has no lifetime
 // cap: its balance is one.
-func checkAccountLimits(l Limits) error {
+func checkAccountLimits(l account.Limits) error {
 	if l.TotalNanoUSD != 0 {
 		return errors.New("an account has no total limit (its balance is one)")
 	}
@@ -65,7 +66,7 @@ func checkAccountLimits(l Limits) error {
 
 // limitFields are the hash fields of limits, the same in an account's hash
 // and a key's (admit.lua reads the account's).
-func limitFields(l Limits) []any {
+func limitFields(l account.Limits) []any {
 	f := []any{
 		"daily", strconv.FormatInt(l.DailyNanoUSD, 10),
 		"rpm", strconv.FormatInt(l.RPM, 10),
@@ -81,8 +82,8 @@ func limitFields(l Limits) []any {
 var limitFieldNames = []string{"daily", "rpm", "window", "tpm", "conc", "monthly"}
 
 // decodeLimits reads the values of limitFieldNames (HMGET order).
-func decodeLimits(v []any) Limits {
-	return Limits{
+func decodeLimits(v []any) account.Limits {
+	return account.Limits{
 		DailyNanoUSD:   parseInt(str(v[0])),
 		RPM:            parseInt(str(v[1])),
 		WindowMinutes:  parseInt(str(v[2])),
@@ -93,17 +94,17 @@ func decodeLimits(v []any) Limits {
 }
 
 // CreateAccount creates an account with an opening balance in nano-USD.
-func (s *Store) CreateAccount(ctx context.Context, name string, balance int64, limits Limits) (Account, error) {
+func (s *Store) CreateAccount(ctx context.Context, name string, balance int64, limits account.Limits) (account.Account, error) {
 	if balance < 0 {
-		return Account{}, errors.New("store: create account: negative balance")
+		return account.Account{}, errors.New("store: create account: negative balance")
 	}
 	if balance > MaxNanoUSD {
-		return Account{}, fmt.Errorf("store: create account: balance: %w", ErrTooLarge)
+		return account.Account{}, fmt.Errorf("store: create account: balance: %w", ErrTooLarge)
 	}
 	if err := checkAccountLimits(limits); err != nil {
-		return Account{}, fmt.Errorf("store: create account: %w", err)
+		return account.Account{}, fmt.Errorf("store: create account: %w", err)
 	}
-	a := Account{
+	a := account.Account{
 		ID:        newID("acct_"),
 		Name:      name,
 		Limits:    limits,
@@ -123,7 +124,7 @@ func (s *Store) CreateAccount(ctx context.Context, name string, balance int64, l
 		return nil
 	})
 	if err != nil {
-		return Account{}, fmt.Errorf("store: create account: %w", err)
+		return account.Account{}, fmt.Errorf("store: create account: %w", err)
 	}
 	return a, nil
 }
@@ -132,11 +133,11 @@ var accountFields = append([]string{"name", "created", "suspended", "alert_below
 
 // decodeAccount builds an Account from HMGET accountFields; ok is false when
 // the account does not exist.
-func decodeAccount(id string, v []any) (a Account, ok bool) {
+func decodeAccount(id string, v []any) (a account.Account, ok bool) {
 	if v[1] == nil {
-		return Account{}, false
+		return account.Account{}, false
 	}
-	return Account{
+	return account.Account{
 		ID:           id,
 		Name:         str(v[0]),
 		CreatedAt:    parseMS(str(v[1])),
@@ -147,23 +148,23 @@ func decodeAccount(id string, v []any) (a Account, ok bool) {
 }
 
 // Account returns the account id.
-func (s *Store) Account(ctx context.Context, id string) (Account, error) {
+func (s *Store) Account(ctx context.Context, id string) (account.Account, error) {
 	if !validID(id) {
-		return Account{}, fmt.Errorf("store: account %q: %w", id, ErrNotFound)
+		return account.Account{}, fmt.Errorf("store: account %q: %w", id, ErrNotFound)
 	}
 	v, err := s.rdb.HMGet(ctx, acctKey(id, "acct"), accountFields...).Result()
 	if err != nil {
-		return Account{}, fmt.Errorf("store: account %s: %w", id, err)
+		return account.Account{}, fmt.Errorf("store: account %s: %w", id, err)
 	}
 	a, ok := decodeAccount(id, v)
 	if !ok {
-		return Account{}, fmt.Errorf("store: account %s: %w", id, ErrNotFound)
+		return account.Account{}, fmt.Errorf("store: account %s: %w", id, ErrNotFound)
 	}
 	return a, nil
 }
 
 // ListAccounts returns every account, oldest first.
-func (s *Store) ListAccounts(ctx context.Context) ([]Account, error) {
+func (s *Store) ListAccounts(ctx context.Context) ([]account.Account, error) {
 	ids, err := s.rdb.SMembers(ctx, accountsKey).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store: list accounts: %w", err)
@@ -178,20 +179,20 @@ func (s *Store) ListAccounts(ctx context.Context) ([]Account, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: list accounts: %w", err)
 	}
-	accounts := make([]Account, 0, len(ids))
+	accounts := make([]account.Account, 0, len(ids))
 	for i, id := range ids {
 		if a, ok := decodeAccount(id, cmds[i].Val()); ok {
 			accounts = append(accounts, a)
 		}
 	}
-	slices.SortFunc(accounts, func(a, b Account) int {
+	slices.SortFunc(accounts, func(a, b account.Account) int {
 		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
 	})
 	return accounts, nil
 }
 
 // SetLimits replaces the account's limits.
-func (s *Store) SetLimits(ctx context.Context, id string, limits Limits) error {
+func (s *Store) SetLimits(ctx context.Context, id string, limits account.Limits) error {
 	if !validID(id) {
 		return fmt.Errorf("store: set limits %q: %w", id, ErrNotFound)
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // Background responses run at the vendor after their create request has
@@ -43,7 +45,7 @@ type Parked struct {
 	Upstream   string `json:"upstream"`
 	// Settlement is the request's settlement as far as it is known when
 	// the response is parked; the final state supplies usage and prices.
-	Settlement Settlement `json:"settlement"`
+	Settlement account.Settlement `json:"settlement"`
 	// MaxInput and MaxOutput bound the usage the final state may be
 	// charged for (what the request allowed); 0 when not recorded.
 	MaxInput  int64 `json:"max_input,omitempty"`

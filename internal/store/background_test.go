@@ -7,6 +7,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // A parked response is handed to one claimer per period, and found by its
@@ -16,7 +18,7 @@ func TestParkAndClaim(t *testing.T) {
 	s := New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), Options{})
 	ctx := context.Background()
 	t0 := time.UnixMilli(1_000_000)
-	p := Parked{ResponseID: "resp_1", Upstream: "beta", Settlement: Settlement{RequestID: "req_1", AccountID: "acct_a", Requested: "m"}}
+	p := Parked{ResponseID: "resp_1", Upstream: "beta", Settlement: account.Settlement{RequestID: "req_1", AccountID: "acct_a", Requested: "m"}}
 	if err := s.Park(ctx, p, t0); err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,12 @@ package store
 
 import (
 	"context"
-	"github.com/modelgateway/gateway/internal/testclock"
-	"github.com/modelgateway/gateway/internal/usage"
 	"strconv"
 	"testing"
+
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/testclock"
+	"github.com/modelgateway/gateway/internal/usage"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -33,7 +35,7 @@ func benchAccount(b *testing.B, rdb redis.UniversalClient) (*Store, string) {
 	c := testclock.New(start)
 	s := New(rdb, Options{Now: c.Now})
 	a, err := s.CreateAccount(context.Background(), "bench", 1e15,
-		Limits{DailyNanoUSD: 1e15, RPM: 1e9, WindowMinutes: 1})
+		account.Limits{DailyNanoUSD: 1e15, RPM: 1e9, WindowMinutes: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,8 +52,8 @@ func BenchmarkAdmit(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				d, err := s.Admit(ctx, Admission{RequestID: strconv.Itoa(i), AccountID: acct, KeyID: "key_1", Priced: "m", Hold: 1000})
-				if err != nil || d.Outcome != Admitted {
+				d, err := s.Admit(ctx, account.Admission{RequestID: strconv.Itoa(i), AccountID: acct, KeyID: "key_1", Priced: "m", Hold: 1000})
+				if err != nil || d.Outcome != account.Admitted {
 					b.Fatal(d, err)
 				}
 			}
@@ -67,14 +69,14 @@ func BenchmarkSettle(b *testing.B) {
 			s, acct := benchAccount(b, rdb)
 			ctx := context.Background()
 			for i := range b.N {
-				if _, err := s.Admit(ctx, Admission{RequestID: strconv.Itoa(i), AccountID: acct, Hold: 1000}); err != nil {
+				if _, err := s.Admit(ctx, account.Admission{RequestID: strconv.Itoa(i), AccountID: acct, Hold: 1000}); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				ok, err := s.Settle(ctx, Settlement{Usage: usage.Usage{Input: 1000, Output: 500, CacheRead: 200},
+				ok, err := s.Settle(ctx, account.Settlement{Usage: usage.Usage{Input: 1000, Output: 500, CacheRead: 200},
 					RequestID: strconv.Itoa(i), AccountID: acct, KeyID: "key_1", Priced: "claude-sonnet",
 					Cost: 900, Status: 200, Endpoint: "primary",
 					StartedAt: start, EndedAt: start,

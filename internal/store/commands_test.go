@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/usage"
 )
@@ -57,11 +58,11 @@ func TestCommandsPerRequest(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Provided(t)})
 	t.Cleanup(func() { rdb.Close() })
 	s := New(rdb, Options{})
-	a, err := s.CreateAccount(ctx, "commands", 1_000_000*usd, Limits{})
+	a, err := s.CreateAccount(ctx, "commands", 1_000_000*usd, account.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, k, err := s.CreateKey(ctx, a.ID, ModelKey, KeyOptions{})
+	_, k, err := s.CreateKey(ctx, a.ID, account.ModelKey, account.KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,15 +72,15 @@ func TestCommandsPerRequest(t *testing.T) {
 	run := func(n, batch int) (float64, map[string]int64) {
 		before := commandCalls(t, rdb)
 		for done := 0; done < n; done += batch {
-			sts := make([]Settlement, batch)
+			sts := make([]account.Settlement, batch)
 			for i := range sts {
 				seq++
 				id := fmt.Sprintf("req_%012x_%d", 0xabcdef123456, seq)
-				d, err := s.Admit(ctx, Admission{RequestID: id, AccountID: a.ID, KeyID: k.ID, Priced: "claude-sonnet-4-5", Hold: 1_000_000})
-				if err != nil || d.Outcome != Admitted {
+				d, err := s.Admit(ctx, account.Admission{RequestID: id, AccountID: a.ID, KeyID: k.ID, Priced: "claude-sonnet-4-5", Hold: 1_000_000})
+				if err != nil || d.Outcome != account.Admitted {
 					t.Fatalf("admit %s: %+v, %v", id, d, err)
 				}
-				sts[i] = Settlement{RequestID: id, AccountID: a.ID, KeyID: k.ID, Priced: "claude-sonnet-4-5",
+				sts[i] = account.Settlement{RequestID: id, AccountID: a.ID, KeyID: k.ID, Priced: "claude-sonnet-4-5",
 					Usage: usage.Usage{Input: 1200, Output: 350}, Cost: 8_850, Status: 200, Endpoint: "primary",
 					StartedAt: time.Now(), EndedAt: time.Now()}
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -28,7 +29,7 @@ const (
 // number of pairs, then name, increment pairs. Zero increments are left out
 // (the script would skip them). It appends in place, as does appendLedger:
 // a settlement's arguments are built for every request.
-func appendCounters(args []any, st Settlement, cost int64) []any {
+func appendCounters(args []any, st account.Settlement, cost int64) []any {
 	at := len(args)
 	args = append(args, 0, counterRequests, 1)
 	if cost != 0 {
@@ -98,7 +99,7 @@ var priceField = func() []string {
 
 // appendLedger appends the ledger entry to args: the number of field,
 // value pairs, then the pairs.
-func appendLedger(args []any, st Settlement, cost int64) []any {
+func appendLedger(args []any, st account.Settlement, cost int64) []any {
 	at := len(args)
 	args = append(args, 0,
 		ledgerRequestID, st.RequestID,
@@ -139,7 +140,7 @@ func appendLedger(args []any, st Settlement, cost int64) []any {
 // as settle.lua writes it to Redis: the one encoding of a settlement outside
 // Go, which the spool keeps on disk too. The account is not a field: the
 // ledger is the account's own.
-func LedgerFields(st Settlement) map[string]string {
+func LedgerFields(st account.Settlement) map[string]string {
 	args := appendLedger(nil, st, st.Cost)
 	m := make(map[string]string, args[0].(int))
 	for i := 1; i+1 < len(args); i += 2 {
@@ -150,7 +151,7 @@ func LedgerFields(st Settlement) map[string]string {
 
 // SettlementFromLedger is the reverse of LedgerFields: the settlement of a
 // ledger entry of the account's, absent fields zero.
-func SettlementFromLedger(accountID string, fields map[string]string) Settlement {
+func SettlementFromLedger(accountID string, fields map[string]string) account.Settlement {
 	return decodeLedgerFields(accountID, func(f string) string { return fields[f] })
 }
 
@@ -169,9 +170,9 @@ func argString(v any) string {
 
 // decodeLedgerFields reads a ledger entry written by appendLedger (or by an
 // older sidecar, whose cache writes were one "cache_write" field).
-func decodeLedgerFields(accountID string, v func(string) string) Settlement {
+func decodeLedgerFields(accountID string, v func(string) string) account.Settlement {
 	status, _ := strconv.Atoi(v(ledgerStatus))
-	st := Settlement{
+	st := account.Settlement{
 		RequestID:   v(ledgerRequestID),
 		AccountID:   accountID,
 		KeyID:       v(ledgerKeyID),

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -22,8 +23,8 @@ func distinct(base int64) usage.Usage {
 // settlement comes back from the ledger as it was settled, and every usage
 // kind reaches the counters of the priced model.
 func testSettlementRoundTrip(t *testing.T, e *env) {
-	acct := e.account(usd, Limits{})
-	st := Settlement{
+	acct := e.account(usd, account.Limits{})
+	st := account.Settlement{
 		RequestID: "rt1", AccountID: acct, KeyID: "key_rt",
 		Requested: "model-x-20260101", Priced: "model-x", Reported: "model-x-20260101-internal",
 		Usage: distinct(1000), Rates: distinct(5_000_000), ServiceTier: "priority", LongContext: 200_000,
@@ -54,7 +55,7 @@ func testSettlementRoundTrip(t *testing.T, e *env) {
 		k.Set(&u, 1)
 		id := "one-" + k.Name
 		e.mustAdmit(acct, id, 10)
-		e.settle(Settlement{RequestID: id, AccountID: acct, Priced: st.Priced, Usage: u, Status: 200})
+		e.settle(account.Settlement{RequestID: id, AccountID: acct, Priced: st.Priced, Usage: u, Status: 200})
 		got := e.usage(acct, Total).Totals.Usage
 		for j, o := range usage.Kinds {
 			want := o.Of(st.Usage)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -43,69 +44,11 @@ type admissionRecord struct {
 	Stream    bool                 `json:"st,omitempty"`
 }
 
-// Checkpoint is the best-known outcome of a running request, written by the
-// renewer so that a request interrupted by a crash is settled at it.
-type Checkpoint struct {
-	Status      int                  `json:"st,omitempty"` // the status the client sees, 0 before the reply started
-	Endpoint    string               `json:"ep,omitempty"`
-	Requested   usage.RequestedModel `json:"rq,omitempty"`
-	Priced      usage.PricedModel    `json:"pm,omitempty"`
-	Reported    usage.ReportedModel  `json:"rm,omitempty"`
-	Usage       usage.Usage          `json:"-"` // as "u", by kind name, zeros left out
-	Rates       usage.Usage          `json:"-"` // as "r", likewise
-	ServiceTier string               `json:"tier,omitempty"`
-	TierUnknown bool                 `json:"tu,omitempty"`
-	Region      string               `json:"rg,omitempty"`
-	Uplift      int64                `json:"up,omitempty"`
-	LongContext int64                `json:"lc,omitempty"`
-	Fallback    bool                 `json:"fb,omitempty"`
-	Cost        int64                `json:"c,omitempty"` // nano-USD, priced by the sidecar
-}
-
-// Checkpoint is what a sweep would charge for the request if it ended as
-// st says: the settlement's reply, models, usage and prices.
-func (st Settlement) Checkpoint() Checkpoint {
-	return Checkpoint{
-		Status: st.Status, Endpoint: st.Endpoint,
-		Requested: st.Requested, Priced: st.Priced, Reported: st.Reported,
-		Usage: st.Usage, Rates: st.Rates, ServiceTier: st.ServiceTier, LongContext: st.LongContext,
-		Fallback: st.Fallback, Cost: st.Cost, TierUnknown: st.TierUnknown, Region: st.Region, Uplift: st.Uplift,
-	}
-}
-
-// checkpointJSON is a Checkpoint as stored: usage by kind name with zeros
-// left out, since a checkpoint lives in Redis for every running request.
-type checkpointJSON struct {
-	checkpointFields
-	U map[string]int64 `json:"u,omitempty"`
-	R map[string]int64 `json:"r,omitempty"`
-}
-
-type checkpointFields Checkpoint
-
-// MarshalJSON writes the checkpoint compactly.
-func (c Checkpoint) MarshalJSON() ([]byte, error) {
-	return json.Marshal(checkpointJSON{checkpointFields: checkpointFields(c), U: usage.ByName(c.Usage), R: usage.ByName(c.Rates)})
-}
-
-// UnmarshalJSON reads what MarshalJSON wrote.
-func (c *Checkpoint) UnmarshalJSON(b []byte) error {
-	var w checkpointJSON
-	if err := json.Unmarshal(b, &w); err != nil {
-		return err
-	}
-	*c = Checkpoint(w.checkpointFields)
-	// A kind this build does not know (a newer one wrote it) is left out.
-	c.Usage, _ = usage.FromNames(w.U)
-	c.Rates, _ = usage.FromNames(w.R)
-	return nil
-}
-
 // Renewal extends one running request's hold.
 type Renewal struct {
 	AccountID  string
 	RequestID  string
-	Checkpoint *Checkpoint // nil keeps the last checkpoint
+	Checkpoint *account.Checkpoint // nil keeps the last checkpoint
 }
 
 // HoldLease is how long a hold lives without renewal.
@@ -179,7 +122,7 @@ type SweepResult struct {
 	// Interrupted are the requests settled at their last checkpoint because
 	// their hold's lease ran out. Applied is false for one that had already
 	// settled (a sweeper elsewhere, or its own late settlement).
-	Interrupted []Settlement
+	Interrupted []account.Settlement
 	Applied     []bool
 	// Released counts expired holds without an admission record (an older
 	// sidecar's), released at no charge.
@@ -261,14 +204,14 @@ func (s *Store) reindex(ctx context.Context, accountID string, open, next int64)
 // died: its admission record and last checkpoint. A request that died before
 // its vendor answered (or before its first checkpoint) is recorded with
 // status 499 and charged nothing.
-func interruptedSettlement(accountID, reqID, rec, ckpt string, now time.Time) Settlement {
+func interruptedSettlement(accountID, reqID, rec, ckpt string, now time.Time) account.Settlement {
 	var r admissionRecord
 	json.Unmarshal([]byte(rec), &r) // written by Admit; garbage leaves zero values
-	var c Checkpoint
+	var c account.Checkpoint
 	if ckpt != "" {
 		json.Unmarshal([]byte(ckpt), &c) // written by RenewHolds
 	}
-	st := Settlement{
+	st := account.Settlement{
 		RequestID:   reqID,
 		AccountID:   accountID,
 		KeyID:       r.KeyID,
@@ -334,7 +277,7 @@ func errNoScript(err error) bool {
 
 // Checkpoints returns the account's open requests' last checkpoints, by
 // request id.
-func (s *Store) Checkpoints(ctx context.Context, accountID string) (map[string]Checkpoint, error) {
+func (s *Store) Checkpoints(ctx context.Context, accountID string) (map[string]account.Checkpoint, error) {
 	if !validID(accountID) {
 		return nil, fmt.Errorf("store: checkpoints of %q: %w", accountID, ErrNotFound)
 	}
@@ -342,10 +285,10 @@ func (s *Store) Checkpoints(ctx context.Context, accountID string) (map[string]C
 	if err != nil {
 		return nil, fmt.Errorf("store: checkpoints of %s: %w", accountID, err)
 	}
-	out := make(map[string]Checkpoint, len(m))
+	out := make(map[string]account.Checkpoint, len(m))
 	for id, v := range m {
 		h := parseHold(v)
-		var c Checkpoint
+		var c account.Checkpoint
 		if h.Checkpoint != "" && json.Unmarshal([]byte(h.Checkpoint), &c) == nil {
 			out[id] = c
 		}

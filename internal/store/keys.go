@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // HashSecret returns the SHA-256 of a credential's secret, the only form in
@@ -23,7 +25,7 @@ func HashSecret(secret string) [32]byte { return sha256.Sum256([]byte(secret)) }
 
 // newSecret returns a fresh secret: the kind, '_' and 32 random bytes in
 // unpadded base64url.
-func newSecret(kind KeyKind) string {
+func newSecret(kind account.KeyKind) string {
 	var b [32]byte
 	rand.Read(b[:]) // never fails
 	return kind.Prefix() + base64.RawURLEncoding.EncodeToString(b[:])
@@ -33,36 +35,36 @@ const prefixLen = 8 // characters of the secret kept for recognition
 
 // CreateKey makes a credential for the account and returns its secret, which
 // is shown once and never stored.
-func (s *Store) CreateKey(ctx context.Context, accountID string, kind KeyKind, opts KeyOptions) (secret string, k Key, err error) {
-	if kind != ModelKey && kind != ReadOnlyToken {
-		return "", Key{}, fmt.Errorf("store: create key: unknown kind %q", kind)
+func (s *Store) CreateKey(ctx context.Context, accountID string, kind account.KeyKind, opts account.KeyOptions) (secret string, k account.Key, err error) {
+	if kind != account.ModelKey && kind != account.ReadOnlyToken {
+		return "", account.Key{}, fmt.Errorf("store: create key: unknown kind %q", kind)
 	}
 	if err := checkLimits(opts.Limits); err != nil {
-		return "", Key{}, fmt.Errorf("store: create key: %w", err)
+		return "", account.Key{}, fmt.Errorf("store: create key: %w", err)
 	}
 	if !validID(accountID) {
-		return "", Key{}, fmt.Errorf("store: create key for %q: %w", accountID, ErrNotFound)
+		return "", account.Key{}, fmt.Errorf("store: create key for %q: %w", accountID, ErrNotFound)
 	}
 	n, err := s.rdb.Exists(ctx, acctKey(accountID, "acct")).Result()
 	if err != nil {
-		return "", Key{}, fmt.Errorf("store: create key for %s: %w", accountID, err)
+		return "", account.Key{}, fmt.Errorf("store: create key for %s: %w", accountID, err)
 	}
 	if n == 0 {
-		return "", Key{}, fmt.Errorf("store: create key for %s: %w", accountID, ErrNotFound)
+		return "", account.Key{}, fmt.Errorf("store: create key for %s: %w", accountID, ErrNotFound)
 	}
 	secret, k, err = s.createKey(ctx, accountID, kind, opts)
 	if err != nil {
-		return "", Key{}, fmt.Errorf("store: create key for %s: %w", accountID, err)
+		return "", account.Key{}, fmt.Errorf("store: create key for %s: %w", accountID, err)
 	}
 	return secret, k, nil
 }
 
 // createKey writes a new credential of an existing account.
-func (s *Store) createKey(ctx context.Context, accountID string, kind KeyKind, opts KeyOptions) (string, Key, error) {
+func (s *Store) createKey(ctx context.Context, accountID string, kind account.KeyKind, opts account.KeyOptions) (string, account.Key, error) {
 	secret := newSecret(kind)
 	sum := HashSecret(secret)
 	hexHash := hex.EncodeToString(sum[:])
-	k := Key{
+	k := account.Key{
 		ID:        newID("key_"),
 		AccountID: accountID,
 		Kind:      kind,
@@ -78,7 +80,7 @@ func (s *Store) createKey(ctx context.Context, accountID string, kind KeyKind, o
 	}
 	models, err := json.Marshal(k.Models)
 	if err != nil {
-		return "", Key{}, err
+		return "", account.Key{}, err
 	}
 	meta := acctKey(accountID, "key:"+k.ID)
 	// Metadata and the account's key set share a slot: one transaction. The
@@ -104,23 +106,23 @@ func (s *Store) createKey(ctx context.Context, accountID string, kind KeyKind, o
 		return nil
 	})
 	if err != nil {
-		return "", Key{}, err
+		return "", account.Key{}, err
 	}
 	if err := s.rdb.HSet(ctx, keyHashKey(hexHash), "key", k.ID, "account", accountID).Err(); err != nil {
-		return "", Key{}, err
+		return "", account.Key{}, err
 	}
 	return secret, k, nil
 }
 
 // decodeKey builds a Key from its metadata hash; ok is false when it is empty.
-func decodeKey(id string, m map[string]string) (k Key, ok bool) {
+func decodeKey(id string, m map[string]string) (k account.Key, ok bool) {
 	if len(m) == 0 {
-		return Key{}, false
+		return account.Key{}, false
 	}
-	k = Key{
+	k = account.Key{
 		ID:         id,
 		AccountID:  m["account"],
-		Kind:       KeyKind(m["kind"]),
+		Kind:       account.KeyKind(m["kind"]),
 		Label:      m["label"],
 		Prefix:     m["prefix"],
 		CreatedAt:  parseMS(m["created"]),
@@ -128,7 +130,7 @@ func decodeKey(id string, m map[string]string) (k Key, ok bool) {
 		LastUsedAt: parseMS(m["last_used"]),
 		RevokedAt:  parseMS(m["revoked"]),
 	}
-	k.Limits = Limits{
+	k.Limits = account.Limits{
 		DailyNanoUSD:   parseInt(m["daily"]),
 		RPM:            parseInt(m["rpm"]),
 		WindowMinutes:  parseInt(m["window"]),
@@ -147,14 +149,14 @@ func decodeKey(id string, m map[string]string) (k Key, ok bool) {
 
 // LookupKey finds the credential whose secret has SHA-256 hash. It returns the
 // key whatever its state; the caller checks RevokedAt and ExpiresAt.
-func (s *Store) LookupKey(ctx context.Context, hash [32]byte) (Key, error) {
+func (s *Store) LookupKey(ctx context.Context, hash [32]byte) (account.Key, error) {
 	idx, err := s.rdb.HMGet(ctx, keyHashKey(hex.EncodeToString(hash[:])), "key", "account").Result()
 	if err != nil {
-		return Key{}, fmt.Errorf("store: lookup key: %w", err)
+		return account.Key{}, fmt.Errorf("store: lookup key: %w", err)
 	}
 	keyID, accountID := str(idx[0]), str(idx[1])
 	if !validID(keyID) || !validID(accountID) {
-		return Key{}, fmt.Errorf("store: lookup key: %w", ErrNotFound)
+		return account.Key{}, fmt.Errorf("store: lookup key: %w", ErrNotFound)
 	}
 	// The key and its account share a slot: one round trip for both.
 	var meta *redis.MapStringStringCmd
@@ -165,11 +167,11 @@ func (s *Store) LookupKey(ctx context.Context, hash [32]byte) (Key, error) {
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return Key{}, fmt.Errorf("store: lookup key %s: %w", keyID, err)
+		return account.Key{}, fmt.Errorf("store: lookup key %s: %w", keyID, err)
 	}
 	k, ok := decodeKey(keyID, meta.Val())
 	if !ok {
-		return Key{}, fmt.Errorf("store: lookup key %s: %w", keyID, ErrNotFound)
+		return account.Key{}, fmt.Errorf("store: lookup key %s: %w", keyID, ErrNotFound)
 	}
 	k.AccountSuspended = suspended.Val() == "1"
 	return k, nil
@@ -177,7 +179,7 @@ func (s *Store) LookupKey(ctx context.Context, hash [32]byte) (Key, error) {
 
 // ListKeys returns the account's credentials, revoked and expired ones
 // included, oldest first.
-func (s *Store) ListKeys(ctx context.Context, accountID string) ([]Key, error) {
+func (s *Store) ListKeys(ctx context.Context, accountID string) ([]account.Key, error) {
 	if !validID(accountID) {
 		return nil, fmt.Errorf("store: list keys of %q: %w", accountID, ErrNotFound)
 	}
@@ -205,13 +207,13 @@ func (s *Store) ListKeys(ctx context.Context, accountID string) ([]Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: list keys of %s: %w", accountID, err)
 	}
-	keys := make([]Key, 0, len(ids))
+	keys := make([]account.Key, 0, len(ids))
 	for i, id := range ids {
 		if k, ok := decodeKey(id, cmds[i].Val()); ok {
 			keys = append(keys, k)
 		}
 	}
-	slices.SortFunc(keys, func(a, b Key) int {
+	slices.SortFunc(keys, func(a, b account.Key) int {
 		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
 	})
 	return keys, nil
@@ -236,40 +238,40 @@ func (s *Store) RevokeKey(ctx context.Context, accountID, keyID string) error {
 // RotateKey replaces the account's credential keyID with a new one of the same
 // kind, label and models, and lets the old one live for grace more at most: its
 // expiry becomes now+grace unless it already expires sooner.
-func (s *Store) RotateKey(ctx context.Context, accountID, keyID string, grace time.Duration) (secret string, newKey Key, err error) {
+func (s *Store) RotateKey(ctx context.Context, accountID, keyID string, grace time.Duration) (secret string, newKey account.Key, err error) {
 	if !validID(accountID) || !validID(keyID) {
-		return "", Key{}, fmt.Errorf("store: rotate key %q of %q: %w", keyID, accountID, ErrNotFound)
+		return "", account.Key{}, fmt.Errorf("store: rotate key %q of %q: %w", keyID, accountID, ErrNotFound)
 	}
 	if grace < 0 {
 		grace = 0
 	}
 	m, err := s.rdb.HGetAll(ctx, acctKey(accountID, "key:"+keyID)).Result()
 	if err != nil {
-		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, err)
+		return "", account.Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, err)
 	}
 	old, ok := decodeKey(keyID, m)
 	if !ok {
-		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, ErrNotFound)
+		return "", account.Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, ErrNotFound)
 	}
 	if !old.RevokedAt.IsZero() {
-		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, ErrRevoked)
+		return "", account.Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, ErrRevoked)
 	}
 	// The replacement keeps the old key's expiry: rotating must not turn a
 	// key meant to lapse into one that never does.
-	secret, newKey, err = s.createKey(ctx, accountID, old.Kind, KeyOptions{Label: old.Label, Models: old.Models, ExpiresAt: old.ExpiresAt, Limits: old.Limits})
+	secret, newKey, err = s.createKey(ctx, accountID, old.Kind, account.KeyOptions{Label: old.Label, Models: old.Models, ExpiresAt: old.ExpiresAt, Limits: old.Limits})
 	if err != nil {
-		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, err)
+		return "", account.Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, err)
 	}
 	until := ms(s.now().Add(grace))
 	if err := expireScript.Run(ctx, s.rdb, []string{acctKey(accountID, "key:"+keyID)}, until).Err(); err != nil {
-		return "", Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, err)
+		return "", account.Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, err)
 	}
 	return secret, newKey, nil
 }
 
 // keyLimitFields are the hash fields of a key's limits: an account's, the
 // lifetime cap and the concurrency wait.
-func keyLimitFields(l Limits) []any {
+func keyLimitFields(l account.Limits) []any {
 	return append(limitFields(l), "total", strconv.FormatInt(l.TotalNanoUSD, 10),
 		"cwait", strconv.FormatInt(l.ConcurrencyWaitSeconds, 10))
 }
@@ -277,7 +279,7 @@ func keyLimitFields(l Limits) []any {
 // SetKeyLimits replaces the limits of the account's credential keyID. The
 // sidecars see them within the key cache's lifetime; what the key has spent
 // and has in flight stays counted.
-func (s *Store) SetKeyLimits(ctx context.Context, accountID, keyID string, l Limits) error {
+func (s *Store) SetKeyLimits(ctx context.Context, accountID, keyID string, l account.Limits) error {
 	if !validID(accountID) || !validID(keyID) {
 		return fmt.Errorf("store: set limits of key %q of %q: %w", keyID, accountID, ErrNotFound)
 	}
@@ -295,17 +297,17 @@ func (s *Store) SetKeyLimits(ctx context.Context, accountID, keyID string, l Lim
 }
 
 // Key returns the account's credential keyID.
-func (s *Store) Key(ctx context.Context, accountID, keyID string) (Key, error) {
+func (s *Store) Key(ctx context.Context, accountID, keyID string) (account.Key, error) {
 	if !validID(accountID) || !validID(keyID) {
-		return Key{}, fmt.Errorf("store: key %q of %q: %w", keyID, accountID, ErrNotFound)
+		return account.Key{}, fmt.Errorf("store: key %q of %q: %w", keyID, accountID, ErrNotFound)
 	}
 	m, err := s.rdb.HGetAll(ctx, acctKey(accountID, "key:"+keyID)).Result()
 	if err != nil {
-		return Key{}, fmt.Errorf("store: key %s of %s: %w", keyID, accountID, err)
+		return account.Key{}, fmt.Errorf("store: key %s of %s: %w", keyID, accountID, err)
 	}
 	k, ok := decodeKey(keyID, m)
 	if !ok || k.AccountID != accountID {
-		return Key{}, fmt.Errorf("store: key %s of %s: %w", keyID, accountID, ErrNotFound)
+		return account.Key{}, fmt.Errorf("store: key %s of %s: %w", keyID, accountID, ErrNotFound)
 	}
 	return k, nil
 }

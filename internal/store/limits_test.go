@@ -5,21 +5,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // admitKey admits a request of key keyID with the key's limits l and a
 // token bound.
-func (e *env) admitKey(acct, keyID, req string, hold, tokens int64, l Limits) Decision {
+func (e *env) admitKey(acct, keyID, req string, hold, tokens int64, l account.Limits) account.Decision {
 	e.t.Helper()
-	d, err := e.s.Admit(e.ctx, Admission{RequestID: req, AccountID: acct, KeyID: keyID, Priced: "m", Hold: hold, Tokens: tokens, KeyLimits: l})
+	d, err := e.s.Admit(e.ctx, account.Admission{RequestID: req, AccountID: acct, KeyID: keyID, Priced: "m", Hold: hold, Tokens: tokens, KeyLimits: l})
 	if err != nil {
 		e.t.Fatalf("admit %s: %v", req, err)
 	}
 	return d
 }
 
-func wantRefusal(t *testing.T, got Decision, outcome Outcome, level Level, retry time.Duration) {
+func wantRefusal(t *testing.T, got account.Decision, outcome account.Outcome, level account.Level, retry time.Duration) {
 	t.Helper()
 	if got.Outcome != outcome || got.Level != level || got.RetryAfter != retry {
 		t.Fatalf("decision %s at %s retry %v, want %s at %s retry %v",
@@ -27,9 +28,9 @@ func wantRefusal(t *testing.T, got Decision, outcome Outcome, level Level, retry
 	}
 }
 
-func wantAdmitted(t *testing.T, got Decision) {
+func wantAdmitted(t *testing.T, got account.Decision) {
 	t.Helper()
-	if got.Outcome != Admitted {
+	if got.Outcome != account.Admitted {
 		t.Fatalf("decision %s at %s, want admitted", got.Outcome, got.Level)
 	}
 }
@@ -46,21 +47,21 @@ func (e *env) keyState(acct, keyID string) KeyState {
 // Requests in flight: the key's and the account's, each a limit; a
 // settlement frees its slot, also one by the sweeper.
 func testConcurrencyLimit(t *testing.T, e *env) {
-	acct := e.account(usd, Limits{Concurrency: 3})
-	kl := Limits{Concurrency: 2}
+	acct := e.account(usd, account.Limits{Concurrency: 3})
+	kl := account.Limits{Concurrency: 2}
 	wantAdmitted(t, e.admitKey(acct, "key_a", "a1", 1, 0, kl))
 	wantAdmitted(t, e.admitKey(acct, "key_a", "a2", 1, 0, kl))
-	wantRefusal(t, e.admitKey(acct, "key_a", "a3", 1, 0, kl), ConcurrencyLimited, KeyLevel, time.Second)
+	wantRefusal(t, e.admitKey(acct, "key_a", "a3", 1, 0, kl), account.ConcurrencyLimited, account.KeyLevel, time.Second)
 	// Another key of the account takes the account's last slot.
-	wantAdmitted(t, e.admitKey(acct, "key_b", "b1", 1, 0, Limits{}))
-	wantRefusal(t, e.admitKey(acct, "key_b", "b2", 1, 0, Limits{}), ConcurrencyLimited, AccountLevel, time.Second)
+	wantAdmitted(t, e.admitKey(acct, "key_b", "b1", 1, 0, account.Limits{}))
+	wantRefusal(t, e.admitKey(acct, "key_b", "b2", 1, 0, account.Limits{}), account.ConcurrencyLimited, account.AccountLevel, time.Second)
 	if s := e.keyState(acct, "key_a"); s.InFlight != 2 || s.Held != 2 {
 		t.Fatalf("key state %+v", s)
 	}
-	e.settle(Settlement{RequestID: "a1", AccountID: acct, KeyID: "key_a", Cost: 1})
+	e.settle(account.Settlement{RequestID: "a1", AccountID: acct, KeyID: "key_a", Cost: 1})
 	wantAdmitted(t, e.admitKey(acct, "key_a", "a3", 1, 0, kl))
 	// A settlement replayed does not free a second slot.
-	if e.settle(Settlement{RequestID: "a1", AccountID: acct, KeyID: "key_a", Cost: 1}) {
+	if e.settle(account.Settlement{RequestID: "a1", AccountID: acct, KeyID: "key_a", Cost: 1}) {
 		t.Fatal("settled twice")
 	}
 	if s := e.keyState(acct, "key_a"); s.InFlight != 2 {
@@ -69,7 +70,7 @@ func testConcurrencyLimit(t *testing.T, e *env) {
 	// A request whose sidecar died holds its slot until the sweeper
 	// settles it.
 	e.clock.Advance(holdTTL + time.Second)
-	wantRefusal(t, e.admitKey(acct, "key_a", "a4", 1, 0, kl), ConcurrencyLimited, KeyLevel, time.Second)
+	wantRefusal(t, e.admitKey(acct, "key_a", "a4", 1, 0, kl), account.ConcurrencyLimited, account.KeyLevel, time.Second)
 	e.sweep(acct)
 	wantAdmitted(t, e.admitKey(acct, "key_a", "a4", 1, 0, kl))
 	if s := e.keyState(acct, "key_a"); s.InFlight != 1 {
@@ -81,37 +82,37 @@ func testConcurrencyLimit(t *testing.T, e *env) {
 // what they used, in the UTC minute of their admission.
 func testTokenLimit(t *testing.T, e *env) {
 	e.clock.Set(start.Add(10 * time.Second)) // 50 s to the next minute
-	acct := e.account(usd, Limits{TPM: 5000})
-	kl := Limits{TPM: 1000}
+	acct := e.account(usd, account.Limits{TPM: 5000})
+	kl := account.Limits{TPM: 1000}
 	wantAdmitted(t, e.admitKey(acct, "key_a", "r1", 1, 600, kl))
-	wantRefusal(t, e.admitKey(acct, "key_a", "r2", 1, 500, kl), TokenLimited, KeyLevel, 50*time.Second)
+	wantRefusal(t, e.admitKey(acct, "key_a", "r2", 1, 500, kl), account.TokenLimited, account.KeyLevel, 50*time.Second)
 	// r1 used 100 of its 600: 500 more fit.
-	e.settle(Settlement{RequestID: "r1", AccountID: acct, KeyID: "key_a", Cost: 1, Usage: usage.Usage{Input: 60, Output: 30, CacheRead: 10}})
+	e.settle(account.Settlement{RequestID: "r1", AccountID: acct, KeyID: "key_a", Cost: 1, Usage: usage.Usage{Input: 60, Output: 30, CacheRead: 10}})
 	if s := e.keyState(acct, "key_a"); s.MinuteTokens != 100 {
 		t.Fatalf("key minute tokens %d, want 100", s.MinuteTokens)
 	}
 	wantAdmitted(t, e.admitKey(acct, "key_a", "r2", 1, 500, kl))
 	// A bound above the limit can never fit: no retry-after.
-	wantRefusal(t, e.admitKey(acct, "key_a", "r3", 1, 1001, kl), TokenLimited, KeyLevel, 0)
+	wantRefusal(t, e.admitKey(acct, "key_a", "r3", 1, 1001, kl), account.TokenLimited, account.KeyLevel, 0)
 	// The account's limit counts every key.
-	wantAdmitted(t, e.admitKey(acct, "key_b", "b1", 1, 4000, Limits{}))
-	wantRefusal(t, e.admitKey(acct, "key_c", "c1", 1, 401, Limits{}), TokenLimited, AccountLevel, 50*time.Second)
+	wantAdmitted(t, e.admitKey(acct, "key_b", "b1", 1, 4000, account.Limits{}))
+	wantRefusal(t, e.admitKey(acct, "key_c", "c1", 1, 401, account.Limits{}), account.TokenLimited, account.AccountLevel, 50*time.Second)
 	if u := e.usage(acct, Day); u.MinuteTokens != 4600 {
 		t.Fatalf("account minute tokens %d, want 4600", u.MinuteTokens)
 	}
 	// A non-2xx reply used nothing: its whole bound is released.
-	e.settle(Settlement{RequestID: "b1", AccountID: acct, KeyID: "key_b", Status: 500})
-	wantAdmitted(t, e.admitKey(acct, "key_c", "c1", 1, 4000, Limits{}))
+	e.settle(account.Settlement{RequestID: "b1", AccountID: acct, KeyID: "key_b", Status: 500})
+	wantAdmitted(t, e.admitKey(acct, "key_c", "c1", 1, 4000, account.Limits{}))
 	// A new minute starts afresh; a request admitted in the old one and
 	// settled in the new one leaves the new minute alone.
 	e.clock.Set(start.Add(time.Minute))
 	wantAdmitted(t, e.admitKey(acct, "key_a", "r4", 1, 1000, kl))
-	e.settle(Settlement{RequestID: "r2", AccountID: acct, KeyID: "key_a", Cost: 1, Usage: usage.Usage{Output: 1}})
+	e.settle(account.Settlement{RequestID: "r2", AccountID: acct, KeyID: "key_a", Cost: 1, Usage: usage.Usage{Output: 1}})
 	if s := e.keyState(acct, "key_a"); s.MinuteTokens != 1000 {
 		t.Fatalf("key minute tokens %d, want 1000", s.MinuteTokens)
 	}
 	// A reply that used more than its bound counts all it used.
-	e.settle(Settlement{RequestID: "r4", AccountID: acct, KeyID: "key_a", Cost: 1, Usage: usage.Usage{Input: 900, Output: 300}})
+	e.settle(account.Settlement{RequestID: "r4", AccountID: acct, KeyID: "key_a", Cost: 1, Usage: usage.Usage{Input: 900, Output: 300}})
 	if s := e.keyState(acct, "key_a"); s.MinuteTokens != 1200 {
 		t.Fatalf("key minute tokens %d, want 1200", s.MinuteTokens)
 	}
@@ -122,14 +123,14 @@ func testTokenLimit(t *testing.T, e *env) {
 // the lifetime never.
 func testSpendBudgets(t *testing.T, e *env) {
 	e.clock.Set(time.Date(2026, 11, 30, 23, 0, 0, 0, time.UTC))
-	acct := e.account(100*usd, Limits{MonthlyNanoUSD: 5000})
-	kl := Limits{DailyNanoUSD: 1000, MonthlyNanoUSD: 1500, TotalNanoUSD: 2500}
+	acct := e.account(100*usd, account.Limits{MonthlyNanoUSD: 5000})
+	kl := account.Limits{DailyNanoUSD: 1000, MonthlyNanoUSD: 1500, TotalNanoUSD: 2500}
 	wantAdmitted(t, e.admitKey(acct, "key_a", "r1", 600, 0, kl))
 	// Open holds count.
-	wantRefusal(t, e.admitKey(acct, "key_a", "r2", 500, 0, kl), DailyLimited, KeyLevel, time.Hour)
-	e.settle(Settlement{RequestID: "r1", AccountID: acct, KeyID: "key_a", Cost: 600})
+	wantRefusal(t, e.admitKey(acct, "key_a", "r2", 500, 0, kl), account.DailyLimited, account.KeyLevel, time.Hour)
+	e.settle(account.Settlement{RequestID: "r1", AccountID: acct, KeyID: "key_a", Cost: 600})
 	wantAdmitted(t, e.admitKey(acct, "key_a", "r2", 400, 0, kl)) // 600 + 400 = 1000 exactly
-	e.settle(Settlement{RequestID: "r2", AccountID: acct, KeyID: "key_a", Cost: 400})
+	e.settle(account.Settlement{RequestID: "r2", AccountID: acct, KeyID: "key_a", Cost: 400})
 	s := e.keyState(acct, "key_a")
 	if s.Day.Cost != 1000 || s.Month.Cost != 1000 || s.Total.Cost != 1000 || s.Total.Requests != 2 || s.InFlight != 0 || s.Held != 0 {
 		t.Fatalf("key state %+v", s)
@@ -140,60 +141,60 @@ func testSpendBudgets(t *testing.T, e *env) {
 		t.Fatalf("key state on the new month %+v", s)
 	}
 	wantAdmitted(t, e.admitKey(acct, "key_a", "r3", 1000, 0, kl))
-	e.settle(Settlement{RequestID: "r3", AccountID: acct, KeyID: "key_a", Cost: 1000})
+	e.settle(account.Settlement{RequestID: "r3", AccountID: acct, KeyID: "key_a", Cost: 1000})
 	e.clock.Advance(24 * time.Hour)
 	wantAdmitted(t, e.admitKey(acct, "key_a", "r4", 400, 0, kl))
 	// Month: 1000 + 400 held + 200 > 1500.
-	wantRefusal(t, e.admitKey(acct, "key_a", "r5", 200, 0, kl), MonthlyLimited, KeyLevel, 30*24*time.Hour)
-	e.settle(Settlement{RequestID: "r4", AccountID: acct, KeyID: "key_a", Cost: 400})
+	wantRefusal(t, e.admitKey(acct, "key_a", "r5", 200, 0, kl), account.MonthlyLimited, account.KeyLevel, 30*24*time.Hour)
+	e.settle(account.Settlement{RequestID: "r4", AccountID: acct, KeyID: "key_a", Cost: 400})
 	// Total: 2400 spent; the next month does not help a lifetime cap.
 	e.clock.Set(time.Date(2027, 1, 15, 0, 0, 0, 0, time.UTC))
-	wantRefusal(t, e.admitKey(acct, "key_a", "r5", 200, 0, kl), TotalLimited, KeyLevel, 0)
+	wantRefusal(t, e.admitKey(acct, "key_a", "r5", 200, 0, kl), account.TotalLimited, account.KeyLevel, 0)
 	wantAdmitted(t, e.admitKey(acct, "key_a", "r5", 100, 0, kl))
 
 	// The account's month counts every key; it rolls over with the month.
 	e.clock.Set(time.Date(2027, 1, 31, 12, 0, 0, 0, time.UTC))
-	wantAdmitted(t, e.admitKey(acct, "key_b", "b1", 4000, 0, Limits{}))
-	e.settle(Settlement{RequestID: "b1", AccountID: acct, KeyID: "key_b", Cost: 4000})
-	wantRefusal(t, e.admitKey(acct, "key_c", "c1", 901, 0, Limits{}), MonthlyLimited, AccountLevel, 12*time.Hour)
+	wantAdmitted(t, e.admitKey(acct, "key_b", "b1", 4000, 0, account.Limits{}))
+	e.settle(account.Settlement{RequestID: "b1", AccountID: acct, KeyID: "key_b", Cost: 4000})
+	wantRefusal(t, e.admitKey(acct, "key_c", "c1", 901, 0, account.Limits{}), account.MonthlyLimited, account.AccountLevel, 12*time.Hour)
 	if u := e.usage(acct, Month); u.MonthUsed != 4000 {
 		t.Fatalf("MonthUsed %d, want 4000", u.MonthUsed)
 	}
 	e.clock.Set(time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC))
-	wantAdmitted(t, e.admitKey(acct, "key_c", "c1", 4900, 0, Limits{}))
+	wantAdmitted(t, e.admitKey(acct, "key_c", "c1", 4900, 0, account.Limits{}))
 }
 
 // A key's request rate is its own, on top of the account's.
 func testKeyRateLimit(t *testing.T, e *env) {
-	acct := e.account(usd, Limits{RPM: 3, WindowMinutes: 1})
-	kl := Limits{RPM: 2, WindowMinutes: 1}
+	acct := e.account(usd, account.Limits{RPM: 3, WindowMinutes: 1})
+	kl := account.Limits{RPM: 2, WindowMinutes: 1}
 	wantAdmitted(t, e.admitKey(acct, "key_a", "a1", 1, 0, kl))
 	e.clock.Advance(10 * time.Second)
 	wantAdmitted(t, e.admitKey(acct, "key_a", "a2", 1, 0, kl))
-	wantRefusal(t, e.admitKey(acct, "key_a", "a3", 1, 0, kl), RateLimited, KeyLevel, 50*time.Second)
-	wantAdmitted(t, e.admitKey(acct, "key_b", "b1", 1, 0, Limits{}))
-	wantRefusal(t, e.admitKey(acct, "key_b", "b2", 1, 0, Limits{}), RateLimited, AccountLevel, 50*time.Second)
+	wantRefusal(t, e.admitKey(acct, "key_a", "a3", 1, 0, kl), account.RateLimited, account.KeyLevel, 50*time.Second)
+	wantAdmitted(t, e.admitKey(acct, "key_b", "b1", 1, 0, account.Limits{}))
+	wantRefusal(t, e.admitKey(acct, "key_b", "b2", 1, 0, account.Limits{}), account.RateLimited, account.AccountLevel, 50*time.Second)
 }
 
 // The strictest limit wins, whichever level sets it; the order of the
 // checks decides which one a refusal names.
 func testStrictestWins(t *testing.T, e *env) {
-	acct := e.account(usd, Limits{DailyNanoUSD: 100, Concurrency: 10})
+	acct := e.account(usd, account.Limits{DailyNanoUSD: 100, Concurrency: 10})
 	// The key allows more than the account: the account refuses.
-	kl := Limits{DailyNanoUSD: 1000}
-	wantRefusal(t, e.admitKey(acct, "key_a", "r1", 101, 0, kl), DailyLimited, AccountLevel, 12*time.Hour)
+	kl := account.Limits{DailyNanoUSD: 1000}
+	wantRefusal(t, e.admitKey(acct, "key_a", "r1", 101, 0, kl), account.DailyLimited, account.AccountLevel, 12*time.Hour)
 	// The key allows less: the key refuses.
-	kl = Limits{DailyNanoUSD: 50}
-	wantRefusal(t, e.admitKey(acct, "key_a", "r1", 51, 0, kl), DailyLimited, KeyLevel, 12*time.Hour)
+	kl = account.Limits{DailyNanoUSD: 50}
+	wantRefusal(t, e.admitKey(acct, "key_a", "r1", 51, 0, kl), account.DailyLimited, account.KeyLevel, 12*time.Hour)
 	wantAdmitted(t, e.admitKey(acct, "key_a", "r1", 50, 0, kl))
 }
 
 // Key limits are stored with the key, read back by a lookup (what the key
 // cache serves) and changed without touching what was counted.
 func testKeyLimitsStored(t *testing.T, e *env) {
-	acct := e.account(usd, Limits{})
-	l := Limits{RPM: 1, WindowMinutes: 2, TPM: 3, Concurrency: 4, DailyNanoUSD: 5, MonthlyNanoUSD: 6, TotalNanoUSD: 7, ConcurrencyWaitSeconds: 8}
-	secret, k, err := e.s.CreateKey(e.ctx, acct, ModelKey, KeyOptions{Label: "ci", Limits: l})
+	acct := e.account(usd, account.Limits{})
+	l := account.Limits{RPM: 1, WindowMinutes: 2, TPM: 3, Concurrency: 4, DailyNanoUSD: 5, MonthlyNanoUSD: 6, TotalNanoUSD: 7, ConcurrencyWaitSeconds: 8}
+	secret, k, err := e.s.CreateKey(e.ctx, acct, account.ModelKey, account.KeyOptions{Label: "ci", Limits: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,8 +203,8 @@ func testKeyLimitsStored(t *testing.T, e *env) {
 		t.Fatalf("lookup: %+v, %v", got.Limits, err)
 	}
 	wantAdmitted(t, e.admitKey(acct, k.ID, "r1", 5, 1, l))
-	e.settle(Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Cost: 5})
-	l2 := Limits{TotalNanoUSD: 10, ConcurrencyWaitSeconds: 60}
+	e.settle(account.Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Cost: 5})
+	l2 := account.Limits{TotalNanoUSD: 10, ConcurrencyWaitSeconds: 60}
 	if err := e.s.SetKeyLimits(e.ctx, acct, k.ID, l2); err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func testKeyLimitsStored(t *testing.T, e *env) {
 		t.Fatalf("limits after the change %+v", got.Limits)
 	}
 	// The 5 already spent stays counted against the new cap.
-	wantRefusal(t, e.admitKey(acct, k.ID, "r2", 6, 0, l2), TotalLimited, KeyLevel, 0)
+	wantRefusal(t, e.admitKey(acct, k.ID, "r2", 6, 0, l2), account.TotalLimited, account.KeyLevel, 0)
 	wantAdmitted(t, e.admitKey(acct, k.ID, "r2", 5, 0, l2))
 	// Rotation keeps the limits.
 	_, nk, err := e.s.RotateKey(e.ctx, acct, k.ID, 0)
@@ -219,19 +220,19 @@ func testKeyLimitsStored(t *testing.T, e *env) {
 		t.Fatalf("rotated %+v, %v", nk.Limits, err)
 	}
 	wantErr(t, e.s.SetKeyLimits(e.ctx, acct, "key_0000000000000000", l2), ErrNotFound)
-	if err := e.s.SetKeyLimits(e.ctx, acct, k.ID, Limits{TPM: -1}); err == nil {
+	if err := e.s.SetKeyLimits(e.ctx, acct, k.ID, account.Limits{TPM: -1}); err == nil {
 		t.Error("negative limit accepted")
 	}
-	if err := e.s.SetLimits(e.ctx, acct, Limits{TotalNanoUSD: 1}); err == nil {
+	if err := e.s.SetLimits(e.ctx, acct, account.Limits{TotalNanoUSD: 1}); err == nil {
 		t.Error("a total limit accepted for an account")
 	}
-	if err := e.s.SetKeyLimits(e.ctx, acct, k.ID, Limits{ConcurrencyWaitSeconds: 61}); err == nil {
+	if err := e.s.SetKeyLimits(e.ctx, acct, k.ID, account.Limits{ConcurrencyWaitSeconds: 61}); err == nil {
 		t.Error("a concurrency wait above the most allowed accepted")
 	}
-	if err := e.s.SetLimits(e.ctx, acct, Limits{ConcurrencyWaitSeconds: 1}); err == nil {
+	if err := e.s.SetLimits(e.ctx, acct, account.Limits{ConcurrencyWaitSeconds: 1}); err == nil {
 		t.Error("a concurrency wait accepted for an account")
 	}
-	al := Limits{RPM: 1, WindowMinutes: 1, TPM: 2, Concurrency: 3, DailyNanoUSD: 4, MonthlyNanoUSD: 5}
+	al := account.Limits{RPM: 1, WindowMinutes: 1, TPM: 2, Concurrency: 3, DailyNanoUSD: 4, MonthlyNanoUSD: 5}
 	if err := e.s.SetLimits(e.ctx, acct, al); err != nil {
 		t.Fatal(err)
 	}
@@ -243,13 +244,13 @@ func testKeyLimitsStored(t *testing.T, e *env) {
 // Many keys' requests at once against every kind of limit: the store never
 // admits beyond one of them, and what it counts adds up.
 func testLimitsConcurrent(t *testing.T, e *env) {
-	acct := e.account(usd, Limits{Concurrency: 7, TPM: 100_000, MonthlyNanoUSD: 5000})
-	kl := Limits{Concurrency: 3, TotalNanoUSD: 2000}
+	acct := e.account(usd, account.Limits{Concurrency: 7, TPM: 100_000, MonthlyNanoUSD: 5000})
+	kl := account.Limits{Concurrency: 3, TotalNanoUSD: 2000}
 	const n = 40
-	results := make(chan Decision, n)
+	results := make(chan account.Decision, n)
 	for i := range n {
 		go func() {
-			d, err := e.s.Admit(e.ctx, Admission{RequestID: fmt.Sprint("r", i), AccountID: acct,
+			d, err := e.s.Admit(e.ctx, account.Admission{RequestID: fmt.Sprint("r", i), AccountID: acct,
 				KeyID: fmt.Sprint("key_", i%4), Hold: 300, Tokens: 1000, KeyLimits: kl})
 			if err != nil {
 				t.Error(err)
@@ -259,7 +260,7 @@ func testLimitsConcurrent(t *testing.T, e *env) {
 	}
 	admitted := 0
 	for range n {
-		if d := <-results; d.Outcome == Admitted {
+		if d := <-results; d.Outcome == account.Admitted {
 			admitted++
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/usage"
 )
@@ -21,7 +22,7 @@ func TestMemoryPerRequest(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redistest.Provided(t)})
 	t.Cleanup(func() { rdb.Close() })
 	s := New(rdb, Options{})
-	a, err := s.CreateAccount(ctx, "memory", 1_000_000_000_000, Limits{})
+	a, err := s.CreateAccount(ctx, "memory", 1_000_000_000_000, account.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,11 +39,11 @@ func TestMemoryPerRequest(t *testing.T) {
 	var renewals []Renewal
 	for i := range ids {
 		ids[i] = fmt.Sprintf("req_%012x_%s", 0xabcdef123456, fmt.Sprint(i+1000))
-		d, err := s.Admit(ctx, Admission{RequestID: ids[i], AccountID: a.ID, KeyID: "key_0123456789abcdef", Priced: "claude-sonnet-4-5-20250929", Hold: 1_000_000, Stream: true})
-		if err != nil || d.Outcome != Admitted {
+		d, err := s.Admit(ctx, account.Admission{RequestID: ids[i], AccountID: a.ID, KeyID: "key_0123456789abcdef", Priced: "claude-sonnet-4-5-20250929", Hold: 1_000_000, Stream: true})
+		if err != nil || d.Outcome != account.Admitted {
 			t.Fatal(d, err)
 		}
-		renewals = append(renewals, Renewal{AccountID: a.ID, RequestID: ids[i], Checkpoint: &Checkpoint{Status: 200, Endpoint: "primary", Priced: "claude-sonnet-4-5-20250929", Usage: usage.Usage{Input: 1200, Output: 350}, Cost: 8_850_000}})
+		renewals = append(renewals, Renewal{AccountID: a.ID, RequestID: ids[i], Checkpoint: &account.Checkpoint{Status: 200, Endpoint: "primary", Priced: "claude-sonnet-4-5-20250929", Usage: usage.Usage{Input: 1200, Output: 350}, Cost: 8_850_000}})
 	}
 	if _, err := s.RenewHolds(ctx, renewals); err != nil {
 		t.Fatal(err)
@@ -50,7 +51,7 @@ func TestMemoryPerRequest(t *testing.T) {
 	open := mem(acctKey(a.ID, "holds"))
 	// Settle them all.
 	for _, id := range ids {
-		st := Settlement{RequestID: id, AccountID: a.ID, KeyID: "key_0123456789abcdef", Priced: "claude-sonnet-4-5-20250929",
+		st := account.Settlement{RequestID: id, AccountID: a.ID, KeyID: "key_0123456789abcdef", Priced: "claude-sonnet-4-5-20250929",
 			Usage: usage.Usage{Input: 1200, Output: 350, CacheRead: 20000}, Cost: 8_850_000, Status: 200, Endpoint: "primary", Stream: true,
 			StartedAt: time.Now().Add(-3 * time.Second), EndedAt: time.Now()}
 		if _, err := s.Settle(ctx, st); err != nil {

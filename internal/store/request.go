@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -22,15 +23,15 @@ import (
 // order: the rate limit, the daily limit and the balance. The admission
 // record (what the sweeper settles with) is kept with the hold. One round
 // trip: the sweeper's index entry rides in the same pipeline.
-func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
+func (s *Store) Admit(ctx context.Context, a account.Admission) (account.Decision, error) {
 	if a.RequestID == "" {
-		return Decision{}, errors.New("store: admit: empty request id")
+		return account.Decision{}, errors.New("store: admit: empty request id")
 	}
 	if a.Hold < 0 {
-		return Decision{}, fmt.Errorf("store: admit %s: negative hold", a.RequestID)
+		return account.Decision{}, fmt.Errorf("store: admit %s: negative hold", a.RequestID)
 	}
 	if !validID(a.AccountID) {
-		return Decision{}, fmt.Errorf("store: admit %s: account %q: %w", a.RequestID, a.AccountID, ErrNotFound)
+		return account.Decision{}, fmt.Errorf("store: admit %s: account %q: %w", a.RequestID, a.AccountID, ErrNotFound)
 	}
 	now := s.now()
 	// Three steps, each its own function, so that only Admit's small frame
@@ -38,11 +39,11 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 	// keeps its deepest stack for as long as its stream is open.
 	keys, args, err := s.admitCall(a, now)
 	if err != nil {
-		return Decision{}, err
+		return account.Decision{}, err
 	}
 	r, err := s.runAdmit(ctx, a.AccountID, now, keys, args)
 	if err != nil {
-		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
+		return account.Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
 	}
 	return decodeAdmit(a, now, r)
 }
@@ -50,7 +51,7 @@ func (s *Store) Admit(ctx context.Context, a Admission) (Decision, error) {
 // admitCall builds admit.lua's KEYS and ARGV.
 //
 //go:noinline
-func (s *Store) admitCall(a Admission, now time.Time) ([]string, []any, error) {
+func (s *Store) admitCall(a account.Admission, now time.Time) ([]string, []any, error) {
 	id := a.AccountID
 	if a.Tokens < 0 {
 		return nil, nil, fmt.Errorf("store: admit %s: negative token bound", a.RequestID)
@@ -111,42 +112,42 @@ func (s *Store) runAdmit(ctx context.Context, id string, now time.Time, keys []s
 }
 
 // decodeAdmit reads admit.lua's reply.
-func decodeAdmit(a Admission, now time.Time, r []int64) (Decision, error) {
+func decodeAdmit(a account.Admission, now time.Time, r []int64) (account.Decision, error) {
 	id := a.AccountID
 	if len(r) != 3 {
-		return Decision{}, fmt.Errorf("store: admit %s: unexpected reply %v", a.RequestID, r)
+		return account.Decision{}, fmt.Errorf("store: admit %s: unexpected reply %v", a.RequestID, r)
 	}
-	d := Decision{Level: Level(r[2])}
+	d := account.Decision{Level: account.Level(r[2])}
 	switch r[0] {
 	case -1:
-		return Decision{}, fmt.Errorf("store: admit %s: account %s: %w", a.RequestID, id, ErrNotFound)
+		return account.Decision{}, fmt.Errorf("store: admit %s: account %s: %w", a.RequestID, id, ErrNotFound)
 	case -2:
-		return Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, ErrDuplicateRequest)
+		return account.Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, ErrDuplicateRequest)
 	case 0:
-		d.Outcome = Admitted
+		d.Outcome = account.Admitted
 	case 1:
-		d.Outcome = RateLimited
+		d.Outcome = account.RateLimited
 		d.RetryAfter = time.Duration(r[1]) * time.Millisecond
 	case 2:
-		d.Outcome = DailyLimited
+		d.Outcome = account.DailyLimited
 		d.RetryAfter = nextMidnight(now).Sub(now)
 	case 3:
-		d.Outcome = InsufficientBalance
+		d.Outcome = account.InsufficientBalance
 	case 4:
-		d.Outcome = TokenLimited
+		d.Outcome = account.TokenLimited
 		if r[1] > 0 {
 			d.RetryAfter = time.Duration(r[1]) * time.Millisecond
 		}
 	case 5:
-		d.Outcome = ConcurrencyLimited
+		d.Outcome = account.ConcurrencyLimited
 		d.RetryAfter = time.Duration(r[1]) * time.Millisecond
 	case 6:
-		d.Outcome = MonthlyLimited
+		d.Outcome = account.MonthlyLimited
 		d.RetryAfter = nextMonth(now).Sub(now)
 	case 7:
-		d.Outcome = TotalLimited
+		d.Outcome = account.TotalLimited
 	default:
-		return Decision{}, fmt.Errorf("store: admit %s: unexpected outcome %d", a.RequestID, r[0])
+		return account.Decision{}, fmt.Errorf("store: admit %s: unexpected outcome %d", a.RequestID, r[0])
 	}
 	return d, nil
 }
@@ -180,8 +181,8 @@ func nextMidnight(t time.Time) time.Time {
 // reconciled, within Options.SweptRecordTTL of the sweep.
 // Usage counts towards the UTC day and month of the store's clock. One round
 // trip.
-func (s *Store) Settle(ctx context.Context, st Settlement) (applied bool, err error) {
-	r := s.SettleBatch(ctx, []Settlement{st})[0]
+func (s *Store) Settle(ctx context.Context, st account.Settlement) (applied bool, err error) {
+	r := s.SettleBatch(ctx, []account.Settlement{st})[0]
 	return r.Applied, r.Err
 }
 
@@ -210,7 +211,7 @@ const maxGroupCost = 1 << 52
 // call, which writes what adds up (balance, usage counters, last_used) once
 // for all of them; the calls go in one pipelined round trip (one per
 // Cluster node). Results are in the order of sts.
-func (s *Store) SettleBatch(ctx context.Context, sts []Settlement) []SettleResult {
+func (s *Store) SettleBatch(ctx context.Context, sts []account.Settlement) []SettleResult {
 	res := make([]SettleResult, len(sts))
 	// Group by account, keeping each account's order.
 	var groups [][]int
@@ -238,7 +239,7 @@ func (s *Store) SettleBatch(ctx context.Context, sts []Settlement) []SettleResul
 		return res
 	}
 	type call struct {
-		members []Settlement
+		members []account.Settlement
 		keys    []string
 		args    []any
 		cmd     *redis.Cmd
@@ -272,7 +273,7 @@ func (s *Store) SettleBatch(ctx context.Context, sts []Settlement) []SettleResul
 }
 
 // settleReplies reads the settlement script's reply for a group.
-func settleReplies(group []Settlement, r []int64, err error) []SettleResult {
+func settleReplies(group []account.Settlement, r []int64, err error) []SettleResult {
 	res := make([]SettleResult, len(group))
 	for i, st := range group {
 		switch {
@@ -292,7 +293,7 @@ func settleReplies(group []Settlement, r []int64, err error) []SettleResult {
 
 // CheckSettlement refuses what the store would never apply, whatever its
 // state (the spool uses it so that no such record waits for a replay).
-func CheckSettlement(st Settlement) error {
+func CheckSettlement(st account.Settlement) error {
 	if st.RequestID == "" {
 		return errors.New("store: settle: empty request id")
 	}
@@ -310,7 +311,7 @@ func CheckSettlement(st Settlement) error {
 
 // settleCall returns the settlement script's KEYS and ARGV for a group of
 // checked settlements of one account (see settle.lua).
-func (s *Store) settleCall(group []Settlement) (keys []string, args []any) {
+func (s *Store) settleCall(group []account.Settlement) (keys []string, args []any) {
 	now := s.now()
 	id := group[0].AccountID
 	keys = []string{
@@ -374,7 +375,7 @@ const settleArgsPerRequest = 96
 
 // lastUsedAt is when a settlement's credential was last used: when its
 // request ended.
-func lastUsedAt(st Settlement, now time.Time) time.Time {
+func lastUsedAt(st account.Settlement, now time.Time) time.Time {
 	if st.EndedAt.IsZero() {
 		return now
 	}
@@ -382,7 +383,7 @@ func lastUsedAt(st Settlement, now time.Time) time.Time {
 }
 
 // usedMinute is the minute (unix minutes) of a settlement's credential use.
-func usedMinute(st Settlement, now time.Time) int64 {
+func usedMinute(st account.Settlement, now time.Time) int64 {
 	return lastUsedAt(st, now).Unix() / 60
 }
 
@@ -430,7 +431,7 @@ func (u *usedMinutes) mark(keyID string, minute int64) {
 
 // markUsed records the credential uses a settlement call wrote: those of its
 // applied settlements (the script writes last_used only for those).
-func (s *Store) markUsed(group []Settlement, res []SettleResult) {
+func (s *Store) markUsed(group []account.Settlement, res []SettleResult) {
 	now := s.now()
 	for i, st := range group {
 		if st.KeyID != "" && res[i].Applied {

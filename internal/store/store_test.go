@@ -11,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/testclock"
 )
@@ -133,7 +134,7 @@ func newEnv(t *testing.T, rdb redis.UniversalClient) *env {
 	}
 }
 
-func (e *env) account(balance int64, l Limits) string {
+func (e *env) account(balance int64, l account.Limits) string {
 	e.t.Helper()
 	a, err := e.s.CreateAccount(e.ctx, "test", balance, l)
 	if err != nil {
@@ -142,9 +143,9 @@ func (e *env) account(balance int64, l Limits) string {
 	return a.ID
 }
 
-func (e *env) admit(acct, req string, hold int64) Decision {
+func (e *env) admit(acct, req string, hold int64) account.Decision {
 	e.t.Helper()
-	d, err := e.s.Admit(e.ctx, Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: hold})
+	d, err := e.s.Admit(e.ctx, account.Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: hold})
 	if err != nil {
 		e.t.Fatalf("admit %s: %v", req, err)
 	}
@@ -172,12 +173,12 @@ func (e *env) sweep(acct string) SweepResult {
 
 func (e *env) mustAdmit(acct, req string, hold int64) {
 	e.t.Helper()
-	if d := e.admit(acct, req, hold); d.Outcome != Admitted {
+	if d := e.admit(acct, req, hold); d.Outcome != account.Admitted {
 		e.t.Fatalf("admit %s: outcome %s, want Admitted", req, d.Outcome)
 	}
 }
 
-func (e *env) settle(st Settlement) bool {
+func (e *env) settle(st account.Settlement) bool {
 	e.t.Helper()
 	if st.Status == 0 {
 		st.Status = 200
@@ -240,7 +241,7 @@ func wantErr(t *testing.T, err, target error) {
 	}
 }
 
-func wantDecision(t *testing.T, got Decision, outcome Outcome, retry time.Duration) {
+func wantDecision(t *testing.T, got account.Decision, outcome account.Outcome, retry time.Duration) {
 	t.Helper()
 	if got.Outcome != outcome || got.RetryAfter != retry {
 		t.Fatalf("decision %s retry %v, want %s retry %v",

@@ -4,8 +4,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/modelgateway/gateway/internal/usage"
-	"github.com/redis/go-redis/v9"
 	"maps"
 	"math/rand/v2"
 	"regexp"
@@ -14,12 +12,17 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 const usd = 1_000_000_000 // nano-USD
 
 func testAccounts(t *testing.T, e *env) {
-	limits := Limits{DailyNanoUSD: 5 * usd, RPM: 60, WindowMinutes: 2}
+	limits := account.Limits{DailyNanoUSD: 5 * usd, RPM: 60, WindowMinutes: 2}
 	a, err := e.s.CreateAccount(e.ctx, "alpha", 10*usd, limits)
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +34,7 @@ func testAccounts(t *testing.T, e *env) {
 		t.Errorf("created %+v", a)
 	}
 	e.clock.Advance(time.Second)
-	b, err := e.s.CreateAccount(e.ctx, "beta", 0, Limits{})
+	b, err := e.s.CreateAccount(e.ctx, "beta", 0, account.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +58,7 @@ func testAccounts(t *testing.T, e *env) {
 		t.Errorf("ListAccounts = %+v", list)
 	}
 
-	newLimits := Limits{DailyNanoUSD: 1, RPM: 2, WindowMinutes: 3}
+	newLimits := account.Limits{DailyNanoUSD: 1, RPM: 2, WindowMinutes: 3}
 	if err := e.s.SetLimits(e.ctx, a.ID, newLimits); err != nil {
 		t.Fatal(err)
 	}
@@ -71,14 +74,14 @@ func testAccounts(t *testing.T, e *env) {
 		wantErr(t, err, ErrNotFound)
 		_, err = e.s.Balance(e.ctx, id)
 		wantErr(t, err, ErrNotFound)
-		wantErr(t, e.s.SetLimits(e.ctx, id, Limits{}), ErrNotFound)
+		wantErr(t, e.s.SetLimits(e.ctx, id, account.Limits{}), ErrNotFound)
 		_, _, err = e.s.OpenHolds(e.ctx, id)
 		wantErr(t, err, ErrNotFound)
 	}
-	if _, err := e.s.CreateAccount(e.ctx, "neg", -1, Limits{}); err == nil {
+	if _, err := e.s.CreateAccount(e.ctx, "neg", -1, account.Limits{}); err == nil {
 		t.Error("negative balance accepted")
 	}
-	if err := e.s.SetLimits(e.ctx, a.ID, Limits{RPM: -1}); err == nil {
+	if err := e.s.SetLimits(e.ctx, a.ID, account.Limits{RPM: -1}); err == nil {
 		t.Error("negative limit accepted")
 	}
 	if err := e.s.Ping(e.ctx); err != nil {
@@ -87,7 +90,7 @@ func testAccounts(t *testing.T, e *env) {
 }
 
 func testTopUp(t *testing.T, e *env) {
-	acct := e.account(100, Limits{})
+	acct := e.account(100, account.Limits{})
 	bal, applied, err := e.s.TopUp(e.ctx, acct, 50, "pay-1")
 	if err != nil || !applied || bal != 150 {
 		t.Fatalf("TopUp = %d, %v, %v", bal, applied, err)
@@ -111,7 +114,7 @@ func testTopUp(t *testing.T, e *env) {
 		t.Fatalf("balance %d, want 170", bal)
 	}
 	// Keys are per account.
-	other := e.account(0, Limits{})
+	other := e.account(0, account.Limits{})
 	if bal, applied, err := e.s.TopUp(e.ctx, other, 50, "pay-1"); err != nil || !applied || bal != 50 {
 		t.Fatalf("TopUp on another account = %d, %v, %v", bal, applied, err)
 	}
@@ -123,9 +126,9 @@ func testTopUp(t *testing.T, e *env) {
 }
 
 func testKeys(t *testing.T, e *env) {
-	acct := e.account(usd, Limits{})
+	acct := e.account(usd, account.Limits{})
 	expires := start.Add(24 * time.Hour)
-	secret, k, err := e.s.CreateKey(e.ctx, acct, ModelKey, KeyOptions{
+	secret, k, err := e.s.CreateKey(e.ctx, acct, account.ModelKey, account.KeyOptions{
 		Label: "ci", ExpiresAt: expires, Models: []string{"claude:opus", "gpt"},
 	})
 	if err != nil {
@@ -134,8 +137,8 @@ func testKeys(t *testing.T, e *env) {
 	if !regexp.MustCompile(`^cr_[A-Za-z0-9_-]{43}$`).MatchString(secret) {
 		t.Errorf("secret %q", secret)
 	}
-	want := Key{
-		ID: k.ID, AccountID: acct, Kind: ModelKey, Label: "ci", Prefix: secret[:8],
+	want := account.Key{
+		ID: k.ID, AccountID: acct, Kind: account.ModelKey, Label: "ci", Prefix: secret[:8],
 		CreatedAt: start, ExpiresAt: expires, Models: []string{"claude:opus", "gpt"},
 	}
 	if !regexp.MustCompile(`^key_[0-9a-f]{16}$`).MatchString(k.ID) || !keyEqual(k, want) {
@@ -153,11 +156,11 @@ func testKeys(t *testing.T, e *env) {
 	wantErr(t, err, ErrNotFound)
 
 	e.clock.Advance(time.Minute)
-	roSecret, ro, err := e.s.CreateKey(e.ctx, acct, ReadOnlyToken, KeyOptions{})
+	roSecret, ro, err := e.s.CreateKey(e.ctx, acct, account.ReadOnlyToken, account.KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if roSecret[:3] != "ro_" || ro.Kind != ReadOnlyToken || len(ro.Models) != 0 || !ro.ExpiresAt.IsZero() {
+	if roSecret[:3] != "ro_" || ro.Kind != account.ReadOnlyToken || len(ro.Models) != 0 || !ro.ExpiresAt.IsZero() {
 		t.Errorf("read-only token %q %+v", roSecret, ro)
 	}
 
@@ -165,13 +168,13 @@ func testKeys(t *testing.T, e *env) {
 	used := start.Add(2 * time.Minute)
 	e.mustAdmit(acct, "r1", 1)
 	e.mustAdmit(acct, "r0", 1)
-	e.settle(Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Priced: "gpt", Cost: 1, EndedAt: used})
+	e.settle(account.Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, Priced: "gpt", Cost: 1, EndedAt: used})
 	got, _ = e.s.LookupKey(e.ctx, HashSecret(secret))
 	if !got.LastUsedAt.Equal(used) {
 		t.Errorf("LastUsedAt = %v, want %v", got.LastUsedAt, used)
 	}
 	// An older replay does not move it back.
-	e.settle(Settlement{RequestID: "r0", AccountID: acct, KeyID: k.ID, Priced: "gpt", Cost: 1, EndedAt: start})
+	e.settle(account.Settlement{RequestID: "r0", AccountID: acct, KeyID: k.ID, Priced: "gpt", Cost: 1, EndedAt: start})
 	got, _ = e.s.LookupKey(e.ctx, HashSecret(secret))
 	if !got.LastUsedAt.Equal(used) {
 		t.Errorf("LastUsedAt = %v after an older settlement, want %v", got.LastUsedAt, used)
@@ -202,7 +205,7 @@ func testKeys(t *testing.T, e *env) {
 		t.Errorf("RevokedAt = %v, want the first revocation %v", got.RevokedAt, revokedAt)
 	}
 
-	other := e.account(0, Limits{})
+	other := e.account(0, account.Limits{})
 	wantErr(t, e.s.RevokeKey(e.ctx, other, ro.ID), ErrNotFound)
 	wantErr(t, e.s.RevokeKey(e.ctx, acct, "key_0000000000000000"), ErrNotFound)
 	_, err = e.s.ListKeys(e.ctx, "acct_0000000000000000")
@@ -210,14 +213,14 @@ func testKeys(t *testing.T, e *env) {
 	if keys, err := e.s.ListKeys(e.ctx, other); err != nil || len(keys) != 0 {
 		t.Errorf("ListKeys of a keyless account = %v, %v", keys, err)
 	}
-	_, _, err = e.s.CreateKey(e.ctx, "acct_0000000000000000", ModelKey, KeyOptions{})
+	_, _, err = e.s.CreateKey(e.ctx, "acct_0000000000000000", account.ModelKey, account.KeyOptions{})
 	wantErr(t, err, ErrNotFound)
-	if _, _, err := e.s.CreateKey(e.ctx, acct, "xx", KeyOptions{}); err == nil {
+	if _, _, err := e.s.CreateKey(e.ctx, acct, "xx", account.KeyOptions{}); err == nil {
 		t.Error("unknown kind accepted")
 	}
 }
 
-func keyEqual(a, b Key) bool {
+func keyEqual(a, b account.Key) bool {
 	return a.ID == b.ID && a.AccountID == b.AccountID && a.Kind == b.Kind && a.Label == b.Label &&
 		a.Prefix == b.Prefix && a.CreatedAt.Equal(b.CreatedAt) && a.ExpiresAt.Equal(b.ExpiresAt) &&
 		a.LastUsedAt.Equal(b.LastUsedAt) && a.RevokedAt.Equal(b.RevokedAt) &&
@@ -225,8 +228,8 @@ func keyEqual(a, b Key) bool {
 }
 
 func testRotateKey(t *testing.T, e *env) {
-	acct := e.account(usd, Limits{})
-	oldSecret, old, err := e.s.CreateKey(e.ctx, acct, ModelKey, KeyOptions{Label: "prod", Models: []string{"a", "b"}})
+	acct := e.account(usd, account.Limits{})
+	oldSecret, old, err := e.s.CreateKey(e.ctx, acct, account.ModelKey, account.KeyOptions{Label: "prod", Models: []string{"a", "b"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +238,7 @@ func testRotateKey(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if newSecret == oldSecret || nk.ID == old.ID || nk.Kind != ModelKey || nk.Label != "prod" ||
+	if newSecret == oldSecret || nk.ID == old.ID || nk.Kind != account.ModelKey || nk.Label != "prod" ||
 		!slices.Equal(nk.Models, []string{"a", "b"}) || !nk.ExpiresAt.IsZero() {
 		t.Errorf("rotated key %+v", nk)
 	}
@@ -256,7 +259,7 @@ func testRotateKey(t *testing.T, e *env) {
 
 	// A key that expires sooner keeps its expiry.
 	soon := e.clock.Now().Add(time.Minute)
-	_, short, err := e.s.CreateKey(e.ctx, acct, ReadOnlyToken, KeyOptions{ExpiresAt: soon})
+	_, short, err := e.s.CreateKey(e.ctx, acct, account.ReadOnlyToken, account.KeyOptions{ExpiresAt: soon})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +267,7 @@ func testRotateKey(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nk2.Kind != ReadOnlyToken {
+	if nk2.Kind != account.ReadOnlyToken {
 		t.Errorf("rotated kind %q", nk2.Kind)
 	}
 	if !nk2.ExpiresAt.Equal(soon) {
@@ -290,16 +293,16 @@ func testRotateKey(t *testing.T, e *env) {
 }
 
 func testNoSecretStored(t *testing.T, e *env) {
-	acct := e.account(usd, Limits{RPM: 10, DailyNanoUSD: usd})
+	acct := e.account(usd, account.Limits{RPM: 10, DailyNanoUSD: usd})
 	var secrets []string
-	for _, kind := range []KeyKind{ModelKey, ReadOnlyToken} {
-		secret, k, err := e.s.CreateKey(e.ctx, acct, kind, KeyOptions{Label: "l"})
+	for _, kind := range []account.KeyKind{account.ModelKey, account.ReadOnlyToken} {
+		secret, k, err := e.s.CreateKey(e.ctx, acct, kind, account.KeyOptions{Label: "l"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		secrets = append(secrets, secret)
 		e.mustAdmit(acct, "req-"+k.ID, 10)
-		e.settle(Settlement{RequestID: "req-" + k.ID, AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 5})
+		e.settle(account.Settlement{RequestID: "req-" + k.ID, AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 5})
 		if _, _, err := e.s.RotateKey(e.ctx, acct, k.ID, time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -359,7 +362,7 @@ func testAudit(t *testing.T, e *env) {
 		}
 	}
 	// Anything shaped like a secret is redacted.
-	secret := newSecret(ModelKey)
+	secret := newSecret(account.ModelKey)
 	if err := e.s.AppendAudit(e.ctx, AuditEntry{Action: "x", Detail: "secret=" + secret + "."}); err != nil {
 		t.Fatal(err)
 	}
@@ -373,14 +376,14 @@ func testAudit(t *testing.T, e *env) {
 }
 
 func testAdmitBalance(t *testing.T, e *env) {
-	acct := e.account(1000, Limits{})
+	acct := e.account(1000, account.Limits{})
 	e.mustAdmit(acct, "r1", 600)
 	if n, a := e.holds(acct); n != 1 || a != 600 {
 		t.Fatalf("holds %d, %d", n, a)
 	}
-	wantDecision(t, e.admit(acct, "r2", 500), InsufficientBalance, 0)
+	wantDecision(t, e.admit(acct, "r2", 500), account.InsufficientBalance, 0)
 	e.mustAdmit(acct, "r3", 400) // exactly the rest
-	wantDecision(t, e.admit(acct, "r4", 1), InsufficientBalance, 0)
+	wantDecision(t, e.admit(acct, "r4", 1), account.InsufficientBalance, 0)
 	e.mustAdmit(acct, "r5", 0)
 	if n, a := e.holds(acct); n != 3 || a != 1000 {
 		t.Fatalf("holds %d, %d", n, a)
@@ -389,7 +392,7 @@ func testAdmitBalance(t *testing.T, e *env) {
 		t.Fatal("admission changed the balance")
 	}
 	// Settling releases the hold and charges the actual cost.
-	e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 100})
+	e.settle(account.Settlement{RequestID: "r1", AccountID: acct, Cost: 100})
 	if n, a := e.holds(acct); n != 2 || a != 400 {
 		t.Fatalf("holds after settle %d, %d", n, a)
 	}
@@ -400,36 +403,36 @@ func testAdmitBalance(t *testing.T, e *env) {
 }
 
 func testAdmitRateLimit(t *testing.T, e *env) {
-	acct := e.account(usd, Limits{RPM: 2, WindowMinutes: 1})
+	acct := e.account(usd, account.Limits{RPM: 2, WindowMinutes: 1})
 	e.mustAdmit(acct, "r1", 1) // t0
 	e.clock.Advance(10 * time.Second)
 	e.mustAdmit(acct, "r2", 1) // t0+10s
 	e.clock.Advance(10 * time.Second)
 	// r1 leaves the window at t0+60s.
-	wantDecision(t, e.admit(acct, "r3", 1), RateLimited, 40*time.Second)
+	wantDecision(t, e.admit(acct, "r3", 1), account.RateLimited, 40*time.Second)
 	if n, _ := e.holds(acct); n != 2 {
 		t.Fatalf("a rate-limited request holds: %d holds", n)
 	}
 	e.clock.Set(start.Add(60*time.Second - time.Millisecond))
-	wantDecision(t, e.admit(acct, "r3", 1), RateLimited, time.Second) // 1ms, at least 1s
+	wantDecision(t, e.admit(acct, "r3", 1), account.RateLimited, time.Second) // 1ms, at least 1s
 	e.clock.Set(start.Add(60 * time.Second))
 	e.mustAdmit(acct, "r3", 1) // the rejections did not enter the log
-	wantDecision(t, e.admit(acct, "r4", 1), RateLimited, 10*time.Second)
+	wantDecision(t, e.admit(acct, "r4", 1), account.RateLimited, 10*time.Second)
 
 	// Lowering the limit below the log's size waits for enough to leave.
-	acct2 := e.account(usd, Limits{RPM: 3, WindowMinutes: 1})
+	acct2 := e.account(usd, account.Limits{RPM: 3, WindowMinutes: 1})
 	e.clock.Set(start)
 	for i := range 3 {
 		e.mustAdmit(acct2, fmt.Sprintf("q%d", i), 1)
 		e.clock.Advance(10 * time.Second)
 	}
 	// Admissions at t0, t0+10s, t0+20s; now t0+30s.
-	if err := e.s.SetLimits(e.ctx, acct2, Limits{RPM: 1, WindowMinutes: 1}); err != nil {
+	if err := e.s.SetLimits(e.ctx, acct2, account.Limits{RPM: 1, WindowMinutes: 1}); err != nil {
 		t.Fatal(err)
 	}
-	wantDecision(t, e.admit(acct2, "q3", 1), RateLimited, 50*time.Second)
+	wantDecision(t, e.admit(acct2, "q3", 1), account.RateLimited, 50*time.Second)
 	// Without a rate limit there is none.
-	if err := e.s.SetLimits(e.ctx, acct2, Limits{}); err != nil {
+	if err := e.s.SetLimits(e.ctx, acct2, account.Limits{}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 10 {
@@ -438,7 +441,7 @@ func testAdmitRateLimit(t *testing.T, e *env) {
 }
 
 func testAdmitRateWindow(t *testing.T, e *env) {
-	acct := e.account(usd, Limits{RPM: 1, WindowMinutes: 3})
+	acct := e.account(usd, account.Limits{RPM: 1, WindowMinutes: 3})
 	for i := range 3 {
 		e.mustAdmit(acct, fmt.Sprintf("r%d", i), 1)
 		e.clock.Advance(time.Minute)
@@ -446,60 +449,60 @@ func testAdmitRateWindow(t *testing.T, e *env) {
 	// Three admissions at t0, t0+1m, t0+2m; now t0+3m: the first has left.
 	e.mustAdmit(acct, "r3", 1)
 	e.clock.Advance(30 * time.Second)
-	wantDecision(t, e.admit(acct, "r4", 1), RateLimited, 30*time.Second)
+	wantDecision(t, e.admit(acct, "r4", 1), account.RateLimited, 30*time.Second)
 }
 
 func testAdmitDailyLimit(t *testing.T, e *env) {
 	e.clock.Set(time.Date(2026, 11, 22, 23, 0, 0, 0, time.UTC))
-	acct := e.account(10_000, Limits{DailyNanoUSD: 1000})
+	acct := e.account(10_000, account.Limits{DailyNanoUSD: 1000})
 	e.mustAdmit(acct, "r1", 600)
 	// Open holds count towards the day.
-	wantDecision(t, e.admit(acct, "r2", 500), DailyLimited, time.Hour)
-	e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 600})
-	wantDecision(t, e.admit(acct, "r2", 500), DailyLimited, time.Hour)
+	wantDecision(t, e.admit(acct, "r2", 500), account.DailyLimited, time.Hour)
+	e.settle(account.Settlement{RequestID: "r1", AccountID: acct, Cost: 600})
+	wantDecision(t, e.admit(acct, "r2", 500), account.DailyLimited, time.Hour)
 	e.mustAdmit(acct, "r3", 400) // 600 + 400 = 1000 exactly
-	e.settle(Settlement{RequestID: "r3", AccountID: acct, Cost: 400})
+	e.settle(account.Settlement{RequestID: "r3", AccountID: acct, Cost: 400})
 	if r := e.usage(acct, Day); r.DailyUsed != 1000 {
 		t.Fatalf("DailyUsed %d", r.DailyUsed)
 	}
 	e.clock.Advance(59*time.Minute + 59*time.Second + 999*time.Millisecond)
-	wantDecision(t, e.admit(acct, "r2", 500), DailyLimited, time.Millisecond)
+	wantDecision(t, e.admit(acct, "r2", 500), account.DailyLimited, time.Millisecond)
 	// A new UTC day starts afresh.
 	e.clock.Advance(time.Millisecond)
 	e.mustAdmit(acct, "r2", 500)
 	if r := e.usage(acct, Day); r.DailyUsed != 0 {
 		t.Fatalf("DailyUsed %d on the new day", r.DailyUsed)
 	}
-	wantDecision(t, e.admit(acct, "r4", 501), DailyLimited, 24*time.Hour)
+	wantDecision(t, e.admit(acct, "r4", 501), account.DailyLimited, 24*time.Hour)
 }
 
 func testAdmitOrder(t *testing.T, e *env) {
-	acct := e.account(100, Limits{RPM: 1, WindowMinutes: 1, DailyNanoUSD: 100})
+	acct := e.account(100, account.Limits{RPM: 1, WindowMinutes: 1, DailyNanoUSD: 100})
 	e.mustAdmit(acct, "r1", 100)
 	// Rate, daily and balance would all refuse: the rate limit answers.
-	wantDecision(t, e.admit(acct, "r2", 50), RateLimited, time.Minute)
+	wantDecision(t, e.admit(acct, "r2", 50), account.RateLimited, time.Minute)
 	e.clock.Advance(time.Minute)
 	// Daily and balance would refuse: the daily limit answers.
-	wantDecision(t, e.admit(acct, "r2", 50), DailyLimited, 12*time.Hour-time.Minute)
-	if err := e.s.SetLimits(e.ctx, acct, Limits{RPM: 1, WindowMinutes: 1}); err != nil {
+	wantDecision(t, e.admit(acct, "r2", 50), account.DailyLimited, 12*time.Hour-time.Minute)
+	if err := e.s.SetLimits(e.ctx, acct, account.Limits{RPM: 1, WindowMinutes: 1}); err != nil {
 		t.Fatal(err)
 	}
-	wantDecision(t, e.admit(acct, "r2", 50), InsufficientBalance, 0)
+	wantDecision(t, e.admit(acct, "r2", 50), account.InsufficientBalance, 0)
 	// None of the rejections entered the log.
-	e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 10})
+	e.settle(account.Settlement{RequestID: "r1", AccountID: acct, Cost: 10})
 	e.mustAdmit(acct, "r2", 50)
 }
 
 func testAdmitErrors(t *testing.T, e *env) {
-	acct := e.account(100, Limits{})
-	_, err := e.s.Admit(e.ctx, Admission{RequestID: "r", AccountID: "acct_0000000000000000", Hold: 1})
+	acct := e.account(100, account.Limits{})
+	_, err := e.s.Admit(e.ctx, account.Admission{RequestID: "r", AccountID: "acct_0000000000000000", Hold: 1})
 	wantErr(t, err, ErrNotFound)
-	_, err = e.s.Admit(e.ctx, Admission{RequestID: "r", AccountID: "{x}", Hold: 1})
+	_, err = e.s.Admit(e.ctx, account.Admission{RequestID: "r", AccountID: "{x}", Hold: 1})
 	wantErr(t, err, ErrNotFound)
-	if _, err := e.s.Admit(e.ctx, Admission{AccountID: acct, Hold: 1}); err == nil {
+	if _, err := e.s.Admit(e.ctx, account.Admission{AccountID: acct, Hold: 1}); err == nil {
 		t.Error("empty request id accepted")
 	}
-	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r", AccountID: acct, Hold: -1}); err == nil {
+	if _, err := e.s.Admit(e.ctx, account.Admission{RequestID: "r", AccountID: acct, Hold: -1}); err == nil {
 		t.Error("negative hold accepted")
 	}
 	// A request id is not admitted while it is held. Once settled, nothing
@@ -507,12 +510,12 @@ func testAdmitErrors(t *testing.T, e *env) {
 	// makes them), so the store does not look for a settled one. What
 	// holds is that its settlement is not applied twice, whatever follows.
 	e.mustAdmit(acct, "r", 10)
-	_, err = e.s.Admit(e.ctx, Admission{RequestID: "r", AccountID: acct, Hold: 10})
+	_, err = e.s.Admit(e.ctx, account.Admission{RequestID: "r", AccountID: acct, Hold: 10})
 	wantErr(t, err, ErrDuplicateRequest)
-	if !e.settle(Settlement{RequestID: "r", AccountID: acct, Cost: 1, Status: 200}) {
+	if !e.settle(account.Settlement{RequestID: "r", AccountID: acct, Cost: 1, Status: 200}) {
 		t.Fatal("settlement not applied")
 	}
-	if e.settle(Settlement{RequestID: "r", AccountID: acct, Cost: 1, Status: 200}) {
+	if e.settle(account.Settlement{RequestID: "r", AccountID: acct, Cost: 1, Status: 200}) {
 		t.Fatal("settlement applied twice")
 	}
 	if n, a := e.holds(acct); n != 0 || a != 0 {
@@ -524,11 +527,11 @@ func testAdmitErrors(t *testing.T, e *env) {
 }
 
 func testHoldExpiry(t *testing.T, e *env) {
-	acct := e.account(1000, Limits{})
+	acct := e.account(1000, account.Limits{})
 	e.mustAdmit(acct, "r1", 500)
 	e.clock.Advance(time.Minute)
 	e.mustAdmit(acct, "r2", 300)
-	wantDecision(t, e.admit(acct, "r3", 300), InsufficientBalance, 0)
+	wantDecision(t, e.admit(acct, "r3", 300), account.InsufficientBalance, 0)
 
 	// r1's lease ends at t0+holdTTL; r2's a minute later. Nothing is due
 	// before, and admission itself never releases a hold.
@@ -537,7 +540,7 @@ func testHoldExpiry(t *testing.T, e *env) {
 		t.Fatalf("due before expiry: %v", due)
 	}
 	e.clock.Set(start.Add(holdTTL))
-	wantDecision(t, e.admit(acct, "r3", 300), InsufficientBalance, 0)
+	wantDecision(t, e.admit(acct, "r3", 300), account.InsufficientBalance, 0)
 	if due := e.due(); len(due) != 1 || due[0] != acct {
 		t.Fatalf("due at expiry: %v", due)
 	}
@@ -578,11 +581,11 @@ func testHoldExpiry(t *testing.T, e *env) {
 // spaces survives, and a bare amount (an older sidecar's hold) still settles,
 // or is released at no charge one lease after a sweep first sees it.
 func testHoldValue(t *testing.T, e *env) {
-	acct := e.account(1000, Limits{})
-	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "a model with spaces", Hold: 500}); err != nil {
+	acct := e.account(1000, account.Limits{})
+	if _, err := e.s.Admit(e.ctx, account.Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "a model with spaces", Hold: 500}); err != nil {
 		t.Fatal(err)
 	}
-	ck := Checkpoint{Status: 200, Priced: "a model with spaces", Usage: usage.Usage{Output: 3}, Cost: 40}
+	ck := account.Checkpoint{Status: 200, Priced: "a model with spaces", Usage: usage.Usage{Output: 3}, Cost: 40}
 	if _, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1", Checkpoint: &ck}}); err != nil {
 		t.Fatal(err)
 	}
@@ -617,7 +620,7 @@ func testHoldValue(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 	}
-	if !e.settle(Settlement{RequestID: "old1", AccountID: acct, Cost: 60, Status: 200}) {
+	if !e.settle(account.Settlement{RequestID: "old1", AccountID: acct, Cost: 60, Status: 200}) {
 		t.Fatal("an older hold did not settle")
 	}
 	if r := e.sweep(acct); len(r.Interrupted) != 0 || r.Released != 0 {
@@ -640,8 +643,8 @@ func testHoldValue(t *testing.T, e *env) {
 // the next minute's first use moves it, and another client (another
 // sidecar) writes its own uses.
 func testLastUsedMinute(t *testing.T, e *env) {
-	acct := e.account(1000, Limits{})
-	_, k, err := e.s.CreateKey(e.ctx, acct, ModelKey, KeyOptions{})
+	acct := e.account(1000, account.Limits{})
+	_, k, err := e.s.CreateKey(e.ctx, acct, account.ModelKey, account.KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -657,7 +660,7 @@ func testLastUsedMinute(t *testing.T, e *env) {
 	use := func(s *Store, req string, at time.Time) {
 		t.Helper()
 		e.mustAdmit(acct, req, 1)
-		if ok, err := s.Settle(e.ctx, Settlement{RequestID: req, AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 1, Status: 200, EndedAt: at}); !ok || err != nil {
+		if ok, err := s.Settle(e.ctx, account.Settlement{RequestID: req, AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 1, Status: 200, EndedAt: at}); !ok || err != nil {
 			t.Fatalf("settle %s: %v, %v", req, ok, err)
 		}
 	}
@@ -668,7 +671,7 @@ func testLastUsedMinute(t *testing.T, e *env) {
 	// Within the same minute: not written again, in a batch or alone.
 	e.mustAdmit(acct, "r2", 1)
 	e.mustAdmit(acct, "r3", 1)
-	res := e.s.SettleBatch(e.ctx, []Settlement{
+	res := e.s.SettleBatch(e.ctx, []account.Settlement{
 		{RequestID: "r2", AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 1, Status: 200, EndedAt: minute.Add(30 * time.Second)},
 		{RequestID: "r3", AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 1, Status: 200, EndedAt: minute.Add(40 * time.Second)},
 	})
@@ -704,7 +707,7 @@ func testLastUsedMinute(t *testing.T, e *env) {
 // unless a hold was admitted meanwhile: then the account stays, due at once,
 // so that the next pass indexes it at its hold's expiry.
 func testReindexRecheck(t *testing.T, e *env) {
-	acct := e.account(1000, Limits{})
+	acct := e.account(1000, account.Limits{})
 	e.mustAdmit(acct, "r1", 10)
 	indexed := func() bool {
 		t.Helper()
@@ -731,7 +734,7 @@ func testReindexRecheck(t *testing.T, e *env) {
 	if due := e.due(); slices.Contains(due, acct) {
 		t.Fatalf("account due before its hold expires: %v", due)
 	}
-	e.settle(Settlement{RequestID: "r1", AccountID: acct, Status: 200})
+	e.settle(account.Settlement{RequestID: "r1", AccountID: acct, Status: 200})
 	if err := e.s.reindex(e.ctx, acct, 0, -1); err != nil {
 		t.Fatal(err)
 	}
@@ -741,15 +744,15 @@ func testReindexRecheck(t *testing.T, e *env) {
 }
 
 func testRenewAndCheckpoint(t *testing.T, e *env) {
-	acct := e.account(1000, Limits{})
-	if _, err := e.s.Admit(e.ctx, Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "m", Hold: 500, Stream: true}); err != nil {
+	acct := e.account(1000, account.Limits{})
+	if _, err := e.s.Admit(e.ctx, account.Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "m", Hold: 500, Stream: true}); err != nil {
 		t.Fatal(err)
 	}
 	// Renewed every half lease, the hold outlives many leases.
 	for range 6 {
 		e.clock.Advance(holdTTL / 2)
 		gone, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1",
-			Checkpoint: &Checkpoint{Status: 200, Endpoint: "primary", Priced: "m", Usage: usage.Usage{Input: 10, Output: 7}, Cost: 120}}})
+			Checkpoint: &account.Checkpoint{Status: 200, Endpoint: "primary", Priced: "m", Usage: usage.Usage{Input: 10, Output: 7}, Cost: 120}}})
 		if err != nil || len(gone) != 0 {
 			t.Fatalf("renew: %v, %v", gone, err)
 		}
@@ -781,7 +784,7 @@ func testRenewAndCheckpoint(t *testing.T, e *env) {
 	}
 	// The request's own late settlement is reconciled: 400 in all, once.
 	for range 2 {
-		e.settle(Settlement{RequestID: "r1", AccountID: acct, Priced: "m", Cost: 400, Status: 200})
+		e.settle(account.Settlement{RequestID: "r1", AccountID: acct, Priced: "m", Cost: 400, Status: 200})
 	}
 	if b := e.balance(acct); b != 600 {
 		t.Fatalf("balance %d after late settlement, want 600", b)
@@ -794,7 +797,7 @@ func testRenewAndCheckpoint(t *testing.T, e *env) {
 	}
 	// Two sweepers racing charge once.
 	e.mustAdmit(acct, "r2", 100)
-	e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r2", Checkpoint: &Checkpoint{Status: 200, Cost: 30}}})
+	e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r2", Checkpoint: &account.Checkpoint{Status: 200, Cost: 30}}})
 	e.clock.Advance(holdTTL)
 	var wg sync.WaitGroup
 	for range 4 {
@@ -810,11 +813,11 @@ func testRenewAndCheckpoint(t *testing.T, e *env) {
 }
 
 func testExportLedger(t *testing.T, e *env) {
-	acct := e.account(1_000_000, Limits{})
+	acct := e.account(1_000_000, account.Limits{})
 	for i := range 25 {
 		id := "r" + strconv.Itoa(i)
 		e.mustAdmit(acct, id, 10)
-		e.settle(Settlement{RequestID: id, AccountID: acct, Priced: "m", Cost: 1, Status: 200})
+		e.settle(account.Settlement{RequestID: id, AccountID: acct, Priced: "m", Cost: 1, Status: 200})
 	}
 	// Export in pages of 10, committing each, with retention zero: nothing
 	// is trimmed.
@@ -847,7 +850,7 @@ func testExportLedger(t *testing.T, e *env) {
 	}
 	// An id the ledger does not hold (another account's, one in the future)
 	// never moves the mark.
-	other := e.account(1000, Limits{})
+	other := e.account(1000, account.Limits{})
 	if _, _, err := e.s.CommitExport(e.ctx, other, all[3].ID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("another account's entry id committed: %v", err)
 	}
@@ -864,7 +867,7 @@ func testExportLedger(t *testing.T, e *env) {
 	for i := range 5 {
 		id := "late" + strconv.Itoa(i)
 		e.mustAdmit(acct, id, 10)
-		e.settle(Settlement{RequestID: id, AccountID: acct, Priced: "m", Cost: 1, Status: 200})
+		e.settle(account.Settlement{RequestID: id, AccountID: acct, Priced: "m", Cost: 1, Status: 200})
 	}
 	e.s.opts.LedgerRetention = time.Hour
 	e.clock.Set(time.Now().Add(30 * time.Minute))
@@ -889,11 +892,11 @@ func testExportLedger(t *testing.T, e *env) {
 // The SQL sink's mark holds back trimming like an export's: an entry leaves
 // only when every reader that ever committed has copied it.
 func testSinkHoldsBackTrim(t *testing.T, e *env) {
-	acct := e.account(1_000_000, Limits{})
+	acct := e.account(1_000_000, account.Limits{})
 	for i := range 10 {
 		id := "r" + strconv.Itoa(i)
 		e.mustAdmit(acct, id, 10)
-		e.settle(Settlement{RequestID: id, AccountID: acct, Priced: "m", Cost: 1, Status: 200})
+		e.settle(account.Settlement{RequestID: id, AccountID: acct, Priced: "m", Cost: 1, Status: 200})
 	}
 	all := e.ledger(acct)
 	e.s.opts.LedgerRetention = time.Hour
@@ -933,9 +936,9 @@ func testSinkHoldsBackTrim(t *testing.T, e *env) {
 }
 
 func testSettleIdempotent(t *testing.T, e *env) {
-	acct := e.account(1000, Limits{})
+	acct := e.account(1000, account.Limits{})
 	e.mustAdmit(acct, "r1", 500)
-	st := Settlement{Usage: usage.Usage{Input: 10, Output: 20}, RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "m", Cost: 300}
+	st := account.Settlement{Usage: usage.Usage{Input: 10, Output: 20}, RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "m", Cost: 300}
 	if !e.settle(st) {
 		t.Fatal("first settlement not applied")
 	}
@@ -951,7 +954,7 @@ func testSettleIdempotent(t *testing.T, e *env) {
 		t.Fatalf("hold of a settled request: %v, %v", n, err)
 	}
 	// A request never admitted does not settle.
-	if e.settle(Settlement{RequestID: "never", AccountID: acct, Cost: 5, Status: 200}) {
+	if e.settle(account.Settlement{RequestID: "never", AccountID: acct, Cost: 5, Status: 200}) {
 		t.Fatal("a request without a hold settled")
 	}
 	if b := e.balance(acct); b != 700 {
@@ -970,16 +973,16 @@ func testSettleIdempotent(t *testing.T, e *env) {
 }
 
 func testSettleAfterHoldExpiry(t *testing.T, e *env) {
-	acct := e.account(1000, Limits{})
+	acct := e.account(1000, account.Limits{})
 	e.mustAdmit(acct, "r1", 400)
 	e.mustAdmit(acct, "r2", 200)
 	e.clock.Advance(holdTTL + time.Second)
 	// A settlement whose hold expired but was not yet swept settles normally
 	// and removes the hold.
-	if !e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 350, Status: 200}) {
+	if !e.settle(account.Settlement{RequestID: "r1", AccountID: acct, Cost: 350, Status: 200}) {
 		t.Fatal("late settlement not applied")
 	}
-	if e.settle(Settlement{RequestID: "r1", AccountID: acct, Cost: 350, Status: 200}) {
+	if e.settle(account.Settlement{RequestID: "r1", AccountID: acct, Cost: 350, Status: 200}) {
 		t.Fatal("replayed late settlement applied")
 	}
 	if b := e.balance(acct); b != 650 {
@@ -1001,14 +1004,14 @@ func testSettleAfterHoldExpiry(t *testing.T, e *env) {
 }
 
 func testSettleNon2xx(t *testing.T, e *env) {
-	acct := e.account(1000, Limits{DailyNanoUSD: 5000})
-	_, k, err := e.s.CreateKey(e.ctx, acct, ModelKey, KeyOptions{})
+	acct := e.account(1000, account.Limits{DailyNanoUSD: 5000})
+	_, k, err := e.s.CreateKey(e.ctx, acct, account.ModelKey, account.KeyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.mustAdmit(acct, "r1", 500)
 	ended := start.Add(3 * time.Second)
-	st := Settlement{Usage: usage.Usage{Input: 100}, RequestID: "r1", AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 123,
+	st := account.Settlement{Usage: usage.Usage{Input: 100}, RequestID: "r1", AccountID: acct, KeyID: k.ID, Priced: "m", Cost: 123,
 		Status: 529, Endpoint: "reserve", StartedAt: start, EndedAt: ended}
 	if !e.settle(st) {
 		t.Fatal("not applied")
@@ -1035,7 +1038,7 @@ func testSettleNon2xx(t *testing.T, e *env) {
 	}
 	// Statuses around the 2xx range.
 	for i, status := range []int{199, 200, 299, 300, 0} {
-		st := Settlement{RequestID: fmt.Sprint("s", i), AccountID: acct, Cost: 1, Status: status}
+		st := account.Settlement{RequestID: fmt.Sprint("s", i), AccountID: acct, Cost: 1, Status: status}
 		e.mustAdmit(acct, st.RequestID, 1)
 		if _, err := e.s.Settle(e.ctx, st); err != nil {
 			t.Fatal(err)
@@ -1047,13 +1050,13 @@ func testSettleNon2xx(t *testing.T, e *env) {
 }
 
 func testSettleErrors(t *testing.T, e *env) {
-	acct := e.account(1000, Limits{})
-	_, err := e.s.Settle(e.ctx, Settlement{RequestID: "r", AccountID: "acct_0000000000000000", Status: 200})
+	acct := e.account(1000, account.Limits{})
+	_, err := e.s.Settle(e.ctx, account.Settlement{RequestID: "r", AccountID: "acct_0000000000000000", Status: 200})
 	wantErr(t, err, ErrNotFound)
-	if _, err := e.s.Settle(e.ctx, Settlement{AccountID: acct, Status: 200}); err == nil {
+	if _, err := e.s.Settle(e.ctx, account.Settlement{AccountID: acct, Status: 200}); err == nil {
 		t.Error("empty request id accepted")
 	}
-	if _, err := e.s.Settle(e.ctx, Settlement{RequestID: "r", AccountID: acct, Cost: -1, Status: 200}); err == nil {
+	if _, err := e.s.Settle(e.ctx, account.Settlement{RequestID: "r", AccountID: acct, Cost: -1, Status: 200}); err == nil {
 		t.Error("negative cost accepted")
 	}
 	if l := e.ledger(acct); len(l) != 0 {
@@ -1069,14 +1072,14 @@ func testSettleErrors(t *testing.T, e *env) {
 }
 
 func testPerModel(t *testing.T, e *env) {
-	limits := Limits{DailyNanoUSD: usd, RPM: 100, WindowMinutes: 1}
+	limits := account.Limits{DailyNanoUSD: usd, RPM: 100, WindowMinutes: 1}
 	acct := e.account(usd, limits)
 	models := []string{"zeta", "claude:sonnet:4", "claude"}
 	for i := range 6 {
 		m := models[i%3]
 		req := fmt.Sprint("r", i)
 		e.mustAdmit(acct, req, 1000)
-		e.settle(Settlement{Usage: usage.Usage{Input: 1, Output: 2, CacheWrite5m: 3, CacheRead: 4}, RequestID: req, AccountID: acct, Priced: usage.PricedModel(m),
+		e.settle(account.Settlement{Usage: usage.Usage{Input: 1, Output: 2, CacheWrite5m: 3, CacheRead: 4}, RequestID: req, AccountID: acct, Priced: usage.PricedModel(m),
 			Cost: int64(10 * (i + 1))})
 	}
 	r := e.usage(acct, Total)
@@ -1107,15 +1110,15 @@ func testPeriods(t *testing.T, e *env) {
 	before := time.Date(2026, 11, 30, 23, 59, 59, 0, time.UTC)
 	after := time.Date(2026, 12, 1, 0, 0, 1, 0, time.UTC)
 	e.clock.Set(before.Add(-24 * time.Hour))
-	acct := e.account(usd, Limits{})
+	acct := e.account(usd, account.Limits{})
 	e.mustAdmit(acct, "r0", 10)
-	e.settle(Settlement{RequestID: "r0", AccountID: acct, Priced: "a", Cost: 1})
+	e.settle(account.Settlement{RequestID: "r0", AccountID: acct, Priced: "a", Cost: 1})
 	e.clock.Set(before)
 	e.mustAdmit(acct, "r1", 10)
-	e.settle(Settlement{RequestID: "r1", AccountID: acct, Priced: "a", Cost: 10})
+	e.settle(account.Settlement{RequestID: "r1", AccountID: acct, Priced: "a", Cost: 10})
 	e.clock.Set(after)
 	e.mustAdmit(acct, "r2", 10)
-	e.settle(Settlement{RequestID: "r2", AccountID: acct, Priced: "b", Cost: 100})
+	e.settle(account.Settlement{RequestID: "r2", AccountID: acct, Priced: "b", Cost: 100})
 
 	check := func(p Period, requests, cost, daily int64, models ...string) {
 		t.Helper()
@@ -1139,10 +1142,10 @@ func testPeriods(t *testing.T, e *env) {
 }
 
 func testLedger(t *testing.T, e *env) {
-	acct := e.account(usd, Limits{})
-	var want []Settlement
+	acct := e.account(usd, account.Limits{})
+	var want []account.Settlement
 	for i := range 5 {
-		st := Settlement{Usage: usage.Usage{Input: int64(i), Output: 2, CacheWrite5m: 3, CacheRead: 4},
+		st := account.Settlement{Usage: usage.Usage{Input: int64(i), Output: 2, CacheWrite5m: 3, CacheRead: 4},
 			RequestID: fmt.Sprint("r", i), AccountID: acct, KeyID: "key_abc", Priced: "claude:x",
 			Cost:      5,
 			Estimated: i%2 == 0, Status: 200, Endpoint: "primary", Stream: i%2 == 1,
@@ -1181,7 +1184,7 @@ func testLedger(t *testing.T, e *env) {
 	}
 }
 
-func settlementEqual(a, b Settlement) bool {
+func settlementEqual(a, b account.Settlement) bool {
 	a.StartedAt, b.StartedAt = a.StartedAt.UTC(), b.StartedAt.UTC()
 	a.EndedAt, b.EndedAt = a.EndedAt.UTC(), b.EndedAt.UTC()
 	return a == b
@@ -1196,7 +1199,7 @@ func testConcurrency(t *testing.T, e *env) {
 		hold     = 1000
 	)
 	initial := int64(workers * requests * hold / 4)
-	acct := e.account(initial, Limits{})
+	acct := e.account(initial, account.Limits{})
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -1211,19 +1214,19 @@ func testConcurrency(t *testing.T, e *env) {
 			rng := rand.New(rand.NewPCG(uint64(w), 1))
 			for i := range requests {
 				req := fmt.Sprintf("w%d-%d", w, i)
-				d, err := e.s.Admit(e.ctx, Admission{RequestID: req, AccountID: acct, Hold: hold})
+				d, err := e.s.Admit(e.ctx, account.Admission{RequestID: req, AccountID: acct, Hold: hold})
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				if d.Outcome != Admitted {
+				if d.Outcome != account.Admitted {
 					continue
 				}
 				cost, status := 1+rng.Int64N(hold), 200
 				if rng.IntN(10) == 0 {
 					status = 500
 				}
-				st := Settlement{Usage: usage.Usage{Input: 1}, RequestID: req, AccountID: acct, Priced: "m", Cost: cost, Status: status}
+				st := account.Settlement{Usage: usage.Usage{Input: 1}, RequestID: req, AccountID: acct, Priced: "m", Cost: cost, Status: status}
 				if _, err := e.s.Settle(e.ctx, st); err != nil {
 					t.Error(err)
 					return
@@ -1277,15 +1280,15 @@ func testConcurrency(t *testing.T, e *env) {
 // one by one would: duplicates inside the batch and replays of settled ids
 // change nothing, and an unknown account fails only its own entries.
 func testSettleBatch(t *testing.T, e *env) {
-	a1, a2 := e.account(1000, Limits{}), e.account(1000, Limits{})
+	a1, a2 := e.account(1000, account.Limits{}), e.account(1000, account.Limits{})
 	for i, acct := range []string{a1, a1, a2, a1} {
 		e.mustAdmit(acct, "r"+strconv.Itoa(i), 100)
 	}
-	st := func(acct string, i int, cost int64) Settlement {
-		return Settlement{RequestID: "r" + strconv.Itoa(i), AccountID: acct, KeyID: "key_" + acct[5:9], Priced: "m",
+	st := func(acct string, i int, cost int64) account.Settlement {
+		return account.Settlement{RequestID: "r" + strconv.Itoa(i), AccountID: acct, KeyID: "key_" + acct[5:9], Priced: "m",
 			Usage: usage.Usage{Input: 10, Output: 5}, Cost: cost, Status: 200, EndedAt: start.Add(time.Duration(i) * time.Second)}
 	}
-	batch := []Settlement{st(a1, 0, 30), st(a1, 1, 40), st(a2, 2, 50), st(a1, 3, 60), st(a1, 1, 999),
+	batch := []account.Settlement{st(a1, 0, 30), st(a1, 1, 40), st(a2, 2, 50), st(a1, 3, 60), st(a1, 1, 999),
 		st("acct_0000000000000000", 9, 1)}
 	batch[3].Status = 500
 	res := e.s.SettleBatch(e.ctx, batch)
@@ -1328,10 +1331,10 @@ func testSettleBatch(t *testing.T, e *env) {
 // difference from the sweep's charge is posted once, of either sign, capped
 // at the hold; the ledger, the balance and the counters agree throughout.
 func testSettleAfterSweep(t *testing.T, e *env) {
-	acct := e.account(10_000, Limits{})
+	acct := e.account(10_000, account.Limits{})
 	const model = "m"
-	ckpt := func(cost, out int64) *Checkpoint {
-		return &Checkpoint{Status: 200, Priced: model, Usage: usage.Usage{Output: out}, Cost: cost}
+	ckpt := func(cost, out int64) *account.Checkpoint {
+		return &account.Checkpoint{Status: 200, Priced: model, Usage: usage.Usage{Output: out}, Cost: cost}
 	}
 	// r1: swept at 100 (10 tokens), really 350 (35 tokens): +250.
 	// r2: swept at 300 (30 tokens), really 120 (12 tokens): -180.
@@ -1356,10 +1359,10 @@ func testSettleAfterSweep(t *testing.T, e *env) {
 	if b := e.balance(acct); b != 10_000-500 {
 		t.Fatalf("balance after the sweep %d", b)
 	}
-	real := func(id string, cost, out int64) Settlement {
-		return Settlement{RequestID: id, AccountID: acct, Priced: model, Status: 200, Cost: cost, Usage: usage.Usage{Output: out}}
+	real := func(id string, cost, out int64) account.Settlement {
+		return account.Settlement{RequestID: id, AccountID: acct, Priced: model, Status: 200, Cost: cost, Usage: usage.Usage{Output: out}}
 	}
-	sts := []Settlement{real("r1", 350, 35), real("r2", 120, 12), real("r3", 900, 90), real("r4", 200, 20)}
+	sts := []account.Settlement{real("r1", 350, 35), real("r2", 120, 12), real("r3", 900, 90), real("r4", 200, 20)}
 	for round := range 2 {
 		res := e.s.SettleBatch(e.ctx, sts)
 		for i, r := range res {
@@ -1407,41 +1410,41 @@ func testSettleAfterSweep(t *testing.T, e *env) {
 // Money is exact at every size or refused, and a refusal writes nothing:
 // a top-up beyond the bound leaves its idempotency key unused.
 func testMoneyBounds(t *testing.T, e *env) {
-	acct := e.account(100, Limits{})
+	acct := e.account(100, account.Limits{})
 	if _, _, err := e.s.TopUp(e.ctx, acct, 1<<63-1, "k1"); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("top-up of 2^63-1: %v", err)
 	}
 	if b, applied, err := e.s.TopUp(e.ctx, acct, 5, "k1"); err != nil || !applied || b != 105 {
 		t.Fatalf("the key of a refused top-up was consumed: %d %v %v", b, applied, err)
 	}
-	big := e.account(MaxNanoUSD-10, Limits{})
+	big := e.account(MaxNanoUSD-10, account.Limits{})
 	if _, _, err := e.s.TopUp(e.ctx, big, 11, "k2"); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("a top-up past the bound: %v", err)
 	}
 	if b, applied, err := e.s.TopUp(e.ctx, big, 10, "k2"); err != nil || !applied || b != MaxNanoUSD {
 		t.Fatalf("a top-up to the bound: %d %v %v", b, applied, err)
 	}
-	if _, err := e.s.CreateAccount(e.ctx, "x", MaxNanoUSD+1, Limits{}); !errors.Is(err, ErrTooLarge) {
+	if _, err := e.s.CreateAccount(e.ctx, "x", MaxNanoUSD+1, account.Limits{}); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("an account above the bound: %v", err)
 	}
-	if err := e.s.SetLimits(e.ctx, acct, Limits{DailyNanoUSD: MaxNanoUSD + 1}); err == nil {
+	if err := e.s.SetLimits(e.ctx, acct, account.Limits{DailyNanoUSD: MaxNanoUSD + 1}); err == nil {
 		t.Fatal("a limit above the bound accepted")
 	}
-	if err := CheckSettlement(Settlement{RequestID: "r", AccountID: acct, Cost: MaxNanoUSD + 1}); !errors.Is(err, ErrTooLarge) {
+	if err := CheckSettlement(account.Settlement{RequestID: "r", AccountID: acct, Cost: MaxNanoUSD + 1}); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("a cost above the bound: %v", err)
 	}
 	// Costs of a batch adding up beyond 2^52 are exact: the balance moves
 	// by exactly their sum and the ledger and counters agree.
 	const c = 1<<51 + 1
-	rich := e.account(MaxNanoUSD, Limits{})
-	var sts []Settlement
+	rich := e.account(MaxNanoUSD, account.Limits{})
+	var sts []account.Settlement
 	for i := range 3 {
 		id := "big" + strconv.Itoa(i)
 		e.mustAdmit(rich, id, c)
-		sts = append(sts, Settlement{RequestID: id, AccountID: rich, Priced: "m", Status: 200, Cost: c})
+		sts = append(sts, account.Settlement{RequestID: id, AccountID: rich, Priced: "m", Status: 200, Cost: c})
 	}
 	// A fourth hold would take the held amount past the balance.
-	if d := e.admit(rich, "big3", c); d.Outcome != InsufficientBalance {
+	if d := e.admit(rich, "big3", c); d.Outcome != account.InsufficientBalance {
 		t.Fatalf("a fourth hold: %+v", d)
 	}
 	for _, r := range e.s.SettleBatch(e.ctx, sts) {

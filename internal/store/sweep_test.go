@@ -5,6 +5,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // A request whose sidecar died after the reply started but before its first
@@ -17,12 +19,12 @@ func TestSweepWithoutCheckpointUsesPricedModel(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rdb.Close() })
 	e := newEnv(t, rdb)
-	acct := e.account(1_000_000, Limits{})
-	a := Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "claude-sonnet-4-5-20250929", Requested: "sonnet", Hold: 500}
-	if d, err := e.s.Admit(e.ctx, a); err != nil || d.Outcome != Admitted {
+	acct := e.account(1_000_000, account.Limits{})
+	a := account.Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "claude-sonnet-4-5-20250929", Requested: "sonnet", Hold: 500}
+	if d, err := e.s.Admit(e.ctx, a); err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
-	ck := Checkpoint{Status: 200, Endpoint: "primary"}
+	ck := account.Checkpoint{Status: 200, Endpoint: "primary"}
 	if _, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1", Checkpoint: &ck}}); err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 )
 
@@ -303,7 +303,7 @@ func start(tb *benchTB, p plan, sidecarEnv []string, o options) *bench {
 	null := up(tb, launch.Options{ExtProcAddr: nullAddr, Configure: sameVendor})
 	log.Printf("starting the bare Envoy stack")
 	bare := up(tb, launch.Options{Bare: true, Configure: sameVendor})
-	acct := gw.NewAccount(1_000_000, store.Limits{})
+	acct := gw.NewAccount(1_000_000, account.Limits{})
 	if hooks != nil {
 		hooks.alertAccounts(tb, gw)
 	}

@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 )
 
@@ -77,7 +77,7 @@ func (r *deadReceiver) env() string { return webhookSecretEnv + "=bench-signing-
 // against the receiver.
 func (r *deadReceiver) alertAccounts(tb *benchTB, gw *launch.Stack) {
 	for range alertAccounts {
-		a := gw.NewAccount(1, store.Limits{})
+		a := gw.NewAccount(1, account.Limits{})
 		if err := gw.Store.SetBalanceAlert(context.Background(), a.ID, pricing.NanoUSD(2)); err != nil {
 			tb.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/console"
 	"github.com/modelgateway/gateway/internal/eventually"
@@ -82,8 +83,8 @@ func TestConsoles(t *testing.T) {
 			}
 		},
 	})
-	a := s.NewAccount(20, store.Limits{DailyNanoUSD: 15_000_000_000, RPM: 600, WindowMinutes: 1})
-	b := s.NewAccount(7, store.Limits{})
+	a := s.NewAccount(20, account.Limits{DailyNanoUSD: 15_000_000_000, RPM: 600, WindowMinutes: 1})
+	b := s.NewAccount(7, account.Limits{})
 	for _, send := range []func() (*http.Response, []byte){
 		func() (*http.Response, []byte) { return alphaRequest(s, a.Key) },
 		func() (*http.Response, []byte) { return alphaRequest(s, a.Key) },

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
@@ -133,7 +134,7 @@ func cataloguePrices(t *testing.T, path, model string) func(input, cacheRead, ou
 // the ledger, billed from the fake's usage at the catalogue's prices.
 func TestCodexExec(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
-	acct := s.NewAccount(100, store.Limits{})
+	acct := s.NewAccount(100, account.Limits{})
 	home := t.TempDir()
 	codexConfig := `model = "` + codexModel + `"
 model_provider = "gateway"
@@ -180,8 +181,8 @@ wire_api = "responses"
 // the gateway's rates from the vendor's usage; nothing else is.
 func TestOpenAIJavaScriptSDK(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
-	acct := s.NewAccount(100, store.Limits{})
-	other := s.NewAccount(100, store.Limits{})
+	acct := s.NewAccount(100, account.Limits{})
+	other := s.NewAccount(100, account.Limits{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := filepath.Join(launchtest.RepoRoot(t), "test", "clients")

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/extproc/operations"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -52,15 +52,15 @@ func TestOfficialSDKs(t *testing.T) {
 	}
 
 	s := launchtest.Start(t, launch.Options{})
-	acct := s.NewAccount(100, store.Limits{})
-	poor := s.NewAccount(0, store.Limits{})
+	acct := s.NewAccount(100, account.Limits{})
+	poor := s.NewAccount(0, account.Limits{})
 	// One rate-limited account per SDK, so that the cases do not depend on
 	// each other's order: each spends the one request of its window, then
 	// sees 429.
-	limitedA := s.NewAccount(10, store.Limits{RPM: 1, WindowMinutes: 1})
-	limitedB := s.NewAccount(10, store.Limits{RPM: 1, WindowMinutes: 1})
+	limitedA := s.NewAccount(10, account.Limits{RPM: 1, WindowMinutes: 1})
+	limitedB := s.NewAccount(10, account.Limits{RPM: 1, WindowMinutes: 1})
 	// The reasoning cases' own account, whose ledger is checked below.
-	reasoning := s.NewAccount(10, store.Limits{})
+	reasoning := s.NewAccount(10, account.Limits{})
 
 	prices := map[string]map[string]int64{}
 	book, err := pricing.NewBook(s.Config, operations.All.Modes())

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -33,7 +33,7 @@ func TestErrorsInVendorFormat(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(10, noLimits)
 	poor := s.NewAccount(0, noLimits)
-	limited := s.NewAccount(10, store.Limits{RPM: 1, WindowMinutes: 1})
+	limited := s.NewAccount(10, account.Limits{RPM: 1, WindowMinutes: 1})
 	if resp, b := s.Do("POST", alphaPath, messagesHeaders(limited.Key), messagesBody(false, "")); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}

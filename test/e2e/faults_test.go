@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/redistest"
@@ -395,7 +396,7 @@ func TestFaultSidecarKilledMidStream(t *testing.T) {
 	// Wait until the stream has outlived two leases and its usage so far has
 	// been checkpointed: its hold must still be there, renewed.
 	t0 := time.Now()
-	var ckpt store.Checkpoint
+	var ckpt account.Checkpoint
 	eventually.True(t, 20*time.Second, "a checkpoint of the stream after two leases", func() bool {
 		cs, err := s.Store.Checkpoints(ctx, acct.ID)
 		if err != nil {
@@ -503,17 +504,17 @@ func TestConservationUnderFaults(t *testing.T) {
 
 	ap, bp := priceOf(t, s, "alpha", alphaModel), priceOf(t, s, "beta", betaModel)
 	hold := max(ap.Hold(int64(len(messagesBody(true, ""))), 256), bp.Hold(int64(len(chatCompletionsBody(true, true, ""))), 256))
-	type account struct {
+	type tenant struct {
 		launch.Account
 		initial int64
 	}
-	accounts := []account{
+	accounts := []tenant{
 		{s.NewAccount(10, noLimits), 10_000_000_000},
 		{s.NewAccount(10, noLimits), 10_000_000_000},
 		// Covers one and a half holds: concurrent requests and, soon, every
 		// request are refused with 402.
 		{s.NewAccount(float64(hold*3/2)/1e9, noLimits), hold * 3 / 2},
-		{s.NewAccount(10, store.Limits{RPM: 20, WindowMinutes: 1}), 10_000_000_000},
+		{s.NewAccount(10, account.Limits{RPM: 20, WindowMinutes: 1}), 10_000_000_000},
 	}
 	// The vendor fails some requests: 400 on alpha (passed through), 500 on
 	// beta at both endpoints (retried by Envoy, some still failing).

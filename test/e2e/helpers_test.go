@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/test/launch"
 )
 
@@ -27,7 +27,7 @@ const (
 )
 
 // noLimits is an account with neither rate nor daily limits.
-var noLimits = store.Limits{}
+var noLimits = account.Limits{}
 
 func messagesBody(stream bool, extra string) []byte {
 	return []byte(fmt.Sprintf(`{"model":%q,"max_tokens":256,"stream":%t,"system":"Be brief.",`+

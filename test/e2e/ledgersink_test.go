@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gopkg.in/yaml.v3"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/store"
@@ -496,11 +497,11 @@ func TestLedgerSinkRejects(t *testing.T) {
 	// The refused entry, written by the store's own settlement path as a
 	// sidecar would have (the gateway itself now refuses such a name).
 	const plantedCost = 12_345
-	if d, err := s.Store.Admit(ctx, store.Admission{RequestID: "req_planted_nul", AccountID: bad.ID, KeyID: "key_planted",
-		Priced: "m", Hold: plantedCost}); err != nil || d.Outcome != store.Admitted {
+	if d, err := s.Store.Admit(ctx, account.Admission{RequestID: "req_planted_nul", AccountID: bad.ID, KeyID: "key_planted",
+		Priced: "m", Hold: plantedCost}); err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
-	if _, err := s.Store.Settle(ctx, store.Settlement{RequestID: "req_planted_nul", AccountID: bad.ID, KeyID: "key_planted",
+	if _, err := s.Store.Settle(ctx, account.Settlement{RequestID: "req_planted_nul", AccountID: bad.ID, KeyID: "key_planted",
 		Requested: "bad\x00model", Priced: "bad\x00model", Status: 200, Cost: plantedCost, Usage: usage.Usage{Input: 5}}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
@@ -109,23 +110,23 @@ func TestLimitsConservationTwoSidecars(t *testing.T) {
 	cases := []struct {
 		name     string
 		balance  int64 // nano-USD; 0: 100 USD
-		acct     store.Limits
-		key      store.Limits
+		acct     account.Limits
+		key      account.Limits
 		admitted int
 		status   int
 		message  string
 		series   string // the refusals' gateway_limit_refusals_total series
 	}{
-		{name: "key concurrency", key: store.Limits{Concurrency: 3}, admitted: 3, status: 429, message: "concurrent request limit reached for this key", series: `gateway_limit_refusals_total{kind="concurrency",level="key"}`},
-		{name: "account concurrency", acct: store.Limits{Concurrency: 2}, admitted: 2, status: 429, message: "concurrent request limit reached for this account", series: `gateway_limit_refusals_total{kind="concurrency",level="account"}`},
-		{name: "key tokens per minute", key: store.Limits{TPM: 3*bound + bound/2}, admitted: 3, status: 429, message: "tokens-per-minute limit reached for this key", series: `gateway_limit_refusals_total{kind="tpm",level="key"}`},
-		{name: "account tokens per minute", acct: store.Limits{TPM: 2*bound + bound/2}, admitted: 2, status: 429, message: "tokens-per-minute limit reached for this account", series: `gateway_limit_refusals_total{kind="tpm",level="account"}`},
-		{name: "key daily", key: store.Limits{DailyNanoUSD: 4*hold + hold/2}, admitted: 4, status: 429, message: "daily spend limit reached for this key", series: `gateway_limit_refusals_total{kind="daily",level="key"}`},
-		{name: "key monthly", key: store.Limits{MonthlyNanoUSD: 3*hold + hold/2}, admitted: 3, status: 429, message: "monthly spend limit reached for this key", series: `gateway_limit_refusals_total{kind="monthly",level="key"}`},
-		{name: "account monthly", acct: store.Limits{MonthlyNanoUSD: 3*hold + hold/2}, admitted: 3, status: 429, message: "monthly spend limit reached for this account", series: `gateway_limit_refusals_total{kind="monthly",level="account"}`},
-		{name: "key lifetime", key: store.Limits{TotalNanoUSD: 2*hold + hold/2}, admitted: 2, status: 402, message: "lifetime spend limit reached for this key", series: `gateway_limit_refusals_total{kind="total",level="key"}`},
+		{name: "key concurrency", key: account.Limits{Concurrency: 3}, admitted: 3, status: 429, message: "concurrent request limit reached for this key", series: `gateway_limit_refusals_total{kind="concurrency",level="key"}`},
+		{name: "account concurrency", acct: account.Limits{Concurrency: 2}, admitted: 2, status: 429, message: "concurrent request limit reached for this account", series: `gateway_limit_refusals_total{kind="concurrency",level="account"}`},
+		{name: "key tokens per minute", key: account.Limits{TPM: 3*bound + bound/2}, admitted: 3, status: 429, message: "tokens-per-minute limit reached for this key", series: `gateway_limit_refusals_total{kind="tpm",level="key"}`},
+		{name: "account tokens per minute", acct: account.Limits{TPM: 2*bound + bound/2}, admitted: 2, status: 429, message: "tokens-per-minute limit reached for this account", series: `gateway_limit_refusals_total{kind="tpm",level="account"}`},
+		{name: "key daily", key: account.Limits{DailyNanoUSD: 4*hold + hold/2}, admitted: 4, status: 429, message: "daily spend limit reached for this key", series: `gateway_limit_refusals_total{kind="daily",level="key"}`},
+		{name: "key monthly", key: account.Limits{MonthlyNanoUSD: 3*hold + hold/2}, admitted: 3, status: 429, message: "monthly spend limit reached for this key", series: `gateway_limit_refusals_total{kind="monthly",level="key"}`},
+		{name: "account monthly", acct: account.Limits{MonthlyNanoUSD: 3*hold + hold/2}, admitted: 3, status: 429, message: "monthly spend limit reached for this account", series: `gateway_limit_refusals_total{kind="monthly",level="account"}`},
+		{name: "key lifetime", key: account.Limits{TotalNanoUSD: 2*hold + hold/2}, admitted: 2, status: 402, message: "lifetime spend limit reached for this key", series: `gateway_limit_refusals_total{kind="total",level="key"}`},
 		{name: "balance", balance: 3*hold + hold/2, admitted: 3, status: 402, message: "insufficient balance", series: `gateway_limit_refusals_total{kind="balance",level="account"}`},
-		{name: "strictest wins", acct: store.Limits{Concurrency: 5, MonthlyNanoUSD: 4*hold + hold/2}, key: store.Limits{Concurrency: 6, DailyNanoUSD: 2*hold + hold/2},
+		{name: "strictest wins", acct: account.Limits{Concurrency: 5, MonthlyNanoUSD: 4*hold + hold/2}, key: account.Limits{Concurrency: 6, DailyNanoUSD: 2*hold + hold/2},
 			admitted: 2, status: 429, message: "daily spend limit reached for this key", series: `gateway_limit_refusals_total{kind="daily",level="key"}`},
 	}
 	const n = 10
@@ -139,7 +140,7 @@ func TestLimitsConservationTwoSidecars(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key, _, err := a.Store.CreateKey(ctx, acct.ID, store.ModelKey, store.KeyOptions{Label: "limited", Limits: c.key})
+			key, _, err := a.Store.CreateKey(ctx, acct.ID, account.ModelKey, account.KeyOptions{Label: "limited", Limits: c.key})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -202,7 +203,7 @@ func TestLimitsConservationTwoSidecars(t *testing.T) {
 	}
 
 	// Redis stopped: every limited request fails closed.
-	limited := a.NewAccount(100, store.Limits{Concurrency: 5, TPM: 1_000_000, MonthlyNanoUSD: 1e12})
+	limited := a.NewAccount(100, account.Limits{Concurrency: 5, TPM: 1_000_000, MonthlyNanoUSD: 1e12})
 	rs.Stop()
 	for _, p := range pairs {
 		for range 2 {
@@ -391,7 +392,7 @@ func TestWebhookAlertsTwoSidecars(t *testing.T) {
 	body := messagesBody(false, "")
 	hold := priceOf(t, a, "alpha", alphaModel).Hold(int64(len(body)), 256)
 	ctx := context.Background()
-	acct, err := a.Store.CreateAccount(ctx, "alerted", 100_000_000_000, store.Limits{})
+	acct, err := a.Store.CreateAccount(ctx, "alerted", 100_000_000_000, account.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +403,7 @@ func TestWebhookAlertsTwoSidecars(t *testing.T) {
 	for _, p := range []*launch.Stack{a, b} {
 		p.Primary.Control(map[string]any{"reply_words": 100})
 	}
-	key, _, err := a.Store.CreateKey(ctx, acct.ID, store.ModelKey, store.KeyOptions{Label: "ci", Limits: store.Limits{DailyNanoUSD: 40 * hold}})
+	key, _, err := a.Store.CreateKey(ctx, acct.ID, account.ModelKey, account.KeyOptions{Label: "ci", Limits: account.Limits{DailyNanoUSD: 40 * hold}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/extproc/operations"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -211,7 +212,7 @@ func TestConcurrentRequestsAgainstSmallBalance(t *testing.T) {
 
 func TestRateLimit(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
-	acct := s.NewAccount(10, store.Limits{RPM: 2, WindowMinutes: 1})
+	acct := s.NewAccount(10, account.Limits{RPM: 2, WindowMinutes: 1})
 	for i := 0; i < 2; i++ {
 		if resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, "")); resp.StatusCode != 200 {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
@@ -238,7 +239,7 @@ func TestDailyLimit(t *testing.T) {
 	body := messagesBody(false, "")
 	hold := ap.Hold(int64(len(body)), 256)
 	// The daily limit admits one request's hold, not two at once.
-	acct := s.NewAccount(10, store.Limits{DailyNanoUSD: hold + hold/2})
+	acct := s.NewAccount(10, account.Limits{DailyNanoUSD: hold + hold/2})
 	if resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), body); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}

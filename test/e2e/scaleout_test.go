@@ -11,10 +11,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/redistest"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -29,7 +29,7 @@ func TestScaleOutOnRedisCluster(t *testing.T) {
 	pairs := []*launch.Stack{a, b}
 
 	// Rate limit: 10 requests per window across both pairs.
-	limited := a.NewAccount(10, store.Limits{RPM: 10, WindowMinutes: 1})
+	limited := a.NewAccount(10, account.Limits{RPM: 10, WindowMinutes: 1})
 	codes := map[int]int{}
 	for i := 0; i < 16; i++ {
 		resp, _ := pairs[i%2].Do("POST", alphaPath, messagesHeaders(limited.Key), messagesBody(false, ""))
@@ -81,7 +81,7 @@ func TestScaleOutOnRedisCluster(t *testing.T) {
 	}
 
 	// Daily limit across pairs: one hold fits, then spend + hold exceeds it.
-	daily := a.NewAccount(10, store.Limits{DailyNanoUSD: hold + hold/2})
+	daily := a.NewAccount(10, account.Limits{DailyNanoUSD: hold + hold/2})
 	first, _ := a.Do("POST", alphaPath, messagesHeaders(daily.Key), messagesBody(false, ""))
 	if first.StatusCode != 200 {
 		t.Fatalf("first request: %d", first.StatusCode)

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/eventually"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -94,8 +94,8 @@ func TestConcurrencyWait(t *testing.T) {
 	// Keys limited to one request in flight, with a request rate limit so
 	// that what counts against it shows.
 	newKey := func(label string, waitSeconds string) (secret, id string) {
-		secret, k, err := s.Store.CreateKey(ctx, acct.ID, store.ModelKey, store.KeyOptions{Label: label,
-			Limits: store.Limits{Concurrency: 1, RPM: 100, WindowMinutes: 1}})
+		secret, k, err := s.Store.CreateKey(ctx, acct.ID, account.ModelKey, account.KeyOptions{Label: label,
+			Limits: account.Limits{Concurrency: 1, RPM: 100, WindowMinutes: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,9 +188,9 @@ func TestConcurrencyWait(t *testing.T) {
 		// The key's wait covers a refusal by its account's concurrency
 		// limit too: another key of the account holds the slot.
 		s.Primary.Reset()
-		busy := s.NewAccount(100, store.Limits{Concurrency: 1})
-		k, _, err := s.Store.CreateKey(ctx, busy.ID, store.ModelKey, store.KeyOptions{Label: "queues",
-			Limits: store.Limits{ConcurrencyWaitSeconds: 20}})
+		busy := s.NewAccount(100, account.Limits{Concurrency: 1})
+		k, _, err := s.Store.CreateKey(ctx, busy.ID, account.ModelKey, account.KeyOptions{Label: "queues",
+			Limits: account.Limits{ConcurrencyWaitSeconds: 20}})
 		if err != nil {
 			t.Fatal(err)
 		}

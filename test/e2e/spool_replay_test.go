@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/redistest"
@@ -25,7 +26,7 @@ type replayCase struct {
 	path     string
 	header   func(key string) map[string]string
 	body     []byte
-	check    func(store.Settlement) bool // the evidence the reference must carry
+	check    func(account.Settlement) bool // the evidence the reference must carry
 }
 
 // startReplayCases starts each case's streamed request on its own account,
@@ -78,7 +79,7 @@ func TestSpoolReplayEqualsLedgerEntry(t *testing.T) {
 			// A model whose catalogue entry has an EU uplift.
 			body: []byte(`{"model":"gpt-5.4","max_tokens":256,"stream":true,"stream_options":{"include_usage":true},` +
 				`"messages":[{"role":"user","content":"Hello there, gateway"}]}`),
-			check: func(st store.Settlement) bool { return st.Region == "eu" && st.Uplift > 1_000_000 },
+			check: func(st account.Settlement) bool { return st.Region == "eu" && st.Uplift > 1_000_000 },
 		},
 		{
 			name: "capped usage",
@@ -86,7 +87,7 @@ func TestSpoolReplayEqualsLedgerEntry(t *testing.T) {
 			controls: map[string]any{"format": config.FormatMessages, "reply_words": words, "event_delay_ms": delay,
 				"output_tokens": 5000, "service_tier": ""},
 			path: alphaPath, header: messagesHeaders, body: messagesBody(true, ""),
-			check: func(st store.Settlement) bool { return st.Capped && st.Usage.Output == 256 },
+			check: func(st account.Settlement) bool { return st.Capped && st.Usage.Output == 256 },
 		},
 		{
 			name: "unknown tier",
@@ -94,7 +95,7 @@ func TestSpoolReplayEqualsLedgerEntry(t *testing.T) {
 			controls: map[string]any{"format": config.FormatMessages, "reply_words": words, "event_delay_ms": delay,
 				"output_tokens": 0, "service_tier": "batch"},
 			path: alphaPath, header: messagesHeaders, body: messagesBody(true, ""),
-			check: func(st store.Settlement) bool { return st.TierUnknown && st.ServiceTier == "batch" },
+			check: func(st account.Settlement) bool { return st.TierUnknown && st.ServiceTier == "batch" },
 		},
 	}
 	accts := make([]launch.Account, len(cases))
@@ -169,7 +170,7 @@ func TestSpoolReplayEqualsLedgerEntry(t *testing.T) {
 }
 
 // fieldDiff names the fields in which two settlements differ.
-func fieldDiff(got, want store.Settlement) string {
+func fieldDiff(got, want account.Settlement) string {
 	var out string
 	g, w := reflect.ValueOf(got), reflect.ValueOf(want)
 	for i := range g.NumField() {

@@ -26,6 +26,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/modelgateway/gateway/envoy"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
@@ -436,18 +437,18 @@ type Account struct {
 }
 
 // NewAccount creates an account through the store's Go API.
-func (s *Stack) NewAccount(balanceUSD float64, limits store.Limits) Account {
+func (s *Stack) NewAccount(balanceUSD float64, limits account.Limits) Account {
 	s.T.Helper()
 	ctx := context.Background()
 	a, err := s.Store.CreateAccount(ctx, "test", pricing.NanoUSD(balanceUSD), limits)
 	if err != nil {
 		s.T.Fatalf("%v", err)
 	}
-	key, _, err := s.Store.CreateKey(ctx, a.ID, store.ModelKey, store.KeyOptions{Label: "test"})
+	key, _, err := s.Store.CreateKey(ctx, a.ID, account.ModelKey, account.KeyOptions{Label: "test"})
 	if err != nil {
 		s.T.Fatalf("%v", err)
 	}
-	ro, _, err := s.Store.CreateKey(ctx, a.ID, store.ReadOnlyToken, store.KeyOptions{Label: "test"})
+	ro, _, err := s.Store.CreateKey(ctx, a.ID, account.ReadOnlyToken, account.KeyOptions{Label: "test"})
 	if err != nil {
 		s.T.Fatalf("%v", err)
 	}

@@ -1,0 +1,84 @@
+// Package account holds the gateway's domain types: an account, its keys
+// and their limits, and what happens to its money: an admission asks to
+// start a request and a decision answers it; a settlement ends it, and a
+// checkpoint is what a settlement would be if the request ended now. They
+// are plain values; package store keeps them in Redis.
+package account
+
+import "time"
+
+// Limits are the spending and rate limits of an account or of one key; zero
+// means none. Every limit set at either level must pass (the strictest wins;
+// see internal/store/lua/admit.lua).
+type Limits struct {
+	DailyNanoUSD  int64 // spend per UTC day, open holds included
+	RPM           int64 // requests per minute
+	WindowMinutes int64 // sliding window length; at most RPM×WindowMinutes requests per window
+	TPM           int64 // tokens (input + output) per UTC minute, open requests counted at their bound
+	Concurrency   int64 // requests in flight (open holds)
+	// MonthlyNanoUSD is spend per UTC calendar month, open holds included.
+	MonthlyNanoUSD int64
+	// TotalNanoUSD is a key's lifetime spend cap, open holds included; it
+	// never resets. Accounts have none (their balance is theirs).
+	TotalNanoUSD int64
+	// ConcurrencyWaitSeconds is how long a key's request over a concurrency
+	// limit (the key's or the account's) may wait for a slot before it is
+	// refused; 0: refused at once. At most config.MaxConcurrencyWait. Keys
+	// only: waiting is how one client prefers to be treated.
+	ConcurrencyWaitSeconds int64
+}
+
+// IsZero reports whether no limit is set.
+func (l Limits) IsZero() bool { return l == Limits{} }
+
+// Account is a customer account.
+type Account struct {
+	ID        string
+	Name      string
+	Limits    Limits
+	CreatedAt time.Time
+	// Suspended accounts cannot make model requests; their usage stays
+	// readable and their keys stay as they are.
+	Suspended bool
+	// BalanceAlert is the balance (nano-USD) below which a balance alert
+	// fires; zero: none.
+	BalanceAlert int64
+}
+
+// KeyKind tells model keys from read-only tokens.
+type KeyKind string
+
+const (
+	ModelKey      KeyKind = "cr" // spends balance through the model routes
+	ReadOnlyToken KeyKind = "ro" // reads GET /v1/usage only
+)
+
+// Prefix is how the secrets of a kind begin: "cr_" or "ro_".
+func (k KeyKind) Prefix() string { return string(k) + "_" }
+
+// Key is a stored credential. The secret itself is never stored, only its
+// SHA-256.
+type Key struct {
+	ID         string
+	AccountID  string
+	Kind       KeyKind
+	Label      string
+	Prefix     string // the first characters of the secret, for recognition
+	CreatedAt  time.Time
+	ExpiresAt  time.Time // zero: never
+	LastUsedAt time.Time // zero: never used
+	RevokedAt  time.Time // zero: not revoked
+	Models     []string  // allow-list; empty allows every model
+	// AccountSuspended is the account's state when the key was looked up.
+	AccountSuspended bool
+	// Limits are the key's own limits, on top of its account's.
+	Limits Limits
+}
+
+// KeyOptions are the optional settings of a new credential.
+type KeyOptions struct {
+	Label     string
+	ExpiresAt time.Time
+	Models    []string
+	Limits    Limits
+}

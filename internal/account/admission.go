@@ -1,0 +1,95 @@
+package account
+
+import (
+	"time"
+
+	"github.com/modelgateway/gateway/internal/usage"
+)
+
+// Admission asks to start one metered request.
+type Admission struct {
+	RequestID string
+	AccountID string
+	KeyID     string
+	// Priced is the catalogue entry the request is priced under, and
+	// Requested the name the client sent (an alias, say): a request whose
+	// sidecar dies is settled under them by the sweeper.
+	Priced    usage.PricedModel
+	Requested usage.RequestedModel
+	Hold      int64 // worst-case cost of the request, nano-USD
+	// Tokens is the most tokens (input + output) the request can use: what
+	// it counts towards a tokens-per-minute limit until it settles.
+	Tokens    int64
+	Stream    bool
+	StartedAt time.Time // zero: the store's clock at admission
+	// KeyLimits are the limits of the key KeyID as the caller knows them
+	// (its key cache): a change is seen within the cache's lifetime.
+	KeyLimits Limits
+}
+
+// Outcome is the result of an admission.
+type Outcome int
+
+const (
+	Admitted Outcome = iota
+	RateLimited
+	DailyLimited
+	InsufficientBalance
+	TokenLimited       // tokens per minute
+	ConcurrencyLimited // requests in flight
+	MonthlyLimited     // spend of the UTC month
+	TotalLimited       // a key's lifetime spend; never resets
+)
+
+// String names the outcome by the kind of limit that refused: the label of
+// the refusal metrics and the word of the refusal messages.
+func (o Outcome) String() string {
+	switch o {
+	case Admitted:
+		return "admitted"
+	case RateLimited:
+		return "rpm"
+	case DailyLimited:
+		return "daily"
+	case InsufficientBalance:
+		return "balance"
+	case TokenLimited:
+		return "tpm"
+	case ConcurrencyLimited:
+		return "concurrency"
+	case MonthlyLimited:
+		return "monthly"
+	case TotalLimited:
+		return "total"
+	}
+	return "unknown"
+}
+
+// Level is where a refusing limit is set.
+type Level int
+
+const (
+	AccountLevel Level = iota + 1
+	KeyLevel
+)
+
+func (l Level) String() string {
+	switch l {
+	case AccountLevel:
+		return "account"
+	case KeyLevel:
+		return "key"
+	}
+	return ""
+}
+
+// Decision is the store's answer to an Admission.
+type Decision struct {
+	Outcome Outcome
+	// Level is the level of the limit that refused (the balance is the
+	// account's); zero when admitted.
+	Level Level
+	// RetryAfter is when waiting may help; zero when it cannot (the
+	// balance, a lifetime cap, a token bound above the limit itself).
+	RetryAfter time.Duration
+}

@@ -1,0 +1,113 @@
+package account
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/usage"
+)
+
+// Settlement ends one admitted request. Applying the same RequestID twice has
+// no further effect.
+type Settlement struct {
+	RequestID string
+	AccountID string
+	KeyID     string
+	// The three models of the request: usage is counted under Priced; the
+	// ledger keeps all three.
+	Requested usage.RequestedModel
+	Priced    usage.PricedModel
+	Reported  usage.ReportedModel
+	Usage     usage.Usage
+	// Rates are the unit prices Cost was computed from, in nano-USD per
+	// million units of each kind (pricing.Rates), so that an invoice line can
+	// be rebuilt from the ledger.
+	Rates       usage.Usage
+	ServiceTier string // the service tier priced; "" for the standard tier
+	// TierUnknown: the reply reported a ServiceTier the model has no prices
+	// for; it was priced at the dearest of the model's tiers.
+	TierUnknown bool
+	// Region is the regional processing region of the endpoint that served
+	// the reply, and Uplift the catalogue's uplift applied for it, in parts
+	// per million of the cost; "" and 0 when none applied.
+	Region      string
+	Uplift      int64
+	LongContext int64 // the long-context threshold priced, in tokens; 0 for none
+	Fallback    bool  // priced with the upstream's price for unknown models
+	Cost        int64 // nano-USD; zero for non-2xx replies
+	Estimated   bool
+	// Capped: the vendor reported more usage than the request allowed
+	// (max_tokens × n for output, the model's context window for input);
+	// Usage is capped at that.
+	Capped bool
+	// Interrupted marks a request settled by the sweeper at its last
+	// checkpoint because its sidecar stopped renewing its hold.
+	Interrupted bool
+	// Reconciled marks the ledger entry of a settlement that arrived after
+	// its request was swept: its amounts (cost, usage) are the difference
+	// from the interrupted entry, of either sign. Set by the store only.
+	Reconciled bool
+	Status     int    // the status the client saw; non-2xx charges nothing and counts no usage
+	Endpoint   string // "primary" or "reserve"; empty when unknown
+	Stream     bool
+	StartedAt  time.Time
+	EndedAt    time.Time
+}
+
+// Checkpoint is the best-known outcome of a running request, written by the
+// renewer so that a request interrupted by a crash is settled at it.
+type Checkpoint struct {
+	Status      int                  `json:"st,omitempty"` // the status the client sees, 0 before the reply started
+	Endpoint    string               `json:"ep,omitempty"`
+	Requested   usage.RequestedModel `json:"rq,omitempty"`
+	Priced      usage.PricedModel    `json:"pm,omitempty"`
+	Reported    usage.ReportedModel  `json:"rm,omitempty"`
+	Usage       usage.Usage          `json:"-"` // as "u", by kind name, zeros left out
+	Rates       usage.Usage          `json:"-"` // as "r", likewise
+	ServiceTier string               `json:"tier,omitempty"`
+	TierUnknown bool                 `json:"tu,omitempty"`
+	Region      string               `json:"rg,omitempty"`
+	Uplift      int64                `json:"up,omitempty"`
+	LongContext int64                `json:"lc,omitempty"`
+	Fallback    bool                 `json:"fb,omitempty"`
+	Cost        int64                `json:"c,omitempty"` // nano-USD, priced by the sidecar
+}
+
+// Checkpoint is what a sweep would charge for the request if it ended as
+// st says: the settlement's reply, models, usage and prices.
+func (st Settlement) Checkpoint() Checkpoint {
+	return Checkpoint{
+		Status: st.Status, Endpoint: st.Endpoint,
+		Requested: st.Requested, Priced: st.Priced, Reported: st.Reported,
+		Usage: st.Usage, Rates: st.Rates, ServiceTier: st.ServiceTier, LongContext: st.LongContext,
+		Fallback: st.Fallback, Cost: st.Cost, TierUnknown: st.TierUnknown, Region: st.Region, Uplift: st.Uplift,
+	}
+}
+
+// checkpointJSON is a Checkpoint as stored: usage by kind name with zeros
+// left out, since a checkpoint lives in Redis for every running request.
+type checkpointJSON struct {
+	checkpointFields
+	U map[string]int64 `json:"u,omitempty"`
+	R map[string]int64 `json:"r,omitempty"`
+}
+
+type checkpointFields Checkpoint
+
+// MarshalJSON writes the checkpoint compactly.
+func (c Checkpoint) MarshalJSON() ([]byte, error) {
+	return json.Marshal(checkpointJSON{checkpointFields: checkpointFields(c), U: usage.ByName(c.Usage), R: usage.ByName(c.Rates)})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (c *Checkpoint) UnmarshalJSON(b []byte) error {
+	var w checkpointJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*c = Checkpoint(w.checkpointFields)
+	// A kind this build does not know (a newer one wrote it) is left out.
+	c.Usage, _ = usage.FromNames(w.U)
+	c.Rates, _ = usage.FromNames(w.R)
+	return nil
+}
