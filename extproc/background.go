@@ -54,7 +54,8 @@ func (x *exchange) park(id string, complete bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), x.s.settleT)
 	defer cancel()
 	p := store.Parked{ResponseID: id, Upstream: x.upstream.Name, Settlement: st}
-	p.MaxInput, p.MaxOutput = usageBounds(x.price, x.bounds)
+	caps := usageBounds(x.price, x.bounds)
+	p.MaxInput, p.MaxOutput = caps.input, caps.output // background responses bill no audio seconds
 	if err := x.s.parking.Park(ctx, p, x.s.now().Add(x.s.bgPoll)); err != nil {
 		// Settled now at what is known: never left unbilled.
 		x.s.log.Error("parking a background response failed; settled at its estimate", "request_id", x.requestID, "err", err)
@@ -148,7 +149,7 @@ func (s *Server) settleParked(p store.Parked, r usage.Report) {
 	st.EndedAt = s.now()
 	st.Interrupted = false
 	if p.MaxOutput > 0 { // parked before its bounds were recorded: as before
-		if u, ok := capUsage(r.Usage, p.MaxInput, p.MaxOutput); !ok {
+		if u, ok := capUsage(r.Usage, usageCaps{input: p.MaxInput, output: p.MaxOutput}); !ok {
 			r.Usage, st.Capped = u, true
 		}
 	}

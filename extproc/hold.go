@@ -20,20 +20,25 @@ const defaultMaxInput = 10_000_000
 // (the body) and the model's context window, since files, images and
 // documents referenced by id or URL legitimately bring more input than the
 // body's bytes.
-func usageBounds(price *pricing.Model, b operation.Bounds) (input, output int64) {
+func usageBounds(price *pricing.Model, b operation.Bounds) usageCaps {
 	window := price.MaxInput
 	if window == 0 {
 		window = defaultMaxInput
 	}
-	return max(b.Input, window), b.Output
+	return usageCaps{input: max(b.Input, window), output: b.Output, seconds: b.Seconds}
 }
+
+// usageCaps are the most usage a reply can claim: tokens on each side, and
+// seconds of audio.
+type usageCaps struct{ input, output, seconds int64 }
 
 // capUsage limits a reply's usage to what its request allowed (its bounds):
 // input-side kinds together to input, output-side kinds together to output
 // (the hold covers no more), each kind of tool call to maxToolCalls. A vendor's
 // figure beyond them is not believed: ok is false when anything was cut.
-func capUsage(u usage.Usage, input, output int64) (capped usage.Usage, ok bool) {
+func capUsage(u usage.Usage, c usageCaps) (capped usage.Usage, ok bool) {
 	ok = true
+	input, output := c.input, c.output
 	take := func(v *int64, left *int64) {
 		if *v > *left {
 			*v, ok = *left, false
@@ -47,6 +52,7 @@ func capUsage(u usage.Usage, input, output int64) (capped usage.Usage, ok bool) 
 		take(v, &output)
 	}
 	u.Reasoning = min(u.Reasoning, u.Output) // inside output
+	take(&u.AudioSeconds, &c.seconds)
 	for _, v := range []*int64{&u.WebSearches, &u.FileSearches, &u.CodeInterpreter, &u.ImageGenerations} {
 		if *v > maxToolCalls {
 			*v, ok = maxToolCalls, false

@@ -129,8 +129,7 @@ func (x *exchange) outcome(complete bool) account.Settlement {
 	}
 	if x.meter != nil && st.Status >= 200 && st.Status <= 299 {
 		r := x.meter.Usage(complete) // the meter knows whether the vendor's final figures arrived
-		in, out := usageBounds(x.price, x.bounds)
-		if u, ok := capUsage(r.Usage, in, out); !ok {
+		if u, ok := capUsage(r.Usage, usageBounds(x.price, x.bounds)); !ok {
 			r.Usage, st.Capped = u, true
 		}
 		priceInto(&st, x.price, r, x.upstream.regional[x.endpoint])

@@ -16,11 +16,11 @@ var boundedWithin = map[string]string{"reasoning": "output"}
 // boundedWithin. A kind added to internal/usage fails here until capUsage
 // bounds it.
 func TestCapUsageBoundsUsageKinds(t *testing.T) {
-	const input, output = 100, 200
+	const input, output, seconds = 100, 200, 300
 	for _, k := range usage.Kinds {
 		var u usage.Usage
 		k.Set(&u, 1<<62)
-		got, ok := capUsage(u, input, output)
+		got, ok := capUsage(u, usageCaps{input, output, seconds})
 		if within, listed := boundedWithin[k.Name]; listed {
 			c, found := usage.KindNamed(within)
 			if !found {
@@ -32,7 +32,7 @@ func TestCapUsageBoundsUsageKinds(t *testing.T) {
 			}
 			continue
 		}
-		if ok || k.Of(got) > max(input, output, maxToolCalls) {
+		if ok || k.Of(got) > max(input, output, seconds, maxToolCalls) {
 			t.Errorf("%s: %d → %d, ok %v; want it cut and reported", k.Name, k.Of(u), k.Of(got), ok)
 		}
 	}

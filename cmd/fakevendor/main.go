@@ -28,7 +28,8 @@
 // chat completions: POST /v1/chat/completions (JSON or SSE), POST
 // /v1/responses (JSON, SSE or background) with its stored responses (GET,
 // DELETE, cancel, input_items), POST /v1/responses/input_tokens and
-// /compact, POST /v1/embeddings (see responses.go), GET /v1/models,
+// /compact, POST /v1/embeddings (see responses.go), POST
+// /v1/audio/transcriptions (multipart; JSON or SSE, see transcriptions.go), GET /v1/models,
 // GET /v1/models/{id}. Anything else is a 404 in the vendor's error format.
 // Every answer carries "x-fake-vendor: NAME" and a request id header
 // (messages "request-id", chat completions "x-request-id"). Each SSE event is preceded by

@@ -137,6 +137,9 @@ type Bounds struct {
 	// Calls is the number of built-in tool calls with a per-call fee the
 	// request is held for.
 	Calls int64
+	// Seconds is the most input audio, in seconds, a request to a model
+	// priced by duration can be billed for.
+	Seconds int64
 }
 
 // Tokens is the most tokens (input + output) the request can use: what it
@@ -151,11 +154,15 @@ func (b Bounds) Tokens() int64 {
 // Hold is the most the request's settlement can charge: each side priced
 // at the dearest price the request could trigger (pricing.Model.Hold: any
 // service tier, any long-context tier, cache writes of either lifetime,
-// audio), and the tool calls at the dearest per-call price.
+// audio), the tool calls at the dearest per-call price and the seconds of
+// audio at the dearest per-second price.
 func (b Bounds) Hold(price *pricing.Model) int64 {
 	hold := price.Hold(b.Input, b.Output)
 	if b.Calls > 0 {
 		hold += price.CallHold(b.Calls)
+	}
+	if b.Seconds > 0 {
+		hold += price.SecondsHold(b.Seconds)
 	}
 	return hold
 }

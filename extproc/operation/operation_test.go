@@ -99,3 +99,34 @@ func TestHoldOfLongContext(t *testing.T) {
 func holdFor(m *pricing.Model, req format.Request, bodyBytes int64) int64 {
 	return TextBounds(m, req, make([]byte, bodyBytes)).Hold(m)
 }
+
+// Seconds of audio are held at the dearest per-second price, beside the
+// tokens; a model without one holds nothing for them, and seconds never
+// count as tokens.
+func TestHoldOfSeconds(t *testing.T) {
+	cat := map[string]pricing.CatalogueEntry{"w": {Name: "w", Provider: "openai", Prices: map[pricing.PriceKey]int64{
+		{Kind: "audio_seconds"}:                   100_000_000_000, // 1e-4 USD per second
+		{Kind: "audio_seconds", Tier: "priority"}: 200_000_000_000,
+	}}}
+	tbl, err := pricing.NewTable(cat, config.Models{Providers: []string{"openai"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := tbl.Lookup("w")
+	b := Bounds{Seconds: 90}
+	if got, want := b.Hold(w), int64(90*200_000); got != want {
+		t.Errorf("hold of 90 s = %d; want %d", got, want)
+	}
+	if b.Tokens() != 0 {
+		t.Errorf("90 s count %d tokens", b.Tokens())
+	}
+	for _, tier := range []string{"", "priority"} {
+		if c := w.Price(usage.Usage{AudioSeconds: 90}, tier, "").Cost; c > b.Hold(w) {
+			t.Errorf("tier %q: 90 s cost %d above the hold %d", tier, c, b.Hold(w))
+		}
+	}
+	m := holdModel(t)
+	if got, want := (Bounds{Input: 10, Output: 10, Seconds: 1000}).Hold(m), (Bounds{Input: 10, Output: 10}).Hold(m); got != want {
+		t.Errorf("a model without a per-second price holds %d for seconds", got-want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"github.com/modelgateway/gateway/extproc/format/embeddings"
 	"github.com/modelgateway/gateway/extproc/format/messages"
 	"github.com/modelgateway/gateway/extproc/format/responses"
+	"github.com/modelgateway/gateway/extproc/format/transcriptions"
 	"github.com/modelgateway/gateway/extproc/operation"
 )
 
@@ -16,4 +17,5 @@ var All = operation.Registry{
 	&chatcompletions.Operation,
 	&responses.Operation,
 	&embeddings.Operation,
+	&transcriptions.Operation,
 }

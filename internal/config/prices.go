@@ -47,6 +47,9 @@ type Price struct {
 	FileSearch             *float64 `yaml:"file_search"`
 	CodeInterpreterSession *float64 `yaml:"code_interpreter_session"`
 	ImageGeneration        *float64 `yaml:"image_generation"`
+	// AudioSeconds prices input audio billed by its duration, in USD per
+	// second (transcription models priced so, whisper-1).
+	AudioSeconds *float64 `yaml:"audio_seconds"`
 	// MaxOutput replaces the catalogue's max_output_tokens.
 	MaxOutput int64 `yaml:"max_output"`
 }
@@ -60,7 +63,7 @@ func (p Price) Fields() map[string]float64 {
 		"cache_write_5m": p.CacheWrite5m, "cache_write_1h": p.CacheWrite1h,
 		"audio_input": p.AudioInput, "audio_output": p.AudioOutput, "web_searches": p.WebSearch,
 		"file_searches": p.FileSearch, "code_interpreter_sessions": p.CodeInterpreterSession,
-		"image_generations": p.ImageGeneration,
+		"image_generations": p.ImageGeneration, "audio_seconds": p.AudioSeconds,
 	} {
 		if v != nil {
 			out[name] = *v

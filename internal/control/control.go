@@ -338,6 +338,8 @@ type Quantities struct {
 	FileSearches            int64 `json:"file_searches"`
 	CodeInterpreterSessions int64 `json:"code_interpreter_sessions"`
 	ImageGenerations        int64 `json:"image_generations"`
+	// Input audio billed by duration (whole seconds), not tokens.
+	AudioSeconds int64 `json:"audio_seconds"`
 }
 
 // QuantitiesOf returns u's quantities, every kind in its JSON field.
@@ -348,6 +350,7 @@ func QuantitiesOf(u usage.Usage) Quantities {
 		AudioInputTokens: u.AudioInput, AudioOutputTokens: u.AudioOutput,
 		ReasoningTokens: u.Reasoning, WebSearches: u.WebSearches,
 		FileSearches: u.FileSearches, CodeInterpreterSessions: u.CodeInterpreter, ImageGenerations: u.ImageGenerations,
+		AudioSeconds: u.AudioSeconds,
 	}
 }
 

@@ -84,6 +84,10 @@ CREATE TABLE ledger_sink_cursor (
 	rejected_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (account_id, entry_id)
 );`,
+	// 5: input audio billed by duration.
+	`ALTER TABLE ledger
+	ADD COLUMN audio_seconds       bigint NOT NULL DEFAULT 0, -- whole seconds of input audio
+	ADD COLUMN price_audio_seconds bigint NOT NULL DEFAULT 0; -- nano-USD per million seconds`,
 }
 
 // SchemaVersion is the version the sink migrates a database to.
@@ -110,6 +114,8 @@ var usageColumns = map[string][2]string{
 	"file_searches":             {"file_searches", "price_file_searches"},
 	"code_interpreter_sessions": {"code_interpreter_sessions", "price_code_interpreter_sessions"},
 	"image_generations":         {"image_generations", "price_image_generations"},
+
+	"audio_seconds": {"audio_seconds", "price_audio_seconds"},
 }
 
 // migrate brings the database's schema to SchemaVersion in one transaction

@@ -28,9 +28,10 @@ type CatalogueEntry struct {
 	// MaxInput is the catalogue's max_input_tokens, the context window; 0
 	// when it gives none (or none that is a positive whole number).
 	MaxInput int64
-	// Mode is the catalogue's mode ("chat", "responses", "embedding") and
-	// Endpoints its supported_endpoints (often absent): together they say
-	// which operations serve the model (Model.Serves).
+	// Mode is the catalogue's mode ("chat", "responses", "embedding",
+	// "audio_transcription") and Endpoints its supported_endpoints (often
+	// absent): together they say which operations serve the model
+	// (Model.Serves).
 	Mode      string
 	Endpoints []string
 	// Prices holds every price the catalogue gives, in nano-USD per million
@@ -59,10 +60,13 @@ const batchTier = "batches"
 // multiplier of the whole cost when a regional endpoint serves the reply.
 const upliftField = "regional_processing_uplift_multiplier_"
 
-// tokenFields maps a catalogue price field, without suffixes, to the usage
+// priceFields maps a catalogue price field, without suffixes, to the usage
 // kind it prices. cache_creation_input_token_cost_above_1hr is the 1-hour
 // cache write; its "above_1hr" is part of the name, not a tier.
-var tokenFields = map[string]string{
+// input_cost_per_second prices input audio by duration; the catalogue's
+// output_cost_per_second is not read: no reply reports an output duration,
+// and the vendors bill a transcription by its input audio alone.
+var priceFields = map[string]string{
 	"input_cost_per_token":                      "input",
 	"output_cost_per_token":                     "output",
 	"cache_read_input_token_cost":               "cache_read",
@@ -70,6 +74,7 @@ var tokenFields = map[string]string{
 	"cache_creation_input_token_cost_above_1hr": "cache_write_1h",
 	"input_cost_per_audio_token":                "audio_input",
 	"output_cost_per_audio_token":               "audio_output",
+	"input_cost_per_second":                     "audio_seconds",
 }
 
 // longSuffix matches a long-context suffix such as _above_200k_tokens.
@@ -83,8 +88,9 @@ const searchSize = "search_context_size_medium"
 // containers, priced per session for every model of its provider.
 const containerEntry = "/container"
 
-// errNotPriced marks an entry without token prices.
-var errNotPriced = errors.New("no token prices")
+// errNotPriced marks an entry without the prices of a model: neither token
+// prices nor a price per second of input.
+var errNotPriced = errors.New("no token or per-second prices")
 
 // LoadCatalogue reads the catalogue file and returns the models of the
 // given providers in the given modes (those some operation serves), by name.
@@ -175,10 +181,7 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 		return CatalogueEntry{}, err
 	}
 	e := CatalogueEntry{Name: name, Provider: provider, Prices: map[PriceKey]int64{}, Uplift: map[string]int64{}}
-	// An entry without token prices (a per-session tool) is not a model
-	// the gateway can price.
-	// An embedding model produces no tokens: its output price may be absent.
-	if fields["input_cost_per_token"] == nil || fields["output_cost_per_token"] == nil && fields["mode"] != "embedding" {
+	if !priced(fields) {
 		return e, errNotPriced
 	}
 	// Without max_output_tokens the catalogue does not say how much the
@@ -233,6 +236,16 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 	return e, nil
 }
 
+// priced reports whether a catalogue entry has the prices of a model: an
+// input and an output price per token (an embedding model produces no
+// tokens, so its output price may be absent), or a price per second of
+// input audio (a model billed by duration). An entry with neither (a
+// per-session tool) is not a model the gateway can price.
+func priced(fields map[string]any) bool {
+	perToken := fields["input_cost_per_token"] != nil && (fields["output_cost_per_token"] != nil || fields["mode"] == "embedding")
+	return perToken || fields["input_cost_per_second"] != nil
+}
+
 // splitField parses a price field name into the usage kind it prices, the
 // long-context threshold (0 for none) and the service tier ("" for the
 // standard tier). ok is false for fields the gateway does not price.
@@ -258,7 +271,7 @@ func splitLong(field string) (kind string, above int64, ok bool) {
 		}
 		rest, above = strings.TrimSuffix(rest, m[0]), k*1000
 	}
-	kind, ok = tokenFields[rest]
+	kind, ok = priceFields[rest]
 	return kind, above, ok
 }
 

@@ -297,9 +297,26 @@ func PerCall(kind string) bool { return slices.Contains(perCall, kind) }
 // CallHold returns the most calls built-in tool calls can cost: each at
 // the dearest per-call price the model has.
 func (m *Model) CallHold(calls int64) int64 {
+	return m.unitHold(calls, PerCall)
+}
+
+// PerSecond reports whether the usage kind named kind is priced per second
+// of audio rather than per token; like per-call kinds, its rates are per
+// million units and an operator's price is per unit.
+func PerSecond(kind string) bool { return kind == "audio_seconds" }
+
+// SecondsHold returns the most seconds of input audio can cost, at the
+// dearest per-second price the model has (none: nothing).
+func (m *Model) SecondsHold(seconds int64) int64 {
+	return m.unitHold(seconds, PerSecond)
+}
+
+// unitHold prices n units at the dearest price of the kinds of, with the
+// largest regional uplift the model has.
+func (m *Model) unitHold(n int64, of func(kind string) bool) int64 {
 	var p int64
 	for key, v := range m.prices {
-		if PerCall(key.Kind) {
+		if of(key.Kind) {
 			p = max(p, v)
 		}
 	}
@@ -307,7 +324,19 @@ func (m *Model) CallHold(calls int64) int64 {
 	for _, u := range m.uplift {
 		up = max(up, u)
 	}
-	return CostUplifted(usage.Usage{WebSearches: calls}, Rates{WebSearches: p}, up)
+	return CostUplifted(usage.Usage{WebSearches: n}, Rates{WebSearches: p}, up)
+}
+
+// HasPrice reports whether the model has a price of the usage kind named
+// kind, at any tier or threshold, of its own (not one missingPrice
+// borrows): whether it is billed by that kind at all.
+func (m *Model) HasPrice(kind string) bool {
+	for key := range m.prices {
+		if key.Kind == kind {
+			return true
+		}
+	}
+	return false
 }
 
 // NanoUSD converts an amount typed in USD (a config value, a flag) into
@@ -482,8 +511,8 @@ func override(prices map[PriceKey]int64, o config.Price) map[PriceKey]int64 {
 		}
 	}
 	for kind, usd := range set {
-		if PerCall(kind) {
-			usd *= 1_000_000 // USD per call → per million calls
+		if PerCall(kind) || PerSecond(kind) {
+			usd *= 1_000_000 // USD per call or second → per million
 		}
 		out[PriceKey{Kind: kind}] = NanoUSD(usd)
 	}

@@ -376,3 +376,64 @@ func TestContainerPrice(t *testing.T) {
 // testModes are the catalogue modes the gateway's operations serve today
 // (operations.All.Modes; this package cannot import the registry).
 var testModes = []string{"chat", "responses", "embedding"}
+
+// A model billed by the duration of its input audio loads with a price per
+// second alone; one with token prices keeps its per-second price beside
+// them; an entry with neither is still no model.
+func TestPerSecondPrices(t *testing.T) {
+	const cat = `{
+	"fake-whisper": {"litellm_provider": "openai", "mode": "audio_transcription", "input_cost_per_second": 0.0001, "output_cost_per_second": 0.0001},
+	"fake-transcribe": {"litellm_provider": "openai", "mode": "audio_transcription", "max_input_tokens": 16000, "max_output_tokens": 2000,
+		"input_cost_per_token": 2.5e-06, "input_cost_per_audio_token": 2.5e-06, "output_cost_per_token": 1e-05, "input_cost_per_second": 0.0001},
+	"fake-live": {"litellm_provider": "openai", "mode": "audio_transcription", "input_cost_per_second": 0.000283333333333},
+	"fake-tool": {"litellm_provider": "openai", "mode": "audio_transcription", "output_cost_per_second": 0.0001}
+}`
+	entries, err := ParseCatalogue([]byte(cat), []string{"openai"}, []string{"audio_transcription"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := entries["fake-tool"]; ok {
+		t.Error("an entry without an input price read as a model")
+	}
+	w := entries["fake-whisper"]
+	// 1e-4 USD per second is 100,000,000,000 nano-USD per million seconds;
+	// output_cost_per_second is not a price the gateway charges.
+	if len(w.Prices) != 1 || w.Prices[PriceKey{Kind: "audio_seconds"}] != 100_000_000_000 || w.MaxInput != 0 || w.MaxOutput != 0 {
+		t.Errorf("fake-whisper: %+v", w)
+	}
+	if got := entries["fake-live"].Prices[PriceKey{Kind: "audio_seconds"}]; got != 283_333_333_333 {
+		t.Errorf("fake-live per second = %d", got)
+	}
+	tab, err := NewTable(entries, config.Models{Providers: []string{"openai"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	whisper, _ := tab.Lookup("fake-whisper")
+	tr, _ := tab.Lookup("fake-transcribe")
+	if !whisper.HasPrice("audio_seconds") || whisper.HasPrice("input") || !tr.HasPrice("audio_seconds") || !tr.HasPrice("audio_input") {
+		t.Error("HasPrice")
+	}
+	// 61 seconds at 1e-4 USD: 6,100,000 nano-USD.
+	if c := whisper.Price(usage.Usage{AudioSeconds: 61}, "", ""); c.Cost != 6_100_000 || c.Rates.AudioSeconds != 100_000_000_000 {
+		t.Errorf("61 s cost %d at %d", c.Cost, c.Rates.AudioSeconds)
+	}
+	// Seconds are never priced as tokens, nor tokens as seconds.
+	if c := whisper.Price(usage.Usage{Input: 1000, Output: 1000}, "", ""); c.Cost != 0 {
+		t.Errorf("tokens on a per-second model cost %d", c.Cost)
+	}
+	if got := whisper.SecondsHold(61); got != 6_100_000 {
+		t.Errorf("hold of 61 s = %d", got)
+	}
+	if got := tr.SecondsHold(0); got != 0 {
+		t.Errorf("hold of 0 s = %d", got)
+	}
+	if got := tr.Hold(16000, 2000); got != 16000*2500+2000*10000 {
+		t.Errorf("token hold = %d", got)
+	}
+
+	// A per-second price is read as strictly as any other.
+	bad := `{"m": {"litellm_provider": "openai", "mode": "audio_transcription", "input_cost_per_second": -1}}`
+	if _, err := ParseCatalogue([]byte(bad), []string{"openai"}, []string{"audio_transcription"}); err == nil || !strings.Contains(err.Error(), `model "m": input_cost_per_second`) {
+		t.Errorf("negative per-second price: %v", err)
+	}
+}

@@ -15,7 +15,8 @@ import (
 
 // Usage is what one reply consumed. Every field is a count of tokens, except
 // the built-in tool calls (WebSearches, FileSearches, CodeInterpreter,
-// ImageGenerations), counts of calls or sessions.
+// ImageGenerations), counts of calls or sessions, and AudioSeconds, whole
+// seconds of input audio for models priced by duration.
 //
 // The kinds do not overlap, so that each is priced once: Input excludes cache
 // reads, cache writes and audio; Output excludes audio output. Reasoning is
@@ -36,6 +37,10 @@ type Usage struct {
 	FileSearches     int64 // file_search calls
 	CodeInterpreter  int64 // code interpreter sessions (distinct containers)
 	ImageGenerations int64 // image_generation calls
+	// AudioSeconds is input audio measured by duration, in whole seconds
+	// (a fraction rounds up), for models the vendor bills per second
+	// rather than per token; never also counted as AudioInput.
+	AudioSeconds int64
 }
 
 // Kind is one field of Usage.
@@ -83,6 +88,8 @@ func (u *Usage) field(i int) *int64 {
 		return &u.CodeInterpreter
 	case 11:
 		return &u.ImageGenerations
+	case 12:
+		return &u.AudioSeconds
 	}
 	panic("usage: no field " + strconv.Itoa(i))
 }
@@ -103,6 +110,7 @@ var Kinds = []Kind{
 	{"file_searches", true, 9},
 	{"code_interpreter_sessions", true, 10},
 	{"image_generations", true, 11},
+	{"audio_seconds", true, 12},
 }
 
 // KindNamed returns the kind called name.

@@ -45,7 +45,10 @@ func servedModels(t *testing.T, path, provider string, modes []string, endpoint 
 	out := map[string]map[string]any{}
 	for name, e := range catalogueEntries(t, path) {
 		mode, _ := e["mode"].(string)
-		if e["litellm_provider"] != provider || !slices.Contains(modes, mode) || e["input_cost_per_token"] == nil || e["output_cost_per_token"] == nil && mode != "embedding" {
+		// A model has token prices (an embedding model no output price) or
+		// a price per second of input audio.
+		priced := e["input_cost_per_token"] != nil && (e["output_cost_per_token"] != nil || mode == "embedding") || e["input_cost_per_second"] != nil
+		if e["litellm_provider"] != provider || !slices.Contains(modes, mode) || !priced {
 			continue
 		}
 		if eps, ok := e["supported_endpoints"].([]any); ok && len(eps) > 0 && !slices.Contains(eps, any(endpoint)) {

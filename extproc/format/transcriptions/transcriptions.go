@@ -1,0 +1,161 @@
+// Package transcriptions implements the "transcriptions" wire format:
+// OpenAI's audio transcriptions (POST /v1/audio/transcriptions), served on
+// /beta/v1/audio/transcriptions. The request is a multipart form (the audio
+// file, the model, options); the reply is JSON, or server-sent events with
+// stream=true. Models billed per token report usage.type "tokens" (audio
+// and text input, output); models billed by duration report usage.type
+// "duration" (seconds of input audio).
+package transcriptions
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"mime"
+	"mime/multipart"
+	"slices"
+	"strconv"
+
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/format/chatcompletions"
+)
+
+// Format is the "transcriptions" format. The zero value is ready to use.
+type Format struct{}
+
+var _ format.Format = Format{}
+
+// Name returns "transcriptions".
+func (Format) Name() string { return "transcriptions" }
+
+// ErrorBody renders an error as the vendor does on every path of its API.
+func (Format) ErrorBody(e *format.Error) []byte { return chatcompletions.Format{}.ErrorBody(e) }
+
+// Fields are the request's own fields, read by the hold rule (Bounds) and
+// the meter. The file's content is never kept: only its size.
+type Fields struct {
+	// FileBytes is the size of the uploaded audio.
+	FileBytes int64
+	// PromptBytes is the size of the optional prompt, text input the
+	// vendor bills as input tokens.
+	PromptBytes int64
+	// ResponseFormat is the reply's format as asked for ("json" when not).
+	ResponseFormat string
+	// ByDuration is set by the hold rule when the model is billed by the
+	// duration of its input audio: a reply without usage is then estimated
+	// in seconds, not tokens.
+	ByDuration bool
+}
+
+// fieldLimit bounds the text fields read (model, stream, response_format):
+// a longer one is not a value the vendor accepts.
+const fieldLimit = 4 << 10
+
+// billable are the response formats whose replies carry usage. text, srt
+// and vtt replies are the bare transcript: nothing in them says what the
+// vendor billed, so the gateway refuses them rather than guess.
+var billable = []string{"json", "verbose_json", "diarized_json"}
+
+// ParseRequest reads the multipart form: model (required), file
+// (required, one; only its size is read), stream, response_format and the
+// size of prompt. A body that is not multipart/form-data with a boundary,
+// or that does not parse as one, is refused as the vendor would refuse it.
+func (Format) ParseRequest(body []byte, contentType string) (format.Request, error) {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
+		return format.Request{}, format.Invalid("", "request body must be multipart/form-data with a boundary in its content type")
+	}
+	var (
+		req      format.Request
+		own      = &Fields{ResponseFormat: "json"}
+		seen     = map[string]bool{}
+		haveFile bool
+	)
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	for {
+		// NextRawPart: the form's parts as sent, with no transfer decoding
+		// the vendor would not do.
+		p, err := mr.NextRawPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return format.Request{}, malformed(err)
+		}
+		name := p.FormName()
+		switch name {
+		case "file":
+			if haveFile {
+				return format.Request{}, format.Invalid("file", "file: only one file may be sent")
+			}
+			n, err := io.Copy(io.Discard, p)
+			if err != nil {
+				return format.Request{}, malformed(err)
+			}
+			own.FileBytes, haveFile = n, true
+			continue
+		case "prompt":
+			n, err := io.Copy(io.Discard, p)
+			if err != nil {
+				return format.Request{}, malformed(err)
+			}
+			own.PromptBytes += n
+			continue
+		case "model", "stream", "response_format":
+		default:
+			if _, err := io.Copy(io.Discard, p); err != nil {
+				return format.Request{}, malformed(err)
+			}
+			continue
+		}
+		if seen[name] {
+			return format.Request{}, format.Invalid(name, name+": appears more than once in the form")
+		}
+		seen[name] = true
+		v, err := io.ReadAll(io.LimitReader(p, fieldLimit+1))
+		if err != nil {
+			return format.Request{}, malformed(err)
+		}
+		if len(v) > fieldLimit {
+			return format.Request{}, format.Invalid(name, name+": longer than "+strconv.Itoa(fieldLimit)+" bytes")
+		}
+		switch name {
+		case "model":
+			if len(v) == 0 {
+				return format.Request{}, format.Invalid("model", "model: must be a non-empty string")
+			}
+			req.Model = string(v)
+		case "stream":
+			switch string(v) {
+			case "true":
+				req.Stream = true
+			case "false":
+			default:
+				return format.Request{}, format.Invalid("stream", "stream: must be true or false")
+			}
+		case "response_format":
+			own.ResponseFormat = string(v)
+		}
+	}
+	switch {
+	case req.Model == "":
+		return format.Request{}, format.Missing("model")
+	case !haveFile:
+		return format.Request{}, format.Missing("file")
+	}
+	if !slices.Contains(billable, own.ResponseFormat) {
+		return format.Request{}, format.Invalid("response_format", "response_format: "+strconv.Quote(own.ResponseFormat)+
+			" is not available through this gateway: its replies carry no usage to bill from; use json, verbose_json or diarized_json")
+	}
+	req.Own = own
+	return req, nil
+}
+
+// malformed is the refusal of a body that does not parse as a multipart
+// form. The parser's message names the fault, never the content.
+func malformed(err error) *format.Error {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return format.Invalid("", "request body is not a valid multipart/form-data body: it ends before its closing boundary")
+	}
+	return format.Invalid("", "request body is not a valid multipart/form-data body: "+err.Error())
+}
