@@ -114,7 +114,7 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 	}
 	admit := func(ctx context.Context) (account.Decision, error) {
 		t0 = time.Now()
-		d, err := x.s.accounts.Admit(ctx, adm)
+		d, err := x.s.admitter.Admit(ctx, adm)
 		x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
 		return d, err
 	}

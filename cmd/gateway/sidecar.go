@@ -28,6 +28,7 @@ import (
 	"github.com/modelgateway/gateway/extproc"
 	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/extproc/tokens"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/auth"
@@ -214,7 +215,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Parking:         st,
 		BackgroundPoll:  c.Limits.BackgroundPollInterval(),
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
-		Upstreams:       vendorRoutes, Keys: keys, Accounts: sp, Metrics: metrics, Logger: o.Logger,
+		Upstreams:       vendorRoutes, Keys: keys, Admitter: admitter{st, sp}, Settler: sp, Metrics: metrics, Logger: o.Logger,
 		OnRefusal: watcher.Refused,
 
 		ConcurrencyWaitBound: c.ConcurrencyWaitBound(),
@@ -461,4 +462,21 @@ func webhookEndpoints(ws []config.Webhook, getenv func(string) string) ([]alerts
 		eps[i] = alerts.Endpoint{URL: w.URL, Secret: key, Events: w.Events}
 	}
 	return eps, nil
+}
+
+// admitter admits through the store itself, never the spool (a request
+// that cannot be admitted is refused, not spooled), and tells the spool
+// when the store answers, so that settlements waiting there are replayed
+// without sitting out the replayer's backoff.
+type admitter struct {
+	st *store.Store
+	sp *spool.Spool
+}
+
+func (a admitter) Admit(ctx context.Context, ad account.Admission) (account.Decision, error) {
+	d, err := a.st.Admit(ctx, ad)
+	if err == nil {
+		a.sp.Answered()
+	}
+	return d, err
 }
