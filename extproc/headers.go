@@ -172,24 +172,6 @@ func (x *exchange) forwardFree(mutation *extprocv3.HeaderMutation) *extprocv3.Pr
 	}
 }
 
-// checkOwner answers 404, in the vendor's words, unless the key's account
-// created response id; nil lets the request go on.
-func (x *exchange) checkOwner(ctx context.Context, id string) *extprocv3.ProcessingResponse {
-	if x.s.owners == nil {
-		return x.reject(format.NotFound, "stored responses are not available through this gateway", 0)
-	}
-	owner, err := x.s.owners.ResponseOwner(ctx, id)
-	if err != nil {
-		x.s.log.Error("response owner lookup failed", "err", err)
-		x.s.metrics.storeErrors.WithLabelValues("owner").Inc()
-		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
-	}
-	if owner == "" || owner != x.key.AccountID {
-		return x.reject(format.NotFound, "Response with id "+strconv.Quote(id)+" not found.", 0)
-	}
-	return nil
-}
-
 // countedMode is a free request whose body the processor reads (a token
 // count naming a stored response) and whose reply it does not observe.
 var countedMode = &filterv3.ProcessingMode{

@@ -43,13 +43,6 @@ type Settler interface {
 	SettleBatch(ctx context.Context, sts []account.Settlement) []store.SettleResult
 }
 
-// Owners binds stored responses to the accounts that created them (the
-// store implements it).
-type Owners interface {
-	BindResponse(ctx context.Context, id, accountID string) error
-	ResponseOwner(ctx context.Context, id string) (string, error)
-}
-
 // Options configure a Server.
 type Options struct {
 	Upstreams []*Upstream

@@ -21,8 +21,8 @@ import (
 // and at a thousand requests a second those wake-ups cost more CPU than
 // the settlements themselves.
 type settler struct {
-	store    Settler
-	timeout  time.Duration
+	store   Settler
+	timeout time.Duration
 
 	mu      sync.Mutex
 	queue   []settleJob
