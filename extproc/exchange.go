@@ -71,6 +71,12 @@ type exchange struct {
 	hasLength   bool             // the client sent content-length
 	contentType string           // the request's, for a multipart body's boundary
 	trace       exchangeTrace
+	// transport is the ledger's name for how the client came ("" for
+	// HTTP; socket.go: "websocket"), and localRef, on a socket, reports
+	// the responses created on it, which it may continue (store: false
+	// included).
+	transport string
+	localRef  func(id string) bool
 }
 
 func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {

@@ -25,6 +25,7 @@ type Metrics struct {
 	expiredHolds  prometheus.Counter
 	inflight      prometheus.Gauge
 	streams       prometheus.Gauge
+	sockets       prometheus.Gauge
 	leaseCuts     prometheus.Counter
 	capped        *prometheus.CounterVec
 
@@ -88,6 +89,9 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		concurrencyWaiters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gateway_concurrency_waiters", Help: "Requests waiting for a concurrency slot now.",
 		}),
+		sockets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_open_sockets", Help: "Responses API WebSocket connections open now (their responses count in gateway_inflight_streams).",
+		}),
 		leaseCuts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_lease_cuts_total", Help: "Requests cut short because their hold could not be renewed before its lease ended (the store unreachable).",
 		}),
@@ -118,7 +122,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
-			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.leaseCuts, m.capped,
+			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.leaseCuts, m.capped,
 			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters)
 	}
 	return m

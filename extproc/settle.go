@@ -109,6 +109,7 @@ func (x *exchange) outcome(complete bool) account.Settlement {
 		Status:    x.status,
 		Endpoint:  x.endpoint,
 		Stream:    x.req.Stream,
+		Transport: x.transport,
 		StartedAt: x.started,
 		EndedAt:   x.s.now(),
 	}

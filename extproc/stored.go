@@ -68,6 +68,9 @@ func (s *Server) bindResponse(ctx context.Context, requestID, id, account string
 // checkOwner answers 404, in the vendor's words, unless the key's account
 // created response id; nil lets the request go on.
 func (x *exchange) checkOwner(ctx context.Context, id string) *extprocv3.ProcessingResponse {
+	if x.localRef != nil && x.localRef(id) {
+		return nil // created on this socket, by this account
+	}
 	if x.s.owners == nil {
 		return x.reject(format.NotFound, "stored responses are not available through this gateway", 0)
 	}

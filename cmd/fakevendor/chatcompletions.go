@@ -31,6 +31,11 @@ func (b *chatAPI) route(r *http.Request) (endpoint, bool) {
 	switch {
 	case p == "/v1/chat/completions" && r.Method == http.MethodPost:
 		return b.chatCompletions, false
+	case p == "/v1/responses" && r.Method == http.MethodGet && strings.EqualFold(r.Header.Get("Upgrade"), "websocket"):
+		if b.fake.chatCompletionsCtl.get().NoWebSocket {
+			return nil, false
+		}
+		return b.responsesSocket, false
 	case p == "/v1/responses" && r.Method == http.MethodPost:
 		return b.responses, false
 	case p == "/v1/responses/input_tokens" && r.Method == http.MethodPost:

@@ -70,6 +70,9 @@ type Controls struct {
 	// AbortAtStart resets the connection before the first event: after the
 	// response headers of a stream, before any byte of other replies.
 	AbortAtStart bool `json:"abort_at_start"`
+	// NoWebSocket makes the Responses API's WebSocket upgrade (GET
+	// /v1/responses) unknown, as at a vendor that speaks HTTP only: 404.
+	NoWebSocket bool `json:"no_websocket"`
 	// ToolPromptTokens is added to the input tokens of requests that offer
 	// tools, as vendors add a tool-use system prompt.
 	ToolPromptTokens int `json:"tool_prompt_tokens"`
@@ -125,6 +128,7 @@ type controlUpdate struct {
 	ReplyWords       *int    `json:"reply_words"`
 	AbortAfterEvents *int    `json:"abort_after_events"`
 	AbortAtStart     *bool   `json:"abort_at_start"`
+	NoWebSocket      *bool   `json:"no_websocket"`
 	ToolPromptTokens *int    `json:"tool_prompt_tokens"`
 	RetryAfter       *string `json:"retry_after"`
 	Hang             *bool   `json:"hang"`
@@ -189,6 +193,9 @@ func (u *controlUpdate) apply(c *Controls) {
 	set(&c.ToolPromptTokens, u.ToolPromptTokens)
 	if u.AbortAtStart != nil {
 		c.AbortAtStart = *u.AbortAtStart
+	}
+	if u.NoWebSocket != nil {
+		c.NoWebSocket = *u.NoWebSocket
 	}
 	set(&c.ReasoningTokens, u.ReasoningTokens)
 	set(&c.BackgroundPolls, u.BackgroundPolls)

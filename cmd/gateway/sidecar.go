@@ -289,6 +289,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	mux.Handle("/", ctl)
 	// Exact, or the mux would redirect /v1/usage to the console's /v1/usage/.
 	mux.Handle("/v1/usage", ctl)
+	// The Responses API's WebSocket transport, which Envoy routes here.
+	mux.Handle(extproc.SocketPrefix, proc.SocketHandler(extproc.SocketOptions{
+		Relay: c.Listeners.Relay, Idle: c.Limits.SocketIdle.D(), Disabled: c.WebSocketDisabled()}))
 	console.Mount(mux, console.APIOptions{Store: st, Keys: keys, Settled: proc, Logger: o.Logger})
 	s.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 

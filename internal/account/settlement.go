@@ -50,8 +50,11 @@ type Settlement struct {
 	Status     int    // the status the client saw; non-2xx charges nothing and counts no usage
 	Endpoint   string // "primary" or "reserve"; empty when unknown
 	Stream     bool
-	StartedAt  time.Time
-	EndedAt    time.Time
+	// Transport is how the client sent the request: "" for HTTP,
+	// "websocket" for the Responses API's WebSocket transport.
+	Transport string
+	StartedAt time.Time
+	EndedAt   time.Time
 }
 
 // Checkpoint is the best-known outcome of a running request, written by the

@@ -87,6 +87,7 @@ func (l *Limits) setDefaults() {
 	defDur(&l.MaxRequestDuration, 15*time.Minute)
 	defDur(&l.HoldLease, DefaultHoldLease)
 	def(&l.ConcurrencyWaiters, DefaultConcurrencyWaiters)
+	defDur(&l.SocketIdle, 5*time.Minute)
 	if l.RPM > 0 && l.WindowMinutes == 0 {
 		l.WindowMinutes = 1
 	}

@@ -27,6 +27,9 @@ type Limits struct {
 	// a concurrency slot (keys with a concurrency wait); beyond it they are
 	// answered 429 at once. Default DefaultConcurrencyWaiters.
 	ConcurrencyWaiters int `yaml:"concurrency_waiters"`
+	// SocketIdle closes a Responses API WebSocket on which no response ran
+	// and the client sent nothing for this long. Default 5m.
+	SocketIdle Duration `yaml:"socket_idle"`
 }
 
 // BackgroundPollInterval is BackgroundPoll, or when it is not set its

@@ -27,6 +27,10 @@ type Upstream struct {
 	HealthCheck HealthCheck `yaml:"health_check"`
 	Failover    Failover    `yaml:"failover"`
 	Models      Models      `yaml:"models"`
+	// WebSocket false: the endpoints speak HTTP only, and the Responses
+	// API's WebSocket upgrade is answered 426 so that clients use HTTP at
+	// once (default true: the upgrade is tried on the vendor).
+	WebSocket *bool `yaml:"websocket"`
 }
 
 // Endpoint is one address of an upstream.
@@ -196,4 +200,15 @@ func (c *Config) UpstreamNames() []string {
 		names[i] = u.Name
 	}
 	return names
+}
+
+// WebSocketDisabled names the upstreams configured with websocket: false.
+func (c *Config) WebSocketDisabled() map[string]bool {
+	m := map[string]bool{}
+	for _, u := range c.Upstreams {
+		if u.WebSocket != nil && !*u.WebSocket {
+			m[u.Name] = true
+		}
+	}
+	return m
 }

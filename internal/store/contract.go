@@ -76,6 +76,7 @@ const (
 	ledgerStatus      = "status"
 	ledgerEndpoint    = "endpoint"
 	ledgerStream      = "stream"
+	ledgerTransport   = "transport" // "" (HTTP) or "websocket"
 	ledgerStarted     = "started"
 	ledgerEnded       = "ended"
 	ledgerInterrupted = "interrupted"
@@ -127,6 +128,7 @@ func appendLedger(args []any, st account.Settlement, cost int64) []any {
 		ledgerStatus, st.Status,
 		ledgerEndpoint, st.Endpoint,
 		ledgerStream, boolString(st.Stream),
+		ledgerTransport, st.Transport,
 		ledgerStarted, ms(st.StartedAt),
 		ledgerEnded, ms(st.EndedAt),
 		ledgerInterrupted, boolString(st.Interrupted),
@@ -191,6 +193,7 @@ func decodeLedgerFields(accountID string, v func(string) string) account.Settlem
 		Status:      status,
 		Endpoint:    v(ledgerEndpoint),
 		Stream:      v(ledgerStream) == "1",
+		Transport:   v(ledgerTransport),
 		StartedAt:   parseMS(v(ledgerStarted)),
 		EndedAt:     parseMS(v(ledgerEnded)),
 		Interrupted: v(ledgerInterrupted) == "1",

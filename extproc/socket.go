@@ -1,0 +1,495 @@
+package extproc
+
+// The Responses API's WebSocket transport. Envoy routes the upgrade of
+// GET /NAME/v1/responses to the sidecar's control listener (SocketPrefix);
+// the sidecar checks the key at the handshake, opens its own socket to the
+// vendor through Envoy's relay listener (which adds the vendor credential
+// and picks the endpoint), and then runs each response.create as one
+// exchange: the same checkRequest, admit, meter, bind and settle as a
+// streamed POST /v1/responses, each vendor message being one event's data.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/extproc/jsonscan"
+	"github.com/modelgateway/gateway/extproc/operation"
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/auth"
+)
+
+// SocketPrefix is where the sidecar's control listener serves the
+// WebSocket transport: Envoy rewrites /NAME/v1/responses (an upgrade) to
+// SocketPrefix + NAME + /v1/responses.
+const SocketPrefix = "/socket/"
+
+// TransportWebSocket names the transport in the ledger; HTTP is "".
+const TransportWebSocket = "websocket"
+
+// DefaultSocketIdle closes a socket on which the client sent nothing and no
+// response ran for this long.
+const DefaultSocketIdle = 5 * time.Minute
+
+// maxSocketMessage bounds one client message (a response.create), as
+// limits.max_request_bytes bounds a body over HTTP.
+const defaultMaxSocketMessage = 32 << 20
+
+// socketLocalIDs bounds the ids of responses created on one socket that it
+// remembers (store: false continuations).
+const socketLocalIDs = 1024
+
+// SocketFallbackStatus answers an upgrade the vendor cannot take (an
+// endpoint that speaks HTTP only): 426 Upgrade Required. Codex switches to
+// HTTP for the session on it, and the SDKs raise at connect().
+const SocketFallbackStatus = http.StatusUpgradeRequired
+
+// SocketOptions configure the WebSocket transport.
+type SocketOptions struct {
+	// Relay is Envoy's relay listener (host:port), the way to the vendor.
+	Relay string
+	// Idle closes a socket idle this long; default DefaultSocketIdle.
+	Idle time.Duration
+	// Disabled lists upstreams whose endpoints speak HTTP only: their
+	// upgrades are answered SocketFallbackStatus without asking the vendor.
+	Disabled map[string]bool
+}
+
+// SocketHandler serves the WebSocket transport of the Responses API.
+func (s *Server) SocketHandler(o SocketOptions) http.Handler {
+	if o.Idle <= 0 {
+		o.Idle = DefaultSocketIdle
+	}
+	return &socketHandler{s: s, o: o}
+}
+
+type socketHandler struct {
+	s *Server
+	o SocketOptions
+}
+
+// socketError is the vendor's error event on a socket: the HTTP refusal's
+// status and its error object.
+func socketError(status int, body []byte) []byte {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil || len(e.Error) == 0 {
+		e.Error = json.RawMessage(`{"type":"server_error","code":null,"message":"the gateway refused the response","param":null}`)
+	}
+	out := []byte(`{"type":"error","status":`)
+	out = strconv.AppendInt(out, int64(status), 10)
+	out = append(out, `,"error":`...)
+	out = append(out, e.Error...)
+	return append(out, '}')
+}
+
+// writeImmediate answers an HTTP request (the handshake) with a refusal.
+func writeImmediate(w http.ResponseWriter, resp *extprocv3.ProcessingResponse) {
+	ir := resp.GetImmediateResponse()
+	for _, h := range ir.GetHeaders().GetSetHeaders() {
+		w.Header().Set(h.GetHeader().GetKey(), string(h.GetHeader().GetRawValue()))
+	}
+	w.WriteHeader(int(ir.GetStatus().GetCode()))
+	w.Write(ir.GetBody())
+}
+
+func (h *socketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s := h.s
+	path := strings.TrimPrefix(r.URL.Path, strings.TrimSuffix(SocketPrefix, "/"))
+	x := &exchange{s: s, started: s.now(), transport: TransportWebSocket}
+	x.upstream = s.upstream(path)
+	if x.upstream == nil {
+		http.NotFound(w, r)
+		return
+	}
+	sub := path[len(x.upstream.prefix)-1:]
+	creds := auth.Headers{XAPIKey: r.Header.Values("x-api-key"), Authorization: r.Header.Values("authorization")}
+	key, err := s.keys.Authenticate(r.Context(), creds, x.started, modelPolicy)
+	if err != nil {
+		writeImmediate(w, x.refuseAuth(err))
+		return
+	}
+	x.key = key
+	op, vp, _ := operation.Match(x.upstream.Operations, "POST", sub)
+	if sub != "/v1/responses" || vp == nil || vp.Kind != operation.Metered || op.Name != "responses" {
+		writeImmediate(w, x.reject(format.NotFound, "no such path: GET "+sub, 0))
+		return
+	}
+	if !strings.EqualFold(r.Header.Get("upgrade"), "websocket") {
+		writeImmediate(w, x.reject(format.InvalidRequest, "GET "+sub+" is the WebSocket transport: send Upgrade: websocket, or POST "+sub, 0))
+		return
+	}
+	if h.o.Disabled[x.upstream.Name] {
+		h.fallback(w, x, sub)
+		return
+	}
+	// The vendor's socket first: if it cannot be had, the client hears why
+	// before its upgrade is accepted.
+	vendor, endpoint, status, err := h.dialVendor(r, x.upstream.Name)
+	if err != nil {
+		switch {
+		case status == http.StatusServiceUnavailable || status == 0:
+			s.log.Warn("vendor socket failed", "upstream", x.upstream.Name, "status", status, "err", err)
+			writeImmediate(w, x.reject(format.Unavailable, "the vendor is unavailable; retry shortly", time.Second))
+		case status >= 500:
+			writeImmediate(w, x.reject(format.Unavailable, "the vendor is unavailable; retry shortly", time.Second))
+		default:
+			// The endpoint does not speak WebSocket (404, 405, 426...).
+			h.fallback(w, x, sub)
+		}
+		return
+	}
+	client, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		vendor.CloseNow()
+		return
+	}
+	sc := &socketConn{h: h, creds: creds, key: key, upstream: x.upstream, op: op, path: vp,
+		client: client, vendor: vendor, endpoint: endpoint, local: map[string]bool{}}
+	sc.run(context.WithoutCancel(r.Context()))
+}
+
+// fallback answers an upgrade the vendor cannot take so that clients use
+// HTTP at once.
+func (h *socketHandler) fallback(w http.ResponseWriter, x *exchange, sub string) {
+	h.s.metrics.rejections.WithLabelValues(x.upstream.Name, format.InvalidRequest.Reason()).Inc()
+	w.Header().Set("content-type", "application/json")
+	w.Header().Set("upgrade", "HTTP/1.1")
+	w.WriteHeader(SocketFallbackStatus)
+	w.Write(x.upstream.Format.ErrorBody(&format.Error{Kind: format.InvalidRequest,
+		Message: "the WebSocket transport is not available on this upstream; use HTTP (POST " + sub + ")"}))
+}
+
+// socketHeaders are the handshake headers the vendor hears: the client's
+// beta flags and identification, never its credential.
+var socketHeaders = []string{"openai-beta", "openai-organization", "openai-project", "user-agent", "x-client-request-id", "session_id", "originator", "version"}
+
+func (h *socketHandler) dialVendor(r *http.Request, upstream string) (*websocket.Conn, string, int, error) {
+	hdr := http.Header{}
+	for _, k := range socketHeaders {
+		if v := r.Header.Get(k); v != "" {
+			hdr.Set(k, v)
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	c, resp, err := websocket.Dial(ctx, "ws://"+h.o.Relay+"/"+upstream+"/v1/responses", &websocket.DialOptions{HTTPHeader: hdr})
+	status := 0
+	if resp != nil {
+		status = resp.StatusCode
+	}
+	if err != nil {
+		return nil, "", status, err
+	}
+	c.SetReadLimit(-1) // the vendor's events: a final response can be large
+	return c, resp.Header.Get("x-gateway-endpoint"), status, nil
+}
+
+// socketConn is one client socket and its vendor socket.
+type socketConn struct {
+	h        *socketHandler
+	creds    auth.Headers
+	key      account.Key
+	upstream *Upstream
+	op       *operation.Operation
+	path     *operation.Path
+	client   *websocket.Conn
+	vendor   *websocket.Conn
+	endpoint string
+
+	mu      sync.Mutex
+	local   map[string]bool // responses created on this socket
+	pending []socketMsg     // client messages that came while a response ran
+}
+
+type socketMsg struct {
+	typ  websocket.MessageType
+	data []byte
+	err  error
+}
+
+// reader reads one side's messages into a channel until it fails.
+func reader(ctx context.Context, c *websocket.Conn, out chan<- socketMsg) {
+	for {
+		t, data, err := c.Read(ctx)
+		select {
+		case out <- socketMsg{t, data, err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// eventQuery reads what the socket needs of a message: its type, and the
+// status of an error event.
+var socketQuery = jsonscan.NewQuery("type", "status")
+
+// messageType returns a message's "type" and, for an error event, its
+// "status"; ok is false when the message is not a JSON object.
+func messageType(data []byte) (typ string, status int, ok bool) {
+	var t, st jsonscan.Value
+	err := socketQuery.Scan(data, func(path int, v jsonscan.Value) error {
+		if path == 0 {
+			t = v
+		} else {
+			st = v
+		}
+		return nil
+	})
+	if trimmed := bytes.TrimSpace(data); err != nil || len(trimmed) == 0 || trimmed[0] != '{' {
+		return "", 0, false
+	}
+	if n, isInt := st.Int(); isInt {
+		status = int(n)
+	}
+	return t.Text(), status, true
+}
+
+// terminalEvent reports whether an event ends a response on the socket.
+func terminalEvent(typ string) bool {
+	switch typ {
+	case "response.completed", "response.incomplete", "response.failed", "error":
+		return true
+	}
+	return false
+}
+
+func (c *socketConn) isLocal(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.local[id]
+}
+
+func (c *socketConn) remember(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.local) >= socketLocalIDs {
+		clear(c.local)
+	}
+	c.local[id] = true
+}
+
+// run serves the socket until either side closes it or it idles out.
+func (c *socketConn) run(ctx context.Context) {
+	s := c.h.s
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer c.vendor.CloseNow()
+	defer c.client.CloseNow()
+	limit := s.maxBody
+	if limit <= 0 {
+		limit = defaultMaxSocketMessage
+	}
+	c.client.SetReadLimit(limit)
+	fromClient := make(chan socketMsg, 16)
+	fromVendor := make(chan socketMsg, 64)
+	go reader(ctx, c.client, fromClient)
+	go reader(ctx, c.vendor, fromVendor)
+	s.metrics.sockets.Inc()
+	defer s.metrics.sockets.Dec()
+	idle := time.NewTimer(c.h.o.Idle)
+	defer idle.Stop()
+	for {
+		var m socketMsg
+		if len(c.pending) > 0 {
+			m, c.pending = c.pending[0], c.pending[1:]
+		} else {
+			select {
+			case m = <-fromClient:
+			case v := <-fromVendor:
+				if v.err != nil {
+					c.client.Close(websocket.StatusInternalError, "the vendor closed the connection")
+					return
+				}
+				// Outside a response (a notice before the vendor closes):
+				// passed on as it is.
+				c.client.Write(ctx, websocket.MessageText, v.data)
+				continue
+			case <-idle.C:
+				c.vendor.Close(websocket.StatusNormalClosure, "")
+				c.client.Close(websocket.StatusNormalClosure, "idle for "+c.h.o.Idle.String())
+				return
+			}
+		}
+		if m.err != nil {
+			// The client closed (or broke) its socket.
+			c.vendor.Close(websocket.StatusNormalClosure, "")
+			return
+		}
+		if !c.message(ctx, m, fromClient, fromVendor) {
+			return
+		}
+		if !idle.Stop() {
+			select {
+			case <-idle.C:
+			default:
+			}
+		}
+		idle.Reset(c.h.o.Idle)
+	}
+}
+
+// message handles one client message; false ends the socket.
+func (c *socketConn) message(ctx context.Context, m socketMsg, fromClient, fromVendor chan socketMsg) bool {
+	if m.typ != websocket.MessageText {
+		c.client.Close(websocket.StatusUnsupportedData, "binary messages are not accepted; send JSON text")
+		return false
+	}
+	typ, _, ok := messageType(m.data)
+	if !ok {
+		c.client.Close(websocket.StatusInvalidFramePayloadData, "not a JSON object")
+		return false
+	}
+	if typ != "response.create" {
+		x := c.exchange()
+		c.refuse(ctx, x.reject(format.InvalidRequest, "unsupported event type "+strconv.Quote(typ)+"; the client sends response.create", 0))
+		return true
+	}
+	return c.create(ctx, m.data, fromClient, fromVendor)
+}
+
+func (c *socketConn) exchange() *exchange {
+	s := c.h.s
+	return &exchange{s: s, upstream: c.upstream, op: c.op, path: c.path, key: c.key, started: s.now(),
+		contentType: "application/json", transport: TransportWebSocket, localRef: c.isLocal}
+}
+
+// refuse sends a refusal as the vendor's error event; the socket stays open.
+func (c *socketConn) refuse(ctx context.Context, resp *extprocv3.ProcessingResponse) error {
+	ir := resp.GetImmediateResponse()
+	return c.client.Write(ctx, websocket.MessageText, socketError(int(ir.GetStatus().GetCode()), ir.GetBody()))
+}
+
+// create runs one response.create as a metered exchange: the key checked
+// again (the key cache's time), the request checked and admitted exactly
+// as over HTTP, forwarded only if admitted, its events metered until the
+// terminal one settles it. false ends the socket.
+func (c *socketConn) create(ctx context.Context, data []byte, fromClient, fromVendor chan socketMsg) bool {
+	s := c.h.s
+	s.active.Add(1)
+	defer s.active.Done()
+	x := c.exchange()
+	key, err := s.keys.Authenticate(ctx, c.creds, x.started, modelPolicy)
+	if err != nil {
+		c.refuse(ctx, x.refuseAuth(err))
+		var ae *auth.Error
+		if errors.As(err, &ae) && ae.Reason == auth.Unavailable {
+			return true
+		}
+		// The key is gone for good: so is the socket.
+		c.client.Close(websocket.StatusPolicyViolation, "the key was refused")
+		return false
+	}
+	x.key, c.key = key, key
+	req, price, resp := x.checkRequest(ctx, data)
+	if resp != nil {
+		c.refuse(ctx, resp)
+		return true
+	}
+	if req.Background {
+		c.refuse(ctx, x.reject(format.InvalidRequest, "background: background responses are not supported over WebSocket; use POST /v1/responses", 0))
+		return true
+	}
+	req.Stream = true // the socket always streams
+	resp = x.admit(ctx, data, req, price)
+	if resp.GetImmediateResponse() != nil {
+		c.refuse(ctx, resp)
+		return true
+	}
+	defer x.finish()
+	out := data
+	if b := resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody(); b != nil {
+		out = b
+	}
+	if err := c.vendor.Write(ctx, websocket.MessageText, out); err != nil {
+		x.status = http.StatusBadGateway // nothing produced, nothing charged
+		c.lost(ctx)
+		return false
+	}
+	x.endpoint = c.endpoint
+	started := false
+	frame := make([]byte, 0, 4096)
+	for {
+		var v socketMsg
+		select {
+		case v = <-fromVendor:
+		case m := <-fromClient:
+			if m.err != nil {
+				// The client left mid-response: cut short, settled by
+				// finish with what was seen.
+				c.vendor.Close(websocket.StatusNormalClosure, "")
+				return false
+			}
+			c.pending = append(c.pending, m)
+			continue
+		}
+		if v.err != nil {
+			if !started {
+				x.status = http.StatusBadGateway
+			}
+			c.lost(ctx)
+			return false
+		}
+		typ, status, _ := messageType(v.data)
+		if !started {
+			started = true
+			x.status = http.StatusOK
+			if typ == "error" {
+				x.status = cmpOr(status, http.StatusInternalServerError)
+			}
+			x.startReply("text/event-stream")
+		}
+		terminal := terminalEvent(typ)
+		frame = append(append(append(frame[:0], "data: "...), v.data...), '\n', '\n')
+		r := x.responseBody(ctx, &extprocv3.HttpBody{Body: frame, EndOfStream: terminal}, nil)
+		if r.GetImmediateResponse() != nil {
+			// The hold's lease was lost: nothing more is served.
+			c.refuse(ctx, r)
+			c.client.Close(websocket.StatusTryAgainLater, "the gateway lost its store; retry shortly")
+			return false
+		}
+		err := c.client.Write(ctx, websocket.MessageText, v.data)
+		if terminal {
+			x.afterSend()
+			if x.stored != nil {
+				if id, _ := x.stored.Response(); id != "" {
+					c.remember(id)
+				}
+			}
+			return err == nil
+		}
+		if err != nil {
+			return false
+		}
+	}
+}
+
+// lost ends a socket whose vendor side broke: the client hears it as an
+// error event, then a close it can reconnect after (a new socket reaches
+// whichever endpoint Envoy then picks).
+func (c *socketConn) lost(ctx context.Context) {
+	x := c.exchange()
+	c.refuse(ctx, x.reject(format.Unavailable, "the connection to the vendor was lost; reconnect and retry", time.Second))
+	c.client.Close(websocket.StatusInternalError, "the vendor closed the connection")
+}
+
+func cmpOr(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
