@@ -168,3 +168,152 @@ func TestSocketResponsesBilled(t *testing.T) {
 		t.Errorf("%d holds left open", open)
 	}
 }
+
+// readClose reads until the gateway closes the socket and returns the
+// close code.
+func (w *wsConn) readClose() websocket.StatusCode {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		if _, _, err := w.c.Read(ctx); err != nil {
+			return websocket.CloseStatus(err)
+		}
+	}
+}
+
+// Refusals on the socket are the vendor's error events, and the socket
+// serves the next response: the balance, another account's stored
+// response (never forwarded), an event that is not response.create, a
+// background request. A key whose account is suspended while its socket
+// is open is refused at the next response.create within the key cache's
+// time, and the socket closed. Bad frames close the socket with the
+// WebSocket close code for them.
+func TestSocketRefusalsAndOwnership(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	owner := s.NewAccount(100, noLimits)
+	other := s.NewAccount(100, noLimits)
+	poor := s.NewAccount(0.0000001, noLimits)
+	const model = "gpt-6-sol"
+	ctx := context.Background()
+
+	w := mustDialSocket(t, s, owner.Key, nil)
+	_, id := socketBilled(t, w.create(fmt.Sprintf(`{"model":%q,"input":"Keep this."}`, model)))
+
+	// Another account's socket: the owner's stored response does not
+	// exist for it, and the vendor never hears of the attempt.
+	o := mustDialSocket(t, s, other.Key, nil)
+	before := clientRequests(s)
+	for _, body := range []string{
+		fmt.Sprintf(`{"model":%q,"input":"more","previous_response_id":%q}`, model, id),
+		fmt.Sprintf(`{"model":%q,"input":"more","previous_response_id":"resp_never_seen"}`, model),
+	} {
+		evs := o.create(body)
+		if e := evs[0]; len(evs) != 1 || e.Type != "error" || e.Status != 404 || !strings.Contains(e.Error.Message, "not found") {
+			t.Errorf("another account's previous_response_id: %s", e.raw)
+		}
+	}
+	for _, tc := range []struct {
+		msg    string
+		status int
+	}{
+		{`{"type":"response.cancel"}`, 400},
+		{fmt.Sprintf(`{"type":"response.create","model":%q,"input":"x","background":true}`, model), 400},
+		{fmt.Sprintf(`{"type":"response.create","model":%q,"input":"x","conversation":"conv_1"}`, model), 400},
+	} {
+		if err := o.c.Write(ctx, websocket.MessageText, []byte(tc.msg)); err != nil {
+			t.Fatal(err)
+		}
+		_, data, err := o.c.Read(ctx)
+		var e wsEvent
+		if err != nil || json.Unmarshal(data, &e) != nil || e.Type != "error" || e.Status != tc.status {
+			t.Errorf("%s: %s %v", tc.msg, data, err)
+		}
+	}
+	if after := clientRequests(s); after != before {
+		t.Errorf("the vendor heard %d refused responses", after-before)
+	}
+	// The socket still serves the account's own responses.
+	socketBilled(t, o.create(fmt.Sprintf(`{"model":%q,"input":"Mine."}`, model)))
+	// And the owner continues its own.
+	socketBilled(t, w.create(fmt.Sprintf(`{"model":%q,"input":"more","previous_response_id":%q}`, model, id)))
+
+	// The balance: refused in the vendor's words, the socket open.
+	p := mustDialSocket(t, s, poor.Key, nil)
+	evs := p.create(fmt.Sprintf(`{"model":%q,"input":"hi"}`, model))
+	if e := evs[0]; len(evs) != 1 || e.Type != "error" || e.Status != 402 || !strings.Contains(e.Error.Message, "balance") {
+		t.Errorf("no balance: %s", e.raw)
+	}
+	evs = p.create(fmt.Sprintf(`{"model":%q,"input":"hi"}`, model))
+	if evs[0].Status != 402 {
+		t.Errorf("second refusal on the same socket: %s", evs[0].raw)
+	}
+
+	// Suspension while the socket is open.
+	if err := s.Store.SetSuspended(ctx, other.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		evs := o.create(fmt.Sprintf(`{"model":%q,"input":"again"}`, model))
+		if e := evs[len(evs)-1]; e.Type == "error" {
+			if e.Status != 403 {
+				t.Errorf("suspended: %s", e.raw)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the suspension was not seen within the key cache's time")
+		}
+	}
+	if code := o.readClose(); code != websocket.StatusPolicyViolation {
+		t.Errorf("socket of a suspended account closed with %d, want %d", code, websocket.StatusPolicyViolation)
+	}
+
+	// Bad frames.
+	for _, tc := range []struct {
+		typ  websocket.MessageType
+		data string
+		code websocket.StatusCode
+	}{
+		{websocket.MessageBinary, `{"type":"response.create"}`, websocket.StatusUnsupportedData},
+		{websocket.MessageText, `not json`, websocket.StatusInvalidFramePayloadData},
+	} {
+		b := mustDialSocket(t, s, owner.Key, nil)
+		if err := b.c.Write(ctx, tc.typ, []byte(tc.data)); err != nil {
+			t.Fatal(err)
+		}
+		if code := b.readClose(); code != tc.code {
+			t.Errorf("%q: closed with %d, want %d", tc.data, code, tc.code)
+		}
+	}
+
+	// A handshake without a valid key is refused before the upgrade.
+	if _, resp, err := dialSocket(t, s, "cr_wrong", nil); err == nil || resp == nil || resp.StatusCode != 401 {
+		t.Errorf("bad key: %v %v", resp, err)
+	}
+	s.WaitSettled()
+	if open, _, _ := s.Store.OpenHolds(ctx, owner.ID); open != 0 {
+		t.Errorf("%d holds left open", open)
+	}
+}
+
+// An upstream whose endpoints do not speak WebSocket (the fake vendor
+// answering the upgrade 404, or websocket: false in gateway.yaml) has the
+// upgrade answered 426, on which clients use HTTP at once; never 403.
+func TestSocketFallbackStatus(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	acct := s.NewAccount(10, noLimits)
+	for _, f := range []*launch.Fake{s.Primary, s.Reserve} {
+		f.Control(map[string]any{"no_websocket": true})
+	}
+	_, resp, err := dialSocket(t, s, acct.Key, nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusUpgradeRequired {
+		t.Fatalf("vendor without WebSocket: %v %v", resp, err)
+	}
+	// HTTP still serves.
+	r, b := s.Do("POST", responsesPath, chatCompletionsHeaders(acct.Key), []byte(`{"model":"gpt-6-sol","input":"hi"}`))
+	if r.StatusCode != 200 {
+		t.Fatalf("HTTP after the fallback: %d %s", r.StatusCode, b)
+	}
+}
