@@ -1,0 +1,186 @@
+package extproc
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// fakeSocketVendor answers each response.create with a response.created
+// event, two deltas and response.completed with usage; cut > 0 drops the
+// connection after that many events of a response.
+type fakeSocketVendor struct {
+	creates atomic.Int32
+	cut     int
+}
+
+func (f *fakeSocketVendor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/beta/v1/responses" {
+		http.NotFound(w, r)
+		return
+	}
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	ctx := r.Context()
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		n := f.creates.Add(1)
+		var req struct{ Model string }
+		json.Unmarshal(data, &req)
+		id := "resp_" + string(rune('a'+n))
+		evs := []string{
+			`{"type":"response.created","response":{"id":"` + id + `","model":"` + req.Model + `","status":"in_progress"}}`,
+			`{"type":"response.output_text.delta","delta":"Hello there"}`,
+			`{"type":"response.output_text.delta","delta":" friend"}`,
+			`{"type":"response.completed","response":{"id":"` + id + `","model":"` + req.Model + `","status":"completed","usage":{"input_tokens":20,"input_tokens_details":{"cached_tokens":0},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":27}}}`,
+		}
+		for i, ev := range evs {
+			if f.cut > 0 && i == f.cut {
+				return
+			}
+			if c.Write(ctx, websocket.MessageText, []byte(ev)) != nil {
+				return
+			}
+		}
+	}
+}
+
+// socketRig is a rig whose socket handler reaches vendor as its relay.
+func socketRig(t *testing.T, vendor http.Handler) (*rig, string) {
+	t.Helper()
+	r := newRigWith(t, "beta", rigAccount{})
+	up := httptest.NewServer(vendor)
+	t.Cleanup(up.Close)
+	mux := http.NewServeMux()
+	mux.Handle(SocketPrefix, r.srv.SocketHandler(SocketOptions{Relay: strings.TrimPrefix(up.URL, "http://")}))
+	gw := httptest.NewServer(mux)
+	t.Cleanup(gw.Close)
+	return r, "ws" + strings.TrimPrefix(gw.URL, "http") + SocketPrefix + "beta/v1/responses"
+}
+
+func dialRig(t *testing.T, url, key string) *websocket.Conn {
+	t.Helper()
+	c, resp, err := websocket.Dial(context.Background(), url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}})
+	if err != nil {
+		t.Fatalf("dial: %v %v", resp, err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	return c
+}
+
+// exchangeEvents sends msg and returns the messages up to the terminal
+// event; err is the read error that ended them early.
+func exchangeEvents(t *testing.T, c *websocket.Conn, msg string) ([]string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, string(data))
+		typ, _, _ := messageType(data)
+		if terminalEvent(typ) {
+			return out, nil
+		}
+	}
+}
+
+// Two responses on one socket settle once each, from their usage, as the
+// ledger's websocket transport; the second continues the first, store:
+// false, which only the socket remembers (this rig binds nothing, so any
+// other id is refused). A refused response never reaches the vendor and
+// the socket serves the next.
+func TestSocketResponsesSettleOnceEach(t *testing.T) {
+	v := &fakeSocketVendor{}
+	r, url := socketRig(t, v)
+	c := dialRig(t, url, r.key)
+
+	evs, err := exchangeEvents(t, c, `{"type":"response.create","model":"gpt-4o-mini","input":"hi"}`)
+	if err != nil || len(evs) != 4 || !strings.Contains(evs[0], `"response.created"`) {
+		t.Fatalf("first response: %v %v", evs, err)
+	}
+	evs, err = exchangeEvents(t, c, `{"type":"response.create","model":"no-such-model","input":"hi"}`)
+	if err != nil || len(evs) != 1 || !strings.Contains(evs[0], `"type":"error","status":404`) && !strings.Contains(evs[0], `"status":400`) {
+		t.Fatalf("unknown model: %v %v", evs, err)
+	}
+	evs, err = exchangeEvents(t, c, `{"type":"response.create","model":"gpt-4o-mini","input":"more","store":false,"previous_response_id":"resp_elsewhere"}`)
+	if err != nil || len(evs) != 1 || !strings.Contains(evs[0], `"status":404`) {
+		t.Fatalf("an id not created on this socket: %v %v", evs, err)
+	}
+	evs, err = exchangeEvents(t, c, `{"type":"response.create","model":"gpt-4o-mini","input":"more","store":false,"previous_response_id":"resp_b"}`)
+	if err != nil || len(evs) != 4 {
+		t.Fatalf("continuation on the socket: %v %v", evs, err)
+	}
+	if n := v.creates.Load(); n != 2 {
+		t.Errorf("the vendor received %d creates, want 2", n)
+	}
+	ctx := context.Background()
+	r.srv.Flush(ctx)
+	entries, _, err := r.st.Ledger(ctx, r.acct, "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 {
+		t.Fatalf("%d ledger entries, want 2", len(entries))
+	}
+	for _, e := range entries {
+		if e.Transport != TransportWebSocket || e.Status != 200 || e.Estimated || !e.Stream || e.Usage.Input != 20 || e.Usage.Output != 7 || e.Cost == 0 {
+			t.Errorf("entry %+v", e.Settlement)
+		}
+	}
+}
+
+// A vendor socket that drops mid-response: the client gets an error event
+// and close 1011; the response settles once, estimated from what was seen.
+func TestSocketVendorCutSettlesEstimated(t *testing.T) {
+	r, url := socketRig(t, &fakeSocketVendor{cut: 2})
+	c := dialRig(t, url, r.key)
+	evs, err := exchangeEvents(t, c, `{"type":"response.create","model":"gpt-4o-mini","input":"hi"}`)
+	if err != nil || len(evs) != 3 || !strings.Contains(evs[2], `"status":503`) {
+		t.Fatalf("cut response: %v %v", evs, err)
+	}
+	_, _, err = c.Read(context.Background())
+	if websocket.CloseStatus(err) != websocket.StatusInternalError {
+		t.Fatalf("close: %v", err)
+	}
+	ctx := context.Background()
+	r.srv.Wait(ctx) // the response's settlement follows the close the client saw
+	r.srv.Flush(ctx)
+	entries, _, _ := r.st.Ledger(ctx, r.acct, "", 10)
+	if len(entries) != 1 || !entries[0].Estimated || entries[0].Status != 200 || entries[0].Cost == 0 {
+		t.Fatalf("ledger %+v", entries)
+	}
+}
+
+// A vendor that does not speak WebSocket: the client's upgrade is answered
+// 426 so that it uses HTTP; a bad key is refused before any upgrade.
+func TestSocketFallbackAndBadKey(t *testing.T) {
+	r, url := socketRig(t, http.NotFoundHandler())
+	_, resp, err := websocket.Dial(context.Background(), url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + r.key}}})
+	if err == nil || resp == nil || resp.StatusCode != SocketFallbackStatus {
+		t.Fatalf("fallback: %v %v", resp, err)
+	}
+	_, resp, err = websocket.Dial(context.Background(), url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer cr_nope"}}})
+	if err == nil || resp == nil || resp.StatusCode != 401 {
+		t.Fatalf("bad key: %v %v", resp, err)
+	}
+}
