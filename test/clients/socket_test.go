@@ -111,3 +111,41 @@ func TestCodexFallsBackOn426(t *testing.T) {
 	}
 	t.Logf("codex after 426:\n%s", out)
 }
+
+// The OpenAI Agents SDK's WebSocket model (agents_socket.mjs): two runs of
+// an agent on one socket, the second continuing the first; both responses
+// billed exactly as websocket responses, none over HTTP.
+func TestAgentsSDKWebSocketModel(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	acct := s.NewAccount(100, account.Limits{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := filepath.Join(launchtest.RepoRoot(t), "test", "clients")
+	out := run(t, ctx, dir, []string{"GATEWAY_URL=" + s.URL, "GATEWAY_API_KEY=" + acct.Key, "GATEWAY_RESPONSES_MODEL=" + codexModel},
+		"node", "agents_socket.mjs")
+	if !strings.Contains(out, `"first":"Echo:`) || !strings.Contains(out, `"second":"Echo:`) {
+		t.Fatalf("agents did not print both replies:\n%s", out)
+	}
+	var creates, posts int
+	for _, r := range s.Primary.RequestsTo(config.FormatChatCompletions, "/v1/responses") {
+		switch r.Method {
+		case "WS":
+			creates++
+		case "POST":
+			posts++
+		}
+	}
+	if creates != 2 || posts != 0 {
+		t.Fatalf("%d responses on the socket and %d over HTTP, want 2 and 0:\n%s", creates, posts, out)
+	}
+	price := cataloguePrices(t, s.Config.Catalogue, codexModel)
+	for _, e := range checkLedger(t, s, acct.ID, 2) {
+		if e.Transport != "websocket" {
+			t.Errorf("ledger entry %+v: want a websocket response", e.Settlement)
+		}
+		if want := price(e.Usage.Input, e.Usage.CacheRead, e.Usage.Output); e.Cost != want {
+			t.Errorf("ledger entry cost %d nano-USD, the catalogue says %d (%+v)", e.Cost, want, e.Usage)
+		}
+	}
+	t.Logf("agents over the socket:\n%s", out)
+}
