@@ -360,6 +360,7 @@ func (b *bench) run() {
 	if b.plan.streamRate > 0 {
 		b.streaming(&b.res.stream, request{messagesPath, messagesBody(true)})
 		b.streaming(&b.res.respStream, request{responsesPath, responsesBody})
+		b.socketPhase()
 	}
 	b.sustained()
 }

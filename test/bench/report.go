@@ -152,6 +152,7 @@ type results struct {
 	latency       []latencyRow
 	stream        streamResult
 	respStream    streamResult // the same load as stream, on /beta/v1/responses
+	socket        streamResult // the gateway's sockets (gwI) against respStream's floors
 	steps         []stepRow
 	maxRate       [nStacks]float64
 	usage         usage
@@ -240,6 +241,9 @@ func (r *results) markdown() string {
 	r.latencyTable(w)
 	r.streamTable(w, "Streaming", r.stream, "the messages format")
 	r.streamTable(w, "Streaming: the Responses API", r.respStream, "`POST /beta/v1/responses`, the responses format")
+	r.streamTable(w, "Streaming: the Responses API over WebSocket", r.socket,
+		"the gateway column: `response.create` after `response.create` on a few sockets (closed loop; \"response headers\" is the first message); "+
+			"the null and bare columns: the SSE streams above, the floor a socket message is compared with")
 	r.stepTable(w)
 	r.cpuTable(w)
 	r.memoryTable(w)
