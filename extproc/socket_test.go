@@ -19,6 +19,7 @@ import (
 type fakeSocketVendor struct {
 	creates atomic.Int32
 	cut     int
+	deltas  int // more delta events per response (the benchmark's)
 }
 
 func (f *fakeSocketVendor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -46,6 +47,9 @@ func (f *fakeSocketVendor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			`{"type":"response.output_text.delta","delta":"Hello there"}`,
 			`{"type":"response.output_text.delta","delta":" friend"}`,
 			`{"type":"response.completed","response":{"id":"` + id + `","model":"` + req.Model + `","status":"completed","usage":{"input_tokens":20,"input_tokens_details":{"cached_tokens":0},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":27}}}`,
+		}
+		for range f.deltas {
+			evs = append(evs[:len(evs)-1], `{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":" word"}`, evs[len(evs)-1])
 		}
 		for i, ev := range evs {
 			if f.cut > 0 && i == f.cut {
@@ -183,4 +187,43 @@ func TestSocketFallbackAndBadKey(t *testing.T) {
 	if err == nil || resp == nil || resp.StatusCode != 401 {
 		t.Fatalf("bad key: %v %v", resp, err)
 	}
+}
+
+// BenchmarkSocketMessage is the sidecar's own cost per vendor message on a
+// socket (read from the vendor's socket, metered, written to the client's),
+// in process over loopback: 100 deltas a response, one response at a time.
+func BenchmarkSocketMessage(b *testing.B) {
+	v := &fakeSocketVendor{deltas: 100}
+	r := newRigWith(b, "beta", rigAccount{})
+	up := httptest.NewServer(v)
+	defer up.Close()
+	mux := http.NewServeMux()
+	mux.Handle(SocketPrefix, r.srv.SocketHandler(SocketOptions{Relay: strings.TrimPrefix(up.URL, "http://")}))
+	gw := httptest.NewServer(mux)
+	defer gw.Close()
+	ctx := context.Background()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(gw.URL, "http")+SocketPrefix+"beta/v1/responses",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + r.key}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.CloseNow()
+	msg := []byte(`{"type":"response.create","model":"gpt-4o-mini","input":"hi"}`)
+	msgs := 0
+	b.ResetTimer()
+	for range b.N {
+		c.Write(ctx, websocket.MessageText, msg)
+		for {
+			_, data, err := c.Read(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			msgs++
+			if typ, _, _ := messageType(data); terminalEvent(typ) {
+				break
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(msgs), "ns/message")
 }
