@@ -88,6 +88,9 @@ CREATE TABLE ledger_sink_cursor (
 	`ALTER TABLE ledger
 	ADD COLUMN audio_seconds       bigint NOT NULL DEFAULT 0, -- whole seconds of input audio
 	ADD COLUMN price_audio_seconds bigint NOT NULL DEFAULT 0; -- nano-USD per million seconds`,
+	// 6: how the request came: '' for HTTP, 'websocket' for the Responses
+	// API's WebSocket transport.
+	`ALTER TABLE ledger ADD COLUMN transport text NOT NULL DEFAULT '';`,
 }
 
 // SchemaVersion is the version the sink migrates a database to.
@@ -169,7 +172,7 @@ var insertColumns = func() []string {
 		}
 	}
 	return append(cols, "service_tier", "long_context_threshold", "cost_nano_usd", "status", "flags",
-		"endpoint", "stream", "start_time", "end_time", "regional_processing", "regional_uplift_ppm")
+		"endpoint", "stream", "start_time", "end_time", "regional_processing", "regional_uplift_ppm", "transport")
 }()
 
 // insertSQL is the statement that copies one entry; a replay does nothing.
