@@ -111,6 +111,7 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID,
 		Priced: price.Name, Requested: usage.RequestedModel(req.Model), Hold: hold,
 		Tokens: tokens, Stream: req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
+		Transport: x.transport,
 	}
 	admit := func(ctx context.Context) (account.Decision, error) {
 		t0 = time.Now()

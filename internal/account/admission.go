@@ -21,6 +21,7 @@ type Admission struct {
 	// it counts towards a tokens-per-minute limit until it settles.
 	Tokens    int64
 	Stream    bool
+	Transport string    // Settlement.Transport: "" for HTTP, "websocket"
 	StartedAt time.Time // zero: the store's clock at admission
 	// KeyLimits are the limits of the key KeyID as the caller knows them
 	// (its key cache): a change is seen within the cache's lifetime.

@@ -42,6 +42,7 @@ type admissionRecord struct {
 	Requested usage.RequestedModel `json:"rq,omitempty"`
 	Started   int64                `json:"s"` // unix ms
 	Stream    bool                 `json:"st,omitempty"`
+	Transport string               `json:"tr,omitempty"`
 }
 
 // Renewal extends one running request's hold.
@@ -218,6 +219,7 @@ func interruptedSettlement(accountID, reqID, rec, ckpt string, now time.Time) ac
 		Requested:   r.Requested,
 		Priced:      r.Priced,
 		Stream:      r.Stream,
+		Transport:   r.Transport,
 		StartedAt:   time.UnixMilli(r.Started).UTC(),
 		EndedAt:     now,
 		Status:      c.Status,

@@ -75,7 +75,7 @@ func (s *Store) admitCall(a account.Admission, now time.Time) ([]string, []any, 
 	if started.IsZero() {
 		started = now
 	}
-	rec, err := json.Marshal(admissionRecord{KeyID: a.KeyID, Priced: a.Priced, Requested: a.Requested, Started: started.UnixMilli(), Stream: a.Stream})
+	rec, err := json.Marshal(admissionRecord{KeyID: a.KeyID, Priced: a.Priced, Requested: a.Requested, Started: started.UnixMilli(), Stream: a.Stream, Transport: a.Transport})
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
 	}

@@ -199,7 +199,7 @@ func TestSocketSidecarKilledMidResponse(t *testing.T) {
 		return n == 0
 	})
 	entries := checkBooks(t, s, acct.ID, initial, map[string]bool{})
-	if len(entries) != 1 || !entries[0].Interrupted || entries[0].Cost == 0 {
+	if len(entries) != 1 || !entries[0].Interrupted || entries[0].Cost == 0 || entries[0].Transport != "websocket" {
 		t.Fatalf("ledger %+v; want one interrupted entry charged at its checkpoint", entries)
 	}
 	// The new sidecar serves sockets.
