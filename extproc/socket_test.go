@@ -65,11 +65,16 @@ func (f *fakeSocketVendor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // socketRig is a rig whose socket handler reaches vendor as its relay.
 func socketRig(t *testing.T, vendor http.Handler) (*rig, string) {
 	t.Helper()
+	return socketRigIdle(t, vendor, 0)
+}
+
+func socketRigIdle(t *testing.T, vendor http.Handler, idle time.Duration) (*rig, string) {
+	t.Helper()
 	r := newRigWith(t, "beta", rigAccount{})
 	up := httptest.NewServer(vendor)
 	t.Cleanup(up.Close)
 	mux := http.NewServeMux()
-	mux.Handle(SocketPrefix, r.srv.SocketHandler(SocketOptions{Relay: strings.TrimPrefix(up.URL, "http://")}))
+	mux.Handle(SocketPrefix, r.srv.SocketHandler(SocketOptions{Relay: strings.TrimPrefix(up.URL, "http://"), Idle: idle}))
 	gw := httptest.NewServer(mux)
 	t.Cleanup(gw.Close)
 	return r, "ws" + strings.TrimPrefix(gw.URL, "http") + SocketPrefix + "beta/v1/responses"
@@ -226,4 +231,24 @@ func BenchmarkSocketMessage(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(msgs), "ns/message")
+}
+
+// A socket idle for the configured time is closed normally; a response
+// in between restarts the wait.
+func TestSocketIdleClosed(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	r, url := socketRigIdle(t, &fakeSocketVendor{}, idle)
+	c := dialRig(t, url, r.key)
+	start := time.Now()
+	if _, err := exchangeEvents(t, c, `{"type":"response.create","model":"gpt-4o-mini","input":"hi"}`); err != nil {
+		t.Fatal(err)
+	}
+	served := time.Now()
+	_, _, err := c.Read(context.Background())
+	if websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+		t.Fatalf("idle socket: %v", err)
+	}
+	if since := time.Since(served); since < idle-10*time.Millisecond {
+		t.Fatalf("closed %v after its last response, %v after it opened; want at least %v idle", since, time.Since(start), idle)
+	}
 }

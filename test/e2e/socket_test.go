@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -316,4 +317,44 @@ func TestSocketFallbackStatus(t *testing.T) {
 	if r.StatusCode != 200 {
 		t.Fatalf("HTTP after the fallback: %d %s", r.StatusCode, b)
 	}
+}
+
+// A concurrency limit counts responses in flight, not sockets: with a
+// limit of one, two idle sockets are open at once and each serves a
+// response in turn, but a response on the second socket while one runs on
+// the first is refused (429), and that socket then serves the next.
+func TestSocketConcurrencyCountsResponses(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	acct := s.NewAccount(10, account.Limits{Concurrency: 1})
+	const body = `{"model":"gpt-6-sol","input":"hi"}`
+	a := mustDialSocket(t, s, acct.Key, nil)
+	b := mustDialSocket(t, s, acct.Key, nil)
+	socketBilled(t, a.create(body))
+	s.WaitSettled() // the slot is freed at settlement, just after the last event
+	socketBilled(t, b.create(body))
+	s.WaitSettled()
+
+	s.Primary.Control(map[string]any{"event_delay_ms": 100, "reply_words": 30})
+	if ev := a.startResponse(body); ev.Type != "response.created" {
+		t.Fatalf("first event %s", ev.raw)
+	}
+	evs := b.create(body)
+	if e := evs[0]; len(evs) != 1 || e.Type != "error" || e.Status != 429 || !strings.Contains(e.Error.Message, "concurrent") {
+		t.Fatalf("second response in flight: %s", e.raw)
+	}
+	// The first ends; the second socket is served again.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		_, data, err := a.c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(data), `"type":"response.completed"`) {
+			break
+		}
+	}
+	s.Primary.Control(map[string]any{"event_delay_ms": 0})
+	s.WaitSettled()
+	socketBilled(t, b.create(body))
 }
