@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -210,5 +209,5 @@ func lastRaw(evs []wsEvent) string {
 	if len(evs) == 0 {
 		return "(none)"
 	}
-	return fmt.Sprintf("%s", evs[len(evs)-1].raw)
+	return string(evs[len(evs)-1].raw)
 }
