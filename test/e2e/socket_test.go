@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -316,6 +317,22 @@ func TestSocketFallbackStatus(t *testing.T) {
 	r, b := s.Do("POST", responsesPath, chatCompletionsHeaders(acct.Key), []byte(`{"model":"gpt-6-sol","input":"hi"}`))
 	if r.StatusCode != 200 {
 		t.Fatalf("HTTP after the fallback: %d %s", r.StatusCode, b)
+	}
+
+	// websocket: false in gateway.yaml: 426 without asking the vendor.
+	off := false
+	s2 := launchtest.Start(t, launch.Options{Configure: func(c *config.Config) {
+		for i := range c.Upstreams {
+			c.Upstreams[i].WebSocket = &off
+		}
+	}})
+	acct2 := s2.NewAccount(10, noLimits)
+	_, resp, err = dialSocket(t, s2, acct2.Key, nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusUpgradeRequired {
+		t.Fatalf("websocket: false: %v %v", resp, err)
+	}
+	if n := clientRequests(s2); n != 0 {
+		t.Errorf("the vendor heard %d requests of an upstream configured without WebSocket", n)
 	}
 }
 
