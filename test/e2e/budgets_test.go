@@ -137,6 +137,9 @@ func fillUntilRefused(t *testing.T, s *launch.Stack, path string, header map[str
 		resp, b := s.Do("POST", path, header, body)
 		switch {
 		case resp.StatusCode == 200:
+			// Settled before the next, so that a refusal is by what was
+			// spent, not by a hold not yet released.
+			s.WaitSettled()
 		case resp.StatusCode == status && strings.Contains(string(b), message):
 			return served
 		default:
