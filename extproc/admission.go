@@ -252,17 +252,20 @@ func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.Proc
 	}}
 }
 
-// waitHelps reports whether a refusal clears within seconds (a request
-// rate, concurrency or tokens-per-minute window); a budget that resets at
-// midnight or on the 1st, the balance, a lifetime cap and a request larger
-// than a limit allows do not, and a client told to sleep until then would
-// hang for hours.
+// maxRetryAfter is the longest retry-after the gateway sends: the vendors'
+// SDKs sleep whatever they are told, blocking their caller. A refusal that
+// clears later than this is answered as one waiting cannot cure.
+const maxRetryAfter = time.Minute
+
+// waitHelps reports whether a refusal clears within maxRetryAfter (a
+// request rate, concurrency or tokens-per-minute window); a budget that
+// resets at midnight or on the 1st, the balance, a lifetime cap, a request
+// larger than a limit allows and a request-rate window longer than
+// maxRetryAfter do not, and a client told to sleep until then would hang.
 func waitHelps(d account.Decision) bool {
 	switch d.Outcome {
-	case account.RateLimited, account.ConcurrencyLimited:
-		return true
-	case account.TokenLimited:
-		return d.RetryAfter > 0
+	case account.RateLimited, account.ConcurrencyLimited, account.TokenLimited:
+		return d.RetryAfter > 0 && d.RetryAfter <= maxRetryAfter
 	}
 	return false
 }
