@@ -30,8 +30,16 @@ var fragmentPieces = []struct {
 			b.onlyRouteMappers(b.get(m, "local_reply_config", "mappers"))
 			return m
 		}},
-	{"http_filter", "Into that connection manager's http_filters, before envoy.filters.http.router: the sidecar.",
-		func(b *bootstrap) *yaml.Node { return b.first(b.get(b.hcm, "http_filters")) }},
+	{"http_filter", "Into that connection manager's http_filters, before envoy.filters.http.router: the sidecar.\n" +
+		"Off by default, so that your other routes never reach it; the upstreams' routes below turn it on.",
+		func(b *bootstrap) *yaml.Node {
+			f := b.first(b.get(b.hcm, "http_filters"))
+			if f == nil {
+				return nil
+			}
+			f.Content = append(f.Content, scalar("disabled"), scalar("true"))
+			return f
+		}},
 	{"routes", "At the top of your virtual host's routes: the sidecar's own paths (ext_proc off) and one\n" +
 		"route per upstream, /NAME/, to its cluster (upstreams[].envoy_cluster), with the retry policy.",
 		func(b *bootstrap) *yaml.Node {
@@ -41,7 +49,13 @@ var fragmentPieces = []struct {
 				return nil
 			}
 			// Not the catch-all: the rest of the host is the operator's.
-			return &yaml.Node{Kind: yaml.SequenceNode, Content: routes.Content[:len(routes.Content)-1]}
+			out := &yaml.Node{Kind: yaml.SequenceNode, Content: routes.Content[:len(routes.Content)-1]}
+			for _, r := range out.Content {
+				if b.get(r, "name") != nil && b.get(r, "typed_per_filter_config") == nil {
+					r.Content = append(r.Content, scalar("typed_per_filter_config"), enableExtProc())
+				}
+			}
+			return out
 		}},
 	{"listeners", "Into static_resources.listeners: the loopback relay the sidecar settles background\n" +
 		"responses through (its routes add the vendor key).",
@@ -196,4 +210,19 @@ func (b *bootstrap) onlyRouteMappers(mappers *yaml.Node) {
 		}
 	}
 	mappers.Content = kept
+}
+
+func scalar(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: v} }
+
+// enableExtProc is the per-route configuration that turns the fragment's
+// ext_proc filter, off by default, on for an upstream's route.
+func enableExtProc() *yaml.Node {
+	var n yaml.Node
+	yaml.Unmarshal([]byte(`envoy.filters.http.ext_proc:
+  "@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
+  config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute
+    overrides: {}
+`), &n)
+	return n.Content[0]
 }

@@ -95,6 +95,11 @@ func TestFragmentPieces(t *testing.T) {
 	if strings.Count(raw, "priority: 1") != 1 {
 		t.Errorf("want one reserve (beta's), alpha has none")
 	}
+	// Off by default, on for the upstreams' routes only: an Envoy's other
+	// routes never reach the sidecar.
+	if strings.Count(raw, "ExtProcPerRoute\n") != 3 || strings.Count(raw, "type.googleapis.com/envoy.config.route.v3.FilterConfig") != 2 || !strings.Contains(raw, "  disabled: true\n# At the top") {
+		t.Errorf("the filter is not off by default and on for the two upstream routes")
+	}
 	if !strings.Contains(raw, "# Into static_resources.clusters") {
 		t.Error("pieces lack their comments")
 	}
