@@ -152,6 +152,11 @@ func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
 			x.endpoint = "primary"
 		}
 	}
+	// Without the metadata (the reduced contract, or a cluster of the
+	// operator's own): the address Envoy connected to.
+	if x.endpoint == "" && x.upstream != nil && x.upstream.addrs != nil {
+		x.endpoint = x.upstream.addrs.endpointOf(f["upstream.address"].GetStringValue())
+	}
 	x.startReply(replyType(x.req.Stream))
 }
 

@@ -231,7 +231,10 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	if adminURL == "" {
 		adminURL = "http://" + c.Listeners.EnvoyAdmin
 	}
-	routes := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
+	routes := endpoints.NewWatcher(adminURL, endpoints.Upstreams(c), reg, o.Logger)
+	for _, w := range c.Warnings() {
+		o.Logger.Warn(w)
+	}
 
 	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc, webhooks: webhooks, watcher: watcher, traces: traces}
 	var holdsCtx context.Context
