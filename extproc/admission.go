@@ -187,7 +187,7 @@ func (x *exchange) waitForSlot(ctx context.Context, refused account.Decision,
 // for, and the client's retry goes to the endpoint the health checks left.
 func (x *exchange) withTimeout(r *extprocv3.CommonResponse) *extprocv3.CommonResponse {
 	d := x.upstream.firstByteBound(x.req.Stream, x.bounds.Input, x.bounds.Output)
-	if d <= 0 {
+	if d <= 0 || x.upstream.NoPerTryHeader {
 		return r
 	}
 	if r.HeaderMutation == nil {

@@ -35,6 +35,9 @@ type Upstream struct {
 	firstByte         time.Duration
 	prefill, generate int64
 	MaxDuration       time.Duration
+	// NoPerTryHeader: Envoy does not take the per-try timeout the
+	// processor would set (a reduced contract); none is sent.
+	NoPerTryHeader bool
 	// regional maps an endpoint ("primary", "reserve") to the regional
 	// processing region it serves, for the catalogue's uplift.
 	regional map[string]string

@@ -173,6 +173,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			return nil, err
 		}
 		r.MaxDuration = c.Limits.MaxRequestDuration.D()
+		// A reduced contract cannot let the processor set Envoy's headers
+		// (no allow_envoy): the route's own per-try timeout applies.
+		r.NoPerTryHeader = c.Envoy.Reduced()
 		vendorRoutes = append(vendorRoutes, r)
 	}
 	sp, err := spool.Open(c.Store.SpoolDir, st, spool.Options{
