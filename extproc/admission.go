@@ -82,8 +82,8 @@ func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Reques
 	if req.Background && x.s.parking == nil {
 		return none, nil, x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
 	}
-	for _, id := range req.Refs {
-		if resp := x.checkOwner(ctx, id); resp != nil {
+	for _, ref := range req.Refs {
+		if resp := x.checkOwner(ctx, ref); resp != nil {
 			return none, nil, resp
 		}
 	}
@@ -231,7 +231,7 @@ func allowed(list []string, model, canonical string) bool {
 // response (an input token count) once the response is found to be the
 // account's.
 func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.ProcessingResponse {
-	var refs []string
+	var refs []format.Ref
 	if x.op.References != nil {
 		var err error
 		if refs, err = x.op.References(body); err != nil {
@@ -242,8 +242,8 @@ func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.Proc
 			return x.reject(format.InvalidRequest, "malformed request body", 0)
 		}
 	}
-	for _, id := range refs {
-		if resp := x.checkOwner(ctx, id); resp != nil {
+	for _, ref := range refs {
+		if resp := x.checkOwner(ctx, ref); resp != nil {
 			return resp
 		}
 	}

@@ -107,7 +107,7 @@ func (x *exchange) bodyFollows(h *extprocv3.HttpHeaders, hv headerValues, mutati
 // and the vendor never hears of the request. Never billed again.
 func (x *exchange) owned(ctx context.Context, op *operation.Operation, vp *operation.Path, id string,
 	hv headerValues, mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
-	if resp := x.checkOwner(ctx, id); resp != nil {
+	if resp := x.checkOwner(ctx, format.Ref{Kind: format.StoredResponse, ID: id}); resp != nil {
 		return resp
 	}
 	// A background request not yet settled: its retrieval (the poll path)

@@ -10,7 +10,6 @@ package extproc
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -65,20 +64,21 @@ func (s *Server) bindResponse(ctx context.Context, requestID, id, account string
 	}
 }
 
-// checkOwner answers 404, in the vendor's words, unless the key's account
-// created response id; nil lets the request go on.
-func (x *exchange) checkOwner(ctx context.Context, id string) *extprocv3.ProcessingResponse {
+// checkOwner answers 404, in the vendor's words, unless the stored object
+// (a response, or an item of one) is bound to the key's account; nil lets
+// the request go on.
+func (x *exchange) checkOwner(ctx context.Context, ref format.Ref) *extprocv3.ProcessingResponse {
 	if x.s.owners == nil {
 		return x.reject(format.NotFound, "stored responses are not available through this gateway", 0)
 	}
-	owner, err := x.s.owners.ResponseOwner(ctx, id)
+	owner, err := x.s.owners.ResponseOwner(ctx, ref.ID)
 	if err != nil {
 		x.s.log.Error("response owner lookup failed", "err", err)
 		x.s.metrics.storeErrors.WithLabelValues("owner").Inc()
 		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
 	}
 	if owner == "" || owner != x.key.AccountID {
-		return x.reject(format.NotFound, "Response with id "+strconv.Quote(id)+" not found.", 0)
+		return x.reject(format.NotFound, ref.NotFound(), 0)
 	}
 	return nil
 }
