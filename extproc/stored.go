@@ -10,6 +10,7 @@ package extproc
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -54,6 +55,31 @@ func (x *exchange) bind(ctx context.Context, last bool) {
 	}()
 }
 
+// bindItems binds the items the reply has shown (format.StoredItems) to
+// the account, once: at the reply's last chunk, before it is released, or
+// when a reply cut short settles. Only the end shows them all.
+func (x *exchange) bindItems(ctx context.Context) {
+	if x.items == nil || x.itemsBound || x.req.NoStore || x.s.owners == nil {
+		return
+	}
+	x.itemsBound = true
+	x.s.bindItems(ctx, x.requestID, x.items, x.key.AccountID)
+}
+
+// bindItems binds the item ids meter m has read to account, logging a
+// failure: the items then stay unreachable through the gateway, refused,
+// never shown to another account.
+func (s *Server) bindItems(ctx context.Context, requestID string, m format.StoredItems, account string) {
+	ids := m.Items()
+	if len(ids) == 0 || s.owners == nil {
+		return
+	}
+	if err := s.owners.BindItems(ctx, slices.Clone(ids), account); err != nil {
+		s.log.Error("binding a stored response's items failed", "request_id", requestID, "err", err)
+		s.metrics.storeErrors.WithLabelValues("bind").Inc()
+	}
+}
+
 // bindResponse binds stored response id to account, logging a failure: the
 // response then stays unreachable through the gateway, refused, never shown
 // to another account.
@@ -87,5 +113,8 @@ func (x *exchange) checkOwner(ctx context.Context, ref format.Ref) *extprocv3.Pr
 // store implements it).
 type Owners interface {
 	BindResponse(ctx context.Context, id, accountID string) error
+	// BindItems binds the items of a stored response (ids later requests
+	// may name alone), in one round trip.
+	BindItems(ctx context.Context, ids []string, accountID string) error
 	ResponseOwner(ctx context.Context, id string) (string, error)
 }

@@ -50,11 +50,12 @@ func TestStoredObjectReferences(t *testing.T) {
 	if created.ID == "" || msgID == "" || rsID == "" {
 		t.Fatalf("reply names no response, message or reasoning item: %s", reply)
 	}
-	// The response is bound by the gateway as its reply passes; its items
-	// are bound here as the processor binds a reply's items
-	// (format.StoredItems), so that this test checks the boundary itself.
-	if err := s.Store.BindItems(ctx, items, owner.ID); err != nil {
-		t.Fatal(err)
+	// The response and its items are bound by the gateway as its reply
+	// passes (the items before its last chunk goes).
+	for _, id := range items {
+		if got, err := s.Store.ResponseOwner(ctx, id); err != nil || got != owner.ID {
+			t.Fatalf("item %s bound to %q (%v), want the owner %s", id, got, err, owner.ID)
+		}
 	}
 
 	body := func(fields string) string {
