@@ -32,7 +32,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	path, _, _ := strings.Cut(hv.path, "?") // query strings are never read for credentials
 	x.upstream = x.s.upstream(path)
 	if x.upstream == nil {
-		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such path"}}`), 0)
+		return x.s.noUpstream(path)
 	}
 	key, err := x.s.keys.Authenticate(ctx, hv.credentials, x.started, modelPolicy)
 	if err != nil {

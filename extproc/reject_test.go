@@ -140,6 +140,9 @@ func TestRejectionBranches(t *testing.T) {
 		{name: "unknown path", headers: func(r *rig) []string {
 			return []string{":method", "POST", ":path", "/alpha/v1/complete", "x-api-key", r.key}
 		}, status: 404, errType: "not_found_error", message: "no such path"},
+		{name: "under no upstream", headers: func(r *rig) []string {
+			return []string{":method", "POST", ":path", "/anthropic/v1/messages", "x-api-key", r.key}
+		}, status: 404, errType: "not_found", message: `"/anthropic/v1/messages" is under no upstream of this gateway; each upstream is reached under /NAME/ (/alpha/)`},
 		{name: "metered path with GET", headers: func(r *rig) []string {
 			return []string{":method", "GET", ":path", "/alpha/v1/messages", "x-api-key", r.key}
 		}, status: 404, errType: "not_found_error"},
