@@ -82,8 +82,8 @@ func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Reques
 	if req.Background && x.s.parking == nil {
 		return none, nil, x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
 	}
-	for _, ref := range req.Refs {
-		if resp := x.checkOwner(ctx, ref); resp != nil {
+	if len(req.Refs) > 0 {
+		if resp := x.checkOwner(ctx, req.Refs...); resp != nil {
 			return none, nil, resp
 		}
 	}
@@ -242,8 +242,8 @@ func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.Proc
 			return x.reject(format.InvalidRequest, "malformed request body", 0)
 		}
 	}
-	for _, ref := range refs {
-		if resp := x.checkOwner(ctx, ref); resp != nil {
+	if len(refs) > 0 {
+		if resp := x.checkOwner(ctx, refs...); resp != nil {
 			return resp
 		}
 	}

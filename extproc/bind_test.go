@@ -36,8 +36,8 @@ func (o *slowOwners) BindResponse(ctx context.Context, id, accountID string) err
 	return nil
 }
 
-func (o *slowOwners) ResponseOwner(ctx context.Context, id string) (string, error) {
-	return "", nil
+func (o *slowOwners) ResponseOwners(ctx context.Context, ids []string) ([]string, error) {
+	return make([]string, len(ids)), nil
 }
 
 // A streamed response names its stored response in its first event. The

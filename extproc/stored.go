@@ -90,21 +90,30 @@ func (s *Server) bindResponse(ctx context.Context, requestID, id, account string
 	}
 }
 
-// checkOwner answers 404, in the vendor's words, unless the stored object
-// (a response, or an item of one) is bound to the key's account; nil lets
-// the request go on.
-func (x *exchange) checkOwner(ctx context.Context, ref format.Ref) *extprocv3.ProcessingResponse {
+// checkOwner answers 404, in the vendor's words, unless every stored
+// object of refs (a response, or an item of one) is bound to the key's
+// account, all read in one round trip; nil lets the request go on.
+func (x *exchange) checkOwner(ctx context.Context, refs ...format.Ref) *extprocv3.ProcessingResponse {
+	if len(refs) == 0 {
+		return nil
+	}
 	if x.s.owners == nil {
 		return x.reject(format.NotFound, "stored responses are not available through this gateway", 0)
 	}
-	owner, err := x.s.owners.ResponseOwner(ctx, ref.ID)
+	ids := make([]string, len(refs))
+	for i, r := range refs {
+		ids[i] = r.ID
+	}
+	owners, err := x.s.owners.ResponseOwners(ctx, ids)
 	if err != nil {
 		x.s.log.Error("response owner lookup failed", "err", err)
 		x.s.metrics.storeErrors.WithLabelValues("owner").Inc()
 		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
 	}
-	if owner == "" || owner != x.key.AccountID {
-		return x.reject(format.NotFound, ref.NotFound(), 0)
+	for i, owner := range owners {
+		if owner == "" || owner != x.key.AccountID {
+			return x.reject(format.NotFound, refs[i].NotFound(), 0)
+		}
 	}
 	return nil
 }
@@ -116,5 +125,6 @@ type Owners interface {
 	// BindItems binds the items of a stored response (ids later requests
 	// may name alone), in one round trip.
 	BindItems(ctx context.Context, ids []string, accountID string) error
-	ResponseOwner(ctx context.Context, id string) (string, error)
+	// ResponseOwners reads the owners of many ids in one round trip.
+	ResponseOwners(ctx context.Context, ids []string) ([]string, error)
 }

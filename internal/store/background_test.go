@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -94,5 +95,10 @@ func TestBindItems(t *testing.T) {
 	}
 	if ttl := mr.TTL("gw:resp:msg_1"); ttl != DefaultResponseTTL {
 		t.Fatalf("ttl %v", ttl)
+	}
+	// Many read at once, in one round trip, unknown ones "".
+	owners, err := s.ResponseOwners(ctx, []string{"msg_2", "fc_1", "msg_1"})
+	if err != nil || !slices.Equal(owners, []string{"", "acct_b", "acct_a"}) {
+		t.Fatalf("owners %q, %v", owners, err)
 	}
 }

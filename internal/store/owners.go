@@ -65,6 +65,29 @@ func (s *Store) BindItems(ctx context.Context, ids []string, accountID string) e
 	return nil
 }
 
+// ResponseOwners returns the account that created each response (or
+// item) of ids, "" for one no account did: one pipelined round trip
+// whatever their number (a request may name many).
+func (s *Store) ResponseOwners(ctx context.Context, ids []string) ([]string, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.Get(ctx, responseKey(id))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store: response owners: %w", err)
+	}
+	owners := make([]string, len(ids))
+	for i, c := range cmds {
+		v, err := c.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("store: response owners: %w", err)
+		}
+		owners[i] = v
+	}
+	return owners, nil
+}
+
 // ResponseOwner returns the account that created response (or item) id,
 // "" when no account did (or its record has expired).
 func (s *Store) ResponseOwner(ctx context.Context, id string) (string, error) {
