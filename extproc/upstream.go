@@ -94,6 +94,20 @@ func NewUpstream(u config.Upstream, prices *pricing.Table, ops operation.Registr
 	return r, nil
 }
 
+// ServingOperations names the operations of configured upstream u that
+// serve model m, of those ops registers: what `gateway models` lists.
+func ServingOperations(u config.Upstream, prices *pricing.Table, ops operation.Registry, m *pricing.Model) []string {
+	up, err := NewUpstream(u, prices, ops)
+	if err != nil {
+		return nil // a config that loaded has known operations
+	}
+	var out []string
+	for _, op := range up.Serving(m) {
+		out = append(out, op.Name)
+	}
+	return out
+}
+
 // polled is the operation whose background requests the upstream's
 // parked responses are; nil when none (or no upstream).
 func (r *Upstream) polled() *operation.Operation {
