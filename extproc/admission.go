@@ -172,7 +172,7 @@ func (x *exchange) waitForSlot(ctx context.Context, refused account.Decision,
 	}
 	start := time.Now()
 	x.s.metrics.concurrencyWaiters.Inc()
-	d, outcome, err := x.s.waiter.wait(ctx, w, refused, admit)
+	d, outcome, err := x.s.waiter.wait(ctx, waitParty{account: x.key.AccountID, key: x.key.ID}, w, refused, admit)
 	x.s.metrics.concurrencyWaiters.Dec()
 	x.s.metrics.concurrencyWaits.WithLabelValues(string(outcome)).Inc()
 	if outcome != waitFull {
