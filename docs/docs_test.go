@@ -297,3 +297,42 @@ func TestOneRequestNamesRealCode(t *testing.T) {
 		t.Errorf("only %d functions named; the section should name each step's", checked)
 	}
 }
+
+// The code map lists every Go package of the module, by its path.
+func TestCodeMapListsEveryPackage(t *testing.T) {
+	data, err := os.ReadFile("architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(data)
+	section = section[strings.Index(section, "## Code map"):]
+	section = section[:strings.Index(section[3:], "\n## ")+3]
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("`([a-z0-9_./-]+)`").FindAllStringSubmatch(section, -1) {
+		listed[m[1]] = true
+	}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			// Not the module's: tools, dependencies, the deploy module.
+			if strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "node_modules" || d.Name() == "testdata" || rel == "deploy" || rel == "bin" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		if dir := filepath.ToSlash(filepath.Dir(rel)); dir != "." && !listed[dir] {
+			listed[dir] = true // one complaint per package
+			t.Errorf("package %s is not in architecture.md's code map", dir)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -84,8 +84,8 @@ func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Reques
 	if req.Background && x.s.parking == nil {
 		return none, nil, x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
 	}
-	for _, id := range req.Refs {
-		if resp := x.checkOwner(ctx, id); resp != nil {
+	for _, ref := range req.Refs {
+		if resp := x.checkOwner(ctx, ref); resp != nil {
 			return none, nil, resp
 		}
 	}
@@ -116,7 +116,7 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 	}
 	admit := func(ctx context.Context) (account.Decision, error) {
 		t0 = time.Now()
-		d, err := x.s.accounts.Admit(ctx, adm)
+		d, err := x.s.admitter.Admit(ctx, adm)
 		x.s.metrics.admitSeconds.Observe(time.Since(t0).Seconds())
 		return d, err
 	}
@@ -189,7 +189,7 @@ func (x *exchange) waitForSlot(ctx context.Context, refused account.Decision,
 // for, and the client's retry goes to the endpoint the health checks left.
 func (x *exchange) withTimeout(r *extprocv3.CommonResponse) *extprocv3.CommonResponse {
 	d := x.upstream.firstByteBound(x.req.Stream, x.bounds.Input, x.bounds.Output)
-	if d <= 0 {
+	if d <= 0 || x.upstream.NoPerTryHeader {
 		return r
 	}
 	if r.HeaderMutation == nil {
@@ -233,7 +233,7 @@ func allowed(list []string, model, canonical string) bool {
 // response (an input token count) once the response is found to be the
 // account's.
 func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.ProcessingResponse {
-	var refs []string
+	var refs []format.Ref
 	if x.op.References != nil {
 		var err error
 		if refs, err = x.op.References(body); err != nil {
@@ -244,8 +244,8 @@ func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.Proc
 			return x.reject(format.InvalidRequest, "malformed request body", 0)
 		}
 	}
-	for _, id := range refs {
-		if resp := x.checkOwner(ctx, id); resp != nil {
+	for _, ref := range refs {
+		if resp := x.checkOwner(ctx, ref); resp != nil {
 			return resp
 		}
 	}
@@ -254,17 +254,20 @@ func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.Proc
 	}}
 }
 
-// waitHelps reports whether a refusal clears within seconds (a request
-// rate, concurrency or tokens-per-minute window); a budget that resets at
-// midnight or on the 1st, the balance, a lifetime cap and a request larger
-// than a limit allows do not, and a client told to sleep until then would
-// hang for hours.
+// maxRetryAfter is the longest retry-after the gateway sends: the vendors'
+// SDKs sleep whatever they are told, blocking their caller. A refusal that
+// clears later than this is answered as one waiting cannot cure.
+const maxRetryAfter = time.Minute
+
+// waitHelps reports whether a refusal clears within maxRetryAfter (a
+// request rate, concurrency or tokens-per-minute window); a budget that
+// resets at midnight or on the 1st, the balance, a lifetime cap, a request
+// larger than a limit allows and a request-rate window longer than
+// maxRetryAfter do not, and a client told to sleep until then would hang.
 func waitHelps(d account.Decision) bool {
 	switch d.Outcome {
-	case account.RateLimited, account.ConcurrencyLimited:
-		return true
-	case account.TokenLimited:
-		return d.RetryAfter > 0
+	case account.RateLimited, account.ConcurrencyLimited, account.TokenLimited:
+		return d.RetryAfter > 0 && d.RetryAfter <= maxRetryAfter
 	}
 	return false
 }

@@ -29,7 +29,7 @@ import (
 //     stored object the reply names bound to the account.
 //  4. settle.go, afterSend and finish: the outcome settled exactly once,
 //     off the reply's path (a background request is parked instead:
-//     background.go).
+//     parked.go; the objects the vendor keeps: stored.go).
 //
 // Nothing here knows a wire format: the operation (package operation)
 // brings its format, paths and hold rule.

@@ -107,7 +107,7 @@ func (x *exchange) bodyFollows(h *extprocv3.HttpHeaders, hv headerValues, mutati
 // and the vendor never hears of the request. Never billed again.
 func (x *exchange) owned(ctx context.Context, op *operation.Operation, vp *operation.Path, id string,
 	hv headerValues, mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
-	if resp := x.checkOwner(ctx, id); resp != nil {
+	if resp := x.checkOwner(ctx, format.Ref{Kind: format.StoredResponse, ID: id}); resp != nil {
 		return resp
 	}
 	// A background request not yet settled: its retrieval (the poll path)
@@ -170,24 +170,6 @@ func (x *exchange) forwardFree(mutation *extprocv3.HeaderMutation) *extprocv3.Pr
 			ResponseBodyMode:   filterv3.ProcessingMode_NONE,
 		},
 	}
-}
-
-// checkOwner answers 404, in the vendor's words, unless the key's account
-// created response id; nil lets the request go on.
-func (x *exchange) checkOwner(ctx context.Context, id string) *extprocv3.ProcessingResponse {
-	if x.s.owners == nil {
-		return x.reject(format.NotFound, "stored responses are not available through this gateway", 0)
-	}
-	owner, err := x.s.owners.ResponseOwner(ctx, id)
-	if err != nil {
-		x.s.log.Error("response owner lookup failed", "err", err)
-		x.s.metrics.storeErrors.WithLabelValues("owner").Inc()
-		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
-	}
-	if owner == "" || owner != x.key.AccountID {
-		return x.reject(format.NotFound, "Response with id "+strconv.Quote(id)+" not found.", 0)
-	}
-	return nil
 }
 
 // countedMode is a free request whose body the processor reads (a token

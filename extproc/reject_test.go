@@ -185,6 +185,18 @@ func TestRejectionBranches(t *testing.T) {
 			},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "request rate limit reached for this key", retry: true},
+		// A window that frees a slot only in minutes: no client should
+		// sleep that long, so the refusal is final with its reset time.
+		{name: "request rate, a long window", account: rigAccount{limits: account.Limits{RPM: 1, WindowMinutes: 10}},
+			setup: func(t *testing.T, r *rig) {
+				for i := range 10 { // the window's 1 × 10
+					if a, ok := firstRejection(t, r, messagesHeaders(r.key), body); ok {
+						t.Fatalf("request %d refused: %+v", i, a)
+					}
+				}
+			},
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
+			status:  429, errType: "rate_limit_error", message: "request rate limit reached", final: true, resets: true},
 		{name: "key's concurrency", account: rigAccount{key: account.KeyOptions{Limits: account.Limits{Concurrency: 1}}},
 			setup: func(t *testing.T, r *rig) {
 				// A request still in flight: admitted, not ended.

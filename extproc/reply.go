@@ -99,53 +99,6 @@ func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attr
 	}}
 }
 
-// bind records the stored response the reply names as the account's. A
-// JSON reply is read, and bound, at its last chunk. A stream names its
-// response in its first event: the bind runs beside the stream so that the
-// first event is not held for a Redis round trip, and the stream's last
-// chunk waits for it. A request naming the id in the sub-millisecond
-// before the bind lands is refused with 404, as for any id not the
-// account's: the window fails closed.
-func (x *exchange) bind(ctx context.Context, last bool) {
-	if x.req.NoStore || x.s.owners == nil {
-		x.bound = true // nothing is kept to bind
-		return
-	}
-	id, _ := x.stored.Response()
-	if id == "" {
-		return
-	}
-	x.bound = true
-	if x.op.ValidID == nil || !x.op.ValidID(id) {
-		x.s.log.Warn("reply names a malformed response id; not bound", "request_id", x.requestID)
-		return
-	}
-	if last {
-		x.s.bindResponse(ctx, x.requestID, id, x.key.AccountID)
-		return
-	}
-	done := make(chan struct{})
-	x.binding = done
-	// Not cut by the client leaving: the response exists at the vendor
-	// either way. The store's timeouts bound the call.
-	bctx := context.WithoutCancel(ctx)
-	requestID, account := x.requestID, x.key.AccountID
-	go func() {
-		defer close(done)
-		x.s.bindResponse(bctx, requestID, id, account)
-	}()
-}
-
-// bindResponse binds stored response id to account, logging a failure: the
-// response then stays unreachable through the gateway, refused, never shown
-// to another account.
-func (s *Server) bindResponse(ctx context.Context, requestID, id, account string) {
-	if err := s.owners.BindResponse(ctx, id, account); err != nil {
-		s.log.Error("binding a stored response failed", "request_id", requestID, "err", err)
-		s.metrics.storeErrors.WithLabelValues("bind").Inc()
-	}
-}
-
 // leaseLost ends a request whose hold this sidecar could not renew (Redis
 // unreachable) before its lease may end: a sweeper elsewhere may settle it
 // and the account may spend the money again, so nothing more is served.
@@ -198,6 +151,11 @@ func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
 		case strings.Contains(md, `"primary"`):
 			x.endpoint = "primary"
 		}
+	}
+	// Without the metadata (the reduced contract, or a cluster of the
+	// operator's own): the address Envoy connected to.
+	if x.endpoint == "" && x.upstream != nil && x.upstream.addrs != nil {
+		x.endpoint = x.upstream.addrs.endpointOf(f["upstream.address"].GetStringValue())
 	}
 	x.startReply(replyType(x.req.Stream))
 }

@@ -30,26 +30,25 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 )
 
-// Accounts is the part of the store on the request path: one admission per
-// metered request, and settlements in batches (the spool and the store
-// implement it).
-type Accounts interface {
+// An Admitter admits a metered request: one atomic store step, on the
+// request's path (the store implements it; never the spool: a request
+// that cannot be admitted is refused).
+type Admitter interface {
 	Admit(ctx context.Context, a account.Admission) (account.Decision, error)
-	SettleBatch(ctx context.Context, sts []account.Settlement) []store.SettleResult
 }
 
-// Owners binds stored responses to the accounts that created them (the
-// store implements it).
-type Owners interface {
-	BindResponse(ctx context.Context, id, accountID string) error
-	ResponseOwner(ctx context.Context, id string) (string, error)
+// A Settler applies settlements in batches, off the request's path (the
+// spool implements it, keeping what the store cannot take).
+type Settler interface {
+	SettleBatch(ctx context.Context, sts []account.Settlement) []store.SettleResult
 }
 
 // Options configure a Server.
 type Options struct {
 	Upstreams []*Upstream
 	Keys      auth.Authenticator
-	Accounts  Accounts
+	Admitter  Admitter
+	Settler   Settler
 	Metrics   *Metrics
 	Logger    *slog.Logger
 	Now       func() time.Time
@@ -96,7 +95,7 @@ type Server struct {
 
 	upstreams []*Upstream
 	keys      auth.Authenticator
-	accounts  Accounts
+	admitter  Admitter
 	metrics   *Metrics
 	log       *slog.Logger
 	now       func() time.Time
@@ -141,7 +140,7 @@ func (s *Server) Wait(ctx context.Context) bool {
 // NewServer returns a processor.
 func NewServer(o Options) *Server {
 	s := &Server{
-		upstreams: o.Upstreams, keys: o.Keys, accounts: o.Accounts, metrics: o.Metrics,
+		upstreams: o.Upstreams, keys: o.Keys, admitter: o.Admitter, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
 		onRefusal: o.OnRefusal,
 		owners:    o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
@@ -167,7 +166,7 @@ func NewServer(o Options) *Server {
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
 	}
-	s.settler = newSettler(s.accounts, s.settleT)
+	s.settler = newSettler(o.Settler, s.settleT)
 	var b [6]byte
 	rand.Read(b[:])
 	s.idPrefix = "req_" + hex.EncodeToString(b[:]) + "_"

@@ -21,8 +21,8 @@ import (
 // and at a thousand requests a second those wake-ups cost more CPU than
 // the settlements themselves.
 type settler struct {
-	accounts Accounts
-	timeout  time.Duration
+	store   Settler
+	timeout time.Duration
 
 	mu      sync.Mutex
 	queue   []settleJob
@@ -54,9 +54,9 @@ type pendingCount struct {
 	done chan struct{} // closed when n drops to zero
 }
 
-func newSettler(a Accounts, timeout time.Duration) *settler {
+func newSettler(a Settler, timeout time.Duration) *settler {
 	s := &settler{
-		accounts: a, timeout: timeout, pending: map[string]*pendingCount{},
+		store: a, timeout: timeout, pending: map[string]*pendingCount{},
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1),
 	}
 	s.room = sync.NewCond(&s.mu)
@@ -202,7 +202,7 @@ func (s *settler) apply(jobs []settleJob, sts []account.Settlement) {
 	for _, j := range jobs {
 		sts = append(sts, j.st)
 	}
-	res := s.accounts.SettleBatch(ctx, sts)
+	res := s.store.SettleBatch(ctx, sts)
 	took := time.Since(t0)
 	for i, j := range jobs {
 		j.after(res[i], took)

@@ -44,7 +44,7 @@ func chatCompletionsRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(Options{Upstreams: []*Upstream{up}, Keys: auth.NewCache(st, 0), Accounts: st, MaxRequestBytes: 32 << 20,
+	srv := NewServer(Options{Upstreams: []*Upstream{up}, Keys: auth.NewCache(st, 0), Admitter: st, Settler: st, MaxRequestBytes: 32 << 20,
 		Logger: slog.New(slog.DiscardHandler)})
 	return &rig{srv: srv, st: st, acct: a.ID, key: key, upstream: up}
 }

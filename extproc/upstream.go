@@ -35,9 +35,15 @@ type Upstream struct {
 	firstByte         time.Duration
 	prefill, generate int64
 	MaxDuration       time.Duration
+	// NoPerTryHeader: Envoy does not take the per-try timeout the
+	// processor would set (a reduced contract); none is sent.
+	NoPerTryHeader bool
 	// regional maps an endpoint ("primary", "reserve") to the regional
 	// processing region it serves, for the catalogue's uplift.
 	regional map[string]string
+	// addrs tells the serving endpoint from the address Envoy connected
+	// to, where no host metadata says it.
+	addrs *endpointAddrs
 	// query lists, by path after the prefix, the query parameters the
 	// vendor's API defines there; every other parameter is dropped.
 	query map[string][]string
@@ -73,6 +79,7 @@ func NewUpstream(u config.Upstream, prices *pricing.Table, ops operation.Registr
 	r.query = vendor.FreeQuery
 	r.firstByte, r.prefill, r.generate = u.Failover.FirstByteTimeout.D(), u.Failover.PrefillTokensPerSecond, u.Failover.GenerationTokensPerSecond
 	r.regional = map[string]string{"primary": u.Primary.RegionalProcessing, "reserve": u.Reserve.RegionalProcessing}
+	r.addrs = newEndpointAddrs(u)
 	for _, fp := range u.FreePaths {
 		method, path, err := config.ParseFreePath(fp)
 		if err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/modelgateway/gateway/extproc"
 	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/extproc/tokens"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/auth"
@@ -172,6 +173,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			return nil, err
 		}
 		r.MaxDuration = c.Limits.MaxRequestDuration.D()
+		// A reduced contract cannot let the processor set Envoy's headers
+		// (no allow_envoy): the route's own per-try timeout applies.
+		r.NoPerTryHeader = c.Envoy.Reduced()
 		vendorRoutes = append(vendorRoutes, r)
 	}
 	sp, err := spool.Open(c.Store.SpoolDir, st, spool.Options{
@@ -214,7 +218,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Parking:         st,
 		BackgroundPoll:  c.Limits.BackgroundPollInterval(),
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
-		Upstreams:       vendorRoutes, Keys: keys, Accounts: sp, Metrics: metrics, Logger: o.Logger,
+		Upstreams:       vendorRoutes, Keys: keys, Admitter: admitter{st, sp}, Settler: sp, Metrics: metrics, Logger: o.Logger,
 		OnRefusal: watcher.Refused,
 
 		ConcurrencyWaitBound:    c.ConcurrencyWaitBound(),
@@ -231,7 +235,10 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	if adminURL == "" {
 		adminURL = "http://" + c.Listeners.EnvoyAdmin
 	}
-	routes := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
+	routes := endpoints.NewWatcher(adminURL, endpoints.Upstreams(c), reg, o.Logger)
+	for _, w := range c.Warnings() {
+		o.Logger.Warn(w)
+	}
 
 	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc, webhooks: webhooks, watcher: watcher, traces: traces}
 	var holdsCtx context.Context
@@ -462,4 +469,21 @@ func webhookEndpoints(ws []config.Webhook, getenv func(string) string) ([]alerts
 		eps[i] = alerts.Endpoint{URL: w.URL, Secret: key, Events: w.Events}
 	}
 	return eps, nil
+}
+
+// admitter admits through the store itself, never the spool (a request
+// that cannot be admitted is refused, not spooled), and tells the spool
+// when the store answers, so that settlements waiting there are replayed
+// without sitting out the replayer's backoff.
+type admitter struct {
+	st *store.Store
+	sp *spool.Spool
+}
+
+func (a admitter) Admit(ctx context.Context, ad account.Admission) (account.Decision, error) {
+	d, err := a.st.Admit(ctx, ad)
+	if err == nil {
+		a.sp.Answered()
+	}
+	return d, err
 }

@@ -27,6 +27,33 @@ import (
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
+// Store is what the admin API reads and changes of the gateway's store
+// (internal/store implements it).
+type Store interface {
+	Account(ctx context.Context, id string) (account.Account, error)
+	AppendAudit(ctx context.Context, e store.AuditEntry) error
+	Audit(ctx context.Context, after string, limit int) ([]store.AuditEntry, string, error)
+	Balance(ctx context.Context, id string) (int64, error)
+	CommitExport(ctx context.Context, accountID, last string) (mark string, trimmed int64, err error)
+	CreateAccount(ctx context.Context, name string, balance int64, limits account.Limits) (account.Account, error)
+	CreateKey(ctx context.Context, accountID string, kind account.KeyKind, opts account.KeyOptions) (secret string, k account.Key, err error)
+	ExportLedger(ctx context.Context, accountID, after string, limit int) (entries []store.LedgerEntry, mark string, err error)
+	Key(ctx context.Context, accountID, keyID string) (account.Key, error)
+	KeyStates(ctx context.Context, accountID string, ids ...string) ([]store.KeyState, error)
+	Ledger(ctx context.Context, accountID, after string, limit int) ([]store.LedgerEntry, string, error)
+	ListAccounts(ctx context.Context) ([]account.Account, error)
+	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
+	OpenHolds(ctx context.Context, accountID string) (count int64, amount int64, err error)
+	RevokeKey(ctx context.Context, accountID, keyID string) error
+	RotateKey(ctx context.Context, accountID, keyID string, grace time.Duration) (secret string, newKey account.Key, err error)
+	SetBalanceAlert(ctx context.Context, id string, threshold int64) error
+	SetKeyLimits(ctx context.Context, accountID, keyID string, l account.Limits) error
+	SetLimits(ctx context.Context, id string, limits account.Limits) error
+	SetSuspended(ctx context.Context, id string, suspended bool) error
+	TopUp(ctx context.Context, id string, amount int64, idempotencyKey string) (balance int64, applied bool, err error)
+	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
+}
+
 // DefaultGrace is how long a rotated key keeps working when the request does
 // not say.
 const DefaultGrace = 24 * time.Hour
@@ -55,12 +82,12 @@ type Options struct {
 // Service implements adminv1.AdminServer over a store.
 type Service struct {
 	adminv1.UnimplementedAdminServer
-	st   *store.Store
+	st   Store
 	opts Options
 }
 
 // New returns the admin service over st.
-func New(st *store.Store, o Options) *Service {
+func New(st Store, o Options) *Service {
 	if o.Now == nil {
 		o.Now = time.Now
 	}

@@ -40,9 +40,18 @@ type SettlementWaiter interface {
 // account's data, also while the account is suspended.
 var readPolicy = auth.Policy{Kinds: []account.KeyKind{account.ModelKey, account.ReadOnlyToken}, AllowSuspended: true}
 
+// APIStore is what the data API reads of the gateway's store
+// (internal/store implements it).
+type APIStore interface {
+	DailyUsage(ctx context.Context, accountID string, days int) ([]store.DayCounters, error)
+	LedgerBetween(ctx context.Context, accountID string, from, to time.Time, after string, limit int) ([]store.LedgerEntry, string, error)
+	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
+	RecentLedger(ctx context.Context, accountID, before string, limit int) ([]store.LedgerEntry, string, error)
+}
+
 // APIOptions configure the data API and the customer page.
 type APIOptions struct {
-	Store *store.Store
+	Store APIStore
 	Keys  auth.Authenticator
 	// Settled, when set, makes a read wait (at most SettleWait) for the
 	// settlements of replies this sidecar has already released.

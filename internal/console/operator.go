@@ -56,6 +56,16 @@ const (
 // SessionCookie names the operator console's session cookie.
 const SessionCookie = "gateway_console"
 
+// OperatorStore is what the operator console reads of the gateway's
+// store beyond the admin API, and where it counts sign-in attempts
+// (internal/store implements it).
+type OperatorStore interface {
+	RecentAudit(ctx context.Context, before string, limit int) ([]store.AuditEntry, string, error)
+	RecentLedger(ctx context.Context, accountID, before string, limit int) ([]store.LedgerEntry, string, error)
+	SignInAttempt(ctx context.Context, addr, credential string, l store.SignInLimits) (ok bool, retryAfter time.Duration, err error)
+	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
+}
+
 // OperatorOptions configure the operator console.
 type OperatorOptions struct {
 	// Admin is the admin service every action goes through, as gatewayctl's
@@ -63,7 +73,7 @@ type OperatorOptions struct {
 	Admin *admin.Service
 	// Store serves the reads the admin API has no call for: spend per
 	// period, the ledger and audit trail newest first.
-	Store *store.Store
+	Store OperatorStore
 	Auth  Authenticator
 	// Prices are the upstreams' price tables (reloaded in place); Upstreams
 	// orders them.

@@ -46,6 +46,25 @@ type EndpointReporter interface {
 	Endpoints() map[string]string
 }
 
+// problemReporter is an EndpointReporter that also says, in one line, why
+// an upstream's endpoint is unknown (the watcher: no Envoy cluster of its
+// name, Envoy's admin not answering), so that /health and /readyz name the
+// missing piece instead of waiting for good.
+type problemReporter interface {
+	Problem(upstream string) string
+}
+
+// unknownEndpoint is the problem line of an upstream whose endpoint is
+// unknown.
+func (h *Handler) unknownEndpoint(upstream string) string {
+	if pr, ok := h.o.Endpoints.(problemReporter); ok {
+		if p := pr.Problem(upstream); p != "" {
+			return p
+		}
+	}
+	return fmt.Sprintf("upstream %s: endpoint state not yet known", upstream)
+}
+
 // Options configure the control handler.
 type Options struct {
 	Region    string
@@ -152,7 +171,7 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 			case endpointUnknown:
 				// Before the first read of Envoy's state (or with Envoy's
 				// admin unreadable) nothing says a request would be served.
-				rec.Problems = append(rec.Problems, fmt.Sprintf("upstream %s: endpoint state not yet known", u))
+				rec.Problems = append(rec.Problems, h.unknownEndpoint(u))
 			}
 		}
 	}
@@ -220,7 +239,7 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	if h.o.Endpoints != nil {
 		for _, u := range h.o.Upstreams {
 			if h.o.Endpoints.Endpoints()[u] == endpointUnknown {
-				rec.Problems = append(rec.Problems, fmt.Sprintf("upstream %s: endpoint state not yet known", u))
+				rec.Problems = append(rec.Problems, h.unknownEndpoint(u))
 			}
 		}
 	}

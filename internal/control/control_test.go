@@ -300,6 +300,28 @@ func TestNotReadyBeforeEndpointsAreKnown(t *testing.T) {
 	}
 }
 
+type explainedEndpoints struct {
+	fixedEndpoints
+	problems map[string]string
+}
+
+func (e explainedEndpoints) Problem(u string) string { return e.problems[u] }
+
+// An upstream whose endpoint is unknown for a known reason (no Envoy
+// cluster of its name) is named with that reason, in one line, by both
+// /health and /readyz.
+func TestHealthNamesTheMissingCluster(t *testing.T) {
+	_, st, _, _, _ := setup(t)
+	cause := "no Envoy cluster for upstream alpha: expected cluster named alpha, or set upstreams[].envoy_cluster"
+	eps := explainedEndpoints{fixedEndpoints{"alpha": "unknown", "beta": "primary"}, map[string]string{"alpha": cause}}
+	h := New(Options{Upstreams: []string{"alpha", "beta"}, Store: st, Keys: auth.NewCache(st, 0), Endpoints: eps})
+	for _, path := range []string{"/health", "/readyz"} {
+		if code, rep, _ := getHealth(t, h, path); code != 503 || len(rep.Problems) != 1 || rep.Problems[0] != cause {
+			t.Fatalf("%s with alpha's cluster missing: %d %+v", path, code, rep)
+		}
+	}
+}
+
 // Every usage kind has its own field in the usage JSON (GET /v1/usage and
 // the console's): a kind added to internal/usage fails here until
 // Quantities carries it.

@@ -39,6 +39,16 @@ import (
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
+// Store is what the sink reads and marks of the gateway's store
+// (internal/store implements it).
+type Store interface {
+	CommitSink(ctx context.Context, accountID, last string) (mark string, trimmed int64, err error)
+	Ledger(ctx context.Context, accountID, after string, limit int) ([]store.LedgerEntry, string, error)
+	ListAccounts(ctx context.Context) ([]account.Account, error)
+	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
+	SinkMark(ctx context.Context, accountID string) (string, error)
+}
+
 // Options configure a Sink. Zero values pick the defaults.
 type Options struct {
 	// DatabaseURL is a postgres:// URL or a libpq key=value string.
@@ -58,7 +68,7 @@ type Options struct {
 
 // Sink copies the ledger from the store into PostgreSQL.
 type Sink struct {
-	st   *store.Store
+	st   Store
 	opts Options
 	log  *slog.Logger
 
@@ -83,7 +93,7 @@ type Sink struct {
 }
 
 // New returns a sink reading from st.
-func New(st *store.Store, o Options) *Sink {
+func New(st Store, o Options) *Sink {
 	if o.Interval <= 0 {
 		o.Interval = time.Second
 	}

@@ -32,7 +32,6 @@ import (
 
 // Store is what a Spool wraps; *store.Store implements it.
 type Store interface {
-	Admit(ctx context.Context, a account.Admission) (account.Decision, error)
 	Settle(ctx context.Context, s account.Settlement) (applied bool, err error)
 	SettleBatch(ctx context.Context, sts []account.Settlement) []store.SettleResult
 }
@@ -133,19 +132,9 @@ func Open(dir string, st Store, o Options) (*Spool, error) {
 	return l, nil
 }
 
-// Admit passes the admission to the store. Admission is not spooled: a
-// request that cannot be admitted is refused.
-func (l *Spool) Admit(ctx context.Context, a account.Admission) (account.Decision, error) {
-	d, err := l.store.Admit(ctx, a)
-	if err == nil {
-		l.answered()
-	}
-	return d, err
-}
-
-// answered notes that the store answered a live call: if settlements wait
-// in the spool, the replayer need not sit out its backoff.
-func (l *Spool) answered() {
+// Answered notes that the store answered a live call (an admission): if
+// settlements wait in the spool, the replayer need not sit out its backoff.
+func (l *Spool) Answered() {
 	if l.file == nil || l.Depth() == 0 {
 		return
 	}
@@ -191,7 +180,7 @@ func (l *Spool) SettleBatch(ctx context.Context, sts []account.Settlement) []sto
 		res[i] = l.spool(valid[j], r.Err)
 	}
 	if answered {
-		l.answered()
+		l.Answered()
 	}
 	return res
 }

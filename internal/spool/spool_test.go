@@ -118,10 +118,13 @@ func (e *env) open(o Options) (*Spool, *prometheus.Registry) {
 // settlement that would end it at cost.
 func (e *env) admit(l *Spool, id string, cost int64) account.Settlement {
 	e.t.Helper()
-	d, err := l.Admit(context.Background(), account.Admission{RequestID: id, AccountID: e.acct, KeyID: e.key, Priced: "m", Hold: 10_000})
+	// Admission goes to the store, never the spool, which only hears
+	// that the store answered (as the sidecar wires it).
+	d, err := e.store.Admit(context.Background(), account.Admission{RequestID: id, AccountID: e.acct, KeyID: e.key, Priced: "m", Hold: 10_000})
 	if err != nil || d.Outcome != account.Admitted {
 		e.t.Fatalf("admit %s: %+v %v", id, d, err)
 	}
+	l.Answered()
 	return account.Settlement{RequestID: id, AccountID: e.acct, KeyID: e.key, Priced: "m",
 		Usage: usage.Usage{Input: 3, Output: 4}, Cost: cost, Status: 200, Stream: true, StartedAt: e.clock.Now(), EndedAt: e.clock.Now()}
 }

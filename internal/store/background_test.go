@@ -71,3 +71,28 @@ func TestBindResponse(t *testing.T) {
 		t.Fatalf("ttl %v", ttl)
 	}
 }
+
+// Items of a stored response are bound in one round trip, each to its
+// first owner, and read back as responses are.
+func TestBindItems(t *testing.T) {
+	mr := miniredis.RunT(t)
+	s := New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), Options{})
+	ctx := context.Background()
+	if err := s.BindItems(ctx, nil, "acct_a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BindItems(ctx, []string{"msg_1", "rs_1"}, "acct_a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BindItems(ctx, []string{"rs_1", "fc_1"}, "acct_b"); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"msg_1": "acct_a", "rs_1": "acct_a", "fc_1": "acct_b", "msg_2": ""} {
+		if o, err := s.ResponseOwner(ctx, id); o != want || err != nil {
+			t.Errorf("owner of %s: %q %v, want %q", id, o, err, want)
+		}
+	}
+	if ttl := mr.TTL("gw:resp:msg_1"); ttl != DefaultResponseTTL {
+		t.Fatalf("ttl %v", ttl)
+	}
+}

@@ -41,8 +41,32 @@ func (s *Store) BindResponse(ctx context.Context, id, accountID string) error {
 	return nil
 }
 
-// ResponseOwner returns the account that created response id, "" when no
-// account did (or its record has expired).
+// BindItems records that the account created the items of a stored
+// response (its output items: messages, function calls, reasoning...),
+// which a later request may name by id alone. Items share the responses'
+// records (an item id never equals a response id), so ResponseOwner reads
+// an item's owner too; an item already bound keeps its first owner. One
+// pipelined round trip.
+func (s *Store) BindItems(ctx context.Context, ids []string, accountID string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	ttl := s.opts.ResponseTTL
+	if ttl <= 0 {
+		ttl = DefaultResponseTTL
+	}
+	pipe := s.rdb.Pipeline()
+	for _, id := range ids {
+		pipe.SetNX(ctx, responseKey(id), accountID, ttl)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: bind items: %w", err)
+	}
+	return nil
+}
+
+// ResponseOwner returns the account that created response (or item) id,
+// "" when no account did (or its record has expired).
 func (s *Store) ResponseOwner(ctx context.Context, id string) (string, error) {
 	owner, err := s.rdb.Get(ctx, responseKey(id)).Result()
 	if errors.Is(err, redis.Nil) {

@@ -187,7 +187,7 @@ func TestResponsesBuiltinToolCallsBilled(t *testing.T) {
 		interpreterCalls = 3
 		containers       = 2
 		imageGenerations = 1
-		toolsOffered     = `,"tools":[{"type":"file_search","vector_store_ids":["vs_1"]},{"type":"code_interpreter","container":{"type":"auto"}},{"type":"image_generation"}]`
+		toolsOffered     = `,"tools":[{"type":"file_search","vector_store_ids":[]},{"type":"code_interpreter","container":{"type":"auto"}},{"type":"image_generation"}]`
 	)
 	controls := fmt.Sprintf(`{"file_search_calls":%d,"code_interpreter_calls":%d,"code_interpreter_containers":%d,"image_generation_calls":%d}`,
 		fileSearches, interpreterCalls, containers, imageGenerations)

@@ -56,6 +56,28 @@ const fieldLimit = 4 << 10
 // vendor billed, so the gateway refuses them rather than guess.
 var billable = []string{"json", "verbose_json", "diarized_json"}
 
+// readField reads one of the form's text fields into req and own.
+func readField(name, v string, req *format.Request, own *Fields) error {
+	switch name {
+	case "model":
+		if v == "" {
+			return format.Invalid("model", "model: must be a non-empty string")
+		}
+		req.Model = v
+	case "stream":
+		switch v {
+		case "true":
+			req.Stream = true
+		case "false":
+		default:
+			return format.Invalid("stream", "stream: must be true or false")
+		}
+	case "response_format":
+		own.ResponseFormat = v
+	}
+	return nil
+}
+
 // ParseRequest reads the multipart form: model (required), file
 // (required, one; only its size is read), stream, response_format and the
 // size of prompt. A body that is not multipart/form-data with a boundary,
@@ -119,22 +141,8 @@ func (Format) ParseRequest(body []byte, contentType string) (format.Request, err
 		if len(v) > fieldLimit {
 			return format.Request{}, format.Invalid(name, name+": longer than "+strconv.Itoa(fieldLimit)+" bytes")
 		}
-		switch name {
-		case "model":
-			if len(v) == 0 {
-				return format.Request{}, format.Invalid("model", "model: must be a non-empty string")
-			}
-			req.Model = string(v)
-		case "stream":
-			switch string(v) {
-			case "true":
-				req.Stream = true
-			case "false":
-			default:
-				return format.Request{}, format.Invalid("stream", "stream: must be true or false")
-			}
-		case "response_format":
-			own.ResponseFormat = string(v)
+		if err := readField(name, string(v), &req, own); err != nil {
+			return format.Request{}, err
 		}
 	}
 	switch {

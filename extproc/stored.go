@@ -1,0 +1,91 @@
+package extproc
+
+// Objects the vendor keeps (stored responses): the id a reply names is
+// bound to the account that made the request, and a request naming an id
+// (on an Owned path, or in its body: format.Request.Refs) goes on only for
+// that account. The operation says which replies name an object (its
+// meter implements format.Stored) and where ids appear; the mechanism is
+// the same for every operation. Background requests, settled when their
+// object ends, are in parked.go.
+
+import (
+	"context"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/modelgateway/gateway/extproc/format"
+)
+
+// bind records the stored response the reply names as the account's. A
+// JSON reply is read, and bound, at its last chunk. A stream names its
+// response in its first event: the bind runs beside the stream so that the
+// first event is not held for a Redis round trip, and the stream's last
+// chunk waits for it. A request naming the id in the sub-millisecond
+// before the bind lands is refused with 404, as for any id not the
+// account's: the window fails closed.
+func (x *exchange) bind(ctx context.Context, last bool) {
+	if x.req.NoStore || x.s.owners == nil {
+		x.bound = true // nothing is kept to bind
+		return
+	}
+	id, _ := x.stored.Response()
+	if id == "" {
+		return
+	}
+	x.bound = true
+	if x.op.ValidID == nil || !x.op.ValidID(id) {
+		x.s.log.Warn("reply names a malformed response id; not bound", "request_id", x.requestID)
+		return
+	}
+	if last {
+		x.s.bindResponse(ctx, x.requestID, id, x.key.AccountID)
+		return
+	}
+	done := make(chan struct{})
+	x.binding = done
+	// Not cut by the client leaving: the response exists at the vendor
+	// either way. The store's timeouts bound the call.
+	bctx := context.WithoutCancel(ctx)
+	requestID, account := x.requestID, x.key.AccountID
+	go func() {
+		defer close(done)
+		x.s.bindResponse(bctx, requestID, id, account)
+	}()
+}
+
+// bindResponse binds stored response id to account, logging a failure: the
+// response then stays unreachable through the gateway, refused, never shown
+// to another account.
+func (s *Server) bindResponse(ctx context.Context, requestID, id, account string) {
+	if err := s.owners.BindResponse(ctx, id, account); err != nil {
+		s.log.Error("binding a stored response failed", "request_id", requestID, "err", err)
+		s.metrics.storeErrors.WithLabelValues("bind").Inc()
+	}
+}
+
+// checkOwner answers 404, in the vendor's words, unless the stored object
+// (a response, or an item of one) is bound to the key's account; nil lets
+// the request go on.
+func (x *exchange) checkOwner(ctx context.Context, ref format.Ref) *extprocv3.ProcessingResponse {
+	if x.s.owners == nil {
+		return x.reject(format.NotFound, "stored responses are not available through this gateway", 0)
+	}
+	owner, err := x.s.owners.ResponseOwner(ctx, ref.ID)
+	if err != nil {
+		x.s.log.Error("response owner lookup failed", "err", err)
+		x.s.metrics.storeErrors.WithLabelValues("owner").Inc()
+		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
+	}
+	if owner == "" || owner != x.key.AccountID {
+		return x.reject(format.NotFound, ref.NotFound(), 0)
+	}
+	return nil
+}
+
+// Owners binds stored responses to the accounts that created them (the
+// store implements it).
+type Owners interface {
+	BindResponse(ctx context.Context, id, accountID string) error
+	ResponseOwner(ctx context.Context, id string) (string, error)
+}
