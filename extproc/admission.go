@@ -136,6 +136,13 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 		if x.s.onRefusal != nil {
 			x.s.onRefusal(x.key.AccountID, x.key.ID, d.Level, d.Outcome)
 		}
+		if d.Outcome == account.TokenLimited && d.RetryAfter > maxRetryAfter {
+			// The token window's newest bucket leaves it up to 65 s on
+			// (5 s buckets): still a wait that helps, sent as the longest
+			// the SDKs honour; a retry then meets at most a few seconds
+			// more.
+			d.RetryAfter = maxRetryAfter
+		}
 		kind, msg := refusal(d, hold, tokens)
 		if !waitHelps(d) {
 			return x.refuseFinal(kind, msg, d.RetryAfter)
