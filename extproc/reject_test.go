@@ -224,16 +224,16 @@ func TestRejectionBranches(t *testing.T) {
 				}
 			},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  429, errType: "rate_limit_error", message: "tokens-per-minute limit reached for this key", retry: true},
+			status:  429, errType: "rate_limit_error", message: "tokens-per-minute limit for this key: 0 of 500 tokens used in the last 60 s, 400 held by requests in flight", retry: true},
 		{name: "key's daily spend", account: rigAccount{key: account.KeyOptions{Limits: account.Limits{DailyNanoUSD: 1}}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  429, errType: "rate_limit_error", message: "daily spend limit reached for this key", final: true, resets: true},
+			status:  429, errType: "rate_limit_error", message: "daily spend limit for this key: $0.00 of $0.000000001 used", final: true, resets: true},
 		{name: "account's monthly spend", account: rigAccount{limits: account.Limits{MonthlyNanoUSD: 1}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  429, errType: "rate_limit_error", message: "monthly spend limit reached for this account", final: true, resets: true},
+			status:  429, errType: "rate_limit_error", message: "monthly spend limit for this account: $0.00 of $0.000000001 used", final: true, resets: true},
 		{name: "key's lifetime spend", account: rigAccount{key: account.KeyOptions{Limits: account.Limits{TotalNanoUSD: 1}}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  402, errType: "billing_error", message: "lifetime spend limit reached for this key", final: true},
+			status:  402, errType: "billing_error", message: "lifetime spend limit for this key: $0.00 of $0.000000001 used", final: true},
 		{name: "store unavailable", setup: func(t *testing.T, r *rig) {
 			// The key cache is off (TTL 0), so the key lookup meets the outage.
 			r.mr.Close()

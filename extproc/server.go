@@ -85,6 +85,9 @@ type Options struct {
 	// ConcurrencyWaiters bounds the requests waiting for a slot at once;
 	// default config.DefaultConcurrencyWaiters.
 	ConcurrencyWaiters int
+	// ConcurrencyWaitersShare bounds the requests of one key, and of one
+	// account, among them; default a tenth of ConcurrencyWaiters.
+	ConcurrencyWaitersShare int
 }
 
 // Server implements Envoy's ExternalProcessor service.
@@ -151,7 +154,7 @@ func NewServer(o Options) *Server {
 	if waiters <= 0 {
 		waiters = config.DefaultConcurrencyWaiters
 	}
-	s.waiter = newSlotWaiter(o.ConcurrencyWaitBound, waiters)
+	s.waiter = newSlotWaiter(o.ConcurrencyWaitBound, waiters, o.ConcurrencyWaitersShare)
 	if s.log == nil {
 		s.log = slog.Default()
 	}

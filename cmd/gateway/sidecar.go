@@ -221,8 +221,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Upstreams:       vendorRoutes, Keys: keys, Admitter: admitter{st, sp}, Settler: sp, Metrics: metrics, Logger: o.Logger,
 		OnRefusal: watcher.Refused,
 
-		ConcurrencyWaitBound: c.ConcurrencyWaitBound(),
-		ConcurrencyWaiters:   c.Limits.ConcurrencyWaiters,
+		ConcurrencyWaitBound:    c.ConcurrencyWaitBound(),
+		ConcurrencyWaiters:      c.Limits.ConcurrencyWaiters,
+		ConcurrencyWaitersShare: c.Limits.ConcurrencyWaitersShare,
 	})
 
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -49,6 +49,25 @@ func TestDefaults(t *testing.T) {
 		c.Upstreams[0].Models.UnknownModel != UnknownReject {
 		t.Fatalf("defaults not applied: %+v", c)
 	}
+	// One key's (and account's) share of the waiting room: a tenth of it,
+	// following the room's size, at least one.
+	for _, tc := range []struct {
+		yaml       string
+		room, want int
+	}{
+		{"", 500, 50},
+		{"limits: {concurrency_waiters: 2000}\n", 2000, 200},
+		{"limits: {concurrency_waiters: 5}\n", 5, 1},
+		{"limits: {concurrency_waiters_share: 7}\n", 500, 7},
+	} {
+		c, err := Parse([]byte(minimal + tc.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Limits.ConcurrencyWaiters != tc.room || c.Limits.ConcurrencyWaitersShare != tc.want {
+			t.Fatalf("%q: room %d, share %d; want %d and %d", tc.yaml, c.Limits.ConcurrencyWaiters, c.Limits.ConcurrencyWaitersShare, tc.room, tc.want)
+		}
+	}
 }
 
 // A price names each built-in tool's fee by the usage kind it prices.
@@ -89,6 +108,8 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{"incomplete fallback", strings.Replace(minimal, "providers: [anthropic]", "providers: [anthropic]\n      unknown_model: fallback\n      fallback: {input: 1}", 1), "upstreams[0].models.fallback"},
 		{"bad duration", minimal + "limits: {max_request_duration: forever}\n", "duration"},
 		{"bad listener", minimal + "listeners: {public: nowhere}\n", "listeners.public"},
+		{"waiters share above the room", minimal + "limits: {concurrency_waiters: 10, concurrency_waiters_share: 11}\n", "limits.concurrency_waiters_share"},
+		{"negative waiters share", minimal + "limits: {concurrency_waiters_share: -1}\n", "limits.concurrency_waiters_share"},
 		{"bad contract", minimal + "envoy: {contract: partial}\n", "envoy.contract"},
 		{"bad cluster name", strings.Replace(minimal, "format: messages", "format: messages\n    envoy_cluster: \"a b\"", 1), "upstreams[0].envoy_cluster"},
 		{"reserve without url", strings.Replace(minimal, `reserve: {url: "http://127.0.0.1:9002"}`, "reserve: {region: eu}", 1), "upstreams[0].reserve.url"},

@@ -95,6 +95,7 @@ func (l *Limits) setDefaults() {
 	defDur(&l.MaxRequestDuration, 15*time.Minute)
 	defDur(&l.HoldLease, DefaultHoldLease)
 	def(&l.ConcurrencyWaiters, DefaultConcurrencyWaiters)
+	def(&l.ConcurrencyWaitersShare, max(l.ConcurrencyWaiters/10, 1))
 	if l.RPM > 0 && l.WindowMinutes == 0 {
 		l.WindowMinutes = 1
 	}

@@ -73,6 +73,9 @@ func (l Limits) validate() error {
 	if l.ConcurrencyWaiters < 0 {
 		return errors.New("limits.concurrency_waiters: must not be negative")
 	}
+	if l.ConcurrencyWaitersShare < 0 || l.ConcurrencyWaitersShare > max(l.ConcurrencyWaiters, 1) {
+		return errors.New("limits.concurrency_waiters_share: must be between 1 and limits.concurrency_waiters")
+	}
 	if l.DailyUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 {
 		return errors.New("limits: daily_usd, rpm and window_minutes must not be negative")
 	}

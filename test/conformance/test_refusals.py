@@ -35,11 +35,11 @@ PROMPT = "Hello there, gateway"
 # carry. Extend a kind's list as messages gain amounts (the limit, what is
 # used of it); every pattern must match.
 MESSAGE_NAMES: dict[str, list[str]] = {
-    "daily": [r"daily spend limit", r"\baccount\b"],
-    "monthly": [r"monthly spend limit", r"\bkey\b"],
-    "lifetime": [r"lifetime spend limit", r"\bkey\b", r"\$\d"],
-    "balance": [r"balance", r"\$\d"],
-    "tpm": [r"tokens-per-minute limit", r"\bkey\b", r"\d+ tokens"],
+    "daily": [r"daily spend limit", r"\baccount\b", r"\$\d+\.\d{2,9} of \$\d+\.\d{2,9} used, \$\d+\.\d{2,9} held by requests in flight", r"could cost up to \$\d+\.\d{2,9}"],
+    "monthly": [r"monthly spend limit", r"\bkey\b", r"\$\d+\.\d{2,9} of \$\d+\.\d{2,9} used, \$\d+\.\d{2,9} held by requests in flight", r"could cost up to \$\d+\.\d{2,9}"],
+    "lifetime": [r"lifetime spend limit", r"\bkey\b", r"\$\d+\.\d{2,9} of \$\d+\.\d{2,9} used, \$\d+\.\d{2,9} held by requests in flight", r"could cost up to \$\d+\.\d{2,9}"],
+    "balance": [r"balance is \$-?\d+\.\d{2,9}", r"held by requests in flight", r"could cost up to \$\d+\.\d{2,9}"],
+    "tpm": [r"tokens-per-minute limit", r"\bkey\b", r"up to \d+ tokens", r"allows at all \(\d+\)"],
 }
 
 # kind -> (HTTP status, the anthropic SDK's class, the openai SDK's class,

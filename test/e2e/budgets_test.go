@@ -198,8 +198,8 @@ func TestBudgetCrossedByReconciliationAfterSweep(t *testing.T) {
 		spent           func(store.KeyState) int64
 	}
 	keys := []*budgetKey{
-		{window: "total", status: 402, message: "lifetime spend limit reached for this key", spent: func(s store.KeyState) int64 { return s.Total.Cost }},
-		{window: "monthly", status: 429, message: "monthly spend limit reached for this key", spent: func(s store.KeyState) int64 { return s.Month.Cost }},
+		{window: "total", status: 402, message: "lifetime spend limit for this key: $", spent: func(s store.KeyState) int64 { return s.Total.Cost }},
+		{window: "monthly", status: 429, message: "monthly spend limit for this key: $", spent: func(s store.KeyState) int64 { return s.Month.Cost }},
 	}
 	for _, k := range keys {
 		l := account.Limits{TotalNanoUSD: limit}
@@ -422,7 +422,7 @@ func TestBudgetCrossedByBackgroundReconciler(t *testing.T) {
 		t.Fatalf("parked: key holds %d in %d requests; want the create's hold %d", s.Held, s.InFlight, bgHold)
 	}
 	// Beside the parked hold a probe does not fit, on either sidecar.
-	const refusal = "monthly spend limit reached for this key"
+	const refusal = "monthly spend limit for this key: $"
 	for _, p := range pairs {
 		if resp, body := p.Do("POST", responsesPath, chatCompletionsHeaders(key), probeBody); resp.StatusCode != 429 || !strings.Contains(string(body), refusal) {
 			t.Fatalf("a probe beside the parked response: %d %s", resp.StatusCode, body)
