@@ -168,7 +168,7 @@ func refusalKeys(t *testing.T, s *launch.Stack) string {
 		keys[kind] = k
 	}
 	for _, sdk := range []string{"rpm_alpha", "rpm_beta"} {
-		keys[sdk] = s.NewAccount(10, account.Limits{RPM: 1, WindowMinutes: 2}).Key
+		keys[sdk] = s.NewAccount(10, account.Limits{RPM: 1, WindowMinutes: 1}).Key
 	}
 	b, err := json.Marshal(keys)
 	if err != nil {
