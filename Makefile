@@ -22,7 +22,7 @@ BUF         := github.com/bufbuild/buf/cmd/buf@v1.57.0
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
 
-.PHONY: catalogue envoy-config all build run test unit race cc e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres chromium clients lint clean
+.PHONY: catalogue envoy-config deploy-render all build run test unit race cc e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres chromium clients lint clean
 
 all: build
 
@@ -169,6 +169,10 @@ clean:
 ## envoy-config: render envoy/envoy.yaml, envoy/envoy-demo.yaml (docker-compose) and deploy/k8s/configmaps.yaml from gateway.yaml
 envoy-config: build
 	$(BIN)/gateway envoy-config --config gateway.yaml --compose .
+	cd deploy && $(GO) run ./gen -root ..
+
+## deploy-render: the Kubernetes renderings of gateway.yaml: deploy/k8s's generated parts, the control-plane renderings (deploy/sidecar, deploy/envoy-gateway, deploy/istio) and the Helm chart's templates (deploy/helm/gateway)
+deploy-render:
 	cd deploy && $(GO) run ./gen -root ..
 
 ## conformance: the official SDKs against the real gateway
