@@ -166,7 +166,7 @@ proto-check:
 clean:
 	rm -rf $(BIN) .run
 
-## envoy-config: render envoy/envoy.yaml, envoy/envoy-demo.yaml (docker-compose) and deploy/k8s/configmaps.yaml from gateway.yaml
+## envoy-config: render envoy/envoy.yaml, envoy/envoy-demo.yaml (docker-compose), deploy/k8s/configmaps.yaml and the control-plane renderings and chart (as deploy-render) from gateway.yaml
 envoy-config: build
 	$(BIN)/gateway envoy-config --config gateway.yaml --compose .
 	cd deploy && $(GO) run ./gen -root ..
