@@ -310,6 +310,8 @@ spec:
 # by Envoy from the Secret NAME-vendor-key (key "credential": the whole
 # header value, "Bearer sk-..." for an OpenAI-style API), never seen by the
 # sidecar; /health, /v1/usage and /console to the sidecar's control server.
+# Envoy Gateway serves Backend resources only with extensionApis.enableBackend:
+# true in its own configuration.
 [[- range .Upstreams]]
 ---
 apiVersion: gateway.envoyproxy.io/v1alpha1
