@@ -269,7 +269,7 @@ func ReducedGatewayYAML(gatewayYAML []byte) ([]byte, error) {
 	)
 	set(listeners, "tls", tls, "Secret "+SidecarTLSSecret+": the sidecar's certificate and the CA that signed Envoy's client certificate.\n"+
 		"The client_* entries are Envoy's and unused by the sidecar (the control plane holds them).")
-	set(envoyNode, "contract", str("reduced"), "what Envoy Gateway's EnvoyExtensionPolicy and Istio's EnvoyFilter render (docs/envoy.md)")
+	set(envoyNode, "contract", str(config.ContractReduced), "what Envoy Gateway's EnvoyExtensionPolicy and Istio's EnvoyFilter render (docs/envoy.md)")
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
@@ -376,12 +376,15 @@ func renderControlPlanes(cfg *config.Config, reduced []byte, p ControlPlaneParam
 }
 
 // istioPatches are the ext_proc filter and its cluster as the pod's
-// bootstrap renders them (envoy/bootstrap.yaml.tmpl), adapted to an Istio
-// ingress gateway: the reduced response attributes, the sidecar's Service
-// as the cluster's address and Envoy's client certificate from files
-// mounted into the ingress gateway's pod.
+// bootstrap renders them for the reduced contract (envoy/bootstrap.yaml.tmpl),
+// adapted to an Istio ingress gateway: the sidecar's Service as the
+// cluster's address and Envoy's client certificate from files mounted into
+// the ingress gateway's pod.
 func istioPatches(cfg *config.Config, p ControlPlaneParams) (filter, cluster string, err error) {
 	c := *cfg
+	// The sidecar runs the reduced contract (ReducedGatewayYAML): the
+	// filter is the one the bootstrap renders for it.
+	c.Envoy.Contract = config.ContractReduced
 	c.Listeners.TLS = config.SidecarTLS{
 		CA: sidecarTLSDir + "/ca.crt", ServerCert: sidecarTLSDir + "/tls.crt", ServerKey: sidecarTLSDir + "/tls.key",
 		ClientCert: "/etc/gateway-envoy-client/tls.crt", ClientKey: "/etc/gateway-envoy-client/tls.key",
@@ -438,7 +441,6 @@ func istioPatches(cfg *config.Config, p ControlPlaneParams) (filter, cluster str
 		return "", "", fmt.Errorf("the pod's bootstrap has no ext_proc filter or extproc cluster")
 	}
 	tc := f["typed_config"].(map[string]any)
-	tc["response_attributes"] = ReducedResponseAttributes
 	tc["grpc_service"].(map[string]any)["envoy_grpc"] = map[string]any{"cluster_name": ExtProcCluster}
 	cl["name"] = ExtProcCluster
 	cl["load_assignment"].(map[string]any)["cluster_name"] = ExtProcCluster

@@ -436,15 +436,9 @@ func TestSidecarRendering(t *testing.T) {
 		t.Errorf("gateway.yaml of the sidecar: envoy.contract %q, want reduced", doc.Envoy.Contract)
 	}
 	// The rest is the repository's gateway.yaml with the listeners moved:
-	// it loads and passes the sidecar's bind check. (envoy.contract comes
-	// with the reduced contract's configuration, branch envoyfrag; until
-	// then it is removed before loading.)
+	// it loads and passes the sidecar's bind check.
 	p := filepath.Join(t.TempDir(), "gateway.yaml")
-	body := strings.Replace(text, "\n  contract: reduced\n", "\n", 1)
-	if _, err := config.Load(repoPath("gateway.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load(p)
@@ -453,6 +447,9 @@ func TestSidecarRendering(t *testing.T) {
 	}
 	if err := cfg.Listeners.CheckSidecarBinds(); err != nil {
 		t.Errorf("gateway.yaml of the sidecar: %v", err)
+	}
+	if !cfg.Envoy.Reduced() || cfg.ConcurrencyWaitBound() != 0 {
+		t.Error("gateway.yaml of the sidecar: want the reduced contract, without the concurrency wait")
 	}
 	if cfg.Listeners.ExtProc != "0.0.0.0:50051" || cfg.Listeners.Control != "0.0.0.0:8081" || !cfg.Listeners.TLS.Enabled() {
 		t.Errorf("gateway.yaml of the sidecar: extproc %s, control %s, TLS %v: want both beyond loopback with mutual TLS", cfg.Listeners.ExtProc, cfg.Listeners.Control, cfg.Listeners.TLS.Enabled())
@@ -493,10 +490,12 @@ func TestIstioRendering(t *testing.T) {
 	if !slices.Equal(ep.ResponseAttributes, deploy.ReducedResponseAttributes) {
 		t.Errorf("response attributes %v: want the reduced contract's %v", ep.ResponseAttributes, deploy.ReducedResponseAttributes)
 	}
-	// What Envoy Gateway cannot express, Istio keeps from the bootstrap.
-	if ep.FailureModeAllow || ep.GetMessageTimeout().AsDuration() != config.ExtProcMessageTimeout || ep.GetMaxMessageTimeout() == nil ||
-		!ep.GetMutationRules().GetAllowEnvoy().GetValue() || !ep.AllowModeOverride || ep.GetStatusOnError().GetCode() != 503 {
-		t.Errorf("ext_proc %v: want the bootstrap's fail-closed settings, timeouts and mutation rules", &ep)
+	// The reduced contract's filter: fail closed, the bootstrap's message
+	// timeout; no max_message_timeout or mutation rules, which the sidecar
+	// in the reduced contract does not use.
+	if ep.FailureModeAllow || ep.GetMessageTimeout().AsDuration() != config.ExtProcMessageTimeout || ep.GetMaxMessageTimeout() != nil ||
+		ep.GetMutationRules() != nil || !ep.AllowModeOverride || ep.GetStatusOnError().GetCode() != 503 {
+		t.Errorf("ext_proc %v: want the reduced contract's filter", &ep)
 	}
 	if m := ep.GetProcessingMode(); m.GetRequestHeaderMode() != extprocv3.ProcessingMode_SEND || m.GetRequestBodyMode() != extprocv3.ProcessingMode_BUFFERED || m.GetResponseHeaderMode() != extprocv3.ProcessingMode_SKIP {
 		t.Errorf("processing mode %v: want the bootstrap's", m)
