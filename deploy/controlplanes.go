@@ -45,7 +45,7 @@ const (
 	SidecarName      = "gateway-sidecar"          // StatefulSet, Service, PodDisruptionBudget
 	SidecarConfigMap = "gateway-sidecar-config"   // gateway.yaml of the reduced contract
 	SidecarTLSSecret = "gateway-sidecar-tls"      // ca.crt, tls.crt, tls.key: the sidecar's server certificate
-	EnvoyClientTLS   = "gateway-envoy-client-tls" // Envoy's client certificate (Envoy Gateway's EnvoyProxy)
+	EnvoyClientTLS   = "gateway-envoy-client-tls" // Envoy's client certificate for the sidecar
 	ExtProcCluster   = "gateway_extproc"          // Istio: the cluster the EnvoyFilter adds
 )
 

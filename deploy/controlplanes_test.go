@@ -287,7 +287,14 @@ func TestEnvoyGatewayRendering(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := kinds(objs)
-	for kind, n := range map[string]int{"EnvoyExtensionPolicy": 1, "ClientTrafficPolicy": 1, "HTTPRoute": len(cfg.Upstreams) + 1, "HTTPRouteFilter": len(cfg.Upstreams), "BackendTrafficPolicy": len(cfg.Upstreams), "BackendTLSPolicy": 1, "EnvoyProxy": 1} {
+	backends := 2 // the sidecar's two ports
+	for _, u := range cfg.Upstreams {
+		backends++
+		if u.HasReserve() {
+			backends++
+		}
+	}
+	for kind, n := range map[string]int{"EnvoyExtensionPolicy": 1, "ClientTrafficPolicy": 1, "HTTPRoute": len(cfg.Upstreams) + 1, "HTTPRouteFilter": len(cfg.Upstreams), "BackendTrafficPolicy": len(cfg.Upstreams), "Backend": backends} {
 		if k[kind] != n {
 			t.Errorf("%s: want %d %s, have %d", deploy.EnvoyGatewayDir, n, kind, k[kind])
 		}
@@ -333,8 +340,8 @@ func TestEnvoyGatewayRendering(t *testing.T) {
 		} else if !slices.Equal(m.Response.Attributes, deploy.ReducedResponseAttributes) {
 			t.Errorf("response attributes %v: want the reduced contract's %v", m.Response.Attributes, deploy.ReducedResponseAttributes)
 		}
-		if len(ep.BackendRefs) != 1 || string(ep.BackendRefs[0].Name) != deploy.SidecarName {
-			t.Errorf("extProc backend: want the Service %s", deploy.SidecarName)
+		if len(ep.BackendRefs) != 1 || string(ep.BackendRefs[0].Name) != deploy.SidecarName+"-grpc" {
+			t.Errorf("extProc backend: want the Backend %s-grpc", deploy.SidecarName)
 		}
 		// The policy attaches to the model routes only: the control routes
 		// (/health, /v1/usage, /console) run without ext_proc.

@@ -33,7 +33,10 @@ metadata:
   labels:
     app.kubernetes.io/name: ` + SidecarName + `
 spec:
-  type: ClusterIP
+  # Headless: the name resolves to every ready pod, so that the control
+  # plane's Envoy (a DNS cluster) spreads its long-lived HTTP/2 connections
+  # over all sidecars; and the StatefulSet's governing Service.
+  clusterIP: None
   selector:
     app.kubernetes.io/name: ` + SidecarName + `
   ports:
@@ -216,8 +219,9 @@ spec:
 [[- end]]
   extProc:
     - backendRefs:
-        - name: ` + SidecarName + `
-          port: 50051
+        - group: gateway.envoyproxy.io
+          kind: Backend
+          name: ` + SidecarName + `-grpc
       backendSettings:
         # Every open model request holds one ext_proc stream.
         circuitBreaker:
@@ -261,40 +265,56 @@ spec:
   connection:
     bufferLimit: [[.BufferLimit]]
 ---
-# Envoy checks the sidecar's certificate (issued for ` + SidecarName + ` by the
-# CA in ConfigMap gateway-sidecar-ca, key ca.crt).
-apiVersion: gateway.networking.k8s.io/v1
-kind: BackendTLSPolicy
+# The sidecar's ext_proc (the headless Service's pods), with mutual
+# TLS of its own: Envoy checks the sidecar's certificate (for the name
+# ` + SidecarName + `, signed by the CA in ConfigMap gateway-sidecar-ca, key
+# ca.crt) and presents its client certificate (Secret ` + EnvoyClientTLS + `),
+# for this Backend only: the Gateway's other backends are not affected.
+apiVersion: gateway.envoyproxy.io/v1alpha1
+kind: Backend
 metadata:
-  name: ` + SidecarName + `
+  name: ` + SidecarName + `-grpc
   namespace: [[.P.Namespace]]
   labels:
     app.kubernetes.io/name: model-gateway
 spec:
-  targetRefs:
-    - group: ""
-      kind: Service
-      name: ` + SidecarName + `
-  validation:
+  endpoints:
+    - fqdn:
+        hostname: ` + SidecarName + `.[[.P.Namespace]].svc.cluster.local
+        port: 50051
+  tls:
     caCertificateRefs:
       - group: ""
         kind: ConfigMap
         name: gateway-sidecar-ca
-    hostname: ` + SidecarName + `
+    sni: ` + SidecarName + `
+    clientCertificateRef:
+      kind: Secret
+      name: ` + EnvoyClientTLS + `
 ---
-# Envoy's client certificate for the sidecar (Secret ` + EnvoyClientTLS + `,
-# signed by the CA the sidecar trusts). Merge into your EnvoyProxy if the
-# Gateway already has one, else reference this one from the Gateway
-# (spec.infrastructure.parametersRef) or its GatewayClass.
+# The sidecar's the control server (the headless Service's pods), with mutual
+# TLS of its own: Envoy checks the sidecar's certificate (for the name
+# ` + SidecarName + `, signed by the CA in ConfigMap gateway-sidecar-ca, key
+# ca.crt) and presents its client certificate (Secret ` + EnvoyClientTLS + `),
+# for this Backend only: the Gateway's other backends are not affected.
 apiVersion: gateway.envoyproxy.io/v1alpha1
-kind: EnvoyProxy
+kind: Backend
 metadata:
-  name: gateway-proxy
-  namespace: [[.P.GatewayNamespace]]
+  name: ` + SidecarName + `-control
+  namespace: [[.P.Namespace]]
   labels:
     app.kubernetes.io/name: model-gateway
 spec:
-  backendTLS:
+  endpoints:
+    - fqdn:
+        hostname: ` + SidecarName + `.[[.P.Namespace]].svc.cluster.local
+        port: 8081
+  tls:
+    caCertificateRefs:
+      - group: ""
+        kind: ConfigMap
+        name: gateway-sidecar-ca
+    sni: ` + SidecarName + `
     clientCertificateRef:
       kind: Secret
       name: ` + EnvoyClientTLS + `
@@ -497,8 +517,9 @@ spec:
             type: PathPrefix
             value: /console
       backendRefs:
-        - name: ` + SidecarName + `
-          port: 8081
+        - group: gateway.envoyproxy.io
+          kind: Backend
+          name: ` + SidecarName + `-control
       timeouts:
         request: 60s
 [[end]]
