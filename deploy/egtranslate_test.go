@@ -28,17 +28,23 @@ func egctlBinary(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("needs egctl: skipped by -short (make unit)")
 	}
-	if bin := os.Getenv("EGCTL_BIN"); bin != "" {
-		return bin
+	bin := os.Getenv("EGCTL_BIN")
+	if bin == "" {
+		abs, err := filepath.Abs(repoPath(".venv/bin/egctl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin = abs
 	}
-	abs, err := filepath.Abs(repoPath(".venv/bin/egctl"))
-	if err != nil {
-		t.Fatal(err)
+	if _, err := os.Stat(bin); err != nil {
+		// Built from source in about 20 minutes: make test leaves it out,
+		// make egctl-check builds it and requires it.
+		if os.Getenv("EGCTL_REQUIRED") != "" {
+			t.Fatalf("egctl not found at %s: run `make egctl` or set EGCTL_BIN", bin)
+		}
+		t.Skipf("egctl not found at %s: Envoy Gateway's translation is checked by `make egctl-check`", bin)
 	}
-	if _, err := os.Stat(abs); err != nil {
-		t.Fatalf("egctl not found at %s: run `make egctl` or set EGCTL_BIN", abs)
-	}
-	return abs
+	return bin
 }
 
 // The Makefile installs the egctl of the Envoy Gateway version whose API
