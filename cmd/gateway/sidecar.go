@@ -286,9 +286,12 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Settled:   proc,
 		Serving:   s.serving.Load,
 		Endpoints: routes,
-		Probe:     probe,
-		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Logger:    o.Logger,
+		// Under the reduced contract the sidecar may run in a pod of its
+		// own, with no Envoy admin to read: replies name their endpoint.
+		EndpointsLearned: c.Envoy.Reduced(),
+		Probe:            probe,
+		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Logger:           o.Logger,
 	})
 	// The console's data API (/v1/usage/...) and customer page (/console/)
 	// share the control server; everything else is the control handler's.
