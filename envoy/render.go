@@ -64,6 +64,7 @@ type view struct {
 	CircuitBreakers          config.CircuitBreakers
 	AccessLog                string
 	Bare                     bool
+	Reduced                  bool // envoy.contract reduced
 	Upstreams                []upstreamView
 	Credentials              []credentialView
 
@@ -95,6 +96,7 @@ type credentialView struct {
 
 type upstreamView struct {
 	Name               string
+	Cluster            string // upstreams[].envoy_cluster
 	Format             string
 	LocalErrors        []localError
 	Retries            int
@@ -136,6 +138,7 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		CircuitBreakers:   c.Envoy.CircuitBreakers,
 		AccessLog:         accessLogPath(c.Envoy.AccessLog),
 		Bare:              o.Bare,
+		Reduced:           c.Envoy.Reduced(),
 
 		RequestHeadersTimeout: seconds(c.Envoy.RequestHeadersTimeout.D()),
 		MaxConnectionDuration: seconds(c.Envoy.MaxConnectionDuration.D()),
@@ -187,6 +190,7 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 	for _, u := range c.Upstreams {
 		uv := upstreamView{
 			Name:               u.Name,
+			Cluster:            orDefault(u.EnvoyCluster, u.Name),
 			Format:             u.Format,
 			LocalErrors:        localErrors(u.Format),
 			Retries:            u.Failover.Retries,
@@ -213,7 +217,7 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 			uv.Credential = &cv
 			v.Credentials = append(v.Credentials, cv)
 		}
-		for i, ep := range []config.Endpoint{u.Primary, u.Reserve} {
+		for i, ep := range u.Endpoints() {
 			t, err := ep.Parse()
 			if err != nil {
 				return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
@@ -332,7 +336,10 @@ func PointEndpoints(c *config.Config, urls map[string]string) error {
 		if !ok || url == "" {
 			return fmt.Errorf("endpoint %s=%s: want NAME=URL with NAME an upstream", name, url)
 		}
-		u.Primary.URL, u.Reserve.URL = url, url
+		u.Primary.URL = url
+		if u.HasReserve() {
+			u.Reserve.URL = url
+		}
 	}
 	return c.Validate()
 }

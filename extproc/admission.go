@@ -5,7 +5,9 @@ package extproc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -82,8 +84,8 @@ func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Reques
 	if req.Background && x.s.parking == nil {
 		return none, nil, x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
 	}
-	for _, id := range req.Refs {
-		if resp := x.checkOwner(ctx, id); resp != nil {
+	if len(req.Refs) > 0 {
+		if resp := x.checkOwner(ctx, req.Refs...); resp != nil {
 			return none, nil, resp
 		}
 	}
@@ -135,6 +137,13 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 		if x.s.onRefusal != nil {
 			x.s.onRefusal(x.key.AccountID, x.key.ID, d.Level, d.Outcome)
 		}
+		if d.Outcome == account.TokenLimited && d.RetryAfter > maxRetryAfter {
+			// The token window's newest bucket leaves it up to 65 s on
+			// (5 s buckets): still a wait that helps, sent as the longest
+			// the SDKs honour; a retry then meets at most a few seconds
+			// more.
+			d.RetryAfter = maxRetryAfter
+		}
 		kind, msg := refusal(d, hold, tokens)
 		if !waitHelps(d) {
 			return x.refuseFinal(kind, msg, d.RetryAfter)
@@ -173,7 +182,7 @@ func (x *exchange) waitForSlot(ctx context.Context, refused account.Decision,
 	}
 	start := time.Now()
 	x.s.metrics.concurrencyWaiters.Inc()
-	d, outcome, err := x.s.waiter.wait(ctx, w, refused, admit)
+	d, outcome, err := x.s.waiter.wait(ctx, waitParty{account: x.key.AccountID, key: x.key.ID}, w, refused, admit)
 	x.s.metrics.concurrencyWaiters.Dec()
 	x.s.metrics.concurrencyWaits.WithLabelValues(string(outcome)).Inc()
 	if outcome != waitFull {
@@ -188,7 +197,7 @@ func (x *exchange) waitForSlot(ctx context.Context, refused account.Decision,
 // for, and the client's retry goes to the endpoint the health checks left.
 func (x *exchange) withTimeout(r *extprocv3.CommonResponse) *extprocv3.CommonResponse {
 	d := x.upstream.firstByteBound(x.req.Stream, x.bounds.Input, x.bounds.Output)
-	if d <= 0 {
+	if d <= 0 || x.upstream.NoPerTryHeader {
 		return r
 	}
 	if r.HeaderMutation == nil {
@@ -232,7 +241,7 @@ func allowed(list []string, model, canonical string) bool {
 // response (an input token count) once the response is found to be the
 // account's.
 func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.ProcessingResponse {
-	var refs []string
+	var refs []format.Ref
 	if x.op.References != nil {
 		var err error
 		if refs, err = x.op.References(body); err != nil {
@@ -243,8 +252,8 @@ func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.Proc
 			return x.reject(format.InvalidRequest, "malformed request body", 0)
 		}
 	}
-	for _, id := range refs {
-		if resp := x.checkOwner(ctx, id); resp != nil {
+	if len(refs) > 0 {
+		if resp := x.checkOwner(ctx, refs...); resp != nil {
 			return resp
 		}
 	}
@@ -253,47 +262,73 @@ func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.Proc
 	}}
 }
 
-// waitHelps reports whether a refusal clears within seconds (a request
-// rate, concurrency or tokens-per-minute window); a budget that resets at
-// midnight or on the 1st, the balance, a lifetime cap and a request larger
-// than a limit allows do not, and a client told to sleep until then would
-// hang for hours.
+// maxRetryAfter is the longest retry-after the gateway sends: the vendors'
+// SDKs sleep whatever they are told, blocking their caller. A refusal that
+// clears later than this is answered as one waiting cannot cure.
+const maxRetryAfter = time.Minute
+
+// waitHelps reports whether a refusal clears within maxRetryAfter (a
+// request rate, concurrency or tokens-per-minute window); a budget that
+// resets at midnight or on the 1st, the balance, a lifetime cap, a request
+// larger than a limit allows and a request-rate window longer than
+// maxRetryAfter do not, and a client told to sleep until then would hang.
 func waitHelps(d account.Decision) bool {
 	switch d.Outcome {
-	case account.RateLimited, account.ConcurrencyLimited:
-		return true
-	case account.TokenLimited:
-		return d.RetryAfter > 0
+	case account.RateLimited, account.ConcurrencyLimited, account.TokenLimited:
+		return d.RetryAfter > 0 && d.RetryAfter <= maxRetryAfter
 	}
 	return false
 }
 
 // refusal is the error kind and message of an admission the store refused:
-// which limit, of which level (the account's or this key's), and what the
-// client can do. Limits that reset are 429; the balance and a key's
-// lifetime cap, which do not, are 402.
+// which limit, of which level (the account's or this key's), its amounts
+// (what is used, what requests in flight hold, what this request would
+// take: a client can tell a full budget from a request too large for what
+// is left) and what the client can do. Limits that reset are 429; the
+// balance and a key's lifetime cap, which do not, are 402.
 func refusal(d account.Decision, hold, tokens int64) (format.ErrorKind, string) {
 	of := "for this " + d.Level.String()
 	retry := "retry after " + strconv.Itoa(retrySeconds(d.RetryAfter)) + "s"
+	n := func(v int64) string { return strconv.FormatInt(v, 10) }
+	spend := func(what string) string {
+		return what + " " + of + ": $" + usd(d.Used) + " of $" + usd(d.Limit) + " used, $" + usd(d.Held) +
+			" held by requests in flight; this request could cost up to $" + usd(hold)
+	}
 	switch d.Outcome {
 	case account.RateLimited:
-		return format.RateLimited, "request rate limit reached " + of + "; " + retry
+		return format.RateLimited, "request rate limit reached " + of + ": " + n(d.Used) + " of " + n(d.Limit) + " requests in its window; " + retry
 	case account.ConcurrencyLimited:
-		return format.RateLimited, "concurrent request limit reached " + of + ": too many requests in flight; " + retry + " or when one ends"
+		return format.RateLimited, "concurrent request limit reached " + of + ": " + n(d.Used) + " of " + n(d.Limit) + " requests in flight; " + retry + " or when one ends"
 	case account.TokenLimited:
-		bound := "this request may use up to " + strconv.FormatInt(tokens, 10) + " tokens (input + max_tokens)"
+		bound := "this request may use up to " + n(tokens) + " tokens (input + max_tokens)"
 		if d.RetryAfter == 0 {
-			return format.RateLimited, bound + ", more than the tokens-per-minute limit " + of + " allows at all; lower max_tokens or send less"
+			return format.RateLimited, bound + ", more than the tokens-per-minute limit " + of + " allows at all (" + n(d.Limit) + "); lower max_tokens or send less"
 		}
-		return format.RateLimited, "tokens-per-minute limit reached " + of + " (" + bound + "); " + retry
+		return format.RateLimited, "tokens-per-minute limit " + of + ": " + n(d.Used) + " of " + n(d.Limit) + " tokens used in the last 60 s, " +
+			n(d.Held) + " held by requests in flight; " + bound + "; " + retry
 	case account.DailyLimited:
-		return format.DailyLimit, "daily spend limit reached " + of + "; it resets at 00:00 UTC"
+		return format.DailyLimit, spend("daily spend limit") + "; it resets at 00:00 UTC"
 	case account.MonthlyLimited:
-		return format.DailyLimit, "monthly spend limit reached " + of + "; it resets on the 1st of the month at 00:00 UTC"
+		return format.DailyLimit, spend("monthly spend limit") + "; it resets on the 1st of the month at 00:00 UTC"
 	case account.TotalLimited:
-		return format.BillingExhausted, "lifetime spend limit reached for this key: this request could cost up to $" +
-			strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64) + "; the account's owner can raise it"
+		return format.BillingExhausted, spend("lifetime spend limit") + "; the account's owner can raise it"
 	}
-	return format.BillingExhausted, "insufficient balance: this request could cost up to $" +
-		strconv.FormatFloat(pricing.USD(hold), 'f', 6, 64) + "; top up the account"
+	return format.BillingExhausted, "insufficient balance: the balance is $" + usd(d.Limit) + ", $" + usd(d.Held) +
+		" of it held by requests in flight; this request could cost up to $" + usd(hold) + "; top up the account"
+}
+
+// usd writes nano-USD as an exact decimal amount of USD with at least two
+// decimals (as the console does): 1500000000 is "1.50", 123 is
+// "0.000000123".
+func usd(nano int64) string {
+	sign := ""
+	u := uint64(nano)
+	if nano < 0 {
+		sign, u = "-", -u
+	}
+	frac := strings.TrimRight(fmt.Sprintf("%09d", u%pricing.NanoPerUSD), "0")
+	for len(frac) < 2 {
+		frac += "0"
+	}
+	return sign + strconv.FormatUint(u/pricing.NanoPerUSD, 10) + "." + frac
 }

@@ -16,6 +16,17 @@ type slowOwners struct {
 	entered chan struct{} // closed when the first bind starts
 	release chan struct{}
 	owner   string // written unsynchronised: read only once the exchange says the bind is done
+	items   map[string]string
+}
+
+func (o *slowOwners) BindItems(ctx context.Context, ids []string, accountID string) error {
+	if o.items == nil {
+		o.items = map[string]string{}
+	}
+	for _, id := range ids {
+		o.items[id] = accountID
+	}
+	return nil
 }
 
 func (o *slowOwners) BindResponse(ctx context.Context, id, accountID string) error {
@@ -25,8 +36,8 @@ func (o *slowOwners) BindResponse(ctx context.Context, id, accountID string) err
 	return nil
 }
 
-func (o *slowOwners) ResponseOwner(ctx context.Context, id string) (string, error) {
-	return "", nil
+func (o *slowOwners) ResponseOwners(ctx context.Context, ids []string) ([]string, error) {
+	return make([]string, len(ids)), nil
 }
 
 // A streamed response names its stored response in its first event. The
@@ -93,6 +104,13 @@ func TestStreamBindsBesideTheFirstEvent(t *testing.T) {
 	// without waiting sees no owner yet, or, run with -race, a race.
 	if owners.owner != r.acct {
 		t.Fatalf("last chunk answered before the bind landed (owner %q)", owners.owner)
+	}
+	// The response's items, known only at its end, are bound before its
+	// last chunk goes, to the same account.
+	for _, id := range []string{"msg_1", "fc_1", "rs_1"} {
+		if owners.items[id] != r.acct {
+			t.Errorf("item %s bound to %q, want %q (items %v)", id, owners.items[id], r.acct, owners.items)
+		}
 	}
 	if !x.settled {
 		t.Fatal("not settled")

@@ -56,16 +56,20 @@ type exchange struct {
 	// settled once the answer to this message has been sent (afterSend).
 	replyDone bool
 
-	status    int    // upstream response status; 0 until the first response body chunk
-	endpoint  string // "primary" or "reserve", from Envoy's endpoint metadata
-	meter     format.Meter
-	rewriter  format.Rewriter // the meter, when it also rewrites the reply
-	stored    format.Stored   // the meter, when the reply names a stored response
-	bound     bool            // the stored response's id is bound to the account (or being bound)
-	binding   chan struct{}   // closed when a bind started mid-stream has landed
-	parked    *store.Parked   // the background response a retrieval or cancellation reads
-	bodyBytes int64           // response body bytes from the vendor
-	open      *holds.Open     // the hold's renewal while the request runs
+	status   int    // upstream response status; 0 until the first response body chunk
+	endpoint string // "primary" or "reserve", from Envoy's endpoint metadata
+	meter    format.Meter
+	rewriter format.Rewriter // the meter, when it also rewrites the reply
+	stored   format.Stored   // the meter, when the reply names a stored response
+	bound    bool            // the stored response's id is bound to the account (or being bound)
+	binding  chan struct{}   // closed when a bind started mid-stream has landed
+	// items, the meter when it reads the stored response's item ids;
+	// itemsBound once they have been bound.
+	items      format.StoredItems
+	itemsBound bool
+	parked     *store.Parked // the background response a retrieval or cancellation reads
+	bodyBytes  int64         // response body bytes from the vendor
+	open       *holds.Open   // the hold's renewal while the request runs
 
 	bounds      operation.Bounds // the request's bounds, fixed at admission
 	hasLength   bool             // the client sent content-length

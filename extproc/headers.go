@@ -32,7 +32,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	path, _, _ := strings.Cut(hv.path, "?") // query strings are never read for credentials
 	x.upstream = x.s.upstream(path)
 	if x.upstream == nil {
-		return immediate(404, "application/json", []byte(`{"error":{"type":"not_found","message":"no such path"}}`), 0)
+		return x.s.noUpstream(path)
 	}
 	key, err := x.s.keys.Authenticate(ctx, hv.credentials, x.started, modelPolicy)
 	if err != nil {
@@ -107,7 +107,7 @@ func (x *exchange) bodyFollows(h *extprocv3.HttpHeaders, hv headerValues, mutati
 // and the vendor never hears of the request. Never billed again.
 func (x *exchange) owned(ctx context.Context, op *operation.Operation, vp *operation.Path, id string,
 	hv headerValues, mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
-	if resp := x.checkOwner(ctx, id); resp != nil {
+	if resp := x.checkOwner(ctx, format.Ref{Kind: format.StoredResponse, ID: id}); resp != nil {
 		return resp
 	}
 	// A background request not yet settled: its retrieval (the poll path)

@@ -116,6 +116,7 @@ func (x *exchange) parkedBody(b *extprocv3.HttpBody, attrs map[string]*structpb.
 			if code >= 200 && code <= 299 {
 				x.meter = x.op.Format.NewMeter(format.Request{Stream: x.req.Stream}, nil, replyType(x.req.Stream))
 				x.stored, _ = x.meter.(format.Stored)
+				x.items, _ = x.meter.(format.StoredItems)
 			}
 		}
 	}
@@ -124,6 +125,8 @@ func (x *exchange) parkedBody(b *extprocv3.HttpBody, attrs map[string]*structpb.
 		if x.req.Stream || b.GetEndOfStream() {
 			if _, final := x.stored.Response(); final {
 				x.settled = true
+				// The create's reply had no items yet: its end has them.
+				x.bindItems(context.Background())
 				x.s.settleParked(*x.parked, x.meter.Usage(true))
 			}
 		}
@@ -292,6 +295,9 @@ func (r *Reconciler) check(ctx context.Context, ref store.BackgroundRef) bool {
 		if st, ok := m.(format.Stored); !ok {
 			break
 		} else if _, final := st.Response(); final {
+			if items, ok := m.(format.StoredItems); ok {
+				s.bindItems(ctx, p.Settlement.RequestID, items, p.Settlement.AccountID)
+			}
 			s.settleParked(p, m.Usage(true))
 			return true
 		}

@@ -100,7 +100,9 @@ func newRigWith(tb testing.TB, upstream string, ra rigAccount) *rig {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := NewServer(Options{Upstreams: []*Upstream{r}, Keys: auth.NewCache(st, 0), Admitter: st, Settler: st, MaxRequestBytes: 32 << 20,
+	// The key cache holds for the whole test: a loaded machine must not
+	// turn a cached key into a lookup (round trips are counted).
+	srv := NewServer(Options{Upstreams: []*Upstream{r}, Keys: auth.NewCache(st, time.Hour), Admitter: st, Settler: st, MaxRequestBytes: 32 << 20,
 		Logger: slog.New(slog.DiscardHandler)})
 	return &rig{srv: srv, trips: trips, mr: mr, st: st, acct: a.ID, key: key, upstream: r}
 }

@@ -140,6 +140,9 @@ func TestRejectionBranches(t *testing.T) {
 		{name: "unknown path", headers: func(r *rig) []string {
 			return []string{":method", "POST", ":path", "/alpha/v1/complete", "x-api-key", r.key}
 		}, status: 404, errType: "not_found_error", message: "no such path"},
+		{name: "under no upstream", headers: func(r *rig) []string {
+			return []string{":method", "POST", ":path", "/anthropic/v1/messages", "x-api-key", r.key}
+		}, status: 404, errType: "not_found", message: `"/anthropic/v1/messages" is under no upstream of this gateway; each upstream is reached under /NAME/ (/alpha/)`},
 		{name: "metered path with GET", headers: func(r *rig) []string {
 			return []string{":method", "GET", ":path", "/alpha/v1/messages", "x-api-key", r.key}
 		}, status: 404, errType: "not_found_error"},
@@ -185,6 +188,18 @@ func TestRejectionBranches(t *testing.T) {
 			},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
 			status:  429, errType: "rate_limit_error", message: "request rate limit reached for this key", retry: true},
+		// A window that frees a slot only in minutes: no client should
+		// sleep that long, so the refusal is final with its reset time.
+		{name: "request rate, a long window", account: rigAccount{limits: account.Limits{RPM: 1, WindowMinutes: 10}},
+			setup: func(t *testing.T, r *rig) {
+				for i := range 10 { // the window's 1 × 10
+					if a, ok := firstRejection(t, r, messagesHeaders(r.key), body); ok {
+						t.Fatalf("request %d refused: %+v", i, a)
+					}
+				}
+			},
+			headers: func(r *rig) []string { return messagesHeaders(r.key) },
+			status:  429, errType: "rate_limit_error", message: "request rate limit reached", final: true, resets: true},
 		{name: "key's concurrency", account: rigAccount{key: account.KeyOptions{Limits: account.Limits{Concurrency: 1}}},
 			setup: func(t *testing.T, r *rig) {
 				// A request still in flight: admitted, not ended.
@@ -209,16 +224,16 @@ func TestRejectionBranches(t *testing.T) {
 				}
 			},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  429, errType: "rate_limit_error", message: "tokens-per-minute limit reached for this key", retry: true},
+			status:  429, errType: "rate_limit_error", message: "tokens-per-minute limit for this key: 0 of 500 tokens used in the last 60 s, 400 held by requests in flight", retry: true},
 		{name: "key's daily spend", account: rigAccount{key: account.KeyOptions{Limits: account.Limits{DailyNanoUSD: 1}}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  429, errType: "rate_limit_error", message: "daily spend limit reached for this key", final: true, resets: true},
+			status:  429, errType: "rate_limit_error", message: "daily spend limit for this key: $0.00 of $0.000000001 used", final: true, resets: true},
 		{name: "account's monthly spend", account: rigAccount{limits: account.Limits{MonthlyNanoUSD: 1}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  429, errType: "rate_limit_error", message: "monthly spend limit reached for this account", final: true, resets: true},
+			status:  429, errType: "rate_limit_error", message: "monthly spend limit for this account: $0.00 of $0.000000001 used", final: true, resets: true},
 		{name: "key's lifetime spend", account: rigAccount{key: account.KeyOptions{Limits: account.Limits{TotalNanoUSD: 1}}},
 			headers: func(r *rig) []string { return messagesHeaders(r.key) },
-			status:  402, errType: "billing_error", message: "lifetime spend limit reached for this key", final: true},
+			status:  402, errType: "billing_error", message: "lifetime spend limit for this key: $0.00 of $0.000000001 used", final: true},
 		{name: "store unavailable", setup: func(t *testing.T, r *rig) {
 			// The key cache is off (TTL 0), so the key lookup meets the outage.
 			r.mr.Close()

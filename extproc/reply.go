@@ -45,6 +45,7 @@ func (x *exchange) startReply(contentType string) bool {
 	}
 	x.meter = x.op.Format.NewMeter(x.req, x.body, contentType)
 	x.stored, _ = x.meter.(format.Stored)
+	x.items, _ = x.meter.(format.StoredItems)
 	x.rewriter, _ = x.meter.(format.Rewriter)
 	x.open.Checkpoint(account.Checkpoint{Status: x.status, Endpoint: x.endpoint})
 	return true
@@ -82,6 +83,9 @@ func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attr
 			if x.binding != nil {
 				<-x.binding // the last chunk waits for the bind (it has long landed)
 			}
+			// The items are all known only now: bound before the last
+			// chunk goes, not cut by the client leaving.
+			x.bindItems(context.WithoutCancel(ctx))
 			if x.req.Background {
 				// Parked before the reply naming the response reaches the
 				// client, so that its first read finds it parked and
@@ -151,6 +155,11 @@ func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
 		case strings.Contains(md, `"primary"`):
 			x.endpoint = "primary"
 		}
+	}
+	// Without the metadata (the reduced contract, or a cluster of the
+	// operator's own): the address Envoy connected to.
+	if x.endpoint == "" && x.upstream != nil && x.upstream.addrs != nil {
+		x.endpoint = x.upstream.addrs.endpointOf(f["upstream.address"].GetStringValue())
 	}
 	x.startReply(replyType(x.req.Stream))
 }

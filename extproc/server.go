@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -84,6 +85,9 @@ type Options struct {
 	// ConcurrencyWaiters bounds the requests waiting for a slot at once;
 	// default config.DefaultConcurrencyWaiters.
 	ConcurrencyWaiters int
+	// ConcurrencyWaitersShare bounds the requests of one key, and of one
+	// account, among them; default a tenth of ConcurrencyWaiters.
+	ConcurrencyWaitersShare int
 }
 
 // Server implements Envoy's ExternalProcessor service.
@@ -150,7 +154,7 @@ func NewServer(o Options) *Server {
 	if waiters <= 0 {
 		waiters = config.DefaultConcurrencyWaiters
 	}
-	s.waiter = newSlotWaiter(o.ConcurrencyWaitBound, waiters)
+	s.waiter = newSlotWaiter(o.ConcurrencyWaitBound, waiters, o.ConcurrencyWaitersShare)
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -201,6 +205,21 @@ func (s *Server) upstream(path string) *Upstream {
 		}
 	}
 	return nil
+}
+
+// noUpstream answers a path under no upstream's prefix: a route of
+// Envoy's that sends the processor what no upstream serves (a prefix
+// other than /NAME/, say). No vendor's format applies; the message names
+// what is served.
+func (s *Server) noUpstream(path string) *extprocv3.ProcessingResponse {
+	prefixes := make([]string, len(s.upstreams))
+	for i, u := range s.upstreams {
+		prefixes[i] = u.prefix
+	}
+	msg := "no such path: " + strconv.Quote(path) + " is under no upstream of this gateway; each upstream is reached under /NAME/ (" +
+		strings.Join(prefixes, ", ") + "), NAME as gateway.yaml names it"
+	body, _ := json.Marshal(map[string]any{"error": map[string]string{"type": "not_found", "message": msg}})
+	return immediate(404, "application/json", body, 0)
 }
 
 // Process handles one HTTP request's stream of processing messages.

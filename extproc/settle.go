@@ -3,6 +3,7 @@ package extproc
 // Settlement: what the request comes to, recorded exactly once, off the path of the reply.
 
 import (
+	"context"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
@@ -53,6 +54,9 @@ func (x *exchange) settle(complete bool) {
 	if x.req.Stream {
 		x.s.metrics.streams.Dec()
 	}
+	// A reply cut short binds the items it showed (a whole one bound them
+	// before its last chunk).
+	x.bindItems(context.Background())
 	st := x.outcome(complete)
 	x.s.noteCapped(x.upstream.Name, st)
 	// Renewed until the hold is gone: if the settlement waits in the queue

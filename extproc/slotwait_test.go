@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,7 +41,7 @@ func (f *fakeAdmitter) admit(ctx context.Context) (account.Decision, error) {
 // interval slept, so that a test runs no real time.
 func testWaiter(bound time.Duration, waiters int) (*slotWaiter, *testclock.Clock, *[]time.Duration) {
 	clock := testclock.New(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
-	w := newSlotWaiter(bound, waiters)
+	w := newSlotWaiter(bound, waiters, 0)
 	w.now = clock.Now
 	var slept []time.Duration
 	w.after = func(d time.Duration) <-chan time.Time {
@@ -57,7 +59,7 @@ var concurrencyRefusal = account.Decision{Outcome: account.ConcurrencyLimited, R
 func TestSlotWaitAdmitsWhenASlotFrees(t *testing.T) {
 	w, _, slept := testWaiter(time.Minute, 4)
 	f := &fakeAdmitter{admitAt: 5, next: account.Decision{Outcome: account.Admitted}}
-	d, outcome, err := w.wait(context.Background(), 10*time.Second, concurrencyRefusal, f.admit)
+	d, outcome, err := w.wait(context.Background(), alice, 10*time.Second, concurrencyRefusal, f.admit)
 	if err != nil || outcome != waitAdmitted || d.Outcome != account.Admitted {
 		t.Fatalf("got %v %v %v, want admitted", d, outcome, err)
 	}
@@ -69,8 +71,8 @@ func TestSlotWaitAdmitsWhenASlotFrees(t *testing.T) {
 			t.Fatalf("slept %v between attempts, want [%v, %v)", s, minPoll, maxPoll)
 		}
 	}
-	if len(w.slots) != 0 {
-		t.Fatalf("%d waiter slots still taken", len(w.slots))
+	if n := w.waiting(); n != 0 {
+		t.Fatalf("%d still waiting", n)
 	}
 }
 
@@ -86,7 +88,7 @@ func TestSlotWaitTimesOutAtItsBound(t *testing.T) {
 			w, clock, slept := testWaiter(tc.bound, 4)
 			start := clock.Now()
 			f := &fakeAdmitter{}
-			d, outcome, err := w.wait(context.Background(), w.limit(tc.wait), concurrencyRefusal, f.admit)
+			d, outcome, err := w.wait(context.Background(), alice, w.limit(tc.wait), concurrencyRefusal, f.admit)
 			if err != nil || outcome != waitTimeout || d.Outcome != account.ConcurrencyLimited || d.RetryAfter != time.Second {
 				t.Fatalf("got %v %v %v, want a concurrency refusal after a timeout", d, outcome, err)
 			}
@@ -115,7 +117,7 @@ func TestSlotWaitStopsWhenTheClientLeaves(t *testing.T) {
 		}
 		return f.admit(c)
 	}
-	d, outcome, err := w.wait(ctx, 30*time.Second, concurrencyRefusal, admit)
+	d, outcome, err := w.wait(ctx, alice, 30*time.Second, concurrencyRefusal, admit)
 	if err != nil || outcome != waitCancelled || d.Outcome != account.ConcurrencyLimited {
 		t.Fatalf("got %v %v %v, want cancelled", d, outcome, err)
 	}
@@ -134,28 +136,215 @@ func TestSlotWaitStopsWhenTheClientLeaves(t *testing.T) {
 func TestSlotWaitAnswersOtherRefusalsAtOnce(t *testing.T) {
 	w, _, _ := testWaiter(time.Minute, 4)
 	f := &fakeAdmitter{admitAt: 2, next: account.Decision{Outcome: account.RateLimited, RetryAfter: 30 * time.Second, Level: account.KeyLevel}}
-	d, outcome, err := w.wait(context.Background(), 30*time.Second, concurrencyRefusal, f.admit)
+	d, outcome, err := w.wait(context.Background(), alice, 30*time.Second, concurrencyRefusal, f.admit)
 	if err != nil || outcome != waitRefused || d.Outcome != account.RateLimited || f.attempts != 2 {
 		t.Fatalf("got %v %v %v after %d attempts, want the rate refusal at the 2nd", d, outcome, err, f.attempts)
 	}
 	storeDown := errors.New("store down")
 	f = &fakeAdmitter{admitAt: 1, err: storeDown}
-	if _, outcome, err := w.wait(context.Background(), 30*time.Second, concurrencyRefusal, f.admit); !errors.Is(err, storeDown) || outcome != waitRefused {
+	if _, outcome, err := w.wait(context.Background(), alice, 30*time.Second, concurrencyRefusal, f.admit); !errors.Is(err, storeDown) || outcome != waitRefused {
 		t.Fatalf("got %v %v, want the store's error", outcome, err)
 	}
 }
 
 func TestSlotWaitBoundsWaiters(t *testing.T) {
 	w, _, _ := testWaiter(time.Minute, 1)
-	w.slots <- struct{}{} // one request already waits
+	ctx, leave := context.WithCancel(context.Background())
+	parked := make(chan waitOutcome)
+	go func() { // one request already waits, of another key and account
+		_, outcome, _ := w.wait(ctx, waitParty{"acct_b", "key_b"}, 30*time.Second, concurrencyRefusal, func(context.Context) (account.Decision, error) {
+			<-ctx.Done()
+			return concurrencyRefusal, nil
+		})
+		parked <- outcome
+	}()
+	eventually.That(t, 5*time.Second, "one waits", func() (bool, string) { return w.waiting() == 1, fmt.Sprint(w.waiting()) })
 	f := &fakeAdmitter{admitAt: 1, next: account.Decision{Outcome: account.Admitted}}
-	d, outcome, err := w.wait(context.Background(), 30*time.Second, concurrencyRefusal, f.admit)
+	d, outcome, err := w.wait(context.Background(), alice, 30*time.Second, concurrencyRefusal, f.admit)
 	if err != nil || outcome != waitFull || d != concurrencyRefusal || f.attempts != 0 {
 		t.Fatalf("got %v %v %v after %d attempts, want the refusal at once", d, outcome, err, f.attempts)
 	}
-	<-w.slots
-	if _, outcome, _ := w.wait(context.Background(), 30*time.Second, concurrencyRefusal, f.admit); outcome != waitAdmitted {
+	leave()
+	<-parked
+	if _, outcome, _ := w.wait(context.Background(), alice, 30*time.Second, concurrencyRefusal, f.admit); outcome != waitAdmitted {
 		t.Fatalf("with room: %v, want admitted", outcome)
+	}
+}
+
+var alice = waitParty{account: "acct_a", key: "key_a"}
+
+// manualTimers is a slotWaiter's after whose timers fire only when the
+// test moves the clock on: for tests with many waiters at once.
+type manualTimers struct {
+	clock  *testclock.Clock
+	mu     sync.Mutex
+	timers []manualTimer
+}
+
+type manualTimer struct {
+	at time.Time
+	c  chan time.Time
+}
+
+func (m *manualTimers) after(d time.Duration) <-chan time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := make(chan time.Time, 1)
+	m.timers = append(m.timers, manualTimer{m.clock.Now().Add(d), c})
+	return c
+}
+
+// pending is the number of timers not yet fired.
+func (m *manualTimers) pending() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.timers)
+}
+
+// advance moves the clock on by d and fires the timers due.
+func (m *manualTimers) advance(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.clock.Advance(d)
+	now := m.clock.Now()
+	left := m.timers[:0]
+	for _, tm := range m.timers {
+		if tm.at.After(now) {
+			left = append(left, tm)
+			continue
+		}
+		tm.c <- now
+	}
+	m.timers = left
+}
+
+// manualWaiter is a room of size places, share for each key and account,
+// polling every poll, on manual timers.
+func manualWaiter(size, share int, poll time.Duration) (*slotWaiter, *manualTimers) {
+	w := newSlotWaiter(time.Minute, size, share)
+	m := &manualTimers{clock: testclock.New(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))}
+	w.now, w.after = m.clock.Now, m.after
+	w.poll = func() time.Duration { return poll }
+	return w, m
+}
+
+// A key holds at most its share of the room, and so does an account
+// across its keys: beyond it a request is refused at once, without an
+// attempt, while another key's request still gets a place.
+func TestSlotWaitShares(t *testing.T) {
+	w, _ := manualWaiter(10, 2, 50*time.Millisecond)
+	ctx, leave := context.WithCancel(context.Background())
+	var attempts atomic.Int64
+	refuse := func(context.Context) (account.Decision, error) {
+		attempts.Add(1)
+		return concurrencyRefusal, nil
+	}
+	ended := make(chan waitOutcome, 10)
+	park := func(p waitParty, n int) {
+		t.Helper()
+		go func() {
+			_, outcome, _ := w.wait(ctx, p, 30*time.Second, concurrencyRefusal, refuse)
+			ended <- outcome
+		}()
+		eventually.That(t, 5*time.Second, "the request waits", func() (bool, string) {
+			return w.waiting() == n, fmt.Sprint(w.waiting(), " waiting")
+		})
+	}
+	park(alice, 1)
+	park(alice, 2)
+	for _, p := range []waitParty{alice, {account: alice.account, key: "key_a2"}} {
+		if _, outcome, err := w.wait(ctx, p, 30*time.Second, concurrencyRefusal, refuse); outcome != waitFull || err != nil {
+			t.Fatalf("%v beyond its share: %v %v, want refused at once", p, outcome, err)
+		}
+	}
+	park(waitParty{account: "acct_b", key: "key_b"}, 3)
+	if n := attempts.Load(); n != 0 {
+		t.Fatalf("%d admission attempts before any poll, want 0", n)
+	}
+	leave()
+	for range 3 {
+		if outcome := <-ended; outcome != waitCancelled {
+			t.Fatalf("a waiter ended %v, want cancelled", outcome)
+		}
+	}
+	if n := w.waiting(); n != 0 {
+		t.Fatalf("%d still waiting", n)
+	}
+}
+
+// The waiters of one key ask for admission one at a time, the first of
+// them once per poll, so that Redis sees one attempt per poll however
+// many wait; when slots free they are admitted in order of arrival, each
+// successor asking at once.
+func TestSlotWaitOneAttemptPerKeyPerPoll(t *testing.T) {
+	const waiters, poll = 50, 50 * time.Millisecond
+	w, m := manualWaiter(500, 50, poll)
+	var attempts atomic.Int64
+	var open atomic.Bool // slots free: every attempt admits
+	var mu sync.Mutex
+	var order []int
+	ended := make(chan waitOutcome, waiters)
+	for i := range waiters {
+		admit := func(context.Context) (account.Decision, error) {
+			attempts.Add(1)
+			if !open.Load() {
+				return concurrencyRefusal, nil
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			return account.Decision{Outcome: account.Admitted}, nil
+		}
+		go func() {
+			_, outcome, _ := w.wait(context.Background(), alice, 30*time.Second, concurrencyRefusal, admit)
+			ended <- outcome
+		}()
+		// One at a time, so that the order of arrival is known; each
+		// arrival sets its timer (the first its poll, the others their
+		// deadline).
+		eventually.That(t, 5*time.Second, "the request waits", func() (bool, string) {
+			return w.waiting() == i+1 && m.pending() == i+1, fmt.Sprint(w.waiting(), " waiting, ", m.pending(), " timers")
+		})
+	}
+	for i := 1; i <= 20; i++ {
+		m.advance(poll)
+		eventually.That(t, 5*time.Second, "one attempt per poll", func() (bool, string) {
+			n := attempts.Load()
+			return n == int64(i) && m.pending() == waiters, fmt.Sprint(n, " attempts after ", i, " polls, ", m.pending(), " timers")
+		})
+	}
+	open.Store(true)
+	m.advance(poll)
+	for range waiters {
+		if outcome := <-ended; outcome != waitAdmitted {
+			t.Fatalf("a waiter ended %v, want admitted", outcome)
+		}
+	}
+	if n := attempts.Load(); n != 20+waiters {
+		t.Fatalf("%d attempts, want %d: one per poll, then one per admission", n, 20+waiters)
+	}
+	for i, got := range order {
+		if got != i {
+			t.Fatalf("admitted in the order %v, want that of arrival", order)
+		}
+	}
+}
+
+// With more than fullRateKeys keys waiting, each key asks less often, so
+// that the sidecar's attempts stay about fullRateKeys keys' worth.
+func TestSlotWaitIntervalStretchesWithKeys(t *testing.T) {
+	w, _ := manualWaiter(500, 50, 50*time.Millisecond)
+	for _, tc := range []struct {
+		keys int
+		want time.Duration
+	}{{1, 50 * time.Millisecond}, {fullRateKeys, 50 * time.Millisecond}, {4 * fullRateKeys, 200 * time.Millisecond}} {
+		clear(w.queues)
+		for i := range tc.keys {
+			w.queues[strconv.Itoa(i)] = &slotQueue{}
+		}
+		if got := w.interval(); got != tc.want {
+			t.Fatalf("%d keys wait: each asks every %v, want %v", tc.keys, got, tc.want)
+		}
 	}
 }
 
@@ -180,7 +369,7 @@ func (r *rig) admitRequest(ctx context.Context, x *exchange) *extprocv3.Processi
 func TestExchangeWaitsForASlot(t *testing.T) {
 	r := newRigWith(t, "alpha", rigAccount{key: account.KeyOptions{Limits: account.Limits{
 		Concurrency: 1, RPM: 100, WindowMinutes: 1, ConcurrencyWaitSeconds: 10}}})
-	r.srv.waiter = newSlotWaiter(time.Minute, 4)
+	r.srv.waiter = newSlotWaiter(time.Minute, 4, 0)
 	ctx := context.Background()
 	first := &exchange{s: r.srv}
 	if resp := r.admitRequest(ctx, first); resp.GetRequestBody() == nil {
@@ -189,7 +378,7 @@ func TestExchangeWaitsForASlot(t *testing.T) {
 	waiting := func(n int) {
 		t.Helper()
 		eventually.That(t, 5*time.Second, "waiters", func() (bool, string) {
-			return len(r.srv.waiter.slots) == n, fmt.Sprint(len(r.srv.waiter.slots), " waiting")
+			return r.srv.waiter.waiting() == n, fmt.Sprint(r.srv.waiter.waiting(), " waiting")
 		})
 	}
 

@@ -193,7 +193,15 @@ func (h *socketHandler) dialVendor(r *http.Request, upstream string) (*websocket
 		return nil, "", status, err
 	}
 	c.SetReadLimit(-1) // the vendor's events: a final response can be large
-	return c, resp.Header.Get("x-gateway-endpoint"), status, nil
+	endpoint := resp.Header.Get("x-gateway-endpoint")
+	if endpoint == "" {
+		// The reduced contract has no host metadata: the address Envoy
+		// connected to says which endpoint it is.
+		if u := h.s.upstreamNamed(upstream); u != nil && u.addrs != nil {
+			endpoint = u.addrs.endpointOf(resp.Header.Get("x-gateway-upstream-address"))
+		}
+	}
+	return c, endpoint, status, nil
 }
 
 // socketConn is one client socket and its vendor socket.

@@ -10,7 +10,7 @@ package extproc
 
 import (
 	"context"
-	"strconv"
+	"slices"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -55,6 +55,31 @@ func (x *exchange) bind(ctx context.Context, last bool) {
 	}()
 }
 
+// bindItems binds the items the reply has shown (format.StoredItems) to
+// the account, once: at the reply's last chunk, before it is released, or
+// when a reply cut short settles. Only the end shows them all.
+func (x *exchange) bindItems(ctx context.Context) {
+	if x.items == nil || x.itemsBound || x.req.NoStore || x.s.owners == nil {
+		return
+	}
+	x.itemsBound = true
+	x.s.bindItems(ctx, x.requestID, x.items, x.key.AccountID)
+}
+
+// bindItems binds the item ids meter m has read to account, logging a
+// failure: the items then stay unreachable through the gateway, refused,
+// never shown to another account.
+func (s *Server) bindItems(ctx context.Context, requestID string, m format.StoredItems, account string) {
+	ids := m.Items()
+	if len(ids) == 0 || s.owners == nil {
+		return
+	}
+	if err := s.owners.BindItems(ctx, slices.Clone(ids), account); err != nil {
+		s.log.Error("binding a stored response's items failed", "request_id", requestID, "err", err)
+		s.metrics.storeErrors.WithLabelValues("bind").Inc()
+	}
+}
+
 // bindResponse binds stored response id to account, logging a failure: the
 // response then stays unreachable through the gateway, refused, never shown
 // to another account.
@@ -65,23 +90,37 @@ func (s *Server) bindResponse(ctx context.Context, requestID, id, account string
 	}
 }
 
-// checkOwner answers 404, in the vendor's words, unless the key's account
-// created response id; nil lets the request go on.
-func (x *exchange) checkOwner(ctx context.Context, id string) *extprocv3.ProcessingResponse {
-	if x.localRef != nil && x.localRef(id) {
-		return nil // created on this socket, by this account
+// checkOwner answers 404, in the vendor's words, unless every stored
+// object of refs (a response, or an item of one) is bound to the key's
+// account, all read in one round trip; nil lets the request go on. On a
+// socket, a response created on it (store: false included) is the
+// account's without asking the store.
+func (x *exchange) checkOwner(ctx context.Context, refs ...format.Ref) *extprocv3.ProcessingResponse {
+	if x.localRef != nil {
+		refs = slices.DeleteFunc(slices.Clone(refs), func(r format.Ref) bool {
+			return r.Kind == format.StoredResponse && x.localRef(r.ID)
+		})
+	}
+	if len(refs) == 0 {
+		return nil
 	}
 	if x.s.owners == nil {
 		return x.reject(format.NotFound, "stored responses are not available through this gateway", 0)
 	}
-	owner, err := x.s.owners.ResponseOwner(ctx, id)
+	ids := make([]string, len(refs))
+	for i, r := range refs {
+		ids[i] = r.ID
+	}
+	owners, err := x.s.owners.ResponseOwners(ctx, ids)
 	if err != nil {
 		x.s.log.Error("response owner lookup failed", "err", err)
 		x.s.metrics.storeErrors.WithLabelValues("owner").Inc()
 		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
 	}
-	if owner == "" || owner != x.key.AccountID {
-		return x.reject(format.NotFound, "Response with id "+strconv.Quote(id)+" not found.", 0)
+	for i, owner := range owners {
+		if owner == "" || owner != x.key.AccountID {
+			return x.reject(format.NotFound, refs[i].NotFound(), 0)
+		}
 	}
 	return nil
 }
@@ -90,5 +129,9 @@ func (x *exchange) checkOwner(ctx context.Context, id string) *extprocv3.Process
 // store implements it).
 type Owners interface {
 	BindResponse(ctx context.Context, id, accountID string) error
-	ResponseOwner(ctx context.Context, id string) (string, error)
+	// BindItems binds the items of a stored response (ids later requests
+	// may name alone), in one round trip.
+	BindItems(ctx context.Context, ids []string, accountID string) error
+	// ResponseOwners reads the owners of many ids in one round trip.
+	ResponseOwners(ctx context.Context, ids []string) ([]string, error)
 }

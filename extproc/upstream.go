@@ -35,9 +35,15 @@ type Upstream struct {
 	firstByte         time.Duration
 	prefill, generate int64
 	MaxDuration       time.Duration
+	// NoPerTryHeader: Envoy does not take the per-try timeout the
+	// processor would set (a reduced contract); none is sent.
+	NoPerTryHeader bool
 	// regional maps an endpoint ("primary", "reserve") to the regional
 	// processing region it serves, for the catalogue's uplift.
 	regional map[string]string
+	// addrs tells the serving endpoint from the address Envoy connected
+	// to, where no host metadata says it.
+	addrs *endpointAddrs
 	// query lists, by path after the prefix, the query parameters the
 	// vendor's API defines there; every other parameter is dropped.
 	query map[string][]string
@@ -73,6 +79,7 @@ func NewUpstream(u config.Upstream, prices *pricing.Table, ops operation.Registr
 	r.query = vendor.FreeQuery
 	r.firstByte, r.prefill, r.generate = u.Failover.FirstByteTimeout.D(), u.Failover.PrefillTokensPerSecond, u.Failover.GenerationTokensPerSecond
 	r.regional = map[string]string{"primary": u.Primary.RegionalProcessing, "reserve": u.Reserve.RegionalProcessing}
+	r.addrs = newEndpointAddrs(u)
 	for _, fp := range u.FreePaths {
 		method, path, err := config.ParseFreePath(fp)
 		if err != nil {
@@ -85,6 +92,20 @@ func NewUpstream(u config.Upstream, prices *pricing.Table, ops operation.Registr
 		r.freePaths[method+" "+path] = true
 	}
 	return r, nil
+}
+
+// ServingOperations names the operations of configured upstream u that
+// serve model m, of those ops registers: what `gateway models` lists.
+func ServingOperations(u config.Upstream, prices *pricing.Table, ops operation.Registry, m *pricing.Model) []string {
+	up, err := NewUpstream(u, prices, ops)
+	if err != nil {
+		return nil // a config that loaded has known operations
+	}
+	var out []string
+	for _, op := range up.Serving(m) {
+		out = append(out, op.Name)
+	}
+	return out
 }
 
 // polled is the operation whose background requests the upstream's

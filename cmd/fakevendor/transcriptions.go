@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"cmp"
-	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -26,9 +25,9 @@ import (
 //     the usage.
 //   - response_format text, srt and vtt are the bare transcript, no usage.
 func (b *chatAPI) transcriptions(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
-	f, err := readTranscriptionForm(r.Header.Get("Content-Type"), body)
-	if err != nil {
-		b.writeError(w, r, http.StatusBadRequest, err.Error())
+	f, refusal := readTranscriptionForm(r.Header.Get("Content-Type"), body)
+	if refusal != "" {
+		b.writeError(w, r, http.StatusBadRequest, refusal)
 		return
 	}
 	words := replyWords("", ctl.replyWords())
@@ -81,13 +80,12 @@ type transcriptionForm struct {
 	fileBytes, promptBytes int
 }
 
-// readTranscriptionForm parses the multipart body; an error is the
-// vendor's 400 message.
-func readTranscriptionForm(contentType string, body []byte) (transcriptionForm, error) {
-	var f transcriptionForm
+// readTranscriptionForm parses the multipart body; refusal, when not
+// empty, is the vendor's 400 message, in its words.
+func readTranscriptionForm(contentType string, body []byte) (f transcriptionForm, refusal string) {
 	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil || mt != "multipart/form-data" {
-		return f, fmt.Errorf("Invalid Content-Type header (%q), expected multipart/form-data.", contentType)
+		return f, fmt.Sprintf("Invalid Content-Type header (%q), expected multipart/form-data.", contentType)
 	}
 	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
 	haveFile := false
@@ -97,11 +95,11 @@ func readTranscriptionForm(contentType string, body []byte) (transcriptionForm, 
 			break
 		}
 		if err != nil {
-			return f, errors.New("Could not parse multipart form.")
+			return f, "Could not parse multipart form."
 		}
 		v, err := io.ReadAll(p)
 		if err != nil {
-			return f, errors.New("Could not parse multipart form.")
+			return f, "Could not parse multipart form."
 		}
 		switch p.FormName() {
 		case "file":
@@ -117,10 +115,10 @@ func readTranscriptionForm(contentType string, body []byte) (transcriptionForm, 
 		}
 	}
 	if f.model == "" || !haveFile {
-		return f, errors.New("'file' and 'model' are required.")
+		return f, "'file' and 'model' are required."
 	}
 	if strings.HasPrefix(f.model, "whisper") {
 		f.stream = false // the vendor ignores stream for whisper-1
 	}
-	return f, nil
+	return f, ""
 }

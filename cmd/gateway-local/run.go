@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/envoy"
+	"github.com/modelgateway/gateway/extproc"
+	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
@@ -297,7 +299,7 @@ func createDemo(ctx context.Context, svc adminv1.AdminClient, cfg *config.Config
 		var best *pricing.Model
 		var bestOut int64
 		for _, m := range prices[u.Name].Models() {
-			if !slices.Contains(servingOperations(u, prices[u.Name], m), u.Format) {
+			if !slices.Contains(extproc.ServingOperations(u, prices[u.Name], operations.All, m), u.Format) {
 				continue // the demo speaks the vendor's own format
 			}
 			r, _ := m.RatesFor(0, "")

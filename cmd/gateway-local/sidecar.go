@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"gopkg.in/yaml.v3"
 
-	"github.com/modelgateway/gateway/extproc"
 	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/config"
@@ -150,18 +149,4 @@ func createLocalDemo(ctx context.Context, cfg *config.Config, usd float64) (demo
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return createDemo(ctx, adminv1.NewAdminClient(conn), cfg, prices, usd)
-}
-
-// servingOperations names the operations of upstream u that serve model m
-// (as `gateway models` lists them).
-func servingOperations(u config.Upstream, t *pricing.Table, m *pricing.Model) []string {
-	up, err := extproc.NewUpstream(u, t, operations.All)
-	if err != nil {
-		return nil // a config that loaded has known operations
-	}
-	var out []string
-	for _, op := range up.Serving(m) {
-		out = append(out, op.Name)
-	}
-	return out
 }

@@ -17,6 +17,7 @@ func envoyConfigCmd() *cobra.Command {
 		cfgPath, out, composeRoot string
 		o                         envoy.Options
 		endpoints                 []string
+		fragment                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "envoy-config",
@@ -37,7 +38,11 @@ func envoyConfigCmd() *cobra.Command {
 			if err := envoy.PointEndpoints(cfg, urls); err != nil {
 				return fmt.Errorf("--endpoint: %w", err)
 			}
-			b, err := envoy.Render(cfg, o)
+			render := envoy.Render
+			if fragment {
+				render = envoy.RenderFragment
+			}
+			b, err := render(cfg, o)
 			if err != nil {
 				return err
 			}
@@ -59,6 +64,7 @@ func envoyConfigCmd() *cobra.Command {
 	f.BoolVar(&o.Bare, "bare", false, "render without the ext_proc filter (benchmark reference)")
 	f.StringVar(&o.NodeID, "node-id", "", "Envoy node id")
 	f.StringArrayVar(&endpoints, "endpoint", nil, "NAME=URL: point both endpoints (primary and reserve) of upstream NAME at URL; repeatable")
+	f.BoolVar(&fragment, "fragment", false, "print only the pieces to merge into an Envoy of your own (filter, routes, clusters, relay listener, settings, local replies; docs/envoy.md)")
 	f.StringVar(&composeRoot, "compose", "", "write the docker-compose bootstraps (envoy/envoy.yaml, envoy/envoy-demo.yaml, envoy/envoy-observability.yaml) under this repository `root` instead")
 	return cmd
 }

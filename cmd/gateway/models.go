@@ -85,7 +85,7 @@ func modelRows(cfg *config.Config, book pricing.Book) []modelRow {
 			continue
 		}
 		for _, m := range t.PriceList("*") {
-			ops := servingOperations(u, t, m)
+			ops := extproc.ServingOperations(u, t, operations.All, m)
 			if len(ops) == 0 {
 				continue // in the catalogue, but no operation of the upstream serves it
 			}
@@ -106,19 +106,6 @@ func modelRows(cfg *config.Config, book pricing.Book) []modelRow {
 		}
 	}
 	return rows
-}
-
-// servingOperations names the operations of upstream u that serve model m.
-func servingOperations(u config.Upstream, t *pricing.Table, m *pricing.Model) []string {
-	up, err := extproc.NewUpstream(u, t, operations.All)
-	if err != nil {
-		return nil // a config that loaded has known operations
-	}
-	var out []string
-	for _, op := range up.Serving(m) {
-		out = append(out, op.Name)
-	}
-	return out
 }
 
 func boolInt(b bool) int64 {

@@ -173,6 +173,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			return nil, err
 		}
 		r.MaxDuration = c.Limits.MaxRequestDuration.D()
+		// A reduced contract cannot let the processor set Envoy's headers
+		// (no allow_envoy): the route's own per-try timeout applies.
+		r.NoPerTryHeader = c.Envoy.Reduced()
 		vendorRoutes = append(vendorRoutes, r)
 	}
 	sp, err := spool.Open(c.Store.SpoolDir, st, spool.Options{
@@ -218,8 +221,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Upstreams:       vendorRoutes, Keys: keys, Admitter: admitter{st, sp}, Settler: sp, Metrics: metrics, Logger: o.Logger,
 		OnRefusal: watcher.Refused,
 
-		ConcurrencyWaitBound: c.ConcurrencyWaitBound(),
-		ConcurrencyWaiters:   c.Limits.ConcurrencyWaiters,
+		ConcurrencyWaitBound:    c.ConcurrencyWaitBound(),
+		ConcurrencyWaiters:      c.Limits.ConcurrencyWaiters,
+		ConcurrencyWaitersShare: c.Limits.ConcurrencyWaitersShare,
 	})
 
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -231,7 +235,10 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	if adminURL == "" {
 		adminURL = "http://" + c.Listeners.EnvoyAdmin
 	}
-	routes := endpoints.NewWatcher(adminURL, c.UpstreamNames(), reg, o.Logger)
+	routes := endpoints.NewWatcher(adminURL, endpoints.Upstreams(c), reg, o.Logger)
+	for _, w := range c.Warnings() {
+		o.Logger.Warn(w)
+	}
 
 	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc, webhooks: webhooks, watcher: watcher, traces: traces}
 	var holdsCtx context.Context
@@ -279,9 +286,12 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Settled:   proc,
 		Serving:   s.serving.Load,
 		Endpoints: routes,
-		Probe:     probe,
-		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Logger:    o.Logger,
+		// Under the reduced contract the sidecar may run in a pod of its
+		// own, with no Envoy admin to read: replies name their endpoint.
+		EndpointsLearned: c.Envoy.Reduced(),
+		Probe:            probe,
+		Metrics:          promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Logger:           o.Logger,
 	})
 	// The console's data API (/v1/usage/...) and customer page (/console/)
 	// share the control server; everything else is the control handler's.

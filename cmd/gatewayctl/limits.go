@@ -24,7 +24,7 @@ type levelLimitFlags struct {
 func (l *levelLimitFlags) add(f *pflag.FlagSet) {
 	f.Int64Var(&l.rpm, "rpm", 0, "requests per minute (0: none)")
 	f.Int64Var(&l.window, "window-minutes", 0, "sliding window of the request rate, minutes")
-	f.Int64Var(&l.tpm, "tpm", 0, "tokens (input + output) per UTC minute (0: none)")
+	f.Int64Var(&l.tpm, "tpm", 0, "tokens (input + output) in any 60 s (0: none)")
 	f.Int64Var(&l.concurrency, "concurrency", 0, "requests in flight (0: none)")
 	f.StringVar(&l.daily, "daily-usd", "", "spend per UTC day, USD (0: none)")
 	f.StringVar(&l.monthly, "monthly-usd", "", "spend per UTC calendar month, USD (0: none)")

@@ -10,6 +10,7 @@ package format
 import (
 	"net/http"
 	"slices"
+	"strconv"
 
 	"github.com/modelgateway/gateway/internal/usage"
 )
@@ -41,9 +42,12 @@ type Request struct {
 	// Vendor-side state, for operations whose vendor keeps what it
 	// produces (the responses operation).
 
-	// Refs are the ids of the stored objects the request names: each must
-	// be the requesting account's, or the request is refused.
-	Refs []string
+	// Refs are the stored objects the request names: each must be the
+	// requesting account's, or the request is refused (404, Ref.NotFound)
+	// before anything reaches the vendor. Objects the gateway can never
+	// bind (files, vector stores, prompts...) are not listed here: the
+	// format refuses the request itself.
+	Refs []Ref
 	// Background asks the vendor to run the request after answering: it
 	// settles when the vendor's object reaches a final state.
 	Background bool
@@ -53,6 +57,34 @@ type Request struct {
 	// Own holds the operation's own fields, read by its hold rule
 	// (operation.Operation.Bounds); nil for most.
 	Own any
+}
+
+// A Ref names one stored object the vendor keeps: a response, or an item
+// of one.
+type Ref struct {
+	Kind RefKind
+	ID   string
+}
+
+// RefKind is the kind of a stored object. Both kinds are bound in the
+// same records (one per id): ids of different kinds never collide.
+type RefKind uint8
+
+const (
+	// StoredResponse is a response (previous_response_id).
+	StoredResponse RefKind = iota
+	// StoredItem is an item of a stored response (an input item naming
+	// it by id).
+	StoredItem
+)
+
+// NotFound is the vendor's words for a ref that is not the account's.
+func (r Ref) NotFound() string {
+	noun := "Response"
+	if r.Kind == StoredItem {
+		noun = "Item"
+	}
+	return noun + " with id " + strconv.Quote(r.ID) + " not found."
 }
 
 // An Edit replaces Cut bytes at offset At of a request body with Insert.
@@ -117,6 +149,20 @@ type Stored interface {
 	// whole of what it will bill.
 	Response() (id string, final bool)
 }
+
+// A StoredItems meter also reads the ids of the items of the stored object
+// its reply names (a response's output items: messages, function calls,
+// reasoning), which later requests may name by id alone: the processor
+// binds them to the account with the object.
+type StoredItems interface {
+	// Items returns the item ids the reply has shown so far, each a valid
+	// id (see MaxItems for the bound); the slice is the meter's, valid
+	// until its next Write.
+	Items() []string
+}
+
+// MaxItems bounds the item ids a StoredItems meter keeps of one reply.
+const MaxItems = 256
 
 // Format is one vendor wire format.
 type Format interface {

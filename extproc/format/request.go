@@ -2,6 +2,7 @@ package format
 
 import (
 	"errors"
+	"strconv"
 
 	"github.com/modelgateway/gateway/extproc/jsonscan"
 )
@@ -86,4 +87,13 @@ func scanError(err error) error {
 // Missing is the error for a required field the request lacks.
 func Missing(param string) *Error {
 	return Invalid(param, param+": field required")
+}
+
+// NotStored is the refusal of a request naming, by id, an object the
+// vendor keeps that the gateway never binds to an account (a file, a
+// vector store, a stored prompt...): no account can own one, so it is
+// answered as the vendor answers an id it does not know, 404 "<noun> with
+// id "<id>" not found.", followed by instead, what to send in its place.
+func NotStored(param, noun, id, instead string) *Error {
+	return &Error{Kind: NotFound, Param: param, Message: noun + " with id " + strconv.Quote(id) + " not found. " + instead}
 }

@@ -38,8 +38,9 @@ type Operation struct {
 	// has one.
 	ValidID func(id string) bool
 	// References reads the stored objects a request on a Counted path
-	// names (forwarded only when each is the account's); nil when none can.
-	References func(body []byte) ([]string, error)
+	// names (forwarded only when each is the account's), or refuses it as
+	// ParseRequest would; nil when none can.
+	References func(body []byte) ([]format.Ref, error)
 	// Poll is the path that reads a stored object's state ("{id}" for its
 	// id), where a background request is watched until it ends; empty
 	// when the operation has no background requests.

@@ -93,4 +93,12 @@ type Decision struct {
 	// RetryAfter is when waiting may help; zero when it cannot (the
 	// balance, a lifetime cap, a token bound above the limit itself).
 	RetryAfter time.Duration
+	// The refusing limit's amounts, for the client's message (zero when
+	// admitted): the limit; what is used of it (settled); what requests
+	// in flight hold of it; what this request would take. Nano-USD for a
+	// spend budget and the balance (Limit is then the balance, Used 0),
+	// tokens for tokens per minute, requests for the rate (Used: those in
+	// its window) and concurrency (Used: those in flight), where Request
+	// is 1 and Held 0.
+	Limit, Used, Held, Request int64
 }

@@ -49,6 +49,25 @@ func TestDefaults(t *testing.T) {
 		c.Upstreams[0].Models.UnknownModel != UnknownReject {
 		t.Fatalf("defaults not applied: %+v", c)
 	}
+	// One key's (and account's) share of the waiting room: a tenth of it,
+	// following the room's size, at least one.
+	for _, tc := range []struct {
+		yaml       string
+		room, want int
+	}{
+		{"", 500, 50},
+		{"limits: {concurrency_waiters: 2000}\n", 2000, 200},
+		{"limits: {concurrency_waiters: 5}\n", 5, 1},
+		{"limits: {concurrency_waiters_share: 7}\n", 500, 7},
+	} {
+		c, err := Parse([]byte(minimal + tc.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Limits.ConcurrencyWaiters != tc.room || c.Limits.ConcurrencyWaitersShare != tc.want {
+			t.Fatalf("%q: room %d, share %d; want %d and %d", tc.yaml, c.Limits.ConcurrencyWaiters, c.Limits.ConcurrencyWaitersShare, tc.room, tc.want)
+		}
+	}
 }
 
 // A price names each built-in tool's fee by the usage kind it prices.
@@ -89,6 +108,11 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{"incomplete fallback", strings.Replace(minimal, "providers: [anthropic]", "providers: [anthropic]\n      unknown_model: fallback\n      fallback: {input: 1}", 1), "upstreams[0].models.fallback"},
 		{"bad duration", minimal + "limits: {max_request_duration: forever}\n", "duration"},
 		{"bad listener", minimal + "listeners: {public: nowhere}\n", "listeners.public"},
+		{"waiters share above the room", minimal + "limits: {concurrency_waiters: 10, concurrency_waiters_share: 11}\n", "limits.concurrency_waiters_share"},
+		{"negative waiters share", minimal + "limits: {concurrency_waiters_share: -1}\n", "limits.concurrency_waiters_share"},
+		{"bad contract", minimal + "envoy: {contract: partial}\n", "envoy.contract"},
+		{"bad cluster name", strings.Replace(minimal, "format: messages", "format: messages\n    envoy_cluster: \"a b\"", 1), "upstreams[0].envoy_cluster"},
+		{"reserve without url", strings.Replace(minimal, `reserve: {url: "http://127.0.0.1:9002"}`, "reserve: {region: eu}", 1), "upstreams[0].reserve.url"},
 		{"bad free path", strings.Replace(minimal, "format: messages", "format: messages\n    free_paths: [\"/v1/models\"]", 1), "free_paths[0]"},
 	}
 	for _, tt := range tests {
@@ -212,5 +236,37 @@ func TestValidateChangesNothing(t *testing.T) {
 	}
 	if after := fmt.Sprintf("%+v", *c); after != before {
 		t.Fatalf("Validate changed the config:\n%s\n%s", before, after)
+	}
+}
+
+// The reserve is optional; the Envoy cluster defaults to the upstream's
+// name; the reduced contract turns the concurrency wait off and says so.
+func TestReserveOptionalClusterAndContract(t *testing.T) {
+	c, err := Parse([]byte(strings.Replace(minimal, `reserve: {url: "http://127.0.0.1:9002"}`, "", 1)))
+	if err != nil {
+		t.Fatalf("no reserve: %v", err)
+	}
+	u := c.Upstreams[0]
+	if u.HasReserve() || len(u.Endpoints()) != 1 || u.EnvoyCluster != "alpha" || c.Envoy.Contract != ContractFull {
+		t.Fatalf("reserve %v, endpoints %d, cluster %q, contract %q", u.HasReserve(), len(u.Endpoints()), u.EnvoyCluster, c.Envoy.Contract)
+	}
+	if c.ConcurrencyWaitBound() != MaxConcurrencyWait || len(c.Warnings()) != 0 {
+		t.Fatalf("full contract: wait bound %v, warnings %q", c.ConcurrencyWaitBound(), c.Warnings())
+	}
+	same := strings.Replace(minimal, "http://127.0.0.1:9002", "http://127.0.0.1:9001", 1)
+	r, err := Parse([]byte(same + "envoy: {contract: reduced}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ConcurrencyWaitBound() != 0 {
+		t.Errorf("reduced: concurrency wait bound %v, want 0", r.ConcurrencyWaitBound())
+	}
+	ws := strings.Join(r.Warnings(), "\n")
+	if !strings.Contains(ws, "concurrency wait is off") || !strings.Contains(ws, "upstream alpha: primary and reserve have the same address") {
+		t.Errorf("reduced warnings: %s", ws)
+	}
+	d, err := Parse([]byte(strings.Replace(minimal, "format: messages", "format: messages\n    envoy_cluster: vendor-a.primary_1", 1)))
+	if err != nil || d.Upstreams[0].EnvoyCluster != "vendor-a.primary_1" {
+		t.Fatalf("envoy_cluster: %v", err)
 	}
 }

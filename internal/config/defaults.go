@@ -32,7 +32,14 @@ const (
 // a concurrency slot, whatever its key allows: MaxConcurrencyWait, or less
 // when Envoy's stream idle timeout or maximum stream duration would end the
 // waiting request first (with a margin for the admission after the wait).
+//
+// With the reduced Envoy contract it is zero: Envoy's max_message_timeout,
+// which lets a waiting request's message outlast the message timeout, is
+// not available, so no request waits.
 func (c *Config) ConcurrencyWaitBound() time.Duration {
+	if c.Envoy.Reduced() {
+		return 0
+	}
 	b := min(MaxConcurrencyWait, c.Envoy.StreamIdleTimeout.D()-ExtProcMessageTimeout,
 		c.Envoy.MaxStreamDuration.D()-ExtProcMessageTimeout)
 	return max(b, 0)
@@ -51,6 +58,7 @@ func (c *Config) setDefaults() {
 	def(&c.LedgerSink.Listen, "127.0.0.1:9465")
 	defDur(&c.LedgerSink.Interval, time.Second)
 	def(&c.Tracing.Protocol, TracingGRPC)
+	def(&c.Envoy.Contract, ContractFull)
 	defDur(&c.Envoy.StreamIdleTimeout, 5*time.Minute)
 	defDur(&c.Envoy.MaxStreamDuration, c.Limits.MaxRequestDuration.D())
 	cb := &c.Envoy.CircuitBreakers
@@ -87,6 +95,7 @@ func (l *Limits) setDefaults() {
 	defDur(&l.MaxRequestDuration, 15*time.Minute)
 	defDur(&l.HoldLease, DefaultHoldLease)
 	def(&l.ConcurrencyWaiters, DefaultConcurrencyWaiters)
+	def(&l.ConcurrencyWaitersShare, max(l.ConcurrencyWaiters/10, 1))
 	defDur(&l.SocketIdle, 5*time.Minute)
 	if l.RPM > 0 && l.WindowMinutes == 0 {
 		l.WindowMinutes = 1
@@ -94,6 +103,7 @@ func (l *Limits) setDefaults() {
 }
 
 func (u *Upstream) setDefaults() {
+	def(&u.EnvoyCluster, u.Name)
 	h := &u.HealthCheck
 	def(&h.Path, "/v1/models")
 	def(&u.Models.UnknownModel, UnknownReject)

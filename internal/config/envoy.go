@@ -22,7 +22,29 @@ type Envoy struct {
 	// CircuitBreakers bound the concurrent work Envoy sends to the processor
 	// and to each upstream. Every open model request counts once on both.
 	CircuitBreakers CircuitBreakers `yaml:"circuit_breakers"`
+	// Contract is what the Envoy in front of the sidecar provides
+	// (docs/envoy.md): ContractFull, the bootstrap `gateway envoy-config`
+	// renders or its fragment, or ContractReduced, what control planes
+	// such as Envoy Gateway can express.
+	Contract string `yaml:"contract"`
 }
+
+// Envoy contracts.
+const (
+	// ContractFull: the ext_proc filter sends the serving host's metadata,
+	// honours max_message_timeout and lets the processor set x-envoy-*
+	// headers (the per-try timeout).
+	ContractFull = "full"
+	// ContractReduced: only response.code and upstream.address, no
+	// max_message_timeout, no mutation of x-envoy-* headers. The serving
+	// endpoint is found by its address, the concurrency wait is off and
+	// each request waits for its reply headers for the route's per-try
+	// timeout.
+	ContractReduced = "reduced"
+)
+
+// Reduced reports whether the Envoy in front provides the reduced contract.
+func (e Envoy) Reduced() bool { return e.Contract == ContractReduced }
 
 // CircuitBreakers are Envoy's per-cluster concurrency limits. Envoy's own
 // defaults (1,024 connections, pending and active requests, 3 retries)

@@ -27,6 +27,12 @@ type Limits struct {
 	// a concurrency slot (keys with a concurrency wait); beyond it they are
 	// answered 429 at once. Default DefaultConcurrencyWaiters.
 	ConcurrencyWaiters int `yaml:"concurrency_waiters"`
+	// ConcurrencyWaitersShare bounds the requests of one key, and of one
+	// account, among a sidecar's ConcurrencyWaiters: beyond it they are
+	// answered 429 at once while other keys still wait, so that one key
+	// cannot fill the room. Default a tenth of ConcurrencyWaiters, at
+	// least 1.
+	ConcurrencyWaitersShare int `yaml:"concurrency_waiters_share"`
 	// SocketIdle closes a Responses API WebSocket on which no response ran
 	// and the client sent nothing for this long. Default 5m.
 	SocketIdle Duration `yaml:"socket_idle"`

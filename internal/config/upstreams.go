@@ -21,8 +21,12 @@ type Upstream struct {
 	CredentialEnv string `yaml:"credential_env"`
 	// FreePaths are read-only vendor paths forwarded without billing, as
 	// "METHOD /path" (path after the route prefix).
-	FreePaths   []string    `yaml:"free_paths"`
-	Primary     Endpoint    `yaml:"primary"`
+	FreePaths []string `yaml:"free_paths"`
+	// EnvoyCluster is the Envoy cluster serving the upstream, whose health
+	// the sidecar reads from Envoy's admin /clusters; default Name.
+	EnvoyCluster string   `yaml:"envoy_cluster"`
+	Primary      Endpoint `yaml:"primary"`
+	// Reserve is optional: without one the upstream has no failover.
 	Reserve     Endpoint    `yaml:"reserve"`
 	HealthCheck HealthCheck `yaml:"health_check"`
 	Failover    Failover    `yaml:"failover"`
@@ -103,6 +107,18 @@ type Failover struct {
 	// requests in flight to the upstream (at least 10), so that an outage of
 	// both endpoints does not multiply the load on them. Default 20.
 	RetryBudgetPercent float64 `yaml:"retry_budget_percent"`
+}
+
+// HasReserve reports whether the upstream has a reserve endpoint.
+func (u *Upstream) HasReserve() bool { return u.Reserve != (Endpoint{}) }
+
+// Endpoints are the upstream's configured endpoints by priority: the
+// primary, then the reserve when there is one.
+func (u *Upstream) Endpoints() []Endpoint {
+	if u.HasReserve() {
+		return []Endpoint{u.Primary, u.Reserve}
+	}
+	return []Endpoint{u.Primary}
 }
 
 // Formats known to the gateway.

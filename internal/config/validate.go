@@ -63,12 +63,18 @@ func (e Envoy) validate() error {
 	if e.MaxStreamDuration < 0 {
 		return errors.New("envoy.max_stream_duration: must not be negative")
 	}
+	if e.Contract != ContractFull && e.Contract != ContractReduced {
+		return fmt.Errorf("envoy.contract: %q is not %q or %q", e.Contract, ContractFull, ContractReduced)
+	}
 	return nil
 }
 
 func (l Limits) validate() error {
 	if l.ConcurrencyWaiters < 0 {
 		return errors.New("limits.concurrency_waiters: must not be negative")
+	}
+	if l.ConcurrencyWaitersShare < 0 || l.ConcurrencyWaitersShare > max(l.ConcurrencyWaiters, 1) {
+		return errors.New("limits.concurrency_waiters_share: must be between 1 and limits.concurrency_waiters")
 	}
 	if l.DailyUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 {
 		return errors.New("limits: daily_usd, rpm and window_minutes must not be negative")
@@ -139,7 +145,7 @@ func (c *Config) validateUpstreams() error {
 	if len(c.Upstreams) == 0 {
 		return errors.New("upstreams: at least one upstream is required")
 	}
-	seen := map[string]bool{}
+	seen, clusters := map[string]bool{}, map[string]bool{}
 	for i, u := range c.Upstreams {
 		p := fmt.Sprintf("upstreams[%d]", i)
 		if u.Name == "" {
@@ -152,6 +158,10 @@ func (c *Config) validateUpstreams() error {
 			return fmt.Errorf("%s.name: %q is used twice", p, u.Name)
 		}
 		seen[u.Name] = true
+		if clusters[u.EnvoyCluster] {
+			return fmt.Errorf("%s.envoy_cluster: %q serves two upstreams", p, u.EnvoyCluster)
+		}
+		clusters[u.EnvoyCluster] = true
 		if err := u.validate(p); err != nil {
 			return err
 		}
@@ -181,8 +191,13 @@ func (u *Upstream) validate(p string) error {
 	if err := u.Primary.validate(); err != nil {
 		return fmt.Errorf("%s.primary.%w", p, err)
 	}
-	if err := u.Reserve.validate(); err != nil {
-		return fmt.Errorf("%s.reserve.%w", p, err)
+	if u.HasReserve() {
+		if err := u.Reserve.validate(); err != nil {
+			return fmt.Errorf("%s.reserve.%w", p, err)
+		}
+	}
+	if !validClusterName(u.EnvoyCluster) {
+		return fmt.Errorf("%s.envoy_cluster: %q must be letters, digits, '-', '_' or '.'", p, u.EnvoyCluster)
 	}
 	if f := u.Failover; f.RetryBudgetPercent < 0 || f.RetryBudgetPercent > 100 || f.Retries < 0 {
 		return fmt.Errorf("%s.failover: retries must not be negative and retry_budget_percent must be 0-100", p)
@@ -220,4 +235,39 @@ func validName(s string) bool {
 		}
 	}
 	return s != ""
+}
+
+// validClusterName reports whether s can name an Envoy cluster in the
+// rendered YAML and in the admin's /clusters without quoting.
+func validClusterName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// Warnings are what the sidecar logs at start about a valid configuration
+// that gives something up: with the reduced contract, the concurrency wait
+// is off and the endpoints of an upstream must be told apart by address.
+func (c *Config) Warnings() []string {
+	if !c.Envoy.Reduced() {
+		return nil
+	}
+	ws := []string{"envoy.contract is reduced: the concurrency wait is off (Envoy's max_message_timeout is not available), " +
+		"so a request over a key's concurrency limit gets 429 at once; each request waits for its reply headers " +
+		"for the route's per-try timeout (failover.first_byte_timeout), not a bound scaled from the request"}
+	for _, u := range c.Upstreams {
+		if !u.HasReserve() {
+			continue
+		}
+		p, errP := u.Primary.Parse()
+		r, errR := u.Reserve.Parse()
+		if errP == nil && errR == nil && p.Host == r.Host && p.Port == r.Port {
+			ws = append(ws, fmt.Sprintf("upstream %s: primary and reserve have the same address %s:%d; "+
+				"with envoy.contract reduced the ledger names every reply's endpoint primary", u.Name, p.Host, p.Port))
+		}
+	}
+	return ws
 }

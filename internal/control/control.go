@@ -46,6 +46,25 @@ type EndpointReporter interface {
 	Endpoints() map[string]string
 }
 
+// problemReporter is an EndpointReporter that also says, in one line, why
+// an upstream's endpoint is unknown (the watcher: no Envoy cluster of its
+// name, Envoy's admin not answering), so that /health and /readyz name the
+// missing piece instead of waiting for good.
+type problemReporter interface {
+	Problem(upstream string) string
+}
+
+// unknownEndpoint is the problem line of an upstream whose endpoint is
+// unknown.
+func (h *Handler) unknownEndpoint(upstream string) string {
+	if pr, ok := h.o.Endpoints.(problemReporter); ok {
+		if p := pr.Problem(upstream); p != "" {
+			return p
+		}
+	}
+	return fmt.Sprintf("upstream %s: endpoint state not yet known", upstream)
+}
+
 // Options configure the control handler.
 type Options struct {
 	Region    string
@@ -60,9 +79,14 @@ type Options struct {
 	// Serving reports whether the processor is serving.
 	Serving   func() bool
 	Endpoints EndpointReporter // optional
-	Metrics   http.Handler     // optional
-	Logger    *slog.Logger     // optional
-	Now       func() time.Time // optional
+	// EndpointsLearned: the Envoy in front may have no admin interface the
+	// sidecar can read (a control plane's, under the reduced contract): an
+	// upstream whose endpoint is unknown is no problem for /health or
+	// /readyz, since each reply names the endpoint that served it.
+	EndpointsLearned bool
+	Metrics          http.Handler     // optional
+	Logger           *slog.Logger     // optional
+	Now              func() time.Time // optional
 	// Probe checks the store for /health and /readyz; nil builds one on
 	// Store.Ping.
 	Probe *StoreProbe
@@ -151,8 +175,11 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 				rec.Problems = append(rec.Problems, fmt.Sprintf("upstream %s: no usable endpoint (primary and reserve both unhealthy)", u))
 			case endpointUnknown:
 				// Before the first read of Envoy's state (or with Envoy's
-				// admin unreadable) nothing says a request would be served.
-				rec.Problems = append(rec.Problems, fmt.Sprintf("upstream %s: endpoint state not yet known", u))
+				// admin unreadable) nothing says a request would be served,
+				// unless replies name their endpoint (EndpointsLearned).
+				if !h.o.EndpointsLearned {
+					rec.Problems = append(rec.Problems, h.unknownEndpoint(u))
+				}
 			}
 		}
 	}
@@ -217,10 +244,10 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	// Not ready before the endpoints' state is known: at start, requests
 	// would get 503 no_healthy_upstream. A known outage of both endpoints
 	// is left to /health: every pod shares it.
-	if h.o.Endpoints != nil {
+	if h.o.Endpoints != nil && !h.o.EndpointsLearned {
 		for _, u := range h.o.Upstreams {
 			if h.o.Endpoints.Endpoints()[u] == endpointUnknown {
-				rec.Problems = append(rec.Problems, fmt.Sprintf("upstream %s: endpoint state not yet known", u))
+				rec.Problems = append(rec.Problems, h.unknownEndpoint(u))
 			}
 		}
 	}

@@ -300,6 +300,45 @@ func TestNotReadyBeforeEndpointsAreKnown(t *testing.T) {
 	}
 }
 
+type explainedEndpoints struct {
+	fixedEndpoints
+	problems map[string]string
+}
+
+func (e explainedEndpoints) Problem(u string) string { return e.problems[u] }
+
+// An upstream whose endpoint is unknown for a known reason (no Envoy
+// cluster of its name) is named with that reason, in one line, by both
+// /health and /readyz.
+func TestHealthNamesTheMissingCluster(t *testing.T) {
+	_, st, _, _, _ := setup(t)
+	cause := "no Envoy cluster for upstream alpha: expected cluster named alpha, or set upstreams[].envoy_cluster"
+	eps := explainedEndpoints{fixedEndpoints{"alpha": "unknown", "beta": "primary"}, map[string]string{"alpha": cause}}
+	h := New(Options{Upstreams: []string{"alpha", "beta"}, Store: st, Keys: auth.NewCache(st, 0), Endpoints: eps})
+	for _, path := range []string{"/health", "/readyz"} {
+		if code, rep, _ := getHealth(t, h, path); code != 503 || len(rep.Problems) != 1 || rep.Problems[0] != cause {
+			t.Fatalf("%s with alpha's cluster missing: %d %+v", path, code, rep)
+		}
+	}
+}
+
+// Under the reduced contract the sidecar may have no Envoy admin to read
+// (a pod of its own behind a control plane's Envoy): an unknown endpoint
+// does not keep it from being ready or healthy, since replies name their
+// endpoint; a known outage still shows on /health.
+func TestEndpointsLearnedFromReplies(t *testing.T) {
+	_, st, _, _, _ := setup(t)
+	cause := "Envoy's admin interface at http://127.0.0.1:9901 (listeners.envoy_admin) is not answering"
+	eps := explainedEndpoints{fixedEndpoints{"alpha": "unknown", "beta": "none"}, map[string]string{"alpha": cause}}
+	h := New(Options{Upstreams: []string{"alpha", "beta"}, Store: st, Keys: auth.NewCache(st, 0), Endpoints: eps, EndpointsLearned: true})
+	if code, rep, _ := getHealth(t, h, "/readyz"); code != 200 || len(rep.Problems) != 0 {
+		t.Fatalf("/readyz with endpoints learned from replies: %d %+v", code, rep)
+	}
+	if code, rep, _ := getHealth(t, h, "/health"); code != 503 || len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0], "upstream beta: no usable endpoint") {
+		t.Fatalf("/health: %d %+v; want only beta's known outage", code, rep)
+	}
+}
+
 // Every usage kind has its own field in the usage JSON (GET /v1/usage and
 // the console's): a kind added to internal/usage fails here until
 // Quantities carries it.

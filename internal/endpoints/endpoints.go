@@ -10,10 +10,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/modelgateway/gateway/internal/config"
 )
 
 // Endpoint names, matching the endpoint metadata Envoy's bootstrap sets.
@@ -30,10 +33,31 @@ const (
 // states are every value an upstream's endpoint can take, for the gauge.
 var states = []string{Primary, Reserve, None, Unknown}
 
+// Upstream is an upstream as the watcher reads it: its name and the Envoy
+// cluster that serves it.
+type Upstream struct {
+	Name    string
+	Cluster string
+}
+
+// Upstreams lists c's upstreams with their clusters
+// (upstreams[].envoy_cluster, default the name).
+func Upstreams(c *config.Config) []Upstream {
+	us := make([]Upstream, len(c.Upstreams))
+	for i, u := range c.Upstreams {
+		us[i] = Upstream{Name: u.Name, Cluster: u.EnvoyCluster}
+		if us[i].Cluster == "" {
+			us[i].Cluster = u.Name
+		}
+	}
+	return us
+}
+
 // Watcher polls Envoy's /clusters and remembers the endpoint serving each upstream.
 type Watcher struct {
 	adminURL  string
 	upstreams []string
+	clusters  map[string]string // upstream → Envoy cluster
 	client    *http.Client
 	log       *slog.Logger
 	gauge     *prometheus.GaugeVec
@@ -43,17 +67,21 @@ type Watcher struct {
 
 	mu        sync.RWMutex
 	endpoints map[string]string
-	since     time.Time // last set, for the time on the reserve
+	// problems say, in one line, why an upstream's endpoint is unknown:
+	// no cluster of its name, or Envoy's admin not answering.
+	problems map[string]string
+	since    time.Time // last set, for the time on the reserve
 }
 
-// NewWatcher watches the named upstreams (Envoy clusters) through the admin
+// NewWatcher watches the upstreams' Envoy clusters through the admin
 // interface at adminURL (http://host:port). reg may be nil.
-func NewWatcher(adminURL string, upstreams []string, reg prometheus.Registerer, log *slog.Logger) *Watcher {
+func NewWatcher(adminURL string, upstreams []Upstream, reg prometheus.Registerer, log *slog.Logger) *Watcher {
 	w := &Watcher{
-		adminURL:  adminURL,
-		upstreams: upstreams,
-		client:    &http.Client{Timeout: 2 * time.Second},
-		log:       log,
+		adminURL: adminURL,
+		clusters: make(map[string]string, len(upstreams)),
+		problems: make(map[string]string),
+		client:   &http.Client{Timeout: 2 * time.Second},
+		log:      log,
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gateway_endpoint_in_use",
 			Help: "1 for the endpoint (primary or reserve) that serves each upstream.",
@@ -72,7 +100,10 @@ func NewWatcher(adminURL string, upstreams []string, reg prometheus.Registerer, 
 	if w.log == nil {
 		w.log = slog.Default()
 	}
-	for _, u := range upstreams {
+	for _, up := range upstreams {
+		u := up.Name
+		w.upstreams = append(w.upstreams, u)
+		w.clusters[u] = up.Cluster
 		w.endpoints[u] = Unknown
 		// Every series exists from the first scrape, so alerts and rates
 		// work before the first failover.
@@ -105,6 +136,14 @@ func (w *Watcher) Endpoints() map[string]string {
 	return m
 }
 
+// Problem is the one-line cause of an upstream's unknown endpoint, or ""
+// when there is none (its state is known, or not read yet).
+func (w *Watcher) Problem(upstream string) string {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.problems[upstream]
+}
+
 // Run polls every interval until ctx ends.
 func (w *Watcher) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
@@ -130,15 +169,72 @@ func (w *Watcher) Poll(ctx context.Context) error {
 	resp, err := w.client.Do(req)
 	if err != nil {
 		w.set(nil)
+		w.setProblems(nil, fmt.Sprintf("Envoy's admin interface at %s (listeners.envoy_admin) is not answering", w.adminURL))
 		return fmt.Errorf("envoy admin: %w", err)
 	}
 	defer resp.Body.Close()
 	var cs clusters
 	if err := json.NewDecoder(resp.Body).Decode(&cs); err != nil {
+		w.setProblems(nil, fmt.Sprintf("Envoy's admin interface at %s (listeners.envoy_admin) answers no /clusters", w.adminURL))
 		return fmt.Errorf("envoy admin: decode /clusters: %w", err)
 	}
-	w.set(Decide(cs, w.upstreams))
+	byCluster := Decide(cs, w.clusterNames())
+	m := make(map[string]string, len(w.upstreams))
+	for _, u := range w.upstreams {
+		if ep, ok := byCluster[w.clusters[u]]; ok {
+			m[u] = ep
+		}
+	}
+	w.set(m)
+	w.setProblems(m, "")
 	return nil
+}
+
+func (w *Watcher) clusterNames() []string {
+	names := make([]string, 0, len(w.upstreams))
+	for _, u := range w.upstreams {
+		names = append(names, w.clusters[u])
+	}
+	return names
+}
+
+// setProblems records why each upstream missing from found has no known
+// endpoint: all, for cause, when cause is set (Envoy unreadable); else
+// the missing cluster. A new cause is logged once, as it appears: at
+// start, a sidecar attached to an Envoy without the cluster says so.
+func (w *Watcher) setProblems(found map[string]string, cause string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, u := range w.upstreams {
+		p := ""
+		switch {
+		case cause != "":
+			p = cause
+		case found[u] == "":
+			c := w.clusters[u]
+			if c == u {
+				p = fmt.Sprintf("no Envoy cluster for upstream %s: expected cluster named %s, or set upstreams[].envoy_cluster", u, c)
+			} else {
+				p = fmt.Sprintf("no Envoy cluster for upstream %s: expected cluster named %s (upstreams[].envoy_cluster)", u, c)
+			}
+		}
+		if prev := w.problems[u]; p != prev {
+			switch {
+			case p != "" && cause != "":
+				// Usual for a moment at start: Envoy starts after the sidecar.
+				w.log.Warn(p, "upstream", u)
+			case p != "":
+				w.log.Error(p, "upstream", u)
+			default:
+				w.log.Info("endpoint state known", "upstream", u, "cluster", w.clusters[u])
+			}
+		}
+		if p == "" {
+			delete(w.problems, u)
+		} else {
+			w.problems[u] = p
+		}
+	}
 }
 
 func (w *Watcher) set(m map[string]string) {
@@ -193,12 +289,16 @@ type clusters struct {
 	} `json:"cluster_statuses"`
 }
 
-// Decide names the endpoint serving each upstream: the primary while any of its
+// Decide names the endpoint serving each of the named clusters present in
+// cs (absent clusters are not in the result): the primary while any of its
 // priority-0 hosts is healthy (with one primary host, Envoy moves all traffic
 // to priority 1 as soon as that host is unhealthy), else the reserve.
-func Decide(cs clusters, upstreams []string) map[string]string {
-	out := make(map[string]string, len(upstreams))
+func Decide(cs clusters, names []string) map[string]string {
+	out := make(map[string]string, len(names))
 	for _, c := range cs.ClusterStatuses {
+		if !slices.Contains(names, c.Name) {
+			continue
+		}
 		healthy := map[int]bool{}
 		for _, h := range c.HostStatuses {
 			hs := h.HealthStatus

@@ -1,10 +1,13 @@
 package endpoints
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,7 +51,7 @@ func TestWatcherPolls(t *testing.T) {
 		w.Write([]byte(body))
 	}))
 	defer srv.Close()
-	w := NewWatcher(srv.URL, []string{"alpha", "beta"}, nil, nil)
+	w := NewWatcher(srv.URL, []Upstream{{"alpha", "alpha"}, {"beta", "beta"}}, nil, nil)
 	if r := w.Endpoints(); r["alpha"] != Unknown {
 		t.Fatalf("before the first poll: %v", r)
 	}
@@ -70,7 +73,7 @@ func TestWatcherPolls(t *testing.T) {
 // Switches and time on the reserve are counted per upstream, from zero.
 func TestWatcherCountsSwitches(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	w := NewWatcher("http://unused", []string{"alpha"}, reg, nil)
+	w := NewWatcher("http://unused", []Upstream{{"alpha", "alpha"}}, reg, nil)
 	now := time.Unix(1000, 0)
 	w.now = func() time.Time { return now }
 	if got := testutil.ToFloat64(w.switches.WithLabelValues("alpha", Reserve)); got != 0 {
@@ -99,5 +102,46 @@ func TestWatcherCountsSwitches(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(w.gauge.WithLabelValues("alpha", Primary)); got != 1 {
 		t.Errorf("gauge primary = %v", got)
+	}
+}
+
+// An upstream is read from the cluster it is configured with; one whose
+// cluster Envoy lacks stays unknown, and the watcher says why in one line,
+// logged once; Envoy's admin not answering is a cause too.
+func TestWatcherNamesMissingCluster(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(sample))
+	}))
+	defer srv.Close()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	w := NewWatcher(srv.URL, []Upstream{{"vendor", "beta"}, {"alpha", "alpha-primary"}, {"omega", "omega"}}, nil, log)
+	for range 2 {
+		if err := w.Poll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := w.Endpoints(); r["vendor"] != Primary || r["alpha"] != Unknown || r["omega"] != Unknown {
+		t.Fatalf("endpoints = %v", r)
+	}
+	if p := w.Problem("vendor"); p != "" {
+		t.Errorf("vendor: problem %q", p)
+	}
+	want := map[string]string{
+		"alpha": "no Envoy cluster for upstream alpha: expected cluster named alpha-primary (upstreams[].envoy_cluster)",
+		"omega": "no Envoy cluster for upstream omega: expected cluster named omega, or set upstreams[].envoy_cluster",
+	}
+	for u, p := range want {
+		if got := w.Problem(u); got != p {
+			t.Errorf("%s: problem %q, want %q", u, got, p)
+		}
+		if n := strings.Count(logs.String(), p); n != 1 {
+			t.Errorf("%q logged %d times, want once:\n%s", p, n, logs.String())
+		}
+	}
+	srv.Close()
+	w.Poll(context.Background())
+	if p := w.Problem("vendor"); !strings.Contains(p, "admin interface at "+srv.URL) || strings.Contains(p, "\n") {
+		t.Errorf("Envoy gone: problem %q", p)
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,5 +70,35 @@ func TestBindResponse(t *testing.T) {
 	}
 	if ttl := mr.TTL("gw:resp:resp_1"); ttl != DefaultResponseTTL {
 		t.Fatalf("ttl %v", ttl)
+	}
+}
+
+// Items of a stored response are bound in one round trip, each to its
+// first owner, and read back as responses are.
+func TestBindItems(t *testing.T) {
+	mr := miniredis.RunT(t)
+	s := New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), Options{})
+	ctx := context.Background()
+	if err := s.BindItems(ctx, nil, "acct_a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BindItems(ctx, []string{"msg_1", "rs_1"}, "acct_a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BindItems(ctx, []string{"rs_1", "fc_1"}, "acct_b"); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"msg_1": "acct_a", "rs_1": "acct_a", "fc_1": "acct_b", "msg_2": ""} {
+		if o, err := s.ResponseOwner(ctx, id); o != want || err != nil {
+			t.Errorf("owner of %s: %q %v, want %q", id, o, err, want)
+		}
+	}
+	if ttl := mr.TTL("gw:resp:msg_1"); ttl != DefaultResponseTTL {
+		t.Fatalf("ttl %v", ttl)
+	}
+	// Many read at once, in one round trip, unknown ones "".
+	owners, err := s.ResponseOwners(ctx, []string{"msg_2", "fc_1", "msg_1"})
+	if err != nil || !slices.Equal(owners, []string{"", "acct_b", "acct_a"}) {
+		t.Fatalf("owners %q, %v", owners, err)
 	}
 }

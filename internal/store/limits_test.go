@@ -79,42 +79,145 @@ func testConcurrencyLimit(t *testing.T, e *env) {
 }
 
 // Tokens per minute: open requests count at their bound, settled ones at
-// what they used, in the UTC minute of their admission.
+// what they used, in the rolling window (5 s buckets, 60 to 65 s) of
+// their admission.
 func testTokenLimit(t *testing.T, e *env) {
-	e.clock.Set(start.Add(10 * time.Second)) // 50 s to the next minute
+	e.clock.Set(start.Add(10 * time.Second)) // the bucket [10 s, 15 s)
 	acct := e.account(usd, account.Limits{TPM: 5000})
 	kl := account.Limits{TPM: 1000}
 	wantAdmitted(t, e.admitKey(acct, "key_a", "r1", 1, 600, kl))
-	wantRefusal(t, e.admitKey(acct, "key_a", "r2", 1, 500, kl), account.TokenLimited, account.KeyLevel, 50*time.Second)
+	// r1's bucket leaves the window 60 s after it ends: at 75 s.
+	d := e.admitKey(acct, "key_a", "r2", 1, 500, kl)
+	wantRefusal(t, d, account.TokenLimited, account.KeyLevel, 65*time.Second)
+	if d.Limit != 1000 || d.Used != 0 || d.Held != 600 || d.Request != 500 {
+		t.Fatalf("amounts %+v, want limit 1000, used 0, held 600, request 500", d)
+	}
 	// r1 used 100 of its 600: 500 more fit.
 	e.settle(account.Settlement{RequestID: "r1", AccountID: acct, KeyID: "key_a", Cost: 1, Usage: usage.Usage{Input: 60, Output: 30, CacheRead: 10}})
 	if s := e.keyState(acct, "key_a"); s.MinuteTokens != 100 {
-		t.Fatalf("key minute tokens %d, want 100", s.MinuteTokens)
+		t.Fatalf("key window tokens %d, want 100", s.MinuteTokens)
 	}
 	wantAdmitted(t, e.admitKey(acct, "key_a", "r2", 1, 500, kl))
 	// A bound above the limit can never fit: no retry-after.
 	wantRefusal(t, e.admitKey(acct, "key_a", "r3", 1, 1001, kl), account.TokenLimited, account.KeyLevel, 0)
 	// The account's limit counts every key.
 	wantAdmitted(t, e.admitKey(acct, "key_b", "b1", 1, 4000, account.Limits{}))
-	wantRefusal(t, e.admitKey(acct, "key_c", "c1", 1, 401, account.Limits{}), account.TokenLimited, account.AccountLevel, 50*time.Second)
+	d = e.admitKey(acct, "key_c", "c1", 1, 401, account.Limits{})
+	wantRefusal(t, d, account.TokenLimited, account.AccountLevel, 65*time.Second)
+	if d.Limit != 5000 || d.Used != 100 || d.Held != 4500 || d.Request != 401 {
+		t.Fatalf("amounts %+v, want limit 5000, used 100, held 4500, request 401", d)
+	}
 	if u := e.usage(acct, Day); u.MinuteTokens != 4600 {
-		t.Fatalf("account minute tokens %d, want 4600", u.MinuteTokens)
+		t.Fatalf("account window tokens %d, want 4600", u.MinuteTokens)
 	}
 	// A non-2xx reply used nothing: its whole bound is released.
 	e.settle(account.Settlement{RequestID: "b1", AccountID: acct, KeyID: "key_b", Status: 500})
 	wantAdmitted(t, e.admitKey(acct, "key_c", "c1", 1, 4000, account.Limits{}))
-	// A new minute starts afresh; a request admitted in the old one and
-	// settled in the new one leaves the new minute alone.
+	// 60 s later the bucket is still in the window: a new UTC minute
+	// does not start afresh.
 	e.clock.Set(start.Add(time.Minute))
+	if s := e.keyState(acct, "key_a"); s.MinuteTokens != 600 {
+		t.Fatalf("key window tokens at the next minute %d, want 600", s.MinuteTokens)
+	}
+	wantRefusal(t, e.admitKey(acct, "key_a", "r4", 1, 1000, kl), account.TokenLimited, account.KeyLevel, 15*time.Second)
+	// Once it has left, a request admitted in it and settled later
+	// leaves the window alone.
+	e.clock.Set(start.Add(75 * time.Second))
 	wantAdmitted(t, e.admitKey(acct, "key_a", "r4", 1, 1000, kl))
 	e.settle(account.Settlement{RequestID: "r2", AccountID: acct, KeyID: "key_a", Cost: 1, Usage: usage.Usage{Output: 1}})
 	if s := e.keyState(acct, "key_a"); s.MinuteTokens != 1000 {
-		t.Fatalf("key minute tokens %d, want 1000", s.MinuteTokens)
+		t.Fatalf("key window tokens %d, want 1000", s.MinuteTokens)
 	}
 	// A reply that used more than its bound counts all it used.
 	e.settle(account.Settlement{RequestID: "r4", AccountID: acct, KeyID: "key_a", Cost: 1, Usage: usage.Usage{Input: 900, Output: 300}})
 	if s := e.keyState(acct, "key_a"); s.MinuteTokens != 1200 {
-		t.Fatalf("key minute tokens %d, want 1200", s.MinuteTokens)
+		t.Fatalf("key window tokens %d, want 1200", s.MinuteTokens)
+	}
+}
+
+// No 60 s carries more than the tokens-per-minute limit, however the
+// requests straddle UTC minutes: a burst of requests every half second
+// for three minutes, through two stores (two sidecars) in turn, each
+// settled at once having used its whole bound. With a count per UTC
+// minute, the 60 s around a minute's start carried twice the limit.
+func testTokenWindowRolls(t *testing.T, e *env) {
+	const tpm, bound = 1000, 100
+	acct := e.account(usd, account.Limits{})
+	other := New(e.rdb, Options{Now: e.clock.Now, HoldTTL: holdTTL})
+	kl := account.Limits{TPM: tpm}
+	var admitted []time.Time
+	for i := range 360 {
+		e.clock.Set(start.Add(-30*time.Second + time.Duration(i)*500*time.Millisecond))
+		s := e.s
+		if i%2 == 1 {
+			s = other
+		}
+		req := fmt.Sprint("w", i)
+		d, err := s.Admit(e.ctx, account.Admission{RequestID: req, AccountID: acct, KeyID: "key_a", Priced: "m", Hold: 1, Tokens: bound, KeyLimits: kl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Outcome != account.Admitted {
+			if d.Outcome != account.TokenLimited || d.RetryAfter <= 0 || d.RetryAfter > 65*time.Second {
+				t.Fatalf("request %d: %s retry %v, want admitted or a tpm refusal within 65 s", i, d.Outcome, d.RetryAfter)
+			}
+			continue
+		}
+		admitted = append(admitted, e.clock.Now())
+		if _, err := s.Settle(e.ctx, account.Settlement{RequestID: req, AccountID: acct, KeyID: "key_a", Status: 200, Cost: 1, Usage: usage.Usage{Input: bound}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(admitted) < 3*tpm/bound {
+		t.Fatalf("%d admitted in 3 minutes, want at least %d", len(admitted), 3*tpm/bound)
+	}
+	for i, from := range admitted {
+		n := 0
+		for _, at := range admitted[i:] {
+			if at.Sub(from) < time.Minute {
+				n++
+			}
+		}
+		if n*bound > tpm {
+			t.Fatalf("the 60 s from %v carried %d tokens, more than the limit of %d", from.Sub(start), n*bound, tpm)
+		}
+	}
+}
+
+// Every refusal carries the refusing limit's amounts: what is used, held
+// and what this request would take.
+func testRefusalAmounts(t *testing.T, e *env) {
+	acct := e.account(10*usd, account.Limits{Concurrency: 2})
+	// The rate: 2 admissions in the window.
+	kl := account.Limits{RPM: 2, WindowMinutes: 1}
+	wantAdmitted(t, e.admitKey(acct, "key_r", "r1", 1, 0, kl))
+	e.settle(account.Settlement{RequestID: "r1", AccountID: acct, KeyID: "key_r", Cost: 1})
+	wantAdmitted(t, e.admitKey(acct, "key_r", "r2", 1, 0, kl))
+	e.settle(account.Settlement{RequestID: "r2", AccountID: acct, KeyID: "key_r", Cost: 1})
+	if d := e.admitKey(acct, "key_r", "r3", 1, 0, kl); d.Outcome != account.RateLimited || d.Limit != 2 || d.Used != 2 || d.Held != 0 || d.Request != 1 {
+		t.Fatalf("rate refusal %+v, want limit 2, used 2", d)
+	}
+	// The key's daily budget: 3 USD settled, 2 held, 6 asked of 10.
+	kl = account.Limits{DailyNanoUSD: 10 * usd}
+	wantAdmitted(t, e.admitKey(acct, "key_d", "d1", 3*usd, 0, kl))
+	e.settle(account.Settlement{RequestID: "d1", AccountID: acct, KeyID: "key_d", Cost: 3 * usd})
+	wantAdmitted(t, e.admitKey(acct, "key_d", "d2", 2*usd, 0, kl))
+	if d := e.admitKey(acct, "key_d", "d3", 6*usd, 0, kl); d.Outcome != account.DailyLimited || d.Level != account.KeyLevel ||
+		d.Limit != 10*usd || d.Used != 3*usd || d.Held != 2*usd || d.Request != 6*usd {
+		t.Fatalf("daily refusal %+v, want limit 10, used 3, held 2, request 6 USD", d)
+	}
+	// The account's concurrency: 2 in flight (d2 and one more).
+	wantAdmitted(t, e.admitKey(acct, "key_c", "c1", 1, 0, account.Limits{}))
+	if d := e.admitKey(acct, "key_c", "c2", 1, 0, account.Limits{}); d.Outcome != account.ConcurrencyLimited || d.Level != account.AccountLevel ||
+		d.Limit != 2 || d.Used != 2 || d.Request != 1 {
+		t.Fatalf("concurrency refusal %+v, want limit 2, used 2, request 1", d)
+	}
+	e.settle(account.Settlement{RequestID: "c1", AccountID: acct, KeyID: "key_c", Cost: 1})
+	// The balance: 10 USD less 3 USD and 3 nano-USD settled; 2 USD held.
+	balance := int64(10*usd - 3*usd - 3)
+	if d := e.admitKey(acct, "key_c", "c3", 9*usd, 0, account.Limits{}); d.Outcome != account.InsufficientBalance ||
+		d.Limit != balance || d.Used != 0 || d.Held != 2*usd || d.Request != 9*usd {
+		t.Fatalf("balance refusal %+v, want balance %d, held 2 USD, request 9 USD", d, balance)
 	}
 }
 

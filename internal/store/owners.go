@@ -41,8 +41,55 @@ func (s *Store) BindResponse(ctx context.Context, id, accountID string) error {
 	return nil
 }
 
-// ResponseOwner returns the account that created response id, "" when no
-// account did (or its record has expired).
+// BindItems records that the account created the items of a stored
+// response (its output items: messages, function calls, reasoning...),
+// which a later request may name by id alone. Items share the responses'
+// records (an item id never equals a response id), so ResponseOwner reads
+// an item's owner too; an item already bound keeps its first owner. One
+// pipelined round trip.
+func (s *Store) BindItems(ctx context.Context, ids []string, accountID string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	ttl := s.opts.ResponseTTL
+	if ttl <= 0 {
+		ttl = DefaultResponseTTL
+	}
+	pipe := s.rdb.Pipeline()
+	for _, id := range ids {
+		pipe.SetNX(ctx, responseKey(id), accountID, ttl)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("store: bind items: %w", err)
+	}
+	return nil
+}
+
+// ResponseOwners returns the account that created each response (or
+// item) of ids, "" for one no account did: one pipelined round trip
+// whatever their number (a request may name many).
+func (s *Store) ResponseOwners(ctx context.Context, ids []string) ([]string, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.Get(ctx, responseKey(id))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store: response owners: %w", err)
+	}
+	owners := make([]string, len(ids))
+	for i, c := range cmds {
+		v, err := c.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("store: response owners: %w", err)
+		}
+		owners[i] = v
+	}
+	return owners, nil
+}
+
+// ResponseOwner returns the account that created response (or item) id,
+// "" when no account did (or its record has expired).
 func (s *Store) ResponseOwner(ctx context.Context, id string) (string, error) {
 	owner, err := s.rdb.Get(ctx, responseKey(id)).Result()
 	if errors.Is(err, redis.Nil) {

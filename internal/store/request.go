@@ -114,10 +114,10 @@ func (s *Store) runAdmit(ctx context.Context, id string, now time.Time, keys []s
 // decodeAdmit reads admit.lua's reply.
 func decodeAdmit(a account.Admission, now time.Time, r []int64) (account.Decision, error) {
 	id := a.AccountID
-	if len(r) != 3 {
+	if len(r) != 7 {
 		return account.Decision{}, fmt.Errorf("store: admit %s: unexpected reply %v", a.RequestID, r)
 	}
-	d := account.Decision{Level: account.Level(r[2])}
+	d := account.Decision{Level: account.Level(r[2]), Limit: r[3], Used: r[4], Held: r[5], Request: r[6]}
 	switch r[0] {
 	case -1:
 		return account.Decision{}, fmt.Errorf("store: admit %s: account %s: %w", a.RequestID, id, ErrNotFound)
@@ -481,7 +481,7 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 	)
 	// All the keys share the account's slot: one round trip to one node.
 	_, err := s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		acct = pl.HMGet(ctx, acctKey(accountID, "acct"), append([]string{"balance", "held", "tok"}, limitFieldNames...)...)
+		acct = pl.HMGet(ctx, acctKey(accountID, "acct"), append([]string{"balance", "held", "tw"}, limitFieldNames...)...)
 		spent = pl.Get(ctx, acctKey(accountID, "day:"+dayStamp(now)))
 		monthSpent = pl.Get(ctx, acctKey(accountID, "mon:"+monthStamp(now)))
 		open = pl.HLen(ctx, acctKey(accountID, "holds"))
@@ -509,7 +509,7 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 	r := UsageReport{
 		Balance:      parseInt(str(v[0])),
 		Held:         parseInt(str(v[1])),
-		MinuteTokens: minuteTokens(str(v[2]), now),
+		MinuteTokens: windowTokens(str(v[2]), now),
 		Limits:       decodeLimits(v[3:]),
 		DailyUsed:    parseInt(spent.Val()),
 		MonthUsed:    parseInt(monthSpent.Val()),
@@ -624,14 +624,21 @@ func (s *Store) OpenHolds(ctx context.Context, accountID string) (count int64, a
 	return n.Val(), parseInt(held.Val()), nil
 }
 
-// minuteTokens reads a "minute tokens" value (admit.lua): the tokens
-// counted in now's UTC minute, 0 for another minute.
-func minuteTokens(v string, now time.Time) int64 {
-	m, n, ok := strings.Cut(v, " ")
-	if !ok || parseInt(m) != now.Unix()/60 {
-		return 0
+// The token window's bucket (admit.lua).
+const tokenBucketMs = 5000
+
+// windowTokens reads a token window ("tw", admit.lua): the tokens counted
+// in its buckets that ended less than 60 s before now, settled and held.
+func windowTokens(v string, now time.Time) int64 {
+	oldest := (now.UnixMilli() - 60000) / tokenBucketMs
+	f := strings.Fields(v)
+	var n int64
+	for i := 0; i+2 < len(f); i += 3 {
+		if parseInt(f[i]) >= oldest {
+			n += parseInt(f[i+1]) + parseInt(f[i+2])
+		}
 	}
-	return parseInt(n)
+	return n
 }
 
 // KeyState is what one credential has in flight and has spent. Spend
@@ -640,7 +647,7 @@ type KeyState struct {
 	KeyID        string
 	InFlight     int64 // open holds
 	Held         int64 // what they hold, nano-USD
-	MinuteTokens int64 // counted in the current UTC minute (with a tpm limit)
+	MinuteTokens int64 // counted in the rolling token window (with a tpm limit)
 	Day          Counters
 	Month        Counters
 	Total        Counters
@@ -667,7 +674,7 @@ func (s *Store) KeyStates(ctx context.Context, accountID string, ids ...string) 
 	cmds := make([]*redis.SliceCmd, len(ids))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
-			cmds[i] = p.HMGet(ctx, acctKey(accountID, "ks:"+id), "held", "open", "tok", "dd", "dc", "dr", "md", "mc", "mr", "tc", "tr")
+			cmds[i] = p.HMGet(ctx, acctKey(accountID, "ks:"+id), "held", "open", "tw", "dd", "dc", "dr", "md", "mc", "mr", "tc", "tr")
 		}
 		return nil
 	})
@@ -681,7 +688,7 @@ func (s *Store) KeyStates(ctx context.Context, accountID string, ids ...string) 
 			KeyID:        ids[i],
 			Held:         parseInt(str(v[0])),
 			InFlight:     parseInt(str(v[1])),
-			MinuteTokens: minuteTokens(str(v[2]), now),
+			MinuteTokens: windowTokens(str(v[2]), now),
 			Total:        Counters{Cost: parseInt(str(v[9])), Requests: parseInt(str(v[10]))},
 		}
 		if str(v[3]) == dayStamp(now) {

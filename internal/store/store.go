@@ -84,8 +84,9 @@ type UsageReport struct {
 	MonthUsed int64 // settled spend of the current UTC month, nano-USD
 	InFlight  int64 // open holds
 	Held      int64 // what they hold, nano-USD
-	// MinuteTokens are the tokens counted in the current UTC minute against
-	// a tokens-per-minute limit (0 without one).
+	// MinuteTokens are the tokens counted in the current window (the last
+	// 60 to 65 s, admit.lua) against a tokens-per-minute limit (0 without
+	// one): settled requests at what they used, open ones at their bound.
 	MinuteTokens int64
 	Period       Period
 	Totals       Counters

@@ -93,6 +93,8 @@ var suite = []struct {
 	{"SettleBatch", testSettleBatch},
 	{"ConcurrencyLimit", testConcurrencyLimit},
 	{"TokenLimit", testTokenLimit},
+	{"TokenWindowRolls", testTokenWindowRolls},
+	{"RefusalAmounts", testRefusalAmounts},
 	{"SpendBudgets", testSpendBudgets},
 	{"KeyRateLimit", testKeyRateLimit},
 	{"StrictestWins", testStrictestWins},

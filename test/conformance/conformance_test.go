@@ -61,6 +61,7 @@ func TestOfficialSDKs(t *testing.T) {
 	limitedB := s.NewAccount(10, account.Limits{RPM: 1, WindowMinutes: 1})
 	// The reasoning cases' own account, whose ledger is checked below.
 	reasoning := s.NewAccount(10, account.Limits{})
+	refusals := refusalKeys(t, s)
 
 	prices := map[string]map[string]int64{}
 	book, err := pricing.NewBook(s.Config, operations.All.Modes())
@@ -109,6 +110,7 @@ func TestOfficialSDKs(t *testing.T) {
 		"GATEWAY_REASONING_TOKENS="+strconv.Itoa(reasoningTokens),
 		"GATEWAY_REASONING_KEY="+reasoning.Key,
 		"GATEWAY_REASONING_READONLY="+reasoning.ReadOnly,
+		"GATEWAY_REFUSAL_KEYS="+refusals,
 		"FAKE_PRIMARY_CONTROL=http://"+s.Primary.Addrs.Control,
 		// The vendor itself, for what it sends without the gateway.
 		"FAKE_PRIMARY_CHAT_COMPLETIONS=http://"+s.Primary.Addrs.ChatCompletions,
@@ -138,6 +140,41 @@ func TestOfficialSDKs(t *testing.T) {
 			t.Errorf("ledger entry %+v; want the vendor's %d output tokens, not estimated", e, 12+reasoningTokens)
 		}
 	}
+}
+
+// refusalKeys creates the keys of the refusal cases (test_refusals.py), one
+// account each so that no case depends on another's spend, and returns them
+// as JSON by refusal kind: each key is refused on its first request by the
+// one limit its kind names (a budget of 1 nano-USD is below any hold; a
+// tokens-per-minute limit of 100 is below any request's token bound), and
+// the rpm keys, one per SDK, admit two requests in two minutes.
+func refusalKeys(t *testing.T, s *launch.Stack) string {
+	t.Helper()
+	ctx := context.Background()
+	keys := map[string]string{
+		"daily":   s.NewAccount(10, account.Limits{DailyNanoUSD: 1}).Key,
+		"balance": s.NewAccount(0, account.Limits{}).Key,
+	}
+	for kind, l := range map[string]account.Limits{
+		"monthly":  {MonthlyNanoUSD: 1},
+		"lifetime": {TotalNanoUSD: 1},
+		"tpm":      {TPM: 100},
+	} {
+		a := s.NewAccount(10, account.Limits{})
+		k, _, err := s.Store.CreateKey(ctx, a.ID, account.ModelKey, account.KeyOptions{Label: kind, Limits: l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[kind] = k
+	}
+	for _, sdk := range []string{"rpm_alpha", "rpm_beta"} {
+		keys[sdk] = s.NewAccount(10, account.Limits{RPM: 1, WindowMinutes: 1}).Key
+	}
+	b, err := json.Marshal(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // cleanEnv drops variables that would make the SDKs talk to anything but

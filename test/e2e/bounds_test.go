@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -109,5 +110,42 @@ func TestUnknownModelsAndQuerySeparators(t *testing.T) {
 	}
 	if last.Query != "beta=true" {
 		t.Errorf("the vendor received the query %q, want beta=true", last.Query)
+	}
+}
+
+// A model name with a NUL or another control character is refused at the
+// door with 400 in the vendor's format, even under unknown_model: fallback
+// (which prices any name): nothing reaches the vendor, nothing is held or
+// stored, so no ledger row can carry it to PostgreSQL.
+func TestControlCharactersInModelNamesRefused(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{Configure: func(c *config.Config) {
+		for i := range c.Upstreams {
+			in, out := 1.0, 2.0
+			c.Upstreams[i].Models.UnknownModel = config.UnknownFallback
+			c.Upstreams[i].Models.Fallback = &config.Price{Input: &in, Output: &out, MaxOutput: 4096}
+		}
+	}})
+	acct := s.NewAccount(10, noLimits)
+	before := len(s.Primary.Requests())
+	for _, name := range []string{`made-up\u0000x`, `made-up\u001b[31m`, `made-up\u0085`, `tab\tmodel`} {
+		body := fmt.Sprintf(`{"model":"%s","max_tokens":16,"messages":[{"role":"user","content":"Hi"}]}`, name)
+		resp, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), []byte(body))
+		var e alphaError
+		if resp.StatusCode != 400 || json.Unmarshal(b, &e) != nil || e.Error.Type != "invalid_request_error" || !strings.Contains(e.Error.Message, "control characters") {
+			t.Errorf("model %s: %d %s; want 400 invalid_request_error naming control characters", name, resp.StatusCode, b)
+		}
+	}
+	body := `{"model":"made-up\u0000x","messages":[{"role":"user","content":"Hi"}]}`
+	if resp, b := s.Do("POST", betaPath, chatCompletionsHeaders(acct.Key), []byte(body)); resp.StatusCode != 400 {
+		t.Errorf("chat completions: %d %s; want 400", resp.StatusCode, b)
+	}
+	if n := len(s.Primary.Requests()) - before; n != 0 {
+		t.Errorf("%d refused requests reached the vendor", n)
+	}
+	if entries := allLedgerEntries(t, s, acct.ID); len(entries) != 0 {
+		t.Errorf("the ledger holds %d entries for refused requests", len(entries))
+	}
+	if n, held, err := s.Store.OpenHolds(context.Background(), acct.ID); err != nil || n != 0 || held != 0 {
+		t.Errorf("open holds %d (%d), %v", n, held, err)
 	}
 }

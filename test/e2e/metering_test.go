@@ -45,8 +45,10 @@ func cost(p *pricing.Model, u tokens) int64 {
 // After a mix of streaming and non-streaming requests on both routes, the
 // balance, daily spend and per-model counters equal exactly what the vendor
 // replies reported, priced by the table.
-func TestMeteringMatchesVendorUsage(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
+func TestMeteringMatchesVendorUsage(t *testing.T) { meteringMatchesVendorUsage(t, launch.Options{}) }
+
+func meteringMatchesVendorUsage(t *testing.T, o launch.Options) {
+	s := launchtest.Start(t, o)
 	acct := s.NewAccount(10, noLimits)
 	s.Primary.Control(map[string]any{"format": config.FormatMessages, "cache_read_tokens": 40, "cache_write_tokens": 7})
 	s.Primary.Control(map[string]any{"format": config.FormatChatCompletions, "cache_read_tokens": 5})
@@ -147,7 +149,11 @@ func onlyLedgerEntry(t *testing.T, s *launch.Stack, acct string) store.LedgerEnt
 // admitted request settles, the rest get 402, the balance stays ≥ 0 and the
 // ledger, the balance change and the counters agree.
 func TestConcurrentRequestsAgainstSmallBalance(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
+	concurrentRequestsAgainstSmallBalance(t, launch.Options{})
+}
+
+func concurrentRequestsAgainstSmallBalance(t *testing.T, o launch.Options) {
+	s := launchtest.Start(t, o)
 	ap := priceOf(t, s, "alpha", alphaModel)
 	body := messagesBody(false, "")
 	hold := ap.Hold(int64(len(body)), 256)

@@ -187,7 +187,7 @@ func TestResponsesBuiltinToolCallsBilled(t *testing.T) {
 		interpreterCalls = 3
 		containers       = 2
 		imageGenerations = 1
-		toolsOffered     = `,"tools":[{"type":"file_search","vector_store_ids":["vs_1"]},{"type":"code_interpreter","container":{"type":"auto"}},{"type":"image_generation"}]`
+		toolsOffered     = `,"tools":[{"type":"file_search","vector_store_ids":[]},{"type":"code_interpreter","container":{"type":"auto"}},{"type":"image_generation"}]`
 	)
 	controls := fmt.Sprintf(`{"file_search_calls":%d,"code_interpreter_calls":%d,"code_interpreter_containers":%d,"image_generation_calls":%d}`,
 		fileSearches, interpreterCalls, containers, imageGenerations)
@@ -360,17 +360,17 @@ func undatedName(name string) string {
 	return name
 }
 
-// The Responses API's WebSocket transport is refused with a clear error in
-// the vendor's format (Codex then falls back to HTTP); nothing reaches the
-// vendor.
-func TestResponsesWebSocketRefused(t *testing.T) {
+// An upgrade to WebSocket where no route allows one (chat completions) is
+// refused by Envoy with a clear error in the vendor's format; nothing
+// reaches the vendor. (The Responses API's transport: socket_test.go.)
+func TestWebSocketRefusedElsewhere(t *testing.T) {
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(1, noLimits)
 	before := clientRequests(s)
 	h := chatCompletionsHeaders(acct.Key)
 	h["Connection"], h["Upgrade"] = "Upgrade", "websocket"
 	h["Sec-WebSocket-Version"], h["Sec-WebSocket-Key"] = "13", "dGhlIHNhbXBsZSBub25jZQ=="
-	resp, out := s.Do("GET", responsesPath, h, nil)
+	resp, out := s.Do("GET", "/beta/v1/chat/completions", h, nil)
 	if resp.StatusCode == 101 || resp.StatusCode < 400 || !strings.Contains(string(out), "WebSocket") {
 		t.Fatalf("websocket: %d %s", resp.StatusCode, out)
 	}

@@ -221,7 +221,7 @@ func TestSocketRefusalsAndOwnership(t *testing.T) {
 	}{
 		{`{"type":"response.cancel"}`, 400},
 		{fmt.Sprintf(`{"type":"response.create","model":%q,"input":"x","background":true}`, model), 400},
-		{fmt.Sprintf(`{"type":"response.create","model":%q,"input":"x","conversation":"conv_1"}`, model), 400},
+		{fmt.Sprintf(`{"type":"response.create","model":%q,"input":"x","conversation":"conv_1"}`, model), 404},
 	} {
 		if err := o.c.Write(ctx, websocket.MessageText, []byte(tc.msg)); err != nil {
 			t.Fatal(err)

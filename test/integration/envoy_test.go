@@ -70,6 +70,14 @@ func TestRenderingsPassEnvoyValidate(t *testing.T) {
 	http.Tracing = config.Tracing{Endpoint: "127.0.0.1:4318", Protocol: config.TracingHTTP}
 	boots["tracing-http.yaml"] = render(http, envoy.Options{})
 
+	// The reduced contract (docs/envoy.md), with own cluster names and an
+	// upstream without a reserve.
+	reduced := load()
+	reduced.Envoy.Contract = config.ContractReduced
+	reduced.Upstreams[0].EnvoyCluster = "vendor-a-primary"
+	reduced.Upstreams[0].Reserve = config.Endpoint{}
+	boots["reduced.yaml"] = render(reduced, envoy.Options{})
+
 	for name, boot := range boots {
 		launchtest.EnvoyValidate(t, name, boot)
 	}

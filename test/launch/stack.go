@@ -75,6 +75,9 @@ type Options struct {
 	// ExtProcAddr points Envoy's ext_proc filter at a processor the caller
 	// runs (the benchmark's null processor); no sidecar and no Redis start.
 	ExtProcAddr string
+	// Bootstrap, when set, is the Envoy bootstrap instead of the rendered
+	// one: an operator's own Envoy with the gateway merged in.
+	Bootstrap func(*config.Config) ([]byte, error)
 }
 
 // Stack is a running gateway.
@@ -306,8 +309,16 @@ func (s *Stack) startEnvoy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.Envoy, err = StartEnvoy(ctx, bin, s.Config, envoy.Options{Bare: s.opts.Bare, NodeID: "test"}, s.Dir,
-		[]string{"ALPHA_API_KEY=" + AlphaVendorKey, "BETA_API_KEY=" + BetaVendorKey})
+	env := []string{"ALPHA_API_KEY=" + AlphaVendorKey, "BETA_API_KEY=" + BetaVendorKey}
+	if s.opts.Bootstrap != nil {
+		boot, err := s.opts.Bootstrap(s.Config)
+		if err != nil {
+			return err
+		}
+		s.Envoy, err = startEnvoyOn(ctx, bin, s.Config, boot, s.Dir, env)
+		return err
+	}
+	s.Envoy, err = StartEnvoy(ctx, bin, s.Config, envoy.Options{Bare: s.opts.Bare, NodeID: "test"}, s.Dir, env)
 	return err
 }
 
@@ -319,6 +330,12 @@ func StartEnvoy(ctx context.Context, bin string, cfg *config.Config, o envoy.Opt
 	if err != nil {
 		return nil, err
 	}
+	return startEnvoyOn(ctx, bin, cfg, boot, dir, env)
+}
+
+// startEnvoyOn starts Envoy on the bootstrap boot, written into dir, and
+// waits until the admin interface of cfg says ready.
+func startEnvoyOn(ctx context.Context, bin string, cfg *config.Config, boot []byte, dir string, env []string) (*Process, error) {
 	path := filepath.Join(dir, "envoy.yaml")
 	if err := os.WriteFile(path, boot, 0o644); err != nil {
 		return nil, err

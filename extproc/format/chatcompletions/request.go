@@ -2,6 +2,7 @@ package chatcompletions
 
 import (
 	"bytes"
+	"strconv"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/jsonscan"
@@ -19,6 +20,11 @@ const (
 	reqTools
 	reqFunctions
 	reqWebSearch
+	reqMessage // a message, after its fields
+	reqPart
+	reqFileID
+	reqAudio
+	reqAudioID
 )
 
 // maxChoices is the largest n the vendor accepts.
@@ -35,6 +41,11 @@ var requestQuery = jsonscan.NewQuery(
 	"tools",
 	"functions",
 	"web_search_options",
+	"messages[]",
+	"messages[].content[]",
+	"messages[].content[].file.file_id",
+	"messages[].audio",
+	"messages[].audio.id",
 )
 
 // ParseRequest reads model, max_tokens, max_completion_tokens, stream and
@@ -49,11 +60,27 @@ var requestQuery = jsonscan.NewQuery(
 // so admission reserves for the worst case whichever one the vendor
 // applies. Optional fields may be null, which means absent. Repeated keys on
 // any of these paths are rejected.
+//
+// A body naming an object the vendor keeps, which the gateway never binds
+// to an account, is refused with 404 as the vendor answers an id it does
+// not know (after any 400): a file (a content part's file.file_id) or an
+// earlier audio reply (an assistant message's audio.id).
 func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 	var req format.Request
 	var haveModel bool
 	var opts, usage jsonscan.Value // Kind Invalid when absent
 	var check format.RequestCheck
+	var message, part int // messages, and parts of this message, read
+	var unbound *format.Error
+	never := func(noun, param, instead string, v jsonscan.Value) {
+		switch {
+		case v.Kind == jsonscan.Null || unbound != nil:
+		case v.Kind != jsonscan.String || len(v.Raw) == 2 || len(v.Raw) > maxIDBytes:
+			check.Fail(param, "must be an id")
+		default:
+			unbound = format.NotStored(param, noun, v.Text(), instead)
+		}
+	}
 	err := requestQuery.Scan(body, func(path int, v jsonscan.Value) error {
 		switch path {
 		case reqModel:
@@ -97,6 +124,18 @@ func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 			if v.Kind == jsonscan.Array && format.NonEmptyArray(v.Raw) {
 				req.HasTools = true
 			}
+		case reqMessage:
+			message, part = message+1, 0
+		case reqPart:
+			part++
+		case reqFileID:
+			never("File", "messages["+strconv.Itoa(message)+"].content["+strconv.Itoa(part)+"].file.file_id", fileInstead, v)
+		case reqAudioID:
+			never("Audio", "messages["+strconv.Itoa(message)+"].audio.id", audioInstead, v)
+		case reqAudio:
+			if v.Kind != jsonscan.Object && v.Kind != jsonscan.Null {
+				check.Fail("messages["+strconv.Itoa(message)+"].audio", "must be an object")
+			}
 		}
 		return nil
 	})
@@ -105,12 +144,25 @@ func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 		return format.Request{}, err
 	case !haveModel:
 		return format.Request{}, format.Missing("model")
+	case unbound != nil:
+		return format.Request{}, unbound
 	}
 	if req.Stream && !req.IncludeUsage {
 		req.Edit = usageEdit(body, opts, usage)
 	}
 	return req, nil
 }
+
+// maxIDBytes bounds an id the gateway repeats in an error.
+const maxIDBytes = 128
+
+// What a client sends instead of an object the gateway never binds.
+const (
+	fileInstead = "Files are not available through this gateway: send the file's content in the request " +
+		"(file.file_data, or an image as a data URL in image_url)."
+	audioInstead = "Earlier audio replies are not available by id through this gateway: " +
+		"send the assistant's earlier reply as text content (its transcript)."
+)
 
 // usageEdit sets stream_options.include_usage to true in a valid request
 // body, given the values scanned at stream_options and at its include_usage

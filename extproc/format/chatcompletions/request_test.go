@@ -162,6 +162,7 @@ func FuzzParseRequest(f *testing.F) {
 		`{"model":"m","stream":true,"stream_options":{ }}`,
 		`{"stream":true,"stream_options":null,"model":"m"}`,
 		`{"model":"m","stream":true,"stream_options":{"x":1,"include_usage":false} }`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"file-1"}}]},{"role":"assistant","audio":{"id":"audio_1"}}]}`,
 	}
 	formattest.FuzzParse(f, Format{}.ParseRequest, seeds, func(t *testing.T, body []byte, req format.Request, doc map[string]any) {
 		if s, _ := doc["model"].(string); s != req.Model || s == "" {
@@ -178,6 +179,21 @@ func FuzzParseRequest(f *testing.F) {
 		opts, _ := doc["stream_options"].(map[string]any)
 		if u, _ := opts["include_usage"].(bool); u != req.IncludeUsage {
 			t.Fatalf("include_usage %v, encoding/json read %v", req.IncludeUsage, opts["include_usage"])
+		}
+		// Nothing accepted names a file or an audio reply by id.
+		msgs, _ := doc["messages"].([]any)
+		for _, m := range msgs {
+			m, _ := m.(map[string]any)
+			if a, _ := m["audio"].(map[string]any); a["id"] != nil {
+				t.Fatalf("accepted audio id %v", a["id"])
+			}
+			parts, _ := m["content"].([]any)
+			for _, p := range parts {
+				p, _ := p.(map[string]any)
+				if f, _ := p["file"].(map[string]any); f["file_id"] != nil {
+					t.Fatalf("accepted file id %v", f["file_id"])
+				}
+			}
 		}
 		// A stream without usage is sent upstream with usage asked for and
 		// nothing else changed.

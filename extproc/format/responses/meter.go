@@ -12,7 +12,7 @@ import (
 // text/event-stream, otherwise one that reads the JSON response at the end.
 // body is kept, unmodified, for an input estimate should the reply carry no
 // usage; the caller must not change it until Usage has been called. Both
-// meters implement format.Stored.
+// meters implement format.Stored and format.StoredItems.
 func (Format) NewMeter(req format.Request, body []byte, contentType string) format.Meter {
 	if sse.IsEventStream(contentType) {
 		return &streamMeter{body: body, text: format.ReplyText{Tally: tokens.Tally{Limit: streamTextLimit}}}
@@ -53,6 +53,9 @@ type streamMeter struct {
 	seenCalls       toolCalls // from output_item.done events, for a cut stream
 	terminal        bool
 	failed          bool // an error event
+
+	items   itemIDs          // the response's output items
+	outputs []jsonscan.Value // an event's response.output[].id, reused
 }
 
 const (
@@ -66,6 +69,8 @@ const (
 	evOutputItem
 	evItemType
 	evItemContainer
+	evItemID
+	evOutputID
 	evDelta
 	evUsage // uFields paths below response.usage
 	evPaths = evUsage + uFields
@@ -82,6 +87,8 @@ var eventQuery = jsonscan.NewQuery(append([]string{
 	"response.output[]",
 	"item.type",
 	"item.container_id",
+	"item.id",
+	"response.output[].id",
 	"delta",
 }, usagePathsUnder("response.usage.")...)...)
 
@@ -91,8 +98,11 @@ func (m *streamMeter) event(ev sse.Event) {
 	var vals [evPaths]jsonscan.Value
 	var calls toolCalls
 	var typ, container jsonscan.Value
+	m.outputs = m.outputs[:0]
 	err := eventQuery.Scan(ev.Data, func(path int, v jsonscan.Value) error {
 		switch path {
+		case evOutputID:
+			m.outputs = append(m.outputs, v)
 		case evOutputType:
 			typ = v
 		case evOutputContainer:
@@ -118,6 +128,9 @@ func (m *streamMeter) event(ev sse.Event) {
 	if m.model == "" && vals[evModel].Kind == jsonscan.String {
 		m.model = vals[evModel].Text()
 	}
+	for _, id := range m.outputs {
+		m.items.add(id)
+	}
 	switch {
 	case t.Equal("response.completed") || t.Equal("response.incomplete") || t.Equal("response.failed"):
 		m.terminal = true
@@ -128,7 +141,10 @@ func (m *streamMeter) event(ev sse.Event) {
 		for i := range uFields {
 			m.usage.set(i, vals[evUsage+i])
 		}
+	case t.Equal("response.output_item.added"):
+		m.items.add(vals[evItemID])
 	case t.Equal("response.output_item.done"):
+		m.items.add(vals[evItemID])
 		m.seenCalls.item(vals[evItemType], vals[evItemContainer])
 	case t.Equal("error"):
 		m.failed = true
@@ -142,6 +158,10 @@ func (m *streamMeter) event(ev sse.Event) {
 
 // Response implements format.Stored.
 func (m *streamMeter) Response() (string, bool) { return m.id, m.terminal }
+
+// Items implements format.StoredItems: the output items the stream has
+// shown so far.
+func (m *streamMeter) Items() []string { return m.items }
 
 // Usage reports the terminal event's figures once it has arrived, even if
 // the client then left: the response was generated in full. Before it,
@@ -171,6 +191,7 @@ type jsonMeter struct {
 	scanned int // 1 + the reply bytes the fields below were read from (-1 after an overflow); 0: none
 	id      string
 	status  bool // the response is in a final state
+	items   itemIDs
 	report  usage.Report
 	whole   bool
 }
@@ -187,6 +208,7 @@ const (
 	rText
 	rSummary
 	rArguments
+	rOutputID
 	rUsage // uFields paths below usage
 )
 
@@ -202,6 +224,7 @@ var responseQuery = jsonscan.NewQuery(append([]string{
 	"output[].content[].text",
 	"output[].summary[].text",
 	"output[].arguments",
+	"output[].id",
 }, usagePathsUnder("usage.")...)...)
 
 // scan reads the buffered reply, again only if more of it has arrived
@@ -219,6 +242,7 @@ func (m *jsonMeter) scan() {
 	var vu vendorUsage
 	var calls toolCalls
 	var typ, container, status, object jsonscan.Value
+	var outputs []jsonscan.Value
 	text := tokens.Tally{Limit: streamTextLimit}
 	u := &m.report
 	err := responseQuery.Scan(m.Bytes(), func(path int, v jsonscan.Value) error {
@@ -246,6 +270,8 @@ func (m *jsonMeter) scan() {
 		case rOutputItem:
 			calls.item(typ, container)
 			typ, container = jsonscan.Value{}, jsonscan.Value{}
+		case rOutputID:
+			outputs = append(outputs, v)
 		case rText, rSummary, rArguments:
 			if v.Kind == jsonscan.String {
 				text.Write(v.AppendText(nil))
@@ -262,8 +288,13 @@ func (m *jsonMeter) scan() {
 	// A final response without usage (one that failed before any work)
 	// bills what it reports: nothing.
 	m.whole = err == nil && !m.Overflowed() && (vu.complete() || m.status)
+	m.items = m.items[:0]
 	if err != nil {
 		m.id, m.status = "", false // what a broken reply says is not trusted
+	} else {
+		for _, id := range outputs {
+			m.items.add(id)
+		}
 	}
 	*u = format.EstimateGaps(*u, m.whole, vu.seen[uInput], &text, func() int64 { return estimateInput(m.body) })
 }
@@ -273,6 +304,31 @@ func (m *jsonMeter) scan() {
 func (m *jsonMeter) Response() (string, bool) {
 	m.scan()
 	return m.id, m.status
+}
+
+// Items implements format.StoredItems; it reads the reply, so call it
+// after the last chunk.
+func (m *jsonMeter) Items() []string {
+	m.scan()
+	return m.items
+}
+
+// itemIDs are the ids of a reply's output items, without repeats and at
+// most format.MaxItems of them; an id that is not a valid one is left out.
+type itemIDs []string
+
+func (ids *itemIDs) add(v jsonscan.Value) {
+	if v.Kind != jsonscan.String || len(*ids) == format.MaxItems {
+		return
+	}
+	for _, id := range *ids {
+		if v.Equal(id) {
+			return
+		}
+	}
+	if id := v.Text(); ValidID(id) {
+		*ids = append(*ids, id)
+	}
 }
 
 // Usage reads model, service tier, usage and tool calls from the response.

@@ -2,6 +2,8 @@ package responses
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/modelgateway/gateway/extproc/format"
@@ -128,4 +130,43 @@ func FuzzJSONMeter(f *testing.F) {
 	f.Fuzz(func(t *testing.T, reply []byte, i uint16) {
 		formattest.CheckSplitsAgree(t, reply, []uint16{i}, meterOf(format.Request{}, nil, "application/json"), true)
 	})
+}
+
+// The ids of a reply's output items, which later requests may name alone:
+// in the order they appear, once each, whatever the chunking; none from a
+// broken reply; valid ids only, and at most format.MaxItems.
+func TestStoredItems(t *testing.T) {
+	stream := formattest.Read(t, "stream.sse")
+	want := []string{"rs_1", "ws_1", "fc_1", "msg_1"}
+	for cut := 0; cut <= len(stream); cut++ {
+		m := meterOf(format.Request{Stream: true}, nil, eventStream)(stream[:cut], stream[cut:])
+		if got := m.(format.StoredItems).Items(); !slices.Equal(got, want) {
+			t.Fatalf("stream cut at %d: items %v, want %v", cut, got, want)
+		}
+	}
+	// A stream cut short has bound what it showed.
+	half := bytes.Index(stream, []byte(`"fc_1"`))
+	m := meterOf(format.Request{Stream: true}, nil, eventStream)(stream[:half])
+	if got := m.(format.StoredItems).Items(); !slices.Equal(got, want[:2]) {
+		t.Errorf("cut stream: items %v", got)
+	}
+
+	reply := formattest.Read(t, "response.json")
+	json := meterOf(format.Request{}, nil, "application/json")
+	if got := json(reply).(format.StoredItems).Items(); !slices.Equal(got, []string{"rs_1", "ws_1", "ws_2", "ci_1", "ci_2", "fs_1", "ig_1", "msg_1"}) {
+		t.Errorf("JSON reply: items %v", got)
+	}
+	if got := json(reply[:len(reply)-2]).(format.StoredItems).Items(); len(got) != 0 {
+		t.Errorf("broken JSON reply: items %v", got)
+	}
+	var many bytes.Buffer
+	many.WriteString(`{"id":"resp_1","status":"completed","output":[{"id":"../x"},{"id":5}`)
+	for i := range format.MaxItems + 10 {
+		fmt.Fprintf(&many, `,{"type":"message","id":"msg_%d"}`, i)
+	}
+	many.WriteString(`]}`)
+	got := json(many.Bytes()).(format.StoredItems).Items()
+	if len(got) != format.MaxItems || got[0] != "msg_0" {
+		t.Errorf("%d items, first %q", len(got), got[0])
+	}
 }

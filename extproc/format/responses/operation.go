@@ -19,17 +19,11 @@ var Operation = operation.Operation{
 		{Method: "POST", Path: "/v1/responses/{id}/cancel", Kind: operation.Owned},
 		{Method: "GET", Path: "/v1/responses/{id}/input_items", Kind: operation.Owned, Query: []string{"after", "before", "limit", "order", "include", "include[]"}},
 	},
-	GenAI:   operation.GenAI{Operation: "chat", Provider: "openai"},
-	Bounds:  Bounds,
-	Poll:    "/v1/responses/{id}",
-	ValidID: ValidID,
-	References: func(body []byte) ([]string, error) {
-		id, err := PreviousID(body)
-		if id == "" || err != nil {
-			return nil, err
-		}
-		return []string{id}, nil
-	},
+	GenAI:      operation.GenAI{Operation: "chat", Provider: "openai"},
+	Bounds:     Bounds,
+	Poll:       "/v1/responses/{id}",
+	ValidID:    ValidID,
+	References: References,
 }
 
 // defaultHoldInput is the context a request continuing a stored response

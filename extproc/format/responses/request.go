@@ -16,11 +16,10 @@ const (
 	reqTools
 	reqToolType
 	reqMaxToolCalls
-	reqConversation
-	reqInputType
+	reqRefs // refPaths follow
 )
 
-var requestQuery = jsonscan.NewQuery(
+var requestQuery = jsonscan.NewQuery(append([]string{
 	"model",
 	"max_output_tokens",
 	"stream",
@@ -30,9 +29,7 @@ var requestQuery = jsonscan.NewQuery(
 	"tools",
 	"tools[].type",
 	"max_tool_calls",
-	"conversation",
-	"input[].type",
-)
+}, refPaths...)...)
 
 // MaxIDBytes bounds a response id a request may name. The vendor's ids are
 // "resp_" and some 50 characters; the id becomes part of a Redis key.
@@ -58,15 +55,49 @@ func ValidID(id string) bool {
 // (required), max_output_tokens (an integer from 1 to 2^31-1), stream,
 // background, store (booleans; null means absent), previous_response_id (a
 // response id), max_tool_calls (a non-negative integer) and the types of the
-// tools offered. A request naming a stored conversation, or referring to
-// stored items by id (item_reference), is refused: the gateway binds only
-// responses to accounts.
+// tools offered.
+//
+// Every stored object the body names is read too (see refs): stored
+// responses and their items go to Request.Refs, for the processor to check
+// against the account; an object the gateway never binds (a file, a vector
+// store, a container, a skill, a stored prompt, a conversation) refuses the
+// request with 404, as the vendor answers an id it does not know.
 func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
-	var req format.Request
+	req, haveModel, unbound, err := parseRequest(body)
+	switch {
+	case err != nil:
+		return format.Request{}, err
+	case !haveModel:
+		return format.Request{}, format.Missing("model")
+	case unbound != nil:
+		// After every 400: the vendor checks a request's shape before it
+		// looks up what it names.
+		return format.Request{}, unbound
+	}
+	return req, nil
+}
+
+// References reads the stored objects a token count names, as ParseRequest
+// reads them (its model is optional).
+func References(body []byte) ([]format.Ref, error) {
+	req, _, unbound, err := parseRequest(body)
+	switch {
+	case err != nil:
+		return nil, err
+	case unbound != nil:
+		return nil, unbound
+	}
+	return req.Refs, nil
+}
+
+// parseRequest reads a request as ParseRequest does, and reports whether
+// it has a model and the refusal of an object it names that no account
+// can own (the first of them), apart from the errors in its shape.
+func parseRequest(body []byte) (req format.Request, haveModel bool, unbound, err error) {
 	var own Fields
-	var haveModel bool
 	var check format.RequestCheck
-	err := requestQuery.Scan(body, func(path int, v jsonscan.Value) error {
+	var refs refReader
+	err = requestQuery.Scan(body, func(path int, v jsonscan.Value) error {
 		if check.Failed() {
 			return nil
 		}
@@ -96,6 +127,7 @@ func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 				return nil
 			}
 			own.PreviousResponseID = v.Text()
+			refs.add(format.Ref{Kind: format.StoredResponse, ID: own.PreviousResponseID}, &check)
 		case reqTools:
 			req.HasTools = v.Kind == jsonscan.Array && format.NonEmptyArray(v.Raw)
 		case reqToolType:
@@ -112,32 +144,22 @@ func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 				return nil
 			}
 			own.MaxToolCalls, own.HasMaxToolCalls = n, true
-		case reqConversation:
-			if v.Kind != jsonscan.Null {
-				check.Fail("conversation", "stored conversations are not available through this gateway; use previous_response_id")
-			}
-		case reqInputType:
-			// A reference names a stored item by its id alone, which the
-			// gateway cannot bind to an account.
-			if v.Equal("item_reference") {
-				check.Fail("input", "item references are not available through this gateway; send the items, or use previous_response_id")
-			}
+		default:
+			refs.visit(path-reqRefs, v, &check)
 		}
 		return nil
 	})
-	switch err := check.Err(body, err); {
-	case err != nil:
-		return format.Request{}, err
-	case !haveModel:
-		return format.Request{}, format.Missing("model")
+	if err := check.Err(body, err); err != nil {
+		return format.Request{}, false, nil, err
 	}
-	if own.PreviousResponseID != "" {
-		req.Refs = []string{own.PreviousResponseID}
+	if refs.unbound != nil {
+		return format.Request{}, haveModel, refs.unbound, nil
 	}
+	req.Refs = refs.refs
 	if own != (Fields{}) {
 		req.Own = own
 	}
-	return req, nil
+	return req, haveModel, nil, nil
 }
 
 // Fields are the responses format's own request fields (format.Request.Own),
@@ -170,30 +192,6 @@ func paidTool(v jsonscan.Value) bool {
 	}
 	return false
 }
-
-// PreviousID reads only previous_response_id from a body (input token
-// counts take one too): "" when absent. A body that is not a JSON object, or
-// whose previous_response_id is not a response id, is an error.
-func PreviousID(body []byte) (string, error) {
-	var id string
-	var check format.RequestCheck
-	err := previousQuery.Scan(body, func(path int, v jsonscan.Value) error {
-		switch {
-		case v.Kind == jsonscan.Null:
-		case v.Kind != jsonscan.String || !ValidID(v.Text()):
-			check.Fail("previous_response_id", "must be a response id")
-		default:
-			id = v.Text()
-		}
-		return nil
-	})
-	if err := check.Err(body, err); err != nil {
-		return "", err
-	}
-	return id, nil
-}
-
-var previousQuery = jsonscan.NewQuery("previous_response_id")
 
 // inputTextLimit bounds the request text tokenized for an input estimate;
 // the rest is extrapolated.

@@ -10,14 +10,14 @@
 -- key cache (so a change is seen within the cache's lifetime).
 --
 -- KEYS[1]  gw:{acct:ID}:acct              hash: balance, held, daily, rpm, window,
---                                          tpm, conc, monthly, tok ("minute tokens")
+--                                          tpm, conc, monthly, tw (token window)
 -- KEYS[2]  gw:{acct:ID}:holds             hash: request id -> hold: amount, lease expiry,
 --                                          admission record (hold.lua)
 -- KEYS[3]  gw:{acct:ID}:rl                zset: admitted request ids scored by admission time (unix ms)
 -- KEYS[4]  gw:{acct:ID}:day:YYYYMMDD      string: settled spend of the current UTC day
 -- KEYS[5]  gw:{acct:ID}:mon:YYYYMM        string: settled spend of the current UTC month
 -- KEYS[6]  gw:{acct:ID}:krl:KEYID         zset: the key's admissions, as KEYS[3]
--- KEYS[7]  gw:{acct:ID}:ks:KEYID          hash: the key's state: held, open, tok,
+-- KEYS[7]  gw:{acct:ID}:ks:KEYID          hash: the key's state: held, open, tw,
 --                                          dd/dc/dr (day stamp, spend, requests),
 --                                          md/mc/mr (month), tc/tr (all time)
 --
@@ -34,27 +34,39 @@
 -- ARGV[15] the UTC day, YYYYMMDD
 -- ARGV[16] the UTC month, YYYYMM
 --
--- Returns {outcome, retry_after_ms, level}. Outcome: 0 admitted,
--- 1 rate limited, 2 daily limited, 3 insufficient balance, 4 tokens per
--- minute, 5 concurrency, 6 monthly limited, 7 total (lifetime) limited,
--- -1 no such account, -2 request id already held. Level: 1 the account,
--- 2 the key. retry_after_ms is -1 when waiting cannot help (a token bound
--- above the limit itself).
+-- Returns {outcome, retry_after_ms, level, limit, used, held, request}.
+-- Outcome: 0 admitted, 1 rate limited, 2 daily limited, 3 insufficient
+-- balance, 4 tokens per minute, 5 concurrency, 6 monthly limited, 7 total
+-- (lifetime) limited, -1 no such account, -2 request id already held.
+-- Level: 1 the account, 2 the key. retry_after_ms is -1 when waiting
+-- cannot help (a token bound above the limit itself). On a refusal the
+-- last four are the refusing limit's amounts, for the client's message:
+-- the limit; what is used of it (settled); what open requests hold of
+-- it; what this request would take. In nano-USD for a budget (the balance:
+-- limit is the balance, used 0), tokens for tokens per minute, requests
+-- for the rate (used: admissions in the window; held 0) and concurrency
+-- (used: requests in flight; held 0); request is 1 for those two. All 0
+-- when admitted.
 --
 -- Checks run kind by kind, the key before the account: concurrency, rate,
 -- tokens per minute, daily, monthly, total spend, then the balance.
 --
--- Tokens per minute count per UTC minute (floor(now / 60 s)): the token
--- bounds of the requests admitted in it, each replaced by the tokens it
--- used when it settles (settle.lua). A request is admitted only if the
--- minute's count plus its bound stays within the limit, so the requests
--- admitted in one minute never use more than tpm tokens (unless a reply
--- exceeds its bound, as for holds); a span of 60 s overlaps two minutes, so
--- it may see up to 2 × tpm.
+-- Tokens per minute count over a rolling window of 5 s buckets (bucket
+-- floor(now / 5 s)): a bucket counts the tokens of the requests admitted
+-- in it, open ones at their token bound ("held"), settled ones at what
+-- they used ("settled"; settle.lua moves a request from one to the other).
+-- The window is every bucket that ended less than 60 s ago: 12 or 13
+-- buckets, 60 to 65 s. A request is admitted only if the window's
+-- settled + held + its bound stays within the limit. So any 60 s of
+-- admissions [t, t + 60 s) lies in buckets that were all in the window of
+-- the last request admitted in it, and the requests admitted in any 60 s
+-- use at most tpm tokens (unless a reply exceeds its bound, as for holds).
+-- The window lives in one hash field, "tw": "bucket settled held ..."
+-- triples, pruned of old buckets on each admission (at most 13 triples).
 --
 -- The admitted request's record is prefixed with what was counted, so that
--- settlement undoes exactly that: {"tb":bound,"ta":minute counted at the
--- account (0: none),"tk":minute counted at the key (0: none),"kc":1 when
+-- settlement undoes exactly that: {"tb":bound,"ta":bucket counted at the
+-- account (0: none),"tk":bucket counted at the key (0: none),"kc":1 when
 -- the key's held/open were counted (it had a limit that needs them),
 -- ... the caller's fields}.
 --
@@ -83,12 +95,15 @@ local haskey = ARGV[7] == '1'
 local krpm, kwindow, ktpm, kconc = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local kdaily, kmonthly, ktotal = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 local today, month = ARGV[15], ARGV[16]
-local minute = math.floor(now / 60000)
+local BUCKET = 5000
+local bucket = math.floor(now / BUCKET)
+-- The oldest bucket in the window: the first to end after now - 60 s.
+local oldest = math.floor((now - 60000) / BUCKET)
 local ACCOUNT, KEY = 1, 2
 
-local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'daily', 'rpm', 'window', 'tpm', 'conc', 'monthly', 'tok')
+local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'daily', 'rpm', 'window', 'tpm', 'conc', 'monthly', 'tw')
 if not acct[1] then
-  return {-1, 0, 0}
+  return {-1, 0, 0, 0, 0, 0, 0}
 end
 local balance = tonumber(acct[1])
 local held = tonumber(acct[2] or '0')
@@ -109,7 +124,7 @@ end
 local kcount = ktpm > 0 or kconc > 0 or kdaily > 0 or kmonthly > 0 or ktotal > 0
 local kheld, kopen, ktok, kday, kmon, kall = 0, 0, nil, 0, 0, 0
 if kcount then
-  local ks = redis.call('HMGET', KEYS[7], 'held', 'open', 'tok', 'dd', 'dc', 'md', 'mc', 'tc')
+  local ks = redis.call('HMGET', KEYS[7], 'held', 'open', 'tw', 'dd', 'dc', 'md', 'mc', 'tc')
   kheld = tonumber(ks[1] or '0')
   kopen = tonumber(ks[2] or '0')
   ktok = ks[3]
@@ -122,28 +137,68 @@ if kcount then
   kall = tonumber(ks[8] or '0')
 end
 
--- The tokens counted in this minute so far, from a "minute tokens" value.
-local function minuteTokens(v)
-  if not v then
-    return 0
+-- A token window ("tw") read: its buckets still in the window, each
+-- {bucket, settled, held}, and their sums.
+local function tokenWindow(v)
+  local w, settled, open = {}, 0, 0
+  if v then
+    for b, st, h in string.gmatch(v, '(%d+) (%d+) (%d+)') do
+      b = tonumber(b)
+      if b >= oldest then
+        st, h = tonumber(st), tonumber(h)
+        w[#w + 1] = {b, st, h}
+        settled, open = settled + st, open + h
+      end
+    end
   end
-  local m, n = string.match(v, '^(%d+) (%d+)$')
-  if tonumber(m) ~= minute then
-    return 0
+  return w, settled, open
+end
+
+-- The wait until enough of window w has left it for a bound of need more
+-- tokens to fit under the limit (over by over tokens now).
+local function tokenWait(w, over)
+  table.sort(w, function(x, y) return x[1] < y[1] end)
+  for _, e in ipairs(w) do
+    over = over - e[2] - e[3]
+    if over <= 0 then
+      -- Bucket e leaves the window 60 s after it ends.
+      return math.max((e[1] + 1) * BUCKET + 60000 - now, 1)
+    end
   end
-  return tonumber(n)
+  return (bucket + 1) * BUCKET + 60000 - now
+end
+
+-- Window w with bound added to this bucket's held tokens, as a "tw" value.
+local function tokenWindowAdd(w)
+  local found = false
+  local out = {}
+  for _, e in ipairs(w) do
+    if e[1] == bucket then
+      e[3] = e[3] + bound
+      found = true
+    end
+    out[#out + 1] = int(e[1]) .. ' ' .. int(e[2]) .. ' ' .. int(e[3])
+  end
+  if not found then
+    out[#out + 1] = int(bucket) .. ' 0 ' .. int(bound)
+  end
+  return table.concat(out, ' ')
 end
 
 -- 1. Concurrency: requests in flight are the open holds.
 if kconc > 0 and kopen + 1 > kconc then
-  return {5, 1000, KEY}
+  return {5, 1000, KEY, kconc, kopen, 0, 1}
 end
-if conc > 0 and redis.call('HLEN', KEYS[2]) + 1 > conc then
-  return {5, 1000, ACCOUNT}
+if conc > 0 then
+  local inflight = redis.call('HLEN', KEYS[2])
+  if inflight + 1 > conc then
+    return {5, 1000, ACCOUNT, conc, inflight, 0, 1}
+  end
 end
 
 -- 2. Rate limit: at most rpm*window admissions in any window minutes.
--- Returns the wait in ms when the log is full, else nil.
+-- Returns the wait in ms when the log is full, else nil; and the limit
+-- and the admissions in the window.
 local function rateWait(log, r, w)
   if w < 1 then
     w = 1
@@ -154,7 +209,7 @@ local function rateWait(log, r, w)
   redis.call('ZREMRANGEBYSCORE', log, '-inf', int(now - span))
   local n = redis.call('ZCARD', log)
   if n < limit then
-    return nil
+    return nil, limit, n
   end
   -- Once the (n-limit+1) oldest admissions have left, one more fits; the
   -- last of them to leave is the one at index n-limit.
@@ -163,79 +218,81 @@ local function rateWait(log, r, w)
   if retry < 1000 then
     retry = 1000
   end
-  return retry
+  return retry, limit, n
 end
 if krpm > 0 then
-  local wait = rateWait(KEYS[6], krpm, kwindow)
+  local wait, limit, n = rateWait(KEYS[6], krpm, kwindow)
   if wait then
-    return {1, wait, KEY}
+    return {1, wait, KEY, limit, n, 0, 1}
   end
 end
 if rpm > 0 then
-  local wait = rateWait(KEYS[3], rpm, window)
+  local wait, limit, n = rateWait(KEYS[3], rpm, window)
   if wait then
-    return {1, wait, ACCOUNT}
+    return {1, wait, ACCOUNT, limit, n, 0, 1}
   end
 end
 
--- 3. Tokens per minute: this minute's count plus this request's bound.
-local toNextMinute = (minute + 1) * 60000 - now
-local ktokens, tokens = 0, 0
+-- 3. Tokens per minute: the window's settled + held plus this request's
+-- bound.
+local kwin, win
 if ktpm > 0 then
-  ktokens = minuteTokens(ktok)
+  local w, st, h = tokenWindow(ktok)
   if bound > ktpm then
-    return {4, -1, KEY}
+    return {4, -1, KEY, ktpm, st, h, bound}
   end
-  if ktokens + bound > ktpm then
-    return {4, toNextMinute, KEY}
+  if st + h + bound > ktpm then
+    return {4, tokenWait(w, st + h + bound - ktpm), KEY, ktpm, st, h, bound}
   end
+  kwin = w
 end
 if tpm > 0 then
-  tokens = minuteTokens(acct[9])
+  local w, st, h = tokenWindow(acct[9])
   if bound > tpm then
-    return {4, -1, ACCOUNT}
+    return {4, -1, ACCOUNT, tpm, st, h, bound}
   end
-  if tokens + bound > tpm then
-    return {4, toNextMinute, ACCOUNT}
+  if st + h + bound > tpm then
+    return {4, tokenWait(w, st + h + bound - tpm), ACCOUNT, tpm, st, h, bound}
   end
+  win = w
 end
 
 -- 4. Spend budgets: settled in the window + open holds + this hold.
 if kdaily > 0 and kday + kheld + hold > kdaily then
-  return {2, 0, KEY}
+  return {2, 0, KEY, kdaily, kday, kheld, hold}
 end
 if daily > 0 then
   local spent = tonumber(redis.call('GET', KEYS[4]) or '0')
   if spent + held + hold > daily then
-    return {2, 0, ACCOUNT}
+    return {2, 0, ACCOUNT, daily, spent, held, hold}
   end
 end
 if kmonthly > 0 and kmon + kheld + hold > kmonthly then
-  return {6, 0, KEY}
+  return {6, 0, KEY, kmonthly, kmon, kheld, hold}
 end
 if monthly > 0 then
   local spent = tonumber(redis.call('GET', KEYS[5]) or '0')
   if spent + held + hold > monthly then
-    return {6, 0, ACCOUNT}
+    return {6, 0, ACCOUNT, monthly, spent, held, hold}
   end
 end
 if ktotal > 0 and kall + kheld + hold > ktotal then
-  return {7, 0, KEY}
+  return {7, 0, KEY, ktotal, kall, kheld, hold}
 end
 
 -- 5. Balance not yet promised to open holds.
 if balance - held < hold then
-  return {3, 0, ACCOUNT}
+  return {3, 0, ACCOUNT, balance, 0, held, hold}
 end
 
 -- 6. Admit: hold the worst case, with its lease and admission record in one
 -- field (HSETNX refuses an id already held, before anything is written).
 local ta, tk, kc = 0, 0, 0
 if tpm > 0 then
-  ta = minute
+  ta = bucket
 end
 if ktpm > 0 then
-  tk = minute
+  tk = bucket
 end
 if kcount then
   kc = 1
@@ -247,16 +304,16 @@ if rest ~= '}' then
 end
 record = record .. rest
 if redis.call('HSETNX', KEYS[2], req, hold_format(hold, now + ttl, record, '')) == 0 then
-  return {-2, 0, 0}
+  return {-2, 0, 0, 0, 0, 0, 0}
 end
 redis.call('HINCRBY', KEYS[1], 'held', int(hold))
 if ta > 0 then
-  redis.call('HSET', KEYS[1], 'tok', int(minute) .. ' ' .. int(tokens + bound))
+  redis.call('HSET', KEYS[1], 'tw', tokenWindowAdd(win))
 end
 if kcount then
   if tk > 0 then
     redis.call('HSET', KEYS[7], 'held', int(kheld + hold), 'open', int(kopen + 1),
-      'tok', int(minute) .. ' ' .. int(ktokens + bound))
+      'tw', tokenWindowAdd(kwin))
   else
     redis.call('HSET', KEYS[7], 'held', int(kheld + hold), 'open', int(kopen + 1))
   end
@@ -269,4 +326,4 @@ if krpm > 0 then
   redis.call('ZADD', KEYS[6], int(now), req)
   redis.call('PEXPIRE', KEYS[6], int(math.max(kwindow, 1) * 60000))
 end
-return {0, 0, 0}
+return {0, 0, 0, 0, 0, 0, 0}

@@ -25,7 +25,7 @@
 -- KEYS[8+k..7+k+n]  gw:{acct:ID}:swept:REQID of each request, in order: hash of
 --               what its sweep charged: "hold", then counter field -> increment
 -- KEYS[8+k+n..7+k+n+s]  gw:{acct:ID}:ks:KEYID, the state of each credential of
---               the batch (admit.lua): in flight, tokens of the minute, spend
+--               the batch (admit.lua): in flight, token window, spend
 --               by day, month and in total
 --
 -- ARGV[1]  n, the number of requests
@@ -59,9 +59,10 @@
 --
 -- What admission counted for a request (the prefix of its record, see
 -- admit.lua) is undone when its hold goes: the hold leaves the key's held
--- amount and in-flight count, and its token bound is replaced by the tokens
--- it used in the minute it was counted in, if that minute is still the
--- current one (an older minute is never read again). Spend is added to the
+-- amount and in-flight count, and its token bound is moved from held to
+-- settled, replaced by the tokens it used, in the token window's bucket it
+-- was counted in, if that bucket is still kept (one that left the window
+-- is never read again). Spend is added to the
 -- account's month and to the key's day, month and total (a reconciled
 -- settlement adds its difference).
 --
@@ -91,7 +92,7 @@ local accountSeen = false
 local s = tonumber(ARGV[5])
 local today, month = ARGV[6], ARGV[7]
 -- Per credential state index: held released, requests ended, token
--- corrections by minute, cost and requests charged.
+-- corrections by bucket, cost and requests charged.
 local kstate = {}
 local function state(si)
   local st = kstate[si]
@@ -101,10 +102,16 @@ local function state(si)
   end
   return st
 end
--- The account's token corrections by minute.
+-- The account's token corrections by bucket: {settled, held} to add.
 local atok = {}
-local function correct(t, m, delta)
-  t[m] = (t[m] or 0) + delta
+local function correct(t, b, used, bound)
+  local c = t[b]
+  if not c then
+    c = {0, 0}
+    t[b] = c
+  end
+  c[1] = c[1] + used
+  c[2] = c[2] - bound
 end
 
 local a = 9
@@ -134,14 +141,14 @@ for i = 1, n do
     released = released + amount
     local tb, ta, tk, kc = string.match(record, '^{"tb":(%d+),"ta":(%d+),"tk":(%d+),"kc":(%d+)')
     if tb then
-      local delta = usedTokens - tonumber(tb)
+      tb = tonumber(tb)
       if ta ~= '0' then
-        correct(atok, ta, delta)
+        correct(atok, ta, usedTokens, tb)
       end
       if si > 0 then
         local st = state(si)
         if tk ~= '0' then
-          correct(st.tok, tk, delta)
+          correct(st.tok, tk, usedTokens, tb)
         end
         if kc == '1' then
           st.held = st.held + amount
@@ -271,26 +278,31 @@ if #order > 0 then
   end
 end
 
--- A "minute tokens" value with the corrections of its minute applied; nil
--- when there are none for it.
+-- A token window ("tw", admit.lua) with the corrections of its buckets
+-- applied; nil when there are none for it (their buckets left it).
 local function corrected(v, t)
   if not v then
     return nil
   end
-  local m, tokens = string.match(v, '^(%d+) (%d+)$')
-  if not m or not t[m] then
+  local out, changed = {}, false
+  for b, st, h in string.gmatch(v, '(%d+) (%d+) (%d+)') do
+    st, h = tonumber(st), tonumber(h)
+    local c = t[b]
+    if c then
+      st, h = st + c[1], math.max(h + c[2], 0)
+      changed = true
+    end
+    out[#out + 1] = b .. ' ' .. int(st) .. ' ' .. int(h)
+  end
+  if not changed then
     return nil
   end
-  local left = tonumber(tokens) + t[m]
-  if left < 0 then
-    left = 0
-  end
-  return m .. ' ' .. int(left)
+  return table.concat(out, ' ')
 end
 if next(atok) then
-  local v = corrected(redis.call('HGET', KEYS[1], 'tok'), atok)
+  local v = corrected(redis.call('HGET', KEYS[1], 'tw'), atok)
   if v then
-    redis.call('HSET', KEYS[1], 'tok', v)
+    redis.call('HSET', KEYS[1], 'tw', v)
   end
 end
 
@@ -300,7 +312,7 @@ end
 local kfirst = 7 + k + n
 for si, st in pairs(kstate) do
   local key = KEYS[kfirst + si]
-  local ks = redis.call('HMGET', key, 'held', 'open', 'tok', 'dd', 'dc', 'dr', 'md', 'mc', 'mr', 'tc', 'tr')
+  local ks = redis.call('HMGET', key, 'held', 'open', 'tw', 'dd', 'dc', 'dr', 'md', 'mc', 'mr', 'tc', 'tr')
   local fields = {}
   local function put(f, v)
     fields[#fields + 1] = f
@@ -315,7 +327,7 @@ for si, st in pairs(kstate) do
   end
   local v = corrected(ks[3], st.tok)
   if v then
-    put('tok', v)
+    put('tw', v)
   end
   if st.reqs > 0 or st.cost ~= 0 then
     local dc, dr, mc, mr = st.cost, st.reqs, st.cost, st.reqs

@@ -150,8 +150,8 @@ type Limits struct {
 	// Length of the sliding window; at most rpm × window_minutes requests per
 	// window.
 	WindowMinutes int64 `protobuf:"varint,3,opt,name=window_minutes,json=windowMinutes,proto3" json:"window_minutes,omitempty"`
-	// Tokens (input + output) per UTC minute, open requests counted at their
-	// token bound.
+	// Tokens (input + output) in any 60 s (a rolling window), open requests
+	// counted at their token bound.
 	Tpm int64 `protobuf:"varint,4,opt,name=tpm,proto3" json:"tpm,omitempty"`
 	// Requests in flight.
 	Concurrency int64 `protobuf:"varint,5,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
@@ -548,7 +548,8 @@ type GetAccountResponse struct {
 	HeldNanoUsd int64 `protobuf:"varint,4,opt,name=held_nano_usd,json=heldNanoUsd,proto3" json:"held_nano_usd,omitempty"`
 	// Settled spend of the current UTC month.
 	MonthlyUsedNanoUsd int64 `protobuf:"varint,5,opt,name=monthly_used_nano_usd,json=monthlyUsedNanoUsd,proto3" json:"monthly_used_nano_usd,omitempty"`
-	// Tokens counted in the current UTC minute against the tpm limit.
+	// Tokens counted in the rolling window (the last 60 to 65 s) against the
+	// tpm limit.
 	MinuteTokens  int64 `protobuf:"varint,6,opt,name=minute_tokens,json=minuteTokens,proto3" json:"minute_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
