@@ -359,10 +359,10 @@ func localErrors(format string) []localError {
 		tooLarge = "request body is larger than this gateway accepts"
 		headers  = "request headers are too large"
 		busy     = "the service is temporarily unavailable; retry with backoff"
-		// Envoy refuses a connection upgrade (no route allows one): the
-		// Responses API's WebSocket transport, which clients fall back
-		// from to HTTP.
-		upgrade   = "the WebSocket transport is not available through this gateway; use HTTP"
+		// Envoy refuses a connection upgrade where no route allows one:
+		// every path but the Responses API's, whose socket route goes to
+		// the sidecar (docs/responses.md).
+		upgrade   = "the WebSocket transport is not available on this path; use HTTP"
 		otherwise = "%LOCAL_REPLY_BODY%"
 	)
 	if format == config.FormatMessages {

@@ -61,7 +61,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	if hv.upgrade != "" {
 		// The Responses API's WebSocket transport: a connection the
 		// processor cannot meter event by event. Clients fall back to HTTP.
-		return x.reject(format.InvalidRequest, "the WebSocket transport is not available through this gateway; use HTTP (POST "+sub+")", 0)
+		return x.reject(format.InvalidRequest, "the WebSocket transport is not available on this path; use HTTP (POST "+sub+")", 0)
 	}
 	switch {
 	case vp != nil && (vp.Kind == operation.Metered || vp.Kind == operation.Counted):
