@@ -428,6 +428,13 @@ func (c *socketConn) create(ctx context.Context, data []byte, fromClient, fromVe
 		c.lost(ctx)
 		return false
 	}
+	return c.relay(ctx, x, fromClient, fromVendor)
+}
+
+// relay passes the vendor's events for the response x admitted to the
+// client, each metered as one event of a stream, until its terminal event
+// settles it; it reports whether the socket goes on.
+func (c *socketConn) relay(ctx context.Context, x *exchange, fromClient, fromVendor chan socketMsg) bool {
 	x.endpoint = c.endpoint
 	started := false
 	frame := make([]byte, 0, 4096)

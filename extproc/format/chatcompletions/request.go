@@ -48,6 +48,43 @@ var requestQuery = jsonscan.NewQuery(
 	"messages[].audio.id",
 )
 
+// storedRefs reads the ids of vendor objects a body names (a file part's
+// file id, an assistant message's audio id), none of which an account can
+// own: the first is refused (unbound).
+type storedRefs struct {
+	message, part int // messages, and parts of this message, read
+	unbound       *format.Error
+}
+
+func (r *storedRefs) visit(path int, v jsonscan.Value, check *format.RequestCheck) {
+	switch path {
+	case reqMessage:
+		r.message, r.part = r.message+1, 0
+	case reqPart:
+		r.part++
+	case reqFileID:
+		r.never("File", "messages["+strconv.Itoa(r.message)+"].content["+strconv.Itoa(r.part)+"].file.file_id", fileInstead, v, check)
+	case reqAudioID:
+		r.never("Audio", "messages["+strconv.Itoa(r.message)+"].audio.id", audioInstead, v, check)
+	case reqAudio:
+		if v.Kind != jsonscan.Object && v.Kind != jsonscan.Null {
+			check.Fail("messages["+strconv.Itoa(r.message)+"].audio", "must be an object")
+		}
+	}
+}
+
+// never refuses the object v names (an id at param), unless a refusal was
+// recorded already.
+func (r *storedRefs) never(noun, param, instead string, v jsonscan.Value, check *format.RequestCheck) {
+	switch {
+	case v.Kind == jsonscan.Null || r.unbound != nil:
+	case v.Kind != jsonscan.String || len(v.Raw) == 2 || len(v.Raw) > maxIDBytes:
+		check.Fail(param, "must be an id")
+	default:
+		r.unbound = format.NotStored(param, noun, v.Text(), instead)
+	}
+}
+
 // ParseRequest reads model, max_tokens, max_completion_tokens, stream and
 // stream_options.include_usage, validating the whole body as strict JSON.
 // For a stream whose client did not ask for usage, Request.Edit sets
@@ -70,17 +107,7 @@ func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 	var haveModel bool
 	var opts, usage jsonscan.Value // Kind Invalid when absent
 	var check format.RequestCheck
-	var message, part int // messages, and parts of this message, read
-	var unbound *format.Error
-	never := func(noun, param, instead string, v jsonscan.Value) {
-		switch {
-		case v.Kind == jsonscan.Null || unbound != nil:
-		case v.Kind != jsonscan.String || len(v.Raw) == 2 || len(v.Raw) > maxIDBytes:
-			check.Fail(param, "must be an id")
-		default:
-			unbound = format.NotStored(param, noun, v.Text(), instead)
-		}
-	}
+	var refs storedRefs
 	err := requestQuery.Scan(body, func(path int, v jsonscan.Value) error {
 		switch path {
 		case reqModel:
@@ -124,18 +151,8 @@ func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 			if v.Kind == jsonscan.Array && format.NonEmptyArray(v.Raw) {
 				req.HasTools = true
 			}
-		case reqMessage:
-			message, part = message+1, 0
-		case reqPart:
-			part++
-		case reqFileID:
-			never("File", "messages["+strconv.Itoa(message)+"].content["+strconv.Itoa(part)+"].file.file_id", fileInstead, v)
-		case reqAudioID:
-			never("Audio", "messages["+strconv.Itoa(message)+"].audio.id", audioInstead, v)
-		case reqAudio:
-			if v.Kind != jsonscan.Object && v.Kind != jsonscan.Null {
-				check.Fail("messages["+strconv.Itoa(message)+"].audio", "must be an object")
-			}
+		default:
+			refs.visit(path, v, &check)
 		}
 		return nil
 	})
@@ -144,8 +161,8 @@ func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 		return format.Request{}, err
 	case !haveModel:
 		return format.Request{}, format.Missing("model")
-	case unbound != nil:
-		return format.Request{}, unbound
+	case refs.unbound != nil:
+		return format.Request{}, refs.unbound
 	}
 	if req.Stream && !req.IncludeUsage {
 		req.Edit = usageEdit(body, opts, usage)

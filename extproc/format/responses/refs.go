@@ -253,6 +253,17 @@ func (r *refReader) visit(path int, v jsonscan.Value, check *format.RequestCheck
 			return
 		}
 		r.named(prompt, top("prompt"), v, r.promptID, "prompt.id", check)
+	default:
+		if !r.visitItem(path, v, check) {
+			r.visitTool(path, v, check)
+		}
+	}
+}
+
+// visitItem reads the paths inside an input item; it reports whether path
+// was one.
+func (r *refReader) visitItem(path int, v jsonscan.Value, check *format.RequestCheck) bool {
+	switch path {
 	case refItemType:
 		r.typ = v
 	case refItemID:
@@ -285,6 +296,15 @@ func (r *refReader) visit(path int, v jsonscan.Value, check *format.RequestCheck
 		r.never(container, r.input(".environment.container_id"), v, check)
 	case refItem:
 		r.endItem(v, check)
+	default:
+		return false
+	}
+	return true
+}
+
+// visitTool reads the paths inside an offered tool.
+func (r *refReader) visitTool(path int, v jsonscan.Value, check *format.RequestCheck) {
+	switch path {
 	case refTool:
 		r.tool++
 	case refVectorStore:
