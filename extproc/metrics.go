@@ -96,8 +96,18 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 			Name: "gateway_lease_cuts_total", Help: "Requests cut short because their hold could not be renewed before its lease ended (the store unreachable).",
 		}),
 	}
-	// Known label values start at zero, so alerts on them work before the
-	// first error.
+	m.zero(upstreams)
+	if reg != nil {
+		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
+			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.leaseCuts, m.capped,
+			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters)
+	}
+	return m
+}
+
+// zero makes the known label values' series, at zero, so that alerts on
+// them work before the first error.
+func (m *Metrics) zero(upstreams []string) {
 	for _, o := range waitOutcomes {
 		m.concurrencyWaits.WithLabelValues(string(o))
 	}
@@ -120,12 +130,6 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 			m.limitRefusals.WithLabelValues(level.String(), o.String())
 		}
 	}
-	if reg != nil {
-		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
-			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.leaseCuts, m.capped,
-			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters)
-	}
-	return m
 }
 
 // ObserveInterrupted counts one request settled by the hold sweeper.

@@ -49,26 +49,14 @@ func (v Value) Bool() (b, ok bool) {
 	return false, false
 }
 
-// Int returns a number whose value is an integer that fits in an int64. Like
-// the vendors' own parsers, it accepts integral values written with a
-// fraction or an exponent ("100.0", "1e3"); ok is false for other numbers
-// ("1.5", "1e-1", "1e30") and other kinds.
-func (v Value) Int() (n int64, ok bool) {
-	if v.Kind != Number {
-		return 0, false
-	}
-	b := v.Raw
-	neg := b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	// Split into integer digits, fraction digits and exponent.
+// splitNumber splits the digits of a valid JSON number without its sign
+// into integer digits, fraction digits and the exponent.
+func splitNumber(b []byte) (intPart, frac []byte, exp int) {
 	i := 0
 	for i < len(b) && isDigit(b[i]) {
 		i++
 	}
-	intPart, b := b[:i], b[i:]
-	var frac []byte
+	intPart, b = b[:i], b[i:]
 	if len(b) > 0 && b[0] == '.' {
 		i = 1
 		for i < len(b) && isDigit(b[i]) {
@@ -76,7 +64,6 @@ func (v Value) Int() (n int64, ok bool) {
 		}
 		frac, b = b[1:i], b[i:]
 	}
-	exp := 0
 	if len(b) > 0 { // 'e' or 'E'
 		b = b[1:]
 		expNeg := b[0] == '-'
@@ -92,6 +79,23 @@ func (v Value) Int() (n int64, ok bool) {
 			exp = -exp
 		}
 	}
+	return intPart, frac, exp
+}
+
+// Int returns a number whose value is an integer that fits in an int64. Like
+// the vendors' own parsers, it accepts integral values written with a
+// fraction or an exponent ("100.0", "1e3"); ok is false for other numbers
+// ("1.5", "1e-1", "1e30") and other kinds.
+func (v Value) Int() (n int64, ok bool) {
+	if v.Kind != Number {
+		return 0, false
+	}
+	b := v.Raw
+	neg := b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	intPart, frac, exp := splitNumber(b)
 	// The value is digits × 10^exp, digits being intPart and frac run
 	// together without leading zeros.
 	exp -= len(frac)
