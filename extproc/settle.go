@@ -115,6 +115,7 @@ func (x *exchange) outcome(complete bool) account.Settlement {
 		Stream:    x.req.Stream,
 		StartedAt: x.started,
 		EndedAt:   x.s.now(),
+		Lease:     x.lease,
 	}
 	if st.Status == 0 {
 		// No reply byte reached the processor: the status and endpoint

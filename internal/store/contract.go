@@ -150,7 +150,7 @@ func LedgerFields(st account.Settlement) map[string]string {
 	for i := 1; i+1 < len(args); i += 2 {
 		m[args[i].(string)] = argString(args[i+1])
 	}
-	if st.Lease.ID != "" {
+	if st.Lease != (account.LeaseRef{}) {
 		m[ledgerLease] = st.Lease.ID + " " + strconv.FormatInt(st.Lease.Seq, 10) + " " + strconv.FormatInt(st.Lease.Hold, 10)
 	}
 	return m
@@ -209,7 +209,7 @@ func decodeLedgerFields(accountID string, v func(string) string) account.Settlem
 			k.Set(&st.Rates, parseInt(v(ledgerPricePrefix+k.Name)))
 		}
 	}
-	if f := strings.Fields(v(ledgerLease)); len(f) == 3 {
+	if f := strings.SplitN(v(ledgerLease), " ", 3); len(f) == 3 {
 		st.Lease = account.LeaseRef{ID: f[0], Seq: parseInt(f[1]), Hold: parseInt(f[2])}
 	}
 	if old := v(counterCacheWriteV1); old != "" && st.Usage.CacheWrite5m == 0 {
