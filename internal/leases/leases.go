@@ -62,8 +62,10 @@ const (
 	DefaultMinHolds = 16
 )
 
-// linger is how long admitted requests' records wait to be sent together.
-const linger = 2 * time.Millisecond
+// linger is how long admitted requests' records wait to be sent together:
+// a request that settles meanwhile needs none (Settled), its settlement
+// settles it from the lease.
+const linger = 20 * time.Millisecond
 
 type leaseKey struct{ account, key string }
 
@@ -204,6 +206,19 @@ func (m *Manager) Admit(ctx context.Context, a account.Admission) (account.Decis
 	}
 	m.Fallback.Add(1)
 	return m.next.Admit(ctx, a)
+}
+
+// Settled drops the hold record of a leased request whose settlement is
+// queued, if it was not sent yet: the settlement settles it from the lease.
+func (m *Manager) Settled(ref account.LeaseRef) {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	for i, r := range m.queue {
+		if r.Lease == ref {
+			m.queue = append(m.queue[:i], m.queue[i+1:]...)
+			return
+		}
+	}
 }
 
 // Run renews leases and records leased holds until ctx ends.

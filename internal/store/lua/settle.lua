@@ -125,6 +125,9 @@ local function correct(t, b, used, bound)
 end
 
 local m = tonumber(ARGV[9])
+-- Per lease index: the holds settled from it, and the credential state
+-- index of its requests (a lease is one key's).
+local ltake, lstate = {}, {}
 local lfirst = 7 + k + n + s -- KEYS[lfirst + 1]: the leases hash
 local a = 10
 for i = 1, n do
@@ -146,27 +149,14 @@ for i = 1, n do
     end
     accountSeen = true
   end
-  -- Admitted from a lease and not recorded: settled from the lease.
+  -- Admitted from a lease and not recorded: settled from the lease (a
+  -- request with a sweep record was recorded, so its bit is set).
   local fromLease = false
   if not v and li > 0 and not swept and redis.call('GETBIT', KEYS[lfirst + 1 + li], lseq) == 0 then
     fromLease = true
     redis.call('SETBIT', KEYS[lfirst + 1 + li], lseq, 1)
-    redis.call('EXPIRE', KEYS[lfirst + 1 + li], ARGV[4])
-    local lid = string.match(KEYS[lfirst + 1 + li], ':lbits:(.*)$')
-    local cur = redis.call('HGET', KEYS[lfirst + 1], lid)
-    if cur then
-      local la, rest = string.match(cur, '^(%d+) (.*)$')
-      la = tonumber(la)
-      local take = math.min(lhold, la)
-      redis.call('HSET', KEYS[lfirst + 1], lid, int(la - take) .. ' ' .. rest)
-      if redis.call('HINCRBY', KEYS[1], 'leased', int(-take)) < 0 then
-        redis.call('HSET', KEYS[1], 'leased', '0')
-      end
-      if si > 0 and string.match(rest, '^%d+ 1') then
-        local st = state(si)
-        st.leased = st.leased + take
-      end
-    end
+    ltake[li] = (ltake[li] or 0) + lhold
+    lstate[li] = si
   end
   if v or fromLease then
     accountSeen = true -- a hold exists only on an existing account
@@ -287,6 +277,26 @@ for i = 1, n do
   end
 end
 
+-- The holds settled from leases leave them, once per lease.
+for li, h in pairs(ltake) do
+  local bits = KEYS[lfirst + 1 + li]
+  redis.call('EXPIRE', bits, ARGV[4])
+  local lid = string.match(bits, ':lbits:(.*)$')
+  local cur = redis.call('HGET', KEYS[lfirst + 1], lid)
+  if cur then
+    local la, rest = string.match(cur, '^(%d+) (.*)$')
+    la = tonumber(la)
+    local take = math.min(h, la)
+    redis.call('HSET', KEYS[lfirst + 1], lid, int(la - take) .. ' ' .. rest)
+    if redis.call('HINCRBY', KEYS[1], 'leased', int(-take)) < 0 then
+      redis.call('HSET', KEYS[1], 'leased', '0')
+    end
+    if lstate[li] > 0 and string.match(rest, '^%d+ 1') then
+      local st = state(lstate[li])
+      st.leased = st.leased + take
+    end
+  end
+end
 if released > 0 then
   if redis.call('HINCRBY', KEYS[1], 'held', int(-released)) < 0 then
     redis.call('HSET', KEYS[1], 'held', '0')
