@@ -151,8 +151,12 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 		return x.reject(kind, msg, d.RetryAfter)
 	}
 	x.admitted = true
+	x.lease = d.Lease
 	// The hold lives as long as the request: renewed until it settles.
 	x.open = x.s.holds.Register(x.key.AccountID, x.requestID, t0)
+	if d.Lease.ID != "" {
+		x.open.FromLease()
+	}
 	if x.req.Stream {
 		x.s.metrics.streams.Inc()
 	}

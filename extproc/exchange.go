@@ -67,9 +67,10 @@ type exchange struct {
 	// itemsBound once they have been bound.
 	items      format.StoredItems
 	itemsBound bool
-	parked     *store.Parked // the background response a retrieval or cancellation reads
-	bodyBytes  int64         // response body bytes from the vendor
-	open       *holds.Open   // the hold's renewal while the request runs
+	parked     *store.Parked    // the background response a retrieval or cancellation reads
+	bodyBytes  int64            // response body bytes from the vendor
+	open       *holds.Open      // the hold's renewal while the request runs
+	lease      account.LeaseRef // the lease it was admitted from, if any
 
 	bounds      operation.Bounds // the request's bounds, fixed at admission
 	hasLength   bool             // the client sent content-length

@@ -64,6 +64,11 @@ func (x *exchange) settle(complete bool) {
 	x.s.holds.Finish(x.open, st.Checkpoint())
 	s, upstream, model, open := x.s, x.upstream.Name, string(st.Priced), x.open
 	traced := x.traceSettlement(st)
+	if l, ok := s.admitter.(leaseSettler); ok && st.Lease.ID != "" {
+		// Its hold need not be recorded: the settlement settles it from
+		// the lease.
+		l.Settled(st.Lease)
+	}
 	s.settler.enqueue(st, func(r store.SettleResult, took time.Duration) {
 		traced(r)
 		s.metrics.settleSeconds.Observe(took.Seconds())
@@ -116,6 +121,7 @@ func (x *exchange) outcome(complete bool) account.Settlement {
 		Transport: x.transport,
 		StartedAt: x.started,
 		EndedAt:   x.s.now(),
+		Lease:     x.lease,
 	}
 	if st.Status == 0 {
 		// No reply byte reached the processor: the status and endpoint
@@ -153,4 +159,11 @@ func priceInto(st *account.Settlement, price *pricing.Model, r usage.Report, reg
 	if c.Uplift > 0 {
 		st.Region = region
 	}
+}
+
+// leaseSettler is an Admitter that admits from leases (internal/leases):
+// told of a leased request's settlement, it drops the request's hold
+// record if not sent yet.
+type leaseSettler interface {
+	Settled(account.LeaseRef)
 }

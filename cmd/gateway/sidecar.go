@@ -37,6 +37,7 @@ import (
 	"github.com/modelgateway/gateway/internal/control"
 	"github.com/modelgateway/gateway/internal/endpoints"
 	"github.com/modelgateway/gateway/internal/holds"
+	"github.com/modelgateway/gateway/internal/leases"
 	"github.com/modelgateway/gateway/internal/mtls"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/spool"
@@ -62,6 +63,8 @@ type sidecar struct {
 	stopHolds context.CancelFunc
 	// proc is the ext_proc processor; its settlements are flushed on shutdown.
 	proc *extproc.Server
+	// leases admits from escrow leases; nil when limits.leases is off.
+	leases *leases.Manager
 	// webhooks delivers alert events; closed last.
 	webhooks *alerts.Dispatcher
 	watcher  *alerts.Watcher
@@ -211,6 +214,22 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	if c.Tracing.Enabled() {
 		tracer = traces.Tracer("github.com/modelgateway/gateway/extproc")
 	}
+	// Admission: from escrow leases in memory when limits.leases is on,
+	// through the store's script otherwise (and for what no lease covers).
+	var adm extproc.Admitter = admitter{st, sp}
+	var leased *leases.Manager
+	if c.Limits.LeasesOn() {
+		leased = leases.New(st, adm, leases.Options{
+			Interval: c.Limits.LeaseRenewInterval(), Share: c.Limits.LeaseShare, MinHolds: c.Limits.LeaseMinHolds, Logger: o.Logger,
+		})
+		adm = leased
+		for path, n := range map[string]*atomic.Int64{"lease": &leased.Local, "store": &leased.Fallback} {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "gateway_admissions_total", Help: "Admissions asked for, by where they were decided: lease (in memory, from an escrow lease) or store (the admission script).",
+				ConstLabels: prometheus.Labels{"path": path},
+			}, func() float64 { return float64(n.Load()) }))
+		}
+	}
 	proc := extproc.NewServer(extproc.Options{
 		Tracer:          tracer,
 		Holds:           renewer,
@@ -218,7 +237,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Parking:         st,
 		BackgroundPoll:  c.Limits.BackgroundPollInterval(),
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
-		Upstreams:       vendorRoutes, Keys: keys, Admitter: admitter{st, sp}, Settler: sp, Metrics: metrics, Logger: o.Logger,
+		Upstreams:       vendorRoutes, Keys: keys, Admitter: adm, Settler: sp, Metrics: metrics, Logger: o.Logger,
 		OnRefusal: watcher.Refused,
 
 		ConcurrencyWaitBound:    c.ConcurrencyWaitBound(),
@@ -240,10 +259,13 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		o.Logger.Warn(w)
 	}
 
-	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc, webhooks: webhooks, watcher: watcher, traces: traces}
+	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc, webhooks: webhooks, watcher: watcher, traces: traces, leases: leased}
 	var holdsCtx context.Context
 	holdsCtx, s.stopHolds = context.WithCancel(context.Background())
 	go renewer.Run(holdsCtx)
+	if leased != nil {
+		go leased.Run(holdsCtx)
+	}
 	// Sweep often enough that a dead sidecar's requests settle within about
 	// one lease and a quarter.
 	go sweeper.Run(holdsCtx, min(max(c.Limits.HoldLease.D()/4, 50*time.Millisecond), 5*time.Second))
@@ -422,6 +444,12 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 		s.log.Error("shutdown: settlements still queued", "pending", s.proc.PendingSettlements())
 	}
 	cancel()
+	if s.leases != nil {
+		// Every request has ended: record what is queued, return the rest.
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.leases.Close(lctx)
+		cancel()
+	}
 	// Every stream has settled or been spooled: nothing is left to renew.
 	// Holds of requests whose settlement waits in the spool are swept by
 	// any sidecar after a lease unless the spool replays first (settlement

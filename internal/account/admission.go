@@ -101,4 +101,17 @@ type Decision struct {
 	// its window) and concurrency (Used: those in flight), where Request
 	// is 1 and Held 0.
 	Limit, Used, Held, Request int64
+	// Lease is set when the request was admitted from a lease in memory
+	// (internal/leases) rather than by the store's admission script.
+	Lease LeaseRef
+}
+
+// LeaseRef names a request admitted from a lease: the lease, the request's
+// sequence number in it and its hold. Its settlement carries it, so that
+// the store can settle the request from the lease should the hold not be
+// recorded yet (docs/billing.md, Leases).
+type LeaseRef struct {
+	ID   string
+	Seq  int64
+	Hold int64
 }

@@ -47,9 +47,12 @@ type Settlement struct {
 	// its request was swept: its amounts (cost, usage) are the difference
 	// from the interrupted entry, of either sign. Set by the store only.
 	Reconciled bool
-	Status     int    // the status the client saw; non-2xx charges nothing and counts no usage
-	Endpoint   string // "primary" or "reserve"; empty when unknown
-	Stream     bool
+	// Lease is the lease the request was admitted from; zero when admitted
+	// by the store's admission script.
+	Lease    LeaseRef
+	Status   int    // the status the client saw; non-2xx charges nothing and counts no usage
+	Endpoint string // "primary" or "reserve"; empty when unknown
+	Stream   bool
 	// Transport is how the client sent the request: "" for HTTP,
 	// "websocket" for the Responses API's WebSocket transport.
 	Transport string

@@ -95,6 +95,9 @@ func (l *Limits) setDefaults() {
 	defDur(&l.MaxRequestDuration, 15*time.Minute)
 	defDur(&l.HoldLease, DefaultHoldLease)
 	def(&l.ConcurrencyWaiters, DefaultConcurrencyWaiters)
+	def(&l.Leases, "off")
+	def(&l.LeaseShare, 8)
+	def(&l.LeaseMinHolds, 16)
 	def(&l.ConcurrencyWaitersShare, max(l.ConcurrencyWaiters/10, 1))
 	defDur(&l.SocketIdle, 5*time.Minute)
 	if l.RPM > 0 && l.WindowMinutes == 0 {

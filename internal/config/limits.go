@@ -36,7 +36,31 @@ type Limits struct {
 	// SocketIdle closes a Responses API WebSocket on which no response ran
 	// and the client sent nothing for this long. Default 5m.
 	SocketIdle Duration `yaml:"socket_idle"`
+	// Leases: "on" admits most requests from escrow leases in memory
+	// (docs/billing.md, Leases), "off" (the default) admits each request
+	// with the store's admission script.
+	Leases string `yaml:"leases"`
+	// LeaseInterval is how often a sidecar renews its leases (re-reading
+	// the account's limits, balance and suspension). Default 1s, or a
+	// quarter of the hold lease when that is shorter.
+	LeaseInterval Duration `yaml:"lease_interval"`
+	// LeaseShare: a lease is at most the room left ÷ LeaseShare. Default 8.
+	LeaseShare int64 `yaml:"lease_share"`
+	// LeaseMinHolds: no lease smaller than this many of the largest
+	// recent hold; below it requests are admitted one by one. Default 16.
+	LeaseMinHolds int64 `yaml:"lease_min_holds"`
 }
+
+// LeaseRenewInterval is LeaseInterval, or when it is not set its default.
+func (l Limits) LeaseRenewInterval() time.Duration {
+	if l.LeaseInterval > 0 {
+		return l.LeaseInterval.D()
+	}
+	return min(time.Second, l.HoldLease.D()/4)
+}
+
+// LeasesOn reports whether requests are admitted from leases.
+func (l Limits) LeasesOn() bool { return l.Leases == "on" }
 
 // BackgroundPollInterval is BackgroundPoll, or when it is not set its
 // default: derived when used, so that it follows a lease changed after

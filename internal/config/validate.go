@@ -82,6 +82,15 @@ func (l Limits) validate() error {
 	if bp := l.BackgroundPollInterval(); bp <= 0 || bp >= l.HoldLease.D() {
 		return errors.New("limits.background_poll: must be positive and shorter than limits.hold_lease")
 	}
+	if l.Leases != "on" && l.Leases != "off" {
+		return errors.New("limits.leases: must be on or off")
+	}
+	if d := l.LeaseRenewInterval(); d < 10*time.Millisecond || d >= l.HoldLease.D()/2 {
+		return errors.New("limits.lease_interval: must be at least 10ms and under half of limits.hold_lease")
+	}
+	if l.LeaseShare < 1 || l.LeaseMinHolds < 1 {
+		return errors.New("limits.lease_share, limits.lease_min_holds: must be at least 1")
+	}
 	if l.HoldLease.D() < 100*time.Millisecond {
 		return errors.New("limits.hold_lease: must be at least 100ms")
 	}

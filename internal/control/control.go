@@ -295,6 +295,9 @@ type UsageLimits struct {
 	DailyUsedUSD  float64 `json:"daily_used_usd"`
 	WindowMinutes int64   `json:"window_minutes"`
 	RPM           int64   `json:"rpm"`
+	// LeasedUSD is what the sidecars' escrow leases hold of the balance
+	// (docs/billing.md, Leases): neither spent nor spendable elsewhere.
+	LeasedUSD float64 `json:"leased_usd"`
 	LevelLimits
 }
 
@@ -515,6 +518,7 @@ func NewUsage(rep store.UsageReport) Usage {
 			DailyUsedUSD:  pricing.USD(rep.DailyUsed),
 			WindowMinutes: rep.Limits.WindowMinutes,
 			RPM:           rep.Limits.RPM,
+			LeasedUSD:     pricing.USD(rep.Leased),
 			LevelLimits: LevelLimits{
 				MonthlyUSD: pricing.USD(rep.Limits.MonthlyNanoUSD), MonthlyUsedUSD: pricing.USD(rep.MonthUsed),
 				TPM: rep.Limits.TPM, MinuteTokens: rep.MinuteTokens, Concurrency: rep.Limits.Concurrency,

@@ -58,6 +58,19 @@ type Open struct {
 	// stop is when the request must stop being served, unix ns: its
 	// lease's end as last renewed, less the safety margin.
 	stop atomic.Int64
+	// since is when the request was admitted, unix ns; leased that it was
+	// admitted from a lease (its hold is recorded a little later).
+	since  int64
+	leased atomic.Bool
+}
+
+// FromLease marks the request as admitted from a lease (internal/leases):
+// its hold is recorded a few milliseconds after admission, so a renewal
+// that finds no hold within an interval of admission keeps renewing it.
+func (o *Open) FromLease() {
+	if o != nil {
+		o.leased.Store(true)
+	}
 }
 
 // Expired reports whether the request's lease may have ended by now (its
@@ -136,7 +149,7 @@ func (r *Renewer) Register(accountID, requestID string, since time.Time) *Open {
 	if r == nil {
 		return nil
 	}
-	o := &Open{account: accountID, request: requestID}
+	o := &Open{account: accountID, request: requestID, since: since.UnixNano()}
 	o.stop.Store(r.stopAt(since))
 	o.want.Store(true)
 	r.mu.Lock()
@@ -226,9 +239,15 @@ func (r *Renewer) RenewOnce(ctx context.Context) {
 		return
 	}
 	stop := r.stopAt(started)
-	// Settled (by the request or the sweeper): nothing left to renew.
+	// Settled (by the request or the sweeper): nothing left to renew. A
+	// request admitted from a lease within the last interval may not have
+	// its hold recorded yet (internal/leases): it is kept one more round.
+	recent := started.Add(-r.Interval()).UnixNano()
 	r.mu.Lock()
 	for _, id := range gone {
+		if o := r.open[id]; o != nil && o.leased.Load() && o.since > recent {
+			continue
+		}
 		delete(r.open, id)
 	}
 	r.mu.Unlock()

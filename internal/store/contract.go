@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -86,6 +87,9 @@ const (
 	ledgerRegion      = "regional_processing"
 	ledgerUplift      = "regional_uplift_ppm"
 	ledgerPricePrefix = "price_"
+	// ledgerLease is the lease a request was admitted from, "ID SEQ HOLD":
+	// kept by the spool only (LedgerFields), never in the ledger itself.
+	ledgerLease = "lease"
 )
 
 // priceField names the ledger field of each kind's unit price, by kind
@@ -148,6 +152,9 @@ func LedgerFields(st account.Settlement) map[string]string {
 	for i := 1; i+1 < len(args); i += 2 {
 		m[args[i].(string)] = argString(args[i+1])
 	}
+	if st.Lease != (account.LeaseRef{}) {
+		m[ledgerLease] = st.Lease.ID + " " + strconv.FormatInt(st.Lease.Seq, 10) + " " + strconv.FormatInt(st.Lease.Hold, 10)
+	}
 	return m
 }
 
@@ -204,6 +211,9 @@ func decodeLedgerFields(accountID string, v func(string) string) account.Settlem
 		if k.Priced {
 			k.Set(&st.Rates, parseInt(v(ledgerPricePrefix+k.Name)))
 		}
+	}
+	if f := strings.SplitN(v(ledgerLease), " ", 3); len(f) == 3 {
+		st.Lease = account.LeaseRef{ID: f[0], Seq: parseInt(f[1]), Hold: parseInt(f[2])}
 	}
 	if old := v(counterCacheWriteV1); old != "" && st.Usage.CacheWrite5m == 0 {
 		st.Usage.CacheWrite5m = parseInt(old)

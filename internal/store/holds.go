@@ -128,6 +128,9 @@ type SweepResult struct {
 	// Released counts expired holds without an admission record (an older
 	// sidecar's), released at no charge.
 	Released int64
+	// LeasesReturned are the amounts of the expired leases given back to
+	// the account (their sidecar stopped renewing them).
+	LeasesReturned []int64
 }
 
 // sweepBatch bounds the expired holds one sweep script call returns.
@@ -143,7 +146,7 @@ func (s *Store) SweepHolds(ctx context.Context, accountID string) (SweepResult, 
 		s.rdb.ZRem(ctx, holdIndexKey, accountID)
 		return res, nil
 	}
-	keys := []string{acctKey(accountID, "acct"), acctKey(accountID, "holds")}
+	keys := []string{acctKey(accountID, "acct"), acctKey(accountID, "holds"), acctKey(accountID, "leases")}
 	for {
 		now := s.now()
 		v, err := sweepScript.Run(ctx, s.rdb, keys, now.UnixMilli(), sweepBatch, s.opts.HoldTTL.Milliseconds()).Slice()
@@ -153,10 +156,24 @@ func (s *Store) SweepHolds(ctx context.Context, accountID string) (SweepResult, 
 		if len(v) < 3 {
 			return res, fmt.Errorf("store: sweep holds of %s: unexpected reply %v", accountID, v)
 		}
+		if len(v) < 4 {
+			return res, fmt.Errorf("store: sweep holds of %s: unexpected reply %v", accountID, v)
+		}
 		open, next, released := toInt(v[0]), toInt(v[1]), toInt(v[2])
 		res.Released += released
+		first := 4 + 2*int(toInt(v[3]))
+		for i := 4; i+1 < first && i+1 < len(v); i += 2 {
+			// A lease its sidecar stopped renewing: its amount goes back.
+			amount, err := s.sweepLease(ctx, accountID, str(v[i]), str(v[i+1]), now)
+			if err != nil {
+				return res, fmt.Errorf("store: sweep holds of %s: %w", accountID, err)
+			}
+			if amount > 0 {
+				res.LeasesReturned = append(res.LeasesReturned, amount)
+			}
+		}
 		found := 0
-		for i := 3; i+2 < len(v); i += 3 {
+		for i := first; i+2 < len(v); i += 3 {
 			found++
 			st := interruptedSettlement(accountID, str(v[i]), str(v[i+1]), str(v[i+2]), now)
 			applied, err := s.Settle(ctx, st)

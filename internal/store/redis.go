@@ -31,6 +31,10 @@ var (
 	renewLua string
 	//go:embed lua/sweep.lua
 	sweepLua string
+	//go:embed lua/lease.lua
+	leaseLua string
+	//go:embed lua/record.lua
+	recordLua string
 	//go:embed lua/trim.lua
 	trimLua string
 	// holdLua reads and writes a hold's value; the scripts that touch holds
@@ -47,6 +51,8 @@ var (
 	renewScript  = redis.NewScript(holdLua + renewLua)
 	sweepScript  = redis.NewScript(holdLua + sweepLua)
 	trimScript   = redis.NewScript(trimLua)
+	leaseScript  = redis.NewScript(leaseLua)
+	recordScript = redis.NewScript(holdLua + recordLua)
 )
 
 // Defaults of Options.

@@ -347,9 +347,21 @@ func (s *Store) settleCall(group []account.Settlement) (keys []string, args []an
 		states[i-1] = acctKey(id, "ks:"+k)
 	}
 	keys = append(keys, states...)
-	args = make([]any, 0, 8+len(group)*settleArgsPerRequest)
+	// The leases the batch's requests were admitted from: the leases hash,
+	// then each lease's bitmap.
+	leaseIndex := map[string]int{}
+	for _, st := range group {
+		if _, ok := leaseIndex[st.Lease.ID]; !ok && validLeaseID(st.Lease.ID) {
+			if len(leaseIndex) == 0 {
+				keys = append(keys, acctKey(id, "leases"))
+			}
+			leaseIndex[st.Lease.ID] = len(leaseIndex) + 1
+			keys = append(keys, acctKey(id, "lbits:"+st.Lease.ID))
+		}
+	}
+	args = make([]any, 0, 9+len(group)*settleArgsPerRequest)
 	args = append(args, len(group), len(keyIndex), int64(dayKeyTTL/time.Second), int64(s.opts.SweptRecordTTL/time.Second),
-		len(stateIndex), dayStamp(now), monthStamp(now), int64(monthKeyTTL/time.Second))
+		len(stateIndex), dayStamp(now), monthStamp(now), int64(monthKeyTTL/time.Second), len(leaseIndex))
 	for _, st := range group {
 		charged := st.Status >= 200 && st.Status < 300
 		cost := st.Cost
@@ -362,15 +374,15 @@ func (s *Store) settleCall(group []account.Settlement) (keys []string, args []an
 		// Only the sweeper settles a request as interrupted: its charge is
 		// recorded, to be reconciled with a later settlement.
 		args = append(args, st.RequestID, boolString(charged), boolString(st.Interrupted), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsedAt(st, now)),
-			stateIndex[st.KeyID], tokens)
+			stateIndex[st.KeyID], tokens, leaseIndex[st.Lease.ID], st.Lease.Seq, st.Lease.Hold)
 		args = appendCounters(args, st, cost)
 		args = appendLedger(args, st, cost)
 	}
 	return keys, args
 }
 
-// settleArgsPerRequest is about how many ARGV one request takes: nine of its
-// own, up to 2×11 counters and 2×33 ledger fields, with their two counts.
+// settleArgsPerRequest is about how many ARGV one request takes: twelve of
+// its own, up to 2×11 counters and 2×33 ledger fields, with their two counts.
 const settleArgsPerRequest = 96
 
 // lastUsedAt is when a settlement's credential was last used: when its
@@ -481,7 +493,7 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 	)
 	// All the keys share the account's slot: one round trip to one node.
 	_, err := s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		acct = pl.HMGet(ctx, acctKey(accountID, "acct"), append([]string{"balance", "held", "tw"}, limitFieldNames...)...)
+		acct = pl.HMGet(ctx, acctKey(accountID, "acct"), append(append([]string{"balance", "held", "tw"}, limitFieldNames...), "leased")...)
 		spent = pl.Get(ctx, acctKey(accountID, "day:"+dayStamp(now)))
 		monthSpent = pl.Get(ctx, acctKey(accountID, "mon:"+monthStamp(now)))
 		open = pl.HLen(ctx, acctKey(accountID, "holds"))
@@ -503,14 +515,15 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 		}
 	}
 	v := acct.Val()
-	if len(v) != 3+len(limitFieldNames) || v[0] == nil {
+	if len(v) != 4+len(limitFieldNames) || v[0] == nil {
 		return UsageReport{}, fmt.Errorf("store: usage of %s: %w", accountID, ErrNotFound)
 	}
 	r := UsageReport{
 		Balance:      parseInt(str(v[0])),
 		Held:         parseInt(str(v[1])),
 		MinuteTokens: windowTokens(str(v[2]), now),
-		Limits:       decodeLimits(v[3:]),
+		Limits:       decodeLimits(v[3 : 3+len(limitFieldNames)]),
+		Leased:       parseInt(str(v[3+len(limitFieldNames)])),
 		DailyUsed:    parseInt(spent.Val()),
 		MonthUsed:    parseInt(monthSpent.Val()),
 		InFlight:     open.Val(),

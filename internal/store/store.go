@@ -84,6 +84,10 @@ type UsageReport struct {
 	MonthUsed int64 // settled spend of the current UTC month, nano-USD
 	InFlight  int64 // open holds
 	Held      int64 // what they hold, nano-USD
+	// Leased is what the sidecars' leases hold of the balance (escrow,
+	// docs/billing.md, Leases), nano-USD: not spent, not spendable by
+	// another sidecar.
+	Leased int64
 	// MinuteTokens are the tokens counted in the current window (the last
 	// 60 to 65 s, admit.lua) against a tokens-per-minute limit (0 without
 	// one): settled requests at what they used, open ones at their bound.

@@ -101,6 +101,11 @@ var suite = []struct {
 	{"KeyLimitsStored", testKeyLimitsStored},
 	{"LimitsConcurrent", testLimitsConcurrent},
 	{"SignInAttempts", testSignInAttempts},
+	{"LeaseEscrow", testLeaseEscrow},
+	{"LeaseRefused", testLeaseRefused},
+	{"LeaseRecordAndSettle", testLeaseRecordAndSettle},
+	{"LeaseSweep", testLeaseSweep},
+	{"LeaseKeyBudget", testLeaseKeyBudget},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {

@@ -48,6 +48,7 @@ func main() {
 		tracePct = flag.Float64("trace-percent", -1, "trace this share of requests (0-100) to an OTLP collector (a child process), in every stack's Envoy (the floor is the same Envoy) and the sidecar; off by default")
 		traceGw  = flag.Bool("trace-gateway-only", false, "with -trace-percent: trace the gateway stack only, leaving the floor and bare Envoy untraced (what tracing costs in all)")
 		sink     = flag.Bool("sink", false, "run the ledger sink against the gateway's Redis, into a PostgreSQL the bench starts")
+		leasesOn = flag.String("leases", "", "on or off: run the gateway with limits.leases so (default: the config's default), to compare admission from escrow leases with the per-request script in the same run's floor")
 		hooksOff = flag.Bool("webhook-down", false, "send the gateway's alerts to a webhook receiver that accepts connections and never answers, with alerts pending for the whole run")
 		env      listFlag
 	)
@@ -94,7 +95,7 @@ func main() {
 			p.rates = append(p.rates, v)
 		}
 	}
-	b := start(tb, p, env, options{tracePct: *tracePct, traceGatewayOnly: *traceGw, webhookDown: *hooksOff})
+	b := start(tb, p, env, options{tracePct: *tracePct, traceGatewayOnly: *traceGw, webhookDown: *hooksOff, leases: *leasesOn})
 	b.res.note = *note
 	var ls *ledgerSink
 	if *sink {
@@ -246,6 +247,7 @@ type options struct {
 	tracePct         float64 // < 0: tracing off
 	traceGatewayOnly bool    // else the floor's and bare Envoy's bootstraps trace alike
 	webhookDown      bool
+	leases           string // "on", "off" or "" (the default)
 }
 
 func start(tb *benchTB, p plan, sidecarEnv []string, o options) *bench {
@@ -271,6 +273,9 @@ func start(tb *benchTB, p plan, sidecarEnv []string, o options) *bench {
 		hooks = startDeadReceiver(tb)
 		configures = append(configures, hooks.configure)
 		sidecarEnv = append(slices.Clip(sidecarEnv), hooks.env())
+	}
+	if o.leases != "" {
+		configures = append(configures, func(c *config.Config) { c.Limits.Leases = o.leases })
 	}
 	configure := func(c *config.Config) {
 		for _, f := range configures {

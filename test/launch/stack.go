@@ -180,6 +180,11 @@ func Up(o Options) (s *Stack, err error) {
 		u.Reserve = config.Endpoint{URL: s.Reserve.Addrs.URL(u.Format), Region: "reserve", RegionalProcessing: u.Reserve.RegionalProcessing}
 		u.CredentialEnv = strings.ToUpper(u.Name) + "_API_KEY"
 	}
+	// GATEWAY_TEST_LEASES=on|off runs the stack with limits.leases so
+	// (the money suites run both ways); a test's own Configure wins.
+	if v := os.Getenv("GATEWAY_TEST_LEASES"); v != "" {
+		cfg.Limits.Leases = v
+	}
 	if o.Configure != nil {
 		o.Configure(cfg)
 	}

@@ -10,14 +10,15 @@
 -- key cache (so a change is seen within the cache's lifetime).
 --
 -- KEYS[1]  gw:{acct:ID}:acct              hash: balance, held, daily, rpm, window,
---                                          tpm, conc, monthly, tw (token window)
+--                                          tpm, conc, monthly, tw (token window),
+--                                          leased (escrowed by leases, lease.lua)
 -- KEYS[2]  gw:{acct:ID}:holds             hash: request id -> hold: amount, lease expiry,
 --                                          admission record (hold.lua)
 -- KEYS[3]  gw:{acct:ID}:rl                zset: admitted request ids scored by admission time (unix ms)
 -- KEYS[4]  gw:{acct:ID}:day:YYYYMMDD      string: settled spend of the current UTC day
 -- KEYS[5]  gw:{acct:ID}:mon:YYYYMM        string: settled spend of the current UTC month
 -- KEYS[6]  gw:{acct:ID}:krl:KEYID         zset: the key's admissions, as KEYS[3]
--- KEYS[7]  gw:{acct:ID}:ks:KEYID          hash: the key's state: held, open, tw,
+-- KEYS[7]  gw:{acct:ID}:ks:KEYID          hash: the key's state: held, open, tw, leased,
 --                                          dd/dc/dr (day stamp, spend, requests),
 --                                          md/mc/mr (month), tc/tr (all time)
 --
@@ -47,6 +48,10 @@
 -- for the rate (used: admissions in the window; held 0) and concurrency
 -- (used: requests in flight; held 0); request is 1 for those two. All 0
 -- when admitted.
+--
+-- What leases escrow ("leased", lease.lua) counts as held in every spend
+-- budget and in the balance: money leased to a sidecar is not spendable
+-- here.
 --
 -- Checks run kind by kind, the key before the account: concurrency, rate,
 -- tokens per minute, daily, monthly, total spend, then the balance.
@@ -101,7 +106,7 @@ local bucket = math.floor(now / BUCKET)
 local oldest = math.floor((now - 60000) / BUCKET)
 local ACCOUNT, KEY = 1, 2
 
-local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'daily', 'rpm', 'window', 'tpm', 'conc', 'monthly', 'tw')
+local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'daily', 'rpm', 'window', 'tpm', 'conc', 'monthly', 'tw', 'leased')
 if not acct[1] then
   return {-1, 0, 0, 0, 0, 0, 0}
 end
@@ -113,6 +118,8 @@ local window = tonumber(acct[5] or '0')
 local tpm = tonumber(acct[6] or '0')
 local conc = tonumber(acct[7] or '0')
 local monthly = tonumber(acct[8] or '0')
+-- Leases are escrow: counted as held in every budget and the balance.
+held = held + tonumber(acct[10] or '0')
 
 if not haskey then
   krpm, kwindow, ktpm, kconc, kdaily, kmonthly, ktotal = 0, 0, 0, 0, 0, 0, 0
@@ -123,9 +130,11 @@ end
 -- limit; the record says whether they were, for settlement to undo.
 local kcount = ktpm > 0 or kconc > 0 or kdaily > 0 or kmonthly > 0 or ktotal > 0
 local kheld, kopen, ktok, kday, kmon, kall = 0, 0, nil, 0, 0, 0
+local kleased = 0
 if kcount then
-  local ks = redis.call('HMGET', KEYS[7], 'held', 'open', 'tw', 'dd', 'dc', 'md', 'mc', 'tc')
+  local ks = redis.call('HMGET', KEYS[7], 'held', 'open', 'tw', 'dd', 'dc', 'md', 'mc', 'tc', 'leased')
   kheld = tonumber(ks[1] or '0')
+  kleased = tonumber(ks[9] or '0')
   kopen = tonumber(ks[2] or '0')
   ktok = ks[3]
   if ks[4] == today then
@@ -257,7 +266,9 @@ if tpm > 0 then
   win = w
 end
 
--- 4. Spend budgets: settled in the window + open holds + this hold.
+-- 4. Spend budgets: settled in the window + open holds (and leases) + this hold.
+local kheldOnly = kheld
+kheld = kheld + kleased
 if kdaily > 0 and kday + kheld + hold > kdaily then
   return {2, 0, KEY, kdaily, kday, kheld, hold}
 end
@@ -307,6 +318,7 @@ if redis.call('HSETNX', KEYS[2], req, hold_format(hold, now + ttl, record, '')) 
   return {-2, 0, 0, 0, 0, 0, 0}
 end
 redis.call('HINCRBY', KEYS[1], 'held', int(hold))
+kheld = kheldOnly
 if ta > 0 then
   redis.call('HSET', KEYS[1], 'tw', tokenWindowAdd(win))
 end

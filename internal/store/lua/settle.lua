@@ -27,6 +27,8 @@
 -- KEYS[8+k+n..7+k+n+s]  gw:{acct:ID}:ks:KEYID, the state of each credential of
 --               the batch (admit.lua): in flight, token window, spend
 --               by day, month and in total
+-- KEYS[8+k+n+s]  gw:{acct:ID}:leases, when m > 0: hash of the account's leases (lease.lua)
+-- KEYS[9+k+n+s..8+k+n+s+m]  gw:{acct:ID}:lbits:LEASEID of each lease of the batch (record.lua)
 --
 -- ARGV[1]  n, the number of requests
 -- ARGV[2]  k, the number of credentials whose last_used is written
@@ -36,13 +38,15 @@
 -- ARGV[6]  the UTC day, YYYYMMDD
 -- ARGV[7]  the UTC month, YYYYMM
 -- ARGV[8]  month key lifetime, s
--- ARGV[9..] n request records, one after the other, each:
+-- ARGV[9]  m, the number of leases the batch's requests were admitted from
+-- ARGV[10..] n request records, one after the other, each:
 --   request id; "1" to charge and count usage (2xx reply), else "0";
 --   "1" when the sweeper settles it (a record of the charge is kept), else "0";
 --   cost, nano-USD; the priced model (usage is counted under it);
 --   credential index (1..k, 0 for none); last-used time of the credential,
 --   unix ms; credential state index (1..s, 0 for none); tokens used
---   (input + output; 0 for a reply not charged);
+--   (input + output; 0 for a reply not charged); lease index (1..m, 0 when
+--   admitted by admit.lua), its sequence number in the lease and its hold;
 --   c, then c counter name, increment pairs (requests, then cost and each
 --   usage kind when not zero);
 --   f, then f ledger entry field, value pairs. A ledger field named like a
@@ -65,6 +69,12 @@
 -- is never read again). Spend is added to the
 -- account's month and to the key's day, month and total (a reconciled
 -- settlement adds its difference).
+--
+-- A request admitted from a lease whose hold was not recorded yet (its
+-- record, record.lua, comes later or never: its sidecar died) and whose bit
+-- in the lease's bitmap is clear is settled here as if recorded at once:
+-- its hold leaves the lease (and the "leased" sums), its bit is set so that
+-- the record, when it comes, does nothing.
 --
 -- Returns one result per request: 1 applied, 2 reconciled with its sweep,
 -- 0 already settled (or never admitted); or {-1}
@@ -97,7 +107,7 @@ local kstate = {}
 local function state(si)
   local st = kstate[si]
   if not st then
-    st = {held = 0, open = 0, tok = {}, cost = 0, reqs = 0}
+    st = {held = 0, open = 0, tok = {}, cost = 0, reqs = 0, leased = 0}
     kstate[si] = st
   end
   return st
@@ -114,13 +124,19 @@ local function correct(t, b, used, bound)
   c[2] = c[2] - bound
 end
 
-local a = 9
+local m = tonumber(ARGV[9])
+-- Per lease index: the holds settled from it, and the credential state
+-- index of its requests (a lease is one key's).
+local ltake, lstate = {}, {}
+local lfirst = 7 + k + n + s -- KEYS[lfirst + 1]: the leases hash
+local a = 10
 for i = 1, n do
   local req, charged, swept, c, model = ARGV[a], ARGV[a + 1] == '1', ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), ARGV[a + 4]
   local ki, used = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   local si, usedTokens = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
-  local nc = tonumber(ARGV[a + 9])
-  local cfirst = a + 10
+  local li, lseq, lhold = tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11])
+  local nc = tonumber(ARGV[a + 12])
+  local cfirst = a + 13
   local nf = tonumber(ARGV[cfirst + 2 * nc])
   local ffirst = cfirst + 2 * nc + 1
   a = ffirst + 2 * nf
@@ -133,11 +149,24 @@ for i = 1, n do
     end
     accountSeen = true
   end
-  if v then
+  -- Admitted from a lease and not recorded: settled from the lease (a
+  -- request with a sweep record was recorded, so its bit is set).
+  local fromLease = false
+  if not v and li > 0 and not swept and redis.call('GETBIT', KEYS[lfirst + 1 + li], lseq) == 0 then
+    fromLease = true
+    redis.call('SETBIT', KEYS[lfirst + 1 + li], lseq, 1)
+    ltake[li] = (ltake[li] or 0) + lhold
+    lstate[li] = si
+  end
+  if v or fromLease then
     accountSeen = true -- a hold exists only on an existing account
-    -- The hold's lease, record and checkpoint go with it.
-    redis.call('HDEL', KEYS[2], req)
-    local amount, _, record = hold_parse(v)
+    local amount, record = 0, ''
+    if v then
+      -- The hold's lease, record and checkpoint go with it.
+      redis.call('HDEL', KEYS[2], req)
+      local expiry
+      amount, expiry, record = hold_parse(v)
+    end
     released = released + amount
     local tb, ta, tk, kc = string.match(record, '^{"tb":(%d+),"ta":(%d+),"tk":(%d+),"kc":(%d+)')
     if tb then
@@ -248,6 +277,26 @@ for i = 1, n do
   end
 end
 
+-- The holds settled from leases leave them, once per lease.
+for li, h in pairs(ltake) do
+  local bits = KEYS[lfirst + 1 + li]
+  redis.call('EXPIRE', bits, ARGV[4])
+  local lid = string.match(bits, ':lbits:(.*)$')
+  local cur = redis.call('HGET', KEYS[lfirst + 1], lid)
+  if cur then
+    local la, rest = string.match(cur, '^(%d+) (.*)$')
+    la = tonumber(la)
+    local take = math.min(h, la)
+    redis.call('HSET', KEYS[lfirst + 1], lid, int(la - take) .. ' ' .. rest)
+    if redis.call('HINCRBY', KEYS[1], 'leased', int(-take)) < 0 then
+      redis.call('HSET', KEYS[1], 'leased', '0')
+    end
+    if lstate[li] > 0 and string.match(rest, '^%d+ 1') then
+      local st = state(lstate[li])
+      st.leased = st.leased + take
+    end
+  end
+end
 if released > 0 then
   if redis.call('HINCRBY', KEYS[1], 'held', int(-released)) < 0 then
     redis.call('HSET', KEYS[1], 'held', '0')
@@ -312,7 +361,7 @@ end
 local kfirst = 7 + k + n
 for si, st in pairs(kstate) do
   local key = KEYS[kfirst + si]
-  local ks = redis.call('HMGET', key, 'held', 'open', 'tw', 'dd', 'dc', 'dr', 'md', 'mc', 'mr', 'tc', 'tr')
+  local ks = redis.call('HMGET', key, 'held', 'open', 'tw', 'dd', 'dc', 'dr', 'md', 'mc', 'mr', 'tc', 'tr', 'leased')
   local fields = {}
   local function put(f, v)
     fields[#fields + 1] = f
@@ -328,6 +377,9 @@ for si, st in pairs(kstate) do
   local v = corrected(ks[3], st.tok)
   if v then
     put('tw', v)
+  end
+  if st.leased > 0 then
+    put('leased', int(math.max(num(ks[12]) - st.leased, 0)))
   end
   if st.reqs > 0 or st.cost ~= 0 then
     local dc, dr, mc, mr = st.cost, st.reqs, st.cost, st.reqs

@@ -3,6 +3,7 @@
 --
 -- KEYS[1]  gw:{acct:ID}:acct              hash: balance, held, ...
 -- KEYS[2]  gw:{acct:ID}:holds             hash: request id -> hold (hold.lua)
+-- KEYS[3]  gw:{acct:ID}:leases            hash: lease id -> lease (lease.lua)
 --
 -- ARGV[1]  now, unix ms, from the caller's clock
 -- ARGV[2]  the most expired holds to return
@@ -18,9 +19,14 @@
 -- here at no charge. A hold without a lease (written by an older sidecar) is
 -- given one from now, so that a request still running finishes first.
 --
--- Returns {open, next, released, id1, record1, checkpoint1, id2, ...}: open
--- is the number of holds left (those returned included), next the earliest
--- expiry after now (-1 when none), released the holds released here.
+-- Leases (lease.lua) are swept the same way: an expired one is returned to
+-- the caller, which gives its amount back with lease.lua (that script needs
+-- the key's state, which only the caller can name).
+--
+-- Returns {open, next, released, e, lease1, key1, ..., lease_e, key_e, id1,
+-- record1, checkpoint1, id2, ...}: open is the number of holds and leases
+-- left (those returned included), next the earliest expiry after now (-1
+-- when none), released the holds released here, e the expired leases.
 
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
@@ -58,6 +64,19 @@ for i = 1, #all, 2 do
     end
   end
 end
+local expired = {}
+local leases = redis.call('HGETALL', KEYS[3])
+for i = 1, #leases, 2 do
+  local e, keyid = string.match(leases[i + 1], '^%d+ (%d+) %d ?(.*)$')
+  e = tonumber(e)
+  open = open + 1
+  if e and e > now then
+    later(e)
+  else
+    table.insert(expired, leases[i])
+    table.insert(expired, keyid or '')
+  end
+end
 if amount > 0 then
   local held = tonumber(redis.call('HGET', KEYS[1], 'held') or '0') - amount
   if held < 0 then
@@ -66,7 +85,10 @@ if amount > 0 then
   redis.call('HSET', KEYS[1], 'held', string.format('%d', held))
 end
 
-local result = {open, next, released}
+local result = {open, next, released, #expired / 2}
+for _, v in ipairs(expired) do
+  table.insert(result, v)
+end
 for _, v in ipairs(out) do
   table.insert(result, v)
 end

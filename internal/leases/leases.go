@@ -1,0 +1,408 @@
+// Package leases admits requests against escrow leases in memory: a
+// sidecar takes a slice of an account's spendable money (store.Leases,
+// lua/lease.lua) and admits each request whose worst-case hold fits in what
+// the slice has left without a round trip to Redis; its hold is recorded as
+// an ordinary hold a few milliseconds later, in a batch
+// (store.RecordLeased). Everything else (no lease, a hold that does not
+// fit, a key with a rate, token or concurrency limit, the store failing)
+// is admitted by the store's admission script, as without leases.
+//
+// One Manager per sidecar. It renews its leases every Interval in one
+// pipeline, sizing each from the holds the sidecar admitted for its account
+// and key in the last interval (docs/billing.md, Leases), and tops a lease
+// up at once, in the background, when its free amount falls below half its
+// target. A lease idle for two intervals, or whose key's limits changed, is
+// returned; all are returned by Close.
+package leases
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/holds"
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+// Store is the part of the store leases use.
+type Store interface {
+	HoldLease() time.Duration
+	Leases(ctx context.Context, calls []store.LeaseCall) []store.LeaseResult
+	RecordLeased(ctx context.Context, rs []store.LeasedRequest) error
+}
+
+// Admitter admits through the store's script: the fallback.
+type Admitter interface {
+	Admit(ctx context.Context, a account.Admission) (account.Decision, error)
+}
+
+// Options tune a Manager; zero values take the defaults.
+type Options struct {
+	// Interval is how often leases are renewed (limits.lease_interval).
+	Interval time.Duration
+	// Share: a lease is at most the room left ÷ Share (limits.lease_share).
+	Share int64
+	// MinHolds: no lease smaller than this many of the largest recent hold
+	// (limits.lease_min_holds).
+	MinHolds int64
+	Now      func() time.Time
+	Logger   *slog.Logger
+}
+
+// Defaults of Options.
+const (
+	DefaultInterval = time.Second
+	DefaultShare    = 8
+	DefaultMinHolds = 16
+)
+
+// linger is how long admitted requests' records wait to be sent together:
+// a request that settles meanwhile needs none (Settled), its settlement
+// settles it from the lease.
+const linger = 20 * time.Millisecond
+
+type leaseKey struct{ account, key string }
+
+// lease is one (account, key)'s lease on this sidecar; its fields are
+// guarded by mu.
+type lease struct {
+	mu      sync.Mutex
+	acct    string
+	key     string
+	id      string // "" when none is held
+	gen     int
+	kc      bool // counts against the key's budgets
+	free    int64
+	target  int64
+	stop    time.Time      // no admission from it after this
+	limits  account.Limits // the key's limits it was taken under
+	seen    account.Limits // the key's limits the last request came with
+	seq     int64
+	admits  int64 // holds admitted this interval (from the lease or not)
+	rate    int64 // holds admitted in the last full interval
+	maxHold int64
+	idle    int       // full intervals without a request
+	due     bool      // a renewal was asked for
+	retryAt time.Time // no new lease before this (refused recently)
+}
+
+// Manager admits from leases and keeps them.
+type Manager struct {
+	st     Store
+	next   Admitter
+	o      Options
+	prefix string
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	leases map[leaseKey]*lease
+
+	healthy atomic.Bool // the last call to the store succeeded
+
+	qmu   sync.Mutex
+	queue []store.LeasedRequest
+	wake  chan struct{}
+	poke  chan struct{}
+
+	// Local and Fallback count admissions from a lease and by the store.
+	Local, Fallback atomic.Int64
+}
+
+// New returns a manager admitting from leases over st, and through next
+// otherwise.
+func New(st Store, next Admitter, o Options) *Manager {
+	if o.Interval <= 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.Share < 1 {
+		o.Share = DefaultShare
+	}
+	if o.MinHolds < 1 {
+		o.MinHolds = DefaultMinHolds
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	m := &Manager{st: st, next: next, o: o, prefix: hex.EncodeToString(b[:]), log: o.Logger,
+		leases: map[leaseKey]*lease{}, wake: make(chan struct{}, 1), poke: make(chan struct{}, 1)}
+	m.healthy.Store(true)
+	return m
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// eligible reports whether a key's limits allow a lease: none counted per
+// request (rate, tokens per minute, concurrency).
+func eligible(l account.Limits) bool {
+	return l.RPM == 0 && l.TPM == 0 && l.Concurrency == 0
+}
+
+// Admit admits a from its account and key's lease when its hold fits in
+// it, in memory; otherwise through the store's script.
+func (m *Manager) Admit(ctx context.Context, a account.Admission) (account.Decision, error) {
+	if a.KeyID == "" || !eligible(a.KeyLimits) {
+		m.Fallback.Add(1)
+		return m.next.Admit(ctx, a)
+	}
+	k := leaseKey{a.AccountID, a.KeyID}
+	m.mu.Lock()
+	l := m.leases[k]
+	if l == nil {
+		l = &lease{acct: a.AccountID, key: a.KeyID}
+		m.leases[k] = l
+	}
+	m.mu.Unlock()
+	now := m.o.Now()
+	l.mu.Lock()
+	l.admits += a.Hold
+	l.maxHold = max(l.maxHold, a.Hold)
+	l.seen = a.KeyLimits
+	if l.id != "" && m.healthy.Load() && now.Before(l.stop) && l.limits == a.KeyLimits && a.Hold <= l.free {
+		l.free -= a.Hold
+		l.seq++
+		ref := account.LeaseRef{ID: l.id, Seq: l.seq, Hold: a.Hold}
+		kc := l.kc
+		low := !l.due && l.free < l.target/2
+		if low {
+			l.due = true
+		}
+		l.mu.Unlock()
+		m.qmu.Lock()
+		m.queue = append(m.queue, store.LeasedRequest{Lease: ref, KeyCounted: kc, Admission: a})
+		first := len(m.queue) == 1
+		m.qmu.Unlock()
+		if first {
+			signal(m.wake)
+		}
+		if low {
+			signal(m.poke)
+		}
+		m.Local.Add(1)
+		return account.Decision{Outcome: account.Admitted, Lease: ref}, nil
+	}
+	ask := !l.due && (l.id != "" || !now.Before(l.retryAt))
+	if ask {
+		l.due = true
+	}
+	l.mu.Unlock()
+	if ask {
+		signal(m.poke)
+	}
+	m.Fallback.Add(1)
+	return m.next.Admit(ctx, a)
+}
+
+// Settled drops the hold record of a leased request whose settlement is
+// queued, if it was not sent yet: the settlement settles it from the lease.
+func (m *Manager) Settled(ref account.LeaseRef) {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	for i, r := range m.queue {
+		if r.Lease == ref {
+			m.queue = append(m.queue[:i], m.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// Run renews leases and records leased holds until ctx ends.
+func (m *Manager) Run(ctx context.Context) {
+	go m.recordLoop(ctx)
+	t := time.NewTicker(m.o.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.Renew(ctx, true)
+		case <-m.poke:
+			m.Renew(ctx, false)
+		}
+	}
+}
+
+// Renew renews leases in one pipeline: every lease when full (the
+// interval's pass, which also rolls the rates), else those asked for.
+func (m *Manager) Renew(ctx context.Context, full bool) {
+	m.mu.Lock()
+	all := make([]*lease, 0, len(m.leases))
+	for _, l := range m.leases {
+		all = append(all, l)
+	}
+	m.mu.Unlock()
+	var calls []store.LeaseCall
+	var ls []*lease
+	for _, l := range all {
+		l.mu.Lock()
+		if full {
+			if l.admits == 0 {
+				l.idle++
+			} else {
+				l.idle = 0
+			}
+			l.rate, l.admits = l.admits, 0
+		}
+		if !full && !l.due || l.id == "" && !l.due {
+			l.mu.Unlock()
+			if l.id == "" && l.idle > 2 {
+				m.mu.Lock()
+				delete(m.leases, leaseKey{l.acct, l.key})
+				m.mu.Unlock()
+			}
+			continue
+		}
+		l.due = false
+		want := max(2*max(l.rate, l.admits), m.o.MinHolds*l.maxHold)
+		if l.idle >= 2 || (l.id != "" && l.limits != l.seen) || !eligible(l.seen) {
+			want = 0
+		}
+		if l.id == "" {
+			if want == 0 {
+				l.mu.Unlock()
+				continue
+			}
+			l.gen++
+			l.id = m.prefix + "." + l.key + "." + strconv.Itoa(l.gen)
+			l.limits = l.seen
+			l.kc = l.limits.DailyNanoUSD > 0 || l.limits.MonthlyNanoUSD > 0 || l.limits.TotalNanoUSD > 0
+		}
+		calls = append(calls, store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
+			Free: l.free, Want: want, Min: m.o.MinHolds * l.maxHold, Share: m.o.Share, KeyLimits: l.limits})
+		ls = append(ls, l)
+		l.mu.Unlock()
+	}
+	if len(calls) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, max(m.o.Interval, time.Second))
+	defer cancel()
+	started := m.o.Now()
+	res := m.st.Leases(rctx, calls)
+	lease := m.st.HoldLease()
+	stop := started.Add(lease - holds.LeaseMargin(lease))
+	ok := true
+	for i, r := range res {
+		l := ls[i]
+		l.mu.Lock()
+		if r.Err != nil {
+			ok = false
+			// The lease stays as it was; its local expiry bounds it.
+			l.mu.Unlock()
+			continue
+		}
+		l.free += r.Delta
+		target := calls[i].Free + r.Delta
+		if target <= 0 || l.free <= 0 && r.Reason != store.LeaseHeld {
+			// Returned (or never taken): admitted by the script until a
+			// new lease, under a new id, is taken.
+			l.id, l.free, l.target = "", 0, 0
+			if r.Reason != store.LeaseHeld || calls[i].Want > 0 {
+				l.retryAt = started.Add(m.o.Interval)
+			}
+		} else {
+			l.target = target
+			l.stop = stop
+		}
+		l.mu.Unlock()
+	}
+	if ok {
+		m.healthy.Store(true)
+	} else {
+		m.healthy.Store(false)
+		m.log.Warn("renewing leases failed; admitting through the store")
+	}
+}
+
+// recordLoop sends the records of leased admissions in batches.
+func (m *Manager) recordLoop(ctx context.Context) {
+	timer := time.NewTimer(linger)
+	timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.wake:
+		}
+		timer.Reset(linger)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		for m.flush(ctx) > 0 {
+		}
+	}
+}
+
+// flush sends the queued records; it returns how many are queued after.
+func (m *Manager) flush(ctx context.Context) int {
+	m.qmu.Lock()
+	batch := m.queue
+	m.queue = nil
+	m.qmu.Unlock()
+	if len(batch) == 0 {
+		return 0
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := m.st.RecordLeased(rctx, batch)
+	cancel()
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	if err != nil {
+		// Kept, in front, for the next attempt: recording is idempotent.
+		m.healthy.Store(false)
+		m.log.Warn("recording leased holds failed; admitting through the store", "requests", len(batch), "err", err)
+		m.queue = append(batch, m.queue...)
+		if ctx.Err() != nil {
+			return 0
+		}
+		retry := time.NewTimer(100 * time.Millisecond)
+		m.qmu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-retry.C:
+		}
+		m.qmu.Lock()
+	}
+	return len(m.queue)
+}
+
+// Close records what is queued and returns every lease.
+func (m *Manager) Close(ctx context.Context) {
+	for m.flush(ctx) > 0 && ctx.Err() == nil {
+	}
+	m.mu.Lock()
+	var calls []store.LeaseCall
+	for _, l := range m.leases {
+		l.mu.Lock()
+		if l.id != "" {
+			calls = append(calls, store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
+				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits})
+			l.id, l.free, l.stop = "", 0, time.Time{}
+		}
+		l.mu.Unlock()
+	}
+	m.mu.Unlock()
+	for _, r := range m.st.Leases(ctx, calls) {
+		if r.Err != nil {
+			m.log.Warn("returning a lease failed; the sweeper returns it after its lease", "err", r.Err)
+		}
+	}
+}

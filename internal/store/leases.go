@@ -1,0 +1,267 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/account"
+)
+
+// Leases are escrow: a slice of an account's spendable money moved out of
+// the spendable pool into one sidecar's lease (lua/lease.lua), against
+// which that sidecar admits requests in memory (package leases). A request
+// admitted from a lease is recorded as an ordinary hold within a few
+// milliseconds (lua/record.lua), moving its hold from the lease to the
+// account's held sum; a settlement that arrives first settles it from the
+// lease (lua/settle.lua). The sweeper returns the amount of a lease whose
+// sidecar stopped renewing it (SweepHolds).
+
+// LeaseBitsTTL is how long a lease's bitmap of recorded requests is kept
+// after its last use: as long as a swept record, so that a spooled
+// settlement replayed within it is applied once.
+const LeaseBitsTTL = 7 * 24 * time.Hour
+
+// validLeaseID reports whether id can name a lease: the characters of an
+// id and dots, at most 128 bytes.
+func validLeaseID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// LeaseCall takes, resizes or returns one lease (lua/lease.lua).
+type LeaseCall struct {
+	AccountID, KeyID, LeaseID string
+	// Free is the sidecar's free amount of the lease (what it may still
+	// admit from it), Want the free amount it would like (0 returns the
+	// lease), Min the least worth keeping, Share the divisor of the room.
+	Free, Want, Min, Share int64
+	// KeyLimits are the key's limits as the sidecar knows them.
+	KeyLimits account.Limits
+}
+
+// Lease reasons (LeaseResult.Reason).
+const (
+	LeaseHeld       = 0
+	LeaseNotAllowed = 1 // the account or key has a per-request limit, is suspended or revoked
+	LeaseTooSmall   = 2 // the room left is too small to slice
+	LeaseNoAccount  = 3
+	LeaseGone       = 4 // swept: take a new lease under another id
+)
+
+// LeaseResult is one lease call's answer: Delta is the change of the free
+// amount (the caller adds it to its own free amount).
+type LeaseResult struct {
+	Delta  int64
+	Reason int
+	Err    error
+}
+
+// Leases runs lease calls in one pipelined round trip (one script call per
+// lease), each lease renewed to expire one HoldLease from now; the
+// sweeper's index learns of each account.
+func (s *Store) Leases(ctx context.Context, calls []LeaseCall) []LeaseResult {
+	res := make([]LeaseResult, len(calls))
+	if len(calls) == 0 {
+		return res
+	}
+	now := s.now()
+	expiry := now.Add(s.opts.HoldTTL)
+	cmds := make([]*redis.Cmd, len(calls))
+	keys := make([][]string, len(calls))
+	args := make([][]any, len(calls))
+	pipe := s.rdb.Pipeline()
+	for i, c := range calls {
+		if !validID(c.AccountID) || !validID(c.KeyID) || !validLeaseID(c.LeaseID) || c.Free < 0 || c.Want < 0 || c.Share < 1 {
+			res[i].Err = fmt.Errorf("store: lease %q of %q: invalid call", c.LeaseID, c.AccountID)
+			continue
+		}
+		keys[i], args[i] = s.leaseCall(c, now, expiry, c.Free)
+		cmds[i] = leaseScript.EvalSha(ctx, pipe, keys[i], args[i]...)
+		indexHold(ctx, pipe, c.AccountID, expiry)
+	}
+	pipe.Exec(ctx)
+	for i, cmd := range cmds {
+		if cmd == nil {
+			continue
+		}
+		if errNoScript(cmd.Err()) {
+			cmd = leaseScript.Run(ctx, s.rdb, keys[i], args[i]...)
+		}
+		v, err := cmd.Int64Slice()
+		if err == nil && len(v) != 2 {
+			err = fmt.Errorf("unexpected reply %v", v)
+		}
+		if err != nil {
+			res[i].Err = fmt.Errorf("store: lease %s of %s: %w", calls[i].LeaseID, calls[i].AccountID, err)
+			continue
+		}
+		res[i] = LeaseResult{Delta: v[0], Reason: int(v[1])}
+	}
+	return res
+}
+
+// leaseCall builds lease.lua's KEYS and ARGV; free -1 sweeps.
+func (s *Store) leaseCall(c LeaseCall, now, expiry time.Time, free int64) ([]string, []any) {
+	id := c.AccountID
+	keys := []string{
+		acctKey(id, "acct"),
+		acctKey(id, "leases"),
+		acctKey(id, "ks:"+c.KeyID),
+		acctKey(id, "day:"+dayStamp(now)),
+		acctKey(id, "mon:"+monthStamp(now)),
+		acctKey(id, "key:"+c.KeyID),
+	}
+	kl := c.KeyLimits
+	args := []any{now.UnixMilli(), expiry.UnixMilli(), c.LeaseID, c.KeyID, free, c.Want, c.Min, max(c.Share, 1),
+		kl.RPM, kl.TPM, kl.Concurrency, kl.DailyNanoUSD, kl.MonthlyNanoUSD, kl.TotalNanoUSD,
+		dayStamp(now), monthStamp(now)}
+	return keys, args
+}
+
+// sweepLease returns an expired lease's amount to its account (the lease's
+// sidecar stopped renewing it); a lease renewed meanwhile is left alone.
+func (s *Store) sweepLease(ctx context.Context, accountID, leaseID, keyID string, now time.Time) (int64, error) {
+	if !validLeaseID(leaseID) {
+		return 0, s.rdb.HDel(ctx, acctKey(accountID, "leases"), leaseID).Err()
+	}
+	if !validID(keyID) {
+		keyID = ""
+	}
+	keys, args := s.leaseCall(LeaseCall{AccountID: accountID, KeyID: keyID, LeaseID: leaseID, Share: 1}, now, now, -1)
+	v, err := leaseScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return 0, fmt.Errorf("sweep lease %s: %w", leaseID, err)
+	}
+	if len(v) != 2 {
+		return 0, fmt.Errorf("sweep lease %s: unexpected reply %v", leaseID, v)
+	}
+	return v[0], nil
+}
+
+// LeasedRequest is a request admitted from a lease, whose hold is to be
+// recorded (lua/record.lua).
+type LeasedRequest struct {
+	Lease account.LeaseRef
+	// KeyCounted: the lease counts against the key's spend budgets, and so
+	// does the hold (the key's held and in-flight counts).
+	KeyCounted bool
+	Admission  account.Admission
+}
+
+// RecordLeased records the holds of requests admitted from leases, each at
+// most once: one script call per lease, in one pipelined round trip. It
+// returns the first error; a call that failed may be made again (recording
+// is idempotent).
+func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	now := s.now()
+	expiry := now.Add(s.opts.HoldTTL)
+	type call struct {
+		keys []string
+		args []any
+		cmd  *redis.Cmd
+	}
+	byLease := map[string]*call{}
+	var order []*call
+	accounts := map[string]bool{}
+	for _, r := range rs {
+		a := r.Admission
+		if !validID(a.AccountID) || !validLeaseID(r.Lease.ID) || a.RequestID == "" {
+			continue
+		}
+		c := byLease[r.Lease.ID]
+		if c == nil {
+			keyID := a.KeyID
+			if !validID(keyID) {
+				keyID = ""
+			}
+			c = &call{
+				keys: []string{acctKey(a.AccountID, "acct"), acctKey(a.AccountID, "holds"), acctKey(a.AccountID, "leases"),
+					acctKey(a.AccountID, "lbits:"+r.Lease.ID), acctKey(a.AccountID, "ks:"+keyID)},
+				args: []any{r.Lease.ID, expiry.UnixMilli(), int64(LeaseBitsTTL / time.Second), boolString(r.KeyCounted)},
+			}
+			byLease[r.Lease.ID] = c
+			order = append(order, c)
+			accounts[a.AccountID] = true
+		}
+		started := a.StartedAt
+		if started.IsZero() {
+			started = now
+		}
+		rec, err := json.Marshal(admissionRecord{KeyID: a.KeyID, Priced: a.Priced, Requested: a.Requested, Started: started.UnixMilli(), Stream: a.Stream})
+		if err != nil {
+			return fmt.Errorf("store: record %s: %w", a.RequestID, err)
+		}
+		// admit.lua's prefix: no token window counted (leases are taken
+		// only without a tokens-per-minute limit).
+		kc := 0
+		if r.KeyCounted {
+			kc = 1
+		}
+		record := fmt.Sprintf(`{"tb":%d,"ta":0,"tk":0,"kc":%d`, min(a.Tokens, 1<<53), kc)
+		if rest := string(rec[1:]); rest != "}" {
+			record += "," + rest
+		} else {
+			record += rest
+		}
+		c.args = append(c.args, a.RequestID, r.Lease.Seq, r.Lease.Hold, record)
+	}
+	pipe := s.rdb.Pipeline()
+	for _, c := range order {
+		c.cmd = recordScript.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	for id := range accounts {
+		indexHold(ctx, pipe, id, expiry)
+	}
+	pipe.Exec(ctx)
+	for _, c := range order {
+		err := c.cmd.Err()
+		if errNoScript(err) {
+			err = recordScript.Run(ctx, s.rdb, c.keys, c.args...).Err()
+		}
+		if err != nil {
+			return fmt.Errorf("store: record leased holds: %w", err)
+		}
+	}
+	return nil
+}
+
+// Leased returns the account's leases: amount by lease id.
+func (s *Store) Leased(ctx context.Context, accountID string) (map[string]int64, error) {
+	if !validID(accountID) {
+		return nil, fmt.Errorf("store: leases of %q: %w", accountID, ErrNotFound)
+	}
+	m, err := s.rdb.HGetAll(ctx, acctKey(accountID, "leases")).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: leases of %s: %w", accountID, err)
+	}
+	out := make(map[string]int64, len(m))
+	for id, v := range m {
+		a, _, _ := cutSpace(v)
+		out[id] = parseInt(a)
+	}
+	return out, nil
+}
+
+func cutSpace(v string) (string, string, bool) {
+	for i := 0; i < len(v); i++ {
+		if v[i] == ' ' {
+			return v[:i], v[i+1:], true
+		}
+	}
+	return v, "", false
+}

@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
+)
+
+// leasedStack starts a stack admitting from leases, with a short hold lease
+// so that a dead sidecar's lease is swept within seconds.
+func leasedStack(t *testing.T) *launch.Stack {
+	return launchtest.Start(t, launch.Options{Configure: func(c *config.Config) {
+		c.Limits.Leases = "on"
+		c.Limits.HoldLease = config.Duration(time.Second)
+	}})
+}
+
+func leasedSum(t *testing.T, s *launch.Stack, acct string) int64 {
+	t.Helper()
+	m, err := s.Store.Leased(context.Background(), acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// sendUntilLeased sends requests until one was admitted from a lease; it
+// returns how many answered 200.
+func sendUntilLeased(t *testing.T, s *launch.Stack, key string) int {
+	t.Helper()
+	ok := 0
+	eventually.True(t, 10*time.Second, "a request admitted from a lease", func() bool {
+		path, h, body := requestFor("alpha", key, false)
+		if resp, b := s.Do("POST", path, h, body); resp.StatusCode != 200 {
+			t.Fatalf("request: %d %s", resp.StatusCode, b)
+		}
+		ok++
+		return sidecarMetric(t, s, "gateway_admissions_total", `path="lease"`) > 0
+	})
+	return ok
+}
+
+// A sidecar killed with SIGKILL while it holds a lease: the sweeper (here
+// the restarted sidecar's) returns the lease's unspent rest one hold lease
+// later; every request it served is in the ledger once and the balance,
+// the ledger and the counters agree.
+func TestLeasesReturnedAfterSidecarKilled(t *testing.T) {
+	s := leasedStack(t)
+	const initial = 10_000_000_000
+	acct := s.NewAccount(10, noLimits)
+	n := sendUntilLeased(t, s, acct.Key)
+	for i := 0; i < 5; i++ {
+		path, h, body := requestFor("alpha", acct.Key, false)
+		if resp, b := s.Do("POST", path, h, body); resp.StatusCode != 200 {
+			t.Fatalf("request: %d %s", resp.StatusCode, b)
+		}
+		n++
+	}
+	eventually.True(t, 10*time.Second, "every reply settled", func() bool {
+		return len(allLedgerEntries(t, s, acct.ID)) == n
+	})
+	leased := leasedSum(t, s, acct.ID)
+	if leased <= 0 {
+		t.Fatal("no lease held before the kill")
+	}
+	s.Sidecar.Signal(syscall.SIGKILL)
+	if !s.Sidecar.Wait(10 * time.Second) {
+		t.Fatal("sidecar survived SIGKILL")
+	}
+	killed := time.Now()
+	s.StartSidecar()
+	eventually.True(t, 30*time.Second, "the dead sidecar's lease returned", func() bool {
+		return leasedSum(t, s, acct.ID) == 0
+	})
+	t.Logf("lease of %d nano-USD returned %v after the kill (hold lease 1s)", leased, time.Since(killed).Round(time.Millisecond))
+	entries := checkBooks(t, s, acct.ID, initial, map[string]bool{})
+	if len(entries) != n {
+		t.Fatalf("%d ledger entries, want %d", len(entries), n)
+	}
+}
+
+// A suspension, a lowered daily limit and a top-up during load reach the
+// leases within the renewal interval (limits.lease_interval: here a
+// quarter of the 1 s hold lease) plus a round trip; suspension refuses
+// requests within the key cache's lifetime.
+func TestLeasesFollowLimitChanges(t *testing.T) {
+	s := leasedStack(t)
+	ctx := context.Background()
+	acct := s.NewAccount(100, noLimits)
+	sendUntilLeased(t, s, acct.Key)
+	before := leasedSum(t, s, acct.ID)
+	if before <= 0 {
+		t.Fatal("no lease")
+	}
+	interval := s.Config.Limits.LeaseRenewInterval()
+	// Keep the account busy so that the lease stays wanted.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			path, h, body := requestFor("alpha", acct.Key, false)
+			req, _ := http.NewRequest("POST", s.URL+path, bytes.NewReader(body))
+			for k, v := range h {
+				req.Header.Set(k, v)
+			}
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+
+	// A daily limit far below the room: the lease shrinks to its share.
+	rep, err := s.Store.Usage(ctx, acct.ID, "day")
+	if err != nil {
+		t.Fatal(err)
+	}
+	daily := rep.DailyUsed + 200_000_000 // 0.20 USD left today
+	t0 := time.Now()
+	if err := s.Store.SetLimits(ctx, acct.ID, account.Limits{DailyNanoUSD: daily}); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 2*interval+time.Second, "the lease shrunk to the lowered daily limit's share", func() bool {
+		return leasedSum(t, s, acct.ID) <= 200_000_000/int64(s.Config.Limits.LeaseShare)
+	})
+	t.Logf("daily limit lowered: lease %d → %d nano-USD within %v", before, leasedSum(t, s, acct.ID), time.Since(t0).Round(time.Millisecond))
+
+	// Lift it and top up: the lease grows again.
+	if err := s.Store.SetLimits(ctx, acct.ID, noLimits); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Store.TopUp(ctx, acct.ID, 100_000_000_000, ""); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 3*interval+time.Second, "the lease grown after the top-up", func() bool {
+		return leasedSum(t, s, acct.ID) > 200_000_000/int64(s.Config.Limits.LeaseShare)
+	})
+
+	// Suspended: the lease is returned within an interval.
+	t0 = time.Now()
+	if err := s.Store.SetSuspended(ctx, acct.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 2*interval+time.Second, "the lease returned after the suspension", func() bool {
+		return leasedSum(t, s, acct.ID) == 0
+	})
+	t.Logf("suspended: lease returned within %v", time.Since(t0).Round(time.Millisecond))
+	eventually.True(t, 5*time.Second, "requests refused after the suspension", func() bool {
+		path, h, body := requestFor("alpha", acct.Key, false)
+		resp, _ := s.Do("POST", path, h, body)
+		return resp.StatusCode == 403 || resp.StatusCode == 401
+	})
+}
