@@ -235,16 +235,17 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// retryOn lists the conditions an attempt is retried on. By default only
-// those where the vendor cannot have started generating: no connection, a
-// refused stream, a reset before the request was sent, or an explicit
-// 503/529. Not "reset": Envoy counts a per-try timeout as one. With sent
-// set, also resets and timeouts after the request was sent and any 5xx,
-// which may duplicate generations.
+// retryOn lists the conditions an attempt is retried on. By default those
+// where no byte of a reply has reached Envoy: no connection, a refused
+// stream, a reset (before or after the request was sent, a per-try timeout
+// included: Envoy counts one as a reset), or an explicit 503/529 (and, for
+// a pool, the key's 429 and quota errors). Envoy never retries once a
+// reply's headers went downstream, so a started stream is never sent
+// twice. With sent set, also any 5xx, which may duplicate generations.
 func retryOn(sent bool) string {
-	on := "connect-failure,refused-stream,reset-before-request,retriable-status-codes"
+	on := "connect-failure,refused-stream,reset,retriable-status-codes"
 	if sent {
-		on += ",reset,5xx"
+		on += ",5xx"
 	}
 	return on
 }
