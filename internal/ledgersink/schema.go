@@ -88,6 +88,9 @@ CREATE TABLE ledger_sink_cursor (
 	`ALTER TABLE ledger
 	ADD COLUMN audio_seconds       bigint NOT NULL DEFAULT 0, -- whole seconds of input audio
 	ADD COLUMN price_audio_seconds bigint NOT NULL DEFAULT 0; -- nano-USD per million seconds`,
+	// 6: the vendor key that served, by name (a pool of keys).
+	`ALTER TABLE ledger
+	ADD COLUMN vendor_key text NOT NULL DEFAULT ''; -- upstreams[].keys name, "default" for credential_env; '' when unknown`,
 }
 
 // SchemaVersion is the version the sink migrates a database to.
@@ -169,7 +172,7 @@ var insertColumns = func() []string {
 		}
 	}
 	return append(cols, "service_tier", "long_context_threshold", "cost_nano_usd", "status", "flags",
-		"endpoint", "stream", "start_time", "end_time", "regional_processing", "regional_uplift_ppm")
+		"endpoint", "stream", "start_time", "end_time", "regional_processing", "regional_uplift_ppm", "vendor_key")
 }()
 
 // insertSQL is the statement that copies one entry; a replay does nothing.

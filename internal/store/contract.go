@@ -75,6 +75,7 @@ const (
 	ledgerEstimated   = "estimated"
 	ledgerStatus      = "status"
 	ledgerEndpoint    = "endpoint"
+	ledgerVendorKey   = "vendor_key"
 	ledgerStream      = "stream"
 	ledgerStarted     = "started"
 	ledgerEnded       = "ended"
@@ -126,6 +127,7 @@ func appendLedger(args []any, st account.Settlement, cost int64) []any {
 		ledgerCapped, boolString(st.Capped),
 		ledgerStatus, st.Status,
 		ledgerEndpoint, st.Endpoint,
+		ledgerVendorKey, st.VendorKey,
 		ledgerStream, boolString(st.Stream),
 		ledgerStarted, ms(st.StartedAt),
 		ledgerEnded, ms(st.EndedAt),
@@ -190,6 +192,7 @@ func decodeLedgerFields(accountID string, v func(string) string) account.Settlem
 		Capped:      v(ledgerCapped) == "1",
 		Status:      status,
 		Endpoint:    v(ledgerEndpoint),
+		VendorKey:   v(ledgerVendorKey),
 		Stream:      v(ledgerStream) == "1",
 		StartedAt:   parseMS(v(ledgerStarted)),
 		EndedAt:     parseMS(v(ledgerEnded)),
