@@ -19,6 +19,13 @@ type Upstream struct {
 	// Envoy reads it and injects the key; the sidecar never sees it. Empty
 	// forwards no credential (a self-hosted server).
 	CredentialEnv string `yaml:"credential_env"`
+	// VendorKeys is a pool of vendor keys instead of credential_env: Envoy
+	// holds each secret, the sidecar steers each session to one key by name
+	// and Envoy retries a key's 429, 529 and refusals on another (see
+	// docs/failover.md#key-pools).
+	VendorKeys []VendorKey `yaml:"keys"`
+	// Pool tunes the pool's cool-downs.
+	Pool Pool `yaml:"pool"`
 	// FreePaths are read-only vendor paths forwarded without billing, as
 	// "METHOD /path" (path after the route prefix).
 	FreePaths []string `yaml:"free_paths"`
