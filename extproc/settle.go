@@ -112,6 +112,7 @@ func (x *exchange) outcome(complete bool) account.Settlement {
 		Fallback:  x.price.Fallback(),
 		Status:    x.status,
 		Endpoint:  x.endpoint,
+		VendorKey: x.vendorKey,
 		Stream:    x.req.Stream,
 		StartedAt: x.started,
 		EndedAt:   x.s.now(),

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -220,6 +221,13 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
 		Upstreams:       vendorRoutes, Keys: keys, Admitter: admitter{st, sp}, Settler: sp, Metrics: metrics, Logger: o.Logger,
 		OnRefusal: watcher.Refused,
+		OnVendorKeyRefused: func(upstream, key string, status int) {
+			var probe time.Duration
+			if u, ok := c.Upstream(upstream); ok {
+				probe = u.Pool.ProbeInterval.D()
+			}
+			go watcher.VendorKeyRefused(context.Background(), upstream, key, status, probe)
+		},
 
 		ConcurrencyWaitBound: c.ConcurrencyWaitBound(),
 		ConcurrencyWaiters:   c.Limits.ConcurrencyWaiters,
@@ -275,19 +283,22 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 	)
 	extprocv3.RegisterExternalProcessorServer(s.grpc, proc)
+	// Envoy's upstream log of pooled vendor keys' failed attempts.
+	accesslogv3.RegisterAccessLogServiceServer(s.grpc, proc.NewKeyLog())
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 
 	ctl := control.New(control.Options{
-		Region:    c.Region,
-		Upstreams: c.UpstreamNames(),
-		Store:     st,
-		Keys:      keys,
-		Settled:   proc,
-		Serving:   s.serving.Load,
-		Endpoints: routes,
-		Probe:     probe,
-		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Logger:    o.Logger,
+		Region:     c.Region,
+		Upstreams:  c.UpstreamNames(),
+		Store:      st,
+		Keys:       keys,
+		Settled:    proc,
+		Serving:    s.serving.Load,
+		Endpoints:  routes,
+		VendorKeys: proc.VendorKeys,
+		Probe:      probe,
+		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Logger:     o.Logger,
 	})
 	// The console's data API (/v1/usage/...) and customer page (/console/)
 	// share the control server; everything else is the control handler's.

@@ -12,10 +12,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/keypool"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -79,9 +81,12 @@ type Options struct {
 	// Serving reports whether the processor is serving.
 	Serving   func() bool
 	Endpoints EndpointReporter // optional
-	Metrics   http.Handler     // optional
-	Logger    *slog.Logger     // optional
-	Now       func() time.Time // optional
+	// VendorKeys, when set, reports each pooled upstream's vendor keys by
+	// name and state (never a secret: the sidecar has none).
+	VendorKeys func() map[string][]keypool.KeyState
+	Metrics    http.Handler     // optional
+	Logger     *slog.Logger     // optional
+	Now        func() time.Time // optional
 	// Probe checks the store for /health and /readyz; nil builds one on
 	// Store.Ping.
 	Probe *StoreProbe
@@ -137,6 +142,9 @@ type Health struct {
 	TS        string            `json:"ts"`
 	Endpoints map[string]string `json:"endpoints,omitempty"`
 	Problems  []string          `json:"problems,omitempty"`
+	// VendorKeys are each pooled upstream's keys: name, state (active,
+	// cooling, disabled), until when and the vendor's status that set it.
+	VendorKeys map[string][]keypool.KeyState `json:"vendor_keys,omitempty"`
 }
 
 // Health statuses.
@@ -172,6 +180,15 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 				// Before the first read of Envoy's state (or with Envoy's
 				// admin unreadable) nothing says a request would be served.
 				rec.Problems = append(rec.Problems, h.unknownEndpoint(u))
+			}
+		}
+	}
+	if h.o.VendorKeys != nil {
+		rec.VendorKeys = h.o.VendorKeys()
+		for _, u := range h.o.Upstreams {
+			keys := rec.VendorKeys[u]
+			if len(keys) > 0 && !slices.ContainsFunc(keys, func(k keypool.KeyState) bool { return k.State != keypool.Disabled }) {
+				rec.Problems = append(rec.Problems, fmt.Sprintf("upstream %s: the vendor refused every key of its pool", u))
 			}
 		}
 	}
