@@ -1,8 +1,15 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -207,14 +214,164 @@ collect:
 	t.Logf("k3 answering 401: 40 requests over two sidecars all 200; one alert %v", got[0].Data)
 }
 
-// secretsIn fails when any of secrets appears in text, naming where.
-func secretsIn(t *testing.T, where, text string, secrets []string) {
+// secretsIn fails when any of secrets appears in text, naming where; it
+// fails too when text is empty (the search would prove nothing).
+func secretsIn(t *testing.T, where string, text []byte, secrets []string) {
 	t.Helper()
+	if len(text) == 0 {
+		t.Errorf("%s is empty: nothing searched", where)
+	}
 	for _, s := range secrets {
-		if strings.Contains(text, s) {
-			t.Errorf("a vendor secret appears in %s", where)
+		if bytes.Contains(text, []byte(s)) {
+			t.Errorf("a vendor secret (%s...) appears in %s", s[:10], where)
 		}
 	}
 }
 
-var _ = http.StatusOK
+// processMemory reads every readable mapping of a process's memory.
+func processMemory(t *testing.T, pid int) []byte {
+	t.Helper()
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatalf("maps of %d: %v", pid, err)
+	}
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		t.Fatalf("memory of %d: %v", pid, err)
+	}
+	defer mem.Close()
+	var out []byte
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.HasPrefix(f[1], "r") {
+			continue
+		}
+		var lo, hi uint64
+		if _, err := fmt.Sscanf(f[0], "%x-%x", &lo, &hi); err != nil || hi-lo > 1<<30 {
+			continue
+		}
+		buf := make([]byte, hi-lo)
+		n, _ := mem.ReadAt(buf, int64(lo))
+		out = append(out, buf[:n]...)
+	}
+	return out
+}
+
+func getOK(t *testing.T, c *http.Client, url string) []byte {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return b
+}
+
+// With a pool of three keys, one limited and one refused, no vendor secret
+// is in the sidecar's memory, environment or config, Envoy's config_dump,
+// any log, either metrics page, the ledger, /health or the operator
+// console's pages; and the vendor saw every request with a valid one.
+func TestKeyPoolSecretsNowhere(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{Pool: 3, SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}})
+	acct := s.NewAccount(100, noLimits)
+	waitHealthRoute(t, s, "primary")
+	for _, f := range []*launch.Fake{s.Primary, s.Reserve} {
+		f.ForceKey(launch.PoolSecret("alpha", "k2"), 429, "30")
+		f.ForceKey(launch.PoolSecret("alpha", "k3"), 401, "")
+	}
+	for i := range 20 {
+		if st := sessionRequest(t, s, acct.Key, fmt.Sprintf("sec-%d", i)); st != 200 {
+			t.Fatalf("request %d: %d", i, st)
+		}
+		stream(t, s, betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(true, true, ""))
+	}
+	eventually.That(t, 5*time.Second, "k2 cooling and k3 disabled", func() (bool, string) {
+		h := poolHealth(t, s, "alpha")
+		return h["k2"].State == keypool.Cooling && h["k3"].State == keypool.Disabled, fmt.Sprint(h)
+	})
+	s.WaitSettled()
+	var secrets []string
+	for _, u := range []string{"alpha", "beta"} {
+		for _, k := range poolKeys {
+			secrets = append(secrets, launch.PoolSecret(u, k))
+		}
+	}
+
+	cfg, err := os.ReadFile(s.ConfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretsIn(t, "the sidecar's config", cfg, secrets)
+	pid := s.Sidecar.Cmd.Process.Pid
+	environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	secretsIn(t, "the sidecar's environment", environ, secrets)
+	mem := processMemory(t, pid)
+	if !bytes.Contains(mem, []byte(acct.Key)) && !bytes.Contains(mem, []byte("vendor_key")) {
+		t.Fatal("the sidecar's memory as read holds neither the client's key nor a field name: the search proves nothing")
+	}
+	secretsIn(t, "the sidecar's memory", mem, secrets)
+	t.Logf("searched %d MB of the sidecar's memory", len(mem)>>20)
+
+	c := http.DefaultClient
+	dump := getOK(t, c, s.AdminURL+"/config_dump?include_eds")
+	if !bytes.Contains(dump, []byte("alpha--k2--primary")) {
+		t.Fatal("config_dump has no pool cluster: the search proves nothing")
+	}
+	secretsIn(t, "Envoy's config_dump", dump, secrets)
+	secretsIn(t, "Envoy's stats", getOK(t, c, s.AdminURL+"/stats/prometheus"), secrets)
+	secretsIn(t, "the sidecar's metrics", getOK(t, c, s.ControlURL+"/metrics"), secrets)
+	health := getOK(t, c, s.URL+"/health")
+	if !bytes.Contains(health, []byte(`"k3"`)) {
+		t.Fatalf("/health names no key: %s", health)
+	}
+	secretsIn(t, "/health", health, secrets)
+	secretsIn(t, "the sidecar's log", []byte(s.Sidecar.Log()), secrets)
+	secretsIn(t, "Envoy's log", []byte(s.Envoy.Log()+" "), secrets)
+	access, _ := os.ReadFile(filepath.Join(s.Dir, "envoy-access.log"))
+	secretsIn(t, "Envoy's access log", append(access, ' '), secrets)
+	entries, _, err := s.Store.Ledger(t.Context(), acct.ID, "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger, _ := json.Marshal(entries)
+	if !bytes.Contains(ledger, []byte(`"VendorKey":"k1"`)) {
+		t.Fatalf("no ledger entry names k1: %.300s", ledger)
+	}
+	secretsIn(t, "the ledger", ledger, secrets)
+	secretsIn(t, "Redis", []byte(findAnyInRedis(t, s, secrets)+" "), secrets)
+
+	// The operator console lists the keys, by name.
+	jar, _ := cookiejar.New(nil)
+	oc := &http.Client{Jar: jar}
+	console := "http://" + s.Config.Listeners.Console
+	resp, err := oc.PostForm(console+"/signin", url.Values{"token": {adminToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	page := getOK(t, oc, console+"/vendor-keys")
+	for _, want := range []string{"k1", "k2", "k3", "cooling", "disabled"} {
+		if !bytes.Contains(page, []byte(want)) {
+			t.Errorf("the console's vendor keys page lacks %q", want)
+		}
+	}
+	secretsIn(t, "the console's vendor keys page", page, secrets)
+	secretsIn(t, "the console's accounts page", getOK(t, oc, console+"/"), secrets)
+	secretsIn(t, "the console's account page", getOK(t, oc, console+"/accounts/"+acct.ID), secrets)
+	assertCredentials(t, s, alphaSecrets())
+}
+
+// findAnyInRedis returns where any of secrets is in Redis, "" when nowhere.
+func findAnyInRedis(t *testing.T, s *launch.Stack, secrets []string) string {
+	t.Helper()
+	for _, sec := range secrets {
+		if where := findInRedis(t, s, sec); where != "" {
+			return where + " " + sec
+		}
+	}
+	return ""
+}
