@@ -49,6 +49,7 @@ func main() {
 		traceGw  = flag.Bool("trace-gateway-only", false, "with -trace-percent: trace the gateway stack only, leaving the floor and bare Envoy untraced (what tracing costs in all)")
 		sink     = flag.Bool("sink", false, "run the ledger sink against the gateway's Redis, into a PostgreSQL the bench starts")
 		hooksOff = flag.Bool("webhook-down", false, "send the gateway's alerts to a webhook receiver that accepts connections and never answers, with alerts pending for the whole run")
+		pool     = flag.Int("pool", 0, "also compare, in the same run and at the plan's rates, a gateway with a pool of this many vendor keys per upstream against one with one key (two more stacks; at least 2)")
 		env      listFlag
 	)
 	flag.Var(&env, "sidecar-env", "KEY=VALUE for the sidecar's environment, repeatable (e.g. GOMAXPROCS=1, GOGC=200) to try a setting")
@@ -105,6 +106,11 @@ func main() {
 	if *profile != "" {
 		b.profileSidecar(*profile)
 	}
+	var pb *poolBench
+	if *pool > 1 {
+		pb = startPoolBench(tb, *pool, env)
+		pb.run(p)
+	}
 	b.res.usage = b.machineUsage().sub(usage0)
 	b.res.finished = time.Now()
 	b.res.loadEnd = loadAvg()
@@ -127,6 +133,9 @@ func main() {
 	}
 
 	report := b.res.markdown()
+	if pb != nil {
+		report += pb.markdown()
+	}
 	fmt.Print(report)
 	if *out != "" {
 		if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
