@@ -130,13 +130,21 @@ func TestKeyPoolRidesOutRateLimits(t *testing.T) {
 		f.ForceKey(limited, 0, "")
 	}
 	before := sidecarMetric(t, s, "gateway_vendor_key_requests_total", `upstream="alpha"`, `key="k2"`)
-	eventually.That(t, 10*time.Second, "k2 serving again", func() (bool, string) {
-		for i := range 10 {
-			sessionRequest(t, s, acct.Key, fmt.Sprintf("rl-%d", i))
-		}
-		got := sidecarMetric(t, s, "gateway_vendor_key_requests_total", `upstream="alpha"`, `key="k2"`)
-		return got > before, fmt.Sprintf("k2 served %v", got-before)
+	eventually.That(t, 10*time.Second, "k2's retry-after over", func() (bool, string) {
+		h := poolHealth(t, s, "alpha")
+		return h["k2"].State == keypool.Active, fmt.Sprintf("%+v", h["k2"])
 	})
+	for i := range n {
+		if st := sessionRequest(t, s, acct.Key, fmt.Sprintf("rl-%d", i)); st != 200 {
+			t.Errorf("after the limit lifted, request %d: %d", i, st)
+		}
+	}
+	after := sidecarMetric(t, s, "gateway_vendor_key_requests_total", `upstream="alpha"`, `key="k2"`)
+	// Every session that tried k2 first is its (a session sent after the
+	// cool-down began went elsewhere at once): all come back.
+	if int64(after-before) < stats[limited].Requests {
+		t.Errorf("after its retry-after k2 served %v of the %d sessions; want at least the %d that tried it", after-before, n, stats[limited].Requests)
+	}
 	s.WaitSettled()
 	entries, _, err := s.Store.Ledger(t.Context(), acct.ID, "", 1000)
 	if err != nil {
