@@ -116,7 +116,7 @@ func TestKeyPoolRidesOutRateLimits(t *testing.T) {
 	if h["k2"].State != keypool.Cooling || h["k2"].Status != 429 {
 		t.Errorf("/health says k2 is %+v; want cooling after its 429", h["k2"])
 	}
-	t.Logf("%d requests with k2 answering 429: all 200, k2 tried %d times (then cooling %v), keys %+v", n, forced, h["k2"].Until.Sub(time.Now()).Round(100*time.Millisecond), stats)
+	t.Logf("%d requests with k2 answering 429: all 200, k2 tried %d times (then cooling %v), keys %+v", n, forced, time.Until(h["k2"].Until).Round(100*time.Millisecond), stats)
 	if got := sidecarMetric(t, s, "gateway_vendor_key_rate_limited_total", `upstream="alpha"`, `key="k2"`); got < 1 {
 		t.Errorf("gateway_vendor_key_rate_limited_total{k2} = %v", got)
 	}
