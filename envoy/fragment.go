@@ -92,6 +92,13 @@ func RenderFragment(c *config.Config, o Options) ([]byte, error) {
 	if o.Bare {
 		return nil, fmt.Errorf("a fragment without the ext_proc filter has nothing to attach")
 	}
+	for _, u := range c.Upstreams {
+		if u.Pooled() {
+			// The pool's cool-downs come from the router's upstream log,
+			// which belongs to your router, not to a piece to merge.
+			return nil, fmt.Errorf("upstreams %s: a pool of keys (upstreams[].keys) needs the gateway's whole bootstrap (gateway envoy-config without --fragment); a fragment takes one key per upstream", u.Name)
+		}
+	}
 	full, err := Render(c, o)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
+	"strings"
 	"text/template"
 	"time"
 
@@ -18,7 +19,18 @@ import (
 //go:embed bootstrap.yaml.tmpl
 var bootstrapTemplate string
 
-var tmpl = template.Must(template.New("bootstrap").Parse(bootstrapTemplate))
+var tmpl = template.Must(template.New("bootstrap").Funcs(template.FuncMap{
+	"pair": func(u *upstreamView, members []string) aggregateView {
+		return aggregateView{U: clusterView{Up: u, Root: u.root}, Members: members}
+	},
+}).Parse(bootstrapTemplate))
+
+// aggregateView is one aggregate cluster of a pool: its upstream and its
+// member clusters in order.
+type aggregateView struct {
+	U       clusterView
+	Members []string
+}
 
 // DefaultTrustedCA is the system CA bundle on Debian-based images, including
 // Envoy's official image.
@@ -67,6 +79,7 @@ type view struct {
 	Reduced                  bool // envoy.contract reduced
 	Upstreams                []upstreamView
 	Credentials              []credentialView
+	PooledRoutes             string // CEL list items: 'alpha', 'beta'; empty without a pool (or Bare)
 
 	RequestHeadersTimeout string
 	MaxConnectionDuration string
@@ -87,11 +100,38 @@ type tracingView struct {
 	Sampling float64 // percent
 }
 
-// credentialView is one upstream's vendor key as Envoy injects it: a generic
-// secret read from Envoy's environment, set as header (with a prefix).
+// credentialView is one vendor key as Envoy injects it: a generic secret
+// read from Envoy's environment, a file or file-based SDS, set as header
+// (with a prefix). Key is its name, the only part the sidecar sees.
 type credentialView struct {
-	Secret, Env    string
-	Header, Prefix string
+	Key                string
+	Secret, Env        string
+	File, SDS          string
+	Header, Prefix     string
+	ClusterHeaderValue string // pooled: the aggregate preferring this key
+	PreferredMembers   []string
+}
+
+// clusterView is one vendor cluster as rendered: an unpooled upstream's
+// cluster (its endpoints by priority, the credential injected), or a pool's
+// member (one key at one endpoint, no credential of its own).
+type clusterView struct {
+	Name       string
+	Up         *upstreamView
+	Root       *view
+	Endpoints  []endpointView
+	Credential *credentialView
+	Key        string
+	AnyTLS     bool
+}
+
+// memberView is one cluster of a pool: one key at one endpoint. It injects
+// no credential itself (Envoy applies the upstream filters of the route's
+// cluster, the aggregate, which picks the credential by the host's key).
+type memberView struct {
+	Name     string
+	Key      string
+	Endpoint endpointView
 }
 
 type upstreamView struct {
@@ -115,7 +155,30 @@ type upstreamView struct {
 	AnyTLS             bool
 	Endpoints          []endpointView
 	Credential         *credentialView // nil: forwarded without a vendor key
+	Key                string          // the one key's name, unpooled
+	RetriableStatuses  string
+
+	// A pool of keys: a cluster per key and endpoint (Members), and per key
+	// an aggregate of them all that tries that key first (Keys[].
+	// ClusterHeaderValue), which the sidecar names in KeyClusterHeader.
+	Pooled        bool
+	Keys          []credentialView
+	Members       []memberView
+	SharedMembers []string // the aggregate named after the upstream's cluster
+	// PoolRetryConcurrency is each aggregate's min_retry_concurrency: 10
+	// per key.
+	PoolRetryConcurrency int
+
+	Clusters []clusterView // filled by Render once the view is complete
+	root     *view
 }
+
+// KeyCluster and MemberCluster name a pool's clusters (config's naming,
+// which the processor uses too).
+var (
+	KeyCluster    = config.KeyCluster
+	MemberCluster = config.MemberCluster
+)
 
 type endpointView struct {
 	Priority  int
@@ -209,13 +272,23 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		if d := u.Failover.PerTryIdleTimeout.D(); d > 0 {
 			uv.PerTryIdleTimeout = seconds(d)
 		}
-		if u.CredentialEnv != "" {
-			cv := credentialView{Secret: u.Name + "-vendor-key", Env: u.CredentialEnv, Header: "x-api-key"}
+		uv.RetriableStatuses = "[503, 529]"
+		keys := u.Keys()
+		for _, k := range keys {
+			if !k.HasCredential() {
+				continue
+			}
+			cv := credentialView{Key: k.Name, Secret: u.Name + "-vendor-key", Env: k.Env, File: k.File, SDS: k.SDS, Header: "x-api-key"}
+			if len(u.VendorKeys) > 0 {
+				cv.Secret = u.Name + "-vendor-key-" + k.Name
+			}
 			if u.Format == config.FormatChatCompletions {
 				cv.Header, cv.Prefix = "authorization", "Bearer "
 			}
-			uv.Credential = &cv
-			v.Credentials = append(v.Credentials, cv)
+			uv.Keys = append(uv.Keys, cv)
+			if cv.SDS == "" {
+				v.Credentials = append(v.Credentials, cv)
+			}
 		}
 		for i, ep := range u.Endpoints() {
 			t, err := ep.Parse()
@@ -226,7 +299,69 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 			uv.AnyTLS = uv.AnyTLS || t.TLS
 			uv.Endpoints = append(uv.Endpoints, ev)
 		}
+		if !u.Pooled() {
+			uv.Key = keys[0].Name
+			if len(uv.Keys) > 0 {
+				uv.Credential = &uv.Keys[0]
+			}
+		} else {
+			// A key's 429, 529 or refusal (401, 402, 403) comes before any
+			// byte of a reply: the vendor did not start; another key may
+			// serve at once.
+			uv.Pooled, uv.RetriableStatuses = true, "[401, 402, 403, 429, 503, 529]"
+			uv.PoolRetryConcurrency = 10 * len(uv.Keys)
+			// Each aggregate tries its key first, then the others in the
+			// configured order, at the primary; then each at the reserve. A
+			// 429 moves a retry to the next key at the same endpoint; a
+			// hung or dead endpoint, once its health checks fail in every
+			// key's cluster, to the reserve.
+			group := map[string]string{} // key → its accounts, the keys it may fall back to
+			for _, k := range keys {
+				group[k.Name] = strings.Join(k.Accounts, ",")
+			}
+			for i := range uv.Keys {
+				k := &uv.Keys[i]
+				k.ClusterHeaderValue = KeyCluster(uv.Cluster, k.Key)
+				order := []string{k.Key}
+				for _, o := range uv.Keys {
+					if o.Key != k.Key && group[o.Key] == group[k.Key] {
+						order = append(order, o.Key)
+					}
+				}
+				for _, ev := range uv.Endpoints {
+					for _, name := range order {
+						k.PreferredMembers = append(k.PreferredMembers, MemberCluster(uv.Cluster, name, ev.Endpoint))
+					}
+				}
+				if uv.SharedMembers == nil && group[k.Key] == "" {
+					uv.SharedMembers = k.PreferredMembers
+				}
+			}
+			for _, k := range uv.Keys {
+				for _, ev := range uv.Endpoints {
+					ev.Priority = 0
+					uv.Members = append(uv.Members, memberView{Name: MemberCluster(uv.Cluster, k.Key, ev.Endpoint), Key: k.Key, Endpoint: ev})
+				}
+			}
+		}
+		if uv.Pooled && !o.Bare {
+			if v.PooledRoutes != "" {
+				v.PooledRoutes += ", "
+			}
+			v.PooledRoutes += "'" + uv.Name + "'"
+		}
 		v.Upstreams = append(v.Upstreams, uv)
+	}
+	for i := range v.Upstreams {
+		uv := &v.Upstreams[i]
+		uv.root = &v
+		if !uv.Pooled {
+			uv.Clusters = []clusterView{{Name: uv.Cluster, Up: uv, Root: &v, Endpoints: uv.Endpoints, Credential: uv.Credential, Key: uv.Key, AnyTLS: uv.AnyTLS}}
+			continue
+		}
+		for _, m := range uv.Members {
+			uv.Clusters = append(uv.Clusters, clusterView{Name: m.Name, Up: uv, Root: &v, Endpoints: []endpointView{m.Endpoint}, Key: m.Key, AnyTLS: m.Endpoint.TLS})
+		}
 	}
 	var buf bytes.Buffer
 	if err := tmpl.Execute(&buf, v); err != nil {
@@ -235,16 +370,17 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// retryOn lists the conditions an attempt is retried on. By default only
-// those where the vendor cannot have started generating: no connection, a
-// refused stream, a reset before the request was sent, or an explicit
-// 503/529. Not "reset": Envoy counts a per-try timeout as one. With sent
-// set, also resets and timeouts after the request was sent and any 5xx,
-// which may duplicate generations.
+// retryOn lists the conditions an attempt is retried on. By default those
+// where no byte of a reply has reached Envoy: no connection, a refused
+// stream, a reset (before or after the request was sent, a per-try timeout
+// included: Envoy counts one as a reset), or an explicit 503/529 (and, for
+// a pool, the key's 429 and quota errors). Envoy never retries once a
+// reply's headers went downstream, so a started stream is never sent
+// twice. With sent set, also any 5xx, which may duplicate generations.
 func retryOn(sent bool) string {
-	on := "connect-failure,refused-stream,reset-before-request,retriable-status-codes"
+	on := "connect-failure,refused-stream,reset,retriable-status-codes"
 	if sent {
-		on += ",reset,5xx"
+		on += ",5xx"
 	}
 	return on
 }

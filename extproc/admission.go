@@ -160,8 +160,10 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 	if x.req.Stream {
 		x.s.metrics.streams.Inc()
 	}
+	r := x.withTimeout(x.editBody(body, req.Edit))
+	x.steerByBody(body, r)
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: x.withTimeout(x.editBody(body, req.Edit))},
+		RequestBody: &extprocv3.BodyResponse{Response: r},
 	}}
 }
 

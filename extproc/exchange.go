@@ -58,11 +58,16 @@ type exchange struct {
 
 	status   int    // upstream response status; 0 until the first response body chunk
 	endpoint string // "primary" or "reserve", from Envoy's endpoint metadata
-	meter    format.Meter
-	rewriter format.Rewriter // the meter, when it also rewrites the reply
-	stored   format.Stored   // the meter, when the reply names a stored response
-	bound    bool            // the stored response's id is bound to the account (or being bound)
-	binding  chan struct{}   // closed when a bind started mid-stream has landed
+	// steered is the vendor key the processor chose (a pooled upstream),
+	// vendorKey the one that served (Envoy may retry on another);
+	// headerSession: the client's session header chose it.
+	steered, vendorKey string
+	headerSession      bool
+	meter              format.Meter
+	rewriter           format.Rewriter // the meter, when it also rewrites the reply
+	stored             format.Stored   // the meter, when the reply names a stored response
+	bound              bool            // the stored response's id is bound to the account (or being bound)
+	binding            chan struct{}   // closed when a bind started mid-stream has landed
 	// items, the meter when it reads the stored response's item ids;
 	// itemsBound once they have been bound.
 	items      format.StoredItems

@@ -42,6 +42,10 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 
 	sub := path[len(x.upstream.prefix)-1:]
 	mutation := x.credentialMutation(hv)
+	// A pool of vendor keys: the session's key, by the client's session
+	// header or else the account (the body may name a session later).
+	x.headerSession = hv.session != ""
+	x.steer(bound(hv.session), mutation)
 	op, vp, id := operation.Match(x.upstream.Operations, hv.method, sub)
 	// Query strings go to the vendor only as far as its API defines them.
 	if _, query, ok := strings.Cut(hv.path, "?"); ok {
@@ -96,7 +100,7 @@ func (x *exchange) bodyFollows(h *extprocv3.HttpHeaders, hv headerValues, mutati
 	// malformed requests are never held); a metered request needs it.
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation, ClearRouteCache: x.steered != ""}},
 		},
 		ModeOverride: mode,
 	}
@@ -116,7 +120,7 @@ func (x *exchange) owned(ctx context.Context, op *operation.Operation, vp *opera
 	if reads && x.watchParked(ctx, op, id, hv.method == "GET" && streamQuery(hv.path)) {
 		return &extprocv3.ProcessingResponse{
 			Response: &extprocv3.ProcessingResponse_RequestHeaders{
-				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation, ClearRouteCache: x.steered != ""}},
 			},
 			ModeOverride: parkedMode,
 		}
@@ -162,7 +166,7 @@ func (x *exchange) models(lister format.ModelLister, sub, rawPath string) *extpr
 func (x *exchange) forwardFree(mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation}},
+			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation, ClearRouteCache: x.steered != ""}},
 		},
 		ModeOverride: &filterv3.ProcessingMode{
 			RequestBodyMode:    filterv3.ProcessingMode_NONE,
@@ -236,6 +240,7 @@ type headerValues struct {
 	contentLength        string
 	upgrade              string
 	endpoint             string
+	session              string   // x-claude-code-session-id
 	internal             []string // client-sent headers with our prefix
 }
 
@@ -264,6 +269,8 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 			dst = &hv.contentLength
 		case "upgrade":
 			dst = &hv.upgrade
+		case sessionHeader:
+			dst = &hv.session
 		case "x-gateway-endpoint":
 			dst = &hv.endpoint
 			hv.internal = append(hv.internal, k)

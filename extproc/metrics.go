@@ -7,6 +7,7 @@ import (
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/keypool"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/usage"
 )
@@ -32,6 +33,11 @@ type Metrics struct {
 	concurrencyWaits       *prometheus.CounterVec
 	concurrencyWaitSeconds prometheus.Histogram
 	concurrencyWaiters     prometheus.Gauge
+
+	vendorKeyRequests  *prometheus.CounterVec
+	vendorKeyLimited   *prometheus.CounterVec
+	vendorKeyCooldowns *prometheus.CounterVec
+	vendorKeyState     *prometheus.GaugeVec
 }
 
 // NewMetrics creates the series and registers them with reg (if not nil).
@@ -40,6 +46,18 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	latency := []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 	m := &Metrics{
+		vendorKeyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_vendor_key_requests_total", Help: "Metered replies by the vendor key (its name) that served them, by upstream and key.",
+		}, []string{"upstream", "key"}),
+		vendorKeyLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_vendor_key_rate_limited_total", Help: "Attempts a vendor answered 429 or 529 on a pooled key (Envoy retried them on another key), by upstream and key.",
+		}, []string{"upstream", "key"}),
+		vendorKeyCooldowns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_vendor_key_cooldowns_total", Help: "Cool-downs of a pooled vendor key (429, 529 or a quota error), by upstream and key.",
+		}, []string{"upstream", "key"}),
+		vendorKeyState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gateway_vendor_key_state", Help: "1 for the state (active, cooling, disabled) of each pooled vendor key, by upstream and key.",
+		}, []string{"upstream", "key", "state"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_requests_total", Help: "Metered requests settled, by upstream, model, status and endpoint.",
 		}, []string{"upstream", "model", "status", "endpoint"}),
@@ -100,7 +118,8 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
 			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.leaseCuts, m.capped,
-			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters)
+			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters,
+			m.vendorKeyRequests, m.vendorKeyLimited, m.vendorKeyCooldowns, m.vendorKeyState)
 	}
 	return m
 }
@@ -128,6 +147,23 @@ func (m *Metrics) zero(upstreams []string) {
 				continue // no such limit
 			}
 			m.limitRefusals.WithLabelValues(level.String(), o.String())
+		}
+	}
+}
+
+// InitVendorKeys creates the series of an upstream's vendor keys at zero,
+// each key active.
+func (m *Metrics) InitVendorKeys(upstream string, keys []string) {
+	for _, k := range keys {
+		m.vendorKeyRequests.WithLabelValues(upstream, k)
+		m.vendorKeyLimited.WithLabelValues(upstream, k)
+		m.vendorKeyCooldowns.WithLabelValues(upstream, k)
+		for _, st := range keypool.States {
+			v := 0.0
+			if st == keypool.Active {
+				v = 1
+			}
+			m.vendorKeyState.WithLabelValues(upstream, k, st).Set(v)
 		}
 	}
 }

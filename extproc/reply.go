@@ -5,7 +5,6 @@ package extproc
 import (
 	"context"
 	"strconv"
-	"strings"
 	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -148,14 +147,15 @@ func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
 	// The host metadata arrives as protobuf text; only the endpoint name
 	// is read from it.
 	x.endpoint = ""
+	var key string
 	if md := f["xds.upstream_host_metadata"].GetStringValue(); md != "" {
-		switch {
-		case strings.Contains(md, `"reserve"`):
-			x.endpoint = "reserve"
-		case strings.Contains(md, `"primary"`):
-			x.endpoint = "primary"
+		switch ep := metadataString(md, "endpoint"); ep {
+		case "reserve", "primary":
+			x.endpoint = ep
 		}
+		key = metadataString(md, "key")
 	}
+	x.servedBy(key)
 	// Without the metadata (the reduced contract, or a cluster of the
 	// operator's own): the address Envoy connected to.
 	if x.endpoint == "" && x.upstream != nil && x.upstream.addrs != nil {

@@ -66,6 +66,9 @@ type Options struct {
 	// OnRefusal, when set, hears of each admission a limit or the balance
 	// refused (the alerts watcher); it must not block.
 	OnRefusal func(accountID, keyID string, level account.Level, outcome account.Outcome)
+	// OnVendorKeyRefused, when set, hears of each pooled vendor key the
+	// vendor refused (401, 402, 403) when it is taken out.
+	OnVendorKeyRefused func(upstream, key string, status int)
 	// Owners records who created each stored response; nil refuses every
 	// request naming one.
 	Owners Owners
@@ -104,11 +107,13 @@ type Server struct {
 	maxBody   int64
 	holds     *holds.Renewer
 	onRefusal func(accountID, keyID string, level account.Level, outcome account.Outcome)
-	owners    Owners
-	parking   Parking
-	bgPoll    time.Duration
-	tracer    trace.Tracer // nil: no tracing
-	waiter    *slotWaiter
+	// onKeyRefused: Options.OnVendorKeyRefused.
+	onKeyRefused func(upstream, key string, status int)
+	owners       Owners
+	parking      Parking
+	bgPoll       time.Duration
+	tracer       trace.Tracer // nil: no tracing
+	waiter       *slotWaiter
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -143,8 +148,8 @@ func NewServer(o Options) *Server {
 	s := &Server{
 		upstreams: o.Upstreams, keys: o.Keys, admitter: o.Admitter, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
-		onRefusal: o.OnRefusal,
-		owners:    o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
+		onRefusal: o.OnRefusal, onKeyRefused: o.OnVendorKeyRefused,
+		owners: o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
 		tracer: o.Tracer,
 	}
 	if s.bgPoll <= 0 {
@@ -166,6 +171,18 @@ func NewServer(o Options) *Server {
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
+	}
+	for _, u := range s.upstreams {
+		if u.Pool == nil {
+			s.metrics.InitVendorKeys(u.Name, []string{u.defaultKey})
+			continue
+		}
+		var names []string
+		for _, k := range u.Pool.Keys() {
+			names = append(names, k.Name)
+		}
+		s.metrics.InitVendorKeys(u.Name, names)
+		u.Pool.SetOnChange(s.keyChanged)
 	}
 	s.settler = newSettler(o.Settler, s.settleT)
 	var b [6]byte

@@ -117,6 +117,7 @@ func (x *exchange) outcome(complete bool) account.Settlement {
 		Fallback:  x.price.Fallback(),
 		Status:    x.status,
 		Endpoint:  x.endpoint,
+		VendorKey: x.vendorKey,
 		Stream:    x.req.Stream,
 		Transport: x.transport,
 		StartedAt: x.started,

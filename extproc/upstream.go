@@ -9,6 +9,7 @@ import (
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/operation"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/keypool"
 	"github.com/modelgateway/gateway/internal/pricing"
 )
 
@@ -47,6 +48,10 @@ type Upstream struct {
 	// query lists, by path after the prefix, the query parameters the
 	// vendor's API defines there; every other parameter is dropped.
 	query map[string][]string
+	// Pool steers each request to one of the upstream's vendor keys; nil
+	// with one key, whose name is defaultKey.
+	Pool       *keypool.Pool
+	defaultKey string
 }
 
 // NewUpstream builds the processor's view of one configured upstream. The
@@ -80,6 +85,10 @@ func NewUpstream(u config.Upstream, prices *pricing.Table, ops operation.Registr
 	r.firstByte, r.prefill, r.generate = u.Failover.FirstByteTimeout.D(), u.Failover.PrefillTokensPerSecond, u.Failover.GenerationTokensPerSecond
 	r.regional = map[string]string{"primary": u.Primary.RegionalProcessing, "reserve": u.Reserve.RegionalProcessing}
 	r.addrs = newEndpointAddrs(u)
+	r.Pool = newPool(u)
+	if !u.Pooled() {
+		r.defaultKey = u.Keys()[0].Name
+	}
 	for _, fp := range u.FreePaths {
 		method, path, err := config.ParseFreePath(fp)
 		if err != nil {

@@ -22,8 +22,9 @@ type chatAPI struct {
 func (b *chatAPI) requestIDHeader() string { return "X-Request-Id" }
 
 func (b *chatAPI) authorized(r *http.Request) bool {
-	key := b.fake.cfg.chatCompletionsKey
-	return key == "" || hasBearer(r, key)
+	// A comma-separated list: a pool of keys, each valid.
+	a := r.Header.Get("Authorization")
+	return b.fake.cfg.chatCompletionsKey == "" || strings.HasPrefix(a, "Bearer ") && validKey(b.fake.cfg.chatCompletionsKey, a[len("Bearer "):])
 }
 
 func (b *chatAPI) route(r *http.Request) (endpoint, bool) {

@@ -92,7 +92,15 @@ type Controls struct {
 	// BackgroundPolls is how many retrievals see a background response in
 	// progress before it completes; 0 means 1.
 	BackgroundPolls int `json:"background_polls"`
+	// PromptCache keeps a prompt cache per key: a request whose
+	// conversation (system prompt and first message) the same key sent
+	// before reports promptCacheTokens cache reads, else as many cache
+	// writes; GET /keys counts them per key.
+	PromptCache bool `json:"prompt_cache"`
 }
+
+// promptCacheTokens is the cached prefix the prompt_cache control reports.
+const promptCacheTokens = 1000
 
 // replyWords returns the effective reply length.
 func (c *Controls) replyWords() int {
@@ -135,6 +143,7 @@ type controlUpdate struct {
 	ReasoningTokens  *int    `json:"reasoning_tokens"`
 	FailResponse     *bool   `json:"fail_response"`
 	BackgroundPolls  *int    `json:"background_polls"`
+	PromptCache      *bool   `json:"prompt_cache"`
 }
 
 func (u *controlUpdate) validate() error {
@@ -210,6 +219,9 @@ func (u *controlUpdate) apply(c *Controls) {
 	}
 	if u.Hang != nil {
 		c.Hang = *u.Hang
+	}
+	if u.PromptCache != nil {
+		c.PromptCache = *u.PromptCache
 	}
 }
 
@@ -382,6 +394,8 @@ func newControlHandler(f *fake) *controlHandler {
 	h.mux.HandleFunc("POST /reset", h.reset)
 	h.mux.HandleFunc("GET /requests", h.requests)
 	h.mux.HandleFunc("GET /stats", h.stats)
+	h.mux.HandleFunc("GET /keys", h.getKeys)
+	h.mux.HandleFunc("POST /keys", h.postKeys)
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
@@ -431,6 +445,7 @@ func (h *controlHandler) reset(w http.ResponseWriter, r *http.Request) {
 	f.messagesCtl.reset()
 	f.chatCompletionsCtl.reset()
 	f.records.reset()
+	f.keys.reset()
 	for _, c := range []*counters{&f.messagesCount, &f.chatCompletionsCount} {
 		c.requests.Store(0)
 		c.probes.Store(0)

@@ -52,6 +52,11 @@
 //	GET  /stats     {"messages":N,"messages_probes":N,"messages_hung":N,"messages_in_flight":N,
 //	                 "messages_peak_in_flight":N,"chat_completions":N,...} (peak: since the last reset)
 //	                (hung: requests held by the hang control, never answered)
+//	GET  /keys      {LABEL: {"requests":N,"forced":N,"cache_reads":N,"cache_writes":N}} per key,
+//	                LABEL the first 8 hex digits of the key's SHA-256 (never the key)
+//	POST /keys      {"key":LABEL,"status":429,"retry_after":"2"}: force a status on one
+//	                key's API requests (status 0 clears it); -messages-key and
+//	                -chat-completions-key take comma-separated lists (a pool)
 //	GET  /healthz   200
 package main
 

@@ -19,8 +19,8 @@ func (a *messagesAPI) requestIDHeader() string { return "Request-Id" }
 // or as a bearer token, which is what recent official SDKs (anthropic 2.x
 // for Python) send for api_key.
 func (a *messagesAPI) authorized(r *http.Request) bool {
-	key := a.fake.cfg.messagesKey
-	return key == "" || r.Header.Get("X-Api-Key") == key || hasBearer(r, key)
+	// A comma-separated list: a pool of keys, each valid.
+	return a.fake.cfg.messagesKey == "" || validKey(a.fake.cfg.messagesKey, requestKey(r))
 }
 
 func (a *messagesAPI) route(r *http.Request) (endpoint, bool) {

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -27,6 +26,7 @@ type fake struct {
 
 	messagesCtl, chatCompletionsCtl     controlState
 	messagesCount, chatCompletionsCount counters
+	keys                                keyState
 
 	messages, chatCompletions, control http.Handler
 }
@@ -154,6 +154,27 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.api.writeError(w, r, http.StatusNotFound, "")
 		return
 	}
+	if !probe {
+		// The key's own limits: a status forced on this key alone, before
+		// any generation (a vendor's 429 is decided at admission).
+		key := requestKey(r)
+		if f, ok := f.keys.admit(key); ok {
+			if f.RetryAfter != "" {
+				h.Set("Retry-After", f.RetryAfter)
+			}
+			s.api.writeError(w, r, f.Status, "Forced status "+strconv.Itoa(f.Status)+" on this key by the fake vendor's controls.")
+			return
+		}
+		if ctl.PromptCache {
+			// Each key has a cache of its own: a conversation's prefix is
+			// read from it only if the same key wrote it.
+			if f.keys.cache(key, body) {
+				ctl.CacheReadTokens, ctl.CacheWriteTokens = promptCacheTokens, 0
+			} else {
+				ctl.CacheReadTokens, ctl.CacheWriteTokens = 0, promptCacheTokens
+			}
+		}
+	}
 	if ctl.AbortAtStart && !probe {
 		// Reset before any byte of the reply: unless the reply streams,
 		// whose headers go first (startSSE resets after them).
@@ -236,10 +257,4 @@ func (s *idSource) next(prefix string) string {
 	}
 	out = append(out, digits...)
 	return string(out)
-}
-
-// hasBearer reports whether r carries "Authorization: Bearer key".
-func hasBearer(r *http.Request, key string) bool {
-	auth := r.Header.Get("Authorization")
-	return len(auth) == len("Bearer ")+len(key) && strings.HasPrefix(auth, "Bearer ") && auth[len("Bearer "):] == key
 }

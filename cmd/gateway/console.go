@@ -28,6 +28,7 @@ func (s *sidecar) startConsole(c *config.Config) error {
 	}
 	op := console.NewOperator(console.OperatorOptions{
 		Admin: s.Admin, Store: s.Store, Auth: auth, Prices: s.Prices, Upstreams: c.UpstreamNames(), Logger: s.log,
+		VendorKeys: s.proc.VendorKeys,
 	})
 	l, err := net.Listen("tcp", c.Listeners.Console)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -239,6 +240,13 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
 		Upstreams:       vendorRoutes, Keys: keys, Admitter: adm, Settler: sp, Metrics: metrics, Logger: o.Logger,
 		OnRefusal: watcher.Refused,
+		OnVendorKeyRefused: func(upstream, key string, status int) {
+			var probe time.Duration
+			if u, ok := c.Upstream(upstream); ok {
+				probe = u.Pool.ProbeInterval.D()
+			}
+			go watcher.VendorKeyRefused(context.Background(), upstream, key, status, probe)
+		},
 
 		ConcurrencyWaitBound:    c.ConcurrencyWaitBound(),
 		ConcurrencyWaiters:      c.Limits.ConcurrencyWaiters,
@@ -298,16 +306,19 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 	)
 	extprocv3.RegisterExternalProcessorServer(s.grpc, proc)
+	// Envoy's upstream log of pooled vendor keys' failed attempts.
+	accesslogv3.RegisterAccessLogServiceServer(s.grpc, proc.NewKeyLog())
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 
 	ctl := control.New(control.Options{
-		Region:    c.Region,
-		Upstreams: c.UpstreamNames(),
-		Store:     st,
-		Keys:      keys,
-		Settled:   proc,
-		Serving:   s.serving.Load,
-		Endpoints: routes,
+		Region:     c.Region,
+		Upstreams:  c.UpstreamNames(),
+		Store:      st,
+		Keys:       keys,
+		Settled:    proc,
+		Serving:    s.serving.Load,
+		Endpoints:  routes,
+		VendorKeys: proc.VendorKeys,
 		// Under the reduced contract the sidecar may run in a pod of its
 		// own, with no Envoy admin to read: replies name their endpoint.
 		EndpointsLearned: c.Envoy.Reduced(),

@@ -52,7 +52,10 @@ type Settlement struct {
 	Lease    LeaseRef
 	Status   int    // the status the client saw; non-2xx charges nothing and counts no usage
 	Endpoint string // "primary" or "reserve"; empty when unknown
-	Stream   bool
+	// VendorKey names the vendor key that served (upstreams[].keys, or
+	// "default" for credential_env); empty when unknown. Never the secret.
+	VendorKey string
+	Stream    bool
 	// Transport is how the client sent the request: "" for HTTP,
 	// "websocket" for the Responses API's WebSocket transport.
 	Transport string
@@ -65,6 +68,7 @@ type Settlement struct {
 type Checkpoint struct {
 	Status      int                  `json:"st,omitempty"` // the status the client sees, 0 before the reply started
 	Endpoint    string               `json:"ep,omitempty"`
+	VendorKey   string               `json:"vk,omitempty"`
 	Requested   usage.RequestedModel `json:"rq,omitempty"`
 	Priced      usage.PricedModel    `json:"pm,omitempty"`
 	Reported    usage.ReportedModel  `json:"rm,omitempty"`
@@ -83,7 +87,7 @@ type Checkpoint struct {
 // st says: the settlement's reply, models, usage and prices.
 func (st Settlement) Checkpoint() Checkpoint {
 	return Checkpoint{
-		Status: st.Status, Endpoint: st.Endpoint,
+		Status: st.Status, Endpoint: st.Endpoint, VendorKey: st.VendorKey,
 		Requested: st.Requested, Priced: st.Priced, Reported: st.Reported,
 		Usage: st.Usage, Rates: st.Rates, ServiceTier: st.ServiceTier, LongContext: st.LongContext,
 		Fallback: st.Fallback, Cost: st.Cost, TierUnknown: st.TierUnknown, Region: st.Region, Uplift: st.Uplift,

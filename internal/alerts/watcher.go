@@ -332,6 +332,21 @@ func (w *Watcher) event(ev Event) Event {
 	return ev
 }
 
+// gatewayAlerts is the pseudo-account under which alerts about the gateway
+// itself (not an account) are claimed.
+const gatewayAlerts = "gateway"
+
+// VendorKeyRefused publishes vendor_key.refused once across every sidecar
+// per refusal of a pooled vendor key (401, 402, 403): claimed in the store
+// for the key's probe interval, so a key still refused at its next probe
+// alerts again, once.
+func (w *Watcher) VendorKeyRefused(ctx context.Context, upstream, key string, status int, probe time.Duration) {
+	w.fire(ctx, gatewayAlerts, "vendor_key:"+upstream+":"+key, max(probe, time.Second), Event{
+		Type: VendorKeyRefused,
+		Data: map[string]any{"upstream": upstream, "vendor_key": key, "status": status, "probe_in_seconds": int64(probe.Seconds())},
+	})
+}
+
 // Publish sends an event no store claim stands for (an admin action,
 // which happens once): suspended, resumed.
 func (w *Watcher) Publish(ev Event) {

@@ -40,12 +40,13 @@ const (
 	AccountSuspended  = "account.suspended"
 	AccountResumed    = "account.resumed"
 	StoreUnreachable  = "store.unreachable"
+	VendorKeyRefused  = "vendor_key.refused"
 	signatureVersion  = "v1"
 	maxResponseToRead = 4 << 10
 )
 
 // Types are every event type, in the order the docs list them.
-var Types = []string{BalanceLow, BudgetThreshold, KeyExpiring, AccountSuspended, AccountResumed, StoreUnreachable}
+var Types = []string{BalanceLow, BudgetThreshold, KeyExpiring, AccountSuspended, AccountResumed, StoreUnreachable, VendorKeyRefused}
 
 // Event is one alert, as its webhook body: JSON with these fields.
 type Event struct {

@@ -107,6 +107,10 @@ func (l *Limits) setDefaults() {
 
 func (u *Upstream) setDefaults() {
 	def(&u.EnvoyCluster, u.Name)
+	u.Pool.setDefaults()
+	for i := range u.VendorKeys {
+		def(&u.VendorKeys[i].Weight, 1)
+	}
 	h := &u.HealthCheck
 	def(&h.Path, "/v1/models")
 	def(&u.Models.UnknownModel, UnknownReject)

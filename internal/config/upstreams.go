@@ -19,6 +19,13 @@ type Upstream struct {
 	// Envoy reads it and injects the key; the sidecar never sees it. Empty
 	// forwards no credential (a self-hosted server).
 	CredentialEnv string `yaml:"credential_env"`
+	// VendorKeys is a pool of vendor keys instead of credential_env: Envoy
+	// holds each secret, the sidecar steers each session to one key by name
+	// and Envoy retries a key's 429, 529 and refusals on another (see
+	// docs/failover.md#key-pools).
+	VendorKeys []VendorKey `yaml:"keys"`
+	// Pool tunes the pool's cool-downs.
+	Pool Pool `yaml:"pool"`
 	// FreePaths are read-only vendor paths forwarded without billing, as
 	// "METHOD /path" (path after the route prefix).
 	FreePaths []string `yaml:"free_paths"`
@@ -68,21 +75,20 @@ type HealthCheck struct {
 
 // Failover tunes passive outlier detection and retries.
 //
-// A request is retried (on the other endpoint) only while the vendor
-// cannot have started on it: the connection failed or was refused, the
-// stream was reset before the request was sent, or the vendor answered
-// 503/529. A request the vendor received is never sent again by default,
-// because the vendor may be generating (and billing) the reply: it fails
-// with 504 at FirstByteTimeout. RetrySentRequests opts in to retrying such
-// requests, which moves requests waiting on a hung endpoint to the other
-// one after FirstByteTimeout.
+// A request is retried (on the other endpoint) while no byte of a reply
+// has reached Envoy: the connection failed or was refused, the stream was
+// reset (before or after the request was sent), its reply's headers did
+// not come within its first-byte bound, or the vendor answered 503/529.
+// The abandoned attempt may still be billed by the vendor
+// (docs/failover.md). Once a reply's headers went to the client nothing is
+// retried. RetrySentRequests also retries any other 5xx.
 type Failover struct {
 	ConsecutiveErrors int      `yaml:"consecutive_errors"`
 	BaseEjectionTime  Duration `yaml:"base_ejection_time"`
 	Retries           int      `yaml:"retries"`
 	// FirstByteTimeout bounds the wait for a reply's headers on one
-	// attempt; the attempt then fails with 504, which clients retry (by
-	// then the health checks have moved traffic off a hung endpoint). The
+	// attempt; the attempt is then retried on the reserve (504 when no
+	// retry is left). The
 	// processor sets each metered request's bound from what it asked for:
 	// FirstByteTimeout plus its input at PrefillTokensPerSecond, and, for a
 	// non-streaming request (whose headers come only once the reply is
@@ -99,9 +105,9 @@ type Failover struct {
 	// for this long, before or after its headers. Zero (default) leaves idle
 	// streams to envoy.stream_idle_timeout.
 	PerTryIdleTimeout Duration `yaml:"per_try_idle_timeout"`
-	// RetrySentRequests also retries attempts that failed after the request
-	// reached the vendor (any 5xx, timeouts). The vendor may then generate,
-	// and bill, the same reply more than once. Default false.
+	// RetrySentRequests also retries attempts the vendor answered with any
+	// 5xx. The vendor may then generate, and bill, the same reply more than
+	// once. Default false.
 	RetrySentRequests bool `yaml:"retry_sent_requests"`
 	// RetryBudgetPercent caps concurrent retries at this share of the
 	// requests in flight to the upstream (at least 10), so that an outage of

@@ -167,6 +167,9 @@ func (c *Config) validateUpstreams() error {
 			return fmt.Errorf("%s.name: %q is used twice", p, u.Name)
 		}
 		seen[u.Name] = true
+		if u.Pooled() && c.Envoy.Reduced() {
+			return fmt.Errorf("%s.keys: a pool of keys needs envoy.contract full (the serving key is read from the host's metadata)", p)
+		}
 		if clusters[u.EnvoyCluster] {
 			return fmt.Errorf("%s.envoy_cluster: %q serves two upstreams", p, u.EnvoyCluster)
 		}
@@ -191,6 +194,9 @@ func (u *Upstream) validate(p string) error {
 	}
 	if u.CredentialEnv != "" && !validEnvName(u.CredentialEnv) {
 		return fmt.Errorf("%s.credential_env: %q is not an environment variable name", p, u.CredentialEnv)
+	}
+	if err := u.validateKeys(p); err != nil {
+		return err
 	}
 	for j, fp := range u.FreePaths {
 		if _, _, err := ParseFreePath(fp); err != nil {

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/modelgateway/gateway/internal/admin"
+	"github.com/modelgateway/gateway/internal/keypool"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -36,7 +37,7 @@ var operatorFiles embed.FS
 // shared layout.
 var operatorPages = func() map[string]*template.Template {
 	pages := map[string]*template.Template{}
-	for _, p := range []string{"signin", "accounts", "account", "secret", "models", "error"} {
+	for _, p := range []string{"signin", "accounts", "account", "secret", "models", "vendorkeys", "error"} {
 		pages[p] = template.Must(template.New("").Funcs(funcs).ParseFS(operatorFiles,
 			"templates/operator/layout.html", "templates/operator/"+p+".html"))
 	}
@@ -79,6 +80,9 @@ type OperatorOptions struct {
 	// orders them.
 	Prices    pricing.Book
 	Upstreams []string
+	// VendorKeys, when set, reports each pooled upstream's vendor keys by
+	// name and state (the sidecar never has their secrets).
+	VendorKeys func() map[string][]keypool.KeyState
 	// SessionIdle and SessionLifetime end sessions: after this long unused,
 	// and this long after sign-in.
 	SessionIdle     time.Duration
@@ -120,6 +124,7 @@ func NewOperator(o OperatorOptions) *Operator {
 	m.HandleFunc("POST /signout", op.action(op.signOut))
 	m.HandleFunc("GET /{$}", op.page(op.accounts))
 	m.HandleFunc("GET /models", op.page(op.models))
+	m.HandleFunc("GET /vendor-keys", op.page(op.vendorKeys))
 	m.HandleFunc("GET /accounts/{id}", op.page(op.account))
 	m.HandleFunc("POST /accounts", op.action(op.createAccount))
 	m.HandleFunc("POST /accounts/{id}/topup", op.action(op.topUp))
@@ -746,6 +751,27 @@ func (op *Operator) models(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 	}
 	op.render(w, r, http.StatusOK, "models", s, view{Title: "Models and prices", Data: rows})
+}
+
+// vendorKeyRow is one pooled vendor key on the vendor keys page.
+type vendorKeyRow struct {
+	Upstream string
+	keypool.KeyState
+}
+
+// vendorKeys lists each pooled upstream's keys: name, state, until when,
+// the vendor's status that set it, weight, pinning. Never a secret.
+func (op *Operator) vendorKeys(w http.ResponseWriter, r *http.Request, s *session) {
+	var rows []vendorKeyRow
+	if op.o.VendorKeys != nil {
+		all := op.o.VendorKeys()
+		for _, u := range op.o.Upstreams {
+			for _, k := range all[u] {
+				rows = append(rows, vendorKeyRow{Upstream: u, KeyState: k})
+			}
+		}
+	}
+	op.render(w, r, http.StatusOK, "vendorkeys", s, view{Title: "Vendor keys", Data: rows})
 }
 
 // parseUSD reads a decimal USD amount exactly, to the nano-USD.

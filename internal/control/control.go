@@ -12,10 +12,12 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/keypool"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -84,9 +86,12 @@ type Options struct {
 	// upstream whose endpoint is unknown is no problem for /health or
 	// /readyz, since each reply names the endpoint that served it.
 	EndpointsLearned bool
-	Metrics          http.Handler     // optional
-	Logger           *slog.Logger     // optional
-	Now              func() time.Time // optional
+	// VendorKeys, when set, reports each pooled upstream's vendor keys by
+	// name and state (never a secret: the sidecar has none).
+	VendorKeys func() map[string][]keypool.KeyState
+	Metrics    http.Handler     // optional
+	Logger     *slog.Logger     // optional
+	Now        func() time.Time // optional
 	// Probe checks the store for /health and /readyz; nil builds one on
 	// Store.Ping.
 	Probe *StoreProbe
@@ -142,6 +147,9 @@ type Health struct {
 	TS        string            `json:"ts"`
 	Endpoints map[string]string `json:"endpoints,omitempty"`
 	Problems  []string          `json:"problems,omitempty"`
+	// VendorKeys are each pooled upstream's keys: name, state (active,
+	// cooling, disabled), until when and the vendor's status that set it.
+	VendorKeys map[string][]keypool.KeyState `json:"vendor_keys,omitempty"`
 }
 
 // Health statuses.
@@ -180,6 +188,15 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 				if !h.o.EndpointsLearned {
 					rec.Problems = append(rec.Problems, h.unknownEndpoint(u))
 				}
+			}
+		}
+	}
+	if h.o.VendorKeys != nil {
+		rec.VendorKeys = h.o.VendorKeys()
+		for _, u := range h.o.Upstreams {
+			keys := rec.VendorKeys[u]
+			if len(keys) > 0 && !slices.ContainsFunc(keys, func(k keypool.KeyState) bool { return k.State != keypool.Disabled }) {
+				rec.Problems = append(rec.Problems, fmt.Sprintf("upstream %s: the vendor refused every key of its pool", u))
 			}
 		}
 	}

@@ -38,6 +38,11 @@ var states = []string{Primary, Reserve, None, Unknown}
 type Upstream struct {
 	Name    string
 	Cluster string
+	// Members are a pool's clusters (one per key and endpoint) by the
+	// priority of their endpoint: Cluster is then an aggregate, which has
+	// no hosts of its own, and the upstream's endpoint is decided from its
+	// members' hosts.
+	Members map[string]int
 }
 
 // Upstreams lists c's upstreams with their clusters
@@ -49,6 +54,14 @@ func Upstreams(c *config.Config) []Upstream {
 		if us[i].Cluster == "" {
 			us[i].Cluster = u.Name
 		}
+		if u.Pooled() {
+			us[i].Members = map[string]int{}
+			for _, k := range u.VendorKeys {
+				for p, ep := range []string{Primary, Reserve}[:len(u.Endpoints())] {
+					us[i].Members[config.MemberCluster(us[i].Cluster, k.Name, ep)] = p
+				}
+			}
+		}
 	}
 	return us
 }
@@ -58,6 +71,7 @@ type Watcher struct {
 	adminURL  string
 	upstreams []string
 	clusters  map[string]string // upstream → Envoy cluster
+	members   map[string]map[string]int
 	client    *http.Client
 	log       *slog.Logger
 	gauge     *prometheus.GaugeVec
@@ -79,6 +93,7 @@ func NewWatcher(adminURL string, upstreams []Upstream, reg prometheus.Registerer
 	w := &Watcher{
 		adminURL: adminURL,
 		clusters: make(map[string]string, len(upstreams)),
+		members:  make(map[string]map[string]int),
 		problems: make(map[string]string),
 		client:   &http.Client{Timeout: 2 * time.Second},
 		log:      log,
@@ -104,6 +119,9 @@ func NewWatcher(adminURL string, upstreams []Upstream, reg prometheus.Registerer
 		u := up.Name
 		w.upstreams = append(w.upstreams, u)
 		w.clusters[u] = up.Cluster
+		if up.Members != nil {
+			w.members[up.Cluster] = up.Members
+		}
 		w.endpoints[u] = Unknown
 		// Every series exists from the first scrape, so alerts and rates
 		// work before the first failover.
@@ -178,6 +196,7 @@ func (w *Watcher) Poll(ctx context.Context) error {
 		w.setProblems(nil, fmt.Sprintf("Envoy's admin interface at %s (listeners.envoy_admin) answers no /clusters", w.adminURL))
 		return fmt.Errorf("envoy admin: decode /clusters: %w", err)
 	}
+	w.mergeMembers(&cs)
 	byCluster := Decide(cs, w.clusterNames())
 	m := make(map[string]string, len(w.upstreams))
 	for _, u := range w.upstreams {
@@ -188,6 +207,36 @@ func (w *Watcher) Poll(ctx context.Context) error {
 	w.set(m)
 	w.setProblems(m, "")
 	return nil
+}
+
+// mergeMembers replaces each pool's aggregate in cs by one cluster of its
+// name holding its members' hosts, each at its endpoint's priority: the
+// primary while any key's primary host is healthy.
+func (w *Watcher) mergeMembers(cs *clusters) {
+	if len(w.members) == 0 {
+		return
+	}
+	merged := map[string]int{}
+	for i := range cs.ClusterStatuses {
+		c := &cs.ClusterStatuses[i]
+		if _, ok := w.members[c.Name]; ok {
+			merged[c.Name] = i
+			c.HostStatuses = nil
+		}
+	}
+	for _, c := range cs.ClusterStatuses {
+		for agg, ms := range w.members {
+			p, ok := ms[c.Name]
+			i, present := merged[agg]
+			if !ok || !present {
+				continue
+			}
+			for _, h := range c.HostStatuses {
+				h.Priority = p
+				cs.ClusterStatuses[i].HostStatuses = append(cs.ClusterStatuses[i].HostStatuses, h)
+			}
+		}
+	}
 }
 
 func (w *Watcher) clusterNames() []string {

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,7 +53,7 @@ func TestWatcherPolls(t *testing.T) {
 		w.Write([]byte(body))
 	}))
 	defer srv.Close()
-	w := NewWatcher(srv.URL, []Upstream{{"alpha", "alpha"}, {"beta", "beta"}}, nil, nil)
+	w := NewWatcher(srv.URL, []Upstream{{Name: "alpha", Cluster: "alpha"}, {Name: "beta", Cluster: "beta"}}, nil, nil)
 	if r := w.Endpoints(); r["alpha"] != Unknown {
 		t.Fatalf("before the first poll: %v", r)
 	}
@@ -73,7 +75,7 @@ func TestWatcherPolls(t *testing.T) {
 // Switches and time on the reserve are counted per upstream, from zero.
 func TestWatcherCountsSwitches(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	w := NewWatcher("http://unused", []Upstream{{"alpha", "alpha"}}, reg, nil)
+	w := NewWatcher("http://unused", []Upstream{{Name: "alpha", Cluster: "alpha"}}, reg, nil)
 	now := time.Unix(1000, 0)
 	w.now = func() time.Time { return now }
 	if got := testutil.ToFloat64(w.switches.WithLabelValues("alpha", Reserve)); got != 0 {
@@ -115,7 +117,7 @@ func TestWatcherNamesMissingCluster(t *testing.T) {
 	defer srv.Close()
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	w := NewWatcher(srv.URL, []Upstream{{"vendor", "beta"}, {"alpha", "alpha-primary"}, {"omega", "omega"}}, nil, log)
+	w := NewWatcher(srv.URL, []Upstream{{Name: "vendor", Cluster: "beta"}, {Name: "alpha", Cluster: "alpha-primary"}, {Name: "omega", Cluster: "omega"}}, nil, log)
 	for range 2 {
 		if err := w.Poll(context.Background()); err != nil {
 			t.Fatal(err)
@@ -143,5 +145,38 @@ func TestWatcherNamesMissingCluster(t *testing.T) {
 	w.Poll(context.Background())
 	if p := w.Problem("vendor"); !strings.Contains(p, "admin interface at "+srv.URL) || strings.Contains(p, "\n") {
 		t.Errorf("Envoy gone: problem %q", p)
+	}
+}
+
+// A pool's aggregate has no hosts: its upstream is on the primary while any
+// key's primary cluster has a healthy host, else on the reserve.
+func TestPoolMembersDecide(t *testing.T) {
+	host := func(healthy bool) string {
+		return fmt.Sprintf(`{"priority":0,"health_status":{"failed_active_health_check":%v}}`, !healthy)
+	}
+	var primaryUp atomic.Bool
+	primaryUp.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"cluster_statuses":[{"name":"alpha"},
+			{"name":"alpha--k1--primary","host_statuses":[%s]},{"name":"alpha--k2--primary","host_statuses":[%s]},
+			{"name":"alpha--k1--reserve","host_statuses":[%s]},{"name":"alpha--k2--reserve","host_statuses":[%s]}]}`,
+			host(primaryUp.Load()), host(primaryUp.Load()), host(true), host(true))
+	}))
+	defer srv.Close()
+	up := Upstream{Name: "alpha", Cluster: "alpha", Members: map[string]int{
+		"alpha--k1--primary": 0, "alpha--k2--primary": 0, "alpha--k1--reserve": 1, "alpha--k2--reserve": 1}}
+	w := NewWatcher(srv.URL, []Upstream{up}, nil, nil)
+	if err := w.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Endpoints()["alpha"]; got != Primary {
+		t.Fatalf("healthy primaries: %q", got)
+	}
+	primaryUp.Store(false)
+	if err := w.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Endpoints()["alpha"]; got != Reserve {
+		t.Fatalf("primaries down: %q", got)
 	}
 }

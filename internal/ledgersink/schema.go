@@ -91,6 +91,9 @@ CREATE TABLE ledger_sink_cursor (
 	// 6: how the request came: '' for HTTP, 'websocket' for the Responses
 	// API's WebSocket transport.
 	`ALTER TABLE ledger ADD COLUMN transport text NOT NULL DEFAULT '';`,
+	// 7: the vendor key that served, by name (a pool of keys).
+	`ALTER TABLE ledger
+	ADD COLUMN vendor_key text NOT NULL DEFAULT ''; -- upstreams[].keys name, "default" for credential_env; '' when unknown`,
 }
 
 // SchemaVersion is the version the sink migrates a database to.
@@ -172,7 +175,7 @@ var insertColumns = func() []string {
 		}
 	}
 	return append(cols, "service_tier", "long_context_threshold", "cost_nano_usd", "status", "flags",
-		"endpoint", "stream", "start_time", "end_time", "regional_processing", "regional_uplift_ppm", "transport")
+		"endpoint", "stream", "start_time", "end_time", "regional_processing", "regional_uplift_ppm", "transport", "vendor_key")
 }()
 
 // insertSQL is the statement that copies one entry; a replay does nothing.

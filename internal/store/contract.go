@@ -76,6 +76,7 @@ const (
 	ledgerEstimated   = "estimated"
 	ledgerStatus      = "status"
 	ledgerEndpoint    = "endpoint"
+	ledgerVendorKey   = "vendor_key"
 	ledgerStream      = "stream"
 	ledgerTransport   = "transport" // "" (HTTP) or "websocket"
 	ledgerStarted     = "started"
@@ -131,6 +132,7 @@ func appendLedger(args []any, st account.Settlement, cost int64) []any {
 		ledgerCapped, boolString(st.Capped),
 		ledgerStatus, st.Status,
 		ledgerEndpoint, st.Endpoint,
+		ledgerVendorKey, st.VendorKey,
 		ledgerStream, boolString(st.Stream),
 		ledgerTransport, st.Transport,
 		ledgerStarted, ms(st.StartedAt),
@@ -199,6 +201,7 @@ func decodeLedgerFields(accountID string, v func(string) string) account.Settlem
 		Capped:      v(ledgerCapped) == "1",
 		Status:      status,
 		Endpoint:    v(ledgerEndpoint),
+		VendorKey:   v(ledgerVendorKey),
 		Stream:      v(ledgerStream) == "1",
 		Transport:   v(ledgerTransport),
 		StartedAt:   parseMS(v(ledgerStarted)),

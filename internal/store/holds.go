@@ -241,6 +241,7 @@ func interruptedSettlement(accountID, reqID, rec, ckpt string, now time.Time) ac
 		EndedAt:     now,
 		Status:      c.Status,
 		Endpoint:    c.Endpoint,
+		VendorKey:   c.VendorKey,
 		Reported:    c.Reported,
 		Usage:       c.Usage,
 		Rates:       c.Rates,

@@ -24,6 +24,9 @@ type target struct {
 	base   string // http://127.0.0.1:PORT
 	header http.Header
 	client *http.Client
+	// sessions gives each request a session marker of its own (the pool
+	// comparison: spread over the keys).
+	sessions bool
 }
 
 func newTarget(name, base string, header map[string]string) *target {
@@ -51,6 +54,9 @@ func (t *target) post(ctx context.Context, path string, body []byte) (*http.Resp
 	}
 	for k, v := range t.header {
 		req.Header[k] = v
+	}
+	if t.sessions {
+		sessionHeader(req.Header)
 	}
 	return t.client.Do(req)
 }

@@ -50,6 +50,7 @@ func main() {
 		sink     = flag.Bool("sink", false, "run the ledger sink against the gateway's Redis, into a PostgreSQL the bench starts")
 		leasesOn = flag.String("leases", "", "on or off: run the gateway with limits.leases so (default: the config's default), to compare admission from escrow leases with the per-request script in the same run's floor")
 		hooksOff = flag.Bool("webhook-down", false, "send the gateway's alerts to a webhook receiver that accepts connections and never answers, with alerts pending for the whole run")
+		pool     = flag.Int("pool", 0, "also compare, in the same run and at the plan's rates, a gateway with a pool of this many vendor keys per upstream against one with one key (two more stacks; at least 2)")
 		env      listFlag
 	)
 	flag.Var(&env, "sidecar-env", "KEY=VALUE for the sidecar's environment, repeatable (e.g. GOMAXPROCS=1, GOGC=200) to try a setting")
@@ -106,6 +107,11 @@ func main() {
 	if *profile != "" {
 		b.profileSidecar(*profile)
 	}
+	var pb *poolBench
+	if *pool > 1 {
+		pb = startPoolBench(tb, *pool, env)
+		pb.run(p)
+	}
 	b.res.usage = b.machineUsage().sub(usage0)
 	b.res.finished = time.Now()
 	b.res.loadEnd = loadAvg()
@@ -128,6 +134,9 @@ func main() {
 	}
 
 	report := b.res.markdown()
+	if pb != nil {
+		report += pb.markdown()
+	}
 	fmt.Print(report)
 	if *out != "" {
 		if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {

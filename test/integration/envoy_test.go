@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -14,8 +15,8 @@ import (
 // validate`, which checks every typed config and field without opening a
 // port: the defaults, the benchmark's bare reference, the docker-compose
 // files, plain-HTTP endpoints beside one with a custom CA, the sidecar behind
-// mutual TLS, a single vendor key, circuit breakers from the config, and
-// tracing over gRPC and HTTP.
+// mutual TLS, a single vendor key, circuit breakers from the config,
+// tracing over gRPC and HTTP, and pools of vendor keys.
 func TestRenderingsPassEnvoyValidate(t *testing.T) {
 	skipShort(t)
 	load := func() *config.Config {
@@ -77,6 +78,37 @@ func TestRenderingsPassEnvoyValidate(t *testing.T) {
 	reduced.Upstreams[0].EnvoyCluster = "vendor-a-primary"
 	reduced.Upstreams[0].Reserve = config.Endpoint{}
 	boots["reduced.yaml"] = render(reduced, envoy.Options{})
+
+	// A pool of keys from the environment, a file and file-based SDS, one
+	// pinned to an account, beside an upstream without a reserve.
+	pool := load()
+	secretFile := filepath.Join(t.TempDir(), "alpha-k2")
+	if err := os.WriteFile(secretFile, []byte("not-a-real-key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sdsFile := filepath.Join(t.TempDir(), "alpha-tenant.yaml")
+	if err := os.WriteFile(sdsFile, []byte(`resources:
+- "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret
+  name: alpha-vendor-key-tenant
+  generic_secret: {secret: {inline_string: not-a-real-key}}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []string{"ALPHA_KEY_1", "BETA_KEY_A", "BETA_KEY_B"} {
+		t.Setenv(env, "not-a-real-key")
+	}
+	pool.Upstreams[0].CredentialEnv = ""
+	pool.Upstreams[0].VendorKeys = []config.VendorKey{{Name: "k1", Env: "ALPHA_KEY_1", Weight: 1},
+		{Name: "k2", File: secretFile, Weight: 2},
+		{Name: "tenant", SDS: sdsFile, Weight: 1, Accounts: []string{"acct_t"}}}
+	pool.Upstreams[1].CredentialEnv = ""
+	pool.Upstreams[1].Reserve = config.Endpoint{}
+	pool.Upstreams[1].VendorKeys = []config.VendorKey{{Name: "a", Env: "BETA_KEY_A", Weight: 1}, {Name: "b", Env: "BETA_KEY_B", Weight: 1}}
+	if err := pool.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	boots["pool.yaml"] = render(pool, envoy.Options{})
+	boots["pool-bare.yaml"] = render(pool, envoy.Options{Bare: true})
 
 	for name, boot := range boots {
 		launchtest.EnvoyValidate(t, name, boot)

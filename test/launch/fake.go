@@ -3,6 +3,8 @@ package launch
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -162,4 +164,38 @@ func (f *Fake) RequestsTo(format, path string) []Record {
 		}
 	}
 	return out
+}
+
+// KeyStats are the fake's figures for one vendor key (GET /keys).
+type KeyStats struct {
+	Requests    int64 `json:"requests"`
+	Forced      int64 `json:"forced"`
+	CacheReads  int64 `json:"cache_reads"`
+	CacheWrites int64 `json:"cache_writes"`
+}
+
+// KeyLabel is how the fake names a secret (cmd/fakevendor's KeyLabel).
+func KeyLabel(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:4])
+}
+
+// Keys returns the fake's figures per key, by the key's secret among
+// secrets (keys the fake has not seen are zero).
+func (f *Fake) Keys(secrets ...string) map[string]KeyStats {
+	f.T.Helper()
+	var byLabel map[string]KeyStats
+	f.get("/keys", &byLabel)
+	out := make(map[string]KeyStats, len(secrets))
+	for _, s := range secrets {
+		out[s] = byLabel[KeyLabel(s)]
+	}
+	return out
+}
+
+// ForceKey makes the fake answer status (with retry-after, when not empty)
+// to every API request carrying secret; status 0 clears it.
+func (f *Fake) ForceKey(secret string, status int, retryAfter string) {
+	f.T.Helper()
+	f.post("/keys", map[string]any{"key": KeyLabel(secret), "status": status, "retry_after": retryAfter})
 }

@@ -78,6 +78,26 @@ type Options struct {
 	// Bootstrap, when set, is the Envoy bootstrap instead of the rendered
 	// one: an operator's own Envoy with the gateway merged in.
 	Bootstrap func(*config.Config) ([]byte, error)
+	// Pool, above 1, gives each upstream a pool of that many vendor keys,
+	// k1, k2, ..., whose secrets are PoolSecret's; the fakes accept each.
+	Pool int
+}
+
+// PoolKeys names the keys of a pool of n, as Options.Pool configures it.
+func PoolKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i+1)
+	}
+	return keys
+}
+
+// PoolSecret is the secret of key in upstream's pool (Options.Pool).
+func PoolSecret(upstream, key string) string { return "vendor-" + upstream + "-secret-" + key }
+
+// poolEnv names the environment variable Envoy reads key's secret from.
+func poolEnv(upstream, key string) string {
+	return strings.ToUpper(upstream) + "_KEY_" + strings.ToUpper(key)
 }
 
 // Stack is a running gateway.
@@ -142,7 +162,12 @@ func Up(o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	env := []string{"FAKE_MESSAGES_KEY=" + AlphaVendorKey, "FAKE_CHAT_COMPLETIONS_KEY=" + BetaVendorKey}
+	alphaKeys, betaKeys := AlphaVendorKey, BetaVendorKey
+	for _, k := range PoolKeys(o.Pool) {
+		alphaKeys += "," + PoolSecret("alpha", k)
+		betaKeys += "," + PoolSecret("beta", k)
+	}
+	env := []string{"FAKE_MESSAGES_KEY=" + alphaKeys, "FAKE_CHAT_COMPLETIONS_KEY=" + betaKeys}
 	if s.Primary, err = StartFake(ctx, s.Dir, fake, "primary", env); err != nil {
 		return s, err
 	}
@@ -179,6 +204,12 @@ func Up(o Options) (s *Stack, err error) {
 		u.Primary = config.Endpoint{URL: s.Primary.Addrs.URL(u.Format), Region: "primary", RegionalProcessing: u.Primary.RegionalProcessing}
 		u.Reserve = config.Endpoint{URL: s.Reserve.Addrs.URL(u.Format), Region: "reserve", RegionalProcessing: u.Reserve.RegionalProcessing}
 		u.CredentialEnv = strings.ToUpper(u.Name) + "_API_KEY"
+		if o.Pool > 1 {
+			u.CredentialEnv = ""
+			for _, k := range PoolKeys(o.Pool) {
+				u.VendorKeys = append(u.VendorKeys, config.VendorKey{Name: k, Env: poolEnv(u.Name, k), Weight: 1})
+			}
+		}
 	}
 	// GATEWAY_TEST_LEASES=on|off runs the stack with limits.leases so
 	// (the money suites run both ways); a test's own Configure wins.
@@ -315,6 +346,11 @@ func (s *Stack) startEnvoy(ctx context.Context) error {
 		return err
 	}
 	env := []string{"ALPHA_API_KEY=" + AlphaVendorKey, "BETA_API_KEY=" + BetaVendorKey}
+	for _, u := range []string{"alpha", "beta"} {
+		for _, k := range PoolKeys(s.opts.Pool) {
+			env = append(env, poolEnv(u, k)+"="+PoolSecret(u, k))
+		}
+	}
 	if s.opts.Bootstrap != nil {
 		boot, err := s.opts.Bootstrap(s.Config)
 		if err != nil {

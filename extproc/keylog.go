@@ -1,0 +1,69 @@
+package extproc
+
+// Envoy's upstream access log of a pooled upstream's failed attempts: what
+// each key got from the vendor, retried attempts included.
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+)
+
+// KeyLogTag is the custom tag under which Envoy's upstream log names the
+// serving host's key (its gateway metadata).
+const KeyLogTag = "vendor_key"
+
+// KeyLog receives Envoy's upstream access log (gRPC access log service) of
+// the attempts on pooled upstreams that failed with a status the pool
+// acts on, and hands each to the pool: a key's 429 or 529 cools it down
+// for the vendor's retry-after, a 401, 402 or 403 takes it out.
+type KeyLog struct {
+	accesslogv3.UnimplementedAccessLogServiceServer
+	s   *Server
+	now func() time.Time
+}
+
+// NewKeyLog returns the access log receiver of s's pools.
+func (s *Server) NewKeyLog() *KeyLog { return &KeyLog{s: s, now: time.Now} }
+
+// StreamAccessLogs reads one Envoy's log stream until it ends.
+func (l *KeyLog) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer) error {
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(&accesslogv3.StreamAccessLogsResponse{})
+		}
+		if err != nil {
+			return err
+		}
+		for _, e := range msg.GetHttpLogs().GetLogEntry() {
+			c := e.GetCommonProperties()
+			key := c.GetCustomTags()[KeyLogTag]
+			status := int(e.GetResponse().GetResponseCode().GetValue())
+			if key == "" || status == 0 {
+				continue
+			}
+			ra := retryAfter(e.GetResponse().GetResponseHeaders()["retry-after"], l.now())
+			l.s.KeyAttempt(c.GetRouteName(), key, status, ra)
+		}
+	}
+}
+
+// retryAfter reads a retry-after header: seconds or an HTTP date; 0 when
+// absent or unreadable.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseFloat(v, 64); err == nil && n > 0 && n < 1e6 {
+		return time.Duration(n * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

@@ -1,0 +1,206 @@
+package extproc
+
+// Vendor key pools: the key each request is steered to, and the key that served.
+
+import (
+	"strings"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/modelgateway/gateway/extproc/jsonscan"
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/keypool"
+)
+
+// sessionHeader is a client's own session marker (Claude Code sends it): a
+// conversation whose requests should share a vendor key, and so its prompt
+// cache.
+const sessionHeader = "x-claude-code-session-id"
+
+// maxSessionBytes bounds the part of a session marker that is hashed.
+const maxSessionBytes = 256
+
+// sessionQuery reads the body's session markers: the Responses API's
+// prompt_cache_key, the messages API's metadata.user_id and the chat
+// completions API's user (by priority, in this order).
+var sessionQuery = jsonscan.NewQuery("prompt_cache_key", "metadata.user_id", "user")
+
+// bodySession returns the body's session marker, "" when it has none (or is
+// not a JSON object).
+func bodySession(body []byte) string {
+	found := [3]string{}
+	sessionQuery.Scan(body, func(i int, v jsonscan.Value) error {
+		if v.Kind == jsonscan.String {
+			found[i] = v.Text()
+		}
+		return nil
+	})
+	for _, s := range found {
+		if s != "" {
+			return bound(s)
+		}
+	}
+	return ""
+}
+
+func bound(s string) string {
+	if len(s) > maxSessionBytes {
+		return s[:maxSessionBytes]
+	}
+	return s
+}
+
+// newPool builds an upstream's key pool; nil without one.
+func newPool(u config.Upstream) *keypool.Pool {
+	if !u.Pooled() {
+		return nil
+	}
+	keys := make([]keypool.Key, 0, len(u.VendorKeys))
+	for _, k := range u.VendorKeys {
+		keys = append(keys, keypool.Key{Name: k.Name, Cluster: config.KeyCluster(u.EnvoyCluster, k.Name), Weight: k.Weight, Accounts: k.Accounts})
+	}
+	return keypool.New(u.Name, keys, keypool.Options{
+		CoolDown: u.Pool.CoolDown.D(), MaxCoolDown: u.Pool.MaxCoolDown.D(), ProbeInterval: u.Pool.ProbeInterval.D(),
+	})
+}
+
+// steer chooses the request's key for session (empty: the account's) and
+// names its aggregate cluster in the request's headers; it reports whether
+// the choice changed (Envoy must then match the route again).
+func (x *exchange) steer(session string, m *extprocv3.HeaderMutation) bool {
+	p := x.upstream.Pool
+	if p == nil {
+		return false
+	}
+	k := p.Choose(x.key.AccountID, session)
+	if k.Name == x.steered {
+		return false
+	}
+	x.steered = k.Name
+	m.SetHeaders = append(m.SetHeaders, setHeader(config.KeyClusterHeader, k.Cluster))
+	return true
+}
+
+// steerByBody moves a request to the key of the session its body names,
+// when its headers named none.
+func (x *exchange) steerByBody(body []byte, r *extprocv3.CommonResponse) {
+	if x.upstream.Pool == nil || x.headerSession {
+		return
+	}
+	s := bodySession(body)
+	if s == "" {
+		return
+	}
+	if r.HeaderMutation == nil {
+		r.HeaderMutation = &extprocv3.HeaderMutation{}
+	}
+	if x.steer(s, r.HeaderMutation) {
+		r.ClearRouteCache = true
+	}
+}
+
+// metadataString returns the string value of field in the gateway's host
+// metadata as Envoy sends it (protobuf text: ... key: "FIELD" value {
+// string_value: "VALUE" } ...), "" when absent.
+func metadataString(md, field string) string {
+	quoted := `"` + field + `"`
+	for i := 0; ; {
+		j := strings.Index(md[i:], quoted)
+		if j < 0 {
+			return ""
+		}
+		i += j + len(quoted)
+		rest := strings.TrimLeft(md[i:], " \t\n")
+		// A field name is followed by its value; a value by "}" or
+		// another field.
+		if !strings.HasPrefix(rest, "value") {
+			continue
+		}
+		k := strings.Index(rest, "string_value:")
+		if k < 0 {
+			return ""
+		}
+		rest = strings.TrimLeft(rest[k+len("string_value:"):], " \t\n")
+		if !strings.HasPrefix(rest, `"`) {
+			return ""
+		}
+		end := strings.IndexByte(rest[1:], '"')
+		if end < 0 {
+			return ""
+		}
+		return rest[1 : 1+end]
+	}
+}
+
+// servedBy records the key that served the reply (the serving host's
+// metadata) and what its status says of the key.
+func (x *exchange) servedBy(key string) {
+	if key == "" {
+		key = x.upstream.defaultKey
+	}
+	x.vendorKey = key
+	if key != "" {
+		x.s.metrics.vendorKeyRequests.WithLabelValues(x.upstream.Name, key).Inc()
+	}
+	p := x.upstream.Pool
+	if p == nil || key == "" {
+		return
+	}
+	// What a failed attempt says of its key comes from Envoy's upstream
+	// log (KeyAttempt), the last attempt's too, with the vendor's
+	// retry-after.
+	if x.status >= 200 && x.status < 300 {
+		p.Served(key)
+	}
+}
+
+// KeyAttempt takes one failed attempt Envoy made on a pooled upstream's key
+// (its upstream access log): the vendor's status and retry-after.
+func (s *Server) KeyAttempt(upstream, key string, status int, retryAfter time.Duration) {
+	for _, u := range s.upstreams {
+		if u.Name != upstream || u.Pool == nil {
+			continue
+		}
+		if status == 429 || status == 529 {
+			s.metrics.vendorKeyLimited.WithLabelValues(upstream, key).Inc()
+		}
+		u.Pool.Failed(key, status, retryAfter)
+	}
+}
+
+// keyChanged follows a key's state into the metrics and, when the vendor
+// refused it, the alert.
+func (s *Server) keyChanged(upstream, key, state string, status int, until time.Time) {
+	for _, st := range keypool.States {
+		v := 0.0
+		if st == state {
+			v = 1
+		}
+		s.metrics.vendorKeyState.WithLabelValues(upstream, key, st).Set(v)
+	}
+	switch state {
+	case keypool.Cooling:
+		s.metrics.vendorKeyCooldowns.WithLabelValues(upstream, key).Inc()
+		s.log.Warn("vendor key cooling down", "upstream", upstream, "vendor_key", key, "status", status, "until", until)
+	case keypool.Disabled:
+		s.log.Error("vendor key refused by the vendor: out until its probe", "upstream", upstream, "vendor_key", key, "status", status, "probe_at", until)
+		if s.onKeyRefused != nil {
+			s.onKeyRefused(upstream, key, status)
+		}
+	case keypool.Active:
+		s.log.Info("vendor key active again", "upstream", upstream, "vendor_key", key)
+	}
+}
+
+// VendorKeys reports each pooled upstream's keys and their states, for
+// /health and the console.
+func (s *Server) VendorKeys() map[string][]keypool.KeyState {
+	out := map[string][]keypool.KeyState{}
+	for _, u := range s.upstreams {
+		if u.Pool != nil {
+			out[u.Name] = u.Pool.States()
+		}
+	}
+	return out
+}
