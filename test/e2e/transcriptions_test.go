@@ -166,7 +166,7 @@ func TestTranscriptions(t *testing.T) {
 
 	// Refusals: the gateway answers, in OpenAI's error shape, and the vendor
 	// is never asked.
-	before := len(s.Primary.Requests())
+	before := s.Primary.APIRequests() // probes (health checks) aside
 	body, hdr := transcriptionForm(t, acct.Key, 4000, "model", "whisper-1", "response_format", "text")
 	resp, out := s.Do("POST", transcriptionsPath, hdr, body)
 	checkError(t, transcriptionsPath, resp.StatusCode, resp.Header.Get("content-type"), out, 400, "", "")
@@ -183,7 +183,7 @@ func TestTranscriptions(t *testing.T) {
 	checkError(t, transcriptionsPath, resp.StatusCode, resp.Header.Get("content-type"), out, 400, "", "")
 	resp, out = postExpectingRefusal(t, s, transcriptionsPath, hdr, 32<<20+1)
 	checkError(t, transcriptionsPath, resp.StatusCode, resp.Header.Get("content-type"), out, 413, "", "request_too_large")
-	if after := len(s.Primary.Requests()); after != before {
+	if after := s.Primary.APIRequests(); after != before {
 		t.Errorf("%d refused requests reached the vendor", after-before)
 	}
 	if entries, _, _ := s.Store.Ledger(ctx, acct.ID, "", 20); len(entries) != len(calls) {
