@@ -242,7 +242,7 @@ func (r *results) markdown() string {
 	r.streamTable(w, "Streaming", r.stream, "the messages format")
 	r.streamTable(w, "Streaming: the Responses API", r.respStream, "`POST /beta/v1/responses`, the responses format")
 	r.streamTable(w, "Streaming: the Responses API over WebSocket", r.socket,
-		"the gateway column: `response.create` after `response.create` on a few sockets (closed loop; \"response headers\" is the first message); "+
+		"the gateway column: `response.create` on a few open sockets, one response at a time each, paced to the SSE phases' rate (\"response headers\" is the first message); "+
 			"the null and bare columns: the SSE streams above, the floor a socket message is compared with")
 	r.stepTable(w)
 	r.cpuTable(w)

@@ -17,9 +17,10 @@ import (
 // gateway, against the floors' SSE streams of the same responses (the
 // floors do not meter, so they have no socket of their own to compare
 // with: the figure is what a socket message costs over an SSE event
-// through bare Envoy). Each of a few sockets sends one response.create
-// after another (closed loop: one response at a time per socket, as the
-// vendor allows); the fake stamps every message with "sent_unix_nano".
+// through bare Envoy). Each of a few sockets sends one response.create at
+// a time (as the vendor allows), paced so that together they start as many
+// responses a second as the SSE phases' streams; the fake stamps every
+// message with "sent_unix_nano".
 
 // socketCreate is the response.create each socket sends.
 var socketCreate = []byte(`{"type":"response.create","model":"gpt-5.1-codex","max_output_tokens":256,"instructions":"Be brief.","input":"Hello there, gateway"}`)
@@ -34,26 +35,34 @@ func (b *bench) socketPhase() {
 		return
 	}
 	sockets := max(2, int(p.streamRate)/4)
-	log.Printf("socket: %d sockets, events %d ms apart", sockets, p.eventDelayMS)
+	// Paced so that the sockets together start p.streamRate responses a
+	// second, as many as the SSE phases' streams: the same load the floor's
+	// figures were measured under.
+	every := time.Duration(float64(sockets) / float64(p.streamRate) * float64(time.Second))
+	log.Printf("socket: %d sockets, a response.create every %v on each, events %d ms apart", sockets, every, p.eventDelayMS)
 	b.vendor(map[string]any{"event_delay_ms": p.eventDelayMS, "reply_words": p.replyWords})
 	defer b.vendor(nil)
 	key := b.gwT.header.Get("x-api-key")
 	url := "ws" + strings.TrimPrefix(b.gwT.base, "http") + responsesPath
-	socketLoad(url, key, sockets, p.warm)
-	s := socketLoad(url, key, sockets, time.Duration(p.rounds)*p.slice)
+	socketLoad(url, key, sockets, every, p.warm)
+	s := socketLoad(url, key, sockets, every, time.Duration(p.rounds)*p.slice)
 	b.res.socket = streamResult{s: [nStacks]*streams{gwI: s, nullI: b.res.respStream.s[nullI], bareI: b.res.respStream.s[bareI]}}
 }
 
-// socketLoad runs sockets sockets for d and returns what they measured:
-// first event from sending the response.create, every message's delivery
-// delay from the fake's stamp.
-func socketLoad(url, key string, sockets int, d time.Duration) *streams {
+// socketLoad runs sockets sockets for d, each starting a response every
+// interval (open loop: the next starts on time, or at once when a
+// response took longer), and returns what they measured: first event from
+// sending the response.create, every message's delivery delay from the
+// fake's stamp.
+func socketLoad(url, key string, sockets int, every, d time.Duration) *streams {
 	s := newStreams()
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
-	for range sockets {
+	for i := range sockets {
 		wg.Add(1)
 		go func() {
+			// Staggered, so that the sockets' starts spread over interval.
+			next := time.Now().Add(every * time.Duration(i) / time.Duration(sockets))
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), d+requestTimeout)
 			defer cancel()
@@ -65,6 +74,8 @@ func socketLoad(url, key string, sockets int, d time.Duration) *streams {
 			defer c.CloseNow()
 			c.SetReadLimit(-1)
 			for time.Now().Before(deadline) {
+				time.Sleep(time.Until(next)) // pacing the load, not synchronising
+				next = next.Add(every)
 				tr, err := socketResponse(ctx, c)
 				s.record(tr, err)
 				if err != nil {
