@@ -29,7 +29,6 @@ import (
 	"github.com/modelgateway/gateway/extproc"
 	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/extproc/tokens"
-	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/auth"
@@ -217,7 +216,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	}
 	// Admission: from escrow leases in memory when limits.leases is on,
 	// through the store's script otherwise (and for what no lease covers).
-	var adm extproc.Admitter = admitter{st, sp}
+	var adm extproc.Admitter = st
 	var leased *leases.Manager
 	if c.Limits.LeasesOn() {
 		leased = leases.New(st, adm, leases.Options{
@@ -514,21 +513,4 @@ func webhookEndpoints(ws []config.Webhook, getenv func(string) string) ([]alerts
 		eps[i] = alerts.Endpoint{URL: w.URL, Secret: key, Events: w.Events}
 	}
 	return eps, nil
-}
-
-// admitter admits through the store itself, never the spool (a request
-// that cannot be admitted is refused, not spooled), and tells the spool
-// when the store answers, so that settlements waiting there are replayed
-// without sitting out the replayer's backoff.
-type admitter struct {
-	st *store.Store
-	sp *spool.Spool
-}
-
-func (a admitter) Admit(ctx context.Context, ad account.Admission) (account.Decision, error) {
-	d, err := a.st.Admit(ctx, ad)
-	if err == nil {
-		a.sp.Answered()
-	}
-	return d, err
 }
