@@ -5,9 +5,7 @@ package extproc
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -297,8 +295,8 @@ func refusal(d account.Decision, hold, tokens int64) (format.ErrorKind, string) 
 	retry := "retry after " + strconv.Itoa(retrySeconds(d.RetryAfter)) + "s"
 	n := func(v int64) string { return strconv.FormatInt(v, 10) }
 	spend := func(what string) string {
-		return what + " " + of + ": $" + usd(d.Used) + " of $" + usd(d.Limit) + " used, $" + usd(d.Held) +
-			" held by requests in flight; this request could cost up to $" + usd(hold)
+		return what + " " + of + ": $" + pricing.FormatUSD(d.Used) + " of $" + pricing.FormatUSD(d.Limit) + " used, $" + pricing.FormatUSD(d.Held) +
+			" held by requests in flight; this request could cost up to $" + pricing.FormatUSD(hold)
 	}
 	switch d.Outcome {
 	case account.RateLimited:
@@ -319,22 +317,6 @@ func refusal(d account.Decision, hold, tokens int64) (format.ErrorKind, string) 
 	case account.TotalLimited:
 		return format.BillingExhausted, spend("lifetime spend limit") + "; the account's owner can raise it"
 	}
-	return format.BillingExhausted, "insufficient balance: the balance is $" + usd(d.Limit) + ", $" + usd(d.Held) +
-		" of it held by requests in flight; this request could cost up to $" + usd(hold) + "; top up the account"
-}
-
-// usd writes nano-USD as an exact decimal amount of USD with at least two
-// decimals (as the console does): 1500000000 is "1.50", 123 is
-// "0.000000123".
-func usd(nano int64) string {
-	sign := ""
-	u := uint64(nano)
-	if nano < 0 {
-		sign, u = "-", -u
-	}
-	frac := strings.TrimRight(fmt.Sprintf("%09d", u%pricing.NanoPerUSD), "0")
-	for len(frac) < 2 {
-		frac += "0"
-	}
-	return sign + strconv.FormatUint(u/pricing.NanoPerUSD, 10) + "." + frac
+	return format.BillingExhausted, "insufficient balance: the balance is $" + pricing.FormatUSD(d.Limit) + ", $" + pricing.FormatUSD(d.Held) +
+		" of it held by requests in flight; this request could cost up to $" + pricing.FormatUSD(hold) + "; top up the account"
 }

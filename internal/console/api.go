@@ -333,7 +333,7 @@ func csvRow(e store.LedgerEntry, label string) []string {
 			row = append(row, strconv.FormatInt(k.Of(e.Rates), 10))
 		}
 	}
-	return append(row, strconv.FormatInt(e.Cost, 10), FormatUSD(e.Cost))
+	return append(row, strconv.FormatInt(e.Cost, 10), pricing.FormatUSD(e.Cost))
 }
 
 // csvText defends a text cell of the CSV against formula injection: a
@@ -410,21 +410,6 @@ func timeString(t time.Time) string {
 		return ""
 	}
 	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
-}
-
-// FormatUSD writes nano-USD as an exact decimal USD amount with at least two
-// decimals: 1500000000 is "1.50", 123 is "0.000000123".
-func FormatUSD(nano int64) string {
-	sign := ""
-	u := uint64(nano)
-	if nano < 0 {
-		sign, u = "-", -u
-	}
-	frac := strings.TrimRight(fmt.Sprintf("%09d", u%pricing.NanoPerUSD), "0")
-	for len(frac) < 2 {
-		frac += "0"
-	}
-	return fmt.Sprintf("%s%d.%s", sign, u/pricing.NanoPerUSD, frac)
 }
 
 // entryID reports whether s is a stream entry id, MS-SEQ.

@@ -355,14 +355,6 @@ func TestLedgerCSVFormulas(t *testing.T) {
 	}
 }
 
-func TestFormatUSD(t *testing.T) {
-	for nano, want := range map[int64]string{0: "0.00", 1: "0.000000001", 1_500_000_000: "1.50", -2_000_000_123: "-2.000000123", 10_000_000: "0.01"} {
-		if got := FormatUSD(nano); got != want {
-			t.Errorf("FormatUSD(%d) = %s, want %s", nano, got, want)
-		}
-	}
-}
-
 // The customer page is a template with no inline script or style, served
 // with a policy that forbids them; its assets are embedded.
 func TestCustomerPage(t *testing.T) {

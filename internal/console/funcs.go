@@ -3,12 +3,14 @@ package console
 import (
 	"html/template"
 	"time"
+
+	"github.com/modelgateway/gateway/internal/pricing"
 )
 
 // funcs are the helpers the templates use. Templates escape everything they
 // print; none of these returns markup.
 var funcs = template.FuncMap{
-	"usd": FormatUSD,
+	"usd": pricing.FormatUSD,
 	"when": func(t time.Time) string {
 		if t.IsZero() {
 			return "–"

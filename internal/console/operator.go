@@ -393,7 +393,7 @@ func fields(msg proto.Message, skip ...string) []field {
 			}
 		case strings.HasSuffix(name, "nano_usd") && (fd.Kind() == protoreflect.Int64Kind || fd.Kind() == protoreflect.Sint64Kind):
 			name = strings.TrimSuffix(name, "_nano_usd") + " (USD)"
-			s = "$" + FormatUSD(v.Int())
+			s = "$" + pricing.FormatUSD(v.Int())
 		default:
 			s = fmt.Sprint(v.Interface())
 		}
@@ -540,9 +540,9 @@ func (op *Operator) topUp(w http.ResponseWriter, r *http.Request, s *session) {
 		op.failed(w, r, s, err)
 		return
 	}
-	notice := "Topped up $" + FormatUSD(amount) + "; the balance is $" + FormatUSD(resp.GetBalanceNanoUsd()) + "."
+	notice := "Topped up $" + pricing.FormatUSD(amount) + "; the balance is $" + pricing.FormatUSD(resp.GetBalanceNanoUsd()) + "."
 	if !resp.GetApplied() {
-		notice = "That idempotency key was used already: nothing was added. The balance is $" + FormatUSD(resp.GetBalanceNanoUsd()) + "."
+		notice = "That idempotency key was used already: nothing was added. The balance is $" + pricing.FormatUSD(resp.GetBalanceNanoUsd()) + "."
 	}
 	op.done(w, r, s, "/accounts/"+url.PathEscape(id), notice)
 }
@@ -745,7 +745,7 @@ func (op *Operator) models(w http.ResponseWriter, r *http.Request, s *session) {
 				if pricing.PerCall(k.Name) {
 					n /= 1_000_000 // per call or session
 				}
-				row.Prices = append(row.Prices, field{Name: strings.ReplaceAll(k.Name, "_", " "), Value: "$" + FormatUSD(n)})
+				row.Prices = append(row.Prices, field{Name: strings.ReplaceAll(k.Name, "_", " "), Value: "$" + pricing.FormatUSD(n)})
 			}
 			rows = append(rows, row)
 		}

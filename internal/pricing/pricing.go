@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"sync/atomic"
 
 	"github.com/modelgateway/gateway/internal/config"
@@ -554,4 +555,19 @@ func NewBook(cfg *config.Config, modes []string) (Book, error) {
 		b[u.Name] = t
 	}
 	return b, nil
+}
+
+// FormatUSD writes nano-USD as an exact decimal USD amount with at least two
+// decimals: 1500000000 is "1.50", 123 is "0.000000123".
+func FormatUSD(nano int64) string {
+	sign := ""
+	u := uint64(nano)
+	if nano < 0 {
+		sign, u = "-", -u
+	}
+	frac := strings.TrimRight(fmt.Sprintf("%09d", u%NanoPerUSD), "0")
+	for len(frac) < 2 {
+		frac += "0"
+	}
+	return fmt.Sprintf("%s%d.%s", sign, u/NanoPerUSD, frac)
 }

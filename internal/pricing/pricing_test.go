@@ -437,3 +437,11 @@ func TestPerSecondPrices(t *testing.T) {
 		t.Errorf("negative per-second price: %v", err)
 	}
 }
+
+func TestFormatUSD(t *testing.T) {
+	for nano, want := range map[int64]string{0: "0.00", 1: "0.000000001", 1_500_000_000: "1.50", -2_000_000_123: "-2.000000123", 10_000_000: "0.01"} {
+		if got := FormatUSD(nano); got != want {
+			t.Errorf("FormatUSD(%d) = %s, want %s", nano, got, want)
+		}
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/console"
 	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
@@ -51,7 +52,7 @@ func betaRequest(s *launch.Stack, key, model string) (*http.Response, []byte) {
 // usd is how the pages show an amount of /v1/usage: exact to the nano-USD.
 func usd(v any) string {
 	f, _ := v.(float64)
-	return console.FormatUSD(int64(math.Round(f * 1e9)))
+	return pricing.FormatUSD(int64(math.Round(f * 1e9)))
 }
 
 // count is how the customer page shows a count (toLocaleString en-US).
@@ -326,7 +327,7 @@ func exportField(e map[string]any, col string) string {
 	switch {
 	case col == "cost_usd":
 		n, _ := strconv.ParseInt(exportField(e, "cost_nano_usd"), 10, 64)
-		return console.FormatUSD(n)
+		return pricing.FormatUSD(n)
 	case strings.HasPrefix(col, "price_"):
 		v = e["prices_nano_usd_per_million"].(map[string]any)[strings.TrimPrefix(col, "price_")]
 	case e["usage"].(map[string]any)[col] != nil:

@@ -19,8 +19,8 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/console"
 	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
@@ -111,7 +111,7 @@ func TestLimitsConservationTwoSidecars(t *testing.T) {
 	// streams hold their slots, all of them held.
 	spend := func(limit string, of, held int64) string {
 		return fmt.Sprintf("%s: $0.00 of $%s used, $%s held by requests in flight; this request could cost up to $%s",
-			limit, console.FormatUSD(of), console.FormatUSD(held), console.FormatUSD(hold))
+			limit, pricing.FormatUSD(of), pricing.FormatUSD(held), pricing.FormatUSD(hold))
 	}
 
 	cases := []struct {
@@ -132,7 +132,7 @@ func TestLimitsConservationTwoSidecars(t *testing.T) {
 		{name: "key monthly", key: account.Limits{MonthlyNanoUSD: 3*hold + hold/2}, admitted: 3, status: 429, message: spend("monthly spend limit for this key", 3*hold+hold/2, 3*hold), series: `gateway_limit_refusals_total{kind="monthly",level="key"}`},
 		{name: "account monthly", acct: account.Limits{MonthlyNanoUSD: 3*hold + hold/2}, admitted: 3, status: 429, message: spend("monthly spend limit for this account", 3*hold+hold/2, 3*hold), series: `gateway_limit_refusals_total{kind="monthly",level="account"}`},
 		{name: "key lifetime", key: account.Limits{TotalNanoUSD: 2*hold + hold/2}, admitted: 2, status: 402, message: spend("lifetime spend limit for this key", 2*hold+hold/2, 2*hold), series: `gateway_limit_refusals_total{kind="total",level="key"}`},
-		{name: "balance", balance: 3*hold + hold/2, admitted: 3, status: 402, message: fmt.Sprintf("insufficient balance: the balance is $%s, $%s of it held by requests in flight; this request could cost up to $%s", console.FormatUSD(3*hold+hold/2), console.FormatUSD(3*hold), console.FormatUSD(hold)), series: `gateway_limit_refusals_total{kind="balance",level="account"}`},
+		{name: "balance", balance: 3*hold + hold/2, admitted: 3, status: 402, message: fmt.Sprintf("insufficient balance: the balance is $%s, $%s of it held by requests in flight; this request could cost up to $%s", pricing.FormatUSD(3*hold+hold/2), pricing.FormatUSD(3*hold), pricing.FormatUSD(hold)), series: `gateway_limit_refusals_total{kind="balance",level="account"}`},
 		{name: "strictest wins", acct: account.Limits{Concurrency: 5, MonthlyNanoUSD: 4*hold + hold/2}, key: account.Limits{Concurrency: 6, DailyNanoUSD: 2*hold + hold/2},
 			admitted: 2, status: 429, message: spend("daily spend limit for this key", 2*hold+hold/2, 2*hold), series: `gateway_limit_refusals_total{kind="daily",level="key"}`},
 	}
