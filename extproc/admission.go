@@ -99,20 +99,40 @@ func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Reques
 
 // admit takes the request's hold and limits in one round trip to the
 // store (waiting for a concurrency slot if the key allows), or refuses it.
+// Its steps are functions of their own so that only small frames lie
+// under the round trip, the deepest point of the stream's goroutine: the
+// goroutine keeps the stack that point needed for as long as its stream
+// is open (TestStreamStackStaysSmall).
 func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, price *pricing.Model) *extprocv3.ProcessingResponse {
 	x.req, x.body, x.price = req, body, price
 	x.requestID = x.s.newRequestID()
 	ctx = x.startTrace(ctx)
+	adm := x.admission()
+	d, t0, err := x.decide(ctx, adm)
+	if err != nil {
+		return x.storeDown(err)
+	}
+	if d.Outcome != account.Admitted {
+		return x.refused(d, adm.Hold, adm.Tokens)
+	}
+	return x.sendOn(d, t0)
+}
 
-	x.bounds = x.op.RequestBounds(price, req, body)
-	hold, tokens := x.bounds.Hold(price), x.bounds.Tokens()
-	var t0 time.Time // the start of the admission that took the hold
-	adm := account.Admission{
+// admission is what the store is asked for the request: its hold, token
+// bound and the key's limits.
+func (x *exchange) admission() *account.Admission {
+	x.bounds = x.op.RequestBounds(x.price, x.req, x.body)
+	return &account.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID,
-		Priced: price.Name, Requested: usage.RequestedModel(req.Model), Hold: hold,
-		Tokens: tokens, Stream: req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
+		Priced: x.price.Name, Requested: usage.RequestedModel(x.req.Model), Hold: x.bounds.Hold(x.price),
+		Tokens: x.bounds.Tokens(), Stream: x.req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
 		Transport: x.transport,
 	}
+}
+
+// decide asks the store, waiting for a concurrency slot if the key allows;
+// t0 is the start of the admission that answered.
+func (x *exchange) decide(ctx context.Context, adm *account.Admission) (d account.Decision, t0 time.Time, err error) {
 	admit := func(ctx context.Context) (account.Decision, error) {
 		t0 = time.Now()
 		d, err := x.s.admitter.Admit(ctx, adm)
@@ -120,34 +140,44 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 		return d, err
 	}
 	actx, traced := x.traceAdmission(ctx)
-	d, err := admit(actx)
+	d, err = admit(actx)
 	if err == nil && d.Outcome == account.ConcurrencyLimited {
 		d, err = x.waitForSlot(actx, d, admit)
 	}
 	traced(d, err)
-	if err != nil {
-		x.s.log.Error("admission failed", "err", err, "account", x.key.AccountID)
-		x.s.metrics.storeErrors.WithLabelValues("admit").Inc()
-		return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
+	return d, t0, err
+}
+
+// storeDown answers a request the store could not decide.
+func (x *exchange) storeDown(err error) *extprocv3.ProcessingResponse {
+	x.s.log.Error("admission failed", "err", err, "account", x.key.AccountID)
+	x.s.metrics.storeErrors.WithLabelValues("admit").Inc()
+	return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
+}
+
+// refused answers a request a limit refused, with the amounts behind it.
+func (x *exchange) refused(d account.Decision, hold, tokens int64) *extprocv3.ProcessingResponse {
+	x.s.metrics.limitRefusals.WithLabelValues(d.Level.String(), d.Outcome.String()).Inc()
+	if x.s.onRefusal != nil {
+		x.s.onRefusal(x.key.AccountID, x.key.ID, d.Level, d.Outcome)
 	}
-	if d.Outcome != account.Admitted {
-		x.s.metrics.limitRefusals.WithLabelValues(d.Level.String(), d.Outcome.String()).Inc()
-		if x.s.onRefusal != nil {
-			x.s.onRefusal(x.key.AccountID, x.key.ID, d.Level, d.Outcome)
-		}
-		if d.Outcome == account.TokenLimited && d.RetryAfter > maxRetryAfter {
-			// The token window's newest bucket leaves it up to 65 s on
-			// (5 s buckets): still a wait that helps, sent as the longest
-			// the SDKs honour; a retry then meets at most a few seconds
-			// more.
-			d.RetryAfter = maxRetryAfter
-		}
-		kind, msg := refusal(d, hold, tokens)
-		if !waitHelps(d) {
-			return x.refuseFinal(kind, msg, d.RetryAfter)
-		}
-		return x.reject(kind, msg, d.RetryAfter)
+	if d.Outcome == account.TokenLimited && d.RetryAfter > maxRetryAfter {
+		// The token window's newest bucket leaves it up to 65 s on
+		// (5 s buckets): still a wait that helps, sent as the longest
+		// the SDKs honour; a retry then meets at most a few seconds
+		// more.
+		d.RetryAfter = maxRetryAfter
 	}
+	kind, msg := refusal(d, hold, tokens)
+	if !waitHelps(d) {
+		return x.refuseFinal(kind, msg, d.RetryAfter)
+	}
+	return x.reject(kind, msg, d.RetryAfter)
+}
+
+// sendOn sends an admitted request on: its hold registered for renewal,
+// its body edited and its attempt's timeout set.
+func (x *exchange) sendOn(d account.Decision, t0 time.Time) *extprocv3.ProcessingResponse {
 	x.admitted = true
 	x.lease = d.Lease
 	// The hold lives as long as the request: renewed until it settles.
@@ -158,8 +188,8 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 	if x.req.Stream {
 		x.s.metrics.streams.Inc()
 	}
-	r := x.withTimeout(x.editBody(body, req.Edit))
-	x.steerByBody(body, r)
+	r := x.withTimeout(x.editBody(x.body, x.req.Edit))
+	x.steerByBody(x.body, r)
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: r},
 	}}

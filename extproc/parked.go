@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/operation"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -50,7 +51,8 @@ const DefaultBackgroundPoll = 10 * time.Second
 // it did. The hold is then renewed by the reconcilers until the response
 // ends.
 func (x *exchange) park(id string, complete bool) bool {
-	st := x.outcome(complete)
+	var st account.Settlement
+	x.outcome(&st, complete)
 	ctx, cancel := context.WithTimeout(context.Background(), x.s.settleT)
 	defer cancel()
 	p := store.Parked{ResponseID: id, Upstream: x.upstream.Name, Settlement: st}
@@ -63,7 +65,7 @@ func (x *exchange) park(id string, complete bool) bool {
 		return false
 	}
 	ck := st.Checkpoint()
-	if _, err := x.s.parking.RenewHolds(ctx, []store.Renewal{{AccountID: st.AccountID, RequestID: st.RequestID, Checkpoint: &ck}}); err != nil {
+	if _, err := x.s.parking.RenewHolds(ctx, []store.Renewal{{AccountID: st.AccountID, RequestID: st.RequestID, Checkpoint: ck}}); err != nil {
 		x.s.log.Warn("renewing a parked hold failed; a reconciler renews it", "request_id", x.requestID, "err", err)
 	}
 	x.settled = true
@@ -164,7 +166,7 @@ func (s *Server) settleParked(p store.Parked, r usage.Report) {
 	}
 	if price != nil {
 		// The endpoint that ran the create processed the response.
-		priceInto(&st, price, r, up.regional[st.Endpoint])
+		priceInto(&st, price, &r, up.regional[st.Endpoint])
 	} else {
 		st.Usage, st.Reported, st.Estimated = r.Usage, r.Model, r.Estimated
 		st.Cost = pricing.CostUplifted(st.Usage, pricing.Rates(st.Rates), st.Uplift)

@@ -74,7 +74,16 @@ func newRig(tb testing.TB) *rig { return newRigWith(tb, "alpha", rigAccount{}) }
 func newRigWith(tb testing.TB, upstream string, ra rigAccount) *rig {
 	tb.Helper()
 	mr := miniredis.RunT(tb)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1})
+	r := newRigOn(tb, mr.Addr(), upstream, ra)
+	r.mr = mr
+	return r
+}
+
+// newRigOn builds a processor serving the named upstream over the Redis at
+// addr.
+func newRigOn(tb testing.TB, addr, upstream string, ra rigAccount) *rig {
+	tb.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	tb.Cleanup(func() { rdb.Close() })
 	trips := &roundTrips{}
 	rdb.AddHook(trips)
@@ -104,7 +113,7 @@ func newRigWith(tb testing.TB, upstream string, ra rigAccount) *rig {
 	// turn a cached key into a lookup (round trips are counted).
 	srv := NewServer(Options{Upstreams: []*Upstream{r}, Keys: auth.NewCache(st, time.Hour), Admitter: st, Settler: st, MaxRequestBytes: 32 << 20,
 		Logger: slog.New(slog.DiscardHandler)})
-	return &rig{srv: srv, trips: trips, mr: mr, st: st, acct: a.ID, key: key, upstream: r}
+	return &rig{srv: srv, trips: trips, st: st, acct: a.ID, key: key, upstream: r}
 }
 
 // testPrices prices an upstream from the pricing package's made-up

@@ -203,7 +203,7 @@ func TestRejectionBranches(t *testing.T) {
 		{name: "key's concurrency", account: rigAccount{key: account.KeyOptions{Limits: account.Limits{Concurrency: 1}}},
 			setup: func(t *testing.T, r *rig) {
 				// A request still in flight: admitted, not ended.
-				_, err := r.st.Admit(context.Background(), account.Admission{RequestID: "inflight", AccountID: r.acct,
+				_, err := r.st.Admit(context.Background(), &account.Admission{RequestID: "inflight", AccountID: r.acct,
 					KeyID: r.keyID(t), Hold: 1, KeyLimits: account.Limits{Concurrency: 1}})
 				if err != nil {
 					t.Fatal(err)
@@ -217,7 +217,7 @@ func TestRejectionBranches(t *testing.T) {
 		{name: "key's tokens per minute", account: rigAccount{key: account.KeyOptions{Limits: account.Limits{TPM: 500}}},
 			setup: func(t *testing.T, r *rig) {
 				// A request in flight counts at its token bound.
-				_, err := r.st.Admit(context.Background(), account.Admission{RequestID: "inflight", AccountID: r.acct,
+				_, err := r.st.Admit(context.Background(), &account.Admission{RequestID: "inflight", AccountID: r.acct,
 					KeyID: r.keyID(t), Hold: 1, Tokens: 400, KeyLimits: account.Limits{TPM: 500}})
 				if err != nil {
 					t.Fatal(err)

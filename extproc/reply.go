@@ -46,7 +46,7 @@ func (x *exchange) startReply(contentType string) bool {
 	x.stored, _ = x.meter.(format.Stored)
 	x.items, _ = x.meter.(format.StoredItems)
 	x.rewriter, _ = x.meter.(format.Rewriter)
-	x.open.Checkpoint(account.Checkpoint{Status: x.status, Endpoint: x.endpoint})
+	x.open.Checkpoint(&account.Checkpoint{Status: x.status, Endpoint: x.endpoint})
 	return true
 }
 

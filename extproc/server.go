@@ -35,7 +35,7 @@ import (
 // request's path (the store implements it; never the spool: a request
 // that cannot be admitted is refused).
 type Admitter interface {
-	Admit(ctx context.Context, a account.Admission) (account.Decision, error)
+	Admit(ctx context.Context, a *account.Admission) (account.Decision, error)
 }
 
 // A Settler applies settlements in batches, off the request's path (the

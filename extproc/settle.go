@@ -31,8 +31,13 @@ func (x *exchange) finish() {
 }
 
 // checkpoint is the request's best estimate so far, as if it ended now.
-func (x *exchange) checkpoint() account.Checkpoint {
-	return x.outcome(false).Checkpoint()
+// Its settlement is made on the heap: it runs on a stream's goroutine
+// at its deepest (the pricing under the reply's chunk), and the stack that
+// needs is kept for as long as the stream is open.
+func (x *exchange) checkpoint() *account.Checkpoint {
+	st := new(account.Settlement)
+	x.outcome(st, false)
+	return st.Checkpoint()
 }
 
 // settle records the request's outcome exactly once. It does not wait for
@@ -57,7 +62,8 @@ func (x *exchange) settle(complete bool) {
 	// A reply cut short binds the items it showed (a whole one bound them
 	// before its last chunk).
 	x.bindItems(context.Background())
-	st := x.outcome(complete)
+	var st account.Settlement
+	x.outcome(&st, complete)
 	x.s.noteCapped(x.upstream.Name, st)
 	// Renewed until the hold is gone: if the settlement waits in the queue
 	// or the spool, a sweep in the meantime charges the same.
@@ -104,26 +110,26 @@ func (s *Server) recordSettled(upstream, model string, st account.Settlement, at
 		"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds()}, attrs...)...)
 }
 
-// outcome is what the request comes to if it ends now: complete is false
-// when its stream ended early (the meter then estimates what it did not
-// see).
-func (x *exchange) outcome(complete bool) account.Settlement {
-	st := account.Settlement{
-		RequestID: x.requestID,
-		AccountID: x.key.AccountID,
-		KeyID:     x.key.ID,
-		Requested: usage.RequestedModel(x.req.Model),
-		Priced:    x.price.Name,
-		Fallback:  x.price.Fallback(),
-		Status:    x.status,
-		Endpoint:  x.endpoint,
-		VendorKey: x.vendorKey,
-		Stream:    x.req.Stream,
-		Transport: x.transport,
-		StartedAt: x.started,
-		EndedAt:   x.s.now(),
-		Lease:     x.lease,
-	}
+// outcome fills st, a zero settlement, with what the request comes to if
+// it ends now: complete is false when its stream ended early (the meter
+// then estimates what it did not see).
+func (x *exchange) outcome(st *account.Settlement, complete bool) {
+	// Field by field: a composite literal would be built in a second
+	// settlement on this frame, under the pricing at a stream's deepest.
+	st.RequestID = x.requestID
+	st.AccountID = x.key.AccountID
+	st.KeyID = x.key.ID
+	st.Requested = usage.RequestedModel(x.req.Model)
+	st.Priced = x.price.Name
+	st.Fallback = x.price.Fallback()
+	st.Status = x.status
+	st.Endpoint = x.endpoint
+	st.VendorKey = x.vendorKey
+	st.Stream = x.req.Stream
+	st.Transport = x.transport
+	st.StartedAt = x.started
+	st.EndedAt = x.s.now()
+	st.Lease = x.lease
 	if st.Status == 0 {
 		// No reply byte reached the processor: the status and endpoint
 		// come only with the first body chunk, so the vendor's connection
@@ -144,14 +150,13 @@ func (x *exchange) outcome(complete bool) account.Settlement {
 		if u, ok := capUsage(r.Usage, usageBounds(x.price, x.bounds)); !ok {
 			r.Usage, st.Capped = u, true
 		}
-		priceInto(&st, x.price, r, x.upstream.regional[x.endpoint])
+		priceInto(st, x.price, &r, x.upstream.regional[x.endpoint])
 	}
-	return st
 }
 
 // priceInto records on st the reply's usage r and its cost at the tier the
 // reply reports and the serving endpoint's region.
-func priceInto(st *account.Settlement, price *pricing.Model, r usage.Report, region string) {
+func priceInto(st *account.Settlement, price *pricing.Model, r *usage.Report, region string) {
 	// The reply's own strings are the vendor's, not checked at the door.
 	st.Usage, st.Reported, st.Estimated = r.Usage, usage.ReportedModel(usage.Clean(string(r.Model))), r.Estimated
 	c := price.Price(r.Usage, r.ServiceTier, region)

@@ -65,7 +65,7 @@ func TestLedgerUsageKinds(t *testing.T) {
 	t.Setenv(tokenEnv, testToken)
 	id := ctlJSON(t, "accounts", "create", "--name", "acme", "--balance-usd", "1")["account"].(map[string]any)["id"].(string)
 	ctx := context.Background()
-	if _, err := st.Admit(ctx, account.Admission{RequestID: "r1", AccountID: id, Hold: 10}); err != nil {
+	if _, err := st.Admit(ctx, &account.Admission{RequestID: "r1", AccountID: id, Hold: 10}); err != nil {
 		t.Fatal(err)
 	}
 	u := usage.Usage{Input: 10, Output: 5, Reasoning: 2, WebSearches: 1, FileSearches: 3, CodeInterpreter: 2, ImageGenerations: 4}

@@ -84,9 +84,10 @@ type Checkpoint struct {
 }
 
 // Checkpoint is what a sweep would charge for the request if it ended as
-// st says: the settlement's reply, models, usage and prices.
-func (st Settlement) Checkpoint() Checkpoint {
-	return Checkpoint{
+// st says: the settlement's reply, models, usage and prices. It is
+// published by address (holds), so it is made there.
+func (st *Settlement) Checkpoint() *Checkpoint {
+	return &Checkpoint{
 		Status: st.Status, Endpoint: st.Endpoint, VendorKey: st.VendorKey,
 		Requested: st.Requested, Priced: st.Priced, Reported: st.Reported,
 		Usage: st.Usage, Rates: st.Rates, ServiceTier: st.ServiceTier, LongContext: st.LongContext,

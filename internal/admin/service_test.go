@@ -327,7 +327,7 @@ func TestLedger(t *testing.T) {
 	ctx := context.Background()
 	for i := range 3 {
 		id := "req" + strconv.Itoa(i)
-		if _, err := e.st.Admit(ctx, account.Admission{RequestID: id, AccountID: a.Id, Hold: 10}); err != nil {
+		if _, err := e.st.Admit(ctx, &account.Admission{RequestID: id, AccountID: a.Id, Hold: 10}); err != nil {
 			t.Fatal(err)
 		}
 		st := account.Settlement{RequestID: id, AccountID: a.Id, KeyID: "key_1", Requested: "m-20250101", Priced: "m", Reported: "m-x",
@@ -386,7 +386,7 @@ func TestLedgerEveryKind(t *testing.T) {
 			k.Set(&rates, int64(i+1)*1_000_000)
 		}
 	}
-	if _, err := e.st.Admit(ctx, account.Admission{RequestID: "r", AccountID: a.Id, Hold: 10}); err != nil {
+	if _, err := e.st.Admit(ctx, &account.Admission{RequestID: "r", AccountID: a.Id, Hold: 10}); err != nil {
 		t.Fatal(err)
 	}
 	st := account.Settlement{RequestID: "r", AccountID: a.Id, KeyID: "key_1", Priced: "m", Usage: u, Rates: rates,
@@ -430,7 +430,7 @@ func TestExportLedger(t *testing.T) {
 	ctx := context.Background()
 	for i := range 5 {
 		id := "req" + strconv.Itoa(i)
-		if _, err := e.st.Admit(ctx, account.Admission{RequestID: id, AccountID: a.Id, Hold: 10}); err != nil {
+		if _, err := e.st.Admit(ctx, &account.Admission{RequestID: id, AccountID: a.Id, Hold: 10}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.st.Settle(ctx, account.Settlement{RequestID: id, AccountID: a.Id, Priced: "m", Cost: 1, Status: 200}); err != nil {
@@ -672,7 +672,7 @@ func TestSetKeyLimits(t *testing.T) {
 		t.Fatalf("set: %v, want limits %v", r, want)
 	}
 	// Spend already counted stays, and shows.
-	_, err = e.st.Admit(e.ctx, account.Admission{RequestID: "r1", AccountID: a.Id, KeyID: k.Id, Hold: 100, KeyLimits: limitsFromProto(want)})
+	_, err = e.st.Admit(e.ctx, &account.Admission{RequestID: "r1", AccountID: a.Id, KeyID: k.Id, Hold: 100, KeyLimits: limitsFromProto(want)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -247,7 +247,7 @@ func TestEachCrossingOnceAcrossSidecars(t *testing.T) {
 	}
 	spend := func(id string, cost int64) {
 		t.Helper()
-		if _, err := st.Admit(ctx, account.Admission{RequestID: id, AccountID: a.ID, KeyID: k.ID, Hold: cost, KeyLimits: k.Limits}); err != nil {
+		if _, err := st.Admit(ctx, &account.Admission{RequestID: id, AccountID: a.ID, KeyID: k.ID, Hold: cost, KeyLimits: k.Limits}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.Settle(ctx, account.Settlement{RequestID: id, AccountID: a.ID, KeyID: k.ID, Cost: cost, Status: 200}); err != nil {
@@ -364,7 +364,7 @@ func TestBudgetThresholdsInOrder(t *testing.T) {
 	w := NewWatcher(st, pub, WatcherOptions{Now: clk.Now})
 	admit := func(id string, hold int64) {
 		t.Helper()
-		if d, err := st.Admit(ctx, account.Admission{RequestID: id, AccountID: a.ID, KeyID: "key_x", Hold: hold}); err != nil || d.Outcome != account.Admitted {
+		if d, err := st.Admit(ctx, &account.Admission{RequestID: id, AccountID: a.ID, KeyID: "key_x", Hold: hold}); err != nil || d.Outcome != account.Admitted {
 			t.Fatalf("admit %s: %+v %v", id, d, err)
 		}
 	}

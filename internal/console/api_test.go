@@ -75,7 +75,7 @@ func (f *fixture) at(t time.Time) { f.clk.Set(t); f.mr.SetTime(t) }
 func (f *fixture) settle(t *testing.T, id string, cost int64) {
 	t.Helper()
 	ctx := context.Background()
-	if d, err := f.st.Admit(ctx, account.Admission{RequestID: id, AccountID: f.acct, KeyID: f.keyID, Priced: "m", Hold: cost}); err != nil || d.Outcome != account.Admitted {
+	if d, err := f.st.Admit(ctx, &account.Admission{RequestID: id, AccountID: f.acct, KeyID: f.keyID, Priced: "m", Hold: cost}); err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
 	_, err := f.st.Settle(ctx, account.Settlement{
@@ -296,7 +296,7 @@ func TestLedgerCSVFormulas(t *testing.T) {
 		"\t=1+1", "\r=1+1", "plain-model", "a=b", ""}
 	for i, m := range models {
 		req := fmt.Sprintf("r%d", i)
-		if d, err := f.st.Admit(ctx, account.Admission{RequestID: req, AccountID: f.acct, KeyID: k.ID, Priced: "m", Hold: 1000}); err != nil || d.Outcome != account.Admitted {
+		if d, err := f.st.Admit(ctx, &account.Admission{RequestID: req, AccountID: f.acct, KeyID: k.ID, Priced: "m", Hold: 1000}); err != nil || d.Outcome != account.Admitted {
 			t.Fatalf("admit: %+v %v", d, err)
 		}
 		if _, err := f.st.Settle(ctx, account.Settlement{RequestID: req, AccountID: f.acct, KeyID: k.ID,

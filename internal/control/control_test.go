@@ -44,7 +44,7 @@ func setup(t *testing.T) (*Handler, *store.Store, *testclock.Clock, string, stri
 func settle(t *testing.T, st *store.Store, acct, id string, cost int64) {
 	t.Helper()
 	ctx := context.Background()
-	if d, err := st.Admit(ctx, account.Admission{RequestID: id, AccountID: acct, KeyID: "k", Priced: "m", Hold: cost}); err != nil || d.Outcome != account.Admitted {
+	if d, err := st.Admit(ctx, &account.Admission{RequestID: id, AccountID: acct, KeyID: "k", Priced: "m", Hold: cost}); err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
 	if _, err := st.Settle(ctx, account.Settlement{RequestID: id, AccountID: acct, KeyID: "k", Priced: "m", Usage: usage.Usage{Input: 10, Output: 5}, Cost: cost, Status: 200}); err != nil {

@@ -28,7 +28,7 @@ func TestUsageShowsKeysAndMonth(t *testing.T) {
 	}
 	run := func(id string, k account.Key, cost int64, settle bool) {
 		t.Helper()
-		d, err := st.Admit(ctx, account.Admission{RequestID: id, AccountID: acct, KeyID: k.ID, Priced: "m", Hold: cost, Tokens: 100, KeyLimits: k.Limits})
+		d, err := st.Admit(ctx, &account.Admission{RequestID: id, AccountID: acct, KeyID: k.ID, Priced: "m", Hold: cost, Tokens: 100, KeyLimits: k.Limits})
 		if err != nil || d.Outcome != account.Admitted {
 			t.Fatalf("admit: %+v %v", d, err)
 		}

@@ -100,11 +100,11 @@ func (o *Open) WantCheckpoint() bool {
 }
 
 // Checkpoint publishes the request's best-known outcome so far.
-func (o *Open) Checkpoint(c account.Checkpoint) {
+func (o *Open) Checkpoint(c *account.Checkpoint) {
 	if o == nil {
 		return
 	}
-	o.ckpt.Store(&c)
+	o.ckpt.Store(c)
 }
 
 // Renewer renews the holds of a sidecar's open requests.
@@ -160,11 +160,11 @@ func (r *Renewer) Register(accountID, requestID string, since time.Time) *Open {
 
 // Finish records that the request has ended with final as its outcome. Its
 // hold is renewed until Forget, or until a renewal finds it gone.
-func (r *Renewer) Finish(o *Open, final account.Checkpoint) {
+func (r *Renewer) Finish(o *Open, final *account.Checkpoint) {
 	if r == nil || o == nil {
 		return
 	}
-	o.ckpt.Store(&final)
+	o.ckpt.Store(final)
 }
 
 // Forget stops renewing a request's hold at once: its settlement was applied.

@@ -38,7 +38,7 @@ func TestRenewThenSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := st.Admit(ctx, account.Admission{RequestID: "req_1", AccountID: acct.ID, KeyID: "key_1", Priced: "m", Hold: 500_000})
+	d, err := st.Admit(ctx, &account.Admission{RequestID: "req_1", AccountID: acct.ID, KeyID: "key_1", Priced: "m", Hold: 500_000})
 	if err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
@@ -53,7 +53,7 @@ func TestRenewThenSweep(t *testing.T) {
 	renewals := 0
 	for c.Now().Before(base.Add(4 * lease)) {
 		if o.WantCheckpoint() {
-			o.Checkpoint(account.Checkpoint{Status: 200, Usage: usage.Usage{Input: 5, Output: int64(renewals)}, Cost: 1000 + int64(renewals)})
+			o.Checkpoint(&account.Checkpoint{Status: 200, Usage: usage.Usage{Input: 5, Output: int64(renewals)}, Cost: 1000 + int64(renewals)})
 		}
 		r.RenewOnce(ctx)
 		renewals++
@@ -108,7 +108,7 @@ func TestFinishedUntilGone(t *testing.T) {
 	acct, _ := st.CreateAccount(ctx, "t", 1_000_000, account.Limits{})
 	r := NewRenewer(st, nil)
 	for _, id := range []string{"req_a", "req_b"} {
-		if d, err := st.Admit(ctx, account.Admission{RequestID: id, AccountID: acct.ID, Hold: 1000}); err != nil || d.Outcome != account.Admitted {
+		if d, err := st.Admit(ctx, &account.Admission{RequestID: id, AccountID: acct.ID, Hold: 1000}); err != nil || d.Outcome != account.Admitted {
 			t.Fatal(d, err)
 		}
 	}
@@ -117,8 +117,8 @@ func TestFinishedUntilGone(t *testing.T) {
 	if _, err := st.Settle(ctx, account.Settlement{RequestID: "req_a", AccountID: acct.ID, Status: 200, Cost: 10}); err != nil {
 		t.Fatal(err)
 	}
-	r.Finish(a, account.Checkpoint{Status: 200, Cost: 10})
-	r.Finish(b, account.Checkpoint{Status: 200, Cost: 20})
+	r.Finish(a, &account.Checkpoint{Status: 200, Cost: 10})
+	r.Finish(b, &account.Checkpoint{Status: 200, Cost: 20})
 	r.RenewOnce(ctx)
 	if n := r.Len(); n != 1 {
 		t.Fatalf("%d requests renewed after one settled, want 1", n)
@@ -144,7 +144,7 @@ func TestLeaseLostAndQuietSweeper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, err := st.Admit(ctx, account.Admission{RequestID: "req_1", AccountID: acct.ID, Hold: 1000}); err != nil || d.Outcome != account.Admitted {
+	if d, err := st.Admit(ctx, &account.Admission{RequestID: "req_1", AccountID: acct.ID, Hold: 1000}); err != nil || d.Outcome != account.Admitted {
 		t.Fatal(d, err)
 	}
 	r := NewRenewer(st, nil)

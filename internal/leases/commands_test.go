@@ -81,9 +81,9 @@ func TestCommandsPerLeasedRequest(t *testing.T) {
 				var d account.Decision
 				var err error
 				if leased {
-					d, err = m.Admit(ctx, adm)
+					d, err = m.Admit(ctx, &adm)
 				} else {
-					d, err = st.Admit(ctx, adm)
+					d, err = st.Admit(ctx, &adm)
 				}
 				if err != nil || d.Outcome != account.Admitted || leased && d.Lease.ID == "" {
 					t.Fatalf("admit %s: %+v, %v", id, d, err)
@@ -112,7 +112,7 @@ func TestCommandsPerLeasedRequest(t *testing.T) {
 		return float64(all1-all0) / float64(n), float64(sent1-sent0) / float64(n)
 	}
 	run(8, 8, false)
-	m.Admit(ctx, account.Admission{RequestID: "first", AccountID: a.ID, KeyID: k.ID, Priced: "m", Hold: 1_000_000})
+	m.Admit(ctx, &account.Admission{RequestID: "first", AccountID: a.ID, KeyID: k.ID, Priced: "m", Hold: 1_000_000})
 	// A lease for the run: as if the interval's rate were 1,000 holds.
 	m.mu.Lock()
 	m.leases[leaseKey{a.ID, k.ID}].admits = 1000 * 1_000_000

@@ -39,7 +39,7 @@ type Store interface {
 
 // Admitter admits through the store's script: the fallback.
 type Admitter interface {
-	Admit(ctx context.Context, a account.Admission) (account.Decision, error)
+	Admit(ctx context.Context, a *account.Admission) (account.Decision, error)
 }
 
 // Options tune a Manager; zero values take the defaults.
@@ -155,7 +155,7 @@ func eligible(l account.Limits) bool {
 
 // Admit admits a from its account and key's lease when its hold fits in
 // it, in memory; otherwise through the store's script.
-func (m *Manager) Admit(ctx context.Context, a account.Admission) (account.Decision, error) {
+func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Decision, error) {
 	if a.KeyID == "" || !eligible(a.KeyLimits) {
 		m.Fallback.Add(1)
 		return m.next.Admit(ctx, a)
@@ -184,7 +184,7 @@ func (m *Manager) Admit(ctx context.Context, a account.Admission) (account.Decis
 		}
 		l.mu.Unlock()
 		m.qmu.Lock()
-		m.queue = append(m.queue, store.LeasedRequest{Lease: ref, KeyCounted: kc, Admission: a})
+		m.queue = append(m.queue, store.LeasedRequest{Lease: ref, KeyCounted: kc, Admission: *a})
 		first := len(m.queue) == 1
 		m.qmu.Unlock()
 		if first {

@@ -45,7 +45,7 @@ func (r *rig) account(balance int64) string {
 func (r *rig) admit(acct string, hold int64) account.Decision {
 	r.t.Helper()
 	r.n++
-	d, err := r.m.Admit(r.ctx, account.Admission{RequestID: "req" + string(rune('a'+r.n)), AccountID: acct, KeyID: "key_1", Priced: "m", Hold: hold})
+	d, err := r.m.Admit(r.ctx, &account.Admission{RequestID: "req" + string(rune('a'+r.n)), AccountID: acct, KeyID: "key_1", Priced: "m", Hold: hold})
 	if err != nil || d.Outcome != account.Admitted {
 		r.t.Fatalf("admit: %+v %v", d, err)
 	}
@@ -144,7 +144,7 @@ func TestLeaseFollowsLoad(t *testing.T) {
 	r.admit(acct, hold)
 	r.m.Renew(r.ctx, false)
 	for i := 0; i < 100; i++ {
-		r.m.Admit(r.ctx, account.Admission{RequestID: "busy" + string(rune(i)), AccountID: acct, KeyID: "key_1", Priced: "m", Hold: hold})
+		r.m.Admit(r.ctx, &account.Admission{RequestID: "busy" + string(rune(i)), AccountID: acct, KeyID: "key_1", Priced: "m", Hold: hold})
 	}
 	r.m.Renew(r.ctx, true)
 	first := r.report(acct).Leased

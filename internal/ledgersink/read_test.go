@@ -27,7 +27,7 @@ func TestReadInChunks(t *testing.T) {
 	const n = 2*readChunk + 37
 	for i := range n {
 		req := fmt.Sprintf("req_%d", i)
-		if d, err := st.Admit(ctx, account.Admission{RequestID: req, AccountID: a.ID, KeyID: "key_x", Priced: "m", Hold: 10}); err != nil || d.Outcome != account.Admitted {
+		if d, err := st.Admit(ctx, &account.Admission{RequestID: req, AccountID: a.ID, KeyID: "key_x", Priced: "m", Hold: 10}); err != nil || d.Outcome != account.Admitted {
 			t.Fatalf("admit %s: %v %v", req, d.Outcome, err)
 		}
 		if _, err := st.Settle(ctx, account.Settlement{RequestID: req, AccountID: a.ID, KeyID: "key_x", Priced: "m", Status: 200, Cost: 1}); err != nil {

@@ -116,7 +116,7 @@ func TestRefusedEntriesSetAside(t *testing.T) {
 
 	settle := func(acct, req, model string) {
 		t.Helper()
-		if d, err := st.Admit(ctx, account.Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: 10}); err != nil || d.Outcome != account.Admitted {
+		if d, err := st.Admit(ctx, &account.Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: 10}); err != nil || d.Outcome != account.Admitted {
 			t.Fatalf("admit %s: %v %v", req, d.Outcome, err)
 		}
 		s := account.Settlement{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Requested: "m", Status: 200, Cost: 7}

@@ -36,7 +36,7 @@ type flaky struct {
 	down atomic.Bool
 }
 
-func (f *flaky) Admit(ctx context.Context, a account.Admission) (account.Decision, error) {
+func (f *flaky) Admit(ctx context.Context, a *account.Admission) (account.Decision, error) {
 	if f.down.Load() {
 		return account.Decision{}, errDown
 	}
@@ -120,7 +120,7 @@ func (e *env) admit(l *Spool, id string, cost int64) account.Settlement {
 	e.t.Helper()
 	// Admission goes to the store, never the spool, which only hears
 	// that the store answered (as the sidecar wires it).
-	d, err := e.store.Admit(context.Background(), account.Admission{RequestID: id, AccountID: e.acct, KeyID: e.key, Priced: "m", Hold: 10_000})
+	d, err := e.store.Admit(context.Background(), &account.Admission{RequestID: id, AccountID: e.acct, KeyID: e.key, Priced: "m", Hold: 10_000})
 	if err != nil || d.Outcome != account.Admitted {
 		e.t.Fatalf("admit %s: %+v %v", id, d, err)
 	}
@@ -288,7 +288,7 @@ func TestReplayAfterHoldExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clock.Advance(2 * time.Minute) // past the one-minute hold lease
-	d, err := e.store.Store.Admit(context.Background(), account.Admission{RequestID: "req_2", AccountID: e.acct, KeyID: e.key, Hold: 10_000})
+	d, err := e.store.Store.Admit(context.Background(), &account.Admission{RequestID: "req_2", AccountID: e.acct, KeyID: e.key, Hold: 10_000})
 	if err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}

@@ -52,7 +52,7 @@ func BenchmarkAdmit(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				d, err := s.Admit(ctx, account.Admission{RequestID: strconv.Itoa(i), AccountID: acct, KeyID: "key_1", Priced: "m", Hold: 1000})
+				d, err := s.Admit(ctx, &account.Admission{RequestID: strconv.Itoa(i), AccountID: acct, KeyID: "key_1", Priced: "m", Hold: 1000})
 				if err != nil || d.Outcome != account.Admitted {
 					b.Fatal(d, err)
 				}
@@ -69,7 +69,7 @@ func BenchmarkSettle(b *testing.B) {
 			s, acct := benchAccount(b, rdb)
 			ctx := context.Background()
 			for i := range b.N {
-				if _, err := s.Admit(ctx, account.Admission{RequestID: strconv.Itoa(i), AccountID: acct, Hold: 1000}); err != nil {
+				if _, err := s.Admit(ctx, &account.Admission{RequestID: strconv.Itoa(i), AccountID: acct, Hold: 1000}); err != nil {
 					b.Fatal(err)
 				}
 			}

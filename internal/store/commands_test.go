@@ -76,7 +76,7 @@ func TestCommandsPerRequest(t *testing.T) {
 			for i := range sts {
 				seq++
 				id := fmt.Sprintf("req_%012x_%d", 0xabcdef123456, seq)
-				d, err := s.Admit(ctx, account.Admission{RequestID: id, AccountID: a.ID, KeyID: k.ID, Priced: "claude-sonnet-4-5", Hold: 1_000_000})
+				d, err := s.Admit(ctx, &account.Admission{RequestID: id, AccountID: a.ID, KeyID: k.ID, Priced: "claude-sonnet-4-5", Hold: 1_000_000})
 				if err != nil || d.Outcome != account.Admitted {
 					t.Fatalf("admit %s: %+v, %v", id, d, err)
 				}

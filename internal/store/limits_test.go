@@ -13,7 +13,7 @@ import (
 // token bound.
 func (e *env) admitKey(acct, keyID, req string, hold, tokens int64, l account.Limits) account.Decision {
 	e.t.Helper()
-	d, err := e.s.Admit(e.ctx, account.Admission{RequestID: req, AccountID: acct, KeyID: keyID, Priced: "m", Hold: hold, Tokens: tokens, KeyLimits: l})
+	d, err := e.s.Admit(e.ctx, &account.Admission{RequestID: req, AccountID: acct, KeyID: keyID, Priced: "m", Hold: hold, Tokens: tokens, KeyLimits: l})
 	if err != nil {
 		e.t.Fatalf("admit %s: %v", req, err)
 	}
@@ -153,7 +153,7 @@ func testTokenWindowRolls(t *testing.T, e *env) {
 			s = other
 		}
 		req := fmt.Sprint("w", i)
-		d, err := s.Admit(e.ctx, account.Admission{RequestID: req, AccountID: acct, KeyID: "key_a", Priced: "m", Hold: 1, Tokens: bound, KeyLimits: kl})
+		d, err := s.Admit(e.ctx, &account.Admission{RequestID: req, AccountID: acct, KeyID: "key_a", Priced: "m", Hold: 1, Tokens: bound, KeyLimits: kl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -353,7 +353,7 @@ func testLimitsConcurrent(t *testing.T, e *env) {
 	results := make(chan account.Decision, n)
 	for i := range n {
 		go func() {
-			d, err := e.s.Admit(e.ctx, account.Admission{RequestID: fmt.Sprint("r", i), AccountID: acct,
+			d, err := e.s.Admit(e.ctx, &account.Admission{RequestID: fmt.Sprint("r", i), AccountID: acct,
 				KeyID: fmt.Sprint("key_", i%4), Hold: 300, Tokens: 1000, KeyLimits: kl})
 			if err != nil {
 				t.Error(err)

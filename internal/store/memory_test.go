@@ -39,7 +39,7 @@ func TestMemoryPerRequest(t *testing.T) {
 	var renewals []Renewal
 	for i := range ids {
 		ids[i] = fmt.Sprintf("req_%012x_%s", 0xabcdef123456, fmt.Sprint(i+1000))
-		d, err := s.Admit(ctx, account.Admission{RequestID: ids[i], AccountID: a.ID, KeyID: "key_0123456789abcdef", Priced: "claude-sonnet-4-5-20250929", Hold: 1_000_000, Stream: true})
+		d, err := s.Admit(ctx, &account.Admission{RequestID: ids[i], AccountID: a.ID, KeyID: "key_0123456789abcdef", Priced: "claude-sonnet-4-5-20250929", Hold: 1_000_000, Stream: true})
 		if err != nil || d.Outcome != account.Admitted {
 			t.Fatal(d, err)
 		}

@@ -23,35 +23,33 @@ import (
 // order: the rate limit, the daily limit and the balance. The admission
 // record (what the sweeper settles with) is kept with the hold. One round
 // trip: the sweeper's index entry rides in the same pipeline.
-func (s *Store) Admit(ctx context.Context, a account.Admission) (account.Decision, error) {
-	if a.RequestID == "" {
-		return account.Decision{}, errors.New("store: admit: empty request id")
-	}
-	if a.Hold < 0 {
-		return account.Decision{}, fmt.Errorf("store: admit %s: negative hold", a.RequestID)
-	}
-	if !validID(a.AccountID) {
-		return account.Decision{}, fmt.Errorf("store: admit %s: account %q: %w", a.RequestID, a.AccountID, ErrNotFound)
-	}
+func (s *Store) Admit(ctx context.Context, a *account.Admission) (account.Decision, error) {
+	// Three steps, each its own function taking a by address, so that only
+	// Admit's small frame stays on the stack under the round trip: the
+	// request's goroutine keeps its deepest stack for as long as its
+	// stream is open.
 	now := s.now()
-	// Three steps, each its own function, so that only Admit's small frame
-	// stays on the stack under the round trip: the request's goroutine
-	// keeps its deepest stack for as long as its stream is open.
 	keys, args, err := s.admitCall(a, now)
 	if err != nil {
 		return account.Decision{}, err
 	}
 	r, err := s.runAdmit(ctx, a.AccountID, now, keys, args)
-	if err != nil {
-		return account.Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
-	}
-	return decodeAdmit(a, now, r)
+	return decodeAdmit(a, now, r, err)
 }
 
-// admitCall builds admit.lua's KEYS and ARGV.
+// admitCall checks an admission and builds admit.lua's KEYS and ARGV.
 //
 //go:noinline
-func (s *Store) admitCall(a account.Admission, now time.Time) ([]string, []any, error) {
+func (s *Store) admitCall(a *account.Admission, now time.Time) ([]string, []any, error) {
+	if a.RequestID == "" {
+		return nil, nil, errors.New("store: admit: empty request id")
+	}
+	if a.Hold < 0 {
+		return nil, nil, fmt.Errorf("store: admit %s: negative hold", a.RequestID)
+	}
+	if !validID(a.AccountID) {
+		return nil, nil, fmt.Errorf("store: admit %s: account %q: %w", a.RequestID, a.AccountID, ErrNotFound)
+	}
 	id := a.AccountID
 	if a.Tokens < 0 {
 		return nil, nil, fmt.Errorf("store: admit %s: negative token bound", a.RequestID)
@@ -111,8 +109,11 @@ func (s *Store) runAdmit(ctx context.Context, id string, now time.Time, keys []s
 	return cmd.Int64Slice()
 }
 
-// decodeAdmit reads admit.lua's reply.
-func decodeAdmit(a account.Admission, now time.Time, r []int64) (account.Decision, error) {
+// decodeAdmit reads admit.lua's reply (or its error).
+func decodeAdmit(a *account.Admission, now time.Time, r []int64, err error) (account.Decision, error) {
+	if err != nil {
+		return account.Decision{}, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
+	}
 	id := a.AccountID
 	if len(r) != 7 {
 		return account.Decision{}, fmt.Errorf("store: admit %s: unexpected reply %v", a.RequestID, r)

@@ -152,7 +152,7 @@ func (e *env) account(balance int64, l account.Limits) string {
 
 func (e *env) admit(acct, req string, hold int64) account.Decision {
 	e.t.Helper()
-	d, err := e.s.Admit(e.ctx, account.Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: hold})
+	d, err := e.s.Admit(e.ctx, &account.Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: hold})
 	if err != nil {
 		e.t.Fatalf("admit %s: %v", req, err)
 	}

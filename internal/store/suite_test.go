@@ -495,14 +495,14 @@ func testAdmitOrder(t *testing.T, e *env) {
 
 func testAdmitErrors(t *testing.T, e *env) {
 	acct := e.account(100, account.Limits{})
-	_, err := e.s.Admit(e.ctx, account.Admission{RequestID: "r", AccountID: "acct_0000000000000000", Hold: 1})
+	_, err := e.s.Admit(e.ctx, &account.Admission{RequestID: "r", AccountID: "acct_0000000000000000", Hold: 1})
 	wantErr(t, err, ErrNotFound)
-	_, err = e.s.Admit(e.ctx, account.Admission{RequestID: "r", AccountID: "{x}", Hold: 1})
+	_, err = e.s.Admit(e.ctx, &account.Admission{RequestID: "r", AccountID: "{x}", Hold: 1})
 	wantErr(t, err, ErrNotFound)
-	if _, err := e.s.Admit(e.ctx, account.Admission{AccountID: acct, Hold: 1}); err == nil {
+	if _, err := e.s.Admit(e.ctx, &account.Admission{AccountID: acct, Hold: 1}); err == nil {
 		t.Error("empty request id accepted")
 	}
-	if _, err := e.s.Admit(e.ctx, account.Admission{RequestID: "r", AccountID: acct, Hold: -1}); err == nil {
+	if _, err := e.s.Admit(e.ctx, &account.Admission{RequestID: "r", AccountID: acct, Hold: -1}); err == nil {
 		t.Error("negative hold accepted")
 	}
 	// A request id is not admitted while it is held. Once settled, nothing
@@ -510,7 +510,7 @@ func testAdmitErrors(t *testing.T, e *env) {
 	// makes them), so the store does not look for a settled one. What
 	// holds is that its settlement is not applied twice, whatever follows.
 	e.mustAdmit(acct, "r", 10)
-	_, err = e.s.Admit(e.ctx, account.Admission{RequestID: "r", AccountID: acct, Hold: 10})
+	_, err = e.s.Admit(e.ctx, &account.Admission{RequestID: "r", AccountID: acct, Hold: 10})
 	wantErr(t, err, ErrDuplicateRequest)
 	if !e.settle(account.Settlement{RequestID: "r", AccountID: acct, Cost: 1, Status: 200}) {
 		t.Fatal("settlement not applied")
@@ -582,7 +582,7 @@ func testHoldExpiry(t *testing.T, e *env) {
 // or is released at no charge one lease after a sweep first sees it.
 func testHoldValue(t *testing.T, e *env) {
 	acct := e.account(1000, account.Limits{})
-	if _, err := e.s.Admit(e.ctx, account.Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "a model with spaces", Hold: 500}); err != nil {
+	if _, err := e.s.Admit(e.ctx, &account.Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "a model with spaces", Hold: 500}); err != nil {
 		t.Fatal(err)
 	}
 	ck := account.Checkpoint{Status: 200, Priced: "a model with spaces", Usage: usage.Usage{Output: 3}, Cost: 40}
@@ -745,7 +745,7 @@ func testReindexRecheck(t *testing.T, e *env) {
 
 func testRenewAndCheckpoint(t *testing.T, e *env) {
 	acct := e.account(1000, account.Limits{})
-	if _, err := e.s.Admit(e.ctx, account.Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "m", Hold: 500, Stream: true}); err != nil {
+	if _, err := e.s.Admit(e.ctx, &account.Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "m", Hold: 500, Stream: true}); err != nil {
 		t.Fatal(err)
 	}
 	// Renewed every half lease, the hold outlives many leases.
@@ -1214,7 +1214,7 @@ func testConcurrency(t *testing.T, e *env) {
 			rng := rand.New(rand.NewPCG(uint64(w), 1))
 			for i := range requests {
 				req := fmt.Sprintf("w%d-%d", w, i)
-				d, err := e.s.Admit(e.ctx, account.Admission{RequestID: req, AccountID: acct, Hold: hold})
+				d, err := e.s.Admit(e.ctx, &account.Admission{RequestID: req, AccountID: acct, Hold: hold})
 				if err != nil {
 					t.Error(err)
 					return

@@ -21,7 +21,7 @@ func TestSweepWithoutCheckpointUsesPricedModel(t *testing.T) {
 	e := newEnv(t, rdb)
 	acct := e.account(1_000_000, account.Limits{})
 	a := account.Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "claude-sonnet-4-5-20250929", Requested: "sonnet", Hold: 500}
-	if d, err := e.s.Admit(e.ctx, a); err != nil || d.Outcome != account.Admitted {
+	if d, err := e.s.Admit(e.ctx, &a); err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
 	ck := account.Checkpoint{Status: 200, Endpoint: "primary"}

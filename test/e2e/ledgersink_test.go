@@ -497,7 +497,7 @@ func TestLedgerSinkRejects(t *testing.T) {
 	// The refused entry, written by the store's own settlement path as a
 	// sidecar would have (the gateway itself now refuses such a name).
 	const plantedCost = 12_345
-	if d, err := s.Store.Admit(ctx, account.Admission{RequestID: "req_planted_nul", AccountID: bad.ID, KeyID: "key_planted",
+	if d, err := s.Store.Admit(ctx, &account.Admission{RequestID: "req_planted_nul", AccountID: bad.ID, KeyID: "key_planted",
 		Priced: "m", Hold: plantedCost}); err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
