@@ -106,7 +106,7 @@ func TestRenderPool(t *testing.T) {
 		"secret: {environment_variable: ALPHA_KEY_1}",
 		`secret: {filename: "/run/secrets/alpha-k2"}`,
 		`sds_config: {path_config_source: {path: "/etc/envoy/sds/alpha-tenant.yaml"}`,
-		"xds.route_name in ['alpha']",
+		"status_code_filter: {comparison: {op: EQ, value: {default_value: 429",
 		"min_retry_concurrency: 30",
 	} {
 		if !strings.Contains(s, w) {

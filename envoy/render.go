@@ -9,6 +9,7 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -79,7 +80,8 @@ type view struct {
 	Reduced                  bool // envoy.contract reduced
 	Upstreams                []upstreamView
 	Credentials              []credentialView
-	PooledRoutes             string // CEL list items: 'alpha', 'beta'; empty without a pool (or Bare)
+	Pooled                   bool  // some upstream has a pool of keys (never Bare)
+	PoolStatuses             []int // the statuses that end a key's attempt and are logged (PoolStatuses)
 
 	RequestHeadersTimeout string
 	MaxConnectionDuration string
@@ -308,7 +310,7 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 			// A key's 429, 529 or refusal (401, 402, 403) comes before any
 			// byte of a reply: the vendor did not start; another key may
 			// serve at once.
-			uv.Pooled, uv.RetriableStatuses = true, "[401, 402, 403, 429, 503, 529]"
+			uv.Pooled, uv.RetriableStatuses = true, yamlInts(PoolStatuses)
 			uv.PoolRetryConcurrency = 10 * len(uv.Keys)
 			// Each aggregate tries its key first, then the others in the
 			// configured order, at the primary; then each at the reserve. A
@@ -345,10 +347,7 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 			}
 		}
 		if uv.Pooled && !o.Bare {
-			if v.PooledRoutes != "" {
-				v.PooledRoutes += ", "
-			}
-			v.PooledRoutes += "'" + uv.Name + "'"
+			v.Pooled, v.PoolStatuses = true, PoolStatuses
 		}
 		v.Upstreams = append(v.Upstreams, uv)
 	}
@@ -521,4 +520,18 @@ func localErrors(format string) []localError {
 		{504, "timeout", "timeout", timeout},
 		{0, "server_error", "server_error", otherwise},
 	}
+}
+
+// PoolStatuses end a pooled key's attempt before the vendor started: its
+// limit (429), overload (529, 503) or refusal (401, 402, 403). Envoy retries
+// them on another key and logs them to the sidecar.
+var PoolStatuses = []int{401, 402, 403, 429, 503, 529}
+
+// yamlInts writes ns as a YAML flow list.
+func yamlInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return "[" + strings.Join(s, ", ") + "]"
 }
