@@ -14,21 +14,22 @@ import (
 
 // Metrics are the processor's Prometheus series.
 type Metrics struct {
-	requests      *prometheus.CounterVec
-	tokens        *prometheus.CounterVec
-	cost          *prometheus.CounterVec
-	rejections    *prometheus.CounterVec
-	limitRefusals *prometheus.CounterVec
-	storeErrors   *prometheus.CounterVec
-	estimated     *prometheus.CounterVec
-	admitSeconds  prometheus.Histogram
-	settleSeconds prometheus.Histogram
-	expiredHolds  prometheus.Counter
-	inflight      prometheus.Gauge
-	streams       prometheus.Gauge
-	sockets       prometheus.Gauge
-	leaseCuts     prometheus.Counter
-	capped        *prometheus.CounterVec
+	requests       *prometheus.CounterVec
+	tokens         *prometheus.CounterVec
+	cost           *prometheus.CounterVec
+	rejections     *prometheus.CounterVec
+	limitRefusals  *prometheus.CounterVec
+	storeErrors    *prometheus.CounterVec
+	estimated      *prometheus.CounterVec
+	admitSeconds   prometheus.Histogram
+	settleSeconds  prometheus.Histogram
+	expiredHolds   prometheus.Counter
+	inflight       prometheus.Gauge
+	streams        prometheus.Gauge
+	sockets        prometheus.Gauge
+	socketRefusals prometheus.Counter
+	leaseCuts      prometheus.Counter
+	capped         *prometheus.CounterVec
 
 	concurrencyWaits       *prometheus.CounterVec
 	concurrencyWaitSeconds prometheus.Histogram
@@ -107,6 +108,9 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		concurrencyWaiters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gateway_concurrency_waiters", Help: "Requests waiting for a concurrency slot now.",
 		}),
+		socketRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_socket_refusals_total", Help: "Responses API WebSocket upgrades refused because their key held limits.sockets_per_key open sockets on this sidecar.",
+		}),
 		sockets: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gateway_open_sockets", Help: "Responses API WebSocket connections open now (their responses count in gateway_inflight_streams).",
 		}),
@@ -117,7 +121,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	m.zero(upstreams)
 	if reg != nil {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
-			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.leaseCuts, m.capped,
+			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.socketRefusals, m.leaseCuts, m.capped,
 			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters,
 			m.vendorKeyRequests, m.vendorKeyLimited, m.vendorKeyCooldowns, m.vendorKeyState)
 	}

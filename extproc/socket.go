@@ -41,6 +41,9 @@ const TransportWebSocket = "websocket"
 // response ran for this long.
 const DefaultSocketIdle = 5 * time.Minute
 
+// DefaultSocketsPerKey is SocketOptions.PerKey's default.
+const DefaultSocketsPerKey = 64
+
 // maxSocketMessage bounds one client message (a response.create), as
 // limits.max_request_bytes bounds a body over HTTP.
 const defaultMaxSocketMessage = 32 << 20
@@ -60,6 +63,10 @@ type SocketOptions struct {
 	Relay string
 	// Idle closes a socket idle this long; default DefaultSocketIdle.
 	Idle time.Duration
+	// PerKey bounds the sockets one key holds open here (each holds a
+	// vendor socket until it closes); beyond it the upgrade gets 429.
+	// Default DefaultSocketsPerKey.
+	PerKey int
 	// Disabled lists upstreams whose endpoints speak HTTP only: their
 	// upgrades are answered SocketFallbackStatus without asking the vendor.
 	Disabled map[string]bool
@@ -70,12 +77,38 @@ func (s *Server) SocketHandler(o SocketOptions) http.Handler {
 	if o.Idle <= 0 {
 		o.Idle = DefaultSocketIdle
 	}
-	return &socketHandler{s: s, o: o}
+	if o.PerKey <= 0 {
+		o.PerKey = DefaultSocketsPerKey
+	}
+	return &socketHandler{s: s, o: o, open: map[string]int{}}
 }
 
 type socketHandler struct {
 	s *Server
 	o SocketOptions
+
+	mu   sync.Mutex
+	open map[string]int // sockets open per key id
+}
+
+// take counts one more socket of key, unless it holds PerKey already.
+func (h *socketHandler) take(key string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.open[key] >= h.o.PerKey {
+		return false
+	}
+	h.open[key]++
+	return true
+}
+
+// release counts a socket of key closed.
+func (h *socketHandler) release(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.open[key]--; h.open[key] <= 0 {
+		delete(h.open, key)
+	}
 }
 
 // socketError is the vendor's error event on a socket: the HTTP refusal's
@@ -134,6 +167,13 @@ func (h *socketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fallback(w, x, sub)
 		return
 	}
+	if !h.take(key.ID) {
+		h.s.metrics.socketRefusals.Inc()
+		writeImmediate(w, x.reject(format.RateLimited, "this key has "+strconv.Itoa(h.o.PerKey)+
+			" WebSocket connections open on this gateway, the most it may; close one (or send over HTTP) and retry", time.Second))
+		return
+	}
+	defer h.release(key.ID)
 	// The vendor's socket first: if it cannot be had, the client hears why
 	// before its upgrade is accepted.
 	vendor, endpoint, status, err := h.dialVendor(r, x.upstream.Name)

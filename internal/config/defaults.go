@@ -100,6 +100,7 @@ func (l *Limits) setDefaults() {
 	def(&l.LeaseMinHolds, 16)
 	def(&l.ConcurrencyWaitersShare, max(l.ConcurrencyWaiters/10, 1))
 	defDur(&l.SocketIdle, 5*time.Minute)
+	def(&l.SocketsPerKey, 64)
 	if l.RPM > 0 && l.WindowMinutes == 0 {
 		l.WindowMinutes = 1
 	}

@@ -36,6 +36,11 @@ type Limits struct {
 	// SocketIdle closes a Responses API WebSocket on which no response ran
 	// and the client sent nothing for this long. Default 5m.
 	SocketIdle Duration `yaml:"socket_idle"`
+	// SocketsPerKey bounds the Responses API WebSockets one key may hold
+	// open on one sidecar: each holds a vendor socket and the sidecar's
+	// memory until it closes, so one key must not take them all. Beyond it
+	// the upgrade is answered 429. Default 64.
+	SocketsPerKey int `yaml:"sockets_per_key"`
 	// Leases: "on" admits most requests from escrow leases in memory
 	// (docs/billing.md, Leases), "off" (the default) admits each request
 	// with the store's admission script.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -374,4 +376,52 @@ func TestSocketConcurrencyCountsResponses(t *testing.T) {
 	s.Primary.Control(map[string]any{"event_delay_ms": 0})
 	s.WaitSettled()
 	socketBilled(t, b.create(body))
+}
+
+// One key holds at most limits.sockets_per_key sockets open on a sidecar:
+// the next upgrade gets 429 with the vendor's error body, retry-after and
+// the count, while another key still connects; when one of the key's
+// sockets closes, the key connects again.
+func TestSocketsPerKeyBounded(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{Configure: func(c *config.Config) { c.Limits.SocketsPerKey = 2 }})
+	busy := s.NewAccount(100, noLimits)
+	other := s.NewAccount(100, noLimits)
+	first := mustDialSocket(t, s, busy.Key, nil)
+	mustDialSocket(t, s, busy.Key, nil)
+
+	_, resp, err := dialSocket(t, s, busy.Key, nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		status := 0
+		if resp != nil {
+			status = resp.StatusCode
+		}
+		t.Fatalf("third socket of one key: %d %v; want 429", status, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	var e struct {
+		Error struct{ Type, Message string } `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil || e.Error.Type != "requests" || !strings.Contains(e.Error.Message, "2 WebSocket connections open") {
+		t.Errorf("refusal body %s; want the vendor's rate-limit error naming the bound", body)
+	}
+	// A wait helps (a socket closes): retry-after, and never
+	// x-should-retry: false.
+	if resp.Header.Get("retry-after") == "" || resp.Header.Get("x-should-retry") == "false" {
+		t.Errorf("refusal headers %v; want retry-after and no x-should-retry: false", resp.Header)
+	}
+	if got := sidecarMetric(t, s, "gateway_socket_refusals_total"); got != 1 {
+		t.Errorf("gateway_socket_refusals_total = %v; want 1", got)
+	}
+	// Another key is not held back by the first's sockets.
+	mustDialSocket(t, s, other.Key, nil)
+
+	// One of the key's sockets closes: the key connects again.
+	first.c.Close(websocket.StatusNormalClosure, "")
+	eventually.True(t, 10*time.Second, "a socket after one closed", func() bool {
+		c, _, err := dialSocket(t, s, busy.Key, nil)
+		if err == nil {
+			c.c.CloseNow()
+		}
+		return err == nil
+	})
 }
