@@ -47,18 +47,6 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	latency := []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
 	m := &Metrics{
-		vendorKeyRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_vendor_key_requests_total", Help: "Metered replies by the vendor key (its name) that served them, by upstream and key.",
-		}, []string{"upstream", "key"}),
-		vendorKeyLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_vendor_key_rate_limited_total", Help: "Attempts a vendor answered 429 or 529 on a pooled key (Envoy retried them on another key), by upstream and key.",
-		}, []string{"upstream", "key"}),
-		vendorKeyCooldowns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_vendor_key_cooldowns_total", Help: "Cool-downs of a pooled vendor key (429, 529 or a quota error), by upstream and key.",
-		}, []string{"upstream", "key"}),
-		vendorKeyState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gateway_vendor_key_state", Help: "1 for the state (active, cooling, disabled) of each pooled vendor key, by upstream and key.",
-		}, []string{"upstream", "key", "state"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_requests_total", Help: "Metered requests settled, by upstream, model, status and endpoint.",
 		}, []string{"upstream", "model", "status", "endpoint"}),
@@ -118,6 +106,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 			Name: "gateway_lease_cuts_total", Help: "Requests cut short because their hold could not be renewed before its lease ended (the store unreachable).",
 		}),
 	}
+	m.newVendorKeyMetrics()
 	m.zero(upstreams)
 	if reg != nil {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
@@ -126,6 +115,22 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 			m.vendorKeyRequests, m.vendorKeyLimited, m.vendorKeyCooldowns, m.vendorKeyState)
 	}
 	return m
+}
+
+// newVendorKeyMetrics makes the gateway_vendor_key_* series of key pools.
+func (m *Metrics) newVendorKeyMetrics() {
+	m.vendorKeyRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_vendor_key_requests_total", Help: "Metered replies by the vendor key (its name) that served them, by upstream and key.",
+	}, []string{"upstream", "key"})
+	m.vendorKeyLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_vendor_key_rate_limited_total", Help: "Attempts a vendor answered 429 or 529 on a pooled key (Envoy retried them on another key), by upstream and key.",
+	}, []string{"upstream", "key"})
+	m.vendorKeyCooldowns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_vendor_key_cooldowns_total", Help: "Cool-downs of a pooled vendor key (429, 529 or a quota error), by upstream and key.",
+	}, []string{"upstream", "key"})
+	m.vendorKeyState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gateway_vendor_key_state", Help: "1 for the state (active, cooling, disabled) of each pooled vendor key, by upstream and key.",
+	}, []string{"upstream", "key", "state"})
 }
 
 // zero makes the known label values' series, at zero, so that alerts on
