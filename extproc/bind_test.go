@@ -116,3 +116,57 @@ func TestStreamBindsBesideTheFirstEvent(t *testing.T) {
 		t.Fatal("not settled")
 	}
 }
+
+// A stream's items are bound beside it as they show (output_item.added):
+// its last chunk waits for binds that have landed and pays no Redis round
+// trip of its own; every item and the response are bound to the account.
+func TestStreamItemsBoundBesideTheStream(t *testing.T) {
+	r := newRigWith(t, "beta", rigAccount{})
+	r.srv.owners = r.st
+	stream, err := os.ReadFile("format/responses/testdata/stream.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := bytes.SplitAfter(stream, []byte("\n\n"))
+	if len(events) > 0 && len(events[len(events)-1]) == 0 {
+		events = events[:len(events)-1]
+	}
+	body := []byte(`{"model":"gpt-4o-mini","max_output_tokens":256,"stream":true,"input":"Fix the failing test."}`)
+	ctx := context.WithValue(context.Background(), criticalKey{}, true)
+	x := &exchange{s: r.srv}
+	for _, req := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers(":method", "POST", ":path", "/beta/v1/responses",
+			"authorization", "Bearer "+r.key, "content-type", "application/json", "content-length", strconv.Itoa(len(body)))}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream")}},
+	} {
+		if ir := x.step(ctx, req).GetImmediateResponse(); ir != nil {
+			t.Fatalf("rejected: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
+		}
+	}
+	chunk := func(i int) {
+		x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: events[i], EndOfStream: i == len(events)-1},
+		}})
+	}
+	for i := range len(events) - 1 {
+		chunk(i)
+	}
+	<-x.binding // every bind started beside the stream has landed
+	before := r.trips.critical.Load()
+	chunk(len(events) - 1)
+	if n := r.trips.critical.Load() - before; n != 0 {
+		t.Errorf("the last chunk made %d Redis round trips; want 0 (its items bound beside the stream)", n)
+	}
+	id, _ := x.stored.Response()
+	ids := []string{id, "msg_1", "fc_1", "rs_1"}
+	owners, err := r.st.ResponseOwners(context.Background(), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range owners {
+		if o != r.acct {
+			t.Errorf("%s bound to %q, want %q", ids[i], o, r.acct)
+		}
+	}
+}

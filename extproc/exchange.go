@@ -67,10 +67,12 @@ type exchange struct {
 	rewriter           format.Rewriter // the meter, when it also rewrites the reply
 	stored             format.Stored   // the meter, when the reply names a stored response
 	bound              bool            // the stored response's id is bound to the account (or being bound)
-	binding            chan struct{}   // closed when a bind started mid-stream has landed
+	binding            chan struct{}   // closed when the binds started mid-stream have landed
 	// items, the meter when it reads the stored response's item ids;
-	// itemsBound once they have been bound.
+	// itemsSent of them are bound (or being bound beside the stream);
+	// itemsBound once the last have been.
 	items      format.StoredItems
+	itemsSent  int
 	itemsBound bool
 	parked     *store.Parked    // the background response a retrieval or cancellation reads
 	bodyBytes  int64            // response body bytes from the vendor

@@ -77,6 +77,9 @@ func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attr
 		if x.stored != nil && !x.bound && (x.req.Stream || b.GetEndOfStream()) {
 			x.bind(ctx, b.GetEndOfStream())
 		}
+		if x.req.Stream && !b.GetEndOfStream() {
+			x.bindNewItems(ctx)
+		}
 		if b.GetEndOfStream() {
 			x.replyDone = true
 			if x.binding != nil {

@@ -40,42 +40,88 @@ func (x *exchange) bind(ctx context.Context, last bool) {
 		return
 	}
 	if last {
-		x.s.bindResponse(ctx, x.requestID, id, x.key.AccountID)
+		// The reply in one piece: the response and its items in one round
+		// trip (they share the owners' records).
+		ids := append([]string{id}, x.unsentItems()...)
+		x.itemsBound = x.items != nil
+		x.s.bindIDs(ctx, x.requestID, ids, x.key.AccountID)
 		return
 	}
-	done := make(chan struct{})
+	x.beside(ctx, func(ctx context.Context, requestID, account string) {
+		x.s.bindResponse(ctx, requestID, id, account)
+	})
+}
+
+// beside runs a bind beside the stream, after the binds started before it:
+// the last chunk waits for x.binding, by then long landed. Not cut by the
+// client leaving: the response exists at the vendor either way; the
+// store's timeouts bound the call.
+func (x *exchange) beside(ctx context.Context, bind func(ctx context.Context, requestID, account string)) {
+	prev, done := x.binding, make(chan struct{})
 	x.binding = done
-	// Not cut by the client leaving: the response exists at the vendor
-	// either way. The store's timeouts bound the call.
 	bctx := context.WithoutCancel(ctx)
 	requestID, account := x.requestID, x.key.AccountID
 	go func() {
 		defer close(done)
-		x.s.bindResponse(bctx, requestID, id, account)
+		if prev != nil {
+			<-prev
+		}
+		bind(bctx, requestID, account)
 	}()
 }
 
-// bindItems binds the items the reply has shown (format.StoredItems) to
-// the account, once: at the reply's last chunk, before it is released, or
-// when a reply cut short settles. Only the end shows them all.
+// unsentItems returns the item ids the reply has shown that no bind has
+// taken yet, and counts them taken.
+func (x *exchange) unsentItems() []string {
+	if x.items == nil || x.itemsBound || x.req.NoStore || x.s.owners == nil {
+		return nil
+	}
+	ids := x.items.Items()
+	if len(ids) <= x.itemsSent {
+		return nil
+	}
+	fresh := slices.Clone(ids[x.itemsSent:])
+	x.itemsSent = len(ids)
+	return fresh
+}
+
+// bindNewItems binds, beside the stream, the items the reply has shown
+// since the last bind: a stream's items show before its end, so its last
+// chunk binds only those it shows itself.
+func (x *exchange) bindNewItems(ctx context.Context) {
+	if ids := x.unsentItems(); len(ids) > 0 {
+		x.beside(ctx, func(ctx context.Context, requestID, account string) {
+			x.s.bindIDs(ctx, requestID, ids, account)
+		})
+	}
+}
+
+// bindItems binds the items the reply has shown (format.StoredItems) that
+// no bind took yet, once: at the reply's last chunk, before it is
+// released, or when a reply cut short settles.
 func (x *exchange) bindItems(ctx context.Context) {
 	if x.items == nil || x.itemsBound || x.req.NoStore || x.s.owners == nil {
 		return
 	}
+	ids := x.unsentItems()
 	x.itemsBound = true
-	x.s.bindItems(ctx, x.requestID, x.items, x.key.AccountID)
+	x.s.bindIDs(ctx, x.requestID, ids, x.key.AccountID)
 }
 
-// bindItems binds the item ids meter m has read to account, logging a
-// failure: the items then stay unreachable through the gateway, refused,
-// never shown to another account.
+// bindItems binds the item ids meter m has read to account.
 func (s *Server) bindItems(ctx context.Context, requestID string, m format.StoredItems, account string) {
-	ids := m.Items()
+	s.bindIDs(ctx, requestID, slices.Clone(m.Items()), account)
+}
+
+// bindIDs binds stored responses' and items' ids to account, logging a
+// failure: they then stay unreachable through the gateway, refused, never
+// shown to another account.
+func (s *Server) bindIDs(ctx context.Context, requestID string, ids []string, account string) {
 	if len(ids) == 0 || s.owners == nil {
 		return
 	}
-	if err := s.owners.BindItems(ctx, slices.Clone(ids), account); err != nil {
-		s.log.Error("binding a stored response's items failed", "request_id", requestID, "err", err)
+	if err := s.owners.BindItems(ctx, ids, account); err != nil {
+		s.log.Error("binding stored responses or items failed", "request_id", requestID, "err", err)
 		s.metrics.storeErrors.WithLabelValues("bind").Inc()
 	}
 }
@@ -130,7 +176,8 @@ func (x *exchange) checkOwner(ctx context.Context, refs ...format.Ref) *extprocv
 type Owners interface {
 	BindResponse(ctx context.Context, id, accountID string) error
 	// BindItems binds the items of a stored response (ids later requests
-	// may name alone), in one round trip.
+	// may name alone), and the response's own id with them when given, in
+	// one round trip.
 	BindItems(ctx context.Context, ids []string, accountID string) error
 	// ResponseOwners reads the owners of many ids in one round trip.
 	ResponseOwners(ctx context.Context, ids []string) ([]string, error)

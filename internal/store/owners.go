@@ -45,8 +45,9 @@ func (s *Store) BindResponse(ctx context.Context, id, accountID string) error {
 // response (its output items: messages, function calls, reasoning...),
 // which a later request may name by id alone. Items share the responses'
 // records (an item id never equals a response id), so ResponseOwner reads
-// an item's owner too; an item already bound keeps its first owner. One
-// pipelined round trip.
+// an item's owner too, and a response's id may come with its items (bound
+// as BindResponse binds it); an id already bound keeps its first owner.
+// One pipelined round trip.
 func (s *Store) BindItems(ctx context.Context, ids []string, accountID string) error {
 	if len(ids) == 0 {
 		return nil

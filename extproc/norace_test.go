@@ -1,0 +1,5 @@
+//go:build !race
+
+package extproc
+
+const raceEnabled = false
