@@ -16,7 +16,7 @@
 // sessions move. The state is per sidecar: each sidecar learns a key's
 // cool-down from its own Envoy's attempts (at most one failed attempt per
 // key per cool-down per sidecar, retried by Envoy on another key, and what
-// Envoy's access log buffers until it flushes, 100 ms).
+// Envoy's access log buffers until it flushes, 50 ms).
 package keypool
 
 import (
@@ -191,7 +191,11 @@ func (p *Pool) Failed(key string, status int, retryAfter time.Duration) (string,
 	case status == 429 || status == 529 || status == 503 && retryAfter > 0:
 		d := retryAfter
 		if d <= 0 {
-			d = p.o.CoolDown << min(st.streak, 16)
+			n := st.streak
+			if st.state == Cooling && now.Before(st.until) && n > 0 {
+				n-- // an attempt of this cool-down: its backoff, not the next one's
+			}
+			d = p.o.CoolDown << min(n, 16)
 		}
 		d = min(d, p.o.MaxCoolDown)
 		until := now.Add(d)
@@ -204,6 +208,7 @@ func (p *Pool) Failed(key string, status int, retryAfter time.Duration) (string,
 			// began): the vendor's latest retry-after holds.
 			st.until = until
 			p.mu.Unlock()
+			p.expireAfter(key, d)
 			return Cooling, false
 		}
 		if st.state != Cooling {
@@ -211,6 +216,7 @@ func (p *Pool) Failed(key string, status int, retryAfter time.Duration) (string,
 		}
 		st.state, st.until, st.status, st.changed = Cooling, until, status, now
 		c = change{key, Cooling, status, until}
+		p.expireAfter(key, d)
 	default:
 		p.mu.Unlock()
 		return st.state, false
@@ -218,6 +224,25 @@ func (p *Pool) Failed(key string, status int, retryAfter time.Duration) (string,
 	p.mu.Unlock()
 	p.notify([]change{c})
 	return c.state, true
+}
+
+// expireAfter ends key's cool-down once d has passed, if nothing extended
+// it, so that its state (gateway_vendor_key_state) says active again
+// without waiting for a request to choose it.
+func (p *Pool) expireAfter(key string, d time.Duration) {
+	time.AfterFunc(d, func() {
+		now := p.o.Now()
+		p.mu.Lock()
+		st := p.state[key]
+		expired := st.state == Cooling && !now.Before(st.until)
+		if expired {
+			st.state, st.changed = Active, now
+		}
+		p.mu.Unlock()
+		if expired {
+			p.notify([]change{{key, Active, 0, time.Time{}}})
+		}
+	})
 }
 
 // Served records a reply served by key: a probed key is back, and a key

@@ -146,3 +146,32 @@ func TestPinnedKeys(t *testing.T) {
 		t.Fatalf("pinned account on %s while its key cools down", k)
 	}
 }
+
+// Attempts in flight when a cool-down began (their failures arrive after
+// it) extend it by its own backoff, not the next one's: one burst of 529s
+// cools the key for cool_down, not twice that.
+func TestAttemptsOfOneCoolDownKeepItsBackoff(t *testing.T) {
+	clock := testclock.New(time.Unix(1e9, 0))
+	p := newPool(clock, three()...)
+	p.Failed("k2", 529, 0)
+	clock.Advance(100 * time.Millisecond)
+	p.Failed("k2", 529, 0) // in flight when the cool-down began
+	if st := p.States()[1]; st.Until.Sub(clock.Now()) != 10*time.Second {
+		t.Fatalf("cooling %v after the burst's second 529; want 10s (its own backoff)", st.Until.Sub(clock.Now()))
+	}
+}
+
+// A cool-down ends on its own: the state (and gateway_vendor_key_state,
+// fed by OnChange) says active without a request choosing the key.
+func TestCoolDownEndsWithoutTraffic(t *testing.T) {
+	changes := make(chan string, 4)
+	p := New("alpha", three(), Options{CoolDown: 20 * time.Millisecond, MaxCoolDown: time.Second, ProbeInterval: time.Minute,
+		OnChange: func(upstream, key, state string, status int, until time.Time) { changes <- key + " " + state }})
+	p.Failed("k1", 429, 0)
+	if c := <-changes; c != "k1 cooling" {
+		t.Fatalf("first change %q", c)
+	}
+	if c := <-changes; c != "k1 active" {
+		t.Fatalf("after the cool-down %q; want k1 active", c)
+	}
+}
