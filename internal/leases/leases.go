@@ -3,9 +3,12 @@
 // lua/lease.lua) and admits each request whose worst-case hold fits in what
 // the slice has left without a round trip to Redis; its hold is recorded as
 // an ordinary hold a few milliseconds later, in a batch
-// (store.RecordLeased). Everything else (no lease, a hold that does not
-// fit, a key with a rate, token or concurrency limit, the store failing)
-// is admitted by the store's admission script, as without leases.
+// (store.RecordLeased). Where the account or key has a request-rate limit
+// the lease also holds request slots (placeholders in the rate logs the
+// script counts), and a request needs one. Everything else (no lease, a
+// hold that does not fit, no slot left, a key with a token or concurrency
+// limit, the store failing) is admitted by the store's admission script,
+// as without leases.
 //
 // One Manager per sidecar. It renews its leases every Interval in one
 // pipeline, sizing each from the holds the sidecar admitted for its account
@@ -51,6 +54,8 @@ type Options struct {
 	// MinHolds: no lease smaller than this many of the largest recent hold
 	// (limits.lease_min_holds).
 	MinHolds int64
+	// MinSlots: no rate-limited lease with fewer free request slots.
+	MinSlots int64
 	Now      func() time.Time
 	Logger   *slog.Logger
 }
@@ -60,7 +65,15 @@ const (
 	DefaultInterval = time.Second
 	DefaultShare    = 8
 	DefaultMinHolds = 16
+	DefaultMinSlots = 2
 )
+
+// slotLife is how long after a renewal its free slots may be used. Their
+// placeholders are scored at the renewal and the shortest rate window is a
+// minute: a request admitted from one within 30 s, recorded within about
+// 20 ms, is in every window the placeholder counted in (docs/billing.md,
+// Leases).
+const slotLife = 30 * time.Second
 
 // linger is how long admitted requests' records wait to be sent together:
 // a request that settles meanwhile needs none (Settled), its settlement
@@ -86,10 +99,20 @@ type lease struct {
 	seq     int64
 	admits  int64 // holds admitted this interval (from the lease or not)
 	rate    int64 // holds admitted in the last full interval
-	maxHold int64
-	idle    int       // full intervals without a request
-	due     bool      // a renewal was asked for
-	retryAt time.Time // no new lease before this (refused recently)
+	reqs    int64 // requests this interval (from the lease or not)
+	reqRate int64 // requests in the last full interval
+	// Request slots: [next, hi) are free, or hi is -1 (no rate limit).
+	// None is used while a renewal is in flight (renewing): the renewal
+	// may remove the free ones' placeholders.
+	next, hi   int64
+	slotTarget int64
+	rates      int // the rate logs the slots are in (store.RateAccount, RateKey)
+	slotStop   time.Time
+	renewing   bool
+	maxHold    int64
+	idle       int       // full intervals without a request
+	due        bool      // a renewal was asked for
+	retryAt    time.Time // no new lease before this (refused recently)
 }
 
 // Manager admits from leases and keeps them.
@@ -126,6 +149,9 @@ func New(st Store, next Admitter, o Options) *Manager {
 	if o.MinHolds < 1 {
 		o.MinHolds = DefaultMinHolds
 	}
+	if o.MinSlots < 1 {
+		o.MinSlots = DefaultMinSlots
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -148,9 +174,16 @@ func signal(c chan struct{}) {
 }
 
 // eligible reports whether a key's limits allow a lease: none counted per
-// request (rate, tokens per minute, concurrency).
+// request in Redis (tokens per minute, concurrency). A rate limit is
+// sliced into the lease's request slots.
 func eligible(l account.Limits) bool {
-	return l.RPM == 0 && l.TPM == 0 && l.Concurrency == 0
+	return l.TPM == 0 && l.Concurrency == 0
+}
+
+// slotFree reports whether a request may be admitted from l's slots:
+// always without a rate limit. l.mu is held.
+func (l *lease) slotFree(now time.Time) bool {
+	return l.hi < 0 || !l.renewing && l.next < l.hi && now.Before(l.slotStop)
 }
 
 // Admit admits a from its account and key's lease when its hold fits in
@@ -171,20 +204,25 @@ func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Deci
 	now := m.o.Now()
 	l.mu.Lock()
 	l.admits += a.Hold
+	l.reqs++
 	l.maxHold = max(l.maxHold, a.Hold)
 	l.seen = a.KeyLimits
-	if l.id != "" && m.healthy.Load() && now.Before(l.stop) && l.limits == a.KeyLimits && a.Hold <= l.free {
+	if l.id != "" && m.healthy.Load() && now.Before(l.stop) && l.limits == a.KeyLimits && a.Hold <= l.free && l.slotFree(now) {
 		l.free -= a.Hold
 		l.seq++
 		ref := account.LeaseRef{ID: l.id, Seq: l.seq, Hold: a.Hold}
-		kc := l.kc
-		low := !l.due && l.free < l.target/2
+		rec := store.LeasedRequest{Lease: ref, KeyCounted: l.kc, At: now, Admission: *a}
+		if l.hi >= 0 {
+			rec.Slot, rec.Rates = l.next, l.rates
+			l.next++
+		}
+		low := !l.due && (l.free < l.target/2 || l.hi >= 0 && l.hi-l.next < l.slotTarget/2)
 		if low {
 			l.due = true
 		}
 		l.mu.Unlock()
 		m.qmu.Lock()
-		m.queue = append(m.queue, store.LeasedRequest{Lease: ref, KeyCounted: kc, Admission: *a})
+		m.queue = append(m.queue, rec)
 		first := len(m.queue) == 1
 		m.qmu.Unlock()
 		if first {
@@ -210,11 +248,13 @@ func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Deci
 
 // Settled drops the hold record of a leased request whose settlement is
 // queued, if it was not sent yet: the settlement settles it from the lease.
+// A request that used a slot keeps its record: it replaces the slot's
+// placeholder by the request (settlement does not touch the rate logs).
 func (m *Manager) Settled(ref account.LeaseRef) {
 	m.qmu.Lock()
 	defer m.qmu.Unlock()
 	for i, r := range m.queue {
-		if r.Lease == ref {
+		if r.Lease == ref && r.Slot == 0 {
 			m.queue = append(m.queue[:i], m.queue[i+1:]...)
 			return
 		}
@@ -258,6 +298,7 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 				l.idle = 0
 			}
 			l.rate, l.admits = l.admits, 0
+			l.reqRate, l.reqs = l.reqs, 0
 		}
 		if !full && !l.due || l.id == "" && !l.due {
 			l.mu.Unlock()
@@ -282,9 +323,12 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 			l.id = m.prefix + "." + l.key + "." + strconv.Itoa(l.gen)
 			l.limits = l.seen
 			l.kc = l.limits.DailyNanoUSD > 0 || l.limits.MonthlyNanoUSD > 0 || l.limits.TotalNanoUSD > 0
+			l.next, l.hi = 1, 0
 		}
+		l.renewing = true
 		calls = append(calls, store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
-			Free: l.free, Want: want, Min: m.o.MinHolds * l.maxHold, Share: m.o.Share, KeyLimits: l.limits})
+			Free: l.free, Want: want, Min: m.o.MinHolds * l.maxHold, Share: m.o.Share, KeyLimits: l.limits,
+			Cursor: l.next, WantSlots: max(2*max(l.reqRate, l.reqs), m.o.MinSlots), MinSlots: m.o.MinSlots})
 		ls = append(ls, l)
 		l.mu.Unlock()
 	}
@@ -301,13 +345,23 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 	for i, r := range res {
 		l := ls[i]
 		l.mu.Lock()
+		l.renewing = false
 		if r.Err != nil {
 			ok = false
-			// The lease stays as it was; its local expiry bounds it.
+			// The lease stays as it was; its local expiry bounds it. Its
+			// free slots may be gone: none until a renewal says.
+			if l.hi >= 0 {
+				l.hi = l.next
+			}
 			l.mu.Unlock()
 			continue
 		}
 		l.free += r.Delta
+		l.hi, l.rates = r.Hi, r.Rates
+		if r.Hi >= 0 {
+			l.slotTarget = r.Hi - l.next
+			l.slotStop = started.Add(min(lease-holds.LeaseMargin(lease), slotLife))
+		}
 		target := calls[i].Free + r.Delta
 		if target <= 0 || l.free <= 0 && r.Reason != store.LeaseHeld {
 			// Returned (or never taken): admitted by the script until a
@@ -394,7 +448,7 @@ func (m *Manager) Close(ctx context.Context) {
 		l.mu.Lock()
 		if l.id != "" {
 			calls = append(calls, store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
-				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits})
+				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits, Cursor: l.next})
 			l.id, l.free, l.stop = "", 0, time.Time{}
 		}
 		l.mu.Unlock()

@@ -2,6 +2,10 @@ package leases
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,5 +161,164 @@ func TestLeaseFollowsLoad(t *testing.T) {
 	r.m.flush(r.ctx)
 	if u := r.report(acct); u.Leased != 0 {
 		t.Fatalf("leased %d after two idle intervals", u.Leased)
+	}
+}
+
+// rateLog returns the members of an account's rate log, and how many are
+// lease slots' placeholders.
+func (r *rig) rateLog(rdb *redis.Client, acct string) (members []string, placeholders int) {
+	r.t.Helper()
+	members, err := rdb.ZRange(r.ctx, "gw:{acct:"+acct+"}:rl", 0, -1).Result()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, m := range members {
+		if strings.HasPrefix(m, "L:") {
+			placeholders++
+		}
+	}
+	return members, placeholders
+}
+
+// An account with a request-rate limit is admitted from its lease, one
+// request slot each; a request beyond the slots goes to the store's
+// script; each record leaves its request, not a placeholder, in the log.
+func TestAdmitFromLeaseWithRateLimit(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	c := testclock.New(time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC))
+	st := store.New(rdb, store.Options{Now: c.Now, HoldTTL: time.Minute})
+	r := &rig{t: t, ctx: context.Background(), st: st, clock: c, m: New(st, st, Options{Interval: time.Second, Now: c.Now})}
+	a, err := st.CreateAccount(r.ctx, "t", 1000*usd, account.Limits{RPM: 60, WindowMinutes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hold = 10_000_000
+	r.admit(a.ID, hold) // by the script; asks for a lease
+	r.m.Renew(r.ctx, false)
+	// Slots: twice the one request seen, at least DefaultMinSlots: 2.
+	if _, ph := r.rateLog(rdb, a.ID); ph != 2 {
+		t.Fatalf("%d placeholders, want 2 slots", ph)
+	}
+	var sts []account.Settlement
+	for i := range 2 {
+		d := r.admit(a.ID, hold)
+		if d.Lease.ID == "" {
+			t.Fatalf("request %d: %+v, want admitted from the lease", i, d)
+		}
+		sts = append(sts, account.Settlement{RequestID: "req" + string(rune('a'+r.n)), AccountID: a.ID, KeyID: "key_1",
+			Priced: "m", Status: 200, Cost: 1000, Lease: d.Lease})
+	}
+	// No slot left: the script admits it, and counts the placeholders.
+	if d := r.admit(a.ID, hold); d.Lease.ID != "" {
+		t.Fatalf("admitted from the lease beyond its slots: %+v", d)
+	}
+	if r.m.Local.Load() != 2 || r.m.Fallback.Load() != 2 {
+		t.Fatalf("local %d, fallback %d", r.m.Local.Load(), r.m.Fallback.Load())
+	}
+	// One settles before its record is sent: the record still goes, for
+	// its slot.
+	r.m.Settled(sts[0].Lease)
+	for _, res := range r.st.SettleBatch(r.ctx, sts[:1]) {
+		if !res.Applied || res.Err != nil {
+			t.Fatalf("settle %+v", res)
+		}
+	}
+	r.m.flush(r.ctx)
+	members, ph := r.rateLog(rdb, a.ID)
+	if len(members) != 4 || ph != 0 {
+		t.Fatalf("rate log %v, want the four requests and no placeholder", members)
+	}
+	if n, held, _ := r.st.OpenHolds(r.ctx, a.ID); n != 3 || held != 3*hold {
+		t.Fatalf("%d holds of %d, want the script's two and one recorded", n, held)
+	}
+	r.m.Close(r.ctx)
+	if members, _ := r.rateLog(rdb, a.ID); len(members) != 4 {
+		t.Fatalf("rate log %v after Close", members)
+	}
+	if u := r.report(a.ID); u.Leased != 0 {
+		t.Fatalf("leased %d after Close", u.Leased)
+	}
+}
+
+// Two sidecars' managers (renewing and recording on their own loops) and
+// the store's script race for one account's rate limit: no more requests
+// are admitted than the limit, and the log holds exactly the admissions
+// once the leases are returned.
+func TestRateLimitRaceTwoSidecars(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	c := testclock.New(time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC))
+	st := store.New(rdb, store.Options{Now: c.Now, HoldTTL: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const limit = 120
+	a, err := st.CreateAccount(ctx, "t", 1000*usd, account.Limits{RPM: limit, WindowMinutes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var admitted atomic.Int64
+	var ms []*Manager
+	for i := range 2 {
+		m := New(st, st, Options{Interval: 2 * time.Millisecond, Now: c.Now})
+		ms = append(ms, m)
+		// A lease with slots before the race, as if busy: the first
+		// request of each is admitted from it.
+		for j := range 2 {
+			d, err := m.Admit(ctx, &account.Admission{RequestID: fmt.Sprintf("warm%d.%d", i, j), AccountID: a.ID, KeyID: "key_1", Priced: "m", Hold: 1000})
+			if err != nil || d.Outcome != account.Admitted || (j == 1) != (d.Lease.ID != "") {
+				t.Fatalf("warm-up %d.%d: %+v %v", i, j, d, err)
+			}
+			admitted.Add(1)
+			if j == 0 {
+				m.leases[leaseKey{a.ID, "key_1"}].reqs = 50
+				m.Renew(ctx, false)
+			}
+		}
+	}
+	var loops sync.WaitGroup
+	for _, m := range ms {
+		loops.Go(func() { m.Run(ctx) })
+	}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 100 {
+				adm := &account.Admission{RequestID: fmt.Sprintf("w%d.%d", w, i), AccountID: a.ID, KeyID: "key_1", Priced: "m", Hold: 1000}
+				var d account.Decision
+				var err error
+				if w < 6 {
+					d, err = ms[w%2].Admit(ctx, adm)
+				} else {
+					d, err = st.Admit(ctx, adm)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Outcome == account.Admitted {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	loops.Wait()
+	for _, m := range ms {
+		m.Close(context.Background())
+	}
+	members, ph := (&rig{t: t, ctx: context.Background()}).rateLog(rdb, a.ID)
+	n := admitted.Load()
+	t.Logf("%d admitted (%d and %d from leases)", n, ms[0].Local.Load(), ms[1].Local.Load())
+	if n > limit || int64(len(members)) != n || ph != 0 {
+		t.Fatalf("%d admitted, %d in the log (%d placeholders): want at most %d, each logged once, no placeholder", n, len(members), ph, limit)
+	}
+	// What leasing costs is early refusals: at most the slots the two
+	// leases held at the end, each at most limit / share.
+	if n < limit-2*limit/DefaultShare {
+		t.Fatalf("%d admitted, want at least %d", n, limit-2*limit/DefaultShare)
 	}
 }

@@ -19,6 +19,11 @@ import (
 // account's held sum; a settlement that arrives first settles it from the
 // lease (lua/settle.lua). The sweeper returns the amount of a lease whose
 // sidecar stopped renewing it (SweepHolds).
+//
+// Where the account or key has a request-rate limit, a lease also holds
+// request slots: placeholders in the rate logs admit.lua counts, each
+// replaced by the id of the request that used it when its record lands,
+// so that no window holds more admissions than admit.lua allows.
 
 // LeaseBitsTTL is how long a lease's bitmap of recorded requests is kept
 // after its last use: as long as a swept record, so that a spooled
@@ -49,24 +54,39 @@ type LeaseCall struct {
 	Free, Want, Min, Share int64
 	// KeyLimits are the key's limits as the sidecar knows them.
 	KeyLimits account.Limits
+	// Cursor is the sidecar's next slot number (from 1): every slot below
+	// it is used, and none at or above it is used until the call returns.
+	// WantSlots is how many free slots it would like, MinSlots the fewest
+	// worth a lease where a rate limit applies.
+	Cursor, WantSlots, MinSlots int64
 }
 
 // Lease reasons (LeaseResult.Reason).
 const (
 	LeaseHeld       = 0
-	LeaseNotAllowed = 1 // the account or key has a per-request limit, is suspended or revoked
+	LeaseNotAllowed = 1 // the account or key has a tokens or concurrency limit, is suspended or revoked
 	LeaseTooSmall   = 2 // the room left is too small to slice
 	LeaseNoAccount  = 3
 	LeaseGone       = 4 // swept: take a new lease under another id
 )
 
 // LeaseResult is one lease call's answer: Delta is the change of the free
-// amount (the caller adds it to its own free amount).
+// amount (the caller adds it to its own free amount); the caller may use
+// slots [Cursor, Hi), or any number when Hi is -1 (no rate limit applies).
+// Rates says which rate logs hold the slots: RateAccount, RateKey.
 type LeaseResult struct {
 	Delta  int64
 	Reason int
+	Hi     int64
+	Rates  int
 	Err    error
 }
+
+// The rate logs a lease's slots are in (LeaseResult.Rates).
+const (
+	RateAccount = 1
+	RateKey     = 2
+)
 
 // Leases runs lease calls in one pipelined round trip (one script call per
 // lease), each lease renewed to expire one HoldLease from now; the
@@ -100,14 +120,14 @@ func (s *Store) Leases(ctx context.Context, calls []LeaseCall) []LeaseResult {
 			cmd = leaseScript.Run(ctx, s.rdb, keys[i], args[i]...)
 		}
 		v, err := cmd.Int64Slice()
-		if err == nil && len(v) != 2 {
+		if err == nil && len(v) != 4 {
 			err = fmt.Errorf("unexpected reply %v", v)
 		}
 		if err != nil {
 			res[i].Err = fmt.Errorf("store: lease %s of %s: %w", calls[i].LeaseID, calls[i].AccountID, err)
 			continue
 		}
-		res[i] = LeaseResult{Delta: v[0], Reason: int(v[1])}
+		res[i] = LeaseResult{Delta: v[0], Reason: int(v[1]), Hi: v[2], Rates: int(v[3])}
 	}
 	return res
 }
@@ -122,11 +142,13 @@ func (s *Store) leaseCall(c LeaseCall, now, expiry time.Time, free int64) ([]str
 		acctKey(id, "day:"+dayStamp(now)),
 		acctKey(id, "mon:"+monthStamp(now)),
 		acctKey(id, "key:"+c.KeyID),
+		acctKey(id, "rl"),
+		acctKey(id, "krl:"+c.KeyID),
 	}
 	kl := c.KeyLimits
 	args := []any{now.UnixMilli(), expiry.UnixMilli(), c.LeaseID, c.KeyID, free, c.Want, c.Min, max(c.Share, 1),
 		kl.RPM, kl.TPM, kl.Concurrency, kl.DailyNanoUSD, kl.MonthlyNanoUSD, kl.TotalNanoUSD,
-		dayStamp(now), monthStamp(now)}
+		dayStamp(now), monthStamp(now), kl.WindowMinutes, max(c.Cursor, 1), c.WantSlots, c.MinSlots}
 	return keys, args
 }
 
@@ -144,7 +166,7 @@ func (s *Store) sweepLease(ctx context.Context, accountID, leaseID, keyID string
 	if err != nil {
 		return 0, fmt.Errorf("sweep lease %s: %w", leaseID, err)
 	}
-	if len(v) != 2 {
+	if len(v) != 4 {
 		return 0, fmt.Errorf("sweep lease %s: unexpected reply %v", leaseID, v)
 	}
 	return v[0], nil
@@ -157,7 +179,13 @@ type LeasedRequest struct {
 	// KeyCounted: the lease counts against the key's spend budgets, and so
 	// does the hold (the key's held and in-flight counts).
 	KeyCounted bool
-	Admission  account.Admission
+	// Slot is the lease's request slot the request used (0: none, the
+	// lease has no rate limit), Rates the rate logs the slot is in
+	// (LeaseResult.Rates), At the admission time its id is scored at.
+	Slot      int64
+	Rates     int
+	At        time.Time
+	Admission account.Admission
 }
 
 // RecordLeased records the holds of requests admitted from leases, each at
@@ -191,8 +219,10 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 			}
 			c = &call{
 				keys: []string{acctKey(a.AccountID, "acct"), acctKey(a.AccountID, "holds"), acctKey(a.AccountID, "leases"),
-					acctKey(a.AccountID, "lbits:"+r.Lease.ID), acctKey(a.AccountID, "ks:"+keyID)},
-				args: []any{r.Lease.ID, expiry.UnixMilli(), int64(LeaseBitsTTL / time.Second), boolString(r.KeyCounted)},
+					acctKey(a.AccountID, "lbits:"+r.Lease.ID), acctKey(a.AccountID, "ks:"+keyID),
+					acctKey(a.AccountID, "rl"), acctKey(a.AccountID, "krl:"+keyID)},
+				args: []any{r.Lease.ID, expiry.UnixMilli(), int64(LeaseBitsTTL / time.Second), boolString(r.KeyCounted),
+					r.Rates, a.KeyLimits.WindowMinutes},
 			}
 			byLease[r.Lease.ID] = c
 			order = append(order, c)
@@ -218,7 +248,11 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 		} else {
 			record += rest
 		}
-		c.args = append(c.args, a.RequestID, r.Lease.Seq, r.Lease.Hold, record)
+		at := r.At
+		if at.IsZero() {
+			at = started
+		}
+		c.args = append(c.args, a.RequestID, r.Lease.Seq, r.Lease.Hold, record, max(r.Slot, 0), at.UnixMilli())
 	}
 	pipe := s.rdb.Pipeline()
 	for _, c := range order {

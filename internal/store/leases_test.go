@@ -1,7 +1,12 @@
 package store
 
 import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
 )
@@ -85,9 +90,14 @@ func testLeaseRefused(t *testing.T, e *env) {
 	if r := e.lease(LeaseCall{AccountID: small, LeaseID: "l.1", Want: 10 * usd, Min: 2 * usd}); r.Reason != LeaseTooSmall || r.Delta != 0 {
 		t.Fatalf("near the end: %+v", r)
 	}
+	tpm := e.account(100*usd, account.Limits{TPM: 1000})
+	if r := e.lease(LeaseCall{AccountID: tpm, LeaseID: "l.1", Want: usd, Min: 1}); r.Reason != LeaseNotAllowed {
+		t.Fatalf("account with tpm: %+v", r)
+	}
+	// A rate-limited account's lease needs slots: none asked for, none held.
 	rpm := e.account(100*usd, account.Limits{RPM: 10, WindowMinutes: 1})
-	if r := e.lease(LeaseCall{AccountID: rpm, LeaseID: "l.1", Want: usd, Min: 1}); r.Reason != LeaseNotAllowed {
-		t.Fatalf("account with rpm: %+v", r)
+	if r := e.lease(LeaseCall{AccountID: rpm, LeaseID: "l.1", Want: usd, Min: 1}); r.Reason != LeaseTooSmall || r.Delta != 0 {
+		t.Fatalf("account with rpm, no slots wanted: %+v", r)
 	}
 	plain := e.account(100*usd, account.Limits{})
 	if r := e.lease(LeaseCall{AccountID: plain, LeaseID: "l.1", Want: usd, Min: 1, KeyLimits: account.Limits{TPM: 1000}}); r.Reason != LeaseNotAllowed {
@@ -211,5 +221,233 @@ func testLeaseKeyBudget(t *testing.T, e *env) {
 	// key_x's record counts as held.
 	if ks := e.keyState(acct, "key_x"); ks.Held != 2*usd || ks.InFlight != 2 {
 		t.Fatalf("key state %+v", ks)
+	}
+}
+
+// rateLog returns an account's or key's rate log: member -> score (unix ms).
+func (e *env) rateLog(acct, name string) map[string]int64 {
+	e.t.Helper()
+	zs, err := e.rdb.ZRangeWithScores(e.ctx, acctKey(acct, name), 0, -1).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := make(map[string]int64, len(zs))
+	for _, z := range zs {
+		out[z.Member.(string)] = int64(z.Score)
+	}
+	return out
+}
+
+// placeholders counts the members of log that are lease slots.
+func placeholders(log map[string]int64) int {
+	n := 0
+	for m := range log {
+		if strings.HasPrefix(m, "L:") {
+			n++
+		}
+	}
+	return n
+}
+
+// recordSlot records a request admitted from a lease's slot at its
+// admission time at.
+func (e *env) recordSlot(acct, lease string, seq, slot int64, rates int, req string, at time.Time, kl account.Limits) {
+	e.t.Helper()
+	err := e.s.RecordLeased(e.ctx, []LeasedRequest{{
+		Lease: account.LeaseRef{ID: lease, Seq: seq, Hold: 1}, Slot: slot, Rates: rates, At: at,
+		Admission: account.Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: 1, KeyLimits: kl},
+	}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// A lease on a rate-limited account escrows request slots: placeholders in
+// the rate log that admit.lua counts as admissions; a record replaces one
+// by its request, scored at its admission; a renewal rescores the free
+// ones and resizes them to their share of the room; returning removes them.
+func testLeaseRateSlots(t *testing.T, e *env) {
+	acct := e.account(100*usd, account.Limits{RPM: 80, WindowMinutes: 1})
+	const lid = "sc1.key_x.1"
+	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 2})
+	if r.Reason != LeaseHeld || r.Delta != usd || r.Hi != 11 || r.Rates != RateAccount {
+		t.Fatalf("lease %+v, want 1 USD and slots [1, 11) (80 / share 8) in the account's log", r)
+	}
+	log := e.rateLog(acct, "rl")
+	if len(log) != 10 || placeholders(log) != 10 || log["L:"+lid+":1"] != e.clock.Now().UnixMilli() {
+		t.Fatalf("rate log %v, want 10 placeholders scored now", log)
+	}
+	// admit.lua counts them: 70 more, not 71.
+	for i := range 70 {
+		e.mustAdmit(acct, fmt.Sprintf("a%d", i), 1)
+	}
+	if d := e.admit(acct, "a70", 1); d.Outcome != account.RateLimited {
+		t.Fatalf("the 81st request in the window: %s, want rate limited", d.Outcome)
+	}
+	// Slot 1 used at t0+1s, recorded (twice: a retry) at t0+2s.
+	at := e.clock.Now().Add(time.Second)
+	e.clock.Advance(2 * time.Second)
+	e.recordSlot(acct, lid, 1, 1, RateAccount, "leased1", at, account.Limits{})
+	e.recordSlot(acct, lid, 1, 1, RateAccount, "leased1", at, account.Limits{})
+	log = e.rateLog(acct, "rl")
+	if len(log) != 80 || placeholders(log) != 9 || log["leased1"] != at.UnixMilli() {
+		t.Fatalf("after the record: %d members, %d placeholders, leased1 at %d (want 80, 9, %d)",
+			len(log), placeholders(log), log["leased1"], at.UnixMilli())
+	}
+	// The renewal: slots 2..10 free, room 80 - 71 = 9 → one slot, [2, 3),
+	// scored now.
+	r = e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: usd, Min: 1, Cursor: 2, WantSlots: 100, MinSlots: 1})
+	if r.Reason != LeaseHeld || r.Hi != 3 {
+		t.Fatalf("renewal %+v, want slots [2, 3)", r)
+	}
+	log = e.rateLog(acct, "rl")
+	if len(log) != 72 || placeholders(log) != 1 || log["L:"+lid+":2"] != e.clock.Now().UnixMilli() {
+		t.Fatalf("after the renewal: %v", log)
+	}
+	// Too few slots to be worth a lease: returned whole.
+	r = e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: usd, Min: 1, Cursor: 2, WantSlots: 100, MinSlots: 2})
+	if r.Reason != LeaseTooSmall || r.Delta != -usd {
+		t.Fatalf("renewal below the least slots: %+v, want the lease returned", r)
+	}
+	if log := e.rateLog(acct, "rl"); len(log) != 71 || placeholders(log) != 0 {
+		t.Fatalf("after the return: %d members, %d placeholders, want 71 and none", len(log), placeholders(log))
+	}
+	if sum, m := e.leased(acct); sum != 0 || len(m) != 0 {
+		t.Fatalf("leased %d %v after the return", sum, m)
+	}
+	// What admit.lua allows is what is left: 9.
+	for i := range 9 {
+		e.mustAdmit(acct, fmt.Sprintf("b%d", i), 1)
+	}
+	if d := e.admit(acct, "b9", 1); d.Outcome != account.RateLimited {
+		t.Fatalf("the 81st request in the window: %s", d.Outcome)
+	}
+}
+
+// A key's rate limit slices its own log the same way, beside the account's.
+func testLeaseKeyRateSlots(t *testing.T, e *env) {
+	acct := e.account(100*usd, account.Limits{RPM: 800, WindowMinutes: 1})
+	kl := account.Limits{RPM: 16, WindowMinutes: 1}
+	const lid = "sc1.key_x.1"
+	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 1, KeyLimits: kl})
+	if r.Reason != LeaseHeld || r.Hi != 3 || r.Rates != RateAccount|RateKey {
+		t.Fatalf("lease %+v, want slots [1, 3) (the key's 16 / 8) in both logs", r)
+	}
+	if a, k := e.rateLog(acct, "rl"), e.rateLog(acct, "krl:key_x"); placeholders(a) != 2 || placeholders(k) != 2 {
+		t.Fatalf("placeholders: account %v, key %v", a, k)
+	}
+	for i := range 14 {
+		wantAdmitted(t, e.admitKey(acct, "key_x", fmt.Sprintf("k%d", i), 1, 0, kl))
+	}
+	if d := e.admitKey(acct, "key_x", "k14", 1, 0, kl); d.Outcome != account.RateLimited || d.Level != account.KeyLevel {
+		t.Fatalf("the key's 17th request: %+v", d)
+	}
+	e.recordSlot(acct, lid, 1, 1, RateAccount|RateKey, "leased1", e.clock.Now(), kl)
+	a, k := e.rateLog(acct, "rl"), e.rateLog(acct, "krl:key_x")
+	if placeholders(a) != 1 || placeholders(k) != 1 || len(k) != 16 || len(a) != 16 {
+		t.Fatalf("after the record: account %d members (%d placeholders), key %d (%d)", len(a), placeholders(a), len(k), placeholders(k))
+	}
+	// The key's rate limit removed: the lease's kind changed, it is returned
+	// and its free slot leaves both logs.
+	r = e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: usd, Min: 1, Cursor: 2, WantSlots: 100, MinSlots: 1})
+	if r.Reason != LeaseNotAllowed || r.Delta != -usd {
+		t.Fatalf("renewal under other limits: %+v", r)
+	}
+	if a, k := e.rateLog(acct, "rl"), e.rateLog(acct, "krl:key_x"); placeholders(a) != 0 || placeholders(k) != 0 {
+		t.Fatalf("placeholders left: account %v, key %v", a, k)
+	}
+}
+
+// A dead sidecar's lease is swept with its placeholders, free or used
+// since its last renewal; a record that lands after still counts its
+// request.
+func testLeaseRateSweep(t *testing.T, e *env) {
+	acct := e.account(100*usd, account.Limits{RPM: 8, WindowMinutes: 60})
+	const lid = "sc1.key_x.1"
+	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 1})
+	if r.Hi != 61 {
+		t.Fatalf("lease %+v, want slots [1, 61) (480 / 8)", r)
+	}
+	e.recordSlot(acct, lid, 1, 1, RateAccount, "r1", e.clock.Now(), account.Limits{})
+	// Slot 2 used, its record lost with the sidecar.
+	e.clock.Advance(holdTTL + 1)
+	if placeholders(e.rateLog(acct, "rl")) != 59 {
+		t.Fatal("placeholders aged out within the window")
+	}
+	res := e.sweep(acct)
+	if len(res.LeasesReturned) != 1 {
+		t.Fatalf("sweep %+v", res)
+	}
+	if log := e.rateLog(acct, "rl"); len(log) != 1 || log["r1"] == 0 {
+		t.Fatalf("after the sweep: %v, want r1 alone", log)
+	}
+	e.recordSlot(acct, lid, 2, 2, RateAccount, "r2", start, account.Limits{})
+	if log := e.rateLog(acct, "rl"); len(log) != 2 || log["r2"] != start.UnixMilli() {
+		t.Fatalf("after a late record: %v", log)
+	}
+}
+
+// Leases of two sidecars and admit.lua racing for one rate limit: the log
+// never holds more than the limit, and once every record has landed and
+// every lease is returned it holds exactly the admissions.
+func testLeaseRateRace(t *testing.T, e *env) {
+	const limit = 100
+	acct := e.account(100*usd, account.Limits{RPM: limit, WindowMinutes: 1})
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for sc := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lid := fmt.Sprintf("sc%d.key_x.1", sc)
+			var cursor, hi int64 = 1, 1
+			var free int64
+			for round := range 20 {
+				r := e.s.Leases(e.ctx, []LeaseCall{{AccountID: acct, KeyID: "key_x", LeaseID: lid, Free: free, Want: usd, Min: 1,
+					Share: 8, Cursor: cursor, WantSlots: 10, MinSlots: 1}})[0]
+				if r.Err != nil {
+					t.Error(r.Err)
+					return
+				}
+				free += r.Delta
+				hi = max(r.Hi, cursor)
+				var recs []LeasedRequest
+				for ; cursor < hi && round%2 == 0; cursor++ {
+					recs = append(recs, LeasedRequest{Lease: account.LeaseRef{ID: lid, Seq: cursor, Hold: 1}, Slot: cursor, Rates: RateAccount,
+						Admission: account.Admission{RequestID: fmt.Sprintf("%s.%d", lid, cursor), AccountID: acct, KeyID: "key_x", Priced: "m", Hold: 1}})
+					free--
+					admitted.Add(1)
+				}
+				if err := e.s.RecordLeased(e.ctx, recs); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			e.s.Leases(e.ctx, []LeaseCall{{AccountID: acct, KeyID: "key_x", LeaseID: lid, Free: free, Want: 0, Min: 1, Share: 8, Cursor: cursor}})
+		}()
+	}
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100 {
+				d, err := e.s.Admit(e.ctx, &account.Admission{RequestID: fmt.Sprintf("w%d.%d", w, i), AccountID: acct, KeyID: "key_x", Priced: "m", Hold: 1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Outcome == account.Admitted {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	log := e.rateLog(acct, "rl")
+	if n := admitted.Load(); n > limit || int64(len(log)) != n || placeholders(log) != 0 {
+		t.Fatalf("%d admitted, %d in the log (%d placeholders): want at most %d, all logged, no placeholder", n, len(log), placeholders(log), limit)
+	}
+	if admitted.Load() < limit-2*10 {
+		t.Fatalf("%d admitted: the leases left more than their slots unused", admitted.Load())
 	}
 }

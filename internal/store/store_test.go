@@ -106,6 +106,10 @@ var suite = []struct {
 	{"LeaseRecordAndSettle", testLeaseRecordAndSettle},
 	{"LeaseSweep", testLeaseSweep},
 	{"LeaseKeyBudget", testLeaseKeyBudget},
+	{"LeaseRateSlots", testLeaseRateSlots},
+	{"LeaseKeyRateSlots", testLeaseKeyRateSlots},
+	{"LeaseRateSweep", testLeaseRateSweep},
+	{"LeaseRateRace", testLeaseRateRace},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {

@@ -1,25 +1,36 @@
 -- lease.lua: take, resize, return or sweep one escrow lease: a slice of an
--- account's spendable money that one sidecar admits requests against in
--- memory (docs/billing.md, Leases).
+-- account's spendable money, and of its request rate, that one sidecar
+-- admits requests against in memory (docs/billing.md, Leases).
 --
 -- A lease is one field of the account's leases hash:
---   "<amount> <expiry> <kc> <key id>"
+--   "<amount> <expiry> <kc> <key id> <rl> <lo> <hi>"
 -- amount: the escrow still in the lease, nano-USD: the sidecar's free
 -- amount plus the holds it admitted whose record (record.lua) has not
 -- landed yet; expiry: unix ms, renewed by the sidecar, after which the
 -- sweeper returns the amount; kc: "1" when the lease counts against the
 -- key's spend budgets (the key has one), else "0".
+-- rl, lo, hi: the lease's request slots (absent in leases written before
+-- slots: rl 0). rl says which rate logs hold its placeholders: 1 the
+-- account's (KEYS[7]), 2 the key's (KEYS[8]), 3 both, 0 none (no rpm
+-- limit: the lease admits at any rate). Slot n is the member "L:<lease
+-- id>:<n>" of each such log: a placeholder, counted by admit.lua like an
+-- admitted request. Slots below lo were used before the last renewal (their
+-- placeholders are replaced by the requests' ids by record.lua, by name);
+-- [lo, hi) were free at the last renewal or used since, all scored at that
+-- renewal.
 -- The account's "leased" field is the sum of its leases' amounts, and the
 -- key state's "leased" the sum of those with kc = 1: admit.lua and this
 -- script count them as held.
 --
 -- KEYS[1]  gw:{acct:ID}:acct              hash: balance, held, leased, daily, monthly,
---                                          rpm, tpm, conc, suspended
+--                                          rpm, window, tpm, conc, suspended
 -- KEYS[2]  gw:{acct:ID}:leases            hash: lease id -> lease (above)
 -- KEYS[3]  gw:{acct:ID}:ks:KEYID          hash: the key's state (admit.lua), leased
 -- KEYS[4]  gw:{acct:ID}:day:YYYYMMDD      string: settled spend of the UTC day
 -- KEYS[5]  gw:{acct:ID}:mon:YYYYMM        string: settled spend of the UTC month
 -- KEYS[6]  gw:{acct:ID}:key:KEYID         hash: the key's metadata (revoked)
+-- KEYS[7]  gw:{acct:ID}:rl                zset: the account's rate log (admit.lua)
+-- KEYS[8]  gw:{acct:ID}:krl:KEYID         zset: the key's rate log (admit.lua)
 --
 -- ARGV[1]  now, unix ms
 -- ARGV[2]  the lease's new expiry, unix ms
@@ -29,24 +40,43 @@
 --          the lease only if it has expired (its sidecar stopped renewing)
 -- ARGV[6]  want: the free amount the sidecar would like; 0 returns the lease
 -- ARGV[7]  min: below this free amount no lease is kept
--- ARGV[8]  share: a lease's free amount is at most room / share
+-- ARGV[8]  share: a lease's free amount is at most room / share, its free
+--          slots at most the rate's room / share
 -- ARGV[9..14]  the key's limits: rpm, tpm, concurrency, daily, monthly,
 --          total (nano-USD); 0: none
 -- ARGV[15] the UTC day, YYYYMMDD; ARGV[16] the UTC month, YYYYMM
+-- ARGV[17] the key's rate window, minutes
+-- ARGV[18] cursor: the sidecar's next slot number; every slot below it is
+--          used, none at or above it is used until this call's reply
+-- ARGV[19] the free slots the sidecar would like
+-- ARGV[20] the least free slots worth a lease (of a rate-limited lease)
 --
 -- room is the least, over the balance and each spend budget set (the
 -- account's daily and monthly, the key's daily, monthly and total), of
 -- limit - spent - held - leased, with this lease's free amount added back.
 -- The new free amount is min(want, floor(room / share)), or 0 when that is
 -- below min, or when the lease may not be held: the account is missing or
--- suspended, the account or key has a request-rate, tokens-per-minute or
--- concurrency limit (counted per request by admit.lua), the key is revoked.
+-- suspended, the account or key has a tokens-per-minute or concurrency
+-- limit (counted per request by admit.lua), the key is revoked, or the
+-- lease's kind changed (its key's budgets or which of the account and key
+-- have a rate limit).
 --
--- Returns {delta, reason}: delta is the change of the free amount (the
+-- Slots: each renewal removes the lease's free placeholders ([cursor, hi))
+-- and adds back min(wanted slots, floor(slot room / share)) scored now,
+-- where slot room is the least, over the rate logs of the account and key
+-- with an rpm limit, of rpm * window - admissions in the window (placeholders
+-- of every lease included): so the log never holds more than admit.lua
+-- admits, and a free slot never ages out of the window while it may be used.
+-- Fewer than ARGV[20] returns the whole lease (reason 2). Returning removes
+-- the free placeholders; the sweep removes [lo, hi).
+--
+-- Returns {delta, reason, hi, rl}: delta is the change of the free amount (the
 -- sidecar adds it to its own); reason 0 held, 1 not allowed a lease, 2 too
 -- small, 3 no such account, 4 the lease is gone (swept: the sidecar must
--- drop its free amount and take a new lease under another id). In sweep
--- mode, {returned amount, 0}.
+-- drop its free amount and take a new lease under another id); hi: the
+-- sidecar may use slots [cursor, hi), or -1: no rate limit, no slots needed;
+-- rl: the rate logs the slots are in (above). In sweep mode, {returned
+-- amount, 0, -1, 0}.
 
 local function int(n)
   return string.format('%d', n)
@@ -59,12 +89,44 @@ local free = tonumber(ARGV[5])
 local want, min, share = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local krpm, ktpm, kconc = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local kdaily, kmonthly, ktotal = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local kwindow = tonumber(ARGV[17] or '0')
+local cursor = tonumber(ARGV[18] or '0')
+local wantSlots, minSlots = tonumber(ARGV[19] or '0'), tonumber(ARGV[20] or '0')
 
-local amount, exp, kc = 0, 0, '0'
+local amount, exp, kc, rl, lo, hi = 0, 0, '0', 0, cursor, cursor
 local cur = redis.call('HGET', KEYS[2], lid)
 if cur then
-  local a, e, c = string.match(cur, '^(%d+) (%d+) (%d)')
+  local a, e, c, _, r, l, h = string.match(cur, '^(%d+) (%d+) (%d) ?(%S*) ?(%d*) ?(%d*) ?(%d*)')
   amount, exp, kc = tonumber(a), tonumber(e), c
+  if r ~= '' and l ~= '' and h ~= '' then
+    rl, lo, hi = tonumber(r), tonumber(l), tonumber(h)
+  end
+end
+
+-- The rate logs of levels rl (1 the account's, 2 the key's).
+local function logs(levels)
+  local out = {}
+  if levels % 2 == 1 then
+    out[#out + 1] = KEYS[7]
+  end
+  if levels >= 2 then
+    out[#out + 1] = KEYS[8]
+  end
+  return out
+end
+
+-- Remove slots [from, to)'s placeholders from the logs of levels.
+local function unslot(levels, from, to)
+  for _, log in ipairs(logs(levels)) do
+    local batch = {}
+    for n = from, to - 1 do
+      batch[#batch + 1] = 'L:' .. lid .. ':' .. int(n)
+      if #batch == 1000 or n == to - 1 then
+        redis.call('ZREM', log, unpack(batch))
+        batch = {}
+      end
+    end
+  end
 end
 
 -- Change the lease's amount by d (clamped at zero), and the sums with it.
@@ -91,23 +153,42 @@ if free < 0 then
   if cur and exp <= now then
     local a = amount
     move(-amount)
+    -- The placeholders of slots free or used since the last renewal: the
+    -- sidecar is gone, and any request it admitted from them with it.
+    unslot(rl, lo, hi)
     redis.call('HDEL', KEYS[2], lid)
-    return {a, 0}
+    return {a, 0, -1, 0}
   end
-  return {0, 0}
+  return {0, 0, -1, 0}
 end
 if not cur and free > 0 then
-  return {-free, 4}
+  return {-free, 4, -1, 0}
+end
+-- The free slots' placeholders leave; what is kept is added back below,
+-- scored now.
+if cur and hi > cursor then
+  unslot(rl, math.max(cursor, lo), hi)
 end
 
-local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'leased', 'daily', 'monthly', 'rpm', 'tpm', 'conc', 'suspended')
+local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'leased', 'daily', 'monthly', 'rpm', 'tpm', 'conc', 'suspended', 'window')
+local rpm = tonumber(acct[6] or '0')
+local levels = 0
+if rpm > 0 then
+  levels = 1
+end
+if krpm > 0 then
+  levels = levels + 2
+end
+if not cur then
+  rl = levels
+end
 local reason = 0
 local target = 0
 local kbudget = kdaily > 0 or kmonthly > 0 or ktotal > 0
 if not acct[1] then
   reason = 3
-elseif acct[9] == '1' or tonumber(acct[6] or '0') > 0 or tonumber(acct[7] or '0') > 0 or tonumber(acct[8] or '0') > 0
-    or krpm > 0 or ktpm > 0 or kconc > 0 or (cur and (kc == '1') ~= kbudget) then
+elseif acct[9] == '1' or tonumber(acct[7] or '0') > 0 or tonumber(acct[8] or '0') > 0
+    or ktpm > 0 or kconc > 0 or (cur and (kc == '1') ~= kbudget) or rl ~= levels then
   reason = 1
 else
   local revoked = redis.call('HGET', KEYS[6], 'revoked')
@@ -115,6 +196,18 @@ else
     reason = 1
   end
 end
+
+-- The room left in a rate log (admissions and placeholders in the window
+-- counted), as admit.lua counts it.
+local function rateRoom(log, r, w)
+  if w < 1 then
+    w = 1
+  end
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', int(now - w * 60000))
+  return r * w - redis.call('ZCARD', log)
+end
+
+local slots = 0
 if reason == 0 and want > 0 then
   local held = tonumber(acct[2] or '0') + tonumber(acct[3] or '0') - free
   local room = tonumber(acct[1]) - held
@@ -154,20 +247,59 @@ if reason == 0 and want > 0 then
     target = 0
     reason = 2
   end
+  if target > 0 and levels > 0 then
+    local sroom = math.huge
+    if levels % 2 == 1 then
+      sroom = math.min(sroom, rateRoom(KEYS[7], rpm, tonumber(acct[10] or '0')))
+    end
+    if levels >= 2 then
+      sroom = math.min(sroom, rateRoom(KEYS[8], krpm, kwindow))
+    end
+    slots = math.min(wantSlots, math.floor(math.max(sroom, 0) / share))
+    if slots < math.max(minSlots, 1) then
+      slots, target, reason = 0, 0, 2
+    end
+  end
 end
 
 if not cur then
   if target == 0 then
-    return {0, reason}
+    return {0, reason, -1, 0}
   end
   if kbudget then
     kc = '1'
   end
 end
 move(target - free)
+-- The kept free slots, scored now: they stay in the window while usable.
+if slots > 0 then
+  local spans = {math.max(tonumber(acct[10] or '0'), 1), math.max(kwindow, 1)}
+  for i, log in ipairs({KEYS[7], KEYS[8]}) do
+    if (i == 1 and rl % 2 == 1) or (i == 2 and rl >= 2) then
+      local batch = {}
+      for n = cursor, cursor + slots - 1 do
+        batch[#batch + 1] = int(now)
+        batch[#batch + 1] = 'L:' .. lid .. ':' .. int(n)
+        if #batch == 2000 or n == cursor + slots - 1 then
+          redis.call('ZADD', log, unpack(batch))
+          batch = {}
+        end
+      end
+      if redis.call('PTTL', log) < spans[i] * 60000 then
+        redis.call('PEXPIRE', log, int(spans[i] * 60000))
+      end
+    end
+  end
+end
 if amount == 0 then
+  -- Placeholders of used slots left ([lo, cursor)) are replaced by their
+  -- records, by name.
   redis.call('HDEL', KEYS[2], lid)
 else
-  redis.call('HSET', KEYS[2], lid, int(amount) .. ' ' .. int(expiry) .. ' ' .. kc .. ' ' .. keyid)
+  redis.call('HSET', KEYS[2], lid, int(amount) .. ' ' .. int(expiry) .. ' ' .. kc .. ' ' .. keyid
+    .. ' ' .. int(rl) .. ' ' .. int(cursor) .. ' ' .. int(cursor + slots))
 end
-return {target - free, reason}
+if rl == 0 then
+  return {target - free, reason, -1, 0}
+end
+return {target - free, reason, cursor + slots, rl}

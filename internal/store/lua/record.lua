@@ -3,26 +3,38 @@
 -- (hold.lua), renewed, settled and swept as one admit.lua placed, and its
 -- amount moves from the lease to the account's held sum.
 --
--- KEYS[1]  gw:{acct:ID}:acct              hash: held, leased
+-- KEYS[1]  gw:{acct:ID}:acct              hash: held, leased, window
 -- KEYS[2]  gw:{acct:ID}:holds             hash: request id -> hold (hold.lua)
 -- KEYS[3]  gw:{acct:ID}:leases            hash: lease id -> lease (lease.lua)
 -- KEYS[4]  gw:{acct:ID}:lbits:LEASEID     bitmap: bit n set once the lease's n-th
 --                                          request is recorded or settled
 -- KEYS[5]  gw:{acct:ID}:ks:KEYID          hash: the key's state (admit.lua)
+-- KEYS[6]  gw:{acct:ID}:rl                zset: the account's rate log (admit.lua)
+-- KEYS[7]  gw:{acct:ID}:krl:KEYID         zset: the key's rate log (admit.lua)
 --
 -- ARGV[1]  lease id
 -- ARGV[2]  the holds' lease expiry, unix ms
 -- ARGV[3]  the bitmap's lifetime, s
 -- ARGV[4]  "1" when the lease counts against the key's budgets (its holds
 --          count in the key's held and open), else "0"
--- ARGV[5..] per request: request id, its sequence number in the lease, hold
---          (nano-USD), admission record (admit.lua's, "kc" as the lease's)
+-- ARGV[5]  the rate logs the lease's slots are in (lease.lua's rl): 1 the
+--          account's, 2 the key's, 3 both, 0 none
+-- ARGV[6]  the key's rate window, minutes (the account's is read from KEYS[1])
+-- ARGV[7..] per request: request id, its sequence number in the lease, hold
+--          (nano-USD), admission record (admit.lua's, "kc" as the lease's),
+--          its slot number (0: none), its admission time (unix ms)
 --
 -- A request whose bit is set was recorded, or settled by settle.lua before
--- its record came, and is left alone. When the lease is gone (swept after
--- its sidecar could not renew it), the hold is recorded all the same: the
--- request runs and will be charged (docs/billing.md, Leases: the overdraft
--- is at most the swept lease).
+-- its record came, and its hold is left alone. Its slot is not: a request
+-- that used a slot has its placeholder "L:<lease id>:<slot>" replaced in
+-- each rate log of ARGV[5] by its own id scored at its admission time, in
+-- any order with its settlement and as often as the record is retried (by
+-- name: idempotent), so that the log then holds exactly the admission.
+--
+-- When the lease is gone (swept after its sidecar could not renew it), the
+-- hold is recorded all the same: the request runs and will be charged
+-- (docs/billing.md, Leases: the overdraft is at most the swept lease), and
+-- its admission enters the rate logs.
 --
 -- Returns the number of holds recorded.
 
@@ -32,8 +44,26 @@ end
 
 local lid = ARGV[1]
 local expiry = tonumber(ARGV[2])
+local rl = tonumber(ARGV[5])
+local logs = {}
+if rl % 2 == 1 then
+  local w = tonumber(redis.call('HGET', KEYS[1], 'window') or '0')
+  logs[#logs + 1] = {KEYS[6], math.max(w, 1) * 60000}
+end
+if rl >= 2 then
+  logs[#logs + 1] = {KEYS[7], math.max(tonumber(ARGV[6]), 1) * 60000}
+end
+local slotted = false
 local moved, n = 0, 0
-for i = 5, #ARGV, 4 do
+for i = 7, #ARGV, 6 do
+  local slot = tonumber(ARGV[i + 4])
+  if slot > 0 then
+    for _, log in ipairs(logs) do
+      redis.call('ZREM', log[1], 'L:' .. lid .. ':' .. ARGV[i + 4])
+      redis.call('ZADD', log[1], ARGV[i + 5], ARGV[i])
+      slotted = true
+    end
+  end
   local seq = tonumber(ARGV[i + 1])
   if redis.call('GETBIT', KEYS[4], seq) == 0 then
     redis.call('SETBIT', KEYS[4], seq, 1)
@@ -44,6 +74,13 @@ for i = 5, #ARGV, 4 do
   end
 end
 redis.call('EXPIRE', KEYS[4], ARGV[3])
+if slotted then
+  for _, log in ipairs(logs) do
+    if redis.call('PTTL', log[1]) < log[2] then
+      redis.call('PEXPIRE', log[1], int(log[2]))
+    end
+  end
+end
 if n == 0 then
   return 0
 end

@@ -21,7 +21,8 @@
 --
 -- Leases (lease.lua) are swept the same way: an expired one is returned to
 -- the caller, which gives its amount back with lease.lua (that script needs
--- the key's state, which only the caller can name).
+-- the key's state and rate log, which only the caller can name; it also
+-- removes the lease's request-slot placeholders).
 --
 -- Returns {open, next, released, e, lease1, key1, ..., lease_e, key_e, id1,
 -- record1, checkpoint1, id2, ...}: open is the number of holds and leases
@@ -67,7 +68,7 @@ end
 local expired = {}
 local leases = redis.call('HGETALL', KEYS[3])
 for i = 1, #leases, 2 do
-  local e, keyid = string.match(leases[i + 1], '^%d+ (%d+) %d ?(.*)$')
+  local e, keyid = string.match(leases[i + 1], '^%d+ (%d+) %d ?(%S*)')
   e = tonumber(e)
   open = open + 1
   if e and e > now then
