@@ -20,6 +20,13 @@ func TestStoreOnRedis(t *testing.T) {
 	}
 }
 
+// The Redis commands a leased request costs, counted on a real
+// redis-server (a script's inner commands included).
+func TestLeasesOnRedis(t *testing.T) {
+	skipShort(t)
+	runWith(t, "./internal/leases", []string{"TestCommandsPerLeasedRequest"}, redistest.AddrEnv+"="+redistest.Start(t))
+}
+
 // The store's suite on a three-node Redis Cluster.
 func TestStoreOnRedisCluster(t *testing.T) {
 	skipShort(t)
