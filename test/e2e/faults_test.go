@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -205,11 +206,40 @@ func waitNoHolds(t *testing.T, s *launch.Stack, acct string) {
 	})
 }
 
+// spooledSettlements reads the settlements waiting in the sidecar's spool
+// file (CRC, a space, the record's JSON: internal/spool).
+func spooledSettlements(t *testing.T, s *launch.Stack) []account.Settlement {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(s.Config.Store.SpoolDir, "settlements.spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []account.Settlement
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		_, js, _ := strings.Cut(line, " ")
+		var rec struct {
+			AccountID string            `json:"account_id"`
+			Entry     map[string]string `json:"entry"`
+		}
+		if err := json.Unmarshal([]byte(js), &rec); err != nil {
+			t.Fatalf("spool record %q: %v", line, err)
+		}
+		out = append(out, store.SettlementFromLedger(rec.AccountID, rec.Entry))
+	}
+	return out
+}
+
 // Redis stops while streams are in flight on both routes and comes back.
 // New requests are refused in the vendor's format; the streams finish and
 // their settlements wait in the spool; once Redis is back they are replayed,
 // and every request is in the ledger exactly once with the counters and the
 // balance agreeing.
+//
+// With limits.leases on, the sidecar admits from its lease until its first
+// failed call to Redis (docs/billing.md, Bounds): the requests it admits
+// after the stop hold at most the lease it had, each is settled once after
+// Redis returns, and from that failure on new requests are refused as
+// without leases.
 func TestFaultRedisStopsDuringLoad(t *testing.T) {
 	// Redis with persistence, as in production: what was written before the
 	// crash is still there after it.
@@ -253,8 +283,68 @@ func TestFaultRedisStopsDuringLoad(t *testing.T) {
 	ready.Wait()    // every stream is admitted and in flight, the rest answered
 	s.WaitSettled() // and settled: their settlements follow their replies
 
+	leased := s.Config.Limits.LeasesOn()
+	var (
+		before   int              // requests answered before the stop, beyond the load
+		leases   map[string]int64 // the account's leases in Redis at the stop
+		bound    int64            // their sum: what the sidecar may admit without Redis
+		stopped  time.Time        // admissions from here on happened without Redis
+		admitted int              // requests answered 200 without Redis
+		local0   float64          // admissions from a lease before the stop
+	)
+	if leased {
+		// A lease held at the stop: sent until one is admitted from it and
+		// Redis shows it (an idle lease is returned after two intervals).
+		local0 = sidecarMetric(t, s, "gateway_admissions_total", `path="lease"`)
+		eventually.True(t, 10*time.Second, "a lease held before the stop", func() bool {
+			path, h, body := requestFor("alpha", acct.Key, false)
+			if r := postAndRead(client, s.URL+path, h, body, 0, nil); r.err != nil || r.status != 200 {
+				t.Fatalf("request before the stop: %d %v %s", r.status, r.err, r.body)
+			}
+			before++
+			var err error
+			if leases, err = s.Store.Leased(context.Background(), acct.ID); err != nil {
+				t.Fatal(err)
+			}
+			bound = 0
+			for _, v := range leases {
+				bound += v
+			}
+			local := sidecarMetric(t, s, "gateway_admissions_total", `path="lease"`)
+			ok := local > local0 && bound > 0
+			local0 = local
+			return ok
+		})
+		s.WaitSettled()
+	}
+
 	rs.Stop()
+	stopped = time.Now()
 	t.Log("redis stopped with the streams in flight")
+	if leased {
+		// Until the sidecar's first failed call (a record batch or a
+		// renewal, within one lease_interval) it may admit from its lease;
+		// it logs that failure.
+		interval := s.Config.Limits.LeaseRenewInterval()
+		eventually.True(t, 2*interval+10*time.Second, "the sidecar to see Redis gone", func() bool {
+			path, h, body := requestFor("alpha", acct.Key, false)
+			r := postAndRead(client, s.URL+path, h, body, 0, nil)
+			switch {
+			case r.err != nil:
+				t.Fatal(r.err)
+			case r.status == 200:
+				admitted++
+			case r.status != 503:
+				t.Fatalf("without Redis: %d %s", r.status, r.body)
+			}
+			return strings.Contains(s.Sidecar.Log(), "failed; admitting through the store")
+		})
+		if got := sidecarMetric(t, s, "gateway_admissions_total", `path="lease"`) - local0; got != float64(admitted) {
+			t.Fatalf("%d requests admitted without Redis, %v of them from a lease", admitted, got)
+		}
+		t.Logf("without Redis, before the sidecar saw it (%v): %d requests admitted from leases of %d nano-USD",
+			time.Since(stopped).Round(time.Millisecond), admitted, bound)
+	}
 	refusedDuring := 0
 	for _, route := range []string{"alpha", "beta"} {
 		for _, streaming := range []bool{false, true} {
@@ -285,11 +375,35 @@ func TestFaultRedisStopsDuringLoad(t *testing.T) {
 	s.WaitSettled()
 	spooled := sidecarMetric(t, s, "gateway_spooled_total")
 	depth := sidecarMetric(t, s, "gateway_spool_depth")
-	if spooled < 1 || spooled > streams || depth != spooled {
-		t.Fatalf("spooled %v, spool depth %v; want 1..%d, all still waiting", spooled, depth, streams)
+	// (With leases, the requests admitted without Redis settled into it too.)
+	if spooled < 1 || spooled > float64(streams+admitted) || depth != spooled {
+		t.Fatalf("spooled %v, spool depth %v; want 1..%d, all still waiting", spooled, depth, streams+admitted)
 	}
 	if fi, err := os.Stat(filepath.Join(s.Config.Store.SpoolDir, "settlements.spool")); err != nil || fi.Size() == 0 {
 		t.Fatalf("spool file: %v", err)
+	}
+
+	if leased {
+		// The requests admitted without Redis (started after the stop)
+		// settled into the spool, which keeps the lease each came from:
+		// leases held at the stop, holding at most what those held.
+		var n int
+		var held int64
+		from := stopped.Truncate(time.Millisecond)
+		for _, st := range spooledSettlements(t, s) {
+			if st.StartedAt.Before(from) {
+				continue
+			}
+			if _, ok := leases[st.Lease.ID]; !ok {
+				t.Errorf("request %s admitted without Redis from lease %q, not one held at the stop", st.RequestID, st.Lease.ID)
+			}
+			n++
+			held += st.Lease.Hold
+		}
+		if n != admitted || held > bound {
+			t.Fatalf("%d spooled requests admitted without Redis holding %d nano-USD; want %d holding at most the leases' %d", n, held, admitted, bound)
+		}
+		t.Logf("they held %d of the leases' %d nano-USD", held, bound)
 	}
 
 	rs.Start()
@@ -318,8 +432,8 @@ func TestFaultRedisStopsDuringLoad(t *testing.T) {
 	t.Logf("%d requests before the outage (%d streams in flight), %d refused during it, %d while reconnecting; %v settlements spooled, %v replayed",
 		streams+quick, streams, refusedDuring, refused, spooled, replayed)
 	entries := checkBooks(t, s, acct.ID, initial, map[string]bool{})
-	if len(entries) != streams+quick+1 {
-		t.Fatalf("%d ledger entries for %d completed requests", len(entries), streams+quick+1)
+	if want := streams + quick + before + admitted + 1; len(entries) != want {
+		t.Fatalf("%d ledger entries for %d completed requests", len(entries), want)
 	}
 }
 

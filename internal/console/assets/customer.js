@@ -53,7 +53,8 @@
   }
   function int(v) { return typeof v === "number" ? v.toLocaleString("en-US") : "–"; }
   var names = { rpm: "Requests per minute", tpm: "Tokens per minute", window_minutes: "Window (minutes)",
-    concurrency: "Requests at once", in_flight: "Requests in flight", held_usd: "Held for requests in flight (USD)" };
+    concurrency: "Requests at once", in_flight: "Requests in flight", held_usd: "Held for requests in flight (USD)",
+    leased_usd: "Leased for requests to come (USD)" };
   function label(k) {
     if (names[k]) { return names[k]; }
     var s = String(k).replace(/_usd$/, " (USD)").replace(/_/g, " ");
@@ -129,8 +130,15 @@
     table.appendChild(document.createElement("thead")).appendChild(hr);
     var body = table.appendChild(document.createElement("tbody"));
     var partners = {};
-    Object.keys(obj).forEach(function (k) { var u = usedKey(obj, k); if (u) { partners[u] = true; } });
-    Object.keys(obj).forEach(function (k) {
+    var keys = Object.keys(obj);
+    keys.forEach(function (k) { var u = usedKey(obj, k); if (u) { partners[u] = true; } });
+    // What leases set aside goes beside what requests in flight hold:
+    // both are money neither spent nor spendable.
+    if (keys.indexOf("held_usd") >= 0 && keys.indexOf("leased_usd") >= 0) {
+      keys.splice(keys.indexOf("leased_usd"), 1);
+      keys.splice(keys.indexOf("held_usd") + 1, 0, "leased_usd");
+    }
+    keys.forEach(function (k) {
       if (partners[k]) { return; }
       var v = obj[k];
       var tr = body.appendChild(document.createElement("tr"));
