@@ -83,6 +83,11 @@ func newRedis(rawURL string, o redisOptions) (redis.UniversalClient, error) {
 		}
 		applyTimeouts(&opts.DialTimeout, &opts.ReadTimeout, &opts.WriteTimeout, &opts.PoolTimeout, o.Timeout)
 		opts.MaxRetries = 1
+		// One dial per attempt: the client's default (5 dials 100 ms apart,
+		// per retry) made a refused connection take about a second to
+		// fail, a second in which a sidecar with leases kept admitting
+		// from them and every other request waited for its 503.
+		opts.DialerRetries = 1
 		opts.ContextTimeoutEnabled = true
 		c = redis.NewClient(opts)
 	case "+cluster", "+sentinel":
@@ -96,6 +101,7 @@ func newRedis(rawURL string, o redisOptions) (redis.UniversalClient, error) {
 		}
 		applyTimeouts(&uo.DialTimeout, &uo.ReadTimeout, &uo.WriteTimeout, &uo.PoolTimeout, o.Timeout)
 		uo.MaxRetries = 1
+		uo.DialerRetries = 1 // as above
 		uo.ContextTimeoutEnabled = true
 		if kind == "+cluster" {
 			// One redirect after a failover, not the default 3.
