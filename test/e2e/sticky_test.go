@@ -99,6 +99,11 @@ func TestKeyPoolStickySessions(t *testing.T) {
 			t.Errorf("session %d (on %s) moved to %v while only k1 cooled down", i, keyOf[name][0], moved[name])
 		}
 	}
+	// The sidecar hears of k1's 429s from Envoy's upstream log, flushed
+	// every 50 ms: its cool-down must have begun before its end is awaited.
+	eventually.True(t, 10*time.Second, "k1's cool-down heard", func() bool {
+		return sidecarMetric(t, s, "gateway_vendor_key_cooldowns_total", `upstream="alpha"`, `key="k1"`) >= 1
+	})
 	eventually.That(t, 10*time.Second, "k1 active again", func() (bool, string) {
 		h := poolHealth(t, s, "alpha")
 		return h["k1"].State == keypool.Active, fmt.Sprintf("%+v", h["k1"])
