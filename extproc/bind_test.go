@@ -49,28 +49,8 @@ func TestStreamBindsBesideTheFirstEvent(t *testing.T) {
 	r := newRigWith(t, "beta", rigAccount{})
 	owners := &slowOwners{entered: make(chan struct{}), release: make(chan struct{})}
 	r.srv.owners = owners
-	stream, err := os.ReadFile("format/responses/testdata/stream.sse")
-	if err != nil {
-		t.Fatal(err)
-	}
-	events := bytes.SplitAfter(stream, []byte("\n\n"))
-	if len(events) > 0 && len(events[len(events)-1]) == 0 {
-		events = events[:len(events)-1]
-	}
-	body := []byte(`{"model":"gpt-4o-mini","max_output_tokens":256,"stream":true,"input":"Fix the failing test."}`)
-
 	ctx := context.Background()
-	x := &exchange{s: r.srv}
-	for _, req := range []*extprocv3.ProcessingRequest{
-		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers(":method", "POST", ":path", "/beta/v1/responses",
-			"authorization", "Bearer "+r.key, "content-type", "application/json", "content-length", strconv.Itoa(len(body)))}},
-		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}},
-		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream")}},
-	} {
-		if ir := x.step(ctx, req).GetImmediateResponse(); ir != nil {
-			t.Fatalf("rejected: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
-		}
-	}
+	x, events := r.startResponsesStream(t, ctx)
 
 	chunk := func(i int) <-chan *extprocv3.ProcessingResponse {
 		out := make(chan *extprocv3.ProcessingResponse, 1)
@@ -123,27 +103,8 @@ func TestStreamBindsBesideTheFirstEvent(t *testing.T) {
 func TestStreamItemsBoundBesideTheStream(t *testing.T) {
 	r := newRigWith(t, "beta", rigAccount{})
 	r.srv.owners = r.st
-	stream, err := os.ReadFile("format/responses/testdata/stream.sse")
-	if err != nil {
-		t.Fatal(err)
-	}
-	events := bytes.SplitAfter(stream, []byte("\n\n"))
-	if len(events) > 0 && len(events[len(events)-1]) == 0 {
-		events = events[:len(events)-1]
-	}
-	body := []byte(`{"model":"gpt-4o-mini","max_output_tokens":256,"stream":true,"input":"Fix the failing test."}`)
 	ctx := context.WithValue(context.Background(), criticalKey{}, true)
-	x := &exchange{s: r.srv}
-	for _, req := range []*extprocv3.ProcessingRequest{
-		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers(":method", "POST", ":path", "/beta/v1/responses",
-			"authorization", "Bearer "+r.key, "content-type", "application/json", "content-length", strconv.Itoa(len(body)))}},
-		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}},
-		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream")}},
-	} {
-		if ir := x.step(ctx, req).GetImmediateResponse(); ir != nil {
-			t.Fatalf("rejected: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
-		}
-	}
+	x, events := r.startResponsesStream(t, ctx)
 	chunk := func(i int) {
 		x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
 			ResponseBody: &extprocv3.HttpBody{Body: events[i], EndOfStream: i == len(events)-1},
@@ -169,4 +130,32 @@ func TestStreamItemsBoundBesideTheStream(t *testing.T) {
 			t.Errorf("%s bound to %q, want %q", ids[i], o, r.acct)
 		}
 	}
+}
+
+// startResponsesStream starts a streamed Responses request through the
+// exchange, up to its reply's headers, and returns the exchange and the
+// reply's events (format/responses/testdata/stream.sse).
+func (r *rig) startResponsesStream(t *testing.T, ctx context.Context) (*exchange, [][]byte) {
+	t.Helper()
+	stream, err := os.ReadFile("format/responses/testdata/stream.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := bytes.SplitAfter(stream, []byte("\n\n"))
+	if len(events) > 0 && len(events[len(events)-1]) == 0 {
+		events = events[:len(events)-1]
+	}
+	body := []byte(`{"model":"gpt-4o-mini","max_output_tokens":256,"stream":true,"input":"Fix the failing test."}`)
+	x := &exchange{s: r.srv}
+	for _, req := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers(":method", "POST", ":path", "/beta/v1/responses",
+			"authorization", "Bearer "+r.key, "content-type", "application/json", "content-length", strconv.Itoa(len(body)))}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream")}},
+	} {
+		if ir := x.step(ctx, req).GetImmediateResponse(); ir != nil {
+			t.Fatalf("rejected: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
+		}
+	}
+	return x, events
 }
