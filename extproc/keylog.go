@@ -48,7 +48,11 @@ func (l *KeyLog) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAcce
 				continue
 			}
 			ra := retryAfter(e.GetResponse().GetResponseHeaders()["retry-after"], l.now())
-			l.s.KeyAttempt(c.GetRouteName(), key, status, ra)
+			var sent time.Time // the attempt's start, Envoy's clock (the sidecar's host)
+			if ts := c.GetStartTime(); ts != nil {
+				sent = ts.AsTime()
+			}
+			l.s.KeyAttempt(c.GetRouteName(), key, status, ra, sent)
 		}
 	}
 }

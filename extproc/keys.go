@@ -157,7 +157,7 @@ func (x *exchange) servedBy(key string) {
 
 // KeyAttempt takes one failed attempt Envoy made on a pooled upstream's key
 // (its upstream access log): the vendor's status and retry-after.
-func (s *Server) KeyAttempt(upstream, key string, status int, retryAfter time.Duration) {
+func (s *Server) KeyAttempt(upstream, key string, status int, retryAfter time.Duration, sent time.Time) {
 	for _, u := range s.upstreams {
 		if u.Name != upstream || u.Pool == nil {
 			continue
@@ -165,7 +165,7 @@ func (s *Server) KeyAttempt(upstream, key string, status int, retryAfter time.Du
 		if status == 429 || status == 529 {
 			s.metrics.vendorKeyLimited.WithLabelValues(upstream, key).Inc()
 		}
-		u.Pool.Failed(key, status, retryAfter)
+		u.Pool.Failed(key, status, retryAfter, sent)
 	}
 }
 

@@ -167,11 +167,12 @@ func score(session, key string, weight int) float64 {
 	return -float64(max(weight, 1)) / math.Log(u)
 }
 
-// Failed records an attempt on key that got status before any byte of a
-// reply: 429, 529 (and 503 with a retry-after) cool it down for retryAfter
-// (or the backoff), 401, 402 and 403 take it out until the next probe. It
-// reports the key's new state, and whether it changed.
-func (p *Pool) Failed(key string, status int, retryAfter time.Duration) (string, bool) {
+// Failed records an attempt on key, sent at sent (zero: unknown), that got
+// status before any byte of a reply: 429, 529 (and 503 with a retry-after)
+// cool it down for retryAfter (or the backoff), 401, 402 and 403 take it
+// out until the next probe. It reports the key's new state, and whether it
+// changed.
+func (p *Pool) Failed(key string, status int, retryAfter time.Duration, sent time.Time) (string, bool) {
 	now := p.o.Now()
 	p.mu.Lock()
 	st, ok := p.state[key]
@@ -189,6 +190,13 @@ func (p *Pool) Failed(key string, status int, retryAfter time.Duration) (string,
 		st.state, st.until, st.status, st.changed = Disabled, now.Add(p.o.ProbeInterval), status, now
 		c = change{key, Disabled, status, st.until}
 	case status == 429 || status == 529 || status == 503 && retryAfter > 0:
+		if st.state == Active && !sent.IsZero() && sent.Before(st.changed) {
+			// Sent before the key came back: the answer of a burst its
+			// last cool-down covered, reported late (Envoy's log is
+			// buffered): it must not cool the key again.
+			p.mu.Unlock()
+			return Active, false
+		}
 		d := retryAfter
 		if d <= 0 {
 			n := st.streak

@@ -37,7 +37,7 @@ func TestSessionsStayAndMoveOnlyWithTheirKey(t *testing.T) {
 			t.Fatalf("sessions per key %v: not spread", per)
 		}
 	}
-	if _, changed := p.Failed("k2", 429, 3*time.Second); !changed {
+	if _, changed := p.Failed("k2", 429, 3*time.Second, time.Time{}); !changed {
 		t.Fatal("a 429 did not cool k2 down")
 	}
 	for s, k := range before {
@@ -59,7 +59,7 @@ func TestSessionsStayAndMoveOnlyWithTheirKey(t *testing.T) {
 func TestCoolDownBacksOff(t *testing.T) {
 	clock := testclock.New(time.Unix(1e9, 0))
 	p := newPool(clock, three()...)
-	p.Failed("k1", 429, 0)
+	p.Failed("k1", 429, 0, time.Time{})
 	if st := p.States()[0]; st.State != Cooling || st.Until.Sub(clock.Now()) != 10*time.Second || st.Status != 429 {
 		t.Fatalf("%+v", st)
 	}
@@ -68,19 +68,19 @@ func TestCoolDownBacksOff(t *testing.T) {
 		t.Fatalf("after its cool-down: %+v", st)
 	}
 	p.Choose("acct", "x")
-	p.Failed("k1", 529, 0)
+	p.Failed("k1", 529, 0, time.Time{})
 	if st := p.States()[0]; st.Until.Sub(clock.Now()) != 20*time.Second {
 		t.Fatalf("second cool-down %v; want 20s", st.Until.Sub(clock.Now()))
 	}
 	clock.Advance(20 * time.Second)
 	p.Choose("acct", "x")
 	p.Served("k1")
-	p.Failed("k1", 429, 0)
+	p.Failed("k1", 429, 0, time.Time{})
 	if st := p.States()[0]; st.Until.Sub(clock.Now()) != 10*time.Second {
 		t.Fatalf("after a served reply the backoff is %v; want 10s again", st.Until.Sub(clock.Now()))
 	}
 	// A retry-after beyond max_cool_down is capped.
-	p.Failed("k2", 429, time.Hour)
+	p.Failed("k2", 429, time.Hour, time.Time{})
 	if st := p.States()[1]; st.Until.Sub(clock.Now()) != time.Minute {
 		t.Fatalf("retry-after 1h: cooling %v; want the 1m cap", st.Until.Sub(clock.Now()))
 	}
@@ -95,10 +95,10 @@ func TestRefusedKeyIsProbed(t *testing.T) {
 		OnChange: func(u, k, st string, status int, _ time.Time) {
 			events = append(events, fmt.Sprintf("%s/%s %s %d", u, k, st, status))
 		}})
-	if _, changed := p.Failed("k3", 401, 0); !changed {
+	if _, changed := p.Failed("k3", 401, 0, time.Time{}); !changed {
 		t.Fatal("401 did not take k3 out")
 	}
-	if _, changed := p.Failed("k3", 401, 0); changed {
+	if _, changed := p.Failed("k3", 401, 0, time.Time{}); changed {
 		t.Fatal("a second 401 changed k3 again")
 	}
 	for i := range 100 {
@@ -141,7 +141,7 @@ func TestPinnedKeys(t *testing.T) {
 	}
 	// Its key cooling, the pinned account still gets its own key (Envoy's
 	// aggregate for it has no other): never a shared one.
-	p.Failed("tenant", 429, time.Second)
+	p.Failed("tenant", 429, time.Second, time.Time{})
 	if k := p.Choose("acct_t", "s").Name; k != "tenant" {
 		t.Fatalf("pinned account on %s while its key cools down", k)
 	}
@@ -153,9 +153,9 @@ func TestPinnedKeys(t *testing.T) {
 func TestAttemptsOfOneCoolDownKeepItsBackoff(t *testing.T) {
 	clock := testclock.New(time.Unix(1e9, 0))
 	p := newPool(clock, three()...)
-	p.Failed("k2", 529, 0)
+	p.Failed("k2", 529, 0, time.Time{})
 	clock.Advance(100 * time.Millisecond)
-	p.Failed("k2", 529, 0) // in flight when the cool-down began
+	p.Failed("k2", 529, 0, time.Time{}) // in flight when the cool-down began
 	if st := p.States()[1]; st.Until.Sub(clock.Now()) != 10*time.Second {
 		t.Fatalf("cooling %v after the burst's second 529; want 10s (its own backoff)", st.Until.Sub(clock.Now()))
 	}
@@ -167,11 +167,29 @@ func TestCoolDownEndsWithoutTraffic(t *testing.T) {
 	changes := make(chan string, 4)
 	p := New("alpha", three(), Options{CoolDown: 20 * time.Millisecond, MaxCoolDown: time.Second, ProbeInterval: time.Minute,
 		OnChange: func(upstream, key, state string, status int, until time.Time) { changes <- key + " " + state }})
-	p.Failed("k1", 429, 0)
+	p.Failed("k1", 429, 0, time.Time{})
 	if c := <-changes; c != "k1 cooling" {
 		t.Fatalf("first change %q", c)
 	}
 	if c := <-changes; c != "k1 active" {
 		t.Fatalf("after the cool-down %q; want k1 active", c)
+	}
+}
+
+// Envoy's log reports a burst's failures late: one sent before the key
+// came back from its cool-down does not cool it again; one sent after
+// does.
+func TestLateFailureOfAnEndedCoolDown(t *testing.T) {
+	clock := testclock.New(time.Unix(1e9, 0))
+	p := newPool(clock, three()...)
+	burst := clock.Now()
+	p.Failed("k1", 529, 0, burst)
+	clock.Advance(10 * time.Second)
+	p.Choose("acct", "x") // the cool-down is over: k1 is back
+	if st, changed := p.Failed("k1", 529, 0, burst.Add(time.Millisecond)); st != Active || changed {
+		t.Fatalf("a late failure of the burst: %s (changed %v); want k1 still active", st, changed)
+	}
+	if st, _ := p.Failed("k1", 529, 0, clock.Now()); st != Cooling {
+		t.Fatalf("a failure sent after k1 came back: %s; want cooling", st)
 	}
 }
