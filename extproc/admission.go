@@ -189,7 +189,7 @@ func (x *exchange) sendOn(d account.Decision, t0 time.Time) *extprocv3.Processin
 		x.s.metrics.streams.Inc()
 	}
 	r := x.withTimeout(x.editBody(x.body, x.req.Edit))
-	x.steerByBody(x.body, r)
+	x.steerByBody(r)
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 		RequestBody: &extprocv3.BodyResponse{Response: r},
 	}}

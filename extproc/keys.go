@@ -8,7 +8,6 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
-	"github.com/modelgateway/gateway/extproc/jsonscan"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/keypool"
 )
@@ -21,29 +20,7 @@ const sessionHeader = "x-claude-code-session-id"
 // maxSessionBytes bounds the part of a session marker that is hashed.
 const maxSessionBytes = 256
 
-// sessionQuery reads the body's session markers: the Responses API's
-// prompt_cache_key, the messages API's metadata.user_id and the chat
-// completions API's user (by priority, in this order).
-var sessionQuery = jsonscan.NewQuery("prompt_cache_key", "metadata.user_id", "user")
-
-// bodySession returns the body's session marker, "" when it has none (or is
-// not a JSON object).
-func bodySession(body []byte) string {
-	found := [3]string{}
-	sessionQuery.Scan(body, func(i int, v jsonscan.Value) error {
-		if v.Kind == jsonscan.String {
-			found[i] = v.Text()
-		}
-		return nil
-	})
-	for _, s := range found {
-		if s != "" {
-			return bound(s)
-		}
-	}
-	return ""
-}
-
+// bound cuts a session marker to the part that is hashed.
 func bound(s string) string {
 	if len(s) > maxSessionBytes {
 		return s[:maxSessionBytes]
@@ -82,16 +59,14 @@ func (x *exchange) steer(session string, m *extprocv3.HeaderMutation) bool {
 	return true
 }
 
-// steerByBody moves a request to the key of the session its body names,
-// when its headers named none.
-func (x *exchange) steerByBody(body []byte, r *extprocv3.CommonResponse) {
-	if x.upstream.Pool == nil || x.headerSession {
+// steerByBody moves a request to the key of the session its body names
+// (format.Request.Session, read with the rest of the body), when its
+// headers named none.
+func (x *exchange) steerByBody(r *extprocv3.CommonResponse) {
+	if x.upstream.Pool == nil || x.headerSession || x.req.Session == "" {
 		return
 	}
-	s := bodySession(body)
-	if s == "" {
-		return
-	}
+	s := bound(x.req.Session)
 	if r.HeaderMutation == nil {
 		r.HeaderMutation = &extprocv3.HeaderMutation{}
 	}

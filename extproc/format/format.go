@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/modelgateway/gateway/extproc/jsonscan"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -38,6 +39,11 @@ type Request struct {
 	// HasTools reports a non-empty tools list: the vendor then adds its
 	// tool-use system prompt to the billed input.
 	HasTools bool
+	// Session is the body's session marker, "" without one: the
+	// conversation whose requests a pool of vendor keys keeps on one key
+	// (prompt_cache_key, else metadata.user_id or user, as the API has
+	// them). Read in the same pass as the rest.
+	Session string
 
 	// Vendor-side state, for operations whose vendor keeps what it
 	// produces (the responses operation).
@@ -251,4 +257,13 @@ func Reasons() []string {
 		}
 	}
 	return rs
+}
+
+// SessionText is a session marker's text: a string's, "" for any other
+// value (a marker is only ever a string).
+func SessionText(v jsonscan.Value) string {
+	if v.Kind != jsonscan.String {
+		return ""
+	}
+	return v.Text()
 }

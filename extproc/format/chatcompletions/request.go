@@ -2,6 +2,7 @@ package chatcompletions
 
 import (
 	"bytes"
+	"cmp"
 	"strconv"
 
 	"github.com/modelgateway/gateway/extproc/format"
@@ -20,6 +21,8 @@ const (
 	reqTools
 	reqFunctions
 	reqWebSearch
+	reqCacheKey
+	reqUser
 	reqMessage // a message, after its fields
 	reqPart
 	reqFileID
@@ -41,6 +44,8 @@ var requestQuery = jsonscan.NewQuery(
 	"tools",
 	"functions",
 	"web_search_options",
+	"prompt_cache_key",
+	"user",
 	"messages[]",
 	"messages[].content[]",
 	"messages[].content[].file.file_id",
@@ -108,6 +113,7 @@ func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 	var opts, usage jsonscan.Value // Kind Invalid when absent
 	var check format.RequestCheck
 	var refs storedRefs
+	var cacheKey, user string // session markers, the first preferred
 	err := requestQuery.Scan(body, func(path int, v jsonscan.Value) error {
 		switch path {
 		case reqModel:
@@ -125,6 +131,10 @@ func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 			}
 		case reqStream:
 			req.Stream = check.Bool("stream", v)
+		case reqCacheKey:
+			cacheKey = format.SessionText(v)
+		case reqUser:
+			user = format.SessionText(v)
 		case reqWebSearch:
 			// The search models run one search per request that asks for
 			// it; the reply's usage does not count searches.
@@ -164,6 +174,7 @@ func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 	case refs.unbound != nil:
 		return format.Request{}, refs.unbound
 	}
+	req.Session = cmp.Or(cacheKey, user)
 	if req.Stream && !req.IncludeUsage {
 		req.Edit = usageEdit(body, opts, usage)
 	}

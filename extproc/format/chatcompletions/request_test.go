@@ -23,7 +23,7 @@ func TestParseRequestAccepts(t *testing.T) {
 		Name, Body string
 		Want       format.Request
 	}{
-		{"realistic", string(realistic), format.Request{Model: "gpt-4o-mini", MaxTokens: 2048, HasMaxTokens: true, Stream: true, HasTools: true}},
+		{"realistic", string(realistic), format.Request{Model: "gpt-4o-mini", MaxTokens: 2048, HasMaxTokens: true, Stream: true, HasTools: true, Session: "user-1234"}},
 		{"minimal", `{"model":"m","messages":[]}`, m(format.Request{})},
 		{"max_tokens", `{"model":"m","max_tokens":64}`, m(format.Request{MaxTokens: 64, HasMaxTokens: true})},
 		{"max_completion_tokens", `{"model":"m","max_completion_tokens":64}`, m(format.Request{MaxTokens: 64, HasMaxTokens: true})},

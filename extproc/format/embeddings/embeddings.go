@@ -22,7 +22,7 @@ func (Format) Name() string { return "embeddings" }
 // ErrorBody renders an error as the vendor does on every path of its API.
 func (Format) ErrorBody(e *format.Error) []byte { return chatcompletions.Format{}.ErrorBody(e) }
 
-var requestQuery = jsonscan.NewQuery("model", "input")
+var requestQuery = jsonscan.NewQuery("model", "input", "user")
 
 // ParseRequest reads model (required) and checks that input is present,
 // validating the whole body as strict JSON. Embeddings are never streamed.
@@ -31,10 +31,13 @@ func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 	var haveModel, haveInput bool
 	var check format.RequestCheck
 	err := requestQuery.Scan(body, func(path int, v jsonscan.Value) error {
-		if path == 0 {
+		switch path {
+		case 0:
 			req.Model, haveModel = check.Model(v)
-		} else {
+		case 1:
 			haveInput = v.Kind == jsonscan.String || v.Kind == jsonscan.Array
+		case 2:
+			req.Session = format.SessionText(v)
 		}
 		return nil
 	})

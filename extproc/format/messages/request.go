@@ -11,9 +11,10 @@ const (
 	reqMaxTokens
 	reqStream
 	reqTools
+	reqUserID
 )
 
-var requestQuery = jsonscan.NewQuery("model", "max_tokens", "stream", "tools")
+var requestQuery = jsonscan.NewQuery("model", "max_tokens", "stream", "tools", "metadata.user_id")
 
 // ParseRequest reads model, max_tokens and stream, validating the whole body
 // as strict JSON. max_tokens is required, as the vendor requires it, and
@@ -37,6 +38,8 @@ func (Format) ParseRequest(body []byte, _ string) (format.Request, error) {
 			req.Stream = check.Bool("stream", v)
 		case reqTools:
 			req.HasTools = v.Kind == jsonscan.Array && format.NonEmptyArray(v.Raw)
+		case reqUserID:
+			req.Session = format.SessionText(v)
 		}
 		return nil
 	})

@@ -14,7 +14,7 @@ func TestParseRequestAccepts(t *testing.T) {
 		Name, Body string
 		Want       format.Request
 	}{
-		{"realistic", string(realistic), format.Request{Model: "claude-sonnet-4-5-20250929", MaxTokens: 1024, HasMaxTokens: true, Stream: true, HasTools: true}},
+		{"realistic", string(realistic), format.Request{Model: "claude-sonnet-4-5-20250929", MaxTokens: 1024, HasMaxTokens: true, Stream: true, HasTools: true, Session: "user-1234"}},
 		{"minimal", `{"model":"m","max_tokens":1}`, format.Request{Model: "m", MaxTokens: 1, HasMaxTokens: true}},
 		{"stream false", `{"model":"m","max_tokens":5,"stream":false}`, format.Request{Model: "m", MaxTokens: 5, HasMaxTokens: true}},
 		{"tools", `{"model":"m","max_tokens":5,"tools":[{"name":"f","input_schema":{}}]}`, format.Request{Model: "m", MaxTokens: 5, HasMaxTokens: true, HasTools: true}},

@@ -1,6 +1,8 @@
 package responses
 
 import (
+	"cmp"
+
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/jsonscan"
 	"github.com/modelgateway/gateway/extproc/tokens"
@@ -16,6 +18,8 @@ const (
 	reqTools
 	reqToolType
 	reqMaxToolCalls
+	reqCacheKey
+	reqUser
 	reqRefs // refPaths follow
 )
 
@@ -29,6 +33,8 @@ var requestQuery = jsonscan.NewQuery(append([]string{
 	"tools",
 	"tools[].type",
 	"max_tool_calls",
+	"prompt_cache_key",
+	"user",
 }, refPaths...)...)
 
 // MaxIDBytes bounds a response id a request may name. The vendor's ids are
@@ -97,6 +103,7 @@ func parseRequest(body []byte) (req format.Request, haveModel bool, unbound, err
 	var own Fields
 	var check format.RequestCheck
 	var refs refReader
+	var cacheKey, user string // session markers, the first preferred
 	err = requestQuery.Scan(body, func(path int, v jsonscan.Value) error {
 		if check.Failed() {
 			return nil
@@ -144,6 +151,10 @@ func parseRequest(body []byte) (req format.Request, haveModel bool, unbound, err
 				return nil
 			}
 			own.MaxToolCalls, own.HasMaxToolCalls = n, true
+		case reqCacheKey:
+			cacheKey = format.SessionText(v)
+		case reqUser:
+			user = format.SessionText(v)
 		default:
 			refs.visit(path-reqRefs, v, &check)
 		}
@@ -156,6 +167,7 @@ func parseRequest(body []byte) (req format.Request, haveModel bool, unbound, err
 		return format.Request{}, haveModel, refs.unbound, nil
 	}
 	req.Refs = refs.refs
+	req.Session = cmp.Or(cacheKey, user)
 	if own != (Fields{}) {
 		req.Own = own
 	}

@@ -15,7 +15,7 @@ func TestParseRequestAccepts(t *testing.T) {
 		Want       format.Request
 	}{
 		{"minimal", `{"model":"gpt-5","input":"hi"}`, format.Request{Model: "gpt-5"}},
-		{"codex", string(formattest.Read(t, "request.json")), format.Request{Model: "gpt-5.1-codex", Stream: true, MaxTokens: 4096, HasMaxTokens: true,
+		{"codex", string(formattest.Read(t, "request.json")), format.Request{Model: "gpt-5.1-codex", Stream: true, MaxTokens: 4096, HasMaxTokens: true, Session: "abc",
 			HasTools: true, NoStore: true, Own: Fields{PaidTools: true, MaxToolCalls: 3, HasMaxToolCalls: true}}},
 		{"background, continued", `{"model":"o3-deep-research","background":true,"previous_response_id":"resp_abc-1","store":true}`,
 			format.Request{Model: "o3-deep-research", Background: true, Refs: []format.Ref{{Kind: format.StoredResponse, ID: "resp_abc-1"}}, Own: Fields{PreviousResponseID: "resp_abc-1"}}},
