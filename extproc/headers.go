@@ -98,12 +98,7 @@ func (x *exchange) bodyFollows(h *extprocv3.HttpHeaders, hv headerValues, mutati
 	}
 	// Envoy's default skips the response (so that its own replies to
 	// malformed requests are never held); a metered request needs it.
-	return &extprocv3.ProcessingResponse{
-		Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation, ClearRouteCache: x.steered != ""}},
-		},
-		ModeOverride: mode,
-	}
+	return x.forward(mutation, mode)
 }
 
 // owned forwards a request on a stored object (the path names its id) only
@@ -118,12 +113,7 @@ func (x *exchange) owned(ctx context.Context, op *operation.Operation, vp *opera
 	// or cancellation (a POST on it) may show its end, which settles it.
 	reads := hv.method == "GET" && vp.Path == op.Poll || hv.method == "POST" && op.Poll != ""
 	if reads && x.watchParked(ctx, op, id, hv.method == "GET" && streamQuery(hv.path)) {
-		return &extprocv3.ProcessingResponse{
-			Response: &extprocv3.ProcessingResponse_RequestHeaders{
-				RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation, ClearRouteCache: x.steered != ""}},
-			},
-			ModeOverride: parkedMode,
-		}
+		return x.forward(mutation, parkedMode)
 	}
 	return x.forwardFree(mutation)
 }
@@ -164,15 +154,25 @@ func (x *exchange) models(lister format.ModelLister, sub, rawPath string) *extpr
 // forwardFree forwards a request with the credential swapped and observes
 // nothing more of it.
 func (x *exchange) forwardFree(mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+	return x.forward(mutation, freeMode)
+}
+
+// freeMode observes nothing of a request past its headers.
+var freeMode = &filterv3.ProcessingMode{
+	RequestBodyMode:    filterv3.ProcessingMode_NONE,
+	ResponseHeaderMode: filterv3.ProcessingMode_SKIP,
+	ResponseBodyMode:   filterv3.ProcessingMode_NONE,
+}
+
+// forward answers the request headers: the mutation made, and what the
+// processor observes from here. A request steered to a pool's key has
+// named its cluster in a header: Envoy matches its route again.
+func (x *exchange) forward(mutation *extprocv3.HeaderMutation, mode *filterv3.ProcessingMode) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{
 			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation, ClearRouteCache: x.steered != ""}},
 		},
-		ModeOverride: &filterv3.ProcessingMode{
-			RequestBodyMode:    filterv3.ProcessingMode_NONE,
-			ResponseHeaderMode: filterv3.ProcessingMode_SKIP,
-			ResponseBodyMode:   filterv3.ProcessingMode_NONE,
-		},
+		ModeOverride: mode,
 	}
 }
 
