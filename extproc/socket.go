@@ -10,6 +10,7 @@ package extproc
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -504,7 +505,7 @@ func (c *socketConn) relay(ctx context.Context, x *exchange, fromClient, fromVen
 			started = true
 			x.status = http.StatusOK
 			if typ == "error" {
-				x.status = cmpOr(status, http.StatusInternalServerError)
+				x.status = cmp.Or(status, http.StatusInternalServerError)
 			}
 			x.startReply("text/event-stream")
 		}
@@ -540,11 +541,4 @@ func (c *socketConn) lost(ctx context.Context) {
 	x := c.exchange()
 	c.refuse(ctx, x.reject(format.Unavailable, "the connection to the vendor was lost; reconnect and retry", time.Second))
 	c.client.Close(websocket.StatusInternalError, "the vendor closed the connection")
-}
-
-func cmpOr(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
