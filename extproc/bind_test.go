@@ -19,20 +19,18 @@ type slowOwners struct {
 	items   map[string]string
 }
 
-func (o *slowOwners) BindItems(ctx context.Context, ids []string, accountID string) error {
+// Bind holds the first bind (the response's, beside the first event)
+// until release; the binds after it are chained behind it.
+func (o *slowOwners) Bind(ctx context.Context, ids []string, accountID string) error {
 	if o.items == nil {
+		close(o.entered)
+		<-o.release
+		o.owner = accountID
 		o.items = map[string]string{}
 	}
 	for _, id := range ids {
 		o.items[id] = accountID
 	}
-	return nil
-}
-
-func (o *slowOwners) BindResponse(ctx context.Context, id, accountID string) error {
-	close(o.entered)
-	<-o.release
-	o.owner = accountID
 	return nil
 }
 

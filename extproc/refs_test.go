@@ -16,10 +16,10 @@ func TestItemReferencesBelongToTheirAccount(t *testing.T) {
 	r := newRigWith(t, "beta", rigAccount{})
 	r.srv.owners = r.st
 	ctx := context.Background()
-	if err := r.st.BindItems(ctx, []string{"msg_mine"}, r.acct); err != nil {
+	if err := r.st.Bind(ctx, []string{"msg_mine"}, r.acct); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.st.BindItems(ctx, []string{"msg_theirs"}, "acct_other"); err != nil {
+	if err := r.st.Bind(ctx, []string{"msg_theirs"}, "acct_other"); err != nil {
 		t.Fatal(err)
 	}
 	send := func(path, body string) *extprocv3.ImmediateResponse {

@@ -48,7 +48,7 @@ func (x *exchange) bind(ctx context.Context, last bool) {
 		return
 	}
 	x.beside(ctx, func(ctx context.Context, requestID, account string) {
-		x.s.bindResponse(ctx, requestID, id, account)
+		x.s.bindIDs(ctx, requestID, []string{id}, account)
 	})
 }
 
@@ -120,18 +120,8 @@ func (s *Server) bindIDs(ctx context.Context, requestID string, ids []string, ac
 	if len(ids) == 0 || s.owners == nil {
 		return
 	}
-	if err := s.owners.BindItems(ctx, ids, account); err != nil {
+	if err := s.owners.Bind(ctx, ids, account); err != nil {
 		s.log.Error("binding stored responses or items failed", "request_id", requestID, "err", err)
-		s.metrics.storeErrors.WithLabelValues("bind").Inc()
-	}
-}
-
-// bindResponse binds stored response id to account, logging a failure: the
-// response then stays unreachable through the gateway, refused, never shown
-// to another account.
-func (s *Server) bindResponse(ctx context.Context, requestID, id, account string) {
-	if err := s.owners.BindResponse(ctx, id, account); err != nil {
-		s.log.Error("binding a stored response failed", "request_id", requestID, "err", err)
 		s.metrics.storeErrors.WithLabelValues("bind").Inc()
 	}
 }
@@ -174,11 +164,9 @@ func (x *exchange) checkOwner(ctx context.Context, refs ...format.Ref) *extprocv
 // Owners binds stored responses to the accounts that created them (the
 // store implements it).
 type Owners interface {
-	BindResponse(ctx context.Context, id, accountID string) error
-	// BindItems binds the items of a stored response (ids later requests
-	// may name alone), and the response's own id with them when given, in
-	// one round trip.
-	BindItems(ctx context.Context, ids []string, accountID string) error
+	// Bind binds stored responses and their items (ids later requests
+	// may name alone) to the account, in one round trip.
+	Bind(ctx context.Context, ids []string, accountID string) error
 	// ResponseOwners reads the owners of many ids in one round trip.
 	ResponseOwners(ctx context.Context, ids []string) ([]string, error)
 }

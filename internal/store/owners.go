@@ -28,27 +28,13 @@ const DefaultResponseTTL = 30 * 24 * time.Hour
 
 func responseKey(id string) string { return "gw:resp:" + id }
 
-// BindResponse records that the account created response id. An id already
-// bound keeps its first owner.
-func (s *Store) BindResponse(ctx context.Context, id, accountID string) error {
-	ttl := s.opts.ResponseTTL
-	if ttl <= 0 {
-		ttl = DefaultResponseTTL
-	}
-	if err := s.rdb.SetNX(ctx, responseKey(id), accountID, ttl).Err(); err != nil {
-		return fmt.Errorf("store: bind response: %w", err)
-	}
-	return nil
-}
-
-// BindItems records that the account created the items of a stored
-// response (its output items: messages, function calls, reasoning...),
-// which a later request may name by id alone. Items share the responses'
-// records (an item id never equals a response id), so ResponseOwner reads
-// an item's owner too, and a response's id may come with its items (bound
-// as BindResponse binds it); an id already bound keeps its first owner.
+// Bind records that the account created the stored responses and items
+// of ids (a response's output items: messages, function calls,
+// reasoning...), which a later request may name by id alone. Items share
+// the responses' records (an item id never equals a response id), so
+// ResponseOwner reads either; an id already bound keeps its first owner.
 // One pipelined round trip.
-func (s *Store) BindItems(ctx context.Context, ids []string, accountID string) error {
+func (s *Store) Bind(ctx context.Context, ids []string, accountID string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -61,7 +47,7 @@ func (s *Store) BindItems(ctx context.Context, ids []string, accountID string) e
 		pipe.SetNX(ctx, responseKey(id), accountID, ttl)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("store: bind items: %w", err)
+		return fmt.Errorf("store: bind: %w", err)
 	}
 	return nil
 }
