@@ -50,7 +50,7 @@ type Options struct {
 	// AuditMaxLen caps the audit stream (approximate trimming).
 	AuditMaxLen int64 // default 100,000
 	// ResponseTTL is how long the owner of a stored response is
-	// remembered (see BindResponse); default DefaultResponseTTL.
+	// remembered (see Bind); default DefaultResponseTTL.
 	ResponseTTL time.Duration
 }
 
