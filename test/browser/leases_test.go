@@ -1,7 +1,6 @@
 package browser
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -14,20 +13,6 @@ import (
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
-
-// leased returns what the account's leases hold in Redis, nano-USD.
-func leased(t *testing.T, s *launch.Stack, acct string) int64 {
-	t.Helper()
-	m, err := s.Store.Leased(context.Background(), acct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, v := range m {
-		n += v
-	}
-	return n
-}
 
 // With limits.leases on, the customer page and the operator console show
 // what the sidecar's lease sets aside of the balance beside what requests
@@ -47,7 +32,7 @@ func TestConsolesShowLeased(t *testing.T) {
 		if resp, body := alphaRequest(s, a.Key); resp.StatusCode != 200 {
 			t.Fatalf("model request: %d %s", resp.StatusCode, body)
 		}
-		return leased(t, s, a.ID) > 0
+		return s.Leased(a.ID) > 0
 	})
 	s.WaitSettled()
 	br := newBrowser(t)
@@ -59,9 +44,9 @@ func TestConsolesShowLeased(t *testing.T) {
 		var text string
 		var amount int64
 		eventually.True(t, 30*time.Second, what+" read between renewals", func() bool {
-			amount = leased(t, s, a.ID)
+			amount = s.Leased(a.ID)
 			text = read()
-			return leased(t, s, a.ID) == amount
+			return s.Leased(a.ID) == amount
 		})
 		if amount <= 0 {
 			t.Fatalf("%s: no lease", what)

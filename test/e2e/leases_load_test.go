@@ -95,7 +95,7 @@ func TestLeasesFollowLoadAcrossSidecars(t *testing.T) {
 	// Load stopped: a lease idle for two intervals is returned.
 	stopped := time.Now()
 	eventually.True(t, 4*interval+10*time.Second, "both leases returned after the load", func() bool {
-		return leasedSum(t, busy, acct.ID) == 0
+		return busy.Leased(acct.ID) == 0
 	})
 	t.Logf("both leases returned %v after the load stopped", time.Since(stopped).Round(time.Millisecond))
 

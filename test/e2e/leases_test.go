@@ -24,19 +24,6 @@ func leasedStack(t *testing.T) *launch.Stack {
 	}})
 }
 
-func leasedSum(t *testing.T, s *launch.Stack, acct string) int64 {
-	t.Helper()
-	m, err := s.Store.Leased(context.Background(), acct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, v := range m {
-		n += v
-	}
-	return n
-}
-
 // sendUntilLeased sends requests until one was admitted from a lease; it
 // returns how many answered 200.
 func sendUntilLeased(t *testing.T, s *launch.Stack, key string) int {
@@ -72,7 +59,7 @@ func TestLeasesReturnedAfterSidecarKilled(t *testing.T) {
 	eventually.True(t, 10*time.Second, "every reply settled", func() bool {
 		return len(allLedgerEntries(t, s, acct.ID)) == n
 	})
-	leased := leasedSum(t, s, acct.ID)
+	leased := s.Leased(acct.ID)
 	if leased <= 0 {
 		t.Fatal("no lease held before the kill")
 	}
@@ -83,7 +70,7 @@ func TestLeasesReturnedAfterSidecarKilled(t *testing.T) {
 	killed := time.Now()
 	s.StartSidecar()
 	eventually.True(t, 30*time.Second, "the dead sidecar's lease returned", func() bool {
-		return leasedSum(t, s, acct.ID) == 0
+		return s.Leased(acct.ID) == 0
 	})
 	t.Logf("lease of %d nano-USD returned %v after the kill (hold lease 1s)", leased, time.Since(killed).Round(time.Millisecond))
 	entries := checkBooks(t, s, acct.ID, initial, map[string]bool{})
@@ -101,7 +88,7 @@ func TestLeasesFollowLimitChanges(t *testing.T) {
 	ctx := context.Background()
 	acct := s.NewAccount(100, noLimits)
 	sendUntilLeased(t, s, acct.Key)
-	before := leasedSum(t, s, acct.ID)
+	before := s.Leased(acct.ID)
 	if before <= 0 {
 		t.Fatal("no lease")
 	}
@@ -140,9 +127,9 @@ func TestLeasesFollowLimitChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually.True(t, 2*interval+time.Second, "the lease shrunk to the lowered daily limit's share", func() bool {
-		return leasedSum(t, s, acct.ID) <= 200_000_000/int64(s.Config.Limits.LeaseShare)
+		return s.Leased(acct.ID) <= 200_000_000/int64(s.Config.Limits.LeaseShare)
 	})
-	t.Logf("daily limit lowered: lease %d → %d nano-USD within %v", before, leasedSum(t, s, acct.ID), time.Since(t0).Round(time.Millisecond))
+	t.Logf("daily limit lowered: lease %d → %d nano-USD within %v", before, s.Leased(acct.ID), time.Since(t0).Round(time.Millisecond))
 
 	// Lift it and top up: the lease grows again.
 	if err := s.Store.SetLimits(ctx, acct.ID, noLimits); err != nil {
@@ -152,7 +139,7 @@ func TestLeasesFollowLimitChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually.True(t, 3*interval+time.Second, "the lease grown after the top-up", func() bool {
-		return leasedSum(t, s, acct.ID) > 200_000_000/int64(s.Config.Limits.LeaseShare)
+		return s.Leased(acct.ID) > 200_000_000/int64(s.Config.Limits.LeaseShare)
 	})
 
 	// Suspended: the lease is returned within an interval.
@@ -161,7 +148,7 @@ func TestLeasesFollowLimitChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually.True(t, 2*interval+time.Second, "the lease returned after the suspension", func() bool {
-		return leasedSum(t, s, acct.ID) == 0
+		return s.Leased(acct.ID) == 0
 	})
 	t.Logf("suspended: lease returned within %v", time.Since(t0).Round(time.Millisecond))
 	eventually.True(t, 5*time.Second, "requests refused after the suspension", func() bool {

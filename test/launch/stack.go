@@ -455,6 +455,21 @@ func (s *SettledStore) OpenHolds(ctx context.Context, accountID string) (int64, 
 	return s.Store.OpenHolds(ctx, accountID)
 }
 
+// Leased is what an account's leases hold in Redis, nano-USD, over every
+// sidecar and key.
+func (s *Stack) Leased(acct string) int64 {
+	s.T.Helper()
+	m, err := s.Store.Leased(context.Background(), acct)
+	if err != nil {
+		s.T.Fatalf("leases of %s: %v", acct, err)
+	}
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
 // WaitSettled polls the sidecar's gateway_settlements_pending until it is
 // zero, for at most ten seconds. A sidecar that is not running has nothing
 // queued.
