@@ -55,6 +55,10 @@ type exchange struct {
 	// chunk metered, or a status that is not charged); the request is
 	// settled once the answer to this message has been sent (afterSend).
 	replyDone bool
+	// bindDue: a stream's chunk may name stored objects, and
+	// checkpointDue: the renewer asked for a checkpoint; both are done in
+	// afterSend.
+	bindDue, checkpointDue bool
 
 	status   int    // upstream response status; 0 until the first response body chunk
 	endpoint string // "primary" or "reserve", from Envoy's endpoint metadata

@@ -456,7 +456,18 @@ func TestRenewalOfARunningRequest(t *testing.T) {
 			t.Fatalf("checkpoint %+v; want the usage after message_start", c)
 		}
 	}
-	body(events[3]) // the renewal asked again: this chunk checkpoints
+	// The renewal asked again: this chunk checkpoints, once its answer is
+	// sent (the pricing never delays the chunk).
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: events[3]},
+	}})
+	if !x.checkpointDue {
+		t.Fatal("the chunk asked for no checkpoint")
+	}
+	x.afterSend(ctx)
+	if x.checkpointDue {
+		t.Fatal("the checkpoint was not taken after the chunk's answer was sent")
+	}
 	ren.RenewOnce(ctx)
 	cs, _ = r.st.Checkpoints(ctx, r.acct)
 	for _, c := range cs {
@@ -532,7 +543,7 @@ func TestResponseFromAttributes(t *testing.T) {
 func (x *exchange) step(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	resp := x.handle(ctx, req)
 	if resp != nil {
-		x.afterSend()
+		x.afterSend(ctx)
 	}
 	return resp
 }

@@ -74,11 +74,13 @@ func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attr
 		} else {
 			x.meter.Write(b.GetBody())
 		}
-		if x.stored != nil && !x.bound && (x.req.Stream || b.GetEndOfStream()) {
-			x.bind(ctx, b.GetEndOfStream())
-		}
 		if x.req.Stream && !b.GetEndOfStream() {
-			x.bindNewItems(ctx)
+			// What the chunk names is bound beside the stream, started
+			// once its answer is sent (afterSend): the chunk waits for no
+			// Redis work, not even for sharing the CPU with it.
+			x.bindDue = x.stored != nil || x.items != nil
+		} else if x.stored != nil && !x.bound && b.GetEndOfStream() {
+			x.bind(ctx, true)
 		}
 		if b.GetEndOfStream() {
 			x.replyDone = true
@@ -96,8 +98,10 @@ func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attr
 			}
 		} else if x.open.WantCheckpoint() {
 			// Once per renewal interval, not per chunk: what a crash would
-			// leave the sweeper to charge.
-			x.open.Checkpoint(x.checkpoint())
+			// leave the sweeper to charge. Taken once the chunk's answer is
+			// sent (afterSend): pricing the stream so far (for a Responses
+			// stream, estimating its input) never delays the chunk.
+			x.checkpointDue = true
 		}
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{

@@ -273,7 +273,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 		}
 		err = stream.Send(resp)
 		// Even if the answer could not be sent: the reply was complete.
-		x.afterSend()
+		x.afterSend(ctx)
 		if err != nil {
 			return err
 		}

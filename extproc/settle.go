@@ -14,10 +14,26 @@ import (
 
 // afterSend runs once an answer has been handed to Envoy: a complete reply is
 // settled now, off the path of the chunk the answer released. It is the one
-// place a reply that ended normally settles (finish settles the others).
-func (x *exchange) afterSend() {
+// place a reply that ended normally settles (finish settles the others); the
+// binds and the checkpoint a stream's chunk asked for start here, off its
+// path too.
+func (x *exchange) afterSend(ctx context.Context) {
 	if x.replyDone {
 		x.settle(true)
+		return
+	}
+	if x.bindDue {
+		x.bindDue = false
+		if x.stored != nil && !x.bound {
+			x.bind(ctx, false)
+		}
+		x.bindNewItems(ctx)
+	}
+	if x.checkpointDue {
+		x.checkpointDue = false
+		if !x.settled {
+			x.open.Checkpoint(x.checkpoint())
+		}
 	}
 }
 

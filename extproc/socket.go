@@ -519,8 +519,8 @@ func (c *socketConn) relay(ctx context.Context, x *exchange, fromClient, fromVen
 			return false
 		}
 		err := c.client.Write(ctx, websocket.MessageText, v.data)
+		x.afterSend(ctx)
 		if terminal {
-			x.afterSend()
 			if x.stored != nil {
 				if id, _ := x.stored.Response(); id != "" {
 					c.remember(id)

@@ -20,9 +20,9 @@ import (
 
 // bind records the stored response the reply names as the account's. A
 // JSON reply is read, and bound, at its last chunk. A stream names its
-// response in its first event: the bind runs beside the stream so that the
-// first event is not held for a Redis round trip, and the stream's last
-// chunk waits for it. A request naming the id in the sub-millisecond
+// response in its first event: the bind runs beside the stream, started
+// once that event's answer is sent (afterSend), so that the event waits
+// for no Redis round trip, and the stream's last chunk waits for it. A request naming the id in the sub-millisecond
 // before the bind lands is refused with 404, as for any id not the
 // account's: the window fails closed.
 func (x *exchange) bind(ctx context.Context, last bool) {

@@ -50,6 +50,7 @@ func main() {
 		sink     = flag.Bool("sink", false, "run the ledger sink against the gateway's Redis, into a PostgreSQL the bench starts")
 		leasesOn = flag.String("leases", "", "on or off: run the gateway with limits.leases so (default: the config's default), to compare admission from escrow leases with the per-request script in the same run's floor")
 		hooksOff = flag.Bool("webhook-down", false, "send the gateway's alerts to a webhook receiver that accepts connections and never answers, with alerts pending for the whole run")
+		streams  = flag.Bool("streams", false, "with -quick: also the streaming phases (time to first event and delivery delay, messages, Responses and sockets)")
 		pool     = flag.Int("pool", 0, "also compare, in the same run and at the plan's rates, a gateway with a pool of this many vendor keys per upstream against one with one key (two more stacks; at least 2)")
 		env      listFlag
 	)
@@ -81,6 +82,9 @@ func main() {
 		p = smokePlan
 	case *quick:
 		p = quickPlan
+	}
+	if *streams {
+		p.streamRate, p.eventDelayMS, p.replyWords = fullPlan.streamRate, fullPlan.eventDelayMS, fullPlan.replyWords
 	}
 	if *open >= 0 {
 		p.openStreams, p.openRate, p.settle = *open, 1000, 2*time.Second
