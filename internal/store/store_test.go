@@ -110,6 +110,11 @@ var suite = []struct {
 	{"LeaseKeyRateSlots", testLeaseKeyRateSlots},
 	{"LeaseRateSweep", testLeaseRateSweep},
 	{"LeaseRateRace", testLeaseRateRace},
+	{"LeaseSeats", testLeaseSeats},
+	{"LeaseSeatsRenew", testLeaseSeatsRenew},
+	{"LeaseKeySeats", testLeaseKeySeats},
+	{"LeaseSeatSweep", testLeaseSeatSweep},
+	{"LeaseSeatsTooSmall", testLeaseSeatsTooSmall},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {

@@ -14,7 +14,7 @@
 -- credential whose last_used the caller wrote this minute already is left
 -- out of KEYS.
 --
--- KEYS[1]    gw:{acct:ID}:acct             hash: balance, held, ...
+-- KEYS[1]    gw:{acct:ID}:acct             hash: balance, held, leased, seats, ...
 -- KEYS[2]    gw:{acct:ID}:holds            hash: request id -> hold (hold.lua)
 -- KEYS[3]    gw:{acct:ID}:day:YYYYMMDD     string: settled spend of the current UTC day
 -- KEYS[4]    gw:{acct:ID}:u:d:YYYYMMDD     hash: usage counters of the UTC day
@@ -73,8 +73,10 @@
 -- A request admitted from a lease whose hold was not recorded yet (its
 -- record, record.lua, comes later or never: its sidecar died) and whose bit
 -- in the lease's bitmap is clear is settled here as if recorded at once:
--- its hold leaves the lease (and the "leased" sums), its bit is set so that
--- the record, when it comes, does nothing.
+-- its hold leaves the lease (and the "leased" sums), and so does its seat
+-- where the lease holds seats (and the "seats" sums: it took one, and is no
+-- longer in flight); its bit is set so that the record, when it comes,
+-- does nothing.
 --
 -- Returns one result per request: 1 applied, 2 reconciled with its sweep,
 -- 0 already settled (or never admitted); or {-1}
@@ -107,7 +109,7 @@ local kstate = {}
 local function state(si)
   local st = kstate[si]
   if not st then
-    st = {held = 0, open = 0, tok = {}, cost = 0, reqs = 0, leased = 0}
+    st = {held = 0, open = 0, tok = {}, cost = 0, reqs = 0, leased = 0, seats = 0}
     kstate[si] = st
   end
   return st
@@ -125,9 +127,9 @@ local function correct(t, b, used, bound)
 end
 
 local m = tonumber(ARGV[9])
--- Per lease index: the holds settled from it, and the credential state
--- index of its requests (a lease is one key's).
-local ltake, lstate = {}, {}
+-- Per lease index: the holds settled from it, how many, and the credential
+-- state index of its requests (a lease is one key's).
+local ltake, lcount, lstate = {}, {}, {}
 local lfirst = 7 + k + n + s -- KEYS[lfirst + 1]: the leases hash
 local a = 10
 for i = 1, n do
@@ -156,6 +158,7 @@ for i = 1, n do
     fromLease = true
     redis.call('SETBIT', KEYS[lfirst + 1 + li], lseq, 1)
     ltake[li] = (ltake[li] or 0) + lhold
+    lcount[li] = (lcount[li] or 0) + 1
     lstate[li] = si
   end
   if v or fromLease then
@@ -284,16 +287,22 @@ for li, h in pairs(ltake) do
   local lid = string.match(bits, ':lbits:(.*)$')
   local cur = redis.call('HGET', KEYS[lfirst + 1], lid)
   if cur then
-    local la, rest = string.match(cur, '^(%d+) (.*)$')
-    la = tonumber(la)
-    local take = math.min(h, la)
-    redis.call('HSET', KEYS[lfirst + 1], lid, int(la - take) .. ' ' .. rest)
+    local l = lease_parse(cur)
+    local take = math.min(h, l.amount)
+    l.amount = l.amount - take
     if redis.call('HINCRBY', KEYS[1], 'leased', int(-take)) < 0 then
       redis.call('HSET', KEYS[1], 'leased', '0')
     end
-    if lstate[li] > 0 and string.match(rest, '^%d+ 1') then
+    local seats = lease_unseat(l, lcount[li], KEYS[1])
+    redis.call('HSET', KEYS[lfirst + 1], lid, lease_format(l))
+    if lstate[li] > 0 then
       local st = state(lstate[li])
-      st.leased = st.leased + take
+      if l.kc == '1' then
+        st.leased = st.leased + take
+      end
+      if l.sl >= 2 then
+        st.seats = st.seats + seats
+      end
     end
   end
 end
@@ -361,7 +370,7 @@ end
 local kfirst = 7 + k + n
 for si, st in pairs(kstate) do
   local key = KEYS[kfirst + si]
-  local ks = redis.call('HMGET', key, 'held', 'open', 'tw', 'dd', 'dc', 'dr', 'md', 'mc', 'mr', 'tc', 'tr', 'leased')
+  local ks = redis.call('HMGET', key, 'held', 'open', 'tw', 'dd', 'dc', 'dr', 'md', 'mc', 'mr', 'tc', 'tr', 'leased', 'seats')
   local fields = {}
   local function put(f, v)
     fields[#fields + 1] = f
@@ -380,6 +389,9 @@ for si, st in pairs(kstate) do
   end
   if st.leased > 0 then
     put('leased', int(math.max(num(ks[12]) - st.leased, 0)))
+  end
+  if st.seats > 0 then
+    put('seats', int(math.max(num(ks[13]) - st.seats, 0)))
   end
   if st.reqs > 0 or st.cost ~= 0 then
     local dc, dr, mc, mr = st.cost, st.reqs, st.cost, st.reqs
