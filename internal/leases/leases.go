@@ -5,10 +5,13 @@
 // an ordinary hold a few milliseconds later, in a batch
 // (store.RecordLeased). Where the account or key has a request-rate limit
 // the lease also holds request slots (placeholders in the rate logs the
-// script counts), and a request needs one. Everything else (no lease, a
-// hold that does not fit, no slot left, a key with a token or concurrency
-// limit, the store failing) is admitted by the store's admission script,
-// as without leases.
+// script counts), and a request needs one. Where the account or key has a
+// concurrency limit the lease also holds seats (counted by the script as
+// requests in flight), and a request needs a free one; a seat is not given
+// back locally when its request ends: the renewal grants seats again.
+// Everything else (no lease, a hold that does not fit, no slot or seat
+// left, a key with a tokens-per-minute limit, the store failing) is
+// admitted by the store's admission script, as without leases.
 //
 // One Manager per sidecar. It renews its leases every Interval in one
 // pipeline, sizing each from the holds the sidecar admitted for its account
@@ -56,6 +59,8 @@ type Options struct {
 	MinHolds int64
 	// MinSlots: no rate-limited lease with fewer free request slots.
 	MinSlots int64
+	// MinSeats: no concurrency-limited lease with fewer free seats.
+	MinSeats int64
 	Now      func() time.Time
 	Logger   *slog.Logger
 }
@@ -66,6 +71,7 @@ const (
 	DefaultShare    = 8
 	DefaultMinHolds = 16
 	DefaultMinSlots = 2
+	DefaultMinSeats = 2
 )
 
 // slotLife is how long after a renewal its free slots may be used. Their
@@ -91,6 +97,7 @@ type lease struct {
 	id      string // "" when none is held
 	gen     int
 	kc      bool // counts against the key's budgets
+	keyOpen bool // its holds count in the key's held and open (a budget or concurrency limit)
 	free    int64
 	target  int64
 	stop    time.Time      // no admission from it after this
@@ -109,10 +116,15 @@ type lease struct {
 	rates      int // the rate logs the slots are in (store.RateAccount, RateKey)
 	slotStop   time.Time
 	renewing   bool
-	maxHold    int64
-	idle       int       // full intervals without a request
-	due        bool      // a renewal was asked for
-	retryAt    time.Time // no new lease before this (refused recently)
+	// Seats: how many requests may still start from the lease; seated is
+	// 0 when no concurrency limit applies (no seat needed). None is used
+	// while a renewal is in flight (renewing).
+	seats, seatTarget int64
+	seated            int
+	maxHold           int64
+	idle              int       // full intervals without a request
+	due               bool      // a renewal was asked for
+	retryAt           time.Time // no new lease before this (refused recently)
 }
 
 // Manager admits from leases and keeps them.
@@ -152,6 +164,9 @@ func New(st Store, next Admitter, o Options) *Manager {
 	if o.MinSlots < 1 {
 		o.MinSlots = DefaultMinSlots
 	}
+	if o.MinSeats < 1 {
+		o.MinSeats = DefaultMinSeats
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -173,11 +188,19 @@ func signal(c chan struct{}) {
 	}
 }
 
-// eligible reports whether a key's limits allow a lease: none counted per
-// request in Redis (tokens per minute, concurrency). A rate limit is
-// sliced into the lease's request slots.
+// eligible reports whether a key's limits allow a lease: no tokens-per-
+// minute limit (counted per request in Redis). A rate limit is sliced into
+// the lease's request slots, a concurrency limit into its seats.
 func eligible(l account.Limits) bool {
-	return l.TPM == 0 && l.Concurrency == 0
+	return l.TPM == 0
+}
+
+// seatFree reports whether a request may be admitted from l's seats:
+// always without a concurrency limit. None is used while a renewal is in
+// flight: it sets the lease's seats from the free ones the call reported,
+// and a seat taken meanwhile could be one it gives back. l.mu is held.
+func (l *lease) seatFree() bool {
+	return l.seated == 0 || !l.renewing && l.seats > 0
 }
 
 // slotFree reports whether a request may be admitted from l's slots:
@@ -207,16 +230,22 @@ func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Deci
 	l.reqs++
 	l.maxHold = max(l.maxHold, a.Hold)
 	l.seen = a.KeyLimits
-	if l.id != "" && m.healthy.Load() && now.Before(l.stop) && l.limits == a.KeyLimits && a.Hold <= l.free && l.slotFree(now) {
+	if l.id != "" && m.healthy.Load() && now.Before(l.stop) && l.limits == a.KeyLimits && a.Hold <= l.free && l.slotFree(now) && l.seatFree() {
 		l.free -= a.Hold
 		l.seq++
 		ref := account.LeaseRef{ID: l.id, Seq: l.seq, Hold: a.Hold}
-		rec := store.LeasedRequest{Lease: ref, KeyCounted: l.kc, At: now, Admission: *a}
+		rec := store.LeasedRequest{Lease: ref, KeyCounted: l.keyOpen, At: now, Admission: *a}
 		if l.hi >= 0 {
 			rec.Slot, rec.Rates = l.next, l.rates
 			l.next++
 		}
-		low := !l.due && (l.free < l.target/2 || l.hi >= 0 && l.hi-l.next < l.slotTarget/2)
+		if l.seated != 0 {
+			// Its record (or settlement) takes the seat out of the lease in
+			// Redis; here it is gone until a renewal grants seats again.
+			l.seats--
+		}
+		low := !l.due && (l.free < l.target/2 || l.hi >= 0 && l.hi-l.next < l.slotTarget/2 ||
+			l.seated != 0 && l.seats < l.seatTarget/2)
 		if low {
 			l.due = true
 		}
@@ -323,12 +352,15 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 			l.id = m.prefix + "." + l.key + "." + strconv.Itoa(l.gen)
 			l.limits = l.seen
 			l.kc = l.limits.DailyNanoUSD > 0 || l.limits.MonthlyNanoUSD > 0 || l.limits.TotalNanoUSD > 0
+			l.keyOpen = l.kc || l.limits.Concurrency > 0
 			l.next, l.hi = 1, 0
+			l.seats, l.seated = 0, 0
 		}
 		l.renewing = true
 		calls = append(calls, store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
 			Free: l.free, Want: want, Min: m.o.MinHolds * l.maxHold, Share: m.o.Share, KeyLimits: l.limits,
-			Cursor: l.next, WantSlots: max(2*max(l.reqRate, l.reqs), m.o.MinSlots), MinSlots: m.o.MinSlots})
+			Cursor: l.next, WantSlots: max(2*max(l.reqRate, l.reqs), m.o.MinSlots), MinSlots: m.o.MinSlots,
+			FreeSeats: l.seats, WantSeats: max(2*max(l.reqRate, l.reqs), m.o.MinSeats), MinSeats: m.o.MinSeats})
 		ls = append(ls, l)
 		l.mu.Unlock()
 	}
@@ -353,10 +385,18 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 			if l.hi >= 0 {
 				l.hi = l.next
 			}
+			// Its free seats too may have been given back: none until a
+			// renewal says. Had the call run, its free seats stay counted
+			// in Redis (refusing early, never admitting more) until the
+			// lease is returned or swept.
+			l.seats = 0
 			l.mu.Unlock()
 			continue
 		}
 		l.free += r.Delta
+		l.seats += r.Seats
+		l.seated = r.Seated
+		l.seatTarget = calls[i].FreeSeats + r.Seats
 		l.hi, l.rates = r.Hi, r.Rates
 		if r.Hi >= 0 {
 			l.slotTarget = r.Hi - l.next
@@ -367,6 +407,7 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 			// Returned (or never taken): admitted by the script until a
 			// new lease, under a new id, is taken.
 			l.id, l.free, l.target = "", 0, 0
+			l.seats, l.seated = 0, 0
 			if r.Reason != store.LeaseHeld || calls[i].Want > 0 {
 				l.retryAt = started.Add(m.o.Interval)
 			}
@@ -448,8 +489,9 @@ func (m *Manager) Close(ctx context.Context) {
 		l.mu.Lock()
 		if l.id != "" {
 			calls = append(calls, store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
-				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits, Cursor: l.next})
+				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits, Cursor: l.next, FreeSeats: l.seats})
 			l.id, l.free, l.stop = "", 0, time.Time{}
+			l.seats, l.seated = 0, 0
 		}
 		l.mu.Unlock()
 	}
