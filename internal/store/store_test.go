@@ -115,6 +115,9 @@ var suite = []struct {
 	{"LeaseKeySeats", testLeaseKeySeats},
 	{"LeaseSeatSweep", testLeaseSeatSweep},
 	{"LeaseSeatsTooSmall", testLeaseSeatsTooSmall},
+	{"LeaseTokens", testLeaseTokens},
+	{"LeaseKeyTokens", testLeaseKeyTokens},
+	{"LeaseTokenSweep", testLeaseTokenSweep},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {

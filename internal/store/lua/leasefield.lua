@@ -2,14 +2,14 @@
 -- (lease.lua), shared by the scripts that read or write leases (it is
 -- prepended to each of them).
 --
---   "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl>"
+--   "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl> <tokens> <tbucket> <tl>"
 --
 -- Fields are only ever appended: a lease written before a field existed
 -- reads it as zero (no slots, no seats). lease.lua documents each field.
 
 local function lease_parse(v)
-  local a, e, c, k, r, l, h, s, sl = string.match(v,
-    '^(%d+) (%d+) (%d) ?(%S*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)')
+  local a, e, c, k, r, l, h, s, sl, t, tb, tl = string.match(v,
+    '^(%d+) (%d+) (%d) ?(%S*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*) ?(%d*)')
   if not a then
     return nil
   end
@@ -20,13 +20,14 @@ local function lease_parse(v)
     return tonumber(x)
   end
   local out = {amount = tonumber(a), expiry = tonumber(e), kc = c, key = k,
-    rl = num(r), lo = num(l), hi = num(h), seats = num(s), sl = num(sl), slots = r ~= '' and l ~= '' and h ~= ''}
+    rl = num(r), lo = num(l), hi = num(h), seats = num(s), sl = num(sl), tokens = num(t), tbucket = num(tb), tl = num(tl),
+    slots = r ~= '' and l ~= '' and h ~= ''}
   return out
 end
 
 local function lease_format(l)
-  return string.format('%d %d %s %s %d %d %d %d %d', l.amount, l.expiry, l.kc, l.key,
-    l.rl, l.lo, l.hi, l.seats, l.sl)
+  return string.format('%d %d %s %s %d %d %d %d %d %d %d %d', l.amount, l.expiry, l.kc, l.key,
+    l.rl, l.lo, l.hi, l.seats, l.sl, l.tokens, l.tbucket, l.tl)
 end
 
 -- Take up to n seats (requests recorded or settled from lease l) out of l

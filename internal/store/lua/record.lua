@@ -22,7 +22,8 @@
 --          account's, 2 the key's, 3 both, 0 none
 -- ARGV[6]  the key's rate window, minutes (the account's is read from KEYS[1])
 -- ARGV[7..] per request: request id, its sequence number in the lease, hold
---          (nano-USD), admission record (admit.lua's, "kc" as ARGV[4]),
+--          (nano-USD), admission record (admit.lua's, "kc" as ARGV[4]; "ta"
+--          and "tk" the bucket of the lease's tokens it used, or 0),
 --          its slot number (0: none), its admission time (unix ms)
 --
 -- A request whose bit is set was recorded, or settled by settle.lua before
@@ -37,6 +38,12 @@
 -- leaves the lease and the seat sums as the hold enters the holds hash
 -- (the account's in flight) and the key's open count, in this script, so
 -- that in flight plus seats is unchanged.
+--
+-- A request that used the lease's tokens (its record's "ta" or "tk" is
+-- not 0) has its token bound counted as held in that bucket already (by
+-- lease.lua): the bound stays there, now the request's (settlement moves
+-- it to settled, by its record), and leaves the lease's token count when
+-- that bucket is still the lease's.
 --
 -- When the lease is gone (swept after its sidecar could not renew it), the
 -- hold is recorded all the same: the request runs and will be charged
@@ -62,6 +69,8 @@ if rl >= 2 then
 end
 local slotted = false
 local moved, n = 0, 0
+-- Token bounds recorded, by bucket.
+local bounds = {}
 for i = 7, #ARGV, 6 do
   local slot = tonumber(ARGV[i + 4])
   if slot > 0 then
@@ -78,6 +87,16 @@ for i = 7, #ARGV, 6 do
     redis.call('HSETNX', KEYS[2], ARGV[i], hold_format(h, expiry, ARGV[i + 3], ''))
     moved = moved + h
     n = n + 1
+    local tb, ta, tk = string.match(ARGV[i + 3], '^{"tb":(%d+),"ta":(%d+),"tk":(%d+)')
+    if tb then
+      local b = tonumber(ta)
+      if b == 0 then
+        b = tonumber(tk)
+      end
+      if b > 0 then
+        bounds[b] = (bounds[b] or 0) + tonumber(tb)
+      end
+    end
   end
 end
 redis.call('EXPIRE', KEYS[4], ARGV[3])
@@ -108,6 +127,7 @@ if cur then
     kleased = take
   end
   local seats = lease_unseat(l, n, KEYS[1])
+  l.tokens = math.max(l.tokens - (bounds[l.tbucket] or 0), 0)
   if l.sl >= 2 then
     kseats = seats
   end

@@ -47,6 +47,9 @@
 --   unix ms; credential state index (1..s, 0 for none); tokens used
 --   (input + output; 0 for a reply not charged); lease index (1..m, 0 when
 --   admitted by admit.lua), its sequence number in the lease and its hold;
+--   the token bound it took from the lease's tokens (0: none), their
+--   bucket and the token windows they are in (1 the account's, 2 the
+--   key's, 3 both);
 --   c, then c counter name, increment pairs (requests, then cost and each
 --   usage kind when not zero);
 --   f, then f ledger entry field, value pairs. A ledger field named like a
@@ -75,8 +78,10 @@
 -- in the lease's bitmap is clear is settled here as if recorded at once:
 -- its hold leaves the lease (and the "leased" sums), and so does its seat
 -- where the lease holds seats (and the "seats" sums: it took one, and is no
--- longer in flight); its bit is set so that the record, when it comes,
--- does nothing.
+-- longer in flight); its token bound, held in the lease's bucket, is
+-- settled there as a recorded request's would be, and leaves the lease's
+-- token count when that bucket is still the lease's; its bit is set so
+-- that the record, when it comes, does nothing.
 --
 -- Returns one result per request: 1 applied, 2 reconciled with its sweep,
 -- 0 already settled (or never admitted); or {-1}
@@ -129,7 +134,7 @@ end
 local m = tonumber(ARGV[9])
 -- Per lease index: the holds settled from it, how many, and the credential
 -- state index of its requests (a lease is one key's).
-local ltake, lcount, lstate = {}, {}, {}
+local ltake, lcount, lstate, ltok = {}, {}, {}, {}
 local lfirst = 7 + k + n + s -- KEYS[lfirst + 1]: the leases hash
 local a = 10
 for i = 1, n do
@@ -137,8 +142,9 @@ for i = 1, n do
   local ki, used = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   local si, usedTokens = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
   local li, lseq, lhold = tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11])
-  local nc = tonumber(ARGV[a + 12])
-  local cfirst = a + 13
+  local lbound, lbucket, llevels = tonumber(ARGV[a + 12]), ARGV[a + 13], tonumber(ARGV[a + 14])
+  local nc = tonumber(ARGV[a + 15])
+  local cfirst = a + 16
   local nf = tonumber(ARGV[cfirst + 2 * nc])
   local ffirst = cfirst + 2 * nc + 1
   a = ffirst + 2 * nf
@@ -160,6 +166,18 @@ for i = 1, n do
     ltake[li] = (ltake[li] or 0) + lhold
     lcount[li] = (lcount[li] or 0) + 1
     lstate[li] = si
+    if lbound > 0 then
+      -- Settled from the lease's bucket, as its record would have said.
+      if llevels % 2 == 1 then
+        correct(atok, lbucket, usedTokens, lbound)
+      end
+      if llevels >= 2 and si > 0 then
+        correct(state(si).tok, lbucket, usedTokens, lbound)
+      end
+      local t = ltok[li] or {}
+      t[lbucket] = (t[lbucket] or 0) + lbound
+      ltok[li] = t
+    end
   end
   if v or fromLease then
     accountSeen = true -- a hold exists only on an existing account
@@ -294,6 +312,10 @@ for li, h in pairs(ltake) do
       redis.call('HSET', KEYS[1], 'leased', '0')
     end
     local seats = lease_unseat(l, lcount[li], KEYS[1])
+    local t = ltok[li]
+    if t then
+      l.tokens = math.max(l.tokens - (t[int(l.tbucket)] or 0), 0)
+    end
     redis.call('HSET', KEYS[lfirst + 1], lid, lease_format(l))
     if lstate[li] > 0 then
       local st = state(lstate[li])
