@@ -104,20 +104,54 @@ func (h *heldStreams) close() {
 	h.client.CloseIdleConnections()
 }
 
+// leasedLimit is one case of runLeasedExact: an account's or a key's limit
+// that leases slice.
+type leasedLimit struct {
+	name    string
+	acct    account.Limits
+	key     account.Limits
+	message string // what every refusal's body names
+}
+
 // Concurrency seats: an account (and, apart, a key) with a concurrency
-// limit big enough to slice leases seats on two sidecars. Streams are
-// opened and held: one after another on a (which leases seats), then by
-// clients on b until refused while a holds free seats, then on both until
-// the limit is reached. Exactly the limit is admitted, some of it from the
-// leases, the vendors never have more in flight, every refusal is the
-// concurrency limit's (one more request per client once all are admitted
-// included); after the streams end no hold is left, the key's state is
-// zero, no seat is left once the idle leases are returned, and the
-// balance, ledger and counters agree.
+// limit big enough to slice leases seats on two sidecars; exactly the limit
+// is admitted (runLeasedExact).
 func TestLeasedConcurrencyExactTwoSidecars(t *testing.T) {
+	const limit = 40
+	runLeasedExact(t, limit, []leasedLimit{
+		{name: "account", acct: account.Limits{Concurrency: limit}, message: "concurrent request limit reached for this account"},
+		{name: "key", key: account.Limits{Concurrency: limit}, message: "concurrent request limit reached for this key"},
+	})
+}
+
+// Tokens per minute: an account (and, apart, a key) with a tpm limit of
+// 40½ requests' token bounds leases tokens on two sidecars; exactly 40
+// requests are admitted (runLeasedExact), and once they have settled and
+// the leases are returned no token is held.
+func TestLeasedTokensPerMinuteExactTwoSidecars(t *testing.T) {
+	bound := int64(len(messagesBody(true, ""))) + 256 // every body byte a token, plus max_tokens
+	const limit = 40
+	tpm := limit*bound + bound/2
+	runLeasedExact(t, limit, []leasedLimit{
+		{name: "account", acct: account.Limits{TPM: tpm}, message: "tokens-per-minute limit for this account"},
+		{name: "key", key: account.Limits{TPM: tpm}, message: "tokens-per-minute limit for this key"},
+	})
+}
+
+// runLeasedExact runs each case on two sidecars with leases on: streams
+// are opened and held, one after another on a (which takes a lease), then
+// by clients on b until refused while a's lease holds its slice, then on
+// both until limit are admitted. Exactly limit are admitted, some of them
+// from the leases, the vendors never have more in flight, every refusal is
+// the case's 429 (one more request per client once all are admitted
+// included); after the streams end no hold is left, the key's state is
+// zero, the leases, once returned, hold nothing (money, seats, tokens),
+// the account and key count no seat and no held token, and the balance,
+// ledger and counters agree.
+func runLeasedExact(t *testing.T, limit int64, cases []leasedLimit) {
 	rs := redistest.NewServer(t)
-	// Renewals every 5 s: a's free seats outlive b's burst (a renewal
-	// would resize them to what is left).
+	// Renewals every 5 s: a's lease outlives b's burst (a renewal would
+	// resize it to what is left).
 	conf := func(c *config.Config) {
 		c.Limits.Leases = "on"
 		c.Limits.LeaseInterval = config.Duration(5 * time.Second)
@@ -128,18 +162,7 @@ func TestLeasedConcurrencyExactTwoSidecars(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer rdb.Close()
 	ctx := context.Background()
-	const limit = 40
 	const balance = 100_000_000_000
-
-	cases := []struct {
-		name    string
-		acct    account.Limits
-		key     account.Limits
-		message string
-	}{
-		{name: "account", acct: account.Limits{Concurrency: limit}, message: "concurrent request limit reached for this account"},
-		{name: "key", key: account.Limits{Concurrency: limit}, message: "concurrent request limit reached for this key"},
-	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			acct, err := a.Store.CreateAccount(ctx, c.name, balance, c.acct)
@@ -158,7 +181,7 @@ func TestLeasedConcurrencyExactTwoSidecars(t *testing.T) {
 			}
 			h := newHeldStreams(t, key, c.message)
 			// 1. Requests one after another on a: the first is admitted by
-			// the script and takes a lease with seats, the next from it.
+			// the script and takes a lease, the next from it.
 			for i := range 6 {
 				if !h.send(a) {
 					t.Fatalf("request %d on a refused", i)
@@ -167,26 +190,26 @@ func TestLeasedConcurrencyExactTwoSidecars(t *testing.T) {
 			if n := sidecarMetric(t, a, "gateway_admissions_total", `path="lease"`) - leasedBefore; n == 0 {
 				t.Fatal("a took no lease")
 			}
-			// 2. Four clients on b until each is refused: a's free seats
-			// are in flight for b (the early refusals leasing costs).
+			// 2. Four clients on b until each is refused: what a's lease
+			// holds is taken for b (the early refusals leasing costs).
 			h.clients([]*launch.Stack{b}, 4, func(refused bool) bool { return !refused })
-			// 3. Clients on both until the limit is reached: a's seats
-			// are used, or returned to the script at its next renewal.
+			// 3. Clients on both until the limit is reached: a's lease is
+			// used, or returned to the script at its next renewal.
 			deadline := time.Now().Add(20 * time.Second)
 			h.clients(stacks, 4, func(bool) bool { return h.admitted.Load() < limit && time.Now().Before(deadline) })
-			// 4. Every seat taken: one more per client, on either sidecar,
-			// is refused.
+			// 4. All of the limit taken: one more per client, on either
+			// sidecar, is refused.
 			h.clients(stacks, 4, func(refused bool) bool { return !refused && h.admitted.Load() <= limit })
 			admitted := h.admitted.Load()
 			peak := peakInFlight(stacks)
 			h.close()
 			for _, w := range h.wrong {
-				t.Errorf("refusal %s; want the concurrency limit's 429", w)
+				t.Errorf("refusal %s; want the limit's 429 naming %q", w, c.message)
 			}
 			if admitted != limit {
 				t.Fatalf("admitted %d; want exactly the limit, %d", admitted, limit)
 			}
-			if peak != limit {
+			if peak != int(limit) {
 				t.Fatalf("the vendors had %d requests in flight at once; want the %d admitted", peak, limit)
 			}
 			leased := sidecarMetric(t, a, "gateway_admissions_total", `path="lease"`) + sidecarMetric(t, b, "gateway_admissions_total", `path="lease"`) - leasedBefore
@@ -198,20 +221,33 @@ func TestLeasedConcurrencyExactTwoSidecars(t *testing.T) {
 				n, held, err := a.Store.Store.OpenHolds(ctx, acct.ID)
 				return err == nil && n == 0, fmt.Sprint(n, " holds of ", held, " ", err)
 			})
-			// Idle leases are returned after two intervals, their seats
-			// with them. A lease returned while some of its requests were
-			// unrecorded stays, empty, until the sweep: nothing in it.
-			eventually.That(t, 15*time.Second, "the leases are returned with their seats", func() (bool, string) {
-				leases, err1 := rdb.HGetAll(ctx, "gw:{acct:"+acct.ID+"}:leases").Result()
-				as, err2 := rdb.HGet(ctx, "gw:{acct:"+acct.ID+"}:acct", "seats").Int64()
-				ks, err3 := rdb.HGet(ctx, "gw:{acct:"+acct.ID+"}:ks:"+kid, "seats").Int64()
-				ok := err1 == nil && (err2 == redis.Nil || err2 == nil && as == 0) && (err3 == redis.Nil || err3 == nil && ks == 0)
+			// Idle leases are returned after two intervals, with what they
+			// hold. A lease returned while some of its requests were
+			// unrecorded stays, empty, until the sweep.
+			eventually.That(t, 20*time.Second, "the leases are returned with what they held", func() (bool, string) {
+				leases, err := rdb.HGetAll(ctx, "gw:{acct:"+acct.ID+"}:leases").Result()
+				ok := err == nil
 				for _, v := range leases {
-					// "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl>"
+					// "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl> <tokens> <tbucket> <tl>"
 					f := strings.Fields(v)
-					ok = ok && len(f) == 9 && f[0] == "0" && f[7] == "0"
+					ok = ok && len(f) == 12 && f[0] == "0" && f[7] == "0" && f[9] == "0"
 				}
-				return ok, fmt.Sprintf("leases %v (%v), account seats %d (%v), key seats %d (%v)", leases, err1, as, err2, ks, err3)
+				var left []string
+				for _, hash := range []string{"acct", "ks:" + kid} {
+					v, err := rdb.HMGet(ctx, "gw:{acct:"+acct.ID+"}:"+hash, "seats", "tw").Result()
+					if err != nil {
+						return false, err.Error()
+					}
+					seats, _ := v[0].(string)
+					tw, _ := v[1].(string)
+					f := strings.Fields(tw)
+					for i := 2; i < len(f); i += 3 {
+						ok = ok && f[i] == "0"
+					}
+					ok = ok && (seats == "" || seats == "0")
+					left = append(left, fmt.Sprintf("%s: seats %q, tokens %q", hash, seats, tw))
+				}
+				return ok, fmt.Sprintf("leases %v (%v); %v", leases, err, left)
 			})
 			if n := a.Leased(acct.ID); n != 0 {
 				t.Fatalf("%d nano-USD still leased", n)
