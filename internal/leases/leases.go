@@ -123,17 +123,17 @@ type lease struct {
 	slotTarget int64
 	rates      int // the rate logs the slots are in (store.RateAccount, RateKey)
 	slotStop   time.Time
-	renewing   bool
+	// renewing: a renewal is in flight; nothing (money, slot, seat,
+	// tokens) is taken from the lease until it returns.
+	renewing bool
 	// Seats: how many requests may still start from the lease; seated is
-	// 0 when no concurrency limit applies (no seat needed). None is used
-	// while a renewal is in flight (renewing).
+	// 0 when no concurrency limit applies (no seat needed).
 	seats, seatTarget int64
 	seated            int
 	// Tokens per minute: how many tokens requests may still take from the
 	// lease (each its bound), held in bucket tokenBucket of the token
 	// windows tokenLevels says (0: no tpm limit, none needed), usable
-	// until tokenStop, the bucket's end. None is used while a renewal is
-	// in flight (renewing): it moves the free ones to a later bucket.
+	// until tokenStop, the bucket's end.
 	tokens, tokenTarget int64
 	tokenLevels         int
 	tokenBucket         int64
@@ -211,11 +211,9 @@ func signal(c chan struct{}) {
 }
 
 // seatFree reports whether a request may be admitted from l's seats:
-// always without a concurrency limit. None is used while a renewal is in
-// flight: it sets the lease's seats from the free ones the call reported,
-// and a seat taken meanwhile could be one it gives back. l.mu is held.
+// always without a concurrency limit. l.mu is held.
 func (l *lease) seatFree() bool {
-	return l.seated == 0 || !l.renewing && l.seats > 0
+	return l.seated == 0 || l.seats > 0
 }
 
 // tokensFree reports whether a request of token bound n may be admitted
@@ -223,7 +221,7 @@ func (l *lease) seatFree() bool {
 // of their bucket only, so that the request is counted in a bucket no
 // earlier than its admission's. l.mu is held.
 func (l *lease) tokensFree(now time.Time, n int64) bool {
-	return l.tokenLevels == 0 || !l.renewing && n <= l.tokens && now.Before(l.tokenStop)
+	return l.tokenLevels == 0 || n <= l.tokens && now.Before(l.tokenStop)
 }
 
 // slotFree reports whether a request may be admitted from l's slots:
@@ -255,8 +253,11 @@ func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Deci
 	l.bounds += a.Tokens
 	l.maxBound = max(l.maxBound, a.Tokens)
 	l.seen = a.KeyLimits
-	if l.id != "" && m.healthy.Load() && now.Before(l.stop) && l.limits == a.KeyLimits && a.Hold <= l.free && l.slotFree(now) && l.seatFree() &&
-		l.tokensFree(now, a.Tokens) {
+	// Nothing is taken from a lease while its renewal is in flight: the
+	// renewal sizes it from the free amount (seats, tokens) the call
+	// reported, and could give back what is taken meanwhile.
+	if l.id != "" && !l.renewing && m.healthy.Load() && now.Before(l.stop) && l.limits == a.KeyLimits && a.Hold <= l.free &&
+		l.slotFree(now) && l.seatFree() && l.tokensFree(now, a.Tokens) {
 		l.free -= a.Hold
 		l.seq++
 		ref := account.LeaseRef{ID: l.id, Seq: l.seq, Hold: a.Hold}

@@ -192,3 +192,45 @@ func TestConcurrencyRaceTwoSidecars(t *testing.T) {
 		t.Fatalf("%d admitted, want at least %d", n, limit-2*limit/DefaultShare)
 	}
 }
+
+// gatedStore holds each lease call until released.
+type gatedStore struct {
+	*store.Store
+	entered, release chan struct{}
+}
+
+func (g *gatedStore) Leases(ctx context.Context, calls []store.LeaseCall) []store.LeaseResult {
+	g.entered <- struct{}{}
+	<-g.release
+	return g.Store.Leases(ctx, calls)
+}
+
+// While a lease's renewal is in flight nothing is taken from it (the
+// renewal sets it from the free amount the call reported): requests go to
+// the script; after it, to the lease again.
+func TestNoAdmissionFromALeaseBeingRenewed(t *testing.T) {
+	r := newRig(t)
+	acct := r.account(1000 * usd)
+	const hold = 10_000_000
+	r.admit(acct, hold)
+	r.m.Renew(r.ctx, false)
+	if d := r.admit(acct, hold); d.Lease.ID == "" {
+		t.Fatalf("not admitted from the lease: %+v", d)
+	}
+	g := &gatedStore{Store: r.st, entered: make(chan struct{}), release: make(chan struct{})}
+	r.m.st = g
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.m.Renew(r.ctx, true)
+	}()
+	<-g.entered
+	if d := r.admit(acct, hold); d.Lease.ID != "" {
+		t.Fatalf("admitted from a lease being renewed: %+v", d)
+	}
+	close(g.release)
+	<-done
+	if d := r.admit(acct, hold); d.Lease.ID == "" {
+		t.Fatalf("not admitted from the renewed lease: %+v", d)
+	}
+}
