@@ -13,14 +13,15 @@
 // counted by the script as held in a bucket a little in the future, and a
 // request needs its token bound of them, until that bucket ends.
 // Everything else (no lease, a hold that does not fit, no slot, seat or
-// tokens left, the store failing) is admitted by the store's admission
-// script, as without leases.
+// tokens left, a renewal in flight, the store failing) is admitted by the
+// store's admission script, as without leases.
 //
 // One Manager per sidecar. It renews its leases every Interval in one
-// pipeline, sizing each from the holds the sidecar admitted for its account
-// and key in the last interval (docs/billing.md, Leases), and tops a lease
-// up at once, in the background, when its free amount falls below half its
-// target. A lease idle for two intervals, or whose key's limits changed, is
+// pipeline, sizing each from what the sidecar admitted for its account and
+// key in the last interval (twice its holds, requests and token bounds:
+// docs/billing.md, Leases), and tops a lease up at once, in the
+// background, when its free amount, slots, seats or tokens fall below half
+// their target. A lease idle for two intervals, or whose key's limits changed, is
 // returned; all are returned by Close.
 package leases
 
