@@ -107,11 +107,16 @@ type Decision struct {
 }
 
 // LeaseRef names a request admitted from a lease: the lease, the request's
-// sequence number in it and its hold. Its settlement carries it, so that
-// the store can settle the request from the lease should the hold not be
-// recorded yet (docs/billing.md, Leases).
+// sequence number in it and its hold; where it used the lease's tokens per
+// minute, its token bound, their bucket and the token windows they are in
+// (1 the account's, 2 the key's, 3 both). Its settlement carries it, so
+// that the store can settle the request from the lease should the hold not
+// be recorded yet (docs/billing.md, Leases).
 type LeaseRef struct {
-	ID   string
-	Seq  int64
-	Hold int64
+	ID          string
+	Seq         int64
+	Hold        int64
+	Tokens      int64
+	Bucket      int64
+	TokenLevels int
 }

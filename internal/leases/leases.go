@@ -5,16 +5,23 @@
 // an ordinary hold a few milliseconds later, in a batch
 // (store.RecordLeased). Where the account or key has a request-rate limit
 // the lease also holds request slots (placeholders in the rate logs the
-// script counts), and a request needs one. Everything else (no lease, a
-// hold that does not fit, no slot left, a key with a token or concurrency
-// limit, the store failing) is admitted by the store's admission script,
-// as without leases.
+// script counts), and a request needs one. Where the account or key has a
+// concurrency limit the lease also holds seats (counted by the script as
+// requests in flight), and a request needs a free one; a seat is not given
+// back locally when its request ends: the renewal grants seats again.
+// Where either has a tokens-per-minute limit the lease also holds tokens,
+// counted by the script as held in a bucket a little in the future, and a
+// request needs its token bound of them, until that bucket ends.
+// Everything else (no lease, a hold that does not fit, no slot, seat or
+// tokens left, a renewal in flight, the store failing) is admitted by the
+// store's admission script, as without leases.
 //
 // One Manager per sidecar. It renews its leases every Interval in one
-// pipeline, sizing each from the holds the sidecar admitted for its account
-// and key in the last interval (docs/billing.md, Leases), and tops a lease
-// up at once, in the background, when its free amount falls below half its
-// target. A lease idle for two intervals, or whose key's limits changed, is
+// pipeline, sizing each from what the sidecar admitted for its account and
+// key in the last interval (twice its holds, requests and token bounds:
+// docs/billing.md, Leases), and tops a lease up at once, in the
+// background, when its free amount, slots, seats or tokens fall below half
+// their target. A lease idle for two intervals, or whose key's limits changed, is
 // returned; all are returned by Close.
 package leases
 
@@ -56,8 +63,13 @@ type Options struct {
 	MinHolds int64
 	// MinSlots: no rate-limited lease with fewer free request slots.
 	MinSlots int64
-	Now      func() time.Time
-	Logger   *slog.Logger
+	// MinSeats: no concurrency-limited lease with fewer free seats.
+	MinSeats int64
+	// MinTokenBounds: no tpm-limited lease with fewer free tokens than
+	// this many of the largest recent token bound.
+	MinTokenBounds int64
+	Now            func() time.Time
+	Logger         *slog.Logger
 }
 
 // Defaults of Options.
@@ -66,6 +78,9 @@ const (
 	DefaultShare    = 8
 	DefaultMinHolds = 16
 	DefaultMinSlots = 2
+	DefaultMinSeats = 2
+	// DefaultMinTokenBounds is Options.MinTokenBounds's default.
+	DefaultMinTokenBounds = 2
 )
 
 // slotLife is how long after a renewal its free slots may be used. Their
@@ -91,6 +106,7 @@ type lease struct {
 	id      string // "" when none is held
 	gen     int
 	kc      bool // counts against the key's budgets
+	keyOpen bool // its holds count in the key's held and open (a budget, concurrency or tpm limit)
 	free    int64
 	target  int64
 	stop    time.Time      // no admission from it after this
@@ -108,11 +124,27 @@ type lease struct {
 	slotTarget int64
 	rates      int // the rate logs the slots are in (store.RateAccount, RateKey)
 	slotStop   time.Time
-	renewing   bool
-	maxHold    int64
-	idle       int       // full intervals without a request
-	due        bool      // a renewal was asked for
-	retryAt    time.Time // no new lease before this (refused recently)
+	// renewing: a renewal is in flight; nothing (money, slot, seat,
+	// tokens) is taken from the lease until it returns.
+	renewing bool
+	// Seats: how many requests may still start from the lease; seated is
+	// 0 when no concurrency limit applies (no seat needed).
+	seats, seatTarget int64
+	seated            int
+	// Tokens per minute: how many tokens requests may still take from the
+	// lease (each its bound), held in bucket tokenBucket of the token
+	// windows tokenLevels says (0: no tpm limit, none needed), usable
+	// until tokenStop, the bucket's end.
+	tokens, tokenTarget int64
+	tokenLevels         int
+	tokenBucket         int64
+	tokenStop           time.Time
+	bounds, boundRate   int64 // token bounds admitted this and the last full interval
+	maxBound            int64
+	maxHold             int64
+	idle                int       // full intervals without a request
+	due                 bool      // a renewal was asked for
+	retryAt             time.Time // no new lease before this (refused recently)
 }
 
 // Manager admits from leases and keeps them.
@@ -152,6 +184,12 @@ func New(st Store, next Admitter, o Options) *Manager {
 	if o.MinSlots < 1 {
 		o.MinSlots = DefaultMinSlots
 	}
+	if o.MinSeats < 1 {
+		o.MinSeats = DefaultMinSeats
+	}
+	if o.MinTokenBounds < 1 {
+		o.MinTokenBounds = DefaultMinTokenBounds
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -173,11 +211,18 @@ func signal(c chan struct{}) {
 	}
 }
 
-// eligible reports whether a key's limits allow a lease: none counted per
-// request in Redis (tokens per minute, concurrency). A rate limit is
-// sliced into the lease's request slots.
-func eligible(l account.Limits) bool {
-	return l.TPM == 0 && l.Concurrency == 0
+// seatFree reports whether a request may be admitted from l's seats:
+// always without a concurrency limit. l.mu is held.
+func (l *lease) seatFree() bool {
+	return l.seated == 0 || l.seats > 0
+}
+
+// tokensFree reports whether a request of token bound n may be admitted
+// from l's tokens: always without a tokens-per-minute limit. Until the end
+// of their bucket only, so that the request is counted in a bucket no
+// earlier than its admission's. l.mu is held.
+func (l *lease) tokensFree(now time.Time, n int64) bool {
+	return l.tokenLevels == 0 || n <= l.tokens && now.Before(l.tokenStop)
 }
 
 // slotFree reports whether a request may be admitted from l's slots:
@@ -189,7 +234,7 @@ func (l *lease) slotFree(now time.Time) bool {
 // Admit admits a from its account and key's lease when its hold fits in
 // it, in memory; otherwise through the store's script.
 func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Decision, error) {
-	if a.KeyID == "" || !eligible(a.KeyLimits) {
+	if a.KeyID == "" {
 		m.Fallback.Add(1)
 		return m.next.Admit(ctx, a)
 	}
@@ -206,17 +251,35 @@ func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Deci
 	l.admits += a.Hold
 	l.reqs++
 	l.maxHold = max(l.maxHold, a.Hold)
+	l.bounds += a.Tokens
+	l.maxBound = max(l.maxBound, a.Tokens)
 	l.seen = a.KeyLimits
-	if l.id != "" && m.healthy.Load() && now.Before(l.stop) && l.limits == a.KeyLimits && a.Hold <= l.free && l.slotFree(now) {
+	// Nothing is taken from a lease while its renewal is in flight: the
+	// renewal sizes it from the free amount (seats, tokens) the call
+	// reported, and could give back what is taken meanwhile.
+	if l.id != "" && !l.renewing && m.healthy.Load() && now.Before(l.stop) && l.limits == a.KeyLimits && a.Hold <= l.free &&
+		l.slotFree(now) && l.seatFree() && l.tokensFree(now, a.Tokens) {
 		l.free -= a.Hold
 		l.seq++
 		ref := account.LeaseRef{ID: l.id, Seq: l.seq, Hold: a.Hold}
-		rec := store.LeasedRequest{Lease: ref, KeyCounted: l.kc, At: now, Admission: *a}
+		rec := store.LeasedRequest{Lease: ref, KeyCounted: l.keyOpen, At: now, Admission: *a}
 		if l.hi >= 0 {
 			rec.Slot, rec.Rates = l.next, l.rates
 			l.next++
 		}
-		low := !l.due && (l.free < l.target/2 || l.hi >= 0 && l.hi-l.next < l.slotTarget/2)
+		if l.seated != 0 {
+			// Its record (or settlement) takes the seat out of the lease in
+			// Redis; here it is gone until a renewal grants seats again.
+			l.seats--
+		}
+		if l.tokenLevels != 0 && a.Tokens > 0 {
+			// Its bound stays held in the lease's bucket, as its own.
+			l.tokens -= a.Tokens
+			ref.Tokens, ref.Bucket, ref.TokenLevels = a.Tokens, l.tokenBucket, l.tokenLevels
+			rec.Lease = ref
+		}
+		low := !l.due && (l.free < l.target/2 || l.hi >= 0 && l.hi-l.next < l.slotTarget/2 ||
+			l.seated != 0 && l.seats < l.seatTarget/2 || l.tokenLevels != 0 && l.tokens < l.tokenTarget/2)
 		if low {
 			l.due = true
 		}
@@ -299,6 +362,7 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 			}
 			l.rate, l.admits = l.admits, 0
 			l.reqRate, l.reqs = l.reqs, 0
+			l.boundRate, l.bounds = l.bounds, 0
 		}
 		if !full && !l.due || l.id == "" && !l.due {
 			l.mu.Unlock()
@@ -311,7 +375,7 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 		}
 		l.due = false
 		want := max(2*max(l.rate, l.admits), m.o.MinHolds*l.maxHold)
-		if l.idle >= 2 || (l.id != "" && l.limits != l.seen) || !eligible(l.seen) {
+		if l.idle >= 2 || (l.id != "" && l.limits != l.seen) {
 			want = 0
 		}
 		if l.id == "" {
@@ -323,12 +387,18 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 			l.id = m.prefix + "." + l.key + "." + strconv.Itoa(l.gen)
 			l.limits = l.seen
 			l.kc = l.limits.DailyNanoUSD > 0 || l.limits.MonthlyNanoUSD > 0 || l.limits.TotalNanoUSD > 0
+			l.keyOpen = l.kc || l.limits.Concurrency > 0 || l.limits.TPM > 0
 			l.next, l.hi = 1, 0
+			l.seats, l.seated = 0, 0
+			l.tokens, l.tokenLevels = 0, 0
 		}
 		l.renewing = true
 		calls = append(calls, store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
 			Free: l.free, Want: want, Min: m.o.MinHolds * l.maxHold, Share: m.o.Share, KeyLimits: l.limits,
-			Cursor: l.next, WantSlots: max(2*max(l.reqRate, l.reqs), m.o.MinSlots), MinSlots: m.o.MinSlots})
+			Cursor: l.next, WantSlots: max(2*max(l.reqRate, l.reqs), m.o.MinSlots), MinSlots: m.o.MinSlots,
+			FreeSeats: l.seats, WantSeats: max(2*max(l.reqRate, l.reqs), m.o.MinSeats), MinSeats: m.o.MinSeats,
+			FreeTokens: l.tokens, WantTokens: max(2*max(l.boundRate, l.bounds), m.o.MinTokenBounds*l.maxBound),
+			MinTokens: m.o.MinTokenBounds * l.maxBound})
 		ls = append(ls, l)
 		l.mu.Unlock()
 	}
@@ -353,10 +423,24 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 			if l.hi >= 0 {
 				l.hi = l.next
 			}
+			// Its free seats too may have been given back: none until a
+			// renewal says. Had the call run, its free seats stay counted
+			// in Redis (refusing early, never admitting more) until the
+			// lease is returned or swept.
+			l.seats = 0
+			l.tokens = 0
 			l.mu.Unlock()
 			continue
 		}
 		l.free += r.Delta
+		l.seats += r.Seats
+		l.seated = r.Seated
+		l.seatTarget = calls[i].FreeSeats + r.Seats
+		l.tokens += r.Tokens
+		l.tokenLevels = r.TokenLevels
+		l.tokenTarget = calls[i].FreeTokens + r.Tokens
+		l.tokenBucket = r.TokenBucket
+		l.tokenStop = time.UnixMilli((r.TokenBucket + 1) * 5000)
 		l.hi, l.rates = r.Hi, r.Rates
 		if r.Hi >= 0 {
 			l.slotTarget = r.Hi - l.next
@@ -367,6 +451,8 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 			// Returned (or never taken): admitted by the script until a
 			// new lease, under a new id, is taken.
 			l.id, l.free, l.target = "", 0, 0
+			l.seats, l.seated = 0, 0
+			l.tokens, l.tokenLevels = 0, 0
 			if r.Reason != store.LeaseHeld || calls[i].Want > 0 {
 				l.retryAt = started.Add(m.o.Interval)
 			}
@@ -448,8 +534,10 @@ func (m *Manager) Close(ctx context.Context) {
 		l.mu.Lock()
 		if l.id != "" {
 			calls = append(calls, store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
-				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits, Cursor: l.next})
+				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits, Cursor: l.next, FreeSeats: l.seats, FreeTokens: l.tokens})
 			l.id, l.free, l.stop = "", 0, time.Time{}
+			l.seats, l.seated = 0, 0
+			l.tokens, l.tokenLevels = 0, 0
 		}
 		l.mu.Unlock()
 	}

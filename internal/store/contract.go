@@ -88,8 +88,9 @@ const (
 	ledgerRegion      = "regional_processing"
 	ledgerUplift      = "regional_uplift_ppm"
 	ledgerPricePrefix = "price_"
-	// ledgerLease is the lease a request was admitted from, "ID SEQ HOLD":
-	// kept by the spool only (LedgerFields), never in the ledger itself.
+	// ledgerLease is the lease a request was admitted from, "ID SEQ HOLD",
+	// then " TOKENS BUCKET LEVELS" where it used the lease's tokens: kept
+	// by the spool only (LedgerFields), never in the ledger itself.
 	ledgerLease = "lease"
 )
 
@@ -156,6 +157,10 @@ func LedgerFields(st account.Settlement) map[string]string {
 	}
 	if st.Lease != (account.LeaseRef{}) {
 		m[ledgerLease] = st.Lease.ID + " " + strconv.FormatInt(st.Lease.Seq, 10) + " " + strconv.FormatInt(st.Lease.Hold, 10)
+		if st.Lease.Tokens > 0 {
+			m[ledgerLease] += " " + strconv.FormatInt(st.Lease.Tokens, 10) + " " + strconv.FormatInt(st.Lease.Bucket, 10) +
+				" " + strconv.Itoa(st.Lease.TokenLevels)
+		}
 	}
 	return m
 }
@@ -215,8 +220,12 @@ func decodeLedgerFields(accountID string, v func(string) string) account.Settlem
 			k.Set(&st.Rates, parseInt(v(ledgerPricePrefix+k.Name)))
 		}
 	}
-	if f := strings.SplitN(v(ledgerLease), " ", 3); len(f) == 3 {
+	// "id seq hold", then "tokens bucket levels" where it used tokens.
+	if f := strings.Fields(v(ledgerLease)); len(f) == 3 || len(f) == 6 {
 		st.Lease = account.LeaseRef{ID: f[0], Seq: parseInt(f[1]), Hold: parseInt(f[2])}
+		if len(f) == 6 {
+			st.Lease.Tokens, st.Lease.Bucket, st.Lease.TokenLevels = parseInt(f[3]), parseInt(f[4]), int(parseInt(f[5]))
+		}
 	}
 	if old := v(counterCacheWriteV1); old != "" && st.Usage.CacheWrite5m == 0 {
 		st.Usage.CacheWrite5m = parseInt(old)

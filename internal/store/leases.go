@@ -24,6 +24,16 @@ import (
 // request slots: placeholders in the rate logs admit.lua counts, each
 // replaced by the id of the request that used it when its record lands,
 // so that no window holds more admissions than admit.lua allows.
+//
+// Where the account or key has a concurrency limit, a lease also holds
+// seats: counted by admit.lua as requests in flight (the "seats" sums of
+// the account and the key state), each moved into the holds hash by the
+// record (or given back by the settlement) of the request that took it.
+//
+// Where the account or key has a tokens-per-minute limit, a lease also
+// holds tokens: counted as held in a future bucket of the token windows
+// admit.lua counts, each request using them recorded as held there (its
+// bound), so that no window counts more than admit.lua allows.
 
 // LeaseBitsTTL is how long a lease's bitmap of recorded requests is kept
 // after its last use: as long as a swept record, so that a spooled
@@ -59,12 +69,20 @@ type LeaseCall struct {
 	// WantSlots is how many free slots it would like, MinSlots the fewest
 	// worth a lease where a rate limit applies.
 	Cursor, WantSlots, MinSlots int64
+	// FreeSeats is the sidecar's free seats of the lease, WantSeats how
+	// many it would like, MinSeats the fewest worth a lease where a
+	// concurrency limit applies.
+	FreeSeats, WantSeats, MinSeats int64
+	// FreeTokens is the sidecar's free tokens of the lease, WantTokens how
+	// many it would like, MinTokens the fewest worth a lease where a
+	// tokens-per-minute limit applies.
+	FreeTokens, WantTokens, MinTokens int64
 }
 
 // Lease reasons (LeaseResult.Reason).
 const (
 	LeaseHeld       = 0
-	LeaseNotAllowed = 1 // the account or key has a tokens or concurrency limit, is suspended or revoked
+	LeaseNotAllowed = 1 // the account is suspended, the key revoked, or the lease's kind changed
 	LeaseTooSmall   = 2 // the room left is too small to slice
 	LeaseNoAccount  = 3
 	LeaseGone       = 4 // swept: take a new lease under another id
@@ -73,13 +91,24 @@ const (
 // LeaseResult is one lease call's answer: Delta is the change of the free
 // amount (the caller adds it to its own free amount); the caller may use
 // slots [Cursor, Hi), or any number when Hi is -1 (no rate limit applies).
-// Rates says which rate logs hold the slots: RateAccount, RateKey.
+// Rates says which rate logs hold the slots: RateAccount, RateKey. Seats
+// is the change of the free seats (the caller adds it to its own), Seated
+// which concurrency limits they count against (SeatAccount, SeatKey; 0: no
+// seat is needed). Tokens is the change of the free tokens (the caller
+// adds it to its own), usable while the current 5 s bucket (unix ms / 5000)
+// is at most TokenBucket; TokenLevels says which token windows hold them
+// (TokensAccount, TokensKey; 0: no tokens needed).
 type LeaseResult struct {
-	Delta  int64
-	Reason int
-	Hi     int64
-	Rates  int
-	Err    error
+	Delta       int64
+	Reason      int
+	Hi          int64
+	Rates       int
+	Seats       int64
+	Seated      int
+	Tokens      int64
+	TokenLevels int
+	TokenBucket int64
+	Err         error
 }
 
 // The rate logs a lease's slots are in (LeaseResult.Rates).
@@ -87,6 +116,21 @@ const (
 	RateAccount = 1
 	RateKey     = 2
 )
+
+// The concurrency limits a lease's seats count against (LeaseResult.Seated).
+const (
+	SeatAccount = 1
+	SeatKey     = 2
+)
+
+// The token windows a lease's tokens are held in (LeaseResult.TokenLevels).
+const (
+	TokensAccount = 1
+	TokensKey     = 2
+)
+
+// TokenBucket is the 5 s bucket of the token windows (admit.lua) t is in.
+func TokenBucket(t time.Time) int64 { return t.UnixMilli() / tokenBucketMs }
 
 // Leases runs lease calls in one pipelined round trip (one script call per
 // lease), each lease renewed to expire one HoldLease from now; the
@@ -103,7 +147,7 @@ func (s *Store) Leases(ctx context.Context, calls []LeaseCall) []LeaseResult {
 	args := make([][]any, len(calls))
 	pipe := s.rdb.Pipeline()
 	for i, c := range calls {
-		if !validID(c.AccountID) || !validID(c.KeyID) || !validLeaseID(c.LeaseID) || c.Free < 0 || c.Want < 0 || c.Share < 1 {
+		if !validID(c.AccountID) || !validID(c.KeyID) || !validLeaseID(c.LeaseID) || c.Free < 0 || c.Want < 0 || c.Share < 1 || c.FreeSeats < 0 || c.FreeTokens < 0 {
 			res[i].Err = fmt.Errorf("store: lease %q of %q: invalid call", c.LeaseID, c.AccountID)
 			continue
 		}
@@ -120,14 +164,15 @@ func (s *Store) Leases(ctx context.Context, calls []LeaseCall) []LeaseResult {
 			cmd = leaseScript.Run(ctx, s.rdb, keys[i], args[i]...)
 		}
 		v, err := cmd.Int64Slice()
-		if err == nil && len(v) != 4 {
+		if err == nil && len(v) != 9 {
 			err = fmt.Errorf("unexpected reply %v", v)
 		}
 		if err != nil {
 			res[i].Err = fmt.Errorf("store: lease %s of %s: %w", calls[i].LeaseID, calls[i].AccountID, err)
 			continue
 		}
-		res[i] = LeaseResult{Delta: v[0], Reason: int(v[1]), Hi: v[2], Rates: int(v[3])}
+		res[i] = LeaseResult{Delta: v[0], Reason: int(v[1]), Hi: v[2], Rates: int(v[3]), Seats: v[4], Seated: int(v[5]),
+			Tokens: v[6], TokenLevels: int(v[7]), TokenBucket: v[8]}
 	}
 	return res
 }
@@ -144,16 +189,19 @@ func (s *Store) leaseCall(c LeaseCall, now, expiry time.Time, free int64) ([]str
 		acctKey(id, "key:"+c.KeyID),
 		acctKey(id, "rl"),
 		acctKey(id, "krl:"+c.KeyID),
+		acctKey(id, "holds"),
 	}
 	kl := c.KeyLimits
 	args := []any{now.UnixMilli(), expiry.UnixMilli(), c.LeaseID, c.KeyID, free, c.Want, c.Min, max(c.Share, 1),
 		kl.RPM, kl.TPM, kl.Concurrency, kl.DailyNanoUSD, kl.MonthlyNanoUSD, kl.TotalNanoUSD,
-		dayStamp(now), monthStamp(now), kl.WindowMinutes, max(c.Cursor, 1), c.WantSlots, c.MinSlots}
+		dayStamp(now), monthStamp(now), kl.WindowMinutes, max(c.Cursor, 1), c.WantSlots, c.MinSlots,
+		c.FreeSeats, c.WantSeats, c.MinSeats, c.FreeTokens, c.WantTokens, c.MinTokens}
 	return keys, args
 }
 
-// sweepLease returns an expired lease's amount to its account (the lease's
-// sidecar stopped renewing it); a lease renewed meanwhile is left alone.
+// sweepLease returns an expired lease's amount and seats to its account
+// (the lease's sidecar stopped renewing it); a lease renewed meanwhile is
+// left alone. It returns the amount.
 func (s *Store) sweepLease(ctx context.Context, accountID, leaseID, keyID string, now time.Time) (int64, error) {
 	if !validLeaseID(leaseID) {
 		return 0, s.rdb.HDel(ctx, acctKey(accountID, "leases"), leaseID).Err()
@@ -166,7 +214,7 @@ func (s *Store) sweepLease(ctx context.Context, accountID, leaseID, keyID string
 	if err != nil {
 		return 0, fmt.Errorf("sweep lease %s: %w", leaseID, err)
 	}
-	if len(v) != 4 {
+	if len(v) != 9 {
 		return 0, fmt.Errorf("sweep lease %s: unexpected reply %v", leaseID, v)
 	}
 	return v[0], nil
@@ -176,8 +224,9 @@ func (s *Store) sweepLease(ctx context.Context, accountID, leaseID, keyID string
 // recorded (lua/record.lua).
 type LeasedRequest struct {
 	Lease account.LeaseRef
-	// KeyCounted: the lease counts against the key's spend budgets, and so
-	// does the hold (the key's held and in-flight counts).
+	// KeyCounted: the hold counts in the key's held and in-flight counts
+	// (the key has a spend budget or a concurrency limit), as admit.lua
+	// counts it.
 	KeyCounted bool
 	// Slot is the lease's request slot the request used (0: none, the
 	// lease has no rate limit), Rates the rate logs the slot is in
@@ -236,13 +285,21 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 		if err != nil {
 			return fmt.Errorf("store: record %s: %w", a.RequestID, err)
 		}
-		// admit.lua's prefix: no token window counted (leases are taken
-		// only without a tokens-per-minute limit).
-		kc := 0
+		// admit.lua's prefix: the token windows its bound is held in, in
+		// the bucket of the lease's tokens it used (0: none).
+		kc, ta, tk := 0, int64(0), int64(0)
 		if r.KeyCounted {
 			kc = 1
 		}
-		record := fmt.Sprintf(`{"tb":%d,"ta":0,"tk":0,"kc":%d`, min(a.Tokens, 1<<53), kc)
+		if r.Lease.Tokens > 0 {
+			if r.Lease.TokenLevels&TokensAccount != 0 {
+				ta = r.Lease.Bucket
+			}
+			if r.Lease.TokenLevels&TokensKey != 0 {
+				tk = r.Lease.Bucket
+			}
+		}
+		record := fmt.Sprintf(`{"tb":%d,"ta":%d,"tk":%d,"kc":%d`, min(a.Tokens, 1<<53), ta, tk, kc)
 		if rest := string(rec[1:]); rest != "}" {
 			record += "," + rest
 		} else {

@@ -82,17 +82,16 @@ func testLeaseEscrow(t *testing.T, e *env) {
 	}
 }
 
-// No lease near the end, for accounts with per-request limits, suspended
-// accounts, keys with a rate, token or concurrency limit; a swept lease is
-// reported gone.
+// No lease near the end, for suspended accounts, for accounts and keys with
+// a tpm limit when no tokens are wanted; a swept lease is reported gone.
 func testLeaseRefused(t *testing.T, e *env) {
 	small := e.account(10*usd, account.Limits{})
 	if r := e.lease(LeaseCall{AccountID: small, LeaseID: "l.1", Want: 10 * usd, Min: 2 * usd}); r.Reason != LeaseTooSmall || r.Delta != 0 {
 		t.Fatalf("near the end: %+v", r)
 	}
 	tpm := e.account(100*usd, account.Limits{TPM: 1000})
-	if r := e.lease(LeaseCall{AccountID: tpm, LeaseID: "l.1", Want: usd, Min: 1}); r.Reason != LeaseNotAllowed {
-		t.Fatalf("account with tpm: %+v", r)
+	if r := e.lease(LeaseCall{AccountID: tpm, LeaseID: "l.1", Want: usd, Min: 1}); r.Reason != LeaseTooSmall || r.Delta != 0 {
+		t.Fatalf("account with tpm, no tokens wanted: %+v", r)
 	}
 	// A rate-limited account's lease needs slots: none asked for, none held.
 	rpm := e.account(100*usd, account.Limits{RPM: 10, WindowMinutes: 1})
@@ -100,8 +99,8 @@ func testLeaseRefused(t *testing.T, e *env) {
 		t.Fatalf("account with rpm, no slots wanted: %+v", r)
 	}
 	plain := e.account(100*usd, account.Limits{})
-	if r := e.lease(LeaseCall{AccountID: plain, LeaseID: "l.1", Want: usd, Min: 1, KeyLimits: account.Limits{TPM: 1000}}); r.Reason != LeaseNotAllowed {
-		t.Fatalf("key with tpm: %+v", r)
+	if r := e.lease(LeaseCall{AccountID: plain, LeaseID: "l.1", Want: usd, Min: 1, KeyLimits: account.Limits{TPM: 1000}}); r.Reason != LeaseTooSmall || r.Delta != 0 {
+		t.Fatalf("key with tpm, no tokens wanted: %+v", r)
 	}
 	if r := e.lease(LeaseCall{AccountID: plain, LeaseID: "l.2", Want: usd, Min: 1}); r.Reason != LeaseHeld || r.Delta != usd {
 		t.Fatalf("lease %+v", r)

@@ -42,8 +42,13 @@ var (
 	//go:embed lua/hold.lua
 	holdLua string
 
+	// leaseFieldLua reads and writes a lease's field; the scripts that touch
+	// leases start with it.
+	//go:embed lua/leasefield.lua
+	leaseFieldLua string
+
 	admitScript  = redis.NewScript(holdLua + admitLua)
-	settleScript = redis.NewScript(holdLua + settleLua)
+	settleScript = redis.NewScript(holdLua + leaseFieldLua + settleLua)
 	topUpScript  = redis.NewScript(topUpLua)
 	hsetxScript  = redis.NewScript(hsetxLua)
 	revokeScript = redis.NewScript(revokeLua)
@@ -51,8 +56,8 @@ var (
 	renewScript  = redis.NewScript(holdLua + renewLua)
 	sweepScript  = redis.NewScript(holdLua + sweepLua)
 	trimScript   = redis.NewScript(trimLua)
-	leaseScript  = redis.NewScript(leaseLua)
-	recordScript = redis.NewScript(holdLua + recordLua)
+	leaseScript  = redis.NewScript(leaseFieldLua + leaseLua)
+	recordScript = redis.NewScript(holdLua + leaseFieldLua + recordLua)
 )
 
 // Defaults of Options.

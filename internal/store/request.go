@@ -375,15 +375,16 @@ func (s *Store) settleCall(group []account.Settlement) (keys []string, args []an
 		// Only the sweeper settles a request as interrupted: its charge is
 		// recorded, to be reconciled with a later settlement.
 		args = append(args, st.RequestID, boolString(charged), boolString(st.Interrupted), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsedAt(st, now)),
-			stateIndex[st.KeyID], tokens, leaseIndex[st.Lease.ID], st.Lease.Seq, st.Lease.Hold)
+			stateIndex[st.KeyID], tokens, leaseIndex[st.Lease.ID], st.Lease.Seq, st.Lease.Hold,
+			st.Lease.Tokens, st.Lease.Bucket, st.Lease.TokenLevels)
 		args = appendCounters(args, st, cost)
 		args = appendLedger(args, st, cost)
 	}
 	return keys, args
 }
 
-// settleArgsPerRequest is about how many ARGV one request takes: twelve of
-// its own, up to 2×11 counters and 2×33 ledger fields, with their two counts.
+// settleArgsPerRequest is about how many ARGV one request takes: fifteen
+// of its own, up to 2×11 counters and 2×33 ledger fields, with their two counts.
 const settleArgsPerRequest = 96
 
 // lastUsedAt is when a settlement's credential was last used: when its

@@ -110,6 +110,14 @@ var suite = []struct {
 	{"LeaseKeyRateSlots", testLeaseKeyRateSlots},
 	{"LeaseRateSweep", testLeaseRateSweep},
 	{"LeaseRateRace", testLeaseRateRace},
+	{"LeaseSeats", testLeaseSeats},
+	{"LeaseSeatsRenew", testLeaseSeatsRenew},
+	{"LeaseKeySeats", testLeaseKeySeats},
+	{"LeaseSeatSweep", testLeaseSeatSweep},
+	{"LeaseSeatsTooSmall", testLeaseSeatsTooSmall},
+	{"LeaseTokens", testLeaseTokens},
+	{"LeaseKeyTokens", testLeaseKeyTokens},
+	{"LeaseTokenSweep", testLeaseTokenSweep},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {

@@ -11,14 +11,14 @@
 --
 -- KEYS[1]  gw:{acct:ID}:acct              hash: balance, held, daily, rpm, window,
 --                                          tpm, conc, monthly, tw (token window),
---                                          leased (escrowed by leases, lease.lua)
+--                                          leased, seats (escrowed by leases, lease.lua)
 -- KEYS[2]  gw:{acct:ID}:holds             hash: request id -> hold: amount, lease expiry,
 --                                          admission record (hold.lua)
 -- KEYS[3]  gw:{acct:ID}:rl                zset: admitted request ids scored by admission time (unix ms)
 -- KEYS[4]  gw:{acct:ID}:day:YYYYMMDD      string: settled spend of the current UTC day
 -- KEYS[5]  gw:{acct:ID}:mon:YYYYMM        string: settled spend of the current UTC month
 -- KEYS[6]  gw:{acct:ID}:krl:KEYID         zset: the key's admissions, as KEYS[3]
--- KEYS[7]  gw:{acct:ID}:ks:KEYID          hash: the key's state: held, open, tw, leased,
+-- KEYS[7]  gw:{acct:ID}:ks:KEYID          hash: the key's state: held, open, tw, leased, seats,
 --                                          dd/dc/dr (day stamp, spend, requests),
 --                                          md/mc/mr (month), tc/tr (all time)
 --
@@ -51,7 +51,8 @@
 --
 -- What leases escrow ("leased", lease.lua) counts as held in every spend
 -- budget and in the balance: money leased to a sidecar is not spendable
--- here.
+-- here. Likewise the seats leases hold ("seats") count as requests in
+-- flight against the account's and the key's concurrency limits.
 --
 -- Checks run kind by kind, the key before the account: concurrency, rate,
 -- tokens per minute, daily, monthly, total spend, then the balance.
@@ -106,7 +107,7 @@ local bucket = math.floor(now / BUCKET)
 local oldest = math.floor((now - 60000) / BUCKET)
 local ACCOUNT, KEY = 1, 2
 
-local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'daily', 'rpm', 'window', 'tpm', 'conc', 'monthly', 'tw', 'leased')
+local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'daily', 'rpm', 'window', 'tpm', 'conc', 'monthly', 'tw', 'leased', 'seats')
 if not acct[1] then
   return {-1, 0, 0, 0, 0, 0, 0}
 end
@@ -130,11 +131,12 @@ end
 -- limit; the record says whether they were, for settlement to undo.
 local kcount = ktpm > 0 or kconc > 0 or kdaily > 0 or kmonthly > 0 or ktotal > 0
 local kheld, kopen, ktok, kday, kmon, kall = 0, 0, nil, 0, 0, 0
-local kleased = 0
+local kleased, kseats = 0, 0
 if kcount then
-  local ks = redis.call('HMGET', KEYS[7], 'held', 'open', 'tw', 'dd', 'dc', 'md', 'mc', 'tc', 'leased')
+  local ks = redis.call('HMGET', KEYS[7], 'held', 'open', 'tw', 'dd', 'dc', 'md', 'mc', 'tc', 'leased', 'seats')
   kheld = tonumber(ks[1] or '0')
   kleased = tonumber(ks[9] or '0')
+  kseats = tonumber(ks[10] or '0')
   kopen = tonumber(ks[2] or '0')
   ktok = ks[3]
   if ks[4] == today then
@@ -194,12 +196,13 @@ local function tokenWindowAdd(w)
   return table.concat(out, ' ')
 end
 
--- 1. Concurrency: requests in flight are the open holds.
-if kconc > 0 and kopen + 1 > kconc then
-  return {5, 1000, KEY, kconc, kopen, 0, 1}
+-- 1. Concurrency: requests in flight are the open holds, and the seats
+-- leases hold (free, or taken by a request not recorded yet).
+if kconc > 0 and kopen + kseats + 1 > kconc then
+  return {5, 1000, KEY, kconc, kopen + kseats, 0, 1}
 end
 if conc > 0 then
-  local inflight = redis.call('HLEN', KEYS[2])
+  local inflight = redis.call('HLEN', KEYS[2]) + tonumber(acct[11] or '0')
   if inflight + 1 > conc then
     return {5, 1000, ACCOUNT, conc, inflight, 0, 1}
   end

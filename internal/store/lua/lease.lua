@@ -1,9 +1,9 @@
 -- lease.lua: take, resize, return or sweep one escrow lease: a slice of an
--- account's spendable money, and of its request rate, that one sidecar
--- admits requests against in memory (docs/billing.md, Leases).
+-- account's spendable money, and of its request rate and concurrency, that
+-- one sidecar admits requests against in memory (docs/billing.md, Leases).
 --
--- A lease is one field of the account's leases hash:
---   "<amount> <expiry> <kc> <key id> <rl> <lo> <hi>"
+-- A lease is one field of the account's leases hash (leasefield.lua):
+--   "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl> <tokens> <tbucket> <tl>"
 -- amount: the escrow still in the lease, nano-USD: the sidecar's free
 -- amount plus the holds it admitted whose record (record.lua) has not
 -- landed yet; expiry: unix ms, renewed by the sidecar, after which the
@@ -18,19 +18,38 @@
 -- placeholders are replaced by the requests' ids by record.lua, by name);
 -- [lo, hi) were free at the last renewal or used since, all scored at that
 -- renewal.
+-- seats, sl: the lease's concurrency seats (absent in leases written
+-- before seats: 0). sl says which concurrency limits they count against: 1
+-- the account's, 2 the key's, 3 both, 0 none (no concurrency limit: no
+-- seat needed). seats is the sidecar's free seats plus the requests it
+-- admitted from them whose record (record.lua) or settlement (settle.lua)
+-- has not landed yet; each of those moves one seat into the holds hash.
+-- tokens, tbucket, tl: the lease's tokens per minute (absent in leases
+-- written before them: 0). tl says which token windows ("tw", admit.lua)
+-- hold them: 1 the account's, 2 the key's, 3 both, 0 none (no tpm limit).
+-- tokens is the sidecar's free tokens plus the token bounds of the
+-- requests it admitted from them since they were placed, not yet recorded
+-- or settled: all counted as held in bucket tbucket of those windows. The
+-- bucket is a future one, bucket(renewal + 10 s): a request may use them
+-- only while bucket(now) <= tbucket, so each is counted in a bucket at
+-- least as late as its admission's, as admit.lua counts it.
 -- The account's "leased" field is the sum of its leases' amounts, and the
 -- key state's "leased" the sum of those with kc = 1: admit.lua and this
--- script count them as held.
+-- script count them as held. Likewise the account's "seats" is the sum of
+-- the seats of its leases with sl 1 or 3, and the key state's "seats" of
+-- those with sl 2 or 3: admit.lua and this script count them as in flight.
 --
--- KEYS[1]  gw:{acct:ID}:acct              hash: balance, held, leased, daily, monthly,
---                                          rpm, window, tpm, conc, suspended
+-- KEYS[1]  gw:{acct:ID}:acct              hash: balance, held, leased, seats, daily,
+--                                          monthly, rpm, window, tpm, conc, suspended,
+--                                          tw (token window, admit.lua)
 -- KEYS[2]  gw:{acct:ID}:leases            hash: lease id -> lease (above)
--- KEYS[3]  gw:{acct:ID}:ks:KEYID          hash: the key's state (admit.lua), leased
+-- KEYS[3]  gw:{acct:ID}:ks:KEYID          hash: the key's state (admit.lua), leased, seats, tw
 -- KEYS[4]  gw:{acct:ID}:day:YYYYMMDD      string: settled spend of the UTC day
 -- KEYS[5]  gw:{acct:ID}:mon:YYYYMM        string: settled spend of the UTC month
 -- KEYS[6]  gw:{acct:ID}:key:KEYID         hash: the key's metadata (revoked)
 -- KEYS[7]  gw:{acct:ID}:rl                zset: the account's rate log (admit.lua)
 -- KEYS[8]  gw:{acct:ID}:krl:KEYID         zset: the key's rate log (admit.lua)
+-- KEYS[9]  gw:{acct:ID}:holds             hash: the account's holds (its requests in flight)
 --
 -- ARGV[1]  now, unix ms
 -- ARGV[2]  the lease's new expiry, unix ms
@@ -50,16 +69,21 @@
 --          used, none at or above it is used until this call's reply
 -- ARGV[19] the free slots the sidecar would like
 -- ARGV[20] the least free slots worth a lease (of a rate-limited lease)
+-- ARGV[21] the sidecar's free seats of the lease
+-- ARGV[22] the free seats the sidecar would like
+-- ARGV[23] the least free seats worth a lease (of a concurrency-limited lease)
+-- ARGV[24] the sidecar's free tokens of the lease
+-- ARGV[25] the free tokens the sidecar would like
+-- ARGV[26] the least free tokens worth a lease (of a tpm-limited lease)
 --
 -- room is the least, over the balance and each spend budget set (the
 -- account's daily and monthly, the key's daily, monthly and total), of
 -- limit - spent - held - leased, with this lease's free amount added back.
 -- The new free amount is min(want, floor(room / share)), or 0 when that is
 -- below min, or when the lease may not be held: the account is missing or
--- suspended, the account or key has a tokens-per-minute or concurrency
--- limit (counted per request by admit.lua), the key is revoked, or the
--- lease's kind changed (its key's budgets or which of the account and key
--- have a rate limit).
+-- suspended, the key is revoked, or the lease's kind changed (its key's
+-- budgets, or which of the account and key have a rate, a concurrency or a
+-- tokens-per-minute limit).
 --
 -- Slots: each renewal removes the lease's free placeholders ([cursor, hi))
 -- and adds back min(wanted slots, floor(slot room / share)) scored now,
@@ -70,13 +94,37 @@
 -- Fewer than ARGV[20] returns the whole lease (reason 2). Returning removes
 -- the free placeholders; the sweep removes [lo, hi).
 --
--- Returns {delta, reason, hi, rl}: delta is the change of the free amount (the
+-- Seats: each renewal sets the free seats to min(wanted seats,
+-- floor(seat room / share)), where seat room is the least, over the account
+-- and key with a concurrency limit, of limit - in flight - seats (the
+-- account's in flight: its holds; the key's: its "open" count; seats of
+-- every lease, with this lease's free seats added back): so in flight plus
+-- seats never exceeds what admit.lua admits. Fewer than ARGV[23] returns
+-- the whole lease (reason 2). Returning gives the free seats back; the
+-- sweep gives back all the lease's seats.
+--
+-- Tokens: each renewal first takes the sidecar's free tokens out of the
+-- lease's bucket (what is left there belongs to requests it admitted,
+-- recorded later), then places min(wanted tokens, floor(token room /
+-- share)) in bucket(now + 10 s), where token room is the least, over the
+-- account's and key's tpm limits set, of tpm - (settled + held in the
+-- window, future buckets included): so the window never counts more than
+-- admit.lua admits. Fewer than ARGV[26] returns the whole lease (reason 2).
+-- The sweep takes a dead lease's tokens out of its bucket.
+--
+-- Returns {delta, reason, hi, rl, seats delta, sl, tokens delta, tl,
+-- tbucket}: delta is the change of the free amount (the
 -- sidecar adds it to its own); reason 0 held, 1 not allowed a lease, 2 too
 -- small, 3 no such account, 4 the lease is gone (swept: the sidecar must
 -- drop its free amount and take a new lease under another id); hi: the
 -- sidecar may use slots [cursor, hi), or -1: no rate limit, no slots needed;
--- rl: the rate logs the slots are in (above). In sweep mode, {returned
--- amount, 0, -1, 0}.
+-- rl: the rate logs the slots are in (above); seats delta: the change of
+-- the free seats (the sidecar adds it to its own); sl: the limits the seats
+-- count against (above; 0: no seat needed); tokens delta: the change of
+-- the free tokens (the sidecar adds it to its own), usable while
+-- bucket(now) <= tbucket; tl: the windows they are in (0: no tokens
+-- needed). In sweep mode, {returned amount, 0, -1, 0, returned seats, 0,
+-- returned tokens, 0, 0}.
 
 local function int(n)
   return string.format('%d', n)
@@ -92,14 +140,23 @@ local kdaily, kmonthly, ktotal = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumbe
 local kwindow = tonumber(ARGV[17] or '0')
 local cursor = tonumber(ARGV[18] or '0')
 local wantSlots, minSlots = tonumber(ARGV[19] or '0'), tonumber(ARGV[20] or '0')
+local fseats = tonumber(ARGV[21] or '0')
+local wantSeats, minSeats = tonumber(ARGV[22] or '0'), tonumber(ARGV[23] or '0')
+local ftok = tonumber(ARGV[24] or '0')
+local wantTokens, minTokens = tonumber(ARGV[25] or '0'), tonumber(ARGV[26] or '0')
+local BUCKET, TOKEN_LIFE = 5000, 10000
+-- The oldest bucket in a token window (admit.lua).
+local oldest = math.floor((now - 60000) / BUCKET)
 
-local amount, exp, kc, rl, lo, hi = 0, 0, '0', 0, cursor, cursor
+local amount, exp, kc, rl, lo, hi, seats, sl = 0, 0, '0', 0, cursor, cursor, 0, 0
+local tokens, tbucket, tl = 0, 0, 0
 local cur = redis.call('HGET', KEYS[2], lid)
 if cur then
-  local a, e, c, _, r, l, h = string.match(cur, '^(%d+) (%d+) (%d) ?(%S*) ?(%d*) ?(%d*) ?(%d*)')
-  amount, exp, kc = tonumber(a), tonumber(e), c
-  if r ~= '' and l ~= '' and h ~= '' then
-    rl, lo, hi = tonumber(r), tonumber(l), tonumber(h)
+  local l = lease_parse(cur)
+  amount, exp, kc, seats, sl = l.amount, l.expiry, l.kc, l.seats, l.sl
+  tokens, tbucket, tl = l.tokens, l.tbucket, l.tl
+  if l.slots then
+    rl, lo, hi = l.rl, l.lo, l.hi
   end
 end
 
@@ -149,20 +206,98 @@ local function move(d)
   amount = new
 end
 
+-- Change the lease's seats by d (clamped at zero), and the seat sums of
+-- the limits they count against with it.
+local function reseat(d)
+  local new = math.max(seats + d, 0)
+  d = new - seats
+  if d ~= 0 then
+    if sl % 2 == 1 and redis.call('HINCRBY', KEYS[1], 'seats', int(d)) < 0 then
+      redis.call('HSET', KEYS[1], 'seats', '0')
+    end
+    if sl >= 2 and redis.call('HINCRBY', KEYS[3], 'seats', int(d)) < 0 then
+      redis.call('HSET', KEYS[3], 'seats', '0')
+    end
+  end
+  seats = new
+end
+
+-- Add d to bucket b's held tokens (clamped at zero) in the token windows
+-- of levels (1 the account's, 2 the key's), pruned of buckets that left
+-- the window as admit.lua prunes them.
+local function hold(levels, b, d)
+  for i, key in ipairs({KEYS[1], KEYS[3]}) do
+    if (i == 1 and levels % 2 == 1) or (i == 2 and levels >= 2) then
+      local out, found = {}, false
+      local v = redis.call('HGET', key, 'tw')
+      if v then
+        for bk, st, h in string.gmatch(v, '(%d+) (%d+) (%d+)') do
+          bk, st, h = tonumber(bk), tonumber(st), tonumber(h)
+          if bk >= oldest then
+            if bk == b then
+              h = math.max(h + d, 0)
+              found = true
+            end
+            out[#out + 1] = int(bk) .. ' ' .. int(st) .. ' ' .. int(h)
+          end
+        end
+      end
+      if not found and d > 0 then
+        out[#out + 1] = int(b) .. ' 0 ' .. int(d)
+      end
+      redis.call('HSET', key, 'tw', table.concat(out, ' '))
+    end
+  end
+end
+
+-- Settled + held tokens in a token window (future buckets included).
+local function windowSum(key)
+  local sum = 0
+  local v = redis.call('HGET', key, 'tw')
+  if v then
+    for bk, st, h in string.gmatch(v, '(%d+) (%d+) (%d+)') do
+      if tonumber(bk) >= oldest then
+        sum = sum + tonumber(st) + tonumber(h)
+      end
+    end
+  end
+  return sum
+end
+
+-- Take n tokens (at most the lease's) out of the lease and its bucket.
+local function untoken(n)
+  n = math.min(n, tokens)
+  if n > 0 then
+    hold(tl, tbucket, -n)
+    tokens = tokens - n
+  end
+  return n
+end
+
 if free < 0 then
   if cur and exp <= now then
-    local a = amount
+    local a, s = amount, seats
+    -- Its tokens, free or bounds of requests whose record never came.
+    local tk = untoken(tokens)
     move(-amount)
+    -- Its seats, free or taken by requests whose record never came: the
+    -- sidecar is gone, and any request it admitted from them with it.
+    reseat(-seats)
     -- The placeholders of slots free or used since the last renewal: the
     -- sidecar is gone, and any request it admitted from them with it.
     unslot(rl, lo, hi)
     redis.call('HDEL', KEYS[2], lid)
-    return {a, 0, -1, 0}
+    return {a, 0, -1, 0, s, 0, tk, 0, 0}
   end
-  return {0, 0, -1, 0}
+  return {0, 0, -1, 0, 0, 0, 0, 0, 0}
 end
-if not cur and free > 0 then
-  return {-free, 4, -1, 0}
+if not cur and (free > 0 or fseats > 0 or ftok > 0) then
+  return {-free, 4, -1, 0, -fseats, 0, -ftok, 0, 0}
+end
+-- The free tokens leave their bucket; what is kept is placed again below,
+-- in a later one.
+if cur then
+  untoken(ftok)
 end
 -- The free slots' placeholders leave; what is kept is added back below,
 -- scored now.
@@ -170,7 +305,7 @@ if cur and hi > cursor then
   unslot(rl, math.max(cursor, lo), hi)
 end
 
-local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'leased', 'daily', 'monthly', 'rpm', 'tpm', 'conc', 'suspended', 'window')
+local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'leased', 'daily', 'monthly', 'rpm', 'tpm', 'conc', 'suspended', 'window', 'seats')
 local rpm = tonumber(acct[6] or '0')
 local levels = 0
 if rpm > 0 then
@@ -179,16 +314,34 @@ end
 if krpm > 0 then
   levels = levels + 2
 end
+local tpm = tonumber(acct[7] or '0')
+local tokenLevels = 0
+if tpm > 0 then
+  tokenLevels = 1
+end
+if ktpm > 0 then
+  tokenLevels = tokenLevels + 2
+end
+local conc = tonumber(acct[8] or '0')
+local seatLevels = 0
+if conc > 0 then
+  seatLevels = 1
+end
+if kconc > 0 then
+  seatLevels = seatLevels + 2
+end
 if not cur then
   rl = levels
+  sl = seatLevels
+  tl = tokenLevels
 end
 local reason = 0
 local target = 0
 local kbudget = kdaily > 0 or kmonthly > 0 or ktotal > 0
 if not acct[1] then
   reason = 3
-elseif acct[9] == '1' or tonumber(acct[7] or '0') > 0 or tonumber(acct[8] or '0') > 0
-    or ktpm > 0 or kconc > 0 or (cur and (kc == '1') ~= kbudget) or rl ~= levels then
+elseif acct[9] == '1' or (cur and (kc == '1') ~= kbudget) or rl ~= levels or sl ~= seatLevels
+    or tl ~= tokenLevels then
   reason = 1
 else
   local revoked = redis.call('HGET', KEYS[6], 'revoked')
@@ -207,7 +360,7 @@ local function rateRoom(log, r, w)
   return r * w - redis.call('ZCARD', log)
 end
 
-local slots = 0
+local slots, nseats, ntok = 0, 0, 0
 if reason == 0 and want > 0 then
   local held = tonumber(acct[2] or '0') + tonumber(acct[3] or '0') - free
   local room = tonumber(acct[1]) - held
@@ -260,17 +413,60 @@ if reason == 0 and want > 0 then
       slots, target, reason = 0, 0, 2
     end
   end
+  if target > 0 and seatLevels > 0 then
+    -- In flight as admit.lua counts it, this lease's free seats added back.
+    local room = math.huge
+    if seatLevels % 2 == 1 then
+      local taken = redis.call('HLEN', KEYS[9]) + tonumber(acct[11] or '0') - fseats
+      room = math.min(room, conc - taken)
+    end
+    if seatLevels >= 2 then
+      local ks = redis.call('HMGET', KEYS[3], 'open', 'seats')
+      local taken = tonumber(ks[1] or '0') + tonumber(ks[2] or '0') - fseats
+      room = math.min(room, kconc - taken)
+    end
+    nseats = math.min(wantSeats, math.floor(math.max(room, 0) / share))
+    if nseats < math.max(minSeats, 1) then
+      nseats, slots, target, reason = 0, 0, 0, 2
+    end
+  end
+  if target > 0 and tokenLevels > 0 then
+    -- This lease's free tokens already left the windows above.
+    local room = math.huge
+    if tokenLevels % 2 == 1 then
+      room = math.min(room, tpm - windowSum(KEYS[1]))
+    end
+    if tokenLevels >= 2 then
+      room = math.min(room, ktpm - windowSum(KEYS[3]))
+    end
+    ntok = math.min(wantTokens, math.floor(math.max(room, 0) / share))
+    if ntok < math.max(minTokens, 1) then
+      ntok, nseats, slots, target, reason = 0, 0, 0, 0, 2
+    end
+  end
 end
 
 if not cur then
   if target == 0 then
-    return {0, reason, -1, 0}
+    return {0, reason, -1, 0, 0, 0, 0, 0, 0}
   end
   if kbudget then
     kc = '1'
   end
 end
 move(target - free)
+reseat(nseats - fseats)
+if ntok > 0 then
+  -- Placed in a future bucket: usable until it ends, counted in the window
+  -- until a minute after. The bounds of unrecorded requests left in an
+  -- earlier bucket stay held there, no longer the lease's.
+  local b = math.floor((now + TOKEN_LIFE) / BUCKET)
+  hold(tl, b, ntok)
+  if b ~= tbucket then
+    tokens, tbucket = 0, b
+  end
+  tokens = tokens + ntok
+end
 -- The kept free slots, scored now: they stay in the window while usable.
 if slots > 0 then
   local spans = {math.max(tonumber(acct[10] or '0'), 1), math.max(kwindow, 1)}
@@ -291,15 +487,18 @@ if slots > 0 then
     end
   end
 end
-if amount == 0 then
+if amount == 0 and seats == 0 and tokens == 0 then
   -- Placeholders of used slots left ([lo, cursor)) are replaced by their
   -- records, by name.
   redis.call('HDEL', KEYS[2], lid)
 else
-  redis.call('HSET', KEYS[2], lid, int(amount) .. ' ' .. int(expiry) .. ' ' .. kc .. ' ' .. keyid
-    .. ' ' .. int(rl) .. ' ' .. int(cursor) .. ' ' .. int(cursor + slots))
+  -- Kept while its admitted requests' records have not all landed: they
+  -- take their holds and seats out of it.
+  redis.call('HSET', KEYS[2], lid, lease_format({amount = amount, expiry = expiry, kc = kc, key = keyid,
+    rl = rl, lo = cursor, hi = cursor + slots, seats = seats, sl = sl, tokens = tokens, tbucket = tbucket, tl = tl}))
 end
+local hiOut = cursor + slots
 if rl == 0 then
-  return {target - free, reason, -1, 0}
+  hiOut, rl = -1, 0
 end
-return {target - free, reason, cursor + slots, rl}
+return {target - free, reason, hiOut, rl, nseats - fseats, sl, ntok - ftok, tl, tbucket}

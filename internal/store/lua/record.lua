@@ -1,9 +1,10 @@
 -- record.lua: record the holds of requests a sidecar admitted from one of its
 -- leases (lease.lua), at most once each: each becomes an ordinary hold
 -- (hold.lua), renewed, settled and swept as one admit.lua placed, and its
--- amount moves from the lease to the account's held sum.
+-- amount moves from the lease to the account's held sum, and its seat
+-- (where the lease holds seats) from the lease to the holds it counts in.
 --
--- KEYS[1]  gw:{acct:ID}:acct              hash: held, leased, window
+-- KEYS[1]  gw:{acct:ID}:acct              hash: held, leased, seats, window
 -- KEYS[2]  gw:{acct:ID}:holds             hash: request id -> hold (hold.lua)
 -- KEYS[3]  gw:{acct:ID}:leases            hash: lease id -> lease (lease.lua)
 -- KEYS[4]  gw:{acct:ID}:lbits:LEASEID     bitmap: bit n set once the lease's n-th
@@ -15,13 +16,14 @@
 -- ARGV[1]  lease id
 -- ARGV[2]  the holds' lease expiry, unix ms
 -- ARGV[3]  the bitmap's lifetime, s
--- ARGV[4]  "1" when the lease counts against the key's budgets (its holds
---          count in the key's held and open), else "0"
+-- ARGV[4]  "1" when the holds count in the key's held and open (the key
+--          has a spend budget or a concurrency limit), else "0"
 -- ARGV[5]  the rate logs the lease's slots are in (lease.lua's rl): 1 the
 --          account's, 2 the key's, 3 both, 0 none
 -- ARGV[6]  the key's rate window, minutes (the account's is read from KEYS[1])
 -- ARGV[7..] per request: request id, its sequence number in the lease, hold
---          (nano-USD), admission record (admit.lua's, "kc" as the lease's),
+--          (nano-USD), admission record (admit.lua's, "kc" as ARGV[4]; "ta"
+--          and "tk" the bucket of the lease's tokens it used, or 0),
 --          its slot number (0: none), its admission time (unix ms)
 --
 -- A request whose bit is set was recorded, or settled by settle.lua before
@@ -30,6 +32,18 @@
 -- each rate log of ARGV[5] by its own id scored at its admission time, in
 -- any order with its settlement and as often as the record is retried (by
 -- name: idempotent), so that the log then holds exactly the admission.
+--
+-- Each request recorded here took one of the lease's seats when the lease
+-- has any (its sl is not 0: every admission from it needs one): the seat
+-- leaves the lease and the seat sums as the hold enters the holds hash
+-- (the account's in flight) and the key's open count, in this script, so
+-- that in flight plus seats is unchanged.
+--
+-- A request that used the lease's tokens (its record's "ta" or "tk" is
+-- not 0) has its token bound counted as held in that bucket already (by
+-- lease.lua): the bound stays there, now the request's (settlement moves
+-- it to settled, by its record), and leaves the lease's token count when
+-- that bucket is still the lease's.
 --
 -- When the lease is gone (swept after its sidecar could not renew it), the
 -- hold is recorded all the same: the request runs and will be charged
@@ -55,6 +69,8 @@ if rl >= 2 then
 end
 local slotted = false
 local moved, n = 0, 0
+-- Token bounds recorded, by bucket.
+local bounds = {}
 for i = 7, #ARGV, 6 do
   local slot = tonumber(ARGV[i + 4])
   if slot > 0 then
@@ -71,6 +87,16 @@ for i = 7, #ARGV, 6 do
     redis.call('HSETNX', KEYS[2], ARGV[i], hold_format(h, expiry, ARGV[i + 3], ''))
     moved = moved + h
     n = n + 1
+    local tb, ta, tk = string.match(ARGV[i + 3], '^{"tb":(%d+),"ta":(%d+),"tk":(%d+)')
+    if tb then
+      local b = tonumber(ta)
+      if b == 0 then
+        b = tonumber(tk)
+      end
+      if b > 0 then
+        bounds[b] = (bounds[b] or 0) + tonumber(tb)
+      end
+    end
   end
 end
 redis.call('EXPIRE', KEYS[4], ARGV[3])
@@ -86,20 +112,41 @@ if n == 0 then
 end
 redis.call('HINCRBY', KEYS[1], 'held', int(moved))
 local kc = ARGV[4] == '1'
-local take = 0
+-- What leaves the lease: money, the key's leased sum (lease kc 1), seats
+-- and the key's seat sum (lease sl 2 or 3).
+local take, kleased, kseats = 0, 0, 0
 local cur = redis.call('HGET', KEYS[3], lid)
 if cur then
-  local a, rest = string.match(cur, '^(%d+) (.*)$')
-  a = tonumber(a)
-  take = math.min(moved, a)
-  redis.call('HSET', KEYS[3], lid, int(a - take) .. ' ' .. rest)
+  local l = lease_parse(cur)
+  take = math.min(moved, l.amount)
+  l.amount = l.amount - take
   if redis.call('HINCRBY', KEYS[1], 'leased', int(-take)) < 0 then
     redis.call('HSET', KEYS[1], 'leased', '0')
   end
+  if l.kc == '1' then
+    kleased = take
+  end
+  local seats = lease_unseat(l, n, KEYS[1])
+  l.tokens = math.max(l.tokens - (bounds[l.tbucket] or 0), 0)
+  if l.sl >= 2 then
+    kseats = seats
+  end
+  redis.call('HSET', KEYS[3], lid, lease_format(l))
 end
-if kc then
-  local ks = redis.call('HMGET', KEYS[5], 'held', 'open', 'leased')
-  redis.call('HSET', KEYS[5], 'held', int(tonumber(ks[1] or '0') + moved), 'open', int(tonumber(ks[2] or '0') + n),
-    'leased', int(math.max(tonumber(ks[3] or '0') - take, 0)))
+if kc or kleased > 0 or kseats > 0 then
+  local ks = redis.call('HMGET', KEYS[5], 'held', 'open', 'leased', 'seats')
+  local fields = {}
+  if kc then
+    fields = {'held', int(tonumber(ks[1] or '0') + moved), 'open', int(tonumber(ks[2] or '0') + n)}
+  end
+  if kleased > 0 then
+    fields[#fields + 1] = 'leased'
+    fields[#fields + 1] = int(math.max(tonumber(ks[3] or '0') - kleased, 0))
+  end
+  if kseats > 0 then
+    fields[#fields + 1] = 'seats'
+    fields[#fields + 1] = int(math.max(tonumber(ks[4] or '0') - kseats, 0))
+  end
+  redis.call('HSET', KEYS[5], unpack(fields))
 end
 return n

@@ -14,7 +14,7 @@
 -- credential whose last_used the caller wrote this minute already is left
 -- out of KEYS.
 --
--- KEYS[1]    gw:{acct:ID}:acct             hash: balance, held, ...
+-- KEYS[1]    gw:{acct:ID}:acct             hash: balance, held, leased, seats, ...
 -- KEYS[2]    gw:{acct:ID}:holds            hash: request id -> hold (hold.lua)
 -- KEYS[3]    gw:{acct:ID}:day:YYYYMMDD     string: settled spend of the current UTC day
 -- KEYS[4]    gw:{acct:ID}:u:d:YYYYMMDD     hash: usage counters of the UTC day
@@ -47,6 +47,9 @@
 --   unix ms; credential state index (1..s, 0 for none); tokens used
 --   (input + output; 0 for a reply not charged); lease index (1..m, 0 when
 --   admitted by admit.lua), its sequence number in the lease and its hold;
+--   the token bound it took from the lease's tokens (0: none), their
+--   bucket and the token windows they are in (1 the account's, 2 the
+--   key's, 3 both);
 --   c, then c counter name, increment pairs (requests, then cost and each
 --   usage kind when not zero);
 --   f, then f ledger entry field, value pairs. A ledger field named like a
@@ -73,8 +76,12 @@
 -- A request admitted from a lease whose hold was not recorded yet (its
 -- record, record.lua, comes later or never: its sidecar died) and whose bit
 -- in the lease's bitmap is clear is settled here as if recorded at once:
--- its hold leaves the lease (and the "leased" sums), its bit is set so that
--- the record, when it comes, does nothing.
+-- its hold leaves the lease (and the "leased" sums), and so does its seat
+-- where the lease holds seats (and the "seats" sums: it took one, and is no
+-- longer in flight); its token bound, held in the lease's bucket, is
+-- settled there as a recorded request's would be, and leaves the lease's
+-- token count when that bucket is still the lease's; its bit is set so
+-- that the record, when it comes, does nothing.
 --
 -- Returns one result per request: 1 applied, 2 reconciled with its sweep,
 -- 0 already settled (or never admitted); or {-1}
@@ -107,7 +114,7 @@ local kstate = {}
 local function state(si)
   local st = kstate[si]
   if not st then
-    st = {held = 0, open = 0, tok = {}, cost = 0, reqs = 0, leased = 0}
+    st = {held = 0, open = 0, tok = {}, cost = 0, reqs = 0, leased = 0, seats = 0}
     kstate[si] = st
   end
   return st
@@ -125,9 +132,9 @@ local function correct(t, b, used, bound)
 end
 
 local m = tonumber(ARGV[9])
--- Per lease index: the holds settled from it, and the credential state
--- index of its requests (a lease is one key's).
-local ltake, lstate = {}, {}
+-- Per lease index: the holds settled from it, how many, and the credential
+-- state index of its requests (a lease is one key's).
+local ltake, lcount, lstate, ltok = {}, {}, {}, {}
 local lfirst = 7 + k + n + s -- KEYS[lfirst + 1]: the leases hash
 local a = 10
 for i = 1, n do
@@ -135,8 +142,9 @@ for i = 1, n do
   local ki, used = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   local si, usedTokens = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
   local li, lseq, lhold = tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11])
-  local nc = tonumber(ARGV[a + 12])
-  local cfirst = a + 13
+  local lbound, lbucket, llevels = tonumber(ARGV[a + 12]), ARGV[a + 13], tonumber(ARGV[a + 14])
+  local nc = tonumber(ARGV[a + 15])
+  local cfirst = a + 16
   local nf = tonumber(ARGV[cfirst + 2 * nc])
   local ffirst = cfirst + 2 * nc + 1
   a = ffirst + 2 * nf
@@ -156,7 +164,20 @@ for i = 1, n do
     fromLease = true
     redis.call('SETBIT', KEYS[lfirst + 1 + li], lseq, 1)
     ltake[li] = (ltake[li] or 0) + lhold
+    lcount[li] = (lcount[li] or 0) + 1
     lstate[li] = si
+    if lbound > 0 then
+      -- Settled from the lease's bucket, as its record would have said.
+      if llevels % 2 == 1 then
+        correct(atok, lbucket, usedTokens, lbound)
+      end
+      if llevels >= 2 and si > 0 then
+        correct(state(si).tok, lbucket, usedTokens, lbound)
+      end
+      local t = ltok[li] or {}
+      t[lbucket] = (t[lbucket] or 0) + lbound
+      ltok[li] = t
+    end
   end
   if v or fromLease then
     accountSeen = true -- a hold exists only on an existing account
@@ -284,16 +305,26 @@ for li, h in pairs(ltake) do
   local lid = string.match(bits, ':lbits:(.*)$')
   local cur = redis.call('HGET', KEYS[lfirst + 1], lid)
   if cur then
-    local la, rest = string.match(cur, '^(%d+) (.*)$')
-    la = tonumber(la)
-    local take = math.min(h, la)
-    redis.call('HSET', KEYS[lfirst + 1], lid, int(la - take) .. ' ' .. rest)
+    local l = lease_parse(cur)
+    local take = math.min(h, l.amount)
+    l.amount = l.amount - take
     if redis.call('HINCRBY', KEYS[1], 'leased', int(-take)) < 0 then
       redis.call('HSET', KEYS[1], 'leased', '0')
     end
-    if lstate[li] > 0 and string.match(rest, '^%d+ 1') then
+    local seats = lease_unseat(l, lcount[li], KEYS[1])
+    local t = ltok[li]
+    if t then
+      l.tokens = math.max(l.tokens - (t[int(l.tbucket)] or 0), 0)
+    end
+    redis.call('HSET', KEYS[lfirst + 1], lid, lease_format(l))
+    if lstate[li] > 0 then
       local st = state(lstate[li])
-      st.leased = st.leased + take
+      if l.kc == '1' then
+        st.leased = st.leased + take
+      end
+      if l.sl >= 2 then
+        st.seats = st.seats + seats
+      end
     end
   end
 end
@@ -361,7 +392,7 @@ end
 local kfirst = 7 + k + n
 for si, st in pairs(kstate) do
   local key = KEYS[kfirst + si]
-  local ks = redis.call('HMGET', key, 'held', 'open', 'tw', 'dd', 'dc', 'dr', 'md', 'mc', 'mr', 'tc', 'tr', 'leased')
+  local ks = redis.call('HMGET', key, 'held', 'open', 'tw', 'dd', 'dc', 'dr', 'md', 'mc', 'mr', 'tc', 'tr', 'leased', 'seats')
   local fields = {}
   local function put(f, v)
     fields[#fields + 1] = f
@@ -380,6 +411,9 @@ for si, st in pairs(kstate) do
   end
   if st.leased > 0 then
     put('leased', int(math.max(num(ks[12]) - st.leased, 0)))
+  end
+  if st.seats > 0 then
+    put('seats', int(math.max(num(ks[13]) - st.seats, 0)))
   end
   if st.reqs > 0 or st.cost ~= 0 then
     local dc, dr, mc, mr = st.cost, st.reqs, st.cost, st.reqs

@@ -22,7 +22,7 @@
 -- Leases (lease.lua) are swept the same way: an expired one is returned to
 -- the caller, which gives its amount back with lease.lua (that script needs
 -- the key's state and rate log, which only the caller can name; it also
--- removes the lease's request-slot placeholders).
+-- removes the lease's request-slot placeholders and gives back its seats).
 --
 -- Returns {open, next, released, e, lease1, key1, ..., lease_e, key_e, id1,
 -- record1, checkpoint1, id2, ...}: open is the number of holds and leases

@@ -1,0 +1,195 @@
+package leases
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/testclock"
+	"github.com/modelgateway/gateway/internal/usage"
+)
+
+// window sums an account's token window: settled and held tokens.
+func window(t *testing.T, rdb *redis.Client, acct string) (settled, held int64) {
+	t.Helper()
+	v, err := rdb.HGet(context.Background(), "gw:{acct:"+acct+"}:acct", "tw").Result()
+	if err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(v)
+	for i := 0; i+2 < len(f); i += 3 {
+		s, _ := strconv.ParseInt(f[i+1], 10, 64)
+		h, _ := strconv.ParseInt(f[i+2], 10, 64)
+		settled, held = settled+s, held+h
+	}
+	return settled, held
+}
+
+// An account with a tokens-per-minute limit: its lease holds tokens; a
+// request from the lease needs its token bound of them, until their
+// bucket ends; its settlement counts what it used in place of its bound;
+// Close takes the free tokens out of the window.
+func TestAdmitFromLeaseWithTokenLimit(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	c := testclock.New(time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC))
+	st := store.New(rdb, store.Options{Now: c.Now, HoldTTL: time.Minute})
+	m := New(st, st, Options{Interval: time.Second, Now: c.Now})
+	ctx := context.Background()
+	a, err := st.CreateAccount(ctx, "t", 1000*usd, account.Limits{TPM: 80_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hold, bound = 10_000_000, 1000
+	n := 0
+	admit := func() account.Decision {
+		t.Helper()
+		n++
+		d, err := m.Admit(ctx, &account.Admission{RequestID: fmt.Sprintf("req%d", n), AccountID: a.ID, KeyID: "key_1", Priced: "m", Hold: hold, Tokens: bound})
+		if err != nil || d.Outcome != account.Admitted {
+			t.Fatalf("admit: %+v %v", d, err)
+		}
+		return d
+	}
+	admit() // by the script; asks for a lease
+	m.Renew(ctx, false)
+	// Tokens: twice the one bound seen, at least DefaultMinTokenBounds.
+	if _, held := window(t, rdb, a.ID); held != bound+2*bound {
+		t.Fatalf("%d tokens held, want the script's %d and the lease's %d", held, bound, 2*bound)
+	}
+	var sts []account.Settlement
+	for i := range 2 {
+		d := admit()
+		if d.Lease.ID == "" || d.Lease.Tokens != bound {
+			t.Fatalf("request %d: %+v, want admitted from the lease's tokens", i, d)
+		}
+		sts = append(sts, account.Settlement{RequestID: fmt.Sprintf("req%d", n), AccountID: a.ID, KeyID: "key_1",
+			Priced: "m", Status: 200, Cost: 1000, Usage: usage.Usage{Input: 100}, Lease: d.Lease})
+	}
+	if d := admit(); d.Lease.ID != "" {
+		t.Fatalf("admitted from the lease beyond its tokens: %+v", d)
+	}
+	// One settles before its record is sent, the other after.
+	m.Settled(sts[0].Lease)
+	for _, res := range st.SettleBatch(ctx, sts[:1]) {
+		if !res.Applied || res.Err != nil {
+			t.Fatalf("settle %+v", res)
+		}
+	}
+	m.flush(ctx)
+	for _, res := range st.SettleBatch(ctx, sts[1:]) {
+		if !res.Applied || res.Err != nil {
+			t.Fatalf("settle %+v", res)
+		}
+	}
+	if settled, held := window(t, rdb, a.ID); settled != 200 || held != 2*bound {
+		t.Fatalf("window: %d settled, %d held; want the two leased requests' 200 used, the script's two bounds held", settled, held)
+	}
+	// Renewed: tokens again (twice the 4 bounds of the interval), usable
+	// until their bucket ends, not after.
+	m.Renew(ctx, true)
+	if d := admit(); d.Lease.ID == "" {
+		t.Fatalf("not admitted from the renewed lease: %+v", d)
+	}
+	c.Advance(15 * time.Second)
+	if d := admit(); d.Lease.ID != "" {
+		t.Fatalf("admitted from tokens past their bucket: %+v", d)
+	}
+	m.Close(ctx)
+	if _, held := window(t, rdb, a.ID); held != 4*bound {
+		t.Fatalf("%d tokens held after Close, want the 4 open requests' bounds", held)
+	}
+}
+
+// Two sidecars' managers and the store's script race for one account's
+// tokens per minute with requests that do not end: the window never
+// counts more than the limit, and once the leases are returned it holds
+// exactly the admitted requests' bounds.
+func TestTokenLimitRaceTwoSidecars(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	c := testclock.New(time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC))
+	st := store.New(rdb, store.Options{Now: c.Now, HoldTTL: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const limit, bound = 120, 1000
+	a, err := st.CreateAccount(ctx, "t", 1000*usd, account.Limits{TPM: limit * bound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var admitted atomic.Int64
+	var ms []*Manager
+	for i := range 2 {
+		m := New(st, st, Options{Interval: 2 * time.Millisecond, Now: c.Now})
+		ms = append(ms, m)
+		for j := range 2 {
+			d, err := m.Admit(ctx, &account.Admission{RequestID: fmt.Sprintf("warm%d.%d", i, j), AccountID: a.ID, KeyID: "key_1", Priced: "m", Hold: 1000, Tokens: bound})
+			if err != nil || d.Outcome != account.Admitted || (j == 1) != (d.Lease.ID != "") {
+				t.Fatalf("warm-up %d.%d: %+v %v", i, j, d, err)
+			}
+			admitted.Add(1)
+			if j == 0 {
+				m.leases[leaseKey{a.ID, "key_1"}].bounds = 50 * bound
+				m.Renew(ctx, false)
+			}
+		}
+	}
+	var loops sync.WaitGroup
+	for _, m := range ms {
+		loops.Go(func() { m.Run(ctx) })
+	}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 100 {
+				adm := &account.Admission{RequestID: fmt.Sprintf("w%d.%d", w, i), AccountID: a.ID, KeyID: "key_1", Priced: "m", Hold: 1000, Tokens: bound}
+				var d account.Decision
+				var err error
+				if w < 6 {
+					d, err = ms[w%2].Admit(ctx, adm)
+				} else {
+					d, err = st.Admit(ctx, adm)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Outcome == account.Admitted {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	loops.Wait()
+	for _, m := range ms {
+		m.Close(context.Background())
+	}
+	n := admitted.Load()
+	_, held := window(t, rdb, a.ID)
+	t.Logf("%d admitted (%d and %d from leases)", n, ms[0].Local.Load(), ms[1].Local.Load())
+	if n > limit || held != n*bound {
+		t.Fatalf("%d admitted, %d tokens held: want at most %d, each bound held once", n, held, limit)
+	}
+	if ms[0].Local.Load()+ms[1].Local.Load() < 4 {
+		t.Fatal("hardly any request was admitted from a lease: the race shows nothing")
+	}
+	// What leasing costs is early refusals: at most the tokens the two
+	// leases held at the end, each at most the room / share.
+	if n < limit-2*limit/DefaultShare {
+		t.Fatalf("%d admitted, want at least %d", n, limit-2*limit/DefaultShare)
+	}
+}
