@@ -157,7 +157,7 @@ func LedgerFields(st account.Settlement) map[string]string {
 	}
 	if st.Lease != (account.LeaseRef{}) {
 		m[ledgerLease] = st.Lease.ID + " " + strconv.FormatInt(st.Lease.Seq, 10) + " " + strconv.FormatInt(st.Lease.Hold, 10)
-		if st.Lease.Tokens > 0 {
+		if st.Lease.Tokens != 0 || st.Lease.Bucket != 0 || st.Lease.TokenLevels != 0 {
 			m[ledgerLease] += " " + strconv.FormatInt(st.Lease.Tokens, 10) + " " + strconv.FormatInt(st.Lease.Bucket, 10) +
 				" " + strconv.Itoa(st.Lease.TokenLevels)
 		}
@@ -221,7 +221,7 @@ func decodeLedgerFields(accountID string, v func(string) string) account.Settlem
 		}
 	}
 	// "id seq hold", then "tokens bucket levels" where it used tokens.
-	if f := strings.Fields(v(ledgerLease)); len(f) == 3 || len(f) == 6 {
+	if f := strings.SplitN(v(ledgerLease), " ", 6); len(f) == 3 || len(f) == 6 {
 		st.Lease = account.LeaseRef{ID: f[0], Seq: parseInt(f[1]), Hold: parseInt(f[2])}
 		if len(f) == 6 {
 			st.Lease.Tokens, st.Lease.Bucket, st.Lease.TokenLevels = parseInt(f[3]), parseInt(f[4]), int(parseInt(f[5]))
