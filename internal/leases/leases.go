@@ -365,53 +365,18 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 	var ls []*lease
 	for _, l := range all {
 		l.mu.Lock()
-		if full {
-			if l.admits == 0 {
-				l.idle++
-			} else {
-				l.idle = 0
-			}
-			l.rate, l.admits = l.admits, 0
-			l.reqRate, l.reqs = l.reqs, 0
-			l.boundRate, l.bounds = l.bounds, 0
-		}
-		if !full && !l.due || l.id == "" && !l.due {
-			l.mu.Unlock()
-			if l.id == "" && l.idle > 2 {
-				m.mu.Lock()
-				delete(m.leases, leaseKey{l.acct, l.key})
-				m.mu.Unlock()
-			}
-			continue
-		}
-		l.due = false
-		want := max(2*max(l.rate, l.admits), m.o.MinHolds*l.maxHold)
-		if l.idle >= 2 || (l.id != "" && l.limits != l.seen) {
-			want = 0
-		}
-		if l.id == "" {
-			if want == 0 {
-				l.mu.Unlock()
-				continue
-			}
-			l.gen++
-			l.id = m.prefix + "." + l.key + "." + strconv.Itoa(l.gen)
-			l.limits = l.seen
-			l.kc = l.limits.DailyNanoUSD > 0 || l.limits.MonthlyNanoUSD > 0 || l.limits.TotalNanoUSD > 0
-			l.keyOpen = l.kc || l.limits.Concurrency > 0 || l.limits.TPM > 0
-			l.next, l.hi = 1, 0
-			l.seats, l.seated = 0, 0
-			l.tokens, l.tokenLevels = 0, 0
-		}
-		l.renewing = true
-		calls = append(calls, store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
-			Free: l.free, Want: want, Min: m.o.MinHolds * l.maxHold, Share: m.o.Share, KeyLimits: l.limits,
-			Cursor: l.next, WantSlots: max(2*max(l.reqRate, l.reqs), m.o.MinSlots), MinSlots: m.o.MinSlots,
-			FreeSeats: l.seats, WantSeats: max(2*max(l.reqRate, l.reqs), m.o.MinSeats), MinSeats: m.o.MinSeats,
-			FreeTokens: l.tokens, WantTokens: max(2*max(l.boundRate, l.bounds), m.o.MinTokenBounds*l.maxBound),
-			MinTokens: m.o.MinTokenBounds * l.maxBound})
-		ls = append(ls, l)
+		c, ok, forget := m.renewal(l, full)
 		l.mu.Unlock()
+		if forget {
+			// Not under l.mu: Close takes m.mu, then l.mu.
+			m.mu.Lock()
+			delete(m.leases, leaseKey{l.acct, l.key})
+			m.mu.Unlock()
+		}
+		if ok {
+			calls = append(calls, c)
+			ls = append(ls, l)
+		}
 	}
 	if len(calls) == 0 {
 		return
@@ -420,58 +385,12 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 	defer cancel()
 	started := m.o.Now()
 	res := m.st.Leases(rctx, calls)
-	lease := m.st.HoldLease()
-	stop := started.Add(lease - holds.LeaseMargin(lease))
 	ok := true
 	for i, r := range res {
-		l := ls[i]
-		l.mu.Lock()
-		l.renewing = false
 		if r.Err != nil {
 			ok = false
-			// The lease stays as it was; its local expiry bounds it. Its
-			// free slots may be gone: none until a renewal says.
-			if l.hi >= 0 {
-				l.hi = l.next
-			}
-			// Its free seats too may have been given back: none until a
-			// renewal says. Had the call run, its free seats stay counted
-			// in Redis (refusing early, never admitting more) until the
-			// lease is returned or swept.
-			l.seats = 0
-			l.tokens = 0
-			l.mu.Unlock()
-			continue
 		}
-		l.free += r.Delta
-		l.seats += r.Seats
-		l.seated = r.Seated
-		l.seatTarget = calls[i].FreeSeats + r.Seats
-		l.tokens += r.Tokens
-		l.tokenLevels = r.TokenLevels
-		l.tokenTarget = calls[i].FreeTokens + r.Tokens
-		l.tokenBucket = r.TokenBucket
-		l.tokenStop = time.UnixMilli((r.TokenBucket + 1) * 5000)
-		l.hi, l.rates = r.Hi, r.Rates
-		if r.Hi >= 0 {
-			l.slotTarget = r.Hi - l.next
-			l.slotStop = started.Add(min(lease-holds.LeaseMargin(lease), slotLife))
-		}
-		target := calls[i].Free + r.Delta
-		if target <= 0 || l.free <= 0 && r.Reason != store.LeaseHeld {
-			// Returned (or never taken): admitted by the script until a
-			// new lease, under a new id, is taken.
-			l.id, l.free, l.target = "", 0, 0
-			l.seats, l.seated = 0, 0
-			l.tokens, l.tokenLevels = 0, 0
-			if r.Reason != store.LeaseHeld || calls[i].Want > 0 {
-				l.retryAt = started.Add(m.o.Interval)
-			}
-		} else {
-			l.target = target
-			l.stop = stop
-		}
-		l.mu.Unlock()
+		m.renewed(ls[i], &calls[i], r, started)
 	}
 	if ok {
 		m.healthy.Store(true)
@@ -479,6 +398,100 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 		m.healthy.Store(false)
 		m.log.Warn("renewing leases failed; admitting through the store")
 	}
+}
+
+// renewal is l's call in this pass, if it needs one (ok): every lease held
+// on the interval's full pass (which also rolls its rates), else those
+// asked for; forget: l is unused for long and may be dropped. l.mu is held.
+func (m *Manager) renewal(l *lease, full bool) (c store.LeaseCall, ok, forget bool) {
+	if full {
+		if l.admits == 0 {
+			l.idle++
+		} else {
+			l.idle = 0
+		}
+		l.rate, l.admits = l.admits, 0
+		l.reqRate, l.reqs = l.reqs, 0
+		l.boundRate, l.bounds = l.bounds, 0
+	}
+	if !full && !l.due || l.id == "" && !l.due {
+		return c, false, l.id == "" && l.idle > 2
+	}
+	l.due = false
+	want := max(2*max(l.rate, l.admits), m.o.MinHolds*l.maxHold)
+	if l.idle >= 2 || (l.id != "" && l.limits != l.seen) {
+		want = 0
+	}
+	if l.id == "" {
+		if want == 0 {
+			return c, false, false
+		}
+		l.gen++
+		l.id = m.prefix + "." + l.key + "." + strconv.Itoa(l.gen)
+		l.limits = l.seen
+		l.kc = l.limits.DailyNanoUSD > 0 || l.limits.MonthlyNanoUSD > 0 || l.limits.TotalNanoUSD > 0
+		l.keyOpen = l.kc || l.limits.Concurrency > 0 || l.limits.TPM > 0
+		l.next, l.hi = 1, 0
+		l.seats, l.seated = 0, 0
+		l.tokens, l.tokenLevels = 0, 0
+	}
+	l.renewing = true
+	return store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
+		Free: l.free, Want: want, Min: m.o.MinHolds * l.maxHold, Share: m.o.Share, KeyLimits: l.limits,
+		Cursor: l.next, WantSlots: max(2*max(l.reqRate, l.reqs), m.o.MinSlots), MinSlots: m.o.MinSlots,
+		FreeSeats: l.seats, WantSeats: max(2*max(l.reqRate, l.reqs), m.o.MinSeats), MinSeats: m.o.MinSeats,
+		FreeTokens: l.tokens, WantTokens: max(2*max(l.boundRate, l.bounds), m.o.MinTokenBounds*l.maxBound),
+		MinTokens: m.o.MinTokenBounds * l.maxBound}, true, false
+}
+
+// renewed applies the store's answer r to call c, made at started, to l.
+func (m *Manager) renewed(l *lease, c *store.LeaseCall, r store.LeaseResult, started time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.renewing = false
+	if r.Err != nil {
+		// The lease stays as it was; its local expiry bounds it. Its
+		// free slots may be gone: none until a renewal says.
+		if l.hi >= 0 {
+			l.hi = l.next
+		}
+		// Its free seats and tokens too may have been given back: none
+		// until a renewal says. Had the call run, they stay counted in
+		// Redis (refusing early, never admitting more) until the lease is
+		// returned or swept.
+		l.seats = 0
+		l.tokens = 0
+		return
+	}
+	lease := m.st.HoldLease()
+	l.free += r.Delta
+	l.seats += r.Seats
+	l.seated = r.Seated
+	l.seatTarget = c.FreeSeats + r.Seats
+	l.tokens += r.Tokens
+	l.tokenLevels = r.TokenLevels
+	l.tokenTarget = c.FreeTokens + r.Tokens
+	l.tokenBucket = r.TokenBucket
+	l.tokenStop = time.UnixMilli((r.TokenBucket + 1) * 5000)
+	l.hi, l.rates = r.Hi, r.Rates
+	if r.Hi >= 0 {
+		l.slotTarget = r.Hi - l.next
+		l.slotStop = started.Add(min(lease-holds.LeaseMargin(lease), slotLife))
+	}
+	target := c.Free + r.Delta
+	if target <= 0 || l.free <= 0 && r.Reason != store.LeaseHeld {
+		// Returned (or never taken): admitted by the script until a
+		// new lease, under a new id, is taken.
+		l.id, l.free, l.target = "", 0, 0
+		l.seats, l.seated = 0, 0
+		l.tokens, l.tokenLevels = 0, 0
+		if r.Reason != store.LeaseHeld || c.Want > 0 {
+			l.retryAt = started.Add(m.o.Interval)
+		}
+		return
+	}
+	l.target = target
+	l.stop = started.Add(lease - holds.LeaseMargin(lease))
 }
 
 // recordLoop sends the records of leased admissions in batches.
