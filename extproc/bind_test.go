@@ -9,6 +9,7 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 // slowOwners is a store of response owners whose binds wait for release.
@@ -20,16 +21,18 @@ type slowOwners struct {
 }
 
 // Bind holds the first bind (the response's, beside the first event)
-// until release; the binds after it are chained behind it.
-func (o *slowOwners) Bind(ctx context.Context, ids []string, accountID string) error {
+// until release; the binds after it wait behind it.
+func (o *slowOwners) Bind(ctx context.Context, bs ...store.Binding) error {
 	if o.items == nil {
 		close(o.entered)
 		<-o.release
-		o.owner = accountID
+		o.owner = bs[0].Account
 		o.items = map[string]string{}
 	}
-	for _, id := range ids {
-		o.items[id] = accountID
+	for _, b := range bs {
+		for _, id := range b.IDs {
+			o.items[id] = b.Account
+		}
 	}
 	return nil
 }

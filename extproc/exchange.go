@@ -71,7 +71,7 @@ type exchange struct {
 	rewriter           format.Rewriter // the meter, when it also rewrites the reply
 	stored             format.Stored   // the meter, when the reply names a stored response
 	bound              bool            // the stored response's id is bound to the account (or being bound)
-	binding            chan struct{}   // closed when the binds started mid-stream have landed
+	binding            <-chan struct{} // closed when the binds queued mid-stream have landed
 	// items, the meter when it reads the stored response's item ids;
 	// itemsSent of them are bound (or being bound beside the stream);
 	// itemsBound once the last have been.

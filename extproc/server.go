@@ -121,6 +121,7 @@ type Server struct {
 	seq      atomic.Uint64
 
 	settler *settler
+	binds   *binder
 	// active counts exchanges until they have settled, so that shutdown
 	// can wait for the settlements of streams it cut.
 	active sync.WaitGroup
@@ -185,6 +186,7 @@ func NewServer(o Options) *Server {
 		u.Pool.SetOnChange(s.keyChanged)
 	}
 	s.settler = newSettler(o.Settler, s.settleT)
+	s.binds = newBinder(s)
 	var b [6]byte
 	rand.Read(b[:])
 	s.idPrefix = "req_" + hex.EncodeToString(b[:]) + "_"

@@ -27,7 +27,7 @@ func (x *exchange) afterSend(ctx context.Context) {
 		if x.stored != nil && !x.bound {
 			x.bind(ctx, false)
 		}
-		x.bindNewItems(ctx)
+		x.bindNewItems()
 	}
 	if x.checkpointDue {
 		x.checkpointDue = false

@@ -16,15 +16,17 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/modelgateway/gateway/extproc/format"
+	"github.com/modelgateway/gateway/internal/store"
 )
 
 // bind records the stored response the reply names as the account's. A
 // JSON reply is read, and bound, at its last chunk. A stream names its
-// response in its first event: the bind runs beside the stream, started
-// once that event's answer is sent (afterSend), so that the event waits
-// for no Redis round trip, and the stream's last chunk waits for it. A request naming the id in the sub-millisecond
-// before the bind lands is refused with 404, as for any id not the
-// account's: the window fails closed.
+// response in its first event: the bind is queued beside the stream
+// (binder.go), once that event's answer is sent (afterSend), so that the
+// event waits for no Redis round trip, and the stream's last chunk waits
+// for it. A request naming the id in the sub-millisecond before the bind
+// lands is refused with 404, as for any id not the account's: the window
+// fails closed.
 func (x *exchange) bind(ctx context.Context, last bool) {
 	if x.req.NoStore || x.s.owners == nil {
 		x.bound = true // nothing is kept to bind
@@ -47,27 +49,15 @@ func (x *exchange) bind(ctx context.Context, last bool) {
 		x.s.bindIDs(ctx, x.requestID, ids, x.key.AccountID)
 		return
 	}
-	x.beside(ctx, func(ctx context.Context, requestID, account string) {
-		x.s.bindIDs(ctx, requestID, []string{id}, account)
-	})
+	x.beside([]string{id})
 }
 
-// beside runs a bind beside the stream, after the binds started before it:
-// the last chunk waits for x.binding, by then long landed. Not cut by the
-// client leaving: the response exists at the vendor either way; the
-// store's timeouts bound the call.
-func (x *exchange) beside(ctx context.Context, bind func(ctx context.Context, requestID, account string)) {
-	prev, done := x.binding, make(chan struct{})
-	x.binding = done
-	bctx := context.WithoutCancel(ctx)
-	requestID, account := x.requestID, x.key.AccountID
-	go func() {
-		defer close(done)
-		if prev != nil {
-			<-prev
-		}
-		bind(bctx, requestID, account)
-	}()
+// beside queues a bind beside the stream: the last chunk waits for
+// x.binding, which closes after every bind queued before it, by then long
+// landed. Not cut by the client leaving: the response exists at the
+// vendor either way.
+func (x *exchange) beside(ids []string) {
+	x.binding = x.s.binds.add(x.requestID, x.key.AccountID, ids)
 }
 
 // unsentItems returns the item ids the reply has shown that no bind has
@@ -88,11 +78,9 @@ func (x *exchange) unsentItems() []string {
 // bindNewItems binds, beside the stream, the items the reply has shown
 // since the last bind: a stream's items show before its end, so its last
 // chunk binds only those it shows itself.
-func (x *exchange) bindNewItems(ctx context.Context) {
+func (x *exchange) bindNewItems() {
 	if ids := x.unsentItems(); len(ids) > 0 {
-		x.beside(ctx, func(ctx context.Context, requestID, account string) {
-			x.s.bindIDs(ctx, requestID, ids, account)
-		})
+		x.beside(ids)
 	}
 }
 
@@ -113,16 +101,17 @@ func (s *Server) bindItems(ctx context.Context, requestID string, m format.Store
 	s.bindIDs(ctx, requestID, slices.Clone(m.Items()), account)
 }
 
-// bindIDs binds stored responses' and items' ids to account, logging a
-// failure: they then stay unreachable through the gateway, refused, never
-// shown to another account.
+// bindIDs binds stored responses' and items' ids to account and waits
+// until the bind has landed (or failed, logged by the binder: the objects
+// then stay unreachable through the gateway, refused, never shown to
+// another account).
 func (s *Server) bindIDs(ctx context.Context, requestID string, ids []string, account string) {
 	if len(ids) == 0 || s.owners == nil {
 		return
 	}
-	if err := s.owners.Bind(ctx, ids, account); err != nil {
-		s.log.Error("binding stored responses or items failed", "request_id", requestID, "err", err)
-		s.metrics.storeErrors.WithLabelValues("bind").Inc()
+	select {
+	case <-s.binds.add(requestID, account, ids):
+	case <-ctx.Done():
 	}
 }
 
@@ -165,8 +154,8 @@ func (x *exchange) checkOwner(ctx context.Context, refs ...format.Ref) *extprocv
 // store implements it).
 type Owners interface {
 	// Bind binds stored responses and their items (ids later requests
-	// may name alone) to the account, in one round trip.
-	Bind(ctx context.Context, ids []string, accountID string) error
+	// may name alone) to the accounts that created them, in one round trip.
+	Bind(ctx context.Context, bs ...store.Binding) error
 	// ResponseOwners reads the owners of many ids in one round trip.
 	ResponseOwners(ctx context.Context, ids []string) ([]string, error)
 }

@@ -63,8 +63,8 @@ func TestBindResponse(t *testing.T) {
 	if o, err := s.ResponseOwner(ctx, "resp_1"); o != "" || err != nil {
 		t.Fatalf("owner of an unknown id: %q %v", o, err)
 	}
-	s.Bind(ctx, []string{"resp_1"}, "acct_a")
-	s.Bind(ctx, []string{"resp_1"}, "acct_b")
+	s.Bind(ctx, Binding{Account: "acct_a", IDs: []string{"resp_1"}})
+	s.Bind(ctx, Binding{Account: "acct_b", IDs: []string{"resp_1"}})
 	if o, _ := s.ResponseOwner(ctx, "resp_1"); o != "acct_a" {
 		t.Fatalf("owner %q", o)
 	}
@@ -79,13 +79,13 @@ func TestBindItems(t *testing.T) {
 	mr := miniredis.RunT(t)
 	s := New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), Options{})
 	ctx := context.Background()
-	if err := s.Bind(ctx, nil, "acct_a"); err != nil {
+	if err := s.Bind(ctx, Binding{Account: "acct_a", IDs: nil}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Bind(ctx, []string{"msg_1", "rs_1"}, "acct_a"); err != nil {
+	if err := s.Bind(ctx, Binding{Account: "acct_a", IDs: []string{"msg_1", "rs_1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Bind(ctx, []string{"rs_1", "fc_1"}, "acct_b"); err != nil {
+	if err := s.Bind(ctx, Binding{Account: "acct_b", IDs: []string{"rs_1", "fc_1"}}); err != nil {
 		t.Fatal(err)
 	}
 	for id, want := range map[string]string{"msg_1": "acct_a", "rs_1": "acct_a", "fc_1": "acct_b", "msg_2": ""} {

@@ -28,23 +28,31 @@ const DefaultResponseTTL = 30 * 24 * time.Hour
 
 func responseKey(id string) string { return "gw:resp:" + id }
 
-// Bind records that the account created the stored responses and items
-// of ids (a response's output items: messages, function calls,
-// reasoning...), which a later request may name by id alone. Items share
-// the responses' records (an item id never equals a response id), so
-// ResponseOwner reads either; an id already bound keeps its first owner.
-// One pipelined round trip.
-func (s *Store) Bind(ctx context.Context, ids []string, accountID string) error {
-	if len(ids) == 0 {
-		return nil
-	}
+// Binding says that Account created the stored responses and items IDs.
+type Binding struct {
+	Account string
+	IDs     []string
+}
+
+// Bind records, for each binding, that its account created the stored
+// responses and items of its ids (a response's output items: messages,
+// function calls, reasoning...), which a later request may name by id
+// alone. Items share the responses' records (an item id never equals a
+// response id), so ResponseOwners reads either; an id already bound keeps
+// its first owner. One pipelined round trip for all of them.
+func (s *Store) Bind(ctx context.Context, bs ...Binding) error {
 	ttl := s.opts.ResponseTTL
 	if ttl <= 0 {
 		ttl = DefaultResponseTTL
 	}
 	pipe := s.rdb.Pipeline()
-	for _, id := range ids {
-		pipe.SetNX(ctx, responseKey(id), accountID, ttl)
+	for _, b := range bs {
+		for _, id := range b.IDs {
+			pipe.SetNX(ctx, responseKey(id), b.Account, ttl)
+		}
+	}
+	if pipe.Len() == 0 {
+		return nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("store: bind: %w", err)
