@@ -2,10 +2,7 @@ package leases
 
 import (
 	"context"
-	"fmt"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,84 +110,16 @@ func TestAdmitFromLeaseWithConcurrencyLimit(t *testing.T) {
 // than the limit, and once the leases are returned every admitted request
 // is a hold and no seat is left.
 func TestConcurrencyRaceTwoSidecars(t *testing.T) {
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	c := testclock.New(time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC))
-	st := store.New(rdb, store.Options{Now: c.Now, HoldTTL: time.Minute})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	const limit = 120
-	a, err := st.CreateAccount(ctx, "t", 1000*usd, account.Limits{Concurrency: limit})
+	r := raceTwoSidecars(t, account.Limits{Concurrency: limit}, 0, func(l *lease) { l.reqs = 50 })
+	holds, _, err := r.st.OpenHolds(context.Background(), r.acct)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var admitted atomic.Int64
-	var ms []*Manager
-	for i := range 2 {
-		m := New(st, st, Options{Interval: 2 * time.Millisecond, Now: c.Now})
-		ms = append(ms, m)
-		for j := range 2 {
-			d, err := m.Admit(ctx, &account.Admission{RequestID: fmt.Sprintf("warm%d.%d", i, j), AccountID: a.ID, KeyID: "key_1", Priced: "m", Hold: 1000})
-			if err != nil || d.Outcome != account.Admitted || (j == 1) != (d.Lease.ID != "") {
-				t.Fatalf("warm-up %d.%d: %+v %v", i, j, d, err)
-			}
-			admitted.Add(1)
-			if j == 0 {
-				m.leases[leaseKey{a.ID, "key_1"}].reqs = 50
-				m.Renew(ctx, false)
-			}
-		}
+	if n := r.admitted; n > limit || holds != n || seats(t, r.rdb, r.acct) != 0 {
+		t.Fatalf("%d admitted, %d holds, %d seats: want at most %d, each a hold, no seat", n, holds, seats(t, r.rdb, r.acct), limit)
 	}
-	var loops sync.WaitGroup
-	for _, m := range ms {
-		loops.Go(func() { m.Run(ctx) })
-	}
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Go(func() {
-			for i := range 100 {
-				adm := &account.Admission{RequestID: fmt.Sprintf("w%d.%d", w, i), AccountID: a.ID, KeyID: "key_1", Priced: "m", Hold: 1000}
-				var d account.Decision
-				var err error
-				if w < 6 {
-					d, err = ms[w%2].Admit(ctx, adm)
-				} else {
-					d, err = st.Admit(ctx, adm)
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Outcome == account.Admitted {
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	cancel()
-	loops.Wait()
-	for _, m := range ms {
-		m.Close(context.Background())
-	}
-	n := admitted.Load()
-	holds, _, err := st.OpenHolds(context.Background(), a.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d admitted (%d and %d from leases)", n, ms[0].Local.Load(), ms[1].Local.Load())
-	if n > limit || holds != n || seats(t, rdb, a.ID) != 0 {
-		t.Fatalf("%d admitted, %d holds, %d seats: want at most %d, each a hold, no seat", n, holds, seats(t, rdb, a.ID), limit)
-	}
-	if ms[0].Local.Load()+ms[1].Local.Load() < 4 {
-		t.Fatal("hardly any request was admitted from a lease: the race shows nothing")
-	}
-	// What leasing costs is early refusals: at most the seats the two
-	// leases held at the end, each at most the room / share.
-	if n < limit-2*limit/DefaultShare {
-		t.Fatalf("%d admitted, want at least %d", n, limit-2*limit/DefaultShare)
-	}
+	r.earlyRefusals(t, limit)
 }
 
 // gatedStore holds each lease call until released.

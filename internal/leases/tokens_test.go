@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,79 +115,11 @@ func TestAdmitFromLeaseWithTokenLimit(t *testing.T) {
 // counts more than the limit, and once the leases are returned it holds
 // exactly the admitted requests' bounds.
 func TestTokenLimitRaceTwoSidecars(t *testing.T) {
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	c := testclock.New(time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC))
-	st := store.New(rdb, store.Options{Now: c.Now, HoldTTL: time.Minute})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	const limit, bound = 120, 1000
-	a, err := st.CreateAccount(ctx, "t", 1000*usd, account.Limits{TPM: limit * bound})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var admitted atomic.Int64
-	var ms []*Manager
-	for i := range 2 {
-		m := New(st, st, Options{Interval: 2 * time.Millisecond, Now: c.Now})
-		ms = append(ms, m)
-		for j := range 2 {
-			d, err := m.Admit(ctx, &account.Admission{RequestID: fmt.Sprintf("warm%d.%d", i, j), AccountID: a.ID, KeyID: "key_1", Priced: "m", Hold: 1000, Tokens: bound})
-			if err != nil || d.Outcome != account.Admitted || (j == 1) != (d.Lease.ID != "") {
-				t.Fatalf("warm-up %d.%d: %+v %v", i, j, d, err)
-			}
-			admitted.Add(1)
-			if j == 0 {
-				m.leases[leaseKey{a.ID, "key_1"}].bounds = 50 * bound
-				m.Renew(ctx, false)
-			}
-		}
-	}
-	var loops sync.WaitGroup
-	for _, m := range ms {
-		loops.Go(func() { m.Run(ctx) })
-	}
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Go(func() {
-			for i := range 100 {
-				adm := &account.Admission{RequestID: fmt.Sprintf("w%d.%d", w, i), AccountID: a.ID, KeyID: "key_1", Priced: "m", Hold: 1000, Tokens: bound}
-				var d account.Decision
-				var err error
-				if w < 6 {
-					d, err = ms[w%2].Admit(ctx, adm)
-				} else {
-					d, err = st.Admit(ctx, adm)
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Outcome == account.Admitted {
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	cancel()
-	loops.Wait()
-	for _, m := range ms {
-		m.Close(context.Background())
-	}
-	n := admitted.Load()
-	_, held := window(t, rdb, a.ID)
-	t.Logf("%d admitted (%d and %d from leases)", n, ms[0].Local.Load(), ms[1].Local.Load())
-	if n > limit || held != n*bound {
+	r := raceTwoSidecars(t, account.Limits{TPM: limit * bound}, bound, func(l *lease) { l.bounds = 50 * bound })
+	_, held := window(t, r.rdb, r.acct)
+	if n := r.admitted; n > limit || held != n*bound {
 		t.Fatalf("%d admitted, %d tokens held: want at most %d, each bound held once", n, held, limit)
 	}
-	if ms[0].Local.Load()+ms[1].Local.Load() < 4 {
-		t.Fatal("hardly any request was admitted from a lease: the race shows nothing")
-	}
-	// What leasing costs is early refusals: at most the tokens the two
-	// leases held at the end, each at most the room / share.
-	if n < limit-2*limit/DefaultShare {
-		t.Fatalf("%d admitted, want at least %d", n, limit-2*limit/DefaultShare)
-	}
+	r.earlyRefusals(t, limit)
 }
