@@ -306,30 +306,23 @@ if cur and hi > cursor then
 end
 
 local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'leased', 'daily', 'monthly', 'rpm', 'tpm', 'conc', 'suspended', 'window', 'seats')
+-- Where a limit applies: 1 the account, 2 the key, 3 both, 0 neither.
+local function levelsOf(accountLimit, keyLimit)
+  local l = 0
+  if accountLimit > 0 then
+    l = 1
+  end
+  if keyLimit > 0 then
+    l = l + 2
+  end
+  return l
+end
 local rpm = tonumber(acct[6] or '0')
-local levels = 0
-if rpm > 0 then
-  levels = 1
-end
-if krpm > 0 then
-  levels = levels + 2
-end
+local levels = levelsOf(rpm, krpm)
 local tpm = tonumber(acct[7] or '0')
-local tokenLevels = 0
-if tpm > 0 then
-  tokenLevels = 1
-end
-if ktpm > 0 then
-  tokenLevels = tokenLevels + 2
-end
+local tokenLevels = levelsOf(tpm, ktpm)
 local conc = tonumber(acct[8] or '0')
-local seatLevels = 0
-if conc > 0 then
-  seatLevels = 1
-end
-if kconc > 0 then
-  seatLevels = seatLevels + 2
-end
+local seatLevels = levelsOf(conc, kconc)
 if not cur then
   rl = levels
   sl = seatLevels
