@@ -134,11 +134,10 @@ type lease struct {
 	// Tokens per minute: how many tokens requests may still take from the
 	// lease (each its bound), held in bucket tokenBucket of the token
 	// windows tokenLevels says (0: no tpm limit, none needed), usable
-	// until tokenStop, the bucket's end.
+	// until that bucket ends.
 	tokens, tokenTarget int64
 	tokenLevels         int
 	tokenBucket         int64
-	tokenStop           time.Time
 	bounds, boundRate   int64 // token bounds admitted this and the last full interval
 	maxBound            int64
 	maxHold             int64
@@ -222,13 +221,13 @@ func (l *lease) seatFree() bool {
 // of their bucket only, so that the request is counted in a bucket no
 // earlier than its admission's. l.mu is held.
 func (l *lease) tokensFree(now time.Time, n int64) bool {
-	return l.tokenLevels == 0 || n <= l.tokens && now.Before(l.tokenStop)
+	return l.tokenLevels == 0 || n <= l.tokens && store.TokenBucket(now) <= l.tokenBucket
 }
 
 // slotFree reports whether a request may be admitted from l's slots:
 // always without a rate limit. l.mu is held.
 func (l *lease) slotFree(now time.Time) bool {
-	return l.hi < 0 || !l.renewing && l.next < l.hi && now.Before(l.slotStop)
+	return l.hi < 0 || l.next < l.hi && now.Before(l.slotStop)
 }
 
 // Admit admits a from its account and key's lease when its hold fits in
@@ -472,7 +471,6 @@ func (m *Manager) renewed(l *lease, c *store.LeaseCall, r store.LeaseResult, sta
 	l.tokenLevels = r.TokenLevels
 	l.tokenTarget = c.FreeTokens + r.Tokens
 	l.tokenBucket = r.TokenBucket
-	l.tokenStop = time.UnixMilli((r.TokenBucket + 1) * 5000)
 	l.hi, l.rates = r.Hi, r.Rates
 	if r.Hi >= 0 {
 		l.slotTarget = r.Hi - l.next
