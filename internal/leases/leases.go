@@ -122,7 +122,7 @@ type lease struct {
 	// may remove the free ones' placeholders.
 	next, hi   int64
 	slotTarget int64
-	rates      int // the rate logs the slots are in (store.RateAccount, RateKey)
+	rates      int // the rate logs the slots are in (store.LevelAccount, LevelKey)
 	slotStop   time.Time
 	// renewing: a renewal is in flight; nothing (money, slot, seat,
 	// tokens) is taken from the lease until it returns.

@@ -91,13 +91,13 @@ const (
 // LeaseResult is one lease call's answer: Delta is the change of the free
 // amount (the caller adds it to its own free amount); the caller may use
 // slots [Cursor, Hi), or any number when Hi is -1 (no rate limit applies).
-// Rates says which rate logs hold the slots: RateAccount, RateKey. Seats
+// Rates says which rate logs hold the slots (LevelAccount, LevelKey). Seats
 // is the change of the free seats (the caller adds it to its own), Seated
-// which concurrency limits they count against (SeatAccount, SeatKey; 0: no
+// which concurrency limits they count against (LevelAccount, LevelKey; 0: no
 // seat is needed). Tokens is the change of the free tokens (the caller
 // adds it to its own), usable while the current 5 s bucket (unix ms / 5000)
 // is at most TokenBucket; TokenLevels says which token windows hold them
-// (TokensAccount, TokensKey; 0: no tokens needed).
+// (LevelAccount, LevelKey; 0: no tokens needed).
 type LeaseResult struct {
 	Delta       int64
 	Reason      int
@@ -111,22 +111,13 @@ type LeaseResult struct {
 	Err         error
 }
 
-// The rate logs a lease's slots are in (LeaseResult.Rates).
+// Where a lease's slots, seats or tokens count (LeaseResult.Rates, Seated
+// and TokenLevels, bits of): against the account's limit (its rate log,
+// in-flight count, token window), the key's, or both; 0 where neither has
+// the limit. lease.lua's levelsOf.
 const (
-	RateAccount = 1
-	RateKey     = 2
-)
-
-// The concurrency limits a lease's seats count against (LeaseResult.Seated).
-const (
-	SeatAccount = 1
-	SeatKey     = 2
-)
-
-// The token windows a lease's tokens are held in (LeaseResult.TokenLevels).
-const (
-	TokensAccount = 1
-	TokensKey     = 2
+	LevelAccount = 1
+	LevelKey     = 2
 )
 
 // TokenBucket is the 5 s bucket of the token windows (admit.lua) t is in.
@@ -292,10 +283,10 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 			kc = 1
 		}
 		if r.Lease.Tokens > 0 {
-			if r.Lease.TokenLevels&TokensAccount != 0 {
+			if r.Lease.TokenLevels&LevelAccount != 0 {
 				ta = r.Lease.Bucket
 			}
-			if r.Lease.TokenLevels&TokensKey != 0 {
+			if r.Lease.TokenLevels&LevelKey != 0 {
 				tk = r.Lease.Bucket
 			}
 		}

@@ -46,7 +46,7 @@ func testLeaseSeats(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{Concurrency: conc})
 	const lid = "sc1.key_x.1"
 	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2})
-	if r.Reason != LeaseHeld || r.Delta != usd || r.Seats != 5 || r.Seated != SeatAccount || r.Hi != -1 {
+	if r.Reason != LeaseHeld || r.Delta != usd || r.Seats != 5 || r.Seated != LevelAccount || r.Hi != -1 {
 		t.Fatalf("lease %+v, want 1 USD and 5 seats (40 / share 8) against the account's limit", r)
 	}
 	if n := e.seatSum(acct, "acct"); n != 5 {
@@ -157,7 +157,7 @@ func testLeaseKeySeats(t *testing.T, e *env) {
 	kl := account.Limits{Concurrency: 16}
 	const lid = "sc1.key_x.1"
 	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2, KeyLimits: kl})
-	if r.Reason != LeaseHeld || r.Seats != 2 || r.Seated != SeatKey {
+	if r.Reason != LeaseHeld || r.Seats != 2 || r.Seated != LevelKey {
 		t.Fatalf("lease %+v, want 2 seats (16 / 8) against the key's limit", r)
 	}
 	if e.seatSum(acct, "ks:key_x") != 2 || e.seatSum(acct, "acct") != 0 {
@@ -204,7 +204,7 @@ func testLeaseSeatSweep(t *testing.T, e *env) {
 	kl := account.Limits{Concurrency: 40}
 	const lid = "sc1.key_x.1"
 	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2, KeyLimits: kl})
-	if r.Seats != 5 || r.Seated != SeatAccount|SeatKey {
+	if r.Seats != 5 || r.Seated != LevelAccount|LevelKey {
 		t.Fatalf("lease %+v, want 5 seats (the key's 40 / 8) against both limits", r)
 	}
 	e.recordSeat(acct, lid, 1, "r1", true, kl)

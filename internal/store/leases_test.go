@@ -269,7 +269,7 @@ func testLeaseRateSlots(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{RPM: 80, WindowMinutes: 1})
 	const lid = "sc1.key_x.1"
 	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 2})
-	if r.Reason != LeaseHeld || r.Delta != usd || r.Hi != 11 || r.Rates != RateAccount {
+	if r.Reason != LeaseHeld || r.Delta != usd || r.Hi != 11 || r.Rates != LevelAccount {
 		t.Fatalf("lease %+v, want 1 USD and slots [1, 11) (80 / share 8) in the account's log", r)
 	}
 	log := e.rateLog(acct, "rl")
@@ -286,8 +286,8 @@ func testLeaseRateSlots(t *testing.T, e *env) {
 	// Slot 1 used at t0+1s, recorded (twice: a retry) at t0+2s.
 	at := e.clock.Now().Add(time.Second)
 	e.clock.Advance(2 * time.Second)
-	e.recordSlot(acct, lid, 1, 1, RateAccount, "leased1", at, account.Limits{})
-	e.recordSlot(acct, lid, 1, 1, RateAccount, "leased1", at, account.Limits{})
+	e.recordSlot(acct, lid, 1, 1, LevelAccount, "leased1", at, account.Limits{})
+	e.recordSlot(acct, lid, 1, 1, LevelAccount, "leased1", at, account.Limits{})
 	log = e.rateLog(acct, "rl")
 	if len(log) != 80 || placeholders(log) != 9 || log["leased1"] != at.UnixMilli() {
 		t.Fatalf("after the record: %d members, %d placeholders, leased1 at %d (want 80, 9, %d)",
@@ -329,7 +329,7 @@ func testLeaseKeyRateSlots(t *testing.T, e *env) {
 	kl := account.Limits{RPM: 16, WindowMinutes: 1}
 	const lid = "sc1.key_x.1"
 	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 1, KeyLimits: kl})
-	if r.Reason != LeaseHeld || r.Hi != 3 || r.Rates != RateAccount|RateKey {
+	if r.Reason != LeaseHeld || r.Hi != 3 || r.Rates != LevelAccount|LevelKey {
 		t.Fatalf("lease %+v, want slots [1, 3) (the key's 16 / 8) in both logs", r)
 	}
 	if a, k := e.rateLog(acct, "rl"), e.rateLog(acct, "krl:key_x"); placeholders(a) != 2 || placeholders(k) != 2 {
@@ -341,7 +341,7 @@ func testLeaseKeyRateSlots(t *testing.T, e *env) {
 	if d := e.admitKey(acct, "key_x", "k14", 1, 0, kl); d.Outcome != account.RateLimited || d.Level != account.KeyLevel {
 		t.Fatalf("the key's 17th request: %+v", d)
 	}
-	e.recordSlot(acct, lid, 1, 1, RateAccount|RateKey, "leased1", e.clock.Now(), kl)
+	e.recordSlot(acct, lid, 1, 1, LevelAccount|LevelKey, "leased1", e.clock.Now(), kl)
 	a, k := e.rateLog(acct, "rl"), e.rateLog(acct, "krl:key_x")
 	if placeholders(a) != 1 || placeholders(k) != 1 || len(k) != 16 || len(a) != 16 {
 		t.Fatalf("after the record: account %d members (%d placeholders), key %d (%d)", len(a), placeholders(a), len(k), placeholders(k))
@@ -367,7 +367,7 @@ func testLeaseRateSweep(t *testing.T, e *env) {
 	if r.Hi != 61 {
 		t.Fatalf("lease %+v, want slots [1, 61) (480 / 8)", r)
 	}
-	e.recordSlot(acct, lid, 1, 1, RateAccount, "r1", e.clock.Now(), account.Limits{})
+	e.recordSlot(acct, lid, 1, 1, LevelAccount, "r1", e.clock.Now(), account.Limits{})
 	// Slot 2 used, its record lost with the sidecar.
 	e.clock.Advance(holdTTL + 1)
 	if placeholders(e.rateLog(acct, "rl")) != 59 {
@@ -380,7 +380,7 @@ func testLeaseRateSweep(t *testing.T, e *env) {
 	if log := e.rateLog(acct, "rl"); len(log) != 1 || log["r1"] == 0 {
 		t.Fatalf("after the sweep: %v, want r1 alone", log)
 	}
-	e.recordSlot(acct, lid, 2, 2, RateAccount, "r2", start, account.Limits{})
+	e.recordSlot(acct, lid, 2, 2, LevelAccount, "r2", start, account.Limits{})
 	if log := e.rateLog(acct, "rl"); len(log) != 2 || log["r2"] != start.UnixMilli() {
 		t.Fatalf("after a late record: %v", log)
 	}
@@ -412,7 +412,7 @@ func testLeaseRateRace(t *testing.T, e *env) {
 				hi = max(r.Hi, cursor)
 				var recs []LeasedRequest
 				for ; cursor < hi && round%2 == 0; cursor++ {
-					recs = append(recs, LeasedRequest{Lease: account.LeaseRef{ID: lid, Seq: cursor, Hold: 1}, Slot: cursor, Rates: RateAccount,
+					recs = append(recs, LeasedRequest{Lease: account.LeaseRef{ID: lid, Seq: cursor, Hold: 1}, Slot: cursor, Rates: LevelAccount,
 						Admission: account.Admission{RequestID: fmt.Sprintf("%s.%d", lid, cursor), AccountID: acct, KeyID: "key_x", Priced: "m", Hold: 1}})
 					free--
 					admitted.Add(1)

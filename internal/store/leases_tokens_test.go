@@ -57,7 +57,7 @@ func testLeaseTokens(t *testing.T, e *env) {
 	const lid = "sc1.key_x.1"
 	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantTokens: 10_000, MinTokens: bound})
 	b := TokenBucket(e.clock.Now()) + 2 // 10 s on
-	if r.Reason != LeaseHeld || r.Tokens != tpm/8 || r.TokenLevels != TokensAccount || r.TokenBucket != b {
+	if r.Reason != LeaseHeld || r.Tokens != tpm/8 || r.TokenLevels != LevelAccount || r.TokenBucket != b {
 		t.Fatalf("lease %+v, want 1000 tokens (8000 / share 8) in the account's window, bucket %d", r, b)
 	}
 	if w := e.tokenWindow(acct, "acct"); w[b] != [2]int64{0, 1000} || len(w) != 1 {
@@ -71,13 +71,13 @@ func testLeaseTokens(t *testing.T, e *env) {
 		t.Fatalf("a bound past the window: %s, want tokens per minute", d.Outcome)
 	}
 	// r1 recorded (twice: a retry), then settled having used 30.
-	e.recordTokens(acct, lid, 1, bound, b, TokensAccount, "r1", account.Limits{})
-	e.recordTokens(acct, lid, 1, bound, b, TokensAccount, "r1", account.Limits{})
+	e.recordTokens(acct, lid, 1, bound, b, LevelAccount, "r1", account.Limits{})
+	e.recordTokens(acct, lid, 1, bound, b, LevelAccount, "r1", account.Limits{})
 	if f := e.leaseField(acct, lid); len(f) != 12 || f[9] != "900" {
 		t.Fatalf("lease %v after r1's record, want 900 tokens", f)
 	}
 	ref := func(seq int64) account.LeaseRef {
-		return account.LeaseRef{ID: lid, Seq: seq, Hold: 1, Tokens: bound, Bucket: b, TokenLevels: TokensAccount}
+		return account.LeaseRef{ID: lid, Seq: seq, Hold: 1, Tokens: bound, Bucket: b, TokenLevels: LevelAccount}
 	}
 	if !e.settle(account.Settlement{RequestID: "r1", AccountID: acct, KeyID: "key_x", Priced: "m", Usage: usage.Usage{Input: 30}, Lease: ref(1)}) {
 		t.Fatal("r1 not settled")
@@ -90,7 +90,7 @@ func testLeaseTokens(t *testing.T, e *env) {
 	if !e.settle(st2) {
 		t.Fatal("r2 not settled from the lease")
 	}
-	e.recordTokens(acct, lid, 2, bound, b, TokensAccount, "r2", account.Limits{})
+	e.recordTokens(acct, lid, 2, bound, b, LevelAccount, "r2", account.Limits{})
 	if e.settle(st2) {
 		t.Fatal("r2 settled twice")
 	}
@@ -109,7 +109,7 @@ func testLeaseTokens(t *testing.T, e *env) {
 	if w := e.tokenWindow(acct, "acct"); w[b] != [2]int64{80, 100} || w[b+1] != [2]int64{0, 102} {
 		t.Fatalf("window %v after the renewal", w)
 	}
-	e.recordTokens(acct, lid, 3, bound, b, TokensAccount, "r3", account.Limits{})
+	e.recordTokens(acct, lid, 3, bound, b, LevelAccount, "r3", account.Limits{})
 	if w, f := e.tokenWindow(acct, "acct"), e.leaseField(acct, lid); w[b] != [2]int64{80, 100} || f[9] != "102" || f[10] != fmt.Sprint(b+1) {
 		t.Fatalf("window %v, lease %v after r3's record; want r3's bound in bucket %d, the lease's 102 in the next", w, f, b)
 	}
@@ -138,7 +138,7 @@ func testLeaseKeyTokens(t *testing.T, e *env) {
 	const lid = "sc1.key_x.1"
 	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantTokens: 10_000, MinTokens: 100, KeyLimits: kl})
 	b := TokenBucket(e.clock.Now()) + 2
-	if r.Reason != LeaseHeld || r.Tokens != 200 || r.TokenLevels != TokensKey {
+	if r.Reason != LeaseHeld || r.Tokens != 200 || r.TokenLevels != LevelKey {
 		t.Fatalf("lease %+v, want 200 tokens (1600 / 8) in the key's window", r)
 	}
 	for i := range 14 {
@@ -147,7 +147,7 @@ func testLeaseKeyTokens(t *testing.T, e *env) {
 	if d := e.admitKey(acct, "key_x", "over", 1, 100, kl); d.Outcome != account.TokenLimited || d.Level != account.KeyLevel {
 		t.Fatalf("the key's bound past its window: %+v", d)
 	}
-	e.recordTokens(acct, lid, 1, 100, b, TokensKey, "r1", kl)
+	e.recordTokens(acct, lid, 1, 100, b, LevelKey, "r1", kl)
 	if ks := e.keyState(acct, "key_x"); ks.InFlight != 15 || ks.MinuteTokens != 1600 {
 		t.Fatalf("key state %+v after the record, want 15 in flight, 1600 tokens", ks)
 	}
@@ -167,7 +167,7 @@ func testLeaseTokenSweep(t *testing.T, e *env) {
 	const lid = "sc1.key_x.1"
 	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantTokens: 10_000, MinTokens: 100})
 	b := r.TokenBucket
-	e.recordTokens(acct, lid, 1, 100, b, TokensAccount, "r1", account.Limits{})
+	e.recordTokens(acct, lid, 1, 100, b, LevelAccount, "r1", account.Limits{})
 	// A lease lasting 10 s: swept while its bucket is in the window.
 	e2 := newEnv(t, e.rdb)
 	e2.clock = e.clock
@@ -191,7 +191,7 @@ func testLeaseTokenSweep(t *testing.T, e *env) {
 func TestLeaseRefInLedgerFields(t *testing.T) {
 	for _, ref := range []account.LeaseRef{
 		{ID: "sc1.key_x.1", Seq: 3, Hold: 7},
-		{ID: "sc1.key_x.1", Seq: 3, Hold: 7, Tokens: 400, Bucket: 359_000_000, TokenLevels: TokensAccount | TokensKey},
+		{ID: "sc1.key_x.1", Seq: 3, Hold: 7, Tokens: 400, Bucket: 359_000_000, TokenLevels: LevelAccount | LevelKey},
 	} {
 		st := account.Settlement{RequestID: "r1", AccountID: "acct_1", Priced: "m", Status: 200, Lease: ref}
 		if got := SettlementFromLedger("acct_1", LedgerFields(st)).Lease; !reflect.DeepEqual(got, ref) {
