@@ -47,10 +47,9 @@ func (x *exchange) finish() {
 }
 
 // checkpoint is the request's best estimate so far, as if it ended now.
-// It runs on a stream's goroutine at its deepest (the pricing under the
-// reply's chunk), and the stack that needs is kept for as long as the
-// stream is open: one settlement, filled in place, lies under the pricing
-// (TestStreamStackStaysSmall).
+// It runs on a stream's goroutine (afterSend), and the stack the pricing
+// needs is kept for as long as the stream is open: one settlement, filled
+// in place, lies under the pricing (TestStreamStackStaysSmall).
 func (x *exchange) checkpoint() *account.Checkpoint {
 	var st account.Settlement
 	x.outcome(&st, false)
