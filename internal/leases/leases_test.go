@@ -24,6 +24,7 @@ type rig struct {
 	ctx   context.Context
 	st    *store.Store
 	clock *testclock.Clock
+	rdb   *redis.Client
 	m     *Manager
 	n     int
 }
@@ -34,8 +35,18 @@ func newRig(t *testing.T) *rig {
 	t.Cleanup(func() { rdb.Close() })
 	c := testclock.New(time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC))
 	st := store.New(rdb, store.Options{Now: c.Now, HoldTTL: time.Minute})
-	return &rig{t: t, ctx: context.Background(), st: st, clock: c,
+	return &rig{t: t, ctx: context.Background(), st: st, clock: c, rdb: rdb,
 		m: New(st, st, Options{Interval: time.Second, Now: c.Now})}
+}
+
+// limited creates an account of 1,000 USD with limits l.
+func (r *rig) limited(l account.Limits) string {
+	r.t.Helper()
+	a, err := r.st.CreateAccount(r.ctx, "t", 1000*usd, l)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return a.ID
 }
 
 func (r *rig) account(balance int64) string {
@@ -48,12 +59,43 @@ func (r *rig) account(balance int64) string {
 
 func (r *rig) admit(acct string, hold int64) account.Decision {
 	r.t.Helper()
+	return r.admitTokens(acct, hold, 0)
+}
+
+// admitTokens admits a request of token bound tokens, which must be admitted.
+func (r *rig) admitTokens(acct string, hold, tokens int64) account.Decision {
+	r.t.Helper()
 	r.n++
-	d, err := r.m.Admit(r.ctx, &account.Admission{RequestID: "req" + string(rune('a'+r.n)), AccountID: acct, KeyID: "key_1", Priced: "m", Hold: hold})
+	d, err := r.m.Admit(r.ctx, &account.Admission{RequestID: r.requestID(), AccountID: acct, KeyID: "key_1", Priced: "m", Hold: hold, Tokens: tokens})
 	if err != nil || d.Outcome != account.Admitted {
 		r.t.Fatalf("admit: %+v %v", d, err)
 	}
 	return d
+}
+
+// requestID is the id of the rig's last request.
+func (r *rig) requestID() string { return "req" + string(rune('a'+r.n)) }
+
+// leased admits a request that must come from the lease (with its token
+// bound of the lease's tokens, where it has one) and returns its
+// settlement at 1,000 nano-USD.
+func (r *rig) leased(acct string, hold, tokens int64) account.Settlement {
+	r.t.Helper()
+	d := r.admitTokens(acct, hold, tokens)
+	if d.Lease.ID == "" || d.Lease.Tokens != tokens {
+		r.t.Fatalf("request %s: %+v, want admitted from the lease", r.requestID(), d)
+	}
+	return account.Settlement{RequestID: r.requestID(), AccountID: acct, KeyID: "key_1", Priced: "m", Status: 200, Cost: 1000, Lease: d.Lease}
+}
+
+// settle applies sts, each of which must be applied.
+func (r *rig) settle(sts ...account.Settlement) {
+	r.t.Helper()
+	for _, res := range r.st.SettleBatch(r.ctx, sts) {
+		if !res.Applied || res.Err != nil {
+			r.t.Fatalf("settle %+v", res)
+		}
+	}
 }
 
 func (r *rig) report(acct string) store.UsageReport {
@@ -184,34 +226,18 @@ func (r *rig) rateLog(rdb *redis.Client, acct string) (members []string, placeho
 // request slot each; a request beyond the slots goes to the store's
 // script; each record leaves its request, not a placeholder, in the log.
 func TestAdmitFromLeaseWithRateLimit(t *testing.T) {
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	c := testclock.New(time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC))
-	st := store.New(rdb, store.Options{Now: c.Now, HoldTTL: time.Minute})
-	r := &rig{t: t, ctx: context.Background(), st: st, clock: c, m: New(st, st, Options{Interval: time.Second, Now: c.Now})}
-	a, err := st.CreateAccount(r.ctx, "t", 1000*usd, account.Limits{RPM: 60, WindowMinutes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRig(t)
+	acct := r.limited(account.Limits{RPM: 60, WindowMinutes: 1})
 	const hold = 10_000_000
-	r.admit(a.ID, hold) // by the script; asks for a lease
+	r.admit(acct, hold) // by the script; asks for a lease
 	r.m.Renew(r.ctx, false)
 	// Slots: twice the one request seen, at least DefaultMinSlots: 2.
-	if _, ph := r.rateLog(rdb, a.ID); ph != 2 {
+	if _, ph := r.rateLog(r.rdb, acct); ph != 2 {
 		t.Fatalf("%d placeholders, want 2 slots", ph)
 	}
-	var sts []account.Settlement
-	for i := range 2 {
-		d := r.admit(a.ID, hold)
-		if d.Lease.ID == "" {
-			t.Fatalf("request %d: %+v, want admitted from the lease", i, d)
-		}
-		sts = append(sts, account.Settlement{RequestID: "req" + string(rune('a'+r.n)), AccountID: a.ID, KeyID: "key_1",
-			Priced: "m", Status: 200, Cost: 1000, Lease: d.Lease})
-	}
+	sts := []account.Settlement{r.leased(acct, hold, 0), r.leased(acct, hold, 0)}
 	// No slot left: the script admits it, and counts the placeholders.
-	if d := r.admit(a.ID, hold); d.Lease.ID != "" {
+	if d := r.admit(acct, hold); d.Lease.ID != "" {
 		t.Fatalf("admitted from the lease beyond its slots: %+v", d)
 	}
 	if r.m.Local.Load() != 2 || r.m.Fallback.Load() != 2 {
@@ -220,24 +246,20 @@ func TestAdmitFromLeaseWithRateLimit(t *testing.T) {
 	// One settles before its record is sent: the record still goes, for
 	// its slot.
 	r.m.Settled(sts[0].Lease)
-	for _, res := range r.st.SettleBatch(r.ctx, sts[:1]) {
-		if !res.Applied || res.Err != nil {
-			t.Fatalf("settle %+v", res)
-		}
-	}
+	r.settle(sts[0])
 	r.m.flush(r.ctx)
-	members, ph := r.rateLog(rdb, a.ID)
+	members, ph := r.rateLog(r.rdb, acct)
 	if len(members) != 4 || ph != 0 {
 		t.Fatalf("rate log %v, want the four requests and no placeholder", members)
 	}
-	if n, held, _ := r.st.OpenHolds(r.ctx, a.ID); n != 3 || held != 3*hold {
+	if n, held, _ := r.st.OpenHolds(r.ctx, acct); n != 3 || held != 3*hold {
 		t.Fatalf("%d holds of %d, want the script's two and one recorded", n, held)
 	}
 	r.m.Close(r.ctx)
-	if members, _ := r.rateLog(rdb, a.ID); len(members) != 4 {
+	if members, _ := r.rateLog(r.rdb, acct); len(members) != 4 {
 		t.Fatalf("rate log %v after Close", members)
 	}
-	if u := r.report(a.ID); u.Leased != 0 {
+	if u := r.report(acct); u.Leased != 0 {
 		t.Fatalf("leased %d after Close", u.Leased)
 	}
 }
@@ -271,19 +293,13 @@ type race struct {
 
 func raceTwoSidecars(t *testing.T, limits account.Limits, tokens int64, busy func(l *lease)) *race {
 	t.Helper()
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	c := testclock.New(time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC))
-	st := store.New(rdb, store.Options{Now: c.Now, HoldTTL: time.Minute})
+	rg := newRig(t)
+	rdb, st, c := rg.rdb, rg.st, rg.clock
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, err := st.CreateAccount(ctx, "t", 1000*usd, limits)
-	if err != nil {
-		t.Fatal(err)
-	}
+	acct := rg.limited(limits)
 	admission := func(id string) *account.Admission {
-		return &account.Admission{RequestID: id, AccountID: a.ID, KeyID: "key_1", Priced: "m", Hold: 1000, Tokens: tokens}
+		return &account.Admission{RequestID: id, AccountID: acct, KeyID: "key_1", Priced: "m", Hold: 1000, Tokens: tokens}
 	}
 	var admitted atomic.Int64
 	var ms []*Manager
@@ -299,7 +315,7 @@ func raceTwoSidecars(t *testing.T, limits account.Limits, tokens int64, busy fun
 			}
 			admitted.Add(1)
 			if j == 0 {
-				busy(m.leases[leaseKey{a.ID, "key_1"}])
+				busy(m.leases[leaseKey{acct, "key_1"}])
 				m.Renew(ctx, false)
 			}
 		}
@@ -336,7 +352,7 @@ func raceTwoSidecars(t *testing.T, limits account.Limits, tokens int64, busy fun
 	for _, m := range ms {
 		m.Close(context.Background())
 	}
-	r := &race{rdb: rdb, st: st, acct: a.ID, admitted: admitted.Load(), ms: ms}
+	r := &race{rdb: rdb, st: st, acct: acct, admitted: admitted.Load(), ms: ms}
 	t.Logf("%d admitted (%d and %d from leases)", r.admitted, ms[0].Local.Load(), ms[1].Local.Load())
 	if ms[0].Local.Load()+ms[1].Local.Load() < 4 {
 		t.Fatal("hardly any request was admitted from a lease: the race shows nothing")

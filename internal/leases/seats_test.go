@@ -4,14 +4,11 @@ import (
 	"context"
 	"strconv"
 	"testing"
-	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
-	"github.com/modelgateway/gateway/internal/testclock"
 )
 
 // seats reads the seats an account's leases hold against its concurrency
@@ -36,71 +33,48 @@ func seats(t *testing.T, rdb *redis.Client, acct string) int64 {
 // from the lease needs a free one, and does not give it back when it ends;
 // the renewal grants seats again; Close returns the free ones.
 func TestAdmitFromLeaseWithConcurrencyLimit(t *testing.T) {
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	c := testclock.New(time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC))
-	st := store.New(rdb, store.Options{Now: c.Now, HoldTTL: time.Minute})
-	r := &rig{t: t, ctx: context.Background(), st: st, clock: c, m: New(st, st, Options{Interval: time.Second, Now: c.Now})}
-	a, err := st.CreateAccount(r.ctx, "t", 1000*usd, account.Limits{Concurrency: 200})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRig(t)
+	rdb := r.rdb
+	acct := r.limited(account.Limits{Concurrency: 200})
 	const hold = 10_000_000
-	r.admit(a.ID, hold) // by the script; asks for a lease
+	r.admit(acct, hold) // by the script; asks for a lease
 	r.m.Renew(r.ctx, false)
 	// Seats: twice the one request seen, at least DefaultMinSeats: 2.
-	if n := seats(t, rdb, a.ID); n != 2 {
+	if n := seats(t, rdb, acct); n != 2 {
 		t.Fatalf("%d seats leased, want 2", n)
 	}
-	var sts []account.Settlement
-	for i := range 2 {
-		d := r.admit(a.ID, hold)
-		if d.Lease.ID == "" {
-			t.Fatalf("request %d: %+v, want admitted from the lease", i, d)
-		}
-		sts = append(sts, account.Settlement{RequestID: "req" + string(rune('a'+r.n)), AccountID: a.ID, KeyID: "key_1",
-			Priced: "m", Status: 200, Cost: 1000, Lease: d.Lease})
-	}
+	sts := []account.Settlement{r.leased(acct, hold, 0), r.leased(acct, hold, 0)}
 	// No seat left: the script admits it.
-	if d := r.admit(a.ID, hold); d.Lease.ID != "" {
+	if d := r.admit(acct, hold); d.Lease.ID != "" {
 		t.Fatalf("admitted from the lease beyond its seats: %+v", d)
 	}
 	// One settles before its record is sent (its record is dropped, the
 	// settlement takes its seat), the other is recorded.
 	r.m.Settled(sts[0].Lease)
-	for _, res := range r.st.SettleBatch(r.ctx, sts[:1]) {
-		if !res.Applied || res.Err != nil {
-			t.Fatalf("settle %+v", res)
-		}
-	}
+	r.settle(sts[0])
 	r.m.flush(r.ctx)
-	if n, _, _ := r.st.OpenHolds(r.ctx, a.ID); n != 3 || seats(t, rdb, a.ID) != 0 {
-		t.Fatalf("%d holds, %d seats; want the script's two and one recorded, no seat", n, seats(t, rdb, a.ID))
+	if n, _, _ := r.st.OpenHolds(r.ctx, acct); n != 3 || seats(t, rdb, acct) != 0 {
+		t.Fatalf("%d holds, %d seats; want the script's two and one recorded, no seat", n, seats(t, rdb, acct))
 	}
 	// A settled request's seat is not free again locally.
-	for _, res := range r.st.SettleBatch(r.ctx, sts[1:]) {
-		if !res.Applied || res.Err != nil {
-			t.Fatalf("settle %+v", res)
-		}
-	}
-	if d := r.admit(a.ID, hold); d.Lease.ID != "" {
+	r.settle(sts[1])
+	if d := r.admit(acct, hold); d.Lease.ID != "" {
 		t.Fatalf("admitted from the lease after its seats were used: %+v", d)
 	}
 	// The renewal grants seats again: twice the 5 requests seen (the room
 	// allows 197 / 8).
 	r.m.Renew(r.ctx, true)
-	if n := seats(t, rdb, a.ID); n != 10 {
+	if n := seats(t, rdb, acct); n != 10 {
 		t.Fatalf("%d seats after the renewal, want 10", n)
 	}
-	if d := r.admit(a.ID, hold); d.Lease.ID == "" {
+	if d := r.admit(acct, hold); d.Lease.ID == "" {
 		t.Fatalf("not admitted from the renewed lease: %+v", d)
 	}
 	r.m.Close(r.ctx)
-	if n := seats(t, rdb, a.ID); n != 0 {
+	if n := seats(t, rdb, acct); n != 0 {
 		t.Fatalf("%d seats after Close", n)
 	}
-	if n, _, _ := r.st.OpenHolds(r.ctx, a.ID); n != 4 {
+	if n, _, _ := r.st.OpenHolds(r.ctx, acct); n != 4 {
 		t.Fatalf("%d holds after Close, want the three open and the last, recorded by Close", n)
 	}
 }

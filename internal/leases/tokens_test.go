@@ -2,18 +2,14 @@ package leases
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/account"
-	"github.com/modelgateway/gateway/internal/store"
-	"github.com/modelgateway/gateway/internal/testclock"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -38,65 +34,38 @@ func window(t *testing.T, rdb *redis.Client, acct string) (settled, held int64) 
 // bucket ends; its settlement counts what it used in place of its bound;
 // Close takes the free tokens out of the window.
 func TestAdmitFromLeaseWithTokenLimit(t *testing.T) {
-	mr := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	c := testclock.New(time.Date(2026, 3, 4, 12, 0, 0, 0, time.UTC))
-	st := store.New(rdb, store.Options{Now: c.Now, HoldTTL: time.Minute})
-	m := New(st, st, Options{Interval: time.Second, Now: c.Now})
-	ctx := context.Background()
-	a, err := st.CreateAccount(ctx, "t", 1000*usd, account.Limits{TPM: 80_000})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRig(t)
+	rdb, m, c := r.rdb, r.m, r.clock
+	acct := r.limited(account.Limits{TPM: 80_000})
 	const hold, bound = 10_000_000, 1000
-	n := 0
 	admit := func() account.Decision {
 		t.Helper()
-		n++
-		d, err := m.Admit(ctx, &account.Admission{RequestID: fmt.Sprintf("req%d", n), AccountID: a.ID, KeyID: "key_1", Priced: "m", Hold: hold, Tokens: bound})
-		if err != nil || d.Outcome != account.Admitted {
-			t.Fatalf("admit: %+v %v", d, err)
-		}
-		return d
+		return r.admitTokens(acct, hold, bound)
 	}
 	admit() // by the script; asks for a lease
-	m.Renew(ctx, false)
+	m.Renew(r.ctx, false)
 	// Tokens: twice the one bound seen, at least DefaultMinTokenBounds.
-	if _, held := window(t, rdb, a.ID); held != bound+2*bound {
+	if _, held := window(t, rdb, acct); held != bound+2*bound {
 		t.Fatalf("%d tokens held, want the script's %d and the lease's %d", held, bound, 2*bound)
 	}
-	var sts []account.Settlement
-	for i := range 2 {
-		d := admit()
-		if d.Lease.ID == "" || d.Lease.Tokens != bound {
-			t.Fatalf("request %d: %+v, want admitted from the lease's tokens", i, d)
-		}
-		sts = append(sts, account.Settlement{RequestID: fmt.Sprintf("req%d", n), AccountID: a.ID, KeyID: "key_1",
-			Priced: "m", Status: 200, Cost: 1000, Usage: usage.Usage{Input: 100}, Lease: d.Lease})
+	sts := []account.Settlement{r.leased(acct, hold, bound), r.leased(acct, hold, bound)}
+	for i := range sts {
+		sts[i].Usage = usage.Usage{Input: 100}
 	}
 	if d := admit(); d.Lease.ID != "" {
 		t.Fatalf("admitted from the lease beyond its tokens: %+v", d)
 	}
 	// One settles before its record is sent, the other after.
 	m.Settled(sts[0].Lease)
-	for _, res := range st.SettleBatch(ctx, sts[:1]) {
-		if !res.Applied || res.Err != nil {
-			t.Fatalf("settle %+v", res)
-		}
-	}
-	m.flush(ctx)
-	for _, res := range st.SettleBatch(ctx, sts[1:]) {
-		if !res.Applied || res.Err != nil {
-			t.Fatalf("settle %+v", res)
-		}
-	}
-	if settled, held := window(t, rdb, a.ID); settled != 200 || held != 2*bound {
+	r.settle(sts[0])
+	m.flush(r.ctx)
+	r.settle(sts[1])
+	if settled, held := window(t, rdb, acct); settled != 200 || held != 2*bound {
 		t.Fatalf("window: %d settled, %d held; want the two leased requests' 200 used, the script's two bounds held", settled, held)
 	}
 	// Renewed: tokens again (twice the 4 bounds of the interval), usable
 	// until their bucket ends, not after.
-	m.Renew(ctx, true)
+	m.Renew(r.ctx, true)
 	if d := admit(); d.Lease.ID == "" {
 		t.Fatalf("not admitted from the renewed lease: %+v", d)
 	}
@@ -104,8 +73,8 @@ func TestAdmitFromLeaseWithTokenLimit(t *testing.T) {
 	if d := admit(); d.Lease.ID != "" {
 		t.Fatalf("admitted from tokens past their bucket: %+v", d)
 	}
-	m.Close(ctx)
-	if _, held := window(t, rdb, a.ID); held != 4*bound {
+	m.Close(r.ctx)
+	if _, held := window(t, rdb, acct); held != 4*bound {
 		t.Fatalf("%d tokens held after Close, want the 4 open requests' bounds", held)
 	}
 }
