@@ -194,13 +194,9 @@ local function move(d)
   end
   d = new - amount
   if d ~= 0 then
-    if redis.call('HINCRBY', KEYS[1], 'leased', int(d)) < 0 then
-      redis.call('HSET', KEYS[1], 'leased', '0')
-    end
+    lease_sum(KEYS[1], 'leased', d)
     if kc == '1' then
-      if redis.call('HINCRBY', KEYS[3], 'leased', int(d)) < 0 then
-        redis.call('HSET', KEYS[3], 'leased', '0')
-      end
+      lease_sum(KEYS[3], 'leased', d)
     end
   end
   amount = new
@@ -212,11 +208,11 @@ local function reseat(d)
   local new = math.max(seats + d, 0)
   d = new - seats
   if d ~= 0 then
-    if sl % 2 == 1 and redis.call('HINCRBY', KEYS[1], 'seats', int(d)) < 0 then
-      redis.call('HSET', KEYS[1], 'seats', '0')
+    if sl % 2 == 1 then
+      lease_sum(KEYS[1], 'seats', d)
     end
-    if sl >= 2 and redis.call('HINCRBY', KEYS[3], 'seats', int(d)) < 0 then
-      redis.call('HSET', KEYS[3], 'seats', '0')
+    if sl >= 2 then
+      lease_sum(KEYS[3], 'seats', d)
     end
   end
   seats = new

@@ -30,6 +30,15 @@ local function lease_format(l)
     l.rl, l.lo, l.hi, l.seats, l.sl, l.tokens, l.tbucket, l.tl)
 end
 
+-- Add d to a hash's sum field (leased, seats), clamped at zero: a sum
+-- never goes below what its leases hold, whatever order their changes
+-- land in.
+local function lease_sum(key, field, d)
+  if redis.call('HINCRBY', key, field, string.format('%d', d)) < 0 then
+    redis.call('HSET', key, field, '0')
+  end
+end
+
 -- Take up to n seats (requests recorded or settled from lease l) out of l
 -- and out of the account's seat sum (acct, when l counts seats there);
 -- returns how many were taken, for the key's sum (when l.sl >= 2).
@@ -38,9 +47,7 @@ local function lease_unseat(l, n, acct)
   if take > 0 then
     l.seats = l.seats - take
     if l.sl % 2 == 1 then
-      if redis.call('HINCRBY', acct, 'seats', string.format('%d', -take)) < 0 then
-        redis.call('HSET', acct, 'seats', '0')
-      end
+      lease_sum(acct, 'seats', -take)
     end
   end
   return take

@@ -120,9 +120,7 @@ if cur then
   local l = lease_parse(cur)
   take = math.min(moved, l.amount)
   l.amount = l.amount - take
-  if redis.call('HINCRBY', KEYS[1], 'leased', int(-take)) < 0 then
-    redis.call('HSET', KEYS[1], 'leased', '0')
-  end
+  lease_sum(KEYS[1], 'leased', -take)
   if l.kc == '1' then
     kleased = take
   end

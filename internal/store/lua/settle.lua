@@ -308,9 +308,7 @@ for li, h in pairs(ltake) do
     local l = lease_parse(cur)
     local take = math.min(h, l.amount)
     l.amount = l.amount - take
-    if redis.call('HINCRBY', KEYS[1], 'leased', int(-take)) < 0 then
-      redis.call('HSET', KEYS[1], 'leased', '0')
-    end
+    lease_sum(KEYS[1], 'leased', -take)
     local seats = lease_unseat(l, lcount[li], KEYS[1])
     local t = ltok[li]
     if t then
