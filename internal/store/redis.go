@@ -54,7 +54,7 @@ var (
 	revokeScript = redis.NewScript(revokeLua)
 	expireScript = redis.NewScript(expireLua)
 	renewScript  = redis.NewScript(holdLua + renewLua)
-	sweepScript  = redis.NewScript(holdLua + sweepLua)
+	sweepScript  = redis.NewScript(holdLua + leaseFieldLua + sweepLua)
 	trimScript   = redis.NewScript(trimLua)
 	leaseScript  = redis.NewScript(leaseFieldLua + leaseLua)
 	recordScript = redis.NewScript(holdLua + leaseFieldLua + recordLua)

@@ -1,6 +1,6 @@
 -- leasefield.lua: the value of one field of an account's leases hash
 -- (lease.lua), shared by the scripts that read or write leases (it is
--- prepended to each of them).
+-- prepended to each of them: lease, record, settle, sweep).
 --
 --   "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl> <tokens> <tbucket> <tl>"
 --

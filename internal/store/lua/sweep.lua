@@ -68,14 +68,13 @@ end
 local expired = {}
 local leases = redis.call('HGETALL', KEYS[3])
 for i = 1, #leases, 2 do
-  local e, keyid = string.match(leases[i + 1], '^%d+ (%d+) %d ?(%S*)')
-  e = tonumber(e)
+  local l = lease_parse(leases[i + 1])
   open = open + 1
-  if e and e > now then
-    later(e)
+  if l and l.expiry > now then
+    later(l.expiry)
   else
     table.insert(expired, leases[i])
-    table.insert(expired, keyid or '')
+    table.insert(expired, l and l.key or '')
   end
 end
 if amount > 0 then
