@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/modelgateway/gateway/internal/config"
 )
 
 // target is one way to the shared fake vendor: through the gateway (Envoy
@@ -27,6 +29,9 @@ type target struct {
 	// sessions gives each request a session marker of its own (the pool
 	// comparison: spread over the keys).
 	sessions bool
+	// keyClusters, when set, names in turn the pool aggregate each request
+	// goes to, as the processor would (the pool's anatomy, without one).
+	keyClusters []string
 }
 
 func newTarget(name, base string, header map[string]string) *target {
@@ -57,6 +62,9 @@ func (t *target) post(ctx context.Context, path string, body []byte) (*http.Resp
 	}
 	if t.sessions {
 		sessionHeader(req.Header)
+	}
+	if n := len(t.keyClusters); n > 0 {
+		req.Header.Set(config.KeyClusterHeader, t.keyClusters[sessionSeq.Add(1)%int64(n)])
 	}
 	return t.client.Do(req)
 }

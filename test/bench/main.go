@@ -36,23 +36,25 @@ import (
 
 func main() {
 	var (
-		out      = flag.String("out", "", "write the markdown report to this file too")
-		smoke    = flag.Bool("smoke", false, "tiny rates and durations: exercise the harness in seconds, judge nothing")
-		quick    = flag.Bool("quick", false, "non-streaming latency and CPU at 500 and 1,000 requests/s only (about a minute): to compare a change")
-		open     = flag.Int("open", -1, "concurrent open streams for the memory phase (default: the plan's; 0 skips it)")
-		rates    = flag.String("rates", "", "comma-separated request rates for the non-streaming latency phase, replacing the plan's (e.g. -quick -rates 1500: the knee)")
-		note     = flag.String("note", "", "a line for the report's header, e.g. that the machine was shared")
-		profile  = flag.String("cpuprofile-sidecar", "", "record the sidecar with perf(1) under load into this file (perf.data format; a text summary goes to FILE.txt)")
-		null     = flag.String("null-processor", "", "internal: serve the null ext_proc processor on this address and nothing else")
-		otlp     = flag.String("otlp-collector", "", "internal: serve the span-counting OTLP collector on this address and nothing else")
-		tracePct = flag.Float64("trace-percent", -1, "trace this share of requests (0-100) to an OTLP collector (a child process), in every stack's Envoy (the floor is the same Envoy) and the sidecar; off by default")
-		traceGw  = flag.Bool("trace-gateway-only", false, "with -trace-percent: trace the gateway stack only, leaving the floor and bare Envoy untraced (what tracing costs in all)")
-		sink     = flag.Bool("sink", false, "run the ledger sink against the gateway's Redis, into a PostgreSQL the bench starts")
-		leasesOn = flag.String("leases", "", "on or off: run the gateway with limits.leases so (default: the config's default), to compare admission from escrow leases with the per-request script in the same run's floor")
-		hooksOff = flag.Bool("webhook-down", false, "send the gateway's alerts to a webhook receiver that accepts connections and never answers, with alerts pending for the whole run")
-		streams  = flag.Bool("streams", false, "with -quick: also the streaming phases (time to first event and delivery delay, messages, Responses and sockets)")
-		pool     = flag.Int("pool", 0, "also compare, in the same run and at the plan's rates, a gateway with a pool of this many vendor keys per upstream against one with one key (two more stacks; at least 2)")
-		env      listFlag
+		out        = flag.String("out", "", "write the markdown report to this file too")
+		smoke      = flag.Bool("smoke", false, "tiny rates and durations: exercise the harness in seconds, judge nothing")
+		quick      = flag.Bool("quick", false, "non-streaming latency and CPU at 500 and 1,000 requests/s only (about a minute): to compare a change")
+		open       = flag.Int("open", -1, "concurrent open streams for the memory phase (default: the plan's; 0 skips it)")
+		rates      = flag.String("rates", "", "comma-separated request rates for the non-streaming latency phase, replacing the plan's (e.g. -quick -rates 1500: the knee)")
+		note       = flag.String("note", "", "a line for the report's header, e.g. that the machine was shared")
+		profile    = flag.String("cpuprofile-sidecar", "", "record the sidecar with perf(1) under load into this file (perf.data format; a text summary goes to FILE.txt)")
+		null       = flag.String("null-processor", "", "internal: serve the null ext_proc processor on this address and nothing else")
+		otlp       = flag.String("otlp-collector", "", "internal: serve the span-counting OTLP collector on this address and nothing else")
+		tracePct   = flag.Float64("trace-percent", -1, "trace this share of requests (0-100) to an OTLP collector (a child process), in every stack's Envoy (the floor is the same Envoy) and the sidecar; off by default")
+		traceGw    = flag.Bool("trace-gateway-only", false, "with -trace-percent: trace the gateway stack only, leaving the floor and bare Envoy untraced (what tracing costs in all)")
+		sink       = flag.Bool("sink", false, "run the ledger sink against the gateway's Redis, into a PostgreSQL the bench starts")
+		leasesOn   = flag.String("leases", "", "on or off: run the gateway with limits.leases so (default: the config's default), to compare admission from escrow leases with the per-request script in the same run's floor")
+		hooksOff   = flag.Bool("webhook-down", false, "send the gateway's alerts to a webhook receiver that accepts connections and never answers, with alerts pending for the whole run")
+		streams    = flag.Bool("streams", false, "with -quick: also the streaming phases (time to first event and delivery delay, messages, Responses and sockets)")
+		anatomy    = flag.Bool("pool-anatomy", false, "with -pool: also split the pool's Envoy cost into its parts, on bare Envoy (three more stacks)")
+		poolRounds = flag.Int("pool-rounds", 12, "with -pool: rounds per rate of the comparison (at least the plan's)")
+		pool       = flag.Int("pool", 0, "also compare, in the same run and at the plan's rates, a gateway with a pool of this many vendor keys per upstream against one with one key (two more stacks; at least 2)")
+		env        listFlag
 	)
 	flag.Var(&env, "sidecar-env", "KEY=VALUE for the sidecar's environment, repeatable (e.g. GOMAXPROCS=1, GOGC=200) to try a setting")
 	flag.Parse()
@@ -112,9 +114,14 @@ func main() {
 		b.profileSidecar(*profile)
 	}
 	var pb *poolBench
+	var pa *poolAnatomy
 	if *pool > 1 {
 		pb = startPoolBench(tb, *pool, env)
-		pb.run(p)
+		pb.run(p, max(p.rounds, *poolRounds))
+		if *anatomy {
+			pa = startPoolAnatomy(tb, *pool)
+			pa.run(p, max(p.rounds, *poolRounds))
+		}
 	}
 	b.res.usage = b.machineUsage().sub(usage0)
 	b.res.finished = time.Now()
@@ -140,6 +147,9 @@ func main() {
 	report := b.res.markdown()
 	if pb != nil {
 		report += pb.markdown()
+	}
+	if pa != nil {
+		report += pa.markdown()
 	}
 	fmt.Print(report)
 	if *out != "" {

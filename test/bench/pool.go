@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,6 +33,9 @@ type poolRow struct {
 	rate float64
 	lat  [2]*latencies // one key, pool
 	cpu  [2]cpuUse
+	// envoyDiff is, per round, the pool's Envoy CPU per request minus the
+	// one key's in the same round: the comparison's own spread.
+	envoyDiff []float64
 }
 
 // sessionSeq numbers the pool bench's sessions.
@@ -66,7 +70,7 @@ func (pb *poolBench) cpu(s *launch.Stack) cpuSnap {
 
 // run measures each rate: a warm-up slice each, then rounds of one slice
 // per stack, the order reversed every other round.
-func (pb *poolBench) run(p plan) {
+func (pb *poolBench) run(p plan, rounds int) {
 	req := request{messagesPath, messagesBody(false)}
 	stacks := [2]*launch.Stack{pb.one, pb.big}
 	targets := [2]*target{pb.oneT, pb.bigT}
@@ -76,11 +80,12 @@ func (pb *poolBench) run(p plan) {
 		for _, t := range targets {
 			load(t, req, rate, p.warm)
 		}
-		for r := range p.rounds {
+		for r := range rounds {
 			order := []int{0, 1}
 			if r%2 == 1 {
 				order = []int{1, 0}
 			}
+			var perReq [2]float64
 			for _, i := range order {
 				before := pb.cpu(stacks[i])
 				l := load(targets[i], req, rate, p.slice)
@@ -88,8 +93,13 @@ func (pb *poolBench) run(p plan) {
 				row.lat[i].merge(l)
 				row.cpu[i].sidecar += after.sidecar - before.sidecar
 				row.cpu[i].envoy += after.envoy - before.envoy
-				row.cpu[i].requests += l.ok + l.failed
+				n := l.ok + l.failed
+				row.cpu[i].requests += n
+				if n > 0 {
+					perReq[i] = float64((after.envoy - before.envoy).Microseconds()) / float64(n)
+				}
 			}
+			row.envoyDiff = append(row.envoyDiff, perReq[1]-perReq[0])
 		}
 		pb.rows = append(pb.rows, row)
 	}
@@ -102,8 +112,11 @@ func (pb *poolBench) markdown() string {
 	b.WriteString("Same run, same plan, slices alternating between two gateway stacks, each request a session of its own " +
 		"(the pool's are spread over its keys by rendezvous hashing, each key its own Envoy clusters and aggregate). " +
 		"Latency is the client's (service time); CPU is the sidecar's and Envoy's per request.\n\n")
-	b.WriteString("| Rate (req/s) | p50 one key | p50 pool | p99 one key | p99 pool | errors one key / pool | sidecar CPU µs/req one key / pool | Envoy CPU µs/req one key / pool |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("The last column is the pool's Envoy CPU per request minus the one key's, round by round (each round one slice of each, " +
+		"back to back): the median, the range, and in how many rounds the pool's was the higher. A cost shows as a median above zero " +
+		"with most rounds higher; noise as a range across zero.\n\n")
+	b.WriteString("| Rate (req/s) | p50 one key | p50 pool | p99 one key | p99 pool | errors one key / pool | sidecar CPU µs/req one key / pool | Envoy CPU µs/req one key / pool | Envoy pool − one per round (µs/req) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	per := func(d time.Duration, n int64) string {
 		if n == 0 {
 			return "—"
@@ -114,10 +127,10 @@ func (pb *poolBench) markdown() string {
 		q := func(i int, p float64) string {
 			return fmt.Sprintf("%.2f ms", float64(r.lat[i].service.ValueAtQuantile(p))/1000)
 		}
-		fmt.Fprintf(&b, "| %.0f | %s | %s | %s | %s | %d / %d | %s / %s | %s / %s |\n", r.rate, q(0, 50), q(1, 50), q(0, 99), q(1, 99),
+		fmt.Fprintf(&b, "| %.0f | %s | %s | %s | %s | %d / %d | %s / %s | %s / %s | %s |\n", r.rate, q(0, 50), q(1, 50), q(0, 99), q(1, 99),
 			r.lat[0].errors(), r.lat[1].errors(),
 			per(r.cpu[0].sidecar, r.cpu[0].requests), per(r.cpu[1].sidecar, r.cpu[1].requests),
-			per(r.cpu[0].envoy, r.cpu[0].requests), per(r.cpu[1].envoy, r.cpu[1].requests))
+			per(r.cpu[0].envoy, r.cpu[0].requests), per(r.cpu[1].envoy, r.cpu[1].requests), pairedDiff(r.envoyDiff))
 	}
 	return b.String()
 }
@@ -126,4 +139,25 @@ func (pb *poolBench) markdown() string {
 // with sessions.
 func sessionHeader(h http.Header) {
 	h.Set("x-claude-code-session-id", "bench-"+strconv.FormatInt(sessionSeq.Add(1), 10))
+}
+
+// pairedDiff summarises per-round differences: median, range, and the
+// rounds in which the difference was above zero.
+func pairedDiff(d []float64) string {
+	if len(d) == 0 {
+		return "—"
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	higher := 0
+	for _, x := range s {
+		if x > 0 {
+			higher++
+		}
+	}
+	return fmt.Sprintf("%+.0f (%+.0f to %+.0f), higher in %d of %d", med, s[0], s[len(s)-1], higher, len(s))
 }
