@@ -134,11 +134,7 @@ func (a *poolAnatomy) run(p plan, rounds int) {
 		}
 		for r := range rounds {
 			perReq := make([]float64, len(a.stacks))
-			for j := range a.stacks {
-				i := j
-				if r%2 == 1 {
-					i = len(a.stacks) - 1 - j
-				}
+			for _, i := range roundOrder(r, len(a.stacks)) {
 				pid := a.stacks[i].Envoy.Cmd.Process.Pid
 				before := cpuTime(pid)
 				l := load(a.targets[i], req, rate, p.slice)

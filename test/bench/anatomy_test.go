@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,5 +57,11 @@ func TestStaticCredentialPool(t *testing.T) {
 		if !strings.Contains(s, present) {
 			t.Errorf("bootstrap lacks %s", present)
 		}
+	}
+}
+
+func TestRoundOrder(t *testing.T) {
+	if got := fmt.Sprint(roundOrder(0, 3), roundOrder(1, 3), roundOrder(2, 2)); got != "[0 1 2] [2 1 0] [0 1]" {
+		t.Errorf("round orders %s", got)
 	}
 }

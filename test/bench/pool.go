@@ -81,12 +81,8 @@ func (pb *poolBench) run(p plan, rounds int) {
 			load(t, req, rate, p.warm)
 		}
 		for r := range rounds {
-			order := []int{0, 1}
-			if r%2 == 1 {
-				order = []int{1, 0}
-			}
 			var perReq [2]float64
-			for _, i := range order {
+			for _, i := range roundOrder(r, len(stacks)) {
 				before := pb.cpu(stacks[i])
 				l := load(targets[i], req, rate, p.slice)
 				after := pb.cpu(stacks[i])
@@ -139,6 +135,19 @@ func (pb *poolBench) markdown() string {
 // with sessions.
 func sessionHeader(h http.Header) {
 	h.Set("x-claude-code-session-id", "bench-"+strconv.FormatInt(sessionSeq.Add(1), 10))
+}
+
+// roundOrder is the order of n stacks in round r: reversed every other
+// round, so that what drifts during a round falls on each alike.
+func roundOrder(r, n int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+		if r%2 == 1 {
+			order[i] = n - 1 - i
+		}
+	}
+	return order
 }
 
 // pairedDiff summarises per-round differences: median, range, and the
