@@ -105,8 +105,7 @@ type lease struct {
 	key     string
 	id      string // "" when none is held
 	gen     int
-	kc      bool // counts against the key's budgets
-	keyOpen bool // its holds count in the key's held and open (a budget, concurrency or tpm limit)
+	keyOpen bool // its holds count in the key's held and open (a budget, concurrency or tpm limit: admit.lua's kcount)
 	free    int64
 	target  int64
 	stop    time.Time      // no admission from it after this
@@ -222,6 +221,14 @@ func (l *lease) seatFree() bool {
 // earlier than its admission's. l.mu is held.
 func (l *lease) tokensFree(now time.Time, n int64) bool {
 	return l.tokenLevels == 0 || n <= l.tokens && store.TokenBucket(now) <= l.tokenBucket
+}
+
+// drop forgets l's lease: nothing is admitted from it until a new one,
+// under a new id, is taken. l.mu is held.
+func (l *lease) drop() {
+	l.id, l.free, l.target, l.stop = "", 0, 0, time.Time{}
+	l.seats, l.seated = 0, 0
+	l.tokens, l.tokenLevels = 0, 0
 }
 
 // slotFree reports whether a request may be admitted from l's slots:
@@ -428,11 +435,9 @@ func (m *Manager) renewal(l *lease, full bool) (c store.LeaseCall, ok, forget bo
 		l.gen++
 		l.id = m.prefix + "." + l.key + "." + strconv.Itoa(l.gen)
 		l.limits = l.seen
-		l.kc = l.limits.DailyNanoUSD > 0 || l.limits.MonthlyNanoUSD > 0 || l.limits.TotalNanoUSD > 0
-		l.keyOpen = l.kc || l.limits.Concurrency > 0 || l.limits.TPM > 0
+		kl := l.limits
+		l.keyOpen = kl.DailyNanoUSD > 0 || kl.MonthlyNanoUSD > 0 || kl.TotalNanoUSD > 0 || kl.Concurrency > 0 || kl.TPM > 0
 		l.next, l.hi = 1, 0
-		l.seats, l.seated = 0, 0
-		l.tokens, l.tokenLevels = 0, 0
 	}
 	l.renewing = true
 	return store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
@@ -480,9 +485,7 @@ func (m *Manager) renewed(l *lease, c *store.LeaseCall, r store.LeaseResult, sta
 	if target <= 0 || l.free <= 0 && r.Reason != store.LeaseHeld {
 		// Returned (or never taken): admitted by the script until a
 		// new lease, under a new id, is taken.
-		l.id, l.free, l.target = "", 0, 0
-		l.seats, l.seated = 0, 0
-		l.tokens, l.tokenLevels = 0, 0
+		l.drop()
 		if r.Reason != store.LeaseHeld || c.Want > 0 {
 			l.retryAt = started.Add(m.o.Interval)
 		}
@@ -557,9 +560,7 @@ func (m *Manager) Close(ctx context.Context) {
 		if l.id != "" {
 			calls = append(calls, store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
 				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits, Cursor: l.next, FreeSeats: l.seats, FreeTokens: l.tokens})
-			l.id, l.free, l.stop = "", 0, time.Time{}
-			l.seats, l.seated = 0, 0
-			l.tokens, l.tokenLevels = 0, 0
+			l.drop()
 		}
 		l.mu.Unlock()
 	}

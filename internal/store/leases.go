@@ -216,8 +216,8 @@ func (s *Store) sweepLease(ctx context.Context, accountID, leaseID, keyID string
 type LeasedRequest struct {
 	Lease account.LeaseRef
 	// KeyCounted: the hold counts in the key's held and in-flight counts
-	// (the key has a spend budget or a concurrency limit), as admit.lua
-	// counts it.
+	// (the key has a spend budget, a concurrency or a tokens-per-minute
+	// limit), as admit.lua counts it.
 	KeyCounted bool
 	// Slot is the lease's request slot the request used (0: none, the
 	// lease has no rate limit), Rates the rate logs the slot is in
