@@ -39,16 +39,30 @@ local function lease_sum(key, field, d)
   end
 end
 
--- Take up to n seats (requests recorded or settled from lease l) out of l
--- and out of the account's seat sum (acct, when l counts seats there);
--- returns how many were taken, for the key's sum (when l.sl >= 2).
-local function lease_unseat(l, n, acct)
-  local take = math.min(n, l.seats)
-  if take > 0 then
-    l.seats = l.seats - take
+-- Take out of lease l what n requests recorded or settled from it held:
+-- up to amount of its money and n of its seats (and out of the account's
+-- leased and seats sums, acct), and the token bounds they took from the
+-- lease's bucket (bounds: bucket -> sum). Returns the money and seats
+-- taken that the key's sums hold too (l.kc 1; l.sl 2 or 3), for the
+-- caller to take out of the key's state.
+local function lease_take(l, amount, n, bounds, acct)
+  local take = math.min(amount, l.amount)
+  l.amount = l.amount - take
+  lease_sum(acct, 'leased', -take)
+  local seats = math.min(n, l.seats)
+  if seats > 0 then
+    l.seats = l.seats - seats
     if l.sl % 2 == 1 then
-      lease_sum(acct, 'seats', -take)
+      lease_sum(acct, 'seats', -seats)
     end
   end
-  return take
+  l.tokens = math.max(l.tokens - (bounds[l.tbucket] or 0), 0)
+  local kleased, kseats = 0, 0
+  if l.kc == '1' then
+    kleased = take
+  end
+  if l.sl >= 2 then
+    kseats = seats
+  end
+  return kleased, kseats
 end

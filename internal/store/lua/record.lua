@@ -17,7 +17,8 @@
 -- ARGV[2]  the holds' lease expiry, unix ms
 -- ARGV[3]  the bitmap's lifetime, s
 -- ARGV[4]  "1" when the holds count in the key's held and open (the key
---          has a spend budget or a concurrency limit), else "0"
+--          has a spend budget, a concurrency or a tokens-per-minute limit,
+--          admit.lua's kcount), else "0"
 -- ARGV[5]  the rate logs the lease's slots are in (lease.lua's rl): 1 the
 --          account's, 2 the key's, 3 both, 0 none
 -- ARGV[6]  the key's rate window, minutes (the account's is read from KEYS[1])
@@ -111,40 +112,23 @@ if n == 0 then
   return 0
 end
 redis.call('HINCRBY', KEYS[1], 'held', int(moved))
-local kc = ARGV[4] == '1'
--- What leaves the lease: money, the key's leased sum (lease kc 1), seats
--- and the key's seat sum (lease sl 2 or 3).
-local take, kleased, kseats = 0, 0, 0
+-- What leaves the lease: money, seats and tokens, and from the key's
+-- sums the money (lease kc 1) and seats (lease sl 2 or 3) they hold.
+local kleased, kseats = 0, 0
 local cur = redis.call('HGET', KEYS[3], lid)
 if cur then
   local l = lease_parse(cur)
-  take = math.min(moved, l.amount)
-  l.amount = l.amount - take
-  lease_sum(KEYS[1], 'leased', -take)
-  if l.kc == '1' then
-    kleased = take
-  end
-  local seats = lease_unseat(l, n, KEYS[1])
-  l.tokens = math.max(l.tokens - (bounds[l.tbucket] or 0), 0)
-  if l.sl >= 2 then
-    kseats = seats
-  end
+  kleased, kseats = lease_take(l, moved, n, bounds, KEYS[1])
   redis.call('HSET', KEYS[3], lid, lease_format(l))
 end
-if kc or kleased > 0 or kseats > 0 then
-  local ks = redis.call('HMGET', KEYS[5], 'held', 'open', 'leased', 'seats')
-  local fields = {}
-  if kc then
-    fields = {'held', int(tonumber(ks[1] or '0') + moved), 'open', int(tonumber(ks[2] or '0') + n)}
-  end
-  if kleased > 0 then
-    fields[#fields + 1] = 'leased'
-    fields[#fields + 1] = int(math.max(tonumber(ks[3] or '0') - kleased, 0))
-  end
-  if kseats > 0 then
-    fields[#fields + 1] = 'seats'
-    fields[#fields + 1] = int(math.max(tonumber(ks[4] or '0') - kseats, 0))
-  end
-  redis.call('HSET', KEYS[5], unpack(fields))
+if ARGV[4] == '1' then
+  redis.call('HINCRBY', KEYS[5], 'held', int(moved))
+  redis.call('HINCRBY', KEYS[5], 'open', n)
+end
+if kleased > 0 then
+  lease_sum(KEYS[5], 'leased', -kleased)
+end
+if kseats > 0 then
+  lease_sum(KEYS[5], 'seats', -kseats)
 end
 return n

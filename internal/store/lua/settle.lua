@@ -175,7 +175,8 @@ for i = 1, n do
         correct(state(si).tok, lbucket, usedTokens, lbound)
       end
       local t = ltok[li] or {}
-      t[lbucket] = (t[lbucket] or 0) + lbound
+      local b = tonumber(lbucket)
+      t[b] = (t[b] or 0) + lbound
       ltok[li] = t
     end
   end
@@ -306,23 +307,12 @@ for li, h in pairs(ltake) do
   local cur = redis.call('HGET', KEYS[lfirst + 1], lid)
   if cur then
     local l = lease_parse(cur)
-    local take = math.min(h, l.amount)
-    l.amount = l.amount - take
-    lease_sum(KEYS[1], 'leased', -take)
-    local seats = lease_unseat(l, lcount[li], KEYS[1])
-    local t = ltok[li]
-    if t then
-      l.tokens = math.max(l.tokens - (t[int(l.tbucket)] or 0), 0)
-    end
+    local kleased, kseats = lease_take(l, h, lcount[li], ltok[li] or {}, KEYS[1])
     redis.call('HSET', KEYS[lfirst + 1], lid, lease_format(l))
     if lstate[li] > 0 then
       local st = state(lstate[li])
-      if l.kc == '1' then
-        st.leased = st.leased + take
-      end
-      if l.sl >= 2 then
-        st.seats = st.seats + seats
-      end
+      st.leased = st.leased + kleased
+      st.seats = st.seats + kseats
     end
   end
 end
