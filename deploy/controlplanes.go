@@ -46,7 +46,8 @@ const (
 	SidecarConfigMap = "gateway-sidecar-config"   // gateway.yaml of the reduced contract
 	SidecarTLSSecret = "gateway-sidecar-tls"      // ca.crt, tls.crt, tls.key: the sidecar's server certificate
 	EnvoyClientTLS   = "gateway-envoy-client-tls" // Envoy's client certificate for the sidecar
-	ExtProcCluster   = "gateway_extproc"          // Istio: the cluster the EnvoyFilter adds
+	ExtProcCluster   = "gateway_extproc"          // Istio: the ext_proc cluster the EnvoyFilter adds
+	ControlCluster   = "gateway_control"          // Istio: the control server's cluster the EnvoyFilter adds
 )
 
 // ReducedResponseAttributes are the ext_proc response attributes of the
@@ -106,6 +107,11 @@ type cpUpstream struct {
 	RetryBudgetPercent                      float64
 	RetrySent                               bool
 	MaxStreamDuration, StreamIdle, MaxReqMB string
+	// DropHeaders are the request headers the bootstrap's route for this
+	// upstream removes on the way to the vendor (the client's address,
+	// unless envoy.forward_client_address).
+	DropHeaders []string
+	RoutePatch  string // Istio: the MERGE onto the route named Name, YAML indented for the patch
 }
 
 type cpEndpoint struct {
@@ -120,9 +126,12 @@ type cpView struct {
 	MaxRequestBytes   int64
 	MessageTimeout    string
 	CircuitBreakers   config.CircuitBreakers
-	GatewayYAML       string // the reduced gateway.yaml, indented for a literal block
-	ExtProcFilter     string // Istio: the ext_proc filter, YAML indented for the patch
-	ExtProcClusterDef string // Istio: the cluster, YAML indented for the patch
+	GatewayYAML       string   // the reduced gateway.yaml, indented for a literal block
+	ExtProcFilter     string   // Istio: the ext_proc filter, YAML indented for the patch
+	ExtProcClusterDef string   // Istio: the ext_proc cluster, YAML indented for the patch
+	ControlClusterDef string   // Istio: the control server's cluster, likewise
+	ControlRoutes     []string // Istio: the control routes, last first (each INSERT_FIRST goes on top)
+	FirstRoute        string   // Istio: the route name whose virtual host gets the control routes
 	Grace             int
 	BufferLimit       string   // limits.max_request_bytes as a Kubernetes quantity
 	ReducedAttributes []string // ReducedResponseAttributes
@@ -317,8 +326,22 @@ func renderControlPlanes(cfg *config.Config, reduced []byte, p ControlPlaneParam
 	v.Grace = SidecarDrainSeconds + ShutdownSlack
 	v.ReducedAttributes = ReducedResponseAttributes
 	v.BufferLimit = quantity(cfg.Limits.MaxRequestBytes)
+	pieces, err := attachPieces(cfg, p)
+	if err != nil {
+		return nil, err
+	}
 	for _, u := range cfg.Upstreams {
+		route := pieces.routes[u.Name]
+		if route == nil {
+			return nil, fmt.Errorf("upstream %s: the reduced bootstrap has no route of that name", u.Name)
+		}
+		drop, patch, err := routePieces(route)
+		if err != nil {
+			return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
+		}
 		cu := cpUpstream{
+			DropHeaders:        drop,
+			RoutePatch:         indent(patch, 10),
 			Name:               u.Name,
 			Secret:             u.Name + "-vendor-key",
 			Header:             "x-api-key",
@@ -356,11 +379,9 @@ func renderControlPlanes(cfg *config.Config, reduced []byte, p ControlPlaneParam
 		}
 		v.Upstreams = append(v.Upstreams, cu)
 	}
-	filter, cluster, err := istioPatches(cfg, p)
-	if err != nil {
+	if err := v.istio(pieces, p); err != nil {
 		return nil, err
 	}
-	v.ExtProcFilter, v.ExtProcClusterDef = indent(filter, 10), indent(cluster, 10)
 	out := map[string][]byte{}
 	for _, f := range cpTemplates.Templates() {
 		if !strings.HasSuffix(f.Name(), ".yaml") {
@@ -375,12 +396,21 @@ func renderControlPlanes(cfg *config.Config, reduced []byte, p ControlPlaneParam
 	return out, nil
 }
 
-// istioPatches are the ext_proc filter and its cluster as the pod's
-// bootstrap renders them for the reduced contract (envoy/bootstrap.yaml.tmpl),
-// adapted to an Istio ingress gateway: the sidecar's Service as the
-// cluster's address and Envoy's client certificate from files mounted into
-// the ingress gateway's pod.
-func istioPatches(cfg *config.Config, p ControlPlaneParams) (filter, cluster string, err error) {
+// bootPieces are the parts of the pod's bootstrap, rendered for the
+// reduced contract, that the control planes' renderings take over: the
+// ext_proc filter, its cluster and the control server's, the routes to the
+// control server and each upstream's route by name.
+type bootPieces struct {
+	filter, extproc, control map[string]any
+	controlRoutes            []map[string]any
+	routes                   map[string]map[string]any
+}
+
+// attachPieces renders the bootstrap for the reduced contract, adapted to a
+// control plane's Envoy: the sidecar's Service as the address of its two
+// clusters and Envoy's client certificate from files mounted into the
+// ingress gateway's pod.
+func attachPieces(cfg *config.Config, p ControlPlaneParams) (*bootPieces, error) {
 	c := *cfg
 	// The sidecar runs the reduced contract (ReducedGatewayYAML): the
 	// filter is the one the bootstrap renders for it.
@@ -392,11 +422,12 @@ func istioPatches(cfg *config.Config, p ControlPlaneParams) (filter, cluster str
 	opts := PodEnvoyOptions
 	// The namespace may be a chart expression, which is no YAML: a
 	// placeholder until the patches are marshalled.
-	const nsMark = "namespace-of-the-sidecar"
-	opts.ExtProcAddr = SidecarName + "." + nsMark + ".svc.cluster.local:" + strconv.Itoa(sidecarExtProcPort)
+	sidecarHost := SidecarName + "." + nsMark + ".svc.cluster.local:"
+	opts.ExtProcAddr = sidecarHost + strconv.Itoa(sidecarExtProcPort)
+	opts.ControlAddr = sidecarHost + strconv.Itoa(sidecarControlPort)
 	boot, err := envoy.Render(&c, opts)
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
 	var b struct {
 		StaticResources struct {
@@ -404,9 +435,13 @@ func istioPatches(cfg *config.Config, p ControlPlaneParams) (filter, cluster str
 				Name         string `yaml:"name"`
 				FilterChains []struct {
 					Filters []struct {
-						Name        string `yaml:"name"`
 						TypedConfig struct {
 							HTTPFilters []map[string]any `yaml:"http_filters"`
+							RouteConfig struct {
+								VirtualHosts []struct {
+									Routes []map[string]any `yaml:"routes"`
+								} `yaml:"virtual_hosts"`
+							} `yaml:"route_config"`
 						} `yaml:"typed_config"`
 					} `yaml:"filters"`
 				} `yaml:"filter_chains"`
@@ -415,9 +450,9 @@ func istioPatches(cfg *config.Config, p ControlPlaneParams) (filter, cluster str
 		} `yaml:"static_resources"`
 	}
 	if err := yaml.Unmarshal(boot, &b); err != nil {
-		return "", "", err
+		return nil, err
 	}
-	var f, cl map[string]any
+	out := &bootPieces{routes: map[string]map[string]any{}}
 	for _, l := range b.StaticResources.Listeners {
 		if l.Name != "public" {
 			continue
@@ -426,33 +461,105 @@ func istioPatches(cfg *config.Config, p ControlPlaneParams) (filter, cluster str
 			for _, nf := range fc.Filters {
 				for _, hf := range nf.TypedConfig.HTTPFilters {
 					if hf["name"] == "envoy.filters.http.ext_proc" {
-						f = hf
+						out.filter = hf
+					}
+				}
+				for _, vh := range nf.TypedConfig.RouteConfig.VirtualHosts {
+					for _, r := range vh.Routes {
+						if name, ok := r["name"].(string); ok {
+							out.routes[name] = r
+						} else if to, _ := r["route"].(map[string]any); to != nil && to["cluster"] == "control" {
+							out.controlRoutes = append(out.controlRoutes, r)
+						}
 					}
 				}
 			}
 		}
 	}
 	for _, c := range b.StaticResources.Clusters {
-		if c["name"] == "extproc" {
-			cl = c
+		switch c["name"] {
+		case "extproc":
+			out.extproc = c
+		case "control":
+			out.control = c
 		}
 	}
-	if f == nil || cl == nil {
-		return "", "", fmt.Errorf("the pod's bootstrap has no ext_proc filter or extproc cluster")
+	if out.filter == nil || out.extproc == nil || out.control == nil || len(out.controlRoutes) == 0 {
+		return nil, fmt.Errorf("the pod's bootstrap has no ext_proc filter, extproc or control cluster, or control routes")
 	}
+	return out, nil
+}
+
+// nsMark stands for the sidecar's namespace in the rendered bootstrap.
+const nsMark = "namespace-of-the-sidecar"
+
+// routePieces are what the bootstrap's route for an upstream does beyond
+// routing that a control plane's route must do too: the request headers it
+// removes, and, for Istio, the route patch that turns ext_proc on and
+// removes them.
+func routePieces(route map[string]any) (drop []string, istioPatch string, err error) {
+	for _, h := range asList(route["request_headers_to_remove"]) {
+		s, ok := h.(string)
+		if !ok {
+			return nil, "", fmt.Errorf("request_headers_to_remove holds %v", h)
+		}
+		drop = append(drop, s)
+	}
+	var on map[string]any
+	if err := yaml.Unmarshal([]byte(envoy.ExtProcOnRoute), &on); err != nil {
+		return nil, "", err
+	}
+	patch := map[string]any{"typed_per_filter_config": on}
+	if len(drop) > 0 {
+		patch["request_headers_to_remove"] = drop
+	}
+	istioPatch, err = marshalSorted(patch)
+	return drop, istioPatch, err
+}
+
+func asList(v any) []any { l, _ := v.([]any); return l }
+
+// istio fills in the EnvoyFilter's patches: the ext_proc filter off by
+// default (the per-route patches turn it on, as the fragment's routes do),
+// its cluster and the control server's, renamed, and the control routes
+// to the latter.
+func (v *cpView) istio(b *bootPieces, p ControlPlaneParams) error {
+	f := b.filter
+	f["disabled"] = true
 	tc := f["typed_config"].(map[string]any)
 	tc["grpc_service"].(map[string]any)["envoy_grpc"] = map[string]any{"cluster_name": ExtProcCluster}
-	cl["name"] = ExtProcCluster
-	cl["load_assignment"].(map[string]any)["cluster_name"] = ExtProcCluster
+	for _, c := range []struct {
+		def  map[string]any
+		name string
+		out  *string
+	}{{b.extproc, ExtProcCluster, &v.ExtProcClusterDef}, {b.control, ControlCluster, &v.ControlClusterDef}} {
+		c.def["name"] = c.name
+		c.def["load_assignment"].(map[string]any)["cluster_name"] = c.name
+		y, err := marshalSorted(c.def)
+		if err != nil {
+			return err
+		}
+		*c.out = indent(strings.ReplaceAll(y, nsMark, p.Namespace), 10)
+	}
 	fy, err := marshalSorted(f)
 	if err != nil {
-		return "", "", err
+		return err
 	}
-	cy, err := marshalSorted(cl)
-	if err != nil {
-		return "", "", err
+	v.ExtProcFilter = indent(fy, 10)
+	for i := len(b.controlRoutes) - 1; i >= 0; i-- {
+		r := b.controlRoutes[i]
+		r["route"].(map[string]any)["cluster"] = ControlCluster
+		y, err := marshalSorted(r)
+		if err != nil {
+			return err
+		}
+		v.ControlRoutes = append(v.ControlRoutes, indent(y, 10))
 	}
-	return fy, strings.ReplaceAll(cy, nsMark, p.Namespace), nil
+	if len(v.Upstreams) == 0 {
+		return fmt.Errorf("no upstreams: the control routes have no virtual host to go into")
+	}
+	v.FirstRoute = v.Upstreams[0].Name
+	return nil
 }
 
 // marshalSorted marshals v as block YAML (yaml.v3 sorts map keys).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +37,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -49,9 +51,7 @@ import (
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/modelgateway/gateway/deploy"
-	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/mtls/mtlstest"
 )
 
 // The committed control-plane renderings and chart templates are what the
@@ -355,6 +355,20 @@ func TestEnvoyGatewayRendering(t *testing.T) {
 			r := routes[u.Name]
 			if r == nil || len(r.Spec.Rules) != 1 || r.Spec.Rules[0].Matches[0].Path == nil || *r.Spec.Rules[0].Matches[0].Path.Value != "/"+u.Name {
 				t.Errorf("HTTPRoute %s: want one rule matching the prefix /%s", u.Name, u.Name)
+				continue
+			}
+			// As the bootstrap's route: the client's address is not sent
+			// to the vendor.
+			var removed []string
+			for _, f := range r.Spec.Rules[0].Filters {
+				if f.Type == gwapiv1.HTTPRouteFilterRequestHeaderModifier && f.RequestHeaderModifier != nil {
+					removed = append(removed, f.RequestHeaderModifier.Remove...)
+				}
+			}
+			for _, h := range []string{"x-forwarded-for", "x-envoy-external-address", "x-real-ip", "forwarded"} {
+				if !cfg.Envoy.ForwardClientAddress && !slices.Contains(removed, h) {
+					t.Errorf("HTTPRoute %s: %s reaches the vendor (envoy.forward_client_address is off)", u.Name, h)
+				}
 			}
 		}
 		if !slices.Equal(targets, want) {
@@ -469,20 +483,17 @@ func TestSidecarRendering(t *testing.T) {
 func TestIstioRendering(t *testing.T) {
 	objs := decodeDir(t, deploy.IstioDir)
 	validateCRDs(t, objs, crdSchemas(t))
-	if len(objs) != 1 || objs[0].gvk.Kind != "EnvoyFilter" {
-		t.Fatalf("%s: want one EnvoyFilter, have %v", deploy.IstioDir, kinds(objs))
+	ps := istioPatches(t, istioSpec(t, objs))
+	filter, cluster := ps.filter, ps.clusters[deploy.ExtProcCluster]
+	if cluster == nil || ps.clusters[deploy.ControlCluster] == nil {
+		t.Fatalf("the EnvoyFilter adds the clusters %v: want %s and %s", slices.Sorted(maps.Keys(ps.clusters)), deploy.ExtProcCluster, deploy.ControlCluster)
 	}
-	var raw struct {
-		Spec json.RawMessage `json:"spec"`
+	// Off by default: only the gateway's own routes turn it on, so that
+	// another application's routes on the same ingress gateway never reach
+	// the sidecar.
+	if !filter.Disabled {
+		t.Error("the ext_proc filter must be disabled: true at the listener, enabled per route")
 	}
-	if err := json.Unmarshal(objs[0].json, &raw); err != nil {
-		t.Fatal(err)
-	}
-	var spec istionet.EnvoyFilter
-	if err := protojson.Unmarshal(raw.Spec, &spec); err != nil {
-		t.Fatalf("EnvoyFilter spec: %v", err)
-	}
-	filter, cluster := istioPatches(t, &spec)
 	tc := filter.GetTypedConfig()
 	if tc == nil || !strings.HasSuffix(tc.TypeUrl, "ext_proc.v3.ExternalProcessor") {
 		t.Fatalf("the HTTP filter patch is not ext_proc: %v", tc)
@@ -491,8 +502,8 @@ func TestIstioRendering(t *testing.T) {
 	if err := tc.UnmarshalTo(&ep); err != nil {
 		t.Fatal(err)
 	}
-	if cluster.Name != deploy.ExtProcCluster || ep.GetGrpcService().GetEnvoyGrpc().GetClusterName() != deploy.ExtProcCluster {
-		t.Errorf("the ext_proc filter calls %q, the patch adds %q: want both %s", ep.GetGrpcService().GetEnvoyGrpc().GetClusterName(), cluster.Name, deploy.ExtProcCluster)
+	if ep.GetGrpcService().GetEnvoyGrpc().GetClusterName() != deploy.ExtProcCluster {
+		t.Errorf("the ext_proc filter calls %q: want %s", ep.GetGrpcService().GetEnvoyGrpc().GetClusterName(), deploy.ExtProcCluster)
 	}
 	if !slices.Equal(ep.ResponseAttributes, deploy.ReducedResponseAttributes) {
 		t.Errorf("response attributes %v: want the reduced contract's %v", ep.ResponseAttributes, deploy.ReducedResponseAttributes)
@@ -507,15 +518,107 @@ func TestIstioRendering(t *testing.T) {
 	if m := ep.GetProcessingMode(); m.GetRequestHeaderMode() != extprocv3.ProcessingMode_SEND || m.GetRequestBodyMode() != extprocv3.ProcessingMode_BUFFERED || m.GetResponseHeaderMode() != extprocv3.ProcessingMode_SKIP {
 		t.Errorf("processing mode %v: want the bootstrap's", m)
 	}
+	cfg, err := config.Load(repoPath("gateway.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each upstream's route (named after it) turns the filter on and drops
+	// the client's address; nothing else is merged.
+	var names []string
+	for _, u := range cfg.Upstreams {
+		names = append(names, u.Name)
+		r := ps.merges[u.Name]
+		if r == nil {
+			t.Errorf("no MERGE onto the route %s", u.Name)
+			continue
+		}
+		if !extProcOn(t, r) {
+			t.Errorf("route %s: the patch does not turn ext_proc on", u.Name)
+		}
+		for _, h := range []string{"x-forwarded-for", "x-envoy-external-address"} {
+			if !cfg.Envoy.ForwardClientAddress && !slices.Contains(r.RequestHeadersToRemove, h) {
+				t.Errorf("route %s: %s reaches the vendor (envoy.forward_client_address is off)", u.Name, h)
+			}
+		}
+	}
+	if got := slices.Sorted(maps.Keys(ps.merges)); !slices.Equal(got, slices.Sorted(slices.Values(names))) {
+		t.Errorf("route patches for %v: want the upstreams' routes %v only", got, names)
+	}
+	// The control server's routes, without the sidecar, where the first
+	// upstream's route is.
+	paths := map[string]bool{}
+	for i, r := range ps.controls {
+		if ps.controlAt[i] != cfg.Upstreams[0].Name {
+			t.Errorf("control route %v goes where the route %q is: want %s", r.GetMatch(), ps.controlAt[i], cfg.Upstreams[0].Name)
+		}
+		if r.GetRoute().GetCluster() != deploy.ControlCluster || extProcOn(t, r) {
+			t.Errorf("control route %v: want the cluster %s, without ext_proc", r.GetMatch(), deploy.ControlCluster)
+		}
+		paths[r.GetMatch().GetPath()+r.GetMatch().GetPrefix()] = true
+	}
+	for _, p := range []string{"/health", "/v1/usage", "/v1/usage/", "/console"} {
+		if !paths[p] {
+			t.Errorf("no control route for %s", p)
+		}
+	}
 }
 
-// istioPatches returns the EnvoyFilter's HTTP filter (inserted before the
-// router in the GATEWAY context) and added cluster, decoded as Envoy's
-// messages and validated.
-func istioPatches(t *testing.T, spec *istionet.EnvoyFilter) (*hcmv3.HttpFilter, *clusterv3.Cluster) {
+// istioSpec is the spec of the one EnvoyFilter among objs.
+func istioSpec(t *testing.T, objs []cpObject) *istionet.EnvoyFilter {
 	t.Helper()
-	var filter *hcmv3.HttpFilter
-	var cluster *clusterv3.Cluster
+	if len(objs) != 1 || objs[0].gvk.Kind != "EnvoyFilter" {
+		t.Fatalf("%s: want one EnvoyFilter, have %v", deploy.IstioDir, kinds(objs))
+	}
+	var raw struct {
+		Spec json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(objs[0].json, &raw); err != nil {
+		t.Fatal(err)
+	}
+	var spec istionet.EnvoyFilter
+	if err := protojson.Unmarshal(raw.Spec, &spec); err != nil {
+		t.Fatalf("EnvoyFilter spec: %v", err)
+	}
+	return &spec
+}
+
+// extProcOn tells whether a route's per-filter configuration turns the
+// ext_proc filter on (anything but disabled).
+func extProcOn(t *testing.T, r *routev3.Route) bool {
+	t.Helper()
+	a := r.GetTypedPerFilterConfig()["envoy.filters.http.ext_proc"]
+	if a == nil {
+		return false
+	}
+	m, err := a.UnmarshalNew()
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch m := m.(type) {
+	case *routev3.FilterConfig:
+		return !m.Disabled
+	case *extprocv3.ExtProcPerRoute:
+		return !m.GetDisabled()
+	}
+	t.Fatalf("route %s: ext_proc's per-route config is a %T", r.Name, m)
+	return false
+}
+
+// istioSet is the EnvoyFilter's patches decoded as Envoy's messages.
+type istioSet struct {
+	filter    *hcmv3.HttpFilter             // inserted before the router
+	clusters  map[string]*clusterv3.Cluster // added, by name
+	merges    map[string]*routev3.Route     // merged onto the route of that name
+	controls  []*routev3.Route              // INSERT_FIRST, in the patches' order
+	controlAt []string                      // the route name each of those matches
+}
+
+// istioPatches returns the EnvoyFilter's patches, all in the GATEWAY
+// context, decoded as Envoy's messages and validated; any other kind of
+// patch fails.
+func istioPatches(t *testing.T, spec *istionet.EnvoyFilter) istioSet {
+	t.Helper()
+	s := istioSet{clusters: map[string]*clusterv3.Cluster{}, merges: map[string]*routev3.Route{}}
 	for _, p := range spec.ConfigPatches {
 		if p.Match.GetContext() != istionet.EnvoyFilter_GATEWAY {
 			t.Errorf("patch %s: context %s, want GATEWAY", p.ApplyTo, p.Match.GetContext())
@@ -528,33 +631,63 @@ func istioPatches(t *testing.T, spec *istionet.EnvoyFilter) (*hcmv3.HttpFilter, 
 			proto.Message
 			ValidateAll() error
 		}
+		op := p.Patch.Operation
+		added := func() {}
 		switch p.ApplyTo {
 		case istionet.EnvoyFilter_HTTP_FILTER:
-			if p.Patch.Operation != istionet.EnvoyFilter_Patch_INSERT_BEFORE || p.Match.GetListener().GetFilterChain().GetFilter().GetSubFilter().GetName() != "envoy.filters.http.router" {
+			if op != istionet.EnvoyFilter_Patch_INSERT_BEFORE || p.Match.GetListener().GetFilterChain().GetFilter().GetSubFilter().GetName() != "envoy.filters.http.router" {
 				t.Error("the ext_proc filter must be inserted before envoy.filters.http.router")
 			}
-			filter = &hcmv3.HttpFilter{}
-			msg = filter
+			s.filter = &hcmv3.HttpFilter{}
+			msg = s.filter
 		case istionet.EnvoyFilter_CLUSTER:
-			if p.Patch.Operation != istionet.EnvoyFilter_Patch_ADD {
-				t.Error("the cluster patch must ADD")
+			if op != istionet.EnvoyFilter_Patch_ADD {
+				t.Error("a cluster patch must ADD")
 			}
-			cluster = &clusterv3.Cluster{}
-			msg = cluster
+			c := &clusterv3.Cluster{}
+			added = func() { s.clusters[c.Name] = c }
+			msg = c
+		case istionet.EnvoyFilter_HTTP_ROUTE:
+			rc := p.Match.GetRouteConfiguration()
+			name := rc.GetVhost().GetRoute().GetName()
+			if name == "" || rc.GetName() != "" || rc.GetPortNumber() != 0 || rc.GetGateway() != "" || rc.GetVhost().GetName() != "" {
+				t.Errorf("route patch %v: want a match on the route's name only", rc)
+			}
+			r := &routev3.Route{}
+			msg = r
+			switch op {
+			case istionet.EnvoyFilter_Patch_MERGE:
+				s.merges[name] = r
+			case istionet.EnvoyFilter_Patch_INSERT_FIRST:
+				s.controls = append(s.controls, r)
+				s.controlAt = append(s.controlAt, name)
+			default:
+				t.Errorf("route patch %s: want MERGE or INSERT_FIRST", op)
+			}
 		default:
 			t.Fatalf("unexpected patch %s", p.ApplyTo)
 		}
 		if err := protojson.Unmarshal(value, msg); err != nil {
 			t.Fatalf("patch %s is not Envoy's %T: %v", p.ApplyTo, msg, err)
 		}
+		if op == istionet.EnvoyFilter_Patch_MERGE {
+			// A part of a route: validated as merged onto one.
+			merged := &routev3.Route{
+				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: "vendor"}}},
+			}
+			proto.Merge(merged, msg)
+			msg = merged
+		}
 		if err := msg.ValidateAll(); err != nil {
 			t.Errorf("patch %s: %v", p.ApplyTo, err)
 		}
+		added()
 	}
-	if filter == nil || cluster == nil {
-		t.Fatal("the EnvoyFilter needs an HTTP_FILTER and a CLUSTER patch")
+	if s.filter == nil || len(s.clusters) == 0 {
+		t.Fatal("the EnvoyFilter needs an HTTP_FILTER and CLUSTER patches")
 	}
-	return filter, cluster
+	return s
 }
 
 // renderChart renders deploy/helm/gateway as `helm template` does, with the
@@ -683,79 +816,4 @@ func TestHelmChart(t *testing.T) {
 	if objs := chartObjects(t, map[string]any{"ledgerSink": map[string]any{"enabled": false}}); len(sink(objs)) != 0 {
 		t.Error("ledgerSink.enabled: false still renders the sink")
 	}
-}
-
-// Envoy accepts what the EnvoyFilter inserts: the pod's bootstrap with its
-// ext_proc filter replaced by the HTTP filter patch and the cluster patch
-// added (certificates from a test CA in place of the mounted files), under
-// `envoy --mode validate`. Istio itself cannot run here: this is the Envoy
-// side of the patches, not istiod's merge.
-func TestIstioPatchesEnvoyValidates(t *testing.T) {
-	envoyBinary(t) // skips under -short
-	var ef struct {
-		Spec struct {
-			ConfigPatches []struct {
-				ApplyTo string `yaml:"applyTo"`
-				Patch   struct {
-					Value map[string]any `yaml:"value"`
-				} `yaml:"patch"`
-			} `yaml:"configPatches"`
-		} `yaml:"spec"`
-	}
-	if err := yaml.Unmarshal(stripComments(readRepoFile(t, deploy.IstioDir+"/envoyfilter.yaml")), &ef); err != nil {
-		t.Fatal(err)
-	}
-	var filter, cluster map[string]any
-	for _, p := range ef.Spec.ConfigPatches {
-		switch p.ApplyTo {
-		case "HTTP_FILTER":
-			filter = p.Patch.Value
-		case "CLUSTER":
-			cluster = p.Patch.Value
-		}
-	}
-	if filter == nil || cluster == nil {
-		t.Fatal("no HTTP_FILTER or CLUSTER patch")
-	}
-	cfg, err := config.Load(repoPath("gateway.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	boot, err := envoy.Render(cfg, deploy.PodEnvoyOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b map[string]any
-	if err := yaml.Unmarshal(boot, &b); err != nil {
-		t.Fatal(err)
-	}
-	sr := b["static_resources"].(map[string]any)
-	replaced := 0
-	for _, l := range sr["listeners"].([]any) {
-		for _, fc := range l.(map[string]any)["filter_chains"].([]any) {
-			for _, f := range fc.(map[string]any)["filters"].([]any) {
-				tc, _ := f.(map[string]any)["typed_config"].(map[string]any)
-				hfs, _ := tc["http_filters"].([]any)
-				for i, hf := range hfs {
-					if hf.(map[string]any)["name"] == "envoy.filters.http.ext_proc" {
-						hfs[i] = filter
-						replaced++
-					}
-				}
-			}
-		}
-	}
-	if replaced != 1 {
-		t.Fatalf("the pod's bootstrap has %d ext_proc filters, want 1", replaced)
-	}
-	sr["clusters"] = append(sr["clusters"].([]any), cluster)
-	out, err := yaml.Marshal(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pki := mtlstest.Write(t, t.TempDir(), "istio")
-	out = bytes.ReplaceAll(out, []byte("/etc/gateway-envoy-client/tls.crt"), []byte(pki.ClientCert))
-	out = bytes.ReplaceAll(out, []byte("/etc/gateway-envoy-client/tls.key"), []byte(pki.ClientKey))
-	out = bytes.ReplaceAll(out, []byte("/etc/gateway-tls/ca.crt"), []byte(pki.CA))
-	envoyValidate(t, "istio-patched.yaml", out)
 }

@@ -237,6 +237,7 @@ func TestEnvoyGatewayTranslates(t *testing.T) {
 	}
 	var filters []string
 	var extproc map[string]any
+	var extprocDisabled any
 	for _, fc := range append(anySlice(public["filterChains"]), public["defaultFilterChain"]) {
 		fcm, _ := fc.(map[string]any)
 		for _, f := range anySlice(fcm["filters"]) {
@@ -252,6 +253,7 @@ func TestEnvoyGatewayTranslates(t *testing.T) {
 				filters = append(filters, name[:strings.IndexByte(name+"/", '/')])
 				if strings.HasPrefix(name, "envoy.filters.http.ext_proc") {
 					extproc = hf["typedConfig"].(map[string]any)
+					extprocDisabled = hf["disabled"]
 				}
 			}
 		}
@@ -269,6 +271,14 @@ func TestEnvoyGatewayTranslates(t *testing.T) {
 		fmt.Sprint(extproc["responseAttributes"]) != fmt.Sprint(deploy.ReducedResponseAttributes) {
 		t.Errorf("ext_proc as Envoy Gateway generates it: %v", extproc)
 	}
+
+	// The policy's ext_proc is off at the listener and on for the model
+	// routes only; those routes drop the client's address, the control
+	// routes run without ext_proc.
+	if extprocDisabled != true {
+		t.Error("Envoy Gateway's ext_proc filter is not disabled at the listener: every route of the Gateway would reach the sidecar")
+	}
+	checkEGRoutes(t, cfg, routes)
 
 	// A static bootstrap: the generated listeners and clusters, the routes
 	// inline, the secrets Envoy Gateway would serve by SDS given here.
@@ -333,3 +343,62 @@ func TestEnvoyGatewayTranslates(t *testing.T) {
 }
 
 func anySlice(v any) []any { s, _ := v.([]any); return s }
+
+// checkEGRoutes checks the routes Envoy Gateway generates (route
+// configurations by name, as dumped): each upstream's HTTPRoute turns
+// ext_proc on and removes the client's address; gateway-control's routes
+// leave ext_proc off.
+func checkEGRoutes(t *testing.T, cfg *config.Config, routes map[string]any) {
+	t.Helper()
+	ns := deploy.DefaultControlPlaneParams.Namespace
+	seen := map[string]int{}
+	for _, rc := range routes {
+		for _, vh := range anySlice(rc.(map[string]any)["virtualHosts"]) {
+			for _, r := range anySlice(vh.(map[string]any)["routes"]) {
+				r := r.(map[string]any)
+				name := fmt.Sprint(r["name"])
+				on := false
+				for k := range mapOf(r["typedPerFilterConfig"]) {
+					on = on || strings.HasPrefix(k, "envoy.filters.http.ext_proc")
+				}
+				if strings.HasPrefix(name, "httproute/"+ns+"/gateway-control/") {
+					seen["gateway-control"]++
+					if on {
+						t.Errorf("route %s: ext_proc on a control route", name)
+					}
+					continue
+				}
+				for _, u := range cfg.Upstreams {
+					if !strings.HasPrefix(name, "httproute/"+ns+"/"+u.Name+"/") {
+						continue
+					}
+					seen[u.Name]++
+					if !on {
+						t.Errorf("route %s: ext_proc is not on", name)
+					}
+					removed := fmt.Sprint(r["requestHeadersToRemove"])
+					for _, h := range []string{"x-forwarded-for", "x-envoy-external-address"} {
+						if !cfg.Envoy.ForwardClientAddress && !strings.Contains(removed, h) {
+							t.Errorf("route %s: %s reaches the vendor (removes %s)", name, h, removed)
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, u := range append([]string{"gateway-control"}, upstreamNames(cfg)...) {
+		if seen[u] == 0 {
+			t.Errorf("no route generated for the HTTPRoute %s (saw %v)", u, seen)
+		}
+	}
+}
+
+func mapOf(v any) map[string]any { m, _ := v.(map[string]any); return m }
+
+func upstreamNames(cfg *config.Config) []string {
+	var out []string
+	for _, u := range cfg.Upstreams {
+		out = append(out, u.Name)
+	}
+	return out
+}

@@ -221,15 +221,20 @@ func (b *bootstrap) onlyRouteMappers(mappers *yaml.Node) {
 
 func scalar(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: v} }
 
-// enableExtProc is the per-route configuration that turns the fragment's
-// ext_proc filter, off by default, on for an upstream's route.
-func enableExtProc() *yaml.Node {
-	var n yaml.Node
-	yaml.Unmarshal([]byte(`envoy.filters.http.ext_proc:
+// ExtProcOnRoute is a route's typed_per_filter_config that turns an
+// ext_proc filter rendered off by default (disabled: true) on for that
+// route: the fragment's upstream routes carry it, and so do the routes the
+// control planes' renderings enable.
+const ExtProcOnRoute = `envoy.filters.http.ext_proc:
   "@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
   config:
     "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute
     overrides: {}
-`), &n)
+`
+
+// enableExtProc is ExtProcOnRoute as a node, for an upstream's route.
+func enableExtProc() *yaml.Node {
+	var n yaml.Node
+	yaml.Unmarshal([]byte(ExtProcOnRoute), &n)
 	return n.Content[0]
 }
