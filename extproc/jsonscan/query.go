@@ -17,6 +17,8 @@ package jsonscan
 import (
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // MaxDepth is the deepest nesting of objects and arrays Scan accepts. A
@@ -98,6 +100,9 @@ func (q *Query) add(index int, path string) error {
 		if strings.ContainsRune(key, ']') {
 			return fmt.Errorf("stray ]")
 		}
+		if !isASCII(key) {
+			return fmt.Errorf("key not ASCII") // the scanner's bound on folded keys assumes it
+		}
 		if len(key) > maxKeyLen {
 			return fmt.Errorf("key longer than %d bytes", maxKeyLen)
 		}
@@ -110,7 +115,7 @@ func (q *Query) add(index int, path string) error {
 		}
 		n = n.child(key)
 		if n == nil {
-			return fmt.Errorf("more than %d keys below one step", maxChildren)
+			return fmt.Errorf("more than %d keys below one step, or two that differ only in case", maxChildren)
 		}
 		q.maxKey = max(q.maxKey, len(key))
 	}
@@ -126,6 +131,9 @@ func (n *node) child(key string) *node {
 	for i, k := range n.keys {
 		if k == key {
 			return n.children[i]
+		}
+		if strings.EqualFold(k, key) {
+			return nil // a key folding to another could not be refused
 		}
 	}
 	if len(n.keys) == maxChildren {
@@ -149,4 +157,57 @@ func (n *node) lookup(key []byte) int {
 		}
 	}
 	return -1
+}
+
+// lookupFold returns the position among n's keys of one that key equals
+// under Unicode simple case folding, as encoding/json matches keys to
+// fields, or -1.
+func (n *node) lookupFold(key []byte) int {
+	for i, k := range n.keys {
+		if len(key) >= len(k) && len(key) <= maxFoldLen*len(k) && equalFold(key, k) {
+			return i
+		}
+	}
+	return -1
+}
+
+// equalFold is strings.EqualFold(string(b), s) without the conversion,
+// which would allocate for a long key.
+func equalFold(b []byte, s string) bool {
+	for len(b) > 0 && len(s) > 0 {
+		r, n := utf8.DecodeRune(b)
+		t, m := utf8.DecodeRuneInString(s)
+		b, s = b[n:], s[m:]
+		if r == t {
+			continue
+		}
+		if t < r {
+			r, t = t, r
+		}
+		if t < utf8.RuneSelf { // ASCII: only letters fold, to each other
+			if 'A' <= r && r <= 'Z' && t == r+'a'-'A' {
+				continue
+			}
+			return false
+		}
+		// r and t fold together if t is in r's orbit, which SimpleFold
+		// walks upwards from r and wraps around to the smallest.
+		f := unicode.SimpleFold(r)
+		for f != r && f < t {
+			f = unicode.SimpleFold(f)
+		}
+		if f != t {
+			return false
+		}
+	}
+	return len(b) == len(s)
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
