@@ -16,6 +16,7 @@ package jsonscan
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -34,6 +35,7 @@ const maxChildren = 64
 type Query struct {
 	root   node
 	maxKey int // longest key in any path, in bytes
+	paths  []string
 }
 
 // node is one step of a path. A node may be both the end of a path and a
@@ -57,7 +59,7 @@ type node struct {
 // Keys cannot contain '.', '[' or ']'. NewQuery panics on a malformed path,
 // like regexp.MustCompile, since paths are fixed by the program.
 func NewQuery(paths ...string) *Query {
-	q := &Query{root: node{index: -1}}
+	q := &Query{root: node{index: -1}, paths: paths}
 	for i, p := range paths {
 		if err := q.add(i, p); err != nil {
 			panic(fmt.Sprintf("jsonscan: path %q: %v", p, err))
@@ -65,6 +67,10 @@ func NewQuery(paths ...string) *Query {
 	}
 	return q
 }
+
+// Paths returns the paths q was compiled from, in order: what a body's
+// reader reads, for tests that derive their cases from it.
+func (q *Query) Paths() []string { return slices.Clone(q.paths) }
 
 func (q *Query) add(index int, path string) error {
 	if path == "" {
