@@ -11,7 +11,8 @@
 // Validation is strict on purpose: the gateway and the vendor must read a body
 // the same way, so anything a strict parser would reject, or that two lenient
 // parsers might read differently (such as a repeated key on a path the
-// gateway reads), is rejected.
+// gateway reads, or a key that equals one of those only under case folding,
+// which encoding/json reads as the field), is rejected.
 package jsonscan
 
 import (
