@@ -96,16 +96,20 @@ var parts = map[string]int{
 	"response_format": partField,
 }
 
-// foldedPart returns the part name the gateway reads that name equals
-// under case folding, or "". Form parsers that fold names (as
-// encoding/json folds keys) would read that part as the field.
-func foldedPart(name string) string {
+// partKind returns the kind of the part called name. A name that is not
+// one the gateway reads but equals one under case folding is refused: form
+// parsers that fold names (as encoding/json folds keys) would read that
+// part as the field.
+func partKind(name string) (int, error) {
+	if kind, ok := parts[name]; ok {
+		return kind, nil
+	}
 	for p := range parts {
 		if strings.EqualFold(p, name) {
-			return p
+			return 0, format.FoldedKey(p, name)
 		}
 	}
-	return ""
+	return partOther, nil
 }
 
 // ParseRequest reads the multipart form: model (required), file
@@ -135,11 +139,9 @@ func (Format) ParseRequest(body []byte, contentType string) (format.Request, err
 			return format.Request{}, malformed(err)
 		}
 		name := p.FormName()
-		kind, read := parts[name]
-		if !read {
-			if field := foldedPart(name); field != "" {
-				return format.Request{}, format.FoldedKey(field, name)
-			}
+		kind, err := partKind(name)
+		if err != nil {
+			return format.Request{}, err
 		}
 		switch kind {
 		case partFile:
