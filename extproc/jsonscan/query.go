@@ -171,11 +171,25 @@ func (n *node) lookup(key []byte) int {
 // fields, or -1.
 func (n *node) lookupFold(key []byte) int {
 	for i, k := range n.keys {
-		if len(key) >= len(k) && len(key) <= maxFoldLen*len(k) && equalFold(key, k) {
+		if len(key) < len(k) || len(key) > maxFoldLen*len(k) {
+			continue
+		}
+		// Most keys differ from k in their first byte, both ASCII.
+		if c := key[0]; c < utf8.RuneSelf && lowerASCII(c) != lowerASCII(k[0]) {
+			continue
+		}
+		if equalFold(key, k) {
 			return i
 		}
 	}
 	return -1
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // equalFold is strings.EqualFold(string(b), s) without the conversion,
