@@ -146,7 +146,27 @@ func TestFoldedKeysRefused(t *testing.T) {
 	if n, marked := vendorsHeard(s); n != socketHeard || marked {
 		t.Errorf("the vendor heard %d of %d refused socket messages (a message with the marker recorded: %v)", n-socketHeard, len(msgs), marked)
 	}
-	// The same socket still serves a response spelled exactly.
+	// A folded "type" (which the socket reads to tell a response.create):
+	// refused, with an error event or by closing the socket, on a socket of
+	// its own; the vendor hears nothing of it.
+	typed := mustDialSocket(t, s, acct.Key, nil)
+	typeHeard, _ := vendorsHeard(s)
+	if err := typed.c.Write(ctx, websocket.MessageText, []byte(`{"TYPE":"response.create","type":"response.create","model":"gpt-4o-mini","input":"`+foldMarker+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, data, err := typed.c.Read(ctx); err == nil {
+		var e wsEvent
+		if json.Unmarshal(data, &e) != nil || e.Type != "error" || e.Status != 400 {
+			t.Errorf("a folded type: %s", data)
+		}
+	} else if websocket.CloseStatus(err) == -1 {
+		t.Errorf("a folded type: %v", err)
+	}
+	if n, marked := vendorsHeard(s); n != typeHeard || marked {
+		t.Errorf("the vendor heard a message with a folded type")
+	}
+
+	// The first socket still serves a response spelled exactly.
 	if _, id := socketBilled(t, w.create(`{"model":"gpt-4o-mini","input":"hello"}`)); id == "" {
 		t.Fatal("no response id")
 	}
