@@ -30,6 +30,7 @@ type Metrics struct {
 	socketRefusals prometheus.Counter
 	leaseCuts      prometheus.Counter
 	capped         *prometheus.CounterVec
+	dearerModel    *prometheus.CounterVec
 
 	concurrencyWaits       *prometheus.CounterVec
 	concurrencyWaitSeconds prometheus.Histogram
@@ -86,6 +87,9 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		capped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_usage_capped_total", Help: "Replies whose reported usage exceeded what the request allowed (max_tokens × n for output, the model's context window for input) and was capped, by upstream.",
 		}, []string{"upstream"}),
+		dearerModel: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_model_mismatches_total", Help: "Replies naming a catalogue model that prices above the one requested, settled at the dearer price, by upstream.",
+		}, []string{"upstream"}),
 		concurrencyWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_concurrency_waits_total", Help: "Requests over a concurrency limit whose key lets them wait for a slot, by how the wait ended: admitted, timeout (429), cancelled (the client left), refused (by another limit or the store), full (too many waiters on this sidecar: 429 at once).",
 		}, []string{"outcome"}),
@@ -110,7 +114,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 	m.zero(upstreams)
 	if reg != nil {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
-			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.socketRefusals, m.leaseCuts, m.capped,
+			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.socketRefusals, m.leaseCuts, m.capped, m.dearerModel,
 			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters,
 			m.vendorKeyRequests, m.vendorKeyLimited, m.vendorKeyCooldowns, m.vendorKeyState)
 	}
@@ -148,6 +152,7 @@ func (m *Metrics) zero(upstreams []string) {
 		}
 		m.estimated.WithLabelValues(u)
 		m.capped.WithLabelValues(u)
+		m.dearerModel.WithLabelValues(u)
 	}
 	for _, level := range []account.Level{account.AccountLevel, account.KeyLevel} {
 		for _, o := range []account.Outcome{account.RateLimited, account.TokenLimited, account.ConcurrencyLimited,

@@ -166,7 +166,8 @@ func (s *Server) settleParked(p store.Parked, r usage.Report) {
 	}
 	if price != nil {
 		// The endpoint that ran the create processed the response.
-		priceInto(&st, price, &r, up.regional[st.Endpoint])
+		priceInto(&st, price, up.Prices, &r, up.regional[st.Endpoint])
+		s.noteDearer(p.Upstream, price.Name, st)
 	} else {
 		st.Usage, st.Reported, st.Estimated = r.Usage, r.Model, r.Estimated
 		st.Cost = pricing.CostUplifted(st.Usage, pricing.Rates(st.Rates), st.Uplift)

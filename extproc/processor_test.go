@@ -160,7 +160,11 @@ var (
 
 // request runs one streaming request through the exchange, phase by phase,
 // as Envoy would send it, and fails on any immediate response.
-func (r *rig) request(tb testing.TB) {
+func (r *rig) request(tb testing.TB) { r.requestWith(tb, reqBody, events) }
+
+// requestWith runs a streaming request of body answered with evs, as
+// request does.
+func (r *rig) requestWith(tb testing.TB, reqBody []byte, events [][]byte) {
 	ctx := context.WithValue(context.Background(), criticalKey{}, true)
 	x := &exchange{s: r.srv}
 	check := func(resp *extprocv3.ProcessingResponse) {

@@ -29,6 +29,7 @@ import (
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // An Admitter admits a metered request: one atomic store step, on the
@@ -69,6 +70,10 @@ type Options struct {
 	// OnVendorKeyRefused, when set, hears of each pooled vendor key the
 	// vendor refused (401, 402, 403) when it is taken out.
 	OnVendorKeyRefused func(upstream, key string, status int)
+	// OnModelMismatch, when set, hears of each reply settled at the price
+	// of the dearer model it names (priced) instead of the one requested;
+	// it must not block.
+	OnModelMismatch func(upstream, accountID, keyID string, requested, priced usage.PricedModel)
 	// Owners records who created each stored response; nil refuses every
 	// request naming one.
 	Owners Owners
@@ -109,11 +114,13 @@ type Server struct {
 	onRefusal func(accountID, keyID string, level account.Level, outcome account.Outcome)
 	// onKeyRefused: Options.OnVendorKeyRefused.
 	onKeyRefused func(upstream, key string, status int)
-	owners       Owners
-	parking      Parking
-	bgPoll       time.Duration
-	tracer       trace.Tracer // nil: no tracing
-	waiter       *slotWaiter
+	// onDearer: Options.OnModelMismatch.
+	onDearer func(upstream, accountID, keyID string, requested, priced usage.PricedModel)
+	owners   Owners
+	parking  Parking
+	bgPoll   time.Duration
+	tracer   trace.Tracer // nil: no tracing
+	waiter   *slotWaiter
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -149,7 +156,7 @@ func NewServer(o Options) *Server {
 	s := &Server{
 		upstreams: o.Upstreams, keys: o.Keys, admitter: o.Admitter, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
-		onRefusal: o.OnRefusal, onKeyRefused: o.OnVendorKeyRefused,
+		onRefusal: o.OnRefusal, onKeyRefused: o.OnVendorKeyRefused, onDearer: o.OnModelMismatch,
 		owners: o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
 		tracer: o.Tracer,
 	}

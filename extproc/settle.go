@@ -81,6 +81,7 @@ func (x *exchange) settle(complete bool) {
 	var st account.Settlement
 	x.outcome(&st, complete)
 	x.s.noteCapped(x.upstream.Name, st)
+	x.s.noteDearer(x.upstream.Name, x.price.Name, st)
 	// Renewed until the hold is gone: if the settlement waits in the queue
 	// or the spool, a sweep in the meantime charges the same.
 	x.s.holds.Finish(x.open, st.Checkpoint())
@@ -111,6 +112,21 @@ func (s *Server) noteCapped(upstream string, st account.Settlement) {
 	if st.Capped {
 		s.metrics.capped.WithLabelValues(upstream).Inc()
 		s.log.Warn("usage beyond what the request allowed was capped", "request_id", st.RequestID, "account", st.AccountID, "model", st.Priced)
+	}
+}
+
+// noteDearer counts, logs and alerts a settlement priced at the dearer
+// model its reply named (priceInto) rather than at requested, the model
+// priced at admission.
+func (s *Server) noteDearer(upstream string, requested usage.PricedModel, st account.Settlement) {
+	if st.Priced == requested {
+		return
+	}
+	s.metrics.dearerModel.WithLabelValues(upstream).Inc()
+	s.log.Warn("the reply names a dearer model than the one requested: settled at its price", "request_id", st.RequestID,
+		"account", st.AccountID, "upstream", upstream, "requested", requested, "priced", st.Priced, "reported", st.Reported)
+	if s.onDearer != nil {
+		s.onDearer(upstream, st.AccountID, st.KeyID, requested, st.Priced)
 	}
 }
 
@@ -166,16 +182,28 @@ func (x *exchange) outcome(st *account.Settlement, complete bool) {
 		if u, ok := capUsage(r.Usage, usageBounds(x.price, x.bounds)); !ok {
 			r.Usage, st.Capped = u, true
 		}
-		priceInto(st, x.price, &r, x.upstream.regional[x.endpoint])
+		priceInto(st, x.price, x.upstream.Prices, &r, x.upstream.regional[x.endpoint])
 	}
 }
 
 // priceInto records on st the reply's usage r and its cost at the tier the
-// reply reports and the serving endpoint's region.
-func priceInto(st *account.Settlement, price *pricing.Model, r *usage.Report, region string) {
+// reply reports and the serving endpoint's region, at price, the requested
+// model's; or at the model the reply names, if that is a catalogue model
+// (prices has it by name, not the fallback) whose price for this usage is
+// higher: whatever made the vendor serve a dearer model than the one
+// priced at admission, the account pays what was served. st.Priced then
+// names that model, so the ledger entry is priced from the catalogue as
+// recorded.
+func priceInto(st *account.Settlement, price *pricing.Model, prices *pricing.Table, r *usage.Report, region string) {
 	// The reply's own strings are the vendor's, not checked at the door.
 	st.Usage, st.Reported, st.Estimated = r.Usage, usage.ReportedModel(usage.Clean(string(r.Model))), r.Estimated
 	c := price.Price(r.Usage, r.ServiceTier, region)
+	st.Priced = price.Name
+	if m, ok := prices.Lookup(string(st.Reported)); ok && st.Reported != "" && !m.Fallback() && m.Name != price.Name {
+		if d := m.Price(r.Usage, r.ServiceTier, region); d.Cost > c.Cost {
+			c, st.Priced = d, m.Name
+		}
+	}
 	st.Cost, st.Rates, st.ServiceTier, st.LongContext = c.Cost, usage.Usage(c.Rates), usage.Clean(c.Tier), c.Above
 	st.TierUnknown, st.Uplift, st.Region = c.UnknownTier, c.Uplift, ""
 	if c.Uplift > 0 {

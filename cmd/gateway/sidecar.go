@@ -43,6 +43,7 @@ import (
 	"github.com/modelgateway/gateway/internal/spool"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/tracing"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // sidecar is the running set of servers of `gateway serve`.
@@ -245,6 +246,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 				probe = u.Pool.ProbeInterval.D()
 			}
 			go watcher.VendorKeyRefused(context.Background(), upstream, key, status, probe)
+		},
+		OnModelMismatch: func(upstream, accountID, keyID string, requested, priced usage.PricedModel) {
+			go watcher.ModelMismatch(context.Background(), upstream, accountID, keyID, requested, priced)
 		},
 
 		ConcurrencyWaitBound:    c.ConcurrencyWaitBound(),

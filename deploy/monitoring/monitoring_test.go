@@ -109,6 +109,7 @@ func TestAlertRules(t *testing.T) {
 	for _, want := range []string{
 		"GatewayStoreDown", "GatewayUpstreamNoEndpoint", "GatewayUpstreamOnReserve",
 		"GatewaySpoolGrowing", "GatewayErrorRatio", "GatewaySettlementLag", "GatewaySettlementsLost", "GatewayUsageCapped",
+		"GatewayModelMismatch",
 		"GatewayLedgerSinkRejects",
 	} {
 		if !alerts[want] {

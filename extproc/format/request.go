@@ -3,6 +3,7 @@ package format
 import (
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/modelgateway/gateway/extproc/jsonscan"
 )
@@ -81,7 +82,21 @@ func scanError(err error) error {
 	if errors.As(err, &dup) {
 		return Invalid(dup.Path, dup.Path+": key appears more than once in the request body")
 	}
+	var folded *jsonscan.FoldedKeyError
+	if errors.As(err, &folded) {
+		return FoldedKey(folded.Path, folded.Key)
+	}
 	return Invalid("", "request body is not valid JSON: "+err.Error())
+}
+
+// FoldedKey is the refusal of a key (or a form's part name) that is not
+// the field at path but equals its last step under case folding: parsers that match keys
+// case-insensitively (Go's encoding/json among them) would read it as the
+// field, and serve what the gateway did not price.
+func FoldedKey(path, key string) *Error {
+	last := path[strings.LastIndexByte(path, '.')+1:]
+	return Invalid(path, path+": the field name "+strconv.QuoteToASCII(key)+" differs from "+strconv.Quote(last)+
+		" only in case; field names are case-sensitive: send "+strconv.Quote(last)+" as spelled")
 }
 
 // Missing is the error for a required field the request lacks.

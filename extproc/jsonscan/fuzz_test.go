@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/big"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 	"unicode/utf8"
@@ -83,6 +84,8 @@ func FuzzScan(f *testing.F) {
 		"{\"a\":\"\xff\"}",
 		`{"a":"\ud800"}`,
 		`{"a" : [[[[]]]] , "b" : { "c" : null } }`,
+		`{"A":1,"c":[{"D":2}]}`,
+		`{"a":{"\u0042":1},"\u212a":2,"c":[{"\u017f":3}]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -99,7 +102,8 @@ func FuzzScan(f *testing.F) {
 		})
 		var syntax *SyntaxError
 		var dup *DuplicateKeyError
-		if err != nil && !errors.As(err, &syntax) && !errors.As(err, &dup) {
+		var folded *FoldedKeyError
+		if err != nil && !errors.As(err, &syntax) && !errors.As(err, &dup) && !errors.As(err, &folded) {
 			t.Fatalf("unexpected error type %T: %v", err, err)
 		}
 		goValid := json.Valid(data)
@@ -154,6 +158,42 @@ func FuzzScan(f *testing.F) {
 			if !reflect.DeepEqual(got, doc["a"]) {
 				t.Fatalf("path a: got %v, want %v", got, doc["a"])
 			}
+		}
+		// A decoder into structs, which matches keys to fields by case
+		// folding, reads the same values at every path.
+		var folding struct {
+			A any `json:"a"`
+			C []struct {
+				D any `json:"d"`
+			} `json:"c"`
+		}
+		if decode(data, &folding) != nil {
+			return // a type the struct cannot hold ("c" not an array of objects)
+		}
+		var a any
+		var ds []any
+		for _, h := range hits {
+			var got any
+			_ = decode(h.v.Raw, &got)
+			switch h.path {
+			case 0:
+				a = got
+			case 3:
+				ds = append(ds, got)
+			}
+		}
+		if !reflect.DeepEqual(a, folding.A) {
+			t.Fatalf("path a: got %v, a folding decoder reads %v", a, folding.A)
+		}
+		var want []any
+		for _, c := range folding.C {
+			if c.D != nil {
+				want = append(want, c.D)
+			}
+		}
+		ds = slices.DeleteFunc(ds, func(d any) bool { return d == nil })
+		if !slices.EqualFunc(ds, want, func(a, b any) bool { return reflect.DeepEqual(a, b) }) {
+			t.Fatalf("path c[].d: got %v, a folding decoder reads %v", ds, want)
 		}
 	})
 }

@@ -11,12 +11,16 @@
 // Validation is strict on purpose: the gateway and the vendor must read a body
 // the same way, so anything a strict parser would reject, or that two lenient
 // parsers might read differently (such as a repeated key on a path the
-// gateway reads), is rejected.
+// gateway reads, or a key that equals one of those only under case folding,
+// which encoding/json reads as the field), is rejected.
 package jsonscan
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // MaxDepth is the deepest nesting of objects and arrays Scan accepts. A
@@ -32,6 +36,7 @@ const maxChildren = 64
 type Query struct {
 	root   node
 	maxKey int // longest key in any path, in bytes
+	paths  []string
 }
 
 // node is one step of a path. A node may be both the end of a path and a
@@ -55,7 +60,7 @@ type node struct {
 // Keys cannot contain '.', '[' or ']'. NewQuery panics on a malformed path,
 // like regexp.MustCompile, since paths are fixed by the program.
 func NewQuery(paths ...string) *Query {
-	q := &Query{root: node{index: -1}}
+	q := &Query{root: node{index: -1}, paths: paths}
 	for i, p := range paths {
 		if err := q.add(i, p); err != nil {
 			panic(fmt.Sprintf("jsonscan: path %q: %v", p, err))
@@ -63,6 +68,10 @@ func NewQuery(paths ...string) *Query {
 	}
 	return q
 }
+
+// Paths returns the paths q was compiled from, in order: what a body's
+// reader reads, for tests that derive their cases from it.
+func (q *Query) Paths() []string { return slices.Clone(q.paths) }
 
 func (q *Query) add(index int, path string) error {
 	if path == "" {
@@ -98,6 +107,9 @@ func (q *Query) add(index int, path string) error {
 		if strings.ContainsRune(key, ']') {
 			return fmt.Errorf("stray ]")
 		}
+		if !isASCII(key) {
+			return fmt.Errorf("key not ASCII") // the scanner's bound on folded keys assumes it
+		}
 		if len(key) > maxKeyLen {
 			return fmt.Errorf("key longer than %d bytes", maxKeyLen)
 		}
@@ -110,7 +122,7 @@ func (q *Query) add(index int, path string) error {
 		}
 		n = n.child(key)
 		if n == nil {
-			return fmt.Errorf("more than %d keys below one step", maxChildren)
+			return fmt.Errorf("more than %d keys below one step, or two that differ only in case", maxChildren)
 		}
 		q.maxKey = max(q.maxKey, len(key))
 	}
@@ -126,6 +138,9 @@ func (n *node) child(key string) *node {
 	for i, k := range n.keys {
 		if k == key {
 			return n.children[i]
+		}
+		if strings.EqualFold(k, key) {
+			return nil // a key folding to another could not be refused
 		}
 	}
 	if len(n.keys) == maxChildren {
@@ -149,4 +164,71 @@ func (n *node) lookup(key []byte) int {
 		}
 	}
 	return -1
+}
+
+// lookupFold returns the position among n's keys of one that key equals
+// under Unicode simple case folding, as encoding/json matches keys to
+// fields, or -1.
+func (n *node) lookupFold(key []byte) int {
+	for i, k := range n.keys {
+		if len(key) < len(k) || len(key) > maxFoldLen*len(k) {
+			continue
+		}
+		// Most keys differ from k in their first byte, both ASCII.
+		if c := key[0]; c < utf8.RuneSelf && lowerASCII(c) != lowerASCII(k[0]) {
+			continue
+		}
+		if equalFold(key, k) {
+			return i
+		}
+	}
+	return -1
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// equalFold is strings.EqualFold(string(b), s) without the conversion,
+// which would allocate for a long key.
+func equalFold(b []byte, s string) bool {
+	for len(b) > 0 && len(s) > 0 {
+		r, n := utf8.DecodeRune(b)
+		t, m := utf8.DecodeRuneInString(s)
+		b, s = b[n:], s[m:]
+		if r == t {
+			continue
+		}
+		if t < r {
+			r, t = t, r
+		}
+		if t < utf8.RuneSelf { // ASCII: only letters fold, to each other
+			if 'A' <= r && r <= 'Z' && t == r+'a'-'A' {
+				continue
+			}
+			return false
+		}
+		// r and t fold together if t is in r's orbit, which SimpleFold
+		// walks upwards from r and wraps around to the smallest.
+		f := unicode.SimpleFold(r)
+		for f != r && f < t {
+			f = unicode.SimpleFold(f)
+		}
+		if f != t {
+			return false
+		}
+	}
+	return len(b) == len(s)
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package jsonscan
 
 import (
 	"fmt"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -27,10 +28,31 @@ func (e *DuplicateKeyError) Error() string {
 	return fmt.Sprintf("duplicate key %q at offset %d", e.Path, e.Offset)
 }
 
-// maxKeyLen bounds the length of a key in a path. An escaped key in the input
-// takes at most six bytes per byte of its decoded form, so keys of candidate
-// length always decode into scanner.key.
+// A FoldedKeyError reports a key that is not one the query reads but equals
+// one under Unicode simple case folding ("MODEL", "Max_Tokens", "max_to\u212aens"
+// with the Kelvin sign). encoding/json, and parsers like it, read such a key
+// as the field; the gateway would not, so the two would read different
+// values.
+type FoldedKeyError struct {
+	Path   string // the dotted path the key folds to
+	Key    string // the key as sent, unescaped
+	Offset int
+}
+
+func (e *FoldedKeyError) Error() string {
+	return fmt.Sprintf("key %s at offset %d differs from %q only in case", strconv.QuoteToASCII(e.Key), e.Offset, e.Path)
+}
+
+// maxKeyLen bounds the length of a key in a path. Keys in paths are ASCII, so
+// a key that folds to one has as many runes, each written in at most six
+// bytes (a \u escape): keys of candidate length always decode into
+// scanner.key.
 const maxKeyLen = 80
+
+// maxFoldLen is the most UTF-8 bytes a rune folding to an ASCII letter
+// takes: the Kelvin sign (U+212A, for k) takes three, the long s (U+017F)
+// two.
+const maxFoldLen = 3
 
 // Valid reports whether data is one strict JSON document, as Scan checks it.
 func Valid(data []byte) error {
@@ -45,12 +67,13 @@ var emptyQuery = NewQuery()
 // are visited before the container itself. The Value refers to data and is
 // valid only as long as data is.
 //
-// Scan stops at the first error: a *SyntaxError, a *DuplicateKeyError, or an
-// error returned by visit, which is returned unchanged. Values before the
+// Scan stops at the first error: a *SyntaxError, a *DuplicateKeyError, a
+// *FoldedKeyError (a key that folds to one on a path the query extracts
+// without being it), or an error returned by visit, which is returned unchanged. Values before the
 // point of failure have already been visited, which lets callers salvage what
 // a truncated document holds. visit may be nil to validate only.
 func (q *Query) Scan(data []byte, visit func(path int, v Value) error) error {
-	s := scanner{data: data, maxKey: q.maxKey}
+	s := scanner{data: data, maxKey: q.maxKey, maxFold: maxFoldLen * q.maxKey}
 	s.skipSpace()
 	if err := s.value(&q.root, visit); err != nil {
 		return err
@@ -90,11 +113,12 @@ func TopLevel(data []byte) Kind {
 }
 
 type scanner struct {
-	data   []byte
-	pos    int
-	depth  int
-	maxKey int
-	key    [6 * maxKeyLen]byte // scratch for decoding escaped keys
+	data    []byte
+	pos     int
+	depth   int
+	maxKey  int
+	maxFold int                 // longest folded form of a key, in bytes
+	key     [6 * maxKeyLen]byte // scratch for decoding escaped keys
 }
 
 func (s *scanner) syntax(msg string) error {
@@ -190,7 +214,11 @@ func (s *scanner) object(n *node, visit func(int, Value) error) error {
 		}
 		var child *node
 		if n != nil && len(n.keys) > 0 {
-			if i := s.match(n, s.data[keyStart+1:s.pos-1], escaped); i >= 0 {
+			i, err := s.match(n, keyStart, escaped)
+			if err != nil {
+				return err
+			}
+			if i >= 0 {
 				if seen&(1<<i) != 0 {
 					return &DuplicateKeyError{Path: n.children[i].path, Offset: keyStart}
 				}
@@ -228,19 +256,29 @@ func (s *scanner) object(n *node, visit func(int, Value) error) error {
 	}
 }
 
-// match returns the position of the raw (still quoted-content) key among n's
-// keys, or -1.
-func (s *scanner) match(n *node, raw []byte, escaped bool) int {
-	if !escaped {
-		if len(raw) > s.maxKey {
-			return -1
+// match returns the position among n's keys of the object key whose opening
+// quote is at keyStart (s.pos just past its closing quote), or -1. A key
+// that only folds to one of n's keys is a *FoldedKeyError.
+func (s *scanner) match(n *node, keyStart int, escaped bool) (int, error) {
+	key := s.data[keyStart+1 : s.pos-1]
+	if escaped {
+		if len(key) > len(s.key) {
+			return -1, nil // decodes to more bytes than any folded form of a key
 		}
-		return n.lookup(raw)
+		key = appendUnescaped(s.key[:0], key)
 	}
-	if len(raw) > len(s.key) {
-		return -1 // decodes to more than maxKeyLen bytes
+	if len(key) > s.maxFold {
+		return -1, nil
 	}
-	return n.lookup(appendUnescaped(s.key[:0], raw))
+	if len(key) <= s.maxKey {
+		if i := n.lookup(key); i >= 0 {
+			return i, nil
+		}
+	}
+	if i := n.lookupFold(key); i >= 0 {
+		return -1, &FoldedKeyError{Path: n.children[i].path, Key: string(key), Offset: keyStart}
+	}
+	return -1, nil
 }
 
 func (s *scanner) array(n *node, visit func(int, Value) error) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 func TestValid(t *testing.T) {
@@ -294,5 +295,100 @@ func BenchmarkScan(b *testing.B) {
 		if err := q.Scan(doc, func(int, Value) error { return nil }); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestFoldedKeys(t *testing.T) {
+	q := NewQuery("model", "max_tokens", "stream_options.include_usage", "tools[].type")
+	tests := []struct {
+		doc  string
+		path string // "" for no error
+		key  string
+	}{
+		{`{"MODEL":"a"}`, "model", "MODEL"},
+		{`{"model":"a","Model":"b"}`, "model", "Model"},
+		{`{"max_to\u212aens":1}`, "max_tokens", "max_to\u212aens"},
+		{"{\"max_to\u212aens\":1}", "max_tokens", "max_to\u212aens"}, // the Kelvin sign unescaped
+		{`{"Max_Tokens":1}`, "max_tokens", "Max_Tokens"},
+		{`{"\u017ftream_options":{}}`, "stream_options", "\u017ftream_options"}, // a long s
+		{`{"stream_options":{"INCLUDE_USAGE":true}}`, "stream_options.include_usage", "INCLUDE_USAGE"},
+		{`{"tools":[{"type":"a"},{"TYPE":"b"}]}`, "tools[].type", "TYPE"},
+		{`{"TOOLS":[]}`, "tools", "TOOLS"},
+		{`{"mod\u0045l":"a"}`, "model", "modEl"},
+		// Not a folding of a read key, or not where the query reads.
+		{`{"model":"a","models":"b","mode":"c","m\u00f6del":"d"}`, "", ""},
+		{`{"x":{"MODEL":1},"other":[{"Max_Tokens":2}]}`, "", ""},
+		{`[{"MODEL":1}]`, "", ""},
+		{`{"stream_options":{"Include_Usage_x":true}}`, "", ""},
+		{`{"max_tokens\u0000":1}`, "", ""},
+	}
+	for _, tt := range tests {
+		err := q.Scan([]byte(tt.doc), nil)
+		var folded *FoldedKeyError
+		switch {
+		case tt.path == "" && err != nil:
+			t.Errorf("%s: %v", tt.doc, err)
+		case tt.path != "" && (!errors.As(err, &folded) || folded.Path != tt.path || folded.Key != tt.key):
+			t.Errorf("%s: got %v, want %q folded to %s", tt.doc, err, tt.key, tt.path)
+		}
+	}
+}
+
+func TestEqualFoldIsStringsEqualFold(t *testing.T) {
+	keys := []string{"model", "max_tokens", "stream", "n", "k", "s", "include_usage"}
+	// Every rune whose fold orbit holds an ASCII letter, and its neighbours.
+	subs := []string{"K", "k", "\u212a", "S", "s", "\u017f", "\u212b", "\u00e5", "\u0130", "\u0131", "I", "i", "_", "\u00df"}
+	for _, k := range keys {
+		for i := range len(k) {
+			for _, sub := range subs {
+				b := k[:i] + sub + k[i+1:]
+				if got, want := equalFold([]byte(b), k), strings.EqualFold(b, k); got != want {
+					t.Errorf("equalFold(%q, %q) = %v, strings.EqualFold says %v", b, k, got, want)
+				}
+			}
+		}
+	}
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		b := string(r)
+		for _, k := range []string{"k", "s", "a"} {
+			if got, want := equalFold([]byte(b), k), strings.EqualFold(b, k); got != want {
+				t.Errorf("equalFold(%q, %q) = %v, strings.EqualFold says %v", b, k, got, want)
+			}
+		}
+	}
+}
+
+func TestFoldedKeyFormsFit(t *testing.T) {
+	// The longest key a query takes, each letter written as the Kelvin
+	// sign escaped: the longest escaped form of a key that folds to one.
+	long := strings.Repeat("k", maxKeyLen)
+	q := NewQuery(long)
+	for _, key := range []string{strings.Repeat(`\u212a`, maxKeyLen), strings.Repeat("\u212a", maxKeyLen)} {
+		err := q.Scan([]byte(`{"`+key+`":1}`), nil)
+		var folded *FoldedKeyError
+		if !errors.As(err, &folded) || folded.Path != long {
+			t.Errorf("got %v, want the key folded to the long one", err)
+		}
+	}
+}
+
+func TestNewQueryRefusesFoldingKeys(t *testing.T) {
+	for _, paths := range [][]string{{"model", "MODEL"}, {"a.k", "a.\u212a"}, {"caf\u00e9"}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("NewQuery(%q) did not panic", paths)
+				}
+			}()
+			NewQuery(paths...)
+		}()
+	}
+}
+
+func TestFoldCheckDoesNotAllocate(t *testing.T) {
+	q := NewQuery("model", "messages[].content")
+	data := []byte(`{"model":"m","messages":[{"role":"user","content":"hi","a_rather_long_key_name_beyond_thirty_two_bytes":1}],"temperature":1}`)
+	if allocs := testing.AllocsPerRun(100, func() { _ = q.Scan(data, nil) }); allocs != 0 {
+		t.Fatalf("%v allocations per scan", allocs)
 	}
 }

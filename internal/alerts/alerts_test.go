@@ -22,6 +22,7 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // verify checks a delivery's signature as a receiver would: HMAC-SHA256 of
@@ -436,5 +437,51 @@ func TestStoreUnreachableOncePerOutage(t *testing.T) {
 	w.StoreResult(false)
 	if n := len(pub.take()); n != 1 {
 		t.Fatalf("%d events for the second outage", n)
+	}
+}
+
+// model.mismatch fires once per account, upstream and pair of models per
+// ModelMismatchEvery across sidecars, and again after it.
+func TestModelMismatchRateLimited(t *testing.T) {
+	ctx := context.Background()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	st := store.New(rdb, store.Options{})
+	a, err := st.CreateAccount(ctx, "acme", 10_000, account.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pubs [2]*recorder
+	var ws [2]*Watcher
+	for i := range ws {
+		pubs[i] = &recorder{}
+		ws[i] = NewWatcher(st, pubs[i], WatcherOptions{Registerer: prometheus.NewRegistry()})
+	}
+	fire := func(requested, priced usage.PricedModel) []Event {
+		for range 3 {
+			for _, w := range ws {
+				w.ModelMismatch(ctx, "beta", a.ID, "k1", requested, priced)
+			}
+		}
+		return append(pubs[0].take(), pubs[1].take()...)
+	}
+	evs := fire("gpt-4o-mini", "o1-pro")
+	if len(evs) != 1 {
+		t.Fatalf("%d events, want one", len(evs))
+	}
+	e := evs[0]
+	if e.Type != ModelMismatch || e.AccountID != a.ID || e.KeyID != "k1" || e.Data["upstream"] != "beta" ||
+		e.Data["requested_model"] != "gpt-4o-mini" || e.Data["priced_model"] != "o1-pro" {
+		t.Fatalf("event %+v", e)
+	}
+	if evs := fire("gpt-4o-mini", "o1-pro"); len(evs) != 0 {
+		t.Fatalf("%d events within the window", len(evs))
+	}
+	if evs := fire("gpt-4o-mini", "gpt-4o"); len(evs) != 1 {
+		t.Fatalf("%d events for another model, want one", len(evs))
+	}
+	m.FastForward(ModelMismatchEvery)
+	if evs := fire("gpt-4o-mini", "o1-pro"); len(evs) != 1 {
+		t.Fatalf("%d events after the window, want one", len(evs))
 	}
 }

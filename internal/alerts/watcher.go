@@ -14,6 +14,7 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // Store is what the watcher reads and claims (store.Store).
@@ -344,6 +345,22 @@ func (w *Watcher) VendorKeyRefused(ctx context.Context, upstream, key string, st
 	w.fire(ctx, gatewayAlerts, "vendor_key:"+upstream+":"+key, max(probe, time.Second), Event{
 		Type: VendorKeyRefused,
 		Data: map[string]any{"upstream": upstream, "vendor_key": key, "status": status, "probe_in_seconds": int64(probe.Seconds())},
+	})
+}
+
+// ModelMismatchEvery is how often model.mismatch fires at most for one
+// account, upstream, requested and served model, across every sidecar: a
+// relay or vendor that serves another model does so on every request.
+const ModelMismatchEvery = 10 * time.Minute
+
+// ModelMismatch publishes model.mismatch for a reply settled at the price
+// of priced, the dearer catalogue model it names, instead of requested,
+// the model priced at admission; at most once per ModelMismatchEvery for
+// the account, upstream and pair of models, across every sidecar.
+func (w *Watcher) ModelMismatch(ctx context.Context, upstream, accountID, keyID string, requested, priced usage.PricedModel) {
+	w.fire(ctx, accountID, "model_mismatch:"+upstream+":"+string(requested)+":"+string(priced), ModelMismatchEvery, Event{
+		Type: ModelMismatch, AccountID: accountID, KeyID: keyID,
+		Data: map[string]any{"upstream": upstream, "requested_model": string(requested), "priced_model": string(priced)},
 	})
 }
 

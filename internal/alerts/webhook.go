@@ -41,12 +41,13 @@ const (
 	AccountResumed    = "account.resumed"
 	StoreUnreachable  = "store.unreachable"
 	VendorKeyRefused  = "vendor_key.refused"
+	ModelMismatch     = "model.mismatch"
 	signatureVersion  = "v1"
 	maxResponseToRead = 4 << 10
 )
 
 // Types are every event type, in the order the docs list them.
-var Types = []string{BalanceLow, BudgetThreshold, KeyExpiring, AccountSuspended, AccountResumed, StoreUnreachable, VendorKeyRefused}
+var Types = []string{BalanceLow, BudgetThreshold, KeyExpiring, AccountSuspended, AccountResumed, StoreUnreachable, VendorKeyRefused, ModelMismatch}
 
 // Event is one alert, as its webhook body: JSON with these fields.
 type Event struct {

@@ -222,3 +222,7 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestFoldedKeysRefused(t *testing.T) {
+	formattest.CheckFoldedKeys(t, Format{}.ParseRequest, "application/json", requestQuery.Paths())
+}

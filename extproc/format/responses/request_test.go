@@ -88,3 +88,7 @@ func FuzzParseRequest(f *testing.F) {
 		_ = json.Valid(body)
 	})
 }
+
+func TestFoldedKeysRefused(t *testing.T) {
+	formattest.CheckFoldedKeys(t, Format{}.ParseRequest, "application/json", requestQuery.Paths())
+}

@@ -15,6 +15,7 @@ import (
 	"mime/multipart"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/format/chatcompletions"
@@ -78,6 +79,39 @@ func readField(name, v string, req *format.Request, own *Fields) error {
 	return nil
 }
 
+// The kinds of form part the gateway reads.
+const (
+	partOther = iota // not read: passed on unread
+	partFile
+	partPrompt
+	partField // a text field readField reads
+)
+
+// parts are the names of the form parts the gateway reads, by kind.
+var parts = map[string]int{
+	"file":            partFile,
+	"prompt":          partPrompt,
+	"model":           partField,
+	"stream":          partField,
+	"response_format": partField,
+}
+
+// partKind returns the kind of the part called name. A name that is not
+// one the gateway reads but equals one under case folding is refused: form
+// parsers that fold names (as encoding/json folds keys) would read that
+// part as the field.
+func partKind(name string) (int, error) {
+	if kind, ok := parts[name]; ok {
+		return kind, nil
+	}
+	for p := range parts {
+		if strings.EqualFold(p, name) {
+			return 0, format.FoldedKey(p, name)
+		}
+	}
+	return partOther, nil
+}
+
 // ParseRequest reads the multipart form: model (required), file
 // (required, one; only its size is read), stream, response_format and the
 // size of prompt. A body that is not multipart/form-data with a boundary,
@@ -105,8 +139,12 @@ func (Format) ParseRequest(body []byte, contentType string) (format.Request, err
 			return format.Request{}, malformed(err)
 		}
 		name := p.FormName()
-		switch name {
-		case "file":
+		kind, err := partKind(name)
+		if err != nil {
+			return format.Request{}, err
+		}
+		switch kind {
+		case partFile:
 			if haveFile {
 				return format.Request{}, format.Invalid("file", "file: only one file may be sent")
 			}
@@ -116,14 +154,14 @@ func (Format) ParseRequest(body []byte, contentType string) (format.Request, err
 			}
 			own.FileBytes, haveFile = n, true
 			continue
-		case "prompt":
+		case partPrompt:
 			n, err := io.Copy(io.Discard, p)
 			if err != nil {
 				return format.Request{}, malformed(err)
 			}
 			own.PromptBytes += n
 			continue
-		case "model", "stream", "response_format":
+		case partField:
 		default:
 			if _, err := io.Copy(io.Discard, p); err != nil {
 				return format.Request{}, malformed(err)

@@ -269,3 +269,31 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestFoldedPartNamesRefused(t *testing.T) {
+	audio := []byte{0xff, 0xfb, 0x90, 0x00}
+	var n int
+	for name := range parts {
+		for _, folded := range formattest.FoldedKeys(name) {
+			if strings.Contains(folded, `\`) {
+				continue // a JSON escape: a part name is not JSON
+			}
+			n++
+			// The folded part is sent beside a valid form, after it.
+			body, ct := form(t, audio, "model", "gpt-4o-transcribe", folded, "x")
+			_, err := Format{}.ParseRequest(body, ct)
+			var re *format.Error
+			if !errors.As(err, &re) || re.Kind != format.InvalidRequest || re.Param != name || !strings.Contains(re.Message, "only in case") {
+				t.Errorf("part %q: got %v, want a 400 on %s", folded, err, name)
+			}
+		}
+	}
+	if n < 3*len(parts) {
+		t.Fatalf("only %d folded names tried", n)
+	}
+	// Names that are not a folding of one read pass through unread.
+	body, ct := form(t, audio, "model", "gpt-4o-transcribe", "language", "en", "models", "x", "temperature", "0")
+	if _, err := (Format{}).ParseRequest(body, ct); err != nil {
+		t.Fatal(err)
+	}
+}
