@@ -41,6 +41,12 @@ type Limits struct {
 	// memory until it closes, so one key must not take them all. Beyond it
 	// the upgrade is answered 429. Default 64.
 	SocketsPerKey int `yaml:"sockets_per_key"`
+	// SocketPingsPerSecond bounds the pings and refused messages (those
+	// answered with an error event, nothing admitted) of one Responses API
+	// WebSocket: that many at once and that many a second after; beyond
+	// it the socket is closed with 1008. Default
+	// DefaultSocketPingsPerSecond.
+	SocketPingsPerSecond int `yaml:"socket_pings_per_second"`
 	// Leases: "on" admits most requests from escrow leases in memory
 	// (docs/billing.md, Leases), "off" (the default) admits each request
 	// with the store's admission script.
