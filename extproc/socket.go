@@ -39,8 +39,8 @@ const SocketPrefix = "/socket/"
 // TransportWebSocket names the transport in the ledger; HTTP is "".
 const TransportWebSocket = "websocket"
 
-// DefaultSocketIdle closes a socket on which the client sent nothing and no
-// response ran for this long.
+// DefaultSocketIdle closes a socket on which no response was admitted for
+// this long.
 const DefaultSocketIdle = 5 * time.Minute
 
 // DefaultSocketsPerKey is SocketOptions.PerKey's default.
@@ -63,7 +63,8 @@ const SocketFallbackStatus = http.StatusUpgradeRequired
 type SocketOptions struct {
 	// Relay is Envoy's relay listener (host:port), the way to the vendor.
 	Relay string
-	// Idle closes a socket idle this long; default DefaultSocketIdle.
+	// Idle closes a socket on which no response was admitted this long;
+	// default DefaultSocketIdle.
 	Idle time.Duration
 	// PerKey bounds the sockets one key holds open here (each holds a
 	// vendor socket until it closes); beyond it the upgrade gets 429.

@@ -33,8 +33,9 @@ type Limits struct {
 	// cannot fill the room. Default a tenth of ConcurrencyWaiters, at
 	// least 1.
 	ConcurrencyWaitersShare int `yaml:"concurrency_waiters_share"`
-	// SocketIdle closes a Responses API WebSocket on which no response ran
-	// and the client sent nothing for this long. Default 5m.
+	// SocketIdle closes a Responses API WebSocket on which no response was
+	// admitted for this long (pings and refused messages do not count).
+	// Default 5m.
 	SocketIdle Duration `yaml:"socket_idle"`
 	// SocketsPerKey bounds the Responses API WebSockets one key may hold
 	// open on one sidecar: each holds a vendor socket and the sidecar's
