@@ -442,6 +442,7 @@ func (c *socketConn) run(ctx context.Context) {
 
 // cutOff closes a socket over its rate of pings and refused messages.
 func (c *socketConn) cutOff() {
+	c.h.s.metrics.socketCuts.Inc()
 	c.h.s.log.Warn("socket closed: over its rate of pings and refused messages",
 		"upstream", c.upstream.Name, "key", c.key.ID, "per_second", c.h.o.PingsPerSecond)
 	c.vendor.Close(websocket.StatusNormalClosure, "")

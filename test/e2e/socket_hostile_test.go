@@ -200,6 +200,9 @@ func TestSocketPingFloodCut(t *testing.T) {
 	if most := rate + int(float64(rate)*ran.Seconds()) + 1; pongs > most {
 		t.Errorf("%d pongs in %v; at %d a second at most %d", pongs, ran, rate, most)
 	}
+	if got := sidecarMetric(t, s, "gateway_socket_cuts_total"); got != 1 {
+		t.Errorf("gateway_socket_cuts_total = %v; want 1", got)
+	}
 	socketBilled(t, mustDialSocket(t, s, acct.Key, nil).create(`{"model":"gpt-6-sol","input":"hi"}`))
 }
 
