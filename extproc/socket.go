@@ -39,13 +39,6 @@ const SocketPrefix = "/socket/"
 // TransportWebSocket names the transport in the ledger; HTTP is "".
 const TransportWebSocket = "websocket"
 
-// DefaultSocketIdle closes a socket on which no response was admitted for
-// this long.
-const DefaultSocketIdle = 5 * time.Minute
-
-// DefaultSocketsPerKey is SocketOptions.PerKey's default.
-const DefaultSocketsPerKey = 64
-
 // maxSocketMessage bounds one client message (a response.create), as
 // limits.max_request_bytes bounds a body over HTTP.
 const defaultMaxSocketMessage = 32 << 20
@@ -64,11 +57,11 @@ type SocketOptions struct {
 	// Relay is Envoy's relay listener (host:port), the way to the vendor.
 	Relay string
 	// Idle closes a socket on which no response was admitted this long;
-	// default DefaultSocketIdle.
+	// default config.DefaultSocketIdle.
 	Idle time.Duration
 	// PerKey bounds the sockets one key holds open here (each holds a
 	// vendor socket until it closes); beyond it the upgrade gets 429.
-	// Default DefaultSocketsPerKey.
+	// Default config.DefaultSocketsPerKey.
 	PerKey int
 	// Disabled lists upstreams whose endpoints speak HTTP only: their
 	// upgrades are answered SocketFallbackStatus without asking the vendor.
@@ -83,10 +76,10 @@ type SocketOptions struct {
 // SocketHandler serves the WebSocket transport of the Responses API.
 func (s *Server) SocketHandler(o SocketOptions) http.Handler {
 	if o.Idle <= 0 {
-		o.Idle = DefaultSocketIdle
+		o.Idle = config.DefaultSocketIdle
 	}
 	if o.PerKey <= 0 {
-		o.PerKey = DefaultSocketsPerKey
+		o.PerKey = config.DefaultSocketsPerKey
 	}
 	if o.PingsPerSecond <= 0 {
 		o.PingsPerSecond = config.DefaultSocketPingsPerSecond
