@@ -28,6 +28,7 @@ type Metrics struct {
 	streams        prometheus.Gauge
 	sockets        prometheus.Gauge
 	socketRefusals prometheus.Counter
+	socketCuts     prometheus.Counter
 	leaseCuts      prometheus.Counter
 	capped         *prometheus.CounterVec
 	dearerModel    *prometheus.CounterVec
@@ -103,6 +104,9 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		socketRefusals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_socket_refusals_total", Help: "Responses API WebSocket upgrades refused because their key held limits.sockets_per_key open sockets on this sidecar.",
 		}),
+		socketCuts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_socket_cuts_total", Help: "Responses API WebSockets closed (1008) for more pings and refused messages than limits.socket_pings_per_second.",
+		}),
 		sockets: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gateway_open_sockets", Help: "Responses API WebSocket connections open now (their responses count in gateway_inflight_streams).",
 		}),
@@ -117,6 +121,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.socketRefusals, m.leaseCuts, m.capped, m.dearerModel,
 			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters,
 			m.vendorKeyRequests, m.vendorKeyLimited, m.vendorKeyCooldowns, m.vendorKeyState)
+		reg.MustRegister(m.socketCuts)
 	}
 	return m
 }

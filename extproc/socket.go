@@ -28,6 +28,7 @@ import (
 	"github.com/modelgateway/gateway/extproc/operation"
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/config"
 )
 
 // SocketPrefix is where the sidecar's control listener serves the
@@ -37,13 +38,6 @@ const SocketPrefix = "/socket/"
 
 // TransportWebSocket names the transport in the ledger; HTTP is "".
 const TransportWebSocket = "websocket"
-
-// DefaultSocketIdle closes a socket on which the client sent nothing and no
-// response ran for this long.
-const DefaultSocketIdle = 5 * time.Minute
-
-// DefaultSocketsPerKey is SocketOptions.PerKey's default.
-const DefaultSocketsPerKey = 64
 
 // maxSocketMessage bounds one client message (a response.create), as
 // limits.max_request_bytes bounds a body over HTTP.
@@ -62,24 +56,33 @@ const SocketFallbackStatus = http.StatusUpgradeRequired
 type SocketOptions struct {
 	// Relay is Envoy's relay listener (host:port), the way to the vendor.
 	Relay string
-	// Idle closes a socket idle this long; default DefaultSocketIdle.
+	// Idle closes a socket on which no response was admitted this long;
+	// default config.DefaultSocketIdle.
 	Idle time.Duration
 	// PerKey bounds the sockets one key holds open here (each holds a
 	// vendor socket until it closes); beyond it the upgrade gets 429.
-	// Default DefaultSocketsPerKey.
+	// Default config.DefaultSocketsPerKey.
 	PerKey int
 	// Disabled lists upstreams whose endpoints speak HTTP only: their
 	// upgrades are answered SocketFallbackStatus without asking the vendor.
 	Disabled map[string]bool
+	// PingsPerSecond bounds the pings and refused messages of one socket
+	// (as many at once, and that many a second after); beyond it the
+	// socket is closed with 1008. Default
+	// config.DefaultSocketPingsPerSecond.
+	PingsPerSecond int
 }
 
 // SocketHandler serves the WebSocket transport of the Responses API.
 func (s *Server) SocketHandler(o SocketOptions) http.Handler {
 	if o.Idle <= 0 {
-		o.Idle = DefaultSocketIdle
+		o.Idle = config.DefaultSocketIdle
 	}
 	if o.PerKey <= 0 {
-		o.PerKey = DefaultSocketsPerKey
+		o.PerKey = config.DefaultSocketsPerKey
+	}
+	if o.PingsPerSecond <= 0 {
+		o.PingsPerSecond = config.DefaultSocketPingsPerSecond
 	}
 	return &socketHandler{s: s, o: o, open: map[string]int{}}
 }
@@ -191,13 +194,15 @@ func (h *socketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	client, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	chat := newChatter(h.o.PingsPerSecond, s.now())
+	client, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true,
+		OnPingReceived: func(context.Context, []byte) bool { return chat.spend(s.now()) }})
 	if err != nil {
 		vendor.CloseNow()
 		return
 	}
 	sc := &socketConn{h: h, creds: creds, key: key, upstream: x.upstream, op: op, path: vp,
-		client: client, vendor: vendor, endpoint: endpoint, local: map[string]bool{}}
+		client: client, vendor: vendor, endpoint: endpoint, local: map[string]bool{}, chat: chat}
 	sc.run(context.WithoutCancel(r.Context()))
 }
 
@@ -257,9 +262,48 @@ type socketConn struct {
 	vendor   *websocket.Conn
 	endpoint string
 
-	mu      sync.Mutex
-	local   map[string]bool // responses created on this socket
-	pending []socketMsg     // client messages that came while a response ran
+	mu    sync.Mutex
+	local map[string]bool // responses created on this socket
+
+	// waiting is the one client message read while a response ran; no
+	// other is read until that response ends (back-pressure).
+	waiting *socketMsg
+	chat    *chatter
+	idle    *time.Timer // reset only by admitted responses
+}
+
+// chatter is a socket's token bucket for what costs the sidecar without
+// being admitted: pings and refused messages. It holds rate tokens at most
+// and gains rate a second; once it is empty the socket is cut.
+type chatter struct {
+	mu     sync.Mutex
+	rate   float64
+	tokens float64
+	last   time.Time
+	cut    chan struct{} // closed when the socket is over its rate
+	once   sync.Once
+}
+
+func newChatter(perSecond int, now time.Time) *chatter {
+	r := float64(perSecond)
+	return &chatter{rate: r, tokens: r, last: now, cut: make(chan struct{})}
+}
+
+// spend takes one token; without one it marks the socket cut and reports
+// false. Pings call it from the client socket's reader.
+func (b *chatter) spend(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if d := now.Sub(b.last); d > 0 {
+		b.tokens = min(b.rate, b.tokens+d.Seconds()*b.rate)
+		b.last = now
+	}
+	if b.tokens < 1 {
+		b.once.Do(func() { close(b.cut) })
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 type socketMsg struct {
@@ -344,21 +388,25 @@ func (c *socketConn) run(ctx context.Context) {
 		limit = defaultMaxSocketMessage
 	}
 	c.client.SetReadLimit(limit)
-	fromClient := make(chan socketMsg, 16)
+	// Unbuffered: the reader holds at most the one message it read.
+	fromClient := make(chan socketMsg)
 	fromVendor := make(chan socketMsg, 64)
 	go reader(ctx, c.client, fromClient)
 	go reader(ctx, c.vendor, fromVendor)
 	s.metrics.sockets.Inc()
 	defer s.metrics.sockets.Dec()
-	idle := time.NewTimer(c.h.o.Idle)
-	defer idle.Stop()
+	c.idle = time.NewTimer(c.h.o.Idle)
+	defer c.idle.Stop()
 	for {
 		var m socketMsg
-		if len(c.pending) > 0 {
-			m, c.pending = c.pending[0], c.pending[1:]
+		if c.waiting != nil {
+			m, c.waiting = *c.waiting, nil
 		} else {
 			select {
 			case m = <-fromClient:
+			case <-c.chat.cut:
+				c.cutOff()
+				return
 			case v := <-fromVendor:
 				if v.err != nil {
 					c.client.Close(websocket.StatusInternalError, "the vendor closed the connection")
@@ -368,7 +416,7 @@ func (c *socketConn) run(ctx context.Context) {
 				// passed on as it is.
 				c.client.Write(ctx, websocket.MessageText, v.data)
 				continue
-			case <-idle.C:
+			case <-c.idle.C:
 				c.vendor.Close(websocket.StatusNormalClosure, "")
 				c.client.Close(websocket.StatusNormalClosure, "idle for "+c.h.o.Idle.String())
 				return
@@ -382,14 +430,16 @@ func (c *socketConn) run(ctx context.Context) {
 		if !c.message(ctx, m, fromClient, fromVendor) {
 			return
 		}
-		if !idle.Stop() {
-			select {
-			case <-idle.C:
-			default:
-			}
-		}
-		idle.Reset(c.h.o.Idle)
 	}
+}
+
+// cutOff closes a socket over its rate of pings and refused messages.
+func (c *socketConn) cutOff() {
+	c.h.s.metrics.socketCuts.Inc()
+	c.h.s.log.Warn("socket closed: over its rate of pings and refused messages",
+		"upstream", c.upstream.Name, "key", c.key.ID, "per_second", c.h.o.PingsPerSecond)
+	c.vendor.Close(websocket.StatusNormalClosure, "")
+	c.client.Close(websocket.StatusPolicyViolation, "more than "+strconv.Itoa(c.h.o.PingsPerSecond)+" pings and refused messages a second")
 }
 
 // message handles one client message; false ends the socket.
@@ -405,8 +455,7 @@ func (c *socketConn) message(ctx context.Context, m socketMsg, fromClient, fromV
 	}
 	if typ != "response.create" {
 		x := c.exchange()
-		c.refuse(ctx, x.reject(format.InvalidRequest, "unsupported event type "+strconv.Quote(typ)+"; the client sends response.create", 0))
-		return true
+		return c.refused(ctx, x.reject(format.InvalidRequest, "unsupported event type "+strconv.Quote(typ)+"; the client sends response.create", 0))
 	}
 	return c.create(ctx, m.data, fromClient, fromVendor)
 }
@@ -415,6 +464,17 @@ func (c *socketConn) exchange() *exchange {
 	s := c.h.s
 	return &exchange{s: s, upstream: c.upstream, op: c.op, path: c.path, key: c.key, started: s.now(),
 		contentType: "application/json", transport: TransportWebSocket, localRef: c.isLocal}
+}
+
+// refused answers a client message with a refusal and counts it against
+// the socket's rate; false ends the socket (cut).
+func (c *socketConn) refused(ctx context.Context, resp *extprocv3.ProcessingResponse) bool {
+	c.refuse(ctx, resp)
+	if c.chat.spend(c.h.s.now()) {
+		return true
+	}
+	c.cutOff()
+	return false
 }
 
 // refuse sends a refusal as the vendor's error event; the socket stays open.
@@ -434,11 +494,11 @@ func (c *socketConn) create(ctx context.Context, data []byte, fromClient, fromVe
 	x := c.exchange()
 	key, err := s.keys.Authenticate(ctx, c.creds, x.started, modelPolicy)
 	if err != nil {
-		c.refuse(ctx, x.refuseAuth(err))
 		var ae *auth.Error
 		if errors.As(err, &ae) && ae.Reason == auth.Unavailable {
-			return true
+			return c.refused(ctx, x.refuseAuth(err))
 		}
+		c.refuse(ctx, x.refuseAuth(err))
 		// The key is gone for good: so is the socket.
 		c.client.Close(websocket.StatusPolicyViolation, "the key was refused")
 		return false
@@ -446,20 +506,20 @@ func (c *socketConn) create(ctx context.Context, data []byte, fromClient, fromVe
 	x.key, c.key = key, key
 	req, price, resp := x.checkRequest(ctx, data)
 	if resp != nil {
-		c.refuse(ctx, resp)
-		return true
+		return c.refused(ctx, resp)
 	}
 	if req.Background {
-		c.refuse(ctx, x.reject(format.InvalidRequest, "background: background responses are not supported over WebSocket; use POST /v1/responses", 0))
-		return true
+		return c.refused(ctx, x.reject(format.InvalidRequest, "background: background responses are not supported over WebSocket; use POST /v1/responses", 0))
 	}
 	req.Stream = true // the socket always streams
 	resp = x.admit(ctx, data, req, price)
 	if resp.GetImmediateResponse() != nil {
-		c.refuse(ctx, resp)
-		return true
+		return c.refused(ctx, resp)
 	}
 	defer x.finish()
+	// Only admitted work keeps a socket open: the idle time counts from
+	// the end of its last response.
+	defer c.idle.Reset(c.h.o.Idle)
 	out := data
 	if b := resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody(); b != nil {
 		out = b
@@ -480,17 +540,27 @@ func (c *socketConn) relay(ctx context.Context, x *exchange, fromClient, fromVen
 	started := false
 	frame := make([]byte, 0, 4096)
 	for {
+		// One message may wait for this response's end; until it is
+		// served no other is read, so Envoy and the client hold the rest.
+		in := fromClient
+		if c.waiting != nil {
+			in = nil
+		}
 		var v socketMsg
 		select {
 		case v = <-fromVendor:
-		case m := <-fromClient:
+		case <-c.chat.cut:
+			// Settled by finish with what was seen, as a client gone.
+			c.cutOff()
+			return false
+		case m := <-in:
 			if m.err != nil {
 				// The client left mid-response: cut short, settled by
 				// finish with what was seen.
 				c.vendor.Close(websocket.StatusNormalClosure, "")
 				return false
 			}
-			c.pending = append(c.pending, m)
+			c.waiting = &m
 			continue
 		}
 		if v.err != nil {

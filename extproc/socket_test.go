@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/modelgateway/gateway/internal/eventually"
 )
 
 // fakeSocketVendor answers each response.create with a response.created
@@ -19,7 +22,8 @@ import (
 type fakeSocketVendor struct {
 	creates atomic.Int32
 	cut     int
-	deltas  int // more delta events per response (the benchmark's)
+	deltas  int           // more delta events per response (the benchmark's)
+	hold    chan struct{} // when set, each response waits for a receive after its first event
 }
 
 func (f *fakeSocketVendor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -55,6 +59,9 @@ func (f *fakeSocketVendor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if f.cut > 0 && i == f.cut {
 				return
 			}
+			if f.hold != nil && i == 1 {
+				<-f.hold
+			}
 			if c.Write(ctx, websocket.MessageText, []byte(ev)) != nil {
 				return
 			}
@@ -70,14 +77,55 @@ func socketRig(t *testing.T, vendor http.Handler) (*rig, string) {
 
 func socketRigIdle(t *testing.T, vendor http.Handler, idle time.Duration) (*rig, string) {
 	t.Helper()
+	r, url, _ := socketRigWith(t, vendor, SocketOptions{Idle: idle}, nil)
+	return r, url
+}
+
+// socketRigWith is a socket rig with options o (its Relay set to vendor);
+// its gateway's connections are wrapped by wrap when it is set, and its
+// server's clock is now when that is set.
+func socketRigWith(t *testing.T, vendor http.Handler, o SocketOptions, now func() time.Time) (*rig, string, *countingListener) {
+	t.Helper()
 	r := newRigWith(t, "beta", rigAccount{})
+	if now != nil {
+		r.srv.now = now
+	}
 	up := httptest.NewServer(vendor)
 	t.Cleanup(up.Close)
+	o.Relay = strings.TrimPrefix(up.URL, "http://")
 	mux := http.NewServeMux()
-	mux.Handle(SocketPrefix, r.srv.SocketHandler(SocketOptions{Relay: strings.TrimPrefix(up.URL, "http://"), Idle: idle}))
-	gw := httptest.NewServer(mux)
+	mux.Handle(SocketPrefix, r.srv.SocketHandler(o))
+	gw := httptest.NewUnstartedServer(mux)
+	cl := &countingListener{Listener: gw.Listener}
+	gw.Listener = cl
+	gw.Start()
 	t.Cleanup(gw.Close)
-	return r, "ws" + strings.TrimPrefix(gw.URL, "http") + SocketPrefix + "beta/v1/responses"
+	return r, "ws" + strings.TrimPrefix(gw.URL, "http") + SocketPrefix + "beta/v1/responses", cl
+}
+
+// countingListener counts the bytes the gateway has read from its clients.
+type countingListener struct {
+	net.Listener
+	read atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, read: &l.read}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	read *atomic.Int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
+	return n, err
 }
 
 func dialRig(t *testing.T, url, key string) *websocket.Conn {
@@ -250,5 +298,197 @@ func TestSocketIdleClosed(t *testing.T) {
 	}
 	if since := time.Since(served); since < idle-10*time.Millisecond {
 		t.Fatalf("closed %v after its last response, %v after it opened; want at least %v idle", since, time.Since(start), idle)
+	}
+}
+
+// The bucket of pings and refused messages: rate at once, rate a second
+// after, never more than rate saved up; once empty the socket is marked
+// cut.
+func TestChatterBucket(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	b := newChatter(3, t0)
+	for i := range 3 {
+		if !b.spend(t0) {
+			t.Fatalf("spend %d of 3 at once refused", i+1)
+		}
+	}
+	select {
+	case <-b.cut:
+		t.Fatal("cut before the bucket was empty")
+	default:
+	}
+	if b.spend(t0) {
+		t.Fatal("a fourth spend at once was allowed")
+	}
+	select {
+	case <-b.cut:
+	default:
+		t.Fatal("an empty bucket did not mark the socket cut")
+	}
+	// Half a second later: 1.5 tokens, one spend.
+	if !b.spend(t0.Add(500*time.Millisecond)) || b.spend(t0.Add(500*time.Millisecond)) {
+		t.Fatal("half a second at 3 a second should allow exactly one")
+	}
+	// An hour quiet saves up only rate tokens.
+	later := t0.Add(time.Hour)
+	n := 0
+	for b.spend(later) {
+		n++
+	}
+	if n != 3 {
+		t.Fatalf("after an hour %d spends at once, want 3", n)
+	}
+}
+
+// While a response runs, the socket reads one client message ahead and no
+// more: 32 messages of 1 MiB sent behind a held response leave the
+// gateway having read two of them (the one waiting, the one its reader
+// holds), whatever the client keeps sending. Once the response ends, each
+// is served in turn (here refused, as unsupported events) and the running
+// response is unaffected.
+func TestSocketReadsOneMessageAhead(t *testing.T) {
+	vendor := &fakeSocketVendor{hold: make(chan struct{})}
+	const msgs, size = 32, 1 << 20
+	r, url, cl := socketRigWith(t, vendor, SocketOptions{PingsPerSecond: 2 * msgs}, nil)
+	c := dialRig(t, url, r.key)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"response.create","model":"gpt-4o-mini","input":"hi"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, data, err := c.Read(ctx); err != nil || !strings.Contains(string(data), `"response.created"`) {
+		t.Fatalf("first event: %s %v", data, err)
+	}
+	before := cl.read.Load()
+	msg := []byte(`{"type":"keepalive","pad":"` + strings.Repeat("x", size) + `"}`)
+	wrote := make(chan error, 1)
+	go func() {
+		for range msgs {
+			if err := c.Write(ctx, websocket.MessageText, msg); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}()
+	eventually.True(t, 20*time.Second, "two messages read behind the response", func() bool {
+		return cl.read.Load()-before >= 2*int64(len(msg))
+	})
+	if got, most := cl.read.Load()-before, 2*int64(len(msg))+64<<10; got > most {
+		t.Fatalf("the gateway read %d bytes behind a running response; at most %d (two messages)", got, most)
+	}
+	close(vendor.hold)
+	var refused int
+	for refused < msgs {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("after %d refusals: %v", refused, err)
+		}
+		typ, status, _ := messageType(data)
+		switch {
+		case typ == "error" && status == 400:
+			refused++
+		case refused == 0 && typ != "error":
+			// The held response's remaining events come first.
+		default:
+			t.Fatalf("message %d: %s", refused, data)
+		}
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("client writes: %v", err)
+	}
+	if n := vendor.creates.Load(); n != 1 {
+		t.Fatalf("the vendor heard %d creates, want 1", n)
+	}
+}
+
+// Refused messages and pings past limits.socket_pings_per_second close the
+// socket with 1008; with the clock still, exactly that many pass.
+func TestSocketChatterCut(t *testing.T) {
+	const rate = 5
+	still := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { return still }
+	t.Run("refused", func(t *testing.T) {
+		vendor := &fakeSocketVendor{}
+		r, url, _ := socketRigWith(t, vendor, SocketOptions{PingsPerSecond: rate}, now)
+		c := dialRig(t, url, r.key)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for i := range rate + 1 {
+			if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"keepalive"}`)); err != nil {
+				t.Fatal(err)
+			}
+			_, data, err := c.Read(ctx)
+			if err != nil || !strings.Contains(string(data), `"status":400`) {
+				t.Fatalf("keepalive %d answered %s %v", i+1, data, err)
+			}
+		}
+		if _, _, err := c.Read(ctx); websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+			t.Fatalf("past the rate: %v, want close 1008", err)
+		}
+		if n := vendor.creates.Load(); n != 0 {
+			t.Fatalf("the vendor heard %d creates", n)
+		}
+	})
+	t.Run("pings", func(t *testing.T) {
+		r, url, _ := socketRigWith(t, &fakeSocketVendor{}, SocketOptions{PingsPerSecond: rate}, now)
+		c := dialRig(t, url, r.key)
+		// A reader for the pongs, and to see the close.
+		closed := make(chan error, 1)
+		go func() {
+			_, _, err := c.Read(context.Background())
+			closed <- err
+		}()
+		for i := range rate {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := c.Ping(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("ping %d of %d: %v", i+1, rate, err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Ping(ctx); err == nil {
+			t.Fatal("a ping past the rate was answered")
+		}
+		select {
+		case err := <-closed:
+			if websocket.CloseStatus(err) != websocket.StatusPolicyViolation {
+				t.Fatalf("past the rate: %v, want close 1008", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("the socket stayed open past its rate of pings")
+		}
+	})
+}
+
+// Refused messages do not keep a socket open: one refused every 20 ms
+// (below the rate) still sees the socket closed once it is idle.
+func TestSocketIdleNotKeptByRefusals(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	r, url, _ := socketRigWith(t, &fakeSocketVendor{}, SocketOptions{Idle: idle, PingsPerSecond: 1000}, nil)
+	c := dialRig(t, url, r.key)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	sent := 0
+	for {
+		if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"keepalive"}`)); err != nil {
+			break // closed while writing: the read below says how
+		}
+		sent++
+		if _, _, err := c.Read(ctx); err != nil {
+			if websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+				t.Fatalf("after %d keepalives: %v, want the idle close (1000)", sent, err)
+			}
+			return
+		}
+		<-tick.C
+	}
+	_, _, err := c.Read(ctx)
+	if websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+		t.Fatalf("after %d keepalives: %v, want the idle close (1000)", sent, err)
 	}
 }

@@ -337,7 +337,8 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	mux.Handle("/v1/usage", ctl)
 	// The Responses API's WebSocket transport, which Envoy routes here.
 	mux.Handle(extproc.SocketPrefix, proc.SocketHandler(extproc.SocketOptions{
-		Relay: c.Listeners.Relay, Idle: c.Limits.SocketIdle.D(), PerKey: c.Limits.SocketsPerKey, Disabled: c.WebSocketDisabled()}))
+		Relay: c.Listeners.Relay, Idle: c.Limits.SocketIdle.D(), PerKey: c.Limits.SocketsPerKey,
+		PingsPerSecond: c.Limits.SocketPingsPerSecond, Disabled: c.WebSocketDisabled()}))
 	console.Mount(mux, console.APIOptions{Store: st, Keys: keys, Settled: proc, Logger: o.Logger})
 	s.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 

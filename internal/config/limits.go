@@ -33,14 +33,21 @@ type Limits struct {
 	// cannot fill the room. Default a tenth of ConcurrencyWaiters, at
 	// least 1.
 	ConcurrencyWaitersShare int `yaml:"concurrency_waiters_share"`
-	// SocketIdle closes a Responses API WebSocket on which no response ran
-	// and the client sent nothing for this long. Default 5m.
+	// SocketIdle closes a Responses API WebSocket on which no response was
+	// admitted for this long (pings and refused messages do not count).
+	// Default 5m.
 	SocketIdle Duration `yaml:"socket_idle"`
 	// SocketsPerKey bounds the Responses API WebSockets one key may hold
 	// open on one sidecar: each holds a vendor socket and the sidecar's
 	// memory until it closes, so one key must not take them all. Beyond it
 	// the upgrade is answered 429. Default 64.
 	SocketsPerKey int `yaml:"sockets_per_key"`
+	// SocketPingsPerSecond bounds the pings and refused messages (those
+	// answered with an error event, nothing admitted) of one Responses API
+	// WebSocket: that many at once and that many a second after; beyond
+	// it the socket is closed with 1008. Default
+	// DefaultSocketPingsPerSecond.
+	SocketPingsPerSecond int `yaml:"socket_pings_per_second"`
 	// Leases: "on" admits most requests from escrow leases in memory
 	// (docs/billing.md, Leases), "off" (the default) admits each request
 	// with the store's admission script.
