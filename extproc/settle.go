@@ -102,6 +102,12 @@ func (x *exchange) settle(complete bool) {
 			// The store took it (or had it already): the hold is gone,
 			// nothing is left to renew.
 			s.holds.Forget(open)
+			if !r.Applied {
+				// A request's own first settlement always applies (or
+				// reconciles its sweep): one found done already is lost
+				// money to look into, never to pass in silence.
+				s.log.Warn("settlement not applied: the store had its request settled already", "request_id", st.RequestID, "account", st.AccountID)
+			}
 		}
 		s.recordSettled(upstream, model, st)
 	})

@@ -104,18 +104,17 @@ type lease struct {
 	acct    string
 	key     string
 	id      string // "" when none is held
-	gen     int
-	keyOpen bool // its holds count in the key's held and open (a budget, concurrency or tpm limit: admit.lua's kcount)
+	keyOpen bool   // its holds count in the key's held and open (a budget, concurrency or tpm limit: admit.lua's kcount)
 	free    int64
 	target  int64
 	stop    time.Time      // no admission from it after this
 	limits  account.Limits // the key's limits it was taken under
 	seen    account.Limits // the key's limits the last request came with
-	seq     int64
-	admits  int64 // holds admitted this interval (from the lease or not)
-	rate    int64 // holds admitted in the last full interval
-	reqs    int64 // requests this interval (from the lease or not)
-	reqRate int64 // requests in the last full interval
+	seq     int64          // the last request's number in the lease id (from 1)
+	admits  int64          // holds admitted this interval (from the lease or not)
+	rate    int64          // holds admitted in the last full interval
+	reqs    int64          // requests this interval (from the lease or not)
+	reqRate int64          // requests in the last full interval
 	// Request slots: [next, hi) are free, or hi is -1 (no rate limit).
 	// None is used while a renewal is in flight (renewing): the renewal
 	// may remove the free ones' placeholders.
@@ -157,6 +156,12 @@ type Manager struct {
 	leases map[leaseKey]*lease
 
 	healthy atomic.Bool // the last call to the store succeeded
+
+	// gen numbers the leases this manager takes. A lease id names its
+	// bitmap of recorded requests in Redis, kept for a week after the
+	// lease is gone, so an id is never used twice: not per lease struct,
+	// which is forgotten when idle and made again.
+	gen atomic.Int64
 
 	qmu   sync.Mutex
 	queue []store.LeasedRequest
@@ -432,8 +437,10 @@ func (m *Manager) renewal(l *lease, full bool) (c store.LeaseCall, ok, forget bo
 		if want == 0 {
 			return c, false, false
 		}
-		l.gen++
-		l.id = m.prefix + "." + l.key + "." + strconv.Itoa(l.gen)
+		l.id = m.prefix + "." + l.key + "." + strconv.FormatInt(m.gen.Add(1), 10)
+		// A new id, a new bitmap: its requests are numbered from 1 (the
+		// bitmap's size follows the highest number).
+		l.seq = 0
 		l.limits = l.seen
 		kl := l.limits
 		l.keyOpen = kl.DailyNanoUSD > 0 || kl.MonthlyNanoUSD > 0 || kl.TotalNanoUSD > 0 || kl.Concurrency > 0 || kl.TPM > 0
