@@ -75,6 +75,8 @@ func TestRenderedRoutesAndFilters(t *testing.T) {
 		"max_connection_duration: 3600s", "envoy.filters.network.connection_limit",
 		"request_headers_to_remove: [x-forwarded-for, x-envoy-external-address, x-real-ip, forwarded]",
 		"max_ejection_percent: 100", "enforcing_consecutive_gateway_failure: 100",
+		// Only the ejection time returns an ejected host, not a passing probe.
+		"successful_active_health_check_uneject_host: false",
 		"envoy.retry_priorities.previous_priorities", "timeout: 0s",
 		"path_with_escaped_slashes_action: REJECT_REQUEST", "headers_with_underscores_action: REJECT_REQUEST",
 		"per_connection_buffer_limit_bytes: 33554432",

@@ -22,6 +22,9 @@ type Controls struct {
 	// request until Status is changed. When it counts down to 0 Status is
 	// cleared.
 	StatusCount int `json:"status_count"`
+	// ProbesPass keeps Status off the probes: a vendor whose model list
+	// still answers while its model requests fail.
+	ProbesPass bool `json:"probes_pass"`
 	// LatencyMS delays the response headers of every request, probes too.
 	LatencyMS int `json:"latency_ms"`
 	// EventDelayMS pauses between SSE events.
@@ -116,6 +119,7 @@ type controlUpdate struct {
 	Format           string  `json:"format"`
 	Status           *int    `json:"status"`
 	StatusCount      *int    `json:"status_count"`
+	ProbesPass       *bool   `json:"probes_pass"`
 	LatencyMS        *int    `json:"latency_ms"`
 	EventDelayMS     *int    `json:"event_delay_ms"`
 	FirstEventDelay  *int    `json:"first_event_delay_ms"`
@@ -206,6 +210,9 @@ func (u *controlUpdate) apply(c *Controls) {
 	if u.NoWebSocket != nil {
 		c.NoWebSocket = *u.NoWebSocket
 	}
+	if u.ProbesPass != nil {
+		c.ProbesPass = *u.ProbesPass
+	}
 	set(&c.ReasoningTokens, u.ReasoningTokens)
 	set(&c.BackgroundPolls, u.BackgroundPolls)
 	if u.FailResponse != nil {
@@ -279,13 +286,14 @@ func (s *controlState) reset() {
 
 // forcedStatus reports the status to force on this request, or 0, and
 // counts status_count down. A probe (GET of the model list) sees a forced
-// status only while it is open-ended (status_count 0) and never counts it
-// down: that way an outage is visible to health checks, while "fail the next
-// N requests" means exactly the next N API requests, whatever the probes do.
+// status only while it is open-ended (status_count 0) and probes_pass is
+// off, and never counts it down: that way an outage is visible to health
+// checks, while "fail the next N requests" means exactly the next N API
+// requests, whatever the probes do.
 func (s *controlState) forcedStatus(probe bool) (status int, retryAfter string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c.Status == 0 {
+	if s.c.Status == 0 || (probe && s.c.ProbesPass) {
 		return 0, ""
 	}
 	status, retryAfter = s.c.Status, s.c.RetryAfter

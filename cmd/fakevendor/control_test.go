@@ -109,6 +109,26 @@ func TestStatusCountAndProbes(t *testing.T) {
 	}
 }
 
+// probes_pass fails model requests while the probe path still answers: a
+// vendor that health checks cannot see failing.
+func TestStatusWithProbesPassing(t *testing.T) {
+	tf := newTestFake(t, nil)
+	tf.setControl(`{"status":503,"probes_pass":true}`)
+	for range 2 {
+		if resp, data := tf.call("POST", tf.messages.URL+"/v1/messages", messagesSimple); resp.StatusCode != 503 {
+			t.Errorf("model request: %d %s, want 503", resp.StatusCode, data)
+		}
+		if resp, data := tf.call("GET", tf.messages.URL+"/v1/models", ""); resp.StatusCode != 200 {
+			t.Errorf("probe: %d %s, want 200", resp.StatusCode, data)
+		}
+	}
+	// Turned off, the probes see the outage again.
+	tf.setControl(`{"probes_pass":false}`)
+	if resp, _ := tf.call("GET", tf.messages.URL+"/v1/models", ""); resp.StatusCode != 503 {
+		t.Errorf("probe with probes_pass off: %d, want 503", resp.StatusCode)
+	}
+}
+
 func TestCredentials(t *testing.T) {
 	tf := newTestFake(t, func(c *config) {
 		c.messagesKey = "alpha-secret"

@@ -45,6 +45,7 @@
 //
 //	POST /control   {"format":"messages"|"chat_completions"|"", ...Controls}; absent
 //	                fields are left unchanged; answers the controls of both
+//	                ("probes_pass":true keeps a forced status off the probes)
 //	GET  /control   {"messages":Controls,"chat_completions":Controls}
 //	POST /reset     clear controls, records and counters
 //	GET  /requests  records of received requests, oldest first
