@@ -445,6 +445,19 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 		}
 		byName[name] = &Model{Name: usage.PricedModel(name), MaxOutput: e.MaxOutput, MaxInput: e.MaxInput, Source: "catalogue", Mode: e.Mode, Endpoints: e.Endpoints, prices: e.Prices, uplift: e.Uplift}
 	}
+	// An override applies to the catalogue's dated snapshots of the name it
+	// gives (a contract price is for the model, not for one of its names);
+	// an override of the snapshot itself takes its place.
+	for name, m := range byName {
+		if _, own := cfg.Overrides[name]; own {
+			continue
+		}
+		if base, ok := undated(name); ok {
+			if o, ok := cfg.Overrides[base]; ok {
+				applyOverride(m, o)
+			}
+		}
+	}
 	for name, o := range cfg.Overrides {
 		m := byName[name]
 		if m == nil {
@@ -454,11 +467,7 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 			m = &Model{Name: usage.PricedModel(name), prices: map[PriceKey]int64{}}
 			byName[name] = m
 		}
-		m.Source = "override"
-		m.prices = override(m.prices, o)
-		if o.MaxOutput > 0 {
-			m.MaxOutput = o.MaxOutput
-		}
+		applyOverride(m, o)
 	}
 	// Fold dated entries into their undated name when they are the same model.
 	for name, m := range byName {
@@ -499,6 +508,16 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 	t := &Table{}
 	t.cur.Store(d)
 	return t, nil
+}
+
+// applyOverride replaces m's prices of the kinds o sets, and its maximum
+// output when o sets one.
+func applyOverride(m *Model, o config.Price) {
+	m.Source = "override"
+	m.prices = override(m.prices, o)
+	if o.MaxOutput > 0 {
+		m.MaxOutput = o.MaxOutput
+	}
 }
 
 // override returns prices with the operator's figures replacing every price

@@ -445,3 +445,62 @@ func TestFormatUSD(t *testing.T) {
 		}
 	}
 }
+
+// A contract price is for the model: an override of a name applies to the
+// catalogue's dated snapshots of it too (NAME-YYYYMMDD, NAME-YYYY-MM-DD),
+// each keeping the catalogue's prices of the kinds the override leaves
+// unset; an override of a snapshot itself wins; other names that start with
+// the overridden one keep their catalogue prices.
+func TestOverrideAppliesToDatedSnapshots(t *testing.T) {
+	entry := func(in, out string) string {
+		return `{"litellm_provider": "anthropic", "mode": "chat", "max_output_tokens": 8000, "input_cost_per_token": ` + in + `, "output_cost_per_token": ` + out + `}`
+	}
+	cat, err := ParseCatalogue([]byte(`{
+		"model-a": `+entry("1e-06", "5e-06")+`,
+		"model-a-20250101": `+entry("1e-06", "5e-06")+`,
+		"model-a-2025-06-01": `+entry("2e-06", "7e-06")+`,
+		"model-a-20250301": `+entry("1e-06", "5e-06")+`,
+		"model-a-20251399": `+entry("1e-06", "5e-06")+`,
+		"model-a-mini": `+entry("1e-06", "5e-06")+`,
+		"model-b-20250101": `+entry("3e-06", "9e-06")+`
+	}`), []string{"anthropic"}, testModes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := NewTable(cat, config.Models{Providers: []string{"anthropic"}, UnknownModel: config.UnknownReject, Overrides: map[string]config.Price{
+		"model-a":          {Input: f(0.5), MaxOutput: 4000},
+		"model-a-20250301": {Input: f(0.25)},
+		"model-b":          {Input: f(0.1), Output: f(0.2), MaxOutput: 1000},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, priced  string
+		input, output int64 // nano-USD per million
+		maxOut        int64
+		source        string
+	}{
+		{"model-a", "model-a", 500_000_000, 5_000_000_000, 4000, "override"},
+		// Same catalogue prices as model-a: overridden alike, so one model.
+		{"model-a-20250101", "model-a", 500_000_000, 5_000_000_000, 4000, "override"},
+		// Its own catalogue output price stays; the contract input applies.
+		{"model-a-2025-06-01", "model-a-2025-06-01", 500_000_000, 7_000_000_000, 4000, "override"},
+		{"model-a-20250301", "model-a-20250301", 250_000_000, 5_000_000_000, 8000, "override"},
+		{"model-a-20251399", "model-a-20251399", 1_000_000_000, 5_000_000_000, 8000, "catalogue"},
+		{"model-a-mini", "model-a-mini", 1_000_000_000, 5_000_000_000, 8000, "catalogue"},
+		{"model-b", "model-b", 100_000_000, 200_000_000, 1000, "override"},
+		{"model-b-20250101", "model-b-20250101", 100_000_000, 200_000_000, 1000, "override"},
+	} {
+		m, ok := tbl.Lookup(c.name)
+		if !ok {
+			t.Errorf("%s: not served", c.name)
+			continue
+		}
+		r, _ := m.RatesFor(0, "")
+		if string(m.Name) != c.priced || r.Input != c.input || r.Output != c.output || m.MaxOutput != c.maxOut || m.Source != c.source {
+			t.Errorf("%s: priced as %s at %d/%d, max output %d, %s; want %s at %d/%d, %d, %s",
+				c.name, m.Name, r.Input, r.Output, m.MaxOutput, m.Source, c.priced, c.input, c.output, c.maxOut, c.source)
+		}
+	}
+}
