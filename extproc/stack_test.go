@@ -29,7 +29,7 @@ const stackChildEnv = "EXTPROC_STACK_CHILD"
 // as the stream is open (a stack grows by doubling, and shrinks only when a
 // collection finds it mostly unused, which an open stream's is not): past
 // 8 KB, 5,000 open streams cost 40 MB more. A child process runs the
-// request paths over real gRPC and a real redis-server with the runtime's
+// request paths over real gRPC and a real redis-server (test/integration's) with the runtime's
 // stack limit at 8 KB, after a warm-up that takes every path's one-off
 // initialisations (protobuf's message tables, the scripts' loading): a
 // path that needs more crashes it, with that path's stack in its output.
@@ -41,7 +41,9 @@ func TestStreamStackStaysSmall(t *testing.T) {
 		stackChild(t)
 		return
 	}
-	redistest.Start(t) // skips where there is no redis-server, as the child would
+	// The unit tier needs Go alone: the redis-server is the one
+	// test/integration starts and hands over (the child inherits it).
+	redistest.Provided(t)
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestStreamStackStaysSmall$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), stackChildEnv+"=1")
 	out, err := cmd.CombinedOutput()
@@ -55,7 +57,7 @@ func TestStreamStackStaysSmall(t *testing.T) {
 
 // stackChild runs every path once to warm up, then again under the limit.
 func stackChild(t *testing.T) {
-	addr := redistest.Start(t)
+	addr := redistest.Provided(t)
 	alpha := newRigOn(t, addr, "alpha", rigAccount{})
 	ren := holds.NewRenewer(alpha.st, slog.New(slog.DiscardHandler))
 	alpha.srv.holds = ren

@@ -27,6 +27,13 @@ func TestLeasesOnRedis(t *testing.T) {
 	runWith(t, "./internal/leases", []string{"TestCommandsPerLeasedRequest"}, redistest.AddrEnv+"="+redistest.Start(t))
 }
 
+// The processor's request paths within an 8 KB stack, on a real
+// redis-server.
+func TestStreamStackOnRedis(t *testing.T) {
+	skipShort(t)
+	runWith(t, "./extproc", []string{"TestStreamStackStaysSmall"}, redistest.AddrEnv+"="+redistest.Start(t))
+}
+
 // The store's suite on a three-node Redis Cluster.
 func TestStoreOnRedisCluster(t *testing.T) {
 	skipShort(t)
