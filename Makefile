@@ -106,9 +106,11 @@ clients:
 	fi
 	@$(CLIENTS)/node_modules/.bin/node --version >/dev/null
 
-## run: the gateway on listeners.public, 127.0.0.1:8080 (in-memory store; fake vendors unless vendor keys are set)
+## run: the gateway on listeners.public, 127.0.0.1:8080 (in-memory store; fake vendors unless vendor keys are set); CONFIG=file and RUN_ARGS=flags of gateway-local, e.g. RUN_ARGS=--port-offset=100
+CONFIG ?= gateway.yaml
+RUN_ARGS ?=
 run: build envoy
-	$(BIN)/gateway-local --config gateway.yaml
+	$(BIN)/gateway-local --config $(CONFIG) $(RUN_ARGS)
 
 ## test: everything, fastest first: lint and the unit tier, the race detector over the concurrent code, then every test that starts real processes (Redis, Envoy, PostgreSQL, Chromium, the SDKs), fuzz and bench smoke
 test: lint unit

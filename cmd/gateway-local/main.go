@@ -25,6 +25,7 @@ func rootCmd() *cobra.Command {
 	var (
 		cfgPath, public, stateDir, logLevel string
 		demoUSD                             float64
+		portOffset                          int
 		endpoints                           map[string]string
 	)
 	cmd := &cobra.Command{
@@ -34,12 +35,13 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runLocal(cfgPath, public, stateDir, logLevel, demoUSD, endpoints)
+			return runLocal(cfgPath, public, portOffset, stateDir, logLevel, demoUSD, endpoints)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfgPath, "config", "gateway.yaml", "path of gateway.yaml")
 	f.StringVar(&public, "listen", "", "address of the gateway (Envoy's public listener); default listeners.public")
+	f.IntVar(&portOffset, "port-offset", 0, "add this to the port of every listener (listeners.*), to run beside another gateway without editing the config")
 	f.StringVar(&stateDir, "state-dir", ".run", "directory for the rendered configs, logs and demo.env")
 	f.StringVar(&logLevel, "log-level", "info", "log level of this runner and the sidecar")
 	f.Float64Var(&demoUSD, "demo-balance", 25, "balance of the demo account, USD")

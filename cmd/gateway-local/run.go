@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -59,13 +60,26 @@ func customEndpoints(name string, getenv func(string) string, flags map[string]s
 	return primary, reserve, nil
 }
 
-func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overrides map[string]string) error {
+func runLocal(cfgPath, public string, portOffset int, stateDir, logLevel string, demoUSD float64, overrides map[string]string) error {
 	log := newLogger(logLevel)
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		return err
 	}
+	// The prices are checked before anything starts: a catalogue missing
+	// beside a copied config would otherwise surface as a sidecar that
+	// exits after Envoy and the fakes came up.
+	if _, err := pricing.NewBook(cfg, operations.All.Modes()); err != nil {
+		return fmt.Errorf("prices: %w (a relative catalogue is read from the directory of %s: set catalogue there, or $%s; `make catalogue` installs the catalogue)",
+			err, cfgPath, config.CatalogueEnv)
+	}
 	movedBy := "listeners.public in " + cfgPath + " (or gateway-local --listen)"
+	if portOffset != 0 {
+		if err := shiftListeners(&cfg.Listeners, portOffset); err != nil {
+			return err
+		}
+		movedBy = "listeners.public in " + cfgPath + " (or another gateway-local --port-offset)"
+	}
 	if public != "" {
 		cfg.Listeners.Public, movedBy = public, "gateway-local --listen"
 	}
@@ -224,6 +238,27 @@ func runLocal(cfgPath, public, stateDir, logLevel string, demoUSD float64, overr
 		return fmt.Errorf("envoy exited; see %s", filepath.Join(stateDir, "envoy.log"))
 	case <-sc.Done():
 		return fmt.Errorf("the sidecar exited; see %s", filepath.Join(stateDir, "sidecar.log"))
+	}
+	return nil
+}
+
+// shiftListeners adds offset to the port of every listener, so that a
+// second local run (or a run beside a service on the default ports) moves
+// all of them with one flag and the tracked config untouched.
+func shiftListeners(l *config.Listeners, offset int) error {
+	for _, a := range []*string{&l.Public, &l.Probes, &l.EnvoyAdmin, &l.ExtProc, &l.Control, &l.Admin, &l.Console, &l.Relay} {
+		if *a == "" {
+			continue // not served
+		}
+		host, port, err := net.SplitHostPort(*a)
+		if err != nil {
+			return fmt.Errorf("--port-offset: %w", err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p+offset < 1 || p+offset > 65535 {
+			return fmt.Errorf("--port-offset %d: %s has no port in 1-65535 after the shift", offset, *a)
+		}
+		*a = net.JoinHostPort(host, strconv.Itoa(p+offset))
 	}
 	return nil
 }

@@ -103,7 +103,13 @@ func newCheckout(t *testing.T, set map[string]string) *checkout {
 // run starts `bin/gateway-local --config gateway.yaml` in the checkout.
 func (c *checkout) run(ctx context.Context, t *testing.T) (*exec.Cmd, io.Reader, *strings.Builder) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, "bin/gateway-local", "--config", "gateway.yaml")
+	return c.runWith(ctx, t, "--config", "gateway.yaml")
+}
+
+// runWith starts bin/gateway-local with args in the checkout.
+func (c *checkout) runWith(ctx context.Context, t *testing.T, args ...string) (*exec.Cmd, io.Reader, *strings.Builder) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "bin/gateway-local", args...)
 	cmd.Dir, cmd.Env = c.dir, c.env
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 20 * time.Second
