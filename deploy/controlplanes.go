@@ -59,7 +59,9 @@ var ReducedResponseAttributes = []string{"response.code", "upstream.address"}
 const (
 	sidecarExtProcPort = 50051
 	sidecarControlPort = 8081
-	sidecarTLSDir      = "/etc/gateway-tls"
+	// listeners.health: grpc.health.v1 alone, plaintext, for the kubelet.
+	sidecarHealthPort = 50053
+	sidecarTLSDir     = "/etc/gateway-tls"
 )
 
 // ControlPlaneParams are what the renderings take from the chart's values;
@@ -122,6 +124,8 @@ type cpEndpoint struct {
 
 type cpView struct {
 	P                 ControlPlaneParams
+	HealthPort        int             // the sidecar's listeners.health
+	Health            healthCheckView // Envoy's active check of the ext_proc backend
 	Upstreams         []cpUpstream
 	MaxRequestBytes   int64
 	MessageTimeout    string
@@ -267,6 +271,7 @@ func ReducedGatewayYAML(gatewayYAML []byte) ([]byte, error) {
 	}
 	set(listeners, "extproc", str("0.0.0.0:"+strconv.Itoa(sidecarExtProcPort)), "ext_proc for the control plane's Envoy: mutual TLS (listeners.tls)")
 	set(listeners, "control", str("0.0.0.0:"+strconv.Itoa(sidecarControlPort)), "/health, /v1/usage, /console, /metrics: mutual TLS too")
+	set(listeners, "health", str("0.0.0.0:"+strconv.Itoa(sidecarHealthPort)), "grpc.health.v1 alone, plaintext: the kubelet's grpc probes")
 	tls := mapping(
 		"ca_file", str(sidecarTLSDir+"/ca.crt"),
 		"server_cert_file", str(sidecarTLSDir+"/tls.crt"),
@@ -315,9 +320,19 @@ func set(m *yaml.Node, key string, v *yaml.Node, comment string) {
 	m.Content = append(m.Content, k, v)
 }
 
+// healthCheckView is envoy.ExtProcHealthCheck as Envoy Gateway writes it.
+type healthCheckView struct {
+	Service, Interval, Timeout string
+	Unhealthy, Healthy         int
+}
+
 func renderControlPlanes(cfg *config.Config, reduced []byte, p ControlPlaneParams) (map[string][]byte, error) {
+	hc := envoy.ExtProcHealthCheck
 	v := cpView{
-		P:               p,
+		P:          p,
+		HealthPort: sidecarHealthPort,
+		Health: healthCheckView{Service: hc.Service, Interval: hc.Interval.String(), Timeout: hc.Timeout.String(),
+			Unhealthy: hc.Unhealthy, Healthy: hc.Healthy},
 		MaxRequestBytes: cfg.Limits.MaxRequestBytes,
 		MessageTimeout:  seconds(config.ExtProcMessageTimeout.Seconds()),
 		CircuitBreakers: cfg.Envoy.CircuitBreakers,

@@ -51,6 +51,7 @@ import (
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/modelgateway/gateway/deploy"
+	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/config"
 )
 
@@ -343,6 +344,17 @@ func TestEnvoyGatewayRendering(t *testing.T) {
 		if len(ep.BackendRefs) != 1 || string(ep.BackendRefs[0].Name) != deploy.SidecarName+"-grpc" {
 			t.Errorf("extProc backend: want the Backend %s-grpc", deploy.SidecarName)
 		}
+		// Envoy checks each sidecar's readiness, as the pod's bootstrap does.
+		var hc *egv1a1.ActiveHealthCheck
+		if bs := ep.BackendSettings; bs != nil && bs.HealthCheck != nil {
+			hc = bs.HealthCheck.Active
+		}
+		hcWant := envoy.ExtProcHealthCheck
+		if hc == nil || hc.Type != egv1a1.ActiveHealthCheckerTypeGRPC || hc.GRPC == nil || hc.GRPC.Service == nil || *hc.GRPC.Service != hcWant.Service ||
+			hc.Interval == nil || string(*hc.Interval) != hcWant.Interval.String() || hc.Timeout == nil || string(*hc.Timeout) != hcWant.Timeout.String() ||
+			hc.UnhealthyThreshold == nil || int(*hc.UnhealthyThreshold) != hcWant.Unhealthy || hc.HealthyThreshold == nil || int(*hc.HealthyThreshold) != hcWant.Healthy {
+			t.Errorf("extProc backend health check %+v: want active gRPC %+v", hc, hcWant)
+		}
 		// The policy attaches to the model routes only: the control routes
 		// (/health, /v1/usage, /console) run without ext_proc.
 		var targets []string
@@ -475,6 +487,25 @@ func TestSidecarRendering(t *testing.T) {
 	if cfg.Listeners.ExtProc != "0.0.0.0:50051" || cfg.Listeners.Control != "0.0.0.0:8081" || !cfg.Listeners.TLS.Enabled() {
 		t.Errorf("gateway.yaml of the sidecar: extproc %s, control %s, TLS %v: want both beyond loopback with mutual TLS", cfg.Listeners.ExtProc, cfg.Listeners.Control, cfg.Listeners.TLS.Enabled())
 	}
+	// The kubelet's native grpc probes, on listeners.health (plaintext: the
+	// kubelet presents no client certificate): readiness follows the store,
+	// startup and liveness only the process.
+	_, health, err := config.SplitHostPort(cfg.Listeners.Health)
+	if err != nil {
+		t.Fatalf("gateway.yaml of the sidecar: listeners.health %q: %v", cfg.Listeners.Health, err)
+	}
+	if !slices.ContainsFunc(c[0].Ports, func(p corev1.ContainerPort) bool { return int(p.ContainerPort) == health }) {
+		t.Errorf("the sidecar does not declare its health port %d", health)
+	}
+	for name, p := range map[string]*corev1.Probe{"startup": c[0].StartupProbe, "liveness": c[0].LivenessProbe, "readiness": c[0].ReadinessProbe} {
+		want := ""
+		if name == "readiness" {
+			want = envoy.ReadyHealthService
+		}
+		if p == nil || p.GRPC == nil || int(p.GRPC.Port) != health || p.GRPC.Service == nil && want != "" || p.GRPC.Service != nil && *p.GRPC.Service != want {
+			t.Errorf("sidecar %s probe %+v: want grpc on port %d, service %q", name, p, health, want)
+		}
+	}
 }
 
 // Istio's rendering: the EnvoyFilter against Istio's types (strict: the
@@ -501,6 +532,10 @@ func TestIstioRendering(t *testing.T) {
 	var ep extprocv3.ExternalProcessor
 	if err := tc.UnmarshalTo(&ep); err != nil {
 		t.Fatal(err)
+	}
+	if hcs := cluster.GetHealthChecks(); len(hcs) != 1 || hcs[0].GetGrpcHealthCheck().GetServiceName() != envoy.ReadyHealthService ||
+		hcs[0].GetInterval().AsDuration() != envoy.ExtProcHealthCheck.Interval {
+		t.Errorf("the ext_proc cluster's health checks %v: want the bootstrap's active gRPC check of %s", hcs, envoy.ReadyHealthService)
 	}
 	if ep.GetGrpcService().GetEnvoyGrpc().GetClusterName() != deploy.ExtProcCluster {
 		t.Errorf("the ext_proc filter calls %q: want %s", ep.GetGrpcService().GetEnvoyGrpc().GetClusterName(), deploy.ExtProcCluster)

@@ -119,22 +119,27 @@ spec:
               containerPort: 50051
             - name: control
               containerPort: 8081
-          # Both ports ask for a client certificate, which neither the
-          # kubelet nor ` + "`gateway healthcheck`" + ` presents: the probes check that
-          # the ext_proc port accepts connections.
+            - name: health
+              containerPort: [[.HealthPort]]
+          # The ext_proc and control ports ask for a client certificate,
+          # which the kubelet does not present: its grpc probes ask
+          # listeners.health (plaintext, grpc.health.v1 alone). Readiness
+          # follows the store ([[.Health.Service]]); liveness and startup ask
+          # whether the process serves, so a store outage restarts nothing.
           startupProbe:
-            tcpSocket:
-              port: grpc
+            grpc:
+              port: [[.HealthPort]]
             periodSeconds: 1
             failureThreshold: 60
           readinessProbe:
-            tcpSocket:
-              port: grpc
+            grpc:
+              port: [[.HealthPort]]
+              service: [[.Health.Service]]
             periodSeconds: 5
             failureThreshold: 2
           livenessProbe:
-            tcpSocket:
-              port: grpc
+            grpc:
+              port: [[.HealthPort]]
             periodSeconds: 10
             failureThreshold: 3
           resources:
@@ -228,6 +233,19 @@ spec:
           maxConnections: [[.CircuitBreakers.MaxConnections]]
           maxPendingRequests: [[.CircuitBreakers.MaxPendingRequests]]
           maxParallelRequests: [[.CircuitBreakers.MaxRequests]]
+        # As the pod's bootstrap: the sidecar's gRPC health
+        # ([[.Health.Service]]: serving, and its store answering), over the
+        # Backend's mutual TLS; a sidecar draining or cut off from Redis
+        # gets no new streams while another serves.
+        healthCheck:
+          active:
+            type: GRPC
+            grpc:
+              service: [[.Health.Service]]
+            interval: [[.Health.Interval]]
+            timeout: [[.Health.Timeout]]
+            unhealthyThreshold: [[.Health.Unhealthy]]
+            healthyThreshold: [[.Health.Healthy]]
       # Not Envoy Gateway's 200 ms default: the pod's bootstrap's value.
       messageTimeout: [[.MessageTimeout]]
       # Fail closed: no processor, no model traffic; 503 tells SDKs to retry.

@@ -26,6 +26,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/modelgateway/gateway/deploy"
+	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/config"
 )
 
@@ -267,8 +268,13 @@ func TestPodProbesPortsAndImages(t *testing.T) {
 	if len(sc.Ports) != 0 {
 		t.Errorf("the sidecar declares ports %+v: it listens on loopback only", sc.Ports)
 	}
+	// Readiness follows the store; startup and liveness only the process,
+	// so that a store outage restarts nothing.
 	for name, p := range map[string]*corev1.Probe{"startup": sc.StartupProbe, "liveness": sc.LivenessProbe, "readiness": sc.ReadinessProbe} {
 		want := []string{"gateway", "healthcheck", "--grpc", "127.0.0.1:" + strconv.Itoa(int(extproc))}
+		if name == "readiness" {
+			want = append(want, "--grpc-service", envoy.ReadyHealthService)
+		}
 		if p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, want) {
 			t.Errorf("sidecar %s probe: want exec %v, have %+v", name, want, p)
 		}

@@ -57,6 +57,27 @@ type Options struct {
 	NodeID string
 }
 
+// The sidecar's named gRPC health services (grpc.health.v1, on the ext_proc
+// listener and listeners.health). The empty name and the ext_proc service
+// say the process serves (liveness); StoreHealthService follows the
+// store's pings; ReadyHealthService is both, and is what Envoy's active
+// check of the ext_proc cluster and the kubelet's readiness ask.
+const (
+	StoreHealthService = "gateway.store"
+	ReadyHealthService = "gateway.ready"
+)
+
+// ExtProcHealthCheck is Envoy's active gRPC health check of the ext_proc
+// cluster, in every rendering: a sidecar draining or cut off from its
+// store gets no new streams while another serves. With every sidecar
+// unhealthy Envoy still sends to all (panic routing), and each fails
+// closed on its own. The sidecar pings its store every second.
+var ExtProcHealthCheck = struct {
+	Service            string
+	Interval, Timeout  time.Duration
+	Unhealthy, Healthy int
+}{ReadyHealthService, 2 * time.Second, time.Second, 2, 1}
+
 type view struct {
 	NodeID                   string
 	AdminHost                string
@@ -90,7 +111,14 @@ type view struct {
 	MaxConnections        int
 	ForwardClientAddress  bool
 	SidecarTLS            *config.SidecarTLS // nil: the sidecar is on loopback
-	Tracing               *tracingView       // nil: no tracing
+	ExtProcHealth         healthView
+	Tracing               *tracingView // nil: no tracing
+}
+
+// healthView is ExtProcHealthCheck as the template writes it.
+type healthView struct {
+	Service, Interval, Timeout string
+	Unhealthy, Healthy         int
 }
 
 // tracingView is the OpenTelemetry tracer: where the collector is and how
@@ -211,6 +239,11 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 		MaxHeadersCount:       c.Envoy.MaxHeadersCount,
 		MaxConnections:        c.Envoy.MaxConnections,
 		ForwardClientAddress:  c.Envoy.ForwardClientAddress,
+		ExtProcHealth: healthView{
+			Service:  ExtProcHealthCheck.Service,
+			Interval: seconds(ExtProcHealthCheck.Interval), Timeout: seconds(ExtProcHealthCheck.Timeout),
+			Unhealthy: ExtProcHealthCheck.Unhealthy, Healthy: ExtProcHealthCheck.Healthy,
+		},
 	}
 	if t := c.Listeners.TLS; t.Enabled() {
 		v.SidecarTLS = &t

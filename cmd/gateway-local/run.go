@@ -246,7 +246,7 @@ func runLocal(cfgPath, public string, portOffset int, stateDir, logLevel string,
 // second local run (or a run beside a service on the default ports) moves
 // all of them with one flag and the tracked config untouched.
 func shiftListeners(l *config.Listeners, offset int) error {
-	for _, a := range []*string{&l.Public, &l.Probes, &l.EnvoyAdmin, &l.ExtProc, &l.Control, &l.Admin, &l.Console, &l.Relay} {
+	for _, a := range []*string{&l.Public, &l.Probes, &l.EnvoyAdmin, &l.ExtProc, &l.Control, &l.Admin, &l.Console, &l.Relay, &l.Health} {
 		if *a == "" {
 			continue // not served
 		}
@@ -283,7 +283,11 @@ func checkListeners(l config.Listeners, cfgPath, movedBy string) error {
 		{l.Admin, "listeners.admin in " + cfgPath},
 		{l.Console, "listeners.console in " + cfgPath},
 		{l.Relay, "listeners.relay in " + cfgPath},
+		{l.Health, "listeners.health in " + cfgPath},
 	} {
+		if c.addr == "" {
+			continue // not served
+		}
 		ln, err := net.Listen("tcp", c.addr)
 		if err == nil {
 			ln.Close()

@@ -73,6 +73,7 @@ func serveCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen.Control, "listen-control", "", "override listeners.control")
 	cmd.Flags().StringVar(&listen.Admin, "listen-admin", "", "override listeners.admin")
 	cmd.Flags().StringVar(&listen.Console, "listen-console", "", "override listeners.console")
+	cmd.Flags().StringVar(&listen.Health, "listen-health", "", "override listeners.health (plaintext gRPC health for the kubelet, e.g. 0.0.0.0:50053)")
 	cmd.Flags().StringVar(&envoyAdmin, "envoy-admin", "", "Envoy admin URL for route reporting (default: http://listeners.envoy_admin)")
 	cmd.Flags().StringVar(&traceTo, "tracing-endpoint", "", "override tracing.endpoint (an OTLP collector's host:port; turns tracing on)")
 	cmd.Flags().DurationVar(&keyCacheTTL, "key-cache-ttl", config.DefaultKeyCacheTTL, "how long key lookups are cached (bounds revocation delay)")
@@ -108,7 +109,7 @@ func overrideListeners(l *config.Listeners, o config.Listeners) {
 		dst *string
 		src string
 	}{
-		{&l.ExtProc, o.ExtProc}, {&l.Control, o.Control}, {&l.Admin, o.Admin}, {&l.Console, o.Console},
+		{&l.ExtProc, o.ExtProc}, {&l.Control, o.Control}, {&l.Admin, o.Admin}, {&l.Console, o.Console}, {&l.Health, o.Health},
 	} {
 		if p.src != "" {
 			*p.dst = p.src

@@ -26,6 +26,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/extproc"
 	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/extproc/tokens"
@@ -72,7 +73,12 @@ type sidecar struct {
 	// traces exports the processor's spans; flushed last on shutdown.
 	traces *tracing.Provider
 
+	// healthOnly serves s.health alone on listeners.health; nil when not
+	// served.
+	healthOnly *grpc.Server
+
 	ExtProcAddr net.Addr
+	HealthAddr  net.Addr // nil when listeners.health is not served
 	ControlAddr net.Addr
 	AdminAddr   net.Addr       // nil when the admin API is not served
 	ConsoleAddr net.Addr       // nil when the operator console is not served
@@ -284,8 +290,8 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	// through Envoy's relay listener.
 	go proc.NewReconciler(c.Listeners.Relay).Run(holdsCtx, max(c.Limits.BackgroundPollInterval()/4, 50*time.Millisecond))
 	s.health = health.NewServer()
-	s.health.SetServingStatus(StoreHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
-	s.health.SetServingStatus(ReadyHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(envoy.StoreHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(envoy.ReadyHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
 	probe := control.NewStoreProbe(st.Ping, control.ProbeOptions{OnResult: func(up bool) {
 		storeUp.Set(b2f(up))
 		s.storeUp.Store(up)
@@ -368,6 +374,13 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		s.stopAdmin(context.Background())
 		return nil, err
 	}
+	if err := s.startHealth(c); err != nil {
+		gl.Close()
+		hl.Close()
+		s.stopAdmin(context.Background())
+		s.stopConsole(context.Background())
+		return nil, err
+	}
 	go func() {
 		if err := s.grpc.Serve(gl); err != nil {
 			o.Logger.Error("extproc server stopped", "err", err)
@@ -386,14 +399,26 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	return s, nil
 }
 
-// Named gRPC health services, so that an operator chooses what readiness
-// means: the empty name and the ext_proc service say the process serves
-// (liveness); StoreHealthService follows the store's pings;
-// ReadyHealthService is both (readiness that takes the store into account).
-const (
-	StoreHealthService = "gateway.store"
-	ReadyHealthService = "gateway.ready"
-)
+// startHealth serves the gRPC health services alone, in plaintext, on
+// listeners.health when it is set: the kubelet's grpc probe presents no
+// client certificate and cannot reach a loopback listener.
+func (s *sidecar) startHealth(c *config.Config) error {
+	if c.Listeners.Health == "" {
+		return nil
+	}
+	l, err := net.Listen("tcp", c.Listeners.Health)
+	if err != nil {
+		return fmt.Errorf("health listener: %w", err)
+	}
+	s.healthOnly, s.HealthAddr = grpc.NewServer(), l.Addr()
+	healthpb.RegisterHealthServer(s.healthOnly, s.health)
+	go func() {
+		if err := s.healthOnly.Serve(l); err != nil {
+			s.log.Error("health server stopped", "err", err)
+		}
+	}()
+	return nil
+}
 
 // updateHealth sets the store and readiness services from the last probe.
 func (s *sidecar) updateHealth() {
@@ -405,8 +430,8 @@ func (s *sidecar) updateHealth() {
 	}
 	// After Shutdown the health server ignores updates and stays
 	// NOT_SERVING.
-	s.health.SetServingStatus(StoreHealthService, st(s.storeUp.Load()))
-	s.health.SetServingStatus(ReadyHealthService, st(s.storeUp.Load() && s.serving.Load()))
+	s.health.SetServingStatus(envoy.StoreHealthService, st(s.storeUp.Load()))
+	s.health.SetServingStatus(envoy.ReadyHealthService, st(s.storeUp.Load() && s.serving.Load()))
 }
 
 func b2f(b bool) float64 {
@@ -477,6 +502,9 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 	s.control.Shutdown(cctx)
 	s.stopAdmin(cctx)
 	s.stopConsole(cctx)
+	if s.healthOnly != nil {
+		s.healthOnly.Stop() // health calls are unary and short
+	}
 	cancel()
 	s.stopWatch()
 	s.webhooks.Close()

@@ -25,7 +25,13 @@ import (
 // in-memory store (miniredis) and free loopback ports, and stops it when the test ends.
 func testSidecar(t *testing.T, adminToken string) *sidecar {
 	t.Helper()
-	t.Setenv("REDIS_URL", "redis://"+miniredis.RunT(t).Addr())
+	return testSidecarOn(t, miniredis.RunT(t), adminToken, config.Listeners{})
+}
+
+// testSidecarOn is testSidecar on the given store, with extra listeners.
+func testSidecarOn(t *testing.T, mr *miniredis.Miniredis, adminToken string, extra config.Listeners) *sidecar {
+	t.Helper()
+	t.Setenv("REDIS_URL", "redis://"+mr.Addr())
 	t.Setenv(admin.TokenEnv, adminToken)
 	t.Setenv(admin.TokenFileEnv, "")
 	cfg, err := config.Load("../../gateway.yaml")
@@ -33,6 +39,7 @@ func testSidecar(t *testing.T, adminToken string) *sidecar {
 		t.Fatal(err)
 	}
 	overrideListeners(&cfg.Listeners, config.Listeners{ExtProc: "127.0.0.1:0", Control: "127.0.0.1:0", Admin: "127.0.0.1:0", Console: "127.0.0.1:0"})
+	overrideListeners(&cfg.Listeners, extra)
 	// The pricing package's made-up catalogue: no download needed.
 	cfg.Catalogue = "../../internal/pricing/testdata/catalogue.json"
 	cfg.Store.SpoolDir = filepath.Join(t.TempDir(), "spool")

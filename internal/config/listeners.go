@@ -21,6 +21,13 @@ type Listeners struct {
 	// (GET /ready, /stats/prometheus, /metrics); the only port besides the
 	// public one that may listen beyond loopback.
 	Probes string `yaml:"probes"`
+	// Health serves grpc.health.v1 alone, in plaintext, for probes that
+	// cannot present Envoy's client certificate (the kubelet's grpc probe)
+	// or reach loopback; empty, the default: not served (the ext_proc
+	// listener serves grpc.health.v1 too). It tells only whether the
+	// sidecar serves and its store answers, so it may listen beyond
+	// loopback without TLS.
+	Health string `yaml:"health"`
 	// Relay is Envoy's loopback listener for the sidecar's own requests to
 	// the vendors (reading background responses to settle them); it adds
 	// the vendor credential, so it never leaves loopback.

@@ -43,6 +43,11 @@ func (l Listeners) validate() error {
 			return fmt.Errorf("%s: %w", field, err)
 		}
 	}
+	if l.Health != "" {
+		if _, _, err := SplitHostPort(l.Health); err != nil {
+			return fmt.Errorf("listeners.health: %w", err)
+		}
+	}
 	return nil
 }
 
