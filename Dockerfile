@@ -17,7 +17,9 @@ COPY . .
 ARG TARGETOS TARGETARCH
 ENV CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags "-s -w" -o /out/bin/ ./cmd/gateway ./cmd/gatewayctl ./cmd/fakevendor
+    VERSION=$(sed -En 's/^## ([0-9]+\.[0-9]+\.[0-9]+) .*/\1/p' CHANGELOG.md | head -n1) && \
+    go build -trimpath -ldflags "-s -w -X github.com/modelgateway/gateway/internal/version.Release=$VERSION" \
+      -o /out/bin/ ./cmd/gateway ./cmd/gatewayctl ./cmd/fakevendor
 # The working directory of the sidecar: store.spool_dir (.run/spool) is
 # relative to it. Mount a volume here when the root filesystem is read-only.
 RUN mkdir -p /out/state/.run/spool

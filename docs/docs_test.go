@@ -5,6 +5,7 @@ package docs
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -334,5 +335,67 @@ func TestCodeMapListsEveryPackage(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// release is a "## X.Y.Z (YYYY-MM-DD)" heading of CHANGELOG.md.
+var release = regexp.MustCompile(`^## (\d+)\.(\d+)\.(\d+) \(\d{4}-\d{2}-\d{2}\)$`)
+
+// TestReleasesAreNamedOnce holds CHANGELOG.md to docs/releasing.md: below an
+// optional "## Unreleased", every section is a release, newest first, each
+// opening with its upgrade checklist from the one before; the chart's
+// versions are the newest release's.
+func TestReleasesAreNamedOnce(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	type rel struct {
+		name     string
+		v        [3]int
+		upgrades string // the first "### " heading of the section
+	}
+	var rels []rel
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "## ") || l == "## Unreleased" && len(rels) == 0 {
+			if strings.HasPrefix(l, "### ") && len(rels) > 0 && rels[len(rels)-1].upgrades == "" {
+				rels[len(rels)-1].upgrades = l
+			}
+			continue
+		}
+		m := release.FindStringSubmatch(l)
+		if m == nil {
+			t.Errorf("CHANGELOG.md:%d: %q: want \"## X.Y.Z (YYYY-MM-DD)\" (docs/releasing.md)", i+1, l)
+			continue
+		}
+		var r rel
+		r.name = m[1] + "." + m[2] + "." + m[3]
+		for j := range 3 {
+			fmt.Sscan(m[j+1], &r.v[j])
+		}
+		rels = append(rels, r)
+	}
+	if len(rels) == 0 {
+		t.Fatal("CHANGELOG.md names no release")
+	}
+	for i := 1; i < len(rels); i++ {
+		newer, older := rels[i-1], rels[i]
+		if !(newer.v[0] > older.v[0] || newer.v[0] == older.v[0] && (newer.v[1] > older.v[1] || newer.v[1] == older.v[1] && newer.v[2] > older.v[2])) {
+			t.Errorf("CHANGELOG.md: %s is listed above %s: newest first", newer.name, older.name)
+		}
+		if want := "### Upgrading from " + older.name; newer.upgrades != want {
+			t.Errorf("CHANGELOG.md: release %s opens with %q: want %q", newer.name, newer.upgrades, want)
+		}
+	}
+	chart, err := os.ReadFile(filepath.Join(root, "deploy/helm/gateway/Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{"version", "appVersion"} {
+		m := regexp.MustCompile(`(?m)^` + field + `: "?([^"\s]+)"?$`).FindSubmatch(chart)
+		if m == nil || string(m[1]) != rels[0].name {
+			t.Errorf("Chart.yaml %s: %q: want the newest release, %s", field, m, rels[0].name)
+		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/modelgateway/gateway/internal/version"
 )
 
 func main() {
@@ -22,6 +24,7 @@ func main() {
 		Short:         "Model gateway: Envoy ext_proc sidecar",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.String(),
 	}
 	root.AddCommand(serveCmd(), envoyConfigCmd(), healthcheckCmd(), modelsCmd(), ledgerSinkCmd())
 	if err := root.Execute(); err != nil {

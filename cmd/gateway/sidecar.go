@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +44,7 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/tracing"
 	"github.com/modelgateway/gateway/internal/usage"
+	"github.com/modelgateway/gateway/internal/version"
 )
 
 // sidecar is the running set of servers of `gateway serve`.
@@ -443,21 +443,10 @@ func b2f(b bool) float64 {
 
 // buildInfo is the constant gateway_build_info series: which build runs.
 func buildInfo() prometheus.Collector {
-	version, revision := "(devel)", "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, kv := range bi.Settings {
-			if kv.Key == "vcs.revision" {
-				revision = kv.Value
-			}
-		}
-	}
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gateway_build_info", Help: "Always 1; the labels say which build of the sidecar runs.",
 	}, []string{"version", "revision", "goversion"})
-	g.WithLabelValues(version, revision, runtime.Version()).Set(1)
+	g.WithLabelValues(version.Release, version.Revision(), runtime.Version()).Set(1)
 	return g
 }
 

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/modelgateway/gateway/internal/version"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -76,6 +78,7 @@ func (a *app) rootCmd() *cobra.Command {
 		Short:         "Manage the model gateway through its admin API",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.String(),
 	}
 	f := root.PersistentFlags()
 	f.StringVar(&a.addr, "addr", "", "admin API address (env "+addrEnv+", default "+defaultAddr+")")
