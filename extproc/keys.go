@@ -59,6 +59,20 @@ func (x *exchange) steer(session string, m *extprocv3.HeaderMutation) bool {
 	return true
 }
 
+// keyClusterOf names the aggregate of u's pool that tries key first; ""
+// when u has no pool or no such key.
+func keyClusterOf(u *Upstream, key string) string {
+	if u == nil || u.Pool == nil {
+		return ""
+	}
+	for _, k := range u.Pool.Keys() {
+		if k.Name == key {
+			return k.Cluster
+		}
+	}
+	return ""
+}
+
 // steerByBody moves a request to the key of the session its body names
 // (format.Request.Session, read with the rest of the body), when its
 // headers named none.

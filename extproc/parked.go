@@ -15,6 +15,7 @@ import (
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/operation"
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -278,6 +279,11 @@ func (r *Reconciler) check(ctx context.Context, ref store.BackgroundRef) bool {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return false
+	}
+	// A stored response is the vendor key's (its organisation's): read it
+	// with the key that created it, which the parked settlement names.
+	if c := keyClusterOf(up, p.Settlement.VendorKey); c != "" {
+		req.Header.Set(config.KeyClusterHeader, c)
 	}
 	resp, err := r.client.Do(req)
 	if err == nil {

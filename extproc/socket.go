@@ -180,7 +180,13 @@ func (h *socketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.release(key.ID)
 	// The vendor's socket first: if it cannot be had, the client hears why
 	// before its upgrade is accepted.
-	vendor, endpoint, status, err := h.dialVendor(r, x.upstream.Name)
+	// Steered as an HTTP request is: the account's key (or its session's),
+	// so that a pinned account's socket is served by its own key.
+	var keyCluster string
+	if p := x.upstream.Pool; p != nil {
+		keyCluster = p.Choose(key.AccountID, bound(r.Header.Get(sessionHeader))).Cluster
+	}
+	vendor, served, status, err := h.dialVendor(r, x.upstream.Name, keyCluster)
 	if err != nil {
 		switch {
 		case status == http.StatusServiceUnavailable || status == 0:
@@ -202,7 +208,7 @@ func (h *socketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sc := &socketConn{h: h, creds: creds, key: key, upstream: x.upstream, op: op, path: vp,
-		client: client, vendor: vendor, endpoint: endpoint, local: map[string]bool{}, chat: chat}
+		client: client, vendor: vendor, endpoint: served.endpoint, vendorKey: served.key, local: map[string]bool{}, chat: chat}
 	sc.run(context.WithoutCancel(r.Context()))
 }
 
@@ -221,12 +227,22 @@ func (h *socketHandler) fallback(w http.ResponseWriter, x *exchange, sub string)
 // beta flags and identification, never its credential.
 var socketHeaders = []string{"openai-beta", "openai-organization", "openai-project", "user-agent", "x-client-request-id", "session_id", "originator", "version"}
 
-func (h *socketHandler) dialVendor(r *http.Request, upstream string) (*websocket.Conn, string, int, error) {
+// socketServed is what the relay says served a vendor socket: the
+// endpoint and the vendor key (empty where the contract carries no host
+// metadata).
+type socketServed struct{ endpoint, key string }
+
+// dialVendor opens the vendor socket through the relay; keyCluster, for a
+// pooled upstream, names the aggregate that tries the chosen key first.
+func (h *socketHandler) dialVendor(r *http.Request, upstream, keyCluster string) (*websocket.Conn, socketServed, int, error) {
 	hdr := http.Header{}
 	for _, k := range socketHeaders {
 		if v := r.Header.Get(k); v != "" {
 			hdr.Set(k, v)
 		}
+	}
+	if keyCluster != "" {
+		hdr.Set(config.KeyClusterHeader, keyCluster)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
@@ -236,18 +252,18 @@ func (h *socketHandler) dialVendor(r *http.Request, upstream string) (*websocket
 		status = resp.StatusCode
 	}
 	if err != nil {
-		return nil, "", status, err
+		return nil, socketServed{}, status, err
 	}
 	c.SetReadLimit(-1) // the vendor's events: a final response can be large
-	endpoint := resp.Header.Get("x-gateway-endpoint")
-	if endpoint == "" {
+	served := socketServed{endpoint: resp.Header.Get("x-gateway-endpoint"), key: resp.Header.Get("x-gateway-vendor-key")}
+	if served.endpoint == "" {
 		// The reduced contract has no host metadata: the address Envoy
 		// connected to says which endpoint it is.
 		if u := h.s.upstreamNamed(upstream); u != nil && u.addrs != nil {
-			endpoint = u.addrs.endpointOf(resp.Header.Get("x-gateway-upstream-address"))
+			served.endpoint = u.addrs.endpointOf(resp.Header.Get("x-gateway-upstream-address"))
 		}
 	}
-	return c, endpoint, status, nil
+	return c, served, status, nil
 }
 
 // socketConn is one client socket and its vendor socket.
@@ -260,7 +276,9 @@ type socketConn struct {
 	path     *operation.Path
 	client   *websocket.Conn
 	vendor   *websocket.Conn
-	endpoint string
+	// endpoint and vendorKey served the vendor socket, so every response
+	// on it.
+	endpoint, vendorKey string
 
 	mu    sync.Mutex
 	local map[string]bool // responses created on this socket
@@ -577,6 +595,7 @@ func (c *socketConn) relay(ctx context.Context, x *exchange, fromClient, fromVen
 			if typ == "error" {
 				x.status = cmp.Or(status, http.StatusInternalServerError)
 			}
+			x.servedBy(c.vendorKey)
 			x.startReply("text/event-stream")
 		}
 		terminal := terminalEvent(typ)

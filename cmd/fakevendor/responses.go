@@ -38,6 +38,9 @@ type storedResponse struct {
 	background bool
 	pending    int // retrievals left that see it in progress
 	events     [][]byte
+	// owner is the API key that created it: as at the vendor, where a
+	// stored response is its project's, another key reads 404.
+	owner string
 }
 
 // responseStore holds stored responses by id.
@@ -175,7 +178,7 @@ func (b *chatAPI) responses(w http.ResponseWriter, r *http.Request, body []byte,
 		if req.Background {
 			pending = cmp.Or(ctl.BackgroundPolls, 1)
 		}
-		b.stored.put(id, &storedResponse{final: final, input: inputItems(req.Input), background: req.Background, pending: pending, events: events})
+		b.stored.put(id, &storedResponse{final: final, input: inputItems(req.Input), background: req.Background, pending: pending, events: events, owner: requestKey(r)})
 	}
 	switch {
 	case req.Stream:
@@ -363,7 +366,7 @@ func storedPath(p string) (id, action string) {
 func (b *chatAPI) storedResponse(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
 	id, action := storedPath(r.URL.Path)
 	sr, ok := b.stored.get(id)
-	if !ok {
+	if !ok || sr.owner != "" && sr.owner != requestKey(r) {
 		b.writeError(w, r, http.StatusNotFound, "Response with id '"+id+"' not found.")
 		return
 	}
