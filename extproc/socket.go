@@ -573,8 +573,8 @@ func (c *socketConn) relay(ctx context.Context, x *exchange, fromClient, fromVen
 			return false
 		case m := <-in:
 			if m.err != nil {
-				// The client left mid-response: cut short, settled by
-				// finish with what was seen.
+				// The client left mid-response; the vendor goes on with it.
+				c.drain(ctx, x, fromVendor, !started, frame)
 				c.vendor.Close(websocket.StatusNormalClosure, "")
 				return false
 			}
@@ -591,12 +591,7 @@ func (c *socketConn) relay(ctx context.Context, x *exchange, fromClient, fromVen
 		typ, status, _ := messageType(v.data)
 		if !started {
 			started = true
-			x.status = http.StatusOK
-			if typ == "error" {
-				x.status = cmp.Or(status, http.StatusInternalServerError)
-			}
-			x.servedBy(c.vendorKey)
-			x.startReply("text/event-stream")
+			c.begin(x, typ, status)
 		}
 		terminal := terminalEvent(typ)
 		frame = append(append(append(frame[:0], "data: "...), v.data...), '\n', '\n')
@@ -619,6 +614,51 @@ func (c *socketConn) relay(ctx context.Context, x *exchange, fromClient, fromVen
 		}
 		if err != nil {
 			return false
+		}
+	}
+}
+
+// socketDrainWait bounds how long a response whose client left is still
+// read from the vendor, for the vendor's own final usage.
+const socketDrainWait = 5 * time.Second
+
+// begin starts x's reply at the vendor's first event for it.
+func (c *socketConn) begin(x *exchange, typ string, status int) {
+	x.status = http.StatusOK
+	if typ == "error" {
+		x.status = cmp.Or(status, http.StatusInternalServerError)
+	}
+	x.servedBy(c.vendorKey)
+	x.startReply("text/event-stream")
+}
+
+// drain meters the rest of a response whose client left: the vendor
+// generates (and bills) it to its end, so its terminal event, with the
+// vendor's usage, settles the response when it comes within
+// socketDrainWait; otherwise finish settles it at what was seen, flagged
+// as estimated. Nothing more is sent to the client.
+func (c *socketConn) drain(ctx context.Context, x *exchange, fromVendor chan socketMsg, first bool, frame []byte) {
+	wait := time.NewTimer(socketDrainWait)
+	defer wait.Stop()
+	for {
+		var v socketMsg
+		select {
+		case v = <-fromVendor:
+		case <-wait.C:
+			return
+		}
+		if v.err != nil {
+			return
+		}
+		typ, status, _ := messageType(v.data)
+		if first {
+			first = false
+			c.begin(x, typ, status)
+		}
+		terminal := terminalEvent(typ)
+		frame = append(append(append(frame[:0], "data: "...), v.data...), '\n', '\n')
+		if r := x.responseBody(ctx, &extprocv3.HttpBody{Body: frame, EndOfStream: terminal}, nil); r.GetImmediateResponse() != nil || terminal {
+			return
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -424,4 +425,44 @@ func TestSocketsPerKeyBounded(t *testing.T) {
 		}
 		return err == nil
 	})
+}
+
+// A socket response whose client leaves mid-response is still read from
+// the vendor, which generates it to its end and bills it: the vendor's own
+// final usage settles it (not an estimate from the events the client saw).
+func TestSocketClientGoneSettledFromVendorUsage(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	acct := s.NewAccount(100, noLimits)
+	const model = "gpt-6-sol"
+	entry := servedModels(t, s.Config.Catalogue, "openai", []string{"chat", "responses"}, "/v1/responses")[model]
+	if entry == nil {
+		t.Fatalf("%s is not served on responses", model)
+	}
+	s.Primary.Control(map[string]any{"input_tokens": 1400, "output_tokens": 43, "reply_words": 30, "event_delay_ms": 20})
+	w := mustDialSocket(t, s, acct.Key, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.c.Write(ctx, websocket.MessageText, []byte(fmt.Sprintf(`{"type":"response.create","model":%q,"input":"Tell me a long story."}`, model))); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if _, _, err := w.c.Read(ctx); err != nil {
+			t.Fatalf("read: %v", err)
+		}
+	}
+	w.c.CloseNow() // gone after 4 events, without a close frame
+
+	want := expectedNano(t, entry, billed{input: 1400, output: 43})
+	var e store.LedgerEntry
+	eventually.That(t, 15*time.Second, "the response settled", func() (bool, string) {
+		entries, _, err := s.Store.Ledger(context.Background(), acct.ID, "", 10)
+		if err != nil || len(entries) != 1 {
+			return false, fmt.Sprintf("%d ledger entries (%v)", len(entries), err)
+		}
+		e = entries[0]
+		return true, ""
+	})
+	if e.Estimated || e.Usage.Input != 1400 || e.Usage.Output != 43 || e.Cost != want || e.Transport != "websocket" {
+		t.Errorf("ledger entry: cost %d (want %d from the vendor's 1,400 in and 43 out), %+v", e.Cost, want, e.Settlement)
+	}
 }
