@@ -14,9 +14,10 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 )
 
-// exchange is the processor's state for one HTTP request, and its
-// phases are its methods, one file each, in the order Envoy's messages
-// come (handle dispatches them):
+// exchange is the processor's state for one metered request: an HTTP
+// request driven by Envoy's messages (handle dispatches them), or one
+// response.create on a WebSocket (socket.go drives the same phases). Its
+// phases are its methods, one file each, in the order they run:
 //
 //  1. headers.go, requestHeaders: the key, the vendor path of an operation, the
 //     processing mode the path needs; refusals answered here.

@@ -63,8 +63,9 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 		}
 	}
 	if hv.upgrade != "" {
-		// The Responses API's WebSocket transport: a connection the
-		// processor cannot meter event by event. Clients fall back to HTTP.
+		// An upgrade Envoy sent through ext_proc: Envoy routes the
+		// WebSocket paths it serves to the sidecar's socket handler
+		// (socket.go) without ext_proc, so this path has none.
 		return x.reject(format.InvalidRequest, "the WebSocket transport is not available on this path; use HTTP (POST "+sub+")", 0)
 	}
 	switch {
