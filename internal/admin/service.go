@@ -22,7 +22,6 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/alerts"
-	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/store"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
@@ -152,12 +151,8 @@ func invalid(format string, args ...any) error {
 }
 
 func checkLimits(l account.Limits) error {
-	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 || l.TPM < 0 || l.Concurrency < 0 ||
-		l.MonthlyNanoUSD < 0 || l.TotalNanoUSD < 0 || l.ConcurrencyWaitSeconds < 0 {
-		return invalid("limits must not be negative")
-	}
-	if max := int64(config.MaxConcurrencyWait / time.Second); l.ConcurrencyWaitSeconds > max {
-		return invalid("concurrency_wait_seconds: at most %d", max)
+	if err := store.CheckLimits(l); err != nil {
+		return invalid("limits: %v", err)
 	}
 	return nil
 }

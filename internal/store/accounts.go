@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -24,17 +25,24 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-func checkLimits(l account.Limits) error {
-	if l.DailyNanoUSD < 0 || l.RPM < 0 || l.WindowMinutes < 0 || l.TPM < 0 || l.Concurrency < 0 ||
-		l.MonthlyNanoUSD < 0 || l.TotalNanoUSD < 0 || l.ConcurrencyWaitSeconds < 0 {
-		return errors.New("negative limit")
-	}
-	if l.ConcurrencyWaitSeconds > int64(config.MaxConcurrencyWait/time.Second) {
-		return fmt.Errorf("concurrency wait %ds: more than the most allowed, %s", l.ConcurrencyWaitSeconds, config.MaxConcurrencyWait)
-	}
-	for _, n := range []int64{l.DailyNanoUSD, l.RPM, l.WindowMinutes, l.TPM, l.Concurrency, l.MonthlyNanoUSD, l.TotalNanoUSD} {
-		if n > MaxNanoUSD {
-			return fmt.Errorf("limit %d: %w", n, ErrTooLarge)
+// CheckLimits is the one check of an account's or a key's limits, before
+// the store keeps them (the admin API answers its error as an invalid
+// argument): none negative, amounts and counts within MaxNanoUSD, the
+// concurrency wait within config.MaxConcurrencyWait. It reads every field
+// by reflection, so a limit added to account.Limits is checked too.
+func CheckLimits(l account.Limits) error {
+	v := reflect.ValueOf(l)
+	for i := range v.NumField() {
+		name, n := v.Type().Field(i).Name, v.Field(i).Int()
+		switch {
+		case n < 0:
+			return fmt.Errorf("%s %d: limits must not be negative", name, n)
+		case name == "ConcurrencyWaitSeconds":
+			if n > int64(config.MaxConcurrencyWait/time.Second) {
+				return fmt.Errorf("concurrency wait %ds: more than the most allowed, %s", n, config.MaxConcurrencyWait)
+			}
+		case n > MaxNanoUSD:
+			return fmt.Errorf("%s %d: %w", name, n, ErrTooLarge)
 		}
 	}
 	return nil
@@ -52,7 +60,7 @@ const MaxNanoUSD = 1<<53 - 1
 // MaxNanoUSD.
 var ErrTooLarge = errors.New("amount above the most the store keeps exactly (2^53-1 nano-USD)")
 
-// checkAccountLimits is checkLimits for an account, which has no lifetime
+// checkAccountLimits is CheckLimits for an account, which has no lifetime
 // cap: its balance is one.
 func checkAccountLimits(l account.Limits) error {
 	if l.TotalNanoUSD != 0 {
@@ -61,7 +69,7 @@ func checkAccountLimits(l account.Limits) error {
 	if l.ConcurrencyWaitSeconds != 0 {
 		return errors.New("an account has no concurrency wait (a key's is its own)")
 	}
-	return checkLimits(l)
+	return CheckLimits(l)
 }
 
 // limitFields are the hash fields of limits, the same in an account's hash

@@ -39,7 +39,7 @@ func (s *Store) CreateKey(ctx context.Context, accountID string, kind account.Ke
 	if kind != account.ModelKey && kind != account.ReadOnlyToken {
 		return "", account.Key{}, fmt.Errorf("store: create key: unknown kind %q", kind)
 	}
-	if err := checkLimits(opts.Limits); err != nil {
+	if err := CheckLimits(opts.Limits); err != nil {
 		return "", account.Key{}, fmt.Errorf("store: create key: %w", err)
 	}
 	if !validID(accountID) {
@@ -283,7 +283,7 @@ func (s *Store) SetKeyLimits(ctx context.Context, accountID, keyID string, l acc
 	if !validID(accountID) || !validID(keyID) {
 		return fmt.Errorf("store: set limits of key %q of %q: %w", keyID, accountID, ErrNotFound)
 	}
-	if err := checkLimits(l); err != nil {
+	if err := CheckLimits(l); err != nil {
 		return fmt.Errorf("store: set limits of key %s: %w", keyID, err)
 	}
 	n, err := hsetxScript.Run(ctx, s.rdb, []string{acctKey(accountID, "key:"+keyID)}, keyLimitFields(l)...).Int64()
