@@ -280,25 +280,40 @@ func attemptsByOwner(t *testing.T, s *launch.Stack) map[string]map[string]int {
 	return out
 }
 
-// A key pinned to an account (accounts: [A]) is a pool of its own: A's
-// sessions are served by it alone, no other account's request reaches it,
-// and A is never spread onto the shared keys, not even when its key is
-// limited; nor is anyone else spread onto A's key when theirs are.
-func TestKeyPoolPinnedTenant(t *testing.T) {
-	// The pin names an account id, and accounts are created at runtime:
-	// create A in the stack's Redis before the gateway reads its config.
+// startPinned starts a stack with a pool of three keys per upstream and an
+// account A whose key k3 of upstream is pinned to it; configure, if not
+// nil, changes the configuration further. The pin names an account id, and
+// accounts are created at runtime: A is created in the stack's Redis before
+// the gateway reads its config.
+func startPinned(t *testing.T, upstream string, configure func(*config.Config)) (*launch.Stack, launch.Account) {
+	t.Helper()
 	rs := redistest.NewServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	t.Cleanup(func() { rdb.Close() })
 	a := newAccountIn(t, store.New(rdb, store.Options{}))
 	s := launchtest.Start(t, launch.Options{Pool: 3, RedisAddr: rs.Addr, Configure: func(c *config.Config) {
-		u := alphaPool(t, c)
-		for i := range u.VendorKeys {
-			if u.VendorKeys[i].Name == "k3" {
-				u.VendorKeys[i].Accounts = []string{a.ID}
+		for i := range c.Upstreams {
+			if u := &c.Upstreams[i]; u.Name == upstream {
+				for j := range u.VendorKeys {
+					if u.VendorKeys[j].Name == "k3" {
+						u.VendorKeys[j].Accounts = []string{a.ID}
+					}
+				}
 			}
 		}
+		if configure != nil {
+			configure(c)
+		}
 	}})
+	return s, a
+}
+
+// A key pinned to an account (accounts: [A]) is a pool of its own: A's
+// sessions are served by it alone, no other account's request reaches it,
+// and A is never spread onto the shared keys, not even when its key is
+// limited; nor is anyone else spread onto A's key when theirs are.
+func TestKeyPoolPinnedTenant(t *testing.T) {
+	s, a := startPinned(t, "alpha", nil)
 	b := s.NewAccount(100, noLimits)
 	waitHealthRoute(t, s, "primary")
 	if h := poolHealth(t, s, "alpha"); !h["k3"].Pinned || h["k1"].Pinned || h["k2"].Pinned {

@@ -8,13 +8,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/redistest"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
-	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
 // betaKeyOf names the beta pool key whose secret a recorded request
@@ -37,22 +33,9 @@ func betaKeyOf(rec launch.Record) string {
 // settled at an estimate). Every ledger entry names the key; no other
 // account reaches it.
 func TestPinnedTenantOnEveryPath(t *testing.T) {
-	rs := redistest.NewServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	t.Cleanup(func() { rdb.Close() })
-	a := newAccountIn(t, store.New(rdb, store.Options{}))
-	s := launchtest.Start(t, launch.Options{Pool: 3, RedisAddr: rs.Addr, Configure: func(c *config.Config) {
+	s, a := startPinned(t, "beta", func(c *config.Config) {
 		c.Limits.BackgroundPoll = config.Duration(100 * time.Millisecond)
-		for i := range c.Upstreams {
-			if u := &c.Upstreams[i]; u.Name == "beta" {
-				for j := range u.VendorKeys {
-					if u.VendorKeys[j].Name == "k3" {
-						u.VendorKeys[j].Accounts = []string{a.ID}
-					}
-				}
-			}
-		}
-	}})
+	})
 	b := s.NewAccount(100, noLimits)
 	waitHealthRoute(t, s, "primary")
 
