@@ -147,8 +147,36 @@ func runLocal(cfgPath, public string, portOffset int, stateDir, logLevel string,
 		if err != nil {
 			return fmt.Errorf("fake vendors: %w", err)
 		}
-		messagesKey, chatCompletionsKey := "fake-"+randomHex(8), "fake-"+randomHex(8)
-		env := []string{"FAKE_MESSAGES_KEY=" + messagesKey, "FAKE_CHAT_COMPLETIONS_KEY=" + chatCompletionsKey}
+		// Each upstream's keys get fake secrets, which the fakes of its
+		// format accept: a pool's each its own, so that the fakes count
+		// the requests of each key (GET /keys).
+		var messagesKeys, chatCompletionsKeys []string
+		for _, name := range fakes {
+			u, _ := cfg.Upstream(name)
+			if len(u.VendorKeys) == 0 {
+				if u.CredentialEnv == "" {
+					u.CredentialEnv = envName(u.Name, "API_KEY")
+				}
+				key := fakeSecret(u, &messagesKeys, &chatCompletionsKeys)
+				envoyEnv = append(envoyEnv, u.CredentialEnv+"="+key)
+				continue
+			}
+			for j := range u.VendorKeys {
+				k := &u.VendorKeys[j]
+				// The fake's secret replaces the configured one, wherever
+				// Envoy would have read it.
+				k.Env, k.File, k.SDS = envName(u.Name, k.Name+"_FAKE_KEY"), "", ""
+				envoyEnv = append(envoyEnv, k.Env+"="+fakeSecret(u, &messagesKeys, &chatCompletionsKeys))
+			}
+		}
+		// A fake with no key listed would take any: it gets one nobody has.
+		for _, keys := range []*[]string{&messagesKeys, &chatCompletionsKeys} {
+			if len(*keys) == 0 {
+				*keys = []string{"fake-" + randomHex(8)}
+			}
+		}
+		env := []string{"FAKE_MESSAGES_KEY=" + strings.Join(messagesKeys, ","),
+			"FAKE_CHAT_COMPLETIONS_KEY=" + strings.Join(chatCompletionsKeys, ",")}
 		addrs := map[string]launch.FakeAddrs{}
 		for _, name := range []string{"primary", "reserve"} {
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -164,14 +192,6 @@ func runLocal(cfgPath, public string, portOffset int, stateDir, logLevel string,
 			u, _ := cfg.Upstream(name)
 			u.Primary = config.Endpoint{URL: addrs["primary"].URL(u.Format), Region: "local-primary"}
 			u.Reserve = config.Endpoint{URL: addrs["reserve"].URL(u.Format), Region: "local-reserve"}
-			key := chatCompletionsKey
-			if u.Format == config.FormatMessages {
-				key = messagesKey
-			}
-			if u.CredentialEnv == "" {
-				u.CredentialEnv = strings.ToUpper(strings.ReplaceAll(u.Name, "-", "_")) + "_API_KEY"
-			}
-			envoyEnv = append(envoyEnv, u.CredentialEnv+"="+key)
 		}
 		log.Warn("no vendor keys set: routing to FAKE vendors", "upstreams", strings.Join(fakes, ","))
 	}
@@ -402,6 +422,24 @@ func (d demoAccount) banner(envPath string, fake bool) string {
 	b.WriteString("\n")
 	b.WriteString("Press Ctrl-C to stop.\n")
 	return b.String()
+}
+
+// fakeSecret makes a secret for one of the upstream's keys and adds it to
+// the keys the fakes of its format accept.
+func fakeSecret(u *config.Upstream, messages, chatCompletions *[]string) string {
+	key := "fake-" + randomHex(8)
+	if u.Format == config.FormatMessages {
+		*messages = append(*messages, key)
+	} else {
+		*chatCompletions = append(*chatCompletions, key)
+	}
+	return key
+}
+
+// envName is the environment variable of an upstream's fake secret:
+// UPSTREAM_SUFFIX in capitals.
+func envName(upstream, suffix string) string {
+	return strings.ToUpper(strings.ReplaceAll(upstream+"_"+suffix, "-", "_"))
 }
 
 func randomHex(n int) string {

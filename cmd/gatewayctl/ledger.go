@@ -64,14 +64,14 @@ func (a *app) ledgerCmd() *cobra.Command {
 		}
 		resp := &adminv1.ListLedgerResponse{Entries: entries, NextPageToken: next}
 		err = a.show(resp, func(w io.Writer) {
-			row(w, "ID", "TIME", "KEY", "MODEL", "STATUS", "INPUT", "OUTPUT", "CACHE_WRITE", "CACHE_READ", "COST_USD", "ENDPOINT", "OTHER_USAGE")
+			row(w, "ID", "TIME", "KEY", "MODEL", "STATUS", "INPUT", "OUTPUT", "CACHE_WRITE", "CACHE_READ", "COST_USD", "ENDPOINT", "VENDOR_KEY", "TRANSPORT", "OTHER_USAGE")
 			for _, e := range resp.Entries {
 				cost := formatUSD(e.CostNanoUsd)
 				if e.Estimated {
 					cost += " (est.)"
 				}
 				row(w, e.Id, when(e.EndTime), e.KeyId, e.Model, e.Status, e.InputTokens, e.OutputTokens,
-					e.CacheWriteTokens, e.CacheReadTokens, cost, orDash(e.Endpoint), otherUsage(e.Usage))
+					e.CacheWriteTokens, e.CacheReadTokens, cost, orDash(e.Endpoint), orDash(e.VendorKey), orDash(e.Transport), otherUsage(e.Usage))
 			}
 		})
 		a.more(resp.NextPageToken, "gatewayctl ledger "+args[0])

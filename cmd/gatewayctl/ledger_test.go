@@ -56,9 +56,9 @@ func TestReadPages(t *testing.T) {
 	}
 }
 
-// The ledger commands show every usage kind the gateway meters: the JSON
+// The ledger commands show every usage kind the gateway meters (the JSON
 // listing and the export by name, the table those without a column of
-// their own.
+// their own), and the JSON the vendor key and transport.
 func TestLedgerUsageKinds(t *testing.T) {
 	addr, st := startAdminStore(t)
 	t.Setenv(addrEnv, addr)
@@ -70,7 +70,8 @@ func TestLedgerUsageKinds(t *testing.T) {
 	}
 	u := usage.Usage{Input: 10, Output: 5, Reasoning: 2, WebSearches: 1, FileSearches: 3, CodeInterpreter: 2, ImageGenerations: 4}
 	if _, err := st.Settle(ctx, account.Settlement{RequestID: "r1", AccountID: id, KeyID: "key_1", Priced: "m", Usage: u,
-		Rates: usage.Usage{CodeInterpreter: 30_000_000 * 1_000_000}, Cost: 7, Status: 200, Endpoint: "primary"}); err != nil {
+		Rates: usage.Usage{CodeInterpreter: 30_000_000 * 1_000_000}, Cost: 7, Status: 200, Endpoint: "primary",
+		VendorKey: "org-b", Transport: "websocket"}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]any{"file_searches": "3", "code_interpreter_sessions": "2", "image_generations": "4", "web_searches": "1"}
@@ -92,6 +93,9 @@ func TestLedgerUsageKinds(t *testing.T) {
 		}
 		if p := e["prices_nano_usd_per_million"].(map[string]any)["code_interpreter_sessions"]; p != "30000000000000" {
 			t.Errorf("%s: code interpreter price %v", name, p)
+		}
+		if e["vendor_key"] != "org-b" || e["transport"] != "websocket" {
+			t.Errorf("%s: vendor_key %v, transport %v", name, e["vendor_key"], e["transport"])
 		}
 	}
 	code, out, _ = ctl(t, "ledger", id)

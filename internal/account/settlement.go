@@ -1,7 +1,6 @@
 package account
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/usage"
@@ -64,61 +63,15 @@ type Settlement struct {
 }
 
 // Checkpoint is the best-known outcome of a running request, written by the
-// renewer so that a request interrupted by a crash is settled at it.
-type Checkpoint struct {
-	Status      int                  `json:"st,omitempty"` // the status the client sees, 0 before the reply started
-	Endpoint    string               `json:"ep,omitempty"`
-	VendorKey   string               `json:"vk,omitempty"`
-	Requested   usage.RequestedModel `json:"rq,omitempty"`
-	Priced      usage.PricedModel    `json:"pm,omitempty"`
-	Reported    usage.ReportedModel  `json:"rm,omitempty"`
-	Usage       usage.Usage          `json:"-"` // as "u", by kind name, zeros left out
-	Rates       usage.Usage          `json:"-"` // as "r", likewise
-	ServiceTier string               `json:"tier,omitempty"`
-	TierUnknown bool                 `json:"tu,omitempty"`
-	Region      string               `json:"rg,omitempty"`
-	Uplift      int64                `json:"up,omitempty"`
-	LongContext int64                `json:"lc,omitempty"`
-	Fallback    bool                 `json:"fb,omitempty"`
-	Cost        int64                `json:"c,omitempty"` // nano-USD, priced by the sidecar
-}
+// renewer so that a request interrupted by a crash is settled at it: the
+// settlement as if the request ended now, or the part of it known (a reply's
+// status and endpoint before its body). The store keeps it in the encoding
+// of every other settlement.
+type Checkpoint = Settlement
 
 // Checkpoint is what a sweep would charge for the request if it ended as
-// st says: the settlement's reply, models, usage and prices. It is
-// published by address (holds), so it is made there.
+// st says. It is published by address (holds), so it is a copy.
 func (st *Settlement) Checkpoint() *Checkpoint {
-	return &Checkpoint{
-		Status: st.Status, Endpoint: st.Endpoint, VendorKey: st.VendorKey,
-		Requested: st.Requested, Priced: st.Priced, Reported: st.Reported,
-		Usage: st.Usage, Rates: st.Rates, ServiceTier: st.ServiceTier, LongContext: st.LongContext,
-		Fallback: st.Fallback, Cost: st.Cost, TierUnknown: st.TierUnknown, Region: st.Region, Uplift: st.Uplift,
-	}
-}
-
-// checkpointJSON is a Checkpoint as stored: usage by kind name with zeros
-// left out, since a checkpoint lives in Redis for every running request.
-type checkpointJSON struct {
-	checkpointFields
-	U map[string]int64 `json:"u,omitempty"`
-	R map[string]int64 `json:"r,omitempty"`
-}
-
-type checkpointFields Checkpoint
-
-// MarshalJSON writes the checkpoint compactly.
-func (c Checkpoint) MarshalJSON() ([]byte, error) {
-	return json.Marshal(checkpointJSON{checkpointFields: checkpointFields(c), U: usage.ByName(c.Usage), R: usage.ByName(c.Rates)})
-}
-
-// UnmarshalJSON reads what MarshalJSON wrote.
-func (c *Checkpoint) UnmarshalJSON(b []byte) error {
-	var w checkpointJSON
-	if err := json.Unmarshal(b, &w); err != nil {
-		return err
-	}
-	*c = Checkpoint(w.checkpointFields)
-	// A kind this build does not know (a newer one wrote it) is left out.
-	c.Usage, _ = usage.FromNames(w.U)
-	c.Rates, _ = usage.FromNames(w.R)
-	return nil
+	c := *st
+	return &c
 }

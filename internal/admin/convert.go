@@ -128,6 +128,8 @@ func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
 		TierUnknown:             e.TierUnknown,
 		RegionalProcessing:      e.Region,
 		RegionalUpliftPpm:       e.Uplift,
+		VendorKey:               e.VendorKey,
+		Transport:               e.Transport,
 	}
 }
 

@@ -26,6 +26,10 @@ const (
 	// extends it once by its wait (Envoy's max_message_timeout bounds that
 	// extension at MaxConcurrencyWait + ExtProcMessageTimeout).
 	ExtProcMessageTimeout = 5 * time.Second
+	// DefaultLeaseShare and DefaultLeaseMinHolds are limits.lease_share's
+	// and limits.lease_min_holds' defaults.
+	DefaultLeaseShare    = 8
+	DefaultLeaseMinHolds = 16
 	// DefaultSocketIdle is limits.socket_idle's default.
 	DefaultSocketIdle = 5 * time.Minute
 	// DefaultSocketsPerKey is limits.sockets_per_key's default.
@@ -104,8 +108,8 @@ func (l *Limits) setDefaults() {
 	defDur(&l.HoldLease, DefaultHoldLease)
 	def(&l.ConcurrencyWaiters, DefaultConcurrencyWaiters)
 	def(&l.Leases, "off")
-	def(&l.LeaseShare, 8)
-	def(&l.LeaseMinHolds, 16)
+	def(&l.LeaseShare, DefaultLeaseShare)
+	def(&l.LeaseMinHolds, DefaultLeaseMinHolds)
 	def(&l.ConcurrencyWaitersShare, max(l.ConcurrencyWaiters/10, 1))
 	defDur(&l.SocketIdle, DefaultSocketIdle)
 	def(&l.SocketsPerKey, DefaultSocketsPerKey)

@@ -209,6 +209,7 @@ type LedgerPage struct {
 type LedgerEntry struct {
 	ID             string `json:"id"`
 	RequestID      string `json:"request_id"`
+	AccountID      string `json:"account_id"`
 	StartTime      string `json:"start_time"`
 	EndTime        string `json:"end_time"`
 	KeyID          string `json:"key_id"`
@@ -224,15 +225,24 @@ type LedgerEntry struct {
 	Capped         bool   `json:"capped"`
 	Reconciled     bool   `json:"reconciled"`
 	Endpoint       string `json:"endpoint"`
-	ServiceTier    string `json:"service_tier"`
-	TierUnknown    bool   `json:"tier_unknown"`
+	// VendorKey names the vendor key that served ("default" for
+	// credential_env, "" when unknown), never its secret; Transport is ""
+	// for HTTP, "websocket" for the Responses API's WebSocket transport.
+	VendorKey   string `json:"vendor_key"`
+	Transport   string `json:"transport"`
+	ServiceTier string `json:"service_tier"`
+	TierUnknown bool   `json:"tier_unknown"`
 	// RegionalProcessing is the regional processing priced ("" for none),
 	// with its uplift in parts per million.
-	RegionalProcessing string `json:"regional_processing"`
-	RegionalUpliftPPM  int64  `json:"regional_uplift_ppm"`
+	RegionalProcessing   string `json:"regional_processing"`
+	RegionalUpliftPPM    int64  `json:"regional_uplift_ppm"`
+	LongContextThreshold int64  `json:"long_context_threshold"`
 	control.Quantities
-	CostUSD     float64 `json:"cost_usd"`
-	CostNanoUSD int64   `json:"cost_nano_usd"`
+	// Prices are the unit prices applied, by priced usage kind, in
+	// nano-USD per million units.
+	Prices      map[string]int64 `json:"prices_nano_usd_per_million"`
+	CostUSD     float64          `json:"cost_usd"`
+	CostNanoUSD int64            `json:"cost_nano_usd"`
 }
 
 func (a *api) ledger(w http.ResponseWriter, r *http.Request, q url.Values, accountID string) {
@@ -285,55 +295,106 @@ func (a *api) labels(ctx context.Context, accountID string) (map[string]string, 
 }
 
 func newLedgerEntry(e store.LedgerEntry, label string) LedgerEntry {
+	prices := map[string]int64{}
+	for _, k := range usage.Kinds {
+		if k.Priced {
+			prices[k.Name] = k.Of(e.Rates)
+		}
+	}
 	return LedgerEntry{
-		ID: e.ID, RequestID: e.RequestID, StartTime: timeString(e.StartedAt), EndTime: timeString(e.EndedAt),
+		ID: e.ID, RequestID: e.RequestID, AccountID: e.AccountID, StartTime: timeString(e.StartedAt), EndTime: timeString(e.EndedAt),
 		KeyID: e.KeyID, KeyLabel: label,
 		Model: string(e.Priced), ModelRequested: string(e.Requested), ModelReported: string(e.Reported),
 		Status: e.Status, Stream: e.Stream, Estimated: e.Estimated, Interrupted: e.Interrupted,
 		FallbackPrice: e.Fallback, Capped: e.Capped, Reconciled: e.Reconciled, Endpoint: e.Endpoint,
+		VendorKey: e.VendorKey, Transport: e.Transport,
 		ServiceTier: e.ServiceTier, TierUnknown: e.TierUnknown, RegionalProcessing: e.Region, RegionalUpliftPPM: e.Uplift,
-		Quantities: control.QuantitiesOf(e.Usage), CostUSD: pricing.USD(e.Cost), CostNanoUSD: e.Cost,
+		LongContextThreshold: e.LongContext,
+		Quantities:           control.QuantitiesOf(e.Usage), Prices: prices, CostUSD: pricing.USD(e.Cost), CostNanoUSD: e.Cost,
 	}
 }
 
-// CSVHeader is the header row of GET /v1/usage/ledger.csv: the ledger
-// entry's fields, then each usage kind's quantity and unit price (nano-USD
-// per million units).
+// csvColumn is one column of GET /v1/usage/ledger.csv: its header and its
+// cell of an entry (with the entry's key label).
+type csvColumn struct {
+	name string
+	cell func(e store.LedgerEntry, label string) string
+}
+
+// csvColumns are the CSV's columns, from which its header and each row are
+// made: the ledger entry's fields, then each usage kind's quantity and unit
+// price (nano-USD per million units), then the cost. Text cells go through
+// csvText; numbers, booleans and times are written as the gateway writes
+// them.
+var csvColumns = func() []csvColumn {
+	text := func(name string, f func(e store.LedgerEntry) string) csvColumn {
+		return csvColumn{name, func(e store.LedgerEntry, _ string) string { return csvText(f(e)) }}
+	}
+	plain := func(name string, f func(e store.LedgerEntry) string) csvColumn {
+		return csvColumn{name, func(e store.LedgerEntry, _ string) string { return f(e) }}
+	}
+	flag := func(name string, f func(e store.LedgerEntry) bool) csvColumn {
+		return plain(name, func(e store.LedgerEntry) string { return strconv.FormatBool(f(e)) })
+	}
+	num := func(name string, f func(e store.LedgerEntry) int64) csvColumn {
+		return plain(name, func(e store.LedgerEntry) string { return strconv.FormatInt(f(e), 10) })
+	}
+	cols := []csvColumn{
+		text("id", func(e store.LedgerEntry) string { return e.ID }),
+		text("request_id", func(e store.LedgerEntry) string { return e.RequestID }),
+		text("account_id", func(e store.LedgerEntry) string { return e.AccountID }),
+		plain("start_time", func(e store.LedgerEntry) string { return timeString(e.StartedAt) }),
+		plain("end_time", func(e store.LedgerEntry) string { return timeString(e.EndedAt) }),
+		text("key_id", func(e store.LedgerEntry) string { return e.KeyID }),
+		{"key_label", func(_ store.LedgerEntry, label string) string { return csvText(label) }},
+		text("model", func(e store.LedgerEntry) string { return string(e.Priced) }),
+		text("model_requested", func(e store.LedgerEntry) string { return string(e.Requested) }),
+		text("model_reported", func(e store.LedgerEntry) string { return string(e.Reported) }),
+		num("status", func(e store.LedgerEntry) int64 { return int64(e.Status) }),
+		flag("stream", func(e store.LedgerEntry) bool { return e.Stream }),
+		flag("estimated", func(e store.LedgerEntry) bool { return e.Estimated }),
+		flag("interrupted", func(e store.LedgerEntry) bool { return e.Interrupted }),
+		flag("fallback_price", func(e store.LedgerEntry) bool { return e.Fallback }),
+		flag("capped", func(e store.LedgerEntry) bool { return e.Capped }),
+		flag("reconciled", func(e store.LedgerEntry) bool { return e.Reconciled }),
+		text("endpoint", func(e store.LedgerEntry) string { return e.Endpoint }),
+		text("vendor_key", func(e store.LedgerEntry) string { return e.VendorKey }),
+		text("transport", func(e store.LedgerEntry) string { return e.Transport }),
+		text("service_tier", func(e store.LedgerEntry) string { return e.ServiceTier }),
+		flag("tier_unknown", func(e store.LedgerEntry) bool { return e.TierUnknown }),
+		text("regional_processing", func(e store.LedgerEntry) string { return e.Region }),
+		num("regional_uplift_ppm", func(e store.LedgerEntry) int64 { return e.Uplift }),
+		num("long_context_threshold", func(e store.LedgerEntry) int64 { return e.LongContext }),
+	}
+	for _, k := range usage.Kinds {
+		cols = append(cols, num(k.Name, func(e store.LedgerEntry) int64 { return k.Of(e.Usage) }))
+	}
+	for _, k := range usage.Kinds {
+		if k.Priced {
+			cols = append(cols, num("price_"+k.Name, func(e store.LedgerEntry) int64 { return k.Of(e.Rates) }))
+		}
+	}
+	return append(cols,
+		num("cost_nano_usd", func(e store.LedgerEntry) int64 { return e.Cost }),
+		plain("cost_usd", func(e store.LedgerEntry) string { return pricing.FormatUSD(e.Cost) }))
+}()
+
+// CSVHeader is the header row of GET /v1/usage/ledger.csv.
 func CSVHeader() []string {
-	h := []string{"id", "request_id", "start_time", "end_time", "key_id", "key_label", "model",
-		"model_requested", "model_reported", "status", "stream", "estimated", "interrupted",
-		"fallback_price", "capped", "reconciled", "endpoint", "service_tier", "tier_unknown",
-		"regional_processing", "regional_uplift_ppm", "long_context_threshold"}
-	for _, k := range usage.Kinds {
-		h = append(h, k.Name)
+	h := make([]string, len(csvColumns))
+	for i, c := range csvColumns {
+		h[i] = c.name
 	}
-	for _, k := range usage.Kinds {
-		if k.Priced {
-			h = append(h, "price_"+k.Name)
-		}
-	}
-	return append(h, "cost_nano_usd", "cost_usd")
+	return h
 }
 
-// csvRow is an entry's CSV row: text cells through csvText, numbers,
-// booleans and times as the gateway writes them.
+// csvRow is an entry's CSV row.
 func csvRow(e store.LedgerEntry, label string) []string {
-	row := []string{csvText(e.ID), csvText(e.RequestID), timeString(e.StartedAt), timeString(e.EndedAt),
-		csvText(e.KeyID), csvText(label),
-		csvText(string(e.Priced)), csvText(string(e.Requested)), csvText(string(e.Reported)), strconv.Itoa(e.Status),
-		strconv.FormatBool(e.Stream), strconv.FormatBool(e.Estimated), strconv.FormatBool(e.Interrupted),
-		strconv.FormatBool(e.Fallback), strconv.FormatBool(e.Capped), strconv.FormatBool(e.Reconciled), csvText(e.Endpoint),
-		csvText(e.ServiceTier), strconv.FormatBool(e.TierUnknown), csvText(e.Region), strconv.FormatInt(e.Uplift, 10),
-		strconv.FormatInt(e.LongContext, 10)}
-	for _, k := range usage.Kinds {
-		row = append(row, strconv.FormatInt(k.Of(e.Usage), 10))
+	row := make([]string, len(csvColumns))
+	for i, c := range csvColumns {
+		row[i] = c.cell(e, label)
 	}
-	for _, k := range usage.Kinds {
-		if k.Priced {
-			row = append(row, strconv.FormatInt(k.Of(e.Rates), 10))
-		}
-	}
-	return append(row, strconv.FormatInt(e.Cost, 10), pricing.FormatUSD(e.Cost))
+	return row
 }
 
 // csvText defends a text cell of the CSV against formula injection: a

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -72,11 +73,11 @@ type Options struct {
 	Logger         *slog.Logger
 }
 
-// Defaults of Options.
+// Defaults of Options. Those the configuration sets are its defaults.
 const (
 	DefaultInterval = time.Second
-	DefaultShare    = 8
-	DefaultMinHolds = 16
+	DefaultShare    = config.DefaultLeaseShare
+	DefaultMinHolds = config.DefaultLeaseMinHolds
 	DefaultMinSlots = 2
 	DefaultMinSeats = 2
 	// DefaultMinTokenBounds is Options.MinTokenBounds's default.

@@ -46,8 +46,8 @@ func TestDataError(t *testing.T) {
 // jsonb stores: no NUL byte, no \u0000 escape, valid UTF-8, the bytes
 // spelled out as text, every column named, the rest exact.
 func TestRowJSONIsStorable(t *testing.T) {
-	r := row("acct_a", "<lab\xffel>", store.LedgerEntry{ID: "1700000000000-3", Settlement: account.Settlement{
-		RequestID: "req_1", Priced: "bad\x00model", Requested: "x\xfe\xffy", Reported: "ok é", Cost: -42,
+	r := row("<lab\xffel>", store.LedgerEntry{ID: "1700000000000-3", Settlement: account.Settlement{
+		RequestID: "req_1", AccountID: "acct_a", Priced: "bad\x00model", Requested: "x\xfe\xffy", Reported: "ok é", Cost: -42,
 	}})
 	s, err := rowJSON(r)
 	if err != nil {

@@ -320,7 +320,7 @@ func (s *Sink) write(ctx context.Context, account string, page []store.LedgerEnt
 	}
 	rows := make([][]any, len(page))
 	for i, e := range page {
-		rows[i] = row(account, labels[e.KeyID], e)
+		rows[i] = row(labels[e.KeyID], e)
 	}
 	n, err := s.commit(ctx, account, page, rows, false)
 	if _, ok := dataError(err); ok {
@@ -566,8 +566,8 @@ func (s *Sink) keyLabels(ctx context.Context, account string, page []store.Ledge
 }
 
 // row is the insert's arguments for one entry, in insertSQL's order.
-func row(account, label string, e store.LedgerEntry) []any {
-	args := []any{account, e.ID, entryTime(e.ID), e.RequestID, e.KeyID, label,
+func row(label string, e store.LedgerEntry) []any {
+	args := []any{e.AccountID, e.ID, entryTime(e.ID), e.RequestID, e.KeyID, label,
 		string(e.Priced), string(e.Requested), string(e.Reported)}
 	for _, k := range usage.Kinds {
 		args = append(args, k.Of(e.Usage))

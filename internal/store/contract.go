@@ -155,14 +155,23 @@ func LedgerFields(st account.Settlement) map[string]string {
 	for i := 1; i+1 < len(args); i += 2 {
 		m[args[i].(string)] = argString(args[i+1])
 	}
-	if st.Lease != (account.LeaseRef{}) {
-		m[ledgerLease] = st.Lease.ID + " " + strconv.FormatInt(st.Lease.Seq, 10) + " " + strconv.FormatInt(st.Lease.Hold, 10)
-		if st.Lease.Tokens != 0 || st.Lease.Bucket != 0 || st.Lease.TokenLevels != 0 {
-			m[ledgerLease] += " " + strconv.FormatInt(st.Lease.Tokens, 10) + " " + strconv.FormatInt(st.Lease.Bucket, 10) +
-				" " + strconv.Itoa(st.Lease.TokenLevels)
-		}
+	if l := leaseField(st.Lease); l != "" {
+		m[ledgerLease] = l
 	}
 	return m
+}
+
+// leaseField is the lease field of a settlement admitted from lease l, ""
+// for none.
+func leaseField(l account.LeaseRef) string {
+	if l == (account.LeaseRef{}) {
+		return ""
+	}
+	f := l.ID + " " + strconv.FormatInt(l.Seq, 10) + " " + strconv.FormatInt(l.Hold, 10)
+	if l.Tokens != 0 || l.Bucket != 0 || l.TokenLevels != 0 {
+		f += " " + strconv.FormatInt(l.Tokens, 10) + " " + strconv.FormatInt(l.Bucket, 10) + " " + strconv.Itoa(l.TokenLevels)
+	}
+	return f
 }
 
 // SettlementFromLedger is the reverse of LedgerFields: the settlement of a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,7 +36,9 @@ import (
 const holdIndexKey = "gw:holdaccts"
 
 // admissionRecord is what the sweeper needs to settle a request whose
-// sidecar died: who made it, with which model, when. Stored with the hold.
+// sidecar died before its first checkpoint: who made it, with which model,
+// when. Stored with the hold, small since every admission writes it; read
+// by the names of its ledger fields (recordFields).
 type admissionRecord struct {
 	KeyID     string               `json:"k"`
 	Priced    usage.PricedModel    `json:"m"`
@@ -44,6 +47,133 @@ type admissionRecord struct {
 	Stream    bool                 `json:"st,omitempty"`
 	Transport string               `json:"tr,omitempty"`
 }
+
+// A hold's checkpoint is a settlement in the ledger's encoding
+// (LedgerFields), as a JSON object of its fields that are not zero. The
+// sweeper settles the checkpoint's fields over the admission record's, so
+// a field added to a settlement reaches a swept one with no list to keep.
+
+// holdSettlement encodes the checkpoint st for a hold. It runs for every
+// renewal of every open request, so it writes the JSON itself rather than
+// through a map, and on the heap: a request path's stack stays small
+// (TestStreamStackStaysSmall).
+//
+//go:noinline
+func holdSettlement(st *account.Settlement) string {
+	p := holdArgs.Get().(*[]any)
+	args := appendLedger((*p)[:0], *st, st.Cost)
+	b := append(make([]byte, 0, 256), '{')
+	for i := 1; i+1 < len(args); i += 2 {
+		// The hold's field is the request id, and the sweep ends it.
+		if f := args[i].(string); f != ledgerRequestID && f != ledgerEnded {
+			b = appendHoldField(b, f, args[i+1])
+		}
+	}
+	clear(args)
+	*p = args
+	holdArgs.Put(p)
+	if l := leaseField(st.Lease); l != "" {
+		b = appendHoldField(b, ledgerLease, l)
+	}
+	return string(append(b, '}'))
+}
+
+// holdArgs are holdSettlement's scratch lists of ledger fields.
+var holdArgs = sync.Pool{New: func() any { s := make([]any, 0, 4*len(usage.Kinds)+64); return &s }}
+
+// appendHoldField appends "name":"value" to the object b, unless the value
+// is zero.
+func appendHoldField(b []byte, name string, v any) []byte {
+	switch v := v.(type) {
+	case string:
+		if v == "" || v == "0" {
+			return b
+		}
+		return appendJSONString(appendJSONString(comma(b), name), v, ':')
+	case int64:
+		if v == 0 {
+			return b
+		}
+		b = append(appendJSONString(comma(b), name), ':', '"')
+		return append(strconv.AppendInt(b, v, 10), '"')
+	case int:
+		return appendHoldField(b, name, int64(v))
+	}
+	panic(fmt.Sprintf("store: ledger field of type %T", v))
+}
+
+func comma(b []byte) []byte {
+	if len(b) > 1 {
+		return append(b, ',')
+	}
+	return b
+}
+
+// appendJSONString appends the JSON string s, after the bytes before (a
+// separator), to b.
+func appendJSONString(b []byte, s string, before ...byte) []byte {
+	b = append(b, before...)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // rare: escapes and UTF-8 as encoding/json does
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// readHoldSettlement adds the ledger fields of a hold's JSON s to fields:
+// a checkpoint holdSettlement wrote, or JSON whose short names names maps
+// to ledger fields (the admission record; an older sidecar's checkpoint,
+// its usage and prices as objects "u" and "r" by kind name). What cannot
+// be read is left out.
+func readHoldSettlement(s string, names map[string]string, fields map[string]string) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal([]byte(s), &m) != nil {
+		return
+	}
+	for f, raw := range m {
+		if name, ok := names[f]; ok {
+			f = name
+		}
+		var str string
+		var b bool
+		var n json.Number
+		var kinds map[string]int64
+		switch {
+		case json.Unmarshal(raw, &str) == nil:
+			fields[f] = str
+		case json.Unmarshal(raw, &b) == nil:
+			fields[f] = boolString(b)
+		case json.Unmarshal(raw, &n) == nil:
+			fields[f] = n.String()
+		case (f == "u" || f == "r") && json.Unmarshal(raw, &kinds) == nil:
+			for k, q := range kinds {
+				if f == "r" {
+					k = ledgerPricePrefix + k
+				}
+				fields[k] = strconv.FormatInt(q, 10)
+			}
+		}
+	}
+}
+
+var (
+	// recordFields names the admission record's fields as ledger fields.
+	recordFields = map[string]string{
+		"k": ledgerKeyID, "m": ledgerPriced, "rq": ledgerRequested, "s": ledgerStarted, "st": ledgerStream, "tr": ledgerTransport,
+	}
+	// legacyCheckpoint names the fields of a checkpoint as sidecars wrote
+	// it before checkpoints were settlements in the ledger's encoding: a
+	// hold checkpointed by one of those is still swept in full.
+	legacyCheckpoint = map[string]string{
+		"st": ledgerStatus, "ep": ledgerEndpoint, "vk": ledgerVendorKey, "rq": ledgerRequested, "pm": ledgerPriced,
+		"rm": ledgerReported, "tier": ledgerServiceTier, "tu": ledgerTierUnknown, "rg": ledgerRegion, "up": ledgerUplift,
+		"lc": ledgerLongContext, "fb": ledgerFallback, "c": ledgerCost,
+	}
+)
 
 // Renewal extends one running request's hold.
 type Renewal struct {
@@ -71,11 +201,7 @@ func (s *Store) RenewHolds(ctx context.Context, rs []Renewal) (gone []string, er
 		}
 		ck := ""
 		if r.Checkpoint != nil {
-			b, err := json.Marshal(r.Checkpoint)
-			if err != nil {
-				return nil, fmt.Errorf("store: renew holds: %w", err)
-			}
-			ck = string(b)
+			ck = holdSettlement(r.Checkpoint)
 		}
 		if _, ok := byAcct[r.AccountID]; !ok {
 			order = append(order, r.AccountID)
@@ -219,53 +345,22 @@ func (s *Store) reindex(ctx context.Context, accountID string, open, next int64)
 }
 
 // interruptedSettlement builds the settlement of a request whose sidecar
-// died: its admission record and last checkpoint. A request that died before
-// its vendor answered (or before its first checkpoint) is recorded with
-// status 499 and charged nothing.
+// died: its last checkpoint over its admission record. A request that died
+// before its vendor answered (or before its first checkpoint) is recorded
+// with status 499 and charged nothing.
 func interruptedSettlement(accountID, reqID, rec, ckpt string, now time.Time) account.Settlement {
-	var r admissionRecord
-	json.Unmarshal([]byte(rec), &r) // written by Admit; garbage leaves zero values
-	var c account.Checkpoint
-	if ckpt != "" {
-		json.Unmarshal([]byte(ckpt), &c) // written by RenewHolds
-	}
-	st := account.Settlement{
-		RequestID:   reqID,
-		AccountID:   accountID,
-		KeyID:       r.KeyID,
-		Requested:   r.Requested,
-		Priced:      r.Priced,
-		Stream:      r.Stream,
-		Transport:   r.Transport,
-		StartedAt:   time.UnixMilli(r.Started).UTC(),
-		EndedAt:     now,
-		Status:      c.Status,
-		Endpoint:    c.Endpoint,
-		VendorKey:   c.VendorKey,
-		Reported:    c.Reported,
-		Usage:       c.Usage,
-		Rates:       c.Rates,
-		ServiceTier: c.ServiceTier,
-		TierUnknown: c.TierUnknown,
-		Region:      c.Region,
-		Uplift:      max(c.Uplift, 0),
-		LongContext: c.LongContext,
-		Fallback:    c.Fallback,
-		Cost:        max(c.Cost, 0),
-		Estimated:   true,
-		Interrupted: true,
-	}
-	if c.Requested != "" {
-		st.Requested = c.Requested
-	}
-	if c.Priced != "" {
-		st.Priced = c.Priced
-	}
+	fields := map[string]string{}
+	readHoldSettlement(rec, recordFields, fields)
+	readHoldSettlement(ckpt, legacyCheckpoint, fields)
+	st := decodeLedgerFields(accountID, func(f string) string { return fields[f] })
+	st.RequestID, st.EndedAt = reqID, now
+	st.Estimated, st.Interrupted = true, true
+	// The sweep settles the hold: never a lease's (the sweeper returns a
+	// dead lease on its own), and never as a reconciliation.
+	st.Lease, st.Reconciled = account.LeaseRef{}, false
+	st.Uplift, st.Cost = max(st.Uplift, 0), max(st.Cost, 0)
 	if !st.Usage.Valid() || !st.Rates.Valid() {
 		st.Usage, st.Rates, st.Cost = usage.Usage{}, usage.Usage{}, 0
-	}
-	if r.Started == 0 {
-		st.StartedAt = time.Time{}
 	}
 	if st.Status == 0 {
 		st.Status = 499
@@ -307,10 +402,10 @@ func (s *Store) Checkpoints(ctx context.Context, accountID string) (map[string]a
 	}
 	out := make(map[string]account.Checkpoint, len(m))
 	for id, v := range m {
-		h := parseHold(v)
-		var c account.Checkpoint
-		if h.Checkpoint != "" && json.Unmarshal([]byte(h.Checkpoint), &c) == nil {
-			out[id] = c
+		if h := parseHold(v); h.Checkpoint != "" {
+			fields := map[string]string{}
+			readHoldSettlement(h.Checkpoint, legacyCheckpoint, fields)
+			out[id] = decodeLedgerFields(accountID, func(f string) string { return fields[f] })
 		}
 	}
 	return out, nil

@@ -7,10 +7,10 @@ import (
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
-// The ledger sink's schema migrations, and the entries PostgreSQL refuses
-// set aside, on a real PostgreSQL.
+// The ledger sink's schema migrations, the entries PostgreSQL refuses set
+// aside, and every ledger field kept in the table, on a real PostgreSQL.
 func TestLedgerSinkOnPostgres(t *testing.T) {
 	skipShort(t)
 	pg := launchtest.Postgres(t)
-	runWith(t, "./internal/ledgersink", []string{"TestMigrateKeepsRows", "TestRefusedEntriesSetAside"}, pgtest.Env+"="+pg.URL)
+	runWith(t, "./internal/ledgersink", []string{"TestMigrateKeepsRows", "TestRefusedEntriesSetAside", "TestTableHasEveryField"}, pgtest.Env+"="+pg.URL)
 }

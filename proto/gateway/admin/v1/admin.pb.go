@@ -2073,8 +2073,14 @@ type LedgerEntry struct {
 	// catalogue's uplift applied for it in millionths; "" and 0 for none.
 	RegionalProcessing string `protobuf:"bytes,28,opt,name=regional_processing,json=regionalProcessing,proto3" json:"regional_processing,omitempty"`
 	RegionalUpliftPpm  int64  `protobuf:"varint,29,opt,name=regional_uplift_ppm,json=regionalUpliftPpm,proto3" json:"regional_uplift_ppm,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The vendor key that served, by its name in upstreams[].keys ("default"
+	// for credential_env); "" when unknown. Never the secret.
+	VendorKey string `protobuf:"bytes,30,opt,name=vendor_key,json=vendorKey,proto3" json:"vendor_key,omitempty"`
+	// How the client sent the request: "" for HTTP, "websocket" for the
+	// Responses API's WebSocket transport.
+	Transport     string `protobuf:"bytes,31,opt,name=transport,proto3" json:"transport,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LedgerEntry) Reset() {
@@ -2308,6 +2314,20 @@ func (x *LedgerEntry) GetRegionalUpliftPpm() int64 {
 		return x.RegionalUpliftPpm
 	}
 	return 0
+}
+
+func (x *LedgerEntry) GetVendorKey() string {
+	if x != nil {
+		return x.VendorKey
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
 }
 
 type ListLedgerRequest struct {
@@ -3480,7 +3500,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x19\n" +
 	"\btoken_id\x18\x02 \x01(\tR\atokenId\"J\n" +
 	"\x1bRevokeReadOnlyTokenResponse\x12+\n" +
-	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\x98\n" +
+	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\xd5\n" +
 	"\n" +
 	"\vLedgerEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
@@ -3517,7 +3537,10 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x06capped\x18\x1a \x01(\bR\x06capped\x12!\n" +
 	"\ftier_unknown\x18\x1b \x01(\bR\vtierUnknown\x12/\n" +
 	"\x13regional_processing\x18\x1c \x01(\tR\x12regionalProcessing\x12.\n" +
-	"\x13regional_uplift_ppm\x18\x1d \x01(\x03R\x11regionalUpliftPpm\x1a8\n" +
+	"\x13regional_uplift_ppm\x18\x1d \x01(\x03R\x11regionalUpliftPpm\x12\x1d\n" +
+	"\n" +
+	"vendor_key\x18\x1e \x01(\tR\tvendorKey\x12\x1c\n" +
+	"\ttransport\x18\x1f \x01(\tR\ttransport\x1a8\n" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
