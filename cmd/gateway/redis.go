@@ -106,7 +106,11 @@ func newRedis(rawURL string, o redisOptions) (redis.UniversalClient, error) {
 		if kind == "+cluster" {
 			// One redirect after a failover, not the default 3.
 			uo.MaxRedirects = 2
-			c = redis.NewClusterClient(uo.Cluster())
+			co := uo.Cluster()
+			co.ClusterStateReloadInterval = clusterReloadInterval
+			cc := redis.NewClusterClient(co)
+			cc.AddHook(newReloadHook(cc))
+			c = cc
 			break
 		}
 		uo.MasterName = strings.Trim(u.Path, "/")

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
@@ -222,11 +223,17 @@ const (
 	endpointUnknown = "unknown"
 )
 
+// storeProblem says what is wrong with the store, naming the Redis Cluster
+// masters that are down (addresses only: no credentials are part of them).
 func storeProblem(err error) string {
+	problem := "unreachable"
 	if errors.Is(err, ErrStoreSlow) || errors.Is(err, context.DeadlineExceeded) {
-		return "not answering"
+		problem = "not answering"
 	}
-	return "unreachable"
+	if down, ok := errors.AsType[*store.ShardsDown](err); ok {
+		return fmt.Sprintf("shard %s %s", strings.Join(down.Addrs, ", "), problem)
+	}
+	return problem
 }
 
 // Probe records of /livez and /readyz.

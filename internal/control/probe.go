@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -95,7 +96,8 @@ func (p *StoreProbe) run(started time.Time, ch chan struct{}) {
 	err := p.ping(ctx)
 	cancel()
 	if err != nil && ctx.Err() != nil {
-		err = ErrStoreSlow
+		// Keep the cause: it may name the shard that did not answer.
+		err = fmt.Errorf("%w: %w", ErrStoreSlow, err)
 	}
 	p.mu.Lock()
 	p.at, p.err, p.done, p.inflight = started, err, true, nil

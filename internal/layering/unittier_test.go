@@ -14,7 +14,7 @@ import (
 // (every package outside test/ and deploy/) needs Go alone, so it asks for
 // test/integration's servers (redistest.Provided, pgtest.Provided) instead.
 var starters = map[string][]string{
-	"redistest": {"Start", "NewServer", "NewServerWith", "StartCluster", "NewTLSServer"},
+	"redistest": {"Start", "NewServer", "NewServerWith", "StartCluster", "StartReplicatedCluster", "NewTLSServer"},
 }
 
 // No unit test starts a redis-server: `make unit` passes with only Go on

@@ -1,6 +1,6 @@
 // Package redistest runs real redis-server processes for tests: a standalone
-// server that can be stopped and started again on the same port, and a small
-// Redis Cluster.
+// server that can be stopped and started again on the same port, and small
+// Redis Clusters, with or without replicas.
 //
 // redis-server (and redis-cli, for clusters) must be on PATH; the Makefile
 // installs them. With GATEWAY_SKIP_REDIS=1 in the environment, tests that need
@@ -171,41 +171,72 @@ func (s *Server) logTail() string {
 // The nodes are killed when the test ends.
 func StartCluster(tb testing.TB, n int) (addrs []string) {
 	tb.Helper()
-	if n < 3 {
-		tb.Fatalf("redistest: a cluster needs at least 3 masters, not %d", n)
+	for _, s := range startCluster(tb, n, 0) {
+		addrs = append(addrs, s.Addr)
+	}
+	return addrs
+}
+
+// StartReplicatedCluster starts a Redis Cluster of masters (≥ 3) with
+// replicas per master, and returns its nodes once every node reports
+// cluster_state:ok and every replica is in sync with its master. Which
+// node is a master is the cluster's to say (CLUSTER NODES); Stop on one
+// kills it as a crash would, and its replica takes over after the node
+// timeout (5 s) and an election. The nodes are killed when the test ends.
+func StartReplicatedCluster(tb testing.TB, masters, replicas int) []*Server {
+	tb.Helper()
+	if replicas < 1 {
+		tb.Fatalf("redistest: a replicated cluster needs a replica per master, not %d", replicas)
+	}
+	return startCluster(tb, masters, replicas)
+}
+
+func startCluster(tb testing.TB, masters, replicas int) []*Server {
+	tb.Helper()
+	if masters < 3 {
+		tb.Fatalf("redistest: a cluster needs at least 3 masters, not %d", masters)
 	}
 	need(tb, "redis-server")
 	need(tb, "redis-cli")
-	for i := range n {
+	var nodes []*Server
+	args := []string{"--cluster", "create"}
+	for i := range masters * (1 + replicas) {
 		// Each node's cluster bus listens on its port + 10000.
 		s := newServer(tb, []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", i),
 			"--cluster-node-timeout", "5000",
 		})
-		addrs = append(addrs, s.Addr)
+		nodes = append(nodes, s)
+		args = append(args, s.Addr)
 	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
-	for _, addr := range addrs {
+	for _, s := range nodes {
 		err := waitFor(nil, func() error {
-			info, err := command(addr, "CLUSTER", "INFO")
+			info, err := command(s.Addr, "CLUSTER", "INFO")
 			if err != nil {
 				return err
 			}
 			if !strings.Contains(info, "cluster_state:ok") {
 				return errors.New("cluster state is not ok")
 			}
+			repl, err := command(s.Addr, "INFO", "replication")
+			if err != nil {
+				return err
+			}
+			if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
+				return errors.New("replica not in sync with its master")
+			}
 			return nil
 		})
 		if err != nil {
-			tb.Fatalf("redistest: cluster node %s: %v", addr, err)
+			tb.Fatalf("redistest: cluster node %s: %v", s.Addr, err)
 		}
 	}
-	return addrs
+	return nodes
 }
 
 // need fails the test when tool is not on PATH, or skips it under -short

@@ -4,7 +4,11 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -92,12 +96,56 @@ func New(rdb redis.UniversalClient, opts Options) *Store {
 	return &Store{rdb: rdb, opts: opts}
 }
 
-// Ping checks that Redis answers.
+// Ping checks that Redis answers: on a Redis Cluster, every master, since
+// each holds the keys of some accounts.
 func (s *Store) Ping(ctx context.Context) error {
+	if c, ok := s.rdb.(*redis.ClusterClient); ok {
+		return pingMasters(ctx, c)
+	}
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("store: ping: %w", err)
 	}
 	return nil
+}
+
+// ShardsDown is Ping's error when some masters of a Redis Cluster did not
+// answer.
+type ShardsDown struct {
+	Addrs []string // the masters' addresses, sorted
+	Err   error    // the first one's error
+}
+
+func (e *ShardsDown) Error() string {
+	return fmt.Sprintf("shards %s: %v", strings.Join(e.Addrs, ", "), e.Err)
+}
+
+func (e *ShardsDown) Unwrap() error { return e.Err }
+
+// pingMasters pings every master of the slot map, which ForEachMaster
+// reloads first: a master that failed over drops out of it once its
+// replica is promoted.
+func pingMasters(ctx context.Context, c *redis.ClusterClient) error {
+	var (
+		mu   sync.Mutex
+		down = map[string]error{}
+	)
+	err := c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		if err := m.Ping(ctx).Err(); err != nil {
+			mu.Lock()
+			down[m.Options().Addr] = err
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: ping: %w", err)
+	}
+	if len(down) == 0 {
+		return nil
+	}
+	e := &ShardsDown{Addrs: slices.Sorted(maps.Keys(down))}
+	e.Err = down[e.Addrs[0]]
+	return fmt.Errorf("store: ping: %w", e)
 }
 
 func (s *Store) now() time.Time { return s.opts.Now().UTC() }
