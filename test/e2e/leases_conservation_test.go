@@ -57,6 +57,11 @@ type loadResult struct {
 // chat completions, without waiting for replies (at most limit in flight;
 // a send that finds them all busy waits, and the rate reached is logged).
 func openLoad(t *testing.T, stacks []*launch.Stack, key string, rate int, d time.Duration, limit int) *loadResult {
+	return openLoadTo(t, func(i int) *launch.Stack { return stacks[i%len(stacks)] }, key, rate, d, limit)
+}
+
+// openLoadTo is openLoad sending request i through the stack pick(i).
+func openLoadTo(t *testing.T, pick func(i int) *launch.Stack, key string, rate int, d time.Duration, limit int) *loadResult {
 	t.Helper()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: limit, MaxConnsPerHost: limit}}
 	res := &loadResult{}
@@ -69,7 +74,7 @@ func openLoad(t *testing.T, stacks []*launch.Stack, key string, rate int, d time
 			time.Sleep(wait) // the load's schedule, not synchronisation
 		}
 		slots <- struct{}{}
-		s := stacks[i%len(stacks)]
+		s := pick(i)
 		route := "alpha"
 		if i%4 >= 2 {
 			route = "beta"
@@ -158,8 +163,22 @@ func TestLeasesConserveUnderLoad(t *testing.T) {
 // going on through the heal: every request the vendors served is in the
 // ledger once (a request A served during the partition reconciled with
 // its sweep where B's sweeper came first), and the balance and the
-// counters agree with the ledger.
+// counters agree with the ledger. Either A's share of the load goes on
+// during the partition (refused there), or it goes to B while A is cut
+// off and comes back three renewal intervals after the heal (A's lease
+// forgotten while idle, a new one taken). GATEWAY_TEST_PARTITION_LEASE_MS sets the hold
+// lease (default 3000; the partition lasts about twice as long).
 func TestLeasesPartitionPastTheLease(t *testing.T) {
+	for _, idle := range []bool{false, true} {
+		name := "load-through"
+		if idle {
+			name = "idle-while-cut"
+		}
+		t.Run(name, func(t *testing.T) { partitionPastTheLease(t, idle) })
+	}
+}
+
+func partitionPastTheLease(t *testing.T, idle bool) {
 	rs := redistest.NewServer(t)
 	px := startProxy(t, rs.Addr)
 	lease := time.Duration(envOr(t, "GATEWAY_TEST_PARTITION_LEASE_MS", 3000)) * time.Millisecond
@@ -178,18 +197,30 @@ func TestLeasesPartitionPastTheLease(t *testing.T) {
 
 	// The load runs from before the partition until well after the heal,
 	// past the time A takes a new lease.
+	var avoidA atomic.Bool
+	pick := func(i int) *launch.Stack {
+		if i%2 == 0 && !avoidA.Load() {
+			return a
+		}
+		return b
+	}
 	var res *loadResult
 	loaded := make(chan struct{})
 	go func() {
 		defer close(loaded)
-		res = openLoad(t, []*launch.Stack{a, b}, acct.Key, 60, 3*lease+8*time.Second, 64)
+		res = openLoadTo(t, pick, acct.Key, 60, 3*lease+8*time.Second, 64)
 	}()
 	time.Sleep(2 * time.Second) // load before the partition: the schedule, not synchronisation
 	px.Hang()
+	avoidA.Store(idle)
 	cut := time.Now()
 	time.Sleep(2*lease - lease/6) // the partition's length, not synchronisation
 	px.Heal()
 	t.Logf("A partitioned from Redis for %v (hold lease %v)", time.Since(cut).Round(time.Millisecond), lease)
+	// A's load comes back three renewal intervals after the heal, its
+	// lease dropped and forgotten meanwhile: the schedule.
+	time.Sleep(3 * a.Config.Limits.LeaseRenewInterval())
+	avoidA.Store(false)
 	<-loaded
 	if t.Failed() {
 		return
