@@ -103,7 +103,7 @@ func (l *Limits) setDefaults() {
 	defDur(&l.MaxRequestDuration, 15*time.Minute)
 	defDur(&l.HoldLease, DefaultHoldLease)
 	def(&l.ConcurrencyWaiters, DefaultConcurrencyWaiters)
-	def(&l.Leases, "off")
+	def(&l.Leases, "on")
 	def(&l.LeaseShare, 8)
 	def(&l.LeaseMinHolds, 16)
 	def(&l.ConcurrencyWaitersShare, max(l.ConcurrencyWaiters/10, 1))
