@@ -107,7 +107,7 @@ func (l *Limits) setDefaults() {
 	defDur(&l.MaxRequestDuration, 15*time.Minute)
 	defDur(&l.HoldLease, DefaultHoldLease)
 	def(&l.ConcurrencyWaiters, DefaultConcurrencyWaiters)
-	def(&l.Leases, "off")
+	def(&l.Leases, "on")
 	def(&l.LeaseShare, DefaultLeaseShare)
 	def(&l.LeaseMinHolds, DefaultLeaseMinHolds)
 	def(&l.ConcurrencyWaitersShare, max(l.ConcurrencyWaiters/10, 1))

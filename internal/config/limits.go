@@ -48,9 +48,9 @@ type Limits struct {
 	// it the socket is closed with 1008. Default
 	// DefaultSocketPingsPerSecond.
 	SocketPingsPerSecond int `yaml:"socket_pings_per_second"`
-	// Leases: "on" admits most requests from escrow leases in memory
-	// (docs/billing.md, Leases), "off" (the default) admits each request
-	// with the store's admission script.
+	// Leases: "on" (the default) admits most requests from escrow leases
+	// in memory (docs/billing.md, Leases), "off" admits each request with
+	// the store's admission script.
 	Leases string `yaml:"leases"`
 	// LeaseInterval is how often a sidecar renews its leases (re-reading
 	// the account's limits, balance and suspension). Default 1s, or a

@@ -434,6 +434,9 @@ func (m *Manager) renewal(l *lease, full bool) (c store.LeaseCall, ok, forget bo
 	if l.idle >= 2 || (l.id != "" && l.limits != l.seen) {
 		want = 0
 	}
+	// An id is made just before its first call: one already held was
+	// called under, and if Redis no longer has its lease it was swept.
+	taken := l.id != ""
 	if l.id == "" {
 		if want == 0 {
 			return c, false, false
@@ -453,7 +456,7 @@ func (m *Manager) renewal(l *lease, full bool) (c store.LeaseCall, ok, forget bo
 		Cursor: l.next, WantSlots: max(2*max(l.reqRate, l.reqs), m.o.MinSlots), MinSlots: m.o.MinSlots,
 		FreeSeats: l.seats, WantSeats: max(2*max(l.reqRate, l.reqs), m.o.MinSeats), MinSeats: m.o.MinSeats,
 		FreeTokens: l.tokens, WantTokens: max(2*max(l.boundRate, l.bounds), m.o.MinTokenBounds*l.maxBound),
-		MinTokens: m.o.MinTokenBounds * l.maxBound}, true, false
+		MinTokens: m.o.MinTokenBounds * l.maxBound, Taken: taken}, true, false
 }
 
 // renewed applies the store's answer r to call c, made at started, to l.
@@ -567,7 +570,7 @@ func (m *Manager) Close(ctx context.Context) {
 		l.mu.Lock()
 		if l.id != "" {
 			calls = append(calls, store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
-				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits, Cursor: l.next, FreeSeats: l.seats, FreeTokens: l.tokens})
+				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits, Cursor: l.next, FreeSeats: l.seats, FreeTokens: l.tokens, Taken: true})
 			l.drop()
 		}
 		l.mu.Unlock()

@@ -77,6 +77,10 @@ type LeaseCall struct {
 	// many it would like, MinTokens the fewest worth a lease where a
 	// tokens-per-minute limit applies.
 	FreeTokens, WantTokens, MinTokens int64
+	// Taken: the sidecar has called under this lease id before, so a lease
+	// missing from Redis was swept and is gone (LeaseGone), whatever the
+	// sidecar has free; only a first call takes a new lease.
+	Taken bool
 }
 
 // Lease reasons (LeaseResult.Reason).
@@ -186,7 +190,7 @@ func (s *Store) leaseCall(c LeaseCall, now, expiry time.Time, free int64) ([]str
 	args := []any{now.UnixMilli(), expiry.UnixMilli(), c.LeaseID, c.KeyID, free, c.Want, c.Min, max(c.Share, 1),
 		kl.RPM, kl.TPM, kl.Concurrency, kl.DailyNanoUSD, kl.MonthlyNanoUSD, kl.TotalNanoUSD,
 		dayStamp(now), monthStamp(now), kl.WindowMinutes, max(c.Cursor, 1), c.WantSlots, c.MinSlots,
-		c.FreeSeats, c.WantSeats, c.MinSeats, c.FreeTokens, c.WantTokens, c.MinTokens}
+		c.FreeSeats, c.WantSeats, c.MinSeats, c.FreeTokens, c.WantTokens, c.MinTokens, boolString(c.Taken)}
 	return keys, args
 }
 

@@ -200,6 +200,46 @@ func testLeaseSweep(t *testing.T, e *env) {
 	}
 }
 
+// A lease swept while its sidecar had nothing free (every bit of it held by
+// requests whose records had not landed: the sidecar was cut off from
+// Redis) is gone for that sidecar: its next renewal, at free 0, is told so
+// and takes no lease under the old id. Were the lease made again under that
+// id, the late records would take their holds out of the new lease, which
+// never held them, and the sidecar would admit from money Redis no longer
+// counts as leased.
+func testLeaseSweptAtFreeZero(t *testing.T, e *env) {
+	acct := e.account(100*usd, account.Limits{})
+	const lid = "sc1.key_x.1"
+	if r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: 10 * usd, Min: usd}); r.Reason != LeaseHeld || r.Delta != 10*usd {
+		t.Fatalf("lease %+v", r)
+	}
+	// The sidecar admits r1 with the whole lease, then loses Redis for
+	// longer than the lease: r1's record waits, the lease is swept.
+	e.clock.Advance(holdTTL + 1)
+	if r := e.sweep(acct); len(r.LeasesReturned) != 1 || r.LeasesReturned[0] != 10*usd {
+		t.Fatalf("sweep %+v, want the lease's 10 USD returned", r)
+	}
+	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: 10 * usd, Min: usd, Taken: true})
+	if r.Reason != LeaseGone || r.Delta != 0 {
+		t.Fatalf("renewal at free 0 of a swept lease: %+v, want it gone", r)
+	}
+	if sum, m := e.leased(acct); sum != 0 || len(m) != 0 {
+		t.Fatalf("leased %d %v after the swept lease's renewal", sum, m)
+	}
+	// r1's record lands late: its hold is held, nothing is leased.
+	e.record(acct, lid, 1, 10*usd, "r1")
+	if sum, m := e.leased(acct); sum != 0 || len(m) != 0 {
+		t.Fatalf("leased %d %v after the late record", sum, m)
+	}
+	if n, held := e.holds(acct); n != 1 || held != 10*usd {
+		t.Fatalf("holds %d of %d after the late record, want r1's", n, held)
+	}
+	// A first take under a new id at free 0 is a lease as ever.
+	if r := e.lease(LeaseCall{AccountID: acct, LeaseID: "sc1.key_x.2", Want: 10 * usd, Min: usd}); r.Reason != LeaseHeld || r.Delta != 10*usd {
+		t.Fatalf("new lease %+v", r)
+	}
+}
+
 // A key's spend budget bounds its leases, and leases count against it.
 func testLeaseKeyBudget(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{})

@@ -105,6 +105,7 @@ var suite = []struct {
 	{"LeaseRefused", testLeaseRefused},
 	{"LeaseRecordAndSettle", testLeaseRecordAndSettle},
 	{"LeaseSweep", testLeaseSweep},
+	{"LeaseSweptAtFreeZero", testLeaseSweptAtFreeZero},
 	{"LeaseKeyBudget", testLeaseKeyBudget},
 	{"LeaseRateSlots", testLeaseRateSlots},
 	{"LeaseKeyRateSlots", testLeaseKeyRateSlots},

@@ -75,6 +75,9 @@
 -- ARGV[24] the sidecar's free tokens of the lease
 -- ARGV[25] the free tokens the sidecar would like
 -- ARGV[26] the least free tokens worth a lease (of a tpm-limited lease)
+-- ARGV[27] "1" when the sidecar has called under this lease id before, else
+--          "0" (absent: "0"): a lease it took that is missing was swept,
+--          and is gone even when the sidecar has nothing of it free
 --
 -- room is the least, over the balance and each spend budget set (the
 -- account's daily and monthly, the key's daily, monthly and total), of
@@ -144,6 +147,7 @@ local fseats = tonumber(ARGV[21] or '0')
 local wantSeats, minSeats = tonumber(ARGV[22] or '0'), tonumber(ARGV[23] or '0')
 local ftok = tonumber(ARGV[24] or '0')
 local wantTokens, minTokens = tonumber(ARGV[25] or '0'), tonumber(ARGV[26] or '0')
+local taken = ARGV[27] == '1'
 local BUCKET, TOKEN_LIFE = 5000, 10000
 -- The oldest bucket in a token window (admit.lua).
 local oldest = math.floor((now - 60000) / BUCKET)
@@ -287,7 +291,9 @@ if free < 0 then
   end
   return {0, 0, -1, 0, 0, 0, 0, 0, 0}
 end
-if not cur and (free > 0 or fseats > 0 or ftok > 0) then
+-- Swept: never made again under the same id, where the late records of
+-- its requests would take their holds out of a lease that never held them.
+if not cur and (taken or free > 0 or fseats > 0 or ftok > 0) then
   return {-free, 4, -1, 0, -fseats, 0, -ftok, 0, 0}
 end
 -- The free tokens leave their bucket; what is kept is placed again below,

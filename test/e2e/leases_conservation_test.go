@@ -1,0 +1,250 @@
+package e2e
+
+import (
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/internal/redistest"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
+)
+
+// envOr is the positive integer in the environment variable name, or def.
+func envOr(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// servedByVendors is how many API requests the stacks' fake vendors
+// received.
+func servedByVendors(t *testing.T, stacks ...*launch.Stack) int {
+	t.Helper()
+	n := 0
+	seen := map[*launch.Fake]bool{}
+	for _, s := range stacks {
+		for _, f := range []*launch.Fake{s.Primary, s.Reserve} {
+			if !seen[f] {
+				seen[f] = true
+				n += f.APIRequests()
+			}
+		}
+	}
+	return n
+}
+
+// loadResult counts an open-loop load's replies.
+type loadResult struct {
+	sent, ok, refused, failed atomic.Int64
+}
+
+// openLoad sends requests of key at rate per second for d, spread over the
+// stacks in turn, each a different one of JSON and streamed messages and
+// chat completions, without waiting for replies (at most limit in flight;
+// a send that finds them all busy waits, and the rate reached is logged).
+func openLoad(t *testing.T, stacks []*launch.Stack, key string, rate int, d time.Duration, limit int) *loadResult {
+	return openLoadTo(t, func(i int) *launch.Stack { return stacks[i%len(stacks)] }, key, rate, d, limit)
+}
+
+// openLoadTo is openLoad sending request i through the stack pick(i).
+func openLoadTo(t *testing.T, pick func(i int) *launch.Stack, key string, rate int, d time.Duration, limit int) *loadResult {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: limit, MaxConnsPerHost: limit}}
+	res := &loadResult{}
+	slots := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	every := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 0; time.Since(start) < d; i++ {
+		if wait := time.Until(start.Add(time.Duration(i) * every)); wait > 0 {
+			time.Sleep(wait) // the load's schedule, not synchronisation
+		}
+		slots <- struct{}{}
+		s := pick(i)
+		route := "alpha"
+		if i%4 >= 2 {
+			route = "beta"
+		}
+		path, h, body := requestFor(route, key, i%2 == 1)
+		res.sent.Add(1)
+		wg.Go(func() {
+			defer func() { <-slots }()
+			r := postAndRead(client, s.URL+path, h, body, 0, nil)
+			switch {
+			case r.status == 200 && r.err == nil:
+				res.ok.Add(1)
+			case r.status == 402 || r.status == 429 || r.status == 503:
+				res.refused.Add(1)
+			default:
+				res.failed.Add(1)
+				t.Errorf("request %s: %d %v %.200s", path, r.status, r.err, r.body)
+			}
+		})
+	}
+	took := time.Since(start)
+	wg.Wait()
+	t.Logf("sent %d requests in %v (%.0f/s asked %d/s): %d served, %d refused, %d failed",
+		res.sent.Load(), took.Round(time.Millisecond), float64(res.sent.Load())/took.Seconds(), rate,
+		res.ok.Load(), res.refused.Load(), res.failed.Load())
+	return res
+}
+
+// Sustained load with leases on, through one sidecar and through two on
+// one Redis: every request the fake vendors served is in the ledger once,
+// and the balance and the usage counters agree with the ledger, once the
+// load stops and the leases are returned. The load comes in two phases
+// with a pause between. GATEWAY_TEST_LOAD_RATE (requests
+// per second, default 200) and GATEWAY_TEST_LOAD_SECONDS (each phase's
+// length, default 5) set the load; the acceptance run is 1,000/s for 60 s.
+func TestLeasesConserveUnderLoad(t *testing.T) {
+	rate := envOr(t, "GATEWAY_TEST_LOAD_RATE", 200)
+	secs := envOr(t, "GATEWAY_TEST_LOAD_SECONDS", 5)
+	for _, sidecars := range []int{1, 2} {
+		t.Run(strconv.Itoa(sidecars)+"-sidecars", func(t *testing.T) {
+			rs := redistest.NewServer(t)
+			configure := func(c *config.Config) { c.Limits.Leases = "on" }
+			var stacks []*launch.Stack
+			for range sidecars {
+				stacks = append(stacks, launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: configure}))
+			}
+			s := stacks[0]
+			const initial = 1_000_000_000_000
+			acct := s.NewAccount(1000, noLimits)
+			// Two phases with a pause between, long enough for the leases to
+			// be returned and forgotten: the second phase's leases are new
+			// ones (a benchmark's shape).
+			res := openLoad(t, stacks, acct.Key, rate, time.Duration(secs)*time.Second, 256)
+			eventually.True(t, 30*time.Second, "the leases returned", func() bool { return s.Leased(acct.ID) == 0 })
+			time.Sleep(3 * s.Config.Limits.LeaseRenewInterval()) // the pause of the load's schedule: its leases forgotten
+			more := openLoad(t, stacks, acct.Key, rate, time.Duration(secs)*time.Second, 256)
+			res.ok.Add(more.ok.Load())
+			for _, st := range stacks {
+				st.WaitSettled()
+				if n := sidecarMetric(t, st, "gateway_admissions_total", `path="lease"`); n == 0 {
+					t.Errorf("no request was admitted from a lease")
+				}
+			}
+			served := servedByVendors(t, stacks...)
+			if int64(served) != res.ok.Load() {
+				t.Errorf("the vendors served %d requests, the clients were answered %d", served, res.ok.Load())
+			}
+			eventually.True(t, 30*time.Second, "the leases returned", func() bool { return s.Leased(acct.ID) == 0 })
+			waitNoHolds(t, s, acct.ID)
+			entries := checkBooks(t, s, acct.ID, initial, map[string]bool{})
+			ok := 0
+			for _, e := range entries {
+				if e.Status == 200 {
+					ok++
+				}
+			}
+			if ok != served {
+				t.Errorf("%d requests served by the vendors, %d in the ledger", served, ok)
+			}
+		})
+	}
+}
+
+// A sidecar (A) partitioned from Redis for longer than the hold lease
+// while it and another (B) take load on one account, leases on, the load
+// going on through the heal: every request the vendors served is in the
+// ledger once (a request A served during the partition reconciled with
+// its sweep where B's sweeper came first), and the balance and the
+// counters agree with the ledger. Either A's share of the load goes on
+// during the partition (refused there), or it goes to B while A is cut
+// off and comes back three renewal intervals after the heal (A's lease
+// forgotten while idle, a new one taken). GATEWAY_TEST_PARTITION_LEASE_MS sets the hold
+// lease (default 3000; the partition lasts about twice as long).
+func TestLeasesPartitionPastTheLease(t *testing.T) {
+	for _, idle := range []bool{false, true} {
+		name := "load-through"
+		if idle {
+			name = "idle-while-cut"
+		}
+		t.Run(name, func(t *testing.T) { partitionPastTheLease(t, idle) })
+	}
+}
+
+func partitionPastTheLease(t *testing.T, idle bool) {
+	rs := redistest.NewServer(t)
+	px := startProxy(t, rs.Addr)
+	lease := time.Duration(envOr(t, "GATEWAY_TEST_PARTITION_LEASE_MS", 3000)) * time.Millisecond
+	configure := func(c *config.Config) {
+		c.Limits.Leases = "on"
+		c.Limits.HoldLease = config.Duration(lease)
+		c.Limits.BackgroundPoll = config.Duration(lease / 4)
+	}
+	a := launchtest.Start(t, launch.Options{RedisAddr: px.Addr(), Configure: configure})
+	b := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: configure})
+	const initial = 1_000_000_000_000
+	acct := b.NewAccount(1000, noLimits)
+	sendUntilLeased(t, a, acct.Key)
+	sendUntilLeased(t, b, acct.Key)
+	before := servedByVendors(t, a, b)
+
+	// The load runs from before the partition until well after the heal,
+	// past the time A takes a new lease.
+	var avoidA atomic.Bool
+	pick := func(i int) *launch.Stack {
+		if i%2 == 0 && !avoidA.Load() {
+			return a
+		}
+		return b
+	}
+	var res *loadResult
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		res = openLoadTo(t, pick, acct.Key, 60, 3*lease+8*time.Second, 64)
+	}()
+	time.Sleep(2 * time.Second) // load before the partition: the schedule, not synchronisation
+	px.Hang()
+	avoidA.Store(idle)
+	cut := time.Now()
+	time.Sleep(2*lease - lease/6) // the partition's length, not synchronisation
+	px.Heal()
+	t.Logf("A partitioned from Redis for %v (hold lease %v)", time.Since(cut).Round(time.Millisecond), lease)
+	// A's load comes back three renewal intervals after the heal, its
+	// lease dropped and forgotten meanwhile: the schedule.
+	time.Sleep(3 * a.Config.Limits.LeaseRenewInterval())
+	avoidA.Store(false)
+	<-loaded
+	if t.Failed() {
+		return
+	}
+	eventually.True(t, 30*time.Second, "A's spool to be replayed", func() bool {
+		return sidecarMetric(t, a, "gateway_spool_depth") == 0
+	})
+	a.WaitSettled()
+	b.WaitSettled()
+	eventually.True(t, 30*time.Second, "the leases returned", func() bool { return b.Leased(acct.ID) == 0 })
+	waitNoHolds(t, b, acct.ID)
+	served := servedByVendors(t, a, b)
+	entries := checkBooks(t, b, acct.ID, initial, map[string]bool{})
+	ok := map[string]bool{}
+	for _, e := range entries {
+		if e.Status >= 200 && e.Status < 300 {
+			ok[e.RequestID] = true
+		}
+	}
+	if len(ok) != served {
+		t.Errorf("%d requests served by the vendors (%d during the load, %d answered 200), %d in the ledger",
+			served, served-before, res.ok.Load(), len(ok))
+	}
+	if got := sidecarMetric(t, a, "gateway_admissions_total", `path="lease"`); got == 0 {
+		t.Error("A admitted nothing from a lease")
+	}
+}
