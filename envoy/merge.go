@@ -517,7 +517,10 @@ func (m *merger) shadowed(lname string, vh *yaml.Node) {
 		for _, g := range gw {
 			hit := (g.prefix != "" && strings.HasPrefix(own, g.prefix)) || (g.path != "" && own == g.path)
 			if hit {
-				what := orDefault(str(get(r, "name")), "your route for "+own)
+				what := "your route for " + own
+				if n := str(get(r, "name")); n != "" {
+					what = "route " + n
+				}
 				m.conflict("listener %s: %s in virtual host %s would be taken over by the gateway's route for %s (the gateway's routes go first); move it, or give the gateway a virtual host of its own (--virtual-host)", lname, what, str(get(vh, "name")), orDefault(g.path, g.prefix))
 				break
 			}

@@ -304,7 +304,7 @@ static_resources:
 	for _, w := range []string{
 		"cluster alpha is already in your bootstrap: the gateway's cluster for that upstream carries",
 		"port 9903 is taken by the admin interface",
-		"k8s in virtual host all would be taken over by the gateway's route for /health",
+		"route k8s in virtual host all would be taken over by the gateway's route for /health",
 		"your route for /alpha/v2/ in virtual host all would be taken over by the gateway's route for /alpha/",
 		"a route named gateway_beta is already in virtual host all",
 		"request_timeout 30s",
