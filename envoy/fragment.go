@@ -67,9 +67,10 @@ var fragmentPieces = []struct {
 			return &yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{relay}}
 		}},
 	{"clusters", "Into static_resources.clusters: the sidecar (extproc, control) and each upstream's cluster.\n" +
-		"For a vendor cluster of your own, keep its name (upstreams[].envoy_cluster) and endpoints and\n" +
-		"merge the rest: buffer limit, circuit breakers, credential injection, health checks, outlier\n" +
-		"detection.",
+		"For a vendor cluster of your own, keep its name (upstreams[].envoy_cluster) and endpoints, give\n" +
+		"each host its endpoint metadata as below (envoy.contract full: without it x-gateway-endpoint is\n" +
+		"empty) and merge the rest: buffer limit, circuit breakers, credential injection, health checks,\n" +
+		"outlier detection. gateway envoy-config --merge-into does all of this.",
 		func(b *bootstrap) *yaml.Node {
 			cs := b.get(b.root, "static_resources", "clusters")
 			if cs == nil {
