@@ -192,6 +192,12 @@ func (f *fragment) rename(prefix string, vendor map[string]bool) {
 		if n := get(l, "name"); n != nil {
 			n.Value = prefix + n.Value
 		}
+		// Its stats too, apart from a listener of yours with the same prefix.
+		for _, h := range hcms(l) {
+			if n := get(h, "stat_prefix"); n != nil {
+				n.Value = prefix + n.Value
+			}
+		}
 	}
 	routes := map[string]string{}
 	for _, r := range items(f.get("routes")) {
