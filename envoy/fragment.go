@@ -67,9 +67,10 @@ var fragmentPieces = []struct {
 			return &yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{relay}}
 		}},
 	{"clusters", "Into static_resources.clusters: the sidecar (extproc, control) and each upstream's cluster.\n" +
-		"For a vendor cluster of your own, keep its name (upstreams[].envoy_cluster) and endpoints and\n" +
-		"merge the rest: buffer limit, circuit breakers, credential injection, health checks, outlier\n" +
-		"detection.",
+		"For a vendor cluster of your own, keep its name (upstreams[].envoy_cluster) and endpoints, give\n" +
+		"each host its endpoint metadata as below (envoy.contract full: without it x-gateway-endpoint is\n" +
+		"empty) and merge the rest: buffer limit, circuit breakers, credential injection, health checks,\n" +
+		"outlier detection. gateway envoy-config --merge-into does all of this.",
 		func(b *bootstrap) *yaml.Node {
 			cs := b.get(b.root, "static_resources", "clusters")
 			if cs == nil {
@@ -89,6 +90,30 @@ var fragmentPieces = []struct {
 // RenderFragment returns the pieces of c's bootstrap to merge into an
 // Envoy of one's own, as one YAML document.
 func RenderFragment(c *config.Config, o Options) ([]byte, error) {
+	doc, err := fragmentPieceNodes(c, o)
+	if err != nil {
+		return nil, err
+	}
+	doc.HeadComment = fmt.Sprintf("Rendered by `gateway envoy-config --fragment` from gateway.yaml (envoy.contract %s):\n"+
+		"the pieces of the gateway's Envoy configuration to merge into your own. docs/envoy.md says\n"+
+		"what each does and what breaks without it.", c.Envoy.Contract)
+	return encodeYAML(doc)
+}
+
+// encodeYAML writes a mapping node as one YAML document.
+func encodeYAML(doc *yaml.Node) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{doc}}); err != nil {
+		return nil, fmt.Errorf("envoy fragment: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// fragmentPieceNodes is the fragment as a mapping of its pieces, each key
+// with its comment.
+func fragmentPieceNodes(c *config.Config, o Options) (*yaml.Node, error) {
 	if o.Bare {
 		return nil, fmt.Errorf("a fragment without the ext_proc filter has nothing to attach")
 	}
@@ -115,16 +140,7 @@ func RenderFragment(c *config.Config, o Options) ([]byte, error) {
 		}
 		doc.Content = append(doc.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: p.key, HeadComment: p.comment}, n)
 	}
-	doc.HeadComment = fmt.Sprintf("Rendered by `gateway envoy-config --fragment` from gateway.yaml (envoy.contract %s):\n"+
-		"the pieces of the gateway's Envoy configuration to merge into your own. docs/envoy.md says\n"+
-		"what each does and what breaks without it.", c.Envoy.Contract)
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(&yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{doc}}); err != nil {
-		return nil, fmt.Errorf("envoy fragment: %w", err)
-	}
-	return buf.Bytes(), nil
+	return doc, nil
 }
 
 // bootstrap is a rendered bootstrap as YAML nodes, with its public

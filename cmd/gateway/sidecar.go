@@ -272,6 +272,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		adminURL = "http://" + c.Listeners.EnvoyAdmin
 	}
 	routes := endpoints.NewWatcher(adminURL, endpoints.Upstreams(c), reg, o.Logger)
+	if !c.Envoy.Reduced() {
+		routes.RequireEndpointMetadata()
+	}
 	for _, w := range c.Warnings() {
 		o.Logger.Warn(w)
 	}

@@ -85,6 +85,10 @@ type Watcher struct {
 	// no cluster of its name, or Envoy's admin not answering.
 	problems map[string]string
 	since    time.Time // last set, for the time on the reserve
+
+	// metadataChecked are the clusters whose hosts' endpoint metadata was
+	// checked (RequireEndpointMetadata); nil: no check. Poll's alone.
+	metadataChecked map[string]bool
 }
 
 // NewWatcher watches the upstreams' Envoy clusters through the admin
@@ -206,6 +210,11 @@ func (w *Watcher) Poll(ctx context.Context) error {
 	}
 	w.set(m)
 	w.setProblems(m, "")
+	if w.metadataChecked != nil {
+		if err := w.checkMetadata(ctx, &cs); err != nil {
+			w.log.Debug("endpoint metadata not checked", "err", err)
+		}
+	}
 	return nil
 }
 

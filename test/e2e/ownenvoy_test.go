@@ -125,7 +125,8 @@ func hostPort(addr string) [2]string {
 // A platform team's own minimal Envoy (one listener, its own cluster name,
 // no reserve) with the fragment merged: a metered request is billed
 // exactly, the ledger names the endpoint, /health and /readyz are ok, its
-// own routes still answer, and a frozen sidecar gets a 504 in the vendor's
+// own routes still answer, the sidecar warns that the cluster's hosts lack
+// their endpoint metadata, and a frozen sidecar gets a 504 in the vendor's
 // error format. A sidecar expecting another cluster name says so in one
 // line on /health and in its log.
 func TestOwnEnvoyWithFragment(t *testing.T) {
@@ -164,6 +165,12 @@ func TestOwnEnvoyWithFragment(t *testing.T) {
 	if resp, b := s.Do("GET", "/elsewhere", nil, nil); resp.StatusCode != 404 || string(b) != "platform: not here" {
 		t.Errorf("the platform's own route: %d %q", resp.StatusCode, b)
 	}
+	// Its own vendor cluster kept its endpoints, without their metadata:
+	// the sidecar says so once, naming the cluster.
+	warning := "Envoy cluster " + ownCluster + " has 1 host(s) without their gateway.endpoint metadata"
+	eventually.That(t, 10*time.Second, "the sidecar warns of the missing metadata", func() (bool, string) {
+		return strings.Count(s.Sidecar.Log(), warning) == 1, s.Sidecar.Tail(10)
+	})
 
 	// A sidecar whose gateway.yaml names no cluster this Envoy has.
 	bad := *s.Config
