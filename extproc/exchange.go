@@ -80,6 +80,9 @@ type exchange struct {
 	itemsBound bool
 	parked     *store.Parked    // the background response a retrieval or cancellation reads
 	bodyBytes  int64            // response body bytes from the vendor
+	// scrub: the vendor refused its credential (vendorrefusal.go), whose
+	// reply the gateway's error replaces; scrubbed once it has.
+	scrub, scrubbed bool
 	open       *holds.Open      // the hold's renewal while the request runs
 	lease      account.LeaseRef // the lease it was admitted from, if any
 
