@@ -40,6 +40,12 @@ const (
 	// refusal's retry-after. A raised limit or a top-up is seen this much
 	// later on each sidecar.
 	RefusalMemory = 5 * time.Second
+	// ReadBufferBytes is Envoy's buffer per client connection on the
+	// public listener: what it reads from a client at once, and so what a
+	// request's body costs it while the processor decides on the request's
+	// headers. The model routes raise it to limits.max_request_bytes for
+	// the body the processor reads.
+	ReadBufferBytes = 1 << 20
 )
 
 // ConcurrencyWaitBound is the longest this gateway lets a request wait for

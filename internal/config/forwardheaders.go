@@ -21,8 +21,9 @@ var (
 	// browser opt-in its SDK sends, and Claude Code's session header.
 	messagesHeaders = []string{"anthropic-version", "anthropic-beta", "anthropic-dangerous-direct-browser-access", "x-claude-code-session-id"}
 	// chatCompletionsHeaders: OpenAI's beta flags and client request id,
-	// and the session and client identification Codex sends.
-	chatCompletionsHeaders = []string{"openai-beta", "x-client-request-id", "session_id", "originator", "version"}
+	// and the client identification Codex sends (its session_id header
+	// never gets past Envoy, which refuses underscores in header names).
+	chatCompletionsHeaders = []string{"openai-beta", "x-client-request-id", "originator", "version"}
 )
 
 // DefaultForwardHeaders is upstreams[].forward_headers' default for a
