@@ -126,8 +126,8 @@ func TestSpentRateRefusedAtHeaders(t *testing.T) {
 	}
 }
 
-// A budget refusal is remembered only when the budget is spent: a smaller
-// request could fit in what is left.
+// Only refusals that hold whatever the next request are remembered: a
+// spent rate, a spent token window.
 func TestRememberFor(t *testing.T) {
 	for _, c := range []struct {
 		d    account.Decision
@@ -136,11 +136,11 @@ func TestRememberFor(t *testing.T) {
 		{account.Decision{Outcome: account.RateLimited, RetryAfter: time.Second}, time.Second},
 		{account.Decision{Outcome: account.RateLimited, RetryAfter: time.Hour}, 5 * time.Second},
 		{account.Decision{Outcome: account.ConcurrencyLimited, RetryAfter: time.Second}, 0},
-		{account.Decision{Outcome: account.DailyLimited, Used: 10, Limit: 10, RetryAfter: time.Hour}, 5 * time.Second},
+		{account.Decision{Outcome: account.DailyLimited, Used: 10, Limit: 10, RetryAfter: time.Hour}, 0},
 		{account.Decision{Outcome: account.DailyLimited, Used: 5, Limit: 10, RetryAfter: time.Hour}, 0},
 		{account.Decision{Outcome: account.TokenLimited, Used: 100, Limit: 100, RetryAfter: 3 * time.Second}, 3 * time.Second},
 		{account.Decision{Outcome: account.TokenLimited, Used: 10, Limit: 100, RetryAfter: 3 * time.Second}, 0},
-		{account.Decision{Outcome: account.InsufficientBalance, Limit: 0}, 5 * time.Second},
+		{account.Decision{Outcome: account.InsufficientBalance, Limit: 0}, 0},
 		{account.Decision{Outcome: account.InsufficientBalance, Limit: 7}, 0},
 	} {
 		if got := rememberFor(c.d); got != c.want {

@@ -1,7 +1,7 @@
 package extproc
 
 // Refusals remembered for a moment: a key or account that a limit refused
-// whatever the request (its rate spent, its budget or balance gone) is
+// whatever the request (its request rate or tokens per minute spent) is
 // refused again at the next request's headers, before Envoy buffers its
 // body and the processor parses it, with the same answer the body phase
 // would give. Nothing is asked of Redis: the memory is this sidecar's, and
@@ -19,32 +19,23 @@ import (
 )
 
 // rememberedOutcomes are the refusals that can hold whatever the next
-// request's body (whenRemembered says which do). A concurrency refusal is
+// request's body (rememberFor says which do). A concurrency refusal is
 // not among them: a slot frees whenever a request ends, and a key may let
-// requests wait for one.
-var rememberedOutcomes = []account.Outcome{account.RateLimited, account.TokenLimited,
-	account.DailyLimited, account.MonthlyLimited, account.TotalLimited, account.InsufficientBalance}
+// requests wait for one. Nor are budgets and the balance: their refusal
+// names what the request could cost, which only its body tells.
+var rememberedOutcomes = []account.Outcome{account.RateLimited, account.TokenLimited}
 
 // rememberFor is how long a refusal holds for any request, 0 when it
-// depends on the request refused (a budget with room for a smaller one).
+// depends on the request refused.
 func rememberFor(d account.Decision) time.Duration {
-	long := config.RefusalMemory
 	switch d.Outcome {
 	case account.RateLimited:
 		// Requests are counted, whatever their size: no slot frees
 		// before the retry-after.
-		return min(d.RetryAfter, long)
+		return min(d.RetryAfter, config.RefusalMemory)
 	case account.TokenLimited:
 		if d.Used >= d.Limit && d.RetryAfter > 0 {
-			return min(d.RetryAfter, long)
-		}
-	case account.DailyLimited, account.MonthlyLimited, account.TotalLimited:
-		if d.Used >= d.Limit {
-			return long
-		}
-	case account.InsufficientBalance:
-		if d.Limit <= 0 {
-			return long
+			return min(d.RetryAfter, config.RefusalMemory)
 		}
 	}
 	return 0
