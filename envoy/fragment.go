@@ -20,8 +20,8 @@ var fragmentPieces = []struct {
 }{
 	{"secrets", "Into static_resources.secrets: the vendor keys, read from Envoy's environment.",
 		func(b *bootstrap) *yaml.Node { return b.get(b.root, "static_resources", "secrets") }},
-	{"listener", "Onto the listener your clients reach: request bodies are buffered for the sidecar, and\n" +
-		"Envoy's 1 MiB default answers 413 to a larger one.",
+	{"listener", "Onto the listener your clients reach: what Envoy reads of a client at once, and so what\n" +
+		"a request refused on its headers costs; the routes below buffer bodies up to limits.max_request_bytes.",
 		func(b *bootstrap) *yaml.Node { return b.pickKeys(b.public, "per_connection_buffer_limit_bytes") }},
 	{"http_connection_manager", "Onto that listener's HTTP connection manager: streams run for minutes (no request\n" +
 		"timeout, an idle one), and Envoy's own replies read as the vendor's errors (local_reply_config).",

@@ -64,7 +64,7 @@ func TestFragmentPieces(t *testing.T) {
 	if f.HTTPFilter.Name != "envoy.filters.http.ext_proc" {
 		t.Errorf("http_filter %q", f.HTTPFilter.Name)
 	}
-	if f.Listener["per_connection_buffer_limit_bytes"] != 33554432 {
+	if f.Listener["per_connection_buffer_limit_bytes"] != config.ReadBufferBytes {
 		t.Errorf("listener %v", f.Listener)
 	}
 	var paths []string

@@ -369,13 +369,11 @@ func (m *merger) attach(listeners *yaml.Node, o MergeOptions) {
 		return
 	}
 	lname := str(get(chosen, "name"))
-	if want := get(m.frag.get("listener"), "per_connection_buffer_limit_bytes"); want != nil {
-		limit := "per_connection_buffer_limit_bytes"
-		if have := get(chosen, limit); have == nil {
-			set(chosen, limit, want)
-		} else if h, _ := strconv.ParseInt(str(have), 10, 64); h < m.c.Limits.MaxRequestBytes {
-			m.conflict("listener %s: per_connection_buffer_limit_bytes %s is below limits.max_request_bytes (%d): the gateway buffers request bodies, and a larger one would get 413", lname, str(have), m.c.Limits.MaxRequestBytes)
-		}
+	// The listener's buffer bounds what Envoy reads of a client at once;
+	// the gateway's routes buffer their bodies themselves
+	// (request_body_buffer_limit), so a limit of the team's own stands.
+	if want := get(m.frag.get("listener"), "per_connection_buffer_limit_bytes"); want != nil && get(chosen, "per_connection_buffer_limit_bytes") == nil {
+		set(chosen, "per_connection_buffer_limit_bytes", want)
 	}
 	for _, h := range hcms(chosen) {
 		m.attachHCM(lname, h, o)

@@ -91,6 +91,7 @@ type view struct {
 	ExtProcHost, ControlHost string
 	ExtProcPort, ControlPort int
 	MaxRequestBytes          int64
+	ReadBufferBytes          int64 // the public listener's per connection (config.ReadBufferBytes)
 	StreamIdleTimeout        string
 	MaxStreamDuration        string
 	MessageTimeout           string
@@ -224,6 +225,7 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 	v := view{
 		NodeID:            o.NodeID,
 		MaxRequestBytes:   c.Limits.MaxRequestBytes,
+		ReadBufferBytes:   min(config.ReadBufferBytes, c.Limits.MaxRequestBytes),
 		StreamIdleTimeout: seconds(c.Envoy.StreamIdleTimeout.D()),
 		MaxStreamDuration: seconds(c.Envoy.MaxStreamDuration.D()),
 		MessageTimeout:    seconds(config.ExtProcMessageTimeout),

@@ -168,6 +168,9 @@ func (x *exchange) refused(d account.Decision, hold, tokens int64) *extprocv3.Pr
 		// more.
 		d.RetryAfter = maxRetryAfter
 	}
+	if hold != unknownAmount {
+		x.s.refusals.remember(x.key, d, x.s.now())
+	}
 	kind, msg := refusal(d, hold, tokens)
 	if !waitHelps(d) {
 		return x.refuseFinal(kind, msg, d.RetryAfter)
@@ -325,8 +328,12 @@ func refusal(d account.Decision, hold, tokens int64) (format.ErrorKind, string) 
 	retry := "retry after " + strconv.Itoa(retrySeconds(d.RetryAfter)) + "s"
 	n := func(v int64) string { return strconv.FormatInt(v, 10) }
 	spend := func(what string) string {
-		return what + " " + of + ": $" + pricing.FormatUSD(d.Used) + " of $" + pricing.FormatUSD(d.Limit) + " used, $" + pricing.FormatUSD(d.Held) +
-			" held by requests in flight; this request could cost up to $" + pricing.FormatUSD(hold)
+		s := what + " " + of + ": $" + pricing.FormatUSD(d.Used) + " of $" + pricing.FormatUSD(d.Limit) + " used, $" + pricing.FormatUSD(d.Held) +
+			" held by requests in flight"
+		if hold == unknownAmount {
+			return s
+		}
+		return s + "; this request could cost up to $" + pricing.FormatUSD(hold)
 	}
 	switch d.Outcome {
 	case account.RateLimited:
@@ -335,6 +342,9 @@ func refusal(d account.Decision, hold, tokens int64) (format.ErrorKind, string) 
 		return format.RateLimited, "concurrent request limit reached " + of + ": " + n(d.Used) + " of " + n(d.Limit) + " requests in flight; " + retry + " or when one ends"
 	case account.TokenLimited:
 		bound := "this request may use up to " + n(tokens) + " tokens (input + max_tokens)"
+		if tokens == unknownAmount {
+			bound = "no tokens are left"
+		}
 		if d.RetryAfter == 0 {
 			return format.RateLimited, bound + ", more than the tokens-per-minute limit " + of + " allows at all (" + n(d.Limit) + "); lower max_tokens or send less"
 		}
@@ -347,6 +357,9 @@ func refusal(d account.Decision, hold, tokens int64) (format.ErrorKind, string) 
 	case account.TotalLimited:
 		return format.BillingExhausted, spend("lifetime spend limit") + "; the account's owner can raise it"
 	}
-	return format.BillingExhausted, "insufficient balance: the balance is $" + pricing.FormatUSD(d.Limit) + ", $" + pricing.FormatUSD(d.Held) +
-		" of it held by requests in flight; this request could cost up to $" + pricing.FormatUSD(hold) + "; top up the account"
+	msg := "insufficient balance: the balance is $" + pricing.FormatUSD(d.Limit) + ", $" + pricing.FormatUSD(d.Held) + " of it held by requests in flight"
+	if hold != unknownAmount {
+		msg += "; this request could cost up to $" + pricing.FormatUSD(hold)
+	}
+	return format.BillingExhausted, msg + "; top up the account"
 }

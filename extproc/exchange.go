@@ -79,10 +79,13 @@ type exchange struct {
 	items      format.StoredItems
 	itemsSent  int
 	itemsBound bool
-	parked     *store.Parked    // the background response a retrieval or cancellation reads
-	bodyBytes  int64            // response body bytes from the vendor
-	open       *holds.Open      // the hold's renewal while the request runs
-	lease      account.LeaseRef // the lease it was admitted from, if any
+	parked     *store.Parked // the background response a retrieval or cancellation reads
+	bodyBytes  int64         // response body bytes from the vendor
+	// scrub: the vendor refused its credential (vendorrefusal.go), whose
+	// reply the gateway's error replaces; scrubbed once it has.
+	scrub, scrubbed bool
+	open            *holds.Open      // the hold's renewal while the request runs
+	lease           account.LeaseRef // the lease it was admitted from, if any
 
 	bounds      operation.Bounds // the request's bounds, fixed at admission
 	hasLength   bool             // the client sent content-length

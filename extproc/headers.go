@@ -41,7 +41,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	x.key = key
 
 	sub := path[len(x.upstream.prefix)-1:]
-	mutation := x.credentialMutation(hv)
+	mutation := x.credentialMutation(hv, h.GetHeaders())
 	// A pool of vendor keys: the session's key, by the client's session
 	// header or else the account (the body may name a session later).
 	x.headerSession = hv.session != ""
@@ -96,6 +96,8 @@ func (x *exchange) bodyFollows(h *extprocv3.HttpHeaders, hv headerValues, mutati
 	mode := MeteredMode
 	if x.path.Kind == operation.Counted {
 		mode = countedMode
+	} else if resp := x.refusedAtHeaders(); resp != nil {
+		return resp
 	}
 	// Envoy's default skips the response (so that its own replies to
 	// malformed requests are never held); a metered request needs it.
@@ -225,11 +227,13 @@ func (x *exchange) refuseAuth(err error) *extprocv3.ProcessingResponse {
 }
 
 // credentialMutation removes the client's credential, any internal header it
-// sent and accept-encoding (the meter must see plain bytes). The vendor's
-// credential is never known here: Envoy adds it on the way to the vendor.
-func (x *exchange) credentialMutation(hv headerValues) *extprocv3.HeaderMutation {
+// sent, accept-encoding (the meter must see plain bytes) and every header
+// the upstream does not forward (forward.go). The vendor's credential is
+// never known here: Envoy adds it on the way to the vendor.
+func (x *exchange) credentialMutation(hv headerValues, m *corev3.HeaderMap) *extprocv3.HeaderMutation {
 	remove := []string{"x-api-key", "authorization", "accept-encoding"}
 	remove = append(remove, hv.internal...)
+	remove = x.upstream.forward.unforwarded(m, remove)
 	return &extprocv3.HeaderMutation{RemoveHeaders: remove}
 }
 

@@ -32,6 +32,8 @@ type Metrics struct {
 	leaseCuts      prometheus.Counter
 	capped         *prometheus.CounterVec
 	dearerModel    *prometheus.CounterVec
+	vendorRefusals *prometheus.CounterVec
+	earlyRefusals  *prometheus.CounterVec
 
 	concurrencyWaits       *prometheus.CounterVec
 	concurrencyWaitSeconds prometheus.Histogram
@@ -115,13 +117,14 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		}),
 	}
 	m.newVendorKeyMetrics()
+	m.newRefusalMetrics()
 	m.zero(upstreams)
 	if reg != nil {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
 			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.socketRefusals, m.leaseCuts, m.capped, m.dearerModel,
 			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters,
 			m.vendorKeyRequests, m.vendorKeyLimited, m.vendorKeyCooldowns, m.vendorKeyState)
-		reg.MustRegister(m.socketCuts)
+		reg.MustRegister(m.socketCuts, m.vendorRefusals, m.earlyRefusals)
 	}
 	return m
 }
@@ -142,6 +145,17 @@ func (m *Metrics) newVendorKeyMetrics() {
 	}, []string{"upstream", "key", "state"})
 }
 
+// newRefusalMetrics makes the series of refusals that cost no body: the
+// vendor's refusals replaced, the limits answered at the headers.
+func (m *Metrics) newRefusalMetrics() {
+	m.vendorRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_vendor_refusals_total", Help: "Vendor 401 and 403 replies (a refusal of the gateway's own vendor credential) whose body the gateway replaced with its own error, by upstream.",
+	}, []string{"upstream"})
+	m.earlyRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_header_refusals_total", Help: "Requests refused at their headers, before their body was read, by a limit that refused the key or account moments before (also counted in gateway_limit_refusals_total), by kind.",
+	}, []string{"kind"})
+}
+
 // zero makes the known label values' series, at zero, so that alerts on
 // them work before the first error.
 func (m *Metrics) zero(upstreams []string) {
@@ -158,6 +172,10 @@ func (m *Metrics) zero(upstreams []string) {
 		m.estimated.WithLabelValues(u)
 		m.capped.WithLabelValues(u)
 		m.dearerModel.WithLabelValues(u)
+		m.vendorRefusals.WithLabelValues(u)
+	}
+	for _, o := range rememberedOutcomes {
+		m.earlyRefusals.WithLabelValues(o.String())
 	}
 	for _, level := range []account.Level{account.AccountLevel, account.KeyLevel} {
 		for _, o := range []account.Outcome{account.RateLimited, account.TokenLimited, account.ConcurrencyLimited,

@@ -27,7 +27,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 	if !x.admitted {
 		return resp
 	}
-	if !x.startReply(hv.contentType) {
+	if !x.startReply(hv.contentType) && !x.scrub {
 		resp.ModeOverride = &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE}
 		return resp
 	}
@@ -40,6 +40,7 @@ func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.Processi
 func (x *exchange) startReply(contentType string) bool {
 	if x.status < 200 || x.status > 299 {
 		x.replyDone = true
+		x.scrub = vendorRefusal(x.status)
 		return false
 	}
 	x.meter = x.op.Format.NewMeter(x.req, x.body, contentType)
@@ -61,6 +62,13 @@ func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attr
 		x.startFromAttributes(attrs)
 	}
 	common := &extprocv3.CommonResponse{}
+	if x.scrub {
+		common.BodyMutation = x.scrubRefusal(!x.scrubbed)
+		x.scrubbed = true
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+			ResponseBody: &extprocv3.BodyResponse{Response: common},
+		}}
+	}
 	// The renewer's clock, not the injectable one: leases are real time.
 	if x.admitted && !x.settled && x.open.Expired(time.Now()) {
 		return x.leaseLost(b)

@@ -121,6 +121,9 @@ type Server struct {
 	bgPoll   time.Duration
 	tracer   trace.Tracer // nil: no tracing
 	waiter   *slotWaiter
+	// refusals remembers the refusals that hold whatever the next request
+	// (refusals.go).
+	refusals *refusalMemory
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -158,7 +161,7 @@ func NewServer(o Options) *Server {
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
 		onRefusal: o.OnRefusal, onKeyRefused: o.OnVendorKeyRefused, onDearer: o.OnModelMismatch,
 		owners: o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
-		tracer: o.Tracer,
+		tracer: o.Tracer, refusals: newRefusalMemory(),
 	}
 	if s.bgPoll <= 0 {
 		s.bgPoll = DefaultBackgroundPoll

@@ -186,12 +186,16 @@ func (h *socketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p := x.upstream.Pool; p != nil {
 		keyCluster = p.Choose(key.AccountID, bound(r.Header.Get(sessionHeader))).Cluster
 	}
-	vendor, served, status, err := h.dialVendor(r, x.upstream.Name, keyCluster)
+	vendor, served, status, err := h.dialVendor(r, x.upstream, keyCluster)
 	if err != nil {
 		switch {
 		case status == http.StatusServiceUnavailable || status == 0:
 			s.log.Warn("vendor socket failed", "upstream", x.upstream.Name, "status", status, "err", err)
 			writeImmediate(w, x.reject(format.Unavailable, "the vendor is unavailable; retry shortly", time.Second))
+		case vendorRefusal(status):
+			s.metrics.vendorRefusals.WithLabelValues(x.upstream.Name).Inc()
+			s.log.Warn("the vendor refused the gateway's credential", "upstream", x.upstream.Name, "status", status, "transport", TransportWebSocket)
+			writeImmediate(w, immediate(status, "application/json", vendorRefusalBody(x.upstream.Format, status), 0))
 		case status >= 500:
 			writeImmediate(w, x.reject(format.Unavailable, "the vendor is unavailable; retry shortly", time.Second))
 		default:
@@ -223,23 +227,25 @@ func (h *socketHandler) fallback(w http.ResponseWriter, x *exchange, sub string)
 		Message: "the WebSocket transport is not available on this upstream; use HTTP (POST " + sub + ")"}))
 }
 
-// socketHeaders are the handshake headers the vendor hears: the client's
-// beta flags and identification, never its credential.
-var socketHeaders = []string{"openai-beta", "openai-organization", "openai-project", "user-agent", "x-client-request-id", "session_id", "originator", "version"}
-
 // socketServed is what the relay says served a vendor socket: the
 // endpoint and the vendor key (empty where the contract carries no host
 // metadata).
 type socketServed struct{ endpoint, key string }
 
-// dialVendor opens the vendor socket through the relay; keyCluster, for a
-// pooled upstream, names the aggregate that tries the chosen key first.
-func (h *socketHandler) dialVendor(r *http.Request, upstream, keyCluster string) (*websocket.Conn, socketServed, int, error) {
+// dialVendor opens the vendor's socket through Envoy's relay listener;
+// keyCluster, for a pooled upstream, names the aggregate that tries the
+// chosen key first. Of the client's handshake headers the vendor hears
+// those the upstream forwards (forward.go), as over HTTP; the handshake's
+// own are the dialer's.
+func (h *socketHandler) dialVendor(r *http.Request, u *Upstream, keyCluster string) (*websocket.Conn, socketServed, int, error) {
+	upstream := u.Name
 	hdr := http.Header{}
-	for _, k := range socketHeaders {
-		if v := r.Header.Get(k); v != "" {
-			hdr.Set(k, v)
+	for k, vs := range r.Header {
+		k = strings.ToLower(k)
+		if transportHeader(k) || !u.forward.allows(k) || strings.HasPrefix(k, "sec-websocket-") {
+			continue
 		}
+		hdr[k] = vs
 	}
 	if keyCluster != "" {
 		hdr.Set(config.KeyClusterHeader, keyCluster)
@@ -431,8 +437,9 @@ func (c *socketConn) run(ctx context.Context) {
 					return
 				}
 				// Outside a response (a notice before the vendor closes):
-				// passed on as it is.
-				c.client.Write(ctx, websocket.MessageText, v.data)
+				// passed on as it is, but for a refusal of the credential.
+				typ, status, _ := messageType(v.data)
+				c.client.Write(ctx, websocket.MessageText, c.scrub(v.data, typ, status, false))
 				continue
 			case <-c.idle.C:
 				c.vendor.Close(websocket.StatusNormalClosure, "")
@@ -522,6 +529,9 @@ func (c *socketConn) create(ctx context.Context, data []byte, fromClient, fromVe
 		return false
 	}
 	x.key, c.key = key, key
+	if resp := x.refusedAtHeaders(); resp != nil {
+		return c.refused(ctx, resp) // as over HTTP, before the message is parsed
+	}
 	req, price, resp := x.checkRequest(ctx, data)
 	if resp != nil {
 		return c.refused(ctx, resp)
@@ -602,7 +612,7 @@ func (c *socketConn) relay(ctx context.Context, x *exchange, fromClient, fromVen
 			c.client.Close(websocket.StatusTryAgainLater, "the gateway lost its store; retry shortly")
 			return false
 		}
-		err := c.client.Write(ctx, websocket.MessageText, v.data)
+		err := c.client.Write(ctx, websocket.MessageText, c.scrub(v.data, typ, status, x.scrub))
 		x.afterSend(ctx)
 		if terminal {
 			if x.stored != nil {
@@ -661,6 +671,20 @@ func (c *socketConn) drain(ctx context.Context, x *exchange, fromVendor chan soc
 			return
 		}
 	}
+}
+
+// scrub replaces a vendor error event refusing the gateway's credential
+// (vendorrefusal.go) with the gateway's own; any other event is data.
+// counted: the exchange has counted the refusal already.
+func (c *socketConn) scrub(data []byte, typ string, status int, counted bool) []byte {
+	if typ != "error" || !vendorRefusal(status) {
+		return data
+	}
+	if !counted {
+		c.h.s.metrics.vendorRefusals.WithLabelValues(c.upstream.Name).Inc()
+		c.h.s.log.Warn("the vendor refused the gateway's credential", "upstream", c.upstream.Name, "status", status, "transport", TransportWebSocket)
+	}
+	return socketError(status, vendorRefusalBody(c.op.Format, status))
 }
 
 // lost ends a socket whose vendor side broke: the client hears it as an

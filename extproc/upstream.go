@@ -52,6 +52,8 @@ type Upstream struct {
 	// with one key, whose name is defaultKey.
 	Pool       *keypool.Pool
 	defaultKey string
+	// forward is the client headers the vendor hears.
+	forward forwardHeaders
 }
 
 // NewUpstream builds the processor's view of one configured upstream. The
@@ -82,6 +84,7 @@ func NewUpstream(u config.Upstream, prices *pricing.Table, ops operation.Registr
 		r.Operations = append(r.Operations, op)
 	}
 	r.query = vendor.FreeQuery
+	r.forward = newForwardHeaders(u.ForwardHeaders)
 	r.firstByte, r.prefill, r.generate = u.Failover.FirstByteTimeout.D(), u.Failover.PrefillTokensPerSecond, u.Failover.GenerationTokensPerSecond
 	r.regional = map[string]string{"primary": u.Primary.RegionalProcessing, "reserve": u.Reserve.RegionalProcessing}
 	r.addrs = newEndpointAddrs(u)

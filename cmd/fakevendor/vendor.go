@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -162,7 +163,13 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if f.RetryAfter != "" {
 				h.Set("Retry-After", f.RetryAfter)
 			}
-			s.api.writeError(w, r, f.Status, "Forced status "+strconv.Itoa(f.Status)+" on this key by the fake vendor's controls.")
+			msg := "Forced status " + strconv.Itoa(f.Status) + " on this key by the fake vendor's controls."
+			if f.Status == http.StatusUnauthorized || f.Status == http.StatusForbidden {
+				// As the vendors do: the key named by its first and last
+				// characters, which the gateway must keep from the client.
+				msg = "Incorrect API key provided: " + maskKey(key) + ". " + msg
+			}
+			s.api.writeError(w, r, f.Status, msg)
 			return
 		}
 		if ctl.PromptCache {
@@ -257,4 +264,13 @@ func (s *idSource) next(prefix string) string {
 	}
 	out = append(out, digits...)
 	return string(out)
+}
+
+// maskKey writes a key as the vendors' refusals name it: its first eight
+// and last four characters.
+func maskKey(k string) string {
+	if len(k) <= 12 {
+		return strings.Repeat("*", len(k))
+	}
+	return k[:8] + "********" + k[len(k)-4:]
 }

@@ -38,6 +38,18 @@ const (
 	// default: far above a client's keepalive pings, far below a flood
 	// (73,000 pings in 3 s cost 36 % of a core).
 	DefaultSocketPingsPerSecond = 10
+	// RefusalMemory is how long a sidecar refuses a key or account at a
+	// request's headers, before reading its body, after a limit refused it
+	// whatever the request (its rate or budget spent); never past the
+	// refusal's retry-after. A raised limit or a top-up is seen this much
+	// later on each sidecar.
+	RefusalMemory = 5 * time.Second
+	// ReadBufferBytes is Envoy's buffer per client connection on the
+	// public listener: what it reads from a client at once, and so what a
+	// request's body costs it while the processor decides on the request's
+	// headers. The model routes raise it to limits.max_request_bytes for
+	// the body the processor reads.
+	ReadBufferBytes = 1 << 20
 )
 
 // ConcurrencyWaitBound is the longest this gateway lets a request wait for
@@ -121,6 +133,9 @@ func (l *Limits) setDefaults() {
 
 func (u *Upstream) setDefaults() {
 	def(&u.EnvoyCluster, u.Name)
+	if u.ForwardHeaders == nil {
+		u.ForwardHeaders = DefaultForwardHeaders(u.Format)
+	}
 	u.Pool.setDefaults()
 	for i := range u.VendorKeys {
 		def(&u.VendorKeys[i].Weight, 1)

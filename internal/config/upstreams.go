@@ -42,6 +42,10 @@ type Upstream struct {
 	// API's WebSocket upgrade is answered 426 so that clients use HTTP at
 	// once (default true: the upgrade is tried on the vendor).
 	WebSocket *bool `yaml:"websocket"`
+	// ForwardHeaders are the client's request headers the vendor hears
+	// (a name ending in "*" is a prefix); every other header the client
+	// sent is removed. Default: DefaultForwardHeaders(Format).
+	ForwardHeaders []string `yaml:"forward_headers"`
 }
 
 // Endpoint is one address of an upstream.

@@ -203,6 +203,9 @@ func (u *Upstream) validate(p string) error {
 	if err := u.validateKeys(p); err != nil {
 		return err
 	}
+	if err := validateForwardHeaders(p, u.ForwardHeaders); err != nil {
+		return err
+	}
 	for j, fp := range u.FreePaths {
 		if _, _, err := ParseFreePath(fp); err != nil {
 			return fmt.Errorf("%s.free_paths[%d]: %w", p, j, err)

@@ -16,6 +16,10 @@ import (
 	"github.com/modelgateway/gateway/internal/config"
 )
 
+// FakeControlsHeader steers the fake on one request (cmd/fakevendor): the
+// stack's upstreams forward it.
+const FakeControlsHeader = "x-fake-controls"
+
 // Fake is a running fake vendor (cmd/fakevendor).
 type Fake struct {
 	Name    string
