@@ -46,9 +46,13 @@ func (f forwardHeaders) allows(name string) bool {
 // transportHeader reports whether a header is the request's framing or
 // Envoy's own, which the sidecar leaves to Envoy: pseudo-headers, the
 // host, the body's length and coding, the request id Envoy's access log
-// names.
+// names, Envoy's x-envoy-* and the x-forwarded-* headers.
 func transportHeader(name string) bool {
-	if strings.HasPrefix(name, ":") {
+	// Envoy's own and the forwarding headers are Envoy's to keep or drop
+	// (the routes drop the client's address): removing them here, after
+	// Envoy has set them, leaves a pool's request without a route when
+	// the route is matched again.
+	if strings.HasPrefix(name, ":") || strings.HasPrefix(name, "x-envoy-") || strings.HasPrefix(name, "x-forwarded-") {
 		return true
 	}
 	switch name {
