@@ -41,6 +41,8 @@ type Metrics struct {
 	vendorKeyLimited   *prometheus.CounterVec
 	vendorKeyCooldowns *prometheus.CounterVec
 	vendorKeyState     *prometheus.GaugeVec
+	vendorKeyRefusals  *prometheus.CounterVec
+	vendorKeyBarred    *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg (if not nil).
@@ -120,7 +122,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
 			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.socketRefusals, m.leaseCuts, m.capped, m.dearerModel,
 			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters,
-			m.vendorKeyRequests, m.vendorKeyLimited, m.vendorKeyCooldowns, m.vendorKeyState)
+			m.vendorKeyRequests, m.vendorKeyLimited, m.vendorKeyCooldowns, m.vendorKeyState, m.vendorKeyRefusals, m.vendorKeyBarred)
 		reg.MustRegister(m.socketCuts)
 	}
 	return m
@@ -140,6 +142,12 @@ func (m *Metrics) newVendorKeyMetrics() {
 	m.vendorKeyState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gateway_vendor_key_state", Help: "1 for the state (active, cooling, disabled) of each pooled vendor key, by upstream and key.",
 	}, []string{"upstream", "key", "state"})
+	m.vendorKeyRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_vendor_refusals_total", Help: "Attempts a vendor refused on a pooled key, by upstream and whom the blame table charged: key, request or unsure.",
+	}, []string{"upstream", "blame"})
+	m.vendorKeyBarred = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_pool_account_refusals_total", Help: "Requests the gateway refused (429) because their account keeps drawing refusals on a pool's healthy keys, by upstream.",
+	}, []string{"upstream"})
 }
 
 // zero makes the known label values' series, at zero, so that alerts on
@@ -173,6 +181,10 @@ func (m *Metrics) zero(upstreams []string) {
 // InitVendorKeys creates the series of an upstream's vendor keys at zero,
 // each key active.
 func (m *Metrics) InitVendorKeys(upstream string, keys []string) {
+	for _, b := range []string{keypool.BlameKey, keypool.BlameRequest, keypool.BlameUnsure} {
+		m.vendorKeyRefusals.WithLabelValues(upstream, b)
+	}
+	m.vendorKeyBarred.WithLabelValues(upstream)
 	for _, k := range keys {
 		m.vendorKeyRequests.WithLabelValues(upstream, k)
 		m.vendorKeyLimited.WithLabelValues(upstream, k)

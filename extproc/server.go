@@ -121,6 +121,9 @@ type Server struct {
 	bgPoll   time.Duration
 	tracer   trace.Tracer // nil: no tracing
 	waiter   *slotWaiter
+	// attempts names the account of each recent pooled request, for
+	// Envoy's log of its refused attempts.
+	attempts requestAccounts
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
