@@ -45,19 +45,22 @@ func blameLua(keys int) string {
 	}
 	fmt.Fprintf(&b, "}\nlocal keys = %d\n", keys)
 	b.WriteString(`
+-- An absent header is no value at all (not nil): tonumber would fail.
 function envoy_on_request(h)
-  local n = tonumber(h:headers():get("x-envoy-attempt-count")) or 1
+  local raw = h:headers():get("x-envoy-attempt-count")
+  local n = (raw and tonumber(raw)) or 1
   h:headers():remove("x-envoy-attempt-count")
   h:streamInfo():dynamicMetadata():set("gateway.blame", "attempt", n)
 end
 
 function envoy_on_response(h)
-  local hs = h:headers()
-  local status = tonumber(hs:get(":status"))
+  local status = tonumber(h:headers():get(":status"))
   if not judged[status] then
     return
   end
   local err = ""
+  -- A refusal's body is small; waiting for it ends the headers object
+  -- taken before, so they are taken again after.
   local body = h:body()
   if body ~= nil then
     local s = body:getBytes(0, math.min(body:length(), 65536))
@@ -68,6 +71,7 @@ function envoy_on_response(h)
       end
     end
   end
+  local hs = h:headers()
   hs:remove("` + keypool.ErrorHeader + `")
   hs:remove("` + keypool.RetryHeader + `")
   if err ~= "" then
@@ -75,8 +79,9 @@ function envoy_on_response(h)
   end
   local spent = false
   for _, name in ipairs(remaining) do
-    local v = tonumber(hs:get(name))
-    if v ~= nil and v <= 0 then
+    local raw = hs:get(name)
+    local v = raw and tonumber(raw)
+    if v and v <= 0 then
       spent = true
     end
   end

@@ -359,6 +359,7 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 			// byte of a reply: the vendor did not start; another key may
 			// serve at once.
 			uv.Pooled, uv.MaxKeys = true, u.Pool.MaxKeys
+			uv.RetryOn += ",retriable-headers"
 			v.AnyPool = true
 			uv.PoolRetryConcurrency = 10 * len(uv.Keys)
 			// Each aggregate tries its key first, then the others in the
