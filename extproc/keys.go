@@ -233,6 +233,9 @@ func (s *Server) keyChanged(upstream, key, state string, status int, until time.
 	case keypool.Cooling:
 		s.metrics.vendorKeyCooldowns.WithLabelValues(upstream, key).Inc()
 		s.log.Warn("vendor key cooling down", "upstream", upstream, "vendor_key", key, "status", status, "until", until)
+		if s.onKeyLimited != nil {
+			s.onKeyLimited(upstream, key, status, until)
+		}
 	case keypool.Disabled:
 		s.log.Error("vendor key refused by the vendor: out until its probe", "upstream", upstream, "vendor_key", key, "status", status, "probe_at", until)
 		if s.onKeyRefused != nil {
