@@ -581,7 +581,11 @@ var PoolStatuses = keypool.Statuses()
 // PoolLogHeaders are the reply headers Envoy's upstream log of a pool's
 // refused attempts carries: the evidence keypool.Judge reads.
 func (view) PoolLogHeaders() string {
-	return "[" + strings.Join(append([]string{"retry-after", keypool.ErrorHeader}, keypool.RemainingHeaders...), ", ") + "]"
+	hs := []string{"retry-after", keypool.ErrorHeader}
+	for _, h := range keypool.CapacityHeaders {
+		hs = append(hs, h[0], h[1])
+	}
+	return "[" + strings.Join(hs, ", ") + "]"
 }
 
 // RetryHeader and ErrorHeader name the pool's upstream filter's headers in

@@ -3,6 +3,7 @@ package extproc
 // Vendor key pools: the key each request is steered to, and the key that served.
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,7 @@ func newPool(u config.Upstream) *keypool.Pool {
 	return keypool.New(u.Name, keys, keypool.Options{
 		CoolDown: u.Pool.CoolDown.D(), MaxCoolDown: u.Pool.MaxCoolDown.D(), ProbeInterval: u.Pool.ProbeInterval.D(),
 		Corroborate: u.Pool.CorroborateAccounts, AccountRefusals: u.Pool.AccountRefusals, Window: u.Pool.CorroborateWindow.D(),
+		ShareBelow: u.Pool.ShareBelow,
 	})
 }
 
@@ -149,6 +151,14 @@ func (x *exchange) pooled(requestID string) *extprocv3.ProcessingResponse {
 		hm.SetHeaders = append(hm.SetHeaders, setHeader("x-should-retry", "false"))
 		return resp
 	}
+	if ok, used, share := p.Share(x.key.AccountID); !ok {
+		x.s.metrics.poolShareRefusals.WithLabelValues(x.upstream.Name).Inc()
+		resp := x.reject(format.RateLimited, fmt.Sprintf("%s's vendor capacity is running low and is shared fairly: this account sent %d of its requests in the last %s, its share is %d; retry shortly",
+			x.upstream.Name, used, keypool.ShareWindow, share), time.Second)
+		hm := resp.GetImmediateResponse().Headers
+		hm.SetHeaders = append(hm.SetHeaders, setHeader("x-should-retry", "true"))
+		return resp
+	}
 	x.s.attempts.put(requestID, x.key.AccountID)
 	return nil
 }
@@ -207,6 +217,7 @@ func (s *Server) KeyAttempt(upstream, key, requestID string, status int, header 
 			s.metrics.vendorKeyLimited.WithLabelValues(upstream, key).Inc()
 		}
 		s.metrics.vendorKeyRefusals.WithLabelValues(upstream, rule.Blame).Inc()
+		u.Pool.Capacity(key, header)
 		account := s.attempts.get(requestID)
 		v := u.Pool.Attempt(key, account, rule, retryAfter(header("retry-after"), s.now()), sent)
 		if rule.Blame != keypool.BlameKey {

@@ -43,6 +43,7 @@ type Metrics struct {
 	vendorKeyState     *prometheus.GaugeVec
 	vendorKeyRefusals  *prometheus.CounterVec
 	vendorKeyBarred    *prometheus.CounterVec
+	poolShareRefusals  *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg (if not nil).
@@ -122,7 +123,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
 			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.socketRefusals, m.leaseCuts, m.capped, m.dearerModel,
 			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters,
-			m.vendorKeyRequests, m.vendorKeyLimited, m.vendorKeyCooldowns, m.vendorKeyState, m.vendorKeyRefusals, m.vendorKeyBarred)
+			m.vendorKeyRequests, m.vendorKeyLimited, m.vendorKeyCooldowns, m.vendorKeyState, m.vendorKeyRefusals, m.vendorKeyBarred, m.poolShareRefusals)
 		reg.MustRegister(m.socketCuts)
 	}
 	return m
@@ -147,6 +148,9 @@ func (m *Metrics) newVendorKeyMetrics() {
 	}, []string{"upstream", "blame"})
 	m.vendorKeyBarred = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_pool_account_refusals_total", Help: "Requests the gateway refused (429) because their account keeps drawing refusals on a pool's healthy keys, by upstream.",
+	}, []string{"upstream"})
+	m.poolShareRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_pool_share_refusals_total", Help: "Requests the gateway refused (429) because the pool's vendor capacity ran low and their account had sent more than its share, by upstream.",
 	}, []string{"upstream"})
 }
 
@@ -185,6 +189,7 @@ func (m *Metrics) InitVendorKeys(upstream string, keys []string) {
 		m.vendorKeyRefusals.WithLabelValues(upstream, b)
 	}
 	m.vendorKeyBarred.WithLabelValues(upstream)
+	m.poolShareRefusals.WithLabelValues(upstream)
 	for _, k := range keys {
 		m.vendorKeyRequests.WithLabelValues(upstream, k)
 		m.vendorKeyLimited.WithLabelValues(upstream, k)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -177,6 +178,7 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if ctl.KeyRPS > 0 {
 			left, ok := f.keys.take(key, ctl.KeyRPS, time.Now())
 			h.Set(s.remainingHeader(), strconv.Itoa(left))
+			h.Set(strings.Replace(s.remainingHeader(), "remaining", "limit", 1), strconv.Itoa(ctl.KeyRPS))
 			if !ok {
 				h.Set("Retry-After", "1")
 				s.api.writeError(w, r, http.StatusTooManyRequests, "This key's requests per second are spent (the fake vendor's key_rps).")

@@ -60,6 +60,11 @@ type Pool struct {
 	// draw within CorroborateWindow; the next of its requests on the
 	// upstream are refused (429) for that window. Default 5.
 	AccountRefusals int `yaml:"account_refusals"`
+	// ShareBelow is the vendor headroom (the lowest remaining fraction of
+	// a key's rate limits its replies report) under which each account
+	// gets at most an equal share of the pool's requests of the last
+	// 10 s; the rest of its requests are refused (429). Default 0.2.
+	ShareBelow float64 `yaml:"share_below"`
 }
 
 // DefaultKeyName names the one key of an upstream configured with
@@ -96,6 +101,9 @@ func (p *Pool) setDefaults() {
 	}
 	if p.AccountRefusals == 0 {
 		p.AccountRefusals = 5
+	}
+	if p.ShareBelow == 0 {
+		p.ShareBelow = 0.2
 	}
 }
 
@@ -149,6 +157,9 @@ func (u *Upstream) validateKeys(p string) error {
 	}
 	if c := u.Pool; c.CoolDown < 0 || c.MaxCoolDown < c.CoolDown || c.ProbeInterval < 0 {
 		return errors.New(p + ".pool: cool_down, max_cool_down and probe_interval must not be negative, and max_cool_down at least cool_down")
+	}
+	if c := u.Pool; c.ShareBelow < 0 || c.ShareBelow > 1 {
+		return errors.New(p + ".pool: share_below must be a fraction, 0 to 1")
 	}
 	if c := u.Pool; c.MaxKeys < 1 || c.CorroborateAccounts < 1 || c.AccountRefusals < 1 || c.CorroborateWindow <= 0 {
 		return errors.New(p + ".pool: max_keys, corroborate_accounts and account_refusals must be at least 1, corroborate_window positive")

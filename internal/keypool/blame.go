@@ -62,13 +62,14 @@ func (m Marker) Pattern() string {
 // RemainingHeaders are the vendors' rate-limit headers that say a key's
 // limit is spent when one is 0: OpenAI's x-ratelimit-remaining-*, Anthropic's
 // anthropic-ratelimit-*-remaining.
-var RemainingHeaders = []string{
-	"x-ratelimit-remaining-requests",
-	"x-ratelimit-remaining-tokens",
-	"anthropic-ratelimit-requests-remaining",
-	"anthropic-ratelimit-tokens-remaining",
-	"anthropic-ratelimit-input-tokens-remaining",
-	"anthropic-ratelimit-output-tokens-remaining",
+var RemainingHeaders = remaining()
+
+func remaining() []string {
+	var out []string
+	for _, h := range CapacityHeaders {
+		out = append(out, h[0])
+	}
+	return out
 }
 
 // Headers Envoy's upstream filter sets on an attempt's reply: ErrorHeader

@@ -59,6 +59,10 @@ type Options struct {
 	Corroborate     int
 	AccountRefusals int
 	Window          time.Duration
+	// ShareBelow: while a key's headroom (the lowest remaining fraction
+	// of its vendor limits, Capacity) is under it, each account gets at
+	// most its share of the pool's recent requests (Share). Zero: never.
+	ShareBelow float64
 	Now             func() time.Time
 	// OnChange, when set, is called (outside the pool's lock) when a key's
 	// state changes, with the status that changed it.
@@ -79,6 +83,7 @@ type Pool struct {
 	unsure   map[unsureKey]map[string]time.Time
 	refusals map[string][]time.Time
 	barred   map[string]time.Time
+	shares   map[string]*shareCount
 }
 
 type unsureKey struct {
@@ -92,6 +97,10 @@ type keyState struct {
 	streak  int       // consecutive cool-downs, for the backoff
 	status  int       // the vendor's status that set the state
 	changed time.Time
+	// headroom is the lowest remaining fraction of the key's vendor
+	// limits its last reply reported, at headroomAt.
+	headroom   float64
+	headroomAt time.Time
 }
 
 // New returns the pool of upstream's keys, all active.
@@ -106,7 +115,7 @@ func New(upstream string, keys []Key, o Options) *Pool {
 		o.Window = time.Minute
 	}
 	p := &Pool{upstream: upstream, keys: keys, o: o, state: make(map[string]*keyState, len(keys)),
-		unsure: map[unsureKey]map[string]time.Time{}, refusals: map[string][]time.Time{}, barred: map[string]time.Time{}}
+		unsure: map[unsureKey]map[string]time.Time{}, refusals: map[string][]time.Time{}, barred: map[string]time.Time{}, shares: map[string]*shareCount{}}
 	for _, k := range keys {
 		p.state[k.Name] = &keyState{state: Active}
 	}
