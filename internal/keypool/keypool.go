@@ -63,7 +63,7 @@ type Options struct {
 	// of its vendor limits, Capacity) is under it, each account gets at
 	// most its share of the pool's recent requests (Share). Zero: never.
 	ShareBelow float64
-	Now             func() time.Time
+	Now        func() time.Time
 	// OnChange, when set, is called (outside the pool's lock) when a key's
 	// state changes, with the status that changed it.
 	OnChange func(upstream, key, state string, status int, until time.Time)
