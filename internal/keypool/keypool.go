@@ -84,6 +84,8 @@ type Pool struct {
 	refusals map[string][]time.Time
 	barred   map[string]time.Time
 	shares   map[string]*shareCount
+	// shareRefused is the last time Share refused a request.
+	shareRefused time.Time
 }
 
 type unsureKey struct {

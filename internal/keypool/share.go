@@ -26,27 +26,34 @@ const ShareWindow = shareSeconds * time.Second
 
 const shareSeconds = 10
 
+// shareCount is one account's requests in the window: what it sent
+// (sent, its demand) and what was admitted.
 type shareCount struct {
-	sec [shareSeconds]int64 // the second each bucket counts
-	n   [shareSeconds]int
+	sec      [shareSeconds]int64 // the second each bucket counts
+	sent     [shareSeconds]int
+	admitted [shareSeconds]int
 }
 
-func (c *shareCount) add(now int64) {
+func (c *shareCount) add(now int64, admitted bool) {
 	i := now % shareSeconds
 	if c.sec[i] != now {
-		c.sec[i], c.n[i] = now, 0
+		c.sec[i], c.sent[i], c.admitted[i] = now, 0, 0
 	}
-	c.n[i]++
+	c.sent[i]++
+	if admitted {
+		c.admitted[i]++
+	}
 }
 
-func (c *shareCount) total(now int64) int {
-	t := 0
+// totals are the window's sent and admitted requests.
+func (c *shareCount) totals(now int64) (sent, admitted int) {
 	for i := range c.sec {
 		if now-c.sec[i] < shareSeconds {
-			t += c.n[i]
+			sent += c.sent[i]
+			admitted += c.admitted[i]
 		}
 	}
-	return t
+	return sent, admitted
 }
 
 // Capacity takes a reply's rate-limit headers (header reads them) from
@@ -72,11 +79,12 @@ func (p *Pool) Capacity(key string, header func(string) string) {
 	}
 }
 
-// Share admits a request of account, or refuses it because the vendor's
-// capacity is low (a key's headroom, seen within the window, under
-// ShareBelow) and the account already sent more than its share of the
-// pool's requests of the last ShareWindow (an equal share of the accounts
-// that sent any): what it sent, and its share.
+// Share admits a request of account, or refuses it: while the vendor's
+// capacity is low (a key's headroom, reported within the window, under
+// ShareBelow), the account that sent the most requests in the last
+// ShareWindow is held to an equal share of the requests admitted, among
+// the accounts that sent any. It reports what the account was admitted,
+// and its share.
 func (p *Pool) Share(account string) (ok bool, used, share int) {
 	now := p.o.Now()
 	sec := now.Unix()
@@ -87,38 +95,48 @@ func (p *Pool) Share(account string) (ok bool, used, share int) {
 		c = &shareCount{}
 		p.shares[account] = c
 	}
-	low := false
-	for _, st := range p.state {
-		if !st.headroomAt.IsZero() && now.Sub(st.headroomAt) < shareSeconds*time.Second && st.headroom < p.o.ShareBelow {
-			low = true
-		}
-	}
-	if low {
-		total, active := 0, 0
+	ok = true
+	if p.low(now) {
+		sent, total, active, heaviest := 0, 0, 0, 0
 		for a, ac := range p.shares {
-			n := ac.total(sec)
-			if n == 0 && a != account {
+			s, n := ac.totals(sec)
+			if s == 0 && a != account {
 				delete(p.shares, a)
 				continue
 			}
 			total += n
 			active++
+			heaviest = max(heaviest, s)
 		}
-		used = c.total(sec)
+		sent, used = c.totals(sec)
 		if active > 1 {
 			share = (total + active - 1) / active
-			if used >= share {
-				return false, used, share
-			}
+			ok = sent < heaviest || used < share
 		}
 	}
-	c.add(sec)
+	c.add(sec, ok)
+	if !ok {
+		p.shareRefused = now
+	}
 	if len(p.shares) > 4096 {
 		for a, ac := range p.shares {
-			if ac.total(sec) == 0 {
+			if s, _ := ac.totals(sec); s == 0 {
 				delete(p.shares, a)
 			}
 		}
 	}
-	return true, used, share
+	return ok, used, share
+}
+
+// low reports whether a key's headroom, reported within the window, is
+// under ShareBelow, or the window's shares refused a request: demand is
+// still above what the vendor served, and letting the heaviest loose
+// again would spend the keys again. Called with p.mu held.
+func (p *Pool) low(now time.Time) bool {
+	for _, st := range p.state {
+		if !st.headroomAt.IsZero() && now.Sub(st.headroomAt) < ShareWindow && st.headroom < p.o.ShareBelow {
+			return true
+		}
+	}
+	return now.Sub(p.shareRefused) < ShareWindow
 }

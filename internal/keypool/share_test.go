@@ -39,8 +39,13 @@ func TestShareRefusesTheHeaviestWhenCapacityIsLow(t *testing.T) {
 			t.Fatal("the light account refused within its share")
 		}
 	}
-	// The window passes: the shares start again, and without a fresh low
-	// reading there is no sharing.
+	// The sharing lasts a window past its last refusal: the heaviest is not
+	// let loose at once to spend the keys again.
+	clock.Advance(ShareWindow - time.Second)
+	if ok, _, _ := p.Share("heavy"); ok {
+		t.Fatal("heavy let loose within a window of its refusal")
+	}
+	// A window with no low reading and no refusal: no sharing.
 	clock.Advance(ShareWindow)
 	if ok, _, _ := p.Share("heavy"); !ok {
 		t.Fatal("heavy still refused a window later")
