@@ -9,7 +9,6 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -592,12 +591,3 @@ func (view) PoolLogHeaders() string {
 // the template.
 func (upstreamView) RetryHeader() string { return keypool.RetryHeader }
 func (upstreamView) ErrorHeader() string { return keypool.ErrorHeader }
-
-// yamlInts writes ns as a YAML flow list.
-func yamlInts(ns []int) string {
-	s := make([]string, len(ns))
-	for i, n := range ns {
-		s[i] = strconv.Itoa(n)
-	}
-	return "[" + strings.Join(s, ", ") + "]"
-}
