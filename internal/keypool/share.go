@@ -45,6 +45,14 @@ func (c *shareCount) add(now int64, admitted bool) {
 	}
 }
 
+// now is what was admitted in second now.
+func (c *shareCount) now(now int64) int {
+	if i := now % shareSeconds; c.sec[i] == now {
+		return c.admitted[i]
+	}
+	return 0
+}
+
 // totals are the window's sent and admitted requests.
 func (c *shareCount) totals(now int64) (sent, admitted int) {
 	for i := range c.sec {
@@ -83,7 +91,8 @@ func (p *Pool) Capacity(key string, header func(string) string) {
 // capacity is low (a key's headroom, reported within the window, under
 // ShareBelow), the account that sent the most requests in the last
 // ShareWindow is held to an equal share of the requests admitted, among
-// the accounts that sent any. It reports what the account was admitted,
+// the accounts that sent any, spread evenly over the window's seconds. It
+// reports what the account was admitted,
 // and its share.
 func (p *Pool) Share(account string) (ok bool, used, share int) {
 	now := p.o.Now()
@@ -110,8 +119,11 @@ func (p *Pool) Share(account string) (ok bool, used, share int) {
 		}
 		sent, used = c.totals(sec)
 		if active > 1 {
+			// Its share, and no more of it in one second than its even
+			// spread: a burst when old seconds leave the window would
+			// spend the keys again.
 			share = (total + active - 1) / active
-			ok = sent < heaviest || used < share
+			ok = sent < heaviest || used < share && c.now(sec) < (share+shareSeconds-1)/shareSeconds
 		}
 	}
 	c.add(sec, ok)
