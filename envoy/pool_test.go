@@ -102,7 +102,10 @@ func TestRenderPool(t *testing.T) {
 	s := string(b)
 	for _, w := range []string{
 		"cluster_header: x-gateway-key-cluster",
-		"retriable_status_codes: [401, 402, 403, 429, 503, 529]",
+		"retriable_status_codes: [503, 529]",
+		"retriable_headers: [{name: x-gateway-retry, present_match: true}]",
+		"include_request_attempt_count: true",
+		"response_headers_to_remove: [x-gateway-retry, x-gateway-vendor-error]",
 		"secret: {environment_variable: ALPHA_KEY_1}",
 		`secret: {filename: "/run/secrets/alpha-k2"}`,
 		`sds_config: {path_config_source: {path: "/etc/envoy/sds/alpha-tenant.yaml"}`,
@@ -116,6 +119,14 @@ func TestRenderPool(t *testing.T) {
 	// Each aggregate maps every key of the pool to its credential.
 	if n := len(regexp.MustCompile(`name: credential-tenant\n`).FindAllString(s, -1)); n != 4 {
 		t.Errorf("%d aggregates map the tenant key to its credential; want 4", n)
+	}
+	// Each aggregate's upstream filter retries on at most max_keys (2) of
+	// its keys: the pinned key's on none.
+	if n := strings.Count(s, "local keys = 2\n"); n != 3 {
+		t.Errorf("%d aggregates retry on 2 keys; want 3 (k1's, k2's, alpha's)", n)
+	}
+	if n := strings.Count(s, "local keys = 1\n"); n != 1 {
+		t.Errorf("%d aggregates retry on 1 key; want the pinned key's", n)
 	}
 	// beta keeps its one key: one cluster, the credential injected there.
 	if _, ok := cs["beta"]; !ok || strings.Contains(s, "beta--") {

@@ -9,12 +9,12 @@ import (
 	_ "embed"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"text/template"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/keypool"
 )
 
 //go:embed bootstrap.yaml.tmpl
@@ -31,6 +31,17 @@ var tmpl = template.Must(template.New("bootstrap").Funcs(template.FuncMap{
 type aggregateView struct {
 	U       clusterView
 	Members []string
+}
+
+// BlameLua is the aggregate's upstream filter (blameLua), indented for its
+// block scalar: one request tries at most the pool's max_keys of the keys
+// its aggregate holds.
+func (a aggregateView) BlameLua() string {
+	keys := len(a.Members)
+	if n := len(a.U.Up.Endpoints); n > 0 {
+		keys /= n
+	}
+	return indent(16, blameLua(min(keys, a.U.Up.MaxKeys)))
 }
 
 // DefaultTrustedCA is the system CA bundle on Debian-based images, including
@@ -104,6 +115,7 @@ type view struct {
 	Credentials              []credentialView
 	Pooled                   bool  // some upstream has a pool of keys (never Bare)
 	PoolStatuses             []int // the statuses that end a key's attempt and are logged (PoolStatuses)
+	AnyPool                  bool  // some upstream has a pool of keys, Bare or not
 
 	RequestHeadersTimeout string
 	MaxConnectionDuration string
@@ -199,6 +211,8 @@ type upstreamView struct {
 	// PoolRetryConcurrency is each aggregate's min_retry_concurrency: 10
 	// per key.
 	PoolRetryConcurrency int
+	// MaxKeys bounds the keys one request tries (pool.max_keys).
+	MaxKeys int
 
 	Clusters []clusterView // filled by Render once the view is complete
 	root     *view
@@ -345,7 +359,9 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 			// A key's 429, 529 or refusal (401, 402, 403) comes before any
 			// byte of a reply: the vendor did not start; another key may
 			// serve at once.
-			uv.Pooled, uv.RetriableStatuses = true, yamlInts(PoolStatuses)
+			uv.Pooled, uv.MaxKeys = true, u.Pool.MaxKeys
+			uv.RetryOn += ",retriable-headers"
+			v.AnyPool = true
 			uv.PoolRetryConcurrency = 10 * len(uv.Keys)
 			// Each aggregate tries its key first, then the others in the
 			// configured order, at the primary; then each at the reserve. A
@@ -558,15 +574,22 @@ func localErrors(format string) []localError {
 }
 
 // PoolStatuses end a pooled key's attempt before the vendor started: its
-// limit (429), overload (529, 503) or refusal (401, 402, 403). Envoy retries
-// them on another key and logs them to the sidecar.
-var PoolStatuses = []int{401, 402, 403, 429, 503, 529}
+// limit (429), overload (529, 503) or refusal (401, 402, 403), the statuses
+// the blame table judges. Envoy logs them to the sidecar, and retries on
+// another key those the table blames on the key.
+var PoolStatuses = keypool.Statuses()
 
-// yamlInts writes ns as a YAML flow list.
-func yamlInts(ns []int) string {
-	s := make([]string, len(ns))
-	for i, n := range ns {
-		s[i] = strconv.Itoa(n)
+// PoolLogHeaders are the reply headers Envoy's upstream log of a pool's
+// refused attempts carries: the evidence keypool.Judge reads.
+func (view) PoolLogHeaders() string {
+	hs := []string{"retry-after", keypool.ErrorHeader}
+	for _, h := range keypool.CapacityHeaders {
+		hs = append(hs, h[0], h[1])
 	}
-	return "[" + strings.Join(s, ", ") + "]"
+	return "[" + strings.Join(hs, ", ") + "]"
 }
+
+// RetryHeader and ErrorHeader name the pool's upstream filter's headers in
+// the template.
+func (upstreamView) RetryHeader() string { return keypool.RetryHeader }
+func (upstreamView) ErrorHeader() string { return keypool.ErrorHeader }

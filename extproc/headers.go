@@ -46,6 +46,9 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	// header or else the account (the body may name a session later).
 	x.headerSession = hv.session != ""
 	x.steer(bound(hv.session), mutation)
+	if r := x.pooled(hv.requestID); r != nil {
+		return r
+	}
 	op, vp, id := operation.Match(x.upstream.Operations, hv.method, sub)
 	// Query strings go to the vendor only as far as its API defines them.
 	if _, query, ok := strings.Cut(hv.path, "?"); ok {
@@ -246,6 +249,7 @@ type headerValues struct {
 	upgrade              string
 	endpoint             string
 	session              string   // x-claude-code-session-id
+	requestID            string   // x-request-id, as Envoy set it
 	internal             []string // client-sent headers with our prefix
 }
 
@@ -276,6 +280,8 @@ func readHeaders(m *corev3.HeaderMap) headerValues {
 			dst = &hv.upgrade
 		case sessionHeader:
 			dst = &hv.session
+		case "x-request-id":
+			dst = &hv.requestID
 		case "x-gateway-endpoint":
 			dst = &hv.endpoint
 			hv.internal = append(hv.internal, k)

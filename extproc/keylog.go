@@ -19,8 +19,10 @@ const KeyLogTag = "vendor_key"
 
 // KeyLog receives Envoy's upstream access log (gRPC access log service) of
 // the attempts on pooled upstreams that failed with a status the pool
-// acts on, and hands each to the pool: a key's 429 or 529 cools it down
-// for the vendor's retry-after, a 401, 402 or 403 takes it out.
+// acts on, and hands each to the pool, which judges whose fault it is
+// (keypool.Judge): a key's limit cools it down for the vendor's
+// retry-after, its refusal takes it out; a request's fault counts against
+// its account.
 type KeyLog struct {
 	accesslogv3.UnimplementedAccessLogServiceServer
 	s   *Server
@@ -47,12 +49,12 @@ func (l *KeyLog) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAcce
 			if key == "" || status == 0 {
 				continue
 			}
-			ra := retryAfter(e.GetResponse().GetResponseHeaders()["retry-after"], l.now())
+			hs := e.GetResponse().GetResponseHeaders()
 			var sent time.Time // the attempt's start, Envoy's clock (the sidecar's host)
 			if ts := c.GetStartTime(); ts != nil {
 				sent = ts.AsTime()
 			}
-			l.s.KeyAttempt(c.GetRouteName(), key, status, ra, sent)
+			l.s.KeyAttempt(c.GetRouteName(), key, e.GetRequest().GetRequestId(), status, func(h string) string { return hs[h] }, sent)
 		}
 	}
 }

@@ -3,11 +3,14 @@ package extproc
 // Vendor key pools: the key each request is steered to, and the key that served.
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/keypool"
 )
@@ -39,6 +42,8 @@ func newPool(u config.Upstream) *keypool.Pool {
 	}
 	return keypool.New(u.Name, keys, keypool.Options{
 		CoolDown: u.Pool.CoolDown.D(), MaxCoolDown: u.Pool.MaxCoolDown.D(), ProbeInterval: u.Pool.ProbeInterval.D(),
+		Corroborate: u.Pool.CorroborateAccounts, AccountRefusals: u.Pool.AccountRefusals, Window: u.Pool.CorroborateWindow.D(),
+		ShareBelow: u.Pool.ShareBelow,
 	})
 }
 
@@ -144,9 +149,80 @@ func (x *exchange) servedBy(key string) {
 	}
 }
 
-// KeyAttempt takes one failed attempt Envoy made on a pooled upstream's key
-// (its upstream access log): the vendor's status and retry-after.
-func (s *Server) KeyAttempt(upstream, key string, status int, retryAfter time.Duration, sent time.Time) {
+// pooled refuses a request of an account that keeps drawing refusals on
+// the pool's healthy keys (keypool.Pool.Barred), and otherwise remembers
+// whose request Envoy's id names, for the upstream log of its attempts.
+func (x *exchange) pooled(requestID string) *extprocv3.ProcessingResponse {
+	p := x.upstream.Pool
+	if p == nil {
+		return nil
+	}
+	if until, ok := p.Barred(x.key.AccountID); ok {
+		x.s.metrics.vendorKeyBarred.WithLabelValues(x.upstream.Name).Inc()
+		resp := x.reject(format.RateLimited, "this account's requests keep being refused by "+x.upstream.Name+
+			" on keys that serve other accounts; its requests to "+x.upstream.Name+" are refused until "+until.UTC().Format(time.RFC3339), until.Sub(x.s.now()))
+		hm := resp.GetImmediateResponse().Headers
+		hm.SetHeaders = append(hm.SetHeaders, setHeader("x-should-retry", "false"))
+		return resp
+	}
+	if ok, used, share := p.Share(x.key.AccountID); !ok {
+		x.s.metrics.poolShareRefusals.WithLabelValues(x.upstream.Name).Inc()
+		resp := x.reject(format.RateLimited, fmt.Sprintf("%s's vendor capacity is running low and is shared fairly: this account sent %d of its requests in the last %s, its share is %d; retry shortly",
+			x.upstream.Name, used, keypool.ShareWindow, share), time.Second)
+		hm := resp.GetImmediateResponse().Headers
+		hm.SetHeaders = append(hm.SetHeaders, setHeader("x-should-retry", "true"))
+		return resp
+	}
+	x.s.attempts.put(requestID, x.key.AccountID)
+	return nil
+}
+
+// requestAccounts remembers the account of the last pooled requests by
+// Envoy's request id: Envoy's upstream log names the request, not its
+// account. A fixed ring: the oldest is forgotten first.
+type requestAccounts struct {
+	mu   sync.Mutex
+	ids  map[string]string
+	ring []string
+	next int
+}
+
+// recentRequests is how many pooled requests' accounts a sidecar
+// remembers: far more than are in flight, and their log entries arrive
+// within Envoy's flush interval of their end.
+const recentRequests = 1 << 14
+
+func (r *requestAccounts) put(id, account string) {
+	if id == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ids == nil {
+		r.ids, r.ring = make(map[string]string, recentRequests), make([]string, recentRequests)
+	}
+	if old := r.ring[r.next]; old != "" {
+		delete(r.ids, old)
+	}
+	r.ring[r.next] = id
+	r.next = (r.next + 1) % len(r.ring)
+	r.ids[id] = account
+}
+
+func (r *requestAccounts) get(id string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ids[id]
+}
+
+// KeyAttempt takes one refused attempt Envoy made on a pooled upstream's key
+// (its upstream access log): the request's id, the vendor's status and the
+// reply's headers as header reads them (the evidence keypool.Judge weighs).
+func (s *Server) KeyAttempt(upstream, key, requestID string, status int, header func(string) string, sent time.Time) {
+	rule, ok := keypool.Judge(status, header)
+	if !ok {
+		return
+	}
 	for _, u := range s.upstreams {
 		if u.Name != upstream || u.Pool == nil {
 			continue
@@ -154,7 +230,17 @@ func (s *Server) KeyAttempt(upstream, key string, status int, retryAfter time.Du
 		if status == 429 || status == 529 {
 			s.metrics.vendorKeyLimited.WithLabelValues(upstream, key).Inc()
 		}
-		u.Pool.Failed(key, status, retryAfter, sent)
+		s.metrics.vendorKeyRefusals.WithLabelValues(upstream, rule.Blame).Inc()
+		u.Pool.Capacity(key, header)
+		account := s.attempts.get(requestID)
+		v := u.Pool.Attempt(key, account, rule, retryAfter(header("retry-after"), s.now()), sent)
+		if rule.Blame != keypool.BlameKey {
+			s.log.Info("vendor refusal not charged to the key", "upstream", upstream, "vendor_key", key, "status", status,
+				"rule", rule.Name, "blame", rule.Blame, "account_id", account, "key_state", v.State)
+		}
+		if v.Barred {
+			s.log.Warn("account refused on the pool: its requests keep drawing refusals on healthy keys", "upstream", upstream, "account_id", account)
+		}
 	}
 }
 
@@ -172,6 +258,9 @@ func (s *Server) keyChanged(upstream, key, state string, status int, until time.
 	case keypool.Cooling:
 		s.metrics.vendorKeyCooldowns.WithLabelValues(upstream, key).Inc()
 		s.log.Warn("vendor key cooling down", "upstream", upstream, "vendor_key", key, "status", status, "until", until)
+		if s.onKeyLimited != nil {
+			s.onKeyLimited(upstream, key, status, until)
+		}
 	case keypool.Disabled:
 		s.log.Error("vendor key refused by the vendor: out until its probe", "upstream", upstream, "vendor_key", key, "status", status, "probe_at", until)
 		if s.onKeyRefused != nil {

@@ -43,6 +43,9 @@ type Metrics struct {
 	vendorKeyLimited   *prometheus.CounterVec
 	vendorKeyCooldowns *prometheus.CounterVec
 	vendorKeyState     *prometheus.GaugeVec
+	vendorKeyRefusals  *prometheus.CounterVec
+	vendorKeyBarred    *prometheus.CounterVec
+	poolShareRefusals  *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg (if not nil).
@@ -123,7 +126,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 		reg.MustRegister(m.requests, m.tokens, m.cost, m.rejections, m.limitRefusals, m.storeErrors, m.estimated,
 			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.socketRefusals, m.leaseCuts, m.capped, m.dearerModel,
 			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters,
-			m.vendorKeyRequests, m.vendorKeyLimited, m.vendorKeyCooldowns, m.vendorKeyState)
+			m.vendorKeyRequests, m.vendorKeyLimited, m.vendorKeyCooldowns, m.vendorKeyState, m.vendorKeyRefusals, m.vendorKeyBarred, m.poolShareRefusals)
 		reg.MustRegister(m.socketCuts, m.vendorRefusals, m.earlyRefusals)
 	}
 	return m
@@ -143,13 +146,22 @@ func (m *Metrics) newVendorKeyMetrics() {
 	m.vendorKeyState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gateway_vendor_key_state", Help: "1 for the state (active, cooling, disabled) of each pooled vendor key, by upstream and key.",
 	}, []string{"upstream", "key", "state"})
+	m.vendorKeyRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_vendor_refusals_total", Help: "Attempts a vendor refused on a pooled key, by upstream and whom the blame table charged: key, request or unsure.",
+	}, []string{"upstream", "blame"})
+	m.vendorKeyBarred = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_pool_account_refusals_total", Help: "Requests the gateway refused (429) because their account keeps drawing refusals on a pool's healthy keys, by upstream.",
+	}, []string{"upstream"})
+	m.poolShareRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_pool_share_refusals_total", Help: "Requests the gateway refused (429) because the pool's vendor capacity ran low and their account had sent more than its share, by upstream.",
+	}, []string{"upstream"})
 }
 
 // newRefusalMetrics makes the series of refusals that cost no body: the
 // vendor's refusals replaced, the limits answered at the headers.
 func (m *Metrics) newRefusalMetrics() {
 	m.vendorRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_vendor_refusals_total", Help: "Vendor 401 and 403 replies (a refusal of the gateway's own vendor credential) whose body the gateway replaced with its own error, by upstream.",
+		Name: "gateway_vendor_credential_refusals_total", Help: "Vendor 401 and 403 replies (a refusal of the gateway's own vendor credential) whose body the gateway replaced with its own error, by upstream.",
 	}, []string{"upstream"})
 	m.earlyRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_header_refusals_total", Help: "Requests refused at their headers, before their body was read, by a limit that refused the key or account moments before (also counted in gateway_limit_refusals_total), by kind.",
@@ -191,6 +203,11 @@ func (m *Metrics) zero(upstreams []string) {
 // InitVendorKeys creates the series of an upstream's vendor keys at zero,
 // each key active.
 func (m *Metrics) InitVendorKeys(upstream string, keys []string) {
+	for _, b := range []string{keypool.BlameKey, keypool.BlameRequest, keypool.BlameUnsure} {
+		m.vendorKeyRefusals.WithLabelValues(upstream, b)
+	}
+	m.vendorKeyBarred.WithLabelValues(upstream)
+	m.poolShareRefusals.WithLabelValues(upstream)
 	for _, k := range keys {
 		m.vendorKeyRequests.WithLabelValues(upstream, k)
 		m.vendorKeyLimited.WithLabelValues(upstream, k)

@@ -70,6 +70,9 @@ type Options struct {
 	// OnVendorKeyRefused, when set, hears of each pooled vendor key the
 	// vendor refused (401, 402, 403) when it is taken out.
 	OnVendorKeyRefused func(upstream, key string, status int)
+	// OnVendorKeyLimited, when set, hears of each pooled vendor key that
+	// starts cooling down, with the end of its cool-down.
+	OnVendorKeyLimited func(upstream, key string, status int, until time.Time)
 	// OnModelMismatch, when set, hears of each reply settled at the price
 	// of the dearer model it names (priced) instead of the one requested;
 	// it must not block.
@@ -114,6 +117,7 @@ type Server struct {
 	onRefusal func(accountID, keyID string, level account.Level, outcome account.Outcome)
 	// onKeyRefused: Options.OnVendorKeyRefused.
 	onKeyRefused func(upstream, key string, status int)
+	onKeyLimited func(upstream, key string, status int, until time.Time)
 	// onDearer: Options.OnModelMismatch.
 	onDearer func(upstream, accountID, keyID string, requested, priced usage.PricedModel)
 	owners   Owners
@@ -124,6 +128,9 @@ type Server struct {
 	// refusals remembers the refusals that hold whatever the next request
 	// (refusals.go).
 	refusals *refusalMemory
+	// attempts names the account of each recent pooled request, for
+	// Envoy's log of its refused attempts.
+	attempts requestAccounts
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -159,7 +166,7 @@ func NewServer(o Options) *Server {
 	s := &Server{
 		upstreams: o.Upstreams, keys: o.Keys, admitter: o.Admitter, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
-		onRefusal: o.OnRefusal, onKeyRefused: o.OnVendorKeyRefused, onDearer: o.OnModelMismatch,
+		onRefusal: o.OnRefusal, onKeyRefused: o.OnVendorKeyRefused, onKeyLimited: o.OnVendorKeyLimited, onDearer: o.OnModelMismatch,
 		owners: o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
 		tracer: o.Tracer, refusals: newRefusalMemory(),
 	}

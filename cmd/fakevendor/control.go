@@ -100,6 +100,16 @@ type Controls struct {
 	// before reports promptCacheTokens cache reads, else as many cache
 	// writes; GET /keys counts them per key.
 	PromptCache bool `json:"prompt_cache"`
+	// Refuse answers this status (429, 401 or 403) as a vendor refuses
+	// one request for what it asks, not for its key: the key's rate-limit
+	// headers show room, the body blames the request. Meant per request
+	// (x-fake-controls).
+	Refuse int `json:"refuse"`
+	// KeyRPS limits each key to that many requests per second (a fixed
+	// one-second window): every reply carries the vendor's remaining
+	// requests header, and a request over the limit gets 429 with it at 0
+	// and retry-after 1.
+	KeyRPS int `json:"key_rps"`
 }
 
 // promptCacheTokens is the cached prefix the prompt_cache control reports.
@@ -148,6 +158,8 @@ type controlUpdate struct {
 	FailResponse     *bool   `json:"fail_response"`
 	BackgroundPolls  *int    `json:"background_polls"`
 	PromptCache      *bool   `json:"prompt_cache"`
+	Refuse           *int    `json:"refuse"`
+	KeyRPS           *int    `json:"key_rps"`
 }
 
 func (u *controlUpdate) validate() error {
@@ -167,10 +179,14 @@ func (u *controlUpdate) validate() error {
 		"tool_prompt_tokens": u.ToolPromptTokens, "background_polls": u.BackgroundPolls,
 		"file_search_calls": u.FileSearches, "code_interpreter_calls": u.CodeInterpreter,
 		"code_interpreter_containers": u.Containers, "image_generation_calls": u.Images,
+		"key_rps": u.KeyRPS,
 	} {
 		if p != nil && *p < 0 {
 			return fmt.Errorf("%s must not be negative", name)
 		}
+	}
+	if u.Refuse != nil && *u.Refuse != 0 && *u.Refuse != 429 && *u.Refuse != 401 && *u.Refuse != 403 {
+		return fmt.Errorf("refuse must be 0, 429, 401 or 403, not %d", *u.Refuse)
 	}
 	return nil
 }
@@ -230,6 +246,8 @@ func (u *controlUpdate) apply(c *Controls) {
 	if u.PromptCache != nil {
 		c.PromptCache = *u.PromptCache
 	}
+	set(&c.Refuse, u.Refuse)
+	set(&c.KeyRPS, u.KeyRPS)
 }
 
 // controlState holds one wire format's Controls. Every API request reads them,

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 )
 
 // A vendor limits each API key on its own, and keeps a prompt cache per key
@@ -19,9 +20,16 @@ import (
 // digits of the secret's SHA-256, never by the secret itself.
 type keyState struct {
 	mu       sync.Mutex
-	forced   map[string]keyForce  // label → status
-	prefixes map[string]bool      // label + "/" + prefix hash: written to the cache
-	counts   map[string]*keyCount // label → counters
+	forced   map[string]keyForce   // label → status
+	prefixes map[string]bool       // label + "/" + prefix hash: written to the cache
+	counts   map[string]*keyCount  // label → counters
+	windows  map[string]*keyWindow // label → this second's requests (key_rps)
+}
+
+// keyWindow counts one key's requests in a one-second window.
+type keyWindow struct {
+	start time.Time
+	n     int
 }
 
 type keyForce struct {
@@ -35,6 +43,7 @@ type keyCount struct {
 	Forced      int64 `json:"forced"`       // of which answered with the key's forced status
 	CacheReads  int64 `json:"cache_reads"`  // replies that read the key's prompt cache
 	CacheWrites int64 `json:"cache_writes"` // replies that wrote it
+	Limited     int64 `json:"limited"`      // answered 429 by key_rps
 }
 
 // KeyLabel is how the fake names a secret in its controls and stats.
@@ -125,6 +134,31 @@ func (s *keyState) cache(key string, body []byte) (read bool) {
 	return read
 }
 
+// take counts a request of key against its limit of rps requests per
+// second: the requests left in this second, and whether it was within the
+// limit.
+func (s *keyState) take(key string, rps int, now time.Time) (int, bool) {
+	label := KeyLabel(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.windows == nil {
+		s.windows = map[string]*keyWindow{}
+	}
+	kw := s.windows[label]
+	if kw == nil || now.Sub(kw.start) >= time.Second {
+		kw = &keyWindow{start: now}
+		s.windows[label] = kw
+	}
+	if kw.n >= rps {
+		if c := s.counts[label]; c != nil {
+			c.Limited++
+		}
+		return 0, false
+	}
+	kw.n++
+	return rps - kw.n, true
+}
+
 func (s *keyState) set(label string, f keyForce) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -141,7 +175,7 @@ func (s *keyState) set(label string, f keyForce) {
 func (s *keyState) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.forced, s.prefixes, s.counts = nil, nil, nil
+	s.forced, s.prefixes, s.counts, s.windows = nil, nil, nil, nil
 }
 
 func (s *keyState) snapshot() map[string]keyCount {

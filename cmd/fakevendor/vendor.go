@@ -163,13 +163,41 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if f.RetryAfter != "" {
 				h.Set("Retry-After", f.RetryAfter)
 			}
+			// As a vendor answers a key's own limit or refusal: the limit's
+			// header at 0, the message of a bad key.
 			msg := "Forced status " + strconv.Itoa(f.Status) + " on this key by the fake vendor's controls."
-			if f.Status == http.StatusUnauthorized || f.Status == http.StatusForbidden {
-				// As the vendors do: the key named by its first and last
-				// characters, which the gateway must keep from the client.
-				msg = "Incorrect API key provided: " + maskKey(key) + ". " + msg
+			switch f.Status {
+			case 429:
+				h.Set(s.remainingHeader(), "0")
+			case 401, 403:
+				// In the vendors' words of a bad key, which the blame table
+				// reads; OpenAI's (and a 403) name the key by its first and
+				// last characters, which the gateway must keep from the
+				// client. Anthropic's 401 says "invalid x-api-key" alone.
+				switch {
+				case f.Status == 403:
+					msg = "This key may not be used: " + maskKey(key) + ". " + msg
+				case s.format == "messages":
+					msg = "invalid x-api-key"
+				default:
+					msg = "Incorrect API key provided: " + maskKey(key) + ". " + msg
+				}
 			}
 			s.api.writeError(w, r, f.Status, msg)
+			return
+		}
+		if ctl.KeyRPS > 0 {
+			left, ok := f.keys.take(key, ctl.KeyRPS, time.Now())
+			h.Set(s.remainingHeader(), strconv.Itoa(left))
+			h.Set(strings.Replace(s.remainingHeader(), "remaining", "limit", 1), strconv.Itoa(ctl.KeyRPS))
+			if !ok {
+				h.Set("Retry-After", "1")
+				s.api.writeError(w, r, http.StatusTooManyRequests, "This key's requests per second are spent (the fake vendor's key_rps).")
+				return
+			}
+		}
+		if ctl.Refuse != 0 {
+			s.refuse(w, r, ctl.Refuse, ctl.KeyRPS)
 			return
 		}
 		if ctl.PromptCache {
@@ -273,4 +301,33 @@ func maskKey(k string) string {
 		return strings.Repeat("*", len(k))
 	}
 	return k[:8] + "********" + k[len(k)-4:]
+}
+
+// remainingHeader is the vendor's header of a key's remaining requests.
+func (s *site) remainingHeader() string {
+	if s.format == "messages" {
+		return "anthropic-ratelimit-requests-remaining"
+	}
+	return "x-ratelimit-remaining-requests"
+}
+
+// refuse answers status for the request itself, as the vendors do: the
+// key's remaining requests untouched (its limit, or 1000 without one),
+// the body naming what of the request is refused.
+func (s *site) refuse(w http.ResponseWriter, r *http.Request, status, limit int) {
+	if limit <= 0 {
+		w.Header().Set(s.remainingHeader(), "1000")
+	}
+	var msg string
+	switch {
+	case status == 429 && s.format == "messages":
+		msg = "This request would exceed your organization's rate limit of 30,000 input tokens per minute."
+	case status == 429:
+		msg = "Request too large for gpt-4o in organization org-fake on tokens per min (TPM): Limit 30000, Requested 90000."
+	case status == 401:
+		msg = "Unsupported authorization scheme in this request."
+	default:
+		msg = "This request may not use the model it names."
+	}
+	s.api.writeError(w, r, status, msg)
 }

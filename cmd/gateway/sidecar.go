@@ -253,6 +253,13 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			}
 			go watcher.VendorKeyRefused(context.Background(), upstream, key, status, probe)
 		},
+		OnVendorKeyLimited: func(upstream, key string, status int, until time.Time) {
+			var window time.Duration
+			if u, ok := c.Upstream(upstream); ok {
+				window = u.Pool.CorroborateWindow.D()
+			}
+			go watcher.VendorKeyLimited(context.Background(), upstream, key, status, until, window)
+		},
 		OnModelMismatch: func(upstream, accountID, keyID string, requested, priced usage.PricedModel) {
 			go watcher.ModelMismatch(context.Background(), upstream, accountID, keyID, requested, priced)
 		},

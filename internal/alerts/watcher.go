@@ -348,6 +348,18 @@ func (w *Watcher) VendorKeyRefused(ctx context.Context, upstream, key string, st
 	})
 }
 
+// VendorKeyLimited publishes vendor_key.limited once across every sidecar
+// when a pooled vendor key starts cooling down on the vendor's evidence
+// (its rate limit spent, an overload), at most once per key per window
+// (the pool's corroborate_window): a key limited again and again alerts
+// once a window, not per cool-down.
+func (w *Watcher) VendorKeyLimited(ctx context.Context, upstream, key string, status int, until time.Time, window time.Duration) {
+	w.fire(ctx, gatewayAlerts, "vendor_key_limited:"+upstream+":"+key, max(window, time.Second), Event{
+		Type: VendorKeyLimited,
+		Data: map[string]any{"upstream": upstream, "vendor_key": key, "status": status, "until": until.UTC().Format(time.RFC3339)},
+	})
+}
+
 // ModelMismatchEvery is how often model.mismatch fires at most for one
 // account, upstream, requested and served model, across every sidecar: a
 // relay or vendor that serves another model does so on every request.

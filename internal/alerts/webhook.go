@@ -41,13 +41,14 @@ const (
 	AccountResumed    = "account.resumed"
 	StoreUnreachable  = "store.unreachable"
 	VendorKeyRefused  = "vendor_key.refused"
+	VendorKeyLimited  = "vendor_key.limited"
 	ModelMismatch     = "model.mismatch"
 	signatureVersion  = "v1"
 	maxResponseToRead = 4 << 10
 )
 
 // Types are every event type, in the order the docs list them.
-var Types = []string{BalanceLow, BudgetThreshold, KeyExpiring, AccountSuspended, AccountResumed, StoreUnreachable, VendorKeyRefused, ModelMismatch}
+var Types = []string{BalanceLow, BudgetThreshold, KeyExpiring, AccountSuspended, AccountResumed, StoreUnreachable, VendorKeyRefused, VendorKeyLimited, ModelMismatch}
 
 // Event is one alert, as its webhook body: JSON with these fields.
 type Event struct {

@@ -44,6 +44,27 @@ type Pool struct {
 	// of credit (401, 402, 403) stays out before one request tries it
 	// again. Default 10m.
 	ProbeInterval Duration `yaml:"probe_interval"`
+	// MaxKeys bounds how many keys one request tries: a refusal the
+	// vendor's evidence blames on the key is retried on the next key until
+	// this many were tried. Default 2.
+	MaxKeys int `yaml:"max_keys"`
+	// CorroborateAccounts is how many accounts must draw the same refusal
+	// without evidence (a 429 with room left, a 401 or 403 that names no
+	// bad key) on one key within CorroborateWindow before the key is
+	// blamed. Default 2.
+	CorroborateAccounts int `yaml:"corroborate_accounts"`
+	// CorroborateWindow is that window, and the one AccountRefusals counts
+	// in. Default 1m.
+	CorroborateWindow Duration `yaml:"corroborate_window"`
+	// AccountRefusals is how many refusals that blame no key an account may
+	// draw within CorroborateWindow; the next of its requests on the
+	// upstream are refused (429) for that window. Default 5.
+	AccountRefusals int `yaml:"account_refusals"`
+	// ShareBelow is the vendor headroom (the lowest remaining fraction of
+	// a key's rate limits its replies report) under which each account
+	// gets at most an equal share of the pool's requests of the last
+	// 10 s; the rest of its requests are refused (429). Default 0.2.
+	ShareBelow float64 `yaml:"share_below"`
 }
 
 // DefaultKeyName names the one key of an upstream configured with
@@ -71,6 +92,19 @@ func (p *Pool) setDefaults() {
 	defDur(&p.CoolDown, 10*time.Second)
 	defDur(&p.MaxCoolDown, 5*time.Minute)
 	defDur(&p.ProbeInterval, 10*time.Minute)
+	defDur(&p.CorroborateWindow, time.Minute)
+	if p.MaxKeys == 0 {
+		p.MaxKeys = 2
+	}
+	if p.CorroborateAccounts == 0 {
+		p.CorroborateAccounts = 2
+	}
+	if p.AccountRefusals == 0 {
+		p.AccountRefusals = 5
+	}
+	if p.ShareBelow == 0 {
+		p.ShareBelow = 0.2
+	}
 }
 
 func (u *Upstream) validateKeys(p string) error {
@@ -123,6 +157,12 @@ func (u *Upstream) validateKeys(p string) error {
 	}
 	if c := u.Pool; c.CoolDown < 0 || c.MaxCoolDown < c.CoolDown || c.ProbeInterval < 0 {
 		return errors.New(p + ".pool: cool_down, max_cool_down and probe_interval must not be negative, and max_cool_down at least cool_down")
+	}
+	if c := u.Pool; c.ShareBelow < 0 || c.ShareBelow > 1 {
+		return errors.New(p + ".pool: share_below must be a fraction, 0 to 1")
+	}
+	if c := u.Pool; c.MaxKeys < 1 || c.CorroborateAccounts < 1 || c.AccountRefusals < 1 || c.CorroborateWindow <= 0 {
+		return errors.New(p + ".pool: max_keys, corroborate_accounts and account_refusals must be at least 1, corroborate_window positive")
 	}
 	return nil
 }

@@ -51,7 +51,19 @@ type Options struct {
 	CoolDown      time.Duration // without a retry-after; doubles per consecutive cool-down
 	MaxCoolDown   time.Duration
 	ProbeInterval time.Duration
-	Now           func() time.Time
+	// Corroborate is how many accounts must draw the same unsure refusal
+	// (BlameUnsure) on a key within Window before it is the key's;
+	// AccountRefusals how many refusals that blame no key an account may
+	// draw within Window before it is refused itself (Refused). Zero: 2,
+	// and 1m.
+	Corroborate     int
+	AccountRefusals int
+	Window          time.Duration
+	// ShareBelow: while a key's headroom (the lowest remaining fraction
+	// of its vendor limits, Capacity) is under it, each account gets at
+	// most its share of the pool's recent requests (Share). Zero: never.
+	ShareBelow float64
+	Now        func() time.Time
 	// OnChange, when set, is called (outside the pool's lock) when a key's
 	// state changes, with the status that changed it.
 	OnChange func(upstream, key, state string, status int, until time.Time)
@@ -65,6 +77,20 @@ type Pool struct {
 
 	mu    sync.Mutex
 	state map[string]*keyState
+	// unsure holds, per key and status, when each account last drew an
+	// unsure refusal; refusals, per account, the times of its refusals
+	// that blamed no key; barred, the accounts refused until a time.
+	unsure   map[unsureKey]map[string]time.Time
+	refusals map[string][]time.Time
+	barred   map[string]time.Time
+	shares   map[string]*shareCount
+	// shareRefused is the last time Share refused a request.
+	shareRefused time.Time
+}
+
+type unsureKey struct {
+	key    string
+	status int
 }
 
 type keyState struct {
@@ -73,6 +99,10 @@ type keyState struct {
 	streak  int       // consecutive cool-downs, for the backoff
 	status  int       // the vendor's status that set the state
 	changed time.Time
+	// headroom is the lowest remaining fraction of the key's vendor
+	// limits its last reply reported, at headroomAt.
+	headroom   float64
+	headroomAt time.Time
 }
 
 // New returns the pool of upstream's keys, all active.
@@ -80,7 +110,14 @@ func New(upstream string, keys []Key, o Options) *Pool {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	p := &Pool{upstream: upstream, keys: keys, o: o, state: make(map[string]*keyState, len(keys))}
+	if o.Corroborate <= 0 {
+		o.Corroborate = 2
+	}
+	if o.Window <= 0 {
+		o.Window = time.Minute
+	}
+	p := &Pool{upstream: upstream, keys: keys, o: o, state: make(map[string]*keyState, len(keys)),
+		unsure: map[unsureKey]map[string]time.Time{}, refusals: map[string][]time.Time{}, barred: map[string]time.Time{}, shares: map[string]*shareCount{}}
 	for _, k := range keys {
 		p.state[k.Name] = &keyState{state: Active}
 	}
@@ -173,6 +210,27 @@ func score(session, key string, weight int) float64 {
 // out until the next probe. It reports the key's new state, and whether it
 // changed.
 func (p *Pool) Failed(key string, status int, retryAfter time.Duration, sent time.Time) (string, bool) {
+	switch {
+	case status == 401 || status == 402 || status == 403:
+		return p.blame(key, Disabled, status, retryAfter, sent)
+	case status == 429 || status == 529 || status == 503 && retryAfter > 0:
+		return p.blame(key, Cooling, status, retryAfter, sent)
+	}
+	return p.State(key), false
+}
+
+// State is key's state ("" when the pool has no such key).
+func (p *Pool) State(key string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st, ok := p.state[key]; ok {
+		return st.state
+	}
+	return ""
+}
+
+// blame puts key in state (Cooling or Disabled) for a reply of status.
+func (p *Pool) blame(key, state string, status int, retryAfter time.Duration, sent time.Time) (string, bool) {
 	now := p.o.Now()
 	p.mu.Lock()
 	st, ok := p.state[key]
@@ -181,15 +239,15 @@ func (p *Pool) Failed(key string, status int, retryAfter time.Duration, sent tim
 		return "", false
 	}
 	var c change
-	switch {
-	case status == 401 || status == 402 || status == 403:
+	switch state {
+	case Disabled:
 		if st.state == Disabled && now.Before(st.until) && st.until.Sub(now) > p.o.ProbeInterval/2 {
 			p.mu.Unlock()
 			return Disabled, false // already out (a request in flight when it was taken out)
 		}
 		st.state, st.until, st.status, st.changed = Disabled, now.Add(p.o.ProbeInterval), status, now
 		c = change{key, Disabled, status, st.until}
-	case status == 429 || status == 529 || status == 503 && retryAfter > 0:
+	case Cooling:
 		if st.state == Active && !sent.IsZero() && sent.Before(st.changed) {
 			// Sent before the key came back: the answer of a burst its
 			// last cool-down covered, reported late (Envoy's log is

@@ -154,8 +154,8 @@ func TestVendorRefusalNeverNamesTheKey(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		clean("socket handshake", b)
 	}
-	if n := sidecarMetric(t, s, "gateway_vendor_refusals_total"); n < 10 {
-		t.Errorf("gateway_vendor_refusals_total %v, want at least 10", n)
+	if n := sidecarMetric(t, s, "gateway_vendor_credential_refusals_total"); n < 10 {
+		t.Errorf("gateway_vendor_credential_refusals_total %v, want at least 10", n)
 	}
 	for _, f := range []*launch.Fake{s.Primary, s.Reserve} {
 		f.ForceKey(launch.AlphaVendorKey, 0, "")

@@ -176,6 +176,7 @@ type KeyStats struct {
 	Forced      int64 `json:"forced"`
 	CacheReads  int64 `json:"cache_reads"`
 	CacheWrites int64 `json:"cache_writes"`
+	Limited     int64 `json:"limited"` // answered 429 by the key_rps control
 }
 
 // KeyLabel is how the fake names a secret (cmd/fakevendor's KeyLabel).
