@@ -338,7 +338,7 @@ func TestChartTwoReleasesInOneNamespace(t *testing.T) {
 	all := valueSets(t)["everything"]
 	delete(all, "fullnameOverride")
 	delete(all, "existingSecret")
-	for _, values := range []map[string]any{all, {"attach": deploy.AttachEnvoyGateway}} {
+	for mode, values := range map[string]map[string]any{deploy.AttachOwn: all, deploy.AttachEnvoyGateway: {"attach": deploy.AttachEnvoyGateway}} {
 		a, b := releaseObjects(t, "blue", values), releaseObjects(t, "green", values)
 		names := func(r release) map[string]bool {
 			m := map[string]bool{}
@@ -355,7 +355,7 @@ func TestChartTwoReleasesInOneNamespace(t *testing.T) {
 		na, nb := names(a), names(b)
 		for k := range na {
 			if nb[k] {
-				t.Errorf("%v: both releases render %s", values["attach"], k)
+				t.Errorf("%s: both releases render %s", mode, k)
 			}
 		}
 		for _, pair := range [][2]release{{a, b}, {b, a}} {
@@ -363,11 +363,32 @@ func TestChartTwoReleasesInOneNamespace(t *testing.T) {
 			for _, sel := range selectors(t, own) {
 				for _, pod := range podLabels(other) {
 					if sel.Matches(labels.Set(pod)) {
-						t.Errorf("%v: selector %s selects the other release's pods %v", values["attach"], sel, pod)
+						t.Errorf("%s: selector %s selects the other release's pods %v", mode, sel, pod)
 					}
 				}
 			}
 			refs(t, own)
+			sidecarDNS(t, own)
+		}
+	}
+}
+
+// sidecarDNS: the control plane reaches the release's own sidecar, by its
+// Service's name and the certificate name it checks.
+func sidecarDNS(t *testing.T, r release) {
+	t.Helper()
+	var svc string
+	for _, s := range findObj[*corev1.Service](r.objs) {
+		if strings.HasSuffix(s.Name, "-sidecar") {
+			svc = s.Name
+		}
+	}
+	for _, b := range findObj[*egv1a1.Backend](r.objs) {
+		if !strings.Contains(b.Name, "-sidecar-") {
+			continue
+		}
+		if h := b.Spec.Endpoints[0].FQDN.Hostname; h != svc+".default.svc.cluster.local" || b.Spec.TLS == nil || b.Spec.TLS.SNI == nil || string(*b.Spec.TLS.SNI) != svc {
+			t.Errorf("Backend %s reaches %s, not the release's sidecar Service %s", b.Name, h, svc)
 		}
 	}
 }
@@ -852,14 +873,11 @@ func dashboardCheck(t *testing.T, r release, label string) error {
 	return fmt.Errorf("no dashboard ConfigMap")
 }
 
-// leaves are the paths of values.yaml's leaves (maps of values it leaves
-// empty count as leaves).
+// leaves are the paths of values.yaml's values: its scalars and lists,
+// and its maps that are values whole (empty ones, labels, resources).
 func leaves(prefix string, v any) []string {
 	m, ok := v.(map[string]any)
-	if !ok || len(m) == 0 || prefix == "monitoring.dashboard.labels" {
-		return []string{prefix}
-	}
-	if strings.HasSuffix(prefix, "resources") {
+	if !ok || len(m) == 0 || strings.HasSuffix(prefix, "labels") || strings.HasSuffix(prefix, "resources") {
 		return []string{prefix}
 	}
 	var out []string
