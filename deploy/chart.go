@@ -163,11 +163,10 @@ var (
 	// The release's names: a line naming an object "gateway", and the
 	// names built on it; not a path (/etc/gateway-tls) nor a longer name
 	// (model-gateway-ledger-sink).
-	plainName     = regexp.MustCompile(`(?m)^(\s+)(name|serviceName): gateway$`)
-	prefixedName  = regexp.MustCompile(`(^|[^/\w."-])gateway-(sidecar|envoy-client-tls|extproc|buffers|control|ledger-sink)\b`)
-	secretName    = regexp.MustCompile(`(^|[^/\w.-])gateway-secrets\b`)
-	labelLine     = regexp.MustCompile(`^(\s*)app\.kubernetes\.io/name: (model-gateway|model-gateway-ledger-sink|` + SidecarName + `)$`)
-	configMapName = regexp.MustCompile(`(?m)^(\s+)name: gateway-config$`)
+	plainName    = regexp.MustCompile(`(?m)^(\s+)(name|serviceName): gateway$`)
+	prefixedName = regexp.MustCompile(`(^|[^/\w."-])gateway-(sidecar|envoy-client-tls|extproc|buffers|control|ledger-sink)\b`)
+	secretName   = regexp.MustCompile(`(^|[^/\w.-])gateway-secrets\b`)
+	labelLine    = regexp.MustCompile(`^(\s*)app\.kubernetes\.io/name: (model-gateway|model-gateway-ledger-sink|` + SidecarName + `)$`)
 )
 
 // chartTemplate turns a rendering into a chart template: the substitutions
