@@ -74,6 +74,9 @@ type ControlPlaneParams struct {
 	IstioSelector    string // Istio: the ingress gateway's `istio` label
 	Image            string // the sidecar's image
 	Replicas         string
+	// ChartConfig: the sidecar's gateway.yaml is the chart's config value
+	// when set.
+	ChartConfig bool
 }
 
 // DefaultControlPlaneParams are the values.yaml defaults, rendered into the
@@ -84,7 +87,7 @@ var DefaultControlPlaneParams = ControlPlaneParams{
 	GatewayNamespace: "default",
 	IstioNamespace:   "istio-system",
 	IstioSelector:    "ingressgateway",
-	Image:            "registry.example.com/modelgateway/gateway:0.1.0",
+	Image:            "registry.example.com/modelgateway/gateway:0.2.0",
 	Replicas:         "2",
 }
 
@@ -95,8 +98,9 @@ var chartParams = ControlPlaneParams{
 	GatewayNamespace: "{{ .Values.envoyGateway.gateway.namespace | default .Release.Namespace }}",
 	IstioNamespace:   "{{ .Values.istio.namespace }}",
 	IstioSelector:    "{{ .Values.istio.selector }}",
-	Image:            "{{ .Values.image }}",
+	Image:            `{{ include "gateway.image" . }}`,
 	Replicas:         "{{ .Values.replicas }}",
+	ChartConfig:      true,
 }
 
 type cpUpstream struct {
@@ -177,6 +181,11 @@ func GenerateControlPlanes(root string) (map[string][]byte, error) {
 	notOwn := `ne .Values.attach "` + AttachOwn + `"`
 	for name, data := range chart {
 		base := filepath.Base(name)
+		t, err := chartTemplate(name, string(data))
+		if err != nil {
+			return nil, err
+		}
+		data := []byte(t)
 		switch filepath.Dir(name) {
 		case SidecarDir:
 			out[ChartDir+"/templates/sidecar-"+base] = wrap(notOwn, data)
@@ -186,46 +195,39 @@ func GenerateControlPlanes(root string) (map[string][]byte, error) {
 			out[ChartDir+"/templates/istio-"+base] = wrap(`eq .Values.attach "`+AttachIstio+`"`, data)
 		}
 	}
-	own, err := ownTemplates(root)
+	own, err := ownTemplates(root, gatewayYAML)
 	if err != nil {
 		return nil, err
 	}
 	for name, data := range own {
 		out[name] = data
 	}
+	// The monitoring toggles' contents, in the chart (templates read files
+	// of the chart only).
+	for _, f := range []string{"alerts.yaml", "dashboard.json"} {
+		data, err := os.ReadFile(filepath.Join(root, "deploy/monitoring", f))
+		if err != nil {
+			return nil, err
+		}
+		out[ChartDir+"/files/"+f] = data
+	}
 	return out, nil
 }
 
-// ownSubstitutions turn deploy/k8s into the chart's own-mode templates:
-// each literal must occur exactly the given number of times in its file.
-var ownSubstitutions = map[string][]struct {
-	old, new string
-	n        int
-}{
-	"statefulset.yaml": {
-		{"  replicas: 2\n", "  replicas: {{ .Values.replicas }}\n", 1},
-		{"image: registry.example.com/modelgateway/gateway:0.1.0", "image: {{ .Values.image }}", 1},
-	},
-	"ledger-sink.yaml": {
-		{"image: registry.example.com/modelgateway/gateway:0.1.0", "image: {{ .Values.image }}", 1},
-	},
-	"hpa.yaml": {
-		{"  minReplicas: 2\n", "  minReplicas: {{ .Values.replicas }}\n", 1},
-		{"  maxReplicas: 12\n", "  maxReplicas: {{ .Values.maxReplicas }}\n", 1},
-	},
-}
-
 // ownTemplates are the own mode's templates: every manifest of deploy/k8s
-// (not monitoring/, which needs the Prometheus Operator's CRDs), the pod's
-// values substituted. The ledger sink is rendered in every mode.
-func ownTemplates(root string) (map[string][]byte, error) {
+// (not monitoring/, which needs the Prometheus Operator's CRDs) as a chart
+// template (chartTemplate), but the ConfigMaps: gateway.yaml's comes from
+// the config value and Envoy's bootstrap is rendered in the pod. The
+// ledger sink is rendered in every mode, the HorizontalPodAutoscaler when
+// autoscaling is on.
+func ownTemplates(root string, gatewayYAML []byte) (map[string][]byte, error) {
 	entries, err := os.ReadDir(filepath.Join(root, "deploy/k8s"))
 	if err != nil {
 		return nil, err
 	}
-	out := map[string][]byte{}
+	out := map[string][]byte{ChartDir + "/templates/own-configmaps.yaml": []byte(chartConfigMap(gatewayYAML))}
 	for _, e := range entries {
-		if e.IsDir() || filepath.Ext(e.Name()) != ".yaml" {
+		if e.IsDir() || filepath.Ext(e.Name()) != ".yaml" || e.Name() == filepath.Base(ConfigMapsFile) {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(root, "deploy/k8s", e.Name()))
@@ -235,16 +237,16 @@ func ownTemplates(root string) (map[string][]byte, error) {
 		if bytes.Contains(data, []byte("{{")) {
 			return nil, fmt.Errorf("deploy/k8s/%s: holds {{, which Helm would read as a template", e.Name())
 		}
-		s := string(data)
-		for _, sub := range ownSubstitutions[e.Name()] {
-			if n := strings.Count(s, sub.old); n != sub.n {
-				return nil, fmt.Errorf("deploy/k8s/%s: want %d of %q, found %d", e.Name(), sub.n, sub.old, n)
-			}
-			s = strings.ReplaceAll(s, sub.old, sub.new)
+		s, err := chartTemplate(e.Name(), string(data))
+		if err != nil {
+			return nil, fmt.Errorf("deploy/k8s/%w", err)
 		}
 		cond := `eq .Values.attach "` + AttachOwn + `"`
-		if e.Name() == "ledger-sink.yaml" {
+		switch e.Name() {
+		case "ledger-sink.yaml":
 			cond = ".Values.ledgerSink.enabled"
+		case "hpa.yaml":
+			cond = "and (" + cond + ") .Values.autoscaling.enabled"
 		}
 		out[ChartDir+"/templates/own-"+e.Name()] = []byte("{{- if " + cond + " }}\n" + s + "{{- end }}\n")
 	}
@@ -337,6 +339,9 @@ func renderControlPlanes(cfg *config.Config, reduced []byte, p ControlPlaneParam
 		MessageTimeout:  seconds(config.ExtProcMessageTimeout.Seconds()),
 		CircuitBreakers: cfg.Envoy.CircuitBreakers,
 		GatewayYAML:     indent(string(reduced), 4),
+	}
+	if p.ChartConfig {
+		v.GatewayYAML = configValue(string(reduced), 4)
 	}
 	v.Grace = SidecarDrainSeconds + ShutdownSlack
 	v.ReducedAttributes = ReducedResponseAttributes

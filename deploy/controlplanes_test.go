@@ -45,9 +45,6 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/modelgateway/gateway/deploy"
@@ -67,7 +64,10 @@ func TestControlPlaneRenderingsAreCurrent(t *testing.T) {
 			t.Errorf("%s has drifted from gateway.yaml, deploy/k8s and deploy/controlplanes.go: run `make deploy-render`", p)
 		}
 	}
-	handWritten := map[string]bool{deploy.ChartDir + "/templates/validate.yaml": true}
+	handWritten := map[string]bool{}
+	for _, f := range []string{"_helpers.tpl", "validate.yaml", "serviceaccount.yaml", "monitoring.yaml"} {
+		handWritten[deploy.ChartDir+"/templates/"+f] = true
+	}
 	for _, dir := range []string{deploy.SidecarDir, deploy.EnvoyGatewayDir, deploy.IstioDir, deploy.ChartDir + "/templates"} {
 		err := filepath.WalkDir(repoPath(dir), func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
@@ -723,132 +723,4 @@ func istioPatches(t *testing.T, spec *istionet.EnvoyFilter) istioSet {
 		t.Fatal("the EnvoyFilter needs an HTTP_FILTER and CLUSTER patches")
 	}
 	return s
-}
-
-// renderChart renders deploy/helm/gateway as `helm template` does, with the
-// given values over values.yaml, in namespace "default".
-func renderChart(t *testing.T, values map[string]any) (map[string]string, error) {
-	t.Helper()
-	ch, err := loader.Load(repoPath(deploy.ChartDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	caps := chartutil.DefaultCapabilities.Copy()
-	if ch.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, caps.KubeVersion.String()) {
-		t.Fatalf("Chart.yaml kubeVersion %s excludes helm's default %s", ch.Metadata.KubeVersion, caps.KubeVersion)
-	}
-	vals, err := chartutil.ToRenderValues(ch, values, chartutil.ReleaseOptions{Name: "gateway", Namespace: "default", IsInstall: true}, caps)
-	if err != nil {
-		return nil, err
-	}
-	return engine.Render(ch, vals)
-}
-
-func chartObjects(t *testing.T, values map[string]any) []cpObject {
-	t.Helper()
-	out, err := renderChart(t, values)
-	if err != nil {
-		t.Fatalf("helm template %v: %v", values, err)
-	}
-	var objs []cpObject
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for k := range out {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		objs = append(objs, decodeDocs(t, name, []byte(out[name]))...)
-	}
-	return objs
-}
-
-// sameObjects compares two object sets by kind and name, field by field.
-func sameObjects(t *testing.T, what string, got, want []cpObject) {
-	t.Helper()
-	g := map[string]cpObject{}
-	for _, o := range got {
-		g[o.key()] = o
-	}
-	for _, w := range want {
-		o, ok := g[w.key()]
-		if !ok {
-			t.Errorf("%s: the chart renders no %s (%s)", what, w.key(), w.src)
-			continue
-		}
-		delete(g, w.key())
-		// As the API server would store them: the typed objects' JSON
-		// (Istio's specs are protobuf messages, compared by their JSON too).
-		gj, err := json.Marshal(o.obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wj, err := json.Marshal(w.obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(gj, wj) {
-			t.Errorf("%s: %s differs from %s:\n%s\n%s", what, o.src, w.src, gj, wj)
-		}
-	}
-	for k, o := range g {
-		t.Errorf("%s: the chart renders %s (%s), which the plain files lack", what, k, o.src)
-	}
-}
-
-// The chart's defaults render deploy/k8s, object for object (the
-// manifests' own strict decoding); each attachment mode renders the plain
-// files of that mode, the sidecar's and the ledger sink; an unknown mode
-// fails.
-func TestHelmChart(t *testing.T) {
-	ch, err := loader.Load(repoPath(deploy.ChartDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ch.Validate(); err != nil || ch.Metadata.APIVersion != "v2" || ch.Metadata.Version == "" {
-		t.Fatalf("Chart.yaml: %v (apiVersion %s, version %q): helm package and helm push to an OCI registry need a valid v2 chart", err, ch.Metadata.APIVersion, ch.Metadata.Version)
-	}
-	var k8s []cpObject
-	for _, m := range decodeManifests(t) {
-		gvk := m.obj.GetObjectKind().GroupVersionKind()
-		k8s = append(k8s, cpObject{src: m.file, gvk: gvk, obj: m.obj})
-	}
-	sink := func(objs []cpObject) []cpObject {
-		var out []cpObject
-		for _, o := range objs {
-			if o.gvk.Kind == "Deployment" && o.name() == "gateway-ledger-sink" {
-				out = append(out, o)
-			}
-		}
-		return out
-	}
-	sameObjects(t, "attach: own (defaults)", chartObjects(t, nil), k8s)
-
-	sidecar := decodeDir(t, deploy.SidecarDir)
-	schemas := crdSchemas(t)
-	for mode, dir := range map[string]string{deploy.AttachEnvoyGateway: deploy.EnvoyGatewayDir, deploy.AttachIstio: deploy.IstioDir} {
-		got := chartObjects(t, map[string]any{"attach": mode})
-		validateCRDs(t, got, schemas)
-		want := append(append(decodeDir(t, dir), sidecar...), sink(k8s)...)
-		sameObjects(t, "attach: "+mode, got, want)
-	}
-	// Values reach the objects.
-	for _, o := range chartObjects(t, map[string]any{"attach": deploy.AttachEnvoyGateway, "image": "r.example/gw:9", "envoyGateway": map[string]any{"gateway": map[string]any{"name": "edge", "namespace": "infra"}}}) {
-		switch x := o.obj.(type) {
-		case *appsv1.StatefulSet:
-			if x.Spec.Template.Spec.Containers[0].Image != "r.example/gw:9" {
-				t.Errorf("image value not used: %s", x.Spec.Template.Spec.Containers[0].Image)
-			}
-		case *egv1a1.ClientTrafficPolicy:
-			if x.Namespace != "infra" || x.Spec.TargetRefs[0].Name != "edge" {
-				t.Errorf("envoyGateway.gateway not used: %s/%s", x.Namespace, x.Spec.TargetRefs[0].Name)
-			}
-		}
-	}
-	if _, err := renderChart(t, map[string]any{"attach": "linkerd"}); err == nil || !strings.Contains(err.Error(), "none of own") {
-		t.Errorf("attach: linkerd rendered: %v", err)
-	}
-	if objs := chartObjects(t, map[string]any{"ledgerSink": map[string]any{"enabled": false}}); len(sink(objs)) != 0 {
-		t.Error("ledgerSink.enabled: false still renders the sink")
-	}
 }
