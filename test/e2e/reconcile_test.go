@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/reconcile"
+	"github.com/modelgateway/gateway/internal/usage"
+	"github.com/modelgateway/gateway/internal/vendorusage"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
+)
+
+// reconcileStack is a stack whose pooled keys name the fake's ids for them
+// and whose upstreams have admin keys, which Envoy injects on the relay.
+func reconcileStack(t *testing.T) *launch.Stack {
+	return launchtest.Start(t, launch.Options{Pool: 3, Configure: func(c *config.Config) {
+		for i := range c.Upstreams {
+			u := &c.Upstreams[i]
+			u.AdminCredentialEnv = launch.AdminKeyEnv(u.Name)
+			for j := range u.VendorKeys {
+				k := &u.VendorKeys[j]
+				k.VendorKeyID = launch.VendorKeyID(launch.PoolSecret(u.Name, k.Name))
+			}
+		}
+	}})
+}
+
+// reconcileHours reads both vendors' hourly reports of [from, to) through
+// the relay, and the account's ledger, and reconciles each upstream.
+func reconcileHours(t *testing.T, s *launch.Stack, acct string, from, to time.Time) map[string][]reconcile.Row {
+	t.Helper()
+	s.WaitSettled()
+	var ledger []account.Settlement
+	after := ""
+	for {
+		page, next, err := s.Store.LedgerBetween(t.Context(), acct, from, to, after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page {
+			ledger = append(ledger, e.Settlement)
+		}
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	models := map[string]string{"alpha": alphaModel, "beta": betaModel}
+	out := map[string][]reconcile.Row{}
+	for _, u := range s.Config.Upstreams {
+		rows, err := vendorusage.Fetch(t.Context(), http.DefaultClient, "http://"+s.Config.Listeners.Relay+"/"+u.Name, u.Format, from, to, vendorusage.Hour)
+		if err != nil {
+			t.Fatalf("%s: %v", u.Name, err)
+		}
+		in := reconcile.Input{Keys: map[string]string{}, Vendor: rows, Width: time.Hour}
+		for _, k := range u.Keys() {
+			in.Keys[k.Name] = k.VendorKeyID
+		}
+		for _, st := range ledger {
+			// The test's models tell the upstreams apart.
+			if string(st.Priced) == models[u.Name] {
+				in.Ledger = append(in.Ledger, st)
+			}
+		}
+		out[u.Name] = reconcile.Reconcile(in)
+	}
+	return out
+}
+
+// Mixed requests on both vendors and a pool of three keys reconcile to
+// nothing unexplained, per key, model and hour, the vendors' totals equal
+// to the ledger's; usage billed to a key outside the gateway shows as
+// exactly that much unexplained, on that key alone.
+func TestReconcileVendorReports(t *testing.T) {
+	s := reconcileStack(t)
+	acct := s.NewAccount(100, noLimits)
+	waitHealthRoute(t, s, "primary")
+	from := time.Now().UTC().Truncate(time.Hour)
+
+	const n = 40
+	for i := range n {
+		session := fmt.Sprintf("rc-%d", i)
+		stream := i%2 == 1
+		var (
+			resp *http.Response
+			body []byte
+		)
+		if i%4 < 2 {
+			h := messagesHeaders(acct.Key)
+			h["x-claude-code-session-id"] = session
+			resp, body = s.Do("POST", alphaPath, h, messagesBody(stream, ""))
+		} else {
+			h := chatCompletionsHeaders(acct.Key)
+			h["x-claude-code-session-id"] = session
+			resp, body = s.Do("POST", betaPath, h, chatCompletionsBody(stream, stream, ""))
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	to := time.Now().UTC().Truncate(time.Hour).Add(time.Hour)
+
+	check := func(outside map[string]usage.Usage) {
+		t.Helper()
+		byUpstream := reconcileHours(t, s, acct.ID, from, to)
+		entries := 0
+		for name, rows := range byUpstream {
+			var vendor, ledger usage.Usage
+			keys := map[string]bool{}
+			for _, r := range rows {
+				vendor, ledger = vendor.Add(r.Vendor), ledger.Add(r.Ledger)
+				entries += r.Entries
+				if r.Entries > 0 {
+					keys[r.VendorKey] = true
+				}
+				want := outside[name+"/"+r.VendorKey]
+				if r.Unexplained != want || r.Explained != nil {
+					t.Errorf("%s key %s (%s) %s %s: unexplained %+v, explained %+v; want %+v unexplained (vendor %+v, ledger %+v)",
+						name, r.VendorKey, r.VendorKeyID, r.Model, r.Start.Format(time.RFC3339), r.Unexplained, r.Explained, want, r.Vendor, r.Ledger)
+				}
+			}
+			var extra usage.Usage
+			for k, u := range outside {
+				if len(k) > len(name) && k[:len(name)+1] == name+"/" {
+					extra = extra.Add(u)
+				}
+			}
+			if vendor != ledger.Add(extra) {
+				t.Errorf("%s: the vendor counted %+v, the ledger %+v (and %+v outside)", name, vendor, ledger, extra)
+			}
+			if len(keys) < 2 {
+				t.Errorf("%s: the requests used the keys %v; the test wants a pool in use", name, keys)
+			}
+			t.Logf("%s: %d rows, vendor %d tokens, ledger %d, keys %v", name, len(rows), reconcile.Tokens(vendor), reconcile.Tokens(ledger), keys)
+		}
+		if entries != n {
+			t.Errorf("%d ledger entries reconciled; want %d", entries, n)
+		}
+	}
+	check(nil)
+
+	// Ten requests' worth sent with k2 directly, not through the gateway.
+	direct := usage.Usage{Input: 1000, Output: 77, CacheRead: 30}
+	s.Primary.AddUsage(config.FormatMessages, launch.PoolSecret("alpha", "k2"), alphaModel,
+		map[string]int64{"input_tokens": direct.Input, "output_tokens": direct.Output, "cache_read_tokens": direct.CacheRead})
+	check(map[string]usage.Usage{"alpha/k2": direct})
+}
+
+// The usage reports are reachable only through the relay, which adds the
+// admin key: the public listener does not route them, and the relay
+// refuses other methods.
+func TestReconcileReportsOnlyOnTheRelay(t *testing.T) {
+	s := reconcileStack(t)
+	acct := s.NewAccount(100, noLimits)
+	q := "?starting_at=" + time.Now().UTC().Truncate(time.Hour).Format(time.RFC3339)
+	resp, body := s.Do("GET", "/alpha"+vendorusage.AnthropicPath+q, messagesHeaders(acct.Key), nil)
+	if resp.StatusCode == 200 {
+		t.Errorf("the public listener served the usage report: %s", body)
+	}
+	req, _ := http.NewRequest("POST", "http://"+s.Config.Listeners.Relay+"/alpha"+vendorusage.AnthropicPath+q, nil)
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != 404 {
+		t.Errorf("the relay answered a POST of the usage report with %d, want 404", r.StatusCode)
+	}
+	for _, rec := range s.Primary.Requests() {
+		if rec.Path == vendorusage.AnthropicPath {
+			t.Errorf("the fake received a usage report request as an API request: %+v", rec.Path)
+		}
+	}
+}
