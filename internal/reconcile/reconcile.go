@@ -21,6 +21,7 @@ const ClientDisconnect = "client_disconnect"
 
 // Input is one upstream's side of a window.
 type Input struct {
+	Upstream string
 	// Keys maps each of the upstream's vendor key names (as ledger entries
 	// name them) to the vendor's id for it (keys[].vendor_key_id).
 	Keys map[string]string
@@ -34,7 +35,8 @@ type Input struct {
 
 // Row is the reconciliation of one vendor key and model in one bucket.
 type Row struct {
-	Start time.Time
+	Upstream string
+	Start    time.Time
 	// VendorKeyID is the vendor's id; VendorKey the gateway's name for it,
 	// "" for a key the configuration does not name (its usage is all
 	// unexplained).
@@ -70,7 +72,7 @@ func Reconcile(in Input) []Row {
 	row := func(k rowKey) *Row {
 		r := rows[k]
 		if r == nil {
-			r = &Row{Start: k.start, VendorKeyID: k.keyID, VendorKey: names[k.keyID], Model: k.model}
+			r = &Row{Upstream: in.Upstream, Start: k.start, VendorKeyID: k.keyID, VendorKey: names[k.keyID], Model: k.model}
 			rows[k] = r
 		}
 		return r

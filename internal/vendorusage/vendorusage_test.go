@@ -136,14 +136,14 @@ func TestFetchPages(t *testing.T) {
 			next := strconv.Itoa(page + 1)
 			if format == config.FormatMessages {
 				if r.URL.Path != AnthropicPath || r.Header.Get("anthropic-version") == "" {
-					http.Error(w, "wrong request", 400)
+					http.Error(w, "wrong request", http.StatusBadRequest)
 					return
 				}
 				w.Write([]byte(`{"data":[{"starting_at":"2025-08-01T00:00:00Z","ending_at":"2025-08-01T01:00:00Z","results":[{"uncached_input_tokens":1,"api_key_id":"k","model":"m"}]}],"has_more":` + strconv.FormatBool(more) + `,"next_page":"` + next + `"}`))
 				return
 			}
 			if r.URL.Path != OpenAIPath {
-				http.Error(w, "wrong path", 404)
+				http.Error(w, "wrong path", http.StatusNotFound)
 				return
 			}
 			w.Write([]byte(`{"data":[{"start_time":1,"end_time":2,"results":[{"input_tokens":1,"api_key_id":"k","model":"m"}]}],"has_more":` + strconv.FormatBool(more) + `,"next_page":"` + next + `"}`))
@@ -163,7 +163,7 @@ func TestFetchPages(t *testing.T) {
 // A vendor's error status is an error, not an empty report.
 func TestFetchError(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, `{"error":{"message":"invalid admin key"}}`, 401)
+		http.Error(w, `{"error":{"message":"invalid admin key"}}`, http.StatusUnauthorized)
 	}))
 	defer srv.Close()
 	_, err := Fetch(context.Background(), srv.Client(), srv.URL, config.FormatChatCompletions, time.Unix(0, 0), time.Unix(3600, 0), Hour)

@@ -18,7 +18,7 @@ import (
 // reconcileStack is a stack whose pooled keys name the fake's ids for them
 // and whose upstreams have admin keys, which Envoy injects on the relay.
 func reconcileStack(t *testing.T) *launch.Stack {
-	return launchtest.Start(t, launch.Options{Pool: 3, Configure: func(c *config.Config) {
+	return launchtest.Start(t, launch.Options{Pool: 3, SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}, Configure: func(c *config.Config) {
 		for i := range c.Upstreams {
 			u := &c.Upstreams[i]
 			u.AdminCredentialEnv = launch.AdminKeyEnv(u.Name)
@@ -149,6 +149,35 @@ func TestReconcileVendorReports(t *testing.T) {
 	s.Primary.AddUsage(config.FormatMessages, launch.PoolSecret("alpha", "k2"), alphaModel,
 		map[string]int64{"input_tokens": direct.Input, "output_tokens": direct.Output, "cache_read_tokens": direct.CacheRead})
 	check(map[string]usage.Usage{"alpha/k2": direct})
+
+	// gatewayctl reconcile, through the sidecar's admin API, shows the same:
+	// k2's direct usage unexplained, nothing else.
+	out := adminCtl(t, s).ok("reconcile", "--from", from.Format(time.RFC3339), "--to", to.Format(time.RFC3339), "--json")
+	var resp struct {
+		Rows []struct {
+			Upstream    string            `json:"upstream"`
+			VendorKey   string            `json:"vendor_key"`
+			Model       string            `json:"model"`
+			Entries     int               `json:"entries"`
+			Unexplained map[string]string `json:"unexplained"`
+			Explained   []any             `json:"explained"`
+		} `json:"rows"`
+	}
+	mustJSON(t, []byte(out), &resp)
+	entries, unexplained := 0, map[string]map[string]string{}
+	for _, r := range resp.Rows {
+		entries += r.Entries
+		if len(r.Unexplained) > 0 || len(r.Explained) > 0 {
+			unexplained[r.Upstream+"/"+r.VendorKey+"/"+r.Model] = r.Unexplained
+		}
+	}
+	want := map[string]string{"input": "1000", "output": "77", "cache_read": "30"}
+	if got := unexplained["alpha/k2/"+alphaModel]; len(unexplained) != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("gatewayctl reconcile: unexplained %v; want %v on alpha/k2 alone\n%s", unexplained, want, out)
+	}
+	if entries != n {
+		t.Errorf("gatewayctl reconcile: %d entries; want %d", entries, n)
+	}
 }
 
 // The usage reports are reachable only through the relay, which adds the
