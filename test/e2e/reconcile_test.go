@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -178,6 +180,30 @@ func TestReconcileVendorReports(t *testing.T) {
 	if entries != n {
 		t.Errorf("gatewayctl reconcile: %d entries; want %d", entries, n)
 	}
+
+	// The sidecar read the reports, and never held an admin key.
+	admins := []string{launch.AlphaAdminKey, launch.BetaAdminKey}
+	cfg, err := os.ReadFile(s.ConfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretsIn(t, "the sidecar's config", cfg, admins)
+	pid := s.Sidecar.Cmd.Process.Pid
+	environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	secretsIn(t, "the sidecar's environment", environ, admins)
+	mem := processMemory(t, pid)
+	if !bytes.Contains(mem, []byte(launch.VendorKeyID(launch.PoolSecret("alpha", "k2")))) {
+		t.Fatal("the sidecar's memory as read holds no vendor key id it reconciled: the search proves nothing")
+	}
+	secretsIn(t, "the sidecar's memory", mem, admins)
+	dump := getOK(t, http.DefaultClient, s.AdminURL+"/config_dump?include_eds")
+	if !bytes.Contains(dump, []byte("alpha--admin")) {
+		t.Fatal("config_dump has no admin cluster: the search proves nothing")
+	}
+	secretsIn(t, "Envoy's config_dump", dump, admins)
+	secretsIn(t, "the sidecar's metrics", getOK(t, http.DefaultClient, s.ControlURL+"/metrics"), admins)
+	secretsIn(t, "the sidecar's log", []byte(s.Sidecar.Log()), admins)
+	secretsIn(t, "Envoy's log", []byte(s.Envoy.Log()+" "), admins)
 }
 
 // The usage reports are reachable only through the relay, which adds the
