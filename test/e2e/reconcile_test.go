@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/reconcile"
 	"github.com/modelgateway/gateway/internal/usage"
 	"github.com/modelgateway/gateway/internal/vendorusage"
@@ -152,6 +154,69 @@ func TestReconcileVendorReports(t *testing.T) {
 		map[string]int64{"input_tokens": direct.Input, "output_tokens": direct.Output, "cache_read_tokens": direct.CacheRead})
 	check(map[string]usage.Usage{"alpha/k2": direct})
 
+	// A client leaves a beta stream mid-way: its entry is settled at an
+	// estimate, while the vendor bills all it generated. That difference is
+	// explained, to the token; nothing else changes.
+	s.Primary.Control(map[string]any{"format": "chat_completions", "event_delay_ms": 50, "reply_words": 40})
+	cutBody := chatCompletionsBody(true, true, "")
+	ctx, cancel := context.WithCancel(t.Context())
+	h := chatCompletionsHeaders(acct.Key)
+	h["x-claude-code-session-id"] = "rc-cut"
+	cutResp := open(t, ctx, s, betaPath, h, cutBody)
+	buf := make([]byte, 2048)
+	for read := 0; read < 600; { // the first chunks, a few words
+		m, err := cutResp.Body.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read += m
+	}
+	cancel()
+	cutResp.Body.Close()
+	s.Primary.Control(map[string]any{"format": "chat_completions", "event_delay_ms": 0, "reply_words": 0})
+	var cut account.Settlement
+	eventually.That(t, 20*time.Second, "the cut stream's estimated entry", func() (bool, string) {
+		entries, _, err := s.Store.Ledger(t.Context(), acct.ID, "", 1000)
+		for _, e := range entries {
+			if e.Estimated {
+				cut = e.Settlement
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d entries, none estimated (%v)", len(entries), err)
+	})
+	// What the fake billed for it: ceil(len(body)/8) input, 40 words.
+	explained := usage.Usage{Input: int64(len(cutBody)+7)/8 - cut.Usage.Input, Output: 40 - cut.Usage.Output}
+	if explained.Output <= 0 {
+		t.Fatalf("the cut entry counts %+v: the client saw the whole reply, the test shows nothing", cut.Usage)
+	}
+	found := false
+	for name, rows := range reconcileHours(t, s, acct.ID, from, to) {
+		for _, r := range rows {
+			wantUnexplained := usage.Usage{}
+			if name == "alpha" && r.VendorKey == "k2" {
+				wantUnexplained = direct
+			}
+			if r.Unexplained != wantUnexplained {
+				t.Errorf("%s %s %s: unexplained %+v; want %+v", name, r.VendorKey, r.Start.Format(time.RFC3339), r.Unexplained, wantUnexplained)
+			}
+			if r.Estimated == 0 {
+				if r.Explained != nil {
+					t.Errorf("%s %s: explained %+v without an estimated entry", name, r.VendorKey, r.Explained)
+				}
+				continue
+			}
+			found = true
+			if name != "beta" || r.VendorKey != cut.VendorKey || r.Explained[reconcile.ClientDisconnect] != explained || len(r.Explained) != 1 {
+				t.Errorf("%s %s: explained %+v; want %+v as %s on beta %s", name, r.VendorKey, r.Explained, explained, reconcile.ClientDisconnect, cut.VendorKey)
+			}
+		}
+	}
+	if !found {
+		t.Error("no row holds the estimated entry")
+	}
+	t.Logf("cut stream on %s: ledger %+v, explained %+v", cut.VendorKey, cut.Usage, explained)
+
 	// gatewayctl reconcile, through the sidecar's admin API, shows the same:
 	// k2's direct usage unexplained, nothing else.
 	out := adminCtl(t, s).ok("reconcile", "--from", from.Format(time.RFC3339), "--to", to.Format(time.RFC3339), "--json")
@@ -166,19 +231,20 @@ func TestReconcileVendorReports(t *testing.T) {
 		} `json:"rows"`
 	}
 	mustJSON(t, []byte(out), &resp)
-	entries, unexplained := 0, map[string]map[string]string{}
+	entries, explainedRows, unexplained := 0, 0, map[string]map[string]string{}
 	for _, r := range resp.Rows {
 		entries += r.Entries
-		if len(r.Unexplained) > 0 || len(r.Explained) > 0 {
+		if len(r.Unexplained) > 0 {
 			unexplained[r.Upstream+"/"+r.VendorKey+"/"+r.Model] = r.Unexplained
 		}
+		explainedRows += len(r.Explained)
 	}
 	want := map[string]string{"input": "1000", "output": "77", "cache_read": "30"}
 	if got := unexplained["alpha/k2/"+alphaModel]; len(unexplained) != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("gatewayctl reconcile: unexplained %v; want %v on alpha/k2 alone\n%s", unexplained, want, out)
 	}
-	if entries != n {
-		t.Errorf("gatewayctl reconcile: %d entries; want %d", entries, n)
+	if entries != n+1 || explainedRows != 1 {
+		t.Errorf("gatewayctl reconcile: %d entries, %d explained differences; want %d and 1", entries, explainedRows, n+1)
 	}
 
 	// The sidecar read the reports, and never held an admin key.
