@@ -15,9 +15,9 @@ import (
 // Anthropic's Usage and Cost Admin API (GET
 // /v1/organizations/usage_report/messages) on the messages listener,
 // OpenAI's organization Usage API (GET /v1/organization/usage/completions)
-// on the chat completions one. Each reply the fake generates is billed in
-// full when it is planned, as a vendor bills a generation whose client
-// left. The reports want the admin key (-messages-admin-key,
+// on the chat completions one. Each /v1/messages and /v1/chat/completions
+// reply the fake generates is billed in full when it is planned, as a
+// vendor bills a generation whose client left. The reports want the admin key (-messages-admin-key,
 // -chat-completions-admin-key), never an API key.
 
 // The report paths.

@@ -36,7 +36,9 @@
 // /v1/organizations/usage_report/messages (x-api-key: the admin key),
 // chat completions GET /v1/organization/usage/completions (bearer admin
 // key), grouped by api_key_id ("key_" and the key's label) and model, in
-// 1m, 1h or 1d buckets, paged; they count every reply the fake generated.
+// 1m, 1h or 1d buckets, paged; they count every /v1/messages and
+// /v1/chat/completions reply the fake generated (not yet the other
+// endpoints').
 // Every answer carries "x-fake-vendor: NAME" and a request id header
 // (messages "request-id", chat completions "x-request-id"). Each SSE event is preceded by
 // the comment ": sent_unix_nano=N", which SDKs ignore.
