@@ -214,8 +214,28 @@ type upstreamView struct {
 	// MaxKeys bounds the keys one request tries (pool.max_keys).
 	MaxKeys int
 
+	// AdminCluster, when the upstream has an admin key, is the cluster of
+	// the relay's usage-report route (the primary endpoint, the admin key
+	// injected); AdminPath is the vendor's path prefix of its reports.
+	AdminCluster string
+	AdminPath    string
+	admin        *credentialView
+
 	Clusters []clusterView // filled by Render once the view is complete
 	root     *view
+}
+
+// AdminCluster names the cluster that adds an upstream's admin key.
+func AdminCluster(cluster string) string { return cluster + "--admin" }
+
+// UsageReportPrefix is the path prefix of a vendor's usage reports, which
+// the relay routes with the admin key: Anthropic's Usage and Cost Admin API,
+// OpenAI's organization Usage and Costs APIs.
+func UsageReportPrefix(format string) string {
+	if format == config.FormatMessages {
+		return "/v1/organizations/usage_report/"
+	}
+	return "/v1/organization/"
 }
 
 // KeyCluster and MemberCluster name a pool's clusters (config's naming,
@@ -341,6 +361,14 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 				v.Credentials = append(v.Credentials, cv)
 			}
 		}
+		if u.AdminCredentialEnv != "" {
+			cv := credentialView{Key: "admin", Secret: u.Name + "-admin-key", Env: u.AdminCredentialEnv, Header: "x-api-key"}
+			if u.Format == config.FormatChatCompletions {
+				cv.Header, cv.Prefix = "authorization", "Bearer "
+			}
+			v.Credentials = append(v.Credentials, cv)
+			uv.admin, uv.AdminCluster, uv.AdminPath = &cv, AdminCluster(uv.Cluster), UsageReportPrefix(u.Format)
+		}
 		for i, ep := range u.Endpoints() {
 			t, err := ep.Parse()
 			if err != nil {
@@ -405,8 +433,14 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 	for i := range v.Upstreams {
 		uv := &v.Upstreams[i]
 		uv.root = &v
+		if uv.admin != nil {
+			// The usage reports are the vendor's, whichever endpoint serves
+			// them: the primary's.
+			uv.Clusters = append(uv.Clusters, clusterView{Name: uv.AdminCluster, Up: uv, Root: &v, Endpoints: uv.Endpoints[:1],
+				Credential: uv.admin, Key: uv.admin.Key, AnyTLS: uv.Endpoints[0].TLS})
+		}
 		if !uv.Pooled {
-			uv.Clusters = []clusterView{{Name: uv.Cluster, Up: uv, Root: &v, Endpoints: uv.Endpoints, Credential: uv.Credential, Key: uv.Key, AnyTLS: uv.AnyTLS}}
+			uv.Clusters = append(uv.Clusters, clusterView{Name: uv.Cluster, Up: uv, Root: &v, Endpoints: uv.Endpoints, Credential: uv.Credential, Key: uv.Key, AnyTLS: uv.AnyTLS})
 			continue
 		}
 		for _, m := range uv.Members {

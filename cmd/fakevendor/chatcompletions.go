@@ -240,6 +240,7 @@ func (b *chatAPI) chatCompletions(w http.ResponseWriter, r *http.Request, body [
 		rp.choices = req.N
 		rp.outputTokens *= req.N
 	}
+	b.fake.chatCompletionsUsage.bill(r, req.Model, rp.billed())
 	id := b.fake.ids.next("chatcmpl-")
 	if req.Stream {
 		b.stream(w, r, &req, rp, id, ctl)

@@ -422,6 +422,7 @@ func newControlHandler(f *fake) *controlHandler {
 	h.mux.HandleFunc("GET /stats", h.stats)
 	h.mux.HandleFunc("GET /keys", h.getKeys)
 	h.mux.HandleFunc("POST /keys", h.postKeys)
+	h.mux.HandleFunc("POST /usage", h.postUsage)
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
@@ -472,6 +473,8 @@ func (h *controlHandler) reset(w http.ResponseWriter, r *http.Request) {
 	f.chatCompletionsCtl.reset()
 	f.records.reset()
 	f.keys.reset()
+	f.messagesUsage.reset()
+	f.chatCompletionsUsage.reset()
 	for _, c := range []*counters{&f.messagesCount, &f.chatCompletionsCount} {
 		c.requests.Store(0)
 		c.probes.Store(0)

@@ -11,6 +11,7 @@
 //	fakevendor [-messages ADDR] [-chat-completions ADDR] [-control ADDR] [-name NAME]
 //	           [-messages-key KEY] [-chat-completions-key KEY] [-addr-file PATH]
 //	           [-messages-models IDS] [-chat-completions-models IDS]
+//	           [-messages-admin-key KEY] [-chat-completions-admin-key KEY]
 //	           [-max-records N] [-debug]
 //
 // The addresses default to 127.0.0.1:0; -addr-file receives
@@ -31,6 +32,13 @@
 // /compact, POST /v1/embeddings (see responses.go), POST
 // /v1/audio/transcriptions (multipart; JSON or SSE, see transcriptions.go), GET /v1/models,
 // GET /v1/models/{id}. Anything else is a 404 in the vendor's error format.
+// The usage reports (see adminusage.go): messages GET
+// /v1/organizations/usage_report/messages (x-api-key: the admin key),
+// chat completions GET /v1/organization/usage/completions (bearer admin
+// key), grouped by api_key_id ("key_" and the key's label) and model, in
+// 1m, 1h or 1d buckets, paged; they count every /v1/messages and
+// /v1/chat/completions reply the fake generated (not yet the other
+// endpoints').
 // Every answer carries "x-fake-vendor: NAME" and a request id header
 // (messages "request-id", chat completions "x-request-id"). Each SSE event is preceded by
 // the comment ": sent_unix_nano=N", which SDKs ignore.
@@ -58,6 +66,9 @@
 //	POST /keys      {"key":LABEL,"status":429,"retry_after":"2"}: force a status on one
 //	                key's API requests (status 0 clears it); -messages-key and
 //	                -chat-completions-key take comma-separated lists (a pool)
+//	POST /usage     {"format":"messages","key":LABEL,"model":ID,"input_tokens":N,"output_tokens":N,
+//	                 "cache_read_tokens":N,...}: usage billed to the key that the gateway never
+//	                sent (the key used directly), in the usage reports from now
 //	GET  /healthz   200
 package main
 
@@ -96,6 +107,7 @@ type config struct {
 	messagesAddr, chatCompletionsAddr, controlAddr string
 	name                                           string
 	messagesKey, chatCompletionsKey                string
+	messagesAdminKey, chatCompletionsAdminKey      string
 	addrFile                                       string
 	messagesModels, chatCompletionsModels          []string
 	maxRecords                                     int
@@ -112,6 +124,8 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 	fs.StringVar(&c.name, "name", "fake", "instance `name`, echoed in the x-fake-vendor header and in records")
 	fs.StringVar(&c.messagesKey, "messages-key", os.Getenv("FAKE_MESSAGES_KEY"), "required messages x-api-key (default $FAKE_MESSAGES_KEY; empty: no check)")
 	fs.StringVar(&c.chatCompletionsKey, "chat-completions-key", os.Getenv("FAKE_CHAT_COMPLETIONS_KEY"), "required chat completions bearer token (default $FAKE_CHAT_COMPLETIONS_KEY; empty: no check)")
+	fs.StringVar(&c.messagesAdminKey, "messages-admin-key", os.Getenv("FAKE_MESSAGES_ADMIN_KEY"), "admin key of the messages usage report (default $FAKE_MESSAGES_ADMIN_KEY; empty: the report refuses every request)")
+	fs.StringVar(&c.chatCompletionsAdminKey, "chat-completions-admin-key", os.Getenv("FAKE_CHAT_COMPLETIONS_ADMIN_KEY"), "admin key of the chat completions usage report (default $FAKE_CHAT_COMPLETIONS_ADMIN_KEY; empty: the report refuses every request)")
 	fs.StringVar(&c.addrFile, "addr-file", "", "write the bound addresses as JSON to this `path` once listening")
 	messagesModels := fs.String("messages-models", "claude-sonnet-4-5,claude-haiku-4-5", "comma-separated model ids listed by the messages API's GET /v1/models")
 	chatCompletionsModels := fs.String("chat-completions-models", "gpt-4o,gpt-4o-mini", "comma-separated model ids listed by the chat completions API's GET /v1/models")

@@ -189,6 +189,7 @@ func (a *messagesAPI) messages(w http.ResponseWriter, r *http.Request, body []by
 		}
 	}
 	rp := planReply(body, req.Messages, req.MaxTokens, tool, ctl)
+	a.fake.messagesUsage.bill(r, req.Model, rp.billed())
 	id := a.fake.ids.next("msg_")
 	if req.Stream {
 		a.stream(w, r, &req, rp, id, ctl)

@@ -28,6 +28,7 @@ type fake struct {
 	messagesCtl, chatCompletionsCtl     controlState
 	messagesCount, chatCompletionsCount counters
 	keys                                keyState
+	messagesUsage, chatCompletionsUsage usageLog // billed, for the usage reports
 
 	messages, chatCompletions, control http.Handler
 }
@@ -38,8 +39,10 @@ func newFake(cfg config, log *slog.Logger) *fake {
 	}
 	f := &fake{cfg: cfg, log: log, records: newRecorder(cfg.maxRecords)}
 	f.ids.init()
-	f.messages = &site{fake: f, format: "messages", ctl: &f.messagesCtl, count: &f.messagesCount, api: &messagesAPI{fake: f}}
-	f.chatCompletions = &site{fake: f, format: "chat_completions", ctl: &f.chatCompletionsCtl, count: &f.chatCompletionsCount, api: &chatAPI{fake: f}}
+	f.messages = &site{fake: f, format: "messages", ctl: &f.messagesCtl, count: &f.messagesCount, api: &messagesAPI{fake: f},
+		usage: &f.messagesUsage, report: (*site).messagesUsageReport, reportPath: messagesUsagePath}
+	f.chatCompletions = &site{fake: f, format: "chat_completions", ctl: &f.chatCompletionsCtl, count: &f.chatCompletionsCount, api: &chatAPI{fake: f},
+		usage: &f.chatCompletionsUsage, report: (*site).chatUsageReport, reportPath: chatUsagePath}
 	f.control = newControlHandler(f)
 	return f
 }
@@ -75,6 +78,11 @@ type site struct {
 	ctl    *controlState
 	count  *counters
 	api    vendorAPI
+	// usage is what the site billed; report serves it at reportPath (an
+	// admin API: not recorded, counted or steered by the controls).
+	usage      *usageLog
+	report     func(*site, http.ResponseWriter, *http.Request)
+	reportPath string
 }
 
 var errTooLarge = errors.New("request body too large")
@@ -84,6 +92,10 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-Fake-Vendor", f.cfg.name)
 	h.Set(s.api.requestIDHeader(), f.ids.next("req_"))
+	if r.URL.Path == s.reportPath && r.Method == http.MethodGet {
+		s.report(s, w, r)
+		return
+	}
 
 	ep, probe := s.api.route(r)
 	body, readErr := readBody(r)

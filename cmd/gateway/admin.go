@@ -27,7 +27,11 @@ func defaultLimits(c *config.Config) account.Limits {
 // never routes to it. Without a token the API is not served at all: an
 // unauthenticated admin API must not exist.
 func (s *sidecar) startAdmin(c *config.Config, st *store.Store) error {
-	s.Admin = admin.New(st, admin.Options{DefaultLimits: defaultLimits(c), Logger: s.log, Alerts: s.watcher})
+	o := admin.Options{DefaultLimits: defaultLimits(c), Logger: s.log, Alerts: s.watcher}
+	if r := newReconciler(c, st, s.Prices); r != nil {
+		o.Reconciler = r
+	}
+	s.Admin = admin.New(st, o)
 	token, err := admin.TokenFromEnv(os.Getenv)
 	if err != nil {
 		return err

@@ -22,7 +22,9 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/alerts"
+	"github.com/modelgateway/gateway/internal/reconcile"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/vendorusage"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
@@ -76,6 +78,11 @@ type Options struct {
 	// Alerts, when set, hears of suspensions and resumptions (the webhook
 	// events account.suspended and account.resumed).
 	Alerts interface{ Publish(alerts.Event) }
+	// Reconciler, when set, serves Reconcile (nil: no upstream has an
+	// admin key).
+	Reconciler interface {
+		Run(ctx context.Context, from, to time.Time, width vendorusage.Width) ([]reconcile.Row, error)
+	}
 }
 
 // Service implements adminv1.AdminServer over a store.

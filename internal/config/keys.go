@@ -29,6 +29,10 @@ type VendorKey struct {
 	// Accounts pins the key to these accounts: only they use it, and they
 	// use only the keys pinned to them (a pool of their own).
 	Accounts []string `yaml:"accounts"`
+	// VendorKeyID is the vendor's own id of the key (OpenAI's key_…,
+	// Anthropic's apikey_…), by which its usage reports name the key; not
+	// a secret. Empty: the key's usage is not reconciled.
+	VendorKeyID string `yaml:"vendor_key_id"`
 }
 
 // Pool tunes how an upstream's keys are shared.
@@ -77,7 +81,7 @@ func (u *Upstream) Keys() []VendorKey {
 	if len(u.VendorKeys) > 0 {
 		return u.VendorKeys
 	}
-	return []VendorKey{{Name: DefaultKeyName, Env: u.CredentialEnv, Weight: 1}}
+	return []VendorKey{{Name: DefaultKeyName, Env: u.CredentialEnv, Weight: 1, VendorKeyID: u.VendorKeyID}}
 }
 
 // Pooled reports whether the upstream has more than one key: Envoy then has
@@ -111,7 +115,17 @@ func (u *Upstream) validateKeys(p string) error {
 	if len(u.VendorKeys) > 0 && u.CredentialEnv != "" {
 		return fmt.Errorf("%s: credential_env and keys: set one (credential_env is a pool of one key)", p)
 	}
+	if len(u.VendorKeys) > 0 && u.VendorKeyID != "" {
+		return fmt.Errorf("%s: vendor_key_id and keys: name each key's id in keys[].vendor_key_id", p)
+	}
+	if u.VendorKeyID != "" && !validVendorKeyID(u.VendorKeyID) {
+		return fmt.Errorf("%s.vendor_key_id: %q must be 1 to 128 letters, digits, '_' or '-'", p, u.VendorKeyID)
+	}
+	if u.AdminCredentialEnv != "" && !validEnvName(u.AdminCredentialEnv) {
+		return fmt.Errorf("%s.admin_credential_env: %q is not an environment variable name", p, u.AdminCredentialEnv)
+	}
 	seen := map[string]bool{}
+	ids := map[string]bool{}
 	pinned := map[string]bool{}
 	for j, k := range u.VendorKeys {
 		kp := fmt.Sprintf("%s.keys[%d]", p, j)
@@ -122,6 +136,15 @@ func (u *Upstream) validateKeys(p string) error {
 			return fmt.Errorf("%s.name: %q is used twice", kp, k.Name)
 		}
 		seen[k.Name] = true
+		if k.VendorKeyID != "" {
+			if !validVendorKeyID(k.VendorKeyID) {
+				return fmt.Errorf("%s.vendor_key_id: %q must be 1 to 128 letters, digits, '_' or '-'", kp, k.VendorKeyID)
+			}
+			if ids[k.VendorKeyID] {
+				return fmt.Errorf("%s.vendor_key_id: %q is used twice", kp, k.VendorKeyID)
+			}
+			ids[k.VendorKeyID] = true
+		}
 		n := 0
 		for _, s := range []string{k.Env, k.File, k.SDS} {
 			if s != "" {
@@ -165,6 +188,18 @@ func (u *Upstream) validateKeys(p string) error {
 		return errors.New(p + ".pool: max_keys, corroborate_accounts and account_refusals must be at least 1, corroborate_window positive")
 	}
 	return nil
+}
+
+func validVendorKeyID(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func validKeyName(s string) bool {

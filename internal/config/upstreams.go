@@ -26,6 +26,14 @@ type Upstream struct {
 	VendorKeys []VendorKey `yaml:"keys"`
 	// Pool tunes the pool's cool-downs.
 	Pool Pool `yaml:"pool"`
+	// VendorKeyID is the vendor's id of credential_env's key (see
+	// VendorKey.VendorKeyID); a pool names each key's in keys.
+	VendorKeyID string `yaml:"vendor_key_id"`
+	// AdminCredentialEnv names the environment variable holding the
+	// vendor's admin key, which reads its usage reports. Envoy injects it on
+	// the relay's usage-report route; the sidecar never sees it. Empty: the
+	// upstream's usage reports are not read.
+	AdminCredentialEnv string `yaml:"admin_credential_env"`
 	// FreePaths are read-only vendor paths forwarded without billing, as
 	// "METHOD /path" (path after the route prefix).
 	FreePaths []string `yaml:"free_paths"`

@@ -198,6 +198,22 @@ func (f *Fake) Keys(secrets ...string) map[string]KeyStats {
 	return out
 }
 
+// VendorKeyID is the fake's id of a secret in its usage reports
+// (cmd/fakevendor's VendorKeyID).
+func VendorKeyID(secret string) string { return "key_" + KeyLabel(secret) }
+
+// AddUsage bills usage to secret at the fake, in a wire format's usage
+// report, as if someone had used the key without the gateway. tokens are
+// POST /usage's counts (input_tokens, output_tokens, ...).
+func (f *Fake) AddUsage(format, secret, model string, tokens map[string]int64) {
+	f.T.Helper()
+	body := map[string]any{"format": format, "key": KeyLabel(secret), "model": model}
+	for k, v := range tokens {
+		body[k] = v
+	}
+	f.post("/usage", body)
+}
+
 // ForceKey makes the fake answer status (with retry-after, when not empty)
 // to every API request carrying secret; status 0 clears it.
 func (f *Fake) ForceKey(secret string, status int, retryAfter string) {

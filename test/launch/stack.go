@@ -38,6 +38,17 @@ const (
 	BetaVendorKey  = "vendor-beta-secret"
 )
 
+// Admin keys the fakes' usage reports demand and Envoy injects when an
+// upstream's admin_credential_env is AdminKeyEnv's.
+const (
+	AlphaAdminKey = "vendor-alpha-admin"
+	BetaAdminKey  = "vendor-beta-admin"
+)
+
+// AdminKeyEnv names the environment variable Envoy reads an upstream's
+// admin key from.
+func AdminKeyEnv(upstream string) string { return strings.ToUpper(upstream) + "_ADMIN_KEY" }
+
 // startTimeout bounds how long any one process may take to become ready.
 const startTimeout = 60 * time.Second
 
@@ -167,7 +178,8 @@ func Up(o Options) (s *Stack, err error) {
 		alphaKeys += "," + PoolSecret("alpha", k)
 		betaKeys += "," + PoolSecret("beta", k)
 	}
-	env := []string{"FAKE_MESSAGES_KEY=" + alphaKeys, "FAKE_CHAT_COMPLETIONS_KEY=" + betaKeys}
+	env := []string{"FAKE_MESSAGES_KEY=" + alphaKeys, "FAKE_CHAT_COMPLETIONS_KEY=" + betaKeys,
+		"FAKE_MESSAGES_ADMIN_KEY=" + AlphaAdminKey, "FAKE_CHAT_COMPLETIONS_ADMIN_KEY=" + BetaAdminKey}
 	if s.Primary, err = StartFake(ctx, s.Dir, fake, "primary", env); err != nil {
 		return s, err
 	}
@@ -347,7 +359,8 @@ func (s *Stack) startEnvoy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	env := []string{"ALPHA_API_KEY=" + AlphaVendorKey, "BETA_API_KEY=" + BetaVendorKey}
+	env := []string{"ALPHA_API_KEY=" + AlphaVendorKey, "BETA_API_KEY=" + BetaVendorKey,
+		AdminKeyEnv("alpha") + "=" + AlphaAdminKey, AdminKeyEnv("beta") + "=" + BetaAdminKey}
 	for _, u := range []string{"alpha", "beta"} {
 		for _, k := range PoolKeys(s.opts.Pool) {
 			env = append(env, poolEnv(u, k)+"="+PoolSecret(u, k))

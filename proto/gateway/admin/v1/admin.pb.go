@@ -3343,6 +3343,295 @@ func (x *SetBalanceAlertResponse) GetAccount() *Account {
 	return nil
 }
 
+type ReconcileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The window [from, to), snapped to the bucket width by the vendors.
+	From *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	To   *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	// "1m", "1h" or "1d"; empty: "1h".
+	BucketWidth   string `protobuf:"bytes,3,opt,name=bucket_width,json=bucketWidth,proto3" json:"bucket_width,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileRequest) Reset() {
+	*x = ReconcileRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileRequest) ProtoMessage() {}
+
+func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
+func (*ReconcileRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ReconcileRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *ReconcileRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *ReconcileRequest) GetBucketWidth() string {
+	if x != nil {
+		return x.BucketWidth
+	}
+	return ""
+}
+
+type ReconcileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          []*ReconcileRow        `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileResponse) Reset() {
+	*x = ReconcileResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileResponse) ProtoMessage() {}
+
+func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileResponse.ProtoReflect.Descriptor instead.
+func (*ReconcileResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ReconcileResponse) GetRows() []*ReconcileRow {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+// ReconcileRow is one vendor key and model in one bucket. The usage maps
+// are by the ledger's kind names (as LedgerEntry.usage), zeros left out.
+type ReconcileRow struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Upstream  string                 `protobuf:"bytes,1,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// The vendor's id of the key and the gateway's name for it (empty for an
+	// id the configuration does not name).
+	VendorKeyId string           `protobuf:"bytes,3,opt,name=vendor_key_id,json=vendorKeyId,proto3" json:"vendor_key_id,omitempty"`
+	VendorKey   string           `protobuf:"bytes,4,opt,name=vendor_key,json=vendorKey,proto3" json:"vendor_key,omitempty"`
+	Model       string           `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	Vendor      map[string]int64 `protobuf:"bytes,6,rep,name=vendor,proto3" json:"vendor,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Ledger      map[string]int64 `protobuf:"bytes,7,rep,name=ledger,proto3" json:"ledger,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Vendor minus ledger not accounted for, either sign.
+	Unexplained map[string]int64 `protobuf:"bytes,8,rep,name=unexplained,proto3" json:"unexplained,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The differences the ledger accounts for, by class
+	// ("client_disconnect").
+	Explained     []*ReconcileDifference `protobuf:"bytes,9,rep,name=explained,proto3" json:"explained,omitempty"`
+	Entries       int32                  `protobuf:"varint,10,opt,name=entries,proto3" json:"entries,omitempty"`
+	Estimated     int32                  `protobuf:"varint,11,opt,name=estimated,proto3" json:"estimated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileRow) Reset() {
+	*x = ReconcileRow{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileRow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileRow) ProtoMessage() {}
+
+func (x *ReconcileRow) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileRow.ProtoReflect.Descriptor instead.
+func (*ReconcileRow) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ReconcileRow) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *ReconcileRow) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ReconcileRow) GetVendorKeyId() string {
+	if x != nil {
+		return x.VendorKeyId
+	}
+	return ""
+}
+
+func (x *ReconcileRow) GetVendorKey() string {
+	if x != nil {
+		return x.VendorKey
+	}
+	return ""
+}
+
+func (x *ReconcileRow) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ReconcileRow) GetVendor() map[string]int64 {
+	if x != nil {
+		return x.Vendor
+	}
+	return nil
+}
+
+func (x *ReconcileRow) GetLedger() map[string]int64 {
+	if x != nil {
+		return x.Ledger
+	}
+	return nil
+}
+
+func (x *ReconcileRow) GetUnexplained() map[string]int64 {
+	if x != nil {
+		return x.Unexplained
+	}
+	return nil
+}
+
+func (x *ReconcileRow) GetExplained() []*ReconcileDifference {
+	if x != nil {
+		return x.Explained
+	}
+	return nil
+}
+
+func (x *ReconcileRow) GetEntries() int32 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *ReconcileRow) GetEstimated() int32 {
+	if x != nil {
+		return x.Estimated
+	}
+	return 0
+}
+
+type ReconcileDifference struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Class         string                 `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
+	Usage         map[string]int64       `protobuf:"bytes,2,rep,name=usage,proto3" json:"usage,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconcileDifference) Reset() {
+	*x = ReconcileDifference{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileDifference) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileDifference) ProtoMessage() {}
+
+func (x *ReconcileDifference) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileDifference.ProtoReflect.Descriptor instead.
+func (*ReconcileDifference) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ReconcileDifference) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *ReconcileDifference) GetUsage() map[string]int64 {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
 var File_gateway_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_gateway_admin_v1_admin_proto_rawDesc = "" +
@@ -3635,7 +3924,44 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12,\n" +
 	"\x12threshold_nano_usd\x18\x02 \x01(\x03R\x10thresholdNanoUsd\"N\n" +
 	"\x17SetBalanceAlertResponse\x123\n" +
-	"\aaccount\x18\x01 \x01(\v2\x19.gateway.admin.v1.AccountR\aaccount*O\n" +
+	"\aaccount\x18\x01 \x01(\v2\x19.gateway.admin.v1.AccountR\aaccount\"\x91\x01\n" +
+	"\x10ReconcileRequest\x12.\n" +
+	"\x04from\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12!\n" +
+	"\fbucket_width\x18\x03 \x01(\tR\vbucketWidth\"G\n" +
+	"\x11ReconcileResponse\x122\n" +
+	"\x04rows\x18\x01 \x03(\v2\x1e.gateway.admin.v1.ReconcileRowR\x04rows\"\xcc\x05\n" +
+	"\fReconcileRow\x12\x1a\n" +
+	"\bupstream\x18\x01 \x01(\tR\bupstream\x129\n" +
+	"\n" +
+	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12\"\n" +
+	"\rvendor_key_id\x18\x03 \x01(\tR\vvendorKeyId\x12\x1d\n" +
+	"\n" +
+	"vendor_key\x18\x04 \x01(\tR\tvendorKey\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12B\n" +
+	"\x06vendor\x18\x06 \x03(\v2*.gateway.admin.v1.ReconcileRow.VendorEntryR\x06vendor\x12B\n" +
+	"\x06ledger\x18\a \x03(\v2*.gateway.admin.v1.ReconcileRow.LedgerEntryR\x06ledger\x12Q\n" +
+	"\vunexplained\x18\b \x03(\v2/.gateway.admin.v1.ReconcileRow.UnexplainedEntryR\vunexplained\x12C\n" +
+	"\texplained\x18\t \x03(\v2%.gateway.admin.v1.ReconcileDifferenceR\texplained\x12\x18\n" +
+	"\aentries\x18\n" +
+	" \x01(\x05R\aentries\x12\x1c\n" +
+	"\testimated\x18\v \x01(\x05R\testimated\x1a9\n" +
+	"\vVendorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a9\n" +
+	"\vLedgerEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a>\n" +
+	"\x10UnexplainedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xad\x01\n" +
+	"\x13ReconcileDifference\x12\x14\n" +
+	"\x05class\x18\x01 \x01(\tR\x05class\x12F\n" +
+	"\x05usage\x18\x02 \x03(\v20.gateway.admin.v1.ReconcileDifference.UsageEntryR\x05usage\x1a8\n" +
+	"\n" +
+	"UsageEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01*O\n" +
 	"\aKeyKind\x12\x18\n" +
 	"\x14KEY_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKEY_KIND_MODEL\x10\x01\x12\x16\n" +
@@ -3644,7 +3970,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x15KEY_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10KEY_STATE_ACTIVE\x10\x01\x12\x15\n" +
 	"\x11KEY_STATE_EXPIRED\x10\x02\x12\x15\n" +
-	"\x11KEY_STATE_REVOKED\x10\x032\xd8\x0e\n" +
+	"\x11KEY_STATE_REVOKED\x10\x032\xae\x0f\n" +
 	"\x05Admin\x12`\n" +
 	"\rCreateAccount\x12&.gateway.admin.v1.CreateAccountRequest\x1a'.gateway.admin.v1.CreateAccountResponse\x12W\n" +
 	"\n" +
@@ -3667,7 +3993,8 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\tListAudit\x12\".gateway.admin.v1.ListAuditRequest\x1a#.gateway.admin.v1.ListAuditResponse\x12K\n" +
 	"\x06GetKey\x12\x1f.gateway.admin.v1.GetKeyRequest\x1a .gateway.admin.v1.GetKeyResponse\x12]\n" +
 	"\fSetKeyLimits\x12%.gateway.admin.v1.SetKeyLimitsRequest\x1a&.gateway.admin.v1.SetKeyLimitsResponse\x12f\n" +
-	"\x0fSetBalanceAlert\x12(.gateway.admin.v1.SetBalanceAlertRequest\x1a).gateway.admin.v1.SetBalanceAlertResponseB@Z>github.com/modelgateway/gateway/proto/gateway/admin/v1;adminv1b\x06proto3"
+	"\x0fSetBalanceAlert\x12(.gateway.admin.v1.SetBalanceAlertRequest\x1a).gateway.admin.v1.SetBalanceAlertResponse\x12T\n" +
+	"\tReconcile\x12\".gateway.admin.v1.ReconcileRequest\x1a#.gateway.admin.v1.ReconcileResponseB@Z>github.com/modelgateway/gateway/proto/gateway/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_gateway_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -3682,7 +4009,7 @@ func file_gateway_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_gateway_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(KeyKind)(0),                        // 0: gateway.admin.v1.KeyKind
 	(KeyState)(0),                       // 1: gateway.admin.v1.KeyState
@@ -3732,13 +4059,21 @@ var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(*SetKeyLimitsResponse)(nil),        // 45: gateway.admin.v1.SetKeyLimitsResponse
 	(*SetBalanceAlertRequest)(nil),      // 46: gateway.admin.v1.SetBalanceAlertRequest
 	(*SetBalanceAlertResponse)(nil),     // 47: gateway.admin.v1.SetBalanceAlertResponse
-	nil,                                 // 48: gateway.admin.v1.LedgerEntry.UsageEntry
-	nil,                                 // 49: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
-	(*timestamppb.Timestamp)(nil),       // 50: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 51: google.protobuf.Duration
+	(*ReconcileRequest)(nil),            // 48: gateway.admin.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),           // 49: gateway.admin.v1.ReconcileResponse
+	(*ReconcileRow)(nil),                // 50: gateway.admin.v1.ReconcileRow
+	(*ReconcileDifference)(nil),         // 51: gateway.admin.v1.ReconcileDifference
+	nil,                                 // 52: gateway.admin.v1.LedgerEntry.UsageEntry
+	nil,                                 // 53: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	nil,                                 // 54: gateway.admin.v1.ReconcileRow.VendorEntry
+	nil,                                 // 55: gateway.admin.v1.ReconcileRow.LedgerEntry
+	nil,                                 // 56: gateway.admin.v1.ReconcileRow.UnexplainedEntry
+	nil,                                 // 57: gateway.admin.v1.ReconcileDifference.UsageEntry
+	(*timestamppb.Timestamp)(nil),       // 58: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 59: google.protobuf.Duration
 }
 var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
-	50, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
+	58, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: gateway.admin.v1.Account.limits:type_name -> gateway.admin.v1.Limits
 	3,  // 2: gateway.admin.v1.CreateAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 3: gateway.admin.v1.GetAccountResponse.account:type_name -> gateway.admin.v1.Account
@@ -3747,82 +4082,93 @@ var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
 	3,  // 6: gateway.admin.v1.SuspendAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 7: gateway.admin.v1.ResumeAccountResponse.account:type_name -> gateway.admin.v1.Account
 	0,  // 8: gateway.admin.v1.Key.kind:type_name -> gateway.admin.v1.KeyKind
-	50, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
-	50, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
-	50, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
-	50, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
+	58, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
+	58, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
+	58, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
+	58, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
 	1,  // 13: gateway.admin.v1.Key.state:type_name -> gateway.admin.v1.KeyState
 	2,  // 14: gateway.admin.v1.Key.limits:type_name -> gateway.admin.v1.Limits
-	50, // 15: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
-	51, // 16: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
+	58, // 15: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	59, // 16: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
 	18, // 17: gateway.admin.v1.CreateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	18, // 18: gateway.admin.v1.ListKeysResponse.keys:type_name -> gateway.admin.v1.Key
 	18, // 19: gateway.admin.v1.RevokeKeyResponse.key:type_name -> gateway.admin.v1.Key
-	51, // 20: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
+	59, // 20: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
 	18, // 21: gateway.admin.v1.RotateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	18, // 22: gateway.admin.v1.RotateKeyResponse.old_key:type_name -> gateway.admin.v1.Key
-	50, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
-	51, // 24: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
+	58, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
+	59, // 24: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
 	18, // 25: gateway.admin.v1.CreateReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
 	18, // 26: gateway.admin.v1.RevokeReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
-	50, // 27: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
-	50, // 28: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
-	48, // 29: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
-	49, // 30: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	58, // 27: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
+	58, // 28: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
+	52, // 29: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
+	53, // 30: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
 	31, // 31: gateway.admin.v1.ListLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
 	31, // 32: gateway.admin.v1.ExportLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
-	50, // 33: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	58, // 33: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
 	38, // 34: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
 	18, // 35: gateway.admin.v1.GetKeyResponse.key:type_name -> gateway.admin.v1.Key
 	42, // 36: gateway.admin.v1.GetKeyResponse.usage:type_name -> gateway.admin.v1.KeyUsage
 	18, // 37: gateway.admin.v1.SetKeyLimitsResponse.key:type_name -> gateway.admin.v1.Key
 	42, // 38: gateway.admin.v1.SetKeyLimitsResponse.usage:type_name -> gateway.admin.v1.KeyUsage
 	3,  // 39: gateway.admin.v1.SetBalanceAlertResponse.account:type_name -> gateway.admin.v1.Account
-	4,  // 40: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
-	6,  // 41: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
-	8,  // 42: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
-	10, // 43: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
-	12, // 44: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
-	14, // 45: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
-	16, // 46: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
-	19, // 47: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
-	21, // 48: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
-	23, // 49: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
-	25, // 50: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
-	27, // 51: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
-	29, // 52: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
-	32, // 53: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
-	34, // 54: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
-	36, // 55: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
-	39, // 56: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
-	41, // 57: gateway.admin.v1.Admin.GetKey:input_type -> gateway.admin.v1.GetKeyRequest
-	44, // 58: gateway.admin.v1.Admin.SetKeyLimits:input_type -> gateway.admin.v1.SetKeyLimitsRequest
-	46, // 59: gateway.admin.v1.Admin.SetBalanceAlert:input_type -> gateway.admin.v1.SetBalanceAlertRequest
-	5,  // 60: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
-	7,  // 61: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
-	9,  // 62: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
-	11, // 63: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
-	13, // 64: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
-	15, // 65: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
-	17, // 66: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
-	20, // 67: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
-	22, // 68: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
-	24, // 69: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
-	26, // 70: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
-	28, // 71: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
-	30, // 72: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
-	33, // 73: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
-	35, // 74: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
-	37, // 75: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
-	40, // 76: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
-	43, // 77: gateway.admin.v1.Admin.GetKey:output_type -> gateway.admin.v1.GetKeyResponse
-	45, // 78: gateway.admin.v1.Admin.SetKeyLimits:output_type -> gateway.admin.v1.SetKeyLimitsResponse
-	47, // 79: gateway.admin.v1.Admin.SetBalanceAlert:output_type -> gateway.admin.v1.SetBalanceAlertResponse
-	60, // [60:80] is the sub-list for method output_type
-	40, // [40:60] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	58, // 40: gateway.admin.v1.ReconcileRequest.from:type_name -> google.protobuf.Timestamp
+	58, // 41: gateway.admin.v1.ReconcileRequest.to:type_name -> google.protobuf.Timestamp
+	50, // 42: gateway.admin.v1.ReconcileResponse.rows:type_name -> gateway.admin.v1.ReconcileRow
+	58, // 43: gateway.admin.v1.ReconcileRow.start_time:type_name -> google.protobuf.Timestamp
+	54, // 44: gateway.admin.v1.ReconcileRow.vendor:type_name -> gateway.admin.v1.ReconcileRow.VendorEntry
+	55, // 45: gateway.admin.v1.ReconcileRow.ledger:type_name -> gateway.admin.v1.ReconcileRow.LedgerEntry
+	56, // 46: gateway.admin.v1.ReconcileRow.unexplained:type_name -> gateway.admin.v1.ReconcileRow.UnexplainedEntry
+	51, // 47: gateway.admin.v1.ReconcileRow.explained:type_name -> gateway.admin.v1.ReconcileDifference
+	57, // 48: gateway.admin.v1.ReconcileDifference.usage:type_name -> gateway.admin.v1.ReconcileDifference.UsageEntry
+	4,  // 49: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
+	6,  // 50: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
+	8,  // 51: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
+	10, // 52: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
+	12, // 53: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
+	14, // 54: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
+	16, // 55: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
+	19, // 56: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
+	21, // 57: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
+	23, // 58: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
+	25, // 59: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
+	27, // 60: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
+	29, // 61: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
+	32, // 62: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
+	34, // 63: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
+	36, // 64: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
+	39, // 65: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
+	41, // 66: gateway.admin.v1.Admin.GetKey:input_type -> gateway.admin.v1.GetKeyRequest
+	44, // 67: gateway.admin.v1.Admin.SetKeyLimits:input_type -> gateway.admin.v1.SetKeyLimitsRequest
+	46, // 68: gateway.admin.v1.Admin.SetBalanceAlert:input_type -> gateway.admin.v1.SetBalanceAlertRequest
+	48, // 69: gateway.admin.v1.Admin.Reconcile:input_type -> gateway.admin.v1.ReconcileRequest
+	5,  // 70: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
+	7,  // 71: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
+	9,  // 72: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
+	11, // 73: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
+	13, // 74: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
+	15, // 75: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
+	17, // 76: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
+	20, // 77: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
+	22, // 78: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
+	24, // 79: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
+	26, // 80: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
+	28, // 81: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
+	30, // 82: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
+	33, // 83: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
+	35, // 84: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
+	37, // 85: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
+	40, // 86: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
+	43, // 87: gateway.admin.v1.Admin.GetKey:output_type -> gateway.admin.v1.GetKeyResponse
+	45, // 88: gateway.admin.v1.Admin.SetKeyLimits:output_type -> gateway.admin.v1.SetKeyLimitsResponse
+	47, // 89: gateway.admin.v1.Admin.SetBalanceAlert:output_type -> gateway.admin.v1.SetBalanceAlertResponse
+	49, // 90: gateway.admin.v1.Admin.Reconcile:output_type -> gateway.admin.v1.ReconcileResponse
+	70, // [70:91] is the sub-list for method output_type
+	49, // [49:70] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_gateway_admin_v1_admin_proto_init() }
@@ -3847,7 +4193,7 @@ func file_gateway_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gateway_admin_v1_admin_proto_rawDesc), len(file_gateway_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   48,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -50,6 +50,7 @@ const (
 	Admin_GetKey_FullMethodName              = "/gateway.admin.v1.Admin/GetKey"
 	Admin_SetKeyLimits_FullMethodName        = "/gateway.admin.v1.Admin/SetKeyLimits"
 	Admin_SetBalanceAlert_FullMethodName     = "/gateway.admin.v1.Admin/SetBalanceAlert"
+	Admin_Reconcile_FullMethodName           = "/gateway.admin.v1.Admin/Reconcile"
 )
 
 // AdminClient is the client API for Admin service.
@@ -107,6 +108,11 @@ type AdminClient interface {
 	// SetBalanceAlert sets the balance below which the account's
 	// balance.low webhook event fires; zero turns it off.
 	SetBalanceAlert(ctx context.Context, in *SetBalanceAlertRequest, opts ...grpc.CallOption) (*SetBalanceAlertResponse, error)
+	// Reconcile sets the vendors' usage reports (read through Envoy's relay,
+	// which adds each upstream's admin key) against the ledger, per vendor
+	// key, model and bucket. FAILED_PRECONDITION when no upstream has an
+	// admin key.
+	Reconcile(ctx context.Context, in *ReconcileRequest, opts ...grpc.CallOption) (*ReconcileResponse, error)
 }
 
 type adminClient struct {
@@ -317,6 +323,16 @@ func (c *adminClient) SetBalanceAlert(ctx context.Context, in *SetBalanceAlertRe
 	return out, nil
 }
 
+func (c *adminClient) Reconcile(ctx context.Context, in *ReconcileRequest, opts ...grpc.CallOption) (*ReconcileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReconcileResponse)
+	err := c.cc.Invoke(ctx, Admin_Reconcile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -372,6 +388,11 @@ type AdminServer interface {
 	// SetBalanceAlert sets the balance below which the account's
 	// balance.low webhook event fires; zero turns it off.
 	SetBalanceAlert(context.Context, *SetBalanceAlertRequest) (*SetBalanceAlertResponse, error)
+	// Reconcile sets the vendors' usage reports (read through Envoy's relay,
+	// which adds each upstream's admin key) against the ledger, per vendor
+	// key, model and bucket. FAILED_PRECONDITION when no upstream has an
+	// admin key.
+	Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -441,6 +462,9 @@ func (UnimplementedAdminServer) SetKeyLimits(context.Context, *SetKeyLimitsReque
 }
 func (UnimplementedAdminServer) SetBalanceAlert(context.Context, *SetBalanceAlertRequest) (*SetBalanceAlertResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetBalanceAlert not implemented")
+}
+func (UnimplementedAdminServer) Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reconcile not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -823,6 +847,24 @@ func _Admin_SetBalanceAlert_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Reconcile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReconcileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Reconcile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Reconcile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Reconcile(ctx, req.(*ReconcileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -909,6 +951,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetBalanceAlert",
 			Handler:    _Admin_SetBalanceAlert_Handler,
+		},
+		{
+			MethodName: "Reconcile",
+			Handler:    _Admin_Reconcile_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

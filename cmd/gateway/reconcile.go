@@ -1,0 +1,46 @@
+package main
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/reconcile"
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+// reconcileTimeout bounds one report page through the relay.
+const reconcileTimeout = 30 * time.Second
+
+// newReconciler reconciles the upstreams that have an admin key, reading
+// their reports through the relay; nil when none has one.
+func newReconciler(c *config.Config, st *store.Store, prices pricing.Book) *reconcile.Runner {
+	r := &reconcile.Runner{
+		Relay:    "http://" + c.Listeners.Relay,
+		Client:   &http.Client{Timeout: reconcileTimeout},
+		Ledger:   st,
+		Settling: c.Limits.MaxRequestDuration.D(),
+	}
+	for _, u := range c.Upstreams {
+		if u.AdminCredentialEnv == "" {
+			continue
+		}
+		keys := map[string]string{}
+		for _, k := range u.Keys() {
+			keys[k.Name] = k.VendorKeyID
+		}
+		table := prices[u.Name]
+		r.Upstreams = append(r.Upstreams, reconcile.Upstream{
+			Name: u.Name, Format: u.Format, Keys: keys,
+			Serves: func(model string) bool {
+				_, ok := table.Lookup(model)
+				return ok
+			},
+		})
+	}
+	if len(r.Upstreams) == 0 {
+		return nil
+	}
+	return r
+}

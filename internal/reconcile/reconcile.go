@@ -1,0 +1,132 @@
+// Package reconcile sets the vendors' usage reports against the ledger:
+// per vendor key, model and bucket, the tokens the vendor counted, the
+// tokens the ledger counted, and their difference split into what the
+// ledger explains and what it does not.
+package reconcile
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/usage"
+	"github.com/modelgateway/gateway/internal/vendorusage"
+)
+
+// ClientDisconnect is the class of a difference in a bucket with ledger
+// entries settled at an estimate: their clients left before the vendor's
+// usage arrived, and the vendor counts what it generated.
+const ClientDisconnect = "client_disconnect"
+
+// Input is one upstream's side of a window.
+type Input struct {
+	Upstream string
+	// Keys maps each of the upstream's vendor key names (as ledger entries
+	// name them) to the vendor's id for it (keys[].vendor_key_id).
+	Keys map[string]string
+	// Vendor is the vendor's report of the window, in buckets of Width.
+	Vendor []vendorusage.Row
+	// Ledger are the ledger entries of the upstream's requests that started
+	// in the window.
+	Ledger []account.Settlement
+	Width  time.Duration
+}
+
+// Row is the reconciliation of one vendor key and model in one bucket.
+type Row struct {
+	Upstream string
+	Start    time.Time
+	// VendorKeyID is the vendor's id; VendorKey the gateway's name for it,
+	// "" for a key the configuration does not name (its usage is all
+	// unexplained).
+	VendorKeyID, VendorKey string
+	Model                  string
+	Vendor, Ledger         usage.Usage
+	// Explained are the parts of Vendor − Ledger the ledger accounts for,
+	// by class; Unexplained is the rest. Either may be negative (the ledger
+	// counted more than the vendor).
+	Explained   map[string]usage.Usage
+	Unexplained usage.Usage
+	// Entries and Estimated count the bucket's ledger entries and those
+	// settled at an estimate.
+	Entries, Estimated int
+}
+
+type rowKey struct {
+	start        time.Time
+	keyID, model string
+}
+
+// Reconcile returns the rows of in, ordered by bucket, key id and model.
+// A ledger entry falls in the bucket of its start; its model is the one
+// the vendor reported, else the one priced.
+func Reconcile(in Input) []Row {
+	names := make(map[string]string, len(in.Keys)) // vendor id → name
+	for name, id := range in.Keys {
+		if id != "" {
+			names[id] = name
+		}
+	}
+	rows := map[rowKey]*Row{}
+	row := func(k rowKey) *Row {
+		r := rows[k]
+		if r == nil {
+			r = &Row{Upstream: in.Upstream, Start: k.start, VendorKeyID: k.keyID, VendorKey: names[k.keyID], Model: k.model}
+			rows[k] = r
+		}
+		return r
+	}
+	for _, v := range in.Vendor {
+		if v.Tokens == (usage.Usage{}) {
+			continue
+		}
+		r := row(rowKey{v.Start.UTC(), v.KeyID, v.Model})
+		r.Vendor = r.Vendor.Add(v.Tokens)
+	}
+	for _, st := range in.Ledger {
+		model := string(st.Reported)
+		if model == "" {
+			model = string(st.Priced)
+		}
+		r := row(rowKey{st.StartedAt.UTC().Truncate(in.Width), in.Keys[st.VendorKey], model})
+		if r.VendorKey == "" {
+			// A key with no vendor id: named, so its rows say which.
+			r.VendorKey = st.VendorKey
+		}
+		r.Ledger = r.Ledger.Add(st.Usage)
+		r.Entries++
+		if st.Estimated {
+			r.Estimated++
+		}
+	}
+	out := make([]Row, 0, len(rows))
+	for _, r := range rows {
+		diff := sub(r.Vendor, r.Ledger)
+		if r.Estimated > 0 {
+			// The bucket's estimates stand for what the vendor counted of
+			// those replies: the difference is theirs.
+			r.Explained = map[string]usage.Usage{ClientDisconnect: diff}
+		} else {
+			r.Unexplained = diff
+		}
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b Row) int {
+		return cmp.Or(a.Start.Compare(b.Start), cmp.Compare(a.VendorKeyID, b.VendorKeyID), cmp.Compare(a.Model, b.Model))
+	})
+	return out
+}
+
+// sub returns u − v, kind by kind.
+func sub(u, v usage.Usage) usage.Usage {
+	for _, k := range usage.Kinds {
+		k.Set(&u, k.Of(u)-k.Of(v))
+	}
+	return u
+}
+
+// Tokens is the sum of u's token kinds (requests and seconds left out).
+func Tokens(u usage.Usage) int64 {
+	return u.Input + u.Output + u.CacheRead + u.CacheWrite5m + u.CacheWrite1h + u.AudioInput + u.AudioOutput
+}

@@ -1,0 +1,75 @@
+package reconcile
+
+import (
+	"testing"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/usage"
+	"github.com/modelgateway/gateway/internal/vendorusage"
+)
+
+var hour = time.Date(2026, 1, 2, 10, 0, 0, 0, time.UTC)
+
+func entry(key, model string, at time.Time, u usage.Usage, estimated bool) account.Settlement {
+	return account.Settlement{VendorKey: key, Reported: usage.ReportedModel(model), StartedAt: at, Usage: u, Estimated: estimated}
+}
+
+func TestReconcile(t *testing.T) {
+	in := Input{
+		Keys:  map[string]string{"k1": "key_1", "k2": "key_2"},
+		Width: time.Hour,
+		Vendor: []vendorusage.Row{
+			// k1 matches the ledger exactly.
+			{Start: hour, KeyID: "key_1", Model: "m", Tokens: usage.Usage{Input: 30, Output: 12}},
+			// k2 has 100 input and 7 output more: traffic outside.
+			{Start: hour, KeyID: "key_2", Model: "m", Tokens: usage.Usage{Input: 110, Output: 12}},
+			// k1, the next hour: one reply settled at an estimate.
+			{Start: hour.Add(time.Hour), KeyID: "key_1", Model: "m", Tokens: usage.Usage{Input: 10, Output: 50}},
+			// A key the configuration does not name.
+			{Start: hour, KeyID: "key_x", Model: "m", Tokens: usage.Usage{Input: 5}},
+			// An empty group is no row.
+			{Start: hour, KeyID: "key_1", Model: "n"},
+		},
+		Ledger: []account.Settlement{
+			entry("k1", "m", hour.Add(time.Minute), usage.Usage{Input: 10, Output: 6}, false),
+			entry("k1", "m", hour.Add(59*time.Minute), usage.Usage{Input: 20, Output: 6}, false),
+			entry("k2", "m", hour.Add(time.Second), usage.Usage{Input: 10, Output: 5}, false),
+			entry("k1", "m", hour.Add(61*time.Minute), usage.Usage{Input: 10, Output: 20}, true),
+		},
+	}
+	rows := Reconcile(in)
+	if len(rows) != 4 {
+		t.Fatalf("%d rows: %+v", len(rows), rows)
+	}
+	k1, k2, kx, later := rows[0], rows[1], rows[2], rows[3]
+	if k1.VendorKey != "k1" || k1.Entries != 2 || k1.Unexplained != (usage.Usage{}) || k1.Explained != nil {
+		t.Errorf("k1: %+v", k1)
+	}
+	if k2.VendorKey != "k2" || k2.Unexplained != (usage.Usage{Input: 100, Output: 7}) {
+		t.Errorf("k2: %+v", k2)
+	}
+	if kx.VendorKeyID != "key_x" || kx.VendorKey != "" || kx.Unexplained != (usage.Usage{Input: 5}) {
+		t.Errorf("unnamed key: %+v", kx)
+	}
+	if !later.Start.Equal(hour.Add(time.Hour)) || later.Estimated != 1 || later.Unexplained != (usage.Usage{}) ||
+		later.Explained[ClientDisconnect] != (usage.Usage{Output: 30}) {
+		t.Errorf("estimated: %+v", later)
+	}
+	if Tokens(k2.Unexplained) != 107 {
+		t.Errorf("tokens %d", Tokens(k2.Unexplained))
+	}
+}
+
+// The ledger counting more than the vendor is a negative difference, and
+// an entry of a key without a vendor id still names its key.
+func TestReconcileLedgerAbove(t *testing.T) {
+	rows := Reconcile(Input{
+		Keys:   map[string]string{"default": ""},
+		Width:  time.Hour,
+		Ledger: []account.Settlement{entry("default", "m", hour, usage.Usage{Output: 3}, false)},
+	})
+	if len(rows) != 1 || rows[0].VendorKey != "default" || rows[0].Unexplained != (usage.Usage{Output: -3}) {
+		t.Fatalf("%+v", rows)
+	}
+}

@@ -1,0 +1,300 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/internal/reconcile"
+	"github.com/modelgateway/gateway/internal/usage"
+	"github.com/modelgateway/gateway/internal/vendorusage"
+	"github.com/modelgateway/gateway/test/launch"
+	"github.com/modelgateway/gateway/test/launch/launchtest"
+)
+
+// reconcileStack is a stack whose pooled keys name the fake's ids for them
+// and whose upstreams have admin keys, which Envoy injects on the relay.
+func reconcileStack(t *testing.T) *launch.Stack {
+	return launchtest.Start(t, launch.Options{Pool: 3, SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}, Configure: func(c *config.Config) {
+		for i := range c.Upstreams {
+			u := &c.Upstreams[i]
+			u.AdminCredentialEnv = launch.AdminKeyEnv(u.Name)
+			for j := range u.VendorKeys {
+				k := &u.VendorKeys[j]
+				k.VendorKeyID = launch.VendorKeyID(launch.PoolSecret(u.Name, k.Name))
+			}
+		}
+	}})
+}
+
+// reconcileHours reads both vendors' hourly reports of [from, to) through
+// the relay, and the account's ledger, and reconciles each upstream.
+func reconcileHours(t *testing.T, s *launch.Stack, acct string, from, to time.Time) map[string][]reconcile.Row {
+	t.Helper()
+	s.WaitSettled()
+	var ledger []account.Settlement
+	after := ""
+	for {
+		page, next, err := s.Store.LedgerBetween(t.Context(), acct, from, to, after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page {
+			ledger = append(ledger, e.Settlement)
+		}
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	models := map[string]string{"alpha": alphaModel, "beta": betaModel}
+	out := map[string][]reconcile.Row{}
+	for _, u := range s.Config.Upstreams {
+		rows, err := vendorusage.Fetch(t.Context(), http.DefaultClient, "http://"+s.Config.Listeners.Relay+"/"+u.Name, u.Format, from, to, vendorusage.Hour)
+		if err != nil {
+			t.Fatalf("%s: %v", u.Name, err)
+		}
+		in := reconcile.Input{Keys: map[string]string{}, Vendor: rows, Width: time.Hour}
+		for _, k := range u.Keys() {
+			in.Keys[k.Name] = k.VendorKeyID
+		}
+		for _, st := range ledger {
+			// The test's models tell the upstreams apart.
+			if string(st.Priced) == models[u.Name] {
+				in.Ledger = append(in.Ledger, st)
+			}
+		}
+		out[u.Name] = reconcile.Reconcile(in)
+	}
+	return out
+}
+
+// Mixed requests on both vendors and a pool of three keys reconcile to
+// nothing unexplained, per key, model and hour, the vendors' totals equal
+// to the ledger's; usage billed to a key outside the gateway shows as
+// exactly that much unexplained, on that key alone.
+func TestReconcileVendorReports(t *testing.T) {
+	s := reconcileStack(t)
+	acct := s.NewAccount(100, noLimits)
+	waitHealthRoute(t, s, "primary")
+	from := time.Now().UTC().Truncate(time.Hour)
+
+	const n = 40
+	for i := range n {
+		session := fmt.Sprintf("rc-%d", i)
+		stream := i%2 == 1
+		var (
+			resp *http.Response
+			body []byte
+		)
+		if i%4 < 2 {
+			h := messagesHeaders(acct.Key)
+			h["x-claude-code-session-id"] = session
+			resp, body = s.Do("POST", alphaPath, h, messagesBody(stream, ""))
+		} else {
+			h := chatCompletionsHeaders(acct.Key)
+			h["x-claude-code-session-id"] = session
+			resp, body = s.Do("POST", betaPath, h, chatCompletionsBody(stream, stream, ""))
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	to := time.Now().UTC().Truncate(time.Hour).Add(time.Hour)
+
+	check := func(outside map[string]usage.Usage) {
+		t.Helper()
+		byUpstream := reconcileHours(t, s, acct.ID, from, to)
+		entries := 0
+		for name, rows := range byUpstream {
+			var vendor, ledger usage.Usage
+			keys := map[string]bool{}
+			for _, r := range rows {
+				vendor, ledger = vendor.Add(r.Vendor), ledger.Add(r.Ledger)
+				entries += r.Entries
+				if r.Entries > 0 {
+					keys[r.VendorKey] = true
+				}
+				want := outside[name+"/"+r.VendorKey]
+				if r.Unexplained != want || r.Explained != nil {
+					t.Errorf("%s key %s (%s) %s %s: unexplained %+v, explained %+v; want %+v unexplained (vendor %+v, ledger %+v)",
+						name, r.VendorKey, r.VendorKeyID, r.Model, r.Start.Format(time.RFC3339), r.Unexplained, r.Explained, want, r.Vendor, r.Ledger)
+				}
+			}
+			var extra usage.Usage
+			for k, u := range outside {
+				if len(k) > len(name) && k[:len(name)+1] == name+"/" {
+					extra = extra.Add(u)
+				}
+			}
+			if vendor != ledger.Add(extra) {
+				t.Errorf("%s: the vendor counted %+v, the ledger %+v (and %+v outside)", name, vendor, ledger, extra)
+			}
+			if len(keys) < 2 {
+				t.Errorf("%s: the requests used the keys %v; the test wants a pool in use", name, keys)
+			}
+			t.Logf("%s: %d rows, vendor %d tokens, ledger %d, keys %v", name, len(rows), reconcile.Tokens(vendor), reconcile.Tokens(ledger), keys)
+		}
+		if entries != n {
+			t.Errorf("%d ledger entries reconciled; want %d", entries, n)
+		}
+	}
+	check(nil)
+
+	// Ten requests' worth sent with k2 directly, not through the gateway.
+	direct := usage.Usage{Input: 1000, Output: 77, CacheRead: 30}
+	s.Primary.AddUsage(config.FormatMessages, launch.PoolSecret("alpha", "k2"), alphaModel,
+		map[string]int64{"input_tokens": direct.Input, "output_tokens": direct.Output, "cache_read_tokens": direct.CacheRead})
+	check(map[string]usage.Usage{"alpha/k2": direct})
+
+	// A client leaves a beta stream mid-way: its entry is settled at an
+	// estimate, while the vendor bills all it generated. That difference is
+	// explained, to the token; nothing else changes.
+	s.Primary.Control(map[string]any{"format": "chat_completions", "event_delay_ms": 50, "reply_words": 40})
+	cutBody := chatCompletionsBody(true, true, "")
+	ctx, cancel := context.WithCancel(t.Context())
+	h := chatCompletionsHeaders(acct.Key)
+	h["x-claude-code-session-id"] = "rc-cut"
+	cutResp := open(t, ctx, s, betaPath, h, cutBody)
+	buf := make([]byte, 2048)
+	for read := 0; read < 600; { // the first chunks, a few words
+		m, err := cutResp.Body.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read += m
+	}
+	cancel()
+	cutResp.Body.Close()
+	s.Primary.Control(map[string]any{"format": "chat_completions", "event_delay_ms": 0, "reply_words": 0})
+	var cut account.Settlement
+	eventually.That(t, 20*time.Second, "the cut stream's estimated entry", func() (bool, string) {
+		entries, _, err := s.Store.Ledger(t.Context(), acct.ID, "", 1000)
+		for _, e := range entries {
+			if e.Estimated {
+				cut = e.Settlement
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d entries, none estimated (%v)", len(entries), err)
+	})
+	// What the fake billed for it: ceil(len(body)/8) input, 40 words.
+	explained := usage.Usage{Input: int64(len(cutBody)+7)/8 - cut.Usage.Input, Output: 40 - cut.Usage.Output}
+	if explained.Output <= 0 {
+		t.Fatalf("the cut entry counts %+v: the client saw the whole reply, the test shows nothing", cut.Usage)
+	}
+	found := false
+	for name, rows := range reconcileHours(t, s, acct.ID, from, to) {
+		for _, r := range rows {
+			wantUnexplained := usage.Usage{}
+			if name == "alpha" && r.VendorKey == "k2" {
+				wantUnexplained = direct
+			}
+			if r.Unexplained != wantUnexplained {
+				t.Errorf("%s %s %s: unexplained %+v; want %+v", name, r.VendorKey, r.Start.Format(time.RFC3339), r.Unexplained, wantUnexplained)
+			}
+			if r.Estimated == 0 {
+				if r.Explained != nil {
+					t.Errorf("%s %s: explained %+v without an estimated entry", name, r.VendorKey, r.Explained)
+				}
+				continue
+			}
+			found = true
+			if name != "beta" || r.VendorKey != cut.VendorKey || r.Explained[reconcile.ClientDisconnect] != explained || len(r.Explained) != 1 {
+				t.Errorf("%s %s: explained %+v; want %+v as %s on beta %s", name, r.VendorKey, r.Explained, explained, reconcile.ClientDisconnect, cut.VendorKey)
+			}
+		}
+	}
+	if !found {
+		t.Error("no row holds the estimated entry")
+	}
+	t.Logf("cut stream on %s: ledger %+v, explained %+v", cut.VendorKey, cut.Usage, explained)
+
+	// gatewayctl reconcile, through the sidecar's admin API, shows the same:
+	// k2's direct usage unexplained, nothing else.
+	out := adminCtl(t, s).ok("reconcile", "--from", from.Format(time.RFC3339), "--to", to.Format(time.RFC3339), "--json")
+	var resp struct {
+		Rows []struct {
+			Upstream    string            `json:"upstream"`
+			VendorKey   string            `json:"vendor_key"`
+			Model       string            `json:"model"`
+			Entries     int               `json:"entries"`
+			Unexplained map[string]string `json:"unexplained"`
+			Explained   []any             `json:"explained"`
+		} `json:"rows"`
+	}
+	mustJSON(t, []byte(out), &resp)
+	entries, explainedRows, unexplained := 0, 0, map[string]map[string]string{}
+	for _, r := range resp.Rows {
+		entries += r.Entries
+		if len(r.Unexplained) > 0 {
+			unexplained[r.Upstream+"/"+r.VendorKey+"/"+r.Model] = r.Unexplained
+		}
+		explainedRows += len(r.Explained)
+	}
+	want := map[string]string{"input": "1000", "output": "77", "cache_read": "30"}
+	if got := unexplained["alpha/k2/"+alphaModel]; len(unexplained) != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("gatewayctl reconcile: unexplained %v; want %v on alpha/k2 alone\n%s", unexplained, want, out)
+	}
+	if entries != n+1 || explainedRows != 1 {
+		t.Errorf("gatewayctl reconcile: %d entries, %d explained differences; want %d and 1", entries, explainedRows, n+1)
+	}
+
+	// The sidecar read the reports, and never held an admin key.
+	admins := []string{launch.AlphaAdminKey, launch.BetaAdminKey}
+	cfg, err := os.ReadFile(s.ConfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretsIn(t, "the sidecar's config", cfg, admins)
+	pid := s.Sidecar.Cmd.Process.Pid
+	environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	secretsIn(t, "the sidecar's environment", environ, admins)
+	mem := processMemory(t, pid)
+	if !bytes.Contains(mem, []byte(launch.VendorKeyID(launch.PoolSecret("alpha", "k2")))) {
+		t.Fatal("the sidecar's memory as read holds no vendor key id it reconciled: the search proves nothing")
+	}
+	secretsIn(t, "the sidecar's memory", mem, admins)
+	dump := getOK(t, http.DefaultClient, s.AdminURL+"/config_dump?include_eds")
+	if !bytes.Contains(dump, []byte("alpha--admin")) {
+		t.Fatal("config_dump has no admin cluster: the search proves nothing")
+	}
+	secretsIn(t, "Envoy's config_dump", dump, admins)
+	secretsIn(t, "the sidecar's metrics", getOK(t, http.DefaultClient, s.ControlURL+"/metrics"), admins)
+	secretsIn(t, "the sidecar's log", []byte(s.Sidecar.Log()), admins)
+	secretsIn(t, "Envoy's log", []byte(s.Envoy.Log()+" "), admins)
+}
+
+// The usage reports are reachable only through the relay, which adds the
+// admin key: the public listener does not route them, and the relay
+// refuses other methods.
+func TestReconcileReportsOnlyOnTheRelay(t *testing.T) {
+	s := reconcileStack(t)
+	acct := s.NewAccount(100, noLimits)
+	q := "?starting_at=" + time.Now().UTC().Truncate(time.Hour).Format(time.RFC3339)
+	resp, body := s.Do("GET", "/alpha"+vendorusage.AnthropicPath+q, messagesHeaders(acct.Key), nil)
+	if resp.StatusCode == 200 {
+		t.Errorf("the public listener served the usage report: %s", body)
+	}
+	req, _ := http.NewRequest("POST", "http://"+s.Config.Listeners.Relay+"/alpha"+vendorusage.AnthropicPath+q, nil)
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != 404 {
+		t.Errorf("the relay answered a POST of the usage report with %d, want 404", r.StatusCode)
+	}
+	for _, rec := range s.Primary.Requests() {
+		if rec.Path == vendorusage.AnthropicPath {
+			t.Errorf("the fake received a usage report request as an API request: %+v", rec.Path)
+		}
+	}
+}
