@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"io"
 	"math"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -130,13 +132,21 @@ func TestRedisClusterFailoverUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually.That(t, 60*time.Second, "a replica takes over the dead master's slots", func() (bool, string) {
-		ranges, err := node.ClusterSlots(ctx).Result()
+		shards, err := node.ClusterShards(ctx).Result()
 		if err != nil {
 			return false, err.Error()
 		}
-		for _, r := range ranges {
-			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
-				return r.Nodes[0].Addr != deadAddr, r.Nodes[0].Addr
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start > slot || slot > r.End {
+					continue
+				}
+				for _, n := range sh.Nodes {
+					if n.Role == "master" && n.Health == "online" {
+						addr := net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+						return addr != deadAddr, addr
+					}
+				}
 			}
 		}
 		return false, "slot not served"
