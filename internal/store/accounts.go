@@ -39,7 +39,7 @@ func CheckLimits(l account.Limits) error {
 			return fmt.Errorf("%s %d: limits must not be negative", name, n)
 		case name == "ConcurrencyWaitSeconds":
 			if n > int64(config.MaxConcurrencyWait/time.Second) {
-				return fmt.Errorf("concurrency wait %ds: more than the most allowed, %s", n, config.MaxConcurrencyWait)
+				return fmt.Errorf("concurrency wait %ds: at most %d", n, int64(config.MaxConcurrencyWait/time.Second))
 			}
 		case n > MaxNanoUSD:
 			return fmt.Errorf("%s %d: %w", name, n, ErrTooLarge)

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/redistest"
@@ -291,16 +290,11 @@ func (p *hangProxy) serve(c net.Conn) {
 func TestOpsHungRedis(t *testing.T) {
 	r := redistest.NewServer(t)
 	proxy := startHangProxy(t, r.Addr)
-	s := launchtest.Start(t, launch.Options{RedisAddr: proxy.l.Addr().String()})
-	limits := noLimits
-	if s.Config.Limits.Leases == "on" {
-		// Admission through the store, what this test is about: a sidecar
-		// admitting from leases keeps admitting until its first failed
-		// call (TestFaultRedisStopsDuringLoad), and a concurrency limit
-		// is never leased.
-		limits = account.Limits{Concurrency: 1000}
-	}
-	acct := s.NewAccount(10, limits)
+	// Admission through the store, what this test is about: a sidecar
+	// admitting from leases keeps admitting until its first failed call
+	// (TestFaultRedisStopsDuringLoad).
+	s := launchtest.Start(t, launch.Options{RedisAddr: proxy.l.Addr().String(), Configure: func(c *config.Config) { c.Limits.Leases = "off" }})
+	acct := s.NewAccount(10, noLimits)
 	for _, route := range []string{"alpha", "beta"} {
 		path, hdr, body := requestFor(route, acct.Key, false)
 		if resp, b := s.Do("POST", path, hdr, body); resp.StatusCode != 200 {

@@ -20,6 +20,10 @@ import (
 // stack's upstreams forward it.
 const FakeControlsHeader = "x-fake-controls"
 
+// TestIDHeader marks a test's request so that the fakes' request log
+// shows which one it was; the stack's upstreams forward it.
+const TestIDHeader = "x-test-id"
+
 // Fake is a running fake vendor (cmd/fakevendor).
 type Fake struct {
 	Name    string

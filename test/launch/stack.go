@@ -216,8 +216,9 @@ func Up(o Options) (s *Stack, err error) {
 		u.Primary = config.Endpoint{URL: s.Primary.Addrs.URL(u.Format), Region: "primary", RegionalProcessing: u.Primary.RegionalProcessing}
 		u.Reserve = config.Endpoint{URL: s.Reserve.Addrs.URL(u.Format), Region: "reserve", RegionalProcessing: u.Reserve.RegionalProcessing}
 		u.CredentialEnv = strings.ToUpper(u.Name) + "_API_KEY"
-		// Tests steer the fakes per request with this header.
-		u.ForwardHeaders = append(u.ForwardHeaders, FakeControlsHeader)
+		// Tests steer the fakes per request, and find their requests at
+		// the fakes, with these headers.
+		u.ForwardHeaders = append(u.ForwardHeaders, FakeControlsHeader, TestIDHeader)
 		if o.Pool > 1 {
 			u.CredentialEnv = ""
 			for _, k := range PoolKeys(o.Pool) {
