@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -42,11 +43,32 @@ func (c *roundTrips) count(ctx context.Context) {
 func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.count(ctx); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		// A new connection's handshake (HELLO, CLIENT SETINFO) is the
+		// pool's, not the request's: under load the settler may hold the
+		// idle connection and the request dials another.
+		if !handshake(cmd) {
+			c.count(ctx)
+		}
+		return next(ctx, cmd)
+	}
 }
 
 func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.count(ctx); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return !handshake(c) }) {
+			return next(ctx, cmds) // a new connection's handshake only
+		}
+		c.count(ctx)
+		return next(ctx, cmds)
+	}
+}
+
+// handshake reports whether cmd is part of a new connection's handshake
+// (HELLO, CLIENT SETINFO).
+func handshake(cmd redis.Cmder) bool {
+	name := cmd.Name()
+	return name == "hello" || name == "client"
 }
 
 // rig is a processor on miniredis with one funded account.
