@@ -598,14 +598,8 @@ func (c *socketConn) relay(ctx context.Context, x *exchange, fromClient, fromVen
 			c.lost(ctx)
 			return false
 		}
-		typ, status, _ := messageType(v.data)
-		if !started {
-			started = true
-			c.begin(x, typ, status)
-		}
-		terminal := terminalEvent(typ)
-		frame = append(append(append(frame[:0], "data: "...), v.data...), '\n', '\n')
-		r := x.responseBody(ctx, &extprocv3.HttpBody{Body: frame, EndOfStream: terminal}, nil)
+		typ, status, terminal, r := c.meter(ctx, x, v.data, !started, &frame)
+		started = true
 		if r.GetImmediateResponse() != nil {
 			// The hold's lease was lost: nothing more is served.
 			c.refuse(ctx, r)
@@ -642,6 +636,19 @@ func (c *socketConn) begin(x *exchange, typ string, status int) {
 	x.startReply("text/event-stream")
 }
 
+// meter runs one vendor event of x's response through the exchange as an
+// event of a stream, the reply begun at the first; frame is reused from
+// event to event.
+func (c *socketConn) meter(ctx context.Context, x *exchange, data []byte, first bool, frame *[]byte) (typ string, status int, terminal bool, r *extprocv3.ProcessingResponse) {
+	typ, status, _ = messageType(data)
+	if first {
+		c.begin(x, typ, status)
+	}
+	terminal = terminalEvent(typ)
+	*frame = append(append(append((*frame)[:0], "data: "...), data...), '\n', '\n')
+	return typ, status, terminal, x.responseBody(ctx, &extprocv3.HttpBody{Body: *frame, EndOfStream: terminal}, nil)
+}
+
 // drain meters the rest of a response whose client left: the vendor
 // generates (and bills) it to its end, so its terminal event, with the
 // vendor's usage, settles the response when it comes within
@@ -660,14 +667,9 @@ func (c *socketConn) drain(ctx context.Context, x *exchange, fromVendor chan soc
 		if v.err != nil {
 			return
 		}
-		typ, status, _ := messageType(v.data)
-		if first {
-			first = false
-			c.begin(x, typ, status)
-		}
-		terminal := terminalEvent(typ)
-		frame = append(append(append(frame[:0], "data: "...), v.data...), '\n', '\n')
-		if r := x.responseBody(ctx, &extprocv3.HttpBody{Body: frame, EndOfStream: terminal}, nil); r.GetImmediateResponse() != nil || terminal {
+		_, _, terminal, r := c.meter(ctx, x, v.data, first, &frame)
+		first = false
+		if r.GetImmediateResponse() != nil || terminal {
 			return
 		}
 	}
