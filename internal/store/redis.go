@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 )
 
@@ -41,6 +42,8 @@ var (
 	recordLua string
 	//go:embed lua/trim.lua
 	trimLua string
+	//go:embed lua/project.lua
+	projectLua string
 	// holdLua reads and writes a hold's value; the scripts that touch holds
 	// start with it.
 	//go:embed lua/hold.lua
@@ -60,6 +63,7 @@ var (
 	renewScript  = redis.NewScript(holdLua + renewLua)
 	sweepScript  = redis.NewScript(holdLua + leaseFieldLua + sweepLua)
 	trimScript   = redis.NewScript(trimLua)
+	projectScript = redis.NewScript(projectLua)
 	leaseScript  = redis.NewScript(leaseFieldLua + leaseLua)
 	recordScript = redis.NewScript(holdLua + leaseFieldLua + recordLua)
 )
@@ -216,4 +220,10 @@ func boolString(b bool) string {
 		return "1"
 	}
 	return "0"
+}
+
+// namedProject reports whether id names a project of its own: not the
+// default project, whose requests count against their key and account only.
+func namedProject(id string) bool {
+	return id != "" && id != account.DefaultProject && validID(id)
 }

@@ -119,6 +119,9 @@ var suite = []struct {
 	{"LeaseTokens", testLeaseTokens},
 	{"LeaseKeyTokens", testLeaseKeyTokens},
 	{"LeaseTokenSweep", testLeaseTokenSweep},
+	{"Projects", testProjects},
+	{"ProjectLimits", testProjectLimits},
+	{"ProjectRace", testProjectRace},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {
