@@ -54,18 +54,18 @@ var (
 	//go:embed lua/leasefield.lua
 	leaseFieldLua string
 
-	admitScript  = redis.NewScript(holdLua + admitLua)
-	settleScript = redis.NewScript(holdLua + leaseFieldLua + settleLua)
-	topUpScript  = redis.NewScript(topUpLua)
-	hsetxScript  = redis.NewScript(hsetxLua)
-	revokeScript = redis.NewScript(revokeLua)
-	expireScript = redis.NewScript(expireLua)
-	renewScript  = redis.NewScript(holdLua + renewLua)
-	sweepScript  = redis.NewScript(holdLua + leaseFieldLua + sweepLua)
-	trimScript   = redis.NewScript(trimLua)
+	admitScript   = redis.NewScript(holdLua + admitLua)
+	settleScript  = redis.NewScript(holdLua + leaseFieldLua + settleLua)
+	topUpScript   = redis.NewScript(topUpLua)
+	hsetxScript   = redis.NewScript(hsetxLua)
+	revokeScript  = redis.NewScript(revokeLua)
+	expireScript  = redis.NewScript(expireLua)
+	renewScript   = redis.NewScript(holdLua + renewLua)
+	sweepScript   = redis.NewScript(holdLua + leaseFieldLua + sweepLua)
+	trimScript    = redis.NewScript(trimLua)
 	projectScript = redis.NewScript(projectLua)
-	leaseScript  = redis.NewScript(leaseFieldLua + leaseLua)
-	recordScript = redis.NewScript(holdLua + leaseFieldLua + recordLua)
+	leaseScript   = redis.NewScript(leaseFieldLua + leaseLua)
+	recordScript  = redis.NewScript(holdLua + leaseFieldLua + recordLua)
 )
 
 // Defaults of Options.
