@@ -114,7 +114,3 @@ func wantCode(t *testing.T, err error, code codes.Code) {
 	}
 }
 
-func limitsFromProto(l *adminv1.Limits) account.Limits {
-	return account.Limits{DailyNanoUSD: l.GetDailyNanoUsd(), RPM: l.GetRpm(), WindowMinutes: l.GetWindowMinutes(),
-		TPM: l.GetTpm(), Concurrency: l.GetConcurrency(), MonthlyNanoUSD: l.GetMonthlyNanoUsd(), TotalNanoUSD: l.GetTotalNanoUsd()}
-}
