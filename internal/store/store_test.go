@@ -122,6 +122,7 @@ var suite = []struct {
 	{"Projects", testProjects},
 	{"ProjectLimits", testProjectLimits},
 	{"ProjectRace", testProjectRace},
+	{"UpgradeFromBeforeProjects", testUpgradeFromBeforeProjects},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {
