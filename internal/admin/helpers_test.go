@@ -113,4 +113,3 @@ func wantCode(t *testing.T, err error, code codes.Code) {
 		t.Fatalf("got %v, want code %s", err, code)
 	}
 }
-
