@@ -21,7 +21,8 @@ import (
 // account's own budget above each of them. Of 30 concurrent requests, ten
 // per project, exactly what fits is admitted at every level: each project's
 // last dollars when the account has room, the account's last dollars when
-// it has not; refusals name the project and its amounts. A key admitted
+// it has not; refusals name the project and its amounts, with the
+// headers of the same limit of a key. A key admitted
 // from a lease and then moved into a project counts against the project
 // from then on only.
 func TestProjectsRaceTwoSidecars(t *testing.T) {
@@ -125,6 +126,46 @@ func TestProjectsRaceTwoSidecars(t *testing.T) {
 		}
 		if !strings.Contains(strings.Join(refusals, " "), "account") {
 			t.Fatalf("no refusal named the account: %v", refusals)
+		}
+	})
+
+	t.Run("refusal headers", func(t *testing.T) {
+		acct, err := a.Store.CreateAccount(ctx, "headers", 100_000_000_000, account.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rate, err := a.Store.CreateProject(ctx, acct.ID, "slow", account.Limits{RPM: 1, WindowMinutes: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		poor, err := a.Store.CreateProject(ctx, acct.ID, "poor", account.Limits{DailyNanoUSD: hold / 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rk, _, err := a.Store.CreateKey(ctx, acct.ID, account.ModelKey, account.KeyOptions{ProjectID: rate.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pk, _, err := a.Store.CreateKey(ctx, acct.ID, account.ModelKey, account.KeyOptions{ProjectID: poor.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range pairs {
+			s.Primary.Reset()
+		}
+		if resp, b := a.Do("POST", alphaPath, messagesHeaders(rk), body); resp.StatusCode != 200 {
+			t.Fatalf("first request: %d %s", resp.StatusCode, b)
+		}
+		// The other sidecar: the project's rate is counted in Redis.
+		resp, b := b.Do("POST", alphaPath, messagesHeaders(rk), body)
+		if resp.StatusCode != 429 || resp.Header.Get("retry-after") == "" || resp.Header.Get("x-should-retry") == "false" ||
+			!strings.Contains(string(b), `request rate limit reached for project \"slow\" (`+rate.ID+`): 1 of 1 requests in its window`) {
+			t.Fatalf("over the project's rate: %d %v %s", resp.StatusCode, resp.Header, b)
+		}
+		resp, b = a.Do("POST", alphaPath, messagesHeaders(pk), body)
+		if resp.StatusCode != 429 || resp.Header.Get("retry-after") != "" || resp.Header.Get("x-should-retry") != "false" ||
+			!strings.Contains(string(b), `daily spend limit for project \"poor\" (`+poor.ID+`)`) {
+			t.Fatalf("over the project's daily budget: %d %v %s", resp.StatusCode, resp.Header, b)
 		}
 	})
 
