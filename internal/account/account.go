@@ -22,7 +22,7 @@ type Limits struct {
 	// never resets. Accounts have none (their balance is theirs).
 	TotalNanoUSD int64
 	// ConcurrencyWaitSeconds is how long a key's request over a concurrency
-	// limit (the key's or the account's) may wait for a slot before it is
+	// limit (the key's, its project's or the account's) may wait for a slot before it is
 	// refused; 0: refused at once. At most config.MaxConcurrencyWait. Keys
 	// only: waiting is how one client prefers to be treated.
 	ConcurrencyWaitSeconds int64
