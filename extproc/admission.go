@@ -119,14 +119,14 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 }
 
 // admission is what the store is asked for the request: its hold, token
-// bound and the key's limits.
+// bound and the key's and its project's limits.
 func (x *exchange) admission() *account.Admission {
 	x.bounds = x.op.RequestBounds(x.price, x.req, x.body)
 	return &account.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID,
 		Priced: x.price.Name, Requested: usage.RequestedModel(x.req.Model), Hold: x.bounds.Hold(x.price),
 		Tokens: x.bounds.Tokens(), Stream: x.req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
-		Transport: x.transport,
+		Transport: x.transport, ProjectID: x.key.ProjectID, ProjectLimits: x.key.ProjectLimits,
 	}
 }
 
@@ -172,6 +172,9 @@ func (x *exchange) refused(d account.Decision, hold, tokens int64) *extprocv3.Pr
 		x.s.refusals.remember(x.key, d, x.s.now())
 	}
 	kind, msg := refusal(d, hold, tokens)
+	if d.Level == account.ProjectLevel {
+		kind, msg = refusalOf(d, "for project "+strconv.Quote(x.key.ProjectName)+" ("+x.key.Project()+")", hold, tokens)
+	}
 	if !waitHelps(d) {
 		return x.refuseFinal(kind, msg, d.RetryAfter)
 	}
@@ -324,7 +327,12 @@ func waitHelps(d account.Decision) bool {
 // is left) and what the client can do. Limits that reset are 429; the
 // balance and a key's lifetime cap, which do not, are 402.
 func refusal(d account.Decision, hold, tokens int64) (format.ErrorKind, string) {
-	of := "for this " + d.Level.String()
+	return refusalOf(d, "for this "+d.Level.String(), hold, tokens)
+}
+
+// refusalOf is refusal with the words that name the refusing level (of):
+// a project's refusal names the project.
+func refusalOf(d account.Decision, of string, hold, tokens int64) (format.ErrorKind, string) {
 	retry := "retry after " + strconv.Itoa(retrySeconds(d.RetryAfter)) + "s"
 	n := func(v int64) string { return strconv.FormatInt(v, 10) }
 	spend := func(what string) string {

@@ -189,10 +189,10 @@ func (m *Metrics) zero(upstreams []string) {
 	for _, o := range rememberedOutcomes {
 		m.earlyRefusals.WithLabelValues(o.String())
 	}
-	for _, level := range []account.Level{account.AccountLevel, account.KeyLevel} {
+	for _, level := range []account.Level{account.AccountLevel, account.KeyLevel, account.ProjectLevel} {
 		for _, o := range []account.Outcome{account.RateLimited, account.TokenLimited, account.ConcurrencyLimited,
 			account.DailyLimited, account.MonthlyLimited, account.TotalLimited, account.InsufficientBalance} {
-			if o == account.InsufficientBalance && level == account.KeyLevel || o == account.TotalLimited && level == account.AccountLevel {
+			if o == account.InsufficientBalance && level != account.AccountLevel || o == account.TotalLimited && level == account.AccountLevel {
 				continue // no such limit
 			}
 			m.limitRefusals.WithLabelValues(level.String(), o.String())

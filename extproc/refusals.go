@@ -47,7 +47,7 @@ const maxRemembered = 1 << 16
 
 type refusalKey struct {
 	level account.Level
-	id    string // the account's or the key's id
+	id    string // the account's or the key's id; a project's is "ACCOUNT/PROJECT"
 }
 
 type remembered struct {
@@ -74,8 +74,11 @@ func (r *refusalMemory) remember(key account.Key, d account.Decision, now time.T
 		return
 	}
 	k := refusalKey{d.Level, key.AccountID}
-	if d.Level == account.KeyLevel {
+	switch d.Level {
+	case account.KeyLevel:
 		k.id = key.ID
+	case account.ProjectLevel:
+		k.id = key.AccountID + "/" + key.Project()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -97,7 +100,7 @@ func (r *refusalMemory) remember(key account.Key, d account.Decision, now time.T
 func (r *refusalMemory) recall(key account.Key, now time.Time) (account.Decision, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, k := range [2]refusalKey{{account.KeyLevel, key.ID}, {account.AccountLevel, key.AccountID}} {
+	for _, k := range [3]refusalKey{{account.KeyLevel, key.ID}, {account.ProjectLevel, key.AccountID + "/" + key.Project()}, {account.AccountLevel, key.AccountID}} {
 		v, ok := r.m[k]
 		if !ok {
 			continue

@@ -157,6 +157,7 @@ func (x *exchange) outcome(st *account.Settlement, complete bool) {
 	st.RequestID = x.requestID
 	st.AccountID = x.key.AccountID
 	st.KeyID = x.key.ID
+	st.ProjectID = x.key.ProjectID
 	st.Requested = usage.RequestedModel(x.req.Model)
 	st.Priced = x.price.Name
 	st.Fallback = x.price.Fallback()

@@ -40,17 +40,17 @@ func (a *app) secretNote() {
 
 func (a *app) keysCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "keys", Short: "Create, list, revoke and rotate model keys (cr_…)"}
-	cmd.AddCommand(a.keysCreateCmd(), a.keysListCmd(), a.keysRevokeCmd(), a.keysRotateCmd(), a.keysLimitsCmd())
+	cmd.AddCommand(a.keysCreateCmd(), a.keysListCmd(), a.keysRevokeCmd(), a.keysRotateCmd(), a.keysLimitsCmd(), a.keysMoveCmd())
 	return cmd
 }
 
 func (a *app) keysCreateCmd() *cobra.Command {
 	var (
-		label, expires string
-		models         []string
+		label, expires, project string
+		models                  []string
 	)
 	cmd := &cobra.Command{
-		Use:   "create ACCOUNT_ID [--label L] [--expires 720h|TIME] [--models a,b]",
+		Use:   "create ACCOUNT_ID [--label L] [--expires 720h|TIME] [--models a,b] [--project PROJECT_ID]",
 		Short: "Make a model key; prints its secret once",
 		Args:  cobra.ExactArgs(1),
 	}
@@ -59,7 +59,7 @@ func (a *app) keysCreateCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		req := &adminv1.CreateKeyRequest{AccountId: args[0], Label: label, Models: models}
+		req := &adminv1.CreateKeyRequest{AccountId: args[0], Label: label, Models: models, ProjectId: project}
 		switch {
 		case at != nil:
 			req.Expiry = &adminv1.CreateKeyRequest_ExpireTime{ExpireTime: at}
@@ -80,6 +80,7 @@ func (a *app) keysCreateCmd() *cobra.Command {
 	f.StringVar(&label, "label", "", "label, to tell keys apart")
 	f.StringVar(&expires, "expires", "", "expiry: a duration from now (720h) or an RFC 3339 time; default never")
 	f.StringSliceVar(&models, "models", nil, "models the key may call (comma-separated); default all")
+	f.StringVar(&project, "project", "", "the project the key belongs to; default the account's default project")
 	return cmd
 }
 
@@ -91,14 +92,14 @@ func (a *app) keysListCmd() *cobra.Command {
 			return err
 		}
 		return a.show(r, func(w io.Writer) {
-			row(w, "ID", "KIND", "LABEL", "PREFIX", "STATE", "CREATED", "LAST_USED", "EXPIRES", "MODELS")
+			row(w, "ID", "KIND", "LABEL", "PREFIX", "STATE", "CREATED", "LAST_USED", "EXPIRES", "MODELS", "PROJECT")
 			for _, k := range r.Keys {
 				m := "-" // read-only tokens call no model
 				if k.Kind == adminv1.KeyKind_KEY_KIND_MODEL {
 					m = models(k.Models)
 				}
 				row(w, k.Id, kindName(k.Kind), orDash(k.Label), k.Prefix, stateName(k.State),
-					when(k.CreateTime), when(k.LastUsedTime), when(k.ExpireTime), m)
+					when(k.CreateTime), when(k.LastUsedTime), when(k.ExpireTime), m, orDash(k.ProjectId))
 			}
 		})
 	})
@@ -196,6 +197,7 @@ func keyDetail(w io.Writer, k *adminv1.Key) {
 	row(w, "expires", when(k.GetExpireTime()))
 	if k.GetKind() == adminv1.KeyKind_KEY_KIND_MODEL {
 		row(w, "models", models(k.GetModels()))
+		row(w, "project", k.GetProjectId())
 	}
 }
 

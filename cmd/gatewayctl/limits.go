@@ -19,6 +19,7 @@ type levelLimitFlags struct {
 	concurrencyWait               int64
 	daily, monthly, total         string
 	key                           bool // the lifetime cap and the concurrency wait are a key's only
+	project                       bool // a project has a lifetime cap, not a concurrency wait
 }
 
 func (l *levelLimitFlags) add(f *pflag.FlagSet) {
@@ -28,8 +29,10 @@ func (l *levelLimitFlags) add(f *pflag.FlagSet) {
 	f.Int64Var(&l.concurrency, "concurrency", 0, "requests in flight (0: none)")
 	f.StringVar(&l.daily, "daily-usd", "", "spend per UTC day, USD (0: none)")
 	f.StringVar(&l.monthly, "monthly-usd", "", "spend per UTC calendar month, USD (0: none)")
+	if l.key || l.project {
+		f.StringVar(&l.total, "total-usd", "", "lifetime spend, USD; never resets (0: none)")
+	}
 	if l.key {
-		f.StringVar(&l.total, "total-usd", "", "lifetime spend of the key, USD; never resets (0: none)")
 		f.Int64Var(&l.concurrencyWait, "concurrency-wait", 0, "seconds a request over a concurrency limit may wait for a slot before 429 (0: 429 at once; at most 60)")
 	}
 }

@@ -86,7 +86,7 @@ func (a *app) rootCmd() *cobra.Command {
 	f.StringVar(&a.actor, "actor", "", "who acts, for the audit trail (env "+actorEnv+", default admin)")
 	f.BoolVar(&a.json, "json", false, "print JSON instead of tables")
 	f.DurationVar(&a.timeout, "timeout", 10*time.Second, "deadline of each call")
-	root.AddCommand(a.accountsCmd(), a.topUpCmd(), a.limitsCmd(), a.keysCmd(), a.tokensCmd(), a.ledgerCmd(), a.auditCmd(), a.reconcileCmd())
+	root.AddCommand(a.accountsCmd(), a.topUpCmd(), a.limitsCmd(), a.keysCmd(), a.projectsCmd(), a.tokensCmd(), a.ledgerCmd(), a.auditCmd(), a.reconcileCmd())
 	return root
 }
 

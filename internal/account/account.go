@@ -7,8 +7,8 @@ package account
 
 import "time"
 
-// Limits are the spending and rate limits of an account or of one key; zero
-// means none. Every limit set at either level must pass (the strictest wins;
+// Limits are the spending and rate limits of an account, a project or one
+// key; zero means none. Every limit set at any level must pass (the strictest wins;
 // see internal/store/lua/admit.lua).
 type Limits struct {
 	DailyNanoUSD  int64 // spend per UTC day, open holds included
@@ -22,7 +22,7 @@ type Limits struct {
 	// never resets. Accounts have none (their balance is theirs).
 	TotalNanoUSD int64
 	// ConcurrencyWaitSeconds is how long a key's request over a concurrency
-	// limit (the key's or the account's) may wait for a slot before it is
+	// limit (the key's, its project's or the account's) may wait for a slot before it is
 	// refused; 0: refused at once. At most config.MaxConcurrencyWait. Keys
 	// only: waiting is how one client prefers to be treated.
 	ConcurrencyWaitSeconds int64
@@ -73,6 +73,36 @@ type Key struct {
 	AccountSuspended bool
 	// Limits are the key's own limits, on top of its account's.
 	Limits Limits
+	// ProjectID is the project the key's spend counts against; "" for
+	// the account's default project (keys made before projects).
+	ProjectID string
+	// ProjectName and ProjectLimits are the name and limits of the key's
+	// project when the key was looked up, as AccountSuspended is the
+	// account's state.
+	ProjectName   string
+	ProjectLimits Limits
+}
+
+// DefaultProject is the id of the project every account has implicitly:
+// the project of keys that name none.
+const DefaultProject = "default"
+
+// Project returns the id of the project the key belongs to.
+func (k Key) Project() string {
+	if k.ProjectID == "" {
+		return DefaultProject
+	}
+	return k.ProjectID
+}
+
+// Project groups keys of one account under limits of their own: every
+// request counts against its key, its project and its account.
+type Project struct {
+	ID        string
+	AccountID string
+	Name      string
+	Limits    Limits
+	CreatedAt time.Time
 }
 
 // KeyOptions are the optional settings of a new credential.
@@ -81,4 +111,6 @@ type KeyOptions struct {
 	ExpiresAt time.Time
 	Models    []string
 	Limits    Limits
+	// ProjectID is the project the key belongs to; "" for the default.
+	ProjectID string
 }

@@ -26,6 +26,10 @@ type Admission struct {
 	// KeyLimits are the limits of the key KeyID as the caller knows them
 	// (its key cache): a change is seen within the cache's lifetime.
 	KeyLimits Limits
+	// ProjectID is the key's project ("" for the default project) and
+	// ProjectLimits its limits, known the same way as KeyLimits.
+	ProjectID     string
+	ProjectLimits Limits
 }
 
 // Outcome is the result of an admission.
@@ -72,6 +76,7 @@ type Level int
 const (
 	AccountLevel Level = iota + 1
 	KeyLevel
+	ProjectLevel
 )
 
 func (l Level) String() string {
@@ -80,6 +85,8 @@ func (l Level) String() string {
 		return "account"
 	case KeyLevel:
 		return "key"
+	case ProjectLevel:
+		return "project"
 	}
 	return ""
 }

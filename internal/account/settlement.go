@@ -12,6 +12,9 @@ type Settlement struct {
 	RequestID string
 	AccountID string
 	KeyID     string
+	// ProjectID is the project the request counted against (its key's at
+	// admission); "" for the default project.
+	ProjectID string
 	// The three models of the request: usage is counted under Priced; the
 	// ledger keeps all three.
 	Requested usage.RequestedModel

@@ -86,7 +86,21 @@ func keyToProto(k account.Key, now time.Time) *adminv1.Key {
 		Models:       k.Models,
 		State:        keyState(k, now),
 		Limits:       limitsToProto(k.Limits),
+		ProjectId:    keyProject(k),
 	}
+}
+
+// keyProject is a key's project as the API names it: "default" for the
+// default project; "" for a read-only token, which belongs to none.
+func keyProject(k account.Key) string {
+	if k.Kind != account.ModelKey {
+		return ""
+	}
+	return k.Project()
+}
+
+func projectToProto(p account.Project) *adminv1.Project {
+	return &adminv1.Project{Id: p.ID, AccountId: p.AccountID, Name: p.Name, CreateTime: timestamp(p.CreatedAt), Limits: limitsToProto(p.Limits)}
 }
 
 func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
@@ -130,6 +144,7 @@ func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
 		RegionalUpliftPpm:       e.Uplift,
 		VendorKey:               e.VendorKey,
 		Transport:               e.Transport,
+		ProjectId:               e.ProjectID,
 	}
 }
 

@@ -113,8 +113,3 @@ func wantCode(t *testing.T, err error, code codes.Code) {
 		t.Fatalf("got %v, want code %s", err, code)
 	}
 }
-
-func limitsFromProto(l *adminv1.Limits) account.Limits {
-	return account.Limits{DailyNanoUSD: l.GetDailyNanoUsd(), RPM: l.GetRpm(), WindowMinutes: l.GetWindowMinutes(),
-		TPM: l.GetTpm(), Concurrency: l.GetConcurrency(), MonthlyNanoUSD: l.GetMonthlyNanoUsd(), TotalNanoUSD: l.GetTotalNanoUsd()}
-}

@@ -70,6 +70,9 @@ func (s *Service) createCredential(ctx context.Context, accountID string, kind a
 	if len(k.Models) > 0 {
 		detail += " models=" + strings.Join(k.Models, ",")
 	}
+	if k.ProjectID != "" {
+		detail += " project=" + k.ProjectID
+	}
 	s.audit(ctx, kindName(kind)+".create", accountID, k.ID, detail)
 	return secret, k, nil
 }
@@ -93,7 +96,7 @@ func (s *Service) CreateKey(ctx context.Context, req *adminv1.CreateKeyRequest) 
 		}
 	}
 	secret, k, err := s.createCredential(ctx, req.GetAccountId(), account.ModelKey,
-		account.KeyOptions{Label: req.GetLabel(), ExpiresAt: exp, Models: models})
+		account.KeyOptions{Label: req.GetLabel(), ExpiresAt: exp, Models: models, ProjectID: req.GetProjectId()})
 	if err != nil {
 		return nil, err
 	}

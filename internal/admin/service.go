@@ -53,6 +53,7 @@ type Store interface {
 	SetSuspended(ctx context.Context, id string, suspended bool) error
 	TopUp(ctx context.Context, id string, amount int64, idempotencyKey string) (balance int64, applied bool, err error)
 	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
+	ProjectStore
 }
 
 // DefaultGrace is how long a rotated key keeps working when the request does
@@ -133,6 +134,8 @@ func (s *Service) fail(op string, err error) error {
 		return status.Errorf(codes.AlreadyExists, "%s: idempotency key already used with a different amount", op)
 	case errors.Is(err, store.ErrTooLarge):
 		return status.Errorf(codes.InvalidArgument, "%s: %v", op, err)
+	case errors.Is(err, store.ErrProjectHasKeys), errors.Is(err, store.ErrDefaultProject):
+		return status.Errorf(codes.FailedPrecondition, "%s: %v", op, errors.Unwrap(err))
 	}
 	s.opts.Logger.Error("admin: store failed", "op", op, "err", err)
 	return status.Errorf(codes.Internal, "%s: internal error", op)

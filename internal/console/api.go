@@ -207,13 +207,16 @@ type LedgerPage struct {
 
 // LedgerEntry is one settled request as the data API shows it.
 type LedgerEntry struct {
-	ID             string `json:"id"`
-	RequestID      string `json:"request_id"`
-	AccountID      string `json:"account_id"`
-	StartTime      string `json:"start_time"`
-	EndTime        string `json:"end_time"`
-	KeyID          string `json:"key_id"`
-	KeyLabel       string `json:"key_label"`
+	ID        string `json:"id"`
+	RequestID string `json:"request_id"`
+	AccountID string `json:"account_id"`
+	StartTime string `json:"start_time"`
+	EndTime   string `json:"end_time"`
+	KeyID     string `json:"key_id"`
+	KeyLabel  string `json:"key_label"`
+	// ProjectID is the project the request counted against; "" for the
+	// default project.
+	ProjectID      string `json:"project_id"`
 	Model          string `json:"model"`
 	ModelRequested string `json:"model_requested"`
 	ModelReported  string `json:"model_reported"`
@@ -303,7 +306,7 @@ func newLedgerEntry(e store.LedgerEntry, label string) LedgerEntry {
 	}
 	return LedgerEntry{
 		ID: e.ID, RequestID: e.RequestID, AccountID: e.AccountID, StartTime: timeString(e.StartedAt), EndTime: timeString(e.EndedAt),
-		KeyID: e.KeyID, KeyLabel: label,
+		KeyID: e.KeyID, KeyLabel: label, ProjectID: e.ProjectID,
 		Model: string(e.Priced), ModelRequested: string(e.Requested), ModelReported: string(e.Reported),
 		Status: e.Status, Stream: e.Stream, Estimated: e.Estimated, Interrupted: e.Interrupted,
 		FallbackPrice: e.Fallback, Capped: e.Capped, Reconciled: e.Reconciled, Endpoint: e.Endpoint,
@@ -376,7 +379,10 @@ var csvColumns = func() []csvColumn {
 	}
 	return append(cols,
 		num("cost_nano_usd", func(e store.LedgerEntry) int64 { return e.Cost }),
-		plain("cost_usd", func(e store.LedgerEntry) string { return pricing.FormatUSD(e.Cost) }))
+		plain("cost_usd", func(e store.LedgerEntry) string { return pricing.FormatUSD(e.Cost) }),
+		// Last: added after the other columns, so that a reader by position
+		// keeps working.
+		text("project_id", func(e store.LedgerEntry) string { return e.ProjectID }))
 }()
 
 // CSVHeader is the header row of GET /v1/usage/ledger.csv.

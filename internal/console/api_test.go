@@ -334,7 +334,7 @@ func TestLedgerCSVFormulas(t *testing.T) {
 	}
 	// A reconciled entry that returns money: its numbers stay numbers.
 	r := csvRow(store.LedgerEntry{ID: "1-0", Settlement: account.Settlement{Cost: -123, Reconciled: true}}, "")
-	if got := strings.Join(r[len(r)-2:], ","); got != "-123,-0.000000123" {
+	if got := r[col["cost_nano_usd"]] + "," + r[col["cost_usd"]]; got != "-123,-0.000000123" {
 		t.Errorf("a negative cost is written %s", got)
 	}
 	for _, c := range []rune{'=', '+', '-', '@', '\t', '\r'} {

@@ -29,6 +29,8 @@ type UsageReader interface {
 	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
 	KeyStates(ctx context.Context, accountID string, keyIDs ...string) ([]store.KeyState, error)
 	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
+	ListProjects(ctx context.Context, accountID string) ([]account.Project, error)
+	ProjectStates(ctx context.Context, accountID string, ids ...string) ([]store.KeyState, error)
 	Ping(ctx context.Context) error
 }
 
@@ -310,6 +312,21 @@ type Usage struct {
 	// ByKey is each model key's share of the period; only a ro_ token
 	// (the account's reader) sees it.
 	ByKey []KeyShare `json:"by_key,omitempty"`
+	// Projects is each project's limits and share of the period, the
+	// default project first: every project for a ro_ token, the key's own
+	// for a cr_ key.
+	Projects []ProjectShare `json:"projects"`
+}
+
+// ProjectShare is one project's limits and share of the period. The
+// default project has no limits of its own (Limits absent); its spend is
+// the account's less the other projects'.
+type ProjectShare struct {
+	ID       string          `json:"id"`
+	Name     string          `json:"name"`
+	Requests int64           `json:"requests"`
+	CostUSD  float64         `json:"cost_usd"`
+	Limits   *KeyUsageLimits `json:"limits,omitempty"`
 }
 
 // UsageLimits are the account's limits and what is used of each. Spend is
@@ -447,7 +464,11 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u := NewUsage(rep)
-	if err := h.addKeys(r.Context(), &u, key, period); err != nil {
+	err = h.addKeys(r.Context(), &u, key, period)
+	if err == nil {
+		u.Projects, err = Projects(r.Context(), h.o.Store, rep, key, period)
+	}
+	if err != nil {
 		h.o.Logger.Error("usage: key read failed", "err", err, "account", key.AccountID)
 		w.Header().Set("Retry-After", "1")
 		WriteError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
@@ -490,6 +511,51 @@ func (h *Handler) addKeys(ctx context.Context, u *Usage, key account.Key, p stor
 		u.ByKey[i] = KeyShare{ID: k.ID, Label: k.Label, Requests: c.Requests, CostUSD: pricing.USD(c.Cost)}
 	}
 	return nil
+}
+
+// ProjectReader reads an account's projects and their states.
+type ProjectReader interface {
+	ListProjects(ctx context.Context, accountID string) ([]account.Project, error)
+	ProjectStates(ctx context.Context, accountID string, ids ...string) ([]store.KeyState, error)
+}
+
+// Projects is the projects breakdown of rep, the account's usage over p, as
+// credential key may see it: every project for a read-only token, its own
+// for a model key.
+func Projects(ctx context.Context, st ProjectReader, rep store.UsageReport, key account.Key, p store.Period) ([]ProjectShare, error) {
+	ps, err := st.ListProjects(ctx, key.AccountID)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(ps))
+	for _, pr := range ps[1:] {
+		ids = append(ids, pr.ID)
+	}
+	states, err := st.ProjectStates(ctx, key.AccountID, ids...)
+	if err != nil {
+		return nil, err
+	}
+	// The default project's share is what the others leave of the
+	// account's.
+	def := rep.Totals
+	out := make([]ProjectShare, 0, len(ps))
+	for i, pr := range ps[1:] {
+		c := states[i].Spent(p)
+		def.Requests -= c.Requests
+		def.Cost -= c.Cost
+		l := newKeyUsage(account.Key{Limits: pr.Limits}, states[i], p).Limits
+		out = append(out, ProjectShare{ID: pr.ID, Name: pr.Name, Requests: c.Requests, CostUSD: pricing.USD(c.Cost), Limits: &l})
+	}
+	out = append([]ProjectShare{{ID: ps[0].ID, Name: ps[0].Name, Requests: def.Requests, CostUSD: pricing.USD(def.Cost)}}, out...)
+	if key.Kind == account.ModelKey {
+		for _, sh := range out {
+			if sh.ID == key.Project() {
+				return []ProjectShare{sh}, nil
+			}
+		}
+		return []ProjectShare{}, nil
+	}
+	return out, nil
 }
 
 func newKeyUsage(k account.Key, ks store.KeyState, p store.Period) *KeyUsage {

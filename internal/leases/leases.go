@@ -244,9 +244,13 @@ func (l *lease) slotFree(now time.Time) bool {
 }
 
 // Admit admits a from its account and key's lease when its hold fits in
-// it, in memory; otherwise through the store's script.
+// it, in memory; otherwise through the store's script. A request whose
+// project has a limit always goes to the script: leases escrow the
+// account's and the key's room, not a project's, so the script alone
+// counts it at every level (a lease of its key left unused is returned
+// as idle).
 func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Decision, error) {
-	if a.KeyID != "" {
+	if a.KeyID != "" && a.ProjectLimits.IsZero() {
 		// Taken in a call of its own: its frame (the request's record) is
 		// gone before the fallback's round trip to Redis, the deepest
 		// point of a stream's stack (extproc's TestStreamStackStaysSmall).

@@ -94,6 +94,9 @@ CREATE TABLE ledger_sink_cursor (
 	// 7: the vendor key that served, by name (a pool of keys).
 	`ALTER TABLE ledger
 	ADD COLUMN vendor_key text NOT NULL DEFAULT ''; -- upstreams[].keys name, "default" for credential_env; '' when unknown`,
+	// 8: the project the request counted against.
+	`ALTER TABLE ledger
+	ADD COLUMN project_id text NOT NULL DEFAULT ''; -- '' for the account's default project`,
 }
 
 // SchemaVersion is the version the sink migrates a database to.
@@ -175,7 +178,7 @@ var insertColumns = func() []string {
 		}
 	}
 	return append(cols, "service_tier", "long_context_threshold", "cost_nano_usd", "status", "flags",
-		"endpoint", "stream", "start_time", "end_time", "regional_processing", "regional_uplift_ppm", "transport", "vendor_key")
+		"endpoint", "stream", "start_time", "end_time", "regional_processing", "regional_uplift_ppm", "transport", "vendor_key", "project_id")
 }()
 
 // insertSQL is the statement that copies one entry; a replay does nothing.

@@ -576,7 +576,7 @@ func row(label string, e store.LedgerEntry) []any {
 		}
 	}
 	return append(args, e.ServiceTier, e.LongContext, e.Cost, e.Status, Flags(e.Settlement),
-		e.Endpoint, e.Stream, nullTime(e.StartedAt), nullTime(e.EndedAt), e.Region, e.Uplift, e.Transport, e.VendorKey)
+		e.Endpoint, e.Stream, nullTime(e.StartedAt), nullTime(e.EndedAt), e.Region, e.Uplift, e.Transport, e.VendorKey, e.ProjectID)
 }
 
 // Flags are the names of an entry's flags, as the export names its

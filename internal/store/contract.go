@@ -66,6 +66,7 @@ func addCounter(c *Counters, name string, n int64) {
 const (
 	ledgerRequestID   = "request_id"
 	ledgerKeyID       = "key_id"
+	ledgerProjectID   = "project_id" // "" for the default project
 	ledgerRequested   = "model_requested"
 	ledgerPriced      = "model"
 	ledgerReported    = "model_reported"
@@ -111,6 +112,7 @@ func appendLedger(args []any, st account.Settlement, cost int64) []any {
 	args = append(args, 0,
 		ledgerRequestID, st.RequestID,
 		ledgerKeyID, st.KeyID,
+		ledgerProjectID, st.ProjectID,
 		ledgerRequested, string(st.Requested),
 		ledgerPriced, string(st.Priced),
 		ledgerReported, string(st.Reported),
@@ -201,6 +203,7 @@ func decodeLedgerFields(accountID string, v func(string) string) account.Settlem
 		RequestID:   v(ledgerRequestID),
 		AccountID:   accountID,
 		KeyID:       v(ledgerKeyID),
+		ProjectID:   v(ledgerProjectID),
 		Requested:   usage.RequestedModel(v(ledgerRequested)),
 		Priced:      usage.PricedModel(v(ledgerPriced)),
 		Reported:    usage.ReportedModel(v(ledgerReported)),

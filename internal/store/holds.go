@@ -41,6 +41,7 @@ const holdIndexKey = "gw:holdaccts"
 // by the names of its ledger fields (recordFields).
 type admissionRecord struct {
 	KeyID     string               `json:"k"`
+	ProjectID string               `json:"p,omitempty"`
 	Priced    usage.PricedModel    `json:"m"`
 	Requested usage.RequestedModel `json:"rq,omitempty"`
 	Started   int64                `json:"s"` // unix ms
@@ -163,7 +164,7 @@ func readHoldSettlement(s string, names map[string]string, fields map[string]str
 var (
 	// recordFields names the admission record's fields as ledger fields.
 	recordFields = map[string]string{
-		"k": ledgerKeyID, "m": ledgerPriced, "rq": ledgerRequested, "s": ledgerStarted, "st": ledgerStream, "tr": ledgerTransport,
+		"k": ledgerKeyID, "p": ledgerProjectID, "m": ledgerPriced, "rq": ledgerRequested, "s": ledgerStarted, "st": ledgerStream, "tr": ledgerTransport,
 	}
 	// legacyCheckpoint names the fields of a checkpoint as sidecars wrote
 	// it before checkpoints were settlements in the ledger's encoding: a

@@ -52,6 +52,12 @@ func (s *Store) CreateKey(ctx context.Context, accountID string, kind account.Ke
 	if n == 0 {
 		return "", account.Key{}, fmt.Errorf("store: create key for %s: %w", accountID, ErrNotFound)
 	}
+	if opts.ProjectID == account.DefaultProject {
+		opts.ProjectID = ""
+	}
+	if opts.ProjectID != "" && (!validID(opts.ProjectID) || kind != account.ModelKey) {
+		return "", account.Key{}, fmt.Errorf("store: create key for %s: project %q (model keys only): %w", accountID, opts.ProjectID, ErrNotFound)
+	}
 	secret, k, err = s.createKey(ctx, accountID, kind, opts)
 	if err != nil {
 		return "", account.Key{}, fmt.Errorf("store: create key for %s: %w", accountID, err)
@@ -74,6 +80,7 @@ func (s *Store) createKey(ctx context.Context, accountID string, kind account.Ke
 		ExpiresAt: opts.ExpiresAt.Truncate(time.Millisecond).UTC(),
 		Models:    slices.Clone(opts.Models),
 		Limits:    opts.Limits,
+		ProjectID: opts.ProjectID,
 	}
 	if opts.ExpiresAt.IsZero() {
 		k.ExpiresAt = time.Time{}
@@ -85,8 +92,9 @@ func (s *Store) createKey(ctx context.Context, accountID string, kind account.Ke
 	meta := acctKey(accountID, "key:"+k.ID)
 	// Metadata and the account's key set share a slot: one transaction. The
 	// index lives in another slot and is written last, so a lookup that finds
-	// it always finds the metadata too.
-	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	// it always finds the metadata too. A key made in a project is made only
+	// while the project exists (its deletion is watched).
+	write := func(p redis.Pipeliner) error {
 		p.HSet(ctx, meta,
 			"account", accountID,
 			"kind", string(kind),
@@ -103,8 +111,28 @@ func (s *Store) createKey(ctx context.Context, accountID string, kind account.Ke
 			p.HSet(ctx, meta, keyLimitFields(k.Limits)...)
 		}
 		p.SAdd(ctx, acctKey(accountID, "keys"), k.ID)
+		if k.ProjectID != "" {
+			p.HSet(ctx, meta, "project", k.ProjectID)
+			p.SAdd(ctx, acctKey(accountID, "pkeys:"+k.ProjectID), k.ID)
+		}
 		return nil
-	})
+	}
+	if k.ProjectID == "" {
+		_, err = s.rdb.TxPipelined(ctx, write)
+	} else {
+		proj := acctKey(accountID, "proj:"+k.ProjectID)
+		err = s.rdb.Watch(ctx, func(tx *redis.Tx) error {
+			n, err := tx.Exists(ctx, proj).Result()
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("project %s: %w", k.ProjectID, ErrNotFound)
+			}
+			_, err = tx.TxPipelined(ctx, write)
+			return err
+		}, proj)
+	}
 	if err != nil {
 		return "", account.Key{}, err
 	}
@@ -129,6 +157,7 @@ func decodeKey(id string, m map[string]string) (k account.Key, ok bool) {
 		ExpiresAt:  parseMS(m["expires"]),
 		LastUsedAt: parseMS(m["last_used"]),
 		RevokedAt:  parseMS(m["revoked"]),
+		ProjectID:  m["project"],
 	}
 	k.Limits = account.Limits{
 		DailyNanoUSD:   parseInt(m["daily"]),
@@ -174,6 +203,17 @@ func (s *Store) LookupKey(ctx context.Context, hash [32]byte) (account.Key, erro
 		return account.Key{}, fmt.Errorf("store: lookup key %s: %w", keyID, ErrNotFound)
 	}
 	k.AccountSuspended = suspended.Val() == "1"
+	if k.ProjectID != "" {
+		// A second round trip for keys in a project only (the key cache
+		// makes it once per lifetime); a project gone reads as none.
+		m, err := s.rdb.HGetAll(ctx, acctKey(accountID, "proj:"+k.ProjectID)).Result()
+		if err != nil {
+			return account.Key{}, fmt.Errorf("store: lookup key %s: project: %w", keyID, err)
+		}
+		if p, ok := decodeProject(accountID, k.ProjectID, m); ok {
+			k.ProjectName, k.ProjectLimits = p.Name, p.Limits
+		}
+	}
 	return k, nil
 }
 
@@ -258,7 +298,7 @@ func (s *Store) RotateKey(ctx context.Context, accountID, keyID string, grace ti
 	}
 	// The replacement keeps the old key's expiry: rotating must not turn a
 	// key meant to lapse into one that never does.
-	secret, newKey, err = s.createKey(ctx, accountID, old.Kind, account.KeyOptions{Label: old.Label, Models: old.Models, ExpiresAt: old.ExpiresAt, Limits: old.Limits})
+	secret, newKey, err = s.createKey(ctx, accountID, old.Kind, account.KeyOptions{Label: old.Label, Models: old.Models, ExpiresAt: old.ExpiresAt, Limits: old.Limits, ProjectID: old.ProjectID})
 	if err != nil {
 		return "", account.Key{}, fmt.Errorf("store: rotate key %s of %s: %w", keyID, accountID, err)
 	}

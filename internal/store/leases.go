@@ -276,7 +276,7 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 		if started.IsZero() {
 			started = now
 		}
-		rec, err := json.Marshal(admissionRecord{KeyID: a.KeyID, Priced: a.Priced, Requested: a.Requested, Started: started.UnixMilli(), Stream: a.Stream, Transport: a.Transport})
+		rec, err := json.Marshal(admissionRecord{KeyID: a.KeyID, ProjectID: a.ProjectID, Priced: a.Priced, Requested: a.Requested, Started: started.UnixMilli(), Stream: a.Stream, Transport: a.Transport})
 		if err != nil {
 			return fmt.Errorf("store: record %s: %w", a.RequestID, err)
 		}

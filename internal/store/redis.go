@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 )
 
@@ -41,6 +42,8 @@ var (
 	recordLua string
 	//go:embed lua/trim.lua
 	trimLua string
+	//go:embed lua/project.lua
+	projectLua string
 	// holdLua reads and writes a hold's value; the scripts that touch holds
 	// start with it.
 	//go:embed lua/hold.lua
@@ -51,17 +54,18 @@ var (
 	//go:embed lua/leasefield.lua
 	leaseFieldLua string
 
-	admitScript  = redis.NewScript(holdLua + admitLua)
-	settleScript = redis.NewScript(holdLua + leaseFieldLua + settleLua)
-	topUpScript  = redis.NewScript(topUpLua)
-	hsetxScript  = redis.NewScript(hsetxLua)
-	revokeScript = redis.NewScript(revokeLua)
-	expireScript = redis.NewScript(expireLua)
-	renewScript  = redis.NewScript(holdLua + renewLua)
-	sweepScript  = redis.NewScript(holdLua + leaseFieldLua + sweepLua)
-	trimScript   = redis.NewScript(trimLua)
-	leaseScript  = redis.NewScript(leaseFieldLua + leaseLua)
-	recordScript = redis.NewScript(holdLua + leaseFieldLua + recordLua)
+	admitScript   = redis.NewScript(holdLua + admitLua)
+	settleScript  = redis.NewScript(holdLua + leaseFieldLua + settleLua)
+	topUpScript   = redis.NewScript(topUpLua)
+	hsetxScript   = redis.NewScript(hsetxLua)
+	revokeScript  = redis.NewScript(revokeLua)
+	expireScript  = redis.NewScript(expireLua)
+	renewScript   = redis.NewScript(holdLua + renewLua)
+	sweepScript   = redis.NewScript(holdLua + leaseFieldLua + sweepLua)
+	trimScript    = redis.NewScript(trimLua)
+	projectScript = redis.NewScript(projectLua)
+	leaseScript   = redis.NewScript(leaseFieldLua + leaseLua)
+	recordScript  = redis.NewScript(holdLua + leaseFieldLua + recordLua)
 )
 
 // Defaults of Options.
@@ -216,4 +220,10 @@ func boolString(b bool) string {
 		return "1"
 	}
 	return "0"
+}
+
+// namedProject reports whether id names a project of its own: not the
+// default project, whose requests count against their key and account only.
+func namedProject(id string) bool {
+	return id != "" && id != account.DefaultProject && validID(id)
 }

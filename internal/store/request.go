@@ -69,11 +69,18 @@ func (s *Store) admitCall(a *account.Admission, now time.Time) ([]string, []any,
 		acctKey(id, "krl:"+keyID),
 		acctKey(id, "ks:"+keyID),
 	}
+	// The project's two KEYS, used only while it has a limit.
+	hasProject := hasKey && !a.ProjectLimits.IsZero() && namedProject(a.ProjectID)
+	projectID := ""
+	if hasProject {
+		projectID = a.ProjectID
+	}
+	keys = append(keys, acctKey(id, "prl:"+projectID), acctKey(id, "ps:"+projectID))
 	started := a.StartedAt
 	if started.IsZero() {
 		started = now
 	}
-	rec, err := json.Marshal(admissionRecord{KeyID: a.KeyID, Priced: a.Priced, Requested: a.Requested, Started: started.UnixMilli(), Stream: a.Stream, Transport: a.Transport})
+	rec, err := json.Marshal(admissionRecord{KeyID: a.KeyID, ProjectID: a.ProjectID, Priced: a.Priced, Requested: a.Requested, Started: started.UnixMilli(), Stream: a.Stream, Transport: a.Transport})
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: admit %s: %w", a.RequestID, err)
 	}
@@ -85,6 +92,12 @@ func (s *Store) admitCall(a *account.Admission, now time.Time) ([]string, []any,
 		tokens, boolString(hasKey),
 		kl.RPM, kl.WindowMinutes, kl.TPM, kl.Concurrency, kl.DailyNanoUSD, kl.MonthlyNanoUSD, kl.TotalNanoUSD,
 		dayStamp(now), monthStamp(now)}
+	pl := a.ProjectLimits
+	if !hasProject {
+		pl = account.Limits{}
+	}
+	args = append(args, boolString(hasProject),
+		pl.RPM, pl.WindowMinutes, pl.TPM, pl.Concurrency, pl.DailyNanoUSD, pl.MonthlyNanoUSD, pl.TotalNanoUSD)
 	return keys, args, nil
 }
 
@@ -336,16 +349,27 @@ func (s *Store) settleCall(group []account.Settlement) (keys []string, args []an
 	for _, st := range group {
 		keys = append(keys, acctKey(id, "swept:"+st.RequestID))
 	}
-	// Every credential of the batch has its state (in flight, spend).
+	// Every credential of the batch has its state (in flight, spend), and
+	// so has every project named (the default project's spend is the
+	// account's less theirs): both kinds are states of settle.lua, named
+	// "ks:KEYID" and "ps:PROJECTID".
 	stateIndex := map[string]int{}
+	addState := func(name string) {
+		if _, ok := stateIndex[name]; !ok {
+			stateIndex[name] = len(stateIndex) + 1
+		}
+	}
 	for _, st := range group {
-		if _, ok := stateIndex[st.KeyID]; !ok && validID(st.KeyID) {
-			stateIndex[st.KeyID] = len(stateIndex) + 1
+		if validID(st.KeyID) {
+			addState("ks:" + st.KeyID)
+		}
+		if namedProject(st.ProjectID) {
+			addState("ps:" + st.ProjectID)
 		}
 	}
 	states := make([]string, len(stateIndex))
 	for k, i := range stateIndex {
-		states[i-1] = acctKey(id, "ks:"+k)
+		states[i-1] = acctKey(id, k)
 	}
 	keys = append(keys, states...)
 	// The leases the batch's requests were admitted from: the leases hash,
@@ -375,17 +399,18 @@ func (s *Store) settleCall(group []account.Settlement) (keys []string, args []an
 		// Only the sweeper settles a request as interrupted: its charge is
 		// recorded, to be reconciled with a later settlement.
 		args = append(args, st.RequestID, boolString(charged), boolString(st.Interrupted), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsedAt(st, now)),
-			stateIndex[st.KeyID], tokens, leaseIndex[st.Lease.ID], st.Lease.Seq, st.Lease.Hold,
+			stateIndex["ks:"+st.KeyID], tokens, leaseIndex[st.Lease.ID], st.Lease.Seq, st.Lease.Hold,
 			st.Lease.Tokens, st.Lease.Bucket, st.Lease.TokenLevels)
 		args = appendCounters(args, st, cost)
 		args = appendLedger(args, st, cost)
+		args = append(args, stateIndex["ps:"+st.ProjectID])
 	}
 	return keys, args
 }
 
-// settleArgsPerRequest is about how many ARGV one request takes: fifteen
-// of its own, up to 2×11 counters and 2×33 ledger fields, with their two counts.
-const settleArgsPerRequest = 96
+// settleArgsPerRequest is about how many ARGV one request takes: sixteen
+// of its own, up to 2×11 counters and 2×34 ledger fields, with their two counts.
+const settleArgsPerRequest = 99
 
 // lastUsedAt is when a settlement's credential was last used: when its
 // request ended.
@@ -682,6 +707,12 @@ func (k KeyState) Spent(p Period) Counters {
 // KeyStates returns the state of each of the account's credentials ids, in
 // their order; one never used has zero counters. One round trip.
 func (s *Store) KeyStates(ctx context.Context, accountID string, ids ...string) ([]KeyState, error) {
+	return s.states(ctx, accountID, "ks:", ids)
+}
+
+// states reads the states named prefix+id of the account: its keys'
+// ("ks:") or its projects' ("ps:").
+func (s *Store) states(ctx context.Context, accountID, prefix string, ids []string) ([]KeyState, error) {
 	if !validID(accountID) {
 		return nil, fmt.Errorf("store: key states of %q: %w", accountID, ErrNotFound)
 	}
@@ -689,7 +720,7 @@ func (s *Store) KeyStates(ctx context.Context, accountID string, ids ...string) 
 	cmds := make([]*redis.SliceCmd, len(ids))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
-			cmds[i] = p.HMGet(ctx, acctKey(accountID, "ks:"+id), "held", "open", "tw", "dd", "dc", "dr", "md", "mc", "mr", "tc", "tr")
+			cmds[i] = p.HMGet(ctx, acctKey(accountID, prefix+id), "held", "open", "tw", "dd", "dc", "dr", "md", "mc", "mr", "tc", "tr")
 		}
 		return nil
 	})

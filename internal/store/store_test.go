@@ -119,6 +119,10 @@ var suite = []struct {
 	{"LeaseTokens", testLeaseTokens},
 	{"LeaseKeyTokens", testLeaseKeyTokens},
 	{"LeaseTokenSweep", testLeaseTokenSweep},
+	{"Projects", testProjects},
+	{"ProjectLimits", testProjectLimits},
+	{"ProjectRace", testProjectRace},
+	{"UpgradeFromBeforeProjects", testUpgradeFromBeforeProjects},
 }
 
 func runSuite(t *testing.T, open func(t *testing.T) redis.UniversalClient) {

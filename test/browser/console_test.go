@@ -181,6 +181,17 @@ func customerPage(t *testing.T, s *launch.Stack, br context.Context, a launch.Ac
 				t.Errorf("%s by model row %d: %q, want %q", p, i, rows[i], want)
 			}
 		}
+		// Spend by project: the default project holds all of it here.
+		rows = tb.rows("#by-project")
+		projects := usage[p]["projects"].([]any)
+		if len(rows) != len(projects) || len(projects) != 1 {
+			t.Fatalf("%s by project: %q, want %v", p, rows, projects)
+		}
+		pr := projects[0].(map[string]any)
+		if want := []string{"default", count(pr["requests"]), usd(pr["cost_usd"]), "no limit", "no limit", "no limit"}; strings.Join(rows[0], "|") != strings.Join(want, "|") ||
+			pr["cost_usd"] != usage[p]["usage"].(map[string]any)["cost_usd"] {
+			t.Errorf("%s by project row %q, want %q (the account's spend)", p, rows[0], want)
+		}
 	}
 	// The limits: the daily limit with what is used of it.
 	limits := tb.text("#limits")

@@ -40,6 +40,12 @@ type burstResult struct {
 // token bound) when the last is decided; end cuts them.
 func burst(t *testing.T, pairs []*launch.Stack, n int, key string, body []byte) (res []burstResult, end func()) {
 	t.Helper()
+	return burstOf(t, pairs, n, func(int) string { return key }, body)
+}
+
+// burstOf is burst with request i sent with key(i).
+func burstOf(t *testing.T, pairs []*launch.Stack, n int, key func(i int) string, body []byte) (res []burstResult, end func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
 	res = make([]burstResult, n)
@@ -50,7 +56,7 @@ func burst(t *testing.T, pairs []*launch.Stack, n int, key string, body []byte) 
 		go func() {
 			defer done.Done()
 			req, _ := http.NewRequestWithContext(ctx, "POST", pairs[i%len(pairs)].URL+alphaPath, bytes.NewReader(body))
-			for k, v := range messagesHeaders(key) {
+			for k, v := range messagesHeaders(key(i)) {
 				req.Header.Set(k, v)
 			}
 			resp, err := client.Do(req)

@@ -171,7 +171,7 @@
     return wrap("div", table, "scroll");
   }
 
-  var known = ["balance_usd", "currency", "period", "limits", "usage", "by_model"];
+  var known = ["balance_usd", "currency", "period", "limits", "usage", "by_model", "projects"];
   function showLimits() {
     var box = $("limits");
     clear(box);
@@ -204,6 +204,29 @@
       tr.appendChild(text("td", int(m.cache_read_tokens), "num"));
       tr.appendChild(text("td", int(m.cache_write_5m_tokens + m.cache_write_1h_tokens), "num"));
       tr.appendChild(text("td", usd(m.cost_usd), "num"));
+    });
+  }
+
+  // A project's budget: "used of limit", or "no limit".
+  function budget(l, k) {
+    if (!l || !(l[k] > 0)) { return "no limit"; }
+    return usd(l[k.replace(/_usd$/, "_used_usd")]) + " of " + usd(l[k]);
+  }
+
+  function showByProject() {
+    var p = $("period").value;
+    var body = $("by-project").tBodies[0];
+    clear(body);
+    var rows = (usage[p] && usage[p].projects) || [];
+    rows.forEach(function (pr) {
+      var tr = body.appendChild(document.createElement("tr"));
+      tr.dataset.project = pr.id;
+      tr.appendChild(text("td", pr.name === pr.id ? pr.name : pr.name + " (" + pr.id + ")"));
+      tr.appendChild(text("td", int(pr.requests), "num"));
+      tr.appendChild(text("td", usd(pr.cost_usd), "num"));
+      tr.appendChild(text("td", budget(pr.limits, "daily_usd"), "num"));
+      tr.appendChild(text("td", budget(pr.limits, "monthly_usd"), "num"));
+      tr.appendChild(text("td", budget(pr.limits, "total_usd"), "num"));
     });
   }
 
@@ -277,6 +300,7 @@
       showSummary();
       showLimits();
       showByModel();
+      showByProject();
       showChart(r[3]);
       showLedger(r[4], false);
       status("Updated " + new Date().toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") + ".");
@@ -301,7 +325,7 @@
     load();
   });
   $("signout").addEventListener("click", function () { signedOut(""); });
-  $("period").addEventListener("change", showByModel);
+  $("period").addEventListener("change", function () { showByModel(); showByProject(); });
   $("ledger-more").addEventListener("click", function () {
     getJSON("/v1/usage/ledger?limit=50&cursor=" + encodeURIComponent(ledgerCursor)).then(function (p) { showLedger(p, true); })
       .catch(function (err) { if (err.message !== "unauthenticated") { status("Could not load: " + err.message); } });

@@ -4,10 +4,13 @@
 -- state only when the key has a limit that needs it, and writes only what
 -- an admission must (usage, the ledger and last_used are settlement's).
 --
--- Limits live at two levels, the account and the credential (key); each is
--- optional (0: none) and every one set must pass: the strictest wins. The
--- account's limits are read here; the key's come in ARGV from the caller's
--- key cache (so a change is seen within the cache's lifetime).
+-- Limits live at three levels, the account, the key's project and the
+-- credential (key); each is optional (0: none) and every one set must pass:
+-- the strictest wins. The account's limits are read here; the key's and its
+-- project's come in ARGV from the caller's key cache (so a change is seen
+-- within the cache's lifetime). A project's state is kept as a key's is
+-- (KEYS[9] has the fields of KEYS[7]); it is read and written here only
+-- while the project has a limit.
 --
 -- KEYS[1]  gw:{acct:ID}:acct              hash: balance, held, daily, rpm, window,
 --                                          tpm, conc, monthly, tw (token window),
@@ -34,12 +37,18 @@
 --          daily, monthly and total (lifetime) spend in nano-USD; 0: none
 -- ARGV[15] the UTC day, YYYYMMDD
 -- ARGV[16] the UTC month, YYYYMM
+-- ARGV[17] "1" when the request's project has a limit (KEYS[8], KEYS[9] are
+--          its own), else "0" (absent: "0")
+-- ARGV[18..24] the project's limits, in the order of ARGV[8..14]
+--
+-- KEYS[8]  gw:{acct:ID}:prl:PROJECTID     zset: the project's admissions, as KEYS[3]
+-- KEYS[9]  gw:{acct:ID}:ps:PROJECTID      hash: the project's state, as KEYS[7]
 --
 -- Returns {outcome, retry_after_ms, level, limit, used, held, request}.
 -- Outcome: 0 admitted, 1 rate limited, 2 daily limited, 3 insufficient
 -- balance, 4 tokens per minute, 5 concurrency, 6 monthly limited, 7 total
 -- (lifetime) limited, -1 no such account, -2 request id already held.
--- Level: 1 the account, 2 the key. retry_after_ms is -1 when waiting
+-- Level: 1 the account, 2 the key, 3 the project. retry_after_ms is -1 when waiting
 -- cannot help (a token bound above the limit itself). On a refusal the
 -- last four are the refusing limit's amounts, for the client's message:
 -- the limit; what is used of it (settled); what open requests hold of
@@ -54,7 +63,8 @@
 -- here. Likewise the seats leases hold ("seats") count as requests in
 -- flight against the account's and the key's concurrency limits.
 --
--- Checks run kind by kind, the key before the account: concurrency, rate,
+-- Checks run kind by kind, the key, then the project, then the account:
+-- concurrency, rate,
 -- tokens per minute, daily, monthly, total spend, then the balance.
 --
 -- Tokens per minute count over a rolling window of 5 s buckets (bucket
@@ -74,7 +84,8 @@
 -- settlement undoes exactly that: {"tb":bound,"ta":bucket counted at the
 -- account (0: none),"tk":bucket counted at the key (0: none),"kc":1 when
 -- the key's held/open were counted (it had a limit that needs them),
--- ... the caller's fields}.
+-- ... the caller's fields}; where the project's state was counted,
+-- ',"tp":bucket counted at the project (0: none),"pc":1' follows "kc".
 --
 -- A settled id is not looked for: request ids are made unique by the
 -- sidecar (a random per-process prefix and a sequence), so one that settled
@@ -101,11 +112,17 @@ local haskey = ARGV[7] == '1'
 local krpm, kwindow, ktpm, kconc = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local kdaily, kmonthly, ktotal = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 local today, month = ARGV[15], ARGV[16]
+local hasproj = ARGV[17] == '1'
+local prpm, pwindow, ptpm, pconc, pdaily, pmonthly, ptotal = 0, 0, 0, 0, 0, 0, 0
+if hasproj then
+  prpm, pwindow, ptpm, pconc = tonumber(ARGV[18]), tonumber(ARGV[19]), tonumber(ARGV[20]), tonumber(ARGV[21])
+  pdaily, pmonthly, ptotal = tonumber(ARGV[22]), tonumber(ARGV[23]), tonumber(ARGV[24])
+end
 local BUCKET = 5000
 local bucket = math.floor(now / BUCKET)
 -- The oldest bucket in the window: the first to end after now - 60 s.
 local oldest = math.floor((now - 60000) / BUCKET)
-local ACCOUNT, KEY = 1, 2
+local ACCOUNT, KEY, PROJECT = 1, 2, 3
 
 local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'daily', 'rpm', 'window', 'tpm', 'conc', 'monthly', 'tw', 'leased', 'seats')
 if not acct[1] then
@@ -146,6 +163,24 @@ if kcount then
     kmon = tonumber(ks[7] or '0')
   end
   kall = tonumber(ks[8] or '0')
+end
+
+-- The project's state, read only when it has a limit (all of them need
+-- its in-flight counts or its spend, but the rate).
+local pcount = ptpm > 0 or pconc > 0 or pdaily > 0 or pmonthly > 0 or ptotal > 0
+local pheld, popen, ptok, pday, pmon, pall = 0, 0, nil, 0, 0, 0
+if pcount then
+  local ps = redis.call('HMGET', KEYS[9], 'held', 'open', 'tw', 'dd', 'dc', 'md', 'mc', 'tc')
+  pheld = tonumber(ps[1] or '0')
+  popen = tonumber(ps[2] or '0')
+  ptok = ps[3]
+  if ps[4] == today then
+    pday = tonumber(ps[5] or '0')
+  end
+  if ps[6] == month then
+    pmon = tonumber(ps[7] or '0')
+  end
+  pall = tonumber(ps[8] or '0')
 end
 
 -- A token window ("tw") read: its buckets still in the window, each
@@ -201,6 +236,9 @@ end
 if kconc > 0 and kopen + kseats + 1 > kconc then
   return {5, 1000, KEY, kconc, kopen + kseats, 0, 1}
 end
+if pconc > 0 and popen + 1 > pconc then
+  return {5, 1000, PROJECT, pconc, popen, 0, 1}
+end
 if conc > 0 then
   local inflight = redis.call('HLEN', KEYS[2]) + tonumber(acct[11] or '0')
   if inflight + 1 > conc then
@@ -238,6 +276,12 @@ if krpm > 0 then
     return {1, wait, KEY, limit, n, 0, 1}
   end
 end
+if prpm > 0 then
+  local wait, limit, n = rateWait(KEYS[8], prpm, pwindow)
+  if wait then
+    return {1, wait, PROJECT, limit, n, 0, 1}
+  end
+end
 if rpm > 0 then
   local wait, limit, n = rateWait(KEYS[3], rpm, window)
   if wait then
@@ -258,6 +302,17 @@ if ktpm > 0 then
   end
   kwin = w
 end
+local pwin
+if ptpm > 0 then
+  local w, st, h = tokenWindow(ptok)
+  if bound > ptpm then
+    return {4, -1, PROJECT, ptpm, st, h, bound}
+  end
+  if st + h + bound > ptpm then
+    return {4, tokenWait(w, st + h + bound - ptpm), PROJECT, ptpm, st, h, bound}
+  end
+  pwin = w
+end
 if tpm > 0 then
   local w, st, h = tokenWindow(acct[9])
   if bound > tpm then
@@ -275,6 +330,9 @@ kheld = kheld + kleased
 if kdaily > 0 and kday + kheld + hold > kdaily then
   return {2, 0, KEY, kdaily, kday, kheld, hold}
 end
+if pdaily > 0 and pday + pheld + hold > pdaily then
+  return {2, 0, PROJECT, pdaily, pday, pheld, hold}
+end
 if daily > 0 then
   local spent = tonumber(redis.call('GET', KEYS[4]) or '0')
   if spent + held + hold > daily then
@@ -284,6 +342,9 @@ end
 if kmonthly > 0 and kmon + kheld + hold > kmonthly then
   return {6, 0, KEY, kmonthly, kmon, kheld, hold}
 end
+if pmonthly > 0 and pmon + pheld + hold > pmonthly then
+  return {6, 0, PROJECT, pmonthly, pmon, pheld, hold}
+end
 if monthly > 0 then
   local spent = tonumber(redis.call('GET', KEYS[5]) or '0')
   if spent + held + hold > monthly then
@@ -292,6 +353,9 @@ if monthly > 0 then
 end
 if ktotal > 0 and kall + kheld + hold > ktotal then
   return {7, 0, KEY, ktotal, kall, kheld, hold}
+end
+if ptotal > 0 and pall + pheld + hold > ptotal then
+  return {7, 0, PROJECT, ptotal, pall, pheld, hold}
 end
 
 -- 5. Balance not yet promised to open holds.
@@ -312,6 +376,13 @@ if kcount then
   kc = 1
 end
 local record = string.format('{"tb":%d,"ta":%d,"tk":%d,"kc":%d', bound, ta, tk, kc)
+local tp = 0
+if ptpm > 0 then
+  tp = bucket
+end
+if pcount then
+  record = record .. string.format(',"tp":%d,"pc":1', tp)
+end
 local rest = string.sub(ARGV[5], 2)
 if rest ~= '}' then
   rest = ',' .. rest
@@ -332,6 +403,18 @@ if kcount then
   else
     redis.call('HSET', KEYS[7], 'held', int(kheld + hold), 'open', int(kopen + 1))
   end
+end
+if pcount then
+  if tp > 0 then
+    redis.call('HSET', KEYS[9], 'held', int(pheld + hold), 'open', int(popen + 1),
+      'tw', tokenWindowAdd(pwin))
+  else
+    redis.call('HSET', KEYS[9], 'held', int(pheld + hold), 'open', int(popen + 1))
+  end
+end
+if prpm > 0 then
+  redis.call('ZADD', KEYS[8], int(now), req)
+  redis.call('PEXPIRE', KEYS[8], int(math.max(pwindow, 1) * 60000))
 end
 if rpm > 0 then
   redis.call('ZADD', KEYS[3], int(now), req)

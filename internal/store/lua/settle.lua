@@ -26,7 +26,8 @@
 --               what its sweep charged: "hold", then counter field -> increment
 -- KEYS[8+k+n..7+k+n+s]  gw:{acct:ID}:ks:KEYID, the state of each credential of
 --               the batch (admit.lua): in flight, token window, spend
---               by day, month and in total
+--               by day, month and in total; and gw:{acct:ID}:ps:PROJECTID,
+--               the same of each project of the batch but the default
 -- KEYS[8+k+n+s]  gw:{acct:ID}:leases, when m > 0: hash of the account's leases (lease.lua)
 -- KEYS[9+k+n+s..8+k+n+s+m]  gw:{acct:ID}:lbits:LEASEID of each lease of the batch (record.lua)
 --
@@ -34,7 +35,7 @@
 -- ARGV[2]  k, the number of credentials whose last_used is written
 -- ARGV[3]  day key lifetime, s
 -- ARGV[4]  swept record lifetime, s
--- ARGV[5]  s, the number of credential states
+-- ARGV[5]  s, the number of credential and project states
 -- ARGV[6]  the UTC day, YYYYMMDD
 -- ARGV[7]  the UTC month, YYYYMM
 -- ARGV[8]  month key lifetime, s
@@ -54,7 +55,10 @@
 --   usage kind when not zero);
 --   f, then f ledger entry field, value pairs. A ledger field named like a
 --   counter ("cost", a usage kind) holds that amount; a reconciled entry
---   holds the difference instead, and "reconciled" is set to "1".
+--   holds the difference instead, and "reconciled" is set to "1";
+--   then the project's state index (1..s, 0 for none: the default
+--   project): a project's state (gw:{acct:ID}:ps:PROJECTID) is one of the
+--   s states, kept as a credential's is.
 --
 -- The names of counters and ledger fields are not known here: Go builds them
 -- (internal/store/contract.go) and reads them back.
@@ -69,9 +73,10 @@
 -- amount and in-flight count, and its token bound is moved from held to
 -- settled, replaced by the tokens it used, in the token window's bucket it
 -- was counted in, if that bucket is still kept (one that left the window
--- is never read again). Spend is added to the
--- account's month and to the key's day, month and total (a reconciled
--- settlement adds its difference).
+-- is never read again); the same for the project where admission counted
+-- it ("tp", "pc"). Spend is added to the account's month and to the key's
+-- and the project's day, month and total (a reconciled settlement adds its
+-- difference).
 --
 -- A request admitted from a lease whose hold was not recorded yet (its
 -- record, record.lua, comes later or never: its sidecar died) and whose bit
@@ -147,7 +152,8 @@ for i = 1, n do
   local cfirst = a + 16
   local nf = tonumber(ARGV[cfirst + 2 * nc])
   local ffirst = cfirst + 2 * nc + 1
-  a = ffirst + 2 * nf
+  local psi = tonumber(ARGV[ffirst + 2 * nf])
+  a = ffirst + 2 * nf + 1
   local sweptKey = KEYS[7 + k + i]
 
   local v = redis.call('HGET', KEYS[2], req)
@@ -206,9 +212,25 @@ for i = 1, n do
           st.open = st.open + 1
         end
       end
+      local tp, pc = string.match(record, '^{"tb":%d+,"ta":%d+,"tk":%d+,"kc":%d+,"tp":(%d+),"pc":(%d+)')
+      if tp and psi > 0 then
+        local st = state(psi)
+        if tp ~= '0' then
+          correct(st.tok, tp, usedTokens, tb)
+        end
+        if pc == '1' then
+          st.held = st.held + amount
+          st.open = st.open + 1
+        end
+      end
     end
     if charged and si > 0 then
       local st = state(si)
+      st.cost = st.cost + c
+      st.reqs = st.reqs + 1
+    end
+    if charged and psi > 0 then
+      local st = state(psi)
       st.cost = st.cost + c
       st.reqs = st.reqs + 1
     end
@@ -268,6 +290,10 @@ for i = 1, n do
           cost = cost + d
           if si > 0 then
             local st = state(si)
+            st.cost = st.cost + d
+          end
+          if psi > 0 then
+            local st = state(psi)
             st.cost = st.cost + d
           end
         end

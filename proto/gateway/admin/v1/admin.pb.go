@@ -1172,7 +1172,10 @@ type Key struct {
 	Models []string `protobuf:"bytes,10,rep,name=models,proto3" json:"models,omitempty"`
 	State  KeyState `protobuf:"varint,11,opt,name=state,proto3,enum=gateway.admin.v1.KeyState" json:"state,omitempty"`
 	// The key's own limits, on top of its account's.
-	Limits        *Limits `protobuf:"bytes,12,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *Limits `protobuf:"bytes,12,opt,name=limits,proto3" json:"limits,omitempty"`
+	// The project the key belongs to: "default" for the account's default
+	// project.
+	ProjectId     string `protobuf:"bytes,13,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1291,6 +1294,13 @@ func (x *Key) GetLimits() *Limits {
 	return nil
 }
 
+func (x *Key) GetProjectId() string {
+	if x != nil {
+		return x.ProjectId
+	}
+	return ""
+}
+
 type CreateKeyRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
@@ -1303,7 +1313,9 @@ type CreateKeyRequest struct {
 	//	*CreateKeyRequest_Ttl
 	Expiry isCreateKeyRequest_Expiry `protobuf_oneof:"expiry"`
 	// Empty allows every model.
-	Models        []string `protobuf:"bytes,5,rep,name=models,proto3" json:"models,omitempty"`
+	Models []string `protobuf:"bytes,5,rep,name=models,proto3" json:"models,omitempty"`
+	// The project of the key; empty: the default project.
+	ProjectId     string `protobuf:"bytes,6,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1382,6 +1394,13 @@ func (x *CreateKeyRequest) GetModels() []string {
 		return x.Models
 	}
 	return nil
+}
+
+func (x *CreateKeyRequest) GetProjectId() string {
+	if x != nil {
+		return x.ProjectId
+	}
+	return ""
 }
 
 type isCreateKeyRequest_Expiry interface {
@@ -2078,7 +2097,9 @@ type LedgerEntry struct {
 	VendorKey string `protobuf:"bytes,30,opt,name=vendor_key,json=vendorKey,proto3" json:"vendor_key,omitempty"`
 	// How the client sent the request: "" for HTTP, "websocket" for the
 	// Responses API's WebSocket transport.
-	Transport     string `protobuf:"bytes,31,opt,name=transport,proto3" json:"transport,omitempty"`
+	Transport string `protobuf:"bytes,31,opt,name=transport,proto3" json:"transport,omitempty"`
+	// The project the request counted against; "" for the default project.
+	ProjectId     string `protobuf:"bytes,32,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2326,6 +2347,13 @@ func (x *LedgerEntry) GetVendorKey() string {
 func (x *LedgerEntry) GetTransport() string {
 	if x != nil {
 		return x.Transport
+	}
+	return ""
+}
+
+func (x *LedgerEntry) GetProjectId() string {
+	if x != nil {
+		return x.ProjectId
 	}
 	return ""
 }
@@ -3632,6 +3660,624 @@ func (x *ReconcileDifference) GetUsage() map[string]int64 {
 	return nil
 }
 
+// Project groups keys of one account under limits of their own.
+type Project struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	AccountId string                 `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	Name      string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Unset for the default project, which is implicit.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// The project's limits (a key's, without the concurrency wait); the
+	// default project has none.
+	Limits        *Limits `protobuf:"bytes,5,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Project) Reset() {
+	*x = Project{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Project) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Project) ProtoMessage() {}
+
+func (x *Project) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Project.ProtoReflect.Descriptor instead.
+func (*Project) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *Project) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Project) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *Project) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Project) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Project) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+type CreateProjectRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Unset: no limits.
+	Limits        *Limits `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateProjectRequest) Reset() {
+	*x = CreateProjectRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateProjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateProjectRequest) ProtoMessage() {}
+
+func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
+func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *CreateProjectRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *CreateProjectRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateProjectRequest) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+type CreateProjectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       *Project               `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateProjectResponse) Reset() {
+	*x = CreateProjectResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateProjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateProjectResponse) ProtoMessage() {}
+
+func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
+func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *CreateProjectResponse) GetProject() *Project {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+type ListProjectsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AccountId     string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProjectsRequest) Reset() {
+	*x = ListProjectsRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProjectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProjectsRequest) ProtoMessage() {}
+
+func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
+func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ListProjectsRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+type ListProjectsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Projects      []*Project             `protobuf:"bytes,1,rep,name=projects,proto3" json:"projects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProjectsResponse) Reset() {
+	*x = ListProjectsResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProjectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProjectsResponse) ProtoMessage() {}
+
+func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
+func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ListProjectsResponse) GetProjects() []*Project {
+	if x != nil {
+		return x.Projects
+	}
+	return nil
+}
+
+type SetProjectLimitsRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	AccountId      string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	ProjectId      string                 `protobuf:"bytes,2,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
+	DailyNanoUsd   *int64                 `protobuf:"varint,3,opt,name=daily_nano_usd,json=dailyNanoUsd,proto3,oneof" json:"daily_nano_usd,omitempty"`
+	Rpm            *int64                 `protobuf:"varint,4,opt,name=rpm,proto3,oneof" json:"rpm,omitempty"`
+	WindowMinutes  *int64                 `protobuf:"varint,5,opt,name=window_minutes,json=windowMinutes,proto3,oneof" json:"window_minutes,omitempty"`
+	Tpm            *int64                 `protobuf:"varint,6,opt,name=tpm,proto3,oneof" json:"tpm,omitempty"`
+	Concurrency    *int64                 `protobuf:"varint,7,opt,name=concurrency,proto3,oneof" json:"concurrency,omitempty"`
+	MonthlyNanoUsd *int64                 `protobuf:"varint,8,opt,name=monthly_nano_usd,json=monthlyNanoUsd,proto3,oneof" json:"monthly_nano_usd,omitempty"`
+	TotalNanoUsd   *int64                 `protobuf:"varint,9,opt,name=total_nano_usd,json=totalNanoUsd,proto3,oneof" json:"total_nano_usd,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SetProjectLimitsRequest) Reset() {
+	*x = SetProjectLimitsRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetProjectLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetProjectLimitsRequest) ProtoMessage() {}
+
+func (x *SetProjectLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetProjectLimitsRequest.ProtoReflect.Descriptor instead.
+func (*SetProjectLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *SetProjectLimitsRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *SetProjectLimitsRequest) GetProjectId() string {
+	if x != nil {
+		return x.ProjectId
+	}
+	return ""
+}
+
+func (x *SetProjectLimitsRequest) GetDailyNanoUsd() int64 {
+	if x != nil && x.DailyNanoUsd != nil {
+		return *x.DailyNanoUsd
+	}
+	return 0
+}
+
+func (x *SetProjectLimitsRequest) GetRpm() int64 {
+	if x != nil && x.Rpm != nil {
+		return *x.Rpm
+	}
+	return 0
+}
+
+func (x *SetProjectLimitsRequest) GetWindowMinutes() int64 {
+	if x != nil && x.WindowMinutes != nil {
+		return *x.WindowMinutes
+	}
+	return 0
+}
+
+func (x *SetProjectLimitsRequest) GetTpm() int64 {
+	if x != nil && x.Tpm != nil {
+		return *x.Tpm
+	}
+	return 0
+}
+
+func (x *SetProjectLimitsRequest) GetConcurrency() int64 {
+	if x != nil && x.Concurrency != nil {
+		return *x.Concurrency
+	}
+	return 0
+}
+
+func (x *SetProjectLimitsRequest) GetMonthlyNanoUsd() int64 {
+	if x != nil && x.MonthlyNanoUsd != nil {
+		return *x.MonthlyNanoUsd
+	}
+	return 0
+}
+
+func (x *SetProjectLimitsRequest) GetTotalNanoUsd() int64 {
+	if x != nil && x.TotalNanoUsd != nil {
+		return *x.TotalNanoUsd
+	}
+	return 0
+}
+
+type SetProjectLimitsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Project       *Project               `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetProjectLimitsResponse) Reset() {
+	*x = SetProjectLimitsResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetProjectLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetProjectLimitsResponse) ProtoMessage() {}
+
+func (x *SetProjectLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetProjectLimitsResponse.ProtoReflect.Descriptor instead.
+func (*SetProjectLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *SetProjectLimitsResponse) GetProject() *Project {
+	if x != nil {
+		return x.Project
+	}
+	return nil
+}
+
+type DeleteProjectRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AccountId     string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	ProjectId     string                 `protobuf:"bytes,2,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteProjectRequest) Reset() {
+	*x = DeleteProjectRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteProjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteProjectRequest) ProtoMessage() {}
+
+func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
+func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *DeleteProjectRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *DeleteProjectRequest) GetProjectId() string {
+	if x != nil {
+		return x.ProjectId
+	}
+	return ""
+}
+
+type DeleteProjectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteProjectResponse) Reset() {
+	*x = DeleteProjectResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteProjectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteProjectResponse) ProtoMessage() {}
+
+func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
+func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+}
+
+type MoveKeyRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AccountId string                 `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	KeyId     string                 `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// "default" (or empty) for the default project.
+	ProjectId     string `protobuf:"bytes,3,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveKeyRequest) Reset() {
+	*x = MoveKeyRequest{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveKeyRequest) ProtoMessage() {}
+
+func (x *MoveKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveKeyRequest.ProtoReflect.Descriptor instead.
+func (*MoveKeyRequest) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *MoveKeyRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *MoveKeyRequest) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *MoveKeyRequest) GetProjectId() string {
+	if x != nil {
+		return x.ProjectId
+	}
+	return ""
+}
+
+type MoveKeyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *Key                   `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveKeyResponse) Reset() {
+	*x = MoveKeyResponse{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveKeyResponse) ProtoMessage() {}
+
+func (x *MoveKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveKeyResponse.ProtoReflect.Descriptor instead.
+func (*MoveKeyResponse) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *MoveKeyResponse) GetKey() *Key {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
 var File_gateway_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_gateway_admin_v1_admin_proto_rawDesc = "" +
@@ -3722,7 +4368,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"L\n" +
 	"\x15ResumeAccountResponse\x123\n" +
-	"\aaccount\x18\x01 \x01(\v2\x19.gateway.admin.v1.AccountR\aaccount\"\x86\x04\n" +
+	"\aaccount\x18\x01 \x01(\v2\x19.gateway.admin.v1.AccountR\aaccount\"\xa5\x04\n" +
 	"\x03Key\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -3740,7 +4386,9 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x06models\x18\n" +
 	" \x03(\tR\x06models\x120\n" +
 	"\x05state\x18\v \x01(\x0e2\x1a.gateway.admin.v1.KeyStateR\x05state\x120\n" +
-	"\x06limits\x18\f \x01(\v2\x18.gateway.admin.v1.LimitsR\x06limits\"\xd7\x01\n" +
+	"\x06limits\x18\f \x01(\v2\x18.gateway.admin.v1.LimitsR\x06limits\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\r \x01(\tR\tprojectId\"\xf6\x01\n" +
 	"\x10CreateKeyRequest\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x14\n" +
@@ -3748,7 +4396,9 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\vexpire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampH\x00R\n" +
 	"expireTime\x12-\n" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationH\x00R\x03ttl\x12\x16\n" +
-	"\x06models\x18\x05 \x03(\tR\x06modelsB\b\n" +
+	"\x06models\x18\x05 \x03(\tR\x06models\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\x06 \x01(\tR\tprojectIdB\b\n" +
 	"\x06expiry\"T\n" +
 	"\x11CreateKeyResponse\x12\x16\n" +
 	"\x06secret\x18\x01 \x01(\tR\x06secret\x12'\n" +
@@ -3789,7 +4439,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x19\n" +
 	"\btoken_id\x18\x02 \x01(\tR\atokenId\"J\n" +
 	"\x1bRevokeReadOnlyTokenResponse\x12+\n" +
-	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\xd5\n" +
+	"\x05token\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x05token\"\xf4\n" +
 	"\n" +
 	"\vLedgerEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
@@ -3829,7 +4479,9 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x13regional_uplift_ppm\x18\x1d \x01(\x03R\x11regionalUpliftPpm\x12\x1d\n" +
 	"\n" +
 	"vendor_key\x18\x1e \x01(\tR\tvendorKey\x12\x1c\n" +
-	"\ttransport\x18\x1f \x01(\tR\ttransport\x1a8\n" +
+	"\ttransport\x18\x1f \x01(\tR\ttransport\x12\x1d\n" +
+	"\n" +
+	"project_id\x18  \x01(\tR\tprojectId\x1a8\n" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -3961,7 +4613,62 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01*O\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xbb\x01\n" +
+	"\aProject\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x02 \x01(\tR\taccountId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12;\n" +
+	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x120\n" +
+	"\x06limits\x18\x05 \x01(\v2\x18.gateway.admin.v1.LimitsR\x06limits\"{\n" +
+	"\x14CreateProjectRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x120\n" +
+	"\x06limits\x18\x03 \x01(\v2\x18.gateway.admin.v1.LimitsR\x06limits\"L\n" +
+	"\x15CreateProjectResponse\x123\n" +
+	"\aproject\x18\x01 \x01(\v2\x19.gateway.admin.v1.ProjectR\aproject\"4\n" +
+	"\x13ListProjectsRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\"M\n" +
+	"\x14ListProjectsResponse\x125\n" +
+	"\bprojects\x18\x01 \x03(\v2\x19.gateway.admin.v1.ProjectR\bprojects\"\xcb\x03\n" +
+	"\x17SetProjectLimitsRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\x02 \x01(\tR\tprojectId\x12)\n" +
+	"\x0edaily_nano_usd\x18\x03 \x01(\x03H\x00R\fdailyNanoUsd\x88\x01\x01\x12\x15\n" +
+	"\x03rpm\x18\x04 \x01(\x03H\x01R\x03rpm\x88\x01\x01\x12*\n" +
+	"\x0ewindow_minutes\x18\x05 \x01(\x03H\x02R\rwindowMinutes\x88\x01\x01\x12\x15\n" +
+	"\x03tpm\x18\x06 \x01(\x03H\x03R\x03tpm\x88\x01\x01\x12%\n" +
+	"\vconcurrency\x18\a \x01(\x03H\x04R\vconcurrency\x88\x01\x01\x12-\n" +
+	"\x10monthly_nano_usd\x18\b \x01(\x03H\x05R\x0emonthlyNanoUsd\x88\x01\x01\x12)\n" +
+	"\x0etotal_nano_usd\x18\t \x01(\x03H\x06R\ftotalNanoUsd\x88\x01\x01B\x11\n" +
+	"\x0f_daily_nano_usdB\x06\n" +
+	"\x04_rpmB\x11\n" +
+	"\x0f_window_minutesB\x06\n" +
+	"\x04_tpmB\x0e\n" +
+	"\f_concurrencyB\x13\n" +
+	"\x11_monthly_nano_usdB\x11\n" +
+	"\x0f_total_nano_usd\"O\n" +
+	"\x18SetProjectLimitsResponse\x123\n" +
+	"\aproject\x18\x01 \x01(\v2\x19.gateway.admin.v1.ProjectR\aproject\"T\n" +
+	"\x14DeleteProjectRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\x02 \x01(\tR\tprojectId\"\x17\n" +
+	"\x15DeleteProjectResponse\"e\n" +
+	"\x0eMoveKeyRequest\x12\x1d\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x15\n" +
+	"\x06key_id\x18\x02 \x01(\tR\x05keyId\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\x03 \x01(\tR\tprojectId\":\n" +
+	"\x0fMoveKeyResponse\x12'\n" +
+	"\x03key\x18\x01 \x01(\v2\x15.gateway.admin.v1.KeyR\x03key*O\n" +
 	"\aKeyKind\x12\x18\n" +
 	"\x14KEY_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eKEY_KIND_MODEL\x10\x01\x12\x16\n" +
@@ -3970,7 +4677,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x15KEY_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10KEY_STATE_ACTIVE\x10\x01\x12\x15\n" +
 	"\x11KEY_STATE_EXPIRED\x10\x02\x12\x15\n" +
-	"\x11KEY_STATE_REVOKED\x10\x032\xae\x0f\n" +
+	"\x11KEY_STATE_REVOKED\x10\x032\x8c\x13\n" +
 	"\x05Admin\x12`\n" +
 	"\rCreateAccount\x12&.gateway.admin.v1.CreateAccountRequest\x1a'.gateway.admin.v1.CreateAccountResponse\x12W\n" +
 	"\n" +
@@ -3994,7 +4701,12 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x06GetKey\x12\x1f.gateway.admin.v1.GetKeyRequest\x1a .gateway.admin.v1.GetKeyResponse\x12]\n" +
 	"\fSetKeyLimits\x12%.gateway.admin.v1.SetKeyLimitsRequest\x1a&.gateway.admin.v1.SetKeyLimitsResponse\x12f\n" +
 	"\x0fSetBalanceAlert\x12(.gateway.admin.v1.SetBalanceAlertRequest\x1a).gateway.admin.v1.SetBalanceAlertResponse\x12T\n" +
-	"\tReconcile\x12\".gateway.admin.v1.ReconcileRequest\x1a#.gateway.admin.v1.ReconcileResponseB@Z>github.com/modelgateway/gateway/proto/gateway/admin/v1;adminv1b\x06proto3"
+	"\tReconcile\x12\".gateway.admin.v1.ReconcileRequest\x1a#.gateway.admin.v1.ReconcileResponse\x12`\n" +
+	"\rCreateProject\x12&.gateway.admin.v1.CreateProjectRequest\x1a'.gateway.admin.v1.CreateProjectResponse\x12]\n" +
+	"\fListProjects\x12%.gateway.admin.v1.ListProjectsRequest\x1a&.gateway.admin.v1.ListProjectsResponse\x12i\n" +
+	"\x10SetProjectLimits\x12).gateway.admin.v1.SetProjectLimitsRequest\x1a*.gateway.admin.v1.SetProjectLimitsResponse\x12`\n" +
+	"\rDeleteProject\x12&.gateway.admin.v1.DeleteProjectRequest\x1a'.gateway.admin.v1.DeleteProjectResponse\x12N\n" +
+	"\aMoveKey\x12 .gateway.admin.v1.MoveKeyRequest\x1a!.gateway.admin.v1.MoveKeyResponseB@Z>github.com/modelgateway/gateway/proto/gateway/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_gateway_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -4009,7 +4721,7 @@ func file_gateway_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_gateway_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(KeyKind)(0),                        // 0: gateway.admin.v1.KeyKind
 	(KeyState)(0),                       // 1: gateway.admin.v1.KeyState
@@ -4063,17 +4775,28 @@ var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(*ReconcileResponse)(nil),           // 49: gateway.admin.v1.ReconcileResponse
 	(*ReconcileRow)(nil),                // 50: gateway.admin.v1.ReconcileRow
 	(*ReconcileDifference)(nil),         // 51: gateway.admin.v1.ReconcileDifference
-	nil,                                 // 52: gateway.admin.v1.LedgerEntry.UsageEntry
-	nil,                                 // 53: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
-	nil,                                 // 54: gateway.admin.v1.ReconcileRow.VendorEntry
-	nil,                                 // 55: gateway.admin.v1.ReconcileRow.LedgerEntry
-	nil,                                 // 56: gateway.admin.v1.ReconcileRow.UnexplainedEntry
-	nil,                                 // 57: gateway.admin.v1.ReconcileDifference.UsageEntry
-	(*timestamppb.Timestamp)(nil),       // 58: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 59: google.protobuf.Duration
+	(*Project)(nil),                     // 52: gateway.admin.v1.Project
+	(*CreateProjectRequest)(nil),        // 53: gateway.admin.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil),       // 54: gateway.admin.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),         // 55: gateway.admin.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),        // 56: gateway.admin.v1.ListProjectsResponse
+	(*SetProjectLimitsRequest)(nil),     // 57: gateway.admin.v1.SetProjectLimitsRequest
+	(*SetProjectLimitsResponse)(nil),    // 58: gateway.admin.v1.SetProjectLimitsResponse
+	(*DeleteProjectRequest)(nil),        // 59: gateway.admin.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil),       // 60: gateway.admin.v1.DeleteProjectResponse
+	(*MoveKeyRequest)(nil),              // 61: gateway.admin.v1.MoveKeyRequest
+	(*MoveKeyResponse)(nil),             // 62: gateway.admin.v1.MoveKeyResponse
+	nil,                                 // 63: gateway.admin.v1.LedgerEntry.UsageEntry
+	nil,                                 // 64: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	nil,                                 // 65: gateway.admin.v1.ReconcileRow.VendorEntry
+	nil,                                 // 66: gateway.admin.v1.ReconcileRow.LedgerEntry
+	nil,                                 // 67: gateway.admin.v1.ReconcileRow.UnexplainedEntry
+	nil,                                 // 68: gateway.admin.v1.ReconcileDifference.UsageEntry
+	(*timestamppb.Timestamp)(nil),       // 69: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 70: google.protobuf.Duration
 }
 var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
-	58, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
+	69, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: gateway.admin.v1.Account.limits:type_name -> gateway.admin.v1.Limits
 	3,  // 2: gateway.admin.v1.CreateAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 3: gateway.admin.v1.GetAccountResponse.account:type_name -> gateway.admin.v1.Account
@@ -4082,93 +4805,110 @@ var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
 	3,  // 6: gateway.admin.v1.SuspendAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 7: gateway.admin.v1.ResumeAccountResponse.account:type_name -> gateway.admin.v1.Account
 	0,  // 8: gateway.admin.v1.Key.kind:type_name -> gateway.admin.v1.KeyKind
-	58, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
-	58, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
-	58, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
-	58, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
+	69, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
+	69, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
+	69, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
+	69, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
 	1,  // 13: gateway.admin.v1.Key.state:type_name -> gateway.admin.v1.KeyState
 	2,  // 14: gateway.admin.v1.Key.limits:type_name -> gateway.admin.v1.Limits
-	58, // 15: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
-	59, // 16: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
+	69, // 15: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	70, // 16: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
 	18, // 17: gateway.admin.v1.CreateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	18, // 18: gateway.admin.v1.ListKeysResponse.keys:type_name -> gateway.admin.v1.Key
 	18, // 19: gateway.admin.v1.RevokeKeyResponse.key:type_name -> gateway.admin.v1.Key
-	59, // 20: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
+	70, // 20: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
 	18, // 21: gateway.admin.v1.RotateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	18, // 22: gateway.admin.v1.RotateKeyResponse.old_key:type_name -> gateway.admin.v1.Key
-	58, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
-	59, // 24: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
+	69, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
+	70, // 24: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
 	18, // 25: gateway.admin.v1.CreateReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
 	18, // 26: gateway.admin.v1.RevokeReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
-	58, // 27: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
-	58, // 28: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
-	52, // 29: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
-	53, // 30: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	69, // 27: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
+	69, // 28: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
+	63, // 29: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
+	64, // 30: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
 	31, // 31: gateway.admin.v1.ListLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
 	31, // 32: gateway.admin.v1.ExportLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
-	58, // 33: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	69, // 33: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
 	38, // 34: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
 	18, // 35: gateway.admin.v1.GetKeyResponse.key:type_name -> gateway.admin.v1.Key
 	42, // 36: gateway.admin.v1.GetKeyResponse.usage:type_name -> gateway.admin.v1.KeyUsage
 	18, // 37: gateway.admin.v1.SetKeyLimitsResponse.key:type_name -> gateway.admin.v1.Key
 	42, // 38: gateway.admin.v1.SetKeyLimitsResponse.usage:type_name -> gateway.admin.v1.KeyUsage
 	3,  // 39: gateway.admin.v1.SetBalanceAlertResponse.account:type_name -> gateway.admin.v1.Account
-	58, // 40: gateway.admin.v1.ReconcileRequest.from:type_name -> google.protobuf.Timestamp
-	58, // 41: gateway.admin.v1.ReconcileRequest.to:type_name -> google.protobuf.Timestamp
+	69, // 40: gateway.admin.v1.ReconcileRequest.from:type_name -> google.protobuf.Timestamp
+	69, // 41: gateway.admin.v1.ReconcileRequest.to:type_name -> google.protobuf.Timestamp
 	50, // 42: gateway.admin.v1.ReconcileResponse.rows:type_name -> gateway.admin.v1.ReconcileRow
-	58, // 43: gateway.admin.v1.ReconcileRow.start_time:type_name -> google.protobuf.Timestamp
-	54, // 44: gateway.admin.v1.ReconcileRow.vendor:type_name -> gateway.admin.v1.ReconcileRow.VendorEntry
-	55, // 45: gateway.admin.v1.ReconcileRow.ledger:type_name -> gateway.admin.v1.ReconcileRow.LedgerEntry
-	56, // 46: gateway.admin.v1.ReconcileRow.unexplained:type_name -> gateway.admin.v1.ReconcileRow.UnexplainedEntry
+	69, // 43: gateway.admin.v1.ReconcileRow.start_time:type_name -> google.protobuf.Timestamp
+	65, // 44: gateway.admin.v1.ReconcileRow.vendor:type_name -> gateway.admin.v1.ReconcileRow.VendorEntry
+	66, // 45: gateway.admin.v1.ReconcileRow.ledger:type_name -> gateway.admin.v1.ReconcileRow.LedgerEntry
+	67, // 46: gateway.admin.v1.ReconcileRow.unexplained:type_name -> gateway.admin.v1.ReconcileRow.UnexplainedEntry
 	51, // 47: gateway.admin.v1.ReconcileRow.explained:type_name -> gateway.admin.v1.ReconcileDifference
-	57, // 48: gateway.admin.v1.ReconcileDifference.usage:type_name -> gateway.admin.v1.ReconcileDifference.UsageEntry
-	4,  // 49: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
-	6,  // 50: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
-	8,  // 51: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
-	10, // 52: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
-	12, // 53: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
-	14, // 54: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
-	16, // 55: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
-	19, // 56: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
-	21, // 57: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
-	23, // 58: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
-	25, // 59: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
-	27, // 60: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
-	29, // 61: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
-	32, // 62: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
-	34, // 63: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
-	36, // 64: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
-	39, // 65: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
-	41, // 66: gateway.admin.v1.Admin.GetKey:input_type -> gateway.admin.v1.GetKeyRequest
-	44, // 67: gateway.admin.v1.Admin.SetKeyLimits:input_type -> gateway.admin.v1.SetKeyLimitsRequest
-	46, // 68: gateway.admin.v1.Admin.SetBalanceAlert:input_type -> gateway.admin.v1.SetBalanceAlertRequest
-	48, // 69: gateway.admin.v1.Admin.Reconcile:input_type -> gateway.admin.v1.ReconcileRequest
-	5,  // 70: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
-	7,  // 71: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
-	9,  // 72: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
-	11, // 73: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
-	13, // 74: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
-	15, // 75: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
-	17, // 76: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
-	20, // 77: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
-	22, // 78: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
-	24, // 79: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
-	26, // 80: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
-	28, // 81: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
-	30, // 82: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
-	33, // 83: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
-	35, // 84: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
-	37, // 85: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
-	40, // 86: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
-	43, // 87: gateway.admin.v1.Admin.GetKey:output_type -> gateway.admin.v1.GetKeyResponse
-	45, // 88: gateway.admin.v1.Admin.SetKeyLimits:output_type -> gateway.admin.v1.SetKeyLimitsResponse
-	47, // 89: gateway.admin.v1.Admin.SetBalanceAlert:output_type -> gateway.admin.v1.SetBalanceAlertResponse
-	49, // 90: gateway.admin.v1.Admin.Reconcile:output_type -> gateway.admin.v1.ReconcileResponse
-	70, // [70:91] is the sub-list for method output_type
-	49, // [49:70] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	68, // 48: gateway.admin.v1.ReconcileDifference.usage:type_name -> gateway.admin.v1.ReconcileDifference.UsageEntry
+	69, // 49: gateway.admin.v1.Project.create_time:type_name -> google.protobuf.Timestamp
+	2,  // 50: gateway.admin.v1.Project.limits:type_name -> gateway.admin.v1.Limits
+	2,  // 51: gateway.admin.v1.CreateProjectRequest.limits:type_name -> gateway.admin.v1.Limits
+	52, // 52: gateway.admin.v1.CreateProjectResponse.project:type_name -> gateway.admin.v1.Project
+	52, // 53: gateway.admin.v1.ListProjectsResponse.projects:type_name -> gateway.admin.v1.Project
+	52, // 54: gateway.admin.v1.SetProjectLimitsResponse.project:type_name -> gateway.admin.v1.Project
+	18, // 55: gateway.admin.v1.MoveKeyResponse.key:type_name -> gateway.admin.v1.Key
+	4,  // 56: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
+	6,  // 57: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
+	8,  // 58: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
+	10, // 59: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
+	12, // 60: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
+	14, // 61: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
+	16, // 62: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
+	19, // 63: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
+	21, // 64: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
+	23, // 65: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
+	25, // 66: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
+	27, // 67: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
+	29, // 68: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
+	32, // 69: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
+	34, // 70: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
+	36, // 71: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
+	39, // 72: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
+	41, // 73: gateway.admin.v1.Admin.GetKey:input_type -> gateway.admin.v1.GetKeyRequest
+	44, // 74: gateway.admin.v1.Admin.SetKeyLimits:input_type -> gateway.admin.v1.SetKeyLimitsRequest
+	46, // 75: gateway.admin.v1.Admin.SetBalanceAlert:input_type -> gateway.admin.v1.SetBalanceAlertRequest
+	48, // 76: gateway.admin.v1.Admin.Reconcile:input_type -> gateway.admin.v1.ReconcileRequest
+	53, // 77: gateway.admin.v1.Admin.CreateProject:input_type -> gateway.admin.v1.CreateProjectRequest
+	55, // 78: gateway.admin.v1.Admin.ListProjects:input_type -> gateway.admin.v1.ListProjectsRequest
+	57, // 79: gateway.admin.v1.Admin.SetProjectLimits:input_type -> gateway.admin.v1.SetProjectLimitsRequest
+	59, // 80: gateway.admin.v1.Admin.DeleteProject:input_type -> gateway.admin.v1.DeleteProjectRequest
+	61, // 81: gateway.admin.v1.Admin.MoveKey:input_type -> gateway.admin.v1.MoveKeyRequest
+	5,  // 82: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
+	7,  // 83: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
+	9,  // 84: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
+	11, // 85: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
+	13, // 86: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
+	15, // 87: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
+	17, // 88: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
+	20, // 89: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
+	22, // 90: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
+	24, // 91: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
+	26, // 92: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
+	28, // 93: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
+	30, // 94: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
+	33, // 95: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
+	35, // 96: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
+	37, // 97: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
+	40, // 98: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
+	43, // 99: gateway.admin.v1.Admin.GetKey:output_type -> gateway.admin.v1.GetKeyResponse
+	45, // 100: gateway.admin.v1.Admin.SetKeyLimits:output_type -> gateway.admin.v1.SetKeyLimitsResponse
+	47, // 101: gateway.admin.v1.Admin.SetBalanceAlert:output_type -> gateway.admin.v1.SetBalanceAlertResponse
+	49, // 102: gateway.admin.v1.Admin.Reconcile:output_type -> gateway.admin.v1.ReconcileResponse
+	54, // 103: gateway.admin.v1.Admin.CreateProject:output_type -> gateway.admin.v1.CreateProjectResponse
+	56, // 104: gateway.admin.v1.Admin.ListProjects:output_type -> gateway.admin.v1.ListProjectsResponse
+	58, // 105: gateway.admin.v1.Admin.SetProjectLimits:output_type -> gateway.admin.v1.SetProjectLimitsResponse
+	60, // 106: gateway.admin.v1.Admin.DeleteProject:output_type -> gateway.admin.v1.DeleteProjectResponse
+	62, // 107: gateway.admin.v1.Admin.MoveKey:output_type -> gateway.admin.v1.MoveKeyResponse
+	82, // [82:108] is the sub-list for method output_type
+	56, // [56:82] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_gateway_admin_v1_admin_proto_init() }
@@ -4187,13 +4927,14 @@ func file_gateway_admin_v1_admin_proto_init() {
 		(*CreateReadOnlyTokenRequest_Ttl)(nil),
 	}
 	file_gateway_admin_v1_admin_proto_msgTypes[42].OneofWrappers = []any{}
+	file_gateway_admin_v1_admin_proto_msgTypes[55].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gateway_admin_v1_admin_proto_rawDesc), len(file_gateway_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   56,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -51,6 +51,11 @@ const (
 	Admin_SetKeyLimits_FullMethodName        = "/gateway.admin.v1.Admin/SetKeyLimits"
 	Admin_SetBalanceAlert_FullMethodName     = "/gateway.admin.v1.Admin/SetBalanceAlert"
 	Admin_Reconcile_FullMethodName           = "/gateway.admin.v1.Admin/Reconcile"
+	Admin_CreateProject_FullMethodName       = "/gateway.admin.v1.Admin/CreateProject"
+	Admin_ListProjects_FullMethodName        = "/gateway.admin.v1.Admin/ListProjects"
+	Admin_SetProjectLimits_FullMethodName    = "/gateway.admin.v1.Admin/SetProjectLimits"
+	Admin_DeleteProject_FullMethodName       = "/gateway.admin.v1.Admin/DeleteProject"
+	Admin_MoveKey_FullMethodName             = "/gateway.admin.v1.Admin/MoveKey"
 )
 
 // AdminClient is the client API for Admin service.
@@ -113,6 +118,23 @@ type AdminClient interface {
 	// key, model and bucket. FAILED_PRECONDITION when no upstream has an
 	// admin key.
 	Reconcile(ctx context.Context, in *ReconcileRequest, opts ...grpc.CallOption) (*ReconcileResponse, error)
+	// CreateProject makes a project in an account: keys moved or made in it
+	// count against its limits as well as their own and the account's.
+	CreateProject(ctx context.Context, in *CreateProjectRequest, opts ...grpc.CallOption) (*CreateProjectResponse, error)
+	// ListProjects lists an account's projects, the default one first.
+	ListProjects(ctx context.Context, in *ListProjectsRequest, opts ...grpc.CallOption) (*ListProjectsResponse, error)
+	// SetProjectLimits changes a project's limits; unset fields keep their
+	// value, zero removes a limit. FAILED_PRECONDITION for the default
+	// project, which has none of its own. Seen by every sidecar within the
+	// key cache's TTL.
+	SetProjectLimits(ctx context.Context, in *SetProjectLimitsRequest, opts ...grpc.CallOption) (*SetProjectLimitsResponse, error)
+	// DeleteProject deletes a project; FAILED_PRECONDITION while it has keys
+	// (revoked ones included) and for the default project.
+	DeleteProject(ctx context.Context, in *DeleteProjectRequest, opts ...grpc.CallOption) (*DeleteProjectResponse, error)
+	// MoveKey moves a model key to another project of its account ("default"
+	// for the default project). Its future requests count against the new
+	// project; what it spent stays with the old one.
+	MoveKey(ctx context.Context, in *MoveKeyRequest, opts ...grpc.CallOption) (*MoveKeyResponse, error)
 }
 
 type adminClient struct {
@@ -333,6 +355,56 @@ func (c *adminClient) Reconcile(ctx context.Context, in *ReconcileRequest, opts 
 	return out, nil
 }
 
+func (c *adminClient) CreateProject(ctx context.Context, in *CreateProjectRequest, opts ...grpc.CallOption) (*CreateProjectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateProjectResponse)
+	err := c.cc.Invoke(ctx, Admin_CreateProject_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListProjects(ctx context.Context, in *ListProjectsRequest, opts ...grpc.CallOption) (*ListProjectsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListProjectsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListProjects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) SetProjectLimits(ctx context.Context, in *SetProjectLimitsRequest, opts ...grpc.CallOption) (*SetProjectLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetProjectLimitsResponse)
+	err := c.cc.Invoke(ctx, Admin_SetProjectLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DeleteProject(ctx context.Context, in *DeleteProjectRequest, opts ...grpc.CallOption) (*DeleteProjectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteProjectResponse)
+	err := c.cc.Invoke(ctx, Admin_DeleteProject_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) MoveKey(ctx context.Context, in *MoveKeyRequest, opts ...grpc.CallOption) (*MoveKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveKeyResponse)
+	err := c.cc.Invoke(ctx, Admin_MoveKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -393,6 +465,23 @@ type AdminServer interface {
 	// key, model and bucket. FAILED_PRECONDITION when no upstream has an
 	// admin key.
 	Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error)
+	// CreateProject makes a project in an account: keys moved or made in it
+	// count against its limits as well as their own and the account's.
+	CreateProject(context.Context, *CreateProjectRequest) (*CreateProjectResponse, error)
+	// ListProjects lists an account's projects, the default one first.
+	ListProjects(context.Context, *ListProjectsRequest) (*ListProjectsResponse, error)
+	// SetProjectLimits changes a project's limits; unset fields keep their
+	// value, zero removes a limit. FAILED_PRECONDITION for the default
+	// project, which has none of its own. Seen by every sidecar within the
+	// key cache's TTL.
+	SetProjectLimits(context.Context, *SetProjectLimitsRequest) (*SetProjectLimitsResponse, error)
+	// DeleteProject deletes a project; FAILED_PRECONDITION while it has keys
+	// (revoked ones included) and for the default project.
+	DeleteProject(context.Context, *DeleteProjectRequest) (*DeleteProjectResponse, error)
+	// MoveKey moves a model key to another project of its account ("default"
+	// for the default project). Its future requests count against the new
+	// project; what it spent stays with the old one.
+	MoveKey(context.Context, *MoveKeyRequest) (*MoveKeyResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -465,6 +554,21 @@ func (UnimplementedAdminServer) SetBalanceAlert(context.Context, *SetBalanceAler
 }
 func (UnimplementedAdminServer) Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reconcile not implemented")
+}
+func (UnimplementedAdminServer) CreateProject(context.Context, *CreateProjectRequest) (*CreateProjectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateProject not implemented")
+}
+func (UnimplementedAdminServer) ListProjects(context.Context, *ListProjectsRequest) (*ListProjectsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListProjects not implemented")
+}
+func (UnimplementedAdminServer) SetProjectLimits(context.Context, *SetProjectLimitsRequest) (*SetProjectLimitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetProjectLimits not implemented")
+}
+func (UnimplementedAdminServer) DeleteProject(context.Context, *DeleteProjectRequest) (*DeleteProjectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteProject not implemented")
+}
+func (UnimplementedAdminServer) MoveKey(context.Context, *MoveKeyRequest) (*MoveKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveKey not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -865,6 +969,96 @@ func _Admin_Reconcile_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_CreateProject_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateProjectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).CreateProject(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_CreateProject_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).CreateProject(ctx, req.(*CreateProjectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListProjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListProjectsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListProjects(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListProjects_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListProjects(ctx, req.(*ListProjectsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_SetProjectLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetProjectLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetProjectLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetProjectLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetProjectLimits(ctx, req.(*SetProjectLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DeleteProject_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteProjectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeleteProject(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DeleteProject_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeleteProject(ctx, req.(*DeleteProjectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_MoveKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).MoveKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_MoveKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).MoveKey(ctx, req.(*MoveKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -955,6 +1149,26 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reconcile",
 			Handler:    _Admin_Reconcile_Handler,
+		},
+		{
+			MethodName: "CreateProject",
+			Handler:    _Admin_CreateProject_Handler,
+		},
+		{
+			MethodName: "ListProjects",
+			Handler:    _Admin_ListProjects_Handler,
+		},
+		{
+			MethodName: "SetProjectLimits",
+			Handler:    _Admin_SetProjectLimits_Handler,
+		},
+		{
+			MethodName: "DeleteProject",
+			Handler:    _Admin_DeleteProject_Handler,
+		},
+		{
+			MethodName: "MoveKey",
+			Handler:    _Admin_MoveKey_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
