@@ -219,28 +219,33 @@ func (r *requestAccounts) get(id string) string {
 // (its upstream access log): the request's id, the vendor's status and the
 // reply's headers as header reads them (the evidence keypool.Judge weighs).
 func (s *Server) KeyAttempt(upstream, key, requestID string, status int, header func(string) string, sent time.Time) {
+	for _, u := range s.upstreams {
+		if u.Name == upstream && u.Pool != nil {
+			s.judgeAttempt(u, key, s.attempts.get(requestID), status, header, sent)
+		}
+	}
+}
+
+// judgeAttempt takes one refusal of account's request (empty: unknown)
+// on u's key by the blame table, whichever way to the vendor it came.
+func (s *Server) judgeAttempt(u *Upstream, key, account string, status int, header func(string) string, sent time.Time) {
 	rule, ok := keypool.Judge(status, header)
 	if !ok {
 		return
 	}
-	for _, u := range s.upstreams {
-		if u.Name != upstream || u.Pool == nil {
-			continue
-		}
-		if status == 429 || status == 529 {
-			s.metrics.vendorKeyLimited.WithLabelValues(upstream, key).Inc()
-		}
-		s.metrics.vendorKeyRefusals.WithLabelValues(upstream, rule.Blame).Inc()
-		u.Pool.Capacity(key, header)
-		account := s.attempts.get(requestID)
-		v := u.Pool.Attempt(key, account, rule, retryAfter(header("retry-after"), s.now()), sent)
-		if rule.Blame != keypool.BlameKey {
-			s.log.Info("vendor refusal not charged to the key", "upstream", upstream, "vendor_key", key, "status", status,
-				"rule", rule.Name, "blame", rule.Blame, "account_id", account, "key_state", v.State)
-		}
-		if v.Barred {
-			s.log.Warn("account refused on the pool: its requests keep drawing refusals on healthy keys", "upstream", upstream, "account_id", account)
-		}
+	upstream := u.Name
+	if status == 429 || status == 529 {
+		s.metrics.vendorKeyLimited.WithLabelValues(upstream, key).Inc()
+	}
+	s.metrics.vendorKeyRefusals.WithLabelValues(upstream, rule.Blame).Inc()
+	u.Pool.Capacity(key, header)
+	v := u.Pool.Attempt(key, account, rule, retryAfter(header("retry-after"), s.now()), sent)
+	if rule.Blame != keypool.BlameKey {
+		s.log.Info("vendor refusal not charged to the key", "upstream", upstream, "vendor_key", key, "status", status,
+			"rule", rule.Name, "blame", rule.Blame, "account_id", account, "key_state", v.State)
+	}
+	if v.Barred {
+		s.log.Warn("account refused on the pool: its requests keep drawing refusals on healthy keys", "upstream", upstream, "account_id", account)
 	}
 }
 
