@@ -128,7 +128,7 @@ func (ln *line) exchange() *exchange {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	return &exchange{s: ln.s, upstream: ln.u, op: ln.op, path: ln.path, key: ln.key, started: ln.s.now(),
-		contentType: "application/json", transport: ln.transport, localRef: ln.isLocal}
+		intake: intake{contentType: "application/json"}, transport: ln.transport, localRef: ln.isLocal}
 }
 
 // Refuse is a refusal of kind in the line's format.
