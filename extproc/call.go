@@ -145,10 +145,14 @@ func (ln *line) Fallback() *Refusal {
 	return &Refusal{Status: SocketFallbackStatus, Header: http.Header{"Content-Type": {"application/json"}, "Upgrade": {"HTTP/1.1"}}, Body: body}
 }
 
-// DialRefused answers a client whose vendor connection the vendor refused
-// with status (0: none came); nil: the vendor does not speak the
-// transport there, and the client should fall back.
-func (ln *line) DialRefused(status int, err error) *Refusal {
+// DialRefused answers a client whose vendor connection failed with err,
+// the vendor's reply resp (nil: none came); a vendor that does not speak
+// the transport there gets the client to fall back.
+func (ln *line) DialRefused(resp *http.Response, err error) *Refusal {
+	status := 0
+	if resp != nil {
+		status = resp.StatusCode
+	}
 	switch {
 	case status == http.StatusServiceUnavailable || status == 0:
 		ln.s.log.Warn("vendor connection failed", "upstream", ln.u.Name, "status", status, "transport", ln.transport, "err", err)
@@ -160,16 +164,18 @@ func (ln *line) DialRefused(status int, err error) *Refusal {
 	case status >= 500:
 		return ln.Refuse(format.Unavailable, "the vendor is unavailable; retry shortly", time.Second)
 	}
-	return nil // the endpoint does not speak the transport (404, 405, 426...)
+	return ln.Fallback() // the endpoint does not speak the transport (404, 405, 426...)
 }
 
-// Served records what served the line's vendor connection: the endpoint
-// (or the address Envoy connected to) and the vendor key.
-func (ln *line) Served(endpoint, addr, key string) {
-	if endpoint == "" && ln.u.addrs != nil {
-		endpoint = ln.u.addrs.endpointOf(addr)
+// Served records what served the line's vendor connection, as the headers
+// of the relay's reply name it: the endpoint and the vendor key. Where the
+// contract carries no host metadata (the reduced one), the address Envoy
+// connected to says which endpoint it is.
+func (ln *line) Served(h http.Header) {
+	ln.endpoint, ln.vendorKey = h.Get("x-gateway-endpoint"), h.Get("x-gateway-vendor-key")
+	if ln.endpoint == "" && ln.u.addrs != nil {
+		ln.endpoint = ln.u.addrs.endpointOf(h.Get("x-gateway-upstream-address"))
 	}
-	ln.endpoint, ln.vendorKey = endpoint, key
 }
 
 // ErrorEvent is a refusal as the transport's error event.
@@ -319,6 +325,29 @@ func (c *call) Sent(ctx context.Context, end bool) {
 	if end && c.x.stored != nil {
 		if id, _ := c.x.stored.Response(); id != "" {
 			c.ln.remember(id)
+		}
+	}
+}
+
+// drainWait bounds how long a call whose client left is still read from
+// the vendor, for the vendor's own final usage.
+const drainWait = 5 * time.Second
+
+// Drain meters the rest of a call whose client left, each vendor event
+// from next (false: no more): the vendor generates (and bills) the reply
+// to its end, so its last event, with the vendor's usage, settles the
+// call when it comes within drainWait; otherwise Finish settles it at what
+// was seen, flagged as estimated. Nothing is sent to the client.
+func (c *call) Drain(ctx context.Context, next func(context.Context) ([]byte, bool)) {
+	wait, cancel := context.WithTimeout(ctx, drainWait)
+	defer cancel()
+	for {
+		data, ok := next(wait)
+		if !ok {
+			return
+		}
+		if _, end, r := c.Event(ctx, data); end || r != nil {
+			return
 		}
 	}
 }

@@ -1,12 +1,10 @@
 package extproc
 
-// The WebSocket transport, an adapter over lines and calls (call.go).
-// Envoy routes the upgrade of an operation's socket path to the sidecar's
-// control listener (SocketPrefix); the handshake opens a line (the key
-// checked, the vendor key steered), the sidecar opens its own socket to the
-// vendor through Envoy's relay listener (which adds the vendor credential
-// and picks the endpoint), and each client message that starts a request
-// is one call, its vendor messages the events of its reply.
+// The WebSocket transport: an adapter over a line and its calls (call.go).
+// The handshake opens the line (the key checked, the vendor key steered)
+// and the vendor's socket through Envoy's relay listener (which adds the
+// vendor credential); each client message is one call, each vendor message
+// an event of its reply. Its settings and bounds: socketparts.go.
 
 import (
 	"context"
@@ -35,10 +33,9 @@ type socketHandler struct {
 }
 
 func (h *socketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s := h.s
 	path := strings.TrimPrefix(r.URL.Path, strings.TrimSuffix(SocketPrefix, "/"))
 	creds := auth.Headers{XAPIKey: r.Header.Values("x-api-key"), Authorization: r.Header.Values("authorization")}
-	ln, refusal := s.openLine(r.Context(), path, TransportWebSocket, creds, r.Header.Get(sessionHeader))
+	ln, refusal := h.s.openLine(r.Context(), path, TransportWebSocket, creds, r.Header.Get(sessionHeader))
 	switch {
 	case refusal != nil:
 	case !strings.EqualFold(r.Header.Get("upgrade"), "websocket"):
@@ -46,7 +43,7 @@ func (h *socketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case h.o.Disabled[ln.Upstream()]:
 		refusal = ln.Fallback()
 	case !h.open.take(ln.KeyID()):
-		s.metrics.socketRefusals.Inc()
+		h.s.metrics.socketRefusals.Inc()
 		refusal = ln.Refuse(format.RateLimited, "this key has "+strconv.Itoa(h.o.PerKey)+
 			" WebSocket connections open on this gateway, the most it may; close one (or send over HTTP) and retry", time.Second)
 	}
@@ -61,21 +58,14 @@ func (h *socketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	vendor, resp, err := websocket.Dial(ctx, "ws://"+h.o.Relay+"/"+ln.Upstream()+ln.Sub, &websocket.DialOptions{HTTPHeader: ln.Forwarded(r.Header)})
 	cancel()
 	if err != nil {
-		status := 0
-		if resp != nil {
-			status = resp.StatusCode
-		}
-		if refusal = ln.DialRefused(status, err); refusal == nil {
-			refusal = ln.Fallback()
-		}
-		refusal.Write(w)
+		ln.DialRefused(resp, err).Write(w)
 		return
 	}
 	vendor.SetReadLimit(-1) // the vendor's events: a final response can be large
-	ln.Served(resp.Header.Get("x-gateway-endpoint"), resp.Header.Get("x-gateway-upstream-address"), resp.Header.Get("x-gateway-vendor-key"))
-	chat := newChatter(h.o.PingsPerSecond, s.now())
+	ln.Served(resp.Header)
+	chat := newChatter(h.o.PingsPerSecond, h.s.now())
 	client, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true,
-		OnPingReceived: func(context.Context, []byte) bool { return chat.spend(s.now()) }})
+		OnPingReceived: func(context.Context, []byte) bool { return chat.spend(h.s.now()) }})
 	if err != nil {
 		vendor.CloseNow()
 		return
@@ -89,49 +79,21 @@ type socketConn struct {
 	h              *socketHandler
 	ln             *line
 	client, vendor *websocket.Conn
-	// waiting is the one client message read while a response ran; no
-	// other is read until that response ends (back-pressure).
-	waiting *socketMsg
-	chat    *chatter
-	idle    *time.Timer
-	cur     *call // the call running
-}
-
-type socketMsg struct {
-	typ  websocket.MessageType
-	data []byte
-	err  error
-}
-
-// reader reads one side's messages into a channel until it fails.
-func reader(ctx context.Context, c *websocket.Conn, out chan<- socketMsg) {
-	for {
-		t, data, err := c.Read(ctx)
-		select {
-		case out <- socketMsg{t, data, err}:
-		case <-ctx.Done():
-			return
-		}
-		if err != nil {
-			return
-		}
-	}
+	waiting        *socketMsg // the one client message read while a call runs
+	chat           *chatter
+	idle           *time.Timer
+	cur            *call // the call running
 }
 
 // run serves the socket until either side closes it or it idles out: one
-// call at a time, and while it runs, at most one more client message read
-// (back-pressure: until it is served no other is, so Envoy and the client
-// hold the rest).
+// call at a time, and while it runs one more client message read at most
+// (back-pressure: Envoy and the client hold the rest).
 func (c *socketConn) run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer c.vendor.CloseNow()
 	defer c.client.CloseNow()
-	limit := c.h.s.maxBody
-	if limit <= 0 {
-		limit = defaultMaxSocketMessage
-	}
-	c.client.SetReadLimit(limit)
+	c.client.SetReadLimit(messageLimit(c.h.s.maxBody))
 	fromClient := make(chan socketMsg) // unbuffered: the reader holds at most the one message it read
 	fromVendor := make(chan socketMsg, 64)
 	go reader(ctx, c.client, fromClient)
@@ -161,7 +123,7 @@ func (c *socketConn) run(ctx context.Context) {
 		case m := <-in:
 			switch {
 			case m.err != nil && c.cur != nil: // the client left mid-response; the vendor goes on with it
-				c.drain(ctx, fromVendor)
+				c.cur.Drain(ctx, next(fromVendor))
 				fallthrough
 			case m.err != nil: // the client closed (or broke) its socket
 				c.vendor.Close(websocket.StatusNormalClosure, "")
@@ -264,28 +226,6 @@ func (c *socketConn) end() {
 		c.cur.Finish()
 		c.cur = nil
 		c.idle.Reset(c.h.o.Idle)
-	}
-}
-
-// drain meters the rest of a call whose client left: the vendor generates
-// (and bills) it to its end, so its last event, with the vendor's usage,
-// settles the call when it comes within socketDrainWait; otherwise Finish
-// settles it at what was seen, flagged as estimated.
-func (c *socketConn) drain(ctx context.Context, fromVendor chan socketMsg) {
-	wait := time.NewTimer(socketDrainWait)
-	defer wait.Stop()
-	for {
-		select {
-		case v := <-fromVendor:
-			if v.err != nil {
-				return
-			}
-			if _, end, r := c.cur.Event(ctx, v.data); end || r != nil {
-				return
-			}
-		case <-wait.C:
-			return
-		}
 	}
 }
 

@@ -1,13 +1,17 @@
 package extproc
 
-// The WebSocket transport's settings (socket.go), and its bounds beside
-// admission: sockets per key, and a rate for what a socket costs the
-// sidecar without being admitted.
+// The WebSocket transport's parts beside its adapter (socket.go): its
+// settings, its bounds beside admission (sockets per key, and a rate for
+// what a socket costs the sidecar without being admitted), and the readers
+// that turn each side's socket into a channel.
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/modelgateway/gateway/internal/config"
 )
@@ -21,17 +25,13 @@ const SocketPrefix = "/socket/"
 const TransportWebSocket = "websocket"
 
 // defaultMaxSocketMessage bounds one client message when
-// limits.max_request_bytes, which bounds a body over HTTP, is unset.
+// limits.max_request_bytes is unset.
 const defaultMaxSocketMessage = 32 << 20
 
 // SocketFallbackStatus answers an upgrade the vendor cannot take (an
 // endpoint that speaks HTTP only): 426 Upgrade Required. Codex switches to
 // HTTP for the session on it, and the SDKs raise at connect().
 const SocketFallbackStatus = http.StatusUpgradeRequired
-
-// socketDrainWait bounds how long a response whose client left is still
-// read from the vendor, for the vendor's own final usage.
-const socketDrainWait = 5 * time.Second
 
 // SocketOptions configure the WebSocket transport.
 type SocketOptions struct {
@@ -130,4 +130,47 @@ func (b *chatter) spend(now time.Time) bool {
 	}
 	b.tokens--
 	return true
+}
+
+// messageLimit bounds one client message: limits.max_request_bytes, as
+// over HTTP, or defaultMaxSocketMessage without it.
+func messageLimit(maxBody int64) int64 {
+	if maxBody <= 0 {
+		return defaultMaxSocketMessage
+	}
+	return maxBody
+}
+
+type socketMsg struct {
+	typ  websocket.MessageType
+	data []byte
+	err  error
+}
+
+// reader reads one side's messages into a channel until it fails.
+func reader(ctx context.Context, c *websocket.Conn, out chan<- socketMsg) {
+	for {
+		t, data, err := c.Read(ctx)
+		select {
+		case out <- socketMsg{t, data, err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// next reads a call's next vendor event from the vendor socket's
+// channel; false once the socket failed or ctx ended.
+func next(fromVendor <-chan socketMsg) func(context.Context) ([]byte, bool) {
+	return func(ctx context.Context) ([]byte, bool) {
+		select {
+		case v := <-fromVendor:
+			return v.data, v.err == nil
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
 }
