@@ -73,8 +73,11 @@ type intake struct {
 	bounds      operation.Bounds // the request's bounds, fixed at admission
 	hasLength   bool             // the client sent content-length
 	contentType string           // the request's, for a multipart body's boundary
-	// headerSession: the client's session header chose the vendor key.
+	// headerSession: the client's session header chose the vendor key;
+	// creator: the vendor key that created the stored objects the request
+	// names, which the request is steered to.
 	headerSession bool
+	creator       string
 }
 
 // holding is the request's hold, from its admission to its settlement.
