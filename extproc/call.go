@@ -311,8 +311,8 @@ func (c *call) Event(ctx context.Context, data []byte) (out []byte, end bool, r 
 		c.ln.s.vendorErrorEvent(c.ln.u, x.vendorKey, x.key.AccountID, status, data, x.started)
 	}
 	c.frame = append(append(append(c.frame[:0], "data: "...), data...), '\n', '\n')
-	if r := refusalOf(x.responseBody(ctx, &extprocv3.HttpBody{Body: c.frame, EndOfStream: end}, nil)); r != nil {
-		return nil, true, r
+	if _, _, lost := x.chunk(ctx, c.frame, end); lost {
+		return nil, true, c.ln.Refuse(format.Unavailable, leaseLostMessage, time.Second)
 	}
 	return c.ln.scrub(data, typ, status, x.scrub), end, nil
 }
