@@ -96,7 +96,9 @@ type line struct {
 func (s *Server) openLine(ctx context.Context, path, transport string, creds auth.Headers, session string) (*line, *Refusal) {
 	ln := &line{s: s, u: s.upstream(path), transport: transport, creds: creds, local: map[string]bool{}}
 	if ln.u == nil {
-		return nil, &Refusal{Status: http.StatusNotFound, Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, Body: []byte("404 page not found\n")}
+		// As net/http's NotFound: no upstream's format applies.
+		return nil, &Refusal{Status: http.StatusNotFound, Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"},
+			"X-Content-Type-Options": {"nosniff"}}, Body: []byte("404 page not found\n")}
 	}
 	ln.Sub = path[len(ln.u.prefix)-1:]
 	x := ln.exchange()
