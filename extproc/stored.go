@@ -1,9 +1,10 @@
 package extproc
 
 // Objects the vendor keeps (stored responses): the id a reply names is
-// bound to the account that made the request, and a request naming an id
-// (on an Owned path, or in its body: format.Request.Refs) goes on only for
-// that account. The operation says which replies name an object (its
+// bound to the account that made the request and the vendor key that
+// served it, and a request naming an id (on an Owned path, or in its body:
+// format.Request.Refs) goes on only for that account, steered to that key
+// (keys.go, steerToCreator). The operation says which replies name an object (its
 // meter implements format.Stored) and where ids appear; the mechanism is
 // the same for every operation. Background requests, settled when their
 // object ends, are in parked.go.
