@@ -81,7 +81,7 @@ type line struct {
 	// Sub is the vendor path after the upstream's prefix.
 	Sub string
 	// KeyCluster names the aggregate that tries the key steering chose
-	// first; "" without a pool. Endpoint and vendorKey served the line.
+	// first; "" without a pool. endpoint and vendorKey served the line.
 	KeyCluster          string
 	endpoint, vendorKey string
 
@@ -121,7 +121,11 @@ func (s *Server) openLine(ctx context.Context, path, transport string, creds aut
 }
 
 // KeyID is the line's client key.
-func (ln *line) KeyID() string { return ln.key.ID }
+func (ln *line) KeyID() string {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.key.ID
+}
 
 // Upstream names the line's upstream.
 func (ln *line) Upstream() string { return ln.u.Name }
