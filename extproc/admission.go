@@ -297,8 +297,10 @@ func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.Proc
 			return resp
 		}
 	}
+	r := &extprocv3.CommonResponse{}
+	x.steerByBody(r) // to the key that created what it names
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
+		RequestBody: &extprocv3.BodyResponse{Response: r},
 	}}
 }
 

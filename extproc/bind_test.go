@@ -37,8 +37,8 @@ func (o *slowOwners) Bind(ctx context.Context, bs ...store.Binding) error {
 	return nil
 }
 
-func (o *slowOwners) ResponseOwners(ctx context.Context, ids []string) ([]string, error) {
-	return make([]string, len(ids)), nil
+func (o *slowOwners) ResponseOwners(ctx context.Context, ids []string) ([]string, []string, error) {
+	return make([]string, len(ids)), make([]string, len(ids)), nil
 }
 
 // A streamed response names its stored response in its first event. The
@@ -122,7 +122,7 @@ func TestStreamItemsBoundBesideTheStream(t *testing.T) {
 	}
 	id, _ := x.stored.Response()
 	ids := []string{id, "msg_1", "fc_1", "rs_1"}
-	owners, err := r.st.ResponseOwners(context.Background(), ids)
+	owners, _, err := r.st.ResponseOwners(context.Background(), ids)
 	if err != nil {
 		t.Fatal(err)
 	}

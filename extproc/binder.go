@@ -38,11 +38,11 @@ func newBinder(s *Server) *binder {
 	return b
 }
 
-// add queues the binding of ids to account and returns a channel closed
-// once it has landed (or failed, logged). Binds land in the order they
-// were added: the channel of the last closes after every earlier one's.
-func (b *binder) add(requestID, account string, ids []string) <-chan struct{} {
-	j := bindJob{requestID: requestID, b: store.Binding{Account: account, IDs: ids}, done: make(chan struct{})}
+// add queues binding bd and returns a channel closed once it has landed
+// (or failed, logged). Binds land in the order they were added: the
+// channel of the last closes after every earlier one's.
+func (b *binder) add(requestID string, bd store.Binding) <-chan struct{} {
+	j := bindJob{requestID: requestID, b: bd, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, j)
 	first := len(b.queue) == 1

@@ -32,8 +32,8 @@ func (o *gatedOwners) Bind(ctx context.Context, bs ...store.Binding) error {
 	return nil
 }
 
-func (o *gatedOwners) ResponseOwners(ctx context.Context, ids []string) ([]string, error) {
-	return make([]string, len(ids)), nil
+func (o *gatedOwners) ResponseOwners(ctx context.Context, ids []string) ([]string, []string, error) {
+	return make([]string, len(ids)), make([]string, len(ids)), nil
 }
 
 // Binds queued while a round trip is in flight share the next one: ten
@@ -44,11 +44,11 @@ func TestBindsShareRoundTrips(t *testing.T) {
 	r := newRig(t)
 	o := &gatedOwners{entered: make(chan struct{}), release: make(chan struct{}), bound: map[string]string{}}
 	r.srv.owners = o
-	first := r.srv.binds.add("req_0", "acct_0", []string{"resp_0"})
+	first := r.srv.binds.add("req_0", store.Binding{Account: "acct_0", IDs: []string{"resp_0"}})
 	<-o.entered // the first round trip is in flight
 	var rest []<-chan struct{}
 	for i := 1; i < 10; i++ {
-		rest = append(rest, r.srv.binds.add(fmt.Sprint("req_", i), fmt.Sprint("acct_", i), []string{fmt.Sprint("resp_", i), fmt.Sprint("msg_", i)}))
+		rest = append(rest, r.srv.binds.add(fmt.Sprint("req_", i), store.Binding{Account: fmt.Sprint("acct_", i), IDs: []string{fmt.Sprint("resp_", i), fmt.Sprint("msg_", i)}}))
 	}
 	for _, d := range append(rest, first) {
 		select {

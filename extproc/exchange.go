@@ -15,9 +15,9 @@ import (
 )
 
 // exchange is the processor's state for one metered request: an HTTP
-// request driven by Envoy's messages (handle dispatches them), or one
-// response.create on a WebSocket (socket.go drives the same phases). Its
-// phases are its methods, one file each, in the order they run:
+// request driven by Envoy's messages (handle dispatches them), or one call
+// on a line (call.go, which the WebSocket transport drives). Its phases
+// are its methods, one file each, in the order they run:
 //
 //  1. headers.go, requestHeaders: the key, the vendor path of an operation, the
 //     processing mode the path needs; refusals answered here.
@@ -32,8 +32,12 @@ import (
 //     off the reply's path (a background request is parked instead:
 //     parked.go; the objects the vendor keeps: stored.go).
 //
-// Nothing here knows a wire format: the operation (package operation)
-// brings its format, paths and hold rule.
+// Its state is split by phase, each part a small type of its own: intake
+// (what the request is), holding (its hold, from admission to
+// settlement), replyState (the vendor's reply and the key that served it)
+// and vendorState (the objects the reply names). The operation (package
+// operation) brings the wire format, paths and hold rule; the exchange
+// still answers Envoy's messages, which call.go translates for a line.
 type exchange struct {
 	s *Server
 	// send sends a message on the stream outside the one answer to each
@@ -47,32 +51,74 @@ type exchange struct {
 
 	requestID string
 	started   time.Time
-	req       format.Request
-	body      []byte
-	price     *pricing.Model // looked up once: a reload does not change a request's prices
-	admitted  bool
-	settled   bool
+	trace     exchangeTrace
+	// transport is the ledger's name for how the client came ("" for
+	// HTTP; a line's, such as "websocket"), and localRef, on a line,
+	// reports the responses created on it, which it may continue (store:
+	// false included).
+	transport string
+	localRef  func(id string) bool
+
+	intake
+	holding
+	replyState
+	vendorState
+}
+
+// intake is what the request is, as its headers and body said.
+type intake struct {
+	req         format.Request
+	body        []byte
+	price       *pricing.Model   // looked up once: a reload does not change a request's prices
+	bounds      operation.Bounds // the request's bounds, fixed at admission
+	hasLength   bool             // the client sent content-length
+	contentType string           // the request's, for a multipart body's boundary
+	// headerSession: the client's session header chose the vendor key;
+	// creator: the vendor key that created the stored objects the request
+	// names, which the request is steered to.
+	headerSession bool
+	creator       string
+}
+
+// holding is the request's hold, from its admission to its settlement.
+type holding struct {
+	admitted bool
+	settled  bool
 	// replyDone: the reply is complete as far as billing goes (its last
 	// chunk metered, or a status that is not charged); the request is
 	// settled once the answer to this message has been sent (afterSend).
 	replyDone bool
-	// bindDue: a stream's chunk may name stored objects, and
-	// checkpointDue: the renewer asked for a checkpoint; both are done in
+	// checkpointDue: the renewer asked for a checkpoint, taken in
 	// afterSend.
-	bindDue, checkpointDue bool
+	checkpointDue bool
+	open          *holds.Open      // the hold's renewal while the request runs
+	lease         account.LeaseRef // the lease it was admitted from, if any
+}
 
+// replyState is the vendor's reply as it is metered.
+type replyState struct {
 	status   int    // upstream response status; 0 until the first response body chunk
 	endpoint string // "primary" or "reserve", from Envoy's endpoint metadata
 	// steered is the vendor key the processor chose (a pooled upstream),
-	// vendorKey the one that served (Envoy may retry on another);
-	// headerSession: the client's session header chose it.
+	// vendorKey the one that served (Envoy may retry on another).
 	steered, vendorKey string
-	headerSession      bool
 	meter              format.Meter
 	rewriter           format.Rewriter // the meter, when it also rewrites the reply
-	stored             format.Stored   // the meter, when the reply names a stored response
-	bound              bool            // the stored response's id is bound to the account (or being bound)
-	binding            <-chan struct{} // closed when the binds queued mid-stream have landed
+	bodyBytes          int64           // response body bytes from the vendor
+	// scrub: the vendor refused its credential (vendorrefusal.go), whose
+	// reply the gateway's error replaces; scrubbed once it has.
+	scrub, scrubbed bool
+}
+
+// vendorState is what the reply names of the objects the vendor keeps
+// (stored.go, parked.go).
+type vendorState struct {
+	stored  format.Stored   // the meter, when the reply names a stored response
+	bound   bool            // the stored response's id is bound to the account (or being bound)
+	binding <-chan struct{} // closed when the binds queued mid-stream have landed
+	// bindDue: a stream's chunk may name stored objects, bound in
+	// afterSend.
+	bindDue bool
 	// items, the meter when it reads the stored response's item ids;
 	// itemsSent of them are bound (or being bound beside the stream);
 	// itemsBound once the last have been.
@@ -80,23 +126,6 @@ type exchange struct {
 	itemsSent  int
 	itemsBound bool
 	parked     *store.Parked // the background response a retrieval or cancellation reads
-	bodyBytes  int64         // response body bytes from the vendor
-	// scrub: the vendor refused its credential (vendorrefusal.go), whose
-	// reply the gateway's error replaces; scrubbed once it has.
-	scrub, scrubbed bool
-	open            *holds.Open      // the hold's renewal while the request runs
-	lease           account.LeaseRef // the lease it was admitted from, if any
-
-	bounds      operation.Bounds // the request's bounds, fixed at admission
-	hasLength   bool             // the client sent content-length
-	contentType string           // the request's, for a multipart body's boundary
-	trace       exchangeTrace
-	// transport is the ledger's name for how the client came ("" for
-	// HTTP; socket.go: "websocket"), and localRef, on a socket, reports
-	// the responses created on it, which it may continue (store: false
-	// included).
-	transport string
-	localRef  func(id string) bool
 }
 
 func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {

@@ -115,6 +115,7 @@ func (x *exchange) owned(ctx context.Context, op *operation.Operation, vp *opera
 	if resp := x.checkOwner(ctx, format.Ref{Kind: format.StoredResponse, ID: id}); resp != nil {
 		return resp
 	}
+	x.steerToCreator(mutation)
 	// A background request not yet settled: its retrieval (the poll path)
 	// or cancellation (a POST on it) may show its end, which settles it.
 	reads := hv.method == "GET" && vp.Path == op.Poll || hv.method == "POST" && op.Poll != ""

@@ -56,12 +56,36 @@ func (x *exchange) steer(session string, m *extprocv3.HeaderMutation) bool {
 		return false
 	}
 	k := p.Choose(x.key.AccountID, session)
-	if k.Name == x.steered {
+	return x.steerTo(k.Name, k.Cluster, m)
+}
+
+// steerTo names the aggregate cluster that tries key first in the
+// request's headers, in place of any named before; it reports whether the
+// choice changed.
+func (x *exchange) steerTo(key, cluster string, m *extprocv3.HeaderMutation) bool {
+	if key == x.steered || cluster == "" {
 		return false
 	}
-	x.steered = k.Name
-	m.SetHeaders = append(m.SetHeaders, setHeader(config.KeyClusterHeader, k.Cluster))
+	x.steered = key
+	h := setHeader(config.KeyClusterHeader, cluster)
+	for i, o := range m.SetHeaders {
+		if o.GetHeader().GetKey() == config.KeyClusterHeader {
+			m.SetHeaders[i] = h
+			return true
+		}
+	}
+	m.SetHeaders = append(m.SetHeaders, h)
 	return true
+}
+
+// steerToCreator moves a request naming stored objects to the vendor key
+// that created them (Owners records it with the owner): the vendor keeps
+// an object for its key's vendor account only, whatever the session.
+func (x *exchange) steerToCreator(m *extprocv3.HeaderMutation) bool {
+	if x.upstream.Pool == nil || x.creator == "" {
+		return false
+	}
+	return x.steerTo(x.creator, keyClusterOf(x.upstream, x.creator), m)
 }
 
 // keyClusterOf names the aggregate of u's pool that tries key first; ""
@@ -78,18 +102,25 @@ func keyClusterOf(u *Upstream, key string) string {
 	return ""
 }
 
-// steerByBody moves a request to the key of the session its body names
-// (format.Request.Session, read with the rest of the body), when its
-// headers named none.
+// steerByBody moves a request to the key that created the stored
+// objects its body names (previous_response_id), else to the key of the
+// session its body names (format.Request.Session, read with the rest of
+// the body) when its headers named none.
 func (x *exchange) steerByBody(r *extprocv3.CommonResponse) {
-	if x.upstream.Pool == nil || x.headerSession || x.req.Session == "" {
+	bySession := !x.headerSession && x.req.Session != ""
+	if x.upstream.Pool == nil || x.creator == "" && !bySession {
 		return
 	}
-	s := bound(x.req.Session)
 	if r.HeaderMutation == nil {
 		r.HeaderMutation = &extprocv3.HeaderMutation{}
 	}
-	if x.steer(s, r.HeaderMutation) {
+	changed := false
+	if x.creator != "" {
+		changed = x.steerToCreator(r.HeaderMutation)
+	} else {
+		changed = x.steer(bound(x.req.Session), r.HeaderMutation)
+	}
+	if changed {
 		r.ClearRouteCache = true
 	}
 }
@@ -219,28 +250,33 @@ func (r *requestAccounts) get(id string) string {
 // (its upstream access log): the request's id, the vendor's status and the
 // reply's headers as header reads them (the evidence keypool.Judge weighs).
 func (s *Server) KeyAttempt(upstream, key, requestID string, status int, header func(string) string, sent time.Time) {
+	for _, u := range s.upstreams {
+		if u.Name == upstream && u.Pool != nil {
+			s.judgeAttempt(u, key, s.attempts.get(requestID), status, header, sent)
+		}
+	}
+}
+
+// judgeAttempt takes one refusal of account's request (empty: unknown)
+// on u's key by the blame table, whichever way to the vendor it came.
+func (s *Server) judgeAttempt(u *Upstream, key, account string, status int, header func(string) string, sent time.Time) {
 	rule, ok := keypool.Judge(status, header)
 	if !ok {
 		return
 	}
-	for _, u := range s.upstreams {
-		if u.Name != upstream || u.Pool == nil {
-			continue
-		}
-		if status == 429 || status == 529 {
-			s.metrics.vendorKeyLimited.WithLabelValues(upstream, key).Inc()
-		}
-		s.metrics.vendorKeyRefusals.WithLabelValues(upstream, rule.Blame).Inc()
-		u.Pool.Capacity(key, header)
-		account := s.attempts.get(requestID)
-		v := u.Pool.Attempt(key, account, rule, retryAfter(header("retry-after"), s.now()), sent)
-		if rule.Blame != keypool.BlameKey {
-			s.log.Info("vendor refusal not charged to the key", "upstream", upstream, "vendor_key", key, "status", status,
-				"rule", rule.Name, "blame", rule.Blame, "account_id", account, "key_state", v.State)
-		}
-		if v.Barred {
-			s.log.Warn("account refused on the pool: its requests keep drawing refusals on healthy keys", "upstream", upstream, "account_id", account)
-		}
+	upstream := u.Name
+	if status == 429 || status == 529 {
+		s.metrics.vendorKeyLimited.WithLabelValues(upstream, key).Inc()
+	}
+	s.metrics.vendorKeyRefusals.WithLabelValues(upstream, rule.Blame).Inc()
+	u.Pool.Capacity(key, header)
+	v := u.Pool.Attempt(key, account, rule, retryAfter(header("retry-after"), s.now()), sent)
+	if rule.Blame != keypool.BlameKey {
+		s.log.Info("vendor refusal not charged to the key", "upstream", upstream, "vendor_key", key, "status", status,
+			"rule", rule.Name, "blame", rule.Blame, "account_id", account, "key_state", v.State)
+	}
+	if v.Barred {
+		s.log.Warn("account refused on the pool: its requests keep drawing refusals on healthy keys", "upstream", upstream, "account_id", account)
 	}
 }
 

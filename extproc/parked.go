@@ -305,7 +305,7 @@ func (r *Reconciler) check(ctx context.Context, ref store.BackgroundRef) bool {
 			break
 		} else if _, final := st.Response(); final {
 			if items, ok := m.(format.StoredItems); ok {
-				s.bindItems(ctx, p.Settlement.RequestID, items, p.Settlement.AccountID)
+				s.bindItems(ctx, p.Settlement.RequestID, items, p.Settlement.AccountID, p.Settlement.VendorKey)
 			}
 			s.settleParked(p, m.Usage(true))
 			return true

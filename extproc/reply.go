@@ -61,36 +61,54 @@ func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attr
 	if x.status == 0 && x.admitted && !x.settled {
 		x.startFromAttributes(attrs)
 	}
+	out, changed, lost := x.chunk(ctx, b.GetBody(), b.GetEndOfStream())
+	if lost {
+		return x.reject(format.Unavailable, leaseLostMessage, time.Second)
+	}
 	common := &extprocv3.CommonResponse{}
+	if changed {
+		common.BodyMutation = bodyMutation(out)
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: common},
+	}}
+}
+
+// leaseLostMessage answers a request cut because its hold's lease was
+// lost (leaseLost).
+const leaseLostMessage = "the gateway lost its store; retry shortly"
+
+// chunk meters one chunk of the reply, data, the last if end, whatever
+// carries it: out replaces it when changed (a rewriting meter's output, or
+// the gateway's error in place of a vendor's refusal of its credential);
+// lost: the hold's lease was lost and nothing more is served.
+func (x *exchange) chunk(ctx context.Context, data []byte, end bool) (out []byte, changed, lost bool) {
 	if x.scrub {
-		common.BodyMutation = x.scrubRefusal(!x.scrubbed)
+		out = x.scrubRefusal(!x.scrubbed)
 		x.scrubbed = true
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-			ResponseBody: &extprocv3.BodyResponse{Response: common},
-		}}
+		return out, true, false
 	}
 	// The renewer's clock, not the injectable one: leases are real time.
 	if x.admitted && !x.settled && x.open.Expired(time.Now()) {
-		return x.leaseLost(b)
+		x.leaseLost(data)
+		return nil, false, true
 	}
 	if x.meter != nil && !x.settled {
-		x.bodyBytes += int64(len(b.GetBody()))
+		x.bodyBytes += int64(len(data))
 		if x.rewriter != nil {
-			if out, changed := x.rewriter.Rewrite(b.GetBody(), b.GetEndOfStream()); changed {
-				common.BodyMutation = bodyMutation(out)
-			}
+			out, changed = x.rewriter.Rewrite(data, end)
 		} else {
-			x.meter.Write(b.GetBody())
+			x.meter.Write(data)
 		}
-		if x.req.Stream && !b.GetEndOfStream() {
+		if x.req.Stream && !end {
 			// What the chunk names is bound beside the stream, started
 			// once its answer is sent (afterSend): the chunk waits for no
 			// Redis work, not even for sharing the CPU with it.
 			x.bindDue = x.stored != nil || x.items != nil
-		} else if x.stored != nil && !x.bound && b.GetEndOfStream() {
+		} else if x.stored != nil && !x.bound && end {
 			x.bind(ctx, true)
 		}
-		if b.GetEndOfStream() {
+		if end {
 			x.replyDone = true
 			if x.binding != nil {
 				<-x.binding // the last chunk waits for the bind (it has long landed)
@@ -112,30 +130,27 @@ func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attr
 			x.checkpointDue = true
 		}
 	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: common},
-	}}
+	return out, changed, false
 }
 
 // leaseLost ends a request whose hold this sidecar could not renew (Redis
 // unreachable) before its lease may end: a sweeper elsewhere may settle it
 // and the account may spend the money again, so nothing more is served.
 // The chunk in hand is metered (the vendor produced it) and withheld; the
-// answer resets the client's stream, and the request settles as cut short
-// (spooled, then reconciled with the sweep's charge).
-func (x *exchange) leaseLost(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+// answer (leaseLostMessage) resets the client's stream, and the request
+// settles as cut short (spooled, then reconciled with the sweep's charge).
+func (x *exchange) leaseLost(data []byte) {
 	if x.meter != nil {
-		x.bodyBytes += int64(len(b.GetBody()))
+		x.bodyBytes += int64(len(data))
 		if x.rewriter != nil {
-			x.rewriter.Rewrite(b.GetBody(), false)
+			x.rewriter.Rewrite(data, false)
 		} else {
-			x.meter.Write(b.GetBody())
+			x.meter.Write(data)
 		}
 	}
 	x.s.metrics.leaseCuts.Inc()
 	x.s.log.Warn("request cut: its hold could not be renewed", "request_id", x.requestID, "account", x.key.AccountID)
 	x.settle(false)
-	return x.reject(format.Unavailable, "the gateway lost its store; retry shortly", time.Second)
 }
 
 // bodyMutation replaces a chunk with out; an empty out clears it.

@@ -114,17 +114,8 @@ type Server struct {
 	settleT   time.Duration
 	maxBody   int64
 	holds     *holds.Renewer
-	onRefusal func(accountID, keyID string, level account.Level, outcome account.Outcome)
-	// onKeyRefused: Options.OnVendorKeyRefused.
-	onKeyRefused func(upstream, key string, status int)
-	onKeyLimited func(upstream, key string, status int, until time.Time)
-	// onDearer: Options.OnModelMismatch.
-	onDearer func(upstream, accountID, keyID string, requested, priced usage.PricedModel)
-	owners   Owners
-	parking  Parking
-	bgPoll   time.Duration
-	tracer   trace.Tracer // nil: no tracing
-	waiter   *slotWaiter
+	tracer    trace.Tracer // nil: no tracing
+	waiter    *slotWaiter
 	// refusals remembers the refusals that hold whatever the next request
 	// (refusals.go).
 	refusals *refusalMemory
@@ -132,16 +123,42 @@ type Server struct {
 	// Envoy's log of its refused attempts.
 	attempts requestAccounts
 
-	// Request ids are a random per-process prefix and a counter: unique
-	// across sidecars and restarts, and cheap.
-	idPrefix string
-	seq      atomic.Uint64
+	hooks
+	vendorSide
+	requestIDs
 
 	settler *settler
-	binds   *binder
 	// active counts exchanges until they have settled, so that shutdown
 	// can wait for the settlements of streams it cut.
 	active sync.WaitGroup
+}
+
+// hooks are who hears of what the processor decides (Options.On...); each
+// must not block.
+type hooks struct {
+	onRefusal func(accountID, keyID string, level account.Level, outcome account.Outcome)
+	// onKeyRefused: Options.OnVendorKeyRefused.
+	onKeyRefused func(upstream, key string, status int)
+	onKeyLimited func(upstream, key string, status int, until time.Time)
+	// onDearer: Options.OnModelMismatch.
+	onDearer func(upstream, accountID, keyID string, requested, priced usage.PricedModel)
+}
+
+// vendorSide keeps the state of the objects the vendor keeps: who owns
+// each, the background responses parked until they end, the binds queued
+// beside streams.
+type vendorSide struct {
+	owners  Owners
+	parking Parking
+	bgPoll  time.Duration
+	binds   *binder
+}
+
+// requestIDs are a random per-process prefix and a counter: unique across
+// sidecars and restarts, and cheap.
+type requestIDs struct {
+	idPrefix string
+	seq      atomic.Uint64
 }
 
 // Wait blocks until every exchange has ended and settled (or spooled), or
@@ -166,9 +183,9 @@ func NewServer(o Options) *Server {
 	s := &Server{
 		upstreams: o.Upstreams, keys: o.Keys, admitter: o.Admitter, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
-		onRefusal: o.OnRefusal, onKeyRefused: o.OnVendorKeyRefused, onKeyLimited: o.OnVendorKeyLimited, onDearer: o.OnModelMismatch,
-		owners: o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
-		tracer: o.Tracer, refusals: newRefusalMemory(),
+		hooks:      hooks{onRefusal: o.OnRefusal, onKeyRefused: o.OnVendorKeyRefused, onKeyLimited: o.OnVendorKeyLimited, onDearer: o.OnModelMismatch},
+		vendorSide: vendorSide{owners: o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll},
+		tracer:     o.Tracer, refusals: newRefusalMemory(),
 	}
 	if s.bgPoll <= 0 {
 		s.bgPoll = DefaultBackgroundPoll

@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/modelgateway/gateway/extproc/format/responses"
 	"github.com/modelgateway/gateway/internal/eventually"
 )
 
@@ -154,8 +155,8 @@ func exchangeEvents(t *testing.T, c *websocket.Conn, msg string) ([]string, erro
 			return out, err
 		}
 		out = append(out, string(data))
-		typ, _, _ := messageType(data)
-		if terminalEvent(typ) {
+		typ, _, _ := MessageType(data)
+		if responses.Socket.Ended(typ) {
 			return out, nil
 		}
 	}
@@ -272,7 +273,7 @@ func BenchmarkSocketMessage(b *testing.B) {
 				b.Fatal(err)
 			}
 			msgs++
-			if typ, _, _ := messageType(data); terminalEvent(typ) {
+			if typ, _, _ := MessageType(data); responses.Socket.Ended(typ) {
 				break
 			}
 		}
@@ -384,7 +385,7 @@ func TestSocketReadsOneMessageAhead(t *testing.T) {
 		if err != nil {
 			t.Fatalf("after %d refusals: %v", refused, err)
 		}
-		typ, status, _ := messageType(data)
+		typ, status, _ := MessageType(data)
 		switch {
 		case typ == "error" && status == 400:
 			refused++

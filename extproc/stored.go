@@ -1,9 +1,10 @@
 package extproc
 
 // Objects the vendor keeps (stored responses): the id a reply names is
-// bound to the account that made the request, and a request naming an id
-// (on an Owned path, or in its body: format.Request.Refs) goes on only for
-// that account. The operation says which replies name an object (its
+// bound to the account that made the request and the vendor key that
+// served it, and a request naming an id (on an Owned path, or in its body:
+// format.Request.Refs) goes on only for that account, steered to that key
+// (keys.go, steerToCreator). The operation says which replies name an object (its
 // meter implements format.Stored) and where ids appear; the mechanism is
 // the same for every operation. Background requests, settled when their
 // object ends, are in parked.go.
@@ -46,7 +47,7 @@ func (x *exchange) bind(ctx context.Context, last bool) {
 		// trip (they share the owners' records).
 		ids := append([]string{id}, x.unsentItems()...)
 		x.itemsBound = x.items != nil
-		x.s.bindIDs(ctx, x.requestID, ids, x.key.AccountID)
+		x.s.bindIDs(ctx, x.requestID, x.bindingOf(ids))
 		return
 	}
 	x.beside([]string{id})
@@ -57,7 +58,13 @@ func (x *exchange) bind(ctx context.Context, last bool) {
 // landed. Not cut by the client leaving: the response exists at the
 // vendor either way.
 func (x *exchange) beside(ids []string) {
-	x.binding = x.s.binds.add(x.requestID, x.key.AccountID, ids)
+	x.binding = x.s.binds.add(x.requestID, x.bindingOf(ids))
+}
+
+// bindingOf binds ids to the request's account and the vendor key that
+// served it, which holds them at the vendor.
+func (x *exchange) bindingOf(ids []string) store.Binding {
+	return store.Binding{Account: x.key.AccountID, Key: x.vendorKey, IDs: ids}
 }
 
 // unsentItems returns the item ids the reply has shown that no bind has
@@ -93,24 +100,24 @@ func (x *exchange) bindItems(ctx context.Context) {
 	}
 	ids := x.unsentItems()
 	x.itemsBound = true
-	x.s.bindIDs(ctx, x.requestID, ids, x.key.AccountID)
+	x.s.bindIDs(ctx, x.requestID, x.bindingOf(ids))
 }
 
-// bindItems binds the item ids meter m has read to account.
-func (s *Server) bindItems(ctx context.Context, requestID string, m format.StoredItems, account string) {
-	s.bindIDs(ctx, requestID, slices.Clone(m.Items()), account)
+// bindItems binds the item ids meter m has read to account, created
+// through vendor key key.
+func (s *Server) bindItems(ctx context.Context, requestID string, m format.StoredItems, account, key string) {
+	s.bindIDs(ctx, requestID, store.Binding{Account: account, Key: key, IDs: slices.Clone(m.Items())})
 }
 
-// bindIDs binds stored responses' and items' ids to account and waits
-// until the bind has landed (or failed, logged by the binder: the objects
-// then stay unreachable through the gateway, refused, never shown to
-// another account).
-func (s *Server) bindIDs(ctx context.Context, requestID string, ids []string, account string) {
-	if len(ids) == 0 || s.owners == nil {
+// bindIDs makes binding b and waits until it has landed (or failed,
+// logged by the binder: the objects then stay unreachable through the
+// gateway, refused, never shown to another account).
+func (s *Server) bindIDs(ctx context.Context, requestID string, b store.Binding) {
+	if len(b.IDs) == 0 || s.owners == nil {
 		return
 	}
 	select {
-	case <-s.binds.add(requestID, account, ids):
+	case <-s.binds.add(requestID, b):
 	case <-ctx.Done():
 	}
 }
@@ -136,7 +143,7 @@ func (x *exchange) checkOwner(ctx context.Context, refs ...format.Ref) *extprocv
 	for i, r := range refs {
 		ids[i] = r.ID
 	}
-	owners, err := x.s.owners.ResponseOwners(ctx, ids)
+	owners, keys, err := x.s.owners.ResponseOwners(ctx, ids)
 	if err != nil {
 		x.s.log.Error("response owner lookup failed", "err", err)
 		x.s.metrics.storeErrors.WithLabelValues("owner").Inc()
@@ -145,6 +152,9 @@ func (x *exchange) checkOwner(ctx context.Context, refs ...format.Ref) *extprocv
 	for i, owner := range owners {
 		if owner == "" || owner != x.key.AccountID {
 			return x.reject(format.NotFound, refs[i].NotFound(), 0)
+		}
+		if x.creator == "" {
+			x.creator = keys[i]
 		}
 	}
 	return nil
@@ -156,6 +166,7 @@ type Owners interface {
 	// Bind binds stored responses and their items (ids later requests
 	// may name alone) to the accounts that created them, in one round trip.
 	Bind(ctx context.Context, bs ...store.Binding) error
-	// ResponseOwners reads the owners of many ids in one round trip.
-	ResponseOwners(ctx context.Context, ids []string) ([]string, error)
+	// ResponseOwners reads the owners of many ids in one round trip, and
+	// the vendor keys that created them.
+	ResponseOwners(ctx context.Context, ids []string) (owners, keys []string, err error)
 }

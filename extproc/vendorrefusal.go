@@ -11,8 +11,6 @@ package extproc
 import (
 	"net/http"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
 	"github.com/modelgateway/gateway/extproc/format"
 )
 
@@ -33,13 +31,14 @@ func vendorRefusalBody(f format.Format, status int) []byte {
 		Message: "the vendor refused the gateway's own vendor credential (401); your key was accepted; the gateway's operator must replace the vendor credential"})
 }
 
-// scrubRefusal replaces a chunk of the reply to a metered request that the
-// vendor refused (vendorRefusal): the first chunk becomes the gateway's
-// error, every later one is cleared. Envoy drops the vendor's
-// content-length on a streamed body that the processor may change.
-func (x *exchange) scrubRefusal(first bool) *extprocv3.BodyMutation {
+// scrubRefusal is what replaces a chunk of the reply to a metered request
+// that the vendor refused (vendorRefusal): the first chunk becomes the
+// gateway's error, every later one is cleared (nil). Envoy drops the
+// vendor's content-length on a streamed body that the processor may
+// change.
+func (x *exchange) scrubRefusal(first bool) []byte {
 	if !first {
-		return bodyMutation(nil)
+		return nil
 	}
 	x.s.metrics.vendorRefusals.WithLabelValues(x.upstream.Name).Inc()
 	x.s.log.Warn("the vendor refused the gateway's credential", "upstream", x.upstream.Name, "status", x.status, "vendor_key", x.vendorKey)
@@ -47,5 +46,5 @@ func (x *exchange) scrubRefusal(first bool) *extprocv3.BodyMutation {
 	if x.op != nil {
 		f = x.op.Format
 	}
-	return bodyMutation(vendorRefusalBody(f, x.status))
+	return vendorRefusalBody(f, x.status)
 }

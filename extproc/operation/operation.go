@@ -49,7 +49,32 @@ type Operation struct {
 	// defines on the API's free paths (a path ending "/*" stands for one
 	// more segment); set on the API's own operation (Name == API).
 	FreeQuery map[string][]string
+	// Socket is its WebSocket transport; nil when it has none.
+	Socket *Socket
 }
+
+// Socket is an operation's WebSocket transport as its vendor defines it:
+// the client upgrades GET Path and sends Create messages, each a request
+// of Path whose reply comes back as the events of a stream, one message
+// each; the transport knows the operation only through this.
+type Socket struct {
+	// Path is the vendor path upgraded, a Metered path of the operation.
+	Path string
+	// Create is the type of the client message that starts a request.
+	Create string
+	// Error is the type of the vendor's error event, which carries the
+	// status an HTTP reply would have had.
+	Error string
+	// Ends lists the event types that end a request's reply (Error
+	// included).
+	Ends []string
+	// ErrorEvent is the error event of an HTTP refusal of status whose
+	// body (in the operation's format) is body.
+	ErrorEvent func(status int, body []byte) []byte
+}
+
+// Ended reports whether an event of type typ ends a request's reply.
+func (s *Socket) Ended(typ string) bool { return slices.Contains(s.Ends, typ) }
 
 // Path is the operation's main vendor path, as the catalogue's
 // supported_endpoints name it.

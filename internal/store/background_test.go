@@ -97,8 +97,29 @@ func TestBindItems(t *testing.T) {
 		t.Fatalf("ttl %v", ttl)
 	}
 	// Many read at once, in one round trip, unknown ones "".
-	owners, err := s.ResponseOwners(ctx, []string{"msg_2", "fc_1", "msg_1"})
+	owners, _, err := s.ResponseOwners(ctx, []string{"msg_2", "fc_1", "msg_1"})
 	if err != nil || !slices.Equal(owners, []string{"", "acct_b", "acct_a"}) {
 		t.Fatalf("owners %q, %v", owners, err)
+	}
+}
+
+// A binding's vendor key is kept beside its owner, with its lifetime, and
+// first write wins for it as for the owner; a binding without one reads "".
+func TestBindKeepsTheCreatingKey(t *testing.T) {
+	mr := miniredis.RunT(t)
+	s := New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), Options{})
+	ctx := context.Background()
+	if err := s.Bind(ctx, Binding{Account: "acct_a", Key: "k2", IDs: []string{"resp_1", "msg_1"}}, Binding{Account: "acct_a", IDs: []string{"resp_2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Bind(ctx, Binding{Account: "acct_b", Key: "k1", IDs: []string{"resp_1"}}); err != nil {
+		t.Fatal(err)
+	}
+	owners, keys, err := s.ResponseOwners(ctx, []string{"resp_1", "msg_1", "resp_2", "resp_3"})
+	if err != nil || !slices.Equal(owners, []string{"acct_a", "acct_a", "acct_a", ""}) || !slices.Equal(keys, []string{"k2", "k2", "", ""}) {
+		t.Fatalf("owners %q keys %q, %v", owners, keys, err)
+	}
+	if ttl := mr.TTL("gw:respkey:resp_1"); ttl != DefaultResponseTTL {
+		t.Fatalf("ttl %v", ttl)
 	}
 }

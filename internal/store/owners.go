@@ -16,7 +16,10 @@ import (
 // creating account, and forwards a request naming an id only for that
 // account.
 //
-// One key per response, "gw:resp:<id>" holding the account id, written once
+// One key per response, "gw:resp:<id>" holding the account id, and beside
+// it "gw:respkey:<id>" naming the vendor key that created it (where the
+// vendor keeps it: a pool's keys may belong to different vendor accounts),
+// each written once
 // (SET NX) with a lifetime of ResponseTTL: a single-key command, so Redis
 // Cluster places it anywhere. Ids are at most 128 bytes of [A-Za-z0-9_-]
 // (the caller checks), account ids are bounded likewise, so a record is
@@ -28,9 +31,13 @@ const DefaultResponseTTL = 30 * 24 * time.Hour
 
 func responseKey(id string) string { return "gw:resp:" + id }
 
-// Binding says that Account created the stored responses and items IDs.
+func responseVendorKey(id string) string { return "gw:respkey:" + id }
+
+// Binding says that Account created the stored responses and items IDs,
+// through the vendor key named Key ("" when unknown).
 type Binding struct {
 	Account string
+	Key     string
 	IDs     []string
 }
 
@@ -49,6 +56,9 @@ func (s *Store) Bind(ctx context.Context, bs ...Binding) error {
 	for _, b := range bs {
 		for _, id := range b.IDs {
 			pipe.SetNX(ctx, responseKey(id), b.Account, ttl)
+			if b.Key != "" {
+				pipe.SetNX(ctx, responseVendorKey(id), b.Key, ttl)
+			}
 		}
 	}
 	if pipe.Len() == 0 {
@@ -61,26 +71,31 @@ func (s *Store) Bind(ctx context.Context, bs ...Binding) error {
 }
 
 // ResponseOwners returns the account that created each response (or
-// item) of ids, "" for one no account did: one pipelined round trip
+// item) of ids, "" for one no account did, and the vendor key it was
+// created through ("" when not recorded): one pipelined round trip
 // whatever their number (a request may name many).
-func (s *Store) ResponseOwners(ctx context.Context, ids []string) ([]string, error) {
+func (s *Store) ResponseOwners(ctx context.Context, ids []string) (owners, keys []string, err error) {
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(ids))
+	cmds := make([]*redis.StringCmd, 2*len(ids))
 	for i, id := range ids {
-		cmds[i] = pipe.Get(ctx, responseKey(id))
+		cmds[2*i], cmds[2*i+1] = pipe.Get(ctx, responseKey(id)), pipe.Get(ctx, responseVendorKey(id))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("store: response owners: %w", err)
+		return nil, nil, fmt.Errorf("store: response owners: %w", err)
 	}
-	owners := make([]string, len(ids))
+	vs := make([]string, len(cmds))
 	for i, c := range cmds {
 		v, err := c.Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("store: response owners: %w", err)
+			return nil, nil, fmt.Errorf("store: response owners: %w", err)
 		}
-		owners[i] = v
+		vs[i] = v
 	}
-	return owners, nil
+	owners, keys = make([]string, len(ids)), make([]string, len(ids))
+	for i := range ids {
+		owners[i], keys[i] = vs[2*i], vs[2*i+1]
+	}
+	return owners, keys, nil
 }
 
 // ResponseOwner returns the account that created response (or item) id,

@@ -24,6 +24,7 @@ var Operation = operation.Operation{
 	Poll:       "/v1/responses/{id}",
 	ValidID:    ValidID,
 	References: References,
+	Socket:     &Socket,
 }
 
 // defaultHoldInput is the context a request continuing a stored response

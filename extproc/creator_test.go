@@ -1,0 +1,107 @@
+package extproc
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/keypool"
+)
+
+// keyClusterSet returns the aggregate a header mutation names, "" for none.
+func keyClusterSet(m *extprocv3.HeaderMutation) string {
+	v := ""
+	for _, h := range m.GetSetHeaders() {
+		if h.GetHeader().GetKey() == config.KeyClusterHeader {
+			v = string(h.GetHeader().GetRawValue())
+		}
+	}
+	return v
+}
+
+// A stored response is bound with the vendor key that created it, and the
+// requests naming it later (its retrieval, a continuation with
+// previous_response_id) go to that key, not to the one the account or
+// session would choose: the vendor keeps it for that key's vendor account
+// only.
+func TestStoredObjectsGoToTheirCreatingKey(t *testing.T) {
+	r := newRigWith(t, "beta", rigAccount{})
+	r.srv.owners = r.st
+	r.upstream.Pool = keypool.New(r.upstream.Name, []keypool.Key{{Name: "k1", Cluster: "beta_k1"}, {Name: "k2", Cluster: "beta_k2"}},
+		keypool.Options{CoolDown: time.Minute, MaxCoolDown: time.Hour, ProbeInterval: time.Hour})
+	chosen := r.upstream.Pool.Choose(r.acct, "")
+	creator := keypool.Key{Name: "k1", Cluster: "beta_k1"}
+	if chosen.Name == "k1" {
+		creator = keypool.Key{Name: "k2", Cluster: "beta_k2"}
+	}
+	ctx := context.Background()
+
+	// Created by a stream another key served (a session chose it, or Envoy
+	// retried there).
+	stream, err := os.ReadFile("format/responses/testdata/stream.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"model":"gpt-4o-mini","max_output_tokens":256,"stream":true,"input":"Fix the failing test."}`)
+	x := &exchange{s: r.srv}
+	for _, req := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers(":method", "POST", ":path", "/beta/v1/responses",
+			"authorization", "Bearer "+r.key, "content-type", "application/json", "content-length", strconv.Itoa(len(body)))}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}},
+	} {
+		if ir := x.step(ctx, req).GetImmediateResponse(); ir != nil {
+			t.Fatalf("rejected: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
+		}
+	}
+	attrs, err := structpb.NewStruct(map[string]any{"response.code": 200.0,
+		"xds.upstream_host_metadata": `filter_metadata { key: "gateway" value { fields { key: "key" value { string_value: "` + creator.Name + `" } } } } `})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := bytes.SplitAfter(stream, []byte("\n\n"))
+	for i, ev := range events {
+		req := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: ev, EndOfStream: i == len(events)-1}}}
+		if i == 0 {
+			req.Attributes = map[string]*structpb.Struct{attributesKey: attrs}
+		}
+		x.step(ctx, req)
+	}
+	id, _ := x.stored.Response()
+	owners, keys, err := r.st.ResponseOwners(ctx, []string{id})
+	if err != nil || owners[0] != r.acct || keys[0] != creator.Name {
+		t.Fatalf("%s bound to %q through %q (%v); want %q through %q", id, owners, keys, err, r.acct, creator.Name)
+	}
+
+	// Its retrieval, without the session: to the creating key.
+	get := &exchange{s: r.srv}
+	resp := get.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(":method", "GET", ":path", "/beta/v1/responses/"+id, "authorization", "Bearer "+r.key)}})
+	hr := resp.GetRequestHeaders().GetResponse()
+	if got := keyClusterSet(hr.GetHeaderMutation()); got != creator.Cluster || !hr.GetClearRouteCache() {
+		t.Fatalf("retrieval steered to %q (route cache cleared: %v), want %q", got, hr.GetClearRouteCache(), creator.Cluster)
+	}
+
+	// A continuation: its headers go to the account's key, its body names
+	// the response, which moves it to the creating key.
+	cont := []byte(`{"model":"gpt-4o-mini","max_output_tokens":64,"previous_response_id":"` + id + `","input":"And now?"}`)
+	next := &exchange{s: r.srv}
+	next.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers(":method", "POST",
+		":path", "/beta/v1/responses", "authorization", "Bearer "+r.key, "content-type", "application/json", "content-length", strconv.Itoa(len(cont)))}})
+	resp = next.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: cont, EndOfStream: true}}})
+	if ir := resp.GetImmediateResponse(); ir != nil {
+		t.Fatalf("continuation refused: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
+	}
+	br := resp.GetRequestBody().GetResponse()
+	if got := keyClusterSet(br.GetHeaderMutation()); got != creator.Cluster || !br.GetClearRouteCache() {
+		t.Fatalf("continuation steered to %q (route cache cleared: %v), want %q", got, br.GetClearRouteCache(), creator.Cluster)
+	}
+	next.finish()
+}
