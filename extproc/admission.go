@@ -173,7 +173,7 @@ func (x *exchange) refused(d account.Decision, hold, tokens int64) *extprocv3.Pr
 	}
 	kind, msg := refusal(d, hold, tokens)
 	if d.Level == account.ProjectLevel {
-		kind, msg = refusalOf(d, "for project "+strconv.Quote(x.key.ProjectName)+" ("+x.key.Project()+")", hold, tokens)
+		kind, msg = refusalNaming(d, "for project "+strconv.Quote(x.key.ProjectName)+" ("+x.key.Project()+")", hold, tokens)
 	}
 	if !waitHelps(d) {
 		return x.refuseFinal(kind, msg, d.RetryAfter)
@@ -329,12 +329,12 @@ func waitHelps(d account.Decision) bool {
 // is left) and what the client can do. Limits that reset are 429; the
 // balance and a key's lifetime cap, which do not, are 402.
 func refusal(d account.Decision, hold, tokens int64) (format.ErrorKind, string) {
-	return refusalOf(d, "for this "+d.Level.String(), hold, tokens)
+	return refusalNaming(d, "for this "+d.Level.String(), hold, tokens)
 }
 
-// refusalOf is refusal with the words that name the refusing level (of):
+// refusalNaming is refusal with the words that name the refusing level (of):
 // a project's refusal names the project.
-func refusalOf(d account.Decision, of string, hold, tokens int64) (format.ErrorKind, string) {
+func refusalNaming(d account.Decision, of string, hold, tokens int64) (format.ErrorKind, string) {
 	retry := "retry after " + strconv.Itoa(retrySeconds(d.RetryAfter)) + "s"
 	n := func(v int64) string { return strconv.FormatInt(v, 10) }
 	spend := func(what string) string {
