@@ -738,7 +738,7 @@ func (op *Operator) models(w http.ResponseWriter, r *http.Request, s *session) {
 				Tiers: m.Tiers(), LongContext: m.Thresholds()}
 			rates, _ := m.RatesFor(0, "")
 			for _, k := range usage.Kinds {
-				if !k.Priced || rates.Of(k) == 0 {
+				if !k.Priced() || rates.Of(k) == 0 {
 					continue
 				}
 				n := rates.Of(k)
