@@ -144,8 +144,8 @@ type Unread struct {
 
 // LoadCatalogue reads the catalogue file and returns the models of the
 // given providers in the given modes (those some operation serves), by name.
-// The entries of those providers and modes it cannot price are logged, one
-// line for all of them.
+// The entries of those providers and modes it cannot price, and the price
+// fields it does not know, are logged as a warning, one line each.
 func LoadCatalogue(path string, providers, modes []string) (map[string]CatalogueEntry, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -155,12 +155,22 @@ func LoadCatalogue(path string, providers, modes []string) (map[string]Catalogue
 	if err != nil {
 		return nil, fmt.Errorf("catalogue %s: %w", path, err)
 	}
-	if len(unread.Entries) > 0 {
-		names := make([]string, len(unread.Entries))
-		for i, s := range unread.Entries {
-			names[i] = s.Name
+	// The per-image estimates of a token-priced model are left out by
+	// design (a debug line); an entry without the prices of a model is
+	// one the operator may have expected served.
+	var unpriced, estimates []string
+	for _, s := range unread.Entries {
+		if s.Reason == errNotPriced.Error() {
+			unpriced = append(unpriced, s.Name)
+		} else {
+			estimates = append(estimates, s.Name)
 		}
-		slog.Info("catalogue entries that price no model, not served", "catalogue", path, "entries", len(names), "names", names)
+	}
+	if len(unpriced) > 0 {
+		slog.Warn("catalogue entries without the prices of a model, not served", "catalogue", path, "entries", len(unpriced), "names", unpriced)
+	}
+	if len(estimates) > 0 {
+		slog.Debug("catalogue per-image estimates of models billed by their tokens, not served", "catalogue", path, "entries", len(estimates), "names", estimates)
 	}
 	if len(unread.Fields) > 0 {
 		slog.Warn("catalogue price fields the gateway does not know, not read", "catalogue", path, "fields", unread.Fields)
