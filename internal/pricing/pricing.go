@@ -539,8 +539,8 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 	for name, o := range cfg.Overrides {
 		m := byName[name]
 		if m == nil {
-			if o.Input == nil || o.Output == nil || o.MaxOutput == 0 {
-				return nil, fmt.Errorf("models.overrides[%s]: not in the catalogue, so input, output and max_output are required", name)
+			if (o.Input == nil || o.Output == nil || o.MaxOutput == 0) && !pricedAlone(o) {
+				return nil, fmt.Errorf("models.overrides[%s]: not in the catalogue, so input, output and max_output (or a price of a kind priced alone: audio_seconds, images) are required", name)
 			}
 			m = &Model{Name: usage.PricedModel(name), prices: map[PriceKey]int64{}}
 			byName[name] = m
@@ -590,6 +590,17 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 	t := &Table{}
 	t.cur.Store(d)
 	return t, nil
+}
+
+// pricedAlone reports whether o sets a price of a kind that alone makes a
+// model (usage.Kind.Alone: per second of audio, per image).
+func pricedAlone(o config.Price) bool {
+	for kind := range o.Fields() {
+		if k, _ := usage.KindNamed(kind); k.Alone {
+			return true
+		}
+	}
+	return false
 }
 
 // applyOverride replaces m's prices of the kinds o sets, and its maximum

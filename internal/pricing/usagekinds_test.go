@@ -118,3 +118,23 @@ func BenchmarkPrice(b *testing.B) {
 		gpt.Price(u, "default", "")
 	}
 }
+
+// An operator's own model priced per image (or per second) alone needs no
+// token prices: it is billed by that kind, held per unit.
+func TestOwnModelPricedAlone(t *testing.T) {
+	per := 0.04
+	tab, err := NewTable(nil, config.Models{Overrides: map[string]config.Price{"dall-e-3": {Images: &per}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := tab.Lookup("dall-e-3")
+	if !ok || !m.HasPrice("images") || m.HasPrice("input") {
+		t.Fatalf("dall-e-3: %v %v", m, ok)
+	}
+	if c := m.Price(usage.Usage{Images: 2, Input: 100}, "", ""); c.Cost != 80_000_000 {
+		t.Errorf("two images cost %d", c.Cost)
+	}
+	if h := m.UnitHold(usage.Image, 3); h != 120_000_000 {
+		t.Errorf("hold of three images %d", h)
+	}
+}

@@ -76,8 +76,8 @@ func TestImageGenerations(t *testing.T) {
 		if beta.Models.Overrides == nil {
 			beta.Models.Overrides = map[string]config.Price{}
 		}
-		zero, per := 0.0, dalleUSD
-		beta.Models.Overrides["dall-e-3"] = config.Price{Input: &zero, Output: &zero, MaxOutput: 1, Images: &per}
+		per := dalleUSD
+		beta.Models.Overrides["dall-e-3"] = config.Price{Images: &per} // priced per image alone
 	}})
 	acct := s.NewAccount(100, noLimits)
 	cat := catalogueEntries(t, s.Config.Catalogue)
