@@ -742,8 +742,8 @@ func (op *Operator) models(w http.ResponseWriter, r *http.Request, s *session) {
 					continue
 				}
 				n := rates.Of(k)
-				if pricing.PerCall(k.Name) {
-					n /= 1_000_000 // per call or session
+				if k.Unit != usage.Token {
+					n /= 1_000_000 // per call, session, second or image
 				}
 				row.Prices = append(row.Prices, field{Name: strings.ReplaceAll(k.Name, "_", " "), Value: "$" + pricing.FormatUSD(n)})
 			}
