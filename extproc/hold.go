@@ -25,37 +25,49 @@ func usageBounds(price *pricing.Model, b operation.Bounds) usageCaps {
 	if window == 0 {
 		window = defaultMaxInput
 	}
-	return usageCaps{input: max(b.Input, window), output: b.Output, seconds: b.Seconds}
+	return usageCaps{input: max(b.Input, window), output: b.Output, seconds: b.Seconds, images: b.Images}
 }
 
-// usageCaps are the most usage a reply can claim: tokens on each side, and
-// seconds of audio.
-type usageCaps struct{ input, output, seconds int64 }
+// usageCaps are the most usage a reply can claim: tokens on each side,
+// seconds of audio and images.
+type usageCaps struct{ input, output, seconds, images int64 }
 
 // capUsage limits a reply's usage to what its request allowed (its bounds):
-// input-side kinds together to input, output-side kinds together to output
-// (the hold covers no more), each kind of tool call to maxToolCalls. A vendor's
-// figure beyond them is not believed: ok is false when anything was cut.
+// the token kinds of each side (usage.Kind.Side) together to that side's
+// bound (the hold covers no more), seconds and images to theirs, each kind
+// of tool call to maxToolCalls, and a kind within another to it. A
+// vendor's figure beyond them is not believed: ok is false when anything
+// was cut.
 func capUsage(u usage.Usage, c usageCaps) (capped usage.Usage, ok bool) {
 	ok = true
-	input, output := c.input, c.output
-	take := func(v *int64, left *int64) {
-		if *v > *left {
-			*v, ok = *left, false
+	for _, k := range usage.Kinds {
+		if !k.Priced() {
+			continue
 		}
-		*left -= *v
+		var bound *int64
+		switch k.Unit {
+		case usage.Token:
+			bound = &c.output
+			if k.Side == usage.SideInput {
+				bound = &c.input
+			}
+		case usage.Second:
+			bound = &c.seconds
+		case usage.Image:
+			bound = &c.images
+		default:
+			calls := int64(maxToolCalls)
+			bound = &calls
+		}
+		if v := k.Of(u); v > *bound {
+			k.Set(&u, *bound)
+			ok = false
+		}
+		*bound -= k.Of(u)
 	}
-	for _, v := range []*int64{&u.Input, &u.CacheRead, &u.CacheWrite5m, &u.CacheWrite1h, &u.AudioInput} {
-		take(v, &input)
-	}
-	for _, v := range []*int64{&u.Output, &u.AudioOutput} {
-		take(v, &output)
-	}
-	u.Reasoning = min(u.Reasoning, u.Output) // inside output
-	take(&u.AudioSeconds, &c.seconds)
-	for _, v := range []*int64{&u.WebSearches, &u.FileSearches, &u.CodeInterpreter, &u.ImageGenerations} {
-		if *v > maxToolCalls {
-			*v, ok = maxToolCalls, false
+	for _, k := range usage.Kinds {
+		if c, found := usage.KindNamed(k.Within); found {
+			k.Set(&u, min(k.Of(u), c.Of(u))) // inside its container
 		}
 	}
 	return u, ok

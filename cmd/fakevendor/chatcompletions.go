@@ -49,6 +49,8 @@ func (b *chatAPI) route(r *http.Request) (endpoint, bool) {
 		return b.embeddings, false
 	case p == "/v1/audio/transcriptions" && r.Method == http.MethodPost:
 		return b.transcriptions, false
+	case p == "/v1/images/generations" && r.Method == http.MethodPost:
+		return b.images, false
 	case p == "/v1/models" && r.Method == http.MethodGet:
 		return b.models, true
 	case strings.HasPrefix(p, "/v1/models/") && r.Method == http.MethodGet:

@@ -30,7 +30,8 @@
 // /v1/responses (JSON, SSE or background) with its stored responses (GET,
 // DELETE, cancel, input_items), POST /v1/responses/input_tokens and
 // /compact, POST /v1/embeddings (see responses.go), POST
-// /v1/audio/transcriptions (multipart; JSON or SSE, see transcriptions.go), GET /v1/models,
+// /v1/audio/transcriptions (multipart; JSON or SSE, see transcriptions.go), POST
+// /v1/images/generations (JSON or SSE, see images.go), GET /v1/models,
 // GET /v1/models/{id}. Anything else is a 404 in the vendor's error format.
 // The usage reports (see adminusage.go): messages GET
 // /v1/organizations/usage_report/messages (x-api-key: the admin key),

@@ -95,7 +95,7 @@ func modelRows(cfg *config.Config, book pricing.Book) []modelRow {
 					r, _ := m.RatesFor(above+boolInt(above > 0), tier)
 					rates := map[string]int64{}
 					for _, k := range usage.Kinds {
-						if k.Priced && r.Of(k) != 0 {
+						if k.Priced() && r.Of(k) != 0 {
 							rates[k.Name] = r.Of(k)
 						}
 					}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // An Operation is one metered API of a vendor.
@@ -166,6 +167,9 @@ type Bounds struct {
 	// Seconds is the most input audio, in seconds, a request to a model
 	// priced by duration can be billed for.
 	Seconds int64
+	// Images is the most images a request to a model priced per image can
+	// be billed for.
+	Images int64
 }
 
 // Tokens is the most tokens (input + output) the request can use: what it
@@ -180,15 +184,17 @@ func (b Bounds) Tokens() int64 {
 // Hold is the most the request's settlement can charge: each side priced
 // at the dearest price the request could trigger (pricing.Model.Hold: any
 // service tier, any long-context tier, cache writes of either lifetime,
-// audio), the tool calls at the dearest per-call price and the seconds of
-// audio at the dearest per-second price.
+// audio, images' tokens), the tool calls, seconds of audio and images each
+// at the dearest price of their unit (pricing.Model.UnitHold).
 func (b Bounds) Hold(price *pricing.Model) int64 {
 	hold := price.Hold(b.Input, b.Output)
-	if b.Calls > 0 {
-		hold += price.CallHold(b.Calls)
-	}
-	if b.Seconds > 0 {
-		hold += price.SecondsHold(b.Seconds)
+	for _, u := range []struct {
+		unit usage.Unit
+		n    int64
+	}{{usage.Call, b.Calls}, {usage.Second, b.Seconds}, {usage.Image, b.Images}} {
+		if u.n > 0 {
+			hold += price.UnitHold(u.unit, u.n)
+		}
 	}
 	return hold
 }

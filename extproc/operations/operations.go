@@ -5,6 +5,7 @@ package operations
 import (
 	"github.com/modelgateway/gateway/extproc/format/chatcompletions"
 	"github.com/modelgateway/gateway/extproc/format/embeddings"
+	"github.com/modelgateway/gateway/extproc/format/images"
 	"github.com/modelgateway/gateway/extproc/format/messages"
 	"github.com/modelgateway/gateway/extproc/format/responses"
 	"github.com/modelgateway/gateway/extproc/format/transcriptions"
@@ -18,4 +19,5 @@ var All = operation.Registry{
 	&responses.Operation,
 	&embeddings.Operation,
 	&transcriptions.Operation,
+	&images.Operation,
 }

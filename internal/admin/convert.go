@@ -107,7 +107,7 @@ func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
 	quantities, prices := map[string]int64{}, map[string]int64{}
 	for _, k := range usage.Kinds {
 		quantities[k.Name] = k.Of(e.Usage)
-		if k.Priced {
+		if k.Priced() {
 			prices[k.Name] = k.Of(e.Rates)
 		}
 	}

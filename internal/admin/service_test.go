@@ -382,7 +382,7 @@ func TestLedgerEveryKind(t *testing.T) {
 	var u, rates usage.Usage
 	for i, k := range usage.Kinds {
 		k.Set(&u, int64(i+1))
-		if k.Priced {
+		if k.Priced() {
 			k.Set(&rates, int64(i+1)*1_000_000)
 		}
 	}
@@ -411,8 +411,8 @@ func TestLedgerEveryKind(t *testing.T) {
 			if q, ok := got.Usage[k.Name]; !ok || q != k.Of(u) {
 				t.Errorf("%s: usage[%s] = %d, %t; want %d", name, k.Name, q, ok, k.Of(u))
 			}
-			if p, ok := got.PricesNanoUsdPerMillion[k.Name]; ok != k.Priced || p != k.Of(rates) {
-				t.Errorf("%s: prices[%s] = %d, %t; want %d, %t", name, k.Name, p, ok, k.Of(rates), k.Priced)
+			if p, ok := got.PricesNanoUsdPerMillion[k.Name]; ok != k.Priced() || p != k.Of(rates) {
+				t.Errorf("%s: prices[%s] = %d, %t; want %d, %t", name, k.Name, p, ok, k.Of(rates), k.Priced())
 			}
 		}
 		// The responses operation's built-in tools, by the names clients read.

@@ -3,6 +3,9 @@ package config
 import (
 	"fmt"
 	"math"
+	"reflect"
+
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // Models says which models an upstream serves and at what price: the
@@ -50,27 +53,44 @@ type Price struct {
 	// AudioSeconds prices input audio billed by its duration, in USD per
 	// second (transcription models priced so, whisper-1).
 	AudioSeconds *float64 `yaml:"audio_seconds"`
+	// Image generation's image tokens (USD per million), and images for
+	// models priced per image (USD per image).
+	ImageInput  *float64 `yaml:"image_input"`
+	ImageOutput *float64 `yaml:"image_output"`
+	Images      *float64 `yaml:"images"`
 	// MaxOutput replaces the catalogue's max_output_tokens.
 	MaxOutput int64 `yaml:"max_output"`
 }
 
 // Fields lists the price's set figures by the usage kind they price
-// ("web_searches" for WebSearch, in USD per search, and so on).
+// ("web_searches" for WebSearch, in USD per search, and so on): each price
+// field is the kind whose Config names its yaml key.
 func (p Price) Fields() map[string]float64 {
 	out := map[string]float64{}
-	for name, v := range map[string]*float64{
-		"input": p.Input, "output": p.Output, "cache_read": p.CacheRead,
-		"cache_write_5m": p.CacheWrite5m, "cache_write_1h": p.CacheWrite1h,
-		"audio_input": p.AudioInput, "audio_output": p.AudioOutput, "web_searches": p.WebSearch,
-		"file_searches": p.FileSearch, "code_interpreter_sessions": p.CodeInterpreterSession,
-		"image_generations": p.ImageGeneration, "audio_seconds": p.AudioSeconds,
-	} {
-		if v != nil {
-			out[name] = *v
+	v := reflect.ValueOf(p)
+	for i, kind := range priceKinds {
+		if f := v.Field(i); kind != "" && !f.IsNil() {
+			out[kind] = f.Elem().Float()
 		}
 	}
 	return out
 }
+
+// priceKinds names, by field of Price, the usage kind the field prices
+// ("" for a field that is no price).
+var priceKinds = func() []string {
+	t := reflect.TypeFor[Price]()
+	out := make([]string, t.NumField())
+	for i := range t.NumField() {
+		key := t.Field(i).Tag.Get("yaml")
+		for _, k := range usage.Kinds {
+			if k.Config != "" && k.Config == key {
+				out[i] = k.Name
+			}
+		}
+	}
+	return out
+}()
 
 func (p Price) validate(at string, complete bool) error {
 	for name, v := range p.Fields() {

@@ -27,8 +27,8 @@ func TestPriceFieldsCoverPricedKinds(t *testing.T) {
 		t.Errorf("Fields names %d of Price's %d prices: %v", len(fields), prices, fields)
 	}
 	for _, k := range usage.Kinds {
-		if _, ok := fields[k.Name]; ok != k.Priced {
-			t.Errorf("usage kind %q (priced %v): in Fields %v", k.Name, k.Priced, ok)
+		if _, ok := fields[k.Name]; ok != k.Priced() {
+			t.Errorf("usage kind %q (priced %v): in Fields %v", k.Name, k.Priced(), ok)
 		}
 	}
 	for name := range fields {

@@ -300,7 +300,7 @@ func (a *api) labels(ctx context.Context, accountID string) (map[string]string, 
 func newLedgerEntry(e store.LedgerEntry, label string) LedgerEntry {
 	prices := map[string]int64{}
 	for _, k := range usage.Kinds {
-		if k.Priced {
+		if k.Priced() {
 			prices[k.Name] = k.Of(e.Rates)
 		}
 	}
@@ -373,7 +373,7 @@ var csvColumns = func() []csvColumn {
 		cols = append(cols, num(k.Name, func(e store.LedgerEntry) int64 { return k.Of(e.Usage) }))
 	}
 	for _, k := range usage.Kinds {
-		if k.Priced {
+		if k.Priced() {
 			cols = append(cols, num("price_"+k.Name, func(e store.LedgerEntry) int64 { return k.Of(e.Rates) }))
 		}
 	}

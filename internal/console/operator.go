@@ -738,12 +738,12 @@ func (op *Operator) models(w http.ResponseWriter, r *http.Request, s *session) {
 				Tiers: m.Tiers(), LongContext: m.Thresholds()}
 			rates, _ := m.RatesFor(0, "")
 			for _, k := range usage.Kinds {
-				if !k.Priced || rates.Of(k) == 0 {
+				if !k.Priced() || rates.Of(k) == 0 {
 					continue
 				}
 				n := rates.Of(k)
-				if pricing.PerCall(k.Name) {
-					n /= 1_000_000 // per call or session
+				if k.Unit != usage.Token {
+					n /= 1_000_000 // per call, session, second or image
 				}
 				row.Prices = append(row.Prices, field{Name: strings.ReplaceAll(k.Name, "_", " "), Value: "$" + pricing.FormatUSD(n)})
 			}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -411,19 +412,40 @@ type Quantities struct {
 	ImageGenerations        int64 `json:"image_generations"`
 	// Input audio billed by duration (whole seconds), not tokens.
 	AudioSeconds int64 `json:"audio_seconds"`
+	// Image generation's image tokens, and images priced per image.
+	ImageInputTokens  int64 `json:"image_input_tokens"`
+	ImageOutputTokens int64 `json:"image_output_tokens"`
+	Images            int64 `json:"images"`
 }
 
-// QuantitiesOf returns u's quantities, every kind in its JSON field.
+// QuantitiesOf returns u's quantities, every kind in the field its JSON
+// name (usage.Kind.Column) names.
 func QuantitiesOf(u usage.Usage) Quantities {
-	return Quantities{
-		InputTokens: u.Input, OutputTokens: u.Output, CacheReadTokens: u.CacheRead,
-		CacheWrite5mTokens: u.CacheWrite5m, CacheWrite1hTokens: u.CacheWrite1h,
-		AudioInputTokens: u.AudioInput, AudioOutputTokens: u.AudioOutput,
-		ReasoningTokens: u.Reasoning, WebSearches: u.WebSearches,
-		FileSearches: u.FileSearches, CodeInterpreterSessions: u.CodeInterpreter, ImageGenerations: u.ImageGenerations,
-		AudioSeconds: u.AudioSeconds,
+	var q Quantities
+	v := reflect.ValueOf(&q).Elem()
+	for i, k := range usage.Kinds {
+		if f := quantityFields[i]; f >= 0 {
+			v.Field(f).SetInt(k.Of(u))
+		}
 	}
+	return q
 }
+
+// quantityFields are, by kind, the index of Quantities' field whose JSON
+// name is the kind's Column (-1 for none, which a test refuses).
+var quantityFields = func() []int {
+	t := reflect.TypeFor[Quantities]()
+	out := make([]int, len(usage.Kinds))
+	for i, k := range usage.Kinds {
+		out[i] = -1
+		for f := range t.NumField() {
+			if t.Field(f).Tag.Get("json") == k.Column() {
+				out[i] = f
+			}
+		}
+	}
+	return out
+}()
 
 // ModelUsage is one priced model's share of the period: a dated snapshot and
 // the name it is a snapshot of are one row.

@@ -24,7 +24,7 @@ func NotInLedger(path string) bool {
 var unpricedFields = func() map[string]bool {
 	m := map[string]bool{}
 	for _, k := range usage.Kinds {
-		if k.Priced {
+		if k.Priced() {
 			continue
 		}
 		var u usage.Usage

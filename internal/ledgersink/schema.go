@@ -97,6 +97,14 @@ CREATE TABLE ledger_sink_cursor (
 	// 8: the project the request counted against.
 	`ALTER TABLE ledger
 	ADD COLUMN project_id text NOT NULL DEFAULT ''; -- '' for the account's default project`,
+	// 9: image generation: image tokens, and images priced per image.
+	`ALTER TABLE ledger
+	ADD COLUMN image_input_tokens  bigint NOT NULL DEFAULT 0,
+	ADD COLUMN image_output_tokens bigint NOT NULL DEFAULT 0,
+	ADD COLUMN images              bigint NOT NULL DEFAULT 0,
+	ADD COLUMN price_image_input   bigint NOT NULL DEFAULT 0, -- nano-USD per million tokens
+	ADD COLUMN price_image_output  bigint NOT NULL DEFAULT 0,
+	ADD COLUMN price_images        bigint NOT NULL DEFAULT 0; -- nano-USD per million images`,
 }
 
 // SchemaVersion is the version the sink migrates a database to.
@@ -106,26 +114,21 @@ var SchemaVersion = len(migrations)
 // is migrated, so that two sinks starting at once do not both migrate.
 const schemaLock = 0x6c656467 // "ledg"
 
-// usageColumns names the column of each usage kind and of its unit price
-// (empty for a kind that is not priced). A usage kind added to the ledger
-// needs its columns here and in a migration; a test fails until it has them.
-var usageColumns = map[string][2]string{
-	"input":          {"input_tokens", "price_input"},
-	"output":         {"output_tokens", "price_output"},
-	"cache_read":     {"cache_read_tokens", "price_cache_read"},
-	"cache_write_5m": {"cache_write_5m_tokens", "price_cache_write_5m"},
-	"cache_write_1h": {"cache_write_1h_tokens", "price_cache_write_1h"},
-	"audio_input":    {"audio_input_tokens", "price_audio_input"},
-	"audio_output":   {"audio_output_tokens", "price_audio_output"},
-	"reasoning":      {"reasoning_tokens", ""},
-	"web_searches":   {"web_searches", "price_web_searches"},
-
-	"file_searches":             {"file_searches", "price_file_searches"},
-	"code_interpreter_sessions": {"code_interpreter_sessions", "price_code_interpreter_sessions"},
-	"image_generations":         {"image_generations", "price_image_generations"},
-
-	"audio_seconds": {"audio_seconds", "price_audio_seconds"},
-}
+// usageColumns names the column of each usage kind (usage.Kind.Column) and
+// of its unit price ("price_" and its name; empty for a kind that is not
+// priced). A usage kind added to the ledger needs its columns in a
+// migration; a test fails until it has them.
+var usageColumns = func() map[string][2]string {
+	m := map[string][2]string{}
+	for _, k := range usage.Kinds {
+		c := [2]string{k.Column(), ""}
+		if k.Priced() {
+			c[1] = "price_" + k.Name
+		}
+		m[k.Name] = c
+	}
+	return m
+}()
 
 // migrate brings the database's schema to SchemaVersion in one transaction
 // (a failed step leaves the schema as it was), and refuses a database
@@ -173,7 +176,7 @@ var insertColumns = func() []string {
 	for _, k := range usage.Kinds {
 		c := usageColumns[k.Name]
 		cols = append(cols, c[0])
-		if k.Priced {
+		if k.Priced() {
 			cols = append(cols, c[1])
 		}
 	}

@@ -571,7 +571,7 @@ func row(label string, e store.LedgerEntry) []any {
 		string(e.Priced), string(e.Requested), string(e.Reported)}
 	for _, k := range usage.Kinds {
 		args = append(args, k.Of(e.Usage))
-		if k.Priced {
+		if k.Priced() {
 			args = append(args, k.Of(e.Rates))
 		}
 	}

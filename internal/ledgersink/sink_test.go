@@ -21,7 +21,7 @@ func TestEveryUsageKindHasColumns(t *testing.T) {
 		if !strings.Contains(schema, "\t"+c[0]+" ") && !strings.Contains(schema, "ADD COLUMN "+c[0]+" ") {
 			t.Errorf("no migration creates column %s", c[0])
 		}
-		if k.Priced && (c[1] == "" || !strings.Contains(schema, "\t"+c[1]+" ") && !strings.Contains(schema, "ADD COLUMN "+c[1]+" ")) {
+		if k.Priced() && (c[1] == "" || !strings.Contains(schema, "\t"+c[1]+" ") && !strings.Contains(schema, "ADD COLUMN "+c[1]+" ")) {
 			t.Errorf("priced kind %q has no price column in the schema", k.Name)
 		}
 	}

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // The catalogue is LiteLLM's model_prices_and_context_window.json: one object
@@ -61,20 +64,49 @@ const batchTier = "batches"
 const upliftField = "regional_processing_uplift_multiplier_"
 
 // priceFields maps a catalogue price field, without suffixes, to the usage
-// kind it prices. cache_creation_input_token_cost_above_1hr is the 1-hour
-// cache write; its "above_1hr" is part of the name, not a tier.
-// input_cost_per_second prices input audio by duration; the catalogue's
-// output_cost_per_second is not read: no reply reports an output duration,
-// and the vendors bill a transcription by its input audio alone.
-var priceFields = map[string]string{
-	"input_cost_per_token":                      "input",
-	"output_cost_per_token":                     "output",
-	"cache_read_input_token_cost":               "cache_read",
-	"cache_creation_input_token_cost":           "cache_write_5m",
-	"cache_creation_input_token_cost_above_1hr": "cache_write_1h",
-	"input_cost_per_audio_token":                "audio_input",
-	"output_cost_per_audio_token":               "audio_output",
-	"input_cost_per_second":                     "audio_seconds",
+// kind it prices: the fields the kinds declare (usage.Kinds' Catalogue),
+// except those read apart (searchField, containerField).
+var priceFields = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range usage.Kinds {
+		for _, f := range k.Catalogue {
+			if f != searchField && f != containerField {
+				m[f] = k.Name
+			}
+		}
+	}
+	return m
+}()
+
+// notRead are the catalogue's price fields (without suffixes) of the
+// entries the gateway reads that price nothing it bills, and why: a field
+// of those entries that is neither a kind's nor listed here fails
+// TestCatalogueFieldsAreKnown, so that a new price is never dropped
+// unseen.
+var notRead = map[string]string{
+	"output_cost_per_second":                     "no reply reports an output duration; the vendors bill a transcription by its input audio",
+	"cache_creation_input_token_cost_above_12hr": "a cache write kept beyond 12 hours, which no reply the meters read reports",
+	"cache_read_input_image_token_cost":          "cached image input, which an image generation reply does not report",
+	"input_cost_per_pixel":                       "the entry's per-image price, restated per pixel",
+	"output_cost_per_pixel":                      "the entry's per-image price, restated per pixel",
+}
+
+// The fields read apart from priceFields: the per-query price of web
+// searches (an object by search context size) and the per-session price
+// of a provider's code interpreter containers (an entry of its own).
+const (
+	searchField    = "search_context_cost_per_query"
+	containerField = "code_interpreter_cost_per_session"
+)
+
+// kindOf names the kind whose Catalogue lists field.
+func kindOf(field string) string {
+	for _, k := range usage.Kinds {
+		if slices.Contains(k.Catalogue, field) {
+			return k.Name
+		}
+	}
+	panic("pricing: no usage kind prices " + field)
 }
 
 // longSuffix matches a long-context suffix such as _above_200k_tokens.
@@ -88,31 +120,79 @@ const searchSize = "search_context_size_medium"
 // containers, priced per session for every model of its provider.
 const containerEntry = "/container"
 
-// errNotPriced marks an entry without the prices of a model: neither token
-// prices nor a price per second of input.
-var errNotPriced = errors.New("no token or per-second prices")
+// errNotPriced marks an entry without the prices of a model (see priced).
+var errNotPriced = errors.New("no price of each side, nor one of a kind priced alone (per second, per image)")
+
+// sizedEntry matches the catalogue's per-image estimates of an image
+// model at one size (and quality): "high/1024-x-1536/gpt-image-1".
+var sizedEntry = regexp.MustCompile(`^(?:[a-z]+/)?[0-9]+-x-[0-9]+/(.+)$`)
+
+// Skipped is a catalogue entry of a provider and mode the gateway reads
+// that it loads no model from, and why.
+type Skipped struct {
+	Name, Reason string
+}
+
+// Unread is what ReadCatalogue could not use of the entries of the
+// providers and modes it reads: the entries it loads no model from, and
+// the price fields it does not know (neither a kind's nor in notRead),
+// each sorted by name.
+type Unread struct {
+	Entries []Skipped
+	Fields  []string
+}
 
 // LoadCatalogue reads the catalogue file and returns the models of the
 // given providers in the given modes (those some operation serves), by name.
+// The entries of those providers and modes it cannot price, and the price
+// fields it does not know, are logged as a warning, one line each.
 func LoadCatalogue(path string, providers, modes []string) (map[string]CatalogueEntry, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("catalogue: %w", err)
 	}
-	m, err := ParseCatalogue(data, providers, modes)
+	m, unread, err := ReadCatalogue(data, providers, modes)
 	if err != nil {
 		return nil, fmt.Errorf("catalogue %s: %w", path, err)
+	}
+	// The per-image estimates of a token-priced model are left out by
+	// design (a debug line); an entry without the prices of a model is
+	// one the operator may have expected served.
+	var unpriced, estimates []string
+	for _, s := range unread.Entries {
+		if s.Reason == errNotPriced.Error() {
+			unpriced = append(unpriced, s.Name)
+		} else {
+			estimates = append(estimates, s.Name)
+		}
+	}
+	if len(unpriced) > 0 {
+		slog.Warn("catalogue entries without the prices of a model, not served", "catalogue", path, "entries", len(unpriced), "names", unpriced)
+	}
+	if len(estimates) > 0 {
+		slog.Debug("catalogue per-image estimates of models billed by their tokens, not served", "catalogue", path, "entries", len(estimates), "names", estimates)
+	}
+	if len(unread.Fields) > 0 {
+		slog.Warn("catalogue price fields the gateway does not know, not read", "catalogue", path, "fields", unread.Fields)
 	}
 	return m, nil
 }
 
 // ParseCatalogue decodes catalogue JSON; see LoadCatalogue.
 func ParseCatalogue(data []byte, providers, modes []string) (map[string]CatalogueEntry, error) {
+	m, _, err := ReadCatalogue(data, providers, modes)
+	return m, err
+}
+
+// ReadCatalogue is ParseCatalogue that also returns what it could not use.
+func ReadCatalogue(data []byte, providers, modes []string) (map[string]CatalogueEntry, Unread, error) {
 	var raw map[string]json.RawMessage
+	var unread Unread
 	if err := json.Unmarshal(data, &raw); err != nil {
-		return nil, fmt.Errorf("not a catalogue: %w", err)
+		return nil, unread, fmt.Errorf("not a catalogue: %w", err)
 	}
 	out := map[string]CatalogueEntry{}
+	var skipped []Skipped
 	for name, msg := range raw {
 		var head struct {
 			Provider  string   `json:"litellm_provider"`
@@ -123,23 +203,75 @@ func ParseCatalogue(data []byte, providers, modes []string) (map[string]Catalogu
 		if json.Unmarshal(msg, &head) != nil || !slices.Contains(modes, head.Mode) || !slices.Contains(providers, head.Provider) {
 			continue
 		}
+		unread.Fields = append(unread.Fields, unknownFields(msg)...)
 		if name == head.Provider+containerEntry && head.Container != nil {
 			continue // read below, once every model is known
 		}
-		e, err := parseEntry(name, head.Provider, msg)
+		e, err := parseEntry(name, head.Provider, head.Mode, msg)
 		if errors.Is(err, errNotPriced) {
+			skipped = append(skipped, Skipped{name, err.Error()})
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("model %q: %w", name, err)
+			return nil, unread, fmt.Errorf("model %q: %w", name, err)
 		}
 		e.Mode, e.Endpoints = head.Mode, head.Endpoints
 		out[name] = e
 	}
-	if err := addContainerPrices(raw, providers, out); err != nil {
-		return nil, err
+	// A per-image estimate of a model priced by its tokens is not a model
+	// of its own: its reply's tokens are billed.
+	for name := range out {
+		if m := sizedEntry.FindStringSubmatch(name); m != nil {
+			if _, ok := out[m[1]]; ok {
+				delete(out, name)
+				skipped = append(skipped, Skipped{name, "a per-image estimate of " + m[1] + ", which is billed by its tokens"})
+			}
+		}
 	}
-	return out, nil
+	slices.SortFunc(skipped, func(a, b Skipped) int { return strings.Compare(a.Name, b.Name) })
+	slices.Sort(unread.Fields)
+	unread.Entries, unread.Fields = skipped, slices.Compact(unread.Fields)
+	if err := addContainerPrices(raw, providers, out); err != nil {
+		return nil, unread, err
+	}
+	return out, unread, nil
+}
+
+// unknownFields returns the price fields of an entry (a name with "cost")
+// the gateway neither reads nor lists in notRead.
+func unknownFields(msg json.RawMessage) []string {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(msg, &fields) != nil {
+		return nil
+	}
+	var out []string
+	for f := range fields {
+		if strings.Contains(f, "cost") && !fieldKnown(f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// fieldKnown reports whether a price field, with its suffixes, is one the
+// gateway reads or one notRead explains.
+func fieldKnown(field string) bool {
+	if _, _, _, ok := splitField(field); ok || field == searchField || field == containerField {
+		return true
+	}
+	candidates := []string{field}
+	if i := strings.LastIndexByte(field, '_'); i > 0 {
+		candidates = append(candidates, field[:i]) // a tier, the batch API's among them
+	}
+	for _, f := range candidates {
+		f = longSuffix.ReplaceAllString(f, "")
+		_, read := priceFields[f]
+		_, explained := notRead[f]
+		if read || explained {
+			return true
+		}
+	}
+	return false
 }
 
 // addContainerPrices gives every model of a provider the per-session price
@@ -161,11 +293,11 @@ func addContainerPrices(raw map[string]json.RawMessage, providers []string, out 
 		}
 		rate, err := perMillion(f.Session)
 		if err != nil {
-			return fmt.Errorf("model %q: code_interpreter_cost_per_session: %w", p+containerEntry, err)
+			return fmt.Errorf("model %q: %s: %w", p+containerEntry, containerField, err)
 		}
 		for name, e := range out {
 			if e.Provider == p {
-				e.Prices[PriceKey{Kind: "code_interpreter_sessions"}] = rate
+				e.Prices[PriceKey{Kind: kindOf(containerField)}] = rate
 				out[name] = e
 			}
 		}
@@ -173,7 +305,7 @@ func addContainerPrices(raw map[string]json.RawMessage, providers []string, out 
 	return nil
 }
 
-func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, error) {
+func parseEntry(name, provider, mode string, msg json.RawMessage) (CatalogueEntry, error) {
 	dec := json.NewDecoder(bytes.NewReader(msg))
 	dec.UseNumber()
 	var fields map[string]any
@@ -181,7 +313,7 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 		return CatalogueEntry{}, err
 	}
 	e := CatalogueEntry{Name: name, Provider: provider, Prices: map[PriceKey]int64{}, Uplift: map[string]int64{}}
-	if !priced(fields) {
+	if !priced(fields, mode) {
 		return e, errNotPriced
 	}
 	// Without max_output_tokens the catalogue does not say how much the
@@ -220,31 +352,49 @@ func parseEntry(name, provider string, msg json.RawMessage) (CatalogueEntry, err
 		}
 		e.Prices[PriceKey{kind, above, tier}] = rate
 	}
-	if v, ok := fields["search_context_cost_per_query"]; ok {
+	if v, ok := fields[searchField]; ok {
 		sizes, ok := v.(map[string]any)
 		if !ok {
-			return e, fmt.Errorf("search_context_cost_per_query: not an object")
+			return e, fmt.Errorf("%s: not an object", searchField)
 		}
 		if q, ok := sizes[searchSize]; ok {
 			rate, err := perMillion(q)
 			if err != nil {
-				return e, fmt.Errorf("search_context_cost_per_query.%s: %w", searchSize, err)
+				return e, fmt.Errorf("%s.%s: %w", searchField, searchSize, err)
 			}
-			e.Prices[PriceKey{Kind: "web_searches"}] = rate
+			e.Prices[PriceKey{Kind: kindOf(searchField)}] = rate
 		}
 	}
 	return e, nil
 }
 
-// priced reports whether a catalogue entry has the prices of a model: an
-// input and an output price per token (an embedding model produces no
-// tokens, so its output price may be absent), or a price per second of
-// input audio (a model billed by duration). An entry with neither (a
-// per-session tool) is not a model the gateway can price.
-func priced(fields map[string]any) bool {
-	perToken := fields["input_cost_per_token"] != nil && (fields["output_cost_per_token"] != nil || fields["mode"] == "embedding")
-	return perToken || fields["input_cost_per_second"] != nil
+// priced reports whether a catalogue entry has the prices of a model: a
+// price of a kind priced alone (per second of input audio, per image), or
+// a token price of each side (an embedding model produces no tokens, so it
+// needs only an input price). An entry with neither (a per-session tool,
+// an output price alone) is not a model the gateway can price.
+func priced(fields map[string]any, mode string) bool {
+	in, out := false, mode == noOutputMode
+	for field := range fields {
+		kind, _, tier, ok := splitField(field)
+		if !ok || tier == batchTier {
+			continue
+		}
+		k, _ := usage.KindNamed(kind)
+		switch {
+		case k.Alone:
+			return true
+		case k.Unit == usage.Token && k.Side == usage.SideInput:
+			in = true
+		case k.Unit == usage.Token && k.Side == usage.SideOutput:
+			out = true
+		}
+	}
+	return in && out
 }
+
+// noOutputMode is the catalogue mode whose models produce no output tokens.
+const noOutputMode = "embedding"
 
 // splitField parses a price field name into the usage kind it prices, the
 // long-context threshold (0 for none) and the service tier ("" for the

@@ -12,7 +12,6 @@ import (
 	"maps"
 	"math"
 	"math/bits"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -56,6 +55,34 @@ type Model struct {
 	// uplift is the regional processing uplift by region, in parts per
 	// million (catalogue.go).
 	uplift map[string]int64
+	// rows are what a request is priced from, built from prices and
+	// uplift once (index), so that pricing a reply reads no map and
+	// allocates nothing.
+	rows *priceRows
+}
+
+// priceRows are a model's prices as the requests use them: the rates of
+// every long-context threshold and tier, each a row indexed by kind, and
+// the hold's dearest prices.
+type priceRows struct {
+	thresholds []int64  // ascending
+	tiers      []string // the tiers with prices of their own, sorted
+	// rates[a][t]: prompts above thresholds[a-1] (a = 0: below every
+	// threshold), at tiers[t-1] (t = 0: the standard tier; t =
+	// len(tiers)+1: a tier without prices, the dearest of all).
+	rates [][]Rates
+	// The hold's prices: the dearest of each token side and of each unit
+	// (indexed by usage.Unit), at any tier and threshold.
+	in, out int64
+	unit    [4]int64
+	has     uint64 // bit i: a price of usage.Kinds[i] of the model's own
+	uplifts []regionUplift
+	upMax   int64 // the largest uplift, in parts per million
+}
+
+type regionUplift struct {
+	region string
+	ppm    int64
 }
 
 // Serves reports whether an operation whose catalogue modes are modes and
@@ -80,7 +107,12 @@ func (m *Model) Uplift(region string) int64 {
 	if region == "" {
 		return 0
 	}
-	return m.uplift[region]
+	for _, u := range m.index().uplifts {
+		if u.region == region {
+			return u.ppm
+		}
+	}
+	return 0
 }
 
 // StandardTier reports whether a reported service tier name is the standard
@@ -96,29 +128,13 @@ func StandardTier(tier string) bool {
 // Fallback reports whether the model is the upstream's fallback price.
 func (m *Model) Fallback() bool { return m.Source == "fallback" }
 
-// Thresholds returns the model's long-context thresholds, ascending.
-func (m *Model) Thresholds() []int64 {
-	var out []int64
-	for k := range m.prices {
-		if k.Above > 0 && !slices.Contains(out, k.Above) {
-			out = append(out, k.Above)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
+// Thresholds returns the model's long-context thresholds, ascending. The
+// slice is the model's: callers must not change it.
+func (m *Model) Thresholds() []int64 { return m.index().thresholds }
 
 // Tiers returns the service tiers that have prices of their own, sorted.
-func (m *Model) Tiers() []string {
-	var out []string
-	for k := range m.prices {
-		if k.Tier != "" && !slices.Contains(out, k.Tier) {
-			out = append(out, k.Tier)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
+// The slice is the model's: callers must not change it.
+func (m *Model) Tiers() []string { return m.index().tiers }
 
 // RatesFor returns the unit prices that apply to a request whose prompt is
 // prompt tokens, served at the given service tier: the prices of the highest
@@ -131,28 +147,101 @@ func (m *Model) Tiers() []string {
 // of its tiers, kind by kind, since it may be dearer than any.
 //
 // A kind the model has no price for at all is charged as the kind it is a
-// variant of (missingPrice), so that usage is never free by omission; web
-// searches without a listed fee cost nothing.
+// variant of (usage.Kind.Else), so that usage is never free by omission;
+// web searches without a listed fee cost nothing.
 func (m *Model) RatesFor(prompt int64, tier string) (r Rates, above int64) {
-	for _, t := range m.Thresholds() {
-		if prompt > t {
-			above = t
+	x := m.index()
+	a, t, _ := x.find(prompt, tier)
+	if a > 0 {
+		above = x.thresholds[a-1]
+	}
+	return x.rates[a][t], above
+}
+
+// find returns the row of a prompt and a tier: the threshold's index, the
+// tier's, and whether the tier has prices of its own (or is standard).
+func (x *priceRows) find(prompt int64, tier string) (a, t int, known bool) {
+	for i, th := range x.thresholds {
+		if prompt > th {
+			a = i + 1
 		}
 	}
-	tiers := []string{tier}
 	if StandardTier(tier) {
-		tiers = []string{""}
-	} else if !slices.Contains(m.Tiers(), tier) {
-		tiers = append(m.Tiers(), "")
+		return a, 0, true
 	}
+	for i, name := range x.tiers {
+		if name == tier {
+			return a, i + 1, true
+		}
+	}
+	return a, len(x.tiers) + 1, false
+}
+
+// index returns the model's rows, building them on first use for a model
+// made without NewTable (NewTable builds them before the model is shared).
+func (m *Model) index() *priceRows {
+	if m.rows == nil {
+		m.rows = buildRows(m.prices, m.uplift)
+	}
+	return m.rows
+}
+
+// buildRows computes every row a request can be priced from.
+func buildRows(prices map[PriceKey]int64, uplift map[string]int64) *priceRows {
+	x := &priceRows{}
+	for k, p := range prices {
+		if k.Above > 0 && !slices.Contains(x.thresholds, k.Above) {
+			x.thresholds = append(x.thresholds, k.Above)
+		}
+		if k.Tier != "" && !slices.Contains(x.tiers, k.Tier) {
+			x.tiers = append(x.tiers, k.Tier)
+		}
+		kind, ok := usage.KindNamed(k.Kind)
+		if !ok {
+			continue
+		}
+		x.has |= 1 << kind.Index()
+		switch {
+		case !kind.Priced():
+		case kind.Unit != usage.Token:
+			x.unit[kind.Unit] = max(x.unit[kind.Unit], p)
+		case kind.Side == usage.SideInput:
+			x.in = max(x.in, p)
+		case kind.Side == usage.SideOutput:
+			x.out = max(x.out, p)
+		}
+	}
+	slices.Sort(x.thresholds)
+	slices.Sort(x.tiers)
+	for region, ppm := range uplift {
+		x.uplifts = append(x.uplifts, regionUplift{region, ppm})
+		x.upMax = max(x.upMax, ppm)
+	}
+	aboves := append([]int64{0}, x.thresholds...)
+	for _, above := range aboves {
+		row := make([]Rates, len(x.tiers)+2)
+		row[0] = ratesAt(prices, above, []string{""})
+		for i, t := range x.tiers {
+			row[i+1] = ratesAt(prices, above, []string{t})
+		}
+		row[len(x.tiers)+1] = ratesAt(prices, above, append(slices.Clone(x.tiers), ""))
+		x.rates = append(x.rates, row)
+	}
+	return x
+}
+
+// ratesAt returns, kind by kind, the dearest of the tiers' prices at
+// threshold above (RatesFor says which price applies).
+func ratesAt(prices map[PriceKey]int64, above int64, tiers []string) Rates {
+	var r Rates
 	for _, k := range usage.Kinds {
-		if !k.Priced {
+		if !k.Priced() {
 			continue
 		}
 		var best int64
 		for _, t := range tiers {
-			for name := k.Name; name != ""; name = missingPrice[name] {
-				if p, ok := m.price(name, above, t); ok {
+			for name := k.Name; name != ""; name = elsePrice(name) {
+				if p, ok := price(prices, name, above, t); ok {
 					best = max(best, p)
 					break
 				}
@@ -160,21 +249,18 @@ func (m *Model) RatesFor(prompt int64, tier string) (r Rates, above int64) {
 		}
 		k.Set((*usage.Usage)(&r), best)
 	}
-	return r, above
+	return r
 }
 
-// missingPrice names the kind whose price a kind without one takes.
-var missingPrice = map[string]string{
-	"cache_write_1h": "cache_write_5m",
-	"cache_write_5m": "input",
-	"cache_read":     "input",
-	"audio_input":    "input",
-	"audio_output":   "output",
+// elsePrice names the kind whose price a kind without one takes.
+func elsePrice(kind string) string {
+	k, _ := usage.KindNamed(kind)
+	return k.Else
 }
 
-func (m *Model) price(kind string, above int64, tier string) (int64, bool) {
+func price(prices map[PriceKey]int64, kind string, above int64, tier string) (int64, bool) {
 	for _, key := range []PriceKey{{kind, above, tier}, {kind, 0, tier}, {kind, above, ""}, {kind, 0, ""}} {
-		if p, ok := m.prices[key]; ok {
+		if p, ok := prices[key]; ok {
 			return p, true
 		}
 	}
@@ -198,17 +284,23 @@ type Charge struct {
 
 // Price returns the charge for u, served at the given service tier by an
 // endpoint processing in region ("" for one that is not regional).
+//
+// It reads no map and allocates nothing: the rows were built when the
+// model was loaded.
 func (m *Model) Price(u usage.Usage, tier, region string) Charge {
-	r, above := m.RatesFor(u.Prompt(), tier)
-	c := Charge{Rates: r, Above: above, Uplift: m.Uplift(region)}
+	x := m.index()
+	a, t, known := x.find(u.Prompt(), tier)
+	c := Charge{Rates: x.rates[a][t], Uplift: m.Uplift(region)}
+	if a > 0 {
+		c.Above = x.thresholds[a-1]
+	}
 	switch {
-	case StandardTier(tier):
-	case slices.Contains(m.Tiers(), tier):
+	case t > 0 && known:
 		c.Tier = tier
-	default:
+	case !known:
 		c.Tier, c.UnknownTier = tier, true
 	}
-	c.Cost = CostUplifted(u, r, c.Uplift)
+	c.Cost = CostUplifted(u, c.Rates, c.Uplift)
 	return c
 }
 
@@ -231,7 +323,7 @@ func CostUplifted(u usage.Usage, r Rates, uplift int64) int64 {
 	var hi, lo uint64
 	for _, k := range usage.Kinds {
 		q, p := k.Of(u), r.Of(k)
-		if !k.Priced || q <= 0 || p <= 0 {
+		if !k.Priced() || q <= 0 || p <= 0 {
 			continue
 		}
 		ph, pl := bits.Mul64(uint64(q), uint64(p))
@@ -269,75 +361,46 @@ func CostUplifted(u usage.Usage, r Rates, uplift int64) int64 {
 // counted as one input token at the dearest input-side price of any tier or
 // prompt length (a token is never shorter than one byte), plus maxOutput
 // tokens at the dearest output-side price, with the largest regional uplift
-// the model has.
+// the model has. The sides are the kinds' (usage.Kind.Side).
 func (m *Model) Hold(bodyBytes, maxOutput int64) int64 {
-	var in, out int64
-	for key, p := range m.prices {
-		switch key.Kind {
-		case "input", "cache_read", "cache_write_5m", "cache_write_1h", "audio_input":
-			in = max(in, p)
-		case "output", "audio_output":
-			out = max(out, p)
-		}
-	}
-	var up int64
-	for _, u := range m.uplift {
-		up = max(up, u)
-	}
-	return CostUplifted(usage.Usage{Input: bodyBytes, Output: maxOutput}, Rates{Input: in, Output: out}, up)
+	x := m.index()
+	return CostUplifted(usage.Usage{Input: bodyBytes, Output: maxOutput}, Rates{Input: x.in, Output: x.out}, x.upMax)
 }
-
-// perCall are the usage kinds priced per built-in tool call or session.
-var perCall = []string{"web_searches", "file_searches", "code_interpreter_sessions", "image_generations"}
 
 // PerCall reports whether the usage kind named kind is priced per built-in
 // tool call or session rather than per token: its rates, per million units
 // like every kind's, are shown per call.
-func PerCall(kind string) bool { return slices.Contains(perCall, kind) }
-
-// CallHold returns the most calls built-in tool calls can cost: each at
-// the dearest per-call price the model has.
-func (m *Model) CallHold(calls int64) int64 {
-	return m.unitHold(calls, PerCall)
-}
+func PerCall(kind string) bool { return unitOf(kind) == usage.Call }
 
 // PerSecond reports whether the usage kind named kind is priced per second
 // of audio rather than per token; like per-call kinds, its rates are per
 // million units and an operator's price is per unit.
-func PerSecond(kind string) bool { return kind == "audio_seconds" }
+func PerSecond(kind string) bool { return unitOf(kind) == usage.Second }
 
-// SecondsHold returns the most seconds of input audio can cost, at the
-// dearest per-second price the model has (none: nothing).
-func (m *Model) SecondsHold(seconds int64) int64 {
-	return m.unitHold(seconds, PerSecond)
+// unitOf is the unit of the kind named kind (Token for none).
+func unitOf(kind string) usage.Unit {
+	k, _ := usage.KindNamed(kind)
+	return k.Unit
 }
 
-// unitHold prices n units at the dearest price of the kinds of, with the
-// largest regional uplift the model has.
-func (m *Model) unitHold(n int64, of func(kind string) bool) int64 {
-	var p int64
-	for key, v := range m.prices {
-		if of(key.Kind) {
-			p = max(p, v)
-		}
+// UnitHold returns the most n units of a kind counted by unit (Call,
+// Second, Image) can cost: each at the dearest price of the model's kinds
+// of that unit, with the largest regional uplift the model has (no price:
+// nothing). Tokens are held by Hold.
+func (m *Model) UnitHold(unit usage.Unit, n int64) int64 {
+	x := m.index()
+	if unit == usage.Token || int(unit) >= len(x.unit) {
+		return 0
 	}
-	var up int64
-	for _, u := range m.uplift {
-		up = max(up, u)
-	}
-	return CostUplifted(usage.Usage{WebSearches: n}, Rates{WebSearches: p}, up)
+	return CostUplifted(usage.Usage{Input: n}, Rates{Input: x.unit[unit]}, x.upMax)
 }
 
 // HasPrice reports whether the model has a price of the usage kind named
-// kind, at any tier or threshold, of its own (not one missingPrice
+// kind, at any tier or threshold, of its own (not one usage.Kind.Else
 // borrows): whether it is billed by that kind at all.
 func (m *Model) HasPrice(kind string) bool {
-	for key := range m.prices {
-		if key.Kind == kind {
-			return true
-		}
-	}
-	return false
+	k, ok := usage.KindNamed(kind)
+	return ok && m.index().has&(1<<k.Index()) != 0
 }
 
 // NanoUSD converts an amount typed in USD (a config value, a flag) into
@@ -417,19 +480,34 @@ func (t *Table) PriceList(fallbackName string) []*Model {
 // Replace makes src's contents current; lookups already made are unaffected.
 func (t *Table) Replace(src *Table) { t.cur.Store(src.cur.Load()) }
 
-var snapshot = regexp.MustCompile(`^(.+)-(?:(\d{4})(\d{2})(\d{2})|(\d{4})-(\d{2})-(\d{2}))$`)
-
-// undated strips a dated-snapshot suffix with a plausible date.
+// undated strips a dated-snapshot suffix with a plausible date
+// (NAME-YYYYMMDD or NAME-YYYY-MM-DD). Read by hand rather than by a
+// regular expression: a reply's model is looked up on every request, and
+// this allocates nothing.
 func undated(name string) (string, bool) {
-	m := snapshot.FindStringSubmatch(name)
-	if m == nil {
+	var y, mo, d string
+	var cut int
+	switch n := len(name); {
+	case n > 11 && name[n-11] == '-' && name[n-6] == '-' && name[n-3] == '-':
+		y, mo, d, cut = name[n-10:n-6], name[n-5:n-3], name[n-2:], n-11
+	case n > 9 && name[n-9] == '-':
+		y, mo, d, cut = name[n-8:n-4], name[n-4:n-2], name[n-2:], n-9
+	default:
 		return "", false
 	}
-	mo, d := m[3]+m[6], m[4]+m[7]
-	if mo < "01" || mo > "12" || d < "01" || d > "31" {
+	if !digits(y) || !digits(mo) || !digits(d) || mo < "01" || mo > "12" || d < "01" || d > "31" {
 		return "", false
 	}
-	return m[1], true
+	return name[:cut], true
+}
+
+func digits(s string) bool {
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // NewTable builds one upstream's table from the catalogue entries and the
@@ -461,8 +539,8 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 	for name, o := range cfg.Overrides {
 		m := byName[name]
 		if m == nil {
-			if o.Input == nil || o.Output == nil || o.MaxOutput == 0 {
-				return nil, fmt.Errorf("models.overrides[%s]: not in the catalogue, so input, output and max_output are required", name)
+			if (o.Input == nil || o.Output == nil || o.MaxOutput == 0) && !pricedAlone(o) {
+				return nil, fmt.Errorf("models.overrides[%s]: not in the catalogue, so input, output and max_output (or a price of a kind priced alone: audio_seconds, images) are required", name)
 			}
 			m = &Model{Name: usage.PricedModel(name), prices: map[PriceKey]int64{}}
 			byName[name] = m
@@ -504,10 +582,25 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 	sort.Slice(d.models, func(i, j int) bool { return d.models[i].Name < d.models[j].Name })
 	if cfg.UnknownModel == config.UnknownFallback && cfg.Fallback != nil {
 		d.fallback = &Model{Name: FallbackModel, Source: "fallback", MaxOutput: cfg.Fallback.MaxOutput, prices: override(nil, *cfg.Fallback)}
+		d.fallback.rows = buildRows(d.fallback.prices, nil)
+	}
+	for _, m := range d.models {
+		m.rows = buildRows(m.prices, m.uplift)
 	}
 	t := &Table{}
 	t.cur.Store(d)
 	return t, nil
+}
+
+// pricedAlone reports whether o sets a price of a kind that alone makes a
+// model (usage.Kind.Alone: per second of audio, per image).
+func pricedAlone(o config.Price) bool {
+	for kind := range o.Fields() {
+		if k, _ := usage.KindNamed(kind); k.Alone {
+			return true
+		}
+	}
+	return false
 }
 
 // applyOverride replaces m's prices of the kinds o sets, and its maximum
@@ -531,8 +624,8 @@ func override(prices map[PriceKey]int64, o config.Price) map[PriceKey]int64 {
 		}
 	}
 	for kind, usd := range set {
-		if PerCall(kind) || PerSecond(kind) {
-			usd *= 1_000_000 // USD per call or second → per million
+		if unitOf(kind) != usage.Token {
+			usd *= 1_000_000 // USD per call, second or image → per million
 		}
 		out[PriceKey{Kind: kind}] = NanoUSD(usd)
 	}

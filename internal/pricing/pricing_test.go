@@ -240,7 +240,7 @@ func TestCostExact(t *testing.T) {
 func exactCost(u usage.Usage, r Rates) int64 {
 	var sum, prod big.Int
 	for _, k := range usage.Kinds {
-		if k.Priced {
+		if k.Priced() {
 			prod.Mul(big.NewInt(k.Of(u)), big.NewInt(r.Of(k)))
 			sum.Add(&sum, &prod)
 		}
@@ -421,10 +421,10 @@ func TestPerSecondPrices(t *testing.T) {
 	if c := whisper.Price(usage.Usage{Input: 1000, Output: 1000}, "", ""); c.Cost != 0 {
 		t.Errorf("tokens on a per-second model cost %d", c.Cost)
 	}
-	if got := whisper.SecondsHold(61); got != 6_100_000 {
+	if got := whisper.UnitHold(usage.Second, 61); got != 6_100_000 {
 		t.Errorf("hold of 61 s = %d", got)
 	}
-	if got := tr.SecondsHold(0); got != 0 {
+	if got := tr.UnitHold(usage.Second, 0); got != 0 {
 		t.Errorf("hold of 0 s = %d", got)
 	}
 	if got := tr.Hold(16000, 2000); got != 16000*2500+2000*10000 {

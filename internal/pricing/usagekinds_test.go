@@ -3,40 +3,138 @@ package pricing
 import (
 	"testing"
 
+	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // The hold prices each priced usage kind on exactly one side: the input
-// side (Hold's body bytes), the output side (Hold's maxOutput) or per call
-// (CallHold) or per second (SecondsHold); the input side is what Usage.Prompt measures for long-context
-// tiers. A kind added to internal/usage fails here until Hold or perCall
-// knows it: a kind on no side would be held for nothing.
+// side (Hold's body bytes) or the output side (Hold's maxOutput) for a
+// token kind, by its declared side, or by its unit's count (UnitHold) for
+// the others; the input side is what Usage.Prompt measures for
+// long-context tiers. A kind declared in internal/usage is held by what
+// its declaration says, or fails here: a kind on no side would be held for
+// nothing.
 func TestHoldCoversEveryPricedKind(t *testing.T) {
 	for _, k := range usage.Kinds {
 		m := &Model{Name: "m", prices: map[PriceKey]int64{{Kind: k.Name}: 1_000_000}}
 		in := m.Hold(1_000_000, 0) > 0
 		out := m.Hold(0, 1_000_000) > 0
-		call := m.CallHold(1_000_000) > 0
-		sec := m.SecondsHold(1_000_000) > 0
-		if sec != PerSecond(k.Name) {
-			t.Errorf("%s: SecondsHold %v, PerSecond %v", k.Name, sec, PerSecond(k.Name))
+		var units []usage.Unit
+		for _, u := range []usage.Unit{usage.Call, usage.Second, usage.Image} {
+			if m.UnitHold(u, 1_000_000) > 0 {
+				units = append(units, u)
+			}
 		}
-		if call != PerCall(k.Name) {
-			t.Errorf("%s: CallHold %v, PerCall %v", k.Name, call, PerCall(k.Name))
+		if k.Priced() && k.Unit != usage.Token && (len(units) != 1 || units[0] != k.Unit) {
+			t.Errorf("%s: held per unit %v, want %v", k.Name, units, k.Unit)
 		}
-		sides := 0
-		for _, b := range []bool{in, out, call, sec} {
+		if PerCall(k.Name) != (k.Unit == usage.Call) || PerSecond(k.Name) != (k.Unit == usage.Second) {
+			t.Errorf("%s: PerCall %v, PerSecond %v for unit %v", k.Name, PerCall(k.Name), PerSecond(k.Name), k.Unit)
+		}
+		sides := len(units)
+		for _, b := range []bool{in, out} {
 			if b {
 				sides++
 			}
 		}
-		if want := map[bool]int{true: 1, false: 0}[k.Priced]; sides != want {
-			t.Errorf("%s (priced %v): held on %d sides (input %v, output %v, per call %v, per second %v), want %d", k.Name, k.Priced, sides, in, out, call, sec, want)
+		if want := map[bool]int{true: 1, false: 0}[k.Priced()]; sides != want {
+			t.Errorf("%s (priced %v): held on %d sides (input %v, output %v, units %v), want %d", k.Name, k.Priced(), sides, in, out, units, want)
+		}
+		if k.Unit == usage.Token && k.Priced() && (in != (k.Side == usage.SideInput) || out != (k.Side == usage.SideOutput)) {
+			t.Errorf("%s: held as input %v, output %v; declared side %v", k.Name, in, out, k.Side)
 		}
 		var u usage.Usage
 		k.Set(&u, 1)
 		if prompt := u.Prompt() == 1; prompt != in {
 			t.Errorf("%s: in the prompt %v, held as input %v", k.Name, prompt, in)
 		}
+	}
+}
+
+// Every kind the declarations say is priced from the catalogue is read
+// from it, and a kind without a price of its own takes the one its
+// declaration names.
+func TestCatalogueFieldsAreTheKinds(t *testing.T) {
+	for _, k := range usage.Kinds {
+		for _, f := range k.Catalogue {
+			if f == searchField || f == containerField {
+				continue
+			}
+			kind, above, tier, ok := splitField(f)
+			if !ok || kind != k.Name || above != 0 || tier != "" {
+				t.Errorf("%s: catalogue field %s reads as %q %d %q %v", k.Name, f, kind, above, tier, ok)
+			}
+			if _, ok := notRead[f]; ok {
+				t.Errorf("%s: %s both read and not read", k.Name, f)
+			}
+		}
+		if k.Else == "" {
+			continue
+		}
+		m := &Model{Name: "m", prices: map[PriceKey]int64{{Kind: k.Else}: 7}}
+		if r, _ := m.RatesFor(0, ""); r.Of(k) != 7 {
+			t.Errorf("%s without a price: %d, want %s's 7", k.Name, r.Of(k), k.Else)
+		}
+	}
+}
+
+// Pricing a reply reads the model's rows, never a map, and allocates
+// nothing; nor does the hold, nor resolving a dated name.
+func TestPricingDoesNotAllocate(t *testing.T) {
+	_, b := defaultTables(t)
+	gpt, _ := b.Lookup("fake-gpt-1")
+	u := usage.Usage{Input: 300_000, Output: 100, CacheRead: 10, AudioInput: 7, ImageOutput: 5}
+	var sink int64
+	if n := testing.AllocsPerRun(100, func() {
+		for _, tier := range []string{"", "priority", "no-such-tier"} {
+			sink += gpt.Price(u, tier, "eu").Cost
+		}
+		sink += gpt.Hold(1000, 2000) + gpt.UnitHold(usage.Call, 2)
+		if gpt.HasPrice("audio_seconds") {
+			sink++
+		}
+		if m, ok := b.Lookup("fake-gpt-1-2099-12-31"); ok {
+			sink += m.MaxOutput
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per priced reply", n)
+	}
+	_ = sink
+}
+
+func BenchmarkPrice(b *testing.B) {
+	cat, err := LoadCatalogue(fixture, []string{"openai"}, testModes)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tab, err := NewTable(cat, config.Models{Providers: []string{"openai"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	gpt, _ := tab.Lookup("fake-gpt-1")
+	u := usage.Usage{Input: 1000, Output: 100, CacheRead: 10}
+	b.ReportAllocs()
+	for b.Loop() {
+		gpt.Price(u, "default", "")
+	}
+}
+
+// An operator's own model priced per image (or per second) alone needs no
+// token prices: it is billed by that kind, held per unit.
+func TestOwnModelPricedAlone(t *testing.T) {
+	per := 0.04
+	tab, err := NewTable(nil, config.Models{Overrides: map[string]config.Price{"dall-e-3": {Images: &per}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := tab.Lookup("dall-e-3")
+	if !ok || !m.HasPrice("images") || m.HasPrice("input") {
+		t.Fatalf("dall-e-3: %v %v", m, ok)
+	}
+	if c := m.Price(usage.Usage{Images: 2, Input: 100}, "", ""); c.Cost != 80_000_000 {
+		t.Errorf("two images cost %d", c.Cost)
+	}
+	if h := m.UnitHold(usage.Image, 3); h != 120_000_000 {
+		t.Errorf("hold of three images %d", h)
 	}
 }

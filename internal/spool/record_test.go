@@ -70,7 +70,7 @@ func fill(v reflect.Value, l leaf, n int) {
 // the ledger records no rate for them.
 func carried(st account.Settlement) account.Settlement {
 	for _, k := range usage.Kinds {
-		if !k.Priced {
+		if !k.Priced() {
 			k.Set(&st.Rates, 0)
 		}
 	}

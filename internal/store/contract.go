@@ -119,7 +119,7 @@ func appendLedger(args []any, st account.Settlement, cost int64) []any {
 	)
 	for i, k := range usage.Kinds {
 		args = append(args, k.Name, k.Of(st.Usage))
-		if k.Priced {
+		if k.Priced() {
 			args = append(args, priceField[i], k.Of(st.Rates))
 		}
 	}
@@ -228,7 +228,7 @@ func decodeLedgerFields(accountID string, v func(string) string) account.Settlem
 	}
 	for _, k := range usage.Kinds {
 		k.Set(&st.Usage, parseInt(v(k.Name)))
-		if k.Priced {
+		if k.Priced() {
 			k.Set(&st.Rates, parseInt(v(ledgerPricePrefix+k.Name)))
 		}
 	}

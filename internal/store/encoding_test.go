@@ -19,7 +19,7 @@ import (
 func filledSettlement() account.Settlement {
 	st := filltest.Filled[account.Settlement]()
 	for _, k := range usage.Kinds {
-		if !k.Priced {
+		if !k.Priced() {
 			k.Set(&st.Rates, 0)
 		}
 	}

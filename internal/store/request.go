@@ -173,11 +173,9 @@ func nextMonth(t time.Time) time.Time {
 }
 
 // Tokens is what a settled request counts towards a tokens-per-minute
-// limit: every input and output token (reasoning is inside output), none
-// for a reply that is not charged.
-func Tokens(u usage.Usage) int64 {
-	return u.Input + u.Output + u.CacheRead + u.CacheWrite5m + u.CacheWrite1h + u.AudioInput + u.AudioOutput
-}
+// limit: every input and output token (usage.Usage.Tokens: reasoning is
+// inside output), none for a reply that is not charged.
+func Tokens(u usage.Usage) int64 { return u.Tokens() }
 
 // nextMidnight returns the start of the UTC day after t's.
 func nextMidnight(t time.Time) time.Time {

@@ -3,19 +3,23 @@ package store
 import (
 	"testing"
 
-	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
-// Tokens counts every kind priced per token and nothing else (reasoning is
-// inside output; tool calls and seconds of audio are not tokens): a kind added to internal/usage
-// fails here until Tokens decides.
+// Tokens counts every priced kind measured in tokens, of either side, and
+// nothing else (reasoning is inside output; tool calls, seconds of audio
+// and images are not tokens), as the kinds' declarations say: a kind
+// declared in internal/usage is counted by its unit, or fails here.
 func TestTokensCountEveryTokenKind(t *testing.T) {
 	for _, k := range usage.Kinds {
 		var u usage.Usage
 		k.Set(&u, 1)
-		if got, want := Tokens(u) == 1, k.Priced && !pricing.PerCall(k.Name) && !pricing.PerSecond(k.Name); got != want {
+		want := k.Priced() && k.Unit == usage.Token
+		if got := Tokens(u) == 1; got != want {
 			t.Errorf("%s: counted %v, want %v", k.Name, got, want)
+		}
+		if want && k.Side != usage.SideInput && k.Side != usage.SideOutput {
+			t.Errorf("%s: a token kind on no side", k.Name)
 		}
 	}
 }

@@ -91,3 +91,39 @@ func TestCleanName(t *testing.T) {
 		}
 	}
 }
+
+// The declarations hold together: each kind's index is its place in
+// Kinds, a kind of tokens is on a side and others on none, the kinds it
+// names exist, and no two share a configuration name or a catalogue field.
+func TestKindsDeclarations(t *testing.T) {
+	config, fields := map[string]bool{}, map[string]bool{}
+	for i, k := range Kinds {
+		if k.Index() != i {
+			t.Errorf("%s: index %d at %d", k.Name, k.Index(), i)
+		}
+		if (k.Unit == Token) != (k.Side != SideNone) {
+			t.Errorf("%s: unit %v on side %v; tokens have a side, other units none", k.Name, k.Unit, k.Side)
+		}
+		for _, other := range []string{k.Within, k.Else} {
+			if _, ok := KindNamed(other); other != "" && !ok {
+				t.Errorf("%s names %q, no kind", k.Name, other)
+			}
+		}
+		if k.Priced() != (k.Config != "") {
+			t.Errorf("%s: priced %v, operator's price %q", k.Name, k.Priced(), k.Config)
+		}
+		if k.Config != "" && config[k.Config] {
+			t.Errorf("%s: configuration name %q twice", k.Name, k.Config)
+		}
+		config[k.Config] = true
+		for _, f := range k.Catalogue {
+			if fields[f] {
+				t.Errorf("%s: catalogue field %s twice", k.Name, f)
+			}
+			fields[f] = true
+		}
+	}
+	if got := (Usage{Input: 1, Output: 2, Reasoning: 2, CacheRead: 3, ImageInput: 4, ImageOutput: 5, WebSearches: 6, Images: 7}).Tokens(); got != 15 {
+		t.Errorf("Tokens = %d, want 15", got)
+	}
+}

@@ -45,9 +45,16 @@ func servedModels(t *testing.T, path, provider string, modes []string, endpoint 
 	out := map[string]map[string]any{}
 	for name, e := range catalogueEntries(t, path) {
 		mode, _ := e["mode"].(string)
-		// A model has token prices (an embedding model no output price) or
-		// a price per second of input audio.
-		priced := e["input_cost_per_token"] != nil && (e["output_cost_per_token"] != nil || mode == "embedding") || e["input_cost_per_second"] != nil
+		// A model has token prices (an embedding model no output price;
+		// an image model's output may be image tokens alone) or a price
+		// per second of input audio. The per-image estimates of an image
+		// model at one size ("high/1024-x-1536/gpt-image-1") are not
+		// models.
+		output := e["output_cost_per_token"] != nil || e["output_cost_per_image_token"] != nil || mode == "embedding"
+		priced := e["input_cost_per_token"] != nil && output || e["input_cost_per_second"] != nil
+		if sizedEstimate.MatchString(name) {
+			continue
+		}
 		if e["litellm_provider"] != provider || !slices.Contains(modes, mode) || !priced {
 			continue
 		}
@@ -58,6 +65,10 @@ func servedModels(t *testing.T, path, provider string, modes []string, endpoint 
 	}
 	return out
 }
+
+// sizedEstimate matches the catalogue's per-image estimates of an image
+// model at one size and quality.
+var sizedEstimate = regexp.MustCompile(`^(?:[a-z]+/)?[0-9]+-x-[0-9]+/`)
 
 // catalogueEntries reads the catalogue at path, its numbers as json.Number.
 func catalogueEntries(t *testing.T, path string) map[string]map[string]any {

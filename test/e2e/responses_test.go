@@ -300,7 +300,8 @@ func TestModelListsAreTheServedModels(t *testing.T) {
 			servedModels(t, s.Config.Catalogue, "openai", []string{"chat"}, "/v1/chat/completions"),
 			servedModels(t, s.Config.Catalogue, "openai", []string{"chat", "responses"}, "/v1/responses"),
 			servedModels(t, s.Config.Catalogue, "openai", []string{"embedding"}, "/v1/embeddings"),
-			servedModels(t, s.Config.Catalogue, "openai", []string{"audio_transcription"}, "/v1/audio/transcriptions"))},
+			servedModels(t, s.Config.Catalogue, "openai", []string{"audio_transcription"}, "/v1/audio/transcriptions"),
+			servedModels(t, s.Config.Catalogue, "openai", []string{"image_generation"}, "/v1/images/generations"))},
 		{"alpha", "/alpha/v1/models?limit=1000", messagesHeaders(acct.Key), catalogueModels(t, s.Config.Catalogue, "anthropic")},
 	} {
 		resp, out := s.Do("GET", up.path, up.headers, nil)
