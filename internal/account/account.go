@@ -73,6 +73,9 @@ type Key struct {
 	AccountSuspended bool
 	// Limits are the key's own limits, on top of its account's.
 	Limits Limits
+	// Standing is what the account and the key had left when the key
+	// was looked up: the request headers' pre-check.
+	Standing Standing
 }
 
 // KeyOptions are the optional settings of a new credential.

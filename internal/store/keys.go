@@ -161,9 +161,11 @@ func (s *Store) LookupKey(ctx context.Context, hash [32]byte) (account.Key, erro
 	// The key and its account share a slot: one round trip for both.
 	var meta *redis.MapStringStringCmd
 	var suspended *redis.StringCmd
+	var standing func() account.Standing
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		meta = p.HGetAll(ctx, acctKey(accountID, "key:"+keyID))
 		suspended = p.HGet(ctx, acctKey(accountID, "acct"), "suspended")
+		standing = queueStanding(ctx, p, accountID, keyID, s.now())
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -174,6 +176,7 @@ func (s *Store) LookupKey(ctx context.Context, hash [32]byte) (account.Key, erro
 		return account.Key{}, fmt.Errorf("store: lookup key %s: %w", keyID, ErrNotFound)
 	}
 	k.AccountSuspended = suspended.Val() == "1"
+	k.Standing = standing()
 	return k, nil
 }
 
