@@ -156,7 +156,7 @@ func refusalKeys(t *testing.T, s *launch.Stack) string {
 	t.Helper()
 	ctx := context.Background()
 	keys := map[string]string{
-		"daily":   s.NewAccount(10, account.Limits{DailyNanoUSD: 1}).Key,
+		"daily": s.NewAccount(10, account.Limits{DailyNanoUSD: 1}).Key,
 		// Not 0: the refusal after the body names what the request
 		// could cost (a balance of 0 is refused at the headers).
 		"balance": s.NewAccount(1e-9, account.Limits{}).Key,
