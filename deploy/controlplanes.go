@@ -515,8 +515,11 @@ const nsMark = "namespace-of-the-sidecar"
 
 // routePieces are what the bootstrap's route for an upstream does beyond
 // routing that a control plane's route must do too: the request headers it
-// removes, and, for Istio, the route patch that turns ext_proc on and
-// removes them.
+// removes, and, for Istio, the route patch that turns ext_proc on, removes
+// them and buffers bodies up to the bootstrap route's
+// request_body_buffer_limit (the gateway's listener keeps its own, smaller
+// buffer, as the bootstrap's does: a request refused on its headers costs
+// no more of its body).
 func routePieces(route map[string]any) (drop []string, istioPatch string, err error) {
 	for _, h := range asList(route["request_headers_to_remove"]) {
 		s, ok := h.(string)
@@ -530,6 +533,9 @@ func routePieces(route map[string]any) (drop []string, istioPatch string, err er
 		return nil, "", err
 	}
 	patch := map[string]any{"typed_per_filter_config": on}
+	if limit, ok := route["request_body_buffer_limit"]; ok {
+		patch["request_body_buffer_limit"] = limit
+	}
 	if len(drop) > 0 {
 		patch["request_headers_to_remove"] = drop
 	}

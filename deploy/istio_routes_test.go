@@ -84,9 +84,9 @@ func TestIstioFilterStaysOnItsRoutes(t *testing.T) {
 	runEnvoy(t, bin, out, admin)
 
 	client := &http.Client{Timeout: 30 * time.Second}
-	do := func(method, path string) (int, string) {
+	send := func(method, path string, body io.Reader) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(method, "http://"+public+path, strings.NewReader(`{"model":"m","max_tokens":1}`))
+		req, err := http.NewRequest(method, "http://"+public+path, body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,6 +103,10 @@ func TestIstioFilterStaysOnItsRoutes(t *testing.T) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
+	}
+	do := func(method, path string) (int, string) {
+		t.Helper()
+		return send(method, path, strings.NewReader(`{"model":"m","max_tokens":1}`))
 	}
 
 	// Another application's route: answered by it, never by the sidecar.
@@ -144,6 +148,19 @@ func TestIstioFilterStaysOnItsRoutes(t *testing.T) {
 			}
 		}
 	}
+	// A body larger than the listener's buffer (the ingress gateway's own,
+	// Envoy's default of 1 MiB, as the bootstrap's listener) and within
+	// limits.max_request_bytes: buffered for ext_proc by the route's
+	// request_body_buffer_limit, not refused with 413.
+	big := fmt.Sprintf(`{"model":"m","max_tokens":1,"pad":"%s"}`, strings.Repeat("x", 2*config.ReadBufferBytes))
+	if int64(len(big)) > cfg.Limits.MaxRequestBytes {
+		t.Fatalf("a body of %d bytes is above limits.max_request_bytes", len(big))
+	}
+	p := "/" + cfg.Upstreams[0].Name + "/v1/messages"
+	if code, body := send("POST", p, strings.NewReader(big)); code != http.StatusOK || body != "recorded" {
+		t.Errorf("POST %s with %d bytes: %d %q, want the vendor's 200", p, len(big), code, body)
+	}
+	want = append(want, p)
 	if got := proc.paths(); !slices.Equal(got, want) {
 		t.Errorf("ext_proc saw %v, want the upstreams' requests %v", got, want)
 	}

@@ -35,6 +35,7 @@ func TestSecurityBoundsAreTheDefaults(t *testing.T) {
 		"| time to send the headers":            strconv.Itoa(int(c.Envoy.RequestHeadersTimeout.D()/time.Second)) + " s",
 		"| waiting room":                        strconv.Itoa(config.DefaultConcurrencyWaiters) + " per sidecar",
 		"| a refusal remembered at the headers": strconv.Itoa(int(config.RefusalMemory/time.Second)) + " s",
+		"| a key's standing":                    strconv.Itoa(int(config.DefaultKeyCacheTTL/time.Second)) + " s old",
 	} {
 		i := strings.Index(table, row)
 		if i < 0 {

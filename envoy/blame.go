@@ -100,6 +100,38 @@ end
 	return b.String()
 }
 
+// headroomLua is the listener's Lua filter of a configuration with a pool:
+// on every reply it puts the reply's headroom (the lowest remaining
+// fraction of the vendor's rate-limit headers, keypool.CapacityHeaders) in
+// the request's dynamic metadata, which the ext_proc filter forwards to
+// the sidecar with the reply's first body chunk: the pool hears how much
+// the served key has left on every reply, not only on refusals.
+func headroomLua() string {
+	var b strings.Builder
+	b.WriteString("-- Rendered from keypool.CapacityHeaders (envoy/blame.go).\nlocal limits = {\n")
+	for _, h := range keypool.CapacityHeaders {
+		fmt.Fprintf(&b, "  {%s, %s},\n", luaString(h[0]), luaString(h[1]))
+	}
+	b.WriteString(`}
+
+function envoy_on_response(h)
+  local hs = h:headers()
+  local low = 2
+  for _, l in ipairs(limits) do
+    local rem, lim = hs:get(l[1]), hs:get(l[2])
+    local r, n = rem and tonumber(rem), lim and tonumber(lim)
+    if r and n and n > 0 and r / n < low then
+      low = r / n
+    end
+  end
+  if low <= 1 then
+    h:streamInfo():dynamicMetadata():set("` + keypool.HeadroomNamespace + `", "` + keypool.HeadroomField + `", low)
+  end
+end
+`)
+	return b.String()
+}
+
 // luaPattern is m's keypool.Marker.Pattern as a Lua pattern.
 func luaPattern(m keypool.Marker) string {
 	p := `"` + luaQuote(m.Field) + `"%s*:%s*"` + luaQuote(m.Value)

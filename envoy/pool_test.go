@@ -2,6 +2,7 @@ package envoy_test
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/keypool"
 )
 
 // pooled gives alpha a pool: two shared keys and one pinned to an account.
@@ -162,5 +164,67 @@ func TestPoolValidation(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// A pool's listener runs the headroom filter between ext_proc and the
+// router (so that a reply passes it before ext_proc), and ext_proc
+// forwards its metadata namespace; without a pool, neither.
+func TestRenderPoolHeadroom(t *testing.T) {
+	filters := func(c *config.Config) (names []string, forwarded []string) {
+		b, err := envoy.Render(c, envoy.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var boot struct {
+			StaticResources struct {
+				Listeners []struct {
+					Name         string `yaml:"name"`
+					FilterChains []struct {
+						Filters []struct {
+							TypedConfig struct {
+								HTTPFilters []struct {
+									Name        string `yaml:"name"`
+									TypedConfig struct {
+										MetadataOptions struct {
+											Forwarding struct {
+												Untyped []string `yaml:"untyped"`
+											} `yaml:"forwarding_namespaces"`
+										} `yaml:"metadata_options"`
+									} `yaml:"typed_config"`
+								} `yaml:"http_filters"`
+							} `yaml:"typed_config"`
+						} `yaml:"filters"`
+					} `yaml:"filter_chains"`
+				} `yaml:"listeners"`
+			} `yaml:"static_resources"`
+		}
+		if err := yaml.Unmarshal(b, &boot); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range boot.StaticResources.Listeners {
+			if l.Name != "public" {
+				continue
+			}
+			for _, nf := range l.FilterChains[0].Filters {
+				for _, f := range nf.TypedConfig.HTTPFilters {
+					names = append(names, f.Name)
+					forwarded = append(forwarded, f.TypedConfig.MetadataOptions.Forwarding.Untyped...)
+				}
+			}
+		}
+		return names, forwarded
+	}
+	names, forwarded := filters(pooled(t))
+	if !slices.Equal(names, []string{"envoy.filters.http.ext_proc", "gateway.headroom", "envoy.filters.http.router"}) ||
+		!slices.Equal(forwarded, []string{keypool.HeadroomNamespace}) {
+		t.Errorf("pooled: filters %v, ext_proc forwards %v; want the headroom filter after ext_proc, its namespace forwarded", names, forwarded)
+	}
+	c, err := config.Load("../gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names, forwarded := filters(c); slices.Contains(names, "gateway.headroom") || len(forwarded) > 0 {
+		t.Errorf("no pool: filters %v, ext_proc forwards %v; want neither", names, forwarded)
 	}
 }

@@ -33,6 +33,14 @@ type aggregateView struct {
 	Members []string
 }
 
+// HeadroomLua is the listener's Lua filter of a pooled configuration
+// (headroomLua), indented for its block scalar.
+func (v view) HeadroomLua() string { return indent(18, headroomLua()) }
+
+// HeadroomNamespace is the dynamic metadata namespace the ext_proc filter
+// forwards (keypool.HeadroomNamespace).
+func (v view) HeadroomNamespace() string { return keypool.HeadroomNamespace }
+
 // BlameLua is the aggregate's upstream filter (blameLua), indented for its
 // block scalar: one request tries at most the pool's max_keys of the keys
 // its aggregate holds.

@@ -137,7 +137,11 @@ func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return x.responseHeaders(r.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return x.responseBody(ctx, r.ResponseBody, req.GetAttributes())
+		resp := x.responseBody(ctx, r.ResponseBody, req.GetAttributes())
+		if req.GetAttributes() != nil { // the reply's first chunk
+			x.headroom(req.GetMetadataContext())
+		}
+		return resp
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseTrailers:

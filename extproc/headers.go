@@ -74,7 +74,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	switch {
 	case vp != nil && (vp.Kind == operation.Metered || vp.Kind == operation.Counted):
 		x.op, x.path = op, vp
-		return x.bodyFollows(h, hv, mutation)
+		return x.bodyFollows(ctx, h, hv, mutation)
 	case vp != nil && vp.Kind == operation.Owned:
 		return x.owned(ctx, op, vp, id, hv, mutation)
 	case x.upstream.isFree(hv.method + " " + sub):
@@ -87,7 +87,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 
 // bodyFollows asks Envoy for the body of a metered or counted request,
 // unless it has none or declares more than the gateway accepts.
-func (x *exchange) bodyFollows(h *extprocv3.HttpHeaders, hv headerValues, mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+func (x *exchange) bodyFollows(ctx context.Context, h *extprocv3.HttpHeaders, hv headerValues, mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
 	if h.GetEndOfStream() {
 		return x.reject(format.InvalidRequest, "request body is required", 0)
 	}
@@ -100,6 +100,8 @@ func (x *exchange) bodyFollows(h *extprocv3.HttpHeaders, hv headerValues, mutati
 	if x.path.Kind == operation.Counted {
 		mode = countedMode
 	} else if resp := x.refusedAtHeaders(); resp != nil {
+		return resp
+	} else if resp := x.precheck(ctx); resp != nil {
 		return resp
 	}
 	// Envoy's default skips the response (so that its own replies to
@@ -221,6 +223,7 @@ func (x *exchange) refuseAuth(err error) *extprocv3.ProcessingResponse {
 	case auth.WrongKind:
 		return x.reject(format.PermissionDenied, "read-only tokens (ro_) can only read GET /v1/usage; use a cr_ key for model requests", 0)
 	case auth.Suspended:
+		x.s.metrics.earlyRefusals.WithLabelValues(suspendedKind).Inc()
 		return x.reject(format.PermissionDenied, ae.Message, 0)
 	case auth.Unavailable:
 		x.s.log.Error("key lookup failed", "err", ae.Err)

@@ -164,7 +164,7 @@ func (m *Metrics) newRefusalMetrics() {
 		Name: "gateway_vendor_credential_refusals_total", Help: "Vendor 401 and 403 replies (a refusal of the gateway's own vendor credential) whose body the gateway replaced with its own error, by upstream.",
 	}, []string{"upstream"})
 	m.earlyRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_header_refusals_total", Help: "Requests refused at their headers, before their body was read, by a limit that refused the key or account moments before (also counted in gateway_limit_refusals_total), by kind.",
+		Name: "gateway_header_refusals_total", Help: "Requests refused at their headers, before their body was read, by kind: a limit that refused the key or account moments before (rpm, tpm), a budget or balance spent, a concurrency limit full (also counted in gateway_limit_refusals_total), or a suspended account.",
 	}, []string{"kind"})
 }
 
@@ -186,9 +186,10 @@ func (m *Metrics) zero(upstreams []string) {
 		m.dearerModel.WithLabelValues(u)
 		m.vendorRefusals.WithLabelValues(u)
 	}
-	for _, o := range rememberedOutcomes {
+	for _, o := range earlyOutcomes {
 		m.earlyRefusals.WithLabelValues(o.String())
 	}
+	m.earlyRefusals.WithLabelValues(suspendedKind)
 	for _, level := range []account.Level{account.AccountLevel, account.KeyLevel, account.ProjectLevel} {
 		for _, o := range []account.Outcome{account.RateLimited, account.TokenLimited, account.ConcurrencyLimited,
 			account.DailyLimited, account.MonthlyLimited, account.TotalLimited, account.InsufficientBalance} {

@@ -99,6 +99,10 @@ type Options struct {
 	// ConcurrencyWaitersShare bounds the requests of one key, and of one
 	// account, among them; default a tenth of ConcurrencyWaiters.
 	ConcurrencyWaitersShare int
+	// InFlight reads the requests in flight again before a request's
+	// headers are refused on a concurrency limit its key's standing saw
+	// full; nil refuses none there (precheck.go).
+	InFlight InFlightReader
 }
 
 // Server implements Envoy's ExternalProcessor service.
@@ -119,6 +123,7 @@ type Server struct {
 	// refusals remembers the refusals that hold whatever the next request
 	// (refusals.go).
 	refusals *refusalMemory
+	inFlight InFlightReader // Options.InFlight
 	// attempts names the account of each recent pooled request, for
 	// Envoy's log of its refused attempts.
 	attempts requestAccounts
@@ -185,7 +190,7 @@ func NewServer(o Options) *Server {
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
 		hooks:      hooks{onRefusal: o.OnRefusal, onKeyRefused: o.OnVendorKeyRefused, onKeyLimited: o.OnVendorKeyLimited, onDearer: o.OnModelMismatch},
 		vendorSide: vendorSide{owners: o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll},
-		tracer:     o.Tracer, refusals: newRefusalMemory(),
+		tracer:     o.Tracer, refusals: newRefusalMemory(), inFlight: o.InFlight,
 	}
 	if s.bgPoll <= 0 {
 		s.bgPoll = DefaultBackgroundPoll

@@ -241,6 +241,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		Tracer:          tracer,
 		Holds:           renewer,
 		Owners:          st,
+		InFlight:        st,
 		Parking:         st,
 		BackgroundPoll:  c.Limits.BackgroundPollInterval(),
 		MaxRequestBytes: c.Limits.MaxRequestBytes,

@@ -81,6 +81,9 @@ type Key struct {
 	// account's state.
 	ProjectName   string
 	ProjectLimits Limits
+	// Standing is what the account and the key had left when the key
+	// was looked up: the request headers' pre-check.
+	Standing Standing
 }
 
 // DefaultProject is the id of the project every account has implicitly:

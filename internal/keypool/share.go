@@ -20,6 +20,15 @@ var CapacityHeaders = [][2]string{
 	{"anthropic-ratelimit-output-tokens-remaining", "anthropic-ratelimit-output-tokens-limit"},
 }
 
+// HeadroomNamespace and HeadroomField are where Envoy's listener filter
+// (envoy/blame.go, headroomLua) puts a reply's headroom, the lowest
+// remaining fraction of CapacityHeaders, in the request's dynamic
+// metadata; the ext_proc filter forwards the namespace to the processor.
+const (
+	HeadroomNamespace = "gateway.headroom"
+	HeadroomField     = "headroom"
+)
+
 // ShareWindow is the window of recent requests the shares are of, counted
 // in one-second buckets.
 const ShareWindow = shareSeconds * time.Second
@@ -79,6 +88,12 @@ func (p *Pool) Capacity(key string, header func(string) string) {
 	if low > 1 {
 		return // no headers
 	}
+	p.Headroom(key, low)
+}
+
+// Headroom records key's headroom: the lowest remaining fraction of its
+// vendor limits, as a reply said (Capacity, or Envoy's listener filter).
+func (p *Pool) Headroom(key string, low float64) {
 	now := p.o.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()

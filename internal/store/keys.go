@@ -190,9 +190,11 @@ func (s *Store) LookupKey(ctx context.Context, hash [32]byte) (account.Key, erro
 	// The key and its account share a slot: one round trip for both.
 	var meta *redis.MapStringStringCmd
 	var suspended *redis.StringCmd
+	var standing func() account.Standing
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		meta = p.HGetAll(ctx, acctKey(accountID, "key:"+keyID))
 		suspended = p.HGet(ctx, acctKey(accountID, "acct"), "suspended")
+		standing = queueStanding(ctx, p, accountID, keyID, s.now())
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -214,6 +216,7 @@ func (s *Store) LookupKey(ctx context.Context, hash [32]byte) (account.Key, erro
 			k.ProjectName, k.ProjectLimits = p.Name, p.Limits
 		}
 	}
+	k.Standing = standing()
 	return k, nil
 }
 

@@ -167,10 +167,7 @@ func decodeAdmit(a *account.Admission, now time.Time, r []int64, err error) (acc
 }
 
 // nextMonth returns the start of the UTC month after t's.
-func nextMonth(t time.Time) time.Time {
-	y, m, _ := t.UTC().Date()
-	return time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)
-}
+func nextMonth(t time.Time) time.Time { return account.NextMonth(t) }
 
 // Tokens is what a settled request counts towards a tokens-per-minute
 // limit: every input and output token (usage.Usage.Tokens: reasoning is
@@ -178,10 +175,7 @@ func nextMonth(t time.Time) time.Time {
 func Tokens(u usage.Usage) int64 { return u.Tokens() }
 
 // nextMidnight returns the start of the UTC day after t's.
-func nextMidnight(t time.Time) time.Time {
-	y, m, d := t.UTC().Date()
-	return time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
-}
+func nextMidnight(t time.Time) time.Time { return account.NextDay(t) }
 
 // Settle ends an admitted request: it releases the hold and, for a 2xx reply,
 // charges Cost and counts usage; it always appends one ledger entry. Only a

@@ -53,7 +53,11 @@ func TestOfficialSDKs(t *testing.T) {
 
 	s := launchtest.Start(t, launch.Options{})
 	acct := s.NewAccount(100, account.Limits{})
-	poor := s.NewAccount(0, account.Limits{})
+	// One nano-USD covers no request, and its refusal comes after the
+	// body (a balance of 0 is refused at the headers, before a body's
+	// other faults are looked at): the cases naming another account's
+	// response see its 404.
+	poor := s.NewAccount(1e-9, account.Limits{})
 	// One rate-limited account per SDK, so that the cases do not depend on
 	// each other's order: each spends the one request of its window, then
 	// sees 429.
@@ -152,8 +156,10 @@ func refusalKeys(t *testing.T, s *launch.Stack) string {
 	t.Helper()
 	ctx := context.Background()
 	keys := map[string]string{
-		"daily":   s.NewAccount(10, account.Limits{DailyNanoUSD: 1}).Key,
-		"balance": s.NewAccount(0, account.Limits{}).Key,
+		"daily": s.NewAccount(10, account.Limits{DailyNanoUSD: 1}).Key,
+		// Not 0: the refusal after the body names what the request
+		// could cost (a balance of 0 is refused at the headers).
+		"balance": s.NewAccount(1e-9, account.Limits{}).Key,
 	}
 	for kind, l := range map[string]account.Limits{
 		"monthly":  {MonthlyNanoUSD: 1},

@@ -39,7 +39,7 @@ class Gateway:
     url: str
     key: str  # cr_ key of the main account
     readonly: str  # ro_ token of the main account
-    poor_key: str  # cr_ key of an account with no balance
+    poor_key: str  # cr_ key of an account whose balance covers no request
     limited_alpha_key: str  # cr_ key of an account limited to 1 request a minute
     limited_alpha_readonly: str
     limited_beta_key: str  # the same, for the the chat-completions format cases

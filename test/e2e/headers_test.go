@@ -190,8 +190,26 @@ func TestSpentKeyRefusedBeforeItsBody(t *testing.T) {
 	atBody, b := s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, ""))
 	checkError(t, alphaPath, atBody.StatusCode, atBody.Header.Get("content-type"), b, 429, "rate_limit_error", "")
 	early0 := sidecarMetric(t, s, "gateway_header_refusals_total", `kind="rpm"`)
-	apiRequests := s.Primary.APIRequests() + s.Reserve.APIRequests()
+	answers := sendBigBodies(t, s, acct.Key)
+	if got := sidecarMetric(t, s, "gateway_header_refusals_total", `kind="rpm"`) - early0; got != bigBodies {
+		t.Errorf("%v of %d refused at their headers", got, bigBodies)
+	}
+	for _, resp := range answers {
+		if resp.StatusCode != atBody.StatusCode || resp.Header.Get("x-should-retry") != atBody.Header.Get("x-should-retry") ||
+			resp.Header.Get("retry-after") == "" || resp.Header.Get("content-type") != atBody.Header.Get("content-type") {
+			t.Errorf("refused at the headers: %d %v; at the body: %d %v", resp.StatusCode, resp.Header, atBody.StatusCode, atBody.Header)
+		}
+	}
+}
 
+// sendBigBodies sends bigBodies bodies of bigBodySize at once on key, which
+// must be refused at their headers: their peak RSS growth, Envoy's and the
+// sidecar's, stays under earlyRefusalRSSBound and none reaches the vendor.
+// It returns the answers the client read (Envoy may answer before the body
+// is sent, and the client then see its write cut instead).
+func sendBigBodies(t *testing.T, s *launch.Stack, key string) []*http.Response {
+	t.Helper()
+	apiRequests := s.Primary.APIRequests() + s.Reserve.APIRequests()
 	pad := bytes.Repeat([]byte("x"), bigBodySize-200)
 	body := append(append([]byte(`{"model":"`+alphaModel+`","max_tokens":16,"messages":[{"role":"user","content":"`), pad...), `"}]}`...)
 	pids := []int{s.Envoy.Cmd.Process.Pid, s.Sidecar.Cmd.Process.Pid}
@@ -208,11 +226,9 @@ func TestSpentKeyRefusedBeforeItsBody(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequestWithContext(context.Background(), "POST", s.URL+alphaPath, bytes.NewReader(body))
-			for k, v := range messagesHeaders(acct.Key) {
+			for k, v := range messagesHeaders(key) {
 				req.Header.Set(k, v)
 			}
-			// Envoy answers before the body is sent: the client may see
-			// its write cut instead of the reply.
 			if resp, err := client.Do(req); err == nil {
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
@@ -230,16 +246,38 @@ func TestSpentKeyRefusedBeforeItsBody(t *testing.T) {
 				[]string{"envoy", "sidecar"}[i], grew>>20, bigBodies, bigBodySize>>20, earlyRefusalRSSBound>>20)
 		}
 	}
-	if got := sidecarMetric(t, s, "gateway_header_refusals_total", `kind="rpm"`) - early0; got != bigBodies {
-		t.Errorf("%v of %d refused at their headers", got, bigBodies)
-	}
-	for resp := range answers {
-		if resp.StatusCode != atBody.StatusCode || resp.Header.Get("x-should-retry") != atBody.Header.Get("x-should-retry") ||
-			resp.Header.Get("retry-after") == "" || resp.Header.Get("content-type") != atBody.Header.Get("content-type") {
-			t.Errorf("refused at the headers: %d %v; at the body: %d %v", resp.StatusCode, resp.Header, atBody.StatusCode, atBody.Header)
-		}
-	}
 	if n := s.Primary.APIRequests() + s.Reserve.APIRequests(); n != apiRequests {
 		t.Errorf("%d refused requests reached the vendor", n-apiRequests)
+	}
+	var got []*http.Response
+	for resp := range answers {
+		got = append(got, resp)
+	}
+	return got
+}
+
+// Eight 16 MiB bodies sent at once to an account whose balance is gone
+// are refused at their headers by the key's standing, with no refusal
+// before them: the answer the admission gives an account whose balance
+// cannot cover a request (402, x-should-retry: false, no retry-after),
+// and no buffer (sendBigBodies).
+func TestSpentAccountRefusedBeforeItsBody(t *testing.T) {
+	s := launchtest.Start(t, launch.Options{})
+	// One nano-USD covers no request: the admission refuses it after its
+	// body, and the standing (a balance above 0) lets its headers pass.
+	poor := s.NewAccount(1e-9, noLimits)
+	atBody, b := s.Do("POST", alphaPath, messagesHeaders(poor.Key), messagesBody(false, ""))
+	checkError(t, alphaPath, atBody.StatusCode, atBody.Header.Get("content-type"), b, 402, "", "")
+	spent := s.NewAccount(0, noLimits)
+	early0 := sidecarMetric(t, s, "gateway_header_refusals_total", `kind="balance"`)
+	answers := sendBigBodies(t, s, spent.Key)
+	if got := sidecarMetric(t, s, "gateway_header_refusals_total", `kind="balance"`) - early0; got != bigBodies {
+		t.Errorf("%v of %d refused at their headers", got, bigBodies)
+	}
+	for _, resp := range answers {
+		if resp.StatusCode != atBody.StatusCode || resp.Header.Get("x-should-retry") != "false" ||
+			resp.Header.Get("retry-after") != "" || resp.Header.Get("content-type") != atBody.Header.Get("content-type") {
+			t.Errorf("refused at the headers: %d %v; at the body: %d %v", resp.StatusCode, resp.Header, atBody.StatusCode, atBody.Header)
+		}
 	}
 }
