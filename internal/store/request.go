@@ -199,19 +199,25 @@ type SettleResult struct {
 	Reconciled bool
 }
 
-// maxSettleGroup bounds the requests of one script call, so that one call
-// never holds Redis for long.
+// maxSettleGroup bounds the requests of one account's part of a script
+// call.
 const maxSettleGroup = 64
 
-// maxGroupCost bounds the sum of the costs of one script call (see
-// MaxNanoUSD).
+// maxSettleCall bounds the requests of one script call, so that one call
+// never holds Redis for long.
+const maxSettleCall = 128
+
+// maxGroupCost bounds the sum of the costs of one account's part of a
+// script call (see MaxNanoUSD).
 const maxGroupCost = 1 << 52
 
 // SettleBatch settles many requests, of any accounts, as Settle would each:
-// atomically and at most once. The requests of one account go to one script
-// call, which writes what adds up (balance, usage counters, last_used) once
-// for all of them; the calls go in one pipelined round trip (one per
-// Cluster node). Results are in the order of sts.
+// atomically and at most once. The requests of one account go to one part
+// of a script call (settle.lua), which writes what adds up (balance, usage
+// counters, last_used) once for all of them; the accounts of one Redis
+// Cluster slot (of all of them, on a server that is not a cluster) go to
+// one script call (settlebatch.lua), and the calls go in one pipelined
+// round trip (one per Cluster node). Results are in the order of sts.
 func (s *Store) SettleBatch(ctx context.Context, sts []account.Settlement) []SettleResult {
 	res := make([]SettleResult, len(sts))
 	// Group by account, keeping each account's order.
@@ -239,38 +245,128 @@ func (s *Store) SettleBatch(ctx context.Context, sts []account.Settlement) []Set
 	if len(groups) == 0 {
 		return res
 	}
-	type call struct {
-		members []account.Settlement
-		keys    []string
-		args    []any
-		cmd     *redis.Cmd
-	}
-	calls := make([]call, len(groups))
+	_, cluster := s.rdb.(*redis.ClusterClient)
+	calls := s.settleCalls(sts, groups, cluster)
 	pipe := s.rdb.Pipeline()
-	for g, idx := range groups {
-		c := &calls[g]
-		for _, i := range idx {
-			c.members = append(c.members, sts[i])
-		}
-		c.keys, c.args = s.settleCall(c.members)
+	for i := range calls {
+		c := &calls[i]
 		c.cmd = settleScript.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	pipe.Exec(ctx) // errors are read per command below
-	for g, c := range calls {
+	for _, c := range calls {
 		cmd := c.cmd
 		if errNoScript(cmd.Err()) {
 			// A server that lost its script cache (a restart, a failover):
 			// Run loads the script again.
 			cmd = settleScript.Run(ctx, s.rdb, c.keys, c.args...)
 		}
-		r, err := cmd.Int64Slice()
-		out := settleReplies(c.members, r, err)
-		s.markUsed(c.members, out)
-		for j, i := range groups[g] {
-			res[i] = out[j]
+		replies, err := cmd.Slice()
+		if err == nil && len(replies) != len(c.groups) {
+			err = fmt.Errorf("unexpected reply of %d parts for %d accounts", len(replies), len(c.groups))
+		}
+		for j, g := range c.groups {
+			members := make([]account.Settlement, len(groups[g]))
+			for m, i := range groups[g] {
+				members[m] = sts[i]
+			}
+			var r []int64
+			gerr := err
+			if gerr == nil {
+				r, gerr = groupReply(replies[j])
+			}
+			out := settleReplies(members, r, gerr)
+			s.markUsed(members, out)
+			for m, i := range groups[g] {
+				res[i] = out[m]
+			}
 		}
 	}
 	return res
+}
+
+// settleCallArgs is one script call of a batch: the groups it settles
+// (indexes into SettleBatch's groups), its KEYS and ARGV.
+type settleCallArgs struct {
+	groups []int
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+}
+
+// settleCalls packs groups into script calls: on a cluster, one call per
+// slot of the groups' accounts (a script's keys are all in one slot), on
+// any other server one call for all, each call at most maxSettleCall
+// requests.
+func (s *Store) settleCalls(sts []account.Settlement, groups [][]int, cluster bool) []settleCallArgs {
+	type part struct {
+		keys []string
+		args []any
+	}
+	parts := make([]part, len(groups))
+	members := make([]account.Settlement, 0, maxSettleGroup)
+	for g, idx := range groups {
+		members = members[:0]
+		for _, i := range idx {
+			members = append(members, sts[i])
+		}
+		parts[g].keys, parts[g].args = s.settleCall(members)
+	}
+	var calls []settleCallArgs
+	var sizes []int // requests per call
+	open := map[int]int{} // slot -> its open call
+	for g, idx := range groups {
+		slot := 0
+		if cluster {
+			slot = accountSlot(sts[idx[0]].AccountID)
+		}
+		c, ok := open[slot]
+		if !ok || sizes[c]+len(idx) > maxSettleCall {
+			c = len(calls)
+			calls = append(calls, settleCallArgs{})
+			sizes = append(sizes, 0)
+			open[slot] = c
+		}
+		calls[c].groups = append(calls[c].groups, g)
+		sizes[c] += len(idx)
+	}
+	for i := range calls {
+		c := &calls[i]
+		nk, na := 0, 0
+		for _, g := range c.groups {
+			nk += len(parts[g].keys)
+			na += len(parts[g].args)
+		}
+		c.keys = make([]string, 0, nk)
+		c.args = make([]any, 0, 1+2*len(c.groups)+na)
+		c.args = append(c.args, len(c.groups))
+		for _, g := range c.groups {
+			c.args = append(c.args, len(parts[g].keys), len(parts[g].args))
+		}
+		for _, g := range c.groups {
+			c.keys = append(c.keys, parts[g].keys...)
+			c.args = append(c.args, parts[g].args...)
+		}
+	}
+	return calls
+}
+
+// groupReply reads one account's part of the batch script's reply:
+// settle.lua's list of results, or {-2, message} for an error it raised.
+func groupReply(v any) ([]int64, error) {
+	l, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("unexpected reply %v", v)
+	}
+	if len(l) == 2 && l[0] == int64(-2) {
+		return nil, fmt.Errorf("settle.lua: %v", l[1])
+	}
+	r := make([]int64, len(l))
+	for i, e := range l {
+		if r[i], ok = e.(int64); !ok {
+			return nil, fmt.Errorf("unexpected reply %v", l)
+		}
+	}
+	return r, nil
 }
 
 // settleReplies reads the settlement script's reply for a group.
