@@ -54,7 +54,7 @@ var (
 	//go:embed lua/leasefield.lua
 	leaseFieldLua string
 
-	admitScript  = redis.NewScript(holdLua + admitLua)
+	admitScript = redis.NewScript(holdLua + admitLua)
 	// settleScript runs settle.lua for each account of a batch: its body
 	// becomes a local function of its KEYS and ARGV, called once per
 	// account by settlebatch.lua.

@@ -312,7 +312,7 @@ func (s *Store) settleCalls(sts []account.Settlement, groups [][]int, cluster bo
 		parts[g].keys, parts[g].args = s.settleCall(members)
 	}
 	var calls []settleCallArgs
-	var sizes []int // requests per call
+	var sizes []int       // requests per call
 	open := map[int]int{} // slot -> its open call
 	for g, idx := range groups {
 		slot := 0
