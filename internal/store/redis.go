@@ -25,7 +25,7 @@ var (
 	//go:embed lua/settle.lua
 	settleLua string
 	//go:embed lua/settlebatch.lua
-	settleBatchLua string
+	settleLoopLua string
 	//go:embed lua/topup.lua
 	topUpLua string
 	//go:embed lua/hsetx.lua
@@ -54,12 +54,8 @@ var (
 	//go:embed lua/leasefield.lua
 	leaseFieldLua string
 
-	admitScript = redis.NewScript(holdLua + admitLua)
-	// settleScript runs settle.lua for each account of a batch: its body
-	// becomes a local function of its KEYS and ARGV, called once per
-	// account by settlebatch.lua.
-	settleScript = redis.NewScript(holdLua + leaseFieldLua +
-		"local function settle_account(KEYS, ARGV)\n" + settleLua + "\nend\n" + settleBatchLua)
+	admitScript  = redis.NewScript(holdLua + admitLua)
+	settleScript = redis.NewScript(holdLua + leaseFieldLua + settleBatchLua)
 	topUpScript  = redis.NewScript(topUpLua)
 	hsetxScript  = redis.NewScript(hsetxLua)
 	revokeScript = redis.NewScript(revokeLua)
@@ -70,6 +66,11 @@ var (
 	leaseScript  = redis.NewScript(leaseFieldLua + leaseLua)
 	recordScript = redis.NewScript(holdLua + leaseFieldLua + recordLua)
 )
+
+// settleBatchLua runs settle.lua for each account of a batch: its body
+// becomes a local function of its KEYS and ARGV, called once per account
+// by settlebatch.lua, and stays the one place for what a settlement does.
+var settleBatchLua = "local function settle_account(KEYS, ARGV)\n" + settleLua + "\nend\n" + settleLoopLua
 
 // Defaults of Options.
 const (
