@@ -184,7 +184,7 @@ func (s *Server) settleParked(p store.Parked, r usage.Report) {
 		if err := s.parking.Unpark(ctx, st.AccountID, p.ResponseID); err != nil {
 			s.log.Warn("forgetting a settled background response failed", "request_id", st.RequestID, "err", err)
 		}
-		s.recordSettled(p.Upstream, string(st.Priced), st, "background", true)
+		s.recordSettled(p.Upstream, string(st.Priced), st, true)
 	})
 }
 
