@@ -253,6 +253,7 @@ func (s *Store) SettleBatch(ctx context.Context, sts []account.Settlement) []Set
 		c.cmd = settleScript.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	pipe.Exec(ctx) // errors are read per command below
+	members := make([]account.Settlement, 0, maxSettleGroup)
 	for _, c := range calls {
 		cmd := c.cmd
 		if errNoScript(cmd.Err()) {
@@ -265,9 +266,9 @@ func (s *Store) SettleBatch(ctx context.Context, sts []account.Settlement) []Set
 			err = fmt.Errorf("unexpected reply of %d parts for %d accounts", len(replies), len(c.groups))
 		}
 		for j, g := range c.groups {
-			members := make([]account.Settlement, len(groups[g]))
-			for m, i := range groups[g] {
-				members[m] = sts[i]
+			members = members[:0]
+			for _, i := range groups[g] {
+				members = append(members, sts[i])
 			}
 			var r []int64
 			gerr := err
@@ -298,19 +299,6 @@ type settleCallArgs struct {
 // any other server one call for all, each call at most maxSettleCall
 // requests.
 func (s *Store) settleCalls(sts []account.Settlement, groups [][]int, cluster bool) []settleCallArgs {
-	type part struct {
-		keys []string
-		args []any
-	}
-	parts := make([]part, len(groups))
-	members := make([]account.Settlement, 0, maxSettleGroup)
-	for g, idx := range groups {
-		members = members[:0]
-		for _, i := range idx {
-			members = append(members, sts[i])
-		}
-		parts[g].keys, parts[g].args = s.settleCall(members)
-	}
 	var calls []settleCallArgs
 	var sizes []int       // requests per call
 	open := map[int]int{} // slot -> its open call
@@ -329,22 +317,21 @@ func (s *Store) settleCalls(sts []account.Settlement, groups [][]int, cluster bo
 		calls[c].groups = append(calls[c].groups, g)
 		sizes[c] += len(idx)
 	}
+	members := make([]account.Settlement, 0, maxSettleGroup)
 	for i := range calls {
 		c := &calls[i]
-		nk, na := 0, 0
-		for _, g := range c.groups {
-			nk += len(parts[g].keys)
-			na += len(parts[g].args)
-		}
-		c.keys = make([]string, 0, nk)
-		c.args = make([]any, 0, 1+2*len(c.groups)+na)
-		c.args = append(c.args, len(c.groups))
-		for _, g := range c.groups {
-			c.args = append(c.args, len(parts[g].keys), len(parts[g].args))
-		}
-		for _, g := range c.groups {
-			c.keys = append(c.keys, parts[g].keys...)
-			c.args = append(c.args, parts[g].args...)
+		// The counts of each group's KEYS and ARGV lead; each group's are
+		// appended in place.
+		c.args = make([]any, 1+2*len(c.groups), 1+2*len(c.groups)+sizes[i]*settleArgsPerRequest)
+		c.args[0] = len(c.groups)
+		for j, g := range c.groups {
+			members = members[:0]
+			for _, m := range groups[g] {
+				members = append(members, sts[m])
+			}
+			k0, a0 := len(c.keys), len(c.args)
+			c.keys, c.args = s.settleCall(c.keys, c.args, members)
+			c.args[1+2*j], c.args[2+2*j] = len(c.keys)-k0, len(c.args)-a0
 		}
 	}
 	return calls
@@ -406,12 +393,12 @@ func CheckSettlement(st account.Settlement) error {
 	return nil
 }
 
-// settleCall returns the settlement script's KEYS and ARGV for a group of
-// checked settlements of one account (see settle.lua).
-func (s *Store) settleCall(group []account.Settlement) (keys []string, args []any) {
+// settleCall appends settle.lua's KEYS and ARGV for a group of checked
+// settlements of one account to keys and args.
+func (s *Store) settleCall(keys []string, args []any, group []account.Settlement) ([]string, []any) {
 	now := s.now()
 	id := group[0].AccountID
-	keys = []string{
+	keys = append(keys,
 		acctKey(id, "acct"),
 		acctKey(id, "holds"),
 		acctKey(id, "day:"+dayStamp(now)),
@@ -419,7 +406,7 @@ func (s *Store) settleCall(group []account.Settlement) (keys []string, args []an
 		acctKey(id, "u:t"),
 		acctKey(id, "ledger"),
 		acctKey(id, "mon:"+monthStamp(now)),
-	}
+	)
 	// A credential's last_used is written once a minute at most: one
 	// already written for the minute of its use is left out of the call.
 	keyIndex := map[string]int{}
@@ -456,7 +443,7 @@ func (s *Store) settleCall(group []account.Settlement) (keys []string, args []an
 			keys = append(keys, acctKey(id, "lbits:"+st.Lease.ID))
 		}
 	}
-	args = make([]any, 0, 9+len(group)*settleArgsPerRequest)
+	args = slices.Grow(args, 9+len(group)*settleArgsPerRequest)
 	args = append(args, len(group), len(keyIndex), int64(dayKeyTTL/time.Second), int64(s.opts.SweptRecordTTL/time.Second),
 		len(stateIndex), dayStamp(now), monthStamp(now), int64(monthKeyTTL/time.Second), len(leaseIndex))
 	for _, st := range group {
