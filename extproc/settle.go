@@ -94,7 +94,7 @@ func (x *exchange) settle(complete bool) {
 		// the lease.
 		l.Settled(st.Lease)
 	}
-	s.settler.enqueue(st, func(r store.SettleResult, took time.Duration) {
+	s.settler.enqueue(st, func(st *account.Settlement, r store.SettleResult, took time.Duration) {
 		traced(r)
 		s.metrics.settleSeconds.Observe(took.Seconds())
 		if err := r.Err; err != nil {
@@ -111,7 +111,7 @@ func (x *exchange) settle(complete bool) {
 				s.log.Warn("settlement not applied: the store had its request settled already", "request_id", st.RequestID, "account", st.AccountID)
 			}
 		}
-		s.recordSettled(upstream, model, st, false)
+		s.recordSettled(upstream, model, *st, false)
 	})
 }
 
