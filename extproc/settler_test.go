@@ -10,10 +10,10 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 )
 
-// With leases on (the default), a request whose key holds a lease makes no
-// Redis round trip on its critical path (most requests), and its record and settlement go
-// in batches: under a load of many requests, at most two round trips per
-// request in all, renewals included.
+// With leases on (the default), most requests are admitted from a lease,
+// with no Redis round trip on their critical path, and records and
+// settlements go in batches: under a load of many requests, at most two
+// round trips per request in all, renewals included.
 func TestRoundTripsPerLeasedRequest(t *testing.T) {
 	r := newRig(t)
 	m := leases.New(r.st, r.st, leases.Options{Interval: time.Hour, Logger: slog.New(slog.DiscardHandler)})
