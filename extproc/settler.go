@@ -58,7 +58,7 @@ type pendingCount struct {
 
 func newSettler(a Settler, timeout time.Duration) *settler {
 	s := &settler{
-		store: a, timeout: timeout, pending: map[string]*pendingCount{},
+		store: a, timeout: timeout, pending: map[string]*pendingCount{}, queue: make([]settleJob, 0, maxBatch),
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1),
 	}
 	s.room = sync.NewCond(&s.mu)
@@ -158,7 +158,7 @@ func (s *settler) run() {
 	// batch is the settler's own buffer; it and s.queue never share an
 	// array: a short queue is taken by swapping the two, a long one by
 	// copying its head out.
-	var batch []settleJob
+	batch := make([]settleJob, 0, maxBatch)
 	sts := make([]account.Settlement, 0, maxBatch)
 	timer := time.NewTimer(linger)
 	timer.Stop()

@@ -250,7 +250,9 @@ func (s *Store) SettleBatch(ctx context.Context, sts []account.Settlement) []Set
 	pipe := s.rdb.Pipeline()
 	for i := range calls {
 		c := &calls[i]
-		c.cmd = settleScript.EvalSha(ctx, pipe, c.keys, c.args...)
+		c.cmd = redis.NewCmd(ctx, c.command...)
+		c.cmd.SetFirstKeyPos(3)
+		pipe.Process(ctx, c.cmd)
 	}
 	pipe.Exec(ctx) // errors are read per command below
 	members := make([]account.Settlement, 0, maxSettleGroup)
@@ -286,12 +288,16 @@ func (s *Store) SettleBatch(ctx context.Context, sts []account.Settlement) []Set
 }
 
 // settleCallArgs is one script call of a batch: the groups it settles
-// (indexes into SettleBatch's groups), its KEYS and ARGV.
+// (indexes into SettleBatch's groups), its KEYS and ARGV, and the whole
+// EVALSHA command (the command name, the script's hash, the count of
+// KEYS, KEYS, then ARGV, which args is the tail of), built in place so
+// that no copy of a batch's arguments is made to send it.
 type settleCallArgs struct {
-	groups []int
-	keys   []string
-	args   []any
-	cmd    *redis.Cmd
+	groups  []int
+	keys    []string
+	args    []any
+	command []any
+	cmd     *redis.Cmd
 }
 
 // settleCalls packs groups into script calls: on a cluster, one call per
@@ -320,19 +326,38 @@ func (s *Store) settleCalls(sts []account.Settlement, groups [][]int, cluster bo
 	members := make([]account.Settlement, 0, maxSettleGroup)
 	for i := range calls {
 		c := &calls[i]
+		// ARGV is built after room for the most KEYS the call's groups
+		// can have (settleCall: seven, and per request at most its
+		// credential, its sweep record, its credential's state and its
+		// lease, and the leases hash), then moved down next to them.
+		room := 0
+		for _, g := range c.groups {
+			room += 8 + 4*len(groups[g])
+		}
+		base := 3 + room
+		n := 1 + 2*len(c.groups)
+		c.command = make([]any, base+n, base+n+9*len(c.groups)+sizes[i]*settleArgsPerRequest)
 		// The counts of each group's KEYS and ARGV lead; each group's are
 		// appended in place.
-		c.args = make([]any, 1+2*len(c.groups), 1+2*len(c.groups)+sizes[i]*settleArgsPerRequest)
-		c.args[0] = len(c.groups)
+		c.command[base] = len(c.groups)
 		for j, g := range c.groups {
 			members = members[:0]
 			for _, m := range groups[g] {
 				members = append(members, sts[m])
 			}
-			k0, a0 := len(c.keys), len(c.args)
-			c.keys, c.args = s.settleCall(c.keys, c.args, members)
-			c.args[1+2*j], c.args[2+2*j] = len(c.keys)-k0, len(c.args)-a0
+			k0, a0 := len(c.keys), len(c.command)
+			c.keys, c.command = s.settleCall(c.keys, c.command, members)
+			c.command[base+1+2*j], c.command[base+2+2*j] = len(c.keys)-k0, len(c.command)-a0
 		}
+		nk := len(c.keys)
+		end := copy(c.command[3+nk:], c.command[base:])
+		clear(c.command[3+nk+end:])
+		c.command = c.command[:3+nk+end]
+		c.command[0], c.command[1], c.command[2] = "evalsha", settleScript.Hash(), nk
+		for k, key := range c.keys {
+			c.command[3+k] = key
+		}
+		c.args = c.command[3+nk:]
 	}
 	return calls
 }
@@ -466,9 +491,10 @@ func (s *Store) settleCall(keys []string, args []any, group []account.Settlement
 	return keys, args
 }
 
-// settleArgsPerRequest is about how many ARGV one request takes: fifteen
-// of its own, up to 2×11 counters and 2×33 ledger fields, with their two counts.
-const settleArgsPerRequest = 96
+// settleArgsPerRequest is the most ARGV one request takes (a settlement
+// with every field set; TestSettleArgsPerRequest): fifteen of its own,
+// its counters and its ledger fields, each with their count.
+const settleArgsPerRequest = 141
 
 // lastUsedAt is when a settlement's credential was last used: when its
 // request ended.

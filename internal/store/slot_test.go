@@ -1,6 +1,10 @@
 package store
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/modelgateway/gateway/internal/account"
+)
 
 // The hash slots are the cluster's: the specification's check value and
 // slots CLUSTER KEYSLOT gives.
@@ -9,5 +13,15 @@ func TestHashSlot(t *testing.T) {
 		if got := hashSlot(tag); got != want {
 			t.Errorf("hashSlot(%q) = %d, want %d", tag, got, want)
 		}
+	}
+}
+
+// settleArgsPerRequest is the ARGV of a settlement with every field set.
+func TestSettleArgsPerRequest(t *testing.T) {
+	st := filledSettlement()
+	st.AccountID, st.KeyID, st.Lease.ID = "acct_1", "key_1", "lease_1"
+	_, args := New(nil, Options{}).settleCall(nil, nil, []account.Settlement{st})
+	if got := len(args) - 9; got != settleArgsPerRequest {
+		t.Fatalf("a settlement takes %d ARGV, settleArgsPerRequest is %d", got, settleArgsPerRequest)
 	}
 }

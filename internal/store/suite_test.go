@@ -1381,6 +1381,17 @@ func testSettleBatchAccounts(t *testing.T, e *env) {
 	if b, l := e.balance(broken), e.ledger(broken); b != 1000 || len(l) != 0 {
 		t.Fatalf("broken account: balance %d, %d ledger entries", b, len(l))
 	}
+	// A server that lost its scripts (a restart, a failover) is sent the
+	// script again.
+	acct := e.account(1000, account.Limits{})
+	e.mustAdmit(acct, "after_flush", 100)
+	if err := e.rdb.ScriptFlush(e.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := e.s.SettleBatch(e.ctx, []account.Settlement{{RequestID: "after_flush", AccountID: acct, Priced: "m", Cost: 10, Status: 200}})
+	if r[0].Err != nil || !r[0].Applied || e.balance(acct) != 990 {
+		t.Fatalf("after SCRIPT FLUSH: %+v, balance %d", r[0], e.balance(acct))
+	}
 }
 
 // A settlement that arrives after its request was swept is reconciled: the
