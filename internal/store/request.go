@@ -327,12 +327,10 @@ func (s *Store) settleCalls(sts []account.Settlement, groups [][]int, cluster bo
 	for i := range calls {
 		c := &calls[i]
 		// ARGV is built after room for the most KEYS the call's groups
-		// can have (settleCall: seven, and per request at most its
-		// credential, its sweep record, its credential's state and its
-		// lease, and the leases hash), then moved down next to them.
+		// can have, then moved down next to them.
 		room := 0
 		for _, g := range c.groups {
-			room += 8 + 4*len(groups[g])
+			room += settleKeysMax(len(groups[g]))
 		}
 		base := 3 + room
 		n := 1 + 2*len(c.groups)
@@ -350,6 +348,11 @@ func (s *Store) settleCalls(sts []account.Settlement, groups [][]int, cluster bo
 			c.command[base+1+2*j], c.command[base+2+2*j] = len(c.keys)-k0, len(c.command)-a0
 		}
 		nk := len(c.keys)
+		if extra := nk - room; extra > 0 {
+			// More KEYS than settleKeysMax says: no ARGV is overwritten.
+			c.command = slices.Insert(c.command, base, make([]any, extra)...)
+			base += extra
+		}
 		end := copy(c.command[3+nk:], c.command[base:])
 		clear(c.command[3+nk+end:])
 		c.command = c.command[:3+nk+end]
@@ -490,6 +493,11 @@ func (s *Store) settleCall(keys []string, args []any, group []account.Settlement
 	}
 	return keys, args
 }
+
+// settleKeysMax is the most KEYS settleCall gives a group of n requests:
+// seven, the leases hash, and per request at most its credential, its
+// sweep record, its credential's state and its lease's bitmap.
+func settleKeysMax(n int) int { return 8 + 4*n }
 
 // settleArgsPerRequest is the most ARGV one request takes (a settlement
 // with every field set; TestSettleArgsPerRequest): fifteen of its own,

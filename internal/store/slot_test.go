@@ -16,12 +16,19 @@ func TestHashSlot(t *testing.T) {
 	}
 }
 
-// settleArgsPerRequest is the ARGV of a settlement with every field set.
+// settleArgsPerRequest is the ARGV of a settlement with every field set,
+// and settleKeysMax the KEYS of requests that share nothing.
 func TestSettleArgsPerRequest(t *testing.T) {
 	st := filledSettlement()
 	st.AccountID, st.KeyID, st.Lease.ID = "acct_1", "key_1", "lease_1"
 	_, args := New(nil, Options{}).settleCall(nil, nil, []account.Settlement{st})
 	if got := len(args) - 9; got != settleArgsPerRequest {
 		t.Fatalf("a settlement takes %d ARGV, settleArgsPerRequest is %d", got, settleArgsPerRequest)
+	}
+	other := st
+	other.RequestID, other.KeyID, other.Lease.ID = "req_2", "key_2", "lease_2"
+	keys, _ := New(nil, Options{}).settleCall(nil, nil, []account.Settlement{st, other})
+	if len(keys) != settleKeysMax(2) {
+		t.Fatalf("two requests that share nothing take %d KEYS, settleKeysMax says %d", len(keys), settleKeysMax(2))
 	}
 }
