@@ -173,7 +173,7 @@ func (s *Server) settleParked(p store.Parked, r usage.Report) {
 		st.Usage, st.Reported, st.Estimated = r.Usage, r.Model, r.Estimated
 		st.Cost = pricing.CostUplifted(st.Usage, pricing.Rates(st.Rates), st.Uplift)
 	}
-	s.settler.enqueue(st, func(res store.SettleResult, took time.Duration) {
+	s.settler.enqueue(st, func(st *account.Settlement, res store.SettleResult, took time.Duration) {
 		if res.Err != nil {
 			s.metrics.storeErrors.WithLabelValues("settle").Inc()
 			s.log.Error("settling a background response failed", "request_id", st.RequestID, "account", st.AccountID, "err", res.Err)
@@ -184,7 +184,7 @@ func (s *Server) settleParked(p store.Parked, r usage.Report) {
 		if err := s.parking.Unpark(ctx, st.AccountID, p.ResponseID); err != nil {
 			s.log.Warn("forgetting a settled background response failed", "request_id", st.RequestID, "err", err)
 		}
-		s.recordSettled(p.Upstream, string(st.Priced), st, "background", true)
+		s.recordSettled(p.Upstream, string(st.Priced), *st, true)
 	})
 }
 

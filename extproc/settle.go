@@ -4,6 +4,8 @@ package extproc
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
@@ -92,7 +94,7 @@ func (x *exchange) settle(complete bool) {
 		// the lease.
 		l.Settled(st.Lease)
 	}
-	s.settler.enqueue(st, func(r store.SettleResult, took time.Duration) {
+	s.settler.enqueue(st, func(st *account.Settlement, r store.SettleResult, took time.Duration) {
 		traced(r)
 		s.metrics.settleSeconds.Observe(took.Seconds())
 		if err := r.Err; err != nil {
@@ -109,7 +111,7 @@ func (x *exchange) settle(complete bool) {
 				s.log.Warn("settlement not applied: the store had its request settled already", "request_id", st.RequestID, "account", st.AccountID)
 			}
 		}
-		s.recordSettled(upstream, model, st)
+		s.recordSettled(upstream, model, *st, false)
 	})
 }
 
@@ -137,16 +139,54 @@ func (s *Server) noteDearer(upstream string, requested usage.PricedModel, st acc
 }
 
 // recordSettled counts a settlement the store took (or spooled) in the
-// metrics and writes the request's log line.
-func (s *Server) recordSettled(upstream, model string, st account.Settlement, attrs ...any) {
+// metrics and writes the request's log line; background marks a
+// background response's.
+//
+// The line is written here rather than by Envoy's access log, which ends
+// with the stream, before the settlement: it never knows the account, the
+// key, the usage or the cost. Its attributes are built in a pooled buffer
+// and passed as slog.Values (no boxing), so that the line allocates nothing
+// of its own but the 8 bytes the JSON handler boxes cost_usd in (it writes
+// floats through encoding/json); its buffer is pooled too.
+func (s *Server) recordSettled(upstream, model string, st account.Settlement, background bool) {
 	s.metrics.observe(upstream, model, st)
-	s.log.Info("request", append([]any{
-		"request_id", st.RequestID, "account", st.AccountID, "key", st.KeyID,
-		"upstream", upstream, "endpoint", st.Endpoint, "model", st.Priced, "status", st.Status,
-		"stream", st.Stream, "usage", st.Usage, "service_tier", st.ServiceTier,
-		"cost_usd", pricing.USD(st.Cost), "estimated", st.Estimated, "interrupted", st.Interrupted,
-		"duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds()}, attrs...)...)
+	ctx := context.Background()
+	if !s.log.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	p := requestLines.Get().(*[]slog.Attr)
+	// The usage's attributes first (usage.Usage.LogValue's: the kinds not
+	// zero), then the line's, which hold them as a group.
+	a := (*p)[:0]
+	for _, k := range usage.Kinds {
+		if v := k.Of(st.Usage); v != 0 {
+			a = append(a, slog.Int64(k.Name, v))
+		}
+	}
+	u := len(a)
+	a = append(a,
+		slog.String("request_id", st.RequestID), slog.String("account", st.AccountID), slog.String("key", st.KeyID),
+		slog.String("upstream", upstream), slog.String("endpoint", st.Endpoint), slog.String("model", string(st.Priced)),
+		slog.Int("status", st.Status), slog.Bool("stream", st.Stream))
+	if u > 0 {
+		// (An empty group is left out, by the handler or here.)
+		a = append(a, slog.Attr{Key: "usage", Value: slog.GroupValue(a[:u:u]...)})
+	}
+	a = append(a, slog.String("service_tier", st.ServiceTier), slog.Float64("cost_usd", pricing.USD(st.Cost)),
+		slog.Bool("estimated", st.Estimated), slog.Bool("interrupted", st.Interrupted),
+		slog.Int64("duration_ms", st.EndedAt.Sub(st.StartedAt).Milliseconds()))
+	if background {
+		a = append(a, slog.Bool("background", true))
+	}
+	// One group without a name: the handler writes its attributes inline.
+	s.log.LogAttrs(ctx, slog.LevelInfo, "request", slog.Attr{Value: slog.GroupValue(a[u:]...)})
+	clear(a)
+	*p = a[:0]
+	requestLines.Put(p)
 }
+
+// requestLines are the buffers of the request log lines' attributes.
+var requestLines = sync.Pool{New: func() any { return new([]slog.Attr) }}
 
 // outcome fills st, a zero settlement, with what the request comes to if
 // it ends now: complete is false when its stream ended early (the meter

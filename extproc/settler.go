@@ -45,8 +45,10 @@ const maxBatch = 128
 const maxQueue = 8192
 
 type settleJob struct {
-	st    account.Settlement
-	after func(r store.SettleResult, took time.Duration)
+	st account.Settlement
+	// after is told the outcome; it is given the queued settlement rather
+	// than capturing its own, which would then be allocated per request.
+	after func(st *account.Settlement, r store.SettleResult, took time.Duration)
 }
 
 type pendingCount struct {
@@ -56,7 +58,7 @@ type pendingCount struct {
 
 func newSettler(a Settler, timeout time.Duration) *settler {
 	s := &settler{
-		store: a, timeout: timeout, pending: map[string]*pendingCount{},
+		store: a, timeout: timeout, pending: map[string]*pendingCount{}, queue: make([]settleJob, 0, maxBatch),
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1),
 	}
 	s.room = sync.NewCond(&s.mu)
@@ -66,7 +68,7 @@ func newSettler(a Settler, timeout time.Duration) *settler {
 
 // enqueue counts the settlement as pending, then queues it. It blocks only
 // when the queue is full.
-func (s *settler) enqueue(st account.Settlement, after func(r store.SettleResult, took time.Duration)) {
+func (s *settler) enqueue(st account.Settlement, after func(st *account.Settlement, r store.SettleResult, took time.Duration)) {
 	s.mu.Lock()
 	for _, k := range []string{allKey, st.AccountID} {
 		p := s.pending[k]
@@ -156,7 +158,7 @@ func (s *settler) run() {
 	// batch is the settler's own buffer; it and s.queue never share an
 	// array: a short queue is taken by swapping the two, a long one by
 	// copying its head out.
-	var batch []settleJob
+	batch := make([]settleJob, 0, maxBatch)
 	sts := make([]account.Settlement, 0, maxBatch)
 	timer := time.NewTimer(linger)
 	timer.Stop()
@@ -204,7 +206,7 @@ func (s *settler) apply(jobs []settleJob, sts []account.Settlement) {
 	}
 	res := s.store.SettleBatch(ctx, sts)
 	took := time.Since(t0)
-	for i, j := range jobs {
-		j.after(res[i], took)
+	for i := range jobs {
+		jobs[i].after(&jobs[i].st, res[i], took)
 	}
 }

@@ -154,6 +154,10 @@ func TestCommandsPerLeasedRequest(t *testing.T) {
 			script, scriptSent := run(n, 8, false)
 			lease, leaseSent := run(n, 8, true)
 			t.Logf("Redis commands per request, batches of 8: admit.lua %.2f (%.2f sent), leases %.2f (%.2f sent)", script, scriptSent, lease, leaseSent)
+			// The bound: at most two commands sent per request.
+			if leaseSent > 2 {
+				t.Errorf("leases: %.2f commands sent per request, want at most 2", leaseSent)
+			}
 			if leaseSent > scriptSent/2 {
 				t.Errorf("leases: %.2f commands sent per request, want at most half of admit.lua's %.2f", leaseSent, scriptSent)
 			}

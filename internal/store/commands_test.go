@@ -125,3 +125,37 @@ func TestCommandsPerRequest(t *testing.T) {
 		t.Errorf("batches of 1: %.2f commands per request, want at most 23", one)
 	}
 }
+
+// TestSettleBatchOneCall: a batch of many accounts' settlements is one
+// script call on a server that is not a cluster, every entry applied.
+func TestSettleBatchOneCall(t *testing.T) {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.Provided(t)})
+	t.Cleanup(func() { rdb.Close() })
+	s := New(rdb, Options{})
+	const accounts, each = 16, 8 // the settler's largest batch
+	var sts []account.Settlement
+	for a := range accounts {
+		acct, err := s.CreateAccount(ctx, "batch", 1_000_000*usd, account.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range each {
+			id := fmt.Sprintf("req_batch_%d_%d", a, i)
+			if d, err := s.Admit(ctx, &account.Admission{RequestID: id, AccountID: acct.ID, Priced: "m", Hold: 1_000_000}); err != nil || d.Outcome != account.Admitted {
+				t.Fatalf("admit %s: %+v, %v", id, d, err)
+			}
+			sts = append(sts, account.Settlement{RequestID: id, AccountID: acct.ID, Priced: "m",
+				Usage: usage.Usage{Input: 10, Output: 5}, Cost: 100, Status: 200})
+		}
+	}
+	before := commandCalls(t, rdb)["evalsha"]
+	for i, r := range s.SettleBatch(ctx, sts) {
+		if !r.Applied || r.Err != nil {
+			t.Fatalf("settle %s: %+v", sts[i].RequestID, r)
+		}
+	}
+	if n := commandCalls(t, rdb)["evalsha"] - before; n != 1 {
+		t.Fatalf("%d script calls for %d accounts' %d settlements, want 1", n, accounts, len(sts))
+	}
+}

@@ -18,12 +18,15 @@ import (
 )
 
 // The Lua scripts. Each runs with EVALSHA (EVAL when the server does not know
-// it yet) and touches only keys of one account, all passed in KEYS.
+// it yet) and touches only keys passed in KEYS: those of one account, or
+// (settlement) of the accounts of one Redis Cluster slot.
 var (
 	//go:embed lua/admit.lua
 	admitLua string
 	//go:embed lua/settle.lua
 	settleLua string
+	//go:embed lua/settlebatch.lua
+	settleLoopLua string
 	//go:embed lua/topup.lua
 	topUpLua string
 	//go:embed lua/hsetx.lua
@@ -55,7 +58,7 @@ var (
 	leaseFieldLua string
 
 	admitScript   = redis.NewScript(holdLua + admitLua)
-	settleScript  = redis.NewScript(holdLua + leaseFieldLua + settleLua)
+	settleScript  = redis.NewScript(holdLua + leaseFieldLua + settleBatchLua)
 	topUpScript   = redis.NewScript(topUpLua)
 	hsetxScript   = redis.NewScript(hsetxLua)
 	revokeScript  = redis.NewScript(revokeLua)
@@ -67,6 +70,11 @@ var (
 	leaseScript   = redis.NewScript(leaseFieldLua + leaseLua)
 	recordScript  = redis.NewScript(holdLua + leaseFieldLua + recordLua)
 )
+
+// settleBatchLua runs settle.lua for each account of a batch: its body
+// becomes a local function of its KEYS and ARGV, called once per account
+// by settlebatch.lua, and stays the one place for what a settlement does.
+var settleBatchLua = "local function settle_account(KEYS, ARGV)\n" + settleLua + "\nend\n" + settleLoopLua
 
 // Defaults of Options.
 const (
@@ -163,6 +171,27 @@ const (
 
 // acctKey names one of account id's keys: gw:{acct:ID}:suffix.
 func acctKey(id, suffix string) string { return "gw:{acct:" + id + "}:" + suffix }
+
+// accountSlot is the Redis Cluster hash slot of account id's keys: that of
+// their hash tag.
+func accountSlot(id string) int { return hashSlot("acct:" + id) }
+
+// hashSlot is the Redis Cluster hash slot of a hash tag: CRC16/XMODEM
+// modulo 16384, as the cluster specification gives it.
+func hashSlot(tag string) int {
+	var crc uint16
+	for _, b := range []byte(tag) {
+		crc ^= uint16(b) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc % 16384)
+}
 
 // keyHashKey names the credential index record of a secret's SHA-256.
 func keyHashKey(hexHash string) string { return "gw:keyhash:" + hexHash }

@@ -204,19 +204,25 @@ type SettleResult struct {
 	Reconciled bool
 }
 
-// maxSettleGroup bounds the requests of one script call, so that one call
-// never holds Redis for long.
+// maxSettleGroup bounds the requests of one account's part of a script
+// call.
 const maxSettleGroup = 64
 
-// maxGroupCost bounds the sum of the costs of one script call (see
-// MaxNanoUSD).
+// maxSettleCall bounds the requests of one script call, so that one call
+// never holds Redis for long.
+const maxSettleCall = 128
+
+// maxGroupCost bounds the sum of the costs of one account's part of a
+// script call (see MaxNanoUSD).
 const maxGroupCost = 1 << 52
 
 // SettleBatch settles many requests, of any accounts, as Settle would each:
-// atomically and at most once. The requests of one account go to one script
-// call, which writes what adds up (balance, usage counters, last_used) once
-// for all of them; the calls go in one pipelined round trip (one per
-// Cluster node). Results are in the order of sts.
+// atomically and at most once. The requests of one account go to one part
+// of a script call (settle.lua), which writes what adds up (balance, usage
+// counters, last_used) once for all of them; the accounts of one Redis
+// Cluster slot (of all of them, on a server that is not a cluster) go to
+// one script call (settlebatch.lua), and the calls go in one pipelined
+// round trip (one per Cluster node). Results are in the order of sts.
 func (s *Store) SettleBatch(ctx context.Context, sts []account.Settlement) []SettleResult {
 	res := make([]SettleResult, len(sts))
 	// Group by account, keeping each account's order.
@@ -244,38 +250,143 @@ func (s *Store) SettleBatch(ctx context.Context, sts []account.Settlement) []Set
 	if len(groups) == 0 {
 		return res
 	}
-	type call struct {
-		members []account.Settlement
-		keys    []string
-		args    []any
-		cmd     *redis.Cmd
-	}
-	calls := make([]call, len(groups))
+	_, cluster := s.rdb.(*redis.ClusterClient)
+	calls := s.settleCalls(sts, groups, cluster)
 	pipe := s.rdb.Pipeline()
-	for g, idx := range groups {
-		c := &calls[g]
-		for _, i := range idx {
-			c.members = append(c.members, sts[i])
-		}
-		c.keys, c.args = s.settleCall(c.members)
-		c.cmd = settleScript.EvalSha(ctx, pipe, c.keys, c.args...)
+	for i := range calls {
+		c := &calls[i]
+		c.cmd = redis.NewCmd(ctx, c.command...)
+		c.cmd.SetFirstKeyPos(3)
+		pipe.Process(ctx, c.cmd)
 	}
 	pipe.Exec(ctx) // errors are read per command below
-	for g, c := range calls {
+	members := make([]account.Settlement, 0, maxSettleGroup)
+	for _, c := range calls {
 		cmd := c.cmd
 		if errNoScript(cmd.Err()) {
 			// A server that lost its script cache (a restart, a failover):
 			// Run loads the script again.
 			cmd = settleScript.Run(ctx, s.rdb, c.keys, c.args...)
 		}
-		r, err := cmd.Int64Slice()
-		out := settleReplies(c.members, r, err)
-		s.markUsed(c.members, out)
-		for j, i := range groups[g] {
-			res[i] = out[j]
+		replies, err := cmd.Slice()
+		if err == nil && len(replies) != len(c.groups) {
+			err = fmt.Errorf("unexpected reply of %d parts for %d accounts", len(replies), len(c.groups))
+		}
+		for j, g := range c.groups {
+			members = members[:0]
+			for _, i := range groups[g] {
+				members = append(members, sts[i])
+			}
+			var r []int64
+			gerr := err
+			if gerr == nil {
+				r, gerr = groupReply(replies[j])
+			}
+			out := settleReplies(members, r, gerr)
+			s.markUsed(members, out)
+			for m, i := range groups[g] {
+				res[i] = out[m]
+			}
 		}
 	}
 	return res
+}
+
+// settleCallArgs is one script call of a batch: the groups it settles
+// (indexes into SettleBatch's groups), its KEYS and ARGV, and the whole
+// EVALSHA command (the command name, the script's hash, the count of
+// KEYS, KEYS, then ARGV, which args is the tail of), built in place so
+// that no copy of a batch's arguments is made to send it.
+type settleCallArgs struct {
+	groups  []int
+	keys    []string
+	args    []any
+	command []any
+	cmd     *redis.Cmd
+}
+
+// settleCalls packs groups into script calls: on a cluster, one call per
+// slot of the groups' accounts (a script's keys are all in one slot), on
+// any other server one call for all, each call at most maxSettleCall
+// requests.
+func (s *Store) settleCalls(sts []account.Settlement, groups [][]int, cluster bool) []settleCallArgs {
+	var calls []settleCallArgs
+	var sizes []int       // requests per call
+	open := map[int]int{} // slot -> its open call
+	for g, idx := range groups {
+		slot := 0
+		if cluster {
+			slot = accountSlot(sts[idx[0]].AccountID)
+		}
+		c, ok := open[slot]
+		if !ok || sizes[c]+len(idx) > maxSettleCall {
+			c = len(calls)
+			calls = append(calls, settleCallArgs{})
+			sizes = append(sizes, 0)
+			open[slot] = c
+		}
+		calls[c].groups = append(calls[c].groups, g)
+		sizes[c] += len(idx)
+	}
+	members := make([]account.Settlement, 0, maxSettleGroup)
+	for i := range calls {
+		c := &calls[i]
+		// ARGV is built after room for the most KEYS the call's groups
+		// can have, then moved down next to them.
+		room := 0
+		for _, g := range c.groups {
+			room += settleKeysMax(len(groups[g]))
+		}
+		base := 3 + room
+		n := 1 + 2*len(c.groups)
+		c.command = make([]any, base+n, base+n+9*len(c.groups)+sizes[i]*settleArgsPerRequest)
+		// The counts of each group's KEYS and ARGV lead; each group's are
+		// appended in place.
+		c.command[base] = len(c.groups)
+		for j, g := range c.groups {
+			members = members[:0]
+			for _, m := range groups[g] {
+				members = append(members, sts[m])
+			}
+			k0, a0 := len(c.keys), len(c.command)
+			c.keys, c.command = s.settleCall(c.keys, c.command, members)
+			c.command[base+1+2*j], c.command[base+2+2*j] = len(c.keys)-k0, len(c.command)-a0
+		}
+		nk := len(c.keys)
+		if extra := nk - room; extra > 0 {
+			// More KEYS than settleKeysMax says: no ARGV is overwritten.
+			c.command = slices.Insert(c.command, base, make([]any, extra)...)
+			base += extra
+		}
+		end := copy(c.command[3+nk:], c.command[base:])
+		clear(c.command[3+nk+end:])
+		c.command = c.command[:3+nk+end]
+		c.command[0], c.command[1], c.command[2] = "evalsha", settleScript.Hash(), nk
+		for k, key := range c.keys {
+			c.command[3+k] = key
+		}
+		c.args = c.command[3+nk:]
+	}
+	return calls
+}
+
+// groupReply reads one account's part of the batch script's reply:
+// settle.lua's list of results, or {-2, message} for an error it raised.
+func groupReply(v any) ([]int64, error) {
+	l, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("unexpected reply %v", v)
+	}
+	if len(l) == 2 && l[0] == int64(-2) {
+		return nil, fmt.Errorf("settle.lua: %v", l[1])
+	}
+	r := make([]int64, len(l))
+	for i, e := range l {
+		if r[i], ok = e.(int64); !ok {
+			return nil, fmt.Errorf("unexpected reply %v", l)
+		}
+	}
+	return r, nil
 }
 
 // settleReplies reads the settlement script's reply for a group.
@@ -315,12 +426,12 @@ func CheckSettlement(st account.Settlement) error {
 	return nil
 }
 
-// settleCall returns the settlement script's KEYS and ARGV for a group of
-// checked settlements of one account (see settle.lua).
-func (s *Store) settleCall(group []account.Settlement) (keys []string, args []any) {
+// settleCall appends settle.lua's KEYS and ARGV for a group of checked
+// settlements of one account to keys and args.
+func (s *Store) settleCall(keys []string, args []any, group []account.Settlement) ([]string, []any) {
 	now := s.now()
 	id := group[0].AccountID
-	keys = []string{
+	keys = append(keys,
 		acctKey(id, "acct"),
 		acctKey(id, "holds"),
 		acctKey(id, "day:"+dayStamp(now)),
@@ -328,7 +439,7 @@ func (s *Store) settleCall(group []account.Settlement) (keys []string, args []an
 		acctKey(id, "u:t"),
 		acctKey(id, "ledger"),
 		acctKey(id, "mon:"+monthStamp(now)),
-	}
+	)
 	// A credential's last_used is written once a minute at most: one
 	// already written for the minute of its use is left out of the call.
 	keyIndex := map[string]int{}
@@ -376,7 +487,7 @@ func (s *Store) settleCall(group []account.Settlement) (keys []string, args []an
 			keys = append(keys, acctKey(id, "lbits:"+st.Lease.ID))
 		}
 	}
-	args = make([]any, 0, 9+len(group)*settleArgsPerRequest)
+	args = slices.Grow(args, 9+len(group)*settleArgsPerRequest)
 	args = append(args, len(group), len(keyIndex), int64(dayKeyTTL/time.Second), int64(s.opts.SweptRecordTTL/time.Second),
 		len(stateIndex), dayStamp(now), monthStamp(now), int64(monthKeyTTL/time.Second), len(leaseIndex))
 	for _, st := range group {
@@ -400,9 +511,16 @@ func (s *Store) settleCall(group []account.Settlement) (keys []string, args []an
 	return keys, args
 }
 
-// settleArgsPerRequest is about how many ARGV one request takes: sixteen
-// of its own, up to 2×11 counters and 2×34 ledger fields, with their two counts.
-const settleArgsPerRequest = 99
+// settleKeysMax is the most KEYS settleCall gives a group of n requests:
+// seven, the leases hash, and per request at most its credential, its
+// sweep record, its credential's state, its project's state and its
+// lease's bitmap.
+func settleKeysMax(n int) int { return 8 + 5*n }
+
+// settleArgsPerRequest is the most ARGV one request takes (a settlement
+// with every field set; TestSettleArgsPerRequest): fifteen of its own,
+// its counters and its ledger fields, each with their count.
+const settleArgsPerRequest = 162
 
 // lastUsedAt is when a settlement's credential was last used: when its
 // request ended.

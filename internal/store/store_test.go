@@ -91,6 +91,7 @@ var suite = []struct {
 	{"SettlementRoundTrip", testSettlementRoundTrip},
 	{"Concurrency", testConcurrency},
 	{"SettleBatch", testSettleBatch},
+	{"SettleBatchAccounts", testSettleBatchAccounts},
 	{"ConcurrencyLimit", testConcurrencyLimit},
 	{"TokenLimit", testTokenLimit},
 	{"TokenWindowRolls", testTokenWindowRolls},

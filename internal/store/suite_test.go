@@ -1327,6 +1327,73 @@ func testSettleBatch(t *testing.T, e *env) {
 	}
 }
 
+// A batch of many accounts' settlements (more than one script call holds,
+// on a cluster in many slots) applies each once, and an account whose
+// script part fails (its holds are not a hash) fails only its own entries.
+func testSettleBatchAccounts(t *testing.T, e *env) {
+	const accounts, each = 40, 5 // 200 requests: more than one call's
+	var ids []string
+	for a := range accounts {
+		acct := e.account(1000, account.Limits{})
+		ids = append(ids, acct)
+		for i := range each {
+			e.mustAdmit(acct, fmt.Sprintf("r%d_%d", a, i), 100)
+		}
+	}
+	// Interleaved, as replies end.
+	var batch []account.Settlement
+	for i := range each {
+		for a, acct := range ids {
+			batch = append(batch, account.Settlement{RequestID: fmt.Sprintf("r%d_%d", a, i), AccountID: acct, KeyID: "key_x", Priced: "m",
+				Usage: usage.Usage{Output: 5}, Cost: int64(10 + i), Status: 200})
+		}
+	}
+	broken := ids[7]
+	if err := e.rdb.Del(e.ctx, acctKey(broken, "holds")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.Set(e.ctx, acctKey(broken, "holds"), "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		for i, r := range e.s.SettleBatch(e.ctx, batch) {
+			switch {
+			case batch[i].AccountID == broken:
+				if r.Err == nil || r.Applied {
+					t.Fatalf("round %d: %s of the broken account: %+v", round, batch[i].RequestID, r)
+				}
+			case r.Err != nil || r.Applied != (round == 0):
+				t.Fatalf("round %d: %s: %+v", round, batch[i].RequestID, r)
+			}
+		}
+	}
+	for _, acct := range ids {
+		if acct == broken {
+			continue
+		}
+		if b, l := e.balance(acct), e.ledger(acct); b != 1000-(10+11+12+13+14) || len(l) != each {
+			t.Fatalf("%s: balance %d, %d ledger entries", acct, b, len(l))
+		}
+		if n, _ := e.holds(acct); n != 0 {
+			t.Fatalf("%s: %d holds left", acct, n)
+		}
+	}
+	if b, l := e.balance(broken), e.ledger(broken); b != 1000 || len(l) != 0 {
+		t.Fatalf("broken account: balance %d, %d ledger entries", b, len(l))
+	}
+	// A server that lost its scripts (a restart, a failover) is sent the
+	// script again.
+	acct := e.account(1000, account.Limits{})
+	e.mustAdmit(acct, "after_flush", 100)
+	if err := e.rdb.ScriptFlush(e.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := e.s.SettleBatch(e.ctx, []account.Settlement{{RequestID: "after_flush", AccountID: acct, Priced: "m", Cost: 10, Status: 200}})
+	if r[0].Err != nil || !r[0].Applied || e.balance(acct) != 990 {
+		t.Fatalf("after SCRIPT FLUSH: %+v, balance %d", r[0], e.balance(acct))
+	}
+}
+
 // A settlement that arrives after its request was swept is reconciled: the
 // difference from the sweep's charge is posted once, of either sign, capped
 // at the hold; the ledger, the balance and the counters agree throughout.

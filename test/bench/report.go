@@ -320,6 +320,11 @@ func (r *results) summary(w func(string, ...any)) {
 		nullCPU := n.per(n.sidecar)
 		w("| processor CPU per request at %s requests/s (sidecar + Redis; null processor) | %.0f µs | %.0f µs | — | — | — | ≤ 1.2 × the null processor's | %s |\n",
 			rate(lr.rate), gwCPU, nullCPU, r.verdict(nullCPU > 0 && g.requests > 0 && lr.lat[gwI].errors() == 0 && gwCPU <= 1.2*nullCPU))
+		if g.requests > 0 {
+			kb := g.allocBytes / float64(g.requests) / 1024
+			w("| allocation per request at %s requests/s (the sidecar's Go heap) | %.1f KB | — | — | — | — | ≤ 8 KB | %s |\n",
+				rate(lr.rate), kb, r.verdict(kb > 0 && kb <= 8))
+		}
 	}
 	mg, mn, mb := r.maxRate[gwI], r.maxRate[nullI], r.maxRate[bareI]
 	ofBare := func(x float64) string {
@@ -346,6 +351,17 @@ func (r *results) summary(w func(string, ...any)) {
 		per := float64(total) / float64(r.redisRequests)
 		w("| Redis commands per request, scripts' inner ones included (`INFO commandstats`, latency phases) | %.1f | — | — | — | — | ≤ 15 | %s |\n",
 			per, r.verdict(per >= 1 && per <= 15)) // no command at all: the gateway never reached Redis
+	}
+	if r.traceRequests > 0 {
+		var sent int64
+		for k, n := range r.trace.client {
+			if !ignoredRedis[k] && k != "monitor" {
+				sent += n
+			}
+		}
+		per := float64(sent) / float64(r.traceRequests)
+		w("| Redis round trips per request, commands the sidecar sent (MONITOR sample at a low rate, where settlements batch least) | %.2f | — | — | — | — | ≤ 2 | %s |\n",
+			per, r.verdict(per > 0 && per <= 2))
 	}
 	m := r.memory
 	if m.streams == 0 {
@@ -493,6 +509,17 @@ func (r *results) cpuTable(w func(string, ...any)) {
 }
 
 func (r *results) memoryTable(w func(string, ...any)) {
+	if r.traceRequests > 0 {
+		var sent int64
+		for k, n := range r.trace.client {
+			if !ignoredRedis[k] && k != "monitor" {
+				sent += n
+			}
+		}
+		per := float64(sent) / float64(r.traceRequests)
+		w("| Redis round trips per request, commands the sidecar sent (MONITOR sample at a low rate, where settlements batch least) | %.2f | — | — | — | — | ≤ 2 | %s |\n",
+			per, r.verdict(per > 0 && per <= 2))
+	}
 	m := r.memory
 	if m.streams == 0 {
 		return

@@ -1,0 +1,126 @@
+package extproc
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/modelgateway/gateway/internal/holds"
+	"github.com/modelgateway/gateway/internal/leases"
+	"github.com/modelgateway/gateway/internal/redistest"
+)
+
+// The bookkeeping's allocation per request on the messages and chat paths,
+// non-streaming, with leases on (the default): admitted from a lease, so
+// that the in-process miniredis allocates next to nothing per request, and
+// settled in batches. On the redis-server test/integration provides when
+// there is one ($GATEWAY_TEST_REDIS), else on miniredis.
+
+var (
+	messagesJSONBody  = []byte(`{"model":"claude-sonnet-4-5","max_tokens":256,"messages":[{"role":"user","content":"Hello there"}]}`)
+	messagesJSONReply = []byte(`{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Hello there, how can I help you today?"}],"stop_reason":"end_turn","usage":{"input_tokens":12,"output_tokens":11}}`)
+	chatJSONBody      = []byte(`{"model":"gpt-4o-mini","max_tokens":256,"messages":[{"role":"user","content":"Hello there"}]}`)
+	chatJSONReply     = []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there, how can I help you today?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":11,"total_tokens":23}}`)
+)
+
+// leased puts the rig's processor behind leases, renewed in the
+// background until the test ends.
+func (r *rig) leased(tb testing.TB) {
+	m := leases.New(r.st, r.st, leases.Options{Logger: slog.New(slog.DiscardHandler)})
+	r.srv.admitter = m
+	ctx, cancel := context.WithCancel(context.Background())
+	go m.Run(ctx)
+	tb.Cleanup(cancel)
+}
+
+// jsonRequest runs one non-streaming request through the exchange, phase
+// by phase, as Envoy would send it, and fails on any immediate response.
+func (r *rig) jsonRequest(tb testing.TB, reqHeaders *extprocv3.HttpHeaders, body, reply []byte) {
+	r.jsonMessages(tb, jsonMessages(reqHeaders, body, reply))
+}
+
+// jsonMessages are the four messages of a non-streaming request.
+func jsonMessages(reqHeaders *extprocv3.HttpHeaders, body, reply []byte) []*extprocv3.ProcessingRequest {
+	return []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: reqHeaders}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: headers(":status", "200", "content-type", "application/json",
+			"content-length", strconv.Itoa(len(reply)), "x-gateway-endpoint", "primary")}},
+		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: reply, EndOfStream: true}}},
+	}
+}
+
+// jsonMessages runs the messages of one request through an exchange.
+func (r *rig) jsonMessages(tb testing.TB, msgs []*extprocv3.ProcessingRequest) {
+	ctx := context.Background()
+	x := &exchange{s: r.srv}
+	for _, m := range msgs {
+		if ir := x.step(ctx, m).GetImmediateResponse(); ir != nil {
+			tb.Fatalf("rejected: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
+		}
+	}
+	x.finish()
+	if !x.settled {
+		tb.Fatal("request not settled")
+	}
+}
+
+func benchmarkJSON(b *testing.B, upstream string, reqHeaders func(key string) *extprocv3.HttpHeaders, body, reply []byte) {
+	var r *rig
+	if addr := os.Getenv(redistest.AddrEnv); addr != "" {
+		r = newRigOn(b, addr, upstream, rigAccount{}) // no server's allocations in the figure
+	} else {
+		r = newRigWith(b, upstream, rigAccount{})
+	}
+	// The sidecar's own handler, as cmd/gateway makes it: the request's
+	// log line is part of the figure.
+	r.srv.log = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	// Holds renewed, as in the sidecar.
+	r.srv.holds = holds.NewRenewer(r.st, slog.New(slog.DiscardHandler))
+	r.leased(b)
+	h := reqHeaders(r.key)
+	// Envoy's messages are made once: what gRPC allocates to receive them
+	// is not the processor's (the bench's figure has it).
+	msgs := jsonMessages(h, body, reply)
+	for range 100 {
+		r.jsonRequest(b, h, body, reply) // the key cached, a lease granted
+	}
+	// Deadline-bound: leases are granted in the background.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		before := r.trips.n.Load()
+		r.jsonRequest(b, h, body, reply)
+		if r.trips.n.Load() == before {
+			break
+		}
+	}
+	r.srv.Flush(context.Background())
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		r.jsonMessages(b, msgs)
+	}
+	b.StopTimer()
+	r.srv.Flush(context.Background())
+}
+
+// BenchmarkMessagesJSON is a non-streaming messages request.
+func BenchmarkMessagesJSON(b *testing.B) {
+	benchmarkJSON(b, "alpha", func(key string) *extprocv3.HttpHeaders {
+		return headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", key,
+			"content-type", "application/json", "content-length", strconv.Itoa(len(messagesJSONBody)), "anthropic-version", "2023-06-01")
+	}, messagesJSONBody, messagesJSONReply)
+}
+
+// BenchmarkChatJSON is a non-streaming chat completions request.
+func BenchmarkChatJSON(b *testing.B) {
+	benchmarkJSON(b, "beta", func(key string) *extprocv3.HttpHeaders {
+		return headers(":method", "POST", ":path", "/beta/v1/chat/completions", "authorization", "Bearer "+key,
+			"content-type", "application/json", "content-length", strconv.Itoa(len(chatJSONBody)))
+	}, chatJSONBody, chatJSONReply)
+}
