@@ -77,7 +77,7 @@ const (
 
 // Mount adds the data API (under /v1/usage/) and the customer page (under
 // /console/) to mux.
-func Mount(mux *http.ServeMux, o APIOptions) {
+func Mount(mux Mux, o APIOptions) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

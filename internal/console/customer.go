@@ -74,7 +74,7 @@ func render(w http.ResponseWriter, code int, t *template.Template, name string, 
 // CustomerPath is where the customer page is served.
 const CustomerPath = "/console/"
 
-func mountCustomer(mux *http.ServeMux) {
+func mountCustomer(mux Mux) {
 	mux.Handle(CustomerPath+"static/", staticHandler(CustomerPath+"static/"))
 	mux.HandleFunc(CustomerPath, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != CustomerPath {
