@@ -356,11 +356,11 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	mux.Handle(extproc.SocketPrefix, proc.SocketHandler(extproc.SocketOptions{
 		Relay: c.Listeners.Relay, Idle: c.Limits.SocketIdle.D(), PerKey: c.Limits.SocketsPerKey,
 		PingsPerSecond: c.Limits.SocketPingsPerSecond, Disabled: c.WebSocketDisabled()}))
-	console.Mount(mux, console.APIOptions{Store: st, Keys: keys, Settled: proc, Logger: o.Logger})
 	sso, err := newSSO(c.SSO, c.SSO.CustomerRedirectURL, roles.Customer, c.SSO.AccountClaim)
 	if err != nil {
 		return nil, err
 	}
+	console.Mount(mux, console.APIOptions{Store: st, Keys: keys, Settled: proc, Logger: o.Logger, SSO: sso != nil})
 	s.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	gl, err := net.Listen("tcp", c.Listeners.ExtProc)

@@ -84,7 +84,7 @@ func (c *Customer) Mount(mux Mux) {
 	mux.HandleFunc("GET "+PathSSOLogin, c.login)
 	mux.HandleFunc("GET "+PathSSOCallback, c.callback)
 	mux.HandleFunc("POST "+PathSSOLogout, c.signedIn(c.logout))
-	mux.HandleFunc("GET "+PathMe, c.signedIn(c.me))
+	mux.HandleFunc("GET "+PathMe, c.me)
 	mux.HandleFunc("GET "+PathKeysPage, c.signedIn(c.keysPage))
 	mux.HandleFunc("POST "+PathKeysPage, c.signedIn(c.createKeyForm))
 	mux.HandleFunc("POST "+PathKeysAPI, c.signedIn(c.createKeyAPI))
@@ -212,6 +212,7 @@ func (c *Customer) callback(w http.ResponseWriter, r *http.Request) {
 
 // Me is the record of GET /console/api/me.
 type Me struct {
+	SignedIn  bool     `json:"signed_in"`
 	Actor     string   `json:"actor"`
 	AccountID string   `json:"account_id"`
 	Roles     []string `json:"roles"`
@@ -219,8 +220,16 @@ type Me struct {
 	CSRF string `json:"csrf"`
 }
 
-func (c *Customer) me(w http.ResponseWriter, r *http.Request, s *session) {
-	m := Me{Actor: s.Actor, AccountID: s.AccountID, CSRF: s.csrf}
+// me answers whether the browser is signed in, and as whom: 200 either
+// way, so that the page's first look is no error.
+func (c *Customer) me(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	s := c.session(r)
+	if s == nil {
+		control.WriteJSON(w, http.StatusOK, Me{})
+		return
+	}
+	m := Me{SignedIn: true, Actor: s.Actor, AccountID: s.AccountID, CSRF: s.csrf}
 	for _, r := range s.Roles {
 		m.Roles = append(m.Roles, string(r))
 	}

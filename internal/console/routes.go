@@ -64,7 +64,7 @@ var customerRoutes = map[string]access{
 	"GET " + PathSSOLogin:    public,
 	"GET " + PathSSOCallback: public,
 	"POST " + PathSSOLogout:  anyCustomer,
-	"GET " + PathMe:          anyCustomer,
+	"GET " + PathMe:          public, // says whether signed in
 
 	"/v1/usage":   anyCustomer,
 	PathDaily:     anyCustomer,

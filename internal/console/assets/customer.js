@@ -342,12 +342,12 @@
   var now = new Date();
   $("csv-month").value = now.getUTCFullYear() + "-" + String(now.getUTCMonth() + 1).padStart(2, "0");
   if (credential()) { load(); return; }
-  // A single sign-on session, if the gateway offers single sign-on.
+  if (document.body.dataset.sso !== "on") { $("token").focus(); return; }
+  // A single sign-on session, if there is one.
   fetch("/console/api/me", { credentials: "same-origin", cache: "no-store" }).then(function (resp) {
-    if (resp.status === 401) { $("sso").hidden = false; return null; }
     return resp.ok ? resp.json() : null;
   }).then(function (m) {
-    if (!m) { $("token").focus(); return; }
+    if (!m || !m.signed_in) { $("sso").hidden = false; $("token").focus(); return; }
     me = m;
     $("who").textContent = m.actor + " (" + m.roles.join(", ") + ")";
     $("who").hidden = false;
