@@ -154,7 +154,8 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			return nil, err
 		}
 	}
-	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.HoldLease.D(), LedgerRetention: c.Store.LedgerRetention.D()})
+	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.HoldLease.D(), LedgerRetention: c.Store.LedgerRetention.D(),
+		AuditRetention: c.Store.AuditRetention.D()})
 	keys := auth.NewCache(st, o.KeyCacheTTL)
 
 	reg := prometheus.NewRegistry()

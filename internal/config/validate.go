@@ -107,6 +107,9 @@ func (s Store) validate() error {
 	if s.LedgerRetention < 0 {
 		return errors.New("store.ledger_retention: must not be negative")
 	}
+	if s.AuditRetention < 0 {
+		return errors.New("store.audit_retention: must not be negative")
+	}
 	return nil
 }
 

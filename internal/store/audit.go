@@ -44,6 +44,13 @@ func (s *Store) AppendAudit(ctx context.Context, e AuditEntry) error {
 	if e.At.IsZero() {
 		e.At = s.now()
 	}
+	if r := s.opts.AuditRetention; r > 0 {
+		// Exact: appends are few, and an entry past its time must go.
+		minID := ms(e.At.Add(-r)) + "-0"
+		if err := s.rdb.XTrimMinID(ctx, auditKey, minID).Err(); err != nil {
+			return fmt.Errorf("store: trim audit: %w", err)
+		}
+	}
 	err := s.rdb.XAdd(ctx, &redis.XAddArgs{
 		Stream: auditKey,
 		MaxLen: s.opts.AuditMaxLen,
