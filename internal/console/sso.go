@@ -39,8 +39,16 @@ type SSOOptions struct {
 	Now        func() time.Time
 }
 
-// flowTTL bounds how long a sign-in may take at the provider.
-const flowTTL = 10 * time.Minute
+// flowTTL bounds how long a sign-in may take at the provider, and
+// maxFlows how many may be in progress: anyone may start one, so memory
+// stays bounded.
+const (
+	flowTTL  = 10 * time.Minute
+	maxFlows = 10_000
+)
+
+// ErrSSOBusy is returned by Begin while maxFlows sign-ins are in progress.
+var ErrSSOBusy = errors.New("sso: too many sign-ins in progress")
 
 // stateCookie binds a sign-in's state to the browser that started it, so
 // that a callback made in another browser (login CSRF) is refused. Lax: it
@@ -139,6 +147,10 @@ func (s *SSO) Begin(w http.ResponseWriter, r *http.Request) error {
 		if now.Sub(f.started) >= flowTTL {
 			delete(s.flows, k)
 		}
+	}
+	if len(s.flows) >= maxFlows {
+		s.mu.Unlock()
+		return ErrSSOBusy
 	}
 	s.flows[state] = flow{nonce: nonce, verifier: verifier, started: now}
 	s.mu.Unlock()
