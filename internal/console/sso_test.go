@@ -22,14 +22,20 @@ func TestCallbackNeedsItsState(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.flows["known"] = flow{nonce: "n", verifier: "v", started: s.o.Now()}
-	for name, r := range map[string]*http.Request{
-		"no state":        httptest.NewRequest("GET", "/sso/callback?code=c", nil),
-		"no cookie":       httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil),
-		"another cookie":  withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil), "other"),
-		"unknown state":   withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=other", nil), "other"),
-		"provider error":  withCookie(httptest.NewRequest("GET", "/sso/callback?error=access_denied&state=known", nil), "known"),
-		"a replayed flow": withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil), "known"),
+	// In order: the provider's error spends the known state, which is then
+	// refused as replayed; none of them reaches the provider.
+	for _, c := range []struct {
+		name string
+		r    *http.Request
+	}{
+		{"no state", httptest.NewRequest("GET", "/sso/callback?code=c", nil)},
+		{"no cookie", httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil)},
+		{"another cookie", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil), "other")},
+		{"unknown state", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=other", nil), "other")},
+		{"provider error", withCookie(httptest.NewRequest("GET", "/sso/callback?error=access_denied&state=known", nil), "known")},
+		{"a replayed state", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil), "known")},
 	} {
+		name, r := c.name, c.r
 		w := httptest.NewRecorder()
 		if _, err := s.Finish(w, r); !errors.Is(err, ErrSSORefused) {
 			t.Errorf("%s: %v, want refused", name, err)
