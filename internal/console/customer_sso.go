@@ -14,6 +14,7 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/control"
+	"github.com/modelgateway/gateway/internal/roles"
 	"github.com/modelgateway/gateway/internal/store"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
@@ -27,6 +28,8 @@ const (
 	PathKeysPage    = CustomerPath + "keys"
 	PathKeysAPI     = CustomerPath + "api/keys"
 	PathAuditAPI    = CustomerPath + "api/audit"
+	PathRevokeKey   = CustomerPath + "keys/{key}/revoke"
+	PathLimits      = CustomerPath + "limits"
 )
 
 // CustomerCookie names the customer console's session cookie.
@@ -88,6 +91,8 @@ func (c *Customer) Mount(mux Mux) {
 	mux.HandleFunc("GET "+PathKeysPage, c.signedIn(c.keysPage))
 	mux.HandleFunc("POST "+PathKeysPage, c.signedIn(c.createKeyForm))
 	mux.HandleFunc("POST "+PathKeysAPI, c.signedIn(c.createKeyAPI))
+	mux.HandleFunc("POST "+PathRevokeKey, c.signedIn(c.revokeKey))
+	mux.HandleFunc("POST "+PathLimits, c.signedIn(c.setLimits))
 	mux.HandleFunc("GET "+PathAuditAPI, c.signedIn(c.audit))
 }
 
@@ -257,9 +262,16 @@ func (c *Customer) logout(w http.ResponseWriter, r *http.Request, s *session) {
 type customerView struct {
 	Title, Message, Actor, CSRF, Refresh string
 	Static                               string
-	Keys                                 []account.Key
-	CanCreate                            bool
+	Keys                                 []customerKey
+	CanCreate, CanManage                 bool
+	Limits                               []limitInput
 	Secret                               *secretView
+}
+
+// customerKey is one credential on the customer console's keys page.
+type customerKey struct {
+	ID, Label, Kind, State string
+	Revocable              bool
 }
 
 func (c *Customer) page(w http.ResponseWriter, code int, s *session, v customerView) {
@@ -283,14 +295,23 @@ func (c *Customer) showKeys(w http.ResponseWriter, r *http.Request, s *session, 
 		c.page(w, http.StatusServiceUnavailable, s, customerView{Title: "Keys", Message: "The keys could not be read; try again shortly."})
 		return
 	}
-	var keys []account.Key
+	var keys []customerKey
 	for _, k := range resp.GetKeys() {
-		keys = append(keys, account.Key{ID: k.GetId(), Label: k.GetLabel()})
+		keys = append(keys, customerKey{
+			ID: k.GetId(), Label: k.GetLabel(), Kind: strings.ToLower(strings.TrimPrefix(k.GetKind().String(), "KEY_KIND_")),
+			State:     strings.ToLower(strings.TrimPrefix(k.GetState().String(), "KEY_STATE_")),
+			Revocable: k.GetKind() == adminv1.KeyKind_KEY_KIND_MODEL && k.GetRevokeTime() == nil && allowed(customerRoutes, "POST "+PathRevokeKey, &s.Identity),
+		})
 	}
-	c.page(w, http.StatusOK, s, customerView{
+	v := customerView{
 		Title: "Keys", Keys: keys, Secret: secret,
 		CanCreate: allowed(customerRoutes, "POST "+PathKeysPage, &s.Identity),
-	})
+		CanManage: allowed(customerRoutes, "POST "+PathLimits, &s.Identity),
+	}
+	if v.CanManage {
+		v.Limits = limitInputs(&adminv1.SetLimitsRequest{})
+	}
+	c.page(w, http.StatusOK, s, v)
 }
 
 func (c *Customer) createKey(r *http.Request, s *session, label string) (*adminv1.CreateKeyResponse, error) {
@@ -304,6 +325,66 @@ func (c *Customer) createKeyForm(w http.ResponseWriter, r *http.Request, s *sess
 		return
 	}
 	c.showKeys(w, r, s, &secretView{AccountID: s.AccountID, Kind: "API key", Label: resp.GetKey().GetLabel(), KeyID: resp.GetKey().GetId(), Secret: resp.GetSecret()})
+}
+
+// revokeKey revokes a model key of the account: owners and admins any,
+// a member only one they made (the audit trail says who made each key).
+func (c *Customer) revokeKey(w http.ResponseWriter, r *http.Request, s *session) {
+	key := r.PathValue("key")
+	if !roles.Set(accountAdmins.roles).Allows(s.Roles) {
+		mine, err := c.madeBy(r.Context(), s, key)
+		if err != nil {
+			c.page(w, http.StatusServiceUnavailable, s, customerView{Title: "Keys", Message: "The store is unavailable; try again shortly."})
+			return
+		}
+		if !mine {
+			c.o.Admin.Refused(c.ctx(r, s), r.Pattern, s.AccountID, key)
+			c.page(w, http.StatusForbidden, s, customerView{Title: "Not allowed", Message: "A member may revoke only the keys they made."})
+			return
+		}
+	}
+	if _, err := c.o.Admin.RevokeKey(c.ctx(r, s), &adminv1.RevokeKeyRequest{AccountId: s.AccountID, KeyId: key}); err != nil {
+		c.page(w, http.StatusBadRequest, s, customerView{Title: "Keys", Message: "The key was not revoked: " + errMessage(err)})
+		return
+	}
+	c.showKeys(w, r, s, nil)
+}
+
+// madeBy reports whether the session's person made key, by the audit
+// trail's key.create entries of the account (a few pages of it).
+func (c *Customer) madeBy(ctx context.Context, s *session, key string) (bool, error) {
+	before := ""
+	for range 5 {
+		page, next, err := c.o.Store.RecentAudit(ctx, before, 1000)
+		if err != nil {
+			return false, err
+		}
+		for _, e := range page {
+			if e.AccountID == s.AccountID && e.KeyID == key && e.Action == "key.create" && e.Outcome == "" {
+				return e.Actor == s.Actor, nil
+			}
+		}
+		if next == "" {
+			return false, nil
+		}
+		before = next
+	}
+	return false, nil
+}
+
+// setLimits changes the account's limits: an empty field keeps one, 0
+// removes it, as on the operator console.
+func (c *Customer) setLimits(w http.ResponseWriter, r *http.Request, s *session) {
+	req := &adminv1.SetLimitsRequest{AccountId: s.AccountID}
+	if err := fillLimits(req, r.PostForm); err != nil {
+		c.page(w, http.StatusBadRequest, s, customerView{Title: "Keys", Message: "The limits were not changed: " + errMessage(err)})
+		return
+	}
+	if _, err := c.o.Admin.SetLimits(c.ctx(r, s), req); err != nil {
+		c.page(w, http.StatusBadRequest, s, customerView{Title: "Keys", Message: "The limits were not changed: " + errMessage(err)})
+		return
+	}
+	c.showKeys(w, r, s, nil)
 }
 
 // NewKey is the record of POST /console/api/keys: the secret is shown

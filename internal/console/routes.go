@@ -74,7 +74,10 @@ var customerRoutes = map[string]access{
 	"GET " + PathKeysPage:  keyReaders,
 	"POST " + PathKeysPage: keyMakers,
 	"POST " + PathKeysAPI:  keyMakers,
-	"GET " + PathAuditAPI:  accountAdmins,
+	// A member revokes only the keys they made (Customer.revokeKey).
+	"POST " + PathRevokeKey: keyMakers,
+	"POST " + PathLimits:    accountAdmins,
+	"GET " + PathAuditAPI:   accountAdmins,
 }
 
 // Mux is where routes are registered: an *http.ServeMux, or routeMux.

@@ -137,7 +137,7 @@ func TestSingleSignOn(t *testing.T) {
 				Issuer: idp.issuer, ClientID: "gateway", ClientSecretEnv: ssoSecretEnv,
 				CustomerRedirectURL: customer, OperatorRedirectURL: operator,
 				Roles: map[string]roles.Role{
-					"gw-owners": roles.Owner, "gw-billing": roles.Billing, "gw-ops": roles.Operator, "gw-support": roles.Support,
+					"gw-owners": roles.Owner, "gw-billing": roles.Billing, "gw-members": roles.Member, "gw-ops": roles.Operator, "gw-support": roles.Support,
 				},
 			}
 		},
@@ -146,6 +146,7 @@ func TestSingleSignOn(t *testing.T) {
 	idp.setAccounts(t, map[string]any{
 		"olive":  map[string]any{"email": "olive@example.com", "groups": []string{"gw-owners"}, "gateway_account": a.ID},
 		"bill":   map[string]any{"email": "bill@example.com", "groups": []string{"gw-billing", "unmapped"}, "gateway_account": a.ID},
+		"mia":    map[string]any{"email": "mia@example.com", "groups": []string{"gw-members"}, "gateway_account": a.ID},
 		"opal":   map[string]any{"email": "opal@example.com", "groups": []string{"gw-ops"}},
 		"sue":    map[string]any{"email": "sue@example.com", "groups": []string{"gw-support"}},
 		"nobody": map[string]any{"email": "nobody@example.com", "groups": []string{"unmapped"}, "gateway_account": a.ID},
@@ -234,6 +235,33 @@ func TestSingleSignOn(t *testing.T) {
 		if keyID == "" {
 			t.Errorf("the owner's audit trail lacks the key: %v", entries)
 		}
+		// The owner changes the account's limits.
+		tb.do(chromedp.SendKeys("#limit-rpm", "600"), chromedp.Submit("#limit-rpm"), chromedp.WaitVisible("#keys"))
+		if l, err := s.Store.Account(context.Background(), a.ID); err != nil || l.Limits.RPM != 600 {
+			t.Errorf("the account's limits after the owner's change: %+v, %v", l.Limits, err)
+		}
+	})
+
+	t.Run("member revokes only their own key", func(t *testing.T) {
+		tb := person(t)
+		tb.do(chromedp.Navigate(s.URL + console.PathSSOLogin))
+		signInAt(tb, "mia")
+		tb.do(chromedp.WaitVisible("#dashboard"), chromedp.Navigate(s.URL+console.PathKeysPage), chromedp.WaitVisible("#new-key"),
+			chromedp.SendKeys("#label", "mia's key"), chromedp.Submit("#label"), chromedp.WaitVisible("#secret"))
+		if eval[bool](tb, `document.getElementById("limits") !== null`) {
+			t.Error("a member is offered the account's limits")
+		}
+		// Someone else's key: refused, whatever the page offers.
+		refused := eval[int](tb, `fetch("/console/api/me").then(r => r.json()).then(m => fetch("/console/keys/`+keyID+`/revoke",
+			{method: "POST", body: new URLSearchParams({csrf: m.csrf})})).then(r => r.status)`)
+		if refused != 403 {
+			t.Errorf("a member revoking the owner's key: %d, want 403", refused)
+		}
+		tb.do(chromedp.Click(`#keys tbody tr:last-child button`), chromedp.WaitNotPresent("#secret"))
+		states := tb.rows("#keys")
+		if n := len(states); n < 2 || states[n-1][1] != "mia's key" || states[n-1][3] != "revoked" || states[n-2][3] != "active" {
+			t.Errorf("keys after the member's revocation: %q", states)
+		}
 	})
 
 	t.Run("no role, no session", func(t *testing.T) {
@@ -298,6 +326,10 @@ func TestSingleSignOn(t *testing.T) {
 	}
 	for w, n := range map[want]int{
 		{"sso:bill@example.com", "POST " + console.PathKeysAPI, store.OutcomeRefused}:      1,
+		{"sso:olive@example.com", "account.limits", ""}:                                    1,
+		{"sso:mia@example.com", "key.create", ""}:                                          1,
+		{"sso:mia@example.com", "key.revoke", ""}:                                          1,
+		{"sso:mia@example.com", "POST " + console.PathRevokeKey, store.OutcomeRefused}:     1,
 		{"sso:olive@example.com", "key.create", ""}:                                        1,
 		{"console:sso:sue@example.com", "POST /accounts/{id}/topup", store.OutcomeRefused}: 1,
 		{"console:sso:opal@example.com", "account.topup", ""}:                              1,
@@ -306,8 +338,8 @@ func TestSingleSignOn(t *testing.T) {
 			t.Errorf("audit entries %+v: %d, want %d (all: %v)", w, counts[w], n, counts)
 		}
 	}
-	if len(counts) != 4 {
-		t.Errorf("the run's audit entries: %v, want the four changes and refusals only", counts)
+	if len(counts) != 8 {
+		t.Errorf("the run's audit entries: %v, want the eight changes and refusals only", counts)
 	}
 }
 
