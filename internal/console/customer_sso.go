@@ -201,10 +201,7 @@ func (c *Customer) callback(w http.ResponseWriter, r *http.Request) {
 		c.page(w, http.StatusForbidden, nil, customerView{Title: "Sign in", Message: "Single sign-on was refused."})
 		return
 	}
-	value, s := c.sessions.start(in.Identity)
-	c.sessions.mu.Lock()
-	s.idToken = in.IDToken
-	c.sessions.mu.Unlock()
+	value, s := c.sessions.start(in.Identity, in.IDToken)
 	// Path /: the session reads /v1/usage beside /console/.
 	http.SetCookie(w, &http.Cookie{
 		Name: CustomerCookie, Value: value, Path: "/", HttpOnly: true, Secure: r.TLS != nil,

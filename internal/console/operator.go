@@ -292,8 +292,12 @@ func (op *Operator) signIn(w http.ResponseWriter, r *http.Request) {
 }
 
 // StartSession signs id in: it sets the session cookie on w.
-func (op *Operator) StartSession(w http.ResponseWriter, r *http.Request, id Identity) *session {
-	value, ses := op.sessions.start(id)
+func (op *Operator) StartSession(w http.ResponseWriter, r *http.Request, id Identity) {
+	op.startSession(w, r, id, "")
+}
+
+func (op *Operator) startSession(w http.ResponseWriter, r *http.Request, id Identity, idToken string) *session {
+	value, ses := op.sessions.start(id, idToken)
 	http.SetCookie(w, &http.Cookie{
 		Name: SessionCookie, Value: value, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
 		SameSite: http.SameSiteStrictMode, MaxAge: int(op.o.SessionLifetime.Seconds()),
@@ -356,10 +360,7 @@ func (op *Operator) ssoCallback(w http.ResponseWriter, r *http.Request) {
 		op.render(w, r, http.StatusForbidden, "signin", nil, view{Title: "Sign in", SSO: true, Message: "Single sign-on was refused."})
 		return
 	}
-	ses := op.StartSession(w, r, in.Identity)
-	op.sessions.mu.Lock()
-	ses.idToken = in.IDToken
-	op.sessions.mu.Unlock()
+	ses := op.startSession(w, r, in.Identity, in.IDToken)
 	// A page, not a redirect: the session cookie is SameSite=Strict, and a
 	// redirect in the chain the provider started would not send it.
 	op.render(w, r, http.StatusOK, "signedin", ses, view{Title: "Signed in"})

@@ -107,11 +107,12 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// start makes a session and returns the cookie value naming it.
-func (s *sessions) start(id Identity) (string, *session) {
+// start makes a session and returns the cookie value naming it. idToken
+// is a single sign-on's ID token ("" for none).
+func (s *sessions) start(id Identity, idToken string) (string, *session) {
 	value := randomToken()
 	now := s.now()
-	ses := &session{Identity: id, csrf: randomToken(), created: now, lastSeen: now}
+	ses := &session{Identity: id, csrf: randomToken(), idToken: idToken, created: now, lastSeen: now}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Expired sessions go when a new one starts: the map stays bounded by

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -83,19 +84,10 @@ func NewSSO(o SSOOptions) (*SSO, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if !containsString(o.Scopes, oidc.ScopeOpenID) {
+	if !slices.Contains(o.Scopes, oidc.ScopeOpenID) {
 		o.Scopes = append([]string{oidc.ScopeOpenID}, o.Scopes...)
 	}
 	return &SSO{o: o, flows: map[string]flow{}}, nil
-}
-
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *SSO) ctx(ctx context.Context) context.Context {
@@ -165,17 +157,11 @@ func (s *SSO) Begin(w http.ResponseWriter, r *http.Request) error {
 // cookiePath is the path of the redirect URL: the state cookie goes to the
 // callback only.
 func cookiePath(redirect string) string {
-	if i := strings.Index(redirect, "://"); i >= 0 {
-		rest := redirect[i+3:]
-		if j := strings.IndexByte(rest, '/'); j >= 0 {
-			path := rest[j:]
-			if k := strings.IndexAny(path, "?#"); k >= 0 {
-				path = path[:k]
-			}
-			return path
-		}
+	u, err := url.Parse(redirect)
+	if err != nil || u.Path == "" {
+		return "/"
 	}
-	return "/"
+	return u.Path
 }
 
 // ErrSSORefused is wrapped by every refusal of a callback: a state that is

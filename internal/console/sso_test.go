@@ -58,7 +58,7 @@ func withCookie(r *http.Request, state string) *http.Request {
 // its roles; a request with a credential header is the API's as before.
 func TestSessionReadsWithinItsRoles(t *testing.T) {
 	c := NewCustomer(CustomerOptions{})
-	value, _ := c.sessions.start(Identity{Actor: "sso:bill", Roles: []roles.Role{roles.Viewer}, AccountID: "acct_1"})
+	value, _ := c.sessions.start(Identity{Actor: "sso:bill", Roles: []roles.Role{roles.Viewer}, AccountID: "acct_1"}, "")
 	var seen *account.Key
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := control.Caller(w, r, refuseAll{}, c.o.Now(), readPolicy, c.o.Logger)
