@@ -204,7 +204,7 @@ func (c *Customer) callback(w http.ResponseWriter, r *http.Request) {
 	value, s := c.sessions.start(in.Identity, in.IDToken)
 	// Path /: the session reads /v1/usage beside /console/.
 	http.SetCookie(w, &http.Cookie{
-		Name: CustomerCookie, Value: value, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+		Name: CustomerCookie, Value: value, Path: "/", HttpOnly: true, Secure: c.o.SSO.secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: int(c.o.SessionLifetime.Seconds()),
 	})
 	c.o.Logger.Info("console: customer signed in", "actor", in.Actor, "roles", in.Roles, "account", in.AccountID, "client", clientAddr(r))
@@ -242,13 +242,9 @@ func (c *Customer) logout(w http.ResponseWriter, r *http.Request, s *session) {
 	if ck, err := r.Cookie(CustomerCookie); err == nil {
 		c.sessions.end(ck.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: CustomerCookie, Value: "", Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+	http.SetCookie(w, &http.Cookie{Name: CustomerCookie, Value: "", Path: "/", HttpOnly: true, Secure: c.o.SSO.secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	to := c.o.SSO.LogoutURL(r.Context(), s.idToken, scheme+"://"+r.Host+CustomerPath)
+	to := c.o.SSO.LogoutURL(r.Context(), s.idToken, CustomerPath)
 	if to == "" {
 		to = CustomerPath
 	}

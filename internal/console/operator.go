@@ -315,21 +315,12 @@ func (op *Operator) signOut(w http.ResponseWriter, r *http.Request, s *session) 
 	// The local session has ended; a single sign-on also ends at the
 	// provider when it offers RP-initiated logout.
 	if op.o.SSO != nil && s.idToken != "" {
-		if u := op.o.SSO.LogoutURL(r.Context(), s.idToken, signInURL(r)); u != "" {
+		if u := op.o.SSO.LogoutURL(r.Context(), s.idToken, "/signin"); u != "" {
 			http.Redirect(w, r, u, http.StatusSeeOther)
 			return
 		}
 	}
 	http.Redirect(w, r, "/signin", http.StatusSeeOther)
-}
-
-// signInURL is this console's sign-in page as the browser reaches it.
-func signInURL(r *http.Request) string {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host + "/signin"
 }
 
 // forbidden answers a signed-in person whose roles do not allow the route.

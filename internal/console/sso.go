@@ -147,11 +147,18 @@ func (s *SSO) Begin(w http.ResponseWriter, r *http.Request) error {
 	s.flows[state] = flow{nonce: nonce, verifier: verifier, started: now}
 	s.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{
-		Name: stateCookie, Value: state, Path: cookiePath(s.o.RedirectURL), HttpOnly: true, Secure: r.TLS != nil,
+		Name: stateCookie, Value: state, Path: cookiePath(s.o.RedirectURL), HttpOnly: true, Secure: s.secure(r),
 		SameSite: http.SameSiteLaxMode, MaxAge: int(flowTTL.Seconds()),
 	})
 	http.Redirect(w, r, s.config(p).AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier)), http.StatusFound)
 	return nil
+}
+
+// secure reports whether the console's cookies must be Secure: served
+// over TLS here, or behind a proxy that terminates it (an https redirect
+// URL says browsers reach the console that way).
+func (s *SSO) secure(r *http.Request) bool {
+	return r.TLS != nil || strings.HasPrefix(s.o.RedirectURL, "https://")
 }
 
 // cookiePath is the path of the redirect URL: the state cookie goes to the
@@ -184,7 +191,7 @@ type SignedIn struct {
 func (s *SSO) Finish(w http.ResponseWriter, r *http.Request) (SignedIn, error) {
 	q := r.URL.Query()
 	http.SetCookie(w, &http.Cookie{Name: stateCookie, Value: "", Path: cookiePath(s.o.RedirectURL), HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode, MaxAge: -1})
+		Secure: s.secure(r), SameSite: http.SameSiteLaxMode, MaxAge: -1})
 	state := q.Get("state")
 	c, err := r.Cookie(stateCookie)
 	if state == "" || err != nil || c.Value != state {
@@ -297,8 +304,10 @@ func stringsClaim(v any) []string {
 
 // LogoutURL is where to send the browser after the local session has
 // ended: the provider's end_session_endpoint (RP-initiated logout) with
-// the ID token as hint, when the provider offers one; "" otherwise.
-func (s *SSO) LogoutURL(ctx context.Context, idToken, after string) string {
+// the ID token as hint, and back to path on the console's own origin (that
+// of the configured redirect URL, which is how browsers reach it), when the
+// provider offers one; "" otherwise.
+func (s *SSO) LogoutURL(ctx context.Context, idToken, path string) string {
 	if _, err := s.discover(ctx); err != nil {
 		return ""
 	}
@@ -313,8 +322,8 @@ func (s *SSO) LogoutURL(ctx context.Context, idToken, after string) string {
 		sep = "&"
 	}
 	v := url.Values{"id_token_hint": {idToken}, "client_id": {s.o.ClientID}}
-	if after != "" {
-		v.Set("post_logout_redirect_uri", after)
+	if u, err := url.Parse(s.o.RedirectURL); err == nil {
+		v.Set("post_logout_redirect_uri", (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: path}).String())
 	}
 	return end + sep + v.Encode()
 }
