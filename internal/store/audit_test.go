@@ -44,3 +44,26 @@ func TestAuditRetentionAndChange(t *testing.T) {
 		t.Fatalf("after the retention: %+v, %v; want the refusal only", got, err)
 	}
 }
+
+// An entry written before the audit trail had origins and states reads
+// back with them empty.
+func TestAuditEntryOfTheLastRelease(t *testing.T) {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	s := New(rdb, Options{})
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: auditKey, Values: []any{
+		"actor", "console:admin", "action", "account.limits", "account_id", "acct_1", "key_id", "", "detail", "rpm=1", "at", "1764000000000",
+	}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := s.Audit(ctx, "", 10)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Audit = %v, %v", got, err)
+	}
+	e := got[0]
+	if e.Actor != "console:admin" || e.Action != "account.limits" || e.Detail != "rpm=1" || e.At.UnixMilli() != 1764000000000 ||
+		e.Origin != "" || e.Before != "" || e.After != "" || e.Outcome != "" {
+		t.Errorf("an entry of the last release: %+v", e)
+	}
+}
