@@ -278,10 +278,12 @@ func (c *Customer) page(w http.ResponseWriter, code int, s *session, v customerV
 }
 
 func (c *Customer) keysPage(w http.ResponseWriter, r *http.Request, s *session) {
-	c.showKeys(w, r, s, nil)
+	c.showKeys(w, r, s, nil, "")
 }
 
-func (c *Customer) showKeys(w http.ResponseWriter, r *http.Request, s *session, secret *secretView) {
+// showKeys renders the keys page, with a new key's secret or a notice of
+// what was done.
+func (c *Customer) showKeys(w http.ResponseWriter, r *http.Request, s *session, secret *secretView, notice string) {
 	resp, err := c.o.Admin.ListKeys(c.ctx(r, s), &adminv1.ListKeysRequest{AccountId: s.AccountID})
 	if err != nil {
 		c.o.Logger.Error("console: list keys failed", "account", s.AccountID, "err", err)
@@ -297,7 +299,7 @@ func (c *Customer) showKeys(w http.ResponseWriter, r *http.Request, s *session, 
 		})
 	}
 	v := customerView{
-		Title: "Keys", Keys: keys, Secret: secret,
+		Title: "Keys", Keys: keys, Secret: secret, Message: notice,
 		CanCreate: allowed(customerRoutes, "POST "+PathKeysPage, &s.Identity),
 		CanManage: allowed(customerRoutes, "POST "+PathLimits, &s.Identity),
 	}
@@ -317,7 +319,7 @@ func (c *Customer) createKeyForm(w http.ResponseWriter, r *http.Request, s *sess
 		c.page(w, http.StatusBadRequest, s, customerView{Title: "Keys", Message: "The key was not made: " + errMessage(err)})
 		return
 	}
-	c.showKeys(w, r, s, &secretView{AccountID: s.AccountID, Kind: "API key", Label: resp.GetKey().GetLabel(), KeyID: resp.GetKey().GetId(), Secret: resp.GetSecret()})
+	c.showKeys(w, r, s, &secretView{AccountID: s.AccountID, Kind: "API key", Label: resp.GetKey().GetLabel(), KeyID: resp.GetKey().GetId(), Secret: resp.GetSecret()}, "")
 }
 
 // revokeKey revokes a model key of the account: owners and admins any,
@@ -340,7 +342,7 @@ func (c *Customer) revokeKey(w http.ResponseWriter, r *http.Request, s *session)
 		c.page(w, http.StatusBadRequest, s, customerView{Title: "Keys", Message: "The key was not revoked: " + errMessage(err)})
 		return
 	}
-	c.showKeys(w, r, s, nil)
+	c.showKeys(w, r, s, nil, "Revoked "+key+".")
 }
 
 // madeBy reports whether the session's person made key, by the audit
@@ -377,7 +379,7 @@ func (c *Customer) setLimits(w http.ResponseWriter, r *http.Request, s *session)
 		c.page(w, http.StatusBadRequest, s, customerView{Title: "Keys", Message: "The limits were not changed: " + errMessage(err)})
 		return
 	}
-	c.showKeys(w, r, s, nil)
+	c.showKeys(w, r, s, nil, "Limits changed.")
 }
 
 // NewKey is the record of POST /console/api/keys: the secret is shown
