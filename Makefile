@@ -101,7 +101,7 @@ chromium:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || $(call APT_INSTALL,chromium)
 	@$$(command -v chromium || command -v chromium-browser) --version
 
-## clients: install the JavaScript clients the tests run (test/clients: the OpenAI SDK, the Codex CLI and Node 22, pinned by its package-lock.json) from npm, once per lock file
+## clients: install the JavaScript packages the tests run (test/clients: the OpenAI SDK, the Codex CLI, Node 22 and the OpenID Connect provider oidc-provider, pinned by its package-lock.json) from npm, once per lock file
 CLIENTS := test/clients
 clients:
 	@if [ ! -f $(CLIENTS)/node_modules/.package-lock.json ] || [ $(CLIENTS)/package-lock.json -nt $(CLIENTS)/node_modules/.package-lock.json ]; then \

@@ -12,6 +12,7 @@ import (
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/console"
+	"github.com/modelgateway/gateway/internal/roles"
 )
 
 // startConsole serves the operator console on listeners.console when an
@@ -26,9 +27,13 @@ func (s *sidecar) startConsole(c *config.Config) error {
 	if err != nil {
 		return err
 	}
+	sso, err := newSSO(c.SSO, c.SSO.OperatorRedirectURL, roles.OperatorSide, "")
+	if err != nil {
+		return err
+	}
 	op := console.NewOperator(console.OperatorOptions{
 		Admin: s.Admin, Store: s.Store, Auth: auth, Prices: s.Prices, Upstreams: c.UpstreamNames(), Logger: s.log,
-		VendorKeys: s.proc.VendorKeys,
+		VendorKeys: s.proc.VendorKeys, SSO: sso,
 	})
 	l, err := net.Listen("tcp", c.Listeners.Console)
 	if err != nil {
@@ -42,6 +47,23 @@ func (s *sidecar) startConsole(c *config.Config) error {
 	}()
 	s.log.Info("operator console serving", "addr", s.ConsoleAddr.String())
 	return nil
+}
+
+// newSSO returns a console's single sign-on client, or nil when the
+// deployment configures none for it (no provider, or no redirect URL for
+// this console).
+func newSSO(c config.SSO, redirect string, side []roles.Role, accountClaim string) (*console.SSO, error) {
+	if !c.Enabled() || redirect == "" {
+		return nil, nil
+	}
+	secret := os.Getenv(c.ClientSecretEnv)
+	if secret == "" {
+		return nil, fmt.Errorf("sso: %s is empty (the client secret)", c.ClientSecretEnv)
+	}
+	return console.NewSSO(console.SSOOptions{
+		Issuer: c.Issuer, ClientID: c.ClientID, ClientSecret: secret, RedirectURL: redirect, Scopes: c.Scopes,
+		RolesClaim: c.RolesClaim, Roles: c.Roles, Side: side, AccountClaim: accountClaim,
+	})
 }
 
 // stopConsole lets console requests in progress finish within ctx's deadline.

@@ -40,6 +40,7 @@ import (
 	"github.com/modelgateway/gateway/internal/leases"
 	"github.com/modelgateway/gateway/internal/mtls"
 	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/roles"
 	"github.com/modelgateway/gateway/internal/spool"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/tracing"
@@ -153,7 +154,8 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			return nil, err
 		}
 	}
-	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.HoldLease.D(), LedgerRetention: c.Store.LedgerRetention.D()})
+	st := store.New(o.Redis, store.Options{HoldTTL: c.Limits.HoldLease.D(), LedgerRetention: c.Store.LedgerRetention.D(),
+		AuditRetention: c.Store.AuditRetention.D()})
 	keys := auth.NewCache(st, o.KeyCacheTTL)
 
 	reg := prometheus.NewRegistry()
@@ -356,7 +358,11 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	mux.Handle(extproc.SocketPrefix, proc.SocketHandler(extproc.SocketOptions{
 		Relay: c.Listeners.Relay, Idle: c.Limits.SocketIdle.D(), PerKey: c.Limits.SocketsPerKey,
 		PingsPerSecond: c.Limits.SocketPingsPerSecond, Disabled: c.WebSocketDisabled()}))
-	console.Mount(mux, console.APIOptions{Store: st, Keys: keys, Settled: proc, Logger: o.Logger})
+	sso, err := newSSO(c.SSO, c.SSO.CustomerRedirectURL, roles.Customer, c.SSO.AccountClaim)
+	if err != nil {
+		return nil, err
+	}
+	console.Mount(mux, console.APIOptions{Store: st, Keys: keys, Settled: proc, Logger: o.Logger, SSO: sso != nil})
 	s.control = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	gl, err := net.Listen("tcp", c.Listeners.ExtProc)
@@ -378,6 +384,14 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		gl.Close()
 		hl.Close()
 		return nil, err
+	}
+	if sso != nil {
+		// Single sign-on to the customer console: its sessions read the
+		// data API within their roles and change keys through the admin
+		// service.
+		cust := console.NewCustomer(console.CustomerOptions{SSO: sso, Admin: s.Admin, Store: st, Logger: o.Logger})
+		cust.Mount(mux)
+		s.control.Handler = cust.Wrap(mux)
 	}
 	if err := s.startConsole(c); err != nil {
 		gl.Close()

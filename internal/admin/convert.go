@@ -157,5 +157,9 @@ func auditToProto(e store.AuditEntry) *adminv1.AuditEntry {
 		KeyId:     e.KeyID,
 		Detail:    e.Detail,
 		Time:      timestamp(e.At),
+		Origin:    e.Origin,
+		Before:    e.Before,
+		After:     e.After,
+		Outcome:   e.Outcome,
 	}
 }

@@ -73,7 +73,7 @@ func (s *Service) createCredential(ctx context.Context, accountID string, kind a
 	if k.ProjectID != "" {
 		detail += " project=" + k.ProjectID
 	}
-	s.audit(ctx, kindName(kind)+".create", accountID, k.ID, detail)
+	s.change(ctx, kindName(kind)+".create", accountID, k.ID, detail, nil, auditKey(k))
 	return secret, k, nil
 }
 
@@ -157,17 +157,19 @@ func (s *Service) credential(ctx context.Context, op, accountID, id string, kind
 // revoke revokes a credential of kind and returns it as it is afterwards.
 func (s *Service) revoke(ctx context.Context, accountID, id string, kind account.KeyKind) (*adminv1.Key, error) {
 	op := "revoke " + kindName(kind)
-	if _, err := s.credential(ctx, op, accountID, id, kind); err != nil {
+	was, err := s.credential(ctx, op, accountID, id, kind)
+	if err != nil {
 		return nil, err
 	}
 	if err := s.st.RevokeKey(ctx, accountID, id); err != nil {
 		return nil, s.fail(op, err)
 	}
-	s.audit(ctx, kindName(kind)+".revoke", accountID, id, "")
 	k, err := s.credential(ctx, op, accountID, id, kind)
 	if err != nil {
+		s.change(ctx, kindName(kind)+".revoke", accountID, id, "", auditKey(was), nil)
 		return nil, err
 	}
+	s.change(ctx, kindName(kind)+".revoke", accountID, id, "", auditKey(was), auditKey(k))
 	return keyToProto(k, s.now()), nil
 }
 
@@ -202,14 +204,16 @@ func (s *Service) RotateKey(ctx context.Context, req *adminv1.RotateKeyRequest) 
 		}
 	}
 	accountID, id := req.GetAccountId(), req.GetKeyId()
-	if _, err := s.credential(ctx, op, accountID, id, account.ModelKey); err != nil {
+	was, err := s.credential(ctx, op, accountID, id, account.ModelKey)
+	if err != nil {
 		return nil, err
 	}
 	secret, k, err := s.st.RotateKey(ctx, accountID, id, grace)
 	if err != nil {
 		return nil, s.fail(op, err)
 	}
-	s.audit(ctx, "key.rotate", accountID, id, fmt.Sprintf("new_key=%s grace=%s", k.ID, grace))
+	s.change(ctx, "key.rotate", accountID, id, fmt.Sprintf("new_key=%s grace=%s", k.ID, grace),
+		map[string]any{"key_id": id, "key": auditKey(was)}, map[string]any{"key_id": k.ID, "key": auditKey(k), "grace": grace.String()})
 	old, err := s.credential(ctx, op, accountID, id, account.ModelKey)
 	if err != nil {
 		return nil, err

@@ -110,12 +110,7 @@ func (s *Service) now() time.Time { return s.opts.Now().UTC() }
 // returned: the change is made and the caller must learn its result (a new
 // key's secret cannot be shown again).
 func (s *Service) audit(ctx context.Context, action, accountID, keyID, detail string) {
-	err := s.st.AppendAudit(ctx, store.AuditEntry{
-		Actor: actor(ctx), Action: action, AccountID: accountID, KeyID: keyID, Detail: detail,
-	})
-	if err != nil {
-		s.opts.Logger.Error("admin: audit entry lost", "action", action, "account", accountID, "key", keyID, "err", err)
-	}
+	s.change(ctx, action, accountID, keyID, detail, nil, nil)
 }
 
 // fail turns a store error into a gRPC status. Unexpected errors are logged
@@ -224,8 +219,9 @@ func (s *Service) CreateAccount(ctx context.Context, req *adminv1.CreateAccountR
 	if err != nil {
 		return nil, s.fail("create account", err)
 	}
-	s.audit(ctx, "account.create", a.ID, "",
-		fmt.Sprintf("name=%q balance_nano_usd=%d %s", name, req.GetBalanceNanoUsd(), limitsDetail(limits)))
+	s.change(ctx, "account.create", a.ID, "",
+		fmt.Sprintf("name=%q balance_nano_usd=%d %s", name, req.GetBalanceNanoUsd(), limitsDetail(limits)),
+		nil, map[string]any{"name": name, "balance_nano_usd": req.GetBalanceNanoUsd(), "limits": limits})
 	return &adminv1.CreateAccountResponse{Account: accountToProto(a, req.GetBalanceNanoUsd())}, nil
 }
 
@@ -289,8 +285,9 @@ func (s *Service) TopUp(ctx context.Context, req *adminv1.TopUpRequest) (*adminv
 		return nil, s.failAccount("top up", req.GetAccountId(), err)
 	}
 	if applied {
-		s.audit(ctx, "account.topup", req.GetAccountId(), "",
-			fmt.Sprintf("amount_nano_usd=%d idempotency_key=%q balance_nano_usd=%d", req.GetAmountNanoUsd(), key, balance))
+		s.change(ctx, "account.topup", req.GetAccountId(), "",
+			fmt.Sprintf("amount_nano_usd=%d idempotency_key=%q balance_nano_usd=%d", req.GetAmountNanoUsd(), key, balance),
+			map[string]any{"balance_nano_usd": balance - req.GetAmountNanoUsd()}, map[string]any{"balance_nano_usd": balance})
 	}
 	return &adminv1.TopUpResponse{BalanceNanoUsd: balance, Applied: applied}, nil
 }
@@ -314,7 +311,7 @@ func (s *Service) SetLimits(ctx context.Context, req *adminv1.SetLimitsRequest) 
 	if err := s.st.SetLimits(ctx, id, l); err != nil {
 		return nil, s.failAccount("set limits", id, err)
 	}
-	s.audit(ctx, "account.limits", id, "", limitsDetail(l))
+	s.change(ctx, "account.limits", id, "", limitsDetail(l), limitsState(a.Limits), limitsState(l))
 	a.Limits = l
 	b, err := s.st.Balance(ctx, id)
 	if err != nil {
@@ -349,6 +346,10 @@ func (s *Service) setSuspended(ctx context.Context, id string, suspended bool, r
 	if len(reason) > 256 {
 		return nil, status.Error(codes.InvalidArgument, "reason: at most 256 bytes")
 	}
+	was, err := s.st.Account(ctx, id)
+	if err != nil {
+		return nil, s.failAccount(op, id, err)
+	}
 	if err := s.st.SetSuspended(ctx, id, suspended); err != nil {
 		return nil, s.failAccount(op, id, err)
 	}
@@ -356,7 +357,7 @@ func (s *Service) setSuspended(ctx context.Context, id string, suspended bool, r
 	if reason != "" {
 		detail = "reason=" + strconv.Quote(reason)
 	}
-	s.audit(ctx, action, id, "", detail)
+	s.change(ctx, action, id, "", detail, map[string]any{"suspended": was.Suspended}, map[string]any{"suspended": suspended})
 	if s.opts.Alerts != nil {
 		typ := alerts.AccountResumed
 		if suspended {
@@ -514,7 +515,7 @@ func (s *Service) SetKeyLimits(ctx context.Context, req *adminv1.SetKeyLimitsReq
 	if err := s.st.SetKeyLimits(ctx, accountID, keyID, l); err != nil {
 		return nil, s.fail("set key limits", err)
 	}
-	s.audit(ctx, "key.limits", accountID, keyID, limitsDetail(l))
+	s.change(ctx, "key.limits", accountID, keyID, limitsDetail(l), limitsState(k.Limits), limitsState(l))
 	pk, u, err := s.keyWithUsage(ctx, accountID, keyID)
 	if err != nil {
 		return nil, s.fail("set key limits", err)
@@ -528,10 +529,15 @@ func (s *Service) SetBalanceAlert(ctx context.Context, req *adminv1.SetBalanceAl
 	if req.GetThresholdNanoUsd() < 0 {
 		return nil, invalid("threshold must not be negative")
 	}
+	was, err := s.st.Account(ctx, id)
+	if err != nil {
+		return nil, s.fail("set balance alert", err)
+	}
 	if err := s.st.SetBalanceAlert(ctx, id, req.GetThresholdNanoUsd()); err != nil {
 		return nil, s.fail("set balance alert", err)
 	}
-	s.audit(ctx, "account.balance_alert", id, "", fmt.Sprintf("threshold_nano_usd=%d", req.GetThresholdNanoUsd()))
+	s.change(ctx, "account.balance_alert", id, "", fmt.Sprintf("threshold_nano_usd=%d", req.GetThresholdNanoUsd()),
+		map[string]any{"threshold_nano_usd": was.BalanceAlert}, map[string]any{"threshold_nano_usd": req.GetThresholdNanoUsd()})
 	a, err := s.st.Account(ctx, id)
 	if err != nil {
 		return nil, s.fail("set balance alert", err)

@@ -36,6 +36,8 @@ type Config struct {
 	Tracing Tracing `yaml:"tracing"`
 	// Alerts configure the webhook events.
 	Alerts Alerts `yaml:"alerts"`
+	// SSO signs people in to the consoles with an OpenID Connect provider.
+	SSO SSO `yaml:"sso"`
 }
 
 // CatalogueEnv names the environment variable that overrides catalogue.

@@ -13,6 +13,10 @@ type Store struct {
 	// never exported is never trimmed, nor one the ledger sink has not
 	// copied once the sink has started.
 	LedgerRetention Duration `yaml:"ledger_retention"`
+	// AuditRetention is how long an audit entry is kept in the store; 0
+	// keeps the newest 100,000. The ledger sink copies every entry into
+	// PostgreSQL's audit table, which keeps them as the operator decides.
+	AuditRetention Duration `yaml:"audit_retention"`
 	// Timeout bounds each store call (dial, read, write, waiting for a
 	// connection): a store that does not answer within it fails the request
 	// with 503 and retry-after. Default 500ms.

@@ -20,6 +20,7 @@ func (c *Config) Validate() error {
 		c.LedgerSink.validate,
 		c.Tracing.validate,
 		c.Alerts.validate,
+		c.SSO.validate,
 		c.validateUpstreams,
 	} {
 		if err := check(); err != nil {
@@ -105,6 +106,9 @@ func (l Limits) validate() error {
 func (s Store) validate() error {
 	if s.LedgerRetention < 0 {
 		return errors.New("store.ledger_retention: must not be negative")
+	}
+	if s.AuditRetention < 0 {
+		return errors.New("store.audit_retention: must not be negative")
 	}
 	return nil
 }

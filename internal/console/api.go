@@ -57,8 +57,11 @@ type APIOptions struct {
 	// settlements of replies this sidecar has already released.
 	Settled    SettlementWaiter
 	SettleWait time.Duration // default 2s
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// SSO makes the customer page offer single sign-on (Customer serves
+	// it).
+	SSO    bool
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Paths of the data API.
@@ -77,7 +80,7 @@ const (
 
 // Mount adds the data API (under /v1/usage/) and the customer page (under
 // /console/) to mux.
-func Mount(mux *http.ServeMux, o APIOptions) {
+func Mount(mux Mux, o APIOptions) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -94,7 +97,7 @@ func Mount(mux *http.ServeMux, o APIOptions) {
 	mux.HandleFunc("/v1/usage/", func(w http.ResponseWriter, r *http.Request) {
 		control.WriteError(w, http.StatusNotFound, "not_found", "no such path")
 	})
-	mountCustomer(mux)
+	mountCustomer(mux, o.SSO)
 }
 
 type api struct{ o APIOptions }

@@ -74,7 +74,7 @@ func render(w http.ResponseWriter, code int, t *template.Template, name string, 
 // CustomerPath is where the customer page is served.
 const CustomerPath = "/console/"
 
-func mountCustomer(mux *http.ServeMux) {
+func mountCustomer(mux Mux, sso bool) {
 	mux.Handle(CustomerPath+"static/", staticHandler(CustomerPath+"static/"))
 	mux.HandleFunc(CustomerPath, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != CustomerPath {
@@ -86,7 +86,10 @@ func mountCustomer(mux *http.ServeMux) {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		render(w, http.StatusOK, templates, "customer.html", struct{ Static string }{CustomerPath + "static"})
+		render(w, http.StatusOK, templates, "customer.html", struct {
+			Static string
+			SSO    bool
+		}{CustomerPath + "static", sso})
 	})
 	mux.HandleFunc("/console", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, CustomerPath, http.StatusMovedPermanently)

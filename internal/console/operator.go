@@ -37,7 +37,7 @@ var operatorFiles embed.FS
 // shared layout.
 var operatorPages = func() map[string]*template.Template {
 	pages := map[string]*template.Template{}
-	for _, p := range []string{"signin", "accounts", "account", "secret", "models", "vendorkeys", "error"} {
+	for _, p := range []string{"signin", "signedin", "accounts", "account", "secret", "models", "vendorkeys", "error"} {
 		pages[p] = template.Must(template.New("").Funcs(funcs).ParseFS(operatorFiles,
 			"templates/operator/layout.html", "templates/operator/"+p+".html"))
 	}
@@ -83,6 +83,9 @@ type OperatorOptions struct {
 	// VendorKeys, when set, reports each pooled upstream's vendor keys by
 	// name and state (the sidecar never has their secrets).
 	VendorKeys func() map[string][]keypool.KeyState
+	// SSO, when set, offers single sign-on beside the admin token; its
+	// people get roles.Operator or roles.Support.
+	SSO *SSO
 	// SessionIdle and SessionLifetime end sessions: after this long unused,
 	// and this long after sign-in.
 	SessionIdle     time.Duration
@@ -94,7 +97,7 @@ type OperatorOptions struct {
 // Operator is the operator console's HTTP handler.
 type Operator struct {
 	o        OperatorOptions
-	mux      *http.ServeMux
+	mux      *routeMux
 	sessions *sessions
 }
 
@@ -114,13 +117,15 @@ func NewOperator(o OperatorOptions) *Operator {
 	}
 	op := &Operator{
 		o:        o,
-		mux:      http.NewServeMux(),
+		mux:      newRouteMux(),
 		sessions: newSessions(o.SessionIdle, o.SessionLifetime, o.Now),
 	}
 	m := op.mux
 	m.Handle("GET /static/", staticHandler("/static/"))
 	m.HandleFunc("GET /signin", op.signInPage)
 	m.HandleFunc("POST /signin", op.signIn)
+	m.HandleFunc("GET /sso/login", op.ssoLogin)
+	m.HandleFunc("GET /sso/callback", op.ssoCallback)
 	m.HandleFunc("POST /signout", op.action(op.signOut))
 	m.HandleFunc("GET /{$}", op.page(op.accounts))
 	m.HandleFunc("GET /models", op.page(op.models))
@@ -147,6 +152,7 @@ func (op *Operator) ServeHTTP(w http.ResponseWriter, r *http.Request) { op.mux.S
 type view struct {
 	Title   string
 	Actor   string
+	SSO     bool // the sign-in page offers single sign-on
 	CSRF    string
 	Flash   string
 	Message string
@@ -181,6 +187,10 @@ func (op *Operator) page(h func(w http.ResponseWriter, r *http.Request, s *sessi
 			http.Redirect(w, r, "/signin", http.StatusSeeOther)
 			return
 		}
+		if !allowed(operatorRoutes, r.Pattern, &s.Identity) {
+			op.forbidden(w, r, s)
+			return
+		}
 		h(w, r, s)
 	}
 }
@@ -198,6 +208,11 @@ func (op *Operator) action(h func(w http.ResponseWriter, r *http.Request, s *ses
 		if !sameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) != 1 {
 			op.o.Logger.Warn("console: action refused: missing or wrong CSRF token", "path", r.URL.Path, "actor", s.Actor)
 			op.render(w, r, http.StatusForbidden, "error", s, view{Title: "Refused", Message: "The form's security token is missing or wrong. Reload the page and try again."})
+			return
+		}
+		if !allowed(operatorRoutes, r.Pattern, &s.Identity) {
+			op.o.Admin.Refused(op.ctx(r, s), r.Pattern, r.PathValue("id"), r.PathValue("key"))
+			op.forbidden(w, r, s)
 			return
 		}
 		h(w, r, s)
@@ -221,7 +236,7 @@ func sameOrigin(r *http.Request) bool {
 
 // ctx names the operator as the actor of admin calls, for the audit trail.
 func (op *Operator) ctx(r *http.Request, s *session) context.Context {
-	return admin.WithActor(r.Context(), "console:"+s.Actor)
+	return admin.WithOrigin(admin.WithActor(r.Context(), "console:"+s.Actor), clientAddr(r))
 }
 
 func clientAddr(r *http.Request) string {
@@ -237,7 +252,7 @@ func (op *Operator) signInPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
-	op.render(w, r, http.StatusOK, "signin", nil, view{Title: "Sign in"})
+	op.render(w, r, http.StatusOK, "signin", nil, view{Title: "Sign in", SSO: op.o.SSO != nil})
 }
 
 func (op *Operator) signIn(w http.ResponseWriter, r *http.Request) {
@@ -278,21 +293,68 @@ func (op *Operator) signIn(w http.ResponseWriter, r *http.Request) {
 
 // StartSession signs id in: it sets the session cookie on w.
 func (op *Operator) StartSession(w http.ResponseWriter, r *http.Request, id Identity) {
-	value, _ := op.sessions.start(id)
+	op.startSession(w, r, id, "")
+}
+
+func (op *Operator) startSession(w http.ResponseWriter, r *http.Request, id Identity, idToken string) *session {
+	value, ses := op.sessions.start(id, idToken)
 	http.SetCookie(w, &http.Cookie{
 		Name: SessionCookie, Value: value, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
 		SameSite: http.SameSiteStrictMode, MaxAge: int(op.o.SessionLifetime.Seconds()),
 	})
-	op.o.Logger.Info("console: signed in", "actor", id.Actor, "client", clientAddr(r))
+	op.o.Logger.Info("console: signed in", "actor", id.Actor, "roles", id.Roles, "client", clientAddr(r))
+	return ses
 }
 
-func (op *Operator) signOut(w http.ResponseWriter, r *http.Request, _ *session) {
+func (op *Operator) signOut(w http.ResponseWriter, r *http.Request, s *session) {
 	if c, err := r.Cookie(SessionCookie); err == nil {
 		op.sessions.end(c.Value)
 	}
 	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", HttpOnly: true, Secure: r.TLS != nil,
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	// The local session has ended; a single sign-on also ends at the
+	// provider when it offers RP-initiated logout.
+	if op.o.SSO != nil && s.idToken != "" {
+		if u := op.o.SSO.LogoutURL(r.Context(), s.idToken, "/signin"); u != "" {
+			http.Redirect(w, r, u, http.StatusSeeOther)
+			return
+		}
+	}
 	http.Redirect(w, r, "/signin", http.StatusSeeOther)
+}
+
+// forbidden answers a signed-in person whose roles do not allow the route.
+func (op *Operator) forbidden(w http.ResponseWriter, r *http.Request, s *session) {
+	op.o.Logger.Warn("console: refused by role", "path", r.URL.Path, "actor", s.Actor, "roles", s.Roles)
+	op.render(w, r, http.StatusForbidden, "error", s, view{Title: "Not allowed", Message: "Your role does not allow this."})
+}
+
+func (op *Operator) ssoLogin(w http.ResponseWriter, r *http.Request) {
+	if op.o.SSO == nil {
+		op.render(w, r, http.StatusNotFound, "error", nil, view{Title: "Not found", Message: "Single sign-on is not configured."})
+		return
+	}
+	if err := op.o.SSO.Begin(w, r); err != nil {
+		op.o.Logger.Error("console: single sign-on unavailable", "err", err)
+		op.render(w, r, http.StatusServiceUnavailable, "signin", nil, view{Title: "Sign in", SSO: true, Message: "The identity provider is unreachable; try again shortly."})
+	}
+}
+
+func (op *Operator) ssoCallback(w http.ResponseWriter, r *http.Request) {
+	if op.o.SSO == nil {
+		op.render(w, r, http.StatusNotFound, "error", nil, view{Title: "Not found", Message: "Single sign-on is not configured."})
+		return
+	}
+	in, err := op.o.SSO.Finish(w, r)
+	if err != nil {
+		op.o.Logger.Warn("console: single sign-on refused", "client", clientAddr(r), "err", err)
+		op.render(w, r, http.StatusForbidden, "signin", nil, view{Title: "Sign in", SSO: true, Message: "Single sign-on was refused."})
+		return
+	}
+	ses := op.startSession(w, r, in.Identity, in.IDToken)
+	// A page, not a redirect: the session cookie is SameSite=Strict, and a
+	// redirect in the chain the provider started would not send it.
+	op.render(w, r, http.StatusOK, "signedin", ses, view{Title: "Signed in"})
 }
 
 // failed shows an admin call's error: the service's message for what the

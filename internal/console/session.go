@@ -11,12 +11,20 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/modelgateway/gateway/internal/roles"
 )
 
-// Identity is who signed in to the operator console.
+// Identity is who signed in to a console.
 type Identity struct {
-	// Actor names the operator in the audit trail.
+	// Actor names the person in the audit trail.
 	Actor string
+	// Roles are what they may do (routes.go); the admin token holds
+	// roles.Operator.
+	Roles []roles.Role
+	// AccountID is a customer's person's account ("" on the operator
+	// console).
+	AccountID string
 }
 
 // ErrSignIn is returned by an Authenticator for credentials it refuses.
@@ -50,7 +58,7 @@ func (a *TokenAuthenticator) Authenticate(r *http.Request) (Identity, error) {
 	if subtle.ConstantTimeCompare(got[:], a.want[:]) != 1 {
 		return Identity{}, ErrSignIn
 	}
-	return Identity{Actor: "admin"}, nil
+	return Identity{Actor: "admin", Roles: []roles.Role{roles.Operator}}, nil
 }
 
 // Credential names the admin token for the sign-in limit: a hash of it
@@ -73,6 +81,7 @@ type credentialNamer interface {
 type session struct {
 	Identity
 	csrf     string
+	idToken  string // a single sign-on's ID token, the hint of its logout
 	created  time.Time
 	lastSeen time.Time
 	flash    string // a notice shown once, on the next page
@@ -98,11 +107,12 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// start makes a session and returns the cookie value naming it.
-func (s *sessions) start(id Identity) (string, *session) {
+// start makes a session and returns the cookie value naming it. idToken
+// is a single sign-on's ID token ("" for none).
+func (s *sessions) start(id Identity, idToken string) (string, *session) {
 	value := randomToken()
 	now := s.now()
-	ses := &session{Identity: id, csrf: randomToken(), created: now, lastSeen: now}
+	ses := &session{Identity: id, csrf: randomToken(), idToken: idToken, created: now, lastSeen: now}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Expired sessions go when a new one starts: the map stays bounded by

@@ -105,6 +105,27 @@ CREATE TABLE ledger_sink_cursor (
 	ADD COLUMN price_image_input   bigint NOT NULL DEFAULT 0, -- nano-USD per million tokens
 	ADD COLUMN price_image_output  bigint NOT NULL DEFAULT 0,
 	ADD COLUMN price_images        bigint NOT NULL DEFAULT 0; -- nano-USD per million images`,
+	// 10: the audit trail (admin API and consoles), with its own cursor.
+	`CREATE TABLE audit (
+	entry_id   text        PRIMARY KEY, -- the entry's id in the store's audit stream
+	at         timestamptz NOT NULL,
+	actor      text        NOT NULL, -- the admin API's x-admin-actor, console:NAME, or sso:PERSON
+	origin     text        NOT NULL, -- the client address; '' for entries older than it
+	action     text        NOT NULL, -- e.g. account.limits, key.create; a refused change names its console route
+	account_id text        NOT NULL,
+	key_id     text        NOT NULL,
+	detail     text        NOT NULL,
+	before     jsonb,                -- the changed state before; NULL for none
+	after      jsonb,                -- and after
+	outcome    text        NOT NULL, -- '' for a change made, 'refused' for one the actor's role did not allow
+	copied_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX audit_account_at ON audit (account_id, at);
+CREATE TABLE audit_sink_cursor (
+	one        boolean     PRIMARY KEY DEFAULT true CHECK (one),
+	entry_id   text        NOT NULL, -- the last audit entry copied
+	updated_at timestamptz NOT NULL DEFAULT now()
+);`,
 }
 
 // SchemaVersion is the version the sink migrates a database to.

@@ -1,6 +1,7 @@
 // Package ledgersink copies the ledger into PostgreSQL for finance: every
 // settled entry of every account, exactly once by (account, entry id), into
-// the table "ledger", continuously and resumably.
+// the table "ledger", continuously and resumably; and the audit trail,
+// every entry once by its id, into the table "audit".
 //
 // The sink is its own process beside the sidecars: it reads the ledger from
 // Redis the way an export does and never touches the request path, so a slow
@@ -42,6 +43,7 @@ import (
 // Store is what the sink reads and marks of the gateway's store
 // (internal/store implements it).
 type Store interface {
+	Audit(ctx context.Context, after string, limit int) ([]store.AuditEntry, string, error)
 	CommitSink(ctx context.Context, accountID, last string) (mark string, trimmed int64, err error)
 	Ledger(ctx context.Context, accountID, after string, limit int) ([]store.LedgerEntry, string, error)
 	ListAccounts(ctx context.Context) ([]account.Account, error)
@@ -190,6 +192,14 @@ func (s *Sink) Pass(ctx context.Context) (inserted int, err error) {
 		}
 		if !left.IsZero() && (oldest.IsZero() || left.Before(oldest)) {
 			oldest = left
+		}
+	}
+	if s.conn != nil {
+		n, err := s.copyAudit(ctx)
+		inserted += n
+		if err != nil {
+			s.disconnect()
+			errs = append(errs, err)
 		}
 	}
 	if s.conn != nil {

@@ -17,8 +17,20 @@ type AuditEntry struct {
 	AccountID string
 	KeyID     string
 	Detail    string
-	At        time.Time // zero: now
+	// Origin is where the change came from: the client address of a
+	// console session or an admin API call ("" in entries older than it).
+	Origin string
+	// Before and After are the changed state as JSON objects ("" when there
+	// is none: nothing before a creation, nothing after a refusal).
+	Before, After string
+	// Outcome is "" for a change made, OutcomeRefused for one a role did
+	// not allow.
+	Outcome string
+	At      time.Time // zero: now
 }
+
+// OutcomeRefused marks an audit entry of a change refused to its actor.
+const OutcomeRefused = "refused"
 
 // secretPattern matches a credential secret, so that none reaches the audit
 // stream even when a caller puts one in an entry by mistake.
@@ -32,6 +44,13 @@ func (s *Store) AppendAudit(ctx context.Context, e AuditEntry) error {
 	if e.At.IsZero() {
 		e.At = s.now()
 	}
+	if r := s.opts.AuditRetention; r > 0 {
+		// Exact: appends are few, and an entry past its time must go.
+		minID := ms(e.At.Add(-r)) + "-0"
+		if err := s.rdb.XTrimMinID(ctx, auditKey, minID).Err(); err != nil {
+			return fmt.Errorf("store: trim audit: %w", err)
+		}
+	}
 	err := s.rdb.XAdd(ctx, &redis.XAddArgs{
 		Stream: auditKey,
 		MaxLen: s.opts.AuditMaxLen,
@@ -42,6 +61,10 @@ func (s *Store) AppendAudit(ctx context.Context, e AuditEntry) error {
 			"account_id", redact(e.AccountID),
 			"key_id", redact(e.KeyID),
 			"detail", redact(e.Detail),
+			"origin", redact(e.Origin),
+			"before", redact(e.Before),
+			"after", redact(e.After),
+			"outcome", e.Outcome,
 			"at", ms(e.At),
 		},
 	}).Err()
@@ -75,6 +98,10 @@ func decodeAudit(m redis.XMessage) AuditEntry {
 		AccountID: str(v["account_id"]),
 		KeyID:     str(v["key_id"]),
 		Detail:    str(v["detail"]),
+		Origin:    str(v["origin"]),
+		Before:    str(v["before"]),
+		After:     str(v["after"]),
+		Outcome:   str(v["outcome"]),
 		At:        parseMS(str(v["at"])),
 	}
 }

@@ -49,6 +49,9 @@ type Options struct {
 	LedgerRetention time.Duration
 	// AuditMaxLen caps the audit stream (approximate trimming).
 	AuditMaxLen int64 // default 100,000
+	// AuditRetention, when set, also trims audit entries older than it at
+	// each append; zero keeps them up to AuditMaxLen.
+	AuditRetention time.Duration
 	// ResponseTTL is how long the owner of a stored response is
 	// remembered (see Bind); default DefaultResponseTTL.
 	ResponseTTL time.Duration

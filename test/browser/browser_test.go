@@ -83,10 +83,10 @@ type tab struct {
 	problems []string
 }
 
-func newTab(t *testing.T, browser context.Context) *tab {
+func newTab(t *testing.T, browser context.Context, opts ...chromedp.ContextOption) *tab {
 	t.Helper()
 	tb := &tab{t: t}
-	ctx, cancel := chromedp.NewContext(browser, chromedp.WithListener(tb.listen))
+	ctx, cancel := chromedp.NewContext(browser, append([]chromedp.ContextOption{chromedp.WithListener(tb.listen)}, opts...)...)
 	t.Cleanup(cancel)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
 	t.Cleanup(cancelTimeout)

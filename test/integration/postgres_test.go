@@ -8,9 +8,10 @@ import (
 )
 
 // The ledger sink's schema migrations, the entries PostgreSQL refuses set
-// aside, and every ledger field kept in the table, on a real PostgreSQL.
+// aside, every ledger field kept in the table, and the audit trail copied,
+// on a real PostgreSQL.
 func TestLedgerSinkOnPostgres(t *testing.T) {
 	skipShort(t)
 	pg := launchtest.Postgres(t)
-	runWith(t, "./internal/ledgersink", []string{"TestMigrateKeepsRows", "TestRefusedEntriesSetAside", "TestTableHasEveryField"}, pgtest.Env+"="+pg.URL)
+	runWith(t, "./internal/ledgersink", []string{"TestMigrateKeepsRows", "TestRefusedEntriesSetAside", "TestTableHasEveryField", "TestAuditCopied"}, pgtest.Env+"="+pg.URL)
 }

@@ -9,11 +9,17 @@
   var ledgerCursor = "";
   var usage = {};
   var chart = null;
+  // me is the single sign-on session (GET /console/api/me) when there is
+  // one: the data API is then read with its cookie, within its roles.
+  var me = null;
 
   function credential() { return sessionStorage.getItem(KEY) || ""; }
 
   function signedOut(message) {
     sessionStorage.removeItem(KEY);
+    me = null;
+    $("who").hidden = true;
+    $("keys-link").hidden = true;
     $("dashboard").hidden = true;
     $("signout").hidden = true;
     $("signin-section").hidden = false;
@@ -24,10 +30,9 @@
 
   // get reads a data API path; a refused credential signs out.
   function get(path) {
-    return fetch(path, {
-      headers: { "Authorization": "Bearer " + credential() },
-      cache: "no-store", credentials: "omit", referrerPolicy: "no-referrer"
-    }).then(function (resp) {
+    var init = me ? { cache: "no-store", credentials: "same-origin", referrerPolicy: "no-referrer" }
+      : { headers: { "Authorization": "Bearer " + credential() }, cache: "no-store", credentials: "omit", referrerPolicy: "no-referrer" };
+    return fetch(path, init).then(function (resp) {
       if (resp.status === 401) {
         signedOut("The gateway did not accept this token or key.");
         throw new Error("unauthenticated");
@@ -324,7 +329,17 @@
     $("signin-error").textContent = "";
     load();
   });
-  $("signout").addEventListener("click", function () { signedOut(""); });
+  $("signout").addEventListener("click", function () {
+    if (!me) { signedOut(""); return; }
+    // The session ends at the gateway, then at the provider when it
+    // offers RP-initiated logout.
+    var headers = {};
+    headers["X-CSRF-Token"] = me.csrf;
+    fetch("/console/sso/logout", { method: "POST", headers: headers, credentials: "same-origin", cache: "no-store" })
+      .then(function (r) { return r.json(); })
+      .then(function (b) { signedOut(""); window.location.assign(b.location || "/console/"); })
+      .catch(function () { signedOut(""); });
+  });
   $("period").addEventListener("change", function () { showByModel(); showByProject(); });
   $("ledger-more").addEventListener("click", function () {
     getJSON("/v1/usage/ledger?limit=50&cursor=" + encodeURIComponent(ledgerCursor)).then(function (p) { showLedger(p, true); })
@@ -350,5 +365,17 @@
 
   var now = new Date();
   $("csv-month").value = now.getUTCFullYear() + "-" + String(now.getUTCMonth() + 1).padStart(2, "0");
-  if (credential()) { load(); } else { $("token").focus(); }
+  if (credential()) { load(); return; }
+  if (document.body.dataset.sso !== "on") { $("token").focus(); return; }
+  // A single sign-on session, if there is one.
+  fetch("/console/api/me", { credentials: "same-origin", cache: "no-store" }).then(function (resp) {
+    return resp.ok ? resp.json() : null;
+  }).then(function (m) {
+    if (!m || !m.signed_in) { $("sso").hidden = false; $("token").focus(); return; }
+    me = m;
+    $("who").textContent = m.actor + " (" + m.roles.join(", ") + ")";
+    $("who").hidden = false;
+    $("keys-link").hidden = m.roles.length === 1 && m.roles[0] === "billing";
+    load();
+  }).catch(function () { $("token").focus(); });
 })();

@@ -2697,14 +2697,24 @@ func (x *CommitLedgerExportResponse) GetTrimmed() int64 {
 
 // AuditEntry is one administrative action.
 type AuditEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Actor         string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
-	Action        string                 `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
-	AccountId     string                 `protobuf:"bytes,4,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
-	KeyId         string                 `protobuf:"bytes,5,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
-	Detail        string                 `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Actor     string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	Action    string                 `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	AccountId string                 `protobuf:"bytes,4,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	KeyId     string                 `protobuf:"bytes,5,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Detail    string                 `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`
+	Time      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
+	// Where the change came from: the client address of a console session
+	// or an admin API call; empty in entries older than it.
+	Origin string `protobuf:"bytes,8,opt,name=origin,proto3" json:"origin,omitempty"`
+	// The changed state before and after, as JSON objects; empty when there
+	// is none (nothing before a creation, nothing after a refusal).
+	Before string `protobuf:"bytes,9,opt,name=before,proto3" json:"before,omitempty"`
+	After  string `protobuf:"bytes,10,opt,name=after,proto3" json:"after,omitempty"`
+	// Empty for a change made; "refused" for one the actor's role did not
+	// allow (the consoles' roles).
+	Outcome       string `protobuf:"bytes,11,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2786,6 +2796,34 @@ func (x *AuditEntry) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *AuditEntry) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetBefore() string {
+	if x != nil {
+		return x.Before
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
 }
 
 type ListAuditRequest struct {
@@ -4512,7 +4550,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\alast_id\x18\x02 \x01(\tR\x06lastId\"J\n" +
 	"\x1aCommitLedgerExportResponse\x12\x12\n" +
 	"\x04mark\x18\x01 \x01(\tR\x04mark\x12\x18\n" +
-	"\atrimmed\x18\x02 \x01(\x03R\atrimmed\"\xc8\x01\n" +
+	"\atrimmed\x18\x02 \x01(\x03R\atrimmed\"\xa8\x02\n" +
 	"\n" +
 	"AuditEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
@@ -4522,7 +4560,12 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"account_id\x18\x04 \x01(\tR\taccountId\x12\x15\n" +
 	"\x06key_id\x18\x05 \x01(\tR\x05keyId\x12\x16\n" +
 	"\x06detail\x18\x06 \x01(\tR\x06detail\x12.\n" +
-	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"N\n" +
+	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
+	"\x06origin\x18\b \x01(\tR\x06origin\x12\x16\n" +
+	"\x06before\x18\t \x01(\tR\x06before\x12\x14\n" +
+	"\x05after\x18\n" +
+	" \x01(\tR\x05after\x12\x18\n" +
+	"\aoutcome\x18\v \x01(\tR\aoutcome\"N\n" +
 	"\x10ListAuditRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +

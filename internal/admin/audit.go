@@ -1,0 +1,90 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"google.golang.org/grpc/peer"
+
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/store"
+)
+
+type originKey struct{}
+
+// WithOrigin returns ctx naming addr as where an in-process call of the
+// Service comes from (a console session's client address), for the audit
+// trail.
+func WithOrigin(ctx context.Context, addr string) context.Context {
+	return context.WithValue(ctx, originKey{}, addr)
+}
+
+// origin is where the call came from: WithOrigin's address, else the gRPC
+// peer's (the caller cannot name it).
+func origin(ctx context.Context) string {
+	if a, ok := ctx.Value(originKey{}).(string); ok {
+		return a
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+// change records a mutation that has happened with the state it changed:
+// before and after are marshalled to JSON objects (nil: none). They must
+// never hold a secret; the store redacts anything shaped like one besides.
+// A failure is logged, not returned (see audit).
+func (s *Service) change(ctx context.Context, action, accountID, keyID, detail string, before, after any) {
+	s.append(ctx, store.AuditEntry{
+		Actor: actor(ctx), Origin: origin(ctx), Action: action, AccountID: accountID, KeyID: keyID, Detail: detail,
+		Before: stateJSON(before), After: stateJSON(after),
+	})
+}
+
+// Refused records a change that the actor's role did not allow: the
+// consoles call it before answering 403. action names the change (the
+// console's route).
+func (s *Service) Refused(ctx context.Context, action, accountID, keyID string) {
+	s.append(ctx, store.AuditEntry{
+		Actor: actor(ctx), Origin: origin(ctx), Action: action, AccountID: accountID, KeyID: keyID,
+		Outcome: store.OutcomeRefused,
+	})
+}
+
+func (s *Service) append(ctx context.Context, e store.AuditEntry) {
+	if err := s.st.AppendAudit(ctx, e); err != nil {
+		s.opts.Logger.Error("admin: audit entry lost", "action", e.Action, "account", e.AccountID, "key", e.KeyID, "err", err)
+	}
+}
+
+func stateJSON(v any) string {
+	if v == nil {
+		return ""
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// limitsState is an account's or key's limits as the audit trail shows
+// them.
+func limitsState(l account.Limits) map[string]any {
+	return map[string]any{"limits": l}
+}
+
+// auditKey is a credential as the audit trail shows it: never its secret
+// nor its prefix.
+func auditKey(k account.Key) map[string]any {
+	m := map[string]any{"kind": string(k.Kind), "label": k.Label, "revoked": !k.RevokedAt.IsZero()}
+	if !k.ExpiresAt.IsZero() {
+		m["expires_at"] = k.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	if len(k.Models) > 0 {
+		m["models"] = k.Models
+	}
+	return m
+}

@@ -1,0 +1,94 @@
+package admin
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/modelgateway/gateway/internal/store"
+	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
+)
+
+// Each change through the admin API is audited once with where it came
+// from (the gRPC peer) and the state before and after it; a refusal
+// recorded by a console carries no state and says refused.
+func TestAuditBeforeAfter(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(1e9)
+	if _, err := e.client.SetLimits(e.ctx, &adminv1.SetLimitsRequest{AccountId: a.Id, Rpm: proto.Int64(7)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.SuspendAccount(e.ctx, &adminv1.SuspendAccountRequest{AccountId: a.Id}); err != nil {
+		t.Fatal(err)
+	}
+	secret, k := e.key(a.Id, &adminv1.CreateKeyRequest{Label: "ci"})
+	if _, err := e.client.RevokeKey(e.ctx, &adminv1.RevokeKeyRequest{AccountId: a.Id, KeyId: k.Id}); err != nil {
+		t.Fatal(err)
+	}
+	svc := New(e.st, Options{})
+	svc.Refused(WithOrigin(WithActor(e.ctx, "sso:bill"), "10.1.2.3"), "POST /console/api/keys", a.Id, "")
+
+	resp, err := e.client.ListAudit(e.ctx, &adminv1.ListAuditRequest{PageSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type state = map[string]any
+	byAction := map[string][]*adminv1.AuditEntry{}
+	for _, en := range resp.Entries {
+		byAction[en.Action] = append(byAction[en.Action], en)
+		if strings.Contains(en.Before+en.After+en.Detail, secret) || strings.Contains(en.Before+en.After, k.Prefix) && k.Prefix != "" {
+			t.Errorf("%s holds the key's secret or prefix", en.Action)
+		}
+	}
+	decode := func(s string) state {
+		t.Helper()
+		if s == "" {
+			return nil
+		}
+		var m state
+		if err := json.Unmarshal([]byte(s), &m); err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		return m
+	}
+	for action, check := range map[string]func(en *adminv1.AuditEntry){
+		"account.limits": func(en *adminv1.AuditEntry) {
+			b, a := decode(en.Before)["limits"].(state), decode(en.After)["limits"].(state)
+			if b["RPM"] != float64(defaultLimits.RPM) || a["RPM"] != float64(7) {
+				t.Errorf("limits %v → %v", b, a)
+			}
+		},
+		"account.suspend": func(en *adminv1.AuditEntry) {
+			if decode(en.Before)["suspended"] != false || decode(en.After)["suspended"] != true {
+				t.Errorf("suspend %s → %s", en.Before, en.After)
+			}
+		},
+		"key.create": func(en *adminv1.AuditEntry) {
+			if en.Before != "" || decode(en.After)["label"] != "ci" {
+				t.Errorf("create %q → %s", en.Before, en.After)
+			}
+		},
+		"key.revoke": func(en *adminv1.AuditEntry) {
+			if decode(en.Before)["revoked"] != false || decode(en.After)["revoked"] != true {
+				t.Errorf("revoke %s → %s", en.Before, en.After)
+			}
+		},
+		"POST /console/api/keys": func(en *adminv1.AuditEntry) {
+			if en.Outcome != store.OutcomeRefused || en.Actor != "sso:bill" || en.Origin != "10.1.2.3" || en.Before != "" || en.After != "" {
+				t.Errorf("refusal %+v", en)
+			}
+		},
+	} {
+		got := byAction[action]
+		if len(got) != 1 {
+			t.Errorf("%s audited %d times, want once", action, len(got))
+			continue
+		}
+		check(got[0])
+		if action != "POST /console/api/keys" && !strings.HasPrefix(got[0].Origin, "127.0.0.1:") {
+			t.Errorf("%s from %q, want the gRPC peer", action, got[0].Origin)
+		}
+	}
+}

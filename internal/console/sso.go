@@ -1,0 +1,329 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
+
+	"github.com/modelgateway/gateway/internal/roles"
+)
+
+// SSOOptions configure single sign-on to one console over OpenID Connect:
+// the authorization code flow with PKCE, a nonce and a state, the ID token
+// verified by the provider's keys (internal/config.SSO documents the
+// fields).
+type SSOOptions struct {
+	Issuer       string
+	ClientID     string
+	ClientSecret string
+	RedirectURL  string
+	Scopes       []string
+	// RolesClaim names the ID token's claim of groups; Roles maps each
+	// group to a role. Only the roles of Side are kept.
+	RolesClaim string
+	Roles      map[string]roles.Role
+	Side       []roles.Role
+	// AccountClaim, for the customer console, names the claim holding the
+	// person's account id; a person without one is refused.
+	AccountClaim string
+	// HTTPClient reaches the provider; default http.DefaultClient.
+	HTTPClient *http.Client
+	Now        func() time.Time
+}
+
+// flowTTL bounds how long a sign-in may take at the provider, and
+// maxFlows how many may be in progress: anyone may start one, so memory
+// stays bounded.
+const (
+	flowTTL  = 10 * time.Minute
+	maxFlows = 10_000
+)
+
+// ErrSSOBusy is returned by Begin while maxFlows sign-ins are in progress.
+var ErrSSOBusy = errors.New("sso: too many sign-ins in progress")
+
+// stateCookie binds a sign-in's state to the browser that started it, so
+// that a callback made in another browser (login CSRF) is refused. Lax: it
+// must come back on the provider's cross-site redirect.
+const stateCookie = "gateway_sso_state"
+
+// SSO is one console's OpenID Connect client. The provider is discovered on
+// first use, so that a console starts while its provider is unreachable.
+type SSO struct {
+	o SSOOptions
+
+	mu         sync.Mutex
+	provider   *oidc.Provider
+	endSession string
+	flows      map[string]flow // by state; each used once
+}
+
+// flow is a sign-in in progress at the provider.
+type flow struct {
+	nonce, verifier string
+	started         time.Time
+}
+
+// NewSSO returns a client for o; nothing is fetched yet.
+func NewSSO(o SSOOptions) (*SSO, error) {
+	if o.Issuer == "" || o.ClientID == "" || o.RedirectURL == "" {
+		return nil, errors.New("console: sso needs an issuer, a client id and a redirect URL")
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = http.DefaultClient
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if !slices.Contains(o.Scopes, oidc.ScopeOpenID) {
+		o.Scopes = append([]string{oidc.ScopeOpenID}, o.Scopes...)
+	}
+	return &SSO{o: o, flows: map[string]flow{}}, nil
+}
+
+func (s *SSO) ctx(ctx context.Context) context.Context {
+	return oidc.ClientContext(ctx, s.o.HTTPClient)
+}
+
+// discover returns the provider, reading its discovery document once.
+func (s *SSO) discover(ctx context.Context) (*oidc.Provider, error) {
+	s.mu.Lock()
+	p := s.provider
+	s.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	p, err := oidc.NewProvider(s.ctx(ctx), s.o.Issuer)
+	if err != nil {
+		return nil, fmt.Errorf("sso: discovery: %w", err)
+	}
+	var meta struct {
+		EndSession string `json:"end_session_endpoint"`
+	}
+	if err := p.Claims(&meta); err != nil {
+		return nil, fmt.Errorf("sso: discovery: %w", err)
+	}
+	s.mu.Lock()
+	s.provider, s.endSession = p, meta.EndSession
+	s.mu.Unlock()
+	return p, nil
+}
+
+func (s *SSO) config(p *oidc.Provider) *oauth2.Config {
+	return &oauth2.Config{
+		ClientID: s.o.ClientID, ClientSecret: s.o.ClientSecret, RedirectURL: s.o.RedirectURL,
+		Endpoint: p.Endpoint(), Scopes: s.o.Scopes,
+	}
+}
+
+// Begin starts a sign-in: it remembers a state, a nonce and a PKCE
+// verifier, and sends the browser to the provider.
+func (s *SSO) Begin(w http.ResponseWriter, r *http.Request) error {
+	p, err := s.discover(r.Context())
+	if err != nil {
+		return err
+	}
+	state, nonce, verifier := randomToken(), randomToken(), oauth2.GenerateVerifier()
+	now := s.o.Now()
+	s.mu.Lock()
+	for k, f := range s.flows {
+		if now.Sub(f.started) >= flowTTL {
+			delete(s.flows, k)
+		}
+	}
+	if len(s.flows) >= maxFlows {
+		s.mu.Unlock()
+		return ErrSSOBusy
+	}
+	s.flows[state] = flow{nonce: nonce, verifier: verifier, started: now}
+	s.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{
+		Name: stateCookie, Value: state, Path: cookiePath(s.o.RedirectURL), HttpOnly: true, Secure: s.secure(r),
+		SameSite: http.SameSiteLaxMode, MaxAge: int(flowTTL.Seconds()),
+	})
+	http.Redirect(w, r, s.config(p).AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier)), http.StatusFound)
+	return nil
+}
+
+// secure reports whether the console's cookies must be Secure: served
+// over TLS here, or behind a proxy that terminates it (an https redirect
+// URL says browsers reach the console that way).
+func (s *SSO) secure(r *http.Request) bool {
+	return r.TLS != nil || strings.HasPrefix(s.o.RedirectURL, "https://")
+}
+
+// cookiePath is the path of the redirect URL: the state cookie goes to the
+// callback only.
+func cookiePath(redirect string) string {
+	u, err := url.Parse(redirect)
+	if err != nil || u.Path == "" {
+		return "/"
+	}
+	return u.Path
+}
+
+// ErrSSORefused is wrapped by every refusal of a callback: a state that is
+// unknown, used or from another browser, a provider error, a code the
+// provider will not exchange, an ID token that fails verification, or a
+// person with no role on this console.
+var ErrSSORefused = errors.New("sso: sign-in refused")
+
+// SignedIn is what a verified ID token says of the person.
+type SignedIn struct {
+	Identity
+	// IDToken is the raw token, kept in the session as the hint of an
+	// RP-initiated logout; never logged.
+	IDToken string
+}
+
+// Finish completes a sign-in at the callback: the state must be one this
+// browser started and not used yet, the code is exchanged with its PKCE
+// verifier and the ID token verified.
+func (s *SSO) Finish(w http.ResponseWriter, r *http.Request) (SignedIn, error) {
+	q := r.URL.Query()
+	http.SetCookie(w, &http.Cookie{Name: stateCookie, Value: "", Path: cookiePath(s.o.RedirectURL), HttpOnly: true,
+		Secure: s.secure(r), SameSite: http.SameSiteLaxMode, MaxAge: -1})
+	state := q.Get("state")
+	c, err := r.Cookie(stateCookie)
+	if state == "" || err != nil || c.Value != state {
+		return SignedIn{}, fmt.Errorf("%w: the state is missing or not this browser's", ErrSSORefused)
+	}
+	s.mu.Lock()
+	f, ok := s.flows[state]
+	delete(s.flows, state)
+	s.mu.Unlock()
+	if !ok || s.o.Now().Sub(f.started) >= flowTTL {
+		return SignedIn{}, fmt.Errorf("%w: the state is unknown, used or expired", ErrSSORefused)
+	}
+	if e := q.Get("error"); e != "" {
+		return SignedIn{}, fmt.Errorf("%w: the provider said %q", ErrSSORefused, e)
+	}
+	p, err := s.discover(r.Context())
+	if err != nil {
+		return SignedIn{}, err
+	}
+	tok, err := s.config(p).Exchange(s.ctx(r.Context()), q.Get("code"), oauth2.VerifierOption(f.verifier))
+	if err != nil {
+		return SignedIn{}, fmt.Errorf("%w: code exchange: %v", ErrSSORefused, err)
+	}
+	raw, _ := tok.Extra("id_token").(string)
+	if raw == "" {
+		return SignedIn{}, fmt.Errorf("%w: the provider sent no ID token", ErrSSORefused)
+	}
+	return s.Verify(r.Context(), raw, f.nonce)
+}
+
+// Verify checks an ID token by the provider's keys (signature, issuer,
+// audience, expiry) and its nonce, and maps its claims to an identity with
+// at least one role of this console.
+func (s *SSO) Verify(ctx context.Context, raw, nonce string) (SignedIn, error) {
+	p, err := s.discover(ctx)
+	if err != nil {
+		return SignedIn{}, err
+	}
+	tok, err := p.Verifier(&oidc.Config{ClientID: s.o.ClientID, Now: s.o.Now}).Verify(s.ctx(ctx), raw)
+	if err != nil {
+		return SignedIn{}, fmt.Errorf("%w: %v", ErrSSORefused, err)
+	}
+	if nonce == "" || tok.Nonce != nonce {
+		return SignedIn{}, fmt.Errorf("%w: the nonce is not this sign-in's", ErrSSORefused)
+	}
+	var claims map[string]any
+	if err := tok.Claims(&claims); err != nil {
+		return SignedIn{}, fmt.Errorf("%w: claims: %v", ErrSSORefused, err)
+	}
+	id := Identity{Actor: personName(tok.Subject, claims)}
+	for _, g := range stringsClaim(claims[s.o.RolesClaim]) {
+		if r, ok := s.o.Roles[g]; ok {
+			id.Roles = append(id.Roles, r)
+		}
+	}
+	id.Roles = roles.Of(id.Roles, s.o.Side)
+	if len(id.Roles) == 0 {
+		return SignedIn{}, fmt.Errorf("%w: %s has no role on this console", ErrSSORefused, id.Actor)
+	}
+	if s.o.AccountClaim != "" {
+		id.AccountID, _ = claims[s.o.AccountClaim].(string)
+		if id.AccountID == "" {
+			return SignedIn{}, fmt.Errorf("%w: %s has no %s claim", ErrSSORefused, id.Actor, s.o.AccountClaim)
+		}
+	}
+	return SignedIn{Identity: id, IDToken: raw}, nil
+}
+
+// personName names a signed-in person in the audit trail: their email
+// when the provider gives one, else the subject, prefixed by sso: so that
+// no name can pass for the admin token's actor.
+func personName(sub string, claims map[string]any) string {
+	name := sub
+	if e, ok := claims["email"].(string); ok && e != "" {
+		name = e
+	}
+	return "sso:" + cleanActor(name)
+}
+
+// cleanActor drops control characters and bounds the length.
+func cleanActor(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) > 60 {
+		s = strings.ToValidUTF8(s[:60], "")
+	}
+	return s
+}
+
+// stringsClaim reads a claim that is a string or a list of strings.
+func stringsClaim(v any) []string {
+	switch v := v.(type) {
+	case string:
+		return []string{v}
+	case []any:
+		var out []string
+		for _, e := range v {
+			if s, ok := e.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// LogoutURL is where to send the browser after the local session has
+// ended: the provider's end_session_endpoint (RP-initiated logout) with
+// the ID token as hint, and back to path on the console's own origin (that
+// of the configured redirect URL, which is how browsers reach it), when the
+// provider offers one; "" otherwise.
+func (s *SSO) LogoutURL(ctx context.Context, idToken, path string) string {
+	if _, err := s.discover(ctx); err != nil {
+		return ""
+	}
+	s.mu.Lock()
+	end := s.endSession
+	s.mu.Unlock()
+	if end == "" || idToken == "" {
+		return ""
+	}
+	sep := "?"
+	if strings.Contains(end, "?") {
+		sep = "&"
+	}
+	v := url.Values{"id_token_hint": {idToken}, "client_id": {s.o.ClientID}}
+	if u, err := url.Parse(s.o.RedirectURL); err == nil {
+		v.Set("post_logout_redirect_uri", (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: path}).String())
+	}
+	return end + sep + v.Encode()
+}

@@ -1,0 +1,97 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/control"
+	"github.com/modelgateway/gateway/internal/roles"
+)
+
+// A callback is refused before anything reaches the provider unless its
+// state is one this browser started and not yet used.
+func TestCallbackNeedsItsState(t *testing.T) {
+	s, err := NewSSO(SSOOptions{Issuer: "http://127.0.0.1:9", ClientID: "c", RedirectURL: "http://127.0.0.1:8082/sso/callback?x=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.flows["known"] = flow{nonce: "n", verifier: "v", started: s.o.Now()}
+	// In order: the provider's error spends the known state, which is then
+	// refused as replayed; none of them reaches the provider.
+	for _, c := range []struct {
+		name string
+		r    *http.Request
+	}{
+		{"no state", httptest.NewRequest("GET", "/sso/callback?code=c", nil)},
+		{"no cookie", httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil)},
+		{"another cookie", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil), "other")},
+		{"unknown state", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=other", nil), "other")},
+		{"provider error", withCookie(httptest.NewRequest("GET", "/sso/callback?error=access_denied&state=known", nil), "known")},
+		{"a replayed state", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil), "known")},
+	} {
+		name, r := c.name, c.r
+		w := httptest.NewRecorder()
+		if _, err := s.Finish(w, r); !errors.Is(err, ErrSSORefused) {
+			t.Errorf("%s: %v, want refused", name, err)
+		}
+		if c := w.Result().Cookies(); len(c) != 1 || c[0].Name != stateCookie || c[0].MaxAge >= 0 || c[0].Path != "/sso/callback" {
+			t.Errorf("%s: the state cookie is not cleared: %v", name, c)
+		}
+	}
+	if len(s.flows) != 0 {
+		t.Errorf("flows left: %v", s.flows)
+	}
+}
+
+func withCookie(r *http.Request, state string) *http.Request {
+	r.AddCookie(&http.Cookie{Name: stateCookie, Value: state})
+	return r
+}
+
+// A session reads the data API as its account's read-only token, within
+// its roles; a request with a credential header is the API's as before.
+func TestSessionReadsWithinItsRoles(t *testing.T) {
+	c := NewCustomer(CustomerOptions{})
+	value, _ := c.sessions.start(Identity{Actor: "sso:bill", Roles: []roles.Role{roles.Viewer}, AccountID: "acct_1"}, "")
+	var seen *account.Key
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, ok := control.Caller(w, r, refuseAll{}, c.o.Now(), readPolicy, c.o.Logger)
+		if ok {
+			seen = &key
+		}
+	})
+	h := c.Wrap(next)
+	get := func(path string, header bool) int {
+		r := httptest.NewRequest("GET", path, nil)
+		r.AddCookie(&http.Cookie{Name: CustomerCookie, Value: value})
+		if header {
+			r.Header.Set("Authorization", "Bearer ro_x")
+		}
+		w := httptest.NewRecorder()
+		seen = nil
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	if code := get(PathDaily, false); code != 200 || seen == nil || seen.AccountID != "acct_1" || seen.Kind != account.ReadOnlyToken {
+		t.Errorf("a viewer's daily read: %d as %+v", code, seen)
+	}
+	if code := get(PathLedgerCSV, false); code != http.StatusForbidden || seen != nil {
+		t.Errorf("a viewer's export: %d as %+v, want 403", code, seen)
+	}
+	if code := get(PathDaily, true); code != http.StatusUnauthorized || seen != nil {
+		t.Errorf("a request with a credential header: %d as %+v, want the key's 401", code, seen)
+	}
+}
+
+// refuseAll is a key authenticator that knows no key.
+type refuseAll struct{}
+
+func (refuseAll) Authenticate(context.Context, auth.Headers, time.Time, auth.Policy) (account.Key, error) {
+	return account.Key{}, errors.New("no such key")
+}
