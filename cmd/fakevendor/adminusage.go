@@ -71,6 +71,7 @@ type usageEntry struct {
 	model    string
 	tokens   billed
 	requests int64
+	cost     int64 // nano-USD, at the price when billed (admincosts.go)
 }
 
 // usageLog is one wire format's billed usage. It is kept whole (not a
@@ -78,17 +79,19 @@ type usageEntry struct {
 type usageLog struct {
 	mu      sync.Mutex
 	entries []usageEntry
+	prices  map[string]billed // by model, nano-USD per million of each kind
 }
 
 func (l *usageLog) add(e usageEntry) {
 	l.mu.Lock()
+	e.cost = l.costLocked(e)
 	l.entries = append(l.entries, e)
 	l.mu.Unlock()
 }
 
 func (l *usageLog) reset() {
 	l.mu.Lock()
-	l.entries = nil
+	l.entries, l.prices = nil, nil
 	l.mu.Unlock()
 }
 
@@ -405,13 +408,7 @@ func (h *controlHandler) postUsage(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(&c)
-	var l *usageLog
-	switch c.Format {
-	case "messages":
-		l = &h.fake.messagesUsage
-	case "chat_completions":
-		l = &h.fake.chatCompletionsUsage
-	}
+	l := h.fake.usageLogOf(c.Format)
 	if err != nil || l == nil || c.Key == "" || c.Model == "" || c.negative() {
 		writeControlJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"format": "messages"|"chat_completions", "key": LABEL, "model": ID, "input_tokens": N, "output_tokens": N, ...}, no count negative`})
 		return

@@ -423,6 +423,8 @@ func newControlHandler(f *fake) *controlHandler {
 	h.mux.HandleFunc("GET /keys", h.getKeys)
 	h.mux.HandleFunc("POST /keys", h.postKeys)
 	h.mux.HandleFunc("POST /usage", h.postUsage)
+	h.mux.HandleFunc("GET /usage", h.getUsage)
+	h.mux.HandleFunc("POST /prices", h.postPrices)
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))

@@ -40,9 +40,11 @@ func newFake(cfg config, log *slog.Logger) *fake {
 	f := &fake{cfg: cfg, log: log, records: newRecorder(cfg.maxRecords)}
 	f.ids.init()
 	f.messages = &site{fake: f, format: "messages", ctl: &f.messagesCtl, count: &f.messagesCount, api: &messagesAPI{fake: f},
-		usage: &f.messagesUsage, report: (*site).messagesUsageReport, reportPath: messagesUsagePath}
+		usage: &f.messagesUsage, reports: map[string]func(*site, http.ResponseWriter, *http.Request){
+			messagesUsagePath: (*site).messagesUsageReport, messagesCostPath: (*site).messagesCostReport}}
 	f.chatCompletions = &site{fake: f, format: "chat_completions", ctl: &f.chatCompletionsCtl, count: &f.chatCompletionsCount, api: &chatAPI{fake: f},
-		usage: &f.chatCompletionsUsage, report: (*site).chatUsageReport, reportPath: chatUsagePath}
+		usage: &f.chatCompletionsUsage, reports: map[string]func(*site, http.ResponseWriter, *http.Request){
+			chatUsagePath: (*site).chatUsageReport, chatCostPath: (*site).chatCostReport}}
 	f.control = newControlHandler(f)
 	return f
 }
@@ -78,11 +80,10 @@ type site struct {
 	ctl    *controlState
 	count  *counters
 	api    vendorAPI
-	// usage is what the site billed; report serves it at reportPath (an
-	// admin API: not recorded, counted or steered by the controls).
-	usage      *usageLog
-	report     func(*site, http.ResponseWriter, *http.Request)
-	reportPath string
+	// usage is what the site billed; reports serve it by path (admin
+	// APIs: not recorded, counted or steered by the controls).
+	usage   *usageLog
+	reports map[string]func(*site, http.ResponseWriter, *http.Request)
 }
 
 var errTooLarge = errors.New("request body too large")
@@ -92,8 +93,8 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-Fake-Vendor", f.cfg.name)
 	h.Set(s.api.requestIDHeader(), f.ids.next("req_"))
-	if r.URL.Path == s.reportPath && r.Method == http.MethodGet {
-		s.report(s, w, r)
+	if report := s.reports[r.URL.Path]; report != nil && r.Method == http.MethodGet {
+		report(s, w, r)
 		return
 	}
 

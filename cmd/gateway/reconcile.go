@@ -8,6 +8,7 @@ import (
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/reconcile"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // reconcileTimeout bounds one report page through the relay.
@@ -37,6 +38,14 @@ func newReconciler(c *config.Config, st *store.Store, prices pricing.Book) *reco
 				_, ok := table.Lookup(model)
 				return ok
 			},
+			Price: func(model string, use usage.Usage) int64 {
+				m, ok := table.Lookup(model)
+				if !ok {
+					return 0
+				}
+				return m.Price(use, "", "").Cost
+			},
+			Costs: true,
 		})
 	}
 	if len(r.Upstreams) == 0 {

@@ -19,6 +19,19 @@ import (
 // usage arrived, and the vendor counts what it generated.
 const ClientDisconnect = "client_disconnect"
 
+// Pricer is the cost, in nano-USD, of u of model at the catalogue's
+// standard rates (as the ledger prices a reply); 0 for a model the
+// catalogue does not price.
+type Pricer func(model string, u usage.Usage) int64
+
+// Difference is a part of the vendor's usage the ledger does not hold, in
+// tokens and at the catalogue's prices. Either may be negative: the ledger
+// counted more than the vendor.
+type Difference struct {
+	Usage usage.Usage
+	Cost  int64 // nano-USD
+}
+
 // Input is one upstream's side of a window.
 type Input struct {
 	Upstream string
@@ -31,6 +44,8 @@ type Input struct {
 	// in the window.
 	Ledger []account.Settlement
 	Width  time.Duration
+	// Price prices the differences; nil prices them at nothing.
+	Price Pricer
 }
 
 // Row is the reconciliation of one vendor key and model in one bucket.
@@ -43,11 +58,14 @@ type Row struct {
 	VendorKeyID, VendorKey string
 	Model                  string
 	Vendor, Ledger         usage.Usage
+	// LedgerCost is what the ledger charged for the bucket's entries;
+	// VendorCost is the vendor's usage at the ledger's prices: LedgerCost
+	// plus every difference's cost. Both nano-USD.
+	LedgerCost, VendorCost int64
 	// Explained are the parts of Vendor − Ledger the ledger accounts for,
-	// by class; Unexplained is the rest. Either may be negative (the ledger
-	// counted more than the vendor).
-	Explained   map[string]usage.Usage
-	Unexplained usage.Usage
+	// by class; Unexplained is the rest.
+	Explained   map[string]Difference
+	Unexplained Difference
 	// Entries and Estimated count the bucket's ledger entries and those
 	// settled at an estimate.
 	Entries, Estimated int
@@ -95,6 +113,7 @@ func Reconcile(in Input) []Row {
 			r.VendorKey = st.VendorKey
 		}
 		r.Ledger = r.Ledger.Add(st.Usage)
+		r.LedgerCost += st.Cost
 		r.Entries++
 		if st.Estimated {
 			r.Estimated++
@@ -103,13 +122,15 @@ func Reconcile(in Input) []Row {
 	out := make([]Row, 0, len(rows))
 	for _, r := range rows {
 		diff := sub(r.Vendor, r.Ledger)
+		d := Difference{Usage: diff, Cost: signedCost(in.Price, r.Model, diff)}
 		if r.Estimated > 0 {
 			// The bucket's estimates stand for what the vendor counted of
 			// those replies: the difference is theirs.
-			r.Explained = map[string]usage.Usage{ClientDisconnect: diff}
+			r.Explained = map[string]Difference{ClientDisconnect: d}
 		} else {
-			r.Unexplained = diff
+			r.Unexplained = d
 		}
+		r.VendorCost = r.LedgerCost + d.Cost
 		out = append(out, *r)
 	}
 	slices.SortFunc(out, func(a, b Row) int {
@@ -124,6 +145,30 @@ func sub(u, v usage.Usage) usage.Usage {
 		k.Set(&u, k.Of(u)-k.Of(v))
 	}
 	return u
+}
+
+// signedCost prices u kind by kind whatever their signs: the cost of the
+// kinds above zero less that of the kinds below.
+func signedCost(price Pricer, model string, u usage.Usage) int64 {
+	if price == nil || u == (usage.Usage{}) {
+		return 0
+	}
+	var pos, neg usage.Usage
+	for _, k := range usage.Kinds {
+		if v := k.Of(u); v > 0 {
+			k.Set(&pos, v)
+		} else if v < 0 {
+			k.Set(&neg, -v)
+		}
+	}
+	var c int64
+	if pos != (usage.Usage{}) {
+		c += price(model, pos)
+	}
+	if neg != (usage.Usage{}) {
+		c -= price(model, neg)
+	}
+	return c
 }
 
 // Tokens is the sum of u's token kinds (requests and seconds left out).

@@ -171,3 +171,22 @@ func TestFetchError(t *testing.T) {
 		t.Fatal("no error")
 	}
 }
+
+// A rate-limited page is asked for again after the vendor's retry-after.
+func TestFetchRateLimited(t *testing.T) {
+	tries := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tries++
+		if tries == 1 {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"error":{"type":"rate_limit_error"}}`, http.StatusTooManyRequests)
+			return
+		}
+		w.Write([]byte(`{"data":[{"start_time":1,"end_time":2,"results":[{"input_tokens":1,"api_key_id":"k","model":"m"}]}],"has_more":false}`))
+	}))
+	defer srv.Close()
+	rows, err := Fetch(context.Background(), srv.Client(), srv.URL, config.FormatChatCompletions, time.Unix(0, 0), time.Unix(3600, 0), Hour)
+	if err != nil || len(rows) != 1 || tries != 2 {
+		t.Fatalf("%d rows after %d tries: %v", len(rows), tries, err)
+	}
+}

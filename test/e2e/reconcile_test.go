@@ -21,8 +21,9 @@ import (
 
 // reconcileStack is a stack whose pooled keys name the fake's ids for them
 // and whose upstreams have admin keys, which Envoy injects on the relay.
+// The fake bills the test's models at the catalogue's prices.
 func reconcileStack(t *testing.T) *launch.Stack {
-	return launchtest.Start(t, launch.Options{Pool: 3, SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}, Configure: func(c *config.Config) {
+	s := launchtest.Start(t, launch.Options{Pool: 3, SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}, Configure: func(c *config.Config) {
 		for i := range c.Upstreams {
 			u := &c.Upstreams[i]
 			u.AdminCredentialEnv = launch.AdminKeyEnv(u.Name)
@@ -32,6 +33,20 @@ func reconcileStack(t *testing.T) *launch.Stack {
 			}
 		}
 	}})
+	s.Primary.SetPrice(config.FormatMessages, alphaModel, priceOf(t, s, "alpha", alphaModel), 1)
+	s.Primary.SetPrice(config.FormatChatCompletions, betaModel, priceOf(t, s, "beta", betaModel), 1)
+	return s
+}
+
+// catalogueCost is u of the upstream's model at the catalogue's standard
+// rates, as the reconciliation prices a difference.
+func catalogueCost(t *testing.T, s *launch.Stack, upstream string, u usage.Usage) int64 {
+	t.Helper()
+	if u == (usage.Usage{}) {
+		return 0
+	}
+	model := map[string]string{"alpha": alphaModel, "beta": betaModel}[upstream]
+	return priceOf(t, s, upstream, model).Price(u, "", "").Cost
 }
 
 // reconcileHours reads both vendors' hourly reports of [from, to) through
@@ -61,7 +76,9 @@ func reconcileHours(t *testing.T, s *launch.Stack, acct string, from, to time.Ti
 		if err != nil {
 			t.Fatalf("%s: %v", u.Name, err)
 		}
-		in := reconcile.Input{Keys: map[string]string{}, Vendor: rows, Width: time.Hour}
+		p := priceOf(t, s, u.Name, models[u.Name])
+		in := reconcile.Input{Keys: map[string]string{}, Vendor: rows, Width: time.Hour,
+			Price: func(_ string, u usage.Usage) int64 { return p.Price(u, "", "").Cost }}
 		for _, k := range u.Keys() {
 			in.Keys[k.Name] = k.VendorKeyID
 		}
@@ -123,7 +140,8 @@ func TestReconcileVendorReports(t *testing.T) {
 					keys[r.VendorKey] = true
 				}
 				want := outside[name+"/"+r.VendorKey]
-				if r.Unexplained != want || r.Explained != nil {
+				if r.Unexplained.Usage != want || r.Unexplained.Cost != catalogueCost(t, s, name, want) || r.Explained != nil ||
+					r.VendorCost != r.LedgerCost+r.Unexplained.Cost {
 					t.Errorf("%s key %s (%s) %s %s: unexplained %+v, explained %+v; want %+v unexplained (vendor %+v, ledger %+v)",
 						name, r.VendorKey, r.VendorKeyID, r.Model, r.Start.Format(time.RFC3339), r.Unexplained, r.Explained, want, r.Vendor, r.Ledger)
 				}
@@ -197,7 +215,7 @@ func TestReconcileVendorReports(t *testing.T) {
 			if name == "alpha" && r.VendorKey == "k2" {
 				wantUnexplained = direct
 			}
-			if r.Unexplained != wantUnexplained {
+			if r.Unexplained.Usage != wantUnexplained {
 				t.Errorf("%s %s %s: unexplained %+v; want %+v", name, r.VendorKey, r.Start.Format(time.RFC3339), r.Unexplained, wantUnexplained)
 			}
 			if r.Estimated == 0 {
@@ -207,7 +225,8 @@ func TestReconcileVendorReports(t *testing.T) {
 				continue
 			}
 			found = true
-			if name != "beta" || r.VendorKey != cut.VendorKey || r.Explained[reconcile.ClientDisconnect] != explained || len(r.Explained) != 1 {
+			d := r.Explained[reconcile.ClientDisconnect]
+			if name != "beta" || r.VendorKey != cut.VendorKey || d.Usage != explained || d.Cost != catalogueCost(t, s, name, explained) || len(r.Explained) != 1 {
 				t.Errorf("%s %s: explained %+v; want %+v as %s on beta %s", name, r.VendorKey, r.Explained, explained, reconcile.ClientDisconnect, cut.VendorKey)
 			}
 		}
@@ -246,6 +265,67 @@ func TestReconcileVendorReports(t *testing.T) {
 	if entries != n+1 || explainedRows != 1 {
 		t.Errorf("gatewayctl reconcile: %d entries, %d explained differences; want %d and 1", entries, explainedRows, n+1)
 	}
+
+	// The whole day, with the cost reports: alpha's bill is the ledger's
+	// charges and k2's direct usage at the catalogue's prices, to the
+	// nano-USD. beta's holds the cut reply, which the fake rounds up once
+	// and the report in two parts (the estimate and the rest). Then beta's
+	// price is doubled at the vendor: the next reply's extra cost, from the
+	// fake's own log, is unexplained on beta's day.
+	dayFrom := from.Truncate(24 * time.Hour)
+	dayCosts := func() map[string]int64 {
+		t.Helper()
+		out := adminCtl(t, s).ok("reconcile", "--from", dayFrom.Format(time.RFC3339), "--to", dayFrom.Add(24*time.Hour).Format(time.RFC3339), "--json")
+		var resp struct {
+			Costs []struct {
+				Upstream    string `json:"upstream"`
+				Billed      string `json:"billed_nano_usd"`
+				Unexplained string `json:"unexplained_nano_usd"`
+			} `json:"costs"`
+		}
+		mustJSON(t, []byte(out), &resp)
+		got := map[string]int64{}
+		for _, c := range resp.Costs {
+			if c.Billed == "" || c.Billed == "0" {
+				t.Errorf("%s: the vendor billed nothing for the day\n%s", c.Upstream, out)
+			}
+			var n int64
+			fmt.Sscan(c.Unexplained, &n)
+			got[c.Upstream] += n
+		}
+		if len(resp.Costs) != 2 {
+			t.Errorf("cost rows %+v; want one per upstream\n%s", resp.Costs, out)
+		}
+		return got
+	}
+	billed := s.Primary.Billed(config.FormatChatCompletions)
+	var cutBilled int64
+	for _, b := range billed {
+		if b.Usage() == cut.Usage.Add(explained) && b.KeyID == launch.VendorKeyID(launch.PoolSecret("beta", cut.VendorKey)) {
+			cutBilled = b.NanoUSD
+		}
+	}
+	rounding := cutBilled - cut.Cost - catalogueCost(t, s, "beta", explained)
+	if rounding < -1 || rounding > 1 {
+		t.Errorf("the cut reply: the fake billed %d nano-USD, the ledger %d and the rest %d", cutBilled, cut.Cost, catalogueCost(t, s, "beta", explained))
+	}
+	if got := dayCosts(); got["alpha"] != 0 || got["beta"] != rounding {
+		t.Errorf("the day's unexplained costs %v; want alpha 0 and beta %d", got, rounding)
+	}
+	s.Primary.SetPrice(config.FormatChatCompletions, betaModel, priceOf(t, s, "beta", betaModel), 2)
+	if resp, body := s.Do("POST", betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(false, false, "")); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	billed = s.Primary.Billed(config.FormatChatCompletions)
+	last := billed[len(billed)-1]
+	raised := last.NanoUSD - catalogueCost(t, s, "beta", last.Usage())
+	if raised <= 0 {
+		t.Fatalf("the raised price billed %d nano-USD for %+v", last.NanoUSD, last.Usage())
+	}
+	if got := dayCosts(); got["alpha"] != 0 || got["beta"] != rounding+raised {
+		t.Errorf("after a price raise, the day's unexplained costs %v; want alpha 0 and beta %d", got, rounding+raised)
+	}
+	t.Logf("beta's price doubled: %d nano-USD unexplained on the day (rounding %d)", raised, rounding)
 
 	// The sidecar read the reports, and never held an admin key.
 	admins := []string{launch.AlphaAdminKey, launch.BetaAdminKey}

@@ -3406,8 +3406,11 @@ func (x *ReconcileRequest) GetBucketWidth() string {
 }
 
 type ReconcileResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rows          []*ReconcileRow        `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rows  []*ReconcileRow        `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	// Per upstream and whole UTC day of the window, the vendor's cost report
+	// against the day's rows.
+	Costs         []*ReconcileCost `protobuf:"bytes,2,rep,name=costs,proto3" json:"costs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3449,6 +3452,93 @@ func (x *ReconcileResponse) GetRows() []*ReconcileRow {
 	return nil
 }
 
+func (x *ReconcileResponse) GetCosts() []*ReconcileCost {
+	if x != nil {
+		return x.Costs
+	}
+	return nil
+}
+
+// ReconcileCost is one upstream's day: what the vendor billed, its usage at
+// the ledger's prices (the sum of the day's rows' vendor_cost_nano_usd),
+// and the difference (billed − priced), which no class explains: a price
+// the catalogue does not know yet.
+type ReconcileCost struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Upstream           string                 `protobuf:"bytes,1,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	StartTime          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	BilledNanoUsd      int64                  `protobuf:"varint,3,opt,name=billed_nano_usd,json=billedNanoUsd,proto3" json:"billed_nano_usd,omitempty"`
+	PricedNanoUsd      int64                  `protobuf:"varint,4,opt,name=priced_nano_usd,json=pricedNanoUsd,proto3" json:"priced_nano_usd,omitempty"`
+	UnexplainedNanoUsd int64                  `protobuf:"varint,5,opt,name=unexplained_nano_usd,json=unexplainedNanoUsd,proto3" json:"unexplained_nano_usd,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ReconcileCost) Reset() {
+	*x = ReconcileCost{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileCost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileCost) ProtoMessage() {}
+
+func (x *ReconcileCost) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileCost.ProtoReflect.Descriptor instead.
+func (*ReconcileCost) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ReconcileCost) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *ReconcileCost) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ReconcileCost) GetBilledNanoUsd() int64 {
+	if x != nil {
+		return x.BilledNanoUsd
+	}
+	return 0
+}
+
+func (x *ReconcileCost) GetPricedNanoUsd() int64 {
+	if x != nil {
+		return x.PricedNanoUsd
+	}
+	return 0
+}
+
+func (x *ReconcileCost) GetUnexplainedNanoUsd() int64 {
+	if x != nil {
+		return x.UnexplainedNanoUsd
+	}
+	return 0
+}
+
 // ReconcileRow is one vendor key and model in one bucket. The usage maps
 // are by the ledger's kind names (as LedgerEntry.usage), zeros left out.
 type ReconcileRow struct {
@@ -3466,16 +3556,22 @@ type ReconcileRow struct {
 	Unexplained map[string]int64 `protobuf:"bytes,8,rep,name=unexplained,proto3" json:"unexplained,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// The differences the ledger accounts for, by class
 	// ("client_disconnect").
-	Explained     []*ReconcileDifference `protobuf:"bytes,9,rep,name=explained,proto3" json:"explained,omitempty"`
-	Entries       int32                  `protobuf:"varint,10,opt,name=entries,proto3" json:"entries,omitempty"`
-	Estimated     int32                  `protobuf:"varint,11,opt,name=estimated,proto3" json:"estimated,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Explained []*ReconcileDifference `protobuf:"bytes,9,rep,name=explained,proto3" json:"explained,omitempty"`
+	Entries   int32                  `protobuf:"varint,10,opt,name=entries,proto3" json:"entries,omitempty"`
+	Estimated int32                  `protobuf:"varint,11,opt,name=estimated,proto3" json:"estimated,omitempty"`
+	// What the ledger charged for the bucket's entries, and the vendor's usage
+	// at the same prices: ledger plus every difference's cost.
+	LedgerCostNanoUsd int64 `protobuf:"varint,12,opt,name=ledger_cost_nano_usd,json=ledgerCostNanoUsd,proto3" json:"ledger_cost_nano_usd,omitempty"`
+	VendorCostNanoUsd int64 `protobuf:"varint,13,opt,name=vendor_cost_nano_usd,json=vendorCostNanoUsd,proto3" json:"vendor_cost_nano_usd,omitempty"`
+	// The unexplained difference at the catalogue's prices, either sign.
+	UnexplainedCostNanoUsd int64 `protobuf:"varint,14,opt,name=unexplained_cost_nano_usd,json=unexplainedCostNanoUsd,proto3" json:"unexplained_cost_nano_usd,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *ReconcileRow) Reset() {
 	*x = ReconcileRow{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3583,7 @@ func (x *ReconcileRow) String() string {
 func (*ReconcileRow) ProtoMessage() {}
 
 func (x *ReconcileRow) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3596,7 @@ func (x *ReconcileRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRow.ProtoReflect.Descriptor instead.
 func (*ReconcileRow) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReconcileRow) GetUpstream() string {
@@ -3580,17 +3676,40 @@ func (x *ReconcileRow) GetEstimated() int32 {
 	return 0
 }
 
+func (x *ReconcileRow) GetLedgerCostNanoUsd() int64 {
+	if x != nil {
+		return x.LedgerCostNanoUsd
+	}
+	return 0
+}
+
+func (x *ReconcileRow) GetVendorCostNanoUsd() int64 {
+	if x != nil {
+		return x.VendorCostNanoUsd
+	}
+	return 0
+}
+
+func (x *ReconcileRow) GetUnexplainedCostNanoUsd() int64 {
+	if x != nil {
+		return x.UnexplainedCostNanoUsd
+	}
+	return 0
+}
+
 type ReconcileDifference struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Class         string                 `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
-	Usage         map[string]int64       `protobuf:"bytes,2,rep,name=usage,proto3" json:"usage,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Class string                 `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
+	Usage map[string]int64       `protobuf:"bytes,2,rep,name=usage,proto3" json:"usage,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The difference at the catalogue's prices, either sign.
+	CostNanoUsd   int64 `protobuf:"varint,3,opt,name=cost_nano_usd,json=costNanoUsd,proto3" json:"cost_nano_usd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReconcileDifference) Reset() {
 	*x = ReconcileDifference{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3602,7 +3721,7 @@ func (x *ReconcileDifference) String() string {
 func (*ReconcileDifference) ProtoMessage() {}
 
 func (x *ReconcileDifference) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3615,7 +3734,7 @@ func (x *ReconcileDifference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileDifference.ProtoReflect.Descriptor instead.
 func (*ReconcileDifference) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReconcileDifference) GetClass() string {
@@ -3630,6 +3749,13 @@ func (x *ReconcileDifference) GetUsage() map[string]int64 {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *ReconcileDifference) GetCostNanoUsd() int64 {
+	if x != nil {
+		return x.CostNanoUsd
+	}
+	return 0
 }
 
 var File_gateway_admin_v1_admin_proto protoreflect.FileDescriptor
@@ -3928,9 +4054,17 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x10ReconcileRequest\x12.\n" +
 	"\x04from\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12!\n" +
-	"\fbucket_width\x18\x03 \x01(\tR\vbucketWidth\"G\n" +
+	"\fbucket_width\x18\x03 \x01(\tR\vbucketWidth\"~\n" +
 	"\x11ReconcileResponse\x122\n" +
-	"\x04rows\x18\x01 \x03(\v2\x1e.gateway.admin.v1.ReconcileRowR\x04rows\"\xcc\x05\n" +
+	"\x04rows\x18\x01 \x03(\v2\x1e.gateway.admin.v1.ReconcileRowR\x04rows\x125\n" +
+	"\x05costs\x18\x02 \x03(\v2\x1f.gateway.admin.v1.ReconcileCostR\x05costs\"\xe8\x01\n" +
+	"\rReconcileCost\x12\x1a\n" +
+	"\bupstream\x18\x01 \x01(\tR\bupstream\x129\n" +
+	"\n" +
+	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12&\n" +
+	"\x0fbilled_nano_usd\x18\x03 \x01(\x03R\rbilledNanoUsd\x12&\n" +
+	"\x0fpriced_nano_usd\x18\x04 \x01(\x03R\rpricedNanoUsd\x120\n" +
+	"\x14unexplained_nano_usd\x18\x05 \x01(\x03R\x12unexplainedNanoUsd\"\xe9\x06\n" +
 	"\fReconcileRow\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\x129\n" +
 	"\n" +
@@ -3945,7 +4079,10 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\texplained\x18\t \x03(\v2%.gateway.admin.v1.ReconcileDifferenceR\texplained\x12\x18\n" +
 	"\aentries\x18\n" +
 	" \x01(\x05R\aentries\x12\x1c\n" +
-	"\testimated\x18\v \x01(\x05R\testimated\x1a9\n" +
+	"\testimated\x18\v \x01(\x05R\testimated\x12/\n" +
+	"\x14ledger_cost_nano_usd\x18\f \x01(\x03R\x11ledgerCostNanoUsd\x12/\n" +
+	"\x14vendor_cost_nano_usd\x18\r \x01(\x03R\x11vendorCostNanoUsd\x129\n" +
+	"\x19unexplained_cost_nano_usd\x18\x0e \x01(\x03R\x16unexplainedCostNanoUsd\x1a9\n" +
 	"\vVendorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a9\n" +
@@ -3954,10 +4091,11 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a>\n" +
 	"\x10UnexplainedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xad\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd1\x01\n" +
 	"\x13ReconcileDifference\x12\x14\n" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12F\n" +
-	"\x05usage\x18\x02 \x03(\v20.gateway.admin.v1.ReconcileDifference.UsageEntryR\x05usage\x1a8\n" +
+	"\x05usage\x18\x02 \x03(\v20.gateway.admin.v1.ReconcileDifference.UsageEntryR\x05usage\x12\"\n" +
+	"\rcost_nano_usd\x18\x03 \x01(\x03R\vcostNanoUsd\x1a8\n" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -4009,7 +4147,7 @@ func file_gateway_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_gateway_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(KeyKind)(0),                        // 0: gateway.admin.v1.KeyKind
 	(KeyState)(0),                       // 1: gateway.admin.v1.KeyState
@@ -4061,19 +4199,20 @@ var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(*SetBalanceAlertResponse)(nil),     // 47: gateway.admin.v1.SetBalanceAlertResponse
 	(*ReconcileRequest)(nil),            // 48: gateway.admin.v1.ReconcileRequest
 	(*ReconcileResponse)(nil),           // 49: gateway.admin.v1.ReconcileResponse
-	(*ReconcileRow)(nil),                // 50: gateway.admin.v1.ReconcileRow
-	(*ReconcileDifference)(nil),         // 51: gateway.admin.v1.ReconcileDifference
-	nil,                                 // 52: gateway.admin.v1.LedgerEntry.UsageEntry
-	nil,                                 // 53: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
-	nil,                                 // 54: gateway.admin.v1.ReconcileRow.VendorEntry
-	nil,                                 // 55: gateway.admin.v1.ReconcileRow.LedgerEntry
-	nil,                                 // 56: gateway.admin.v1.ReconcileRow.UnexplainedEntry
-	nil,                                 // 57: gateway.admin.v1.ReconcileDifference.UsageEntry
-	(*timestamppb.Timestamp)(nil),       // 58: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 59: google.protobuf.Duration
+	(*ReconcileCost)(nil),               // 50: gateway.admin.v1.ReconcileCost
+	(*ReconcileRow)(nil),                // 51: gateway.admin.v1.ReconcileRow
+	(*ReconcileDifference)(nil),         // 52: gateway.admin.v1.ReconcileDifference
+	nil,                                 // 53: gateway.admin.v1.LedgerEntry.UsageEntry
+	nil,                                 // 54: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	nil,                                 // 55: gateway.admin.v1.ReconcileRow.VendorEntry
+	nil,                                 // 56: gateway.admin.v1.ReconcileRow.LedgerEntry
+	nil,                                 // 57: gateway.admin.v1.ReconcileRow.UnexplainedEntry
+	nil,                                 // 58: gateway.admin.v1.ReconcileDifference.UsageEntry
+	(*timestamppb.Timestamp)(nil),       // 59: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 60: google.protobuf.Duration
 }
 var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
-	58, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
+	59, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: gateway.admin.v1.Account.limits:type_name -> gateway.admin.v1.Limits
 	3,  // 2: gateway.admin.v1.CreateAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 3: gateway.admin.v1.GetAccountResponse.account:type_name -> gateway.admin.v1.Account
@@ -4082,93 +4221,95 @@ var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
 	3,  // 6: gateway.admin.v1.SuspendAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 7: gateway.admin.v1.ResumeAccountResponse.account:type_name -> gateway.admin.v1.Account
 	0,  // 8: gateway.admin.v1.Key.kind:type_name -> gateway.admin.v1.KeyKind
-	58, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
-	58, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
-	58, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
-	58, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
+	59, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
+	59, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
+	59, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
+	59, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
 	1,  // 13: gateway.admin.v1.Key.state:type_name -> gateway.admin.v1.KeyState
 	2,  // 14: gateway.admin.v1.Key.limits:type_name -> gateway.admin.v1.Limits
-	58, // 15: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
-	59, // 16: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
+	59, // 15: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	60, // 16: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
 	18, // 17: gateway.admin.v1.CreateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	18, // 18: gateway.admin.v1.ListKeysResponse.keys:type_name -> gateway.admin.v1.Key
 	18, // 19: gateway.admin.v1.RevokeKeyResponse.key:type_name -> gateway.admin.v1.Key
-	59, // 20: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
+	60, // 20: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
 	18, // 21: gateway.admin.v1.RotateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	18, // 22: gateway.admin.v1.RotateKeyResponse.old_key:type_name -> gateway.admin.v1.Key
-	58, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
-	59, // 24: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
+	59, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
+	60, // 24: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
 	18, // 25: gateway.admin.v1.CreateReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
 	18, // 26: gateway.admin.v1.RevokeReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
-	58, // 27: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
-	58, // 28: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
-	52, // 29: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
-	53, // 30: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	59, // 27: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
+	59, // 28: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
+	53, // 29: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
+	54, // 30: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
 	31, // 31: gateway.admin.v1.ListLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
 	31, // 32: gateway.admin.v1.ExportLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
-	58, // 33: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	59, // 33: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
 	38, // 34: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
 	18, // 35: gateway.admin.v1.GetKeyResponse.key:type_name -> gateway.admin.v1.Key
 	42, // 36: gateway.admin.v1.GetKeyResponse.usage:type_name -> gateway.admin.v1.KeyUsage
 	18, // 37: gateway.admin.v1.SetKeyLimitsResponse.key:type_name -> gateway.admin.v1.Key
 	42, // 38: gateway.admin.v1.SetKeyLimitsResponse.usage:type_name -> gateway.admin.v1.KeyUsage
 	3,  // 39: gateway.admin.v1.SetBalanceAlertResponse.account:type_name -> gateway.admin.v1.Account
-	58, // 40: gateway.admin.v1.ReconcileRequest.from:type_name -> google.protobuf.Timestamp
-	58, // 41: gateway.admin.v1.ReconcileRequest.to:type_name -> google.protobuf.Timestamp
-	50, // 42: gateway.admin.v1.ReconcileResponse.rows:type_name -> gateway.admin.v1.ReconcileRow
-	58, // 43: gateway.admin.v1.ReconcileRow.start_time:type_name -> google.protobuf.Timestamp
-	54, // 44: gateway.admin.v1.ReconcileRow.vendor:type_name -> gateway.admin.v1.ReconcileRow.VendorEntry
-	55, // 45: gateway.admin.v1.ReconcileRow.ledger:type_name -> gateway.admin.v1.ReconcileRow.LedgerEntry
-	56, // 46: gateway.admin.v1.ReconcileRow.unexplained:type_name -> gateway.admin.v1.ReconcileRow.UnexplainedEntry
-	51, // 47: gateway.admin.v1.ReconcileRow.explained:type_name -> gateway.admin.v1.ReconcileDifference
-	57, // 48: gateway.admin.v1.ReconcileDifference.usage:type_name -> gateway.admin.v1.ReconcileDifference.UsageEntry
-	4,  // 49: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
-	6,  // 50: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
-	8,  // 51: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
-	10, // 52: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
-	12, // 53: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
-	14, // 54: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
-	16, // 55: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
-	19, // 56: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
-	21, // 57: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
-	23, // 58: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
-	25, // 59: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
-	27, // 60: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
-	29, // 61: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
-	32, // 62: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
-	34, // 63: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
-	36, // 64: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
-	39, // 65: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
-	41, // 66: gateway.admin.v1.Admin.GetKey:input_type -> gateway.admin.v1.GetKeyRequest
-	44, // 67: gateway.admin.v1.Admin.SetKeyLimits:input_type -> gateway.admin.v1.SetKeyLimitsRequest
-	46, // 68: gateway.admin.v1.Admin.SetBalanceAlert:input_type -> gateway.admin.v1.SetBalanceAlertRequest
-	48, // 69: gateway.admin.v1.Admin.Reconcile:input_type -> gateway.admin.v1.ReconcileRequest
-	5,  // 70: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
-	7,  // 71: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
-	9,  // 72: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
-	11, // 73: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
-	13, // 74: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
-	15, // 75: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
-	17, // 76: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
-	20, // 77: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
-	22, // 78: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
-	24, // 79: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
-	26, // 80: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
-	28, // 81: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
-	30, // 82: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
-	33, // 83: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
-	35, // 84: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
-	37, // 85: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
-	40, // 86: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
-	43, // 87: gateway.admin.v1.Admin.GetKey:output_type -> gateway.admin.v1.GetKeyResponse
-	45, // 88: gateway.admin.v1.Admin.SetKeyLimits:output_type -> gateway.admin.v1.SetKeyLimitsResponse
-	47, // 89: gateway.admin.v1.Admin.SetBalanceAlert:output_type -> gateway.admin.v1.SetBalanceAlertResponse
-	49, // 90: gateway.admin.v1.Admin.Reconcile:output_type -> gateway.admin.v1.ReconcileResponse
-	70, // [70:91] is the sub-list for method output_type
-	49, // [49:70] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	59, // 40: gateway.admin.v1.ReconcileRequest.from:type_name -> google.protobuf.Timestamp
+	59, // 41: gateway.admin.v1.ReconcileRequest.to:type_name -> google.protobuf.Timestamp
+	51, // 42: gateway.admin.v1.ReconcileResponse.rows:type_name -> gateway.admin.v1.ReconcileRow
+	50, // 43: gateway.admin.v1.ReconcileResponse.costs:type_name -> gateway.admin.v1.ReconcileCost
+	59, // 44: gateway.admin.v1.ReconcileCost.start_time:type_name -> google.protobuf.Timestamp
+	59, // 45: gateway.admin.v1.ReconcileRow.start_time:type_name -> google.protobuf.Timestamp
+	55, // 46: gateway.admin.v1.ReconcileRow.vendor:type_name -> gateway.admin.v1.ReconcileRow.VendorEntry
+	56, // 47: gateway.admin.v1.ReconcileRow.ledger:type_name -> gateway.admin.v1.ReconcileRow.LedgerEntry
+	57, // 48: gateway.admin.v1.ReconcileRow.unexplained:type_name -> gateway.admin.v1.ReconcileRow.UnexplainedEntry
+	52, // 49: gateway.admin.v1.ReconcileRow.explained:type_name -> gateway.admin.v1.ReconcileDifference
+	58, // 50: gateway.admin.v1.ReconcileDifference.usage:type_name -> gateway.admin.v1.ReconcileDifference.UsageEntry
+	4,  // 51: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
+	6,  // 52: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
+	8,  // 53: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
+	10, // 54: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
+	12, // 55: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
+	14, // 56: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
+	16, // 57: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
+	19, // 58: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
+	21, // 59: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
+	23, // 60: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
+	25, // 61: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
+	27, // 62: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
+	29, // 63: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
+	32, // 64: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
+	34, // 65: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
+	36, // 66: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
+	39, // 67: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
+	41, // 68: gateway.admin.v1.Admin.GetKey:input_type -> gateway.admin.v1.GetKeyRequest
+	44, // 69: gateway.admin.v1.Admin.SetKeyLimits:input_type -> gateway.admin.v1.SetKeyLimitsRequest
+	46, // 70: gateway.admin.v1.Admin.SetBalanceAlert:input_type -> gateway.admin.v1.SetBalanceAlertRequest
+	48, // 71: gateway.admin.v1.Admin.Reconcile:input_type -> gateway.admin.v1.ReconcileRequest
+	5,  // 72: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
+	7,  // 73: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
+	9,  // 74: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
+	11, // 75: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
+	13, // 76: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
+	15, // 77: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
+	17, // 78: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
+	20, // 79: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
+	22, // 80: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
+	24, // 81: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
+	26, // 82: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
+	28, // 83: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
+	30, // 84: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
+	33, // 85: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
+	35, // 86: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
+	37, // 87: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
+	40, // 88: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
+	43, // 89: gateway.admin.v1.Admin.GetKey:output_type -> gateway.admin.v1.GetKeyResponse
+	45, // 90: gateway.admin.v1.Admin.SetKeyLimits:output_type -> gateway.admin.v1.SetKeyLimitsResponse
+	47, // 91: gateway.admin.v1.Admin.SetBalanceAlert:output_type -> gateway.admin.v1.SetBalanceAlertResponse
+	49, // 92: gateway.admin.v1.Admin.Reconcile:output_type -> gateway.admin.v1.ReconcileResponse
+	72, // [72:93] is the sub-list for method output_type
+	51, // [51:72] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_gateway_admin_v1_admin_proto_init() }
@@ -4193,7 +4334,7 @@ func file_gateway_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gateway_admin_v1_admin_proto_rawDesc), len(file_gateway_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   56,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
