@@ -46,12 +46,15 @@ type exchange struct {
 	key      account.Key
 
 	requestID string
-	started   time.Time
-	req       format.Request
-	body      []byte
-	price     *pricing.Model // looked up once: a reload does not change a request's prices
-	admitted  bool
-	settled   bool
+	// envoyID is Envoy's id of the request (x-request-id), as its logs
+	// name it.
+	envoyID  string
+	started  time.Time
+	req      format.Request
+	body     []byte
+	price    *pricing.Model // looked up once: a reload does not change a request's prices
+	admitted bool
+	settled  bool
 	// replyDone: the reply is complete as far as billing goes (its last
 	// chunk metered, or a status that is not charged); the request is
 	// settled once the answer to this message has been sent (afterSend).

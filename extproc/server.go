@@ -99,6 +99,9 @@ type Options struct {
 	// ConcurrencyWaitersShare bounds the requests of one key, and of one
 	// account, among them; default a tenth of ConcurrencyWaiters.
 	ConcurrencyWaitersShare int
+	// OnAbandoned, when set, is given each attempt Envoy abandoned (its
+	// upstream log, abandoned.go), to record; it must not block.
+	OnAbandoned func(account.AbandonedAttempt)
 }
 
 // Server implements Envoy's ExternalProcessor service.
@@ -131,6 +134,10 @@ type Server struct {
 	// attempts names the account of each recent pooled request, for
 	// Envoy's log of its refused attempts.
 	attempts requestAccounts
+	// attemptModels names the priced model of each recent request, for
+	// Envoy's log of its abandoned attempts.
+	attemptModels requestAccounts
+	onAbandoned   func(account.AbandonedAttempt)
 
 	// Request ids are a random per-process prefix and a counter: unique
 	// across sidecars and restarts, and cheap.
@@ -166,7 +173,7 @@ func NewServer(o Options) *Server {
 	s := &Server{
 		upstreams: o.Upstreams, keys: o.Keys, admitter: o.Admitter, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
-		onRefusal: o.OnRefusal, onKeyRefused: o.OnVendorKeyRefused, onKeyLimited: o.OnVendorKeyLimited, onDearer: o.OnModelMismatch,
+		onRefusal: o.OnRefusal, onKeyRefused: o.OnVendorKeyRefused, onKeyLimited: o.OnVendorKeyLimited, onDearer: o.OnModelMismatch, onAbandoned: o.OnAbandoned,
 		owners: o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll,
 		tracer: o.Tracer, refusals: newRefusalMemory(),
 	}

@@ -84,6 +84,9 @@ type site struct {
 	// APIs: not recorded, counted or steered by the controls).
 	usage   *usageLog
 	reports map[string]func(*site, http.ResponseWriter, *http.Request)
+	// billAbandoned: hung requests are billed when given up on
+	// (abandoned.go).
+	billAbandoned atomic.Bool
 }
 
 var errTooLarge = errors.New("request body too large")
@@ -125,6 +128,9 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-r.Context().Done():
+			if !probe {
+				s.billHung(r, body)
+			}
 		case <-unhang:
 		}
 		// Never answered: drop the connection without a reply.

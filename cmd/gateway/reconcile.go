@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/reconcile"
@@ -52,4 +55,41 @@ func newReconciler(c *config.Config, st *store.Store, prices pricing.Book) *reco
 		return nil
 	}
 	return r
+}
+
+// abandonedQueue bounds the abandoned attempts waiting for the store: a
+// store outage drops the excess (logged), never blocks Envoy's log.
+const abandonedQueue = 4096
+
+// abandonedRecorder writes the attempts Envoy abandoned to the store, off
+// Envoy's log stream.
+type abandonedRecorder struct {
+	st  *store.Store
+	log *slog.Logger
+	ch  chan account.AbandonedAttempt
+}
+
+func newAbandonedRecorder(st *store.Store, log *slog.Logger) *abandonedRecorder {
+	r := &abandonedRecorder{st: st, log: log, ch: make(chan account.AbandonedAttempt, abandonedQueue)}
+	go r.run()
+	return r
+}
+
+// Record queues a; it never blocks.
+func (r *abandonedRecorder) Record(a account.AbandonedAttempt) {
+	select {
+	case r.ch <- a:
+	default:
+		r.log.Warn("abandoned attempt not recorded: the queue to the store is full", "upstream", a.Upstream, "vendor_key", a.VendorKey, "reason", a.Reason)
+	}
+}
+
+func (r *abandonedRecorder) run() {
+	for a := range r.ch {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := r.st.RecordAbandoned(ctx, a); err != nil {
+			r.log.Warn("abandoned attempt not recorded", "upstream", a.Upstream, "vendor_key", a.VendorKey, "reason", a.Reason, "err", err)
+		}
+		cancel()
+	}
 }

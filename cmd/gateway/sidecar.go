@@ -237,7 +237,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			}, func() float64 { return float64(n.Load()) }))
 		}
 	}
+	abandoned := newAbandonedRecorder(st, o.Logger)
 	proc := extproc.NewServer(extproc.Options{
+		OnAbandoned:     abandoned.Record,
 		Tracer:          tracer,
 		Holds:           renewer,
 		Owners:          st,

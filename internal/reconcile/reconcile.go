@@ -19,6 +19,20 @@ import (
 // usage arrived, and the vendor counts what it generated.
 const ClientDisconnect = "client_disconnect"
 
+// AbandonedAttempts is the class of a difference in a bucket with attempts
+// the gateway abandoned (account.AbandonedAttempt): the vendor may have
+// generated a reply no client saw, and bills it. A bucket with both
+// abandoned attempts and estimated entries puts its difference to
+// BothClasses, which cannot be split.
+const (
+	AbandonedAttempts = "abandoned_attempts"
+	BothClasses       = AbandonedAttempts + "+" + ClientDisconnect
+)
+
+// Reserve is the endpoint whose usage the vendor's report does not hold:
+// the report is the primary's (the admin key is the primary endpoint's).
+const Reserve = "reserve"
+
 // Pricer is the cost, in nano-USD, of u of model at the catalogue's
 // standard rates (as the ledger prices a reply); 0 for a model the
 // catalogue does not price.
@@ -41,8 +55,9 @@ type Input struct {
 	// Vendor is the vendor's report of the window, in buckets of Width.
 	Vendor []vendorusage.Row
 	// Ledger are the ledger entries of the upstream's requests that started
-	// in the window.
-	Ledger []account.Settlement
+	// in the window, and Abandoned the attempts abandoned in it.
+	Ledger    []account.Settlement
+	Abandoned []account.AbandonedAttempt
 	Width  time.Duration
 	// Price prices the differences; nil prices them at nothing.
 	Price Pricer
@@ -67,8 +82,8 @@ type Row struct {
 	Explained   map[string]Difference
 	Unexplained Difference
 	// Entries and Estimated count the bucket's ledger entries and those
-	// settled at an estimate.
-	Entries, Estimated int
+	// settled at an estimate; Abandoned its abandoned attempts.
+	Entries, Estimated, Abandoned int
 }
 
 type rowKey struct {
@@ -78,7 +93,8 @@ type rowKey struct {
 
 // Reconcile returns the rows of in, ordered by bucket, key id and model.
 // A ledger entry falls in the bucket of its start; its model is the one
-// the vendor reported, else the one priced.
+// the vendor reported, else the one priced. Entries and attempts at the
+// reserve are left out: the vendor's report is the primary's.
 func Reconcile(in Input) []Row {
 	names := make(map[string]string, len(in.Keys)) // vendor id → name
 	for name, id := range in.Keys {
@@ -103,6 +119,9 @@ func Reconcile(in Input) []Row {
 		r.Vendor = r.Vendor.Add(v.Tokens)
 	}
 	for _, st := range in.Ledger {
+		if st.Endpoint == Reserve {
+			continue
+		}
 		model := string(st.Reported)
 		if model == "" {
 			model = string(st.Priced)
@@ -119,15 +138,31 @@ func Reconcile(in Input) []Row {
 			r.Estimated++
 		}
 	}
+	for _, a := range in.Abandoned {
+		if a.Endpoint == Reserve {
+			continue
+		}
+		r := row(rowKey{a.At.UTC().Truncate(in.Width), in.Keys[a.VendorKey], a.Model})
+		if r.VendorKey == "" {
+			r.VendorKey = a.VendorKey
+		}
+		r.Abandoned++
+	}
 	out := make([]Row, 0, len(rows))
 	for _, r := range rows {
 		diff := sub(r.Vendor, r.Ledger)
 		d := Difference{Usage: diff, Cost: signedCost(in.Price, r.Model, diff)}
-		if r.Estimated > 0 {
-			// The bucket's estimates stand for what the vendor counted of
-			// those replies: the difference is theirs.
+		// The bucket's estimates stand for what the vendor counted of
+		// those replies, its abandoned attempts for what it generated
+		// unseen: the difference is theirs.
+		switch {
+		case r.Estimated > 0 && r.Abandoned > 0:
+			r.Explained = map[string]Difference{BothClasses: d}
+		case r.Estimated > 0:
 			r.Explained = map[string]Difference{ClientDisconnect: d}
-		} else {
+		case r.Abandoned > 0:
+			r.Explained = map[string]Difference{AbandonedAttempts: d}
+		default:
 			r.Unexplained = d
 		}
 		r.VendorCost = r.LedgerCost + d.Cost

@@ -75,6 +75,45 @@ func TestReconcile(t *testing.T) {
 	}
 }
 
+// A bucket with abandoned attempts puts its difference to them; one with
+// both them and estimates to both; the reserve's entries and attempts are
+// not the primary's report's.
+func TestReconcileAbandoned(t *testing.T) {
+	reserved := entry("k1", "m", hour, usage.Usage{Input: 500}, false)
+	reserved.Endpoint = Reserve
+	rows := Reconcile(Input{
+		Keys:  map[string]string{"k1": "key_1", "k2": "key_2"},
+		Width: time.Hour,
+		Price: price,
+		Vendor: []vendorusage.Row{
+			{Start: hour, KeyID: "key_1", Model: "m", Tokens: usage.Usage{Input: 40, Output: 20}},
+			{Start: hour, KeyID: "key_2", Model: "m", Tokens: usage.Usage{Input: 10, Output: 9}},
+		},
+		Ledger: []account.Settlement{
+			entry("k1", "m", hour.Add(time.Minute), usage.Usage{Input: 10, Output: 5}, false),
+			reserved,
+			entry("k2", "m", hour.Add(time.Minute), usage.Usage{Input: 10, Output: 1}, true),
+		},
+		Abandoned: []account.AbandonedAttempt{
+			{At: hour.Add(time.Minute), Upstream: "u", VendorKey: "k1", Endpoint: "primary", Model: "m", Reason: "first_byte_timeout"},
+			{At: hour.Add(2 * time.Minute), Upstream: "u", VendorKey: "k1", Endpoint: "primary", Model: "m", Reason: "reset"},
+			{At: hour.Add(time.Minute), Upstream: "u", VendorKey: "k2", Endpoint: "primary", Model: "m", Reason: "status_5xx"},
+			{At: hour.Add(time.Minute), Upstream: "u", VendorKey: "k1", Endpoint: Reserve, Model: "m", Reason: "reset"},
+		},
+	})
+	if len(rows) != 2 {
+		t.Fatalf("%+v", rows)
+	}
+	k1, k2 := rows[0], rows[1]
+	if k1.Entries != 1 || k1.Abandoned != 2 || k1.Unexplained != (Difference{}) ||
+		k1.Explained[AbandonedAttempts] != (Difference{usage.Usage{Input: 30, Output: 15}, 105_000}) {
+		t.Errorf("k1: %+v", k1)
+	}
+	if k2.Abandoned != 1 || k2.Estimated != 1 || k2.Explained[BothClasses] != (Difference{usage.Usage{Output: 8}, 40_000}) {
+		t.Errorf("k2: %+v", k2)
+	}
+}
+
 // The ledger counting more than the vendor is a negative difference, and
 // an entry of a key without a vendor id still names its key.
 func TestReconcileLedgerAbove(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 type Ledger interface {
 	ListAccounts(ctx context.Context) ([]account.Account, error)
 	LedgerBetween(ctx context.Context, accountID string, from, to time.Time, after string, limit int) ([]store.LedgerEntry, string, error)
+	AbandonedBetween(ctx context.Context, from, to time.Time) ([]account.AbandonedAttempt, error)
 }
 
 // Upstream is one reconciled upstream.
@@ -87,6 +88,18 @@ func (r *Runner) Run(ctx context.Context, from, to time.Time, width vendorusage.
 			}
 		}
 	}
+	// An attempt is recorded when Envoy gives up on it, within the
+	// settling bound of its start.
+	attempts, err := r.Ledger.AbandonedBetween(ctx, from, to.Add(r.Settling))
+	if err != nil {
+		return Report{}, fmt.Errorf("reconcile: %w", err)
+	}
+	abandoned := map[string][]account.AbandonedAttempt{}
+	for _, a := range attempts {
+		if !a.At.Before(from) && a.At.Before(to) {
+			abandoned[a.Upstream] = append(abandoned[a.Upstream], a)
+		}
+	}
 	var rep Report
 	dayFrom, dayTo := from.UTC().Truncate(day), to.UTC().Truncate(day)
 	if dayFrom.Before(from) {
@@ -97,7 +110,7 @@ func (r *Runner) Run(ctx context.Context, from, to time.Time, width vendorusage.
 		if err != nil {
 			return Report{}, fmt.Errorf("reconcile: upstream %s: %w", u.Name, err)
 		}
-		rows := Reconcile(Input{Upstream: u.Name, Keys: u.Keys, Vendor: vendor, Ledger: byUpstream[u.Name], Width: width.Duration(), Price: u.Price})
+		rows := Reconcile(Input{Upstream: u.Name, Keys: u.Keys, Vendor: vendor, Ledger: byUpstream[u.Name], Abandoned: abandoned[u.Name], Width: width.Duration(), Price: u.Price})
 		rep.Rows = append(rep.Rows, rows...)
 		if !u.Costs || !dayTo.After(dayFrom) {
 			continue

@@ -37,6 +37,10 @@ func (l ledgerOf) LedgerBetween(_ context.Context, id string, from, to time.Time
 	return out, "", nil
 }
 
+func (l ledgerOf) AbandonedBetween(context.Context, time.Time, time.Time) ([]account.AbandonedAttempt, error) {
+	return nil, nil
+}
+
 // A run reads each upstream's report under its relay route, every
 // account's entries that started in the window (one settled after the
 // window's end included), and gives each entry to the upstream serving its
