@@ -58,7 +58,7 @@ type Input struct {
 	// in the window, and Abandoned the attempts abandoned in it.
 	Ledger    []account.Settlement
 	Abandoned []account.AbandonedAttempt
-	Width  time.Duration
+	Width     time.Duration
 	// Price prices the differences; nil prices them at nothing.
 	Price Pricer
 }
