@@ -51,7 +51,7 @@ func (s *Service) Reconcile(ctx context.Context, req *adminv1.ReconcileRequest) 
 			Upstream: r.Upstream, StartTime: timestamp(r.Start),
 			VendorKeyId: r.VendorKeyID, VendorKey: r.VendorKey, Model: r.Model,
 			Vendor: usageMap(r.Vendor), Ledger: usageMap(r.Ledger), Unexplained: usageMap(r.Unexplained.Usage),
-			Entries: int32(r.Entries), Estimated: int32(r.Estimated),
+			Entries: int32(r.Entries), Estimated: int32(r.Estimated), Abandoned: int32(r.Abandoned),
 			LedgerCostNanoUsd: r.LedgerCost, VendorCostNanoUsd: r.VendorCost, UnexplainedCostNanoUsd: r.Unexplained.Cost,
 		}
 		for _, class := range slices.Sorted(maps.Keys(r.Explained)) {

@@ -22,8 +22,11 @@ import (
 // reconcileStack is a stack whose pooled keys name the fake's ids for them
 // and whose upstreams have admin keys, which Envoy injects on the relay.
 // The fake bills the test's models at the catalogue's prices.
-func reconcileStack(t *testing.T) *launch.Stack {
+func reconcileStack(t *testing.T, more ...func(*config.Config)) *launch.Stack {
 	s := launchtest.Start(t, launch.Options{Pool: 3, SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}, Configure: func(c *config.Config) {
+		for _, f := range more {
+			f(c)
+		}
 		for i := range c.Upstreams {
 			u := &c.Upstreams[i]
 			u.AdminCredentialEnv = launch.AdminKeyEnv(u.Name)

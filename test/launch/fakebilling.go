@@ -56,3 +56,10 @@ func (f *Fake) Billed(format string) []Billed {
 	f.get("/usage?format="+format, &out)
 	return out
 }
+
+// BillAbandoned makes the fake bill, in a wire format's usage reports, each
+// hung request when its client gives up, as generated in full.
+func (f *Fake) BillAbandoned(format string, bill bool) {
+	f.T.Helper()
+	f.post("/abandoned", map[string]any{"format": format, "bill": bill})
+}

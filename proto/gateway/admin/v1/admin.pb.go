@@ -3555,7 +3555,7 @@ type ReconcileRow struct {
 	// Vendor minus ledger not accounted for, either sign.
 	Unexplained map[string]int64 `protobuf:"bytes,8,rep,name=unexplained,proto3" json:"unexplained,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// The differences the ledger accounts for, by class
-	// ("client_disconnect").
+	// ("client_disconnect", "abandoned_attempts", or both joined by "+").
 	Explained []*ReconcileDifference `protobuf:"bytes,9,rep,name=explained,proto3" json:"explained,omitempty"`
 	Entries   int32                  `protobuf:"varint,10,opt,name=entries,proto3" json:"entries,omitempty"`
 	Estimated int32                  `protobuf:"varint,11,opt,name=estimated,proto3" json:"estimated,omitempty"`
@@ -3565,8 +3565,11 @@ type ReconcileRow struct {
 	VendorCostNanoUsd int64 `protobuf:"varint,13,opt,name=vendor_cost_nano_usd,json=vendorCostNanoUsd,proto3" json:"vendor_cost_nano_usd,omitempty"`
 	// The unexplained difference at the catalogue's prices, either sign.
 	UnexplainedCostNanoUsd int64 `protobuf:"varint,14,opt,name=unexplained_cost_nano_usd,json=unexplainedCostNanoUsd,proto3" json:"unexplained_cost_nano_usd,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// The bucket's attempts the gateway abandoned (first-byte timeouts,
+	// resets, 429s and 5xx retried or failed), which charge no customer.
+	Abandoned     int32 `protobuf:"varint,15,opt,name=abandoned,proto3" json:"abandoned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReconcileRow) Reset() {
@@ -3693,6 +3696,13 @@ func (x *ReconcileRow) GetVendorCostNanoUsd() int64 {
 func (x *ReconcileRow) GetUnexplainedCostNanoUsd() int64 {
 	if x != nil {
 		return x.UnexplainedCostNanoUsd
+	}
+	return 0
+}
+
+func (x *ReconcileRow) GetAbandoned() int32 {
+	if x != nil {
+		return x.Abandoned
 	}
 	return 0
 }
@@ -4064,7 +4074,7 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12&\n" +
 	"\x0fbilled_nano_usd\x18\x03 \x01(\x03R\rbilledNanoUsd\x12&\n" +
 	"\x0fpriced_nano_usd\x18\x04 \x01(\x03R\rpricedNanoUsd\x120\n" +
-	"\x14unexplained_nano_usd\x18\x05 \x01(\x03R\x12unexplainedNanoUsd\"\xe9\x06\n" +
+	"\x14unexplained_nano_usd\x18\x05 \x01(\x03R\x12unexplainedNanoUsd\"\x87\a\n" +
 	"\fReconcileRow\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\x129\n" +
 	"\n" +
@@ -4082,7 +4092,8 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\testimated\x18\v \x01(\x05R\testimated\x12/\n" +
 	"\x14ledger_cost_nano_usd\x18\f \x01(\x03R\x11ledgerCostNanoUsd\x12/\n" +
 	"\x14vendor_cost_nano_usd\x18\r \x01(\x03R\x11vendorCostNanoUsd\x129\n" +
-	"\x19unexplained_cost_nano_usd\x18\x0e \x01(\x03R\x16unexplainedCostNanoUsd\x1a9\n" +
+	"\x19unexplained_cost_nano_usd\x18\x0e \x01(\x03R\x16unexplainedCostNanoUsd\x12\x1c\n" +
+	"\tabandoned\x18\x0f \x01(\x05R\tabandoned\x1a9\n" +
 	"\vVendorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a9\n" +
