@@ -17,17 +17,17 @@ import (
 // reconcileJSON is gatewayctl reconcile --json's rows.
 type reconcileJSON struct {
 	Rows []struct {
-		Upstream    string           `json:"upstream"`
-		VendorKey   string           `json:"vendor_key"`
-		Model       string           `json:"model"`
-		Entries     int              `json:"entries"`
-		Abandoned   int              `json:"abandoned"`
+		Upstream    string            `json:"upstream"`
+		VendorKey   string            `json:"vendor_key"`
+		Model       string            `json:"model"`
+		Entries     int               `json:"entries"`
+		Abandoned   int               `json:"abandoned"`
 		Unexplained map[string]string `json:"unexplained,omitempty"`
-		UnexplCost  int64            `json:"unexplained_cost_nano_usd,string"`
+		UnexplCost  int64             `json:"unexplained_cost_nano_usd,string"`
 		Explained   []struct {
-			Class string           `json:"class"`
+			Class string            `json:"class"`
 			Usage map[string]string `json:"usage"`
-			Cost  int64            `json:"cost_nano_usd,string"`
+			Cost  int64             `json:"cost_nano_usd,string"`
 		} `json:"explained"`
 	} `json:"rows"`
 }
