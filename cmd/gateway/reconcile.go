@@ -2,16 +2,22 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/reconcile"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
+	"github.com/modelgateway/gateway/internal/vendorusage"
 )
 
 // reconcileTimeout bounds one report page through the relay.
@@ -92,4 +98,98 @@ func (r *abandonedRecorder) run() {
 		}
 		cancel()
 	}
+}
+
+// reconcileMetrics are the gateway_reconcile_* series, set by the sidecar
+// running the continuous reconciliation.
+type reconcileMetrics struct {
+	tokens, usd *prometheus.GaugeVec
+	windows     prometheus.Counter
+	last        prometheus.Gauge
+}
+
+func newReconcileMetrics(reg prometheus.Registerer) *reconcileMetrics {
+	m := &reconcileMetrics{
+		tokens: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gateway_reconcile_unexplained_tokens", Help: "Tokens the vendor's usage report counts beyond the ledger and its explained differences (either sign), in the last window reconciled, by upstream and vendor key.",
+		}, []string{"upstream", "vendor_key", "vendor_key_id"}),
+		usd: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gateway_reconcile_unexplained_usd", Help: "The unexplained tokens at the catalogue's prices, in USD, in the last window reconciled, by upstream and vendor key.",
+		}, []string{"upstream", "vendor_key", "vendor_key_id"}),
+		windows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gateway_reconcile_windows_total", Help: "Windows the continuous reconciliation ran on this sidecar (a window run again after a stop counts again).",
+		}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gateway_reconcile_last_window_end_timestamp_seconds", Help: "End of the last window reconciled on this sidecar, Unix seconds; 0 before the first.",
+		}),
+	}
+	reg.MustRegister(m.tokens, m.usd, m.windows, m.last)
+	return m
+}
+
+// keyDrift is a vendor key's unexplained difference in one window.
+type keyDrift struct {
+	upstream, name, id string
+	tokens, nanoUSD    int64
+}
+
+// drifts sums each vendor key's unexplained differences in a window.
+func drifts(rep reconcile.Report) []keyDrift {
+	var out []keyDrift
+	at := map[[2]string]int{}
+	for _, r := range rep.Rows {
+		k := [2]string{r.Upstream, r.VendorKeyID + "\x00" + r.VendorKey}
+		i, ok := at[k]
+		if !ok {
+			i = len(out)
+			at[k] = i
+			out = append(out, keyDrift{upstream: r.Upstream, name: r.VendorKey, id: r.VendorKeyID})
+		}
+		out[i].tokens += reconcile.Tokens(r.Unexplained.Usage)
+		out[i].nanoUSD += r.Unexplained.Cost
+	}
+	return out
+}
+
+// startContinuous runs the continuous reconciliation until ctx ends, on
+// whichever sidecar holds its lease; nil runner: no upstream has an admin
+// key.
+func startContinuous(ctx context.Context, c *config.Config, r *reconcile.Runner, st *store.Store, reg prometheus.Registerer, watcher *alerts.Watcher, log *slog.Logger) {
+	if r == nil {
+		return
+	}
+	m := newReconcileMetrics(reg)
+	host, _ := os.Hostname()
+	rc := c.Reconcile
+	width := vendorusage.Width(rc.BucketWidth)
+	run := &reconcile.Continuous{
+		Runner: r, State: st, Width: width,
+		Delay: rc.ReportingDelay.D(), Interval: rc.Interval.D(), Lookback: rc.Lookback.D(),
+		Holder: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), alerts.NewEventID()),
+		Logger: log, Now: time.Now,
+		OnWindow: func(ctx context.Context, start time.Time, rep reconcile.Report) {
+			m.tokens.Reset()
+			m.usd.Reset()
+			for _, d := range drifts(rep) {
+				m.tokens.WithLabelValues(d.upstream, d.name, d.id).Set(float64(d.tokens))
+				m.usd.WithLabelValues(d.upstream, d.name, d.id).Set(pricing.USD(d.nanoUSD))
+				over := (rc.DriftUSD > 0 && abs(d.nanoUSD) > pricing.NanoUSD(rc.DriftUSD)) || (rc.DriftTokens > 0 && abs(d.tokens) > rc.DriftTokens)
+				if over {
+					log.Warn("reconcile: unexplained usage over the drift threshold", "upstream", d.upstream, "vendor_key", d.name, "vendor_key_id", d.id,
+						"window_start", start, "tokens", d.tokens, "nano_usd", d.nanoUSD)
+					watcher.ReconcileDrift(ctx, d.upstream, d.name, d.id, start, string(width), d.tokens, d.nanoUSD)
+				}
+			}
+			m.windows.Inc()
+			m.last.Set(float64(start.Add(width.Duration()).Unix()))
+		},
+	}
+	go run.Run(ctx)
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

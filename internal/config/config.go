@@ -36,6 +36,9 @@ type Config struct {
 	Tracing Tracing `yaml:"tracing"`
 	// Alerts configure the webhook events.
 	Alerts Alerts `yaml:"alerts"`
+	// Reconcile configures the continuous reconciliation with the vendors'
+	// usage reports.
+	Reconcile Reconcile `yaml:"reconcile"`
 }
 
 // CatalogueEnv names the environment variable that overrides catalogue.

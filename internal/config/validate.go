@@ -20,6 +20,7 @@ func (c *Config) Validate() error {
 		c.LedgerSink.validate,
 		c.Tracing.validate,
 		c.Alerts.validate,
+		c.Reconcile.validate,
 		c.validateUpstreams,
 	} {
 		if err := check(); err != nil {
