@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/vendorusage"
@@ -108,3 +109,33 @@ func (c *Continuous) Tick(ctx context.Context) error {
 
 // jsonOf is a window's result as kept.
 func jsonOf(rep Report) ([]byte, error) { return json.Marshal(rep) }
+
+// Window is one kept window's result.
+type Window struct {
+	Start time.Time
+	Report
+}
+
+// Keeper is where the continuous run's results are read (the store).
+type Keeper interface {
+	ReconcileWindows(ctx context.Context, width string, from, to time.Time) (map[time.Time][]byte, error)
+}
+
+// Kept returns the kept windows of width starting in [from, to), oldest
+// first.
+func Kept(ctx context.Context, k Keeper, width vendorusage.Width, from, to time.Time) ([]Window, error) {
+	m, err := k.ReconcileWindows(ctx, string(width), from, to)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Window, 0, len(m))
+	for start, b := range m {
+		w := Window{Start: start}
+		if err := json.Unmarshal(b, &w.Report); err != nil {
+			return nil, fmt.Errorf("reconcile: window %s: %w", start.Format(time.RFC3339), err)
+		}
+		out = append(out, w)
+	}
+	slices.SortFunc(out, func(a, b Window) int { return a.Start.Compare(b.Start) })
+	return out, nil
+}

@@ -112,7 +112,13 @@ func TestContinuous(t *testing.T) {
 	if len(again) != 2 || !again[0].Equal(hour.Add(3*time.Hour)) || !again[1].Equal(hour.Add(4*time.Hour)) {
 		t.Fatalf("after the outage: windows %v; want 13:00 and 14:00 once each", again)
 	}
-	if kept, _ = st.ReconcileWindows(ctx, "1h", hour, hour.Add(24*time.Hour)); len(kept) != 5 {
-		t.Errorf("%d windows kept; want 5", len(kept))
+	ws, err := Kept(ctx, st, vendorusage.Hour, hour, hour.Add(24*time.Hour))
+	if err != nil || len(ws) != 5 {
+		t.Fatalf("%d windows kept (%v); want 5", len(ws), err)
+	}
+	for i, w := range ws {
+		if !w.Start.Equal(hour.Add(time.Duration(i)*time.Hour)) || len(w.Rows) != 1 || w.Rows[0].Unexplained.Cost != 2000 {
+			t.Errorf("window %d: %+v", i, w)
+		}
 	}
 }
