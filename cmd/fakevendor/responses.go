@@ -171,6 +171,7 @@ func (b *chatAPI) responses(w http.ResponseWriter, r *http.Request, body []byte,
 		}
 	}
 	rp := planReply(body, inputMessages(req.Input), req.MaxOutputTokens, tool, ctl)
+	b.fake.chatCompletionsUsage.bill(r, req.Model, rp.billed())
 	id := b.fake.ids.next("resp_")
 	final, events := b.buildResponse(&req, rp, id, ctl, store)
 	if store {

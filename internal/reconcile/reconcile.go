@@ -131,7 +131,7 @@ func Reconcile(in Input) []Row {
 			// A key with no vendor id: named, so its rows say which.
 			r.VendorKey = st.VendorKey
 		}
-		r.Ledger = r.Ledger.Add(st.Usage)
+		r.Ledger = r.Ledger.Add(priced(st.Usage))
 		r.LedgerCost += st.Cost
 		r.Entries++
 		if st.Estimated {
@@ -178,6 +178,17 @@ func Reconcile(in Input) []Row {
 func sub(u, v usage.Usage) usage.Usage {
 	for _, k := range usage.Kinds {
 		k.Set(&u, k.Of(u)-k.Of(v))
+	}
+	return u
+}
+
+// priced is u without the kinds counted within others (reasoning, within
+// output), which the vendors' reports do not show apart.
+func priced(u usage.Usage) usage.Usage {
+	for _, k := range usage.Kinds {
+		if !k.Priced {
+			k.Set(&u, 0)
+		}
 	}
 	return u
 }

@@ -3,11 +3,14 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
@@ -101,12 +104,12 @@ func reconcileHours(t *testing.T, s *launch.Stack, acct string, from, to time.Ti
 // to the ledger's; usage billed to a key outside the gateway shows as
 // exactly that much unexplained, on that key alone.
 func TestReconcileVendorReports(t *testing.T) {
-	s := reconcileStack(t)
+	s := reconcileStack(t, func(c *config.Config) { c.Limits.BackgroundPoll = config.Duration(100 * time.Millisecond) })
 	acct := s.NewAccount(100, noLimits)
 	waitHealthRoute(t, s, "primary")
 	from := time.Now().UTC().Truncate(time.Hour)
 
-	const n = 40
+	n := 40
 	for i := range n {
 		session := fmt.Sprintf("rc-%d", i)
 		stream := i%2 == 1
@@ -127,6 +130,28 @@ func TestReconcileVendorReports(t *testing.T) {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
 		}
 	}
+	// The Responses API on beta, which the completions report counts: a
+	// reply, a stream, a background response (settled by the sidecar's
+	// polls) and a response over the WebSocket.
+	for _, stream := range []bool{false, true} {
+		body := fmt.Sprintf(`{"model":%q,"input":"What does it cost?","stream":%v}`, betaModel, stream)
+		if resp, out := s.Do("POST", responsesPath, chatCompletionsHeaders(acct.Key), []byte(body)); resp.StatusCode != 200 {
+			t.Fatalf("responses (stream %v): %d %s", stream, resp.StatusCode, out)
+		}
+	}
+	bgResp, bgOut := s.Do("POST", responsesPath, chatCompletionsHeaders(acct.Key), []byte(fmt.Sprintf(`{"model":%q,"background":true,"input":"Work on this"}`, betaModel)))
+	var bg struct{ ID string }
+	if bgResp.StatusCode != 200 || json.Unmarshal(bgOut, &bg) != nil || bg.ID == "" {
+		t.Fatalf("background: %d %s", bgResp.StatusCode, bgOut)
+	}
+	waitUnparked(t, s, acct.ID, bg.ID)
+	ws := mustDialSocket(t, s, acct.Key, nil)
+	if evs := ws.create(fmt.Sprintf(`{"model":%q,"input":"Over the socket."}`, betaModel)); evs[len(evs)-1].Type != "response.completed" {
+		t.Fatalf("socket response: %s", evs[len(evs)-1].raw)
+	}
+	ws.c.Close(websocket.StatusNormalClosure, "")
+	const responses = 4
+	n += responses
 	to := time.Now().UTC().Truncate(time.Hour).Add(time.Hour)
 
 	check := func(outside map[string]usage.Usage) {
