@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"testing"
 	"time"
@@ -378,6 +380,22 @@ func TestReconcileVendorReports(t *testing.T) {
 	secretsIn(t, "the sidecar's metrics", getOK(t, http.DefaultClient, s.ControlURL+"/metrics"), admins)
 	secretsIn(t, "the sidecar's log", []byte(s.Sidecar.Log()), admins)
 	secretsIn(t, "Envoy's log", []byte(s.Envoy.Log()+" "), admins)
+	if where := findAnyInRedis(t, s, admins); where != "" {
+		t.Errorf("an admin key is in Redis: %s", where)
+	}
+	jar, _ := cookiejar.New(nil)
+	oc := &http.Client{Jar: jar}
+	console := "http://" + s.Config.Listeners.Console
+	signIn, err := oc.PostForm(console+"/signin", url.Values{"token": {adminToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signIn.Body.Close()
+	page := getOK(t, oc, console+"/reconcile")
+	if !bytes.Contains(page, []byte("<h2>Reconciliation</h2>")) {
+		t.Fatalf("the console's reconciliation page: %s", page)
+	}
+	secretsIn(t, "the console's reconciliation page", page, admins)
 }
 
 // The usage reports are reachable only through the relay, which adds the
