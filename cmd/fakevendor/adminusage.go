@@ -400,6 +400,8 @@ type usageControl struct {
 	Format string `json:"format"` // "messages" or "chat_completions"
 	Key    string `json:"key"`    // the key's label (KeyLabel)
 	Model  string `json:"model"`
+	// At is when the usage was served (RFC 3339); empty: now.
+	At string `json:"at"`
 	billed
 }
 
@@ -409,11 +411,15 @@ func (h *controlHandler) postUsage(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	err := dec.Decode(&c)
 	l := h.fake.usageLogOf(c.Format)
+	at := time.Now()
+	if err == nil && c.At != "" {
+		at, err = time.Parse(time.RFC3339, c.At)
+	}
 	if err != nil || l == nil || c.Key == "" || c.Model == "" || c.negative() {
-		writeControlJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"format": "messages"|"chat_completions", "key": LABEL, "model": ID, "input_tokens": N, "output_tokens": N, ...}, no count negative`})
+		writeControlJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"format": "messages"|"chat_completions", "key": LABEL, "model": ID, "input_tokens": N, "output_tokens": N, ..., "at": RFC3339 (optional)}, no count negative`})
 		return
 	}
-	l.add(usageEntry{at: time.Now(), keyID: "key_" + c.Key, model: c.Model, tokens: c.billed, requests: 1})
+	l.add(usageEntry{at: at, keyID: "key_" + c.Key, model: c.Model, tokens: c.billed, requests: 1})
 	h.fake.log.Info("usage added outside the gateway", "format", c.Format, "key", c.Key, "model", c.Model)
 	writeControlJSON(w, http.StatusOK, map[string]string{"vendor_key_id": "key_" + c.Key})
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -165,7 +164,9 @@ func startContinuous(ctx context.Context, c *config.Config, r *reconcile.Runner,
 	run := &reconcile.Continuous{
 		Runner: r, State: st, Width: width,
 		Delay: rc.ReportingDelay.D(), Interval: rc.Interval.D(), Lookback: rc.Lookback.D(),
-		Holder: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), alerts.NewEventID()),
+		// The host and control listener name the sidecar across its
+		// restarts: a restarted runner takes its lease back at once.
+		Holder: host + "/" + c.Listeners.Control,
 		Logger: log, Now: time.Now,
 		OnWindow: func(ctx context.Context, start time.Time, rep reconcile.Report) {
 			m.tokens.Reset()

@@ -28,7 +28,13 @@ import (
 // and whose upstreams have admin keys, which Envoy injects on the relay.
 // The fake bills the test's models at the catalogue's prices.
 func reconcileStack(t *testing.T, more ...func(*config.Config)) *launch.Stack {
-	s := launchtest.Start(t, launch.Options{Pool: 3, SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}, Configure: func(c *config.Config) {
+	return reconcileStackWith(t, launch.Options{}, more...)
+}
+
+// reconcileStackWith is reconcileStack with o's Redis and sidecar
+// environment.
+func reconcileStackWith(t *testing.T, o launch.Options, more ...func(*config.Config)) *launch.Stack {
+	s := launchtest.Start(t, launch.Options{Pool: 3, RedisAddr: o.RedisAddr, SidecarEnv: append(o.SidecarEnv, "GATEWAY_ADMIN_TOKEN="+adminToken), Configure: func(c *config.Config) {
 		for _, f := range more {
 			f(c)
 		}

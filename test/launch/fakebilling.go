@@ -63,3 +63,13 @@ func (f *Fake) BillAbandoned(format string, bill bool) {
 	f.T.Helper()
 	f.post("/abandoned", map[string]any{"format": format, "bill": bill})
 }
+
+// AddUsageAt is AddUsage served at a given time.
+func (f *Fake) AddUsageAt(format, secret, model string, at time.Time, tokens map[string]int64) {
+	f.T.Helper()
+	body := map[string]any{"format": format, "key": KeyLabel(secret), "model": model, "at": at.UTC().Format(time.RFC3339)}
+	for k, v := range tokens {
+		body[k] = v
+	}
+	f.post("/usage", body)
+}
