@@ -12,5 +12,5 @@ import (
 func TestLedgerSinkOnPostgres(t *testing.T) {
 	skipShort(t)
 	pg := launchtest.Postgres(t)
-	runWith(t, "./internal/ledgersink", []string{"TestMigrateKeepsRows", "TestRefusedEntriesSetAside", "TestTableHasEveryField"}, pgtest.Env+"="+pg.URL)
+	runWith(t, "./internal/ledgersink", []string{"TestMigrateKeepsRows", "TestRefusedEntriesSetAside", "TestTableHasEveryField", "TestReconciliationCopied"}, pgtest.Env+"="+pg.URL)
 }
