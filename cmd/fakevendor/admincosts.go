@@ -33,6 +33,7 @@ func (l *usageLog) costLocked(e usageEntry) int64 {
 		{e.tokens.Input, p.Input}, {e.tokens.CacheRead, p.CacheRead}, {e.tokens.CacheWrite5m, p.CacheWrite5m},
 		{e.tokens.CacheWrite1h, p.CacheWrite1h}, {e.tokens.Output, p.Output}, {e.tokens.AudioInput, p.AudioInput},
 		{e.tokens.AudioOutput, p.AudioOutput}, {e.tokens.WebSearches, p.WebSearches},
+		{e.tokens.AudioSeconds, p.AudioSeconds}, {e.tokens.Images, p.Images},
 	} {
 		sum.Add(sum, new(big.Int).Mul(big.NewInt(qr[0]), big.NewInt(qr[1])))
 	}
@@ -169,7 +170,15 @@ func (s *site) chatCostReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pageEnd, next := rq.page()
+	// The bill covers every report of the organization.
+	f := s.fake
 	starts, sums := s.usage.costs(rq.start, pageEnd, rq.width)
+	for _, l := range []*usageLog{&f.embeddingsUsage, &f.transcriptionsUsage, &f.imagesUsage} {
+		_, more := l.costs(rq.start, pageEnd, rq.width)
+		for i := range sums {
+			sums[i] += more[i]
+		}
+	}
 	type amount struct {
 		Value    json.Number `json:"value"`
 		Currency string      `json:"currency"`
@@ -227,7 +236,7 @@ func (h *controlHandler) postPrices(w http.ResponseWriter, r *http.Request) {
 	err := dec.Decode(&c)
 	l := h.fake.usageLogOf(c.Format)
 	if err != nil || l == nil || c.Model == "" || c.negative() {
-		writeControlJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"format": "messages"|"chat_completions", "model": ID, "input_tokens": NANO_USD_PER_MILLION, ...}, no price negative`})
+		writeControlJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"format": "messages"|"chat_completions"|"embeddings"|"audio_transcriptions"|"images", "model": ID, "input_tokens": NANO_USD_PER_MILLION, ...}, no price negative`})
 		return
 	}
 	l.setPrice(c.Model, c.billed)
@@ -266,6 +275,12 @@ func (f *fake) usageLogOf(format string) *usageLog {
 		return &f.messagesUsage
 	case "chat_completions":
 		return &f.chatCompletionsUsage
+	case "embeddings":
+		return &f.embeddingsUsage
+	case "audio_transcriptions":
+		return &f.transcriptionsUsage
+	case "images":
+		return &f.imagesUsage
 	}
 	return nil
 }

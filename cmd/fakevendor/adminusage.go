@@ -40,6 +40,10 @@ type billed struct {
 	AudioInput   int64 `json:"audio_input_tokens"`
 	AudioOutput  int64 `json:"audio_output_tokens"`
 	WebSearches  int64 `json:"web_search_requests"`
+	// AudioSeconds and Images are what the transcriptions and images
+	// reports count (adminreports.go).
+	AudioSeconds int64 `json:"audio_seconds"`
+	Images       int64 `json:"images"`
 }
 
 func (b *billed) add(o billed) {
@@ -51,6 +55,8 @@ func (b *billed) add(o billed) {
 	b.AudioInput += o.AudioInput
 	b.AudioOutput += o.AudioOutput
 	b.WebSearches += o.WebSearches
+	b.AudioSeconds += o.AudioSeconds
+	b.Images += o.Images
 }
 
 // billed is what the vendor bills for rp.
@@ -425,5 +431,5 @@ func (h *controlHandler) postUsage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (b billed) negative() bool {
-	return min(b.Input, b.CacheRead, b.CacheWrite5m, b.CacheWrite1h, b.Output, b.AudioInput, b.AudioOutput, b.WebSearches) < 0
+	return min(b.Input, b.CacheRead, b.CacheWrite5m, b.CacheWrite1h, b.Output, b.AudioInput, b.AudioOutput, b.WebSearches, b.AudioSeconds, b.Images) < 0
 }

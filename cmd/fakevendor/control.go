@@ -478,6 +478,9 @@ func (h *controlHandler) reset(w http.ResponseWriter, r *http.Request) {
 	f.keys.reset()
 	f.messagesUsage.reset()
 	f.chatCompletionsUsage.reset()
+	f.embeddingsUsage.reset()
+	f.transcriptionsUsage.reset()
+	f.imagesUsage.reset()
 	f.siteOf("messages").billAbandoned.Store(false)
 	f.siteOf("chat_completions").billAbandoned.Store(false)
 	for _, c := range []*counters{&f.messagesCount, &f.chatCompletionsCount} {

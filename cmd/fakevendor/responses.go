@@ -487,6 +487,7 @@ func (b *chatAPI) embeddings(w http.ResponseWriter, r *http.Request, body []byte
 		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": emb}
 	}
 	in := inputTokens(body)
+	b.fake.embeddingsUsage.bill(r, req.Model, billed{Input: int64(in)})
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "model": req.Model,
 		"usage": map[string]any{"prompt_tokens": in, "total_tokens": in}})
 }

@@ -29,6 +29,8 @@ type fake struct {
 	messagesCount, chatCompletionsCount counters
 	keys                                keyState
 	messagesUsage, chatCompletionsUsage usageLog // billed, for the usage reports
+	// OpenAI's other usage reports (adminreports.go).
+	embeddingsUsage, transcriptionsUsage, imagesUsage usageLog
 
 	messages, chatCompletions, control http.Handler
 }
@@ -44,7 +46,8 @@ func newFake(cfg config, log *slog.Logger) *fake {
 			messagesUsagePath: (*site).messagesUsageReport, messagesCostPath: (*site).messagesCostReport}}
 	f.chatCompletions = &site{fake: f, format: "chat_completions", ctl: &f.chatCompletionsCtl, count: &f.chatCompletionsCount, api: &chatAPI{fake: f},
 		usage: &f.chatCompletionsUsage, reports: map[string]func(*site, http.ResponseWriter, *http.Request){
-			chatUsagePath: (*site).chatUsageReport, chatCostPath: (*site).chatCostReport}}
+			chatUsagePath: (*site).chatUsageReport, chatCostPath: (*site).chatCostReport,
+			embeddingsUsagePath: (*site).otherUsageReport, transcriptionsUsagePath: (*site).otherUsageReport, imagesUsagePath: (*site).otherUsageReport}}
 	f.control = newControlHandler(f)
 	return f
 }

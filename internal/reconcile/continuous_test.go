@@ -23,6 +23,10 @@ import (
 // read.
 func continuous(t *testing.T, st *store.Store, holder string, now *time.Time, reads *int) *Continuous {
 	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/beta"+vendorusage.OpenAIPath {
+			emptyOrNotFound(w, r)
+			return
+		}
 		*reads++
 		start, _ := strconv.ParseInt(r.URL.Query().Get("start_time"), 10, 64)
 		w.Write([]byte(`{"data":[{"start_time":` + strconv.FormatInt(start, 10) + `,"end_time":` + strconv.FormatInt(start+3600, 10) +

@@ -55,7 +55,7 @@ func TestRun(t *testing.T) {
 		case "/beta" + vendorusage.OpenAIPath:
 			w.Write([]byte(`{"object":"page","data":[{"start_time":1767348000,"end_time":1767351600,"results":[{"input_tokens":5,"output_tokens":1,"api_key_id":"key_b","model":"gpt-x"}]}],"has_more":false}`))
 		default:
-			http.NotFound(w, r)
+			emptyOrNotFound(w, r)
 		}
 	}))
 	defer relay.Close()
@@ -85,7 +85,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := rep.Rows
-	if len(rows) != 2 || len(paths) != 2 {
+	if len(rows) != 2 || len(paths) != 2+len(vendorusage.OpenAIOtherPaths()) {
 		t.Fatalf("rows %+v from %v", rows, paths)
 	}
 	for _, row := range rows {
@@ -115,7 +115,7 @@ func TestRunCosts(t *testing.T) {
 			// $0.000013: 2,000 nano-USD more than the usage at the ledger's prices.
 			w.Write([]byte(`{"object":"page","data":[{"object":"bucket","start_time":1767312000,"end_time":1767398400,"results":[{"object":"organization.costs.result","amount":{"value":0.000013,"currency":"usd"}}]}],"has_more":false,"next_page":null}`))
 		default:
-			http.NotFound(w, r)
+			emptyOrNotFound(w, r)
 		}
 	}))
 	defer relay.Close()
@@ -144,4 +144,13 @@ func TestRunCosts(t *testing.T) {
 	if rep, err = r.Run(context.Background(), hour, hour.Add(time.Hour), vendorusage.Hour); err != nil || len(rep.Costs) != 0 || costQuery != "" {
 		t.Fatalf("an hour read costs %+v (%v)", rep.Costs, err)
 	}
+}
+
+// emptyOrNotFound answers OpenAI's other usage reports with an empty page.
+func emptyOrNotFound(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/beta/v1/organization/usage/") {
+		w.Write([]byte(`{"data":[],"has_more":false}`))
+		return
+	}
+	http.NotFound(w, r)
 }

@@ -63,29 +63,46 @@ const maxPages = 1000
 // upstream's wire format (config.FormatMessages or
 // config.FormatChatCompletions).
 func Fetch(ctx context.Context, client *http.Client, base, format string, from, to time.Time, width Width) ([]Row, error) {
-	var (
+	type report struct {
 		path  string
 		parse func([]byte) ([]Row, string, error)
-		query func(page string) url.Values
-		hdr   http.Header
+	}
+	var (
+		reports []report
+		query   func(page string) url.Values
+		hdr     http.Header
 	)
 	switch format {
 	case config.FormatMessages:
-		path, parse, query = AnthropicPath, ParseAnthropic, func(page string) url.Values {
-			return anthropicQuery(from, to, width, page)
-		}
+		reports = []report{{AnthropicPath, ParseAnthropic}}
+		query = func(page string) url.Values { return anthropicQuery(from, to, width, page) }
 		hdr = http.Header{"Anthropic-Version": {AnthropicVersion}}
 	case config.FormatChatCompletions:
-		path, parse, query = OpenAIPath, ParseOpenAI, func(page string) url.Values {
-			return openAIQuery(from, to, width, page)
+		reports = []report{{OpenAIPath, ParseOpenAI}}
+		for _, p := range OpenAIOtherPaths() {
+			reports = append(reports, report{p, parseOpenAIOther(p)})
 		}
+		query = func(page string) url.Values { return openAIQuery(from, to, width, page) }
 	default:
 		return nil, fmt.Errorf("vendorusage: no usage report for format %q", format)
 	}
 	var rows []Row
+	for _, rp := range reports {
+		got, err := fetchPages(ctx, client, base+rp.path, query, hdr, rp.parse)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, got...)
+	}
+	return rows, nil
+}
+
+// fetchPages reads every page of one report.
+func fetchPages(ctx context.Context, client *http.Client, u string, query func(page string) url.Values, hdr http.Header, parse func([]byte) ([]Row, string, error)) ([]Row, error) {
+	var rows []Row
 	page := ""
 	for range maxPages {
-		b, err := get(ctx, client, base+path+"?"+query(page).Encode(), hdr)
+		b, err := get(ctx, client, u+"?"+query(page).Encode(), hdr)
 		if err != nil {
 			return nil, err
 		}
@@ -99,7 +116,7 @@ func Fetch(ctx context.Context, client *http.Client, base, format string, from, 
 		}
 		page = next
 	}
-	return nil, fmt.Errorf("vendorusage: %s: more than %d pages", path, maxPages)
+	return nil, fmt.Errorf("vendorusage: %s: more than %d pages", u, maxPages)
 }
 
 // Admin API rate limits: a 429 (or 503) is retried after the vendor's

@@ -49,8 +49,13 @@ func reconcileStackWith(t *testing.T, o launch.Options, more ...func(*config.Con
 	}})
 	s.Primary.SetPrice(config.FormatMessages, alphaModel, priceOf(t, s, "alpha", alphaModel), 1)
 	s.Primary.SetPrice(config.FormatChatCompletions, betaModel, priceOf(t, s, "beta", betaModel), 1)
+	s.Primary.SetPrice("embeddings", embeddingModel, priceOf(t, s, "beta", embeddingModel), 1)
+	s.Primary.SetPrice("audio_transcriptions", "whisper-1", priceOf(t, s, "beta", "whisper-1"), 1)
 	return s
 }
+
+// embeddingModel is the embedding model the reconciliation tests send.
+const embeddingModel = "text-embedding-3-small"
 
 // catalogueCost is u of the upstream's model at the catalogue's standard
 // rates, as the reconciliation prices a difference.
@@ -97,8 +102,9 @@ func reconcileHours(t *testing.T, s *launch.Stack, acct string, from, to time.Ti
 			in.Keys[k.Name] = k.VendorKeyID
 		}
 		for _, st := range ledger {
-			// The test's models tell the upstreams apart.
-			if string(st.Priced) == models[u.Name] {
+			// The test's models tell the upstreams apart: alpha's is the
+			// only one alpha serves.
+			if (string(st.Priced) == alphaModel) == (u.Name == "alpha") {
 				in.Ledger = append(in.Ledger, st)
 			}
 		}
@@ -158,8 +164,16 @@ func TestReconcileVendorReports(t *testing.T) {
 		t.Fatalf("socket response: %s", evs[len(evs)-1].raw)
 	}
 	ws.c.Close(websocket.StatusNormalClosure, "")
-	const responses = 4
-	n += responses
+	// An embedding and a transcription, which their own reports count.
+	if resp, out := s.Do("POST", "/beta/v1/embeddings", chatCompletionsHeaders(acct.Key), []byte(`{"model":"`+embeddingModel+`","input":["one","two"]}`)); resp.StatusCode != 200 {
+		t.Fatalf("embeddings: %d %s", resp.StatusCode, out)
+	}
+	form, hdr := transcriptionForm(t, acct.Key, 40_000, "model", "whisper-1") // 2.5 s: billed 3
+	if resp, out := s.Do("POST", transcriptionsPath, hdr, form); resp.StatusCode != 200 {
+		t.Fatalf("transcription: %d %s", resp.StatusCode, out)
+	}
+	const others = 6
+	n += others
 	to := time.Now().UTC().Truncate(time.Hour).Add(time.Hour)
 
 	check := func(outside map[string]usage.Usage) {

@@ -7,7 +7,8 @@ import (
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
-// SetPrice makes the fake bill model, in a wire format's cost report, at
+// SetPrice makes the fake bill model, in a wire format's cost report (or
+// one of OpenAI's other reports: embeddings, audio_transcriptions), at
 // the rates of m's standard tier from now on (as the catalogue prices it),
 // each rate multiplied by factor: 1 is the catalogue's price, above 1 a
 // price raised at the vendor.
@@ -19,6 +20,7 @@ func (f *Fake) SetPrice(format, model string, m *pricing.Model, factor int64) {
 		"input_tokens": r.Input, "output_tokens": r.Output, "cache_read_tokens": r.CacheRead,
 		"cache_write_tokens": r.CacheWrite5m, "cache_write_1h_tokens": r.CacheWrite1h,
 		"audio_input_tokens": r.AudioInput, "audio_output_tokens": r.AudioOutput,
+		"audio_seconds": r.AudioSeconds, "images": r.ImageGenerations,
 	} {
 		body[name] = rate * factor
 	}
