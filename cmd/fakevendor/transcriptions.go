@@ -1,11 +1,11 @@
 package main
 
 import (
-	"math"
 	"bytes"
 	"cmp"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"mime/multipart"
 	"net/http"
