@@ -14,6 +14,7 @@ import (
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/reconcile"
+	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/usage"
 	"github.com/modelgateway/gateway/internal/vendorusage"
 	"github.com/modelgateway/gateway/test/launch"
@@ -24,8 +25,9 @@ import (
 // key outside the gateway, in a window already kept, shows when the
 // windows are run again from the start: that window's row is unexplained
 // by exactly that much, and alerts reconcile.drift once; every other
-// window's kept result is the same, byte for byte. The runner killed and
-// restarted, and the windows run once more, alerts nothing again.
+// window's kept result is the same, byte for byte. Redis down for a
+// while (the runner's looks fail), the runner killed and restarted, and
+// the windows run once more: the same results, and no alert again.
 func TestReconcileContinuous(t *testing.T) {
 	const secret = "whsec-reconcile-7e2a"
 	recv := newWebhookReceiver(t, secret)
@@ -36,8 +38,11 @@ func TestReconcileContinuous(t *testing.T) {
 		c.Alerts.Webhooks = []config.Webhook{{URL: recv.srv.URL, SecretEnv: "GATEWAY_WEBHOOK_SECRET"}}
 	}
 	env := []string{"GATEWAY_WEBHOOK_SECRET=" + secret}
-	a := reconcileStackWith(t, launch.Options{SidecarEnv: env}, conf)
-	b := reconcileStackWith(t, launch.Options{SidecarEnv: env, RedisAddr: a.RedisAddr}, conf)
+	// Redis with persistence, as in production, so that it can go down
+	// and come back with what it held.
+	rs := redistest.NewServerWith(t, "--appendonly", "yes", "--appendfsync", "always")
+	a := reconcileStackWith(t, launch.Options{SidecarEnv: env, RedisAddr: rs.Addr}, conf)
+	b := reconcileStackWith(t, launch.Options{SidecarEnv: env, RedisAddr: rs.Addr}, conf)
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: a.RedisAddr})
 	defer rdb.Close()
@@ -120,8 +125,17 @@ func TestReconcileContinuous(t *testing.T) {
 		}
 	}
 
-	// The runner killed and restarted (its lease is its own again), the
-	// windows run once more: the drift was alerted already.
+	// Redis goes away, then comes back; the runner is killed and
+	// restarted (its lease is its own again), and the windows run once
+	// more: the drift was alerted already.
+	rs.Stop()
+	eventually.True(t, 20*time.Second, "the runner to see Redis down", func() bool {
+		return metricValue(t, runner, "gateway_store_up") == 0
+	})
+	rs.Start()
+	eventually.True(t, 20*time.Second, "the runner to see Redis back", func() bool {
+		return metricValue(t, runner, "gateway_store_up") == 1
+	})
 	runner.Sidecar.Signal(syscall.SIGKILL)
 	if !runner.Sidecar.Wait(10 * time.Second) {
 		t.Fatal("sidecar survived SIGKILL")
@@ -134,6 +148,15 @@ func TestReconcileContinuous(t *testing.T) {
 		end := metricValue(t, runner, "gateway_reconcile_last_window_end_timestamp_seconds")
 		return end >= float64(drifted.Add(2*time.Minute).Unix()), fmt.Sprintf("last window ended at %v", time.Unix(int64(end), 0))
 	})
+	again, err := runner.Store.ReconcileWindows(ctx, "1m", now.Add(-10*time.Minute), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for start, b := range after {
+		if !bytes.Equal(again[start], b) {
+			t.Errorf("window %s after the outage and restart:\n%s\nbefore:\n%s", start, again[start], b)
+		}
+	}
 	for _, s := range []*launch.Stack{runner, other} {
 		if n := metricValue(t, s, `gateway_alerts_total{type="reconcile.drift"}`); n != 0 {
 			t.Errorf("reconcile.drift published %v more times", n)
