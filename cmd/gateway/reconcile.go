@@ -102,9 +102,9 @@ func (r *abandonedRecorder) run() {
 // reconcileMetrics are the gateway_reconcile_* series, set by the sidecar
 // running the continuous reconciliation.
 type reconcileMetrics struct {
-	tokens, usd *prometheus.GaugeVec
-	windows     prometheus.Counter
-	last        prometheus.Gauge
+	tokens, usd, bill *prometheus.GaugeVec
+	windows           prometheus.Counter
+	last              prometheus.Gauge
 }
 
 func newReconcileMetrics(reg prometheus.Registerer) *reconcileMetrics {
@@ -115,6 +115,9 @@ func newReconcileMetrics(reg prometheus.Registerer) *reconcileMetrics {
 		usd: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gateway_reconcile_unexplained_usd", Help: "The unexplained tokens at the catalogue's prices, in USD, in the last window reconciled, by upstream and vendor key.",
 		}, []string{"upstream", "vendor_key", "vendor_key_id"}),
+		bill: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gateway_reconcile_unexplained_bill_usd", Help: "The vendor's cost report of the last UTC day reconciled whole less its usage at the ledger's prices, in USD, by upstream.",
+		}, []string{"upstream"}),
 		windows: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_reconcile_windows_total", Help: "Windows the continuous reconciliation ran on this sidecar (a window run again after a stop counts again).",
 		}),
@@ -122,7 +125,7 @@ func newReconcileMetrics(reg prometheus.Registerer) *reconcileMetrics {
 			Name: "gateway_reconcile_last_window_end_timestamp_seconds", Help: "End of the last window reconciled on this sidecar, Unix seconds; 0 before the first.",
 		}),
 	}
-	reg.MustRegister(m.tokens, m.usd, m.windows, m.last)
+	reg.MustRegister(m.tokens, m.usd, m.bill, m.windows, m.last)
 	return m
 }
 
@@ -179,6 +182,14 @@ func startContinuous(ctx context.Context, c *config.Config, r *reconcile.Runner,
 					log.Warn("reconcile: unexplained usage over the drift threshold", "upstream", d.upstream, "vendor_key", d.name, "vendor_key_id", d.id,
 						"window_start", start, "tokens", d.tokens, "nano_usd", d.nanoUSD)
 					watcher.ReconcileDrift(ctx, d.upstream, d.name, d.id, start, string(width), d.tokens, d.nanoUSD)
+				}
+			}
+			for _, cr := range rep.Costs {
+				m.bill.WithLabelValues(cr.Upstream).Set(pricing.USD(cr.Unexplained))
+				if rc.DriftUSD > 0 && abs(cr.Unexplained) > pricing.NanoUSD(rc.DriftUSD) {
+					log.Warn("reconcile: the vendor's bill differs from its usage at the ledger's prices", "upstream", cr.Upstream,
+						"day", cr.Start, "billed_nano_usd", cr.Billed, "priced_nano_usd", cr.Priced)
+					watcher.ReconcileDrift(ctx, cr.Upstream, "", "", cr.Start, string(vendorusage.Day), 0, cr.Unexplained)
 				}
 			}
 			m.windows.Inc()

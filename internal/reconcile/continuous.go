@@ -14,6 +14,7 @@ import (
 // State is where the continuous run keeps its lease, cursor and results
 // (the store implements it).
 type State interface {
+	Keeper
 	ReconcileLease(ctx context.Context, holder string, ttl time.Duration) (bool, error)
 	ReconcileCursor(ctx context.Context, width string) (time.Time, error)
 	ReconcileWindow(ctx context.Context, width string, start, next time.Time, result []byte) error
@@ -91,6 +92,9 @@ func (c *Continuous) Tick(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if err := c.dayCosts(ctx, start, end, &rep); err != nil {
+			return err
+		}
 		b, err := jsonOf(rep)
 		if err != nil {
 			return fmt.Errorf("reconcile: %w", err)
@@ -105,6 +109,28 @@ func (c *Continuous) Tick(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// dayCosts adds the day's cost comparison to the result of the hour that
+// ends it.
+func (c *Continuous) dayCosts(ctx context.Context, start, end time.Time, rep *Report) error {
+	if c.Width != vendorusage.Hour || !end.Equal(end.Truncate(day)) {
+		return nil
+	}
+	from := end.Add(-day)
+	kept, err := Kept(ctx, c.State, c.Width, from, start)
+	if err != nil {
+		return err
+	}
+	if len(kept) != int(day/time.Hour)-1 {
+		return nil // a day the run did not see whole (its first)
+	}
+	rows := slices.Clone(rep.Rows)
+	for _, w := range kept {
+		rows = append(rows, w.Rows...)
+	}
+	rep.Costs, err = c.Runner.Costs(ctx, from, end, rows)
+	return err
 }
 
 // jsonOf is a window's result as kept.

@@ -23,6 +23,13 @@ import (
 // read.
 func continuous(t *testing.T, st *store.Store, holder string, now *time.Time, reads *int) *Continuous {
 	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/beta"+vendorusage.OpenAICostsPath {
+			// 24 windows of 7 tokens at 1,000 nano-USD, and 500 more.
+			start, _ := strconv.ParseInt(r.URL.Query().Get("start_time"), 10, 64)
+			w.Write([]byte(`{"data":[{"start_time":` + strconv.FormatInt(start, 10) + `,"end_time":` + strconv.FormatInt(start+86400, 10) +
+				`,"results":[{"amount":{"value":0.0001685,"currency":"usd"}}]}],"has_more":false}`))
+			return
+		}
 		if r.URL.Path != "/beta"+vendorusage.OpenAIPath {
 			emptyOrNotFound(w, r)
 			return
@@ -42,7 +49,7 @@ func continuous(t *testing.T, st *store.Store, holder string, now *time.Time, re
 		Runner: &Runner{
 			Relay: relay.URL, Client: relay.Client(),
 			Upstreams: []Upstream{{Name: "beta", Format: config.FormatChatCompletions, Keys: map[string]string{"k1": "key_b"},
-				Serves: func(string) bool { return true }, Price: price}},
+				Serves: func(string) bool { return true }, Price: price, Costs: true}},
 			Ledger: ledgerOf{"a1": entries},
 		},
 		State: st, Width: vendorusage.Hour, Delay: 10 * time.Minute, Interval: time.Minute, Lookback: 3 * time.Hour,
@@ -124,5 +131,39 @@ func TestContinuous(t *testing.T) {
 		if !w.Start.Equal(hour.Add(time.Duration(i)*time.Hour)) || len(w.Rows) != 1 || w.Rows[0].Unexplained.Cost != 2000 {
 			t.Errorf("window %d: %+v", i, w)
 		}
+	}
+}
+
+// The hour that ends a UTC day sets the day's bill against the day's kept
+// windows; a day the run did not see whole is not compared.
+func TestContinuousDayCosts(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	st := store.New(rdb, store.Options{})
+	day := hour.Truncate(24 * time.Hour)
+	now := day.Add(24*time.Hour + 40*time.Minute)
+	reads := 0
+	c := continuous(t, st, "a", &now, &reads)
+	c.Lookback = now.Sub(day.Add(-2 * time.Hour)) // from 22:00 the day before: that day is not whole
+	var costs []CostRow
+	c.OnWindow = func(_ context.Context, start time.Time, rep Report) {
+		if len(rep.Costs) > 0 {
+			costs = append(costs, rep.Costs...)
+			if !start.Equal(day.Add(23 * time.Hour)) {
+				t.Errorf("costs on the window of %s", start)
+			}
+		}
+	}
+	if err := c.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := CostRow{Upstream: "beta", Start: day, Billed: 168_500, Priced: 168_000, Unexplained: 500}
+	if len(costs) != 1 || costs[0] != want {
+		t.Fatalf("costs %+v; want %+v", costs, want)
+	}
+	ws, err := Kept(context.Background(), st, vendorusage.Hour, day, day.Add(24*time.Hour))
+	if err != nil || len(ws) != 24 || len(ws[23].Costs) != 1 {
+		t.Fatalf("%d windows kept (%v)", len(ws), err)
 	}
 }

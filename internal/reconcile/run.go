@@ -112,16 +112,36 @@ func (r *Runner) Run(ctx context.Context, from, to time.Time, width vendorusage.
 		}
 		rows := Reconcile(Input{Upstream: u.Name, Keys: u.Keys, Vendor: vendor, Ledger: byUpstream[u.Name], Abandoned: abandoned[u.Name], Width: width.Duration(), Price: u.Price})
 		rep.Rows = append(rep.Rows, rows...)
-		if !u.Costs || !dayTo.After(dayFrom) {
-			continue
+	}
+	if dayTo.After(dayFrom) {
+		if rep.Costs, err = r.Costs(ctx, dayFrom, dayTo, rep.Rows); err != nil {
+			return Report{}, err
 		}
-		costs, err := vendorusage.FetchCosts(ctx, r.Client, r.Relay+"/"+u.Name, u.Format, dayFrom, dayTo)
-		if err != nil {
-			return Report{}, fmt.Errorf("reconcile: upstream %s: %w", u.Name, err)
-		}
-		rep.Costs = append(rep.Costs, CostRows(u.Name, costs, rows)...)
 	}
 	return rep, nil
+}
+
+// Costs sets the vendors' cost reports of the whole UTC days [from, to)
+// against rows (every upstream's, of those days).
+func (r *Runner) Costs(ctx context.Context, from, to time.Time, rows []Row) ([]CostRow, error) {
+	var out []CostRow
+	for _, u := range r.Upstreams {
+		if !u.Costs {
+			continue
+		}
+		costs, err := vendorusage.FetchCosts(ctx, r.Client, r.Relay+"/"+u.Name, u.Format, from, to)
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: upstream %s: %w", u.Name, err)
+		}
+		var own []Row
+		for _, row := range rows {
+			if row.Upstream == u.Name {
+				own = append(own, row)
+			}
+		}
+		out = append(out, CostRows(u.Name, costs, own)...)
+	}
+	return out, nil
 }
 
 const day = 24 * time.Hour
