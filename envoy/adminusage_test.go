@@ -36,14 +36,15 @@ func TestRenderAdminKey(t *testing.T) {
 		for _, want := range []string{
 			"name: alpha-admin-key\n    generic_secret:\n      secret: {environment_variable: ALPHA_ADMIN_KEY}",
 			"prefix: /alpha/v1/organizations/usage_report/",
+			"prefix: /alpha/v1/organizations/cost_report",
 			"cluster: " + envoy.AdminCluster("alpha") + "\n",
 		} {
 			if !strings.Contains(s, want) {
 				t.Errorf("%s: the bootstrap lacks %q", name, want)
 			}
 		}
-		if strings.Count(s, "cluster: "+envoy.AdminCluster("alpha")+"\n") != 1 {
-			t.Errorf("%s: a route other than the relay's usage-report route uses the admin cluster", name)
+		if n := strings.Count(s, "cluster: "+envoy.AdminCluster("alpha")+"\n"); n != len(envoy.UsageReportPrefixes(cfg.Upstreams[0].Format)) {
+			t.Errorf("%s: %d routes use the admin cluster; want the relay's report routes alone", name, n)
 		}
 		if _, ok := cs[envoy.AdminCluster("beta")]; ok {
 			t.Errorf("%s: beta has an admin cluster without an admin key", name)

@@ -226,7 +226,7 @@ type upstreamView struct {
 	// the relay's usage-report route (the primary endpoint, the admin key
 	// injected); AdminPath is the vendor's path prefix of its reports.
 	AdminCluster string
-	AdminPath    string
+	AdminPaths   []string
 	admin        *credentialView
 
 	Clusters []clusterView // filled by Render once the view is complete
@@ -236,14 +236,15 @@ type upstreamView struct {
 // AdminCluster names the cluster that adds an upstream's admin key.
 func AdminCluster(cluster string) string { return cluster + "--admin" }
 
-// UsageReportPrefix is the path prefix of a vendor's usage reports, which
-// the relay routes with the admin key: Anthropic's Usage and Cost Admin API,
-// OpenAI's organization Usage and Costs APIs.
-func UsageReportPrefix(format string) string {
+// UsageReportPrefixes are the path prefixes of a vendor's usage and cost
+// reports, which the relay routes with the admin key: Anthropic's Usage and
+// Cost Admin API, OpenAI's organization Usage and Costs APIs. Nothing else
+// of the admin APIs is routed.
+func UsageReportPrefixes(format string) []string {
 	if format == config.FormatMessages {
-		return "/v1/organizations/usage_report/"
+		return []string{"/v1/organizations/usage_report/", "/v1/organizations/cost_report"}
 	}
-	return "/v1/organization/"
+	return []string{"/v1/organization/usage/", "/v1/organization/costs"}
 }
 
 // KeyCluster and MemberCluster name a pool's clusters (config's naming,
@@ -375,7 +376,7 @@ func Render(c *config.Config, o Options) ([]byte, error) {
 				cv.Header, cv.Prefix = "authorization", "Bearer "
 			}
 			v.Credentials = append(v.Credentials, cv)
-			uv.admin, uv.AdminCluster, uv.AdminPath = &cv, AdminCluster(uv.Cluster), UsageReportPrefix(u.Format)
+			uv.admin, uv.AdminCluster, uv.AdminPaths = &cv, AdminCluster(uv.Cluster), UsageReportPrefixes(u.Format)
 		}
 		for i, ep := range u.Endpoints() {
 			t, err := ep.Parse()

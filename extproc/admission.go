@@ -106,6 +106,7 @@ func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Reques
 func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, price *pricing.Model) *extprocv3.ProcessingResponse {
 	x.req, x.body, x.price = req, body, price
 	x.requestID = x.s.newRequestID()
+	x.s.attemptModels.put(x.envoyID, string(price.Name))
 	ctx = x.startTrace(ctx)
 	adm := x.admission()
 	d, t0, err := x.decide(ctx, adm)

@@ -50,8 +50,11 @@ type exchange struct {
 	key      account.Key
 
 	requestID string
-	started   time.Time
-	trace     exchangeTrace
+	// envoyID is Envoy's id of the request (x-request-id), as its logs
+	// name it.
+	envoyID string
+	started time.Time
+	trace   exchangeTrace
 	// transport is the ledger's name for how the client came ("" for
 	// HTTP; a line's, such as "websocket"), and localRef, on a line,
 	// reports the responses created on it, which it may continue (store:

@@ -46,6 +46,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	// header or else the account (the body may name a session later).
 	x.headerSession = hv.session != ""
 	x.steer(bound(hv.session), mutation)
+	x.envoyID = hv.requestID
 	if r := x.pooled(hv.requestID); r != nil {
 		return r
 	}

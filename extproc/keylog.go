@@ -33,7 +33,10 @@ type KeyLog struct {
 func (s *Server) NewKeyLog() *KeyLog { return &KeyLog{s: s, now: time.Now} }
 
 // StreamAccessLogs reads one Envoy's log stream until it ends.
+// A stream carries one log, named in its first message: the pool's
+// refused attempts, or the abandoned attempts (abandoned.go).
 func (l *KeyLog) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer) error {
+	logName := ""
 	for {
 		msg, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -41,6 +44,15 @@ func (l *KeyLog) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAcce
 		}
 		if err != nil {
 			return err
+		}
+		if id := msg.GetIdentifier(); id != nil {
+			logName = id.GetLogName()
+		}
+		if logName == AbandonedLogName {
+			for _, e := range msg.GetHttpLogs().GetLogEntry() {
+				l.abandoned(e)
+			}
+			continue
 		}
 		for _, e := range msg.GetHttpLogs().GetLogEntry() {
 			c := e.GetCommonProperties()

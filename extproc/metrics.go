@@ -41,6 +41,7 @@ type Metrics struct {
 
 	vendorKeyRequests  *prometheus.CounterVec
 	vendorKeyLimited   *prometheus.CounterVec
+	abandonedAttempts  *prometheus.CounterVec
 	vendorKeyCooldowns *prometheus.CounterVec
 	vendorKeyState     *prometheus.GaugeVec
 	vendorKeyRefusals  *prometheus.CounterVec
@@ -127,7 +128,7 @@ func NewMetrics(reg prometheus.Registerer, upstreams ...string) *Metrics {
 			m.admitSeconds, m.settleSeconds, m.expiredHolds, m.inflight, m.streams, m.sockets, m.socketRefusals, m.leaseCuts, m.capped, m.dearerModel,
 			m.concurrencyWaits, m.concurrencyWaitSeconds, m.concurrencyWaiters,
 			m.vendorKeyRequests, m.vendorKeyLimited, m.vendorKeyCooldowns, m.vendorKeyState, m.vendorKeyRefusals, m.vendorKeyBarred, m.poolShareRefusals)
-		reg.MustRegister(m.socketCuts, m.vendorRefusals, m.earlyRefusals)
+		reg.MustRegister(m.socketCuts, m.vendorRefusals, m.earlyRefusals, m.abandonedAttempts)
 	}
 	return m
 }
@@ -152,6 +153,9 @@ func (m *Metrics) newVendorKeyMetrics() {
 	m.vendorKeyBarred = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_pool_account_refusals_total", Help: "Requests the gateway refused (429) because their account keeps drawing refusals on a pool's healthy keys, by upstream.",
 	}, []string{"upstream"})
+	m.abandonedAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_abandoned_attempts_total", Help: "Attempts Envoy abandoned (a first-byte timeout or reset, a 429 or 5xx) and retried or failed, which the vendor may bill, by upstream, vendor key and reason; each is an operator-side ledger entry charged to no customer.",
+	}, []string{"upstream", "key", "reason"})
 	m.poolShareRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_pool_share_refusals_total", Help: "Requests the gateway refused (429) because the pool's vendor capacity ran low and their account had sent more than its share, by upstream.",
 	}, []string{"upstream"})

@@ -103,6 +103,9 @@ type Options struct {
 	// headers are refused on a concurrency limit its key's standing saw
 	// full; nil refuses none there (precheck.go).
 	InFlight InFlightReader
+	// OnAbandoned, when set, is given each attempt Envoy abandoned (its
+	// upstream log, abandoned.go), to record; it must not block.
+	OnAbandoned func(account.AbandonedAttempt)
 }
 
 // Server implements Envoy's ExternalProcessor service.
@@ -124,9 +127,7 @@ type Server struct {
 	// (refusals.go).
 	refusals *refusalMemory
 	inFlight InFlightReader // Options.InFlight
-	// attempts names the account of each recent pooled request, for
-	// Envoy's log of its refused attempts.
-	attempts requestAccounts
+	attemptLog
 
 	hooks
 	vendorSide
@@ -138,6 +139,17 @@ type Server struct {
 	active sync.WaitGroup
 }
 
+// attemptLog names the account and the priced model of each recent
+// request, for Envoy's logs of its attempts.
+type attemptLog struct {
+	// attempts names the account of each recent pooled request, for
+	// Envoy's log of its refused attempts.
+	attempts requestAccounts
+	// attemptModels names the priced model of each recent request, for
+	// Envoy's log of its abandoned attempts.
+	attemptModels requestAccounts
+}
+
 // hooks are who hears of what the processor decides (Options.On...); each
 // must not block.
 type hooks struct {
@@ -146,7 +158,8 @@ type hooks struct {
 	onKeyRefused func(upstream, key string, status int)
 	onKeyLimited func(upstream, key string, status int, until time.Time)
 	// onDearer: Options.OnModelMismatch.
-	onDearer func(upstream, accountID, keyID string, requested, priced usage.PricedModel)
+	onDearer    func(upstream, accountID, keyID string, requested, priced usage.PricedModel)
+	onAbandoned func(account.AbandonedAttempt) // Options.OnAbandoned
 }
 
 // vendorSide keeps the state of the objects the vendor keeps: who owns
@@ -188,7 +201,7 @@ func NewServer(o Options) *Server {
 	s := &Server{
 		upstreams: o.Upstreams, keys: o.Keys, admitter: o.Admitter, metrics: o.Metrics,
 		log: o.Logger, now: o.Now, settleT: o.SettleTimeout, maxBody: o.MaxRequestBytes, holds: o.Holds,
-		hooks:      hooks{onRefusal: o.OnRefusal, onKeyRefused: o.OnVendorKeyRefused, onKeyLimited: o.OnVendorKeyLimited, onDearer: o.OnModelMismatch},
+		hooks:      hooks{onRefusal: o.OnRefusal, onKeyRefused: o.OnVendorKeyRefused, onKeyLimited: o.OnVendorKeyLimited, onDearer: o.OnModelMismatch, onAbandoned: o.OnAbandoned},
 		vendorSide: vendorSide{owners: o.Owners, parking: o.Parking, bgPoll: o.BackgroundPoll},
 		tracer:     o.Tracer, refusals: newRefusalMemory(), inFlight: o.InFlight,
 	}

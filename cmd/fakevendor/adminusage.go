@@ -40,6 +40,10 @@ type billed struct {
 	AudioInput   int64 `json:"audio_input_tokens"`
 	AudioOutput  int64 `json:"audio_output_tokens"`
 	WebSearches  int64 `json:"web_search_requests"`
+	// AudioSeconds and Images are what the transcriptions and images
+	// reports count (adminreports.go).
+	AudioSeconds int64 `json:"audio_seconds"`
+	Images       int64 `json:"images"`
 }
 
 func (b *billed) add(o billed) {
@@ -51,6 +55,8 @@ func (b *billed) add(o billed) {
 	b.AudioInput += o.AudioInput
 	b.AudioOutput += o.AudioOutput
 	b.WebSearches += o.WebSearches
+	b.AudioSeconds += o.AudioSeconds
+	b.Images += o.Images
 }
 
 // billed is what the vendor bills for rp.
@@ -71,6 +77,7 @@ type usageEntry struct {
 	model    string
 	tokens   billed
 	requests int64
+	cost     int64 // nano-USD, at the price when billed (admincosts.go)
 }
 
 // usageLog is one wire format's billed usage. It is kept whole (not a
@@ -78,17 +85,19 @@ type usageEntry struct {
 type usageLog struct {
 	mu      sync.Mutex
 	entries []usageEntry
+	prices  map[string]billed // by model, nano-USD per million of each kind
 }
 
 func (l *usageLog) add(e usageEntry) {
 	l.mu.Lock()
+	e.cost = l.costLocked(e)
 	l.entries = append(l.entries, e)
 	l.mu.Unlock()
 }
 
 func (l *usageLog) reset() {
 	l.mu.Lock()
-	l.entries = nil
+	l.entries, l.prices = nil, nil
 	l.mu.Unlock()
 }
 
@@ -397,6 +406,8 @@ type usageControl struct {
 	Format string `json:"format"` // "messages" or "chat_completions"
 	Key    string `json:"key"`    // the key's label (KeyLabel)
 	Model  string `json:"model"`
+	// At is when the usage was served (RFC 3339); empty: now.
+	At string `json:"at"`
 	billed
 }
 
@@ -405,22 +416,20 @@ func (h *controlHandler) postUsage(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(&c)
-	var l *usageLog
-	switch c.Format {
-	case "messages":
-		l = &h.fake.messagesUsage
-	case "chat_completions":
-		l = &h.fake.chatCompletionsUsage
+	l := h.fake.usageLogOf(c.Format)
+	at := time.Now()
+	if err == nil && c.At != "" {
+		at, err = time.Parse(time.RFC3339, c.At)
 	}
 	if err != nil || l == nil || c.Key == "" || c.Model == "" || c.negative() {
-		writeControlJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"format": "messages"|"chat_completions", "key": LABEL, "model": ID, "input_tokens": N, "output_tokens": N, ...}, no count negative`})
+		writeControlJSON(w, http.StatusBadRequest, map[string]string{"error": `want {"format": "messages"|"chat_completions", "key": LABEL, "model": ID, "input_tokens": N, "output_tokens": N, ..., "at": RFC3339 (optional)}, no count negative`})
 		return
 	}
-	l.add(usageEntry{at: time.Now(), keyID: "key_" + c.Key, model: c.Model, tokens: c.billed, requests: 1})
+	l.add(usageEntry{at: at, keyID: "key_" + c.Key, model: c.Model, tokens: c.billed, requests: 1})
 	h.fake.log.Info("usage added outside the gateway", "format", c.Format, "key", c.Key, "model", c.Model)
 	writeControlJSON(w, http.StatusOK, map[string]string{"vendor_key_id": "key_" + c.Key})
 }
 
 func (b billed) negative() bool {
-	return min(b.Input, b.CacheRead, b.CacheWrite5m, b.CacheWrite1h, b.Output, b.AudioInput, b.AudioOutput, b.WebSearches) < 0
+	return min(b.Input, b.CacheRead, b.CacheWrite5m, b.CacheWrite1h, b.Output, b.AudioInput, b.AudioOutput, b.WebSearches, b.AudioSeconds, b.Images) < 0
 }

@@ -423,6 +423,9 @@ func newControlHandler(f *fake) *controlHandler {
 	h.mux.HandleFunc("GET /keys", h.getKeys)
 	h.mux.HandleFunc("POST /keys", h.postKeys)
 	h.mux.HandleFunc("POST /usage", h.postUsage)
+	h.mux.HandleFunc("GET /usage", h.getUsage)
+	h.mux.HandleFunc("POST /prices", h.postPrices)
+	h.mux.HandleFunc("POST /abandoned", h.postAbandoned)
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
@@ -475,6 +478,11 @@ func (h *controlHandler) reset(w http.ResponseWriter, r *http.Request) {
 	f.keys.reset()
 	f.messagesUsage.reset()
 	f.chatCompletionsUsage.reset()
+	f.embeddingsUsage.reset()
+	f.transcriptionsUsage.reset()
+	f.imagesUsage.reset()
+	f.siteOf("messages").billAbandoned.Store(false)
+	f.siteOf("chat_completions").billAbandoned.Store(false)
 	for _, c := range []*counters{&f.messagesCount, &f.chatCompletionsCount} {
 		c.requests.Store(0)
 		c.probes.Store(0)

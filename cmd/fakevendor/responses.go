@@ -171,6 +171,7 @@ func (b *chatAPI) responses(w http.ResponseWriter, r *http.Request, body []byte,
 		}
 	}
 	rp := planReply(body, inputMessages(req.Input), req.MaxOutputTokens, tool, ctl)
+	b.fake.chatCompletionsUsage.bill(r, req.Model, rp.billed())
 	id := b.fake.ids.next("resp_")
 	final, events := b.buildResponse(&req, rp, id, ctl, store)
 	if store {
@@ -486,6 +487,7 @@ func (b *chatAPI) embeddings(w http.ResponseWriter, r *http.Request, body []byte
 		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": emb}
 	}
 	in := inputTokens(body)
+	b.fake.embeddingsUsage.bill(r, req.Model, billed{Input: int64(in)})
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "model": req.Model,
 		"usage": map[string]any{"prompt_tokens": in, "total_tokens": in}})
 }

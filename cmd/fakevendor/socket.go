@@ -71,7 +71,7 @@ func (b *chatAPI) responsesSocket(w http.ResponseWriter, r *http.Request, _ []by
 			}
 			return // dropped without a close frame
 		}
-		if !b.socketResponse(ctx, c, data, &ctl, local) {
+		if !b.socketResponse(ctx, c, r, data, &ctl, local) {
 			return
 		}
 	}
@@ -79,7 +79,7 @@ func (b *chatAPI) responsesSocket(w http.ResponseWriter, r *http.Request, _ []by
 
 // socketResponse answers one response.create; false: the connection was
 // cut (abort_after_events) or broke.
-func (b *chatAPI) socketResponse(ctx context.Context, c *websocket.Conn, data []byte, ctl *Controls, local map[string]bool) bool {
+func (b *chatAPI) socketResponse(ctx context.Context, c *websocket.Conn, r *http.Request, data []byte, ctl *Controls, local map[string]bool) bool {
 	var req respRequest
 	if err := json.Unmarshal(data, &req); err != nil || req.Model == "" {
 		return socketError(ctx, c, 400, "invalid_request_error", "missing_required_parameter", "Missing required parameter: 'model'.")
@@ -102,6 +102,7 @@ func (b *chatAPI) socketResponse(ctx context.Context, c *websocket.Conn, data []
 		}
 	}
 	rp := planReply(data, inputMessages(req.Input), req.MaxOutputTokens, tool, ctl)
+	b.fake.chatCompletionsUsage.bill(r, req.Model, rp.billed())
 	id := b.fake.ids.next("resp_")
 	final, events := b.buildResponse(&req, rp, id, ctl, store)
 	local[id] = true

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"mime/multipart"
 	"net/http"
@@ -40,6 +41,7 @@ func (b *chatAPI) transcriptions(w http.ResponseWriter, r *http.Request, body []
 	}
 	if strings.HasPrefix(f.model, "whisper") {
 		secs := float64(f.fileBytes*100/16000) / 100
+		b.fake.transcriptionsUsage.bill(r, f.model, billed{AudioSeconds: int64(math.Ceil(secs))})
 		reply := map[string]any{"text": text, "usage": map[string]any{"type": "duration", "seconds": secs}}
 		if f.responseFormat == "verbose_json" {
 			reply["task"], reply["language"], reply["duration"], reply["segments"] = "transcribe", "english", secs, []any{}

@@ -29,6 +29,8 @@ type fake struct {
 	messagesCount, chatCompletionsCount counters
 	keys                                keyState
 	messagesUsage, chatCompletionsUsage usageLog // billed, for the usage reports
+	// OpenAI's other usage reports (adminreports.go).
+	embeddingsUsage, transcriptionsUsage, imagesUsage usageLog
 
 	messages, chatCompletions, control http.Handler
 }
@@ -40,9 +42,12 @@ func newFake(cfg config, log *slog.Logger) *fake {
 	f := &fake{cfg: cfg, log: log, records: newRecorder(cfg.maxRecords)}
 	f.ids.init()
 	f.messages = &site{fake: f, format: "messages", ctl: &f.messagesCtl, count: &f.messagesCount, api: &messagesAPI{fake: f},
-		usage: &f.messagesUsage, report: (*site).messagesUsageReport, reportPath: messagesUsagePath}
+		usage: &f.messagesUsage, reports: map[string]func(*site, http.ResponseWriter, *http.Request){
+			messagesUsagePath: (*site).messagesUsageReport, messagesCostPath: (*site).messagesCostReport}}
 	f.chatCompletions = &site{fake: f, format: "chat_completions", ctl: &f.chatCompletionsCtl, count: &f.chatCompletionsCount, api: &chatAPI{fake: f},
-		usage: &f.chatCompletionsUsage, report: (*site).chatUsageReport, reportPath: chatUsagePath}
+		usage: &f.chatCompletionsUsage, reports: map[string]func(*site, http.ResponseWriter, *http.Request){
+			chatUsagePath: (*site).chatUsageReport, chatCostPath: (*site).chatCostReport,
+			embeddingsUsagePath: (*site).otherUsageReport, transcriptionsUsagePath: (*site).otherUsageReport, imagesUsagePath: (*site).otherUsageReport}}
 	f.control = newControlHandler(f)
 	return f
 }
@@ -78,11 +83,13 @@ type site struct {
 	ctl    *controlState
 	count  *counters
 	api    vendorAPI
-	// usage is what the site billed; report serves it at reportPath (an
-	// admin API: not recorded, counted or steered by the controls).
-	usage      *usageLog
-	report     func(*site, http.ResponseWriter, *http.Request)
-	reportPath string
+	// usage is what the site billed; reports serve it by path (admin
+	// APIs: not recorded, counted or steered by the controls).
+	usage   *usageLog
+	reports map[string]func(*site, http.ResponseWriter, *http.Request)
+	// billAbandoned: hung requests are billed when given up on
+	// (abandoned.go).
+	billAbandoned atomic.Bool
 }
 
 var errTooLarge = errors.New("request body too large")
@@ -92,8 +99,8 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("X-Fake-Vendor", f.cfg.name)
 	h.Set(s.api.requestIDHeader(), f.ids.next("req_"))
-	if r.URL.Path == s.reportPath && r.Method == http.MethodGet {
-		s.report(s, w, r)
+	if report := s.reports[r.URL.Path]; report != nil && r.Method == http.MethodGet {
+		report(s, w, r)
 		return
 	}
 
@@ -124,6 +131,9 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-r.Context().Done():
+			if !probe {
+				s.billHung(r, body)
+			}
 		case <-unhang:
 		}
 		// Never answered: drop the connection without a reply.

@@ -12,7 +12,9 @@ import (
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/console"
+	"github.com/modelgateway/gateway/internal/reconcile"
 	"github.com/modelgateway/gateway/internal/roles"
+	"github.com/modelgateway/gateway/internal/vendorusage"
 )
 
 // startConsole serves the operator console on listeners.console when an
@@ -31,10 +33,16 @@ func (s *sidecar) startConsole(c *config.Config) error {
 	if err != nil {
 		return err
 	}
-	op := console.NewOperator(console.OperatorOptions{
+	opts := console.OperatorOptions{
 		Admin: s.Admin, Store: s.Store, Auth: auth, Prices: s.Prices, Upstreams: c.UpstreamNames(), Logger: s.log,
 		VendorKeys: s.proc.VendorKeys, SSO: sso,
-	})
+	}
+	if newReconciler(c, s.Store, s.Prices) != nil {
+		opts.Reconciliations = func(ctx context.Context, width vendorusage.Width, from, to time.Time) ([]reconcile.Window, error) {
+			return reconcile.Kept(ctx, s.Store, width, from, to)
+		}
+	}
+	op := console.NewOperator(opts)
 	l, err := net.Listen("tcp", c.Listeners.Console)
 	if err != nil {
 		return fmt.Errorf("console listener: %w", err)

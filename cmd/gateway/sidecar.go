@@ -239,7 +239,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			}, func() float64 { return float64(n.Load()) }))
 		}
 	}
+	abandoned := newAbandonedRecorder(st, o.Logger)
 	proc := extproc.NewServer(extproc.Options{
+		OnAbandoned:     abandoned.Record,
 		Tracer:          tracer,
 		Holds:           renewer,
 		Owners:          st,
@@ -302,6 +304,8 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	// Background responses nobody reads are settled by polling the vendor
 	// through Envoy's relay listener.
 	go proc.NewReconciler(c.Listeners.Relay).Run(holdsCtx, max(c.Limits.BackgroundPollInterval()/4, 50*time.Millisecond))
+	// The vendors' usage reports against the ledger, a window at a time.
+	startContinuous(holdsCtx, c, newReconciler(c, st, prices), st, reg, watcher, o.Logger)
 	s.health = health.NewServer()
 	s.health.SetServingStatus(envoy.StoreHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(envoy.ReadyHealthService, healthpb.HealthCheckResponse_NOT_SERVING)

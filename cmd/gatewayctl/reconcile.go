@@ -36,14 +36,22 @@ func (a *app) reconcileCmd() *cobra.Command {
 			return err
 		}
 		return a.show(resp, func(w io.Writer) {
-			row(w, "UPSTREAM", "BUCKET", "KEY", "VENDOR_KEY_ID", "MODEL", "ENTRIES", "VENDOR", "LEDGER", "EXPLAINED", "UNEXPLAINED")
+			row(w, "UPSTREAM", "BUCKET", "KEY", "VENDOR_KEY_ID", "MODEL", "ENTRIES", "VENDOR", "LEDGER", "VENDOR_USD", "LEDGER_USD", "EXPLAINED", "UNEXPLAINED", "UNEXPLAINED_USD")
 			for _, r := range resp.Rows {
 				var explained []string
 				for _, d := range r.Explained {
-					explained = append(explained, d.Class+":"+kinds(d.Usage))
+					explained = append(explained, d.Class+":"+kinds(d.Usage)+":$"+formatUSD(d.CostNanoUsd))
 				}
 				row(w, r.Upstream, when(r.StartTime), orDash(r.VendorKey), r.VendorKeyId, r.Model, r.Entries,
-					kinds(r.Vendor), kinds(r.Ledger), orDash(strings.Join(explained, " ")), kinds(r.Unexplained))
+					kinds(r.Vendor), kinds(r.Ledger), formatUSD(r.VendorCostNanoUsd), formatUSD(r.LedgerCostNanoUsd),
+					orDash(strings.Join(explained, " ")), kinds(r.Unexplained), formatUSD(r.UnexplainedCostNanoUsd))
+			}
+			if len(resp.Costs) > 0 {
+				fmt.Fprintln(w)
+				row(w, "UPSTREAM", "DAY", "BILLED_USD", "PRICED_USD", "UNEXPLAINED_USD")
+				for _, c := range resp.Costs {
+					row(w, c.Upstream, when(c.StartTime), formatUSD(c.BilledNanoUsd), formatUSD(c.PricedNanoUsd), formatUSD(c.UnexplainedNanoUsd))
+				}
 			}
 		})
 	})

@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -36,7 +38,7 @@ func (s *Service) Reconcile(ctx context.Context, req *adminv1.ReconcileRequest) 
 	default:
 		return nil, invalid("reconcile: bucket_width must be 1m, 1h or 1d")
 	}
-	rows, err := s.opts.Reconciler.Run(ctx, from, to, width)
+	rep, err := s.opts.Reconciler.Run(ctx, from, to, width)
 	if err != nil {
 		// The vendor's answer or the store's failure, never a secret: the
 		// admin key stays in Envoy.
@@ -44,17 +46,25 @@ func (s *Service) Reconcile(ctx context.Context, req *adminv1.ReconcileRequest) 
 		return nil, status.Errorf(codes.Unavailable, "reconcile: %v", err)
 	}
 	out := &adminv1.ReconcileResponse{}
-	for _, r := range rows {
+	for _, r := range rep.Rows {
 		pr := &adminv1.ReconcileRow{
 			Upstream: r.Upstream, StartTime: timestamp(r.Start),
 			VendorKeyId: r.VendorKeyID, VendorKey: r.VendorKey, Model: r.Model,
-			Vendor: usageMap(r.Vendor), Ledger: usageMap(r.Ledger), Unexplained: usageMap(r.Unexplained),
-			Entries: int32(r.Entries), Estimated: int32(r.Estimated),
+			Vendor: usageMap(r.Vendor), Ledger: usageMap(r.Ledger), Unexplained: usageMap(r.Unexplained.Usage),
+			Entries: int32(r.Entries), Estimated: int32(r.Estimated), Abandoned: int32(r.Abandoned),
+			LedgerCostNanoUsd: r.LedgerCost, VendorCostNanoUsd: r.VendorCost, UnexplainedCostNanoUsd: r.Unexplained.Cost,
 		}
-		for class, u := range r.Explained {
-			pr.Explained = append(pr.Explained, &adminv1.ReconcileDifference{Class: class, Usage: usageMap(u)})
+		for _, class := range slices.Sorted(maps.Keys(r.Explained)) {
+			d := r.Explained[class]
+			pr.Explained = append(pr.Explained, &adminv1.ReconcileDifference{Class: class, Usage: usageMap(d.Usage), CostNanoUsd: d.Cost})
 		}
 		out.Rows = append(out.Rows, pr)
+	}
+	for _, c := range rep.Costs {
+		out.Costs = append(out.Costs, &adminv1.ReconcileCost{
+			Upstream: c.Upstream, StartTime: timestamp(c.Start),
+			BilledNanoUsd: c.Billed, PricedNanoUsd: c.Priced, UnexplainedNanoUsd: c.Unexplained,
+		})
 	}
 	return out, nil
 }

@@ -82,7 +82,7 @@ type Options struct {
 	// Reconciler, when set, serves Reconcile (nil: no upstream has an
 	// admin key).
 	Reconciler interface {
-		Run(ctx context.Context, from, to time.Time, width vendorusage.Width) ([]reconcile.Row, error)
+		Run(ctx context.Context, from, to time.Time, width vendorusage.Width) (reconcile.Report, error)
 	}
 }
 

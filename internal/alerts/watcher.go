@@ -410,3 +410,21 @@ func (w *Watcher) StoreResult(up bool) {
 		}})
 	}
 }
+
+// reconcileDriftKeep is how long a window's reconcile.drift claim lasts:
+// longer than a window is ever run again.
+const reconcileDriftKeep = 90 * 24 * time.Hour
+
+// ReconcileDrift publishes reconcile.drift once across every sidecar and
+// run per vendor key and window whose unexplained difference is over the
+// configured threshold.
+func (w *Watcher) ReconcileDrift(ctx context.Context, upstream, vendorKey, vendorKeyID string, start time.Time, width string, tokens, nanoUSD int64) {
+	w.fire(ctx, gatewayAlerts, "reconcile_drift:"+upstream+":"+vendorKeyID+":"+width+":"+start.UTC().Format(time.RFC3339), reconcileDriftKeep, Event{
+		Type: ReconcileDrift,
+		Data: map[string]any{
+			"upstream": upstream, "vendor_key": vendorKey, "vendor_key_id": vendorKeyID,
+			"window_start": start.UTC().Format(time.RFC3339), "bucket_width": width,
+			"unexplained_tokens": tokens, "unexplained_nano_usd": nanoUSD,
+		},
+	})
+}

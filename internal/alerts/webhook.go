@@ -43,12 +43,13 @@ const (
 	VendorKeyRefused  = "vendor_key.refused"
 	VendorKeyLimited  = "vendor_key.limited"
 	ModelMismatch     = "model.mismatch"
+	ReconcileDrift    = "reconcile.drift"
 	signatureVersion  = "v1"
 	maxResponseToRead = 4 << 10
 )
 
 // Types are every event type, in the order the docs list them.
-var Types = []string{BalanceLow, BudgetThreshold, KeyExpiring, AccountSuspended, AccountResumed, StoreUnreachable, VendorKeyRefused, VendorKeyLimited, ModelMismatch}
+var Types = []string{BalanceLow, BudgetThreshold, KeyExpiring, AccountSuspended, AccountResumed, StoreUnreachable, VendorKeyRefused, VendorKeyLimited, ModelMismatch, ReconcileDrift}
 
 // Event is one alert, as its webhook body: JSON with these fields.
 type Event struct {

@@ -24,4 +24,4 @@ type Webhook struct {
 }
 
 // AlertEvents are the webhook event types.
-var AlertEvents = []string{"balance.low", "budget.threshold", "key.expiring", "account.suspended", "account.resumed", "store.unreachable", "vendor_key.refused", "model.mismatch"}
+var AlertEvents = []string{"balance.low", "budget.threshold", "key.expiring", "account.suspended", "account.resumed", "store.unreachable", "vendor_key.refused", "model.mismatch", "reconcile.drift"}

@@ -38,6 +38,9 @@ type Config struct {
 	Alerts Alerts `yaml:"alerts"`
 	// SSO signs people in to the consoles with an OpenID Connect provider.
 	SSO SSO `yaml:"sso"`
+	// Reconcile configures the continuous reconciliation with the vendors'
+	// usage reports.
+	Reconcile Reconcile `yaml:"reconcile"`
 }
 
 // CatalogueEnv names the environment variable that overrides catalogue.

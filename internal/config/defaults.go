@@ -80,6 +80,7 @@ func (c *Config) setDefaults() {
 	defDur(&c.Alerts.Interval, 30*time.Second)
 	def(&c.Alerts.QueueSize, 1000)
 	c.SSO.defaults()
+	c.Reconcile.setDefaults()
 	def(&c.LedgerSink.Listen, "127.0.0.1:9465")
 	defDur(&c.LedgerSink.Interval, time.Second)
 	def(&c.Tracing.Protocol, TracingGRPC)

@@ -21,6 +21,7 @@ func (c *Config) Validate() error {
 		c.Tracing.validate,
 		c.Alerts.validate,
 		c.SSO.validate,
+		c.Reconcile.validate,
 		c.validateUpstreams,
 	} {
 		if err := check(); err != nil {

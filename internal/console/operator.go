@@ -37,7 +37,7 @@ var operatorFiles embed.FS
 // shared layout.
 var operatorPages = func() map[string]*template.Template {
 	pages := map[string]*template.Template{}
-	for _, p := range []string{"signin", "signedin", "accounts", "account", "secret", "models", "vendorkeys", "error"} {
+	for _, p := range []string{"signin", "signedin", "accounts", "account", "secret", "models", "vendorkeys", "reconcile", "error"} {
 		pages[p] = template.Must(template.New("").Funcs(funcs).ParseFS(operatorFiles,
 			"templates/operator/layout.html", "templates/operator/"+p+".html"))
 	}
@@ -86,6 +86,9 @@ type OperatorOptions struct {
 	// SSO, when set, offers single sign-on beside the admin token; its
 	// people get roles.Operator or roles.Support.
 	SSO *SSO
+	// Reconciliations, when set, reads the continuous reconciliation's
+	// kept windows (nil: no upstream has an admin key).
+	Reconciliations Reconciliations
 	// SessionIdle and SessionLifetime end sessions: after this long unused,
 	// and this long after sign-in.
 	SessionIdle     time.Duration
@@ -130,6 +133,7 @@ func NewOperator(o OperatorOptions) *Operator {
 	m.HandleFunc("GET /{$}", op.page(op.accounts))
 	m.HandleFunc("GET /models", op.page(op.models))
 	m.HandleFunc("GET /vendor-keys", op.page(op.vendorKeys))
+	m.HandleFunc("GET /reconcile", op.page(op.reconciliation))
 	m.HandleFunc("GET /accounts/{id}", op.page(op.account))
 	m.HandleFunc("POST /accounts", op.action(op.createAccount))
 	m.HandleFunc("POST /accounts/{id}/topup", op.action(op.topUp))

@@ -126,6 +126,33 @@ CREATE TABLE audit_sink_cursor (
 	entry_id   text        NOT NULL, -- the last audit entry copied
 	updated_at timestamptz NOT NULL DEFAULT now()
 );`,
+	// 11: the continuous reconciliation's kept windows, a row per vendor
+	// key and model, and the sink's cursor over them.
+	`CREATE TABLE reconciliation (
+	bucket_width              text        NOT NULL, -- '1h' or '1m'
+	window_start              timestamptz NOT NULL,
+	upstream                  text        NOT NULL,
+	vendor_key_id             text        NOT NULL, -- the vendor's id of the key
+	vendor_key                text        NOT NULL, -- the gateway's name for it; '' for an id the configuration does not name
+	model                     text        NOT NULL,
+	vendor                    jsonb       NOT NULL, -- the vendor's usage by kind (the ledger's kind names)
+	ledger                    jsonb       NOT NULL,
+	explained                 jsonb       NOT NULL, -- by class: {"usage": {...}, "cost_nano_usd": N}
+	unexplained               jsonb       NOT NULL, -- usage by kind, either sign
+	ledger_cost_nano_usd      bigint      NOT NULL,
+	vendor_cost_nano_usd      bigint      NOT NULL, -- the vendor's usage at the ledger's prices
+	unexplained_cost_nano_usd bigint      NOT NULL,
+	entries                   integer     NOT NULL,
+	estimated                 integer     NOT NULL,
+	abandoned                 integer     NOT NULL,
+	copied_at                 timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (bucket_width, window_start, upstream, vendor_key_id, vendor_key, model)
+);
+CREATE TABLE reconciliation_sink_cursor (
+	bucket_width text        PRIMARY KEY,
+	window_start timestamptz NOT NULL, -- the last window copied
+	updated_at   timestamptz NOT NULL DEFAULT now()
+);`,
 }
 
 // SchemaVersion is the version the sink migrates a database to.

@@ -49,6 +49,8 @@ type Store interface {
 	ListAccounts(ctx context.Context) ([]account.Account, error)
 	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
 	SinkMark(ctx context.Context, accountID string) (string, error)
+	// ReconcileWindows reads the continuous reconciliation's kept windows.
+	ReconcileWindows(ctx context.Context, width string, from, to time.Time) (map[time.Time][]byte, error)
 }
 
 // Options configure a Sink. Zero values pick the defaults.
@@ -193,6 +195,9 @@ func (s *Sink) Pass(ctx context.Context) (inserted int, err error) {
 		if !left.IsZero() && (oldest.IsZero() || left.Before(oldest)) {
 			oldest = left
 		}
+	}
+	if err := s.copyReconciliations(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if s.conn != nil {
 		n, err := s.copyAudit(ctx)

@@ -19,6 +19,33 @@ import (
 // usage arrived, and the vendor counts what it generated.
 const ClientDisconnect = "client_disconnect"
 
+// AbandonedAttempts is the class of a difference in a bucket with attempts
+// the gateway abandoned (account.AbandonedAttempt): the vendor may have
+// generated a reply no client saw, and bills it. A bucket with both
+// abandoned attempts and estimated entries puts its difference to
+// BothClasses, which cannot be split.
+const (
+	AbandonedAttempts = "abandoned_attempts"
+	BothClasses       = AbandonedAttempts + "+" + ClientDisconnect
+)
+
+// Reserve is the endpoint whose usage the vendor's report does not hold:
+// the report is the primary's (the admin key is the primary endpoint's).
+const Reserve = "reserve"
+
+// Pricer is the cost, in nano-USD, of u of model at the catalogue's
+// standard rates (as the ledger prices a reply); 0 for a model the
+// catalogue does not price.
+type Pricer func(model string, u usage.Usage) int64
+
+// Difference is a part of the vendor's usage the ledger does not hold, in
+// tokens and at the catalogue's prices. Either may be negative: the ledger
+// counted more than the vendor.
+type Difference struct {
+	Usage usage.Usage
+	Cost  int64 // nano-USD
+}
+
 // Input is one upstream's side of a window.
 type Input struct {
 	Upstream string
@@ -28,9 +55,12 @@ type Input struct {
 	// Vendor is the vendor's report of the window, in buckets of Width.
 	Vendor []vendorusage.Row
 	// Ledger are the ledger entries of the upstream's requests that started
-	// in the window.
-	Ledger []account.Settlement
-	Width  time.Duration
+	// in the window, and Abandoned the attempts abandoned in it.
+	Ledger    []account.Settlement
+	Abandoned []account.AbandonedAttempt
+	Width     time.Duration
+	// Price prices the differences; nil prices them at nothing.
+	Price Pricer
 }
 
 // Row is the reconciliation of one vendor key and model in one bucket.
@@ -43,14 +73,17 @@ type Row struct {
 	VendorKeyID, VendorKey string
 	Model                  string
 	Vendor, Ledger         usage.Usage
+	// LedgerCost is what the ledger charged for the bucket's entries;
+	// VendorCost is the vendor's usage at the ledger's prices: LedgerCost
+	// plus every difference's cost. Both nano-USD.
+	LedgerCost, VendorCost int64
 	// Explained are the parts of Vendor − Ledger the ledger accounts for,
-	// by class; Unexplained is the rest. Either may be negative (the ledger
-	// counted more than the vendor).
-	Explained   map[string]usage.Usage
-	Unexplained usage.Usage
+	// by class; Unexplained is the rest.
+	Explained   map[string]Difference
+	Unexplained Difference
 	// Entries and Estimated count the bucket's ledger entries and those
-	// settled at an estimate.
-	Entries, Estimated int
+	// settled at an estimate; Abandoned its abandoned attempts.
+	Entries, Estimated, Abandoned int
 }
 
 type rowKey struct {
@@ -60,7 +93,8 @@ type rowKey struct {
 
 // Reconcile returns the rows of in, ordered by bucket, key id and model.
 // A ledger entry falls in the bucket of its start; its model is the one
-// the vendor reported, else the one priced.
+// the vendor reported, else the one priced. Entries and attempts at the
+// reserve are left out: the vendor's report is the primary's.
 func Reconcile(in Input) []Row {
 	names := make(map[string]string, len(in.Keys)) // vendor id → name
 	for name, id := range in.Keys {
@@ -85,6 +119,9 @@ func Reconcile(in Input) []Row {
 		r.Vendor = r.Vendor.Add(v.Tokens)
 	}
 	for _, st := range in.Ledger {
+		if st.Endpoint == Reserve {
+			continue
+		}
 		model := string(st.Reported)
 		if model == "" {
 			model = string(st.Priced)
@@ -94,22 +131,41 @@ func Reconcile(in Input) []Row {
 			// A key with no vendor id: named, so its rows say which.
 			r.VendorKey = st.VendorKey
 		}
-		r.Ledger = r.Ledger.Add(st.Usage)
+		r.Ledger = r.Ledger.Add(priced(st.Usage))
+		r.LedgerCost += st.Cost
 		r.Entries++
 		if st.Estimated {
 			r.Estimated++
 		}
 	}
+	for _, a := range in.Abandoned {
+		if a.Endpoint == Reserve {
+			continue
+		}
+		r := row(rowKey{a.At.UTC().Truncate(in.Width), in.Keys[a.VendorKey], a.Model})
+		if r.VendorKey == "" {
+			r.VendorKey = a.VendorKey
+		}
+		r.Abandoned++
+	}
 	out := make([]Row, 0, len(rows))
 	for _, r := range rows {
 		diff := sub(r.Vendor, r.Ledger)
-		if r.Estimated > 0 {
-			// The bucket's estimates stand for what the vendor counted of
-			// those replies: the difference is theirs.
-			r.Explained = map[string]usage.Usage{ClientDisconnect: diff}
-		} else {
-			r.Unexplained = diff
+		d := Difference{Usage: diff, Cost: signedCost(in.Price, r.Model, diff)}
+		// The bucket's estimates stand for what the vendor counted of
+		// those replies, its abandoned attempts for what it generated
+		// unseen: the difference is theirs.
+		switch {
+		case r.Estimated > 0 && r.Abandoned > 0:
+			r.Explained = map[string]Difference{BothClasses: d}
+		case r.Estimated > 0:
+			r.Explained = map[string]Difference{ClientDisconnect: d}
+		case r.Abandoned > 0:
+			r.Explained = map[string]Difference{AbandonedAttempts: d}
+		default:
+			r.Unexplained = d
 		}
+		r.VendorCost = r.LedgerCost + d.Cost
 		out = append(out, *r)
 	}
 	slices.SortFunc(out, func(a, b Row) int {
@@ -124,6 +180,41 @@ func sub(u, v usage.Usage) usage.Usage {
 		k.Set(&u, k.Of(u)-k.Of(v))
 	}
 	return u
+}
+
+// priced is u without the kinds counted within others (reasoning, within
+// output), which the vendors' reports do not show apart.
+func priced(u usage.Usage) usage.Usage {
+	for _, k := range usage.Kinds {
+		if !k.Priced() {
+			k.Set(&u, 0)
+		}
+	}
+	return u
+}
+
+// signedCost prices u kind by kind whatever their signs: the cost of the
+// kinds above zero less that of the kinds below.
+func signedCost(price Pricer, model string, u usage.Usage) int64 {
+	if price == nil || u == (usage.Usage{}) {
+		return 0
+	}
+	var pos, neg usage.Usage
+	for _, k := range usage.Kinds {
+		if v := k.Of(u); v > 0 {
+			k.Set(&pos, v)
+		} else if v < 0 {
+			k.Set(&neg, -v)
+		}
+	}
+	var c int64
+	if pos != (usage.Usage{}) {
+		c += price(model, pos)
+	}
+	if neg != (usage.Usage{}) {
+		c -= price(model, neg)
+	}
+	return c
 }
 
 // Tokens is the sum of u's token kinds (requests and seconds left out).

@@ -2,7 +2,9 @@ package vendorusage
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -93,3 +95,59 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// OpenAI's other usage reports, read beside the completions one: each
+// names its counts in the ledger's kinds.
+var openAIOther = map[string]func(r openAIOtherResult) usage.Usage{
+	"/v1/organization/usage/embeddings":           func(r openAIOtherResult) usage.Usage { return usage.Usage{Input: r.InputTokens} },
+	"/v1/organization/usage/audio_transcriptions": func(r openAIOtherResult) usage.Usage { return usage.Usage{AudioSeconds: r.Seconds} },
+	"/v1/organization/usage/images":               func(r openAIOtherResult) usage.Usage { return usage.Usage{ImageGenerations: r.Images} },
+}
+
+// openAIOtherResult is a result of the embeddings, audio transcriptions or
+// images report.
+type openAIOtherResult struct {
+	InputTokens      int64   `json:"input_tokens"`
+	Seconds          int64   `json:"seconds"`
+	Images           int64   `json:"images"`
+	NumModelRequests int64   `json:"num_model_requests"`
+	APIKeyID         *string `json:"api_key_id"`
+	Model            *string `json:"model"`
+}
+
+// parseOpenAIOther reads one page of the report at path.
+func parseOpenAIOther(path string) func([]byte) ([]Row, string, error) {
+	tokens := openAIOther[path]
+	return func(b []byte) (rows []Row, next string, err error) {
+		var p struct {
+			Data []struct {
+				StartTime int64               `json:"start_time"`
+				EndTime   int64               `json:"end_time"`
+				Results   []openAIOtherResult `json:"results"`
+			} `json:"data"`
+			HasMore  bool    `json:"has_more"`
+			NextPage *string `json:"next_page"`
+		}
+		if err := decode("openai", b, &p); err != nil {
+			return nil, "", err
+		}
+		for _, bk := range p.Data {
+			if bk.StartTime == 0 || bk.EndTime == 0 {
+				return nil, "", fmt.Errorf("vendorusage: openai usage report %s: %w", path, errNoBucketTime)
+			}
+			for _, r := range bk.Results {
+				rows = append(rows, Row{
+					Start: time.Unix(bk.StartTime, 0).UTC(), End: time.Unix(bk.EndTime, 0).UTC(),
+					KeyID: deref(r.APIKeyID), Model: deref(r.Model), Tokens: tokens(r), Requests: r.NumModelRequests,
+				})
+			}
+		}
+		if p.HasMore && p.NextPage != nil {
+			next = *p.NextPage
+		}
+		return rows, next, nil
+	}
+}
+
+// OpenAIOtherPaths are the paths of OpenAI's other usage reports.
+func OpenAIOtherPaths() []string { return slices.Sorted(maps.Keys(openAIOther)) }

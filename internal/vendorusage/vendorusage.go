@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
@@ -62,29 +63,46 @@ const maxPages = 1000
 // upstream's wire format (config.FormatMessages or
 // config.FormatChatCompletions).
 func Fetch(ctx context.Context, client *http.Client, base, format string, from, to time.Time, width Width) ([]Row, error) {
-	var (
+	type report struct {
 		path  string
 		parse func([]byte) ([]Row, string, error)
-		query func(page string) url.Values
-		hdr   http.Header
+	}
+	var (
+		reports []report
+		query   func(page string) url.Values
+		hdr     http.Header
 	)
 	switch format {
 	case config.FormatMessages:
-		path, parse, query = AnthropicPath, ParseAnthropic, func(page string) url.Values {
-			return anthropicQuery(from, to, width, page)
-		}
+		reports = []report{{AnthropicPath, ParseAnthropic}}
+		query = func(page string) url.Values { return anthropicQuery(from, to, width, page) }
 		hdr = http.Header{"Anthropic-Version": {AnthropicVersion}}
 	case config.FormatChatCompletions:
-		path, parse, query = OpenAIPath, ParseOpenAI, func(page string) url.Values {
-			return openAIQuery(from, to, width, page)
+		reports = []report{{OpenAIPath, ParseOpenAI}}
+		for _, p := range OpenAIOtherPaths() {
+			reports = append(reports, report{p, parseOpenAIOther(p)})
 		}
+		query = func(page string) url.Values { return openAIQuery(from, to, width, page) }
 	default:
 		return nil, fmt.Errorf("vendorusage: no usage report for format %q", format)
 	}
 	var rows []Row
+	for _, rp := range reports {
+		got, err := fetchPages(ctx, client, base+rp.path, query, hdr, rp.parse)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, got...)
+	}
+	return rows, nil
+}
+
+// fetchPages reads every page of one report.
+func fetchPages(ctx context.Context, client *http.Client, u string, query func(page string) url.Values, hdr http.Header, parse func([]byte) ([]Row, string, error)) ([]Row, error) {
+	var rows []Row
 	page := ""
 	for range maxPages {
-		b, err := get(ctx, client, base+path+"?"+query(page).Encode(), hdr)
+		b, err := get(ctx, client, u+"?"+query(page).Encode(), hdr)
 		if err != nil {
 			return nil, err
 		}
@@ -98,31 +116,72 @@ func Fetch(ctx context.Context, client *http.Client, base, format string, from, 
 		}
 		page = next
 	}
-	return nil, fmt.Errorf("vendorusage: %s: more than %d pages", path, maxPages)
+	return nil, fmt.Errorf("vendorusage: %s: more than %d pages", u, maxPages)
 }
 
+// Admin API rate limits: a 429 (or 503) is retried after the vendor's
+// retry-after, a few times, waiting at most maxRetryAfter each.
+const (
+	maxTries      = 5
+	maxRetryAfter = time.Minute
+)
+
 func get(ctx context.Context, client *http.Client, u string, hdr http.Header) ([]byte, error) {
+	for try := 1; ; try++ {
+		b, wait, err := getOnce(ctx, client, u, hdr)
+		if wait == 0 || try == maxTries {
+			return b, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("vendorusage: waiting out a rate limit: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// getOnce is one GET; wait is how long to wait before another try, 0 when
+// the answer is final.
+func getOnce(ctx context.Context, client *http.Client, u string, hdr http.Header) (b []byte, wait time.Duration, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, fmt.Errorf("vendorusage: %w", err)
+		return nil, 0, fmt.Errorf("vendorusage: %w", err)
 	}
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("vendorusage: %w", err)
+		return nil, 0, fmt.Errorf("vendorusage: %w", err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	b, err = io.ReadAll(io.LimitReader(resp.Body, 32<<20))
 	if err != nil {
-		return nil, fmt.Errorf("vendorusage: reading %s: %w", req.URL.Path, err)
+		return nil, 0, fmt.Errorf("vendorusage: reading %s: %w", req.URL.Path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		// The vendor's error body names the problem, never a secret.
-		return nil, fmt.Errorf("vendorusage: %s: status %d: %.300s", req.URL.Path, resp.StatusCode, b)
+		err = fmt.Errorf("vendorusage: %s: status %d: %.300s", req.URL.Path, resp.StatusCode, b)
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+			return nil, RetryAfter(resp.Header.Get("Retry-After")), err
+		}
+		return nil, 0, err
 	}
-	return b, nil
+	return b, 0, nil
+}
+
+// RetryAfter reads a Retry-After header (seconds or an HTTP date) into a
+// wait between one second and maxRetryAfter.
+func RetryAfter(v string) time.Duration {
+	d := time.Second
+	if s, err := strconv.Atoi(v); err == nil {
+		d = time.Duration(s) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = time.Until(t)
+	}
+	return min(max(d, time.Second), maxRetryAfter)
 }
 
 // decode is json.Unmarshal with the error wrapped for the vendor's report.

@@ -142,6 +142,10 @@ func TestFetchPages(t *testing.T) {
 				w.Write([]byte(`{"data":[{"starting_at":"2025-08-01T00:00:00Z","ending_at":"2025-08-01T01:00:00Z","results":[{"uncached_input_tokens":1,"api_key_id":"k","model":"m"}]}],"has_more":` + strconv.FormatBool(more) + `,"next_page":"` + next + `"}`))
 				return
 			}
+			if _, other := openAIOther[r.URL.Path]; other {
+				w.Write([]byte(`{"data":[],"has_more":false}`))
+				return
+			}
 			if r.URL.Path != OpenAIPath {
 				http.Error(w, "wrong path", http.StatusNotFound)
 				return
@@ -154,8 +158,13 @@ func TestFetchPages(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", format, err)
 		}
-		if len(rows) != 3 || len(queries) != 3 {
-			t.Fatalf("%s: %d rows from %d pages, want 3 from 3", format, len(rows), len(queries))
+		// OpenAI's other reports, one empty page each.
+		wantPages := 3
+		if format == config.FormatChatCompletions {
+			wantPages += len(openAIOther)
+		}
+		if len(rows) != 3 || len(queries) != wantPages {
+			t.Fatalf("%s: %d rows from %d pages, want 3 from %d", format, len(rows), len(queries), wantPages)
 		}
 	}
 }
@@ -169,5 +178,54 @@ func TestFetchError(t *testing.T) {
 	_, err := Fetch(context.Background(), srv.Client(), srv.URL, config.FormatChatCompletions, time.Unix(0, 0), time.Unix(3600, 0), Hour)
 	if err == nil {
 		t.Fatal("no error")
+	}
+}
+
+// A rate-limited page is asked for again after the vendor's retry-after.
+func TestFetchRateLimited(t *testing.T) {
+	tries := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != OpenAIPath {
+			w.Write([]byte(`{"data":[],"has_more":false}`))
+			return
+		}
+		tries++
+		if tries == 1 {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"error":{"type":"rate_limit_error"}}`, http.StatusTooManyRequests)
+			return
+		}
+		w.Write([]byte(`{"data":[{"start_time":1,"end_time":2,"results":[{"input_tokens":1,"api_key_id":"k","model":"m"}]}],"has_more":false}`))
+	}))
+	defer srv.Close()
+	rows, err := Fetch(context.Background(), srv.Client(), srv.URL, config.FormatChatCompletions, time.Unix(0, 0), time.Unix(3600, 0), Hour)
+	if err != nil || len(rows) != 1 || tries != 2 {
+		t.Fatalf("%d rows after %d tries: %v", len(rows), tries, err)
+	}
+}
+
+// The embeddings, transcriptions and images reports are read beside the
+// completions one, each count in its kind.
+func TestFetchOtherReports(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res := map[string]string{
+			OpenAIPath:                                    `"input_tokens":3`,
+			"/v1/organization/usage/embeddings":           `"input_tokens":40`,
+			"/v1/organization/usage/audio_transcriptions": `"seconds":61`,
+			"/v1/organization/usage/images":               `"images":2`,
+		}[r.URL.Path]
+		w.Write([]byte(`{"data":[{"start_time":3600,"end_time":7200,"results":[{` + res + `,"num_model_requests":1,"api_key_id":"k","model":"m"}]}],"has_more":false}`))
+	}))
+	defer srv.Close()
+	rows, err := Fetch(context.Background(), srv.Client(), srv.URL, config.FormatChatCompletions, time.Unix(3600, 0), time.Unix(7200, 0), Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum usage.Usage
+	for _, r := range rows {
+		sum = sum.Add(r.Tokens)
+	}
+	if len(rows) != 4 || sum != (usage.Usage{Input: 43, AudioSeconds: 61, ImageGenerations: 2}) {
+		t.Fatalf("%d rows, %+v", len(rows), sum)
 	}
 }

@@ -3,11 +3,16 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
@@ -21,8 +26,18 @@ import (
 
 // reconcileStack is a stack whose pooled keys name the fake's ids for them
 // and whose upstreams have admin keys, which Envoy injects on the relay.
-func reconcileStack(t *testing.T) *launch.Stack {
-	return launchtest.Start(t, launch.Options{Pool: 3, SidecarEnv: []string{"GATEWAY_ADMIN_TOKEN=" + adminToken}, Configure: func(c *config.Config) {
+// The fake bills the test's models at the catalogue's prices.
+func reconcileStack(t *testing.T, more ...func(*config.Config)) *launch.Stack {
+	return reconcileStackWith(t, launch.Options{}, more...)
+}
+
+// reconcileStackWith is reconcileStack with o's Redis and sidecar
+// environment.
+func reconcileStackWith(t *testing.T, o launch.Options, more ...func(*config.Config)) *launch.Stack {
+	s := launchtest.Start(t, launch.Options{Pool: 3, RedisAddr: o.RedisAddr, SidecarEnv: append(o.SidecarEnv, "GATEWAY_ADMIN_TOKEN="+adminToken), Configure: func(c *config.Config) {
+		for _, f := range more {
+			f(c)
+		}
 		for i := range c.Upstreams {
 			u := &c.Upstreams[i]
 			u.AdminCredentialEnv = launch.AdminKeyEnv(u.Name)
@@ -32,6 +47,25 @@ func reconcileStack(t *testing.T) *launch.Stack {
 			}
 		}
 	}})
+	s.Primary.SetPrice(config.FormatMessages, alphaModel, priceOf(t, s, "alpha", alphaModel), 1)
+	s.Primary.SetPrice(config.FormatChatCompletions, betaModel, priceOf(t, s, "beta", betaModel), 1)
+	s.Primary.SetPrice("embeddings", embeddingModel, priceOf(t, s, "beta", embeddingModel), 1)
+	s.Primary.SetPrice("audio_transcriptions", "whisper-1", priceOf(t, s, "beta", "whisper-1"), 1)
+	return s
+}
+
+// embeddingModel is the embedding model the reconciliation tests send.
+const embeddingModel = "text-embedding-3-small"
+
+// catalogueCost is u of the upstream's model at the catalogue's standard
+// rates, as the reconciliation prices a difference.
+func catalogueCost(t *testing.T, s *launch.Stack, upstream string, u usage.Usage) int64 {
+	t.Helper()
+	if u == (usage.Usage{}) {
+		return 0
+	}
+	model := map[string]string{"alpha": alphaModel, "beta": betaModel}[upstream]
+	return priceOf(t, s, upstream, model).Price(u, "", "").Cost
 }
 
 // reconcileHours reads both vendors' hourly reports of [from, to) through
@@ -61,13 +95,16 @@ func reconcileHours(t *testing.T, s *launch.Stack, acct string, from, to time.Ti
 		if err != nil {
 			t.Fatalf("%s: %v", u.Name, err)
 		}
-		in := reconcile.Input{Keys: map[string]string{}, Vendor: rows, Width: time.Hour}
+		p := priceOf(t, s, u.Name, models[u.Name])
+		in := reconcile.Input{Keys: map[string]string{}, Vendor: rows, Width: time.Hour,
+			Price: func(_ string, u usage.Usage) int64 { return p.Price(u, "", "").Cost }}
 		for _, k := range u.Keys() {
 			in.Keys[k.Name] = k.VendorKeyID
 		}
 		for _, st := range ledger {
-			// The test's models tell the upstreams apart.
-			if string(st.Priced) == models[u.Name] {
+			// The test's models tell the upstreams apart: alpha's is the
+			// only one alpha serves.
+			if (string(st.Priced) == alphaModel) == (u.Name == "alpha") {
 				in.Ledger = append(in.Ledger, st)
 			}
 		}
@@ -81,12 +118,12 @@ func reconcileHours(t *testing.T, s *launch.Stack, acct string, from, to time.Ti
 // to the ledger's; usage billed to a key outside the gateway shows as
 // exactly that much unexplained, on that key alone.
 func TestReconcileVendorReports(t *testing.T) {
-	s := reconcileStack(t)
+	s := reconcileStack(t, func(c *config.Config) { c.Limits.BackgroundPoll = config.Duration(100 * time.Millisecond) })
 	acct := s.NewAccount(100, noLimits)
 	waitHealthRoute(t, s, "primary")
 	from := time.Now().UTC().Truncate(time.Hour)
 
-	const n = 40
+	n := 40
 	for i := range n {
 		session := fmt.Sprintf("rc-%d", i)
 		stream := i%2 == 1
@@ -107,6 +144,36 @@ func TestReconcileVendorReports(t *testing.T) {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
 		}
 	}
+	// The Responses API on beta, which the completions report counts: a
+	// reply, a stream, a background response (settled by the sidecar's
+	// polls) and a response over the WebSocket.
+	for _, stream := range []bool{false, true} {
+		body := fmt.Sprintf(`{"model":%q,"input":"What does it cost?","stream":%v}`, betaModel, stream)
+		if resp, out := s.Do("POST", responsesPath, chatCompletionsHeaders(acct.Key), []byte(body)); resp.StatusCode != 200 {
+			t.Fatalf("responses (stream %v): %d %s", stream, resp.StatusCode, out)
+		}
+	}
+	bgResp, bgOut := s.Do("POST", responsesPath, chatCompletionsHeaders(acct.Key), []byte(fmt.Sprintf(`{"model":%q,"background":true,"input":"Work on this"}`, betaModel)))
+	var bg struct{ ID string }
+	if bgResp.StatusCode != 200 || json.Unmarshal(bgOut, &bg) != nil || bg.ID == "" {
+		t.Fatalf("background: %d %s", bgResp.StatusCode, bgOut)
+	}
+	waitUnparked(t, s, acct.ID, bg.ID)
+	ws := mustDialSocket(t, s, acct.Key, nil)
+	if evs := ws.create(fmt.Sprintf(`{"model":%q,"input":"Over the socket."}`, betaModel)); evs[len(evs)-1].Type != "response.completed" {
+		t.Fatalf("socket response: %s", evs[len(evs)-1].raw)
+	}
+	ws.c.Close(websocket.StatusNormalClosure, "")
+	// An embedding and a transcription, which their own reports count.
+	if resp, out := s.Do("POST", "/beta/v1/embeddings", chatCompletionsHeaders(acct.Key), []byte(`{"model":"`+embeddingModel+`","input":["one","two"]}`)); resp.StatusCode != 200 {
+		t.Fatalf("embeddings: %d %s", resp.StatusCode, out)
+	}
+	form, hdr := transcriptionForm(t, acct.Key, 40_000, "model", "whisper-1") // 2.5 s: billed 3
+	if resp, out := s.Do("POST", transcriptionsPath, hdr, form); resp.StatusCode != 200 {
+		t.Fatalf("transcription: %d %s", resp.StatusCode, out)
+	}
+	const others = 6
+	n += others
 	to := time.Now().UTC().Truncate(time.Hour).Add(time.Hour)
 
 	check := func(outside map[string]usage.Usage) {
@@ -123,7 +190,8 @@ func TestReconcileVendorReports(t *testing.T) {
 					keys[r.VendorKey] = true
 				}
 				want := outside[name+"/"+r.VendorKey]
-				if r.Unexplained != want || r.Explained != nil {
+				if r.Unexplained.Usage != want || r.Unexplained.Cost != catalogueCost(t, s, name, want) || r.Explained != nil ||
+					r.VendorCost != r.LedgerCost+r.Unexplained.Cost {
 					t.Errorf("%s key %s (%s) %s %s: unexplained %+v, explained %+v; want %+v unexplained (vendor %+v, ledger %+v)",
 						name, r.VendorKey, r.VendorKeyID, r.Model, r.Start.Format(time.RFC3339), r.Unexplained, r.Explained, want, r.Vendor, r.Ledger)
 				}
@@ -197,7 +265,7 @@ func TestReconcileVendorReports(t *testing.T) {
 			if name == "alpha" && r.VendorKey == "k2" {
 				wantUnexplained = direct
 			}
-			if r.Unexplained != wantUnexplained {
+			if r.Unexplained.Usage != wantUnexplained {
 				t.Errorf("%s %s %s: unexplained %+v; want %+v", name, r.VendorKey, r.Start.Format(time.RFC3339), r.Unexplained, wantUnexplained)
 			}
 			if r.Estimated == 0 {
@@ -207,7 +275,8 @@ func TestReconcileVendorReports(t *testing.T) {
 				continue
 			}
 			found = true
-			if name != "beta" || r.VendorKey != cut.VendorKey || r.Explained[reconcile.ClientDisconnect] != explained || len(r.Explained) != 1 {
+			d := r.Explained[reconcile.ClientDisconnect]
+			if name != "beta" || r.VendorKey != cut.VendorKey || d.Usage != explained || d.Cost != catalogueCost(t, s, name, explained) || len(r.Explained) != 1 {
 				t.Errorf("%s %s: explained %+v; want %+v as %s on beta %s", name, r.VendorKey, r.Explained, explained, reconcile.ClientDisconnect, cut.VendorKey)
 			}
 		}
@@ -247,6 +316,67 @@ func TestReconcileVendorReports(t *testing.T) {
 		t.Errorf("gatewayctl reconcile: %d entries, %d explained differences; want %d and 1", entries, explainedRows, n+1)
 	}
 
+	// The whole day, with the cost reports: alpha's bill is the ledger's
+	// charges and k2's direct usage at the catalogue's prices, to the
+	// nano-USD. beta's holds the cut reply, which the fake rounds up once
+	// and the report in two parts (the estimate and the rest). Then beta's
+	// price is doubled at the vendor: the next reply's extra cost, from the
+	// fake's own log, is unexplained on beta's day.
+	dayFrom := from.Truncate(24 * time.Hour)
+	dayCosts := func() map[string]int64 {
+		t.Helper()
+		out := adminCtl(t, s).ok("reconcile", "--from", dayFrom.Format(time.RFC3339), "--to", dayFrom.Add(24*time.Hour).Format(time.RFC3339), "--json")
+		var resp struct {
+			Costs []struct {
+				Upstream    string `json:"upstream"`
+				Billed      string `json:"billed_nano_usd"`
+				Unexplained string `json:"unexplained_nano_usd"`
+			} `json:"costs"`
+		}
+		mustJSON(t, []byte(out), &resp)
+		got := map[string]int64{}
+		for _, c := range resp.Costs {
+			if c.Billed == "" || c.Billed == "0" {
+				t.Errorf("%s: the vendor billed nothing for the day\n%s", c.Upstream, out)
+			}
+			var n int64
+			fmt.Sscan(c.Unexplained, &n)
+			got[c.Upstream] += n
+		}
+		if len(resp.Costs) != 2 {
+			t.Errorf("cost rows %+v; want one per upstream\n%s", resp.Costs, out)
+		}
+		return got
+	}
+	billed := s.Primary.Billed(config.FormatChatCompletions)
+	var cutBilled int64
+	for _, b := range billed {
+		if b.Usage() == cut.Usage.Add(explained) && b.KeyID == launch.VendorKeyID(launch.PoolSecret("beta", cut.VendorKey)) {
+			cutBilled = b.NanoUSD
+		}
+	}
+	rounding := cutBilled - cut.Cost - catalogueCost(t, s, "beta", explained)
+	if rounding < -1 || rounding > 1 {
+		t.Errorf("the cut reply: the fake billed %d nano-USD, the ledger %d and the rest %d", cutBilled, cut.Cost, catalogueCost(t, s, "beta", explained))
+	}
+	if got := dayCosts(); got["alpha"] != 0 || got["beta"] != rounding {
+		t.Errorf("the day's unexplained costs %v; want alpha 0 and beta %d", got, rounding)
+	}
+	s.Primary.SetPrice(config.FormatChatCompletions, betaModel, priceOf(t, s, "beta", betaModel), 2)
+	if resp, body := s.Do("POST", betaPath, chatCompletionsHeaders(acct.Key), chatCompletionsBody(false, false, "")); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	billed = s.Primary.Billed(config.FormatChatCompletions)
+	last := billed[len(billed)-1]
+	raised := last.NanoUSD - catalogueCost(t, s, "beta", last.Usage())
+	if raised <= 0 {
+		t.Fatalf("the raised price billed %d nano-USD for %+v", last.NanoUSD, last.Usage())
+	}
+	if got := dayCosts(); got["alpha"] != 0 || got["beta"] != rounding+raised {
+		t.Errorf("after a price raise, the day's unexplained costs %v; want alpha 0 and beta %d", got, rounding+raised)
+	}
+	t.Logf("beta's price doubled: %d nano-USD unexplained on the day (rounding %d)", raised, rounding)
+
 	// The sidecar read the reports, and never held an admin key.
 	admins := []string{launch.AlphaAdminKey, launch.BetaAdminKey}
 	cfg, err := os.ReadFile(s.ConfigPath())
@@ -270,6 +400,22 @@ func TestReconcileVendorReports(t *testing.T) {
 	secretsIn(t, "the sidecar's metrics", getOK(t, http.DefaultClient, s.ControlURL+"/metrics"), admins)
 	secretsIn(t, "the sidecar's log", []byte(s.Sidecar.Log()), admins)
 	secretsIn(t, "Envoy's log", []byte(s.Envoy.Log()+" "), admins)
+	if where := findAnyInRedis(t, s, admins); where != "" {
+		t.Errorf("an admin key is in Redis: %s", where)
+	}
+	jar, _ := cookiejar.New(nil)
+	oc := &http.Client{Jar: jar}
+	console := "http://" + s.Config.Listeners.Console
+	signIn, err := oc.PostForm(console+"/signin", url.Values{"token": {adminToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signIn.Body.Close()
+	page := getOK(t, oc, console+"/reconcile")
+	if !bytes.Contains(page, []byte("<h2>Reconciliation</h2>")) {
+		t.Fatalf("the console's reconciliation page: %s", page)
+	}
+	secretsIn(t, "the console's reconciliation page", page, admins)
 }
 
 // The usage reports are reachable only through the relay, which adds the

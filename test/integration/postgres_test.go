@@ -13,5 +13,5 @@ import (
 func TestLedgerSinkOnPostgres(t *testing.T) {
 	skipShort(t)
 	pg := launchtest.Postgres(t)
-	runWith(t, "./internal/ledgersink", []string{"TestMigrateKeepsRows", "TestRefusedEntriesSetAside", "TestTableHasEveryField", "TestAuditCopied"}, pgtest.Env+"="+pg.URL)
+	runWith(t, "./internal/ledgersink", []string{"TestMigrateKeepsRows", "TestRefusedEntriesSetAside", "TestTableHasEveryField", "TestAuditCopied", "TestReconciliationCopied"}, pgtest.Env+"="+pg.URL)
 }

@@ -3472,8 +3472,11 @@ func (x *ReconcileRequest) GetBucketWidth() string {
 }
 
 type ReconcileResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rows          []*ReconcileRow        `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rows  []*ReconcileRow        `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	// Per upstream and whole UTC day of the window, the vendor's cost report
+	// against the day's rows.
+	Costs         []*ReconcileCost `protobuf:"bytes,2,rep,name=costs,proto3" json:"costs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3515,6 +3518,93 @@ func (x *ReconcileResponse) GetRows() []*ReconcileRow {
 	return nil
 }
 
+func (x *ReconcileResponse) GetCosts() []*ReconcileCost {
+	if x != nil {
+		return x.Costs
+	}
+	return nil
+}
+
+// ReconcileCost is one upstream's day: what the vendor billed, its usage at
+// the ledger's prices (the sum of the day's rows' vendor_cost_nano_usd),
+// and the difference (billed − priced), which no class explains: a price
+// the catalogue does not know yet.
+type ReconcileCost struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Upstream           string                 `protobuf:"bytes,1,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	StartTime          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	BilledNanoUsd      int64                  `protobuf:"varint,3,opt,name=billed_nano_usd,json=billedNanoUsd,proto3" json:"billed_nano_usd,omitempty"`
+	PricedNanoUsd      int64                  `protobuf:"varint,4,opt,name=priced_nano_usd,json=pricedNanoUsd,proto3" json:"priced_nano_usd,omitempty"`
+	UnexplainedNanoUsd int64                  `protobuf:"varint,5,opt,name=unexplained_nano_usd,json=unexplainedNanoUsd,proto3" json:"unexplained_nano_usd,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ReconcileCost) Reset() {
+	*x = ReconcileCost{}
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconcileCost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconcileCost) ProtoMessage() {}
+
+func (x *ReconcileCost) ProtoReflect() protoreflect.Message {
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconcileCost.ProtoReflect.Descriptor instead.
+func (*ReconcileCost) Descriptor() ([]byte, []int) {
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ReconcileCost) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *ReconcileCost) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ReconcileCost) GetBilledNanoUsd() int64 {
+	if x != nil {
+		return x.BilledNanoUsd
+	}
+	return 0
+}
+
+func (x *ReconcileCost) GetPricedNanoUsd() int64 {
+	if x != nil {
+		return x.PricedNanoUsd
+	}
+	return 0
+}
+
+func (x *ReconcileCost) GetUnexplainedNanoUsd() int64 {
+	if x != nil {
+		return x.UnexplainedNanoUsd
+	}
+	return 0
+}
+
 // ReconcileRow is one vendor key and model in one bucket. The usage maps
 // are by the ledger's kind names (as LedgerEntry.usage), zeros left out.
 type ReconcileRow struct {
@@ -3531,17 +3621,26 @@ type ReconcileRow struct {
 	// Vendor minus ledger not accounted for, either sign.
 	Unexplained map[string]int64 `protobuf:"bytes,8,rep,name=unexplained,proto3" json:"unexplained,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// The differences the ledger accounts for, by class
-	// ("client_disconnect").
-	Explained     []*ReconcileDifference `protobuf:"bytes,9,rep,name=explained,proto3" json:"explained,omitempty"`
-	Entries       int32                  `protobuf:"varint,10,opt,name=entries,proto3" json:"entries,omitempty"`
-	Estimated     int32                  `protobuf:"varint,11,opt,name=estimated,proto3" json:"estimated,omitempty"`
+	// ("client_disconnect", "abandoned_attempts", or both joined by "+").
+	Explained []*ReconcileDifference `protobuf:"bytes,9,rep,name=explained,proto3" json:"explained,omitempty"`
+	Entries   int32                  `protobuf:"varint,10,opt,name=entries,proto3" json:"entries,omitempty"`
+	Estimated int32                  `protobuf:"varint,11,opt,name=estimated,proto3" json:"estimated,omitempty"`
+	// What the ledger charged for the bucket's entries, and the vendor's usage
+	// at the same prices: ledger plus every difference's cost.
+	LedgerCostNanoUsd int64 `protobuf:"varint,12,opt,name=ledger_cost_nano_usd,json=ledgerCostNanoUsd,proto3" json:"ledger_cost_nano_usd,omitempty"`
+	VendorCostNanoUsd int64 `protobuf:"varint,13,opt,name=vendor_cost_nano_usd,json=vendorCostNanoUsd,proto3" json:"vendor_cost_nano_usd,omitempty"`
+	// The unexplained difference at the catalogue's prices, either sign.
+	UnexplainedCostNanoUsd int64 `protobuf:"varint,14,opt,name=unexplained_cost_nano_usd,json=unexplainedCostNanoUsd,proto3" json:"unexplained_cost_nano_usd,omitempty"`
+	// The bucket's attempts the gateway abandoned (first-byte timeouts,
+	// resets, 429s and 5xx retried or failed), which charge no customer.
+	Abandoned     int32 `protobuf:"varint,15,opt,name=abandoned,proto3" json:"abandoned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReconcileRow) Reset() {
 	*x = ReconcileRow{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3553,7 +3652,7 @@ func (x *ReconcileRow) String() string {
 func (*ReconcileRow) ProtoMessage() {}
 
 func (x *ReconcileRow) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3566,7 +3665,7 @@ func (x *ReconcileRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRow.ProtoReflect.Descriptor instead.
 func (*ReconcileRow) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReconcileRow) GetUpstream() string {
@@ -3646,17 +3745,47 @@ func (x *ReconcileRow) GetEstimated() int32 {
 	return 0
 }
 
+func (x *ReconcileRow) GetLedgerCostNanoUsd() int64 {
+	if x != nil {
+		return x.LedgerCostNanoUsd
+	}
+	return 0
+}
+
+func (x *ReconcileRow) GetVendorCostNanoUsd() int64 {
+	if x != nil {
+		return x.VendorCostNanoUsd
+	}
+	return 0
+}
+
+func (x *ReconcileRow) GetUnexplainedCostNanoUsd() int64 {
+	if x != nil {
+		return x.UnexplainedCostNanoUsd
+	}
+	return 0
+}
+
+func (x *ReconcileRow) GetAbandoned() int32 {
+	if x != nil {
+		return x.Abandoned
+	}
+	return 0
+}
+
 type ReconcileDifference struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Class         string                 `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
-	Usage         map[string]int64       `protobuf:"bytes,2,rep,name=usage,proto3" json:"usage,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Class string                 `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
+	Usage map[string]int64       `protobuf:"bytes,2,rep,name=usage,proto3" json:"usage,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The difference at the catalogue's prices, either sign.
+	CostNanoUsd   int64 `protobuf:"varint,3,opt,name=cost_nano_usd,json=costNanoUsd,proto3" json:"cost_nano_usd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReconcileDifference) Reset() {
 	*x = ReconcileDifference{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3668,7 +3797,7 @@ func (x *ReconcileDifference) String() string {
 func (*ReconcileDifference) ProtoMessage() {}
 
 func (x *ReconcileDifference) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3681,7 +3810,7 @@ func (x *ReconcileDifference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileDifference.ProtoReflect.Descriptor instead.
 func (*ReconcileDifference) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReconcileDifference) GetClass() string {
@@ -3696,6 +3825,13 @@ func (x *ReconcileDifference) GetUsage() map[string]int64 {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *ReconcileDifference) GetCostNanoUsd() int64 {
+	if x != nil {
+		return x.CostNanoUsd
+	}
+	return 0
 }
 
 // Project groups keys of one account under limits of their own.
@@ -3715,7 +3851,7 @@ type Project struct {
 
 func (x *Project) Reset() {
 	*x = Project{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3727,7 +3863,7 @@ func (x *Project) String() string {
 func (*Project) ProtoMessage() {}
 
 func (x *Project) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3740,7 +3876,7 @@ func (x *Project) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Project.ProtoReflect.Descriptor instead.
 func (*Project) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Project) GetId() string {
@@ -3790,7 +3926,7 @@ type CreateProjectRequest struct {
 
 func (x *CreateProjectRequest) Reset() {
 	*x = CreateProjectRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3802,7 +3938,7 @@ func (x *CreateProjectRequest) String() string {
 func (*CreateProjectRequest) ProtoMessage() {}
 
 func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3815,7 +3951,7 @@ func (x *CreateProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateProjectRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateProjectRequest) GetAccountId() string {
@@ -3848,7 +3984,7 @@ type CreateProjectResponse struct {
 
 func (x *CreateProjectResponse) Reset() {
 	*x = CreateProjectResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3860,7 +3996,7 @@ func (x *CreateProjectResponse) String() string {
 func (*CreateProjectResponse) ProtoMessage() {}
 
 func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3873,7 +4009,7 @@ func (x *CreateProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProjectResponse.ProtoReflect.Descriptor instead.
 func (*CreateProjectResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateProjectResponse) GetProject() *Project {
@@ -3892,7 +4028,7 @@ type ListProjectsRequest struct {
 
 func (x *ListProjectsRequest) Reset() {
 	*x = ListProjectsRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3904,7 +4040,7 @@ func (x *ListProjectsRequest) String() string {
 func (*ListProjectsRequest) ProtoMessage() {}
 
 func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3917,7 +4053,7 @@ func (x *ListProjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsRequest.ProtoReflect.Descriptor instead.
 func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListProjectsRequest) GetAccountId() string {
@@ -3936,7 +4072,7 @@ type ListProjectsResponse struct {
 
 func (x *ListProjectsResponse) Reset() {
 	*x = ListProjectsResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +4084,7 @@ func (x *ListProjectsResponse) String() string {
 func (*ListProjectsResponse) ProtoMessage() {}
 
 func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,7 +4097,7 @@ func (x *ListProjectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProjectsResponse.ProtoReflect.Descriptor instead.
 func (*ListProjectsResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListProjectsResponse) GetProjects() []*Project {
@@ -3988,7 +4124,7 @@ type SetProjectLimitsRequest struct {
 
 func (x *SetProjectLimitsRequest) Reset() {
 	*x = SetProjectLimitsRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4000,7 +4136,7 @@ func (x *SetProjectLimitsRequest) String() string {
 func (*SetProjectLimitsRequest) ProtoMessage() {}
 
 func (x *SetProjectLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4013,7 +4149,7 @@ func (x *SetProjectLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProjectLimitsRequest.ProtoReflect.Descriptor instead.
 func (*SetProjectLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SetProjectLimitsRequest) GetAccountId() string {
@@ -4088,7 +4224,7 @@ type SetProjectLimitsResponse struct {
 
 func (x *SetProjectLimitsResponse) Reset() {
 	*x = SetProjectLimitsResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4100,7 +4236,7 @@ func (x *SetProjectLimitsResponse) String() string {
 func (*SetProjectLimitsResponse) ProtoMessage() {}
 
 func (x *SetProjectLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4113,7 +4249,7 @@ func (x *SetProjectLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetProjectLimitsResponse.ProtoReflect.Descriptor instead.
 func (*SetProjectLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SetProjectLimitsResponse) GetProject() *Project {
@@ -4133,7 +4269,7 @@ type DeleteProjectRequest struct {
 
 func (x *DeleteProjectRequest) Reset() {
 	*x = DeleteProjectRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4145,7 +4281,7 @@ func (x *DeleteProjectRequest) String() string {
 func (*DeleteProjectRequest) ProtoMessage() {}
 
 func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4158,7 +4294,7 @@ func (x *DeleteProjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProjectRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DeleteProjectRequest) GetAccountId() string {
@@ -4183,7 +4319,7 @@ type DeleteProjectResponse struct {
 
 func (x *DeleteProjectResponse) Reset() {
 	*x = DeleteProjectResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4195,7 +4331,7 @@ func (x *DeleteProjectResponse) String() string {
 func (*DeleteProjectResponse) ProtoMessage() {}
 
 func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4208,7 +4344,7 @@ func (x *DeleteProjectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProjectResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProjectResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 type MoveKeyRequest struct {
@@ -4223,7 +4359,7 @@ type MoveKeyRequest struct {
 
 func (x *MoveKeyRequest) Reset() {
 	*x = MoveKeyRequest{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4235,7 +4371,7 @@ func (x *MoveKeyRequest) String() string {
 func (*MoveKeyRequest) ProtoMessage() {}
 
 func (x *MoveKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4248,7 +4384,7 @@ func (x *MoveKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveKeyRequest.ProtoReflect.Descriptor instead.
 func (*MoveKeyRequest) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *MoveKeyRequest) GetAccountId() string {
@@ -4281,7 +4417,7 @@ type MoveKeyResponse struct {
 
 func (x *MoveKeyResponse) Reset() {
 	*x = MoveKeyResponse{}
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4293,7 +4429,7 @@ func (x *MoveKeyResponse) String() string {
 func (*MoveKeyResponse) ProtoMessage() {}
 
 func (x *MoveKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gateway_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_gateway_admin_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4306,7 +4442,7 @@ func (x *MoveKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveKeyResponse.ProtoReflect.Descriptor instead.
 func (*MoveKeyResponse) Descriptor() ([]byte, []int) {
-	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_gateway_admin_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *MoveKeyResponse) GetKey() *Key {
@@ -4623,9 +4759,17 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x10ReconcileRequest\x12.\n" +
 	"\x04from\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12!\n" +
-	"\fbucket_width\x18\x03 \x01(\tR\vbucketWidth\"G\n" +
+	"\fbucket_width\x18\x03 \x01(\tR\vbucketWidth\"~\n" +
 	"\x11ReconcileResponse\x122\n" +
-	"\x04rows\x18\x01 \x03(\v2\x1e.gateway.admin.v1.ReconcileRowR\x04rows\"\xcc\x05\n" +
+	"\x04rows\x18\x01 \x03(\v2\x1e.gateway.admin.v1.ReconcileRowR\x04rows\x125\n" +
+	"\x05costs\x18\x02 \x03(\v2\x1f.gateway.admin.v1.ReconcileCostR\x05costs\"\xe8\x01\n" +
+	"\rReconcileCost\x12\x1a\n" +
+	"\bupstream\x18\x01 \x01(\tR\bupstream\x129\n" +
+	"\n" +
+	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12&\n" +
+	"\x0fbilled_nano_usd\x18\x03 \x01(\x03R\rbilledNanoUsd\x12&\n" +
+	"\x0fpriced_nano_usd\x18\x04 \x01(\x03R\rpricedNanoUsd\x120\n" +
+	"\x14unexplained_nano_usd\x18\x05 \x01(\x03R\x12unexplainedNanoUsd\"\x87\a\n" +
 	"\fReconcileRow\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\x129\n" +
 	"\n" +
@@ -4640,7 +4784,11 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\texplained\x18\t \x03(\v2%.gateway.admin.v1.ReconcileDifferenceR\texplained\x12\x18\n" +
 	"\aentries\x18\n" +
 	" \x01(\x05R\aentries\x12\x1c\n" +
-	"\testimated\x18\v \x01(\x05R\testimated\x1a9\n" +
+	"\testimated\x18\v \x01(\x05R\testimated\x12/\n" +
+	"\x14ledger_cost_nano_usd\x18\f \x01(\x03R\x11ledgerCostNanoUsd\x12/\n" +
+	"\x14vendor_cost_nano_usd\x18\r \x01(\x03R\x11vendorCostNanoUsd\x129\n" +
+	"\x19unexplained_cost_nano_usd\x18\x0e \x01(\x03R\x16unexplainedCostNanoUsd\x12\x1c\n" +
+	"\tabandoned\x18\x0f \x01(\x05R\tabandoned\x1a9\n" +
 	"\vVendorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a9\n" +
@@ -4649,10 +4797,11 @@ const file_gateway_admin_v1_admin_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a>\n" +
 	"\x10UnexplainedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xad\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd1\x01\n" +
 	"\x13ReconcileDifference\x12\x14\n" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12F\n" +
-	"\x05usage\x18\x02 \x03(\v20.gateway.admin.v1.ReconcileDifference.UsageEntryR\x05usage\x1a8\n" +
+	"\x05usage\x18\x02 \x03(\v20.gateway.admin.v1.ReconcileDifference.UsageEntryR\x05usage\x12\"\n" +
+	"\rcost_nano_usd\x18\x03 \x01(\x03R\vcostNanoUsd\x1a8\n" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -4764,7 +4913,7 @@ func file_gateway_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_gateway_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_gateway_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(KeyKind)(0),                        // 0: gateway.admin.v1.KeyKind
 	(KeyState)(0),                       // 1: gateway.admin.v1.KeyState
@@ -4816,30 +4965,31 @@ var file_gateway_admin_v1_admin_proto_goTypes = []any{
 	(*SetBalanceAlertResponse)(nil),     // 47: gateway.admin.v1.SetBalanceAlertResponse
 	(*ReconcileRequest)(nil),            // 48: gateway.admin.v1.ReconcileRequest
 	(*ReconcileResponse)(nil),           // 49: gateway.admin.v1.ReconcileResponse
-	(*ReconcileRow)(nil),                // 50: gateway.admin.v1.ReconcileRow
-	(*ReconcileDifference)(nil),         // 51: gateway.admin.v1.ReconcileDifference
-	(*Project)(nil),                     // 52: gateway.admin.v1.Project
-	(*CreateProjectRequest)(nil),        // 53: gateway.admin.v1.CreateProjectRequest
-	(*CreateProjectResponse)(nil),       // 54: gateway.admin.v1.CreateProjectResponse
-	(*ListProjectsRequest)(nil),         // 55: gateway.admin.v1.ListProjectsRequest
-	(*ListProjectsResponse)(nil),        // 56: gateway.admin.v1.ListProjectsResponse
-	(*SetProjectLimitsRequest)(nil),     // 57: gateway.admin.v1.SetProjectLimitsRequest
-	(*SetProjectLimitsResponse)(nil),    // 58: gateway.admin.v1.SetProjectLimitsResponse
-	(*DeleteProjectRequest)(nil),        // 59: gateway.admin.v1.DeleteProjectRequest
-	(*DeleteProjectResponse)(nil),       // 60: gateway.admin.v1.DeleteProjectResponse
-	(*MoveKeyRequest)(nil),              // 61: gateway.admin.v1.MoveKeyRequest
-	(*MoveKeyResponse)(nil),             // 62: gateway.admin.v1.MoveKeyResponse
-	nil,                                 // 63: gateway.admin.v1.LedgerEntry.UsageEntry
-	nil,                                 // 64: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
-	nil,                                 // 65: gateway.admin.v1.ReconcileRow.VendorEntry
-	nil,                                 // 66: gateway.admin.v1.ReconcileRow.LedgerEntry
-	nil,                                 // 67: gateway.admin.v1.ReconcileRow.UnexplainedEntry
-	nil,                                 // 68: gateway.admin.v1.ReconcileDifference.UsageEntry
-	(*timestamppb.Timestamp)(nil),       // 69: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 70: google.protobuf.Duration
+	(*ReconcileCost)(nil),               // 50: gateway.admin.v1.ReconcileCost
+	(*ReconcileRow)(nil),                // 51: gateway.admin.v1.ReconcileRow
+	(*ReconcileDifference)(nil),         // 52: gateway.admin.v1.ReconcileDifference
+	(*Project)(nil),                     // 53: gateway.admin.v1.Project
+	(*CreateProjectRequest)(nil),        // 54: gateway.admin.v1.CreateProjectRequest
+	(*CreateProjectResponse)(nil),       // 55: gateway.admin.v1.CreateProjectResponse
+	(*ListProjectsRequest)(nil),         // 56: gateway.admin.v1.ListProjectsRequest
+	(*ListProjectsResponse)(nil),        // 57: gateway.admin.v1.ListProjectsResponse
+	(*SetProjectLimitsRequest)(nil),     // 58: gateway.admin.v1.SetProjectLimitsRequest
+	(*SetProjectLimitsResponse)(nil),    // 59: gateway.admin.v1.SetProjectLimitsResponse
+	(*DeleteProjectRequest)(nil),        // 60: gateway.admin.v1.DeleteProjectRequest
+	(*DeleteProjectResponse)(nil),       // 61: gateway.admin.v1.DeleteProjectResponse
+	(*MoveKeyRequest)(nil),              // 62: gateway.admin.v1.MoveKeyRequest
+	(*MoveKeyResponse)(nil),             // 63: gateway.admin.v1.MoveKeyResponse
+	nil,                                 // 64: gateway.admin.v1.LedgerEntry.UsageEntry
+	nil,                                 // 65: gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	nil,                                 // 66: gateway.admin.v1.ReconcileRow.VendorEntry
+	nil,                                 // 67: gateway.admin.v1.ReconcileRow.LedgerEntry
+	nil,                                 // 68: gateway.admin.v1.ReconcileRow.UnexplainedEntry
+	nil,                                 // 69: gateway.admin.v1.ReconcileDifference.UsageEntry
+	(*timestamppb.Timestamp)(nil),       // 70: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 71: google.protobuf.Duration
 }
 var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
-	69, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
+	70, // 0: gateway.admin.v1.Account.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 1: gateway.admin.v1.Account.limits:type_name -> gateway.admin.v1.Limits
 	3,  // 2: gateway.admin.v1.CreateAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 3: gateway.admin.v1.GetAccountResponse.account:type_name -> gateway.admin.v1.Account
@@ -4848,110 +4998,112 @@ var file_gateway_admin_v1_admin_proto_depIdxs = []int32{
 	3,  // 6: gateway.admin.v1.SuspendAccountResponse.account:type_name -> gateway.admin.v1.Account
 	3,  // 7: gateway.admin.v1.ResumeAccountResponse.account:type_name -> gateway.admin.v1.Account
 	0,  // 8: gateway.admin.v1.Key.kind:type_name -> gateway.admin.v1.KeyKind
-	69, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
-	69, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
-	69, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
-	69, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
+	70, // 9: gateway.admin.v1.Key.create_time:type_name -> google.protobuf.Timestamp
+	70, // 10: gateway.admin.v1.Key.expire_time:type_name -> google.protobuf.Timestamp
+	70, // 11: gateway.admin.v1.Key.last_used_time:type_name -> google.protobuf.Timestamp
+	70, // 12: gateway.admin.v1.Key.revoke_time:type_name -> google.protobuf.Timestamp
 	1,  // 13: gateway.admin.v1.Key.state:type_name -> gateway.admin.v1.KeyState
 	2,  // 14: gateway.admin.v1.Key.limits:type_name -> gateway.admin.v1.Limits
-	69, // 15: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
-	70, // 16: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
+	70, // 15: gateway.admin.v1.CreateKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	71, // 16: gateway.admin.v1.CreateKeyRequest.ttl:type_name -> google.protobuf.Duration
 	18, // 17: gateway.admin.v1.CreateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	18, // 18: gateway.admin.v1.ListKeysResponse.keys:type_name -> gateway.admin.v1.Key
 	18, // 19: gateway.admin.v1.RevokeKeyResponse.key:type_name -> gateway.admin.v1.Key
-	70, // 20: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
+	71, // 20: gateway.admin.v1.RotateKeyRequest.grace:type_name -> google.protobuf.Duration
 	18, // 21: gateway.admin.v1.RotateKeyResponse.key:type_name -> gateway.admin.v1.Key
 	18, // 22: gateway.admin.v1.RotateKeyResponse.old_key:type_name -> gateway.admin.v1.Key
-	69, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
-	70, // 24: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
+	70, // 23: gateway.admin.v1.CreateReadOnlyTokenRequest.expire_time:type_name -> google.protobuf.Timestamp
+	71, // 24: gateway.admin.v1.CreateReadOnlyTokenRequest.ttl:type_name -> google.protobuf.Duration
 	18, // 25: gateway.admin.v1.CreateReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
 	18, // 26: gateway.admin.v1.RevokeReadOnlyTokenResponse.token:type_name -> gateway.admin.v1.Key
-	69, // 27: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
-	69, // 28: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
-	63, // 29: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
-	64, // 30: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
+	70, // 27: gateway.admin.v1.LedgerEntry.start_time:type_name -> google.protobuf.Timestamp
+	70, // 28: gateway.admin.v1.LedgerEntry.end_time:type_name -> google.protobuf.Timestamp
+	64, // 29: gateway.admin.v1.LedgerEntry.usage:type_name -> gateway.admin.v1.LedgerEntry.UsageEntry
+	65, // 30: gateway.admin.v1.LedgerEntry.prices_nano_usd_per_million:type_name -> gateway.admin.v1.LedgerEntry.PricesNanoUsdPerMillionEntry
 	31, // 31: gateway.admin.v1.ListLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
 	31, // 32: gateway.admin.v1.ExportLedgerResponse.entries:type_name -> gateway.admin.v1.LedgerEntry
-	69, // 33: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
+	70, // 33: gateway.admin.v1.AuditEntry.time:type_name -> google.protobuf.Timestamp
 	38, // 34: gateway.admin.v1.ListAuditResponse.entries:type_name -> gateway.admin.v1.AuditEntry
 	18, // 35: gateway.admin.v1.GetKeyResponse.key:type_name -> gateway.admin.v1.Key
 	42, // 36: gateway.admin.v1.GetKeyResponse.usage:type_name -> gateway.admin.v1.KeyUsage
 	18, // 37: gateway.admin.v1.SetKeyLimitsResponse.key:type_name -> gateway.admin.v1.Key
 	42, // 38: gateway.admin.v1.SetKeyLimitsResponse.usage:type_name -> gateway.admin.v1.KeyUsage
 	3,  // 39: gateway.admin.v1.SetBalanceAlertResponse.account:type_name -> gateway.admin.v1.Account
-	69, // 40: gateway.admin.v1.ReconcileRequest.from:type_name -> google.protobuf.Timestamp
-	69, // 41: gateway.admin.v1.ReconcileRequest.to:type_name -> google.protobuf.Timestamp
-	50, // 42: gateway.admin.v1.ReconcileResponse.rows:type_name -> gateway.admin.v1.ReconcileRow
-	69, // 43: gateway.admin.v1.ReconcileRow.start_time:type_name -> google.protobuf.Timestamp
-	65, // 44: gateway.admin.v1.ReconcileRow.vendor:type_name -> gateway.admin.v1.ReconcileRow.VendorEntry
-	66, // 45: gateway.admin.v1.ReconcileRow.ledger:type_name -> gateway.admin.v1.ReconcileRow.LedgerEntry
-	67, // 46: gateway.admin.v1.ReconcileRow.unexplained:type_name -> gateway.admin.v1.ReconcileRow.UnexplainedEntry
-	51, // 47: gateway.admin.v1.ReconcileRow.explained:type_name -> gateway.admin.v1.ReconcileDifference
-	68, // 48: gateway.admin.v1.ReconcileDifference.usage:type_name -> gateway.admin.v1.ReconcileDifference.UsageEntry
-	69, // 49: gateway.admin.v1.Project.create_time:type_name -> google.protobuf.Timestamp
-	2,  // 50: gateway.admin.v1.Project.limits:type_name -> gateway.admin.v1.Limits
-	2,  // 51: gateway.admin.v1.CreateProjectRequest.limits:type_name -> gateway.admin.v1.Limits
-	52, // 52: gateway.admin.v1.CreateProjectResponse.project:type_name -> gateway.admin.v1.Project
-	52, // 53: gateway.admin.v1.ListProjectsResponse.projects:type_name -> gateway.admin.v1.Project
-	52, // 54: gateway.admin.v1.SetProjectLimitsResponse.project:type_name -> gateway.admin.v1.Project
-	18, // 55: gateway.admin.v1.MoveKeyResponse.key:type_name -> gateway.admin.v1.Key
-	4,  // 56: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
-	6,  // 57: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
-	8,  // 58: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
-	10, // 59: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
-	12, // 60: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
-	14, // 61: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
-	16, // 62: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
-	19, // 63: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
-	21, // 64: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
-	23, // 65: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
-	25, // 66: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
-	27, // 67: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
-	29, // 68: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
-	32, // 69: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
-	34, // 70: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
-	36, // 71: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
-	39, // 72: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
-	41, // 73: gateway.admin.v1.Admin.GetKey:input_type -> gateway.admin.v1.GetKeyRequest
-	44, // 74: gateway.admin.v1.Admin.SetKeyLimits:input_type -> gateway.admin.v1.SetKeyLimitsRequest
-	46, // 75: gateway.admin.v1.Admin.SetBalanceAlert:input_type -> gateway.admin.v1.SetBalanceAlertRequest
-	48, // 76: gateway.admin.v1.Admin.Reconcile:input_type -> gateway.admin.v1.ReconcileRequest
-	53, // 77: gateway.admin.v1.Admin.CreateProject:input_type -> gateway.admin.v1.CreateProjectRequest
-	55, // 78: gateway.admin.v1.Admin.ListProjects:input_type -> gateway.admin.v1.ListProjectsRequest
-	57, // 79: gateway.admin.v1.Admin.SetProjectLimits:input_type -> gateway.admin.v1.SetProjectLimitsRequest
-	59, // 80: gateway.admin.v1.Admin.DeleteProject:input_type -> gateway.admin.v1.DeleteProjectRequest
-	61, // 81: gateway.admin.v1.Admin.MoveKey:input_type -> gateway.admin.v1.MoveKeyRequest
-	5,  // 82: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
-	7,  // 83: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
-	9,  // 84: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
-	11, // 85: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
-	13, // 86: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
-	15, // 87: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
-	17, // 88: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
-	20, // 89: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
-	22, // 90: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
-	24, // 91: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
-	26, // 92: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
-	28, // 93: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
-	30, // 94: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
-	33, // 95: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
-	35, // 96: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
-	37, // 97: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
-	40, // 98: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
-	43, // 99: gateway.admin.v1.Admin.GetKey:output_type -> gateway.admin.v1.GetKeyResponse
-	45, // 100: gateway.admin.v1.Admin.SetKeyLimits:output_type -> gateway.admin.v1.SetKeyLimitsResponse
-	47, // 101: gateway.admin.v1.Admin.SetBalanceAlert:output_type -> gateway.admin.v1.SetBalanceAlertResponse
-	49, // 102: gateway.admin.v1.Admin.Reconcile:output_type -> gateway.admin.v1.ReconcileResponse
-	54, // 103: gateway.admin.v1.Admin.CreateProject:output_type -> gateway.admin.v1.CreateProjectResponse
-	56, // 104: gateway.admin.v1.Admin.ListProjects:output_type -> gateway.admin.v1.ListProjectsResponse
-	58, // 105: gateway.admin.v1.Admin.SetProjectLimits:output_type -> gateway.admin.v1.SetProjectLimitsResponse
-	60, // 106: gateway.admin.v1.Admin.DeleteProject:output_type -> gateway.admin.v1.DeleteProjectResponse
-	62, // 107: gateway.admin.v1.Admin.MoveKey:output_type -> gateway.admin.v1.MoveKeyResponse
-	82, // [82:108] is the sub-list for method output_type
-	56, // [56:82] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	70, // 40: gateway.admin.v1.ReconcileRequest.from:type_name -> google.protobuf.Timestamp
+	70, // 41: gateway.admin.v1.ReconcileRequest.to:type_name -> google.protobuf.Timestamp
+	51, // 42: gateway.admin.v1.ReconcileResponse.rows:type_name -> gateway.admin.v1.ReconcileRow
+	50, // 43: gateway.admin.v1.ReconcileResponse.costs:type_name -> gateway.admin.v1.ReconcileCost
+	70, // 44: gateway.admin.v1.ReconcileCost.start_time:type_name -> google.protobuf.Timestamp
+	70, // 45: gateway.admin.v1.ReconcileRow.start_time:type_name -> google.protobuf.Timestamp
+	66, // 46: gateway.admin.v1.ReconcileRow.vendor:type_name -> gateway.admin.v1.ReconcileRow.VendorEntry
+	67, // 47: gateway.admin.v1.ReconcileRow.ledger:type_name -> gateway.admin.v1.ReconcileRow.LedgerEntry
+	68, // 48: gateway.admin.v1.ReconcileRow.unexplained:type_name -> gateway.admin.v1.ReconcileRow.UnexplainedEntry
+	52, // 49: gateway.admin.v1.ReconcileRow.explained:type_name -> gateway.admin.v1.ReconcileDifference
+	69, // 50: gateway.admin.v1.ReconcileDifference.usage:type_name -> gateway.admin.v1.ReconcileDifference.UsageEntry
+	70, // 51: gateway.admin.v1.Project.create_time:type_name -> google.protobuf.Timestamp
+	2,  // 52: gateway.admin.v1.Project.limits:type_name -> gateway.admin.v1.Limits
+	2,  // 53: gateway.admin.v1.CreateProjectRequest.limits:type_name -> gateway.admin.v1.Limits
+	53, // 54: gateway.admin.v1.CreateProjectResponse.project:type_name -> gateway.admin.v1.Project
+	53, // 55: gateway.admin.v1.ListProjectsResponse.projects:type_name -> gateway.admin.v1.Project
+	53, // 56: gateway.admin.v1.SetProjectLimitsResponse.project:type_name -> gateway.admin.v1.Project
+	18, // 57: gateway.admin.v1.MoveKeyResponse.key:type_name -> gateway.admin.v1.Key
+	4,  // 58: gateway.admin.v1.Admin.CreateAccount:input_type -> gateway.admin.v1.CreateAccountRequest
+	6,  // 59: gateway.admin.v1.Admin.GetAccount:input_type -> gateway.admin.v1.GetAccountRequest
+	8,  // 60: gateway.admin.v1.Admin.ListAccounts:input_type -> gateway.admin.v1.ListAccountsRequest
+	10, // 61: gateway.admin.v1.Admin.TopUp:input_type -> gateway.admin.v1.TopUpRequest
+	12, // 62: gateway.admin.v1.Admin.SetLimits:input_type -> gateway.admin.v1.SetLimitsRequest
+	14, // 63: gateway.admin.v1.Admin.SuspendAccount:input_type -> gateway.admin.v1.SuspendAccountRequest
+	16, // 64: gateway.admin.v1.Admin.ResumeAccount:input_type -> gateway.admin.v1.ResumeAccountRequest
+	19, // 65: gateway.admin.v1.Admin.CreateKey:input_type -> gateway.admin.v1.CreateKeyRequest
+	21, // 66: gateway.admin.v1.Admin.ListKeys:input_type -> gateway.admin.v1.ListKeysRequest
+	23, // 67: gateway.admin.v1.Admin.RevokeKey:input_type -> gateway.admin.v1.RevokeKeyRequest
+	25, // 68: gateway.admin.v1.Admin.RotateKey:input_type -> gateway.admin.v1.RotateKeyRequest
+	27, // 69: gateway.admin.v1.Admin.CreateReadOnlyToken:input_type -> gateway.admin.v1.CreateReadOnlyTokenRequest
+	29, // 70: gateway.admin.v1.Admin.RevokeReadOnlyToken:input_type -> gateway.admin.v1.RevokeReadOnlyTokenRequest
+	32, // 71: gateway.admin.v1.Admin.ListLedger:input_type -> gateway.admin.v1.ListLedgerRequest
+	34, // 72: gateway.admin.v1.Admin.ExportLedger:input_type -> gateway.admin.v1.ExportLedgerRequest
+	36, // 73: gateway.admin.v1.Admin.CommitLedgerExport:input_type -> gateway.admin.v1.CommitLedgerExportRequest
+	39, // 74: gateway.admin.v1.Admin.ListAudit:input_type -> gateway.admin.v1.ListAuditRequest
+	41, // 75: gateway.admin.v1.Admin.GetKey:input_type -> gateway.admin.v1.GetKeyRequest
+	44, // 76: gateway.admin.v1.Admin.SetKeyLimits:input_type -> gateway.admin.v1.SetKeyLimitsRequest
+	46, // 77: gateway.admin.v1.Admin.SetBalanceAlert:input_type -> gateway.admin.v1.SetBalanceAlertRequest
+	48, // 78: gateway.admin.v1.Admin.Reconcile:input_type -> gateway.admin.v1.ReconcileRequest
+	54, // 79: gateway.admin.v1.Admin.CreateProject:input_type -> gateway.admin.v1.CreateProjectRequest
+	56, // 80: gateway.admin.v1.Admin.ListProjects:input_type -> gateway.admin.v1.ListProjectsRequest
+	58, // 81: gateway.admin.v1.Admin.SetProjectLimits:input_type -> gateway.admin.v1.SetProjectLimitsRequest
+	60, // 82: gateway.admin.v1.Admin.DeleteProject:input_type -> gateway.admin.v1.DeleteProjectRequest
+	62, // 83: gateway.admin.v1.Admin.MoveKey:input_type -> gateway.admin.v1.MoveKeyRequest
+	5,  // 84: gateway.admin.v1.Admin.CreateAccount:output_type -> gateway.admin.v1.CreateAccountResponse
+	7,  // 85: gateway.admin.v1.Admin.GetAccount:output_type -> gateway.admin.v1.GetAccountResponse
+	9,  // 86: gateway.admin.v1.Admin.ListAccounts:output_type -> gateway.admin.v1.ListAccountsResponse
+	11, // 87: gateway.admin.v1.Admin.TopUp:output_type -> gateway.admin.v1.TopUpResponse
+	13, // 88: gateway.admin.v1.Admin.SetLimits:output_type -> gateway.admin.v1.SetLimitsResponse
+	15, // 89: gateway.admin.v1.Admin.SuspendAccount:output_type -> gateway.admin.v1.SuspendAccountResponse
+	17, // 90: gateway.admin.v1.Admin.ResumeAccount:output_type -> gateway.admin.v1.ResumeAccountResponse
+	20, // 91: gateway.admin.v1.Admin.CreateKey:output_type -> gateway.admin.v1.CreateKeyResponse
+	22, // 92: gateway.admin.v1.Admin.ListKeys:output_type -> gateway.admin.v1.ListKeysResponse
+	24, // 93: gateway.admin.v1.Admin.RevokeKey:output_type -> gateway.admin.v1.RevokeKeyResponse
+	26, // 94: gateway.admin.v1.Admin.RotateKey:output_type -> gateway.admin.v1.RotateKeyResponse
+	28, // 95: gateway.admin.v1.Admin.CreateReadOnlyToken:output_type -> gateway.admin.v1.CreateReadOnlyTokenResponse
+	30, // 96: gateway.admin.v1.Admin.RevokeReadOnlyToken:output_type -> gateway.admin.v1.RevokeReadOnlyTokenResponse
+	33, // 97: gateway.admin.v1.Admin.ListLedger:output_type -> gateway.admin.v1.ListLedgerResponse
+	35, // 98: gateway.admin.v1.Admin.ExportLedger:output_type -> gateway.admin.v1.ExportLedgerResponse
+	37, // 99: gateway.admin.v1.Admin.CommitLedgerExport:output_type -> gateway.admin.v1.CommitLedgerExportResponse
+	40, // 100: gateway.admin.v1.Admin.ListAudit:output_type -> gateway.admin.v1.ListAuditResponse
+	43, // 101: gateway.admin.v1.Admin.GetKey:output_type -> gateway.admin.v1.GetKeyResponse
+	45, // 102: gateway.admin.v1.Admin.SetKeyLimits:output_type -> gateway.admin.v1.SetKeyLimitsResponse
+	47, // 103: gateway.admin.v1.Admin.SetBalanceAlert:output_type -> gateway.admin.v1.SetBalanceAlertResponse
+	49, // 104: gateway.admin.v1.Admin.Reconcile:output_type -> gateway.admin.v1.ReconcileResponse
+	55, // 105: gateway.admin.v1.Admin.CreateProject:output_type -> gateway.admin.v1.CreateProjectResponse
+	57, // 106: gateway.admin.v1.Admin.ListProjects:output_type -> gateway.admin.v1.ListProjectsResponse
+	59, // 107: gateway.admin.v1.Admin.SetProjectLimits:output_type -> gateway.admin.v1.SetProjectLimitsResponse
+	61, // 108: gateway.admin.v1.Admin.DeleteProject:output_type -> gateway.admin.v1.DeleteProjectResponse
+	63, // 109: gateway.admin.v1.Admin.MoveKey:output_type -> gateway.admin.v1.MoveKeyResponse
+	84, // [84:110] is the sub-list for method output_type
+	58, // [58:84] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_gateway_admin_v1_admin_proto_init() }
@@ -4970,14 +5122,14 @@ func file_gateway_admin_v1_admin_proto_init() {
 		(*CreateReadOnlyTokenRequest_Ttl)(nil),
 	}
 	file_gateway_admin_v1_admin_proto_msgTypes[42].OneofWrappers = []any{}
-	file_gateway_admin_v1_admin_proto_msgTypes[55].OneofWrappers = []any{}
+	file_gateway_admin_v1_admin_proto_msgTypes[56].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gateway_admin_v1_admin_proto_rawDesc), len(file_gateway_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   67,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

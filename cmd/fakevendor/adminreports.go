@@ -1,0 +1,88 @@
+package main
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// OpenAI's other organization usage reports: embeddings, audio
+// transcriptions (seconds) and images (counts), in the completions
+// report's shape and query, each from its own log: the embeddings and the
+// whisper transcriptions the fake served. Images are not billed by the
+// fake (the report answers with empty buckets but for usage added with
+// POST /usage, format "images").
+
+const (
+	embeddingsUsagePath     = "/v1/organization/usage/embeddings"
+	transcriptionsUsagePath = "/v1/organization/usage/audio_transcriptions"
+	imagesUsagePath         = "/v1/organization/usage/images"
+)
+
+func (s *site) otherUsageReport(w http.ResponseWriter, r *http.Request) {
+	a := r.Header.Get("Authorization")
+	if !strings.HasPrefix(a, "Bearer ") || !adminKeyOK(s.fake.cfg.chatCompletionsAdminKey, a[len("Bearer "):]) {
+		s.api.writeError(w, r, http.StatusUnauthorized, "The usage API needs an admin key.")
+		return
+	}
+	kind := strings.TrimPrefix(r.URL.Path, "/v1/organization/usage/")
+	l := s.fake.usageLogOf(kind)
+	q := r.URL.Query()
+	secs, err := strconv.ParseInt(q.Get("start_time"), 10, 64)
+	if err != nil {
+		s.api.writeError(w, r, http.StatusBadRequest, "start_time: Unix seconds are required.")
+		return
+	}
+	var end time.Time
+	if v := q.Get("end_time"); v != "" {
+		e, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			s.api.writeError(w, r, http.StatusBadRequest, "end_time: not Unix seconds.")
+			return
+		}
+		end = time.Unix(e, 0)
+	}
+	rq, msg := parseReportQuery(q, time.Unix(secs, 0), end, "group_by")
+	if msg != "" {
+		s.api.writeError(w, r, http.StatusBadRequest, msg)
+		return
+	}
+	pageEnd, next := rq.page()
+	starts, buckets := l.report(rq.start, pageEnd, rq.width, rq.byKey, rq.byModel)
+	type bucket struct {
+		Object    string           `json:"object"`
+		StartTime int64            `json:"start_time"`
+		EndTime   int64            `json:"end_time"`
+		Results   []map[string]any `json:"results"`
+	}
+	out := struct {
+		Object   string   `json:"object"`
+		Data     []bucket `json:"data"`
+		HasMore  bool     `json:"has_more"`
+		NextPage *string  `json:"next_page"`
+	}{Object: "page", Data: []bucket{}, HasMore: next != ""}
+	if next != "" {
+		out.NextPage = &next
+	}
+	for i, st := range starts {
+		b := bucket{Object: "bucket", StartTime: st.Unix(), EndTime: st.Add(rq.width).Unix(), Results: []map[string]any{}}
+		for _, e := range sortedGroups(buckets[i]) {
+			res := map[string]any{
+				"object": "organization.usage." + kind + ".result", "num_model_requests": e.requests,
+				"project_id": nil, "user_id": nil, "api_key_id": orNull(rq.byKey, e.keyID), "model": orNull(rq.byModel, e.model),
+			}
+			switch kind {
+			case "embeddings":
+				res["input_tokens"] = e.tokens.Input
+			case "audio_transcriptions":
+				res["seconds"] = e.tokens.AudioSeconds
+			case "images":
+				res["images"] = e.tokens.Images
+			}
+			b.Results = append(b.Results, res)
+		}
+		out.Data = append(out.Data, b)
+	}
+	writeJSON(w, http.StatusOK, &out)
+}
