@@ -172,10 +172,12 @@ const (
 
 // earlyRefusalRSSBound is the growth of Envoy's and the sidecar's peak
 // RSS those bodies may cause when refused at their headers: what Envoy
-// reads of each before its reply goes (a connection's buffer limit, 1 MiB)
-// and headroom for the runtimes; a quarter of the 128 MiB the bodies are,
-// which each process held (and more) when they were buffered.
-const earlyRefusalRSSBound = 32 << 20
+// takes in of each while its headers are checked (the route's buffer
+// limit applies from the route's choice on, so a slower check lets more
+// in: 11 to 14 MiB on a quiet machine, 35 on a loaded one) and headroom
+// for the runtimes; half of the 128 MiB the bodies are, which each
+// process held (and more) when they were buffered.
+const earlyRefusalRSSBound = 64 << 20
 
 // Eight 16 MiB bodies sent at once on a key whose request rate is spent
 // are refused at their headers (gateway_header_refusals_total), the
