@@ -130,11 +130,11 @@ func (a *app) auditCmd() *cobra.Command {
 	return cmd
 }
 
-// outcome names an audit entry's outcome: "made" for a change that
-// happened (the entry's empty outcome).
+// outcome names an audit entry's outcome: "done" for a change that
+// happened (the entry's empty outcome), as the operator console says.
 func outcome(o string) string {
 	if o == "" {
-		return "made"
+		return "done"
 	}
 	return o
 }

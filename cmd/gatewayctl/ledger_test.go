@@ -128,7 +128,7 @@ func TestStateDiff(t *testing.T) {
 			t.Errorf("stateDiff(%q, %q) = %q, want %q", tc.before, tc.after, got, tc.want)
 		}
 	}
-	if outcome("") != "made" || outcome("refused") != "refused" {
+	if outcome("") != "done" || outcome("refused") != "refused" {
 		t.Errorf("outcome: %q, %q", outcome(""), outcome("refused"))
 	}
 }

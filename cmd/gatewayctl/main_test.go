@@ -190,7 +190,7 @@ func TestSuspendAndResume(t *testing.T) {
 	}
 	// The table shows where each change came from, that it was made and
 	// what it changed.
-	for _, want := range []string{"ORIGIN", "OUTCOME", "CHANGE", "127.0.0.1:", "made", "suspended: false->true", "suspended: true->false"} {
+	for _, want := range []string{"ORIGIN", "OUTCOME", "CHANGE", "127.0.0.1:", "done", "suspended: false->true", "suspended: true->false"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("audit shows no %q:\n%s", want, out)
 		}
