@@ -225,7 +225,7 @@ func TestReleaseDataServesUnchanged(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("account page: %d %s", rec.Code, page)
 	}
-	for _, want := range []string{"acme", d.KeyID, ">ci<", ">dashboard<", ">account.create<", ">key.create<", ">account.topup<", ">done<"} {
+	for _, want := range []string{"acme", d.KeyID, ">ci<", ">dashboard<", ">account.create<", ">key.create<", ">account.topup<", ">done<", `id="topup"`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the account page lacks %q", want)
 		}
