@@ -38,6 +38,9 @@ var (
 		{"        accessModes: [ReadWriteOnce]\n", "        accessModes: [ReadWriteOnce]\n        {{- with .Values.storage.storageClassName }}\n        storageClassName: {{ . }}\n        {{- end }}\n", 1},
 		{"            storage: 1Gi\n", "            storage: {{ .Values.storage.size }}\n", 1},
 	}
+	// The gateway container's environment: the SSO client secret when the
+	// sso.config value is set, after the admin token (the last entry).
+	ssoEnvSub       = chartSub{"                  key: GATEWAY_ADMIN_TOKEN\n", "                  key: GATEWAY_ADMIN_TOKEN\n" + ssoEnv, 1}
 	gatewayImageSub = chartSub{"image: " + DefaultControlPlaneParams.Image + "\n          imagePullPolicy: IfNotPresent\n",
 		"image: {{ include \"gateway.image\" . }}\n          imagePullPolicy: {{ .Values.image.pullPolicy }}\n", 1}
 )
@@ -48,6 +51,17 @@ func resourcesSub(block, uid, path string) chartSub {
 	tail := "          securityContext:\n            runAsUser: " + uid + "\n"
 	return chartSub{block + tail, "          resources:\n            {{- toYaml ." + path + " | nindent 12 }}\n" + tail, 1}
 }
+
+// ssoEnv is the gateway container's variable holding the SSO client
+// secret, named by the sso block's client_secret_env.
+const ssoEnv = `            {{- with .Values.sso.config }}
+            - name: {{ required "sso.config.client_secret_env is required" .client_secret_env }}
+              valueFrom:
+                secretKeyRef:
+                  name: {{ $.Values.sso.clientSecret.secret | default (include "gateway.secretName" $) }}
+                  key: {{ $.Values.sso.clientSecret.key }}
+            {{- end }}
+`
 
 const podResources = `          resources:
             requests:
@@ -131,6 +145,7 @@ func chartSubs() map[string][]chartSub {
 			resourcesSub(podResources, "65532", "Values.resources"),
 			resourcesSub(podResources, "101", "Values.envoy.resources"),
 			podSpecSub,
+			ssoEnvSub,
 			{"      initContainers:\n", "      initContainers:\n" + envoyInitContainer(), 1},
 			{"          configMap:\n            name: envoy-config\n", "          emptyDir: {}\n", 1},
 			{"          configMap:\n            name: gateway-config\n", "          configMap:\n            name: " + helmConfigMap + "\n", 1},
@@ -150,7 +165,8 @@ func chartSubs() map[string][]chartSub {
 			{"          imagePullPolicy: IfNotPresent\n", "          imagePullPolicy: {{ .Values.image.pullPolicy }}\n", 1},
 			resourcesSub(podResources, "65532", "Values.resources"),
 			podSpecSub,
-			{"        sidecar.istio.io/inject: \"false\"\n", "        sidecar.istio.io/inject: \"false\"\n        checksum/config: {{ .Values.config | sha256sum | trunc 32 | quote }}\n" + podAnnotations, 1},
+			ssoEnvSub,
+			{"        sidecar.istio.io/inject: \"false\"\n", "        sidecar.istio.io/inject: \"false\"\n        checksum/config: {{ print .Values.config (toJson .Values.sso.config) | sha256sum | trunc 32 | quote }}\n" + podAnnotations, 1},
 		}, storageSubs...),
 	}
 }
@@ -266,7 +282,9 @@ data:
 }
 
 // configValue is a literal block's content: the config value when set,
-// else def, indented by n.
+// else def, indented by n; then the sso.config value as its sso block.
 func configValue(def string, n int) string {
-	return fmt.Sprintf("{{- if .Values.config }}\n{{ .Values.config | indent %d }}\n{{- else }}\n%s\n{{- end }}", n, indent(def, n))
+	pad := strings.Repeat(" ", n)
+	return fmt.Sprintf("{{- if .Values.config }}\n{{ .Values.config | indent %d }}\n{{- else }}\n%s\n{{- end }}", n, indent(def, n)) +
+		fmt.Sprintf("\n{{- with .Values.sso.config }}\n%ssso:\n%s  {{- toYaml . | nindent %d }}\n{{- end }}", pad, pad, n+2)
 }

@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"maps"
@@ -811,6 +812,98 @@ func valueCases(t *testing.T) []valueCase {
 			j, _ := json.Marshal(istioFilter(r))
 			return expect(strings.Contains(string(j), `"istio":"edge"`), "selector")
 		}},
+		{"sso.config", map[string]any{"sso": ssoValues()}, func(r release) error {
+			return ssoRendered(r, "gateway-secrets", "GATEWAY_SSO_CLIENT_SECRET")
+		}},
+		{"sso.clientSecret.secret", map[string]any{"sso": ssoValues("secret", "idp")}, func(r release) error {
+			return ssoRendered(r, "idp", "GATEWAY_SSO_CLIENT_SECRET")
+		}},
+		{"sso.clientSecret.key", map[string]any{"sso": ssoValues("key", "oidc")}, func(r release) error {
+			return ssoRendered(r, "gateway-secrets", "oidc")
+		}},
+	}
+}
+
+// ssoValues is an sso value with the client secret's fields given in
+// pairs (name, value).
+func ssoValues(secret ...string) map[string]any {
+	cs := map[string]any{}
+	for i := 0; i+1 < len(secret); i += 2 {
+		cs[secret[i]] = secret[i+1]
+	}
+	return map[string]any{
+		"config": map[string]any{
+			"issuer":                "https://login.example.com",
+			"client_id":             "gateway",
+			"client_secret_env":     "SSO_SECRET",
+			"customer_redirect_url": "https://gateway.example.com/console/sso/callback",
+			"roles":                 map[string]any{"gw-admins": "admin", "gw-support": "support"},
+		},
+		"clientSecret": cs,
+	}
+}
+
+// ssoRendered checks that the rendered gateway.yaml loads with ssoValues'
+// block and that the gateway container reads the client secret from the
+// Secret's key into the variable the block names.
+func ssoRendered(r release, secret, key string) error {
+	var cm *corev1.ConfigMap
+	for _, c := range findObj[*corev1.ConfigMap](r.objs) {
+		if _, ok := c.Data[deploy.GatewayConfigKey]; ok {
+			cm = c
+		}
+	}
+	if cm == nil {
+		return fmt.Errorf("no ConfigMap of %s", deploy.GatewayConfigKey)
+	}
+	cfg, err := config.Parse([]byte(cm.Data[deploy.GatewayConfigKey]))
+	if err != nil {
+		return err
+	}
+	if cfg.SSO.Issuer != "https://login.example.com" || cfg.SSO.ClientSecretEnv != "SSO_SECRET" || cfg.SSO.Roles["gw-support"] != "support" {
+		return fmt.Errorf("sso block: %+v", cfg.SSO)
+	}
+	for _, e := range container(gatewayPod(r), "gateway").Env {
+		if e.Name == "SSO_SECRET" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			ref := e.ValueFrom.SecretKeyRef
+			return expect(ref.Name == secret && ref.Key == key, "SSO_SECRET from %s/%s", ref.Name, ref.Key)
+		}
+	}
+	return errors.New("no SSO_SECRET in the gateway container's environment")
+}
+
+// The sso value renders into each mode's gateway.yaml and the sidecar's
+// environment, and rolls the sidecar's pods; an sso block in the config
+// value itself, or one without its client secret's variable, is refused.
+func TestChartSSO(t *testing.T) {
+	for _, mode := range []string{deploy.AttachOwn, deploy.AttachEnvoyGateway, deploy.AttachIstio} {
+		r := releaseObjects(t, plainRelease, map[string]any{"attach": mode, "sso": ssoValues()})
+		if err := ssoRendered(r, "gateway-secrets", "GATEWAY_SSO_CLIENT_SECRET"); err != nil {
+			t.Errorf("attach: %s: %v", mode, err)
+		}
+		if bad := lintChart(t, map[string]any{"attach": mode, "sso": ssoValues()}); len(bad) > 0 {
+			t.Errorf("attach: %s: helm lint --strict: %v", mode, bad)
+		}
+	}
+	sums := map[string]bool{}
+	for _, v := range []map[string]any{{"attach": deploy.AttachIstio}, {"attach": deploy.AttachIstio, "sso": ssoValues()}} {
+		for _, s := range findObj[*appsv1.StatefulSet](releaseObjects(t, plainRelease, v).objs) {
+			sums[s.Spec.Template.Annotations["checksum/config"]] = true
+		}
+	}
+	if len(sums) != 2 {
+		t.Errorf("the sidecar's checksum/config does not follow the sso value: %v", sums)
+	}
+	if _, err := renderChart(t, map[string]any{"config": customConfig(t) + "sso:\n  issuer: https://login.example.com\n", "sso": ssoValues()}); err == nil || !strings.Contains(err.Error(), "sso.config") {
+		t.Errorf("an sso block in the config value rendered: %v", err)
+	}
+	noEnv := ssoValues()
+	delete(noEnv["config"].(map[string]any), "client_secret_env")
+	if _, err := renderChart(t, map[string]any{"sso": noEnv}); err == nil || !strings.Contains(err.Error(), "client_secret_env") {
+		t.Errorf("an sso block without client_secret_env rendered: %v", err)
+	}
+	if _, err := renderChart(t, map[string]any{"sso": map[string]any{"config": map[string]any{"issuer": "https://x", "clientId": "g"}}}); err == nil || !strings.Contains(err.Error(), "schema") {
+		t.Errorf("an unknown field of sso.config rendered: %v", err)
 	}
 }
 

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -115,9 +117,10 @@ func (a *app) auditCmd() *cobra.Command {
 		}
 		resp := &adminv1.ListAuditResponse{Entries: entries, NextPageToken: next}
 		err = a.show(resp, func(w io.Writer) {
-			row(w, "TIME", "ACTOR", "ACTION", "ACCOUNT", "KEY", "DETAIL")
+			row(w, "TIME", "ACTOR", "ORIGIN", "ACTION", "ACCOUNT", "KEY", "OUTCOME", "DETAIL", "CHANGE")
 			for _, e := range resp.Entries {
-				row(w, when(e.Time), e.Actor, e.Action, orDash(e.AccountId), orDash(e.KeyId), e.Detail)
+				row(w, when(e.Time), e.Actor, orDash(e.Origin), e.Action, orDash(e.AccountId), orDash(e.KeyId),
+					outcome(e.Outcome), orDash(e.Detail), stateDiff(e.Before, e.After))
 			}
 		})
 		a.more(resp.NextPageToken, "gatewayctl audit")
@@ -125,4 +128,76 @@ func (a *app) auditCmd() *cobra.Command {
 	})
 	p.add(cmd.Flags())
 	return cmd
+}
+
+// outcome names an audit entry's outcome: "done" for a change that
+// happened (the entry's empty outcome), as the operator console says.
+func outcome(o string) string {
+	if o == "" {
+		return "done"
+	}
+	return o
+}
+
+// stateDiff is an audit entry's before and after states in a line: each
+// field (by its dotted path) that differs as "path: old->new", "-" for a
+// side without it; "-" when nothing differs or neither side exists. A
+// state that is not a JSON object is shown whole.
+func stateDiff(before, after string) string {
+	b, okB := flatState(before)
+	a, okA := flatState(after)
+	if !okB || !okA {
+		return orDash(before) + "->" + orDash(after)
+	}
+	var out []string
+	paths := maps.Clone(b)
+	maps.Copy(paths, a)
+	for _, path := range slices.Sorted(maps.Keys(paths)) {
+		old, hadOld := b[path]
+		cur, hasNew := a[path]
+		if hadOld && hasNew && old == cur {
+			continue
+		}
+		if !hadOld {
+			old = "-"
+		}
+		if !hasNew {
+			cur = "-"
+		}
+		out = append(out, path+": "+old+"->"+cur)
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, ", ")
+}
+
+// flatState is a JSON object's leaves by dotted path, each value as compact
+// JSON; "" is the empty state. ok is false for text that is no JSON object.
+func flatState(s string) (map[string]string, bool) {
+	out := map[string]string{}
+	if s == "" {
+		return out, true
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return nil, false
+	}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		if m, ok := v.(map[string]any); ok && len(m) > 0 {
+			for k, c := range m {
+				p := k
+				if prefix != "" {
+					p = prefix + "." + k
+				}
+				walk(p, c)
+			}
+			return
+		}
+		j, _ := json.Marshal(v)
+		out[prefix] = string(j)
+	}
+	walk("", v)
+	return out, true
 }

@@ -113,3 +113,22 @@ func TestOtherUsage(t *testing.T) {
 		t.Errorf("other usage: %q", got)
 	}
 }
+
+func TestStateDiff(t *testing.T) {
+	for _, tc := range []struct{ before, after, want string }{
+		{"", "", "-"},
+		{`{"suspended":false}`, `{"suspended":true}`, "suspended: false->true"},
+		{"", `{"key":{"label":"ci","models":["a"]}}`, `key.label: -->"ci", key.models: -->["a"]`},
+		{`{"key":{"label":"ci","revoked":false}}`, "", `key.label: "ci"->-, key.revoked: false->-`},
+		{`{"limits":{"rpm":30,"tpm":0}}`, `{"limits":{"rpm":60,"tpm":0}}`, "limits.rpm: 30->60"},
+		{`{"limits":{"rpm":30}}`, `{"limits":{"rpm":30}}`, "-"},
+		{"not json", `{"a":1}`, `not json->{"a":1}`},
+	} {
+		if got := stateDiff(tc.before, tc.after); got != tc.want {
+			t.Errorf("stateDiff(%q, %q) = %q, want %q", tc.before, tc.after, got, tc.want)
+		}
+	}
+	if outcome("") != "done" || outcome("refused") != "refused" {
+		t.Errorf("outcome: %q, %q", outcome(""), outcome("refused"))
+	}
+}

@@ -188,6 +188,13 @@ func TestSuspendAndResume(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "account.suspend") || !strings.Contains(out, "account.resume") {
 		t.Fatalf("audit: %q", out)
 	}
+	// The table shows where each change came from, that it was made and
+	// what it changed.
+	for _, want := range []string{"ORIGIN", "OUTCOME", "CHANGE", "127.0.0.1:", "done", "suspended: false->true", "suspended: true->false"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("audit shows no %q:\n%s", want, out)
+		}
+	}
 	if code, _, _ := ctl(t, "accounts", "suspend", "acct_missing"); code == 0 {
 		t.Fatal("suspending a missing account succeeded")
 	}

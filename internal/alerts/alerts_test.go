@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -411,6 +412,107 @@ func TestBudgetThresholdsInOrder(t *testing.T) {
 	look(false)
 	if !slices.Equal(percents, []int64{80}) {
 		t.Fatalf("with a hold at 80 %%: %v", percents)
+	}
+}
+
+// A project's budgets fire budget.threshold as the account's do: once
+// across sidecars per crossing, 80 % before 100 %, at settled + held spend,
+// its 100 % at once on a refusal by the project; the event names the
+// project. The default project has no budgets of its own.
+func TestProjectBudgetThresholds(t *testing.T) {
+	ctx := context.Background()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	clk := testclock.New(time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC))
+	st := store.New(rdb, store.Options{Now: clk.Now})
+	a, err := st.CreateAccount(ctx, "acme", 1_000_000, account.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := account.Limits{DailyNanoUSD: 1000, TotalNanoUSD: 5000}
+	p, err := st.CreateProject(ctx, a.ID, "search", pl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A project with a budget and no spend: no event names it.
+	if _, err := st.CreateProject(ctx, a.ID, "idle", account.Limits{DailyNanoUSD: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	_, k, err := st.CreateKey(ctx, a.ID, account.ModelKey, account.KeyOptions{Label: "ci", ProjectID: p.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pubs [2]*recorder
+	var ws [2]*Watcher
+	for i := range ws {
+		pubs[i] = &recorder{}
+		ws[i] = NewWatcher(st, pubs[i], WatcherOptions{Now: clk.Now, Registerer: prometheus.NewRegistry()})
+	}
+	admit := func(id string, hold int64) {
+		t.Helper()
+		d, err := st.Admit(ctx, &account.Admission{RequestID: id, AccountID: a.ID, KeyID: k.ID, Hold: hold, ProjectID: p.ID, ProjectLimits: pl})
+		if err != nil || d.Outcome != account.Admitted {
+			t.Fatalf("admit %s: %+v %v", id, d, err)
+		}
+	}
+	settle := func(id string, cost int64) {
+		t.Helper()
+		if _, err := st.Settle(ctx, account.Settlement{RequestID: id, AccountID: a.ID, KeyID: k.ID, ProjectID: p.ID, Cost: cost, Status: 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// look runs both watchers' passes and returns the crossings published,
+	// as "window:percent", checking that each names the project.
+	look := func(refused ...nudge) []string {
+		t.Helper()
+		for _, w := range ws {
+			if err := w.CheckAccount(ctx, a.ID, refused); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got []string
+		for _, e := range append(pubs[0].take(), pubs[1].take()...) {
+			if e.Type != BudgetThreshold || e.Data["level"] != "project" || e.ProjectID != p.ID || e.KeyID != "" || e.AccountID != a.ID {
+				t.Errorf("event %+v", e)
+			}
+			got = append(got, fmt.Sprintf("%s:%d", e.Data["window"], e.Data["percent"]))
+		}
+		return got
+	}
+	admit("r1", 500)
+	settle("r1", 500)
+	if got := look(); len(got) != 0 {
+		t.Fatalf("at 50 %% of the project's day: %v", got)
+	}
+	admit("r2", 300) // running: 800 of 1000 with its hold
+	if got := look(); !slices.Equal(got, []string{"daily:80"}) {
+		t.Fatalf("at 80 %% of the project's day (a hold counted): %v", got)
+	}
+	settle("r2", 300)
+	if got := look(); len(got) != 0 {
+		t.Fatalf("nothing new, yet %v", got)
+	}
+	// A request refused by the project's day: its 100 % fires now, once.
+	ws[0].Refused(a.ID, k.ID, account.ProjectLevel, account.DailyLimited)
+	n := <-ws[0].nudges
+	if got := look(n); !slices.Equal(got, []string{"daily:100"}) {
+		t.Fatalf("after a refusal by the project's day: %v", got)
+	}
+	// A key's refusal is not the project's.
+	if got := look(nudge{a.ID, k.ID, account.KeyLevel, account.TotalLimited}); len(got) != 0 {
+		t.Fatalf("after a key's refusal: %v", got)
+	}
+	// Four days on: the total reaches 80 % (4800 of 5000), the day 100 %.
+	for i := range 4 {
+		clk.Set(clk.Now().Add(24 * time.Hour))
+		id := fmt.Sprintf("d%d", i)
+		admit(id, 1000)
+		settle(id, 1000)
+	}
+	got := look()
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"daily:100", "daily:80", "total:80"}) {
+		t.Fatalf("four days on: %v", got)
 	}
 }
 

@@ -24,6 +24,8 @@ type Store interface {
 	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
 	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
 	KeyStates(ctx context.Context, accountID string, keyIDs ...string) ([]store.KeyState, error)
+	ListProjects(ctx context.Context, accountID string) ([]account.Project, error)
+	ProjectStates(ctx context.Context, accountID string, ids ...string) ([]store.KeyState, error)
 	ClaimAlert(ctx context.Context, accountID, name string, ttl time.Duration) (bool, error)
 	ReleaseAlert(ctx context.Context, accountID, name string) error
 }
@@ -51,7 +53,8 @@ type WatcherOptions struct {
 	Sidecar string
 }
 
-// Watcher looks at every account's balance, budgets and keys, publishes
+// Watcher looks at every account's balance, budgets (the account's, its
+// projects' and its keys'), and keys, publishes
 // each crossing once (claimed in the store, so once across all sidecars)
 // and exports what is left of each budget. It runs off the request path:
 // a refusal only nudges it (Refused) without waiting.
@@ -185,17 +188,19 @@ func (w *Watcher) CheckAccount(ctx context.Context, accountID string, refused []
 	return w.checkAccount(ctx, a, refused)
 }
 
-// budget is one spend limit of an account or key in its current window.
+// budget is one spend limit of an account, project or key in its current
+// window.
 type budget struct {
-	level  account.Level
-	keyID  string
-	window string // daily, monthly, total
-	stamp  string // the window's UTC day or month; "" for total
-	ttl    time.Duration
-	limit  int64 // nano-USD
-	used   int64 // settled spend of the window
-	held   int64 // the holds of requests running now
-	hit    bool  // a request was refused by it
+	level     account.Level
+	keyID     string
+	projectID string
+	window    string // daily, monthly, total
+	stamp     string // the window's UTC day or month; "" for total
+	ttl       time.Duration
+	limit     int64 // nano-USD
+	used      int64 // settled spend of the window
+	held      int64 // the holds of requests running now
+	hit       bool  // a request was refused by it
 }
 
 func (w *Watcher) checkAccount(ctx context.Context, a account.Account, refused []nudge) error {
@@ -219,8 +224,13 @@ func (w *Watcher) checkAccount(ctx context.Context, a account.Account, refused [
 	if err != nil {
 		return err
 	}
+	if err := w.projectBudgets(ctx, a.ID, add, day, month, dayTTL, monthTTL); err != nil {
+		return err
+	}
 	var limited []account.Key
+	projectOf := map[string]string{} // a key's project, for its project's refusals
 	for _, k := range keys {
+		projectOf[k.ID] = k.ProjectID
 		if !k.RevokedAt.IsZero() {
 			continue
 		}
@@ -254,16 +264,26 @@ func (w *Watcher) checkAccount(ctx context.Context, a account.Account, refused [
 		window := map[account.Outcome]string{account.DailyLimited: "daily", account.MonthlyLimited: "monthly", account.TotalLimited: "total"}[n.outcome]
 		for i := range budgets {
 			b := &budgets[i]
-			if b.level == n.level && b.window == window && (n.level == account.AccountLevel || b.keyID == n.keyID) {
+			if b.level != n.level || b.window != window {
+				continue
+			}
+			switch n.level {
+			case account.AccountLevel:
 				b.hit = true
+			case account.KeyLevel:
+				b.hit = b.hit || b.keyID == n.keyID
+			case account.ProjectLevel:
+				b.hit = b.hit || b.projectID == projectOf[n.keyID]
 			}
 		}
 	}
 	for _, b := range budgets {
-		w.mu.Lock()
-		w.seen[[3]string{a.ID, b.keyID, b.window}] = true
-		w.mu.Unlock()
-		w.remaining.WithLabelValues(a.ID, b.keyID, b.window).Set(pricing.USD(max(b.limit-b.used, 0)))
+		if b.level != account.ProjectLevel { // the gauge's labels have no project
+			w.mu.Lock()
+			w.seen[[3]string{a.ID, b.keyID, b.window}] = true
+			w.mu.Unlock()
+			w.remaining.WithLabelValues(a.ID, b.keyID, b.window).Set(pricing.USD(max(b.limit-b.used, 0)))
+		}
 		// Spend is settled + held, as admission counts it. Thresholds are
 		// claimed and published lowest first, all in one call, so that a
 		// receiver never gets a budget's 100 % before its 80 %: the first
@@ -274,15 +294,16 @@ func (w *Watcher) checkAccount(ctx context.Context, a account.Account, refused [
 				break
 			}
 			// The name carries the window and the limit: a new window, or
-			// a limit raised and reached again, is a new crossing.
-			name := fmt.Sprintf("budget:%s:%s:%s:%s:%d:%d", b.level, b.keyID, b.window, b.stamp, b.limit, t)
+			// a limit raised and reached again, is a new crossing. At most
+			// one of keyID and projectID is set (by the level).
+			name := fmt.Sprintf("budget:%s:%s:%s:%s:%d:%d", b.level, b.keyID+b.projectID, b.window, b.stamp, b.limit, t)
 			ok, err := w.claim(ctx, a.ID, name, b.ttl)
 			if err != nil {
 				break // a higher threshold alone would arrive first
 			}
 			if ok {
 				evs = append(evs, w.event(Event{
-					Type: BudgetThreshold, AccountID: a.ID, KeyID: b.keyID,
+					Type: BudgetThreshold, AccountID: a.ID, KeyID: b.keyID, ProjectID: b.projectID,
 					Data: map[string]any{
 						"level": b.level.String(), "window": b.window, "percent": t,
 						"limit_usd": pricing.USD(b.limit), "used_usd": pricing.USD(b.used), "held_usd": pricing.USD(b.held),
@@ -305,6 +326,40 @@ func (w *Watcher) checkAccount(ctx context.Context, a account.Account, refused [
 		} else if err := w.st.ReleaseAlert(ctx, a.ID, name); err != nil {
 			return err // a top-up re-arms the alert
 		}
+	}
+	return nil
+}
+
+// projectBudgets adds the spend budgets of the account's projects that
+// set any. The default project has no limits of its own (its spend is the
+// account's), so it is left out.
+func (w *Watcher) projectBudgets(ctx context.Context, accountID string, add func(budget), day, month string, dayTTL, monthTTL time.Duration) error {
+	projects, err := w.st.ListProjects(ctx, accountID)
+	if err != nil {
+		return err
+	}
+	var limited []account.Project
+	for _, p := range projects {
+		if p.ID != account.DefaultProject && (p.Limits.DailyNanoUSD > 0 || p.Limits.MonthlyNanoUSD > 0 || p.Limits.TotalNanoUSD > 0) {
+			limited = append(limited, p)
+		}
+	}
+	if len(limited) == 0 {
+		return nil
+	}
+	ids := make([]string, len(limited))
+	for i, p := range limited {
+		ids[i] = p.ID
+	}
+	states, err := w.st.ProjectStates(ctx, accountID, ids...)
+	if err != nil {
+		return err
+	}
+	for i, p := range limited {
+		s, lvl := states[i], account.ProjectLevel
+		add(budget{level: lvl, projectID: p.ID, window: "daily", stamp: day, ttl: dayTTL, limit: p.Limits.DailyNanoUSD, used: s.Day.Cost, held: s.Held})
+		add(budget{level: lvl, projectID: p.ID, window: "monthly", stamp: month, ttl: monthTTL, limit: p.Limits.MonthlyNanoUSD, used: s.Month.Cost, held: s.Held})
+		add(budget{level: lvl, projectID: p.ID, window: "total", limit: p.Limits.TotalNanoUSD, used: s.Total.Cost, held: s.Held})
 	}
 	return nil
 }

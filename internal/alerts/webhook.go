@@ -55,11 +55,13 @@ var Types = []string{BalanceLow, BudgetThreshold, KeyExpiring, AccountSuspended,
 type Event struct {
 	// ID is unique per crossing; a retried delivery carries the same id, so
 	// a receiver deduplicates by it.
-	ID        string         `json:"id"`
-	Type      string         `json:"type"`
-	CreatedAt time.Time      `json:"created_at"`
-	AccountID string         `json:"account_id,omitempty"`
-	KeyID     string         `json:"key_id,omitempty"`
+	ID        string    `json:"id"`
+	Type      string    `json:"type"`
+	CreatedAt time.Time `json:"created_at"`
+	AccountID string    `json:"account_id,omitempty"`
+	KeyID     string    `json:"key_id,omitempty"`
+	// ProjectID names the project of a project's budget.threshold.
+	ProjectID string         `json:"project_id,omitempty"`
 	Data      map[string]any `json:"data"`
 }
 

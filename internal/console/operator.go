@@ -161,11 +161,19 @@ type view struct {
 	Flash   string
 	Message string
 	Data    any
+	id      *Identity // the signed-in person; nil on the sign-in pages
+}
+
+// Can reports whether the signed-in person may use the operator route
+// named by pattern: a page shows a change's form only to those the route
+// allows (the route refuses the others besides).
+func (v view) Can(pattern string) bool {
+	return v.id != nil && allowed(operatorRoutes, pattern, v.id)
 }
 
 func (op *Operator) render(w http.ResponseWriter, _ *http.Request, code int, page string, s *session, v view) {
 	if s != nil {
-		v.Actor, v.CSRF = s.Actor, s.csrf
+		v.Actor, v.CSRF, v.id = s.Actor, s.csrf, &s.Identity
 		if v.Flash == "" {
 			v.Flash = op.sessions.takeFlash(s)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/roles"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -346,5 +347,68 @@ func TestOperatorModelPrices(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("models page lacks %q:\n%s", want, page)
 		}
+	}
+}
+
+// A support person's pages show no change's form (the routes refuse the
+// change besides); an operator's show every one. Both read the same data.
+func TestOperatorSupportSeesNoChangeForms(t *testing.T) {
+	f := setupOperator(t)
+	forms := regexp.MustCompile(`<form method="post" action="([^"]+)"`)
+	actions := func(r ...roles.Role) (map[string]bool, string) {
+		value, _ := f.op.sessions.start(Identity{Actor: "sso:someone", Roles: r}, "")
+		got := map[string]bool{}
+		var pages strings.Builder
+		for _, p := range []string{"/", "/accounts/" + f.acct} {
+			rec := f.do(t, "GET", p, value, nil, nil)
+			if rec.Code != http.StatusOK {
+				t.Fatalf("%v: GET %s: %d", r, p, rec.Code)
+			}
+			pages.WriteString(rec.Body.String())
+			for _, m := range forms.FindAllStringSubmatch(rec.Body.String(), -1) {
+				got[m[1]] = true
+			}
+		}
+		return got, pages.String()
+	}
+	base := "/accounts/" + f.acct
+	change := []string{"/accounts", base + "/topup", base + "/suspend", base + "/limits", base + "/keys",
+		base + "/keys/" + f.keyID + "/rotate", base + "/keys/" + f.keyID + "/limits", base + "/keys/" + f.keyID + "/revoke"}
+	op, _ := actions(roles.Operator)
+	for _, a := range change {
+		if !op[a] {
+			t.Errorf("an operator's pages lack the form of %s", a)
+		}
+	}
+	sup, page := actions(roles.Support)
+	for a := range sup {
+		if a != "/signout" {
+			t.Errorf("a support person's page shows the form of %s", a)
+		}
+	}
+	if !sup["/signout"] || !strings.Contains(page, f.keyID) || !strings.Contains(page, `id="limits"`) {
+		t.Errorf("a support person's pages lack what they read (sign-out, keys, limits):\n%s", page)
+	}
+}
+
+// Every route a template asks Can about is in the table: a misspelt one
+// would hide its form from everyone.
+func TestOperatorTemplatesAskKnownRoutes(t *testing.T) {
+	asked := regexp.MustCompile(`Can "([^"]+)"`)
+	n := 0
+	for _, p := range []string{"accounts", "account"} {
+		src, err := operatorFiles.ReadFile("templates/operator/" + p + ".html")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range asked.FindAllStringSubmatch(string(src), -1) {
+			n++
+			if _, ok := operatorRoutes[m[1]]; !ok {
+				t.Errorf("%s.html asks Can %q, which is no route", p, m[1])
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no template asks Can")
 	}
 }

@@ -301,10 +301,27 @@ func TestSingleSignOn(t *testing.T) {
 		tb.do(chromedp.Navigate(base+"/signin"), chromedp.WaitVisible("#sso-signin"), chromedp.Click("#sso-signin"))
 		signInAt(tb, "sue")
 		tb.do(chromedp.WaitVisible("#accounts"))
-		// Support reads, and may not top up: the form is posted as a
-		// browser would, with the session's CSRF token.
-		tb.do(chromedp.Navigate(base+"/accounts/"+a.ID), chromedp.WaitVisible("#topup"),
-			chromedp.SendKeys("#amount_usd", "1"), chromedp.Click(`#topup button[type="submit"]`), chromedp.WaitNotPresent("#topup"))
+		// Support reads the account and is shown no change's form; a
+		// top-up posted anyway (a form made in the page, with the
+		// session's CSRF token) is refused.
+		tb.do(chromedp.Navigate(base+"/accounts/"+a.ID), chromedp.WaitVisible("#balance"))
+		if forms := eval[[]string](tb, `Array.from(document.querySelectorAll("main form")).map(f => f.getAttribute("action"))`); len(forms) != 0 {
+			t.Errorf("support is shown the forms %q", forms)
+		}
+		eval[bool](tb, `(() => {
+			const f = document.createElement("form");
+			f.method = "post";
+			f.action = location.pathname + "/topup";
+			for (const [name, value] of [["csrf", document.querySelector('input[name="csrf"]').value], ["amount_usd", "1"], ["idempotency_key", "support-try"]]) {
+				const i = document.createElement("input");
+				i.type = "hidden"; i.name = name; i.value = value;
+				f.append(i);
+			}
+			document.body.append(f);
+			f.submit();
+			return true;
+		})()`)
+		tb.do(chromedp.WaitNotPresent("#balance"), chromedp.WaitVisible("main h2"))
 		if h := tb.text("main h2"); h != "Not allowed" {
 			t.Errorf("support's top-up: %q", h)
 		}
