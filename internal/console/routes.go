@@ -39,6 +39,7 @@ var operatorRoutes = map[string]access{
 	"GET /{$}":           anyOperator,
 	"GET /models":        anyOperator,
 	"GET /vendor-keys":   anyOperator,
+	"GET /reconcile":     anyOperator,
 	"GET /accounts/{id}": anyOperator,
 
 	"POST /accounts":                        operatorOnly,
