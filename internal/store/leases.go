@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,6 +35,11 @@ import (
 // holds tokens: counted as held in a future bucket of the token windows
 // admit.lua counts, each request using them recorded as held there (its
 // bound), so that no window counts more than admit.lua allows.
+//
+// Where the key's project has a spend budget, a lease also counts against
+// it: its amount is in the project state's "leased" sum, which admit.lua
+// counts as held. A project with a rate, a tokens-per-minute or a
+// concurrency limit is not leased (its keys are admitted by admit.lua).
 
 // LeaseBitsTTL is how long a lease's bitmap of recorded requests is kept
 // after its last use: as long as a swept record, so that a spooled
@@ -64,6 +70,11 @@ type LeaseCall struct {
 	Free, Want, Min, Share int64
 	// KeyLimits are the key's limits as the sidecar knows them.
 	KeyLimits account.Limits
+	// ProjectID and ProjectLimits are the key's project and its limits as
+	// the sidecar knows them; for a lease already taken, those it was
+	// taken under. A project that is the default or has no limit is none.
+	ProjectID     string
+	ProjectLimits account.Limits
 	// Cursor is the sidecar's next slot number (from 1): every slot below
 	// it is used, and none at or above it is used until the call returns.
 	// WantSlots is how many free slots it would like, MinSlots the fewest
@@ -186,12 +197,25 @@ func (s *Store) leaseCall(c LeaseCall, now, expiry time.Time, free int64) ([]str
 		acctKey(id, "krl:"+c.KeyID),
 		acctKey(id, "holds"),
 	}
+	projectID, pl := leaseProject(c.ProjectID, c.ProjectLimits)
+	keys = append(keys, acctKey(id, "ps:"+projectID))
 	kl := c.KeyLimits
 	args := []any{now.UnixMilli(), expiry.UnixMilli(), c.LeaseID, c.KeyID, free, c.Want, c.Min, max(c.Share, 1),
 		kl.RPM, kl.TPM, kl.Concurrency, kl.DailyNanoUSD, kl.MonthlyNanoUSD, kl.TotalNanoUSD,
 		dayStamp(now), monthStamp(now), kl.WindowMinutes, max(c.Cursor, 1), c.WantSlots, c.MinSlots,
-		c.FreeSeats, c.WantSeats, c.MinSeats, c.FreeTokens, c.WantTokens, c.MinTokens, boolString(c.Taken)}
+		c.FreeSeats, c.WantSeats, c.MinSeats, c.FreeTokens, c.WantTokens, c.MinTokens, boolString(c.Taken),
+		projectID, pl.DailyNanoUSD, pl.MonthlyNanoUSD, pl.TotalNanoUSD, pl.RPM, pl.TPM, pl.Concurrency}
 	return keys, args
+}
+
+// leaseProject is the project a lease call names and its limits: none
+// ("") for the default project and a project without limits, as
+// admission counts them.
+func leaseProject(id string, l account.Limits) (string, account.Limits) {
+	if !namedProject(id) || l.IsZero() {
+		return "", account.Limits{}
+	}
+	return id, l
 }
 
 // sweepLease returns an expired lease's amount and seats to its account
@@ -204,15 +228,40 @@ func (s *Store) sweepLease(ctx context.Context, accountID, leaseID, keyID string
 	if !validID(keyID) {
 		keyID = ""
 	}
-	keys, args := s.leaseCall(LeaseCall{AccountID: accountID, KeyID: keyID, LeaseID: leaseID, Share: 1}, now, now, -1)
-	v, err := leaseScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	// The project the lease counts against, named in its field: a lease's
+	// project never changes, so it is still the same when the script runs.
+	// Its budgets are passed only to say that it has one.
+	v, err := s.rdb.HGet(ctx, acctKey(accountID, "leases"), leaseID).Result()
+	if err == redis.Nil {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("sweep lease %s: %w", leaseID, err)
 	}
-	if len(v) != 9 {
-		return 0, fmt.Errorf("sweep lease %s: unexpected reply %v", leaseID, v)
+	c := LeaseCall{AccountID: accountID, KeyID: keyID, LeaseID: leaseID, Share: 1}
+	if p := leaseFieldProject(v); p != "" {
+		c.ProjectID, c.ProjectLimits = p, account.Limits{TotalNanoUSD: 1}
 	}
-	return v[0], nil
+	keys, args := s.leaseCall(c, now, now, -1)
+	r, err := leaseScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return 0, fmt.Errorf("sweep lease %s: %w", leaseID, err)
+	}
+	if len(r) != 9 {
+		return 0, fmt.Errorf("sweep lease %s: unexpected reply %v", leaseID, r)
+	}
+	return r[0], nil
+}
+
+// leaseFieldProject is the project a lease counts against, from its field
+// of the leases hash (lua/leasefield.lua: the 14th word, its 13th "1"):
+// "" for none, and for a lease written before projects.
+func leaseFieldProject(v string) string {
+	f := strings.Split(v, " ")
+	if len(f) < 14 || f[12] != "1" {
+		return ""
+	}
+	return f[13]
 }
 
 // LeasedRequest is a request admitted from a lease, whose hold is to be
@@ -223,6 +272,10 @@ type LeasedRequest struct {
 	// (the key has a spend budget, a concurrency or a tokens-per-minute
 	// limit), as admit.lua counts it.
 	KeyCounted bool
+	// ProjectCounted: the hold counts in the held and in-flight counts of
+	// its project (Admission.ProjectID), the lease's, which has a spend
+	// budget.
+	ProjectCounted bool
 	// Slot is the lease's request slot the request used (0: none, the
 	// lease has no rate limit), Rates the rate logs the slot is in
 	// (LeaseResult.Rates), At the admission time its id is scored at.
@@ -261,10 +314,14 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 			if !validID(keyID) {
 				keyID = ""
 			}
+			projectID := ""
+			if r.ProjectCounted && namedProject(a.ProjectID) {
+				projectID = a.ProjectID
+			}
 			c = &call{
 				keys: []string{acctKey(a.AccountID, "acct"), acctKey(a.AccountID, "holds"), acctKey(a.AccountID, "leases"),
 					acctKey(a.AccountID, "lbits:"+r.Lease.ID), acctKey(a.AccountID, "ks:"+keyID),
-					acctKey(a.AccountID, "rl"), acctKey(a.AccountID, "krl:"+keyID)},
+					acctKey(a.AccountID, "rl"), acctKey(a.AccountID, "krl:"+keyID), acctKey(a.AccountID, "ps:"+projectID)},
 				args: []any{r.Lease.ID, expiry.UnixMilli(), int64(LeaseBitsTTL / time.Second), boolString(r.KeyCounted),
 					r.Rates, a.KeyLimits.WindowMinutes},
 			}
@@ -295,6 +352,11 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 			}
 		}
 		record := fmt.Sprintf(`{"tb":%d,"ta":%d,"tk":%d,"kc":%d`, min(a.Tokens, 1<<53), ta, tk, kc)
+		if r.ProjectCounted && namedProject(a.ProjectID) {
+			// admit.lua's project part: no project tokens (a lease holds
+			// none), counted in its held and open.
+			record += `,"tp":0,"pc":1`
+		}
 		if rest := string(rec[1:]); rest != "}" {
 			record += "," + rest
 		} else {

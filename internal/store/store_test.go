@@ -119,6 +119,8 @@ var suite = []struct {
 	{"LeaseTokens", testLeaseTokens},
 	{"LeaseKeyTokens", testLeaseKeyTokens},
 	{"LeaseTokenSweep", testLeaseTokenSweep},
+	{"LeaseProjectBudget", testLeaseProjectBudget},
+	{"LeaseProjectKind", testLeaseProjectKind},
 	{"Projects", testProjects},
 	{"ProjectLimits", testProjectLimits},
 	{"ProjectRace", testProjectRace},

@@ -3,7 +3,7 @@
 -- one sidecar admits requests against in memory (docs/billing.md, Leases).
 --
 -- A lease is one field of the account's leases hash (leasefield.lua):
---   "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl> <tokens> <tbucket> <tl>"
+--   "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl> <tokens> <tbucket> <tl> <pc> <project id>"
 -- amount: the escrow still in the lease, nano-USD: the sidecar's free
 -- amount plus the holds it admitted whose record (record.lua) has not
 -- landed yet; expiry: unix ms, renewed by the sidecar, after which the
@@ -33,9 +33,16 @@
 -- bucket is a future one, bucket(renewal + 10 s): a request may use them
 -- only while bucket(now) <= tbucket, so each is counted in a bucket at
 -- least as late as its admission's, as admit.lua counts it.
--- The account's "leased" field is the sum of its leases' amounts, and the
--- key state's "leased" the sum of those with kc = 1: admit.lua and this
--- script count them as held. Likewise the account's "seats" is the sum of
+-- pc, project id: "1" when the lease counts against the spend budgets of
+-- the key's project (it has one; absent in leases written before
+-- projects: 0), and that project (the key's when the lease was taken; ""
+-- for none). A lease's project never changes: a key moved to another
+-- project, or a project that gains or loses a budget, changes the lease's
+-- kind, and it is returned.
+-- The account's "leased" field is the sum of its leases' amounts, the
+-- key state's "leased" the sum of those with kc = 1 and the project
+-- state's "leased" of those with pc = 1: admit.lua and this script count
+-- them as held. Likewise the account's "seats" is the sum of
 -- the seats of its leases with sl 1 or 3, and the key state's "seats" of
 -- those with sl 2 or 3: admit.lua and this script count them as in flight.
 --
@@ -50,6 +57,8 @@
 -- KEYS[7]  gw:{acct:ID}:rl                zset: the account's rate log (admit.lua)
 -- KEYS[8]  gw:{acct:ID}:krl:KEYID         zset: the key's rate log (admit.lua)
 -- KEYS[9]  gw:{acct:ID}:holds             hash: the account's holds (its requests in flight)
+-- KEYS[10] gw:{acct:ID}:ps:PROJECTID      hash: the project's state (admit.lua), leased;
+--                                          the lease's own project's when sweeping
 --
 -- ARGV[1]  now, unix ms
 -- ARGV[2]  the lease's new expiry, unix ms
@@ -78,9 +87,17 @@
 -- ARGV[27] "1" when the sidecar has called under this lease id before, else
 --          "0" (absent: "0"): a lease it took that is missing was swept,
 --          and is gone even when the sidecar has nothing of it free
+-- ARGV[28] the key's project id when it has a limit, else "" (absent: ""):
+--          for a lease already taken, the project it was taken under
+--          (an error otherwise: KEYS[10] would name another's state)
+-- ARGV[29..31] the project's daily, monthly and total budgets (nano-USD)
+-- ARGV[32..34] the project's rpm, tpm and concurrency limits: a lease
+--          holds no slot, seat or token of a project, so a project with
+--          any of them is not allowed a lease (reason 1)
 --
 -- room is the least, over the balance and each spend budget set (the
--- account's daily and monthly, the key's daily, monthly and total), of
+-- account's daily and monthly, the key's and its project's daily, monthly
+-- and total), of
 -- limit - spent - held - leased, with this lease's free amount added back.
 -- The new free amount is min(want, floor(room / share)), or 0 when that is
 -- below min, or when the lease may not be held: the account is missing or
@@ -148,20 +165,31 @@ local wantSeats, minSeats = tonumber(ARGV[22] or '0'), tonumber(ARGV[23] or '0')
 local ftok = tonumber(ARGV[24] or '0')
 local wantTokens, minTokens = tonumber(ARGV[25] or '0'), tonumber(ARGV[26] or '0')
 local taken = ARGV[27] == '1'
+local project = ARGV[28] or ''
+local pdaily, pmonthly, ptotal = tonumber(ARGV[29] or '0'), tonumber(ARGV[30] or '0'), tonumber(ARGV[31] or '0')
+local pother = tonumber(ARGV[32] or '0') > 0 or tonumber(ARGV[33] or '0') > 0 or tonumber(ARGV[34] or '0') > 0
+local pbudget = project ~= '' and (pdaily > 0 or pmonthly > 0 or ptotal > 0)
 local BUCKET, TOKEN_LIFE = 5000, 10000
 -- The oldest bucket in a token window (admit.lua).
 local oldest = math.floor((now - 60000) / BUCKET)
 
 local amount, exp, kc, rl, lo, hi, seats, sl = 0, 0, '0', 0, cursor, cursor, 0, 0
 local tokens, tbucket, tl = 0, 0, 0
+local pc, lproject = 0, ''
 local cur = redis.call('HGET', KEYS[2], lid)
 if cur then
   local l = lease_parse(cur)
   amount, exp, kc, seats, sl = l.amount, l.expiry, l.kc, l.seats, l.sl
   tokens, tbucket, tl = l.tokens, l.tbucket, l.tl
+  pc, lproject = l.pc, l.project
   if l.slots then
     rl, lo, hi = l.rl, l.lo, l.hi
   end
+end
+-- KEYS[10] must be the state of the project the lease counts against: a
+-- caller names the project the lease was taken under.
+if pc == 1 and lproject ~= project then
+  return redis.error_reply('lease ' .. lid .. ' counts against project ' .. lproject .. ', not ' .. project)
 end
 
 -- The rate logs of levels rl (1 the account's, 2 the key's).
@@ -201,6 +229,9 @@ local function move(d)
     lease_sum(KEYS[1], 'leased', d)
     if kc == '1' then
       lease_sum(KEYS[3], 'leased', d)
+    end
+    if pc == 1 then
+      lease_sum(KEYS[10], 'leased', d)
     end
   end
   amount = new
@@ -336,7 +367,7 @@ local kbudget = kdaily > 0 or kmonthly > 0 or ktotal > 0
 if not acct[1] then
   reason = 3
 elseif acct[9] == '1' or (cur and (kc == '1') ~= kbudget) or rl ~= levels or sl ~= seatLevels
-    or tl ~= tokenLevels then
+    or tl ~= tokenLevels or pother or (cur and ((pc == 1) ~= pbudget or (pc == 1 and lproject ~= project))) then
   reason = 1
 else
   local revoked = redis.call('HGET', KEYS[6], 'revoked')
@@ -388,6 +419,30 @@ if reason == 0 and want > 0 then
     end
     if ktotal > 0 then
       room = math.min(room, ktotal - tonumber(ks[7] or '0') - kheld)
+    end
+  end
+  if pbudget then
+    local ps = redis.call('HMGET', KEYS[10], 'held', 'leased', 'dd', 'dc', 'md', 'mc', 'tc')
+    local pheld = tonumber(ps[1] or '0') + tonumber(ps[2] or '0')
+    if pc == 1 then
+      pheld = pheld - free
+    end
+    if pdaily > 0 then
+      local spent = 0
+      if ps[3] == ARGV[15] then
+        spent = tonumber(ps[4] or '0')
+      end
+      room = math.min(room, pdaily - spent - pheld)
+    end
+    if pmonthly > 0 then
+      local spent = 0
+      if ps[5] == ARGV[16] then
+        spent = tonumber(ps[6] or '0')
+      end
+      room = math.min(room, pmonthly - spent - pheld)
+    end
+    if ptotal > 0 then
+      room = math.min(room, ptotal - tonumber(ps[7] or '0') - pheld)
     end
   end
   target = math.min(want, math.floor(math.max(room, 0) / share))
@@ -448,6 +503,9 @@ if not cur then
   if kbudget then
     kc = '1'
   end
+  if pbudget then
+    pc, lproject = 1, project
+  end
 end
 move(target - free)
 reseat(nseats - fseats)
@@ -490,7 +548,8 @@ else
   -- Kept while its admitted requests' records have not all landed: they
   -- take their holds and seats out of it.
   redis.call('HSET', KEYS[2], lid, lease_format({amount = amount, expiry = expiry, kc = kc, key = keyid,
-    rl = rl, lo = cursor, hi = cursor + slots, seats = seats, sl = sl, tokens = tokens, tbucket = tbucket, tl = tl}))
+    rl = rl, lo = cursor, hi = cursor + slots, seats = seats, sl = sl, tokens = tokens, tbucket = tbucket, tl = tl,
+    pc = pc, project = lproject}))
 end
 local hiOut = cursor + slots
 if rl == 0 then

@@ -12,6 +12,8 @@
 -- KEYS[5]  gw:{acct:ID}:ks:KEYID          hash: the key's state (admit.lua)
 -- KEYS[6]  gw:{acct:ID}:rl                zset: the account's rate log (admit.lua)
 -- KEYS[7]  gw:{acct:ID}:krl:KEYID         zset: the key's rate log (admit.lua)
+-- KEYS[8]  gw:{acct:ID}:ps:PROJECTID      hash: the state of the project the lease
+--                                          counts against (lease.lua's pc), when it does
 --
 -- ARGV[1]  lease id
 -- ARGV[2]  the holds' lease expiry, unix ms
@@ -26,6 +28,11 @@
 --          (nano-USD), admission record (admit.lua's, "kc" as ARGV[4]; "ta"
 --          and "tk" the bucket of the lease's tokens it used, or 0),
 --          its slot number (0: none), its admission time (unix ms)
+--
+-- A request whose record says "pc":1 (admit.lua's prefix, "tp" 0: a
+-- lease holds no project tokens) counts in the project's held and open,
+-- as admit.lua counts it, and its hold leaves the project's leased sum
+-- with the lease's amount (lease pc 1).
 --
 -- A request whose bit is set was recorded, or settled by settle.lua before
 -- its record came, and its hold is left alone. Its slot is not: a request
@@ -70,6 +77,8 @@ if rl >= 2 then
 end
 local slotted = false
 local moved, n = 0, 0
+-- Of those, the holds and requests the project counts (their "pc").
+local pmoved, pn = 0, 0
 -- Token bounds recorded, by bucket.
 local bounds = {}
 for i = 7, #ARGV, 6 do
@@ -88,6 +97,10 @@ for i = 7, #ARGV, 6 do
     redis.call('HSETNX', KEYS[2], ARGV[i], hold_format(h, expiry, ARGV[i + 3], ''))
     moved = moved + h
     n = n + 1
+    if string.match(ARGV[i + 3], '^{"tb":%d+,"ta":%d+,"tk":%d+,"kc":%d+,"tp":%d+,"pc":1') then
+      pmoved = pmoved + h
+      pn = pn + 1
+    end
     local tb, ta, tk = string.match(ARGV[i + 3], '^{"tb":(%d+),"ta":(%d+),"tk":(%d+)')
     if tb then
       local b = tonumber(ta)
@@ -114,11 +127,11 @@ end
 redis.call('HINCRBY', KEYS[1], 'held', int(moved))
 -- What leaves the lease: money, seats and tokens, and from the key's
 -- sums the money (lease kc 1) and seats (lease sl 2 or 3) they hold.
-local kleased, kseats = 0, 0
+local kleased, kseats, pleased = 0, 0, 0
 local cur = redis.call('HGET', KEYS[3], lid)
 if cur then
   local l = lease_parse(cur)
-  kleased, kseats = lease_take(l, moved, n, bounds, KEYS[1])
+  kleased, kseats, pleased = lease_take(l, moved, n, bounds, KEYS[1])
   redis.call('HSET', KEYS[3], lid, lease_format(l))
 end
 if ARGV[4] == '1' then
@@ -130,5 +143,12 @@ if kleased > 0 then
 end
 if kseats > 0 then
   lease_sum(KEYS[5], 'seats', -kseats)
+end
+if pn > 0 then
+  redis.call('HINCRBY', KEYS[8], 'held', int(pmoved))
+  redis.call('HINCRBY', KEYS[8], 'open', pn)
+end
+if pleased > 0 then
+  lease_sum(KEYS[8], 'leased', -pleased)
 end
 return n

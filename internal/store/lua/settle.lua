@@ -86,7 +86,9 @@
 -- longer in flight); its token bound, held in the lease's bucket, is
 -- settled there as a recorded request's would be, and leaves the lease's
 -- token count when that bucket is still the lease's; its bit is set so
--- that the record, when it comes, does nothing.
+-- that the record, when it comes, does nothing. Its hold leaves the
+-- project's "leased" sum too where the lease counts against the project
+-- (lease.lua's pc): the request's project state index names it.
 --
 -- Returns one result per request: 1 applied, 2 reconciled with its sweep,
 -- 0 already settled (or never admitted); or {-1}
@@ -140,6 +142,9 @@ local m = tonumber(ARGV[9])
 -- Per lease index: the holds settled from it, how many, and the credential
 -- state index of its requests (a lease is one key's).
 local ltake, lcount, lstate, ltok = {}, {}, {}, {}
+-- And the project state index of its requests (a lease counts against
+-- one project at most: lease.lua's pc).
+local lpstate = {}
 local lfirst = 7 + k + n + s -- KEYS[lfirst + 1]: the leases hash
 local a = 10
 for i = 1, n do
@@ -172,6 +177,7 @@ for i = 1, n do
     ltake[li] = (ltake[li] or 0) + lhold
     lcount[li] = (lcount[li] or 0) + 1
     lstate[li] = si
+    lpstate[li] = psi
     if lbound > 0 then
       -- Settled from the lease's bucket, as its record would have said.
       if llevels % 2 == 1 then
@@ -333,12 +339,16 @@ for li, h in pairs(ltake) do
   local cur = redis.call('HGET', KEYS[lfirst + 1], lid)
   if cur then
     local l = lease_parse(cur)
-    local kleased, kseats = lease_take(l, h, lcount[li], ltok[li] or {}, KEYS[1])
+    local kleased, kseats, pleased = lease_take(l, h, lcount[li], ltok[li] or {}, KEYS[1])
     redis.call('HSET', KEYS[lfirst + 1], lid, lease_format(l))
     if lstate[li] > 0 then
       local st = state(lstate[li])
       st.leased = st.leased + kleased
       st.seats = st.seats + kseats
+    end
+    if pleased > 0 and lpstate[li] > 0 then
+      local st = state(lpstate[li])
+      st.leased = st.leased + pleased
     end
   end
 end
