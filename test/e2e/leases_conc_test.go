@@ -107,9 +107,9 @@ func (h *heldStreams) close() {
 // leasedLimit is one case of runLeasedExact: an account's or a key's limit
 // that leases slice.
 type leasedLimit struct {
-	name    string
-	acct    account.Limits
-	key     account.Limits
+	name string
+	acct account.Limits
+	key  account.Limits
 	// project: the key is made in a project with the limits it returns
 	// for the hold of one held stream (nil: the default project).
 	project func(hold int64) account.Limits
