@@ -12,9 +12,8 @@
 // Where either has a tokens-per-minute limit the lease also holds tokens,
 // counted by the script as held in a bucket a little in the future, and a
 // request needs its token bound of them, until that bucket ends.
-// Where the key's project has a spend budget the lease counts against it
-// too; a project with a rate, tokens-per-minute or concurrency limit is
-// not leased (leases hold no slot, seat or token of a project).
+// Where the key's project has limits the lease counts against them as
+// against the key's (money, slots, seats, tokens).
 // Everything else (no lease, a hold that does not fit, no slot, seat or
 // tokens left, a renewal in flight, the store failing) is admitted by the
 // store's admission script, as without leases.
@@ -119,7 +118,7 @@ type lease struct {
 	// or a project whose limits changed, has its lease returned.
 	project, seenProject  string
 	projectLimits, seenPL account.Limits
-	projectOpen           bool  // its holds count in the project's held and open (it has a budget)
+	projectOpen           bool  // its holds count in the project's held and open (admit.lua's pcount)
 	seq                   int64 // the last request's number in the lease id (from 1)
 	admits                int64 // holds admitted this interval (from the lease or not)
 	rate                  int64 // holds admitted in the last full interval
@@ -253,13 +252,9 @@ func (l *lease) slotFree(now time.Time) bool {
 }
 
 // Admit admits a from its account and key's lease when its hold fits in
-// it, in memory; otherwise through the store's script. A request whose
-// project has a rate, tokens-per-minute or concurrency limit always goes
-// to the script: leases escrow the room of the account, the key and the
-// project's spend budgets, not of those, so the script alone counts it at
-// every level (a lease of its key left unused is returned as idle).
+// it, in memory; otherwise through the store's script.
 func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Decision, error) {
-	if a.KeyID != "" && leasable(a.ProjectLimits) {
+	if a.KeyID != "" {
 		// Taken in a call of its own: its frame (the request's record) is
 		// gone before the fallback's round trip to Redis, the deepest
 		// point of a stream's stack (extproc's TestStreamStackStaysSmall).
@@ -270,12 +265,6 @@ func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Deci
 	}
 	m.Fallback.Add(1)
 	return m.next.Admit(ctx, a)
-}
-
-// leasable reports whether keys of a project with limits l may be leased:
-// the project has no limit but spend budgets.
-func leasable(l account.Limits) bool {
-	return l.RPM == 0 && l.TPM == 0 && l.Concurrency == 0
 }
 
 // projectOf is the project a request of a counts against at the project
@@ -482,7 +471,7 @@ func (m *Manager) renewal(l *lease, full bool) (c store.LeaseCall, ok, forget bo
 		l.keyOpen = kl.DailyNanoUSD > 0 || kl.MonthlyNanoUSD > 0 || kl.TotalNanoUSD > 0 || kl.Concurrency > 0 || kl.TPM > 0
 		l.project, l.projectLimits = l.seenProject, l.seenPL
 		pl := l.projectLimits
-		l.projectOpen = pl.DailyNanoUSD > 0 || pl.MonthlyNanoUSD > 0 || pl.TotalNanoUSD > 0
+		l.projectOpen = pl.DailyNanoUSD > 0 || pl.MonthlyNanoUSD > 0 || pl.TotalNanoUSD > 0 || pl.Concurrency > 0 || pl.TPM > 0
 		l.next, l.hi = 1, 0
 	}
 	l.renewing = true

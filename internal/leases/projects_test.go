@@ -9,8 +9,8 @@ import (
 
 // A key whose project has a spend budget is leased: its lease counts
 // against the project, its requests are admitted from it and counted in
-// the project's state; a project with a concurrency limit is not leased;
-// a key moved to another project has its lease returned.
+// the project's state; a project whose limits change, and a key moved to
+// another project, have their lease returned.
 func TestProjectLeases(t *testing.T) {
 	r := newRig(t)
 	acct := r.account(1000 * usd)
@@ -53,14 +53,25 @@ func TestProjectLeases(t *testing.T) {
 		t.Fatalf("project state %+v after the settlement", s)
 	}
 
-	// With a concurrency limit too, its keys go to the script.
+	// The project's limits change (a concurrency limit too): not from the
+	// old lease, which the next renewal returns; a new one holds seats of
+	// the project.
 	conc := account.Limits{DailyNanoUSD: 100 * usd, Concurrency: 50}
-	before := r.m.Local.Load()
 	if d := adm(p.ID, conc); d.Lease.ID != "" {
-		t.Fatalf("%+v admitted from a lease with a project concurrency limit", d)
+		t.Fatalf("%+v admitted from a lease taken under other project limits", d)
 	}
-	if r.m.Local.Load() != before {
-		t.Fatal("counted as local")
+	r.m.Renew(r.ctx, true)
+	if u := r.report(acct); u.Leased != 0 {
+		t.Fatalf("leased %d after the project's limits changed", u.Leased)
+	}
+	adm(p.ID, conc)
+	r.m.Renew(r.ctx, false)
+	if d := adm(p.ID, conc); d.Lease.ID == "" {
+		t.Fatalf("%+v, want admitted from a new lease", d)
+	}
+	r.m.flush(r.ctx)
+	if s := states(); s.InFlight != 4 {
+		t.Fatalf("project state %+v, want 4 in flight (three by the script, one from the lease)", s)
 	}
 	// Moved to the default project: the lease is given back at the next
 	// renewal, and a new one taken without the project.

@@ -36,10 +36,10 @@ import (
 // admit.lua counts, each request using them recorded as held there (its
 // bound), so that no window counts more than admit.lua allows.
 //
-// Where the key's project has a spend budget, a lease also counts against
-// it: its amount is in the project state's "leased" sum, which admit.lua
-// counts as held. A project with a rate, a tokens-per-minute or a
-// concurrency limit is not leased (its keys are admitted by admit.lua).
+// Where the key's project has limits, a lease counts against them as
+// against the key's: its amount is in the project state's "leased" sum
+// (a spend budget), its slots in the project's rate log, its seats in the
+// project state's "seats", its tokens in the project's token window.
 
 // LeaseBitsTTL is how long a lease's bitmap of recorded requests is kept
 // after its last use: as long as a swept record, so that a spooled
@@ -106,13 +106,13 @@ const (
 // LeaseResult is one lease call's answer: Delta is the change of the free
 // amount (the caller adds it to its own free amount); the caller may use
 // slots [Cursor, Hi), or any number when Hi is -1 (no rate limit applies).
-// Rates says which rate logs hold the slots (LevelAccount, LevelKey). Seats
+// Rates says which rate logs hold the slots (LevelAccount, LevelKey, LevelProject). Seats
 // is the change of the free seats (the caller adds it to its own), Seated
-// which concurrency limits they count against (LevelAccount, LevelKey; 0: no
+// which concurrency limits they count against (LevelAccount, LevelKey, LevelProject; 0: no
 // seat is needed). Tokens is the change of the free tokens (the caller
 // adds it to its own), usable while the current 5 s bucket (unix ms / 5000)
 // is at most TokenBucket; TokenLevels says which token windows hold them
-// (LevelAccount, LevelKey; 0: no tokens needed).
+// (LevelAccount, LevelKey, LevelProject; 0: no tokens needed).
 type LeaseResult struct {
 	Delta       int64
 	Reason      int
@@ -128,11 +128,12 @@ type LeaseResult struct {
 
 // Where a lease's slots, seats or tokens count (LeaseResult.Rates, Seated
 // and TokenLevels, bits of): against the account's limit (its rate log,
-// in-flight count, token window), the key's, or both; 0 where neither has
-// the limit. lease.lua's levelsOf.
+// in-flight count, token window), the key's, its project's, or several;
+// 0 where none has the limit. lease.lua's levelsOf.
 const (
 	LevelAccount = 1
 	LevelKey     = 2
+	LevelProject = 4
 )
 
 // TokenBucket is the 5 s bucket of the token windows (admit.lua) t is in.
@@ -198,13 +199,13 @@ func (s *Store) leaseCall(c LeaseCall, now, expiry time.Time, free int64) ([]str
 		acctKey(id, "holds"),
 	}
 	projectID, pl := leaseProject(c.ProjectID, c.ProjectLimits)
-	keys = append(keys, acctKey(id, "ps:"+projectID))
+	keys = append(keys, acctKey(id, "ps:"+projectID), acctKey(id, "prl:"+projectID))
 	kl := c.KeyLimits
 	args := []any{now.UnixMilli(), expiry.UnixMilli(), c.LeaseID, c.KeyID, free, c.Want, c.Min, max(c.Share, 1),
 		kl.RPM, kl.TPM, kl.Concurrency, kl.DailyNanoUSD, kl.MonthlyNanoUSD, kl.TotalNanoUSD,
 		dayStamp(now), monthStamp(now), kl.WindowMinutes, max(c.Cursor, 1), c.WantSlots, c.MinSlots,
 		c.FreeSeats, c.WantSeats, c.MinSeats, c.FreeTokens, c.WantTokens, c.MinTokens, boolString(c.Taken),
-		projectID, pl.DailyNanoUSD, pl.MonthlyNanoUSD, pl.TotalNanoUSD, pl.RPM, pl.TPM, pl.Concurrency}
+		projectID, pl.DailyNanoUSD, pl.MonthlyNanoUSD, pl.TotalNanoUSD, pl.RPM, pl.TPM, pl.Concurrency, pl.WindowMinutes}
 	return keys, args
 }
 
@@ -230,7 +231,7 @@ func (s *Store) sweepLease(ctx context.Context, accountID, leaseID, keyID string
 	}
 	// The project the lease counts against, named in its field: a lease's
 	// project never changes, so it is still the same when the script runs.
-	// Its budgets are passed only to say that it has one.
+	// Its limits are passed only to say that it has some.
 	v, err := s.rdb.HGet(ctx, acctKey(accountID, "leases"), leaseID).Result()
 	if err == redis.Nil {
 		return 0, nil
@@ -254,11 +255,11 @@ func (s *Store) sweepLease(ctx context.Context, accountID, leaseID, keyID string
 }
 
 // leaseFieldProject is the project a lease counts against, from its field
-// of the leases hash (lua/leasefield.lua: the 14th word, its 13th "1"):
-// "" for none, and for a lease written before projects.
+// of the leases hash (lua/leasefield.lua: the 14th word): "" for none, and
+// for a lease written before projects.
 func leaseFieldProject(v string) string {
 	f := strings.Split(v, " ")
-	if len(f) < 14 || f[12] != "1" {
+	if len(f) < 14 {
 		return ""
 	}
 	return f[13]
@@ -273,8 +274,9 @@ type LeasedRequest struct {
 	// limit), as admit.lua counts it.
 	KeyCounted bool
 	// ProjectCounted: the hold counts in the held and in-flight counts of
-	// its project (Admission.ProjectID), the lease's, which has a spend
-	// budget.
+	// its project (Admission.ProjectID), the lease's (it has a spend
+	// budget, a concurrency or a tokens-per-minute limit), as admit.lua
+	// counts it.
 	ProjectCounted bool
 	// Slot is the lease's request slot the request used (0: none, the
 	// lease has no rate limit), Rates the rate logs the slot is in
@@ -314,16 +316,16 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 			if !validID(keyID) {
 				keyID = ""
 			}
-			projectID := ""
-			if r.ProjectCounted && namedProject(a.ProjectID) {
-				projectID = a.ProjectID
-			}
+			// The lease's project, whose state and rate log its requests'
+			// records touch (a lease counts against its key's project).
+			projectID, _ := leaseProject(a.ProjectID, a.ProjectLimits)
 			c = &call{
 				keys: []string{acctKey(a.AccountID, "acct"), acctKey(a.AccountID, "holds"), acctKey(a.AccountID, "leases"),
 					acctKey(a.AccountID, "lbits:"+r.Lease.ID), acctKey(a.AccountID, "ks:"+keyID),
-					acctKey(a.AccountID, "rl"), acctKey(a.AccountID, "krl:"+keyID), acctKey(a.AccountID, "ps:"+projectID)},
+					acctKey(a.AccountID, "rl"), acctKey(a.AccountID, "krl:"+keyID), acctKey(a.AccountID, "ps:"+projectID),
+					acctKey(a.AccountID, "prl:"+projectID)},
 				args: []any{r.Lease.ID, expiry.UnixMilli(), int64(LeaseBitsTTL / time.Second), boolString(r.KeyCounted),
-					r.Rates, a.KeyLimits.WindowMinutes},
+					r.Rates, max(a.KeyLimits.WindowMinutes, a.ProjectLimits.WindowMinutes)},
 			}
 			byLease[r.Lease.ID] = c
 			order = append(order, c)
@@ -339,7 +341,7 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 		}
 		// admit.lua's prefix: the token windows its bound is held in, in
 		// the bucket of the lease's tokens it used (0: none).
-		kc, ta, tk := 0, int64(0), int64(0)
+		kc, ta, tk, tp := 0, int64(0), int64(0), int64(0)
 		if r.KeyCounted {
 			kc = 1
 		}
@@ -350,12 +352,15 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 			if r.Lease.TokenLevels&LevelKey != 0 {
 				tk = r.Lease.Bucket
 			}
+			if r.Lease.TokenLevels&LevelProject != 0 {
+				tp = r.Lease.Bucket
+			}
 		}
 		record := fmt.Sprintf(`{"tb":%d,"ta":%d,"tk":%d,"kc":%d`, min(a.Tokens, 1<<53), ta, tk, kc)
 		if r.ProjectCounted && namedProject(a.ProjectID) {
-			// admit.lua's project part: no project tokens (a lease holds
-			// none), counted in its held and open.
-			record += `,"tp":0,"pc":1`
+			// admit.lua's project part: the bucket of the project's tokens
+			// it used (0: none), counted in its held and open.
+			record += fmt.Sprintf(`,"tp":%d,"pc":1`, tp)
 		}
 		if rest := string(rec[1:]); rest != "}" {
 			record += "," + rest

@@ -1,10 +1,13 @@
 package store
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // projectLeased is what the project's leases escrow (its state's "leased").
@@ -52,7 +55,7 @@ func testLeaseProjectBudget(t *testing.T, e *env) {
 		t.Helper()
 		err := e.s.RecordLeased(e.ctx, []LeasedRequest{{
 			Lease: account.LeaseRef{ID: lid, Seq: seq, Hold: hold}, ProjectCounted: true,
-			Admission: account.Admission{RequestID: req, AccountID: acct, KeyID: k.ID, ProjectID: p.ID, Priced: "m", Hold: hold},
+			Admission: account.Admission{RequestID: req, AccountID: acct, KeyID: k.ID, ProjectID: p.ID, ProjectLimits: k.ProjectLimits, Priced: "m", Hold: hold},
 		}})
 		if err != nil {
 			t.Fatal(err)
@@ -110,37 +113,24 @@ func testLeaseProjectBudget(t *testing.T, e *env) {
 	}
 }
 
-// A lease of a project's key is taken under that project and its limits:
-// a project with a rate, tokens-per-minute or concurrency limit is not
-// leased, and a call naming another project than the lease's (or none) is
-// an error: the caller names the project a lease was taken under.
+// A lease of a project's key is taken under that project: a call naming
+// another project than the lease's (or none) is an error, since the caller
+// names the project a lease was taken under; a call under it returns it.
 func testLeaseProjectKind(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{})
-	for _, l := range []account.Limits{{RPM: 100, DailyNanoUSD: usd}, {TPM: 1000}, {Concurrency: 3}} {
-		p, _ := e.s.CreateProject(e.ctx, acct, "other", l)
-		r := e.lease(LeaseCall{AccountID: acct, KeyID: "key_y", LeaseID: "l.y." + p.ID, Want: usd, Min: 1, ProjectID: p.ID, ProjectLimits: l,
-			WantSlots: 10, MinSlots: 1, WantSeats: 10, MinSeats: 1, WantTokens: 100, MinTokens: 1})
-		if r.Reason != LeaseNotAllowed || r.Delta != 0 {
-			t.Fatalf("project with %+v: %+v, want no lease", l, r)
-		}
-	}
 	p, _ := e.s.CreateProject(e.ctx, acct, "team", account.Limits{TotalNanoUSD: 80 * usd})
 	pl := account.Limits{TotalNanoUSD: 80 * usd}
 	r := e.lease(LeaseCall{AccountID: acct, LeaseID: "l.1", Want: usd, Min: 1, ProjectID: p.ID, ProjectLimits: pl})
 	if r.Reason != LeaseHeld || r.Delta != usd {
 		t.Fatalf("lease %+v", r)
 	}
-	res := e.s.Leases(e.ctx, []LeaseCall{{AccountID: acct, KeyID: "key_x", LeaseID: "l.1", Free: usd, Want: usd, Min: 1, Share: 8,
-		ProjectID: "prj_other", ProjectLimits: pl, Taken: true}})
-	if res[0].Err == nil {
-		t.Fatalf("a call naming another project: %+v, want an error", res[0])
+	for _, other := range []string{"prj_other", ""} {
+		res := e.s.Leases(e.ctx, []LeaseCall{{AccountID: acct, KeyID: "key_x", LeaseID: "l.1", Free: usd, Want: usd, Min: 1, Share: 8,
+			ProjectID: other, ProjectLimits: pl, Taken: true}})
+		if res[0].Err == nil {
+			t.Fatalf("a call naming project %q: %+v, want an error", other, res[0])
+		}
 	}
-	res = e.s.Leases(e.ctx, []LeaseCall{{AccountID: acct, KeyID: "key_x", LeaseID: "l.1", Free: usd, Want: usd, Min: 1, Share: 8, Taken: true}})
-	if res[0].Err == nil {
-		t.Fatalf("a call naming no project: %+v, want an error", res[0])
-	}
-	// A call under the lease's project and limits returns it (the sidecar
-	// saw its key's project change).
 	r = e.lease(LeaseCall{AccountID: acct, LeaseID: "l.1", Free: usd, Want: 0, Min: 1, ProjectID: p.ID, ProjectLimits: pl, Taken: true})
 	if r.Delta != -usd {
 		t.Fatalf("lease returned: %+v", r)
@@ -150,5 +140,130 @@ func testLeaseProjectKind(t *testing.T, e *env) {
 	}
 	if sum, _ := e.leased(acct); sum != 0 {
 		t.Fatalf("account leased %d after the return", sum)
+	}
+}
+
+// A project's concurrency limit gives its keys' leases seats counted
+// against it (the project state's "seats"), as a key's does: admit.lua
+// counts them in flight; a record moves one into the project's open
+// count, a settlement before the record gives it back; a sweep gives back
+// the rest.
+func testLeaseProjectSeats(t *testing.T, e *env) {
+	acct := e.account(100*usd, account.Limits{})
+	pl := account.Limits{Concurrency: 16}
+	p, _ := e.s.CreateProject(e.ctx, acct, "team", pl)
+	k := e.projectKey(acct, p.ID)
+	lid := "sc1." + k.ID + ".1"
+	r := e.lease(LeaseCall{AccountID: acct, KeyID: k.ID, LeaseID: lid, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2, ProjectID: p.ID, ProjectLimits: pl})
+	if r.Reason != LeaseHeld || r.Seats != 2 || r.Seated != LevelProject {
+		t.Fatalf("lease %+v, want 2 seats (16 / 8) against the project's limit", r)
+	}
+	ps := "ps:" + p.ID
+	if e.seatSum(acct, ps) != 2 || e.seatSum(acct, "acct") != 0 || e.seatSum(acct, "ks:"+k.ID) != 0 {
+		t.Fatalf("seats: project %d, account %d", e.seatSum(acct, ps), e.seatSum(acct, "acct"))
+	}
+	for i := range 14 {
+		wantAdmitted(t, e.admitAs(k, fmt.Sprintf("k%d", i), 1))
+	}
+	wantRefusal(t, e.admitAs(k, "over", 1), account.ConcurrencyLimited, account.ProjectLevel, time.Second)
+	rec := func(seq int64, req string) {
+		t.Helper()
+		err := e.s.RecordLeased(e.ctx, []LeasedRequest{{
+			Lease: account.LeaseRef{ID: lid, Seq: seq, Hold: 1}, ProjectCounted: true,
+			Admission: account.Admission{RequestID: req, AccountID: acct, KeyID: k.ID, ProjectID: p.ID, ProjectLimits: pl, Priced: "m", Hold: 1},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec(1, "r1")
+	if s := e.projectState(acct, p.ID); s.InFlight != 15 || e.seatSum(acct, ps) != 1 {
+		t.Fatalf("after the record: project %+v, %d seats", s, e.seatSum(acct, ps))
+	}
+	if !e.settle(account.Settlement{RequestID: "r2", AccountID: acct, KeyID: k.ID, ProjectID: p.ID, Priced: "m", Cost: 1,
+		Lease: account.LeaseRef{ID: lid, Seq: 2, Hold: 1}}) {
+		t.Fatal("r2 not settled from the lease")
+	}
+	rec(2, "r2")
+	if s := e.projectState(acct, p.ID); s.InFlight != 15 || e.seatSum(acct, ps) != 0 {
+		t.Fatalf("after r2: project %+v, %d seats; want 15 in flight, no seat", s, e.seatSum(acct, ps))
+	}
+	// No seat left to slice (16 - 15 in flight < 8 × 1): the lease is returned.
+	r = e.lease(LeaseCall{AccountID: acct, KeyID: k.ID, LeaseID: lid, Free: usd - 2, Want: usd, Min: 1, WantSeats: 100, MinSeats: 1,
+		ProjectID: p.ID, ProjectLimits: pl, Taken: true})
+	if r.Reason != LeaseTooSmall || r.Seats != 0 {
+		t.Fatalf("renewal %+v, want the lease returned", r)
+	}
+	if _, m := e.leased(acct); len(m) != 0 || e.seatSum(acct, ps) != 0 {
+		t.Fatalf("leases %v, project seats %d after the return", m, e.seatSum(acct, ps))
+	}
+
+	// Another project's lease, its sidecar dead: the sweep gives its seats back.
+	p2, _ := e.s.CreateProject(e.ctx, acct, "other", pl)
+	k2 := e.projectKey(acct, p2.ID)
+	if r := e.lease(LeaseCall{AccountID: acct, KeyID: k2.ID, LeaseID: "sc1." + k2.ID + ".1", Want: usd, Min: 1, WantSeats: 100, MinSeats: 2,
+		ProjectID: p2.ID, ProjectLimits: pl}); r.Seats != 2 || e.seatSum(acct, "ps:"+p2.ID) != 2 {
+		t.Fatalf("lease %+v", r)
+	}
+	e.clock.Advance(holdTTL + 1)
+	if r := e.sweep(acct); len(r.LeasesReturned) != 1 {
+		t.Fatalf("sweep %+v", r)
+	}
+	if _, m := e.leased(acct); len(m) != 0 || e.seatSum(acct, "ps:"+p2.ID) != 0 {
+		t.Fatalf("leases %v, project seats %d after the sweep", m, e.seatSum(acct, "ps:"+p2.ID))
+	}
+}
+
+// A project's rate limit gives its keys' leases slots in the project's
+// rate log, replaced by the request's id by its record; a project's
+// tokens-per-minute limit gives them tokens in the project's token
+// window, settled there.
+func testLeaseProjectSlotsAndTokens(t *testing.T, e *env) {
+	acct := e.account(100*usd, account.Limits{})
+	pl := account.Limits{RPM: 80, WindowMinutes: 1, TPM: 8000}
+	p, _ := e.s.CreateProject(e.ctx, acct, "team", pl)
+	k := e.projectKey(acct, p.ID)
+	lid := "sc1." + k.ID + ".1"
+	r := e.lease(LeaseCall{AccountID: acct, KeyID: k.ID, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 2,
+		WantTokens: 5000, MinTokens: 100, ProjectID: p.ID, ProjectLimits: pl})
+	if r.Reason != LeaseHeld || r.Rates != LevelProject || r.Hi != 11 || r.TokenLevels != LevelProject || r.Tokens != 1000 {
+		t.Fatalf("lease %+v, want 10 slots (80 / 8) and 1,000 tokens (8,000 / 8) of the project", r)
+	}
+	if n := placeholders(e.rateLog(acct, "prl:"+p.ID)); n != 10 {
+		t.Fatalf("%d placeholders in the project's rate log", n)
+	}
+	if w := e.tokenWindow(acct, "ps:"+p.ID); w[r.TokenBucket] != [2]int64{0, 1000} {
+		t.Fatalf("project token window %v", w)
+	}
+	// 70 more by the script fill the project's rate.
+	for i := range 70 {
+		wantAdmitted(t, e.admitAs(k, fmt.Sprintf("s%d", i), 1))
+	}
+	if d := e.admitAs(k, "over", 1); d.Outcome != account.RateLimited || d.Level != account.ProjectLevel {
+		t.Fatalf("past the project's rate: %+v", d)
+	}
+	ref := account.LeaseRef{ID: lid, Seq: 1, Hold: 1, Tokens: 100, Bucket: r.TokenBucket, TokenLevels: LevelProject}
+	err := e.s.RecordLeased(e.ctx, []LeasedRequest{{
+		Lease: ref, ProjectCounted: true, Slot: 1, Rates: LevelProject, At: e.clock.Now(),
+		Admission: account.Admission{RequestID: "r1", AccountID: acct, KeyID: k.ID, ProjectID: p.ID, ProjectLimits: pl, Priced: "m", Hold: 1, Tokens: 100},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := e.rateLog(acct, "prl:"+p.ID)
+	if _, ok := log["r1"]; !ok || placeholders(log) != 9 {
+		t.Fatalf("project rate log after r1's record: %d placeholders, r1 %v", placeholders(log), ok)
+	}
+	if !e.settle(account.Settlement{RequestID: "r1", AccountID: acct, KeyID: k.ID, ProjectID: p.ID, Priced: "m",
+		Usage: usage.Usage{Input: 30}, Lease: ref}) {
+		t.Fatal("r1 not settled")
+	}
+	if w := e.tokenWindow(acct, "ps:"+p.ID); w[r.TokenBucket] != [2]int64{30, 900} {
+		t.Fatalf("project token window after r1 %v, want 30 settled and the lease's 900 held", w)
+	}
+	e.clock.Advance(holdTTL + 1)
+	e.sweep(acct)
+	if w := e.tokenWindow(acct, "ps:"+p.ID); w[r.TokenBucket][1] != 0 {
+		t.Fatalf("project token window after the sweep %v", w)
 	}
 }

@@ -121,6 +121,8 @@ var suite = []struct {
 	{"LeaseTokenSweep", testLeaseTokenSweep},
 	{"LeaseProjectBudget", testLeaseProjectBudget},
 	{"LeaseProjectKind", testLeaseProjectKind},
+	{"LeaseProjectSeats", testLeaseProjectSeats},
+	{"LeaseProjectSlotsAndTokens", testLeaseProjectSlotsAndTokens},
 	{"Projects", testProjects},
 	{"ProjectLimits", testProjectLimits},
 	{"ProjectRace", testProjectRace},
