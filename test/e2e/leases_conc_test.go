@@ -127,17 +127,25 @@ func TestLeasedConcurrencyExactTwoSidecars(t *testing.T) {
 	})
 }
 
-// A project's daily budget of 40½ holds, its key leased on two sidecars
-// (leases of at least two holds: the default floor of 16 would not slice
-// it): exactly 40 requests are admitted (runLeasedExact), some from the
-// leases, and once they have settled and the leases are returned the
-// project holds and leases nothing.
+// A project's limits, its key leased on two sidecars: a daily budget of
+// 40½ holds (leases of at least two holds: the default floor of 16 would
+// not slice it), a concurrency limit of 40, a tpm limit of 40½ requests'
+// token bounds. Exactly 40 requests are admitted (runLeasedExact), some
+// from the leases, and once they have settled and the leases are returned
+// the project holds, leases and seats nothing.
 func TestProjectsRaceTwoSidecarsLeased(t *testing.T) {
 	const limit = 40
+	bound := int64(len(messagesBody(true, ""))) + 256 // every body byte a token, plus max_tokens
 	runLeasedExact(t, limit, []leasedLimit{
-		{name: "project", project: func(hold int64) account.Limits {
+		{name: "budget", project: func(hold int64) account.Limits {
 			return account.Limits{DailyNanoUSD: limit*hold + hold/2}
 		}, message: "daily spend limit for project"},
+		{name: "concurrency", project: func(int64) account.Limits {
+			return account.Limits{Concurrency: limit}
+		}, message: "concurrent request limit reached for project"},
+		{name: "tpm", project: func(int64) account.Limits {
+			return account.Limits{TPM: limit*bound + bound/2}
+		}, message: "tokens-per-minute limit for project"},
 	}, func(c *config.Config) { c.Limits.LeaseMinHolds = 2 })
 }
 
@@ -268,7 +276,11 @@ func runLeasedExact(t *testing.T, limit int64, cases []leasedLimit, configure ..
 					ok = ok && (v == "" || v == "0") && (err == nil || err == redis.Nil)
 					left = append(left, fmt.Sprintf("project: leased %q", v))
 				}
-				for _, hash := range []string{"acct", "ks:" + kid} {
+				hashes := []string{"acct", "ks:" + kid}
+				if projectID != "" {
+					hashes = append(hashes, "ps:"+projectID)
+				}
+				for _, hash := range hashes {
 					v, err := rdb.HMGet(ctx, "gw:{acct:"+acct.ID+"}:"+hash, "seats", "tw").Result()
 					if err != nil {
 						return false, err.Error()
