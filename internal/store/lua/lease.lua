@@ -3,7 +3,7 @@
 -- one sidecar admits requests against in memory (docs/billing.md, Leases).
 --
 -- A lease is one field of the account's leases hash (leasefield.lua):
---   "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl> <tokens> <tbucket> <tl> <pc> <project id>"
+--   "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl> <tokens> <tbucket> <tl>[ <pc> <project id>]"
 -- amount: the escrow still in the lease, nano-USD: the sidecar's free
 -- amount plus the holds it admitted whose record (record.lua) has not
 -- landed yet; expiry: unix ms, renewed by the sidecar, after which the
@@ -33,18 +33,18 @@
 -- bucket is a future one, bucket(renewal + 10 s): a request may use them
 -- only while bucket(now) <= tbucket, so each is counted in a bucket at
 -- least as late as its admission's, as admit.lua counts it.
--- pc, project id: "1" when the lease counts against the spend budgets of
--- the key's project (it has one; absent in leases written before
--- projects: 0), and that project (the key's when the lease was taken,
--- written when the lease counts against it at any level; "" for none). A lease's project never changes: a key moved to another
--- project, or a project that gains or loses a budget, changes the lease's
--- kind, and it is returned.
+-- pc, project id: written only for a lease that counts against the key's
+-- project at some level (absent: 0, none); pc is "1" when the lease counts
+-- against the project's spend budgets (it has one). A lease's project
+-- never changes: the caller names the project it was taken under, and
+-- returns the lease when the key moves or the project's limits change.
 -- The account's "leased" field is the sum of its leases' amounts, the
 -- key state's "leased" the sum of those with kc = 1 and the project
 -- state's "leased" of those with pc = 1: admit.lua and this script count
--- them as held. Likewise the account's "seats" is the sum of
--- the seats of its leases with sl 1 or 3, and the key state's "seats" of
--- those with sl 2 or 3: admit.lua and this script count them as in flight.
+-- them as held. Likewise the account's "seats" is the sum of the seats of
+-- its leases whose sl has bit 1, the key state's "seats" of those with
+-- bit 2 and the project state's of those with bit 4: admit.lua and this
+-- script count them as in flight.
 --
 -- KEYS[1]  gw:{acct:ID}:acct              hash: balance, held, leased, seats, daily,
 --                                          monthly, rpm, window, tpm, conc, suspended,
@@ -108,8 +108,8 @@
 -- The new free amount is min(want, floor(room / share)), or 0 when that is
 -- below min, or when the lease may not be held: the account is missing or
 -- suspended, the key is revoked, or the lease's kind changed (its key's
--- budgets, or which of the account and key have a rate, a concurrency or a
--- tokens-per-minute limit).
+-- or its project's budgets, or which of the account, key and project have
+-- a rate, a concurrency or a tokens-per-minute limit).
 --
 -- Slots: each renewal removes the lease's free placeholders ([cursor, hi))
 -- and adds back min(wanted slots, floor(slot room / share)) scored now,
