@@ -12,6 +12,8 @@
 // Where either has a tokens-per-minute limit the lease also holds tokens,
 // counted by the script as held in a bucket a little in the future, and a
 // request needs its token bound of them, until that bucket ends.
+// Where the key's project has limits the lease counts against them as
+// against the key's (money, slots, seats, tokens).
 // Everything else (no lease, a hold that does not fit, no slot, seat or
 // tokens left, a renewal in flight, the store failing) is admitted by the
 // store's admission script, as without leases.
@@ -111,11 +113,17 @@ type lease struct {
 	stop    time.Time      // no admission from it after this
 	limits  account.Limits // the key's limits it was taken under
 	seen    account.Limits // the key's limits the last request came with
-	seq     int64          // the last request's number in the lease id (from 1)
-	admits  int64          // holds admitted this interval (from the lease or not)
-	rate    int64          // holds admitted in the last full interval
-	reqs    int64          // requests this interval (from the lease or not)
-	reqRate int64          // requests in the last full interval
+	// The key's project and its limits the lease was taken under, and
+	// those the last request came with: a key moved to another project,
+	// or a project whose limits changed, has its lease returned.
+	project, seenProject  string
+	projectLimits, seenPL account.Limits
+	projectOpen           bool  // its holds count in the project's held and open (admit.lua's pcount)
+	seq                   int64 // the last request's number in the lease id (from 1)
+	admits                int64 // holds admitted this interval (from the lease or not)
+	rate                  int64 // holds admitted in the last full interval
+	reqs                  int64 // requests this interval (from the lease or not)
+	reqRate               int64 // requests in the last full interval
 	// Request slots: [next, hi) are free, or hi is -1 (no rate limit).
 	// None is used while a renewal is in flight (renewing): the renewal
 	// may remove the free ones' placeholders.
@@ -244,13 +252,9 @@ func (l *lease) slotFree(now time.Time) bool {
 }
 
 // Admit admits a from its account and key's lease when its hold fits in
-// it, in memory; otherwise through the store's script. A request whose
-// project has a limit always goes to the script: leases escrow the
-// account's and the key's room, not a project's, so the script alone
-// counts it at every level (a lease of its key left unused is returned
-// as idle).
+// it, in memory; otherwise through the store's script.
 func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Decision, error) {
-	if a.KeyID != "" && a.ProjectLimits.IsZero() {
+	if a.KeyID != "" {
 		// Taken in a call of its own: its frame (the request's record) is
 		// gone before the fallback's round trip to Redis, the deepest
 		// point of a stream's stack (extproc's TestStreamStackStaysSmall).
@@ -261,6 +265,16 @@ func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Deci
 	}
 	m.Fallback.Add(1)
 	return m.next.Admit(ctx, a)
+}
+
+// projectOf is the project a request of a counts against at the project
+// level, and its limits: none ("") for the default project and a project
+// without limits, as the store counts them.
+func projectOf(a *account.Admission) (string, account.Limits) {
+	if a.ProjectID == "" || a.ProjectID == account.DefaultProject || a.ProjectLimits.IsZero() {
+		return "", account.Limits{}
+	}
+	return a.ProjectID, a.ProjectLimits
 }
 
 // fromLease admits a from its account and key's lease, in memory, when the
@@ -283,15 +297,18 @@ func (m *Manager) fromLease(a *account.Admission) (d account.Decision, ok bool) 
 	l.bounds += a.Tokens
 	l.maxBound = max(l.maxBound, a.Tokens)
 	l.seen = a.KeyLimits
+	project, pl := projectOf(a)
+	l.seenProject, l.seenPL = project, pl
 	// Nothing is taken from a lease while its renewal is in flight: the
 	// renewal sizes it from the free amount (seats, tokens) the call
 	// reported, and could give back what is taken meanwhile.
-	if l.id != "" && !l.renewing && m.healthy.Load() && now.Before(l.stop) && l.limits == a.KeyLimits && a.Hold <= l.free &&
+	if l.id != "" && !l.renewing && m.healthy.Load() && now.Before(l.stop) && l.limits == a.KeyLimits &&
+		l.project == project && l.projectLimits == pl && a.Hold <= l.free &&
 		l.slotFree(now) && l.seatFree() && l.tokensFree(now, a.Tokens) {
 		l.free -= a.Hold
 		l.seq++
 		ref := account.LeaseRef{ID: l.id, Seq: l.seq, Hold: a.Hold}
-		rec := store.LeasedRequest{Lease: ref, KeyCounted: l.keyOpen, At: now, Admission: *a}
+		rec := store.LeasedRequest{Lease: ref, KeyCounted: l.keyOpen, ProjectCounted: l.projectOpen, At: now, Admission: *a}
 		if l.hi >= 0 {
 			rec.Slot, rec.Rates = l.next, l.rates
 			l.next++
@@ -435,7 +452,7 @@ func (m *Manager) renewal(l *lease, full bool) (c store.LeaseCall, ok, forget bo
 	}
 	l.due = false
 	want := max(2*max(l.rate, l.admits), m.o.MinHolds*l.maxHold)
-	if l.idle >= 2 || (l.id != "" && l.limits != l.seen) {
+	if l.idle >= 2 || (l.id != "" && (l.limits != l.seen || l.project != l.seenProject || l.projectLimits != l.seenPL)) {
 		want = 0
 	}
 	// An id is made just before its first call: one already held was
@@ -452,11 +469,15 @@ func (m *Manager) renewal(l *lease, full bool) (c store.LeaseCall, ok, forget bo
 		l.limits = l.seen
 		kl := l.limits
 		l.keyOpen = kl.DailyNanoUSD > 0 || kl.MonthlyNanoUSD > 0 || kl.TotalNanoUSD > 0 || kl.Concurrency > 0 || kl.TPM > 0
+		l.project, l.projectLimits = l.seenProject, l.seenPL
+		pl := l.projectLimits
+		l.projectOpen = pl.DailyNanoUSD > 0 || pl.MonthlyNanoUSD > 0 || pl.TotalNanoUSD > 0 || pl.Concurrency > 0 || pl.TPM > 0
 		l.next, l.hi = 1, 0
 	}
 	l.renewing = true
 	return store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
 		Free: l.free, Want: want, Min: m.o.MinHolds * l.maxHold, Share: m.o.Share, KeyLimits: l.limits,
+		ProjectID: l.project, ProjectLimits: l.projectLimits,
 		Cursor: l.next, WantSlots: max(2*max(l.reqRate, l.reqs), m.o.MinSlots), MinSlots: m.o.MinSlots,
 		FreeSeats: l.seats, WantSeats: max(2*max(l.reqRate, l.reqs), m.o.MinSeats), MinSeats: m.o.MinSeats,
 		FreeTokens: l.tokens, WantTokens: max(2*max(l.boundRate, l.bounds), m.o.MinTokenBounds*l.maxBound),
@@ -574,7 +595,8 @@ func (m *Manager) Close(ctx context.Context) {
 		l.mu.Lock()
 		if l.id != "" {
 			calls = append(calls, store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
-				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits, Cursor: l.next, FreeSeats: l.seats, FreeTokens: l.tokens, Taken: true})
+				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits,
+				ProjectID: l.project, ProjectLimits: l.projectLimits, Cursor: l.next, FreeSeats: l.seats, FreeTokens: l.tokens, Taken: true})
 			l.drop()
 		}
 		l.mu.Unlock()

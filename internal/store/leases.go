@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,6 +35,11 @@ import (
 // holds tokens: counted as held in a future bucket of the token windows
 // admit.lua counts, each request using them recorded as held there (its
 // bound), so that no window counts more than admit.lua allows.
+//
+// Where the key's project has limits, a lease counts against them as
+// against the key's: its amount is in the project state's "leased" sum
+// (a spend budget), its slots in the project's rate log, its seats in the
+// project state's "seats", its tokens in the project's token window.
 
 // LeaseBitsTTL is how long a lease's bitmap of recorded requests is kept
 // after its last use: as long as a swept record, so that a spooled
@@ -64,6 +70,11 @@ type LeaseCall struct {
 	Free, Want, Min, Share int64
 	// KeyLimits are the key's limits as the sidecar knows them.
 	KeyLimits account.Limits
+	// ProjectID and ProjectLimits are the key's project and its limits as
+	// the sidecar knows them; for a lease already taken, those it was
+	// taken under. A project that is the default or has no limit is none.
+	ProjectID     string
+	ProjectLimits account.Limits
 	// Cursor is the sidecar's next slot number (from 1): every slot below
 	// it is used, and none at or above it is used until the call returns.
 	// WantSlots is how many free slots it would like, MinSlots the fewest
@@ -95,13 +106,13 @@ const (
 // LeaseResult is one lease call's answer: Delta is the change of the free
 // amount (the caller adds it to its own free amount); the caller may use
 // slots [Cursor, Hi), or any number when Hi is -1 (no rate limit applies).
-// Rates says which rate logs hold the slots (LevelAccount, LevelKey). Seats
+// Rates says which rate logs hold the slots (LevelAccount, LevelKey, LevelProject). Seats
 // is the change of the free seats (the caller adds it to its own), Seated
-// which concurrency limits they count against (LevelAccount, LevelKey; 0: no
+// which concurrency limits they count against (LevelAccount, LevelKey, LevelProject; 0: no
 // seat is needed). Tokens is the change of the free tokens (the caller
 // adds it to its own), usable while the current 5 s bucket (unix ms / 5000)
 // is at most TokenBucket; TokenLevels says which token windows hold them
-// (LevelAccount, LevelKey; 0: no tokens needed).
+// (LevelAccount, LevelKey, LevelProject; 0: no tokens needed).
 type LeaseResult struct {
 	Delta       int64
 	Reason      int
@@ -117,11 +128,12 @@ type LeaseResult struct {
 
 // Where a lease's slots, seats or tokens count (LeaseResult.Rates, Seated
 // and TokenLevels, bits of): against the account's limit (its rate log,
-// in-flight count, token window), the key's, or both; 0 where neither has
-// the limit. lease.lua's levelsOf.
+// in-flight count, token window), the key's, its project's, or several;
+// 0 where none has the limit. lease.lua's levelsOf.
 const (
 	LevelAccount = 1
 	LevelKey     = 2
+	LevelProject = 4
 )
 
 // TokenBucket is the 5 s bucket of the token windows (admit.lua) t is in.
@@ -186,12 +198,25 @@ func (s *Store) leaseCall(c LeaseCall, now, expiry time.Time, free int64) ([]str
 		acctKey(id, "krl:"+c.KeyID),
 		acctKey(id, "holds"),
 	}
+	projectID, pl := leaseProject(c.ProjectID, c.ProjectLimits)
+	keys = append(keys, acctKey(id, "ps:"+projectID), acctKey(id, "prl:"+projectID))
 	kl := c.KeyLimits
 	args := []any{now.UnixMilli(), expiry.UnixMilli(), c.LeaseID, c.KeyID, free, c.Want, c.Min, max(c.Share, 1),
 		kl.RPM, kl.TPM, kl.Concurrency, kl.DailyNanoUSD, kl.MonthlyNanoUSD, kl.TotalNanoUSD,
 		dayStamp(now), monthStamp(now), kl.WindowMinutes, max(c.Cursor, 1), c.WantSlots, c.MinSlots,
-		c.FreeSeats, c.WantSeats, c.MinSeats, c.FreeTokens, c.WantTokens, c.MinTokens, boolString(c.Taken)}
+		c.FreeSeats, c.WantSeats, c.MinSeats, c.FreeTokens, c.WantTokens, c.MinTokens, boolString(c.Taken),
+		projectID, pl.DailyNanoUSD, pl.MonthlyNanoUSD, pl.TotalNanoUSD, pl.RPM, pl.TPM, pl.Concurrency, pl.WindowMinutes}
 	return keys, args
+}
+
+// leaseProject is the project a lease call names and its limits: none
+// ("") for the default project and a project without limits, as
+// admission counts them.
+func leaseProject(id string, l account.Limits) (string, account.Limits) {
+	if !namedProject(id) || l.IsZero() {
+		return "", account.Limits{}
+	}
+	return id, l
 }
 
 // sweepLease returns an expired lease's amount and seats to its account
@@ -204,15 +229,40 @@ func (s *Store) sweepLease(ctx context.Context, accountID, leaseID, keyID string
 	if !validID(keyID) {
 		keyID = ""
 	}
-	keys, args := s.leaseCall(LeaseCall{AccountID: accountID, KeyID: keyID, LeaseID: leaseID, Share: 1}, now, now, -1)
-	v, err := leaseScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	// The project the lease counts against, named in its field: a lease's
+	// project never changes, so it is still the same when the script runs.
+	// Its limits are passed only to say that it has some.
+	v, err := s.rdb.HGet(ctx, acctKey(accountID, "leases"), leaseID).Result()
+	if err == redis.Nil {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("sweep lease %s: %w", leaseID, err)
 	}
-	if len(v) != 9 {
-		return 0, fmt.Errorf("sweep lease %s: unexpected reply %v", leaseID, v)
+	c := LeaseCall{AccountID: accountID, KeyID: keyID, LeaseID: leaseID, Share: 1}
+	if p := leaseFieldProject(v); p != "" {
+		c.ProjectID, c.ProjectLimits = p, account.Limits{TotalNanoUSD: 1}
 	}
-	return v[0], nil
+	keys, args := s.leaseCall(c, now, now, -1)
+	r, err := leaseScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return 0, fmt.Errorf("sweep lease %s: %w", leaseID, err)
+	}
+	if len(r) != 9 {
+		return 0, fmt.Errorf("sweep lease %s: unexpected reply %v", leaseID, r)
+	}
+	return r[0], nil
+}
+
+// leaseFieldProject is the project a lease counts against, from its field
+// of the leases hash (lua/leasefield.lua: the 14th word): "" for none, and
+// for a lease written before projects.
+func leaseFieldProject(v string) string {
+	f := strings.Split(v, " ")
+	if len(f) < 14 {
+		return ""
+	}
+	return f[13]
 }
 
 // LeasedRequest is a request admitted from a lease, whose hold is to be
@@ -223,6 +273,11 @@ type LeasedRequest struct {
 	// (the key has a spend budget, a concurrency or a tokens-per-minute
 	// limit), as admit.lua counts it.
 	KeyCounted bool
+	// ProjectCounted: the hold counts in the held and in-flight counts of
+	// its project (Admission.ProjectID), the lease's (it has a spend
+	// budget, a concurrency or a tokens-per-minute limit), as admit.lua
+	// counts it.
+	ProjectCounted bool
 	// Slot is the lease's request slot the request used (0: none, the
 	// lease has no rate limit), Rates the rate logs the slot is in
 	// (LeaseResult.Rates), At the admission time its id is scored at.
@@ -261,12 +316,16 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 			if !validID(keyID) {
 				keyID = ""
 			}
+			// The lease's project, whose state and rate log its requests'
+			// records touch (a lease counts against its key's project).
+			projectID, _ := leaseProject(a.ProjectID, a.ProjectLimits)
 			c = &call{
 				keys: []string{acctKey(a.AccountID, "acct"), acctKey(a.AccountID, "holds"), acctKey(a.AccountID, "leases"),
 					acctKey(a.AccountID, "lbits:"+r.Lease.ID), acctKey(a.AccountID, "ks:"+keyID),
-					acctKey(a.AccountID, "rl"), acctKey(a.AccountID, "krl:"+keyID)},
+					acctKey(a.AccountID, "rl"), acctKey(a.AccountID, "krl:"+keyID), acctKey(a.AccountID, "ps:"+projectID),
+					acctKey(a.AccountID, "prl:"+projectID)},
 				args: []any{r.Lease.ID, expiry.UnixMilli(), int64(LeaseBitsTTL / time.Second), boolString(r.KeyCounted),
-					r.Rates, a.KeyLimits.WindowMinutes},
+					r.Rates, max(a.KeyLimits.WindowMinutes, a.ProjectLimits.WindowMinutes)},
 			}
 			byLease[r.Lease.ID] = c
 			order = append(order, c)
@@ -282,7 +341,7 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 		}
 		// admit.lua's prefix: the token windows its bound is held in, in
 		// the bucket of the lease's tokens it used (0: none).
-		kc, ta, tk := 0, int64(0), int64(0)
+		kc, ta, tk, tp := 0, int64(0), int64(0), int64(0)
 		if r.KeyCounted {
 			kc = 1
 		}
@@ -293,8 +352,16 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 			if r.Lease.TokenLevels&LevelKey != 0 {
 				tk = r.Lease.Bucket
 			}
+			if r.Lease.TokenLevels&LevelProject != 0 {
+				tp = r.Lease.Bucket
+			}
 		}
 		record := fmt.Sprintf(`{"tb":%d,"ta":%d,"tk":%d,"kc":%d`, min(a.Tokens, 1<<53), ta, tk, kc)
+		if r.ProjectCounted && namedProject(a.ProjectID) {
+			// admit.lua's project part: the bucket of the project's tokens
+			// it used (0: none), counted in its held and open.
+			record += fmt.Sprintf(`,"tp":%d,"pc":1`, tp)
+		}
 		if rest := string(rec[1:]); rest != "}" {
 			record += "," + rest
 		} else {

@@ -107,9 +107,12 @@ func (h *heldStreams) close() {
 // leasedLimit is one case of runLeasedExact: an account's or a key's limit
 // that leases slice.
 type leasedLimit struct {
-	name    string
-	acct    account.Limits
-	key     account.Limits
+	name string
+	acct account.Limits
+	key  account.Limits
+	// project: the key is made in a project with the limits it returns
+	// for the hold of one held stream (nil: the default project).
+	project func(hold int64) account.Limits
 	message string // what every refusal's body names
 }
 
@@ -122,6 +125,28 @@ func TestLeasedConcurrencyExactTwoSidecars(t *testing.T) {
 		{name: "account", acct: account.Limits{Concurrency: limit}, message: "concurrent request limit reached for this account"},
 		{name: "key", key: account.Limits{Concurrency: limit}, message: "concurrent request limit reached for this key"},
 	})
+}
+
+// A project's limits, its key leased on two sidecars: a daily budget of
+// 40½ holds (leases of at least two holds: the default floor of 16 would
+// not slice it), a concurrency limit of 40, a tpm limit of 40½ requests'
+// token bounds. Exactly 40 requests are admitted (runLeasedExact), some
+// from the leases, and once they have settled and the leases are returned
+// the project holds, leases and seats nothing.
+func TestProjectsRaceTwoSidecarsLeased(t *testing.T) {
+	const limit = 40
+	bound := int64(len(messagesBody(true, ""))) + 256 // every body byte a token, plus max_tokens
+	runLeasedExact(t, limit, []leasedLimit{
+		{name: "budget", project: func(hold int64) account.Limits {
+			return account.Limits{DailyNanoUSD: limit*hold + hold/2}
+		}, message: "daily spend limit for project"},
+		{name: "concurrency", project: func(int64) account.Limits {
+			return account.Limits{Concurrency: limit}
+		}, message: "concurrent request limit reached for project"},
+		{name: "tpm", project: func(int64) account.Limits {
+			return account.Limits{TPM: limit*bound + bound/2}
+		}, message: "tokens-per-minute limit for project"},
+	}, func(c *config.Config) { c.Limits.LeaseMinHolds = 2 })
 }
 
 // Tokens per minute: an account (and, apart, a key) with a tpm limit of
@@ -148,13 +173,16 @@ func TestLeasedTokensPerMinuteExactTwoSidecars(t *testing.T) {
 // zero, the leases, once returned, hold nothing (money, seats, tokens),
 // the account and key count no seat and no held token, and the balance,
 // ledger and counters agree.
-func runLeasedExact(t *testing.T, limit int64, cases []leasedLimit) {
+func runLeasedExact(t *testing.T, limit int64, cases []leasedLimit, configure ...func(*config.Config)) {
 	rs := redistest.NewServer(t)
 	// Renewals every 5 s: a's lease outlives b's burst (a renewal would
 	// resize it to what is left).
 	conf := func(c *config.Config) {
 		c.Limits.Leases = "on"
 		c.Limits.LeaseInterval = config.Duration(5 * time.Second)
+		for _, f := range configure {
+			f(c)
+		}
 	}
 	a := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: conf})
 	b := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: conf})
@@ -169,7 +197,16 @@ func runLeasedExact(t *testing.T, limit int64, cases []leasedLimit) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key, _, err := a.Store.CreateKey(ctx, acct.ID, account.ModelKey, account.KeyOptions{Label: "limited", Limits: c.key})
+			var projectID string
+			if c.project != nil {
+				hold := priceOf(t, a, "alpha", alphaModel).Hold(int64(len(messagesBody(true, ""))), 256)
+				p, err := a.Store.CreateProject(ctx, acct.ID, "limited", c.project(hold))
+				if err != nil {
+					t.Fatal(err)
+				}
+				projectID = p.ID
+			}
+			key, _, err := a.Store.CreateKey(ctx, acct.ID, account.ModelKey, account.KeyOptions{Label: "limited", Limits: c.key, ProjectID: projectID})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,12 +265,22 @@ func runLeasedExact(t *testing.T, limit int64, cases []leasedLimit) {
 				leases, err := rdb.HGetAll(ctx, "gw:{acct:"+acct.ID+"}:leases").Result()
 				ok := err == nil
 				for _, v := range leases {
-					// "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl> <tokens> <tbucket> <tl>"
+					// "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl> <tokens> <tbucket> <tl>",
+					// then "<pc> <project id>" for a lease of a project.
 					f := strings.Fields(v)
-					ok = ok && len(f) == 12 && f[0] == "0" && f[7] == "0" && f[9] == "0"
+					ok = ok && (len(f) == 12 || len(f) == 14 && f[13] == projectID) && f[0] == "0" && f[7] == "0" && f[9] == "0"
 				}
 				var left []string
-				for _, hash := range []string{"acct", "ks:" + kid} {
+				if projectID != "" {
+					v, err := rdb.HGet(ctx, "gw:{acct:"+acct.ID+"}:ps:"+projectID, "leased").Result()
+					ok = ok && (v == "" || v == "0") && (err == nil || err == redis.Nil)
+					left = append(left, fmt.Sprintf("project: leased %q", v))
+				}
+				hashes := []string{"acct", "ks:" + kid}
+				if projectID != "" {
+					hashes = append(hashes, "ps:"+projectID)
+				}
+				for _, hash := range hashes {
 					v, err := rdb.HMGet(ctx, "gw:{acct:"+acct.ID+"}:"+hash, "seats", "tw").Result()
 					if err != nil {
 						return false, err.Error()
@@ -257,6 +304,11 @@ func runLeasedExact(t *testing.T, limit int64, cases []leasedLimit) {
 			conserved(t, a.Store.Store, acct.ID, balance)
 			if s, err := a.Store.KeyStates(ctx, acct.ID, kid); err != nil || s[0].InFlight != 0 || s[0].Held != 0 {
 				t.Fatalf("key state after the streams settled: %+v, %v", s, err)
+			}
+			if projectID != "" {
+				if s, err := a.Store.ProjectStates(ctx, acct.ID, projectID); err != nil || s[0].InFlight != 0 || s[0].Held != 0 || s[0].Day.Requests != limit {
+					t.Fatalf("project state after the streams settled: %+v, %v", s, err)
+				}
 			}
 			t.Logf("%d admitted, %v of them from leases", admitted, leased)
 		})

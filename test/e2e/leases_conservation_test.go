@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"strconv"
@@ -9,9 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/redistest"
+	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -166,7 +171,10 @@ func TestLeasesConserveUnderLoad(t *testing.T) {
 // counters agree with the ledger. Either A's share of the load goes on
 // during the partition (refused there), or it goes to B while A is cut
 // off and comes back three renewal intervals after the heal (A's lease
-// forgotten while idle, a new one taken). GATEWAY_TEST_PARTITION_LEASE_MS sets the hold
+// forgotten while idle, a new one taken). In the second case the key is in
+// a project with limits its leases hold shares of (money, seats, tokens,
+// slots): the project's state then counts the account's spend, holds,
+// seats and leases nothing. GATEWAY_TEST_PARTITION_LEASE_MS sets the hold
 // lease (default 3000; the partition lasts about twice as long).
 func TestLeasesPartitionPastTheLease(t *testing.T) {
 	for _, idle := range []bool{false, true} {
@@ -191,6 +199,19 @@ func partitionPastTheLease(t *testing.T, idle bool) {
 	b := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: configure})
 	const initial = 1_000_000_000_000
 	acct := b.NewAccount(1000, noLimits)
+	ctx := context.Background()
+	var projectID string
+	if idle {
+		p, err := b.Store.CreateProject(ctx, acct.ID, "limited", account.Limits{DailyNanoUSD: 500_000_000_000,
+			Concurrency: 10_000, TPM: 1_000_000_000, RPM: 1_000_000, WindowMinutes: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		projectID = p.ID
+		if acct.Key, _, err = b.Store.CreateKey(ctx, acct.ID, account.ModelKey, account.KeyOptions{ProjectID: p.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	sendUntilLeased(t, a, acct.Key)
 	sendUntilLeased(t, b, acct.Key)
 	before := servedByVendors(t, a, b)
@@ -246,5 +267,33 @@ func partitionPastTheLease(t *testing.T, idle bool) {
 	}
 	if got := sidecarMetric(t, a, "gateway_admissions_total", `path="lease"`); got == 0 {
 		t.Error("A admitted nothing from a lease")
+	}
+	if projectID == "" {
+		return
+	}
+	u, err := b.Store.Usage(ctx, acct.ID, store.Total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := b.Store.ProjectStates(ctx, acct.ID, projectID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its spend, not its request count: a request the sweeper settled
+	// uncharged and its late settlement reconciled counts in the account's
+	// requests only, as in a key's (settle.lua's reconciliation adds cost).
+	if p := ps[0]; p.InFlight != 0 || p.Held != 0 || p.Total.Cost != u.Totals.Cost {
+		t.Errorf("project state %+v; the account charged %d, holds nothing", p, u.Totals.Cost)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	v, err := rdb.HMGet(ctx, "gw:{acct:"+acct.ID+"}:ps:"+projectID, "leased", "seats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range []string{"leased", "seats"} {
+		if x, _ := v[i].(string); x != "" && x != "0" {
+			t.Errorf("the project's %s is %s once the leases are returned", f, x)
+		}
 	}
 }

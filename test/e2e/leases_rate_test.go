@@ -25,12 +25,40 @@ import (
 // once the leases are returned the window holds exactly the admitted
 // requests, no placeholder; the balance, ledger and counters agree.
 func TestLeasedRateLimitExactTwoSidecars(t *testing.T) {
+	runLeasedRate(t, false)
+}
+
+// The same of a project's request-rate limit: its key's leases hold slots
+// of the project's window.
+func TestProjectsRaceTwoSidecarsLeasedRate(t *testing.T) {
+	runLeasedRate(t, true)
+}
+
+// runLeasedRate runs the rate race of an account's limit, or of its
+// project's when inProject.
+func runLeasedRate(t *testing.T, inProject bool) {
 	rs := redistest.NewServer(t)
 	conf := func(c *config.Config) { c.Limits.Leases = "on" }
 	a := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: conf})
 	b := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: conf})
 	const rpm = 160
-	acct := a.NewAccount(100, account.Limits{RPM: rpm, WindowMinutes: 1})
+	limits := account.Limits{RPM: rpm, WindowMinutes: 1}
+	var acct launch.Account
+	log := "rl"
+	if inProject {
+		acct = a.NewAccount(100, account.Limits{})
+		p, err := a.Store.CreateProject(context.Background(), acct.ID, "limited", limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acct.Key, _, err = a.Store.CreateKey(context.Background(), acct.ID, account.ModelKey, account.KeyOptions{ProjectID: p.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		log = "prl:" + p.ID
+	} else {
+		acct = a.NewAccount(100, limits)
+	}
 
 	// Eight clients per sidecar, each sending one request after another:
 	// the first requests are admitted by the script and start the leases,
@@ -64,7 +92,7 @@ func TestLeasedRateLimitExactTwoSidecars(t *testing.T) {
 
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer rdb.Close()
-	window := "gw:{acct:" + acct.ID + "}:rl"
+	window := "gw:{acct:" + acct.ID + "}:" + log
 	eventually.That(t, 15*time.Second, "the window holds the admitted requests and no placeholder", func() (bool, string) {
 		ids, err := rdb.ZRange(context.Background(), window, 0, -1).Result()
 		placeholders := 0

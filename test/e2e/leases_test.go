@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
@@ -45,9 +48,35 @@ func sendUntilLeased(t *testing.T, s *launch.Stack, key string) int {
 // later; every request it served is in the ledger once and the balance,
 // the ledger and the counters agree.
 func TestLeasesReturnedAfterSidecarKilled(t *testing.T) {
+	leaseKilled(t, account.Limits{})
+}
+
+// The same of a key in a project with limits of every kind its lease holds
+// a share of (money, seats, tokens, slots): the sweeper gives each back to
+// the project, whose state then holds, seats and leases nothing and counts
+// every request once.
+func TestLeasesReturnedAfterSidecarKilledInProject(t *testing.T) {
+	leaseKilled(t, account.Limits{DailyNanoUSD: 8_000_000_000, Concurrency: 100, TPM: 10_000_000, RPM: 10_000, WindowMinutes: 1})
+}
+
+// leaseKilled runs the SIGKILL case with the key in a project of limits
+// project (none: the default project).
+func leaseKilled(t *testing.T, project account.Limits) {
 	s := leasedStack(t)
+	ctx := context.Background()
 	const initial = 10_000_000_000
 	acct := s.NewAccount(10, noLimits)
+	var projectID string
+	if !project.IsZero() {
+		p, err := s.Store.CreateProject(ctx, acct.ID, "limited", project)
+		if err != nil {
+			t.Fatal(err)
+		}
+		projectID = p.ID
+		if acct.Key, _, err = s.Store.CreateKey(ctx, acct.ID, account.ModelKey, account.KeyOptions{ProjectID: p.ID}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	n := sendUntilLeased(t, s, acct.Key)
 	for i := 0; i < 5; i++ {
 		path, h, body := requestFor("alpha", acct.Key, false)
@@ -76,6 +105,43 @@ func TestLeasesReturnedAfterSidecarKilled(t *testing.T) {
 	entries := checkBooks(t, s, acct.ID, initial, map[string]bool{})
 	if len(entries) != n {
 		t.Fatalf("%d ledger entries, want %d", len(entries), n)
+	}
+	if projectID == "" {
+		return
+	}
+	ps, err := s.Store.ProjectStates(ctx, acct.ID, projectID)
+	if err != nil || ps[0].InFlight != 0 || ps[0].Held != 0 || ps[0].Day.Requests != int64(n) {
+		t.Fatalf("project state %+v (%v); want nothing in flight and %d requests", ps, err, n)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: s.RedisAddr})
+	defer rdb.Close()
+	v, err := rdb.HMGet(ctx, "gw:{acct:"+acct.ID+"}:ps:"+projectID, "leased", "seats", "tw").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range []string{"leased", "seats"} {
+		if x, _ := v[i].(string); x != "" && x != "0" {
+			t.Errorf("the project's %s is %s after the sweep", f, x)
+		}
+	}
+	tw, _ := v[2].(string)
+	w := strings.Fields(tw)
+	for i := 2; i < len(w); i += 3 {
+		if w[i] != "0" {
+			t.Errorf("the project's token window holds tokens after the sweep: %q", tw)
+		}
+	}
+	log, err := rdb.ZRange(ctx, "gw:{acct:"+acct.ID+"}:prl:"+projectID, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range log {
+		if strings.HasPrefix(id, "L:") {
+			t.Errorf("a slot's placeholder %s left in the project's rate log", id)
+		}
+	}
+	if len(log) != n {
+		t.Errorf("the project's rate log holds %d requests; %d were served", len(log), n)
 	}
 }
 

@@ -16,7 +16,9 @@ import (
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
 
-// Projects across two sidecars sharing one Redis, leases on (the default):
+// Projects across two sidecars sharing one Redis, leases on (the default;
+// budgets this small are not sliced: TestProjectsRaceTwoSidecarsLeased
+// races a project's budget its leases slice):
 // an account with three projects, each under a daily budget, and the
 // account's own budget above each of them. Of 30 concurrent requests, ten
 // per project, exactly what fits is admitted at every level: each project's
@@ -62,7 +64,6 @@ func TestProjectsRaceTwoSidecars(t *testing.T) {
 			p.Primary.Reset()
 			p.Primary.Control(map[string]any{"event_delay_ms": 600_000, "reply_words": 3})
 		}
-		leasedBefore := sidecarMetric(t, a, "gateway_admissions_total", `path="lease"`) + sidecarMetric(t, b, "gateway_admissions_total", `path="lease"`)
 		res, end := burstOf(t, pairs, 10*len(fits), func(i int) string { return keys[i%len(keys)] }, body)
 		admitted = make([]int, len(fits))
 		for i, r := range res {
@@ -90,10 +91,6 @@ func TestProjectsRaceTwoSidecars(t *testing.T) {
 			t.Errorf("the vendor had %d requests in flight; %v were admitted", peak, admitted)
 		}
 		end()
-		leasedAfter := sidecarMetric(t, a, "gateway_admissions_total", `path="lease"`) + sidecarMetric(t, b, "gateway_admissions_total", `path="lease"`)
-		if leasedAfter != leasedBefore {
-			t.Errorf("%v requests of keys in limited projects were admitted from leases", leasedAfter-leasedBefore)
-		}
 		eventually.That(t, 15*time.Second, "the cut streams settle", func() (bool, string) {
 			n, held, err := a.Store.Store.OpenHolds(ctx, acct.ID)
 			return err == nil && n == 0, fmt.Sprint(n, " holds of ", held, " ", err)

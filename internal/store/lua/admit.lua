@@ -59,9 +59,11 @@
 -- when admitted.
 --
 -- What leases escrow ("leased", lease.lua) counts as held in every spend
--- budget and in the balance: money leased to a sidecar is not spendable
--- here. Likewise the seats leases hold ("seats") count as requests in
--- flight against the account's and the key's concurrency limits.
+-- budget and in the balance, the project's ("leased" of KEYS[9]) in its
+-- budgets: money leased to a sidecar is not spendable here. Likewise the
+-- seats leases hold ("seats") count as requests in flight against the
+-- account's, the key's and the project's concurrency limits, and the
+-- slots and tokens they hold are in the rate logs and token windows.
 --
 -- Checks run kind by kind, the key, then the project, then the account:
 -- concurrency, rate,
@@ -169,9 +171,13 @@ end
 -- its in-flight counts or its spend, but the rate).
 local pcount = ptpm > 0 or pconc > 0 or pdaily > 0 or pmonthly > 0 or ptotal > 0
 local pheld, popen, ptok, pday, pmon, pall = 0, 0, nil, 0, 0, 0
+local pleased, pseats = 0, 0
 if pcount then
-  local ps = redis.call('HMGET', KEYS[9], 'held', 'open', 'tw', 'dd', 'dc', 'md', 'mc', 'tc')
+  local ps = redis.call('HMGET', KEYS[9], 'held', 'open', 'tw', 'dd', 'dc', 'md', 'mc', 'tc', 'leased', 'seats')
   pheld = tonumber(ps[1] or '0')
+  -- What the project's leases escrow (lease.lua's pc).
+  pleased = tonumber(ps[9] or '0')
+  pseats = tonumber(ps[10] or '0')
   popen = tonumber(ps[2] or '0')
   ptok = ps[3]
   if ps[4] == today then
@@ -236,8 +242,8 @@ end
 if kconc > 0 and kopen + kseats + 1 > kconc then
   return {5, 1000, KEY, kconc, kopen + kseats, 0, 1}
 end
-if pconc > 0 and popen + 1 > pconc then
-  return {5, 1000, PROJECT, pconc, popen, 0, 1}
+if pconc > 0 and popen + pseats + 1 > pconc then
+  return {5, 1000, PROJECT, pconc, popen + pseats, 0, 1}
 end
 if conc > 0 then
   local inflight = redis.call('HLEN', KEYS[2]) + tonumber(acct[11] or '0')
@@ -325,8 +331,9 @@ if tpm > 0 then
 end
 
 -- 4. Spend budgets: settled in the window + open holds (and leases) + this hold.
-local kheldOnly = kheld
+local kheldOnly, pheldOnly = kheld, pheld
 kheld = kheld + kleased
+pheld = pheld + pleased
 if kdaily > 0 and kday + kheld + hold > kdaily then
   return {2, 0, KEY, kdaily, kday, kheld, hold}
 end
@@ -393,6 +400,7 @@ if redis.call('HSETNX', KEYS[2], req, hold_format(hold, now + ttl, record, '')) 
 end
 redis.call('HINCRBY', KEYS[1], 'held', int(hold))
 kheld = kheldOnly
+pheld = pheldOnly
 if ta > 0 then
   redis.call('HSET', KEYS[1], 'tw', tokenWindowAdd(win))
 end

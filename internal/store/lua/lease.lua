@@ -3,7 +3,7 @@
 -- one sidecar admits requests against in memory (docs/billing.md, Leases).
 --
 -- A lease is one field of the account's leases hash (leasefield.lua):
---   "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl> <tokens> <tbucket> <tl>"
+--   "<amount> <expiry> <kc> <key id> <rl> <lo> <hi> <seats> <sl> <tokens> <tbucket> <tl>[ <pc> <project id>]"
 -- amount: the escrow still in the lease, nano-USD: the sidecar's free
 -- amount plus the holds it admitted whose record (record.lua) has not
 -- landed yet; expiry: unix ms, renewed by the sidecar, after which the
@@ -33,11 +33,18 @@
 -- bucket is a future one, bucket(renewal + 10 s): a request may use them
 -- only while bucket(now) <= tbucket, so each is counted in a bucket at
 -- least as late as its admission's, as admit.lua counts it.
--- The account's "leased" field is the sum of its leases' amounts, and the
--- key state's "leased" the sum of those with kc = 1: admit.lua and this
--- script count them as held. Likewise the account's "seats" is the sum of
--- the seats of its leases with sl 1 or 3, and the key state's "seats" of
--- those with sl 2 or 3: admit.lua and this script count them as in flight.
+-- pc, project id: written only for a lease that counts against the key's
+-- project at some level (absent: 0, none); pc is "1" when the lease counts
+-- against the project's spend budgets (it has one). A lease's project
+-- never changes: the caller names the project it was taken under, and
+-- returns the lease when the key moves or the project's limits change.
+-- The account's "leased" field is the sum of its leases' amounts, the
+-- key state's "leased" the sum of those with kc = 1 and the project
+-- state's "leased" of those with pc = 1: admit.lua and this script count
+-- them as held. Likewise the account's "seats" is the sum of the seats of
+-- its leases whose sl has bit 1, the key state's "seats" of those with
+-- bit 2 and the project state's of those with bit 4: admit.lua and this
+-- script count them as in flight.
 --
 -- KEYS[1]  gw:{acct:ID}:acct              hash: balance, held, leased, seats, daily,
 --                                          monthly, rpm, window, tpm, conc, suspended,
@@ -50,6 +57,9 @@
 -- KEYS[7]  gw:{acct:ID}:rl                zset: the account's rate log (admit.lua)
 -- KEYS[8]  gw:{acct:ID}:krl:KEYID         zset: the key's rate log (admit.lua)
 -- KEYS[9]  gw:{acct:ID}:holds             hash: the account's holds (its requests in flight)
+-- KEYS[10] gw:{acct:ID}:ps:PROJECTID      hash: the project's state (admit.lua), leased;
+--                                          the lease's own project's when sweeping
+-- KEYS[11] gw:{acct:ID}:prl:PROJECTID     zset: the project's rate log (admit.lua)
 --
 -- ARGV[1]  now, unix ms
 -- ARGV[2]  the lease's new expiry, unix ms
@@ -78,15 +88,28 @@
 -- ARGV[27] "1" when the sidecar has called under this lease id before, else
 --          "0" (absent: "0"): a lease it took that is missing was swept,
 --          and is gone even when the sidecar has nothing of it free
+-- ARGV[28] the key's project id when it has a limit, else "" (absent: ""):
+--          for a lease already taken, the project it was taken under
+--          (an error otherwise: KEYS[10] would name another's state)
+-- ARGV[29..31] the project's daily, monthly and total budgets (nano-USD)
+-- ARGV[32..34] the project's rpm, tpm and concurrency limits
+-- ARGV[35] the project's rate window, minutes
+--
+-- The levels of rl, sl and tl (below) are bits: 1 the account, 2 the key,
+-- 4 the key's project (its rate log KEYS[11], its in-flight count "open"
+-- and "seats" and its token window "tw" in KEYS[10], kept as the key's
+-- are). The project's slots, seats and tokens are placed, used and given
+-- back as the key's; "3 both" below reads "each level whose bit is set".
 --
 -- room is the least, over the balance and each spend budget set (the
--- account's daily and monthly, the key's daily, monthly and total), of
+-- account's daily and monthly, the key's and its project's daily, monthly
+-- and total), of
 -- limit - spent - held - leased, with this lease's free amount added back.
 -- The new free amount is min(want, floor(room / share)), or 0 when that is
 -- below min, or when the lease may not be held: the account is missing or
 -- suspended, the key is revoked, or the lease's kind changed (its key's
--- budgets, or which of the account and key have a rate, a concurrency or a
--- tokens-per-minute limit).
+-- or its project's budgets, or which of the account, key and project have
+-- a rate, a concurrency or a tokens-per-minute limit).
 --
 -- Slots: each renewal removes the lease's free placeholders ([cursor, hi))
 -- and adds back min(wanted slots, floor(slot room / share)) scored now,
@@ -148,30 +171,42 @@ local wantSeats, minSeats = tonumber(ARGV[22] or '0'), tonumber(ARGV[23] or '0')
 local ftok = tonumber(ARGV[24] or '0')
 local wantTokens, minTokens = tonumber(ARGV[25] or '0'), tonumber(ARGV[26] or '0')
 local taken = ARGV[27] == '1'
+local project = ARGV[28] or ''
+local pdaily, pmonthly, ptotal = tonumber(ARGV[29] or '0'), tonumber(ARGV[30] or '0'), tonumber(ARGV[31] or '0')
+local prpm, ptpm, pconc = tonumber(ARGV[32] or '0'), tonumber(ARGV[33] or '0'), tonumber(ARGV[34] or '0')
+local pwindow = tonumber(ARGV[35] or '0')
+local pbudget = project ~= '' and (pdaily > 0 or pmonthly > 0 or ptotal > 0)
 local BUCKET, TOKEN_LIFE = 5000, 10000
 -- The oldest bucket in a token window (admit.lua).
 local oldest = math.floor((now - 60000) / BUCKET)
 
 local amount, exp, kc, rl, lo, hi, seats, sl = 0, 0, '0', 0, cursor, cursor, 0, 0
 local tokens, tbucket, tl = 0, 0, 0
+local pc, lproject = 0, ''
 local cur = redis.call('HGET', KEYS[2], lid)
 if cur then
   local l = lease_parse(cur)
   amount, exp, kc, seats, sl = l.amount, l.expiry, l.kc, l.seats, l.sl
   tokens, tbucket, tl = l.tokens, l.tbucket, l.tl
+  pc, lproject = l.pc, l.project
   if l.slots then
     rl, lo, hi = l.rl, l.lo, l.hi
   end
 end
+-- KEYS[10] and KEYS[11] must be those of the project the lease counts
+-- against: a caller names the project the lease was taken under.
+if lproject ~= '' and lproject ~= project then
+  return redis.error_reply('lease ' .. lid .. ' counts against project ' .. lproject .. ', not ' .. project)
+end
 
--- The rate logs of levels rl (1 the account's, 2 the key's).
+-- The rate logs of levels rl (1 the account's, 2 the key's, 4 the
+-- project's).
 local function logs(levels)
   local out = {}
-  if levels % 2 == 1 then
-    out[#out + 1] = KEYS[7]
-  end
-  if levels >= 2 then
-    out[#out + 1] = KEYS[8]
+  for i, log in ipairs({KEYS[7], KEYS[8], KEYS[11]}) do
+    if lease_has(levels, 2 ^ (i - 1)) then
+      out[#out + 1] = log
+    end
   end
   return out
 end
@@ -202,6 +237,9 @@ local function move(d)
     if kc == '1' then
       lease_sum(KEYS[3], 'leased', d)
     end
+    if pc == 1 then
+      lease_sum(KEYS[10], 'leased', d)
+    end
   end
   amount = new
 end
@@ -212,22 +250,25 @@ local function reseat(d)
   local new = math.max(seats + d, 0)
   d = new - seats
   if d ~= 0 then
-    if sl % 2 == 1 then
+    if lease_has(sl, 1) then
       lease_sum(KEYS[1], 'seats', d)
     end
-    if sl >= 2 then
+    if lease_has(sl, 2) then
       lease_sum(KEYS[3], 'seats', d)
+    end
+    if lease_has(sl, 4) then
+      lease_sum(KEYS[10], 'seats', d)
     end
   end
   seats = new
 end
 
 -- Add d to bucket b's held tokens (clamped at zero) in the token windows
--- of levels (1 the account's, 2 the key's), pruned of buckets that left
--- the window as admit.lua prunes them.
+-- of levels (1 the account's, 2 the key's, 4 the project's), pruned of
+-- buckets that left the window as admit.lua prunes them.
 local function hold(levels, b, d)
-  for i, key in ipairs({KEYS[1], KEYS[3]}) do
-    if (i == 1 and levels % 2 == 1) or (i == 2 and levels >= 2) then
+  for i, key in ipairs({KEYS[1], KEYS[3], KEYS[10]}) do
+    if lease_has(levels, 2 ^ (i - 1)) then
       local out, found = {}, false
       local v = redis.call('HGET', key, 'tw')
       if v then
@@ -308,8 +349,9 @@ if cur and hi > cursor then
 end
 
 local acct = redis.call('HMGET', KEYS[1], 'balance', 'held', 'leased', 'daily', 'monthly', 'rpm', 'tpm', 'conc', 'suspended', 'window', 'seats')
--- Where a limit applies: 1 the account, 2 the key, 3 both, 0 neither.
-local function levelsOf(accountLimit, keyLimit)
+-- Where a limit applies: bits 1 the account, 2 the key, 4 the project; 0
+-- none.
+local function levelsOf(accountLimit, keyLimit, projectLimit)
   local l = 0
   if accountLimit > 0 then
     l = 1
@@ -317,14 +359,17 @@ local function levelsOf(accountLimit, keyLimit)
   if keyLimit > 0 then
     l = l + 2
   end
+  if project ~= '' and projectLimit > 0 then
+    l = l + 4
+  end
   return l
 end
 local rpm = tonumber(acct[6] or '0')
-local levels = levelsOf(rpm, krpm)
+local levels = levelsOf(rpm, krpm, prpm)
 local tpm = tonumber(acct[7] or '0')
-local tokenLevels = levelsOf(tpm, ktpm)
+local tokenLevels = levelsOf(tpm, ktpm, ptpm)
 local conc = tonumber(acct[8] or '0')
-local seatLevels = levelsOf(conc, kconc)
+local seatLevels = levelsOf(conc, kconc, pconc)
 if not cur then
   rl = levels
   sl = seatLevels
@@ -336,7 +381,7 @@ local kbudget = kdaily > 0 or kmonthly > 0 or ktotal > 0
 if not acct[1] then
   reason = 3
 elseif acct[9] == '1' or (cur and (kc == '1') ~= kbudget) or rl ~= levels or sl ~= seatLevels
-    or tl ~= tokenLevels then
+    or tl ~= tokenLevels or (cur and (pc == 1) ~= pbudget) then
   reason = 1
 else
   local revoked = redis.call('HGET', KEYS[6], 'revoked')
@@ -390,6 +435,30 @@ if reason == 0 and want > 0 then
       room = math.min(room, ktotal - tonumber(ks[7] or '0') - kheld)
     end
   end
+  if pbudget then
+    local ps = redis.call('HMGET', KEYS[10], 'held', 'leased', 'dd', 'dc', 'md', 'mc', 'tc')
+    local pheld = tonumber(ps[1] or '0') + tonumber(ps[2] or '0')
+    if pc == 1 then
+      pheld = pheld - free
+    end
+    if pdaily > 0 then
+      local spent = 0
+      if ps[3] == ARGV[15] then
+        spent = tonumber(ps[4] or '0')
+      end
+      room = math.min(room, pdaily - spent - pheld)
+    end
+    if pmonthly > 0 then
+      local spent = 0
+      if ps[5] == ARGV[16] then
+        spent = tonumber(ps[6] or '0')
+      end
+      room = math.min(room, pmonthly - spent - pheld)
+    end
+    if ptotal > 0 then
+      room = math.min(room, ptotal - tonumber(ps[7] or '0') - pheld)
+    end
+  end
   target = math.min(want, math.floor(math.max(room, 0) / share))
   if target < min then
     target = 0
@@ -397,11 +466,14 @@ if reason == 0 and want > 0 then
   end
   if target > 0 and levels > 0 then
     local sroom = math.huge
-    if levels % 2 == 1 then
+    if lease_has(levels, 1) then
       sroom = math.min(sroom, rateRoom(KEYS[7], rpm, tonumber(acct[10] or '0')))
     end
-    if levels >= 2 then
+    if lease_has(levels, 2) then
       sroom = math.min(sroom, rateRoom(KEYS[8], krpm, kwindow))
+    end
+    if lease_has(levels, 4) then
+      sroom = math.min(sroom, rateRoom(KEYS[11], prpm, pwindow))
     end
     slots = math.min(wantSlots, math.floor(math.max(sroom, 0) / share))
     if slots < math.max(minSlots, 1) then
@@ -411,14 +483,19 @@ if reason == 0 and want > 0 then
   if target > 0 and seatLevels > 0 then
     -- In flight as admit.lua counts it, this lease's free seats added back.
     local room = math.huge
-    if seatLevels % 2 == 1 then
+    if lease_has(seatLevels, 1) then
       local taken = redis.call('HLEN', KEYS[9]) + tonumber(acct[11] or '0') - fseats
       room = math.min(room, conc - taken)
     end
-    if seatLevels >= 2 then
+    if lease_has(seatLevels, 2) then
       local ks = redis.call('HMGET', KEYS[3], 'open', 'seats')
       local taken = tonumber(ks[1] or '0') + tonumber(ks[2] or '0') - fseats
       room = math.min(room, kconc - taken)
+    end
+    if lease_has(seatLevels, 4) then
+      local ps = redis.call('HMGET', KEYS[10], 'open', 'seats')
+      local taken = tonumber(ps[1] or '0') + tonumber(ps[2] or '0') - fseats
+      room = math.min(room, pconc - taken)
     end
     nseats = math.min(wantSeats, math.floor(math.max(room, 0) / share))
     if nseats < math.max(minSeats, 1) then
@@ -428,11 +505,14 @@ if reason == 0 and want > 0 then
   if target > 0 and tokenLevels > 0 then
     -- This lease's free tokens already left the windows above.
     local room = math.huge
-    if tokenLevels % 2 == 1 then
+    if lease_has(tokenLevels, 1) then
       room = math.min(room, tpm - windowSum(KEYS[1]))
     end
-    if tokenLevels >= 2 then
+    if lease_has(tokenLevels, 2) then
       room = math.min(room, ktpm - windowSum(KEYS[3]))
+    end
+    if lease_has(tokenLevels, 4) then
+      room = math.min(room, ptpm - windowSum(KEYS[10]))
     end
     ntok = math.min(wantTokens, math.floor(math.max(room, 0) / share))
     if ntok < math.max(minTokens, 1) then
@@ -447,6 +527,12 @@ if not cur then
   end
   if kbudget then
     kc = '1'
+  end
+  if pbudget then
+    pc = 1
+  end
+  if pbudget or lease_has(rl, 4) or lease_has(sl, 4) or lease_has(tl, 4) then
+    lproject = project
   end
 end
 move(target - free)
@@ -464,9 +550,9 @@ if ntok > 0 then
 end
 -- The kept free slots, scored now: they stay in the window while usable.
 if slots > 0 then
-  local spans = {math.max(tonumber(acct[10] or '0'), 1), math.max(kwindow, 1)}
-  for i, log in ipairs({KEYS[7], KEYS[8]}) do
-    if (i == 1 and rl % 2 == 1) or (i == 2 and rl >= 2) then
+  local spans = {math.max(tonumber(acct[10] or '0'), 1), math.max(kwindow, 1), math.max(pwindow, 1)}
+  for i, log in ipairs({KEYS[7], KEYS[8], KEYS[11]}) do
+    if lease_has(rl, 2 ^ (i - 1)) then
       local batch = {}
       for n = cursor, cursor + slots - 1 do
         batch[#batch + 1] = int(now)
@@ -490,7 +576,8 @@ else
   -- Kept while its admitted requests' records have not all landed: they
   -- take their holds and seats out of it.
   redis.call('HSET', KEYS[2], lid, lease_format({amount = amount, expiry = expiry, kc = kc, key = keyid,
-    rl = rl, lo = cursor, hi = cursor + slots, seats = seats, sl = sl, tokens = tokens, tbucket = tbucket, tl = tl}))
+    rl = rl, lo = cursor, hi = cursor + slots, seats = seats, sl = sl, tokens = tokens, tbucket = tbucket, tl = tl,
+    pc = pc, project = lproject}))
 end
 local hiOut = cursor + slots
 if rl == 0 then

@@ -12,6 +12,9 @@
 -- KEYS[5]  gw:{acct:ID}:ks:KEYID          hash: the key's state (admit.lua)
 -- KEYS[6]  gw:{acct:ID}:rl                zset: the account's rate log (admit.lua)
 -- KEYS[7]  gw:{acct:ID}:krl:KEYID         zset: the key's rate log (admit.lua)
+-- KEYS[8]  gw:{acct:ID}:ps:PROJECTID      hash: the state of the project the lease
+--                                          counts against (lease.lua's project), when it does
+-- KEYS[9]  gw:{acct:ID}:prl:PROJECTID     zset: that project's rate log (admit.lua)
 --
 -- ARGV[1]  lease id
 -- ARGV[2]  the holds' lease expiry, unix ms
@@ -19,13 +22,20 @@
 -- ARGV[4]  "1" when the holds count in the key's held and open (the key
 --          has a spend budget, a concurrency or a tokens-per-minute limit,
 --          admit.lua's kcount), else "0"
--- ARGV[5]  the rate logs the lease's slots are in (lease.lua's rl): 1 the
---          account's, 2 the key's, 3 both, 0 none
--- ARGV[6]  the key's rate window, minutes (the account's is read from KEYS[1])
+-- ARGV[5]  the rate logs the lease's slots are in (lease.lua's rl), bits: 1
+--          the account's, 2 the key's, 4 the project's; 0 none
+-- ARGV[6]  the longest of the key's and its project's rate windows, minutes
+--          (the account's is read from KEYS[1]): the least a log of theirs
+--          with a slot recorded is kept
 -- ARGV[7..] per request: request id, its sequence number in the lease, hold
 --          (nano-USD), admission record (admit.lua's, "kc" as ARGV[4]; "ta"
 --          and "tk" the bucket of the lease's tokens it used, or 0),
 --          its slot number (0: none), its admission time (unix ms)
+--
+-- A request whose record says "pc":1 (admit.lua's prefix) counts in the
+-- project's held and open, as admit.lua counts it, and its hold leaves
+-- the project's leased sum with the lease's amount (lease pc 1), its seat
+-- the project's seats (the lease's sl has 4).
 --
 -- A request whose bit is set was recorded, or settled by settle.lua before
 -- its record came, and its hold is left alone. Its slot is not: a request
@@ -40,8 +50,8 @@
 -- (the account's in flight) and the key's open count, in this script, so
 -- that in flight plus seats is unchanged.
 --
--- A request that used the lease's tokens (its record's "ta" or "tk" is
--- not 0) has its token bound counted as held in that bucket already (by
+-- A request that used the lease's tokens (its record's "ta", "tk" or "tp"
+-- is not 0) has its token bound counted as held in that bucket already (by
 -- lease.lua): the bound stays there, now the request's (settlement moves
 -- it to settled, by its record), and leaves the lease's token count when
 -- that bucket is still the lease's.
@@ -61,15 +71,20 @@ local lid = ARGV[1]
 local expiry = tonumber(ARGV[2])
 local rl = tonumber(ARGV[5])
 local logs = {}
-if rl % 2 == 1 then
+if lease_has(rl, 1) then
   local w = tonumber(redis.call('HGET', KEYS[1], 'window') or '0')
   logs[#logs + 1] = {KEYS[6], math.max(w, 1) * 60000}
 end
-if rl >= 2 then
+if lease_has(rl, 2) then
   logs[#logs + 1] = {KEYS[7], math.max(tonumber(ARGV[6]), 1) * 60000}
+end
+if lease_has(rl, 4) then
+  logs[#logs + 1] = {KEYS[9], math.max(tonumber(ARGV[6]), 1) * 60000}
 end
 local slotted = false
 local moved, n = 0, 0
+-- Of those, the holds and requests the project counts (their "pc").
+local pmoved, pn = 0, 0
 -- Token bounds recorded, by bucket.
 local bounds = {}
 for i = 7, #ARGV, 6 do
@@ -88,11 +103,18 @@ for i = 7, #ARGV, 6 do
     redis.call('HSETNX', KEYS[2], ARGV[i], hold_format(h, expiry, ARGV[i + 3], ''))
     moved = moved + h
     n = n + 1
+    if string.match(ARGV[i + 3], '^{"tb":%d+,"ta":%d+,"tk":%d+,"kc":%d+,"tp":%d+,"pc":1') then
+      pmoved = pmoved + h
+      pn = pn + 1
+    end
     local tb, ta, tk = string.match(ARGV[i + 3], '^{"tb":(%d+),"ta":(%d+),"tk":(%d+)')
     if tb then
       local b = tonumber(ta)
       if b == 0 then
         b = tonumber(tk)
+      end
+      if b == 0 then
+        b = tonumber(string.match(ARGV[i + 3], '^{"tb":%d+,"ta":%d+,"tk":%d+,"kc":%d+,"tp":(%d+)') or '0')
       end
       if b > 0 then
         bounds[b] = (bounds[b] or 0) + tonumber(tb)
@@ -114,11 +136,11 @@ end
 redis.call('HINCRBY', KEYS[1], 'held', int(moved))
 -- What leaves the lease: money, seats and tokens, and from the key's
 -- sums the money (lease kc 1) and seats (lease sl 2 or 3) they hold.
-local kleased, kseats = 0, 0
+local kleased, kseats, pleased, pseats = 0, 0, 0, 0
 local cur = redis.call('HGET', KEYS[3], lid)
 if cur then
   local l = lease_parse(cur)
-  kleased, kseats = lease_take(l, moved, n, bounds, KEYS[1])
+  kleased, kseats, pleased, pseats = lease_take(l, moved, n, bounds, KEYS[1])
   redis.call('HSET', KEYS[3], lid, lease_format(l))
 end
 if ARGV[4] == '1' then
@@ -130,5 +152,15 @@ if kleased > 0 then
 end
 if kseats > 0 then
   lease_sum(KEYS[5], 'seats', -kseats)
+end
+if pn > 0 then
+  redis.call('HINCRBY', KEYS[8], 'held', int(pmoved))
+  redis.call('HINCRBY', KEYS[8], 'open', pn)
+end
+if pleased > 0 then
+  lease_sum(KEYS[8], 'leased', -pleased)
+end
+if pseats > 0 then
+  lease_sum(KEYS[8], 'seats', -pseats)
 end
 return n

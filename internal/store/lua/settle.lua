@@ -49,8 +49,8 @@
 --   (input + output; 0 for a reply not charged); lease index (1..m, 0 when
 --   admitted by admit.lua), its sequence number in the lease and its hold;
 --   the token bound it took from the lease's tokens (0: none), their
---   bucket and the token windows they are in (1 the account's, 2 the
---   key's, 3 both);
+--   bucket and the token windows they are in (bits: 1 the account's, 2
+--   the key's, 4 the project's);
 --   c, then c counter name, increment pairs (requests, then cost and each
 --   usage kind when not zero);
 --   f, then f ledger entry field, value pairs. A ledger field named like a
@@ -86,7 +86,11 @@
 -- longer in flight); its token bound, held in the lease's bucket, is
 -- settled there as a recorded request's would be, and leaves the lease's
 -- token count when that bucket is still the lease's; its bit is set so
--- that the record, when it comes, does nothing.
+-- that the record, when it comes, does nothing. Its hold and seat leave
+-- the project's "leased" and "seats" sums too, and its token bound is
+-- settled in the project's window, where the lease counts against the
+-- project (lease.lua's pc, sl, tl): the request's project state index
+-- names it.
 --
 -- Returns one result per request: 1 applied, 2 reconciled with its sweep,
 -- 0 already settled (or never admitted); or {-1}
@@ -140,6 +144,9 @@ local m = tonumber(ARGV[9])
 -- Per lease index: the holds settled from it, how many, and the credential
 -- state index of its requests (a lease is one key's).
 local ltake, lcount, lstate, ltok = {}, {}, {}, {}
+-- And the project state index of its requests (a lease counts against
+-- one project at most: lease.lua's pc).
+local lpstate = {}
 local lfirst = 7 + k + n + s -- KEYS[lfirst + 1]: the leases hash
 local a = 10
 for i = 1, n do
@@ -172,13 +179,17 @@ for i = 1, n do
     ltake[li] = (ltake[li] or 0) + lhold
     lcount[li] = (lcount[li] or 0) + 1
     lstate[li] = si
+    lpstate[li] = psi
     if lbound > 0 then
       -- Settled from the lease's bucket, as its record would have said.
-      if llevels % 2 == 1 then
+      if lease_has(llevels, 1) then
         correct(atok, lbucket, usedTokens, lbound)
       end
-      if llevels >= 2 and si > 0 then
+      if lease_has(llevels, 2) and si > 0 then
         correct(state(si).tok, lbucket, usedTokens, lbound)
+      end
+      if lease_has(llevels, 4) and psi > 0 then
+        correct(state(psi).tok, lbucket, usedTokens, lbound)
       end
       local t = ltok[li] or {}
       local b = tonumber(lbucket)
@@ -333,12 +344,17 @@ for li, h in pairs(ltake) do
   local cur = redis.call('HGET', KEYS[lfirst + 1], lid)
   if cur then
     local l = lease_parse(cur)
-    local kleased, kseats = lease_take(l, h, lcount[li], ltok[li] or {}, KEYS[1])
+    local kleased, kseats, pleased, pseats = lease_take(l, h, lcount[li], ltok[li] or {}, KEYS[1])
     redis.call('HSET', KEYS[lfirst + 1], lid, lease_format(l))
     if lstate[li] > 0 then
       local st = state(lstate[li])
       st.leased = st.leased + kleased
       st.seats = st.seats + kseats
+    end
+    if lpstate[li] > 0 then
+      local st = state(lpstate[li])
+      st.leased = st.leased + pleased
+      st.seats = st.seats + pseats
     end
   end
 end
