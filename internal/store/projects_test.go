@@ -228,9 +228,11 @@ func testProjectRace(t *testing.T, e *env) {
 		}()
 	}
 	wg.Wait()
-	// A: 2 USD / 0.25 = 8. B's 4 USD would fit 16, but the account's 5 USD
-	// leaves 12 after A's 8... the account admits 20 in all.
-	if a, b := admittedA.Load(), admittedB.Load(); a != 8 || a+b != 20 {
-		t.Fatalf("admitted A %d, B %d; want 8 and 12", a, b)
+	// A's 2 USD fit 8 holds and B's 4 USD 16, but the account's 5 USD fit
+	// 20: whichever project the race favours, neither passes its own
+	// budget and the account admits exactly 20 (a refusal below that would
+	// need both projects full, 24).
+	if a, b := admittedA.Load(), admittedB.Load(); a > 8 || b > 16 || a+b != 20 {
+		t.Fatalf("admitted A %d (at most 8), B %d (at most 16); want 20 in all", a, b)
 	}
 }
