@@ -217,7 +217,6 @@ func signedCost(price Pricer, model string, u usage.Usage) int64 {
 	return c
 }
 
-// Tokens is the sum of u's token kinds (requests and seconds left out).
-func Tokens(u usage.Usage) int64 {
-	return u.Input + u.Output + u.CacheRead + u.CacheWrite5m + u.CacheWrite1h + u.AudioInput + u.AudioOutput
-}
+// Tokens is the sum of u's token kinds (calls, seconds and images left
+// out), as the usage kinds declare them.
+func Tokens(u usage.Usage) int64 { return u.Tokens() }
