@@ -236,3 +236,36 @@ func testProjectRace(t *testing.T, e *env) {
 		t.Fatalf("admitted A %d (at most 8), B %d (at most 16); want 20 in all", a, b)
 	}
 }
+
+// A request swept before any checkpoint is left uncharged; its late
+// settlement counts it at its key and its project as in the account's
+// counters: the request and its cost, once each.
+func testSettleAfterSweepCountsEveryLevel(t *testing.T, e *env) {
+	acct := e.account(100*usd, account.Limits{})
+	p, err := e.s.CreateProject(e.ctx, acct, "P", account.Limits{DailyNanoUSD: 10 * usd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := e.projectKey(acct, p.ID)
+	wantAdmitted(t, e.admitAs(k, "late", usd))
+	e.clock.Advance(holdTTL + time.Second)
+	if r := e.sweep(acct); len(r.Interrupted) != 1 {
+		t.Fatalf("swept %+v", r)
+	}
+	if ks, ps := e.keyState(acct, k.ID), e.projectState(acct, p.ID); ks.Day.Requests != 0 || ps.Day.Requests != 0 {
+		t.Fatalf("after the sweep: key %+v, project %+v", ks.Day, ps.Day)
+	}
+	late := account.Settlement{RequestID: "late", AccountID: acct, KeyID: k.ID, ProjectID: p.ID, Priced: "m", Status: 200, Cost: usd / 2}
+	for round := range 2 {
+		if r := e.s.SettleBatch(e.ctx, []account.Settlement{late}); r[0].Err != nil || r[0].Reconciled != (round == 0) {
+			t.Fatalf("round %d: %+v", round, r[0])
+		}
+	}
+	ks, ps := e.keyState(acct, k.ID), e.projectState(acct, p.ID)
+	if ks.Day.Requests != 1 || ks.Day.Cost != usd/2 || ps.Day.Requests != 1 || ps.Day.Cost != usd/2 {
+		t.Fatalf("after the late settlement: key %+v, project %+v", ks.Day, ps.Day)
+	}
+	if u := e.usage(acct, Total); u.Totals.Requests != 1 || u.Totals.Cost != usd/2 {
+		t.Fatalf("account counters %+v", u.Totals)
+	}
+}

@@ -127,6 +127,7 @@ var suite = []struct {
 	{"Projects", testProjects},
 	{"ProjectLimits", testProjectLimits},
 	{"ProjectRace", testProjectRace},
+	{"SettleAfterSweepCountsEveryLevel", testSettleAfterSweepCountsEveryLevel},
 	{"UpgradeFromBeforeProjects", testUpgradeFromBeforeProjects},
 }
 

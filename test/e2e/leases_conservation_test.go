@@ -279,11 +279,11 @@ func partitionPastTheLease(t *testing.T, idle bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Its spend, not its request count: a request the sweeper settled
-	// uncharged and its late settlement reconciled counts in the account's
-	// requests only, as in a key's (settle.lua's reconciliation adds cost).
-	if p := ps[0]; p.InFlight != 0 || p.Held != 0 || p.Total.Cost != u.Totals.Cost {
-		t.Errorf("project state %+v; the account charged %d, holds nothing", p, u.Totals.Cost)
+	// Its spend and its requests are the account's, the requests the
+	// sweeper settled uncharged and their late settlements reconciled
+	// among them.
+	if p := ps[0]; p.InFlight != 0 || p.Held != 0 || p.Total.Cost != u.Totals.Cost || p.Total.Requests != u.Totals.Requests {
+		t.Errorf("project state %+v; the account charged %d for %d requests, holds nothing", p, u.Totals.Cost, u.Totals.Requests)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer rdb.Close()

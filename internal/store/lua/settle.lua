@@ -307,6 +307,17 @@ for i = 1, n do
             local st = state(psi)
             st.cost = st.cost + d
           end
+        elseif string.match(f, '^m:requests:') then
+          -- A request the sweep left uncharged counts at its key and its
+          -- project now, as it does in the account's counters.
+          if si > 0 then
+            local st = state(si)
+            st.reqs = st.reqs + d
+          end
+          if psi > 0 then
+            local st = state(psi)
+            st.reqs = st.reqs + d
+          end
         end
       end
     end
@@ -445,7 +456,7 @@ for si, st in pairs(kstate) do
   if st.seats > 0 then
     put('seats', int(math.max(num(ks[13]) - st.seats, 0)))
   end
-  if st.reqs > 0 or st.cost ~= 0 then
+  if st.reqs ~= 0 or st.cost ~= 0 then
     local dc, dr, mc, mr = st.cost, st.reqs, st.cost, st.reqs
     if ks[4] == today then
       dc, dr = dc + num(ks[5]), dr + num(ks[6])
