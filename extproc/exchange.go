@@ -1,10 +1,7 @@
 package extproc
 
 import (
-	"context"
 	"time"
-
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/operation"
@@ -40,10 +37,10 @@ import (
 // still answers Envoy's messages, which call.go translates for a line.
 type exchange struct {
 	s *Server
-	// send sends a message on the stream outside the one answer to each
-	// message (the wait for a concurrency slot extends Envoy's message
-	// timeout with one); nil sends none.
-	send     func(*extprocv3.ProcessingResponse) error
+	// extend asks the transport to wait d more for the exchange's answer
+	// (the wait for a concurrency slot extends Envoy's message timeout);
+	// nil: the transport has no such timeout.
+	extend   func(d time.Duration) error
 	upstream *Upstream
 	op       *operation.Operation // the operation of a metered or counted path
 	path     *operation.Path
@@ -126,26 +123,4 @@ type vendorState struct {
 	itemsSent  int
 	itemsBound bool
 	parked     *store.Parked // the background response a retrieval or cancellation reads
-}
-
-func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
-	switch r := req.Request.(type) {
-	case *extprocv3.ProcessingRequest_RequestHeaders:
-		return x.requestHeaders(ctx, r.RequestHeaders)
-	case *extprocv3.ProcessingRequest_RequestBody:
-		return x.requestBody(ctx, r.RequestBody)
-	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		return x.responseHeaders(r.ResponseHeaders)
-	case *extprocv3.ProcessingRequest_ResponseBody:
-		resp := x.responseBody(ctx, r.ResponseBody, req.GetAttributes())
-		if req.GetAttributes() != nil { // the reply's first chunk
-			x.headroom(req.GetMetadataContext())
-		}
-		return resp
-	case *extprocv3.ProcessingRequest_RequestTrailers:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
-	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
-	}
-	return nil
 }

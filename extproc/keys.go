@@ -183,7 +183,7 @@ func (x *exchange) servedBy(key string) {
 // pooled refuses a request of an account that keeps drawing refusals on
 // the pool's healthy keys (keypool.Pool.Barred), and otherwise remembers
 // whose request Envoy's id names, for the upstream log of its attempts.
-func (x *exchange) pooled(requestID string) *extprocv3.ProcessingResponse {
+func (x *exchange) pooled(requestID string) *Refusal {
 	p := x.upstream.Pool
 	if p == nil {
 		return nil
@@ -192,16 +192,14 @@ func (x *exchange) pooled(requestID string) *extprocv3.ProcessingResponse {
 		x.s.metrics.vendorKeyBarred.WithLabelValues(x.upstream.Name).Inc()
 		resp := x.reject(format.RateLimited, "this account's requests keep being refused by "+x.upstream.Name+
 			" on keys that serve other accounts; its requests to "+x.upstream.Name+" are refused until "+until.UTC().Format(time.RFC3339), until.Sub(x.s.now()))
-		hm := resp.GetImmediateResponse().Headers
-		hm.SetHeaders = append(hm.SetHeaders, setHeader("x-should-retry", "false"))
+		resp.Header.Set("x-should-retry", "false")
 		return resp
 	}
 	if ok, used, share := p.Share(x.key.AccountID); !ok {
 		x.s.metrics.poolShareRefusals.WithLabelValues(x.upstream.Name).Inc()
 		resp := x.reject(format.RateLimited, fmt.Sprintf("%s's vendor capacity is running low and is shared fairly: this account sent %d of its requests in the last %s, its share is %d; retry shortly",
 			x.upstream.Name, used, keypool.ShareWindow, share), time.Second)
-		hm := resp.GetImmediateResponse().Headers
-		hm.SetHeaders = append(hm.SetHeaders, setHeader("x-should-retry", "true"))
+		resp.Header.Set("x-should-retry", "true")
 		return resp
 	}
 	x.s.attempts.put(requestID, x.key.AccountID)
