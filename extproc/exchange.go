@@ -12,9 +12,9 @@ import (
 )
 
 // exchange is the processor's state for one metered request: an HTTP
-// request driven by Envoy's messages (handle dispatches them), or one call
-// on a line (call.go, which the WebSocket transport drives). Its phases
-// are its methods, one file each, in the order they run:
+// request driven by Envoy's messages (envoy.go, the ext_proc adapter), or
+// one call on a line (call.go, which the WebSocket transport drives). Its
+// phases are its methods, one file each, in the order they run:
 //
 //  1. headers.go, requestHeaders: the key, the vendor path of an operation, the
 //     processing mode the path needs; refusals answered here.
@@ -22,9 +22,9 @@ import (
 //     (ParseRequest), checkRequest checks it against the model and the
 //     key, admit takes the hold of the operation's bounds in one store
 //     step.
-//  3. reply.go, responseBody: the status and endpoint with the first
-//     chunk (startFromAttributes), each chunk metered and released, a
-//     stored object the reply names bound to the account.
+//  3. reply.go, replyChunk: the status and endpoint with the first
+//     chunk (begin), each chunk metered and released, a stored object the
+//     reply names bound to the account.
 //  4. settle.go, afterSend and finish: the outcome settled exactly once,
 //     off the reply's path (a background request is parked instead:
 //     parked.go; the objects the vendor keeps: stored.go).
@@ -33,8 +33,10 @@ import (
 // (what the request is), holding (its hold, from admission to
 // settlement), replyState (the vendor's reply and the key that served it)
 // and vendorState (the objects the reply names). The operation (package
-// operation) brings the wire format, paths and hold rule; the exchange
-// still answers Envoy's messages, which call.go translates for a line.
+// operation) brings the wire format, paths and hold rule. Refusals are
+// neutral values (refuse.go) and so is the reply's side; the request's
+// headers and body phases still answer in Envoy's messages, which only
+// the ext_proc adapter sends.
 type exchange struct {
 	s *Server
 	// extend asks the transport to wait d more for the exchange's answer

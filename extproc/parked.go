@@ -107,7 +107,7 @@ func (x *exchange) watchParked(ctx context.Context, op *operation.Operation, id 
 	return true
 }
 
-// parkedBody meters the reply to a request on a parked response and
+// parkedChunk meters the reply to a request on a parked response and
 // settles the parked request once the reply shows the response's final
 // state. The reply passes unchanged.
 func (x *exchange) parkedChunk(head *replyHead, data []byte, end bool) {

@@ -155,7 +155,7 @@ func (x *exchange) leaseLost(data []byte) {
 	x.settle(false)
 }
 
-// begin is responseHeaders for the bootstrap that skips the response
+// begin is replyHeaders for the bootstrap that skips the response
 // headers message: Envoy sends the status and the serving endpoint's
 // metadata as attributes with the first body chunk, which saves one
 // message (and one wait on the processor) per request. The reply's content
