@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/modelgateway/gateway/extproc/format"
@@ -202,11 +201,10 @@ func (x *exchange) sendOn(d account.Decision, t0 time.Time) {
 // forwardBody answers an admitted request's body: the body edited, its
 // attempt's timeout set and its key steered by what the body names.
 func (x *exchange) forwardBody() *extprocv3.ProcessingResponse {
-	r := x.withTimeout(x.editBody())
+	r := x.editBody()
+	x.withTimeout(r)
 	x.steerByBody(r)
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: r},
-	}}
+	return bodyAnswer(r)
 }
 
 // waitForSlot lets a request refused only by a concurrency limit wait
@@ -242,33 +240,25 @@ func (x *exchange) waitForSlot(ctx context.Context, refused account.Decision,
 // (Upstream.firstByteBound) as Envoy's per-try timeout: a hung endpoint
 // fails the attempt with 504 in a time scaled from what the request asked
 // for, and the client's retry goes to the endpoint the health checks left.
-func (x *exchange) withTimeout(r *extprocv3.CommonResponse) *extprocv3.CommonResponse {
+func (x *exchange) withTimeout(r *onward) {
 	d := x.upstream.firstByteBound(x.req.Stream, x.bounds.Input, x.bounds.Output)
 	if d <= 0 || x.upstream.NoPerTryHeader {
-		return r
+		return
 	}
-	if r.HeaderMutation == nil {
-		r.HeaderMutation = &extprocv3.HeaderMutation{}
-	}
-	r.HeaderMutation.SetHeaders = append(r.HeaderMutation.SetHeaders,
-		setHeader("x-envoy-upstream-rq-per-try-timeout-ms", strconv.FormatInt(max(d.Milliseconds(), 1), 10)))
-	return r
+	r.setHeader("x-envoy-upstream-rq-per-try-timeout-ms", strconv.FormatInt(max(d.Milliseconds(), 1), 10))
 }
 
 // editBody makes a request body edit. Envoy keeps the client's
 // content-length when the body is buffered and refuses a body that
 // disagrees with it, so the header is set to match; a body that came without
 // one (chunked, or HTTP/2) is framed by Envoy as before.
-func (x *exchange) editBody() *extprocv3.CommonResponse {
+func (x *exchange) editBody() *onward {
 	if x.req.Edit.IsZero() {
-		return &extprocv3.CommonResponse{}
+		return &onward{}
 	}
-	up := x.sentBody()
-	r := &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: up}}}
+	r := &onward{body: x.sentBody(), edited: true}
 	if x.hasLength {
-		r.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-			setHeader("content-length", strconv.Itoa(len(up))),
-		}}
+		r.setHeader("content-length", strconv.Itoa(len(r.body)))
 	}
 	return r
 }
@@ -313,11 +303,9 @@ func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.Proc
 			return r.immediate()
 		}
 	}
-	r := &extprocv3.CommonResponse{}
+	r := &onward{}
 	x.steerByBody(r) // to the key that created what it names
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: r},
-	}}
+	return bodyAnswer(r)
 }
 
 // maxRetryAfter is the longest retry-after the gateway sends: the vendors'

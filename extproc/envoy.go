@@ -147,6 +147,28 @@ func replyHeadOf(attrs map[string]*structpb.Struct, md *corev3.Metadata) *replyH
 	return h
 }
 
+// common is o as Envoy's mutations of a request.
+func (o *onward) common() *extprocv3.CommonResponse {
+	r := &extprocv3.CommonResponse{ClearRouteCache: o.reroute}
+	if len(o.set) > 0 || len(o.remove) > 0 {
+		r.HeaderMutation = &extprocv3.HeaderMutation{RemoveHeaders: o.remove}
+		for _, kv := range o.set {
+			r.HeaderMutation.SetHeaders = append(r.HeaderMutation.SetHeaders, setHeader(kv[0], kv[1]))
+		}
+	}
+	if o.edited {
+		r.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: o.body}}
+	}
+	return r
+}
+
+// bodyAnswer lets a request's body go on as o says.
+func bodyAnswer(o *onward) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: o.common()},
+	}}
+}
+
 // bodyMutation replaces a chunk with out; an empty out clears it.
 func bodyMutation(out []byte) *extprocv3.BodyMutation {
 	if len(out) == 0 {

@@ -57,7 +57,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 			p += "?" + q
 		}
 		if p != hv.path {
-			mutation.SetHeaders = append(mutation.SetHeaders, setHeader(":path", p))
+			mutation.setHeader(":path", p)
 		}
 	}
 	if hv.method == "GET" && (sub == "/v1/models" || strings.HasPrefix(sub, "/v1/models/")) {
@@ -87,7 +87,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 
 // bodyFollows asks Envoy for the body of a metered or counted request,
 // unless it has none or declares more than the gateway accepts.
-func (x *exchange) bodyFollows(ctx context.Context, h *extprocv3.HttpHeaders, hv headerValues, mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+func (x *exchange) bodyFollows(ctx context.Context, h *extprocv3.HttpHeaders, hv headerValues, mutation *onward) *extprocv3.ProcessingResponse {
 	if h.GetEndOfStream() {
 		return x.reject(format.InvalidRequest, "request body is required", 0).immediate()
 	}
@@ -113,7 +113,7 @@ func (x *exchange) bodyFollows(ctx context.Context, h *extprocv3.HttpHeaders, hv
 // for the account that created it; anyone else is told it does not exist,
 // and the vendor never hears of the request. Never billed again.
 func (x *exchange) owned(ctx context.Context, op *operation.Operation, vp *operation.Path, id string,
-	hv headerValues, mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+	hv headerValues, mutation *onward) *extprocv3.ProcessingResponse {
 	if r := x.checkOwner(ctx, format.Ref{Kind: format.StoredResponse, ID: id}); r != nil {
 		return r.immediate()
 	}
@@ -162,7 +162,7 @@ func (x *exchange) models(lister format.ModelLister, sub, rawPath string) *extpr
 
 // forwardFree forwards a request with the credential swapped and observes
 // nothing more of it.
-func (x *exchange) forwardFree(mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+func (x *exchange) forwardFree(mutation *onward) *extprocv3.ProcessingResponse {
 	return x.forward(mutation, freeMode)
 }
 
@@ -176,10 +176,11 @@ var freeMode = &filterv3.ProcessingMode{
 // forward answers the request headers: the mutation made, and what the
 // processor observes from here. A request steered to a pool's key has
 // named its cluster in a header: Envoy matches its route again.
-func (x *exchange) forward(mutation *extprocv3.HeaderMutation, mode *filterv3.ProcessingMode) *extprocv3.ProcessingResponse {
+func (x *exchange) forward(mutation *onward, mode *filterv3.ProcessingMode) *extprocv3.ProcessingResponse {
+	mutation.reroute = x.steered != ""
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation, ClearRouteCache: x.steered != ""}},
+			RequestHeaders: &extprocv3.HeadersResponse{Response: mutation.common()},
 		},
 		ModeOverride: mode,
 	}
@@ -237,11 +238,11 @@ func (x *exchange) refuseAuth(err error) *Refusal {
 // sent, accept-encoding (the meter must see plain bytes) and every header
 // the upstream does not forward (forward.go). The vendor's credential is
 // never known here: Envoy adds it on the way to the vendor.
-func (x *exchange) credentialMutation(hv headerValues, m *corev3.HeaderMap) *extprocv3.HeaderMutation {
+func (x *exchange) credentialMutation(hv headerValues, m *corev3.HeaderMap) *onward {
 	remove := []string{"x-api-key", "authorization", "accept-encoding"}
 	remove = append(remove, hv.internal...)
 	remove = x.upstream.forward.unforwarded(m, remove)
-	return &extprocv3.HeaderMutation{RemoveHeaders: remove}
+	return &onward{remove: remove}
 }
 
 // headerValues are the few headers the processor reads.

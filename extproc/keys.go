@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/keypool"
@@ -50,7 +48,7 @@ func newPool(u config.Upstream) *keypool.Pool {
 // steer chooses the request's key for session (empty: the account's) and
 // names its aggregate cluster in the request's headers; it reports whether
 // the choice changed (Envoy must then match the route again).
-func (x *exchange) steer(session string, m *extprocv3.HeaderMutation) bool {
+func (x *exchange) steer(session string, m *onward) bool {
 	p := x.upstream.Pool
 	if p == nil {
 		return false
@@ -62,26 +60,19 @@ func (x *exchange) steer(session string, m *extprocv3.HeaderMutation) bool {
 // steerTo names the aggregate cluster that tries key first in the
 // request's headers, in place of any named before; it reports whether the
 // choice changed.
-func (x *exchange) steerTo(key, cluster string, m *extprocv3.HeaderMutation) bool {
+func (x *exchange) steerTo(key, cluster string, m *onward) bool {
 	if key == x.steered || cluster == "" {
 		return false
 	}
 	x.steered = key
-	h := setHeader(config.KeyClusterHeader, cluster)
-	for i, o := range m.SetHeaders {
-		if o.GetHeader().GetKey() == config.KeyClusterHeader {
-			m.SetHeaders[i] = h
-			return true
-		}
-	}
-	m.SetHeaders = append(m.SetHeaders, h)
+	m.setHeader(config.KeyClusterHeader, cluster)
 	return true
 }
 
 // steerToCreator moves a request naming stored objects to the vendor key
 // that created them (Owners records it with the owner): the vendor keeps
 // an object for its key's vendor account only, whatever the session.
-func (x *exchange) steerToCreator(m *extprocv3.HeaderMutation) bool {
+func (x *exchange) steerToCreator(m *onward) bool {
 	if x.upstream.Pool == nil || x.creator == "" {
 		return false
 	}
@@ -106,22 +97,19 @@ func keyClusterOf(u *Upstream, key string) string {
 // objects its body names (previous_response_id), else to the key of the
 // session its body names (format.Request.Session, read with the rest of
 // the body) when its headers named none.
-func (x *exchange) steerByBody(r *extprocv3.CommonResponse) {
+func (x *exchange) steerByBody(r *onward) {
 	bySession := !x.headerSession && x.req.Session != ""
 	if x.upstream.Pool == nil || x.creator == "" && !bySession {
 		return
 	}
-	if r.HeaderMutation == nil {
-		r.HeaderMutation = &extprocv3.HeaderMutation{}
-	}
 	changed := false
 	if x.creator != "" {
-		changed = x.steerToCreator(r.HeaderMutation)
+		changed = x.steerToCreator(r)
 	} else {
-		changed = x.steer(bound(x.req.Session), r.HeaderMutation)
+		changed = x.steer(bound(x.req.Session), r)
 	}
 	if changed {
-		r.ClearRouteCache = true
+		r.reroute = true
 	}
 }
 

@@ -78,7 +78,7 @@ func TestEnvoyAdapterThin(t *testing.T) {
 
 // callSide are the files of the call and of the exchange's neutral parts:
 // they speak bytes, headers and Refusals, which the adapters translate.
-var callSide = []string{"call.go", "exchange.go", "refuse.go", "reply.go", "settle.go", "precheck.go", "refusals.go", "headroom.go"}
+var callSide = []string{"call.go", "exchange.go", "refuse.go", "reply.go", "settle.go", "precheck.go", "refusals.go", "headroom.go", "onward.go"}
 
 // The call and the exchange's neutral parts import nothing of Envoy's
 // API: only the ext_proc adapter (envoy.go) and the request's phases not
