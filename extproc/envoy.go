@@ -2,8 +2,9 @@ package extproc
 
 // The ext_proc adapter: Envoy's processing messages of one HTTP request
 // as the exchange's inputs, and its answers (Refusals, a reply chunk's
-// replacement) as Envoy's messages. The request's phases (headers.go,
-// admission.go) still answer in Envoy's messages themselves.
+// replacement, how a request goes on) as Envoy's messages. The request's
+// phases (headers.go, admission.go) still read Envoy's messages and pick
+// the processing mode themselves.
 
 import (
 	"context"
