@@ -8,9 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/operation"
@@ -31,20 +29,23 @@ const MaxModelBytes = 256
 func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	if x.upstream == nil {
 		// Only if Envoy skipped the request headers: a misconfiguration.
-		return immediate(500, "application/json", []byte(`{"error":{"type":"api_error","message":"request body without request headers"}}`), 0)
+		return newRefusal(500, "application/json", []byte(`{"error":{"type":"api_error","message":"request body without request headers"}}`), 0).immediate()
 	}
 	if x.key.ID == "" {
-		return x.reject(format.InvalidRequest, "unexpected request body", 0)
+		return x.reject(format.InvalidRequest, "unexpected request body", 0).immediate()
 	}
 	body := b.GetBody()
 	if x.path.Kind == operation.Counted {
 		return x.countedBody(ctx, body)
 	}
-	req, price, resp := x.checkRequest(ctx, body)
-	if resp != nil {
-		return resp
+	req, price, r := x.checkRequest(ctx, body)
+	if r == nil {
+		r = x.admit(ctx, body, req, price)
 	}
-	return x.admit(ctx, body, req, price)
+	if r != nil {
+		return r.immediate()
+	}
+	return x.forwardBody()
 }
 
 // checkRequest parses the request body and checks it against the model
@@ -54,7 +55,7 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 // 8 KB) every open stream keeps.
 //
 //go:noinline
-func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Request, *pricing.Model, *extprocv3.ProcessingResponse) {
+func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Request, *pricing.Model, *Refusal) {
 	var none format.Request
 	req, err := x.op.Format.ParseRequest(body, x.contentType)
 	if err != nil {
@@ -83,8 +84,8 @@ func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Reques
 		return none, nil, x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
 	}
 	if len(req.Refs) > 0 {
-		if resp := x.checkOwner(ctx, req.Refs...); resp != nil {
-			return none, nil, resp
+		if r := x.checkOwner(ctx, req.Refs...); r != nil {
+			return none, nil, r
 		}
 	}
 	if len(x.key.Models) > 0 && !allowed(x.key.Models, req.Model, string(price.Name)) {
@@ -98,12 +99,13 @@ func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Reques
 }
 
 // admit takes the request's hold and limits in one round trip to the
-// store (waiting for a concurrency slot if the key allows), or refuses it.
+// store (waiting for a concurrency slot if the key allows), or refuses it;
+// nil: admitted.
 // Its steps are functions of their own so that only small frames lie
 // under the round trip, the deepest point of the stream's goroutine: the
 // goroutine keeps the stack that point needed for as long as its stream
 // is open (TestStreamStackStaysSmall).
-func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, price *pricing.Model) *extprocv3.ProcessingResponse {
+func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, price *pricing.Model) *Refusal {
 	x.req, x.body, x.price = req, body, price
 	x.requestID = x.s.newRequestID()
 	x.s.attemptModels.put(x.envoyID, string(price.Name))
@@ -116,7 +118,8 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 	if d.Outcome != account.Admitted {
 		return x.refused(d, adm.Hold, adm.Tokens)
 	}
-	return x.sendOn(d, t0)
+	x.sendOn(d, t0)
+	return nil
 }
 
 // admission is what the store is asked for the request: its hold, token
@@ -150,14 +153,14 @@ func (x *exchange) decide(ctx context.Context, adm *account.Admission) (d accoun
 }
 
 // storeDown answers a request the store could not decide.
-func (x *exchange) storeDown(err error) *extprocv3.ProcessingResponse {
+func (x *exchange) storeDown(err error) *Refusal {
 	x.s.log.Error("admission failed", "err", err, "account", x.key.AccountID)
 	x.s.metrics.storeErrors.WithLabelValues("admit").Inc()
 	return x.reject(format.Unavailable, "the gateway's store is unavailable; retry shortly", time.Second)
 }
 
 // refused answers a request a limit refused, with the amounts behind it.
-func (x *exchange) refused(d account.Decision, hold, tokens int64) *extprocv3.ProcessingResponse {
+func (x *exchange) refused(d account.Decision, hold, tokens int64) *Refusal {
 	x.s.metrics.limitRefusals.WithLabelValues(d.Level.String(), d.Outcome.String()).Inc()
 	if x.s.onRefusal != nil {
 		x.s.onRefusal(x.key.AccountID, x.key.ID, d.Level, d.Outcome)
@@ -182,9 +185,8 @@ func (x *exchange) refused(d account.Decision, hold, tokens int64) *extprocv3.Pr
 	return x.reject(kind, msg, d.RetryAfter)
 }
 
-// sendOn sends an admitted request on: its hold registered for renewal,
-// its body edited and its attempt's timeout set.
-func (x *exchange) sendOn(d account.Decision, t0 time.Time) *extprocv3.ProcessingResponse {
+// sendOn sends an admitted request on: its hold registered for renewal.
+func (x *exchange) sendOn(d account.Decision, t0 time.Time) {
 	x.admitted = true
 	x.lease = d.Lease
 	// The hold lives as long as the request: renewed until it settles.
@@ -195,11 +197,15 @@ func (x *exchange) sendOn(d account.Decision, t0 time.Time) *extprocv3.Processin
 	if x.req.Stream {
 		x.s.metrics.streams.Inc()
 	}
-	r := x.withTimeout(x.editBody(x.body, x.req.Edit))
+}
+
+// forwardBody answers an admitted request's body: the body edited, its
+// attempt's timeout set and its key steered by what the body names.
+func (x *exchange) forwardBody() *extprocv3.ProcessingResponse {
+	r := x.editBody()
+	x.withTimeout(r)
 	x.steerByBody(r)
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: r},
-	}}
+	return bodyAnswer(r)
 }
 
 // waitForSlot lets a request refused only by a concurrency limit wait
@@ -214,9 +220,8 @@ func (x *exchange) waitForSlot(ctx context.Context, refused account.Decision,
 	// Envoy fails the request (504) when the processor has not answered a
 	// message within its message timeout: extend it (once) to cover the
 	// wait.
-	if x.send != nil {
-		ext := &extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(w + config.ExtProcMessageTimeout)}
-		if err := x.send(ext); err != nil {
+	if x.extend != nil {
+		if err := x.extend(w + config.ExtProcMessageTimeout); err != nil {
 			x.s.metrics.concurrencyWaits.WithLabelValues(string(waitCancelled)).Inc()
 			return refused, nil
 		}
@@ -236,35 +241,36 @@ func (x *exchange) waitForSlot(ctx context.Context, refused account.Decision,
 // (Upstream.firstByteBound) as Envoy's per-try timeout: a hung endpoint
 // fails the attempt with 504 in a time scaled from what the request asked
 // for, and the client's retry goes to the endpoint the health checks left.
-func (x *exchange) withTimeout(r *extprocv3.CommonResponse) *extprocv3.CommonResponse {
+func (x *exchange) withTimeout(r *onward) {
 	d := x.upstream.firstByteBound(x.req.Stream, x.bounds.Input, x.bounds.Output)
 	if d <= 0 || x.upstream.NoPerTryHeader {
-		return r
+		return
 	}
-	if r.HeaderMutation == nil {
-		r.HeaderMutation = &extprocv3.HeaderMutation{}
-	}
-	r.HeaderMutation.SetHeaders = append(r.HeaderMutation.SetHeaders,
-		setHeader("x-envoy-upstream-rq-per-try-timeout-ms", strconv.FormatInt(max(d.Milliseconds(), 1), 10)))
-	return r
+	r.setHeader("x-envoy-upstream-rq-per-try-timeout-ms", strconv.FormatInt(max(d.Milliseconds(), 1), 10))
 }
 
 // editBody makes a request body edit. Envoy keeps the client's
 // content-length when the body is buffered and refuses a body that
 // disagrees with it, so the header is set to match; a body that came without
 // one (chunked, or HTTP/2) is framed by Envoy as before.
-func (x *exchange) editBody(body []byte, e format.Edit) *extprocv3.CommonResponse {
-	if e.IsZero() {
-		return &extprocv3.CommonResponse{}
+func (x *exchange) editBody() *onward {
+	if x.req.Edit.IsZero() {
+		return &onward{}
 	}
-	up := e.Apply(body)
-	r := &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: up}}}
+	r := &onward{body: x.sentBody(), edited: true}
 	if x.hasLength {
-		r.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-			setHeader("content-length", strconv.Itoa(len(up))),
-		}}
+		r.setHeader("content-length", strconv.Itoa(len(r.body)))
 	}
 	return r
+}
+
+// sentBody is the admitted request's body as the vendor is sent it: the
+// client's, or with the one edit the format asks for.
+func (x *exchange) sentBody() []byte {
+	if x.req.Edit.IsZero() {
+		return x.body
+	}
+	return x.req.Edit.Apply(x.body)
 }
 
 // allowed reports whether a key's model allow-list admits the model, by the
@@ -288,21 +294,19 @@ func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.Proc
 		if refs, err = x.op.References(body); err != nil {
 			var fe *format.Error
 			if errors.As(err, &fe) {
-				return x.refuse(fe, 0)
+				return x.refuse(fe, 0).immediate()
 			}
-			return x.reject(format.InvalidRequest, "malformed request body", 0)
+			return x.reject(format.InvalidRequest, "malformed request body", 0).immediate()
 		}
 	}
 	if len(refs) > 0 {
-		if resp := x.checkOwner(ctx, refs...); resp != nil {
-			return resp
+		if r := x.checkOwner(ctx, refs...); r != nil {
+			return r.immediate()
 		}
 	}
-	r := &extprocv3.CommonResponse{}
+	r := &onward{}
 	x.steerByBody(r) // to the key that created what it names
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: r},
-	}}
+	return bodyAnswer(r)
 }
 
 // maxRetryAfter is the longest retry-after the gateway sends: the vendors'

@@ -7,8 +7,7 @@ package extproc
 // and the vendor key steering chose for it. Neither knows a wire of its
 // own: the operation's declaration (operation.Socket) names the messages,
 // events and paths; the answers are bytes and Refusals, never the
-// processor's messages to Envoy, which the exchange's phases still speak
-// and this file translates.
+// processor's messages to Envoy.
 
 import (
 	"bytes"
@@ -23,8 +22,6 @@ import (
 	"sync"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/jsonscan"
 	"github.com/modelgateway/gateway/extproc/operation"
@@ -33,37 +30,6 @@ import (
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/keypool"
 )
-
-// A Refusal is the gateway's answer refusing a request: an HTTP reply's
-// status, headers and body, in the operation's format.
-type Refusal struct {
-	Status int
-	Header http.Header
-	Body   []byte
-}
-
-// refusalOf reads the refusal an exchange phase answered; nil when it
-// answered none.
-func refusalOf(resp *extprocv3.ProcessingResponse) *Refusal {
-	ir := resp.GetImmediateResponse()
-	if ir == nil {
-		return nil
-	}
-	r := &Refusal{Status: int(ir.GetStatus().GetCode()), Header: http.Header{}, Body: ir.GetBody()}
-	for _, h := range ir.GetHeaders().GetSetHeaders() {
-		r.Header.Set(h.GetHeader().GetKey(), string(h.GetHeader().GetRawValue()))
-	}
-	return r
-}
-
-// Write answers an HTTP request (a transport's handshake) with r.
-func (r *Refusal) Write(w http.ResponseWriter) {
-	for k, vs := range r.Header {
-		w.Header()[k] = vs
-	}
-	w.WriteHeader(r.Status)
-	w.Write(r.Body)
-}
 
 // lineLocalIDs bounds the ids of responses created on one line that it
 // remembers (store: false continuations).
@@ -104,7 +70,7 @@ func (s *Server) openLine(ctx context.Context, path, transport string, creds aut
 	x := ln.exchange()
 	key, err := s.keys.Authenticate(ctx, creds, x.started, modelPolicy)
 	if err != nil {
-		return nil, refusalOf(x.refuseAuth(err))
+		return nil, x.refuseAuth(err)
 	}
 	ln.key = key
 	op, vp, _ := operation.Match(ln.u.Operations, "POST", ln.Sub)
@@ -139,7 +105,7 @@ func (ln *line) exchange() *exchange {
 
 // Refuse is a refusal of kind in the line's format.
 func (ln *line) Refuse(kind format.ErrorKind, msg string, retryAfter time.Duration) *Refusal {
-	return refusalOf(ln.exchange().reject(kind, msg, retryAfter))
+	return ln.exchange().reject(kind, msg, retryAfter)
 }
 
 // Fallback answers a connection the vendor cannot take on this transport,
@@ -166,7 +132,7 @@ func (ln *line) DialRefused(resp *http.Response, err error) *Refusal {
 	case vendorRefusal(status):
 		ln.s.metrics.vendorRefusals.WithLabelValues(ln.u.Name).Inc()
 		ln.s.log.Warn("the vendor refused the gateway's credential", "upstream", ln.u.Name, "status", status, "transport", ln.transport)
-		return refusalOf(immediate(status, "application/json", vendorRefusalBody(ln.u.Format, status), 0))
+		return newRefusal(status, "application/json", vendorRefusalBody(ln.u.Format, status), 0)
 	case status >= 500:
 		return ln.Refuse(format.Unavailable, "the vendor is unavailable; retry shortly", time.Second)
 	}
@@ -265,35 +231,31 @@ func (ln *line) Start(ctx context.Context) (c *call, r *Refusal, final bool) {
 	key, err := ln.s.keys.Authenticate(ctx, ln.creds, c.x.started, modelPolicy)
 	if err != nil {
 		var ae *auth.Error
-		return c, refusalOf(c.x.refuseAuth(err)), !errors.As(err, &ae) || ae.Reason != auth.Unavailable
+		return c, c.x.refuseAuth(err), !errors.As(err, &ae) || ae.Reason != auth.Unavailable
 	}
 	ln.mu.Lock()
 	ln.key = key
 	ln.mu.Unlock()
 	c.x.key = key
-	return c, refusalOf(c.x.refusedAtHeaders()), false // as over HTTP, before the body is read
+	return c, c.x.refusedAtHeaders(), false // as over HTTP, before the body is read
 }
 
 // Admit checks and admits the call's body exactly as over HTTP; out is the
 // body to send the vendor.
 func (c *call) Admit(ctx context.Context, body []byte) (out []byte, r *Refusal) {
 	x := c.x
-	req, price, resp := x.checkRequest(ctx, body)
-	if resp != nil {
-		return nil, refusalOf(resp)
+	req, price, r := x.checkRequest(ctx, body)
+	if r != nil {
+		return nil, r
 	}
 	if req.Background {
 		return nil, c.ln.Refuse(format.InvalidRequest, "background: background responses are not supported over "+c.ln.transport+"; use POST "+c.ln.Sub, 0)
 	}
 	req.Stream = true // a line's replies are always events
-	resp = x.admit(ctx, body, req, price)
-	if r := refusalOf(resp); r != nil {
+	if r := x.admit(ctx, body, req, price); r != nil {
 		return nil, r
 	}
-	if b := resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody(); b != nil {
-		return b, nil
-	}
-	return body, nil
+	return x.sentBody(), nil
 }
 
 // Event meters one vendor event of the call's reply, the reply begun at

@@ -1,10 +1,7 @@
 package extproc
 
 import (
-	"context"
 	"time"
-
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/operation"
@@ -15,9 +12,9 @@ import (
 )
 
 // exchange is the processor's state for one metered request: an HTTP
-// request driven by Envoy's messages (handle dispatches them), or one call
-// on a line (call.go, which the WebSocket transport drives). Its phases
-// are its methods, one file each, in the order they run:
+// request driven by Envoy's messages (envoy.go, the ext_proc adapter), or
+// one call on a line (call.go, which the WebSocket transport drives). Its
+// phases are its methods, one file each, in the order they run:
 //
 //  1. headers.go, requestHeaders: the key, the vendor path of an operation, the
 //     processing mode the path needs; refusals answered here.
@@ -25,9 +22,9 @@ import (
 //     (ParseRequest), checkRequest checks it against the model and the
 //     key, admit takes the hold of the operation's bounds in one store
 //     step.
-//  3. reply.go, responseBody: the status and endpoint with the first
-//     chunk (startFromAttributes), each chunk metered and released, a
-//     stored object the reply names bound to the account.
+//  3. reply.go, replyChunk: the status and endpoint with the first
+//     chunk (begin), each chunk metered and released, a stored object the
+//     reply names bound to the account.
 //  4. settle.go, afterSend and finish: the outcome settled exactly once,
 //     off the reply's path (a background request is parked instead:
 //     parked.go; the objects the vendor keeps: stored.go).
@@ -36,14 +33,16 @@ import (
 // (what the request is), holding (its hold, from admission to
 // settlement), replyState (the vendor's reply and the key that served it)
 // and vendorState (the objects the reply names). The operation (package
-// operation) brings the wire format, paths and hold rule; the exchange
-// still answers Envoy's messages, which call.go translates for a line.
+// operation) brings the wire format, paths and hold rule. Refusals are
+// neutral values (refuse.go) and so is the reply's side; the request's
+// headers and body phases still answer in Envoy's messages, which only
+// the ext_proc adapter sends.
 type exchange struct {
 	s *Server
-	// send sends a message on the stream outside the one answer to each
-	// message (the wait for a concurrency slot extends Envoy's message
-	// timeout with one); nil sends none.
-	send     func(*extprocv3.ProcessingResponse) error
+	// extend asks the transport to wait d more for the exchange's answer
+	// (the wait for a concurrency slot extends Envoy's message timeout);
+	// nil: the transport has no such timeout.
+	extend   func(d time.Duration) error
 	upstream *Upstream
 	op       *operation.Operation // the operation of a metered or counted path
 	path     *operation.Path
@@ -129,26 +128,4 @@ type vendorState struct {
 	itemsSent  int
 	itemsBound bool
 	parked     *store.Parked // the background response a retrieval or cancellation reads
-}
-
-func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
-	switch r := req.Request.(type) {
-	case *extprocv3.ProcessingRequest_RequestHeaders:
-		return x.requestHeaders(ctx, r.RequestHeaders)
-	case *extprocv3.ProcessingRequest_RequestBody:
-		return x.requestBody(ctx, r.RequestBody)
-	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		return x.responseHeaders(r.ResponseHeaders)
-	case *extprocv3.ProcessingRequest_ResponseBody:
-		resp := x.responseBody(ctx, r.ResponseBody, req.GetAttributes())
-		if req.GetAttributes() != nil { // the reply's first chunk
-			x.headroom(req.GetMetadataContext())
-		}
-		return resp
-	case *extprocv3.ProcessingRequest_RequestTrailers:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
-	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
-	}
-	return nil
 }

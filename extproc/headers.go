@@ -32,11 +32,11 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	path, _, _ := strings.Cut(hv.path, "?") // query strings are never read for credentials
 	x.upstream = x.s.upstream(path)
 	if x.upstream == nil {
-		return x.s.noUpstream(path)
+		return x.s.noUpstream(path).immediate()
 	}
 	key, err := x.s.keys.Authenticate(ctx, hv.credentials, x.started, modelPolicy)
 	if err != nil {
-		return x.refuseAuth(err)
+		return x.refuseAuth(err).immediate()
 	}
 	x.key = key
 
@@ -48,7 +48,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	x.steer(bound(hv.session), mutation)
 	x.envoyID = hv.requestID
 	if r := x.pooled(hv.requestID); r != nil {
-		return r
+		return r.immediate()
 	}
 	op, vp, id := operation.Match(x.upstream.Operations, hv.method, sub)
 	// Query strings go to the vendor only as far as its API defines them.
@@ -58,7 +58,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 			p += "?" + q
 		}
 		if p != hv.path {
-			mutation.SetHeaders = append(mutation.SetHeaders, setHeader(":path", p))
+			mutation.setHeader(":path", p)
 		}
 	}
 	if hv.method == "GET" && (sub == "/v1/models" || strings.HasPrefix(sub, "/v1/models/")) {
@@ -70,7 +70,7 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 		// An upgrade Envoy sent through ext_proc: Envoy routes the
 		// WebSocket paths it serves to the sidecar's socket handler
 		// (socket.go) without ext_proc, so this path has none.
-		return x.reject(format.InvalidRequest, "the WebSocket transport is not available on this path; use HTTP (POST "+sub+")", 0)
+		return x.reject(format.InvalidRequest, "the WebSocket transport is not available on this path; use HTTP (POST "+sub+")", 0).immediate()
 	}
 	switch {
 	case vp != nil && (vp.Kind == operation.Metered || vp.Kind == operation.Counted):
@@ -82,28 +82,28 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 		// Free read-only paths: forward as they are, observe nothing more.
 		return x.forwardFree(mutation)
 	default:
-		return x.reject(format.NotFound, "no such path: "+hv.method+" "+sub, 0)
+		return x.reject(format.NotFound, "no such path: "+hv.method+" "+sub, 0).immediate()
 	}
 }
 
 // bodyFollows asks Envoy for the body of a metered or counted request,
 // unless it has none or declares more than the gateway accepts.
-func (x *exchange) bodyFollows(ctx context.Context, h *extprocv3.HttpHeaders, hv headerValues, mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+func (x *exchange) bodyFollows(ctx context.Context, h *extprocv3.HttpHeaders, hv headerValues, mutation *onward) *extprocv3.ProcessingResponse {
 	if h.GetEndOfStream() {
-		return x.reject(format.InvalidRequest, "request body is required", 0)
+		return x.reject(format.InvalidRequest, "request body is required", 0).immediate()
 	}
 	x.hasLength, x.contentType = hv.contentLength != "", hv.contentType
 	if n, err := strconv.ParseInt(hv.contentLength, 10, 64); err == nil && x.s.maxBody > 0 && n > x.s.maxBody {
 		return x.reject(format.TooLarge, "request body of "+hv.contentLength+" bytes is larger than the "+
-			strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0)
+			strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0).immediate()
 	}
 	mode := MeteredMode
 	if x.path.Kind == operation.Counted {
 		mode = countedMode
-	} else if resp := x.refusedAtHeaders(); resp != nil {
-		return resp
-	} else if resp := x.precheck(ctx); resp != nil {
-		return resp
+	} else if r := x.refusedAtHeaders(); r != nil {
+		return r.immediate()
+	} else if r := x.precheck(ctx); r != nil {
+		return r.immediate()
 	}
 	// Envoy's default skips the response (so that its own replies to
 	// malformed requests are never held); a metered request needs it.
@@ -114,9 +114,9 @@ func (x *exchange) bodyFollows(ctx context.Context, h *extprocv3.HttpHeaders, hv
 // for the account that created it; anyone else is told it does not exist,
 // and the vendor never hears of the request. Never billed again.
 func (x *exchange) owned(ctx context.Context, op *operation.Operation, vp *operation.Path, id string,
-	hv headerValues, mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
-	if resp := x.checkOwner(ctx, format.Ref{Kind: format.StoredResponse, ID: id}); resp != nil {
-		return resp
+	hv headerValues, mutation *onward) *extprocv3.ProcessingResponse {
+	if r := x.checkOwner(ctx, format.Ref{Kind: format.StoredResponse, ID: id}); r != nil {
+		return r.immediate()
 	}
 	x.steerToCreator(mutation)
 	// A background request not yet settled: its retrieval (the poll path)
@@ -146,9 +146,9 @@ func (x *exchange) models(lister format.ModelLister, sub, rawPath string) *extpr
 	if id, ok := strings.CutPrefix(sub, "/v1/models/"); ok {
 		m, found := x.upstream.Prices.Lookup(id)
 		if !found || len(x.upstream.Serving(m)) == 0 || len(x.key.Models) > 0 && !allowed(x.key.Models, id, string(m.Name)) {
-			return x.reject(format.NotFound, "The model "+strconv.Quote(id)+" does not exist or you do not have access to it.", 0)
+			return x.reject(format.NotFound, "The model "+strconv.Quote(id)+" does not exist or you do not have access to it.", 0).immediate()
 		}
-		return immediate(200, "application/json", lister.Model(id), 0)
+		return newRefusal(200, "application/json", lister.Model(id), 0).immediate()
 	}
 	var ids []string
 	for _, m := range x.upstream.Prices.Models() {
@@ -158,12 +158,12 @@ func (x *exchange) models(lister format.ModelLister, sub, rawPath string) *extpr
 	}
 	_, rawQuery, _ := strings.Cut(rawPath, "?")
 	query, _ := url.ParseQuery(rawQuery)
-	return immediate(200, "application/json", lister.ModelList(ids, query), 0)
+	return newRefusal(200, "application/json", lister.ModelList(ids, query), 0).immediate()
 }
 
 // forwardFree forwards a request with the credential swapped and observes
 // nothing more of it.
-func (x *exchange) forwardFree(mutation *extprocv3.HeaderMutation) *extprocv3.ProcessingResponse {
+func (x *exchange) forwardFree(mutation *onward) *extprocv3.ProcessingResponse {
 	return x.forward(mutation, freeMode)
 }
 
@@ -177,10 +177,11 @@ var freeMode = &filterv3.ProcessingMode{
 // forward answers the request headers: the mutation made, and what the
 // processor observes from here. A request steered to a pool's key has
 // named its cluster in a header: Envoy matches its route again.
-func (x *exchange) forward(mutation *extprocv3.HeaderMutation, mode *filterv3.ProcessingMode) *extprocv3.ProcessingResponse {
+func (x *exchange) forward(mutation *onward, mode *filterv3.ProcessingMode) *extprocv3.ProcessingResponse {
+	mutation.reroute = x.steered != ""
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: mutation, ClearRouteCache: x.steered != ""}},
+			RequestHeaders: &extprocv3.HeadersResponse{Response: mutation.common()},
 		},
 		ModeOverride: mode,
 	}
@@ -215,7 +216,7 @@ var MeteredMode = &filterv3.ProcessingMode{
 var modelPolicy = auth.Policy{Kinds: []account.KeyKind{account.ModelKey}}
 
 // refuseAuth answers an authentication failure in the upstream's format.
-func (x *exchange) refuseAuth(err error) *extprocv3.ProcessingResponse {
+func (x *exchange) refuseAuth(err error) *Refusal {
 	var ae *auth.Error
 	if !errors.As(err, &ae) {
 		return x.reject(format.Unauthenticated, "invalid API key", 0)
@@ -238,11 +239,11 @@ func (x *exchange) refuseAuth(err error) *extprocv3.ProcessingResponse {
 // sent, accept-encoding (the meter must see plain bytes) and every header
 // the upstream does not forward (forward.go). The vendor's credential is
 // never known here: Envoy adds it on the way to the vendor.
-func (x *exchange) credentialMutation(hv headerValues, m *corev3.HeaderMap) *extprocv3.HeaderMutation {
+func (x *exchange) credentialMutation(hv headerValues, m *corev3.HeaderMap) *onward {
 	remove := []string{"x-api-key", "authorization", "accept-encoding"}
 	remove = append(remove, hv.internal...)
 	remove = x.upstream.forward.unforwarded(m, remove)
-	return &extprocv3.HeaderMutation{RemoveHeaders: remove}
+	return &onward{remove: remove}
 }
 
 // headerValues are the few headers the processor reads.

@@ -8,24 +8,14 @@ package extproc
 // refusals (Envoy's upstream log), and shares its capacity before the
 // vendor refuses anyone.
 
-import (
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-
-	"github.com/modelgateway/gateway/internal/keypool"
-)
-
-// headroom passes the reply's headroom in md to the pool of the key that
+// headroom passes the reply's headroom to the pool of the key that
 // served it.
-func (x *exchange) headroom(md *corev3.Metadata) {
+func (x *exchange) headroom(h *replyHead) {
 	p := x.upstream.Pool
-	if p == nil || x.vendorKey == "" {
+	if p == nil || x.vendorKey == "" || !h.hasHeadroom {
 		return
 	}
-	v, ok := md.GetFilterMetadata()[keypool.HeadroomNamespace].GetFields()[keypool.HeadroomField]
-	if !ok {
-		return
-	}
-	if low := v.GetNumberValue(); low >= 0 && low <= 1 {
+	if low := h.headroom; low >= 0 && low <= 1 {
 		p.Headroom(x.vendorKey, low)
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/keypool"
@@ -50,7 +48,7 @@ func newPool(u config.Upstream) *keypool.Pool {
 // steer chooses the request's key for session (empty: the account's) and
 // names its aggregate cluster in the request's headers; it reports whether
 // the choice changed (Envoy must then match the route again).
-func (x *exchange) steer(session string, m *extprocv3.HeaderMutation) bool {
+func (x *exchange) steer(session string, m *onward) bool {
 	p := x.upstream.Pool
 	if p == nil {
 		return false
@@ -62,26 +60,19 @@ func (x *exchange) steer(session string, m *extprocv3.HeaderMutation) bool {
 // steerTo names the aggregate cluster that tries key first in the
 // request's headers, in place of any named before; it reports whether the
 // choice changed.
-func (x *exchange) steerTo(key, cluster string, m *extprocv3.HeaderMutation) bool {
+func (x *exchange) steerTo(key, cluster string, m *onward) bool {
 	if key == x.steered || cluster == "" {
 		return false
 	}
 	x.steered = key
-	h := setHeader(config.KeyClusterHeader, cluster)
-	for i, o := range m.SetHeaders {
-		if o.GetHeader().GetKey() == config.KeyClusterHeader {
-			m.SetHeaders[i] = h
-			return true
-		}
-	}
-	m.SetHeaders = append(m.SetHeaders, h)
+	m.setHeader(config.KeyClusterHeader, cluster)
 	return true
 }
 
 // steerToCreator moves a request naming stored objects to the vendor key
 // that created them (Owners records it with the owner): the vendor keeps
 // an object for its key's vendor account only, whatever the session.
-func (x *exchange) steerToCreator(m *extprocv3.HeaderMutation) bool {
+func (x *exchange) steerToCreator(m *onward) bool {
 	if x.upstream.Pool == nil || x.creator == "" {
 		return false
 	}
@@ -106,22 +97,19 @@ func keyClusterOf(u *Upstream, key string) string {
 // objects its body names (previous_response_id), else to the key of the
 // session its body names (format.Request.Session, read with the rest of
 // the body) when its headers named none.
-func (x *exchange) steerByBody(r *extprocv3.CommonResponse) {
+func (x *exchange) steerByBody(r *onward) {
 	bySession := !x.headerSession && x.req.Session != ""
 	if x.upstream.Pool == nil || x.creator == "" && !bySession {
 		return
 	}
-	if r.HeaderMutation == nil {
-		r.HeaderMutation = &extprocv3.HeaderMutation{}
-	}
 	changed := false
 	if x.creator != "" {
-		changed = x.steerToCreator(r.HeaderMutation)
+		changed = x.steerToCreator(r)
 	} else {
-		changed = x.steer(bound(x.req.Session), r.HeaderMutation)
+		changed = x.steer(bound(x.req.Session), r)
 	}
 	if changed {
-		r.ClearRouteCache = true
+		r.reroute = true
 	}
 }
 
@@ -183,7 +171,7 @@ func (x *exchange) servedBy(key string) {
 // pooled refuses a request of an account that keeps drawing refusals on
 // the pool's healthy keys (keypool.Pool.Barred), and otherwise remembers
 // whose request Envoy's id names, for the upstream log of its attempts.
-func (x *exchange) pooled(requestID string) *extprocv3.ProcessingResponse {
+func (x *exchange) pooled(requestID string) *Refusal {
 	p := x.upstream.Pool
 	if p == nil {
 		return nil
@@ -192,16 +180,14 @@ func (x *exchange) pooled(requestID string) *extprocv3.ProcessingResponse {
 		x.s.metrics.vendorKeyBarred.WithLabelValues(x.upstream.Name).Inc()
 		resp := x.reject(format.RateLimited, "this account's requests keep being refused by "+x.upstream.Name+
 			" on keys that serve other accounts; its requests to "+x.upstream.Name+" are refused until "+until.UTC().Format(time.RFC3339), until.Sub(x.s.now()))
-		hm := resp.GetImmediateResponse().Headers
-		hm.SetHeaders = append(hm.SetHeaders, setHeader("x-should-retry", "false"))
+		resp.Header.Set("x-should-retry", "false")
 		return resp
 	}
 	if ok, used, share := p.Share(x.key.AccountID); !ok {
 		x.s.metrics.poolShareRefusals.WithLabelValues(x.upstream.Name).Inc()
 		resp := x.reject(format.RateLimited, fmt.Sprintf("%s's vendor capacity is running low and is shared fairly: this account sent %d of its requests in the last %s, its share is %d; retry shortly",
 			x.upstream.Name, used, keypool.ShareWindow, share), time.Second)
-		hm := resp.GetImmediateResponse().Headers
-		hm.SetHeaders = append(hm.SetHeaders, setHeader("x-should-retry", "true"))
+		resp.Header.Set("x-should-retry", "true")
 		return resp
 	}
 	x.s.attempts.put(requestID, x.key.AccountID)

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/operation"
@@ -109,12 +107,12 @@ func (x *exchange) watchParked(ctx context.Context, op *operation.Operation, id 
 	return true
 }
 
-// parkedBody meters the reply to a request on a parked response and
+// parkedChunk meters the reply to a request on a parked response and
 // settles the parked request once the reply shows the response's final
 // state. The reply passes unchanged.
-func (x *exchange) parkedBody(b *extprocv3.HttpBody, attrs map[string]*structpb.Struct) *extprocv3.ProcessingResponse {
-	if x.status == 0 {
-		if code := statusOf(attrs); code != 0 {
+func (x *exchange) parkedChunk(head *replyHead, data []byte, end bool) {
+	if x.status == 0 && head != nil {
+		if code := head.status; code != 0 {
 			x.status = code
 			if code >= 200 && code <= 299 {
 				x.meter = x.op.Format.NewMeter(format.Request{Stream: x.req.Stream}, nil, replyType(x.req.Stream))
@@ -124,8 +122,8 @@ func (x *exchange) parkedBody(b *extprocv3.HttpBody, attrs map[string]*structpb.
 		}
 	}
 	if x.stored != nil && !x.settled {
-		x.meter.Write(b.GetBody())
-		if x.req.Stream || b.GetEndOfStream() {
+		x.meter.Write(data)
+		if x.req.Stream || end {
 			if _, final := x.stored.Response(); final {
 				x.settled = true
 				// The create's reply had no items yet: its end has them.
@@ -134,15 +132,6 @@ func (x *exchange) parkedBody(b *extprocv3.HttpBody, attrs map[string]*structpb.
 			}
 		}
 	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}},
-	}}
-}
-
-// statusOf reads the reply's status from the attributes Envoy sends with
-// the first body chunk; 0 when absent.
-func statusOf(attrs map[string]*structpb.Struct) int {
-	return int(attrs[attributesKey].GetFields()["response.code"].GetNumberValue())
 }
 
 // settleParked settles a parked request at r, the usage of its response's

@@ -15,8 +15,6 @@ import (
 	"slices"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -39,7 +37,7 @@ type InFlightReader interface {
 
 // precheck answers a metered request its key's standing refuses whatever
 // its body; nil: read the body.
-func (x *exchange) precheck(ctx context.Context) *extprocv3.ProcessingResponse {
+func (x *exchange) precheck(ctx context.Context) *Refusal {
 	st := x.key.Standing
 	if d, ok := x.full(ctx, st); ok {
 		return x.refusedEarly(d)
@@ -52,7 +50,7 @@ func (x *exchange) precheck(ctx context.Context) *extprocv3.ProcessingResponse {
 
 // refusedEarly answers a request refused at its headers, counted there
 // as well as among the limits' refusals.
-func (x *exchange) refusedEarly(d account.Decision) *extprocv3.ProcessingResponse {
+func (x *exchange) refusedEarly(d account.Decision) *Refusal {
 	x.s.metrics.earlyRefusals.WithLabelValues(d.Outcome.String()).Inc()
 	return x.refused(d, unknownAmount, unknownAmount)
 }

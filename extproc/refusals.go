@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 )
@@ -123,7 +121,7 @@ func (r *refusalMemory) recall(key account.Key, now time.Time) (account.Decision
 // would give (status, format, retry-after, x-should-retry), without the
 // amounts only the body tells (what this request could cost). nil: read
 // the body.
-func (x *exchange) refusedAtHeaders() *extprocv3.ProcessingResponse {
+func (x *exchange) refusedAtHeaders() *Refusal {
 	d, ok := x.s.refusals.recall(x.key, x.s.now())
 	if !ok {
 		return nil

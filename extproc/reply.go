@@ -4,35 +4,26 @@ package extproc
 
 import (
 	"context"
-	"strconv"
 	"time"
-
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/account"
 )
 
-// responseHeaders starts metering a 2xx reply; any other reply ends the
-// request at no charge.
-func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	hv := readHeaders(h.GetHeaders())
-	x.status, _ = strconv.Atoi(hv.status)
-	x.endpoint = hv.endpoint
-	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
-	}}
+// replyHeaders starts metering a 2xx reply of status, served by
+// endpoint, its headers ending the reply if end; any other reply ends the
+// request at no charge. It reports whether the reply's body is still
+// observed.
+func (x *exchange) replyHeaders(status int, endpoint, contentType string, end bool) bool {
+	x.status, x.endpoint = status, endpoint
 	if !x.admitted {
-		return resp
+		return true
 	}
-	if !x.startReply(hv.contentType) && !x.scrub {
-		resp.ModeOverride = &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE}
-		return resp
+	if !x.startReply(contentType) && !x.scrub {
+		return false
 	}
-	x.replyDone = h.GetEndOfStream()
-	return resp
+	x.replyDone = end
+	return true
 }
 
 // startReply begins the reply of x.status: a 2xx reply is metered from here
@@ -51,27 +42,38 @@ func (x *exchange) startReply(contentType string) bool {
 	return true
 }
 
-// responseBody feeds the meter and lets the chunk through at once: Envoy
-// holds each chunk until the processor answers. A rewriting meter may
-// replace the chunk; only a chunk it changed carries a mutation.
-func (x *exchange) responseBody(ctx context.Context, b *extprocv3.HttpBody, attrs map[string]*structpb.Struct) *extprocv3.ProcessingResponse {
+// A replyHead is what a transport reports of how a reply began, with its
+// first chunk: its status (0: not reported), the endpoint and vendor key
+// that served it ("" when not known), the address the vendor was reached
+// at, and the vendor's lowest remaining fraction of its rate limits
+// (headroom.go), if reported.
+type replyHead struct {
+	status                 int
+	endpoint, key, address string
+	headroom               float64
+	hasHeadroom            bool
+}
+
+// replyChunk meters one chunk of the reply and lets it through at once:
+// Envoy holds each chunk until the processor answers. head comes with
+// the first chunk. A rewriting meter may replace the chunk: out, when
+// changed. A refusal ends the reply (the hold's lease was lost).
+func (x *exchange) replyChunk(ctx context.Context, head *replyHead, data []byte, end bool) (out []byte, changed bool, r *Refusal) {
 	if x.parked != nil {
-		return x.parkedBody(b, attrs)
+		x.parkedChunk(head, data, end)
+		return nil, false, nil
 	}
-	if x.status == 0 && x.admitted && !x.settled {
-		x.startFromAttributes(attrs)
+	if head != nil {
+		if x.status == 0 && x.admitted && !x.settled {
+			x.begin(*head)
+		}
+		x.headroom(head)
 	}
-	out, changed, lost := x.chunk(ctx, b.GetBody(), b.GetEndOfStream())
+	out, changed, lost := x.chunk(ctx, data, end)
 	if lost {
-		return x.reject(format.Unavailable, leaseLostMessage, time.Second)
+		return nil, false, x.reject(format.Unavailable, leaseLostMessage, time.Second)
 	}
-	common := &extprocv3.CommonResponse{}
-	if changed {
-		common.BodyMutation = bodyMutation(out)
-	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: common},
-	}}
+	return out, changed, nil
 }
 
 // leaseLostMessage answers a request cut because its hold's lease was
@@ -153,43 +155,22 @@ func (x *exchange) leaseLost(data []byte) {
 	x.settle(false)
 }
 
-// bodyMutation replaces a chunk with out; an empty out clears it.
-func bodyMutation(out []byte) *extprocv3.BodyMutation {
-	if len(out) == 0 {
-		return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
+// begin is replyHeaders for the bootstrap that skips the response
+// headers message: Envoy sends the status and the serving endpoint's
+// metadata as attributes with the first body chunk, which saves one
+// message (and one wait on the processor) per request. The reply's content
+// type follows from the request: a 2xx reply to a streaming request is an
+// event stream.
+func (x *exchange) begin(h replyHead) {
+	if h.status == 0 {
+		return // not reported: the response headers message carries it
 	}
-	return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
-}
-
-// startFromAttributes is responseHeaders for the bootstrap that skips the
-// response headers message: Envoy sends the status and the serving
-// endpoint's metadata as attributes with the first body chunk, which saves
-// one message (and one wait on the processor) per request. The reply's
-// content type follows from the request: a 2xx reply to a streaming request
-// is an event stream.
-func (x *exchange) startFromAttributes(attrs map[string]*structpb.Struct) {
-	code := statusOf(attrs)
-	if code == 0 {
-		return // no attributes: the response headers message carries them
-	}
-	x.status = code
-	f := attrs[attributesKey].GetFields()
-	// The host metadata arrives as protobuf text; only the endpoint name
-	// is read from it.
-	x.endpoint = ""
-	var key string
-	if md := f["xds.upstream_host_metadata"].GetStringValue(); md != "" {
-		switch ep := metadataString(md, "endpoint"); ep {
-		case "reserve", "primary":
-			x.endpoint = ep
-		}
-		key = metadataString(md, "key")
-	}
-	x.servedBy(key)
-	// Without the metadata (the reduced contract, or a cluster of the
-	// operator's own): the address Envoy connected to.
+	x.status, x.endpoint = h.status, h.endpoint
+	x.servedBy(h.key)
+	// Without the endpoint's name (the reduced contract, or a cluster of
+	// the operator's own): the address Envoy connected to.
 	if x.endpoint == "" && x.upstream != nil && x.upstream.addrs != nil {
-		x.endpoint = x.upstream.addrs.endpointOf(f["upstream.address"].GetStringValue())
+		x.endpoint = x.upstream.addrs.endpointOf(h.address)
 	}
 	x.startReply(replyType(x.req.Stream))
 }
@@ -202,6 +183,3 @@ func replyType(stream bool) string {
 	}
 	return "application/json"
 }
-
-// attributesKey is where Envoy puts the ext_proc filter's attributes.
-const attributesKey = "envoy.filters.http.ext_proc"

@@ -9,10 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"io"
 	"log/slog"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,8 +18,6 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
@@ -282,7 +277,7 @@ func (s *Server) upstream(path string) *Upstream {
 // Envoy's that sends the processor what no upstream serves (a prefix
 // other than /NAME/, say). No vendor's format applies; the message names
 // what is served.
-func (s *Server) noUpstream(path string) *extprocv3.ProcessingResponse {
+func (s *Server) noUpstream(path string) *Refusal {
 	prefixes := make([]string, len(s.upstreams))
 	for i, u := range s.upstreams {
 		prefixes[i] = u.prefix
@@ -290,46 +285,5 @@ func (s *Server) noUpstream(path string) *extprocv3.ProcessingResponse {
 	msg := "no such path: " + strconv.Quote(path) + " is under no upstream of this gateway; each upstream is reached under /NAME/ (" +
 		strings.Join(prefixes, ", ") + "), NAME as gateway.yaml names it"
 	body, _ := json.Marshal(map[string]any{"error": map[string]string{"type": "not_found", "message": msg}})
-	return immediate(404, "application/json", body, 0)
-}
-
-// Process handles one HTTP request's stream of processing messages.
-func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
-	x := &exchange{s: s, send: stream.Send}
-	s.active.Add(1)
-	defer s.active.Done()
-	s.metrics.inflight.Inc()
-	defer s.metrics.inflight.Dec()
-	// A bug in one exchange must not take the sidecar, and every other
-	// request with it, down: end this stream (Envoy fails it closed) and log
-	// where, never what (the panic value could hold request data).
-	defer func() {
-		if r := recover(); r != nil {
-			s.log.Error("processor panic; stream ended", "stack", string(debug.Stack()))
-			err = status.Error(codes.Internal, "internal error")
-		}
-	}()
-	// Whatever ends the stream, an admitted request is settled exactly once
-	// with what was observed.
-	defer x.finish()
-	ctx := s.traceContext(stream.Context())
-	for {
-		req, err := stream.Recv()
-		if err != nil {
-			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return err
-		}
-		resp := x.handle(ctx, req)
-		if resp == nil {
-			continue
-		}
-		err = stream.Send(resp)
-		// Even if the answer could not be sent: the reply was complete.
-		x.afterSend(ctx)
-		if err != nil {
-			return err
-		}
-	}
+	return newRefusal(404, "application/json", body, 0)
 }

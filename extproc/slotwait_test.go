@@ -383,7 +383,7 @@ func TestExchangeWaitsForASlot(t *testing.T) {
 	}
 
 	sent := make(chan *extprocv3.ProcessingResponse, 1)
-	second := &exchange{s: r.srv, send: func(m *extprocv3.ProcessingResponse) error { sent <- m; return nil }}
+	second := &exchange{s: r.srv, extend: messageTimeout(func(m *extprocv3.ProcessingResponse) error { sent <- m; return nil })}
 	answer := make(chan *extprocv3.ProcessingResponse, 1)
 	go func() { answer <- r.admitRequest(ctx, second) }()
 	waiting(1)
@@ -397,7 +397,7 @@ func TestExchangeWaitsForASlot(t *testing.T) {
 
 	// A third waits for the second's slot; its client leaves.
 	cctx, leave := context.WithCancel(ctx)
-	third := &exchange{s: r.srv, send: func(*extprocv3.ProcessingResponse) error { return nil }}
+	third := &exchange{s: r.srv, extend: func(time.Duration) error { return nil }}
 	go func() { answer <- r.admitRequest(cctx, third) }()
 	waiting(1)
 	leave()

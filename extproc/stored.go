@@ -14,8 +14,6 @@ import (
 	"slices"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -127,7 +125,7 @@ func (s *Server) bindIDs(ctx context.Context, requestID string, b store.Binding)
 // account, all read in one round trip; nil lets the request go on. On a
 // socket, a response created on it (store: false included) is the
 // account's without asking the store.
-func (x *exchange) checkOwner(ctx context.Context, refs ...format.Ref) *extprocv3.ProcessingResponse {
+func (x *exchange) checkOwner(ctx context.Context, refs ...format.Ref) *Refusal {
 	if x.localRef != nil {
 		refs = slices.DeleteFunc(slices.Clone(refs), func(r format.Ref) bool {
 			return r.Kind == format.StoredResponse && x.localRef(r.ID)

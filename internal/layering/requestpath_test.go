@@ -54,16 +54,57 @@ func TestRequestPathTypesSmall(t *testing.T) {
 	}
 }
 
-// maxAdapterLines bounds the WebSocket transport's adapter.
+// maxAdapterLines bounds each transport's adapter.
 const maxAdapterLines = 250
 
 // The WebSocket adapter (extproc/socket.go) is thin: under maxAdapterLines
 // lines, no ext_proc message built or read (it does not import Envoy's
-// API), and no operation named: none of the paths, message and event types
-// the operations declare (operation.Socket, operation.Path) is written in
-// it.
+// API), and no operation named.
 func TestSocketAdapterThin(t *testing.T) {
-	adapter := filepath.Join("..", "..", "extproc", "socket.go")
+	f := adapterThin(t, "socket.go")
+	for _, imp := range f.Imports {
+		if strings.Contains(imp.Path.Value, "envoyproxy/go-control-plane") {
+			t.Errorf("socket.go imports %s: the adapter speaks calls (call.go), not ext_proc", imp.Path.Value)
+		}
+	}
+}
+
+// The ext_proc adapter (extproc/envoy.go), which turns Envoy's processing
+// messages into the exchange's inputs and its answers into Envoy's, is as
+// thin: under maxAdapterLines lines, and no operation named.
+func TestEnvoyAdapterThin(t *testing.T) {
+	adapterThin(t, "envoy.go")
+}
+
+// callSide are the files of the call and of the exchange's neutral parts:
+// they speak bytes, headers and Refusals, which the adapters translate.
+var callSide = []string{"call.go", "exchange.go", "refuse.go", "reply.go", "settle.go", "precheck.go", "refusals.go", "headroom.go", "onward.go"}
+
+// The call and the exchange's neutral parts import nothing of Envoy's
+// API: only the ext_proc adapter (envoy.go) and the request's phases not
+// yet moved behind it (headers.go, admission.go) speak it.
+func TestCallSpeaksNoEnvoy(t *testing.T) {
+	for _, name := range callSide {
+		path := filepath.Join("..", "..", "extproc", name)
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			if strings.Contains(imp.Path.Value, "envoyproxy/go-control-plane") {
+				t.Errorf("%s imports %s: the call and the exchange speak neither transport", path, imp.Path.Value)
+			}
+		}
+	}
+}
+
+// adapterThin checks that extproc's file name is under maxAdapterLines
+// lines and names none of the paths, message and event types the
+// operations declare (operation.Socket, operation.Path); it returns the
+// parsed file.
+func adapterThin(t *testing.T, name string) *ast.File {
+	t.Helper()
+	adapter := filepath.Join("..", "..", "extproc", name)
 	src, err := os.ReadFile(adapter)
 	if err != nil {
 		t.Fatal(err)
@@ -78,11 +119,6 @@ func TestSocketAdapterThin(t *testing.T) {
 	f, err := parser.ParseFile(token.NewFileSet(), adapter, src, 0)
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, imp := range f.Imports {
-		if strings.Contains(imp.Path.Value, "envoyproxy/go-control-plane") {
-			t.Errorf("%s imports %s: the adapter speaks calls (call.go), not ext_proc", adapter, imp.Path.Value)
-		}
 	}
 	ast.Inspect(f, func(n ast.Node) bool {
 		lit, ok := n.(*ast.BasicLit)
@@ -99,6 +135,7 @@ func TestSocketAdapterThin(t *testing.T) {
 		}
 		return true
 	})
+	return f
 }
 
 // operationStrings are the strings in the operation.Socket and
