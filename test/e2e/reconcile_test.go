@@ -51,11 +51,19 @@ func reconcileStackWith(t *testing.T, o launch.Options, more ...func(*config.Con
 	s.Primary.SetPrice(config.FormatChatCompletions, betaModel, priceOf(t, s, "beta", betaModel), 1)
 	s.Primary.SetPrice("embeddings", embeddingModel, priceOf(t, s, "beta", embeddingModel), 1)
 	s.Primary.SetPrice("audio_transcriptions", "whisper-1", priceOf(t, s, "beta", "whisper-1"), 1)
+	for _, m := range []string{imageModel, tokenTranscribeModel} {
+		s.Primary.SetPrice(config.FormatChatCompletions, m, priceOf(t, s, "beta", m), 1)
+	}
 	return s
 }
 
-// embeddingModel is the embedding model the reconciliation tests send.
-const embeddingModel = "text-embedding-3-small"
+// The embedding, image and token-priced transcription models the
+// reconciliation tests send.
+const (
+	embeddingModel       = "text-embedding-3-small"
+	imageModel           = "gpt-image-1"
+	tokenTranscribeModel = "gpt-4o-transcribe"
+)
 
 // catalogueCost is u of the upstream's model at the catalogue's standard
 // rates, as the reconciliation prices a difference.
@@ -172,7 +180,23 @@ func TestReconcileVendorReports(t *testing.T) {
 	if resp, out := s.Do("POST", transcriptionsPath, hdr, form); resp.StatusCode != 200 {
 		t.Fatalf("transcription: %d %s", resp.StatusCode, out)
 	}
-	const others = 6
+	// Images and transcriptions priced by tokens, which the completions
+	// report counts: JSON and streamed each.
+	for _, body := range []string{
+		`{"model":"` + imageModel + `","prompt":"A lighthouse at dawn","n":2,"quality":"low"}`,
+		`{"model":"` + imageModel + `","prompt":"A lighthouse","stream":true,"partial_images":1,"quality":"low"}`,
+	} {
+		if resp, out := s.Do("POST", imagesPath, chatCompletionsHeaders(acct.Key), []byte(body)); resp.StatusCode != 200 {
+			t.Fatalf("images: %d %.300s", resp.StatusCode, out)
+		}
+	}
+	for _, stream := range []string{"false", "true"} {
+		form, hdr := transcriptionForm(t, acct.Key, 16_000, "model", tokenTranscribeModel, "stream", stream, "prompt", "Names: Ada.")
+		if resp, out := s.Do("POST", transcriptionsPath, hdr, form); resp.StatusCode != 200 {
+			t.Fatalf("transcription (%s, stream %s): %d %s", tokenTranscribeModel, stream, resp.StatusCode, out)
+		}
+	}
+	const others = 10
 	n += others
 	to := time.Now().UTC().Truncate(time.Hour).Add(time.Hour)
 
