@@ -133,7 +133,7 @@ func TestReconcileVendorReports(t *testing.T) {
 	waitHealthRoute(t, s, "primary")
 	from := time.Now().UTC().Truncate(time.Hour)
 
-	n := 490 // with the others below, 500 requests (about a second more than 50)
+	n := 490 // and the ten others below: 500 requests
 	for i := range n {
 		session := fmt.Sprintf("rc-%d", i)
 		stream := i%2 == 1
