@@ -32,7 +32,8 @@ func (l *usageLog) costLocked(e usageEntry) int64 {
 	for _, qr := range [][2]int64{
 		{e.tokens.Input, p.Input}, {e.tokens.CacheRead, p.CacheRead}, {e.tokens.CacheWrite5m, p.CacheWrite5m},
 		{e.tokens.CacheWrite1h, p.CacheWrite1h}, {e.tokens.Output, p.Output}, {e.tokens.AudioInput, p.AudioInput},
-		{e.tokens.AudioOutput, p.AudioOutput}, {e.tokens.WebSearches, p.WebSearches},
+		{e.tokens.AudioOutput, p.AudioOutput}, {e.tokens.ImageInput, p.ImageInput},
+		{e.tokens.ImageOutput, p.ImageOutput}, {e.tokens.WebSearches, p.WebSearches},
 		{e.tokens.AudioSeconds, p.AudioSeconds}, {e.tokens.Images, p.Images},
 	} {
 		sum.Add(sum, new(big.Int).Mul(big.NewInt(qr[0]), big.NewInt(qr[1])))

@@ -9,10 +9,10 @@ import (
 
 // OpenAI's other organization usage reports: embeddings, audio
 // transcriptions (seconds) and images (counts), in the completions
-// report's shape and query, each from its own log: the embeddings and the
-// whisper transcriptions the fake served. Images are not billed by the
-// fake (the report answers with empty buckets but for usage added with
-// POST /usage, format "images").
+// report's shape and query, each from its own log: the embeddings, the
+// whisper transcriptions and the images of the models priced per image
+// (dall-e-*) the fake served. The GPT image models and the transcription
+// models priced by tokens are billed in the completions report.
 
 const (
 	embeddingsUsagePath     = "/v1/organization/usage/embeddings"

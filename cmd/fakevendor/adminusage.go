@@ -17,7 +17,9 @@ import (
 // OpenAI's organization Usage API (GET /v1/organization/usage/completions)
 // on the chat completions one. Each /v1/messages and /v1/chat/completions
 // reply the fake generates is billed in full when it is planned, as a
-// vendor bills a generation whose client left. The reports want the admin key (-messages-admin-key,
+// vendor bills a generation whose client left; so are the token-priced
+// images (gpt-image-*) and transcriptions (gpt-4o-transcribe), which the
+// completions report counts (images.go, transcriptions.go). The reports want the admin key (-messages-admin-key,
 // -chat-completions-admin-key), never an API key.
 
 // The report paths.
@@ -39,6 +41,8 @@ type billed struct {
 	Output       int64 `json:"output_tokens"` // reasoning included
 	AudioInput   int64 `json:"audio_input_tokens"`
 	AudioOutput  int64 `json:"audio_output_tokens"`
+	ImageInput   int64 `json:"image_input_tokens"`
+	ImageOutput  int64 `json:"image_output_tokens"`
 	WebSearches  int64 `json:"web_search_requests"`
 	// AudioSeconds and Images are what the transcriptions and images
 	// reports count (adminreports.go).
@@ -54,6 +58,8 @@ func (b *billed) add(o billed) {
 	b.Output += o.Output
 	b.AudioInput += o.AudioInput
 	b.AudioOutput += o.AudioOutput
+	b.ImageInput += o.ImageInput
+	b.ImageOutput += o.ImageOutput
 	b.WebSearches += o.WebSearches
 	b.AudioSeconds += o.AudioSeconds
 	b.Images += o.Images
@@ -354,6 +360,8 @@ func (s *site) chatUsageReport(w http.ResponseWriter, r *http.Request) {
 		InputCachedTokens int64   `json:"input_cached_tokens"`
 		InputAudioTokens  int64   `json:"input_audio_tokens"`
 		OutputAudioTokens int64   `json:"output_audio_tokens"`
+		InputImageTokens  int64   `json:"input_image_tokens"`
+		OutputImageTokens int64   `json:"output_image_tokens"`
 		NumModelRequests  int64   `json:"num_model_requests"`
 		ProjectID         *string `json:"project_id"`
 		UserID            *string `json:"user_id"`
@@ -381,9 +389,11 @@ func (s *site) chatUsageReport(w http.ResponseWriter, r *http.Request) {
 		for _, e := range sortedGroups(buckets[i]) {
 			b.Results = append(b.Results, result{
 				Object: "organization.usage.completions.result",
-				// Text input, the cached part included; audio apart.
+				// Text input, the cached part included; audio and image
+				// tokens apart.
 				InputTokens: e.tokens.Input + e.tokens.CacheRead, InputCachedTokens: e.tokens.CacheRead,
 				OutputTokens: e.tokens.Output, InputAudioTokens: e.tokens.AudioInput, OutputAudioTokens: e.tokens.AudioOutput,
+				InputImageTokens: e.tokens.ImageInput, OutputImageTokens: e.tokens.ImageOutput,
 				NumModelRequests: e.requests,
 				APIKeyID:         orNull(rq.byKey, e.keyID), Model: orNull(rq.byModel, e.model),
 			})
@@ -431,5 +441,5 @@ func (h *controlHandler) postUsage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (b billed) negative() bool {
-	return min(b.Input, b.CacheRead, b.CacheWrite5m, b.CacheWrite1h, b.Output, b.AudioInput, b.AudioOutput, b.WebSearches, b.AudioSeconds, b.Images) < 0
+	return min(b.Input, b.CacheRead, b.CacheWrite5m, b.CacheWrite1h, b.Output, b.AudioInput, b.AudioOutput, b.ImageInput, b.ImageOutput, b.WebSearches, b.AudioSeconds, b.Images) < 0
 }

@@ -162,3 +162,38 @@ func TestUsageControlRejects(t *testing.T) {
 		}
 	}
 }
+
+// The token-priced images and transcriptions are billed in the completions
+// report, image and audio tokens apart from text; the images of a model
+// priced per image in the images report.
+func TestTokenPricedUsageReports(t *testing.T) {
+	tf := adminFake(t)
+	auth := []string{"authorization", "Bearer kc"}
+	prompt := "A lighthouse at dawn"
+	tf.call("POST", tf.chatCompletions.URL+"/v1/images/generations", `{"model":"gpt-image-1","prompt":"`+prompt+`","n":2,"quality":"low"}`, auth...)
+	tf.call("POST", tf.chatCompletions.URL+"/v1/images/generations", `{"model":"dall-e-2","prompt":"x","n":3}`, auth...)
+	body, ct := transcriptionBody(t, 16_000, "model", "gpt-4o-transcribe", "prompt", "sixteen bytes!!!")
+	tf.call("POST", tf.chatCompletions.URL+"/v1/audio/transcriptions", body, "Content-Type", ct, auth[0], auth[1])
+
+	_, data := tf.call("GET", tf.chatCompletions.URL+chatUsagePath+hourQuery("chat_completions"), "", "authorization", "Bearer admin-c")
+	rows, _, err := vendorusage.ParseOpenAI(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]usage.Usage{}
+	for _, r := range rows {
+		got[r.Model] = r.Tokens
+	}
+	want := map[string]usage.Usage{
+		"gpt-image-1": {Input: int64((len(prompt) + 3) / 4), ImageOutput: 2 * 272},
+		// 10 audio tokens (1,600 bytes each), the prompt's 2, 12 words.
+		"gpt-4o-transcribe": {Input: 2, AudioInput: 10, Output: 12},
+	}
+	if len(got) != 2 || got["gpt-image-1"] != want["gpt-image-1"] || got["gpt-4o-transcribe"] != want["gpt-4o-transcribe"] {
+		t.Errorf("completions report %+v; want %+v", got, want)
+	}
+	_, data = tf.call("GET", tf.chatCompletions.URL+imagesUsagePath+hourQuery("chat_completions"), "", "authorization", "Bearer admin-c")
+	if !strings.Contains(string(data), `"images":3`) || !strings.Contains(string(data), `"model":"dall-e-2"`) || strings.Contains(string(data), "gpt-image-1") {
+		t.Errorf("images report %s; want dall-e-2's 3 images alone", data)
+	}
+}

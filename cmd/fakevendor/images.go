@@ -22,6 +22,10 @@ import (
 //     that image's usage.
 //   - other models (dall-e-2, dall-e-3) report no usage: n images, as a
 //     url (their default) or b64_json; they never stream.
+//
+// Each generation is billed when planned: the GPT image models' tokens in
+// the completions usage report (text input as input, the output as image
+// output tokens), the others' images in the images report.
 func (b *chatAPI) images(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
 	var req struct {
 		Model          string `json:"model"`
@@ -42,6 +46,7 @@ func (b *chatAPI) images(w http.ResponseWriter, r *http.Request, body []byte, ct
 	created := time.Now().Unix()
 	gpt := strings.HasPrefix(req.Model, "gpt-image") || strings.HasPrefix(req.Model, "chatgpt-image")
 	if !gpt {
+		b.fake.imagesUsage.bill(r, req.Model, billed{Images: int64(req.N)})
 		data := make([]map[string]any, req.N)
 		for i := range data {
 			if req.ResponseFormat == "b64_json" {
@@ -62,6 +67,11 @@ func (b *chatAPI) images(w http.ResponseWriter, r *http.Request, body []byte, ct
 			"output_tokens": o, "total_tokens": text + o,
 		}
 	}
+	partials := 0
+	if req.Stream {
+		partials = req.PartialImages
+	}
+	b.fake.chatCompletionsUsage.bill(r, req.Model, billed{Input: int64(text), ImageOutput: int64(req.N * (out + partials*100))})
 	if !req.Stream {
 		data := make([]map[string]any, req.N)
 		for i := range data {

@@ -23,7 +23,7 @@ import (
 //     token (input_tokens, when set, is the whole input), output the
 //     transcript's words (output_tokens overrides); with stream=true a
 //     transcript.text.delta event per word, then transcript.text.done with
-//     the usage.
+//     the usage. Their tokens are billed in the completions usage report.
 //   - response_format text, srt and vtt are the bare transcript, no usage.
 func (b *chatAPI) transcriptions(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
 	f, refusal := readTranscriptionForm(r.Header.Get("Content-Type"), body)
@@ -55,6 +55,8 @@ func (b *chatAPI) transcriptions(w http.ResponseWriter, r *http.Request, body []
 		input = ctl.InputTokens
 	}
 	output := cmp.Or(ctl.OutputTokens, len(words))
+	// Billed in the completions usage report, audio apart from text.
+	b.fake.chatCompletionsUsage.bill(r, f.model, billed{Input: int64(input - min(audio, input)), AudioInput: int64(min(audio, input)), Output: int64(output)})
 	usage := map[string]any{
 		"type": "tokens", "input_tokens": input,
 		"input_token_details": map[string]any{"text_tokens": input - audio, "audio_tokens": audio},

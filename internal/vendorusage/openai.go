@@ -25,12 +25,15 @@ type openAIPage struct {
 		Results   []struct {
 			Object string `json:"object"` // "organization.usage.completions.result"
 			// InputTokens includes the cached ones (InputCachedTokens);
-			// audio is counted apart.
+			// audio and image tokens (the GPT image models') are counted
+			// apart.
 			InputTokens       int64   `json:"input_tokens"`
 			InputCachedTokens int64   `json:"input_cached_tokens"`
 			OutputTokens      int64   `json:"output_tokens"`
 			InputAudioTokens  int64   `json:"input_audio_tokens"`
 			OutputAudioTokens int64   `json:"output_audio_tokens"`
+			InputImageTokens  int64   `json:"input_image_tokens"`
+			OutputImageTokens int64   `json:"output_image_tokens"`
 			NumModelRequests  int64   `json:"num_model_requests"`
 			APIKeyID          *string `json:"api_key_id"`
 			Model             *string `json:"model"`
@@ -64,6 +67,8 @@ func ParseOpenAI(b []byte) (rows []Row, next string, err error) {
 					Output:      r.OutputTokens,
 					AudioInput:  r.InputAudioTokens,
 					AudioOutput: r.OutputAudioTokens,
+					ImageInput:  r.InputImageTokens,
+					ImageOutput: r.OutputImageTokens,
 				},
 				Requests: r.NumModelRequests,
 			})
@@ -101,7 +106,7 @@ func deref(s *string) string {
 var openAIOther = map[string]func(r openAIOtherResult) usage.Usage{
 	"/v1/organization/usage/embeddings":           func(r openAIOtherResult) usage.Usage { return usage.Usage{Input: r.InputTokens} },
 	"/v1/organization/usage/audio_transcriptions": func(r openAIOtherResult) usage.Usage { return usage.Usage{AudioSeconds: r.Seconds} },
-	"/v1/organization/usage/images":               func(r openAIOtherResult) usage.Usage { return usage.Usage{ImageGenerations: r.Images} },
+	"/v1/organization/usage/images":               func(r openAIOtherResult) usage.Usage { return usage.Usage{Images: r.Images} },
 }
 
 // openAIOtherResult is a result of the embeddings, audio transcriptions or

@@ -225,7 +225,23 @@ func TestFetchOtherReports(t *testing.T) {
 	for _, r := range rows {
 		sum = sum.Add(r.Tokens)
 	}
-	if len(rows) != 4 || sum != (usage.Usage{Input: 43, AudioSeconds: 61, ImageGenerations: 2}) {
+	if len(rows) != 4 || sum != (usage.Usage{Input: 43, AudioSeconds: 61, Images: 2}) {
 		t.Fatalf("%d rows, %+v", len(rows), sum)
+	}
+}
+
+// The GPT image models' tokens are in the completions report apart from
+// text: the ledger's image input and output.
+func TestParseOpenAIImageTokens(t *testing.T) {
+	page := `{"object":"page","data":[{"object":"bucket","start_time":1730419200,"end_time":1730422800,"results":[
+	  {"object":"organization.usage.completions.result","input_tokens":12,"output_tokens":0,"input_cached_tokens":0,
+	   "input_image_tokens":300,"output_image_tokens":4160,"num_model_requests":1,"api_key_id":"key_k1","model":"gpt-image-1"}]}],
+	  "has_more":false,"next_page":null}`
+	rows, next, err := ParseOpenAI([]byte(page))
+	if err != nil || next != "" || len(rows) != 1 {
+		t.Fatalf("rows %+v, next %q, err %v", rows, next, err)
+	}
+	if want := (usage.Usage{Input: 12, ImageInput: 300, ImageOutput: 4160}); rows[0].Tokens != want {
+		t.Errorf("tokens %+v; want %+v", rows[0].Tokens, want)
 	}
 }

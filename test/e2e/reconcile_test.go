@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -51,11 +53,19 @@ func reconcileStackWith(t *testing.T, o launch.Options, more ...func(*config.Con
 	s.Primary.SetPrice(config.FormatChatCompletions, betaModel, priceOf(t, s, "beta", betaModel), 1)
 	s.Primary.SetPrice("embeddings", embeddingModel, priceOf(t, s, "beta", embeddingModel), 1)
 	s.Primary.SetPrice("audio_transcriptions", "whisper-1", priceOf(t, s, "beta", "whisper-1"), 1)
+	for _, m := range []string{imageModel, tokenTranscribeModel} {
+		s.Primary.SetPrice(config.FormatChatCompletions, m, priceOf(t, s, "beta", m), 1)
+	}
 	return s
 }
 
-// embeddingModel is the embedding model the reconciliation tests send.
-const embeddingModel = "text-embedding-3-small"
+// The embedding, image and token-priced transcription models the
+// reconciliation tests send.
+const (
+	embeddingModel       = "text-embedding-3-small"
+	imageModel           = "gpt-image-1"
+	tokenTranscribeModel = "gpt-4o-transcribe"
+)
 
 // catalogueCost is u of the upstream's model at the catalogue's standard
 // rates, as the reconciliation prices a difference.
@@ -123,7 +133,7 @@ func TestReconcileVendorReports(t *testing.T) {
 	waitHealthRoute(t, s, "primary")
 	from := time.Now().UTC().Truncate(time.Hour)
 
-	n := 40
+	n := 490 // and the ten others below: 500 requests
 	for i := range n {
 		session := fmt.Sprintf("rc-%d", i)
 		stream := i%2 == 1
@@ -172,7 +182,23 @@ func TestReconcileVendorReports(t *testing.T) {
 	if resp, out := s.Do("POST", transcriptionsPath, hdr, form); resp.StatusCode != 200 {
 		t.Fatalf("transcription: %d %s", resp.StatusCode, out)
 	}
-	const others = 6
+	// Images and transcriptions priced by tokens, which the completions
+	// report counts: JSON and streamed each.
+	for _, body := range []string{
+		`{"model":"` + imageModel + `","prompt":"A lighthouse at dawn","n":2,"quality":"low"}`,
+		`{"model":"` + imageModel + `","prompt":"A lighthouse","stream":true,"partial_images":1,"quality":"low"}`,
+	} {
+		if resp, out := s.Do("POST", imagesPath, chatCompletionsHeaders(acct.Key), []byte(body)); resp.StatusCode != 200 {
+			t.Fatalf("images: %d %.300s", resp.StatusCode, out)
+		}
+	}
+	for _, stream := range []string{"false", "true"} {
+		form, hdr := transcriptionForm(t, acct.Key, 16_000, "model", tokenTranscribeModel, "stream", stream, "prompt", "Names: Ada.")
+		if resp, out := s.Do("POST", transcriptionsPath, hdr, form); resp.StatusCode != 200 {
+			t.Fatalf("transcription (%s, stream %s): %d %s", tokenTranscribeModel, stream, resp.StatusCode, out)
+		}
+	}
+	const others = 10
 	n += others
 	to := time.Now().UTC().Truncate(time.Hour).Add(time.Hour)
 
@@ -216,11 +242,46 @@ func TestReconcileVendorReports(t *testing.T) {
 	}
 	check(nil)
 
-	// Ten requests' worth sent with k2 directly, not through the gateway.
-	direct := usage.Usage{Input: 1000, Output: 77, CacheRead: 30}
-	s.Primary.AddUsage(config.FormatMessages, launch.PoolSecret("alpha", "k2"), alphaModel,
-		map[string]int64{"input_tokens": direct.Input, "output_tokens": direct.Output, "cache_read_tokens": direct.CacheRead})
+	// Ten requests sent to the vendor with k2 directly, not through the
+	// gateway: unexplained on k2 alone, exactly what the fake's own log
+	// billed for them.
+	before := len(s.Primary.Billed(config.FormatMessages))
+	for i := range 10 {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", s.Primary.Addrs.URL(config.FormatMessages)+"/v1/messages",
+			bytes.NewReader(messagesBody(i%2 == 1, "")))
+		for k, v := range messagesHeaders(launch.PoolSecret("alpha", "k2")) {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("direct request %d: %d %.300s", i, resp.StatusCode, out)
+		}
+	}
+	var direct usage.Usage
+	var directBilled int64
+	k2 := launch.VendorKeyID(launch.PoolSecret("alpha", "k2"))
+	directLog := s.Primary.Billed(config.FormatMessages)[before:]
+	for _, b := range directLog {
+		if b.KeyID != k2 {
+			t.Fatalf("the fake billed %+v to %s; want the direct requests' key %s", b.Usage(), b.KeyID, k2)
+		}
+		direct, directBilled = direct.Add(b.Usage()), directBilled+b.NanoUSD
+	}
+	if len(directLog) != 10 || direct == (usage.Usage{}) {
+		t.Fatalf("the fake billed %d entries (%+v) for the ten direct requests", len(directLog), direct)
+	}
+	// The reconciliation prices the sum once, the fake each request
+	// rounded up: at most one nano-USD apart per request.
+	if d := directBilled - catalogueCost(t, s, "alpha", direct); d < 0 || d > 10 {
+		t.Errorf("the direct requests: the fake billed %d nano-USD, the catalogue prices their %+v at %d", directBilled, direct, catalogueCost(t, s, "alpha", direct))
+	}
 	check(map[string]usage.Usage{"alpha/k2": direct})
+	t.Logf("ten direct requests on k2: %d tokens, %d nano-USD billed", reconcile.Tokens(direct), directBilled)
 
 	// A client leaves a beta stream mid-way: its entry is settled at an
 	// estimate, while the vendor bills all it generated. That difference is
@@ -308,7 +369,12 @@ func TestReconcileVendorReports(t *testing.T) {
 		}
 		explainedRows += len(r.Explained)
 	}
-	want := map[string]string{"input": "1000", "output": "77", "cache_read": "30"}
+	want := map[string]string{}
+	for _, k := range usage.Kinds {
+		if q := k.Of(direct); q != 0 {
+			want[k.Name] = strconv.FormatInt(q, 10)
+		}
+	}
 	if got := unexplained["alpha/k2/"+alphaModel]; len(unexplained) != 1 || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("gatewayctl reconcile: unexplained %v; want %v on alpha/k2 alone\n%s", unexplained, want, out)
 	}

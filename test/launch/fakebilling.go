@@ -8,7 +8,7 @@ import (
 )
 
 // SetPrice makes the fake bill model, in a wire format's cost report (or
-// one of OpenAI's other reports: embeddings, audio_transcriptions), at
+// one of OpenAI's other reports: embeddings, audio_transcriptions, images), at
 // the rates of m's standard tier from now on (as the catalogue prices it),
 // each rate multiplied by factor: 1 is the catalogue's price, above 1 a
 // price raised at the vendor.
@@ -20,7 +20,8 @@ func (f *Fake) SetPrice(format, model string, m *pricing.Model, factor int64) {
 		"input_tokens": r.Input, "output_tokens": r.Output, "cache_read_tokens": r.CacheRead,
 		"cache_write_tokens": r.CacheWrite5m, "cache_write_1h_tokens": r.CacheWrite1h,
 		"audio_input_tokens": r.AudioInput, "audio_output_tokens": r.AudioOutput,
-		"audio_seconds": r.AudioSeconds, "images": r.ImageGenerations,
+		"image_input_tokens": r.ImageInput, "image_output_tokens": r.ImageOutput,
+		"audio_seconds": r.AudioSeconds, "images": r.Images,
 	} {
 		body[name] = rate * factor
 	}
@@ -41,6 +42,10 @@ type Billed struct {
 		Output       int64 `json:"output_tokens"`
 		AudioInput   int64 `json:"audio_input_tokens"`
 		AudioOutput  int64 `json:"audio_output_tokens"`
+		ImageInput   int64 `json:"image_input_tokens"`
+		ImageOutput  int64 `json:"image_output_tokens"`
+		AudioSeconds int64 `json:"audio_seconds"`
+		Images       int64 `json:"images"`
 	} `json:"tokens"`
 }
 
@@ -48,7 +53,8 @@ type Billed struct {
 func (b Billed) Usage() usage.Usage {
 	t := b.Tokens
 	return usage.Usage{Input: t.Input, CacheRead: t.CacheRead, CacheWrite5m: t.CacheWrite5m, CacheWrite1h: t.CacheWrite1h,
-		Output: t.Output, AudioInput: t.AudioInput, AudioOutput: t.AudioOutput}
+		Output: t.Output, AudioInput: t.AudioInput, AudioOutput: t.AudioOutput, ImageInput: t.ImageInput, ImageOutput: t.ImageOutput,
+		AudioSeconds: t.AudioSeconds, Images: t.Images}
 }
 
 // Billed returns every entry the fake billed in a wire format's reports.
