@@ -6,7 +6,6 @@ import (
 	"math/big"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -145,27 +144,12 @@ func (s *site) messagesCostReport(w http.ResponseWriter, r *http.Request) {
 
 // chatCostReport serves OpenAI's Costs API.
 func (s *site) chatCostReport(w http.ResponseWriter, r *http.Request) {
-	a := r.Header.Get("Authorization")
-	if !strings.HasPrefix(a, "Bearer ") || !adminKeyOK(s.fake.cfg.chatCompletionsAdminKey, a[len("Bearer "):]) {
-		s.api.writeError(w, r, http.StatusUnauthorized, "The costs API needs an admin key.")
+	start, end, ok := s.openAIWindow(w, r, "costs")
+	if !ok {
 		return
 	}
 	q := r.URL.Query()
-	secs, err := strconv.ParseInt(q.Get("start_time"), 10, 64)
-	if err != nil {
-		s.api.writeError(w, r, http.StatusBadRequest, "start_time: Unix seconds are required.")
-		return
-	}
-	var end time.Time
-	if v := q.Get("end_time"); v != "" {
-		e, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			s.api.writeError(w, r, http.StatusBadRequest, "end_time: not Unix seconds.")
-			return
-		}
-		end = time.Unix(e, 0)
-	}
-	rq, msg := costQuery(q, time.Unix(secs, 0), end, 180)
+	rq, msg := costQuery(q, start, end, 180)
 	if msg != "" {
 		s.api.writeError(w, r, http.StatusBadRequest, msg)
 		return

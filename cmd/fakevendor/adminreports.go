@@ -2,9 +2,7 @@ package main
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
 )
 
 // OpenAI's other organization usage reports: embeddings, audio
@@ -21,29 +19,14 @@ const (
 )
 
 func (s *site) otherUsageReport(w http.ResponseWriter, r *http.Request) {
-	a := r.Header.Get("Authorization")
-	if !strings.HasPrefix(a, "Bearer ") || !adminKeyOK(s.fake.cfg.chatCompletionsAdminKey, a[len("Bearer "):]) {
-		s.api.writeError(w, r, http.StatusUnauthorized, "The usage API needs an admin key.")
+	start, end, ok := s.openAIWindow(w, r, "usage")
+	if !ok {
 		return
 	}
 	kind := strings.TrimPrefix(r.URL.Path, "/v1/organization/usage/")
 	l := s.fake.usageLogOf(kind)
 	q := r.URL.Query()
-	secs, err := strconv.ParseInt(q.Get("start_time"), 10, 64)
-	if err != nil {
-		s.api.writeError(w, r, http.StatusBadRequest, "start_time: Unix seconds are required.")
-		return
-	}
-	var end time.Time
-	if v := q.Get("end_time"); v != "" {
-		e, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			s.api.writeError(w, r, http.StatusBadRequest, "end_time: not Unix seconds.")
-			return
-		}
-		end = time.Unix(e, 0)
-	}
-	rq, msg := parseReportQuery(q, time.Unix(secs, 0), end, "group_by")
+	rq, msg := parseReportQuery(q, start, end, "group_by")
 	if msg != "" {
 		s.api.writeError(w, r, http.StatusBadRequest, msg)
 		return

@@ -322,31 +322,16 @@ func (s *site) messagesUsageReport(w http.ResponseWriter, r *http.Request) {
 
 // chatUsageReport serves OpenAI's completions usage report.
 func (s *site) chatUsageReport(w http.ResponseWriter, r *http.Request) {
-	a := r.Header.Get("Authorization")
-	if !strings.HasPrefix(a, "Bearer ") || !adminKeyOK(s.fake.cfg.chatCompletionsAdminKey, a[len("Bearer "):]) {
-		s.api.writeError(w, r, http.StatusUnauthorized, "The usage API needs an admin key.")
+	start, end, ok := s.openAIWindow(w, r, "usage")
+	if !ok {
 		return
 	}
 	q := r.URL.Query()
-	secs, err := strconv.ParseInt(q.Get("start_time"), 10, 64)
-	if err != nil {
-		s.api.writeError(w, r, http.StatusBadRequest, "start_time: Unix seconds are required.")
-		return
-	}
-	var end time.Time
-	if v := q.Get("end_time"); v != "" {
-		e, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			s.api.writeError(w, r, http.StatusBadRequest, "end_time: not Unix seconds.")
-			return
-		}
-		end = time.Unix(e, 0)
-	}
 	groupParam := "group_by"
 	if len(q["group_by[]"]) > 0 {
 		groupParam = "group_by[]"
 	}
-	rq, msg := parseReportQuery(q, time.Unix(secs, 0), end, groupParam)
+	rq, msg := parseReportQuery(q, start, end, groupParam)
 	if msg != "" {
 		s.api.writeError(w, r, http.StatusBadRequest, msg)
 		return
@@ -442,4 +427,30 @@ func (h *controlHandler) postUsage(w http.ResponseWriter, r *http.Request) {
 
 func (b billed) negative() bool {
 	return min(b.Input, b.CacheRead, b.CacheWrite5m, b.CacheWrite1h, b.Output, b.AudioInput, b.AudioOutput, b.ImageInput, b.ImageOutput, b.WebSearches, b.AudioSeconds, b.Images) < 0
+}
+
+// openAIWindow checks an OpenAI admin report's key and reads its
+// start_time and end_time (Unix seconds; none: open-ended), answering the
+// error itself when either is wrong.
+func (s *site) openAIWindow(w http.ResponseWriter, r *http.Request, api string) (start, end time.Time, ok bool) {
+	a := r.Header.Get("Authorization")
+	if !strings.HasPrefix(a, "Bearer ") || !adminKeyOK(s.fake.cfg.chatCompletionsAdminKey, a[len("Bearer "):]) {
+		s.api.writeError(w, r, http.StatusUnauthorized, "The "+api+" API needs an admin key.")
+		return start, end, false
+	}
+	q := r.URL.Query()
+	secs, err := strconv.ParseInt(q.Get("start_time"), 10, 64)
+	if err != nil {
+		s.api.writeError(w, r, http.StatusBadRequest, "start_time: Unix seconds are required.")
+		return start, end, false
+	}
+	if v := q.Get("end_time"); v != "" {
+		e, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			s.api.writeError(w, r, http.StatusBadRequest, "end_time: not Unix seconds.")
+			return start, end, false
+		}
+		end = time.Unix(e, 0)
+	}
+	return time.Unix(secs, 0), end, true
 }

@@ -226,33 +226,13 @@ func (s *Store) ListKeys(ctx context.Context, accountID string) ([]account.Key, 
 	if !validID(accountID) {
 		return nil, fmt.Errorf("store: list keys of %q: %w", accountID, ErrNotFound)
 	}
-	var exists *redis.IntCmd
-	var members *redis.StringSliceCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		exists = p.Exists(ctx, acctKey(accountID, "acct"))
-		members = p.SMembers(ctx, acctKey(accountID, "keys"))
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: list keys of %s: %w", accountID, err)
-	}
-	if exists.Val() == 0 {
-		return nil, fmt.Errorf("store: list keys of %s: %w", accountID, ErrNotFound)
-	}
-	ids := members.Val()
-	cmds := make([]*redis.MapStringStringCmd, len(ids))
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.HGetAll(ctx, acctKey(accountID, "key:"+id))
-		}
-		return nil
-	})
+	ids, hashes, err := s.members(ctx, accountID, "keys", "key:")
 	if err != nil {
 		return nil, fmt.Errorf("store: list keys of %s: %w", accountID, err)
 	}
 	keys := make([]account.Key, 0, len(ids))
 	for i, id := range ids {
-		if k, ok := decodeKey(id, cmds[i].Val()); ok {
+		if k, ok := decodeKey(id, hashes[i]); ok {
 			keys = append(keys, k)
 		}
 	}
@@ -353,4 +333,38 @@ func (s *Store) Key(ctx context.Context, accountID, keyID string) (account.Key, 
 		return account.Key{}, fmt.Errorf("store: key %s of %s: %w", keyID, accountID, ErrNotFound)
 	}
 	return k, nil
+}
+
+// members reads the ids in one of the account's sets (keys, projects) and
+// the hash of each, named prefix+id: ErrNotFound when the account is not.
+func (s *Store) members(ctx context.Context, accountID, set, prefix string) ([]string, []map[string]string, error) {
+	var exists *redis.IntCmd
+	var members *redis.StringSliceCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		exists = p.Exists(ctx, acctKey(accountID, "acct"))
+		members = p.SMembers(ctx, acctKey(accountID, set))
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if exists.Val() == 0 {
+		return nil, nil, ErrNotFound
+	}
+	ids := members.Val()
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGetAll(ctx, acctKey(accountID, prefix+id))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	hashes := make([]map[string]string, len(ids))
+	for i, c := range cmds {
+		hashes[i] = c.Val()
+	}
+	return ids, hashes, nil
 }

@@ -147,33 +147,13 @@ func (s *Store) ListProjects(ctx context.Context, accountID string) ([]account.P
 	if !validID(accountID) {
 		return nil, fmt.Errorf("store: list projects of %q: %w", accountID, ErrNotFound)
 	}
-	var exists *redis.IntCmd
-	var members *redis.StringSliceCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		exists = p.Exists(ctx, acctKey(accountID, "acct"))
-		members = p.SMembers(ctx, acctKey(accountID, "projects"))
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: list projects of %s: %w", accountID, err)
-	}
-	if exists.Val() == 0 {
-		return nil, fmt.Errorf("store: list projects of %s: %w", accountID, ErrNotFound)
-	}
-	ids := members.Val()
-	cmds := make([]*redis.MapStringStringCmd, len(ids))
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			cmds[i] = p.HGetAll(ctx, acctKey(accountID, "proj:"+id))
-		}
-		return nil
-	})
+	ids, hashes, err := s.members(ctx, accountID, "projects", "proj:")
 	if err != nil {
 		return nil, fmt.Errorf("store: list projects of %s: %w", accountID, err)
 	}
 	out := make([]account.Project, 0, len(ids)+1)
 	for i, id := range ids {
-		if p, ok := decodeProject(accountID, id, cmds[i].Val()); ok {
+		if p, ok := decodeProject(accountID, id, hashes[i]); ok {
 			out = append(out, p)
 		}
 	}
