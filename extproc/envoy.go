@@ -84,35 +84,45 @@ func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest)
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return x.requestBody(ctx, r.RequestBody)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		h := r.ResponseHeaders
-		hv := readHeaders(h.GetHeaders())
-		code, _ := strconv.Atoi(hv.status)
-		resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-			ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
-		}}
-		if !x.replyHeaders(code, hv.endpoint, hv.contentType, h.GetEndOfStream()) {
-			resp.ModeOverride = &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE}
-		}
-		return resp
+		return x.responseHeaders(r.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		b := r.ResponseBody
-		out, changed, refused := x.replyChunk(ctx, replyHeadOf(req.GetAttributes(), req.GetMetadataContext()), b.GetBody(), b.GetEndOfStream())
-		if refused != nil {
-			return refused.immediate()
-		}
-		common := &extprocv3.CommonResponse{}
-		if changed {
-			common.BodyMutation = bodyMutation(out)
-		}
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-			ResponseBody: &extprocv3.BodyResponse{Response: common},
-		}}
+		return x.responseBody(ctx, req, r.ResponseBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 	}
 	return nil
+}
+
+// responseHeaders answers the reply's headers. The reply's phases are
+// functions of their own so that the request's phases, which share
+// handle's frame, keep a small stack.
+func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	hv := readHeaders(h.GetHeaders())
+	code, _ := strconv.Atoi(hv.status)
+	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
+	}}
+	if !x.replyHeaders(code, hv.endpoint, hv.contentType, h.GetEndOfStream()) {
+		resp.ModeOverride = &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE}
+	}
+	return resp
+}
+
+// responseBody answers a chunk of the reply.
+func (x *exchange) responseBody(ctx context.Context, req *extprocv3.ProcessingRequest, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	out, changed, refused := x.replyChunk(ctx, replyHeadOf(req.GetAttributes(), req.GetMetadataContext()), b.GetBody(), b.GetEndOfStream())
+	if refused != nil {
+		return refused.immediate()
+	}
+	common := &extprocv3.CommonResponse{}
+	if changed {
+		common.BodyMutation = bodyMutation(out)
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: common},
+	}}
 }
 
 // attributesKey is where Envoy puts the ext_proc filter's attributes.

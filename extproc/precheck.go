@@ -38,7 +38,10 @@ type InFlightReader interface {
 // precheck answers a metered request its key's standing refuses whatever
 // its body; nil: read the body.
 func (x *exchange) precheck(ctx context.Context) *Refusal {
-	st := x.key.Standing
+	if x.key.Standing == nil {
+		return nil
+	}
+	st := *x.key.Standing
 	if d, ok := x.full(ctx, st); ok {
 		return x.refusedEarly(d)
 	}

@@ -82,8 +82,10 @@ type Key struct {
 	ProjectName   string
 	ProjectLimits Limits
 	// Standing is what the account and the key had left when the key
-	// was looked up: the request headers' pre-check.
-	Standing Standing
+	// was looked up: the request headers' pre-check; nil when not read.
+	// A pointer: a key is copied down the request path, whose stack is
+	// bounded (the stream stack test).
+	Standing *Standing
 }
 
 // DefaultProject is the id of the project every account has implicitly:

@@ -120,7 +120,7 @@ type Cache struct {
 	max int
 
 	mu      sync.Mutex
-	entries map[[32]byte]cacheEntry
+	entries map[[32]byte]*cacheEntry
 }
 
 type cacheEntry struct {
@@ -135,37 +135,47 @@ func NewCache(src Lookuper, ttl time.Duration) *Cache {
 	if ttl <= 0 {
 		ttl = config.DefaultKeyCacheTTL
 	}
-	return &Cache{src: src, ttl: ttl, now: time.Now, max: 100_000, entries: make(map[[32]byte]cacheEntry)}
+	return &Cache{src: src, ttl: ttl, now: time.Now, max: 100_000, entries: make(map[[32]byte]*cacheEntry)}
 }
 
 // Lookup returns the key for secret, or store.ErrNotFound.
+//
+// Entries are held by pointer and a miss is looked up in a function of its
+// own: a hit, the request path's usual case, keeps a small frame on the
+// stream's stack (the stream stack test bounds it).
 func (c *Cache) Lookup(ctx context.Context, secret string) (account.Key, error) {
 	h := store.HashSecret(secret)
 	now := c.now()
 	c.mu.Lock()
-	e, ok := c.entries[h]
+	e := c.entries[h]
 	c.mu.Unlock()
-	if ok && now.Before(e.expires) {
-		if !e.found {
-			return account.Key{}, store.ErrNotFound
+	if e == nil || !now.Before(e.expires) {
+		var err error
+		if e, err = c.fetch(ctx, h, now); err != nil {
+			return account.Key{}, err
 		}
-		return e.key, nil
 	}
+	if !e.found {
+		return account.Key{}, store.ErrNotFound
+	}
+	return e.key, nil
+}
+
+// fetch looks up the key hashed h in the store and caches what it found,
+// a key or none; store trouble is not cached.
+func (c *Cache) fetch(ctx context.Context, h [32]byte, now time.Time) (*cacheEntry, error) {
 	k, err := c.src.LookupKey(ctx, h)
-	found := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return account.Key{}, err // store trouble: do not cache
+		return nil, err
 	}
+	e := &cacheEntry{key: k, found: err == nil, expires: now.Add(c.ttl)}
 	c.mu.Lock()
 	if len(c.entries) >= c.max {
 		c.evictLocked(now)
 	}
-	c.entries[h] = cacheEntry{key: k, found: found, expires: now.Add(c.ttl)}
+	c.entries[h] = e
 	c.mu.Unlock()
-	if !found {
-		return account.Key{}, store.ErrNotFound
-	}
-	return k, nil
+	return e, nil
 }
 
 // evictLocked drops expired entries, or everything if none had expired, so

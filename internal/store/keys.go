@@ -216,7 +216,8 @@ func (s *Store) LookupKey(ctx context.Context, hash [32]byte) (account.Key, erro
 			k.ProjectName, k.ProjectLimits = p.Name, p.Limits
 		}
 	}
-	k.Standing = standing()
+	st := standing()
+	k.Standing = &st
 	return k, nil
 }
 
