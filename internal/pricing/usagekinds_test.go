@@ -138,3 +138,28 @@ func TestOwnModelPricedAlone(t *testing.T) {
 		t.Errorf("hold of three images %d", h)
 	}
 }
+
+// Of a kind's several catalogue fields the first its declaration lists
+// prices it, whatever the order the entry's fields are read in: an image
+// generated is the entry's output_cost_per_image where it gives one beside
+// input_cost_per_image (a prompt image's price), else its
+// input_cost_per_image.
+func TestCatalogueImagePriceOfTwoFields(t *testing.T) {
+	data := []byte(`{
+		"both": {"litellm_provider": "p", "mode": "image_generation", "input_cost_per_image": 0.0011, "output_cost_per_image": 0.134},
+		"both-zero": {"litellm_provider": "p", "mode": "image_generation", "output_cost_per_image": 0.008, "input_cost_per_image": 0.0},
+		"input-only": {"litellm_provider": "p", "mode": "image_generation", "input_cost_per_image": 0.04}
+	}`)
+	want := map[string]int64{"both": 134_000_000_000_000, "both-zero": 8_000_000_000_000, "input-only": 40_000_000_000_000}
+	for range 50 { // map order varies from run to run
+		cat, err := ParseCatalogue(data, []string{"p"}, []string{"image_generation"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, w := range want {
+			if got := cat[name].Prices[PriceKey{Kind: "images"}]; got != w {
+				t.Fatalf("%s: %d per million images, want %d", name, got, w)
+			}
+		}
+	}
+}
