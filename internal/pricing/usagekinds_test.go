@@ -28,9 +28,6 @@ func TestHoldCoversEveryPricedKind(t *testing.T) {
 		if k.Priced() && k.Unit != usage.Token && (len(units) != 1 || units[0] != k.Unit) {
 			t.Errorf("%s: held per unit %v, want %v", k.Name, units, k.Unit)
 		}
-		if PerCall(k.Name) != (k.Unit == usage.Call) || PerSecond(k.Name) != (k.Unit == usage.Second) {
-			t.Errorf("%s: PerCall %v, PerSecond %v for unit %v", k.Name, PerCall(k.Name), PerSecond(k.Name), k.Unit)
-		}
 		sides := len(units)
 		for _, b := range []bool{in, out} {
 			if b {
