@@ -159,4 +159,17 @@ func TestCatalogueImagePriceOfTwoFields(t *testing.T) {
 			}
 		}
 	}
+	// Three images cost three times the entry's price, to the nano-USD.
+	cat, err := ParseCatalogue(data, []string{"p"}, []string{"image_generation"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := NewTable(cat, config.Models{Providers: []string{"p"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := tab.Lookup("both")
+	if c := m.Price(usage.Usage{Images: 3}, "", ""); c.Cost != 3*134_000_000 {
+		t.Errorf("three images of both: %d nano-USD, want %d", c.Cost, 3*134_000_000)
+	}
 }
