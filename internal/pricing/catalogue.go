@@ -333,6 +333,10 @@ func parseEntry(name, provider, mode string, msg json.RawMessage) (CatalogueEntr
 			e.MaxInput = n
 		}
 	}
+	// rank: by price, the place in its kind's Catalogue of the field that
+	// set it, so that of two fields of one kind the first listed wins
+	// whatever the order the entry's fields are read in.
+	rank := map[PriceKey]int{}
 	for field, v := range fields {
 		if region, ok := strings.CutPrefix(field, upliftField); ok && region != "" {
 			ppm, err := partsPerMillion(v)
@@ -350,7 +354,12 @@ func parseEntry(name, provider, mode string, msg json.RawMessage) (CatalogueEntr
 		if err != nil {
 			return e, fmt.Errorf("%s: %w", field, err)
 		}
-		e.Prices[PriceKey{kind, above, tier}] = rate
+		key := PriceKey{kind, above, tier}
+		if r, ok := rank[key]; ok && r < fieldRank(kind, field) {
+			continue // a field listed before it prices the kind
+		}
+		rank[key] = fieldRank(kind, field)
+		e.Prices[key] = rate
 	}
 	if v, ok := fields[searchField]; ok {
 		sizes, ok := v.(map[string]any)
@@ -366,6 +375,13 @@ func parseEntry(name, provider, mode string, msg json.RawMessage) (CatalogueEntr
 		}
 	}
 	return e, nil
+}
+
+// fieldRank is the place, in the Catalogue of the kind named kind, of the
+// field a price field (with its suffixes) is.
+func fieldRank(kind, field string) int {
+	k, _ := usage.KindNamed(kind)
+	return slices.IndexFunc(k.Catalogue, func(f string) bool { return strings.HasPrefix(field, f) })
 }
 
 // priced reports whether a catalogue entry has the prices of a model: a

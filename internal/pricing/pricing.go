@@ -25,7 +25,7 @@ import (
 const NanoPerUSD = 1_000_000_000
 
 // Rates are unit prices, one per usage kind, in nano-USD per million units
-// (tokens, or searches for WebSearches). They have the shape of a Usage so
+// (tokens, calls, seconds or images: usage.Kind.Unit). They have the shape of a Usage so
 // that a price and the quantity it prices share one field name.
 type Rates usage.Usage
 
@@ -366,16 +366,6 @@ func (m *Model) Hold(bodyBytes, maxOutput int64) int64 {
 	x := m.index()
 	return CostUplifted(usage.Usage{Input: bodyBytes, Output: maxOutput}, Rates{Input: x.in, Output: x.out}, x.upMax)
 }
-
-// PerCall reports whether the usage kind named kind is priced per built-in
-// tool call or session rather than per token: its rates, per million units
-// like every kind's, are shown per call.
-func PerCall(kind string) bool { return unitOf(kind) == usage.Call }
-
-// PerSecond reports whether the usage kind named kind is priced per second
-// of audio rather than per token; like per-call kinds, its rates are per
-// million units and an operator's price is per unit.
-func PerSecond(kind string) bool { return unitOf(kind) == usage.Second }
 
 // unitOf is the unit of the kind named kind (Token for none).
 func unitOf(kind string) usage.Unit {

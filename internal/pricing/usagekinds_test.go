@@ -28,9 +28,6 @@ func TestHoldCoversEveryPricedKind(t *testing.T) {
 		if k.Priced() && k.Unit != usage.Token && (len(units) != 1 || units[0] != k.Unit) {
 			t.Errorf("%s: held per unit %v, want %v", k.Name, units, k.Unit)
 		}
-		if PerCall(k.Name) != (k.Unit == usage.Call) || PerSecond(k.Name) != (k.Unit == usage.Second) {
-			t.Errorf("%s: PerCall %v, PerSecond %v for unit %v", k.Name, PerCall(k.Name), PerSecond(k.Name), k.Unit)
-		}
 		sides := len(units)
 		for _, b := range []bool{in, out} {
 			if b {
@@ -136,5 +133,43 @@ func TestOwnModelPricedAlone(t *testing.T) {
 	}
 	if h := m.UnitHold(usage.Image, 3); h != 120_000_000 {
 		t.Errorf("hold of three images %d", h)
+	}
+}
+
+// Of a kind's several catalogue fields the first its declaration lists
+// prices it, whatever the order the entry's fields are read in: an image
+// generated is the entry's output_cost_per_image where it gives one beside
+// input_cost_per_image (a prompt image's price), else its
+// input_cost_per_image.
+func TestCatalogueImagePriceOfTwoFields(t *testing.T) {
+	data := []byte(`{
+		"both": {"litellm_provider": "p", "mode": "image_generation", "input_cost_per_image": 0.0011, "output_cost_per_image": 0.134},
+		"both-zero": {"litellm_provider": "p", "mode": "image_generation", "output_cost_per_image": 0.008, "input_cost_per_image": 0.0},
+		"input-only": {"litellm_provider": "p", "mode": "image_generation", "input_cost_per_image": 0.04}
+	}`)
+	want := map[string]int64{"both": 134_000_000_000_000, "both-zero": 8_000_000_000_000, "input-only": 40_000_000_000_000}
+	for range 50 { // map order varies from run to run
+		cat, err := ParseCatalogue(data, []string{"p"}, []string{"image_generation"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, w := range want {
+			if got := cat[name].Prices[PriceKey{Kind: "images"}]; got != w {
+				t.Fatalf("%s: %d per million images, want %d", name, got, w)
+			}
+		}
+	}
+	// Three images cost three times the entry's price, to the nano-USD.
+	cat, err := ParseCatalogue(data, []string{"p"}, []string{"image_generation"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := NewTable(cat, config.Models{Providers: []string{"p"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := tab.Lookup("both")
+	if c := m.Price(usage.Usage{Images: 3}, "", ""); c.Cost != 3*134_000_000 {
+		t.Errorf("three images of both: %d nano-USD, want %d", c.Cost, 3*134_000_000)
 	}
 }

@@ -90,7 +90,8 @@ type Kind struct {
 	// price is no charge.
 	Else string
 	// Catalogue are the catalogue's price fields of the kind, before any
-	// long-context ("_above_200k_tokens") or tier ("_priority") suffix.
+	// long-context ("_above_200k_tokens") or tier ("_priority") suffix;
+	// of several an entry gives, the first listed prices the kind.
 	Catalogue []string
 	// Config is the kind's field in an operator's price (config.Price);
 	// empty for a kind without one.
@@ -137,7 +138,11 @@ var Kinds = []Kind{
 	{Name: "audio_seconds", Unit: Second, Catalogue: []string{"input_cost_per_second"}, Config: "audio_seconds", Alone: true, field: 12},
 	{Name: "image_input", Side: SideInput, Else: "input", Catalogue: []string{"input_cost_per_image_token"}, Config: "image_input", field: 13},
 	{Name: "image_output", Side: SideOutput, Else: "output", Catalogue: []string{"output_cost_per_image_token"}, Config: "image_output", field: 14},
-	{Name: "images", Unit: Image, Catalogue: []string{"input_cost_per_image", "output_cost_per_image"}, Config: "images", Alone: true, field: 15},
+	// An image generated: the catalogue's output_cost_per_image, or, for
+	// an entry without one (OpenAI's sized entries), its
+	// input_cost_per_image; where an entry gives both, the input price is
+	// per prompt image, which no reply the meters read reports.
+	{Name: "images", Unit: Image, Catalogue: []string{"output_cost_per_image", "input_cost_per_image"}, Config: "images", Alone: true, field: 15},
 }
 
 // field returns the address of field i. A switch rather than a function

@@ -1,6 +1,8 @@
 package images
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/modelgateway/gateway/extproc/format"
@@ -118,4 +120,48 @@ func FuzzMeter(f *testing.F) {
 
 func TestFoldedKeysRefused(t *testing.T) {
 	formattest.CheckFoldedKeys(t, Format{}.ParseRequest, "application/json", requestQuery.Paths())
+}
+
+// A stream of n images carries one completed event per image, each with
+// that image's usage: they add up. Cut after the first, the second is
+// estimated at its share of the hold.
+func TestMeterStreamOfImages(t *testing.T) {
+	completed := func(in, out int) string {
+		return `event: image_generation.completed` + "\n" +
+			`data: {"type":"image_generation.completed","b64_json":"AAAC","usage":{"input_tokens":` + strconv.Itoa(in) +
+			`,"input_tokens_details":{"image_tokens":0,"text_tokens":` + strconv.Itoa(in) + `},"output_tokens":` + strconv.Itoa(out) + `}}` + "\n\n"
+	}
+	first, second := completed(9, 1256), completed(9, 1056)
+	own := func() *Fields { return &Fields{N: 2, Partials: 0, OutputBound: 2 * 33_000} }
+	formattest.CheckStream(t, []byte(first+second), meterOf(own(), "text/event-stream"),
+		usage.Report{Usage: usage.Usage{Input: 18, ImageOutput: 2312}})
+	cut := meterOf(own(), "text/event-stream")([]byte(first))
+	if u := cut.Usage(false); !u.Estimated || u.Input != 9 || u.ImageOutput != 1256+33_000 {
+		t.Errorf("a stream cut after one of two images: %+v", u)
+	}
+}
+
+// The meter's buffers are bounded: a JSON reply past format.MaxJSONBody
+// (32 MB) and a stream event past maxEvent (16 MB) are not read, and the
+// image they carried is estimated at its hold, never free; an event
+// within the bound is read as reported.
+func TestMeterBounds(t *testing.T) {
+	usageJSON := `"usage":{"input_tokens":9,"input_tokens_details":{"image_tokens":0,"text_tokens":9},"output_tokens":1056}`
+	image := func(size int) string { return strings.Repeat("A", size) }
+	own := func() *Fields { return &Fields{N: 1, OutputBound: 33_000} }
+
+	big := []byte(`{"created":1,"data":[{"b64_json":"` + image(format.MaxJSONBody) + `"}],` + usageJSON + `}`)
+	if u := meterOf(own(), "application/json")(big[:len(big)/2], big[len(big)/2:]).Usage(true); !u.Estimated || u.ImageOutput != 33_000 {
+		t.Errorf("a reply past %d bytes: %+v", format.MaxJSONBody, u)
+	}
+	event := func(size int) []byte {
+		return []byte("event: image_generation.completed\ndata: {\"type\":\"image_generation.completed\",\"b64_json\":\"" + image(size) + "\"," + usageJSON + "}\n\n")
+	}
+	within := event(maxEvent - 1024)
+	if u := meterOf(own(), "text/event-stream")(within[:len(within)/3], within[len(within)/3:]).Usage(true); u != (usage.Report{Usage: usage.Usage{Input: 9, ImageOutput: 1056}}) {
+		t.Errorf("an event within %d bytes: %+v", maxEvent, u)
+	}
+	if u := meterOf(own(), "text/event-stream")(event(maxEvent)).Usage(true); !u.Estimated || u.ImageOutput != 33_000 {
+		t.Errorf("an event past %d bytes: %+v", maxEvent, u)
+	}
 }
