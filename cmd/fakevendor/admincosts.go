@@ -89,24 +89,11 @@ func costQuery(q map[string][]string, start, end time.Time, maxLimit int) (repor
 
 // messagesCostReport serves Anthropic's cost report.
 func (s *site) messagesCostReport(w http.ResponseWriter, r *http.Request) {
-	if !adminKeyOK(s.fake.cfg.messagesAdminKey, r.Header.Get("X-Api-Key")) {
-		s.api.writeError(w, r, http.StatusUnauthorized, "Admin API requests need an admin key (sk-ant-admin...).")
+	start, end, ok := s.anthropicWindow(w, r)
+	if !ok {
 		return
 	}
-	q := r.URL.Query()
-	start, err := time.Parse(time.RFC3339, q.Get("starting_at"))
-	if err != nil {
-		s.api.writeError(w, r, http.StatusBadRequest, "starting_at: an RFC 3339 timestamp is required.")
-		return
-	}
-	var end time.Time
-	if v := q.Get("ending_at"); v != "" {
-		if end, err = time.Parse(time.RFC3339, v); err != nil {
-			s.api.writeError(w, r, http.StatusBadRequest, "ending_at: not an RFC 3339 timestamp.")
-			return
-		}
-	}
-	rq, msg := costQuery(q, start, end, 31)
+	rq, msg := costQuery(r.URL.Query(), start, end, 31)
 	if msg != "" {
 		s.api.writeError(w, r, http.StatusBadRequest, msg)
 		return

@@ -251,23 +251,11 @@ func adminKeyOK(admin, got string) bool { return admin != "" && got == admin }
 
 // messagesUsageReport serves Anthropic's Messages usage report.
 func (s *site) messagesUsageReport(w http.ResponseWriter, r *http.Request) {
-	if !adminKeyOK(s.fake.cfg.messagesAdminKey, r.Header.Get("X-Api-Key")) {
-		s.api.writeError(w, r, http.StatusUnauthorized, "Admin API requests need an admin key (sk-ant-admin...).")
+	start, end, ok := s.anthropicWindow(w, r)
+	if !ok {
 		return
 	}
 	q := r.URL.Query()
-	start, err := time.Parse(time.RFC3339, q.Get("starting_at"))
-	if err != nil {
-		s.api.writeError(w, r, http.StatusBadRequest, "starting_at: an RFC 3339 timestamp is required.")
-		return
-	}
-	var end time.Time
-	if v := q.Get("ending_at"); v != "" {
-		if end, err = time.Parse(time.RFC3339, v); err != nil {
-			s.api.writeError(w, r, http.StatusBadRequest, "ending_at: not an RFC 3339 timestamp.")
-			return
-		}
-	}
 	rq, msg := parseReportQuery(q, start, end, "group_by[]")
 	if msg != "" {
 		s.api.writeError(w, r, http.StatusBadRequest, msg)
@@ -453,4 +441,27 @@ func (s *site) openAIWindow(w http.ResponseWriter, r *http.Request, api string) 
 		end = time.Unix(e, 0)
 	}
 	return time.Unix(secs, 0), end, true
+}
+
+// anthropicWindow checks an Anthropic admin report's key and reads its
+// starting_at and ending_at (RFC 3339; no ending_at: open-ended),
+// answering the error itself when either is wrong.
+func (s *site) anthropicWindow(w http.ResponseWriter, r *http.Request) (start, end time.Time, ok bool) {
+	if !adminKeyOK(s.fake.cfg.messagesAdminKey, r.Header.Get("X-Api-Key")) {
+		s.api.writeError(w, r, http.StatusUnauthorized, "Admin API requests need an admin key (sk-ant-admin...).")
+		return start, end, false
+	}
+	q := r.URL.Query()
+	start, err := time.Parse(time.RFC3339, q.Get("starting_at"))
+	if err != nil {
+		s.api.writeError(w, r, http.StatusBadRequest, "starting_at: an RFC 3339 timestamp is required.")
+		return start, end, false
+	}
+	if v := q.Get("ending_at"); v != "" {
+		if end, err = time.Parse(time.RFC3339, v); err != nil {
+			s.api.writeError(w, r, http.StatusBadRequest, "ending_at: not an RFC 3339 timestamp.")
+			return start, end, false
+		}
+	}
+	return start, end, true
 }
