@@ -175,22 +175,5 @@ func FetchCosts(ctx context.Context, client *http.Client, base, format string, f
 	default:
 		return nil, fmt.Errorf("vendorusage: no cost report for format %q", format)
 	}
-	var out []Cost
-	page := ""
-	for range maxPages {
-		b, err := get(ctx, client, base+path+"?"+query(page).Encode(), hdr)
-		if err != nil {
-			return nil, err
-		}
-		got, next, err := parse(b)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, got...)
-		if next == "" {
-			return out, nil
-		}
-		page = next
-	}
-	return nil, fmt.Errorf("vendorusage: %s: more than %d pages", path, maxPages)
+	return fetchPages(ctx, client, base+path, query, hdr, parse)
 }

@@ -97,9 +97,9 @@ func Fetch(ctx context.Context, client *http.Client, base, format string, from, 
 	return rows, nil
 }
 
-// fetchPages reads every page of one report.
-func fetchPages(ctx context.Context, client *http.Client, u string, query func(page string) url.Values, hdr http.Header, parse func([]byte) ([]Row, string, error)) ([]Row, error) {
-	var rows []Row
+// fetchPages reads every page of one report: usage rows or costs.
+func fetchPages[T any](ctx context.Context, client *http.Client, u string, query func(page string) url.Values, hdr http.Header, parse func([]byte) ([]T, string, error)) ([]T, error) {
+	var rows []T
 	page := ""
 	for range maxPages {
 		b, err := get(ctx, client, u+"?"+query(page).Encode(), hdr)
