@@ -176,8 +176,9 @@ func getOnce(ctx context.Context, client *http.Client, u string, hdr http.Header
 // wait between one second and maxRetryAfter.
 func RetryAfter(v string) time.Duration {
 	d := time.Second
-	if s, err := strconv.Atoi(v); err == nil {
-		d = time.Duration(s) * time.Second
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		// Capped before the product, which would overflow for years.
+		d = time.Duration(min(s, int64(maxRetryAfter/time.Second))) * time.Second
 	} else if t, err := http.ParseTime(v); err == nil {
 		d = time.Until(t)
 	}
