@@ -106,27 +106,12 @@ func (s *site) messagesCostReport(w http.ResponseWriter, r *http.Request) {
 		WorkspaceID *string `json:"workspace_id"`
 		Description *string `json:"description"`
 	}
-	type bucket struct {
-		StartingAt string   `json:"starting_at"`
-		EndingAt   string   `json:"ending_at"`
-		Results    []result `json:"results"`
-	}
-	out := struct {
-		Data     []bucket `json:"data"`
-		HasMore  bool     `json:"has_more"`
-		NextPage *string  `json:"next_page"`
-	}{Data: []bucket{}, HasMore: next != ""}
-	if next != "" {
-		out.NextPage = &next
-	}
-	for i, st := range starts {
-		b := bucket{StartingAt: st.Format(time.RFC3339), EndingAt: st.Add(rq.width).Format(time.RFC3339), Results: []result{}}
+	writeAnthropicPage(w, starts, rq.width, next, func(i int, out []result) []result {
 		if sums[i] != 0 {
-			b.Results = append(b.Results, result{Currency: "USD", Amount: decimal(sums[i], 7)})
+			out = append(out, result{Currency: "USD", Amount: decimal(sums[i], 7)})
 		}
-		out.Data = append(out.Data, b)
-	}
-	writeJSON(w, http.StatusOK, &out)
+		return out
+	})
 }
 
 // chatCostReport serves OpenAI's Costs API.
@@ -161,29 +146,12 @@ func (s *site) chatCostReport(w http.ResponseWriter, r *http.Request) {
 		LineItem  *string `json:"line_item"`
 		ProjectID *string `json:"project_id"`
 	}
-	type bucket struct {
-		Object    string   `json:"object"`
-		StartTime int64    `json:"start_time"`
-		EndTime   int64    `json:"end_time"`
-		Results   []result `json:"results"`
-	}
-	out := struct {
-		Object   string   `json:"object"`
-		Data     []bucket `json:"data"`
-		HasMore  bool     `json:"has_more"`
-		NextPage *string  `json:"next_page"`
-	}{Object: "page", Data: []bucket{}, HasMore: next != ""}
-	if next != "" {
-		out.NextPage = &next
-	}
-	for i, st := range starts {
-		b := bucket{Object: "bucket", StartTime: st.Unix(), EndTime: st.Add(rq.width).Unix(), Results: []result{}}
+	writeOpenAIPage(w, starts, rq.width, next, func(i int, out []result) []result {
 		if sums[i] != 0 {
-			b.Results = append(b.Results, result{Object: "organization.costs.result", Amount: amount{json.Number(decimal(sums[i], 9)), "usd"}})
+			out = append(out, result{Object: "organization.costs.result", Amount: amount{json.Number(decimal(sums[i], 9)), "usd"}})
 		}
-		out.Data = append(out.Data, b)
-	}
-	writeJSON(w, http.StatusOK, &out)
+		return out
+	})
 }
 
 // decimal writes n × 10^-places exactly (n ≥ 0).
