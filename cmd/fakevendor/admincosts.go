@@ -89,24 +89,11 @@ func costQuery(q map[string][]string, start, end time.Time, maxLimit int) (repor
 
 // messagesCostReport serves Anthropic's cost report.
 func (s *site) messagesCostReport(w http.ResponseWriter, r *http.Request) {
-	if !adminKeyOK(s.fake.cfg.messagesAdminKey, r.Header.Get("X-Api-Key")) {
-		s.api.writeError(w, r, http.StatusUnauthorized, "Admin API requests need an admin key (sk-ant-admin...).")
+	start, end, ok := s.anthropicWindow(w, r)
+	if !ok {
 		return
 	}
-	q := r.URL.Query()
-	start, err := time.Parse(time.RFC3339, q.Get("starting_at"))
-	if err != nil {
-		s.api.writeError(w, r, http.StatusBadRequest, "starting_at: an RFC 3339 timestamp is required.")
-		return
-	}
-	var end time.Time
-	if v := q.Get("ending_at"); v != "" {
-		if end, err = time.Parse(time.RFC3339, v); err != nil {
-			s.api.writeError(w, r, http.StatusBadRequest, "ending_at: not an RFC 3339 timestamp.")
-			return
-		}
-	}
-	rq, msg := costQuery(q, start, end, 31)
+	rq, msg := costQuery(r.URL.Query(), start, end, 31)
 	if msg != "" {
 		s.api.writeError(w, r, http.StatusBadRequest, msg)
 		return
@@ -119,27 +106,12 @@ func (s *site) messagesCostReport(w http.ResponseWriter, r *http.Request) {
 		WorkspaceID *string `json:"workspace_id"`
 		Description *string `json:"description"`
 	}
-	type bucket struct {
-		StartingAt string   `json:"starting_at"`
-		EndingAt   string   `json:"ending_at"`
-		Results    []result `json:"results"`
-	}
-	out := struct {
-		Data     []bucket `json:"data"`
-		HasMore  bool     `json:"has_more"`
-		NextPage *string  `json:"next_page"`
-	}{Data: []bucket{}, HasMore: next != ""}
-	if next != "" {
-		out.NextPage = &next
-	}
-	for i, st := range starts {
-		b := bucket{StartingAt: st.Format(time.RFC3339), EndingAt: st.Add(rq.width).Format(time.RFC3339), Results: []result{}}
+	writeAnthropicPage(w, starts, rq.width, next, func(i int, out []result) []result {
 		if sums[i] != 0 {
-			b.Results = append(b.Results, result{Currency: "USD", Amount: decimal(sums[i], 7)})
+			out = append(out, result{Currency: "USD", Amount: decimal(sums[i], 7)})
 		}
-		out.Data = append(out.Data, b)
-	}
-	writeJSON(w, http.StatusOK, &out)
+		return out
+	})
 }
 
 // chatCostReport serves OpenAI's Costs API.
@@ -174,29 +146,12 @@ func (s *site) chatCostReport(w http.ResponseWriter, r *http.Request) {
 		LineItem  *string `json:"line_item"`
 		ProjectID *string `json:"project_id"`
 	}
-	type bucket struct {
-		Object    string   `json:"object"`
-		StartTime int64    `json:"start_time"`
-		EndTime   int64    `json:"end_time"`
-		Results   []result `json:"results"`
-	}
-	out := struct {
-		Object   string   `json:"object"`
-		Data     []bucket `json:"data"`
-		HasMore  bool     `json:"has_more"`
-		NextPage *string  `json:"next_page"`
-	}{Object: "page", Data: []bucket{}, HasMore: next != ""}
-	if next != "" {
-		out.NextPage = &next
-	}
-	for i, st := range starts {
-		b := bucket{Object: "bucket", StartTime: st.Unix(), EndTime: st.Add(rq.width).Unix(), Results: []result{}}
+	writeOpenAIPage(w, starts, rq.width, next, func(i int, out []result) []result {
 		if sums[i] != 0 {
-			b.Results = append(b.Results, result{Object: "organization.costs.result", Amount: amount{json.Number(decimal(sums[i], 9)), "usd"}})
+			out = append(out, result{Object: "organization.costs.result", Amount: amount{json.Number(decimal(sums[i], 9)), "usd"}})
 		}
-		out.Data = append(out.Data, b)
-	}
-	writeJSON(w, http.StatusOK, &out)
+		return out
+	})
 }
 
 // decimal writes n × 10^-places exactly (n ≥ 0).

@@ -33,23 +33,7 @@ func (s *site) otherUsageReport(w http.ResponseWriter, r *http.Request) {
 	}
 	pageEnd, next := rq.page()
 	starts, buckets := l.report(rq.start, pageEnd, rq.width, rq.byKey, rq.byModel)
-	type bucket struct {
-		Object    string           `json:"object"`
-		StartTime int64            `json:"start_time"`
-		EndTime   int64            `json:"end_time"`
-		Results   []map[string]any `json:"results"`
-	}
-	out := struct {
-		Object   string   `json:"object"`
-		Data     []bucket `json:"data"`
-		HasMore  bool     `json:"has_more"`
-		NextPage *string  `json:"next_page"`
-	}{Object: "page", Data: []bucket{}, HasMore: next != ""}
-	if next != "" {
-		out.NextPage = &next
-	}
-	for i, st := range starts {
-		b := bucket{Object: "bucket", StartTime: st.Unix(), EndTime: st.Add(rq.width).Unix(), Results: []map[string]any{}}
+	writeOpenAIPage(w, starts, rq.width, next, func(i int, out []map[string]any) []map[string]any {
 		for _, e := range sortedGroups(buckets[i]) {
 			res := map[string]any{
 				"object": "organization.usage." + kind + ".result", "num_model_requests": e.requests,
@@ -63,9 +47,8 @@ func (s *site) otherUsageReport(w http.ResponseWriter, r *http.Request) {
 			case "images":
 				res["images"] = e.tokens.Images
 			}
-			b.Results = append(b.Results, res)
+			out = append(out, res)
 		}
-		out.Data = append(out.Data, b)
-	}
-	writeJSON(w, http.StatusOK, &out)
+		return out
+	})
 }

@@ -251,23 +251,11 @@ func adminKeyOK(admin, got string) bool { return admin != "" && got == admin }
 
 // messagesUsageReport serves Anthropic's Messages usage report.
 func (s *site) messagesUsageReport(w http.ResponseWriter, r *http.Request) {
-	if !adminKeyOK(s.fake.cfg.messagesAdminKey, r.Header.Get("X-Api-Key")) {
-		s.api.writeError(w, r, http.StatusUnauthorized, "Admin API requests need an admin key (sk-ant-admin...).")
+	start, end, ok := s.anthropicWindow(w, r)
+	if !ok {
 		return
 	}
 	q := r.URL.Query()
-	start, err := time.Parse(time.RFC3339, q.Get("starting_at"))
-	if err != nil {
-		s.api.writeError(w, r, http.StatusBadRequest, "starting_at: an RFC 3339 timestamp is required.")
-		return
-	}
-	var end time.Time
-	if v := q.Get("ending_at"); v != "" {
-		if end, err = time.Parse(time.RFC3339, v); err != nil {
-			s.api.writeError(w, r, http.StatusBadRequest, "ending_at: not an RFC 3339 timestamp.")
-			return
-		}
-	}
 	rq, msg := parseReportQuery(q, start, end, "group_by[]")
 	if msg != "" {
 		s.api.writeError(w, r, http.StatusBadRequest, msg)
@@ -292,32 +280,17 @@ func (s *site) messagesUsageReport(w http.ResponseWriter, r *http.Request) {
 		ServiceTier   *string `json:"service_tier"`
 		ContextWindow *string `json:"context_window"`
 	}
-	type bucket struct {
-		StartingAt string   `json:"starting_at"`
-		EndingAt   string   `json:"ending_at"`
-		Results    []result `json:"results"`
-	}
-	out := struct {
-		Data     []bucket `json:"data"`
-		HasMore  bool     `json:"has_more"`
-		NextPage *string  `json:"next_page"`
-	}{Data: []bucket{}, HasMore: next != ""}
-	if next != "" {
-		out.NextPage = &next
-	}
-	for i, st := range starts {
-		b := bucket{StartingAt: st.Format(time.RFC3339), EndingAt: st.Add(rq.width).Format(time.RFC3339), Results: []result{}}
+	writeAnthropicPage(w, starts, rq.width, next, func(i int, out []result) []result {
 		for _, e := range sortedGroups(buckets[i]) {
 			var res result
 			res.Uncached, res.CacheRead, res.Output = e.tokens.Input, e.tokens.CacheRead, e.tokens.Output
 			res.CacheCreation.Ephemeral5m, res.CacheCreation.Ephemeral1h = e.tokens.CacheWrite5m, e.tokens.CacheWrite1h
 			res.ServerToolUse.WebSearchRequests = e.tokens.WebSearches
 			res.APIKeyID, res.Model = orNull(rq.byKey, e.keyID), orNull(rq.byModel, e.model)
-			b.Results = append(b.Results, res)
+			out = append(out, res)
 		}
-		out.Data = append(out.Data, b)
-	}
-	writeJSON(w, http.StatusOK, &out)
+		return out
+	})
 }
 
 // chatUsageReport serves OpenAI's completions usage report.
@@ -354,25 +327,9 @@ func (s *site) chatUsageReport(w http.ResponseWriter, r *http.Request) {
 		Model             *string `json:"model"`
 		Batch             *bool   `json:"batch"`
 	}
-	type bucket struct {
-		Object    string   `json:"object"`
-		StartTime int64    `json:"start_time"`
-		EndTime   int64    `json:"end_time"`
-		Results   []result `json:"results"`
-	}
-	out := struct {
-		Object   string   `json:"object"`
-		Data     []bucket `json:"data"`
-		HasMore  bool     `json:"has_more"`
-		NextPage *string  `json:"next_page"`
-	}{Object: "page", Data: []bucket{}, HasMore: next != ""}
-	if next != "" {
-		out.NextPage = &next
-	}
-	for i, st := range starts {
-		b := bucket{Object: "bucket", StartTime: st.Unix(), EndTime: st.Add(rq.width).Unix(), Results: []result{}}
+	writeOpenAIPage(w, starts, rq.width, next, func(i int, out []result) []result {
 		for _, e := range sortedGroups(buckets[i]) {
-			b.Results = append(b.Results, result{
+			out = append(out, result{
 				Object: "organization.usage.completions.result",
 				// Text input, the cached part included; audio and image
 				// tokens apart.
@@ -383,9 +340,58 @@ func (s *site) chatUsageReport(w http.ResponseWriter, r *http.Request) {
 				APIKeyID:         orNull(rq.byKey, e.keyID), Model: orNull(rq.byModel, e.model),
 			})
 		}
-		out.Data = append(out.Data, b)
+		return out
+	})
+}
+
+// openAIPage is a page of an OpenAI admin report: buckets with Unix-second
+// bounds, each with its results R.
+type openAIPage[R any] struct {
+	Object   string            `json:"object"`
+	Data     []openAIBucket[R] `json:"data"`
+	HasMore  bool              `json:"has_more"`
+	NextPage *string           `json:"next_page"`
+}
+
+type openAIBucket[R any] struct {
+	Object    string `json:"object"`
+	StartTime int64  `json:"start_time"`
+	EndTime   int64  `json:"end_time"`
+	Results   []R    `json:"results"`
+}
+
+// anthropicPage is a page of an Anthropic admin report: buckets with RFC
+// 3339 bounds, each with its results R.
+type anthropicPage[R any] struct {
+	Data     []anthropicBucket[R] `json:"data"`
+	HasMore  bool                 `json:"has_more"`
+	NextPage *string              `json:"next_page"`
+}
+
+type anthropicBucket[R any] struct {
+	StartingAt string `json:"starting_at"`
+	EndingAt   string `json:"ending_at"`
+	Results    []R    `json:"results"`
+}
+
+// writeOpenAIPage writes the page of the buckets of width at starts, the
+// i-th's results appended to out by results, and the next page's token
+// next ("" on the last page).
+func writeOpenAIPage[R any](w http.ResponseWriter, starts []time.Time, width time.Duration, next string, results func(i int, out []R) []R) {
+	p := openAIPage[R]{Object: "page", Data: make([]openAIBucket[R], 0, len(starts)), HasMore: next != "", NextPage: orNull(next != "", next)}
+	for i, st := range starts {
+		p.Data = append(p.Data, openAIBucket[R]{Object: "bucket", StartTime: st.Unix(), EndTime: st.Add(width).Unix(), Results: results(i, []R{})})
 	}
-	writeJSON(w, http.StatusOK, &out)
+	writeJSON(w, http.StatusOK, &p)
+}
+
+// writeAnthropicPage is writeOpenAIPage in Anthropic's shape.
+func writeAnthropicPage[R any](w http.ResponseWriter, starts []time.Time, width time.Duration, next string, results func(i int, out []R) []R) {
+	p := anthropicPage[R]{Data: make([]anthropicBucket[R], 0, len(starts)), HasMore: next != "", NextPage: orNull(next != "", next)}
+	for i, st := range starts {
+		p.Data = append(p.Data, anthropicBucket[R]{StartingAt: st.Format(time.RFC3339), EndingAt: st.Add(width).Format(time.RFC3339), Results: results(i, []R{})})
+	}
+	writeJSON(w, http.StatusOK, &p)
 }
 
 func orNull(grouped bool, v string) *string {
@@ -453,4 +459,27 @@ func (s *site) openAIWindow(w http.ResponseWriter, r *http.Request, api string) 
 		end = time.Unix(e, 0)
 	}
 	return time.Unix(secs, 0), end, true
+}
+
+// anthropicWindow checks an Anthropic admin report's key and reads its
+// starting_at and ending_at (RFC 3339; no ending_at: open-ended),
+// answering the error itself when either is wrong.
+func (s *site) anthropicWindow(w http.ResponseWriter, r *http.Request) (start, end time.Time, ok bool) {
+	if !adminKeyOK(s.fake.cfg.messagesAdminKey, r.Header.Get("X-Api-Key")) {
+		s.api.writeError(w, r, http.StatusUnauthorized, "Admin API requests need an admin key (sk-ant-admin...).")
+		return start, end, false
+	}
+	q := r.URL.Query()
+	start, err := time.Parse(time.RFC3339, q.Get("starting_at"))
+	if err != nil {
+		s.api.writeError(w, r, http.StatusBadRequest, "starting_at: an RFC 3339 timestamp is required.")
+		return start, end, false
+	}
+	if v := q.Get("ending_at"); v != "" {
+		if end, err = time.Parse(time.RFC3339, v); err != nil {
+			s.api.writeError(w, r, http.StatusBadRequest, "ending_at: not an RFC 3339 timestamp.")
+			return start, end, false
+		}
+	}
+	return start, end, true
 }

@@ -68,7 +68,9 @@ func (s *Sink) copyWindow(ctx context.Context, w vendorusage.Width, win reconcil
 		for class, d := range r.Explained {
 			explained[class] = map[string]any{"usage": byName(d.Usage), "cost_nano_usd": d.Cost}
 		}
-		args := []any{string(w), win.Start, r.Upstream, r.VendorKeyID, r.VendorKey, r.Model,
+		// The key ids and models are the vendor's report's as it wrote
+		// them: made storable as the ledger's strings are.
+		args := []any{string(w), win.Start, storable(r.Upstream), storable(r.VendorKeyID), storable(r.VendorKey), storable(r.Model),
 			jsonOf(byName(r.Vendor)), jsonOf(byName(r.Ledger)), jsonOf(explained), jsonOf(byName(r.Unexplained.Usage)),
 			r.LedgerCost, r.VendorCost, r.Unexplained.Cost, r.Entries, r.Estimated, r.Abandoned}
 		if _, err := tx.Exec(ctx, `INSERT INTO reconciliation (bucket_width, window_start, upstream, vendor_key_id, vendor_key, model,

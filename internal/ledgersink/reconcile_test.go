@@ -77,4 +77,17 @@ func TestReconciliationCopied(t *testing.T) {
 	if n, u := count(); n != 3 || u != 6000 {
 		t.Fatalf("after the window was kept again: %d rows, %d nano-USD; want 3 and 6000", n, u)
 	}
+	// A report's model that no text column can hold (a NUL, which the
+	// kept JSON carries as \u0000) is copied spelled out, not refused at
+	// every pass.
+	odd := k2
+	odd.Model = "m\x00"
+	keep(h.Add(3*time.Hour), odd)
+	if _, err := s.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var model string
+	if err := conn.QueryRow(ctx, `SELECT model FROM reconciliation WHERE window_start = $1`, h.Add(3*time.Hour)).Scan(&model); err != nil || model != `m\u0000` {
+		t.Fatalf("the odd row's model: %q (%v)", model, err)
+	}
 }

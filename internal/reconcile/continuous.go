@@ -3,9 +3,11 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/vendorusage"
@@ -88,11 +90,8 @@ func (c *Continuous) Tick(ctx context.Context) error {
 		if end.Add(c.Delay).After(now) {
 			return nil // not due yet
 		}
-		rep, err := c.Runner.Run(ctx, start, end, c.Width)
+		rep, err := c.window(ctx, start, end, ttl)
 		if err != nil {
-			return err
-		}
-		if err := c.dayCosts(ctx, start, end, &rep); err != nil {
 			return err
 		}
 		b, err := jsonOf(rep)
@@ -109,6 +108,48 @@ func (c *Continuous) Tick(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// errLeaseLost stops a window whose lease another sidecar took.
+var errLeaseLost = errors.New("reconcile: the lease was lost mid-window")
+
+// window reconciles the window of start, renewing the lease every Interval
+// while it runs: a vendor's rate limits, waited out page by page, may
+// outlast one lease, and must not let a second runner in. A renewal that
+// finds another holder stops the window; one the store fails is tried
+// again at the next.
+func (c *Continuous) window(ctx context.Context, start, end time.Time, ttl time.Duration) (Report, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	var renewing sync.WaitGroup
+	renewing.Add(1)
+	go func() {
+		defer renewing.Done()
+		t := time.NewTicker(c.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if ok, err := c.State.ReconcileLease(ctx, c.Holder, ttl); err == nil && !ok {
+				cancel(errLeaseLost)
+				return
+			}
+		}
+	}()
+	rep, err := c.Runner.Run(ctx, start, end, c.Width)
+	if err == nil {
+		err = c.dayCosts(ctx, start, end, &rep)
+	}
+	close(done)
+	renewing.Wait()
+	if cause := context.Cause(ctx); errors.Is(cause, errLeaseLost) {
+		return Report{}, cause
+	}
+	return rep, err
 }
 
 // dayCosts adds the day's cost comparison to the result of the hour that

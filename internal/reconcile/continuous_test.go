@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -167,3 +168,81 @@ func TestContinuousDayCosts(t *testing.T) {
 		t.Fatalf("%d windows kept (%v)", len(ws), err)
 	}
 }
+
+// A window whose reports take longer than a lease (a vendor's rate limits
+// waited out) keeps its lease renewed: no second runner comes in. A lease
+// another sidecar took meanwhile stops the window, nothing kept.
+func TestContinuousLeaseHeldThroughAWindow(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	st := store.New(rdb, store.Options{})
+	ctx := context.Background()
+	const lease = "gw:{reconcile}:lease"
+	now := hour.Add(3*time.Hour + 5*time.Minute) // 10:00 and 11:00 due
+	// stalled is a runner whose report reads wait until released (or
+	// their context ends), telling entered when the first is waiting.
+	stalled := func(reads *int) (c *Continuous, entered, release chan struct{}) {
+		c = continuous(t, st, "a", &now, reads)
+		c.Interval = 20 * time.Millisecond
+		entered, release = make(chan struct{}, 1), make(chan struct{})
+		base := c.Runner.Client.Transport
+		c.Runner.Client = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+			return base.RoundTrip(r)
+		})}
+		return c, entered, release
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s in 10s", what)
+			}
+		}
+	}
+
+	reads := 0
+	a, entered, release := stalled(&reads)
+	errc := make(chan error, 1)
+	go func() { errc <- a.Tick(ctx) }()
+	<-entered
+	m.FastForward(2 * time.Minute) // past the lease taken at the window's start
+	waitFor("lease renewed mid-window", func() bool { return m.Exists(lease) })
+	otherReads := 0
+	if err := continuous(t, st, "b", &now, &otherReads).Tick(ctx); err != nil || otherReads != 0 {
+		t.Fatalf("b read %d reports while a's window ran (%v)", otherReads, err)
+	}
+	close(release)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := st.ReconcileWindows(ctx, "1h", hour, hour.Add(24*time.Hour)); err != nil || len(kept) != 2 {
+		t.Fatalf("%d windows kept (%v); want 2", len(kept), err)
+	}
+
+	// The lease taken by another while a's next window waits: a stops.
+	now = now.Add(time.Hour) // 12:00 due
+	a, entered, _ = stalled(&reads)
+	go func() { errc <- a.Tick(ctx) }()
+	<-entered
+	m.Set(lease, "b")
+	if err := <-errc; !errors.Is(err, errLeaseLost) {
+		t.Fatalf("a's window with its lease lost: %v", err)
+	}
+	if kept, err := st.ReconcileWindows(ctx, "1h", hour, hour.Add(24*time.Hour)); err != nil || len(kept) != 2 {
+		t.Fatalf("%d windows kept (%v); want still 2", len(kept), err)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

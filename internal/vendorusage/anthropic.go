@@ -75,12 +75,18 @@ func ParseAnthropic(b []byte) (rows []Row, next string, err error) {
 // anthropicQuery asks for [from, to) grouped by key and model. The limit is
 // each width's documented maximum number of buckets per page.
 func anthropicQuery(from, to time.Time, width Width, page string) url.Values {
-	limit := map[Width]string{Minute: "1440", Hour: "168", Day: "31"}[width]
+	q := anthropicWindow(from, to, width, map[Width]string{Minute: "1440", Hour: "168", Day: "31"}[width], page)
+	q["group_by[]"] = []string{"api_key_id", "model"}
+	return q
+}
+
+// anthropicWindow asks an Admin API report for [from, to) in buckets of
+// width, limit of them a page, from page ("": the first).
+func anthropicWindow(from, to time.Time, width Width, limit, page string) url.Values {
 	q := url.Values{
 		"starting_at":  {from.UTC().Format(time.RFC3339)},
 		"ending_at":    {to.UTC().Format(time.RFC3339)},
 		"bucket_width": {string(width)},
-		"group_by[]":   {"api_key_id", "model"},
 		"limit":        {limit},
 	}
 	if page != "" {

@@ -7,7 +7,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/config"
@@ -145,52 +144,17 @@ func FetchCosts(ctx context.Context, client *http.Client, base, format string, f
 	switch format {
 	case config.FormatMessages:
 		path, parse = AnthropicCostsPath, ParseAnthropicCosts
-		query = func(page string) url.Values {
-			q := url.Values{
-				"starting_at":  {from.UTC().Format(time.RFC3339)},
-				"ending_at":    {to.UTC().Format(time.RFC3339)},
-				"bucket_width": {string(Day)},
-				"limit":        {"31"},
-			}
-			if page != "" {
-				q.Set("page", page)
-			}
-			return q
-		}
+		query = func(page string) url.Values { return anthropicWindow(from, to, Day, "31", page) }
 		hdr = http.Header{"Anthropic-Version": {AnthropicVersion}}
 	case config.FormatChatCompletions:
 		path, parse = OpenAICostsPath, ParseOpenAICosts
 		query = func(page string) url.Values {
-			q := url.Values{
-				"start_time":   {strconv.FormatInt(from.Unix(), 10)},
-				"end_time":     {strconv.FormatInt(to.Unix(), 10)},
-				"bucket_width": {string(Day)},
-				"limit":        {"180"},
-			}
-			if page != "" {
-				q.Set("page", page)
-			}
+			q := openAIWindow(from, to, Day, page)
+			q.Set("limit", "180")
 			return q
 		}
 	default:
 		return nil, fmt.Errorf("vendorusage: no cost report for format %q", format)
 	}
-	var out []Cost
-	page := ""
-	for range maxPages {
-		b, err := get(ctx, client, base+path+"?"+query(page).Encode(), hdr)
-		if err != nil {
-			return nil, err
-		}
-		got, next, err := parse(b)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, got...)
-		if next == "" {
-			return out, nil
-		}
-		page = next
-	}
-	return nil, fmt.Errorf("vendorusage: %s: more than %d pages", path, maxPages)
+	return fetchPages(ctx, client, base+path, query, hdr, parse)
 }

@@ -49,7 +49,7 @@ func TestParseCosts(t *testing.T) {
 }
 
 func TestRetryAfter(t *testing.T) {
-	for v, want := range map[string]time.Duration{"": time.Second, "3": 3 * time.Second, "0": time.Second, "99999": maxRetryAfter} {
+	for v, want := range map[string]time.Duration{"": time.Second, "3": 3 * time.Second, "0": time.Second, "99999": maxRetryAfter, "99999999999": maxRetryAfter, "9223372036854775807": maxRetryAfter, "-5": time.Second} {
 		if got := RetryAfter(v); got != want {
 			t.Errorf("RetryAfter(%q) = %s, want %s", v, got, want)
 		}

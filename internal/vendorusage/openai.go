@@ -80,13 +80,21 @@ func ParseOpenAI(b []byte) (rows []Row, next string, err error) {
 	return rows, next, nil
 }
 
-// openAIQuery asks for [from, to) grouped by key and model.
+// openAIQuery asks for [from, to) grouped by key and model, the report's
+// default number of buckets a page.
 func openAIQuery(from, to time.Time, width Width, page string) url.Values {
+	q := openAIWindow(from, to, width, page)
+	q["group_by"] = []string{"api_key_id", "model"}
+	return q
+}
+
+// openAIWindow asks an organization report for [from, to) in buckets of
+// width, from page ("": the first).
+func openAIWindow(from, to time.Time, width Width, page string) url.Values {
 	q := url.Values{
 		"start_time":   {strconv.FormatInt(from.Unix(), 10)},
 		"end_time":     {strconv.FormatInt(to.Unix(), 10)},
 		"bucket_width": {string(width)},
-		"group_by":     {"api_key_id", "model"},
 	}
 	if page != "" {
 		q.Set("page", page)

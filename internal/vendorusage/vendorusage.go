@@ -97,9 +97,9 @@ func Fetch(ctx context.Context, client *http.Client, base, format string, from, 
 	return rows, nil
 }
 
-// fetchPages reads every page of one report.
-func fetchPages(ctx context.Context, client *http.Client, u string, query func(page string) url.Values, hdr http.Header, parse func([]byte) ([]Row, string, error)) ([]Row, error) {
-	var rows []Row
+// fetchPages reads every page of one report: usage rows or costs.
+func fetchPages[T any](ctx context.Context, client *http.Client, u string, query func(page string) url.Values, hdr http.Header, parse func([]byte) ([]T, string, error)) ([]T, error) {
+	var rows []T
 	page := ""
 	for range maxPages {
 		b, err := get(ctx, client, u+"?"+query(page).Encode(), hdr)
@@ -176,8 +176,9 @@ func getOnce(ctx context.Context, client *http.Client, u string, hdr http.Header
 // wait between one second and maxRetryAfter.
 func RetryAfter(v string) time.Duration {
 	d := time.Second
-	if s, err := strconv.Atoi(v); err == nil {
-		d = time.Duration(s) * time.Second
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		// Capped before the product, which would overflow for years.
+		d = time.Duration(min(s, int64(maxRetryAfter/time.Second))) * time.Second
 	} else if t, err := http.ParseTime(v); err == nil {
 		d = time.Until(t)
 	}

@@ -21,7 +21,7 @@ func (f *Fake) SetPrice(format, model string, m *pricing.Model, factor int64) {
 		"cache_write_tokens": r.CacheWrite5m, "cache_write_1h_tokens": r.CacheWrite1h,
 		"audio_input_tokens": r.AudioInput, "audio_output_tokens": r.AudioOutput,
 		"image_input_tokens": r.ImageInput, "image_output_tokens": r.ImageOutput,
-		"audio_seconds": r.AudioSeconds, "images": r.Images,
+		"web_search_requests": r.WebSearches, "audio_seconds": r.AudioSeconds, "images": r.Images,
 	} {
 		body[name] = rate * factor
 	}
@@ -44,6 +44,7 @@ type Billed struct {
 		AudioOutput  int64 `json:"audio_output_tokens"`
 		ImageInput   int64 `json:"image_input_tokens"`
 		ImageOutput  int64 `json:"image_output_tokens"`
+		WebSearches  int64 `json:"web_search_requests"`
 		AudioSeconds int64 `json:"audio_seconds"`
 		Images       int64 `json:"images"`
 	} `json:"tokens"`
@@ -54,7 +55,7 @@ func (b Billed) Usage() usage.Usage {
 	t := b.Tokens
 	return usage.Usage{Input: t.Input, CacheRead: t.CacheRead, CacheWrite5m: t.CacheWrite5m, CacheWrite1h: t.CacheWrite1h,
 		Output: t.Output, AudioInput: t.AudioInput, AudioOutput: t.AudioOutput, ImageInput: t.ImageInput, ImageOutput: t.ImageOutput,
-		AudioSeconds: t.AudioSeconds, Images: t.Images}
+		WebSearches: t.WebSearches, AudioSeconds: t.AudioSeconds, Images: t.Images}
 }
 
 // Billed returns every entry the fake billed in a wire format's reports.
