@@ -144,7 +144,7 @@ func decodeAdmit(a *account.Admission, now time.Time, r []int64, err error) (acc
 		d.RetryAfter = time.Duration(r[1]) * time.Millisecond
 	case 2:
 		d.Outcome = account.DailyLimited
-		d.RetryAfter = nextMidnight(now).Sub(now)
+		d.RetryAfter = account.NextDay(now).Sub(now)
 	case 3:
 		d.Outcome = account.InsufficientBalance
 	case 4:
@@ -157,7 +157,7 @@ func decodeAdmit(a *account.Admission, now time.Time, r []int64, err error) (acc
 		d.RetryAfter = time.Duration(r[1]) * time.Millisecond
 	case 6:
 		d.Outcome = account.MonthlyLimited
-		d.RetryAfter = nextMonth(now).Sub(now)
+		d.RetryAfter = account.NextMonth(now).Sub(now)
 	case 7:
 		d.Outcome = account.TotalLimited
 	default:
@@ -166,16 +166,10 @@ func decodeAdmit(a *account.Admission, now time.Time, r []int64, err error) (acc
 	return d, nil
 }
 
-// nextMonth returns the start of the UTC month after t's.
-func nextMonth(t time.Time) time.Time { return account.NextMonth(t) }
-
 // Tokens is what a settled request counts towards a tokens-per-minute
 // limit: every input and output token (usage.Usage.Tokens: reasoning is
 // inside output), none for a reply that is not charged.
 func Tokens(u usage.Usage) int64 { return u.Tokens() }
-
-// nextMidnight returns the start of the UTC day after t's.
-func nextMidnight(t time.Time) time.Time { return account.NextDay(t) }
 
 // Settle ends an admitted request: it releases the hold and, for a 2xx reply,
 // charges Cost and counts usage; it always appends one ledger entry. Only a
