@@ -166,11 +166,6 @@ func decodeAdmit(a *account.Admission, now time.Time, r []int64, err error) (acc
 	return d, nil
 }
 
-// Tokens is what a settled request counts towards a tokens-per-minute
-// limit: every input and output token (usage.Usage.Tokens: reasoning is
-// inside output), none for a reply that is not charged.
-func Tokens(u usage.Usage) int64 { return u.Tokens() }
-
 // Settle ends an admitted request: it releases the hold and, for a 2xx reply,
 // charges Cost and counts usage; it always appends one ledger entry. Only a
 // held request settles, and settling removes the hold: settling a RequestID
@@ -489,7 +484,9 @@ func (s *Store) settleCall(keys []string, args []any, group []account.Settlement
 		cost := st.Cost
 		var tokens int64
 		if charged {
-			tokens = Tokens(st.Usage)
+			// What a tokens-per-minute limit counts: every input and
+			// output token; none for a reply that is not charged.
+			tokens = st.Usage.Tokens()
 		} else {
 			cost = 0
 		}
