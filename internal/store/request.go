@@ -445,23 +445,26 @@ func (s *Store) settleCall(keys []string, args []any, group []account.Settlement
 	// so has every project named (the default project's spend is the
 	// account's less theirs): both kinds are states of settle.lua, named
 	// "ks:KEYID" and "ps:PROJECTID".
-	stateIndex := map[string]int{}
-	addState := func(name string) {
+	// The index is keyed by prefix and id apart, so that looking a
+	// request's states up below builds no string.
+	type stateName struct{ prefix, id string }
+	stateIndex := map[stateName]int{}
+	addState := func(name stateName) {
 		if _, ok := stateIndex[name]; !ok {
 			stateIndex[name] = len(stateIndex) + 1
 		}
 	}
 	for _, st := range group {
 		if validID(st.KeyID) {
-			addState("ks:" + st.KeyID)
+			addState(stateName{"ks:", st.KeyID})
 		}
 		if namedProject(st.ProjectID) {
-			addState("ps:" + st.ProjectID)
+			addState(stateName{"ps:", st.ProjectID})
 		}
 	}
 	states := make([]string, len(stateIndex))
 	for k, i := range stateIndex {
-		states[i-1] = acctKey(id, k)
+		states[i-1] = acctKey(id, k.prefix+k.id)
 	}
 	keys = append(keys, states...)
 	// The leases the batch's requests were admitted from: the leases hash,
@@ -493,11 +496,11 @@ func (s *Store) settleCall(keys []string, args []any, group []account.Settlement
 		// Only the sweeper settles a request as interrupted: its charge is
 		// recorded, to be reconciled with a later settlement.
 		args = append(args, st.RequestID, boolString(charged), boolString(st.Interrupted), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsedAt(st, now)),
-			stateIndex["ks:"+st.KeyID], tokens, leaseIndex[st.Lease.ID], st.Lease.Seq, st.Lease.Hold,
+			stateIndex[stateName{"ks:", st.KeyID}], tokens, leaseIndex[st.Lease.ID], st.Lease.Seq, st.Lease.Hold,
 			st.Lease.Tokens, st.Lease.Bucket, st.Lease.TokenLevels)
 		args = appendCounters(args, st, cost)
 		args = appendLedger(args, st, cost)
-		args = append(args, stateIndex["ps:"+st.ProjectID])
+		args = append(args, stateIndex[stateName{"ps:", st.ProjectID}])
 	}
 	return keys, args
 }
