@@ -457,11 +457,9 @@ func (m *Manager) renewal(l *lease, full bool) (c store.LeaseCall, ok, forget bo
 		// bitmap's size follows the highest number).
 		l.seq = 0
 		l.limits = l.seen
-		kl := l.limits
-		l.keyOpen = kl.DailyNanoUSD > 0 || kl.MonthlyNanoUSD > 0 || kl.TotalNanoUSD > 0 || kl.Concurrency > 0 || kl.TPM > 0
+		l.keyOpen = l.limits.CountsInFlight()
 		l.project, l.projectLimits = l.seenProject, l.seenPL
-		pl := l.projectLimits
-		l.projectOpen = pl.DailyNanoUSD > 0 || pl.MonthlyNanoUSD > 0 || pl.TotalNanoUSD > 0 || pl.Concurrency > 0 || pl.TPM > 0
+		l.projectOpen = l.projectLimits.CountsInFlight()
 		l.next, l.hi = 1, 0
 	}
 	l.renewing = true
