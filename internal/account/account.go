@@ -31,6 +31,13 @@ type Limits struct {
 // IsZero reports whether no limit is set.
 func (l Limits) IsZero() bool { return l == Limits{} }
 
+// CountsInFlight reports whether a key's or a project's limits need its
+// in-flight counts (held, open): a spend budget, a concurrency or a
+// tokens-per-minute limit (the admission script's kcount and pcount).
+func (l Limits) CountsInFlight() bool {
+	return l.DailyNanoUSD > 0 || l.MonthlyNanoUSD > 0 || l.TotalNanoUSD > 0 || l.Concurrency > 0 || l.TPM > 0
+}
+
 // Account is a customer account.
 type Account struct {
 	ID        string

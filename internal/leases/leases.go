@@ -267,16 +267,6 @@ func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Deci
 	return m.next.Admit(ctx, a)
 }
 
-// projectOf is the project a request of a counts against at the project
-// level, and its limits: none ("") for the default project and a project
-// without limits, as the store counts them.
-func projectOf(a *account.Admission) (string, account.Limits) {
-	if a.ProjectID == "" || a.ProjectID == account.DefaultProject || a.ProjectLimits.IsZero() {
-		return "", account.Limits{}
-	}
-	return a.ProjectID, a.ProjectLimits
-}
-
 // fromLease admits a from its account and key's lease, in memory, when the
 // lease has room for it (ok); otherwise it asks for a renewal when one is
 // worth having.
@@ -297,7 +287,7 @@ func (m *Manager) fromLease(a *account.Admission) (d account.Decision, ok bool) 
 	l.bounds += a.Tokens
 	l.maxBound = max(l.maxBound, a.Tokens)
 	l.seen = a.KeyLimits
-	project, pl := projectOf(a)
+	project, pl := store.LeaseProject(a.ProjectID, a.ProjectLimits)
 	l.seenProject, l.seenPL = project, pl
 	// Nothing is taken from a lease while its renewal is in flight: the
 	// renewal sizes it from the free amount (seats, tokens) the call
@@ -467,11 +457,9 @@ func (m *Manager) renewal(l *lease, full bool) (c store.LeaseCall, ok, forget bo
 		// bitmap's size follows the highest number).
 		l.seq = 0
 		l.limits = l.seen
-		kl := l.limits
-		l.keyOpen = kl.DailyNanoUSD > 0 || kl.MonthlyNanoUSD > 0 || kl.TotalNanoUSD > 0 || kl.Concurrency > 0 || kl.TPM > 0
+		l.keyOpen = l.limits.CountsInFlight()
 		l.project, l.projectLimits = l.seenProject, l.seenPL
-		pl := l.projectLimits
-		l.projectOpen = pl.DailyNanoUSD > 0 || pl.MonthlyNanoUSD > 0 || pl.TotalNanoUSD > 0 || pl.Concurrency > 0 || pl.TPM > 0
+		l.projectOpen = l.projectLimits.CountsInFlight()
 		l.next, l.hi = 1, 0
 	}
 	l.renewing = true

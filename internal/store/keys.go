@@ -159,7 +159,17 @@ func decodeKey(id string, m map[string]string) (k account.Key, ok bool) {
 		RevokedAt:  parseMS(m["revoked"]),
 		ProjectID:  m["project"],
 	}
-	k.Limits = account.Limits{
+	k.Limits = decodeHashLimits(m)
+	if v := m["models"]; v != "" {
+		json.Unmarshal([]byte(v), &k.Models) // written by createKey; null is no list
+	}
+	return k, true
+}
+
+// decodeHashLimits reads the limits of a key's or a project's hash
+// (keyLimitFields, projectLimitFields); a field not written reads 0.
+func decodeHashLimits(m map[string]string) account.Limits {
+	return account.Limits{
 		DailyNanoUSD:   parseInt(m["daily"]),
 		RPM:            parseInt(m["rpm"]),
 		WindowMinutes:  parseInt(m["window"]),
@@ -170,10 +180,6 @@ func decodeKey(id string, m map[string]string) (k account.Key, ok bool) {
 
 		ConcurrencyWaitSeconds: parseInt(m["cwait"]),
 	}
-	if v := m["models"]; v != "" {
-		json.Unmarshal([]byte(v), &k.Models) // written by createKey; null is no list
-	}
-	return k, true
 }
 
 // LookupKey finds the credential whose secret has SHA-256 hash. It returns the

@@ -198,7 +198,7 @@ func (s *Store) leaseCall(c LeaseCall, now, expiry time.Time, free int64) ([]str
 		acctKey(id, "krl:"+c.KeyID),
 		acctKey(id, "holds"),
 	}
-	projectID, pl := leaseProject(c.ProjectID, c.ProjectLimits)
+	projectID, pl := LeaseProject(c.ProjectID, c.ProjectLimits)
 	keys = append(keys, acctKey(id, "ps:"+projectID), acctKey(id, "prl:"+projectID))
 	kl := c.KeyLimits
 	args := []any{now.UnixMilli(), expiry.UnixMilli(), c.LeaseID, c.KeyID, free, c.Want, c.Min, max(c.Share, 1),
@@ -209,10 +209,10 @@ func (s *Store) leaseCall(c LeaseCall, now, expiry time.Time, free int64) ([]str
 	return keys, args
 }
 
-// leaseProject is the project a lease call names and its limits: none
-// ("") for the default project and a project without limits, as
-// admission counts them.
-func leaseProject(id string, l account.Limits) (string, account.Limits) {
+// LeaseProject is the project a lease of a key in project id, with limits
+// l, counts against, and its limits: none ("") for the default project
+// and a project without limits, as admission counts them.
+func LeaseProject(id string, l account.Limits) (string, account.Limits) {
 	if !namedProject(id) || l.IsZero() {
 		return "", account.Limits{}
 	}
@@ -318,7 +318,7 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 			}
 			// The lease's project, whose state and rate log its requests'
 			// records touch (a lease counts against its key's project).
-			projectID, _ := leaseProject(a.ProjectID, a.ProjectLimits)
+			projectID, _ := LeaseProject(a.ProjectID, a.ProjectLimits)
 			c = &call{
 				keys: []string{acctKey(a.AccountID, "acct"), acctKey(a.AccountID, "holds"), acctKey(a.AccountID, "leases"),
 					acctKey(a.AccountID, "lbits:"+r.Lease.ID), acctKey(a.AccountID, "ks:"+keyID),

@@ -42,7 +42,7 @@ func testLeaseProjectBudget(t *testing.T, e *env) {
 		t.Fatalf("project leased %d", got)
 	}
 	// What the lease escrows is held for admit.lua at the project level.
-	wantRefusal(t, e.admitAs(k, "big", 1_800_000_000), account.DailyLimited, account.ProjectLevel, nextMidnight(e.clock.Now()).Sub(e.clock.Now()))
+	wantRefusal(t, e.admitAs(k, "big", 1_800_000_000), account.DailyLimited, account.ProjectLevel, account.NextDay(e.clock.Now()).Sub(e.clock.Now()))
 	wantAdmitted(t, e.admitAs(k, "fits", 1_750_000_000))
 	// Nothing is left for another lease of the project's keys.
 	k2 := e.projectKey(acct, p.ID)

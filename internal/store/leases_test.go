@@ -248,7 +248,7 @@ func testLeaseKeyBudget(t *testing.T, e *env) {
 	if r.Delta != 250_000_000 {
 		t.Fatalf("lease %+v, want 2 USD / 8", r)
 	}
-	wantRefusal(t, e.admitKey(acct, "key_x", "big", 1_800_000_000, 0, kl), account.DailyLimited, account.KeyLevel, nextMidnight(e.clock.Now()).Sub(e.clock.Now()))
+	wantRefusal(t, e.admitKey(acct, "key_x", "big", 1_800_000_000, 0, kl), account.DailyLimited, account.KeyLevel, account.NextDay(e.clock.Now()).Sub(e.clock.Now()))
 	wantAdmitted(t, e.admitKey(acct, "key_x", "fits", 1_750_000_000, 0, kl))
 	err := e.s.RecordLeased(e.ctx, []LeasedRequest{{
 		Lease: account.LeaseRef{ID: "sc1.key_x.1", Seq: 1, Hold: 250_000_000}, KeyCounted: true,

@@ -101,15 +101,7 @@ func decodeProject(accountID, id string, m map[string]string) (account.Project, 
 	}
 	return account.Project{
 		ID: id, AccountID: accountID, Name: m["name"], CreatedAt: parseMS(m["created"]),
-		Limits: account.Limits{
-			DailyNanoUSD:   parseInt(m["daily"]),
-			RPM:            parseInt(m["rpm"]),
-			WindowMinutes:  parseInt(m["window"]),
-			TPM:            parseInt(m["tpm"]),
-			Concurrency:    parseInt(m["conc"]),
-			MonthlyNanoUSD: parseInt(m["monthly"]),
-			TotalNanoUSD:   parseInt(m["total"]),
-		},
+		Limits: decodeHashLimits(m),
 	}, true
 }
 

@@ -155,7 +155,7 @@ func testProjectLimits(t *testing.T, e *env) {
 	e.settleAs(ka, "a1", usd/2)
 	// 0.5 settled + 1 held + 2 asked > 3.
 	d := e.admitAs(ka2, "a4", 2*usd)
-	wantRefusal(t, d, account.DailyLimited, account.ProjectLevel, nextMidnight(e.clock.Now()).Sub(e.clock.Now()))
+	wantRefusal(t, d, account.DailyLimited, account.ProjectLevel, account.NextDay(e.clock.Now()).Sub(e.clock.Now()))
 	if d.Limit != 3*usd || d.Used != usd/2 || d.Held != usd || d.Request != 2*usd {
 		t.Fatalf("refusal amounts %+v", d)
 	}

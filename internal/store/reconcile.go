@@ -71,7 +71,7 @@ func (s *Store) ReconcileWindow(ctx context.Context, width string, start, next t
 }
 
 // ReconcileWindows returns the kept results of the windows of width that
-// start in [from, to), oldest first, by start.
+// start in [from, to), by start: two round trips whatever their number.
 func (s *Store) ReconcileWindows(ctx context.Context, width string, from, to time.Time) (map[time.Time][]byte, error) {
 	starts, err := s.rdb.ZRangeByScore(ctx, reconcileTag+"windows:"+width, &redis.ZRangeBy{
 		Min: strconv.FormatInt(from.UnixMilli(), 10), Max: "(" + strconv.FormatInt(to.UnixMilli(), 10),
@@ -79,17 +79,28 @@ func (s *Store) ReconcileWindows(ctx context.Context, width string, from, to tim
 	if err != nil {
 		return nil, fmt.Errorf("store: reconcile windows: %w", err)
 	}
+	times := make([]time.Time, len(starts))
+	cmds := make([]*redis.StringCmd, len(starts))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, st := range starts {
+			times[i] = parseMS(st)
+			cmds[i] = p.Get(ctx, windowKey(width, times[i]))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store: reconcile window: %w", err)
+	}
 	out := make(map[time.Time][]byte, len(starts))
-	for _, st := range starts {
-		t := parseMS(st)
-		b, err := s.rdb.Get(ctx, windowKey(width, t)).Bytes()
+	for i, c := range cmds {
+		b, err := c.Bytes()
 		if errors.Is(err, redis.Nil) {
 			continue // expired
 		}
 		if err != nil {
 			return nil, fmt.Errorf("store: reconcile window: %w", err)
 		}
-		out[t] = b
+		out[times[i]] = b
 	}
 	return out, nil
 }

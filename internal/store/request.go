@@ -144,7 +144,7 @@ func decodeAdmit(a *account.Admission, now time.Time, r []int64, err error) (acc
 		d.RetryAfter = time.Duration(r[1]) * time.Millisecond
 	case 2:
 		d.Outcome = account.DailyLimited
-		d.RetryAfter = nextMidnight(now).Sub(now)
+		d.RetryAfter = account.NextDay(now).Sub(now)
 	case 3:
 		d.Outcome = account.InsufficientBalance
 	case 4:
@@ -157,7 +157,7 @@ func decodeAdmit(a *account.Admission, now time.Time, r []int64, err error) (acc
 		d.RetryAfter = time.Duration(r[1]) * time.Millisecond
 	case 6:
 		d.Outcome = account.MonthlyLimited
-		d.RetryAfter = nextMonth(now).Sub(now)
+		d.RetryAfter = account.NextMonth(now).Sub(now)
 	case 7:
 		d.Outcome = account.TotalLimited
 	default:
@@ -165,17 +165,6 @@ func decodeAdmit(a *account.Admission, now time.Time, r []int64, err error) (acc
 	}
 	return d, nil
 }
-
-// nextMonth returns the start of the UTC month after t's.
-func nextMonth(t time.Time) time.Time { return account.NextMonth(t) }
-
-// Tokens is what a settled request counts towards a tokens-per-minute
-// limit: every input and output token (usage.Usage.Tokens: reasoning is
-// inside output), none for a reply that is not charged.
-func Tokens(u usage.Usage) int64 { return u.Tokens() }
-
-// nextMidnight returns the start of the UTC day after t's.
-func nextMidnight(t time.Time) time.Time { return account.NextDay(t) }
 
 // Settle ends an admitted request: it releases the hold and, for a 2xx reply,
 // charges Cost and counts usage; it always appends one ledger entry. Only a
@@ -456,23 +445,26 @@ func (s *Store) settleCall(keys []string, args []any, group []account.Settlement
 	// so has every project named (the default project's spend is the
 	// account's less theirs): both kinds are states of settle.lua, named
 	// "ks:KEYID" and "ps:PROJECTID".
-	stateIndex := map[string]int{}
-	addState := func(name string) {
+	// The index is keyed by prefix and id apart, so that looking a
+	// request's states up below builds no string.
+	type stateName struct{ prefix, id string }
+	stateIndex := map[stateName]int{}
+	addState := func(name stateName) {
 		if _, ok := stateIndex[name]; !ok {
 			stateIndex[name] = len(stateIndex) + 1
 		}
 	}
 	for _, st := range group {
 		if validID(st.KeyID) {
-			addState("ks:" + st.KeyID)
+			addState(stateName{"ks:", st.KeyID})
 		}
 		if namedProject(st.ProjectID) {
-			addState("ps:" + st.ProjectID)
+			addState(stateName{"ps:", st.ProjectID})
 		}
 	}
 	states := make([]string, len(stateIndex))
 	for k, i := range stateIndex {
-		states[i-1] = acctKey(id, k)
+		states[i-1] = acctKey(id, k.prefix+k.id)
 	}
 	keys = append(keys, states...)
 	// The leases the batch's requests were admitted from: the leases hash,
@@ -495,18 +487,20 @@ func (s *Store) settleCall(keys []string, args []any, group []account.Settlement
 		cost := st.Cost
 		var tokens int64
 		if charged {
-			tokens = Tokens(st.Usage)
+			// What a tokens-per-minute limit counts: every input and
+			// output token; none for a reply that is not charged.
+			tokens = st.Usage.Tokens()
 		} else {
 			cost = 0
 		}
 		// Only the sweeper settles a request as interrupted: its charge is
 		// recorded, to be reconciled with a later settlement.
 		args = append(args, st.RequestID, boolString(charged), boolString(st.Interrupted), cost, string(st.Priced), keyIndex[st.KeyID], ms(lastUsedAt(st, now)),
-			stateIndex["ks:"+st.KeyID], tokens, leaseIndex[st.Lease.ID], st.Lease.Seq, st.Lease.Hold,
+			stateIndex[stateName{"ks:", st.KeyID}], tokens, leaseIndex[st.Lease.ID], st.Lease.Seq, st.Lease.Hold,
 			st.Lease.Tokens, st.Lease.Bucket, st.Lease.TokenLevels)
 		args = appendCounters(args, st, cost)
 		args = appendLedger(args, st, cost)
-		args = append(args, stateIndex["ps:"+st.ProjectID])
+		args = append(args, stateIndex[stateName{"ps:", st.ProjectID}])
 	}
 	return keys, args
 }

@@ -145,48 +145,37 @@ if not haskey then
   krpm, kwindow, ktpm, kconc, kdaily, kmonthly, ktotal = 0, 0, 0, 0, 0, 0, 0
 end
 
+-- A key's or a project's state hash (KEYS[7], KEYS[9]): its held, open,
+-- token window, spend today, this month and in total, and what its leases
+-- escrow and seat (lease.lua's kc and pc).
+local function readState(key)
+  local st = redis.call('HMGET', key, 'held', 'open', 'tw', 'dd', 'dc', 'md', 'mc', 'tc', 'leased', 'seats')
+  local day, mon = 0, 0
+  if st[4] == today then
+    day = tonumber(st[5] or '0')
+  end
+  if st[6] == month then
+    mon = tonumber(st[7] or '0')
+  end
+  return tonumber(st[1] or '0'), tonumber(st[2] or '0'), st[3], day, mon,
+    tonumber(st[8] or '0'), tonumber(st[9] or '0'), tonumber(st[10] or '0')
+end
+
 -- The key's state, read only when one of its limits needs it.
 -- Its in-flight counts (held, open) are kept only while it has such a
 -- limit; the record says whether they were, for settlement to undo.
 local kcount = ktpm > 0 or kconc > 0 or kdaily > 0 or kmonthly > 0 or ktotal > 0
-local kheld, kopen, ktok, kday, kmon, kall = 0, 0, nil, 0, 0, 0
-local kleased, kseats = 0, 0
+local kheld, kopen, ktok, kday, kmon, kall, kleased, kseats = 0, 0, nil, 0, 0, 0, 0, 0
 if kcount then
-  local ks = redis.call('HMGET', KEYS[7], 'held', 'open', 'tw', 'dd', 'dc', 'md', 'mc', 'tc', 'leased', 'seats')
-  kheld = tonumber(ks[1] or '0')
-  kleased = tonumber(ks[9] or '0')
-  kseats = tonumber(ks[10] or '0')
-  kopen = tonumber(ks[2] or '0')
-  ktok = ks[3]
-  if ks[4] == today then
-    kday = tonumber(ks[5] or '0')
-  end
-  if ks[6] == month then
-    kmon = tonumber(ks[7] or '0')
-  end
-  kall = tonumber(ks[8] or '0')
+  kheld, kopen, ktok, kday, kmon, kall, kleased, kseats = readState(KEYS[7])
 end
 
 -- The project's state, read only when it has a limit (all of them need
 -- its in-flight counts or its spend, but the rate).
 local pcount = ptpm > 0 or pconc > 0 or pdaily > 0 or pmonthly > 0 or ptotal > 0
-local pheld, popen, ptok, pday, pmon, pall = 0, 0, nil, 0, 0, 0
-local pleased, pseats = 0, 0
+local pheld, popen, ptok, pday, pmon, pall, pleased, pseats = 0, 0, nil, 0, 0, 0, 0, 0
 if pcount then
-  local ps = redis.call('HMGET', KEYS[9], 'held', 'open', 'tw', 'dd', 'dc', 'md', 'mc', 'tc', 'leased', 'seats')
-  pheld = tonumber(ps[1] or '0')
-  -- What the project's leases escrow (lease.lua's pc).
-  pleased = tonumber(ps[9] or '0')
-  pseats = tonumber(ps[10] or '0')
-  popen = tonumber(ps[2] or '0')
-  ptok = ps[3]
-  if ps[4] == today then
-    pday = tonumber(ps[5] or '0')
-  end
-  if ps[6] == month then
-    pmon = tonumber(ps[7] or '0')
-  end
-  pall = tonumber(ps[8] or '0')
+  pheld, popen, ptok, pday, pmon, pall, pleased, pseats = readState(KEYS[9])
 end
 
 -- A token window ("tw") read: its buckets still in the window, each

@@ -400,6 +400,36 @@ local function rateRoom(log, r, w)
   return r * w - redis.call('ZCARD', log)
 end
 
+-- The least room left in the spend budgets of a key's or a project's
+-- state hash, its held and leased counted (this lease's free amount added
+-- back when the lease counts there), as admit.lua counts them.
+local function budgetRoom(state, counted, daily, monthly, total)
+  local st = redis.call('HMGET', state, 'held', 'leased', 'dd', 'dc', 'md', 'mc', 'tc')
+  local held = tonumber(st[1] or '0') + tonumber(st[2] or '0')
+  if counted then
+    held = held - free
+  end
+  local room = math.huge
+  if daily > 0 then
+    local spent = 0
+    if st[3] == ARGV[15] then
+      spent = tonumber(st[4] or '0')
+    end
+    room = math.min(room, daily - spent - held)
+  end
+  if monthly > 0 then
+    local spent = 0
+    if st[5] == ARGV[16] then
+      spent = tonumber(st[6] or '0')
+    end
+    room = math.min(room, monthly - spent - held)
+  end
+  if total > 0 then
+    room = math.min(room, total - tonumber(st[7] or '0') - held)
+  end
+  return room
+end
+
 local slots, nseats, ntok = 0, 0, 0
 if reason == 0 and want > 0 then
   local held = tonumber(acct[2] or '0') + tonumber(acct[3] or '0') - free
@@ -412,52 +442,10 @@ if reason == 0 and want > 0 then
     room = math.min(room, monthly - tonumber(redis.call('GET', KEYS[5]) or '0') - held)
   end
   if kbudget then
-    local ks = redis.call('HMGET', KEYS[3], 'held', 'leased', 'dd', 'dc', 'md', 'mc', 'tc')
-    local kheld = tonumber(ks[1] or '0') + tonumber(ks[2] or '0')
-    if kc == '1' then
-      kheld = kheld - free
-    end
-    if kdaily > 0 then
-      local spent = 0
-      if ks[3] == ARGV[15] then
-        spent = tonumber(ks[4] or '0')
-      end
-      room = math.min(room, kdaily - spent - kheld)
-    end
-    if kmonthly > 0 then
-      local spent = 0
-      if ks[5] == ARGV[16] then
-        spent = tonumber(ks[6] or '0')
-      end
-      room = math.min(room, kmonthly - spent - kheld)
-    end
-    if ktotal > 0 then
-      room = math.min(room, ktotal - tonumber(ks[7] or '0') - kheld)
-    end
+    room = math.min(room, budgetRoom(KEYS[3], kc == '1', kdaily, kmonthly, ktotal))
   end
   if pbudget then
-    local ps = redis.call('HMGET', KEYS[10], 'held', 'leased', 'dd', 'dc', 'md', 'mc', 'tc')
-    local pheld = tonumber(ps[1] or '0') + tonumber(ps[2] or '0')
-    if pc == 1 then
-      pheld = pheld - free
-    end
-    if pdaily > 0 then
-      local spent = 0
-      if ps[3] == ARGV[15] then
-        spent = tonumber(ps[4] or '0')
-      end
-      room = math.min(room, pdaily - spent - pheld)
-    end
-    if pmonthly > 0 then
-      local spent = 0
-      if ps[5] == ARGV[16] then
-        spent = tonumber(ps[6] or '0')
-      end
-      room = math.min(room, pmonthly - spent - pheld)
-    end
-    if ptotal > 0 then
-      room = math.min(room, ptotal - tonumber(ps[7] or '0') - pheld)
-    end
+    room = math.min(room, budgetRoom(KEYS[10], pc == 1, pdaily, pmonthly, ptotal))
   end
   target = math.min(want, math.floor(math.max(room, 0) / share))
   if target < min then

@@ -41,13 +41,14 @@ local function lease_format(l)
   return v
 end
 
--- Add d to a hash's sum field (leased, seats), clamped at zero: a sum
--- never goes below what its leases hold, whatever order their changes
--- land in.
+-- Whether levels (rl, sl, tl) has bit (1, 2 or 4) set.
 local function lease_has(levels, bit)
   return math.floor(levels / bit) % 2 == 1
 end
 
+-- Add d to a hash's sum field (leased, seats), clamped at zero: a sum
+-- never goes below what its leases hold, whatever order their changes
+-- land in.
 local function lease_sum(key, field, d)
   if redis.call('HINCRBY', key, field, string.format('%d', d)) < 0 then
     redis.call('HSET', key, field, '0')
@@ -69,7 +70,7 @@ local function lease_take(l, amount, n, bounds, acct)
   local seats = math.min(n, l.seats)
   if seats > 0 then
     l.seats = l.seats - seats
-    if l.sl % 2 == 1 then
+    if lease_has(l.sl, 1) then
       lease_sum(acct, 'seats', -seats)
     end
   end

@@ -103,7 +103,9 @@ for i = 7, #ARGV, 6 do
     redis.call('HSETNX', KEYS[2], ARGV[i], hold_format(h, expiry, ARGV[i + 3], ''))
     moved = moved + h
     n = n + 1
-    if string.match(ARGV[i + 3], '^{"tb":%d+,"ta":%d+,"tk":%d+,"kc":%d+,"tp":%d+,"pc":1') then
+    -- admit.lua's prefix, and its project part where there is one.
+    local tp, pc = string.match(ARGV[i + 3], '^{"tb":%d+,"ta":%d+,"tk":%d+,"kc":%d+,"tp":(%d+),"pc":(%d+)')
+    if pc == '1' then
       pmoved = pmoved + h
       pn = pn + 1
     end
@@ -114,7 +116,7 @@ for i = 7, #ARGV, 6 do
         b = tonumber(tk)
       end
       if b == 0 then
-        b = tonumber(string.match(ARGV[i + 3], '^{"tb":%d+,"ta":%d+,"tk":%d+,"kc":%d+,"tp":(%d+)') or '0')
+        b = tonumber(tp or '0')
       end
       if b > 0 then
         bounds[b] = (bounds[b] or 0) + tonumber(tb)
