@@ -194,22 +194,23 @@ func (x *exchange) pooled(requestID string) *Refusal {
 	return nil
 }
 
-// requestAccounts remembers the account of the last pooled requests by
-// Envoy's request id: Envoy's upstream log names the request, not its
-// account. A fixed ring: the oldest is forgotten first.
-type requestAccounts struct {
+// byRequest remembers one name (an account, a priced model) of each of
+// the last requests by Envoy's request id: Envoy's upstream logs name the
+// request, not its account or model. A fixed ring: the oldest is forgotten
+// first.
+type byRequest struct {
 	mu   sync.Mutex
 	ids  map[string]string
 	ring []string
 	next int
 }
 
-// recentRequests is how many pooled requests' accounts a sidecar
-// remembers: far more than are in flight, and their log entries arrive
-// within Envoy's flush interval of their end.
+// recentRequests is how many requests' names a sidecar remembers: far
+// more than are in flight, and their log entries arrive within Envoy's
+// flush interval of their end.
 const recentRequests = 1 << 14
 
-func (r *requestAccounts) put(id, account string) {
+func (r *byRequest) put(id, name string) {
 	if id == "" {
 		return
 	}
@@ -223,10 +224,10 @@ func (r *requestAccounts) put(id, account string) {
 	}
 	r.ring[r.next] = id
 	r.next = (r.next + 1) % len(r.ring)
-	r.ids[id] = account
+	r.ids[id] = name
 }
 
-func (r *requestAccounts) get(id string) string {
+func (r *byRequest) get(id string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.ids[id]
