@@ -131,8 +131,7 @@ func (ln *line) DialRefused(resp *http.Response, err error) *Refusal {
 		ln.s.log.Warn("vendor connection failed", "upstream", ln.u.Name, "status", status, "transport", ln.transport, "err", err)
 		return ln.Refuse(format.Unavailable, "the vendor is unavailable; retry shortly", time.Second)
 	case vendorRefusal(status):
-		ln.s.metrics.vendorRefusals.WithLabelValues(ln.u.Name).Inc()
-		ln.s.log.Warn("the vendor refused the gateway's credential", "upstream", ln.u.Name, "status", status, "transport", ln.transport)
+		ln.credentialRefused(status)
 		return newRefusal(status, "application/json", vendorRefusalBody(ln.u.Format, status), 0)
 	case status >= 500:
 		return ln.Refuse(format.Unavailable, "the vendor is unavailable; retry shortly", time.Second)
@@ -188,10 +187,16 @@ func (ln *line) scrub(data []byte, typ string, status int, counted bool) []byte 
 		return data
 	}
 	if !counted {
-		ln.s.metrics.vendorRefusals.WithLabelValues(ln.u.Name).Inc()
-		ln.s.log.Warn("the vendor refused the gateway's credential", "upstream", ln.u.Name, "status", status, "transport", ln.transport)
+		ln.credentialRefused(status)
 	}
 	return ln.sock.ErrorEvent(status, vendorRefusalBody(ln.op.Format, status))
+}
+
+// credentialRefused counts and logs a vendor's refusal (of status) of the
+// gateway's credential on the line.
+func (ln *line) credentialRefused(status int) {
+	ln.s.metrics.vendorRefusals.WithLabelValues(ln.u.Name).Inc()
+	ln.s.log.Warn("the vendor refused the gateway's credential", "upstream", ln.u.Name, "status", status, "transport", ln.transport)
 }
 
 // A call is one metered request on a line.
