@@ -98,14 +98,11 @@ func keyClusterOf(u *Upstream, key string) string {
 // session its body names (format.Request.Session, read with the rest of
 // the body) when its headers named none.
 func (x *exchange) steerByBody(r *onward) {
-	bySession := !x.headerSession && x.req.Session != ""
-	if x.upstream.Pool == nil || x.creator == "" && !bySession {
-		return
-	}
 	changed := false
-	if x.creator != "" {
+	switch {
+	case x.creator != "":
 		changed = x.steerToCreator(r)
-	} else {
+	case !x.headerSession && x.req.Session != "":
 		changed = x.steer(bound(x.req.Session), r)
 	}
 	if changed {
