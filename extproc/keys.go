@@ -234,10 +234,8 @@ func (r *byRequest) get(id string) string {
 // (its upstream access log): the request's id, the vendor's status and the
 // reply's headers as header reads them (the evidence keypool.Judge weighs).
 func (s *Server) KeyAttempt(upstream, key, requestID string, status int, header func(string) string, sent time.Time) {
-	for _, u := range s.upstreams {
-		if u.Name == upstream && u.Pool != nil {
-			s.judgeAttempt(u, key, s.attempts.get(requestID), status, header, sent)
-		}
+	if u := s.upstreamNamed(upstream); u != nil && u.Pool != nil {
+		s.judgeAttempt(u, key, s.attempts.get(requestID), status, header, sent)
 	}
 }
 
