@@ -47,9 +47,10 @@ type line struct {
 	// Sub is the vendor path after the upstream's prefix.
 	Sub string
 	// KeyCluster names the aggregate that tries the key steering chose
-	// first; "" without a pool. endpoint and vendorKey served the line.
-	KeyCluster          string
-	endpoint, vendorKey string
+	// first; "" without a pool. served is what served the line's vendor
+	// connection, each call's reply begun from it (its status apart).
+	KeyCluster string
+	served     replyHead
 
 	mu    sync.Mutex
 	key   account.Key
@@ -130,8 +131,7 @@ func (ln *line) DialRefused(resp *http.Response, err error) *Refusal {
 		ln.s.log.Warn("vendor connection failed", "upstream", ln.u.Name, "status", status, "transport", ln.transport, "err", err)
 		return ln.Refuse(format.Unavailable, "the vendor is unavailable; retry shortly", time.Second)
 	case vendorRefusal(status):
-		ln.s.metrics.vendorRefusals.WithLabelValues(ln.u.Name).Inc()
-		ln.s.log.Warn("the vendor refused the gateway's credential", "upstream", ln.u.Name, "status", status, "transport", ln.transport)
+		ln.credentialRefused(status)
 		return newRefusal(status, "application/json", vendorRefusalBody(ln.u.Format, status), 0)
 	case status >= 500:
 		return ln.Refuse(format.Unavailable, "the vendor is unavailable; retry shortly", time.Second)
@@ -140,14 +140,12 @@ func (ln *line) DialRefused(resp *http.Response, err error) *Refusal {
 }
 
 // Served records what served the line's vendor connection, as the headers
-// of the relay's reply name it: the endpoint and the vendor key. Where the
-// contract carries no host metadata (the reduced one), the address Envoy
-// connected to says which endpoint it is.
+// of the relay's reply name it: the endpoint, the vendor key and the
+// address Envoy connected to (which says the endpoint where the contract
+// carries no host metadata: begin reads it as over HTTP).
 func (ln *line) Served(h http.Header) {
-	ln.endpoint, ln.vendorKey = h.Get("x-gateway-endpoint"), h.Get("x-gateway-vendor-key")
-	if ln.endpoint == "" && ln.u.addrs != nil {
-		ln.endpoint = ln.u.addrs.endpointOf(h.Get("x-gateway-upstream-address"))
-	}
+	ln.served = replyHead{endpoint: h.Get("x-gateway-endpoint"), key: h.Get("x-gateway-vendor-key"),
+		address: h.Get("x-gateway-upstream-address")}
 }
 
 // ErrorEvent is a refusal as the transport's error event.
@@ -189,10 +187,16 @@ func (ln *line) scrub(data []byte, typ string, status int, counted bool) []byte 
 		return data
 	}
 	if !counted {
-		ln.s.metrics.vendorRefusals.WithLabelValues(ln.u.Name).Inc()
-		ln.s.log.Warn("the vendor refused the gateway's credential", "upstream", ln.u.Name, "status", status, "transport", ln.transport)
+		ln.credentialRefused(status)
 	}
 	return ln.sock.ErrorEvent(status, vendorRefusalBody(ln.op.Format, status))
+}
+
+// credentialRefused counts and logs a vendor's refusal (of status) of the
+// gateway's credential on the line.
+func (ln *line) credentialRefused(status int) {
+	ln.s.metrics.vendorRefusals.WithLabelValues(ln.u.Name).Inc()
+	ln.s.log.Warn("the vendor refused the gateway's credential", "upstream", ln.u.Name, "status", status, "transport", ln.transport)
 }
 
 // A call is one metered request on a line.
@@ -258,29 +262,32 @@ func (c *call) Admit(ctx context.Context, body []byte) (out []byte, r *Refusal) 
 	return x.sentBody(), nil
 }
 
-// Event meters one vendor event of the call's reply, the reply begun at
-// the first; out is what the client is sent, end whether the event ends
-// the reply. A refusal ends the call: its hold's lease was lost.
+// Event meters one vendor event of the call's reply as a chunk of a
+// stream (replyChunk, as over HTTP), the reply begun at the first with
+// what served the line; out is what the client is sent, end whether the
+// event ends the reply. A refusal ends the call: its hold's lease was
+// lost.
 func (c *call) Event(ctx context.Context, data []byte) (out []byte, end bool, r *Refusal) {
 	x := c.x
 	typ, status, _ := MessageType(data)
+	var head *replyHead
 	if !c.started {
 		c.started = true
-		x.endpoint = c.ln.endpoint
-		x.status = http.StatusOK
+		h := c.ln.served
+		h.status = http.StatusOK
 		if typ == c.ln.sock.Error {
-			x.status = cmp.Or(status, http.StatusInternalServerError)
+			h.status = cmp.Or(status, http.StatusInternalServerError)
 		}
-		x.servedBy(c.ln.vendorKey)
-		x.startReply("text/event-stream")
+		head = &h
 	}
 	end = c.ln.sock.Ended(typ)
-	if typ == c.ln.sock.Error && status != 0 {
+	c.frame = append(append(append(c.frame[:0], "data: "...), data...), '\n', '\n')
+	_, _, r = x.replyChunk(ctx, head, c.frame, end)
+	if typ == c.ln.sock.Error && status != 0 { // judged whether or not the call goes on
 		c.ln.s.vendorErrorEvent(c.ln.u, x.vendorKey, x.key.AccountID, status, data, x.started)
 	}
-	c.frame = append(append(append(c.frame[:0], "data: "...), data...), '\n', '\n')
-	if _, _, lost := x.chunk(ctx, c.frame, end); lost {
-		return nil, true, c.ln.Refuse(format.Unavailable, leaseLostMessage, time.Second)
+	if r != nil {
+		return nil, true, r
 	}
 	return c.ln.scrub(data, typ, status, x.scrub), end, nil
 }

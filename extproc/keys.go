@@ -98,14 +98,11 @@ func keyClusterOf(u *Upstream, key string) string {
 // session its body names (format.Request.Session, read with the rest of
 // the body) when its headers named none.
 func (x *exchange) steerByBody(r *onward) {
-	bySession := !x.headerSession && x.req.Session != ""
-	if x.upstream.Pool == nil || x.creator == "" && !bySession {
-		return
-	}
 	changed := false
-	if x.creator != "" {
+	switch {
+	case x.creator != "":
 		changed = x.steerToCreator(r)
-	} else {
+	case !x.headerSession && x.req.Session != "":
 		changed = x.steer(bound(x.req.Session), r)
 	}
 	if changed {
@@ -194,22 +191,23 @@ func (x *exchange) pooled(requestID string) *Refusal {
 	return nil
 }
 
-// requestAccounts remembers the account of the last pooled requests by
-// Envoy's request id: Envoy's upstream log names the request, not its
-// account. A fixed ring: the oldest is forgotten first.
-type requestAccounts struct {
+// byRequest remembers one name (an account, a priced model) of each of
+// the last requests by Envoy's request id: Envoy's upstream logs name the
+// request, not its account or model. A fixed ring: the oldest is forgotten
+// first.
+type byRequest struct {
 	mu   sync.Mutex
 	ids  map[string]string
 	ring []string
 	next int
 }
 
-// recentRequests is how many pooled requests' accounts a sidecar
-// remembers: far more than are in flight, and their log entries arrive
-// within Envoy's flush interval of their end.
+// recentRequests is how many requests' names a sidecar remembers: far
+// more than are in flight, and their log entries arrive within Envoy's
+// flush interval of their end.
 const recentRequests = 1 << 14
 
-func (r *requestAccounts) put(id, account string) {
+func (r *byRequest) put(id, name string) {
 	if id == "" {
 		return
 	}
@@ -223,10 +221,10 @@ func (r *requestAccounts) put(id, account string) {
 	}
 	r.ring[r.next] = id
 	r.next = (r.next + 1) % len(r.ring)
-	r.ids[id] = account
+	r.ids[id] = name
 }
 
-func (r *requestAccounts) get(id string) string {
+func (r *byRequest) get(id string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.ids[id]
@@ -236,10 +234,8 @@ func (r *requestAccounts) get(id string) string {
 // (its upstream access log): the request's id, the vendor's status and the
 // reply's headers as header reads them (the evidence keypool.Judge weighs).
 func (s *Server) KeyAttempt(upstream, key, requestID string, status int, header func(string) string, sent time.Time) {
-	for _, u := range s.upstreams {
-		if u.Name == upstream && u.Pool != nil {
-			s.judgeAttempt(u, key, s.attempts.get(requestID), status, header, sent)
-		}
+	if u := s.upstreamNamed(upstream); u != nil && u.Pool != nil {
+		s.judgeAttempt(u, key, s.attempts.get(requestID), status, header, sent)
 	}
 }
 

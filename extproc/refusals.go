@@ -126,8 +126,7 @@ func (x *exchange) refusedAtHeaders() *Refusal {
 	if !ok {
 		return nil
 	}
-	x.s.metrics.earlyRefusals.WithLabelValues(d.Outcome.String()).Inc()
-	return x.refused(d, unknownAmount, unknownAmount)
+	return x.refusedEarly(d)
 }
 
 // unknownAmount is a request's hold or token bound at its headers: its

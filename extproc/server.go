@@ -139,10 +139,10 @@ type Server struct {
 type attemptLog struct {
 	// attempts names the account of each recent pooled request, for
 	// Envoy's log of its refused attempts.
-	attempts requestAccounts
+	attempts byRequest
 	// attemptModels names the priced model of each recent request, for
 	// Envoy's log of its abandoned attempts.
-	attemptModels requestAccounts
+	attemptModels byRequest
 }
 
 // hooks are who hears of what the processor decides (Options.On...); each
