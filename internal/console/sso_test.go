@@ -5,10 +5,13 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/control"
 	"github.com/modelgateway/gateway/internal/roles"
@@ -94,4 +97,25 @@ type refuseAll struct{}
 
 func (refuseAll) Authenticate(context.Context, auth.Headers, time.Time, auth.Policy) (account.Key, error) {
 	return account.Key{}, errors.New("no such key")
+}
+
+// A person's name is the actor their changes are recorded under: control
+// characters dropped, cut to the audit trail's bound, prefixed by sso:.
+func TestPersonNameIsTheAuditActor(t *testing.T) {
+	long := strings.Repeat("é", 40) + "@example.com"
+	for _, c := range []struct {
+		sub   string
+		email any
+		want  string
+	}{
+		{"u1", "bill@example.com", "sso:bill@example.com"},
+		{"u1", nil, "sso:u1"},
+		{"u1", "bi\x00ll\n@example.com ", "sso:bill@example.com"},
+		{"u1", long, admin.CleanActor("sso:" + long)},
+	} {
+		got := personName(c.sub, map[string]any{"email": c.email})
+		if got != c.want || len(got) > 64 || !utf8.ValidString(got) {
+			t.Errorf("personName(%q, %q) = %q, want %q", c.sub, c.email, got, c.want)
+		}
+	}
 }
