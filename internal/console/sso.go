@@ -136,9 +136,14 @@ func (s *SSO) Begin(w http.ResponseWriter, r *http.Request) error {
 	state, nonce, verifier := randomToken(), randomToken(), oauth2.GenerateVerifier()
 	now := s.o.Now()
 	s.mu.Lock()
-	for k, f := range s.flows {
-		if now.Sub(f.started) >= flowTTL {
-			delete(s.flows, k)
+	// Expired flows go only when the map is full: a sign-in's start costs
+	// no walk of every other one, and Finish refuses an expired flow
+	// anyway.
+	if len(s.flows) >= maxFlows {
+		for k, f := range s.flows {
+			if now.Sub(f.started) >= flowTTL {
+				delete(s.flows, k)
+			}
 		}
 	}
 	if len(s.flows) >= maxFlows {

@@ -10,11 +10,14 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/coreos/go-oidc/v3/oidc"
+
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/control"
 	"github.com/modelgateway/gateway/internal/roles"
+	"github.com/modelgateway/gateway/internal/testclock"
 )
 
 // A callback is refused before anything reaches the provider unless its
@@ -117,5 +120,39 @@ func TestPersonNameIsTheAuditActor(t *testing.T) {
 		if got != c.want || len(got) > 64 || !utf8.ValidString(got) {
 			t.Errorf("personName(%q, %q) = %q, want %q", c.sub, c.email, got, c.want)
 		}
+	}
+}
+
+// At most maxFlows sign-ins are in progress: one more is refused until
+// the oldest have expired, which then make room.
+func TestSignInsInProgressBounded(t *testing.T) {
+	clk := testclock.New(time.Date(2026, 1, 2, 10, 0, 0, 0, time.UTC))
+	s, err := NewSSO(SSOOptions{Issuer: "http://idp.test", ClientID: "c", RedirectURL: "http://console.test/sso/callback", Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Discovered already: nothing is fetched.
+	s.provider = (&oidc.ProviderConfig{IssuerURL: "http://idp.test", AuthURL: "http://idp.test/auth", TokenURL: "http://idp.test/token"}).NewProvider(context.Background())
+	begin := func() error {
+		return s.Begin(httptest.NewRecorder(), httptest.NewRequest("GET", "/sso/login", nil))
+	}
+	for range maxFlows - 1 {
+		if err := begin(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Set(clk.Now().Add(flowTTL / 2))
+	if err := begin(); err != nil {
+		t.Fatalf("the last free place: %v", err)
+	}
+	if err := begin(); !errors.Is(err, ErrSSOBusy) {
+		t.Fatalf("one over the bound: %v, want busy", err)
+	}
+	clk.Set(clk.Now().Add(flowTTL / 2))
+	if err := begin(); err != nil {
+		t.Fatalf("once the first have expired: %v", err)
+	}
+	if len(s.flows) != 2 {
+		t.Errorf("%d flows kept, want the 2 unexpired", len(s.flows))
 	}
 }
