@@ -156,3 +156,23 @@ func TestSignInsInProgressBounded(t *testing.T) {
 		t.Errorf("%d flows kept, want the 2 unexpired", len(s.flows))
 	}
 }
+
+// Behind a proxy that ends TLS (an https redirect URL), the operator's
+// session cookie is Secure like the state cookie, however one signs in.
+func TestOperatorCookieSecureBehindTLSProxy(t *testing.T) {
+	for _, c := range []struct {
+		redirect string
+		want     bool
+	}{{"https://console.example/sso/callback", true}, {"http://127.0.0.1:8082/sso/callback", false}} {
+		s, err := NewSSO(SSOOptions{Issuer: "http://idp.test", ClientID: "c", RedirectURL: c.redirect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := NewOperator(OperatorOptions{SSO: s})
+		w := httptest.NewRecorder()
+		op.StartSession(w, httptest.NewRequest("POST", "/signin", nil), Identity{Actor: "admin", Roles: []roles.Role{roles.Operator}})
+		if ck := w.Result().Cookies(); len(ck) != 1 || ck[0].Name != SessionCookie || ck[0].Secure != c.want {
+			t.Errorf("%s: cookies %v, want Secure %v", c.redirect, ck, c.want)
+		}
+	}
+}
