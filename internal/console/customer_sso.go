@@ -14,7 +14,6 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/control"
-	"github.com/modelgateway/gateway/internal/roles"
 	"github.com/modelgateway/gateway/internal/store"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
@@ -326,7 +325,7 @@ func (c *Customer) createKeyForm(w http.ResponseWriter, r *http.Request, s *sess
 // a member only one they made (the audit trail says who made each key).
 func (c *Customer) revokeKey(w http.ResponseWriter, r *http.Request, s *session) {
 	key := r.PathValue("key")
-	if !roles.Set(accountAdmins.roles).Allows(s.Roles) {
+	if !accountAdmins.roles.Allows(s.Roles) {
 		mine, err := c.madeBy(r.Context(), s, key)
 		if err != nil {
 			c.page(w, http.StatusServiceUnavailable, s, customerView{Title: "Keys", Message: "The store is unavailable; try again shortly."})
