@@ -345,25 +345,43 @@ func (c *Customer) revokeKey(w http.ResponseWriter, r *http.Request, s *session)
 }
 
 // madeBy reports whether the session's person made key, by the audit
-// trail's key.create entries of the account (a few pages of it).
+// trail's key.create entry of it.
 func (c *Customer) madeBy(ctx context.Context, s *session, key string) (bool, error) {
+	mine := false
+	err := c.eachAudit(ctx, s.AccountID, func(e store.AuditEntry) bool {
+		if e.KeyID == key && e.Action == "key.create" && e.Outcome == "" {
+			mine = e.Actor == s.Actor
+			return false
+		}
+		return true
+	})
+	return mine, err
+}
+
+// The customer console reads at most auditPages pages of auditPage
+// entries of the trail, newest first, for one account.
+const auditPages, auditPage = 5, 1000
+
+// eachAudit calls f with the account's entries in the trail's newest
+// auditPages pages, newest first, until f returns false.
+func (c *Customer) eachAudit(ctx context.Context, accountID string, f func(store.AuditEntry) bool) error {
 	before := ""
-	for range 5 {
-		page, next, err := c.o.Store.RecentAudit(ctx, before, 1000)
+	for range auditPages {
+		page, next, err := c.o.Store.RecentAudit(ctx, before, auditPage)
 		if err != nil {
-			return false, err
+			return err
 		}
 		for _, e := range page {
-			if e.AccountID == s.AccountID && e.KeyID == key && e.Action == "key.create" && e.Outcome == "" {
-				return e.Actor == s.Actor, nil
+			if e.AccountID == accountID && !f(e) {
+				return nil
 			}
 		}
 		if next == "" {
-			return false, nil
+			return nil
 		}
 		before = next
 	}
-	return false, nil
+	return nil
 }
 
 // setLimits changes the account's limits: an empty field keeps one, 0
@@ -417,29 +435,23 @@ type AuditRecord struct {
 	After   json.RawMessage `json:"after,omitempty"`
 }
 
+// maxAuditRecords bounds GET /console/api/audit's answer.
+const maxAuditRecords = 200
+
 // audit returns the newest entries of the session's account (at most a
 // few pages of the trail are read).
 func (c *Customer) audit(w http.ResponseWriter, r *http.Request, s *session) {
 	out := []AuditRecord{}
-	before := ""
-	for range 5 {
-		page, next, err := c.o.Store.RecentAudit(r.Context(), before, 1000)
-		if err != nil {
-			control.WriteError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
-			return
-		}
-		for _, e := range page {
-			if e.AccountID == s.AccountID && len(out) < 200 {
-				out = append(out, AuditRecord{
-					At: timeString(e.At), Actor: e.Actor, Origin: e.Origin, Action: e.Action, KeyID: e.KeyID, Outcome: e.Outcome,
-					Before: rawJSON(e.Before), After: rawJSON(e.After),
-				})
-			}
-		}
-		if next == "" {
-			break
-		}
-		before = next
+	err := c.eachAudit(r.Context(), s.AccountID, func(e store.AuditEntry) bool {
+		out = append(out, AuditRecord{
+			At: timeString(e.At), Actor: e.Actor, Origin: e.Origin, Action: e.Action, KeyID: e.KeyID, Outcome: e.Outcome,
+			Before: rawJSON(e.Before), After: rawJSON(e.After),
+		})
+		return len(out) < maxAuditRecords
+	})
+	if err != nil {
+		control.WriteError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+		return
 	}
 	control.WriteJSON(w, http.StatusOK, map[string]any{"entries": out})
 }
