@@ -217,6 +217,9 @@ type Me struct {
 	Actor     string   `json:"actor"`
 	AccountID string   `json:"account_id"`
 	Roles     []string `json:"roles"`
+	// KeysPage says whether the roles may open the keys page (the page
+	// links to it only then).
+	KeysPage bool `json:"keys_page"`
 	// CSRF goes in the CSRFHeader of the session's changes.
 	CSRF string `json:"csrf"`
 }
@@ -230,7 +233,8 @@ func (c *Customer) me(w http.ResponseWriter, r *http.Request) {
 		control.WriteJSON(w, http.StatusOK, Me{})
 		return
 	}
-	m := Me{SignedIn: true, Actor: s.Actor, AccountID: s.AccountID, CSRF: s.csrf}
+	m := Me{SignedIn: true, Actor: s.Actor, AccountID: s.AccountID, CSRF: s.csrf,
+		KeysPage: allowed(customerRoutes, "GET "+PathKeysPage, &s.Identity)}
 	for _, r := range s.Roles {
 		m.Roles = append(m.Roles, string(r))
 	}

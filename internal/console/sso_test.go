@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -173,6 +174,26 @@ func TestOperatorCookieSecureBehindTLSProxy(t *testing.T) {
 		op.StartSession(w, httptest.NewRequest("POST", "/signin", nil), Identity{Actor: "admin", Roles: []roles.Role{roles.Operator}})
 		if ck := w.Result().Cookies(); len(ck) != 1 || ck[0].Name != SessionCookie || ck[0].Secure != c.want {
 			t.Errorf("%s: cookies %v, want Secure %v", c.redirect, ck, c.want)
+		}
+	}
+}
+
+// GET /console/api/me says whether the roles may open the keys page, by
+// the table of access: billing may not, a viewer may.
+func TestMeSaysWhetherKeysPageOpens(t *testing.T) {
+	c := NewCustomer(CustomerOptions{})
+	for _, cs := range []struct {
+		role roles.Role
+		want bool
+	}{{roles.Billing, false}, {roles.Viewer, true}, {roles.Owner, true}} {
+		value, _ := c.sessions.start(Identity{Actor: "sso:x", Roles: []roles.Role{cs.role}, AccountID: "acct_1"}, "")
+		r := httptest.NewRequest("GET", PathMe, nil)
+		r.AddCookie(&http.Cookie{Name: CustomerCookie, Value: value})
+		w := httptest.NewRecorder()
+		c.me(w, r)
+		var m Me
+		if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil || !m.SignedIn || m.KeysPage != cs.want {
+			t.Errorf("%s: %s (%v), want keys_page %v", cs.role, w.Body, err, cs.want)
 		}
 	}
 }
