@@ -102,25 +102,31 @@ func (a *authenticator) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServ
 }
 
 // actor returns the audit actor of the call: the x-admin-actor metadata,
-// cleaned of control characters and cut to 64 bytes, or DefaultActor.
+// cleaned (CleanActor), or DefaultActor.
 func actor(ctx context.Context) string {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get(ActorHeader)
 	if len(vals) == 0 {
 		return DefaultActor
 	}
+	if a := CleanActor(vals[0]); a != "" {
+		return a
+	}
+	return DefaultActor
+}
+
+// CleanActor is s as the audit trail keeps an actor: control characters
+// dropped, spaces trimmed, cut to 64 bytes.
+func CleanActor(s string) string {
 	a := strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {
 			return -1
 		}
 		return r
-	}, vals[0])
+	}, s)
 	a = strings.TrimSpace(a)
 	if len(a) > 64 {
 		a = strings.ToValidUTF8(a[:64], "")
-	}
-	if a == "" {
-		return DefaultActor
 	}
 	return a
 }

@@ -164,12 +164,17 @@ func (s *Service) revoke(ctx context.Context, accountID, id string, kind account
 	if err := s.st.RevokeKey(ctx, accountID, id); err != nil {
 		return nil, s.fail(op, err)
 	}
+	// The revocation is recorded once, whether or not the key can be read
+	// back (after is then unknown).
 	k, err := s.credential(ctx, op, accountID, id, kind)
+	var after any
+	if err == nil {
+		after = auditKey(k)
+	}
+	s.change(ctx, kindName(kind)+".revoke", accountID, id, "", auditKey(was), after)
 	if err != nil {
-		s.change(ctx, kindName(kind)+".revoke", accountID, id, "", auditKey(was), nil)
 		return nil, err
 	}
-	s.change(ctx, kindName(kind)+".revoke", accountID, id, "", auditKey(was), auditKey(k))
 	return keyToProto(k, s.now()), nil
 }
 

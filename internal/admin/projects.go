@@ -53,7 +53,8 @@ func (s *Service) CreateProject(ctx context.Context, req *adminv1.CreateProjectR
 	if err != nil {
 		return nil, s.failAccount("create project", req.GetAccountId(), err)
 	}
-	s.audit(ctx, "project.create", p.AccountID, "", fmt.Sprintf("project=%s name=%q %s", p.ID, p.Name, limitsDetail(l)))
+	s.change(ctx, "project.create", p.AccountID, "", fmt.Sprintf("project=%s name=%q %s", p.ID, p.Name, limitsDetail(l)),
+		nil, map[string]any{"project": p.ID, "name": p.Name, "limits": l})
 	return &adminv1.CreateProjectResponse{Project: projectToProto(p)}, nil
 }
 
@@ -90,7 +91,8 @@ func (s *Service) SetProjectLimits(ctx context.Context, req *adminv1.SetProjectL
 	if err := s.st.SetProjectLimits(ctx, accountID, id, l); err != nil {
 		return nil, s.fail("set project limits", projectMissing(err, accountID, id))
 	}
-	s.audit(ctx, "project.limits", accountID, "", "project="+id+" "+limitsDetail(l))
+	s.change(ctx, "project.limits", accountID, "", "project="+id+" "+limitsDetail(l),
+		map[string]any{"project": id, "limits": p.Limits}, map[string]any{"project": id, "limits": l})
 	p.Limits = l
 	return &adminv1.SetProjectLimitsResponse{Project: projectToProto(p)}, nil
 }
@@ -121,7 +123,8 @@ func (s *Service) MoveKey(ctx context.Context, req *adminv1.MoveKeyRequest) (*ad
 	if err := s.st.MoveKey(ctx, accountID, keyID, to); err != nil {
 		return nil, s.fail("move key", projectMissing(err, accountID, to))
 	}
-	s.audit(ctx, "key.move", accountID, keyID, "from="+k.Project()+" to="+to)
+	s.change(ctx, "key.move", accountID, keyID, "from="+k.Project()+" to="+to,
+		map[string]any{"project": k.Project()}, map[string]any{"project": to})
 	k.ProjectID = to
 	if to == account.DefaultProject {
 		k.ProjectID = ""

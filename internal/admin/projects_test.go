@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -80,6 +81,23 @@ func TestProjects(t *testing.T) {
 	seen := map[string]int{}
 	for _, en := range au.Entries {
 		seen[en.Action]++
+		// Each change says the state it changed, as the account's and
+		// key's changes do.
+		before, after := map[string]any{}, map[string]any{}
+		_ = json.Unmarshal([]byte(en.Before), &before)
+		_ = json.Unmarshal([]byte(en.After), &after)
+		ok := true
+		switch en.Action {
+		case "project.create":
+			ok = en.Before == "" && after["project"] == p.Id && after["name"] == "Team A" && after["limits"] != nil
+		case "project.limits":
+			ok = before["project"] == p.Id && before["limits"] != nil && after["limits"] != nil && en.Before != en.After
+		case "key.move":
+			ok = before["project"] == p.Id && after["project"] == account.DefaultProject
+		}
+		if !ok {
+			t.Errorf("audit %s: %s -> %s", en.Action, en.Before, en.After)
+		}
 	}
 	for _, action := range []string{"project.create", "project.limits", "project.delete", "key.move"} {
 		if seen[action] != 1 {

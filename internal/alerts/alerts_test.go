@@ -220,6 +220,18 @@ func (r *recorder) take() []Event {
 	return e
 }
 
+// twoSidecars returns two watchers over st, as two sidecars run them, each
+// publishing to its own recorder.
+func twoSidecars(st Store, now func() time.Time) ([2]*recorder, [2]*Watcher) {
+	var pubs [2]*recorder
+	var ws [2]*Watcher
+	for i := range ws {
+		pubs[i] = &recorder{}
+		ws[i] = NewWatcher(st, pubs[i], WatcherOptions{Now: now, Registerer: prometheus.NewRegistry()})
+	}
+	return pubs, ws
+}
+
 // Two watchers (two sidecars) over one store: each crossing fires exactly
 // once between them; a new window, a new threshold or a balance that rose
 // and fell again is a new crossing.
@@ -241,12 +253,7 @@ func TestEachCrossingOnceAcrossSidecars(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pubs [2]*recorder
-	var ws [2]*Watcher
-	for i := range ws {
-		pubs[i] = &recorder{}
-		ws[i] = NewWatcher(st, pubs[i], WatcherOptions{Now: clk.Now, Registerer: prometheus.NewRegistry()})
-	}
+	pubs, ws := twoSidecars(st, clk.Now)
 	spend := func(id string, cost int64) {
 		t.Helper()
 		if _, err := st.Admit(ctx, &account.Admission{RequestID: id, AccountID: a.ID, KeyID: k.ID, Hold: cost, KeyLimits: k.Limits}); err != nil {
@@ -442,12 +449,7 @@ func TestProjectBudgetThresholds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pubs [2]*recorder
-	var ws [2]*Watcher
-	for i := range ws {
-		pubs[i] = &recorder{}
-		ws[i] = NewWatcher(st, pubs[i], WatcherOptions{Now: clk.Now, Registerer: prometheus.NewRegistry()})
-	}
+	pubs, ws := twoSidecars(st, clk.Now)
 	admit := func(id string, hold int64) {
 		t.Helper()
 		d, err := st.Admit(ctx, &account.Admission{RequestID: id, AccountID: a.ID, KeyID: k.ID, Hold: hold, ProjectID: p.ID, ProjectLimits: pl})
@@ -553,12 +555,7 @@ func TestModelMismatchRateLimited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pubs [2]*recorder
-	var ws [2]*Watcher
-	for i := range ws {
-		pubs[i] = &recorder{}
-		ws[i] = NewWatcher(st, pubs[i], WatcherOptions{Registerer: prometheus.NewRegistry()})
-	}
+	pubs, ws := twoSidecars(st, nil)
 	fire := func(requested, priced usage.PricedModel) []Event {
 		for range 3 {
 			for _, w := range ws {

@@ -14,7 +14,6 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/control"
-	"github.com/modelgateway/gateway/internal/roles"
 	"github.com/modelgateway/gateway/internal/store"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
@@ -218,6 +217,9 @@ type Me struct {
 	Actor     string   `json:"actor"`
 	AccountID string   `json:"account_id"`
 	Roles     []string `json:"roles"`
+	// KeysPage says whether the roles may open the keys page (the page
+	// links to it only then).
+	KeysPage bool `json:"keys_page"`
 	// CSRF goes in the CSRFHeader of the session's changes.
 	CSRF string `json:"csrf"`
 }
@@ -231,7 +233,8 @@ func (c *Customer) me(w http.ResponseWriter, r *http.Request) {
 		control.WriteJSON(w, http.StatusOK, Me{})
 		return
 	}
-	m := Me{SignedIn: true, Actor: s.Actor, AccountID: s.AccountID, CSRF: s.csrf}
+	m := Me{SignedIn: true, Actor: s.Actor, AccountID: s.AccountID, CSRF: s.csrf,
+		KeysPage: allowed(customerRoutes, "GET "+PathKeysPage, &s.Identity)}
 	for _, r := range s.Roles {
 		m.Roles = append(m.Roles, string(r))
 	}
@@ -326,7 +329,7 @@ func (c *Customer) createKeyForm(w http.ResponseWriter, r *http.Request, s *sess
 // a member only one they made (the audit trail says who made each key).
 func (c *Customer) revokeKey(w http.ResponseWriter, r *http.Request, s *session) {
 	key := r.PathValue("key")
-	if !roles.Set(accountAdmins.roles).Allows(s.Roles) {
+	if !accountAdmins.roles.Allows(s.Roles) {
 		mine, err := c.madeBy(r.Context(), s, key)
 		if err != nil {
 			c.page(w, http.StatusServiceUnavailable, s, customerView{Title: "Keys", Message: "The store is unavailable; try again shortly."})
@@ -346,25 +349,43 @@ func (c *Customer) revokeKey(w http.ResponseWriter, r *http.Request, s *session)
 }
 
 // madeBy reports whether the session's person made key, by the audit
-// trail's key.create entries of the account (a few pages of it).
+// trail's key.create entry of it.
 func (c *Customer) madeBy(ctx context.Context, s *session, key string) (bool, error) {
+	mine := false
+	err := c.eachAudit(ctx, s.AccountID, func(e store.AuditEntry) bool {
+		if e.KeyID == key && e.Action == "key.create" && e.Outcome == "" {
+			mine = e.Actor == s.Actor
+			return false
+		}
+		return true
+	})
+	return mine, err
+}
+
+// The customer console reads at most auditPages pages of auditPage
+// entries of the trail, newest first, for one account.
+const auditPages, auditPage = 5, 1000
+
+// eachAudit calls f with the account's entries in the trail's newest
+// auditPages pages, newest first, until f returns false.
+func (c *Customer) eachAudit(ctx context.Context, accountID string, f func(store.AuditEntry) bool) error {
 	before := ""
-	for range 5 {
-		page, next, err := c.o.Store.RecentAudit(ctx, before, 1000)
+	for range auditPages {
+		page, next, err := c.o.Store.RecentAudit(ctx, before, auditPage)
 		if err != nil {
-			return false, err
+			return err
 		}
 		for _, e := range page {
-			if e.AccountID == s.AccountID && e.KeyID == key && e.Action == "key.create" && e.Outcome == "" {
-				return e.Actor == s.Actor, nil
+			if e.AccountID == accountID && !f(e) {
+				return nil
 			}
 		}
 		if next == "" {
-			return false, nil
+			return nil
 		}
 		before = next
 	}
-	return false, nil
+	return nil
 }
 
 // setLimits changes the account's limits: an empty field keeps one, 0
@@ -418,29 +439,23 @@ type AuditRecord struct {
 	After   json.RawMessage `json:"after,omitempty"`
 }
 
+// maxAuditRecords bounds GET /console/api/audit's answer.
+const maxAuditRecords = 200
+
 // audit returns the newest entries of the session's account (at most a
 // few pages of the trail are read).
 func (c *Customer) audit(w http.ResponseWriter, r *http.Request, s *session) {
 	out := []AuditRecord{}
-	before := ""
-	for range 5 {
-		page, next, err := c.o.Store.RecentAudit(r.Context(), before, 1000)
-		if err != nil {
-			control.WriteError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
-			return
-		}
-		for _, e := range page {
-			if e.AccountID == s.AccountID && len(out) < 200 {
-				out = append(out, AuditRecord{
-					At: timeString(e.At), Actor: e.Actor, Origin: e.Origin, Action: e.Action, KeyID: e.KeyID, Outcome: e.Outcome,
-					Before: rawJSON(e.Before), After: rawJSON(e.After),
-				})
-			}
-		}
-		if next == "" {
-			break
-		}
-		before = next
+	err := c.eachAudit(r.Context(), s.AccountID, func(e store.AuditEntry) bool {
+		out = append(out, AuditRecord{
+			At: timeString(e.At), Actor: e.Actor, Origin: e.Origin, Action: e.Action, KeyID: e.KeyID, Outcome: e.Outcome,
+			Before: rawJSON(e.Before), After: rawJSON(e.After),
+		})
+		return len(out) < maxAuditRecords
+	})
+	if err != nil {
+		control.WriteError(w, http.StatusServiceUnavailable, "unavailable", "the store is unavailable; retry shortly")
+		return
 	}
 	control.WriteJSON(w, http.StatusOK, map[string]any{"entries": out})
 }

@@ -311,18 +311,29 @@ func (op *Operator) StartSession(w http.ResponseWriter, r *http.Request, id Iden
 func (op *Operator) startSession(w http.ResponseWriter, r *http.Request, id Identity, idToken string) *session {
 	value, ses := op.sessions.start(id, idToken)
 	http.SetCookie(w, &http.Cookie{
-		Name: SessionCookie, Value: value, Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+		Name: SessionCookie, Value: value, Path: "/", HttpOnly: true, Secure: op.secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: int(op.o.SessionLifetime.Seconds()),
 	})
 	op.o.Logger.Info("console: signed in", "actor", id.Actor, "roles", id.Roles, "client", clientAddr(r))
 	return ses
 }
 
+// secure reports whether the session cookie must be Secure: as the
+// single sign-on's state cookie is when one is configured (its https
+// redirect URL says browsers reach the console over TLS, perhaps ended by
+// a proxy), else when this request came over TLS.
+func (op *Operator) secure(r *http.Request) bool {
+	if op.o.SSO != nil {
+		return op.o.SSO.secure(r)
+	}
+	return r.TLS != nil
+}
+
 func (op *Operator) signOut(w http.ResponseWriter, r *http.Request, s *session) {
 	if c, err := r.Cookie(SessionCookie); err == nil {
 		op.sessions.end(c.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", HttpOnly: true, Secure: r.TLS != nil,
+	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", HttpOnly: true, Secure: op.secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	// The local session has ended; a single sign-on also ends at the
 	// provider when it offers RP-initiated logout.

@@ -19,7 +19,7 @@ import (
 // a table per vendor key and a plot of its unexplained USD over time
 // (inline SVG, no script, nothing fetched).
 
-// reconcileHours bounds the page's look back.
+// The page's look back, in hours: by default and at most.
 const (
 	defaultReconcileHours = 24
 	maxReconcileHours     = 24 * 31
@@ -34,14 +34,18 @@ type reconcileKey struct {
 
 // reconcileCell is a key's sum over its models in one window.
 type reconcileCell struct {
-	Start                    time.Time
-	Vendor, Ledger           int64 // tokens
-	Explained                string
-	Unexplained              int64 // tokens
-	VendorCost, LedgerCost   int64 // nano-USD
-	UnexplainedCost          int64
-	Entries, Estimated, Lost int
+	Start                  time.Time
+	Vendor, Ledger         int64 // tokens
+	Explained              string
+	Unexplained            int64 // tokens
+	VendorCost, LedgerCost int64 // nano-USD
+	UnexplainedCost        int64
+	Entries, Lost          int
+	classes                map[string]explained // summed into Explained
 }
+
+// explained is one class's tokens and nano-USD in a cell.
+type explained struct{ tokens, cost int64 }
 
 // plot is an inline SVG line of unexplained nano-USD per window.
 type plot struct {
@@ -107,11 +111,13 @@ func reconcileKeys(ws []reconcile.Window) []*reconcileKey {
 			c.LedgerCost += row.LedgerCost
 			c.UnexplainedCost += row.Unexplained.Cost
 			c.Entries += row.Entries
-			c.Estimated += row.Estimated
 			c.Lost += row.Abandoned
-			for _, class := range slices.Sorted(maps.Keys(row.Explained)) {
-				d := row.Explained[class]
-				c.Explained = strings.TrimSpace(c.Explained + fmt.Sprintf(" %s: %d tokens, $%s", class, reconcile.Tokens(d.Usage), pricing.FormatUSD(d.Cost)))
+			for class, d := range row.Explained {
+				if c.classes == nil {
+					c.classes = map[string]explained{}
+				}
+				e := c.classes[class]
+				c.classes[class] = explained{e.tokens + reconcile.Tokens(d.Usage), e.cost + d.Cost}
 			}
 		}
 	}
@@ -119,6 +125,15 @@ func reconcileKeys(ws []reconcile.Window) []*reconcileKey {
 		return strings.Compare(a.Upstream+"\x00"+a.VendorKey+"\x00"+a.VendorKeyID, b.Upstream+"\x00"+b.VendorKey+"\x00"+b.VendorKeyID)
 	})
 	for _, k := range keys {
+		for i := range k.Windows {
+			c := &k.Windows[i]
+			var parts []string
+			for _, class := range slices.Sorted(maps.Keys(c.classes)) {
+				e := c.classes[class]
+				parts = append(parts, fmt.Sprintf("%s: %d tokens, $%s", class, e.tokens, pricing.FormatUSD(e.cost)))
+			}
+			c.Explained = strings.Join(parts, " ")
+		}
 		k.Plot = plotOf(k.Windows)
 	}
 	return keys

@@ -27,6 +27,8 @@ func TestOperatorReconciliation(t *testing.T) {
 					{Upstream: "alpha", VendorKey: "k1", VendorKeyID: "key_1", Model: "m", Vendor: usage.Usage{Input: 10}, Ledger: usage.Usage{Input: 10}, Entries: 2},
 					{Upstream: "alpha", VendorKey: "k1", VendorKeyID: "key_1", Model: "n", Vendor: usage.Usage{Input: 5}, Entries: 1, Abandoned: 1,
 						Explained: map[string]reconcile.Difference{reconcile.AbandonedAttempts: {Usage: usage.Usage{Input: 5}, Cost: 50}}},
+					{Upstream: "alpha", VendorKey: "k1", VendorKeyID: "key_1", Model: "o", Vendor: usage.Usage{Input: 2}, Entries: 1, Abandoned: 1,
+						Explained: map[string]reconcile.Difference{reconcile.AbandonedAttempts: {Usage: usage.Usage{Input: 2}, Cost: 20}}},
 				}}},
 				{Start: h.Add(time.Hour), Report: reconcile.Report{Rows: []reconcile.Row{
 					{Upstream: "alpha", VendorKey: "k1", VendorKeyID: "key_1", Model: "m", Vendor: usage.Usage{Input: 1007}, Ledger: usage.Usage{Input: 7},
@@ -43,8 +45,10 @@ func TestOperatorReconciliation(t *testing.T) {
 	}
 	for _, want := range []string{
 		"alpha · k1", "(a key the configuration does not name)", "key_x",
-		"abandoned_attempts: 5 tokens, $0.00000005", // both models of the first window in one row
-		`<td class="num">15</td>`, `<td class="num">1000</td>`, "0.003",
+		// The first window's three models in one row, a class summed
+		// over its models.
+		"<td>abandoned_attempts: 7 tokens, $0.00000007</td>",
+		`<td class="num">17</td>`, `<td class="num">1000</td>`, "0.003",
 		"<polyline", "<svg role=\"img\"",
 	} {
 		if !strings.Contains(body, want) {

@@ -14,6 +14,7 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	"golang.org/x/oauth2"
 
+	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/roles"
 )
 
@@ -135,9 +136,14 @@ func (s *SSO) Begin(w http.ResponseWriter, r *http.Request) error {
 	state, nonce, verifier := randomToken(), randomToken(), oauth2.GenerateVerifier()
 	now := s.o.Now()
 	s.mu.Lock()
-	for k, f := range s.flows {
-		if now.Sub(f.started) >= flowTTL {
-			delete(s.flows, k)
+	// Expired flows go only when the map is full: a sign-in's start costs
+	// no walk of every other one, and Finish refuses an expired flow
+	// anyway.
+	if len(s.flows) >= maxFlows {
+		for k, f := range s.flows {
+			if now.Sub(f.started) >= flowTTL {
+				delete(s.flows, k)
+			}
 		}
 	}
 	if len(s.flows) >= maxFlows {
@@ -262,27 +268,15 @@ func (s *SSO) Verify(ctx context.Context, raw, nonce string) (SignedIn, error) {
 
 // personName names a signed-in person in the audit trail: their email
 // when the provider gives one, else the subject, prefixed by sso: so that
-// no name can pass for the admin token's actor.
+// no name can pass for the admin token's actor. It is cleaned as the audit
+// trail cleans an actor, so that the session's name is the one its changes
+// are recorded under (Customer.madeBy compares them).
 func personName(sub string, claims map[string]any) string {
 	name := sub
 	if e, ok := claims["email"].(string); ok && e != "" {
 		name = e
 	}
-	return "sso:" + cleanActor(name)
-}
-
-// cleanActor drops control characters and bounds the length.
-func cleanActor(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return -1
-		}
-		return r
-	}, s)
-	if len(s) > 60 {
-		s = strings.ToValidUTF8(s[:60], "")
-	}
-	return s
+	return admin.CleanActor("sso:" + name)
 }
 
 // stringsClaim reads a claim that is a string or a list of strings.

@@ -2,16 +2,23 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/coreos/go-oidc/v3/oidc"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/control"
 	"github.com/modelgateway/gateway/internal/roles"
+	"github.com/modelgateway/gateway/internal/testclock"
 )
 
 // A callback is refused before anything reaches the provider unless its
@@ -94,4 +101,99 @@ type refuseAll struct{}
 
 func (refuseAll) Authenticate(context.Context, auth.Headers, time.Time, auth.Policy) (account.Key, error) {
 	return account.Key{}, errors.New("no such key")
+}
+
+// A person's name is the actor their changes are recorded under: control
+// characters dropped, cut to the audit trail's bound, prefixed by sso:.
+func TestPersonNameIsTheAuditActor(t *testing.T) {
+	long := strings.Repeat("é", 40) + "@example.com"
+	for _, c := range []struct {
+		sub   string
+		email any
+		want  string
+	}{
+		{"u1", "bill@example.com", "sso:bill@example.com"},
+		{"u1", nil, "sso:u1"},
+		{"u1", "bi\x00ll\n@example.com ", "sso:bill@example.com"},
+		{"u1", long, admin.CleanActor("sso:" + long)},
+	} {
+		got := personName(c.sub, map[string]any{"email": c.email})
+		if got != c.want || len(got) > 64 || !utf8.ValidString(got) {
+			t.Errorf("personName(%q, %q) = %q, want %q", c.sub, c.email, got, c.want)
+		}
+	}
+}
+
+// At most maxFlows sign-ins are in progress: one more is refused until
+// the oldest have expired, which then make room.
+func TestSignInsInProgressBounded(t *testing.T) {
+	clk := testclock.New(time.Date(2026, 1, 2, 10, 0, 0, 0, time.UTC))
+	s, err := NewSSO(SSOOptions{Issuer: "http://idp.test", ClientID: "c", RedirectURL: "http://console.test/sso/callback", Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Discovered already: nothing is fetched.
+	s.provider = (&oidc.ProviderConfig{IssuerURL: "http://idp.test", AuthURL: "http://idp.test/auth", TokenURL: "http://idp.test/token"}).NewProvider(context.Background())
+	begin := func() error {
+		return s.Begin(httptest.NewRecorder(), httptest.NewRequest("GET", "/sso/login", nil))
+	}
+	for range maxFlows - 1 {
+		if err := begin(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Set(clk.Now().Add(flowTTL / 2))
+	if err := begin(); err != nil {
+		t.Fatalf("the last free place: %v", err)
+	}
+	if err := begin(); !errors.Is(err, ErrSSOBusy) {
+		t.Fatalf("one over the bound: %v, want busy", err)
+	}
+	clk.Set(clk.Now().Add(flowTTL / 2))
+	if err := begin(); err != nil {
+		t.Fatalf("once the first have expired: %v", err)
+	}
+	if len(s.flows) != 2 {
+		t.Errorf("%d flows kept, want the 2 unexpired", len(s.flows))
+	}
+}
+
+// Behind a proxy that ends TLS (an https redirect URL), the operator's
+// session cookie is Secure like the state cookie, however one signs in.
+func TestOperatorCookieSecureBehindTLSProxy(t *testing.T) {
+	for _, c := range []struct {
+		redirect string
+		want     bool
+	}{{"https://console.example/sso/callback", true}, {"http://127.0.0.1:8082/sso/callback", false}} {
+		s, err := NewSSO(SSOOptions{Issuer: "http://idp.test", ClientID: "c", RedirectURL: c.redirect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		op := NewOperator(OperatorOptions{SSO: s})
+		w := httptest.NewRecorder()
+		op.StartSession(w, httptest.NewRequest("POST", "/signin", nil), Identity{Actor: "admin", Roles: []roles.Role{roles.Operator}})
+		if ck := w.Result().Cookies(); len(ck) != 1 || ck[0].Name != SessionCookie || ck[0].Secure != c.want {
+			t.Errorf("%s: cookies %v, want Secure %v", c.redirect, ck, c.want)
+		}
+	}
+}
+
+// GET /console/api/me says whether the roles may open the keys page, by
+// the table of access: billing may not, a viewer may.
+func TestMeSaysWhetherKeysPageOpens(t *testing.T) {
+	c := NewCustomer(CustomerOptions{})
+	for _, cs := range []struct {
+		role roles.Role
+		want bool
+	}{{roles.Billing, false}, {roles.Viewer, true}, {roles.Owner, true}} {
+		value, _ := c.sessions.start(Identity{Actor: "sso:x", Roles: []roles.Role{cs.role}, AccountID: "acct_1"}, "")
+		r := httptest.NewRequest("GET", PathMe, nil)
+		r.AddCookie(&http.Cookie{Name: CustomerCookie, Value: value})
+		w := httptest.NewRecorder()
+		c.me(w, r)
+		var m Me
+		if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil || !m.SignedIn || m.KeysPage != cs.want {
+			t.Errorf("%s: %s (%v), want keys_page %v", cs.role, w.Body, err, cs.want)
+		}
+	}
 }

@@ -375,7 +375,7 @@
     me = m;
     $("who").textContent = m.actor + " (" + m.roles.join(", ") + ")";
     $("who").hidden = false;
-    $("keys-link").hidden = m.roles.length === 1 && m.roles[0] === "billing";
+    $("keys-link").hidden = !m.keys_page;
     load();
   }).catch(function () { $("token").focus(); });
 })();
