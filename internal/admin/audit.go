@@ -3,6 +3,8 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"strconv"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/peer"
@@ -45,12 +47,78 @@ func (s *Service) change(ctx context.Context, action, accountID, keyID, detail s
 
 // Refused records a change that the actor's role did not allow: the
 // consoles call it before answering 403. action names the change (the
-// console's route).
+// console's route). One actor's refusals of one action on one account are
+// written once per refusalEvery (each sidecar's), the entry's detail
+// counting those folded into it since the last: the trail is shared and
+// bounded, and a person pressing a forbidden route without end must not
+// push the other accounts' entries out of it.
 func (s *Service) Refused(ctx context.Context, action, accountID, keyID string) {
+	who := actor(ctx)
+	folded, write := s.refusals.note(who+"\x00"+action+"\x00"+accountID, s.opts.Now())
+	if !write {
+		return
+	}
+	detail := ""
+	if folded > 0 {
+		detail = "and " + strconv.Itoa(folded) + " more refused since the last entry"
+	}
 	s.append(ctx, store.AuditEntry{
-		Actor: actor(ctx), Origin: origin(ctx), Action: action, AccountID: accountID, KeyID: keyID,
+		Actor: who, Origin: origin(ctx), Action: action, AccountID: accountID, KeyID: keyID, Detail: detail,
 		Outcome: store.OutcomeRefused,
 	})
+}
+
+// refusalEvery is how often one actor's refusals of one action on one
+// account reach the audit trail.
+const refusalEvery = time.Minute
+
+// maxFolds bounds the refusals remembered; when full, those older than
+// refusalEvery are forgotten (or all, if none is).
+const maxFolds = 10_000
+
+// refusalFolds remembers when each actor's refusal of an action was last
+// written and how many have been folded since.
+type refusalFolds struct {
+	mu sync.Mutex
+	m  map[string]refusalFold
+}
+
+type refusalFold struct {
+	written time.Time
+	folded  int
+}
+
+// note counts a refusal of k at now: write is whether it is written, and
+// folded how many refusals of k were not written since the last that was.
+func (f *refusalFolds) note(k string, now time.Time) (folded int, write bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.m[k]
+	if ok && now.Sub(r.written) < refusalEvery {
+		r.folded++
+		f.m[k] = r
+		return 0, false
+	}
+	if f.m == nil || len(f.m) >= maxFolds {
+		f.forget(now)
+	}
+	f.m[k] = refusalFold{written: now}
+	return r.folded, true
+}
+
+func (f *refusalFolds) forget(now time.Time) {
+	if f.m == nil {
+		f.m = map[string]refusalFold{}
+		return
+	}
+	for k, r := range f.m {
+		if now.Sub(r.written) >= refusalEvery {
+			delete(f.m, k)
+		}
+	}
+	if len(f.m) >= maxFolds {
+		clear(f.m)
+	}
 }
 
 func (s *Service) append(ctx context.Context, e store.AuditEntry) {

@@ -2,8 +2,10 @@ package admin
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -90,5 +92,47 @@ func TestAuditBeforeAfter(t *testing.T) {
 		if action != "POST /console/api/keys" && !strings.HasPrefix(got[0].Origin, "127.0.0.1:") {
 			t.Errorf("%s from %q, want the gRPC peer", action, got[0].Origin)
 		}
+	}
+}
+
+// One actor pressing a forbidden route again and again writes one refused
+// entry per minute to the shared trail, the next one counting those folded
+// into it; another actor's, another action's and another account's
+// refusals are written apart.
+func TestRepeatedRefusalsFolded(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.account(1e9), e.account(1e9)
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	svc := New(e.st, Options{Now: func() time.Time { return now }})
+	bill := WithActor(e.ctx, "sso:bill")
+	for range 50 {
+		svc.Refused(bill, "POST /console/api/keys", a.Id, "")
+	}
+	svc.Refused(WithActor(e.ctx, "sso:eve"), "POST /console/api/keys", a.Id, "")
+	svc.Refused(bill, "POST /console/limits", a.Id, "")
+	svc.Refused(bill, "POST /console/api/keys", b.Id, "")
+	now = now.Add(refusalEvery)
+	svc.Refused(bill, "POST /console/api/keys", a.Id, "")
+
+	resp, err := e.client.ListAudit(e.ctx, &adminv1.ListAuditRequest{PageSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, en := range resp.Entries {
+		if en.Outcome == store.OutcomeRefused {
+			got = append(got, en.Actor+" "+en.Action+" "+map[string]string{a.Id: "a", b.Id: "b"}[en.AccountId]+" "+en.Detail)
+		}
+	}
+	slices.Sort(got)
+	want := []string{
+		"sso:bill POST /console/api/keys a ",
+		"sso:bill POST /console/api/keys a and 49 more refused since the last entry",
+		"sso:bill POST /console/api/keys b ",
+		"sso:bill POST /console/limits a ",
+		"sso:eve POST /console/api/keys a ",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("refused entries:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

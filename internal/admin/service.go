@@ -91,6 +91,8 @@ type Service struct {
 	adminv1.UnimplementedAdminServer
 	st   Store
 	opts Options
+	// refusals folds an actor's repeated refusals (Refused).
+	refusals refusalFolds
 }
 
 // New returns the admin service over st.
