@@ -2,11 +2,16 @@ package console
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,16 +46,13 @@ type SSOOptions struct {
 	Now        func() time.Time
 }
 
-// flowTTL bounds how long a sign-in may take at the provider, and
-// maxFlows how many may be in progress: anyone may start one, so memory
-// stays bounded.
-const (
-	flowTTL  = 10 * time.Minute
-	maxFlows = 10_000
-)
+// flowTTL bounds how long a sign-in may take at the provider.
+const flowTTL = 10 * time.Minute
 
-// ErrSSOBusy is returned by Begin while maxFlows sign-ins are in progress.
-var ErrSSOBusy = errors.New("sso: too many sign-ins in progress")
+// maxSpent bounds the spent states remembered. Full of unexpired ones, they
+// are all forgotten: a replayed callback is then refused by the provider,
+// whose codes are single-use, rather than by the console.
+const maxSpent = 10_000
 
 // stateCookie binds a sign-in's state to the browser that started it, so
 // that a callback made in another browser (login CSRF) is refused. Lax: it
@@ -62,16 +64,73 @@ const stateCookie = "gateway_sso_state"
 type SSO struct {
 	o SSOOptions
 
+	// seal keys the state cookies: a sign-in in progress lives in its
+	// browser's cookie, not here, so that starting sign-ins without end
+	// fills no memory and blocks nobody's.
+	seal []byte
+
 	mu         sync.Mutex
 	provider   *oidc.Provider
 	endSession string
-	flows      map[string]flow // by state; each used once
+	spent      map[string]time.Time // states whose callback came, by when they started
 }
 
 // flow is a sign-in in progress at the provider.
+// flow is a sign-in in progress, as its state cookie carries it.
 type flow struct {
-	nonce, verifier string
-	started         time.Time
+	state, nonce, verifier string
+	started                time.Time
+}
+
+// sealed is f as a state cookie's value: its fields (base64url, so
+// without dots) and their HMAC, dot-separated.
+func (s *SSO) sealed(f flow) string {
+	v := f.state + "." + f.nonce + "." + f.verifier + "." + strconv.FormatInt(f.started.Unix(), 10)
+	return v + "." + s.mac(v)
+}
+
+func (s *SSO) mac(v string) string {
+	m := hmac.New(sha256.New, s.seal)
+	m.Write([]byte(v))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// unseal reads a state cookie's value; false unless this console sealed it.
+func (s *SSO) unseal(v string) (flow, bool) {
+	i := strings.LastIndexByte(v, '.')
+	if i < 0 || !hmac.Equal([]byte(v[i+1:]), []byte(s.mac(v[:i]))) {
+		return flow{}, false
+	}
+	p := strings.Split(v[:i], ".")
+	if len(p) != 4 {
+		return flow{}, false
+	}
+	secs, err := strconv.ParseInt(p[3], 10, 64)
+	if err != nil {
+		return flow{}, false
+	}
+	return flow{state: p[0], nonce: p[1], verifier: p[2], started: time.Unix(secs, 0)}, true
+}
+
+// spend marks state's callback come; false when it had come already.
+func (s *SSO) spend(state string, started, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.spent[state]; ok {
+		return false
+	}
+	if len(s.spent) >= maxSpent {
+		for k, at := range s.spent {
+			if now.Sub(at) >= flowTTL {
+				delete(s.spent, k)
+			}
+		}
+		if len(s.spent) >= maxSpent {
+			clear(s.spent)
+		}
+	}
+	s.spent[state] = started
+	return true
 }
 
 // NewSSO returns a client for o; nothing is fetched yet.
@@ -88,7 +147,9 @@ func NewSSO(o SSOOptions) (*SSO, error) {
 	if !slices.Contains(o.Scopes, oidc.ScopeOpenID) {
 		o.Scopes = append([]string{oidc.ScopeOpenID}, o.Scopes...)
 	}
-	return &SSO{o: o, flows: map[string]flow{}}, nil
+	seal := make([]byte, 32)
+	rand.Read(seal)
+	return &SSO{o: o, seal: seal, spent: map[string]time.Time{}}, nil
 }
 
 func (s *SSO) ctx(ctx context.Context) context.Context {
@@ -126,37 +187,19 @@ func (s *SSO) config(p *oidc.Provider) *oauth2.Config {
 	}
 }
 
-// Begin starts a sign-in: it remembers a state, a nonce and a PKCE
-// verifier, and sends the browser to the provider.
+// Begin starts a sign-in: its state, nonce and PKCE verifier go to the
+// browser in the sealed state cookie, and the browser to the provider.
 func (s *SSO) Begin(w http.ResponseWriter, r *http.Request) error {
 	p, err := s.discover(r.Context())
 	if err != nil {
 		return err
 	}
-	state, nonce, verifier := randomToken(), randomToken(), oauth2.GenerateVerifier()
-	now := s.o.Now()
-	s.mu.Lock()
-	// Expired flows go only when the map is full: a sign-in's start costs
-	// no walk of every other one, and Finish refuses an expired flow
-	// anyway.
-	if len(s.flows) >= maxFlows {
-		for k, f := range s.flows {
-			if now.Sub(f.started) >= flowTTL {
-				delete(s.flows, k)
-			}
-		}
-	}
-	if len(s.flows) >= maxFlows {
-		s.mu.Unlock()
-		return ErrSSOBusy
-	}
-	s.flows[state] = flow{nonce: nonce, verifier: verifier, started: now}
-	s.mu.Unlock()
+	f := flow{state: randomToken(), nonce: randomToken(), verifier: oauth2.GenerateVerifier(), started: s.o.Now()}
 	http.SetCookie(w, &http.Cookie{
-		Name: stateCookie, Value: state, Path: cookiePath(s.o.RedirectURL), HttpOnly: true, Secure: s.secure(r),
+		Name: stateCookie, Value: s.sealed(f), Path: cookiePath(s.o.RedirectURL), HttpOnly: true, Secure: s.secure(r),
 		SameSite: http.SameSiteLaxMode, MaxAge: int(flowTTL.Seconds()),
 	})
-	http.Redirect(w, r, s.config(p).AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(verifier)), http.StatusFound)
+	http.Redirect(w, r, s.config(p).AuthCodeURL(f.state, oidc.Nonce(f.nonce), oauth2.S256ChallengeOption(f.verifier)), http.StatusFound)
 	return nil
 }
 
@@ -200,15 +243,20 @@ func (s *SSO) Finish(w http.ResponseWriter, r *http.Request) (SignedIn, error) {
 		Secure: s.secure(r), SameSite: http.SameSiteLaxMode, MaxAge: -1})
 	state := q.Get("state")
 	c, err := r.Cookie(stateCookie)
-	if state == "" || err != nil || c.Value != state {
+	var f flow
+	ok := err == nil
+	if ok {
+		f, ok = s.unseal(c.Value)
+	}
+	if state == "" || !ok || f.state != state {
 		return SignedIn{}, fmt.Errorf("%w: the state is missing or not this browser's", ErrSSORefused)
 	}
-	s.mu.Lock()
-	f, ok := s.flows[state]
-	delete(s.flows, state)
-	s.mu.Unlock()
-	if !ok || s.o.Now().Sub(f.started) >= flowTTL {
-		return SignedIn{}, fmt.Errorf("%w: the state is unknown, used or expired", ErrSSORefused)
+	now := s.o.Now()
+	if now.Sub(f.started) >= flowTTL {
+		return SignedIn{}, fmt.Errorf("%w: the state is expired", ErrSSORefused)
+	}
+	if !s.spend(state, f.started, now) {
+		return SignedIn{}, fmt.Errorf("%w: the state is used", ErrSSORefused)
 	}
 	if e := q.Get("error"); e != "" {
 		return SignedIn{}, fmt.Errorf("%w: the provider said %q", ErrSSORefused, e)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,37 +23,45 @@ import (
 )
 
 // A callback is refused before anything reaches the provider unless its
-// state is one this browser started and not yet used.
+// state is the one this browser's sealed cookie carries, not expired and
+// not used yet.
 func TestCallbackNeedsItsState(t *testing.T) {
-	s, err := NewSSO(SSOOptions{Issuer: "http://127.0.0.1:9", ClientID: "c", RedirectURL: "http://127.0.0.1:8082/sso/callback?x=1"})
+	clk := testclock.New(time.Date(2026, 1, 2, 10, 0, 0, 0, time.UTC))
+	s, err := NewSSO(SSOOptions{Issuer: "http://127.0.0.1:9", ClientID: "c", RedirectURL: "http://127.0.0.1:8082/sso/callback?x=1", Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.flows["known"] = flow{nonce: "n", verifier: "v", started: s.o.Now()}
+	known := s.sealed(flow{state: "known", nonce: "n", verifier: "v", started: clk.Now()})
+	expired := s.sealed(flow{state: "old", nonce: "n", verifier: "v", started: clk.Now().Add(-flowTTL)})
+	other, _ := NewSSO(SSOOptions{Issuer: "http://127.0.0.1:9", ClientID: "c", RedirectURL: "http://127.0.0.1:8082/sso/callback"})
+	foreign := other.sealed(flow{state: "known", nonce: "n", verifier: "v", started: clk.Now()})
+	forged := strings.Replace(known, ".n.", ".m.", 1)
 	// In order: the provider's error spends the known state, which is then
 	// refused as replayed; none of them reaches the provider.
 	for _, c := range []struct {
-		name string
-		r    *http.Request
+		name, why string
+		r         *http.Request
 	}{
-		{"no state", httptest.NewRequest("GET", "/sso/callback?code=c", nil)},
-		{"no cookie", httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil)},
-		{"another cookie", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil), "other")},
-		{"unknown state", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=other", nil), "other")},
-		{"provider error", withCookie(httptest.NewRequest("GET", "/sso/callback?error=access_denied&state=known", nil), "known")},
-		{"a replayed state", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil), "known")},
+		{"no state", "not this browser's", httptest.NewRequest("GET", "/sso/callback?code=c", nil)},
+		{"no cookie", "not this browser's", httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil)},
+		{"another cookie", "not this browser's", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil), "other")},
+		{"another console's seal", "not this browser's", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil), foreign)},
+		{"a forged cookie", "not this browser's", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil), forged)},
+		{"another state", "not this browser's", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=other", nil), known)},
+		{"expired", "expired", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=old", nil), expired)},
+		{"provider error", "the provider said", withCookie(httptest.NewRequest("GET", "/sso/callback?error=access_denied&state=known", nil), known)},
+		{"a replayed state", "used", withCookie(httptest.NewRequest("GET", "/sso/callback?code=c&state=known", nil), known)},
 	} {
-		name, r := c.name, c.r
 		w := httptest.NewRecorder()
-		if _, err := s.Finish(w, r); !errors.Is(err, ErrSSORefused) {
-			t.Errorf("%s: %v, want refused", name, err)
+		if _, err := s.Finish(w, c.r); !errors.Is(err, ErrSSORefused) || !strings.Contains(err.Error(), c.why) {
+			t.Errorf("%s: %v, want refused: %s", c.name, err, c.why)
 		}
-		if c := w.Result().Cookies(); len(c) != 1 || c[0].Name != stateCookie || c[0].MaxAge >= 0 || c[0].Path != "/sso/callback" {
-			t.Errorf("%s: the state cookie is not cleared: %v", name, c)
+		if ck := w.Result().Cookies(); len(ck) != 1 || ck[0].Name != stateCookie || ck[0].MaxAge >= 0 || ck[0].Path != "/sso/callback" {
+			t.Errorf("%s: the state cookie is not cleared: %v", c.name, ck)
 		}
 	}
-	if len(s.flows) != 0 {
-		t.Errorf("flows left: %v", s.flows)
+	if _, ok := s.spent["known"]; !ok || len(s.spent) != 1 {
+		t.Errorf("spent states %v, want the known one", s.spent)
 	}
 }
 
@@ -124,9 +133,11 @@ func TestPersonNameIsTheAuditActor(t *testing.T) {
 	}
 }
 
-// At most maxFlows sign-ins are in progress: one more is refused until
-// the oldest have expired, which then make room.
-func TestSignInsInProgressBounded(t *testing.T) {
+// Sign-ins in progress live in their browsers' sealed cookies: starting
+// more of them than the spent states' bound holds nothing in the console
+// and refuses nobody, and each cookie still finishes its own sign-in. The
+// spent states stay bounded: full of unexpired ones, they are forgotten.
+func TestSignInsInProgressHoldNothing(t *testing.T) {
 	clk := testclock.New(time.Date(2026, 1, 2, 10, 0, 0, 0, time.UTC))
 	s, err := NewSSO(SSOOptions{Issuer: "http://idp.test", ClientID: "c", RedirectURL: "http://console.test/sso/callback", Now: clk.Now})
 	if err != nil {
@@ -134,27 +145,41 @@ func TestSignInsInProgressBounded(t *testing.T) {
 	}
 	// Discovered already: nothing is fetched.
 	s.provider = (&oidc.ProviderConfig{IssuerURL: "http://idp.test", AuthURL: "http://idp.test/auth", TokenURL: "http://idp.test/token"}).NewProvider(context.Background())
-	begin := func() error {
-		return s.Begin(httptest.NewRecorder(), httptest.NewRequest("GET", "/sso/login", nil))
-	}
-	for range maxFlows - 1 {
-		if err := begin(); err != nil {
+	var first, last string
+	for i := range maxSpent + 1 {
+		w := httptest.NewRecorder()
+		if err := s.Begin(w, httptest.NewRequest("GET", "/sso/login", nil)); err != nil {
 			t.Fatal(err)
 		}
+		c := w.Result().Cookies()[0].Value
+		if i == 0 {
+			first = c
+		}
+		last = c
 	}
-	clk.Set(clk.Now().Add(flowTTL / 2))
-	if err := begin(); err != nil {
-		t.Fatalf("the last free place: %v", err)
+	if len(s.spent) != 0 {
+		t.Fatalf("%d states held for sign-ins in progress", len(s.spent))
 	}
-	if err := begin(); !errors.Is(err, ErrSSOBusy) {
-		t.Fatalf("one over the bound: %v, want busy", err)
+	for _, c := range []string{first, last} {
+		f, _ := s.unseal(c)
+		r := withCookie(httptest.NewRequest("GET", "/sso/callback?error=access_denied&state="+f.state, nil), c)
+		if _, err := s.Finish(httptest.NewRecorder(), r); err == nil || !strings.Contains(err.Error(), "the provider said") {
+			t.Errorf("a started sign-in's callback: %v, want it to reach the provider's answer", err)
+		}
 	}
-	clk.Set(clk.Now().Add(flowTTL / 2))
-	if err := begin(); err != nil {
-		t.Fatalf("once the first have expired: %v", err)
+	if len(s.spent) != 2 {
+		t.Fatalf("%d spent states after two callbacks", len(s.spent))
 	}
-	if len(s.flows) != 2 {
-		t.Errorf("%d flows kept, want the 2 unexpired", len(s.flows))
+	for i := range maxSpent - 2 {
+		if !s.spend(strconv.Itoa(i), clk.Now(), clk.Now()) {
+			t.Fatalf("state %d spent twice", i)
+		}
+	}
+	if len(s.spent) != maxSpent {
+		t.Fatalf("%d spent states, want %d", len(s.spent), maxSpent)
+	}
+	if !s.spend("one more", clk.Now(), clk.Now()) || len(s.spent) != 1 {
+		t.Errorf("one over the bound: %d spent states kept, want 1", len(s.spent))
 	}
 }
 
