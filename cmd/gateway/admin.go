@@ -28,8 +28,8 @@ func defaultLimits(c *config.Config) account.Limits {
 // unauthenticated admin API must not exist.
 func (s *sidecar) startAdmin(c *config.Config, st *store.Store) error {
 	o := admin.Options{DefaultLimits: defaultLimits(c), Logger: s.log, Alerts: s.watcher}
-	if r := newReconciler(c, st, s.Prices); r != nil {
-		o.Reconciler = r
+	if s.reconciler != nil {
+		o.Reconciler = s.reconciler
 	}
 	s.Admin = admin.New(st, o)
 	token, err := admin.TokenFromEnv(os.Getenv)

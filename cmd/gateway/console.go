@@ -37,7 +37,7 @@ func (s *sidecar) startConsole(c *config.Config) error {
 		Admin: s.Admin, Store: s.Store, Auth: auth, Prices: s.Prices, Upstreams: c.UpstreamNames(), Logger: s.log,
 		VendorKeys: s.proc.VendorKeys, SSO: sso,
 	}
-	if newReconciler(c, s.Store, s.Prices) != nil {
+	if s.reconciler != nil {
 		opts.Reconciliations = func(ctx context.Context, width vendorusage.Width, from, to time.Time) ([]reconcile.Window, error) {
 			return reconcile.Kept(ctx, s.Store, width, from, to)
 		}

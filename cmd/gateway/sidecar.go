@@ -40,6 +40,7 @@ import (
 	"github.com/modelgateway/gateway/internal/leases"
 	"github.com/modelgateway/gateway/internal/mtls"
 	"github.com/modelgateway/gateway/internal/pricing"
+	"github.com/modelgateway/gateway/internal/reconcile"
 	"github.com/modelgateway/gateway/internal/roles"
 	"github.com/modelgateway/gateway/internal/spool"
 	"github.com/modelgateway/gateway/internal/store"
@@ -73,6 +74,10 @@ type sidecar struct {
 	watcher  *alerts.Watcher
 	// traces exports the processor's spans; flushed last on shutdown.
 	traces *tracing.Provider
+	// reconciler reads the vendors' usage reports for the continuous run,
+	// the admin API and the operator console; nil when no upstream has an
+	// admin key.
+	reconciler *reconcile.Runner
 
 	// healthOnly serves s.health alone on listeners.health; nil when not
 	// served.
@@ -305,7 +310,8 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	// through Envoy's relay listener.
 	go proc.NewReconciler(c.Listeners.Relay).Run(holdsCtx, max(c.Limits.BackgroundPollInterval()/4, 50*time.Millisecond))
 	// The vendors' usage reports against the ledger, a window at a time.
-	startContinuous(holdsCtx, c, newReconciler(c, st, prices), st, reg, watcher, o.Logger)
+	s.reconciler = newReconciler(c, st, prices)
+	startContinuous(holdsCtx, c, s.reconciler, st, reg, watcher, o.Logger)
 	s.health = health.NewServer()
 	s.health.SetServingStatus(envoy.StoreHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(envoy.ReadyHealthService, healthpb.HealthCheckResponse_NOT_SERVING)
