@@ -31,22 +31,18 @@ const (
 	pType = iota
 	pData
 	pInput
-	pTextIn
 	pImageIn
 	pOutput
 	pImageOut
-	pTextOut
 )
 
 var replyQuery = jsonscan.NewQuery(
 	"type",
 	"data[]",
 	"usage.input_tokens",
-	"usage.input_tokens_details.text_tokens",
 	"usage.input_tokens_details.image_tokens",
 	"usage.output_tokens",
 	"usage.output_tokens_details.image_tokens",
-	"usage.output_tokens_details.text_tokens",
 )
 
 // figures are the usage figures of one reply or one completed event.
