@@ -88,6 +88,9 @@ func TestFoldedKeysRefused(t *testing.T) {
 		{"/beta/v1/embeddings", chat,
 			`{"model":"text-embedding-3-small","input":"` + foldMarker + `"}`,
 			[]string{"model", "input", "user"}, nil},
+		{"/beta/v1/images/generations", chat,
+			`{"model":"gpt-image-1","prompt":"` + foldMarker + `"}`,
+			[]string{"model", "prompt", "n", "size", "stream", "partial_images", "user"}, nil},
 	}
 	heard, _ := vendorsHeard(s)
 	sent := 0
