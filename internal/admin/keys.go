@@ -53,7 +53,7 @@ func checkLabel(label string) error {
 	if len(label) > maxNameLen {
 		return invalid("label is longer than %d bytes", maxNameLen)
 	}
-	return nil
+	return clean("label", label)
 }
 
 // createCredential makes a key or token and records it.
@@ -93,6 +93,9 @@ func (s *Service) CreateKey(ctx context.Context, req *adminv1.CreateKeyRequest) 
 	for _, m := range models {
 		if strings.TrimSpace(m) == "" || len(m) > maxNameLen {
 			return nil, invalid("model names must be 1 to %d bytes", maxNameLen)
+		}
+		if err := clean("a model name", m); err != nil {
+			return nil, err
 		}
 	}
 	secret, k, err := s.createCredential(ctx, req.GetAccountId(), account.ModelKey,

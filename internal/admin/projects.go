@@ -37,6 +37,9 @@ func checkProject(name string, l account.Limits) error {
 	if name == "" || len(name) > maxNameLen {
 		return invalid("a project's name must be 1 to %d bytes", maxNameLen)
 	}
+	if err := clean("a project's name", name); err != nil {
+		return err
+	}
 	if l.ConcurrencyWaitSeconds != 0 {
 		return invalid("limits: a project has no concurrency wait (a key's is its own)")
 	}

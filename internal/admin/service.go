@@ -24,6 +24,7 @@ import (
 	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/reconcile"
 	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/usage"
 	"github.com/modelgateway/gateway/internal/vendorusage"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
@@ -201,11 +202,25 @@ func (c limitChanges) apply(l account.Limits) account.Limits {
 	return l
 }
 
+// clean refuses a name or label that the audit trail, the consoles, the
+// CSV export or PostgreSQL would take badly: invalid UTF-8 or a control
+// character (NUL, a newline, a tab). Every such string is checked here, at
+// the door, before it is stored.
+func clean(what, s string) error {
+	if !usage.CleanName(s) {
+		return invalid("%s must be UTF-8 without control characters", what)
+	}
+	return nil
+}
+
 // CreateAccount opens an account.
 func (s *Service) CreateAccount(ctx context.Context, req *adminv1.CreateAccountRequest) (*adminv1.CreateAccountResponse, error) {
 	name := strings.TrimSpace(req.GetName())
 	if name == "" || len(name) > maxNameLen {
 		return nil, invalid("name must be 1 to %d bytes", maxNameLen)
+	}
+	if err := clean("name", name); err != nil {
+		return nil, err
 	}
 	if req.GetBalanceNanoUsd() < 0 {
 		return nil, invalid("balance must not be negative")

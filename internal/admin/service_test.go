@@ -762,3 +762,42 @@ func TestNotFoundNamesWhat(t *testing.T) {
 		}
 	}
 }
+
+// A name or label with a control character or invalid UTF-8 is refused at
+// the door, wherever it would be stored: an account's name, a key's or a
+// token's label, a key's models, a project's name.
+func TestHostileNamesRefused(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(1e9)
+	for _, bad := range []string{"a\x00b", "line\nbreak", "tab\there", "\x1b[31mred", "del\x7f"} {
+		_, err := e.client.CreateAccount(e.ctx, &adminv1.CreateAccountRequest{Name: bad})
+		wantCode(t, err, codes.InvalidArgument)
+		_, err = e.client.CreateKey(e.ctx, &adminv1.CreateKeyRequest{AccountId: a.Id, Label: bad})
+		wantCode(t, err, codes.InvalidArgument)
+		_, err = e.client.CreateReadOnlyToken(e.ctx, &adminv1.CreateReadOnlyTokenRequest{AccountId: a.Id, Label: bad})
+		wantCode(t, err, codes.InvalidArgument)
+		_, err = e.client.CreateKey(e.ctx, &adminv1.CreateKeyRequest{AccountId: a.Id, Models: []string{"gpt-4o", bad}})
+		wantCode(t, err, codes.InvalidArgument)
+		_, err = e.client.CreateProject(e.ctx, &adminv1.CreateProjectRequest{AccountId: a.Id, Name: bad})
+		wantCode(t, err, codes.InvalidArgument)
+	}
+	// Invalid UTF-8 cannot cross gRPC; the consoles call the service in
+	// process.
+	svc := New(e.st, Options{})
+	if _, err := svc.CreateKey(e.ctx, &adminv1.CreateKeyRequest{AccountId: a.Id, Label: "bad\xffutf8"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a label of invalid UTF-8 in process: %v", err)
+	}
+	if _, err := svc.CreateProject(e.ctx, &adminv1.CreateProjectRequest{AccountId: a.Id, Name: "bad\xffutf8"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a project name of invalid UTF-8 in process: %v", err)
+	}
+	// A formula-like or non-Latin name is kept: the CSV export defends
+	// its cells, and names are the customer's words.
+	for _, ok := range []string{"=SUM(A1)", "équipe données", "チーム"} {
+		if _, err := e.client.CreateProject(e.ctx, &adminv1.CreateProjectRequest{AccountId: a.Id, Name: ok}); err != nil {
+			t.Errorf("project %q: %v", ok, err)
+		}
+	}
+	if keys := e.keys(a.Id); len(keys) != 0 {
+		t.Errorf("%d keys made from refused requests", len(keys))
+	}
+}
