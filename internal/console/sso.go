@@ -69,10 +69,15 @@ type SSO struct {
 	// fills no memory and blocks nobody's.
 	seal []byte
 
+	discovering sync.Mutex // held while one request discovers the provider
+
 	mu         sync.Mutex
 	provider   *oidc.Provider
 	endSession string
-	spent      map[string]time.Time // states whose callback came, by when they started
+	// failed and failure are the last failed discovery's time and error.
+	failed  time.Time
+	failure error
+	spent   map[string]time.Time // states whose callback came, by when they started
 }
 
 // flow is a sign-in in progress at the provider.
@@ -158,26 +163,46 @@ func (s *SSO) ctx(ctx context.Context) context.Context {
 
 // discover returns the provider, reading its discovery document once.
 func (s *SSO) discover(ctx context.Context) (*oidc.Provider, error) {
-	s.mu.Lock()
-	p := s.provider
-	s.mu.Unlock()
-	if p != nil {
-		return p, nil
+	if p, err := s.discovered(); p != nil || err != nil {
+		return p, err
+	}
+	// One discovery at a time: sign-ins arriving together wait for it
+	// rather than each asking the provider.
+	s.discovering.Lock()
+	defer s.discovering.Unlock()
+	if p, err := s.discovered(); p != nil || err != nil {
+		return p, err
 	}
 	p, err := oidc.NewProvider(s.ctx(ctx), s.o.Issuer)
-	if err != nil {
-		return nil, fmt.Errorf("sso: discovery: %w", err)
-	}
 	var meta struct {
 		EndSession string `json:"end_session_endpoint"`
 	}
-	if err := p.Claims(&meta); err != nil {
-		return nil, fmt.Errorf("sso: discovery: %w", err)
+	if err == nil {
+		err = p.Claims(&meta)
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.failed, s.failure = s.o.Now(), fmt.Errorf("sso: discovery: %w", err)
+		return nil, s.failure
+	}
 	s.provider, s.endSession = p, meta.EndSession
-	s.mu.Unlock()
 	return p, nil
+}
+
+// discoverRetry is how long a failed discovery answers for itself: while
+// the provider is down, sign-ins do not each ask it again.
+const discoverRetry = 5 * time.Second
+
+// discovered is the provider once discovered, or the last failure while
+// it is recent; neither: discover now.
+func (s *SSO) discovered() (*oidc.Provider, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.provider == nil && s.failure != nil && s.o.Now().Sub(s.failed) < discoverRetry {
+		return nil, s.failure
+	}
+	return s.provider, nil
 }
 
 func (s *SSO) config(p *oidc.Provider) *oauth2.Config {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -220,5 +221,34 @@ func TestMeSaysWhetherKeysPageOpens(t *testing.T) {
 		if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil || !m.SignedIn || m.KeysPage != cs.want {
 			t.Errorf("%s: %s (%v), want keys_page %v", cs.role, w.Body, err, cs.want)
 		}
+	}
+}
+
+// While the provider cannot be discovered, sign-ins do not each ask it:
+// a failure answers for discoverRetry, then discovery is tried again.
+func TestDiscoveryFailureAnswersForAWhile(t *testing.T) {
+	var asked atomic.Int64
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer idp.Close()
+	clk := testclock.New(time.Date(2026, 1, 2, 10, 0, 0, 0, time.UTC))
+	s, err := NewSSO(SSOOptions{Issuer: idp.URL, ClientID: "c", RedirectURL: "http://console.test/sso/callback", Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if err := s.Begin(httptest.NewRecorder(), httptest.NewRequest("GET", "/sso/login", nil)); err == nil {
+			t.Fatal("a sign-in began without a provider")
+		}
+	}
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("the provider was asked %d times within %v, want once", n, discoverRetry)
+	}
+	clk.Set(clk.Now().Add(discoverRetry))
+	s.Begin(httptest.NewRecorder(), httptest.NewRequest("GET", "/sso/login", nil))
+	if n := asked.Load(); n != 2 {
+		t.Fatalf("after %v the provider was asked %d times in all, want twice", discoverRetry, n)
 	}
 }
