@@ -8,8 +8,9 @@ import (
 	"github.com/modelgateway/gateway/test/launch"
 )
 
-// shared holds the stacks of default options that the tests of one file
-// share (sharedStack), by file, until every test has run (TestMain).
+// shared holds the stack of default options that the tests of one file
+// share (sharedStack), by file, until another file's tests ask for theirs
+// or every test has run (TestMain).
 var shared struct {
 	mu     sync.Mutex
 	stacks map[string]*launch.Stack
@@ -31,6 +32,12 @@ func sharedStack(t *testing.T, file string) *launch.Stack {
 	defer shared.mu.Unlock()
 	s := shared.stacks[file]
 	if s == nil {
+		// One shared stack at a time: another file's tests have run (tests
+		// run file by file), and its stack would idle on through the rest.
+		for f, other := range shared.stacks {
+			other.Close()
+			delete(shared.stacks, f)
+		}
 		var err error
 		if s, err = launch.Up(launch.Options{}); err != nil {
 			t.Fatal(err)
