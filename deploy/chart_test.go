@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -904,6 +905,41 @@ func TestChartSSO(t *testing.T) {
 	}
 	if _, err := renderChart(t, map[string]any{"sso": map[string]any{"config": map[string]any{"issuer": "https://x", "clientId": "g"}}}); err == nil || !strings.Contains(err.Error(), "schema") {
 		t.Errorf("an unknown field of sso.config rendered: %v", err)
+	}
+}
+
+// The chart's schema names exactly the fields of gateway.yaml's sso block
+// (config.SSO) under sso.config: a field added to the block is one the
+// chart accepts, and the schema refuses no field the gateway reads.
+func TestChartSSOSchemaIsTheConfigsBlock(t *testing.T) {
+	data, err := os.ReadFile(repoPath("deploy/helm/gateway/values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			SSO struct {
+				Properties struct {
+					Config struct {
+						Properties map[string]any `json:"properties"`
+					} `json:"config"`
+				} `json:"properties"`
+			} `json:"sso"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(data, &schema); err != nil {
+		t.Fatal(err)
+	}
+	var fields []string
+	typ := reflect.TypeFor[config.SSO]()
+	for i := range typ.NumField() {
+		if name, _, _ := strings.Cut(typ.Field(i).Tag.Get("yaml"), ","); name != "" && name != "-" {
+			fields = append(fields, name)
+		}
+	}
+	slices.Sort(fields)
+	if got := slices.Sorted(maps.Keys(schema.Properties.SSO.Properties.Config.Properties)); !slices.Equal(got, fields) {
+		t.Errorf("values.schema.json's sso.config names %v; config.SSO's fields are %v", got, fields)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"text/template"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/keypool"
+	"github.com/modelgateway/gateway/internal/vendorusage"
 )
 
 //go:embed bootstrap.yaml.tmpl
@@ -223,8 +225,8 @@ type upstreamView struct {
 	MaxKeys int
 
 	// AdminCluster, when the upstream has an admin key, is the cluster of
-	// the relay's usage-report route (the primary endpoint, the admin key
-	// injected); AdminPath is the vendor's path prefix of its reports.
+	// the relay's usage-report routes (the primary endpoint, the admin key
+	// injected); AdminPaths are the vendor's path prefixes of its reports.
 	AdminCluster string
 	AdminPaths   []string
 	admin        *credentialView
@@ -238,13 +240,14 @@ func AdminCluster(cluster string) string { return cluster + "--admin" }
 
 // UsageReportPrefixes are the path prefixes of a vendor's usage and cost
 // reports, which the relay routes with the admin key: Anthropic's Usage and
-// Cost Admin API, OpenAI's organization Usage and Costs APIs. Nothing else
-// of the admin APIs is routed.
+// Cost Admin API, OpenAI's organization Usage and Costs APIs (the folder of
+// the reports vendorusage reads, and the cost report). Nothing else of the
+// admin APIs is routed.
 func UsageReportPrefixes(format string) []string {
 	if format == config.FormatMessages {
-		return []string{"/v1/organizations/usage_report/", "/v1/organizations/cost_report"}
+		return []string{path.Dir(vendorusage.AnthropicPath) + "/", vendorusage.AnthropicCostsPath}
 	}
-	return []string{"/v1/organization/usage/", "/v1/organization/costs"}
+	return []string{path.Dir(vendorusage.OpenAIPath) + "/", vendorusage.OpenAICostsPath}
 }
 
 // KeyCluster and MemberCluster name a pool's clusters (config's naming,

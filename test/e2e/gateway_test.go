@@ -15,7 +15,7 @@ import (
 // The vendor receives the client's body byte for byte, the vendor
 // credential, and none of the client's credentials or our internal headers.
 func TestForwardsBodiesAndSwapsCredentials(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
+	s := sharedStack(t, "gateway")
 	acct := s.NewAccount(10, noLimits)
 
 	// Odd spacing, unicode and a tool definition must survive untouched.
@@ -62,7 +62,7 @@ func TestForwardsBodiesAndSwapsCredentials(t *testing.T) {
 }
 
 func TestStreamingBothRoutes(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
+	s := sharedStack(t, "gateway")
 	acct := s.NewAccount(10, noLimits)
 
 	resp, evs := stream(t, s, alphaPath, messagesHeaders(acct.Key), messagesBody(true, ""))
@@ -118,7 +118,7 @@ func TestSSEIsNotBuffered(t *testing.T) {
 }
 
 func TestHealthNeedsNoKey(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
+	s := sharedStack(t, "gateway")
 	resp, body := s.Do("GET", "/health", nil, nil)
 	if resp.StatusCode != 200 {
 		t.Fatalf("health: %d %s", resp.StatusCode, body)

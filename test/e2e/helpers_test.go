@@ -26,6 +26,9 @@ const (
 	betaPath   = "/beta/v1/chat/completions"
 )
 
+// upstreamModel is the model the tests send each upstream.
+var upstreamModel = map[string]string{"alpha": alphaModel, "beta": betaModel}
+
 // noLimits is an account with neither rate nor daily limits.
 var noLimits = account.Limits{}
 

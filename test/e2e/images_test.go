@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
-	"math/big"
 	"strings"
 	"testing"
 
@@ -33,31 +31,14 @@ type imageUsage struct {
 // output_cost_per_image_token.
 func imageCost(t *testing.T, e map[string]any, us ...imageUsage) int64 {
 	t.Helper()
-	price := func(field string) *big.Rat {
-		v, ok := e[field].(json.Number)
-		if !ok {
-			t.Fatalf("catalogue: no %s in %v", field, e)
-		}
-		r, _ := new(big.Rat).SetString(string(v))
-		return r
-	}
-	sum := new(big.Rat)
-	add := func(n int64, field string) {
-		if n > 0 {
-			sum.Add(sum, new(big.Rat).Mul(big.NewRat(n, 1), price(field)))
-		}
-	}
+	var terms []priceTerm
 	for _, u := range us {
-		add(u.InputTokensDetails.TextTokens, "input_cost_per_token")
-		add(u.InputTokensDetails.ImageTokens, "input_cost_per_image_token")
-		add(u.OutputTokens, "output_cost_per_image_token")
+		terms = append(terms,
+			priceTerm{u.InputTokensDetails.TextTokens, "input_cost_per_token"},
+			priceTerm{u.InputTokensDetails.ImageTokens, "input_cost_per_image_token"},
+			priceTerm{u.OutputTokens, "output_cost_per_image_token"})
 	}
-	nano := sum.Mul(sum, big.NewRat(1_000_000_000, 1))
-	q := new(big.Int).Quo(nano.Num(), nano.Denom())
-	if new(big.Rat).SetInt(q).Cmp(nano) < 0 {
-		q.Add(q, big.NewInt(1))
-	}
-	return q.Int64()
+	return entryCost(t, e, terms...)
 }
 
 // Image generation through Envoy, billed from the catalogue to the

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
@@ -202,15 +200,8 @@ func partitionPastTheLease(t *testing.T, idle bool) {
 	ctx := context.Background()
 	var projectID string
 	if idle {
-		p, err := b.Store.CreateProject(ctx, acct.ID, "limited", account.Limits{DailyNanoUSD: 500_000_000_000,
+		projectID, acct.Key = projectKey(t, b, acct.ID, "limited", account.Limits{DailyNanoUSD: 500_000_000_000,
 			Concurrency: 10_000, TPM: 1_000_000_000, RPM: 1_000_000, WindowMinutes: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		projectID = p.ID
-		if acct.Key, _, err = b.Store.CreateKey(ctx, acct.ID, account.ModelKey, account.KeyOptions{ProjectID: p.ID}); err != nil {
-			t.Fatal(err)
-		}
 	}
 	sendUntilLeased(t, a, acct.Key)
 	sendUntilLeased(t, b, acct.Key)
@@ -285,15 +276,5 @@ func partitionPastTheLease(t *testing.T, idle bool) {
 	if p := ps[0]; p.InFlight != 0 || p.Held != 0 || p.Total.Cost != u.Totals.Cost || p.Total.Requests != u.Totals.Requests {
 		t.Errorf("project state %+v; the account charged %d for %d requests, holds nothing", p, u.Totals.Cost, u.Totals.Requests)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	defer rdb.Close()
-	v, err := rdb.HMGet(ctx, "gw:{acct:"+acct.ID+"}:ps:"+projectID, "leased", "seats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, f := range []string{"leased", "seats"} {
-		if x, _ := v[i].(string); x != "" && x != "0" {
-			t.Errorf("the project's %s is %s once the leases are returned", f, x)
-		}
-	}
+	projectLeasesReturned(t, rs.Addr, acct.ID, projectID, "once the leases are returned")
 }

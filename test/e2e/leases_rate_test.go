@@ -47,15 +47,9 @@ func runLeasedRate(t *testing.T, inProject bool) {
 	log := "rl"
 	if inProject {
 		acct = a.NewAccount(100, account.Limits{})
-		p, err := a.Store.CreateProject(context.Background(), acct.ID, "limited", limits)
-		if err != nil {
-			t.Fatal(err)
-		}
-		acct.Key, _, err = a.Store.CreateKey(context.Background(), acct.ID, account.ModelKey, account.KeyOptions{ProjectID: p.ID})
-		if err != nil {
-			t.Fatal(err)
-		}
-		log = "prl:" + p.ID
+		var projectID string
+		projectID, acct.Key = projectKey(t, a, acct.ID, "limited", limits)
+		log = "prl:" + projectID
 	} else {
 		acct = a.NewAccount(100, limits)
 	}

@@ -86,6 +86,36 @@ func catalogueEntries(t *testing.T, path string) map[string]map[string]any {
 	return all
 }
 
+// priceTerm is n units at the price a catalogue entry holds in field.
+type priceTerm struct {
+	n     int64
+	field string
+}
+
+// entryCost computes, from the catalogue entry alone, what the terms
+// cost in nano-USD, rounded up once; a term of no units needs no price.
+func entryCost(t *testing.T, e map[string]any, terms ...priceTerm) int64 {
+	t.Helper()
+	sum := new(big.Rat)
+	for _, term := range terms {
+		if term.n <= 0 {
+			continue
+		}
+		v, ok := e[term.field].(json.Number)
+		if !ok {
+			t.Fatalf("catalogue: no %s in %v", term.field, e)
+		}
+		price, _ := new(big.Rat).SetString(string(v))
+		sum.Add(sum, new(big.Rat).Mul(big.NewRat(term.n, 1), price))
+	}
+	nano := sum.Mul(sum, big.NewRat(1_000_000_000, 1))
+	q := new(big.Int).Quo(nano.Num(), nano.Denom())
+	if new(big.Rat).SetInt(q).Cmp(nano) < 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	return q.Int64()
+}
+
 // billed is usage as the vendor reported it, split into the kinds the
 // vendors bill separately.
 type billed struct {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
@@ -49,16 +51,9 @@ func TestProjectsRaceTwoSidecars(t *testing.T) {
 		var keys []string
 		var names []string
 		for i, f := range fits {
-			p, err := a.Store.CreateProject(ctx, acct.ID, fmt.Sprintf("team-%d", i), account.Limits{DailyNanoUSD: int64(f)*hold + hold/2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			k, _, err := a.Store.CreateKey(ctx, acct.ID, account.ModelKey, account.KeyOptions{ProjectID: p.ID})
-			if err != nil {
-				t.Fatal(err)
-			}
+			pid, k := projectKey(t, a, acct.ID, fmt.Sprintf("team-%d", i), account.Limits{DailyNanoUSD: int64(f)*hold + hold/2})
 			keys = append(keys, k)
-			names = append(names, fmt.Sprintf(`for project \"team-%d\" (%s)`, i, p.ID))
+			names = append(names, fmt.Sprintf(`for project \"team-%d\" (%s)`, i, pid))
 		}
 		for _, p := range pairs {
 			p.Primary.Reset()
@@ -131,22 +126,8 @@ func TestProjectsRaceTwoSidecars(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rate, err := a.Store.CreateProject(ctx, acct.ID, "slow", account.Limits{RPM: 1, WindowMinutes: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		poor, err := a.Store.CreateProject(ctx, acct.ID, "poor", account.Limits{DailyNanoUSD: hold / 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rk, _, err := a.Store.CreateKey(ctx, acct.ID, account.ModelKey, account.KeyOptions{ProjectID: rate.ID})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pk, _, err := a.Store.CreateKey(ctx, acct.ID, account.ModelKey, account.KeyOptions{ProjectID: poor.ID})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rate, rk := projectKey(t, a, acct.ID, "slow", account.Limits{RPM: 1, WindowMinutes: 1})
+		poor, pk := projectKey(t, a, acct.ID, "poor", account.Limits{DailyNanoUSD: hold / 2})
 		for _, s := range pairs {
 			s.Primary.Reset()
 		}
@@ -156,12 +137,12 @@ func TestProjectsRaceTwoSidecars(t *testing.T) {
 		// The other sidecar: the project's rate is counted in Redis.
 		resp, b := b.Do("POST", alphaPath, messagesHeaders(rk), body)
 		if resp.StatusCode != 429 || resp.Header.Get("retry-after") == "" || resp.Header.Get("x-should-retry") == "false" ||
-			!strings.Contains(string(b), `request rate limit reached for project \"slow\" (`+rate.ID+`): 1 of 1 requests in its window`) {
+			!strings.Contains(string(b), `request rate limit reached for project \"slow\" (`+rate+`): 1 of 1 requests in its window`) {
 			t.Fatalf("over the project's rate: %d %v %s", resp.StatusCode, resp.Header, b)
 		}
 		resp, b = a.Do("POST", alphaPath, messagesHeaders(pk), body)
 		if resp.StatusCode != 429 || resp.Header.Get("retry-after") != "" || resp.Header.Get("x-should-retry") != "false" ||
-			!strings.Contains(string(b), `daily spend limit for project \"poor\" (`+poor.ID+`)`) {
+			!strings.Contains(string(b), `daily spend limit for project \"poor\" (`+poor+`)`) {
 			t.Fatalf("over the project's daily budget: %d %v %s", resp.StatusCode, resp.Header, b)
 		}
 	})
@@ -243,6 +224,40 @@ func TestProjectsRaceTwoSidecars(t *testing.T) {
 		}
 		conserved(t, a.Store.Store, acct.ID, balance)
 	})
+}
+
+// projectKey makes a project of the account, name with limits, and a
+// model key in it: the project's id and the key.
+func projectKey(t *testing.T, s *launch.Stack, acctID, name string, limits account.Limits) (projectID, key string) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := s.Store.CreateProject(ctx, acctID, name, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, err = s.Store.CreateKey(ctx, acctID, account.ModelKey, account.KeyOptions{ProjectID: p.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.ID, key
+}
+
+// projectLeasesReturned fails the test if the project's hash in the Redis
+// at addr still counts leased money or seats once its leases are back
+// (when says when that is).
+func projectLeasesReturned(t *testing.T, addr, acctID, projectID, when string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	v, err := rdb.HMGet(context.Background(), "gw:{acct:"+acctID+"}:ps:"+projectID, "leased", "seats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range []string{"leased", "seats"} {
+		if x, _ := v[i].(string); x != "" && x != "0" {
+			t.Errorf("the project's %s is %s %s", f, x, when)
+		}
+	}
 }
 
 // usdNano reads a USD amount of /v1/usage back as nano-USD.

@@ -91,7 +91,7 @@ func TestReconcileAbandonedAttempts(t *testing.T) {
 	got, _ := s.Store.AbandonedBetween(t.Context(), from, time.Now().Add(time.Minute))
 	for _, a := range got {
 		if a.Reason != "first_byte_timeout" || a.Endpoint != "primary" || a.RequestID == "" ||
-			a.Model != map[string]string{"alpha": alphaModel, "beta": betaModel}[a.Upstream] {
+			a.Model != upstreamModel[a.Upstream] {
 			t.Errorf("abandoned attempt %+v", a)
 		}
 	}

@@ -74,8 +74,7 @@ func catalogueCost(t *testing.T, s *launch.Stack, upstream string, u usage.Usage
 	if u == (usage.Usage{}) {
 		return 0
 	}
-	model := map[string]string{"alpha": alphaModel, "beta": betaModel}[upstream]
-	return priceOf(t, s, upstream, model).Price(u, "", "").Cost
+	return priceOf(t, s, upstream, upstreamModel[upstream]).Price(u, "", "").Cost
 }
 
 // reconcileHours reads both vendors' hourly reports of [from, to) through
@@ -98,14 +97,13 @@ func reconcileHours(t *testing.T, s *launch.Stack, acct string, from, to time.Ti
 		}
 		after = next
 	}
-	models := map[string]string{"alpha": alphaModel, "beta": betaModel}
 	out := map[string][]reconcile.Row{}
 	for _, u := range s.Config.Upstreams {
 		rows, err := vendorusage.Fetch(t.Context(), http.DefaultClient, "http://"+s.Config.Listeners.Relay+"/"+u.Name, u.Format, from, to, vendorusage.Hour)
 		if err != nil {
 			t.Fatalf("%s: %v", u.Name, err)
 		}
-		p := priceOf(t, s, u.Name, models[u.Name])
+		p := priceOf(t, s, u.Name, upstreamModel[u.Name])
 		in := reconcile.Input{Keys: map[string]string{}, Vendor: rows, Width: time.Hour,
 			Price: func(_ string, u usage.Usage) int64 { return p.Price(u, "", "").Cost }}
 		for _, k := range u.Keys() {

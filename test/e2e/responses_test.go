@@ -67,7 +67,7 @@ func responsesBilled(t *testing.T, body []byte, stream bool) (billed, string, st
 // one asked for), the two web searches it made, and an incomplete reply's
 // figures; the stored response then belongs to its account alone.
 func TestResponsesBilledAndBoundToTheirAccount(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
+	s := sharedStack(t, "responses")
 	owner := s.NewAccount(100, noLimits)
 	other := s.NewAccount(100, noLimits)
 	served := servedModels(t, s.Config.Catalogue, "openai", []string{"chat", "responses"}, "/v1/responses")
@@ -251,7 +251,7 @@ func TestResponsesBuiltinToolCallsBilled(t *testing.T) {
 // Embeddings are billed as input, from usage.prompt_tokens; a chat model is
 // not served there, nor an embedding model on chat completions.
 func TestEmbeddingsBilledAsInput(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
+	s := sharedStack(t, "responses")
 	acct := s.NewAccount(10, noLimits)
 	const model = "text-embedding-3-small"
 	entry := servedModels(t, s.Config.Catalogue, "openai", []string{"embedding"}, "/v1/embeddings")[model]
@@ -287,7 +287,7 @@ func TestEmbeddingsBilledAsInput(t *testing.T) {
 // serves and prices there (those a key's allow-list admits), in the
 // vendor's format, without asking the vendor; a model not served is 404.
 func TestModelListsAreTheServedModels(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
+	s := sharedStack(t, "responses")
 	acct := s.NewAccount(1, noLimits)
 	asked := func() int { return clientRequests(s) }
 	before := asked()
@@ -365,7 +365,7 @@ func undatedName(name string) string {
 // refused by Envoy with a clear error in the vendor's format; nothing
 // reaches the vendor. (The Responses API's transport: socket_test.go.)
 func TestWebSocketRefusedElsewhere(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
+	s := sharedStack(t, "responses")
 	acct := s.NewAccount(1, noLimits)
 	before := clientRequests(s)
 	h := chatCompletionsHeaders(acct.Key)
@@ -386,7 +386,7 @@ func TestWebSocketRefusedElsewhere(t *testing.T) {
 // priority with cached and reasoning tokens and two web searches, then a
 // reply ending incomplete.
 func TestEveryCatalogueModelOnResponsesAndEmbeddings(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
+	s := sharedStack(t, "responses")
 	resp := servedModels(t, s.Config.Catalogue, "openai", []string{"chat", "responses"}, "/v1/responses")
 	emb := servedModels(t, s.Config.Catalogue, "openai", []string{"embedding"}, "/v1/embeddings")
 	if resp["gpt-5.1-codex"] == nil || resp["gpt-4o"] == nil || len(emb) < 3 {

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
-	"math/big"
 	"mime/multipart"
 	"strings"
 	"testing"
@@ -56,37 +54,17 @@ type transcriptionUsage struct {
 // seconds (a fraction rounded up) at input_cost_per_second.
 func transcriptionCost(t *testing.T, e map[string]any, u transcriptionUsage) int64 {
 	t.Helper()
-	price := func(field string) *big.Rat {
-		v, ok := e[field].(json.Number)
-		if !ok {
-			t.Fatalf("catalogue: no %s in %v", field, e)
-		}
-		r, _ := new(big.Rat).SetString(string(v))
-		return r
-	}
-	sum := new(big.Rat)
-	add := func(n int64, field string) {
-		if n > 0 {
-			sum.Add(sum, new(big.Rat).Mul(big.NewRat(n, 1), price(field)))
-		}
-	}
 	if u.Type == "duration" {
 		secs := int64(u.Seconds)
 		if float64(secs) < u.Seconds {
 			secs++
 		}
-		add(secs, "input_cost_per_second")
-	} else {
-		add(u.InputTokenDetails.TextTokens, "input_cost_per_token")
-		add(u.InputTokenDetails.AudioTokens, "input_cost_per_audio_token")
-		add(u.OutputTokens, "output_cost_per_token")
+		return entryCost(t, e, priceTerm{secs, "input_cost_per_second"})
 	}
-	nano := sum.Mul(sum, big.NewRat(1_000_000_000, 1))
-	q := new(big.Int).Quo(nano.Num(), nano.Denom())
-	if new(big.Rat).SetInt(q).Cmp(nano) < 0 {
-		q.Add(q, big.NewInt(1))
-	}
-	return q.Int64()
+	return entryCost(t, e,
+		priceTerm{u.InputTokenDetails.TextTokens, "input_cost_per_token"},
+		priceTerm{u.InputTokenDetails.AudioTokens, "input_cost_per_audio_token"},
+		priceTerm{u.OutputTokens, "output_cost_per_token"})
 }
 
 // Audio transcriptions through Envoy, billed from the catalogue to the

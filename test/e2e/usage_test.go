@@ -42,7 +42,7 @@ func validate(t *testing.T, s *jsonschema.Schema, body []byte) {
 // Both records match a JSON Schema written from the API reference in docs/clients.md, for every period and
 // every credential form.
 func TestUsageAndHealthMatchSpecSchema(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
+	s := sharedStack(t, "usage")
 	usageSchema := compileSchema(t, "testdata/usage.schema.json")
 	healthSchema := compileSchema(t, "testdata/health.schema.json")
 	acct := s.NewAccount(10, noLimits)
@@ -98,7 +98,7 @@ func TestUsageAndHealthMatchSpecSchema(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
+	s := sharedStack(t, "usage")
 	acct := s.NewAccount(10, noLimits)
 	for _, c := range []struct {
 		method, path string
@@ -128,7 +128,7 @@ func TestUsageErrors(t *testing.T) {
 // Usage deltas, read immediately after each reply ends, match the vendor's
 // reported usage exactly; two accounts never see each other's usage.
 func TestUsageIsRealTimeAndPerAccount(t *testing.T) {
-	s := launchtest.Start(t, launch.Options{})
+	s := sharedStack(t, "usage")
 	a := s.NewAccount(10, noLimits)
 	b := s.NewAccount(10, noLimits)
 	ap, bp := priceOf(t, s, "alpha", alphaModel), priceOf(t, s, "beta", betaModel)
