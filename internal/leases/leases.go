@@ -408,18 +408,16 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 	defer cancel()
 	started := m.o.Now()
 	res := m.st.Leases(rctx, calls)
-	ok := true
+	var failed error
 	for i, r := range res {
-		if r.Err != nil {
-			ok = false
+		if r.Err != nil && failed == nil {
+			failed = r.Err
 		}
 		m.renewed(ls[i], &calls[i], r, started)
 	}
-	if ok {
-		m.healthy.Store(true)
-	} else {
-		m.healthy.Store(false)
-		m.log.Warn("renewing leases failed; admitting through the store")
+	m.healthy.Store(failed == nil)
+	if failed != nil && ctx.Err() == nil {
+		m.log.Warn("renewing leases failed; admitting through the store", "err", failed)
 	}
 }
 

@@ -270,12 +270,13 @@ func TestAdmitFromLeaseWithRateLimit(t *testing.T) {
 // once the leases are returned.
 func TestRateLimitRaceTwoSidecars(t *testing.T) {
 	const limit = 120
-	r := raceTwoSidecars(t, account.Limits{RPM: limit, WindowMinutes: 1}, 0, func(l *lease) { l.reqs = 50 })
-	members, ph := (&rig{t: t, ctx: context.Background()}).rateLog(r.rdb, r.acct)
-	if n := r.admitted; n > limit || int64(len(members)) != n || ph != 0 {
-		t.Fatalf("%d admitted, %d in the log (%d placeholders): want at most %d, each logged once, no placeholder", n, len(members), ph, limit)
-	}
-	r.earlyRefusals(t, limit)
+	raceTwoSidecars(t, account.Limits{RPM: limit, WindowMinutes: 1}, 0, func(l *lease) { l.reqs = 50 }, func(r *race) {
+		members, ph := (&rig{t: t, ctx: context.Background()}).rateLog(r.rdb, r.acct)
+		if n := r.admitted; n > limit || int64(len(members)) != n || ph != 0 {
+			t.Fatalf("%d admitted, %d in the log (%d placeholders): want at most %d, each logged once, no placeholder", n, len(members), ph, limit)
+		}
+		r.earlyRefusals(t, limit)
+	})
 }
 
 // race is two sidecars' managers (renewing and recording on their own
@@ -291,7 +292,29 @@ type race struct {
 	ms       []*Manager
 }
 
-func raceTwoSidecars(t *testing.T, limits account.Limits, tokens int64, busy func(l *lease)) *race {
+// raceTwoSidecars runs the race until the leases took part in it: how
+// many requests a lease admits depends on how the scheduler interleaves
+// its renewals with the script's admissions, and on a loaded machine the
+// script may take the whole limit first. Every run's outcome is checked
+// by check (its own account); the last run's is returned.
+func raceTwoSidecars(t *testing.T, limits account.Limits, tokens int64, busy func(l *lease), check func(*race)) *race {
+	t.Helper()
+	const attempts = 5
+	for i := 1; ; i++ {
+		r := raceOnce(t, limits, tokens, busy)
+		check(r)
+		local := r.ms[0].Local.Load() + r.ms[1].Local.Load()
+		if local >= 4 {
+			return r
+		}
+		if i == attempts {
+			t.Fatalf("in %d runs, hardly any request was admitted from a lease: the race shows nothing", attempts)
+		}
+		t.Logf("run %d: %d admitted from leases; again", i, local)
+	}
+}
+
+func raceOnce(t *testing.T, limits account.Limits, tokens int64, busy func(l *lease)) *race {
 	t.Helper()
 	rg := newRig(t)
 	rdb, st, c := rg.rdb, rg.st, rg.clock
@@ -354,9 +377,6 @@ func raceTwoSidecars(t *testing.T, limits account.Limits, tokens int64, busy fun
 	}
 	r := &race{rdb: rdb, st: st, acct: acct, admitted: admitted.Load(), ms: ms}
 	t.Logf("%d admitted (%d and %d from leases)", r.admitted, ms[0].Local.Load(), ms[1].Local.Load())
-	if ms[0].Local.Load()+ms[1].Local.Load() < 4 {
-		t.Fatal("hardly any request was admitted from a lease: the race shows nothing")
-	}
 	return r
 }
 

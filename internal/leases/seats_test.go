@@ -85,15 +85,16 @@ func TestAdmitFromLeaseWithConcurrencyLimit(t *testing.T) {
 // is a hold and no seat is left.
 func TestConcurrencyRaceTwoSidecars(t *testing.T) {
 	const limit = 120
-	r := raceTwoSidecars(t, account.Limits{Concurrency: limit}, 0, func(l *lease) { l.reqs = 50 })
-	holds, _, err := r.st.OpenHolds(context.Background(), r.acct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := r.admitted; n > limit || holds != n || seats(t, r.rdb, r.acct) != 0 {
-		t.Fatalf("%d admitted, %d holds, %d seats: want at most %d, each a hold, no seat", n, holds, seats(t, r.rdb, r.acct), limit)
-	}
-	r.earlyRefusals(t, limit)
+	raceTwoSidecars(t, account.Limits{Concurrency: limit}, 0, func(l *lease) { l.reqs = 50 }, func(r *race) {
+		holds, _, err := r.st.OpenHolds(context.Background(), r.acct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := r.admitted; n > limit || holds != n || seats(t, r.rdb, r.acct) != 0 {
+			t.Fatalf("%d admitted, %d holds, %d seats: want at most %d, each a hold, no seat", n, holds, seats(t, r.rdb, r.acct), limit)
+		}
+		r.earlyRefusals(t, limit)
+	})
 }
 
 // gatedStore holds each lease call until released.

@@ -85,10 +85,11 @@ func TestAdmitFromLeaseWithTokenLimit(t *testing.T) {
 // exactly the admitted requests' bounds.
 func TestTokenLimitRaceTwoSidecars(t *testing.T) {
 	const limit, bound = 120, 1000
-	r := raceTwoSidecars(t, account.Limits{TPM: limit * bound}, bound, func(l *lease) { l.bounds = 50 * bound })
-	_, held := window(t, r.rdb, r.acct)
-	if n := r.admitted; n > limit || held != n*bound {
-		t.Fatalf("%d admitted, %d tokens held: want at most %d, each bound held once", n, held, limit)
-	}
-	r.earlyRefusals(t, limit)
+	raceTwoSidecars(t, account.Limits{TPM: limit * bound}, bound, func(l *lease) { l.bounds = 50 * bound }, func(r *race) {
+		_, held := window(t, r.rdb, r.acct)
+		if n := r.admitted; n > limit || held != n*bound {
+			t.Fatalf("%d admitted, %d tokens held: want at most %d, each bound held once", n, held, limit)
+		}
+		r.earlyRefusals(t, limit)
+	})
 }
