@@ -149,7 +149,7 @@ func (ln *line) Served(h http.Header) {
 }
 
 // ErrorEvent is a refusal as the transport's error event.
-func (ln *line) ErrorEvent(r *Refusal) []byte { return ln.sock.ErrorEvent(r.Status, r.Body) }
+func (ln *line) ErrorEvent(r *Refusal) []byte { return ln.sock.ErrorEvent(r.Status, r.Header, r.Body) }
 
 // Unsupported is the refusal of a client message of type typ that starts
 // no call.
@@ -189,7 +189,7 @@ func (ln *line) scrub(data []byte, typ string, status int, counted bool) []byte 
 	if !counted {
 		ln.credentialRefused(status)
 	}
-	return ln.sock.ErrorEvent(status, vendorRefusalBody(ln.op.Format, status))
+	return ln.sock.ErrorEvent(status, nil, vendorRefusalBody(ln.op.Format, status))
 }
 
 // credentialRefused counts and logs a vendor's refusal (of status) of the

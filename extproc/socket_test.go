@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/modelgateway/gateway/extproc/format/responses"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/eventually"
 )
 
@@ -87,7 +89,13 @@ func socketRigIdle(t *testing.T, vendor http.Handler, idle time.Duration) (*rig,
 // server's clock is now when that is set.
 func socketRigWith(t *testing.T, vendor http.Handler, o SocketOptions, now func() time.Time) (*rig, string, *countingListener) {
 	t.Helper()
-	r := newRigWith(t, "beta", rigAccount{})
+	return socketRigFor(t, rigAccount{}, vendor, o, now)
+}
+
+// socketRigFor is socketRigWith for an account made as ra says.
+func socketRigFor(t *testing.T, ra rigAccount, vendor http.Handler, o SocketOptions, now func() time.Time) (*rig, string, *countingListener) {
+	t.Helper()
+	r := newRigWith(t, "beta", ra)
 	if now != nil {
 		r.srv.now = now
 	}
@@ -492,4 +500,55 @@ func TestSocketIdleNotKeptByRefusals(t *testing.T) {
 	if websocket.CloseStatus(err) != websocket.StatusNormalClosure {
 		t.Fatalf("after %d keepalives: %v, want the idle close (1000)", sent, err)
 	}
+}
+
+// A refusal on the socket tells the client what to do as over HTTP: its
+// error event carries the refusal's headers (retry-after, x-should-retry,
+// x-gateway-limit-reset), which Codex reads as an HTTP reply's. A request
+// rate says when to retry; a spent daily budget says not to, and when it
+// resets.
+func TestSocketRefusalsSayWhatToDo(t *testing.T) {
+	create := `{"type":"response.create","model":"gpt-4o-mini","input":"hi"}`
+	advice := func(t *testing.T, ev string) (int, map[string]string) {
+		t.Helper()
+		var e struct {
+			Type    string            `json:"type"`
+			Status  int               `json:"status"`
+			Headers map[string]string `json:"headers"`
+		}
+		if err := json.Unmarshal([]byte(ev), &e); err != nil || e.Type != "error" {
+			t.Fatalf("not an error event: %s (%v)", ev, err)
+		}
+		if _, ok := e.Headers["content-type"]; ok {
+			t.Errorf("the event names a content type: %s", ev)
+		}
+		return e.Status, e.Headers
+	}
+	t.Run("rate", func(t *testing.T) {
+		r, url, _ := socketRigFor(t, rigAccount{limits: account.Limits{RPM: 1, WindowMinutes: 1}}, &fakeSocketVendor{}, SocketOptions{}, nil)
+		c := dialRig(t, url, r.key)
+		if evs, err := exchangeEvents(t, c, create); err != nil || len(evs) != 4 {
+			t.Fatalf("first response: %v %v", evs, err)
+		}
+		evs, err := exchangeEvents(t, c, create)
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("second response: %v %v", evs, err)
+		}
+		status, h := advice(t, evs[0])
+		if s, err := strconv.Atoi(h["retry-after"]); status != 429 || err != nil || s < 1 || s > 60 || h["x-should-retry"] == "false" {
+			t.Fatalf("status %d, headers %v: want 429 with a retry-after within the window", status, h)
+		}
+	})
+	t.Run("daily", func(t *testing.T) {
+		r, url, _ := socketRigFor(t, rigAccount{limits: account.Limits{DailyNanoUSD: 1}}, &fakeSocketVendor{}, SocketOptions{}, nil)
+		c := dialRig(t, url, r.key)
+		evs, err := exchangeEvents(t, c, create)
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("response: %v %v", evs, err)
+		}
+		status, h := advice(t, evs[0])
+		if _, err := time.Parse(time.RFC3339, h["x-gateway-limit-reset"]); status != 429 || err != nil || h["x-should-retry"] != "false" || h["retry-after"] != "" {
+			t.Fatalf("status %d, headers %v: want 429, x-should-retry false and the reset, no retry-after", status, h)
+		}
+	})
 }

@@ -8,6 +8,7 @@ package operation
 
 import (
 	"math"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -69,9 +70,11 @@ type Socket struct {
 	// Ends lists the event types that end a request's reply (Error
 	// included).
 	Ends []string
-	// ErrorEvent is the error event of an HTTP refusal of status whose
-	// body (in the operation's format) is body.
-	ErrorEvent func(status int, body []byte) []byte
+	// ErrorEvent is the error event of an HTTP refusal of status, with
+	// the headers that tell the client what to do (retry-after,
+	// x-should-retry, …; nil for none) and its body in the operation's
+	// format.
+	ErrorEvent func(status int, header http.Header, body []byte) []byte
 }
 
 // Ended reports whether an event of type typ ends a request's reply.

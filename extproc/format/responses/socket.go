@@ -2,7 +2,9 @@ package responses
 
 import (
 	"encoding/json"
+	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/modelgateway/gateway/extproc/operation"
 )
@@ -19,9 +21,12 @@ var Socket = operation.Socket{
 	ErrorEvent: ErrorEvent,
 }
 
-// ErrorEvent is the vendor's error event for an HTTP refusal: its status
-// and its error object, {"type":"error","status":N,"error":{...}}.
-func ErrorEvent(status int, body []byte) []byte {
+// ErrorEvent is the vendor's error event for an HTTP refusal: its status,
+// its error object and the headers an HTTP client would have read,
+// {"type":"error","status":N,"error":{...},"headers":{...}}. Codex reads
+// the event's headers as an HTTP reply's (retry-after, x-should-retry),
+// as the gateway reads a vendor's (TestSocketErrorEventsBlameTheKey).
+func ErrorEvent(status int, header http.Header, body []byte) []byte {
 	var e struct {
 		Error json.RawMessage `json:"error"`
 	}
@@ -32,5 +37,17 @@ func ErrorEvent(status int, body []byte) []byte {
 	out = strconv.AppendInt(out, int64(status), 10)
 	out = append(out, `,"error":`...)
 	out = append(out, e.Error...)
+	advice := make(map[string]string, len(header))
+	for k := range header {
+		// The body's type is the event's own; the rest is advice.
+		if !strings.EqualFold(k, "Content-Type") {
+			advice[strings.ToLower(k)] = header.Get(k)
+		}
+	}
+	if len(advice) > 0 {
+		h, _ := json.Marshal(advice) // sorted by name
+		out = append(out, `,"headers":`...)
+		out = append(out, h...)
+	}
 	return append(out, '}')
 }
