@@ -70,7 +70,15 @@ func setup(t *testing.T) *fixture {
 }
 
 // at moves the store's and Redis's clocks.
-func (f *fixture) at(t time.Time) { f.clk.Set(t); f.mr.SetTime(t) }
+// at sets the clocks to t: the store's and Redis's, whose TTLs run out by
+// the time passed.
+func (f *fixture) at(t time.Time) {
+	if d := t.Sub(f.clk.Now()); d > 0 {
+		f.mr.FastForward(d)
+	}
+	f.clk.Set(t)
+	f.mr.SetTime(t)
+}
 
 func (f *fixture) settle(t *testing.T, id string, cost int64) {
 	t.Helper()

@@ -50,6 +50,9 @@ type CustomerOptions struct {
 	// of every other client of the admin API.
 	Admin           *admin.Service
 	Store           CustomerStore
+	// Sessions keeps the sessions where every sidecar reads them; nil
+	// keeps them in this process (one sidecar).
+	Sessions        SessionStore
 	SessionIdle     time.Duration
 	SessionLifetime time.Duration
 	Logger          *slog.Logger
@@ -78,7 +81,7 @@ func NewCustomer(o CustomerOptions) *Customer {
 	if o.SessionLifetime <= 0 {
 		o.SessionLifetime = DefaultSessionLifetime
 	}
-	return &Customer{o: o, sessions: newSessions(o.SessionIdle, o.SessionLifetime, o.Now)}
+	return &Customer{o: o, sessions: newSessions("cust", o.Sessions, o.SessionIdle, o.SessionLifetime, o.Now, o.Logger)}
 }
 
 // Mount adds the sign-on, the keys page and the session's data API to mux.
@@ -127,7 +130,7 @@ func (c *Customer) session(r *http.Request) *session {
 	if err != nil {
 		return nil
 	}
-	return c.sessions.get(ck.Value)
+	return c.sessions.get(r.Context(), ck.Value)
 }
 
 func isAPI(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, CustomerPath+"api/") }
@@ -200,7 +203,12 @@ func (c *Customer) callback(w http.ResponseWriter, r *http.Request) {
 		c.page(w, http.StatusForbidden, nil, customerView{Title: "Sign in", Message: "Single sign-on was refused."})
 		return
 	}
-	value, s := c.sessions.start(in.Identity, in.IDToken)
+	value, s, err := c.sessions.start(r.Context(), in.Identity, in.IDToken)
+	if err != nil {
+		c.o.Logger.Error("console: starting a session failed", "err", err)
+		c.page(w, http.StatusServiceUnavailable, nil, customerView{Title: "Sign in", Message: "The store is unavailable; try again shortly."})
+		return
+	}
 	// Path /: the session reads /v1/usage beside /console/.
 	http.SetCookie(w, &http.Cookie{
 		Name: CustomerCookie, Value: value, Path: "/", HttpOnly: true, Secure: c.o.SSO.secure(r),
@@ -243,7 +251,7 @@ func (c *Customer) me(w http.ResponseWriter, r *http.Request) {
 
 func (c *Customer) logout(w http.ResponseWriter, r *http.Request, s *session) {
 	if ck, err := r.Cookie(CustomerCookie); err == nil {
-		c.sessions.end(ck.Value)
+		c.sessions.end(r.Context(), ck.Value)
 	}
 	http.SetCookie(w, &http.Cookie{Name: CustomerCookie, Value: "", Path: "/", HttpOnly: true, Secure: c.o.SSO.secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})

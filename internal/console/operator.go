@@ -91,6 +91,9 @@ type OperatorOptions struct {
 	Reconciliations Reconciliations
 	// SessionIdle and SessionLifetime end sessions: after this long unused,
 	// and this long after sign-in.
+	// Sessions keeps the sessions where every sidecar reads them; nil
+	// keeps them in this process (one sidecar).
+	Sessions        SessionStore
 	SessionIdle     time.Duration
 	SessionLifetime time.Duration
 	Logger          *slog.Logger
@@ -121,7 +124,7 @@ func NewOperator(o OperatorOptions) *Operator {
 	op := &Operator{
 		o:        o,
 		mux:      newRouteMux(),
-		sessions: newSessions(o.SessionIdle, o.SessionLifetime, o.Now),
+		sessions: newSessions("op", o.Sessions, o.SessionIdle, o.SessionLifetime, o.Now, o.Logger),
 	}
 	m := op.mux
 	m.Handle("GET /static/", staticHandler("/static/"))
@@ -171,11 +174,11 @@ func (v view) Can(pattern string) bool {
 	return v.id != nil && allowed(operatorRoutes, pattern, v.id)
 }
 
-func (op *Operator) render(w http.ResponseWriter, _ *http.Request, code int, page string, s *session, v view) {
+func (op *Operator) render(w http.ResponseWriter, r *http.Request, code int, page string, s *session, v view) {
 	if s != nil {
 		v.Actor, v.CSRF, v.id = s.Actor, s.csrf, &s.Identity
 		if v.Flash == "" {
-			v.Flash = op.sessions.takeFlash(s)
+			v.Flash = op.takeFlash(w, r)
 		}
 	}
 	if err := render(w, code, operatorPages[page], "layout", v); err != nil {
@@ -188,7 +191,7 @@ func (op *Operator) session(r *http.Request) *session {
 	if err != nil {
 		return nil
 	}
-	return op.sessions.get(c.Value)
+	return op.sessions.get(r.Context(), c.Value)
 }
 
 // page serves a signed-in GET; others are sent to the sign-in page.
@@ -299,17 +302,25 @@ func (op *Operator) signIn(w http.ResponseWriter, r *http.Request) {
 		op.render(w, r, http.StatusUnauthorized, "signin", nil, view{Title: "Sign in", Message: "That token is not the admin token."})
 		return
 	}
-	op.StartSession(w, r, id)
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	if op.StartSession(w, r, id) {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+	}
 }
 
-// StartSession signs id in: it sets the session cookie on w.
-func (op *Operator) StartSession(w http.ResponseWriter, r *http.Request, id Identity) {
-	op.startSession(w, r, id, "")
+// StartSession signs id in: it sets the session cookie on w. When the
+// store cannot keep the session, it answers w itself (503) and reports
+// false.
+func (op *Operator) StartSession(w http.ResponseWriter, r *http.Request, id Identity) bool {
+	return op.startSession(w, r, id, "") != nil
 }
 
 func (op *Operator) startSession(w http.ResponseWriter, r *http.Request, id Identity, idToken string) *session {
-	value, ses := op.sessions.start(id, idToken)
+	value, ses, err := op.sessions.start(r.Context(), id, idToken)
+	if err != nil {
+		op.o.Logger.Error("console: starting a session failed", "err", err)
+		op.render(w, r, http.StatusServiceUnavailable, "signin", nil, view{Title: "Sign in", Message: "The store is unavailable; try again shortly."})
+		return nil
+	}
 	http.SetCookie(w, &http.Cookie{
 		Name: SessionCookie, Value: value, Path: "/", HttpOnly: true, Secure: op.secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: int(op.o.SessionLifetime.Seconds()),
@@ -331,7 +342,7 @@ func (op *Operator) secure(r *http.Request) bool {
 
 func (op *Operator) signOut(w http.ResponseWriter, r *http.Request, s *session) {
 	if c, err := r.Cookie(SessionCookie); err == nil {
-		op.sessions.end(c.Value)
+		op.sessions.end(r.Context(), c.Value)
 	}
 	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: "", Path: "/", HttpOnly: true, Secure: op.secure(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
@@ -375,6 +386,9 @@ func (op *Operator) ssoCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ses := op.startSession(w, r, in.Identity, in.IDToken)
+	if ses == nil {
+		return
+	}
 	// A page, not a redirect: the session cookie is SameSite=Strict, and a
 	// redirect in the chain the provider started would not send it.
 	op.render(w, r, http.StatusOK, "signedin", ses, view{Title: "Signed in"})
@@ -393,10 +407,29 @@ func (op *Operator) failed(w http.ResponseWriter, r *http.Request, s *session, e
 	op.render(w, r, code, "error", s, view{Title: "Not done", Message: msg})
 }
 
+// flashCookie carries a notice to the next page, in the browser: the
+// page may be served by another sidecar. A notice forged there shows only
+// to whoever forged it, escaped as all text is.
+const flashCookie = "gateway_flash"
+
 // done redirects to a page with a notice for it.
-func (op *Operator) done(w http.ResponseWriter, r *http.Request, s *session, to, notice string) {
-	op.sessions.setFlash(s, notice)
+func (op *Operator) done(w http.ResponseWriter, r *http.Request, _ *session, to, notice string) {
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: url.QueryEscape(notice), Path: "/", HttpOnly: true,
+		Secure: op.secure(r), SameSite: http.SameSiteStrictMode, MaxAge: 60})
 	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// takeFlash returns the notice the last change left for this page, and
+// clears it.
+func (op *Operator) takeFlash(w http.ResponseWriter, r *http.Request) string {
+	c, err := r.Cookie(flashCookie)
+	if err != nil || c.Value == "" {
+		return ""
+	}
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: "", Path: "/", HttpOnly: true, Secure: op.secure(r),
+		SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	msg, _ := url.QueryUnescape(c.Value)
+	return msg
 }
 
 // accountRow is one account on the accounts page.

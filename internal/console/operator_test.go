@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,9 @@ const adminToken = "adm_test_token"
 type opFixture struct {
 	*fixture
 	op *Operator
+	// flash is the notice cookie the last reply left, sent with the next
+	// request as a browser would.
+	flash *http.Cookie
 }
 
 func setupOperator(t *testing.T) *opFixture {
@@ -33,9 +37,13 @@ func setupOperator(t *testing.T) *opFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &opFixture{fixture: f, op: f.operator(a)}
+}
+
+// operator is an operator console of f's store, its sessions kept there.
+func (f *fixture) operator(a Authenticator) *Operator {
 	svc := admin.New(f.st, admin.Options{Now: f.clk.Now})
-	op := NewOperator(OperatorOptions{Admin: svc, Store: f.st, Auth: a, Now: f.clk.Now})
-	return &opFixture{fixture: f, op: op}
+	return NewOperator(OperatorOptions{Admin: svc, Store: f.st, Auth: a, Sessions: f.st, Now: f.clk.Now})
 }
 
 func (f *opFixture) do(t *testing.T, method, target, cookie string, form url.Values, hdr map[string]string) *httptest.ResponseRecorder {
@@ -54,11 +62,22 @@ func (f *opFixture) do(t *testing.T, method, target, cookie string, form url.Val
 	if cookie != "" {
 		req.AddCookie(&http.Cookie{Name: SessionCookie, Value: cookie})
 	}
+	if f.flash != nil {
+		req.AddCookie(f.flash)
+	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
 	rec := httptest.NewRecorder()
 	f.op.ServeHTTP(rec, req)
+	for _, c := range rec.Result().Cookies() {
+		if c.Name == flashCookie {
+			f.flash = c
+			if c.MaxAge < 0 {
+				f.flash = nil
+			}
+		}
+	}
 	return rec
 }
 
@@ -356,7 +375,7 @@ func TestOperatorSupportSeesNoChangeForms(t *testing.T) {
 	f := setupOperator(t)
 	forms := regexp.MustCompile(`<form method="post" action="([^"]+)"`)
 	actions := func(r ...roles.Role) (map[string]bool, string) {
-		value, _ := f.op.sessions.start(Identity{Actor: "sso:someone", Roles: r}, "")
+		value, _, _ := f.op.sessions.start(context.Background(), Identity{Actor: "sso:someone", Roles: r}, "")
 		got := map[string]bool{}
 		var pages strings.Builder
 		for _, p := range []string{"/", "/accounts/" + f.acct} {
@@ -410,5 +429,74 @@ func TestOperatorTemplatesAskKnownRoutes(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no template asks Can")
+	}
+}
+
+// Two sidecars' operator consoles over one store: a session started on
+// one is signed in on the other, with the same CSRF token, and a change's
+// notice follows the browser; signing out on one ends it on both, and a
+// session unused for its idle time, or older than its lifetime, is gone
+// from both. The store holds neither the cookie's value nor the CSRF
+// token nor the ID token.
+func TestSessionsSharedBySidecars(t *testing.T) {
+	a, err := NewTokenAuthenticator(adminToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := setupOperator(t)
+	other := &opFixture{fixture: one.fixture, op: one.fixture.operator(a)}
+	cookie, csrf := one.signIn(t)
+	if rec := other.do(t, "GET", "/", cookie, nil, nil); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), csrf) {
+		t.Fatalf("the other sidecar: %d, or another CSRF token", rec.Code)
+	}
+	rec := other.do(t, "POST", "/accounts", cookie, url.Values{"name": {"c"}, "csrf": {csrf}, "balance_usd": {"1"}},
+		map[string]string{"Origin": "http://example.com", "Sec-Fetch-Site": "same-origin"})
+	if rec.Code != http.StatusSeeOther {
+		t.Fatalf("a change on the other sidecar with the first's CSRF token: %d %s", rec.Code, rec.Body)
+	}
+	one.flash = other.flash // one browser
+	if page := one.do(t, "GET", rec.Header().Get("Location"), cookie, nil, nil).Body.String(); !strings.Contains(page, "Account created.") {
+		t.Fatal("the notice of a change on one sidecar is not on the next page from the other")
+	}
+
+	// What the store holds: hashes and sealed values only.
+	ctx := context.Background()
+	value, _, err := one.op.sessions.start(ctx, Identity{Actor: "sso:ann", Roles: []roles.Role{roles.Support}}, "eyJ.id-token.sig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := other.op.sessions.get(ctx, value); s == nil || s.idToken != "eyJ.id-token.sig" || s.Actor != "sso:ann" || !slices.Equal(s.Roles, []roles.Role{roles.Support}) {
+		t.Fatalf("the other sidecar read %+v", s)
+	}
+	dump := one.mr.Dump()
+	for _, secret := range []string{cookie, csrf, value, csrfOf(value), "id-token"} {
+		if strings.Contains(dump, secret) {
+			t.Errorf("the store holds %q", secret)
+		}
+	}
+
+	if rec := one.do(t, "POST", "/signout", cookie, url.Values{"csrf": {csrf}}, map[string]string{"Origin": "http://example.com", "Sec-Fetch-Site": "same-origin"}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("sign out: %d", rec.Code)
+	}
+	if rec := other.do(t, "GET", "/", cookie, nil, nil); rec.Code != http.StatusSeeOther {
+		t.Fatalf("signed out on one sidecar, the other answers %d", rec.Code)
+	}
+
+	// Idle: the store's TTL; the lifetime: its created time.
+	idle, _ := one.signIn(t)
+	one.mr.FastForward(DefaultSessionIdle)
+	if rec := other.do(t, "GET", "/", idle, nil, nil); rec.Code != http.StatusSeeOther {
+		t.Fatalf("a session idle for its idle time: %d", rec.Code)
+	}
+	old, _ := one.signIn(t)
+	for elapsed := time.Duration(0); elapsed < DefaultSessionLifetime; elapsed += DefaultSessionIdle / 2 {
+		if rec := other.do(t, "GET", "/", old, nil, nil); rec.Code != http.StatusOK {
+			t.Fatalf("a session in use %v after sign-in: %d", elapsed, rec.Code)
+		}
+		one.clk.Advance(DefaultSessionIdle / 2)
+		one.mr.FastForward(DefaultSessionIdle / 2)
+	}
+	if rec := one.do(t, "GET", "/", old, nil, nil); rec.Code != http.StatusSeeOther {
+		t.Fatalf("a session in use past its lifetime: %d", rec.Code)
 	}
 }

@@ -1,13 +1,18 @@
 package console
 
 import (
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -77,28 +82,47 @@ type credentialNamer interface {
 	Credential(r *http.Request) string
 }
 
-// session is one signed-in operator.
+// session is one signed-in person.
 type session struct {
 	Identity
-	csrf     string
-	idToken  string // a single sign-on's ID token, the hint of its logout
-	created  time.Time
-	lastSeen time.Time
-	flash    string // a notice shown once, on the next page
+	csrf    string // derived from the cookie's value (csrfOf), never stored
+	idToken string // a single sign-on's ID token, the hint of its logout
 }
 
-// sessions are kept in memory, by the SHA-256 of the cookie's value: a
-// restart signs everyone out, and nothing in the store can be replayed.
+// SessionStore keeps the consoles' sessions where every sidecar reads
+// them (the store's gw:console: keys), so that a person signed in through
+// one sidecar is signed in on all: no session affinity. Keys are the
+// console's side and the SHA-256 of the cookie's value; the value itself
+// is never stored.
+type SessionStore interface {
+	// PutSession writes a new session's fields, to live for idle.
+	PutSession(ctx context.Context, key string, fields map[string]string, idle time.Duration) error
+	// TouchSession reads a session and keeps it for idle more, never
+	// past lifetime after its created field; nil when there is none.
+	TouchSession(ctx context.Context, key string, idle, lifetime time.Duration) (map[string]string, error)
+	EndSession(ctx context.Context, key string) error
+}
+
+// sessions are one console's, kept in a SessionStore by the SHA-256 of
+// the cookie's value: nothing in the store signs anyone in. The ID token
+// is stored sealed by a key derived from the cookie's value, so that only
+// the browser holding the cookie can have it opened.
 type sessions struct {
-	mu       sync.Mutex
-	m        map[[32]byte]*session
+	side     string // "op" or "cust": the key's prefix
+	st       SessionStore
 	idle     time.Duration
 	lifetime time.Duration
 	now      func() time.Time
+	log      *slog.Logger
 }
 
-func newSessions(idle, lifetime time.Duration, now func() time.Time) *sessions {
-	return &sessions{m: map[[32]byte]*session{}, idle: idle, lifetime: lifetime, now: now}
+// newSessions keeps side's sessions in st; in this process's memory when
+// st is nil (one sidecar only: a test, or a console without a store).
+func newSessions(side string, st SessionStore, idle, lifetime time.Duration, now func() time.Time, log *slog.Logger) *sessions {
+	if st == nil {
+		st = &memorySessions{m: map[string]memorySession{}, now: now}
+	}
+	return &sessions{side: side, st: st, idle: idle, lifetime: lifetime, now: now, log: log}
 }
 
 func randomToken() string {
@@ -107,67 +131,152 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+func (s *sessions) key(value string) string {
+	h := sha256.Sum256([]byte(value))
+	return s.side + ":" + hex.EncodeToString(h[:])
+}
+
+// derived is a secret of the cookie's value for one use: the store holds
+// only the value's plain hash, from which none of these follows.
+func derived(use, value string) [32]byte {
+	return sha256.Sum256([]byte("gateway console " + use + "\x00" + value))
+}
+
+// csrfOf is the session's CSRF token: the same on every sidecar, stored
+// nowhere.
+func csrfOf(value string) string {
+	d := derived("csrf", value)
+	return base64.RawURLEncoding.EncodeToString(d[:])
+}
+
 // start makes a session and returns the cookie value naming it. idToken
 // is a single sign-on's ID token ("" for none).
-func (s *sessions) start(id Identity, idToken string) (string, *session) {
+func (s *sessions) start(ctx context.Context, id Identity, idToken string) (string, *session, error) {
 	value := randomToken()
-	now := s.now()
-	ses := &session{Identity: id, csrf: randomToken(), idToken: idToken, created: now, lastSeen: now}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	// Expired sessions go when a new one starts: the map stays bounded by
-	// the sign-ins of one lifetime.
-	for k, v := range s.m {
-		if s.expired(v, now) {
-			delete(s.m, k)
-		}
+	rs := make([]string, len(id.Roles))
+	for i, r := range id.Roles {
+		rs[i] = string(r)
 	}
-	s.m[sha256.Sum256([]byte(value))] = ses
-	return value, ses
+	fields := map[string]string{
+		"actor": id.Actor, "roles": strings.Join(rs, ","), "account": id.AccountID,
+		"created": strconv.FormatInt(s.now().UnixMilli(), 10),
+	}
+	if idToken != "" {
+		fields["id_token"] = seal(derived("id token", value), idToken)
+	}
+	if err := s.st.PutSession(ctx, s.key(value), fields, s.idle); err != nil {
+		return "", nil, err
+	}
+	return value, &session{Identity: id, csrf: csrfOf(value), idToken: idToken}, nil
 }
 
-func (s *sessions) expired(v *session, now time.Time) bool {
-	return now.Sub(v.lastSeen) >= s.idle || now.Sub(v.created) >= s.lifetime
-}
-
-// get returns the live session named by value, and marks it seen.
-func (s *sessions) get(value string) *session {
+// get returns the live session named by value, and marks it seen; nil
+// when there is none, or the store cannot say (logged: the person is
+// asked to sign in, which says the store is down).
+func (s *sessions) get(ctx context.Context, value string) *session {
 	if value == "" {
 		return nil
 	}
-	k := sha256.Sum256([]byte(value))
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v := s.m[k]
-	if v == nil {
+	m, err := s.st.TouchSession(ctx, s.key(value), s.idle, s.lifetime)
+	if err != nil {
+		s.log.Warn("console: reading a session failed", "err", err)
 		return nil
 	}
-	if s.expired(v, now) {
-		delete(s.m, k)
+	if m == nil {
 		return nil
 	}
-	v.lastSeen = now
+	v := &session{Identity: Identity{Actor: m["actor"], AccountID: m["account"]}, csrf: csrfOf(value)}
+	for r := range strings.SplitSeq(m["roles"], ",") {
+		if r != "" {
+			v.Roles = append(v.Roles, roles.Role(r))
+		}
+	}
+	if t := m["id_token"]; t != "" {
+		v.idToken, _ = unseal(derived("id token", value), t) // "" if not: no hint
+	}
 	return v
 }
 
-func (s *sessions) end(value string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, sha256.Sum256([]byte(value)))
+func (s *sessions) end(ctx context.Context, value string) {
+	if err := s.st.EndSession(ctx, s.key(value)); err != nil {
+		s.log.Warn("console: ending a session failed", "err", err)
+	}
 }
 
-// takeFlash returns the session's notice and clears it.
-func (s *sessions) takeFlash(v *session) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f := v.flash
-	v.flash = ""
-	return f
+// seal encrypts plain with key (AES-256-GCM, a random nonce before the
+// ciphertext), base64url.
+func seal(key [32]byte, plain string) string {
+	g := gcm(key)
+	nonce := make([]byte, g.NonceSize())
+	rand.Read(nonce)
+	return base64.RawURLEncoding.EncodeToString(g.Seal(nonce, nonce, []byte(plain), nil))
 }
 
-func (s *sessions) setFlash(v *session, msg string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v.flash = msg
+func unseal(key [32]byte, sealed string) (string, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(sealed)
+	g := gcm(key)
+	if err != nil || len(b) < g.NonceSize() {
+		return "", false
+	}
+	plain, err := g.Open(nil, b[:g.NonceSize()], b[g.NonceSize():], nil)
+	return string(plain), err == nil
+}
+
+func gcm(key [32]byte) cipher.AEAD {
+	b, _ := aes.NewCipher(key[:]) // a 32-byte key never fails
+	g, _ := cipher.NewGCM(b)
+	return g
+}
+
+// memorySessions is a SessionStore in one process's memory.
+type memorySessions struct {
+	mu  sync.Mutex
+	m   map[string]memorySession
+	now func() time.Time
+}
+
+type memorySession struct {
+	fields   map[string]string
+	lastSeen time.Time
+	idle     time.Duration
+}
+
+func (ms *memorySessions) PutSession(_ context.Context, key string, fields map[string]string, idle time.Duration) error {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	now := ms.now()
+	// Sessions gone idle go when a new one starts: the map stays bounded
+	// by the sign-ins of one idle time.
+	for k, v := range ms.m {
+		if now.Sub(v.lastSeen) >= v.idle {
+			delete(ms.m, k)
+		}
+	}
+	ms.m[key] = memorySession{fields: fields, lastSeen: now, idle: idle}
+	return nil
+}
+
+func (ms *memorySessions) TouchSession(_ context.Context, key string, idle, lifetime time.Duration) (map[string]string, error) {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	v, ok := ms.m[key]
+	if !ok {
+		return nil, nil
+	}
+	now := ms.now()
+	created, _ := strconv.ParseInt(v.fields["created"], 10, 64)
+	if now.Sub(v.lastSeen) >= v.idle || now.Sub(time.UnixMilli(created)) >= lifetime {
+		delete(ms.m, key)
+		return nil, nil
+	}
+	v.lastSeen, v.idle = now, idle
+	ms.m[key] = v
+	return v.fields, nil
+}
+
+func (ms *memorySessions) EndSession(_ context.Context, key string) error {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	delete(ms.m, key)
+	return nil
 }

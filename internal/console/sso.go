@@ -64,9 +64,9 @@ const stateCookie = "gateway_sso_state"
 type SSO struct {
 	o SSOOptions
 
-	// seal keys the state cookies: a sign-in in progress lives in its
-	// browser's cookie, not here, so that starting sign-ins without end
-	// fills no memory and blocks nobody's.
+	// seal keys the state cookies (sealKey): a sign-in in progress lives
+	// in its browser's cookie, not here, so that starting sign-ins without
+	// end fills no memory and blocks nobody's.
 	seal []byte
 
 	discovering sync.Mutex // held while one request discovers the provider
@@ -138,6 +138,22 @@ func (s *SSO) spend(state string, started, now time.Time) bool {
 	return true
 }
 
+// sealKey keys the state cookies: derived from the client secret, which
+// every sidecar of the console has, so that a callback served by another
+// sidecar than the one that began the sign-in is read, and from the
+// console's redirect URL, so that one console's state is no other's;
+// random for a client without a secret (one sidecar only).
+func sealKey(clientSecret, redirect string) []byte {
+	if clientSecret == "" {
+		k := make([]byte, 32)
+		rand.Read(k)
+		return k
+	}
+	m := hmac.New(sha256.New, []byte(clientSecret))
+	m.Write([]byte("gateway console sign-in state\x00" + redirect))
+	return m.Sum(nil)
+}
+
 // NewSSO returns a client for o; nothing is fetched yet.
 func NewSSO(o SSOOptions) (*SSO, error) {
 	if o.Issuer == "" || o.ClientID == "" || o.RedirectURL == "" {
@@ -152,9 +168,7 @@ func NewSSO(o SSOOptions) (*SSO, error) {
 	if !slices.Contains(o.Scopes, oidc.ScopeOpenID) {
 		o.Scopes = append([]string{oidc.ScopeOpenID}, o.Scopes...)
 	}
-	seal := make([]byte, 32)
-	rand.Read(seal)
-	return &SSO{o: o, seal: seal, spent: map[string]time.Time{}}, nil
+	return &SSO{o: o, seal: sealKey(o.ClientSecret, o.RedirectURL), spent: map[string]time.Time{}}, nil
 }
 
 func (s *SSO) ctx(ctx context.Context) context.Context {

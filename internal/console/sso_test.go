@@ -75,7 +75,7 @@ func withCookie(r *http.Request, state string) *http.Request {
 // its roles; a request with a credential header is the API's as before.
 func TestSessionReadsWithinItsRoles(t *testing.T) {
 	c := NewCustomer(CustomerOptions{})
-	value, _ := c.sessions.start(Identity{Actor: "sso:bill", Roles: []roles.Role{roles.Viewer}, AccountID: "acct_1"}, "")
+	value, _, _ := c.sessions.start(context.Background(), Identity{Actor: "sso:bill", Roles: []roles.Role{roles.Viewer}, AccountID: "acct_1"}, "")
 	var seen *account.Key
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := control.Caller(w, r, refuseAll{}, c.o.Now(), readPolicy, c.o.Logger)
@@ -212,7 +212,7 @@ func TestMeSaysWhetherKeysPageOpens(t *testing.T) {
 		role roles.Role
 		want bool
 	}{{roles.Billing, false}, {roles.Viewer, true}, {roles.Owner, true}} {
-		value, _ := c.sessions.start(Identity{Actor: "sso:x", Roles: []roles.Role{cs.role}, AccountID: "acct_1"}, "")
+		value, _, _ := c.sessions.start(context.Background(), Identity{Actor: "sso:x", Roles: []roles.Role{cs.role}, AccountID: "acct_1"}, "")
 		r := httptest.NewRequest("GET", PathMe, nil)
 		r.AddCookie(&http.Cookie{Name: CustomerCookie, Value: value})
 		w := httptest.NewRecorder()
@@ -250,5 +250,31 @@ func TestDiscoveryFailureAnswersForAWhile(t *testing.T) {
 	s.Begin(httptest.NewRecorder(), httptest.NewRequest("GET", "/sso/login", nil))
 	if n := asked.Load(); n != 2 {
 		t.Fatalf("after %v the provider was asked %d times in all, want twice", discoverRetry, n)
+	}
+}
+
+// A sign-in begun on one sidecar finishes on another: their state
+// cookies are sealed by a key of the client secret and the console's
+// redirect URL, so the other console's (the customer's beside the
+// operator's) and another client's are refused.
+func TestStateReadBySidecarsOfOneConsole(t *testing.T) {
+	mk := func(secret, redirect string) *SSO {
+		t.Helper()
+		s, err := NewSSO(SSOOptions{Issuer: "http://127.0.0.1:9", ClientID: "c", ClientSecret: secret, RedirectURL: redirect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	const op, cust = "https://gw.example/sso/callback", "https://gw.example/console/sso/callback"
+	f := flow{state: "s", nonce: "n", verifier: "v", started: time.Unix(1_800_000_000, 0)}
+	sealed := mk("secret", op).sealed(f)
+	if got, ok := mk("secret", op).unseal(sealed); !ok || got != f {
+		t.Fatalf("another sidecar of the console read %+v, %v", got, ok)
+	}
+	for name, s := range map[string]*SSO{"the other console": mk("secret", cust), "another secret": mk("other", op), "no secret": mk("", op)} {
+		if _, ok := s.unseal(sealed); ok {
+			t.Errorf("%s read the state", name)
+		}
 	}
 }

@@ -102,6 +102,7 @@ var suite = []struct {
 	{"KeyLimitsStored", testKeyLimitsStored},
 	{"LimitsConcurrent", testLimitsConcurrent},
 	{"SignInAttempts", testSignInAttempts},
+	{"Sessions", testSessions},
 	{"LeaseEscrow", testLeaseEscrow},
 	{"LeaseRefused", testLeaseRefused},
 	{"LeaseRecordAndSettle", testLeaseRecordAndSettle},
