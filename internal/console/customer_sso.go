@@ -48,8 +48,8 @@ type CustomerOptions struct {
 	SSO *SSO
 	// Admin makes the changes (keys), with validation and the audit trail
 	// of every other client of the admin API.
-	Admin           *admin.Service
-	Store           CustomerStore
+	Admin *admin.Service
+	Store CustomerStore
 	// Sessions keeps the sessions where every sidecar reads them; nil
 	// keeps them in this process (one sidecar).
 	Sessions        SessionStore
