@@ -35,7 +35,7 @@ func (s *sidecar) startConsole(c *config.Config) error {
 	}
 	opts := console.OperatorOptions{
 		Admin: s.Admin, Store: s.Store, Auth: auth, Prices: s.Prices, Upstreams: c.UpstreamNames(), Logger: s.log,
-		VendorKeys: s.proc.VendorKeys, SSO: sso, Sessions: s.Store,
+		VendorKeys: s.proc.VendorKeys, SSO: sso, SessionOptions: console.SessionOptions{Sessions: s.Store},
 	}
 	if s.reconciler != nil {
 		opts.Reconciliations = func(ctx context.Context, width vendorusage.Width, from, to time.Time) ([]reconcile.Window, error) {

@@ -399,7 +399,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		// Single sign-on to the customer console: its sessions read the
 		// data API within their roles and change keys through the admin
 		// service.
-		cust := console.NewCustomer(console.CustomerOptions{SSO: sso, Admin: s.Admin, Store: st, Sessions: st, Logger: o.Logger})
+		cust := console.NewCustomer(console.CustomerOptions{SSO: sso, Admin: s.Admin, Store: st, SessionOptions: console.SessionOptions{Sessions: st}, Logger: o.Logger})
 		cust.Mount(mux)
 		s.control.Handler = cust.Wrap(mux)
 	}

@@ -50,13 +50,9 @@ type CustomerOptions struct {
 	// of every other client of the admin API.
 	Admin *admin.Service
 	Store CustomerStore
-	// Sessions keeps the sessions where every sidecar reads them; nil
-	// keeps them in this process (one sidecar).
-	Sessions        SessionStore
-	SessionIdle     time.Duration
-	SessionLifetime time.Duration
-	Logger          *slog.Logger
-	Now             func() time.Time
+	SessionOptions
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Customer is the customer console signed in by single sign-on: a
@@ -75,13 +71,7 @@ func NewCustomer(o CustomerOptions) *Customer {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.SessionIdle <= 0 {
-		o.SessionIdle = DefaultSessionIdle
-	}
-	if o.SessionLifetime <= 0 {
-		o.SessionLifetime = DefaultSessionLifetime
-	}
-	return &Customer{o: o, sessions: newSessions("cust", o.Sessions, o.SessionIdle, o.SessionLifetime, o.Now, o.Logger)}
+	return &Customer{o: o, sessions: newSessions("cust", &o.SessionOptions, o.Now, o.Logger)}
 }
 
 // Mount adds the sign-on, the keys page and the session's data API to mux.

@@ -44,7 +44,7 @@ var operatorPages = func() map[string]*template.Template {
 	return pages
 }()
 
-// Defaults of OperatorOptions.
+// Defaults of SessionOptions, and the sign-in limits.
 const (
 	DefaultSessionIdle     = 30 * time.Minute
 	DefaultSessionLifetime = 12 * time.Hour
@@ -89,15 +89,9 @@ type OperatorOptions struct {
 	// Reconciliations, when set, reads the continuous reconciliation's
 	// kept windows (nil: no upstream has an admin key).
 	Reconciliations Reconciliations
-	// SessionIdle and SessionLifetime end sessions: after this long unused,
-	// and this long after sign-in.
-	// Sessions keeps the sessions where every sidecar reads them; nil
-	// keeps them in this process (one sidecar).
-	Sessions        SessionStore
-	SessionIdle     time.Duration
-	SessionLifetime time.Duration
-	Logger          *slog.Logger
-	Now             func() time.Time
+	SessionOptions
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Operator is the operator console's HTTP handler.
@@ -115,16 +109,10 @@ func NewOperator(o OperatorOptions) *Operator {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.SessionIdle <= 0 {
-		o.SessionIdle = DefaultSessionIdle
-	}
-	if o.SessionLifetime <= 0 {
-		o.SessionLifetime = DefaultSessionLifetime
-	}
 	op := &Operator{
 		o:        o,
 		mux:      newRouteMux(),
-		sessions: newSessions("op", o.Sessions, o.SessionIdle, o.SessionLifetime, o.Now, o.Logger),
+		sessions: newSessions("op", &o.SessionOptions, o.Now, o.Logger),
 	}
 	m := op.mux
 	m.Handle("GET /static/", staticHandler("/static/"))

@@ -43,7 +43,7 @@ func setupOperator(t *testing.T) *opFixture {
 // operator is an operator console of f's store, its sessions kept there.
 func (f *fixture) operator(a Authenticator) *Operator {
 	svc := admin.New(f.st, admin.Options{Now: f.clk.Now})
-	return NewOperator(OperatorOptions{Admin: svc, Store: f.st, Auth: a, Sessions: f.st, Now: f.clk.Now})
+	return NewOperator(OperatorOptions{Admin: svc, Store: f.st, Auth: a, SessionOptions: SessionOptions{Sessions: f.st}, Now: f.clk.Now})
 }
 
 func (f *opFixture) do(t *testing.T, method, target, cookie string, form url.Values, hdr map[string]string) *httptest.ResponseRecorder {

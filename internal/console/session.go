@@ -116,13 +116,33 @@ type sessions struct {
 	log      *slog.Logger
 }
 
-// newSessions keeps side's sessions in st; in this process's memory when
-// st is nil (one sidecar only: a test, or a console without a store).
-func newSessions(side string, st SessionStore, idle, lifetime time.Duration, now func() time.Time, log *slog.Logger) *sessions {
+// SessionOptions are a console's sessions: where they are kept and when
+// they end.
+type SessionOptions struct {
+	// Sessions keeps them where every sidecar reads them; nil keeps them
+	// in this process's memory (one sidecar only: a test, or a console
+	// without a store).
+	Sessions SessionStore
+	// SessionIdle and SessionLifetime end them: after this long unused
+	// (DefaultSessionIdle), and this long after sign-in
+	// (DefaultSessionLifetime).
+	SessionIdle, SessionLifetime time.Duration
+}
+
+// newSessions keeps side's sessions as o says, its defaults provisioned
+// in o.
+func newSessions(side string, o *SessionOptions, now func() time.Time, log *slog.Logger) *sessions {
+	if o.SessionIdle <= 0 {
+		o.SessionIdle = DefaultSessionIdle
+	}
+	if o.SessionLifetime <= 0 {
+		o.SessionLifetime = DefaultSessionLifetime
+	}
+	st := o.Sessions
 	if st == nil {
 		st = &memorySessions{m: map[string]memorySession{}, now: now}
 	}
-	return &sessions{side: side, st: st, idle: idle, lifetime: lifetime, now: now, log: log}
+	return &sessions{side: side, st: st, idle: o.SessionIdle, lifetime: o.SessionLifetime, now: now, log: log}
 }
 
 func randomToken() string {
