@@ -22,7 +22,14 @@ import (
 //go:embed bootstrap.yaml.tmpl
 var bootstrapTemplate string
 
+// AccessLogFlush is how long Envoy holds the upstream logs' entries (the
+// abandoned attempts, the pooled keys' refusals) before it sends them to
+// the sidecar: a stopping sidecar keeps its log streams open this long
+// (and more) after its last request ends.
+const AccessLogFlush = 50 * time.Millisecond
+
 var tmpl = template.Must(template.New("bootstrap").Funcs(template.FuncMap{
+	"accessLogFlush": func() string { return seconds(AccessLogFlush) },
 	"pair": func(u *upstreamView, members []string) aggregateView {
 		return aggregateView{U: clusterView{Up: u, Root: u.root}, Members: members}
 	},

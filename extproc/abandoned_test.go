@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"testing"
@@ -31,6 +32,8 @@ func (s *logStream) Recv() (*accesslogv3.StreamAccessLogsMessage, error) {
 }
 
 func (s *logStream) SendAndClose(*accesslogv3.StreamAccessLogsResponse) error { return nil }
+
+func (s *logStream) Context() context.Context { return context.Background() }
 
 func logMessage(name string, entries ...*accesslogdatav3.HTTPAccessLogEntry) *accesslogv3.StreamAccessLogsMessage {
 	m := &accesslogv3.StreamAccessLogsMessage{LogEntries: &accesslogv3.StreamAccessLogsMessage_HttpLogs{

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
@@ -27,23 +28,55 @@ type KeyLog struct {
 	accesslogv3.UnimplementedAccessLogServiceServer
 	s   *Server
 	now func() time.Time
+
+	closing sync.Once
+	closed  chan struct{} // closed by Close
 }
 
 // NewKeyLog returns the access log receiver of s's pools.
-func (s *Server) NewKeyLog() *KeyLog { return &KeyLog{s: s, now: time.Now} }
+func (s *Server) NewKeyLog() *KeyLog {
+	return &KeyLog{s: s, now: time.Now, closed: make(chan struct{})}
+}
 
-// StreamAccessLogs reads one Envoy's log stream until it ends.
+// Close ends every log stream, and any opened after: Envoy keeps its
+// streams open for good, so a graceful stop of the gRPC server would wait
+// for them until its deadline. The sidecar closes the log once every
+// request has ended and Envoy has flushed their attempts' entries.
+func (l *KeyLog) Close() { l.closing.Do(func() { close(l.closed) }) }
+
+// StreamAccessLogs reads one Envoy's log stream until it ends, or until
+// Close.
 // A stream carries one log, named in its first message: the pool's
 // refused attempts, or the abandoned attempts (abandoned.go).
 func (l *KeyLog) StreamAccessLogs(stream accesslogv3.AccessLogService_StreamAccessLogsServer) error {
+	msgs := make(chan *accesslogv3.StreamAccessLogsMessage)
+	failed := make(chan error, 1)
+	go func() {
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				failed <- err
+				return
+			}
+			select {
+			case msgs <- msg:
+			case <-stream.Context().Done():
+				return
+			}
+		}
+	}()
 	logName := ""
 	for {
-		msg, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return stream.SendAndClose(&accesslogv3.StreamAccessLogsResponse{})
-		}
-		if err != nil {
+		var msg *accesslogv3.StreamAccessLogsMessage
+		select {
+		case <-l.closed:
+			return nil
+		case err := <-failed:
+			if errors.Is(err, io.EOF) {
+				return stream.SendAndClose(&accesslogv3.StreamAccessLogsResponse{})
+			}
 			return err
+		case msg = <-msgs:
 		}
 		if id := msg.GetIdentifier(); id != nil {
 			logName = id.GetLogName()

@@ -53,6 +53,7 @@ import (
 type sidecar struct {
 	log     *slog.Logger
 	grpc    *grpc.Server
+	keyLog  *extproc.KeyLog // Envoy's upstream logs, on grpc
 	health  *health.Server
 	control *http.Server
 	admin   *grpc.Server // nil when no admin token is configured
@@ -339,7 +340,8 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	)
 	extprocv3.RegisterExternalProcessorServer(s.grpc, proc)
 	// Envoy's upstream log of pooled vendor keys' failed attempts.
-	accesslogv3.RegisterAccessLogServiceServer(s.grpc, proc.NewKeyLog())
+	s.keyLog = proc.NewKeyLog()
+	accesslogv3.RegisterAccessLogServiceServer(s.grpc, s.keyLog)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 
 	ctl := control.New(control.Options{
@@ -489,10 +491,26 @@ func buildInfo() prometheus.Collector {
 // within the context's deadline, then cuts the rest. Every request, finished
 // or cut, is settled (or spooled) before the spool and the store close: a
 // stream cut at the deadline is charged for what was delivered.
-func (s *sidecar) Shutdown(ctx context.Context) {
+//
+// It reports whether every stream ended before ctx did.
+func (s *sidecar) Shutdown(ctx context.Context) (drained bool) {
 	s.serving.Store(false)
 	s.health.Shutdown() // probes now say NOT_SERVING
-	if !stopGRPC(ctx, s.grpc) {
+	// Envoy's upstream log streams never end of themselves: they are
+	// closed once every request has ended and Envoy has sent their last
+	// attempts' entries (it holds them up to envoy.AccessLogFlush), so
+	// that the graceful stop ends with the requests, not at the deadline.
+	go func() {
+		if s.proc.Wait(ctx) {
+			select {
+			case <-time.After(5 * envoy.AccessLogFlush):
+			case <-ctx.Done():
+			}
+		}
+		s.keyLog.Close()
+	}()
+	drained = stopGRPC(ctx, s.grpc)
+	if !drained {
 		s.log.Warn("shutdown deadline passed; cut the remaining streams")
 	}
 	// Cut streams settle in their handlers after Stop returns; each
@@ -535,6 +553,7 @@ func (s *sidecar) Shutdown(ctx context.Context) {
 	tctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	s.traces.Shutdown(tctx)
 	cancel()
+	return drained
 }
 
 // stopGRPC lets calls in progress finish until ctx ends, then cuts the rest.

@@ -7,18 +7,24 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	accesslogdatav3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/modelgateway/gateway/extproc"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 )
 
 // testSidecar starts the composition root as `gateway serve` does, on the
@@ -178,5 +184,51 @@ func TestUsagePathNotRedirected(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("GET /v1/usage without a credential: %d, want 401", resp.StatusCode)
+	}
+}
+
+// Envoy keeps its upstream log streams open for good; a sidecar stopping
+// with one open (and no request in flight) still drains: the stream is
+// closed once the requests have ended, and the graceful stop does not wait
+// for its deadline and cut streams. Before, every SIGTERM after an
+// abandoned attempt waited the whole drain (60 s by default).
+func TestShutdownClosesEnvoysLogStreams(t *testing.T) {
+	sc := testSidecar(t, "adm_test_token_0123456789")
+	conn, err := grpc.NewClient(sc.ExtProcAddr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	logs, err := accesslogv3.NewAccessLogServiceClient(conn).StreamAccessLogs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An abandoned attempt, under the log's name as Envoy sends it: once
+	// its metric shows, the stream is open and read at the sidecar.
+	err = logs.Send(&accesslogv3.StreamAccessLogsMessage{
+		Identifier: &accesslogv3.StreamAccessLogsMessage_Identifier{LogName: extproc.AbandonedLogName},
+		LogEntries: &accesslogv3.StreamAccessLogsMessage_HttpLogs{HttpLogs: &accesslogv3.StreamAccessLogsMessage_HTTPAccessLogEntries{
+			LogEntry: []*accesslogdatav3.HTTPAccessLogEntry{{
+				CommonProperties: &accesslogdatav3.AccessLogCommon{RouteName: "alpha"},
+				Response:         &accesslogdatav3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(503)},
+			}},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 10*time.Second, "the attempt to be counted", func() bool {
+		resp, err := http.Get("http://" + sc.ControlAddr.String() + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `gateway_abandoned_attempts_total{`)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if !sc.Shutdown(ctx) {
+		t.Fatal("the shutdown waited for Envoy's log stream until its deadline, and cut the streams")
 	}
 }
