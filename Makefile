@@ -140,16 +140,26 @@ cc:
 # The money suites of test/e2e (conservation, the last dollar, limits across
 # two sidecars, budgets, faults, partition, background responses, rate and
 # daily limits, spool replay, sweep) run a second time with limits.leases off
-# (GATEWAY_TEST_LEASES; on is the default; about 2 minutes on 2 cores), so
+# (GATEWAY_TEST_LEASES; on is the default; under 2 minutes on 2 cores), so
 # that both ways of admission are tested. TestLeases* are not repeated: they
 # turn leases on themselves.
 MONEY_TESTS := ^(TestConservation|TestLimitsConservationTwoSidecars|TestKeyLimitChangedWhileRunning|TestConcurrentRequestsAgainstSmallBalance|TestReducedConcurrentRequestsAgainstSmallBalance|TestBudget|TestFault|TestBackgroundResponse|TestRateLimit|TestDailyLimit|TestSpoolReplayEqualsLedgerEntry|TestSweptRequestKeepsPricedModel)
 
 ## e2e: the tests that start real processes: test/... (end to end through Envoy, the integration tests on real Redis, Cluster, TLS, PostgreSQL and `envoy --mode validate`, SDK conformance), the money suites again with leases off, and deploy's checks against a real Envoy
+#
+# Two test processes at a time, as `go test -p 2` runs them on 2 cores:
+# test/e2e in one; in the other, the rest of test/..., the money suites with
+# leases off and deploy's checks, one after the other (their output is
+# printed when test/e2e ends).
+E2E_OTHERS = $$($(GO) list ./test/... | grep -v '/test/e2e$$')
 e2e: build envoy redis postgres chromium clients
-	$(GO) test -count=1 -timeout 15m ./test/...
-	GATEWAY_TEST_LEASES=off $(GO) test -count=1 -timeout 10m -run '$(MONEY_TESTS)' ./test/e2e
-	cd deploy && $(GO) test -count=1 ./...
+	@mkdir -p $(BIN); rm -f $(BIN)/e2e-others.log; \
+	( set -e; $(GO) test -count=1 -p 1 -timeout 15m $(E2E_OTHERS); \
+	  GATEWAY_TEST_LEASES=off $(GO) test -count=1 -timeout 10m -run '$(MONEY_TESTS)' ./test/e2e; \
+	  cd deploy && $(GO) test -count=1 ./... ) > $(BIN)/e2e-others.log 2>&1 & others=$$!; \
+	rc=0; $(GO) test -count=1 -timeout 15m ./test/e2e || rc=$$?; \
+	orc=0; wait $$others || orc=$$?; cat $(BIN)/e2e-others.log; \
+	if [ $$rc != 0 ] || [ $$orc != 0 ]; then echo "e2e failed: test/e2e exit $$rc, the others exit $$orc"; exit 1; fi
 
 ## lint: formatting, go vet and staticcheck (pinned; fetched from the Go module proxy)
 lint: deps
