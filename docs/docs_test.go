@@ -96,7 +96,7 @@ var moved = []struct{ old, file, heading string }{
 	{"What a client controls", "docs/security.md", "What a client controls"},
 	{"Tests", "CONTRIBUTING.md", "Tests"},
 	{"Benchmarks", "docs/benchmarks.md", "Benchmarks"},
-	{"Benchmarks (latest run)", "docs/benchmarks.md", "Latest run"},
+	{"Benchmarks (latest run)", "docs/benchmarks.md", "Latest runs"},
 	{"Benchmarks (where the rest goes)", "docs/benchmarks.md", "Where the rest goes"},
 	{"Benchmarks (what changed)", "test/bench/HISTORY.md", "What changed, and what each bought"},
 	{"Benchmarks (runtime settings)", "test/bench/HISTORY.md", "Runtime settings"},
