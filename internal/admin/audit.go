@@ -99,7 +99,9 @@ func (f *refusalFolds) note(k string, now time.Time) (folded int, write bool) {
 		f.m[k] = r
 		return 0, false
 	}
-	if f.m == nil || len(f.m) >= maxFolds {
+	if f.m == nil {
+		f.m = map[string]refusalFold{}
+	} else if len(f.m) >= maxFolds {
 		f.forget(now)
 	}
 	f.m[k] = refusalFold{written: now}
@@ -107,10 +109,6 @@ func (f *refusalFolds) note(k string, now time.Time) (folded int, write bool) {
 }
 
 func (f *refusalFolds) forget(now time.Time) {
-	if f.m == nil {
-		f.m = map[string]refusalFold{}
-		return
-	}
 	for k, r := range f.m {
 		if now.Sub(r.written) >= refusalEvery {
 			delete(f.m, k)

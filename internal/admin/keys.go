@@ -91,10 +91,7 @@ func (s *Service) CreateKey(ctx context.Context, req *adminv1.CreateKeyRequest) 
 		return nil, invalid("at most %d models", maxModels)
 	}
 	for _, m := range models {
-		if strings.TrimSpace(m) == "" || len(m) > maxNameLen {
-			return nil, invalid("model names must be 1 to %d bytes", maxNameLen)
-		}
-		if err := clean("a model name", m); err != nil {
+		if err := checkName("a model name", m); err != nil {
 			return nil, err
 		}
 	}

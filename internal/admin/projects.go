@@ -34,10 +34,7 @@ func limitsFromProto(l *adminv1.Limits) account.Limits {
 // checkProject checks a project's name and limits before the store does,
 // so that the caller gets INVALID_ARGUMENT.
 func checkProject(name string, l account.Limits) error {
-	if name == "" || len(name) > maxNameLen {
-		return invalid("a project's name must be 1 to %d bytes", maxNameLen)
-	}
-	if err := clean("a project's name", name); err != nil {
+	if err := checkName("a project's name", name); err != nil {
 		return err
 	}
 	if l.ConcurrencyWaitSeconds != 0 {

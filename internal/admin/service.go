@@ -202,10 +202,20 @@ func (c limitChanges) apply(l account.Limits) account.Limits {
 	return l
 }
 
-// clean refuses a name or label that the audit trail, the consoles, the
-// CSV export or PostgreSQL would take badly: invalid UTF-8 or a control
-// character (NUL, a newline, a tab). Every such string is checked here, at
-// the door, before it is stored.
+// checkName refuses a name people type (of an account, a project, a
+// model a key may use) that is blank, longer than maxNameLen, or one the
+// audit trail, the consoles, the CSV export or PostgreSQL would take
+// badly: invalid UTF-8 or a control character (NUL, a newline, a tab).
+// Every such string is checked here, at the door, before it is stored.
+func checkName(what, s string) error {
+	if strings.TrimSpace(s) == "" || len(s) > maxNameLen {
+		return invalid("%s must be 1 to %d bytes", what, maxNameLen)
+	}
+	return clean(what, s)
+}
+
+// clean is checkName's check of the characters alone (a label may be
+// empty).
 func clean(what, s string) error {
 	if !usage.CleanName(s) {
 		return invalid("%s must be UTF-8 without control characters", what)
@@ -216,10 +226,7 @@ func clean(what, s string) error {
 // CreateAccount opens an account.
 func (s *Service) CreateAccount(ctx context.Context, req *adminv1.CreateAccountRequest) (*adminv1.CreateAccountResponse, error) {
 	name := strings.TrimSpace(req.GetName())
-	if name == "" || len(name) > maxNameLen {
-		return nil, invalid("name must be 1 to %d bytes", maxNameLen)
-	}
-	if err := clean("name", name); err != nil {
+	if err := checkName("name", name); err != nil {
 		return nil, err
 	}
 	if req.GetBalanceNanoUsd() < 0 {
