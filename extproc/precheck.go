@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
-	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // earlyOutcomes are the refusals answered at a request's headers: those
@@ -45,7 +43,7 @@ func (x *exchange) precheck(ctx context.Context) *Refusal {
 	if d, ok := x.full(ctx, st); ok {
 		return x.refusedEarly(d)
 	}
-	if d, ok := st.Spent(x.key.Limits, x.s.now(), x.upstream.leastHold()); ok {
+	if d, ok := st.Spent(x.key.Limits, x.s.now(), x.upstream.Prices.LeastHold()); ok {
 		return x.refusedEarly(d)
 	}
 	return nil
@@ -82,39 +80,4 @@ func (x *exchange) full(ctx context.Context, st account.Standing) (account.Decis
 		return account.Decision{}, false
 	}
 	return d, true
-}
-
-// leastHoldOf is leastHold of one set of models, the price table's
-// current ones.
-type leastHoldOf struct {
-	models []*pricing.Model
-	hold   int64
-}
-
-// leastHold is leastHold of u's prices. It prices every model, too much
-// work for each request's headers, so it is kept until a reload replaces
-// the table's models (a new slice).
-func (u *Upstream) leastHold() int64 {
-	ms := u.Prices.Models()
-	if l := u.least.Load(); l != nil && len(l.models) == len(ms) && (len(ms) == 0 || &l.models[0] == &ms[0]) {
-		return l.hold
-	}
-	h := leastHold(ms)
-	u.least.Store(&leastHoldOf{models: ms, hold: h})
-	return h
-}
-
-// leastHold is the least a request to any of models can hold: a body of
-// one byte, one second of audio or one image, on the model whose price
-// makes that cheapest. 0 when a model is free: its requests pass a spent
-// budget.
-func leastHold(models []*pricing.Model) int64 {
-	least := int64(-1)
-	for _, m := range models {
-		h := max(m.Hold(1, 0), m.UnitHold(usage.Second, 1), m.UnitHold(usage.Image, 1))
-		if least < 0 || h < least {
-			least = h
-		}
-	}
-	return max(least, 0)
 }

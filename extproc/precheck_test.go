@@ -11,8 +11,6 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
-	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/pricing"
 )
 
 // sendMetered runs a metered request's headers, and its body unless the
@@ -125,31 +123,5 @@ func TestFullConcurrencyRefusedAtHeaders(t *testing.T) {
 	}
 	if resp, atHeaders := r.sendMetered(t, r.srv); atHeaders || resp.GetImmediateResponse() != nil {
 		t.Fatalf("a free slot refused: at headers %v, %v", atHeaders, resp)
-	}
-}
-
-// An upstream's least hold, kept from request to request, follows a
-// reload of its prices.
-func TestLeastHoldFollowsReload(t *testing.T) {
-	cfg, err := config.Load("../gateway.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	table := func(name string) *pricing.Table {
-		u, _ := cfg.Upstream(name)
-		return testPrices(t, u)
-	}
-	u := &Upstream{Prices: table("alpha")}
-	before := leastHold(u.Prices.Models())
-	if got := u.leastHold(); got != before {
-		t.Fatalf("least hold %d, want %d", got, before)
-	}
-	u.Prices.Replace(table("beta"))
-	after := leastHold(u.Prices.Models())
-	if after == before {
-		t.Fatalf("the two tables' least holds are both %d: the test cannot tell a reload", after)
-	}
-	if got := u.leastHold(); got != after {
-		t.Fatalf("after the reload: least hold %d, want %d", got, after)
 	}
 }

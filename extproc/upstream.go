@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/modelgateway/gateway/extproc/format"
@@ -55,8 +54,6 @@ type Upstream struct {
 	defaultKey string
 	// forward is the client headers the vendor hears.
 	forward forwardHeaders
-	// least is leastHold of the prices' current models (precheck.go).
-	least atomic.Pointer[leastHoldOf]
 }
 
 // NewUpstream builds the processor's view of one configured upstream. The

@@ -412,6 +412,7 @@ type tableData struct {
 	names    map[string]*Model // every name and alias
 	models   []*Model          // sorted by name
 	fallback *Model            // nil: unknown models are rejected
+	least    int64             // LeastHold, priced once per version
 }
 
 // Lookup finds a model by exact name, by alias, or as a dated snapshot of a
@@ -449,6 +450,30 @@ func (t *Table) Models() []*Model {
 		return d.models
 	}
 	return nil
+}
+
+// LeastHold is the least a request to any served model can hold: a body
+// of one byte, one second of audio or one image, on the model whose price
+// makes that cheapest; 0 when a model is free. A request that cannot have
+// this much room is refused whatever its body (the pre-check at a
+// request's headers), so it is priced once, when the table is built.
+func (t *Table) LeastHold() int64 {
+	if d := t.cur.Load(); d != nil {
+		return d.least
+	}
+	return 0
+}
+
+// leastHold is LeastHold of models.
+func leastHold(models []*Model) int64 {
+	least := int64(-1)
+	for _, m := range models {
+		h := max(m.Hold(1, 0), m.UnitHold(usage.Second, 1), m.UnitHold(usage.Image, 1))
+		if least < 0 || h < least {
+			least = h
+		}
+	}
+	return max(least, 0)
 }
 
 // PriceList returns the priced models and, last, a copy of the price for
@@ -577,6 +602,7 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 	for _, m := range d.models {
 		m.rows = buildRows(m.prices, m.uplift)
 	}
+	d.least = leastHold(d.models)
 	t := &Table{}
 	t.cur.Store(d)
 	return t, nil

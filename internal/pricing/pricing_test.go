@@ -504,3 +504,34 @@ func TestOverrideAppliesToDatedSnapshots(t *testing.T) {
 		}
 	}
 }
+
+// A table's least hold is the least a one-byte request, a second of audio
+// or an image holds on any of its models, and follows Replace: it is the
+// version's, not a copy kept beside it.
+func TestLeastHold(t *testing.T) {
+	a, b := defaultTables(t)
+	least := func(tab *Table) int64 {
+		l := int64(-1)
+		for _, m := range tab.Models() {
+			h := max(m.Hold(1, 0), m.UnitHold(usage.Second, 1), m.UnitHold(usage.Image, 1))
+			if l < 0 || h < l {
+				l = h
+			}
+		}
+		return l
+	}
+	la, lb := least(a), least(b)
+	if la <= 0 || lb <= 0 || la == lb {
+		t.Fatalf("least holds %d and %d: the test needs two priced tables that differ", la, lb)
+	}
+	if got := a.LeastHold(); got != la {
+		t.Fatalf("least hold %d, want %d", got, la)
+	}
+	a.Replace(b)
+	if got := a.LeastHold(); got != lb {
+		t.Fatalf("after Replace: least hold %d, want %d", got, lb)
+	}
+	if got := (&Table{}).LeastHold(); got != 0 {
+		t.Fatalf("an empty table's least hold %d", got)
+	}
+}
