@@ -409,20 +409,20 @@ local function budgetRoom(state, counted, daily, monthly, total)
   if counted then
     held = held - free
   end
+  -- Spend today and this month: the counters of the day and month held.
+  local day, mon = 0, 0
+  if st[3] == ARGV[15] then
+    day = tonumber(st[4] or '0')
+  end
+  if st[5] == ARGV[16] then
+    mon = tonumber(st[6] or '0')
+  end
   local room = math.huge
   if daily > 0 then
-    local spent = 0
-    if st[3] == ARGV[15] then
-      spent = tonumber(st[4] or '0')
-    end
-    room = math.min(room, daily - spent - held)
+    room = math.min(room, daily - day - held)
   end
   if monthly > 0 then
-    local spent = 0
-    if st[5] == ARGV[16] then
-      spent = tonumber(st[6] or '0')
-    end
-    room = math.min(room, monthly - spent - held)
+    room = math.min(room, monthly - mon - held)
   end
   if total > 0 then
     room = math.min(room, total - tonumber(st[7] or '0') - held)
