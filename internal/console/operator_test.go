@@ -159,7 +159,7 @@ func TestOperatorSessionLifetime(t *testing.T) {
 func TestOperatorSignInRateLimited(t *testing.T) {
 	f := setupOperator(t)
 	a, _ := NewTokenAuthenticator(adminToken)
-	other := NewOperator(OperatorOptions{Admin: admin.New(f.st, admin.Options{Now: f.clk.Now}), Store: f.st, Auth: a, Now: f.clk.Now})
+	other := NewOperator(OperatorOptions{Admin: admin.New(f.st, admin.Options{Now: f.clk.Now}), Store: f.st, Auth: a, SessionOptions: SessionOptions{Sessions: f.st}, Now: f.clk.Now})
 	sidecars := []*Operator{f.op, other}
 	signIn := func(i int, token, addr string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("POST", "/signin", strings.NewReader(url.Values{"token": {token}}.Encode()))

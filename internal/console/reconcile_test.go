@@ -19,7 +19,7 @@ func TestOperatorReconciliation(t *testing.T) {
 	a, _ := NewTokenAuthenticator(adminToken)
 	h := time.Date(2026, 1, 2, 10, 0, 0, 0, time.UTC)
 	var asked vendorusage.Width
-	f.op = NewOperator(OperatorOptions{Admin: admin.New(f.st, admin.Options{Now: f.clk.Now}), Store: f.st, Auth: a, Now: f.clk.Now,
+	f.op = NewOperator(OperatorOptions{Admin: admin.New(f.st, admin.Options{Now: f.clk.Now}), Store: f.st, Auth: a, SessionOptions: SessionOptions{Sessions: f.st}, Now: f.clk.Now,
 		Reconciliations: func(_ context.Context, width vendorusage.Width, from, to time.Time) ([]reconcile.Window, error) {
 			asked = width
 			return []reconcile.Window{

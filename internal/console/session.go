@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/modelgateway/gateway/internal/roles"
@@ -119,9 +118,7 @@ type sessions struct {
 // SessionOptions are a console's sessions: where they are kept and when
 // they end.
 type SessionOptions struct {
-	// Sessions keeps them where every sidecar reads them; nil keeps them
-	// in this process's memory (one sidecar only: a test, or a console
-	// without a store).
+	// Sessions keeps them where every sidecar reads them (the store).
 	Sessions SessionStore
 	// SessionIdle and SessionLifetime end them: after this long unused
 	// (DefaultSessionIdle), and this long after sign-in
@@ -138,11 +135,7 @@ func newSessions(side string, o *SessionOptions, now func() time.Time, log *slog
 	if o.SessionLifetime <= 0 {
 		o.SessionLifetime = DefaultSessionLifetime
 	}
-	st := o.Sessions
-	if st == nil {
-		st = &memorySessions{m: map[string]memorySession{}, now: now}
-	}
-	return &sessions{side: side, st: st, idle: o.SessionIdle, lifetime: o.SessionLifetime, now: now, log: log}
+	return &sessions{side: side, st: o.Sessions, idle: o.SessionIdle, lifetime: o.SessionLifetime, now: now, log: log}
 }
 
 func randomToken() string {
@@ -172,6 +165,9 @@ func csrfOf(value string) string {
 // start makes a session and returns the cookie value naming it. idToken
 // is a single sign-on's ID token ("" for none).
 func (s *sessions) start(ctx context.Context, id Identity, idToken string) (string, *session, error) {
+	if s.st == nil {
+		return "", nil, errors.New("console: no session store")
+	}
 	value := randomToken()
 	rs := make([]string, len(id.Roles))
 	for i, r := range id.Roles {
@@ -194,7 +190,7 @@ func (s *sessions) start(ctx context.Context, id Identity, idToken string) (stri
 // when there is none, or the store cannot say (logged: the person is
 // asked to sign in, which says the store is down).
 func (s *sessions) get(ctx context.Context, value string) *session {
-	if value == "" {
+	if value == "" || s.st == nil {
 		return nil
 	}
 	m, err := s.st.TouchSession(ctx, s.key(value), s.idle, s.lifetime)
@@ -218,6 +214,9 @@ func (s *sessions) get(ctx context.Context, value string) *session {
 }
 
 func (s *sessions) end(ctx context.Context, value string) {
+	if s.st == nil {
+		return
+	}
 	if err := s.st.EndSession(ctx, s.key(value)); err != nil {
 		s.log.Warn("console: ending a session failed", "err", err)
 	}
@@ -246,57 +245,4 @@ func gcm(key [32]byte) cipher.AEAD {
 	b, _ := aes.NewCipher(key[:]) // a 32-byte key never fails
 	g, _ := cipher.NewGCM(b)
 	return g
-}
-
-// memorySessions is a SessionStore in one process's memory.
-type memorySessions struct {
-	mu  sync.Mutex
-	m   map[string]memorySession
-	now func() time.Time
-}
-
-type memorySession struct {
-	fields   map[string]string
-	lastSeen time.Time
-	idle     time.Duration
-}
-
-func (ms *memorySessions) PutSession(_ context.Context, key string, fields map[string]string, idle time.Duration) error {
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	now := ms.now()
-	// Sessions gone idle go when a new one starts: the map stays bounded
-	// by the sign-ins of one idle time.
-	for k, v := range ms.m {
-		if now.Sub(v.lastSeen) >= v.idle {
-			delete(ms.m, k)
-		}
-	}
-	ms.m[key] = memorySession{fields: fields, lastSeen: now, idle: idle}
-	return nil
-}
-
-func (ms *memorySessions) TouchSession(_ context.Context, key string, idle, lifetime time.Duration) (map[string]string, error) {
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	v, ok := ms.m[key]
-	if !ok {
-		return nil, nil
-	}
-	now := ms.now()
-	created, _ := strconv.ParseInt(v.fields["created"], 10, 64)
-	if now.Sub(v.lastSeen) >= v.idle || now.Sub(time.UnixMilli(created)) >= lifetime {
-		delete(ms.m, key)
-		return nil, nil
-	}
-	v.lastSeen, v.idle = now, idle
-	ms.m[key] = v
-	return v.fields, nil
-}
-
-func (ms *memorySessions) EndSession(_ context.Context, key string) error {
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	delete(ms.m, key)
-	return nil
 }

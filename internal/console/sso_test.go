@@ -74,7 +74,7 @@ func withCookie(r *http.Request, state string) *http.Request {
 // A session reads the data API as its account's read-only token, within
 // its roles; a request with a credential header is the API's as before.
 func TestSessionReadsWithinItsRoles(t *testing.T) {
-	c := NewCustomer(CustomerOptions{})
+	c := NewCustomer(CustomerOptions{SessionOptions: SessionOptions{Sessions: setup(t).st}})
 	value, _, _ := c.sessions.start(context.Background(), Identity{Actor: "sso:bill", Roles: []roles.Role{roles.Viewer}, AccountID: "acct_1"}, "")
 	var seen *account.Key
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -195,7 +195,7 @@ func TestOperatorCookieSecureBehindTLSProxy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		op := NewOperator(OperatorOptions{SSO: s})
+		op := NewOperator(OperatorOptions{SSO: s, SessionOptions: SessionOptions{Sessions: setup(t).st}})
 		w := httptest.NewRecorder()
 		op.StartSession(w, httptest.NewRequest("POST", "/signin", nil), Identity{Actor: "admin", Roles: []roles.Role{roles.Operator}})
 		if ck := w.Result().Cookies(); len(ck) != 1 || ck[0].Name != SessionCookie || ck[0].Secure != c.want {
@@ -207,7 +207,7 @@ func TestOperatorCookieSecureBehindTLSProxy(t *testing.T) {
 // GET /console/api/me says whether the roles may open the keys page, by
 // the table of access: billing may not, a viewer may.
 func TestMeSaysWhetherKeysPageOpens(t *testing.T) {
-	c := NewCustomer(CustomerOptions{})
+	c := NewCustomer(CustomerOptions{SessionOptions: SessionOptions{Sessions: setup(t).st}})
 	for _, cs := range []struct {
 		role roles.Role
 		want bool

@@ -202,7 +202,7 @@ func TestReleaseDataServesUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	op := NewOperator(OperatorOptions{Admin: admin.New(st, admin.Options{Now: clk.Now}), Store: st, Auth: a, Now: clk.Now})
+	op := NewOperator(OperatorOptions{Admin: admin.New(st, admin.Options{Now: clk.Now}), Store: st, Auth: a, SessionOptions: SessionOptions{Sessions: st}, Now: clk.Now})
 	req := httptest.NewRequest("POST", "/signin", strings.NewReader(url.Values{"token": {adminToken}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.RemoteAddr = "192.0.2.1:1234"
