@@ -80,8 +80,8 @@ type SSO struct {
 	spent   map[string]time.Time // states whose callback came, by when they started
 }
 
-// flow is a sign-in in progress at the provider.
-// flow is a sign-in in progress, as its state cookie carries it.
+// flow is a sign-in in progress at the provider, as its state cookie
+// carries it.
 type flow struct {
 	state, nonce, verifier string
 	started                time.Time
