@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/operation"
 	"github.com/modelgateway/gateway/internal/account"
@@ -26,15 +24,14 @@ const MaxModelBytes = 256
 // requestBody reads the few fields admission needs, then admits the request
 // in one atomic store step. The body is forwarded unchanged, or with the one
 // edit the format asks for (see format.Request.Edit).
-func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+func (x *exchange) requestBody(ctx context.Context, body []byte) (*onward, *Refusal) {
 	if x.upstream == nil {
 		// Only if Envoy skipped the request headers: a misconfiguration.
-		return newRefusal(500, "application/json", []byte(`{"error":{"type":"api_error","message":"request body without request headers"}}`), 0).immediate()
+		return nil, newRefusal(500, "application/json", []byte(`{"error":{"type":"api_error","message":"request body without request headers"}}`), 0)
 	}
 	if x.key.ID == "" {
-		return x.reject(format.InvalidRequest, "unexpected request body", 0).immediate()
+		return nil, x.reject(format.InvalidRequest, "unexpected request body", 0)
 	}
-	body := b.GetBody()
 	if x.path.Kind == operation.Counted {
 		return x.countedBody(ctx, body)
 	}
@@ -43,9 +40,9 @@ func (x *exchange) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extp
 		r = x.admit(ctx, body, req, price)
 	}
 	if r != nil {
-		return r.immediate()
+		return nil, r
 	}
-	return x.forwardBody()
+	return x.forwardBody(), nil
 }
 
 // checkRequest parses the request body and checks it against the model
@@ -201,11 +198,11 @@ func (x *exchange) sendOn(d account.Decision, t0 time.Time) {
 
 // forwardBody answers an admitted request's body: the body edited, its
 // attempt's timeout set and its key steered by what the body names.
-func (x *exchange) forwardBody() *extprocv3.ProcessingResponse {
+func (x *exchange) forwardBody() *onward {
 	r := x.editBody()
 	x.withTimeout(r)
 	x.steerByBody(r)
-	return bodyAnswer(r)
+	return r
 }
 
 // waitForSlot lets a request refused only by a concurrency limit wait
@@ -287,26 +284,26 @@ func allowed(list []string, model, canonical string) bool {
 // countedBody forwards a free request whose body may name a stored
 // response (an input token count) once the response is found to be the
 // account's.
-func (x *exchange) countedBody(ctx context.Context, body []byte) *extprocv3.ProcessingResponse {
+func (x *exchange) countedBody(ctx context.Context, body []byte) (*onward, *Refusal) {
 	var refs []format.Ref
 	if x.op.References != nil {
 		var err error
 		if refs, err = x.op.References(body); err != nil {
 			var fe *format.Error
 			if errors.As(err, &fe) {
-				return x.refuse(fe, 0).immediate()
+				return nil, x.refuse(fe, 0)
 			}
-			return x.reject(format.InvalidRequest, "malformed request body", 0).immediate()
+			return nil, x.reject(format.InvalidRequest, "malformed request body", 0)
 		}
 	}
 	if len(refs) > 0 {
 		if r := x.checkOwner(ctx, refs...); r != nil {
-			return r.immediate()
+			return nil, r
 		}
 	}
 	r := &onward{}
 	x.steerByBody(r) // to the key that created what it names
-	return bodyAnswer(r)
+	return r, nil
 }
 
 // maxRetryAfter is the longest retry-after the gateway sends: the vendors'

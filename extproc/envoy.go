@@ -1,10 +1,9 @@
 package extproc
 
 // The ext_proc adapter: Envoy's processing messages of one HTTP request
-// as the exchange's inputs, and its answers (Refusals, a reply chunk's
-// replacement, how a request goes on) as Envoy's messages. The request's
-// phases (headers.go, admission.go) still read Envoy's messages and pick
-// the processing mode themselves.
+// as the exchange's inputs (the headers it reads, the body, the reply's
+// chunks), and its answers (Refusals, how a request goes on and what the
+// gateway sees of it, a reply chunk's replacement) as Envoy's messages.
 
 import (
 	"context"
@@ -80,9 +79,9 @@ func messageTimeout(send func(*extprocv3.ProcessingResponse) error) func(time.Du
 func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	switch r := req.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		return x.requestHeaders(ctx, r.RequestHeaders)
+		return x.envoyRequestHeaders(ctx, r.RequestHeaders)
 	case *extprocv3.ProcessingRequest_RequestBody:
-		return x.requestBody(ctx, r.RequestBody)
+		return x.envoyRequestBody(ctx, r.RequestBody)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return x.responseHeaders(r.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
@@ -93,6 +92,68 @@ func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest)
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 	}
 	return nil
+}
+
+// envoyRequestHeaders answers the request's headers: a refusal as an
+// immediate response, or the mutation and the processing mode of what the
+// gateway sees of the request from here.
+func (x *exchange) envoyRequestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	hv := readHeaders(h.GetHeaders())
+	hv.bodyless = h.GetEndOfStream()
+	o, r := x.requestHeaders(ctx, &hv)
+	if r != nil {
+		return r.immediate()
+	}
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{
+			RequestHeaders: &extprocv3.HeadersResponse{Response: o.common()},
+		},
+		ModeOverride: modes[o.sees],
+	}
+}
+
+// envoyRequestBody answers the request's body, buffered whole. Its frame
+// is kept small (the answer built by bodyAnswer): the admission's round
+// trip below it is the deepest point of the stream's goroutine.
+func (x *exchange) envoyRequestBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	return bodyAnswer(x.requestBody(ctx, b.GetBody()))
+}
+
+// bodyAnswer answers a request's body: a refusal as an immediate
+// response, or the body going on as o says.
+func bodyAnswer(o *onward, r *Refusal) *extprocv3.ProcessingResponse {
+	if r != nil {
+		return r.immediate()
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: o.common()},
+	}}
+}
+
+// modes are the processing modes of what the gateway sees of a request.
+// No response headers message: the status and the serving endpoint arrive
+// as attributes with the first body chunk (response_attributes in the
+// bootstrap). Envoy's default skips the reply (so that its own replies to
+// malformed requests are never held); a metered request needs it.
+var modes = [...]*filterv3.ProcessingMode{
+	seesNothing: mode(filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_NONE),
+	seesMetered: MeteredMode,
+	seesBody:    mode(filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_NONE),
+	seesReply:   mode(filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_STREAMED),
+}
+
+// MeteredMode is the processing mode of a metered request: the body
+// buffered for admission, the reply's body streamed to the meter.
+var MeteredMode = mode(filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_STREAMED)
+
+// mode is the processing mode that sends the request's body and the
+// reply's as body and reply say, and no other message past the request's
+// headers.
+func mode(body, reply filterv3.ProcessingMode_BodySendMode) *filterv3.ProcessingMode {
+	return &filterv3.ProcessingMode{
+		RequestHeaderMode: filterv3.ProcessingMode_SEND, RequestBodyMode: body, RequestTrailerMode: filterv3.ProcessingMode_SKIP,
+		ResponseHeaderMode: filterv3.ProcessingMode_SKIP, ResponseBodyMode: reply, ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
+	}
 }
 
 // responseHeaders answers the reply's headers. The reply's phases are
@@ -158,36 +219,6 @@ func replyHeadOf(attrs map[string]*structpb.Struct, md *corev3.Metadata) *replyH
 	return h
 }
 
-// common is o as Envoy's mutations of a request.
-func (o *onward) common() *extprocv3.CommonResponse {
-	r := &extprocv3.CommonResponse{ClearRouteCache: o.reroute}
-	if len(o.set) > 0 || len(o.remove) > 0 {
-		r.HeaderMutation = &extprocv3.HeaderMutation{RemoveHeaders: o.remove}
-		for _, kv := range o.set {
-			r.HeaderMutation.SetHeaders = append(r.HeaderMutation.SetHeaders, setHeader(kv[0], kv[1]))
-		}
-	}
-	if o.edited {
-		r.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: o.body}}
-	}
-	return r
-}
-
-// bodyAnswer lets a request's body go on as o says.
-func bodyAnswer(o *onward) *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: o.common()},
-	}}
-}
-
-// bodyMutation replaces a chunk with out; an empty out clears it.
-func bodyMutation(out []byte) *extprocv3.BodyMutation {
-	if len(out) == 0 {
-		return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}
-	}
-	return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: out}}
-}
-
 // immediate is r as Envoy's immediate response; nil when r is.
 func (r *Refusal) immediate() *extprocv3.ProcessingResponse {
 	if r == nil {
@@ -210,11 +241,4 @@ func (r *Refusal) immediate() *extprocv3.ProcessingResponse {
 			Details: "gateway_" + strconv.Itoa(r.Status),
 		},
 	}}
-}
-
-func setHeader(key, value string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{
-		Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-	}
 }

@@ -16,8 +16,9 @@ import (
 // one call on a line (call.go, which the WebSocket transport drives). Its
 // phases are its methods, one file each, in the order they run:
 //
-//  1. headers.go, requestHeaders: the key, the vendor path of an operation, the
-//     processing mode the path needs; refusals answered here.
+//  1. headers.go, requestHeaders: the key, the vendor path of an operation,
+//     what the gateway sees of the request from there; refusals answered
+//     here.
 //  2. admission.go, requestBody: the operation reads the body
 //     (ParseRequest), checkRequest checks it against the model and the
 //     key, admit takes the hold of the operation's bounds in one store
@@ -34,9 +35,8 @@ import (
 // settlement), replyState (the vendor's reply and the key that served it)
 // and vendorState (the objects the reply names). The operation (package
 // operation) brings the wire format, paths and hold rule. Refusals are
-// neutral values (refuse.go) and so is the reply's side; the request's
-// headers and body phases still answer in Envoy's messages, which only
-// the ext_proc adapter sends.
+// neutral values (refuse.go), and so are how a request goes on (onward.go)
+// and the reply's side: only the adapters speak a transport.
 type exchange struct {
 	s *Server
 	// extend asks the transport to wait d more for the exchange's answer

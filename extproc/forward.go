@@ -7,8 +7,6 @@ package extproc
 
 import (
 	"strings"
-
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
 // forwardHeaders is an upstream's allow-list of client headers.
@@ -65,9 +63,9 @@ func transportHeader(name string) bool {
 // unforwarded lists the request's headers the vendor must not hear: every
 // one neither allowed nor transport. The credential and the gateway's own
 // headers are removed by credentialMutation whatever the list says.
-func (f forwardHeaders) unforwarded(m *corev3.HeaderMap, out []string) []string {
-	for _, h := range m.GetHeaders() {
-		k := h.GetKey()
+func (f forwardHeaders) unforwarded(names headerNames, out []string) []string {
+	for i := range names.Len() {
+		k := names.Name(i)
 		if transportHeader(k) || f.allows(k) || strings.HasPrefix(k, internalHeaderPrefix) {
 			continue
 		}

@@ -1,6 +1,7 @@
 package extproc
 
-// Request headers: the credential, the vendor path, and the processing mode each kind of path needs.
+// Request headers: the credential, the vendor path, and what the gateway
+// sees of each kind of path from there.
 
 import (
 	"context"
@@ -9,10 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/operation"
@@ -25,30 +22,30 @@ import (
 const internalHeaderPrefix = "x-gateway-"
 
 // requestHeaders authenticates the client, classifies the path and swaps the
-// client's credential for the vendor's.
-func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+// client's credential for the vendor's: the request goes on as the onward
+// says, or the refusal answers it.
+func (x *exchange) requestHeaders(ctx context.Context, hv *headerValues) (*onward, *Refusal) {
 	x.started = x.s.now()
-	hv := readHeaders(h.GetHeaders())
 	path, _, _ := strings.Cut(hv.path, "?") // query strings are never read for credentials
 	x.upstream = x.s.upstream(path)
 	if x.upstream == nil {
-		return x.s.noUpstream(path).immediate()
+		return nil, x.s.noUpstream(path)
 	}
 	key, err := x.s.keys.Authenticate(ctx, hv.credentials, x.started, modelPolicy)
 	if err != nil {
-		return x.refuseAuth(err).immediate()
+		return nil, x.refuseAuth(err)
 	}
 	x.key = key
 
 	sub := path[len(x.upstream.prefix)-1:]
-	mutation := x.credentialMutation(hv, h.GetHeaders())
+	mutation := x.credentialMutation(hv)
 	// A pool of vendor keys: the session's key, by the client's session
 	// header or else the account (the body may name a session later).
 	x.headerSession = hv.session != ""
 	x.steer(bound(hv.session), mutation)
 	x.envoyID = hv.requestID
 	if r := x.pooled(hv.requestID); r != nil {
-		return r.immediate()
+		return nil, r
 	}
 	op, vp, id := operation.Match(x.upstream.Operations, hv.method, sub)
 	// Query strings go to the vendor only as far as its API defines them.
@@ -63,69 +60,67 @@ func (x *exchange) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders)
 	}
 	if hv.method == "GET" && (sub == "/v1/models" || strings.HasPrefix(sub, "/v1/models/")) {
 		if lister, ok := x.upstream.Format.(format.ModelLister); ok {
-			return x.models(lister, sub, hv.path)
+			return nil, x.models(lister, sub, hv.path)
 		}
 	}
 	if hv.upgrade != "" {
 		// An upgrade Envoy sent through ext_proc: Envoy routes the
 		// WebSocket paths it serves to the sidecar's socket handler
 		// (socket.go) without ext_proc, so this path has none.
-		return x.reject(format.InvalidRequest, "the WebSocket transport is not available on this path; use HTTP (POST "+sub+")", 0).immediate()
+		return nil, x.reject(format.InvalidRequest, "the WebSocket transport is not available on this path; use HTTP (POST "+sub+")", 0)
 	}
 	switch {
 	case vp != nil && (vp.Kind == operation.Metered || vp.Kind == operation.Counted):
 		x.op, x.path = op, vp
-		return x.bodyFollows(ctx, h, hv, mutation)
+		return x.bodyFollows(ctx, hv, mutation)
 	case vp != nil && vp.Kind == operation.Owned:
 		return x.owned(ctx, op, vp, id, hv, mutation)
 	case x.upstream.isFree(hv.method + " " + sub):
 		// Free read-only paths: forward as they are, observe nothing more.
-		return x.forwardFree(mutation)
+		return x.forward(mutation, seesNothing), nil
 	default:
-		return x.reject(format.NotFound, "no such path: "+hv.method+" "+sub, 0).immediate()
+		return nil, x.reject(format.NotFound, "no such path: "+hv.method+" "+sub, 0)
 	}
 }
 
-// bodyFollows asks Envoy for the body of a metered or counted request,
-// unless it has none or declares more than the gateway accepts.
-func (x *exchange) bodyFollows(ctx context.Context, h *extprocv3.HttpHeaders, hv headerValues, mutation *onward) *extprocv3.ProcessingResponse {
-	if h.GetEndOfStream() {
-		return x.reject(format.InvalidRequest, "request body is required", 0).immediate()
+// bodyFollows asks for the body of a metered or counted request, unless
+// it has none or declares more than the gateway accepts.
+func (x *exchange) bodyFollows(ctx context.Context, hv *headerValues, mutation *onward) (*onward, *Refusal) {
+	if hv.bodyless {
+		return nil, x.reject(format.InvalidRequest, "request body is required", 0)
 	}
 	x.hasLength, x.contentType = hv.contentLength != "", hv.contentType
 	if n, err := strconv.ParseInt(hv.contentLength, 10, 64); err == nil && x.s.maxBody > 0 && n > x.s.maxBody {
-		return x.reject(format.TooLarge, "request body of "+hv.contentLength+" bytes is larger than the "+
-			strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0).immediate()
+		return nil, x.reject(format.TooLarge, "request body of "+hv.contentLength+" bytes is larger than the "+
+			strconv.FormatInt(x.s.maxBody, 10)+" bytes this gateway accepts", 0)
 	}
-	mode := MeteredMode
+	sees := seesMetered
 	if x.path.Kind == operation.Counted {
-		mode = countedMode
+		sees = seesBody
 	} else if r := x.refusedAtHeaders(); r != nil {
-		return r.immediate()
+		return nil, r
 	} else if r := x.precheck(ctx); r != nil {
-		return r.immediate()
+		return nil, r
 	}
-	// Envoy's default skips the response (so that its own replies to
-	// malformed requests are never held); a metered request needs it.
-	return x.forward(mutation, mode)
+	return x.forward(mutation, sees), nil
 }
 
 // owned forwards a request on a stored object (the path names its id) only
 // for the account that created it; anyone else is told it does not exist,
 // and the vendor never hears of the request. Never billed again.
 func (x *exchange) owned(ctx context.Context, op *operation.Operation, vp *operation.Path, id string,
-	hv headerValues, mutation *onward) *extprocv3.ProcessingResponse {
+	hv *headerValues, mutation *onward) (*onward, *Refusal) {
 	if r := x.checkOwner(ctx, format.Ref{Kind: format.StoredResponse, ID: id}); r != nil {
-		return r.immediate()
+		return nil, r
 	}
 	x.steerToCreator(mutation)
 	// A background request not yet settled: its retrieval (the poll path)
 	// or cancellation (a POST on it) may show its end, which settles it.
 	reads := hv.method == "GET" && vp.Path == op.Poll || hv.method == "POST" && op.Poll != ""
 	if reads && x.watchParked(ctx, op, id, hv.method == "GET" && streamQuery(hv.path)) {
-		return x.forward(mutation, parkedMode)
+		return x.forward(mutation, seesReply), nil
 	}
-	return x.forwardFree(mutation)
+	return x.forward(mutation, seesNothing), nil
 }
 
 // streamQuery reports whether a path's query asks for a stream
@@ -142,13 +137,13 @@ func streamQuery(path string) bool {
 
 // models answers the model list, or one model, itself: the models served
 // and priced on the upstream that the key may use, in the vendor's format.
-func (x *exchange) models(lister format.ModelLister, sub, rawPath string) *extprocv3.ProcessingResponse {
+func (x *exchange) models(lister format.ModelLister, sub, rawPath string) *Refusal {
 	if id, ok := strings.CutPrefix(sub, "/v1/models/"); ok {
 		m, found := x.upstream.Prices.Lookup(id)
 		if !found || len(x.upstream.Serving(m)) == 0 || len(x.key.Models) > 0 && !allowed(x.key.Models, id, string(m.Name)) {
-			return x.reject(format.NotFound, "The model "+strconv.Quote(id)+" does not exist or you do not have access to it.", 0).immediate()
+			return x.reject(format.NotFound, "The model "+strconv.Quote(id)+" does not exist or you do not have access to it.", 0)
 		}
-		return newRefusal(200, "application/json", lister.Model(id), 0).immediate()
+		return newRefusal(200, "application/json", lister.Model(id), 0)
 	}
 	var ids []string
 	for _, m := range x.upstream.Prices.Models() {
@@ -158,58 +153,16 @@ func (x *exchange) models(lister format.ModelLister, sub, rawPath string) *extpr
 	}
 	_, rawQuery, _ := strings.Cut(rawPath, "?")
 	query, _ := url.ParseQuery(rawQuery)
-	return newRefusal(200, "application/json", lister.ModelList(ids, query), 0).immediate()
+	return newRefusal(200, "application/json", lister.ModelList(ids, query), 0)
 }
 
-// forwardFree forwards a request with the credential swapped and observes
-// nothing more of it.
-func (x *exchange) forwardFree(mutation *onward) *extprocv3.ProcessingResponse {
-	return x.forward(mutation, freeMode)
-}
-
-// freeMode observes nothing of a request past its headers.
-var freeMode = &filterv3.ProcessingMode{
-	RequestBodyMode:    filterv3.ProcessingMode_NONE,
-	ResponseHeaderMode: filterv3.ProcessingMode_SKIP,
-	ResponseBodyMode:   filterv3.ProcessingMode_NONE,
-}
-
-// forward answers the request headers: the mutation made, and what the
-// processor observes from here. A request steered to a pool's key has
+// forward lets the request's headers go on as mutation says, the gateway
+// seeing what sees says from here. A request steered to a pool's key has
 // named its cluster in a header: Envoy matches its route again.
-func (x *exchange) forward(mutation *onward, mode *filterv3.ProcessingMode) *extprocv3.ProcessingResponse {
+func (x *exchange) forward(mutation *onward, sees sight) *onward {
 	mutation.reroute = x.steered != ""
-	return &extprocv3.ProcessingResponse{
-		Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{Response: mutation.common()},
-		},
-		ModeOverride: mode,
-	}
-}
-
-// countedMode is a free request whose body the processor reads (a token
-// count naming a stored response) and whose reply it does not observe.
-var countedMode = &filterv3.ProcessingMode{
-	RequestHeaderMode:   filterv3.ProcessingMode_SEND,
-	RequestBodyMode:     filterv3.ProcessingMode_BUFFERED,
-	RequestTrailerMode:  filterv3.ProcessingMode_SKIP,
-	ResponseHeaderMode:  filterv3.ProcessingMode_SKIP,
-	ResponseBodyMode:    filterv3.ProcessingMode_NONE,
-	ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
-}
-
-// MeteredMode is the processing mode of a metered request: the body
-// buffered for admission, the reply's body streamed to the meter. No
-// response headers message: the status and the serving endpoint arrive as
-// attributes with the first body chunk (response_attributes in the
-// bootstrap).
-var MeteredMode = &filterv3.ProcessingMode{
-	RequestHeaderMode:   filterv3.ProcessingMode_SEND,
-	RequestBodyMode:     filterv3.ProcessingMode_BUFFERED,
-	RequestTrailerMode:  filterv3.ProcessingMode_SKIP,
-	ResponseHeaderMode:  filterv3.ProcessingMode_SKIP,
-	ResponseBodyMode:    filterv3.ProcessingMode_STREAMED,
-	ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
+	mutation.sees = sees
+	return mutation
 }
 
 // modelPolicy: model routes take model keys of accounts in good standing.
@@ -239,10 +192,10 @@ func (x *exchange) refuseAuth(err error) *Refusal {
 // sent, accept-encoding (the meter must see plain bytes) and every header
 // the upstream does not forward (forward.go). The vendor's credential is
 // never known here: Envoy adds it on the way to the vendor.
-func (x *exchange) credentialMutation(hv headerValues, m *corev3.HeaderMap) *onward {
+func (x *exchange) credentialMutation(hv *headerValues) *onward {
 	remove := []string{"x-api-key", "authorization", "accept-encoding"}
 	remove = append(remove, hv.internal...)
-	remove = x.upstream.forward.unforwarded(m, remove)
+	remove = x.upstream.forward.unforwarded(hv.names, remove)
 	return &onward{remove: remove}
 }
 
@@ -257,54 +210,15 @@ type headerValues struct {
 	session              string   // x-claude-code-session-id
 	requestID            string   // x-request-id, as Envoy set it
 	internal             []string // client-sent headers with our prefix
+	// names are the names of every header the request carries.
+	names headerNames
+	// bodyless: the request ends with its headers.
+	bodyless bool
 }
 
-// readHeaders picks the headers the processor reads. Only their values are
-// converted to strings: a request carries many more headers than these.
-func readHeaders(m *corev3.HeaderMap) headerValues {
-	var hv headerValues
-	for _, h := range m.GetHeaders() {
-		var dst *string
-		switch k := h.GetKey(); k {
-		case ":method":
-			dst = &hv.method
-		case ":path":
-			dst = &hv.path
-		case ":status":
-			dst = &hv.status
-		case "x-api-key":
-			hv.credentials.XAPIKey = append(hv.credentials.XAPIKey, headerValue(h))
-			continue
-		case "authorization":
-			hv.credentials.Authorization = append(hv.credentials.Authorization, headerValue(h))
-			continue
-		case "content-type":
-			dst = &hv.contentType
-		case "content-length":
-			dst = &hv.contentLength
-		case "upgrade":
-			dst = &hv.upgrade
-		case sessionHeader:
-			dst = &hv.session
-		case "x-request-id":
-			dst = &hv.requestID
-		case "x-gateway-endpoint":
-			dst = &hv.endpoint
-			hv.internal = append(hv.internal, k)
-		default:
-			if strings.HasPrefix(k, internalHeaderPrefix) {
-				hv.internal = append(hv.internal, k)
-			}
-			continue
-		}
-		*dst = headerValue(h)
-	}
-	return hv
-}
-
-func headerValue(h *corev3.HeaderValue) string {
-	if raw := h.GetRawValue(); len(raw) > 0 {
-		return string(raw)
-	}
-	return h.GetValue()
+// headerNames are the names of a request's headers, read in place from the
+// transport's own header map.
+type headerNames interface {
+	Len() int
+	Name(i int) string
 }

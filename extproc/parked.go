@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-
 	"github.com/modelgateway/gateway/extproc/format"
 	"github.com/modelgateway/gateway/extproc/operation"
 	"github.com/modelgateway/gateway/internal/account"
@@ -74,18 +72,6 @@ func (x *exchange) park(id string, complete bool) bool {
 	x.s.holds.Forget(x.open)
 	x.s.log.Info("background response parked", "request_id", x.requestID, "account", st.AccountID, "model", st.Priced)
 	return true
-}
-
-// parkedMode reads the reply to a request on a parked response (its
-// retrieval or cancellation): nothing of the request, the reply's body as
-// it streams, its status from the attributes sent with the first chunk.
-var parkedMode = &filterv3.ProcessingMode{
-	RequestHeaderMode:   filterv3.ProcessingMode_SEND,
-	RequestBodyMode:     filterv3.ProcessingMode_NONE,
-	RequestTrailerMode:  filterv3.ProcessingMode_SKIP,
-	ResponseHeaderMode:  filterv3.ProcessingMode_SKIP,
-	ResponseBodyMode:    filterv3.ProcessingMode_STREAMED,
-	ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
 }
 
 // watchParked makes the exchange read the reply to a request on response

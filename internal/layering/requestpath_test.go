@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,32 +70,49 @@ func TestSocketAdapterThin(t *testing.T) {
 	}
 }
 
-// The ext_proc adapter (extproc/envoy.go), which turns Envoy's processing
-// messages into the exchange's inputs and its answers into Envoy's, is as
-// thin: under maxAdapterLines lines, and no operation named.
+// The ext_proc adapter (extproc/envoy.go and its wire, envoywire.go),
+// which turns Envoy's processing messages into the exchange's inputs and
+// its answers into Envoy's, is as thin: each file under maxAdapterLines
+// lines, and no operation named.
 func TestEnvoyAdapterThin(t *testing.T) {
 	adapterThin(t, "envoy.go")
+	adapterThin(t, "envoywire.go")
 }
 
-// callSide are the files of the call and of the exchange's neutral parts:
-// they speak bytes, headers and Refusals, which the adapters translate.
-var callSide = []string{"call.go", "exchange.go", "refuse.go", "reply.go", "settle.go", "precheck.go", "refusals.go", "headroom.go", "onward.go"}
+// envoySide are the processor's files that speak Envoy's API: the
+// ext_proc adapter, the service's registration, and the receivers of
+// Envoy's access logs (a pooled key's refusals, abandoned attempts).
+var envoySide = []string{"envoy.go", "envoywire.go", "server.go", "keylog.go", "abandoned.go"}
 
-// The call and the exchange's neutral parts import nothing of Envoy's
-// API: only the ext_proc adapter (envoy.go) and the request's phases not
-// yet moved behind it (headers.go, admission.go) speak it.
+// Nothing else of the processor imports Envoy's API: the call, the
+// exchange and the request's phases speak bytes, headers, onwards and
+// Refusals, which the adapters translate; a new file is neutral unless
+// it is named in envoySide.
 func TestCallSpeaksNoEnvoy(t *testing.T) {
-	for _, name := range callSide {
-		path := filepath.Join("..", "..", "extproc", name)
+	dir := filepath.Join("..", "..", "extproc")
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, path := range names {
+		name := filepath.Base(path)
+		if strings.HasSuffix(name, "_test.go") || slices.Contains(envoySide, name) {
+			continue
+		}
+		checked++
 		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, imp := range f.Imports {
 			if strings.Contains(imp.Path.Value, "envoyproxy/go-control-plane") {
-				t.Errorf("%s imports %s: the call and the exchange speak neither transport", path, imp.Path.Value)
+				t.Errorf("%s imports %s: only the adapters (%v) speak Envoy's API", path, imp.Path.Value, envoySide)
 			}
 		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d files checked under %s", checked, dir)
 	}
 }
 
