@@ -454,7 +454,8 @@ func (t *Table) Models() []*Model {
 
 // LeastHold is the least a request to any served model can hold: a body
 // of one byte, one second of audio or one image, on the model whose price
-// makes that cheapest; 0 when a model is free. A request that cannot have
+// makes that cheapest, the fallback price of unknown models among them;
+// 0 when a model is free. A request that cannot have
 // this much room is refused whatever its body (the pre-check at a
 // request's headers), so it is priced once, when the table is built.
 func (t *Table) LeastHold() int64 {
@@ -603,6 +604,9 @@ func NewTable(cat map[string]CatalogueEntry, cfg config.Models) (*Table, error) 
 		m.rows = buildRows(m.prices, m.uplift)
 	}
 	d.least = leastHold(d.models)
+	if d.fallback != nil {
+		d.least = min(d.least, leastHold([]*Model{d.fallback}))
+	}
 	t := &Table{}
 	t.cur.Store(d)
 	return t, nil

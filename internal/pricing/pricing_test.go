@@ -534,4 +534,20 @@ func TestLeastHold(t *testing.T) {
 	if got := (&Table{}).LeastHold(); got != 0 {
 		t.Fatalf("an empty table's least hold %d", got)
 	}
+	// A fallback price below every model's: a request naming an unknown
+	// model holds that little, so the pre-check must not ask for more.
+	cheap, _ := tables(t, config.Models{Providers: []string{"anthropic"}, UnknownModel: config.UnknownFallback,
+		Fallback: &config.Price{Input: f(0.000001), Output: f(0.000001), MaxOutput: 1}},
+		config.Models{Providers: []string{"openai"}, UnknownModel: config.UnknownReject})
+	fb, ok := cheap.Lookup("someone-elses-model")
+	if !ok || !fb.Fallback() {
+		t.Fatal("no fallback price")
+	}
+	want := max(fb.Hold(1, 0), fb.UnitHold(usage.Second, 1), fb.UnitHold(usage.Image, 1))
+	if want >= least(cheap) {
+		t.Fatalf("the fallback's hold %d is not below every model's (%d): the test shows nothing", want, least(cheap))
+	}
+	if got := cheap.LeastHold(); got != want {
+		t.Fatalf("least hold %d with a cheaper fallback, want the fallback's %d", got, want)
+	}
 }
