@@ -262,6 +262,17 @@ func (c *call) Admit(ctx context.Context, body []byte) (out []byte, r *Refusal) 
 	return x.sentBody(), nil
 }
 
+// Elsewhere names the aggregate the call must be served through when a
+// stored response it names was created by another vendor key than the
+// line's: the vendor keeps it for that key alone. "" when the line's key
+// will do. The adapter moves the line there.
+func (c *call) Elsewhere() string {
+	if k := c.x.creator; k != "" && k != c.ln.served.key {
+		return keyClusterOf(c.ln.u, k)
+	}
+	return ""
+}
+
 // Event meters one vendor event of the call's reply as a chunk of a
 // stream (replyChunk, as over HTTP), the reply begun at the first with
 // what served the line; out is what the client is sent, end whether the

@@ -19,19 +19,6 @@ import (
 	"github.com/modelgateway/gateway/internal/auth"
 )
 
-// SocketHandler serves the WebSocket transport of the operations that
-// declare one.
-func (s *Server) SocketHandler(o SocketOptions) http.Handler {
-	o = o.withDefaults()
-	return &socketHandler{s: s, o: o, open: keyCount{limit: o.PerKey}}
-}
-
-type socketHandler struct {
-	s    *Server
-	o    SocketOptions
-	open keyCount
-}
-
 func (h *socketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := strings.TrimPrefix(r.URL.Path, strings.TrimSuffix(SocketPrefix, "/"))
 	creds := auth.Headers{XAPIKey: r.Header.Values("x-api-key"), Authorization: r.Header.Values("authorization")}
@@ -54,15 +41,11 @@ func (h *socketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.open.release(ln.KeyID())
 	// The vendor's socket first: if it cannot be had, the client hears why
 	// before its upgrade is accepted.
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	vendor, resp, err := websocket.Dial(ctx, "ws://"+h.o.Relay+"/"+ln.Upstream()+ln.Sub, &websocket.DialOptions{HTTPHeader: ln.Forwarded(r.Header)})
-	cancel()
+	vendor, resp, err := h.dial(r.Context(), ln, r.Header)
 	if err != nil {
 		ln.DialRefused(resp, err).Write(w)
 		return
 	}
-	vendor.SetReadLimit(-1) // the vendor's events: a final response can be large
-	ln.Served(resp.Header)
 	chat := newChatter(h.o.PingsPerSecond, h.s.now())
 	client, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true,
 		OnPingReceived: func(context.Context, []byte) bool { return chat.spend(h.s.now()) }})
@@ -70,8 +53,8 @@ func (h *socketHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		vendor.CloseNow()
 		return
 	}
-	sc := &socketConn{h: h, ln: ln, client: client, vendor: vendor, chat: chat}
-	sc.run(context.WithoutCancel(r.Context()))
+	sc := &socketConn{h: h, ln: ln, client: client, chat: chat, handshake: r.Header}
+	sc.run(context.WithoutCancel(r.Context()), vendor)
 }
 
 // socketConn is one client socket and its vendor socket.
@@ -83,21 +66,23 @@ type socketConn struct {
 	chat           *chatter
 	idle           *time.Timer
 	cur            *call // the call running
+	handshake      http.Header
+	fromVendor     chan socketMsg
+	stopVendor     context.CancelFunc // ends the vendor socket's reader
 }
 
-// run serves the socket until either side closes it or it idles out: one
+// run serves the socket, its vendor side on vendor first, until either side closes it or it idles out: one
 // call at a time, and while it runs one more client message read at most
 // (back-pressure: Envoy and the client hold the rest).
-func (c *socketConn) run(ctx context.Context) {
+func (c *socketConn) run(ctx context.Context, vendor *websocket.Conn) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer c.vendor.CloseNow()
+	defer func() { c.vendor.CloseNow() }() // the line's last
 	defer c.client.CloseNow()
 	c.client.SetReadLimit(messageLimit(c.h.s.maxBody))
 	fromClient := make(chan socketMsg) // unbuffered: the reader holds at most the one message it read
-	fromVendor := make(chan socketMsg, 64)
 	go reader(ctx, c.client, fromClient)
-	go reader(ctx, c.vendor, fromVendor)
+	c.readVendor(ctx, vendor)
 	c.h.s.metrics.sockets.Inc()
 	defer c.h.s.metrics.sockets.Dec()
 	c.idle = time.NewTimer(c.h.o.Idle) // reset only by the end of an admitted call
@@ -123,7 +108,7 @@ func (c *socketConn) run(ctx context.Context) {
 		case m := <-in:
 			switch {
 			case m.err != nil && c.cur != nil: // the client left mid-response; the vendor goes on with it
-				c.cur.Drain(ctx, next(fromVendor))
+				c.cur.Drain(ctx, next(c.fromVendor))
 				fallthrough
 			case m.err != nil: // the client closed (or broke) its socket
 				c.vendor.Close(websocket.StatusNormalClosure, "")
@@ -133,7 +118,7 @@ func (c *socketConn) run(ctx context.Context) {
 			case !c.message(ctx, m):
 				return
 			}
-		case v := <-fromVendor:
+		case v := <-c.fromVendor:
 			if !c.vendorMessage(ctx, v) {
 				return
 			}
@@ -146,15 +131,6 @@ func (c *socketConn) run(ctx context.Context) {
 			return
 		}
 	}
-}
-
-// cutOff closes a socket over its rate of pings and refused messages.
-func (c *socketConn) cutOff() {
-	c.h.s.metrics.socketCuts.Inc()
-	c.h.s.log.Warn("socket closed: over its rate of pings and refused messages",
-		"upstream", c.ln.Upstream(), "key", c.ln.KeyID(), "per_second", c.h.o.PingsPerSecond)
-	c.vendor.Close(websocket.StatusNormalClosure, "")
-	c.client.Close(websocket.StatusPolicyViolation, "more than "+strconv.Itoa(c.h.o.PingsPerSecond)+" pings and refused messages a second")
 }
 
 // message handles one client message: a call started, or a refusal;
@@ -177,9 +153,25 @@ func (c *socketConn) message(ctx context.Context, m socketMsg) bool {
 		return c.refused(ctx, r)
 	}
 	c.cur = call
+	if to := call.Elsewhere(); to != "" && !c.move(ctx, to) {
+		return c.lost(ctx)
+	}
 	if err := c.vendor.Write(ctx, websocket.MessageText, out); err != nil {
 		return c.lost(ctx)
 	}
+	return true
+}
+
+// move serves the line through the aggregate cluster from here on, on a
+// vendor socket of its own: the call names a stored response another
+// vendor key created, which the vendor keeps for that key alone.
+func (c *socketConn) move(ctx context.Context, cluster string) bool {
+	c.ln.KeyCluster = cluster
+	vendor, _, err := c.h.dial(ctx, c.ln, c.handshake)
+	if err != nil {
+		return false
+	}
+	c.readVendor(ctx, vendor)
 	return true
 }
 

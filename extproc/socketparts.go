@@ -1,13 +1,15 @@
 package extproc
 
-// The WebSocket transport's parts beside its adapter (socket.go): its
-// settings, its bounds beside admission (sockets per key, and a rate for
-// what a socket costs the sidecar without being admitted), and the readers
-// that turn each side's socket into a channel.
+// The WebSocket transport's parts beside its adapter (socket.go): the
+// handler and its settings, its bounds beside admission (sockets per key,
+// and a rate for what a socket costs the sidecar without being admitted,
+// with the cut past it), the vendor's dial, and the readers that turn each
+// side's socket into a channel.
 
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -32,6 +34,19 @@ const defaultMaxSocketMessage = 32 << 20
 // endpoint that speaks HTTP only): 426 Upgrade Required. Codex switches to
 // HTTP for the session on it, and the SDKs raise at connect().
 const SocketFallbackStatus = http.StatusUpgradeRequired
+
+// SocketHandler serves the WebSocket transport of the operations that
+// declare one.
+func (s *Server) SocketHandler(o SocketOptions) http.Handler {
+	o = o.withDefaults()
+	return &socketHandler{s: s, o: o, open: keyCount{limit: o.PerKey}}
+}
+
+type socketHandler struct {
+	s    *Server
+	o    SocketOptions
+	open keyCount
+}
 
 // SocketOptions configure the WebSocket transport.
 type SocketOptions struct {
@@ -160,6 +175,43 @@ func reader(ctx context.Context, c *websocket.Conn, out chan<- socketMsg) {
 			return
 		}
 	}
+}
+
+// cutOff closes a socket over its rate of pings and refused messages.
+func (c *socketConn) cutOff() {
+	c.h.s.metrics.socketCuts.Inc()
+	c.h.s.log.Warn("socket closed: over its rate of pings and refused messages",
+		"upstream", c.ln.Upstream(), "key", c.ln.KeyID(), "per_second", c.h.o.PingsPerSecond)
+	c.vendor.Close(websocket.StatusNormalClosure, "")
+	c.client.Close(websocket.StatusPolicyViolation, "more than "+strconv.Itoa(c.h.o.PingsPerSecond)+" pings and refused messages a second")
+}
+
+// dial opens the line's vendor socket through Envoy's relay, steered to
+// the line's key cluster, with what the vendor hears of the client's
+// handshake; what served it is recorded on the line.
+func (h *socketHandler) dial(ctx context.Context, ln *line, handshake http.Header) (*websocket.Conn, *http.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	vendor, resp, err := websocket.Dial(ctx, "ws://"+h.o.Relay+"/"+ln.Upstream()+ln.Sub, &websocket.DialOptions{HTTPHeader: ln.Forwarded(handshake)})
+	if err != nil {
+		return nil, resp, err
+	}
+	vendor.SetReadLimit(-1) // the vendor's events: a final response can be large
+	ln.Served(resp.Header)
+	return vendor, resp, nil
+}
+
+// readVendor makes vendor the line's vendor socket, read into a channel
+// of its own; the one before, if any, is closed and its reader ended.
+func (c *socketConn) readVendor(ctx context.Context, vendor *websocket.Conn) {
+	if c.vendor != nil {
+		c.stopVendor()
+		c.vendor.Close(websocket.StatusNormalClosure, "")
+	}
+	c.vendor = vendor
+	ctx, c.stopVendor = context.WithCancel(ctx)
+	c.fromVendor = make(chan socketMsg, 64)
+	go reader(ctx, c.vendor, c.fromVendor)
 }
 
 // next reads a call's next vendor event from the vendor socket's

@@ -43,6 +43,9 @@ type storedResponse struct {
 	owner string
 }
 
+// readBy reports whether key may read the response (or continue it).
+func (sr *storedResponse) readBy(key string) bool { return sr.owner == "" || sr.owner == key }
+
 // responseStore holds stored responses by id.
 type responseStore struct {
 	mu sync.Mutex
@@ -153,7 +156,7 @@ func (b *chatAPI) responses(w http.ResponseWriter, r *http.Request, body []byte,
 		return
 	}
 	if req.PreviousResponseID != "" {
-		if _, ok := b.stored.get(req.PreviousResponseID); !ok {
+		if prev, ok := b.stored.get(req.PreviousResponseID); !ok || !prev.readBy(requestKey(r)) {
 			b.writeError(w, r, http.StatusNotFound, "Previous response with id '"+req.PreviousResponseID+"' not found.")
 			return
 		}
@@ -367,7 +370,7 @@ func storedPath(p string) (id, action string) {
 func (b *chatAPI) storedResponse(w http.ResponseWriter, r *http.Request, body []byte, ctl *Controls) {
 	id, action := storedPath(r.URL.Path)
 	sr, ok := b.stored.get(id)
-	if !ok || sr.owner != "" && sr.owner != requestKey(r) {
+	if !ok || !sr.readBy(requestKey(r)) {
 		b.writeError(w, r, http.StatusNotFound, "Response with id '"+id+"' not found.")
 		return
 	}

@@ -19,8 +19,8 @@ import (
 // connection without a close frame after that many events of a response,
 // hang leaves a response without any event until the controls stop
 // hanging (then the connection drops). A previous_response_id must name a
-// stored response or one created earlier on the same socket (store: false
-// included); else the vendor's error event previous_response_not_found,
+// response the socket's key stored or one created earlier on the same
+// socket (store: false included); else the vendor's error event previous_response_not_found,
 // and the socket stays open. Errors are events: {"type":"error",
 // "status":N,"error":{...}}.
 func (b *chatAPI) responsesSocket(w http.ResponseWriter, r *http.Request, _ []byte, first *Controls) {
@@ -88,7 +88,7 @@ func (b *chatAPI) socketResponse(ctx context.Context, c *websocket.Conn, r *http
 		return socketError(ctx, c, 400, "invalid_request_error", "invalid_request", "background is not supported over WebSocket.")
 	}
 	if req.PreviousResponseID != "" && !local[req.PreviousResponseID] {
-		if _, ok := b.stored.get(req.PreviousResponseID); !ok {
+		if prev, ok := b.stored.get(req.PreviousResponseID); !ok || !prev.readBy(requestKey(r)) {
 			return socketError(ctx, c, 400, "invalid_request_error", "previous_response_not_found",
 				"Previous response with id '"+req.PreviousResponseID+"' not found.")
 		}
@@ -107,7 +107,7 @@ func (b *chatAPI) socketResponse(ctx context.Context, c *websocket.Conn, r *http
 	final, events := b.buildResponse(&req, rp, id, ctl, store)
 	local[id] = true
 	if store {
-		b.stored.put(id, &storedResponse{final: final, input: inputItems(req.Input), events: events})
+		b.stored.put(id, &storedResponse{final: final, input: inputItems(req.Input), events: events, owner: requestKey(r)})
 	}
 	for i, ev := range events {
 		d := time.Duration(ctl.EventDelayMS) * time.Millisecond
