@@ -250,6 +250,11 @@ func (s *Store) SettleBatch(ctx context.Context, sts []account.Settlement) []Set
 	}
 	pipe.Exec(ctx) // errors are read per command below
 	members := make([]account.Settlement, 0, maxSettleGroup)
+	defer func() {
+		for _, c := range calls {
+			reuseSettleCommand(c.command)
+		}
+	}()
 	for _, c := range calls {
 		cmd := c.cmd
 		if errNoScript(cmd.Err()) {
@@ -328,7 +333,7 @@ func (s *Store) settleCalls(sts []account.Settlement, groups [][]int, cluster bo
 		}
 		base := 3 + room
 		n := 1 + 2*len(c.groups)
-		c.command = make([]any, base+n, base+n+9*len(c.groups)+sizes[i]*settleArgsPerRequest)
+		c.command = settleCommand(base+n, base+n+9*len(c.groups)+sizes[i]*settleArgsPerRequest)
 		// The counts of each group's KEYS and ARGV lead; each group's are
 		// appended in place.
 		c.command[base] = len(c.groups)
@@ -357,6 +362,28 @@ func (s *Store) settleCalls(sts []account.Settlement, groups [][]int, cluster bo
 		c.args = c.command[3+nk:]
 	}
 	return calls
+}
+
+// settleCommands keeps the script calls' argument slices for the next
+// batch: a call sized for its requests' most ARGV is about 2.6 KB a
+// request, allocated at every batch otherwise.
+var settleCommands sync.Pool
+
+// settleCommand is a command slice of length n and at least capacity
+// room, reused when one is kept.
+func settleCommand(n, room int) []any {
+	if p, ok := settleCommands.Get().(*[]any); ok && cap(*p) >= room {
+		return (*p)[:n]
+	}
+	return make([]any, n, room)
+}
+
+// reuseSettleCommand keeps cmd for another batch once its call has been
+// answered, its values cleared (they hold the batch's strings).
+func reuseSettleCommand(cmd []any) {
+	cmd = cmd[:cap(cmd)]
+	clear(cmd)
+	settleCommands.Put(&cmd)
 }
 
 // groupReply reads one account's part of the batch script's reply:
