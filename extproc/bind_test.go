@@ -9,7 +9,7 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // slowOwners is a store of response owners whose binds wait for release.
@@ -22,7 +22,7 @@ type slowOwners struct {
 
 // Bind holds the first bind (the response's, beside the first event)
 // until release; the binds after it wait behind it.
-func (o *slowOwners) Bind(ctx context.Context, bs ...store.Binding) error {
+func (o *slowOwners) Bind(ctx context.Context, bs ...account.Binding) error {
 	if o.items == nil {
 		close(o.entered)
 		<-o.release

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // binder writes the owners of stored objects (stored.go) off the streams
@@ -24,7 +24,7 @@ type binder struct {
 
 type bindJob struct {
 	requestID string
-	b         store.Binding
+	b         account.Binding
 	done      chan struct{} // closed once the bind has landed, or failed
 }
 
@@ -41,7 +41,7 @@ func newBinder(s *Server) *binder {
 // add queues binding bd and returns a channel closed once it has landed
 // (or failed, logged). Binds land in the order they were added: the
 // channel of the last closes after every earlier one's.
-func (b *binder) add(requestID string, bd store.Binding) <-chan struct{} {
+func (b *binder) add(requestID string, bd account.Binding) <-chan struct{} {
 	j := bindJob{requestID: requestID, b: bd, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, j)
@@ -72,7 +72,7 @@ func (b *binder) run() {
 // unbound: unreachable through the gateway, refused, never shown to
 // another account.
 func (b *binder) apply(jobs []bindJob) {
-	bs := make([]store.Binding, len(jobs))
+	bs := make([]account.Binding, len(jobs))
 	for i, j := range jobs {
 		bs[i] = j.b
 	}

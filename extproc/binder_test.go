@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // gatedOwners holds its first bind until release and records how many
@@ -18,7 +18,7 @@ type gatedOwners struct {
 	bound   map[string]string
 }
 
-func (o *gatedOwners) Bind(ctx context.Context, bs ...store.Binding) error {
+func (o *gatedOwners) Bind(ctx context.Context, bs ...account.Binding) error {
 	if len(o.trips) == 0 {
 		close(o.entered)
 		<-o.release
@@ -44,11 +44,11 @@ func TestBindsShareRoundTrips(t *testing.T) {
 	r := newRig(t)
 	o := &gatedOwners{entered: make(chan struct{}), release: make(chan struct{}), bound: map[string]string{}}
 	r.srv.owners = o
-	first := r.srv.binds.add("req_0", store.Binding{Account: "acct_0", IDs: []string{"resp_0"}})
+	first := r.srv.binds.add("req_0", account.Binding{Account: "acct_0", IDs: []string{"resp_0"}})
 	<-o.entered // the first round trip is in flight
 	var rest []<-chan struct{}
 	for i := 1; i < 10; i++ {
-		rest = append(rest, r.srv.binds.add(fmt.Sprint("req_", i), store.Binding{Account: fmt.Sprint("acct_", i), IDs: []string{fmt.Sprint("resp_", i), fmt.Sprint("msg_", i)}}))
+		rest = append(rest, r.srv.binds.add(fmt.Sprint("req_", i), account.Binding{Account: fmt.Sprint("acct_", i), IDs: []string{fmt.Sprint("resp_", i), fmt.Sprint("msg_", i)}}))
 	}
 	for _, d := range append(rest, first) {
 		select {

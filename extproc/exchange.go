@@ -8,7 +8,6 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/store"
 )
 
 // exchange is the processor's state for one metered request: an HTTP
@@ -127,5 +126,5 @@ type vendorState struct {
 	items      format.StoredItems
 	itemsSent  int
 	itemsBound bool
-	parked     *store.Parked // the background response a retrieval or cancellation reads
+	parked     *account.Parked // the background response a retrieval or cancellation reads
 }

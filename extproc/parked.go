@@ -12,8 +12,8 @@ import (
 	"github.com/modelgateway/gateway/extproc/operation"
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -32,11 +32,11 @@ import (
 // Parking keeps background responses until they end (the store implements
 // it).
 type Parking interface {
-	Park(ctx context.Context, p store.Parked, next time.Time) error
-	Parked(ctx context.Context, accountID, responseID string) (store.Parked, bool, error)
+	Park(ctx context.Context, p account.Parked, next time.Time) error
+	Parked(ctx context.Context, accountID, responseID string) (account.Parked, bool, error)
 	Unpark(ctx context.Context, accountID, responseID string) error
-	ClaimDue(ctx context.Context, now, next time.Time, limit int) ([]store.BackgroundRef, error)
-	RenewHolds(ctx context.Context, rs []store.Renewal) ([]string, error)
+	ClaimDue(ctx context.Context, now, next time.Time, limit int) ([]account.BackgroundRef, error)
+	RenewHolds(ctx context.Context, rs []account.Renewal) ([]string, error)
 }
 
 // DefaultBackgroundPoll is how often a parked response is looked at by a
@@ -52,7 +52,7 @@ func (x *exchange) park(id string, complete bool) bool {
 	x.outcome(&st, complete)
 	ctx, cancel := context.WithTimeout(context.Background(), x.s.settleT)
 	defer cancel()
-	p := store.Parked{ResponseID: id, Upstream: x.upstream.Name, Settlement: st}
+	p := account.Parked{ResponseID: id, Upstream: x.upstream.Name, Settlement: st}
 	caps := usageBounds(x.price, x.bounds)
 	p.MaxInput, p.MaxOutput = caps.input, caps.output // background responses bill no audio seconds
 	if err := x.s.parking.Park(ctx, p, x.s.now().Add(x.s.bgPoll)); err != nil {
@@ -62,7 +62,7 @@ func (x *exchange) park(id string, complete bool) bool {
 		return false
 	}
 	ck := st.Checkpoint()
-	if _, err := x.s.parking.RenewHolds(ctx, []store.Renewal{{AccountID: st.AccountID, RequestID: st.RequestID, Checkpoint: ck}}); err != nil {
+	if _, err := x.s.parking.RenewHolds(ctx, []account.Renewal{{AccountID: st.AccountID, RequestID: st.RequestID, Checkpoint: ck}}); err != nil {
 		x.s.log.Warn("renewing a parked hold failed; a reconciler renews it", "request_id", x.requestID, "err", err)
 	}
 	x.settled = true
@@ -124,7 +124,7 @@ func (x *exchange) parkedChunk(head *replyHead, data []byte, end bool) {
 // final state, priced as at its admission (its model's current prices; the
 // rates it was parked with if the model is no longer served), and then
 // forgets it.
-func (s *Server) settleParked(p store.Parked, r usage.Report) {
+func (s *Server) settleParked(p account.Parked, r usage.Report) {
 	st := p.Settlement
 	st.Status = 200
 	st.EndedAt = s.now()
@@ -148,7 +148,7 @@ func (s *Server) settleParked(p store.Parked, r usage.Report) {
 		st.Usage, st.Reported, st.Estimated = r.Usage, r.Model, r.Estimated
 		st.Cost = pricing.CostUplifted(st.Usage, pricing.Rates(st.Rates), st.Uplift)
 	}
-	s.settler.enqueue(st, func(st *account.Settlement, res store.SettleResult, took time.Duration) {
+	s.settler.enqueue(st, func(st *account.Settlement, res ledger.SettleResult, took time.Duration) {
 		if res.Err != nil {
 			s.metrics.storeErrors.WithLabelValues("settle").Inc()
 			s.log.Error("settling a background response failed", "request_id", st.RequestID, "account", st.AccountID, "err", res.Err)
@@ -233,7 +233,7 @@ func (r *Reconciler) Once(ctx context.Context) int {
 
 // check reads one parked response from the vendor and settles it if it
 // has ended; otherwise it renews the request's hold.
-func (r *Reconciler) check(ctx context.Context, ref store.BackgroundRef) bool {
+func (r *Reconciler) check(ctx context.Context, ref account.BackgroundRef) bool {
 	s := r.srv
 	p, ok, err := s.parking.Parked(ctx, ref.AccountID, ref.ResponseID)
 	if err != nil {
@@ -293,7 +293,7 @@ func (r *Reconciler) check(ctx context.Context, ref store.BackgroundRef) bool {
 	case err != nil:
 		s.log.Warn("polling a background response failed", "request_id", p.Settlement.RequestID, "err", err)
 	}
-	if _, err := s.parking.RenewHolds(ctx, []store.Renewal{{AccountID: p.Settlement.AccountID, RequestID: p.Settlement.RequestID}}); err != nil {
+	if _, err := s.parking.RenewHolds(ctx, []account.Renewal{{AccountID: p.Settlement.AccountID, RequestID: p.Settlement.RequestID}}); err != nil {
 		s.log.Warn("renewing a parked hold failed", "request_id", p.Settlement.RequestID, "err", err)
 	}
 	return false

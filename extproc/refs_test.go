@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // A create and a token count naming a stored item go on only for the
@@ -17,10 +17,10 @@ func TestItemReferencesBelongToTheirAccount(t *testing.T) {
 	r := newRigWith(t, "beta", rigAccount{})
 	r.srv.owners = r.st
 	ctx := context.Background()
-	if err := r.st.Bind(ctx, store.Binding{Account: r.acct, IDs: []string{"msg_mine"}}); err != nil {
+	if err := r.st.Bind(ctx, account.Binding{Account: r.acct, IDs: []string{"msg_mine"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.st.Bind(ctx, store.Binding{Account: "acct_other", IDs: []string{"msg_theirs"}}); err != nil {
+	if err := r.st.Bind(ctx, account.Binding{Account: "acct_other", IDs: []string{"msg_theirs"}}); err != nil {
 		t.Fatal(err)
 	}
 	send := func(path, body string) *extprocv3.ImmediateResponse {

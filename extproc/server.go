@@ -23,7 +23,7 @@ import (
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/holds"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -37,7 +37,7 @@ type Admitter interface {
 // A Settler applies settlements in batches, off the request's path (the
 // spool implements it, keeping what the store cannot take).
 type Settler interface {
-	SettleBatch(ctx context.Context, sts []account.Settlement) []store.SettleResult
+	SettleBatch(ctx context.Context, sts []account.Settlement) []ledger.SettleResult
 }
 
 // Options configure a Server.

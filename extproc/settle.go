@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -94,7 +94,7 @@ func (x *exchange) settle(complete bool) {
 		// the lease.
 		l.Settled(st.Lease)
 	}
-	s.settler.enqueue(st, func(st *account.Settlement, r store.SettleResult, took time.Duration) {
+	s.settler.enqueue(st, func(st *account.Settlement, r ledger.SettleResult, took time.Duration) {
 		traced(r)
 		s.metrics.settleSeconds.Observe(took.Seconds())
 		if err := r.Err; err != nil {

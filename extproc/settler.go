@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 )
 
 // settler applies settlements off the request path. A reply's last chunk is
@@ -48,7 +48,7 @@ type settleJob struct {
 	st account.Settlement
 	// after is told the outcome; it is given the queued settlement rather
 	// than capturing its own, which would then be allocated per request.
-	after func(st *account.Settlement, r store.SettleResult, took time.Duration)
+	after func(st *account.Settlement, r ledger.SettleResult, took time.Duration)
 }
 
 type pendingCount struct {
@@ -68,7 +68,7 @@ func newSettler(a Settler, timeout time.Duration) *settler {
 
 // enqueue counts the settlement as pending, then queues it. It blocks only
 // when the queue is full.
-func (s *settler) enqueue(st account.Settlement, after func(st *account.Settlement, r store.SettleResult, took time.Duration)) {
+func (s *settler) enqueue(st account.Settlement, after func(st *account.Settlement, r ledger.SettleResult, took time.Duration)) {
 	s.mu.Lock()
 	for _, k := range []string{allKey, st.AccountID} {
 		p := s.pending[k]

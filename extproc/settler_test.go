@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/leases"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 )
 
 // With leases on (the default), most requests are admitted from a lease,
@@ -56,7 +56,7 @@ func TestRoundTripsPerLeasedRequest(t *testing.T) {
 	if got > 2*n {
 		t.Errorf("%d Redis round trips for %d leased requests, want at most %d", got, n, 2*n)
 	}
-	rep, err := r.st.Usage(ctx, r.acct, store.Total)
+	rep, err := r.st.Usage(ctx, r.acct, ledger.Total)
 	if err != nil {
 		t.Fatal(err)
 	}

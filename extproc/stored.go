@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/extproc/format"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // bind records the stored response the reply names as the account's. A
@@ -61,8 +61,8 @@ func (x *exchange) beside(ids []string) {
 
 // bindingOf binds ids to the request's account and the vendor key that
 // served it, which holds them at the vendor.
-func (x *exchange) bindingOf(ids []string) store.Binding {
-	return store.Binding{Account: x.key.AccountID, Key: x.vendorKey, IDs: ids}
+func (x *exchange) bindingOf(ids []string) account.Binding {
+	return account.Binding{Account: x.key.AccountID, Key: x.vendorKey, IDs: ids}
 }
 
 // unsentItems returns the item ids the reply has shown that no bind has
@@ -101,16 +101,16 @@ func (x *exchange) bindItems(ctx context.Context) {
 	x.s.bindIDs(ctx, x.requestID, x.bindingOf(ids))
 }
 
-// bindItems binds the item ids meter m has read to account, created
-// through vendor key key.
-func (s *Server) bindItems(ctx context.Context, requestID string, m format.StoredItems, account, key string) {
-	s.bindIDs(ctx, requestID, store.Binding{Account: account, Key: key, IDs: slices.Clone(m.Items())})
+// bindItems binds the item ids meter m has read to account accountID,
+// created through vendor key key.
+func (s *Server) bindItems(ctx context.Context, requestID string, m format.StoredItems, accountID, key string) {
+	s.bindIDs(ctx, requestID, account.Binding{Account: accountID, Key: key, IDs: slices.Clone(m.Items())})
 }
 
 // bindIDs makes binding b and waits until it has landed (or failed,
 // logged by the binder: the objects then stay unreachable through the
 // gateway, refused, never shown to another account).
-func (s *Server) bindIDs(ctx context.Context, requestID string, b store.Binding) {
+func (s *Server) bindIDs(ctx context.Context, requestID string, b account.Binding) {
 	if len(b.IDs) == 0 || s.owners == nil {
 		return
 	}
@@ -163,7 +163,7 @@ func (x *exchange) checkOwner(ctx context.Context, refs ...format.Ref) *Refusal 
 type Owners interface {
 	// Bind binds stored responses and their items (ids later requests
 	// may name alone) to the accounts that created them, in one round trip.
-	Bind(ctx context.Context, bs ...store.Binding) error
+	Bind(ctx context.Context, bs ...account.Binding) error
 	// ResponseOwners reads the owners of many ids in one round trip, and
 	// the vendor keys that created them.
 	ResponseOwners(ctx context.Context, ids []string) (owners, keys []string, err error)

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/modelgateway/gateway/internal/account"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/tracing"
 	"github.com/modelgateway/gateway/internal/usage"
 )
@@ -109,10 +109,10 @@ func (x *exchange) traceAdmission(ctx context.Context) (context.Context, func(ac
 
 // traceSettlement ends the request span with the settlement's figures and
 // starts the settlement span; end records whether the store took it.
-func (x *exchange) traceSettlement(st account.Settlement) func(store.SettleResult) {
+func (x *exchange) traceSettlement(st account.Settlement) func(ledger.SettleResult) {
 	span := x.trace.span
 	if span == nil {
-		return func(store.SettleResult) {}
+		return func(ledger.SettleResult) {}
 	}
 	x.trace.span = nil
 	u := st.Usage
@@ -140,7 +140,7 @@ func (x *exchange) traceSettlement(st account.Settlement) func(store.SettleResul
 	}
 	_, settle := x.s.tracer.Start(x.trace.ctx, "settlement")
 	span.End(trace.WithTimestamp(st.EndedAt))
-	return func(r store.SettleResult) {
+	return func(r ledger.SettleResult) {
 		switch {
 		case r.Err != nil:
 			settle.SetStatus(codes.Error, "settlement failed")

@@ -18,6 +18,7 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
@@ -102,7 +103,7 @@ func TestCreateDemo(t *testing.T) {
 	if err != nil || ro.Kind != account.ReadOnlyToken {
 		t.Fatalf("demo token: %+v, %v", ro, err)
 	}
-	rep, err := st.Usage(ctx, d.AccountID, store.Total)
+	rep, err := st.Usage(ctx, d.AccountID, ledger.Total)
 	if err != nil || rep.Balance != 25_000_000_000 {
 		t.Fatalf("demo balance: %+v, %v", rep, err)
 	}

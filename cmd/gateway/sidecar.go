@@ -38,6 +38,7 @@ import (
 	"github.com/modelgateway/gateway/internal/endpoints"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/leases"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/mtls"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/reconcile"
@@ -214,7 +215,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	renewer := holds.NewRenewer(st, o.Logger)
 	sweeper := holds.NewSweeper(st, o.Logger)
 	renewer.OnStoreError = sweeper.StoreFailed
-	sweeper.OnSweep = func(_ string, r store.SweepResult) {
+	sweeper.OnSweep = func(_ string, r ledger.SweepResult) {
 		for _, ok := range r.Applied {
 			if ok {
 				metrics.ObserveInterrupted()

@@ -1,8 +1,12 @@
 // Package account holds the gateway's domain types: an account, its keys
 // and their limits, and what happens to its money: an admission asks to
-// start a request and a decision answers it; a settlement ends it, and a
-// checkpoint is what a settlement would be if the request ended now. They
-// are plain values; package store keeps them in Redis.
+// start a request and a decision answers it; a renewal keeps the
+// request's hold while it runs; a settlement ends it, and a checkpoint is
+// what a settlement would be if the request ended now. A lease is escrow
+// that a sidecar admits requests from in memory; a parked request waits
+// for its background response's final state; a binding says which account
+// created stored responses. They are plain values; package store keeps
+// them in Redis, and package ledger holds what settlement records.
 package account
 
 import "time"

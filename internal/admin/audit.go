@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/modelgateway/gateway/internal/account"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/audit"
 )
 
 type originKey struct{}
@@ -39,7 +39,7 @@ func origin(ctx context.Context) string {
 // never hold a secret; the store redacts anything shaped like one besides.
 // A failure is logged, not returned (see audit).
 func (s *Service) change(ctx context.Context, action, accountID, keyID, detail string, before, after any) {
-	s.append(ctx, store.AuditEntry{
+	s.append(ctx, audit.Entry{
 		Actor: actor(ctx), Origin: origin(ctx), Action: action, AccountID: accountID, KeyID: keyID, Detail: detail,
 		Before: stateJSON(before), After: stateJSON(after),
 	})
@@ -62,9 +62,9 @@ func (s *Service) Refused(ctx context.Context, action, accountID, keyID string) 
 	if folded > 0 {
 		detail = "and " + strconv.Itoa(folded) + " more refused since the last entry"
 	}
-	s.append(ctx, store.AuditEntry{
+	s.append(ctx, audit.Entry{
 		Actor: who, Origin: origin(ctx), Action: action, AccountID: accountID, KeyID: keyID, Detail: detail,
-		Outcome: store.OutcomeRefused,
+		Outcome: audit.OutcomeRefused,
 	})
 }
 
@@ -119,7 +119,7 @@ func (f *refusalFolds) forget(now time.Time) {
 	}
 }
 
-func (s *Service) append(ctx context.Context, e store.AuditEntry) {
+func (s *Service) append(ctx context.Context, e audit.Entry) {
 	if err := s.st.AppendAudit(ctx, e); err != nil {
 		s.opts.Logger.Error("admin: audit entry lost", "action", e.Action, "account", e.AccountID, "key", e.KeyID, "err", err)
 	}

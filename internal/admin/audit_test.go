@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/audit"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
@@ -78,7 +78,7 @@ func TestAuditBeforeAfter(t *testing.T) {
 			}
 		},
 		"POST /console/api/keys": func(en *adminv1.AuditEntry) {
-			if en.Outcome != store.OutcomeRefused || en.Actor != "sso:bill" || en.Origin != "10.1.2.3" || en.Before != "" || en.After != "" {
+			if en.Outcome != audit.OutcomeRefused || en.Actor != "sso:bill" || en.Origin != "10.1.2.3" || en.Before != "" || en.After != "" {
 				t.Errorf("refusal %+v", en)
 			}
 		},
@@ -120,7 +120,7 @@ func TestRepeatedRefusalsFolded(t *testing.T) {
 	}
 	var got []string
 	for _, en := range resp.Entries {
-		if en.Outcome == store.OutcomeRefused {
+		if en.Outcome == audit.OutcomeRefused {
 			got = append(got, en.Actor+" "+en.Action+" "+map[string]string{a.Id: "a", b.Id: "b"}[en.AccountId]+" "+en.Detail)
 		}
 	}

@@ -6,7 +6,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/modelgateway/gateway/internal/account"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/audit"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/usage"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
@@ -27,7 +28,7 @@ func limitsToProto(l account.Limits) *adminv1.Limits {
 	}
 }
 
-func keyUsageToProto(k store.KeyState) *adminv1.KeyUsage {
+func keyUsageToProto(k ledger.KeyState) *adminv1.KeyUsage {
 	return &adminv1.KeyUsage{
 		InFlight: k.InFlight, HeldNanoUsd: k.Held, MinuteTokens: k.MinuteTokens,
 		DailyUsedNanoUsd: k.Day.Cost, MonthlyUsedNanoUsd: k.Month.Cost, TotalUsedNanoUsd: k.Total.Cost,
@@ -103,7 +104,7 @@ func projectToProto(p account.Project) *adminv1.Project {
 	return &adminv1.Project{Id: p.ID, AccountId: p.AccountID, Name: p.Name, CreateTime: timestamp(p.CreatedAt), Limits: limitsToProto(p.Limits)}
 }
 
-func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
+func ledgerToProto(e ledger.Entry) *adminv1.LedgerEntry {
 	quantities, prices := map[string]int64{}, map[string]int64{}
 	for _, k := range usage.Kinds {
 		quantities[k.Name] = k.Of(e.Usage)
@@ -148,7 +149,7 @@ func ledgerToProto(e store.LedgerEntry) *adminv1.LedgerEntry {
 	}
 }
 
-func auditToProto(e store.AuditEntry) *adminv1.AuditEntry {
+func auditToProto(e audit.Entry) *adminv1.AuditEntry {
 	return &adminv1.AuditEntry{
 		Id:        e.ID,
 		Actor:     e.Actor,

@@ -22,6 +22,8 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/alerts"
+	"github.com/modelgateway/gateway/internal/audit"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/reconcile"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -33,16 +35,16 @@ import (
 // (internal/store implements it).
 type Store interface {
 	Account(ctx context.Context, id string) (account.Account, error)
-	AppendAudit(ctx context.Context, e store.AuditEntry) error
-	Audit(ctx context.Context, after string, limit int) ([]store.AuditEntry, string, error)
+	AppendAudit(ctx context.Context, e audit.Entry) error
+	Audit(ctx context.Context, after string, limit int) ([]audit.Entry, string, error)
 	Balance(ctx context.Context, id string) (int64, error)
 	CommitExport(ctx context.Context, accountID, last string) (mark string, trimmed int64, err error)
 	CreateAccount(ctx context.Context, name string, balance int64, limits account.Limits) (account.Account, error)
 	CreateKey(ctx context.Context, accountID string, kind account.KeyKind, opts account.KeyOptions) (secret string, k account.Key, err error)
-	ExportLedger(ctx context.Context, accountID, after string, limit int) (entries []store.LedgerEntry, mark string, err error)
+	ExportLedger(ctx context.Context, accountID, after string, limit int) (entries []ledger.Entry, mark string, err error)
 	Key(ctx context.Context, accountID, keyID string) (account.Key, error)
-	KeyStates(ctx context.Context, accountID string, ids ...string) ([]store.KeyState, error)
-	Ledger(ctx context.Context, accountID, after string, limit int) ([]store.LedgerEntry, string, error)
+	KeyStates(ctx context.Context, accountID string, ids ...string) ([]ledger.KeyState, error)
+	Ledger(ctx context.Context, accountID, after string, limit int) ([]ledger.Entry, string, error)
 	ListAccounts(ctx context.Context) ([]account.Account, error)
 	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
 	OpenHolds(ctx context.Context, accountID string) (count int64, amount int64, err error)
@@ -53,7 +55,7 @@ type Store interface {
 	SetLimits(ctx context.Context, id string, limits account.Limits) error
 	SetSuspended(ctx context.Context, id string, suspended bool) error
 	TopUp(ctx context.Context, id string, amount int64, idempotencyKey string) (balance int64, applied bool, err error)
-	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
+	Usage(ctx context.Context, accountID string, p ledger.Period) (ledger.UsageReport, error)
 	ProjectStore
 }
 
@@ -256,7 +258,7 @@ func (s *Service) GetAccount(ctx context.Context, req *adminv1.GetAccountRequest
 	if err != nil {
 		return nil, s.failAccount("get account", id, err)
 	}
-	u, err := s.st.Usage(ctx, id, store.Day)
+	u, err := s.st.Usage(ctx, id, ledger.Day)
 	if err != nil {
 		return nil, s.failAccount("get account", id, err)
 	}

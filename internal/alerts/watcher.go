@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -21,11 +22,11 @@ import (
 type Store interface {
 	ListAccounts(ctx context.Context) ([]account.Account, error)
 	Account(ctx context.Context, id string) (account.Account, error)
-	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
+	Usage(ctx context.Context, accountID string, p ledger.Period) (ledger.UsageReport, error)
 	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
-	KeyStates(ctx context.Context, accountID string, keyIDs ...string) ([]store.KeyState, error)
+	KeyStates(ctx context.Context, accountID string, keyIDs ...string) ([]ledger.KeyState, error)
 	ListProjects(ctx context.Context, accountID string) ([]account.Project, error)
-	ProjectStates(ctx context.Context, accountID string, ids ...string) ([]store.KeyState, error)
+	ProjectStates(ctx context.Context, accountID string, ids ...string) ([]ledger.KeyState, error)
 	ClaimAlert(ctx context.Context, accountID, name string, ttl time.Duration) (bool, error)
 	ReleaseAlert(ctx context.Context, accountID, name string) error
 }
@@ -205,7 +206,7 @@ type budget struct {
 
 func (w *Watcher) checkAccount(ctx context.Context, a account.Account, refused []nudge) error {
 	now := w.o.Now().UTC()
-	u, err := w.st.Usage(ctx, a.ID, store.Day)
+	u, err := w.st.Usage(ctx, a.ID, ledger.Day)
 	if err != nil {
 		return err
 	}

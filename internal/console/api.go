@@ -25,6 +25,7 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/control"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -43,10 +44,10 @@ var readPolicy = auth.Policy{Kinds: []account.KeyKind{account.ModelKey, account.
 // APIStore is what the data API reads of the gateway's store
 // (internal/store implements it).
 type APIStore interface {
-	DailyUsage(ctx context.Context, accountID string, days int) ([]store.DayCounters, error)
-	LedgerBetween(ctx context.Context, accountID string, from, to time.Time, after string, limit int) ([]store.LedgerEntry, string, error)
+	DailyUsage(ctx context.Context, accountID string, days int) ([]ledger.DayCounters, error)
+	LedgerBetween(ctx context.Context, accountID string, from, to time.Time, after string, limit int) ([]ledger.Entry, string, error)
 	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
-	RecentLedger(ctx context.Context, accountID, before string, limit int) ([]store.LedgerEntry, string, error)
+	RecentLedger(ctx context.Context, accountID, before string, limit int) ([]ledger.Entry, string, error)
 }
 
 // APIOptions configure the data API and the customer page.
@@ -300,7 +301,7 @@ func (a *api) labels(ctx context.Context, accountID string) (map[string]string, 
 	return m, nil
 }
 
-func newLedgerEntry(e store.LedgerEntry, label string) LedgerEntry {
+func newLedgerEntry(e ledger.Entry, label string) LedgerEntry {
 	prices := map[string]int64{}
 	for _, k := range usage.Kinds {
 		if k.Priced() {
@@ -324,7 +325,7 @@ func newLedgerEntry(e store.LedgerEntry, label string) LedgerEntry {
 // cell of an entry (with the entry's key label).
 type csvColumn struct {
 	name string
-	cell func(e store.LedgerEntry, label string) string
+	cell func(e ledger.Entry, label string) string
 }
 
 // csvColumns are the CSV's columns, from which its header and each row are
@@ -333,59 +334,59 @@ type csvColumn struct {
 // csvText; numbers, booleans and times are written as the gateway writes
 // them.
 var csvColumns = func() []csvColumn {
-	text := func(name string, f func(e store.LedgerEntry) string) csvColumn {
-		return csvColumn{name, func(e store.LedgerEntry, _ string) string { return csvText(f(e)) }}
+	text := func(name string, f func(e ledger.Entry) string) csvColumn {
+		return csvColumn{name, func(e ledger.Entry, _ string) string { return csvText(f(e)) }}
 	}
-	plain := func(name string, f func(e store.LedgerEntry) string) csvColumn {
-		return csvColumn{name, func(e store.LedgerEntry, _ string) string { return f(e) }}
+	plain := func(name string, f func(e ledger.Entry) string) csvColumn {
+		return csvColumn{name, func(e ledger.Entry, _ string) string { return f(e) }}
 	}
-	flag := func(name string, f func(e store.LedgerEntry) bool) csvColumn {
-		return plain(name, func(e store.LedgerEntry) string { return strconv.FormatBool(f(e)) })
+	flag := func(name string, f func(e ledger.Entry) bool) csvColumn {
+		return plain(name, func(e ledger.Entry) string { return strconv.FormatBool(f(e)) })
 	}
-	num := func(name string, f func(e store.LedgerEntry) int64) csvColumn {
-		return plain(name, func(e store.LedgerEntry) string { return strconv.FormatInt(f(e), 10) })
+	num := func(name string, f func(e ledger.Entry) int64) csvColumn {
+		return plain(name, func(e ledger.Entry) string { return strconv.FormatInt(f(e), 10) })
 	}
 	cols := []csvColumn{
-		text("id", func(e store.LedgerEntry) string { return e.ID }),
-		text("request_id", func(e store.LedgerEntry) string { return e.RequestID }),
-		text("account_id", func(e store.LedgerEntry) string { return e.AccountID }),
-		plain("start_time", func(e store.LedgerEntry) string { return timeString(e.StartedAt) }),
-		plain("end_time", func(e store.LedgerEntry) string { return timeString(e.EndedAt) }),
-		text("key_id", func(e store.LedgerEntry) string { return e.KeyID }),
-		{"key_label", func(_ store.LedgerEntry, label string) string { return csvText(label) }},
-		text("model", func(e store.LedgerEntry) string { return string(e.Priced) }),
-		text("model_requested", func(e store.LedgerEntry) string { return string(e.Requested) }),
-		text("model_reported", func(e store.LedgerEntry) string { return string(e.Reported) }),
-		num("status", func(e store.LedgerEntry) int64 { return int64(e.Status) }),
-		flag("stream", func(e store.LedgerEntry) bool { return e.Stream }),
-		flag("estimated", func(e store.LedgerEntry) bool { return e.Estimated }),
-		flag("interrupted", func(e store.LedgerEntry) bool { return e.Interrupted }),
-		flag("fallback_price", func(e store.LedgerEntry) bool { return e.Fallback }),
-		flag("capped", func(e store.LedgerEntry) bool { return e.Capped }),
-		flag("reconciled", func(e store.LedgerEntry) bool { return e.Reconciled }),
-		text("endpoint", func(e store.LedgerEntry) string { return e.Endpoint }),
-		text("vendor_key", func(e store.LedgerEntry) string { return e.VendorKey }),
-		text("transport", func(e store.LedgerEntry) string { return e.Transport }),
-		text("service_tier", func(e store.LedgerEntry) string { return e.ServiceTier }),
-		flag("tier_unknown", func(e store.LedgerEntry) bool { return e.TierUnknown }),
-		text("regional_processing", func(e store.LedgerEntry) string { return e.Region }),
-		num("regional_uplift_ppm", func(e store.LedgerEntry) int64 { return e.Uplift }),
-		num("long_context_threshold", func(e store.LedgerEntry) int64 { return e.LongContext }),
+		text("id", func(e ledger.Entry) string { return e.ID }),
+		text("request_id", func(e ledger.Entry) string { return e.RequestID }),
+		text("account_id", func(e ledger.Entry) string { return e.AccountID }),
+		plain("start_time", func(e ledger.Entry) string { return timeString(e.StartedAt) }),
+		plain("end_time", func(e ledger.Entry) string { return timeString(e.EndedAt) }),
+		text("key_id", func(e ledger.Entry) string { return e.KeyID }),
+		{"key_label", func(_ ledger.Entry, label string) string { return csvText(label) }},
+		text("model", func(e ledger.Entry) string { return string(e.Priced) }),
+		text("model_requested", func(e ledger.Entry) string { return string(e.Requested) }),
+		text("model_reported", func(e ledger.Entry) string { return string(e.Reported) }),
+		num("status", func(e ledger.Entry) int64 { return int64(e.Status) }),
+		flag("stream", func(e ledger.Entry) bool { return e.Stream }),
+		flag("estimated", func(e ledger.Entry) bool { return e.Estimated }),
+		flag("interrupted", func(e ledger.Entry) bool { return e.Interrupted }),
+		flag("fallback_price", func(e ledger.Entry) bool { return e.Fallback }),
+		flag("capped", func(e ledger.Entry) bool { return e.Capped }),
+		flag("reconciled", func(e ledger.Entry) bool { return e.Reconciled }),
+		text("endpoint", func(e ledger.Entry) string { return e.Endpoint }),
+		text("vendor_key", func(e ledger.Entry) string { return e.VendorKey }),
+		text("transport", func(e ledger.Entry) string { return e.Transport }),
+		text("service_tier", func(e ledger.Entry) string { return e.ServiceTier }),
+		flag("tier_unknown", func(e ledger.Entry) bool { return e.TierUnknown }),
+		text("regional_processing", func(e ledger.Entry) string { return e.Region }),
+		num("regional_uplift_ppm", func(e ledger.Entry) int64 { return e.Uplift }),
+		num("long_context_threshold", func(e ledger.Entry) int64 { return e.LongContext }),
 	}
 	for _, k := range usage.Kinds {
-		cols = append(cols, num(k.Name, func(e store.LedgerEntry) int64 { return k.Of(e.Usage) }))
+		cols = append(cols, num(k.Name, func(e ledger.Entry) int64 { return k.Of(e.Usage) }))
 	}
 	for _, k := range usage.Kinds {
 		if k.Priced() {
-			cols = append(cols, num("price_"+k.Name, func(e store.LedgerEntry) int64 { return k.Of(e.Rates) }))
+			cols = append(cols, num("price_"+k.Name, func(e ledger.Entry) int64 { return k.Of(e.Rates) }))
 		}
 	}
 	return append(cols,
-		num("cost_nano_usd", func(e store.LedgerEntry) int64 { return e.Cost }),
-		plain("cost_usd", func(e store.LedgerEntry) string { return pricing.FormatUSD(e.Cost) }),
+		num("cost_nano_usd", func(e ledger.Entry) int64 { return e.Cost }),
+		plain("cost_usd", func(e ledger.Entry) string { return pricing.FormatUSD(e.Cost) }),
 		// Last: added after the other columns, so that a reader by position
 		// keeps working.
-		text("project_id", func(e store.LedgerEntry) string { return e.ProjectID }))
+		text("project_id", func(e ledger.Entry) string { return e.ProjectID }))
 }()
 
 // CSVHeader is the header row of GET /v1/usage/ledger.csv.
@@ -398,7 +399,7 @@ func CSVHeader() []string {
 }
 
 // csvRow is an entry's CSV row.
-func csvRow(e store.LedgerEntry, label string) []string {
+func csvRow(e ledger.Entry, label string) []string {
 	row := make([]string, len(csvColumns))
 	for i, c := range csvColumns {
 		row[i] = c.cell(e, label)

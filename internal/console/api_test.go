@@ -17,6 +17,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -341,7 +342,7 @@ func TestLedgerCSVFormulas(t *testing.T) {
 		}
 	}
 	// A reconciled entry that returns money: its numbers stay numbers.
-	r := csvRow(store.LedgerEntry{ID: "1-0", Settlement: account.Settlement{Cost: -123, Reconciled: true}}, "")
+	r := csvRow(ledger.Entry{ID: "1-0", Settlement: account.Settlement{Cost: -123, Reconciled: true}}, "")
 	if got := r[col["cost_nano_usd"]] + "," + r[col["cost_usd"]]; got != "-123,-0.000000123" {
 		t.Errorf("a negative cost is written %s", got)
 	}

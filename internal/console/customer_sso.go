@@ -13,8 +13,8 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
+	"github.com/modelgateway/gateway/internal/audit"
 	"github.com/modelgateway/gateway/internal/control"
-	"github.com/modelgateway/gateway/internal/store"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
@@ -40,7 +40,7 @@ const CSRFHeader = "X-CSRF-Token"
 // CustomerStore is what the customer console reads beyond the admin
 // service (internal/store implements it).
 type CustomerStore interface {
-	RecentAudit(ctx context.Context, before string, limit int) ([]store.AuditEntry, string, error)
+	RecentAudit(ctx context.Context, before string, limit int) ([]audit.Entry, string, error)
 }
 
 // CustomerOptions configure single sign-on to the customer console.
@@ -350,7 +350,7 @@ func (c *Customer) revokeKey(w http.ResponseWriter, r *http.Request, s *session)
 // trail's key.create entry of it.
 func (c *Customer) madeBy(ctx context.Context, s *session, key string) (bool, error) {
 	mine := false
-	err := c.eachAudit(ctx, s.AccountID, func(e store.AuditEntry) bool {
+	err := c.eachAudit(ctx, s.AccountID, func(e audit.Entry) bool {
 		if e.KeyID == key && e.Action == "key.create" && e.Outcome == "" {
 			mine = e.Actor == s.Actor
 			return false
@@ -366,7 +366,7 @@ const auditPages, auditPage = 5, 1000
 
 // eachAudit calls f with the account's entries in the trail's newest
 // auditPages pages, newest first, until f returns false.
-func (c *Customer) eachAudit(ctx context.Context, accountID string, f func(store.AuditEntry) bool) error {
+func (c *Customer) eachAudit(ctx context.Context, accountID string, f func(audit.Entry) bool) error {
 	before := ""
 	for range auditPages {
 		page, next, err := c.o.Store.RecentAudit(ctx, before, auditPage)
@@ -444,7 +444,7 @@ const maxAuditRecords = 200
 // few pages of the trail are read).
 func (c *Customer) audit(w http.ResponseWriter, r *http.Request, s *session) {
 	out := []AuditRecord{}
-	err := c.eachAudit(r.Context(), s.AccountID, func(e store.AuditEntry) bool {
+	err := c.eachAudit(r.Context(), s.AccountID, func(e audit.Entry) bool {
 		out = append(out, AuditRecord{
 			At: timeString(e.At), Actor: e.Actor, Origin: e.Origin, Action: e.Action, KeyID: e.KeyID, Outcome: e.Outcome,
 			Before: rawJSON(e.Before), After: rawJSON(e.After),

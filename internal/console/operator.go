@@ -23,7 +23,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/modelgateway/gateway/internal/admin"
+	"github.com/modelgateway/gateway/internal/audit"
 	"github.com/modelgateway/gateway/internal/keypool"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -61,10 +63,10 @@ const SessionCookie = "gateway_console"
 // store beyond the admin API, and where it counts sign-in attempts
 // (internal/store implements it).
 type OperatorStore interface {
-	RecentAudit(ctx context.Context, before string, limit int) ([]store.AuditEntry, string, error)
-	RecentLedger(ctx context.Context, accountID, before string, limit int) ([]store.LedgerEntry, string, error)
+	RecentAudit(ctx context.Context, before string, limit int) ([]audit.Entry, string, error)
+	RecentLedger(ctx context.Context, accountID, before string, limit int) ([]ledger.Entry, string, error)
 	SignInAttempt(ctx context.Context, addr, credential string, l store.SignInLimits) (ok bool, retryAfter time.Duration, err error)
-	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
+	Usage(ctx context.Context, accountID string, p ledger.Period) (ledger.UsageReport, error)
 }
 
 // OperatorOptions configure the operator console.
@@ -439,7 +441,7 @@ func (op *Operator) accounts(w http.ResponseWriter, r *http.Request, s *session)
 	rows := make([]accountRow, 0, len(list.GetAccounts()))
 	for _, a := range list.GetAccounts() {
 		row := accountRow{ID: a.GetId(), Name: a.GetName(), Suspended: a.GetSuspended(), Balance: a.GetBalanceNanoUsd()}
-		month, err := op.o.Store.Usage(r.Context(), a.GetId(), store.Month)
+		month, err := op.o.Store.Usage(r.Context(), a.GetId(), ledger.Month)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
@@ -529,17 +531,17 @@ func (op *Operator) account(w http.ResponseWriter, r *http.Request, s *session) 
 		op.failed(w, r, s, err)
 		return
 	}
-	month, err := op.o.Store.Usage(r.Context(), id, store.Month)
+	month, err := op.o.Store.Usage(r.Context(), id, ledger.Month)
 	if err != nil {
 		op.failed(w, r, s, err)
 		return
 	}
-	ledger, _, err := op.o.Store.RecentLedger(r.Context(), id, "", 50)
+	recent, _, err := op.o.Store.RecentLedger(r.Context(), id, "", 50)
 	if err != nil {
 		op.failed(w, r, s, err)
 		return
 	}
-	audit, err := op.accountAudit(r.Context(), id, 50)
+	trail, err := op.accountAudit(r.Context(), id, 50)
 	if err != nil {
 		op.failed(w, r, s, err)
 		return
@@ -555,8 +557,8 @@ func (op *Operator) account(w http.ResponseWriter, r *http.Request, s *session) 
 				"last_used_time", "revoke_time", "models", "state"),
 		})
 	}
-	entries := make([]LedgerEntry, len(ledger))
-	for i, e := range ledger {
+	entries := make([]LedgerEntry, len(recent))
+	for i, e := range recent {
 		entries[i] = newLedgerEntry(e, labels[e.KeyID])
 	}
 	a := acct.GetAccount()
@@ -565,12 +567,12 @@ func (op *Operator) account(w http.ResponseWriter, r *http.Request, s *session) 
 		Limits    []field
 		Other     []field
 		DailyUsed int64
-		Month     store.UsageReport
+		Month     ledger.UsageReport
 		OpenHolds int64
 		Held      int64
 		Keys      []keyRow
 		Ledger    []LedgerEntry
-		Audit     []store.AuditEntry
+		Audit     []audit.Entry
 		TopUpKey  string
 		// The limits the admin API can set, as form fields.
 		AccountLimitInputs, KeyLimitInputs []limitInput
@@ -578,15 +580,15 @@ func (op *Operator) account(w http.ResponseWriter, r *http.Request, s *session) 
 		Account: a, Limits: fields(a.GetLimits()),
 		Other:     fields(acct, "account", "daily_used_nano_usd", "open_holds", "held_nano_usd"),
 		DailyUsed: acct.GetDailyUsedNanoUsd(), Month: month, OpenHolds: acct.GetOpenHolds(), Held: acct.GetHeldNanoUsd(),
-		Keys: rows, Ledger: entries, Audit: audit, TopUpKey: "console-" + randomToken()[:16],
+		Keys: rows, Ledger: entries, Audit: trail, TopUpKey: "console-" + randomToken()[:16],
 		AccountLimitInputs: limitInputs(&adminv1.SetLimitsRequest{}), KeyLimitInputs: limitInputs(&adminv1.SetKeyLimitsRequest{}),
 	}})
 }
 
 // accountAudit returns the newest n audit entries of one account, reading
 // at most a few pages of the (global) audit trail.
-func (op *Operator) accountAudit(ctx context.Context, accountID string, n int) ([]store.AuditEntry, error) {
-	var out []store.AuditEntry
+func (op *Operator) accountAudit(ctx context.Context, accountID string, n int) ([]audit.Entry, error) {
+	var out []audit.Entry
 	before := ""
 	for range 5 {
 		page, next, err := op.o.Store.RecentAudit(ctx, before, 1000)

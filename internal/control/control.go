@@ -20,6 +20,7 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/auth"
 	"github.com/modelgateway/gateway/internal/keypool"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -27,11 +28,11 @@ import (
 
 // UsageReader reads an account's usage.
 type UsageReader interface {
-	Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error)
-	KeyStates(ctx context.Context, accountID string, keyIDs ...string) ([]store.KeyState, error)
+	Usage(ctx context.Context, accountID string, p ledger.Period) (ledger.UsageReport, error)
+	KeyStates(ctx context.Context, accountID string, keyIDs ...string) ([]ledger.KeyState, error)
 	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
 	ListProjects(ctx context.Context, accountID string) ([]account.Project, error)
-	ProjectStates(ctx context.Context, accountID string, ids ...string) ([]store.KeyState, error)
+	ProjectStates(ctx context.Context, accountID string, ids ...string) ([]ledger.KeyState, error)
 	Ping(ctx context.Context) error
 }
 
@@ -502,7 +503,7 @@ func (h *Handler) usage(w http.ResponseWriter, r *http.Request) {
 
 // addKeys adds what the credential may see of keys: a model key its own
 // limits and spend, a read-only token each model key's share.
-func (h *Handler) addKeys(ctx context.Context, u *Usage, key account.Key, p store.Period) error {
+func (h *Handler) addKeys(ctx context.Context, u *Usage, key account.Key, p ledger.Period) error {
 	if key.Kind == account.ModelKey {
 		ks, err := h.o.Store.KeyStates(ctx, key.AccountID, key.ID)
 		if err != nil {
@@ -538,13 +539,13 @@ func (h *Handler) addKeys(ctx context.Context, u *Usage, key account.Key, p stor
 // ProjectReader reads an account's projects and their states.
 type ProjectReader interface {
 	ListProjects(ctx context.Context, accountID string) ([]account.Project, error)
-	ProjectStates(ctx context.Context, accountID string, ids ...string) ([]store.KeyState, error)
+	ProjectStates(ctx context.Context, accountID string, ids ...string) ([]ledger.KeyState, error)
 }
 
 // Projects is the projects breakdown of rep, the account's usage over p, as
 // credential key may see it: every project for a read-only token, its own
 // for a model key.
-func Projects(ctx context.Context, st ProjectReader, rep store.UsageReport, key account.Key, p store.Period) ([]ProjectShare, error) {
+func Projects(ctx context.Context, st ProjectReader, rep ledger.UsageReport, key account.Key, p ledger.Period) ([]ProjectShare, error) {
 	ps, err := st.ListProjects(ctx, key.AccountID)
 	if err != nil {
 		return nil, err
@@ -580,7 +581,7 @@ func Projects(ctx context.Context, st ProjectReader, rep store.UsageReport, key 
 	return out, nil
 }
 
-func newKeyUsage(k account.Key, ks store.KeyState, p store.Period) *KeyUsage {
+func newKeyUsage(k account.Key, ks ledger.KeyState, p ledger.Period) *KeyUsage {
 	l := k.Limits
 	c := ks.Spent(p)
 	return &KeyUsage{
@@ -601,17 +602,17 @@ func newKeyUsage(k account.Key, ks store.KeyState, p store.Period) *KeyUsage {
 // parsePeriod reads the query of /v1/usage: nothing, or exactly one period
 // parameter with one of the listed values. Anything else (a repeated or empty
 // period, another parameter, a ';' separator) is refused rather than guessed.
-func parsePeriod(rawQuery string) (store.Period, error) {
+func parsePeriod(rawQuery string) (ledger.Period, error) {
 	errPeriod := errors.New("the query must be empty or a single period=day|month|total")
 	if rawQuery == "" {
-		return store.Day, nil
+		return ledger.Day, nil
 	}
 	q, err := url.ParseQuery(rawQuery) // refuses ';' as a separator
 	if err != nil || len(q) != 1 || len(q["period"]) != 1 {
 		return "", errPeriod
 	}
-	switch p := store.Period(q.Get("period")); p {
-	case store.Day, store.Month, store.Total:
+	switch p := ledger.Period(q.Get("period")); p {
+	case ledger.Day, ledger.Month, ledger.Total:
 		return p, nil
 	}
 	return "", errPeriod
@@ -620,7 +621,7 @@ func parsePeriod(rawQuery string) (store.Period, error) {
 // NewUsage converts a store report to the wire record. USD amounts are the
 // integer nano-USD ledger divided once, so they are exact to 1e-9 USD and
 // never accumulate rounding.
-func NewUsage(rep store.UsageReport) Usage {
+func NewUsage(rep ledger.UsageReport) Usage {
 	u := Usage{
 		BalanceUSD: pricing.USD(rep.Balance),
 		Currency:   "USD",

@@ -8,7 +8,7 @@ import (
 )
 
 // NotInLedger reports whether the leaf at path of a filled
-// account.Settlement (or store.LedgerEntry, which embeds one) is one the
+// account.Settlement (or ledger.Entry, which embeds one) is one the
 // ledger does not keep: the lease the request was admitted from (the
 // spool's alone) and the rate of a usage kind not priced on its own.
 func NotInLedger(path string) bool {

@@ -38,15 +38,15 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 )
 
 // Store is the part of the store the renewer and the sweeper use.
 type Store interface {
 	HoldLease() time.Duration
-	RenewHolds(ctx context.Context, rs []store.Renewal) (gone []string, err error)
+	RenewHolds(ctx context.Context, rs []account.Renewal) (gone []string, err error)
 	DueHoldAccounts(ctx context.Context, limit int64) ([]string, error)
-	SweepHolds(ctx context.Context, accountID string) (store.SweepResult, error)
+	SweepHolds(ctx context.Context, accountID string) (ledger.SweepResult, error)
 }
 
 // Open is one running request registered with a Renewer.
@@ -216,9 +216,9 @@ func (r *Renewer) RenewOnce(ctx context.Context) {
 	if len(batch) == 0 {
 		return
 	}
-	rs := make([]store.Renewal, len(batch))
+	rs := make([]account.Renewal, len(batch))
 	for i, o := range batch {
-		rs[i] = store.Renewal{AccountID: o.account, RequestID: o.request}
+		rs[i] = account.Renewal{AccountID: o.account, RequestID: o.request}
 		// Only a changed checkpoint is written.
 		if c := o.ckpt.Load(); c != nil && c != o.sent {
 			rs[i].Checkpoint = c
@@ -266,7 +266,7 @@ type Sweeper struct {
 	log *slog.Logger
 	// OnSweep, when set, is told of each sweep that settled or released
 	// something.
-	OnSweep func(accountID string, r store.SweepResult)
+	OnSweep func(accountID string, r ledger.SweepResult)
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 	// quiet: no sweep before this time, unix ns (StoreFailed).

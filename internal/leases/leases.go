@@ -46,8 +46,8 @@ import (
 // Store is the part of the store leases use.
 type Store interface {
 	HoldLease() time.Duration
-	Leases(ctx context.Context, calls []store.LeaseCall) []store.LeaseResult
-	RecordLeased(ctx context.Context, rs []store.LeasedRequest) error
+	Leases(ctx context.Context, calls []account.LeaseCall) []account.LeaseResult
+	RecordLeased(ctx context.Context, rs []account.LeasedRequest) error
 }
 
 // Admitter admits through the store's script: the fallback.
@@ -129,7 +129,7 @@ type lease struct {
 	// may remove the free ones' placeholders.
 	next, hi   int64
 	slotTarget int64
-	rates      int // the rate logs the slots are in (store.LevelAccount, LevelKey)
+	rates      int // the rate logs the slots are in (account.LevelAccount, LevelKey)
 	slotStop   time.Time
 	// renewing: a renewal is in flight; nothing (money, slot, seat,
 	// tokens) is taken from the lease until it returns.
@@ -173,7 +173,7 @@ type Manager struct {
 	gen atomic.Int64
 
 	qmu   sync.Mutex
-	queue []store.LeasedRequest
+	queue []account.LeasedRequest
 	wake  chan struct{}
 	poke  chan struct{}
 
@@ -298,7 +298,7 @@ func (m *Manager) fromLease(a *account.Admission) (d account.Decision, ok bool) 
 		l.free -= a.Hold
 		l.seq++
 		ref := account.LeaseRef{ID: l.id, Seq: l.seq, Hold: a.Hold}
-		rec := store.LeasedRequest{Lease: ref, KeyCounted: l.keyOpen, ProjectCounted: l.projectOpen, At: now, Admission: *a}
+		rec := account.LeasedRequest{Lease: ref, KeyCounted: l.keyOpen, ProjectCounted: l.projectOpen, At: now, Admission: *a}
 		if l.hi >= 0 {
 			rec.Slot, rec.Rates = l.next, l.rates
 			l.next++
@@ -384,7 +384,7 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 		all = append(all, l)
 	}
 	m.mu.Unlock()
-	var calls []store.LeaseCall
+	var calls []account.LeaseCall
 	var ls []*lease
 	for _, l := range all {
 		l.mu.Lock()
@@ -424,7 +424,7 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 // renewal is l's call in this pass, if it needs one (ok): every lease held
 // on the interval's full pass (which also rolls its rates), else those
 // asked for; forget: l is unused for long and may be dropped. l.mu is held.
-func (m *Manager) renewal(l *lease, full bool) (c store.LeaseCall, ok, forget bool) {
+func (m *Manager) renewal(l *lease, full bool) (c account.LeaseCall, ok, forget bool) {
 	if full {
 		if l.admits == 0 {
 			l.idle++
@@ -461,7 +461,7 @@ func (m *Manager) renewal(l *lease, full bool) (c store.LeaseCall, ok, forget bo
 		l.next, l.hi = 1, 0
 	}
 	l.renewing = true
-	return store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
+	return account.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
 		Free: l.free, Want: want, Min: m.o.MinHolds * l.maxHold, Share: m.o.Share, KeyLimits: l.limits,
 		ProjectID: l.project, ProjectLimits: l.projectLimits,
 		Cursor: l.next, WantSlots: max(2*max(l.reqRate, l.reqs), m.o.MinSlots), MinSlots: m.o.MinSlots,
@@ -471,7 +471,7 @@ func (m *Manager) renewal(l *lease, full bool) (c store.LeaseCall, ok, forget bo
 }
 
 // renewed applies the store's answer r to call c, made at started, to l.
-func (m *Manager) renewed(l *lease, c *store.LeaseCall, r store.LeaseResult, started time.Time) {
+func (m *Manager) renewed(l *lease, c *account.LeaseCall, r account.LeaseResult, started time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.renewing = false
@@ -504,11 +504,11 @@ func (m *Manager) renewed(l *lease, c *store.LeaseCall, r store.LeaseResult, sta
 		l.slotStop = started.Add(min(lease-holds.LeaseMargin(lease), slotLife))
 	}
 	target := c.Free + r.Delta
-	if target <= 0 || l.free <= 0 && r.Reason != store.LeaseHeld {
+	if target <= 0 || l.free <= 0 && r.Reason != account.LeaseHeld {
 		// Returned (or never taken): admitted by the script until a
 		// new lease, under a new id, is taken.
 		l.drop()
-		if r.Reason != store.LeaseHeld || c.Want > 0 {
+		if r.Reason != account.LeaseHeld || c.Want > 0 {
 			l.retryAt = started.Add(m.o.Interval)
 		}
 		return
@@ -576,11 +576,11 @@ func (m *Manager) Close(ctx context.Context) {
 	for m.flush(ctx) > 0 && ctx.Err() == nil {
 	}
 	m.mu.Lock()
-	var calls []store.LeaseCall
+	var calls []account.LeaseCall
 	for _, l := range m.leases {
 		l.mu.Lock()
 		if l.id != "" {
-			calls = append(calls, store.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
+			calls = append(calls, account.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
 				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits,
 				ProjectID: l.project, ProjectLimits: l.projectLimits, Cursor: l.next, FreeSeats: l.seats, FreeTokens: l.tokens, Taken: true})
 			l.drop()

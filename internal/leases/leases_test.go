@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
 )
@@ -98,8 +99,8 @@ func (r *rig) settle(sts ...account.Settlement) {
 	}
 }
 
-func (r *rig) report(acct string) store.UsageReport {
-	u, err := r.st.Usage(r.ctx, acct, store.Total)
+func (r *rig) report(acct string) ledger.UsageReport {
+	u, err := r.st.Usage(r.ctx, acct, ledger.Total)
 	if err != nil {
 		r.t.Fatal(err)
 	}

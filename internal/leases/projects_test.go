@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/account"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 )
 
 // A key whose project has a spend budget is leased: its lease counts
@@ -36,7 +36,7 @@ func TestProjectLeases(t *testing.T) {
 	if d.Lease.ID == "" {
 		t.Fatalf("%+v, want admitted from a lease", d)
 	}
-	states := func() store.KeyState {
+	states := func() ledger.KeyState {
 		t.Helper()
 		ps, err := r.st.ProjectStates(r.ctx, acct, p.ID)
 		if err != nil {

@@ -103,7 +103,7 @@ type gatedStore struct {
 	entered, release chan struct{}
 }
 
-func (g *gatedStore) Leases(ctx context.Context, calls []store.LeaseCall) []store.LeaseResult {
+func (g *gatedStore) Leases(ctx context.Context, calls []account.LeaseCall) []account.LeaseResult {
 	g.entered <- struct{}{}
 	<-g.release
 	return g.Store.Leases(ctx, calls)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/audit"
 )
 
 // copyAudit copies the audit entries after the audit cursor into the table
@@ -57,7 +57,7 @@ const auditSQL = `INSERT INTO audit (entry_id, at, actor, origin, action, accoun
 const auditCursorSQL = `INSERT INTO audit_sink_cursor (one, entry_id) VALUES (true, $1)
 	ON CONFLICT (one) DO UPDATE SET entry_id = excluded.entry_id, updated_at = now()`
 
-func (s *Sink) commitAudit(ctx context.Context, page []store.AuditEntry) (int, error) {
+func (s *Sink) commitAudit(ctx context.Context, page []audit.Entry) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	tx, err := s.conn.Begin(ctx)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/audit"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -23,11 +24,11 @@ func TestAuditCopied(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	st := store.New(rdb, store.Options{})
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	entries := []store.AuditEntry{
+	entries := []audit.Entry{
 		{Actor: "console:sso:ann@example.com", Origin: "10.0.0.7", Action: "account.limits", AccountID: "acct_a",
 			Before: `{"limits":{"RPM":10}}`, After: `{"limits":{"RPM":20}}`, Detail: "rpm=20", At: at},
 		{Actor: "sso:bill@example.com", Origin: "10.0.0.8", Action: "POST /console/api/keys", AccountID: "acct_a",
-			Outcome: store.OutcomeRefused, At: at.Add(time.Second)},
+			Outcome: audit.OutcomeRefused, At: at.Add(time.Second)},
 		{Actor: "gatewayctl", Origin: "127.0.0.1:5000", Action: "key.create", AccountID: "acct_b", KeyID: "key_1",
 			After: `{"kind":"model","label":"ci"}`, At: at.Add(2 * time.Second)},
 	}
@@ -50,7 +51,7 @@ func TestAuditCopied(t *testing.T) {
 	}
 	pass(len(entries))
 	pass(0) // a restart resumes after its cursor
-	if err := st.AppendAudit(ctx, store.AuditEntry{Actor: "gatewayctl", Action: "account.suspend", AccountID: "acct_b",
+	if err := st.AppendAudit(ctx, audit.Entry{Actor: "gatewayctl", Action: "account.suspend", AccountID: "acct_b",
 		Before: `{"suspended":false}`, After: `{"suspended":true}`}); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestAuditCopied(t *testing.T) {
 	if b, a := str(all[0].before), str(all[0].after); b != `{"limits": {"RPM": 10}}` || a != `{"limits": {"RPM": 20}}` {
 		t.Errorf("before/after of the limits change: %s → %s", b, a)
 	}
-	if all[1].before != nil || all[1].after != nil || all[1].outcome != store.OutcomeRefused {
+	if all[1].before != nil || all[1].after != nil || all[1].outcome != audit.OutcomeRefused {
 		t.Errorf("the refusal: %s → %s, outcome %q", str(all[1].before), str(all[1].after), all[1].outcome)
 	}
 	if all[2].before != nil || str(all[2].after) != `{"kind": "model", "label": "ci"}` {

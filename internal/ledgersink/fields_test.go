@@ -7,21 +7,21 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/modelgateway/gateway/internal/filltest"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 )
 
 // Every field of a ledger entry reaches the sink's row: changing any one
 // field of a filled entry changes the row's values.
 func TestRowHasEveryField(t *testing.T) {
-	show := func(e store.LedgerEntry) string {
+	show := func(e ledger.Entry) string {
 		s, err := rowJSON(row("label", e))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	base := show(filltest.Filled[store.LedgerEntry]())
-	filltest.Vary(func(path string, changed store.LedgerEntry) {
+	base := show(filltest.Filled[ledger.Entry]())
+	filltest.Vary(func(path string, changed ledger.Entry) {
 		if !filltest.NotInLedger(path) && show(changed) == base {
 			t.Errorf("the sink's row does not have %s", path)
 		}
@@ -42,7 +42,7 @@ func TestTableHasEveryField(t *testing.T) {
 	if err := migrate(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
-	stored := func(e store.LedgerEntry) string {
+	stored := func(e ledger.Entry) string {
 		t.Helper()
 		if _, err := conn.Exec(ctx, `TRUNCATE ledger`); err != nil {
 			t.Fatal(err)
@@ -56,8 +56,8 @@ func TestTableHasEveryField(t *testing.T) {
 		}
 		return s
 	}
-	base := stored(filltest.Filled[store.LedgerEntry]())
-	filltest.Vary(func(path string, changed store.LedgerEntry) {
+	base := stored(filltest.Filled[ledger.Entry]())
+	filltest.Vary(func(path string, changed ledger.Entry) {
 		if !filltest.NotInLedger(path) && stored(changed) == base {
 			t.Errorf("the ledger table does not keep %s", path)
 		}

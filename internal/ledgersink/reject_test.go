@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pgtest"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
@@ -46,7 +47,7 @@ func TestDataError(t *testing.T) {
 // jsonb stores: no NUL byte, no \u0000 escape, valid UTF-8, the bytes
 // spelled out as text, every column named, the rest exact.
 func TestRowJSONIsStorable(t *testing.T) {
-	r := row("<lab\xffel>", store.LedgerEntry{ID: "1700000000000-3", Settlement: account.Settlement{
+	r := row("<lab\xffel>", ledger.Entry{ID: "1700000000000-3", Settlement: account.Settlement{
 		RequestID: "req_1", AccountID: "acct_a", Priced: "bad\x00model", Requested: "x\xfe\xffy", Reported: "ok é", Cost: -42,
 	}})
 	s, err := rowJSON(r)

@@ -36,6 +36,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/audit"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
 )
@@ -43,9 +45,9 @@ import (
 // Store is what the sink reads and marks of the gateway's store
 // (internal/store implements it).
 type Store interface {
-	Audit(ctx context.Context, after string, limit int) ([]store.AuditEntry, string, error)
+	Audit(ctx context.Context, after string, limit int) ([]audit.Entry, string, error)
 	CommitSink(ctx context.Context, accountID, last string) (mark string, trimmed int64, err error)
-	Ledger(ctx context.Context, accountID, after string, limit int) ([]store.LedgerEntry, string, error)
+	Ledger(ctx context.Context, accountID, after string, limit int) ([]ledger.Entry, string, error)
 	ListAccounts(ctx context.Context) ([]account.Account, error)
 	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
 	SinkMark(ctx context.Context, accountID string) (string, error)
@@ -290,8 +292,8 @@ const readChunk = 100
 
 // read returns up to a page of the account's entries after after, read
 // in chunks of readChunk.
-func (s *Sink) read(ctx context.Context, account, after string) ([]store.LedgerEntry, error) {
-	var page []store.LedgerEntry
+func (s *Sink) read(ctx context.Context, account, after string) ([]ledger.Entry, error) {
+	var page []ledger.Entry
 	for len(page) < s.opts.PageSize {
 		n := min(readChunk, s.opts.PageSize-len(page))
 		chunk, _, err := s.st.Ledger(ctx, account, after, n)
@@ -328,7 +330,7 @@ func (s *Sink) mark(ctx context.Context, account string) error {
 // write inserts a page and moves the account's cursor in one transaction.
 // When PostgreSQL refuses an entry's data, the page is written again with
 // each refused entry set aside in ledger_rejects instead.
-func (s *Sink) write(ctx context.Context, account string, page []store.LedgerEntry) (int, error) {
+func (s *Sink) write(ctx context.Context, account string, page []ledger.Entry) (int, error) {
 	labels, err := s.keyLabels(ctx, account, page)
 	if err != nil {
 		return 0, err
@@ -351,7 +353,7 @@ func (s *Sink) write(ctx context.Context, account string, page []store.LedgerEnt
 // rolled back, the rows before the refused one are sent again, the refused
 // one is set aside, and the rest go on in a new savepoint. Without
 // setAside the first refusal fails the whole page.
-func (s *Sink) commit(ctx context.Context, account string, page []store.LedgerEntry, rows [][]any, setAside bool) (int, error) {
+func (s *Sink) commit(ctx context.Context, account string, page []ledger.Entry, rows [][]any, setAside bool) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	tx, err := s.conn.Begin(ctx)
@@ -559,7 +561,7 @@ func (s *Sink) countRejects(ctx context.Context) error {
 
 // keyLabels returns the labels of the account's keys, read again when the
 // page names a key not seen before.
-func (s *Sink) keyLabels(ctx context.Context, account string, page []store.LedgerEntry) (map[string]string, error) {
+func (s *Sink) keyLabels(ctx context.Context, account string, page []ledger.Entry) (map[string]string, error) {
 	labels := s.labels[account]
 	for _, e := range page {
 		if _, ok := labels[e.KeyID]; ok || e.KeyID == "" {
@@ -581,7 +583,7 @@ func (s *Sink) keyLabels(ctx context.Context, account string, page []store.Ledge
 }
 
 // row is the insert's arguments for one entry, in insertSQL's order.
-func row(label string, e store.LedgerEntry) []any {
+func row(label string, e ledger.Entry) []any {
 	args := []any{e.AccountID, e.ID, entryTime(e.ID), e.RequestID, e.KeyID, label,
 		string(e.Priced), string(e.Requested), string(e.Reported)}
 	for _, k := range usage.Kinds {

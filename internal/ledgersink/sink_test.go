@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/account"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -30,7 +30,7 @@ func TestEveryUsageKindHasColumns(t *testing.T) {
 // The insert names as many columns as a row has values.
 func TestInsertMatchesRow(t *testing.T) {
 	n := strings.Count(insertSQL, "$")
-	args := row("label", store.LedgerEntry{ID: "1700000000000-3"})
+	args := row("label", ledger.Entry{ID: "1700000000000-3"})
 	if n != len(args) {
 		t.Fatalf("insert has %d placeholders, a row %d values", n, len(args))
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
 	"github.com/modelgateway/gateway/internal/vendorusage"
@@ -41,10 +42,10 @@ func continuous(t *testing.T, st *store.Store, holder string, now *time.Time, re
 			`,"results":[{"input_tokens":7,"api_key_id":"key_b","model":"gpt-x"}]}],"has_more":false}`))
 	}))
 	t.Cleanup(relay.Close)
-	var entries []store.LedgerEntry
+	var entries []ledger.Entry
 	for h := range 6 {
 		at := hour.Add(time.Duration(h)*time.Hour + time.Minute)
-		entries = append(entries, store.LedgerEntry{Settlement: account.Settlement{VendorKey: "k1", Priced: "gpt-x", StartedAt: at, EndedAt: at, Usage: usage.Usage{Input: 5}, Cost: 5000}})
+		entries = append(entries, ledger.Entry{Settlement: account.Settlement{VendorKey: "k1", Priced: "gpt-x", StartedAt: at, EndedAt: at, Usage: usage.Usage{Input: 5}, Cost: 5000}})
 	}
 	return &Continuous{
 		Runner: &Runner{

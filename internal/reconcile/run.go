@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/vendorusage"
 )
 
 // Ledger is what a run reads of the store.
 type Ledger interface {
 	ListAccounts(ctx context.Context) ([]account.Account, error)
-	LedgerBetween(ctx context.Context, accountID string, from, to time.Time, after string, limit int) ([]store.LedgerEntry, string, error)
+	LedgerBetween(ctx context.Context, accountID string, from, to time.Time, after string, limit int) ([]ledger.Entry, string, error)
 	AbandonedBetween(ctx context.Context, from, to time.Time) ([]account.AbandonedAttempt, error)
 }
 

@@ -10,13 +10,13 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/usage"
 	"github.com/modelgateway/gateway/internal/vendorusage"
 )
 
 // ledgerOf is a store's ledger of fixed entries, each account's.
-type ledgerOf map[string][]store.LedgerEntry
+type ledgerOf map[string][]ledger.Entry
 
 func (l ledgerOf) ListAccounts(context.Context) ([]account.Account, error) {
 	var out []account.Account
@@ -26,8 +26,8 @@ func (l ledgerOf) ListAccounts(context.Context) ([]account.Account, error) {
 	return out, nil
 }
 
-func (l ledgerOf) LedgerBetween(_ context.Context, id string, from, to time.Time, after string, limit int) ([]store.LedgerEntry, string, error) {
-	var out []store.LedgerEntry
+func (l ledgerOf) LedgerBetween(_ context.Context, id string, from, to time.Time, after string, limit int) ([]ledger.Entry, string, error) {
+	var out []ledger.Entry
 	for _, e := range l[id] {
 		// The entry's settlement time, as its stream id says.
 		if !e.EndedAt.Before(from) && e.EndedAt.Before(to) {
@@ -60,8 +60,8 @@ func TestRun(t *testing.T) {
 	}))
 	defer relay.Close()
 	at := hour.Add(30 * time.Minute)
-	st := func(model string, u usage.Usage, start, end time.Time) store.LedgerEntry {
-		return store.LedgerEntry{Settlement: account.Settlement{VendorKey: "k1", Priced: usage.PricedModel(model), StartedAt: start, EndedAt: end, Usage: u}}
+	st := func(model string, u usage.Usage, start, end time.Time) ledger.Entry {
+		return ledger.Entry{Settlement: account.Settlement{VendorKey: "k1", Priced: usage.PricedModel(model), StartedAt: start, EndedAt: end, Usage: u}}
 	}
 	r := &Runner{
 		Relay: relay.URL, Client: relay.Client(), Settling: time.Hour,

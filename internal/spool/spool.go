@@ -27,13 +27,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
 // Store is what a Spool wraps; *store.Store implements it.
 type Store interface {
 	Settle(ctx context.Context, s account.Settlement) (applied bool, err error)
-	SettleBatch(ctx context.Context, sts []account.Settlement) []store.SettleResult
+	SettleBatch(ctx context.Context, sts []account.Settlement) []ledger.SettleResult
 }
 
 // Options tune a Spool. Zero values pick the defaults.
@@ -155,8 +156,8 @@ func signal(c chan struct{}) {
 // exactly once. Errors that a retry cannot mend (an unknown account, an
 // invalid settlement) are returned as they are, and so is the store's error
 // when the spool cannot take the settlement either.
-func (l *Spool) SettleBatch(ctx context.Context, sts []account.Settlement) []store.SettleResult {
-	res := make([]store.SettleResult, len(sts))
+func (l *Spool) SettleBatch(ctx context.Context, sts []account.Settlement) []ledger.SettleResult {
+	res := make([]ledger.SettleResult, len(sts))
 	valid := make([]account.Settlement, 0, len(sts))
 	idx := make([]int, 0, len(sts))
 	for i, st := range sts {
@@ -188,7 +189,7 @@ func (l *Spool) SettleBatch(ctx context.Context, sts []account.Settlement) []sto
 // spool appends a settlement the store could not take (err) to the spool.
 // A spooled settlement reports applied: it is on disk and will be applied
 // exactly once.
-func (l *Spool) spool(st account.Settlement, err error) store.SettleResult {
+func (l *Spool) spool(st account.Settlement, err error) ledger.SettleResult {
 	depth, serr := l.file.append(st)
 	if serr != nil {
 		reason := "write"
@@ -196,7 +197,7 @@ func (l *Spool) spool(st account.Settlement, err error) store.SettleResult {
 			reason = "full"
 		}
 		l.metrics.errors.WithLabelValues(reason).Inc()
-		return store.SettleResult{Err: fmt.Errorf("%w; and spooling it failed: %w", err, serr)}
+		return ledger.SettleResult{Err: fmt.Errorf("%w; and spooling it failed: %w", err, serr)}
 	}
 	l.metrics.spooled.Inc()
 	if l.onErr != nil {
@@ -205,7 +206,7 @@ func (l *Spool) spool(st account.Settlement, err error) store.SettleResult {
 	l.log.Warn("settlement spooled: the store is unreachable",
 		"request_id", st.RequestID, "account", st.AccountID, "depth", depth, "err", err)
 	signal(l.wake)
-	return store.SettleResult{Applied: true, Spooled: true}
+	return ledger.SettleResult{Applied: true, Spooled: true}
 }
 
 // permanent reports whether a store error will not go away by retrying.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/testclock"
 	"github.com/modelgateway/gateway/internal/usage"
@@ -50,9 +51,9 @@ func (f *flaky) Settle(ctx context.Context, st account.Settlement) (bool, error)
 	return f.Store.Settle(ctx, st)
 }
 
-func (f *flaky) SettleBatch(ctx context.Context, sts []account.Settlement) []store.SettleResult {
+func (f *flaky) SettleBatch(ctx context.Context, sts []account.Settlement) []ledger.SettleResult {
 	if f.down.Load() {
-		res := make([]store.SettleResult, len(sts))
+		res := make([]ledger.SettleResult, len(sts))
 		for i := range res {
 			res[i].Err = errDown
 		}
@@ -133,7 +134,7 @@ func (e *env) admit(l *Spool, id string, cost int64) account.Settlement {
 func (e *env) check(wantCharged int64, wantEntries int, wantHolds int64) {
 	e.t.Helper()
 	ctx := context.Background()
-	rep, err := e.store.Usage(ctx, e.acct, store.Total)
+	rep, err := e.store.Usage(ctx, e.acct, ledger.Total)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -4,33 +4,11 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/audit"
 )
-
-// AuditEntry is one administrative action, as kept in the audit stream.
-type AuditEntry struct {
-	ID        string // stream entry id; set by the store
-	Actor     string
-	Action    string
-	AccountID string
-	KeyID     string
-	Detail    string
-	// Origin is where the change came from: the client address of a
-	// console session or an admin API call ("" in entries older than it).
-	Origin string
-	// Before and After are the changed state as JSON objects ("" when there
-	// is none: nothing before a creation, nothing after a refusal).
-	Before, After string
-	// Outcome is "" for a change made, OutcomeRefused for one a role did
-	// not allow.
-	Outcome string
-	At      time.Time // zero: now
-}
-
-// OutcomeRefused marks an audit entry of a change refused to its actor.
-const OutcomeRefused = "refused"
 
 // secretPattern matches a credential secret, so that none reaches the audit
 // stream even when a caller puts one in an entry by mistake.
@@ -40,7 +18,7 @@ func redact(s string) string { return secretPattern.ReplaceAllString(s, "[redact
 
 // AppendAudit appends e to the audit stream. Anything shaped like a secret is
 // redacted first.
-func (s *Store) AppendAudit(ctx context.Context, e AuditEntry) error {
+func (s *Store) AppendAudit(ctx context.Context, e audit.Entry) error {
 	if e.At.IsZero() {
 		e.At = s.now()
 	}
@@ -77,21 +55,21 @@ func (s *Store) AppendAudit(ctx context.Context, e AuditEntry) error {
 // Audit returns up to limit audit entries after the entry id after ("" for
 // the oldest), oldest first, and the id to pass as after for the next page,
 // "" when there is none.
-func (s *Store) Audit(ctx context.Context, after string, limit int) ([]AuditEntry, string, error) {
+func (s *Store) Audit(ctx context.Context, after string, limit int) ([]audit.Entry, string, error) {
 	msgs, next, err := page(ctx, s.rdb, auditKey, after, limit)
 	if err != nil {
 		return nil, "", fmt.Errorf("store: audit: %w", err)
 	}
-	entries := make([]AuditEntry, len(msgs))
+	entries := make([]audit.Entry, len(msgs))
 	for i, m := range msgs {
 		entries[i] = decodeAudit(m)
 	}
 	return entries, next, nil
 }
 
-func decodeAudit(m redis.XMessage) AuditEntry {
+func decodeAudit(m redis.XMessage) audit.Entry {
 	v := m.Values
-	return AuditEntry{
+	return audit.Entry{
 		ID:        m.ID,
 		Actor:     str(v["actor"]),
 		Action:    str(v["action"]),

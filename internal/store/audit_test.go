@@ -8,6 +8,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/modelgateway/gateway/internal/audit"
 	"github.com/modelgateway/gateway/internal/testclock"
 )
 
@@ -20,7 +21,7 @@ func TestAuditRetentionAndChange(t *testing.T) {
 	mr.SetTime(now)
 	clk := testclock.New(now)
 	s := New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), Options{Now: clk.Now, AuditRetention: time.Hour})
-	old := AuditEntry{Actor: "sso:ann", Origin: "10.0.0.1", Action: "account.limits", AccountID: "acct_1",
+	old := audit.Entry{Actor: "sso:ann", Origin: "10.0.0.1", Action: "account.limits", AccountID: "acct_1",
 		Before: `{"rpm":1}`, After: `{"rpm":2}`}
 	if err := s.AppendAudit(ctx, old); err != nil {
 		t.Fatal(err)
@@ -35,12 +36,12 @@ func TestAuditRetentionAndChange(t *testing.T) {
 	}
 	clk.Advance(time.Hour + time.Second)
 	mr.SetTime(clk.Now())
-	refused := AuditEntry{Actor: "sso:bill", Action: "POST /console/api/keys", AccountID: "acct_1", Outcome: OutcomeRefused}
+	refused := audit.Entry{Actor: "sso:bill", Action: "POST /console/api/keys", AccountID: "acct_1", Outcome: audit.OutcomeRefused}
 	if err := s.AppendAudit(ctx, refused); err != nil {
 		t.Fatal(err)
 	}
 	got, _, err = s.Audit(ctx, "", 10)
-	if err != nil || len(got) != 1 || got[0].Outcome != OutcomeRefused || got[0].Actor != "sso:bill" {
+	if err != nil || len(got) != 1 || got[0].Outcome != audit.OutcomeRefused || got[0].Actor != "sso:bill" {
 		t.Fatalf("after the retention: %+v, %v; want the refusal only", got, err)
 	}
 }

@@ -39,27 +39,9 @@ var claimLua string
 
 var claimScript = redis.NewScript(claimLua)
 
-// Parked is a background response waiting for its final state.
-type Parked struct {
-	ResponseID string `json:"response_id"`
-	Upstream   string `json:"upstream"`
-	// Settlement is the request's settlement as far as it is known when
-	// the response is parked; the final state supplies usage and prices.
-	Settlement account.Settlement `json:"settlement"`
-	// MaxInput and MaxOutput bound the usage the final state may be
-	// charged for (what the request allowed); 0 when not recorded.
-	MaxInput  int64 `json:"max_input,omitempty"`
-	MaxOutput int64 `json:"max_output,omitempty"`
-}
-
-// BackgroundRef names a parked response.
-type BackgroundRef struct {
-	AccountID, ResponseID string
-}
-
 // Park keeps a background response's request until its final state is
 // seen; a reconciler looks at it first at next.
-func (s *Store) Park(ctx context.Context, p Parked, next time.Time) error {
+func (s *Store) Park(ctx context.Context, p account.Parked, next time.Time) error {
 	acct := p.Settlement.AccountID
 	if !validID(acct) || p.ResponseID == "" || strings.ContainsRune(p.ResponseID, ' ') {
 		return fmt.Errorf("store: park %q of %q: invalid ids", p.ResponseID, acct)
@@ -80,20 +62,20 @@ func (s *Store) Park(ctx context.Context, p Parked, next time.Time) error {
 }
 
 // Parked returns the account's parked response id, if it has one.
-func (s *Store) Parked(ctx context.Context, accountID, responseID string) (Parked, bool, error) {
+func (s *Store) Parked(ctx context.Context, accountID, responseID string) (account.Parked, bool, error) {
 	if !validID(accountID) {
-		return Parked{}, false, nil
+		return account.Parked{}, false, nil
 	}
 	b, err := s.rdb.HGet(ctx, acctKey(accountID, "bg"), responseID).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return Parked{}, false, nil
+		return account.Parked{}, false, nil
 	}
 	if err != nil {
-		return Parked{}, false, fmt.Errorf("store: parked: %w", err)
+		return account.Parked{}, false, fmt.Errorf("store: parked: %w", err)
 	}
-	var p Parked
+	var p account.Parked
 	if err := json.Unmarshal(b, &p); err != nil {
-		return Parked{}, false, fmt.Errorf("store: parked %s: %w", responseID, err)
+		return account.Parked{}, false, fmt.Errorf("store: parked %s: %w", responseID, err)
 	}
 	return p, true, nil
 }
@@ -111,17 +93,17 @@ func (s *Store) Unpark(ctx context.Context, accountID, responseID string) error 
 
 // ClaimDue takes up to limit parked responses due by now and schedules
 // each again at next: until then no other reconciler takes them.
-func (s *Store) ClaimDue(ctx context.Context, now, next time.Time, limit int) ([]BackgroundRef, error) {
+func (s *Store) ClaimDue(ctx context.Context, now, next time.Time, limit int) ([]account.BackgroundRef, error) {
 	members, err := claimScript.Run(ctx, s.rdb, []string{bgScheduleKey},
 		now.UnixMilli(), strconv.FormatInt(next.UnixMilli(), 10), limit).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("store: claim background responses: %w", err)
 	}
-	refs := make([]BackgroundRef, 0, len(members))
+	refs := make([]account.BackgroundRef, 0, len(members))
 	for _, m := range members {
 		acct, id, ok := strings.Cut(m, " ")
 		if ok {
-			refs = append(refs, BackgroundRef{AccountID: acct, ResponseID: id})
+			refs = append(refs, account.BackgroundRef{AccountID: acct, ResponseID: id})
 		}
 	}
 	return refs, nil

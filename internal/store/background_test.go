@@ -19,7 +19,7 @@ func TestParkAndClaim(t *testing.T) {
 	s := New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), Options{})
 	ctx := context.Background()
 	t0 := time.UnixMilli(1_000_000)
-	p := Parked{ResponseID: "resp_1", Upstream: "beta", Settlement: account.Settlement{RequestID: "req_1", AccountID: "acct_a", Requested: "m"}}
+	p := account.Parked{ResponseID: "resp_1", Upstream: "beta", Settlement: account.Settlement{RequestID: "req_1", AccountID: "acct_a", Requested: "m"}}
 	if err := s.Park(ctx, p, t0); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestParkAndClaim(t *testing.T) {
 		t.Fatalf("claimed before due: %v", refs)
 	}
 	refs, err := s.ClaimDue(ctx, t0, t0.Add(time.Second), 10)
-	if err != nil || len(refs) != 1 || refs[0] != (BackgroundRef{"acct_a", "resp_1"}) {
+	if err != nil || len(refs) != 1 || refs[0] != (account.BackgroundRef{AccountID: "acct_a", ResponseID: "resp_1"}) {
 		t.Fatalf("ClaimDue: %v %v", refs, err)
 	}
 	// A second claimer in the same period gets nothing; after it, again.
@@ -63,8 +63,8 @@ func TestBindResponse(t *testing.T) {
 	if o, err := s.ResponseOwner(ctx, "resp_1"); o != "" || err != nil {
 		t.Fatalf("owner of an unknown id: %q %v", o, err)
 	}
-	s.Bind(ctx, Binding{Account: "acct_a", IDs: []string{"resp_1"}})
-	s.Bind(ctx, Binding{Account: "acct_b", IDs: []string{"resp_1"}})
+	s.Bind(ctx, account.Binding{Account: "acct_a", IDs: []string{"resp_1"}})
+	s.Bind(ctx, account.Binding{Account: "acct_b", IDs: []string{"resp_1"}})
 	if o, _ := s.ResponseOwner(ctx, "resp_1"); o != "acct_a" {
 		t.Fatalf("owner %q", o)
 	}
@@ -79,13 +79,13 @@ func TestBindItems(t *testing.T) {
 	mr := miniredis.RunT(t)
 	s := New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), Options{})
 	ctx := context.Background()
-	if err := s.Bind(ctx, Binding{Account: "acct_a", IDs: nil}); err != nil {
+	if err := s.Bind(ctx, account.Binding{Account: "acct_a", IDs: nil}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Bind(ctx, Binding{Account: "acct_a", IDs: []string{"msg_1", "rs_1"}}); err != nil {
+	if err := s.Bind(ctx, account.Binding{Account: "acct_a", IDs: []string{"msg_1", "rs_1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Bind(ctx, Binding{Account: "acct_b", IDs: []string{"rs_1", "fc_1"}}); err != nil {
+	if err := s.Bind(ctx, account.Binding{Account: "acct_b", IDs: []string{"rs_1", "fc_1"}}); err != nil {
 		t.Fatal(err)
 	}
 	for id, want := range map[string]string{"msg_1": "acct_a", "rs_1": "acct_a", "fc_1": "acct_b", "msg_2": ""} {
@@ -109,10 +109,10 @@ func TestBindKeepsTheCreatingKey(t *testing.T) {
 	mr := miniredis.RunT(t)
 	s := New(redis.NewClient(&redis.Options{Addr: mr.Addr()}), Options{})
 	ctx := context.Background()
-	if err := s.Bind(ctx, Binding{Account: "acct_a", Key: "k2", IDs: []string{"resp_1", "msg_1"}}, Binding{Account: "acct_a", IDs: []string{"resp_2"}}); err != nil {
+	if err := s.Bind(ctx, account.Binding{Account: "acct_a", Key: "k2", IDs: []string{"resp_1", "msg_1"}}, account.Binding{Account: "acct_a", IDs: []string{"resp_2"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Bind(ctx, Binding{Account: "acct_b", Key: "k1", IDs: []string{"resp_1"}}); err != nil {
+	if err := s.Bind(ctx, account.Binding{Account: "acct_b", Key: "k1", IDs: []string{"resp_1"}}); err != nil {
 		t.Fatal(err)
 	}
 	owners, keys, err := s.ResponseOwners(ctx, []string{"resp_1", "msg_1", "resp_2", "resp_3"})

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -46,7 +47,7 @@ func appendCounters(args []any, st account.Settlement, cost int64) []any {
 }
 
 // addCounter adds one usage-hash counter to c.
-func addCounter(c *Counters, name string, n int64) {
+func addCounter(c *ledger.Counters, name string, n int64) {
 	switch name {
 	case counterRequests:
 		c.Requests += n

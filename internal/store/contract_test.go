@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -41,9 +42,9 @@ func testSettlementRoundTrip(t *testing.T, e *env) {
 	if len(l) != 1 || !reflect.DeepEqual(l[0].Settlement, st) {
 		t.Fatalf("ledger\n got %+v\nwant %+v", l, st)
 	}
-	for _, p := range []Period{Day, Month, Total} {
+	for _, p := range []ledger.Period{ledger.Day, ledger.Month, ledger.Total} {
 		r := e.usage(acct, p)
-		want := Counters{Requests: 1, Usage: st.Usage, Cost: st.Cost}
+		want := ledger.Counters{Requests: 1, Usage: st.Usage, Cost: st.Cost}
 		if r.Totals != want || len(r.ByModel) != 1 || r.ByModel[0].Model != st.Priced || r.ByModel[0].Counters != want {
 			t.Fatalf("%s counters\n got %+v\nwant %+v under %s", p, r, want, st.Priced)
 		}
@@ -56,7 +57,7 @@ func testSettlementRoundTrip(t *testing.T, e *env) {
 		id := "one-" + k.Name
 		e.mustAdmit(acct, id, 10)
 		e.settle(account.Settlement{RequestID: id, AccountID: acct, Priced: st.Priced, Usage: u, Status: 200})
-		got := e.usage(acct, Total).Totals.Usage
+		got := e.usage(acct, ledger.Total).Totals.Usage
 		for j, o := range usage.Kinds {
 			want := o.Of(st.Usage)
 			if j <= i {

@@ -52,7 +52,7 @@ func TestSweptSettlementKeepsEveryField(t *testing.T) {
 	if d, err := e.s.Admit(e.ctx, &account.Admission{RequestID: "r1", AccountID: acct, KeyID: "key_1", Priced: "m", Hold: 1e12, Stream: true, Transport: "websocket"}); err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %v %v", d.Outcome, err)
 	}
-	if _, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1", Checkpoint: ck.Checkpoint()}}); err != nil {
+	if _, err := e.s.RenewHolds(e.ctx, []account.Renewal{{AccountID: acct, RequestID: "r1", Checkpoint: ck.Checkpoint()}}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(2 * holdTTL)

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/ledger"
 )
 
 // The ledger is an account's billing record: an entry leaves it only after it
@@ -21,7 +23,7 @@ import (
 // entry id after, oldest first. An empty after resumes after the account's
 // committed export mark. It also returns the mark ("" when nothing was ever
 // committed).
-func (s *Store) ExportLedger(ctx context.Context, accountID, after string, limit int) (entries []LedgerEntry, mark string, err error) {
+func (s *Store) ExportLedger(ctx context.Context, accountID, after string, limit int) (entries []ledger.Entry, mark string, err error) {
 	if !validID(accountID) {
 		return nil, "", fmt.Errorf("store: export ledger of %q: %w", accountID, ErrNotFound)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -176,20 +177,13 @@ var (
 	}
 )
 
-// Renewal extends one running request's hold.
-type Renewal struct {
-	AccountID  string
-	RequestID  string
-	Checkpoint *account.Checkpoint // nil keeps the last checkpoint
-}
-
 // HoldLease is how long a hold lives without renewal.
 func (s *Store) HoldLease() time.Duration { return s.opts.HoldTTL }
 
 // RenewHolds extends the leases of running requests to now+HoldLease and
 // stores their checkpoints: one script call per account, all in one
 // pipeline. It returns the request ids whose hold is gone: settled, or swept.
-func (s *Store) RenewHolds(ctx context.Context, rs []Renewal) (gone []string, err error) {
+func (s *Store) RenewHolds(ctx context.Context, rs []account.Renewal) (gone []string, err error) {
 	if len(rs) == 0 {
 		return nil, nil
 	}
@@ -245,29 +239,14 @@ func (s *Store) DueHoldAccounts(ctx context.Context, limit int64) ([]string, err
 	return ids, nil
 }
 
-// SweepResult is what one sweep of an account did.
-type SweepResult struct {
-	// Interrupted are the requests settled at their last checkpoint because
-	// their hold's lease ran out. Applied is false for one that had already
-	// settled (a sweeper elsewhere, or its own late settlement).
-	Interrupted []account.Settlement
-	Applied     []bool
-	// Released counts expired holds without an admission record (an older
-	// sidecar's), released at no charge.
-	Released int64
-	// LeasesReturned are the amounts of the expired leases given back to
-	// the account (their sidecar stopped renewing them).
-	LeasesReturned []int64
-}
-
 // sweepBatch bounds the expired holds one sweep script call returns.
 const sweepBatch = 100
 
 // SweepHolds settles the account's requests whose hold lease ran out, at
 // their last checkpoint, flagged interrupted and estimated, and keeps the
 // account's place in the sweeper's index.
-func (s *Store) SweepHolds(ctx context.Context, accountID string) (SweepResult, error) {
-	var res SweepResult
+func (s *Store) SweepHolds(ctx context.Context, accountID string) (ledger.SweepResult, error) {
+	var res ledger.SweepResult
 	if !validID(accountID) {
 		// A malformed index entry: drop it, it can never hold anything.
 		s.rdb.ZRem(ctx, holdIndexKey, accountID)

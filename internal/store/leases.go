@@ -61,89 +61,15 @@ func validLeaseID(id string) bool {
 	return true
 }
 
-// LeaseCall takes, resizes or returns one lease (lua/lease.lua).
-type LeaseCall struct {
-	AccountID, KeyID, LeaseID string
-	// Free is the sidecar's free amount of the lease (what it may still
-	// admit from it), Want the free amount it would like (0 returns the
-	// lease), Min the least worth keeping, Share the divisor of the room.
-	Free, Want, Min, Share int64
-	// KeyLimits are the key's limits as the sidecar knows them.
-	KeyLimits account.Limits
-	// ProjectID and ProjectLimits are the key's project and its limits as
-	// the sidecar knows them; for a lease already taken, those it was
-	// taken under. A project that is the default or has no limit is none.
-	ProjectID     string
-	ProjectLimits account.Limits
-	// Cursor is the sidecar's next slot number (from 1): every slot below
-	// it is used, and none at or above it is used until the call returns.
-	// WantSlots is how many free slots it would like, MinSlots the fewest
-	// worth a lease where a rate limit applies.
-	Cursor, WantSlots, MinSlots int64
-	// FreeSeats is the sidecar's free seats of the lease, WantSeats how
-	// many it would like, MinSeats the fewest worth a lease where a
-	// concurrency limit applies.
-	FreeSeats, WantSeats, MinSeats int64
-	// FreeTokens is the sidecar's free tokens of the lease, WantTokens how
-	// many it would like, MinTokens the fewest worth a lease where a
-	// tokens-per-minute limit applies.
-	FreeTokens, WantTokens, MinTokens int64
-	// Taken: the sidecar has called under this lease id before, so a lease
-	// missing from Redis was swept and is gone (LeaseGone), whatever the
-	// sidecar has free; only a first call takes a new lease.
-	Taken bool
-}
-
-// Lease reasons (LeaseResult.Reason).
-const (
-	LeaseHeld       = 0
-	LeaseNotAllowed = 1 // the account is suspended, the key revoked, or the lease's kind changed
-	LeaseTooSmall   = 2 // the room left is too small to slice
-	LeaseNoAccount  = 3
-	LeaseGone       = 4 // swept: take a new lease under another id
-)
-
-// LeaseResult is one lease call's answer: Delta is the change of the free
-// amount (the caller adds it to its own free amount); the caller may use
-// slots [Cursor, Hi), or any number when Hi is -1 (no rate limit applies).
-// Rates says which rate logs hold the slots (LevelAccount, LevelKey, LevelProject). Seats
-// is the change of the free seats (the caller adds it to its own), Seated
-// which concurrency limits they count against (LevelAccount, LevelKey, LevelProject; 0: no
-// seat is needed). Tokens is the change of the free tokens (the caller
-// adds it to its own), usable while the current 5 s bucket (unix ms / 5000)
-// is at most TokenBucket; TokenLevels says which token windows hold them
-// (LevelAccount, LevelKey, LevelProject; 0: no tokens needed).
-type LeaseResult struct {
-	Delta       int64
-	Reason      int
-	Hi          int64
-	Rates       int
-	Seats       int64
-	Seated      int
-	Tokens      int64
-	TokenLevels int
-	TokenBucket int64
-	Err         error
-}
-
-// Where a lease's slots, seats or tokens count (LeaseResult.Rates, Seated
-// and TokenLevels, bits of): against the account's limit (its rate log,
-// in-flight count, token window), the key's, its project's, or several;
-// 0 where none has the limit. lease.lua's levelsOf.
-const (
-	LevelAccount = 1
-	LevelKey     = 2
-	LevelProject = 4
-)
-
-// TokenBucket is the 5 s bucket of the token windows (admit.lua) t is in.
+// TokenBucket is the 5 s bucket of the token windows (admit.lua) t is in:
+// the unit of account.LeaseResult.TokenBucket and account.LeaseRef.Bucket.
 func TokenBucket(t time.Time) int64 { return t.UnixMilli() / tokenBucketMs }
 
 // Leases runs lease calls in one pipelined round trip (one script call per
 // lease), each lease renewed to expire one HoldLease from now; the
 // sweeper's index learns of each account.
-func (s *Store) Leases(ctx context.Context, calls []LeaseCall) []LeaseResult {
-	res := make([]LeaseResult, len(calls))
+func (s *Store) Leases(ctx context.Context, calls []account.LeaseCall) []account.LeaseResult {
+	res := make([]account.LeaseResult, len(calls))
 	if len(calls) == 0 {
 		return res
 	}
@@ -178,14 +104,14 @@ func (s *Store) Leases(ctx context.Context, calls []LeaseCall) []LeaseResult {
 			res[i].Err = fmt.Errorf("store: lease %s of %s: %w", calls[i].LeaseID, calls[i].AccountID, err)
 			continue
 		}
-		res[i] = LeaseResult{Delta: v[0], Reason: int(v[1]), Hi: v[2], Rates: int(v[3]), Seats: v[4], Seated: int(v[5]),
+		res[i] = account.LeaseResult{Delta: v[0], Reason: int(v[1]), Hi: v[2], Rates: int(v[3]), Seats: v[4], Seated: int(v[5]),
 			Tokens: v[6], TokenLevels: int(v[7]), TokenBucket: v[8]}
 	}
 	return res
 }
 
 // leaseCall builds lease.lua's KEYS and ARGV; free -1 sweeps.
-func (s *Store) leaseCall(c LeaseCall, now, expiry time.Time, free int64) ([]string, []any) {
+func (s *Store) leaseCall(c account.LeaseCall, now, expiry time.Time, free int64) ([]string, []any) {
 	id := c.AccountID
 	keys := []string{
 		acctKey(id, "acct"),
@@ -239,7 +165,7 @@ func (s *Store) sweepLease(ctx context.Context, accountID, leaseID, keyID string
 	if err != nil {
 		return 0, fmt.Errorf("sweep lease %s: %w", leaseID, err)
 	}
-	c := LeaseCall{AccountID: accountID, KeyID: keyID, LeaseID: leaseID, Share: 1}
+	c := account.LeaseCall{AccountID: accountID, KeyID: keyID, LeaseID: leaseID, Share: 1}
 	if p := leaseFieldProject(v); p != "" {
 		c.ProjectID, c.ProjectLimits = p, account.Limits{TotalNanoUSD: 1}
 	}
@@ -265,33 +191,11 @@ func leaseFieldProject(v string) string {
 	return f[13]
 }
 
-// LeasedRequest is a request admitted from a lease, whose hold is to be
-// recorded (lua/record.lua).
-type LeasedRequest struct {
-	Lease account.LeaseRef
-	// KeyCounted: the hold counts in the key's held and in-flight counts
-	// (the key has a spend budget, a concurrency or a tokens-per-minute
-	// limit), as admit.lua counts it.
-	KeyCounted bool
-	// ProjectCounted: the hold counts in the held and in-flight counts of
-	// its project (Admission.ProjectID), the lease's (it has a spend
-	// budget, a concurrency or a tokens-per-minute limit), as admit.lua
-	// counts it.
-	ProjectCounted bool
-	// Slot is the lease's request slot the request used (0: none, the
-	// lease has no rate limit), Rates the rate logs the slot is in
-	// (LeaseResult.Rates), At the admission time its id is scored at.
-	Slot      int64
-	Rates     int
-	At        time.Time
-	Admission account.Admission
-}
-
 // RecordLeased records the holds of requests admitted from leases, each at
 // most once: one script call per lease, in one pipelined round trip. It
 // returns the first error; a call that failed may be made again (recording
 // is idempotent).
-func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
+func (s *Store) RecordLeased(ctx context.Context, rs []account.LeasedRequest) error {
 	if len(rs) == 0 {
 		return nil
 	}
@@ -346,13 +250,13 @@ func (s *Store) RecordLeased(ctx context.Context, rs []LeasedRequest) error {
 			kc = 1
 		}
 		if r.Lease.Tokens > 0 {
-			if r.Lease.TokenLevels&LevelAccount != 0 {
+			if r.Lease.TokenLevels&account.LevelAccount != 0 {
 				ta = r.Lease.Bucket
 			}
-			if r.Lease.TokenLevels&LevelKey != 0 {
+			if r.Lease.TokenLevels&account.LevelKey != 0 {
 				tk = r.Lease.Bucket
 			}
-			if r.Lease.TokenLevels&LevelProject != 0 {
+			if r.Lease.TokenLevels&account.LevelProject != 0 {
 				tp = r.Lease.Bucket
 			}
 		}

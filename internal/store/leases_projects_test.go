@@ -33,9 +33,9 @@ func testLeaseProjectBudget(t *testing.T, e *env) {
 	}
 	k := e.projectKey(acct, p.ID)
 	lid := "sc1." + k.ID + ".1"
-	call := LeaseCall{AccountID: acct, KeyID: k.ID, LeaseID: lid, Want: usd, Min: 1, ProjectID: p.ID, ProjectLimits: k.ProjectLimits}
+	call := account.LeaseCall{AccountID: acct, KeyID: k.ID, LeaseID: lid, Want: usd, Min: 1, ProjectID: p.ID, ProjectLimits: k.ProjectLimits}
 	r := e.lease(call)
-	if r.Reason != LeaseHeld || r.Delta != 250_000_000 {
+	if r.Reason != account.LeaseHeld || r.Delta != 250_000_000 {
 		t.Fatalf("lease %+v, want the project's 2 USD / 8", r)
 	}
 	if got := e.projectLeased(acct, p.ID); got != 250_000_000 {
@@ -46,14 +46,14 @@ func testLeaseProjectBudget(t *testing.T, e *env) {
 	wantAdmitted(t, e.admitAs(k, "fits", 1_750_000_000))
 	// Nothing is left for another lease of the project's keys.
 	k2 := e.projectKey(acct, p.ID)
-	if r := e.lease(LeaseCall{AccountID: acct, KeyID: k2.ID, LeaseID: "sc2." + k2.ID + ".1", Want: usd, Min: 1, ProjectID: p.ID, ProjectLimits: k2.ProjectLimits}); r.Reason != LeaseTooSmall {
+	if r := e.lease(account.LeaseCall{AccountID: acct, KeyID: k2.ID, LeaseID: "sc2." + k2.ID + ".1", Want: usd, Min: 1, ProjectID: p.ID, ProjectLimits: k2.ProjectLimits}); r.Reason != account.LeaseTooSmall {
 		t.Fatalf("a second lease with the project's room taken: %+v", r)
 	}
 
 	// leased1's record moves its hold from the lease into the project's held.
 	rec := func(seq, hold int64, req string) {
 		t.Helper()
-		err := e.s.RecordLeased(e.ctx, []LeasedRequest{{
+		err := e.s.RecordLeased(e.ctx, []account.LeasedRequest{{
 			Lease: account.LeaseRef{ID: lid, Seq: seq, Hold: hold}, ProjectCounted: true,
 			Admission: account.Admission{RequestID: req, AccountID: acct, KeyID: k.ID, ProjectID: p.ID, ProjectLimits: k.ProjectLimits, Priced: "m", Hold: hold},
 		}})
@@ -120,18 +120,18 @@ func testLeaseProjectKind(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{})
 	p, _ := e.s.CreateProject(e.ctx, acct, "team", account.Limits{TotalNanoUSD: 80 * usd})
 	pl := account.Limits{TotalNanoUSD: 80 * usd}
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: "l.1", Want: usd, Min: 1, ProjectID: p.ID, ProjectLimits: pl})
-	if r.Reason != LeaseHeld || r.Delta != usd {
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: "l.1", Want: usd, Min: 1, ProjectID: p.ID, ProjectLimits: pl})
+	if r.Reason != account.LeaseHeld || r.Delta != usd {
 		t.Fatalf("lease %+v", r)
 	}
 	for _, other := range []string{"prj_other", ""} {
-		res := e.s.Leases(e.ctx, []LeaseCall{{AccountID: acct, KeyID: "key_x", LeaseID: "l.1", Free: usd, Want: usd, Min: 1, Share: 8,
+		res := e.s.Leases(e.ctx, []account.LeaseCall{{AccountID: acct, KeyID: "key_x", LeaseID: "l.1", Free: usd, Want: usd, Min: 1, Share: 8,
 			ProjectID: other, ProjectLimits: pl, Taken: true}})
 		if res[0].Err == nil {
 			t.Fatalf("a call naming project %q: %+v, want an error", other, res[0])
 		}
 	}
-	r = e.lease(LeaseCall{AccountID: acct, LeaseID: "l.1", Free: usd, Want: 0, Min: 1, ProjectID: p.ID, ProjectLimits: pl, Taken: true})
+	r = e.lease(account.LeaseCall{AccountID: acct, LeaseID: "l.1", Free: usd, Want: 0, Min: 1, ProjectID: p.ID, ProjectLimits: pl, Taken: true})
 	if r.Delta != -usd {
 		t.Fatalf("lease returned: %+v", r)
 	}
@@ -154,8 +154,8 @@ func testLeaseProjectSeats(t *testing.T, e *env) {
 	p, _ := e.s.CreateProject(e.ctx, acct, "team", pl)
 	k := e.projectKey(acct, p.ID)
 	lid := "sc1." + k.ID + ".1"
-	r := e.lease(LeaseCall{AccountID: acct, KeyID: k.ID, LeaseID: lid, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2, ProjectID: p.ID, ProjectLimits: pl})
-	if r.Reason != LeaseHeld || r.Seats != 2 || r.Seated != LevelProject {
+	r := e.lease(account.LeaseCall{AccountID: acct, KeyID: k.ID, LeaseID: lid, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2, ProjectID: p.ID, ProjectLimits: pl})
+	if r.Reason != account.LeaseHeld || r.Seats != 2 || r.Seated != account.LevelProject {
 		t.Fatalf("lease %+v, want 2 seats (16 / 8) against the project's limit", r)
 	}
 	ps := "ps:" + p.ID
@@ -168,7 +168,7 @@ func testLeaseProjectSeats(t *testing.T, e *env) {
 	wantRefusal(t, e.admitAs(k, "over", 1), account.ConcurrencyLimited, account.ProjectLevel, time.Second)
 	rec := func(seq int64, req string) {
 		t.Helper()
-		err := e.s.RecordLeased(e.ctx, []LeasedRequest{{
+		err := e.s.RecordLeased(e.ctx, []account.LeasedRequest{{
 			Lease: account.LeaseRef{ID: lid, Seq: seq, Hold: 1}, ProjectCounted: true,
 			Admission: account.Admission{RequestID: req, AccountID: acct, KeyID: k.ID, ProjectID: p.ID, ProjectLimits: pl, Priced: "m", Hold: 1},
 		}})
@@ -189,9 +189,9 @@ func testLeaseProjectSeats(t *testing.T, e *env) {
 		t.Fatalf("after r2: project %+v, %d seats; want 15 in flight, no seat", s, e.seatSum(acct, ps))
 	}
 	// No seat left to slice (16 - 15 in flight < 8 × 1): the lease is returned.
-	r = e.lease(LeaseCall{AccountID: acct, KeyID: k.ID, LeaseID: lid, Free: usd - 2, Want: usd, Min: 1, WantSeats: 100, MinSeats: 1,
+	r = e.lease(account.LeaseCall{AccountID: acct, KeyID: k.ID, LeaseID: lid, Free: usd - 2, Want: usd, Min: 1, WantSeats: 100, MinSeats: 1,
 		ProjectID: p.ID, ProjectLimits: pl, Taken: true})
-	if r.Reason != LeaseTooSmall || r.Seats != 0 {
+	if r.Reason != account.LeaseTooSmall || r.Seats != 0 {
 		t.Fatalf("renewal %+v, want the lease returned", r)
 	}
 	if _, m := e.leased(acct); len(m) != 0 || e.seatSum(acct, ps) != 0 {
@@ -201,7 +201,7 @@ func testLeaseProjectSeats(t *testing.T, e *env) {
 	// Another project's lease, its sidecar dead: the sweep gives its seats back.
 	p2, _ := e.s.CreateProject(e.ctx, acct, "other", pl)
 	k2 := e.projectKey(acct, p2.ID)
-	if r := e.lease(LeaseCall{AccountID: acct, KeyID: k2.ID, LeaseID: "sc1." + k2.ID + ".1", Want: usd, Min: 1, WantSeats: 100, MinSeats: 2,
+	if r := e.lease(account.LeaseCall{AccountID: acct, KeyID: k2.ID, LeaseID: "sc1." + k2.ID + ".1", Want: usd, Min: 1, WantSeats: 100, MinSeats: 2,
 		ProjectID: p2.ID, ProjectLimits: pl}); r.Seats != 2 || e.seatSum(acct, "ps:"+p2.ID) != 2 {
 		t.Fatalf("lease %+v", r)
 	}
@@ -224,9 +224,9 @@ func testLeaseProjectSlotsAndTokens(t *testing.T, e *env) {
 	p, _ := e.s.CreateProject(e.ctx, acct, "team", pl)
 	k := e.projectKey(acct, p.ID)
 	lid := "sc1." + k.ID + ".1"
-	r := e.lease(LeaseCall{AccountID: acct, KeyID: k.ID, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 2,
+	r := e.lease(account.LeaseCall{AccountID: acct, KeyID: k.ID, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 2,
 		WantTokens: 5000, MinTokens: 100, ProjectID: p.ID, ProjectLimits: pl})
-	if r.Reason != LeaseHeld || r.Rates != LevelProject || r.Hi != 11 || r.TokenLevels != LevelProject || r.Tokens != 1000 {
+	if r.Reason != account.LeaseHeld || r.Rates != account.LevelProject || r.Hi != 11 || r.TokenLevels != account.LevelProject || r.Tokens != 1000 {
 		t.Fatalf("lease %+v, want 10 slots (80 / 8) and 1,000 tokens (8,000 / 8) of the project", r)
 	}
 	if n := placeholders(e.rateLog(acct, "prl:"+p.ID)); n != 10 {
@@ -242,9 +242,9 @@ func testLeaseProjectSlotsAndTokens(t *testing.T, e *env) {
 	if d := e.admitAs(k, "over", 1); d.Outcome != account.RateLimited || d.Level != account.ProjectLevel {
 		t.Fatalf("past the project's rate: %+v", d)
 	}
-	ref := account.LeaseRef{ID: lid, Seq: 1, Hold: 1, Tokens: 100, Bucket: r.TokenBucket, TokenLevels: LevelProject}
-	err := e.s.RecordLeased(e.ctx, []LeasedRequest{{
-		Lease: ref, ProjectCounted: true, Slot: 1, Rates: LevelProject, At: e.clock.Now(),
+	ref := account.LeaseRef{ID: lid, Seq: 1, Hold: 1, Tokens: 100, Bucket: r.TokenBucket, TokenLevels: account.LevelProject}
+	err := e.s.RecordLeased(e.ctx, []account.LeasedRequest{{
+		Lease: ref, ProjectCounted: true, Slot: 1, Rates: account.LevelProject, At: e.clock.Now(),
 		Admission: account.Admission{RequestID: "r1", AccountID: acct, KeyID: k.ID, ProjectID: p.ID, ProjectLimits: pl, Priced: "m", Hold: 1, Tokens: 100},
 	}})
 	if err != nil {

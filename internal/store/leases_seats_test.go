@@ -27,7 +27,7 @@ func (e *env) seatSum(acct, hash string) int64 {
 // recordSeat records a request admitted from a lease with seats.
 func (e *env) recordSeat(acct, lease string, seq int64, req string, keyCounted bool, kl account.Limits) {
 	e.t.Helper()
-	err := e.s.RecordLeased(e.ctx, []LeasedRequest{{
+	err := e.s.RecordLeased(e.ctx, []account.LeasedRequest{{
 		Lease: account.LeaseRef{ID: lease, Seq: seq, Hold: 1}, KeyCounted: keyCounted,
 		Admission: account.Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: 1, KeyLimits: kl},
 	}})
@@ -45,8 +45,8 @@ func testLeaseSeats(t *testing.T, e *env) {
 	const conc = 40
 	acct := e.account(100*usd, account.Limits{Concurrency: conc})
 	const lid = "sc1.key_x.1"
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2})
-	if r.Reason != LeaseHeld || r.Delta != usd || r.Seats != 5 || r.Seated != LevelAccount || r.Hi != -1 {
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2})
+	if r.Reason != account.LeaseHeld || r.Delta != usd || r.Seats != 5 || r.Seated != account.LevelAccount || r.Hi != -1 {
 		t.Fatalf("lease %+v, want 1 USD and 5 seats (40 / share 8) against the account's limit", r)
 	}
 	if n := e.seatSum(acct, "acct"); n != 5 {
@@ -93,8 +93,8 @@ func testLeaseSeats(t *testing.T, e *env) {
 	}
 	// The renewal: its 3 free seats added back, room 40 - 37 = 3: too
 	// few (3 / 8 < 2): the lease is returned, seats and money.
-	r = e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Free: usd - 2, Want: usd, Min: 1, FreeSeats: 3, WantSeats: 100, MinSeats: 2})
-	if r.Reason != LeaseTooSmall || r.Seats != -3 || r.Delta != -(usd-2) {
+	r = e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Free: usd - 2, Want: usd, Min: 1, FreeSeats: 3, WantSeats: 100, MinSeats: 2})
+	if r.Reason != account.LeaseTooSmall || r.Seats != -3 || r.Delta != -(usd-2) {
 		t.Fatalf("renewal %+v, want the lease returned with its 3 seats", r)
 	}
 	if sum, m := e.leased(acct); sum != 0 || len(m) != 0 || e.seatSum(acct, "acct") != 0 {
@@ -113,7 +113,7 @@ func testLeaseSeats(t *testing.T, e *env) {
 func testLeaseSeatsRenew(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{Concurrency: 80})
 	const lid = "sc1.key_x.1"
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantSeats: 4, MinSeats: 2})
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantSeats: 4, MinSeats: 2})
 	if r.Seats != 4 {
 		t.Fatalf("lease %+v, want the 4 seats wanted", r)
 	}
@@ -121,21 +121,21 @@ func testLeaseSeatsRenew(t *testing.T, e *env) {
 	// 70 more in flight, to (80 - 72 - 0 + free) / 8.
 	e.recordSeat(acct, lid, 1, "r1", false, account.Limits{})
 	e.recordSeat(acct, lid, 2, "r2", false, account.Limits{})
-	r = e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Free: usd - 2, Want: usd, Min: 1, FreeSeats: 2, WantSeats: 6, MinSeats: 2})
-	if r.Reason != LeaseHeld || r.Seats != 4 || e.seatSum(acct, "acct") != 6 {
+	r = e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Free: usd - 2, Want: usd, Min: 1, FreeSeats: 2, WantSeats: 6, MinSeats: 2})
+	if r.Reason != account.LeaseHeld || r.Seats != 4 || e.seatSum(acct, "acct") != 6 {
 		t.Fatalf("renewal %+v, %d seats; want 6 seats (+4)", r, e.seatSum(acct, "acct"))
 	}
 	for i := range 56 {
 		e.mustAdmit(acct, fmt.Sprintf("a%d", i), 1)
 	}
 	// In flight 58, seats 6 (free): room 80 - 58 = 22 → 2 seats.
-	r = e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: usd, Min: 1, FreeSeats: 6, WantSeats: 6, MinSeats: 2})
-	if r.Reason != LeaseHeld || r.Seats != -4 || e.seatSum(acct, "acct") != 2 {
+	r = e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: usd, Min: 1, FreeSeats: 6, WantSeats: 6, MinSeats: 2})
+	if r.Reason != account.LeaseHeld || r.Seats != -4 || e.seatSum(acct, "acct") != 2 {
 		t.Fatalf("renewal %+v, %d seats; want 2 seats (-4)", r, e.seatSum(acct, "acct"))
 	}
 	// A seat taken during the renewal (not yet recorded) stays counted:
 	// the sidecar said 2 free, 1 was taken since; the lease keeps it.
-	r = e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: 0, Min: 1, FreeSeats: 1})
+	r = e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: 0, Min: 1, FreeSeats: 1})
 	if r.Seats != -1 || e.seatSum(acct, "acct") != 1 {
 		t.Fatalf("return %+v with one seat taken: %d seats left, want 1", r, e.seatSum(acct, "acct"))
 	}
@@ -156,8 +156,8 @@ func testLeaseKeySeats(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{})
 	kl := account.Limits{Concurrency: 16}
 	const lid = "sc1.key_x.1"
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2, KeyLimits: kl})
-	if r.Reason != LeaseHeld || r.Seats != 2 || r.Seated != LevelKey {
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2, KeyLimits: kl})
+	if r.Reason != account.LeaseHeld || r.Seats != 2 || r.Seated != account.LevelKey {
 		t.Fatalf("lease %+v, want 2 seats (16 / 8) against the key's limit", r)
 	}
 	if e.seatSum(acct, "ks:key_x") != 2 || e.seatSum(acct, "acct") != 0 {
@@ -188,8 +188,8 @@ func testLeaseKeySeats(t *testing.T, e *env) {
 		t.Fatalf("after r1 settled: key %+v, want 14 in flight holding 14", ks)
 	}
 	// The key's concurrency limit removed: the lease's kind changed.
-	r = e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Free: usd - 2, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2})
-	if r.Reason != LeaseNotAllowed {
+	r = e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Free: usd - 2, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2})
+	if r.Reason != account.LeaseNotAllowed {
 		t.Fatalf("renewal under other limits: %+v", r)
 	}
 	if _, m := e.leased(acct); len(m) != 0 || e.seatSum(acct, "ks:key_x") != 0 {
@@ -203,8 +203,8 @@ func testLeaseSeatSweep(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{Concurrency: 80})
 	kl := account.Limits{Concurrency: 40}
 	const lid = "sc1.key_x.1"
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2, KeyLimits: kl})
-	if r.Seats != 5 || r.Seated != LevelAccount|LevelKey {
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantSeats: 100, MinSeats: 2, KeyLimits: kl})
+	if r.Seats != 5 || r.Seated != account.LevelAccount|account.LevelKey {
 		t.Fatalf("lease %+v, want 5 seats (the key's 40 / 8) against both limits", r)
 	}
 	e.recordSeat(acct, lid, 1, "r1", true, kl)
@@ -221,7 +221,7 @@ func testLeaseSeatSweep(t *testing.T, e *env) {
 // No seat, no lease: a limit whose room is too small to slice.
 func testLeaseSeatsTooSmall(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{Concurrency: 15})
-	if r := e.lease(LeaseCall{AccountID: acct, LeaseID: "l.1", Want: usd, Min: 1, WantSeats: 100, MinSeats: 2}); r.Reason != LeaseTooSmall || r.Delta != 0 || r.Seats != 0 {
+	if r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: "l.1", Want: usd, Min: 1, WantSeats: 100, MinSeats: 2}); r.Reason != account.LeaseTooSmall || r.Delta != 0 || r.Seats != 0 {
 		t.Fatalf("15 / 8 seats: %+v, want no lease", r)
 	}
 	if sum, m := e.leased(acct); sum != 0 || len(m) != 0 || e.seatSum(acct, "acct") != 0 {

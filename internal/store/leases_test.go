@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 )
 
-func (e *env) lease(c LeaseCall) LeaseResult {
+func (e *env) lease(c account.LeaseCall) account.LeaseResult {
 	e.t.Helper()
 	if c.KeyID == "" {
 		c.KeyID = "key_x"
@@ -19,7 +20,7 @@ func (e *env) lease(c LeaseCall) LeaseResult {
 	if c.Share == 0 {
 		c.Share = 8
 	}
-	r := e.s.Leases(e.ctx, []LeaseCall{c})[0]
+	r := e.s.Leases(e.ctx, []account.LeaseCall{c})[0]
 	if r.Err != nil {
 		e.t.Fatalf("lease %s: %v", c.LeaseID, r.Err)
 	}
@@ -32,12 +33,12 @@ func (e *env) leased(acct string) (sum int64, leases map[string]int64) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return e.usage(acct, Day).Leased, m
+	return e.usage(acct, ledger.Day).Leased, m
 }
 
 func (e *env) record(acct, lease string, seq, hold int64, req string) {
 	e.t.Helper()
-	err := e.s.RecordLeased(e.ctx, []LeasedRequest{{
+	err := e.s.RecordLeased(e.ctx, []account.LeasedRequest{{
 		Lease:     account.LeaseRef{ID: lease, Seq: seq, Hold: hold},
 		Admission: account.Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: hold},
 	}})
@@ -50,15 +51,15 @@ func (e *env) record(acct, lease string, seq, hold int64, req string) {
 // it is sized to its share of the room, and it is returned.
 func testLeaseEscrow(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{})
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: "sc1.key_x.1", Want: 20 * usd, Min: usd})
-	if r.Reason != LeaseHeld || r.Delta != 12_500_000_000 {
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: "sc1.key_x.1", Want: 20 * usd, Min: usd})
+	if r.Reason != account.LeaseHeld || r.Delta != 12_500_000_000 {
 		t.Fatalf("lease %+v, want 12.5 USD held (100 / share 8)", r)
 	}
 	if sum, m := e.leased(acct); sum != 12_500_000_000 || m["sc1.key_x.1"] != 12_500_000_000 {
 		t.Fatalf("leased %d %v", sum, m)
 	}
 	// Another sidecar's share is of what is left.
-	r2 := e.lease(LeaseCall{AccountID: acct, LeaseID: "sc2.key_x.1", Want: 20 * usd, Min: usd})
+	r2 := e.lease(account.LeaseCall{AccountID: acct, LeaseID: "sc2.key_x.1", Want: 20 * usd, Min: usd})
 	if r2.Delta != (100*usd-12_500_000_000)/8 {
 		t.Fatalf("second lease %+v", r2)
 	}
@@ -69,11 +70,11 @@ func testLeaseEscrow(t *testing.T, e *env) {
 	e.mustAdmit(acct, "fits", left)
 	// A renewal shrinks it to its share of what is left (only its own
 	// amount now), then it is returned.
-	if r := e.lease(LeaseCall{AccountID: acct, LeaseID: "sc1.key_x.1", Free: r.Delta, Want: 5 * usd, Min: usd}); r.Delta != 12_500_000_000/8-12_500_000_000 {
+	if r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: "sc1.key_x.1", Free: r.Delta, Want: 5 * usd, Min: usd}); r.Delta != 12_500_000_000/8-12_500_000_000 {
 		t.Fatalf("shrink %+v", r)
 	}
-	e.lease(LeaseCall{AccountID: acct, LeaseID: "sc1.key_x.1", Free: 12_500_000_000 / 8, Want: 0, Min: usd})
-	e.lease(LeaseCall{AccountID: acct, LeaseID: "sc2.key_x.1", Free: r2.Delta, Want: 0, Min: usd})
+	e.lease(account.LeaseCall{AccountID: acct, LeaseID: "sc1.key_x.1", Free: 12_500_000_000 / 8, Want: 0, Min: usd})
+	e.lease(account.LeaseCall{AccountID: acct, LeaseID: "sc2.key_x.1", Free: r2.Delta, Want: 0, Min: usd})
 	if sum, m := e.leased(acct); sum != 0 || len(m) != 0 {
 		t.Fatalf("after return: leased %d %v", sum, m)
 	}
@@ -86,35 +87,35 @@ func testLeaseEscrow(t *testing.T, e *env) {
 // a tpm limit when no tokens are wanted; a swept lease is reported gone.
 func testLeaseRefused(t *testing.T, e *env) {
 	small := e.account(10*usd, account.Limits{})
-	if r := e.lease(LeaseCall{AccountID: small, LeaseID: "l.1", Want: 10 * usd, Min: 2 * usd}); r.Reason != LeaseTooSmall || r.Delta != 0 {
+	if r := e.lease(account.LeaseCall{AccountID: small, LeaseID: "l.1", Want: 10 * usd, Min: 2 * usd}); r.Reason != account.LeaseTooSmall || r.Delta != 0 {
 		t.Fatalf("near the end: %+v", r)
 	}
 	tpm := e.account(100*usd, account.Limits{TPM: 1000})
-	if r := e.lease(LeaseCall{AccountID: tpm, LeaseID: "l.1", Want: usd, Min: 1}); r.Reason != LeaseTooSmall || r.Delta != 0 {
+	if r := e.lease(account.LeaseCall{AccountID: tpm, LeaseID: "l.1", Want: usd, Min: 1}); r.Reason != account.LeaseTooSmall || r.Delta != 0 {
 		t.Fatalf("account with tpm, no tokens wanted: %+v", r)
 	}
 	// A rate-limited account's lease needs slots: none asked for, none held.
 	rpm := e.account(100*usd, account.Limits{RPM: 10, WindowMinutes: 1})
-	if r := e.lease(LeaseCall{AccountID: rpm, LeaseID: "l.1", Want: usd, Min: 1}); r.Reason != LeaseTooSmall || r.Delta != 0 {
+	if r := e.lease(account.LeaseCall{AccountID: rpm, LeaseID: "l.1", Want: usd, Min: 1}); r.Reason != account.LeaseTooSmall || r.Delta != 0 {
 		t.Fatalf("account with rpm, no slots wanted: %+v", r)
 	}
 	plain := e.account(100*usd, account.Limits{})
-	if r := e.lease(LeaseCall{AccountID: plain, LeaseID: "l.1", Want: usd, Min: 1, KeyLimits: account.Limits{TPM: 1000}}); r.Reason != LeaseTooSmall || r.Delta != 0 {
+	if r := e.lease(account.LeaseCall{AccountID: plain, LeaseID: "l.1", Want: usd, Min: 1, KeyLimits: account.Limits{TPM: 1000}}); r.Reason != account.LeaseTooSmall || r.Delta != 0 {
 		t.Fatalf("key with tpm, no tokens wanted: %+v", r)
 	}
-	if r := e.lease(LeaseCall{AccountID: plain, LeaseID: "l.2", Want: usd, Min: 1}); r.Reason != LeaseHeld || r.Delta != usd {
+	if r := e.lease(account.LeaseCall{AccountID: plain, LeaseID: "l.2", Want: usd, Min: 1}); r.Reason != account.LeaseHeld || r.Delta != usd {
 		t.Fatalf("lease %+v", r)
 	}
 	if err := e.s.SetSuspended(e.ctx, plain, true); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.lease(LeaseCall{AccountID: plain, LeaseID: "l.2", Free: usd, Want: usd, Min: 1}); r.Reason != LeaseNotAllowed || r.Delta != -usd {
+	if r := e.lease(account.LeaseCall{AccountID: plain, LeaseID: "l.2", Free: usd, Want: usd, Min: 1}); r.Reason != account.LeaseNotAllowed || r.Delta != -usd {
 		t.Fatalf("suspended: %+v, want the lease returned", r)
 	}
 	if sum, _ := e.leased(plain); sum != 0 {
 		t.Fatalf("suspended account still leases %d", sum)
 	}
-	if r := e.lease(LeaseCall{AccountID: plain, LeaseID: "l.3", Free: 3, Want: usd, Min: 1}); r.Reason != LeaseGone || r.Delta != -3 {
+	if r := e.lease(account.LeaseCall{AccountID: plain, LeaseID: "l.3", Free: 3, Want: usd, Min: 1}); r.Reason != account.LeaseGone || r.Delta != -3 {
 		t.Fatalf("unknown lease with a free amount: %+v", r)
 	}
 }
@@ -125,7 +126,7 @@ func testLeaseRefused(t *testing.T, e *env) {
 func testLeaseRecordAndSettle(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{})
 	const lid = "sc1.key_x.1"
-	e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: 10 * usd, Min: usd})
+	e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: 10 * usd, Min: usd})
 	e.record(acct, lid, 1, usd, "r1")
 	e.record(acct, lid, 1, usd, "r1") // a retry
 	if n, held := e.holds(acct); n != 1 || held != usd {
@@ -161,7 +162,7 @@ func testLeaseRecordAndSettle(t *testing.T, e *env) {
 	if l := e.ledger(acct); len(l) != 2 {
 		t.Fatalf("%d ledger entries, want 2", len(l))
 	}
-	if u := e.usage(acct, Total); u.Totals.Cost != 800_000_000 || u.Totals.Requests != 2 {
+	if u := e.usage(acct, ledger.Total); u.Totals.Cost != 800_000_000 || u.Totals.Requests != 2 {
 		t.Fatalf("usage %+v", u.Totals)
 	}
 }
@@ -171,7 +172,7 @@ func testLeaseRecordAndSettle(t *testing.T, e *env) {
 func testLeaseSweep(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{})
 	const lid = "sc1.key_x.1"
-	e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: 10 * usd, Min: usd})
+	e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: 10 * usd, Min: usd})
 	e.record(acct, lid, 1, usd, "r1")
 	e.clock.Advance(holdTTL - 1)
 	if r := e.sweep(acct); len(r.LeasesReturned) != 0 || len(r.Interrupted) != 0 {
@@ -210,7 +211,7 @@ func testLeaseSweep(t *testing.T, e *env) {
 func testLeaseSweptAtFreeZero(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{})
 	const lid = "sc1.key_x.1"
-	if r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: 10 * usd, Min: usd}); r.Reason != LeaseHeld || r.Delta != 10*usd {
+	if r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: 10 * usd, Min: usd}); r.Reason != account.LeaseHeld || r.Delta != 10*usd {
 		t.Fatalf("lease %+v", r)
 	}
 	// The sidecar admits r1 with the whole lease, then loses Redis for
@@ -219,8 +220,8 @@ func testLeaseSweptAtFreeZero(t *testing.T, e *env) {
 	if r := e.sweep(acct); len(r.LeasesReturned) != 1 || r.LeasesReturned[0] != 10*usd {
 		t.Fatalf("sweep %+v, want the lease's 10 USD returned", r)
 	}
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: 10 * usd, Min: usd, Taken: true})
-	if r.Reason != LeaseGone || r.Delta != 0 {
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: 10 * usd, Min: usd, Taken: true})
+	if r.Reason != account.LeaseGone || r.Delta != 0 {
 		t.Fatalf("renewal at free 0 of a swept lease: %+v, want it gone", r)
 	}
 	if sum, m := e.leased(acct); sum != 0 || len(m) != 0 {
@@ -235,7 +236,7 @@ func testLeaseSweptAtFreeZero(t *testing.T, e *env) {
 		t.Fatalf("holds %d of %d after the late record, want r1's", n, held)
 	}
 	// A first take under a new id at free 0 is a lease as ever.
-	if r := e.lease(LeaseCall{AccountID: acct, LeaseID: "sc1.key_x.2", Want: 10 * usd, Min: usd}); r.Reason != LeaseHeld || r.Delta != 10*usd {
+	if r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: "sc1.key_x.2", Want: 10 * usd, Min: usd}); r.Reason != account.LeaseHeld || r.Delta != 10*usd {
 		t.Fatalf("new lease %+v", r)
 	}
 }
@@ -244,13 +245,13 @@ func testLeaseSweptAtFreeZero(t *testing.T, e *env) {
 func testLeaseKeyBudget(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{})
 	kl := account.Limits{DailyNanoUSD: 2 * usd}
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: "sc1.key_x.1", Want: usd, Min: 1, KeyLimits: kl})
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: "sc1.key_x.1", Want: usd, Min: 1, KeyLimits: kl})
 	if r.Delta != 250_000_000 {
 		t.Fatalf("lease %+v, want 2 USD / 8", r)
 	}
 	wantRefusal(t, e.admitKey(acct, "key_x", "big", 1_800_000_000, 0, kl), account.DailyLimited, account.KeyLevel, account.NextDay(e.clock.Now()).Sub(e.clock.Now()))
 	wantAdmitted(t, e.admitKey(acct, "key_x", "fits", 1_750_000_000, 0, kl))
-	err := e.s.RecordLeased(e.ctx, []LeasedRequest{{
+	err := e.s.RecordLeased(e.ctx, []account.LeasedRequest{{
 		Lease: account.LeaseRef{ID: "sc1.key_x.1", Seq: 1, Hold: 250_000_000}, KeyCounted: true,
 		Admission: account.Admission{RequestID: "leased1", AccountID: acct, KeyID: "key_x", Priced: "m", Hold: 250_000_000},
 	}})
@@ -292,7 +293,7 @@ func placeholders(log map[string]int64) int {
 // admission time at.
 func (e *env) recordSlot(acct, lease string, seq, slot int64, rates int, req string, at time.Time, kl account.Limits) {
 	e.t.Helper()
-	err := e.s.RecordLeased(e.ctx, []LeasedRequest{{
+	err := e.s.RecordLeased(e.ctx, []account.LeasedRequest{{
 		Lease: account.LeaseRef{ID: lease, Seq: seq, Hold: 1}, Slot: slot, Rates: rates, At: at,
 		Admission: account.Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: 1, KeyLimits: kl},
 	}})
@@ -308,8 +309,8 @@ func (e *env) recordSlot(acct, lease string, seq, slot int64, rates int, req str
 func testLeaseRateSlots(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{RPM: 80, WindowMinutes: 1})
 	const lid = "sc1.key_x.1"
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 2})
-	if r.Reason != LeaseHeld || r.Delta != usd || r.Hi != 11 || r.Rates != LevelAccount {
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 2})
+	if r.Reason != account.LeaseHeld || r.Delta != usd || r.Hi != 11 || r.Rates != account.LevelAccount {
 		t.Fatalf("lease %+v, want 1 USD and slots [1, 11) (80 / share 8) in the account's log", r)
 	}
 	log := e.rateLog(acct, "rl")
@@ -326,8 +327,8 @@ func testLeaseRateSlots(t *testing.T, e *env) {
 	// Slot 1 used at t0+1s, recorded (twice: a retry) at t0+2s.
 	at := e.clock.Now().Add(time.Second)
 	e.clock.Advance(2 * time.Second)
-	e.recordSlot(acct, lid, 1, 1, LevelAccount, "leased1", at, account.Limits{})
-	e.recordSlot(acct, lid, 1, 1, LevelAccount, "leased1", at, account.Limits{})
+	e.recordSlot(acct, lid, 1, 1, account.LevelAccount, "leased1", at, account.Limits{})
+	e.recordSlot(acct, lid, 1, 1, account.LevelAccount, "leased1", at, account.Limits{})
 	log = e.rateLog(acct, "rl")
 	if len(log) != 80 || placeholders(log) != 9 || log["leased1"] != at.UnixMilli() {
 		t.Fatalf("after the record: %d members, %d placeholders, leased1 at %d (want 80, 9, %d)",
@@ -335,8 +336,8 @@ func testLeaseRateSlots(t *testing.T, e *env) {
 	}
 	// The renewal: slots 2..10 free, room 80 - 71 = 9 → one slot, [2, 3),
 	// scored now.
-	r = e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: usd, Min: 1, Cursor: 2, WantSlots: 100, MinSlots: 1})
-	if r.Reason != LeaseHeld || r.Hi != 3 {
+	r = e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: usd, Min: 1, Cursor: 2, WantSlots: 100, MinSlots: 1})
+	if r.Reason != account.LeaseHeld || r.Hi != 3 {
 		t.Fatalf("renewal %+v, want slots [2, 3)", r)
 	}
 	log = e.rateLog(acct, "rl")
@@ -344,8 +345,8 @@ func testLeaseRateSlots(t *testing.T, e *env) {
 		t.Fatalf("after the renewal: %v", log)
 	}
 	// Too few slots to be worth a lease: returned whole.
-	r = e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: usd, Min: 1, Cursor: 2, WantSlots: 100, MinSlots: 2})
-	if r.Reason != LeaseTooSmall || r.Delta != -usd {
+	r = e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: usd, Min: 1, Cursor: 2, WantSlots: 100, MinSlots: 2})
+	if r.Reason != account.LeaseTooSmall || r.Delta != -usd {
 		t.Fatalf("renewal below the least slots: %+v, want the lease returned", r)
 	}
 	if log := e.rateLog(acct, "rl"); len(log) != 71 || placeholders(log) != 0 {
@@ -368,8 +369,8 @@ func testLeaseKeyRateSlots(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{RPM: 800, WindowMinutes: 1})
 	kl := account.Limits{RPM: 16, WindowMinutes: 1}
 	const lid = "sc1.key_x.1"
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 1, KeyLimits: kl})
-	if r.Reason != LeaseHeld || r.Hi != 3 || r.Rates != LevelAccount|LevelKey {
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 1, KeyLimits: kl})
+	if r.Reason != account.LeaseHeld || r.Hi != 3 || r.Rates != account.LevelAccount|account.LevelKey {
 		t.Fatalf("lease %+v, want slots [1, 3) (the key's 16 / 8) in both logs", r)
 	}
 	if a, k := e.rateLog(acct, "rl"), e.rateLog(acct, "krl:key_x"); placeholders(a) != 2 || placeholders(k) != 2 {
@@ -381,15 +382,15 @@ func testLeaseKeyRateSlots(t *testing.T, e *env) {
 	if d := e.admitKey(acct, "key_x", "k14", 1, 0, kl); d.Outcome != account.RateLimited || d.Level != account.KeyLevel {
 		t.Fatalf("the key's 17th request: %+v", d)
 	}
-	e.recordSlot(acct, lid, 1, 1, LevelAccount|LevelKey, "leased1", e.clock.Now(), kl)
+	e.recordSlot(acct, lid, 1, 1, account.LevelAccount|account.LevelKey, "leased1", e.clock.Now(), kl)
 	a, k := e.rateLog(acct, "rl"), e.rateLog(acct, "krl:key_x")
 	if placeholders(a) != 1 || placeholders(k) != 1 || len(k) != 16 || len(a) != 16 {
 		t.Fatalf("after the record: account %d members (%d placeholders), key %d (%d)", len(a), placeholders(a), len(k), placeholders(k))
 	}
 	// The key's rate limit removed: the lease's kind changed, it is returned
 	// and its free slot leaves both logs.
-	r = e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: usd, Min: 1, Cursor: 2, WantSlots: 100, MinSlots: 1})
-	if r.Reason != LeaseNotAllowed || r.Delta != -usd {
+	r = e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: usd, Min: 1, Cursor: 2, WantSlots: 100, MinSlots: 1})
+	if r.Reason != account.LeaseNotAllowed || r.Delta != -usd {
 		t.Fatalf("renewal under other limits: %+v", r)
 	}
 	if a, k := e.rateLog(acct, "rl"), e.rateLog(acct, "krl:key_x"); placeholders(a) != 0 || placeholders(k) != 0 {
@@ -403,11 +404,11 @@ func testLeaseKeyRateSlots(t *testing.T, e *env) {
 func testLeaseRateSweep(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{RPM: 8, WindowMinutes: 60})
 	const lid = "sc1.key_x.1"
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 1})
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, Cursor: 1, WantSlots: 100, MinSlots: 1})
 	if r.Hi != 61 {
 		t.Fatalf("lease %+v, want slots [1, 61) (480 / 8)", r)
 	}
-	e.recordSlot(acct, lid, 1, 1, LevelAccount, "r1", e.clock.Now(), account.Limits{})
+	e.recordSlot(acct, lid, 1, 1, account.LevelAccount, "r1", e.clock.Now(), account.Limits{})
 	// Slot 2 used, its record lost with the sidecar.
 	e.clock.Advance(holdTTL + 1)
 	if placeholders(e.rateLog(acct, "rl")) != 59 {
@@ -420,7 +421,7 @@ func testLeaseRateSweep(t *testing.T, e *env) {
 	if log := e.rateLog(acct, "rl"); len(log) != 1 || log["r1"] == 0 {
 		t.Fatalf("after the sweep: %v, want r1 alone", log)
 	}
-	e.recordSlot(acct, lid, 2, 2, LevelAccount, "r2", start, account.Limits{})
+	e.recordSlot(acct, lid, 2, 2, account.LevelAccount, "r2", start, account.Limits{})
 	if log := e.rateLog(acct, "rl"); len(log) != 2 || log["r2"] != start.UnixMilli() {
 		t.Fatalf("after a late record: %v", log)
 	}
@@ -442,7 +443,7 @@ func testLeaseRateRace(t *testing.T, e *env) {
 			var cursor, hi int64 = 1, 1
 			var free int64
 			for round := range 20 {
-				r := e.s.Leases(e.ctx, []LeaseCall{{AccountID: acct, KeyID: "key_x", LeaseID: lid, Free: free, Want: usd, Min: 1,
+				r := e.s.Leases(e.ctx, []account.LeaseCall{{AccountID: acct, KeyID: "key_x", LeaseID: lid, Free: free, Want: usd, Min: 1,
 					Share: 8, Cursor: cursor, WantSlots: 10, MinSlots: 1}})[0]
 				if r.Err != nil {
 					t.Error(r.Err)
@@ -450,9 +451,9 @@ func testLeaseRateRace(t *testing.T, e *env) {
 				}
 				free += r.Delta
 				hi = max(r.Hi, cursor)
-				var recs []LeasedRequest
+				var recs []account.LeasedRequest
 				for ; cursor < hi && round%2 == 0; cursor++ {
-					recs = append(recs, LeasedRequest{Lease: account.LeaseRef{ID: lid, Seq: cursor, Hold: 1}, Slot: cursor, Rates: LevelAccount,
+					recs = append(recs, account.LeasedRequest{Lease: account.LeaseRef{ID: lid, Seq: cursor, Hold: 1}, Slot: cursor, Rates: account.LevelAccount,
 						Admission: account.Admission{RequestID: fmt.Sprintf("%s.%d", lid, cursor), AccountID: acct, KeyID: "key_x", Priced: "m", Hold: 1}})
 					free--
 					admitted.Add(1)
@@ -462,7 +463,7 @@ func testLeaseRateRace(t *testing.T, e *env) {
 					return
 				}
 			}
-			e.s.Leases(e.ctx, []LeaseCall{{AccountID: acct, KeyID: "key_x", LeaseID: lid, Free: free, Want: 0, Min: 1, Share: 8, Cursor: cursor}})
+			e.s.Leases(e.ctx, []account.LeaseCall{{AccountID: acct, KeyID: "key_x", LeaseID: lid, Free: free, Want: 0, Min: 1, Share: 8, Cursor: cursor}})
 		}()
 	}
 	for w := range 2 {

@@ -34,7 +34,7 @@ func (e *env) leaseField(acct, lid string) []string {
 // bucket b.
 func (e *env) recordTokens(acct, lid string, seq, bound, b int64, levels int, req string, kl account.Limits) {
 	e.t.Helper()
-	err := e.s.RecordLeased(e.ctx, []LeasedRequest{{
+	err := e.s.RecordLeased(e.ctx, []account.LeasedRequest{{
 		Lease:      account.LeaseRef{ID: lid, Seq: seq, Hold: 1, Tokens: bound, Bucket: b, TokenLevels: levels},
 		KeyCounted: kl.TPM > 0,
 		Admission:  account.Admission{RequestID: req, AccountID: acct, KeyID: "key_x", Priced: "m", Hold: 1, Tokens: bound, KeyLimits: kl},
@@ -55,9 +55,9 @@ func testLeaseTokens(t *testing.T, e *env) {
 	const tpm, bound = 8000, 100
 	acct := e.account(100*usd, account.Limits{TPM: tpm})
 	const lid = "sc1.key_x.1"
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantTokens: 10_000, MinTokens: bound})
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantTokens: 10_000, MinTokens: bound})
 	b := TokenBucket(e.clock.Now()) + 2 // 10 s on
-	if r.Reason != LeaseHeld || r.Tokens != tpm/8 || r.TokenLevels != LevelAccount || r.TokenBucket != b {
+	if r.Reason != account.LeaseHeld || r.Tokens != tpm/8 || r.TokenLevels != account.LevelAccount || r.TokenBucket != b {
 		t.Fatalf("lease %+v, want 1000 tokens (8000 / share 8) in the account's window, bucket %d", r, b)
 	}
 	if w := e.tokenWindow(acct, "acct"); w[b] != [2]int64{0, 1000} || len(w) != 1 {
@@ -71,13 +71,13 @@ func testLeaseTokens(t *testing.T, e *env) {
 		t.Fatalf("a bound past the window: %s, want tokens per minute", d.Outcome)
 	}
 	// r1 recorded (twice: a retry), then settled having used 30.
-	e.recordTokens(acct, lid, 1, bound, b, LevelAccount, "r1", account.Limits{})
-	e.recordTokens(acct, lid, 1, bound, b, LevelAccount, "r1", account.Limits{})
+	e.recordTokens(acct, lid, 1, bound, b, account.LevelAccount, "r1", account.Limits{})
+	e.recordTokens(acct, lid, 1, bound, b, account.LevelAccount, "r1", account.Limits{})
 	if f := e.leaseField(acct, lid); len(f) != 12 || f[9] != "900" {
 		t.Fatalf("lease %v after r1's record, want 900 tokens", f)
 	}
 	ref := func(seq int64) account.LeaseRef {
-		return account.LeaseRef{ID: lid, Seq: seq, Hold: 1, Tokens: bound, Bucket: b, TokenLevels: LevelAccount}
+		return account.LeaseRef{ID: lid, Seq: seq, Hold: 1, Tokens: bound, Bucket: b, TokenLevels: account.LevelAccount}
 	}
 	if !e.settle(account.Settlement{RequestID: "r1", AccountID: acct, KeyID: "key_x", Priced: "m", Usage: usage.Usage{Input: 30}, Lease: ref(1)}) {
 		t.Fatal("r1 not settled")
@@ -90,7 +90,7 @@ func testLeaseTokens(t *testing.T, e *env) {
 	if !e.settle(st2) {
 		t.Fatal("r2 not settled from the lease")
 	}
-	e.recordTokens(acct, lid, 2, bound, b, LevelAccount, "r2", account.Limits{})
+	e.recordTokens(acct, lid, 2, bound, b, account.LevelAccount, "r2", account.Limits{})
 	if e.settle(st2) {
 		t.Fatal("r2 settled twice")
 	}
@@ -102,14 +102,14 @@ func testLeaseTokens(t *testing.T, e *env) {
 	// share of the room left, (8000 - 7000 - 80 - 100) / 8 = 102, goes to
 	// bucket b + 1.
 	e.clock.Advance(5000 * 1e6)
-	r = e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Free: usd - 3, Want: usd, Min: 1, FreeTokens: 700, WantTokens: 10_000, MinTokens: bound})
-	if r.Reason != LeaseHeld || r.Tokens != 102-700 || r.TokenBucket != b+1 {
+	r = e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Free: usd - 3, Want: usd, Min: 1, FreeTokens: 700, WantTokens: 10_000, MinTokens: bound})
+	if r.Reason != account.LeaseHeld || r.Tokens != 102-700 || r.TokenBucket != b+1 {
 		t.Fatalf("renewal %+v, want 102 tokens in bucket %d", r, b+1)
 	}
 	if w := e.tokenWindow(acct, "acct"); w[b] != [2]int64{80, 100} || w[b+1] != [2]int64{0, 102} {
 		t.Fatalf("window %v after the renewal", w)
 	}
-	e.recordTokens(acct, lid, 3, bound, b, LevelAccount, "r3", account.Limits{})
+	e.recordTokens(acct, lid, 3, bound, b, account.LevelAccount, "r3", account.Limits{})
 	if w, f := e.tokenWindow(acct, "acct"), e.leaseField(acct, lid); w[b] != [2]int64{80, 100} || f[9] != "102" || f[10] != fmt.Sprint(b+1) {
 		t.Fatalf("window %v, lease %v after r3's record; want r3's bound in bucket %d, the lease's 102 in the next", w, f, b)
 	}
@@ -120,7 +120,7 @@ func testLeaseTokens(t *testing.T, e *env) {
 		t.Fatalf("window %v after r3 settled", w)
 	}
 	// Returned: its tokens leave the window, and so does the lease.
-	r = e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: 0, Min: 1, FreeTokens: 102})
+	r = e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Free: usd, Want: 0, Min: 1, FreeTokens: 102})
 	if r.Tokens != -102 {
 		t.Fatalf("return %+v", r)
 	}
@@ -136,9 +136,9 @@ func testLeaseKeyTokens(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{})
 	kl := account.Limits{TPM: 1600}
 	const lid = "sc1.key_x.1"
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantTokens: 10_000, MinTokens: 100, KeyLimits: kl})
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantTokens: 10_000, MinTokens: 100, KeyLimits: kl})
 	b := TokenBucket(e.clock.Now()) + 2
-	if r.Reason != LeaseHeld || r.Tokens != 200 || r.TokenLevels != LevelKey {
+	if r.Reason != account.LeaseHeld || r.Tokens != 200 || r.TokenLevels != account.LevelKey {
 		t.Fatalf("lease %+v, want 200 tokens (1600 / 8) in the key's window", r)
 	}
 	for i := range 14 {
@@ -147,7 +147,7 @@ func testLeaseKeyTokens(t *testing.T, e *env) {
 	if d := e.admitKey(acct, "key_x", "over", 1, 100, kl); d.Outcome != account.TokenLimited || d.Level != account.KeyLevel {
 		t.Fatalf("the key's bound past its window: %+v", d)
 	}
-	e.recordTokens(acct, lid, 1, 100, b, LevelKey, "r1", kl)
+	e.recordTokens(acct, lid, 1, 100, b, account.LevelKey, "r1", kl)
 	if ks := e.keyState(acct, "key_x"); ks.InFlight != 15 || ks.MinuteTokens != 1600 {
 		t.Fatalf("key state %+v after the record, want 15 in flight, 1600 tokens", ks)
 	}
@@ -165,14 +165,14 @@ func testLeaseKeyTokens(t *testing.T, e *env) {
 func testLeaseTokenSweep(t *testing.T, e *env) {
 	acct := e.account(100*usd, account.Limits{TPM: 8000})
 	const lid = "sc1.key_x.1"
-	r := e.lease(LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantTokens: 10_000, MinTokens: 100})
+	r := e.lease(account.LeaseCall{AccountID: acct, LeaseID: lid, Want: usd, Min: 1, WantTokens: 10_000, MinTokens: 100})
 	b := r.TokenBucket
-	e.recordTokens(acct, lid, 1, 100, b, LevelAccount, "r1", account.Limits{})
+	e.recordTokens(acct, lid, 1, 100, b, account.LevelAccount, "r1", account.Limits{})
 	// A lease lasting 10 s: swept while its bucket is in the window.
 	e2 := newEnv(t, e.rdb)
 	e2.clock = e.clock
 	e2.s = New(e.rdb, Options{Now: e.clock.Now, HoldTTL: 10_000 * 1e6})
-	r = e2.lease(LeaseCall{AccountID: acct, LeaseID: "sc2.key_x.1", Want: usd, Min: 1, WantTokens: 10_000, MinTokens: 100})
+	r = e2.lease(account.LeaseCall{AccountID: acct, LeaseID: "sc2.key_x.1", Want: usd, Min: 1, WantTokens: 10_000, MinTokens: 100})
 	if r.TokenBucket != b {
 		t.Fatalf("second lease %+v in another bucket than %d", r, b)
 	}
@@ -191,7 +191,7 @@ func testLeaseTokenSweep(t *testing.T, e *env) {
 func TestLeaseRefInLedgerFields(t *testing.T) {
 	for _, ref := range []account.LeaseRef{
 		{ID: "sc1.key_x.1", Seq: 3, Hold: 7},
-		{ID: "sc1.key_x.1", Seq: 3, Hold: 7, Tokens: 400, Bucket: 359_000_000, TokenLevels: LevelAccount | LevelKey},
+		{ID: "sc1.key_x.1", Seq: 3, Hold: 7, Tokens: 400, Bucket: 359_000_000, TokenLevels: account.LevelAccount | account.LevelKey},
 	} {
 		st := account.Settlement{RequestID: "r1", AccountID: "acct_1", Priced: "m", Status: 200, Lease: ref}
 		if got := SettlementFromLedger("acct_1", LedgerFields(st)).Lease; !reflect.DeepEqual(got, ref) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -35,7 +36,7 @@ func wantAdmitted(t *testing.T, got account.Decision) {
 	}
 }
 
-func (e *env) keyState(acct, keyID string) KeyState {
+func (e *env) keyState(acct, keyID string) ledger.KeyState {
 	e.t.Helper()
 	ks, err := e.s.KeyStates(e.ctx, acct, keyID)
 	if err != nil {
@@ -107,7 +108,7 @@ func testTokenLimit(t *testing.T, e *env) {
 	if d.Limit != 5000 || d.Used != 100 || d.Held != 4500 || d.Request != 401 {
 		t.Fatalf("amounts %+v, want limit 5000, used 100, held 4500, request 401", d)
 	}
-	if u := e.usage(acct, Day); u.MinuteTokens != 4600 {
+	if u := e.usage(acct, ledger.Day); u.MinuteTokens != 4600 {
 		t.Fatalf("account window tokens %d, want 4600", u.MinuteTokens)
 	}
 	// A non-2xx reply used nothing: its whole bound is released.
@@ -260,7 +261,7 @@ func testSpendBudgets(t *testing.T, e *env) {
 	wantAdmitted(t, e.admitKey(acct, "key_b", "b1", 4000, 0, account.Limits{}))
 	e.settle(account.Settlement{RequestID: "b1", AccountID: acct, KeyID: "key_b", Cost: 4000})
 	wantRefusal(t, e.admitKey(acct, "key_c", "c1", 901, 0, account.Limits{}), account.MonthlyLimited, account.AccountLevel, 12*time.Hour)
-	if u := e.usage(acct, Month); u.MonthUsed != 4000 {
+	if u := e.usage(acct, ledger.Month); u.MonthUsed != 4000 {
 		t.Fatalf("MonthUsed %d, want 4000", u.MonthUsed)
 	}
 	e.clock.Set(time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC))
@@ -380,7 +381,7 @@ func testLimitsConcurrent(t *testing.T, e *env) {
 		}
 		inFlight += s.InFlight
 	}
-	if u := e.usage(acct, Day); inFlight != 7 || u.InFlight != 7 || u.Held != 7*300 || u.MinuteTokens != 7000 {
+	if u := e.usage(acct, ledger.Day); inFlight != 7 || u.InFlight != 7 || u.Held != 7*300 || u.MinuteTokens != 7000 {
 		t.Fatalf("in flight %d, account %+v", inFlight, u)
 	}
 }

@@ -36,14 +36,14 @@ func TestMemoryPerRequest(t *testing.T) {
 	const n = 1000
 	// Open requests: hold, admission record, checkpoint.
 	ids := make([]string, n)
-	var renewals []Renewal
+	var renewals []account.Renewal
 	for i := range ids {
 		ids[i] = fmt.Sprintf("req_%012x_%s", 0xabcdef123456, fmt.Sprint(i+1000))
 		d, err := s.Admit(ctx, &account.Admission{RequestID: ids[i], AccountID: a.ID, KeyID: "key_0123456789abcdef", Priced: "claude-sonnet-4-5-20250929", Hold: 1_000_000, Stream: true})
 		if err != nil || d.Outcome != account.Admitted {
 			t.Fatal(d, err)
 		}
-		renewals = append(renewals, Renewal{AccountID: a.ID, RequestID: ids[i], Checkpoint: &account.Checkpoint{Status: 200, Endpoint: "primary", Priced: "claude-sonnet-4-5-20250929", Usage: usage.Usage{Input: 1200, Output: 350}, Cost: 8_850_000}})
+		renewals = append(renewals, account.Renewal{AccountID: a.ID, RequestID: ids[i], Checkpoint: &account.Checkpoint{Status: 200, Endpoint: "primary", Priced: "claude-sonnet-4-5-20250929", Usage: usage.Usage{Input: 1200, Output: 350}, Cost: 8_850_000}})
 	}
 	if _, err := s.RenewHolds(ctx, renewals); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/account"
 )
 
 // Stored responses belong to the account that created them. The vendor
@@ -33,21 +35,13 @@ func responseKey(id string) string { return "gw:resp:" + id }
 
 func responseVendorKey(id string) string { return "gw:respkey:" + id }
 
-// Binding says that Account created the stored responses and items IDs,
-// through the vendor key named Key ("" when unknown).
-type Binding struct {
-	Account string
-	Key     string
-	IDs     []string
-}
-
 // Bind records, for each binding, that its account created the stored
 // responses and items of its ids (a response's output items: messages,
 // function calls, reasoning...), which a later request may name by id
 // alone. Items share the responses' records (an item id never equals a
 // response id), so ResponseOwners reads either; an id already bound keeps
 // its first owner. One pipelined round trip for all of them.
-func (s *Store) Bind(ctx context.Context, bs ...Binding) error {
+func (s *Store) Bind(ctx context.Context, bs ...account.Binding) error {
 	ttl := s.opts.ResponseTTL
 	if ttl <= 0 {
 		ttl = DefaultResponseTTL

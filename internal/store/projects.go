@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 )
 
 // Projects group an account's keys under limits of their own. A project is
@@ -236,9 +237,9 @@ func (s *Store) MoveKey(ctx context.Context, accountID, keyID, projectID string)
 }
 
 // ProjectStates returns the state of each of the account's projects ids, in
-// their order, as KeyStates does for keys (KeyState.KeyID holds the
+// their order, as KeyStates does for keys (ledger.KeyState.KeyID holds the
 // project's id). The default project's state is not kept: the caller
 // derives its spend from the account's.
-func (s *Store) ProjectStates(ctx context.Context, accountID string, ids ...string) ([]KeyState, error) {
+func (s *Store) ProjectStates(ctx context.Context, accountID string, ids ...string) ([]ledger.KeyState, error) {
 	return s.states(ctx, accountID, "ps:", ids)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 )
 
 // projectKey makes a model key of the account in project pid and returns
@@ -61,7 +62,7 @@ func (e *env) settleAs(k account.Key, req string, cost int64) {
 	}
 }
 
-func (e *env) projectState(acct, pid string) KeyState {
+func (e *env) projectState(acct, pid string) ledger.KeyState {
 	e.t.Helper()
 	ps, err := e.s.ProjectStates(e.ctx, acct, pid)
 	if err != nil {
@@ -265,7 +266,7 @@ func testSettleAfterSweepCountsEveryLevel(t *testing.T, e *env) {
 	if ks.Day.Requests != 1 || ks.Day.Cost != usd/2 || ps.Day.Requests != 1 || ps.Day.Cost != usd/2 {
 		t.Fatalf("after the late settlement: key %+v, project %+v", ks.Day, ps.Day)
 	}
-	if u := e.usage(acct, Total); u.Totals.Requests != 1 || u.Totals.Cost != usd/2 {
+	if u := e.usage(acct, ledger.Total); u.Totals.Requests != 1 || u.Totals.Cost != usd/2 {
 		t.Fatalf("account counters %+v", u.Totals)
 	}
 }

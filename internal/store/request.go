@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -181,18 +182,6 @@ func (s *Store) Settle(ctx context.Context, st account.Settlement) (applied bool
 	return r.Applied, r.Err
 }
 
-// SettleResult is the outcome of one settlement of a batch.
-type SettleResult struct {
-	Applied bool
-	Err     error
-	// Spooled: the store could not be reached and the settlement waits in
-	// the spool (set by the spool only); its hold is still in Redis.
-	Spooled bool
-	// Reconciled: the request had been swept; the difference between this
-	// settlement and what the sweep charged was posted (Applied is true).
-	Reconciled bool
-}
-
 // maxSettleGroup bounds the requests of one account's part of a script
 // call.
 const maxSettleGroup = 64
@@ -212,8 +201,8 @@ const maxGroupCost = 1 << 52
 // Cluster slot (of all of them, on a server that is not a cluster) go to
 // one script call (settlebatch.lua), and the calls go in one pipelined
 // round trip (one per Cluster node). Results are in the order of sts.
-func (s *Store) SettleBatch(ctx context.Context, sts []account.Settlement) []SettleResult {
-	res := make([]SettleResult, len(sts))
+func (s *Store) SettleBatch(ctx context.Context, sts []account.Settlement) []ledger.SettleResult {
+	res := make([]ledger.SettleResult, len(sts))
 	// Group by account, keeping each account's order.
 	var groups [][]int
 	var sums []int64 // the costs of each group
@@ -406,8 +395,8 @@ func groupReply(v any) ([]int64, error) {
 }
 
 // settleReplies reads the settlement script's reply for a group.
-func settleReplies(group []account.Settlement, r []int64, err error) []SettleResult {
-	res := make([]SettleResult, len(group))
+func settleReplies(group []account.Settlement, r []int64, err error) []ledger.SettleResult {
+	res := make([]ledger.SettleResult, len(group))
 	for i, st := range group {
 		switch {
 		case err != nil:
@@ -601,7 +590,7 @@ func (u *usedMinutes) mark(keyID string, minute int64) {
 
 // markUsed records the credential uses a settlement call wrote: those of its
 // applied settlements (the script writes last_used only for those).
-func (s *Store) markUsed(group []account.Settlement, res []SettleResult) {
+func (s *Store) markUsed(group []account.Settlement, res []ledger.SettleResult) {
 	now := s.now()
 	for i, st := range group {
 		if st.KeyID != "" && res[i].Applied {
@@ -613,11 +602,11 @@ func (s *Store) markUsed(group []account.Settlement, res []SettleResult) {
 // usageKeys names the usage hashes whose sum is period p at time now: a
 // month is the sum of its days so far (day hashes outlive a month), so that
 // settlement writes one hash fewer.
-func usageKeys(id string, p Period, now time.Time) ([]string, bool) {
+func usageKeys(id string, p ledger.Period, now time.Time) ([]string, bool) {
 	switch p {
-	case Day:
+	case ledger.Day:
 		return []string{acctKey(id, "u:d:"+dayStamp(now))}, true
-	case Month:
+	case ledger.Month:
 		now = now.UTC()
 		y, m, d := now.Date()
 		keys := make([]string, 0, d)
@@ -625,7 +614,7 @@ func usageKeys(id string, p Period, now time.Time) ([]string, bool) {
 			keys = append(keys, acctKey(id, "u:d:"+dayStamp(time.Date(y, m, day, 0, 0, 0, 0, time.UTC))))
 		}
 		return keys, true
-	case Total:
+	case ledger.Total:
 		return []string{acctKey(id, "u:t")}, true
 	}
 	return nil, false
@@ -633,14 +622,14 @@ func usageKeys(id string, p Period, now time.Time) ([]string, bool) {
 
 // Usage reports the account's balance, limits, today's spend and its usage
 // over period p, which ends now. One round trip.
-func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageReport, error) {
+func (s *Store) Usage(ctx context.Context, accountID string, p ledger.Period) (ledger.UsageReport, error) {
 	if !validID(accountID) {
-		return UsageReport{}, fmt.Errorf("store: usage of %q: %w", accountID, ErrNotFound)
+		return ledger.UsageReport{}, fmt.Errorf("store: usage of %q: %w", accountID, ErrNotFound)
 	}
 	now := s.now()
 	ukeys, ok := usageKeys(accountID, p, now)
 	if !ok {
-		return UsageReport{}, fmt.Errorf("store: usage of %s: unknown period %q", accountID, p)
+		return ledger.UsageReport{}, fmt.Errorf("store: usage of %s: unknown period %q", accountID, p)
 	}
 	var (
 		acct       *redis.SliceCmd
@@ -661,7 +650,7 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return UsageReport{}, fmt.Errorf("store: usage of %s: %w", accountID, err)
+		return ledger.UsageReport{}, fmt.Errorf("store: usage of %s: %w", accountID, err)
 	}
 	cmds := []redis.Cmder{acct, spent, monthSpent, open}
 	for _, c := range usage {
@@ -669,14 +658,14 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 	}
 	for _, c := range cmds {
 		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
-			return UsageReport{}, fmt.Errorf("store: usage of %s: %w", accountID, err)
+			return ledger.UsageReport{}, fmt.Errorf("store: usage of %s: %w", accountID, err)
 		}
 	}
 	v := acct.Val()
 	if len(v) != 4+len(limitFieldNames) || v[0] == nil {
-		return UsageReport{}, fmt.Errorf("store: usage of %s: %w", accountID, ErrNotFound)
+		return ledger.UsageReport{}, fmt.Errorf("store: usage of %s: %w", accountID, ErrNotFound)
 	}
-	r := UsageReport{
+	r := ledger.UsageReport{
 		Balance:      parseInt(str(v[0])),
 		Held:         parseInt(str(v[1])),
 		MinuteTokens: windowTokens(str(v[2]), now),
@@ -697,8 +686,8 @@ func (s *Store) Usage(ctx context.Context, accountID string, p Period) (UsageRep
 
 // decodeUsage reads usage hashes of per-model counters, "m:NAME:MODEL", and
 // sums them by model and into the account's totals.
-func decodeUsage(hs ...map[string]string) (Counters, []ModelCounters) {
-	models := map[usage.PricedModel]*Counters{}
+func decodeUsage(hs ...map[string]string) (ledger.Counters, []ledger.ModelCounters) {
+	models := map[usage.PricedModel]*ledger.Counters{}
 	for _, h := range hs {
 		for field, value := range h {
 			rest, ok := strings.CutPrefix(field, "m:")
@@ -711,28 +700,28 @@ func decodeUsage(hs ...map[string]string) (Counters, []ModelCounters) {
 			}
 			c := models[usage.PricedModel(model)]
 			if c == nil {
-				c = new(Counters)
+				c = new(ledger.Counters)
 				models[usage.PricedModel(model)] = c
 			}
 			addCounter(c, name, parseInt(value))
 		}
 	}
-	var total Counters
-	byModel := make([]ModelCounters, 0, len(models))
+	var total ledger.Counters
+	byModel := make([]ledger.ModelCounters, 0, len(models))
 	for m, c := range models {
-		byModel = append(byModel, ModelCounters{Model: m, Counters: *c})
+		byModel = append(byModel, ledger.ModelCounters{Model: m, Counters: *c})
 		total.Requests += c.Requests
 		total.Usage = total.Usage.Add(c.Usage)
 		total.Cost += c.Cost
 	}
-	slices.SortFunc(byModel, func(a, b ModelCounters) int { return cmp.Compare(a.Model, b.Model) })
+	slices.SortFunc(byModel, func(a, b ledger.ModelCounters) int { return cmp.Compare(a.Model, b.Model) })
 	return total, byModel
 }
 
 // Ledger returns up to limit of the account's ledger entries after the entry
 // id after ("" for the oldest), oldest first, and the id to pass as after for
 // the next page, "" when there is none. One round trip.
-func (s *Store) Ledger(ctx context.Context, accountID, after string, limit int) ([]LedgerEntry, string, error) {
+func (s *Store) Ledger(ctx context.Context, accountID, after string, limit int) ([]ledger.Entry, string, error) {
 	if !validID(accountID) {
 		return nil, "", fmt.Errorf("store: ledger of %q: %w", accountID, ErrNotFound)
 	}
@@ -743,7 +732,7 @@ func (s *Store) Ledger(ctx context.Context, accountID, after string, limit int) 
 
 // ledgerPage reads one page of the account's ledger with read, in the round
 // trip that tells a missing account from an empty ledger.
-func (s *Store) ledgerPage(ctx context.Context, accountID string, limit int, read func(p redis.Pipeliner, key string) *redis.XMessageSliceCmd) ([]LedgerEntry, string, error) {
+func (s *Store) ledgerPage(ctx context.Context, accountID string, limit int, read func(p redis.Pipeliner, key string) *redis.XMessageSliceCmd) ([]ledger.Entry, string, error) {
 	var (
 		exists *redis.IntCmd
 		rng    *redis.XMessageSliceCmd
@@ -760,15 +749,15 @@ func (s *Store) ledgerPage(ctx context.Context, accountID string, limit int, rea
 		return nil, "", fmt.Errorf("store: ledger of %s: %w", accountID, ErrNotFound)
 	}
 	msgs, next := trimPage(rng.Val(), limit)
-	entries := make([]LedgerEntry, len(msgs))
+	entries := make([]ledger.Entry, len(msgs))
 	for i, m := range msgs {
 		entries[i] = decodeLedger(accountID, m)
 	}
 	return entries, next, nil
 }
 
-func decodeLedger(accountID string, m redis.XMessage) LedgerEntry {
-	return LedgerEntry{ID: m.ID, Settlement: decodeLedgerFields(accountID, func(f string) string { return str(m.Values[f]) })}
+func decodeLedger(accountID string, m redis.XMessage) ledger.Entry {
+	return ledger.Entry{ID: m.ID, Settlement: decodeLedgerFields(accountID, func(f string) string { return str(m.Values[f]) })}
 }
 
 // OpenHolds returns the number and total amount of the account's recorded
@@ -812,38 +801,15 @@ func windowTokens(v string, now time.Time) int64 {
 	return n
 }
 
-// KeyState is what one credential has in flight and has spent. Spend
-// counts charged (2xx) replies, by UTC day, UTC month and in total.
-type KeyState struct {
-	KeyID        string
-	InFlight     int64 // open holds
-	Held         int64 // what they hold, nano-USD
-	MinuteTokens int64 // counted in the rolling token window (with a tpm limit)
-	Day          Counters
-	Month        Counters
-	Total        Counters
-}
-
-// Spent returns the counters of period p.
-func (k KeyState) Spent(p Period) Counters {
-	switch p {
-	case Day:
-		return k.Day
-	case Month:
-		return k.Month
-	}
-	return k.Total
-}
-
 // KeyStates returns the state of each of the account's credentials ids, in
 // their order; one never used has zero counters. One round trip.
-func (s *Store) KeyStates(ctx context.Context, accountID string, ids ...string) ([]KeyState, error) {
+func (s *Store) KeyStates(ctx context.Context, accountID string, ids ...string) ([]ledger.KeyState, error) {
 	return s.states(ctx, accountID, "ks:", ids)
 }
 
 // states reads the states named prefix+id of the account: its keys'
 // ("ks:") or its projects' ("ps:").
-func (s *Store) states(ctx context.Context, accountID, prefix string, ids []string) ([]KeyState, error) {
+func (s *Store) states(ctx context.Context, accountID, prefix string, ids []string) ([]ledger.KeyState, error) {
 	if !validID(accountID) {
 		return nil, fmt.Errorf("store: key states of %q: %w", accountID, ErrNotFound)
 	}
@@ -858,21 +824,21 @@ func (s *Store) states(ctx context.Context, accountID, prefix string, ids []stri
 	if err != nil {
 		return nil, fmt.Errorf("store: key states of %s: %w", accountID, err)
 	}
-	out := make([]KeyState, len(ids))
+	out := make([]ledger.KeyState, len(ids))
 	for i, c := range cmds {
 		v := c.Val()
-		k := KeyState{
+		k := ledger.KeyState{
 			KeyID:        ids[i],
 			Held:         parseInt(str(v[0])),
 			InFlight:     parseInt(str(v[1])),
 			MinuteTokens: windowTokens(str(v[2]), now),
-			Total:        Counters{Cost: parseInt(str(v[9])), Requests: parseInt(str(v[10]))},
+			Total:        ledger.Counters{Cost: parseInt(str(v[9])), Requests: parseInt(str(v[10]))},
 		}
 		if str(v[3]) == dayStamp(now) {
-			k.Day = Counters{Cost: parseInt(str(v[4])), Requests: parseInt(str(v[5]))}
+			k.Day = ledger.Counters{Cost: parseInt(str(v[4])), Requests: parseInt(str(v[5]))}
 		}
 		if str(v[6]) == monthStamp(now) {
-			k.Month = Counters{Cost: parseInt(str(v[7])), Requests: parseInt(str(v[8]))}
+			k.Month = ledger.Counters{Cost: parseInt(str(v[7])), Requests: parseInt(str(v[8]))}
 		}
 		out[i] = k
 	}

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/internal/audit"
+	"github.com/modelgateway/gateway/internal/ledger"
 )
 
 // Reads for the console and its data API: usage by day, the ledger newest
@@ -17,16 +20,10 @@ import (
 // are kept a little longer (dayKeyTTL).
 const MaxSeriesDays = 90
 
-// DayCounters are one UTC day's settled counters.
-type DayCounters struct {
-	Day time.Time // midnight UTC
-	Counters
-}
-
 // DailyUsage returns the account's counters for each of the days UTC days
 // that end today, oldest first; a day without requests has zero counters.
 // One round trip.
-func (s *Store) DailyUsage(ctx context.Context, accountID string, days int) ([]DayCounters, error) {
+func (s *Store) DailyUsage(ctx context.Context, accountID string, days int) ([]ledger.DayCounters, error) {
 	if !validID(accountID) {
 		return nil, fmt.Errorf("store: daily usage of %q: %w", accountID, ErrNotFound)
 	}
@@ -53,7 +50,7 @@ func (s *Store) DailyUsage(ctx context.Context, accountID string, days int) ([]D
 	if exists.Val() == 0 {
 		return nil, fmt.Errorf("store: daily usage of %s: %w", accountID, ErrNotFound)
 	}
-	out := make([]DayCounters, days)
+	out := make([]ledger.DayCounters, days)
 	for i, h := range hs {
 		out[i].Day = today.AddDate(0, 0, i-days+1)
 		out[i].Counters, _ = decodeUsage(h.Val())
@@ -64,7 +61,7 @@ func (s *Store) DailyUsage(ctx context.Context, accountID string, days int) ([]D
 // RecentLedger returns up to limit of the account's ledger entries before
 // the entry id before ("" for the newest), newest first, and the id to pass
 // as before for the next page, "" when there is none.
-func (s *Store) RecentLedger(ctx context.Context, accountID, before string, limit int) ([]LedgerEntry, string, error) {
+func (s *Store) RecentLedger(ctx context.Context, accountID, before string, limit int) ([]ledger.Entry, string, error) {
 	if !validID(accountID) {
 		return nil, "", fmt.Errorf("store: ledger of %q: %w", accountID, ErrNotFound)
 	}
@@ -85,7 +82,7 @@ func (s *Store) RecentLedger(ctx context.Context, accountID, before string, limi
 // and the id to pass as after for the next page, "" when there is none. An
 // entry's time is its id's: when the store recorded the settlement, which
 // also picks the day its usage is counted under.
-func (s *Store) LedgerBetween(ctx context.Context, accountID string, from, to time.Time, after string, limit int) ([]LedgerEntry, string, error) {
+func (s *Store) LedgerBetween(ctx context.Context, accountID string, from, to time.Time, after string, limit int) ([]ledger.Entry, string, error) {
 	if !validID(accountID) {
 		return nil, "", fmt.Errorf("store: ledger of %q: %w", accountID, ErrNotFound)
 	}
@@ -109,7 +106,7 @@ func (s *Store) LedgerBetween(ctx context.Context, accountID string, from, to ti
 // RecentAudit returns up to limit audit entries before the entry id before
 // ("" for the newest), newest first, and the id to pass as before for the
 // next page, "" when there is none.
-func (s *Store) RecentAudit(ctx context.Context, before string, limit int) ([]AuditEntry, string, error) {
+func (s *Store) RecentAudit(ctx context.Context, before string, limit int) ([]audit.Entry, string, error) {
 	if before != "" && !validEntryID(before) {
 		return nil, "", errors.New("store: audit: malformed cursor")
 	}
@@ -122,7 +119,7 @@ func (s *Store) RecentAudit(ctx context.Context, before string, limit int) ([]Au
 		return nil, "", fmt.Errorf("store: audit: %w", err)
 	}
 	msgs, next := trimPage(msgs, limit)
-	entries := make([]AuditEntry, len(msgs))
+	entries := make([]audit.Entry, len(msgs))
 	for i, m := range msgs {
 		entries[i] = decodeAudit(m)
 	}

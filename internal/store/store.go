@@ -5,6 +5,12 @@
 // hash tag {acct:ID}, so each Lua script touches a single slot and runs
 // unchanged on Redis Cluster. The credential index (hash of secret → key) lives
 // outside the tag and is read before the account's scripts run.
+//
+// The values it keeps and returns are the domain's: package account's
+// (accounts, keys, admissions, settlements, leases, parked responses),
+// package ledger's (ledger entries, settlement outcomes, usage reports)
+// and package audit's; store exports only the adapter (Store, its
+// Options, its errors and the sign-in limits of its counters).
 package store
 
 import (
@@ -12,9 +18,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/modelgateway/gateway/internal/account"
-	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // ErrNotFound is returned for unknown accounts and credentials.
@@ -55,55 +58,6 @@ type Options struct {
 	// ResponseTTL is how long the owner of a stored response is
 	// remembered (see Bind); default DefaultResponseTTL.
 	ResponseTTL time.Duration
-}
-
-// Period is a usage aggregation window.
-type Period string
-
-const (
-	Day   Period = "day"   // UTC calendar day
-	Month Period = "month" // UTC calendar month
-	Total Period = "total" // all time
-)
-
-// Counters aggregate usage over a period.
-type Counters struct {
-	Requests int64
-	Usage    usage.Usage
-	Cost     int64 // nano-USD
-}
-
-// ModelCounters are Counters for one priced model.
-type ModelCounters struct {
-	Model usage.PricedModel
-	Counters
-}
-
-// UsageReport is an account's state as GET /v1/usage shows it.
-type UsageReport struct {
-	Balance   int64 // nano-USD, settled; open holds not subtracted
-	Limits    account.Limits
-	DailyUsed int64 // settled spend of the current UTC day, nano-USD
-	MonthUsed int64 // settled spend of the current UTC month, nano-USD
-	InFlight  int64 // open holds
-	Held      int64 // what they hold, nano-USD
-	// Leased is what the sidecars' leases hold of the balance (escrow,
-	// docs/billing.md, Leases), nano-USD: not spent, not spendable by
-	// another sidecar.
-	Leased int64
-	// MinuteTokens are the tokens counted in the current window (the last
-	// 60 to 65 s, admit.lua) against a tokens-per-minute limit (0 without
-	// one): settled requests at what they used, open ones at their bound.
-	MinuteTokens int64
-	Period       Period
-	Totals       Counters
-	ByModel      []ModelCounters // sorted by model name
-}
-
-// LedgerEntry is one settled request as recorded in the account's ledger.
-type LedgerEntry struct {
-	ID string // stream entry id
-	account.Settlement
 }
 
 // Store is the gateway's Redis-backed state.

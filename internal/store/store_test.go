@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/testclock"
 )
@@ -193,7 +194,7 @@ func (e *env) due() []string {
 	return ids
 }
 
-func (e *env) sweep(acct string) SweepResult {
+func (e *env) sweep(acct string) ledger.SweepResult {
 	e.t.Helper()
 	r, err := e.s.SweepHolds(e.ctx, acct)
 	if err != nil {
@@ -239,7 +240,7 @@ func (e *env) holds(acct string) (count, amount int64) {
 	return n, a
 }
 
-func (e *env) usage(acct string, p Period) UsageReport {
+func (e *env) usage(acct string, p ledger.Period) ledger.UsageReport {
 	e.t.Helper()
 	r, err := e.s.Usage(e.ctx, acct, p)
 	if err != nil {
@@ -248,9 +249,9 @@ func (e *env) usage(acct string, p Period) UsageReport {
 	return r
 }
 
-func (e *env) ledger(acct string) []LedgerEntry {
+func (e *env) ledger(acct string) []ledger.Entry {
 	e.t.Helper()
-	var all []LedgerEntry
+	var all []ledger.Entry
 	after := ""
 	for {
 		page, next, err := e.s.Ledger(e.ctx, acct, after, 100)

@@ -16,6 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/audit"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/usage"
 )
 
@@ -306,7 +308,7 @@ func testNoSecretStored(t *testing.T, e *env) {
 		if _, _, err := e.s.RotateKey(e.ctx, acct, k.ID, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		err = e.s.AppendAudit(e.ctx, AuditEntry{Actor: "admin", Action: "create_key", AccountID: acct, KeyID: k.ID,
+		err = e.s.AppendAudit(e.ctx, audit.Entry{Actor: "admin", Action: "create_key", AccountID: acct, KeyID: k.ID,
 			Detail: "oops, pasted " + secret})
 		if err != nil {
 			t.Fatal(err)
@@ -330,14 +332,14 @@ func testNoSecretStored(t *testing.T, e *env) {
 func testAudit(t *testing.T, e *env) {
 	for i := range 5 {
 		e.clock.Advance(time.Second)
-		err := e.s.AppendAudit(e.ctx, AuditEntry{
+		err := e.s.AppendAudit(e.ctx, audit.Entry{
 			Actor: "admin", Action: fmt.Sprintf("action-%d", i), AccountID: "acct_1", KeyID: "key_1", Detail: "d",
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	var got []AuditEntry
+	var got []audit.Entry
 	after, pages := "", 0
 	for {
 		page, next, err := e.s.Audit(e.ctx, after, 2)
@@ -355,7 +357,7 @@ func testAudit(t *testing.T, e *env) {
 		t.Fatalf("%d entries in %d pages, want 5 in 3", len(got), pages)
 	}
 	for i, a := range got {
-		want := AuditEntry{ID: a.ID, Actor: "admin", Action: fmt.Sprintf("action-%d", i), AccountID: "acct_1",
+		want := audit.Entry{ID: a.ID, Actor: "admin", Action: fmt.Sprintf("action-%d", i), AccountID: "acct_1",
 			KeyID: "key_1", Detail: "d", At: start.Add(time.Duration(i+1) * time.Second)}
 		if a != want || a.ID == "" {
 			t.Errorf("entry %d = %+v, want %+v", i, a, want)
@@ -363,7 +365,7 @@ func testAudit(t *testing.T, e *env) {
 	}
 	// Anything shaped like a secret is redacted.
 	secret := newSecret(account.ModelKey)
-	if err := e.s.AppendAudit(e.ctx, AuditEntry{Action: "x", Detail: "secret=" + secret + "."}); err != nil {
+	if err := e.s.AppendAudit(e.ctx, audit.Entry{Action: "x", Detail: "secret=" + secret + "."}); err != nil {
 		t.Fatal(err)
 	}
 	page, _, err := e.s.Audit(e.ctx, got[4].ID, 10)
@@ -462,7 +464,7 @@ func testAdmitDailyLimit(t *testing.T, e *env) {
 	wantDecision(t, e.admit(acct, "r2", 500), account.DailyLimited, time.Hour)
 	e.mustAdmit(acct, "r3", 400) // 600 + 400 = 1000 exactly
 	e.settle(account.Settlement{RequestID: "r3", AccountID: acct, Cost: 400})
-	if r := e.usage(acct, Day); r.DailyUsed != 1000 {
+	if r := e.usage(acct, ledger.Day); r.DailyUsed != 1000 {
 		t.Fatalf("DailyUsed %d", r.DailyUsed)
 	}
 	e.clock.Advance(59*time.Minute + 59*time.Second + 999*time.Millisecond)
@@ -470,7 +472,7 @@ func testAdmitDailyLimit(t *testing.T, e *env) {
 	// A new UTC day starts afresh.
 	e.clock.Advance(time.Millisecond)
 	e.mustAdmit(acct, "r2", 500)
-	if r := e.usage(acct, Day); r.DailyUsed != 0 {
+	if r := e.usage(acct, ledger.Day); r.DailyUsed != 0 {
 		t.Fatalf("DailyUsed %d on the new day", r.DailyUsed)
 	}
 	wantDecision(t, e.admit(acct, "r4", 501), account.DailyLimited, 24*time.Hour)
@@ -586,11 +588,11 @@ func testHoldValue(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	ck := account.Checkpoint{Status: 200, Priced: "a model with spaces", Usage: usage.Usage{Output: 3}, Cost: 40}
-	if _, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1", Checkpoint: &ck}}); err != nil {
+	if _, err := e.s.RenewHolds(e.ctx, []account.Renewal{{AccountID: acct, RequestID: "r1", Checkpoint: &ck}}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(holdTTL / 2)
-	if _, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1"}}); err != nil {
+	if _, err := e.s.RenewHolds(e.ctx, []account.Renewal{{AccountID: acct, RequestID: "r1"}}); err != nil {
 		t.Fatal(err)
 	}
 	cs, err := e.s.Checkpoints(e.ctx, acct)
@@ -751,7 +753,7 @@ func testRenewAndCheckpoint(t *testing.T, e *env) {
 	// Renewed every half lease, the hold outlives many leases.
 	for range 6 {
 		e.clock.Advance(holdTTL / 2)
-		gone, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1",
+		gone, err := e.s.RenewHolds(e.ctx, []account.Renewal{{AccountID: acct, RequestID: "r1",
 			Checkpoint: &account.Checkpoint{Status: 200, Endpoint: "primary", Priced: "m", Usage: usage.Usage{Input: 10, Output: 7}, Cost: 120}}})
 		if err != nil || len(gone) != 0 {
 			t.Fatalf("renew: %v, %v", gone, err)
@@ -761,7 +763,7 @@ func testRenewAndCheckpoint(t *testing.T, e *env) {
 		}
 	}
 	// Renewals of unknown requests renew nothing and create no hold.
-	if gone, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "ghost"}}); err != nil || len(gone) != 1 || gone[0] != "ghost" {
+	if gone, err := e.s.RenewHolds(e.ctx, []account.Renewal{{AccountID: acct, RequestID: "ghost"}}); err != nil || len(gone) != 1 || gone[0] != "ghost" {
 		t.Fatalf("renew ghost: %v, %v", gone, err)
 	}
 	// The sidecar dies: after one lease the sweeper settles at the checkpoint.
@@ -789,7 +791,7 @@ func testRenewAndCheckpoint(t *testing.T, e *env) {
 	if b := e.balance(acct); b != 600 {
 		t.Fatalf("balance %d after late settlement, want 600", b)
 	}
-	if u := e.usage(acct, Total).Totals; u.Cost != 400 || u.Requests != 1 {
+	if u := e.usage(acct, ledger.Total).Totals; u.Cost != 400 || u.Requests != 1 {
 		t.Fatalf("usage %+v", u)
 	}
 	if n, a := e.holds(acct); n != 0 || a != 0 {
@@ -797,7 +799,7 @@ func testRenewAndCheckpoint(t *testing.T, e *env) {
 	}
 	// Two sweepers racing charge once.
 	e.mustAdmit(acct, "r2", 100)
-	e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r2", Checkpoint: &account.Checkpoint{Status: 200, Cost: 30}}})
+	e.s.RenewHolds(e.ctx, []account.Renewal{{AccountID: acct, RequestID: "r2", Checkpoint: &account.Checkpoint{Status: 200, Cost: 30}}})
 	e.clock.Advance(holdTTL)
 	var wg sync.WaitGroup
 	for range 4 {
@@ -963,8 +965,8 @@ func testSettleIdempotent(t *testing.T, e *env) {
 	if l := e.ledger(acct); len(l) != 1 || l[0].Cost != 300 {
 		t.Fatalf("ledger %+v", l)
 	}
-	r := e.usage(acct, Total)
-	if r.Totals != (Counters{Requests: 1, Usage: usage.Usage{Input: 10, Output: 20}, Cost: 300}) || r.DailyUsed != 300 {
+	r := e.usage(acct, ledger.Total)
+	if r.Totals != (ledger.Counters{Requests: 1, Usage: usage.Usage{Input: 10, Output: 20}, Cost: 300}) || r.DailyUsed != 300 {
 		t.Fatalf("usage %+v", r)
 	}
 	if n, a := e.holds(acct); n != 0 || a != 0 {
@@ -1022,9 +1024,9 @@ func testSettleNon2xx(t *testing.T, e *env) {
 	if n, a := e.holds(acct); n != 0 || a != 0 {
 		t.Fatalf("holds %d, %d", n, a)
 	}
-	for _, p := range []Period{Day, Month, Total} {
+	for _, p := range []ledger.Period{ledger.Day, ledger.Month, ledger.Total} {
 		r := e.usage(acct, p)
-		if r.Totals != (Counters{}) || len(r.ByModel) != 0 || r.DailyUsed != 0 {
+		if r.Totals != (ledger.Counters{}) || len(r.ByModel) != 0 || r.DailyUsed != 0 {
 			t.Fatalf("%s usage %+v", p, r)
 		}
 	}
@@ -1064,7 +1066,7 @@ func testSettleErrors(t *testing.T, e *env) {
 	}
 	_, _, err = e.s.Ledger(e.ctx, "acct_0000000000000000", "", 10)
 	wantErr(t, err, ErrNotFound)
-	_, err = e.s.Usage(e.ctx, "acct_0000000000000000", Day)
+	_, err = e.s.Usage(e.ctx, "acct_0000000000000000", ledger.Day)
 	wantErr(t, err, ErrNotFound)
 	if _, err := e.s.Usage(e.ctx, acct, "week"); err == nil {
 		t.Error("unknown period accepted")
@@ -1082,17 +1084,17 @@ func testPerModel(t *testing.T, e *env) {
 		e.settle(account.Settlement{Usage: usage.Usage{Input: 1, Output: 2, CacheWrite5m: 3, CacheRead: 4}, RequestID: req, AccountID: acct, Priced: usage.PricedModel(m),
 			Cost: int64(10 * (i + 1))})
 	}
-	r := e.usage(acct, Total)
-	want := UsageReport{
+	r := e.usage(acct, ledger.Total)
+	want := ledger.UsageReport{
 		Balance:   usd - 210,
 		Limits:    limits,
 		DailyUsed: 210,
-		Period:    Total,
-		Totals:    Counters{Requests: 6, Usage: usage.Usage{Input: 6, Output: 12, CacheWrite5m: 18, CacheRead: 24}, Cost: 210},
-		ByModel: []ModelCounters{
-			{"claude", Counters{2, usage.Usage{Input: 2, Output: 4, CacheWrite5m: 6, CacheRead: 8}, 30 + 60}},
-			{"claude:sonnet:4", Counters{2, usage.Usage{Input: 2, Output: 4, CacheWrite5m: 6, CacheRead: 8}, 20 + 50}},
-			{"zeta", Counters{2, usage.Usage{Input: 2, Output: 4, CacheWrite5m: 6, CacheRead: 8}, 10 + 40}},
+		Period:    ledger.Total,
+		Totals:    ledger.Counters{Requests: 6, Usage: usage.Usage{Input: 6, Output: 12, CacheWrite5m: 18, CacheRead: 24}, Cost: 210},
+		ByModel: []ledger.ModelCounters{
+			{Model: "claude", Counters: ledger.Counters{Requests: 2, Usage: usage.Usage{Input: 2, Output: 4, CacheWrite5m: 6, CacheRead: 8}, Cost: 30 + 60}},
+			{Model: "claude:sonnet:4", Counters: ledger.Counters{Requests: 2, Usage: usage.Usage{Input: 2, Output: 4, CacheWrite5m: 6, CacheRead: 8}, Cost: 20 + 50}},
+			{Model: "zeta", Counters: ledger.Counters{Requests: 2, Usage: usage.Usage{Input: 2, Output: 4, CacheWrite5m: 6, CacheRead: 8}, Cost: 10 + 40}},
 		},
 	}
 	if !usageEqual(r, want) {
@@ -1100,7 +1102,7 @@ func testPerModel(t *testing.T, e *env) {
 	}
 }
 
-func usageEqual(a, b UsageReport) bool {
+func usageEqual(a, b ledger.UsageReport) bool {
 	return a.Balance == b.Balance && a.Limits == b.Limits && a.DailyUsed == b.DailyUsed &&
 		a.Period == b.Period && a.Totals == b.Totals && slices.Equal(a.ByModel, b.ByModel)
 }
@@ -1120,7 +1122,7 @@ func testPeriods(t *testing.T, e *env) {
 	e.mustAdmit(acct, "r2", 10)
 	e.settle(account.Settlement{RequestID: "r2", AccountID: acct, Priced: "b", Cost: 100})
 
-	check := func(p Period, requests, cost, daily int64, models ...string) {
+	check := func(p ledger.Period, requests, cost, daily int64, models ...string) {
 		t.Helper()
 		r := e.usage(acct, p)
 		var got []string
@@ -1132,13 +1134,13 @@ func testPeriods(t *testing.T, e *env) {
 			t.Errorf("at %v, %s: %+v", e.clock.Now(), p, r)
 		}
 	}
-	check(Day, 1, 100, 100, "b")
-	check(Month, 1, 100, 100, "b")
-	check(Total, 3, 111, 100, "a", "b")
+	check(ledger.Day, 1, 100, 100, "b")
+	check(ledger.Month, 1, 100, 100, "b")
+	check(ledger.Total, 3, 111, 100, "a", "b")
 	e.clock.Set(before)
-	check(Day, 1, 10, 10, "a")
-	check(Month, 2, 11, 10, "a")
-	check(Total, 3, 111, 10, "a", "b")
+	check(ledger.Day, 1, 10, 10, "a")
+	check(ledger.Month, 2, 11, 10, "a")
+	check(ledger.Total, 3, 111, 10, "a", "b")
 }
 
 func testLedger(t *testing.T, e *env) {
@@ -1155,7 +1157,7 @@ func testLedger(t *testing.T, e *env) {
 		e.settle(st)
 		want = append(want, st)
 	}
-	var got []LedgerEntry
+	var got []ledger.Entry
 	after, pages := "", 0
 	for {
 		page, next, err := e.s.Ledger(e.ctx, acct, after, 2)
@@ -1262,7 +1264,7 @@ func testConcurrency(t *testing.T, e *env) {
 			ok2xx++
 		}
 	}
-	total := e.usage(acct, Total).Totals
+	total := e.usage(acct, ledger.Total).Totals
 	if len(l) != admitted || ledgerCost != charged || initial-final != ledgerCost ||
 		total.Cost != ledgerCost || total.Requests != ok2xx {
 		t.Errorf("admitted %d, ledger %d entries costing %d, charged %d, balance change %d, counted %d requests costing %d",
@@ -1305,7 +1307,7 @@ func testSettleBatch(t *testing.T, e *env) {
 	if b := e.balance(a2); b != 950 {
 		t.Fatalf("balance of a2 %d, want 950", b)
 	}
-	if u := e.usage(a1, Day); u.Totals != (Counters{Requests: 2, Usage: usage.Usage{Input: 20, Output: 10}, Cost: 70}) || u.DailyUsed != 70 {
+	if u := e.usage(a1, ledger.Day); u.Totals != (ledger.Counters{Requests: 2, Usage: usage.Usage{Input: 20, Output: 10}, Cost: 70}) || u.DailyUsed != 70 {
 		t.Fatalf("usage of a1 %+v", u)
 	}
 	if l := e.ledger(a1); len(l) != 3 || l[0].RequestID != "r0" || l[2].RequestID != "r3" || l[2].Cost != 0 {
@@ -1412,7 +1414,7 @@ func testSettleAfterSweep(t *testing.T, e *env) {
 	e.mustAdmit(acct, "r2", 400)
 	e.mustAdmit(acct, "r3", 400)
 	e.mustAdmit(acct, "r4", 400)
-	if _, err := e.s.RenewHolds(e.ctx, []Renewal{
+	if _, err := e.s.RenewHolds(e.ctx, []account.Renewal{
 		{AccountID: acct, RequestID: "r1", Checkpoint: ckpt(100, 10)},
 		{AccountID: acct, RequestID: "r2", Checkpoint: ckpt(300, 30)},
 		{AccountID: acct, RequestID: "r3", Checkpoint: ckpt(100, 10)},
@@ -1464,7 +1466,7 @@ func testSettleAfterSweep(t *testing.T, e *env) {
 	if d := (map[string]int64{"r1": 250, "r2": -180, "r3": 300, "r4": 200}); !maps.Equal(diffs, d) {
 		t.Fatalf("reconciled %v, want %v", diffs, d)
 	}
-	u := e.usage(acct, Total)
+	u := e.usage(acct, ledger.Total)
 	if u.Totals.Cost != want || u.Totals.Requests != 4 || u.Totals.Usage.Output != out {
 		t.Fatalf("counters %+v", u.Totals)
 	}
@@ -1526,7 +1528,7 @@ func testMoneyBounds(t *testing.T, e *env) {
 	for _, le := range e.ledger(rich) {
 		sum += le.Cost
 	}
-	if u := e.usage(rich, Total); sum != 3*c || u.Totals.Cost != 3*c {
+	if u := e.usage(rich, ledger.Total); sum != 3*c || u.Totals.Cost != 3*c {
 		t.Fatalf("ledger %d, counters %d, want %d", sum, u.Totals.Cost, int64(3*c))
 	}
 }

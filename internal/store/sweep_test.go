@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 )
 
 // A request whose sidecar died after the reply started but before its first
@@ -25,7 +26,7 @@ func TestSweepWithoutCheckpointUsesPricedModel(t *testing.T) {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
 	ck := account.Checkpoint{Status: 200, Endpoint: "primary"}
-	if _, err := e.s.RenewHolds(e.ctx, []Renewal{{AccountID: acct, RequestID: "r1", Checkpoint: &ck}}); err != nil {
+	if _, err := e.s.RenewHolds(e.ctx, []account.Renewal{{AccountID: acct, RequestID: "r1", Checkpoint: &ck}}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(holdTTL + 1)
@@ -36,7 +37,7 @@ func TestSweepWithoutCheckpointUsesPricedModel(t *testing.T) {
 	if st := r.Interrupted[0]; st.Priced != a.Priced || st.Requested != a.Requested {
 		t.Fatalf("swept as priced %q, requested %q; want %q, %q", st.Priced, st.Requested, a.Priced, a.Requested)
 	}
-	rows := e.usage(acct, Total).ByModel
+	rows := e.usage(acct, ledger.Total).ByModel
 	if len(rows) != 1 || rows[0].Model != a.Priced || rows[0].Requests != 1 {
 		t.Fatalf("usage by model %+v, want one request under %s", rows, a.Priced)
 	}

@@ -22,11 +22,11 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/audit"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/console"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/roles"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -363,13 +363,13 @@ func TestSingleSignOn(t *testing.T) {
 		}
 	}
 	for w, n := range map[want]int{
-		{"sso:bill@example.com", "POST " + console.PathKeysAPI, store.OutcomeRefused}:      1,
+		{"sso:bill@example.com", "POST " + console.PathKeysAPI, audit.OutcomeRefused}:      1,
 		{"sso:olive@example.com", "account.limits", ""}:                                    1,
 		{"sso:mia@example.com", "key.create", ""}:                                          1,
 		{"sso:mia@example.com", "key.revoke", ""}:                                          1,
-		{"sso:mia@example.com", "POST " + console.PathRevokeKey, store.OutcomeRefused}:     1,
+		{"sso:mia@example.com", "POST " + console.PathRevokeKey, audit.OutcomeRefused}:     1,
 		{"sso:olive@example.com", "key.create", ""}:                                        1,
-		{"console:sso:sue@example.com", "POST /accounts/{id}/topup", store.OutcomeRefused}: 1,
+		{"console:sso:sue@example.com", "POST /accounts/{id}/topup", audit.OutcomeRefused}: 1,
 		{"console:sso:opal@example.com", "account.topup", ""}:                              1,
 	} {
 		if counts[w] != n {

@@ -20,8 +20,8 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -74,7 +74,7 @@ func cleanEnv(env []string) []string {
 // checkLedger fails t unless every ledger entry of the account is a 2xx
 // reply billed exactly at the gateway's rates for its usage, not
 // estimated, and there are want of them.
-func checkLedger(t *testing.T, s *launch.Stack, accountID string, want int) []store.LedgerEntry {
+func checkLedger(t *testing.T, s *launch.Stack, accountID string, want int) []ledger.Entry {
 	t.Helper()
 	entries, _, err := s.Store.Ledger(context.Background(), accountID, "", 100)
 	if err != nil {

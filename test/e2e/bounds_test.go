@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -46,7 +46,7 @@ func TestUsageBeyondTheRequestIsCapped(t *testing.T) {
 			t.Errorf("%s %s: output %d, capped %v; want 256, capped", e.Priced, e.RequestID, e.Usage.Output, e.Capped)
 		}
 	}
-	rep, err := s.Store.Usage(context.Background(), acct.ID, store.Total)
+	rep, err := s.Store.Usage(context.Background(), acct.ID, ledger.Total)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestUnknownModelsAndQuerySeparators(t *testing.T) {
 			t.Fatalf("%d %s", resp.StatusCode, b)
 		}
 	}
-	rep, err := s.Store.Usage(context.Background(), acct.ID, store.Total)
+	rep, err := s.Store.Usage(context.Background(), acct.ID, ledger.Total)
 	if err != nil {
 		t.Fatal(err)
 	}

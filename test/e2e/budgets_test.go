@@ -15,6 +15,7 @@ import (
 	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
@@ -195,11 +196,11 @@ func TestBudgetCrossedByReconciliationAfterSweep(t *testing.T) {
 		key, id, window string
 		status          int
 		message         string
-		spent           func(store.KeyState) int64
+		spent           func(ledger.KeyState) int64
 	}
 	keys := []*budgetKey{
-		{window: "total", status: 402, message: "lifetime spend limit for this key: $", spent: func(s store.KeyState) int64 { return s.Total.Cost }},
-		{window: "monthly", status: 429, message: "monthly spend limit for this key: $", spent: func(s store.KeyState) int64 { return s.Month.Cost }},
+		{window: "total", status: 402, message: "lifetime spend limit for this key: $", spent: func(s ledger.KeyState) int64 { return s.Total.Cost }},
+		{window: "monthly", status: 429, message: "monthly spend limit for this key: $", spent: func(s ledger.KeyState) int64 { return s.Month.Cost }},
 	}
 	for _, k := range keys {
 		l := account.Limits{TotalNanoUSD: limit}
@@ -211,7 +212,7 @@ func TestBudgetCrossedByReconciliationAfterSweep(t *testing.T) {
 		}
 		k.id = keyID(t, b, k.key)
 	}
-	state := func(k *budgetKey) store.KeyState {
+	state := func(k *budgetKey) ledger.KeyState {
 		s, err := st.KeyStates(ctx, acct.ID, k.id)
 		if err != nil {
 			t.Fatal(err)
@@ -390,7 +391,7 @@ func TestBudgetCrossedByBackgroundReconciler(t *testing.T) {
 	}
 	id := keyID(t, a, key)
 	events := &budgetEvents{recv: recv, account: acct.ID, byID: map[string]alerts.Event{}}
-	state := func() store.KeyState {
+	state := func() ledger.KeyState {
 		s, err := st.KeyStates(ctx, acct.ID, id)
 		if err != nil {
 			t.Fatal(err)

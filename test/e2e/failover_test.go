@@ -12,7 +12,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -207,7 +207,7 @@ func TestStreamBrokenByUpstreamReset(t *testing.T) {
 	// A reset right after the vendor's headers, before any event.
 	s.Primary.Control(map[string]any{"abort_after_events": 0, "event_delay_ms": 0, "abort_at_start": true})
 	resp, _, _ = read()
-	var last store.LedgerEntry
+	var last ledger.Entry
 	eventually.That(t, 10*time.Second, "the second ledger entry", func() (bool, string) {
 		l := allLedgerEntries(t, s, acct.ID)
 		if len(l) < 2 {

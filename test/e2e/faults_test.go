@@ -20,6 +20,7 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
@@ -122,9 +123,9 @@ next:
 }
 
 // allLedgerEntries returns every ledger entry of the account.
-func allLedgerEntries(t *testing.T, s *launch.Stack, acct string) []store.LedgerEntry {
+func allLedgerEntries(t *testing.T, s *launch.Stack, acct string) []ledger.Entry {
 	t.Helper()
-	var all []store.LedgerEntry
+	var all []ledger.Entry
 	after := ""
 	for {
 		page, next, err := s.Store.Ledger(context.Background(), acct, after, 500)
@@ -144,13 +145,13 @@ func allLedgerEntries(t *testing.T, s *launch.Stack, acct string) []store.Ledger
 // once (seen collects ids across accounts; a reconciled entry adds to its
 // request's), the balance is not negative and no hold is left. It returns
 // the ledger.
-func checkBooks(t *testing.T, s *launch.Stack, acct string, initial int64, seen map[string]bool) []store.LedgerEntry {
+func checkBooks(t *testing.T, s *launch.Stack, acct string, initial int64, seen map[string]bool) []ledger.Entry {
 	t.Helper()
 	return checkBooksFloor(t, s, acct, initial, seen, 0)
 }
 
 // checkBooksFloor is checkBooks for a balance that may go as low as floor.
-func checkBooksFloor(t *testing.T, s *launch.Stack, acct string, initial int64, seen map[string]bool, floor int64) []store.LedgerEntry {
+func checkBooksFloor(t *testing.T, s *launch.Stack, acct string, initial int64, seen map[string]bool, floor int64) []ledger.Entry {
 	t.Helper()
 	ctx := context.Background()
 	entries := allLedgerEntries(t, s, acct)
@@ -177,7 +178,7 @@ func checkBooksFloor(t *testing.T, s *launch.Stack, acct string, initial int64, 
 			ok2xx++
 		}
 	}
-	rep, err := s.Store.Usage(ctx, acct, store.Total)
+	rep, err := s.Store.Usage(ctx, acct, ledger.Total)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/redistest"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -262,7 +262,7 @@ func partitionPastTheLease(t *testing.T, idle bool) {
 	if projectID == "" {
 		return
 	}
-	u, err := b.Store.Usage(ctx, acct.ID, store.Total)
+	u, err := b.Store.Usage(ctx, acct.ID, ledger.Total)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/store"
@@ -246,11 +247,11 @@ func conserved(t *testing.T, st *store.Store, accountID string, initial int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ledger int64
+	var inLedger int64
 	for _, e := range entries {
-		ledger += e.Cost
+		inLedger += e.Cost
 	}
-	u, err := st.Usage(ctx, accountID, store.Total)
+	u, err := st.Usage(ctx, accountID, ledger.Total)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,9 +259,9 @@ func conserved(t *testing.T, st *store.Store, accountID string, initial int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if initial-u.Balance != ledger || ledger != u.Totals.Cost || n != 0 || held != 0 || u.Balance < 0 {
+	if initial-u.Balance != inLedger || inLedger != u.Totals.Cost || n != 0 || held != 0 || u.Balance < 0 {
 		t.Fatalf("balance change %d, ledger %d, counters %d, open holds %d (%d held), balance %d",
-			initial-u.Balance, ledger, u.Totals.Cost, n, held, u.Balance)
+			initial-u.Balance, inLedger, u.Totals.Cost, n, held, u.Balance)
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pricing"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/internal/usage"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
@@ -99,7 +99,7 @@ func meteringMatchesVendorUsage(t *testing.T, o launch.Options) {
 	}
 
 	ctx := context.Background()
-	rep, err := s.Store.Usage(ctx, acct.ID, store.Day)
+	rep, err := s.Store.Usage(ctx, acct.ID, ledger.Day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func meteringMatchesVendorUsage(t *testing.T, o launch.Options) {
 	if rep.DailyUsed != want.cost || rep.Totals.Cost != want.cost {
 		t.Errorf("daily used %d, period cost %d; want %d", rep.DailyUsed, rep.Totals.Cost, want.cost)
 	}
-	byModel := map[string]store.ModelCounters{}
+	byModel := map[string]ledger.ModelCounters{}
 	for _, m := range rep.ByModel {
 		byModel[string(m.Model)] = m
 	}
@@ -133,7 +133,7 @@ func meteringMatchesVendorUsage(t *testing.T, o launch.Options) {
 	}
 }
 
-func onlyLedgerEntry(t *testing.T, s *launch.Stack, acct string) store.LedgerEntry {
+func onlyLedgerEntry(t *testing.T, s *launch.Stack, acct string) ledger.Entry {
 	t.Helper()
 	entries, _, err := s.Store.Ledger(context.Background(), acct, "", 100)
 	if err != nil {
@@ -204,7 +204,7 @@ func concurrentRequestsAgainstSmallBalance(t *testing.T, o launch.Options) {
 	if len(entries) != codes[200] {
 		t.Fatalf("%d ledger entries for %d admitted requests", len(entries), codes[200])
 	}
-	rep, _ := s.Store.Usage(ctx, acct.ID, store.Total)
+	rep, _ := s.Store.Usage(ctx, acct.ID, ledger.Total)
 	if rep.Balance < 0 {
 		t.Fatalf("balance went negative: %d", rep.Balance)
 	}
@@ -349,9 +349,9 @@ func TestDisconnectAndVendorError(t *testing.T) {
 
 // waitLedgerEntry polls for the settlement of a request whose client went
 // away (it settles when Envoy resets the processor stream).
-func waitLedgerEntry(t *testing.T, s *launch.Stack, acct string) store.LedgerEntry {
+func waitLedgerEntry(t *testing.T, s *launch.Stack, acct string) ledger.Entry {
 	t.Helper()
-	var e store.LedgerEntry
+	var e ledger.Entry
 	eventually.That(t, 20*time.Second, "a ledger entry", func() (bool, string) {
 		entries, _, err := s.Store.Ledger(context.Background(), acct, "", 10)
 		if err != nil || len(entries) == 0 {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/modelgateway/gateway/internal/config"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -53,7 +53,7 @@ func TestOverrideBillsDatedSnapshot(t *testing.T) {
 			t.Fatalf("stream=%v: the vendor reported %+v", streamed, u)
 		}
 		want := int64(u.Input*500 + u.Output*2500 + u.CacheRead*50 + u.CacheWrite*625)
-		var e store.LedgerEntry
+		var e ledger.Entry
 		for _, x := range allLedgerEntries(t, s, acct.ID) {
 			if !seen[x.ID] {
 				e, seen[x.ID] = x, true

@@ -14,9 +14,9 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/redistest"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -140,7 +140,7 @@ func TestConservationPartitionAndOutage(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
 	ctx := context.Background()
 	balance := func(acct string) int64 {
-		r, err := b.Store.Usage(ctx, acct, store.Total)
+		r, err := b.Store.Usage(ctx, acct, ledger.Total)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +193,7 @@ func TestConservationPartitionAndOutage(t *testing.T) {
 	go func() {
 		defer close(sampled)
 		for sampling.Err() == nil {
-			if r, err := b.Store.Usage(ctx, shared.ID, store.Total); err == nil && r.Balance < lowest.Load() {
+			if r, err := b.Store.Usage(ctx, shared.ID, ledger.Total); err == nil && r.Balance < lowest.Load() {
 				lowest.Store(r.Balance)
 			}
 			time.Sleep(20 * time.Millisecond) // sampling interval
@@ -320,7 +320,7 @@ func TestConservationPartitionAndOutage(t *testing.T) {
 }
 
 // ledgerSummary describes entries for a failure message.
-func ledgerSummary(entries []store.LedgerEntry) string {
+func ledgerSummary(entries []ledger.Entry) string {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	for _, e := range entries {

@@ -21,7 +21,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -574,7 +574,7 @@ func TestEveryCatalogueModelIsBilledAtItsCataloguePrice(t *testing.T) {
 	// Settlement may finish just after the reply: wait for each account's
 	// ledger to hold every request.
 	for _, j := range jobs {
-		var entries []store.LedgerEntry
+		var entries []ledger.Entry
 		eventually.That(t, 30*time.Second, j.model+"'s ledger entries", func() (bool, string) {
 			var err error
 			entries, _, err = s.Store.Ledger(ctx, j.acct.ID, "", 100)
@@ -683,7 +683,7 @@ func TestLongOutputRequestAndNoPrefixMatching(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("dated snapshot: %d %s", resp.StatusCode, b)
 	}
-	rep, err := s.Store.Usage(context.Background(), acct.ID, store.Total)
+	rep, err := s.Store.Usage(context.Background(), acct.ID, ledger.Total)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -453,7 +453,7 @@ func TestSocketClientGoneSettledFromVendorUsage(t *testing.T) {
 	w.c.CloseNow() // gone after 4 events, without a close frame
 
 	want := expectedNano(t, entry, billed{input: 1400, output: 43})
-	var e store.LedgerEntry
+	var e ledger.Entry
 	eventually.That(t, 15*time.Second, "the response settled", func() (bool, string) {
 		entries, _, err := s.Store.Ledger(context.Background(), acct.ID, "", 10)
 		if err != nil || len(entries) != 1 {

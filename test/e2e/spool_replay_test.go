@@ -11,8 +11,8 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/redistest"
-	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -109,9 +109,9 @@ func TestSpoolReplayEqualsLedgerEntry(t *testing.T) {
 			t.Fatalf("%s reference: %d %v", cases[i].name, r.status, r.err)
 		}
 	}
-	refs := make([]store.LedgerEntry, len(cases))
+	refs := make([]ledger.Entry, len(cases))
 	for i, c := range cases {
-		var l []store.LedgerEntry
+		var l []ledger.Entry
 		eventually.True(t, 20*time.Second, c.name+"'s reference entry", func() bool {
 			l = allLedgerEntries(t, s, accts[i].ID)
 			return len(l) == 1
@@ -160,7 +160,7 @@ func TestSpoolReplayEqualsLedgerEntry(t *testing.T) {
 		}
 		// What legitimately differs between two requests: their ids and
 		// when they ran (the entry id is the ledger's own).
-		for _, e := range []*store.LedgerEntry{&ref, &got} {
+		for _, e := range []*ledger.Entry{&ref, &got} {
 			e.ID, e.RequestID, e.StartedAt, e.EndedAt = "", "", time.Time{}, time.Time{}
 		}
 		if !reflect.DeepEqual(got, ref) {

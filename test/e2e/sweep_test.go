@@ -11,7 +11,7 @@ import (
 
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
-	"github.com/modelgateway/gateway/internal/store"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -73,7 +73,7 @@ func TestSweptRequestKeepsPricedModel(t *testing.T) {
 	if err := s.StartSidecar(); err != nil {
 		t.Fatal(err)
 	}
-	var entries []store.LedgerEntry
+	var entries []ledger.Entry
 	eventually.That(t, 3*lease, "the sweeper's settlement", func() (bool, string) {
 		entries = allLedgerEntries(t, s, acct.ID)
 		return len(entries) == 1, fmt.Sprintf("%d ledger entries", len(entries))
@@ -83,7 +83,7 @@ func TestSweptRequestKeepsPricedModel(t *testing.T) {
 		t.Fatalf("swept entry: status %d, interrupted %v, requested %q, priced %q; want interrupted, %q, the catalogue's model",
 			e.Status, e.Interrupted, e.Requested, e.Priced, alias)
 	}
-	rep, err := s.Store.Usage(ctx, acct.ID, store.Total)
+	rep, err := s.Store.Usage(ctx, acct.ID, ledger.Total)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/modelgateway/gateway/envoy"
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/store"
 )
@@ -454,13 +455,13 @@ type SettledStore struct {
 }
 
 // Usage waits for queued settlements, then reads the account's usage.
-func (s *SettledStore) Usage(ctx context.Context, accountID string, p store.Period) (store.UsageReport, error) {
+func (s *SettledStore) Usage(ctx context.Context, accountID string, p ledger.Period) (ledger.UsageReport, error) {
 	s.stack.WaitSettled()
 	return s.Store.Usage(ctx, accountID, p)
 }
 
 // Ledger waits for queued settlements, then reads the account's ledger.
-func (s *SettledStore) Ledger(ctx context.Context, accountID, after string, limit int) ([]store.LedgerEntry, string, error) {
+func (s *SettledStore) Ledger(ctx context.Context, accountID, after string, limit int) ([]ledger.Entry, string, error) {
 	s.stack.WaitSettled()
 	return s.Store.Ledger(ctx, accountID, after, limit)
 }

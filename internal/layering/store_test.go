@@ -1,0 +1,68 @@
+package layering
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// storeTypes are the exported types package store may declare, with why:
+// the adapter's own. A value another package only passes to the store or
+// reads from it (an entry, a report, a result, the arguments of a call) is
+// the domain's, and lives in internal/account, internal/ledger or
+// internal/audit, so that a package using it need not import the Redis
+// adapter.
+var storeTypes = map[string]string{
+	"Store":        "the adapter itself",
+	"Options":      "the adapter's configuration (clock, lifetimes, retention)",
+	"ShardsDown":   "the adapter's error: Redis Cluster shards that did not answer",
+	"SignInLimits": "the bounds of the store's sign-in counters (SignInAttempt, lua/signin.lua), the console's configuration of them, no domain value",
+}
+
+// internal/store exports no type but those storeTypes names: domain types
+// live apart from the store adapter.
+func TestStoreExportsOnlyTheAdapter(t *testing.T) {
+	names, err := filepath.Glob(filepath.Join("..", "store", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	declared := map[string]bool{}
+	for _, path := range names {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.TYPE {
+				continue
+			}
+			for _, s := range g.Specs {
+				ts := s.(*ast.TypeSpec)
+				if !ts.Name.IsExported() {
+					continue
+				}
+				declared[ts.Name.Name] = true
+				if _, ok := storeTypes[ts.Name.Name]; !ok {
+					t.Errorf("%s: store exports type %s: a domain type goes to internal/account, internal/ledger or internal/audit (or, if it is the adapter's own, into storeTypes with why)",
+						fset.Position(ts.Pos()), ts.Name.Name)
+				}
+			}
+		}
+	}
+	if !declared["Store"] {
+		t.Fatalf("no type Store found in %d files of internal/store", len(names))
+	}
+	for name := range storeTypes {
+		if !declared[name] {
+			t.Errorf("storeTypes names %s, which internal/store no longer declares: drop it", name)
+		}
+	}
+}
