@@ -148,16 +148,20 @@ MONEY_TESTS := ^(TestConservation|TestLimitsConservationTwoSidecars|TestKeyLimit
 ## e2e: the tests that start real processes: test/... (end to end through Envoy, the integration tests on real Redis, Cluster, TLS, PostgreSQL and `envoy --mode validate`, SDK conformance), the money suites again with leases off, and deploy's checks against a real Envoy
 #
 # Two test processes at a time, as `go test -p 2` runs them on 2 cores:
-# test/e2e in one; in the other, the rest of test/..., the money suites with
-# leases off and deploy's checks, one after the other (their output is
-# printed when test/e2e ends).
+# test/e2e but its drills in one; in the other, test/e2e's drills, the rest
+# of test/..., the money suites with leases off and deploy's checks, one
+# after the other (their output is printed when the first ends).
 E2E_OTHERS = $$($(GO) list ./test/... | grep -v '/test/e2e$$')
+# The fixed-length load and fault drills of test/e2e (about 200 s), run in
+# the second process, so that the two take about as long.
+E2E_DRILLS := ^(TestLeasesPartitionPastTheLease|TestLeasesConserveUnderLoad|TestFailoverDrill|TestOps|TestFailoverOnErrors)
 e2e: build envoy redis postgres chromium clients
 	@mkdir -p $(BIN); rm -f $(BIN)/e2e-others.log; \
-	( set -e; $(GO) test -count=1 -p 1 -timeout 15m $(E2E_OTHERS); \
+	( set -e; $(GO) test -count=1 -timeout 10m -run '$(E2E_DRILLS)' ./test/e2e; \
+	  $(GO) test -count=1 -p 1 -timeout 15m $(E2E_OTHERS); \
 	  GATEWAY_TEST_LEASES=off $(GO) test -count=1 -timeout 10m -run '$(MONEY_TESTS)' ./test/e2e; \
 	  cd deploy && $(GO) test -count=1 ./... ) > $(BIN)/e2e-others.log 2>&1 & others=$$!; \
-	rc=0; $(GO) test -count=1 -timeout 15m ./test/e2e || rc=$$?; \
+	rc=0; $(GO) test -count=1 -timeout 15m -skip '$(E2E_DRILLS)' ./test/e2e || rc=$$?; \
 	orc=0; wait $$others || orc=$$?; cat $(BIN)/e2e-others.log; \
 	if [ $$rc != 0 ] || [ $$orc != 0 ]; then echo "e2e failed: test/e2e exit $$rc, the others exit $$orc"; exit 1; fi
 

@@ -36,31 +36,32 @@ import (
 
 func main() {
 	var (
-		out        = flag.String("out", "", "write the markdown report to this file too")
-		smoke      = flag.Bool("smoke", false, "tiny rates and durations: exercise the harness in seconds, judge nothing")
-		quick      = flag.Bool("quick", false, "non-streaming latency and CPU at 500 and 1,000 requests/s only (about a minute): to compare a change")
-		open       = flag.Int("open", -1, "concurrent open streams for the memory phase (default: the plan's; 0 skips it)")
-		rates      = flag.String("rates", "", "comma-separated request rates for the non-streaming latency phase, replacing the plan's (e.g. -quick -rates 1500: the knee)")
-		note       = flag.String("note", "", "a line for the report's header, e.g. that the machine was shared")
-		profile    = flag.String("cpuprofile-sidecar", "", "record the sidecar with perf(1) under load into this file (perf.data format; a text summary goes to FILE.txt)")
-		null       = flag.String("null-processor", "", "internal: serve the null ext_proc processor on this address and nothing else")
-		otlp       = flag.String("otlp-collector", "", "internal: serve the span-counting OTLP collector on this address and nothing else")
-		tracePct   = flag.Float64("trace-percent", -1, "trace this share of requests (0-100) to an OTLP collector (a child process), in every stack's Envoy (the floor is the same Envoy) and the sidecar; off by default")
-		traceGw    = flag.Bool("trace-gateway-only", false, "with -trace-percent: trace the gateway stack only, leaving the floor and bare Envoy untraced (what tracing costs in all)")
-		sink       = flag.Bool("sink", false, "run the ledger sink against the gateway's Redis, into a PostgreSQL the bench starts")
-		leasesOn   = flag.String("leases", "", "on or off: run the gateway with limits.leases so (default: the config's default), to compare admission from escrow leases with the per-request script in the same run's floor")
-		hooksOff   = flag.Bool("webhook-down", false, "send the gateway's alerts to a webhook receiver that accepts connections and never answers, with alerts pending for the whole run")
-		streams    = flag.Bool("streams", false, "with -quick: also the streaming phases (time to first event and delivery delay, messages, Responses and sockets)")
-		anatomy    = flag.Bool("pool-anatomy", false, "with -pool: also split the pool's Envoy cost into its parts, on bare Envoy (three more stacks)")
-		poolRounds = flag.Int("pool-rounds", 12, "with -pool: rounds per rate of the comparison (at least the plan's)")
-		pool       = flag.Int("pool", 0, "also compare, in the same run and at the plan's rates, a gateway with a pool of this many vendor keys per upstream against one with one key (two more stacks; at least 2)")
-		env        listFlag
+		out         = flag.String("out", "", "write the markdown report to this file too")
+		smoke       = flag.Bool("smoke", false, "tiny rates and durations: exercise the harness in seconds, judge nothing")
+		quick       = flag.Bool("quick", false, "non-streaming latency and CPU at 500 and 1,000 requests/s only (about a minute): to compare a change")
+		open        = flag.Int("open", -1, "concurrent open streams for the memory phase (default: the plan's; 0 skips it)")
+		rates       = flag.String("rates", "", "comma-separated request rates for the non-streaming latency phase, replacing the plan's (e.g. -quick -rates 1500: the knee)")
+		note        = flag.String("note", "", "a line for the report's header, e.g. that the machine was shared")
+		profile     = flag.String("cpuprofile-sidecar", "", "record the sidecar with perf(1) under load into this file (perf.data format; a text summary goes to FILE.txt)")
+		null        = flag.String("null-processor", "", "internal: serve the null ext_proc processor on this address and nothing else")
+		nullMetrics = flag.String("null-metrics", "", "internal: with -null-processor, serve its Go runtime's metrics on this address")
+		otlp        = flag.String("otlp-collector", "", "internal: serve the span-counting OTLP collector on this address and nothing else")
+		tracePct    = flag.Float64("trace-percent", -1, "trace this share of requests (0-100) to an OTLP collector (a child process), in every stack's Envoy (the floor is the same Envoy) and the sidecar; off by default")
+		traceGw     = flag.Bool("trace-gateway-only", false, "with -trace-percent: trace the gateway stack only, leaving the floor and bare Envoy untraced (what tracing costs in all)")
+		sink        = flag.Bool("sink", false, "run the ledger sink against the gateway's Redis, into a PostgreSQL the bench starts")
+		leasesOn    = flag.String("leases", "", "on or off: run the gateway with limits.leases so (default: the config's default), to compare admission from escrow leases with the per-request script in the same run's floor")
+		hooksOff    = flag.Bool("webhook-down", false, "send the gateway's alerts to a webhook receiver that accepts connections and never answers, with alerts pending for the whole run")
+		streams     = flag.Bool("streams", false, "with -quick: also the streaming phases (time to first event and delivery delay, messages, Responses and sockets)")
+		anatomy     = flag.Bool("pool-anatomy", false, "with -pool: also split the pool's Envoy cost into its parts, on bare Envoy (three more stacks)")
+		poolRounds  = flag.Int("pool-rounds", 12, "with -pool: rounds per rate of the comparison (at least the plan's)")
+		pool        = flag.Int("pool", 0, "also compare, in the same run and at the plan's rates, a gateway with a pool of this many vendor keys per upstream against one with one key (two more stacks; at least 2)")
+		env         listFlag
 	)
 	flag.Var(&env, "sidecar-env", "KEY=VALUE for the sidecar's environment, repeatable (e.g. GOMAXPROCS=1, GOGC=200) to try a setting")
 	flag.Parse()
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	if *null != "" {
-		serveNull(*null)
+		serveNull(*null, *nullMetrics)
 		return
 	}
 	if *otlp != "" {
@@ -223,6 +224,7 @@ type bench struct {
 	plan              plan
 	gw, null, bare    *launch.Stack
 	nullPid           int
+	nullMetrics       string // the null processor's metrics URL
 	targets           [nStacks]*target
 	gwT, nullT, bareT *target
 	rdb               *redis.Client
@@ -327,7 +329,7 @@ func start(tb *benchTB, p plan, sidecarEnv []string, o options) *bench {
 		}
 	}
 	log.Printf("starting the null processor stack")
-	nullAddr, nullPid := startNull(tb)
+	nullAddr, nullMetrics, nullPid := startNull(tb)
 	null := up(tb, launch.Options{ExtProcAddr: nullAddr, Configure: sameVendor})
 	log.Printf("starting the bare Envoy stack")
 	bare := up(tb, launch.Options{Bare: true, Configure: sameVendor})
@@ -340,7 +342,7 @@ func start(tb *benchTB, p plan, sidecarEnv []string, o options) *bench {
 		"x-api-key": launch.AlphaVendorKey, "anthropic-version": "2023-06-01", "content-type": "application/json",
 	}
 	b := &bench{
-		tb: tb, plan: p, gw: gw, null: null, bare: bare, nullPid: nullPid, res: res, traces: traces, hooks: hooks,
+		tb: tb, plan: p, gw: gw, null: null, bare: bare, nullPid: nullPid, nullMetrics: nullMetrics, res: res, traces: traces, hooks: hooks,
 		gwT: newTarget("gateway", gw.URL, map[string]string{
 			"x-api-key": acct.Key, "anthropic-version": "2023-06-01", "content-type": "application/json",
 		}),
@@ -434,7 +436,8 @@ func (b *bench) cpuSnap(t *target) cpuSnap {
 	case b.bareT:
 		return cpuSnap{envoy: cpuTime(b.bare.Envoy.Cmd.Process.Pid)}
 	case b.nullT:
-		return cpuSnap{sidecar: cpuTime(b.nullPid), switches: switches(b.nullPid), envoy: cpuTime(b.null.Envoy.Cmd.Process.Pid)}
+		return cpuSnap{sidecar: cpuTime(b.nullPid), switches: switches(b.nullPid), envoy: cpuTime(b.null.Envoy.Cmd.Process.Pid),
+			store: sidecarMetrics(b.nullMetrics)}
 	}
 	return cpuSnap{
 		sidecar:  cpuTime(b.gw.Sidecar.Cmd.Process.Pid),

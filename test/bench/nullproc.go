@@ -3,6 +3,7 @@ package main
 import (
 	"log"
 	"net"
+	"net/http"
 	"runtime"
 	"time"
 
@@ -10,7 +11,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/modelgateway/gateway/extproc"
+	"github.com/modelgateway/gateway/test/launch"
 )
 
 // nullProcessor is the floor of the ext_proc design: it answers every
@@ -68,14 +72,18 @@ func (nullProcessor) Process(stream extprocv3.ExternalProcessor_ProcessServer) e
 	}
 }
 
-// serveNull runs the null processor on addr until the process is killed.
-// The gRPC server is set up as the sidecar's is (message size, keepalive
-// policy, stream workers), so that the two differ only in what they do per
-// message.
-func serveNull(addr string) {
+// serveNull runs the null processor on addr until the process is killed,
+// and its Go runtime's metrics (Prometheus text, as the sidecar's) on
+// metricsAddr. The gRPC server is set up as the sidecar's is (message
+// size, keepalive policy, stream workers), so that the two differ only in
+// what they do per message.
+func serveNull(addr, metricsAddr string) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if metricsAddr != "" {
+		go func() { log.Fatal(http.ListenAndServe(metricsAddr, promhttp.Handler())) }()
 	}
 	srv := grpc.NewServer(
 		grpc.MaxRecvMsgSize(33<<20),
@@ -89,8 +97,13 @@ func serveNull(addr string) {
 
 // startNull runs the null processor as a child process (this same binary),
 // so that its CPU time is measured apart from the load generator's, and
-// returns the address it listens on once it accepts connections.
-func startNull(tb *benchTB) (addr string, pid int) {
-	p, addr := startChild(tb, "null-processor")
-	return addr, p.Cmd.Process.Pid
+// returns the address it listens on once it accepts connections and the
+// URL of its metrics.
+func startNull(tb *benchTB) (addr, metrics string, pid int) {
+	addrs, err := launch.FreeAddrs(1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, addr := startChild(tb, "null-processor", "-null-metrics", addrs[0])
+	return addr, "http://" + addrs[0] + "/metrics", p.Cmd.Process.Pid
 }

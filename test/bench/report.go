@@ -322,8 +322,8 @@ func (r *results) summary(w func(string, ...any)) {
 			rate(lr.rate), gwCPU, nullCPU, r.verdict(nullCPU > 0 && g.requests > 0 && lr.lat[gwI].errors() == 0 && gwCPU <= 1.2*nullCPU))
 		if g.requests > 0 {
 			kb := g.allocBytes / float64(g.requests) / 1024
-			w("| allocation per request at %s requests/s (the sidecar's Go heap) | %.1f KB | — | — | — | — | ≤ 8 KB | %s |\n",
-				rate(lr.rate), kb, r.verdict(kb > 0 && kb <= 8))
+			w("| allocation per request at %s requests/s (the processor's Go heap) | %.1f KB | %s | — | — | — | ≤ 8 KB | %s |\n",
+				rate(lr.rate), kb, perRequestKB(n), r.verdict(kb > 0 && kb <= 8))
 		}
 	}
 	mg, mn, mb := r.maxRate[gwI], r.maxRate[nullI], r.maxRate[bareI]
@@ -484,17 +484,17 @@ func (r *results) cpuTable(w func(string, ...any)) {
 	w("utime + stime from `/proc/PID/stat` (10 ms ticks) over the measured slices, divided by the requests they completed; Redis from `INFO cpu`. " +
 		"\"Envoy added\" is a stack's Envoy minus bare Envoy: the ext_proc filter's own cost. " +
 		"Switches: the processor's context switches per request (its threads put to sleep and woken again, from `/proc/PID/task/*/status`). " +
-		"Allocated: the sidecar's Go heap allocations per request and its garbage collections per thousand requests (its own metrics).\n\n")
-	w("| load | sidecar | Redis | gateway Envoy | gateway total added | null processor | null Envoy | floor total added | bare Envoy | switches, sidecar | switches, null | allocated, sidecar | GC per 1,000 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		"Allocated: the processor's Go heap allocations per request (the sidecar's and the null processor's, each from its own metrics: what gRPC and protobuf allocate to receive and answer Envoy's messages is in both), and the sidecar's garbage collections per thousand requests.\n\n")
+	w("| load | sidecar | Redis | gateway Envoy | gateway total added | null processor | null Envoy | floor total added | bare Envoy | switches, sidecar | switches, null | allocated, sidecar | allocated, null | GC per 1,000 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	line := func(name string, c [nStacks]cpuUse) {
 		g, n, bb := c[gwI], c[nullI], c[bareI]
 		bareEnvoy := bb.per(bb.envoy)
 		gwTotal := g.per(g.sidecar) + g.per(g.redis) + g.per(g.envoy) - bareEnvoy
 		nullTotal := n.per(n.sidecar) + n.per(n.envoy) - bareEnvoy
 		reqs := float64(max(g.requests, 1))
-		w("| %s | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.1f | %.1f | %.1f KB | %.2f |\n", name,
+		w("| %s | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.1f | %.1f | %.1f KB | %s | %.2f |\n", name,
 			g.per(g.sidecar), g.per(g.redis), g.per(g.envoy), gwTotal, n.per(n.sidecar), n.per(n.envoy), nullTotal, bareEnvoy,
-			float64(g.switches)/reqs, float64(n.switches)/float64(max(n.requests, 1)), g.allocBytes/reqs/1024, 1000*g.gcCycles/reqs)
+			float64(g.switches)/reqs, float64(n.switches)/float64(max(n.requests, 1)), g.allocBytes/reqs/1024, perRequestKB(n), 1000*g.gcCycles/reqs)
 	}
 	for _, lr := range r.latency {
 		line(fmt.Sprintf("%s requests/s, vendor +%d ms", rate(lr.rate), lr.vendorMS), lr.cpu)
@@ -594,4 +594,13 @@ func (r *results) redisTable(w func(string, ...any)) {
 	w("Cross-check: `INFO commandstats` over all the non-streaming latency phases counted %s commands (scripts' inner ones included) "+
 		"for %s gateway requests: %s per request; of them EVALSHA %s per request.\n\n",
 		thousands(total), thousands(r.redisRequests), per(total, r.redisRequests), per(r.redis.calls["evalsha"], r.redisRequests))
+}
+
+// perRequestKB is what a processor allocated per request it served, "—"
+// when its metrics were not read.
+func perRequestKB(c cpuUse) string {
+	if c.requests == 0 || c.allocBytes == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f KB", c.allocBytes/float64(c.requests)/1024)
 }
