@@ -11,7 +11,15 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/audit"
+	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
+
+// AuditStore is the audit trail: every change appends to it, and ListAudit
+// pages through it.
+type AuditStore interface {
+	AppendAudit(ctx context.Context, e audit.Entry) error
+	Audit(ctx context.Context, after string, limit int) ([]audit.Entry, string, error)
+}
 
 type originKey struct{}
 
@@ -120,7 +128,7 @@ func (f *refusalFolds) forget(now time.Time) {
 }
 
 func (s *Service) append(ctx context.Context, e audit.Entry) {
-	if err := s.st.AppendAudit(ctx, e); err != nil {
+	if err := s.trail.AppendAudit(ctx, e); err != nil {
 		s.opts.Logger.Error("admin: audit entry lost", "action", e.Action, "account", e.AccountID, "key", e.KeyID, "err", err)
 	}
 }
@@ -153,4 +161,20 @@ func auditKey(k account.Key) map[string]any {
 		m["models"] = k.Models
 	}
 	return m
+}
+
+// ListAudit pages through the audit trail.
+func (s *Service) ListAudit(ctx context.Context, req *adminv1.ListAuditRequest) (*adminv1.ListAuditResponse, error) {
+	if err := checkPage(req.GetPageSize(), req.GetPageToken()); err != nil {
+		return nil, err
+	}
+	entries, next, err := s.trail.Audit(ctx, req.GetPageToken(), int(req.GetPageSize()))
+	if err != nil {
+		return nil, s.fail("list audit", err)
+	}
+	resp := &adminv1.ListAuditResponse{NextPageToken: next, Entries: make([]*adminv1.AuditEntry, len(entries))}
+	for i, e := range entries {
+		resp.Entries[i] = auditToProto(e)
+	}
+	return resp, nil
 }

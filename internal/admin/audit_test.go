@@ -1,7 +1,11 @@
 package admin
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -134,5 +138,30 @@ func TestRepeatedRefusalsFolded(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("refused entries:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// lostTrail is an audit trail that loses every entry.
+type lostTrail struct{}
+
+func (lostTrail) AppendAudit(context.Context, audit.Entry) error { return errors.New("trail down") }
+func (lostTrail) Audit(context.Context, string, int) ([]audit.Entry, string, error) {
+	return nil, "", errors.New("trail down")
+}
+
+// A change whose audit entry is lost is made and answered all the same (a
+// new key's secret cannot be shown again), and the loss is logged.
+func TestLostAuditEntryIsLogged(t *testing.T) {
+	e := newEnv(t)
+	a := e.account(1e9)
+	var logged bytes.Buffer
+	svc := New(e.st, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	svc.trail = lostTrail{}
+	r, err := svc.CreateKey(e.ctx, &adminv1.CreateKeyRequest{AccountId: a.Id, Label: "ci"})
+	if err != nil || r.Secret == "" {
+		t.Fatalf("CreateKey = %v, %v; want the key despite the lost entry", r, err)
+	}
+	if !strings.Contains(logged.String(), "audit entry lost") || !strings.Contains(logged.String(), "key.create") {
+		t.Errorf("log %q does not report the lost key.create entry", logged.String())
 	}
 }

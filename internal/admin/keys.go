@@ -7,12 +7,27 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/ledger"
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
+
+// KeyStore is what the key handlers read and change of an account's model
+// keys and read-only tokens.
+type KeyStore interface {
+	CreateKey(ctx context.Context, accountID string, kind account.KeyKind, opts account.KeyOptions) (secret string, k account.Key, err error)
+	Key(ctx context.Context, accountID, keyID string) (account.Key, error)
+	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
+	RevokeKey(ctx context.Context, accountID, keyID string) error
+	RotateKey(ctx context.Context, accountID, keyID string, grace time.Duration) (secret string, newKey account.Key, err error)
+	SetKeyLimits(ctx context.Context, accountID, keyID string, l account.Limits) error
+	KeyStates(ctx context.Context, accountID string, ids ...string) ([]ledger.KeyState, error)
+}
 
 // kindName is how errors and audit entries call a kind of credential.
 func kindName(k account.KeyKind) string {
@@ -59,7 +74,7 @@ func checkLabel(label string) error {
 // createCredential makes a key or token and records it.
 func (s *Service) createCredential(ctx context.Context, accountID string, kind account.KeyKind, opts account.KeyOptions) (string, account.Key, error) {
 	op := "create " + kindName(kind)
-	secret, k, err := s.st.CreateKey(ctx, accountID, kind, opts)
+	secret, k, err := s.keys.CreateKey(ctx, accountID, kind, opts)
 	if err != nil {
 		return "", account.Key{}, s.failAccount(op, accountID, err)
 	}
@@ -122,7 +137,7 @@ func (s *Service) CreateReadOnlyToken(ctx context.Context, req *adminv1.CreateRe
 
 // ListKeys returns an account's keys and tokens.
 func (s *Service) ListKeys(ctx context.Context, req *adminv1.ListKeysRequest) (*adminv1.ListKeysResponse, error) {
-	keys, err := s.st.ListKeys(ctx, req.GetAccountId())
+	keys, err := s.keys.ListKeys(ctx, req.GetAccountId())
 	if err != nil {
 		return nil, s.failAccount("list keys", req.GetAccountId(), err)
 	}
@@ -138,7 +153,7 @@ func (s *Service) ListKeys(ctx context.Context, req *adminv1.ListKeysRequest) (*
 // key id given to RevokeReadOnlyToken (or the reverse) is a mistake worth
 // reporting rather than acting on.
 func (s *Service) credential(ctx context.Context, op, accountID, id string, kind account.KeyKind) (account.Key, error) {
-	keys, err := s.st.ListKeys(ctx, accountID)
+	keys, err := s.keys.ListKeys(ctx, accountID)
 	if err != nil {
 		return account.Key{}, s.failAccount(op, accountID, err)
 	}
@@ -161,7 +176,7 @@ func (s *Service) revoke(ctx context.Context, accountID, id string, kind account
 	if err != nil {
 		return nil, err
 	}
-	if err := s.st.RevokeKey(ctx, accountID, id); err != nil {
+	if err := s.keys.RevokeKey(ctx, accountID, id); err != nil {
 		return nil, s.fail(op, err)
 	}
 	// The revocation is recorded once, whether or not the key can be read
@@ -213,7 +228,7 @@ func (s *Service) RotateKey(ctx context.Context, req *adminv1.RotateKeyRequest) 
 	if err != nil {
 		return nil, err
 	}
-	secret, k, err := s.st.RotateKey(ctx, accountID, id, grace)
+	secret, k, err := s.keys.RotateKey(ctx, accountID, id, grace)
 	if err != nil {
 		return nil, s.fail(op, err)
 	}
@@ -225,4 +240,55 @@ func (s *Service) RotateKey(ctx context.Context, req *adminv1.RotateKeyRequest) 
 	}
 	now := s.now()
 	return &adminv1.RotateKeyResponse{Secret: secret, Key: keyToProto(k, now), OldKey: keyToProto(old, now)}, nil
+}
+
+// GetKey returns one key with what it has in flight and has spent.
+func (s *Service) GetKey(ctx context.Context, req *adminv1.GetKeyRequest) (*adminv1.GetKeyResponse, error) {
+	k, u, err := s.keyWithUsage(ctx, req.GetAccountId(), req.GetKeyId())
+	if err != nil {
+		return nil, s.fail("get key", err)
+	}
+	return &adminv1.GetKeyResponse{Key: k, Usage: u}, nil
+}
+
+func (s *Service) keyWithUsage(ctx context.Context, accountID, keyID string) (*adminv1.Key, *adminv1.KeyUsage, error) {
+	k, err := s.keys.Key(ctx, accountID, keyID)
+	if err != nil {
+		return nil, nil, err
+	}
+	ks, err := s.keys.KeyStates(ctx, accountID, keyID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return keyToProto(k, s.now()), keyUsageToProto(ks[0]), nil
+}
+
+// SetKeyLimits changes the limits the request sets and keeps the others,
+// as SetLimits does for an account. A read-only token has no limits to set.
+func (s *Service) SetKeyLimits(ctx context.Context, req *adminv1.SetKeyLimitsRequest) (*adminv1.SetKeyLimitsResponse, error) {
+	accountID, keyID := req.GetAccountId(), req.GetKeyId()
+	k, err := s.keys.Key(ctx, accountID, keyID)
+	if err != nil {
+		return nil, s.fail("set key limits", err)
+	}
+	if k.Kind != account.ModelKey {
+		return nil, status.Error(codes.FailedPrecondition, "set key limits: a read-only token makes no requests to limit")
+	}
+	l := limitChanges{
+		daily: req.DailyNanoUsd, rpm: req.Rpm, window: req.WindowMinutes,
+		tpm: req.Tpm, concurrency: req.Concurrency, monthly: req.MonthlyNanoUsd, total: req.TotalNanoUsd,
+		concurrencyWait: req.ConcurrencyWaitSeconds,
+	}.apply(k.Limits)
+	if err := checkLimits(l); err != nil {
+		return nil, err
+	}
+	if err := s.keys.SetKeyLimits(ctx, accountID, keyID, l); err != nil {
+		return nil, s.fail("set key limits", err)
+	}
+	s.change(ctx, "key.limits", accountID, keyID, limitsDetail(l), limitsState(k.Limits), limitsState(l))
+	pk, u, err := s.keyWithUsage(ctx, accountID, keyID)
+	if err != nil {
+		return nil, s.fail("set key limits", err)
+	}
+	return &adminv1.SetKeyLimitsResponse{Key: pk, Usage: u}, nil
 }

@@ -13,7 +13,8 @@ import (
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
-// ProjectStore is what the admin API changes of an account's projects.
+// ProjectStore is what the project handlers read and change of an
+// account's projects, and MoveKey of a key's project.
 type ProjectStore interface {
 	CreateProject(ctx context.Context, accountID, name string, l account.Limits) (account.Project, error)
 	ListProjects(ctx context.Context, accountID string) ([]account.Project, error)
@@ -49,7 +50,7 @@ func (s *Service) CreateProject(ctx context.Context, req *adminv1.CreateProjectR
 	if err := checkProject(req.GetName(), l); err != nil {
 		return nil, err
 	}
-	p, err := s.st.CreateProject(ctx, req.GetAccountId(), req.GetName(), l)
+	p, err := s.projects.CreateProject(ctx, req.GetAccountId(), req.GetName(), l)
 	if err != nil {
 		return nil, s.failAccount("create project", req.GetAccountId(), err)
 	}
@@ -60,7 +61,7 @@ func (s *Service) CreateProject(ctx context.Context, req *adminv1.CreateProjectR
 
 // ListProjects lists an account's projects, the default one first.
 func (s *Service) ListProjects(ctx context.Context, req *adminv1.ListProjectsRequest) (*adminv1.ListProjectsResponse, error) {
-	ps, err := s.st.ListProjects(ctx, req.GetAccountId())
+	ps, err := s.projects.ListProjects(ctx, req.GetAccountId())
 	if err != nil {
 		return nil, s.failAccount("list projects", req.GetAccountId(), err)
 	}
@@ -77,7 +78,7 @@ func (s *Service) SetProjectLimits(ctx context.Context, req *adminv1.SetProjectL
 	if id == account.DefaultProject {
 		return nil, status.Errorf(codes.FailedPrecondition, "set project limits: %v", store.ErrDefaultProject)
 	}
-	p, err := s.st.Project(ctx, accountID, id)
+	p, err := s.projects.Project(ctx, accountID, id)
 	if err != nil {
 		return nil, s.fail("set project limits", projectMissing(err, accountID, id))
 	}
@@ -88,7 +89,7 @@ func (s *Service) SetProjectLimits(ctx context.Context, req *adminv1.SetProjectL
 	if err := checkProject(p.Name, l); err != nil {
 		return nil, err
 	}
-	if err := s.st.SetProjectLimits(ctx, accountID, id, l); err != nil {
+	if err := s.projects.SetProjectLimits(ctx, accountID, id, l); err != nil {
 		return nil, s.fail("set project limits", projectMissing(err, accountID, id))
 	}
 	s.change(ctx, "project.limits", accountID, "", "project="+id+" "+limitsDetail(l),
@@ -100,7 +101,7 @@ func (s *Service) SetProjectLimits(ctx context.Context, req *adminv1.SetProjectL
 // DeleteProject deletes a project without keys.
 func (s *Service) DeleteProject(ctx context.Context, req *adminv1.DeleteProjectRequest) (*adminv1.DeleteProjectResponse, error) {
 	accountID, id := req.GetAccountId(), req.GetProjectId()
-	if err := s.st.DeleteProject(ctx, accountID, id); err != nil {
+	if err := s.projects.DeleteProject(ctx, accountID, id); err != nil {
 		return nil, s.fail("delete project", projectMissing(err, accountID, id))
 	}
 	s.audit(ctx, "project.delete", accountID, "", "project="+id)
@@ -120,7 +121,7 @@ func (s *Service) MoveKey(ctx context.Context, req *adminv1.MoveKeyRequest) (*ad
 	if k.Project() == to {
 		return &adminv1.MoveKeyResponse{Key: keyToProto(k, s.now())}, nil
 	}
-	if err := s.st.MoveKey(ctx, accountID, keyID, to); err != nil {
+	if err := s.projects.MoveKey(ctx, accountID, keyID, to); err != nil {
 		return nil, s.fail("move key", projectMissing(err, accountID, to))
 	}
 	s.change(ctx, "key.move", accountID, keyID, "from="+k.Project()+" to="+to,

@@ -22,7 +22,6 @@ import (
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/alerts"
-	"github.com/modelgateway/gateway/internal/audit"
 	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/reconcile"
 	"github.com/modelgateway/gateway/internal/store"
@@ -31,31 +30,15 @@ import (
 	adminv1 "github.com/modelgateway/gateway/proto/gateway/admin/v1"
 )
 
-// Store is what the admin API reads and changes of the gateway's store
-// (internal/store implements it).
+// Store is what New needs: the roles below, each declared next to the
+// handlers that use it (internal/store implements them all). A handler
+// calls its role's interface, so what it depends on is visible, and a
+// test's fake implements only the role it stands in for.
 type Store interface {
-	Account(ctx context.Context, id string) (account.Account, error)
-	AppendAudit(ctx context.Context, e audit.Entry) error
-	Audit(ctx context.Context, after string, limit int) ([]audit.Entry, string, error)
-	Balance(ctx context.Context, id string) (int64, error)
-	CommitExport(ctx context.Context, accountID, last string) (mark string, trimmed int64, err error)
-	CreateAccount(ctx context.Context, name string, balance int64, limits account.Limits) (account.Account, error)
-	CreateKey(ctx context.Context, accountID string, kind account.KeyKind, opts account.KeyOptions) (secret string, k account.Key, err error)
-	ExportLedger(ctx context.Context, accountID, after string, limit int) (entries []ledger.Entry, mark string, err error)
-	Key(ctx context.Context, accountID, keyID string) (account.Key, error)
-	KeyStates(ctx context.Context, accountID string, ids ...string) ([]ledger.KeyState, error)
-	Ledger(ctx context.Context, accountID, after string, limit int) ([]ledger.Entry, string, error)
-	ListAccounts(ctx context.Context) ([]account.Account, error)
-	ListKeys(ctx context.Context, accountID string) ([]account.Key, error)
-	OpenHolds(ctx context.Context, accountID string) (count int64, amount int64, err error)
-	RevokeKey(ctx context.Context, accountID, keyID string) error
-	RotateKey(ctx context.Context, accountID, keyID string, grace time.Duration) (secret string, newKey account.Key, err error)
-	SetBalanceAlert(ctx context.Context, id string, threshold int64) error
-	SetKeyLimits(ctx context.Context, accountID, keyID string, l account.Limits) error
-	SetLimits(ctx context.Context, id string, limits account.Limits) error
-	SetSuspended(ctx context.Context, id string, suspended bool) error
-	TopUp(ctx context.Context, id string, amount int64, idempotencyKey string) (balance int64, applied bool, err error)
-	Usage(ctx context.Context, accountID string, p ledger.Period) (ledger.UsageReport, error)
+	AccountStore
+	KeyStore
+	LedgerStore
+	AuditStore
 	ProjectStore
 }
 
@@ -92,8 +75,12 @@ type Options struct {
 // Service implements adminv1.AdminServer over a store.
 type Service struct {
 	adminv1.UnimplementedAdminServer
-	st   Store
-	opts Options
+	accounts AccountStore
+	keys     KeyStore
+	ledger   LedgerStore
+	trail    AuditStore
+	projects ProjectStore
+	opts     Options
 	// refusals folds an actor's repeated refusals (Refused).
 	refusals refusalFolds
 }
@@ -106,7 +93,7 @@ func New(st Store, o Options) *Service {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Service{st: st, opts: o}
+	return &Service{accounts: st, keys: st, ledger: st, trail: st, projects: st, opts: o}
 }
 
 func (s *Service) now() time.Time { return s.opts.Now().UTC() }
@@ -225,6 +212,21 @@ func clean(what, s string) error {
 	return nil
 }
 
+// AccountStore is what the account handlers read and change of accounts:
+// their settings, balances, usage and holds.
+type AccountStore interface {
+	Account(ctx context.Context, id string) (account.Account, error)
+	ListAccounts(ctx context.Context) ([]account.Account, error)
+	CreateAccount(ctx context.Context, name string, balance int64, limits account.Limits) (account.Account, error)
+	SetLimits(ctx context.Context, id string, limits account.Limits) error
+	SetSuspended(ctx context.Context, id string, suspended bool) error
+	SetBalanceAlert(ctx context.Context, id string, threshold int64) error
+	TopUp(ctx context.Context, id string, amount int64, idempotencyKey string) (balance int64, applied bool, err error)
+	Balance(ctx context.Context, id string) (int64, error)
+	Usage(ctx context.Context, accountID string, p ledger.Period) (ledger.UsageReport, error)
+	OpenHolds(ctx context.Context, accountID string) (count int64, amount int64, err error)
+}
+
 // CreateAccount opens an account.
 func (s *Service) CreateAccount(ctx context.Context, req *adminv1.CreateAccountRequest) (*adminv1.CreateAccountResponse, error) {
 	name := strings.TrimSpace(req.GetName())
@@ -241,7 +243,7 @@ func (s *Service) CreateAccount(ctx context.Context, req *adminv1.CreateAccountR
 	if err := checkLimits(limits); err != nil {
 		return nil, err
 	}
-	a, err := s.st.CreateAccount(ctx, name, req.GetBalanceNanoUsd(), limits)
+	a, err := s.accounts.CreateAccount(ctx, name, req.GetBalanceNanoUsd(), limits)
 	if err != nil {
 		return nil, s.fail("create account", err)
 	}
@@ -254,15 +256,15 @@ func (s *Service) CreateAccount(ctx context.Context, req *adminv1.CreateAccountR
 // GetAccount returns an account with its balance, today's spend and holds.
 func (s *Service) GetAccount(ctx context.Context, req *adminv1.GetAccountRequest) (*adminv1.GetAccountResponse, error) {
 	id := req.GetAccountId()
-	a, err := s.st.Account(ctx, id)
+	a, err := s.accounts.Account(ctx, id)
 	if err != nil {
 		return nil, s.failAccount("get account", id, err)
 	}
-	u, err := s.st.Usage(ctx, id, ledger.Day)
+	u, err := s.accounts.Usage(ctx, id, ledger.Day)
 	if err != nil {
 		return nil, s.failAccount("get account", id, err)
 	}
-	holds, held, err := s.st.OpenHolds(ctx, id)
+	holds, held, err := s.accounts.OpenHolds(ctx, id)
 	if err != nil {
 		return nil, s.failAccount("get account", id, err)
 	}
@@ -279,13 +281,13 @@ func (s *Service) GetAccount(ctx context.Context, req *adminv1.GetAccountRequest
 // ListAccounts returns every account with its balance. One round trip per
 // account: the admin API is not a hot path.
 func (s *Service) ListAccounts(ctx context.Context, _ *adminv1.ListAccountsRequest) (*adminv1.ListAccountsResponse, error) {
-	accounts, err := s.st.ListAccounts(ctx)
+	accounts, err := s.accounts.ListAccounts(ctx)
 	if err != nil {
 		return nil, s.fail("list accounts", err)
 	}
 	resp := &adminv1.ListAccountsResponse{Accounts: make([]*adminv1.Account, 0, len(accounts))}
 	for _, a := range accounts {
-		b, err := s.st.Balance(ctx, a.ID)
+		b, err := s.accounts.Balance(ctx, a.ID)
 		if errors.Is(err, store.ErrNotFound) {
 			continue // deleted meanwhile
 		}
@@ -306,7 +308,7 @@ func (s *Service) TopUp(ctx context.Context, req *adminv1.TopUpRequest) (*adminv
 	if req.GetAmountNanoUsd() <= 0 {
 		return nil, invalid("amount must be positive")
 	}
-	balance, applied, err := s.st.TopUp(ctx, req.GetAccountId(), req.GetAmountNanoUsd(), key)
+	balance, applied, err := s.accounts.TopUp(ctx, req.GetAccountId(), req.GetAmountNanoUsd(), key)
 	if err != nil {
 		return nil, s.failAccount("top up", req.GetAccountId(), err)
 	}
@@ -323,7 +325,7 @@ func (s *Service) TopUp(ctx context.Context, req *adminv1.TopUpRequest) (*adminv
 // one account at the same instant may lose one change.
 func (s *Service) SetLimits(ctx context.Context, req *adminv1.SetLimitsRequest) (*adminv1.SetLimitsResponse, error) {
 	id := req.GetAccountId()
-	a, err := s.st.Account(ctx, id)
+	a, err := s.accounts.Account(ctx, id)
 	if err != nil {
 		return nil, s.failAccount("set limits", id, err)
 	}
@@ -334,12 +336,12 @@ func (s *Service) SetLimits(ctx context.Context, req *adminv1.SetLimitsRequest) 
 	if err := checkLimits(l); err != nil {
 		return nil, err
 	}
-	if err := s.st.SetLimits(ctx, id, l); err != nil {
+	if err := s.accounts.SetLimits(ctx, id, l); err != nil {
 		return nil, s.failAccount("set limits", id, err)
 	}
 	s.change(ctx, "account.limits", id, "", limitsDetail(l), limitsState(a.Limits), limitsState(l))
 	a.Limits = l
-	b, err := s.st.Balance(ctx, id)
+	b, err := s.accounts.Balance(ctx, id)
 	if err != nil {
 		return nil, s.failAccount("set limits", id, err)
 	}
@@ -372,11 +374,11 @@ func (s *Service) setSuspended(ctx context.Context, id string, suspended bool, r
 	if len(reason) > 256 {
 		return nil, status.Error(codes.InvalidArgument, "reason: at most 256 bytes")
 	}
-	was, err := s.st.Account(ctx, id)
+	was, err := s.accounts.Account(ctx, id)
 	if err != nil {
 		return nil, s.failAccount(op, id, err)
 	}
-	if err := s.st.SetSuspended(ctx, id, suspended); err != nil {
+	if err := s.accounts.SetSuspended(ctx, id, suspended); err != nil {
 		return nil, s.failAccount(op, id, err)
 	}
 	detail := ""
@@ -391,15 +393,23 @@ func (s *Service) setSuspended(ctx context.Context, id string, suspended bool, r
 		}
 		s.opts.Alerts.Publish(alerts.Event{Type: typ, AccountID: id, Data: map[string]any{"reason": reason, "actor": actor(ctx)}})
 	}
-	a, err := s.st.Account(ctx, id)
+	a, err := s.accounts.Account(ctx, id)
 	if err != nil {
 		return nil, s.failAccount(op, id, err)
 	}
-	b, err := s.st.Balance(ctx, id)
+	b, err := s.accounts.Balance(ctx, id)
 	if err != nil {
 		return nil, s.failAccount(op, id, err)
 	}
 	return accountToProto(a, b), nil
+}
+
+// LedgerStore is what the ledger handlers read and change of an account's
+// ledger and its export mark.
+type LedgerStore interface {
+	Ledger(ctx context.Context, accountID, after string, limit int) ([]ledger.Entry, string, error)
+	ExportLedger(ctx context.Context, accountID, after string, limit int) (entries []ledger.Entry, mark string, err error)
+	CommitExport(ctx context.Context, accountID, last string) (mark string, trimmed int64, err error)
 }
 
 // ListLedger pages through an account's ledger.
@@ -407,7 +417,7 @@ func (s *Service) ListLedger(ctx context.Context, req *adminv1.ListLedgerRequest
 	if err := checkPage(req.GetPageSize(), req.GetPageToken()); err != nil {
 		return nil, err
 	}
-	entries, next, err := s.st.Ledger(ctx, req.GetAccountId(), req.GetPageToken(), int(req.GetPageSize()))
+	entries, next, err := s.ledger.Ledger(ctx, req.GetAccountId(), req.GetPageToken(), int(req.GetPageSize()))
 	if err != nil {
 		return nil, s.failAccount("list ledger", req.GetAccountId(), err)
 	}
@@ -424,7 +434,7 @@ func (s *Service) ExportLedger(ctx context.Context, req *adminv1.ExportLedgerReq
 	if err := checkPage(req.GetPageSize(), req.GetAfter()); err != nil {
 		return nil, err
 	}
-	entries, mark, err := s.st.ExportLedger(ctx, req.GetAccountId(), req.GetAfter(), int(req.GetPageSize()))
+	entries, mark, err := s.ledger.ExportLedger(ctx, req.GetAccountId(), req.GetAfter(), int(req.GetPageSize()))
 	if err != nil {
 		return nil, s.failAccount("export ledger", req.GetAccountId(), err)
 	}
@@ -444,10 +454,10 @@ func (s *Service) CommitLedgerExport(ctx context.Context, req *adminv1.CommitLed
 	if err := checkPage(0, req.GetLastId()); err != nil {
 		return nil, invalid("malformed last_id")
 	}
-	if _, err := s.st.Account(ctx, req.GetAccountId()); err != nil {
+	if _, err := s.accounts.Account(ctx, req.GetAccountId()); err != nil {
 		return nil, s.failAccount("commit ledger export", req.GetAccountId(), err)
 	}
-	mark, trimmed, err := s.st.CommitExport(ctx, req.GetAccountId(), req.GetLastId())
+	mark, trimmed, err := s.ledger.CommitExport(ctx, req.GetAccountId(), req.GetLastId())
 	if errors.Is(err, store.ErrNotFound) {
 		// The account exists (checked above): the entry does not, in it.
 		err = &missing{what: "ledger entry " + strconv.Quote(req.GetLastId()) + " of account " + strconv.Quote(req.GetAccountId())}
@@ -459,22 +469,6 @@ func (s *Service) CommitLedgerExport(ctx context.Context, req *adminv1.CommitLed
 		s.audit(ctx, "ledger.trim", req.GetAccountId(), "", fmt.Sprintf("exported through %s; %d entries past retention trimmed", mark, trimmed))
 	}
 	return &adminv1.CommitLedgerExportResponse{Mark: mark, Trimmed: trimmed}, nil
-}
-
-// ListAudit pages through the audit trail.
-func (s *Service) ListAudit(ctx context.Context, req *adminv1.ListAuditRequest) (*adminv1.ListAuditResponse, error) {
-	if err := checkPage(req.GetPageSize(), req.GetPageToken()); err != nil {
-		return nil, err
-	}
-	entries, next, err := s.st.Audit(ctx, req.GetPageToken(), int(req.GetPageSize()))
-	if err != nil {
-		return nil, s.fail("list audit", err)
-	}
-	resp := &adminv1.ListAuditResponse{NextPageToken: next, Entries: make([]*adminv1.AuditEntry, len(entries))}
-	for i, e := range entries {
-		resp.Entries[i] = auditToProto(e)
-	}
-	return resp, nil
 }
 
 // checkPage validates paging fields. Page tokens are stream entry ids
@@ -498,77 +492,26 @@ func isUint(s string) bool {
 	return err == nil
 }
 
-// GetKey returns one key with what it has in flight and has spent.
-func (s *Service) GetKey(ctx context.Context, req *adminv1.GetKeyRequest) (*adminv1.GetKeyResponse, error) {
-	k, u, err := s.keyWithUsage(ctx, req.GetAccountId(), req.GetKeyId())
-	if err != nil {
-		return nil, s.fail("get key", err)
-	}
-	return &adminv1.GetKeyResponse{Key: k, Usage: u}, nil
-}
-
-func (s *Service) keyWithUsage(ctx context.Context, accountID, keyID string) (*adminv1.Key, *adminv1.KeyUsage, error) {
-	k, err := s.st.Key(ctx, accountID, keyID)
-	if err != nil {
-		return nil, nil, err
-	}
-	ks, err := s.st.KeyStates(ctx, accountID, keyID)
-	if err != nil {
-		return nil, nil, err
-	}
-	return keyToProto(k, s.now()), keyUsageToProto(ks[0]), nil
-}
-
-// SetKeyLimits changes the limits the request sets and keeps the others,
-// as SetLimits does for an account. A read-only token has no limits to set.
-func (s *Service) SetKeyLimits(ctx context.Context, req *adminv1.SetKeyLimitsRequest) (*adminv1.SetKeyLimitsResponse, error) {
-	accountID, keyID := req.GetAccountId(), req.GetKeyId()
-	k, err := s.st.Key(ctx, accountID, keyID)
-	if err != nil {
-		return nil, s.fail("set key limits", err)
-	}
-	if k.Kind != account.ModelKey {
-		return nil, status.Error(codes.FailedPrecondition, "set key limits: a read-only token makes no requests to limit")
-	}
-	l := limitChanges{
-		daily: req.DailyNanoUsd, rpm: req.Rpm, window: req.WindowMinutes,
-		tpm: req.Tpm, concurrency: req.Concurrency, monthly: req.MonthlyNanoUsd, total: req.TotalNanoUsd,
-		concurrencyWait: req.ConcurrencyWaitSeconds,
-	}.apply(k.Limits)
-	if err := checkLimits(l); err != nil {
-		return nil, err
-	}
-	if err := s.st.SetKeyLimits(ctx, accountID, keyID, l); err != nil {
-		return nil, s.fail("set key limits", err)
-	}
-	s.change(ctx, "key.limits", accountID, keyID, limitsDetail(l), limitsState(k.Limits), limitsState(l))
-	pk, u, err := s.keyWithUsage(ctx, accountID, keyID)
-	if err != nil {
-		return nil, s.fail("set key limits", err)
-	}
-	return &adminv1.SetKeyLimitsResponse{Key: pk, Usage: u}, nil
-}
-
 // SetBalanceAlert sets the account's balance alert threshold.
 func (s *Service) SetBalanceAlert(ctx context.Context, req *adminv1.SetBalanceAlertRequest) (*adminv1.SetBalanceAlertResponse, error) {
 	id := req.GetAccountId()
 	if req.GetThresholdNanoUsd() < 0 {
 		return nil, invalid("threshold must not be negative")
 	}
-	was, err := s.st.Account(ctx, id)
+	was, err := s.accounts.Account(ctx, id)
 	if err != nil {
 		return nil, s.fail("set balance alert", err)
 	}
-	if err := s.st.SetBalanceAlert(ctx, id, req.GetThresholdNanoUsd()); err != nil {
+	if err := s.accounts.SetBalanceAlert(ctx, id, req.GetThresholdNanoUsd()); err != nil {
 		return nil, s.fail("set balance alert", err)
 	}
 	s.change(ctx, "account.balance_alert", id, "", fmt.Sprintf("threshold_nano_usd=%d", req.GetThresholdNanoUsd()),
 		map[string]any{"threshold_nano_usd": was.BalanceAlert}, map[string]any{"threshold_nano_usd": req.GetThresholdNanoUsd()})
-	a, err := s.st.Account(ctx, id)
+	a, err := s.accounts.Account(ctx, id)
 	if err != nil {
 		return nil, s.fail("set balance alert", err)
 	}
-	b, err := s.st.Balance(ctx, id)
+	b, err := s.accounts.Balance(ctx, id)
 	if err != nil {
 		return nil, s.fail("set balance alert", err)
 	}
