@@ -5,12 +5,14 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/keypool"
 )
@@ -104,4 +106,44 @@ func TestStoredObjectsGoToTheirCreatingKey(t *testing.T) {
 		t.Fatalf("continuation steered to %q (route cache cleared: %v), want %q", got, br.GetClearRouteCache(), creator.Cluster)
 	}
 	next.finish()
+}
+
+// A response stored through a key the account may no longer use (it was
+// pinned to its own key since, or the key was pinned to another tenant)
+// is not reached through that key: the continuation and the retrieval are
+// answered 404, in the vendor's words with the reason, and never steered.
+func TestStoredObjectsBehindACrossedPin(t *testing.T) {
+	r := newRigWith(t, "beta", rigAccount{})
+	r.srv.owners = r.st
+	ctx := context.Background()
+	opts := keypool.Options{CoolDown: time.Minute, MaxCoolDown: time.Hour, ProbeInterval: time.Hour}
+	const id = "resp_before_the_pin"
+	if err := r.st.Bind(ctx, account.Binding{Account: r.acct, Key: "shared", IDs: []string{id}}); err != nil {
+		t.Fatal(err)
+	}
+	for name, pool := range map[string][]keypool.Key{
+		"the account pinned to its own key": {{Name: "shared", Cluster: "beta_shared"}, {Name: "own", Cluster: "beta_own", Accounts: []string{r.acct}}},
+		"the key pinned to another tenant":  {{Name: "shared", Cluster: "beta_shared", Accounts: []string{"acct_other"}}, {Name: "rest", Cluster: "beta_rest"}},
+	} {
+		r.upstream.Pool = keypool.New(r.upstream.Name, pool, opts)
+
+		get := &exchange{s: r.srv}
+		resp := get.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: headers(":method", "GET", ":path", "/beta/v1/responses/"+id, "authorization", "Bearer "+r.key)}})
+		ir := resp.GetImmediateResponse()
+		if ir == nil || ir.GetStatus().GetCode() != 404 || !strings.Contains(string(ir.GetBody()), "no longer use") {
+			t.Fatalf("%s: retrieval: %v; want a 404 naming the crossed pin", name, resp)
+		}
+		get.finish()
+
+		cont := []byte(`{"model":"gpt-4o-mini","max_output_tokens":64,"previous_response_id":"` + id + `","input":"And now?"}`)
+		next := &exchange{s: r.srv}
+		next.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers(":method", "POST",
+			":path", "/beta/v1/responses", "authorization", "Bearer "+r.key, "content-type", "application/json", "content-length", strconv.Itoa(len(cont)))}})
+		resp = next.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: cont, EndOfStream: true}}})
+		if ir := resp.GetImmediateResponse(); ir == nil || ir.GetStatus().GetCode() != 404 || !strings.Contains(string(ir.GetBody()), "no longer use") {
+			t.Fatalf("%s: continuation: %v; want a 404 naming the response", name, resp)
+		}
+		next.finish()
+	}
 }

@@ -146,7 +146,7 @@ func (p *Pool) Choose(account, session string) Key {
 	if session == "" {
 		session = account
 	}
-	pinned := slices.ContainsFunc(p.keys, func(k Key) bool { return slices.Contains(k.Accounts, account) })
+	pinned := p.pinned(account)
 	now := p.o.Now()
 	var best, soonest *Key
 	bestScore := math.Inf(-1)
@@ -155,7 +155,7 @@ func (p *Pool) Choose(account, session string) Key {
 	p.mu.Lock()
 	for i := range p.keys {
 		k := &p.keys[i]
-		if pinned != slices.Contains(k.Accounts, account) || (!pinned && len(k.Accounts) > 0) {
+		if !k.serves(account, pinned) {
 			continue
 		}
 		st := p.state[k.Name]
@@ -190,6 +190,31 @@ func (p *Pool) Choose(account, session string) Key {
 		return *soonest
 	}
 	return p.keys[0] // unreachable with a valid configuration
+}
+
+// pinned reports whether some key is pinned to account: then only those
+// keys serve it.
+func (p *Pool) pinned(account string) bool {
+	return slices.ContainsFunc(p.keys, func(k Key) bool { return slices.Contains(k.Accounts, account) })
+}
+
+// serves reports whether k may serve account's requests: a key pinned to
+// it when it is pinned (to its own keys), else a shared key.
+func (k *Key) serves(account string, pinned bool) bool {
+	if pinned {
+		return slices.Contains(k.Accounts, account)
+	}
+	return len(k.Accounts) == 0
+}
+
+// Serves reports whether the key named may serve account's requests, as
+// Choose would choose among them: a request that must go to one key (it
+// names an object the key's vendor account keeps) is refused rather than
+// sent through a key another tenant is pinned to, or a pinned tenant's
+// through a shared one.
+func (p *Pool) Serves(account, key string) bool {
+	i := slices.IndexFunc(p.keys, func(k Key) bool { return k.Name == key })
+	return i >= 0 && p.keys[i].serves(account, p.pinned(account))
 }
 
 // score is the weighted rendezvous score of key for session: -w / ln(h)

@@ -147,6 +147,27 @@ func TestPinnedKeys(t *testing.T) {
 	}
 }
 
+// Serves says what Choose chooses among: a key must serve a request that
+// names an object it keeps only when Choose could have chosen it.
+func TestServesAsChooseChooses(t *testing.T) {
+	clock := testclock.New(time.Unix(1e9, 0))
+	p := newPool(clock, Key{Name: "shared", Weight: 1}, Key{Name: "tenant", Weight: 1, Accounts: []string{"acct_t"}})
+	for _, c := range []struct {
+		account, key string
+		want         bool
+	}{
+		{"acct_other", "shared", true},
+		{"acct_other", "tenant", false}, // another tenant's key
+		{"acct_t", "tenant", true},
+		{"acct_t", "shared", false}, // a pinned tenant never on a shared key
+		{"acct_t", "gone", false},   // a key no longer configured
+	} {
+		if got := p.Serves(c.account, c.key); got != c.want {
+			t.Errorf("Serves(%s, %s) = %v, want %v", c.account, c.key, got, c.want)
+		}
+	}
+}
+
 // Attempts in flight when a cool-down began (their failures arrive after
 // it) extend it by its own backoff, not the next one's: one burst of 529s
 // cools the key for cool_down, not twice that.
