@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/modelgateway/gateway/extproc/format"
-	"github.com/modelgateway/gateway/internal/account"
 )
 
 // replyHeaders starts metering a 2xx reply of status, served by
@@ -38,7 +37,7 @@ func (x *exchange) startReply(contentType string) bool {
 	x.stored, _ = x.meter.(format.Stored)
 	x.items, _ = x.meter.(format.StoredItems)
 	x.rewriter, _ = x.meter.(format.Rewriter)
-	x.open.Checkpoint(&account.Checkpoint{Status: x.status, Endpoint: x.endpoint})
+	x.open.Began(x.status, x.endpoint)
 	return true
 }
 

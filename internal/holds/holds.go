@@ -55,6 +55,13 @@ type Open struct {
 	want             atomic.Bool
 	ckpt             atomic.Pointer[account.Checkpoint]
 	sent             *account.Checkpoint // last checkpoint written; renewer goroutine only
+	// status and endpoint are how the reply began (Began): what a renewal
+	// writes until the request publishes a checkpoint, built only then,
+	// so that a reply's start allocates no settlement.
+	headMu   sync.Mutex
+	status   int
+	endpoint string
+	sentHead bool // a checkpoint was written; renewer goroutine only
 	// stop is when the request must stop being served, unix ns: its
 	// lease's end as last renewed, less the safety margin.
 	stop atomic.Int64
@@ -97,6 +104,28 @@ func (o *Open) WantCheckpoint() bool {
 		return false
 	}
 	return o.want.Swap(false)
+}
+
+// Began records how the reply began: its status and the endpoint that
+// serves it, the part of the outcome known before its body.
+func (o *Open) Began(status int, endpoint string) {
+	if o == nil {
+		return
+	}
+	o.headMu.Lock()
+	o.status, o.endpoint = status, endpoint
+	o.headMu.Unlock()
+}
+
+// head is the checkpoint of a request that has published none: how its
+// reply began, nil before it did.
+func (o *Open) head() *account.Checkpoint {
+	o.headMu.Lock()
+	defer o.headMu.Unlock()
+	if o.status == 0 {
+		return nil
+	}
+	return &account.Checkpoint{Status: o.status, Endpoint: o.endpoint}
 }
 
 // Checkpoint publishes the request's best-known outcome so far.
@@ -220,7 +249,11 @@ func (r *Renewer) RenewOnce(ctx context.Context) {
 	for i, o := range batch {
 		rs[i] = account.Renewal{AccountID: o.account, RequestID: o.request}
 		// Only a changed checkpoint is written.
-		if c := o.ckpt.Load(); c != nil && c != o.sent {
+		c := o.ckpt.Load()
+		if c == nil && !o.sentHead {
+			c = o.head()
+		}
+		if c != nil && c != o.sent {
 			rs[i].Checkpoint = c
 		}
 	}
@@ -253,7 +286,7 @@ func (r *Renewer) RenewOnce(ctx context.Context) {
 	r.mu.Unlock()
 	for i, o := range batch {
 		if rs[i].Checkpoint != nil {
-			o.sent = rs[i].Checkpoint
+			o.sent, o.sentHead = rs[i].Checkpoint, true
 		}
 		o.stop.Store(stop)
 		o.want.Store(true)

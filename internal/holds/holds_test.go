@@ -2,6 +2,7 @@ package holds
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -98,6 +99,50 @@ func TestRenewThenSweep(t *testing.T) {
 	}
 	if ids, _ := st.DueHoldAccounts(ctx, 10); len(ids) != 0 {
 		t.Fatalf("index still lists %v", ids)
+	}
+}
+
+// A request whose reply began and that published no checkpoint is swept
+// as its reply began (its status and endpoint, no usage); one that died
+// before its reply began, with status 499.
+func TestSweptAsTheReplyBegan(t *testing.T) {
+	ctx := context.Background()
+	c := testclock.New(base)
+	const lease = 3 * time.Second
+	st, _ := newStore(t, lease, c)
+	acct, err := st.CreateAccount(ctx, "t", 1_000_000, account.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRenewer(st, nil)
+	r.Now = c.Now
+	sw := NewSweeper(st, nil)
+	sw.Now = c.Now
+	for _, id := range []string{"req_began", "req_not"} {
+		if d, err := st.Admit(ctx, &account.Admission{RequestID: id, AccountID: acct.ID, KeyID: "key_1", Priced: "m", Hold: 1000}); err != nil || d.Outcome != account.Admitted {
+			t.Fatalf("admit %s: %+v %v", id, d, err)
+		}
+		o := r.Register(acct.ID, id, c.Now())
+		if id == "req_began" {
+			o.Began(200, "primary")
+		}
+		r.RenewOnce(ctx)
+		r.Forget(o) // the sidecar dies
+	}
+	c.Advance(lease)
+	if n := sw.SweepOnce(ctx); n != 2 {
+		t.Fatalf("swept %d, want 2", n)
+	}
+	l, _, err := st.Ledger(ctx, acct.ID, "", 10)
+	if err != nil || len(l) != 2 {
+		t.Fatalf("ledger %+v %v", l, err)
+	}
+	got := map[string][2]any{}
+	for _, e := range l {
+		got[e.RequestID] = [2]any{e.Status, e.Endpoint}
+	}
+	if want := (map[string][2]any{"req_began": {200, "primary"}, "req_not": {499, ""}}); !reflect.DeepEqual(got, want) {
+		t.Fatalf("swept entries (status, endpoint) %v, want %v", got, want)
 	}
 }
 
