@@ -96,14 +96,15 @@ const (
 	ledgerLease = "lease"
 )
 
-// priceField names the ledger field of each kind's unit price, by kind
-// index in usage.Kinds.
-var priceField = func() []string {
-	names := make([]string, len(usage.Kinds))
+// kindField and priceField name the ledger fields of each kind's quantity
+// and unit price, by kind index in usage.Kinds, as script arguments made
+// once: a string made an argument (an interface) is allocated each time.
+var kindField, priceField = func() (kinds, prices []any) {
+	kinds, prices = make([]any, len(usage.Kinds)), make([]any, len(usage.Kinds))
 	for i, k := range usage.Kinds {
-		names[i] = ledgerPricePrefix + k.Name
+		kinds[i], prices[i] = k.Name, ledgerPricePrefix+k.Name
 	}
-	return names
+	return kinds, prices
 }()
 
 // appendLedger appends the ledger entry to args: the number of field,
@@ -119,7 +120,7 @@ func appendLedger(args []any, st account.Settlement, cost int64) []any {
 		ledgerReported, string(st.Reported),
 	)
 	for i, k := range usage.Kinds {
-		args = append(args, k.Name, k.Of(st.Usage))
+		args = append(args, kindField[i], k.Of(st.Usage))
 		if k.Priced() {
 			args = append(args, priceField[i], k.Of(st.Rates))
 		}
