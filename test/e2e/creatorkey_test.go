@@ -3,11 +3,15 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/coder/websocket"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/redistest"
+	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -119,4 +123,71 @@ func responseOffTheAccountsKey(t *testing.T, s *launch.Stack, a launch.Account) 
 		t.Fatalf("no session steered off the account's key %q", accountKey)
 	}
 	return id, creator, accountKey, create
+}
+
+// A stored response created through a shared key before its account was
+// pinned to a key of its own stays with the shared key's vendor account:
+// after the restart that pins the account, its retrieval and continuations
+// (over HTTP and on the socket) are answered 404 saying why, and never
+// reach the shared key: the pin holds on every path.
+func TestStoredResponseBehindANewPin(t *testing.T) {
+	rs := redistest.NewServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	a := newAccountIn(t, store.New(rdb, store.Options{}))
+
+	before := launchtest.Start(t, launch.Options{Pool: 3, RedisAddr: rs.Addr})
+	waitHealthRoute(t, before, "primary")
+	resp, reply := before.Do("POST", responsesPath, chatCompletionsHeaders(a.Key), []byte(`{"model":"gpt-6-sol","input":"hi"}`))
+	var created struct{ ID string }
+	if resp.StatusCode != 200 || json.Unmarshal(reply, &created) != nil || created.ID == "" {
+		t.Fatalf("create: %d %s", resp.StatusCode, reply)
+	}
+	creator := lastBetaKey(before, "POST", "/v1/responses")
+	own := poolKeys[0]
+	if own == creator {
+		own = poolKeys[1]
+	}
+
+	// The same store, the account now pinned to a key other than the one
+	// that created its response.
+	after := launchtest.Start(t, launch.Options{Pool: 3, RedisAddr: rs.Addr, Configure: func(c *config.Config) {
+		for i := range c.Upstreams {
+			for j := range c.Upstreams[i].VendorKeys {
+				if k := &c.Upstreams[i].VendorKeys[j]; k.Name == own {
+					k.Accounts = []string{a.ID}
+				}
+			}
+		}
+	}})
+	waitHealthRoute(t, after, "primary")
+	crossed := func(what string, status int, body string) {
+		t.Helper()
+		if status != 404 || !strings.Contains(body, created.ID) || !strings.Contains(body, "no longer use") {
+			t.Errorf("%s of %s (created through %s, the account now pinned to %s): %d %s; want 404 saying why", what, created.ID, creator, own, status, body)
+		}
+	}
+	resp, reply = after.Do("GET", responsesPath+"/"+created.ID, chatCompletionsHeaders(a.Key), nil)
+	crossed("retrieval", resp.StatusCode, string(reply))
+	resp, reply = after.Do("POST", responsesPath, chatCompletionsHeaders(a.Key),
+		[]byte(`{"model":"gpt-6-sol","input":"more","previous_response_id":"`+created.ID+`"}`))
+	crossed("HTTP continuation", resp.StatusCode, string(reply))
+	w := mustDialSocket(t, after, a.Key, nil)
+	evs := w.create(`{"model":"gpt-6-sol","input":"more","previous_response_id":"` + created.ID + `"}`)
+	if e := evs[len(evs)-1]; e.Type != "error" {
+		t.Errorf("socket continuation: %s; want an error event", e.raw)
+	} else {
+		crossed("socket continuation", e.Status, e.Error.Message)
+	}
+	// The socket goes on, on the account's own key.
+	socketBilled(t, w.create(`{"model":"gpt-6-sol","input":"afresh"}`))
+	w.c.Close(websocket.StatusNormalClosure, "")
+
+	for _, f := range []*launch.Fake{after.Primary, after.Reserve} {
+		for _, rec := range f.Requests() {
+			if k := betaKeyOf(rec); rec.Format == config.FormatChatCompletions && k != "" && k != own {
+				t.Errorf("%s %s reached %s; the pinned account's requests go to %s alone", rec.Method, rec.Path, k, own)
+			}
+		}
+	}
 }
