@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -123,6 +126,23 @@ func matrixCell(t *testing.T, keys, leases string) {
 	if sockets != 1 {
 		t.Errorf("%d ledger entries on the WebSocket; want 1", sockets)
 	}
+
+	// A refusal on the socket says when to retry, in every cell: the
+	// account's request rate made spent (a lease taken before the change
+	// may admit a few more until it is renewed).
+	if err := s.Store.SetLimits(t.Context(), acct.ID, account.Limits{RPM: 1}); err != nil {
+		t.Fatal(err)
+	}
+	w := mustDialSocket(t, s, acct.Key, nil)
+	defer w.c.Close(websocket.StatusNormalClosure, "")
+	eventually.That(t, 15*time.Second, "the socket's rate refusal", func() (bool, string) {
+		e := w.create(body + `}`)[0]
+		if e.Type != "error" {
+			return false, string(e.raw)
+		}
+		secs, err := strconv.Atoi(e.Headers["retry-after"])
+		return e.Status == 429 && err == nil && secs >= 1 && secs <= 60 && e.Headers["x-should-retry"] != "false", string(e.raw)
+	})
 }
 
 // matrixSaw checks the usage a reply showed the client: the fakes' figures.

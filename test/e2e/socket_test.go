@@ -68,7 +68,9 @@ type wsEvent struct {
 	Error    struct {
 		Type, Code, Message string
 	} `json:"error"`
-	raw []byte
+	// Headers are a refusal's: retry-after, x-should-retry and the like.
+	Headers map[string]string `json:"headers"`
+	raw     []byte
 }
 
 // create sends a response.create with body's fields and reads the events
