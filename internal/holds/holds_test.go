@@ -27,26 +27,43 @@ func newStore(t *testing.T, lease time.Duration, c *testclock.Clock) (*store.Sto
 	return store.New(rdb, store.Options{HoldTTL: lease, Now: c.Now}), m
 }
 
+// rig is a store on miniredis with one account, and a renewer and a
+// sweeper on the test's clock, which starts at base.
+type rig struct {
+	c    *testclock.Clock
+	st   *store.Store
+	m    *miniredis.Miniredis
+	acct account.Account
+	r    *Renewer
+	sw   *Sweeper
+}
+
+func newRig(t *testing.T, lease time.Duration) *rig {
+	t.Helper()
+	g := &rig{c: testclock.New(base)}
+	g.st, g.m = newStore(t, lease, g.c)
+	acct, err := g.st.CreateAccount(t.Context(), "t", 1_000_000, account.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.acct = acct
+	g.r, g.sw = NewRenewer(g.st, nil), NewSweeper(g.st, nil)
+	g.r.Now, g.sw.Now = g.c.Now, g.c.Now
+	return g
+}
+
 // A running request keeps its hold for many leases; once its sidecar stops
 // renewing, the sweeper settles it at its last checkpoint, once, as soon as
 // its lease has run out and not before.
 func TestRenewThenSweep(t *testing.T) {
 	ctx := context.Background()
-	c := testclock.New(base)
 	const lease = 3 * time.Second
-	st, _ := newStore(t, lease, c)
-	acct, err := st.CreateAccount(ctx, "t", 1_000_000, account.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := newRig(t, lease)
+	c, st, acct, r, sw := g.c, g.st, g.acct, g.r, g.sw
 	d, err := st.Admit(ctx, &account.Admission{RequestID: "req_1", AccountID: acct.ID, KeyID: "key_1", Priced: "m", Hold: 500_000})
 	if err != nil || d.Outcome != account.Admitted {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
-	r := NewRenewer(st, nil)
-	r.Now = c.Now
-	sw := NewSweeper(st, nil)
-	sw.Now = c.Now
 	o := r.Register(acct.ID, "req_1", c.Now())
 
 	// Renew and sweep for four leases, a renewal interval apart: the hold
@@ -107,17 +124,9 @@ func TestRenewThenSweep(t *testing.T) {
 // before its reply began, with status 499.
 func TestSweptAsTheReplyBegan(t *testing.T) {
 	ctx := context.Background()
-	c := testclock.New(base)
 	const lease = 3 * time.Second
-	st, _ := newStore(t, lease, c)
-	acct, err := st.CreateAccount(ctx, "t", 1_000_000, account.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := NewRenewer(st, nil)
-	r.Now = c.Now
-	sw := NewSweeper(st, nil)
-	sw.Now = c.Now
+	g := newRig(t, lease)
+	c, st, acct, r, sw := g.c, g.st, g.acct, g.r, g.sw
 	for _, id := range []string{"req_began", "req_not"} {
 		if d, err := st.Admit(ctx, &account.Admission{RequestID: id, AccountID: acct.ID, KeyID: "key_1", Priced: "m", Hold: 1000}); err != nil || d.Outcome != account.Admitted {
 			t.Fatalf("admit %s: %+v %v", id, d, err)
@@ -182,20 +191,12 @@ func TestFinishedUntilGone(t *testing.T) {
 // again before sweeping.
 func TestLeaseLostAndQuietSweeper(t *testing.T) {
 	ctx := context.Background()
-	c := testclock.New(base)
 	const lease = 6 * time.Second // margin 1s
-	st, m := newStore(t, lease, c)
-	acct, err := st.CreateAccount(ctx, "t", 1_000_000, account.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := newRig(t, lease)
+	c, st, m, acct, r, sw := g.c, g.st, g.m, g.acct, g.r, g.sw
 	if d, err := st.Admit(ctx, &account.Admission{RequestID: "req_1", AccountID: acct.ID, Hold: 1000}); err != nil || d.Outcome != account.Admitted {
 		t.Fatal(d, err)
 	}
-	r := NewRenewer(st, nil)
-	r.Now = c.Now
-	sw := NewSweeper(st, nil)
-	sw.Now = c.Now
 	r.OnStoreError = sw.StoreFailed
 	o := r.Register(acct.ID, "req_1", c.Now())
 	if o.Expired(base.Add(5*time.Second-1)) || !o.Expired(base.Add(5*time.Second)) {
