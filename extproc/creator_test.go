@@ -108,10 +108,11 @@ func TestStoredObjectsGoToTheirCreatingKey(t *testing.T) {
 	next.finish()
 }
 
-// A response stored through a key the account may no longer use (it was
-// pinned to its own key since, or the key was pinned to another tenant)
-// is not reached through that key: the continuation and the retrieval are
-// answered 404, in the vendor's words with the reason, and never steered.
+// A response stored through a key of the pool that the account may no
+// longer use (it was pinned to its own key since, or the key was pinned to
+// another tenant) is not reached through that key: the continuation and
+// the retrieval are answered 404, in the vendor's words with the reason,
+// and never steered.
 func TestStoredObjectsBehindACrossedPin(t *testing.T) {
 	r := newRigWith(t, "beta", rigAccount{})
 	r.srv.owners = r.st
@@ -146,4 +147,19 @@ func TestStoredObjectsBehindACrossedPin(t *testing.T) {
 		}
 		next.finish()
 	}
+
+	// A response made through the single key before the pool (bound to
+	// "default", a key the pool does not have) is not refused: it goes to
+	// the account's own key, unsteered, as before the pool.
+	const old = "resp_before_the_pool"
+	if err := r.st.Bind(ctx, account.Binding{Account: r.acct, Key: "default", IDs: []string{old}}); err != nil {
+		t.Fatal(err)
+	}
+	get := &exchange{s: r.srv}
+	resp := get.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(":method", "GET", ":path", "/beta/v1/responses/"+old, "authorization", "Bearer "+r.key)}})
+	if ir := resp.GetImmediateResponse(); ir != nil {
+		t.Fatalf("a response made before the pool: %d %s; want it forwarded", ir.GetStatus().GetCode(), ir.GetBody())
+	}
+	get.finish()
 }

@@ -151,7 +151,7 @@ func (x *exchange) checkOwner(ctx context.Context, refs ...format.Ref) *Refusal 
 		if owner == "" || owner != x.key.AccountID {
 			return x.reject(format.NotFound, refs[i].NotFound(), 0)
 		}
-		if p := x.upstream.Pool; p != nil && keys[i] != "" && !p.Serves(x.key.AccountID, keys[i]) {
+		if p := x.upstream.Pool; p != nil && p.Forbids(x.key.AccountID, keys[i]) {
 			// Its key's vendor account keeps it, and the account's pins
 			// changed since: serving it would cross them.
 			return x.reject(format.NotFound, refs[i].NotFound()+" It was stored through a vendor key this account's requests no longer use; send the conversation in full instead.", 0)

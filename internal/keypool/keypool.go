@@ -207,14 +207,16 @@ func (k *Key) serves(account string, pinned bool) bool {
 	return len(k.Accounts) == 0
 }
 
-// Serves reports whether the key named may serve account's requests, as
-// Choose would choose among them: a request that must go to one key (it
-// names an object the key's vendor account keeps) is refused rather than
-// sent through a key another tenant is pinned to, or a pinned tenant's
-// through a shared one.
-func (p *Pool) Serves(account, key string) bool {
+// Forbids reports whether key is one of the pool's keys that may not
+// serve account's requests, as Choose would never choose it for them (a key
+// pinned to another tenant; a shared key, for an account pinned to its
+// own). A request that must go to one key, because it names an object that
+// key's vendor account keeps, is refused rather than sent across the pin.
+// A key the pool does not have (renamed, or the single key before the
+// pool) forbids nothing: such a request goes to the account's own key.
+func (p *Pool) Forbids(account, key string) bool {
 	i := slices.IndexFunc(p.keys, func(k Key) bool { return k.Name == key })
-	return i >= 0 && p.keys[i].serves(account, p.pinned(account))
+	return i >= 0 && !p.keys[i].serves(account, p.pinned(account))
 }
 
 // score is the weighted rendezvous score of key for session: -w / ln(h)

@@ -147,23 +147,32 @@ func TestPinnedKeys(t *testing.T) {
 	}
 }
 
-// Serves says what Choose chooses among: a key must serve a request that
-// names an object it keeps only when Choose could have chosen it.
-func TestServesAsChooseChooses(t *testing.T) {
+// Forbids says what Choose never chooses: a key must serve a request that
+// names an object it keeps only when Choose could have chosen it, and a
+// key the pool does not have forbids nothing.
+func TestForbidsWhatChooseNeverChooses(t *testing.T) {
 	clock := testclock.New(time.Unix(1e9, 0))
 	p := newPool(clock, Key{Name: "shared", Weight: 1}, Key{Name: "tenant", Weight: 1, Accounts: []string{"acct_t"}})
 	for _, c := range []struct {
 		account, key string
 		want         bool
 	}{
-		{"acct_other", "shared", true},
-		{"acct_other", "tenant", false}, // another tenant's key
-		{"acct_t", "tenant", true},
-		{"acct_t", "shared", false}, // a pinned tenant never on a shared key
-		{"acct_t", "gone", false},   // a key no longer configured
+		{"acct_other", "shared", false},
+		{"acct_other", "tenant", true}, // another tenant's key
+		{"acct_t", "tenant", false},
+		{"acct_t", "shared", true},    // a pinned tenant never on a shared key
+		{"acct_t", "default", false},  // the single key before the pool: not the pool's
+		{"acct_other", "gone", false}, // a key no longer configured
 	} {
-		if got := p.Serves(c.account, c.key); got != c.want {
-			t.Errorf("Serves(%s, %s) = %v, want %v", c.account, c.key, got, c.want)
+		if got := p.Forbids(c.account, c.key); got != c.want {
+			t.Errorf("Forbids(%s, %s) = %v, want %v", c.account, c.key, got, c.want)
+		}
+	}
+	for i := range 100 {
+		for _, acct := range []string{"acct_t", "acct_other"} {
+			if k := p.Choose(acct, fmt.Sprint(i)).Name; p.Forbids(acct, k) {
+				t.Fatalf("Choose gave %s the key %s, which Forbids", acct, k)
+			}
 		}
 	}
 }
