@@ -56,12 +56,12 @@ type Open struct {
 	ckpt             atomic.Pointer[account.Checkpoint]
 	sent             *account.Checkpoint // last checkpoint written; renewer goroutine only
 	// status and endpoint are how the reply began (Began): what a renewal
-	// writes until the request publishes a checkpoint, built only then,
-	// so that a reply's start allocates no settlement.
+	// writes while the request has published no checkpoint and none was
+	// written, built only then, so that a reply's start allocates no
+	// settlement.
 	headMu   sync.Mutex
 	status   int
 	endpoint string
-	sentHead bool // a checkpoint was written; renewer goroutine only
 	// stop is when the request must stop being served, unix ns: its
 	// lease's end as last renewed, less the safety margin.
 	stop atomic.Int64
@@ -250,7 +250,7 @@ func (r *Renewer) RenewOnce(ctx context.Context) {
 		rs[i] = account.Renewal{AccountID: o.account, RequestID: o.request}
 		// Only a changed checkpoint is written.
 		c := o.ckpt.Load()
-		if c == nil && !o.sentHead {
+		if c == nil && o.sent == nil {
 			c = o.head()
 		}
 		if c != nil && c != o.sent {
@@ -286,7 +286,7 @@ func (r *Renewer) RenewOnce(ctx context.Context) {
 	r.mu.Unlock()
 	for i, o := range batch {
 		if rs[i].Checkpoint != nil {
-			o.sent, o.sentHead = rs[i].Checkpoint, true
+			o.sent = rs[i].Checkpoint
 		}
 		o.stop.Store(stop)
 		o.want.Store(true)
