@@ -71,9 +71,10 @@ type socketConn struct {
 	stopVendor     context.CancelFunc // ends the vendor socket's reader
 }
 
-// run serves the socket, its vendor side on vendor first, until either side closes it or it idles out: one
-// call at a time, and while it runs one more client message read at most
-// (back-pressure: Envoy and the client hold the rest).
+// run serves the socket, its vendor side on vendor until a call moves it,
+// until either side closes it or it idles out: one call at a time, and
+// while it runs one more client message read at most (back-pressure:
+// Envoy and the client hold the rest).
 func (c *socketConn) run(ctx context.Context, vendor *websocket.Conn) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -122,9 +122,10 @@ func (s *Server) bindIDs(ctx context.Context, requestID string, b account.Bindin
 
 // checkOwner answers 404, in the vendor's words, unless every stored
 // object of refs (a response, or an item of one) is bound to the key's
-// account, all read in one round trip; nil lets the request go on. On a
-// socket, a response created on it (store: false included) is the
-// account's without asking the store.
+// account through a vendor key the account may still use (the pool's
+// pins), all read in one round trip; nil lets the request go on, to the
+// first one's creating key. On a socket, a response created on it (store:
+// false included) is the account's without asking the store.
 func (x *exchange) checkOwner(ctx context.Context, refs ...format.Ref) *Refusal {
 	if x.localRef != nil {
 		refs = slices.DeleteFunc(slices.Clone(refs), func(r format.Ref) bool {
