@@ -90,7 +90,16 @@ type cpuUse struct {
 	// The sidecar's own timings of its two store steps (gateway only).
 	admitSeconds, admits   float64
 	settleSeconds, settles float64
-	allocBytes, gcCycles   float64 // the sidecar's Go heap allocations and collections
+	allocBytes, gcCycles   float64 // the processor's Go heap allocations and collections (the null processor's: allocations only)
+}
+
+// allocKB is what the processor allocated per request it served, in KB;
+// false when its metrics were not read.
+func (c cpuUse) allocKB() (float64, bool) {
+	if c.requests == 0 || c.allocBytes == 0 {
+		return 0, false
+	}
+	return c.allocBytes / float64(c.requests) / 1024, true
 }
 
 // meanMS is the mean of a Prometheus histogram's sum over its count, in
@@ -320,10 +329,9 @@ func (r *results) summary(w func(string, ...any)) {
 		nullCPU := n.per(n.sidecar)
 		w("| processor CPU per request at %s requests/s (sidecar + Redis; null processor) | %.0f µs | %.0f µs | — | — | — | ≤ 1.2 × the null processor's | %s |\n",
 			rate(lr.rate), gwCPU, nullCPU, r.verdict(nullCPU > 0 && g.requests > 0 && lr.lat[gwI].errors() == 0 && gwCPU <= 1.2*nullCPU))
-		if g.requests > 0 {
-			kb := g.allocBytes / float64(g.requests) / 1024
+		if kb, ok := g.allocKB(); ok {
 			w("| allocation per request at %s requests/s (the processor's Go heap) | %.1f KB | %s | — | — | — | ≤ 8 KB | %s |\n",
-				rate(lr.rate), kb, perRequestKB(n), r.verdict(kb > 0 && kb <= 8))
+				rate(lr.rate), kb, perRequestKB(n), r.verdict(kb <= 8))
 		}
 	}
 	mg, mn, mb := r.maxRate[gwI], r.maxRate[nullI], r.maxRate[bareI]
@@ -492,9 +500,9 @@ func (r *results) cpuTable(w func(string, ...any)) {
 		gwTotal := g.per(g.sidecar) + g.per(g.redis) + g.per(g.envoy) - bareEnvoy
 		nullTotal := n.per(n.sidecar) + n.per(n.envoy) - bareEnvoy
 		reqs := float64(max(g.requests, 1))
-		w("| %s | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.1f | %.1f | %.1f KB | %s | %.2f |\n", name,
+		w("| %s | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.1f | %.1f | %s | %s | %.2f |\n", name,
 			g.per(g.sidecar), g.per(g.redis), g.per(g.envoy), gwTotal, n.per(n.sidecar), n.per(n.envoy), nullTotal, bareEnvoy,
-			float64(g.switches)/reqs, float64(n.switches)/float64(max(n.requests, 1)), g.allocBytes/reqs/1024, perRequestKB(n), 1000*g.gcCycles/reqs)
+			float64(g.switches)/reqs, float64(n.switches)/float64(max(n.requests, 1)), perRequestKB(g), perRequestKB(n), 1000*g.gcCycles/reqs)
 	}
 	for _, lr := range r.latency {
 		line(fmt.Sprintf("%s requests/s, vendor +%d ms", rate(lr.rate), lr.vendorMS), lr.cpu)
@@ -596,11 +604,11 @@ func (r *results) redisTable(w func(string, ...any)) {
 		thousands(total), thousands(r.redisRequests), per(total, r.redisRequests), per(r.redis.calls["evalsha"], r.redisRequests))
 }
 
-// perRequestKB is what a processor allocated per request it served, "—"
-// when its metrics were not read.
+// perRequestKB is allocKB as a cell, "—" when the metrics were not read.
 func perRequestKB(c cpuUse) string {
-	if c.requests == 0 || c.allocBytes == 0 {
+	kb, ok := c.allocKB()
+	if !ok {
 		return "—"
 	}
-	return fmt.Sprintf("%.1f KB", c.allocBytes/float64(c.requests)/1024)
+	return fmt.Sprintf("%.1f KB", kb)
 }
