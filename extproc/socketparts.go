@@ -202,11 +202,14 @@ func (h *socketHandler) dial(ctx context.Context, ln *line, handshake http.Heade
 }
 
 // readVendor makes vendor the line's vendor socket, read into a channel
-// of its own; the one before, if any, is closed and its reader ended.
+// of its own; the one before, if any, is closed at once with its reader
+// (ending a read closes the socket): no call runs on it (a call moves the
+// line before it is sent), and a close handshake would hold the call
+// until the vendor answered it.
 func (c *socketConn) readVendor(ctx context.Context, vendor *websocket.Conn) {
 	if c.vendor != nil {
 		c.stopVendor()
-		c.vendor.Close(websocket.StatusNormalClosure, "")
+		c.vendor.CloseNow()
 	}
 	c.vendor = vendor
 	ctx, c.stopVendor = context.WithCancel(ctx)
