@@ -132,8 +132,8 @@ func TestStoredObjectsBehindACrossedPin(t *testing.T) {
 		resp := get.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 			RequestHeaders: headers(":method", "GET", ":path", "/beta/v1/responses/"+id, "authorization", "Bearer "+r.key)}})
 		ir := resp.GetImmediateResponse()
-		if ir == nil || ir.GetStatus().GetCode() != 404 || !strings.Contains(string(ir.GetBody()), "no longer use") {
-			t.Fatalf("%s: retrieval: %v; want a 404 naming the crossed pin", name, resp)
+		if ir == nil || ir.GetStatus().GetCode() != 404 || !strings.Contains(string(ir.GetBody()), "no longer use") || !noRetry(ir) {
+			t.Fatalf("%s: retrieval: %v; want a 404 naming the crossed pin, x-should-retry: false", name, resp)
 		}
 		get.finish()
 
@@ -142,8 +142,8 @@ func TestStoredObjectsBehindACrossedPin(t *testing.T) {
 		next.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: headers(":method", "POST",
 			":path", "/beta/v1/responses", "authorization", "Bearer "+r.key, "content-type", "application/json", "content-length", strconv.Itoa(len(cont)))}})
 		resp = next.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: cont, EndOfStream: true}}})
-		if ir := resp.GetImmediateResponse(); ir == nil || ir.GetStatus().GetCode() != 404 || !strings.Contains(string(ir.GetBody()), "no longer use") {
-			t.Fatalf("%s: continuation: %v; want a 404 naming the response", name, resp)
+		if ir := resp.GetImmediateResponse(); ir == nil || ir.GetStatus().GetCode() != 404 || !strings.Contains(string(ir.GetBody()), "no longer use") || !noRetry(ir) {
+			t.Fatalf("%s: continuation: %v; want a 404 naming the response, x-should-retry: false", name, resp)
 		}
 		next.finish()
 	}
@@ -162,4 +162,15 @@ func TestStoredObjectsBehindACrossedPin(t *testing.T) {
 		t.Fatalf("a response made before the pool: %d %s; want it forwarded", ir.GetStatus().GetCode(), ir.GetBody())
 	}
 	get.finish()
+}
+
+// noRetry reports whether an immediate response tells the SDKs not to
+// retry (x-should-retry: false).
+func noRetry(ir *extprocv3.ImmediateResponse) bool {
+	for _, h := range ir.GetHeaders().GetSetHeaders() {
+		if h.GetHeader().GetKey() == "x-should-retry" {
+			return string(h.GetHeader().GetRawValue()) == "false" || h.GetHeader().GetValue() == "false"
+		}
+	}
+	return false
 }

@@ -155,7 +155,7 @@ func (x *exchange) checkOwner(ctx context.Context, refs ...format.Ref) *Refusal 
 		if p := x.upstream.Pool; p != nil && p.Forbids(x.key.AccountID, keys[i]) {
 			// Its key's vendor account keeps it, and the account's pins
 			// changed since: serving it would cross them.
-			return x.reject(format.NotFound, refs[i].NotFound()+" It was stored through a vendor key this account's requests no longer use; send the conversation in full instead.", 0)
+			return x.refuseFinal(format.NotFound, refs[i].NotFound()+" It was stored through a vendor key this account's requests no longer use; send the conversation in full instead.", 0)
 		}
 		if x.creator == "" {
 			x.creator = keys[i]

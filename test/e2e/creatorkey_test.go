@@ -161,23 +161,24 @@ func TestStoredResponseBehindANewPin(t *testing.T) {
 		}
 	}})
 	waitHealthRoute(t, after, "primary")
-	crossed := func(what string, status int, body string) {
+	crossed := func(what string, status int, body, retry string) {
 		t.Helper()
-		if status != 404 || !strings.Contains(body, created.ID) || !strings.Contains(body, "no longer use") {
-			t.Errorf("%s of %s (created through %s, the account now pinned to %s): %d %s; want 404 saying why", what, created.ID, creator, own, status, body)
+		if status != 404 || !strings.Contains(body, created.ID) || !strings.Contains(body, "no longer use") || retry != "false" {
+			t.Errorf("%s of %s (created through %s, the account now pinned to %s): %d %s, x-should-retry %q; want 404 saying why, not to be retried",
+				what, created.ID, creator, own, status, body, retry)
 		}
 	}
 	resp, reply = after.Do("GET", responsesPath+"/"+created.ID, chatCompletionsHeaders(a.Key), nil)
-	crossed("retrieval", resp.StatusCode, string(reply))
+	crossed("retrieval", resp.StatusCode, string(reply), resp.Header.Get("x-should-retry"))
 	resp, reply = after.Do("POST", responsesPath, chatCompletionsHeaders(a.Key),
 		[]byte(`{"model":"gpt-6-sol","input":"more","previous_response_id":"`+created.ID+`"}`))
-	crossed("HTTP continuation", resp.StatusCode, string(reply))
+	crossed("HTTP continuation", resp.StatusCode, string(reply), resp.Header.Get("x-should-retry"))
 	w := mustDialSocket(t, after, a.Key, nil)
 	evs := w.create(`{"model":"gpt-6-sol","input":"more","previous_response_id":"` + created.ID + `"}`)
 	if e := evs[len(evs)-1]; e.Type != "error" {
 		t.Errorf("socket continuation: %s; want an error event", e.raw)
 	} else {
-		crossed("socket continuation", e.Status, e.Error.Message)
+		crossed("socket continuation", e.Status, e.Error.Message, e.Headers["x-should-retry"])
 	}
 	// The socket goes on, on the account's own key.
 	socketBilled(t, w.create(`{"model":"gpt-6-sol","input":"afresh"}`))
