@@ -70,9 +70,10 @@ func (f *usageFilter) Rewrite(p []byte, end bool) ([]byte, bool) {
 	}
 	f.out, f.changed = f.out[:0], false
 	start := 0 // where the current event begins in p
-	if f.crEnd {
+	if f.crEnd && len(p) > 0 {
+		// An empty chunk leaves the CR's LF still to come.
 		f.crEnd = false
-		if len(p) > 0 && p[0] == '\n' {
+		if p[0] == '\n' {
 			// The LF of a CRLF that ended the last event shares its fate.
 			f.dec.Feed(p[:1], f.event)
 			if f.dropped {
