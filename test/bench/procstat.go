@@ -108,17 +108,20 @@ func rssKB(pid int) int64 {
 	return statusFields(fmt.Sprintf("/proc/%d/status", pid), "VmRSS:")
 }
 
-// redisStats reads the counters the bench needs from INFO: calls per
-// command (commandstats) and the server's CPU time (cpu section).
+// redisStats reads the counters the bench needs from INFO: calls and time
+// per command (commandstats: a script's time includes the commands it ran,
+// which are counted on their own too) and the server's CPU time (cpu
+// section).
 type redisStats struct {
 	calls map[string]int64
+	usec  map[string]int64
 	cpu   time.Duration
 }
 
 func readRedisStats(rdb *redis.Client) redisStats {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st := redisStats{calls: map[string]int64{}}
+	st := redisStats{calls: map[string]int64{}, usec: map[string]int64{}}
 	info, err := rdb.Info(ctx, "commandstats", "cpu").Result()
 	if err != nil {
 		return st
@@ -131,6 +134,9 @@ func readRedisStats(rdb *redis.Client) redisStats {
 			for f := range strings.SplitSeq(fields, ",") {
 				if v, ok := strings.CutPrefix(f, "calls="); ok {
 					st.calls[name], _ = strconv.ParseInt(v, 10, 64)
+				}
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					st.usec[name], _ = strconv.ParseInt(v, 10, 64)
 				}
 			}
 			continue
@@ -148,10 +154,15 @@ func readRedisStats(rdb *redis.Client) redisStats {
 // sub returns the change from o to s. The INFO, PING and other commands
 // the bench itself sends are taken out by the caller.
 func (s redisStats) sub(o redisStats) redisStats {
-	d := redisStats{calls: map[string]int64{}, cpu: s.cpu - o.cpu}
+	d := redisStats{calls: map[string]int64{}, usec: map[string]int64{}, cpu: s.cpu - o.cpu}
 	for k, v := range s.calls {
 		if n := v - o.calls[k]; n != 0 {
 			d.calls[k] = n
+		}
+	}
+	for k, v := range s.usec {
+		if n := v - o.usec[k]; n != 0 {
+			d.usec[k] = n
 		}
 	}
 	return d

@@ -602,6 +602,35 @@ func (r *results) redisTable(w func(string, ...any)) {
 	w("Cross-check: `INFO commandstats` over all the non-streaming latency phases counted %s commands (scripts' inner ones included) "+
 		"for %s gateway requests: %s per request; of them EVALSHA %s per request.\n\n",
 		thousands(total), thousands(r.redisRequests), per(total, r.redisRequests), per(r.redis.calls["evalsha"], r.redisRequests))
+	r.redisTime(w)
+}
+
+// redisTime writes where Redis spent its time over the same phases, per
+// gateway request: each command's own (commandstats' usec), a script's
+// split into the commands it ran and the rest (its Lua).
+func (r *results) redisTime(w func(string, ...any)) {
+	if r.redisRequests == 0 || len(r.redis.usec) == 0 {
+		return
+	}
+	n := float64(r.redisRequests)
+	inner := int64(0)
+	for k, us := range r.redis.usec {
+		if !ignoredRedis[k] && k != "evalsha" && k != "eval" {
+			inner += us
+		}
+	}
+	scripts := r.redis.usec["evalsha"] + r.redis.usec["eval"]
+	w("Redis time per gateway request over the same phases (commandstats' usec; the server's CPU was %.1f µs): scripts %.1f µs, "+
+		"of which the commands they and the sidecar ran %.1f µs and the rest (Lua: arguments, tables, strings) %.1f µs.\n\n",
+		float64(r.redis.cpu.Microseconds())/n, float64(scripts)/n, float64(inner)/n, float64(scripts-inner)/n)
+	w("| command | µs per request |\n|---|---:|\n")
+	for _, k := range slices.Sorted(maps.Keys(r.redis.usec)) {
+		if ignoredRedis[k] || k == "monitor" {
+			continue
+		}
+		w("| %s | %.2f |\n", k, float64(r.redis.usec[k])/n)
+	}
+	w("\n")
 }
 
 // perRequestKB is allocKB as a cell, "—" when the metrics were not read.
