@@ -321,20 +321,20 @@ func (s *Store) settleCalls(sts []account.Settlement, groups [][]int, cluster bo
 			room += settleKeysMax(len(groups[g]))
 		}
 		base := 3 + room
-		n := 1 + 2*len(c.groups)
-		c.command = settleCommand(base+n, base+n+9*len(c.groups)+sizes[i]*settleArgsPerRequest)
-		// The counts of each group's KEYS and ARGV lead; each group's are
-		// appended in place.
-		c.command[base] = len(c.groups)
-		for j, g := range c.groups {
+		c.command = settleCommand(base, base+9*len(c.groups)+sizes[i]*settleArgsPerRequest+1+2*len(c.groups))
+		// Each group's KEYS and ARGV are appended in place; the counts of
+		// each group's KEYS and ARGV, and of groups, follow them.
+		counts := make([]any, 0, 1+2*len(c.groups))
+		for _, g := range c.groups {
 			members = members[:0]
 			for _, m := range groups[g] {
 				members = append(members, sts[m])
 			}
 			k0, a0 := len(c.keys), len(c.command)
 			c.keys, c.command = s.settleCall(c.keys, c.command, members)
-			c.command[base+1+2*j], c.command[base+2+2*j] = len(c.keys)-k0, len(c.command)-a0
+			counts = append(counts, len(c.keys)-k0, len(c.command)-a0)
 		}
+		c.command = append(append(c.command, counts...), len(c.groups))
 		nk := len(c.keys)
 		if extra := nk - room; extra > 0 {
 			// More KEYS than settleKeysMax says: no ARGV is overwritten.
@@ -527,10 +527,10 @@ func (s *Store) settleCall(keys []string, args []any, group []account.Settlement
 // lease's bitmap.
 func settleKeysMax(n int) int { return 8 + 5*n }
 
-// settleArgsPerRequest is the most ARGV one request takes (a settlement
-// with every field set; TestSettleArgsPerRequest): fifteen of its own,
-// its counters and its ledger fields, each with their count.
-const settleArgsPerRequest = 162
+// settleArgsPerRequest is the most ARGV one request takes (a charged
+// settlement with every field set; TestSettleArgsPerRequest): fifteen of
+// its own, its counters and its ledger fields, each with their count.
+const settleArgsPerRequest = 164
 
 // lastUsedAt is when a settlement's credential was last used: when its
 // request ended.

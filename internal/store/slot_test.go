@@ -16,11 +16,12 @@ func TestHashSlot(t *testing.T) {
 	}
 }
 
-// settleArgsPerRequest is the ARGV of a settlement with every field set,
+// settleArgsPerRequest is the ARGV of a charged settlement with every field set,
 // and settleKeysMax the KEYS of requests that share nothing.
 func TestSettleArgsPerRequest(t *testing.T) {
 	st := filledSettlement()
 	st.AccountID, st.KeyID, st.Lease.ID = "acct_1", "key_1", "lease_1"
+	st.Status = 200 // charged: its cost is a counter and a ledger field
 	_, args := New(nil, Options{}).settleCall(nil, nil, []account.Settlement{st})
 	if got := len(args) - 9; got != settleArgsPerRequest {
 		t.Fatalf("a settlement takes %d ARGV, settleArgsPerRequest is %d", got, settleArgsPerRequest)

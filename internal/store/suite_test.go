@@ -1410,28 +1410,35 @@ func testSettleAfterSweep(t *testing.T, e *env) {
 	// r3: swept at 100, really claims 900 for a hold of 400: capped at 400.
 	// r4: swept before any checkpoint (499, nothing), really 200: +200 and
 	//     one request.
+	// r5: swept at 100 (10 output tokens), really 100 for 30 input tokens
+	//     and no output: the cost unchanged, left out of the entry, and
+	//     -10 output, a kind the settlement does not have.
 	e.mustAdmit(acct, "r1", 400)
 	e.mustAdmit(acct, "r2", 400)
 	e.mustAdmit(acct, "r3", 400)
 	e.mustAdmit(acct, "r4", 400)
+	e.mustAdmit(acct, "r5", 400)
 	if _, err := e.s.RenewHolds(e.ctx, []account.Renewal{
 		{AccountID: acct, RequestID: "r1", Checkpoint: ckpt(100, 10)},
 		{AccountID: acct, RequestID: "r2", Checkpoint: ckpt(300, 30)},
 		{AccountID: acct, RequestID: "r3", Checkpoint: ckpt(100, 10)},
+		{AccountID: acct, RequestID: "r5", Checkpoint: ckpt(100, 10)},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(holdTTL + time.Second)
-	if r := e.sweep(acct); len(r.Interrupted) != 4 {
+	if r := e.sweep(acct); len(r.Interrupted) != 5 {
 		t.Fatalf("swept %+v", r)
 	}
-	if b := e.balance(acct); b != 10_000-500 {
+	if b := e.balance(acct); b != 10_000-600 {
 		t.Fatalf("balance after the sweep %d", b)
 	}
 	real := func(id string, cost, out int64) account.Settlement {
 		return account.Settlement{RequestID: id, AccountID: acct, Priced: model, Status: 200, Cost: cost, Usage: usage.Usage{Output: out}}
 	}
-	sts := []account.Settlement{real("r1", 350, 35), real("r2", 120, 12), real("r3", 900, 90), real("r4", 200, 20)}
+	r5 := real("r5", 100, 0)
+	r5.Usage.Input = 30
+	sts := []account.Settlement{real("r1", 350, 35), real("r2", 120, 12), real("r3", 900, 90), real("r4", 200, 20), r5}
 	for round := range 2 {
 		res := e.s.SettleBatch(e.ctx, sts)
 		for i, r := range res {
@@ -1443,16 +1450,20 @@ func testSettleAfterSweep(t *testing.T, e *env) {
 			}
 		}
 	}
-	want := int64(350 + 120 + 400 + 200)
+	want := int64(350 + 120 + 400 + 200 + 100)
 	if b := e.balance(acct); b != 10_000-want {
 		t.Fatalf("balance %d, want %d", b, 10_000-want)
 	}
 	l := e.ledger(acct)
-	var cost, out int64
+	var cost, out, in int64
 	diffs := map[string]int64{}
 	for _, le := range l {
 		cost += le.Cost
 		out += le.Usage.Output
+		in += le.Usage.Input
+		if le.Reconciled && le.RequestID == "r5" && (le.Usage != usage.Usage{Input: 30, Output: -10}) {
+			t.Errorf("r5 reconciled with usage %+v, want 30 in, -10 out", le.Usage)
+		}
 		if le.Reconciled {
 			if le.Interrupted {
 				t.Errorf("%s: reconciled entry flagged interrupted", le.RequestID)
@@ -1460,14 +1471,14 @@ func testSettleAfterSweep(t *testing.T, e *env) {
 			diffs[le.RequestID] = le.Cost
 		}
 	}
-	if len(l) != 8 || cost != want || out != 35+12+90+20 {
+	if len(l) != 10 || cost != want || out != 35+12+90+20 || in != 30 {
 		t.Fatalf("%d ledger entries, cost %d, output %d", len(l), cost, out)
 	}
-	if d := (map[string]int64{"r1": 250, "r2": -180, "r3": 300, "r4": 200}); !maps.Equal(diffs, d) {
+	if d := (map[string]int64{"r1": 250, "r2": -180, "r3": 300, "r4": 200, "r5": 0}); !maps.Equal(diffs, d) {
 		t.Fatalf("reconciled %v, want %v", diffs, d)
 	}
 	u := e.usage(acct, ledger.Total)
-	if u.Totals.Cost != want || u.Totals.Requests != 4 || u.Totals.Usage.Output != out {
+	if u.Totals.Cost != want || u.Totals.Requests != 5 || u.Totals.Usage.Output != out || u.Totals.Usage.Input != in {
 		t.Fatalf("counters %+v", u.Totals)
 	}
 	// The sweep's records are gone with their reconciliation.

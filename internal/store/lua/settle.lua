@@ -53,9 +53,11 @@
 --   the key's, 4 the project's);
 --   c, then c counter name, increment pairs (requests, then cost and each
 --   usage kind when not zero);
---   f, then f ledger entry field, value pairs. A ledger field named like a
---   counter ("cost", a usage kind) holds that amount; a reconciled entry
---   holds the difference instead, and "reconciled" is set to "1";
+--   f, then f ledger entry field, value pairs, a field whose value is zero
+--   left out (it reads as zero). A ledger field named like a counter
+--   ("cost", a usage kind) holds that amount; a reconciled entry holds the
+--   difference instead, a difference of zero left out, and "reconciled"
+--   is set to "1";
 --   then the project's state index (1..s, 0 for none: the default
 --   project): a project's state (gw:{acct:ID}:ps:PROJECTID) is one of the
 --   s states, kept as a credential's is.
@@ -272,11 +274,15 @@ for i = 1, n do
     -- Swept before this settlement arrived: post the difference.
     local prev = redis.call('HGETALL', sweptKey)
     redis.call('DEL', sweptKey)
-    local cap, diff, byName = 0, {}, {}
+    local cap, diff, byName, names = 0, {}, {}, {}
     local function delta(f, d)
       diff[f] = (diff[f] or 0) + d
       local name = string.match(f, '^m:([^:]*):')
-      byName[name] = (byName[name] or 0) + d
+      if not byName[name] then
+        byName[name] = 0
+        names[#names + 1] = name
+      end
+      byName[name] = byName[name] + d
     end
     for j = 1, #prev, 2 do
       if prev[j] == 'hold' then
@@ -322,24 +328,29 @@ for i = 1, n do
       end
     end
     -- The entry's amounts are the differences: those of the counters
-    -- (byName), zero for an amount that did not change.
-    local amounts = {cost = true}
+    -- (byName) that changed, under their names ("requests" has no field);
+    -- an amount that did not change is left out, as Go leaves out every
+    -- zero field (contract.go), and reads as zero.
+    local amounts = {cost = true, reconciled = true}
     for j = 0, nc - 1 do
       amounts[ARGV[cfirst + 2 * j]] = true
     end
     local entry = {}
     for j = ffirst, ffirst + 2 * nf - 1, 2 do
-      local f, val = ARGV[j], ARGV[j + 1]
-      if f == 'reconciled' then
-        val = '1'
-      elseif byName[f] then
-        val = int(byName[f])
-      elseif amounts[f] then
-        val = '0'
+      local f = ARGV[j]
+      if not amounts[f] and not byName[f] then
+        entry[#entry + 1] = f
+        entry[#entry + 1] = ARGV[j + 1]
       end
-      entry[#entry + 1] = f
-      entry[#entry + 1] = val
     end
+    for _, name in ipairs(names) do
+      if name ~= 'requests' and byName[name] ~= 0 then
+        entry[#entry + 1] = name
+        entry[#entry + 1] = int(byName[name])
+      end
+    end
+    entry[#entry + 1] = 'reconciled'
+    entry[#entry + 1] = '1'
     redis.call('XADD', KEYS[6], '*', unpack(entry))
     out[i] = 2
   else
