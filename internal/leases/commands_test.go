@@ -167,3 +167,88 @@ func TestCommandsPerLeasedRequest(t *testing.T) {
 		})
 	}
 }
+
+// redisUsec is the time INFO commandstats says the server spent in EVALSHA
+// calls, the commands the scripts ran inside included.
+func redisUsec(tb testing.TB, rdb *redis.Client) int64 {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for f := range strings.SplitSeq(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// BenchmarkSettleBatch reports the Redis time a settlement of a request
+// admitted from a lease costs (redis-µs/req: the script calls' time as
+// Redis counts it, divided by their requests), by batch size, on a real
+// redis-server: what a batch shares (the account's sums, the key's state,
+// the lease) against what each request adds (its hold, bit and ledger
+// entry). Admission happens outside the measured calls.
+func BenchmarkSettleBatch(b *testing.B) {
+	addr := redistest.Provided(b)
+	for _, batch := range []int{1, 4, 16, 64} {
+		b.Run(strconv.Itoa(batch), func(b *testing.B) {
+			ctx := context.Background()
+			rdb := redis.NewClient(&redis.Options{Addr: addr})
+			b.Cleanup(func() { rdb.Close() })
+			st := store.New(rdb, store.Options{})
+			a, err := st.CreateAccount(ctx, "bench", 1_000_000*usd, account.Limits{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, k, err := st.CreateKey(ctx, a.ID, account.ModelKey, account.KeyOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			m := New(st, st, Options{Interval: time.Hour})
+			var usec, settled int64
+			sts := make([]account.Settlement, batch)
+			seq := 0
+			for b.Loop() {
+				b.StopTimer()
+				for i := range sts {
+					seq++
+					adm := account.Admission{RequestID: fmt.Sprintf("req_%012x_%d", 0xabcdef123456, seq), AccountID: a.ID, KeyID: k.ID,
+						Priced: "claude-sonnet-4-5", Hold: 1_000_000}
+					d, err := m.Admit(ctx, &adm)
+					if err != nil || d.Outcome != account.Admitted {
+						b.Fatalf("admit: %+v, %v", d, err)
+					}
+					sts[i] = account.Settlement{RequestID: adm.RequestID, AccountID: a.ID, KeyID: k.ID, Priced: "claude-sonnet-4-5",
+						Requested: "claude-sonnet-4-5", Reported: "claude-sonnet-4-5-20250929",
+						Usage: usage.Usage{Input: 1200, Output: 350}, Rates: usage.Usage{Input: 3_000_000_000, Output: 15_000_000_000, CacheRead: 300_000_000,
+							CacheWrite5m: 3_750_000_000, CacheWrite1h: 6_000_000_000},
+						Cost: 8_850, Status: 200, Endpoint: "primary", StartedAt: time.Now(), EndedAt: time.Now(), Lease: d.Lease}
+				}
+				u0 := redisUsec(b, rdb)
+				b.StartTimer()
+				for i, r := range st.SettleBatch(ctx, sts) {
+					if !r.Applied || r.Err != nil {
+						b.Fatalf("settle %s: %+v", sts[i].RequestID, r)
+					}
+				}
+				b.StopTimer()
+				usec += redisUsec(b, rdb) - u0
+				settled += int64(batch)
+				if seq%500 < batch {
+					m.Renew(ctx, false)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(usec)/float64(settled), "redis-µs/req")
+		})
+	}
+}
