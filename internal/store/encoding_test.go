@@ -118,3 +118,25 @@ func TestHoldSettlementIsJSON(t *testing.T) {
 		t.Fatalf("read back %+v from %s", got, holdSettlement(&st))
 	}
 }
+
+// A field whose value is zero is left out of the entry and read back as
+// zero: a settlement with every field zero but its request id and times
+// round-trips, and its entry holds only the fields always written.
+func TestLedgerZeroFieldsLeftOut(t *testing.T) {
+	at := time.UnixMilli(1_780_000_000_000).UTC()
+	st := account.Settlement{RequestID: "req_1", AccountID: "acct_1", StartedAt: at, EndedAt: at}
+	fields := LedgerFields(st)
+	if got := SettlementFromLedger(st.AccountID, fields); !reflect.DeepEqual(got, st) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", got, st)
+	}
+	for f, v := range fields {
+		switch f {
+		case ledgerRequestID, ledgerStatus, ledgerStarted, ledgerEnded:
+		default:
+			t.Errorf("zero field %s written as %q", f, v)
+		}
+	}
+	if len(fields) != 4 {
+		t.Errorf("entry %v: want the request id, status and the two times alone", fields)
+	}
+}
