@@ -335,23 +335,21 @@ func (r *results) summary(w func(string, ...any)) {
 		}
 	}
 	mg, mn, mb := r.maxRate[gwI], r.maxRate[nullI], r.maxRate[bareI]
-	ofBare := func(x float64) string {
-		if mb == 0 {
-			return "— (bare passed no step)"
+	// share is x as a share of of, a stack's highest sustained rate: at
+	// most that when the stack passed every step (its real limit is
+	// higher).
+	share := func(x, of float64, name string) string {
+		if of == 0 {
+			return "— (" + name + " passed no step)"
 		}
-		if mb == r.plan.steps[len(r.plan.steps)-1] {
-			// Bare Envoy passed every step: its real limit is higher.
-			return fmt.Sprintf("≤ %.0f%% of bare", 100*x/mb)
+		if of == r.plan.steps[len(r.plan.steps)-1] {
+			return fmt.Sprintf("≤ %.0f%% of %s", 100*x/of, name)
 		}
-		return fmt.Sprintf("%.0f%% of bare", 100*x/mb)
+		return fmt.Sprintf("%.0f%% of %s", 100*x/of, name)
 	}
 	if len(r.plan.steps) > 0 {
-		ofFloor := "the floor passed no step"
-		if mn > 0 {
-			ofFloor = fmt.Sprintf("here %.0f%%", 100*mg/mn)
-		}
 		w("| highest sustained rate (p99 < 50 ms, no errors) | %s/s | %s/s | %s/s | %s | %s | gateway ≥ 80%% of the floor's (%s) | %s |\n",
-			rate(mg), rate(mn), rate(mb), ofBare(mg), ofBare(mn), ofFloor, r.verdict(mn > 0 && mg >= 0.8*mn))
+			rate(mg), rate(mn), rate(mb), share(mg, mb, "bare"), share(mn, mb, "bare"), share(mg, mn, "the floor"), r.verdict(mn > 0 && mg >= 0.8*mn))
 	}
 	if r.redisRequests > 0 {
 		var total int64
