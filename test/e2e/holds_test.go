@@ -201,10 +201,11 @@ func TestConservationHolds(t *testing.T) {
 					clientSaw[r.status]++
 				}
 			} else if r.status >= 500 && r.header.Get("x-gateway-endpoint") == "none" {
-				// Admitted, then answered by Envoy itself: with both
-				// endpoints ejected (three resets in a row eject one) or
-				// failing their probes on a loaded machine, a 503 at
-				// once. Its entry records the failure, at no cost.
+				// Answered by Envoy itself, no endpoint tried: both
+				// ejected (three resets in a row eject one) or failing
+				// their probes on a loaded machine, or the sidecar down.
+				// One admitted has an entry recording the failure, at no
+				// cost.
 				nUnserved5xx++
 			}
 		}
