@@ -1,7 +1,9 @@
 package store
 
 import (
+	"maps"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -129,14 +131,8 @@ func TestLedgerZeroFieldsLeftOut(t *testing.T) {
 	if got := SettlementFromLedger(st.AccountID, fields); !reflect.DeepEqual(got, st) {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, st)
 	}
-	for f, v := range fields {
-		switch f {
-		case ledgerRequestID, ledgerStatus, ledgerStarted, ledgerEnded:
-		default:
-			t.Errorf("zero field %s written as %q", f, v)
-		}
-	}
-	if len(fields) != 4 {
-		t.Errorf("entry %v: want the request id, status and the two times alone", fields)
+	written := slices.Sorted(maps.Keys(fields))
+	if want := []string{ledgerEnded, ledgerRequestID, ledgerStarted, ledgerStatus}; !slices.Equal(written, want) {
+		t.Errorf("entry %v: want %v alone", fields, want)
 	}
 }
