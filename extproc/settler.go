@@ -148,11 +148,13 @@ func (s *settler) pendingTotal() int {
 }
 
 // linger is how long the settler waits for more settlements before sending
-// a batch: long enough to gather several at a few hundred requests per
-// second (an account's counters are then written once for all of them, and
-// the Redis commands per request fall), short beside a usage read's round
-// trip through Envoy, which waits for them.
-const linger = 5 * time.Millisecond
+// a batch. A call's fixed cost in Redis (the account's sums, its key's
+// state, its lease) is most of a settlement's there, so the batch is what
+// lingering buys: at 1,000 requests a second, 20 ms gathers about twenty,
+// and Redis's CPU per request was half what 5 ms gave (docs/benchmarks.md).
+// It stays short beside a usage read's round trip through Envoy, which
+// waits for them, and is the leases' own linger for their records.
+const linger = 20 * time.Millisecond
 
 func (s *settler) run() {
 	// batch is the settler's own buffer; it and s.queue never share an
