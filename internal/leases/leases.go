@@ -93,10 +93,12 @@ const (
 // Leases).
 const slotLife = 30 * time.Second
 
-// linger is how long admitted requests' records wait to be sent together:
-// a request that settles meanwhile needs none (Settled), its settlement
-// settles it from the lease.
-const linger = 20 * time.Millisecond
+// linger is the record loop's round: a record queued in one round is sent
+// at the end of the next, between one and two lingers (10–20 ms) after its
+// admission, with all the others due then. A request that settles before
+// needs none (Settled): its settlement settles it from the lease, so a
+// request shorter than a linger never costs a record.
+const linger = 10 * time.Millisecond
 
 type leaseKey struct{ account, key string }
 
@@ -172,8 +174,11 @@ type Manager struct {
 	// which is forgotten when idle and made again.
 	gen atomic.Int64
 
-	qmu   sync.Mutex
-	queue []account.LeasedRequest
+	// The records of leased admissions not sent yet: queue those of
+	// this round, old those of the round before, sent at the next tick
+	// (recordLoop).
+	qmu        sync.Mutex
+	queue, old []account.LeasedRequest
 	wake  chan struct{}
 	poke  chan struct{}
 
@@ -350,10 +355,12 @@ func (m *Manager) fromLease(a *account.Admission) (d account.Decision, ok bool) 
 func (m *Manager) Settled(ref account.LeaseRef) {
 	m.qmu.Lock()
 	defer m.qmu.Unlock()
-	for i, r := range m.queue {
-		if r.Lease == ref && r.Slot == 0 {
-			m.queue = append(m.queue[:i], m.queue[i+1:]...)
-			return
+	for _, q := range []*[]account.LeasedRequest{&m.queue, &m.old} {
+		for i, r := range *q {
+			if r.Lease == ref && r.Slot == 0 {
+				*q = append((*q)[:i], (*q)[i+1:]...)
+				return
+			}
 		}
 	}
 }
@@ -517,7 +524,8 @@ func (m *Manager) renewed(l *lease, c *account.LeaseCall, r account.LeaseResult,
 	l.stop = started.Add(lease - holds.LeaseMargin(lease))
 }
 
-// recordLoop sends the records of leased admissions in batches.
+// recordLoop sends the records of leased admissions in batches, a round
+// every linger while any wait: each round sends the round before's.
 func (m *Manager) recordLoop(ctx context.Context) {
 	timer := time.NewTimer(linger)
 	timer.Stop()
@@ -527,25 +535,40 @@ func (m *Manager) recordLoop(ctx context.Context) {
 			return
 		case <-m.wake:
 		}
-		timer.Reset(linger)
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		for m.flush(ctx) > 0 {
+		for {
+			timer.Reset(linger)
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+			if m.send(ctx, false) == 0 {
+				break
+			}
 		}
 	}
 }
 
-// flush sends the queued records; it returns how many are queued after.
+// flush sends every queued record; it returns how many are queued after.
 func (m *Manager) flush(ctx context.Context) int {
+	return m.send(ctx, true)
+}
+
+// send sends the previous round's records, or every queued one (all),
+// and returns how many are queued after. This round's become the
+// previous.
+func (m *Manager) send(ctx context.Context, all bool) int {
 	m.qmu.Lock()
-	batch := m.queue
-	m.queue = nil
+	batch := m.old
+	m.old, m.queue = m.queue, nil
+	if all {
+		batch, m.old = append(batch, m.old...), nil
+	}
 	m.qmu.Unlock()
 	if len(batch) == 0 {
-		return 0
+		m.qmu.Lock()
+		defer m.qmu.Unlock()
+		return len(m.old) + len(m.queue)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err := m.st.RecordLeased(rctx, batch)
@@ -556,7 +579,7 @@ func (m *Manager) flush(ctx context.Context) int {
 		// Kept, in front, for the next attempt: recording is idempotent.
 		m.healthy.Store(false)
 		m.log.Warn("recording leased holds failed; admitting through the store", "requests", len(batch), "err", err)
-		m.queue = append(batch, m.queue...)
+		m.old = append(batch, m.old...)
 		if ctx.Err() != nil {
 			return 0
 		}
@@ -568,7 +591,7 @@ func (m *Manager) flush(ctx context.Context) int {
 		}
 		m.qmu.Lock()
 	}
-	return len(m.queue)
+	return len(m.old) + len(m.queue)
 }
 
 // Close records what is queued and returns every lease.

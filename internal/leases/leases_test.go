@@ -389,3 +389,35 @@ func (r *race) earlyRefusals(t *testing.T, limit int64) {
 		t.Fatalf("%d admitted, want at least %d", r.admitted, limit-2*limit/DefaultShare)
 	}
 }
+
+// A record is sent at the end of the round after the one it was queued in:
+// a request that settles before then (Settled) is never recorded, and one
+// still running is, by the second round.
+func TestRecordSentTheRoundAfter(t *testing.T) {
+	r := newRig(t)
+	acct := r.account(1000 * usd)
+	const hold = 10_000_000
+	r.admit(acct, hold) // by the script; it asks for the lease
+	r.m.Renew(r.ctx, false)
+	open := func() int64 {
+		t.Helper()
+		n, _, err := r.st.OpenHolds(r.ctx, acct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	short := r.leased(acct, hold, 0)
+	long := r.leased(acct, hold, 0)
+	if left := r.m.send(r.ctx, false); left != 2 || open() != 1 {
+		t.Fatalf("after the first round: %d queued, %d holds; want both records kept for the next round and only the script's hold", left, open())
+	}
+	r.m.Settled(short.Lease) // its settlement is queued: no record needed
+	if left := r.m.send(r.ctx, false); left != 0 || open() != 2 {
+		t.Fatalf("after the second round: %d queued, %d holds; want the running request recorded, the settled one not", left, open())
+	}
+	r.settle(short, long)
+	if u := r.report(acct); u.Totals.Requests != 2 || open() != 1 {
+		t.Fatalf("report %+v, %d holds; want both settled once, the script's hold left", u, open())
+	}
+}
