@@ -179,8 +179,8 @@ type Manager struct {
 	// (recordLoop).
 	qmu        sync.Mutex
 	queue, old []account.LeasedRequest
-	wake  chan struct{}
-	poke  chan struct{}
+	wake       chan struct{}
+	poke       chan struct{}
 
 	// Local and Fallback count admissions from a lease and by the store.
 	Local, Fallback atomic.Int64
