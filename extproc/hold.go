@@ -66,6 +66,9 @@ func capUsage(u usage.Usage, c usageCaps) (capped usage.Usage, ok bool) {
 		*bound -= k.Of(u)
 	}
 	for _, k := range usage.Kinds {
+		if k.Within == "" {
+			continue // most kinds: no container to look up by name
+		}
 		if c, found := usage.KindNamed(k.Within); found {
 			k.Set(&u, min(k.Of(u), c.Of(u))) // inside its container
 		}

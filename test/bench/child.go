@@ -14,7 +14,7 @@ import (
 // internal modes (-null-processor, -otlp-collector) on a free loopback
 // address, its output in a log of its own, and returns it, and that
 // address, once it accepts connections. The bench stops it when it ends.
-func startChild(tb *benchTB, mode string, extra ...string) (*launch.Process, string) {
+func startChild(tb *benchTB, mode string, env []string, extra ...string) (*launch.Process, string) {
 	addrs, err := launch.FreeAddrs(1)
 	if err != nil {
 		tb.Fatal(err)
@@ -23,7 +23,7 @@ func startChild(tb *benchTB, mode string, extra ...string) (*launch.Process, str
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p, err := launch.StartProcess(mode, self, append([]string{"-" + mode, addrs[0]}, extra...), nil, filepath.Join(tb.TempDir(), mode+".log"))
+	p, err := launch.StartProcess(mode, self, append([]string{"-" + mode, addrs[0]}, extra...), env, filepath.Join(tb.TempDir(), mode+".log"))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -56,8 +56,10 @@ func main() {
 		poolRounds  = flag.Int("pool-rounds", 12, "with -pool: rounds per rate of the comparison (at least the plan's)")
 		pool        = flag.Int("pool", 0, "also compare, in the same run and at the plan's rates, a gateway with a pool of this many vendor keys per upstream against one with one key (two more stacks; at least 2)")
 		env         listFlag
+		nullEnv     listFlag
 	)
 	flag.Var(&env, "sidecar-env", "KEY=VALUE for the sidecar's environment, repeatable (e.g. GOMAXPROCS=1, GOGC=200) to try a setting")
+	flag.Var(&nullEnv, "null-env", "KEY=VALUE for the null processor's environment, repeatable: the floor under the same runtime setting as -sidecar-env's")
 	flag.Parse()
 	log.SetFlags(log.Ltime | log.Lmicroseconds)
 	if *null != "" {
@@ -103,7 +105,7 @@ func main() {
 			p.rates = append(p.rates, v)
 		}
 	}
-	b := start(tb, p, env, options{tracePct: *tracePct, traceGatewayOnly: *traceGw, webhookDown: *hooksOff, leases: *leasesOn})
+	b := start(tb, p, env, options{tracePct: *tracePct, traceGatewayOnly: *traceGw, webhookDown: *hooksOff, leases: *leasesOn, nullEnv: nullEnv})
 	b.res.note = *note
 	var ls *ledgerSink
 	if *sink {
@@ -272,11 +274,12 @@ type options struct {
 	tracePct         float64 // < 0: tracing off
 	traceGatewayOnly bool    // else the floor's and bare Envoy's bootstraps trace alike
 	webhookDown      bool
-	leases           string // "on", "off" or "" (the default)
+	leases           string   // "on", "off" or "" (the default)
+	nullEnv          []string // the null processor's environment, appended to the bench's
 }
 
 func start(tb *benchTB, p plan, sidecarEnv []string, o options) *bench {
-	res := &results{plan: p, started: time.Now(), env: readEnvironment(tb), loadStart: loadAvg(), sidecarEnv: sidecarEnv}
+	res := &results{plan: p, started: time.Now(), env: readEnvironment(tb), loadStart: loadAvg(), sidecarEnv: sidecarEnv, nullEnv: o.nullEnv}
 	var traces *collectorProcess
 	var configures []func(*config.Config)
 	traced := func(*config.Config) {} // the other stacks' tracing
@@ -329,7 +332,7 @@ func start(tb *benchTB, p plan, sidecarEnv []string, o options) *bench {
 		}
 	}
 	log.Printf("starting the null processor stack")
-	nullAddr, nullMetrics, nullPid := startNull(tb)
+	nullAddr, nullMetrics, nullPid := startNull(tb, o.nullEnv)
 	null := up(tb, launch.Options{ExtProcAddr: nullAddr, Configure: sameVendor})
 	log.Printf("starting the bare Envoy stack")
 	bare := up(tb, launch.Options{Bare: true, Configure: sameVendor})

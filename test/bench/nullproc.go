@@ -99,11 +99,11 @@ func serveNull(addr, metricsAddr string) {
 // so that its CPU time is measured apart from the load generator's, and
 // returns the address it listens on once it accepts connections and the
 // URL of its metrics.
-func startNull(tb *benchTB) (addr, metrics string, pid int) {
+func startNull(tb *benchTB, env []string) (addr, metrics string, pid int) {
 	addrs, err := launch.FreeAddrs(1)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p, addr := startChild(tb, "null-processor", "-null-metrics", addrs[0])
+	p, addr := startChild(tb, "null-processor", env, "-null-metrics", addrs[0])
 	return addr, "http://" + addrs[0] + "/metrics", p.Cmd.Process.Pid
 }

@@ -67,7 +67,7 @@ type collectorProcess struct{ p *launch.Process }
 // startCollector runs the collector as a child process at nice 19 and
 // returns it once it accepts connections.
 func startCollector(tb *benchTB) (*collectorProcess, string) {
-	p, addr := startChild(tb, "otlp-collector")
+	p, addr := startChild(tb, "otlp-collector", nil)
 	syscall.Setpriority(syscall.PRIO_PROCESS, p.Cmd.Process.Pid, 19)
 	return &collectorProcess{p}, addr
 }

@@ -154,6 +154,7 @@ type results struct {
 	env                environment
 	note               string
 	sidecarEnv         []string
+	nullEnv            []string
 	started, finished  time.Time
 	loadStart, loadEnd string
 
@@ -229,6 +230,9 @@ func (r *results) markdown() string {
 	w("- Envoy %s, `--concurrency 2`, for every stack; %s; sidecar at `--log-level info`", e.envoy, e.goVersion)
 	if len(r.sidecarEnv) > 0 {
 		w(", sidecar environment `%s`", strings.Join(r.sidecarEnv, " "))
+	}
+	if len(r.nullEnv) > 0 {
+		w(", null processor environment `%s`", strings.Join(r.nullEnv, " "))
 	}
 	w("\n")
 	if u := r.usage; u.total > 0 {
