@@ -48,7 +48,13 @@ type Options struct {
 	Settler   Settler
 	Metrics   *Metrics
 	Logger    *slog.Logger
-	Now       func() time.Time
+	// RequestLogger writes the request log lines, one per settled request;
+	// default Logger. FlushRequestLog, when set, is called after each
+	// settlement batch's lines, so RequestLogger may buffer them until
+	// then (one write per batch, not per line).
+	RequestLogger   *slog.Logger
+	FlushRequestLog func()
+	Now             func() time.Time
 	// SettleTimeout bounds one settlement; it runs after the client's stream
 	// context may already be gone.
 	SettleTimeout time.Duration
@@ -112,6 +118,7 @@ type Server struct {
 	admitter  Admitter
 	metrics   *Metrics
 	log       *slog.Logger
+	reqLog    *slog.Logger // the request lines (Options.RequestLogger)
 	now       func() time.Time
 	settleT   time.Duration
 	maxBody   int64
@@ -211,6 +218,10 @@ func NewServer(o Options) *Server {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.reqLog = o.RequestLogger
+	if s.reqLog == nil {
+		s.reqLog = s.log
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -232,7 +243,7 @@ func NewServer(o Options) *Server {
 		s.metrics.InitVendorKeys(u.Name, names)
 		u.Pool.SetOnChange(s.keyChanged)
 	}
-	s.settler = newSettler(o.Settler, s.settleT)
+	s.settler = newSettler(o.Settler, s.settleT, o.FlushRequestLog)
 	s.binds = newBinder(s)
 	var b [6]byte
 	rand.Read(b[:])

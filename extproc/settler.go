@@ -23,6 +23,9 @@ import (
 type settler struct {
 	store   Settler
 	timeout time.Duration
+	// flushLog, when set, writes out the request lines of a batch after
+	// its callbacks have logged them (Options.FlushRequestLog).
+	flushLog func()
 
 	mu      sync.Mutex
 	queue   []settleJob
@@ -56,9 +59,9 @@ type pendingCount struct {
 	done chan struct{} // closed when n drops to zero
 }
 
-func newSettler(a Settler, timeout time.Duration) *settler {
+func newSettler(a Settler, timeout time.Duration, flushLog func()) *settler {
 	s := &settler{
-		store: a, timeout: timeout, pending: map[string]*pendingCount{}, queue: make([]settleJob, 0, maxBatch),
+		store: a, timeout: timeout, flushLog: flushLog, pending: map[string]*pendingCount{}, queue: make([]settleJob, 0, maxBatch),
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1),
 	}
 	s.room = sync.NewCond(&s.mu)
@@ -210,5 +213,8 @@ func (s *settler) apply(jobs []settleJob, sts []account.Settlement) {
 	took := time.Since(t0)
 	for i := range jobs {
 		jobs[i].after(&jobs[i].st, res[i], took)
+	}
+	if s.flushLog != nil {
+		s.flushLog()
 	}
 }

@@ -1,13 +1,20 @@
 package extproc
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/leases"
 	"github.com/modelgateway/gateway/internal/ledger"
+	"github.com/modelgateway/gateway/internal/logbuf"
 )
 
 // With leases on (the default), most requests are admitted from a lease,
@@ -62,5 +69,59 @@ func TestRoundTripsPerLeasedRequest(t *testing.T) {
 	}
 	if rep.Totals.Requests < n {
 		t.Fatalf("usage counts %d requests, want at least %d", rep.Totals.Requests, n)
+	}
+}
+
+// batchCounter applies every settlement and counts its calls.
+type batchCounter struct{ calls atomic.Int64 }
+
+func (b *batchCounter) SettleBatch(_ context.Context, sts []account.Settlement) []ledger.SettleResult {
+	b.calls.Add(1)
+	res := make([]ledger.SettleResult, len(sts))
+	for i := range res {
+		res[i].Applied = true
+	}
+	return res
+}
+
+// writeCounter counts the writes it is given.
+type writeCounter struct {
+	mu     sync.Mutex
+	out    bytes.Buffer
+	writes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes++
+	return w.out.Write(p)
+}
+
+// The request lines a batch's callbacks log go out in one write per batch,
+// before the batch's settlements count as done: a usage read that waited
+// for them finds their lines written.
+func TestSettlerWritesABatchsLinesOnce(t *testing.T) {
+	const n = 50
+	var out writeCounter
+	lines := logbuf.New(&out)
+	store := &batchCounter{}
+	s := newSettler(store, time.Second, func() { lines.Flush() })
+	for i := range n {
+		s.enqueue(account.Settlement{RequestID: fmt.Sprintf("req_%d", i), AccountID: "acct_1"},
+			func(st *account.Settlement, _ ledger.SettleResult, _ time.Duration) {
+				fmt.Fprintf(lines, "%s\n", st.RequestID)
+			})
+	}
+	if err := s.wait(context.Background(), allKey); err != nil {
+		t.Fatal(err)
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if got := strings.Count(out.out.String(), "\n"); got != n {
+		t.Fatalf("%d lines written once the settlements were done, want %d", got, n)
+	}
+	if calls := store.calls.Load(); int64(out.writes) != calls {
+		t.Fatalf("%d writes for %d batches, want one each", out.writes, calls)
 	}
 }

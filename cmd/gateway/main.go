@@ -10,6 +10,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 
@@ -34,9 +35,14 @@ func main() {
 }
 
 func newLogger(level string) *slog.Logger {
+	return newLoggerTo(os.Stderr, level)
+}
+
+// newLoggerTo is newLogger writing to w.
+func newLoggerTo(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }

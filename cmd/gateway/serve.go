@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/logbuf"
 )
 
 func serveCmd() *cobra.Command {
@@ -51,7 +52,10 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			defer closeStore()
-			sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log, KeyCacheTTL: keyCacheTTL, EnvoyAdminURL: envoyAdmin})
+			// The request lines go out a settlement batch at a time.
+			lines := logbuf.New(os.Stderr)
+			sc, err := startSidecar(sidecarOptions{Config: cfg, Redis: rdb, Logger: log, KeyCacheTTL: keyCacheTTL, EnvoyAdminURL: envoyAdmin,
+				RequestLogger: newLoggerTo(lines, logLevel), FlushRequestLog: func() { lines.Flush() }})
 			if err != nil {
 				return err
 			}

@@ -132,6 +132,10 @@ type sidecarOptions struct {
 	Config *config.Config
 	Redis  redis.UniversalClient
 	Logger *slog.Logger
+	// RequestLogger and FlushRequestLog: extproc.Options'; nil for Logger
+	// and no flush.
+	RequestLogger   *slog.Logger
+	FlushRequestLog func()
 	// KeyCacheTTL bounds how long a revoked key keeps working.
 	KeyCacheTTL time.Duration
 	// EnvoyAdminURL is where the route watcher reads Envoy's clusters;
@@ -257,6 +261,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		BackgroundPoll:  c.Limits.BackgroundPollInterval(),
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
 		Upstreams:       vendorRoutes, Keys: keys, Admitter: adm, Settler: sp, Metrics: metrics, Logger: o.Logger,
+		RequestLogger: o.RequestLogger, FlushRequestLog: o.FlushRequestLog,
 		OnRefusal: watcher.Refused,
 		OnVendorKeyRefused: func(upstream, key string, status int) {
 			var probe time.Duration
