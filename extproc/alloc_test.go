@@ -80,7 +80,7 @@ func benchmarkJSON(b *testing.B, upstream string, reqHeaders func(key string) *e
 	}
 	// The sidecar's own handler, as cmd/gateway makes it: the request's
 	// log line is part of the figure.
-	r.srv.reqLog = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	r.srv.settler.lines = slog.New(slog.NewJSONHandler(io.Discard, nil))
 	// Holds renewed, as in the sidecar.
 	r.srv.holds = holds.NewRenewer(r.st, slog.New(slog.DiscardHandler))
 	r.leased(b)

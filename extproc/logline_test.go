@@ -18,7 +18,7 @@ import (
 func TestRequestLogLine(t *testing.T) {
 	r := newRig(t)
 	var buf bytes.Buffer
-	r.srv.reqLog = slog.New(slog.NewJSONHandler(&buf, nil))
+	r.srv.settler.lines = slog.New(slog.NewJSONHandler(&buf, nil))
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	st := account.Settlement{RequestID: "req_1", AccountID: "acct_1", KeyID: "key_1", Endpoint: "primary", Priced: "claude-sonnet-4-5",
 		Status: 200, Usage: usage.Usage{Input: 12, Output: 11}, Cost: 1_500_000, ServiceTier: "standard",
@@ -40,7 +40,7 @@ func TestRequestLogLine(t *testing.T) {
 	if raceEnabled {
 		return // the race detector's sync.Pool drops pooled values at random: allocations are not the product's
 	}
-	r.srv.reqLog = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	r.srv.settler.lines = slog.New(slog.NewJSONHandler(io.Discard, nil))
 	r.srv.recordSettled("alpha", "claude-sonnet-4-5", st, false) // the metrics' series made
 	if n := testing.AllocsPerRun(100, func() { r.srv.recordSettled("alpha", "claude-sonnet-4-5", st, false) }); n > 1 {
 		t.Errorf("the request's log line and metrics: %.1f allocations, want at most one", n)

@@ -118,7 +118,6 @@ type Server struct {
 	admitter  Admitter
 	metrics   *Metrics
 	log       *slog.Logger
-	reqLog    *slog.Logger // the request lines (Options.RequestLogger)
 	now       func() time.Time
 	settleT   time.Duration
 	maxBody   int64
@@ -218,10 +217,6 @@ func NewServer(o Options) *Server {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	s.reqLog = o.RequestLogger
-	if s.reqLog == nil {
-		s.reqLog = s.log
-	}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -243,7 +238,11 @@ func NewServer(o Options) *Server {
 		s.metrics.InitVendorKeys(u.Name, names)
 		u.Pool.SetOnChange(s.keyChanged)
 	}
-	s.settler = newSettler(o.Settler, s.settleT, o.FlushRequestLog)
+	reqLog := o.RequestLogger
+	if reqLog == nil {
+		reqLog = s.log
+	}
+	s.settler = newSettler(o.Settler, s.settleT, reqLog, o.FlushRequestLog)
 	s.binds = newBinder(s)
 	var b [6]byte
 	rand.Read(b[:])

@@ -151,7 +151,7 @@ func (s *Server) noteDearer(upstream string, requested usage.PricedModel, st acc
 func (s *Server) recordSettled(upstream, model string, st account.Settlement, background bool) {
 	s.metrics.observe(upstream, model, st)
 	ctx := context.Background()
-	if !s.reqLog.Enabled(ctx, slog.LevelInfo) {
+	if !s.settler.lines.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
 	p := requestLines.Get().(*[]slog.Attr)
@@ -179,7 +179,7 @@ func (s *Server) recordSettled(upstream, model string, st account.Settlement, ba
 		a = append(a, slog.Bool("background", true))
 	}
 	// One group without a name: the handler writes its attributes inline.
-	s.reqLog.LogAttrs(ctx, slog.LevelInfo, "request", slog.Attr{Value: slog.GroupValue(a[u:]...)})
+	s.settler.lines.LogAttrs(ctx, slog.LevelInfo, "request", slog.Attr{Value: slog.GroupValue(a[u:]...)})
 	clear(a)
 	*p = a[:0]
 	requestLines.Put(p)

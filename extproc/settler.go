@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -23,8 +24,10 @@ import (
 type settler struct {
 	store   Settler
 	timeout time.Duration
-	// flushLog, when set, writes out the request lines of a batch after
-	// its callbacks have logged them (Options.FlushRequestLog).
+	// lines logs the request lines, one per settlement, from the batch's
+	// callbacks (Options.RequestLogger); flushLog, when set, writes out a
+	// batch's lines after them (Options.FlushRequestLog).
+	lines    *slog.Logger
 	flushLog func()
 
 	mu      sync.Mutex
@@ -59,9 +62,9 @@ type pendingCount struct {
 	done chan struct{} // closed when n drops to zero
 }
 
-func newSettler(a Settler, timeout time.Duration, flushLog func()) *settler {
+func newSettler(a Settler, timeout time.Duration, lines *slog.Logger, flushLog func()) *settler {
 	s := &settler{
-		store: a, timeout: timeout, flushLog: flushLog, pending: map[string]*pendingCount{}, queue: make([]settleJob, 0, maxBatch),
+		store: a, timeout: timeout, lines: lines, flushLog: flushLog, pending: map[string]*pendingCount{}, queue: make([]settleJob, 0, maxBatch),
 		wake: make(chan struct{}, 1), full: make(chan struct{}, 1),
 	}
 	s.room = sync.NewCond(&s.mu)

@@ -106,7 +106,7 @@ func TestSettlerWritesABatchsLinesOnce(t *testing.T) {
 	var out writeCounter
 	lines := logbuf.New(&out)
 	store := &batchCounter{}
-	s := newSettler(store, time.Second, func() { lines.Flush() })
+	s := newSettler(store, time.Second, slog.New(slog.DiscardHandler), func() { lines.Flush() })
 	for i := range n {
 		s.enqueue(account.Settlement{RequestID: fmt.Sprintf("req_%d", i), AccountID: "acct_1"},
 			func(st *account.Settlement, _ ledger.SettleResult, _ time.Duration) {
