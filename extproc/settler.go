@@ -159,7 +159,8 @@ func (s *settler) pendingTotal() int {
 // lingering buys: at 1,000 requests a second, 20 ms gathers about twenty,
 // and Redis's CPU per request was half what 5 ms gave (docs/benchmarks.md).
 // It stays short beside a usage read's round trip through Envoy, which
-// waits for them, and is the leases' own linger for their records.
+// waits for them, and bounds with the leases' record rounds (10–20 ms)
+// what a SIGKILL can lose (docs/architecture.md).
 const linger = 20 * time.Millisecond
 
 func (s *settler) run() {
