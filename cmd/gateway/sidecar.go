@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,7 @@ import (
 	"github.com/modelgateway/gateway/internal/leases"
 	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/mtls"
+	"github.com/modelgateway/gateway/internal/outbox"
 	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/reconcile"
 	"github.com/modelgateway/gateway/internal/roles"
@@ -71,6 +73,9 @@ type sidecar struct {
 	proc *extproc.Server
 	// leases admits from escrow leases; nil when limits.leases is off.
 	leases *leases.Manager
+	// outbox keeps the leases' records until Redis has them; nil without
+	// leases or a spool directory.
+	outbox *outbox.Outbox
 	// webhooks delivers alert events; closed last.
 	webhooks *alerts.Dispatcher
 	watcher  *alerts.Watcher
@@ -238,10 +243,31 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	// through the store's script otherwise (and for what no lease covers).
 	var adm extproc.Admitter = st
 	var leased *leases.Manager
+	var box *outbox.Outbox
 	if c.Limits.LeasesOn() {
-		leased = leases.New(st, adm, leases.Options{
+		var left []outbox.Entry
+		box, left, err = openOutbox(c.Store.SpoolDir, o.Logger)
+		if err != nil {
+			return nil, err
+		}
+		lo := leases.Options{
 			Interval: c.Limits.LeaseRenewInterval(), Share: c.Limits.LeaseShare, MinHolds: c.Limits.LeaseMinHolds, Logger: o.Logger,
-		})
+		}
+		if box != nil {
+			lo.Outbox = box
+		}
+		leased = leases.New(st, adm, lo)
+		if n := leased.Resend(left); n > 0 {
+			o.Logger.Info("outbox: sending the records of leased requests a previous run left", "requests", n)
+		}
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_outbox_full_total", Help: "Requests admitted from a lease that the outbox had no room for: their hold records were sent before they were forwarded.",
+		}, func() float64 { return float64(leased.Unkept.Load()) }))
+		if box != nil {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "gateway_outbox_entries", Help: "Leased requests kept in the outbox: not yet known to Redis.",
+			}, func() float64 { return float64(box.Kept()) }))
+		}
 		adm = leased
 		for path, n := range map[string]*atomic.Int64{"lease": &leased.Local, "store": &leased.Fallback} {
 			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -303,7 +329,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		o.Logger.Warn(w)
 	}
 
-	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc, webhooks: webhooks, watcher: watcher, traces: traces, leases: leased}
+	s := &sidecar{log: o.Logger, Store: st, spool: sp, Prices: prices, proc: proc, webhooks: webhooks, watcher: watcher, traces: traces, leases: leased, outbox: box}
 	var holdsCtx context.Context
 	holdsCtx, s.stopHolds = context.WithCancel(context.Background())
 	go renewer.Run(holdsCtx)
@@ -538,6 +564,11 @@ func (s *sidecar) Shutdown(ctx context.Context) (drained bool) {
 		s.leases.Close(lctx)
 		cancel()
 	}
+	if s.outbox != nil {
+		// What is still kept (a record Redis did not take) stays in the
+		// file, for the next run to send.
+		s.outbox.Close()
+	}
 	// Every stream has settled or been spooled: nothing is left to renew.
 	// Holds of requests whose settlement waits in the spool are swept by
 	// any sidecar after a lease unless the spool replays first (settlement
@@ -595,4 +626,27 @@ func webhookEndpoints(ws []config.Webhook, getenv func(string) string) ([]alerts
 		eps[i] = alerts.Endpoint{URL: w.URL, Secret: key, Events: w.Events}
 	}
 	return eps, nil
+}
+
+// openOutbox opens the leases' outbox in the spool directory, with the
+// entries a previous run left; none without a spool directory or where
+// files cannot be mapped (a warning says what a crash then loses).
+func openOutbox(dir string, log *slog.Logger) (*outbox.Outbox, []outbox.Entry, error) {
+	const loses = "a sidecar killed without warning loses the requests it admitted from leases in its last 20 ms or so: served, in no ledger"
+	if dir == "" {
+		log.Warn("store.spool_dir is not set: " + loses)
+		return nil, nil, nil
+	}
+	box, left, damaged, err := outbox.Open(filepath.Join(dir, "outbox"), outbox.DefaultSlots)
+	if errors.Is(err, outbox.ErrUnsupported) {
+		log.Warn(err.Error() + ": " + loses)
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if damaged > 0 {
+		log.Warn("outbox: dropped entries cut short by a crash; their requests were never forwarded", "entries", damaged)
+	}
+	return box, left, nil
 }

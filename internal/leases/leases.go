@@ -18,6 +18,11 @@
 // tokens left, a renewal in flight, the store failing) is admitted by the
 // store's admission script, as without leases.
 //
+// Until its hold is recorded or its settlement applied, a leased request is
+// known only to the sidecar; with an Outbox each is kept there too, so that
+// a sidecar killed without warning leaves its records for the next one to
+// send (Resend).
+//
 // One Manager per sidecar. It renews its leases every Interval in one
 // pipeline, sizing each from what the sidecar admitted for its account and
 // key in the last interval (twice its holds, requests and token bounds:
@@ -28,9 +33,11 @@
 package leases
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -40,6 +47,7 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/holds"
+	"github.com/modelgateway/gateway/internal/outbox"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -71,8 +79,24 @@ type Options struct {
 	// MinTokenBounds: no tpm-limited lease with fewer free tokens than
 	// this many of the largest recent token bound.
 	MinTokenBounds int64
-	Now            func() time.Time
-	Logger         *slog.Logger
+	// Outbox keeps each leased request's record outside the process
+	// until Redis knows the request (internal/outbox); nil keeps none.
+	Outbox Outbox
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Outbox keeps records outside the process: Keep returns the entry's slot
+// (never 0), ok false when it has no room.
+type Outbox interface {
+	Keep(p []byte) (slot int32, ok bool)
+	Drop(slot int32)
+}
+
+// queued is a record waiting to be sent, and its outbox slot (0: none).
+type queued struct {
+	rec  account.LeasedRequest
+	kept int32
 }
 
 // Defaults of Options. Those the configuration sets are its defaults.
@@ -178,12 +202,14 @@ type Manager struct {
 	// this round, old those of the round before, sent at the next tick
 	// (recordLoop).
 	qmu        sync.Mutex
-	queue, old []account.LeasedRequest
+	queue, old []queued
 	wake       chan struct{}
 	poke       chan struct{}
 
-	// Local and Fallback count admissions from a lease and by the store.
-	Local, Fallback atomic.Int64
+	// Local and Fallback count admissions from a lease and by the store;
+	// Unkept those from a lease the outbox had no room for (their records
+	// were sent before they were forwarded).
+	Local, Fallback, Unkept atomic.Int64
 }
 
 // New returns a manager admitting from leases over st, and through next
@@ -263,8 +289,11 @@ func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Deci
 		// Taken in a call of its own: its frame (the request's record) is
 		// gone before the fallback's round trip to Redis, the deepest
 		// point of a stream's stack (extproc's TestStreamStackStaysSmall).
-		if d, ok := m.fromLease(a); ok {
+		if d, unkept, ok := m.fromLease(a); ok {
 			m.Local.Add(1)
+			if unkept != nil {
+				m.recordNow(ctx, unkept)
+			}
 			return d, nil
 		}
 	}
@@ -274,8 +303,9 @@ func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Deci
 
 // fromLease admits a from its account and key's lease, in memory, when the
 // lease has room for it (ok); otherwise it asks for a renewal when one is
-// worth having.
-func (m *Manager) fromLease(a *account.Admission) (d account.Decision, ok bool) {
+// worth having. A record the outbox could not keep is returned (unkept),
+// not queued.
+func (m *Manager) fromLease(a *account.Admission) (d account.Decision, unkept *account.LeasedRequest, ok bool) {
 	k := leaseKey{a.AccountID, a.KeyID}
 	m.mu.Lock()
 	l := m.leases[k]
@@ -325,17 +355,15 @@ func (m *Manager) fromLease(a *account.Admission) (d account.Decision, ok bool) 
 			l.due = true
 		}
 		l.mu.Unlock()
-		m.qmu.Lock()
-		m.queue = append(m.queue, rec)
-		first := len(m.queue) == 1
-		m.qmu.Unlock()
-		if first {
-			signal(m.wake)
-		}
 		if low {
 			signal(m.poke)
 		}
-		return account.Decision{Outcome: account.Admitted, Lease: ref}, true
+		kept, ok := m.keep(&rec)
+		if !ok {
+			return account.Decision{Outcome: account.Admitted, Lease: ref}, &rec, true
+		}
+		m.enqueue(rec, kept)
+		return account.Decision{Outcome: account.Admitted, Lease: ref}, nil, true
 	}
 	ask := !l.due && (l.id != "" || !now.Before(l.retryAt))
 	if ask {
@@ -345,24 +373,101 @@ func (m *Manager) fromLease(a *account.Admission) (d account.Decision, ok bool) 
 	if ask {
 		signal(m.poke)
 	}
-	return account.Decision{}, false
+	return account.Decision{}, nil, false
+}
+
+// keep writes rec to the outbox, before its request is forwarded; ok is
+// false when the outbox has no room (or rec does not fit a slot). Without
+// an outbox there is nothing to keep.
+func (m *Manager) keep(rec *account.LeasedRequest) (kept int32, ok bool) {
+	if m.o.Outbox == nil {
+		return 0, true
+	}
+	buf := recordBufs.Get().(*bytes.Buffer)
+	defer recordBufs.Put(buf)
+	buf.Reset()
+	// Encoded into a pooled buffer the outbox copies from: the record
+	// costs no allocation of its own size.
+	if err := json.NewEncoder(buf).Encode(rec); err != nil {
+		return 0, false
+	}
+	return m.o.Outbox.Keep(buf.Bytes())
+}
+
+// recordBufs are the buffers records are encoded in for the outbox.
+var recordBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// recordNow sends the record of a leased request the outbox had no room
+// for before the request is forwarded, as the admission script would hold
+// it; if the store fails, it is queued as any other.
+func (m *Manager) recordNow(ctx context.Context, rec *account.LeasedRequest) {
+	m.Unkept.Add(1)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	err := m.st.RecordLeased(rctx, []account.LeasedRequest{*rec})
+	cancel()
+	if err != nil {
+		m.enqueue(*rec, 0)
+	}
+}
+
+// enqueue queues rec (kept in the outbox's slot kept) for the next rounds.
+func (m *Manager) enqueue(rec account.LeasedRequest, kept int32) {
+	m.qmu.Lock()
+	m.queue = append(m.queue, queued{rec, kept})
+	first := len(m.queue) == 1
+	m.qmu.Unlock()
+	if first {
+		signal(m.wake)
+	}
 }
 
 // Settled drops the hold record of a leased request whose settlement is
 // queued, if it was not sent yet: the settlement settles it from the lease.
 // A request that used a slot keeps its record: it replaces the slot's
 // placeholder by the request (settlement does not touch the rate logs).
-func (m *Manager) Settled(ref account.LeaseRef) {
+// The dropped record's outbox slot is returned (0: none): it stays kept
+// until the caller has the settlement applied or spooled (Release).
+func (m *Manager) Settled(ref account.LeaseRef) (kept int32) {
 	m.qmu.Lock()
 	defer m.qmu.Unlock()
-	for _, q := range []*[]account.LeasedRequest{&m.queue, &m.old} {
+	for _, q := range []*[]queued{&m.queue, &m.old} {
 		for i, r := range *q {
-			if r.Lease == ref && r.Slot == 0 {
+			if r.rec.Lease == ref && r.rec.Slot == 0 {
+				kept = r.kept
 				*q = append((*q)[:i], (*q)[i+1:]...)
-				return
+				return kept
 			}
 		}
 	}
+	return 0
+}
+
+// Release drops the outbox entry Settled returned, once Redis or the spool
+// has the request's settlement.
+func (m *Manager) Release(kept int32) {
+	if kept != 0 && m.o.Outbox != nil {
+		m.o.Outbox.Drop(kept)
+	}
+}
+
+// Resend queues the records a previous process left in the outbox (its
+// entries, outbox.Open's), kept in their slots until sent: each then holds
+// its request in Redis, and the sweeper settles it one hold lease later as
+// any dead sidecar's (a record of a request settled already does nothing).
+// It returns how many it queued; an entry it cannot read is dropped.
+func (m *Manager) Resend(entries []outbox.Entry) int {
+	n := 0
+	for _, e := range entries {
+		var rec account.LeasedRequest
+		if err := json.Unmarshal(e.Data, &rec); err != nil || rec.Admission.RequestID == "" {
+			m.log.Error("leases: an outbox entry left by a previous run cannot be read; dropped", "err", err)
+			m.Release(e.Slot)
+			continue
+		}
+		m.enqueue(rec, e.Slot)
+		n++
+	}
+	return n
 }
 
 // Run renews leases and records leased holds until ctx ends.
@@ -570,9 +675,20 @@ func (m *Manager) send(ctx context.Context, all bool) int {
 		defer m.qmu.Unlock()
 		return len(m.old) + len(m.queue)
 	}
+	recs := make([]account.LeasedRequest, len(batch))
+	for i, q := range batch {
+		recs[i] = q.rec
+	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err := m.st.RecordLeased(rctx, batch)
+	err := m.st.RecordLeased(rctx, recs)
 	cancel()
+	if err == nil {
+		// Redis holds them now: the sweeper settles them if this process
+		// dies.
+		for _, q := range batch {
+			m.Release(q.kept)
+		}
+	}
 	m.qmu.Lock()
 	defer m.qmu.Unlock()
 	if err != nil {
