@@ -40,6 +40,13 @@ type Settler interface {
 	SettleBatch(ctx context.Context, sts []account.Settlement) []ledger.SettleResult
 }
 
+// A SettlementKeeper keeps settlements outside the process: KeepSettlement
+// returns the entry's slot (never 0), ok false when it has no room.
+type SettlementKeeper interface {
+	KeepSettlement(st *account.Settlement) (slot int32, ok bool)
+	Drop(slot int32)
+}
+
 // Options configure a Server.
 type Options struct {
 	Upstreams []*Upstream
@@ -54,7 +61,10 @@ type Options struct {
 	// then (one write per batch, not per line).
 	RequestLogger   *slog.Logger
 	FlushRequestLog func()
-	Now             func() time.Time
+	// Outbox, when set, keeps each queued settlement outside the process
+	// until the store or the spool has it (internal/outbox).
+	Outbox SettlementKeeper
+	Now    func() time.Time
 	// SettleTimeout bounds one settlement; it runs after the client's stream
 	// context may already be gone.
 	SettleTimeout time.Duration
@@ -243,6 +253,7 @@ func NewServer(o Options) *Server {
 		reqLog = s.log
 	}
 	s.settler = newSettler(o.Settler, s.settleT, reqLog, o.FlushRequestLog)
+	s.settler.outbox = o.Outbox
 	s.binds = newBinder(s)
 	var b [6]byte
 	rand.Read(b[:])

@@ -29,6 +29,9 @@ type settler struct {
 	// batch's lines after them (Options.FlushRequestLog).
 	lines    *slog.Logger
 	flushLog func()
+	// outbox, when set, keeps each queued settlement from enqueue until
+	// the store or the spool has it: a SIGKILL leaves it for the next run.
+	outbox SettlementKeeper
 
 	mu      sync.Mutex
 	queue   []settleJob
@@ -51,7 +54,8 @@ const maxBatch = 128
 const maxQueue = 8192
 
 type settleJob struct {
-	st account.Settlement
+	st   account.Settlement
+	kept int32 // its outbox slot; 0 for none
 	// after is told the outcome; it is given the queued settlement rather
 	// than capturing its own, which would then be allocated per request.
 	after func(st *account.Settlement, r ledger.SettleResult, took time.Duration)
@@ -75,6 +79,12 @@ func newSettler(a Settler, timeout time.Duration, lines *slog.Logger, flushLog f
 // enqueue counts the settlement as pending, then queues it. It blocks only
 // when the queue is full.
 func (s *settler) enqueue(st account.Settlement, after func(st *account.Settlement, r ledger.SettleResult, took time.Duration)) {
+	var kept int32
+	if s.outbox != nil {
+		// Kept before it is queued: a settlement the queue has is in the
+		// outbox too, while the outbox has room.
+		kept, _ = s.outbox.KeepSettlement(&st)
+	}
 	s.mu.Lock()
 	for _, k := range []string{allKey, st.AccountID} {
 		p := s.pending[k]
@@ -87,7 +97,7 @@ func (s *settler) enqueue(st account.Settlement, after func(st *account.Settleme
 	for len(s.queue) >= maxQueue {
 		s.room.Wait()
 	}
-	s.queue = append(s.queue, settleJob{st: st, after: after})
+	s.queue = append(s.queue, settleJob{st: st, kept: kept, after: after})
 	n := len(s.queue)
 	s.mu.Unlock()
 	switch n {
@@ -216,6 +226,10 @@ func (s *settler) apply(jobs []settleJob, sts []account.Settlement) {
 	res := s.store.SettleBatch(ctx, sts)
 	took := time.Since(t0)
 	for i := range jobs {
+		if jobs[i].kept != 0 {
+			// The store or the spool has it (or refused it for good).
+			s.outbox.Drop(jobs[i].kept)
+		}
 		jobs[i].after(&jobs[i].st, res[i], took)
 	}
 	if s.flushLog != nil {

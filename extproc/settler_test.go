@@ -5,6 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +18,8 @@ import (
 	"github.com/modelgateway/gateway/internal/leases"
 	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/logbuf"
+	"github.com/modelgateway/gateway/internal/outbox"
+	"github.com/modelgateway/gateway/internal/usage"
 )
 
 // With leases on (the default), most requests are admitted from a lease,
@@ -123,5 +128,73 @@ func TestSettlerWritesABatchsLinesOnce(t *testing.T) {
 	}
 	if calls := store.calls.Load(); int64(out.writes) != calls {
 		t.Fatalf("%d writes for %d batches, want one each", out.writes, calls)
+	}
+}
+
+// gatedStore applies a batch only once released, and says when it has one.
+type gatedStore struct {
+	got     chan int
+	release chan struct{}
+}
+
+func (g *gatedStore) SettleBatch(_ context.Context, sts []account.Settlement) []ledger.SettleResult {
+	g.got <- len(sts)
+	<-g.release
+	res := make([]ledger.SettleResult, len(sts))
+	for i := range res {
+		res[i].Applied = true
+	}
+	return res
+}
+
+// A queued settlement is in the outbox from enqueue until the store has
+// it, while its batch is being applied too; a SIGKILL meanwhile leaves it
+// for the next run, which reads it back whole.
+func TestSettlerKeepsQueuedSettlementsInTheOutbox(t *testing.T) {
+	dir := t.TempDir()
+	box, _, _, err := outbox.Open(filepath.Join(dir, "outbox"), 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &gatedStore{got: make(chan int, 1), release: make(chan struct{})}
+	s := newSettler(store, time.Second, slog.New(slog.DiscardHandler), nil)
+	s.outbox = box
+	want := account.Settlement{RequestID: "req_1", AccountID: "acct_1", KeyID: "key_1", Priced: "m", Status: 200, Cost: 1234,
+		Usage: usage.Usage{Input: 10, Output: 20}, Lease: account.LeaseRef{ID: "l.1", Seq: 3, Hold: 5000}}
+	s.enqueue(want, func(*account.Settlement, ledger.SettleResult, time.Duration) {})
+	if box.Kept() != 1 {
+		t.Fatalf("%d kept once queued, want 1", box.Kept())
+	}
+	<-store.got // the batch is in the store's hands, not applied yet
+	if box.Kept() != 1 {
+		t.Fatalf("%d kept while the batch is applied, want 1", box.Kept())
+	}
+	// What a process killed now would leave: the file as it is.
+	b, err := os.ReadFile(filepath.Join(dir, "outbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(store.release)
+	if err := s.wait(context.Background(), allKey); err != nil {
+		t.Fatal(err)
+	}
+	if box.Kept() != 0 {
+		t.Fatalf("%d kept once applied, want 0", box.Kept())
+	}
+	box.Close()
+	if err := os.WriteFile(filepath.Join(dir, "outbox"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	box, left, _, err := outbox.Open(filepath.Join(dir, "outbox"), 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
+	if len(left) != 1 {
+		t.Fatalf("%d entries left by the killed run, want 1", len(left))
+	}
+	kind, _, got, err := outbox.Decode(left[0])
+	if err != nil || kind != outbox.KindSettlement || !reflect.DeepEqual(got, want) {
+		t.Fatalf("left %q %+v (%v), want the settlement %+v", kind, got, err, want)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/modelgateway/gateway/extproc"
 	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/extproc/tokens"
+	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/alerts"
 	"github.com/modelgateway/gateway/internal/auth"
@@ -243,13 +244,24 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	// through the store's script otherwise (and for what no lease covers).
 	var adm extproc.Admitter = st
 	var leased *leases.Manager
-	var box *outbox.Outbox
+	// The outbox keeps what only this process knows of its requests (the
+	// leases' records, queued settlements) until Redis has it; what a
+	// previous run left is sent once the sidecar is built (sendLeftovers).
+	box, left, err := openOutbox(c.Store.SpoolDir, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	var settlementKeeper extproc.SettlementKeeper
+	if box != nil {
+		settlementKeeper = box
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gateway_outbox_entries", Help: "Entries in the outbox: records of leased requests and queued settlements Redis does not have yet.",
+		}, func() float64 { return float64(box.Kept()) }))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_outbox_full_total", Help: "Entries the outbox had no room for: a leased request's record was then sent before the request was forwarded; a settlement went unkept.",
+		}, func() float64 { return float64(box.Refused()) }))
+	}
 	if c.Limits.LeasesOn() {
-		var left []outbox.Entry
-		box, left, err = openOutbox(c.Store.SpoolDir, o.Logger)
-		if err != nil {
-			return nil, err
-		}
 		lo := leases.Options{
 			Interval: c.Limits.LeaseRenewInterval(), Share: c.Limits.LeaseShare, MinHolds: c.Limits.LeaseMinHolds, Logger: o.Logger,
 		}
@@ -257,17 +269,6 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			lo.Outbox = box
 		}
 		leased = leases.New(st, adm, lo)
-		if n := leased.Resend(left); n > 0 {
-			o.Logger.Info("outbox: sending the records of leased requests a previous run left", "requests", n)
-		}
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gateway_outbox_full_total", Help: "Requests admitted from a lease that the outbox had no room for: their hold records were sent before they were forwarded.",
-		}, func() float64 { return float64(leased.Unkept.Load()) }))
-		if box != nil {
-			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "gateway_outbox_entries", Help: "Leased requests kept in the outbox: not yet known to Redis.",
-			}, func() float64 { return float64(box.Kept()) }))
-		}
 		adm = leased
 		for path, n := range map[string]*atomic.Int64{"lease": &leased.Local, "store": &leased.Fallback} {
 			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -287,7 +288,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		BackgroundPoll:  c.Limits.BackgroundPollInterval(),
 		MaxRequestBytes: c.Limits.MaxRequestBytes,
 		Upstreams:       vendorRoutes, Keys: keys, Admitter: adm, Settler: sp, Metrics: metrics, Logger: o.Logger,
-		RequestLogger: o.RequestLogger, FlushRequestLog: o.FlushRequestLog,
+		RequestLogger: o.RequestLogger, FlushRequestLog: o.FlushRequestLog, Outbox: settlementKeeper,
 		OnRefusal: watcher.Refused,
 		OnVendorKeyRefused: func(upstream, key string, status int) {
 			var probe time.Duration
@@ -333,6 +334,9 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	var holdsCtx context.Context
 	holdsCtx, s.stopHolds = context.WithCancel(context.Background())
 	go renewer.Run(holdsCtx)
+	if len(left) > 0 {
+		sendLeftovers(holdsCtx, box, left, st, sp, o.Logger)
+	}
 	if leased != nil {
 		go leased.Run(holdsCtx)
 	}
@@ -632,7 +636,7 @@ func webhookEndpoints(ws []config.Webhook, getenv func(string) string) ([]alerts
 // entries a previous run left; none without a spool directory or where
 // files cannot be mapped (a warning says what a crash then loses).
 func openOutbox(dir string, log *slog.Logger) (*outbox.Outbox, []outbox.Entry, error) {
-	const loses = "a sidecar killed without warning loses the requests it admitted from leases in its last 20 ms or so: served, in no ledger"
+	const loses = "a sidecar killed without warning loses the settlements it had queued (their requests are swept at their last checkpoint) and, with leases, the requests it admitted from them in its last 20 ms or so (served, in no ledger)"
 	if dir == "" {
 		log.Warn("store.spool_dir is not set: " + loses)
 		return nil, nil, nil
@@ -649,4 +653,63 @@ func openOutbox(dir string, log *slog.Logger) (*outbox.Outbox, []outbox.Entry, e
 		log.Warn("outbox: dropped entries cut short by a crash; their requests were never forwarded", "entries", damaged)
 	}
 	return box, left, nil
+}
+
+// sendLeftovers sends what a previous run left in the outbox: its
+// settlements through the spool (applied, or kept there until Redis takes
+// them), then its records of leased requests to Redis, in the background,
+// retried until Redis takes them or ctx ends. Each entry is dropped once
+// sent; one that cannot be read is dropped at once. A settlement or record
+// that reaches Redis twice counts once (settlement is idempotent, and a
+// record of a settled request does nothing).
+func sendLeftovers(ctx context.Context, box *outbox.Outbox, left []outbox.Entry, st leases.Store, sp *spool.Spool, log *slog.Logger) {
+	var sts []account.Settlement
+	var stSlots []int32
+	var recs []account.LeasedRequest
+	var recSlots []int32
+	for _, e := range left {
+		kind, rec, settlement, err := outbox.Decode(e)
+		switch {
+		case err != nil:
+			log.Error("outbox: an entry left by a previous run cannot be read; dropped", "err", err)
+			box.Drop(e.Slot)
+		case kind == outbox.KindSettlement:
+			sts, stSlots = append(sts, settlement), append(stSlots, e.Slot)
+		default:
+			recs, recSlots = append(recs, rec), append(recSlots, e.Slot)
+		}
+	}
+	log.Info("outbox: sending what a previous run left", "settlements", len(sts), "records", len(recs))
+	if len(sts) > 0 {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		for i, r := range sp.SettleBatch(sctx, sts) {
+			if r.Err != nil && !r.Spooled {
+				log.Error("outbox: a settlement left by a previous run failed", "request_id", sts[i].RequestID, "account", sts[i].AccountID, "err", r.Err)
+			}
+			box.Drop(stSlots[i])
+		}
+		cancel()
+	}
+	if len(recs) == 0 {
+		return
+	}
+	go func() {
+		for {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := st.RecordLeased(rctx, recs)
+			cancel()
+			if err == nil {
+				for _, s := range recSlots {
+					box.Drop(s)
+				}
+				return
+			}
+			log.Warn("outbox: sending the records a previous run left failed; retrying", "records", len(recs), "err", err)
+			select {
+			case <-ctx.Done():
+				return // still kept, for the next run
+			case <-time.After(time.Second):
+			}
+		}
+	}()
 }

@@ -19,9 +19,9 @@
 // store's admission script, as without leases.
 //
 // Until its hold is recorded or its settlement applied, a leased request is
-// known only to the sidecar; with an Outbox each is kept there too, so that
-// a sidecar killed without warning leaves its records for the next one to
-// send (Resend).
+// known only to the sidecar; with an Outbox its record is kept there too,
+// so that a sidecar killed without warning leaves its records for the next
+// one to send.
 //
 // One Manager per sidecar. It renews its leases every Interval in one
 // pipeline, sizing each from what the sidecar admitted for its account and
@@ -33,11 +33,9 @@
 package leases
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -47,7 +45,6 @@ import (
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/holds"
-	"github.com/modelgateway/gateway/internal/outbox"
 	"github.com/modelgateway/gateway/internal/store"
 )
 
@@ -86,10 +83,10 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Outbox keeps records outside the process: Keep returns the entry's slot
-// (never 0), ok false when it has no room.
+// Outbox keeps records outside the process: KeepRecord returns the
+// entry's slot (never 0), ok false when it has no room.
 type Outbox interface {
-	Keep(p []byte) (slot int32, ok bool)
+	KeepRecord(r *account.LeasedRequest) (slot int32, ok bool)
 	Drop(slot int32)
 }
 
@@ -383,19 +380,8 @@ func (m *Manager) keep(rec *account.LeasedRequest) (kept int32, ok bool) {
 	if m.o.Outbox == nil {
 		return 0, true
 	}
-	buf := recordBufs.Get().(*bytes.Buffer)
-	defer recordBufs.Put(buf)
-	buf.Reset()
-	// Encoded into a pooled buffer the outbox copies from: the record
-	// costs no allocation of its own size.
-	if err := json.NewEncoder(buf).Encode(rec); err != nil {
-		return 0, false
-	}
-	return m.o.Outbox.Keep(buf.Bytes())
+	return m.o.Outbox.KeepRecord(rec)
 }
-
-// recordBufs are the buffers records are encoded in for the outbox.
-var recordBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // recordNow sends the record of a leased request the outbox had no room
 // for before the request is forwarded, as the admission script would hold
@@ -448,26 +434,6 @@ func (m *Manager) Release(kept int32) {
 	if kept != 0 && m.o.Outbox != nil {
 		m.o.Outbox.Drop(kept)
 	}
-}
-
-// Resend queues the records a previous process left in the outbox (its
-// entries, outbox.Open's), kept in their slots until sent: each then holds
-// its request in Redis, and the sweeper settles it one hold lease later as
-// any dead sidecar's (a record of a request settled already does nothing).
-// It returns how many it queued; an entry it cannot read is dropped.
-func (m *Manager) Resend(entries []outbox.Entry) int {
-	n := 0
-	for _, e := range entries {
-		var rec account.LeasedRequest
-		if err := json.Unmarshal(e.Data, &rec); err != nil || rec.Admission.RequestID == "" {
-			m.log.Error("leases: an outbox entry left by a previous run cannot be read; dropped", "err", err)
-			m.Release(e.Slot)
-			continue
-		}
-		m.enqueue(rec, e.Slot)
-		n++
-	}
-	return n
 }
 
 // Run renews leases and records leased holds until ctx ends.

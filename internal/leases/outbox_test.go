@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/modelgateway/gateway/internal/account"
+
 	"github.com/modelgateway/gateway/internal/outbox"
 )
 
@@ -15,8 +17,10 @@ func (r *rig) withOutbox(dir string, slots int) *outbox.Outbox {
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(func() { box.Close() })
+	if len(left) != 0 {
+		r.t.Fatalf("a new outbox holds %d entries", len(left))
+	}
 	r.m = New(r.st, r.st, Options{Now: r.clock.Now, Outbox: box})
-	r.m.Resend(left)
 	return box
 }
 
@@ -52,10 +56,10 @@ func TestOutboxKeepsALeasedRequestUntilRedisHasIt(t *testing.T) {
 	}
 }
 
-// What a sidecar killed before sending its records left in the outbox is
-// sent by the next one: each request is then held in Redis, for the
-// sweeper, and its entry is dropped.
-func TestResendRecordsWhatAPreviousRunLeft(t *testing.T) {
+// What a sidecar killed before sending its records left in the outbox
+// reads back as the records it would have sent, and sending them holds
+// each request in Redis, for the sweeper.
+func TestAKilledRunLeavesItsRecords(t *testing.T) {
 	dir := t.TempDir()
 	r := newRig(t)
 	box := r.withOutbox(dir, 16)
@@ -63,29 +67,36 @@ func TestResendRecordsWhatAPreviousRunLeft(t *testing.T) {
 	const hold = 10_000_000
 	r.admit(acct, hold)
 	r.m.Renew(r.ctx, false)
-	r.leased(acct, hold, 0)
-	r.leased(acct, hold, 0)
+	a := r.leased(acct, hold, 0)
+	b := r.leased(acct, hold, 0)
 	// The process dies: nothing is sent, the outbox is left as it is.
 	box.Close()
-	if n, _, err := r.st.OpenHolds(r.ctx, acct); err != nil || n != 1 {
-		t.Fatalf("%d holds before the resend (%v), want the script's only", n, err)
-	}
 
 	box, left, _, err := outbox.Open(filepath.Join(dir, "outbox"), 16)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer box.Close()
-	next := New(r.st, r.st, Options{Now: r.clock.Now, Outbox: box})
-	if n := next.Resend(left); n != 2 || len(left) != 2 {
-		t.Fatalf("resent %d of %d entries, want 2", n, len(left))
+	var recs []account.LeasedRequest
+	for _, e := range left {
+		kind, rec, _, err := outbox.Decode(e)
+		if err != nil || kind != outbox.KindRecord {
+			t.Fatalf("entry %d: kind %q, %v", e.Slot, kind, err)
+		}
+		recs = append(recs, rec)
 	}
-	next.flush(r.ctx)
+	ids := map[string]account.LeaseRef{}
+	for _, rec := range recs {
+		ids[rec.Admission.RequestID] = rec.Lease
+	}
+	if len(ids) != 2 || ids[a.RequestID] != a.Lease || ids[b.RequestID] != b.Lease {
+		t.Fatalf("left records %v, want %s and %s with their leases", ids, a.RequestID, b.RequestID)
+	}
+	if err := r.st.RecordLeased(r.ctx, recs); err != nil {
+		t.Fatal(err)
+	}
 	if n, _, err := r.st.OpenHolds(r.ctx, acct); err != nil || n != 3 {
-		t.Fatalf("%d holds after the resend (%v), want the two leased requests held too", n, err)
-	}
-	if box.Kept() != 0 {
-		t.Fatalf("%d entries kept after their records were sent", box.Kept())
+		t.Fatalf("%d holds after sending them (%v), want the two leased requests held too", n, err)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"hash/crc32"
 	"os"
 	"sync"
+	"sync/atomic"
 )
 
 // SlotSize is the room of one entry, its 8-byte header included. An entry
@@ -51,6 +52,8 @@ type Outbox struct {
 
 	mu   sync.Mutex
 	free []int32 // free slots; the last freed is reused first
+
+	full atomic.Int64 // entries refused for want of a free slot or of room in one
 }
 
 // Entry is one entry a previous process left: its payload, kept again in
@@ -220,11 +223,13 @@ func entry(slot []byte) (p []byte, ok, torn bool) {
 // length is set and whose checksum matches holds p whole.
 func (o *Outbox) Keep(p []byte) (slot int32, ok bool) {
 	if len(p) == 0 || len(p) > SlotSize-header {
+		o.full.Add(1)
 		return 0, false
 	}
 	o.mu.Lock()
 	if len(o.free) == 0 {
 		o.mu.Unlock()
+		o.full.Add(1)
 		return 0, false
 	}
 	slot = o.free[len(o.free)-1]
@@ -251,6 +256,9 @@ func (o *Outbox) Kept() int {
 	defer o.mu.Unlock()
 	return (len(o.data)/SlotSize - 1) - len(o.free)
 }
+
+// Refused is how many entries Keep refused (no free slot, or too large).
+func (o *Outbox) Refused() int64 { return o.full.Load() }
 
 // Close unmaps and closes the file. What it holds stays in it, for the
 // next Open.
