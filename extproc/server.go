@@ -43,7 +43,7 @@ type Settler interface {
 // A SettlementKeeper keeps settlements outside the process: KeepSettlement
 // returns the entry's slot (never 0), ok false when it has no room.
 type SettlementKeeper interface {
-	KeepSettlement(st *account.Settlement) (slot int32, ok bool)
+	KeepSettlement(st account.Settlement) (slot int32, ok bool)
 	Drop(slot int32)
 }
 

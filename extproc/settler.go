@@ -83,7 +83,7 @@ func (s *settler) enqueue(st account.Settlement, after func(st *account.Settleme
 	if s.outbox != nil {
 		// Kept before it is queued: a settlement the queue has is in the
 		// outbox too, while the outbox has room.
-		kept, _ = s.outbox.KeepSettlement(&st)
+		kept, _ = s.outbox.KeepSettlement(st)
 	}
 	s.mu.Lock()
 	for _, k := range []string{allKey, st.AccountID} {

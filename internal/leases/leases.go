@@ -86,7 +86,7 @@ type Options struct {
 // Outbox keeps records outside the process: KeepRecord returns the
 // entry's slot (never 0), ok false when it has no room.
 type Outbox interface {
-	KeepRecord(r *account.LeasedRequest) (slot int32, ok bool)
+	KeepRecord(r account.LeasedRequest) (slot int32, ok bool)
 	Drop(slot int32)
 }
 
@@ -286,11 +286,8 @@ func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Deci
 		// Taken in a call of its own: its frame (the request's record) is
 		// gone before the fallback's round trip to Redis, the deepest
 		// point of a stream's stack (extproc's TestStreamStackStaysSmall).
-		if d, unkept, ok := m.fromLease(a); ok {
+		if d, ok := m.fromLease(a); ok {
 			m.Local.Add(1)
-			if unkept != nil {
-				m.recordNow(ctx, unkept)
-			}
 			return d, nil
 		}
 	}
@@ -300,9 +297,8 @@ func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Deci
 
 // fromLease admits a from its account and key's lease, in memory, when the
 // lease has room for it (ok); otherwise it asks for a renewal when one is
-// worth having. A record the outbox could not keep is returned (unkept),
-// not queued.
-func (m *Manager) fromLease(a *account.Admission) (d account.Decision, unkept *account.LeasedRequest, ok bool) {
+// worth having.
+func (m *Manager) fromLease(a *account.Admission) (d account.Decision, ok bool) {
 	k := leaseKey{a.AccountID, a.KeyID}
 	m.mu.Lock()
 	l := m.leases[k]
@@ -355,12 +351,12 @@ func (m *Manager) fromLease(a *account.Admission) (d account.Decision, unkept *a
 		if low {
 			signal(m.poke)
 		}
-		kept, ok := m.keep(&rec)
-		if !ok {
-			return account.Decision{Outcome: account.Admitted, Lease: ref}, &rec, true
+		if kept, ok := m.keep(rec); ok {
+			m.enqueue(rec, kept)
+		} else {
+			m.recordNow(rec)
 		}
-		m.enqueue(rec, kept)
-		return account.Decision{Outcome: account.Admitted, Lease: ref}, nil, true
+		return account.Decision{Outcome: account.Admitted, Lease: ref}, true
 	}
 	ask := !l.due && (l.id != "" || !now.Before(l.retryAt))
 	if ask {
@@ -370,13 +366,13 @@ func (m *Manager) fromLease(a *account.Admission) (d account.Decision, unkept *a
 	if ask {
 		signal(m.poke)
 	}
-	return account.Decision{}, nil, false
+	return account.Decision{}, false
 }
 
 // keep writes rec to the outbox, before its request is forwarded; ok is
 // false when the outbox has no room (or rec does not fit a slot). Without
 // an outbox there is nothing to keep.
-func (m *Manager) keep(rec *account.LeasedRequest) (kept int32, ok bool) {
+func (m *Manager) keep(rec account.LeasedRequest) (kept int32, ok bool) {
 	if m.o.Outbox == nil {
 		return 0, true
 	}
@@ -386,13 +382,13 @@ func (m *Manager) keep(rec *account.LeasedRequest) (kept int32, ok bool) {
 // recordNow sends the record of a leased request the outbox had no room
 // for before the request is forwarded, as the admission script would hold
 // it; if the store fails, it is queued as any other.
-func (m *Manager) recordNow(ctx context.Context, rec *account.LeasedRequest) {
+func (m *Manager) recordNow(rec account.LeasedRequest) {
 	m.Unkept.Add(1)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	err := m.st.RecordLeased(rctx, []account.LeasedRequest{*rec})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := m.st.RecordLeased(ctx, []account.LeasedRequest{rec})
 	cancel()
 	if err != nil {
-		m.enqueue(*rec, 0)
+		m.enqueue(rec, 0)
 	}
 }
 

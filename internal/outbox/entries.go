@@ -29,7 +29,10 @@ const (
 )
 
 // KeepRecord keeps r's hold record (KindRecord).
-func (o *Outbox) KeepRecord(r *account.LeasedRequest) (slot int32, ok bool) {
+// KeepRecord and KeepSettlement take their values by copy: a pointer
+// passed through the interfaces their users call them by would move each
+// request's record to the heap.
+func (o *Outbox) KeepRecord(r account.LeasedRequest) (slot int32, ok bool) {
 	e := bufs.Get().(*encoder)
 	defer bufs.Put(e)
 	e.b = append(e.b[:0], KindRecord)
@@ -57,7 +60,7 @@ func (o *Outbox) KeepRecord(r *account.LeasedRequest) (slot int32, ok bool) {
 }
 
 // KeepSettlement keeps st (KindSettlement).
-func (o *Outbox) KeepSettlement(st *account.Settlement) (slot int32, ok bool) {
+func (o *Outbox) KeepSettlement(st account.Settlement) (slot int32, ok bool) {
 	e := bufs.Get().(*encoder)
 	defer bufs.Put(e)
 	e.b = append(e.b[:0], KindSettlement)

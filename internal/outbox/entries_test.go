@@ -18,10 +18,10 @@ func TestEntriesCarryEveryField(t *testing.T) {
 	o, _, _ := mustOpen(t, path, 4)
 	rec := filltest.Filled[account.LeasedRequest]()
 	st := filltest.Filled[account.Settlement]()
-	if _, ok := o.KeepRecord(&rec); !ok {
+	if _, ok := o.KeepRecord(rec); !ok {
 		t.Fatal("record not kept")
 	}
-	if _, ok := o.KeepSettlement(&st); !ok {
+	if _, ok := o.KeepSettlement(st); !ok {
 		t.Fatal("settlement not kept")
 	}
 	o.Close()
@@ -50,10 +50,10 @@ func TestDecodeRefusesWhatCannotBeSent(t *testing.T) {
 	o, _, _ := mustOpen(t, path, 4)
 	defer o.Close()
 	st := filltest.Filled[account.Settlement]()
-	s, _ := o.KeepSettlement(&st)
+	s, _ := o.KeepSettlement(st)
 	whole := append([]byte(nil), o.data[int(s)*SlotSize+header:][:binary.LittleEndian.Uint32(o.data[int(s)*SlotSize:])]...)
 	noID := account.Settlement{AccountID: "acct_1", Status: 200}
-	s, _ = o.KeepSettlement(&noID)
+	s, _ = o.KeepSettlement(noID)
 	withoutID := append([]byte(nil), o.data[int(s)*SlotSize+header:][:binary.LittleEndian.Uint32(o.data[int(s)*SlotSize:])]...)
 	bad := map[string][]byte{
 		"empty":           nil,
@@ -89,14 +89,14 @@ func BenchmarkKeep(b *testing.B) {
 	b.Run("record", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			s, _ := o.KeepRecord(&rec)
+			s, _ := o.KeepRecord(rec)
 			o.Drop(s)
 		}
 	})
 	b.Run("settlement", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			s, _ := o.KeepSettlement(&st)
+			s, _ := o.KeepSettlement(st)
 			o.Drop(s)
 		}
 	})
