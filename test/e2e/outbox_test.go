@@ -75,18 +75,26 @@ func testSurviveSIGKILL(t *testing.T, leases string) {
 		stop      atomic.Bool
 		// gate holds back new requests while the sidecar is down, so that
 		// they are not spent on refusals; requests in flight go on.
-		gate sync.RWMutex
+		gate sync.Mutex
 		wg   sync.WaitGroup
 	)
+	work := make(chan int)
+	go func() {
+		defer close(work)
+		for !stop.Load() {
+			gate.Lock()
+			i := int(next.Add(1) - 1)
+			if i >= maxRequests {
+				gate.Unlock()
+				return
+			}
+			work <- i
+			gate.Unlock()
+		}
+	}()
 	for range clients {
 		wg.Go(func() {
-			for !stop.Load() {
-				gate.RLock()
-				gate.RUnlock()
-				i := int(next.Add(1) - 1)
-				if i >= maxRequests {
-					return
-				}
+			for i := range work {
 				// Alternate /alpha and /beta, JSON and streamed, and the
 				// accounts.
 				p := holdStep{account: (i >> 2) % len(accounts), route: []string{"alpha", "beta"}[i%2], stream: (i>>1)%2 == 1, shape: shapePlain}
