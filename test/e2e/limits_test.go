@@ -294,7 +294,14 @@ func TestKeyLimitChangedWhileRunning(t *testing.T) {
 			}
 		})
 	}
-	spentBefore, _ := strconv.ParseInt(field(t, ctl.json("keys", "limits", acct.ID, id), "usage.total_used_nano_usd"), 10, 64)
+	// The first requests' spend reaches the key's usage once their
+	// settlements are sent (a batch lingers 20 ms); the admin read does
+	// not wait for them.
+	var spentBefore int64
+	eventually.True(t, 5*time.Second, "the first requests' spend in the key's usage", func() bool {
+		spentBefore, _ = strconv.ParseInt(field(t, ctl.json("keys", "limits", acct.ID, id), "usage.total_used_nano_usd"), 10, 64)
+		return spentBefore > 0
+	})
 	r := ctl.json("keys", "limits", acct.ID, id, "--total-usd", "0.000001")
 	if field(t, r, "key.limits.total_nano_usd") != "1000" {
 		t.Fatalf("limits %v", r)
