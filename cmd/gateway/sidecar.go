@@ -694,7 +694,7 @@ func sendLeftovers(ctx context.Context, box *outbox.Outbox, left []outbox.Entry,
 		return
 	}
 	go func() {
-		for {
+		for warned := false; ; warned = true {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			err := st.RecordLeased(rctx, recs)
 			cancel()
@@ -702,9 +702,14 @@ func sendLeftovers(ctx context.Context, box *outbox.Outbox, left []outbox.Entry,
 				for _, s := range recSlots {
 					box.Drop(s)
 				}
+				if warned {
+					log.Info("outbox: sent the records a previous run left", "records", len(recs))
+				}
 				return
 			}
-			log.Warn("outbox: sending the records a previous run left failed; retrying", "records", len(recs), "err", err)
+			if !warned {
+				log.Warn("outbox: sending the records a previous run left failed; retrying every second", "records", len(recs), "err", err)
+			}
 			select {
 			case <-ctx.Done():
 				return // still kept, for the next run

@@ -47,6 +47,19 @@ func (e *env) record(acct, lease string, seq, hold int64, req string) {
 	}
 }
 
+// A record of an account the store does not have (sent from a dead
+// sidecar's outbox to a store without it) records nothing and makes no
+// account.
+func testLeaseRecordOfMissingAccount(t *testing.T, e *env) {
+	const gone = "acct_0123456789abcdef"
+	e.record(gone, "sc1.key_x.1", 1, usd, "r1")
+	for _, k := range []string{acctKey(gone, "acct"), acctKey(gone, "holds"), acctKey(gone, "ks:key_x")} {
+		if n, err := e.rdb.Exists(e.ctx, k).Result(); err != nil || n != 0 {
+			t.Errorf("%s exists (%v) after a record of a missing account", k, err)
+		}
+	}
+}
+
 // A lease is escrow: its amount leaves what admit.lua lets requests hold,
 // it is sized to its share of the room, and it is returned.
 func testLeaseEscrow(t *testing.T, e *env) {

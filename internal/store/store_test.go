@@ -107,6 +107,7 @@ var suite = []struct {
 	{"LeaseEscrow", testLeaseEscrow},
 	{"LeaseRefused", testLeaseRefused},
 	{"LeaseRecordAndSettle", testLeaseRecordAndSettle},
+	{"LeaseRecordOfMissingAccount", testLeaseRecordOfMissingAccount},
 	{"LeaseSweep", testLeaseSweep},
 	{"LeaseSweptAtFreeZero", testLeaseSweptAtFreeZero},
 	{"LeaseKeyBudget", testLeaseKeyBudget},

@@ -61,10 +61,18 @@
 -- (docs/billing.md, Leases: the overdraft is at most the swept lease), and
 -- its admission enters the rate logs.
 --
+-- An account that does not exist records nothing (and is not made): a
+-- record sent from a dead sidecar's outbox may reach a store that no
+-- longer has the account, or never had it.
+--
 -- Returns the number of holds recorded.
 
 local function int(n)
   return string.format('%d', n)
+end
+
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
 end
 
 local lid = ARGV[1]
