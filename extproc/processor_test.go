@@ -259,7 +259,7 @@ func TestSettlementsBatch(t *testing.T) {
 	// The requests are made once the blocker's batch has been sent (its
 	// callback runs), so none of them joins it.
 	release, blocked := make(chan struct{}), make(chan struct{})
-	r.srv.settler.enqueue(account.Settlement{RequestID: "blocker", AccountID: r.acct}, func(*account.Settlement, ledger.SettleResult, time.Duration) {
+	r.srv.settler.enqueue(account.Settlement{RequestID: "blocker", AccountID: r.acct}, 0, func(*account.Settlement, ledger.SettleResult, time.Duration) {
 		close(blocked)
 		<-release
 	})
@@ -290,7 +290,7 @@ func TestSettlementsBatch(t *testing.T) {
 func TestWaitSettled(t *testing.T) {
 	r := newRig(t)
 	release := make(chan struct{})
-	r.srv.settler.enqueue(account.Settlement{RequestID: "r1", AccountID: r.acct}, func(*account.Settlement, ledger.SettleResult, time.Duration) { <-release })
+	r.srv.settler.enqueue(account.Settlement{RequestID: "r1", AccountID: r.acct}, 0, func(*account.Settlement, ledger.SettleResult, time.Duration) { <-release })
 	if err := r.srv.WaitSettled(context.Background(), "acct_other"); err != nil {
 		t.Fatalf("another account's read waited: %v", err)
 	}
@@ -580,7 +580,7 @@ func (x *exchange) step(ctx context.Context, req *extprocv3.ProcessingRequest) *
 func TestSettlementsBeyondOneBatch(t *testing.T) {
 	r := newRig(t)
 	release, blocked := make(chan struct{}), make(chan struct{})
-	r.srv.settler.enqueue(account.Settlement{RequestID: "blocker", AccountID: r.acct}, func(*account.Settlement, ledger.SettleResult, time.Duration) {
+	r.srv.settler.enqueue(account.Settlement{RequestID: "blocker", AccountID: r.acct}, 0, func(*account.Settlement, ledger.SettleResult, time.Duration) {
 		close(blocked)
 		<-release
 	})
@@ -588,7 +588,7 @@ func TestSettlementsBeyondOneBatch(t *testing.T) {
 	const n = 3*maxBatch + 7
 	var done [n]atomic.Int32
 	for i := range n {
-		r.srv.settler.enqueue(account.Settlement{RequestID: "r" + strconv.Itoa(i), AccountID: r.acct}, func(*account.Settlement, ledger.SettleResult, time.Duration) {
+		r.srv.settler.enqueue(account.Settlement{RequestID: "r" + strconv.Itoa(i), AccountID: r.acct}, 0, func(*account.Settlement, ledger.SettleResult, time.Duration) {
 			done[i].Add(1)
 		})
 	}
@@ -616,7 +616,7 @@ func TestSettlementsUnderBursts(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				k := w*each + i
-				r.srv.settler.enqueue(account.Settlement{RequestID: "b" + strconv.Itoa(k), AccountID: r.acct}, func(*account.Settlement, ledger.SettleResult, time.Duration) {
+				r.srv.settler.enqueue(account.Settlement{RequestID: "b" + strconv.Itoa(k), AccountID: r.acct}, 0, func(*account.Settlement, ledger.SettleResult, time.Duration) {
 					done[k].Add(1)
 				})
 				if i%(50+w*37) == 0 {

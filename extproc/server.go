@@ -62,7 +62,10 @@ type Options struct {
 	RequestLogger   *slog.Logger
 	FlushRequestLog func()
 	// Outbox, when set, keeps each queued settlement outside the process
-	// until the store or the spool has it (internal/outbox).
+	// until the store or the spool has it (internal/outbox). It must be
+	// the one the Admitter's leases keep their records in: a leased
+	// request's record entry is dropped there once its settlement's is
+	// kept.
 	Outbox SettlementKeeper
 	Now    func() time.Time
 	// SettleTimeout bounds one settlement; it runs after the client's stream

@@ -89,18 +89,13 @@ func (x *exchange) settle(complete bool) {
 	x.s.holds.Finish(x.open, st.Checkpoint())
 	s, upstream, model, open := x.s, x.upstream.Name, string(st.Priced), x.open
 	traced := x.traceSettlement(st)
-	var kept int32 // the request's outbox entry, once its record is dropped
-	l, leased := s.admitter.(leaseSettler)
-	if leased && st.Lease.ID != "" {
+	var record int32 // the outbox entry of its record, once the record is dropped
+	if l, ok := s.admitter.(leaseSettler); ok && st.Lease.ID != "" {
 		// Its hold need not be recorded: the settlement settles it from
 		// the lease.
-		kept = l.Settled(st.Lease)
+		record = l.Settled(st.Lease)
 	}
-	s.settler.enqueue(st, func(st *account.Settlement, r ledger.SettleResult, took time.Duration) {
-		if kept != 0 {
-			// Redis or the spool has it now (or it failed for good).
-			l.Release(kept)
-		}
+	s.settler.enqueue(st, record, func(st *account.Settlement, r ledger.SettleResult, took time.Duration) {
 		traced(r)
 		s.metrics.settleSeconds.Observe(took.Seconds())
 		if err := r.Err; err != nil {
@@ -266,9 +261,8 @@ func priceInto(st *account.Settlement, price *pricing.Model, prices *pricing.Tab
 
 // leaseSettler is an Admitter that admits from leases (internal/leases):
 // told of a leased request's settlement, it drops the request's hold
-// record if not sent yet, and returns the record's outbox entry (0: none),
-// which it releases once the settlement is applied or spooled.
+// record if not sent yet, and hands over the record's outbox entry (0:
+// none), for the settler to drop once the settlement takes its place.
 type leaseSettler interface {
-	Settled(account.LeaseRef) (kept int32)
-	Release(kept int32)
+	Settled(account.LeaseRef) (record int32)
 }

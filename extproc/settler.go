@@ -31,6 +31,7 @@ type settler struct {
 	flushLog func()
 	// outbox, when set, keeps each queued settlement from enqueue until
 	// the store or the spool has it: a SIGKILL leaves it for the next run.
+	// It is the outbox the leases keep their records in (Options.Outbox).
 	outbox SettlementKeeper
 
 	mu      sync.Mutex
@@ -55,7 +56,7 @@ const maxQueue = 8192
 
 type settleJob struct {
 	st   account.Settlement
-	kept int32 // its outbox slot; 0 for none
+	kept int32 // its outbox slot (its own, or its record's); 0 for none
 	// after is told the outcome; it is given the queued settlement rather
 	// than capturing its own, which would then be allocated per request.
 	after func(st *account.Settlement, r ledger.SettleResult, took time.Duration)
@@ -77,13 +78,22 @@ func newSettler(a Settler, timeout time.Duration, lines *slog.Logger, flushLog f
 }
 
 // enqueue counts the settlement as pending, then queues it. It blocks only
-// when the queue is full.
-func (s *settler) enqueue(st account.Settlement, after func(st *account.Settlement, r ledger.SettleResult, took time.Duration)) {
-	var kept int32
+// when the queue is full. record is the outbox entry of the request's hold
+// record (0: none), which the settlement's own entry replaces.
+func (s *settler) enqueue(st account.Settlement, record int32, after func(st *account.Settlement, r ledger.SettleResult, took time.Duration)) {
+	kept := record
 	if s.outbox != nil {
 		// Kept before it is queued: a settlement the queue has is in the
-		// outbox too, while the outbox has room.
-		kept, _ = s.outbox.KeepSettlement(st)
+		// outbox, while the outbox has room. It stands for the record
+		// (sent alone, it settles the request from its lease), so one
+		// entry per request is kept; with no room the record's stays
+		// until the batch is applied.
+		if k, ok := s.outbox.KeepSettlement(st); ok {
+			if record != 0 {
+				s.outbox.Drop(record)
+			}
+			kept = k
+		}
 	}
 	s.mu.Lock()
 	for _, k := range []string{allKey, st.AccountID} {
@@ -226,7 +236,7 @@ func (s *settler) apply(jobs []settleJob, sts []account.Settlement) {
 	res := s.store.SettleBatch(ctx, sts)
 	took := time.Since(t0)
 	for i := range jobs {
-		if jobs[i].kept != 0 {
+		if jobs[i].kept != 0 && s.outbox != nil {
 			// The store or the spool has it (or refused it for good).
 			s.outbox.Drop(jobs[i].kept)
 		}

@@ -113,7 +113,7 @@ func TestSettlerWritesABatchsLinesOnce(t *testing.T) {
 	store := &batchCounter{}
 	s := newSettler(store, time.Second, slog.New(slog.DiscardHandler), func() { lines.Flush() })
 	for i := range n {
-		s.enqueue(account.Settlement{RequestID: fmt.Sprintf("req_%d", i), AccountID: "acct_1"},
+		s.enqueue(account.Settlement{RequestID: fmt.Sprintf("req_%d", i), AccountID: "acct_1"}, 0,
 			func(st *account.Settlement, _ ledger.SettleResult, _ time.Duration) {
 				fmt.Fprintf(lines, "%s\n", st.RequestID)
 			})
@@ -148,8 +148,9 @@ func (g *gatedStore) SettleBatch(_ context.Context, sts []account.Settlement) []
 }
 
 // A queued settlement is in the outbox from enqueue until the store has
-// it, while its batch is being applied too; a SIGKILL meanwhile leaves it
-// for the next run, which reads it back whole.
+// it, while its batch is being applied too, in place of its request's hold
+// record; a SIGKILL meanwhile leaves it for the next run, which reads it
+// back whole.
 func TestSettlerKeepsQueuedSettlementsInTheOutbox(t *testing.T) {
 	dir := t.TempDir()
 	box, _, _, err := outbox.Open(filepath.Join(dir, "outbox"), 16)
@@ -161,9 +162,13 @@ func TestSettlerKeepsQueuedSettlementsInTheOutbox(t *testing.T) {
 	s.outbox = box
 	want := account.Settlement{RequestID: "req_1", AccountID: "acct_1", KeyID: "key_1", Priced: "m", Status: 200, Cost: 1234,
 		Usage: usage.Usage{Input: 10, Output: 20}, Lease: account.LeaseRef{ID: "l.1", Seq: 3, Hold: 5000}}
-	s.enqueue(want, func(*account.Settlement, ledger.SettleResult, time.Duration) {})
+	record, ok := box.KeepRecord(account.LeasedRequest{Lease: want.Lease, Admission: account.Admission{RequestID: "req_1", AccountID: "acct_1"}})
+	if !ok {
+		t.Fatal("record not kept")
+	}
+	s.enqueue(want, record, func(*account.Settlement, ledger.SettleResult, time.Duration) {})
 	if box.Kept() != 1 {
-		t.Fatalf("%d kept once queued, want 1", box.Kept())
+		t.Fatalf("%d kept once queued, want 1: the settlement, in place of the record", box.Kept())
 	}
 	<-store.got // the batch is in the store's hands, not applied yet
 	if box.Kept() != 1 {
@@ -196,5 +201,36 @@ func TestSettlerKeepsQueuedSettlementsInTheOutbox(t *testing.T) {
 	kind, _, got, err := outbox.Decode(left[0])
 	if err != nil || kind != outbox.KindSettlement || !reflect.DeepEqual(got, want) {
 		t.Fatalf("left %q %+v (%v), want the settlement %+v", kind, got, err, want)
+	}
+}
+
+// With no room for the settlement, its request's record stays in the
+// outbox until the batch is applied: the request is never unkept.
+func TestSettlerKeepsTheRecordWhenTheOutboxIsFull(t *testing.T) {
+	box, _, _, err := outbox.Open(filepath.Join(t.TempDir(), "outbox"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
+	store := &gatedStore{got: make(chan int, 1), release: make(chan struct{})}
+	s := newSettler(store, time.Second, slog.New(slog.DiscardHandler), nil)
+	s.outbox = box
+	lease := account.LeaseRef{ID: "l.1", Seq: 1, Hold: 5000}
+	record, ok := box.KeepRecord(account.LeasedRequest{Lease: lease, Admission: account.Admission{RequestID: "req_1", AccountID: "acct_1"}})
+	if !ok {
+		t.Fatal("record not kept")
+	}
+	s.enqueue(account.Settlement{RequestID: "req_1", AccountID: "acct_1", Status: 200, Lease: lease}, record,
+		func(*account.Settlement, ledger.SettleResult, time.Duration) {})
+	<-store.got
+	if box.Kept() != 1 || box.Refused() != 1 {
+		t.Fatalf("%d kept, %d refused while the batch is applied; want the record kept, the settlement refused", box.Kept(), box.Refused())
+	}
+	close(store.release)
+	if err := s.wait(context.Background(), allKey); err != nil {
+		t.Fatal(err)
+	}
+	if box.Kept() != 0 {
+		t.Fatalf("%d kept once applied, want 0", box.Kept())
 	}
 }

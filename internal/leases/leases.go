@@ -203,10 +203,8 @@ type Manager struct {
 	wake       chan struct{}
 	poke       chan struct{}
 
-	// Local and Fallback count admissions from a lease and by the store;
-	// Unkept those from a lease the outbox had no room for (their records
-	// were sent before they were forwarded).
-	Local, Fallback, Unkept atomic.Int64
+	// Local and Fallback count admissions from a lease and by the store.
+	Local, Fallback atomic.Int64
 }
 
 // New returns a manager admitting from leases over st, and through next
@@ -383,7 +381,6 @@ func (m *Manager) keep(rec account.LeasedRequest) (kept int32, ok bool) {
 // for before the request is forwarded, as the admission script would hold
 // it; if the store fails, it is queued as any other.
 func (m *Manager) recordNow(rec account.LeasedRequest) {
-	m.Unkept.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	err := m.st.RecordLeased(ctx, []account.LeasedRequest{rec})
 	cancel()
@@ -407,8 +404,9 @@ func (m *Manager) enqueue(rec account.LeasedRequest, kept int32) {
 // queued, if it was not sent yet: the settlement settles it from the lease.
 // A request that used a slot keeps its record: it replaces the slot's
 // placeholder by the request (settlement does not touch the rate logs).
-// The dropped record's outbox slot is returned (0: none): it stays kept
-// until the caller has the settlement applied or spooled (Release).
+// The dropped record's outbox slot is returned (0: none): the caller drops
+// it from the outbox once the settlement's own entry is kept there, or
+// the settlement is applied or spooled.
 func (m *Manager) Settled(ref account.LeaseRef) (kept int32) {
 	m.qmu.Lock()
 	defer m.qmu.Unlock()
@@ -424,9 +422,8 @@ func (m *Manager) Settled(ref account.LeaseRef) (kept int32) {
 	return 0
 }
 
-// Release drops the outbox entry Settled returned, once Redis or the spool
-// has the request's settlement.
-func (m *Manager) Release(kept int32) {
+// release drops a record's outbox entry once Redis holds the request.
+func (m *Manager) release(kept int32) {
 	if kept != 0 && m.o.Outbox != nil {
 		m.o.Outbox.Drop(kept)
 	}
@@ -648,7 +645,7 @@ func (m *Manager) send(ctx context.Context, all bool) int {
 		// Redis holds them now: the sweeper settles them if this process
 		// dies.
 		for _, q := range batch {
-			m.Release(q.kept)
+			m.release(q.kept)
 		}
 	}
 	m.qmu.Lock()

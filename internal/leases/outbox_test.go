@@ -25,7 +25,7 @@ func (r *rig) withOutbox(dir string, slots int) *outbox.Outbox {
 }
 
 // A leased request is in the outbox from its admission until Redis holds
-// it (its record sent) or has its settlement (Release after Settled).
+// it (its record sent), or until Settled hands its entry to the settler.
 func TestOutboxKeepsALeasedRequestUntilRedisHasIt(t *testing.T) {
 	r := newRig(t)
 	box := r.withOutbox(t.TempDir(), 16)
@@ -50,7 +50,7 @@ func TestOutboxKeepsALeasedRequestUntilRedisHasIt(t *testing.T) {
 		t.Fatalf("%d kept after the records were sent, want only the settled request's", box.Kept())
 	}
 	r.settle(recorded, settled)
-	r.m.Release(kept)
+	box.Drop(kept) // as the settler does, its settlement kept or applied
 	if box.Kept() != 0 {
 		t.Fatalf("%d kept after the settlement was applied", box.Kept())
 	}
@@ -114,7 +114,7 @@ func TestFullOutboxRecordsAtOnce(t *testing.T) {
 		t.Fatalf("%d holds; the kept request must wait for its round", n)
 	}
 	r.leased(acct, hold, 0)
-	if n, _, _ := r.st.OpenHolds(r.ctx, acct); n != 2 || r.m.Unkept.Load() != 1 || box.Kept() != 1 {
-		t.Fatalf("%d holds, %d unkept, %d kept; want the second request recorded at once", n, r.m.Unkept.Load(), box.Kept())
+	if n, _, _ := r.st.OpenHolds(r.ctx, acct); n != 2 || box.Refused() != 1 || box.Kept() != 1 {
+		t.Fatalf("%d holds, %d refused, %d kept; want the second request recorded at once", n, box.Refused(), box.Kept())
 	}
 }
