@@ -74,8 +74,8 @@ type sidecar struct {
 	proc *extproc.Server
 	// leases admits from escrow leases; nil when limits.leases is off.
 	leases *leases.Manager
-	// outbox keeps the leases' records until Redis has them; nil without
-	// leases or a spool directory.
+	// outbox keeps queued settlements and the leases' records until Redis
+	// has them; nil without a spool directory.
 	outbox *outbox.Outbox
 	// webhooks delivers alert events; closed last.
 	webhooks *alerts.Dispatcher
@@ -569,8 +569,8 @@ func (s *sidecar) Shutdown(ctx context.Context) (drained bool) {
 		cancel()
 	}
 	if s.outbox != nil {
-		// What is still kept (a record Redis did not take) stays in the
-		// file, for the next run to send.
+		// What is still kept (a record or settlement Redis did not take)
+		// stays in the file, for the next run to send.
 		s.outbox.Close()
 	}
 	// Every stream has settled or been spooled: nothing is left to renew.
@@ -632,9 +632,9 @@ func webhookEndpoints(ws []config.Webhook, getenv func(string) string) ([]alerts
 	return eps, nil
 }
 
-// openOutbox opens the leases' outbox in the spool directory, with the
-// entries a previous run left; none without a spool directory or where
-// files cannot be mapped (a warning says what a crash then loses).
+// openOutbox opens the outbox in the spool directory, with the entries a
+// previous run left; none without a spool directory or where files cannot
+// be mapped (a warning says what a crash then loses).
 func openOutbox(dir string, log *slog.Logger) (*outbox.Outbox, []outbox.Entry, error) {
 	const loses = "a sidecar killed without warning loses the settlements it had queued (their requests are swept at their last checkpoint) and, with leases, the requests it admitted from them in its last 20 ms or so (served, in no ledger)"
 	if dir == "" {

@@ -20,8 +20,8 @@ import (
 // the entry carries it.
 const (
 	// KindRecord is the hold record of a request admitted from a lease
-	// (account.LeasedRequest), kept until Redis holds the request or has
-	// its settlement.
+	// (account.LeasedRequest), kept until Redis holds the request or its
+	// settlement's entry takes its place.
 	KindRecord = 'r'
 	// KindSettlement is a settlement queued for the store
 	// (account.Settlement), kept until the store or the spool has it.
@@ -33,9 +33,7 @@ const (
 // passed through the interfaces their users call them by would move each
 // request's record to the heap.
 func (o *Outbox) KeepRecord(r account.LeasedRequest) (slot int32, ok bool) {
-	e := bufs.Get().(*encoder)
-	defer bufs.Put(e)
-	e.b = append(e.b[:0], KindRecord)
+	e := newEncoder(KindRecord)
 	e.lease(r.Lease)
 	e.bool(r.KeyCounted)
 	e.bool(r.ProjectCounted)
@@ -56,14 +54,12 @@ func (o *Outbox) KeepRecord(r account.LeasedRequest) (slot int32, ok bool) {
 	e.limits(a.KeyLimits)
 	e.str(a.ProjectID)
 	e.limits(a.ProjectLimits)
-	return o.Keep(e.b)
+	return o.keep(e)
 }
 
 // KeepSettlement keeps st (KindSettlement).
 func (o *Outbox) KeepSettlement(st account.Settlement) (slot int32, ok bool) {
-	e := bufs.Get().(*encoder)
-	defer bufs.Put(e)
-	e.b = append(e.b[:0], KindSettlement)
+	e := newEncoder(KindSettlement)
 	e.str(st.RequestID)
 	e.str(st.AccountID)
 	e.str(st.KeyID)
@@ -92,7 +88,7 @@ func (o *Outbox) KeepSettlement(st account.Settlement) (slot int32, ok bool) {
 	e.str(st.Transport)
 	e.time(st.StartedAt)
 	e.time(st.EndedAt)
-	return o.Keep(e.b)
+	return o.keep(e)
 }
 
 // Decode reads an entry a previous process left: a record (kind
@@ -177,6 +173,20 @@ func Decode(e Entry) (kind byte, r account.LeasedRequest, st account.Settlement,
 type encoder struct{ b []byte }
 
 var bufs = sync.Pool{New: func() any { return &encoder{b: make([]byte, 0, SlotSize)} }}
+
+// newEncoder is a pooled encoder holding an entry of kind, for keep.
+func newEncoder(kind byte) *encoder {
+	e := bufs.Get().(*encoder)
+	e.b = append(e.b[:0], kind)
+	return e
+}
+
+// keep keeps e's entry and gives e back to the pool.
+func (o *Outbox) keep(e *encoder) (int32, bool) {
+	slot, ok := o.Keep(e.b)
+	bufs.Put(e)
+	return slot, ok
+}
 
 func (e *encoder) int(v int64) { e.b = binary.AppendVarint(e.b, v) }
 
