@@ -30,6 +30,7 @@ import (
 	"github.com/modelgateway/gateway/extproc"
 	"github.com/modelgateway/gateway/extproc/operations"
 	"github.com/modelgateway/gateway/extproc/tokens"
+	"github.com/modelgateway/gateway/extproc/wire"
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/admin"
 	"github.com/modelgateway/gateway/internal/alerts"
@@ -373,6 +374,8 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		// one stream per HTTP request makes a fresh goroutine per request
 		// otherwise.
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
+		// Envoy's messages decoded without reflection (extproc/wire).
+		grpc.ForceServerCodecV2(wire.NewCodec()),
 	)
 	extprocv3.RegisterExternalProcessorServer(s.grpc, proc)
 	// Envoy's upstream log of pooled vendor keys' failed attempts.

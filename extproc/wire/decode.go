@@ -1,0 +1,454 @@
+package wire
+
+import (
+	"math"
+	"strings"
+	"unicode/utf8"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Decode fills m, which must be empty, from b, a serialised
+// ProcessingRequest, as proto.Unmarshal would, and reports whether it
+// could. It declines, leaving m partly filled, a message holding anything
+// but the fields below, once each: the oneof's headers, bodies and
+// trailers (the deprecated header attributes aside), an empty
+// metadata_context (what Envoy sends when no metadata is forwarded),
+// attributes, observability_mode and protocol_config.
+func Decode(b []byte, m *extprocv3.ProcessingRequest) bool {
+	for len(b) > 0 {
+		num, typ, v, rest, ok := field(b)
+		if !ok {
+			return false
+		}
+		b = rest
+		if typ == protowire.VarintType {
+			if num != 10 {
+				return false
+			}
+			m.ObservabilityMode = v.varint != 0
+			continue
+		}
+		if typ != protowire.BytesType {
+			return false
+		}
+		switch num {
+		case 2, 3, 4, 5, 6, 7:
+			if m.Request != nil {
+				return false // protobuf merges or replaces; leave it to protobuf
+			}
+			if !request(num, v.bytes, m) {
+				return false
+			}
+		case 8:
+			if len(v.bytes) != 0 || m.MetadataContext != nil {
+				return false
+			}
+			m.MetadataContext = &corev3.Metadata{}
+		case 9:
+			key, s, ok := structEntry(v.bytes, 0)
+			if !ok {
+				return false
+			}
+			if m.Attributes == nil {
+				m.Attributes = make(map[string]*structpb.Struct, 1)
+			}
+			if _, dup := m.Attributes[key]; dup {
+				return false
+			}
+			m.Attributes[key] = s
+		case 11:
+			if m.ProtocolConfig != nil {
+				return false
+			}
+			pc, ok := protocolConfig(v.bytes)
+			if !ok {
+				return false
+			}
+			m.ProtocolConfig = pc
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// value is a field's payload: a varint's or a fixed64's number, or a
+// length-delimited field's bytes.
+type value struct {
+	varint uint64
+	bytes  []byte
+}
+
+// field reads one field off b: its number, wire type and payload, and what
+// follows it. Groups and fixed32 are not in these messages and are
+// declined.
+func field(b []byte) (protowire.Number, protowire.Type, value, []byte, bool) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, value{}, nil, false
+	}
+	b = b[n:]
+	var v value
+	switch typ {
+	case protowire.VarintType:
+		v.varint, n = protowire.ConsumeVarint(b)
+	case protowire.Fixed64Type:
+		v.varint, n = protowire.ConsumeFixed64(b)
+	case protowire.BytesType:
+		v.bytes, n = protowire.ConsumeBytes(b)
+	default:
+		return 0, 0, value{}, nil, false
+	}
+	if n < 0 {
+		return 0, 0, value{}, nil, false
+	}
+	return num, typ, v, b[n:], true
+}
+
+// request decodes the oneof's member num.
+func request(num protowire.Number, b []byte, m *extprocv3.ProcessingRequest) bool {
+	switch num {
+	case 2, 3:
+		h, ok := httpHeaders(b)
+		if !ok {
+			return false
+		}
+		if num == 2 {
+			m.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
+		} else {
+			m.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
+		}
+	case 4, 5:
+		body, ok := httpBody(b)
+		if !ok {
+			return false
+		}
+		if num == 4 {
+			m.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: body}
+		} else {
+			m.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: body}
+		}
+	case 6, 7:
+		t := &extprocv3.HttpTrailers{}
+		for len(b) > 0 {
+			num, typ, v, rest, ok := field(b)
+			if !ok || num != 1 || typ != protowire.BytesType || t.Trailers != nil {
+				return false
+			}
+			b = rest
+			if t.Trailers, ok = headerMap(v.bytes); !ok {
+				return false
+			}
+		}
+		if num == 6 {
+			m.Request = &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: t}
+		} else {
+			m.Request = &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: t}
+		}
+	}
+	return true
+}
+
+func httpHeaders(b []byte) (*extprocv3.HttpHeaders, bool) {
+	h := &extprocv3.HttpHeaders{}
+	for len(b) > 0 {
+		num, typ, v, rest, ok := field(b)
+		if !ok {
+			return nil, false
+		}
+		b = rest
+		switch {
+		case num == 1 && typ == protowire.BytesType && h.Headers == nil:
+			if h.Headers, ok = headerMap(v.bytes); !ok {
+				return nil, false
+			}
+		case num == 3 && typ == protowire.VarintType:
+			h.EndOfStream = v.varint != 0
+		default:
+			return nil, false
+		}
+	}
+	return h, true
+}
+
+func httpBody(b []byte) (*extprocv3.HttpBody, bool) {
+	body := &extprocv3.HttpBody{}
+	for len(b) > 0 {
+		num, typ, v, rest, ok := field(b)
+		if !ok {
+			return nil, false
+		}
+		b = rest
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			// The last occurrence wins, as protobuf's; the message's
+			// buffer goes back to grpc's pool, so the body is copied.
+			body.Body = append([]byte(nil), v.bytes...)
+		case typ != protowire.VarintType:
+			return nil, false
+		case num == 2:
+			body.EndOfStream = v.varint != 0
+		case num == 3:
+			body.EndOfStreamWithoutMessage = v.varint != 0
+		case num == 4:
+			body.GrpcMessageCompressed = v.varint != 0
+		case num == 5:
+			body.DrainComplete = v.varint != 0
+		default:
+			return nil, false
+		}
+	}
+	return body, true
+}
+
+// headerMap decodes a header map in two passes: the first checks every
+// header and measures them, the second fills one array of headers, one
+// string holding every key and one byte slice holding every value, which
+// the headers share (each value capped at its own length, so that an
+// append to one copies it rather than overwrite its neighbour).
+func headerMap(b []byte) (*corev3.HeaderMap, bool) {
+	n, keyLen, rawLen := 0, 0, 0
+	for rest := b; len(rest) > 0; {
+		num, typ, v, next, ok := field(rest)
+		if !ok || num != 1 || typ != protowire.BytesType {
+			return nil, false
+		}
+		rest = next
+		k, _, raw, ok := header(v.bytes)
+		if !ok {
+			return nil, false
+		}
+		n++
+		keyLen += len(k)
+		rawLen += len(raw)
+	}
+	m := &corev3.HeaderMap{}
+	if n == 0 {
+		return m, true
+	}
+	headers := make([]corev3.HeaderValue, n)
+	m.Headers = make([]*corev3.HeaderValue, n)
+	var keys strings.Builder
+	keys.Grow(keyLen)
+	raws := make([]byte, 0, rawLen) // never grown: the values' slices stay in it
+	for i, rest := 0, b; len(rest) > 0; i++ {
+		_, _, v, next, _ := field(rest)
+		rest = next
+		k, val, raw, _ := header(v.bytes)
+		h := &headers[i]
+		keys.Write(k)
+		if len(val) > 0 {
+			h.Value = string(val)
+		}
+		if len(raw) > 0 {
+			at := len(raws)
+			raws = append(raws, raw...)
+			h.RawValue = raws[at:len(raws):len(raws)]
+		}
+		m.Headers[i] = h
+	}
+	// The keys, in order, are the builder's string cut at their lengths.
+	all, at := keys.String(), 0
+	for i, rest := 0, b; len(rest) > 0; i++ {
+		_, _, v, next, _ := field(rest)
+		rest = next
+		k, _, _, _ := header(v.bytes)
+		headers[i].Key = all[at : at+len(k)]
+		at += len(k)
+	}
+	return m, true
+}
+
+// header reads one HeaderValue: its key, value and raw value, the last
+// occurrence of each as protobuf keeps.
+func header(b []byte) (key, val, raw []byte, ok bool) {
+	for len(b) > 0 {
+		num, typ, v, rest, ok := field(b)
+		if !ok || typ != protowire.BytesType {
+			return nil, nil, nil, false
+		}
+		b = rest
+		switch num {
+		case 1:
+			key = v.bytes
+		case 2:
+			val = v.bytes
+		case 3:
+			raw = v.bytes
+		default:
+			return nil, nil, nil, false
+		}
+	}
+	if !utf8.Valid(key) || !utf8.Valid(val) {
+		return nil, nil, nil, false
+	}
+	return key, val, raw, true
+}
+
+func protocolConfig(b []byte) (*extprocv3.ProtocolConfiguration, bool) {
+	pc := &extprocv3.ProtocolConfiguration{}
+	for len(b) > 0 {
+		num, typ, v, rest, ok := field(b)
+		if !ok || typ != protowire.VarintType {
+			return nil, false
+		}
+		b = rest
+		switch num {
+		case 1:
+			pc.RequestBodyMode = filterv3.ProcessingMode_BodySendMode(int32(v.varint))
+		case 2:
+			pc.ResponseBodyMode = filterv3.ProcessingMode_BodySendMode(int32(v.varint))
+		case 3:
+			pc.SendBodyWithoutWaitingForHeaderResponse = v.varint != 0
+		default:
+			return nil, false
+		}
+	}
+	return pc, true
+}
+
+// maxDepth bounds the nesting of structs and lists decoded here; deeper
+// ones go to protobuf, which has its own limit.
+const maxDepth = 32
+
+// structEntry reads a map<string, Struct> entry: its key and its struct.
+func structEntry(b []byte, depth int) (string, *structpb.Struct, bool) {
+	var key []byte
+	var s *structpb.Struct
+	for len(b) > 0 {
+		num, typ, v, rest, ok := field(b)
+		if !ok || typ != protowire.BytesType {
+			return "", nil, false
+		}
+		b = rest
+		switch {
+		case num == 1:
+			key = v.bytes
+		case num == 2 && s == nil:
+			if s, ok = decodeStruct(v.bytes, depth+1); !ok {
+				return "", nil, false
+			}
+		default:
+			return "", nil, false
+		}
+	}
+	if !utf8.Valid(key) {
+		return "", nil, false
+	}
+	if s == nil {
+		s = &structpb.Struct{}
+	}
+	return string(key), s, true
+}
+
+func decodeStruct(b []byte, depth int) (*structpb.Struct, bool) {
+	if depth > maxDepth {
+		return nil, false
+	}
+	s := &structpb.Struct{}
+	for len(b) > 0 {
+		num, typ, v, rest, ok := field(b)
+		if !ok || num != 1 || typ != protowire.BytesType {
+			return nil, false
+		}
+		b = rest
+		key, val, ok := valueEntry(v.bytes, depth)
+		if !ok {
+			return nil, false
+		}
+		if s.Fields == nil {
+			s.Fields = make(map[string]*structpb.Value, 4)
+		}
+		if _, dup := s.Fields[key]; dup {
+			return nil, false
+		}
+		s.Fields[key] = val
+	}
+	return s, true
+}
+
+// valueEntry reads a map<string, Value> entry.
+func valueEntry(b []byte, depth int) (string, *structpb.Value, bool) {
+	var key []byte
+	var val *structpb.Value
+	for len(b) > 0 {
+		num, typ, v, rest, ok := field(b)
+		if !ok || typ != protowire.BytesType {
+			return "", nil, false
+		}
+		b = rest
+		switch {
+		case num == 1:
+			key = v.bytes
+		case num == 2 && val == nil:
+			if val, ok = decodeValue(v.bytes, depth+1); !ok {
+				return "", nil, false
+			}
+		default:
+			return "", nil, false
+		}
+	}
+	if !utf8.Valid(key) {
+		return "", nil, false
+	}
+	if val == nil {
+		val = &structpb.Value{}
+	}
+	return string(key), val, true
+}
+
+func decodeValue(b []byte, depth int) (*structpb.Value, bool) {
+	if depth > maxDepth {
+		return nil, false
+	}
+	val := &structpb.Value{}
+	for len(b) > 0 {
+		num, typ, v, rest, ok := field(b)
+		if !ok || val.Kind != nil {
+			return nil, false
+		}
+		b = rest
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			val.Kind = &structpb.Value_NullValue{NullValue: structpb.NullValue(int32(v.varint))}
+		case num == 2 && typ == protowire.Fixed64Type:
+			val.Kind = &structpb.Value_NumberValue{NumberValue: math.Float64frombits(v.varint)}
+		case num == 3 && typ == protowire.BytesType:
+			if !utf8.Valid(v.bytes) {
+				return nil, false
+			}
+			val.Kind = &structpb.Value_StringValue{StringValue: string(v.bytes)}
+		case num == 4 && typ == protowire.VarintType:
+			val.Kind = &structpb.Value_BoolValue{BoolValue: v.varint != 0}
+		case num == 5 && typ == protowire.BytesType:
+			s, ok := decodeStruct(v.bytes, depth+1)
+			if !ok {
+				return nil, false
+			}
+			val.Kind = &structpb.Value_StructValue{StructValue: s}
+		case num == 6 && typ == protowire.BytesType:
+			l := &structpb.ListValue{}
+			for lb := v.bytes; len(lb) > 0; {
+				num, typ, lv, next, ok := field(lb)
+				if !ok || num != 1 || typ != protowire.BytesType {
+					return nil, false
+				}
+				lb = next
+				e, ok := decodeValue(lv.bytes, depth+1)
+				if !ok {
+					return nil, false
+				}
+				l.Values = append(l.Values, e)
+			}
+			val.Kind = &structpb.Value_ListValue{ListValue: l}
+		default:
+			return nil, false
+		}
+	}
+	return val, true
+}
