@@ -471,7 +471,8 @@ func TestRenewalOfARunningRequest(t *testing.T) {
 			ResponseBody: &extprocv3.HttpBody{Body: ev},
 		}})
 	}
-	body(events[0]) // takes the renewer's first request for a checkpoint
+	body(events[0]) // finds the renewer's first request for a checkpoint
+	body(events[1]) // takes it, once this chunk's answer is sent
 	body(events[2]) // no request pending: no new checkpoint
 	ren.RenewOnce(ctx)
 	cs, err := r.st.Checkpoints(ctx, r.acct)
@@ -483,13 +484,20 @@ func TestRenewalOfARunningRequest(t *testing.T) {
 			t.Fatalf("checkpoint %+v; want the usage after message_start", c)
 		}
 	}
-	// The renewal asked again: this chunk checkpoints, once its answer is
-	// sent (the pricing never delays the chunk).
-	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+	// The renewal asked again: the chunk after the one that finds it
+	// asked checkpoints, once its answer is sent (the pricing never delays
+	// a chunk, and a reply that ends next is settled instead).
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
 		ResponseBody: &extprocv3.HttpBody{Body: events[3]},
 	}})
+	if x.checkpointDue || !x.checkpointAsked {
+		t.Fatal("the first chunk after the renewal did not find the request, or took it at once")
+	}
+	x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: events[4]},
+	}})
 	if !x.checkpointDue {
-		t.Fatal("the chunk asked for no checkpoint")
+		t.Fatal("the next chunk asked for no checkpoint")
 	}
 	x.afterSend(ctx)
 	if x.checkpointDue {
@@ -508,6 +516,55 @@ func TestRenewalOfARunningRequest(t *testing.T) {
 	// waiting for a renewal to find the hold gone.
 	if ren.Len() != 0 {
 		t.Fatalf("%d requests still renewed after their settlement was applied", ren.Len())
+	}
+}
+
+// A JSON reply comes as its body and then an empty end: a renewal's request
+// for a checkpoint found by the body is not taken, the reply is priced
+// once, at its settlement.
+func TestAJSONReplyIsPricedOnce(t *testing.T) {
+	r := newRig(t)
+	ren := holds.NewRenewer(r.st, slog.New(slog.DiscardHandler))
+	r.srv.holds = ren
+	ctx := context.Background()
+	x := &exchange{s: r.srv}
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key,
+			"content-type", "application/json"),
+	}})
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: messagesJSONBody, EndOfStream: true},
+	}})
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+		ResponseHeaders: headers(":status", "200", "content-type", "application/json", "x-gateway-endpoint", "primary"),
+	}})
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: messagesJSONReply},
+	}})
+	if x.checkpointDue || !x.checkpointAsked {
+		t.Fatalf("after the body: due %v, asked %v; want the request found and not taken", x.checkpointDue, x.checkpointAsked)
+	}
+	// What a renewal now would write: how the reply began, not a price.
+	ren.RenewOnce(ctx)
+	cs, err := r.st.Checkpoints(ctx, r.acct)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("checkpoints %v, %v", cs, err)
+	}
+	for _, c := range cs {
+		if c.Status != 200 || c.Cost != 0 || c.Usage.Output != 0 {
+			t.Fatalf("checkpoint %+v before the end; want the head only", c)
+		}
+	}
+	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{EndOfStream: true},
+	}})
+	if !x.settled || x.checkpointDue {
+		t.Fatalf("after the end: settled %v, checkpoint due %v", x.settled, x.checkpointDue)
+	}
+	r.srv.Flush(ctx)
+	entries, _, err := r.st.Ledger(ctx, r.acct, "", 10)
+	if err != nil || len(entries) != 1 || entries[0].Cost == 0 || entries[0].Usage.Output != 11 {
+		t.Fatalf("ledger %+v, %v; want the reply charged", entries, err)
 	}
 }
 

@@ -123,12 +123,18 @@ func (x *exchange) chunk(ctx context.Context, data []byte, end bool) (out []byte
 				// settles it.
 				x.settle(true)
 			}
-		} else if x.open.WantCheckpoint() {
+		} else if x.checkpointAsked {
 			// Once per renewal interval, not per chunk: what a crash would
-			// leave the sweeper to charge. Taken once the chunk's answer is
-			// sent (afterSend): pricing the stream so far (for a Responses
-			// stream, estimating its input) never delays the chunk.
-			x.checkpointDue = true
+			// leave the sweeper to charge. Taken once the answer to the
+			// chunk after the one that found it asked for is sent
+			// (afterSend): pricing the stream so far (for a Responses
+			// stream, estimating its input) never delays a chunk, and a
+			// reply whose end follows its body (a JSON reply) is settled
+			// instead of priced twice. A checkpoint is at most one chunk
+			// behind the reply.
+			x.checkpointAsked, x.checkpointDue = false, true
+		} else if x.open.WantCheckpoint() {
+			x.checkpointAsked = true
 		}
 	}
 	return out, changed, false
