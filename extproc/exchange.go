@@ -89,11 +89,12 @@ type holding struct {
 	// chunk metered, or a status that is not charged); the request is
 	// settled once the answer to this message has been sent (afterSend).
 	replyDone bool
-	// checkpointAsked: the renewer asked for a checkpoint at an earlier
-	// chunk; checkpointDue: it is taken in afterSend (reply.go says when).
-	checkpointAsked, checkpointDue bool
-	open          *holds.Open      // the hold's renewal while the request runs
-	lease         account.LeaseRef // the lease it was admitted from, if any
+	// checkpointAsked: a chunk found the renewer asking for a checkpoint;
+	// checkpointDue: it is taken in afterSend (reply.go says when).
+	checkpointAsked bool
+	checkpointDue   bool
+	open            *holds.Open      // the hold's renewal while the request runs
+	lease           account.LeaseRef // the lease it was admitted from, if any
 }
 
 // replyState is the vendor's reply as it is metered.

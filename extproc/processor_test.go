@@ -448,10 +448,17 @@ func TestResetBeforeFirstByte(t *testing.T) {
 
 // A running request is registered with the renewer, checkpointed once per
 // renewal (not per chunk), and dropped once the store took its settlement.
-func TestRenewalOfARunningRequest(t *testing.T) {
+// newRenewedRig is a rig whose running requests' holds are renewed by the
+// returned renewer, run by hand.
+func newRenewedRig(t *testing.T) (*rig, *holds.Renewer) {
 	r := newRig(t)
 	ren := holds.NewRenewer(r.st, slog.New(slog.DiscardHandler))
 	r.srv.holds = ren
+	return r, ren
+}
+
+func TestRenewalOfARunningRequest(t *testing.T) {
+	r, ren := newRenewedRig(t)
 	ctx := context.Background()
 	x := &exchange{s: r.srv}
 	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
@@ -523,9 +530,7 @@ func TestRenewalOfARunningRequest(t *testing.T) {
 // for a checkpoint found by the body is not taken, the reply is priced
 // once, at its settlement.
 func TestAJSONReplyIsPricedOnce(t *testing.T) {
-	r := newRig(t)
-	ren := holds.NewRenewer(r.st, slog.New(slog.DiscardHandler))
-	r.srv.holds = ren
+	r, ren := newRenewedRig(t)
 	ctx := context.Background()
 	x := &exchange{s: r.srv}
 	x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{

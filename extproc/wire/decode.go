@@ -280,12 +280,15 @@ func header(b []byte) (key, val, raw []byte, ok bool) {
 			val = v.bytes
 		case 3:
 			raw = v.bytes
+			continue
 		default:
 			return nil, nil, nil, false
 		}
-	}
-	if !utf8.Valid(key) || !utf8.Valid(val) {
-		return nil, nil, nil, false
+		// Every occurrence of a string is checked, as protobuf checks it;
+		// the last is kept.
+		if !utf8.Valid(v.bytes) {
+			return nil, nil, nil, false
+		}
 	}
 	return key, val, raw, true
 }
@@ -316,34 +319,42 @@ func protocolConfig(b []byte) (*extprocv3.ProtocolConfiguration, bool) {
 // ones go to protobuf, which has its own limit.
 const maxDepth = 32
 
-// structEntry reads a map<string, Struct> entry: its key and its struct.
-func structEntry(b []byte, depth int) (string, *structpb.Struct, bool) {
+// entry reads a map entry whose key is a string and whose value a message
+// decoded by value: its key and its value, an empty one when absent, as
+// protobuf makes it.
+func entry[T any](b []byte, depth int, value func([]byte, int) (*T, bool)) (string, *T, bool) {
 	var key []byte
-	var s *structpb.Struct
+	var v *T
 	for len(b) > 0 {
-		num, typ, v, rest, ok := field(b)
+		num, typ, f, rest, ok := field(b)
 		if !ok || typ != protowire.BytesType {
 			return "", nil, false
 		}
 		b = rest
 		switch {
 		case num == 1:
-			key = v.bytes
-		case num == 2 && s == nil:
-			if s, ok = decodeStruct(v.bytes, depth+1); !ok {
+			// Every occurrence is checked, as protobuf checks it; the last
+			// is kept.
+			if key = f.bytes; !utf8.Valid(key) {
+				return "", nil, false
+			}
+		case num == 2 && v == nil:
+			if v, ok = value(f.bytes, depth+1); !ok {
 				return "", nil, false
 			}
 		default:
 			return "", nil, false
 		}
 	}
-	if !utf8.Valid(key) {
-		return "", nil, false
+	if v == nil {
+		v = new(T)
 	}
-	if s == nil {
-		s = &structpb.Struct{}
-	}
-	return string(key), s, true
+	return string(key), v, true
+}
+
+// structEntry reads a map<string, Struct> entry.
+func structEntry(b []byte, depth int) (string, *structpb.Struct, bool) {
+	return entry(b, depth, decodeStruct)
 }
 
 func decodeStruct(b []byte, depth int) (*structpb.Struct, bool) {
@@ -357,7 +368,7 @@ func decodeStruct(b []byte, depth int) (*structpb.Struct, bool) {
 			return nil, false
 		}
 		b = rest
-		key, val, ok := valueEntry(v.bytes, depth)
+		key, val, ok := entry(v.bytes, depth, decodeValue)
 		if !ok {
 			return nil, false
 		}
@@ -370,36 +381,6 @@ func decodeStruct(b []byte, depth int) (*structpb.Struct, bool) {
 		s.Fields[key] = val
 	}
 	return s, true
-}
-
-// valueEntry reads a map<string, Value> entry.
-func valueEntry(b []byte, depth int) (string, *structpb.Value, bool) {
-	var key []byte
-	var val *structpb.Value
-	for len(b) > 0 {
-		num, typ, v, rest, ok := field(b)
-		if !ok || typ != protowire.BytesType {
-			return "", nil, false
-		}
-		b = rest
-		switch {
-		case num == 1:
-			key = v.bytes
-		case num == 2 && val == nil:
-			if val, ok = decodeValue(v.bytes, depth+1); !ok {
-				return "", nil, false
-			}
-		default:
-			return "", nil, false
-		}
-	}
-	if !utf8.Valid(key) {
-		return "", nil, false
-	}
-	if val == nil {
-		val = &structpb.Value{}
-	}
-	return string(key), val, true
 }
 
 func decodeValue(b []byte, depth int) (*structpb.Value, bool) {

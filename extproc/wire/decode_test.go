@@ -245,12 +245,13 @@ func TestDeclinesWhatProtobufMerges(t *testing.T) {
 	msgs := envoyMessages(t)
 	headers, body := msgs["request_headers.txtpb"], msgs["request_body.txtpb"]
 	for name, b := range map[string][]byte{
-		"two header messages":  append(slices.Clip(headers), headers...),
-		"headers, then a body": append(slices.Clip(headers), body...),
-		"a body twice":         append(slices.Clip(body), body...),
-		"not UTF-8":            []byte("\x12\x08\x0a\x06\x0a\x04\x0a\x02\xff\xfe"),
-		"cut short":            headers[:len(headers)-3],
-		"an attribute twice":   append(slices.Clip(msgs["response_body.txtpb"]), msgs["response_body.txtpb"]...),
+		"two header messages":               append(slices.Clip(headers), headers...),
+		"headers, then a body":              append(slices.Clip(headers), body...),
+		"a body twice":                      append(slices.Clip(body), body...),
+		"not UTF-8":                         []byte("\x12\x08\x0a\x06\x0a\x04\x0a\x02\xff\xfe"),
+		"a key not UTF-8, then one that is": []byte("\x12\x0a\x0a\x08\x0a\x06\x0a\x01\xff\x0a\x01a"),
+		"cut short":                         headers[:len(headers)-3],
+		"an attribute twice":                append(slices.Clip(msgs["response_body.txtpb"]), msgs["response_body.txtpb"]...),
 	} {
 		if sameAsProtobuf(t, name, b) {
 			t.Errorf("%s: decoded by hand", name)
