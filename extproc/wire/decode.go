@@ -110,48 +110,51 @@ func field(b []byte) (protowire.Number, protowire.Type, value, []byte, bool) {
 	return num, typ, v, b[n:], true
 }
 
-// request decodes the oneof's member num.
+// request decodes the oneof's member num. What it sets when it declines
+// is reset by protobuf's decoding.
 func request(num protowire.Number, b []byte, m *extprocv3.ProcessingRequest) bool {
 	switch num {
-	case 2, 3:
+	case 2:
 		h, ok := httpHeaders(b)
-		if !ok {
-			return false
-		}
-		if num == 2 {
-			m.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
-		} else {
-			m.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
-		}
-	case 4, 5:
+		m.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
+		return ok
+	case 3:
+		h, ok := httpHeaders(b)
+		m.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
+		return ok
+	case 4:
 		body, ok := httpBody(b)
-		if !ok {
-			return false
+		m.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: body}
+		return ok
+	case 5:
+		body, ok := httpBody(b)
+		m.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: body}
+		return ok
+	case 6:
+		t, ok := httpTrailers(b)
+		m.Request = &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: t}
+		return ok
+	case 7:
+		t, ok := httpTrailers(b)
+		m.Request = &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: t}
+		return ok
+	}
+	return false
+}
+
+func httpTrailers(b []byte) (*extprocv3.HttpTrailers, bool) {
+	t := &extprocv3.HttpTrailers{}
+	for len(b) > 0 {
+		num, typ, v, rest, ok := field(b)
+		if !ok || num != 1 || typ != protowire.BytesType || t.Trailers != nil {
+			return nil, false
 		}
-		if num == 4 {
-			m.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: body}
-		} else {
-			m.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: body}
-		}
-	case 6, 7:
-		t := &extprocv3.HttpTrailers{}
-		for len(b) > 0 {
-			num, typ, v, rest, ok := field(b)
-			if !ok || num != 1 || typ != protowire.BytesType || t.Trailers != nil {
-				return false
-			}
-			b = rest
-			if t.Trailers, ok = headerMap(v.bytes); !ok {
-				return false
-			}
-		}
-		if num == 6 {
-			m.Request = &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: t}
-		} else {
-			m.Request = &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: t}
+		b = rest
+		if t.Trailers, ok = headerMap(v.bytes); !ok {
+			return nil, false
 		}
 	}
-	return true
+	return t, true
 }
 
 func httpHeaders(b []byte) (*extprocv3.HttpHeaders, bool) {
