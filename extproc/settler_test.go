@@ -147,6 +147,24 @@ func (g *gatedStore) SettleBatch(_ context.Context, sts []account.Settlement) []
 	return res
 }
 
+// A wait for an account's pending settlements (a usage read) sends their
+// batch at once rather than when its linger ends.
+func TestAWaitCutsTheLingerShort(t *testing.T) {
+	store := &gatedStore{got: make(chan int, 1), release: make(chan struct{})}
+	close(store.release)
+	s := newSettler(store, time.Second, slog.New(slog.DiscardHandler), nil)
+	s.linger = time.Hour
+	s.enqueue(account.Settlement{RequestID: "req_1", AccountID: "acct_1"}, 0, func(*account.Settlement, ledger.SettleResult, time.Duration) {})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.wait(ctx, "acct_1"); err != nil {
+		t.Fatalf("the wait ended with %v: the batch waited for its linger", err)
+	}
+	if n := <-store.got; n != 1 {
+		t.Fatalf("a batch of %d, want the one settlement", n)
+	}
+}
+
 // A queued settlement is in the outbox from enqueue until the store has
 // it, while its batch is being applied too, in place of its request's hold
 // record; a SIGKILL meanwhile leaves it for the next run, which reads it
