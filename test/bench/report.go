@@ -334,8 +334,15 @@ func (r *results) summary(w func(string, ...any)) {
 		w("| processor CPU per request at %s requests/s (sidecar + Redis; null processor) | %.0f µs | %.0f µs | — | — | — | ≤ 1.2 × the null processor's | %s |\n",
 			rate(lr.rate), gwCPU, nullCPU, r.verdict(nullCPU > 0 && g.requests > 0 && lr.lat[gwI].errors() == 0 && gwCPU <= 1.2*nullCPU))
 		if kb, ok := g.allocKB(); ok {
-			w("| allocation per request at %s requests/s (the processor's Go heap) | %.1f KB | %s | — | — | — | ≤ 8 KB | %s |\n",
-				rate(lr.rate), kb, perRequestKB(n), r.verdict(kb <= 8))
+			// The gateway's own share is what it allocates beyond the null
+			// processor, which allocates to receive and answer the same
+			// messages (the target stays the whole figure's).
+			own := "—"
+			if nkb, ok := n.allocKB(); ok {
+				own = fmt.Sprintf("%+.1f KB over the null processor", kb-nkb)
+			}
+			w("| allocation per request at %s requests/s (the processor's Go heap) | %.1f KB | %s | — | %s | — | ≤ 8 KB | %s |\n",
+				rate(lr.rate), kb, perRequestKB(n), own, r.verdict(kb <= 8))
 		}
 	}
 	mg, mn, mb := r.maxRate[gwI], r.maxRate[nullI], r.maxRate[bareI]
