@@ -366,6 +366,19 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	go watcher.Run(watchCtx, c.Alerts.Interval.D())
 	// Request bodies up to the configured limit arrive in one message.
 	maxMsg := int(c.Limits.MaxRequestBytes) + 1<<20
+	codec := wire.NewCodec()
+	for _, by := range []string{"hand", "protobuf"} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_extproc_messages_decoded_total", ConstLabels: prometheus.Labels{"decoder": by},
+			Help: "Envoy's ext_proc messages, by who decoded them: the sidecar's own decoder (hand) or protobuf, for a message holding a field the former does not read.",
+		}, func() float64 {
+			hand, pb := codec.Decoded()
+			if by == "hand" {
+				return float64(hand)
+			}
+			return float64(pb)
+		}))
+	}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsg),
 		grpc.MaxSendMsgSize(maxMsg),
@@ -375,7 +388,7 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 		// otherwise.
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 		// Envoy's messages decoded without reflection (extproc/wire).
-		grpc.ForceServerCodecV2(wire.NewCodec()),
+		grpc.ForceServerCodecV2(codec),
 	)
 	extprocv3.RegisterExternalProcessorServer(s.grpc, proc)
 	// Envoy's upstream log of pooled vendor keys' failed attempts.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/prototext"
@@ -76,6 +77,28 @@ func TestDecodesWhatEnvoySends(t *testing.T) {
 		if !sameAsProtobuf(t, name, b) {
 			t.Errorf("%s: declined: a metered request's messages must take the fast path", name)
 		}
+	}
+}
+
+func TestCodecCountsHowItDecoded(t *testing.T) {
+	c := NewCodec()
+	msgs := envoyMessages(t)
+	for _, b := range msgs {
+		if err := c.Unmarshal(split(b), &extprocv3.ProcessingRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A message with metadata in it is protobuf's.
+	m := &extprocv3.ProcessingRequest{MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"ns": {}}}}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Unmarshal(split(b), &extprocv3.ProcessingRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if hand, pb := c.Decoded(); hand != uint64(len(msgs)) || pb != 1 {
+		t.Fatalf("decoded %d by hand and %d by protobuf, want %d and 1", hand, pb, len(msgs))
 	}
 }
 

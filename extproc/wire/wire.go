@@ -18,6 +18,8 @@
 package wire
 
 import (
+	"sync/atomic"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
@@ -31,11 +33,21 @@ import (
 // carries grpc's name, "proto": Envoy sends application/grpc.
 type Codec struct {
 	proto encoding.CodecV2
+	// byHand and byProtobuf count the ProcessingRequests each decoded: a
+	// message protobuf decodes is one holding something the hand decoder
+	// does not read (an Envoy configured to send more, or a newer one).
+	byHand, byProtobuf *atomic.Uint64
 }
 
 // NewCodec returns the codec, for grpc.ForceServerCodecV2.
 func NewCodec() Codec {
-	return Codec{proto: encoding.GetCodecV2(grpcproto.Name)}
+	return Codec{proto: encoding.GetCodecV2(grpcproto.Name), byHand: new(atomic.Uint64), byProtobuf: new(atomic.Uint64)}
+}
+
+// Decoded returns how many of Envoy's messages the codec decoded by hand
+// and how many it left to protobuf.
+func (c Codec) Decoded() (byHand, byProtobuf uint64) {
+	return c.byHand.Load(), c.byProtobuf.Load()
 }
 
 // Name is the content subtype the codec serves.
@@ -57,8 +69,10 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	defer buf.Free()
 	b := buf.ReadOnlyData()
 	if Decode(b, m) {
+		c.byHand.Add(1)
 		return nil
 	}
+	c.byProtobuf.Add(1)
 	return proto.Unmarshal(b, m) // which resets what Decode filled first
 
 }

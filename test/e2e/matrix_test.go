@@ -126,6 +126,12 @@ func matrixCell(t *testing.T, keys, leases string) {
 	if sockets != 1 {
 		t.Errorf("%d ledger entries on the WebSocket; want 1", sockets)
 	}
+	// Every message Envoy sent for them, under the shipped configuration,
+	// took the sidecar's own decoder (extproc/wire), not protobuf's.
+	if pb, hand := metricValue(t, s, `gateway_extproc_messages_decoded_total{decoder="protobuf"}`),
+		metricValue(t, s, `gateway_extproc_messages_decoded_total{decoder="hand"}`); pb != 0 || hand < float64(2*len(ways)) {
+		t.Errorf("Envoy's messages: %.0f decoded by protobuf, %.0f by hand; want none by protobuf", pb, hand)
+	}
 
 	// A refusal on the socket says when to retry, in every cell: the
 	// account's request rate made spent (a lease taken before the change
