@@ -222,7 +222,7 @@ func headerMap(b []byte) (*corev3.HeaderMap, bool) {
 			return nil, false
 		}
 		rest = next
-		k, _, raw, ok := header(v.bytes)
+		k, _, raw, ok := header(v.bytes, true)
 		if !ok {
 			return nil, false
 		}
@@ -239,12 +239,16 @@ func headerMap(b []byte) (*corev3.HeaderMap, bool) {
 	var keys strings.Builder
 	keys.Grow(keyLen)
 	raws := make([]byte, 0, rawLen) // never grown: the values' slices stay in it
+	// Each key's end in the builder's string, known only once it is whole.
+	var endsBuf [32]int
+	ends := endsBuf[:0]
 	for i, rest := 0, b; len(rest) > 0; i++ {
 		_, _, v, next, _ := field(rest)
 		rest = next
-		k, val, raw, _ := header(v.bytes)
+		k, val, raw := headerFields(v.bytes) // checked in the first pass
 		h := &headers[i]
 		keys.Write(k)
+		ends = append(ends, keys.Len())
 		if len(val) > 0 {
 			h.Value = string(val)
 		}
@@ -255,21 +259,24 @@ func headerMap(b []byte) (*corev3.HeaderMap, bool) {
 		}
 		m.Headers[i] = h
 	}
-	// The keys, in order, are the builder's string cut at their lengths.
 	all, at := keys.String(), 0
-	for i, rest := 0, b; len(rest) > 0; i++ {
-		_, _, v, next, _ := field(rest)
-		rest = next
-		k, _, _, _ := header(v.bytes)
-		headers[i].Key = all[at : at+len(k)]
-		at += len(k)
+	for i, end := range ends {
+		headers[i].Key = all[at:end]
+		at = end
 	}
 	return m, true
 }
 
+// headerFields reads a HeaderValue header has checked already.
+func headerFields(b []byte) (key, val, raw []byte) {
+	key, val, raw, _ = header(b, false)
+	return key, val, raw
+}
+
 // header reads one HeaderValue: its key, value and raw value, the last
-// occurrence of each as protobuf keeps.
-func header(b []byte) (key, val, raw []byte, ok bool) {
+// occurrence of each as protobuf keeps; check also checks every
+// occurrence of the strings for UTF-8.
+func header(b []byte, check bool) (key, val, raw []byte, ok bool) {
 	for len(b) > 0 {
 		num, typ, v, rest, ok := field(b)
 		if !ok || typ != protowire.BytesType {
@@ -289,7 +296,7 @@ func header(b []byte) (key, val, raw []byte, ok bool) {
 		}
 		// Every occurrence of a string is checked, as protobuf checks it;
 		// the last is kept.
-		if !utf8.Valid(v.bytes) {
+		if check && !utf8.Valid(v.bytes) {
 			return nil, nil, nil, false
 		}
 	}

@@ -4,7 +4,7 @@
 // per request that a processor doing nothing does too: protobuf's
 // reflection-driven decoder allocates each header's key and value, each
 // struct of the message and its oneof wrappers on its own, about 90
-// allocations for a metered request's three messages. This codec decodes
+// allocations for a metered request's four messages. This codec decodes
 // the messages Envoy sends, ProcessingRequest, by hand into the same
 // generated types, with one allocation per header map for its keys and one
 // for its values.
