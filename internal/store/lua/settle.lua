@@ -117,6 +117,22 @@ local function add(field, v)
 end
 local lastUsed = {}
 local accountSeen = false
+-- A model's counter names, "m:NAME:MODEL", made once per call rather than
+-- once per request.
+local counterNames = {}
+local function counterField(name, model)
+  local byName = counterNames[model]
+  if not byName then
+    byName = {}
+    counterNames[model] = byName
+  end
+  local f = byName[name]
+  if not f then
+    f = 'm:' .. name .. ':' .. model
+    byName[name] = f
+  end
+  return f
+end
 local s = tonumber(ARGV[5])
 local today, month = ARGV[6], ARGV[7]
 -- Per credential state index: held released, requests ended, token
@@ -152,11 +168,13 @@ local lpstate = {}
 local lfirst = 7 + k + n + s -- KEYS[lfirst + 1]: the leases hash
 local a = 10
 for i = 1, n do
+  -- A lease's fields are read only for a request admitted from one: a
+  -- number conversion is a fair part of a request's cost here.
+  local r = a -- the record's first argument
   local req, charged, swept, c, model = ARGV[a], ARGV[a + 1] == '1', ARGV[a + 2] == '1', tonumber(ARGV[a + 3]), ARGV[a + 4]
-  local ki, used = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  local ki = tonumber(ARGV[a + 5])
   local si, usedTokens = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
-  local li, lseq, lhold = tonumber(ARGV[a + 9]), tonumber(ARGV[a + 10]), tonumber(ARGV[a + 11])
-  local lbound, lbucket, llevels = tonumber(ARGV[a + 12]), ARGV[a + 13], tonumber(ARGV[a + 14])
+  local li = tonumber(ARGV[a + 9])
   local nc = tonumber(ARGV[a + 15])
   local cfirst = a + 16
   local nf = tonumber(ARGV[cfirst + 2 * nc])
@@ -174,10 +192,12 @@ for i = 1, n do
   end
   -- Admitted from a lease and not recorded: settled from the lease (a
   -- request with a sweep record was recorded, so its bit is set).
+  -- SETBIT answers the bit it replaced: setting one already set changes
+  -- nothing, and a clear one is this settlement's to take.
   local fromLease = false
-  if not v and li > 0 and not swept and redis.call('GETBIT', KEYS[lfirst + 1 + li], lseq) == 0 then
+  if not v and li > 0 and not swept and redis.call('SETBIT', KEYS[lfirst + 1 + li], ARGV[r + 10], 1) == 0 then
     fromLease = true
-    redis.call('SETBIT', KEYS[lfirst + 1 + li], lseq, 1)
+    local lhold, lbound, lbucket, llevels = tonumber(ARGV[r + 11]), tonumber(ARGV[r + 12]), ARGV[r + 13], tonumber(ARGV[r + 14])
     ltake[li] = (ltake[li] or 0) + lhold
     lcount[li] = (lcount[li] or 0) + 1
     lstate[li] = si
@@ -247,19 +267,24 @@ for i = 1, n do
       st.cost = st.cost + c
       st.reqs = st.reqs + 1
     end
-    if ki > 0 and used > (lastUsed[ki] or 0) then
-      lastUsed[ki] = used
+    if ki > 0 then
+      local used = tonumber(ARGV[r + 6])
+      if used > (lastUsed[ki] or 0) then
+        lastUsed[ki] = used
+      end
     end
-    local rec = {}
+    local rec = {} -- what a sweep charged, kept for its reconciliation
     if charged then
       cost = cost + c
       for j = 0, nc - 1 do
         local v = tonumber(ARGV[cfirst + 2 * j + 1])
         if v ~= 0 then
-          local f = 'm:' .. ARGV[cfirst + 2 * j] .. ':' .. model
+          local f = counterField(ARGV[cfirst + 2 * j], model)
           add(f, v)
-          rec[#rec + 1] = f
-          rec[#rec + 1] = int(v)
+          if swept then
+            rec[#rec + 1] = f
+            rec[#rec + 1] = int(v)
+          end
         end
       end
     end
