@@ -378,6 +378,16 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 			}
 			return float64(pb)
 		}))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gateway_extproc_replies_encoded_total", ConstLabels: prometheus.Labels{"encoder": by},
+			Help: "The sidecar's ext_proc replies to Envoy, by who encoded them: the sidecar's own encoder (hand) or protobuf, for an immediate response or a reply holding a field the former does not write.",
+		}, func() float64 {
+			hand, pb := codec.Encoded()
+			if by == "hand" {
+				return float64(hand)
+			}
+			return float64(pb)
+		}))
 	}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsg),

@@ -15,6 +15,12 @@
 // that is not UTF-8, or anything malformed is decoded by protobuf instead.
 // So every message decodes as proto.Unmarshal decodes it; the tests hold
 // the two to that, field by field and on fuzzed bytes.
+//
+// The replies, ProcessingResponse, are encoded by hand the same way
+// (Encode): what the processor sends to a request's messages is written
+// byte for byte as proto.Marshal writes it, without its size pass and
+// reflection; an immediate response, and any field Encode does not write,
+// go to protobuf.
 package wire
 
 import (
@@ -27,21 +33,29 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Codec is grpc's proto codec with ProcessingRequest decoded by hand; every
-// other message (the replies, health checks, the access log service) goes
-// to grpc's own. It
-// carries grpc's name, "proto": Envoy sends application/grpc.
+// Codec is grpc's proto codec with ProcessingRequest decoded and
+// ProcessingResponse encoded by hand; every other message (health checks,
+// the access log service) goes to grpc's own. It carries grpc's name,
+// "proto": Envoy sends application/grpc.
 type Codec struct {
 	proto encoding.CodecV2
 	// byHand and byProtobuf count the ProcessingRequests each decoded: a
 	// message protobuf decodes is one holding something the hand decoder
 	// does not read (an Envoy configured to send more, or a newer one).
 	byHand, byProtobuf *atomic.Uint64
+	// encodedByHand and encodedByProtobuf count the ProcessingResponses
+	// each encoded: protobuf encodes an immediate response, and what
+	// Encode does not write.
+	encodedByHand, encodedByProtobuf *atomic.Uint64
 }
 
 // NewCodec returns the codec, for grpc.ForceServerCodecV2.
 func NewCodec() Codec {
-	return Codec{proto: encoding.GetCodecV2(grpcproto.Name), byHand: new(atomic.Uint64), byProtobuf: new(atomic.Uint64)}
+	return Codec{
+		proto:  encoding.GetCodecV2(grpcproto.Name),
+		byHand: new(atomic.Uint64), byProtobuf: new(atomic.Uint64),
+		encodedByHand: new(atomic.Uint64), encodedByProtobuf: new(atomic.Uint64),
+	}
 }
 
 // Decoded returns how many of Envoy's messages the codec decoded by hand
@@ -50,13 +64,29 @@ func (c Codec) Decoded() (byHand, byProtobuf uint64) {
 	return c.byHand.Load(), c.byProtobuf.Load()
 }
 
+// Encoded returns how many of the processor's replies the codec encoded by
+// hand and how many it left to protobuf.
+func (c Codec) Encoded() (byHand, byProtobuf uint64) {
+	return c.encodedByHand.Load(), c.encodedByProtobuf.Load()
+}
+
 // Name is the content subtype the codec serves.
 func (Codec) Name() string { return grpcproto.Name }
 
-// Marshal encodes v with grpc's codec: the processor's replies are small
-// and few fields deep, and go-control-plane's generated marshaller needs a
-// build tag (vtprotobuf) every build of the gateway would have to carry.
-func (c Codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+// Marshal encodes v: a reply to Envoy by hand where Encode can, anything
+// else (and what Encode declines) with grpc's codec. go-control-plane's
+// generated marshaller would need a build tag (vtprotobuf) every build of
+// the gateway would have to carry.
+func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(*extprocv3.ProcessingResponse); ok {
+		if b, ok := encodeReply(m); ok {
+			c.encodedByHand.Add(1)
+			return b, nil
+		}
+		c.encodedByProtobuf.Add(1)
+	}
+	return c.proto.Marshal(v)
+}
 
 // Unmarshal decodes data into v; a ProcessingRequest by hand where Decode
 // can, else by protobuf.

@@ -132,6 +132,12 @@ func matrixCell(t *testing.T, keys, leases string) {
 		metricValue(t, s, `gateway_extproc_messages_decoded_total{decoder="hand"}`); pb != 0 || hand < float64(2*len(ways)) {
 		t.Errorf("Envoy's messages: %.0f decoded by protobuf, %.0f by hand; want none by protobuf", pb, hand)
 	}
+	// And every reply to them took its own encoder: only an immediate
+	// response (a refusal, none so far) is protobuf's.
+	if pb, hand := metricValue(t, s, `gateway_extproc_replies_encoded_total{encoder="protobuf"}`),
+		metricValue(t, s, `gateway_extproc_replies_encoded_total{encoder="hand"}`); pb != 0 || hand < float64(2*len(ways)) {
+		t.Errorf("the sidecar's replies: %.0f encoded by protobuf, %.0f by hand; want none by protobuf", pb, hand)
+	}
 
 	// A refusal on the socket says when to retry, in every cell: the
 	// account's request rate made spent (a lease taken before the change
