@@ -17,15 +17,15 @@ import (
 // header mutation, a body (or its clearing), a route cache clearing, a
 // processing mode and a message timeout. It declines anything else (an
 // immediate response, dynamic metadata, a streamed body, trailers, the
-// drain and window fields) and a string that is not UTF-8 (proto.Marshal refuses
+// drain and window fields, a header's deprecated append) and a string that is not UTF-8 (proto.Marshal refuses
 // those), leaving b's appended part undefined: those go to protobuf.
 //
 // Fields are written in proto.Marshal's order (by number, a oneof's member
 // after the other fields), and a scalar at its zero value is left out
 // unless it is a oneof's member.
 func Encode(b []byte, m *extprocv3.ProcessingResponse) ([]byte, bool) {
-	if m.DynamicMetadata != nil || len(m.TypedDynamicMetadata) > 0 ||
-		m.ServerWindowUpdate != nil || m.RequestDrain || m.RequestDrainRequests || m.RequestDrainResponses {
+	if m.DynamicMetadata != nil || len(m.TypedDynamicMetadata) > 0 || m.ServerWindowUpdate != nil ||
+		m.RequestDrainRequests || m.RequestDrainResponses || m.ProtoReflect().Has(requestDrain) {
 		return b, false
 	}
 	// protobuf writes a oneof's member after the other fields.
@@ -59,6 +59,13 @@ func Encode(b []byte, m *extprocv3.ProcessingResponse) ([]byte, bool) {
 	}
 	return b, ok
 }
+
+// The deprecated fields, which the processor never sets, are declined; they
+// are named by their descriptors, not by their deprecated Go fields.
+var (
+	requestDrain = (&extprocv3.ProcessingResponse{}).ProtoReflect().Descriptor().Fields().ByName("request_drain")
+	headerAppend = (&corev3.HeaderValueOption{}).ProtoReflect().Descriptor().Fields().ByName("append")
+)
 
 // begin starts a message field: its tag and a one-byte length, which end
 // fills in (and widens when the message is 128 bytes or more). It returns
@@ -165,6 +172,9 @@ func headerMutation(b []byte, num protowire.Number, h *extprocv3.HeaderMutation)
 }
 
 func headerValueOption(b []byte, num protowire.Number, o *corev3.HeaderValueOption) ([]byte, bool) {
+	if o != nil && o.ProtoReflect().Has(headerAppend) {
+		return b, false
+	}
 	if o == nil {
 		// protobuf writes a nil element of a repeated message as an
 		// empty message.
@@ -183,13 +193,6 @@ func headerValueOption(b []byte, num protowire.Number, o *corev3.HeaderValueOpti
 		if len(h.RawValue) > 0 {
 			b = protowire.AppendTag(b, 3, protowire.BytesType)
 			b = protowire.AppendBytes(b, h.RawValue)
-		}
-		b = end(b, in)
-	}
-	if o.Append != nil {
-		b, in = begin(b, 2)
-		if o.Append.Value {
-			b = varintField(b, 1, 1)
 		}
 		b = end(b, in)
 	}

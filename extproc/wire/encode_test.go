@@ -15,7 +15,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // sameBytesAsProtobuf encodes m by hand and with protobuf, fails t if the
@@ -60,8 +59,6 @@ var encoded = []string{
 	"request_headers.response.header_mutation.set_headers.header.key",
 	"request_headers.response.header_mutation.set_headers.header.value",
 	"request_headers.response.header_mutation.set_headers.header.raw_value",
-	"request_headers.response.header_mutation.set_headers.append",
-	"request_headers.response.header_mutation.set_headers.append.value",
 	"request_headers.response.header_mutation.set_headers.append_action",
 	"request_headers.response.header_mutation.set_headers.keep_empty_value",
 	"request_headers.response.header_mutation.remove_headers",
@@ -164,17 +161,17 @@ func replies() map[string]*extprocv3.ProcessingResponse {
 		"request body": common(&extprocv3.CommonResponse{ClearRouteCache: true, HeaderMutation: &extprocv3.HeaderMutation{
 			SetHeaders: []*corev3.HeaderValueOption{set("x-gateway-model", "claude-sonnet-4-5"), set("x-gateway-vendor-key", "alpha-1")},
 		}}),
-		"a reply's chunk":   {Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}},
-		"a reply's end":     {Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}},
-		"an empty body":     common(&extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{}}}),
-		"a cleared body":    common(&extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}}),
-		"no clearing":       common(&extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{}}}),
-		"a nil header":      common(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{nil}}}),
-		"an append":         common(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "k", Value: "v"}, Append: wrapperspb.Bool(false), KeepEmptyValue: true}}}}),
-		"a negative status": common(&extprocv3.CommonResponse{Status: -1}),
-		"trailers":          {Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{"x"}}}}},
-		"a timeout":         {OverrideMessageTimeout: durationpb.New(90_500_000_000)},
-		"nothing":           {},
+		"a reply's chunk":     {Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}},
+		"a reply's end":       {Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}},
+		"an empty body":       common(&extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{}}}),
+		"a cleared body":      common(&extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}}),
+		"no clearing":         common(&extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{}}}),
+		"a nil header":        common(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{nil}}}),
+		"a value, kept empty": common(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "k", Value: "v"}, KeepEmptyValue: true}}}}),
+		"a negative status":   common(&extprocv3.CommonResponse{Status: -1}),
+		"trailers":            {Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{"x"}}}}},
+		"a timeout":           {OverrideMessageTimeout: durationpb.New(90_500_000_000)},
+		"nothing":             {},
 	}
 	for _, n := range []int{100, 127, 128, 200, 1 << 10, 1<<10 + 1, 16383, 16384, 70_000, 3 << 20} {
 		body := bytes.Repeat([]byte("x"), n)
