@@ -367,27 +367,26 @@ func startSidecar(o sidecarOptions) (*sidecar, error) {
 	// Request bodies up to the configured limit arrive in one message.
 	maxMsg := int(c.Limits.MaxRequestBytes) + 1<<20
 	codec := wire.NewCodec()
-	for _, by := range []string{"hand", "protobuf"} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gateway_extproc_messages_decoded_total", ConstLabels: prometheus.Labels{"decoder": by},
-			Help: "Envoy's ext_proc messages, by who decoded them: the sidecar's own decoder (hand) or protobuf, for a message holding a field the former does not read.",
-		}, func() float64 {
-			hand, pb := codec.Decoded()
-			if by == "hand" {
-				return float64(hand)
-			}
-			return float64(pb)
-		}))
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gateway_extproc_replies_encoded_total", ConstLabels: prometheus.Labels{"encoder": by},
-			Help: "The sidecar's ext_proc replies to Envoy, by who encoded them: the sidecar's own encoder (hand) or protobuf, for an immediate response or a reply holding a field the former does not write.",
-		}, func() float64 {
-			hand, pb := codec.Encoded()
-			if by == "hand" {
-				return float64(hand)
-			}
-			return float64(pb)
-		}))
+	// Who decoded each of Envoy's messages, and who encoded each reply:
+	// the codec's own code (hand) or protobuf, for what it does not know.
+	for _, c := range []struct {
+		name, label, help string
+		counts            func() (hand, pb uint64)
+	}{
+		{"gateway_extproc_messages_decoded_total", "decoder", "Envoy's ext_proc messages, by who decoded them: the sidecar's own decoder (hand) or protobuf, for a message holding a field the former does not read.", codec.Decoded},
+		{"gateway_extproc_replies_encoded_total", "encoder", "The sidecar's ext_proc replies to Envoy, by who encoded them: the sidecar's own encoder (hand) or protobuf, for an immediate response or a reply holding a field the former does not write.", codec.Encoded},
+	} {
+		for _, by := range []string{"hand", "protobuf"} {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: c.name, ConstLabels: prometheus.Labels{c.label: by}, Help: c.help,
+			}, func() float64 {
+				hand, pb := c.counts()
+				if by == "hand" {
+					return float64(hand)
+				}
+				return float64(pb)
+			}))
+		}
 	}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsg),

@@ -131,10 +131,11 @@ var alias = map[string]string{
 	"response_trailers.":         "request_trailers.",
 }
 
-func canonical(path string) string {
+// canonical is path with its aliased prefixes replaced, until none is left.
+func canonical(path string, aliases map[string]string) string {
 	for {
 		changed := false
-		for from, to := range alias {
+		for from, to := range aliases {
 			if strings.HasPrefix(path, from) {
 				path, changed = to+path[len(from):], true
 			}
@@ -145,14 +146,12 @@ func canonical(path string) string {
 	}
 }
 
-// TestEveryFieldIsDecodedOrDeclined sets each field of ProcessingRequest,
-// down through every message it holds (google.protobuf.Struct's values
-// too), one at a time, and requires the hand decoder to decode it as
-// protobuf does when it is listed above, and to decline it otherwise.
-func TestEveryFieldIsDecodedOrDeclined(t *testing.T) {
-	var seen []string
-	var walk func(path string, d protoreflect.MessageDescriptor, set func(func(protoreflect.Message)) []byte, depth int)
-	walk = func(path string, d protoreflect.MessageDescriptor, set func(func(protoreflect.Message)) []byte, depth int) {
+// eachField calls visit for each field of root's message type and of every
+// message under it (six deep), with the field's path and a new message in
+// which that field alone is set (and the messages holding it present).
+func eachField[M proto.Message](root func() M, visit func(path string, m M)) {
+	var walk func(path string, d protoreflect.MessageDescriptor, set func(func(protoreflect.Message)) M, depth int)
+	walk = func(path string, d protoreflect.MessageDescriptor, set func(func(protoreflect.Message)) M, depth int) {
 		fields := d.Fields()
 		for i := 0; i < fields.Len(); i++ {
 			fd := fields.Get(i)
@@ -160,29 +159,39 @@ func TestEveryFieldIsDecodedOrDeclined(t *testing.T) {
 			if path != "" {
 				p = path + "." + p
 			}
-			b := set(func(m protoreflect.Message) { setLeaf(m, fd) })
-			ok := sameAsProtobuf(t, p, b)
-			listed := slices.Contains(decoded, canonical(p)) || inStruct(p)
-			seen = append(seen, canonical(p))
-			if ok != listed {
-				t.Errorf("%s: decoded by hand %v, listed %v", p, ok, listed)
-			}
+			visit(p, set(func(m protoreflect.Message) { setLeaf(m, fd) }))
 			if msg := message(fd); msg != nil && depth < 6 && !strings.HasPrefix(string(msg.FullName()), "google.protobuf.Any") {
-				walk(p, msg, func(leaf func(protoreflect.Message)) []byte {
+				walk(p, msg, func(leaf func(protoreflect.Message)) M {
 					return set(func(m protoreflect.Message) { leaf(child(m, fd)) })
 				}, depth+1)
 			}
 		}
 	}
-	walk("", (&extprocv3.ProcessingRequest{}).ProtoReflect().Descriptor(), func(leaf func(protoreflect.Message)) []byte {
-		m := &extprocv3.ProcessingRequest{}
+	walk("", root().ProtoReflect().Descriptor(), func(leaf func(protoreflect.Message)) M {
+		m := root()
 		leaf(m.ProtoReflect())
+		return m
+	}, 0)
+}
+
+// TestEveryFieldIsDecodedOrDeclined sets each field of ProcessingRequest,
+// down through every message it holds (google.protobuf.Struct's values
+// too), one at a time, and requires the hand decoder to decode it as
+// protobuf does when it is listed above, and to decline it otherwise.
+func TestEveryFieldIsDecodedOrDeclined(t *testing.T) {
+	var seen []string
+	eachField(func() *extprocv3.ProcessingRequest { return &extprocv3.ProcessingRequest{} }, func(p string, m *extprocv3.ProcessingRequest) {
 		b, err := proto.Marshal(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return b
-	}, 0)
+		ok := sameAsProtobuf(t, p, b)
+		listed := slices.Contains(decoded, canonical(p, alias)) || inStruct(p)
+		seen = append(seen, canonical(p, alias))
+		if ok != listed {
+			t.Errorf("%s: decoded by hand %v, listed %v", p, ok, listed)
+		}
+	})
 	for _, p := range decoded {
 		if !slices.Contains(seen, p) {
 			t.Errorf("%s is listed but ProcessingRequest has no such field", p)

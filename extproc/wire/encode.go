@@ -43,13 +43,13 @@ func Encode(b []byte, m *extprocv3.ProcessingResponse) ([]byte, bool) {
 	switch r := m.Response.(type) {
 	case nil:
 	case *extprocv3.ProcessingResponse_RequestHeaders:
-		b, ok = headersResponse(b, 1, r.RequestHeaders)
+		b, ok = holding(b, 1, r.RequestHeaders.GetResponse())
 	case *extprocv3.ProcessingResponse_ResponseHeaders:
-		b, ok = headersResponse(b, 2, r.ResponseHeaders)
+		b, ok = holding(b, 2, r.ResponseHeaders.GetResponse())
 	case *extprocv3.ProcessingResponse_RequestBody:
-		b, ok = bodyResponse(b, 3, r.RequestBody)
+		b, ok = holding(b, 3, r.RequestBody.GetResponse())
 	case *extprocv3.ProcessingResponse_ResponseBody:
-		b, ok = bodyResponse(b, 4, r.ResponseBody)
+		b, ok = holding(b, 4, r.ResponseBody.GetResponse())
 	case *extprocv3.ProcessingResponse_RequestTrailers:
 		b, ok = trailersResponse(b, 5, r.RequestTrailers)
 	case *extprocv3.ProcessingResponse_ResponseTrailers:
@@ -92,20 +92,13 @@ func end(b []byte, at int) []byte {
 	return b
 }
 
-func headersResponse(b []byte, num protowire.Number, r *extprocv3.HeadersResponse) ([]byte, bool) {
+// holding writes a headers or a body response: a message holding only
+// its common response, c (nil: none).
+func holding(b []byte, num protowire.Number, c *extprocv3.CommonResponse) ([]byte, bool) {
 	b, at := begin(b, num)
 	ok := true
-	if r.Response != nil {
-		b, ok = commonResponse(b, 1, r.Response)
-	}
-	return end(b, at), ok
-}
-
-func bodyResponse(b []byte, num protowire.Number, r *extprocv3.BodyResponse) ([]byte, bool) {
-	b, at := begin(b, num)
-	ok := true
-	if r.Response != nil {
-		b, ok = commonResponse(b, 1, r.Response)
+	if c != nil {
+		b, ok = commonResponse(b, 1, c)
 	}
 	return end(b, at), ok
 }
