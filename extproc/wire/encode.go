@@ -118,8 +118,8 @@ func commonResponse(b []byte, num protowire.Number, r *extprocv3.CommonResponse)
 	}
 	b, at := begin(b, num)
 	b = varintField(b, 1, uint64(r.Status))
-	ok := true
 	if r.HeaderMutation != nil {
+		var ok bool
 		if b, ok = headerMutation(b, 2, r.HeaderMutation); !ok {
 			return b, false
 		}
@@ -165,16 +165,15 @@ func headerMutation(b []byte, num protowire.Number, h *extprocv3.HeaderMutation)
 }
 
 func headerValueOption(b []byte, num protowire.Number, o *corev3.HeaderValueOption) ([]byte, bool) {
-	if o != nil && o.ProtoReflect().Has(headerAppend) {
-		return b, false
-	}
+	b, at := begin(b, num)
 	if o == nil {
 		// protobuf writes a nil element of a repeated message as an
 		// empty message.
-		b, at := begin(b, num)
 		return end(b, at), true
 	}
-	b, at := begin(b, num)
+	if o.ProtoReflect().Has(headerAppend) {
+		return b, false
+	}
 	var in int // where a message inside starts
 	if h := o.Header; h != nil {
 		if !utf8.ValidString(h.Key) || !utf8.ValidString(h.Value) {

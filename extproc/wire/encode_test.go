@@ -93,11 +93,7 @@ func TestEveryReplyFieldIsEncodedOrDeclined(t *testing.T) {
 			t.Errorf("%s: encoded by hand %v, listed %v", p, ok, listed)
 		}
 	})
-	for _, p := range encoded {
-		if !slices.Contains(seen, p) {
-			t.Errorf("%s is listed but ProcessingResponse has no such field", p)
-		}
-	}
+	requireFields(t, encoded, seen, "ProcessingResponse")
 }
 
 // replies are the processor's kinds of reply, as it builds them
