@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -209,8 +208,11 @@ func TestOwnEnvoyWithFragment(t *testing.T) {
 
 	// A frozen sidecar: Envoy's message timeout answers, in the vendor's
 	// error format, not with an empty body.
-	s.Sidecar.Signal(syscall.SIGSTOP)
-	defer s.Sidecar.Signal(syscall.SIGCONT)
+	thaw, err := s.Sidecar.Freeze(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer thaw()
 	resp, body = s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, ""))
 	if resp.StatusCode < 500 || !strings.Contains(string(body), `"type":"error"`) || !strings.Contains(string(body), `"error":{`) {
 		t.Errorf("frozen sidecar: %d %q; want a 5xx in the messages error format", resp.StatusCode, body)

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,6 +48,54 @@ func StartProcess(name, path string, args, env []string, logPath string) (*Proce
 
 // Signal sends sig to the process.
 func (p *Process) Signal(sig os.Signal) { p.Cmd.Process.Signal(sig) }
+
+// Freeze stops the process (SIGSTOP) and returns once every one of its
+// threads is stopped: kill(2) returns when the signal is queued, and on a
+// busy machine a thread already running can answer one more message before
+// the group stop reaches it. thaw continues the process.
+func (p *Process) Freeze(timeout time.Duration) (thaw func(), err error) {
+	if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("freeze %s: %w", p.Name, err)
+	}
+	thaw = func() { p.Cmd.Process.Signal(syscall.SIGCONT) }
+	deadline := time.Now().Add(timeout)
+	for {
+		running, err := runningThreads(p.Cmd.Process.Pid)
+		if err == nil && running == 0 {
+			return thaw, nil
+		}
+		if time.Now().After(deadline) {
+			thaw()
+			return nil, fmt.Errorf("freeze %s: %d thread(s) still running after %s (%v)", p.Name, running, timeout, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runningThreads counts the threads of pid not in a stopped state (T or t
+// in /proc/pid/task/*/stat, the field after the command's closing paren).
+func runningThreads(pid int) (int, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	running := 0
+	for _, t := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "stat"))
+		if err != nil {
+			continue // the thread exited
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return 0, fmt.Errorf("%s/%s/stat: %q", dir, t.Name(), b)
+		}
+		if st := b[i+2]; st != 'T' && st != 't' {
+			running++
+		}
+	}
+	return running, nil
+}
 
 // Done is closed when the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
