@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/modelgateway/gateway/test/launch"
 )
 
 // clockTick is the unit of utime and stime in /proc/PID/stat (USER_HZ), 100
@@ -33,14 +35,7 @@ func cpuTime(pid int) time.Duration {
 // statFields are the fields of /proc/PID/stat after the command name
 // (field 3, the state, first); nil if the process is gone.
 func statFields(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	// The command name (field 2) may hold spaces; fields are counted
-	// from the closing parenthesis.
-	s := string(b)
-	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return launch.StatFields(fmt.Sprintf("/proc/%d/stat", pid))
 }
 
 // switches is how many times a process's threads have been switched off

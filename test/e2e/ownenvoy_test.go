@@ -208,11 +208,7 @@ func TestOwnEnvoyWithFragment(t *testing.T) {
 
 	// A frozen sidecar: Envoy's message timeout answers, in the vendor's
 	// error format, not with an empty body.
-	thaw, err := s.Sidecar.Freeze(10 * time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer thaw()
+	launchtest.Freeze(t, s.Sidecar)
 	resp, body = s.Do("POST", alphaPath, messagesHeaders(acct.Key), messagesBody(false, ""))
 	if resp.StatusCode < 500 || !strings.Contains(string(body), `"type":"error"`) || !strings.Contains(string(body), `"error":{`) {
 		t.Errorf("frozen sidecar: %d %q; want a 5xx in the messages error format", resp.StatusCode, body)

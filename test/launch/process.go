@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,52 +49,43 @@ func StartProcess(name, path string, args, env []string, logPath string) (*Proce
 // Signal sends sig to the process.
 func (p *Process) Signal(sig os.Signal) { p.Cmd.Process.Signal(sig) }
 
-// Freeze stops the process (SIGSTOP) and returns once every one of its
-// threads is stopped: kill(2) returns when the signal is queued, and on a
-// busy machine a thread already running can answer one more message before
-// the group stop reaches it. thaw continues the process.
-func (p *Process) Freeze(timeout time.Duration) (thaw func(), err error) {
-	if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		return nil, fmt.Errorf("freeze %s: %w", p.Name, err)
-	}
-	thaw = func() { p.Cmd.Process.Signal(syscall.SIGCONT) }
-	deadline := time.Now().Add(timeout)
-	for {
-		running, err := runningThreads(p.Cmd.Process.Pid)
-		if err == nil && running == 0 {
-			return thaw, nil
-		}
-		if time.Now().After(deadline) {
-			thaw()
-			return nil, fmt.Errorf("freeze %s: %d thread(s) still running after %s (%v)", p.Name, running, timeout, err)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// runningThreads counts the threads of pid not in a stopped state (T or t
-// in /proc/pid/task/*/stat, the field after the command's closing paren).
-func runningThreads(pid int) (int, error) {
-	dir := fmt.Sprintf("/proc/%d/task", pid)
+// RunningThreads counts the process's threads that are not stopped (state
+// T or t in /proc/PID/task/TID/stat): after SIGSTOP, none once the group
+// stop has reached every thread.
+func (p *Process) RunningThreads() (int, error) {
+	dir := fmt.Sprintf("/proc/%d/task", p.Cmd.Process.Pid)
 	tasks, err := os.ReadDir(dir)
 	if err != nil {
 		return 0, err
 	}
 	running := 0
 	for _, t := range tasks {
-		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "stat"))
-		if err != nil {
+		f := StatFields(filepath.Join(dir, t.Name(), "stat"))
+		if f == nil {
 			continue // the thread exited
 		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 >= len(b) {
-			return 0, fmt.Errorf("%s/%s/stat: %q", dir, t.Name(), b)
-		}
-		if st := b[i+2]; st != 'T' && st != 't' {
+		if f[0] != "T" && f[0] != "t" {
 			running++
 		}
 	}
 	return running, nil
+}
+
+// StatFields are the fields of a /proc stat file (a process's or a
+// thread's) after the command name, the state first; nil if it cannot be
+// read. The command name may hold spaces, so fields are counted from its
+// closing parenthesis.
+func StatFields(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) == 0 {
+		return nil
+	}
+	return f
 }
 
 // Done is closed when the process has exited.

@@ -5,11 +5,15 @@ package launchtest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/test/launch"
 )
@@ -118,4 +122,18 @@ func skipShort(tb testing.TB) {
 	if testing.Short() {
 		tb.Skip("starts real processes (Envoy, redis-server): skipped by -short (make unit)")
 	}
+}
+
+// Freeze stops p (SIGSTOP) and returns once every one of its threads is
+// stopped: kill(2) returns when the signal is queued, and on a busy machine
+// a thread already running can answer one more message before the group
+// stop reaches it. p is continued when the test ends.
+func Freeze(tb testing.TB, p *launch.Process) {
+	tb.Helper()
+	p.Signal(syscall.SIGSTOP)
+	tb.Cleanup(func() { p.Signal(syscall.SIGCONT) })
+	eventually.That(tb, 10*time.Second, p.Name+" stopped", func() (bool, string) {
+		n, err := p.RunningThreads()
+		return err == nil && n == 0, fmt.Sprintf("%d thread(s) running (%v)", n, err)
+	})
 }
