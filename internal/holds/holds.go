@@ -272,19 +272,34 @@ func (r *Renewer) RenewOnce(ctx context.Context) {
 		return
 	}
 	stop := r.stopAt(started)
-	// Settled (by the request or the sweeper): nothing left to renew. A
-	// request admitted from a lease within the last interval may not have
-	// its hold recorded yet (internal/leases): it is kept one more round.
+	// Settled (by the request or the sweeper): nothing left to renew, and
+	// its service is not extended: a request still running whose hold
+	// a sweeper settled (this sidecar could not renew it in time: cut off,
+	// or its process stopped) is served no further than the lease it had,
+	// which has passed. A request admitted from a lease within the last
+	// interval may not have its hold recorded yet (internal/leases): it is
+	// kept one more round.
 	recent := started.Add(-r.Interval()).UnixNano()
+	var ended map[*Open]bool
 	r.mu.Lock()
 	for _, id := range gone {
-		if o := r.open[id]; o != nil && o.leased.Load() && o.since > recent {
+		o := r.open[id]
+		if o != nil && o.leased.Load() && o.since > recent {
 			continue
 		}
 		delete(r.open, id)
+		if o != nil {
+			if ended == nil {
+				ended = make(map[*Open]bool, len(gone))
+			}
+			ended[o] = true
+		}
 	}
 	r.mu.Unlock()
 	for i, o := range batch {
+		if ended[o] {
+			continue
+		}
 		if rs[i].Checkpoint != nil {
 			o.sent = rs[i].Checkpoint
 		}

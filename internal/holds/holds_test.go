@@ -226,3 +226,34 @@ func TestLeaseLostAndQuietSweeper(t *testing.T) {
 		t.Fatalf("swept %d a lease after the outage, want 1", n)
 	}
 }
+
+// A request whose sidecar stopped renewing past its lease (its process
+// stopped, say) and whose hold a sweeper then settled is not served on
+// when the sidecar runs again: the renewal that finds the hold gone does
+// not extend the request's service, which ended with the lease it had.
+func TestSweptRequestNotExtended(t *testing.T) {
+	ctx := context.Background()
+	const lease = 6 * time.Second // margin 1s
+	g := newRig(t, lease)
+	c, st, acct, r, sw := g.c, g.st, g.acct, g.r, g.sw
+	if d, err := st.Admit(ctx, &account.Admission{RequestID: "req_1", AccountID: acct.ID, Hold: 1000}); err != nil || d.Outcome != account.Admitted {
+		t.Fatal(d, err)
+	}
+	o := r.Register(acct.ID, "req_1", c.Now())
+	c.Set(base.Add(2 * time.Second))
+	r.RenewOnce(ctx) // lease until 8s: serve until 7s
+	// Nothing renews until 9s; the hold's lease ends at 8s and another
+	// sidecar's sweeper settles it at 8.5s.
+	c.Set(base.Add(8500 * time.Millisecond))
+	if n := sw.SweepOnce(ctx); n != 1 {
+		t.Fatalf("swept %d, want 1", n)
+	}
+	c.Set(base.Add(9 * time.Second))
+	r.RenewOnce(ctx)
+	if !o.Expired(c.Now()) {
+		t.Fatal("the renewal that found the hold swept extended the request's service")
+	}
+	if r.Len() != 0 {
+		t.Fatalf("%d requests still renewed, want 0", r.Len())
+	}
+}
