@@ -61,18 +61,13 @@ type loadResult struct {
 // chat completions, without waiting for replies (at most limit in flight;
 // a send that finds them all busy waits, and the rate reached is logged).
 func openLoad(t *testing.T, stacks []*launch.Stack, key string, rate int, d time.Duration, limit int) *loadResult {
-	return openLoadTo(t, func(i int) *launch.Stack { return stacks[i%len(stacks)] }, key, rate, d, limit)
+	return openLoadWith(t, func(i int) *launch.Stack { return stacks[i%len(stacks)] }, key, rate, d, limit, nil)
 }
 
-// openLoadTo is openLoad sending request i through the stack pick(i).
-func openLoadTo(t *testing.T, pick func(i int) *launch.Stack, key string, rate int, d time.Duration, limit int) *loadResult {
-	t.Helper()
-	return openLoadWith(t, pick, key, rate, d, limit, nil)
-}
-
-// openLoadWith is openLoadTo where a request sent through a stack for
-// which excused returns true (asked when the request was sent) may fail:
-// it counts as failed without failing the test. excused may be nil.
+// openLoadWith is openLoad sending request i through the stack pick(i),
+// where a request sent through a stack for which excused returns true
+// (asked when the request was sent) may fail: it counts as failed without
+// failing the test. excused may be nil.
 func openLoadWith(t *testing.T, pick func(i int) *launch.Stack, key string, rate int, d time.Duration, limit int, excused func(*launch.Stack) bool) *loadResult {
 	t.Helper()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: limit, MaxConnsPerHost: limit}}
@@ -224,18 +219,7 @@ func partitionPastTheLease(t *testing.T, idle bool) {
 	// The load runs from before the partition until well after the heal,
 	// past the time A takes a new lease.
 	var avoidA atomic.Bool
-	pick := func(i int) *launch.Stack {
-		if i%2 == 0 && !avoidA.Load() {
-			return a
-		}
-		return b
-	}
-	var res *loadResult
-	loaded := make(chan struct{})
-	go func() {
-		defer close(loaded)
-		res = openLoadTo(t, pick, acct.Key, 60, 3*lease+8*time.Second, 64)
-	}()
+	loaded := loadBoth(t, a, b, acct.Key, 3*lease+8*time.Second, &avoidA, nil)
 	time.Sleep(2 * time.Second) // load before the partition: the schedule, not synchronisation
 	px.Hang()
 	avoidA.Store(idle)
@@ -247,25 +231,11 @@ func partitionPastTheLease(t *testing.T, idle bool) {
 	// lease dropped and forgotten meanwhile: the schedule.
 	time.Sleep(3 * a.Config.Limits.LeaseRenewInterval())
 	avoidA.Store(false)
-	<-loaded
+	res := loaded()
 	if t.Failed() {
 		return
 	}
-	eventually.True(t, 30*time.Second, "A's spool to be replayed", func() bool {
-		return sidecarMetric(t, a, "gateway_spool_depth") == 0
-	})
-	a.WaitSettled()
-	b.WaitSettled()
-	eventually.True(t, 30*time.Second, "the leases returned", func() bool { return b.Leased(acct.ID) == 0 })
-	waitNoHolds(t, b, acct.ID)
-	served := servedByVendors(t, a, b)
-	entries := checkBooks(t, b, acct.ID, initial, map[string]bool{})
-	ok := map[string]bool{}
-	for _, e := range entries {
-		if e.Status >= 200 && e.Status < 300 {
-			ok[e.RequestID] = true
-		}
-	}
+	_, ok, served := settledBooks(t, a, b, acct.ID, initial)
 	if len(ok) != served {
 		t.Errorf("%d requests served by the vendors (%d during the load, %d answered 200), %d in the ledger",
 			served, served-before, res.ok.Load(), len(ok))
@@ -331,19 +301,8 @@ func TestLeasesFreezePastTheLease(t *testing.T) {
 	// it stopped); none sent to A after that.
 	var avoidA, excuseA atomic.Bool
 	excuseA.Store(true)
-	pick := func(i int) *launch.Stack {
-		if i%2 == 0 && !avoidA.Load() {
-			return a
-		}
-		return b
-	}
-	var res *loadResult
-	loaded := make(chan struct{})
-	go func() {
-		defer close(loaded)
-		res = openLoadWith(t, pick, acct.Key, 60, 3*lease+6*time.Second, 64,
-			func(s *launch.Stack) bool { return s == a && excuseA.Load() })
-	}()
+	loaded := loadBoth(t, a, b, acct.Key, 3*lease+6*time.Second, &avoidA,
+		func(s *launch.Stack) bool { return s == a && excuseA.Load() })
 	time.Sleep(2 * time.Second) // load before the freeze: the schedule, not synchronisation
 	avoidA.Store(true)
 	launchtest.Freeze(t, a.Sidecar)
@@ -356,25 +315,13 @@ func TestLeasesFreezePastTheLease(t *testing.T) {
 	leased := sidecarMetric(t, a, "gateway_admissions_total", `path="lease"`)
 	excuseA.Store(false)
 	avoidA.Store(false)
-	<-loaded
+	res := loaded()
 	if t.Failed() {
 		return
 	}
-	eventually.True(t, 30*time.Second, "A's spool to be replayed", func() bool {
-		return sidecarMetric(t, a, "gateway_spool_depth") == 0
-	})
-	a.WaitSettled()
-	b.WaitSettled()
-	eventually.True(t, 30*time.Second, "the leases returned", func() bool { return b.Leased(acct.ID) == 0 })
-	waitNoHolds(t, b, acct.ID)
-	served := servedByVendors(t, a, b)
-	entries := checkBooks(t, b, acct.ID, initial, map[string]bool{})
-	ok := map[string]bool{}
+	entries, ok, served := settledBooks(t, a, b, acct.ID, initial)
 	swept, reconciled := 0, 0
 	for _, e := range entries {
-		if e.Status >= 200 && e.Status < 300 {
-			ok[e.RequestID] = true
-		}
 		if e.Interrupted {
 			swept++
 		}
@@ -393,5 +340,51 @@ func TestLeasesFreezePastTheLease(t *testing.T) {
 	}
 	if got := sidecarMetric(t, a, "gateway_admissions_total", `path="lease"`); got <= leased {
 		t.Errorf("A admitted nothing from a lease once continued (%v then, %v at the end)", leased, got)
+	}
+}
+
+// settledBooks waits until A's spool is replayed, both sidecars have
+// settled what they queued, the account's leases are returned and no hold
+// is left, then checks the books (checkBooks). It returns the ledger, the
+// requests it holds a 2xx entry of, and how many the vendors served.
+func settledBooks(t *testing.T, a, b *launch.Stack, acctID string, initial int64) (entries []ledger.Entry, ok map[string]bool, served int) {
+	t.Helper()
+	eventually.True(t, 30*time.Second, "A's spool to be replayed", func() bool {
+		return sidecarMetric(t, a, "gateway_spool_depth") == 0
+	})
+	a.WaitSettled()
+	b.WaitSettled()
+	eventually.True(t, 30*time.Second, "the leases returned", func() bool { return b.Leased(acctID) == 0 })
+	waitNoHolds(t, b, acctID)
+	entries = checkBooks(t, b, acctID, initial, map[string]bool{})
+	ok = map[string]bool{}
+	for _, e := range entries {
+		if e.Status >= 200 && e.Status < 300 {
+			ok[e.RequestID] = true
+		}
+	}
+	return entries, ok, servedByVendors(t, a, b)
+}
+
+// loadBoth runs openLoadWith in the background for d at 60 requests/s of
+// key, request i through a when i is even and avoidA is not set, else
+// through b; the function it returns waits for the load's end and returns
+// its result.
+func loadBoth(t *testing.T, a, b *launch.Stack, key string, d time.Duration, avoidA *atomic.Bool, excused func(*launch.Stack) bool) func() *loadResult {
+	pick := func(i int) *launch.Stack {
+		if i%2 == 0 && !avoidA.Load() {
+			return a
+		}
+		return b
+	}
+	var res *loadResult
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res = openLoadWith(t, pick, key, 60, d, 64, excused)
+	}()
+	return func() *loadResult {
+		<-done
+		return res
 	}
 }
