@@ -567,6 +567,11 @@ func TestFaultSidecarKilledMidStream(t *testing.T) {
 		n, _, _ := s.Store.OpenHolds(ctx, acct.ID)
 		return n == 0
 	})
+	// The sweeper counts a sweep once the store has applied it: the hold
+	// can be gone a moment before the count.
+	eventually.True(t, 10*time.Second, "the sweep to be counted", func() bool {
+		return sidecarMetric(t, s, "gateway_expired_holds_total") >= 1
+	})
 	if got := sidecarMetric(t, s, "gateway_expired_holds_total"); got != 1 {
 		t.Fatalf("gateway_expired_holds_total = %v, want 1", got)
 	}
