@@ -280,7 +280,7 @@ func (r *Renewer) RenewOnce(ctx context.Context) {
 	// interval may not have its hold recorded yet (internal/leases): it is
 	// kept one more round.
 	recent := started.Add(-r.Interval()).UnixNano()
-	var ended map[*Open]bool
+	ended := make(map[*Open]bool, len(gone))
 	r.mu.Lock()
 	for _, id := range gone {
 		o := r.open[id]
@@ -288,12 +288,7 @@ func (r *Renewer) RenewOnce(ctx context.Context) {
 			continue
 		}
 		delete(r.open, id)
-		if o != nil {
-			if ended == nil {
-				ended = make(map[*Open]bool, len(gone))
-			}
-			ended[o] = true
-		}
+		ended[o] = true // nil when forgotten meanwhile: in no batch
 	}
 	r.mu.Unlock()
 	for i, o := range batch {
