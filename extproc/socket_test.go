@@ -200,6 +200,10 @@ func TestSocketResponsesSettleOnceEach(t *testing.T) {
 		t.Errorf("the vendor received %d creates, want 2", n)
 	}
 	ctx := context.Background()
+	// The client reads a reply's last event before its call has settled
+	// (Sent, then Finish): wait for the calls to end, then for their
+	// settlements.
+	r.srv.Wait(ctx)
 	r.srv.Flush(ctx)
 	entries, _, err := r.st.Ledger(ctx, r.acct, "", 10)
 	if err != nil {
