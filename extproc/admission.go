@@ -120,15 +120,17 @@ func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, p
 }
 
 // admission is what the store is asked for the request: its hold, token
-// bound and the key's and its project's limits.
+// bound and the key's and its project's limits. It lives in the exchange
+// (reused, envoy.go): the admitters copy what they keep.
 func (x *exchange) admission() *account.Admission {
 	x.bounds = x.op.RequestBounds(x.price, x.req, x.body)
-	return &account.Admission{
+	x.adm = account.Admission{
 		RequestID: x.requestID, AccountID: x.key.AccountID, KeyID: x.key.ID,
 		Priced: x.price.Name, Requested: usage.RequestedModel(x.req.Model), Hold: x.bounds.Hold(x.price),
 		Tokens: x.bounds.Tokens(), Stream: x.req.Stream, StartedAt: x.started, KeyLimits: x.key.Limits,
 		Transport: x.transport, ProjectID: x.key.ProjectID, ProjectLimits: x.key.ProjectLimits,
 	}
+	return &x.adm
 }
 
 // decide asks the store, waiting for a concurrency slot if the key allows;

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -29,7 +30,8 @@ import (
 
 // Process handles one HTTP request's stream of processing messages.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
-	x := &exchange{s: s, extend: messageTimeout(stream.Send)}
+	x := exchanges.Get().(*exchange)
+	*x = exchange{s: s, extend: messageTimeout(stream.Send)}
 	s.active.Add(1)
 	defer s.active.Done()
 	s.metrics.inflight.Inc()
@@ -41,7 +43,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 		if r := recover(); r != nil {
 			s.log.Error("processor panic; stream ended", "stack", string(debug.Stack()))
 			err = status.Error(codes.Internal, "internal error")
+			return // not reused: its state is whatever the panic left
 		}
+		releaseExchange(x)
 	}()
 	// Whatever ends the stream, an admitted request is settled exactly once
 	// with what was observed.
@@ -66,6 +70,20 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 			return err
 		}
 	}
+}
+
+// exchanges keeps ended exchanges for the next streams: an exchange is a
+// kilobyte, allocated per request otherwise. Nothing outlives its stream
+// with a pointer into it (TestExchangeNotKeptPastItsStream): what the
+// settlement, the binds and the renewer carry on with is copied or
+// allocated apart.
+var exchanges = sync.Pool{New: func() any { return new(exchange) }}
+
+// releaseExchange gives an ended exchange back, holding nothing of its
+// request (a test poisons it instead).
+var releaseExchange = func(x *exchange) {
+	*x = exchange{}
+	exchanges.Put(x)
 }
 
 // messageTimeout extends Envoy's message timeout by a message sent with

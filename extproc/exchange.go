@@ -83,6 +83,7 @@ type intake struct {
 
 // holding is the request's hold, from its admission to its settlement.
 type holding struct {
+	adm      account.Admission // what the admitter was asked
 	admitted bool
 	settled  bool
 	// replyDone: the reply is complete as far as billing goes (its last

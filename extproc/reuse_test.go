@@ -1,0 +1,140 @@
+package extproc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/modelgateway/gateway/internal/account"
+	"github.com/modelgateway/gateway/internal/holds"
+	"github.com/modelgateway/gateway/internal/ledger"
+)
+
+// Ended exchanges are reused (envoy.go, exchanges): nothing may read one
+// after its stream ended. Every ended exchange is overwritten here with
+// another account's finished exchange instead of being reused: a
+// settlement, bind, renewal or trace still reading it would bill that
+// account's request, model or usage. The ledgers of a JSON request, a
+// stream checkpointed by the renewer and a Responses stream with its binds
+// (leases on) must equal those of the same requests with exchanges
+// released as shipped.
+func TestExchangeNotKeptPastItsStream(t *testing.T) {
+	plain := exchangeRun(t)
+
+	// The poison: a finished request of another account, another model.
+	other := newRigWith(t, "beta", rigAccount{})
+	poison := &exchange{s: other.srv}
+	for _, m := range jsonMessages(headers(":method", "POST", ":path", "/beta/v1/chat/completions", "authorization", "Bearer "+other.key,
+		"content-type", "application/json"), chatJSONBody, chatJSONReply) {
+		poison.step(context.Background(), m)
+	}
+	poison.finish()
+	if !poison.settled {
+		t.Fatal("the poison's request was not settled")
+	}
+	was := releaseExchange
+	t.Cleanup(func() { releaseExchange = was })
+	released := 0
+	releaseExchange = func(x *exchange) {
+		*x = *poison // never given back: whatever still holds x reads this
+		released++
+	}
+	poisoned := exchangeRun(t)
+	if released != 3 {
+		t.Fatalf("%d exchanges released, want 3", released)
+	}
+	if len(poisoned) != len(plain) {
+		t.Fatalf("%d ledger entries with exchanges poisoned after their stream, %d without", len(poisoned), len(plain))
+	}
+	for i := range plain {
+		if plain[i] != poisoned[i] {
+			t.Errorf("entry %d read an ended exchange:\n got %+v\nwant %+v", i, poisoned[i], plain[i])
+		}
+	}
+}
+
+// exchangeRun serves three requests over gRPC, leases on, and returns
+// their ledger entries, alpha's then beta's, without what differs from run
+// to run (ids, times, the account's and key's ids).
+func exchangeRun(t *testing.T) []account.Settlement {
+	ctx := t.Context()
+	alpha := newRigWith(t, "alpha", rigAccount{})
+	ren := holds.NewRenewer(alpha.st, slog.New(slog.DiscardHandler))
+	alpha.srv.holds = ren
+	alpha.leased(t)
+	beta := newRigWith(t, "beta", rigAccount{})
+	beta.srv.owners = beta.st
+	beta.leased(t)
+	ac, bc := serveGRPC(t, alpha.srv), serveGRPC(t, beta.srv)
+
+	stored, err := os.ReadFile("format/responses/testdata/stream.sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	responsesBody := []byte(`{"model":"gpt-4o-mini","max_output_tokens":256,"stream":true,"input":"Fix the failing test."}`)
+	json := jsonMessages(headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", alpha.key,
+		"content-type", "application/json", "anthropic-version", "2023-06-01"), messagesJSONBody, messagesJSONReply)
+	if err := sendAll(ctx, ac, json); err != nil {
+		t.Fatal(err)
+	}
+	if err := exchangeOver(ctx, ac, alpha.messages(reqBody), events, func() { ren.RenewOnce(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := exchangeOver(ctx, bc, beta.responses(responsesBody), bytes.SplitAfter(stored, []byte("\n\n")), nil); err != nil {
+		t.Fatal(err)
+	}
+	alpha.srv.Wait(ctx)
+	beta.srv.Wait(ctx)
+	alpha.srv.Flush(ctx)
+	beta.srv.Flush(ctx)
+	var out []account.Settlement
+	for _, r := range []*rig{alpha, beta} {
+		entries, _, err := r.st.Ledger(ctx, r.acct, "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			out = append(out, comparable(e))
+		}
+	}
+	if len(out) != 3 {
+		t.Fatalf("%d ledger entries for 3 requests", len(out))
+	}
+	return out
+}
+
+// comparable is e without what differs between two runs of the same
+// request.
+func comparable(e ledger.Entry) account.Settlement {
+	st := e.Settlement
+	st.RequestID, st.AccountID, st.KeyID, st.Lease.ID = "", "", "", ""
+	st.StartedAt, st.EndedAt = time.Time{}, time.Time{}
+	return st
+}
+
+// sendAll sends msgs over one stream, as Envoy would, and ends it.
+func sendAll(ctx context.Context, c extprocv3.ExternalProcessorClient, msgs []*extprocv3.ProcessingRequest) error {
+	s, err := c.Process(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if err := s.Send(m); err != nil {
+			return err
+		}
+		resp, err := s.Recv()
+		if err != nil {
+			return err
+		}
+		if ir := resp.GetImmediateResponse(); ir != nil {
+			return errors.New("refused: " + string(ir.GetBody()))
+		}
+	}
+	return closeStream(s)
+}
