@@ -32,7 +32,7 @@ func (b *chatAPI) route(r *http.Request) (endpoint, bool) {
 	switch {
 	case p == "/v1/chat/completions" && r.Method == http.MethodPost:
 		return b.chatCompletions, false
-	case p == "/v1/responses" && r.Method == http.MethodGet && strings.EqualFold(r.Header.Get("Upgrade"), "websocket"):
+	case p == "/v1/responses" && socketUpgrade(r):
 		if b.fake.chatCompletionsCtl.get().NoWebSocket {
 			return nil, false
 		}
@@ -411,4 +411,9 @@ func (b *chatAPI) model(w http.ResponseWriter, r *http.Request, body []byte, ctl
 		}
 	}
 	b.writeError(w, r, http.StatusNotFound, "The model '"+id+"' does not exist")
+}
+
+// socketUpgrade reports whether r opens a WebSocket.
+func socketUpgrade(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }

@@ -117,9 +117,14 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Body:    body,
 		At:      time.Now(),
 	})
-	if probe {
+	switch {
+	case probe:
 		s.count.probes.Add(1)
-	} else {
+	case socketUpgrade(r):
+		// A socket counts each response it serves (socket.go), not the
+		// upgrade that opened it.
+		defer s.count.enter()()
+	default:
 		s.count.requests.Add(1)
 		defer s.count.enter()()
 	}

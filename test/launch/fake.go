@@ -118,7 +118,8 @@ func (f *Fake) Requests() []Record {
 }
 
 // APIRequests returns how many API requests (probes aside) the fake
-// received, in both wire formats.
+// received, in both wire formats: HTTP requests, and each response a
+// socket asked for (not the upgrade that opened the socket).
 func (f *Fake) APIRequests() int {
 	f.T.Helper()
 	st := f.Stats()
