@@ -264,8 +264,9 @@ func partitionPastTheLease(t *testing.T, idle bool) {
 }
 
 // A sidecar (A) stopped (SIGSTOP, as a long pause of its process or its
-// machine stops it) for longer than the hold lease, with JSON replies and
-// streams in flight through it and leases on, while another (B) takes the
+// machine stops it) for longer than the hold lease, with JSON replies,
+// streams and a response on a WebSocket in flight through it and leases
+// on, while another (B) takes the
 // account's load; then continued, and taking load again. What A had in
 // flight when it stopped is swept by B at its last checkpoint and, once A
 // runs again and finds the holds' leases past, cut (the client has the
@@ -304,6 +305,12 @@ func TestLeasesFreezePastTheLease(t *testing.T) {
 	loaded := loadBoth(t, a, b, acct.Key, 3*lease+6*time.Second, &avoidA,
 		func(s *launch.Stack) bool { return s == a && excuseA.Load() })
 	time.Sleep(2 * time.Second) // load before the freeze: the schedule, not synchronisation
+	// A response on a socket through A, begun before A stops: the
+	// WebSocket transport's calls are swept and reconciled as HTTP's are.
+	ws := mustDialSocket(t, a, acct.Key, nil)
+	if ev := ws.startResponse(slowSocket); ev.Type != "response.created" {
+		t.Fatalf("the socket's response began with %s", ev.raw)
+	}
 	avoidA.Store(true)
 	launchtest.Freeze(t, a.Sidecar)
 	stopped := time.Now()
@@ -315,12 +322,17 @@ func TestLeasesFreezePastTheLease(t *testing.T) {
 	leased := sidecarMetric(t, a, "gateway_admissions_total", `path="lease"`)
 	excuseA.Store(false)
 	avoidA.Store(false)
+	// Completed, or cut when A found its hold swept: either way billed.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	sockEvs, sockErr := ws.toTerminal(ctx)
+	cancel()
 	res := loaded()
 	if t.Failed() {
 		return
 	}
 	entries, ok, served := settledBooks(t, a, b, acct.ID, initial)
 	swept, reconciled := 0, 0
+	var sockSwept, sockReconciled bool
 	for _, e := range entries {
 		if e.Interrupted {
 			swept++
@@ -328,6 +340,18 @@ func TestLeasesFreezePastTheLease(t *testing.T) {
 		if e.Reconciled {
 			reconciled++
 		}
+		if e.Transport == "websocket" {
+			sockSwept = sockSwept || e.Interrupted
+			sockReconciled = sockReconciled || e.Reconciled
+		}
+	}
+	last := "none"
+	if len(sockEvs) > 0 {
+		last = sockEvs[len(sockEvs)-1].Type
+	}
+	t.Logf("the socket's response: %d more events, the last %s (%v)", len(sockEvs), last, sockErr)
+	if !sockSwept || !sockReconciled {
+		t.Errorf("the socket's response in flight through A: swept %v, reconciled %v; want both", sockSwept, sockReconciled)
 	}
 	t.Logf("%d requests sent, %d served to the client, %d failed (through A, in flight when it stopped); %d swept, %d reconciled with their sweep",
 		res.sent.Load(), res.ok.Load(), res.failed.Load(), swept, reconciled)

@@ -83,11 +83,22 @@ func (w *wsConn) create(body string) []wsEvent {
 	if err := w.c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
 		w.t.Fatalf("write: %v", err)
 	}
+	evs, err := w.toTerminal(ctx)
+	if err != nil {
+		w.t.Fatalf("read after %d events: %v", len(evs), err)
+	}
+	return evs
+}
+
+// toTerminal reads the events of a response up to its terminal one (or an
+// error event), or until the socket fails.
+func (w *wsConn) toTerminal(ctx context.Context) ([]wsEvent, error) {
+	w.t.Helper()
 	var evs []wsEvent
 	for {
 		_, data, err := w.c.Read(ctx)
 		if err != nil {
-			w.t.Fatalf("read after %d events: %v", len(evs), err)
+			return evs, err
 		}
 		var ev wsEvent
 		mustJSON(w.t, data, &ev)
@@ -95,7 +106,7 @@ func (w *wsConn) create(body string) []wsEvent {
 		evs = append(evs, ev)
 		switch ev.Type {
 		case "response.completed", "response.incomplete", "response.failed", "error":
-			return evs
+			return evs, nil
 		}
 	}
 }
