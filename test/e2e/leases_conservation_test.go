@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
@@ -176,7 +179,9 @@ func TestLeasesConserveUnderLoad(t *testing.T) {
 // ledger once (a request A served during the partition reconciled with
 // its sweep where B's sweeper came first), and the balance and the
 // counters agree with the ledger. Either A's share of the load goes on
-// during the partition (refused there), or it goes to B while A is cut
+// during the partition (refused there), with a response on a WebSocket
+// through A that its lease admits as it does A's HTTP requests, or it
+// goes to B while A is cut
 // off and comes back three renewal intervals after the heal (A's lease
 // forgotten while idle, a new one taken). In the second case the key is in
 // a project with limits its leases hold shares of (money, seats, tokens,
@@ -224,6 +229,32 @@ func partitionPastTheLease(t *testing.T, idle bool) {
 	px.Hang()
 	avoidA.Store(idle)
 	cut := time.Now()
+	// A response on a WebSocket through A while it is cut off: admitted
+	// from its lease, as A's HTTP requests are, and billed once the spool
+	// is replayed (settledBooks counts it among the vendors' requests).
+	sock := make(chan string, 1)
+	if !idle {
+		w := mustDialSocket(t, a, acct.Key, nil)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			create := fmt.Sprintf(`{"type":"response.create","model":%q,"max_output_tokens":256,"input":"While cut off?"}`, betaModel)
+			if err := w.c.Write(ctx, websocket.MessageText, []byte(create)); err != nil {
+				sock <- err.Error()
+				return
+			}
+			evs, err := w.toTerminal(ctx)
+			if err != nil || len(evs) == 0 {
+				sock <- fmt.Sprintf("%d events, %v", len(evs), err)
+				return
+			}
+			if last := evs[len(evs)-1]; last.Type != "response.completed" {
+				sock <- string(last.raw)
+				return
+			}
+			sock <- ""
+		}()
+	}
 	time.Sleep(2*lease - lease/6) // the partition's length, not synchronisation
 	px.Heal()
 	t.Logf("A partitioned from Redis for %v (hold lease %v)", time.Since(cut).Round(time.Millisecond), lease)
@@ -232,6 +263,11 @@ func partitionPastTheLease(t *testing.T, idle bool) {
 	time.Sleep(3 * a.Config.Limits.LeaseRenewInterval())
 	avoidA.Store(false)
 	res := loaded()
+	if !idle {
+		if got := <-sock; got != "" {
+			t.Errorf("a response on a socket through A while it was cut off: %s", got)
+		}
+	}
 	if t.Failed() {
 		return
 	}

@@ -91,9 +91,9 @@ func (w *wsConn) create(body string) []wsEvent {
 }
 
 // toTerminal reads the events of a response up to its terminal one (or an
-// error event), or until the socket fails.
+// error event), or until the socket fails. It may run on a goroutine of
+// its own.
 func (w *wsConn) toTerminal(ctx context.Context) ([]wsEvent, error) {
-	w.t.Helper()
 	var evs []wsEvent
 	for {
 		_, data, err := w.c.Read(ctx)
@@ -101,7 +101,9 @@ func (w *wsConn) toTerminal(ctx context.Context) ([]wsEvent, error) {
 			return evs, err
 		}
 		var ev wsEvent
-		mustJSON(w.t, data, &ev)
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return evs, fmt.Errorf("event %q: %w", data, err)
+		}
 		ev.raw = data
 		evs = append(evs, ev)
 		switch ev.Type {
