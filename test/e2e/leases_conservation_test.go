@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -313,16 +314,27 @@ func partitionPastTheLease(t *testing.T, idle bool) {
 // The freeze is shorter than Envoy's message timeout (5 s), so that Envoy
 // waits for A rather than failing its requests itself.
 // GATEWAY_TEST_FREEZE_LEASE_MS sets the hold lease (default 2000; the
-// freeze lasts about twice as long).
+// freeze lasts about twice as long). Once with one vendor key per
+// upstream, once with a pool of three.
 func TestLeasesFreezePastTheLease(t *testing.T) {
+	for _, pool := range []int{0, 3} {
+		name := "one-key"
+		if pool > 0 {
+			name = "pool"
+		}
+		t.Run(name, func(t *testing.T) { freezePastTheLease(t, pool) })
+	}
+}
+
+func freezePastTheLease(t *testing.T, pool int) {
 	rs := redistest.NewServer(t)
 	lease := time.Duration(envOr(t, "GATEWAY_TEST_FREEZE_LEASE_MS", 2000)) * time.Millisecond
 	configure := func(c *config.Config) {
 		c.Limits.Leases = "on"
 		c.Limits.HoldLease = config.Duration(lease)
 	}
-	a := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: configure})
-	b := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: configure})
+	a := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: configure, Pool: pool})
+	b := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: configure, Pool: pool})
 	// Replies that take a while, so that some are in flight at A when it
 	// stops: a JSON reply after 200 ms, a stream's ten events 40 ms apart.
 	for _, s := range []*launch.Stack{a, b} {
@@ -369,7 +381,11 @@ func TestLeasesFreezePastTheLease(t *testing.T) {
 	entries, ok, served := settledBooks(t, a, b, acct.ID, initial)
 	swept, reconciled := 0, 0
 	var sockSwept, sockReconciled bool
+	vendorKeys := map[string]bool{}
 	for _, e := range entries {
+		if e.VendorKey != "" {
+			vendorKeys[e.VendorKey] = true
+		}
 		if e.Interrupted {
 			swept++
 		}
@@ -386,6 +402,13 @@ func TestLeasesFreezePastTheLease(t *testing.T) {
 		last = sockEvs[len(sockEvs)-1].Type
 	}
 	t.Logf("the socket's response: %d more events, the last %s (%v)", len(sockEvs), last, sockErr)
+	if pool > 0 {
+		for k := range vendorKeys {
+			if !slices.Contains(launch.PoolKeys(pool), k) {
+				t.Errorf("a request served by vendor key %q, not one of the pool's %v", k, launch.PoolKeys(pool))
+			}
+		}
+	}
 	if !sockSwept || !sockReconciled {
 		t.Errorf("the socket's response in flight through A: swept %v, reconciled %v; want both", sockSwept, sockReconciled)
 	}
