@@ -152,7 +152,7 @@ MONEY_TESTS := ^(TestConservation|TestLimitsConservationTwoSidecars|TestKeyLimit
 # of test/..., the money suites with leases off and deploy's checks, one
 # after the other (their output is printed when the first ends).
 E2E_OTHERS = $$($(GO) list ./test/... | grep -v '/test/e2e$$')
-# The fixed-length load and fault drills of test/e2e (about 240 s), run in
+# The fixed-length load and fault drills of test/e2e (about 260 s), run in
 # the second process, so that the two take about as long.
 E2E_DRILLS := ^(TestLeasesPartitionPastTheLease|TestLeasesFreezePastTheLease|TestLeasesConserveUnderLoad|TestFailoverDrill|TestOps|TestFailoverOnErrors)
 e2e: build envoy redis postgres chromium clients

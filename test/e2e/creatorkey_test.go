@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/config"
+	"github.com/modelgateway/gateway/internal/pricing"
 	"github.com/modelgateway/gateway/internal/redistest"
 	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
@@ -134,7 +135,7 @@ func TestStoredResponseBehindANewPin(t *testing.T) {
 	rs := redistest.NewServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	t.Cleanup(func() { rdb.Close() })
-	a := newAccountIn(t, store.New(rdb, store.Options{}))
+	a := newAccountIn(t, store.New(rdb, store.Options{}), pricing.NanoUSD(100))
 
 	before := launchtest.Start(t, launch.Options{Pool: 3, RedisAddr: rs.Addr})
 	waitHealthRoute(t, before, "primary")

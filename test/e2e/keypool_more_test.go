@@ -225,11 +225,11 @@ func TestKeyPoolRidesOutOverload(t *testing.T) {
 	assertCredentials(t, s, alphaSecrets())
 }
 
-// newAccountIn creates an account with a model key in st, before any
+// newAccountIn creates an account of balance (nano-USD) with a model key in st, before any
 // gateway runs: its id is then known to the configuration.
-func newAccountIn(t *testing.T, st *store.Store) launch.Account {
+func newAccountIn(t *testing.T, st *store.Store, balance int64) launch.Account {
 	t.Helper()
-	a, err := st.CreateAccount(t.Context(), "pinned", pricing.NanoUSD(100), noLimits)
+	a, err := st.CreateAccount(t.Context(), "pinned", balance, noLimits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func startPinned(t *testing.T, upstream string, configure func(*config.Config)) 
 	rs := redistest.NewServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	t.Cleanup(func() { rdb.Close() })
-	a := newAccountIn(t, store.New(rdb, store.Options{}))
+	a := newAccountIn(t, store.New(rdb, store.Options{}), pricing.NanoUSD(100))
 	s := launchtest.Start(t, launch.Options{Pool: 3, RedisAddr: rs.Addr, Configure: func(c *config.Config) {
 		for i := range c.Upstreams {
 			if u := &c.Upstreams[i]; u.Name == upstream {

@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/config"
 	"github.com/modelgateway/gateway/internal/eventually"
 	"github.com/modelgateway/gateway/internal/ledger"
 	"github.com/modelgateway/gateway/internal/redistest"
+	"github.com/modelgateway/gateway/internal/store"
 	"github.com/modelgateway/gateway/test/launch"
 	"github.com/modelgateway/gateway/test/launch/launchtest"
 )
@@ -315,23 +317,42 @@ func partitionPastTheLease(t *testing.T, idle bool) {
 // waits for A rather than failing its requests itself.
 // GATEWAY_TEST_FREEZE_LEASE_MS sets the hold lease (default 2000; the
 // freeze lasts about twice as long). Once with one vendor key per
-// upstream, once with a pool of three.
+// upstream, once with a pool of three, once with the account pinned to
+// a key of the pool (k3 of each upstream).
 func TestLeasesFreezePastTheLease(t *testing.T) {
-	for _, pool := range []int{0, 3} {
-		name := "one-key"
-		if pool > 0 {
-			name = "pool"
-		}
-		t.Run(name, func(t *testing.T) { freezePastTheLease(t, pool) })
+	for _, keys := range []string{"one-key", "pool", "pinned"} {
+		t.Run(keys, func(t *testing.T) { freezePastTheLease(t, keys) })
 	}
 }
 
-func freezePastTheLease(t *testing.T, pool int) {
+func freezePastTheLease(t *testing.T, keys string) {
 	rs := redistest.NewServer(t)
 	lease := time.Duration(envOr(t, "GATEWAY_TEST_FREEZE_LEASE_MS", 2000)) * time.Millisecond
+	const initial = 1_000_000_000_000
+	var acct launch.Account
+	if keys == "pinned" {
+		// A pin names an account, which must exist before the config.
+		rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+		acct = newAccountIn(t, store.New(rdb, store.Options{}), initial)
+		rdb.Close()
+	}
 	configure := func(c *config.Config) {
 		c.Limits.Leases = "on"
 		c.Limits.HoldLease = config.Duration(lease)
+		if keys != "pinned" {
+			return
+		}
+		for i := range c.Upstreams {
+			for j := range c.Upstreams[i].VendorKeys {
+				if k := &c.Upstreams[i].VendorKeys[j]; k.Name == "k3" {
+					k.Accounts = []string{acct.ID}
+				}
+			}
+		}
+	}
+	pool := 0
+	if keys != "one-key" {
+		pool = 3
 	}
 	a := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: configure, Pool: pool})
 	b := launchtest.Start(t, launch.Options{RedisAddr: rs.Addr, Configure: configure, Pool: pool})
@@ -340,8 +361,9 @@ func freezePastTheLease(t *testing.T, pool int) {
 	for _, s := range []*launch.Stack{a, b} {
 		s.Primary.Control(map[string]any{"latency_ms": 200, "event_delay_ms": 40, "reply_words": 10})
 	}
-	const initial = 1_000_000_000_000
-	acct := b.NewAccount(1000, noLimits)
+	if keys != "pinned" {
+		acct = b.NewAccount(1000, noLimits)
+	}
 	sendUntilLeased(t, a, acct.Key)
 	sendUntilLeased(t, b, acct.Key)
 	before := servedByVendors(t, a, b)
@@ -402,11 +424,16 @@ func freezePastTheLease(t *testing.T, pool int) {
 		last = sockEvs[len(sockEvs)-1].Type
 	}
 	t.Logf("the socket's response: %d more events, the last %s (%v)", len(sockEvs), last, sockErr)
-	if pool > 0 {
+	switch keys {
+	case "pool":
 		for k := range vendorKeys {
 			if !slices.Contains(launch.PoolKeys(pool), k) {
 				t.Errorf("a request served by vendor key %q, not one of the pool's %v", k, launch.PoolKeys(pool))
 			}
+		}
+	case "pinned":
+		if len(vendorKeys) != 1 || !vendorKeys["k3"] {
+			t.Errorf("the pinned account's requests served by vendor keys %v; want k3 alone", vendorKeys)
 		}
 	}
 	if !sockSwept || !sockReconciled {
