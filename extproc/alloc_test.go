@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/modelgateway/gateway/extproc/wire"
 
@@ -144,20 +142,7 @@ func BenchmarkChatJSON(b *testing.B) {
 // Compare it across commits, not with the bench's figure.
 func BenchmarkMessagesJSONOverGRPC(b *testing.B) {
 	r := benchRig(b, "alpha")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	g := grpc.NewServer(grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))), grpc.ForceServerCodecV2(wire.NewCodec()))
-	extprocv3.RegisterExternalProcessorServer(g, r.srv)
-	go g.Serve(l)
-	b.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { conn.Close() })
-	c := extprocv3.NewExternalProcessorClient(conn)
+	c := serveGRPC(b, r.srv, grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))), grpc.ForceServerCodecV2(wire.NewCodec()))
 	msgs := jsonMessages(headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key,
 		"content-type", "application/json", "anthropic-version", "2023-06-01"), messagesJSONBody, messagesJSONReply)
 	ctx := context.Background()

@@ -117,22 +117,23 @@ func stackChild(t *testing.T) {
 	t.Log("every path ran under the limit")
 }
 
-// serveGRPC serves srv on a loopback port, with no stream workers: each
-// stream gets a fresh goroutine, whose stack starts small.
-func serveGRPC(t *testing.T, srv *Server) extprocv3.ExternalProcessorClient {
+// serveGRPC serves srv on a loopback port with the server options opts;
+// with none, with no stream workers: each stream gets a fresh goroutine,
+// whose stack starts small.
+func serveGRPC(tb testing.TB, srv *Server, opts ...grpc.ServerOption) extprocv3.ExternalProcessorClient {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(g, srv)
 	go g.Serve(l)
-	t.Cleanup(g.Stop)
+	tb.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	tb.Cleanup(func() { conn.Close() })
 	return extprocv3.NewExternalProcessorClient(conn)
 }
 
