@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -70,20 +69,6 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 			return err
 		}
 	}
-}
-
-// exchanges keeps ended exchanges for the next streams: an exchange is a
-// kilobyte, allocated per request otherwise. Nothing outlives its stream
-// with a pointer into it (TestExchangeNotKeptPastItsStream): what the
-// settlement, the binds and the renewer carry on with is copied or
-// allocated apart.
-var exchanges = sync.Pool{New: func() any { return new(exchange) }}
-
-// releaseExchange gives an ended exchange back, holding nothing of its
-// request (a test poisons it instead).
-var releaseExchange = func(x *exchange) {
-	*x = exchange{}
-	exchanges.Put(x)
 }
 
 // messageTimeout extends Envoy's message timeout by a message sent with

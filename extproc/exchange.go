@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"sync"
 	"time"
 
 	"github.com/modelgateway/gateway/extproc/format"
@@ -64,6 +65,20 @@ type exchange struct {
 	holding
 	replyState
 	vendorState
+}
+
+// exchanges keeps ended exchanges for the next streams: an exchange is a
+// kilobyte, allocated per request otherwise. Nothing outlives its stream
+// with a pointer into it (TestExchangeNotKeptPastItsStream): what the
+// settlement, the binds and the renewer carry on with is copied or
+// allocated apart.
+var exchanges = sync.Pool{New: func() any { return new(exchange) }}
+
+// releaseExchange gives an ended exchange back, holding nothing of its
+// request (a test poisons it instead).
+var releaseExchange = func(x *exchange) {
+	*x = exchange{}
+	exchanges.Put(x)
 }
 
 // intake is what the request is, as its headers and body said.
