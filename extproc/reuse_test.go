@@ -21,9 +21,9 @@ import (
 // another account's finished exchange instead of being reused: a
 // settlement, bind, renewal or trace still reading it would bill that
 // account's request, model or usage. The ledgers of a JSON request, a
-// stream checkpointed by the renewer and a Responses stream with its binds
-// (leases on) must equal those of the same requests with exchanges
-// released as shipped.
+// stream checkpointed by the renewer and a Responses stream (leases on)
+// must equal those of the same requests with exchanges released as
+// shipped, and the stream's response and items be bound to its account.
 func TestExchangeNotKeptPastItsStream(t *testing.T) {
 	plain := exchangeRun(t)
 
@@ -93,6 +93,17 @@ func exchangeRun(t *testing.T) []account.Settlement {
 	beta.srv.Wait(ctx)
 	alpha.srv.Flush(ctx)
 	beta.srv.Flush(ctx)
+	// The Responses stream's response and items are bound to its account.
+	ids := []string{"resp_s1", "rs_1", "ws_1", "fc_1", "msg_1"}
+	owners, _, err := beta.st.ResponseOwners(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range owners {
+		if o != beta.acct {
+			t.Errorf("%s bound to %q, want the stream's account %s", ids[i], o, beta.acct)
+		}
+	}
 	var out []account.Settlement
 	for _, r := range []*rig{alpha, beta} {
 		entries, _, err := r.st.Ledger(ctx, r.acct, "", 10)
