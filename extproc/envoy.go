@@ -24,12 +24,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/modelgateway/gateway/extproc/wire"
 	"github.com/modelgateway/gateway/internal/keypool"
 )
 
 // Process handles one HTTP request's stream of processing messages.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
-	x := exchanges.Get().(*exchange)
+	x, in := exchanges.Get().(*exchange), wire.NewMessage() // both kept for the next stream
 	*x = exchange{s: s, extend: messageTimeout(stream.Send)}
 	s.active.Add(1)
 	defer s.active.Done()
@@ -45,13 +46,14 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 			return // not reused: its state is whatever the panic left
 		}
 		releaseExchange(x)
+		releaseMessage(in) // after the exchange: its request's body is in it
 	}()
 	// Whatever ends the stream, an admitted request is settled exactly once
 	// with what was observed.
 	defer x.finish()
 	ctx := s.traceContext(stream.Context())
 	for {
-		req, err := stream.Recv()
+		req, err := in.Recv(stream)
 		if err != nil {
 			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
 				return nil

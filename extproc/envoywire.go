@@ -8,7 +8,13 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/modelgateway/gateway/extproc/wire"
 )
+
+// releaseMessage gives a stream's Message back after its exchange (a test
+// poisons it instead).
+var releaseMessage = (*wire.Message).Release
 
 // readHeaders picks the headers the processor reads. Only their values are
 // converted to strings: a request carries many more headers than these.

@@ -10,17 +10,22 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/modelgateway/gateway/extproc/wire"
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/ledger"
 )
 
-// Ended exchanges are reused (envoy.go, exchanges): nothing may read one
-// after its stream ended. Every ended exchange is overwritten here with
-// another account's finished exchange instead of being reused: a
-// settlement, bind, renewal or trace still reading it would bill that
-// account's request, model or usage. The ledgers of a JSON request, a
+// Ended exchanges and the Messages their streams were received into are
+// reused (envoy.go, exchanges; wire.Message): nothing may read one after
+// its stream ended. Every ended exchange is overwritten here with another
+// account's finished exchange instead of being reused, and every Message
+// has that account's request headers, body and response headers decoded
+// into it: a settlement, bind, renewal or trace still reading either would
+// bill that account's request, model or usage. The ledgers of a JSON request, a
 // stream checkpointed by the renewer and a Responses stream (leases on)
 // must equal those of the same requests with exchanges released as
 // shipped, and the stream's response and items be bound to its account.
@@ -30,24 +35,44 @@ func TestExchangeNotKeptPastItsStream(t *testing.T) {
 	// The poison: a finished request of another account, another model.
 	other := newRigWith(t, "beta", rigAccount{})
 	poison := &exchange{s: other.srv}
-	for _, m := range jsonMessages(headers(":method", "POST", ":path", "/beta/v1/chat/completions", "authorization", "Bearer "+other.key,
-		"content-type", "application/json"), chatJSONBody, chatJSONReply) {
+	poisonMsgs := jsonMessages(headers(":method", "POST", ":path", "/beta/v1/chat/completions", "authorization", "Bearer "+other.key,
+		"content-type", "application/json"), chatJSONBody, chatJSONReply)
+	for _, m := range poisonMsgs {
 		poison.step(context.Background(), m)
 	}
 	poison.finish()
 	if !poison.settled {
 		t.Fatal("the poison's request was not settled")
 	}
-	was := releaseExchange
-	t.Cleanup(func() { releaseExchange = was })
-	released := 0
+	was, wasMessage := releaseExchange, releaseMessage
+	t.Cleanup(func() { releaseExchange, releaseMessage = was, wasMessage })
+	released, releasedMessages := 0, 0
 	releaseExchange = func(x *exchange) {
 		*x = *poison // never given back: whatever still holds x reads this
 		released++
 	}
+	codec := wire.NewCodec()
+	releaseMessage = func(m *wire.Message) {
+		for _, p := range poisonMsgs[:3] { // request headers, body, response headers
+			b, err := proto.Marshal(p)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			m.Request.Reset() // as Recv does
+			if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, m); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		releasedMessages++
+	}
 	poisoned := exchangeRun(t)
-	if released != 3 {
-		t.Fatalf("%d exchanges released, want 3", released)
+	if released != 3 || releasedMessages != 3 {
+		t.Fatalf("%d exchanges and %d messages released, want 3 of each", released, releasedMessages)
+	}
+	if by, _ := codec.Decoded(); by != 9 {
+		t.Fatalf("%d poison messages decoded by hand, want 9", by)
 	}
 	if len(poisoned) != len(plain) {
 		t.Fatalf("%d ledger entries with exchanges poisoned after their stream, %d without", len(poisoned), len(plain))

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/modelgateway/gateway/extproc/wire"
 	"github.com/modelgateway/gateway/internal/holds"
 	"github.com/modelgateway/gateway/internal/leases"
 	"github.com/modelgateway/gateway/internal/redistest"
@@ -125,7 +126,8 @@ func serveGRPC(tb testing.TB, srv *Server, opts ...grpc.ServerOption) extprocv3.
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g := grpc.NewServer(opts...)
+	// The sidecar's codec, as it serves (cmd/gateway): opts may replace it.
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodecV2(wire.NewCodec())}, opts...)...)
 	extprocv3.RegisterExternalProcessorServer(g, srv)
 	go g.Serve(l)
 	tb.Cleanup(g.Stop)

@@ -20,6 +20,12 @@ import (
 // metadata_context (what Envoy sends when no metadata is forwarded),
 // attributes, observability_mode and protocol_config.
 func Decode(b []byte, m *extprocv3.ProcessingRequest) bool {
+	return decode(b, m, nil)
+}
+
+// decode is Decode into into's storage, or into storage of its own if
+// into is nil.
+func decode(b []byte, m *extprocv3.ProcessingRequest, into *Message) bool {
 	for len(b) > 0 {
 		num, typ, v, rest, ok := field(b)
 		if !ok {
@@ -41,7 +47,7 @@ func Decode(b []byte, m *extprocv3.ProcessingRequest) bool {
 			if m.Request != nil {
 				return false // protobuf merges or replaces; leave it to protobuf
 			}
-			if !request(num, v.bytes, m) {
+			if !request(num, v.bytes, m, into) {
 				return false
 			}
 		case 8:
@@ -110,24 +116,43 @@ func field(b []byte) (protowire.Number, protowire.Type, value, []byte, bool) {
 	return num, typ, v, b[n:], true
 }
 
-// request decodes the oneof's member num. What it sets when it declines
-// is reset by protobuf's decoding.
-func request(num protowire.Number, b []byte, m *extprocv3.ProcessingRequest) bool {
+// request decodes the oneof's member num, into into's storage where it
+// keeps one. What it sets when it declines is reset by protobuf's
+// decoding.
+func request(num protowire.Number, b []byte, m *extprocv3.ProcessingRequest, into *Message) bool {
 	switch num {
 	case 2:
-		h, ok := httpHeaders(b)
-		m.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
+		if into == nil {
+			h, ok := httpHeaders(b, nil)
+			m.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
+			return ok
+		}
+		h, ok := httpHeaders(b, &into.reqHeaders)
+		into.requestHeaders.RequestHeaders = h
+		m.Request = &into.requestHeaders
 		return ok
 	case 3:
-		h, ok := httpHeaders(b)
-		m.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
+		if into == nil {
+			h, ok := httpHeaders(b, nil)
+			m.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
+			return ok
+		}
+		h, ok := httpHeaders(b, &into.respHeaders)
+		into.responseHeaders.ResponseHeaders = h
+		m.Request = &into.responseHeaders
 		return ok
 	case 4:
-		body, ok := httpBody(b)
-		m.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: body}
+		if into == nil {
+			body, ok := httpBody(b, nil)
+			m.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: body}
+			return ok
+		}
+		body, ok := httpBody(b, &into.reqBody)
+		into.requestBody.RequestBody = body
+		m.Request = &into.requestBody
 		return ok
 	case 5:
-		body, ok := httpBody(b)
+		body, ok := httpBody(b, nil)
 		m.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: body}
 		return ok
 	case 6:
@@ -150,15 +175,19 @@ func httpTrailers(b []byte) (*extprocv3.HttpTrailers, bool) {
 			return nil, false
 		}
 		b = rest
-		if t.Trailers, ok = headerMap(v.bytes); !ok {
+		if t.Trailers, ok = headerMap(v.bytes, nil); !ok {
 			return nil, false
 		}
 	}
 	return t, true
 }
 
-func httpHeaders(b []byte) (*extprocv3.HttpHeaders, bool) {
+func httpHeaders(b []byte, into *headerStore) (*extprocv3.HttpHeaders, bool) {
 	h := &extprocv3.HttpHeaders{}
+	if into != nil {
+		h = &into.h
+		h.Reset()
+	}
 	for len(b) > 0 {
 		num, typ, v, rest, ok := field(b)
 		if !ok {
@@ -167,7 +196,7 @@ func httpHeaders(b []byte) (*extprocv3.HttpHeaders, bool) {
 		b = rest
 		switch {
 		case num == 1 && typ == protowire.BytesType && h.Headers == nil:
-			if h.Headers, ok = headerMap(v.bytes); !ok {
+			if h.Headers, ok = headerMap(v.bytes, into); !ok {
 				return nil, false
 			}
 		case num == 3 && typ == protowire.VarintType:
@@ -179,8 +208,12 @@ func httpHeaders(b []byte) (*extprocv3.HttpHeaders, bool) {
 	return h, true
 }
 
-func httpBody(b []byte) (*extprocv3.HttpBody, bool) {
+func httpBody(b []byte, into *bodyStore) (*extprocv3.HttpBody, bool) {
 	body := &extprocv3.HttpBody{}
+	if into != nil {
+		body = &into.b
+		body.Reset()
+	}
 	for len(b) > 0 {
 		num, typ, v, rest, ok := field(b)
 		if !ok {
@@ -191,7 +224,13 @@ func httpBody(b []byte) (*extprocv3.HttpBody, bool) {
 		case num == 1 && typ == protowire.BytesType:
 			// The last occurrence wins, as protobuf's; the message's
 			// buffer goes back to grpc's pool, so the body is copied.
-			body.Body = append([]byte(nil), v.bytes...)
+			switch {
+			case into == nil || len(v.bytes) == 0:
+				body.Body = append([]byte(nil), v.bytes...)
+			default:
+				into.data = append(into.data[:0], v.bytes...)
+				body.Body = into.data
+			}
 		case typ != protowire.VarintType:
 			return nil, false
 		case num == 2:
@@ -213,8 +252,10 @@ func httpBody(b []byte) (*extprocv3.HttpBody, bool) {
 // header and measures them, the second fills one array of headers, one
 // string holding every key and one byte slice holding every value, which
 // the headers share (each value capped at its own length, so that an
-// append to one copies it rather than overwrite its neighbour).
-func headerMap(b []byte) (*corev3.HeaderMap, bool) {
+// append to one copies it rather than overwrite its neighbour). The array
+// and the values are into's, when it is not nil; the keys' string is the
+// map's own, since readers keep header names.
+func headerMap(b []byte, into *headerStore) (*corev3.HeaderMap, bool) {
 	n, keyLen, rawLen := 0, 0, 0
 	for rest := b; len(rest) > 0; {
 		num, typ, v, next, ok := field(rest)
@@ -230,15 +271,13 @@ func headerMap(b []byte) (*corev3.HeaderMap, bool) {
 		keyLen += len(k)
 		rawLen += len(raw)
 	}
-	m := &corev3.HeaderMap{}
+	m, headers, ptrs, raws := into.take(n, rawLen)
 	if n == 0 {
 		return m, true
 	}
-	headers := make([]corev3.HeaderValue, n)
-	m.Headers = make([]*corev3.HeaderValue, n)
+	m.Headers = ptrs
 	var keys strings.Builder
 	keys.Grow(keyLen)
-	raws := make([]byte, 0, rawLen) // never grown: the values' slices stay in it
 	// Each key's end in the builder's string, known only once it is whole.
 	var endsBuf [32]int
 	ends := endsBuf[:0]
@@ -254,7 +293,7 @@ func headerMap(b []byte) (*corev3.HeaderMap, bool) {
 		}
 		if len(raw) > 0 {
 			at := len(raws)
-			raws = append(raws, raw...)
+			raws = append(raws, raw...) // never grown: the values' slices stay in it
 			h.RawValue = raws[at:len(raws):len(raws)]
 		}
 		m.Headers[i] = h
@@ -265,6 +304,28 @@ func headerMap(b []byte) (*corev3.HeaderMap, bool) {
 		at = end
 	}
 	return m, true
+}
+
+// take returns an empty header map, n empty headers and pointers for
+// them, and an empty slice with room for rawLen bytes of values: s's, or
+// new ones if s is nil.
+func (s *headerStore) take(n, rawLen int) (*corev3.HeaderMap, []corev3.HeaderValue, []*corev3.HeaderValue, []byte) {
+	if s == nil {
+		if n == 0 {
+			return &corev3.HeaderMap{}, nil, nil, nil
+		}
+		return &corev3.HeaderMap{}, make([]corev3.HeaderValue, n), make([]*corev3.HeaderValue, n), make([]byte, 0, rawLen)
+	}
+	s.m.Reset()
+	if cap(s.headers) < n {
+		s.headers, s.ptrs = make([]corev3.HeaderValue, n), make([]*corev3.HeaderValue, n)
+	}
+	headers := s.headers[:n]
+	clear(headers)
+	if cap(s.raws) < rawLen {
+		s.raws = make([]byte, 0, rawLen)
+	}
+	return &s.m, headers, s.ptrs[:n], s.raws[:0]
 }
 
 // headerFields reads a HeaderValue header has checked already.

@@ -57,14 +57,23 @@ func sameAsProtobuf(t *testing.T, what string, b []byte) bool {
 	if ok && !proto.Equal(got, want) {
 		t.Fatalf("%s: decoded\n%v\nprotobuf decodes\n%v", what, prototext.Format(got), prototext.Format(want))
 	}
-	// The codec, declining or not, gives protobuf's answer.
+	// The codec, declining or not, gives protobuf's answer, also into a
+	// Message that received every message before this one.
 	viaCodec := &extprocv3.ProcessingRequest{}
 	cerr := NewCodec().Unmarshal(split(b), viaCodec)
 	if (cerr == nil) != (werr == nil) || (cerr == nil && !proto.Equal(viaCodec, want)) {
 		t.Fatalf("%s: codec gave %v, %v; protobuf %v", what, prototext.Format(viaCodec), cerr, werr)
 	}
+	got2, rerr := reused.Recv(codecReceiver{NewCodec(), b})
+	if (rerr == nil) != (werr == nil) || (rerr == nil && !proto.Equal(got2, want)) {
+		t.Fatalf("%s: into a reused Message, codec gave %v, %v; protobuf %v", what, prototext.Format(got2), rerr, werr)
+	}
 	return ok
 }
+
+// reused receives every message sameAsProtobuf checks, one after the
+// other (the package's tests are not parallel).
+var reused = new(Message)
 
 // split is b as grpc may hand it over: in more than one buffer.
 func split(b []byte) mem.BufferSlice {

@@ -89,20 +89,26 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // Unmarshal decodes data into v; a ProcessingRequest by hand where Decode
-// can, else by protobuf.
+// can, else by protobuf. A Message's request is decoded into the
+// Message's storage.
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(*extprocv3.ProcessingRequest)
-	if !ok {
+	var m *extprocv3.ProcessingRequest
+	var into *Message
+	switch t := v.(type) {
+	case *Message:
+		m, into = &t.Request, t
+	case *extprocv3.ProcessingRequest:
+		m = t
+	default:
 		return c.proto.Unmarshal(data, v)
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
 	b := buf.ReadOnlyData()
-	if Decode(b, m) {
+	if decode(b, m, into) {
 		c.byHand.Add(1)
 		return nil
 	}
 	c.byProtobuf.Add(1)
 	return proto.Unmarshal(b, m) // which resets what Decode filled first
-
 }
