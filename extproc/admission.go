@@ -35,9 +35,9 @@ func (x *exchange) requestBody(ctx context.Context, body []byte) (*onward, *Refu
 	if x.path.Kind == operation.Counted {
 		return x.countedBody(ctx, body)
 	}
-	req, price, r := x.checkRequest(ctx, body)
+	r := x.checkRequest(ctx, body)
 	if r == nil {
-		r = x.admit(ctx, body, req, price)
+		r = x.admit(ctx, body)
 	}
 	if r != nil {
 		return nil, r
@@ -46,53 +46,55 @@ func (x *exchange) requestBody(ctx context.Context, body []byte) (*onward, *Refu
 }
 
 // checkRequest parses the request body and checks it against the model
-// and the key; a refusal is the answer to send. It returns before the
-// admission so that its frame is gone while the admission's round trip
-// runs, deepest on the stream's goroutine, whose stack (doubled past
-// 8 KB) every open stream keeps.
+// and the key; a refusal is the answer to send. The checked request and
+// its price are left in x.req and x.price, not returned: it returns before
+// the admission so that its frame is gone while the admission's round
+// trip runs, deepest on the stream's goroutine, whose stack (doubled past
+// 8 KB) every open stream keeps, and a request returned by value would
+// lie in its caller's frame under that round trip.
 //
 //go:noinline
-func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Request, *pricing.Model, *Refusal) {
-	var none format.Request
+func (x *exchange) checkRequest(ctx context.Context, body []byte) *Refusal {
 	req, err := x.op.Format.ParseRequest(body, x.contentType)
 	if err != nil {
 		var fe *format.Error
 		if errors.As(err, &fe) {
-			return none, nil, x.refuse(fe, 0)
+			return x.refuse(fe, 0)
 		}
-		return none, nil, x.reject(format.InvalidRequest, "malformed request body", 0)
+		return x.reject(format.InvalidRequest, "malformed request body", 0)
 	}
 	// The model name reaches Redis keys, the ledger and logs: bound it
 	// before anything else reads it.
 	if len(req.Model) > MaxModelBytes {
-		return none, nil, x.reject(format.InvalidRequest, "model: longer than "+strconv.Itoa(MaxModelBytes)+" bytes", 0)
+		return x.reject(format.InvalidRequest, "model: longer than "+strconv.Itoa(MaxModelBytes)+" bytes", 0)
 	}
 	if !usage.CleanName(req.Model) {
-		return none, nil, x.reject(format.InvalidRequest, "model: must be valid UTF-8 without control characters", 0)
+		return x.reject(format.InvalidRequest, "model: must be valid UTF-8 without control characters", 0)
 	}
 	price, ok := x.upstream.Prices.Lookup(req.Model)
 	if !ok {
-		return none, nil, x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on this gateway", 0)
+		return x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on this gateway", 0)
 	}
 	if !price.Serves(x.op.Modes, x.op.Path()) {
-		return none, nil, x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on "+x.op.Path()+" on this gateway", 0)
+		return x.reject(format.ModelNotFound, "model "+strconv.Quote(req.Model)+" is not available on "+x.op.Path()+" on this gateway", 0)
 	}
 	if req.Background && x.s.parking == nil {
-		return none, nil, x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
+		return x.reject(format.InvalidRequest, "background: background responses are not available through this gateway", 0)
 	}
 	if len(req.Refs) > 0 {
 		if r := x.checkOwner(ctx, req.Refs...); r != nil {
-			return none, nil, r
+			return r
 		}
 	}
 	if len(x.key.Models) > 0 && !allowed(x.key.Models, req.Model, string(price.Name)) {
-		return none, nil, x.reject(format.PermissionDenied, "this key may not use model "+strconv.Quote(req.Model), 0)
+		return x.reject(format.PermissionDenied, "this key may not use model "+strconv.Quote(req.Model), 0)
 	}
 	if req.HasMaxTokens && price.MaxOutput > 0 && req.MaxTokens > price.MaxOutput {
-		return none, nil, x.reject(format.InvalidRequest, "max_tokens: "+strconv.FormatInt(req.MaxTokens, 10)+
+		return x.reject(format.InvalidRequest, "max_tokens: "+strconv.FormatInt(req.MaxTokens, 10)+
 			" is more than the model's maximum output of "+strconv.FormatInt(price.MaxOutput, 10)+" tokens", 0)
 	}
-	return req, price, nil
+	x.req, x.price = req, price
+	return nil
 }
 
 // admit takes the request's hold and limits in one round trip to the
@@ -102,10 +104,10 @@ func (x *exchange) checkRequest(ctx context.Context, body []byte) (format.Reques
 // under the round trip, the deepest point of the stream's goroutine: the
 // goroutine keeps the stack that point needed for as long as its stream
 // is open (TestStreamStackStaysSmall).
-func (x *exchange) admit(ctx context.Context, body []byte, req format.Request, price *pricing.Model) *Refusal {
-	x.req, x.body, x.price = req, body, price
+func (x *exchange) admit(ctx context.Context, body []byte) *Refusal {
+	x.body = body
 	x.requestID = x.s.newRequestID()
-	x.s.attemptModels.put(x.envoyID, string(price.Name))
+	x.s.attemptModels.put(x.envoyID, string(x.price.Name))
 	ctx = x.startTrace(ctx)
 	adm := x.admission()
 	d, t0, err := x.decide(ctx, adm)

@@ -248,15 +248,14 @@ func (ln *line) Start(ctx context.Context) (c *call, r *Refusal, final bool) {
 // body to send the vendor.
 func (c *call) Admit(ctx context.Context, body []byte) (out []byte, r *Refusal) {
 	x := c.x
-	req, price, r := x.checkRequest(ctx, body)
-	if r != nil {
+	if r := x.checkRequest(ctx, body); r != nil {
 		return nil, r
 	}
-	if req.Background {
+	if x.req.Background {
 		return nil, c.ln.Refuse(format.InvalidRequest, "background: background responses are not supported over "+c.ln.transport+"; use POST "+c.ln.Sub, 0)
 	}
-	req.Stream = true // a line's replies are always events
-	if r := x.admit(ctx, body, req, price); r != nil {
+	x.req.Stream = true // a line's replies are always events
+	if r := x.admit(ctx, body); r != nil {
 		return nil, r
 	}
 	return x.sentBody(), nil
