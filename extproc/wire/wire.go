@@ -7,7 +7,9 @@
 // allocations for a metered request's four messages. This codec decodes
 // the messages Envoy sends, ProcessingRequest, by hand into the same
 // generated types, with one allocation per header map for its keys and one
-// for its values.
+// for its values; received into a Message, the request's headers and body
+// and the response's headers go into storage the Message keeps for the
+// next stream, and only the keys are allocated.
 //
 // The hand decoder reads only the fields it knows and declines the rest: a
 // message with any other field (one a later Envoy adds, metadata it was
