@@ -37,7 +37,7 @@ func (x *exchange) requestBody(ctx context.Context, body []byte) (*onward, *Refu
 	}
 	r := x.checkRequest(ctx, body)
 	if r == nil {
-		r = x.admit(ctx, body)
+		r = x.admit(ctx)
 	}
 	if r != nil {
 		return nil, r
@@ -46,8 +46,8 @@ func (x *exchange) requestBody(ctx context.Context, body []byte) (*onward, *Refu
 }
 
 // checkRequest parses the request body and checks it against the model
-// and the key; a refusal is the answer to send. The checked request and
-// its price are left in x.req and x.price, not returned: it returns before
+// and the key; a refusal is the answer to send. The checked request, its
+// body and price are left in x.req, x.body and x.price, not returned: it returns before
 // the admission so that its frame is gone while the admission's round
 // trip runs, deepest on the stream's goroutine, whose stack (doubled past
 // 8 KB) every open stream keeps, and a request returned by value would
@@ -93,19 +93,18 @@ func (x *exchange) checkRequest(ctx context.Context, body []byte) *Refusal {
 		return x.reject(format.InvalidRequest, "max_tokens: "+strconv.FormatInt(req.MaxTokens, 10)+
 			" is more than the model's maximum output of "+strconv.FormatInt(price.MaxOutput, 10)+" tokens", 0)
 	}
-	x.req, x.price = req, price
+	x.req, x.body, x.price = req, body, price
 	return nil
 }
 
 // admit takes the request's hold and limits in one round trip to the
 // store (waiting for a concurrency slot if the key allows), or refuses it;
-// nil: admitted.
+// nil: admitted. It admits the request checkRequest left in x.
 // Its steps are functions of their own so that only small frames lie
 // under the round trip, the deepest point of the stream's goroutine: the
 // goroutine keeps the stack that point needed for as long as its stream
 // is open (TestStreamStackStaysSmall).
-func (x *exchange) admit(ctx context.Context, body []byte) *Refusal {
-	x.body = body
+func (x *exchange) admit(ctx context.Context) *Refusal {
 	x.requestID = x.s.newRequestID()
 	x.s.attemptModels.put(x.envoyID, string(x.price.Name))
 	ctx = x.startTrace(ctx)

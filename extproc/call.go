@@ -255,7 +255,7 @@ func (c *call) Admit(ctx context.Context, body []byte) (out []byte, r *Refusal) 
 		return nil, c.ln.Refuse(format.InvalidRequest, "background: background responses are not supported over "+c.ln.transport+"; use POST "+c.ln.Sub, 0)
 	}
 	x.req.Stream = true // a line's replies are always events
-	if r := x.admit(ctx, body); r != nil {
+	if r := x.admit(ctx); r != nil {
 		return nil, r
 	}
 	return x.sentBody(), nil
