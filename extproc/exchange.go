@@ -105,6 +105,9 @@ type holding struct {
 	// chunk metered, or a status that is not charged); the request is
 	// settled once the answer to this message has been sent (afterSend).
 	replyDone bool
+	// expected: its settlement is counted as pending from the moment the
+	// reply is done, before the answer that ends it is sent (endReply).
+	expected bool
 	// checkpointAsked: a chunk found the renewer asking for a checkpoint;
 	// checkpointDue: it is taken in afterSend (reply.go says when).
 	checkpointAsked bool

@@ -148,7 +148,7 @@ func (s *Server) settleParked(p account.Parked, r usage.Report) {
 		st.Usage, st.Reported, st.Estimated = r.Usage, r.Model, r.Estimated
 		st.Cost = pricing.CostUplifted(st.Usage, pricing.Rates(st.Rates), st.Uplift)
 	}
-	s.settler.enqueue(st, 0, func(st *account.Settlement, res ledger.SettleResult, took time.Duration) {
+	s.settler.enqueue(st, 0, false, func(st *account.Settlement, res ledger.SettleResult, took time.Duration) {
 		if res.Err != nil {
 			s.metrics.storeErrors.WithLabelValues("settle").Inc()
 			s.log.Error("settling a background response failed", "request_id", st.RequestID, "account", st.AccountID, "err", res.Err)

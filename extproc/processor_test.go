@@ -259,7 +259,7 @@ func TestSettlementsBatch(t *testing.T) {
 	// The requests are made once the blocker's batch has been sent (its
 	// callback runs), so none of them joins it.
 	release, blocked := make(chan struct{}), make(chan struct{})
-	r.srv.settler.enqueue(account.Settlement{RequestID: "blocker", AccountID: r.acct}, 0, func(*account.Settlement, ledger.SettleResult, time.Duration) {
+	r.srv.settler.enqueue(account.Settlement{RequestID: "blocker", AccountID: r.acct}, 0, false, func(*account.Settlement, ledger.SettleResult, time.Duration) {
 		close(blocked)
 		<-release
 	})
@@ -290,7 +290,7 @@ func TestSettlementsBatch(t *testing.T) {
 func TestWaitSettled(t *testing.T) {
 	r := newRig(t)
 	release := make(chan struct{})
-	r.srv.settler.enqueue(account.Settlement{RequestID: "r1", AccountID: r.acct}, 0, func(*account.Settlement, ledger.SettleResult, time.Duration) { <-release })
+	r.srv.settler.enqueue(account.Settlement{RequestID: "r1", AccountID: r.acct}, 0, false, func(*account.Settlement, ledger.SettleResult, time.Duration) { <-release })
 	if err := r.srv.WaitSettled(context.Background(), "acct_other"); err != nil {
 		t.Fatalf("another account's read waited: %v", err)
 	}
@@ -305,6 +305,70 @@ func TestWaitSettled(t *testing.T) {
 	}
 	if n := r.srv.PendingSettlements(); n != 0 {
 		t.Fatalf("%d settlements still pending", n)
+	}
+}
+
+// A reply's settlement is pending from the answer to its last chunk, not
+// from the settlement queued after that answer is sent: a client that reads
+// its usage as soon as the chunk reaches it waits for the charge. A reply
+// whose stream ends before that answer is sent leaves no count behind.
+func TestSettlementPendingBeforeTheLastChunkIsReleased(t *testing.T) {
+	r := newRig(t)
+	ctx := context.WithValue(context.Background(), criticalKey{}, true)
+	for _, sent := range []bool{true, false} {
+		x := &exchange{s: r.srv}
+		x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key,
+				"content-type", "application/json", "content-length", strconv.Itoa(len(reqBody)), "anthropic-version", "2023-06-01"),
+		}})
+		x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true},
+		}})
+		x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{
+			ResponseHeaders: headers(":status", "200", "content-type", "text/event-stream", "x-gateway-endpoint", "primary"),
+		}})
+		for _, ev := range events[:len(events)-1] {
+			x.step(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+				ResponseBody: &extprocv3.HttpBody{Body: ev},
+			}})
+		}
+		if err := r.srv.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The last chunk's answer, not yet sent (Process sends it, then
+		// runs afterSend).
+		x.handle(ctx, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: events[len(events)-1], EndOfStream: true},
+		}})
+		if x.settled {
+			t.Fatal("settled before the last chunk's answer was sent")
+		}
+		if n := r.srv.PendingSettlements(); n != 1 {
+			t.Fatalf("%d settlements pending once the last chunk's answer is ready, want 1", n)
+		}
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		err := r.srv.WaitSettled(short, r.acct)
+		cancel()
+		if err == nil {
+			t.Fatal("a usage read returned before the released reply was settled")
+		}
+		if sent {
+			x.afterSend(ctx)
+		}
+		x.finish() // a stream that ended before the answer was sent settles here
+		if err := r.srv.WaitSettled(ctx, r.acct); err != nil {
+			t.Fatal(err)
+		}
+		if n := r.srv.PendingSettlements(); n != 0 {
+			t.Fatalf("%d settlements pending after the reply settled (answer sent: %v)", n, sent)
+		}
+	}
+	rep, err := r.st.Usage(ctx, r.acct, ledger.Total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Totals.Requests != 2 || rep.Totals.Usage.Output != 4 {
+		t.Fatalf("usage %+v, want 2 requests of 2 output tokens", rep.Totals)
 	}
 }
 
@@ -642,7 +706,7 @@ func (x *exchange) step(ctx context.Context, req *extprocv3.ProcessingRequest) *
 func TestSettlementsBeyondOneBatch(t *testing.T) {
 	r := newRig(t)
 	release, blocked := make(chan struct{}), make(chan struct{})
-	r.srv.settler.enqueue(account.Settlement{RequestID: "blocker", AccountID: r.acct}, 0, func(*account.Settlement, ledger.SettleResult, time.Duration) {
+	r.srv.settler.enqueue(account.Settlement{RequestID: "blocker", AccountID: r.acct}, 0, false, func(*account.Settlement, ledger.SettleResult, time.Duration) {
 		close(blocked)
 		<-release
 	})
@@ -650,7 +714,7 @@ func TestSettlementsBeyondOneBatch(t *testing.T) {
 	const n = 3*maxBatch + 7
 	var done [n]atomic.Int32
 	for i := range n {
-		r.srv.settler.enqueue(account.Settlement{RequestID: "r" + strconv.Itoa(i), AccountID: r.acct}, 0, func(*account.Settlement, ledger.SettleResult, time.Duration) {
+		r.srv.settler.enqueue(account.Settlement{RequestID: "r" + strconv.Itoa(i), AccountID: r.acct}, 0, false, func(*account.Settlement, ledger.SettleResult, time.Duration) {
 			done[i].Add(1)
 		})
 	}
@@ -678,7 +742,7 @@ func TestSettlementsUnderBursts(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				k := w*each + i
-				r.srv.settler.enqueue(account.Settlement{RequestID: "b" + strconv.Itoa(k), AccountID: r.acct}, 0, func(*account.Settlement, ledger.SettleResult, time.Duration) {
+				r.srv.settler.enqueue(account.Settlement{RequestID: "b" + strconv.Itoa(k), AccountID: r.acct}, 0, false, func(*account.Settlement, ledger.SettleResult, time.Duration) {
 					done[k].Add(1)
 				})
 				if i%(50+w*37) == 0 {

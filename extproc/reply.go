@@ -21,7 +21,9 @@ func (x *exchange) replyHeaders(status int, endpoint, contentType string, end bo
 	if !x.startReply(contentType) && !x.scrub {
 		return false
 	}
-	x.replyDone = end
+	if end {
+		x.endReply()
+	}
 	return true
 }
 
@@ -29,7 +31,7 @@ func (x *exchange) replyHeaders(status int, endpoint, contentType string, end bo
 // on and reports true; any other ends the request at no charge.
 func (x *exchange) startReply(contentType string) bool {
 	if x.status < 200 || x.status > 299 {
-		x.replyDone = true
+		x.endReply()
 		x.scrub = vendorRefusal(x.status)
 		return false
 	}
@@ -39,6 +41,18 @@ func (x *exchange) startReply(contentType string) bool {
 	x.rewriter, _ = x.meter.(format.Rewriter)
 	x.open.Began(x.status, x.endpoint)
 	return true
+}
+
+// endReply marks the reply done, to be settled once the answer to this
+// message is sent (afterSend). Its settlement is pending from here, not
+// from then: a client that reads its usage (or the settlement metric) as
+// soon as the last chunk reaches it waits for it.
+func (x *exchange) endReply() {
+	x.replyDone = true
+	if x.admitted && !x.settled && !x.expected {
+		x.expected = true
+		x.s.settler.expect(x.key.AccountID)
+	}
 }
 
 // A replyHead is what a transport reports of how a reply began, with its
@@ -110,7 +124,7 @@ func (x *exchange) chunk(ctx context.Context, data []byte, end bool) (out []byte
 			x.bind(ctx, true)
 		}
 		if end {
-			x.replyDone = true
+			x.endReply()
 			if x.binding != nil {
 				<-x.binding // the last chunk waits for the bind (it has long landed)
 			}

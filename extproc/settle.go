@@ -45,6 +45,10 @@ func (x *exchange) finish() {
 	if x.admitted && !x.settled {
 		x.settle(false)
 	}
+	if x.expected { // settled otherwise (a parked read): no count is left behind
+		x.expected = false
+		x.s.settler.forgo(x.key.AccountID)
+	}
 	x.endTrace()
 }
 
@@ -66,10 +70,15 @@ func (x *exchange) settle(complete bool) {
 	if !x.admitted || x.settled {
 		return
 	}
+	expected := x.expected
+	x.expected = false
 	if x.req.Background && x.stored != nil && x.s.parking != nil && x.status >= 200 && x.status <= 299 && !x.req.NoStore {
 		// A background response that has not ended is settled when it
 		// does.
 		if id, final := x.stored.Response(); id != "" && !final && x.park(id, complete) {
+			if expected {
+				x.s.settler.forgo(x.key.AccountID)
+			}
 			return
 		}
 	}
@@ -95,7 +104,7 @@ func (x *exchange) settle(complete bool) {
 		// the lease.
 		record = l.Settled(st.Lease)
 	}
-	s.settler.enqueue(st, record, func(st *account.Settlement, r ledger.SettleResult, took time.Duration) {
+	s.settler.enqueue(st, record, expected, func(st *account.Settlement, r ledger.SettleResult, took time.Duration) {
 		traced(r)
 		s.metrics.settleSeconds.Observe(took.Seconds())
 		if err := r.Err; err != nil {

@@ -81,10 +81,50 @@ func newSettler(a Settler, timeout time.Duration, lines *slog.Logger, flushLog f
 	return s
 }
 
-// enqueue counts the settlement as pending, then queues it. It blocks only
-// when the queue is full. record is the outbox entry of the request's hold
-// record (0: none), which the settlement's own entry replaces.
-func (s *settler) enqueue(st account.Settlement, record int32, after func(st *account.Settlement, r ledger.SettleResult, took time.Duration)) {
+// expect counts a settlement of the account as pending before it is
+// queued: the answer that ends a reply is sent before the reply settles
+// (afterSend), and a usage read in between must wait for it too. The
+// settlement is then queued with expected set (enqueue takes the count
+// over), or the count is dropped (forgo).
+func (s *settler) expect(accountID string) {
+	s.mu.Lock()
+	s.count(accountID, 1)
+	s.mu.Unlock()
+}
+
+// forgo drops a count expect made for a settlement that is not queued (a
+// background response parked instead).
+func (s *settler) forgo(accountID string) {
+	s.mu.Lock()
+	s.count(accountID, -1)
+	s.mu.Unlock()
+}
+
+// count adds d to the pending counts of the account and of all accounts,
+// under s.mu; a count that drops to zero ends its waits.
+func (s *settler) count(accountID string, d int) {
+	for _, k := range [2]string{allKey, accountID} {
+		p := s.pending[k]
+		if p == nil {
+			if d < 0 {
+				continue
+			}
+			p = &pendingCount{done: make(chan struct{})}
+			s.pending[k] = p
+		}
+		p.n += d
+		if p.n <= 0 {
+			close(p.done)
+			delete(s.pending, k)
+		}
+	}
+}
+
+// enqueue counts the settlement as pending (unless expect has), then
+// queues it. It blocks only when the queue is full. record is the outbox
+// entry of the request's hold record (0: none), which the settlement's own
+// entry replaces.
+func (s *settler) enqueue(st account.Settlement, record int32, expected bool, after func(st *account.Settlement, r ledger.SettleResult, took time.Duration)) {
 	kept := record
 	if s.outbox != nil {
 		// Kept before it is queued: a settlement the queue has is in the
@@ -100,13 +140,8 @@ func (s *settler) enqueue(st account.Settlement, record int32, after func(st *ac
 		}
 	}
 	s.mu.Lock()
-	for _, k := range []string{allKey, st.AccountID} {
-		p := s.pending[k]
-		if p == nil {
-			p = &pendingCount{done: make(chan struct{})}
-			s.pending[k] = p
-		}
-		p.n++
+	if !expected {
+		s.count(st.AccountID, 1)
 	}
 	for len(s.queue) >= maxQueue {
 		s.room.Wait()
@@ -137,15 +172,7 @@ func (s *settler) completed(jobs []settleJob) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, j := range jobs {
-		for _, k := range []string{allKey, j.st.AccountID} {
-			if p := s.pending[k]; p != nil {
-				p.n--
-				if p.n <= 0 {
-					close(p.done)
-					delete(s.pending, k)
-				}
-			}
-		}
+		s.count(j.st.AccountID, -1)
 	}
 }
 

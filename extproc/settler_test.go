@@ -113,7 +113,7 @@ func TestSettlerWritesABatchsLinesOnce(t *testing.T) {
 	store := &batchCounter{}
 	s := newSettler(store, time.Second, slog.New(slog.DiscardHandler), func() { lines.Flush() })
 	for i := range n {
-		s.enqueue(account.Settlement{RequestID: fmt.Sprintf("req_%d", i), AccountID: "acct_1"}, 0,
+		s.enqueue(account.Settlement{RequestID: fmt.Sprintf("req_%d", i), AccountID: "acct_1"}, 0, false,
 			func(st *account.Settlement, _ ledger.SettleResult, _ time.Duration) {
 				fmt.Fprintf(lines, "%s\n", st.RequestID)
 			})
@@ -154,7 +154,7 @@ func TestAWaitCutsTheLingerShort(t *testing.T) {
 	close(store.release)
 	s := newSettler(store, time.Second, slog.New(slog.DiscardHandler), nil)
 	s.linger = time.Hour
-	s.enqueue(account.Settlement{RequestID: "req_1", AccountID: "acct_1"}, 0, func(*account.Settlement, ledger.SettleResult, time.Duration) {})
+	s.enqueue(account.Settlement{RequestID: "req_1", AccountID: "acct_1"}, 0, false, func(*account.Settlement, ledger.SettleResult, time.Duration) {})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := s.wait(ctx, "acct_1"); err != nil {
@@ -184,7 +184,7 @@ func TestSettlerKeepsQueuedSettlementsInTheOutbox(t *testing.T) {
 	if !ok {
 		t.Fatal("record not kept")
 	}
-	s.enqueue(want, record, func(*account.Settlement, ledger.SettleResult, time.Duration) {})
+	s.enqueue(want, record, false, func(*account.Settlement, ledger.SettleResult, time.Duration) {})
 	if box.Kept() != 1 {
 		t.Fatalf("%d kept once queued, want 1: the settlement, in place of the record", box.Kept())
 	}
@@ -238,7 +238,7 @@ func TestSettlerKeepsTheRecordWhenTheOutboxIsFull(t *testing.T) {
 	if !ok {
 		t.Fatal("record not kept")
 	}
-	s.enqueue(account.Settlement{RequestID: "req_1", AccountID: "acct_1", Status: 200, Lease: lease}, record,
+	s.enqueue(account.Settlement{RequestID: "req_1", AccountID: "acct_1", Status: 200, Lease: lease}, record, false,
 		func(*account.Settlement, ledger.SettleResult, time.Duration) {})
 	<-store.got
 	if box.Kept() != 1 || box.Refused() != 1 {
