@@ -92,12 +92,30 @@ func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest)
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return x.responseBody(ctx, req, r.ResponseBody)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+		return continueRequestTrailers
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+		return continueResponseTrailers
 	}
 	return nil
 }
+
+// The answers that change nothing, shared by every stream: an answer is
+// only read once it is returned (encoded by Send), never changed, and a
+// stream's chunk answered with one allocates nothing for it.
+var (
+	continueRequestTrailers = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+		RequestTrailers: &extprocv3.TrailersResponse{}}}
+	continueResponseTrailers = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+		ResponseTrailers: &extprocv3.TrailersResponse{}}}
+	continueResponseHeaders = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}}}}
+	// ignoreReply: the reply's body is not sent to the processor.
+	ignoreReply = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}}},
+		ModeOverride: &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE}}
+	continueResponseBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}}
+)
 
 // envoyRequestHeaders answers the request's headers: a refusal as an
 // immediate response, or the mutation and the processing mode of what the
@@ -167,13 +185,10 @@ func mode(body, reply filterv3.ProcessingMode_BodySendMode) *filterv3.Processing
 func (x *exchange) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	hv := readHeaders(h.GetHeaders())
 	code, _ := strconv.Atoi(hv.status)
-	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
-	}}
 	if !x.replyHeaders(code, hv.endpoint, hv.contentType, h.GetEndOfStream()) {
-		resp.ModeOverride = &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE}
+		return ignoreReply
 	}
-	return resp
+	return continueResponseHeaders
 }
 
 // responseBody answers a chunk of the reply.
@@ -182,12 +197,11 @@ func (x *exchange) responseBody(ctx context.Context, req *extprocv3.ProcessingRe
 	if refused != nil {
 		return refused.immediate()
 	}
-	common := &extprocv3.CommonResponse{}
-	if changed {
-		common.BodyMutation = bodyMutation(out)
+	if !changed {
+		return continueResponseBody
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: common},
+		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{BodyMutation: bodyMutation(out)}},
 	}}
 }
 

@@ -174,3 +174,32 @@ func sendAll(ctx context.Context, c extprocv3.ExternalProcessorClient, msgs []*e
 	}
 	return closeStream(s)
 }
+
+// The answers that change nothing are shared by every stream (envoy.go):
+// after requests of every kind have been answered with them, and a chunk
+// rewritten, each is still the message it was made as.
+func TestSharedAnswersStayUnchanged(t *testing.T) {
+	shared := []*extprocv3.ProcessingResponse{continueRequestTrailers, continueResponseTrailers, continueResponseHeaders, ignoreReply, continueResponseBody}
+	was := make([]*extprocv3.ProcessingResponse, len(shared))
+	for i, m := range shared {
+		was[i] = proto.Clone(m).(*extprocv3.ProcessingResponse)
+	}
+	exchangeRun(t)
+	r := newRig(t)
+	r.request(t)
+	r.jsonRequest(t, headers(":method", "POST", ":path", "/alpha/v1/messages", "x-api-key", r.key,
+		"content-type", "application/json", "anthropic-version", "2023-06-01"), messagesJSONBody, messagesJSONReply)
+	x := &exchange{s: r.srv}
+	for _, m := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: headers(":status", "404")}},
+		{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}},
+	} {
+		x.step(context.Background(), m)
+	}
+	for i, m := range shared {
+		if !proto.Equal(m, was[i]) {
+			t.Errorf("shared answer %d changed: %v, made as %v", i, m, was[i])
+		}
+	}
+}
