@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/extproc/wire"
 	"github.com/modelgateway/gateway/internal/config"
 )
 
@@ -36,6 +37,8 @@ func TestSecurityBoundsAreTheDefaults(t *testing.T) {
 		"| waiting room":                        strconv.Itoa(config.DefaultConcurrencyWaiters) + " per sidecar",
 		"| a refusal remembered at the headers": strconv.Itoa(int(config.RefusalMemory/time.Second)) + " s",
 		"| a key's standing":                    strconv.Itoa(int(config.DefaultKeyCacheTTL/time.Second)) + " s old",
+		"| what an ended request leaves": strconv.Itoa(wire.KeptBodyBytes>>10) + " KB of body, " + strconv.Itoa(wire.KeptHeaderValueBytes>>10) +
+			" KB of header values and " + strconv.Itoa(wire.KeptHeaders) + " headers",
 	} {
 		i := strings.Index(table, row)
 		if i < 0 {

@@ -99,24 +99,6 @@ func (x *exchange) handle(ctx context.Context, req *extprocv3.ProcessingRequest)
 	return nil
 }
 
-// The answers that change nothing, shared by every stream: an answer is
-// only read once it is returned (encoded by Send), never changed, and a
-// stream's chunk answered with one allocates nothing for it.
-var (
-	continueRequestTrailers = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
-		RequestTrailers: &extprocv3.TrailersResponse{}}}
-	continueResponseTrailers = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
-		ResponseTrailers: &extprocv3.TrailersResponse{}}}
-	continueResponseHeaders = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}}}}
-	// ignoreReply: the reply's body is not sent to the processor.
-	ignoreReply = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}}},
-		ModeOverride: &filterv3.ProcessingMode{ResponseBodyMode: filterv3.ProcessingMode_NONE}}
-	continueResponseBody = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}}
-)
-
 // envoyRequestHeaders answers the request's headers: a refusal as an
 // immediate response, or the mutation and the processing mode of what the
 // gateway sees of the request from here.

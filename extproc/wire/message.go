@@ -48,11 +48,12 @@ type bodyStore struct {
 
 // What a released Message keeps, at most: storage larger than this (a
 // large upload, a request with hundreds of headers) goes with its request,
-// so that the pool holds no more than this per stream it served at once.
+// so that the pool holds no more than this per stream it served at once
+// (docs/security.md's Bounds, checked by docs/bounds_test.go).
 const (
-	keptBody    = 64 << 10
-	keptRaws    = 16 << 10
-	keptHeaders = 128
+	KeptBodyBytes        = 64 << 10 // of the request's body
+	KeptHeaderValueBytes = 16 << 10 // of a header map's values
+	KeptHeaders          = 128      // headers of a header map
 )
 
 var messages = sync.Pool{New: func() any { return new(Message) }}
@@ -66,7 +67,7 @@ func (m *Message) Release() {
 	m.Request.Reset()
 	m.reqHeaders.release()
 	m.respHeaders.release()
-	if cap(m.reqBody.data) > keptBody {
+	if cap(m.reqBody.data) > KeptBodyBytes {
 		m.reqBody.data = nil
 	}
 	m.reqBody.b.Reset()
@@ -76,11 +77,11 @@ func (m *Message) Release() {
 func (s *headerStore) release() {
 	s.h.Reset()
 	s.m.Reset()
-	if cap(s.headers) > keptHeaders {
+	if cap(s.headers) > KeptHeaders {
 		s.headers, s.ptrs = nil, nil
 	}
 	clear(s.headers[:cap(s.headers)]) // the previous request's strings
-	if cap(s.raws) > keptRaws {
+	if cap(s.raws) > KeptHeaderValueBytes {
 		s.raws = nil
 	}
 }

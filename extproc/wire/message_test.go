@@ -98,20 +98,20 @@ func TestMessageReusedDecodesAsProtobuf(t *testing.T) {
 func TestReleasedMessageKeepsItsBound(t *testing.T) {
 	codec := NewCodec()
 	m := new(Message)
-	kv := []string{":path", "/v1", "x-big", strings.Repeat("v", keptRaws+1)}
-	for i := range keptHeaders {
+	kv := []string{":path", "/v1", "x-big", strings.Repeat("v", KeptHeaderValueBytes+1)}
+	for i := range KeptHeaders {
 		kv = append(kv, "h", string(rune('a'+i%26)))
 	}
-	for _, b := range [][]byte{marshal(t, requestHeaders(kv...)), marshal(t, requestBody(bytes.Repeat([]byte("x"), keptBody+1)))} {
+	for _, b := range [][]byte{marshal(t, requestHeaders(kv...)), marshal(t, requestBody(bytes.Repeat([]byte("x"), KeptBodyBytes+1)))} {
 		if _, err := m.Recv(codecReceiver{codec, b}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if cap(m.reqHeaders.raws) <= keptRaws || cap(m.reqHeaders.headers) <= keptHeaders || cap(m.reqBody.data) <= keptBody {
+	if cap(m.reqHeaders.raws) <= KeptHeaderValueBytes || cap(m.reqHeaders.headers) <= KeptHeaders || cap(m.reqBody.data) <= KeptBodyBytes {
 		t.Fatalf("the request did not fill the storage past its bounds: %d, %d, %d", cap(m.reqHeaders.raws), cap(m.reqHeaders.headers), cap(m.reqBody.data))
 	}
 	m.Release()
-	if cap(m.reqHeaders.raws) > keptRaws || cap(m.reqHeaders.headers) > keptHeaders || cap(m.reqBody.data) > keptBody {
+	if cap(m.reqHeaders.raws) > KeptHeaderValueBytes || cap(m.reqHeaders.headers) > KeptHeaders || cap(m.reqBody.data) > KeptBodyBytes {
 		t.Fatalf("released with %d bytes of values, %d headers, %d bytes of body kept", cap(m.reqHeaders.raws), cap(m.reqHeaders.headers), cap(m.reqBody.data))
 	}
 	if m.Request.GetRequest() != nil || m.reqHeaders.m.GetHeaders() != nil {
