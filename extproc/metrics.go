@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -47,6 +48,9 @@ type Metrics struct {
 	vendorKeyRefusals  *prometheus.CounterVec
 	vendorKeyBarred    *prometheus.CounterVec
 	poolShareRefusals  *prometheus.CounterVec
+
+	seriesMu sync.Mutex
+	series   map[[2]string]*modelSeries // by upstream and model (observe)
 }
 
 // NewMetrics creates the series and registers them with reg (if not nil).
@@ -266,19 +270,61 @@ func (m *Metrics) observe(upstream, model string, st account.Settlement) {
 	if endpoint == "" {
 		endpoint = "none" // no endpoint answered (refused before, or Envoy's own reply)
 	}
-	m.requests.WithLabelValues(upstream, model, statusClass(st.Status), endpoint).Inc()
+	ms := m.seriesOf(upstream, model)
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	status := [2]string{statusClass(st.Status), endpoint}
+	c := ms.requests[status]
+	if c == nil {
+		c = m.requests.WithLabelValues(upstream, model, status[0], status[1])
+		ms.requests[status] = c
+	}
+	c.Inc()
 	if st.Status < 200 || st.Status > 299 {
 		return
 	}
-	for _, k := range usage.Kinds {
+	for i, k := range usage.Kinds {
 		if n := k.Of(st.Usage); n > 0 {
-			m.tokens.WithLabelValues(upstream, model, k.Name).Add(float64(n))
+			if ms.tokens[i] == nil {
+				ms.tokens[i] = m.tokens.WithLabelValues(upstream, model, k.Name)
+			}
+			ms.tokens[i].Add(float64(n))
 		}
 	}
-	m.cost.WithLabelValues(upstream, model).Add(pricing.USD(st.Cost))
+	if ms.cost == nil {
+		ms.cost = m.cost.WithLabelValues(upstream, model)
+	}
+	ms.cost.Add(pricing.USD(st.Cost))
 	if st.Estimated {
 		m.estimated.WithLabelValues(upstream).Inc()
 	}
+}
+
+// modelSeries are the settlement series of one upstream's model, found
+// once: a settlement then reads a map or two rather than hashing and
+// checking the labels of each of its four or five series. They are
+// children the vectors hold anyway, so the map holds no more than they do.
+type modelSeries struct {
+	mu       sync.Mutex
+	requests map[[2]string]prometheus.Counter // by status class and endpoint
+	tokens   []prometheus.Counter             // by usage kind (usage.Kinds)
+	cost     prometheus.Counter               // made by the first 2xx
+}
+
+// seriesOf is the model's series, made on its first settlement.
+func (m *Metrics) seriesOf(upstream, model string) *modelSeries {
+	k := [2]string{upstream, model}
+	m.seriesMu.Lock()
+	defer m.seriesMu.Unlock()
+	ms := m.series[k]
+	if ms == nil {
+		if m.series == nil {
+			m.series = map[[2]string]*modelSeries{}
+		}
+		ms = &modelSeries{requests: map[[2]string]prometheus.Counter{}, tokens: make([]prometheus.Counter, len(usage.Kinds))}
+		m.series[k] = ms
+	}
+	return ms
 }
 
 func statusClass(code int) string {
