@@ -31,7 +31,7 @@ import (
 // Process handles one HTTP request's stream of processing messages.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	x, in := exchanges.Get().(*exchange), wire.NewMessage() // both kept for the next stream
-	*x = exchange{s: s, extend: messageTimeout(stream.Send)}
+	*x = exchange{s: s, extend: messageTimeout(stream.Send), ans: answers.Get().(*answer)}
 	s.active.Add(1)
 	defer s.active.Done()
 	s.metrics.inflight.Inc()
@@ -45,8 +45,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) (err 
 			err = status.Error(codes.Internal, "internal error")
 			return // not reused: its state is whatever the panic left
 		}
+		ans := x.ans
 		releaseExchange(x)
 		releaseMessage(in) // after the exchange: its request's body is in it
+		answers.Put(ans)
 	}()
 	// Whatever ends the stream, an admitted request is settled exactly once
 	// with what was observed.
@@ -109,30 +111,23 @@ func (x *exchange) envoyRequestHeaders(ctx context.Context, h *extprocv3.HttpHea
 	if r != nil {
 		return r.immediate()
 	}
-	return &extprocv3.ProcessingResponse{
-		Response: &extprocv3.ProcessingResponse_RequestHeaders{
-			RequestHeaders: &extprocv3.HeadersResponse{Response: o.common()},
-		},
-		ModeOverride: modes[o.sees],
-	}
+	return x.ans.requestHeaders(o)
 }
 
 // envoyRequestBody answers the request's body, buffered whole. Its frame
 // is kept small (the answer built by bodyAnswer): the admission's round
 // trip below it is the deepest point of the stream's goroutine.
 func (x *exchange) envoyRequestBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	return bodyAnswer(x.requestBody(ctx, b.GetBody()))
+	return x.bodyAnswer(x.requestBody(ctx, b.GetBody()))
 }
 
 // bodyAnswer answers a request's body: a refusal as an immediate
 // response, or the body going on as o says.
-func bodyAnswer(o *onward, r *Refusal) *extprocv3.ProcessingResponse {
+func (x *exchange) bodyAnswer(o *onward, r *Refusal) *extprocv3.ProcessingResponse {
 	if r != nil {
 		return r.immediate()
 	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: o.common()},
-	}}
+	return x.ans.requestBody(o)
 }
 
 // modes are the processing modes of what the gateway sees of a request.

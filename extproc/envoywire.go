@@ -4,7 +4,9 @@ package extproc
 // adapter (envoy.go), and the answers it shares.
 
 import (
+	"slices"
 	"strings"
+	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -80,17 +82,88 @@ func setHeader(key, value string) *corev3.HeaderValueOption {
 	}
 }
 
-// common is o as Envoy's mutations of a request.
-func (o *onward) common() *extprocv3.CommonResponse {
-	r := &extprocv3.CommonResponse{ClearRouteCache: o.reroute}
+// An answer is where a stream's answers to its request's headers and body
+// are built, kept from one message to the next and from one stream to the
+// next (Process): Send encodes an answer before it returns, and nothing
+// reads it after. A nil answer allocates each (an exchange driven without
+// Process, as in tests).
+type answer struct {
+	resp     extprocv3.ProcessingResponse
+	headers  extprocv3.ProcessingResponse_RequestHeaders
+	body     extprocv3.ProcessingResponse_RequestBody
+	headersR extprocv3.HeadersResponse
+	bodyR    extprocv3.BodyResponse
+	common   extprocv3.CommonResponse
+	mutation extprocv3.HeaderMutation
+	edit     extprocv3.BodyMutation
+	editBody extprocv3.BodyMutation_Body
+	set      []*corev3.HeaderValueOption
+	options  []corev3.HeaderValueOption
+	values   []corev3.HeaderValue
+	raw      []byte
+}
+
+var answers = sync.Pool{New: func() any { return new(answer) }}
+
+// requestHeaders answers the request's headers going on as o says.
+func (a *answer) requestHeaders(o *onward) *extprocv3.ProcessingResponse {
+	if a == nil {
+		a = new(answer)
+	}
+	a.resp.Reset()
+	a.headersR.Reset()
+	a.headersR.Response = a.commonOf(o)
+	a.headers.RequestHeaders = &a.headersR
+	a.resp.Response = &a.headers
+	a.resp.ModeOverride = modes[o.sees]
+	return &a.resp
+}
+
+// requestBody answers the request's body going on as o says.
+func (a *answer) requestBody(o *onward) *extprocv3.ProcessingResponse {
+	if a == nil {
+		a = new(answer)
+	}
+	a.resp.Reset()
+	a.bodyR.Reset()
+	a.bodyR.Response = a.commonOf(o)
+	a.body.RequestBody = &a.bodyR
+	a.resp.Response = &a.body
+	return &a.resp
+}
+
+// commonOf is o as Envoy's mutations of a request, built in a.
+func (a *answer) commonOf(o *onward) *extprocv3.CommonResponse {
+	r := &a.common
+	r.Reset()
+	r.ClearRouteCache = o.reroute
 	if len(o.set) > 0 || len(o.remove) > 0 {
-		r.HeaderMutation = &extprocv3.HeaderMutation{RemoveHeaders: o.remove}
+		a.mutation.Reset()
+		a.mutation.RemoveHeaders = o.remove
+		n := len(o.set)
+		a.set, a.options, a.values = slices.Grow(a.set[:0], n), slices.Grow(a.options[:0], n)[:n], slices.Grow(a.values[:0], n)[:n]
+		a.raw = a.raw[:0]
 		for _, kv := range o.set {
-			r.HeaderMutation.SetHeaders = append(r.HeaderMutation.SetHeaders, setHeader(kv[0], kv[1]))
+			a.raw = append(a.raw, kv[1]...)
 		}
+		at := 0
+		for i, kv := range o.set {
+			v, opt := &a.values[i], &a.options[i]
+			v.Reset()
+			v.Key, v.RawValue = kv[0], a.raw[at:at+len(kv[1]):at+len(kv[1])]
+			at += len(kv[1])
+			opt.Reset()
+			opt.Header, opt.AppendAction = v, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+			a.set = append(a.set, opt)
+		}
+		a.mutation.SetHeaders = a.set
+		r.HeaderMutation = &a.mutation
 	}
 	if o.edited {
-		r.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: o.body}}
+		a.edit.Reset()
+		a.editBody.Body = o.body
+		a.edit.Mutation = &a.editBody
+		r.BodyMutation = &a.edit
 	}
 	return r
 }

@@ -60,6 +60,9 @@ type exchange struct {
 	// false included).
 	transport string
 	localRef  func(id string) bool
+	// ans is where the ext_proc adapter builds its answers (envoywire.go);
+	// nil elsewhere.
+	ans *answer
 
 	intake
 	holding

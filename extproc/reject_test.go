@@ -14,9 +14,9 @@ import (
 	"github.com/modelgateway/gateway/internal/store"
 )
 
-// answer is what the processor told Envoy to send the client instead of
+// clientAnswer is what the processor told Envoy to send the client instead of
 // forwarding the request.
-type answer struct {
+type clientAnswer struct {
 	status     int
 	errType    string // error.type of the vendor's error body
 	message    string
@@ -28,7 +28,7 @@ type answer struct {
 // firstRejection runs a request through the exchange until the processor
 // answers the client itself, and returns that answer; ok is false when the
 // request was forwarded.
-func firstRejection(t *testing.T, r *rig, hdrs []string, body []byte) (a answer, ok bool) {
+func firstRejection(t *testing.T, r *rig, hdrs []string, body []byte) (a clientAnswer, ok bool) {
 	t.Helper()
 	ctx := context.Background()
 	x := &exchange{s: r.srv}

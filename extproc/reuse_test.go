@@ -203,3 +203,49 @@ func TestSharedAnswersStayUnchanged(t *testing.T) {
 		}
 	}
 }
+
+// A stream's answers are built in storage kept from one message and one
+// stream to the next (envoywire.go, answer): each is the message it would
+// be if built afresh, whatever the answer before it held.
+func TestReusedAnswersHoldNothingOfTheLast(t *testing.T) {
+	fresh := func(o *onward, headers bool) *extprocv3.ProcessingResponse {
+		c := &extprocv3.CommonResponse{ClearRouteCache: o.reroute}
+		if len(o.set) > 0 || len(o.remove) > 0 {
+			c.HeaderMutation = &extprocv3.HeaderMutation{RemoveHeaders: o.remove}
+			for _, kv := range o.set {
+				c.HeaderMutation.SetHeaders = append(c.HeaderMutation.SetHeaders, setHeader(kv[0], kv[1]))
+			}
+		}
+		if o.edited {
+			c.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: o.body}}
+		}
+		if headers {
+			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+				RequestHeaders: &extprocv3.HeadersResponse{Response: c}}, ModeOverride: modes[o.sees]}
+		}
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: c}}}
+	}
+	onwards := []*onward{
+		{set: [][2]string{{"a", "1"}, {"b", "22"}, {"c", "333"}}, remove: []string{"x-api-key", "authorization"}, reroute: true, sees: seesMetered},
+		{remove: []string{"x-api-key"}, sees: seesBody},
+		{set: [][2]string{{"x-envoy-upstream-rq-per-try-timeout-ms", "30000"}}, body: []byte(`{"model":"m"}`), edited: true},
+		{},
+		{set: [][2]string{{"content-length", "4"}, {"b", ""}}, body: []byte("abcd"), edited: true, sees: seesReply},
+	}
+	a := new(answer)
+	for round := range 2 {
+		for i, o := range onwards {
+			for _, headers := range []bool{true, false} {
+				var got *extprocv3.ProcessingResponse
+				if headers {
+					got = a.requestHeaders(o)
+				} else {
+					got = a.requestBody(o)
+				}
+				if want := fresh(o, headers); !proto.Equal(got, want) {
+					t.Errorf("round %d, onward %d (headers %v):\n got %v\nwant %v", round, i, headers, got, want)
+				}
+			}
+		}
+	}
+}
