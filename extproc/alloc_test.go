@@ -63,7 +63,8 @@ func jsonMessages(reqHeaders *extprocv3.HttpHeaders, body, reply []byte) []*extp
 // jsonMessages runs the messages of one request through an exchange.
 func (r *rig) jsonMessages(tb testing.TB, msgs []*extprocv3.ProcessingRequest) {
 	ctx := context.Background()
-	x := &exchange{s: r.srv}
+	x := &exchange{s: r.srv, ans: answers.Get().(*answer)} // as Process makes it
+	defer answers.Put(x.ans)
 	for _, m := range msgs {
 		if ir := x.step(ctx, m).GetImmediateResponse(); ir != nil {
 			tb.Fatalf("rejected: %d %s", ir.GetStatus().GetCode(), ir.GetBody())
