@@ -12,10 +12,12 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/modelgateway/gateway/extproc/wire"
 	"github.com/modelgateway/gateway/internal/account"
 	"github.com/modelgateway/gateway/internal/holds"
+	"github.com/modelgateway/gateway/internal/keypool"
 	"github.com/modelgateway/gateway/internal/ledger"
 )
 
@@ -44,6 +46,7 @@ func TestExchangeNotKeptPastItsStream(t *testing.T) {
 	if !poison.settled {
 		t.Fatal("the poison's request was not settled")
 	}
+	poison.steered, poison.vendorKey = "k-poison", "k-poison" // as if a pool's key had served it
 	was, wasMessage := releaseExchange, releaseMessage
 	t.Cleanup(func() { releaseExchange, releaseMessage = was, wasMessage })
 	released, releasedMessages := 0, 0
@@ -68,11 +71,11 @@ func TestExchangeNotKeptPastItsStream(t *testing.T) {
 		releasedMessages++
 	}
 	poisoned := exchangeRun(t)
-	if released != 3 || releasedMessages != 3 {
-		t.Fatalf("%d exchanges and %d messages released, want 3 of each", released, releasedMessages)
+	if released != 4 || releasedMessages != 4 {
+		t.Fatalf("%d exchanges and %d messages released, want 4 of each", released, releasedMessages)
 	}
-	if by, _ := codec.Decoded(); by != 9 {
-		t.Fatalf("%d poison messages decoded by hand, want 9", by)
+	if by, _ := codec.Decoded(); by != 12 {
+		t.Fatalf("%d poison messages decoded by hand, want 12", by)
 	}
 	if len(poisoned) != len(plain) {
 		t.Fatalf("%d ledger entries with exchanges poisoned after their stream, %d without", len(poisoned), len(plain))
@@ -96,7 +99,13 @@ func exchangeRun(t *testing.T) []account.Settlement {
 	beta := newRigWith(t, "beta", rigAccount{})
 	beta.srv.owners = beta.st
 	beta.leased(t)
-	ac, bc := serveGRPC(t, alpha.srv), serveGRPC(t, beta.srv)
+	// A pooled upstream: the key that served comes with the reply's first
+	// chunk, as Envoy sends it.
+	pooled := newRigWith(t, "beta", rigAccount{})
+	pooled.upstream.Pool = keypool.New(pooled.upstream.Name, []keypool.Key{{Name: "k1", Cluster: "beta_k1"}, {Name: "k2", Cluster: "beta_k2"}},
+		keypool.Options{CoolDown: time.Minute, MaxCoolDown: time.Hour, ProbeInterval: time.Hour})
+	pooled.leased(t)
+	ac, bc, pc := serveGRPC(t, alpha.srv), serveGRPC(t, beta.srv), serveGRPC(t, pooled.srv)
 
 	stored, err := os.ReadFile("format/responses/testdata/stream.sse")
 	if err != nil {
@@ -114,10 +123,22 @@ func exchangeRun(t *testing.T) []account.Settlement {
 	if err := exchangeOver(ctx, bc, beta.responses(responsesBody), bytes.SplitAfter(stored, []byte("\n\n")), nil); err != nil {
 		t.Fatal(err)
 	}
-	alpha.srv.Wait(ctx)
-	beta.srv.Wait(ctx)
-	alpha.srv.Flush(ctx)
-	beta.srv.Flush(ctx)
+	served, err := structpb.NewStruct(map[string]any{"response.code": 200.0,
+		"xds.upstream_host_metadata": `filter_metadata { key: "gateway" value { fields { key: "key" value { string_value: "k2" } } } } `})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat := jsonMessages(headers(":method", "POST", ":path", "/beta/v1/chat/completions", "authorization", "Bearer "+pooled.key,
+		"content-type", "application/json"), chatJSONBody, chatJSONReply)
+	chat = []*extprocv3.ProcessingRequest{chat[0], chat[1], chat[3]} // no response headers message: the first chunk says how the reply began
+	chat[2] = &extprocv3.ProcessingRequest{Request: chat[2].Request, Attributes: map[string]*structpb.Struct{attributesKey: served}}
+	if err := sendAll(ctx, pc, chat); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*rig{alpha, beta, pooled} {
+		r.srv.Wait(ctx)
+		r.srv.Flush(ctx)
+	}
 	// The Responses stream's response and items are bound to its account.
 	ids := []string{"resp_s1", "rs_1", "ws_1", "fc_1", "msg_1"}
 	owners, _, err := beta.st.ResponseOwners(ctx, ids)
@@ -130,7 +151,7 @@ func exchangeRun(t *testing.T) []account.Settlement {
 		}
 	}
 	var out []account.Settlement
-	for _, r := range []*rig{alpha, beta} {
+	for _, r := range []*rig{alpha, beta, pooled} {
 		entries, _, err := r.st.Ledger(ctx, r.acct, "", 10)
 		if err != nil {
 			t.Fatal(err)
@@ -139,8 +160,11 @@ func exchangeRun(t *testing.T) []account.Settlement {
 			out = append(out, comparable(e))
 		}
 	}
-	if len(out) != 3 {
-		t.Fatalf("%d ledger entries for 3 requests", len(out))
+	if len(out) != 4 {
+		t.Fatalf("%d ledger entries for 4 requests", len(out))
+	}
+	if k := out[3].VendorKey; k != "k2" {
+		t.Fatalf("the pooled request's entry names vendor key %q, want k2", k)
 	}
 	return out
 }
