@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/modelgateway/gateway/extproc/wire"
 
@@ -243,23 +241,11 @@ func (p nullProcessor) Process(stream extprocv3.ExternalProcessor_ProcessServer)
 	}
 }
 
-// serveNull serves a null processor on loopback and returns its client.
+// serveNull serves a null processor on loopback (with the sidecar's codec
+// when reuse) and returns its client.
 func serveNull(tb testing.TB, reuse bool, opts ...grpc.ServerOption) extprocv3.ExternalProcessorClient {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
 	if reuse {
 		opts = append(opts, grpc.ForceServerCodecV2(wire.NewCodec()))
 	}
-	g := grpc.NewServer(opts...)
-	extprocv3.RegisterExternalProcessorServer(g, nullProcessor{wire: reuse})
-	go g.Serve(l)
-	tb.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { conn.Close() })
-	return extprocv3.NewExternalProcessorClient(conn)
+	return serveProcessor(tb, nullProcessor{wire: reuse}, opts...)
 }

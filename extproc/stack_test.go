@@ -122,13 +122,18 @@ func stackChild(t *testing.T) {
 // with none, with no stream workers: each stream gets a fresh goroutine,
 // whose stack starts small.
 func serveGRPC(tb testing.TB, srv *Server, opts ...grpc.ServerOption) extprocv3.ExternalProcessorClient {
+	// The sidecar's codec, as it serves (cmd/gateway): opts may replace it.
+	return serveProcessor(tb, srv, append([]grpc.ServerOption{grpc.ForceServerCodecV2(wire.NewCodec())}, opts...)...)
+}
+
+// serveProcessor serves p on loopback and returns its client.
+func serveProcessor(tb testing.TB, p extprocv3.ExternalProcessorServer, opts ...grpc.ServerOption) extprocv3.ExternalProcessorClient {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	// The sidecar's codec, as it serves (cmd/gateway): opts may replace it.
-	g := grpc.NewServer(append([]grpc.ServerOption{grpc.ForceServerCodecV2(wire.NewCodec())}, opts...)...)
-	extprocv3.RegisterExternalProcessorServer(g, srv)
+	g := grpc.NewServer(opts...)
+	extprocv3.RegisterExternalProcessorServer(g, p)
 	go g.Serve(l)
 	tb.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
