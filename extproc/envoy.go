@@ -111,7 +111,7 @@ func (x *exchange) envoyRequestHeaders(ctx context.Context, h *extprocv3.HttpHea
 	if r != nil {
 		return r.immediate()
 	}
-	return x.ans.requestHeaders(o)
+	return x.answer().requestHeaders(o)
 }
 
 // envoyRequestBody answers the request's body, buffered whole. Its frame
@@ -121,13 +121,22 @@ func (x *exchange) envoyRequestBody(ctx context.Context, b *extprocv3.HttpBody) 
 	return x.bodyAnswer(x.requestBody(ctx, b.GetBody()))
 }
 
+// answer is where the exchange's answers are built: the stream's (Process
+// gives one from the pool), else one of the exchange's own.
+func (x *exchange) answer() *answer {
+	if x.ans == nil {
+		x.ans = new(answer)
+	}
+	return x.ans
+}
+
 // bodyAnswer answers a request's body: a refusal as an immediate
 // response, or the body going on as o says.
 func (x *exchange) bodyAnswer(o *onward, r *Refusal) *extprocv3.ProcessingResponse {
 	if r != nil {
 		return r.immediate()
 	}
-	return x.ans.requestBody(o)
+	return x.answer().requestBody(o)
 }
 
 // modes are the processing modes of what the gateway sees of a request.

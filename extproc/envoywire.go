@@ -85,8 +85,7 @@ func setHeader(key, value string) *corev3.HeaderValueOption {
 // An answer is where a stream's answers to its request's headers and body
 // are built, kept from one message to the next and from one stream to the
 // next (Process): Send encodes an answer before it returns, and nothing
-// reads it after. A nil answer allocates each (an exchange driven without
-// Process, as in tests).
+// reads it after.
 type answer struct {
 	resp     extprocv3.ProcessingResponse
 	headers  extprocv3.ProcessingResponse_RequestHeaders
@@ -107,9 +106,6 @@ var answers = sync.Pool{New: func() any { return new(answer) }}
 
 // requestHeaders answers the request's headers going on as o says.
 func (a *answer) requestHeaders(o *onward) *extprocv3.ProcessingResponse {
-	if a == nil {
-		a = new(answer)
-	}
 	a.resp.Reset()
 	a.headersR.Reset()
 	a.headersR.Response = a.commonOf(o)
@@ -121,9 +117,6 @@ func (a *answer) requestHeaders(o *onward) *extprocv3.ProcessingResponse {
 
 // requestBody answers the request's body going on as o says.
 func (a *answer) requestBody(o *onward) *extprocv3.ProcessingResponse {
-	if a == nil {
-		a = new(answer)
-	}
 	a.resp.Reset()
 	a.bodyR.Reset()
 	a.bodyR.Response = a.commonOf(o)
@@ -143,15 +136,14 @@ func (a *answer) commonOf(o *onward) *extprocv3.CommonResponse {
 		n := len(o.set)
 		a.set, a.options, a.values = slices.Grow(a.set[:0], n), slices.Grow(a.options[:0], n)[:n], slices.Grow(a.values[:0], n)[:n]
 		a.raw = a.raw[:0]
-		for _, kv := range o.set {
-			a.raw = append(a.raw, kv[1]...)
-		}
-		at := 0
 		for i, kv := range o.set {
+			// A value appended past a.raw's room moves it: the values
+			// before keep the array they were sliced from.
+			at := len(a.raw)
+			a.raw = append(a.raw, kv[1]...)
 			v, opt := &a.values[i], &a.options[i]
 			v.Reset()
-			v.Key, v.RawValue = kv[0], a.raw[at:at+len(kv[1]):at+len(kv[1])]
-			at += len(kv[1])
+			v.Key, v.RawValue = kv[0], a.raw[at:len(a.raw):len(a.raw)]
 			opt.Reset()
 			opt.Header, opt.AppendAction = v, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
 			a.set = append(a.set, opt)

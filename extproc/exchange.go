@@ -60,8 +60,8 @@ type exchange struct {
 	// false included).
 	transport string
 	localRef  func(id string) bool
-	// ans is where the ext_proc adapter builds its answers (envoywire.go);
-	// nil elsewhere.
+	// ans is where the ext_proc adapter builds its answers (envoywire.go,
+	// answer); nil until it does.
 	ans *answer
 
 	intake

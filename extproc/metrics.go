@@ -49,8 +49,8 @@ type Metrics struct {
 	vendorKeyBarred    *prometheus.CounterVec
 	poolShareRefusals  *prometheus.CounterVec
 
-	seriesMu sync.Mutex
-	series   map[[2]string]*modelSeries // by upstream and model (observe)
+	seriesMu sync.Mutex                 // observe's, over series and what they hold
+	series   map[[2]string]*modelSeries // by upstream and model
 }
 
 // NewMetrics creates the series and registers them with reg (if not nil).
@@ -270,9 +270,9 @@ func (m *Metrics) observe(upstream, model string, st account.Settlement) {
 	if endpoint == "" {
 		endpoint = "none" // no endpoint answered (refused before, or Envoy's own reply)
 	}
+	m.seriesMu.Lock()
+	defer m.seriesMu.Unlock()
 	ms := m.seriesOf(upstream, model)
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
 	status := [2]string{statusClass(st.Status), endpoint}
 	c := ms.requests[status]
 	if c == nil {
@@ -305,17 +305,15 @@ func (m *Metrics) observe(upstream, model string, st account.Settlement) {
 // checking the labels of each of its four or five series. They are
 // children the vectors hold anyway, so the map holds no more than they do.
 type modelSeries struct {
-	mu       sync.Mutex
 	requests map[[2]string]prometheus.Counter // by status class and endpoint
 	tokens   []prometheus.Counter             // by usage kind (usage.Kinds)
 	cost     prometheus.Counter               // made by the first 2xx
 }
 
-// seriesOf is the model's series, made on its first settlement.
+// seriesOf is the model's series, made on its first settlement; under
+// m.seriesMu.
 func (m *Metrics) seriesOf(upstream, model string) *modelSeries {
 	k := [2]string{upstream, model}
-	m.seriesMu.Lock()
-	defer m.seriesMu.Unlock()
 	ms := m.series[k]
 	if ms == nil {
 		if m.series == nil {

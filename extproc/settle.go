@@ -45,10 +45,6 @@ func (x *exchange) finish() {
 	if x.admitted && !x.settled {
 		x.settle(false)
 	}
-	if x.expected { // settled otherwise (a parked read): no count is left behind
-		x.expected = false
-		x.s.settler.forgo(x.key.AccountID)
-	}
 	x.endTrace()
 }
 
