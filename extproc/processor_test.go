@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -759,5 +760,31 @@ func TestSettlementsUnderBursts(t *testing.T) {
 		if c := done[i].Load(); c != 1 {
 			t.Fatalf("settlement %d completed %d times", i, c)
 		}
+	}
+}
+
+// A background request's reply that names a response not yet ended parks
+// it instead of settling: the settlement counted as pending at its last
+// chunk is given back, and nothing is left pending for a usage read to
+// wait on.
+func TestParkedBackgroundLeavesNothingPending(t *testing.T) {
+	r := newRigWith(t, "beta", rigAccount{})
+	r.srv.parking, r.srv.owners = r.st, r.st
+	reply, err := os.ReadFile("format/responses/testdata/queued.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"model":"gpt-4o-mini","background":true,"input":"hi"}`)
+	r.jsonRequest(t, headers(":method", "POST", ":path", "/beta/v1/responses", "authorization", "Bearer "+r.key,
+		"content-type", "application/json"), body, reply)
+	ctx := context.Background()
+	if _, parked, err := r.st.Parked(ctx, r.acct, "resp_bg1"); err != nil || !parked {
+		t.Fatalf("the response was not parked: %v", err)
+	}
+	if n := r.srv.PendingSettlements(); n != 0 {
+		t.Fatalf("%d settlements pending after the response was parked, want 0", n)
+	}
+	if err := r.srv.WaitSettled(ctx, r.acct); err != nil {
+		t.Fatal(err)
 	}
 }
