@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
@@ -176,6 +177,11 @@ type plan struct {
 
 	steps     []float64 // offered rates for the sustained-rate search
 	stepSlice time.Duration
+	// refine is how many times each stack's interval between its last
+	// passing and its first failing step is halved after the steps: the
+	// steps near a knee are 25–33 % apart, too coarse to judge one rate
+	// against 80 % of another.
+	refine int
 
 	streamRate   float64 // streams started per second
 	eventDelayMS int     // the fake's pause between events
@@ -192,6 +198,7 @@ var fullPlan = plan{
 	name: "full", warm: time.Second, slice: 3 * time.Second, rounds: 4,
 	rates: []float64{500, 1000, 2000}, slowRate: 1000, slowLatencyMS: 20,
 	steps: []float64{1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500, 5000, 5500, 6000, 7000, 8000, 10000}, stepSlice: 4 * time.Second,
+	refine:     3,
 	streamRate: 100, eventDelayMS: 2, replyWords: 20,
 	openStreams: 5000, openRate: 1000, settle: 2 * time.Second,
 	judge: true,
@@ -577,14 +584,7 @@ func (b *bench) sustained() {
 			if failed[t] {
 				continue
 			}
-			log.Printf("sustained: %s at %.0f requests/s", t.name, rate)
-			l := load(t, req, rate, p.stepSlice)
-			if !stepPasses(l, rate) && p.judge {
-				time.Sleep(time.Second) // let the backlog drain
-				log.Printf("sustained: %s failed at %.0f requests/s, once more", t.name, rate)
-				l = load(t, req, rate, p.stepSlice)
-			}
-			ok := stepPasses(l, rate)
+			l, ok := b.try(t, req, rate)
 			row.l[t.idx], row.ok[t.idx] = l, ok
 			if ok {
 				b.res.maxRate[t.idx] = rate
@@ -598,6 +598,84 @@ func (b *bench) sustained() {
 		if len(failed) == nStacks {
 			break
 		}
+	}
+	b.refine(failed)
+}
+
+// try offers t rate for a step's slice and reports whether it passes,
+// trying a failure once more as the steps do.
+func (b *bench) try(t *target, req request, rate float64) (*latencies, bool) {
+	p := b.plan
+	log.Printf("sustained: %s at %.0f requests/s", t.name, rate)
+	l := load(t, req, rate, p.stepSlice)
+	if !stepPasses(l, rate) && p.judge {
+		time.Sleep(time.Second) // let the backlog drain
+		log.Printf("sustained: %s failed at %.0f requests/s, once more", t.name, rate)
+		l = load(t, req, rate, p.stepSlice)
+	}
+	return l, stepPasses(l, rate)
+}
+
+// refine bisects, for each stack that passed a step and then failed one,
+// the interval between the two, a round at a time with every stack's
+// midpoint in each round (the order alternating), so that noise falls on
+// all of them alike. The stack's highest sustained rate is the highest
+// rate it passed.
+func (b *bench) refine(failed map[*target]bool) {
+	req := request{messagesPath, messagesBody(false)}
+	var between [nStacks]knee
+	for _, t := range b.targets {
+		if failed[t] && b.res.maxRate[t.idx] > 0 {
+			lo := b.res.maxRate[t.idx]
+			between[t.idx] = knee{lo: lo, hi: b.plan.steps[slices.Index(b.plan.steps, lo)+1]}
+		}
+	}
+	for round := range b.plan.refine {
+		order := b.targets
+		if round%2 == 0 {
+			slices.Reverse(order[:])
+		}
+		for _, t := range order {
+			k := &between[t.idx]
+			rate, ok := k.next()
+			if !ok {
+				continue
+			}
+			row := stepRow{rate: rate, refined: true}
+			l, pass := b.try(t, req, rate)
+			row.l[t.idx], row.ok[t.idx] = l, pass
+			k.record(rate, pass)
+			b.res.maxRate[t.idx] = k.lo
+			b.res.steps = append(b.res.steps, row)
+			if !pass {
+				time.Sleep(time.Second)
+			}
+		}
+	}
+}
+
+// knee is a stack's interval between a rate it passed (lo) and one it
+// failed (hi); the zero knee has none to halve.
+type knee struct{ lo, hi float64 }
+
+// next is the rate to try: the interval's midpoint to the nearest 10/s,
+// while that is a rate of its own.
+func (k *knee) next() (float64, bool) {
+	if k.hi == 0 {
+		return 0, false
+	}
+	mid := math.Round((k.lo+k.hi)/20) * 10
+	if mid <= k.lo || mid >= k.hi {
+		return 0, false
+	}
+	return mid, true
+}
+
+func (k *knee) record(rate float64, passed bool) {
+	if passed {
+		k.lo = rate
+	} else {
+		k.hi = rate
 	}
 }
 

@@ -127,9 +127,10 @@ type latencyRow struct {
 }
 
 type stepRow struct {
-	rate float64
-	l    [nStacks]*latencies // nil: not run, the stack had already failed
-	ok   [nStacks]bool
+	rate    float64
+	refined bool                // a rate between two steps (bench.refine)
+	l       [nStacks]*latencies // nil: not run, the stack had already failed
+	ok      [nStacks]bool
 }
 
 type streamResult struct {
@@ -480,7 +481,9 @@ func (r *results) stepTable(w func(string, ...any)) {
 	w("## Sustained rate\n\n")
 	w("Each step offers a fixed rate for %s; it passes with every reply a 200, p99 from the planned arrival time (queueing included) under 50 ms, "+
 		"and at least 97%% of the offered rate completed. A failed step is tried once more before the stepping stops for that stack. "+
-		"Client and servers share the machine's cores, so the generator's own CPU use is part of the limit, for every stack alike.\n\n", r.plan.stepSlice)
+		"Then, %d times, each stack's interval between its last passing and its first failing step is halved (a round at a time, every stack in each round): "+
+		"those rows are marked \"between\", and a stack's highest sustained rate is the highest rate it passed. "+
+		"Client and servers share the machine's cores, so the generator's own CPU use is part of the limit, for every stack alike.\n\n", r.plan.stepSlice, r.plan.refine)
 	w("| offered | gateway completed/s | p99 | errors | passes | null completed/s | p99 | errors | passes | bare completed/s | p99 | errors | passes |\n")
 	w("|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---|\n")
 	cell := func(l *latencies, ok bool) string {
@@ -494,7 +497,11 @@ func (r *results) stepTable(w func(string, ...any)) {
 		return fmt.Sprintf("%s | %s | %d | %s", thousands(int64(l.achieved())), ms(q(l.schedule, 99)), l.errors(), pass)
 	}
 	for _, s := range r.steps {
-		w("| %s/s | %s | %s | %s |\n", rate(s.rate), cell(s.l[gwI], s.ok[gwI]), cell(s.l[nullI], s.ok[nullI]), cell(s.l[bareI], s.ok[bareI]))
+		between := ""
+		if s.refined {
+			between = " (between)"
+		}
+		w("| %s/s%s | %s | %s | %s |\n", rate(s.rate), between, cell(s.l[gwI], s.ok[gwI]), cell(s.l[nullI], s.ok[nullI]), cell(s.l[bareI], s.ok[bareI]))
 	}
 	w("\nHighest sustained: gateway %s/s, null processor %s/s, bare Envoy %s/s (the highest step tried was %s/s).\n\n",
 		rate(r.maxRate[gwI]), rate(r.maxRate[nullI]), rate(r.maxRate[bareI]), rate(r.plan.steps[len(r.plan.steps)-1]))
