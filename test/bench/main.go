@@ -574,6 +574,7 @@ func (b *bench) sustained() {
 	b.vendor(nil)
 	req := request{messagesPath, messagesBody(false)}
 	failed := map[*target]bool{}
+	var knees [nStacks]knee // each stack's last passing and first failing step
 	for i, rate := range p.steps {
 		row := stepRow{rate: rate}
 		order := b.targets
@@ -591,6 +592,9 @@ func (b *bench) sustained() {
 			}
 			if !ok {
 				failed[t] = true
+				if lo := b.res.maxRate[t.idx]; lo > 0 {
+					knees[t.idx] = knee{lo: lo, hi: rate}
+				}
 				time.Sleep(time.Second)
 			}
 		}
@@ -599,7 +603,7 @@ func (b *bench) sustained() {
 			break
 		}
 	}
-	b.refine(failed)
+	b.refine(req, &knees)
 }
 
 // try offers t rate for a step's slice and reports whether it passes,
@@ -616,27 +620,19 @@ func (b *bench) try(t *target, req request, rate float64) (*latencies, bool) {
 	return l, stepPasses(l, rate)
 }
 
-// refine bisects, for each stack that passed a step and then failed one,
-// the interval between the two, a round at a time with every stack's
+// refine bisects each stack's knee (the zero knee of a stack that passed
+// every step, or none, is left), a round at a time with every stack's
 // midpoint in each round (the order alternating), so that noise falls on
 // all of them alike. The stack's highest sustained rate is the highest
 // rate it passed.
-func (b *bench) refine(failed map[*target]bool) {
-	req := request{messagesPath, messagesBody(false)}
-	var between [nStacks]knee
-	for _, t := range b.targets {
-		if failed[t] && b.res.maxRate[t.idx] > 0 {
-			lo := b.res.maxRate[t.idx]
-			between[t.idx] = knee{lo: lo, hi: b.plan.steps[slices.Index(b.plan.steps, lo)+1]}
-		}
-	}
+func (b *bench) refine(req request, knees *[nStacks]knee) {
 	for round := range b.plan.refine {
 		order := b.targets
 		if round%2 == 0 {
 			slices.Reverse(order[:])
 		}
 		for _, t := range order {
-			k := &between[t.idx]
+			k := &knees[t.idx]
 			rate, ok := k.next()
 			if !ok {
 				continue
