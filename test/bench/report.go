@@ -537,17 +537,6 @@ func (r *results) cpuTable(w func(string, ...any)) {
 }
 
 func (r *results) memoryTable(w func(string, ...any)) {
-	if r.traceRequests > 0 {
-		var sent int64
-		for k, n := range r.trace.client {
-			if !ignoredRedis[k] && k != "monitor" {
-				sent += n
-			}
-		}
-		per := float64(sent) / float64(r.traceRequests)
-		w("| Redis round trips per request, commands the sidecar sent (MONITOR sample at a low rate, where settlements batch least) | %.2f | — | — | — | — | ≤ 2 | %s |\n",
-			per, r.verdict(per > 0 && per <= 2))
-	}
 	m := r.memory
 	if m.streams == 0 {
 		return

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every figure of the targets table is stated once in the report: a
+// second copy elsewhere would be a second place for one fact.
+func TestReportStatesEachTargetOnce(t *testing.T) {
+	r := &results{
+		plan:          fullPlan,
+		trace:         redisTrace{client: map[string]int64{"evalsha": 9}},
+		traceRequests: 20,
+		memory:        memoryResult{streams: 10, open: [nStacks]int{10, 10, 10}},
+	}
+	md := r.markdown()
+	section := md[strings.Index(md, "## Against the targets"):]
+	section = section[:strings.Index(section, "\n## ")]
+	var targets []string
+	for _, line := range strings.Split(section, "\n")[4:] { // title, blank, header, rule
+		if strings.HasPrefix(line, "| ") {
+			targets = append(targets, line[:strings.Index(line[2:], " | ")+2])
+		}
+	}
+	if len(targets) < 2 {
+		t.Fatalf("the report has %d target rows:\n%s", len(targets), md)
+	}
+	for _, name := range targets {
+		if n := strings.Count(md, name+" |"); n != 1 {
+			t.Errorf("%q is stated %d times", name, n)
+		}
+	}
+}
