@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 	"sync"
@@ -359,12 +360,17 @@ func (s *Store) settleCalls(sts []account.Settlement, groups [][]int, cluster bo
 var settleCommands sync.Pool
 
 // settleCommand is a command slice of length n and at least capacity
-// room, reused when one is kept.
+// room, reused when one is kept. A new one is made a power of two long:
+// batches differ in size by a request or two, and a slice made to measure
+// would be too short for the next, larger one and be dropped.
 func settleCommand(n, room int) []any {
-	if p, ok := settleCommands.Get().(*[]any); ok && cap(*p) >= room {
-		return (*p)[:n]
+	if p, ok := settleCommands.Get().(*[]any); ok {
+		if cap(*p) >= room {
+			return (*p)[:n]
+		}
+		room = max(room, 2*cap(*p))
 	}
-	return make([]any, n, room)
+	return make([]any, n, 1<<bits.Len(uint(room-1)))
 }
 
 // reuseSettleCommand keeps cmd for another batch once its call has been
