@@ -505,6 +505,11 @@ func (m *Manager) renewal(l *lease, full bool) (c account.LeaseCall, ok, forget 
 		l.rate, l.admits = l.admits, 0
 		l.reqRate, l.reqs = l.reqs, 0
 		l.boundRate, l.bounds = l.bounds, 0
+	} else if l.admits > 0 {
+		// A request since the last full pass ends the idleness: a lease
+		// returned for it is taken again now, not a pass later (until
+		// then every request of the key would go to the store).
+		l.idle = 0
 	}
 	if !full && !l.due || l.id == "" && !l.due {
 		return c, false, l.id == "" && l.idle > 2

@@ -207,6 +207,34 @@ func TestLeaseFollowsLoad(t *testing.T) {
 	}
 }
 
+// A lease returned for want of requests is taken again as soon as a
+// request comes back, not an interval later: until then every request
+// of the key costs a round trip to the store.
+func TestLeaseTakenAgainAfterIdle(t *testing.T) {
+	r := newRig(t)
+	acct := r.account(100_000 * usd)
+	const hold = 10_000_000
+	r.admit(acct, hold)
+	r.m.Renew(r.ctx, false)
+	r.m.flush(r.ctx)
+	r.settle(r.leased(acct, hold, 0))
+	r.m.Renew(r.ctx, true)
+	// Two idle intervals: returned, and not yet forgotten.
+	r.m.Renew(r.ctx, true)
+	r.m.Renew(r.ctx, true)
+	if u := r.report(acct); u.Leased != 0 {
+		t.Fatalf("leased %d after two idle intervals", u.Leased)
+	}
+	if d := r.admit(acct, hold); d.Lease.ID != "" {
+		t.Fatalf("admitted from a returned lease: %+v", d)
+	}
+	r.m.Renew(r.ctx, false) // the request's ask
+	if u := r.report(acct); u.Leased == 0 {
+		t.Fatal("no lease taken again when the request asked for one")
+	}
+	r.leased(acct, hold, 0)
+}
+
 // rateLog returns the members of an account's rate log, and how many are
 // lease slots' placeholders.
 func (r *rig) rateLog(rdb *redis.Client, acct string) (members []string, placeholders int) {
