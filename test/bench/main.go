@@ -483,6 +483,8 @@ func (b *bench) metered(t *target, u *cpuUse, slice func() int64) {
 	u.requests += n
 	u.admitSeconds += stats1.admitSum - stats0.admitSum
 	u.admits += stats1.admitCount - stats0.admitCount
+	u.leaseAdmits += stats1.leaseAdmits - stats0.leaseAdmits
+	u.storeAdmits += stats1.storeAdmits - stats0.storeAdmits
 	u.settleSeconds += stats1.settleSum - stats0.settleSum
 	u.settles += stats1.settleCount - stats0.settleCount
 	u.allocBytes += stats1.allocBytes - stats0.allocBytes

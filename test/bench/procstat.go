@@ -173,6 +173,8 @@ type sidecarStats struct {
 	admitSum, admitCount              float64
 	settleSum, settleCount            float64
 	allocBytes, gcCycles              float64
+	// Admissions by where they were decided (leases on only).
+	leaseAdmits, storeAdmits float64
 }
 
 func sidecarMetrics(url string) sidecarStats {
@@ -184,15 +186,17 @@ func sidecarMetrics(url string) sidecarStats {
 	}
 	defer resp.Body.Close()
 	fields := map[string]*float64{
-		"go_memstats_heap_inuse_bytes":     &st.heapInuse,
-		"go_memstats_stack_inuse_bytes":    &st.stackInuse,
-		"go_goroutines":                    &st.goroutines,
-		"gateway_admission_seconds_sum":    &st.admitSum,
-		"gateway_admission_seconds_count":  &st.admitCount,
-		"gateway_settlement_seconds_sum":   &st.settleSum,
-		"gateway_settlement_seconds_count": &st.settleCount,
-		"go_memstats_alloc_bytes_total":    &st.allocBytes,
-		"go_gc_duration_seconds_count":     &st.gcCycles,
+		"go_memstats_heap_inuse_bytes":           &st.heapInuse,
+		"go_memstats_stack_inuse_bytes":          &st.stackInuse,
+		"go_goroutines":                          &st.goroutines,
+		"gateway_admission_seconds_sum":          &st.admitSum,
+		"gateway_admission_seconds_count":        &st.admitCount,
+		"gateway_settlement_seconds_sum":         &st.settleSum,
+		"gateway_settlement_seconds_count":       &st.settleCount,
+		"go_memstats_alloc_bytes_total":          &st.allocBytes,
+		"go_gc_duration_seconds_count":           &st.gcCycles,
+		`gateway_admissions_total{path="lease"}`: &st.leaseAdmits,
+		`gateway_admissions_total{path="store"}`: &st.storeAdmits,
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)

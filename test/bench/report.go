@@ -90,7 +90,21 @@ type cpuUse struct {
 	// The sidecar's own timings of its two store steps (gateway only).
 	admitSeconds, admits   float64
 	settleSeconds, settles float64
-	allocBytes, gcCycles   float64 // the processor's Go heap allocations and collections (the null processor's: allocations only)
+	// Admissions decided from a lease and by the store's script (leases
+	// on; both 0 with leases off, when every admission is the script's).
+	leaseAdmits, storeAdmits float64
+	allocBytes, gcCycles     float64 // the processor's Go heap allocations and collections (the null processor's: allocations only)
+}
+
+// byStore is the share of the admissions the store's script decided
+// while leases were on: each a Redis round trip on the request's path;
+// "—" with leases off.
+func (c cpuUse) byStore() string {
+	n := c.leaseAdmits + c.storeAdmits
+	if n == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%s (%.1f %%)", thousands(int64(c.storeAdmits)), 100*c.storeAdmits/n)
 }
 
 // allocKB is what the processor allocated per request it served, in KB;
@@ -412,13 +426,13 @@ func (r *results) latencyTable(w func(string, ...any)) {
 		}
 	}
 	w("\nRequests and errors, and the two Redis steps of every gateway request as the sidecar timed them " +
-		"(`gateway_admission_seconds`, on the request's path, and `gateway_settlement_seconds`, after the reply's last chunk was released; mean over the same slices):\n\n")
-	w("| rate | vendor | gateway requests (errors) | null requests (errors) | bare requests (errors) | errors seen | admission | settlement |\n|---:|---:|---:|---:|---:|---|---:|---:|\n")
+		"(`gateway_admission_seconds`, on the request's path, and `gateway_settlement_seconds`, after the reply's last chunk was released; mean over the same slices), and the admissions the store's script decided with leases on (each a round trip to Redis on the request's path; the rest came from a lease, in memory):\n\n")
+	w("| rate | vendor | gateway requests (errors) | null requests (errors) | bare requests (errors) | errors seen | admission | settlement | admitted by the store |\n|---:|---:|---:|---:|---:|---|---:|---:|---:|\n")
 	for _, lr := range r.latency {
 		g, n, bb := lr.lat[gwI], lr.lat[nullI], lr.lat[bareI]
-		w("| %s/s | +%d ms | %s (%d) | %s (%d) | %s (%d) | %s | %s | %s |\n", rate(lr.rate), lr.vendorMS,
+		w("| %s/s | +%d ms | %s (%d) | %s (%d) | %s (%d) | %s | %s | %s | %s |\n", rate(lr.rate), lr.vendorMS,
 			thousands(g.ok), g.errors(), thousands(n.ok), n.errors(), thousands(bb.ok), bb.errors(), errList(g, n, bb),
-			meanMS(lr.cpu[gwI].admitSeconds, lr.cpu[gwI].admits), meanMS(lr.cpu[gwI].settleSeconds, lr.cpu[gwI].settles))
+			meanMS(lr.cpu[gwI].admitSeconds, lr.cpu[gwI].admits), meanMS(lr.cpu[gwI].settleSeconds, lr.cpu[gwI].settles), lr.cpu[gwI].byStore())
 	}
 	w("\n")
 }
@@ -469,9 +483,13 @@ func (r *results) streamTable(w func(string, ...any), title string, s streamResu
 				diffMS(g), diffMS(n), diffMS(g-n))
 		}
 	}
-	w("\nStreams (errors): gateway %s (%d), null %s (%d), bare %s (%d); events: gateway %s, null %s, bare %s.\n\n",
+	w("\nStreams (errors): gateway %s (%d), null %s (%d), bare %s (%d); events: gateway %s, null %s, bare %s",
 		thousands(s.s[gwI].ok), s.s[gwI].errors(), thousands(s.s[nullI].ok), s.s[nullI].errors(), thousands(s.s[bareI].ok), s.s[bareI].errors(),
 		thousands(s.s[gwI].events), thousands(s.s[nullI].events), thousands(s.s[bareI].events))
+	if s.cpu[gwI].requests > 0 {
+		w("; the gateway's streams admitted by the store's script (not a lease): %s", s.cpu[gwI].byStore())
+	}
+	w(".\n\n")
 }
 
 func (r *results) stepTable(w func(string, ...any)) {

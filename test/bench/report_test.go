@@ -32,3 +32,21 @@ func TestReportStatesEachTargetOnce(t *testing.T) {
 		}
 	}
 }
+
+// The store's share of admissions is stated only where leases were on: with
+// leases off the sidecar exports no such counters and every admission is
+// the script's, which is no finding.
+func TestByStoreSaysWhenLeasesWereOff(t *testing.T) {
+	for _, c := range []struct {
+		u    cpuUse
+		want string
+	}{
+		{cpuUse{}, "—"},
+		{cpuUse{leaseAdmits: 1290, storeAdmits: 10}, "10 (0.8 %)"},
+		{cpuUse{storeAdmits: 3}, "3 (100.0 %)"},
+	} {
+		if got := c.u.byStore(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.u, got, c.want)
+		}
+	}
+}
