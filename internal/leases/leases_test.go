@@ -58,6 +58,16 @@ func (r *rig) account(balance int64) string {
 	return a.ID
 }
 
+// leaseFor creates an account of balance whose key holds a lease: its
+// first request, of hold, admitted by the script, asked for it.
+func (r *rig) leaseFor(balance, hold int64) string {
+	r.t.Helper()
+	acct := r.account(balance)
+	r.admit(acct, hold)
+	r.m.Renew(r.ctx, false)
+	return acct
+}
+
 func (r *rig) admit(acct string, hold int64) account.Decision {
 	r.t.Helper()
 	return r.admitTokens(acct, hold, 0)
@@ -186,10 +196,8 @@ func TestNoLeaseNearTheEnd(t *testing.T) {
 // the last interval.
 func TestLeaseFollowsLoad(t *testing.T) {
 	r := newRig(t)
-	acct := r.account(100_000 * usd)
 	const hold = 10_000_000
-	r.admit(acct, hold)
-	r.m.Renew(r.ctx, false)
+	acct := r.leaseFor(100_000*usd, hold)
 	for i := 0; i < 100; i++ {
 		r.m.Admit(r.ctx, &account.Admission{RequestID: "busy" + string(rune(i)), AccountID: acct, KeyID: "key_1", Priced: "m", Hold: hold})
 	}
@@ -212,10 +220,8 @@ func TestLeaseFollowsLoad(t *testing.T) {
 // of the key costs a round trip to the store.
 func TestLeaseTakenAgainAfterIdle(t *testing.T) {
 	r := newRig(t)
-	acct := r.account(100_000 * usd)
 	const hold = 10_000_000
-	r.admit(acct, hold)
-	r.m.Renew(r.ctx, false)
+	acct := r.leaseFor(100_000*usd, hold)
 	r.m.flush(r.ctx)
 	r.settle(r.leased(acct, hold, 0))
 	r.m.Renew(r.ctx, true)

@@ -114,10 +114,8 @@ func (g *gatedStore) Leases(ctx context.Context, calls []account.LeaseCall) []ac
 // the script; after it, to the lease again.
 func TestNoAdmissionFromALeaseBeingRenewed(t *testing.T) {
 	r := newRig(t)
-	acct := r.account(1000 * usd)
 	const hold = 10_000_000
-	r.admit(acct, hold)
-	r.m.Renew(r.ctx, false)
+	acct := r.leaseFor(1000*usd, hold)
 	if d := r.admit(acct, hold); d.Lease.ID == "" {
 		t.Fatalf("not admitted from the lease: %+v", d)
 	}
