@@ -496,20 +496,19 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 // on the interval's full pass (which also rolls its rates), else those
 // asked for; forget: l is unused for long and may be dropped. l.mu is held.
 func (m *Manager) renewal(l *lease, full bool) (c account.LeaseCall, ok, forget bool) {
+	// A request since the last full pass ends the idleness on any pass:
+	// a lease returned for it is taken again on the request's ask, not a
+	// full pass later (until then every request of the key would go to
+	// the store).
+	if l.admits > 0 {
+		l.idle = 0
+	} else if full {
+		l.idle++
+	}
 	if full {
-		if l.admits == 0 {
-			l.idle++
-		} else {
-			l.idle = 0
-		}
 		l.rate, l.admits = l.admits, 0
 		l.reqRate, l.reqs = l.reqs, 0
 		l.boundRate, l.bounds = l.bounds, 0
-	} else if l.admits > 0 {
-		// A request since the last full pass ends the idleness: a lease
-		// returned for it is taken again now, not a pass later (until
-		// then every request of the key would go to the store).
-		l.idle = 0
 	}
 	if !full && !l.due || l.id == "" && !l.due {
 		return c, false, l.id == "" && l.idle > 2
