@@ -59,8 +59,8 @@ func (l *usageLog) costs(start, end time.Time, width time.Duration) (starts []ti
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, e := range l.entries {
-		if !e.at.Before(start) && e.at.Before(end) {
+	for i := range l.entries {
+		if e := l.entryLocked(i); !e.at.Before(start) && e.at.Before(end) {
 			sums[int(e.at.Sub(start)/width)] += e.cost
 		}
 	}
@@ -202,7 +202,8 @@ func (h *controlHandler) getUsage(w http.ResponseWriter, r *http.Request) {
 	}
 	l.mu.Lock()
 	out := make([]billedEntry, 0, len(l.entries))
-	for _, e := range l.entries {
+	for i := range l.entries {
+		e := l.entryLocked(i)
 		out = append(out, billedEntry{At: e.at, KeyID: e.keyID, Model: e.model, Tokens: e.tokens, NanoUSD: e.cost})
 	}
 	l.mu.Unlock()

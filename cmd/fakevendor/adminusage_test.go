@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -196,4 +197,25 @@ func TestTokenPricedUsageReports(t *testing.T) {
 	if !strings.Contains(string(data), `"images":3`) || !strings.Contains(string(data), `"model":"dall-e-2"`) || strings.Contains(string(data), "gpt-image-1") {
 		t.Errorf("images report %s; want dall-e-2's 3 images alone", data)
 	}
+}
+
+// The usage log keeps an entry for every request served, so its entries
+// must hold no pointers: the garbage collector would scan every one of them
+// on each collection, and the fake's replies stall while it does.
+func TestUsageLogEntriesHoldNoPointers(t *testing.T) {
+	var walk func(ty reflect.Type, path string)
+	walk = func(ty reflect.Type, path string) {
+		switch k := ty.Kind(); {
+		case k == reflect.Struct:
+			for i := range ty.NumField() {
+				walk(ty.Field(i).Type, path+"."+ty.Field(i).Name)
+			}
+		case k == reflect.Array:
+			walk(ty.Elem(), path+"[]")
+		case k >= reflect.Bool && k <= reflect.Complex128:
+		default:
+			t.Errorf("%s is a %s, which holds a pointer", path, ty)
+		}
+	}
+	walk(reflect.TypeFor[loggedUsage](), "loggedUsage")
 }
