@@ -31,16 +31,46 @@ import (
 // background response is in progress for background_polls retrievals
 // (default 1), then completed.
 
-// storedResponse is one response the fake keeps.
+// storedResponse is one response the fake keeps, encoded: a bench run
+// stores thousands, and kept as maps and a slice per event each was
+// hundreds of objects for every garbage collection to mark.
 type storedResponse struct {
-	final      map[string]any // the response as it ends
-	input      []any          // its input items
+	final      []byte // the response as it ends, JSON
+	input      []any  // its input items
 	background bool
-	pending    int // retrievals left that see it in progress
-	events     [][]byte
+	pending    int    // retrievals left that see it in progress
+	events     []byte // its stream's events, one after the other
+	ends       []int  // where each event ends in events
 	// owner is the API key that created it: as at the vendor, where a
 	// stored response is its project's, another key reads 404.
 	owner string
+}
+
+func newStoredResponse(final map[string]any, events [][]byte) *storedResponse {
+	sr := &storedResponse{final: appendJSON(nil, final), ends: make([]int, len(events))}
+	for i, ev := range events {
+		sr.events = append(sr.events, ev...)
+		sr.ends[i] = len(sr.events)
+	}
+	return sr
+}
+
+// response is the final response, decoded.
+func (sr *storedResponse) response() map[string]any {
+	var m map[string]any
+	if err := json.Unmarshal(sr.final, &m); err != nil {
+		panic(err) // the fake's own encoding: a bug
+	}
+	return m
+}
+
+// event is its stream's event i.
+func (sr *storedResponse) event(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = sr.ends[i-1]
+	}
+	return sr.events[start:sr.ends[i]]
 }
 
 // readBy reports whether key may read the response (or continue it).
@@ -182,7 +212,9 @@ func (b *chatAPI) responses(w http.ResponseWriter, r *http.Request, body []byte,
 		if req.Background {
 			pending = cmp.Or(ctl.BackgroundPolls, 1)
 		}
-		b.stored.put(id, &storedResponse{final: final, input: inputItems(req.Input), background: req.Background, pending: pending, events: events, owner: requestKey(r)})
+		sr := newStoredResponse(final, events)
+		sr.input, sr.background, sr.pending, sr.owner = inputItems(req.Input), req.Background, pending, requestKey(r)
+		b.stored.put(id, sr)
 	}
 	switch {
 	case req.Stream:
@@ -386,19 +418,17 @@ func (b *chatAPI) storedResponse(w http.ResponseWriter, r *http.Request, body []
 		b.stored.mu.Lock()
 		if sr.pending > 0 {
 			// Cancelled before it ended: its input is billed, no output.
-			c := snapshot(sr.final, "cancelled")
-			u := map[string]any{}
-			for k, v := range sr.final["usage"].(map[string]any) {
-				u[k] = v
-			}
+			final := sr.response()
+			c := snapshot(final, "cancelled")
+			u := final["usage"].(map[string]any)
 			u["output_tokens"], u["total_tokens"] = 0, u["input_tokens"]
 			u["output_tokens_details"] = map[string]any{"reasoning_tokens": 0}
 			c["usage"] = u
-			sr.final, sr.pending = c, 0
+			sr.final, sr.pending = appendJSON(nil, c), 0
 		}
 		final := sr.final
 		b.stored.mu.Unlock()
-		writeJSON(w, http.StatusOK, final)
+		writeJSON(w, http.StatusOK, json.RawMessage(final))
 	case r.Method == http.MethodGet && action == "input_items":
 		data := sr.input
 		if data == nil {
@@ -407,12 +437,11 @@ func (b *chatAPI) storedResponse(w http.ResponseWriter, r *http.Request, body []
 		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data, "has_more": false, "first_id": nil, "last_id": nil})
 	case r.Method == http.MethodGet && action == "":
 		b.stored.mu.Lock()
-		obj := sr.final
+		var obj any = json.RawMessage(sr.final)
 		if sr.pending > 0 {
 			sr.pending--
-			obj = snapshot(sr.final, "in_progress")
+			obj = snapshot(sr.response(), "in_progress")
 		}
-		events := sr.events
 		b.stored.mu.Unlock()
 		if r.URL.Query().Get("stream") != "true" {
 			writeJSON(w, http.StatusOK, obj)
@@ -424,10 +453,9 @@ func (b *chatAPI) storedResponse(w http.ResponseWriter, r *http.Request, body []
 		}
 		s := startSSE(w, r, ctl)
 		defer s.release()
-		for i, ev := range events {
-			if i > after {
-				s.event(eventType(ev), ev)
-			}
+		for i := max(after+1, 0); i < len(sr.ends); i++ {
+			ev := sr.event(i)
+			s.event(eventType(ev), ev)
 		}
 	default:
 		b.writeError(w, r, http.StatusNotFound, "")

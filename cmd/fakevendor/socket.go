@@ -107,7 +107,9 @@ func (b *chatAPI) socketResponse(ctx context.Context, c *websocket.Conn, r *http
 	final, events := b.buildResponse(&req, rp, id, ctl, store)
 	local[id] = true
 	if store {
-		b.stored.put(id, &storedResponse{final: final, input: inputItems(req.Input), events: events, owner: requestKey(r)})
+		sr := newStoredResponse(final, events)
+		sr.input, sr.owner = inputItems(req.Input), requestKey(r)
+		b.stored.put(id, sr)
 	}
 	for i, ev := range events {
 		d := time.Duration(ctl.EventDelayMS) * time.Millisecond
