@@ -600,8 +600,11 @@ func (b *bench) sustained() {
 			if failed[t] {
 				continue
 			}
-			l, ok := b.try(t, req, rate)
+			l, ok, adm := b.try(t, req, rate)
 			row.l[t.idx], row.ok[t.idx] = l, ok
+			if t.idx == gwI {
+				row.admits = adm
+			}
 			if ok {
 				b.res.maxRate[t.idx] = rate
 			}
@@ -622,17 +625,28 @@ func (b *bench) sustained() {
 }
 
 // try offers t rate for a step's slice and reports whether it passes,
-// trying a failure once more as the steps do.
-func (b *bench) try(t *target, req request, rate float64) (*latencies, bool) {
+// trying a failure once more as the steps do, and how the gateway's
+// admissions of the slice judged were decided (lease or store; read
+// outside the slice, as metered does).
+func (b *bench) try(t *target, req request, rate float64) (*latencies, bool, cpuUse) {
 	p := b.plan
 	log.Printf("sustained: %s at %.0f requests/s", t.name, rate)
-	l := load(t, req, rate, p.stepSlice)
+	slice := func() (*latencies, cpuUse) {
+		if t.idx != gwI {
+			return load(t, req, rate, p.stepSlice), cpuUse{}
+		}
+		s0 := b.processorStats(t)
+		l := load(t, req, rate, p.stepSlice)
+		s1 := b.processorStats(t)
+		return l, cpuUse{leaseAdmits: s1.leaseAdmits - s0.leaseAdmits, storeAdmits: s1.storeAdmits - s0.storeAdmits}
+	}
+	l, adm := slice()
 	if !stepPasses(l, rate) && p.judge {
 		time.Sleep(time.Second) // let the backlog drain
 		log.Printf("sustained: %s failed at %.0f requests/s, once more", t.name, rate)
-		l = load(t, req, rate, p.stepSlice)
+		l, adm = slice()
 	}
-	return l, stepPasses(l, rate)
+	return l, stepPasses(l, rate), adm
 }
 
 // refine bisects each stack's knee (the zero knee of a stack that passed
@@ -653,8 +667,11 @@ func (b *bench) refine(req request, knees *[nStacks]knee) {
 				continue
 			}
 			row := stepRow{rate: rate, refined: true}
-			l, pass := b.try(t, req, rate)
+			l, pass, adm := b.try(t, req, rate)
 			row.l[t.idx], row.ok[t.idx] = l, pass
+			if t.idx == gwI {
+				row.admits = adm
+			}
 			k.record(rate, pass)
 			b.res.maxRate[t.idx] = k.lo
 			b.res.steps = append(b.res.steps, row)

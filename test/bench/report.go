@@ -145,6 +145,7 @@ type stepRow struct {
 	refined bool                // a rate between two steps (bench.refine)
 	l       [nStacks]*latencies // nil: not run, the stack had already failed
 	ok      [nStacks]bool
+	admits  cpuUse // the gateway's admissions, by lease and by the store
 }
 
 type streamResult struct {
@@ -501,9 +502,10 @@ func (r *results) stepTable(w func(string, ...any)) {
 		"and at least 97%% of the offered rate completed. A failed step is tried once more before the stepping stops for that stack. "+
 		"Then, %d times, each stack's interval between its last passing and its first failing step is halved (a round at a time, every stack in each round): "+
 		"those rows are marked \"between\", and a stack's highest sustained rate is the highest rate it passed. "+
-		"Client and servers share the machine's cores, so the generator's own CPU use is part of the limit, for every stack alike.\n\n", r.plan.stepSlice, r.plan.refine)
-	w("| offered | gateway completed/s | p99 | errors | passes | null completed/s | p99 | errors | passes | bare completed/s | p99 | errors | passes |\n")
-	w("|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---|\n")
+		"Client and servers share the machine's cores, so the generator's own CPU use is part of the limit, for every stack alike. "+
+		"\"By the store\" is how many of the gateway's admissions in the step the store's script decided (a round trip to Redis each, on the request's path; the rest came from a lease).\n\n", r.plan.stepSlice, r.plan.refine)
+	w("| offered | gateway completed/s | p99 | errors | passes | by the store | null completed/s | p99 | errors | passes | bare completed/s | p99 | errors | passes |\n")
+	w("|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---|\n")
 	cell := func(l *latencies, ok bool) string {
 		if l == nil {
 			return "— | — | — | —"
@@ -519,7 +521,11 @@ func (r *results) stepTable(w func(string, ...any)) {
 		if s.refined {
 			between = " (between)"
 		}
-		w("| %s/s%s | %s | %s | %s |\n", rate(s.rate), between, cell(s.l[gwI], s.ok[gwI]), cell(s.l[nullI], s.ok[nullI]), cell(s.l[bareI], s.ok[bareI]))
+		store := "—"
+		if s.l[gwI] != nil {
+			store = s.admits.byStore()
+		}
+		w("| %s/s%s | %s | %s | %s | %s |\n", rate(s.rate), between, cell(s.l[gwI], s.ok[gwI]), store, cell(s.l[nullI], s.ok[nullI]), cell(s.l[bareI], s.ok[bareI]))
 	}
 	w("\nHighest sustained: gateway %s/s, null processor %s/s, bare Envoy %s/s (the highest step tried was %s/s).\n\n",
 		rate(r.maxRate[gwI]), rate(r.maxRate[nullI]), rate(r.maxRate[bareI]), rate(r.plan.steps[len(r.plan.steps)-1]))

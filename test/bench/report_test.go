@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -48,5 +49,30 @@ func TestByStoreSaysWhenLeasesWereOff(t *testing.T) {
 		if got := c.u.byStore(); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.u, got, c.want)
 		}
+	}
+}
+
+// A sustained-rate step says how many of the gateway's admissions went to
+// the store's script, the round trip that lengthens the tail near the knee;
+// a step the gateway did not run says nothing of it.
+func TestStepTableSaysWhatTheStoreDecided(t *testing.T) {
+	ran := newLatencies()
+	r := &results{plan: fullPlan, steps: []stepRow{
+		{rate: 3000, l: [nStacks]*latencies{gwI: ran}, ok: [nStacks]bool{gwI: true}, admits: cpuUse{leaseAdmits: 990, storeAdmits: 10}},
+		{rate: 4000, l: [nStacks]*latencies{nullI: ran}, ok: [nStacks]bool{nullI: true}},
+	}}
+	var b strings.Builder
+	r.stepTable(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) })
+	rows := map[string]string{}
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(line, "| 3,000/s |") || strings.HasPrefix(line, "| 4,000/s |") {
+			rows[line[2:9]] = line
+		}
+	}
+	if got := rows["3,000/s"]; !strings.Contains(got, "| yes | 10 (1.0 %) |") {
+		t.Errorf("the step the gateway ran: %q", got)
+	}
+	if got := rows["4,000/s"]; !strings.HasPrefix(got, "| 4,000/s | — | — | — | — | — | 0 |") {
+		t.Errorf("the step it did not run: %q", got)
 	}
 }
