@@ -600,11 +600,8 @@ func (b *bench) sustained() {
 			if failed[t] {
 				continue
 			}
-			l, ok, adm := b.try(t, req, rate)
-			row.l[t.idx], row.ok[t.idx] = l, ok
-			if t.idx == gwI {
-				row.admits = adm
-			}
+			l, ok, use := b.try(t, req, rate)
+			row.l[t.idx], row.ok[t.idx], row.cpu[t.idx] = l, ok, use
 			if ok {
 				b.res.maxRate[t.idx] = rate
 			}
@@ -625,28 +622,26 @@ func (b *bench) sustained() {
 }
 
 // try offers t rate for a step's slice and reports whether it passes,
-// trying a failure once more as the steps do, and how the gateway's
-// admissions of the slice judged were decided (lease or store; read
-// outside the slice, as metered does).
+// trying a failure once more as the steps do, and what t's processes used
+// over the slice judged (metered: the gateway's admissions by lease and by
+// the store among it).
 func (b *bench) try(t *target, req request, rate float64) (*latencies, bool, cpuUse) {
 	p := b.plan
 	log.Printf("sustained: %s at %.0f requests/s", t.name, rate)
-	slice := func() (*latencies, cpuUse) {
-		if t.idx != gwI {
-			return load(t, req, rate, p.stepSlice), cpuUse{}
-		}
-		s0 := b.processorStats(t)
-		l := load(t, req, rate, p.stepSlice)
-		s1 := b.processorStats(t)
-		return l, cpuUse{leaseAdmits: s1.leaseAdmits - s0.leaseAdmits, storeAdmits: s1.storeAdmits - s0.storeAdmits}
+	slice := func() (l *latencies, use cpuUse) {
+		b.metered(t, &use, func() int64 {
+			l = load(t, req, rate, p.stepSlice)
+			return l.ok + l.failed
+		})
+		return l, use
 	}
-	l, adm := slice()
+	l, use := slice()
 	if !stepPasses(l, rate) && p.judge {
 		time.Sleep(time.Second) // let the backlog drain
 		log.Printf("sustained: %s failed at %.0f requests/s, once more", t.name, rate)
-		l, adm = slice()
+		l, use = slice()
 	}
-	return l, stepPasses(l, rate), adm
+	return l, stepPasses(l, rate), use
 }
 
 // refine bisects each stack's knee (the zero knee of a stack that passed
@@ -667,11 +662,8 @@ func (b *bench) refine(req request, knees *[nStacks]knee) {
 				continue
 			}
 			row := stepRow{rate: rate, refined: true}
-			l, pass, adm := b.try(t, req, rate)
-			row.l[t.idx], row.ok[t.idx] = l, pass
-			if t.idx == gwI {
-				row.admits = adm
-			}
+			l, pass, use := b.try(t, req, rate)
+			row.l[t.idx], row.ok[t.idx], row.cpu[t.idx] = l, pass, use
 			k.record(rate, pass)
 			b.res.maxRate[t.idx] = k.lo
 			b.res.steps = append(b.res.steps, row)

@@ -145,7 +145,7 @@ type stepRow struct {
 	refined bool                // a rate between two steps (bench.refine)
 	l       [nStacks]*latencies // nil: not run, the stack had already failed
 	ok      [nStacks]bool
-	admits  cpuUse // the gateway's admissions, by lease and by the store
+	cpu     [nStacks]cpuUse // over the slice judged
 }
 
 type streamResult struct {
@@ -521,11 +521,7 @@ func (r *results) stepTable(w func(string, ...any)) {
 		if s.refined {
 			between = " (between)"
 		}
-		store := "—"
-		if s.l[gwI] != nil {
-			store = s.admits.byStore()
-		}
-		w("| %s/s%s | %s | %s | %s | %s |\n", rate(s.rate), between, cell(s.l[gwI], s.ok[gwI]), store, cell(s.l[nullI], s.ok[nullI]), cell(s.l[bareI], s.ok[bareI]))
+		w("| %s/s%s | %s | %s | %s | %s |\n", rate(s.rate), between, cell(s.l[gwI], s.ok[gwI]), s.cpu[gwI].byStore(), cell(s.l[nullI], s.ok[nullI]), cell(s.l[bareI], s.ok[bareI]))
 	}
 	w("\nHighest sustained: gateway %s/s, null processor %s/s, bare Envoy %s/s (the highest step tried was %s/s).\n\n",
 		rate(r.maxRate[gwI]), rate(r.maxRate[nullI]), rate(r.maxRate[bareI]), rate(r.plan.steps[len(r.plan.steps)-1]))

@@ -58,7 +58,7 @@ func TestByStoreSaysWhenLeasesWereOff(t *testing.T) {
 func TestStepTableSaysWhatTheStoreDecided(t *testing.T) {
 	ran := newLatencies()
 	r := &results{plan: fullPlan, steps: []stepRow{
-		{rate: 3000, l: [nStacks]*latencies{gwI: ran}, ok: [nStacks]bool{gwI: true}, admits: cpuUse{leaseAdmits: 990, storeAdmits: 10}},
+		{rate: 3000, l: [nStacks]*latencies{gwI: ran}, ok: [nStacks]bool{gwI: true}, cpu: [nStacks]cpuUse{gwI: {leaseAdmits: 990, storeAdmits: 10}}},
 		{rate: 4000, l: [nStacks]*latencies{nullI: ran}, ok: [nStacks]bool{nullI: true}},
 	}}
 	var b strings.Builder
