@@ -47,7 +47,11 @@ type storedResponse struct {
 }
 
 func newStoredResponse(final map[string]any, events [][]byte) *storedResponse {
-	sr := &storedResponse{final: appendJSON(nil, final), ends: make([]int, len(events))}
+	n := 0
+	for _, ev := range events {
+		n += len(ev)
+	}
+	sr := &storedResponse{final: appendJSON(nil, final), events: make([]byte, 0, n), ends: make([]int, len(events))}
 	for i, ev := range events {
 		sr.events = append(sr.events, ev...)
 		sr.ends[i] = len(sr.events)
@@ -418,9 +422,9 @@ func (b *chatAPI) storedResponse(w http.ResponseWriter, r *http.Request, body []
 		b.stored.mu.Lock()
 		if sr.pending > 0 {
 			// Cancelled before it ended: its input is billed, no output.
-			final := sr.response()
-			c := snapshot(final, "cancelled")
-			u := final["usage"].(map[string]any)
+			ended := sr.response()
+			c := snapshot(ended, "cancelled")
+			u := ended["usage"].(map[string]any)
 			u["output_tokens"], u["total_tokens"] = 0, u["input_tokens"]
 			u["output_tokens_details"] = map[string]any{"reasoning_tokens": 0}
 			c["usage"] = u
