@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelgateway/gateway/internal/filltest"
 	"github.com/modelgateway/gateway/internal/usage"
 	"github.com/modelgateway/gateway/internal/vendorusage"
 )
@@ -218,4 +219,29 @@ func TestUsageLogEntriesHoldNoPointers(t *testing.T) {
 		}
 	}
 	walk(reflect.TypeFor[loggedUsage](), "loggedUsage")
+}
+
+// The log keeps a usageEntry in another form: every field must come back
+// as it went in (the cost as priced when billed). A field added to
+// usageEntry fails here until the log keeps it too.
+func TestUsageLogKeepsEveryField(t *testing.T) {
+	if n := reflect.TypeFor[usageEntry]().NumField(); n != 6 {
+		t.Fatalf("usageEntry has %d fields; the log keeps 6 (loggedUsage, add, entryLocked)", n)
+	}
+	var l usageLog
+	l.setPrice("m", filltest.Filled[billed]())
+	in := usageEntry{at: time.Unix(1_796_656_100, 123_456_789), keyID: "key_a", model: "m", tokens: filltest.Filled[billed](), requests: 3}
+	l.add(in)
+	l.add(usageEntry{at: in.at, keyID: "key_b", model: "n", requests: 1}) // other names, other indexes
+	l.mu.Lock()
+	got, other := l.entryLocked(0), l.entryLocked(1)
+	want := in
+	want.cost = l.costLocked(in)
+	l.mu.Unlock()
+	if want.cost == 0 || got != want {
+		t.Errorf("kept %+v; want %+v", got, want)
+	}
+	if other.keyID != "key_b" || other.model != "n" {
+		t.Errorf("the second entry's names: %q, %q", other.keyID, other.model)
+	}
 }
