@@ -16,7 +16,10 @@
 // against the key's (money, slots, seats, tokens).
 // Everything else (no lease, a hold that does not fit, no slot, seat or
 // tokens left, a renewal in flight, the store failing) is admitted by the
-// store's admission script, as without leases.
+// store's admission script, as without leases. While a lease's renewal is
+// in flight, requests are admitted from an eighth of its free amount and
+// seats set aside before the call (the call does not report them, so it
+// cannot give them back), where the lease has no slots or tokens.
 //
 // Until its hold is recorded or its settlement applied, a leased request is
 // known only to the sidecar; with an Outbox its record is kept there too,
@@ -149,14 +152,18 @@ type lease struct {
 	reqRate               int64 // requests in the last full interval
 	// Request slots: [next, hi) are free, or hi is -1 (no rate limit).
 	// None is used while a renewal is in flight (renewing): the renewal
-	// may remove the free ones' placeholders.
+	// may remove the free ones' placeholders. The same holds for tokens.
 	next, hi   int64
 	slotTarget int64
 	rates      int // the rate logs the slots are in (account.LevelAccount, LevelKey)
 	slotStop   time.Time
-	// renewing: a renewal is in flight; nothing (money, slot, seat,
-	// tokens) is taken from the lease until it returns.
-	renewing bool
+	// renewing: a renewal is in flight. It sizes the lease from the free
+	// amount and seats the call reported, and may give them back: while
+	// it is in flight, requests take only from what was set aside before
+	// the call and not reported (aside, asideSeats), which the renewal
+	// adds back to the free amount and seats when it returns.
+	renewing          bool
+	aside, asideSeats int64
 	// Seats: how many requests may still start from the lease; seated is
 	// 0 when no concurrency limit applies (no seat needed).
 	seats, seatTarget int64
@@ -277,6 +284,32 @@ func (l *lease) slotFree(now time.Time) bool {
 	return l.hi < 0 || l.next < l.hi && now.Before(l.slotStop)
 }
 
+// asideShare: a renewal sets aside free ÷ asideShare (and as many of the
+// free seats) for the requests admitted while it is in flight. At the
+// top-up point (half the target, about an interval's holds) an eighth is
+// about 125 ms of requests; a lease exceeds its share of the room by at
+// most an eighth of what it had free before its renewal.
+const asideShare = 8
+
+// setsAside reports whether l's renewal sets aside for requests in
+// flight: only money and seats are set aside. A rate-limited lease's free
+// slots are placeholders scored at the renewal, and a tpm-limited lease's
+// free tokens are held in a bucket the renewal moves: neither can be
+// kept out of the call. l.mu is held.
+func (l *lease) setsAside() bool {
+	return l.hi < 0 && l.tokenLevels == 0
+}
+
+// fits reports whether a fits in l: in its free amount, slots, seats and
+// tokens, or, while its renewal is in flight, in what was set aside for
+// it. l.mu is held.
+func (l *lease) fits(now time.Time, a *account.Admission) bool {
+	if l.renewing {
+		return l.setsAside() && a.Hold <= l.aside && (l.seated == 0 || l.asideSeats > 0)
+	}
+	return a.Hold <= l.free && l.slotFree(now) && l.seatFree() && l.tokensFree(now, a.Tokens)
+}
+
 // Admit admits a from its account and key's lease when its hold fits in
 // it, in memory; otherwise through the store's script.
 func (m *Manager) Admit(ctx context.Context, a *account.Admission) (account.Decision, error) {
@@ -315,13 +348,13 @@ func (m *Manager) fromLease(a *account.Admission) (d account.Decision, ok bool) 
 	l.seen = a.KeyLimits
 	project, pl := store.LeaseProject(a.ProjectID, a.ProjectLimits)
 	l.seenProject, l.seenPL = project, pl
-	// Nothing is taken from a lease while its renewal is in flight: the
-	// renewal sizes it from the free amount (seats, tokens) the call
-	// reported, and could give back what is taken meanwhile.
-	if l.id != "" && !l.renewing && m.healthy.Load() && now.Before(l.stop) && l.limits == a.KeyLimits &&
-		l.project == project && l.projectLimits == pl && a.Hold <= l.free &&
-		l.slotFree(now) && l.seatFree() && l.tokensFree(now, a.Tokens) {
-		l.free -= a.Hold
+	if l.id != "" && m.healthy.Load() && now.Before(l.stop) && l.limits == a.KeyLimits &&
+		l.project == project && l.projectLimits == pl && l.fits(now, a) {
+		if l.renewing {
+			l.aside -= a.Hold
+		} else {
+			l.free -= a.Hold
+		}
 		l.seq++
 		ref := account.LeaseRef{ID: l.id, Seq: l.seq, Hold: a.Hold}
 		rec := account.LeasedRequest{Lease: ref, KeyCounted: l.keyOpen, ProjectCounted: l.projectOpen, At: now, Admission: *a}
@@ -332,7 +365,11 @@ func (m *Manager) fromLease(a *account.Admission) (d account.Decision, ok bool) 
 		if l.seated != 0 {
 			// Its record (or settlement) takes the seat out of the lease in
 			// Redis; here it is gone until a renewal grants seats again.
-			l.seats--
+			if l.renewing {
+				l.asideSeats--
+			} else {
+				l.seats--
+			}
 		}
 		if l.tokenLevels != 0 && a.Tokens > 0 {
 			// Its bound stays held in the lease's bucket, as its own.
@@ -340,7 +377,8 @@ func (m *Manager) fromLease(a *account.Admission) (d account.Decision, ok bool) 
 			ref.Tokens, ref.Bucket, ref.TokenLevels = a.Tokens, l.tokenBucket, l.tokenLevels
 			rec.Lease = ref
 		}
-		low := !l.due && (l.free < l.target/2 || l.hi >= 0 && l.hi-l.next < l.slotTarget/2 ||
+		// A renewal in flight tops the lease up already.
+		low := !l.due && !l.renewing && (l.free < l.target/2 || l.hi >= 0 && l.hi-l.next < l.slotTarget/2 ||
 			l.seated != 0 && l.seats < l.seatTarget/2 || l.tokenLevels != 0 && l.tokens < l.tokenTarget/2)
 		if low {
 			l.due = true
@@ -480,15 +518,27 @@ func (m *Manager) Renew(ctx context.Context, full bool) {
 	started := m.o.Now()
 	res := m.st.Leases(rctx, calls)
 	var failed error
+	var back []account.LeaseCall
 	for i, r := range res {
 		if r.Err != nil && failed == nil {
 			failed = r.Err
 		}
-		m.renewed(ls[i], &calls[i], r, started)
+		if c, ok := m.renewed(ls[i], &calls[i], r, started); ok {
+			back = append(back, c)
+		}
 	}
 	m.healthy.Store(failed == nil)
 	if failed != nil && ctx.Err() == nil {
 		m.log.Warn("renewing leases failed; admitting through the store", "err", failed)
+	}
+	if len(back) > 0 {
+		// What was set aside in leases their renewal returned: given
+		// back now, not held until the sweeper finds them expired.
+		for _, r := range m.st.Leases(rctx, back) {
+			if r.Err != nil && ctx.Err() == nil {
+				m.log.Warn("returning a lease failed; the sweeper returns it after its lease", "err", r.Err)
+			}
+		}
 	}
 }
 
@@ -536,6 +586,15 @@ func (m *Manager) renewal(l *lease, full bool) (c account.LeaseCall, ok, forget 
 		l.next, l.hi = 1, 0
 	}
 	l.renewing = true
+	if taken && want > 0 && l.setsAside() {
+		// Not reported: the call cannot give it back.
+		l.aside = l.free / asideShare
+		l.free -= l.aside
+		if l.seated != 0 {
+			l.asideSeats = l.seats / asideShare
+			l.seats -= l.asideSeats
+		}
+	}
 	return account.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
 		Free: l.free, Want: want, Min: m.o.MinHolds * l.maxHold, Share: m.o.Share, KeyLimits: l.limits,
 		ProjectID: l.project, ProjectLimits: l.projectLimits,
@@ -546,10 +605,14 @@ func (m *Manager) renewal(l *lease, full bool) (c account.LeaseCall, ok, forget 
 }
 
 // renewed applies the store's answer r to call c, made at started, to l.
-func (m *Manager) renewed(l *lease, c *account.LeaseCall, r account.LeaseResult, started time.Time) {
+// When the answer returns the lease, back is the call that returns what
+// was set aside in it and not used (ok).
+func (m *Manager) renewed(l *lease, c *account.LeaseCall, r account.LeaseResult, started time.Time) (back account.LeaseCall, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.renewing = false
+	aside, asideSeats := l.aside, l.asideSeats
+	l.aside, l.asideSeats = 0, 0
 	if r.Err != nil {
 		// The lease stays as it was; its local expiry bounds it. Its
 		// free slots may be gone: none until a renewal says.
@@ -560,9 +623,11 @@ func (m *Manager) renewed(l *lease, c *account.LeaseCall, r account.LeaseResult,
 		// until a renewal says. Had the call run, they stay counted in
 		// Redis (refusing early, never admitting more) until the lease is
 		// returned or swept.
-		l.seats = 0
+		// What was set aside was not reported: still the lease's.
+		l.free += aside
+		l.seats = asideSeats
 		l.tokens = 0
-		return
+		return back, false
 	}
 	lease := m.st.HoldLease()
 	l.free += r.Delta
@@ -582,14 +647,23 @@ func (m *Manager) renewed(l *lease, c *account.LeaseCall, r account.LeaseResult,
 	if target <= 0 || l.free <= 0 && r.Reason != account.LeaseHeld {
 		// Returned (or never taken): admitted by the script until a
 		// new lease, under a new id, is taken.
+		if aside > 0 || asideSeats > 0 {
+			back = account.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
+				Free: aside, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits,
+				ProjectID: l.project, ProjectLimits: l.projectLimits, Cursor: l.next, FreeSeats: asideSeats, Taken: true}
+			ok = true
+		}
 		l.drop()
 		if r.Reason != account.LeaseHeld || c.Want > 0 {
 			l.retryAt = started.Add(m.o.Interval)
 		}
-		return
+		return back, ok
 	}
+	l.free += aside
+	l.seats += asideSeats
 	l.target = target
 	l.stop = started.Add(lease - holds.LeaseMargin(lease))
+	return back, false
 }
 
 // recordLoop sends the records of leased admissions in batches, a round
@@ -683,8 +757,8 @@ func (m *Manager) Close(ctx context.Context) {
 		l.mu.Lock()
 		if l.id != "" {
 			calls = append(calls, account.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
-				Free: l.free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits,
-				ProjectID: l.project, ProjectLimits: l.projectLimits, Cursor: l.next, FreeSeats: l.seats, FreeTokens: l.tokens, Taken: true})
+				Free: l.free + l.aside, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits,
+				ProjectID: l.project, ProjectLimits: l.projectLimits, Cursor: l.next, FreeSeats: l.seats + l.asideSeats, FreeTokens: l.tokens, Taken: true})
 			l.drop()
 		}
 		l.mu.Unlock()

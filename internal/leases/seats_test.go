@@ -2,7 +2,9 @@ package leases
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -97,42 +99,191 @@ func TestConcurrencyRaceTwoSidecars(t *testing.T) {
 	})
 }
 
-// gatedStore holds each lease call until released.
+// gatedStore holds its first lease call until released.
 type gatedStore struct {
 	*store.Store
 	entered, release chan struct{}
+	held             atomic.Bool
 }
 
 func (g *gatedStore) Leases(ctx context.Context, calls []account.LeaseCall) []account.LeaseResult {
-	g.entered <- struct{}{}
-	<-g.release
+	if g.held.CompareAndSwap(false, true) {
+		g.entered <- struct{}{}
+		<-g.release
+	}
 	return g.Store.Leases(ctx, calls)
 }
 
-// While a lease's renewal is in flight nothing is taken from it (the
-// renewal sets it from the free amount the call reported): requests go to
-// the script; after it, to the lease again.
-func TestNoAdmissionFromALeaseBeingRenewed(t *testing.T) {
-	r := newRig(t)
-	const hold = 10_000_000
-	acct := r.leaseFor(1000*usd, hold)
-	if d := r.admit(acct, hold); d.Lease.ID == "" {
-		t.Fatalf("not admitted from the lease: %+v", d)
-	}
+// renewWhile runs r's full renewal with during run while its call is in
+// flight, and returns once the renewal has returned. fail makes the call
+// fail after during.
+func (r *rig) renewWhile(fail bool, during func()) {
+	r.t.Helper()
 	g := &gatedStore{Store: r.st, entered: make(chan struct{}), release: make(chan struct{})}
-	r.m.st = g
+	var st Store = g
+	if fail {
+		st = &failingStore{g}
+	}
+	r.m.st = st
+	defer func() { r.m.st = r.st }()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		r.m.Renew(r.ctx, true)
 	}()
 	<-g.entered
-	if d := r.admit(acct, hold); d.Lease.ID != "" {
-		t.Fatalf("admitted from a lease being renewed: %+v", d)
-	}
+	during()
 	close(g.release)
 	<-done
+}
+
+// failingStore's lease calls reach Redis and then fail, as a reply lost on
+// the way back would.
+type failingStore struct{ *gatedStore }
+
+func (f *failingStore) Leases(ctx context.Context, calls []account.LeaseCall) []account.LeaseResult {
+	res := f.gatedStore.Leases(ctx, calls)
+	for i := range res {
+		res[i] = account.LeaseResult{Err: errors.New("reply lost")}
+	}
+	return res
+}
+
+// lease returns the rig's lease of acct.
+func (r *rig) lease(acct string) *lease {
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	return r.m.leases[leaseKey{acct, "key_1"}]
+}
+
+// free returns the lease's free amount and seats, set aside included.
+func (r *rig) free(acct string) (free, seats int64) {
+	l := r.lease(acct)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.free + l.aside, l.seats + l.asideSeats
+}
+
+// While a lease's renewal is in flight requests are admitted from an
+// eighth of its free amount, set aside before the call and not reported
+// to it; one that does not fit goes to the script. When the renewal
+// returns, what is left of the eighth is free again, and Redis's lease
+// holds exactly the sidecar's free amount and its unrecorded holds.
+func TestAdmissionFromALeaseBeingRenewed(t *testing.T) {
+	r := newRig(t)
+	const hold = 10_000_000
+	acct := r.leaseFor(1000*usd, hold)
+	r.leased(acct, hold, 0)
+	// 15 holds free: 1.875 set aside, room for one request.
+	r.renewWhile(false, func() {
+		if d := r.admit(acct, hold); d.Lease.ID == "" {
+			t.Fatalf("not admitted from what was set aside: %+v", d)
+		}
+		if d := r.admit(acct, hold); d.Lease.ID != "" {
+			t.Fatalf("admitted beyond what was set aside: %+v", d)
+		}
+	})
+	free, _ := r.free(acct)
+	if want := int64(DefaultMinHolds*hold) + 15*hold/8 - hold; free != want {
+		t.Fatalf("free %d after the renewal, want the renewal's %d and what is left of the set-aside", free, want)
+	}
+	r.m.flush(r.ctx)
+	if u := r.report(acct); u.Leased != free {
+		t.Fatalf("Redis leases %d, the sidecar has %d free and nothing unrecorded", u.Leased, free)
+	}
 	if d := r.admit(acct, hold); d.Lease.ID == "" {
 		t.Fatalf("not admitted from the renewed lease: %+v", d)
+	}
+	r.m.Close(r.ctx)
+	if u := r.report(acct); u.Leased != 0 || u.Held != 5*hold {
+		t.Fatalf("after Close: leased %d, held %d; want 0 and the five requests' holds", u.Leased, u.Held)
+	}
+}
+
+// A lease whose renewal returns it (here its account was suspended while
+// the call was in flight) gives back at once what was set aside and not
+// used, not when the sweeper finds it expired.
+func TestSetAsideReturnedWithItsLease(t *testing.T) {
+	r := newRig(t)
+	const hold = 10_000_000
+	acct := r.leaseFor(1000*usd, hold)
+	r.renewWhile(false, func() {
+		if err := r.st.SetSuspended(r.ctx, acct, true); err != nil {
+			t.Fatal(err)
+		}
+		if d := r.admit(acct, hold); d.Lease.ID == "" {
+			t.Fatalf("not admitted from what was set aside: %+v", d)
+		}
+	})
+	if l := r.lease(acct); l.id != "" {
+		t.Fatal("the lease of a suspended account was kept")
+	}
+	// The request admitted during the call is not recorded yet: its hold
+	// alone is still in the lease.
+	if u := r.report(acct); u.Leased != hold {
+		t.Fatalf("Redis leases %d after the return, want the unrecorded hold %d", u.Leased, hold)
+	}
+	r.m.flush(r.ctx)
+	if u := r.report(acct); u.Leased != 0 || u.Held != 2*hold {
+		t.Fatalf("leased %d, held %d; want 0 and the two requests' holds", u.Leased, u.Held)
+	}
+}
+
+// A renewal whose reply is lost leaves the lease as it was: what was set
+// aside and not used is free again, and so are its set-aside seats (the
+// reported ones may have been given back).
+func TestSetAsideKeptWhenTheRenewalFails(t *testing.T) {
+	r := newRig(t)
+	acct := r.limited(account.Limits{Concurrency: 1000})
+	const hold = 10_000_000
+	r.admit(acct, hold)
+	r.m.Renew(r.ctx, false)
+	r.m.mu.Lock()
+	l := r.m.leases[leaseKey{acct, "key_1"}]
+	r.m.mu.Unlock()
+	l.mu.Lock()
+	l.reqs = 40 // as if busy: 80 seats
+	l.mu.Unlock()
+	r.m.Renew(r.ctx, true)
+	free, seats := r.free(acct)
+	if seats != 80 {
+		t.Fatalf("%d seats, want 80", seats)
+	}
+	r.renewWhile(true, func() {
+		r.leased(acct, hold, 0)
+	})
+	gotFree, gotSeats := r.free(acct)
+	if gotFree != free-hold || gotSeats != seats/8-1 {
+		t.Fatalf("after the failed renewal: free %d, %d seats; want %d and the %d set-aside seats left",
+			gotFree, gotSeats, free-hold, seats/8-1)
+	}
+}
+
+// Slots and tokens cannot be set aside (the renewal moves them): while a
+// rate- or tpm-limited lease's renewal is in flight, requests go to the
+// script; after it, to the lease again.
+func TestNoAdmissionFromARenewedLeaseWithSlotsOrTokens(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		limits account.Limits
+		tokens int64
+	}{
+		{"rpm", account.Limits{RPM: 6000, WindowMinutes: 1}, 0},
+		{"tpm", account.Limits{TPM: 10_000_000}, 1000},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t)
+			const hold = 10_000_000
+			acct := r.limited(c.limits)
+			r.admitTokens(acct, hold, c.tokens)
+			r.m.Renew(r.ctx, false)
+			r.leased(acct, hold, c.tokens)
+			r.renewWhile(false, func() {
+				if d := r.admitTokens(acct, hold, c.tokens); d.Lease.ID != "" {
+					t.Fatalf("admitted from a lease being renewed: %+v", d)
+				}
+			})
+			r.leased(acct, hold, c.tokens)
+		})
 	}
 }
