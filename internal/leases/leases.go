@@ -648,10 +648,7 @@ func (m *Manager) renewed(l *lease, c *account.LeaseCall, r account.LeaseResult,
 		// Returned (or never taken): admitted by the script until a
 		// new lease, under a new id, is taken.
 		if aside > 0 || asideSeats > 0 {
-			back = account.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
-				Free: aside, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits,
-				ProjectID: l.project, ProjectLimits: l.projectLimits, Cursor: l.next, FreeSeats: asideSeats, Taken: true}
-			ok = true
+			back, ok = m.returnCall(l, aside, asideSeats, 0), true
 		}
 		l.drop()
 		if r.Reason != account.LeaseHeld || c.Want > 0 {
@@ -664,6 +661,14 @@ func (m *Manager) renewed(l *lease, c *account.LeaseCall, r account.LeaseResult,
 	l.target = target
 	l.stop = started.Add(lease - holds.LeaseMargin(lease))
 	return back, false
+}
+
+// returnCall is the call that returns l to the store with free, seats
+// and tokens unused. l.mu is held.
+func (m *Manager) returnCall(l *lease, free, seats, tokens int64) account.LeaseCall {
+	return account.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
+		Free: free, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits,
+		ProjectID: l.project, ProjectLimits: l.projectLimits, Cursor: l.next, FreeSeats: seats, FreeTokens: tokens, Taken: true}
 }
 
 // recordLoop sends the records of leased admissions in batches, a round
@@ -756,9 +761,7 @@ func (m *Manager) Close(ctx context.Context) {
 	for _, l := range m.leases {
 		l.mu.Lock()
 		if l.id != "" {
-			calls = append(calls, account.LeaseCall{AccountID: l.acct, KeyID: l.key, LeaseID: l.id,
-				Free: l.free + l.aside, Want: 0, Min: 1, Share: m.o.Share, KeyLimits: l.limits,
-				ProjectID: l.project, ProjectLimits: l.projectLimits, Cursor: l.next, FreeSeats: l.seats + l.asideSeats, FreeTokens: l.tokens, Taken: true})
+			calls = append(calls, m.returnCall(l, l.free+l.aside, l.seats+l.asideSeats, l.tokens))
 			l.drop()
 		}
 		l.mu.Unlock()
