@@ -276,6 +276,7 @@ func (l *lease) drop() {
 	l.id, l.free, l.target, l.stop = "", 0, 0, time.Time{}
 	l.seats, l.seated = 0, 0
 	l.tokens, l.tokenLevels = 0, 0
+	l.aside, l.asideSeats = 0, 0
 }
 
 // slotFree reports whether a request may be admitted from l's slots:

@@ -287,3 +287,17 @@ func TestNoAdmissionFromARenewedLeaseWithSlotsOrTokens(t *testing.T) {
 		})
 	}
 }
+
+// A lease closed while its renewal is in flight is returned with what was
+// set aside, so a renewal that then fails finds nothing of it to keep: the
+// dropped lease holds nothing the sidecar could count again.
+func TestSetAsideForgottenWhenClosedDuringTheRenewal(t *testing.T) {
+	r := newRig(t)
+	const hold = 10_000_000
+	acct := r.leaseFor(1000*usd, hold)
+	r.leased(acct, hold, 0)
+	r.renewWhile(true, func() { r.m.Close(r.ctx) })
+	if free, seats := r.free(acct); free != 0 || seats != 0 {
+		t.Fatalf("the closed lease keeps %d free and %d seats after its renewal failed; want nothing", free, seats)
+	}
+}
