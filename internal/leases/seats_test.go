@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -227,6 +228,71 @@ func TestSetAsideReturnedWithItsLease(t *testing.T) {
 	if u := r.report(acct); u.Leased != 0 || u.Held != 2*hold {
 		t.Fatalf("leased %d, held %d; want 0 and the two requests' holds", u.Leased, u.Held)
 	}
+}
+
+// A renewal returns the lease and the call that gives back its set-aside
+// is lost (Redis away after the renewal): the set-aside stays leased in
+// Redis, a request admitted from it lands as any from the lease, and the
+// sweeper returns the rest after the hold lease, as for any lost lease.
+func TestSetAsideLeftToTheSweeperWhenItsReturnFails(t *testing.T) {
+	r := newRig(t)
+	const hold = 10_000_000
+	acct := r.leaseFor(1000*usd, hold)
+	free, _ := r.free(acct)
+	g := &gatedStore{Store: r.st, entered: make(chan struct{}), release: make(chan struct{})}
+	r.m.st = &returnFails{gatedStore: g}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.m.Renew(r.ctx, true)
+	}()
+	<-g.entered
+	if err := r.st.SetSuspended(r.ctx, acct, true); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.admit(acct, hold); d.Lease.ID == "" {
+		t.Fatalf("not admitted from what was set aside: %+v", d)
+	}
+	close(g.release)
+	<-done
+	r.m.st = r.st
+	if l := r.lease(acct); l.id != "" {
+		t.Fatal("the lease of a suspended account was kept")
+	}
+	aside := free / asideShare
+	if u := r.report(acct); u.Leased != aside {
+		t.Fatalf("Redis leases %d after the lost return, want the set-aside %d", u.Leased, aside)
+	}
+	r.m.flush(r.ctx)
+	if u := r.report(acct); u.Leased != aside-hold || u.Held != 2*hold {
+		t.Fatalf("leased %d, held %d after the record; want %d and the two requests' holds", u.Leased, u.Held, aside-hold)
+	}
+	r.clock.Advance(time.Minute + time.Second)
+	res, err := r.st.SweepHolds(r.ctx, acct)
+	if err != nil || len(res.LeasesReturned) != 1 {
+		t.Fatalf("sweep: %+v %v, want the lease returned", res, err)
+	}
+	if u := r.report(acct); u.Leased != 0 {
+		t.Fatalf("Redis leases %d after the sweep, want 0", u.Leased)
+	}
+}
+
+// returnFails passes the first lease call (gated) and fails every later
+// one without reaching Redis.
+type returnFails struct {
+	*gatedStore
+	calls atomic.Int32
+}
+
+func (f *returnFails) Leases(ctx context.Context, calls []account.LeaseCall) []account.LeaseResult {
+	if f.calls.Add(1) == 1 {
+		return f.gatedStore.Leases(ctx, calls)
+	}
+	res := make([]account.LeaseResult, len(calls))
+	for i := range res {
+		res[i].Err = errors.New("Redis away")
+	}
+	return res
 }
 
 // A renewal whose reply is lost leaves the lease as it was: what was set
