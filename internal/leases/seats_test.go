@@ -120,12 +120,20 @@ func (g *gatedStore) Leases(ctx context.Context, calls []account.LeaseCall) []ac
 // fail after during.
 func (r *rig) renewWhile(fail bool, during func()) {
 	r.t.Helper()
+	r.renewThrough(func(g *gatedStore) Store {
+		if fail {
+			return &failingStore{g}
+		}
+		return g
+	}, during)
+}
+
+// renewThrough is renewWhile with the renewal's store the gated one as
+// wrap makes it.
+func (r *rig) renewThrough(wrap func(*gatedStore) Store, during func()) {
+	r.t.Helper()
 	g := &gatedStore{Store: r.st, entered: make(chan struct{}), release: make(chan struct{})}
-	var st Store = g
-	if fail {
-		st = &failingStore{g}
-	}
-	r.m.st = st
+	r.m.st = wrap(g)
 	defer func() { r.m.st = r.st }()
 	done := make(chan struct{})
 	go func() {
@@ -239,23 +247,14 @@ func TestSetAsideLeftToTheSweeperWhenItsReturnFails(t *testing.T) {
 	const hold = 10_000_000
 	acct := r.leaseFor(1000*usd, hold)
 	free, _ := r.free(acct)
-	g := &gatedStore{Store: r.st, entered: make(chan struct{}), release: make(chan struct{})}
-	r.m.st = &returnFails{gatedStore: g}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.m.Renew(r.ctx, true)
-	}()
-	<-g.entered
-	if err := r.st.SetSuspended(r.ctx, acct, true); err != nil {
-		t.Fatal(err)
-	}
-	if d := r.admit(acct, hold); d.Lease.ID == "" {
-		t.Fatalf("not admitted from what was set aside: %+v", d)
-	}
-	close(g.release)
-	<-done
-	r.m.st = r.st
+	r.renewThrough(func(g *gatedStore) Store { return &returnFails{gatedStore: g} }, func() {
+		if err := r.st.SetSuspended(r.ctx, acct, true); err != nil {
+			t.Fatal(err)
+		}
+		if d := r.admit(acct, hold); d.Lease.ID == "" {
+			t.Fatalf("not admitted from what was set aside: %+v", d)
+		}
+	})
 	if l := r.lease(acct); l.id != "" {
 		t.Fatal("the lease of a suspended account was kept")
 	}
